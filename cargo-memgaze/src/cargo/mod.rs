@@ -1,0 +1,1 @@
+//! Cargo integration: building bench targets and finding their executables.

@@ -1,0 +1,1 @@
+//! Golden full-trace snapshots and accuracy validation of sampled runs.

@@ -1,0 +1,2 @@
+//! The static rewriter: relocating functions with load probes into a new
+//! segment of the executable.

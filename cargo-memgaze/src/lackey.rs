@@ -1,0 +1,1 @@
+//! Importing Valgrind Lackey `--trace-mem=yes` logs as full traces.

@@ -1,0 +1,2 @@
+//! Running an instrumented program and collecting its software-recorder
+//! output into a trace.

@@ -1,0 +1,1 @@
+//! SVG charts and the HTML report.

@@ -1,0 +1,249 @@
+//! The trace model: what a recorded (sampled) load-address trace says.
+//!
+//! These plain types are the contract between the collectors (software
+//! recorder, Intel PT, Lackey import), the trace file format and the
+//! analysis. Words and symbols follow `spec/METRICS.md`.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A load's expected access pattern (MemGaze paper §III-B).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum LoadClass {
+    /// Address follows a loop induction variable with a constant or
+    /// loop-invariant step: prefetchable.
+    Strided,
+    /// Anything else, notably addresses derived from loaded values.
+    Irregular,
+    /// A scalar on the stack/frame or a RIP-relative scalar without index:
+    /// contributes to `A_const` but never to footprint.
+    Constant,
+}
+
+impl LoadClass {
+    /// All classes, in the order used by tables and file formats.
+    pub const ALL: [LoadClass; 3] = [
+        LoadClass::Strided,
+        LoadClass::Irregular,
+        LoadClass::Constant,
+    ];
+
+    /// The spelling used in JSON and tables (`Strided`, `Irregular`, `Constant`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoadClass::Strided => "Strided",
+            LoadClass::Irregular => "Irregular",
+            LoadClass::Constant => "Constant",
+        }
+    }
+
+    /// Whether records of this class count as observed accesses `A` (and so
+    /// take part in footprint and reuse distance).
+    pub fn is_access(self) -> bool {
+        !matches!(self, LoadClass::Constant)
+    }
+
+    /// Stable one-byte code used by binary formats.
+    pub fn code(self) -> u8 {
+        match self {
+            LoadClass::Strided => 0,
+            LoadClass::Irregular => 1,
+            LoadClass::Constant => 2,
+        }
+    }
+
+    /// Inverse of [`LoadClass::code`].
+    pub fn from_code(code: u8) -> Option<LoadClass> {
+        match code {
+            0 => Some(LoadClass::Strided),
+            1 => Some(LoadClass::Irregular),
+            2 => Some(LoadClass::Constant),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for LoadClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One execution of an instrumented load, as the analysis sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Record {
+    /// Address of the load instruction in the **original** binary.
+    pub ip: u64,
+    /// Effective data address (virtual, byte granularity).
+    pub addr: u64,
+    /// The load's class.
+    pub class: LoadClass,
+    /// Constant loads this record stands for besides itself (proxy compression).
+    pub implied: u32,
+    /// Index of the sample the record belongs to.
+    pub sample: u64,
+    /// Thread the record came from (small integers assigned by the collector).
+    pub thread: u32,
+}
+
+/// Which collector produced a trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backend {
+    /// The software sampled recorder injected by the rewriter.
+    Soft,
+    /// Intel Processor Trace `ptwrite` collection.
+    Pt,
+    /// A Valgrind Lackey `--trace-mem=yes` log, imported as a full trace.
+    Lackey,
+}
+
+impl Backend {
+    /// The spelling used on the command line and in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Soft => "soft",
+            Backend::Pt => "pt",
+            Backend::Lackey => "lackey",
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The sampling parameters of a run: `w` records out of every `w + z`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Sampling {
+    /// `w`: consecutive records per sample.
+    pub window: u64,
+    /// `w + z`: instrumented-load executions per period (software backend)
+    /// or loads counted by the sampling event (Intel PT). Equal to `window`
+    /// for a full trace (`z = 0`).
+    pub period: u64,
+    /// Seed of the period jitter, when the collector used one.
+    pub seed: Option<u64>,
+}
+
+impl Sampling {
+    /// Parameters of a full trace (one sample holding every record).
+    pub fn full() -> Sampling {
+        Sampling {
+            window: u64::MAX,
+            period: u64::MAX,
+            seed: None,
+        }
+    }
+
+    /// `z = 0`: every execution is recorded.
+    pub fn is_full(&self) -> bool {
+        self.window == self.period
+    }
+
+    /// `z`, the executions skipped per period.
+    pub fn skipped(&self) -> u64 {
+        self.period - self.window
+    }
+}
+
+/// Identifies the binary a trace (or annotation) belongs to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BinaryIdentity {
+    /// Path as given by the user (informational).
+    pub path: String,
+    /// File size in bytes.
+    pub size: u64,
+    /// Hex SHA-256 of the file contents.
+    pub sha256: String,
+    /// GNU build-id note, hex, when the binary has one.
+    pub build_id: Option<String>,
+}
+
+/// A function of the original binary, as carried by a trace so that it can
+/// be analysed without the binary at hand.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FunctionEntry {
+    /// Demangled name (or `sub_<hex>` for unnamed code found via `.eh_frame`).
+    pub name: String,
+    /// First address (original binary, file addresses).
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+}
+
+/// A load site that records in the trace may refer to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LoadEntry {
+    /// Address of the load in the original binary.
+    pub ip: u64,
+    /// Its class.
+    pub class: LoadClass,
+    /// Constant loads each execution of it implies besides itself.
+    pub implied: u32,
+    /// Index into [`TraceHeader::functions`], when known.
+    pub function: Option<u32>,
+    /// `file:line` of the load when debug info exists.
+    pub line: Option<String>,
+}
+
+/// Everything known about a trace before its first record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceHeader {
+    /// Which collector wrote it.
+    pub backend: Backend,
+    /// `w`, `w + z` and the jitter seed.
+    pub sampling: Sampling,
+    /// The original (uninstrumented) binary.
+    pub binary: Option<BinaryIdentity>,
+    /// Command line of the traced program (program first).
+    pub command: Vec<String>,
+    /// Functions of the original binary (may be empty).
+    pub functions: Vec<FunctionEntry>,
+    /// Load sites; records refer to them by index.
+    pub loads: Vec<LoadEntry>,
+    /// Free-form facts a collector wants to keep (e.g. the bench name).
+    pub labels: Vec<(String, String)>,
+}
+
+/// How the traced program ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProgramExit {
+    /// Exited normally with this status.
+    Code(i32),
+    /// Killed by this signal number.
+    Signal(i32),
+}
+
+/// Data a collector knows it lost: never silently dropped, always reported.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Dropped {
+    /// Records lost (buffer overrun, PT overflow, unreadable tail…).
+    pub records: u64,
+    /// Whole samples lost.
+    pub samples: u64,
+    /// Raw bytes discarded (e.g. PT data with `PERF_RECORD_AUX` truncation).
+    pub bytes: u64,
+}
+
+/// What is known only when the trace ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TraceTotals {
+    /// Numerator of ρ: instrumented-load executions counted exactly by the
+    /// software recorder, or executed loads counted by the PT sampling event.
+    /// Equals the record count for a full trace.
+    pub executions: u64,
+    /// Records written (all samples).
+    pub records: u64,
+    /// Samples written.
+    pub samples: u64,
+    /// Known losses.
+    pub dropped: Dropped,
+    /// How the program ended, when a program was run.
+    pub exit: Option<ProgramExit>,
+    /// False when the trace is a prefix (program killed before a clean flush).
+    pub complete: bool,
+}

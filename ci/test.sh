@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The project's test command (README "Run the tests"; .ci/run runs exactly this).
+# Installs what the tests need on a fresh Debian machine of this kind, then runs
+# formatting, lints and the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v valgrind >/dev/null || need_apt+=(valgrind)
+command -v gcc >/dev/null || need_apt+=(gcc)
+command -v objdump >/dev/null || need_apt+=(binutils)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
+fi
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo test --workspace

@@ -1,0 +1,3 @@
+//! The MemGaze microbenchmark kernels.
+//!
+//! Placeholder of the skeleton: the owning work item replaces it.
