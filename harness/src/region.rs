@@ -7,27 +7,41 @@
 //! "Contracts between stages").
 //!
 //! What keeps them intact through the optimiser:
-//! - `#[unsafe(no_mangle)]` + `extern "C"`: a stable, unmangled symbol that
-//!   rustc treats as exported, so (fat) LTO keeps it external and does not
-//!   drop or rewrite its arguments;
+//! - `#[unsafe(no_mangle)]` + `extern "C"`: a stable, unmangled symbol with
+//!   the arguments in `rdi` (name pointer) and `rsi` (name length);
 //! - `#[inline(never)]`: every call stays a real `call` to that symbol;
-//! - bodies that differ and have side effects (stores to globals; no loads):
-//!   LLVM's function merging cannot fold `end` into `begin`, and no pass can
-//!   delete the calls. Plain stores also mean the markers themselves add no
-//!   loads to a trace.
+//! - the body is an `asm!` block — opaque, with side effects — so no pass can
+//!   delete the calls or the function (the linker keeps the symbol because it
+//!   is called), and each block names its function in a comment, so LLVM's
+//!   function merging cannot fold `end` into `begin` (identical bodies would
+//!   otherwise be merged onto one address).
+//! - The block is five one-byte `nop`s, so on x86-64 each marker is
+//!   `nop ×5; ret` (6 bytes): room for the rewriter's 5-byte `jmp rel32`
+//!   entry patch, and no memory operand that could be mistaken for a load.
 //! - [`Region`] puts compiler fences between the marker calls and the body,
 //!   so no load of the body is moved out of the region (or setup into it).
 
-use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering, compiler_fence};
+use std::sync::atomic::{Ordering, compiler_fence};
 
-/// Name (pointer, length) of the region last begun, for debuggers and the
-/// side effect that keeps [`memgaze_region_begin`] alive.
-static BEGUN_NAME: AtomicPtr<u8> = AtomicPtr::new(ptr::null_mut());
-static BEGUN_LEN: AtomicUsize = AtomicUsize::new(0);
-/// Name of the region last ended; `BEGUN_NAME` is cleared at the same time.
-static ENDED_NAME: AtomicPtr<u8> = AtomicPtr::new(ptr::null_mut());
-static ENDED_LEN: AtomicUsize = AtomicUsize::new(0);
+/// The marker body: see the module documentation.
+macro_rules! marker_body {
+    ($name:literal, $ptr:expr, $len:expr) => {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the block only executes `nop`s: it reads and writes no
+        // memory or register and leaves the stack and flags alone.
+        unsafe {
+            std::arch::asm!(
+                concat!("/* ", $name, " */"),
+                "nop", "nop", "nop", "nop", "nop",
+                in("rdi") $ptr,
+                in("rsi") $len,
+                options(nostack, preserves_flags),
+            )
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        std::hint::black_box(($name, $ptr, $len));
+    };
+}
 
 /// Marks the start of a bench's measured region; `name_ptr`/`name_len` are the
 /// UTF-8 bytes of the bench name (not NUL-terminated).
@@ -38,8 +52,7 @@ static ENDED_LEN: AtomicUsize = AtomicUsize::new(0);
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn memgaze_region_begin(name_ptr: *const u8, name_len: usize) {
-    BEGUN_NAME.store(name_ptr.cast_mut(), Ordering::Relaxed);
-    BEGUN_LEN.store(name_len, Ordering::Relaxed);
+    marker_body!("memgaze_region_begin", name_ptr, name_len);
     #[cfg(test)]
     crate::tests_support::marker_event(true, name_ptr, name_len);
 }
@@ -52,9 +65,7 @@ pub extern "C" fn memgaze_region_begin(name_ptr: *const u8, name_len: usize) {
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn memgaze_region_end(name_ptr: *const u8, name_len: usize) {
-    ENDED_NAME.store(name_ptr.cast_mut(), Ordering::Relaxed);
-    ENDED_LEN.store(name_len, Ordering::Relaxed);
-    BEGUN_NAME.store(ptr::null_mut(), Ordering::Relaxed);
+    marker_body!("memgaze_region_end", name_ptr, name_len);
     #[cfg(test)]
     crate::tests_support::marker_event(false, name_ptr, name_len);
 }
@@ -66,7 +77,10 @@ pub(crate) struct Region<'a> {
 }
 
 impl<'a> Region<'a> {
-    /// Calls [`memgaze_region_begin`] for `name`.
+    /// Calls [`memgaze_region_begin`] for `name`. Inlined (with `drop`) into
+    /// [`Bencher::iter`](crate::Bencher::iter) so the name stays in
+    /// registers: no harness load runs inside the region.
+    #[inline(always)]
     pub(crate) fn begin(name: &'a str) -> Self {
         memgaze_region_begin(name.as_ptr(), name.len());
         compiler_fence(Ordering::SeqCst);
@@ -75,6 +89,7 @@ impl<'a> Region<'a> {
 }
 
 impl Drop for Region<'_> {
+    #[inline(always)]
     fn drop(&mut self) {
         compiler_fence(Ordering::SeqCst);
         memgaze_region_end(self.name.as_ptr(), self.name.len());
