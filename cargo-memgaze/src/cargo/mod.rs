@@ -1,1 +1,120 @@
-//! Cargo integration: building bench targets and finding their executables.
+//! Cargo integration: building bench targets, finding their executables,
+//! listing and running their benches, and where results go.
+//!
+//! What the commands that work on a workspace's benches (`bench`, `golden`,
+//! `validate`) call:
+//!
+//! 1. flatten [`CargoArgs`] into their clap `Args`, and parse the harness
+//!    arguments after `--` with [`HarnessArgs::parse`];
+//! 2. [`discover`] builds the benches (bench profile, line tables, symbols;
+//!    the user's `Cargo.toml` untouched), checks each executable carries the
+//!    harness's region markers, and lists the benches the harness arguments
+//!    select → a [`BenchSuite`];
+//! 3. for each `(target, case)` of [`BenchSuite::selected`], run
+//!    [`BenchExecutable::run_command`] through the instrumented copy of
+//!    `target.executable.path` (with [`RECORDING_ENV`] set by the recorder),
+//!    or [`BenchExecutable::run_native`] for a plain run;
+//! 4. store results in [`ResultsLayout::create_bench_dir`] of
+//!    [`Workspace::results_layout`].
+//!
+//! Errors are single lines naming the input: an unknown package, no bench
+//! targets, a failed build (cargo's own errors are on stderr above it), a
+//! bench not built with memgaze-harness.
+
+mod args;
+mod build;
+mod executable;
+mod harness_args;
+mod layout;
+mod workspace;
+
+pub use args::{CargoArgs, DEFAULT_PROFILE};
+pub use build::{BuildOptions, build_benches, build_command, cargo_program};
+pub use executable::{
+    BenchCase, BenchExecutable, BenchOutcome, BenchRun, RECORDING_ENV, REGION_BEGIN_SYMBOL,
+    REGION_END_SYMBOL, RegionMarkers, find_region_markers, interpret_run,
+};
+pub use harness_args::HarnessArgs;
+pub use layout::{
+    BENCH_FILE, BenchId, MAX_COMPONENT, ResultsLayout, decode_component, encode_component,
+};
+pub use workspace::{Member, Workspace};
+
+/// A built bench target, its region markers and its listed benches.
+#[derive(Clone, Debug)]
+pub struct BenchTarget {
+    /// The executable.
+    pub executable: BenchExecutable,
+    /// Where its region markers are.
+    pub markers: RegionMarkers,
+    /// The benches the harness arguments select, in the harness's order
+    /// (ignored ones included, marked).
+    pub cases: Vec<BenchCase>,
+}
+
+/// Everything [`discover`] found.
+#[derive(Clone, Debug)]
+pub struct BenchSuite {
+    /// The workspace (target dir, results layout).
+    pub workspace: Workspace,
+    /// The bench targets, sorted by package and target name.
+    pub targets: Vec<BenchTarget>,
+    /// Whether ignored benches run (`--ignored`/`--include-ignored`).
+    pub run_ignored: bool,
+}
+
+impl BenchSuite {
+    /// The benches to run, in order: every listed case except ignored ones
+    /// (unless the harness arguments ask for them).
+    pub fn selected(&self) -> impl Iterator<Item = (&BenchTarget, &BenchCase)> {
+        self.targets.iter().flat_map(move |target| {
+            target
+                .cases
+                .iter()
+                .filter(move |case| !case.ignored || self.run_ignored)
+                .map(move |case| (target, case))
+        })
+    }
+
+    /// The listed benches that will not run because they are ignored.
+    pub fn ignored(&self) -> impl Iterator<Item = (&BenchTarget, &BenchCase)> {
+        self.targets.iter().flat_map(move |target| {
+            target
+                .cases
+                .iter()
+                .filter(move |case| case.ignored && !self.run_ignored)
+                .map(move |case| (target, case))
+        })
+    }
+}
+
+/// Loads the workspace, builds its bench targets, checks they use
+/// memgaze-harness, and lists their benches (see the module documentation).
+pub fn discover(
+    args: &CargoArgs,
+    harness: &HarnessArgs,
+    options: &BuildOptions,
+) -> anyhow::Result<BenchSuite> {
+    let workspace = Workspace::load(args)?;
+    workspace.ensure_bench_targets()?;
+    let executables = build_benches(args, &workspace, options)?;
+    let mut checked = Vec::with_capacity(executables.len());
+    for executable in executables {
+        let markers = executable.region_markers()?;
+        checked.push((executable, markers));
+    }
+    let mut targets = Vec::with_capacity(checked.len());
+    for (executable, markers) in checked {
+        let cases = executable.list(harness)?;
+        targets.push(BenchTarget {
+            executable,
+            markers,
+            cases,
+        });
+    }
+    Ok(BenchSuite {
+        workspace,
+        targets,
+        run_ignored: harness.runs_ignored(),
+    })
+}

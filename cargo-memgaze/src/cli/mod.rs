@@ -85,6 +85,8 @@ pub enum Format {
 }
 
 /// The subcommands (spec/CLI.md).
+// Parsed once per process; boxing the larger `Args` would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Build bench targets, instrument, record sampled traces, analyse,

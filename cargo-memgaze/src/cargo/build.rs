@@ -1,0 +1,126 @@
+//! Building bench targets with `cargo build` and finding their executables
+//! in cargo's JSON messages.
+
+use super::args::CargoArgs;
+use super::executable::BenchExecutable;
+use super::workspace::Workspace;
+use anyhow::{Context, bail};
+use cargo_metadata::{Message, TargetKind};
+use std::ffi::OsString;
+use std::io::BufReader;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// How to run cargo.
+#[derive(Clone, Debug, Default)]
+pub struct BuildOptions {
+    /// Pass `--quiet` to cargo (its errors still show).
+    pub quiet: bool,
+    /// Print the cargo command line before running it.
+    pub verbose: bool,
+}
+
+/// The cargo to run: `$CARGO` (set when cargo runs a subcommand), else
+/// `cargo` from `PATH`.
+pub fn cargo_program() -> OsString {
+    std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
+}
+
+/// The `cargo build` command for `args` in `workspace`: bench targets, the
+/// chosen profile with line tables and symbols ([`CargoArgs::profile_env`]),
+/// JSON messages on stdout and cargo's rendered diagnostics on stderr.
+pub fn build_command(args: &CargoArgs, workspace: &Workspace, options: &BuildOptions) -> Command {
+    let mut command = Command::new(cargo_program());
+    command
+        .arg("build")
+        .args(args.build_args(workspace.bench_glob_selects_all()))
+        .arg("--message-format=json-render-diagnostics");
+    if options.quiet {
+        command.arg("--quiet");
+    }
+    command.envs(args.profile_env());
+    command
+}
+
+/// Builds the selected bench targets and returns their executables, sorted
+/// by package and target. Cargo's progress and errors go straight to
+/// stderr; a failed build is an error naming the packages, a build that
+/// produced no bench executable is one too.
+pub fn build_benches(
+    args: &CargoArgs,
+    workspace: &Workspace,
+    options: &BuildOptions,
+) -> anyhow::Result<Vec<BenchExecutable>> {
+    let mut command = build_command(args, workspace, options);
+    if options.verbose {
+        let env: Vec<String> = args
+            .profile_env()
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        eprintln!("     Running `{} {:?}`", env.join(" "), command);
+    }
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("cannot run {}", cargo_program().to_string_lossy()))?;
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let mut executables: Vec<BenchExecutable> = Vec::new();
+    for message in Message::parse_stream(BufReader::new(stdout)) {
+        let message = message.context("reading cargo's JSON messages")?;
+        let Message::CompilerArtifact(artifact) = message else {
+            continue;
+        };
+        if !artifact.target.kind.contains(&TargetKind::Bench) {
+            continue;
+        }
+        let Some(path) = artifact.executable else {
+            continue;
+        };
+        let package = workspace
+            .member_by_id(&artifact.package_id.repr)
+            .map(|m| m.name.clone())
+            .unwrap_or_else(|| artifact.target.name.clone());
+        let manifest = PathBuf::from(artifact.manifest_path.as_std_path());
+        let executable = BenchExecutable {
+            package,
+            target: artifact.target.name.clone(),
+            path: path.into_std_path_buf(),
+            src_path: artifact.target.src_path.into_std_path_buf(),
+            package_root: manifest.parent().map(PathBuf::from).unwrap_or_default(),
+        };
+        if !executables.iter().any(|e| e.path == executable.path) {
+            executables.push(executable);
+        }
+    }
+    let status = child.wait().context("waiting for cargo")?;
+    let packages = package_list(workspace);
+    if !status.success() {
+        bail!(
+            "could not build the benches of {packages}: `cargo build` failed ({status}); cargo's errors are above"
+        );
+    }
+    if executables.is_empty() {
+        bail!(
+            "no bench target of {packages} was built (a bench with `required-features` \
+             needs them enabled with `--features`)"
+        );
+    }
+    executables.sort_by(|a, b| (&a.package, &a.target).cmp(&(&b.package, &b.target)));
+    Ok(executables)
+}
+
+fn package_list(workspace: &Workspace) -> String {
+    let names: Vec<String> = workspace
+        .selected_members()
+        .iter()
+        .map(|m| format!("`{}`", m.name))
+        .collect();
+    match names.len() {
+        0 => "the workspace".to_string(),
+        1 => format!("package {}", names[0]),
+        _ => format!("packages {}", names.join(", ")),
+    }
+}

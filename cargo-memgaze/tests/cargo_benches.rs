@@ -1,0 +1,364 @@
+//! Cargo integration on real crates: the example fixture crate
+//! (`tests/fixtures/hashmap-vs-btree`), the bundled microbenchmarks, and the
+//! error cases of `cargo memgaze bench`.
+//!
+//! Every build shares one target directory under `CARGO_TARGET_TMPDIR`, so
+//! the harness and its dependencies compile once (in the bench profile) for
+//! all tests; the two suites are built once per test run.
+
+use memgaze::cargo::{
+    self, BenchCase, BenchOutcome, BenchSuite, BuildOptions, CargoArgs, HarnessArgs,
+};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+fn shared_target_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("memgaze-benches")
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+        .join("Cargo.toml")
+}
+
+fn workspace_manifest() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml")
+}
+
+fn args(manifest: PathBuf, packages: &[&str]) -> CargoArgs {
+    CargoArgs {
+        manifest_path: Some(manifest),
+        packages: packages.iter().map(|p| p.to_string()).collect(),
+        target_dir: Some(shared_target_dir()),
+        locked: true,
+        ..CargoArgs::default()
+    }
+}
+
+fn quiet() -> BuildOptions {
+    BuildOptions {
+        quiet: true,
+        verbose: false,
+    }
+}
+
+fn fixture_suite() -> &'static BenchSuite {
+    static SUITE: OnceLock<BenchSuite> = OnceLock::new();
+    SUITE.get_or_init(|| {
+        cargo::discover(
+            &args(fixture("hashmap-vs-btree"), &[]),
+            &HarnessArgs::default(),
+            &quiet(),
+        )
+        .unwrap()
+    })
+}
+
+fn micro_suite() -> &'static BenchSuite {
+    static SUITE: OnceLock<BenchSuite> = OnceLock::new();
+    SUITE.get_or_init(|| {
+        cargo::discover(
+            &args(workspace_manifest(), &["microbenches"]),
+            &HarnessArgs::default(),
+            &quiet(),
+        )
+        .unwrap()
+    })
+}
+
+fn names(cases: &[BenchCase]) -> Vec<&str> {
+    cases.iter().map(|c| c.name.as_str()).collect()
+}
+
+#[test]
+fn fixture_crate_is_built_discovered_and_runs() {
+    let suite = fixture_suite();
+    assert_eq!(suite.targets.len(), 1);
+    let target = &suite.targets[0];
+    let exe = &target.executable;
+    assert_eq!(
+        (exe.package.as_str(), exe.target.as_str()),
+        ("hashmap-vs-btree", "lookup")
+    );
+    assert!(
+        exe.path.starts_with(shared_target_dir().join("release")),
+        "{exe:?}"
+    );
+    assert!(exe.src_path.ends_with("benches/lookup.rs"));
+    assert_ne!(target.markers.begin, target.markers.end);
+    assert_eq!(
+        names(&target.cases),
+        [
+            "scan",
+            "hashmap/1000",
+            "hashmap/100000",
+            "btreemap/1000",
+            "btreemap/100000"
+        ]
+    );
+    assert!(target.cases.iter().all(|c| !c.ignored));
+    assert_eq!(suite.selected().count(), 5);
+
+    // The executable carries line tables (CARGO_PROFILE_BENCH_DEBUG), and the
+    // results layout sits in the target dir cargo used.
+    let bytes = std::fs::read(&exe.path).unwrap();
+    let elf = goblin::elf::Elf::parse(&bytes).unwrap();
+    let sections: Vec<&str> = elf
+        .section_headers
+        .iter()
+        .filter_map(|s| elf.shdr_strtab.get_at(s.sh_name))
+        .collect();
+    assert!(sections.contains(&".debug_line"), "{sections:?}");
+    assert!(sections.contains(&".symtab"));
+    // The markers as the rewriter will find them: distinct functions of
+    // `nop ×5; ret`, room for a 5-byte entry patch and no load.
+    for (symbol, address) in [
+        (cargo::REGION_BEGIN_SYMBOL, target.markers.begin),
+        (cargo::REGION_END_SYMBOL, target.markers.end),
+    ] {
+        let sym = elf
+            .syms
+            .iter()
+            .find(|s| elf.strtab.get_at(s.st_name) == Some(symbol))
+            .unwrap();
+        assert_eq!(sym.st_value, address);
+        assert!(sym.st_size >= 5, "{symbol}: {} bytes", sym.st_size);
+        let text = elf
+            .section_headers
+            .iter()
+            .find(|s| s.sh_addr <= address && address < s.sh_addr + s.sh_size)
+            .unwrap();
+        let at = (address - text.sh_addr + text.sh_offset) as usize;
+        assert_eq!(
+            &bytes[at..at + 6],
+            [0x90, 0x90, 0x90, 0x90, 0x90, 0xc3],
+            "{symbol}"
+        );
+    }
+    assert_eq!(suite.workspace.target_dir, shared_target_dir());
+    assert_eq!(
+        suite
+            .workspace
+            .results_layout()
+            .bench_dir(&exe.package, &exe.target, "hashmap/1000"),
+        shared_target_dir().join("memgaze/hashmap-vs-btree/lookup/hashmap%2F1000")
+    );
+
+    let case = &target.cases[1];
+    let run = exe.run_native(case).unwrap();
+    assert!(
+        matches!(run.outcome, BenchOutcome::Measured { nanos } if nanos > 0),
+        "{run:?}"
+    );
+}
+
+#[test]
+fn microbench_filters_select_like_libtest() {
+    let target = &micro_suite().targets[0];
+    let exe = &target.executable;
+    assert_eq!(
+        (exe.package.as_str(), exe.target.as_str()),
+        ("microbenches", "micro")
+    );
+    assert_eq!(
+        names(&target.cases),
+        [
+            "str1",
+            "str8",
+            "irr",
+            "irr-rand",
+            "irr-half",
+            "str/irr",
+            "irr|str|irr",
+            "chase"
+        ]
+    );
+    let list = |harness: &[&str]| -> Vec<String> {
+        let harness: Vec<String> = harness.iter().map(|s| s.to_string()).collect();
+        let cases = exe.list(&HarnessArgs::parse(&harness).unwrap()).unwrap();
+        cases.into_iter().map(|c| c.name).collect()
+    };
+    assert_eq!(list(&["chase"]), ["chase"]);
+    assert_eq!(list(&["--exact", "irr"]), ["irr"]);
+    assert_eq!(list(&["--exact", "str/irr"]), ["str/irr"]);
+    assert_eq!(list(&["--skip", "irr"]), ["str1", "str8", "chase"]);
+    assert_eq!(list(&["str", "--skip", "|"]), ["str1", "str8", "str/irr"]);
+    assert_eq!(
+        list(&["--exact", "--skip", "irr", "irr"]),
+        Vec::<String>::new()
+    );
+    assert_eq!(list(&["nothing-matches"]), Vec::<String>::new());
+}
+
+#[test]
+fn every_microbench_runs_alone_at_a_tiny_size_under_a_recorder() {
+    let target = &micro_suite().targets[0];
+    let exe = &target.executable;
+    for case in &target.cases {
+        let run = exe
+            .run(&exe.path, case, |command| {
+                command
+                    .env("MEMGAZE_MICRO_ELEMENTS", "1000")
+                    .env("MEMGAZE_MICRO_REPS", "2")
+                    .env(cargo::RECORDING_ENV, "1");
+            })
+            .unwrap();
+        assert!(
+            matches!(run.outcome, BenchOutcome::Measured { .. }),
+            "{}: {run:?}",
+            case.name
+        );
+        // Exactly this bench ran: one bench event, nothing else measured.
+        let events: Vec<&str> = run
+            .stdout
+            .lines()
+            .filter(|l| l.contains("\"type\": \"bench\""))
+            .collect();
+        assert_eq!(events.len(), 1, "{}", run.stdout);
+        assert!(events[0].contains(&format!("\"name\": \"{}\"", case.name.replace('"', "\\\""))));
+    }
+    // A bad size is the bench's failure, reported with the harness's reason.
+    let run = exe
+        .run(&exe.path, &target.cases[0], |command| {
+            command.env("MEMGAZE_MICRO_ELEMENTS", "lots");
+        })
+        .unwrap();
+    match run.outcome {
+        BenchOutcome::Failed { message } => {
+            assert!(message.contains("MEMGAZE_MICRO_ELEMENTS"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // A name the harness does not know is an error, not a silent success.
+    let missing = BenchCase {
+        name: "str".into(),
+        ignored: false,
+    };
+    let e = exe.run_native(&missing).unwrap_err();
+    assert!(
+        format!("{e:#}").contains("no bench named exactly `str`"),
+        "{e:#}"
+    );
+}
+
+/// Runs `cargo-memgaze bench <args>` on a crate.
+fn cargo_memgaze(manifest: &Path, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"))
+        .args(["memgaze", "bench", "--locked", "--manifest-path"])
+        .arg(manifest)
+        .arg("--target-dir")
+        .arg(shared_target_dir())
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn last_line(text: &str) -> &str {
+    text.lines().last().unwrap_or("")
+}
+
+#[test]
+fn unknown_package_is_one_line_before_any_build() {
+    let out = cargo_memgaze(&fixture("hashmap-vs-btree"), &["-p", "nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("error: package `nope` is not a member of the workspace at "),
+        "{err}"
+    );
+    assert!(err.contains("members: hashmap-vs-btree"), "{err}");
+}
+
+#[test]
+fn a_crate_without_benches_is_an_error() {
+    let out = cargo_memgaze(&fixture("no-benches"), &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("error: no bench targets in package `no-benches`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_build_failure_shows_cargos_error_then_one_line() {
+    let out = cargo_memgaze(
+        &fixture("hashmap-vs-btree"),
+        &["-q", "--features", "compile-error"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("the `compile-error` feature is on"), "{err}");
+    assert!(
+        last_line(&err).starts_with(
+            "error: could not build the benches of package `hashmap-vs-btree`: `cargo build` failed"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_bench_without_the_harness_is_an_error() {
+    let out = cargo_memgaze(
+        &fixture("hashmap-vs-btree"),
+        &["-q", "--features", "plain-bench", "--bench", "plain"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        last_line(&err).starts_with("error: bench `hashmap-vs-btree/plain` (")
+            && last_line(&err).contains("is not built with memgaze-harness"),
+        "{err}"
+    );
+}
+
+#[test]
+fn list_and_filters_through_the_command_line() {
+    let manifest = fixture("hashmap-vs-btree");
+    let out = cargo_memgaze(&manifest, &["-q", "--", "--list"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "scan: bench\nhashmap/1000: bench\nhashmap/100000: bench\nbtreemap/1000: bench\nbtreemap/100000: bench\n"
+    );
+    let out = cargo_memgaze(
+        &manifest,
+        &[
+            "-q",
+            "--message-format",
+            "json",
+            "--",
+            "--list",
+            "btree",
+            "--skip",
+            "100000",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["reason"], "bench-listed");
+    assert_eq!(lines[0]["name"], "btreemap/1000");
+    assert_eq!(lines[0]["package"], "hashmap-vs-btree");
+    assert_eq!(lines[0]["target"], "lookup");
+
+    // No match: nothing to do, not an error.
+    let out = cargo_memgaze(&manifest, &["-q", "--", "zzz"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // A bad harness argument is a usage error.
+    let out = cargo_memgaze(&manifest, &["-q", "--", "--frobnicate"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(stderr(&out).lines().count(), 1);
+}
