@@ -307,7 +307,24 @@ fn a_build_failure_shows_cargos_error_then_one_line() {
 }
 
 #[test]
-fn a_bench_without_the_harness_is_an_error() {
+fn a_bench_without_the_harness_is_skipped_unless_named() {
+    let manifest = fixture("hashmap-vs-btree");
+    let out = cargo_memgaze(
+        &manifest,
+        &["-q", "--features", "plain-bench", "--", "--list"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("warning: skipping bench `hashmap-vs-btree/plain` (")
+            && err.contains("is not built with memgaze-harness"),
+        "{err}"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 5);
+}
+
+#[test]
+fn a_named_bench_without_the_harness_is_an_error() {
     let out = cargo_memgaze(
         &fixture("hashmap-vs-btree"),
         &["-q", "--features", "plain-bench", "--bench", "plain"],

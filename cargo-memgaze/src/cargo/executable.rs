@@ -119,9 +119,8 @@ impl BenchExecutable {
         let Some(markers) = markers else {
             bail!(
                 "bench `{}` ({}) is not built with memgaze-harness: its executable \
-                 has no `{REGION_BEGIN_SYMBOL}` symbol; make the bench a \
-                 `[[bench]]` with `harness = false` whose `main` comes from \
-                 `memgaze_harness::main!`",
+                 has no `{REGION_BEGIN_SYMBOL}` symbol (make it a `[[bench]]` with \
+                 `harness = false` whose `main` comes from `memgaze_harness::main!`)",
                 self.display_name(),
                 self.src_path.display()
             );

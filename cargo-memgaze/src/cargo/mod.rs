@@ -19,7 +19,8 @@
 //!
 //! Errors are single lines naming the input: an unknown package, no bench
 //! targets, a failed build (cargo's own errors are on stderr above it), a
-//! bench not built with memgaze-harness.
+//! bench not built with memgaze-harness (when named, or when it is the only
+//! kind; otherwise it is skipped with a warning).
 
 mod args;
 mod build;
@@ -61,6 +62,10 @@ pub struct BenchSuite {
     pub targets: Vec<BenchTarget>,
     /// Whether ignored benches run (`--ignored`/`--include-ignored`).
     pub run_ignored: bool,
+    /// Bench targets left out because they do not use memgaze-harness
+    /// (e.g. criterion benches next to memgaze ones), with the reason; the
+    /// command prints these as warnings.
+    pub skipped: Vec<(BenchExecutable, String)>,
 }
 
 impl BenchSuite {
@@ -90,6 +95,11 @@ impl BenchSuite {
 
 /// Loads the workspace, builds its bench targets, checks they use
 /// memgaze-harness, and lists their benches (see the module documentation).
+///
+/// A bench target without the harness is an error when the user named it
+/// (`--bench`) or when no target uses the harness; otherwise it is left out
+/// and reported in [`BenchSuite::skipped`], so a workspace that also has
+/// criterion benches still works.
 pub fn discover(
     args: &CargoArgs,
     harness: &HarnessArgs,
@@ -99,9 +109,18 @@ pub fn discover(
     workspace.ensure_bench_targets()?;
     let executables = build_benches(args, &workspace, options)?;
     let mut checked = Vec::with_capacity(executables.len());
+    let mut skipped = Vec::new();
     for executable in executables {
-        let markers = executable.region_markers()?;
-        checked.push((executable, markers));
+        match executable.region_markers() {
+            Ok(markers) => checked.push((executable, markers)),
+            // A target the user named must be a memgaze bench.
+            Err(e) if !args.bench_targets.is_empty() => return Err(e),
+            Err(e) => skipped.push((executable, crate::error::one_line(&e))),
+        }
+    }
+    if checked.is_empty() {
+        let (_, reason) = skipped.swap_remove(0);
+        anyhow::bail!(reason);
     }
     let mut targets = Vec::with_capacity(checked.len());
     for (executable, markers) in checked {
@@ -116,5 +135,6 @@ pub fn discover(
         workspace,
         targets,
         run_ignored: harness.runs_ignored(),
+        skipped,
     })
 }

@@ -88,6 +88,9 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         verbose: global.verbose > 0,
     };
     let suite = cargo::discover(&args.cargo, &harness, &options)?;
+    for (_, reason) in &suite.skipped {
+        eprintln!("warning: skipping {reason}");
+    }
     if harness.list_requested() {
         print_list(&suite, args.message_format)?;
         return Ok(Exit::Ok);
