@@ -41,7 +41,7 @@ fn args(manifest: PathBuf, packages: &[&str]) -> CargoArgs {
 fn quiet() -> BuildOptions {
     BuildOptions {
         quiet: true,
-        verbose: false,
+        ..BuildOptions::default()
     }
 }
 

@@ -18,6 +18,9 @@ pub struct BuildOptions {
     pub quiet: bool,
     /// Print the cargo command line before running it.
     pub verbose: bool,
+    /// `--color` for cargo (`auto`, `always`, `never`); `None` lets cargo
+    /// decide.
+    pub color: Option<&'static str>,
 }
 
 /// The cargo to run: `$CARGO` (set when cargo runs a subcommand), else
@@ -37,6 +40,9 @@ pub fn build_command(args: &CargoArgs, workspace: &Workspace, options: &BuildOpt
         .arg("--message-format=json-render-diagnostics");
     if options.quiet {
         command.arg("--quiet");
+    }
+    if let Some(color) = options.color {
+        command.args(["--color", color]);
     }
     command.envs(args.profile_env());
     command

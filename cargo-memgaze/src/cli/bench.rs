@@ -1,7 +1,7 @@
 //! `cargo memgaze bench`: build a workspace's harness benches, then
 //! instrument, record, analyse and summarise each.
 
-use super::{Global, MessageFormat};
+use super::{ColorChoice, Global, MessageFormat};
 use crate::cargo::{self, BenchSuite, BuildOptions, CargoArgs, HarnessArgs};
 use crate::error::Exit;
 use clap::ValueEnum;
@@ -86,6 +86,11 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     let options = BuildOptions {
         quiet: global.quiet,
         verbose: global.verbose > 0,
+        color: match global.color {
+            ColorChoice::Auto => None,
+            ColorChoice::Always => Some("always"),
+            ColorChoice::Never => Some("never"),
+        },
     };
     let suite = cargo::discover(&args.cargo, &harness, &options)?;
     for (_, reason) in &suite.skipped {
