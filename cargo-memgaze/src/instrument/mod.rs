@@ -1,2 +1,4 @@
 //! The static rewriter: relocating functions with load probes into a new
 //! segment of the executable.
+
+pub mod runtime;

@@ -1,2 +1,4 @@
 //! Running an instrumented program and collecting its software-recorder
 //! output into a trace.
+
+pub mod protocol;
