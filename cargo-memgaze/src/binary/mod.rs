@@ -17,15 +17,26 @@
 //! # Ok(()) }
 //! ```
 
+pub mod cfg;
 pub mod demangle;
+pub mod dominators;
 pub mod eh_frame;
 pub mod elf;
 pub mod functions;
+pub mod jump_tables;
 pub mod lines;
+pub mod loops;
 
+pub use cfg::{
+    BasicBlock, CallSite, FlatMemory, FunctionCode, IndirectJump, IndirectJumpKind, Memory,
+    Terminator,
+};
+pub use dominators::Dominators;
 pub use elf::{BinaryError, DynamicEntry, ExecutableKind, Section, Segment};
 pub use functions::{DiscoveryStats, Function, FunctionSource};
+pub use jump_tables::{JumpTable, JumpTableBound, JumpTableEntries};
 pub use lines::{LineTable, SourceLocation};
+pub use loops::{Loop, LoopForest};
 
 use crate::trace::BinaryIdentity;
 use anyhow::Context as _;
@@ -381,6 +392,12 @@ impl Binary {
         if let Some(bytes) = self.function_bytes(function) {
             decode_bytes(bytes, function.start, out);
         }
+    }
+
+    /// Decodes a function and builds its control flow (blocks, calls,
+    /// indirect jumps, jump tables).
+    pub fn function_code(&self, function: &Function) -> FunctionCode {
+        FunctionCode::from_instructions(self.decode(function), function.start, function.end(), self)
     }
 
     /// The DWARF line table (built on first use; empty without DWARF).
