@@ -1,0 +1,317 @@
+//! Turning the recorder's messages into samples for a [`RecordSink`].
+//!
+//! Messages of different threads (and forked processes) arrive interleaved.
+//! A *sampled* trace buffers each thread's open window (at most `w`
+//! records) and hands it to the sink whole, so every sample is one window of
+//! one thread. A *full* trace is one sample; records stream straight through
+//! and [`RecordSink::switch_thread`] marks where another thread's records
+//! continue it (the analysis splits it per thread, spec/METRICS.md).
+
+use super::RecordSink;
+use super::protocol::{self, MessageHeader, MessageKind, WINDOW_MARKER};
+use anyhow::Result;
+use std::collections::HashMap;
+
+/// A region marker event seen in the stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegionEvent {
+    /// `true` for `memgaze_region_begin`, `false` for `memgaze_region_end`.
+    pub begin: bool,
+    /// The region (bench) name.
+    pub name: String,
+    /// Thread that called the marker.
+    pub thread: u32,
+}
+
+/// Counts kept per thread slot (cumulative values from its last message).
+#[derive(Clone, Copy, Debug, Default)]
+struct SlotCounts {
+    executions: u64,
+    dropped: u64,
+    final_seen: bool,
+}
+
+/// A thread's open window in a sampled trace.
+#[derive(Debug, Default)]
+struct OpenWindow {
+    open: bool,
+    records: Vec<(u32, u64)>,
+}
+
+/// Decodes messages and feeds a sink.
+pub struct Assembler<'a> {
+    sink: &'a mut dyn RecordSink,
+    /// Which load ids may appear in records (instrumented loads).
+    valid_loads: Vec<bool>,
+    full: bool,
+    window: u64,
+    threads: HashMap<(u32, u32), u32>,
+    slots: HashMap<(u32, u32), SlotCounts>,
+    windows: HashMap<u32, OpenWindow>,
+    current_thread: Option<u32>,
+    /// Records handed to the sink.
+    pub records: u64,
+    /// Samples begun in the sink.
+    pub samples: u64,
+    /// Records that named an unknown or uninstrumented load.
+    pub invalid_records: u64,
+    /// Messages that could not be decoded.
+    pub bad_messages: u64,
+    /// Processes whose exit hook reported in, with their process-level drops.
+    pub exited: HashMap<u32, u64>,
+    /// Region events, in arrival order.
+    pub regions: Vec<RegionEvent>,
+    /// Process ids in order of first message.
+    pub processes: Vec<u32>,
+}
+
+impl<'a> Assembler<'a> {
+    /// An assembler for a trace with `w = window` (`full`: one sample).
+    pub fn new(
+        sink: &'a mut dyn RecordSink,
+        valid_loads: Vec<bool>,
+        full: bool,
+        window: u64,
+    ) -> Self {
+        Assembler {
+            sink,
+            valid_loads,
+            full,
+            window,
+            threads: HashMap::new(),
+            slots: HashMap::new(),
+            windows: HashMap::new(),
+            current_thread: None,
+            records: 0,
+            samples: 0,
+            invalid_records: 0,
+            bad_messages: 0,
+            exited: HashMap::new(),
+            regions: Vec::new(),
+            processes: Vec::new(),
+        }
+    }
+
+    /// Small thread ids in order of first appearance.
+    fn thread_id(&mut self, pid: u32, tid: u32) -> u32 {
+        let next = self.threads.len() as u32;
+        *self.threads.entry((pid, tid)).or_insert(next)
+    }
+
+    /// Number of distinct threads (across processes) seen.
+    pub fn threads(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Processes one message.
+    pub fn message(&mut self, bytes: &[u8]) -> Result<()> {
+        let (header, payload) = match MessageHeader::decode(bytes) {
+            Ok(decoded) => decoded,
+            Err(_) => {
+                self.bad_messages += 1;
+                return Ok(());
+            }
+        };
+        if !self.processes.contains(&header.pid) {
+            self.processes.push(header.pid);
+        }
+        if header.kind == MessageKind::ProcessExit {
+            self.exited.insert(header.pid, header.dropped);
+            return Ok(());
+        }
+        let counts = self.slots.entry((header.pid, header.slot)).or_default();
+        counts.executions = counts.executions.max(header.executions);
+        counts.dropped = counts.dropped.max(header.dropped);
+        counts.final_seen |= header.kind == MessageKind::Final;
+        let thread = self.thread_id(header.pid, header.tid);
+        match header.kind {
+            MessageKind::Records | MessageKind::Final => {
+                for (load, addr) in protocol::records(payload) {
+                    if load == WINDOW_MARKER {
+                        self.marker(thread)?;
+                    } else if self.valid_loads.get(load as usize) == Some(&true) {
+                        self.record(thread, load, addr)?;
+                    } else {
+                        self.invalid_records += 1;
+                    }
+                }
+            }
+            MessageKind::RegionBegin | MessageKind::RegionEnd => {
+                let begin = header.kind == MessageKind::RegionBegin;
+                if !begin && !self.full {
+                    self.close_window(thread)?;
+                }
+                let event = RegionEvent {
+                    begin,
+                    name: String::from_utf8_lossy(payload).into_owned(),
+                    thread,
+                };
+                self.sink.region(&event)?;
+                self.regions.push(event);
+            }
+            MessageKind::ProcessExit => unreachable!(),
+        }
+        Ok(())
+    }
+
+    fn marker(&mut self, thread: u32) -> Result<()> {
+        if self.full {
+            return Ok(());
+        }
+        self.close_window(thread)?;
+        self.windows.entry(thread).or_default().open = true;
+        Ok(())
+    }
+
+    fn record(&mut self, thread: u32, load: u32, addr: u64) -> Result<()> {
+        if self.full {
+            match self.current_thread {
+                None => {
+                    self.sink.begin_sample(thread)?;
+                    self.samples += 1;
+                }
+                Some(current) if current != thread => self.sink.switch_thread(thread)?,
+                Some(_) => {}
+            }
+            self.current_thread = Some(thread);
+            self.records += 1;
+            return self.sink.push(load, addr);
+        }
+        let window = self.windows.entry(thread).or_default();
+        window.open = true;
+        window.records.push((load, addr));
+        if window.records.len() as u64 >= self.window {
+            self.close_window(thread)?;
+        }
+        Ok(())
+    }
+
+    /// Hands a thread's open window (if it holds records) to the sink.
+    fn close_window(&mut self, thread: u32) -> Result<()> {
+        let Some(window) = self.windows.get_mut(&thread) else {
+            return Ok(());
+        };
+        window.open = false;
+        if window.records.is_empty() {
+            return Ok(());
+        }
+        self.sink.begin_sample(thread)?;
+        self.samples += 1;
+        for &(load, addr) in &window.records {
+            self.sink.push(load, addr)?;
+        }
+        self.records += window.records.len() as u64;
+        window.records.clear();
+        Ok(())
+    }
+
+    /// Emits every window still open (program ended or was killed).
+    pub fn finish(&mut self) -> Result<()> {
+        let mut threads: Vec<u32> = self.windows.keys().copied().collect();
+        threads.sort_unstable();
+        for thread in threads {
+            self.close_window(thread)?;
+        }
+        Ok(())
+    }
+
+    /// Executions counted over all slots of all processes.
+    pub fn executions(&self) -> u64 {
+        self.slots.values().map(|c| c.executions).sum()
+    }
+
+    /// Records the recorders reported lost (slots and processes).
+    pub fn dropped(&self) -> u64 {
+        self.slots.values().map(|c| c.dropped).sum::<u64>() + self.exited.values().sum::<u64>()
+    }
+
+    /// Whether process `pid` ran its exit hook.
+    pub fn process_exited(&self, pid: u32) -> bool {
+        self.exited.contains_key(&pid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::protocol::{MessageHeader, MessageKind};
+
+    #[derive(Default)]
+    struct Collected {
+        samples: Vec<(u32, Vec<(u32, u64)>)>,
+        switches: Vec<u32>,
+    }
+
+    impl RecordSink for Collected {
+        fn begin_sample(&mut self, thread: u32) -> Result<()> {
+            self.samples.push((thread, Vec::new()));
+            Ok(())
+        }
+        fn switch_thread(&mut self, thread: u32) -> Result<()> {
+            self.switches.push(thread);
+            Ok(())
+        }
+        fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+            self.samples.last_mut().unwrap().1.push((load, addr));
+            Ok(())
+        }
+    }
+
+    fn message(kind: MessageKind, tid: u32, executions: u64, records: &[(u32, u64)]) -> Vec<u8> {
+        let header = MessageHeader {
+            kind,
+            pid: 100,
+            tid,
+            executions,
+            dropped: 0,
+            slot: tid,
+            count: records.len() as u32,
+        };
+        let mut out = header.encode().to_vec();
+        for &(load, addr) in records {
+            out.extend_from_slice(&load.to_le_bytes());
+            out.extend_from_slice(&addr.to_le_bytes());
+        }
+        out
+    }
+
+    #[test]
+    fn sampled_windows_of_interleaved_threads_stay_whole() {
+        let mut sink = Collected::default();
+        let mut asm = Assembler::new(&mut sink, vec![true, true, false], false, 3);
+        let m = WINDOW_MARKER;
+        asm.message(&message(MessageKind::Records, 1, 10, &[(m, 0), (0, 1), (1, 2)])).unwrap();
+        asm.message(&message(MessageKind::Records, 2, 5, &[(m, 0), (0, 7)])).unwrap();
+        asm.message(&message(MessageKind::Records, 1, 20, &[(0, 3), (m, 1), (0, 4)])).unwrap();
+        asm.message(&message(MessageKind::Final, 2, 9, &[(2, 9), (1, 8)])).unwrap();
+        asm.finish().unwrap();
+        assert_eq!(asm.executions(), 29);
+        assert_eq!(asm.invalid_records, 1);
+        assert_eq!(asm.records, 6);
+        assert_eq!(asm.samples, 3);
+        drop(asm);
+        assert_eq!(
+            sink.samples,
+            vec![
+                (0, vec![(0, 1), (1, 2), (0, 3)]),
+                (0, vec![(0, 4)]),
+                (1, vec![(0, 7), (1, 8)]),
+            ]
+        );
+    }
+
+    #[test]
+    fn full_trace_is_one_sample_with_thread_switches() {
+        let mut sink = Collected::default();
+        let mut asm = Assembler::new(&mut sink, vec![true], true, u64::MAX);
+        let m = WINDOW_MARKER;
+        asm.message(&message(MessageKind::Records, 1, 2, &[(m, 0), (0, 1), (0, 2)])).unwrap();
+        asm.message(&message(MessageKind::Records, 2, 1, &[(m, 0), (0, 5)])).unwrap();
+        asm.message(&message(MessageKind::Final, 1, 3, &[(0, 3)])).unwrap();
+        asm.finish().unwrap();
+        assert_eq!((asm.records, asm.samples), (4, 1));
+        drop(asm);
+        assert_eq!(sink.samples, vec![(0, vec![(0, 1), (0, 2), (0, 5), (0, 3)])]);
+        assert_eq!(sink.switches, vec![1, 0]);
+    }
+}

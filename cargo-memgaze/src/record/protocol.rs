@@ -1,0 +1,318 @@
+//! The raw stream between the recorder runtime (machine code the rewriter
+//! injects into a program) and the collector.
+//!
+//! The collector creates an `AF_UNIX` `SOCK_SEQPACKET` socket pair, keeps one
+//! end and leaves the other open in the program. The program learns about it
+//! from one environment variable ([`RECORDER_ENV`]) read by the injected entry
+//! hook. Each `sendto` of the runtime is one **message**, delivered whole and
+//! never interleaved with another sender's, so threads and forked children
+//! of the program can share the socket without a lock.
+//!
+//! A message is a fixed [`MessageHeader`] followed by a payload whose meaning
+//! depends on [`MessageKind`]. All integers are little endian.
+//!
+//! | kind | payload |
+//! |---|---|
+//! | `Records`, `Final` | `count` × [`RECORD_BYTES`]-byte records: `u32` load id, `u64` address |
+//! | `RegionBegin`, `RegionEnd` | `count` bytes: the region name (UTF-8, truncated to [`REGION_NAME_MAX`]) |
+//! | `ProcessExit` | nothing; `executions`/`dropped` hold process-level counts |
+//!
+//! A record whose load id is [`WINDOW_MARKER`] is not a load: it opens a new
+//! sample window of that thread (its address field is the window's sequence
+//! number within the thread).
+
+/// Environment variable carrying the connection and sampling parameters:
+/// `<fd>:<inode>:<device>:<window>:<period>:<seed>`, all decimal.
+/// `window == period` asks for a full trace.
+pub const RECORDER_ENV: &str = "MEMGAZE_RECORDER";
+
+/// Environment variable the harness reads to run one bench at a time on one
+/// thread (ARCHITECTURE.md, "Contracts between stages").
+pub const RECORDING_ENV: &str = "MEMGAZE_RECORDING";
+
+/// First four bytes of every message: `MGZ1`.
+pub const MESSAGE_MAGIC: u32 = u32::from_le_bytes(*b"MGZ1");
+
+/// Size of [`MessageHeader`] on the wire.
+pub const HEADER_BYTES: usize = 40;
+
+/// Size of one record on the wire.
+pub const RECORD_BYTES: usize = 12;
+
+/// Load id that marks the start of a sample window instead of a load.
+pub const WINDOW_MARKER: u32 = u32::MAX;
+
+/// Longest region name carried by a region message.
+pub const REGION_NAME_MAX: usize = 256;
+
+/// What a message carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum MessageKind {
+    /// A flush of a thread's buffer.
+    Records = 1,
+    /// The last flush of a thread's buffer, written by the exit hook.
+    Final = 2,
+    /// `memgaze_region_begin` was called on this thread.
+    RegionBegin = 3,
+    /// `memgaze_region_end` was called on this thread.
+    RegionEnd = 4,
+    /// The process ran its exit hook; no more messages from this process.
+    ProcessExit = 5,
+}
+
+impl MessageKind {
+    /// Decodes the wire value.
+    pub fn from_u32(value: u32) -> Option<MessageKind> {
+        Some(match value {
+            1 => MessageKind::Records,
+            2 => MessageKind::Final,
+            3 => MessageKind::RegionBegin,
+            4 => MessageKind::RegionEnd,
+            5 => MessageKind::ProcessExit,
+            _ => return None,
+        })
+    }
+}
+
+/// The fixed part of every message.
+///
+/// `executions` and `dropped` are cumulative per thread slot (per process
+/// for `ProcessExit`), so the last message seen from a slot carries its
+/// totals even when the program is killed before its exit hook runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MessageHeader {
+    /// What follows.
+    pub kind: MessageKind,
+    /// Process id of the sender.
+    pub pid: u32,
+    /// Kernel thread id of the sender (the slot's current owner).
+    pub tid: u32,
+    /// Instrumented-load executions counted by this slot so far.
+    pub executions: u64,
+    /// Records this slot knows it lost so far (signal-handler re-entry,
+    /// failed writes).
+    pub dropped: u64,
+    /// Creation index of the thread slot within its process.
+    pub slot: u32,
+    /// Number of records (or name bytes) in the payload.
+    pub count: u32,
+}
+
+/// Byte offsets of the header fields, shared with the code generator.
+pub mod offsets {
+    /// `u32` magic.
+    pub const MAGIC: i32 = 0;
+    /// `u32` kind.
+    pub const KIND: i32 = 4;
+    /// `u32` pid.
+    pub const PID: i32 = 8;
+    /// `u32` tid.
+    pub const TID: i32 = 12;
+    /// `u64` executions.
+    pub const EXECUTIONS: i32 = 16;
+    /// `u64` dropped.
+    pub const DROPPED: i32 = 24;
+    /// `u32` slot serial.
+    pub const SLOT: i32 = 32;
+    /// `u32` count.
+    pub const COUNT: i32 = 36;
+}
+
+/// Why a message could not be decoded.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ProtocolError {
+    /// Shorter than a header.
+    #[error("message of {0} bytes is shorter than its header")]
+    Short(usize),
+    /// Wrong magic: not from a memgaze recorder.
+    #[error("message does not start with the recorder magic")]
+    Magic,
+    /// Unknown kind.
+    #[error("unknown message kind {0}")]
+    Kind(u32),
+    /// Payload length disagrees with the header's count.
+    #[error("message payload of {actual} bytes, header says {expected}")]
+    Length {
+        /// Bytes the header announces.
+        expected: usize,
+        /// Bytes present.
+        actual: usize,
+    },
+}
+
+fn u32_at(bytes: &[u8], at: i32) -> u32 {
+    let at = at as usize;
+    u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(bytes: &[u8], at: i32) -> u64 {
+    let at = at as usize;
+    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+}
+
+impl MessageHeader {
+    /// Decodes a whole message into its header and payload, checking that
+    /// the payload length matches the header.
+    pub fn decode(message: &[u8]) -> Result<(MessageHeader, &[u8]), ProtocolError> {
+        if message.len() < HEADER_BYTES {
+            return Err(ProtocolError::Short(message.len()));
+        }
+        if u32_at(message, offsets::MAGIC) != MESSAGE_MAGIC {
+            return Err(ProtocolError::Magic);
+        }
+        let raw_kind = u32_at(message, offsets::KIND);
+        let kind = MessageKind::from_u32(raw_kind).ok_or(ProtocolError::Kind(raw_kind))?;
+        let header = MessageHeader {
+            kind,
+            pid: u32_at(message, offsets::PID),
+            tid: u32_at(message, offsets::TID),
+            executions: u64_at(message, offsets::EXECUTIONS),
+            dropped: u64_at(message, offsets::DROPPED),
+            slot: u32_at(message, offsets::SLOT),
+            count: u32_at(message, offsets::COUNT),
+        };
+        let payload = &message[HEADER_BYTES..];
+        let expected = match kind {
+            MessageKind::Records | MessageKind::Final => header.count as usize * RECORD_BYTES,
+            MessageKind::RegionBegin | MessageKind::RegionEnd => header.count as usize,
+            MessageKind::ProcessExit => 0,
+        };
+        if payload.len() != expected {
+            return Err(ProtocolError::Length {
+                expected,
+                actual: payload.len(),
+            });
+        }
+        Ok((header, payload))
+    }
+
+    /// Encodes the header (the runtime does this in machine code; the
+    /// collector's tests use it to build messages).
+    pub fn encode(&self) -> [u8; HEADER_BYTES] {
+        let mut out = [0u8; HEADER_BYTES];
+        let mut put = |at: i32, bytes: &[u8]| {
+            out[at as usize..at as usize + bytes.len()].copy_from_slice(bytes)
+        };
+        put(offsets::MAGIC, &MESSAGE_MAGIC.to_le_bytes());
+        put(offsets::KIND, &(self.kind as u32).to_le_bytes());
+        put(offsets::PID, &self.pid.to_le_bytes());
+        put(offsets::TID, &self.tid.to_le_bytes());
+        put(offsets::EXECUTIONS, &self.executions.to_le_bytes());
+        put(offsets::DROPPED, &self.dropped.to_le_bytes());
+        put(offsets::SLOT, &self.slot.to_le_bytes());
+        put(offsets::COUNT, &self.count.to_le_bytes());
+        out
+    }
+}
+
+/// Iterates over the `(load id, address)` records of a records payload.
+pub fn records(payload: &[u8]) -> impl Iterator<Item = (u32, u64)> + '_ {
+    payload.chunks_exact(RECORD_BYTES).map(|r| {
+        (
+            u32::from_le_bytes(r[0..4].try_into().expect("4 bytes")),
+            u64::from_le_bytes(r[4..12].try_into().expect("8 bytes")),
+        )
+    })
+}
+
+/// The value of [`RECORDER_ENV`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecorderConfig {
+    /// Descriptor number of the program's end of the socket.
+    pub fd: i32,
+    /// Inode of that socket (the runtime checks it before every write, so a
+    /// reused descriptor number never receives trace data).
+    pub inode: u64,
+    /// Device of that socket.
+    pub device: u64,
+    /// `w`: records per sample window.
+    pub window: u64,
+    /// `w + z`: executions per period; equal to `window` for a full trace.
+    pub period: u64,
+    /// Seed of the period jitter.
+    pub seed: u64,
+}
+
+impl RecorderConfig {
+    /// The environment value.
+    pub fn to_env(&self) -> String {
+        format!(
+            "{}:{}:{}:{}:{}:{}",
+            self.fd, self.inode, self.device, self.window, self.period, self.seed
+        )
+    }
+
+    /// Parses an environment value (the runtime's parser, in Rust, for tests).
+    pub fn from_env(value: &str) -> Option<RecorderConfig> {
+        let fields: Vec<u64> = value
+            .split(':')
+            .map(|f| f.parse().ok())
+            .collect::<Option<_>>()?;
+        match fields[..] {
+            [fd, inode, device, window, period, seed] => Some(RecorderConfig {
+                fd: i32::try_from(fd).ok()?,
+                inode,
+                device,
+                window,
+                period,
+                seed,
+            }),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trips_and_checks_payload_length() {
+        let header = MessageHeader {
+            kind: MessageKind::Records,
+            pid: 7,
+            tid: 8,
+            executions: 1 << 40,
+            dropped: 3,
+            slot: 2,
+            count: 2,
+        };
+        let mut message = header.encode().to_vec();
+        message.extend_from_slice(&5u32.to_le_bytes());
+        message.extend_from_slice(&0x1000u64.to_le_bytes());
+        message.extend_from_slice(&WINDOW_MARKER.to_le_bytes());
+        message.extend_from_slice(&1u64.to_le_bytes());
+        let (decoded, payload) = MessageHeader::decode(&message).unwrap();
+        assert_eq!(decoded, header);
+        assert_eq!(
+            records(payload).collect::<Vec<_>>(),
+            vec![(5, 0x1000), (WINDOW_MARKER, 1)]
+        );
+        assert_eq!(
+            MessageHeader::decode(&message[..message.len() - 1]),
+            Err(ProtocolError::Length {
+                expected: 24,
+                actual: 23
+            })
+        );
+        assert_eq!(MessageHeader::decode(&message[..10]), Err(ProtocolError::Short(10)));
+        message[0] = b'X';
+        assert_eq!(MessageHeader::decode(&message), Err(ProtocolError::Magic));
+    }
+
+    #[test]
+    fn config_round_trips_through_the_environment_value() {
+        let config = RecorderConfig {
+            fd: 1000,
+            inode: 123456,
+            device: 8,
+            window: 1000,
+            period: 100_000,
+            seed: u64::MAX,
+        };
+        assert_eq!(RecorderConfig::from_env(&config.to_env()), Some(config));
+        assert_eq!(RecorderConfig::from_env("1:2:3"), None);
+        assert_eq!(RecorderConfig::from_env("a:2:3:4:5:6"), None);
+    }
+}
