@@ -1,19 +1,160 @@
-//! `cargo memgaze instrument`: the rewriter.
-//!
-//! Placeholder of the skeleton: the owning work item replaces it.
+//! `cargo memgaze instrument`: write an instrumented executable and its
+//! annotation (`<OUT>.memgaze.json`) and print the instrumentation report.
 
-use super::Global;
-use crate::error::Exit;
+use super::{Format, Global};
+use crate::annotation::{Annotation, InstrumentationMode};
+use crate::binary::Binary;
+use crate::error::{Exit, usage};
+use crate::instrument::{self, InstrumentOptions, Instrumented};
+use anyhow::{Context, Result};
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 /// Arguments of `cargo memgaze instrument`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Arguments (not yet defined).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    pub rest: Vec<String>,
+    /// The executable to instrument (x86-64 ELF, dynamically linked).
+    pub elf: PathBuf,
+    /// Where to write the instrumented executable (its annotation goes to
+    /// `<OUT>.memgaze.json`).
+    #[arg(short, long, value_name = "OUT")]
+    pub output: PathBuf,
+    /// Instrument only functions whose (demangled or raw) name matches this
+    /// glob, e.g. `'*lookup*'`.
+    #[arg(long, value_name = "GLOB")]
+    pub functions: Option<String>,
+    /// `soft`: software recorder probes (runs anywhere); `ptwrite`: Intel PT
+    /// `ptwrite` before each load (needs a CPU with PTWRITE).
+    #[arg(long, value_enum, default_value_t = ModeArg::Soft)]
+    pub mode: ModeArg,
+    /// How to print the report.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// `--mode` values.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModeArg {
+    /// Software recorder.
+    Soft,
+    /// Intel PT `ptwrite`.
+    Ptwrite,
+}
+
+impl From<ModeArg> for InstrumentationMode {
+    fn from(mode: ModeArg) -> Self {
+        match mode {
+            ModeArg::Soft => InstrumentationMode::Soft,
+            ModeArg::Ptwrite => InstrumentationMode::Ptwrite,
+        }
+    }
 }
 
 /// Runs the command.
-pub fn run(_args: Args, _global: &Global) -> anyhow::Result<Exit> {
-    anyhow::bail!("`instrument` is not implemented yet")
+pub fn run(args: Args, global: &Global) -> Result<Exit> {
+    let started = std::time::Instant::now();
+    let result = instrument_file(
+        &args.elf,
+        &args.output,
+        args.functions.as_deref(),
+        args.mode.into(),
+    )?;
+    let mut out = std::io::stdout().lock();
+    match args.format {
+        Format::Table => {
+            if !global.quiet {
+                writeln!(
+                    out,
+                    "instrumented {} → {} ({:.2}s)",
+                    args.elf.display(),
+                    args.output.display(),
+                    started.elapsed().as_secs_f64()
+                )?;
+                write!(out, "{}", result.report)?;
+            }
+        }
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut out, &result.report)?;
+            writeln!(out)?;
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+/// Selects functions by glob (all when `None`), builds the annotation and
+/// instruments `input` into `output` (+ annotation beside it).
+pub fn instrument_file(
+    input: &Path,
+    output: &Path,
+    functions: Option<&str>,
+    mode: InstrumentationMode,
+) -> Result<Instrumented> {
+    let binary = Binary::open(input)?;
+    let annotation = annotate(&binary, functions)?;
+    let result = instrument::instrument(&binary, annotation, &InstrumentOptions { mode })
+        .with_context(|| input.display().to_string())?;
+    write_executable(output, &result.executable)?;
+    write_annotation(output, &result.annotation)?;
+    Ok(result)
+}
+
+/// The annotation of the selected functions.
+pub fn annotate(binary: &Binary, functions: Option<&str>) -> Result<Annotation> {
+    let selected: Vec<usize> = match functions {
+        None => (0..binary.functions().len()).collect(),
+        Some(glob) => {
+            let matcher = globset::Glob::new(glob)
+                .map_err(|e| usage(format!("--functions {glob}: {e}")))?
+                .compile_matcher();
+            let selected: Vec<usize> = binary
+                .functions()
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| {
+                    matcher.is_match(&f.name)
+                        || f.raw_name.as_deref().is_some_and(|r| matcher.is_match(r))
+                })
+                .map(|(i, _)| i)
+                .collect();
+            if selected.is_empty() {
+                anyhow::bail!(
+                    "--functions {glob}: no function of {} matches",
+                    binary.path().display()
+                );
+            }
+            selected
+        }
+    };
+    Ok(instrument::loads::unclassified_annotation(
+        binary, &selected,
+    ))
+}
+
+fn write_executable(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o755)
+        .open(path)
+        .with_context(|| format!("{}: cannot write", path.display()))?;
+    file.write_all(bytes)
+        .with_context(|| format!("{}: cannot write", path.display()))?;
+    // An existing file keeps its mode: make sure it can run.
+    use std::os::unix::fs::PermissionsExt;
+    let mut permissions = file.metadata()?.permissions();
+    permissions.set_mode(permissions.mode() | 0o111);
+    file.set_permissions(permissions)
+        .with_context(|| format!("{}: cannot make executable", path.display()))?;
+    Ok(())
+}
+
+fn write_annotation(executable: &Path, annotation: &Annotation) -> Result<()> {
+    let path = instrument::annotation_path(executable);
+    let file = std::fs::File::create(&path)
+        .with_context(|| format!("{}: cannot write", path.display()))?;
+    serde_json::to_writer(std::io::BufWriter::new(file), annotation)
+        .with_context(|| format!("{}: cannot write", path.display()))?;
+    Ok(())
 }

@@ -1,19 +1,224 @@
-//! `cargo memgaze record`: recording.
+//! `cargo memgaze record`: run an instrumented program and write its trace.
 //!
-//! Placeholder of the skeleton: the owning work item replaces it.
+//! The program's standard streams and exit status pass through untouched:
+//! `record` exits with the program's code (128 + N when it died of signal
+//! N, like a shell). Progress and notes go to stderr.
 
 use super::Global;
-use crate::error::Exit;
+use crate::annotation::{Annotation, InstrumentationMode};
+use crate::error::{Exit, usage};
+use crate::instrument;
+use crate::record::{self, Recording};
+use crate::trace::{Sampling, TraceWriter};
+use anyhow::{Context, Result, bail};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// Sampling flags shared by `record` and `run`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// Record every instrumented-load execution (a full trace).
+    #[arg(long, conflicts_with_all = ["period", "window"])]
+    pub full: bool,
+    /// Instrumented-load executions per sampling period (`w + z`).
+    #[arg(long, value_name = "N", default_value_t = record::DEFAULT_PERIOD)]
+    pub period: u64,
+    /// Consecutive executions recorded per period (`w`).
+    #[arg(long, value_name = "W", default_value_t = record::DEFAULT_WINDOW)]
+    pub window: u64,
+    /// Seed of the period jitter (default: random, printed in the trace
+    /// header) for reproducible sampling.
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// `auto`: Intel PT where usable, else the software recorder; `soft`:
+    /// the software recorder; `pt`: Intel PT.
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
+}
+
+/// `--backend` values.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendArg {
+    /// Intel PT when usable, else the software recorder.
+    Auto,
+    /// The software recorder.
+    Soft,
+    /// Intel PT.
+    Pt,
+}
+
+impl SamplingArgs {
+    /// The sampling parameters these flags ask for.
+    pub fn sampling(&self) -> Result<Sampling> {
+        if self.full {
+            return Ok(Sampling::full());
+        }
+        if self.window == 0 {
+            return Err(usage("--window must be at least 1"));
+        }
+        if self.period < self.window {
+            return Err(usage(format!(
+                "--period {} must be at least --window {}",
+                self.period, self.window
+            )));
+        }
+        let seed = self.seed.unwrap_or_else(random_seed);
+        Ok(Sampling {
+            window: self.window,
+            period: self.period,
+            seed: Some(seed),
+        })
+    }
+
+    /// Checks the backend choice for an instrumentation made for the
+    /// software recorder.
+    pub fn check_backend(&self) -> Result<()> {
+        match self.backend {
+            BackendArg::Auto | BackendArg::Soft => Ok(()),
+            BackendArg::Pt => bail!(
+                "--backend pt: the Intel PT collector is not wired into `record` yet; use --backend soft"
+            ),
+        }
+    }
+}
+
+fn random_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    nanos ^ (u64::from(std::process::id()) << 32)
+}
 
 /// Arguments of `cargo memgaze record`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Arguments (not yet defined).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    pub rest: Vec<String>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Trace file to write (default: `<program>.trace` in the current
+    /// directory).
+    #[arg(short, long, value_name = "TRACE")]
+    pub output: Option<PathBuf>,
+    /// The instrumented program and its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM"
+    )]
+    pub command: Vec<OsString>,
 }
 
 /// Runs the command.
-pub fn run(_args: Args, _global: &Global) -> anyhow::Result<Exit> {
-    anyhow::bail!("`record` is not implemented yet")
+pub fn run(args: Args, global: &Global) -> Result<Exit> {
+    args.sampling.check_backend()?;
+    let sampling = args.sampling.sampling()?;
+    let program = resolve_program(Path::new(&args.command[0]))?;
+    let annotation = instrument::read_annotation(&program)?;
+    if annotation.mode != Some(InstrumentationMode::Soft) {
+        bail!(
+            "{}: instrumented with --mode ptwrite; the software recorder needs --mode soft",
+            program.display()
+        );
+    }
+    let output = match &args.output {
+        Some(path) => path.clone(),
+        None => {
+            let name = program
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "program".into());
+            let path = PathBuf::from(format!("{name}.trace"));
+            if !global.quiet {
+                eprintln!("memgaze: writing the trace to {}", path.display());
+            }
+            path
+        }
+    };
+    let recording = record_to_file(
+        &program,
+        &args.command[1..],
+        &annotation,
+        &sampling,
+        &output,
+    )?;
+    if !global.quiet {
+        print_summary(&recording, &output);
+    }
+    Ok(exit_like_program(&recording))
+}
+
+/// Records `program` into a trace file; returns what the recording said.
+pub fn record_to_file(
+    program: &Path,
+    args: &[OsString],
+    annotation: &Annotation,
+    sampling: &Sampling,
+    output: &Path,
+) -> Result<Recording> {
+    let mut command = vec![program.display().to_string()];
+    command.extend(args.iter().map(|a| a.to_string_lossy().into_owned()));
+    let header = record::trace_header(annotation, *sampling, command);
+    let mut writer = TraceWriter::create(output, &header)?;
+    let recording = record::record(program, args, annotation, sampling, &mut writer)?;
+    writer
+        .finish(&recording.totals)
+        .with_context(|| output.display().to_string())?;
+    Ok(recording)
+}
+
+/// Prints notes and one summary line on stderr.
+pub fn print_summary(recording: &Recording, output: &Path) {
+    for note in &recording.notes {
+        eprintln!("memgaze: note: {note}");
+    }
+    let totals = &recording.totals;
+    let rho = if totals.records > 0 {
+        format!("{:.1}", totals.executions as f64 / totals.records as f64)
+    } else {
+        "–".into()
+    };
+    eprintln!(
+        "memgaze: {} records in {} samples from {} thread{} ({} load executions, ρ = {rho}) → {}",
+        totals.records,
+        totals.samples,
+        recording.threads,
+        if recording.threads == 1 { "" } else { "s" },
+        totals.executions,
+        output.display()
+    );
+}
+
+/// The exit code `record` ends with: the program's, or 128 + N for signal N.
+pub fn exit_like_program(recording: &Recording) -> Exit {
+    let code = recording.exit_code();
+    if code == 0 {
+        Exit::Ok
+    } else {
+        // The program's own status passes through untouched.
+        std::process::exit(code)
+    }
+}
+
+/// Finds the program like a shell would: a path with a `/` as is, a bare
+/// name through `PATH` (then the current directory's file of that name).
+pub fn resolve_program(program: &Path) -> Result<PathBuf> {
+    if program.as_os_str().to_string_lossy().contains('/') {
+        if !program.exists() {
+            bail!("{}: no such file", program.display());
+        }
+        return Ok(program.to_path_buf());
+    }
+    if let Some(paths) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&paths) {
+            let candidate = dir.join(program);
+            if candidate.is_file() {
+                return Ok(candidate);
+            }
+        }
+    }
+    if program.is_file() {
+        return Ok(Path::new(".").join(program));
+    }
+    bail!("{}: no such program", program.display())
 }

@@ -150,12 +150,18 @@ impl ElfEditor {
             .collect();
         if !headers.iter().any(|h| h.kind == PT_INTERP) {
             if e_type == ET_DYN && !headers.iter().any(|h| h.kind == PT_DYNAMIC) {
-                bail!("statically linked (static-pie) executable: only dynamically linked programs can be instrumented");
+                bail!(
+                    "statically linked (static-pie) executable: only dynamically linked programs can be instrumented"
+                );
             }
             if e_type == ET_DYN {
-                bail!("shared library or dynamic loader (no program interpreter): only executables can be instrumented");
+                bail!(
+                    "shared library or dynamic loader (no program interpreter): only executables can be instrumented"
+                );
             }
-            bail!("statically linked executable: only dynamically linked programs can be instrumented");
+            bail!(
+                "statically linked executable: only dynamically linked programs can be instrumented"
+            );
         }
         for h in headers.iter().filter(|h| h.kind == PT_LOAD) {
             let start = h.offset as usize;
@@ -224,6 +230,12 @@ impl ElfEditor {
     /// Whether an exit hook can be installed through `DT_FINI`.
     pub fn can_hook_fini(&self) -> bool {
         self.fini_slot.is_some()
+    }
+
+    /// Whether the binary has a `PT_GNU_EH_FRAME` (how the unwinder finds
+    /// FDEs; new FDEs are only useful with one).
+    pub fn has_eh_frame_hdr(&self) -> bool {
+        self.headers.iter().any(|h| h.kind == PT_GNU_EH_FRAME)
     }
 
     /// The original file contents.
@@ -361,10 +373,13 @@ mod tests {
     #[test]
     fn rejects_what_it_cannot_edit() {
         assert!(ElfEditor::new(b"#!/bin/sh\n".to_vec(), 64).is_err());
-        let err = ElfEditor::new(vec![0x7f, b'E', b'L', b'F', 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]
-            .into_iter()
-            .chain(std::iter::repeat_n(0, 64))
-            .collect(), 64)
+        let err = ElfEditor::new(
+            vec![0x7f, b'E', b'L', b'F', 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+                .into_iter()
+                .chain(std::iter::repeat_n(0, 64))
+                .collect(),
+            64,
+        )
         .unwrap_err();
         assert!(err.to_string().contains("64-bit"), "{err}");
     }

@@ -1,28 +1,783 @@
 //! The static rewriter: relocating functions with load probes into a new
 //! segment of the executable.
+//!
+//! [`instrument`] takes a [`Binary`] and its [`Annotation`] (which loads to
+//! instrument, from the classifier) and returns the new executable, the
+//! annotation updated with what was actually instrumented, and a
+//! [`Report`]. Stages:
+//!
+//! 1. plan every selected function: decode and build its CFG (`binary`),
+//!    check it can be copied faithfully and patched at its entry, check its
+//!    unwind information can be translated, pick a probe variant per load
+//!    from register/flags liveness ([`liveness`], [`probe`]);
+//! 2. generate the recorder runtime ([`runtime`]) and encode all copies as
+//!    one block after it ([`relocate`]);
+//! 3. write an FDE (and LSDA) per copy and a new `.eh_frame_hdr`
+//!    ([`unwind`]);
+//! 4. patch function entries and jump-table targets in the original code to
+//!    jump into the copies, hook `e_entry`, `DT_FINI` and the region
+//!    markers, and lay the segment out ([`elf`]).
 
 pub mod elf;
+pub mod liveness;
+pub mod loads;
+pub mod probe;
+pub mod relocate;
+pub mod report;
 pub mod runtime;
+pub mod unwind;
 
-use anyhow::{Context, Result};
-use elf::{ElfEditor, SIGNATURE};
+pub use report::{Escape, Report};
 
-/// Builds the segment with only the runtime (no relocated functions).
-pub fn runtime_only(bytes: Vec<u8>, has_regions: bool) -> Result<Vec<u8>> {
-    let editor = ElfEditor::new(bytes, runtime::STATE_BYTES)?;
-    let code_va = editor.segment_va + 64;
-    let rt = runtime::generate(&runtime::RuntimeParams {
-        code_va,
-        state_va: editor.state_va,
-        original_entry: editor.entry,
-        original_fini: editor.fini(),
-        has_regions,
-    })
-    .map_err(|e| anyhow::anyhow!("assembling the recorder runtime: {e}"))?;
+use crate::annotation::{Annotation, InstrumentationMode};
+use crate::binary::{Binary, Function, FunctionCode, IndirectJumpKind};
+use anyhow::{Context, Result, anyhow};
+use elf::{ElfEditor, SIGNATURE, align_up};
+use iced_x86::{Decoder, DecoderOptions, Mnemonic, Register};
+use liveness::RegSet;
+use probe::FastPath;
+use relocate::{CopyPlan, Insert};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+/// Symbol of the harness's region-begin marker.
+pub const REGION_BEGIN: &str = "memgaze_region_begin";
+/// Symbol of the harness's region-end marker.
+pub const REGION_END: &str = "memgaze_region_end";
+
+/// Bytes of a `jmp rel32` entry patch.
+const PATCH: u64 = 5;
+
+/// Options of [`instrument`].
+#[derive(Clone, Copy, Debug)]
+pub struct InstrumentOptions {
+    /// Software probes or `ptwrite`.
+    pub mode: InstrumentationMode,
+}
+
+/// The result of [`instrument`].
+#[derive(Clone, Debug)]
+pub struct Instrumented {
+    /// The instrumented executable.
+    pub executable: Vec<u8>,
+    /// The annotation, with `mode`, `instrumented` and `skipped` filled in.
+    pub annotation: Annotation,
+    /// What happened.
+    pub report: Report,
+}
+
+/// The annotation file written beside an instrumented executable.
+pub fn annotation_path(executable: &Path) -> PathBuf {
+    let mut name = executable.as_os_str().to_owned();
+    name.push(".memgaze.json");
+    PathBuf::from(name)
+}
+
+/// Reads the annotation beside an instrumented executable.
+pub fn read_annotation(executable: &Path) -> Result<Annotation> {
+    let path = annotation_path(executable);
+    let text = std::fs::read(&path).with_context(|| {
+        format!(
+            "{}: not instrumented by cargo memgaze (no annotation {} beside it; run `cargo memgaze instrument` first)",
+            executable.display(),
+            path.display()
+        )
+    })?;
+    serde_json::from_slice(&text).with_context(|| format!("{}: invalid annotation", path.display()))
+}
+
+/// Per-function plan.
+struct Planned {
+    function: usize,
+    annotation_function: Option<usize>,
+    code: FunctionCode,
+    inserts: Vec<(usize, Insert)>,
+    prologue_call: Option<u64>,
+    /// Jump-table targets to patch.
+    table_patches: Vec<u64>,
+}
+
+/// Instruments `binary` as `annotation` says.
+pub fn instrument(
+    binary: &Binary,
+    mut annotation: Annotation,
+    options: &InstrumentOptions,
+) -> Result<Instrumented> {
+    let soft = options.mode == InstrumentationMode::Soft;
+    let mut editor = ElfEditor::new(binary.data().to_vec(), runtime::STATE_BYTES)?;
+    let mut report = Report {
+        functions_selected: annotation.functions.len(),
+        ..Report::default()
+    };
+    if soft && !editor.can_hook_fini() {
+        anyhow::bail!("no DT_FINI entry or spare .dynamic slot for the exit hook");
+    }
+
+    // Unwind information of the original.
+    let eh_frame = match binary.section(".eh_frame") {
+        Some(section) if editor.has_eh_frame_hdr() => {
+            let data = binary.section_data(section).unwrap_or_default();
+            match unwind::EhFrame::parse(data, section.addr) {
+                Ok(frame) => Some(frame),
+                Err(e) => {
+                    report.warnings.push(format!(
+                        ".eh_frame could not be read ({e}): functions with unwind entries are not instrumented"
+                    ));
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+    let except_table_end = binary
+        .section(".gcc_except_table")
+        .map(|s| s.addr + s.size)
+        .unwrap_or(u64::MAX);
+    let lsda_starts: BTreeSet<u64> = eh_frame
+        .iter()
+        .flat_map(|f| f.fdes.iter().filter_map(|fde| fde.lsda))
+        .collect();
+    let lsda_limit = |lsda: u64| {
+        lsda_starts
+            .range(lsda + 1..)
+            .next()
+            .copied()
+            .unwrap_or(except_table_end)
+            .min(except_table_end)
+    };
+    let read = |addr: u64, len: usize| binary.bytes_at(addr, len).map(<[u8]>::to_vec);
+
+    // Region markers (always copied in soft mode so their hooks can run
+    // first and then continue in the copy).
+    let function_by_start: HashMap<u64, usize> = binary
+        .functions()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (f.start, i))
+        .collect();
+    let marker = |name: &str| {
+        binary
+            .functions()
+            .iter()
+            .position(|f| f.name == name || f.raw_name.as_deref() == Some(name))
+    };
+    let markers = if soft {
+        match (marker(REGION_BEGIN), marker(REGION_END)) {
+            (Some(b), Some(e)) => Some((b, e)),
+            (None, None) => None,
+            _ => {
+                report.warnings.push(
+                    "only one of the region markers was found: recording from start to exit".into(),
+                );
+                None
+            }
+        }
+    } else {
+        None
+    };
+
+    let mut selected: Vec<(usize, Option<usize>)> = Vec::new();
+    let mut seen = HashSet::new();
+    for ai in 0..annotation.functions.len() {
+        match function_by_start.get(&annotation.functions[ai].start) {
+            Some(&bi) => {
+                seen.insert(bi);
+                selected.push((bi, Some(ai)));
+            }
+            None => {
+                annotation.functions[ai].skipped = Some("not a function of this binary".into());
+            }
+        }
+    }
+    if let Some((b, e)) = markers {
+        for m in [b, e] {
+            if seen.insert(m) {
+                selected.push((m, None));
+            }
+        }
+    }
+
+    // Loads per annotation function.
+    let mut loads_of: HashMap<u32, Vec<usize>> = HashMap::new();
+    for (li, load) in annotation.loads.iter().enumerate() {
+        loads_of.entry(load.function).or_default().push(li);
+    }
+
+    // ---- 1. plans
+    let mut plans: Vec<Planned> = Vec::new();
+    let mut skipped_loads: Vec<(usize, String)> = Vec::new();
+    for &(bi, ai) in &selected {
+        let f = &binary.functions()[bi];
+        let code = binary.function_code(f);
+        let is_marker = markers.is_some_and(|(b, e)| bi == b || bi == e);
+        let check = check_function(binary, f, &code, eh_frame.as_ref(), &lsda_limit, &read);
+        if let Err(reason) = check {
+            if let Some(ai) = ai {
+                annotation.functions[ai].skipped = Some(reason.clone());
+                for &li in loads_of.get(&(ai as u32)).into_iter().flatten() {
+                    skipped_loads.push((li, format!("function not instrumented: {reason}")));
+                }
+                report
+                    .skipped
+                    .push((f.name.clone(), f.start, reason.clone()));
+                *report.functions_skipped.entry(reason).or_default() += 1;
+            } else if is_marker {
+                report.warnings.push(format!(
+                    "region marker {} cannot be hooked: {reason}",
+                    f.name
+                ));
+            }
+            continue;
+        }
+        let mut inserts = Vec::new();
+        if let Some(ai) = ai {
+            let live = if soft {
+                liveness::live_before(&code)
+            } else {
+                Vec::new()
+            };
+            for &li in loads_of.get(&(ai as u32)).into_iter().flatten() {
+                let load = &annotation.loads[li];
+                if !load.instrumented {
+                    continue;
+                }
+                let Some(index) = code.instruction_at(load.ip) else {
+                    skipped_loads.push((li, "not an instruction boundary of its function".into()));
+                    continue;
+                };
+                let insn = &code.instructions[index];
+                if let Some(reason) = probe::unsupported_operand(insn) {
+                    skipped_loads.push((li, reason.into()));
+                    continue;
+                }
+                if soft {
+                    inserts.push((
+                        index,
+                        Insert::Soft {
+                            id: load.id,
+                            fast: choose_fast_path(live[index]),
+                        },
+                    ));
+                } else {
+                    if insn.memory_segment() == Register::FS {
+                        skipped_loads.push((
+                            li,
+                            "fs-relative load (ptwrite cannot carry the segment base)".into(),
+                        ));
+                        continue;
+                    }
+                    if !insn.memory_base().is_gpr() && !insn.memory_index().is_gpr() {
+                        skipped_loads.push((
+                            li,
+                            "no source register (static address): ptwrite cannot observe it".into(),
+                        ));
+                        continue;
+                    }
+                    inserts.push((index, Insert::Ptwrite));
+                }
+            }
+        }
+        inserts.sort_by_key(|&(i, _)| i);
+        plans.push(Planned {
+            function: bi,
+            annotation_function: ai,
+            code,
+            inserts,
+            prologue_call: None,
+            table_patches: Vec::new(),
+        });
+    }
+
+    // ---- 2. runtime and copies
+    let has_regions = soft
+        && markers.is_some_and(|(b, e)| {
+            plans.iter().any(|p| p.function == b) && plans.iter().any(|p| p.function == e)
+        });
+    report.region_markers = has_regions;
+    let runtime_va = editor.segment_va + 64;
+    let rt = if soft {
+        Some(
+            runtime::generate(&runtime::RuntimeParams {
+                code_va: runtime_va,
+                state_va: editor.state_va,
+                original_entry: editor.entry,
+                original_fini: editor.fini(),
+                has_regions,
+            })
+            .map_err(|e| anyhow!("assembling the recorder runtime: {e}"))?,
+        )
+    } else {
+        None
+    };
+    if let (Some(rt), Some((b, e))) = (&rt, markers)
+        && has_regions
+    {
+        for plan in plans.iter_mut() {
+            if plan.function == b {
+                plan.prologue_call = Some(rt.region_begin);
+            } else if plan.function == e {
+                plan.prologue_call = Some(rt.region_end);
+            }
+        }
+    }
+    let copies_va = align_up(
+        runtime_va + rt.as_ref().map_or(0, |r| r.code.len() as u64),
+        64,
+    );
+    let record_va = rt.as_ref().map_or(0, |r| r.record);
+    let copies = loop {
+        let copy_plans: Vec<CopyPlan<'_>> = plans
+            .iter()
+            .map(|p| CopyPlan {
+                code: &p.code,
+                inserts: p.inserts.clone(),
+                prologue_call: p.prologue_call,
+            })
+            .collect();
+        match relocate::encode(&copy_plans, copies_va, record_va) {
+            Ok(copies) => break copies,
+            Err(combined) => {
+                // Find the functions the encoder refuses and leave them out.
+                let bad: Vec<usize> = copy_plans
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| {
+                        relocate::encode(std::slice::from_ref(*p), copies_va, record_va).is_err()
+                    })
+                    .map(|(i, _)| i)
+                    .collect();
+                if bad.is_empty() {
+                    return Err(combined);
+                }
+                drop(copy_plans);
+                for &i in bad.iter().rev() {
+                    let plan = plans.remove(i);
+                    let reason = "the encoder cannot relocate its instructions".to_string();
+                    if let Some(ai) = plan.annotation_function {
+                        annotation.functions[ai].skipped = Some(reason.clone());
+                        for &li in loads_of.get(&(ai as u32)).into_iter().flatten() {
+                            skipped_loads
+                                .push((li, format!("function not instrumented: {reason}")));
+                        }
+                        let f = &binary.functions()[plan.function];
+                        report
+                            .skipped
+                            .push((f.name.clone(), f.start, reason.clone()));
+                        *report.functions_skipped.entry(reason).or_default() += 1;
+                    }
+                }
+            }
+        }
+    };
+
+    // ---- 3. unwind information
+    let mut tail: Vec<u8> = Vec::new(); // LSDAs, FDEs, header after the copies
+    let tail_va = align_up(copies_va + copies.code.len() as u64, 8);
+    let mut new_fdes: Vec<(u64, u64)> = Vec::new();
+    if let Some(frame) = &eh_frame {
+        for (plan, map) in plans.iter().zip(&copies.maps) {
+            let f = &binary.functions()[plan.function];
+            for fde in frame.fdes_within(f.start, f.end()) {
+                let cie = &frame.cies[fde.cie];
+                let mapper = |a: u64| map.map(a);
+                let lsda_va = match fde.lsda {
+                    Some(lsda) => {
+                        let at = tail_va + tail.len() as u64;
+                        let new = unwind::translate_lsda(
+                            &read,
+                            lsda,
+                            lsda_limit(lsda),
+                            fde.pc_begin,
+                            editor.pie,
+                            &mapper,
+                            at,
+                        )
+                        .with_context(|| format!("LSDA of {}", f.name))?;
+                        tail.extend_from_slice(&new.bytes);
+                        report.lsdas += 1;
+                        Some(at)
+                    }
+                    None => None,
+                };
+                while tail.len() % 8 != 0 {
+                    tail.push(0);
+                }
+                let cfi = unwind::translate_cfi(&fde.instructions, cie, fde.pc_begin, &mapper)
+                    .with_context(|| format!("CFI of {}", f.name))?;
+                let begin = map.map(fde.pc_begin).expect("checked");
+                let end = map.map(fde.pc_end).expect("checked");
+                let at = tail_va + tail.len() as u64;
+                let bytes = unwind::build_fde(cie, at, begin, end - begin, lsda_va, &cfi)
+                    .with_context(|| format!("FDE of {}", f.name))?;
+                tail.extend_from_slice(&bytes);
+                new_fdes.push((begin, at));
+                report.fdes += 1;
+            }
+        }
+    }
+    let mut eh_frame_hdr = None;
+    if let Some(frame) = &eh_frame
+        && !new_fdes.is_empty()
+    {
+        while tail.len() % 4 != 0 {
+            tail.push(0);
+        }
+        let at = tail_va + tail.len() as u64;
+        let mut entries: Vec<(u64, u64)> =
+            frame.fdes.iter().map(|f| (f.pc_begin, f.addr)).collect();
+        entries.extend_from_slice(&new_fdes);
+        let hdr = unwind::build_eh_frame_hdr(at, frame.addr, &mut entries)?;
+        eh_frame_hdr = Some((at, hdr.len() as u64));
+        tail.extend_from_slice(&hdr);
+    }
+
+    // ---- 4. patches
+    let mut patched: BTreeSet<u64> = BTreeSet::new();
+    for (plan, map) in plans.iter().zip(&copies.maps) {
+        let f = &binary.functions()[plan.function];
+        write_jump(&mut editor, f.start, map.start)?;
+        patched.insert(f.start);
+        report.entry_patches += 1;
+    }
+    for (pi, plan) in plans.iter_mut().enumerate() {
+        let map = &copies.maps[pi];
+        let f = &binary.functions()[plan.function];
+        let entry_points = entry_points(&plan.code, eh_frame.as_ref(), &lsda_limit, &read);
+        let mut taken: Vec<(u64, u64)> = vec![(f.start, f.start + PATCH)];
+        let unresolved = plan
+            .code
+            .indirect_jumps
+            .iter()
+            .any(|j| j.kind == IndirectJumpKind::Unresolved);
+        for j in &plan.code.indirect_jumps {
+            let name = f.name.clone();
+            match j.kind {
+                IndirectJumpKind::JumpTable(t) => {
+                    let table = &plan.code.jump_tables[t];
+                    let mut targets: Vec<u64> = table.targets.clone();
+                    targets.sort_unstable();
+                    targets.dedup();
+                    for target in targets {
+                        if !f.contains(target) {
+                            continue; // another function: its own entry patch
+                        }
+                        if patched.contains(&target) {
+                            continue;
+                        }
+                        let why_not = if unresolved {
+                            Some(
+                                "an unresolved indirect jump in the function may land inside the patch",
+                            )
+                        } else if target + PATCH > f.end() {
+                            Some(
+                                "jump-table target too close to the function end for a 5-byte patch",
+                            )
+                        } else if entry_points
+                            .range(target + 1..target + PATCH)
+                            .next()
+                            .is_some()
+                        {
+                            Some("jump-table target followed too closely by another entry point")
+                        } else if taken.iter().any(|&(a, b)| target < b && a < target + PATCH) {
+                            Some("jump-table target overlaps another patch")
+                        } else {
+                            None
+                        };
+                        match why_not {
+                            None => {
+                                let to = map.map(target).expect("target is an instruction");
+                                write_jump(&mut editor, target, to)?;
+                                taken.push((target, target + PATCH));
+                                patched.insert(target);
+                                plan.table_patches.push(target);
+                                report.table_target_patches += 1;
+                            }
+                            Some(reason) => report.escapes.push(Escape {
+                                function: name.clone(),
+                                at: j.ip,
+                                target: Some(target),
+                                reason: reason.into(),
+                            }),
+                        }
+                    }
+                }
+                IndirectJumpKind::Unresolved => report.escapes.push(Escape {
+                    function: name,
+                    at: j.ip,
+                    target: None,
+                    reason: "unresolved indirect jump".into(),
+                }),
+                IndirectJumpKind::TailCall => {}
+            }
+        }
+    }
+    // Loads reachable from escapes.
+    let mut escaped: BTreeSet<u64> = BTreeSet::new();
+    for plan in &plans {
+        let f = &binary.functions()[plan.function];
+        let starts: Vec<u64> = report
+            .escapes
+            .iter()
+            .filter(|e| e.function == f.name && f.contains(e.at))
+            .flat_map(|e| match e.target {
+                Some(t) => vec![t],
+                None => plan.code.blocks.iter().map(|b| b.start).collect(),
+            })
+            .collect();
+        if starts.is_empty() {
+            continue;
+        }
+        let probed: HashSet<usize> = plan.inserts.iter().map(|&(i, _)| i).collect();
+        let mut stack: Vec<usize> = starts
+            .iter()
+            .filter_map(|&t| {
+                plan.code
+                    .instruction_at(t)
+                    .map(|i| plan.code.block_of[i] as usize)
+            })
+            .collect();
+        let mut visited = HashSet::new();
+        while let Some(b) = stack.pop() {
+            if !visited.insert(b) {
+                continue;
+            }
+            let block = &plan.code.blocks[b];
+            if patched.contains(&block.start) && !starts.contains(&block.start) {
+                continue;
+            }
+            for i in block.instructions() {
+                if probed.contains(&i) {
+                    escaped.insert(plan.code.instructions[i].ip());
+                }
+            }
+            stack.extend(block.successors.iter().map(|&s| s as usize));
+        }
+    }
+    report.escaped_loads = escaped.into_iter().collect();
+
+    // ---- 5. segment
     let mut segment = SIGNATURE.to_vec();
     segment.resize(64, 0);
-    segment.extend_from_slice(&rt.code);
-    editor
-        .finish(&segment, Some(rt.entry), Some(rt.fini), None)
-        .context("writing the executable")
+    if let Some(rt) = &rt {
+        segment.extend_from_slice(&rt.code);
+    }
+    segment.resize((copies_va - editor.segment_va) as usize, 0xcc);
+    segment.extend_from_slice(&copies.code);
+    segment.resize((tail_va - editor.segment_va) as usize, 0xcc);
+    segment.extend_from_slice(&tail);
+    report.segment_bytes = segment.len();
+
+    // ---- 6. annotation and report
+    annotation.mode = Some(options.mode);
+    for plan in &plans {
+        if let Some(ai) = plan.annotation_function {
+            annotation.functions[ai].instrumented = true;
+            annotation.functions[ai].skipped = None;
+        }
+    }
+    let probed: HashSet<u64> = plans
+        .iter()
+        .flat_map(|p| p.inserts.iter().map(|&(i, _)| p.code.instructions[i].ip()))
+        .collect();
+    let mut skip_reason: HashMap<usize, String> = skipped_loads.into_iter().collect();
+    for (li, load) in annotation.loads.iter_mut().enumerate() {
+        if load.instrumented && !probed.contains(&load.ip) {
+            load.instrumented = false;
+            load.skipped = Some(
+                skip_reason
+                    .remove(&li)
+                    .unwrap_or_else(|| "function not instrumented".into()),
+            );
+        }
+    }
+    // Implied loads whose proxy lost its probe are no longer covered.
+    let probed_ips: HashSet<u64> = annotation
+        .loads
+        .iter()
+        .filter(|l| l.instrumented)
+        .map(|l| l.ip)
+        .collect();
+    for load in annotation.loads.iter_mut() {
+        if let Some(proxy) = load.proxy
+            && !probed_ips.contains(&proxy)
+        {
+            load.proxy = None;
+            load.skipped
+                .get_or_insert_with(|| "its proxy load is not instrumented".into());
+        }
+    }
+    for load in &annotation.loads {
+        if load.instrumented {
+            report.loads_instrumented += 1;
+        } else if load.proxy.is_some() {
+            report.loads_implied += 1;
+        } else {
+            let reason = load
+                .skipped
+                .clone()
+                .unwrap_or_else(|| "not selected".into());
+            *report.loads_skipped.entry(reason).or_default() += 1;
+        }
+    }
+    report.loads = annotation.loads.len();
+    report.functions_instrumented = plans
+        .iter()
+        .filter(|p| p.annotation_function.is_some())
+        .count();
+    for plan in &plans {
+        for &(_, insert) in &plan.inserts {
+            let name = match insert {
+                Insert::Soft { fast, .. } => fast.name(),
+                Insert::Ptwrite => "ptwrite",
+            };
+            *report.probe_kinds.entry(name.to_string()).or_default() += 1;
+        }
+    }
+    let (entry, fini) = match &rt {
+        Some(rt) => (Some(rt.entry), Some(rt.fini)),
+        None => (None, None),
+    };
+    let executable = editor.finish(&segment, entry, fini, eh_frame_hdr)?;
+    Ok(Instrumented {
+        executable,
+        annotation,
+        report,
+    })
+}
+
+/// The fast path for a load given what is live before it.
+fn choose_fast_path(live: RegSet) -> FastPath {
+    if !live.has_flags() {
+        return FastPath::FlagsDead;
+    }
+    if !live.has_gpr(Register::RCX) {
+        return FastPath::RcxDead;
+    }
+    for reg in [
+        Register::RAX,
+        Register::RDX,
+        Register::RSI,
+        Register::RDI,
+        Register::R8,
+        Register::R9,
+        Register::R10,
+        Register::R11,
+        Register::RBX,
+        Register::RBP,
+        Register::R12,
+        Register::R13,
+        Register::R14,
+        Register::R15,
+    ] {
+        if !live.has_gpr(reg) {
+            return FastPath::SaveIn(reg);
+        }
+    }
+    FastPath::Stack
+}
+
+fn write_jump(editor: &mut ElfEditor, from: u64, to: u64) -> Result<()> {
+    let rel = i32::try_from(to as i64 - (from as i64 + PATCH as i64))
+        .map_err(|_| anyhow!("copy at {to:#x} is out of reach of {from:#x}"))?;
+    let mut patch = [0xe9, 0, 0, 0, 0];
+    patch[1..].copy_from_slice(&rel.to_le_bytes());
+    editor.patch(from, &patch)
+}
+
+/// Addresses where execution may enter the original body of a function:
+/// branch and jump-table targets, return addresses, landing pads.
+fn entry_points(
+    code: &FunctionCode,
+    eh_frame: Option<&unwind::EhFrame>,
+    lsda_limit: &dyn Fn(u64) -> u64,
+    read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+) -> BTreeSet<u64> {
+    let mut points: BTreeSet<u64> = code.branch_targets.iter().copied().collect();
+    points.extend(code.calls.iter().map(|c| c.return_address));
+    if let Some(frame) = eh_frame {
+        for fde in frame.fdes_within(code.start, code.end) {
+            if let Some(lsda) = fde.lsda
+                && let Ok(pads) = unwind::landing_pads(read, lsda, lsda_limit(lsda), fde.pc_begin)
+            {
+                points.extend(pads);
+            }
+        }
+    }
+    points
+}
+
+/// Whether a function can be copied and patched; the reason if not.
+fn check_function(
+    binary: &Binary,
+    f: &Function,
+    code: &FunctionCode,
+    eh_frame: Option<&unwind::EhFrame>,
+    lsda_limit: &dyn Fn(u64) -> u64,
+    read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+) -> std::result::Result<(), String> {
+    if let Some(reason) = relocate::unrelocatable(code) {
+        return Err(reason);
+    }
+    // The entry patch.
+    if f.size < PATCH {
+        let gap = binary
+            .bytes_at(f.end(), (f.start + PATCH - f.end()) as usize)
+            .ok_or("smaller than the 5-byte entry patch")?;
+        let mut decoder = Decoder::with_ip(64, gap, f.end(), DecoderOptions::NONE);
+        while decoder.can_decode() {
+            let insn = decoder.decode();
+            if !matches!(insn.mnemonic(), Mnemonic::Nop | Mnemonic::Int3) {
+                return Err("smaller than the 5-byte entry patch".into());
+            }
+        }
+        if (f.end()..f.start + PATCH).any(|a| binary.function_at(a).is_some()) {
+            return Err("smaller than the 5-byte entry patch".into());
+        }
+    }
+    let points = entry_points(code, eh_frame, lsda_limit, read);
+    if points.range(f.start + 1..f.start + PATCH).next().is_some() {
+        return Err("a branch target lies within the first 5 bytes (entry patch)".into());
+    }
+    // Unwind information must translate (checked against an identity map
+    // of the instruction boundaries, which the copy preserves).
+    if let Some(frame) = eh_frame {
+        let boundaries: HashSet<u64> = code
+            .instructions
+            .iter()
+            .map(|i| i.ip())
+            .chain(std::iter::once(code.end))
+            .collect();
+        let identity = |a: u64| boundaries.contains(&a).then_some(a);
+        let first = frame
+            .fdes_within(f.start, f.end())
+            .next()
+            .map(|fde| fde.pc_begin);
+        if frame.covers(f.start) && first != Some(f.start) {
+            return Err("an unwind entry spans this and other code".into());
+        }
+        for fde in frame.fdes_within(f.start, f.end()) {
+            if fde.pc_end > f.end() {
+                return Err("an unwind entry spans this and other code".into());
+            }
+            let cie = &frame.cies[fde.cie];
+            unwind::translate_cfi(&fde.instructions, cie, fde.pc_begin, &identity)
+                .map_err(|e| format!("unwind information: {e}"))?;
+            if let Some(lsda) = fde.lsda {
+                unwind::translate_lsda(
+                    read,
+                    lsda,
+                    lsda_limit(lsda),
+                    fde.pc_begin,
+                    binary.is_pie(),
+                    &identity,
+                    0x1000,
+                )
+                .map_err(|e| format!("exception table: {e}"))?;
+            }
+        }
+        if first.is_some_and(|b| b != f.start) {
+            return Err("unwind entries cover only part of the function".into());
+        }
+    }
+    Ok(())
 }

@@ -208,14 +208,22 @@ pub struct Runtime {
 
 /// `lea reg, [rip → target]`.
 fn lea_rip(reg: Register, target: u64) -> Instruction {
-    Instruction::with2(Code::Lea_r64_m, reg, MemoryOperand::with_base_displ(Register::RIP, target as i64))
-        .expect("valid lea")
+    Instruction::with2(
+        Code::Lea_r64_m,
+        reg,
+        MemoryOperand::with_base_displ(Register::RIP, target as i64),
+    )
+    .expect("valid lea")
 }
 
 /// `mov reg, qword [rip → target]`.
 fn load_rip(reg: Register, target: u64) -> Instruction {
-    Instruction::with2(Code::Mov_r64_rm64, reg, MemoryOperand::with_base_displ(Register::RIP, target as i64))
-        .expect("valid mov")
+    Instruction::with2(
+        Code::Mov_r64_rm64,
+        reg,
+        MemoryOperand::with_base_displ(Register::RIP, target as i64),
+    )
+    .expect("valid mov")
 }
 
 /// `jmp target` to an absolute address outside the assembled block.
@@ -584,22 +592,46 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     // flush(edi = kind): sends the buffer as one message (header filled
     // here), empties it. Records are counted as dropped if sending fails.
     a.set_label(&mut l.flush)?;
-    a.mov(dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::KIND)), edi)?;
-    a.mov(dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::MAGIC)), MESSAGE_MAGIC)?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::KIND)),
+        edi,
+    )?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::MAGIC)),
+        MESSAGE_MAGIC,
+    )?;
     a.mov(rax, qword_ptr(r13 + process::PID))?;
-    a.mov(dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::PID)), eax)?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::PID)),
+        eax,
+    )?;
     a.mov(rax, qword_ptr(rbx + slot::TID))?;
-    a.mov(dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::TID)), eax)?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::TID)),
+        eax,
+    )?;
     a.mov(rax, qword_ptr(rbx + slot::SERIAL))?;
-    a.mov(dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::SLOT)), eax)?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::SLOT)),
+        eax,
+    )?;
     a.mov(rcx, qword_ptr(rbx + slot::COUNT))?;
-    a.mov(dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::COUNT)), ecx)?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::COUNT)),
+        ecx,
+    )?;
     a.mov(rax, qword_ptr(rbx + slot::EXECUTIONS))?;
     a.add(rax, qword_ptr(rbx + slot::NESTED))?;
-    a.mov(qword_ptr(rbx + (slot::MESSAGE + protocol::offsets::EXECUTIONS)), rax)?;
+    a.mov(
+        qword_ptr(rbx + (slot::MESSAGE + protocol::offsets::EXECUTIONS)),
+        rax,
+    )?;
     a.mov(rax, qword_ptr(rbx + slot::DROPPED))?;
     a.add(rax, qword_ptr(rbx + slot::NESTED))?;
-    a.mov(qword_ptr(rbx + (slot::MESSAGE + protocol::offsets::DROPPED)), rax)?;
+    a.mov(
+        qword_ptr(rbx + (slot::MESSAGE + protocol::offsets::DROPPED)),
+        rax,
+    )?;
     a.lea(rsi, qword_ptr(rcx + rcx * 2))?;
     a.lea(rsi, qword_ptr(rsi * 4 + protocol::HEADER_BYTES as i32))?;
     a.lea(rdi, qword_ptr(rbx + slot::MESSAGE))?;
@@ -688,7 +720,10 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     // send_region(edi = kind, r14 = name, r15 = length): the buffer must be
     // empty; the name goes where the records would.
     a.set_label(&mut l.send_region)?;
-    a.mov(dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::KIND)), edi)?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::KIND)),
+        edi,
+    )?;
     a.mov(rcx, r15)?;
     a.cmp(rcx, protocol::REGION_NAME_MAX as i32)?;
     a.jbe(l.region_len_ok)?;
@@ -700,21 +735,42 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.cld()?;
     a.rep().movsb()?;
     // flush() computes the length from COUNT as records; compute it here.
-    a.mov(dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::MAGIC)), MESSAGE_MAGIC)?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::MAGIC)),
+        MESSAGE_MAGIC,
+    )?;
     a.mov(rax, qword_ptr(r13 + process::PID))?;
-    a.mov(dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::PID)), eax)?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::PID)),
+        eax,
+    )?;
     a.mov(rax, qword_ptr(rbx + slot::TID))?;
-    a.mov(dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::TID)), eax)?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::TID)),
+        eax,
+    )?;
     a.mov(rax, qword_ptr(rbx + slot::SERIAL))?;
-    a.mov(dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::SLOT)), eax)?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::SLOT)),
+        eax,
+    )?;
     a.mov(rcx, qword_ptr(rbx + slot::COUNT))?;
-    a.mov(dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::COUNT)), ecx)?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::COUNT)),
+        ecx,
+    )?;
     a.mov(rax, qword_ptr(rbx + slot::EXECUTIONS))?;
     a.add(rax, qword_ptr(rbx + slot::NESTED))?;
-    a.mov(qword_ptr(rbx + (slot::MESSAGE + protocol::offsets::EXECUTIONS)), rax)?;
+    a.mov(
+        qword_ptr(rbx + (slot::MESSAGE + protocol::offsets::EXECUTIONS)),
+        rax,
+    )?;
     a.mov(rax, qword_ptr(rbx + slot::DROPPED))?;
     a.add(rax, qword_ptr(rbx + slot::NESTED))?;
-    a.mov(qword_ptr(rbx + (slot::MESSAGE + protocol::offsets::DROPPED)), rax)?;
+    a.mov(
+        qword_ptr(rbx + (slot::MESSAGE + protocol::offsets::DROPPED)),
+        rax,
+    )?;
     a.lea(rsi, qword_ptr(rcx + protocol::HEADER_BYTES as i32))?;
     a.lea(rdi, qword_ptr(rbx + slot::MESSAGE))?;
     a.call(l.send)?;
@@ -871,7 +927,10 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.set_label(&mut l.fini_exit_message)?;
     a.sub(rsp, protocol::HEADER_BYTES as i32)?;
     a.mov(dword_ptr(rsp + protocol::offsets::MAGIC), MESSAGE_MAGIC)?;
-    a.mov(dword_ptr(rsp + protocol::offsets::KIND), MessageKind::ProcessExit as u32)?;
+    a.mov(
+        dword_ptr(rsp + protocol::offsets::KIND),
+        MessageKind::ProcessExit as u32,
+    )?;
     a.mov(rax, qword_ptr(r13 + process::PID))?;
     a.mov(dword_ptr(rsp + protocol::offsets::PID), eax)?;
     a.mov(dword_ptr(rsp + protocol::offsets::TID), eax)?;
@@ -926,9 +985,16 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.dec(ecx)?;
     a.jnz(l.entry_cmp)?;
     // rsi: "<fd>:<inode>:<device>:<window>:<period>:<seed>"
-    for (i, field) in [cfg::FD, cfg::INODE, cfg::DEVICE, cfg::WINDOW, cfg::PERIOD, cfg::SEED]
-        .into_iter()
-        .enumerate()
+    for (i, field) in [
+        cfg::FD,
+        cfg::INODE,
+        cfg::DEVICE,
+        cfg::WINDOW,
+        cfg::PERIOD,
+        cfg::SEED,
+    ]
+    .into_iter()
+    .enumerate()
     {
         a.call(l.parse_u64)?;
         a.test(ecx, ecx)?;
@@ -1000,7 +1066,10 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.mov(esi, F_SETFD)?;
     a.mov(edx, FD_CLOEXEC)?;
     a.syscall()?;
-    a.mov(qword_ptr(r12 + cfg::ENABLED), if params.has_regions { 0 } else { 1 })?;
+    a.mov(
+        qword_ptr(r12 + cfg::ENABLED),
+        if params.has_regions { 0 } else { 1 },
+    )?;
     a.mov(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
     a.set_label(&mut l.entry_done)?;
     a.pop(r15)?;
@@ -1032,7 +1101,10 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.set_label(&mut l.prefix)?;
     a.db(prefix.as_bytes())?;
 
-    let result = a.assemble_options(params.code_va, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
+    let result = a.assemble_options(
+        params.code_va,
+        BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
+    )?;
     Ok(Runtime {
         record: result.label_ip(&l.record)?,
         entry: result.label_ip(&l.entry)?,
@@ -1061,14 +1133,18 @@ fn restore_rest(a: &mut Asm) -> R {
 
 fn save_all(a: &mut Asm) -> R {
     a.pushfq()?;
-    for reg in [rax, rcx, rdx, rbx, rsi, rdi, rbp, r8, r9, r10, r11, r12, r13, r14, r15] {
+    for reg in [
+        rax, rcx, rdx, rbx, rsi, rdi, rbp, r8, r9, r10, r11, r12, r13, r14, r15,
+    ] {
         a.push(reg)?;
     }
     Ok(())
 }
 
 fn restore_all(a: &mut Asm) -> R {
-    for reg in [r15, r14, r13, r12, r11, r10, r9, r8, rbp, rdi, rsi, rbx, rdx, rcx, rax] {
+    for reg in [
+        r15, r14, r13, r12, r11, r10, r9, r8, rbp, rdi, rsi, rbx, rdx, rcx, rax,
+    ] {
         a.pop(reg)?;
     }
     a.popfq()
@@ -1290,11 +1366,26 @@ mod dump {
     #[ignore]
     fn dump_runtime() {
         use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
-        let rt = super::generate(&super::RuntimeParams { code_va: 0x10_0000, state_va: 0x20_0000, original_entry: 0x1040, original_fini: Some(0x1200), has_regions: false }).unwrap();
+        let rt = super::generate(&super::RuntimeParams {
+            code_va: 0x10_0000,
+            state_va: 0x20_0000,
+            original_entry: 0x1040,
+            original_fini: Some(0x1200),
+            has_regions: false,
+        })
+        .unwrap();
         let mut d = Decoder::with_ip(64, &rt.code, 0x10_0000, DecoderOptions::NONE);
         let mut f = IntelFormatter::new();
         let mut s = String::new();
-        while d.can_decode() { let i = d.decode(); s.clear(); f.format(&i, &mut s); println!("{:x} {}", i.ip(), s); }
-        println!("{:x?}", (rt.record, rt.entry, rt.fini, rt.region_begin, rt.region_end));
+        while d.can_decode() {
+            let i = d.decode();
+            s.clear();
+            f.format(&i, &mut s);
+            println!("{:x} {}", i.ip(), s);
+        }
+        println!(
+            "{:x?}",
+            (rt.record, rt.entry, rt.fini, rt.region_begin, rt.region_end)
+        );
     }
 }

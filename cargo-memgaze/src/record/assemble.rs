@@ -280,10 +280,24 @@ mod tests {
         let mut sink = Collected::default();
         let mut asm = Assembler::new(&mut sink, vec![true, true, false], false, 3);
         let m = WINDOW_MARKER;
-        asm.message(&message(MessageKind::Records, 1, 10, &[(m, 0), (0, 1), (1, 2)])).unwrap();
-        asm.message(&message(MessageKind::Records, 2, 5, &[(m, 0), (0, 7)])).unwrap();
-        asm.message(&message(MessageKind::Records, 1, 20, &[(0, 3), (m, 1), (0, 4)])).unwrap();
-        asm.message(&message(MessageKind::Final, 2, 9, &[(2, 9), (1, 8)])).unwrap();
+        asm.message(&message(
+            MessageKind::Records,
+            1,
+            10,
+            &[(m, 0), (0, 1), (1, 2)],
+        ))
+        .unwrap();
+        asm.message(&message(MessageKind::Records, 2, 5, &[(m, 0), (0, 7)]))
+            .unwrap();
+        asm.message(&message(
+            MessageKind::Records,
+            1,
+            20,
+            &[(0, 3), (m, 1), (0, 4)],
+        ))
+        .unwrap();
+        asm.message(&message(MessageKind::Final, 2, 9, &[(2, 9), (1, 8)]))
+            .unwrap();
         asm.finish().unwrap();
         assert_eq!(asm.executions(), 29);
         assert_eq!(asm.invalid_records, 1);
@@ -305,13 +319,24 @@ mod tests {
         let mut sink = Collected::default();
         let mut asm = Assembler::new(&mut sink, vec![true], true, u64::MAX);
         let m = WINDOW_MARKER;
-        asm.message(&message(MessageKind::Records, 1, 2, &[(m, 0), (0, 1), (0, 2)])).unwrap();
-        asm.message(&message(MessageKind::Records, 2, 1, &[(m, 0), (0, 5)])).unwrap();
-        asm.message(&message(MessageKind::Final, 1, 3, &[(0, 3)])).unwrap();
+        asm.message(&message(
+            MessageKind::Records,
+            1,
+            2,
+            &[(m, 0), (0, 1), (0, 2)],
+        ))
+        .unwrap();
+        asm.message(&message(MessageKind::Records, 2, 1, &[(m, 0), (0, 5)]))
+            .unwrap();
+        asm.message(&message(MessageKind::Final, 1, 3, &[(0, 3)]))
+            .unwrap();
         asm.finish().unwrap();
         assert_eq!((asm.records, asm.samples), (4, 1));
         drop(asm);
-        assert_eq!(sink.samples, vec![(0, vec![(0, 1), (0, 2), (0, 5), (0, 3)])]);
+        assert_eq!(
+            sink.samples,
+            vec![(0, vec![(0, 1), (0, 2), (0, 5), (0, 3)])]
+        );
         assert_eq!(sink.switches, vec![1, 0]);
     }
 }

@@ -106,7 +106,11 @@ impl Recording {
 ///
 /// Load indices are annotation load ids, so the collector can hand them
 /// through unchanged.
-pub fn trace_header(annotation: &Annotation, sampling: Sampling, command: Vec<String>) -> TraceHeader {
+pub fn trace_header(
+    annotation: &Annotation,
+    sampling: Sampling,
+    command: Vec<String>,
+) -> TraceHeader {
     let functions = annotation
         .functions
         .iter()
@@ -315,7 +319,9 @@ pub fn record(
             bytes: 0,
         },
         exit: Some(exit),
-        complete: matches!(exit, ProgramExit::Code(_)) && main_exited && !cut_off.load(Ordering::Acquire),
+        complete: matches!(exit, ProgramExit::Code(_))
+            && main_exited
+            && !cut_off.load(Ordering::Acquire),
     };
     Ok(Recording {
         exit,
@@ -397,7 +403,11 @@ pub fn signal_name(signal: i32) -> String {
         if text.is_null() {
             None
         } else {
-            Some(std::ffi::CStr::from_ptr(text).to_string_lossy().into_owned())
+            Some(
+                std::ffi::CStr::from_ptr(text)
+                    .to_string_lossy()
+                    .into_owned(),
+            )
         }
     };
     let short = match signal {

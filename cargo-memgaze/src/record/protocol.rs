@@ -296,7 +296,10 @@ mod tests {
                 actual: 23
             })
         );
-        assert_eq!(MessageHeader::decode(&message[..10]), Err(ProtocolError::Short(10)));
+        assert_eq!(
+            MessageHeader::decode(&message[..10]),
+            Err(ProtocolError::Short(10))
+        );
         message[0] = b'X';
         assert_eq!(MessageHeader::decode(&message), Err(ProtocolError::Magic));
     }

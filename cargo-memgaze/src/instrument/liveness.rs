@@ -1,0 +1,260 @@
+//! Which general-purpose registers and status flags are dead before each
+//! instruction of a function: a probe may then use them without saving.
+//!
+//! Classic backward dataflow over the basic blocks of
+//! [`FunctionCode`], conservative wherever the CFG is open: calls read
+//! every register (arguments are unknown, `al` counts vector arguments of
+//! variadic calls), returns and tail calls read every register (the caller's
+//! callee-saved ones and return values) but no flags (the ABI does not pass
+//! flags), and anything unknown (unresolved indirect jumps, traps, undecoded
+//! bytes, `syscall`) reads everything.
+
+use crate::binary::{FunctionCode, IndirectJumpKind, Terminator};
+use iced_x86::{
+    Code, FlowControl, Instruction, InstructionInfoFactory, OpAccess, Register, RflagsBits,
+};
+
+/// A set of the 16 general-purpose registers (bit = iced register number −
+/// `RAX`) and the six status flags (bits 16–21).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RegSet(pub u32);
+
+/// The status flags as one unit of [`RegSet`].
+pub const FLAGS: u32 = 0x3f << 16;
+/// Every general-purpose register.
+pub const ALL_GPRS: u32 = 0xffff;
+const RSP_BIT: u32 = 1 << 4;
+
+impl RegSet {
+    /// Everything live.
+    pub const ALL: RegSet = RegSet(ALL_GPRS | FLAGS);
+
+    /// Whether `reg` (any width) is in the set.
+    pub fn has_gpr(self, reg: Register) -> bool {
+        gpr_bit(reg).is_some_and(|b| self.0 & b != 0)
+    }
+
+    /// Whether any status flag is in the set.
+    pub fn has_flags(self) -> bool {
+        self.0 & FLAGS != 0
+    }
+}
+
+/// Bit of the 64-bit register containing `reg`, for general-purpose
+/// registers.
+pub fn gpr_bit(reg: Register) -> Option<u32> {
+    let full = reg.full_register();
+    if full.is_gpr64() {
+        Some(1 << (full as u32 - Register::RAX as u32))
+    } else {
+        None
+    }
+}
+
+/// The 64-bit register for bit index `i` (0 = RAX … 15 = R15).
+pub fn gpr_of_bit(i: u32) -> Register {
+    // RAX..R15 are consecutive in iced's Register enum.
+    Register::try_from(Register::RAX as usize + i as usize).expect("a gpr")
+}
+
+fn flag_bits(rflags: u32) -> u32 {
+    let mut out = 0;
+    for (i, f) in [
+        RflagsBits::OF,
+        RflagsBits::SF,
+        RflagsBits::ZF,
+        RflagsBits::AF,
+        RflagsBits::CF,
+        RflagsBits::PF,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if rflags & f != 0 {
+            out |= 1 << (16 + i);
+        }
+    }
+    out
+}
+
+/// Registers read (`uses`) and fully overwritten (`defs`) by one instruction.
+fn transfer(insn: &Instruction, info: &mut InstructionInfoFactory) -> (u32, u32) {
+    match insn.flow_control() {
+        FlowControl::Call | FlowControl::IndirectCall => return (ALL_GPRS, FLAGS),
+        FlowControl::Return => return (ALL_GPRS, FLAGS),
+        FlowControl::Interrupt | FlowControl::Exception => return (ALL_GPRS | FLAGS, 0),
+        _ => {}
+    }
+    if matches!(insn.code(), Code::Syscall | Code::Sysenter) || insn.is_invalid() {
+        return (ALL_GPRS | FLAGS, 0);
+    }
+    let facts = info.info(insn);
+    let mut uses = flag_bits(insn.rflags_read());
+    let mut defs = flag_bits(insn.rflags_modified());
+    for used in facts.used_registers() {
+        let reg = used.register();
+        let Some(bit) = gpr_bit(reg) else { continue };
+        // Only 32- and 64-bit writes replace the whole register.
+        let whole = reg.size() >= 4;
+        match used.access() {
+            OpAccess::Read | OpAccess::CondRead => uses |= bit,
+            OpAccess::Write if whole => defs |= bit,
+            OpAccess::Write
+            | OpAccess::ReadWrite
+            | OpAccess::CondWrite
+            | OpAccess::ReadCondWrite => {
+                uses |= bit;
+                if whole && used.access() == OpAccess::ReadWrite {
+                    defs |= bit;
+                }
+            }
+            OpAccess::None | OpAccess::NoMemAccess => {}
+        }
+    }
+    (uses, defs)
+}
+
+/// Live registers and flags before every instruction of `code`.
+pub fn live_before(code: &FunctionCode) -> Vec<RegSet> {
+    let mut info = InstructionInfoFactory::new();
+    let n = code.instructions.len();
+    let transfers: Vec<(u32, u32)> = code
+        .instructions
+        .iter()
+        .map(|insn| transfer(insn, &mut info))
+        .collect();
+    // What escapes the function at the end of each block.
+    let exit_live: Vec<u32> = code
+        .blocks
+        .iter()
+        .map(|b| {
+            let last = &code.instructions[b.last()];
+            match b.terminator {
+                Terminator::FallThrough
+                | Terminator::Jump
+                | Terminator::Conditional
+                | Terminator::Call => 0,
+                Terminator::Return => ALL_GPRS,
+                Terminator::TailCall => {
+                    ALL_GPRS
+                        | if last.flow_control() == FlowControl::ConditionalBranch {
+                            FLAGS
+                        } else {
+                            0
+                        }
+                }
+                Terminator::IndirectJump => {
+                    let kind = code
+                        .indirect_jumps
+                        .iter()
+                        .find(|j| j.ip == last.ip())
+                        .map(|j| j.kind);
+                    match kind {
+                        Some(IndirectJumpKind::JumpTable(t)) => {
+                            // Targets outside the function are exits.
+                            let leaves = code.jump_tables[t]
+                                .targets
+                                .iter()
+                                .any(|&x| x < code.start || x >= code.end);
+                            if leaves { ALL_GPRS | FLAGS } else { 0 }
+                        }
+                        Some(IndirectJumpKind::TailCall) => ALL_GPRS,
+                        _ => ALL_GPRS | FLAGS,
+                    }
+                }
+                Terminator::Trap | Terminator::Invalid | Terminator::End => ALL_GPRS | FLAGS,
+            }
+        })
+        .collect();
+    let mut live_in = vec![0u32; code.blocks.len()];
+    let block_in = |b: usize, live_in: &[u32]| -> u32 {
+        let block = &code.blocks[b];
+        let mut live = exit_live[b];
+        for &s in &block.successors {
+            live |= live_in[s as usize];
+        }
+        for i in block.instructions().rev() {
+            let (uses, defs) = transfers[i];
+            live = (live & !defs) | uses;
+        }
+        live
+    };
+    // Iterate to a fixed point, visiting blocks in reverse order (most
+    // successors come later in address order).
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for b in (0..code.blocks.len()).rev() {
+            let new = block_in(b, &live_in);
+            if new != live_in[b] {
+                live_in[b] = new;
+                changed = true;
+            }
+        }
+    }
+    let mut out = vec![RegSet::ALL; n];
+    for (b, block) in code.blocks.iter().enumerate() {
+        let mut live = exit_live[b];
+        for &s in &block.successors {
+            live |= live_in[s as usize];
+        }
+        for i in block.instructions().rev() {
+            let (uses, defs) = transfers[i];
+            live = (live & !defs) | uses;
+            out[i] = RegSet(live | RSP_BIT);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::binary::{FlatMemory, FunctionCode};
+
+    fn code(bytes: &[u8]) -> FunctionCode {
+        let memory = FlatMemory {
+            base: 0x1000,
+            bytes,
+        };
+        FunctionCode::build(bytes, 0x1000, &memory)
+    }
+
+    #[test]
+    fn load_destination_is_dead_before_the_load_and_flags_before_a_cmp() {
+        // 0: mov eax, [rdi+rcx*4]   3: add eax, 1   6: cmp eax, esi   8: ret
+        let c = code(&[0x8b, 0x04, 0x8f, 0x83, 0xc0, 0x01, 0x39, 0xf0, 0xc3]);
+        let live = live_before(&c);
+        assert!(!live[0].has_gpr(Register::RAX));
+        assert!(live[0].has_gpr(Register::RDI));
+        assert!(live[0].has_gpr(Register::RCX));
+        assert!(!live[0].has_flags(), "add overwrites the flags");
+        // Returns read every register.
+        assert!(live[3].has_gpr(Register::RDX));
+    }
+
+    #[test]
+    fn flags_read_by_a_later_branch_are_live() {
+        // 0: cmp rdi, rsi   3: mov rax, [rdx]   6: jne +1   8: ret   9: ret
+        let c = code(&[0x48, 0x39, 0xf7, 0x48, 0x8b, 0x02, 0x75, 0x01, 0xc3, 0xc3]);
+        let live = live_before(&c);
+        assert!(live[1].has_flags());
+        assert!(!live[1].has_gpr(Register::RAX));
+    }
+
+    #[test]
+    fn partial_writes_keep_the_register_live() {
+        // 0: mov al, [rdi]   2: ret
+        let c = code(&[0x8a, 0x07, 0xc3]);
+        assert!(live_before(&c)[0].has_gpr(Register::RAX));
+    }
+
+    #[test]
+    fn calls_keep_everything_live() {
+        // 0: mov rax, [rdi]  3: call +0  8: ret
+        let c = code(&[0x48, 0x8b, 0x07, 0xe8, 0x00, 0x00, 0x00, 0x00, 0xc3]);
+        let live = live_before(&c);
+        assert!(!live[0].has_gpr(Register::RAX), "the load writes rax");
+        assert!(live[1].has_gpr(Register::R11));
+    }
+}

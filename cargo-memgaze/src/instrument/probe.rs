@@ -1,0 +1,356 @@
+//! The code inserted before an instrumented load.
+//!
+//! # Soft mode
+//!
+//! A *fast path* decrements the thread's countdown (`fs:0x38`, see
+//! [`super::runtime`]) and falls through to the load; when the countdown
+//! is zero it branches to an out-of-line *slow stub* that computes the
+//! load's effective address with a `lea` of the load's own operand and
+//! calls the runtime. Four fast paths, chosen per load from register and
+//! flags liveness:
+//!
+//! | variant | when | fast path |
+//! |---|---|---|
+//! | [`FastPath::FlagsDead`] | status flags dead | `sub qword fs:[0x38],1; jb slow` |
+//! | [`FastPath::RcxDead`] | flags live, rcx dead | `mov rcx,fs:[0x38]; jrcxz slow; lea rcx,[rcx-1]; mov fs:[0x38],rcx` |
+//! | [`FastPath::SaveIn`] | flags and rcx live, another register dead | the same between `mov r,rcx` … `mov rcx,r` |
+//! | [`FastPath::Stack`] | nothing dead | the same between `lea rsp,[rsp-128]; push rcx` … `pop rcx; lea rsp,[rsp+128]` (red zone) |
+//!
+//! The `sub`/`jb` form wraps a zero countdown to −1; its slow stub stores
+//! zero back before calling the runtime, so every variant sees the same
+//! state. The slow stub always returns to the load itself.
+//!
+//! # Ptwrite mode
+//!
+//! `ptwrite r64` of the base and then the index register of the load's
+//! operand (none for RIP-relative or absolute operands), nothing else: the
+//! annotation's scale and displacement let the PT decoder rebuild the
+//! address.
+
+use super::runtime::TCB_COUNTDOWN;
+use iced_x86::{Code, Instruction, MemoryOperand, Register};
+
+/// How a probe's fast path keeps the application's state intact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FastPath {
+    /// Flags are dead: `sub`/`jb` on the countdown, no register needed.
+    FlagsDead,
+    /// `rcx` is dead: `jrcxz` form without saving it.
+    RcxDead,
+    /// `rcx` is saved in this dead register around the `jrcxz` form.
+    SaveIn(Register),
+    /// Nothing is dead: `rcx` is pushed below the red zone.
+    Stack,
+}
+
+impl FastPath {
+    /// Short name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            FastPath::FlagsDead => "flags-dead",
+            FastPath::RcxDead => "rcx-dead",
+            FastPath::SaveIn(_) => "register-save",
+            FastPath::Stack => "stack-save",
+        }
+    }
+}
+
+/// Red zone below `rsp` the System V ABI lets leaf code use.
+const RED_ZONE: i64 = 128;
+
+fn fs_countdown() -> MemoryOperand {
+    MemoryOperand::new(
+        Register::None,
+        Register::None,
+        1,
+        TCB_COUNTDOWN as i64,
+        4,
+        false,
+        Register::FS,
+    )
+}
+
+fn with_ip(mut insn: Instruction, ip: u64) -> Instruction {
+    insn.set_ip(ip);
+    insn
+}
+
+fn i2(code: Code, a: impl Into<Op>, b: impl Into<Op>) -> Instruction {
+    let (a, b) = (a.into(), b.into());
+    match (a, b) {
+        (Op::Reg(r), Op::Reg(s)) => Instruction::with2(code, r, s),
+        (Op::Reg(r), Op::Mem(m)) => Instruction::with2(code, r, m),
+        (Op::Mem(m), Op::Reg(r)) => Instruction::with2(code, m, r),
+        (Op::Mem(m), Op::Imm(i)) => Instruction::with2(code, m, i),
+        (Op::Reg(r), Op::Imm(i)) => Instruction::with2(code, r, i),
+        _ => unreachable!("unused operand combination"),
+    }
+    .expect("valid instruction")
+}
+
+enum Op {
+    Reg(Register),
+    Mem(MemoryOperand),
+    Imm(i32),
+}
+
+impl From<Register> for Op {
+    fn from(r: Register) -> Op {
+        Op::Reg(r)
+    }
+}
+impl From<MemoryOperand> for Op {
+    fn from(m: MemoryOperand) -> Op {
+        Op::Mem(m)
+    }
+}
+impl From<i32> for Op {
+    fn from(i: i32) -> Op {
+        Op::Imm(i)
+    }
+}
+
+fn lea(dst: Register, base: Register, disp: i64) -> Instruction {
+    // 1 = "disp8 if it fits, else the address size" for iced's encoder.
+    let size = if disp == 0 { 0 } else { 1 };
+    i2(
+        Code::Lea_r64_m,
+        dst,
+        MemoryOperand::with_base_displ_size(base, disp, size),
+    )
+}
+
+fn branch(code: Code, target: u64) -> Instruction {
+    Instruction::with_branch(code, target).expect("valid branch")
+}
+
+/// Appends the soft fast path; its first instruction takes `ip` (the
+/// load's original address, so branches to the load run the probe).
+pub fn soft_fast_path(fast: FastPath, ip: u64, slow: u64, out: &mut Vec<Instruction>) {
+    let start = out.len();
+    match fast {
+        FastPath::FlagsDead => {
+            out.push(i2(Code::Sub_rm64_imm8, fs_countdown(), 1));
+            out.push(branch(Code::Jb_rel32_64, slow));
+        }
+        FastPath::RcxDead => countdown_jrcxz(slow, out),
+        FastPath::SaveIn(reg) => {
+            out.push(i2(Code::Mov_r64_rm64, reg, Register::RCX));
+            countdown_jrcxz(slow, out);
+            out.push(i2(Code::Mov_r64_rm64, Register::RCX, reg));
+        }
+        FastPath::Stack => {
+            out.push(lea(Register::RSP, Register::RSP, -RED_ZONE));
+            out.push(Instruction::with1(Code::Push_r64, Register::RCX).expect("push"));
+            countdown_jrcxz(slow, out);
+            out.push(Instruction::with1(Code::Pop_r64, Register::RCX).expect("pop"));
+            out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
+        }
+    }
+    out[start] = with_ip(out[start], ip);
+}
+
+fn countdown_jrcxz(slow: u64, out: &mut Vec<Instruction>) {
+    out.push(i2(Code::Mov_r64_rm64, Register::RCX, fs_countdown()));
+    out.push(branch(Code::Jrcxz_rel8_64, slow));
+    out.push(lea(Register::RCX, Register::RCX, -1));
+    out.push(i2(Code::Mov_rm64_r64, fs_countdown(), Register::RCX));
+}
+
+/// Why a load's operand cannot be recomputed by a probe.
+pub fn unsupported_operand(load: &Instruction) -> Option<&'static str> {
+    let base = load.memory_base();
+    let index = load.memory_index();
+    if index.is_xmm() || index.is_ymm() || index.is_zmm() {
+        return Some("gather load (VSIB operand)");
+    }
+    match load.memory_segment() {
+        Register::GS => return Some("gs-relative load"),
+        Register::FS
+        | Register::DS
+        | Register::SS
+        | Register::ES
+        | Register::CS
+        | Register::None => {}
+        _ => return Some("unusual segment"),
+    }
+    if base == Register::EIP {
+        return Some("32-bit instruction-pointer-relative operand");
+    }
+    if (base != Register::None && !base.is_gpr() && base != Register::RIP)
+        || (index != Register::None && !index.is_gpr())
+    {
+        return Some("operand with a non-general register");
+    }
+    None
+}
+
+/// Appends the slow stub at `slow` for the load `load` with id `id`; it
+/// ends with a jump to `resume` (the load's IP in the copy).
+pub fn soft_slow_stub(
+    fast: FastPath,
+    load: &Instruction,
+    id: u32,
+    slow: u64,
+    resume: u64,
+    record: u64,
+    out: &mut Vec<Instruction>,
+) {
+    let start = out.len();
+    match fast {
+        FastPath::FlagsDead => out.push(i2(Code::Mov_rm64_imm32, fs_countdown(), 0)),
+        FastPath::RcxDead => {}
+        FastPath::SaveIn(reg) => out.push(i2(Code::Mov_r64_rm64, Register::RCX, reg)),
+        FastPath::Stack => {
+            out.push(Instruction::with1(Code::Pop_r64, Register::RCX).expect("pop"));
+            out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
+        }
+    }
+    out.push(lea(Register::RSP, Register::RSP, -RED_ZONE));
+    out.push(Instruction::with1(Code::Push_r64, Register::RDI).expect("push"));
+    out.push(Instruction::with1(Code::Push_r64, Register::RSI).expect("push"));
+    out.push(effective_address(load, Register::RDI, RED_ZONE + 16));
+    if load.memory_segment() == Register::FS {
+        // glibc keeps the TCB's own address at fs:0 (its fs base).
+        out.push(i2(
+            Code::Mov_r64_rm64,
+            Register::RSI,
+            MemoryOperand::new(Register::None, Register::None, 1, 0, 4, false, Register::FS),
+        ));
+        out.push(i2(
+            Code::Lea_r64_m,
+            Register::RDI,
+            MemoryOperand::with_base_index(Register::RDI, Register::RSI),
+        ));
+    }
+    out.push(i2(Code::Mov_r32_imm32, Register::ESI, id as i32));
+    out.push(branch(Code::Call_rel32_64, record));
+    out.push(Instruction::with1(Code::Pop_r64, Register::RSI).expect("pop"));
+    out.push(Instruction::with1(Code::Pop_r64, Register::RDI).expect("pop"));
+    out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
+    out.push(branch(Code::Jmp_rel32_64, resume));
+    if start < out.len() {
+        out[start] = with_ip(out[start], slow);
+    }
+}
+
+/// `lea dst, [operand of load]`, with `rsp_adjust` added when the base is
+/// `rsp` (bytes the stub pushed since the load's `rsp`).
+pub fn effective_address(load: &Instruction, dst: Register, rsp_adjust: i64) -> Instruction {
+    let base = load.memory_base();
+    let index = load.memory_index();
+    let mut disp = load.memory_displacement64() as i64;
+    let mut size = load.memory_displ_size();
+    if base == Register::RSP || base == Register::ESP {
+        disp += rsp_adjust;
+        size = 1; // disp8 if it fits, else the address size
+    }
+    let scale = load.memory_index_scale();
+    // 32-bit base/index registers keep the 32-bit address size (and its
+    // wrap-around) through the encoder's address-size prefix.
+    let operand = MemoryOperand::new(base, index, scale, disp, size, false, Register::None);
+    Instruction::with2(Code::Lea_r64_m, dst, operand).expect("valid lea")
+}
+
+/// Appends `ptwrite` of the load's base and index registers; the first
+/// takes `ip`. Returns how many were emitted.
+pub fn ptwrite(load: &Instruction, ip: u64, out: &mut Vec<Instruction>) -> usize {
+    let start = out.len();
+    for reg in [load.memory_base(), load.memory_index()] {
+        if reg.is_gpr() {
+            let full = reg.full_register();
+            out.push(Instruction::with1(Code::Ptwrite_rm64, full).expect("ptwrite"));
+        }
+    }
+    if out.len() > start {
+        out[start] = with_ip(out[start], ip);
+    }
+    out.len() - start
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iced_x86::{BlockEncoder, BlockEncoderOptions, Decoder, DecoderOptions, InstructionBlock};
+
+    fn decode_one(bytes: &[u8]) -> Instruction {
+        Decoder::with_ip(64, bytes, 0x1000, DecoderOptions::NONE).decode()
+    }
+
+    fn assemble(insns: &[Instruction], base: u64) -> Vec<Instruction> {
+        let r = BlockEncoder::encode(
+            64,
+            InstructionBlock::new(insns, base),
+            BlockEncoderOptions::NONE,
+        )
+        .unwrap();
+        let mut d = Decoder::with_ip(64, &r.code_buffer, base, DecoderOptions::NONE);
+        let mut out = Vec::new();
+        while d.can_decode() {
+            out.push(d.decode());
+        }
+        out
+    }
+
+    #[test]
+    fn rsp_relative_operands_account_for_the_stub_pushes() {
+        // mov rax, [rsp+8]
+        let load = decode_one(&[0x48, 0x8b, 0x44, 0x24, 0x08]);
+        let lea = effective_address(&load, Register::RDI, 144);
+        assert_eq!(lea.memory_base(), Register::RSP);
+        assert_eq!(lea.memory_displacement64(), 152);
+    }
+
+    #[test]
+    fn rip_relative_operands_keep_their_absolute_target() {
+        // mov rax, [rip+0x100] at 0x1000 → target 0x1107
+        let load = decode_one(&[0x48, 0x8b, 0x05, 0x00, 0x01, 0x00, 0x00]);
+        let lea = effective_address(&load, Register::RDI, 144);
+        let out = assemble(&[lea], 0x5000);
+        assert_eq!(out[0].memory_displacement64(), 0x1107);
+    }
+
+    #[test]
+    fn fast_paths_assemble_and_only_the_first_keeps_the_load_ip() {
+        for fast in [
+            FastPath::FlagsDead,
+            FastPath::RcxDead,
+            FastPath::SaveIn(Register::R11),
+            FastPath::Stack,
+        ] {
+            let mut insns = Vec::new();
+            soft_fast_path(fast, 0x1000, 0x2000, &mut insns);
+            assert_eq!(insns[0].ip(), 0x1000);
+            assert!(insns[1..].iter().all(|i| i.ip() == 0));
+            let mut stub = Vec::new();
+            let load = decode_one(&[0x8b, 0x04, 0x8f]); // mov eax,[rdi+rcx*4]
+            soft_slow_stub(fast, &load, 7, 0x2000, 0x1000, 0x3000, &mut stub);
+            assert_eq!(stub[0].ip(), 0x2000);
+            let decoded = assemble(&stub, 0x2000);
+            assert!(decoded.iter().any(|i| i.code() == Code::Call_rel32_64));
+        }
+    }
+
+    #[test]
+    fn vsib_and_gs_loads_are_refused() {
+        // vpgatherdd ymm0, [rdi+ymm1*4], ymm2
+        let gather = decode_one(&[0xc4, 0xe2, 0x6d, 0x90, 0x04, 0x8f]);
+        assert!(unsupported_operand(&gather).is_some());
+        // mov rax, gs:[0]
+        let gs = decode_one(&[0x65, 0x48, 0x8b, 0x04, 0x25, 0, 0, 0, 0]);
+        assert!(unsupported_operand(&gs).is_some());
+        let plain = decode_one(&[0x8b, 0x04, 0x8f]);
+        assert!(unsupported_operand(&plain).is_none());
+    }
+
+    #[test]
+    fn ptwrite_writes_base_then_index() {
+        let load = decode_one(&[0x8b, 0x04, 0x8f]); // mov eax,[rdi+rcx*4]
+        let mut out = Vec::new();
+        assert_eq!(ptwrite(&load, 0x1000, &mut out), 2);
+        assert_eq!(out[0].op0_register(), Register::RDI);
+        assert_eq!(out[1].op0_register(), Register::RCX);
+        let rip = decode_one(&[0x48, 0x8b, 0x05, 0x00, 0x01, 0x00, 0x00]);
+        assert_eq!(ptwrite(&rip, 0x1000, &mut Vec::new()), 0);
+    }
+}

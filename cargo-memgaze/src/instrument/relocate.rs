@@ -1,0 +1,251 @@
+//! Encoding the copies of all selected functions, with their probes, as one
+//! block of code (iced-x86 `BlockEncoder`).
+//!
+//! Every original instruction keeps its address as its identity, so a
+//! branch to any instruction of any relocated function (its own loops, a
+//! tail call, gcc's `.cold` parts) is re-targeted to the copy; branches
+//! elsewhere keep their absolute target. The first inserted instruction
+//! before a load takes the load's address (branches to the load run its
+//! probe) and the load itself, like every label the probes need, gets a
+//! unique fake address from a range no code uses.
+//!
+//! RIP-relative *memory operands* are not branches: a `lea` of a function's
+//! address or a load of data that sits between functions must keep meaning
+//! the original address, but the block encoder would re-target them too
+//! when the address happens to be an instruction of the block. Their
+//! displacements are therefore rewritten after encoding.
+
+use super::probe::{self, FastPath};
+use crate::binary::FunctionCode;
+use anyhow::{Result, anyhow, bail};
+use iced_x86::{
+    BlockEncoder, BlockEncoderOptions, Code, Instruction, InstructionBlock, OpKind, Register,
+};
+
+/// What to insert before one instruction of a copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Insert {
+    /// A software probe for load `id`.
+    Soft {
+        /// Load id (annotation index) passed to the runtime.
+        id: u32,
+        /// Fast-path variant.
+        fast: FastPath,
+    },
+    /// `ptwrite` of the source registers.
+    Ptwrite,
+}
+
+/// One function to copy.
+pub struct CopyPlan<'a> {
+    /// Its code and control flow.
+    pub code: &'a FunctionCode,
+    /// `(instruction index, insert)`, sorted by index.
+    pub inserts: Vec<(usize, Insert)>,
+    /// A call placed before the first instruction (region marker hooks).
+    pub prologue_call: Option<u64>,
+}
+
+/// Where one copy landed.
+#[derive(Clone, Debug)]
+pub struct CopyMap {
+    /// Original start.
+    pub original_start: u64,
+    /// Original end.
+    pub original_end: u64,
+    /// Address of the copy.
+    pub start: u64,
+    /// End of the copied body (its slow stubs follow).
+    pub body_end: u64,
+    /// End of the copy including stubs.
+    pub end: u64,
+    /// Copy address of each original instruction (of its probe, if any).
+    pub addresses: Vec<u64>,
+    /// Original address of each instruction.
+    pub original: Vec<u64>,
+}
+
+impl CopyMap {
+    /// The copy address for an original instruction boundary or the end.
+    pub fn map(&self, addr: u64) -> Option<u64> {
+        if addr == self.original_end {
+            return Some(self.body_end);
+        }
+        self.original
+            .binary_search(&addr)
+            .ok()
+            .map(|i| self.addresses[i])
+    }
+}
+
+/// The encoded copies.
+pub struct Copies {
+    /// Machine code, to be placed at the base passed to [`encode`].
+    pub code: Vec<u8>,
+    /// One map per plan, in plan order.
+    pub maps: Vec<CopyMap>,
+}
+
+/// Fake addresses for labels: far above any user-space address.
+const FAKE_BASE: u64 = 0xffff_f000_0000_0000;
+
+/// Encodes the copies of `plans` at `base`. `record` is the runtime's slow
+/// path. Fails with the address of an instruction the encoder refused.
+pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64) -> Result<Copies> {
+    let mut all: Vec<Instruction> = Vec::new();
+    let mut fake = FAKE_BASE;
+    let mut next_fake = || {
+        fake += 1;
+        fake
+    };
+    // Per plan: index in `all` of each original instruction's first emitted
+    // instruction, of the body end, and of the plan end.
+    let mut firsts: Vec<Vec<usize>> = Vec::with_capacity(plans.len());
+    let mut body_ends = Vec::with_capacity(plans.len());
+    let mut ends = Vec::with_capacity(plans.len());
+    // (index in `all`, absolute target) of every RIP-relative memory operand.
+    let mut rip_fixes: Vec<(usize, u64)> = Vec::new();
+
+    for plan in plans {
+        let code = plan.code;
+        let mut first = Vec::with_capacity(code.instructions.len());
+        let mut stubs: Vec<Instruction> = Vec::new();
+        let mut inserts = plan.inserts.iter().peekable();
+        for (i, original) in code.instructions.iter().enumerate() {
+            first.push(all.len());
+            let ip = original.ip();
+            // Whether an inserted instruction already carries `ip`.
+            let mut ip_taken = false;
+            if i == 0
+                && let Some(target) = plan.prologue_call
+            {
+                let mut call = Instruction::with_branch(Code::Call_rel32_64, target)?;
+                call.set_ip(ip);
+                all.push(call);
+                ip_taken = true;
+            }
+            let mut insn = *original;
+            let label = |taken: bool| if taken { 0 } else { ip };
+            match inserts
+                .next_if(|&&(index, _)| index == i)
+                .map(|&(_, ins)| ins)
+            {
+                Some(Insert::Soft { id, fast }) => {
+                    let slow = next_fake();
+                    let resume = next_fake();
+                    probe::soft_fast_path(fast, label(ip_taken), slow, &mut all);
+                    ip_taken = true;
+                    insn.set_ip(resume);
+                    probe::soft_slow_stub(fast, &insn, id, slow, resume, record, &mut stubs);
+                }
+                Some(Insert::Ptwrite) => {
+                    if probe::ptwrite(&insn, label(ip_taken), &mut all) > 0 {
+                        ip_taken = true;
+                    }
+                }
+                None => {}
+            }
+            if ip_taken && insn.ip() == ip {
+                insn.set_ip(0);
+            }
+            if insn.is_ip_rel_memory_operand() {
+                rip_fixes.push((all.len(), insn.ip_rel_memory_address()));
+            }
+            all.push(insn);
+        }
+        body_ends.push(all.len());
+        for stub in stubs {
+            if stub.is_ip_rel_memory_operand() {
+                rip_fixes.push((all.len(), stub.ip_rel_memory_address()));
+            }
+            all.push(stub);
+        }
+        ends.push(all.len());
+        firsts.push(first);
+    }
+
+    let result = BlockEncoder::encode(
+        64,
+        InstructionBlock::new(&all, base),
+        BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS
+            | BlockEncoderOptions::RETURN_CONSTANT_OFFSETS,
+    )
+    .map_err(|e| anyhow!("encoding the relocated code: {e}"))?;
+    let offsets = result.new_instruction_offsets;
+    let mut code = result.code_buffer;
+    let code_len = code.len() as u64;
+    let address_of = |i: usize| -> u64 {
+        match offsets.get(i) {
+            Some(&offset) if i < all.len() => base + u64::from(offset),
+            _ => base + code_len,
+        }
+    };
+
+    for &(i, target) in &rip_fixes {
+        let constant = &result.constant_offsets[i];
+        if !constant.has_displacement() || constant.displacement_size() != 4 {
+            bail!(
+                "RIP-relative operand at copy offset {:#x} was not encoded with a 32-bit displacement",
+                offsets[i]
+            );
+        }
+        let next = address_of(i + 1);
+        let disp = i32::try_from(target as i64 - next as i64)
+            .map_err(|_| anyhow!("RIP-relative target {target:#x} is out of reach of the copy"))?;
+        let at = offsets[i] as usize + constant.displacement_offset();
+        code[at..at + 4].copy_from_slice(&disp.to_le_bytes());
+    }
+
+    let maps = plans
+        .iter()
+        .enumerate()
+        .map(|(p, plan)| CopyMap {
+            original_start: plan.code.start,
+            original_end: plan.code.end,
+            start: address_of(firsts[p][0]),
+            body_end: address_of(body_ends[p]),
+            end: address_of(ends[p]),
+            addresses: firsts[p].iter().map(|&i| address_of(i)).collect(),
+            original: plan.code.instructions.iter().map(|i| i.ip()).collect(),
+        })
+        .collect();
+    Ok(Copies { code, maps })
+}
+
+/// Why a function's code cannot be copied faithfully, if it cannot.
+pub fn unrelocatable(code: &FunctionCode) -> Option<String> {
+    if code.instructions.is_empty() {
+        return Some("no instructions".into());
+    }
+    if code.invalid_instructions > 0 {
+        return Some("bytes that do not decode as instructions".into());
+    }
+    for insn in &code.instructions {
+        let next = insn.next_ip();
+        if matches!(insn.code(), Code::Call_rel32_64) && insn.near_branch_target() == next {
+            return Some(format!(
+                "call to the next instruction at {:#x} (reads its own address)",
+                insn.ip()
+            ));
+        }
+        if insn.is_ip_rel_memory_operand() && insn.memory_base() == Register::EIP {
+            return Some(format!("32-bit EIP-relative operand at {:#x}", insn.ip()));
+        }
+        if matches!(
+            insn.op0_kind(),
+            OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::FarBranch16 | OpKind::FarBranch32
+        ) {
+            return Some(format!("unusual branch at {:#x}", insn.ip()));
+        }
+        if insn.is_jcc_short_or_near() || insn.is_jmp_short_or_near() || insn.is_call_near() {
+            let target = insn.near_branch_target();
+            if target >= code.start && target < code.end && code.instruction_at(target).is_none() {
+                return Some(format!(
+                    "branch at {:#x} into the middle of an instruction ({target:#x})",
+                    insn.ip()
+                ));
+            }
+        }
+    }
+    None
+}

@@ -1,0 +1,138 @@
+//! The instrumentation report: what was instrumented, what was not and why,
+//! and every place execution can escape into uninstrumented original code.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A way execution can reach original (uninstrumented) code.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Escape {
+    /// Function it happens in.
+    pub function: String,
+    /// Address of the jump.
+    pub at: u64,
+    /// Where it lands, when known.
+    pub target: Option<u64>,
+    /// Why it cannot be redirected.
+    pub reason: String,
+}
+
+/// Counts and lists of one `instrument` run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Report {
+    /// Functions selected for instrumentation.
+    pub functions_selected: usize,
+    /// Functions relocated with their probes.
+    pub functions_instrumented: usize,
+    /// `reason → count` of selected functions left alone.
+    pub functions_skipped: BTreeMap<String, usize>,
+    /// The skipped functions: `(name, start, reason)`.
+    pub skipped: Vec<(String, u64, String)>,
+    /// Explicit loads in the selected functions.
+    pub loads: usize,
+    /// Loads carrying a probe.
+    pub loads_instrumented: usize,
+    /// Constant loads implied by a probe (proxy compression).
+    pub loads_implied: usize,
+    /// `reason → count` of loads neither instrumented nor implied.
+    pub loads_skipped: BTreeMap<String, usize>,
+    /// `fast-path variant → count` of software probes.
+    pub probe_kinds: BTreeMap<String, usize>,
+    /// Entry patches written into original functions.
+    pub entry_patches: usize,
+    /// Jump-table targets patched to jump into the copy.
+    pub table_target_patches: usize,
+    /// Every escape into original code.
+    pub escapes: Vec<Escape>,
+    /// Instrumented loads reachable through an escape (their counts can fall
+    /// short of the truth).
+    pub escaped_loads: Vec<u64>,
+    /// FDEs written for copies.
+    pub fdes: usize,
+    /// LSDAs written for copies.
+    pub lsdas: usize,
+    /// Whether the region markers were found and hooked.
+    pub region_markers: bool,
+    /// Bytes of the new segment.
+    pub segment_bytes: usize,
+    /// Warnings for the user.
+    pub warnings: Vec<String>,
+}
+
+impl Report {
+    /// Share of explicit loads instrumented or implied.
+    pub fn static_coverage(&self) -> f64 {
+        if self.loads == 0 {
+            1.0
+        } else {
+            (self.loads_instrumented + self.loads_implied) as f64 / self.loads as f64
+        }
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "functions: {} selected, {} instrumented, {} skipped",
+            self.functions_selected,
+            self.functions_instrumented,
+            self.functions_selected - self.functions_instrumented
+        )?;
+        for (reason, count) in &self.functions_skipped {
+            writeln!(f, "  skipped {count:>6}  {reason}")?;
+        }
+        writeln!(
+            f,
+            "loads: {} explicit, {} instrumented, {} implied by a proxy, {} not covered ({:.1}% covered)",
+            self.loads,
+            self.loads_instrumented,
+            self.loads_implied,
+            self.loads - self.loads_instrumented - self.loads_implied,
+            100.0 * self.static_coverage()
+        )?;
+        for (reason, count) in &self.loads_skipped {
+            writeln!(f, "  not covered {count:>6}  {reason}")?;
+        }
+        if !self.probe_kinds.is_empty() {
+            let kinds: Vec<String> = self
+                .probe_kinds
+                .iter()
+                .map(|(k, n)| format!("{n} {k}"))
+                .collect();
+            writeln!(f, "probes: {}", kinds.join(", "))?;
+        }
+        writeln!(
+            f,
+            "patches: {} function entries, {} jump-table targets; unwind: {} FDEs, {} LSDAs",
+            self.entry_patches, self.table_target_patches, self.fdes, self.lsdas
+        )?;
+        writeln!(
+            f,
+            "escapes into original code: {} ({} instrumented loads reachable through them)",
+            self.escapes.len(),
+            self.escaped_loads.len()
+        )?;
+        let mut by_reason: BTreeMap<&str, usize> = BTreeMap::new();
+        for e in &self.escapes {
+            *by_reason.entry(e.reason.as_str()).or_default() += 1;
+        }
+        for (reason, count) in by_reason {
+            writeln!(f, "  escape {count:>6}  {reason}")?;
+        }
+        writeln!(
+            f,
+            "region markers: {}",
+            if self.region_markers {
+                "hooked (recording only between memgaze_region_begin and memgaze_region_end)"
+            } else {
+                "none (recording from start to exit)"
+            }
+        )?;
+        for w in &self.warnings {
+            writeln!(f, "warning: {w}")?;
+        }
+        Ok(())
+    }
+}

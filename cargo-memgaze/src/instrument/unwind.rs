@@ -1,0 +1,772 @@
+//! Unwind information for relocated functions.
+//!
+//! Copies keep real `call`s, so return addresses point into the new
+//! segment; for panics, C++ exceptions and backtraces to work through them,
+//! every copy gets its own FDE (the original's CFI with its locations
+//! remapped, pointing at the original CIE, so personality and encodings are
+//! shared) and, when the original has one, its own LSDA (call-site table
+//! remapped, action and type tables copied with PC-relative type entries
+//! re-encoded). A new `.eh_frame_hdr` listing the original and the new FDEs
+//! replaces the old one through `PT_GNU_EH_FRAME`, which is how the unwinder
+//! (`dl_iterate_phdr`) finds FDEs.
+//!
+//! Everything is parsed by hand from the section bytes: the translation
+//! needs the exact byte layout (entry offsets, augmentation data, raw CFI
+//! instructions), which a higher-level reader hides.
+
+use anyhow::{Result, bail};
+use std::collections::BTreeSet;
+
+const DW_EH_PE_OMIT: u8 = 0xff;
+const DW_EH_PE_ULEB128: u8 = 0x01;
+const DW_EH_PE_PCREL: u8 = 0x10;
+
+/// A CIE, as far as FDE writing needs it.
+#[derive(Clone, Debug)]
+pub struct Cie {
+    /// Address of the CIE's length field.
+    pub addr: u64,
+    /// `code_alignment_factor`.
+    pub code_align: u64,
+    /// Whether the augmentation string starts with `z`.
+    pub has_augmentation_data: bool,
+    /// Encoding of FDE `pc_begin`/`pc_range` (`R`), absptr by default.
+    pub fde_encoding: u8,
+    /// Encoding of the FDE's LSDA pointer (`L`), if any.
+    pub lsda_encoding: Option<u8>,
+}
+
+/// An FDE of the original `.eh_frame`.
+#[derive(Clone, Debug)]
+pub struct Fde {
+    /// Address of the FDE's length field.
+    pub addr: u64,
+    /// First covered address.
+    pub pc_begin: u64,
+    /// One past the last covered address.
+    pub pc_end: u64,
+    /// Index of its CIE in [`EhFrame::cies`].
+    pub cie: usize,
+    /// Address of its LSDA.
+    pub lsda: Option<u64>,
+    /// Its call frame instructions.
+    pub instructions: Vec<u8>,
+}
+
+/// The parsed `.eh_frame` section.
+#[derive(Clone, Debug, Default)]
+pub struct EhFrame {
+    /// Section address.
+    pub addr: u64,
+    /// Every CIE.
+    pub cies: Vec<Cie>,
+    /// Every FDE, sorted by `pc_begin`.
+    pub fdes: Vec<Fde>,
+}
+
+/// A little-endian cursor over a byte slice at a known address.
+struct Cursor<'a> {
+    data: &'a [u8],
+    pos: usize,
+    base: u64,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(data: &'a [u8], pos: usize, base: u64) -> Self {
+        Cursor { data, pos, base }
+    }
+    fn addr(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8]> {
+        let Some(out) = self.data.get(self.pos..self.pos + n) else {
+            bail!("unwind data ends early at {:#x}", self.addr());
+        };
+        self.pos += n;
+        Ok(out)
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.bytes(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16> {
+        Ok(u16::from_le_bytes(self.bytes(2)?.try_into().unwrap()))
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.bytes(4)?.try_into().unwrap()))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.bytes(8)?.try_into().unwrap()))
+    }
+    fn uleb(&mut self) -> Result<u64> {
+        let mut value = 0u64;
+        let mut shift = 0;
+        loop {
+            let byte = self.u8()?;
+            if shift < 64 {
+                value |= u64::from(byte & 0x7f) << shift;
+            }
+            shift += 7;
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+    }
+    fn sleb(&mut self) -> Result<i64> {
+        let mut value = 0i64;
+        let mut shift = 0;
+        loop {
+            let byte = self.u8()?;
+            if shift < 64 {
+                value |= i64::from(byte & 0x7f) << shift;
+            }
+            shift += 7;
+            if byte & 0x80 == 0 {
+                if shift < 64 && byte & 0x40 != 0 {
+                    value |= -1i64 << shift;
+                }
+                return Ok(value);
+            }
+        }
+    }
+    fn cstr(&mut self) -> Result<&'a [u8]> {
+        let start = self.pos;
+        while self.u8()? != 0 {}
+        Ok(&self.data[start..self.pos - 1])
+    }
+    /// Reads a pointer with a `DW_EH_PE_*` encoding (absolute and PC-relative
+    /// applications only).
+    fn pointer(&mut self, encoding: u8) -> Result<u64> {
+        let at = self.addr();
+        let raw = match encoding & 0x0f {
+            0x00 => self.u64()?,
+            0x01 => self.uleb()?,
+            0x02 => u64::from(self.u16()?),
+            0x03 => u64::from(self.u32()?),
+            0x04 => self.u64()?,
+            0x09 => self.sleb()? as u64,
+            0x0a => self.u16()? as i16 as i64 as u64,
+            0x0b => self.u32()? as i32 as i64 as u64,
+            0x0c => self.u64()?,
+            other => bail!("unsupported pointer format {other:#x}"),
+        };
+        match encoding & 0x70 {
+            0x00 => Ok(raw),
+            DW_EH_PE_PCREL => Ok(at.wrapping_add(raw)),
+            other => bail!("unsupported pointer application {other:#x}"),
+        }
+    }
+}
+
+fn write_uleb(out: &mut Vec<u8>, mut value: u64) {
+    loop {
+        let byte = (value & 0x7f) as u8;
+        value >>= 7;
+        if value == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// A ULEB128 padded to exactly five bytes (a length patched in later).
+fn write_uleb5(out: &mut Vec<u8>, value: u64) {
+    assert!(value < 1 << 35);
+    for i in 0..5 {
+        let byte = ((value >> (7 * i)) & 0x7f) as u8;
+        out.push(if i < 4 { byte | 0x80 } else { byte });
+    }
+}
+
+fn patch_uleb5(out: &mut [u8], at: usize, value: u64) {
+    let mut tmp = Vec::new();
+    write_uleb5(&mut tmp, value);
+    out[at..at + 5].copy_from_slice(&tmp);
+}
+
+/// Appends `value` encoded with `encoding`, the encoded field starting at
+/// address `at`.
+fn write_pointer(out: &mut Vec<u8>, encoding: u8, value: u64, at: u64) -> Result<()> {
+    let raw = match encoding & 0x70 {
+        0x00 => value,
+        DW_EH_PE_PCREL => value.wrapping_sub(at),
+        other => bail!("unsupported pointer application {other:#x}"),
+    };
+    match encoding & 0x0f {
+        0x00 | 0x04 | 0x0c => out.extend_from_slice(&raw.to_le_bytes()),
+        0x03 => out.extend_from_slice(&u32::try_from(raw)?.to_le_bytes()),
+        0x0b => out.extend_from_slice(&i32::try_from(raw as i64)?.to_le_bytes()),
+        other => bail!("unsupported pointer format {other:#x} for a new FDE"),
+    }
+    Ok(())
+}
+
+impl EhFrame {
+    /// Parses `.eh_frame` contents `data` loaded at `addr`.
+    pub fn parse(data: &[u8], addr: u64) -> Result<EhFrame> {
+        let mut frame = EhFrame {
+            addr,
+            ..EhFrame::default()
+        };
+        let mut cie_at: std::collections::HashMap<u64, usize> = Default::default();
+        let mut pos = 0usize;
+        while pos + 4 <= data.len() {
+            let mut c = Cursor::new(data, pos, addr);
+            let mut length = u64::from(c.u32()?);
+            if length == 0 {
+                break;
+            }
+            if length == 0xffff_ffff {
+                length = c.u64()?;
+            }
+            let body = c.pos;
+            let end = body + length as usize;
+            if end > data.len() {
+                bail!(
+                    ".eh_frame entry at {:#x} runs past the section",
+                    addr + pos as u64
+                );
+            }
+            let id_addr = c.addr();
+            let id = c.u32()?;
+            if id == 0 {
+                let cie = parse_cie(
+                    &mut Cursor::new(&data[..end], c.pos, addr),
+                    addr + pos as u64,
+                )?;
+                cie_at.insert(cie.addr, frame.cies.len());
+                frame.cies.push(cie);
+            } else {
+                let cie_addr = id_addr - u64::from(id);
+                let Some(&cie_index) = cie_at.get(&cie_addr) else {
+                    bail!("FDE at {:#x} refers to an unknown CIE", addr + pos as u64);
+                };
+                let cie = &frame.cies[cie_index];
+                let mut f = Cursor::new(&data[..end], c.pos, addr);
+                let pc_begin = f.pointer(cie.fde_encoding)?;
+                let pc_range = f.pointer(cie.fde_encoding & 0x0f)?;
+                let mut lsda = None;
+                if cie.has_augmentation_data {
+                    let len = f.uleb()? as usize;
+                    let aug_end = f.pos + len;
+                    if let Some(enc) = cie.lsda_encoding
+                        && len > 0
+                    {
+                        let value = f.pointer(enc)?;
+                        if value != 0 {
+                            lsda = Some(value);
+                        }
+                    }
+                    f.pos = aug_end;
+                }
+                if pc_range > 0 {
+                    frame.fdes.push(Fde {
+                        addr: addr + pos as u64,
+                        pc_begin,
+                        pc_end: pc_begin.wrapping_add(pc_range),
+                        cie: cie_index,
+                        lsda,
+                        instructions: data[f.pos..end].to_vec(),
+                    });
+                }
+            }
+            pos = end;
+        }
+        frame.fdes.sort_by_key(|f| f.pc_begin);
+        Ok(frame)
+    }
+
+    /// The FDE whose range is exactly `[start, end)`, or the FDEs inside it.
+    pub fn fdes_within(&self, start: u64, end: u64) -> impl Iterator<Item = &Fde> {
+        let first = self.fdes.partition_point(|f| f.pc_begin < start);
+        self.fdes[first..]
+            .iter()
+            .take_while(move |f| f.pc_begin < end)
+    }
+
+    /// Whether some FDE covers `addr`.
+    pub fn covers(&self, addr: u64) -> bool {
+        let i = self.fdes.partition_point(|f| f.pc_begin <= addr);
+        i > 0 && self.fdes[i - 1].pc_end > addr
+    }
+}
+
+fn parse_cie(c: &mut Cursor<'_>, addr: u64) -> Result<Cie> {
+    let version = c.u8()?;
+    let augmentation = c.cstr()?.to_vec();
+    if augmentation.starts_with(b"eh") {
+        c.u64()?;
+    }
+    let code_align = c.uleb()?;
+    c.sleb()?;
+    if version == 1 {
+        c.u8()?;
+    } else {
+        c.uleb()?;
+    }
+    let mut cie = Cie {
+        addr,
+        code_align,
+        has_augmentation_data: augmentation.first() == Some(&b'z'),
+        fde_encoding: 0,
+        lsda_encoding: None,
+    };
+    if cie.has_augmentation_data {
+        let len = c.uleb()? as usize;
+        let end = c.pos + len;
+        for &ch in &augmentation[1..] {
+            match ch {
+                b'L' => cie.lsda_encoding = Some(c.u8()?),
+                b'R' => cie.fde_encoding = c.u8()?,
+                b'P' => {
+                    let enc = c.u8()?;
+                    c.pointer(enc & 0x7f)?;
+                }
+                b'S' | b'B' | b'G' => {}
+                _ => break,
+            }
+        }
+        c.pos = end;
+    }
+    Ok(cie)
+}
+
+/// Maps original code addresses (instruction boundaries of a relocated
+/// function, and its end) to their addresses in the copy.
+pub trait AddressMap {
+    /// The copy's address for original `addr`, if `addr` is an instruction
+    /// boundary of the relocated function (or its end).
+    fn map(&self, addr: u64) -> Option<u64>;
+}
+
+impl<F: Fn(u64) -> Option<u64>> AddressMap for F {
+    fn map(&self, addr: u64) -> Option<u64> {
+        self(addr)
+    }
+}
+
+/// Translates CFI `instructions` of an FDE starting at `pc_begin` for a
+/// copy starting at `map(pc_begin)`.
+pub fn translate_cfi(
+    instructions: &[u8],
+    cie: &Cie,
+    pc_begin: u64,
+    map: &dyn AddressMap,
+) -> Result<Vec<u8>> {
+    if cie.code_align != 1 {
+        bail!("code alignment factor {} is not 1", cie.code_align);
+    }
+    let new_begin = map
+        .map(pc_begin)
+        .ok_or_else(|| anyhow::anyhow!("FDE start {pc_begin:#x} is not mapped"))?;
+    let mut out = Vec::with_capacity(instructions.len() + 16);
+    let mut c = Cursor::new(instructions, 0, 0);
+    let mut loc = pc_begin;
+    let mut new_loc = new_begin;
+    let advance = |out: &mut Vec<u8>, loc: u64, new_loc: &mut u64| -> Result<()> {
+        let Some(target) = map.map(loc) else {
+            bail!("CFI row at {loc:#x} is not on an instruction boundary of the copy");
+        };
+        if target < *new_loc {
+            bail!("CFI rows out of order at {loc:#x}");
+        }
+        let delta = target - *new_loc;
+        match delta {
+            0 => {}
+            1..=0x3f => out.push(0x40 | delta as u8),
+            0x40..=0xff => out.extend_from_slice(&[0x02, delta as u8]),
+            0x100..=0xffff => {
+                out.push(0x03);
+                out.extend_from_slice(&(delta as u16).to_le_bytes());
+            }
+            _ => {
+                out.push(0x04);
+                out.extend_from_slice(&u32::try_from(delta)?.to_le_bytes());
+            }
+        }
+        *new_loc = target;
+        Ok(())
+    };
+    while c.pos < instructions.len() {
+        let start = c.pos;
+        let op = c.u8()?;
+        match op & 0xc0 {
+            0x40 => {
+                loc += u64::from(op & 0x3f);
+                advance(&mut out, loc, &mut new_loc)?;
+                continue;
+            }
+            0x80 => {
+                c.uleb()?;
+            }
+            0xc0 => {}
+            _ => match op {
+                0x00 | 0x0a | 0x0b => {}
+                0x01 => {
+                    loc = c.pointer(cie.fde_encoding & 0x0f)?;
+                    advance(&mut out, loc, &mut new_loc)?;
+                    continue;
+                }
+                0x02 => {
+                    loc += u64::from(c.u8()?);
+                    advance(&mut out, loc, &mut new_loc)?;
+                    continue;
+                }
+                0x03 => {
+                    loc += u64::from(c.u16()?);
+                    advance(&mut out, loc, &mut new_loc)?;
+                    continue;
+                }
+                0x04 => {
+                    loc += u64::from(c.u32()?);
+                    advance(&mut out, loc, &mut new_loc)?;
+                    continue;
+                }
+                0x06..=0x08 | 0x0d | 0x0e | 0x2e => {
+                    c.uleb()?;
+                }
+                0x05 | 0x09 | 0x0c | 0x14 | 0x2f => {
+                    c.uleb()?;
+                    c.uleb()?;
+                }
+                0x11 | 0x12 | 0x15 => {
+                    c.uleb()?;
+                    c.sleb()?;
+                }
+                0x13 => {
+                    c.sleb()?;
+                }
+                0x0f => {
+                    let len = c.uleb()? as usize;
+                    c.bytes(len)?;
+                }
+                0x10 | 0x16 => {
+                    c.uleb()?;
+                    let len = c.uleb()? as usize;
+                    c.bytes(len)?;
+                }
+                other => bail!("unsupported CFI opcode {other:#x}"),
+            },
+        }
+        out.extend_from_slice(&instructions[start..c.pos]);
+    }
+    Ok(out)
+}
+
+/// An LSDA (`.gcc_except_table` entry) rewritten for a copy.
+#[derive(Clone, Debug)]
+pub struct Lsda {
+    /// The bytes, valid only at the address they were built for.
+    pub bytes: Vec<u8>,
+}
+
+/// Rewrites the LSDA at `lsda` (read through `read`, bounded by `limit`,
+/// the address where the next LSDA or the section begins) for the copy of
+/// the function starting at `func_start`, placing it at `new_addr`.
+/// Call-site ranges and landing pads go through `map`.
+pub fn translate_lsda(
+    read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+    lsda: u64,
+    limit: u64,
+    func_start: u64,
+    pie: bool,
+    map: &dyn AddressMap,
+    new_addr: u64,
+) -> Result<Lsda> {
+    let Some(data) = read(lsda, (limit - lsda) as usize) else {
+        bail!("LSDA at {lsda:#x} is not file-backed");
+    };
+    let mut c = Cursor::new(&data, 0, lsda);
+    let lpstart_enc = c.u8()?;
+    if lpstart_enc != DW_EH_PE_OMIT {
+        bail!("LSDA with an explicit landing-pad base");
+    }
+    let ttype_enc = c.u8()?;
+    let ttype_base = if ttype_enc != DW_EH_PE_OMIT {
+        let off = c.uleb()?;
+        Some(c.pos as u64 + off)
+    } else {
+        None
+    };
+    let cs_enc = c.u8()?;
+    let cs_len = c.uleb()? as usize;
+    let cs_start = c.pos;
+    let cs_end = cs_start + cs_len;
+    let new_start = map
+        .map(func_start)
+        .ok_or_else(|| anyhow::anyhow!("function start not mapped"))?;
+    // The new call-site table.
+    let mut sites = Vec::new();
+    let mut actions = BTreeSet::new();
+    while c.pos < cs_end {
+        let start = c.pointer(cs_enc & 0x0f)?;
+        let len = c.pointer(cs_enc & 0x0f)?;
+        let pad = c.pointer(cs_enc & 0x0f)?;
+        let action = c.uleb()?;
+        let (Some(a), Some(b)) = (
+            map.map(func_start + start),
+            map.map(func_start + start + len),
+        ) else {
+            bail!(
+                "LSDA call site {:#x}+{len:#x} is not on instruction boundaries",
+                func_start + start
+            );
+        };
+        let new_pad = if pad == 0 {
+            0
+        } else {
+            match map.map(func_start + pad) {
+                Some(p) if p >= new_start => p - new_start,
+                // A landing pad at offset 0 would read as "none".
+                _ => bail!(
+                    "landing pad {:#x} is outside the function",
+                    func_start + pad
+                ),
+            }
+        };
+        if new_pad == 0 && pad != 0 {
+            bail!("landing pad at the function start");
+        }
+        write_uleb(&mut sites, a - new_start);
+        write_uleb(&mut sites, b - a);
+        write_uleb(&mut sites, new_pad);
+        write_uleb(&mut sites, action);
+        if action > 0 {
+            actions.insert(action);
+        }
+    }
+    // Walk the action chains for the largest type index and the end of the
+    // tables that follow the call sites.
+    let mut tail_end = cs_end;
+    let mut max_type = 0u64;
+    let mut seen = BTreeSet::new();
+    let mut spec_offsets = BTreeSet::new();
+    for &first in &actions {
+        let mut at = cs_end + first as usize - 1;
+        while seen.insert(at) {
+            let mut a = Cursor::new(&data, at, lsda);
+            let filter = a.sleb()?;
+            let next_at = a.pos;
+            let next = a.sleb()?;
+            tail_end = tail_end.max(a.pos);
+            if filter > 0 {
+                max_type = max_type.max(filter as u64);
+            } else if filter < 0 {
+                spec_offsets.insert((-filter - 1) as u64);
+            }
+            if next == 0 {
+                break;
+            }
+            at = (next_at as i64 + next) as usize;
+        }
+    }
+    let type_size: u64 = match ttype_enc & 0x0f {
+        0x00 | 0x04 | 0x0c => 8,
+        0x02 | 0x0a => 2,
+        0x03 | 0x0b => 4,
+        _ if ttype_base.is_none() => 0,
+        other => bail!("unsupported type table format {other:#x}"),
+    };
+    if let Some(base) = ttype_base {
+        tail_end = tail_end.max(base as usize);
+        for &offset in &spec_offsets {
+            let mut s = Cursor::new(&data, base as usize + offset as usize, lsda);
+            loop {
+                let index = s.uleb()?;
+                if index == 0 {
+                    break;
+                }
+                max_type = max_type.max(index);
+            }
+            tail_end = tail_end.max(s.pos);
+        }
+        if (base as usize) < cs_end || (max_type * type_size) > base {
+            bail!("malformed LSDA type table");
+        }
+    } else if max_type > 0 || !spec_offsets.is_empty() {
+        bail!("LSDA actions refer to a missing type table");
+    }
+    if tail_end > data.len() {
+        bail!("LSDA at {lsda:#x} runs past its section");
+    }
+
+    // Assemble: header, call sites, verbatim action/type tables.
+    let mut out = vec![DW_EH_PE_OMIT, ttype_enc];
+    let ttype_field = out.len();
+    if ttype_base.is_some() {
+        write_uleb5(&mut out, 0);
+    }
+    out.push(DW_EH_PE_ULEB128);
+    write_uleb5(&mut out, sites.len() as u64);
+    out.extend_from_slice(&sites);
+    let new_cs_end = out.len();
+    out.extend_from_slice(&data[cs_end..tail_end]);
+    if let Some(base) = ttype_base {
+        let new_base = new_cs_end + (base as usize - cs_end);
+        patch_uleb5(&mut out, ttype_field, (new_base - (ttype_field + 5)) as u64);
+        for k in 1..=max_type {
+            let old_pos = base as usize - (k * type_size) as usize;
+            let new_pos = new_base - (k * type_size) as usize;
+            let mut r = Cursor::new(&data, old_pos, lsda);
+            let value = r.pointer(ttype_enc & 0x7f)?;
+            match ttype_enc & 0x70 {
+                DW_EH_PE_PCREL => {
+                    let mut enc = Vec::new();
+                    write_pointer(&mut enc, ttype_enc & 0x7f, value, new_addr + new_pos as u64)?;
+                    out[new_pos..new_pos + enc.len()].copy_from_slice(&enc);
+                }
+                0x00 if pie && value != 0 => {
+                    bail!("LSDA type entry needs a dynamic relocation")
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(Lsda { bytes: out })
+}
+
+/// The landing pads named by the LSDA at `lsda` of the function (FDE)
+/// starting at `func_start`.
+pub fn landing_pads(
+    read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+    lsda: u64,
+    limit: u64,
+    func_start: u64,
+) -> Result<Vec<u64>> {
+    let Some(data) = read(lsda, (limit.saturating_sub(lsda)).min(1 << 20) as usize) else {
+        bail!("LSDA at {lsda:#x} is not file-backed");
+    };
+    let mut c = Cursor::new(&data, 0, lsda);
+    if c.u8()? != DW_EH_PE_OMIT {
+        bail!("LSDA with an explicit landing-pad base");
+    }
+    if c.u8()? != DW_EH_PE_OMIT {
+        c.uleb()?;
+    }
+    let cs_enc = c.u8()?;
+    let cs_end = c.uleb()? as usize + c.pos;
+    let mut pads = Vec::new();
+    while c.pos < cs_end {
+        c.pointer(cs_enc & 0x0f)?;
+        c.pointer(cs_enc & 0x0f)?;
+        let pad = c.pointer(cs_enc & 0x0f)?;
+        c.uleb()?;
+        if pad != 0 {
+            pads.push(func_start + pad);
+        }
+    }
+    Ok(pads)
+}
+
+/// Builds an FDE for a copy placed at `addr`.
+pub fn build_fde(
+    cie: &Cie,
+    addr: u64,
+    pc_begin: u64,
+    pc_len: u64,
+    lsda: Option<u64>,
+    instructions: &[u8],
+) -> Result<Vec<u8>> {
+    let mut out = vec![0u8; 4];
+    let cie_pointer = (addr + 4) - cie.addr;
+    out.extend_from_slice(&u32::try_from(cie_pointer)?.to_le_bytes());
+    let at = addr + out.len() as u64;
+    write_pointer(&mut out, cie.fde_encoding, pc_begin, at)?;
+    write_pointer(&mut out, cie.fde_encoding & 0x0f, pc_len, 0)?;
+    if cie.has_augmentation_data {
+        match (cie.lsda_encoding, lsda) {
+            (Some(enc), Some(lsda)) => {
+                let mut aug = Vec::new();
+                let at = addr + out.len() as u64 + 1;
+                write_pointer(&mut aug, enc, lsda, at)?;
+                write_uleb(&mut out, aug.len() as u64);
+                out.extend_from_slice(&aug);
+            }
+            (_, None) => write_uleb(&mut out, 0),
+            (None, Some(_)) => bail!("LSDA without an LSDA encoding in the CIE"),
+        }
+    } else if lsda.is_some() {
+        bail!("LSDA in a CIE without augmentation data");
+    }
+    out.extend_from_slice(instructions);
+    while out.len() % 8 != 0 {
+        out.push(0); // DW_CFA_nop
+    }
+    let length = (out.len() - 4) as u32;
+    out[0..4].copy_from_slice(&length.to_le_bytes());
+    Ok(out)
+}
+
+/// Builds an `.eh_frame_hdr` at `addr` for `entries` (`(pc_begin, fde
+/// address)`), pointing at the `.eh_frame` section at `eh_frame`.
+pub fn build_eh_frame_hdr(addr: u64, eh_frame: u64, entries: &mut [(u64, u64)]) -> Result<Vec<u8>> {
+    entries.sort_unstable();
+    let mut out = vec![1u8, 0x1b, 0x03, 0x3b];
+    out.extend_from_slice(&i32::try_from(eh_frame as i64 - (addr + 4) as i64)?.to_le_bytes());
+    out.extend_from_slice(&u32::try_from(entries.len())?.to_le_bytes());
+    for &(pc, fde) in entries.iter() {
+        out.extend_from_slice(&i32::try_from(pc as i64 - addr as i64)?.to_le_bytes());
+        out.extend_from_slice(&i32::try_from(fde as i64 - addr as i64)?.to_le_bytes());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uleb_padding_reads_back() {
+        let mut out = Vec::new();
+        write_uleb5(&mut out, 300);
+        assert_eq!(out.len(), 5);
+        assert_eq!(Cursor::new(&out, 0, 0).uleb().unwrap(), 300);
+    }
+
+    #[test]
+    fn cfi_advances_are_remapped() {
+        let cie = Cie {
+            addr: 0,
+            code_align: 1,
+            has_augmentation_data: true,
+            fde_encoding: 0x1b,
+            lsda_encoding: None,
+        };
+        // advance 1; def_cfa_offset 16; offset r6 at cfa-16; advance 3; def_cfa_offset 8
+        let cfi = [0x41, 0x0e, 0x10, 0x86, 0x02, 0x43, 0x0e, 0x08];
+        let map = |a: u64| match a {
+            0x100 => Some(0x9000),
+            0x101 => Some(0x9010),
+            0x104 => Some(0x9100),
+            _ => None,
+        };
+        let out = translate_cfi(&cfi, &cie, 0x100, &map).unwrap();
+        assert_eq!(
+            out,
+            vec![0x50, 0x0e, 0x10, 0x86, 0x02, 0x02, 0xf0, 0x0e, 0x08]
+        );
+        let bad = |a: u64| if a == 0x100 { Some(0x9000) } else { None };
+        assert!(translate_cfi(&cfi, &cie, 0x100, &bad).is_err());
+    }
+
+    #[test]
+    fn parses_this_test_binary_and_finds_lsdas() {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let elf = goblin::elf::Elf::parse(&exe).unwrap();
+        let sh = elf
+            .section_headers
+            .iter()
+            .find(|s| elf.shdr_strtab.get_at(s.sh_name) == Some(".eh_frame"))
+            .unwrap();
+        let data = &exe[sh.sh_offset as usize..(sh.sh_offset + sh.sh_size) as usize];
+        let frame = EhFrame::parse(data, sh.sh_addr).unwrap();
+        assert!(frame.fdes.len() > 1000);
+        assert!(frame.fdes.iter().any(|f| f.lsda.is_some()));
+        assert!(
+            frame
+                .fdes
+                .windows(2)
+                .all(|w| w[0].pc_begin <= w[1].pc_begin)
+        );
+    }
+}
