@@ -1,0 +1,818 @@
+//! Accuracy of a sampled run against its golden full trace
+//! (spec/METRICS.md, "Accuracy against a full trace").
+//!
+//! - Trace windows: per metric (`F`, `ΔF`, `F_str`, `F_irr`), the MAPE over
+//!   the rows `k = 3..=⌊log2 w⌋` both runs have (rows whose full value is 0
+//!   are skipped).
+//! - Code windows: per function holding at least
+//!   [`Limits::min_function_share`] of the full run's accesses, the relative
+//!   error of the code-window `ΔF` at the sampled run's `W_c`, and the
+//!   absolute differences of `F_str%`, `F_irr%` and `A_const%`.
+//! - Undersampling: fewer than [`Limits::min_samples`] samples (per bench,
+//!   and per function: samples holding its records), or a 95% bootstrap
+//!   confidence interval (over samples) of a compared metric wider than the
+//!   metric's limit. The interval is that of the sampled value, expressed
+//!   like its error (relative to the full value, or in fraction points), so
+//!   its width is the precision the samples buy, whatever the bias.
+
+use super::samples::{FunctionSums, LevelSums, SampleSet, TraceMetric};
+use super::snapshot::GoldenMetrics;
+use crate::analysis::Analysis;
+use serde::Serialize;
+
+/// Accuracy limits (defaults: spec'd by issue 7).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Limits {
+    /// Largest trace-window MAPE, as a fraction (0.15).
+    pub trace_mape: f64,
+    /// Largest code-window error, as a fraction (0.03): relative for `ΔF`,
+    /// absolute for the `%` metrics.
+    pub code_error: f64,
+    /// Fewest samples a bench, or a compared function, may have (30).
+    pub min_samples: u64,
+    /// Functions holding at least this share of the full run's accesses
+    /// are compared (0.01).
+    pub min_function_share: f64,
+    /// Bootstrap replicates for the confidence intervals (1000).
+    pub replicates: u32,
+    /// Seed of the bootstrap's resampling.
+    pub seed: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            trace_mape: 0.15,
+            code_error: 0.03,
+            min_samples: 30,
+            min_function_share: 0.01,
+            replicates: 1000,
+            seed: 0x6d65_6d67_617a_65,
+        }
+    }
+}
+
+/// How a compared quantity fared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Status {
+    /// Within its limit, with a tight enough confidence interval.
+    Ok,
+    /// Error past the limit.
+    Exceeded,
+    /// Too few samples, or a confidence interval wider than the limit.
+    Undersampled,
+    /// Nothing to compare (e.g. the full value is 0 at every row).
+    NotCompared,
+}
+
+impl Status {
+    fn worst(self, other: Status) -> Status {
+        let rank = |s: Status| match s {
+            Status::Ok | Status::NotCompared => 0,
+            Status::Undersampled => 1,
+            Status::Exceeded => 2,
+        };
+        if rank(other) > rank(self) { other } else { self }
+    }
+}
+
+/// One compared quantity: its error, the 95% interval of the sampled value
+/// (in the error's units: relative deviation or fraction points) and the
+/// verdict.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Error {
+    /// The error (MAPE, relative error or absolute difference); `None` when
+    /// not compared.
+    pub error: Option<f64>,
+    /// 95% bootstrap interval of the signed deviation of the sampled value.
+    pub ci: Option<[f64; 2]>,
+    /// The limit applied.
+    pub limit: f64,
+    /// The verdict.
+    pub status: Status,
+}
+
+impl Error {
+    fn judge(error: Option<f64>, ci: Option<[f64; 2]>, limit: f64, enough: bool) -> Error {
+        let status = match error {
+            None => Status::NotCompared,
+            Some(e) if e > limit => Status::Exceeded,
+            Some(_) if !enough => Status::Undersampled,
+            Some(_) => match ci {
+                Some([lo, hi]) if hi - lo > limit => Status::Undersampled,
+                _ => Status::Ok,
+            },
+        };
+        Error {
+            error,
+            ci,
+            limit,
+            status,
+        }
+    }
+}
+
+/// A trace-window metric's MAPE.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TraceWindowError {
+    /// `F`, `dF`, `F_str` or `F_irr`.
+    pub metric: &'static str,
+    /// Rows (values of `k`) compared.
+    pub rows: usize,
+    /// The MAPE and its verdict.
+    #[serde(flatten)]
+    pub error: Error,
+}
+
+/// A function's code-window errors.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FunctionError {
+    /// Function name.
+    pub name: String,
+    /// Its share of the full run's accesses.
+    pub share: f64,
+    /// Samples holding its records.
+    pub samples: u64,
+    /// Its code windows in the sampled run.
+    pub windows: u64,
+    /// Relative error of the code-window ΔF.
+    #[serde(rename = "dF")]
+    pub d_f: Error,
+    /// Absolute difference of the code-window F_str%.
+    #[serde(rename = "F_str_frac")]
+    pub f_str_frac: Error,
+    /// Absolute difference of the code-window F_irr%.
+    #[serde(rename = "F_irr_frac")]
+    pub f_irr_frac: Error,
+    /// Absolute difference of A_const%.
+    #[serde(rename = "A_const_frac")]
+    pub a_const_frac: Error,
+    /// Worst of the above (and `undersampled` with too few samples).
+    pub status: Status,
+}
+
+/// The comparison of one bench.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Comparison {
+    /// Samples of the sampled run.
+    pub samples: u64,
+    /// `w`.
+    pub window: u64,
+    /// `w + z`.
+    pub period: u64,
+    /// Trace-window rows compared: `3..=k_max`.
+    pub k_max: u32,
+    /// Code-window exponent `k_c`.
+    pub code_window_k: u32,
+    /// Records of the sampled run over those of the full run.
+    pub trace_size_frac: Option<f64>,
+    /// Per metric.
+    pub trace_windows: Vec<TraceWindowError>,
+    /// Per compared function, most accesses first.
+    pub functions: Vec<FunctionError>,
+    /// Why the bench fails, one line each (empty when it passes).
+    pub problems: Vec<String>,
+    /// Worst status.
+    pub status: Status,
+}
+
+/// A deliberate distortion of the sampled metrics (a test hook: it proves
+/// validation catches an error past a limit).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Perturbation {
+    /// Multiply a trace-window metric at every `k`.
+    TraceWindow(TraceMetric, f64),
+    /// Multiply every function's code-window ΔF.
+    CodeWindowDf(f64),
+}
+
+impl Perturbation {
+    /// Parses `trace:F=1.3`, `trace:dF=0.5`, `code:dF=1.1`.
+    pub fn parse(text: &str) -> Result<Perturbation, String> {
+        let (what, factor) = text
+            .split_once('=')
+            .ok_or_else(|| format!("{text:?}: expected WHAT=FACTOR"))?;
+        let factor: f64 = factor
+            .parse()
+            .map_err(|_| format!("{text:?}: {factor:?} is not a number"))?;
+        match what {
+            "code:dF" => Ok(Perturbation::CodeWindowDf(factor)),
+            _ => {
+                let metric = what
+                    .strip_prefix("trace:")
+                    .and_then(|m| TraceMetric::ALL.into_iter().find(|t| t.name() == m))
+                    .ok_or_else(|| {
+                        format!("{text:?}: expected trace:F|dF|F_str|F_irr or code:dF")
+                    })?;
+                Ok(Perturbation::TraceWindow(metric, factor))
+            }
+        }
+    }
+
+    /// Applies the distortion to a sampled run's analysis and samples.
+    pub fn apply(&self, analysis: &mut Analysis, samples: &mut SampleSet) {
+        match *self {
+            Perturbation::TraceWindow(metric, factor) => {
+                for row in &mut analysis.trace_windows {
+                    match metric {
+                        TraceMetric::F => row.f *= factor,
+                        TraceMetric::DF => row.d_f *= factor,
+                        TraceMetric::FStr => row.f_str *= factor,
+                        TraceMetric::FIrr => row.f_irr *= factor,
+                    }
+                }
+                for sample in &mut samples.samples {
+                    for level in &mut sample.levels {
+                        match metric {
+                            TraceMetric::F => level.f *= factor,
+                            TraceMetric::DF => level.d_f *= factor,
+                            TraceMetric::FStr => level.f_str *= factor,
+                            TraceMetric::FIrr => level.f_irr *= factor,
+                        }
+                    }
+                }
+            }
+            Perturbation::CodeWindowDf(factor) => {
+                for f in &mut analysis.functions {
+                    f.d_f = f.d_f.map(|x| x * factor);
+                }
+                for sample in &mut samples.samples {
+                    for (_, sums) in &mut sample.functions {
+                        sums.d_f *= factor;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Compares a sampled run (its analysis and per-sample sums) with the golden
+/// full-trace metrics of the same bench.
+pub fn compare(
+    golden: &GoldenMetrics,
+    sampled: &Analysis,
+    samples: &SampleSet,
+    limits: &Limits,
+) -> Comparison {
+    let window = sampled.run.window.unwrap_or(u64::MAX);
+    let period = sampled.run.period.unwrap_or(u64::MAX);
+    let k_max = sampled.run.max_k;
+    let code_k = sampled.run.code_window_k;
+    let n = samples.samples.len() as u64;
+    let enough = n >= limits.min_samples;
+    let mut problems = Vec::new();
+    if !enough {
+        problems.push(format!(
+            "undersampled: {n} samples, fewer than {} (lower --period or raise the bench's size)",
+            limits.min_samples
+        ));
+    }
+    let replicates = Bootstrap::new(samples, limits);
+
+    // Trace windows.
+    let rows: Vec<(u32, &crate::analysis::WindowRow, &crate::analysis::WindowRow)> = (3..=k_max)
+        .filter_map(|k| {
+            let full = golden.trace_windows.iter().find(|r| r.k == k)?;
+            let sampled = sampled.trace_windows.iter().find(|r| r.k == k)?;
+            Some((k, full, sampled))
+        })
+        .collect();
+    let mut trace_windows = Vec::new();
+    for metric in TraceMetric::ALL {
+        let compared: Vec<(u32, f64, f64)> = rows
+            .iter()
+            .map(|&(k, full, sampled)| (k, metric.of_row(full), metric.of_row(sampled)))
+            .filter(|&(_, full, _)| full != 0.0)
+            .collect();
+        let mape = (!compared.is_empty()).then(|| {
+            compared
+                .iter()
+                .map(|&(_, full, sampled)| ((sampled - full) / full).abs())
+                .sum::<f64>()
+                / compared.len() as f64
+        });
+        let ci = replicates.trace_interval(metric, &compared);
+        let error = Error::judge(mape, ci, limits.trace_mape, enough);
+        match error.status {
+            Status::Exceeded => problems.push(format!(
+                "trace-window MAPE of {} is {:.1}%, over the {:.1}% limit",
+                metric.name(),
+                100.0 * mape.unwrap_or(0.0),
+                100.0 * limits.trace_mape
+            )),
+            Status::Undersampled if enough => problems.push(format!(
+                "undersampled: the 95% interval of trace-window {} is {:.1}% wide, over the {:.1}% limit",
+                metric.name(),
+                100.0 * ci.map_or(0.0, |[lo, hi]| hi - lo),
+                100.0 * limits.trace_mape
+            )),
+            _ => {}
+        }
+        trace_windows.push(TraceWindowError {
+            metric: metric.name(),
+            rows: compared.len(),
+            error,
+        });
+    }
+
+    // Code windows.
+    let full_a = golden.summary.a.max(1) as f64;
+    let mut functions = Vec::new();
+    for full in golden
+        .functions
+        .iter()
+        .filter(|f| f.a as f64 / full_a >= limits.min_function_share)
+    {
+        let share = full.a as f64 / full_a;
+        let index = samples.function_index(&full.name);
+        let sampled_f = sampled.functions.iter().find(|f| f.name == full.name);
+        let function_samples = index.map_or(0, |i| replicates.function_samples(i));
+        let windows = sampled_f.map_or(0, |f| f.code_windows);
+        let f_enough = function_samples >= limits.min_samples && windows > 0;
+        let full_row = full.trace_windows.iter().find(|r| r.k == code_k);
+        let missing = || Error {
+            error: None,
+            ci: None,
+            limit: limits.code_error,
+            status: Status::Undersampled,
+        };
+        let (d_f, f_str, f_irr) = match (full_row, sampled_f.filter(|f| f.code_windows > 0)) {
+            (Some(row), Some(f)) => {
+                let ci = |get: fn(&FunctionSums) -> f64, full: f64, relative: bool| {
+                    index.and_then(|i| replicates.function_interval(i, get, full, relative))
+                };
+                let d_f = f.d_f.unwrap_or(0.0);
+                let rel = (row.d_f != 0.0).then(|| ((d_f - row.d_f) / row.d_f).abs());
+                (
+                    Error::judge(rel, ci(|s| s.d_f, row.d_f, true), limits.code_error, f_enough),
+                    Error::judge(
+                        Some((f.f_str_frac.unwrap_or(0.0) - row.f_str_frac).abs()),
+                        ci(|s| s.f_str_frac, row.f_str_frac, false),
+                        limits.code_error,
+                        f_enough,
+                    ),
+                    Error::judge(
+                        Some((f.f_irr_frac.unwrap_or(0.0) - row.f_irr_frac).abs()),
+                        ci(|s| s.f_irr_frac, row.f_irr_frac, false),
+                        limits.code_error,
+                        f_enough,
+                    ),
+                )
+            }
+            _ => (missing(), missing(), missing()),
+        };
+        let a_const_frac = match (full.a_const_frac, sampled_f.and_then(|f| f.a_const_frac)) {
+            (Some(full_frac), Some(frac)) => Error::judge(
+                Some((frac - full_frac).abs()),
+                index.and_then(|i| replicates.a_const_interval(i, full_frac)),
+                limits.code_error,
+                f_enough,
+            ),
+            _ => missing(),
+        };
+        let mut status = [&d_f, &f_str, &f_irr, &a_const_frac]
+            .iter()
+            .fold(Status::Ok, |s, e| s.worst(e.status));
+        if !f_enough && status != Status::Exceeded {
+            status = Status::Undersampled;
+        }
+        let label = format!("function `{}` ({:.1}% of accesses)", full.name, 100.0 * share);
+        if function_samples < limits.min_samples {
+            problems.push(format!(
+                "undersampled: {label} is in {function_samples} samples, fewer than {}",
+                limits.min_samples
+            ));
+        } else if windows == 0 {
+            problems.push(format!(
+                "undersampled: {label} has no code window of 2^{code_k} records in any sample"
+            ));
+        }
+        for (name, e) in [
+            ("dF", &d_f),
+            ("F_str%", &f_str),
+            ("F_irr%", &f_irr),
+            ("A_const%", &a_const_frac),
+        ] {
+            match e.status {
+                Status::Exceeded => problems.push(format!(
+                    "{label}: code-window {name} error {:.2}%, over the {:.1}% limit",
+                    100.0 * e.error.unwrap_or(0.0),
+                    100.0 * limits.code_error
+                )),
+                Status::Undersampled if f_enough => {
+                    if let Some([lo, hi]) = e.ci {
+                        problems.push(format!(
+                            "undersampled: {label}: the 95% interval of code-window {name} is {:.2}% wide, over the {:.1}% limit",
+                            100.0 * (hi - lo),
+                            100.0 * limits.code_error
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        functions.push(FunctionError {
+            name: full.name.clone(),
+            share,
+            samples: function_samples,
+            windows,
+            d_f,
+            f_str_frac: f_str,
+            f_irr_frac: f_irr,
+            a_const_frac,
+            status,
+        });
+    }
+    if functions.is_empty() {
+        problems.push("no function holds enough of the full run's accesses to compare".into());
+    }
+
+    let mut status = if enough {
+        Status::Ok
+    } else {
+        Status::Undersampled
+    };
+    for e in &trace_windows {
+        status = status.worst(e.error.status);
+    }
+    for f in &functions {
+        status = status.worst(f.status);
+    }
+    let full_records = golden.summary.records;
+    Comparison {
+        samples: n,
+        window,
+        period,
+        k_max,
+        code_window_k: code_k,
+        trace_size_frac: (full_records > 0)
+            .then(|| sampled.coverage.records as f64 / full_records as f64),
+        trace_windows,
+        functions,
+        problems,
+        status,
+    }
+}
+
+/// Bootstrap replicates of the sample set: `replicates` draws of `n`
+/// samples with replacement, each stored as per-sample multiplicities so
+/// every statistic is a weighted sum.
+struct Bootstrap<'a> {
+    samples: &'a SampleSet,
+    /// `weights[b][s]`: how often sample `s` is drawn in replicate `b`.
+    weights: Vec<Vec<u32>>,
+}
+
+/// SplitMix64: tiny, seedable, and good enough to draw sample indices.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (multiply-shift; the bias is below 2^-32 for the
+    /// sample counts of a trace).
+    fn below(&mut self, n: usize) -> usize {
+        ((self.next() >> 32) * n as u64 >> 32) as usize
+    }
+}
+
+impl<'a> Bootstrap<'a> {
+    fn new(samples: &'a SampleSet, limits: &Limits) -> Self {
+        let n = samples.samples.len();
+        let mut rng = SplitMix(limits.seed);
+        let weights = if n == 0 {
+            Vec::new()
+        } else {
+            (0..limits.replicates)
+                .map(|_| {
+                    let mut w = vec![0u32; n];
+                    for _ in 0..n {
+                        w[rng.below(n)] += 1;
+                    }
+                    w
+                })
+                .collect()
+        };
+        Bootstrap { samples, weights }
+    }
+
+    /// Samples holding records of function `index`.
+    fn function_samples(&self, index: usize) -> u64 {
+        self.samples
+            .samples
+            .iter()
+            .filter(|s| s.functions.iter().any(|(i, _)| *i == index))
+            .count() as u64
+    }
+
+    /// 95% interval of the mean relative deviation over the compared rows
+    /// `(k, full, sampled)`: per replicate, `mean_k (value_k − full_k) /
+    /// full_k`.
+    fn trace_interval(&self, metric: TraceMetric, rows: &[(u32, f64, f64)]) -> Option<[f64; 2]> {
+        if rows.is_empty() || self.weights.is_empty() {
+            return None;
+        }
+        let mut values = Vec::with_capacity(self.weights.len());
+        for weights in &self.weights {
+            let mut total = 0.0;
+            let mut counted = 0usize;
+            for &(k, full, _) in rows {
+                let mut sums = LevelSums::default();
+                for (sample, &w) in self.samples.samples.iter().zip(weights) {
+                    if w == 0 {
+                        continue;
+                    }
+                    if let Some(level) = sample.levels.get(k as usize - 3) {
+                        let scaled = LevelSums {
+                            windows: level.windows * u64::from(w),
+                            f: level.f * f64::from(w),
+                            d_f: level.d_f * f64::from(w),
+                            f_str: level.f_str * f64::from(w),
+                            f_irr: level.f_irr * f64::from(w),
+                        };
+                        sums.add(&scaled);
+                    }
+                }
+                if let Some(mean) = sums.mean(metric) {
+                    total += (mean - full) / full;
+                    counted += 1;
+                }
+            }
+            if counted > 0 {
+                values.push(total / counted as f64);
+            }
+        }
+        interval(values)
+    }
+
+    /// 95% interval of a function's code-window metric: relative deviation
+    /// from `full` when `relative`, else the difference.
+    fn function_interval(
+        &self,
+        index: usize,
+        get: fn(&FunctionSums) -> f64,
+        full: f64,
+        relative: bool,
+    ) -> Option<[f64; 2]> {
+        if relative && full == 0.0 {
+            return None;
+        }
+        let values = self.function_replicates(index, |sums| {
+            (sums.windows > 0).then(|| {
+                let mean = get(sums) / sums.windows as f64;
+                if relative {
+                    (mean - full) / full
+                } else {
+                    mean - full
+                }
+            })
+        });
+        interval(values)
+    }
+
+    /// 95% interval of a function's `A_const%` minus the full value.
+    fn a_const_interval(&self, index: usize, full: f64) -> Option<[f64; 2]> {
+        let values = self.function_replicates(index, |sums| {
+            let total = sums.a + sums.a_const;
+            (total > 0).then(|| sums.a_const as f64 / total as f64 - full)
+        });
+        interval(values)
+    }
+
+    fn function_replicates(
+        &self,
+        index: usize,
+        statistic: impl Fn(&FunctionSums) -> Option<f64>,
+    ) -> Vec<f64> {
+        // The function's sums per sample, once.
+        let per_sample: Vec<Option<FunctionSums>> = self
+            .samples
+            .samples
+            .iter()
+            .map(|s| s.functions.iter().find(|(i, _)| *i == index).map(|(_, f)| *f))
+            .collect();
+        let mut values = Vec::with_capacity(self.weights.len());
+        for weights in &self.weights {
+            let mut total = FunctionSums::default();
+            for (sums, &w) in per_sample.iter().zip(weights) {
+                if let (Some(sums), true) = (sums, w > 0) {
+                    let w64 = u64::from(w);
+                    let wf = f64::from(w);
+                    total.add(&FunctionSums {
+                        a: sums.a * w64,
+                        a_const: sums.a_const * w64,
+                        windows: sums.windows * w64,
+                        d_f: sums.d_f * wf,
+                        f_str_frac: sums.f_str_frac * wf,
+                        f_irr_frac: sums.f_irr_frac * wf,
+                    });
+                }
+            }
+            if let Some(value) = statistic(&total) {
+                values.push(value);
+            }
+        }
+        values
+    }
+}
+
+/// The 2.5th and 97.5th percentiles (linear interpolation).
+fn interval(mut values: Vec<f64>) -> Option<[f64; 2]> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let at = |p: f64| {
+        let x = p * (values.len() - 1) as f64;
+        let (i, frac) = (x.floor() as usize, x - x.floor());
+        let next = values[(i + 1).min(values.len() - 1)];
+        values[i] + frac * (next - values[i])
+    };
+    Some([at(0.025), at(0.975)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::samples::SampleBreakdown;
+    use super::super::snapshot::GoldenMetrics;
+    use super::*;
+    use crate::analysis::{AnalysisOptions, Analyzer};
+    use crate::trace::{Sampling, TraceHeader, TraceTotals};
+
+    /// A stationary synthetic program: every window looks alike, so a
+    /// sampled run of it must validate.
+    fn program(total: u64) -> impl Iterator<Item = (u32, u64)> {
+        let mut state = 42u64;
+        let mut i = 0u64;
+        (0..total).map(move |j| {
+            if j % 50 == 49 {
+                return (2, 0x7ff0_0000);
+            }
+            if j % 2 == 0 {
+                i += 1;
+                (0, 0x10_0000 + 4 * (i % 100_000))
+            } else {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (1, 0x80_0000 + 8 * ((state >> 33) % 200_000))
+            }
+        })
+    }
+
+    fn full_metrics(header: &TraceHeader, total: u64) -> GoldenMetrics {
+        let header = TraceHeader {
+            sampling: Sampling::full(),
+            ..header.clone()
+        };
+        let mut analyzer = Analyzer::new(&header, &AnalysisOptions::default()).unwrap();
+        for (load, addr) in program(total) {
+            analyzer.push_load(load, addr, 0, 0);
+        }
+        let analysis = analyzer.finish(&TraceTotals {
+            executions: total,
+            records: total,
+            samples: 1,
+            dropped: Default::default(),
+            exit: None,
+            complete: true,
+        });
+        GoldenMetrics::from_analysis("p", "t", "b", &analysis)
+    }
+
+    /// Samples `window` records every `period` of the program.
+    fn sampled(header: &TraceHeader, total: u64, window: u64, period: u64) -> (Analysis, SampleSet) {
+        let header = TraceHeader {
+            sampling: Sampling {
+                window,
+                period,
+                seed: Some(3),
+            },
+            ..header.clone()
+        };
+        let options = AnalysisOptions::default();
+        let mut analyzer = Analyzer::new(&header, &options).unwrap();
+        let mut breakdown = SampleBreakdown::new(&header, &options);
+        let mut samples = 0u64;
+        let mut records = 0u64;
+        for (j, (load, addr)) in program(total).enumerate() {
+            let j = j as u64;
+            // Start each sample at a varying offset in its period.
+            let offset = (j / period * 7919) % (period - window);
+            let phase = j % period;
+            if phase == offset {
+                breakdown.begin_sample().unwrap();
+                samples += 1;
+            }
+            if phase >= offset && phase < offset + window {
+                analyzer.push_load(load, addr, samples - 1, 0);
+                breakdown.push(load, addr, 0);
+                records += 1;
+            }
+        }
+        let analysis = analyzer.finish(&TraceTotals {
+            executions: total,
+            records,
+            samples,
+            dropped: Default::default(),
+            exit: None,
+            complete: true,
+        });
+        (analysis, breakdown.finish().unwrap())
+    }
+
+    fn header() -> TraceHeader {
+        super::super::samples::tests::header(1000, 100_000)
+    }
+
+    #[test]
+    fn a_well_sampled_stationary_program_passes() {
+        let header = header();
+        let total = 2_000_000;
+        let golden = full_metrics(&header, total);
+        let (analysis, samples) = sampled(&header, total, 1000, 20_000);
+        let c = compare(&golden, &analysis, &samples, &Limits::default());
+        assert_eq!(c.status, Status::Ok, "{:#?}", c);
+        assert_eq!(c.samples, 100);
+        assert_eq!(c.k_max, 9);
+        assert!(c.problems.is_empty(), "{:?}", c.problems);
+        let f = &c.trace_windows[0];
+        assert_eq!((f.metric, f.rows), ("F", 7));
+        assert!(f.error.error.unwrap() < 0.01, "{f:?}");
+        let [lo, hi] = f.error.ci.unwrap();
+        assert!(lo <= hi && hi - lo < 0.15, "{lo} {hi}");
+        let size = c.trace_size_frac.unwrap();
+        assert!((size - 0.05).abs() < 0.001, "{size}");
+        // The kernel is compared; the helper holds ~1% of accesses but only
+        // Constant loads (A = 0), so it is not.
+        assert_eq!(c.functions.len(), 1);
+        assert_eq!(c.functions[0].name, "kernel");
+        assert_eq!(c.functions[0].status, Status::Ok, "{:#?}", c.functions);
+    }
+
+    #[test]
+    fn too_few_samples_are_undersampled_not_passed() {
+        let header = header();
+        let total = 2_000_000;
+        let golden = full_metrics(&header, total);
+        let (analysis, samples) = sampled(&header, total, 1000, 100_000);
+        assert_eq!(samples.samples.len(), 20);
+        let c = compare(&golden, &analysis, &samples, &Limits::default());
+        assert_eq!(c.status, Status::Undersampled);
+        assert!(c.problems[0].contains("20 samples, fewer than 30"), "{:?}", c.problems);
+    }
+
+    #[test]
+    fn a_perturbed_metric_exceeds_its_limit() {
+        let header = header();
+        let total = 2_000_000;
+        let golden = full_metrics(&header, total);
+        let (mut analysis, mut samples) = sampled(&header, total, 1000, 20_000);
+        Perturbation::parse("trace:F_irr=1.2")
+            .unwrap()
+            .apply(&mut analysis, &mut samples);
+        let c = compare(&golden, &analysis, &samples, &Limits::default());
+        assert_eq!(c.status, Status::Exceeded);
+        let f_irr = c.trace_windows.iter().find(|e| e.metric == "F_irr").unwrap();
+        assert!((f_irr.error.error.unwrap() - 0.2).abs() < 0.02, "{f_irr:?}");
+        assert!(c.problems.iter().any(|p| p.contains("MAPE of F_irr")), "{:?}", c.problems);
+
+        let (mut analysis, mut samples) = sampled(&header, total, 1000, 20_000);
+        Perturbation::parse("code:dF=1.05")
+            .unwrap()
+            .apply(&mut analysis, &mut samples);
+        let c = compare(&golden, &analysis, &samples, &Limits::default());
+        assert_eq!(c.functions[0].d_f.status, Status::Exceeded, "{:?}", c.functions[0]);
+        assert_eq!(c.status, Status::Exceeded);
+    }
+
+    #[test]
+    fn perturbation_syntax() {
+        assert_eq!(
+            Perturbation::parse("trace:dF=0.5"),
+            Ok(Perturbation::TraceWindow(TraceMetric::DF, 0.5))
+        );
+        assert_eq!(
+            Perturbation::parse("code:dF=2"),
+            Ok(Perturbation::CodeWindowDf(2.0))
+        );
+        assert!(Perturbation::parse("trace:G=1").is_err());
+        assert!(Perturbation::parse("trace:F").is_err());
+        assert!(Perturbation::parse("trace:F=x").is_err());
+    }
+
+    #[test]
+    fn intervals_are_percentiles() {
+        let values: Vec<f64> = (0..=1000).map(f64::from).collect();
+        assert_eq!(interval(values), Some([25.0, 975.0]));
+        assert_eq!(interval(vec![]), None);
+        assert_eq!(interval(vec![2.0]), Some([2.0, 2.0]));
+    }
+}
