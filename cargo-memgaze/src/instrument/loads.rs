@@ -60,6 +60,10 @@ pub fn unclassified_annotation(binary: &Binary, functions: &[usize]) -> Annotati
                 function: fi as u32,
                 line: binary.location(insn.ip()).map(|l| l.to_string()),
                 skipped: None,
+                segment: register_name(insn.segment_prefix()),
+                gather: false,
+                read_modify_write: false,
+                control: false,
             });
         }
     }
