@@ -158,6 +158,24 @@ pub fn record(
     sampling: &Sampling,
     sink: &mut dyn RecordSink,
 ) -> Result<Recording> {
+    let mut command = Command::new(program);
+    command.args(args);
+    record_command(command, annotation, sampling, sink)
+}
+
+/// [`record`] for a command the caller prepared: its arguments, working
+/// directory, environment and standard streams are kept (e.g. `cargo
+/// memgaze bench` runs a bench from its package root and captures its
+/// libtest output); the recorder's variables and the spawn settings
+/// (no address randomisation, the socket inherited) are added.
+pub fn record_command(
+    mut command: Command,
+    annotation: &Annotation,
+    sampling: &Sampling,
+    sink: &mut dyn RecordSink,
+) -> Result<Recording> {
+    let program = std::path::PathBuf::from(command.get_program());
+    let program = program.as_path();
     if sampling.window == 0 || sampling.window > sampling.period {
         bail!(
             "window {} must be between 1 and the period {}",
@@ -176,9 +194,7 @@ pub fn record(
         seed: sampling.seed.unwrap_or(0),
     };
     let their_fd = theirs.as_raw_fd();
-    let mut command = Command::new(program);
     command
-        .args(args)
         .env(protocol::RECORDER_ENV, config.to_env())
         .env(protocol::RECORDING_ENV, "1");
     // SAFETY: only async-signal-safe calls between fork and exec.
