@@ -5,7 +5,9 @@
 //! build ([`cargo`]) → binary analysis ([`binary`], [`classify`]) →
 //! instrument ([`instrument`]) → record ([`record`], [`pt`]) → trace
 //! ([`trace`]) → analyse ([`analysis`]) → validate ([`golden`]) → report
-//! ([`report`]) → gate ([`gate`]). [`cli`] is the command layer over them.
+//! ([`report`]) → gate ([`gate`]). [`pipeline`] strings instrument, record
+//! and analyse together for a workspace's benches; [`cli`] is the command
+//! layer over them.
 
 pub mod analysis;
 pub mod annotation;
@@ -18,6 +20,7 @@ pub mod gate;
 pub mod golden;
 pub mod instrument;
 pub mod lackey;
+pub mod pipeline;
 pub mod pt;
 pub mod record;
 pub mod report;

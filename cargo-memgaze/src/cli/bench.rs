@@ -1,11 +1,16 @@
 //! `cargo memgaze bench`: build a workspace's harness benches, then
 //! instrument, record, analyse and summarise each.
 
-use super::{ColorChoice, Global, MessageFormat};
-use crate::cargo::{self, BenchSuite, BuildOptions, CargoArgs, HarnessArgs};
-use crate::error::Exit;
-use clap::ValueEnum;
+use super::progress::Progress;
+use super::suite::{self, plural};
+use super::{Global, MessageFormat};
+use crate::analysis::AnalysisOptions;
+use crate::cargo::{BenchCase, BenchId, BenchOutcome, BenchSuite, BenchTarget, CargoArgs, HarnessArgs};
+use crate::error::{Exit, usage};
+use crate::pipeline::{self, RunPlan};
+use crate::trace::Sampling;
 use std::io::Write;
+use std::time::Instant;
 
 /// Arguments of `cargo memgaze bench`.
 #[derive(clap::Args, Debug)]
@@ -34,7 +39,7 @@ pub struct Args {
     pub full: bool,
 
     /// Sampling period: one sample every N instrumented-load executions
-    /// (default: the recorder's).
+    /// (default 100000).
     #[arg(
         long,
         value_name = "N",
@@ -43,7 +48,7 @@ pub struct Args {
     )]
     pub period: Option<u64>,
 
-    /// Records per sample, w (default: the recorder's).
+    /// Records per sample, w (default 1000).
     #[arg(
         long,
         value_name = "W",
@@ -52,9 +57,14 @@ pub struct Args {
     )]
     pub window: Option<u64>,
 
-    /// Seed of the sampling jitter, for reproducible runs.
+    /// Seed of the sampling jitter, for reproducible runs (default: a
+    /// random one, shown in the JSON messages and the trace header).
     #[arg(long, value_name = "N", help_heading = "Recording")]
     pub seed: Option<u64>,
+
+    /// Stop at the first bench that fails.
+    #[arg(long)]
+    pub fail_fast: bool,
 
     /// Recording backend: Intel PT where `doctor` finds it usable (auto),
     /// or the software recorder.
@@ -68,43 +78,27 @@ pub struct Args {
     pub harness_args: Vec<String>,
 }
 
-/// `--backend` values.
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Backend {
-    /// Intel PT when usable, else the software recorder.
-    #[default]
-    Auto,
-    /// The software recorder (works everywhere).
-    Soft,
-    /// Intel PT `ptwrite` (needs hardware and kernel support).
-    Pt,
-}
+pub use super::suite::Backend;
 
 /// Runs the command.
 pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     let harness = HarnessArgs::parse(&args.harness_args)?;
-    let options = BuildOptions {
-        quiet: global.quiet,
-        verbose: global.verbose > 0,
-        color: match global.color {
-            ColorChoice::Auto => None,
-            ColorChoice::Always => Some("always"),
-            ColorChoice::Never => Some("never"),
-        },
-    };
-    let suite = cargo::discover(&args.cargo, &harness, &options)?;
-    for (_, reason) in &suite.skipped {
-        eprintln!("warning: skipping {reason}");
+    let sampling = sampling(args.full, args.window, args.period, args.seed)?;
+    let backend_note = suite::choose_backend(args.backend)?;
+    let json = args.message_format == MessageFormat::Json;
+    let suite = suite::discover(&args.cargo, &harness, global)?;
+    if json {
+        emit(&build_finished(&suite));
     }
     if harness.list_requested() {
         print_list(&suite, args.message_format)?;
         return Ok(Exit::Ok);
     }
-    let selected = suite.selected().count();
+    let selected: Vec<(&BenchTarget, &BenchCase)> = suite.selected().collect();
     if !global.quiet {
         for target in &suite.targets {
-            let runs = suite
-                .selected()
+            let runs = selected
+                .iter()
                 .filter(|(t, _)| t.executable.path == target.executable.path)
                 .count();
             eprintln!(
@@ -123,22 +117,259 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                 target.executable.display_name()
             );
         }
+        if let Some(note) = &backend_note {
+            eprintln!("{note}");
+        }
     }
-    if selected == 0 {
+    if selected.is_empty() {
         if !global.quiet {
             eprintln!("note: no bench matches the harness arguments; nothing to do");
         }
+        if json {
+            emit(&serde_json::json!({"reason": "summary", "benches": 0, "measured": 0, "failed": 0}));
+        }
         return Ok(Exit::Ok);
     }
-    anyhow::bail!(
-        "instrumentation pipeline not wired yet ({} in {} built and listed)",
-        plural(selected, "bench", "benches"),
-        plural(suite.targets.len(), "target", "targets"),
+
+    let started = Instant::now();
+    let progress = Progress::new(selected.len() as u64, global.quiet);
+    let instrumented = suite::instrument_targets(&suite, &progress, global)?;
+    let layout = suite.workspace.results_layout();
+    let several_targets = suite.targets.len() > 1;
+    let width = selected
+        .iter()
+        .map(|(t, c)| label(t, c, several_targets).chars().count())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    if !json {
+        progress.print(|| println!("{}", table_header(width)));
+    }
+    let mut exit = Exit::Ok;
+    let (mut measured, mut failed) = (0usize, 0usize);
+    for (target, case) in &selected {
+        let exe = &target.executable;
+        let index = suite
+            .targets
+            .iter()
+            .position(|t| t.executable.path == exe.path)
+            .expect("a selected bench belongs to a target");
+        let instrumented = instrumented[index]
+            .as_ref()
+            .expect("targets with selected benches are instrumented");
+        progress.start("Recording", &format!("{} {}", exe.display_name(), case.name));
+        if json {
+            emit(&serde_json::json!({
+                "reason": "bench-started",
+                "package": exe.package,
+                "target": exe.target,
+                "name": case.name,
+            }));
+        }
+        let dir = layout.create_bench_dir(&BenchId::new(&exe.package, &exe.target, &case.name))?;
+        let plan = RunPlan {
+            sampling,
+            analysis: AnalysisOptions::default(),
+            trace_file: Some(dir.join(pipeline::TRACE_FILE)),
+            per_sample: false,
+            env: Vec::new(),
+        };
+        let recording = pipeline::record_bench(target, case, instrumented, &plan)?;
+        for note in &recording.notes {
+            progress.note(&format!("note: {}: {note}", case.name));
+        }
+        let analysis_file = dir.join(pipeline::ANALYSIS_FILE);
+        match &recording.outcome {
+            BenchOutcome::Measured { nanos } => {
+                measured += 1;
+                pipeline::write_analysis(&analysis_file, &recording.analysis)?;
+                if json {
+                    emit(&serde_json::json!({
+                        "reason": "bench-finished",
+                        "package": exe.package,
+                        "target": exe.target,
+                        "name": case.name,
+                        "results": dir,
+                        "trace": recording.trace_file,
+                        "analysis": analysis_file,
+                        "region_ns": nanos,
+                        "sampling": sampling_json(&sampling),
+                        "elapsed_s": recording.elapsed.as_secs_f64(),
+                        "summary": recording.analysis.summary,
+                        "coverage": recording.analysis.coverage,
+                    }));
+                } else {
+                    let row = table_row(
+                        &label(target, case, several_targets),
+                        width,
+                        &recording.analysis.summary,
+                        recording.elapsed,
+                    );
+                    progress.print(|| println!("{row}"));
+                }
+            }
+            BenchOutcome::Failed { message } => {
+                failed += 1;
+                exit = exit.worst(Exit::BenchFailed);
+                // A failed run's partial metrics must not pass for results.
+                let _ = std::fs::remove_file(&analysis_file);
+                if json {
+                    emit(&serde_json::json!({
+                        "reason": "bench-failed",
+                        "package": exe.package,
+                        "target": exe.target,
+                        "name": case.name,
+                        "message": message,
+                    }));
+                }
+                progress.note(&format!(
+                    "error: bench `{}` of `{}` failed: {message}",
+                    case.name,
+                    exe.display_name()
+                ));
+            }
+        }
+        progress.advance();
+        if args.fail_fast && exit != Exit::Ok {
+            break;
+        }
+    }
+    progress.finish();
+    let elapsed = started.elapsed();
+    if json {
+        emit(&serde_json::json!({
+            "reason": "summary",
+            "benches": selected.len(),
+            "measured": measured,
+            "failed": failed,
+            "results": layout.root(),
+            "elapsed_s": elapsed.as_secs_f64(),
+        }));
+    } else if !global.quiet {
+        eprintln!(
+            "{:>12} {} in {:.1}s{}; results in {}",
+            "Finished",
+            plural(measured, "bench", "benches"),
+            elapsed.as_secs_f64(),
+            if failed > 0 {
+                format!(", {failed} failed")
+            } else {
+                String::new()
+            },
+            layout.root().display()
+        );
+    }
+    Ok(exit)
+}
+
+/// The sampling a command's `--full`/`--window`/`--period`/`--seed` ask
+/// for (defaults: `w` = 1000, period 100 000, a random seed).
+pub fn sampling(
+    full: bool,
+    window: Option<u64>,
+    period: Option<u64>,
+    seed: Option<u64>,
+) -> anyhow::Result<Sampling> {
+    if full {
+        return Ok(Sampling::full());
+    }
+    let window = window.unwrap_or(pipeline::DEFAULT_WINDOW);
+    let period = period.unwrap_or(pipeline::DEFAULT_PERIOD.max(window));
+    if period < window {
+        return Err(usage(format!(
+            "--period {period} must be at least --window {window}"
+        )));
+    }
+    Ok(Sampling {
+        window,
+        period,
+        seed: Some(seed.unwrap_or_else(random_seed)),
+    })
+}
+
+fn random_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    nanos ^ (u64::from(std::process::id()) << 32)
+}
+
+/// The `sampling` object of JSON messages.
+pub fn sampling_json(sampling: &Sampling) -> serde_json::Value {
+    if sampling.is_full() {
+        serde_json::json!({"full": true})
+    } else {
+        serde_json::json!({
+            "full": false,
+            "window": sampling.window,
+            "period": sampling.period,
+            "seed": sampling.seed,
+        })
+    }
+}
+
+/// Prints one JSON message line on stdout.
+pub fn emit(message: &serde_json::Value) {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    // A closed pipe (`| head`) is not worth a panic.
+    let _ = writeln!(out, "{message}");
+    let _ = out.flush();
+}
+
+fn build_finished(suite: &BenchSuite) -> serde_json::Value {
+    let targets: Vec<serde_json::Value> = suite
+        .targets
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "package": t.executable.package,
+                "target": t.executable.target,
+                "executable": t.executable.path,
+                "benches": t.cases.iter().map(|c| &c.name).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    serde_json::json!({"reason": "build-finished", "success": true, "targets": targets})
+}
+
+/// The bench's name in tables: `target/bench` when several targets run.
+fn label(target: &BenchTarget, case: &BenchCase, several_targets: bool) -> String {
+    if several_targets {
+        format!("{}/{}", target.executable.target, case.name)
+    } else {
+        case.name.clone()
+    }
+}
+
+fn table_header(width: usize) -> String {
+    format!(
+        "{:<width$} {:>11} {:>11} {:>7} {:>7} {:>7} {:>9} {:>8} {:>7} {:>7}",
+        "bench", "A", "F", "ΔF", "F_str%", "F_irr%", "D mean", "samples", "ρ", "time"
     )
 }
 
-fn plural(n: usize, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
+fn table_row(
+    name: &str,
+    width: usize,
+    s: &crate::analysis::Summary,
+    elapsed: std::time::Duration,
+) -> String {
+    let or_dash = |x: Option<String>| x.unwrap_or_else(|| "–".to_string());
+    format!(
+        "{:<width$} {:>11} {:>11} {:>7} {:>7.1} {:>7.1} {:>9} {:>8} {:>7} {:>6.1}s",
+        name,
+        s.a,
+        s.f,
+        or_dash(s.d_f.map(|x| format!("{x:.4}"))),
+        100.0 * s.f_str_frac,
+        100.0 * s.f_irr_frac,
+        or_dash(s.d_mean.map(|x| format!("{x:.1}"))),
+        s.samples,
+        or_dash(s.rho.map(|x| format!("{x:.1}"))),
+        elapsed.as_secs_f64(),
+    )
 }
 
 /// `-- --list`: libtest's `<name>: bench` lines on stdout (a header per

@@ -14,10 +14,12 @@ pub mod doctor;
 pub mod dump;
 pub mod golden;
 pub mod instrument;
+pub mod progress;
 pub mod pt_decode;
 pub mod record;
 pub mod report;
 pub mod run;
+pub mod suite;
 pub mod validate;
 
 /// `cargo` invokes subcommands as `cargo-memgaze memgaze <args>`.

@@ -29,7 +29,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Default records per sample window (`w`).
@@ -37,8 +37,8 @@ pub const DEFAULT_WINDOW: u64 = 1_000;
 /// Default instrumented-load executions per period (`w + z`).
 pub const DEFAULT_PERIOD: u64 = 100_000;
 
-/// How long descendants of the program may keep the socket open after the
-/// program itself exited before their output is cut off.
+/// How long descendants of the program may keep the socket open, sending
+/// nothing, after the program itself exited before their output is cut off.
 const LINGER: Duration = Duration::from_secs(2);
 
 /// Where the collector puts the records it decodes.
@@ -222,15 +222,26 @@ pub fn record_command(
 
     let done = Arc::new(AtomicBool::new(false));
     let cut_off = Arc::new(AtomicBool::new(false));
+    // Messages read so far: the linger below counts from the last one, so a
+    // reader still draining what the program queued before it exited (a
+    // slow sink, a full trace) is never cut off.
+    let progress = Arc::new(AtomicU64::new(0));
     let waiter = {
         let done = Arc::clone(&done);
         let cut_off = Arc::clone(&cut_off);
+        let progress = Arc::clone(&progress);
         let socket = ours.as_raw_fd();
         std::thread::spawn(move || {
             let status = child.wait();
-            let deadline = Instant::now() + LINGER;
+            let mut deadline = Instant::now() + LINGER;
+            let mut seen = progress.load(Ordering::Acquire);
             while !done.load(Ordering::Acquire) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(10));
+                let now = progress.load(Ordering::Acquire);
+                if now != seen {
+                    seen = now;
+                    deadline = Instant::now() + LINGER;
+                }
             }
             if !done.load(Ordering::Acquire) {
                 cut_off.store(true, Ordering::Release);
@@ -271,6 +282,7 @@ pub fn record_command(
             failure = Some(e);
             break;
         }
+        progress.fetch_add(1, Ordering::Release);
     }
     done.store(true, Ordering::Release);
     let status = waiter

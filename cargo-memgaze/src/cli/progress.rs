@@ -1,0 +1,69 @@
+//! Progress of the commands that run a suite of benches (`bench`, `golden`,
+//! `validate`): an indicatif bar on a terminal, plain status lines on
+//! stderr otherwise, nothing with `-q`.
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::IsTerminal;
+
+/// Status output on stderr for a run of `total` steps.
+pub struct Progress {
+    bar: ProgressBar,
+    /// Print status lines (no bar on stderr, not quiet).
+    lines: bool,
+}
+
+impl Progress {
+    /// A bar over `total` steps; `quiet` hides everything.
+    pub fn new(total: u64, quiet: bool) -> Progress {
+        let terminal = std::io::stderr().is_terminal();
+        let target = if quiet || !terminal {
+            ProgressDrawTarget::hidden()
+        } else {
+            ProgressDrawTarget::stderr()
+        };
+        let bar = ProgressBar::with_draw_target(Some(total), target);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{prefix:>12.cyan.bold} [{bar:25}] {pos}/{len} {wide_msg} {elapsed:>4}",
+            )
+            .expect("a valid template")
+            .progress_chars("=> "),
+        );
+        bar.set_prefix("Running");
+        Progress {
+            bar,
+            lines: !quiet && !terminal,
+        }
+    }
+
+    /// A step begins: `verb` (`Recording`) what (`microbenches/micro str1`).
+    pub fn start(&self, verb: &str, what: &str) {
+        self.bar.set_prefix(verb.to_string());
+        self.bar.set_message(what.to_string());
+        if self.lines {
+            eprintln!("{verb:>12} {what}");
+        }
+    }
+
+    /// The current step is done.
+    pub fn advance(&self) {
+        self.bar.inc(1);
+    }
+
+    /// Prints a note on stderr above the bar (not with `-q`).
+    pub fn note(&self, line: &str) {
+        if self.lines || !self.bar.is_hidden() {
+            self.bar.suspend(|| eprintln!("{line}"));
+        }
+    }
+
+    /// Runs `f` (which prints to stdout) with the bar out of the way.
+    pub fn print<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.bar.suspend(f)
+    }
+
+    /// Removes the bar.
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}

@@ -1,0 +1,110 @@
+//! What `bench`, `golden` and `validate` do alike before recording: build
+//! and list the benches, choose the backend, instrument each executable.
+
+use super::progress::Progress;
+use super::{ColorChoice, Global};
+use crate::cargo::{self, BenchSuite, BuildOptions, CargoArgs, HarnessArgs};
+use crate::pipeline::{self, InstrumentedBench};
+
+/// `--backend` values.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// Intel PT when usable, else the software recorder.
+    #[default]
+    Auto,
+    /// The software recorder (works everywhere).
+    Soft,
+    /// Intel PT `ptwrite` (needs hardware and kernel support).
+    Pt,
+}
+
+/// Resolves `--backend` for a suite run: the software recorder, which is
+/// what runs benches here. `Some(note)` explains an `auto` choice.
+pub fn choose_backend(backend: Backend) -> anyhow::Result<Option<String>> {
+    match backend {
+        Backend::Soft => Ok(None),
+        Backend::Auto => Ok(Some(
+            "note: backend auto: the software recorder (bench suites are not yet recorded with Intel PT)"
+                .to_string(),
+        )),
+        Backend::Pt => anyhow::bail!(
+            "--backend pt: bench suites are recorded with the software recorder only for now; use --backend soft or auto"
+        ),
+    }
+}
+
+/// Builds the benches and lists the selected ones (cargo's output on
+/// stderr); warnings for skipped non-harness targets.
+pub fn discover(
+    cargo_args: &CargoArgs,
+    harness: &HarnessArgs,
+    global: &Global,
+) -> anyhow::Result<BenchSuite> {
+    let options = BuildOptions {
+        quiet: global.quiet,
+        verbose: global.verbose > 0,
+        color: match global.color {
+            ColorChoice::Auto => None,
+            ColorChoice::Always => Some("always"),
+            ColorChoice::Never => Some("never"),
+        },
+    };
+    let suite = cargo::discover(cargo_args, harness, &options)?;
+    for (_, reason) in &suite.skipped {
+        eprintln!("warning: skipping {reason}");
+    }
+    Ok(suite)
+}
+
+/// Instruments every target of the suite that has selected benches (from
+/// the cache when possible), in `suite.targets` order; `None` for targets
+/// with nothing to run.
+pub fn instrument_targets(
+    suite: &BenchSuite,
+    progress: &Progress,
+    global: &Global,
+) -> anyhow::Result<Vec<Option<InstrumentedBench>>> {
+    let root = suite.workspace.results_layout().root().to_path_buf();
+    let mut out = Vec::with_capacity(suite.targets.len());
+    for target in &suite.targets {
+        let runs = suite
+            .selected()
+            .any(|(t, _)| t.executable.path == target.executable.path);
+        if !runs {
+            out.push(None);
+            continue;
+        }
+        progress.start("Instrumenting", &target.executable.display_name());
+        let instrumented = pipeline::instrumented(&target.executable, &root)?;
+        if let Some(report) = &instrumented.report {
+            let skipped = report.loads - report.loads_instrumented - report.loads_implied;
+            if global.verbose > 0 || skipped > 0 {
+                progress.note(&format!(
+                    "{:>12} {}: {} of {} functions, {} of {} loads instrumented ({} implied by a proxy){}",
+                    "Instrumented",
+                    target.executable.display_name(),
+                    report.functions_instrumented,
+                    report.functions_selected,
+                    report.loads_instrumented,
+                    report.loads,
+                    report.loads_implied,
+                    if skipped > 0 {
+                        format!("; {skipped} loads not covered (`cargo memgaze instrument` lists why)")
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+            for warning in &report.warnings {
+                progress.note(&format!("warning: {}: {warning}", target.executable.display_name()));
+            }
+        }
+        out.push(Some(instrumented));
+    }
+    Ok(out)
+}
+
+/// `n bench(es)`.
+pub fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}

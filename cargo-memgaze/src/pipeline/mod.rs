@@ -1,0 +1,172 @@
+//! The bench pipeline after the build: instrument each bench executable
+//! once, then record each bench alone and analyse its trace as it streams.
+//!
+//! What `bench`, `golden` and `validate` share:
+//!
+//! 1. [`instrumented`] gives the instrumented copy of a
+//!    [`BenchExecutable`](crate::cargo::BenchExecutable), cached by content;
+//! 2. [`record_bench`] runs one bench through it (the harness's exact-name
+//!    command from the package root, with [`RECORDING_ENV`] set) under the
+//!    software recorder, and streams the records at once into the analysis
+//!    engine, into a trace file ([`TRACE_FILE`]) when the plan keeps one,
+//!    and into a per-sample breakdown when the plan asks for one — a full
+//!    trace of a hundred million records is never stored. The bench's own
+//!    output is captured, so its libtest events tell whether the body
+//!    failed.
+//!
+//! Results of `cargo memgaze bench` live in the bench's results directory
+//! (`cargo::ResultsLayout`): [`BENCH_FILE`](crate::cargo::BENCH_FILE),
+//! [`TRACE_FILE`] and [`ANALYSIS_FILE`].
+
+pub mod instrumented;
+mod sink;
+
+pub use instrumented::{InstrumentedBench, instrumented};
+
+use crate::analysis::{Analysis, AnalysisOptions, Analyzer};
+use crate::cargo::{BenchCase, BenchOutcome, BenchTarget, RECORDING_ENV, interpret_run};
+use crate::golden::{SampleBreakdown, SampleSet};
+use crate::trace::{ProgramExit, Sampling, TraceTotals, TraceWriter};
+use anyhow::Context;
+use sink::StreamingSink;
+use std::io::{Read, Seek};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The trace file in a bench's results directory.
+pub const TRACE_FILE: &str = "trace.mgz";
+/// The analysis (`memgaze.analysis.v1` JSON) in a bench's results directory.
+pub const ANALYSIS_FILE: &str = "analysis.json";
+
+/// Default records per sample `w` (spec: about 1% of the full trace).
+pub const DEFAULT_WINDOW: u64 = crate::record::DEFAULT_WINDOW;
+/// Default period `w + z`.
+pub const DEFAULT_PERIOD: u64 = crate::record::DEFAULT_PERIOD;
+
+/// How to record and analyse one bench.
+#[derive(Clone, Debug)]
+pub struct RunPlan {
+    /// Sampled (with its jitter seed) or full.
+    pub sampling: Sampling,
+    /// Analysis parameters.
+    pub analysis: AnalysisOptions,
+    /// Write the trace to this file while recording.
+    pub trace_file: Option<PathBuf>,
+    /// Compute the per-sample breakdown (validation's bootstrap).
+    pub per_sample: bool,
+    /// Extra environment for the bench process.
+    pub env: Vec<(String, String)>,
+}
+
+/// What recording one bench produced.
+#[derive(Clone, Debug)]
+pub struct BenchRecording {
+    /// How the bench ended (measured, or its body failed).
+    pub outcome: BenchOutcome,
+    /// The metrics of its trace (of what was recorded before a failure).
+    pub analysis: Analysis,
+    /// Per-sample sums, when the plan asked for them.
+    pub samples: Option<SampleSet>,
+    /// The recorder's totals.
+    pub totals: TraceTotals,
+    /// The trace file written, if any.
+    pub trace_file: Option<PathBuf>,
+    /// What the recorder wants the user to know (drops, signals).
+    pub notes: Vec<String>,
+    /// Wall time of recording and analysis.
+    pub elapsed: Duration,
+}
+
+/// Records one bench through its instrumented executable and analyses the
+/// trace as it streams in (see the module documentation).
+///
+/// An error means the bench could not be recorded (the program did not
+/// start, the recorder failed, no bench of that exact name ran); a failing
+/// body is `Ok` with [`BenchOutcome::Failed`].
+pub fn record_bench(
+    target: &BenchTarget,
+    case: &BenchCase,
+    instrumented: &InstrumentedBench,
+    plan: &RunPlan,
+) -> anyhow::Result<BenchRecording> {
+    let started = Instant::now();
+    let exe = &target.executable;
+    let mut command = exe.run_command(&instrumented.path, case);
+    command.env(RECORDING_ENV, "1");
+    for (name, value) in &plan.env {
+        command.env(name, value);
+    }
+    // The bench's output goes to unnamed temporary files (a pipe could fill
+    // while we are busy reading the recorder's socket).
+    let mut stdout = tempfile::tempfile().context("cannot create a temporary file")?;
+    let mut stderr = tempfile::tempfile().context("cannot create a temporary file")?;
+    command.stdout(stdout.try_clone()?);
+    command.stderr(stderr.try_clone()?);
+
+    let mut words = vec![instrumented.path.display().to_string()];
+    words.extend(
+        command
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned()),
+    );
+    let mut header =
+        crate::record::trace_header(&instrumented.annotation, plan.sampling, words);
+    header.labels = vec![
+        ("package".into(), exe.package.clone()),
+        ("target".into(), exe.target.clone()),
+        ("bench".into(), case.name.clone()),
+    ];
+    let analyzer = Analyzer::new(&header, &plan.analysis)?;
+    let writer = match &plan.trace_file {
+        Some(path) => Some(TraceWriter::create(path, &header)?),
+        None => None,
+    };
+    let breakdown = plan
+        .per_sample
+        .then(|| SampleBreakdown::new(&header, &plan.analysis));
+    let mut sink = StreamingSink::new(analyzer, writer, breakdown);
+    let recording = crate::record::record_command(
+        command,
+        &instrumented.annotation,
+        &plan.sampling,
+        &mut sink,
+    )
+    .with_context(|| format!("recording bench `{}` of `{}`", case.name, exe.display_name()))?;
+    let (analysis, writer, breakdown) = sink.finish(&recording.totals)?;
+    if let (Some(writer), Some(path)) = (writer, &plan.trace_file) {
+        writer
+            .finish(&recording.totals)
+            .with_context(|| path.display().to_string())?;
+    }
+    let samples = breakdown.map(|b| b.finish()).transpose()?;
+
+    let status = match recording.exit {
+        ProgramExit::Code(code) => std::process::ExitStatus::from_raw((code & 0xff) << 8),
+        ProgramExit::Signal(signal) => std::process::ExitStatus::from_raw(signal & 0x7f),
+    };
+    let read = |file: &mut std::fs::File| -> anyhow::Result<String> {
+        let mut bytes = Vec::new();
+        file.rewind()?;
+        file.read_to_end(&mut bytes)?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    };
+    let run = interpret_run(&case.name, status, read(&mut stdout)?, read(&mut stderr)?)
+        .with_context(|| format!("bench `{}` of `{}`", case.name, exe.display_name()))?;
+    Ok(BenchRecording {
+        outcome: run.outcome,
+        analysis,
+        samples,
+        totals: recording.totals,
+        trace_file: plan.trace_file.clone(),
+        notes: recording.notes,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// Writes an analysis as pretty JSON (the `memgaze.analysis.v1` document).
+pub fn write_analysis(path: &Path, analysis: &Analysis) -> anyhow::Result<()> {
+    let mut json = serde_json::to_vec_pretty(analysis).context("serialising the analysis")?;
+    json.push(b'\n');
+    std::fs::write(path, json).with_context(|| format!("cannot write {}", path.display()))
+}

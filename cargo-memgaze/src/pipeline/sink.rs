@@ -1,0 +1,130 @@
+//! [`StreamingSink`]: the collector's records fanned out, as they arrive,
+//! to the analysis engine, an optional trace file and an optional
+//! per-sample breakdown.
+
+use crate::analysis::{Analysis, Analyzer};
+use crate::golden::SampleBreakdown;
+use crate::record::RecordSink;
+use crate::trace::{TraceTotals, TraceWriter};
+use std::fs::File;
+use std::io::BufWriter;
+
+/// The trace file writer `TraceWriter::create` gives.
+pub(crate) type FileWriter = TraceWriter<BufWriter<File>>;
+
+/// Feeds every record to the consumers, numbering samples as the trace
+/// format does (0, 1, 2… in order of their beginnings).
+pub(crate) struct StreamingSink {
+    analyzer: Analyzer,
+    writer: Option<FileWriter>,
+    breakdown: Option<SampleBreakdown>,
+    /// Index of the current sample (`None` before the first).
+    sample: Option<u64>,
+    thread: u32,
+}
+
+impl StreamingSink {
+    pub(crate) fn new(
+        analyzer: Analyzer,
+        writer: Option<FileWriter>,
+        breakdown: Option<SampleBreakdown>,
+    ) -> Self {
+        StreamingSink {
+            analyzer,
+            writer,
+            breakdown,
+            sample: None,
+            thread: 0,
+        }
+    }
+
+    /// The analysis, and the writer and breakdown to finish.
+    pub(crate) fn finish(
+        self,
+        totals: &TraceTotals,
+    ) -> anyhow::Result<(Analysis, Option<FileWriter>, Option<SampleBreakdown>)> {
+        Ok((self.analyzer.finish(totals), self.writer, self.breakdown))
+    }
+}
+
+impl RecordSink for StreamingSink {
+    fn begin_sample(&mut self, thread: u32) -> anyhow::Result<()> {
+        self.sample = Some(self.sample.map_or(0, |s| s + 1));
+        self.thread = thread;
+        if let Some(writer) = &mut self.writer {
+            writer.begin_sample(thread)?;
+        }
+        if let Some(breakdown) = &mut self.breakdown {
+            breakdown.begin_sample()?;
+        }
+        Ok(())
+    }
+
+    fn switch_thread(&mut self, thread: u32) -> anyhow::Result<()> {
+        self.thread = thread;
+        if let Some(writer) = &mut self.writer {
+            writer.switch_thread(thread)?;
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn push(&mut self, load: u32, addr: u64) -> anyhow::Result<()> {
+        let sample = self
+            .sample
+            .ok_or_else(|| anyhow::anyhow!("the recorder sent a record before any sample"))?;
+        self.analyzer.push_load(load, addr, sample, self.thread);
+        if let Some(writer) = &mut self.writer {
+            writer.push(load, addr)?;
+        }
+        if let Some(breakdown) = &mut self.breakdown {
+            breakdown.push(load, addr, self.thread);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::{AnalysisOptions, analyze_trace};
+    use crate::trace::TraceReader;
+
+    /// Streaming into the analyzer gives what analysing the written trace
+    /// file gives, and the file is a valid trace.
+    #[test]
+    fn streamed_analysis_equals_the_analysis_of_the_written_file() {
+        let header = crate::golden::samples::tests::header(1000, 100_000);
+        let options = AnalysisOptions::default();
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("t.mgz");
+        let mut sink = StreamingSink::new(
+            Analyzer::new(&header, &options).unwrap(),
+            Some(TraceWriter::create(&path, &header).unwrap()),
+            Some(SampleBreakdown::new(&header, &options)),
+        );
+        assert!(sink.push(0, 1).is_err());
+        let samples = crate::golden::samples::tests::records(12, 1000, 5);
+        for (s, sample) in samples.iter().enumerate() {
+            sink.begin_sample(s as u32 % 2).unwrap();
+            for &(load, addr) in sample {
+                sink.push(load, addr).unwrap();
+            }
+        }
+        sink.begin_sample(0).unwrap(); // an empty last sample
+        let totals = TraceTotals {
+            executions: 1_300_000,
+            records: 12_000,
+            samples: 13,
+            dropped: Default::default(),
+            exit: None,
+            complete: true,
+        };
+        let (streamed, writer, breakdown) = sink.finish(&totals).unwrap();
+        writer.unwrap().finish(&totals).unwrap();
+        let from_file = analyze_trace(TraceReader::open(&path).unwrap(), &options).unwrap();
+        assert_eq!(streamed, from_file);
+        assert_eq!(streamed.summary.samples, 13);
+        assert_eq!(breakdown.unwrap().finish().unwrap().samples.len(), 13);
+    }
+}
