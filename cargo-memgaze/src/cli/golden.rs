@@ -1,19 +1,331 @@
-//! `cargo memgaze golden`: golden snapshots.
-//!
-//! Placeholder of the skeleton: the owning work item replaces it.
+//! `cargo memgaze golden`: full-trace metrics of the workspace's benches as
+//! insta snapshots under `golden/`.
 
-use super::Global;
+use super::bench::emit;
+use super::progress::Progress;
+use super::suite::{self, Backend, plural};
+use super::{Global, MessageFormat};
+use crate::analysis::AnalysisOptions;
+use crate::cargo::{BenchCase, BenchOutcome, BenchSuite, BenchTarget, CargoArgs, HarnessArgs};
 use crate::error::Exit;
+use crate::golden::store::is_ci;
+use crate::golden::{BuildFacts, GoldenMetrics, GoldenStore, Outcome, SnapshotFile, SnapshotMeta};
+use crate::pipeline::{self, RunPlan};
+use crate::trace::Sampling;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 /// Arguments of `cargo memgaze golden`.
 #[derive(clap::Args, Debug)]
+#[command(after_long_help = "\
+Records a full trace of every selected bench (deterministic: no sampling,
+address-space randomisation off) and stores its metrics — summary,
+trace-window histogram, per-function code windows — as an insta snapshot
+golden/<package>__<target>__<bench>.snap, with the compiler and build facts
+in its metadata. `cargo memgaze validate` compares sampled runs against them.
+
+Without --update, a snapshot that differs (or is missing) is written beside
+it as .snap.new for `cargo insta review`, and the command exits with 3; on
+CI (CI set) nothing is written. Snapshots of benches that no longer exist
+are reported (and deleted with --update).
+
+Examples:
+  cargo memgaze golden -p microbenches            check every microbenchmark
+  cargo memgaze golden -p microbenches --update   re-record them
+  cargo memgaze golden -- chase                   only benches matching `chase`")]
 pub struct Args {
-    /// Arguments (not yet defined).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    pub rest: Vec<String>,
+    #[command(flatten)]
+    pub cargo: CargoArgs,
+
+    /// Write the snapshots (accept every difference).
+    #[arg(long)]
+    pub update: bool,
+
+    /// Snapshot directory (default: `golden/` in the workspace root).
+    #[arg(long, value_name = "DIR")]
+    pub golden_dir: Option<PathBuf>,
+
+    /// Output: lines for people, or one JSON object per line with a
+    /// `reason` field.
+    #[arg(long, value_enum, value_name = "FMT", default_value_t = MessageFormat::Human)]
+    pub message_format: MessageFormat,
+
+    /// Recording backend (full traces use the software recorder).
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    pub backend: Backend,
+
+    /// Arguments for the bench harness (a name filter, `--exact`, `--skip`).
+    #[arg(last = true, value_name = "HARNESS-ARGS")]
+    pub harness_args: Vec<String>,
+}
+
+/// Where snapshots go: `--golden-dir`, else `golden/` in the workspace root.
+pub fn golden_dir(option: &Option<PathBuf>, suite: &BenchSuite) -> PathBuf {
+    option
+        .clone()
+        .unwrap_or_else(|| suite.workspace.root.join("golden"))
+}
+
+/// Checks that stored snapshots of the selected benches were recorded under
+/// the current build facts; the one message that says otherwise.
+pub fn facts_mismatch(
+    store: &GoldenStore,
+    suite: &BenchSuite,
+    facts: &BuildFacts,
+) -> anyhow::Result<Option<String>> {
+    let mut differences: Vec<String> = Vec::new();
+    let mut affected = 0usize;
+    for (target, case) in suite.selected() {
+        let exe = &target.executable;
+        if let Some(file) = store.read(&exe.package, &exe.target, &case.name)? {
+            let d = file.meta.facts.differences(facts);
+            if !d.is_empty() {
+                affected += 1;
+                for line in d {
+                    if !differences.contains(&line) {
+                        differences.push(line);
+                    }
+                }
+            }
+        }
+    }
+    Ok((affected > 0).then(|| {
+        format!(
+            "{} in {} {} recorded under other build facts ({}; snapshot vs this run): \
+             the metrics of compiled code depend on them, so they cannot be compared; \
+             re-record them with `cargo memgaze golden --update`",
+            plural(affected, "snapshot", "snapshots"),
+            store.dir().display(),
+            if affected == 1 { "was" } else { "were" },
+            differences.join(", ")
+        )
+    }))
+}
+
+/// The bench's source file relative to the workspace root.
+fn source(target: &BenchTarget, root: &Path) -> String {
+    let src = &target.executable.src_path;
+    src.strip_prefix(root)
+        .unwrap_or(src)
+        .display()
+        .to_string()
 }
 
 /// Runs the command.
-pub fn run(_args: Args, _global: &Global) -> anyhow::Result<Exit> {
-    anyhow::bail!("`golden` is not implemented yet")
+pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
+    let harness = HarnessArgs::parse(&args.harness_args)?;
+    suite::choose_backend(args.backend)?;
+    let json = args.message_format == MessageFormat::Json;
+    let facts = BuildFacts::current(&args.cargo)?;
+    let suite = suite::discover(&args.cargo, &harness, global)?;
+    let store = GoldenStore::new(golden_dir(&args.golden_dir, &suite));
+    let ci = is_ci();
+    if !args.update
+        && let Some(message) = facts_mismatch(&store, &suite, &facts)?
+    {
+        if json {
+            emit(&serde_json::json!({"reason": "golden-facts-differ", "message": message}));
+        }
+        eprintln!("error: {message}");
+        return Ok(Exit::Regression);
+    }
+    let selected: Vec<(&BenchTarget, &BenchCase)> = suite.selected().collect();
+    let started = Instant::now();
+    let progress = Progress::new(selected.len() as u64, global.quiet);
+    let instrumented = suite::instrument_targets(&suite, &progress, global)?;
+    let mut exit = Exit::Ok;
+    let mut counts = std::collections::BTreeMap::<&str, usize>::new();
+    let mut pending_written = false;
+    for (target, case) in &selected {
+        let exe = &target.executable;
+        let index = suite
+            .targets
+            .iter()
+            .position(|t| t.executable.path == exe.path)
+            .expect("a selected bench belongs to a target");
+        let instrumented = instrumented[index]
+            .as_ref()
+            .expect("targets with selected benches are instrumented");
+        progress.start("Tracing", &format!("{} {}", exe.display_name(), case.name));
+        let plan = RunPlan {
+            sampling: Sampling::full(),
+            analysis: AnalysisOptions::default(),
+            trace_file: None,
+            per_sample: false,
+            env: Vec::new(),
+        };
+        let recording = pipeline::record_bench(target, case, instrumented, &plan)?;
+        if let BenchOutcome::Failed { message } = &recording.outcome {
+            exit = exit.worst(Exit::BenchFailed);
+            *counts.entry("failed").or_default() += 1;
+            if json {
+                emit(&serde_json::json!({
+                    "reason": "bench-failed",
+                    "package": exe.package,
+                    "target": exe.target,
+                    "name": case.name,
+                    "message": message,
+                }));
+            }
+            progress.note(&format!(
+                "error: bench `{}` of `{}` failed: {message}",
+                case.name,
+                exe.display_name()
+            ));
+            progress.advance();
+            continue;
+        }
+        let totals = &recording.totals;
+        if !totals.complete || totals.dropped.records > 0 {
+            anyhow::bail!(
+                "the full trace of bench `{}` of `{}` is incomplete ({} records dropped{}): a golden snapshot must hold every record",
+                case.name,
+                exe.display_name(),
+                totals.dropped.records,
+                recording
+                    .notes
+                    .first()
+                    .map(|n| format!("; {n}"))
+                    .unwrap_or_default()
+            );
+        }
+        let metrics =
+            GoldenMetrics::from_analysis(&exe.package, &exe.target, &case.name, &recording.analysis);
+        let file = SnapshotFile {
+            meta: SnapshotMeta {
+                source: source(target, &suite.workspace.root),
+                expression: format!(
+                    "full trace of bench `{}` ({})",
+                    case.name,
+                    exe.display_name()
+                ),
+                facts: facts.clone(),
+            },
+            metrics,
+        };
+        let outcome = store.check(&file, args.update, !ci)?;
+        let snapshot = store.path(&exe.package, &exe.target, &case.name);
+        let (status, pending, changes): (&str, Option<&PathBuf>, &[String]) = match &outcome {
+            Outcome::Unchanged => ("unchanged", None, &[]),
+            Outcome::Created => ("created", None, &[]),
+            Outcome::Updated => ("updated", None, &[]),
+            Outcome::Missing { pending } => ("missing", pending.as_ref(), &[]),
+            Outcome::Differs { pending, changes } => ("differs", pending.as_ref(), changes),
+        };
+        *counts.entry(status).or_default() += 1;
+        if outcome.is_difference() {
+            exit = exit.worst(Exit::Regression);
+            pending_written |= pending.is_some();
+        }
+        if json {
+            emit(&serde_json::json!({
+                "reason": "golden",
+                "package": exe.package,
+                "target": exe.target,
+                "name": case.name,
+                "status": status,
+                "snapshot": snapshot,
+                "pending": pending,
+                "changes": changes,
+                "records": recording.analysis.summary.records,
+                "elapsed_s": recording.elapsed.as_secs_f64(),
+            }));
+        } else {
+            let what = match &outcome {
+                Outcome::Unchanged => "unchanged".to_string(),
+                Outcome::Created => format!("created {}", snapshot.display()),
+                Outcome::Updated => format!("updated {}", snapshot.display()),
+                Outcome::Missing { pending: Some(p) } => {
+                    format!("no snapshot yet; new one in {}", p.display())
+                }
+                Outcome::Missing { pending: None } => {
+                    format!("no snapshot {} (CI: nothing written)", snapshot.display())
+                }
+                Outcome::Differs { pending, .. } => match pending {
+                    Some(p) => format!("differs from {}; new one in {}", snapshot.display(), p.display()),
+                    None => format!("differs from {} (CI: nothing written)", snapshot.display()),
+                },
+            };
+            let mut lines = vec![format!(
+                "{:>12} {} {}: {what} ({} records, {:.1}s)",
+                if outcome.is_difference() { "Differs" } else { "Golden" },
+                exe.display_name(),
+                case.name,
+                recording.analysis.summary.records,
+                recording.elapsed.as_secs_f64()
+            )];
+            lines.extend(changes.iter().map(|c| format!("{:>12}   {c}", "")));
+            progress.print(|| {
+                for line in &lines {
+                    println!("{line}");
+                }
+            });
+        }
+        progress.advance();
+    }
+    progress.finish();
+
+    // Orphans: snapshots of benches the targets no longer have.
+    for target in &suite.targets {
+        let exe = &target.executable;
+        let all: Vec<String> = exe
+            .list(&HarnessArgs::default())?
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        for orphan in store.orphans(&exe.package, &exe.target, &all) {
+            let deleted = args.update && !ci;
+            if deleted {
+                std::fs::remove_file(&orphan)
+                    .map_err(|e| anyhow::anyhow!("cannot remove {}: {e}", orphan.display()))?;
+            }
+            if json {
+                emit(&serde_json::json!({
+                    "reason": "golden-orphan",
+                    "snapshot": orphan,
+                    "deleted": deleted,
+                }));
+            } else {
+                eprintln!(
+                    "{}: {} belongs to no bench of `{}`{}",
+                    if deleted { "note" } else { "warning" },
+                    orphan.display(),
+                    exe.display_name(),
+                    if deleted {
+                        "; deleted"
+                    } else {
+                        " (`--update` deletes it)"
+                    }
+                );
+            }
+        }
+    }
+
+    if json {
+        emit(&serde_json::json!({
+            "reason": "summary",
+            "benches": selected.len(),
+            "counts": counts,
+            "elapsed_s": started.elapsed().as_secs_f64(),
+        }));
+    } else if !global.quiet {
+        let parts: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
+        eprintln!(
+            "{:>12} {} in {:.1}s: {}",
+            "Finished",
+            plural(selected.len(), "snapshot", "snapshots"),
+            started.elapsed().as_secs_f64(),
+            parts.join(", ")
+        );
+        if pending_written {
+            eprintln!(
+                "note: review the new snapshots with `cargo insta review --workspace` (or accept them all with `cargo memgaze golden --update`)"
+            );
+        } else if exit == Exit::Regression && ci {
+            eprintln!(
+                "note: on CI nothing is written; run `cargo memgaze golden` locally to review the differences"
+            );
+        }
+    }
+    Ok(exit)
 }

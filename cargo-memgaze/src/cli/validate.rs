@@ -1,19 +1,347 @@
-//! `cargo memgaze validate`: validation.
-//!
-//! Placeholder of the skeleton: the owning work item replaces it.
+//! `cargo memgaze validate`: sampled runs against the golden full-trace
+//! snapshots (spec/METRICS.md, "Accuracy against a full trace").
 
-use super::Global;
-use crate::error::Exit;
+use super::bench::{emit, sampling, sampling_json};
+use super::golden::{facts_mismatch, golden_dir};
+use super::progress::Progress;
+use super::suite::{self, Backend, plural};
+use super::{Global, MessageFormat};
+use crate::analysis::AnalysisOptions;
+use crate::cargo::{BenchCase, BenchOutcome, BenchTarget, CargoArgs, HarnessArgs};
+use crate::error::{Exit, usage};
+use crate::golden::accuracy::{Error, FunctionError};
+use crate::golden::{BuildFacts, Comparison, GoldenStore, Limits, Perturbation, Status, compare};
+use crate::pipeline::{self, RunPlan};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Seed of the sampling jitter unless `--seed` says otherwise: validation
+/// is reproducible by default.
+pub const DEFAULT_SEED: u64 = 1;
 
 /// Arguments of `cargo memgaze validate`.
 #[derive(clap::Args, Debug)]
+#[command(after_long_help = "\
+Runs every selected bench sampled (default w = 1000 records every 100000
+load executions, about 1% of the full trace) and compares its metrics with
+the golden full-trace snapshot (`cargo memgaze golden`):
+  trace windows   MAPE of F, dF, F_str, F_irr over k = 3..floor(log2 w)
+  code windows    per function holding >= 1% of the accesses: relative
+                  error of dF, absolute difference of F_str%, F_irr%,
+                  A_const% at the code-window size W_c
+Exits with 3 when an error exceeds its limit or a bench or function is
+undersampled: fewer than --min-samples samples, or a 95% bootstrap
+confidence interval (over samples) wider than the limit.
+
+Examples:
+  cargo memgaze validate -p microbenches
+  cargo memgaze validate -p microbenches --period 10000 -- irr")]
 pub struct Args {
-    /// Arguments (not yet defined).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    pub rest: Vec<String>,
+    #[command(flatten)]
+    pub cargo: CargoArgs,
+
+    /// Sampling period: one sample every N instrumented-load executions
+    /// (default 100000).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Recording")]
+    pub period: Option<u64>,
+
+    /// Records per sample, w (default 1000).
+    #[arg(long, value_name = "W", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Recording")]
+    pub window: Option<u64>,
+
+    /// Seed of the sampling jitter.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_SEED, help_heading = "Recording")]
+    pub seed: u64,
+
+    /// Recording backend.
+    #[arg(long, value_enum, default_value_t = Backend::Auto, help_heading = "Recording")]
+    pub backend: Backend,
+
+    /// Largest trace-window MAPE, percent.
+    #[arg(long, value_name = "PCT", default_value_t = 15.0, help_heading = "Limits")]
+    pub max_trace_mape: f64,
+
+    /// Largest code-window error, percent (relative for dF, percentage
+    /// points for F_str%, F_irr%, A_const%).
+    #[arg(long, value_name = "PCT", default_value_t = 3.0, help_heading = "Limits")]
+    pub max_code_error: f64,
+
+    /// Fewest samples a bench or a compared function may have.
+    #[arg(long, value_name = "N", default_value_t = 30, help_heading = "Limits")]
+    pub min_samples: u64,
+
+    /// Compare functions holding at least this share of the full run's
+    /// accesses, percent.
+    #[arg(long, value_name = "PCT", default_value_t = 1.0, help_heading = "Limits")]
+    pub min_function_share: f64,
+
+    /// Snapshot directory (default: `golden/` in the workspace root).
+    #[arg(long, value_name = "DIR")]
+    pub golden_dir: Option<PathBuf>,
+
+    /// Output: tables for people, or one JSON object per line with a
+    /// `reason` field.
+    #[arg(long, value_enum, value_name = "FMT", default_value_t = MessageFormat::Human)]
+    pub message_format: MessageFormat,
+
+    /// Test hook: distort a sampled metric before comparing
+    /// (`trace:F=1.3`, `trace:dF=0.8`, `trace:F_str=…`, `trace:F_irr=…`,
+    /// `code:dF=1.1`), to prove validation catches it.
+    #[arg(long, value_name = "WHAT=FACTOR", hide = true, value_parser = Perturbation::parse)]
+    pub perturb: Option<Perturbation>,
+
+    /// Arguments for the bench harness (a name filter, `--exact`, `--skip`).
+    #[arg(last = true, value_name = "HARNESS-ARGS")]
+    pub harness_args: Vec<String>,
+}
+
+impl Args {
+    fn limits(&self) -> anyhow::Result<Limits> {
+        for (name, value) in [
+            ("--max-trace-mape", self.max_trace_mape),
+            ("--max-code-error", self.max_code_error),
+            ("--min-function-share", self.min_function_share),
+        ] {
+            if !(value > 0.0 && value <= 100.0) {
+                return Err(usage(format!("{name} must be a percentage in (0, 100], got {value}")));
+            }
+        }
+        Ok(Limits {
+            trace_mape: self.max_trace_mape / 100.0,
+            code_error: self.max_code_error / 100.0,
+            min_samples: self.min_samples,
+            min_function_share: self.min_function_share / 100.0,
+            ..Limits::default()
+        })
+    }
 }
 
 /// Runs the command.
-pub fn run(_args: Args, _global: &Global) -> anyhow::Result<Exit> {
-    anyhow::bail!("`validate` is not implemented yet")
+pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
+    let harness = HarnessArgs::parse(&args.harness_args)?;
+    let limits = args.limits()?;
+    let sampling = sampling(false, args.window, args.period, Some(args.seed))?;
+    suite::choose_backend(args.backend)?;
+    let json = args.message_format == MessageFormat::Json;
+    let facts = BuildFacts::current(&args.cargo)?;
+    let suite = suite::discover(&args.cargo, &harness, global)?;
+    let store = GoldenStore::new(golden_dir(&args.golden_dir, &suite));
+    if let Some(message) = facts_mismatch(&store, &suite, &facts)? {
+        anyhow::bail!(message);
+    }
+    let selected: Vec<(&BenchTarget, &BenchCase)> = suite.selected().collect();
+    // Every bench needs its snapshot: say which are missing before running.
+    let missing: Vec<String> = selected
+        .iter()
+        .filter(|(t, c)| {
+            !store
+                .path(&t.executable.package, &t.executable.target, &c.name)
+                .is_file()
+        })
+        .map(|(_, c)| format!("`{}`", c.name))
+        .collect();
+    if !missing.is_empty() {
+        anyhow::bail!(
+            "no golden snapshot in {} for {} {}: record them with `cargo memgaze golden --update`",
+            store.dir().display(),
+            if missing.len() == 1 { "bench" } else { "benches" },
+            missing.join(", ")
+        );
+    }
+
+    let started = Instant::now();
+    let progress = Progress::new(selected.len() as u64, global.quiet);
+    let instrumented = suite::instrument_targets(&suite, &progress, global)?;
+    let mut exit = Exit::Ok;
+    let mut counts = std::collections::BTreeMap::<&str, usize>::new();
+    for (target, case) in &selected {
+        let exe = &target.executable;
+        let index = suite
+            .targets
+            .iter()
+            .position(|t| t.executable.path == exe.path)
+            .expect("a selected bench belongs to a target");
+        let instrumented = instrumented[index]
+            .as_ref()
+            .expect("targets with selected benches are instrumented");
+        let golden = store
+            .read(&exe.package, &exe.target, &case.name)?
+            .expect("checked above");
+        progress.start("Validating", &format!("{} {}", exe.display_name(), case.name));
+        let plan = RunPlan {
+            sampling,
+            analysis: AnalysisOptions::default(),
+            trace_file: None,
+            per_sample: true,
+            env: Vec::new(),
+        };
+        let recording = pipeline::record_bench(target, case, instrumented, &plan)?;
+        if let BenchOutcome::Failed { message } = &recording.outcome {
+            exit = exit.worst(Exit::BenchFailed);
+            *counts.entry("failed").or_default() += 1;
+            if json {
+                emit(&serde_json::json!({
+                    "reason": "bench-failed",
+                    "package": exe.package,
+                    "target": exe.target,
+                    "name": case.name,
+                    "message": message,
+                }));
+            }
+            progress.note(&format!(
+                "error: bench `{}` of `{}` failed: {message}",
+                case.name,
+                exe.display_name()
+            ));
+            progress.advance();
+            continue;
+        }
+        let mut analysis = recording.analysis;
+        let mut samples = recording.samples.expect("the plan asks for samples");
+        if let Some(perturbation) = &args.perturb {
+            perturbation.apply(&mut analysis, &mut samples);
+        }
+        let comparison = compare(&golden.metrics, &analysis, &samples, &limits);
+        let verdict = match comparison.status {
+            Status::Ok | Status::NotCompared => "ok",
+            Status::Exceeded => "exceeded",
+            Status::Undersampled => "undersampled",
+        };
+        *counts.entry(verdict).or_default() += 1;
+        if verdict != "ok" {
+            exit = exit.worst(Exit::Regression);
+        }
+        if json {
+            let mut message = serde_json::json!({
+                "reason": "validation",
+                "package": exe.package,
+                "target": exe.target,
+                "name": case.name,
+                "status": verdict,
+                "sampling": sampling_json(&sampling),
+                "elapsed_s": recording.elapsed.as_secs_f64(),
+            });
+            if let (Some(object), serde_json::Value::Object(fields)) = (
+                message.as_object_mut(),
+                serde_json::to_value(&comparison).expect("comparison serialises"),
+            ) {
+                for (key, value) in fields {
+                    if key != "status" {
+                        object.insert(key, value);
+                    }
+                }
+            }
+            emit(&message);
+        } else {
+            let text = render(&format!("{} {}", exe.display_name(), case.name), verdict, &comparison);
+            progress.print(|| print!("{text}"));
+        }
+        progress.advance();
+    }
+    progress.finish();
+    if json {
+        emit(&serde_json::json!({
+            "reason": "summary",
+            "benches": selected.len(),
+            "counts": counts,
+            "elapsed_s": started.elapsed().as_secs_f64(),
+        }));
+    } else if !global.quiet {
+        let parts: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
+        eprintln!(
+            "{:>12} {} in {:.1}s: {}",
+            "Finished",
+            plural(selected.len(), "bench", "benches"),
+            started.elapsed().as_secs_f64(),
+            parts.join(", ")
+        );
+    }
+    Ok(exit)
+}
+
+fn percent(x: f64) -> String {
+    format!("{:.2}%", 100.0 * x)
+}
+
+fn interval(ci: Option<[f64; 2]>) -> String {
+    match ci {
+        Some([lo, hi]) => format!("[{:+.2}%, {:+.2}%]", 100.0 * lo, 100.0 * hi),
+        None => "–".to_string(),
+    }
+}
+
+fn status_word(status: Status) -> &'static str {
+    match status {
+        Status::Ok => "ok",
+        Status::Exceeded => "EXCEEDED",
+        Status::Undersampled => "UNDERSAMPLED",
+        Status::NotCompared => "not compared",
+    }
+}
+
+fn row(out: &mut String, name: &str, e: &Error) {
+    use std::fmt::Write;
+    let error = e.error.map_or_else(|| "–".to_string(), percent);
+    let _ = writeln!(
+        out,
+        "    {name:<10} {error:>8}  {:>20}  {:>7}  {}",
+        interval(e.ci),
+        percent(e.limit),
+        status_word(e.status)
+    );
+}
+
+/// The human report of one bench.
+fn render(name: &str, verdict: &str, c: &Comparison) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{name}: {}  ({} samples of w = {}, period {}; trace {} of the full one)",
+        verdict.to_uppercase(),
+        c.samples,
+        c.window,
+        c.period,
+        c.trace_size_frac.map_or_else(|| "–".to_string(), percent)
+    );
+    let _ = writeln!(
+        out,
+        "  trace windows, k = 3..{}   MAPE  95% interval of the deviation    limit",
+        c.k_max
+    );
+    for e in &c.trace_windows {
+        row(&mut out, e.metric, &e.error);
+    }
+    let _ = writeln!(
+        out,
+        "  code windows, W_c = {} records      error  95% interval of the deviation    limit",
+        1u64 << c.code_window_k
+    );
+    for f in &c.functions {
+        render_function(&mut out, f);
+    }
+    for problem in &c.problems {
+        let _ = writeln!(out, "  - {problem}");
+    }
+    out
+}
+
+fn render_function(out: &mut String, f: &FunctionError) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        out,
+        "    {} ({:.1}% of accesses, {} samples, {} code windows)",
+        f.name,
+        100.0 * f.share,
+        f.samples,
+        f.windows
+    );
+    for (name, e) in [
+        ("dF", &f.d_f),
+        ("F_str%", &f.f_str_frac),
+        ("F_irr%", &f.f_irr_frac),
+        ("A_const%", &f.a_const_frac),
+    ] {
+        row(out, &format!("  {name}"), e);
+    }
 }
