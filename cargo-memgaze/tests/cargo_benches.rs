@@ -361,9 +361,15 @@ fn list_and_filters_through_the_command_line() {
         ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+    let messages: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // Every line is a JSON message; the build's comes first.
+    assert_eq!(messages[0]["reason"], "build-finished");
+    let lines: Vec<&serde_json::Value> = messages
+        .iter()
+        .filter(|m| m["reason"] == "bench-listed")
         .collect();
     assert_eq!(lines.len(), 1);
     assert_eq!(lines[0]["reason"], "bench-listed");

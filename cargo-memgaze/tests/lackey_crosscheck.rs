@@ -111,7 +111,10 @@ fn lackey(
                     in_region = false;
                 }
                 current_loaded = false;
-                if in_region && addr >= VALGRIND_PIE_BASE + text.0 && addr < VALGRIND_PIE_BASE + text.1 {
+                if in_region
+                    && addr >= VALGRIND_PIE_BASE + text.0
+                    && addr < VALGRIND_PIE_BASE + text.1
+                {
                     current = Some(addr - VALGRIND_PIE_BASE);
                     outside_current = false;
                 } else {
@@ -136,7 +139,11 @@ fn lackey(
         }
     }
     let status = child.wait().unwrap();
-    assert!(status.success(), "valgrind on `{}` failed: {status}", case.name);
+    assert!(
+        status.success(),
+        "valgrind on `{}` failed: {status}",
+        case.name
+    );
     counts
 }
 
@@ -160,7 +167,10 @@ fn is_implicit_stack_read(path: &Path, ip: u64) -> bool {
     let segment = elf
         .program_headers
         .iter()
-        .find(|p| p.p_type == goblin::elf::program_header::PT_LOAD && p.vm_range().contains(&(ip as usize)))
+        .find(|p| {
+            p.p_type == goblin::elf::program_header::PT_LOAD
+                && p.vm_range().contains(&(ip as usize))
+        })
         .expect("ip in a segment");
     let offset = (ip - segment.p_vaddr + segment.p_offset) as usize;
     let mut decoder = Decoder::with_ip(64, &bytes[offset..offset + 16], ip, DecoderOptions::NONE);
@@ -209,7 +219,11 @@ fn full_traces_count_every_load_like_lackey() {
         );
         assert!(ours.totals.complete && ours.totals.dropped.records == 0);
         let theirs = lackey(exe, case, target.markers, text);
-        assert_eq!(theirs.regions, 1, "{}: region entered {} times", case.name, theirs.regions);
+        assert_eq!(
+            theirs.regions, 1,
+            "{}: region entered {} times",
+            case.name, theirs.regions
+        );
 
         // Per-load counts.
         let mut our_counts: HashMap<u64, u64> = HashMap::new();

@@ -5,7 +5,9 @@ use super::progress::Progress;
 use super::suite::{self, plural};
 use super::{Global, MessageFormat};
 use crate::analysis::AnalysisOptions;
-use crate::cargo::{BenchCase, BenchId, BenchOutcome, BenchSuite, BenchTarget, CargoArgs, HarnessArgs};
+use crate::cargo::{
+    BenchCase, BenchId, BenchOutcome, BenchSuite, BenchTarget, CargoArgs, HarnessArgs,
+};
 use crate::error::{Exit, usage};
 use crate::pipeline::{self, RunPlan};
 use crate::trace::Sampling;
@@ -80,6 +82,10 @@ pub struct Args {
 
 pub use super::suite::Backend;
 
+/// Fewer samples than this make a bench's metrics unreliable (the
+/// validation threshold of spec/METRICS.md).
+const UNDERSAMPLED: u64 = 30;
+
 /// Runs the command.
 pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     let harness = HarnessArgs::parse(&args.harness_args)?;
@@ -126,7 +132,9 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             eprintln!("note: no bench matches the harness arguments; nothing to do");
         }
         if json {
-            emit(&serde_json::json!({"reason": "summary", "benches": 0, "measured": 0, "failed": 0}));
+            emit(
+                &serde_json::json!({"reason": "summary", "benches": 0, "measured": 0, "failed": 0}),
+            );
         }
         return Ok(Exit::Ok);
     }
@@ -157,7 +165,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         let instrumented = instrumented[index]
             .as_ref()
             .expect("targets with selected benches are instrumented");
-        progress.start("Recording", &format!("{} {}", exe.display_name(), case.name));
+        progress.start(
+            "Recording",
+            &format!("{} {}", exe.display_name(), case.name),
+        );
         if json {
             emit(&serde_json::json!({
                 "reason": "bench-started",
@@ -177,6 +188,19 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         let recording = pipeline::record_bench(target, case, instrumented, &plan)?;
         for note in &recording.notes {
             progress.note(&format!("note: {}: {note}", case.name));
+        }
+        let samples = recording.analysis.summary.samples;
+        if !sampling.is_full()
+            && samples < UNDERSAMPLED
+            && matches!(recording.outcome, BenchOutcome::Measured { .. })
+        {
+            progress.note(&format!(
+                "warning: {}: {} ({} load executions for a period of {}): its metrics are not reliable; lower --period",
+                case.name,
+                plural(samples as usize, "sample", "samples"),
+                recording.totals.executions,
+                sampling.period
+            ));
         }
         let analysis_file = dir.join(pipeline::ANALYSIS_FILE);
         match &recording.outcome {
@@ -202,7 +226,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                     let row = table_row(
                         &label(target, case, several_targets),
                         width,
-                        &recording.analysis.summary,
+                        &recording.analysis,
                         recording.elapsed,
                     );
                     progress.print(|| println!("{row}"));
@@ -246,6 +270,13 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             "elapsed_s": elapsed.as_secs_f64(),
         }));
     } else if !global.quiet {
+        let k = match sampling.is_full() {
+            true => crate::analysis::FULL_TRACE_MAX_K,
+            false => 63 - sampling.window.leading_zeros(),
+        };
+        eprintln!(
+            "note: A and F are what the samples observed; ΔF is the mean over windows of 2^{k} accesses; D is the intra-sample reuse distance in 64-byte lines"
+        );
         eprintln!(
             "{:>12} {} in {:.1}s{}; results in {}",
             "Finished",
@@ -353,16 +384,24 @@ fn table_header(width: usize) -> String {
 fn table_row(
     name: &str,
     width: usize,
-    s: &crate::analysis::Summary,
+    analysis: &crate::analysis::Analysis,
     elapsed: std::time::Duration,
 ) -> String {
+    let s = &analysis.summary;
     let or_dash = |x: Option<String>| x.unwrap_or_else(|| "–".to_string());
+    // ΔF of the largest trace window: new data per load over windows a
+    // sample holds (the whole-run ΔF of a sampled trace says more about
+    // the sampling than about the program).
+    let d_f = analysis
+        .trace_windows
+        .last()
+        .map(|row| format!("{:.4}", row.d_f));
     format!(
         "{:<width$} {:>11} {:>11} {:>7} {:>7.1} {:>7.1} {:>9} {:>8} {:>7} {:>6.1}s",
         name,
         s.a,
         s.f,
-        or_dash(s.d_f.map(|x| format!("{x:.4}"))),
+        or_dash(d_f.or_else(|| s.d_f.map(|x| format!("{x:.4}")))),
         100.0 * s.f_str_frac,
         100.0 * s.f_irr_frac,
         or_dash(s.d_mean.map(|x| format!("{x:.1}"))),

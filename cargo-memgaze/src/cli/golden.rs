@@ -105,10 +105,7 @@ pub fn facts_mismatch(
 /// The bench's source file relative to the workspace root.
 fn source(target: &BenchTarget, root: &Path) -> String {
     let src = &target.executable.src_path;
-    src.strip_prefix(root)
-        .unwrap_or(src)
-        .display()
-        .to_string()
+    src.strip_prefix(root).unwrap_or(src).display().to_string()
 }
 
 /// Runs the command.
@@ -189,8 +186,12 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                     .unwrap_or_default()
             );
         }
-        let metrics =
-            GoldenMetrics::from_analysis(&exe.package, &exe.target, &case.name, &recording.analysis);
+        let metrics = GoldenMetrics::from_analysis(
+            &exe.package,
+            &exe.target,
+            &case.name,
+            &recording.analysis,
+        );
         let file = SnapshotFile {
             meta: SnapshotMeta {
                 source: source(target, &suite.workspace.root),
@@ -242,13 +243,21 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                     format!("no snapshot {} (CI: nothing written)", snapshot.display())
                 }
                 Outcome::Differs { pending, .. } => match pending {
-                    Some(p) => format!("differs from {}; new one in {}", snapshot.display(), p.display()),
+                    Some(p) => format!(
+                        "differs from {}; new one in {}",
+                        snapshot.display(),
+                        p.display()
+                    ),
                     None => format!("differs from {} (CI: nothing written)", snapshot.display()),
                 },
             };
             let mut lines = vec![format!(
                 "{:>12} {} {}: {what} ({} records, {:.1}s)",
-                if outcome.is_difference() { "Differs" } else { "Golden" },
+                if outcome.is_difference() {
+                    "Differs"
+                } else {
+                    "Golden"
+                },
                 exe.display_name(),
                 case.name,
                 recording.analysis.summary.records,

@@ -96,7 +96,10 @@ pub fn instrument_targets(
                 ));
             }
             for warning in &report.warnings {
-                progress.note(&format!("warning: {}: {warning}", target.executable.display_name()));
+                progress.note(&format!(
+                    "warning: {}: {warning}",
+                    target.executable.display_name()
+                ));
             }
         }
         out.push(Some(instrumented));

@@ -58,12 +58,22 @@ pub struct Args {
     pub backend: Backend,
 
     /// Largest trace-window MAPE, percent.
-    #[arg(long, value_name = "PCT", default_value_t = 15.0, help_heading = "Limits")]
+    #[arg(
+        long,
+        value_name = "PCT",
+        default_value_t = 15.0,
+        help_heading = "Limits"
+    )]
     pub max_trace_mape: f64,
 
     /// Largest code-window error, percent (relative for dF, percentage
     /// points for F_str%, F_irr%, A_const%).
-    #[arg(long, value_name = "PCT", default_value_t = 3.0, help_heading = "Limits")]
+    #[arg(
+        long,
+        value_name = "PCT",
+        default_value_t = 3.0,
+        help_heading = "Limits"
+    )]
     pub max_code_error: f64,
 
     /// Fewest samples a bench or a compared function may have.
@@ -72,7 +82,12 @@ pub struct Args {
 
     /// Compare functions holding at least this share of the full run's
     /// accesses, percent.
-    #[arg(long, value_name = "PCT", default_value_t = 1.0, help_heading = "Limits")]
+    #[arg(
+        long,
+        value_name = "PCT",
+        default_value_t = 1.0,
+        help_heading = "Limits"
+    )]
     pub min_function_share: f64,
 
     /// Snapshot directory (default: `golden/` in the workspace root).
@@ -103,7 +118,9 @@ impl Args {
             ("--min-function-share", self.min_function_share),
         ] {
             if !(value > 0.0 && value <= 100.0) {
-                return Err(usage(format!("{name} must be a percentage in (0, 100], got {value}")));
+                return Err(usage(format!(
+                    "{name} must be a percentage in (0, 100], got {value}"
+                )));
             }
         }
         Ok(Limits {
@@ -144,7 +161,11 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         anyhow::bail!(
             "no golden snapshot in {} for {} {}: record them with `cargo memgaze golden --update`",
             store.dir().display(),
-            if missing.len() == 1 { "bench" } else { "benches" },
+            if missing.len() == 1 {
+                "bench"
+            } else {
+                "benches"
+            },
             missing.join(", ")
         );
     }
@@ -167,7 +188,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         let golden = store
             .read(&exe.package, &exe.target, &case.name)?
             .expect("checked above");
-        progress.start("Validating", &format!("{} {}", exe.display_name(), case.name));
+        progress.start(
+            "Validating",
+            &format!("{} {}", exe.display_name(), case.name),
+        );
         let plan = RunPlan {
             sampling,
             analysis: AnalysisOptions::default(),
@@ -233,7 +257,11 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             }
             emit(&message);
         } else {
-            let text = render(&format!("{} {}", exe.display_name(), case.name), verdict, &comparison);
+            let text = render(
+                &format!("{} {}", exe.display_name(), case.name),
+                verdict,
+                &comparison,
+            );
             progress.print(|| print!("{text}"));
         }
         progress.advance();

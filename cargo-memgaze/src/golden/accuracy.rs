@@ -3,7 +3,8 @@
 //!
 //! - Trace windows: per metric (`F`, `ΔF`, `F_str`, `F_irr`), the MAPE over
 //!   the rows `k = 3..=⌊log2 w⌋` both runs have (rows whose full value is 0
-//!   are skipped).
+//!   are skipped, and for `F_str`/`F_irr` also rows where they are below
+//!   [`Limits::min_component_share`] of `F`: see there).
 //! - Code windows: per function holding at least
 //!   [`Limits::min_function_share`] of the full run's accesses, the relative
 //!   error of the code-window `ΔF` at the sampled run's `W_c`, and the
@@ -33,6 +34,12 @@ pub struct Limits {
     /// Functions holding at least this share of the full run's accesses
     /// are compared (0.01).
     pub min_function_share: f64,
+    /// Rows where `F_str` (`F_irr`) holds less than this share of the full
+    /// run's `F` are not compared for that metric (0.01): a relative error
+    /// of a negligible component is noise (a strided kernel's three
+    /// irregular loads make `F_irr` 10⁻⁷ of `F`; a sample catches one or
+    /// none, a 100%–3000% "error" that says nothing about the footprint).
+    pub min_component_share: f64,
     /// Bootstrap replicates for the confidence intervals (1000).
     pub replicates: u32,
     /// Seed of the bootstrap's resampling.
@@ -46,8 +53,9 @@ impl Default for Limits {
             code_error: 0.03,
             min_samples: 30,
             min_function_share: 0.01,
+            min_component_share: 0.01,
             replicates: 1000,
-            seed: 0x6d65_6d67_617a_65,
+            seed: 0x006d_656d_6761_7a65,
         }
     }
 }
@@ -73,7 +81,11 @@ impl Status {
             Status::Undersampled => 1,
             Status::Exceeded => 2,
         };
-        if rank(other) > rank(self) { other } else { self }
+        if rank(other) > rank(self) {
+            other
+        } else {
+            self
+        }
     }
 }
 
@@ -118,7 +130,8 @@ impl Error {
 pub struct TraceWindowError {
     /// `F`, `dF`, `F_str` or `F_irr`.
     pub metric: &'static str,
-    /// Rows (values of `k`) compared.
+    /// Rows (values of `k`) compared: where the full value is not 0 and,
+    /// for `F_str`/`F_irr`, at least [`Limits::min_component_share`] of `F`.
     pub rows: usize,
     /// The MAPE and its verdict.
     #[serde(flatten)]
@@ -271,7 +284,11 @@ pub fn compare(
     let replicates = Bootstrap::new(samples, limits);
 
     // Trace windows.
-    let rows: Vec<(u32, &crate::analysis::WindowRow, &crate::analysis::WindowRow)> = (3..=k_max)
+    let rows: Vec<(
+        u32,
+        &crate::analysis::WindowRow,
+        &crate::analysis::WindowRow,
+    )> = (3..=k_max)
         .filter_map(|k| {
             let full = golden.trace_windows.iter().find(|r| r.k == k)?;
             let sampled = sampled.trace_windows.iter().find(|r| r.k == k)?;
@@ -280,10 +297,14 @@ pub fn compare(
         .collect();
     let mut trace_windows = Vec::new();
     for metric in TraceMetric::ALL {
+        let component = matches!(metric, TraceMetric::FStr | TraceMetric::FIrr);
         let compared: Vec<(u32, f64, f64)> = rows
             .iter()
+            .filter(|(_, full, _)| {
+                let value = metric.of_row(full);
+                value != 0.0 && (!component || value >= limits.min_component_share * full.f)
+            })
             .map(|&(k, full, sampled)| (k, metric.of_row(full), metric.of_row(sampled)))
-            .filter(|&(_, full, _)| full != 0.0)
             .collect();
         let mape = (!compared.is_empty()).then(|| {
             compared
@@ -345,7 +366,12 @@ pub fn compare(
                 let d_f = f.d_f.unwrap_or(0.0);
                 let rel = (row.d_f != 0.0).then(|| ((d_f - row.d_f) / row.d_f).abs());
                 (
-                    Error::judge(rel, ci(|s| s.d_f, row.d_f, true), limits.code_error, f_enough),
+                    Error::judge(
+                        rel,
+                        ci(|s| s.d_f, row.d_f, true),
+                        limits.code_error,
+                        f_enough,
+                    ),
                     Error::judge(
                         Some((f.f_str_frac.unwrap_or(0.0) - row.f_str_frac).abs()),
                         ci(|s| s.f_str_frac, row.f_str_frac, false),
@@ -377,7 +403,11 @@ pub fn compare(
         if !f_enough && status != Status::Exceeded {
             status = Status::Undersampled;
         }
-        let label = format!("function `{}` ({:.1}% of accesses)", full.name, 100.0 * share);
+        let label = format!(
+            "function `{}` ({:.1}% of accesses)",
+            full.name,
+            100.0 * share
+        );
         if function_samples < limits.min_samples {
             problems.push(format!(
                 "undersampled: {label} is in {function_samples} samples, fewer than {}",
@@ -479,7 +509,7 @@ impl SplitMix {
     /// Uniform in `0..n` (multiply-shift; the bias is below 2^-32 for the
     /// sample counts of a trace).
     fn below(&mut self, n: usize) -> usize {
-        ((self.next() >> 32) * n as u64 >> 32) as usize
+        (((self.next() >> 32) * n as u64) >> 32) as usize
     }
 }
 
@@ -596,7 +626,12 @@ impl<'a> Bootstrap<'a> {
             .samples
             .samples
             .iter()
-            .map(|s| s.functions.iter().find(|(i, _)| *i == index).map(|(_, f)| *f))
+            .map(|s| {
+                s.functions
+                    .iter()
+                    .find(|(i, _)| *i == index)
+                    .map(|(_, f)| *f)
+            })
             .collect();
         let mut values = Vec::with_capacity(self.weights.len());
         for weights in &self.weights {
@@ -688,7 +723,12 @@ mod tests {
     }
 
     /// Samples `window` records every `period` of the program.
-    fn sampled(header: &TraceHeader, total: u64, window: u64, period: u64) -> (Analysis, SampleSet) {
+    fn sampled(
+        header: &TraceHeader,
+        total: u64,
+        window: u64,
+        period: u64,
+    ) -> (Analysis, SampleSet) {
         let header = TraceHeader {
             sampling: Sampling {
                 window,
@@ -766,7 +806,11 @@ mod tests {
         assert_eq!(samples.samples.len(), 20);
         let c = compare(&golden, &analysis, &samples, &Limits::default());
         assert_eq!(c.status, Status::Undersampled);
-        assert!(c.problems[0].contains("20 samples, fewer than 30"), "{:?}", c.problems);
+        assert!(
+            c.problems[0].contains("20 samples, fewer than 30"),
+            "{:?}",
+            c.problems
+        );
     }
 
     #[test]
@@ -780,17 +824,55 @@ mod tests {
             .apply(&mut analysis, &mut samples);
         let c = compare(&golden, &analysis, &samples, &Limits::default());
         assert_eq!(c.status, Status::Exceeded);
-        let f_irr = c.trace_windows.iter().find(|e| e.metric == "F_irr").unwrap();
+        let f_irr = c
+            .trace_windows
+            .iter()
+            .find(|e| e.metric == "F_irr")
+            .unwrap();
         assert!((f_irr.error.error.unwrap() - 0.2).abs() < 0.02, "{f_irr:?}");
-        assert!(c.problems.iter().any(|p| p.contains("MAPE of F_irr")), "{:?}", c.problems);
+        assert!(
+            c.problems.iter().any(|p| p.contains("MAPE of F_irr")),
+            "{:?}",
+            c.problems
+        );
 
         let (mut analysis, mut samples) = sampled(&header, total, 1000, 5_000);
         Perturbation::parse("code:dF=1.05")
             .unwrap()
             .apply(&mut analysis, &mut samples);
         let c = compare(&golden, &analysis, &samples, &Limits::default());
-        assert_eq!(c.functions[0].d_f.status, Status::Exceeded, "{:?}", c.functions[0]);
+        assert_eq!(
+            c.functions[0].d_f.status,
+            Status::Exceeded,
+            "{:?}",
+            c.functions[0]
+        );
         assert_eq!(c.status, Status::Exceeded);
+    }
+
+    #[test]
+    fn a_negligible_component_is_not_compared() {
+        let header = header();
+        let total = 600_000;
+        let mut golden = full_metrics(&header, total);
+        let (analysis, samples) = sampled(&header, total, 1000, 5_000);
+        // Pretend the full run's F_str were a trace of its F.
+        for row in &mut golden.trace_windows {
+            row.f_str = row.f * 0.001;
+        }
+        let c = compare(&golden, &analysis, &samples, &Limits::default());
+        let f_str = c
+            .trace_windows
+            .iter()
+            .find(|e| e.metric == "F_str")
+            .unwrap();
+        assert_eq!((f_str.rows, f_str.error.status), (0, Status::NotCompared));
+        let f_irr = c
+            .trace_windows
+            .iter()
+            .find(|e| e.metric == "F_irr")
+            .unwrap();
+        assert_eq!(f_irr.rows, 7);
     }
 
     #[test]

@@ -473,7 +473,11 @@ pub(crate) mod tests {
             }
         }
         // The kernel has code windows; the helper (every 50th record) none.
-        let kernel = analysis.functions.iter().find(|f| f.name == "kernel").unwrap();
+        let kernel = analysis
+            .functions
+            .iter()
+            .find(|f| f.name == "kernel")
+            .unwrap();
         assert!(kernel.code_windows > 0);
     }
 

@@ -94,7 +94,12 @@ impl GoldenMetrics {
     /// Rounds every float to [`SIGNIFICANT_DIGITS`].
     fn round(&mut self) {
         let s = &mut self.summary;
-        for x in [&mut s.f_str, &mut s.f_irr, &mut s.f_str_frac, &mut s.f_irr_frac] {
+        for x in [
+            &mut s.f_str,
+            &mut s.f_irr,
+            &mut s.f_str_frac,
+            &mut s.f_irr_frac,
+        ] {
             *x = round(*x);
         }
         for x in [
@@ -299,7 +304,12 @@ pub fn describe_differences(old: &GoldenMetrics, new: &GoldenMetrics, limit: usi
     out
 }
 
-fn diff_values(path: &str, old: &serde_json::Value, new: &serde_json::Value, out: &mut Vec<String>) {
+fn diff_values(
+    path: &str,
+    old: &serde_json::Value,
+    new: &serde_json::Value,
+    out: &mut Vec<String>,
+) {
     use serde_json::Value;
     match (old, new) {
         (Value::Object(a), Value::Object(b)) => {
@@ -326,7 +336,9 @@ fn diff_values(path: &str, old: &serde_json::Value, new: &serde_json::Value, out
             };
             for i in 0..a.len().max(b.len()) {
                 match (a.get(i), b.get(i)) {
-                    (Some(va), Some(vb)) => diff_values(&format!("{path}{}", label(va, i)), va, vb, out),
+                    (Some(va), Some(vb)) => {
+                        diff_values(&format!("{path}{}", label(va, i)), va, vb, out)
+                    }
                     (Some(va), None) => out.push(format!("{path}{}: removed", label(va, i))),
                     (None, Some(vb)) => out.push(format!("{path}{}: added", label(vb, i))),
                     (None, None) => {}
@@ -467,7 +479,9 @@ pub(crate) mod tests {
         let text = sample_file().to_text().replace(GOLDEN_SCHEMA, "other.v9");
         let e = SnapshotFile::parse(&text).unwrap_err();
         assert!(format!("{e:#}").contains("--update"), "{e:#}");
-        let text = sample_file().to_text().replace("\"A\": 100", "\"A\": \"x\"");
+        let text = sample_file()
+            .to_text()
+            .replace("\"A\": 100", "\"A\": \"x\"");
         assert!(SnapshotFile::parse(&text).is_err());
     }
 

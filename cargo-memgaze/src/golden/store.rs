@@ -264,9 +264,15 @@ mod tests {
         assert!(!pending.exists());
 
         // --update writes; a second run changes nothing.
-        assert_eq!(store.check(&file(8.0), true, true).unwrap(), Outcome::Created);
+        assert_eq!(
+            store.check(&file(8.0), true, true).unwrap(),
+            Outcome::Created
+        );
         let text = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(store.check(&file(8.0), false, true).unwrap(), Outcome::Unchanged);
+        assert_eq!(
+            store.check(&file(8.0), false, true).unwrap(),
+            Outcome::Unchanged
+        );
         assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
         assert_eq!(
             store.read("microbenches", "micro", "str/irr").unwrap(),
@@ -275,7 +281,10 @@ mod tests {
 
         // A difference: pending written, snapshot untouched, changes named.
         match store.check(&file(9.0), false, true).unwrap() {
-            Outcome::Differs { pending: p, changes } => {
+            Outcome::Differs {
+                pending: p,
+                changes,
+            } => {
                 assert_eq!(p, Some(pending.clone()));
                 assert_eq!(changes, ["trace_windows[k=3].F: 8.0 → 9.0"]);
             }
@@ -284,11 +293,17 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
         assert!(pending.exists());
         // Going back to the stored value removes the stale pending file.
-        assert_eq!(store.check(&file(8.0), false, true).unwrap(), Outcome::Unchanged);
+        assert_eq!(
+            store.check(&file(8.0), false, true).unwrap(),
+            Outcome::Unchanged
+        );
         assert!(!pending.exists());
         // --update takes the new value.
         store.check(&file(9.0), false, true).unwrap();
-        assert_eq!(store.check(&file(9.0), true, true).unwrap(), Outcome::Updated);
+        assert_eq!(
+            store.check(&file(9.0), true, true).unwrap(),
+            Outcome::Updated
+        );
         assert!(!pending.exists());
     }
 
@@ -307,7 +322,12 @@ mod tests {
         }
         let orphans = store.orphans("microbenches", "micro", &["str1".into(), "str8".into()]);
         assert_eq!(orphans, [tmp.path().join("microbenches__micro__gone.snap")]);
-        assert!(store.read("microbenches", "micro", "str8").unwrap().is_none());
+        assert!(
+            store
+                .read("microbenches", "micro", "str8")
+                .unwrap()
+                .is_none()
+        );
         assert!(store.read("microbenches", "micro", "str1").is_err());
     }
 }

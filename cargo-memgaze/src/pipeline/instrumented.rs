@@ -126,8 +126,12 @@ fn write_executable(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 
 fn read_annotation(path: &Path) -> anyhow::Result<Annotation> {
     let text = std::fs::read(path).with_context(|| path.display().to_string())?;
-    serde_json::from_slice(&text)
-        .with_context(|| format!("{}: invalid annotation (delete the cache entry)", path.display()))
+    serde_json::from_slice(&text).with_context(|| {
+        format!(
+            "{}: invalid annotation (delete the cache entry)",
+            path.display()
+        )
+    })
 }
 
 /// A digest of the running `cargo memgaze` executable (computed once).

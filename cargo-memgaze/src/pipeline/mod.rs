@@ -105,13 +105,8 @@ pub fn record_bench(
     command.stderr(stderr.try_clone()?);
 
     let mut words = vec![instrumented.path.display().to_string()];
-    words.extend(
-        command
-            .get_args()
-            .map(|a| a.to_string_lossy().into_owned()),
-    );
-    let mut header =
-        crate::record::trace_header(&instrumented.annotation, plan.sampling, words);
+    words.extend(command.get_args().map(|a| a.to_string_lossy().into_owned()));
+    let mut header = crate::record::trace_header(&instrumented.annotation, plan.sampling, words);
     header.labels = vec![
         ("package".into(), exe.package.clone()),
         ("target".into(), exe.target.clone()),
@@ -126,13 +121,15 @@ pub fn record_bench(
         .per_sample
         .then(|| SampleBreakdown::new(&header, &plan.analysis));
     let mut sink = StreamingSink::new(analyzer, writer, breakdown);
-    let recording = crate::record::record_command(
-        command,
-        &instrumented.annotation,
-        &plan.sampling,
-        &mut sink,
-    )
-    .with_context(|| format!("recording bench `{}` of `{}`", case.name, exe.display_name()))?;
+    let recording =
+        crate::record::record_command(command, &instrumented.annotation, &plan.sampling, &mut sink)
+            .with_context(|| {
+                format!(
+                    "recording bench `{}` of `{}`",
+                    case.name,
+                    exe.display_name()
+                )
+            })?;
     let (analysis, writer, breakdown) = sink.finish(&recording.totals)?;
     if let (Some(writer), Some(path)) = (writer, &plan.trace_file) {
         writer

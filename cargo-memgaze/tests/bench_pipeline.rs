@@ -1,0 +1,556 @@
+//! `cargo memgaze bench`, `golden` and `validate` end to end, through the
+//! built binary, on the bundled microbenchmarks and the HashMap/BTreeMap
+//! fixture crate.
+//!
+//! Builds share the target directory of `cargo_benches.rs` (under
+//! `CARGO_TARGET_TMPDIR`), so nothing compiles twice; the tests take a lock
+//! because `bench` writes the shared results directory.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn shared_target_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("memgaze-benches")
+}
+
+fn workspace_manifest() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml")
+}
+
+fn fixture_manifest() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hashmap-vs-btree/Cargo.toml")
+}
+
+/// `cargo-memgaze <command> --locked --manifest-path M --target-dir T <extra>`
+/// with `env` set (and `CI`/`MEMGAZE_*` from the test's own environment
+/// removed, so results do not depend on how the tests were started).
+fn memgaze(command: &str, manifest: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"));
+    cmd.args(["memgaze", command, "--locked", "--manifest-path"])
+        .arg(manifest)
+        .arg("--target-dir")
+        .arg(shared_target_dir())
+        .args(extra)
+        .env_remove("CI");
+    for (name, _) in std::env::vars() {
+        if name.starts_with("MEMGAZE_") {
+            cmd.env_remove(name);
+        }
+    }
+    for (name, value) in env {
+        cmd.env(name, value);
+    }
+    cmd.output().unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn messages(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+fn by_reason<'a>(messages: &'a [Value], reason: &str) -> Vec<&'a Value> {
+    messages.iter().filter(|m| m["reason"] == reason).collect()
+}
+
+fn f64_of(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// Issue 6: the locality each microbenchmark is built to show, on a full
+/// `cargo memgaze bench -p microbenches` run with default sampling.
+#[test]
+fn microbench_suite_shows_the_expected_locality() {
+    let _lock = serial();
+    let out = memgaze(
+        "bench",
+        &workspace_manifest(),
+        &[
+            "-q",
+            "-p",
+            "microbenches",
+            "--seed",
+            "1",
+            "--message-format",
+            "json",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let all = messages(&out);
+    let finished = by_reason(&all, "bench-finished");
+    let names: Vec<&str> = finished
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "str1",
+            "str8",
+            "irr",
+            "irr-rand",
+            "irr-half",
+            "str/irr",
+            "irr|str|irr",
+            "chase"
+        ]
+    );
+    let summary = |name: &str| &finished.iter().find(|m| m["name"] == name).unwrap()["summary"];
+    let frac = |name: &str, key: &str| f64_of(&summary(name)[key]);
+    let analysis = |name: &str| -> Value {
+        let m = finished.iter().find(|m| m["name"] == name).unwrap();
+        let path = m["analysis"].as_str().unwrap();
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    let mut report = Vec::new();
+    for name in &names {
+        let s = summary(name);
+        report.push(format!(
+            "{name}: A {} samples {} rho {:.1} F_str% {:.3} F_irr% {:.3}",
+            s["A"],
+            s["samples"],
+            f64_of(&s["rho"]),
+            f64_of(&s["F_str_frac"]),
+            f64_of(&s["F_irr_frac"])
+        ));
+        assert!(f64_of(&s["samples"]) >= 400.0, "{name}: {s}");
+    }
+    eprintln!("{}", report.join("\n"));
+    for name in ["str1", "str8"] {
+        assert!(frac(name, "F_str_frac") >= 0.9, "{name}: {}", summary(name));
+    }
+    assert!(frac("chase", "F_irr_frac") >= 0.9, "{}", summary("chase"));
+    for name in ["irr", "irr-rand", "irr-half"] {
+        let irr = frac(name, "F_irr_frac");
+        assert!((0.4..=0.6).contains(&irr), "{name}: {}", summary(name));
+        // The kernel's index load is Strided and its data load Irregular:
+        // its two hot loads, one of each class, each about half its
+        // accesses.
+        let a = analysis(name);
+        let kernel = format!("microbenches::kernels::{}", name.replace('-', "_"));
+        let loads: Vec<&Value> = a["loads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["function"] == kernel.as_str())
+            .collect();
+        let total: f64 = loads.iter().map(|l| f64_of(&l["count"])).sum();
+        for class in ["Strided", "Irregular"] {
+            let hot = loads
+                .iter()
+                .filter(|l| l["class"] == class)
+                .map(|l| f64_of(&l["count"]))
+                .fold(0.0, f64::max);
+            assert!(
+                hot >= 0.4 * total,
+                "{name}: the hottest {class} load has {hot} of {total} accesses: {loads:?}"
+            );
+        }
+    }
+    for name in ["str/irr", "irr|str|irr"] {
+        assert!(frac(name, "F_str_frac") >= 0.1, "{name}: {}", summary(name));
+        assert!(frac(name, "F_irr_frac") >= 0.1, "{name}: {}", summary(name));
+    }
+    // At the largest k of the trace-window histogram str8's windows touch
+    // ~8x the lines of str1's.
+    let last_row = |name: &str| {
+        analysis(name)["trace_windows"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .clone()
+    };
+    let (row1, row8) = (last_row("str1"), last_row("str8"));
+    assert_eq!(row1["k"], row8["k"]);
+    let ratio = f64_of(&row8["F_lines"]) / f64_of(&row1["F_lines"]);
+    eprintln!(
+        "F_lines at k = {}: str1 {} str8 {} (ratio {ratio:.2})",
+        row1["k"], row1["F_lines"], row8["F_lines"]
+    );
+    assert!((7.0..=9.0).contains(&ratio), "{row1} {row8}");
+
+    // Results layout: trace, analysis and identity per bench.
+    let dir = PathBuf::from(finished[5]["results"].as_str().unwrap());
+    assert!(
+        dir.ends_with("memgaze/microbenches/micro/str%2Firr"),
+        "{dir:?}"
+    );
+    for file in ["bench.json", "trace.mgz", "analysis.json"] {
+        assert!(dir.join(file).is_file(), "{file}");
+    }
+    let last = all.last().unwrap();
+    assert_eq!(last["reason"], "summary");
+    assert_eq!(
+        (last["measured"].as_u64(), last["failed"].as_u64()),
+        (Some(8), Some(0))
+    );
+}
+
+/// The example user crate end to end, filters, and a failing body (101).
+#[test]
+fn hashmap_vs_btree_fixture_end_to_end() {
+    let _lock = serial();
+    let manifest = fixture_manifest();
+    // Small benches: sample every 10 000 load executions.
+    let out = memgaze(
+        "bench",
+        &manifest,
+        &[
+            "-q",
+            "--seed",
+            "3",
+            "--period",
+            "10000",
+            "--message-format",
+            "json",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let all = messages(&out);
+    let finished = by_reason(&all, "bench-finished");
+    let names: Vec<&str> = finished
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "scan",
+            "hashmap/1000",
+            "hashmap/100000",
+            "btreemap/1000",
+            "btreemap/100000"
+        ]
+    );
+    for m in &finished {
+        assert!(Path::new(m["trace"].as_str().unwrap()).is_file(), "{m}");
+    }
+    let summary = |name: &str| &finished.iter().find(|m| m["name"] == name).unwrap()["summary"];
+    // The array scan is strided; lookups in the big maps are sampled often
+    // enough to see that hashing scatters them.
+    assert!(
+        summary("scan")["samples"].as_u64().unwrap() >= 5,
+        "{}",
+        summary("scan")
+    );
+    assert!(
+        f64_of(&summary("scan")["F_str_frac"]) >= 0.9,
+        "{}",
+        summary("scan")
+    );
+    for name in ["hashmap/100000", "btreemap/100000"] {
+        assert!(
+            summary(name)["samples"].as_u64().unwrap() >= 30,
+            "{}",
+            summary(name)
+        );
+    }
+    assert!(
+        f64_of(&summary("hashmap/100000")["F_irr_frac"]) >= 0.5,
+        "{}",
+        summary("hashmap/100000")
+    );
+
+    // Human output: one table row per bench, only the filtered one.
+    let out = memgaze(
+        "bench",
+        &manifest,
+        &["--seed", "3", "--", "--exact", "hashmap/1000"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<&str> = stdout.lines().collect();
+    assert_eq!(rows.len(), 2, "{stdout}");
+    assert!(
+        rows[0].starts_with("bench ") && rows[0].contains("F_irr%"),
+        "{stdout}"
+    );
+    assert!(rows[1].starts_with("hashmap/1000 "), "{stdout}");
+
+    // A failing body: the others still run, the failure is reported, 101.
+    let out = memgaze(
+        "bench",
+        &manifest,
+        &["-q", "--features", "failing", "--message-format", "json"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(101), "{}", stderr(&out));
+    let all = messages(&out);
+    let failed = by_reason(&all, "bench-failed");
+    assert_eq!(failed.len(), 1, "{all:?}");
+    assert_eq!(failed[0]["name"], "panics");
+    let summary = all.last().unwrap();
+    assert_eq!(
+        (summary["measured"].as_u64(), summary["failed"].as_u64()),
+        (Some(5), Some(1)),
+        "{summary}"
+    );
+    assert!(
+        failed[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("fails on purpose"),
+        "{}",
+        failed[0]
+    );
+}
+
+/// Golden snapshots: insta's conventions, determinism, the toolchain check
+/// and orphans, at a small size in a temporary snapshot directory.
+#[test]
+fn golden_snapshots_follow_insta_conventions_and_are_deterministic() {
+    let _lock = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("golden");
+    let dir_arg = dir.to_str().unwrap();
+    let env = [
+        ("MEMGAZE_MICRO_ELEMENTS", "4096"),
+        ("MEMGAZE_MICRO_REPS", "3"),
+    ];
+    let golden = |extra: &[&str], env: &[(&str, &str)]| {
+        let mut args = vec![
+            "-q",
+            "-p",
+            "microbenches",
+            "--golden-dir",
+            dir_arg,
+            "--message-format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        memgaze("golden", &workspace_manifest(), &args, env)
+    };
+    let filter = ["--", "str"];
+    let snap = dir.join("microbenches__micro__str%2Firr.snap");
+    let pending = dir.join("microbenches__micro__str%2Firr.snap.new");
+
+    // Missing snapshots: pending files for review, exit 3.
+    let out = golden(&filter, &env);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let all = messages(&out);
+    let results = by_reason(&all, "golden");
+    assert_eq!(results.len(), 4, "{all:?}"); // str1, str8, str/irr, irr|str|irr
+    assert!(results.iter().all(|m| m["status"] == "missing"));
+    assert!(pending.is_file() && !snap.exists());
+    // insta can read what we wrote.
+    let snapshot = insta::Snapshot::from_file(&pending).unwrap();
+    assert_eq!(
+        snapshot.metadata().source(),
+        Some("microbenches/benches/micro.rs")
+    );
+
+    // On CI nothing is written.
+    std::fs::remove_dir_all(&dir).unwrap();
+    let mut ci_env = env.to_vec();
+    ci_env.push(("CI", "true"));
+    let out = golden(&filter, &ci_env);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(!dir.exists());
+
+    // --update writes; running again changes nothing, byte for byte.
+    let out = golden(&[&["--update"][..], &filter].concat(), &env);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let first = std::fs::read(&snap).unwrap();
+    let out = golden(&filter, &env);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        by_reason(&messages(&out), "golden")
+            .iter()
+            .all(|m| m["status"] == "unchanged")
+    );
+    assert_eq!(std::fs::read(&snap).unwrap(), first);
+    assert!(!pending.exists());
+
+    // Another size is another program: a difference, with a pending file
+    // and the metrics that moved.
+    let other = [
+        ("MEMGAZE_MICRO_ELEMENTS", "4096"),
+        ("MEMGAZE_MICRO_REPS", "4"),
+    ];
+    let out = golden(&["--", "--exact", "str/irr"], &other);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    // (The env fact differs too: one message, no run.)
+    let all = messages(&out);
+    let facts = by_reason(&all, "golden-facts-differ");
+    assert_eq!(facts.len(), 1, "{all:?}");
+    let message = facts[0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("env `MEMGAZE_MICRO_ELEMENTS=4096 MEMGAZE_MICRO_REPS=3` vs `MEMGAZE_MICRO_ELEMENTS=4096 MEMGAZE_MICRO_REPS=4`")
+            && message.contains("cargo memgaze golden --update"),
+        "{message}"
+    );
+    assert_eq!(
+        stderr(&out)
+            .lines()
+            .filter(|l| l.starts_with("error:"))
+            .count(),
+        1
+    );
+
+    // A different toolchain: one message suggesting --update.
+    let text = String::from_utf8(first.clone()).unwrap();
+    let line = text.lines().find(|l| l.starts_with("  rustc: ")).unwrap();
+    std::fs::write(
+        &snap,
+        text.replace(line, "  rustc: \"rustc 1.80.0 (000000000 2024-07-21)\""),
+    )
+    .unwrap();
+    let out = golden(&filter, &env);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("rustc `rustc 1.80.0 (000000000 2024-07-21)` vs `rustc 1."),
+        "{err}"
+    );
+    assert!(err.contains("--update"), "{err}");
+
+    // A changed metric: a pending file naming it.
+    std::fs::write(&snap, text.replacen("\"F\": ", "\"F\": 1", 1)).unwrap();
+    let out = golden(&["--", "--exact", "str/irr"], &env);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let all = messages(&out);
+    let result = by_reason(&all, "golden")[0];
+    assert_eq!(result["status"], "differs");
+    assert!(
+        result["changes"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("summary.F: 1"),
+        "{result}"
+    );
+    assert!(pending.is_file());
+
+    // Orphans are reported, and deleted with --update.
+    let orphan = dir.join("microbenches__micro__gone.snap");
+    std::fs::write(&orphan, "").unwrap();
+    let out = golden(&["--", "--exact", "str1"], &env);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let all = messages(&out);
+    let orphans = by_reason(&all, "golden-orphan");
+    assert_eq!(orphans.len(), 1, "{all:?}");
+    assert_eq!(orphans[0]["deleted"], false);
+    let out = golden(&["--update", "--", "--exact", "str1"], &env);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!orphan.exists());
+}
+
+fn validations(out: &Output) -> Vec<Value> {
+    messages(out)
+        .into_iter()
+        .filter(|m| m["reason"] == "validation")
+        .collect()
+}
+
+/// Issue 7: every microbenchmark validates against the committed golden
+/// snapshots at default sampling, within the default limits.
+#[test]
+fn validate_passes_at_default_sampling_for_every_microbenchmark() {
+    let _lock = serial();
+    let out = memgaze(
+        "validate",
+        &workspace_manifest(),
+        &["-q", "-p", "microbenches", "--message-format", "json"],
+        &[],
+    );
+    let results = validations(&out);
+    for v in &results {
+        let mape: Vec<String> = v["trace_windows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| format!("{} {}", e["metric"], e["error"]))
+            .collect();
+        let code: Vec<String> = v["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                format!(
+                    "{}: dF {} F_str% {} F_irr% {} A_const% {}",
+                    f["name"],
+                    f["dF"]["error"],
+                    f["F_str_frac"]["error"],
+                    f["F_irr_frac"]["error"],
+                    f["A_const_frac"]["error"]
+                )
+            })
+            .collect();
+        eprintln!(
+            "{} {}: {} samples, trace {:.2}% | MAPE {} | {}",
+            v["name"],
+            v["status"],
+            v["samples"],
+            100.0 * f64_of(&v["trace_size_frac"]),
+            mape.join(", "),
+            code.join("; ")
+        );
+    }
+    assert_eq!(out.status.code(), Some(0), "{}\n{results:#?}", stderr(&out));
+    assert_eq!(results.len(), 8);
+    for v in &results {
+        assert_eq!(v["status"], "ok", "{v}");
+        let size = f64_of(&v["trace_size_frac"]);
+        assert!(
+            (0.005..0.02).contains(&size),
+            "{}: trace size {size}",
+            v["name"]
+        );
+    }
+}
+
+/// Validation fails (3) when sampling is too sparse, and when a sampled
+/// metric is distorted past its limit.
+#[test]
+fn validate_fails_when_undersampled_or_off_the_limit() {
+    let _lock = serial();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["-q", "-p", "microbenches", "--message-format", "json"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "--exact", "str1"]);
+        memgaze("validate", &workspace_manifest(), &args, &[])
+    };
+    // 50 M load executions, one sample every 5 M: 10 samples.
+    let out = run(&["--period", "5000000"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let v = &validations(&out)[0];
+    assert_eq!(v["status"], "undersampled", "{v}");
+    assert!(
+        v["problems"][0].as_str().unwrap().contains("fewer than 30"),
+        "{v}"
+    );
+
+    let out = run(&["--perturb", "trace:F=1.25"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let v = &validations(&out)[0];
+    assert_eq!(v["status"], "exceeded", "{v}");
+    assert_eq!(v["trace_windows"][0]["metric"], "F");
+    assert_eq!(v["trace_windows"][0]["status"], "exceeded");
+
+    let out = run(&["--perturb", "code:dF=1.05"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let v = &validations(&out)[0];
+    assert_eq!(v["status"], "exceeded", "{v}");
+    assert_eq!(v["functions"][0]["dF"]["status"], "exceeded", "{v}");
+
+    // Unperturbed, the same run passes (the failures above are the hook's).
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
