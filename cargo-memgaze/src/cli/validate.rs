@@ -312,10 +312,20 @@ fn row(out: &mut String, name: &str, e: &Error) {
     let error = e.error.map_or_else(|| "–".to_string(), percent);
     let _ = writeln!(
         out,
-        "    {name:<10} {error:>8}  {:>20}  {:>7}  {}",
+        "    {name:<12} {error:>8}  {:>20}  {:>7}  {}",
         interval(e.ci),
         percent(e.limit),
         status_word(e.status)
+    );
+}
+
+fn heading(out: &mut String, title: &str) {
+    use std::fmt::Write;
+    let _ = writeln!(out, "  {title}");
+    let _ = writeln!(
+        out,
+        "    {:<12} {:>8}  {:>20}  {:>7}  status",
+        "", "error", "95% interval", "limit"
     );
 }
 
@@ -332,18 +342,19 @@ fn render(name: &str, verdict: &str, c: &Comparison) -> String {
         c.period,
         c.trace_size_frac.map_or_else(|| "–".to_string(), percent)
     );
-    let _ = writeln!(
-        out,
-        "  trace windows, k = 3..{}   MAPE  95% interval of the deviation    limit",
-        c.k_max
+    heading(
+        &mut out,
+        &format!("trace windows, k = 3..{}: MAPE", c.k_max),
     );
     for e in &c.trace_windows {
         row(&mut out, e.metric, &e.error);
     }
-    let _ = writeln!(
-        out,
-        "  code windows, W_c = {} records      error  95% interval of the deviation    limit",
-        1u64 << c.code_window_k
+    heading(
+        &mut out,
+        &format!(
+            "code windows of {} records: relative error (dF), difference (%)",
+            1u64 << c.code_window_k
+        ),
     );
     for f in &c.functions {
         render_function(&mut out, f);
