@@ -1,0 +1,423 @@
+//! A streaming decoder of Intel PT `ptwrite` traces.
+//!
+//! [`Decoder`] walks a byte slice (a raw PT stream, or one AUX sample) and
+//! yields [`Event`]s: synchronisation points, PTW payloads with the IP of
+//! their PTWRITE instruction (from the FUP that `fup_on_ptw` makes the CPU
+//! emit) and the last TSC, buffer overflows, and decode errors with their
+//! offsets. It holds no copy of the data and allocates nothing.
+//!
+//! Synchronisation follows the SDM: decoding starts at the first PSB (bytes
+//! before it, e.g. the torn head of an AUX sample, are skipped and counted);
+//! the PSB resets IP compression; after a bad packet the decoder reports the
+//! error and skips forward to the next PSB. It never panics on any input.
+
+use super::packet::{self, BlockContext, PSB_PATTERN, Packet, PacketErrorKind, PacketKind};
+
+/// One PTWRITE operand as recorded in the trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PtwEvent {
+    /// Offset of the PTW packet in the data.
+    pub offset: usize,
+    /// The operand, zero-extended.
+    pub payload: u64,
+    /// Operand size: 4 or 8 bytes.
+    pub size: u8,
+    /// IP of the PTWRITE instruction, when the packet announced a FUP and
+    /// the FUP followed with an IP.
+    pub ip: Option<u64>,
+    /// The last TSC value seen before the packet.
+    pub tsc: Option<u64>,
+}
+
+/// A decode error: where and what.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DecodeError {
+    /// Offset of the offending packet.
+    pub offset: usize,
+    /// What was wrong.
+    pub kind: PacketErrorKind,
+}
+
+/// What the decoder reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// A PSB: the decoder is (re)synchronised here.
+    Sync {
+        /// Offset of the PSB.
+        offset: usize,
+    },
+    /// A PTWRITE operand.
+    Ptw(PtwEvent),
+    /// OVF: the CPU dropped packets here.
+    Overflow {
+        /// Offset of the OVF packet.
+        offset: usize,
+    },
+    /// Bad data; the decoder skips to the next PSB.
+    Error(DecodeError),
+}
+
+/// Counts kept while decoding.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DecodeStats {
+    /// Packets decoded, per [`PacketKind`] (index `kind as usize`).
+    pub packets: [u64; PacketKind::COUNT],
+    /// Decode errors.
+    pub errors: u64,
+    /// PSBs reached after an error (resynchronisations).
+    pub resyncs: u64,
+    /// Bytes not decoded: before the first PSB and between an error and
+    /// the next PSB.
+    pub skipped_bytes: u64,
+    /// PTW packets whose IP bit announced a FUP that never came.
+    pub ptw_without_fup: u64,
+}
+
+impl DecodeStats {
+    /// Packets of one kind.
+    pub fn count(&self, kind: PacketKind) -> u64 {
+        self.packets[kind as usize]
+    }
+
+    /// Packets of every kind.
+    pub fn total_packets(&self) -> u64 {
+        self.packets.iter().sum()
+    }
+}
+
+/// Where the last-IP state stands (SDM "IP Compression").
+#[derive(Clone, Copy, Debug, Default)]
+struct LastIp {
+    ip: u64,
+}
+
+/// The streaming event decoder. See the module documentation.
+#[derive(Clone, Debug)]
+pub struct Decoder<'a> {
+    data: &'a [u8],
+    pos: usize,
+    synced: bool,
+    /// An error happened since the last PSB: the next PSB is a resync.
+    after_error: bool,
+    block: BlockContext,
+    last_ip: LastIp,
+    tsc: Option<u64>,
+    pending: Option<PtwEvent>,
+    queued: Option<Event>,
+    stats: DecodeStats,
+}
+
+impl<'a> Decoder<'a> {
+    /// A decoder at the start of `data`; it synchronises at the first PSB.
+    pub fn new(data: &'a [u8]) -> Decoder<'a> {
+        Decoder {
+            data,
+            pos: 0,
+            synced: false,
+            after_error: false,
+            block: BlockContext::None,
+            last_ip: LastIp::default(),
+            tsc: None,
+            pending: None,
+            queued: None,
+            stats: DecodeStats::default(),
+        }
+    }
+
+    /// The counts so far.
+    pub fn stats(&self) -> &DecodeStats {
+        &self.stats
+    }
+
+    /// Offset of the next byte to decode.
+    pub fn offset(&self) -> usize {
+        self.pos
+    }
+
+    /// Emits `first` now and `second` next time.
+    #[inline]
+    fn two(&mut self, first: Option<Event>, second: Event) -> Option<Event> {
+        match first {
+            Some(first) => {
+                self.queued = Some(second);
+                Some(first)
+            }
+            None => Some(second),
+        }
+    }
+
+    /// The pending PTW, given up on its FUP.
+    #[inline]
+    fn flush_pending(&mut self) -> Option<Event> {
+        self.pending.take().map(|ptw| {
+            self.stats.ptw_without_fup += 1;
+            Event::Ptw(ptw)
+        })
+    }
+
+    /// Skips to the next PSB at or after `from`; false at the end of data.
+    fn seek_psb(&mut self, from: usize) -> bool {
+        let from = from.min(self.data.len());
+        match find_psb(&self.data[from..]) {
+            Some(p) => {
+                self.stats.skipped_bytes += p as u64;
+                self.pos = from + p;
+                self.synced = true;
+                true
+            }
+            None => {
+                self.stats.skipped_bytes += (self.data.len() - from) as u64;
+                self.pos = self.data.len();
+                false
+            }
+        }
+    }
+}
+
+/// Offset of the first PSB pattern in `data`.
+pub fn find_psb(data: &[u8]) -> Option<usize> {
+    let mut start = 0;
+    while start + PSB_PATTERN.len() <= data.len() {
+        // Each PSB starts with 0x02 0x82; look for the pair, then the rest.
+        let rest = &data[start..data.len() - PSB_PATTERN.len() + 2];
+        let hit = rest.windows(2).position(|w| w == [0x02, 0x82])?;
+        let at = start + hit;
+        if data[at..at + PSB_PATTERN.len()] == PSB_PATTERN {
+            return Some(at);
+        }
+        start = at + 1;
+    }
+    None
+}
+
+impl Iterator for Decoder<'_> {
+    type Item = Event;
+
+    fn next(&mut self) -> Option<Event> {
+        if let Some(event) = self.queued.take() {
+            return Some(event);
+        }
+        loop {
+            if !self.synced && !self.seek_psb(self.pos) {
+                return self.flush_pending();
+            }
+            let offset = self.pos;
+            let Some(bytes) = self.data.get(offset..).filter(|b| !b.is_empty()) else {
+                return self.flush_pending();
+            };
+            let (packet, len) = match packet::parse(bytes, self.block) {
+                Ok(parsed) => parsed,
+                Err(kind) => {
+                    self.stats.errors += 1;
+                    self.synced = false;
+                    self.after_error = true;
+                    self.block = BlockContext::None;
+                    self.pos = offset + 1;
+                    let pending = self.flush_pending();
+                    return self.two(pending, Event::Error(DecodeError { offset, kind }));
+                }
+            };
+            self.pos = offset + len;
+            self.stats.packets[packet.kind() as usize] += 1;
+            self.block = self.block.after(&packet);
+            match packet {
+                Packet::Ptw { payload, size, ip } => {
+                    let ptw = PtwEvent {
+                        offset,
+                        payload,
+                        size,
+                        ip: None,
+                        tsc: self.tsc,
+                    };
+                    let pending = self.flush_pending();
+                    if ip {
+                        self.pending = Some(ptw);
+                        if pending.is_some() {
+                            return pending;
+                        }
+                    } else {
+                        return self.two(pending, Event::Ptw(ptw));
+                    }
+                }
+                Packet::Fup(ip) => {
+                    let new_ip = ip.compression.apply(self.last_ip.ip, ip.payload);
+                    if let Some(new_ip) = new_ip {
+                        self.last_ip.ip = new_ip;
+                    }
+                    if let Some(mut ptw) = self.pending.take() {
+                        ptw.ip = new_ip;
+                        return Some(Event::Ptw(ptw));
+                    }
+                }
+                Packet::Tip(ip) | Packet::TipPge(ip) | Packet::TipPgd(ip) => {
+                    if let Some(new_ip) = ip.compression.apply(self.last_ip.ip, ip.payload) {
+                        self.last_ip.ip = new_ip;
+                    }
+                    if let Some(event) = self.flush_pending() {
+                        return Some(event);
+                    }
+                }
+                Packet::Tsc(tsc) => self.tsc = Some(tsc),
+                Packet::Psb => {
+                    self.last_ip = LastIp::default();
+                    let pending = self.flush_pending();
+                    if self.after_error {
+                        self.stats.resyncs += 1;
+                        self.after_error = false;
+                    }
+                    return self.two(pending, Event::Sync { offset });
+                }
+                Packet::Ovf => {
+                    let pending = self.flush_pending();
+                    return self.two(pending, Event::Overflow { offset });
+                }
+                // Packets that announce a FUP of their own, or end tracing:
+                // the FUP a pending PTW waits for can no longer come.
+                Packet::Exstop { ip: true }
+                | Packet::Bep { ip: true }
+                | Packet::Cfe { ip: true, .. }
+                | Packet::Stop => {
+                    if let Some(event) = self.flush_pending() {
+                        return Some(event);
+                    }
+                }
+                // Timing, padding, mode and other packets carry nothing the
+                // address trace needs; they may sit between PTW and its FUP.
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Decodes a whole buffer: its events and the final counts.
+pub fn decode_all(data: &[u8]) -> (Vec<Event>, DecodeStats) {
+    let mut decoder = Decoder::new(data);
+    let events = decoder.by_ref().collect();
+    (events, decoder.stats().clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn psb_plus(out: &mut Vec<u8>, tsc: u64, ip: u64) {
+        out.extend_from_slice(&PSB_PATTERN);
+        out.push(0x19);
+        out.extend_from_slice(&tsc.to_le_bytes()[..7]);
+        out.extend_from_slice(&[0x99, 0x01]); // MODE.Exec 64-bit
+        out.push(0xdd); // FUP full
+        out.extend_from_slice(&ip.to_le_bytes());
+        out.extend_from_slice(&[0x02, 0x23]);
+    }
+
+    fn ptw8(out: &mut Vec<u8>, payload: u64, ip_bit: bool) {
+        out.extend_from_slice(&[0x02, if ip_bit { 0xb2 } else { 0x32 }]);
+        out.extend_from_slice(&payload.to_le_bytes());
+    }
+
+    fn fup16(out: &mut Vec<u8>, low: u16) {
+        out.push(0x3d);
+        out.extend_from_slice(&low.to_le_bytes());
+    }
+
+    fn ptws(events: &[Event]) -> Vec<PtwEvent> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Ptw(p) => Some(*p),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn ptw_takes_its_ip_from_the_following_fup_and_the_last_tsc() {
+        let mut s = vec![0xaa, 0x55, 0x17]; // torn head: skipped
+        psb_plus(&mut s, 0x1234, 0x5555_0000_4000);
+        ptw8(&mut s, 0xdead, true);
+        s.extend_from_slice(&[0x59, 0x01]); // MTC between PTW and FUP
+        fup16(&mut s, 0x4010);
+        ptw8(&mut s, 0xbeef, false);
+        let (events, stats) = decode_all(&s);
+        assert_eq!(events[0], Event::Sync { offset: 3 });
+        let p = ptws(&events);
+        assert_eq!(p.len(), 2);
+        assert_eq!(
+            (p[0].payload, p[0].ip, p[0].tsc),
+            (0xdead, Some(0x5555_0000_4010), Some(0x1234))
+        );
+        assert_eq!((p[1].payload, p[1].ip), (0xbeef, None));
+        assert_eq!(stats.skipped_bytes, 3);
+        assert_eq!(stats.count(PacketKind::Ptw), 2);
+        assert_eq!(stats.count(PacketKind::Fup), 2);
+        assert_eq!(stats.ptw_without_fup, 0);
+    }
+
+    #[test]
+    fn psb_resets_ip_compression() {
+        let mut s = Vec::new();
+        psb_plus(&mut s, 1, 0x7fff_1234_0000);
+        s.extend_from_slice(&PSB_PATTERN);
+        s.extend_from_slice(&[0x02, 0x23]);
+        ptw8(&mut s, 1, true);
+        fup16(&mut s, 0x0042); // last IP is 0 after the PSB
+        let (events, _) = decode_all(&s);
+        assert_eq!(ptws(&events)[0].ip, Some(0x42));
+    }
+
+    #[test]
+    fn errors_resync_at_the_next_psb() {
+        let mut s = Vec::new();
+        psb_plus(&mut s, 1, 0x1000);
+        ptw8(&mut s, 7, false);
+        let bad = s.len();
+        s.extend_from_slice(&[0xc9, 0x00, 0x02]); // 0xc9: no such opcode
+        let next_psb = s.len();
+        psb_plus(&mut s, 2, 0x2000);
+        ptw8(&mut s, 8, false);
+        let (events, stats) = decode_all(&s);
+        assert!(events.contains(&Event::Error(DecodeError {
+            offset: bad,
+            kind: PacketErrorKind::UnknownOpcode(0xc9)
+        })));
+        assert!(events.contains(&Event::Sync { offset: next_psb }));
+        assert_eq!(
+            ptws(&events).iter().map(|p| p.payload).collect::<Vec<_>>(),
+            vec![7, 8]
+        );
+        assert_eq!((stats.errors, stats.resyncs), (1, 1));
+    }
+
+    #[test]
+    fn ptw_whose_fup_never_comes_is_reported_without_ip() {
+        let mut s = Vec::new();
+        psb_plus(&mut s, 1, 0x1000);
+        ptw8(&mut s, 1, true);
+        ptw8(&mut s, 2, true);
+        s.extend_from_slice(&[0x02, 0xf3]); // OVF
+        let (events, stats) = decode_all(&s);
+        let p = ptws(&events);
+        assert_eq!((p[0].ip, p[1].ip), (None, None));
+        assert_eq!(stats.ptw_without_fup, 2);
+        assert!(matches!(events.last(), Some(Event::Overflow { .. })));
+        // The PTW comes out before the overflow that cut it off.
+        assert!(matches!(
+            events[events.len() - 2],
+            Event::Ptw(PtwEvent { payload: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn find_psb_handles_near_misses() {
+        let mut s = vec![0x02, 0x82, 0x02, 0x82, 0x00];
+        let at = s.len();
+        s.extend_from_slice(&PSB_PATTERN);
+        assert_eq!(find_psb(&s), Some(at));
+        assert_eq!(find_psb(&PSB_PATTERN[..15]), None);
+        assert_eq!(find_psb(&[]), None);
+        // A PSB that is a suffix of a longer 02 82 run is found at its start.
+        let mut run = vec![0x02, 0x82];
+        run.extend_from_slice(&PSB_PATTERN);
+        assert_eq!(find_psb(&run), Some(0));
+    }
+}
