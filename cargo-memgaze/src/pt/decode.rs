@@ -10,8 +10,15 @@
 //! before it, e.g. the torn head of an AUX sample, are skipped and counted);
 //! the PSB resets IP compression; after a bad packet the decoder reports the
 //! error and skips forward to the next PSB. It never panics on any input.
+//!
+//! The packets of a ptwrite trace's steady state (PTW, FUP, CYC, MTC, PAD)
+//! are decoded straight from the bytes on a fast path; every other packet
+//! goes through [`packet::parse`]. Both paths share the same state updates,
+//! and the libipt comparison test covers both.
 
-use super::packet::{self, BlockContext, PSB_PATTERN, Packet, PacketErrorKind, PacketKind};
+use super::packet::{
+    self, BlockContext, IpCompression, PSB_PATTERN, Packet, PacketErrorKind, PacketKind,
+};
 
 /// One PTWRITE operand as recorded in the trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -20,13 +27,13 @@ pub struct PtwEvent {
     pub offset: usize,
     /// The operand, zero-extended.
     pub payload: u64,
-    /// Operand size: 4 or 8 bytes.
-    pub size: u8,
     /// IP of the PTWRITE instruction, when the packet announced a FUP and
     /// the FUP followed with an IP.
     pub ip: Option<u64>,
     /// The last TSC value seen before the packet.
     pub tsc: Option<u64>,
+    /// Operand size: 4 or 8 bytes.
+    pub size: u8,
 }
 
 /// A decode error: where and what.
@@ -85,10 +92,16 @@ impl DecodeStats {
     }
 }
 
-/// Where the last-IP state stands (SDM "IP Compression").
+/// A PTW waiting for its FUP, kept as plain words: the hot loop writes and
+/// reads them field by field, which keeps store-to-load forwarding cheap.
 #[derive(Clone, Copy, Debug, Default)]
-struct LastIp {
-    ip: u64,
+struct PendingPtw {
+    waiting: bool,
+    size: u8,
+    has_tsc: bool,
+    offset: usize,
+    payload: u64,
+    tsc: u64,
 }
 
 /// The streaming event decoder. See the module documentation.
@@ -100,9 +113,11 @@ pub struct Decoder<'a> {
     /// An error happened since the last PSB: the next PSB is a resync.
     after_error: bool,
     block: BlockContext,
-    last_ip: LastIp,
-    tsc: Option<u64>,
-    pending: Option<PtwEvent>,
+    /// The last-IP register of IP compression (0 after a PSB).
+    last_ip: u64,
+    has_tsc: bool,
+    tsc: u64,
+    pending: PendingPtw,
     queued: Option<Event>,
     stats: DecodeStats,
 }
@@ -116,9 +131,10 @@ impl<'a> Decoder<'a> {
             synced: false,
             after_error: false,
             block: BlockContext::None,
-            last_ip: LastIp::default(),
-            tsc: None,
-            pending: None,
+            last_ip: 0,
+            has_tsc: false,
+            tsc: 0,
+            pending: PendingPtw::default(),
             queued: None,
             stats: DecodeStats::default(),
         }
@@ -146,13 +162,77 @@ impl<'a> Decoder<'a> {
         }
     }
 
-    /// The pending PTW, given up on its FUP.
-    #[inline]
-    fn flush_pending(&mut self) -> Option<Event> {
-        self.pending.take().map(|ptw| {
-            self.stats.ptw_without_fup += 1;
-            Event::Ptw(ptw)
+    #[inline(always)]
+    fn current_tsc(&self) -> Option<u64> {
+        if self.has_tsc { Some(self.tsc) } else { None }
+    }
+
+    /// The pending PTW completed with `ip` (consumes it).
+    #[inline(always)]
+    fn complete_pending(&mut self, ip: Option<u64>) -> Event {
+        self.pending.waiting = false;
+        Event::Ptw(PtwEvent {
+            offset: self.pending.offset,
+            payload: self.pending.payload,
+            ip,
+            tsc: if self.pending.has_tsc {
+                Some(self.pending.tsc)
+            } else {
+                None
+            },
+            size: self.pending.size,
         })
+    }
+
+    /// The pending PTW, given up on its FUP.
+    #[inline(always)]
+    fn flush_pending(&mut self) -> Option<Event> {
+        if self.pending.waiting {
+            self.stats.ptw_without_fup += 1;
+            Some(self.complete_pending(None))
+        } else {
+            None
+        }
+    }
+
+    /// A PTW packet: emitted now, or held until its FUP.
+    #[inline(always)]
+    fn on_ptw(&mut self, offset: usize, payload: u64, size: u8, ip: bool) -> Option<Event> {
+        let flushed = self.flush_pending();
+        if ip {
+            self.pending = PendingPtw {
+                waiting: true,
+                size,
+                has_tsc: self.has_tsc,
+                offset,
+                payload,
+                tsc: self.tsc,
+            };
+            flushed
+        } else {
+            let event = Event::Ptw(PtwEvent {
+                offset,
+                payload,
+                ip: None,
+                tsc: self.current_tsc(),
+                size,
+            });
+            self.two(flushed, event)
+        }
+    }
+
+    /// A FUP packet: updates the last IP and completes a pending PTW.
+    #[inline(always)]
+    fn on_fup(&mut self, compression: IpCompression, payload: u64) -> Option<Event> {
+        let new_ip = compression.apply(self.last_ip, payload);
+        if let Some(ip) = new_ip {
+            self.last_ip = ip;
+        }
+        if self.pending.waiting {
+            Some(self.complete_pending(new_ip))
+        } else {
+            None
+        }
     }
 
     /// Skips to the next PSB at or after `from`; false at the end of data.
@@ -190,6 +270,12 @@ pub fn find_psb(data: &[u8]) -> Option<usize> {
     None
 }
 
+/// Reads `N` bytes at `at`, if there are that many.
+#[inline(always)]
+fn array<const N: usize>(data: &[u8], at: usize) -> Option<[u8; N]> {
+    data.get(at..at + N)?.try_into().ok()
+}
+
 impl Iterator for Decoder<'_> {
     type Item = Event;
 
@@ -197,15 +283,94 @@ impl Iterator for Decoder<'_> {
         if let Some(event) = self.queued.take() {
             return Some(event);
         }
-        loop {
+        'packets: loop {
             if !self.synced && !self.seek_psb(self.pos) {
                 return self.flush_pending();
             }
+            let data = self.data;
             let offset = self.pos;
-            let Some(bytes) = self.data.get(offset..).filter(|b| !b.is_empty()) else {
+            let Some(&b0) = data.get(offset) else {
                 return self.flush_pending();
             };
-            let (packet, len) = match packet::parse(bytes, self.block) {
+
+            // Fast path: the steady-state packets of a ptwrite trace. Any
+            // irregularity (truncation, reserved encodings, block context)
+            // breaks out to the general path below.
+            'fast: {
+                if self.block != BlockContext::None {
+                    break 'fast;
+                }
+                if b0 == 0x02 {
+                    let Some(&b1) = data.get(offset + 1) else {
+                        break 'fast;
+                    };
+                    if b1 & 0x1f != 0x12 {
+                        break 'fast;
+                    }
+                    let (payload, size) = match (b1 >> 5) & 3 {
+                        1 => match array::<8>(data, offset + 2) {
+                            Some(b) => (u64::from_le_bytes(b), 8u8),
+                            None => break 'fast,
+                        },
+                        0 => match array::<4>(data, offset + 2) {
+                            Some(b) => (u64::from(u32::from_le_bytes(b)), 4u8),
+                            None => break 'fast,
+                        },
+                        _ => break 'fast,
+                    };
+                    self.pos = offset + 2 + usize::from(size);
+                    self.stats.packets[PacketKind::Ptw as usize] += 1;
+                    match self.on_ptw(offset, payload, size, b1 & 0x80 != 0) {
+                        Some(event) => return Some(event),
+                        None => continue 'packets,
+                    }
+                } else if b0 & 0x1f == 0x1d {
+                    let (compression, payload) = match b0 >> 5 {
+                        1 => match array::<2>(data, offset + 1) {
+                            Some(b) => (IpCompression::Update16, u64::from(u16::from_le_bytes(b))),
+                            None => break 'fast,
+                        },
+                        2 => match array::<4>(data, offset + 1) {
+                            Some(b) => (IpCompression::Update32, u64::from(u32::from_le_bytes(b))),
+                            None => break 'fast,
+                        },
+                        3 | 4 => match array::<6>(data, offset + 1) {
+                            Some([a, b, c, d, e, f]) => (
+                                if b0 >> 5 == 3 {
+                                    IpCompression::Sext48
+                                } else {
+                                    IpCompression::Update48
+                                },
+                                u64::from_le_bytes([a, b, c, d, e, f, 0, 0]),
+                            ),
+                            None => break 'fast,
+                        },
+                        6 => match array::<8>(data, offset + 1) {
+                            Some(b) => (IpCompression::Full, u64::from_le_bytes(b)),
+                            None => break 'fast,
+                        },
+                        0 => (IpCompression::Suppressed, 0),
+                        _ => break 'fast,
+                    };
+                    self.pos = offset + 1 + compression.payload_len();
+                    self.stats.packets[PacketKind::Fup as usize] += 1;
+                    match self.on_fup(compression, payload) {
+                        Some(event) => return Some(event),
+                        None => continue 'packets,
+                    }
+                } else if b0 & 3 == 3 || b0 == 0x00 || b0 == 0x59 {
+                    // CYC, PAD, MTC: counted, nothing else.
+                    let Ok((packet, len)) = packet::parse(&data[offset..], BlockContext::None)
+                    else {
+                        break 'fast;
+                    };
+                    self.pos = offset + len;
+                    self.stats.packets[packet.kind() as usize] += 1;
+                    continue 'packets;
+                }
+            }
+
+            let (packet, len) = match packet::parse(&data[offset..], self.block) {
                 Ok(parsed) => parsed,
                 Err(kind) => {
                     self.stats.errors += 1;
@@ -222,44 +387,29 @@ impl Iterator for Decoder<'_> {
             self.block = self.block.after(&packet);
             match packet {
                 Packet::Ptw { payload, size, ip } => {
-                    let ptw = PtwEvent {
-                        offset,
-                        payload,
-                        size,
-                        ip: None,
-                        tsc: self.tsc,
-                    };
-                    let pending = self.flush_pending();
-                    if ip {
-                        self.pending = Some(ptw);
-                        if pending.is_some() {
-                            return pending;
-                        }
-                    } else {
-                        return self.two(pending, Event::Ptw(ptw));
+                    if let Some(event) = self.on_ptw(offset, payload, size, ip) {
+                        return Some(event);
                     }
                 }
                 Packet::Fup(ip) => {
-                    let new_ip = ip.compression.apply(self.last_ip.ip, ip.payload);
-                    if let Some(new_ip) = new_ip {
-                        self.last_ip.ip = new_ip;
-                    }
-                    if let Some(mut ptw) = self.pending.take() {
-                        ptw.ip = new_ip;
-                        return Some(Event::Ptw(ptw));
+                    if let Some(event) = self.on_fup(ip.compression, ip.payload) {
+                        return Some(event);
                     }
                 }
                 Packet::Tip(ip) | Packet::TipPge(ip) | Packet::TipPgd(ip) => {
-                    if let Some(new_ip) = ip.compression.apply(self.last_ip.ip, ip.payload) {
-                        self.last_ip.ip = new_ip;
+                    if let Some(new_ip) = ip.compression.apply(self.last_ip, ip.payload) {
+                        self.last_ip = new_ip;
                     }
                     if let Some(event) = self.flush_pending() {
                         return Some(event);
                     }
                 }
-                Packet::Tsc(tsc) => self.tsc = Some(tsc),
+                Packet::Tsc(tsc) => {
+                    self.tsc = tsc;
+                    self.has_tsc = true;
+                }
                 Packet::Psb => {
-                    self.last_ip = LastIp::default();
+                    self.last_ip = 0;
                     let pending = self.flush_pending();
                     if self.after_error {
                         self.stats.resyncs += 1;

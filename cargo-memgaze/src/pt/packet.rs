@@ -513,11 +513,24 @@ pub const PSB_PATTERN: [u8; 16] = [
 ];
 
 /// Little-endian integer from up to 8 bytes.
+///
+/// Fixed-size reads compile to single loads; this is the decoder's hot path
+/// (a generic copy into a buffer costs a `memcpy` call per packet).
 #[inline(always)]
 fn le(bytes: &[u8]) -> u64 {
-    let mut buf = [0u8; 8];
-    buf[..bytes.len()].copy_from_slice(bytes);
-    u64::from_le_bytes(buf)
+    match *bytes {
+        [] => 0,
+        [a, b] => u64::from(u16::from_le_bytes([a, b])),
+        [a, b, c, d] => u64::from(u32::from_le_bytes([a, b, c, d])),
+        [a, b, c, d, e, f] => u64::from_le_bytes([a, b, c, d, e, f, 0, 0]),
+        [a, b, c, d, e, f, g, h] => u64::from_le_bytes([a, b, c, d, e, f, g, h]),
+        _ => {
+            let mut buf = [0u8; 8];
+            let n = bytes.len().min(8);
+            buf[..n].copy_from_slice(&bytes[..n]);
+            u64::from_le_bytes(buf)
+        }
+    }
 }
 
 /// Returns `bytes[start..start + len]` or a truncation error.
@@ -527,7 +540,7 @@ fn take(bytes: &[u8], len: usize) -> Result<&[u8], PacketErrorKind> {
 }
 
 /// Parses the packet at the start of `bytes`: the packet and its length.
-#[inline]
+#[inline(always)]
 pub fn parse(bytes: &[u8], block: BlockContext) -> Result<(Packet, usize), PacketErrorKind> {
     let Some(&b0) = bytes.first() else {
         return Err(PacketErrorKind::Truncated);
@@ -658,38 +671,48 @@ fn parse_trig(bytes: &[u8]) -> Result<(Packet, usize), PacketErrorKind> {
     }
 }
 
-#[inline]
+#[inline(always)]
 fn parse_extended(bytes: &[u8]) -> Result<(Packet, usize), PacketErrorKind> {
     let p = take(bytes, 2)?;
     let b1 = p[1];
     if b1 & 0x1f == 0x12 {
-        let ip = b1 & 0x80 != 0;
-        return match (b1 >> 5) & 3 {
-            0 => {
-                let p = take(bytes, 6)?;
-                Ok((
-                    Packet::Ptw {
-                        payload: le(&p[2..6]),
-                        size: 4,
-                        ip,
-                    },
-                    6,
-                ))
-            }
-            1 => {
-                let p = take(bytes, 10)?;
-                Ok((
-                    Packet::Ptw {
-                        payload: le(&p[2..10]),
-                        size: 8,
-                        ip,
-                    },
-                    10,
-                ))
-            }
-            _ => Err(PacketErrorKind::BadPayload("reserved PTW payload size")),
-        };
+        return parse_ptw(bytes, b1);
     }
+    parse_extended_other(bytes, b1)
+}
+
+#[inline(always)]
+fn parse_ptw(bytes: &[u8], b1: u8) -> Result<(Packet, usize), PacketErrorKind> {
+    let ip = b1 & 0x80 != 0;
+    match (b1 >> 5) & 3 {
+        0 => {
+            let p = take(bytes, 6)?;
+            Ok((
+                Packet::Ptw {
+                    payload: le(&p[2..6]),
+                    size: 4,
+                    ip,
+                },
+                6,
+            ))
+        }
+        1 => {
+            let p = take(bytes, 10)?;
+            Ok((
+                Packet::Ptw {
+                    payload: le(&p[2..10]),
+                    size: 8,
+                    ip,
+                },
+                10,
+            ))
+        }
+        _ => Err(PacketErrorKind::BadPayload("reserved PTW payload size")),
+    }
+}
+
+#[inline(never)]
+fn parse_extended_other(bytes: &[u8], b1: u8) -> Result<(Packet, usize), PacketErrorKind> {
     match b1 {
         0x82 => {
             let p = take(bytes, 16)?;
