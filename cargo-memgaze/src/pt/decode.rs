@@ -374,6 +374,9 @@ impl Iterator for Decoder<'_> {
                 Ok(parsed) => parsed,
                 Err(kind) => {
                     self.stats.errors += 1;
+                    // The offending byte is skipped too; the PSB search
+                    // starts after it.
+                    self.stats.skipped_bytes += 1;
                     self.synced = false;
                     self.after_error = true;
                     self.block = BlockContext::None;

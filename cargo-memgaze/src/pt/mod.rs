@@ -5,7 +5,9 @@
 //! - [`packet`], [`decode`], [`encode`]: the PT packet layer and the
 //!   streaming `ptwrite` event decoder.
 
+pub mod config;
 pub mod decode;
 pub mod encode;
 pub mod packet;
+pub mod probe;
 pub mod sysfs;
