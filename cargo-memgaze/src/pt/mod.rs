@@ -5,9 +5,11 @@
 //! - [`packet`], [`decode`], [`encode`]: the PT packet layer and the
 //!   streaming `ptwrite` event decoder.
 
+pub mod collect;
 pub mod config;
 pub mod decode;
 pub mod encode;
 pub mod packet;
 pub mod probe;
+pub mod ring;
 pub mod sysfs;
