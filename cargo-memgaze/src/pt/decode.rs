@@ -325,47 +325,76 @@ impl Iterator for Decoder<'_> {
                         None => continue 'packets,
                     }
                 } else if b0 & 0x1f == 0x1d {
-                    let (compression, payload) = match b0 >> 5 {
+                    // FUP: each IPBytes form applied to the last IP in place.
+                    let last = self.last_ip;
+                    let (len, ip) = match b0 >> 5 {
                         1 => match array::<2>(data, offset + 1) {
-                            Some(b) => (IpCompression::Update16, u64::from(u16::from_le_bytes(b))),
+                            Some(b) => {
+                                (3, Some((last & !0xffff) | u64::from(u16::from_le_bytes(b))))
+                            }
                             None => break 'fast,
                         },
                         2 => match array::<4>(data, offset + 1) {
-                            Some(b) => (IpCompression::Update32, u64::from(u32::from_le_bytes(b))),
-                            None => break 'fast,
-                        },
-                        3 | 4 => match array::<6>(data, offset + 1) {
-                            Some([a, b, c, d, e, f]) => (
-                                if b0 >> 5 == 3 {
-                                    IpCompression::Sext48
-                                } else {
-                                    IpCompression::Update48
-                                },
-                                u64::from_le_bytes([a, b, c, d, e, f, 0, 0]),
+                            Some(b) => (
+                                5,
+                                Some((last & !0xffff_ffff) | u64::from(u32::from_le_bytes(b))),
                             ),
                             None => break 'fast,
                         },
-                        6 => match array::<8>(data, offset + 1) {
-                            Some(b) => (IpCompression::Full, u64::from_le_bytes(b)),
+                        form @ (3 | 4) => match array::<6>(data, offset + 1) {
+                            Some([a, b, c, d, e, f]) => {
+                                let low = u64::from_le_bytes([a, b, c, d, e, f, 0, 0]);
+                                let ip = if form == 3 {
+                                    (((low << 16) as i64) >> 16) as u64
+                                } else {
+                                    (last & !0xffff_ffff_ffff) | low
+                                };
+                                (7, Some(ip))
+                            }
                             None => break 'fast,
                         },
-                        0 => (IpCompression::Suppressed, 0),
+                        6 => match array::<8>(data, offset + 1) {
+                            Some(b) => (9, Some(u64::from_le_bytes(b))),
+                            None => break 'fast,
+                        },
+                        0 => (1, None),
                         _ => break 'fast,
                     };
-                    self.pos = offset + 1 + compression.payload_len();
-                    self.stats.packets[PacketKind::Fup as usize] += 1;
-                    match self.on_fup(compression, payload) {
-                        Some(event) => return Some(event),
-                        None => continue 'packets,
+                    if let Some(ip) = ip {
+                        self.last_ip = ip;
                     }
-                } else if b0 & 3 == 3 || b0 == 0x00 || b0 == 0x59 {
-                    // CYC, PAD, MTC: counted, nothing else.
-                    let Ok((packet, len)) = packet::parse(&data[offset..], BlockContext::None)
-                    else {
-                        break 'fast;
-                    };
                     self.pos = offset + len;
-                    self.stats.packets[packet.kind() as usize] += 1;
+                    self.stats.packets[PacketKind::Fup as usize] += 1;
+                    if self.pending.waiting {
+                        return Some(self.complete_pending(ip));
+                    }
+                    continue 'packets;
+                } else if b0 == 0x00 {
+                    self.pos = offset + 1;
+                    self.stats.packets[PacketKind::Pad as usize] += 1;
+                    continue 'packets;
+                } else if b0 == 0x59 {
+                    if offset + 2 > data.len() {
+                        break 'fast;
+                    }
+                    self.pos = offset + 2;
+                    self.stats.packets[PacketKind::Mtc as usize] += 1;
+                    continue 'packets;
+                } else if b0 & 3 == 3 {
+                    // CYC: 5 payload bits, then 7 per extension byte.
+                    let mut len = 1;
+                    let mut more = b0 & 0x04 != 0;
+                    while more {
+                        match data.get(offset + len) {
+                            Some(&b) if len < 10 => {
+                                more = b & 1 != 0;
+                                len += 1;
+                            }
+                            _ => break 'fast,
+                        }
+                    }
+                    self.pos = offset + len;
+                    self.stats.packets[PacketKind::Cyc as usize] += 1;
                     continue 'packets;
                 }
             }
@@ -558,6 +587,31 @@ mod tests {
             events[events.len() - 2],
             Event::Ptw(PtwEvent { payload: 2, .. })
         ));
+    }
+
+    #[test]
+    fn fast_and_general_paths_agree_on_over_long_cyc() {
+        // 9 extension bytes are the most a 64-bit CYC value needs; a 10th
+        // is an error on both paths (the block context forces the general
+        // path).
+        for (extensions, ok) in [(9usize, true), (10, false)] {
+            let mut cyc = vec![0x07];
+            cyc.extend(std::iter::repeat_n(0x03, extensions - 1));
+            cyc.push(0x02);
+            let mut s = PSB_PATTERN.to_vec();
+            s.extend_from_slice(&cyc);
+            let (_, fast) = decode_all(&s);
+            assert_eq!(
+                fast.errors == 0,
+                ok,
+                "fast path, {extensions} extension bytes"
+            );
+            assert_eq!(
+                packet::parse(&cyc, BlockContext::Items8).is_ok(),
+                ok,
+                "general path, {extensions} extension bytes"
+            );
+        }
     }
 
     #[test]

@@ -622,7 +622,9 @@ fn parse_cyc(bytes: &[u8], b0: u8) -> Result<(Packet, usize), PacketErrorKind> {
         let &b = bytes.get(len).ok_or(PacketErrorKind::Truncated)?;
         len += 1;
         if shift >= 64 || len > 15 {
-            return Err(PacketErrorKind::BadPayload("CYC longer than 15 bytes"));
+            return Err(PacketErrorKind::BadPayload(
+                "CYC payload wider than 64 bits",
+            ));
         }
         value |= u64::from(b >> 1) << shift;
         shift += 7;
