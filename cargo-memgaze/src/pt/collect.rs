@@ -368,6 +368,7 @@ impl StoppedChild {
         self.pid = 0;
         let mut running = RunningChild { pid, exit: None };
         if got == 4 {
+            // The child exits by itself after a failed exec.
             let errno = i32::from_ne_bytes(status);
             let _ = running.wait();
             bail!(
@@ -443,6 +444,18 @@ impl RunningChild {
         let exit = decode_status(status);
         self.exit = Some(exit);
         Ok(exit)
+    }
+}
+
+impl Drop for RunningChild {
+    fn drop(&mut self) {
+        // Collection failed while the program ran: do not leave it running
+        // untraced behind the error.
+        if self.exit.is_none() {
+            // SAFETY: signalling and reaping our own child.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+            let _ = self.wait();
+        }
     }
 }
 
@@ -555,9 +568,26 @@ fn open_groups(pid: u32, options: &CollectOptions) -> Result<Vec<CpuGroup>> {
         CollectMode::Full => Vec::new(),
     };
     let cpus = online_cpus(&options.root)?;
+    let writable_aux = matches!(options.mode, CollectMode::Full);
+    if writable_aux {
+        pt_event.aux_watermark = (aux_len / 2) as u32;
+    }
     let mut groups = Vec::with_capacity(cpus.len());
     for cpu in cpus {
         let leader = open_event(&pt_event, pid, cpu, None)?;
+        // The rings first: PERF_EVENT_IOC_SET_OUTPUT needs the target
+        // event's buffer to be mapped (kernel/events/core.c,
+        // perf_event_set_output).
+        let ring = Mapped::new(&leader, page + data_len, 0, true, "perf data ring")?;
+        let header = ring.base.cast::<sys::perf_event_mmap_page>();
+        // SAFETY: the header page is mapped read-write; the kernel reads the
+        // AUX placement from it when the AUX area is mapped.
+        unsafe {
+            (*header).aux_offset = (page + data_len) as u64;
+            (*header).aux_size = aux_len as u64;
+        }
+        // Read-only AUX = overwrite mode (sampling); writable = drained.
+        let aux = Mapped::new(&leader, aux_len, page + data_len, writable_aux, "AUX area")?;
         let member = match options.mode {
             CollectMode::Sampled { period } => {
                 let pmu = load_pmus
@@ -579,17 +609,6 @@ fn open_groups(pid: u32, options: &CollectOptions) -> Result<Vec<CpuGroup>> {
             }
             CollectMode::Full => None,
         };
-        let ring = Mapped::new(&leader, page + data_len, 0, true, "perf data ring")?;
-        let header = ring.base.cast::<sys::perf_event_mmap_page>();
-        // SAFETY: the header page is mapped read-write; the kernel reads the
-        // AUX placement from it when the AUX area is mapped.
-        unsafe {
-            (*header).aux_offset = (page + data_len) as u64;
-            (*header).aux_size = aux_len as u64;
-        }
-        // Read-only AUX = overwrite mode (sampling); writable = drained.
-        let writable = matches!(options.mode, CollectMode::Full);
-        let aux = Mapped::new(&leader, aux_len, page + data_len, writable, "AUX area")?;
         groups.push(CpuGroup {
             cpu,
             aux,

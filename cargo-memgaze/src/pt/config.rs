@@ -92,6 +92,8 @@ pub struct EventConfig {
     pub sample_id_all: bool,
     /// Wake the reader after this many bytes of ring data (0: every event).
     pub wakeup_watermark: u32,
+    /// Wake the reader after this many bytes of AUX data (0: kernel default).
+    pub aux_watermark: u32,
 }
 
 /// The `sample_type` of both events: `IDENTIFIER` first lets the reader
@@ -134,6 +136,7 @@ impl EventConfig {
             attr.set_watermark(1);
             attr.__bindgen_anon_2.wakeup_watermark = self.wakeup_watermark;
         }
+        attr.aux_watermark = self.aux_watermark;
         attr
     }
 }
@@ -210,6 +213,7 @@ pub fn intel_pt_event(pmu: &Pmu, options: &PtOptions) -> Result<EventConfig> {
         side_band: true,
         sample_id_all: true,
         wakeup_watermark: 0,
+        aux_watermark: 0,
     })
 }
 
@@ -242,6 +246,7 @@ pub fn load_sampling_event(pmu: &Pmu, period: u64, aux_sample_size: u32) -> Resu
         side_band: false,
         sample_id_all: true,
         wakeup_watermark: 0,
+        aux_watermark: 0,
     })
 }
 
