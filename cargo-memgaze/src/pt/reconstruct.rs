@@ -545,8 +545,9 @@ pub fn write_trace<W: Write>(
         // `w`: the median records per sample (AUX samples vary in length).
         let mut lengths: Vec<u64> = samples.iter().map(|s| s.records.len() as u64).collect();
         lengths.sort_unstable();
-        header.sampling.window = lengths.get(lengths.len() / 2).copied().unwrap_or(0).max(1);
-        header.sampling.window = header.sampling.window.min(header.sampling.period);
+        let median = lengths.get(lengths.len() / 2).copied().unwrap_or(0).max(1);
+        // Strictly below the period: `window == period` means a full trace.
+        header.sampling.window = median.min(header.sampling.period.saturating_sub(1)).max(1);
     }
     let s = &facts.stats;
     let l = &facts.losses;
