@@ -276,6 +276,43 @@ fn array<const N: usize>(data: &[u8], at: usize) -> Option<[u8; N]> {
     data.get(at..at + N)?.try_into().ok()
 }
 
+/// The FUP at `at`: its length and the IP it makes of `last_ip` (`None`
+/// when suppressed), or `None` for a truncated or reserved FUP (left to the
+/// general path to report).
+#[inline(always)]
+fn fup_at(data: &[u8], at: usize, last_ip: u64) -> Option<(usize, Option<u64>)> {
+    let b0 = *data.get(at)?;
+    Some(match b0 >> 5 {
+        1 => {
+            let b = array::<2>(data, at + 1)?;
+            (
+                3,
+                Some((last_ip & !0xffff) | u64::from(u16::from_le_bytes(b))),
+            )
+        }
+        2 => {
+            let b = array::<4>(data, at + 1)?;
+            (
+                5,
+                Some((last_ip & !0xffff_ffff) | u64::from(u32::from_le_bytes(b))),
+            )
+        }
+        form @ (3 | 4) => {
+            let [a, b, c, d, e, f] = array::<6>(data, at + 1)?;
+            let low = u64::from_le_bytes([a, b, c, d, e, f, 0, 0]);
+            let ip = if form == 3 {
+                (((low << 16) as i64) >> 16) as u64
+            } else {
+                (last_ip & !0xffff_ffff_ffff) | low
+            };
+            (7, Some(ip))
+        }
+        6 => (9, Some(u64::from_le_bytes(array::<8>(data, at + 1)?))),
+        0 => (1, None),
+        _ => return None,
+    })
+}
+
 impl Iterator for Decoder<'_> {
     type Item = Event;
 
@@ -318,47 +355,37 @@ impl Iterator for Decoder<'_> {
                         },
                         _ => break 'fast,
                     };
-                    self.pos = offset + 2 + usize::from(size);
+                    let end = offset + 2 + usize::from(size);
                     self.stats.packets[PacketKind::Ptw as usize] += 1;
+                    // fup_on_ptw: the FUP almost always follows at once;
+                    // pair them here without parking the PTW.
+                    if b1 & 0x80 != 0
+                        && !self.pending.waiting
+                        && let Some(&next) = data.get(end)
+                        && next & 0x1f == 0x1d
+                        && let Some((len, ip)) = fup_at(data, end, self.last_ip)
+                    {
+                        if let Some(ip) = ip {
+                            self.last_ip = ip;
+                        }
+                        self.pos = end + len;
+                        self.stats.packets[PacketKind::Fup as usize] += 1;
+                        return Some(Event::Ptw(PtwEvent {
+                            offset,
+                            payload,
+                            ip,
+                            tsc: self.current_tsc(),
+                            size,
+                        }));
+                    }
+                    self.pos = end;
                     match self.on_ptw(offset, payload, size, b1 & 0x80 != 0) {
                         Some(event) => return Some(event),
                         None => continue 'packets,
                     }
                 } else if b0 & 0x1f == 0x1d {
-                    // FUP: each IPBytes form applied to the last IP in place.
-                    let last = self.last_ip;
-                    let (len, ip) = match b0 >> 5 {
-                        1 => match array::<2>(data, offset + 1) {
-                            Some(b) => {
-                                (3, Some((last & !0xffff) | u64::from(u16::from_le_bytes(b))))
-                            }
-                            None => break 'fast,
-                        },
-                        2 => match array::<4>(data, offset + 1) {
-                            Some(b) => (
-                                5,
-                                Some((last & !0xffff_ffff) | u64::from(u32::from_le_bytes(b))),
-                            ),
-                            None => break 'fast,
-                        },
-                        form @ (3 | 4) => match array::<6>(data, offset + 1) {
-                            Some([a, b, c, d, e, f]) => {
-                                let low = u64::from_le_bytes([a, b, c, d, e, f, 0, 0]);
-                                let ip = if form == 3 {
-                                    (((low << 16) as i64) >> 16) as u64
-                                } else {
-                                    (last & !0xffff_ffff_ffff) | low
-                                };
-                                (7, Some(ip))
-                            }
-                            None => break 'fast,
-                        },
-                        6 => match array::<8>(data, offset + 1) {
-                            Some(b) => (9, Some(u64::from_le_bytes(b))),
-                            None => break 'fast,
-                        },
-                        0 => (1, None),
-                        _ => break 'fast,
+                    let Some((len, ip)) = fup_at(data, offset, self.last_ip) else {
+                        break 'fast;
                     };
                     if let Some(ip) = ip {
                         self.last_ip = ip;
