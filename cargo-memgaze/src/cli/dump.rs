@@ -1,19 +1,46 @@
-//! `cargo memgaze dump`: trace dump.
-//!
-//! Placeholder of the skeleton: the owning work item replaces it.
+//! `cargo memgaze dump <TRACE>`: a trace file as text.
 
 use super::Global;
 use crate::error::Exit;
+use crate::trace::TraceReader;
+use crate::trace::dump::{DumpOptions, dump};
+use std::io::Write;
+use std::path::PathBuf;
 
 /// Arguments of `cargo memgaze dump`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Arguments (not yet defined).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    pub rest: Vec<String>,
+    /// The trace file (as written by `cargo memgaze record`).
+    pub trace: PathBuf,
+    /// Print at most N records; the rest is still read and checked.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u64>,
+    /// Print only the header, load sites and totals.
+    #[arg(long)]
+    pub header_only: bool,
 }
 
 /// Runs the command.
-pub fn run(_args: Args, _global: &Global) -> anyhow::Result<Exit> {
-    anyhow::bail!("`dump` is not implemented yet")
+pub fn run(args: Args, _global: &Global) -> anyhow::Result<Exit> {
+    let mut reader = TraceReader::open(&args.trace)?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let options = DumpOptions {
+        limit: args.limit,
+        header_only: args.header_only,
+    };
+    let result = dump(&mut reader, &mut out, options).and_then(|()| Ok(out.flush()?));
+    match result {
+        Ok(()) => Ok(Exit::Ok),
+        // `dump … | head` is normal use, not an error.
+        Err(e) if is_broken_pipe(&e) => Ok(Exit::Ok),
+        Err(e) => Err(e.context(args.trace.display().to_string())),
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

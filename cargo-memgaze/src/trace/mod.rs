@@ -1,5 +1,10 @@
-//! Traces: the model of recorded load-address samples and its file format.
+//! Traces: the model of recorded load-address samples ([`model`]), its file
+//! format ([`format`]: [`TraceWriter`], [`TraceReader`]) and a text dump
+//! ([`dump`]).
 
+pub mod dump;
+pub mod format;
 mod model;
 
+pub use format::{RawRecord, TraceEvent, TraceReader, TraceWriter};
 pub use model::*;

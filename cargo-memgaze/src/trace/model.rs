@@ -187,6 +187,12 @@ pub struct LoadEntry {
     pub function: Option<u32>,
     /// `file:line` of the load when debug info exists.
     pub line: Option<String>,
+    /// For a Constant load left uninstrumented by proxy compression: the
+    /// index (into [`TraceHeader::loads`]) of the load whose records imply
+    /// it. Such entries never appear in records; the analysis lists them
+    /// with the proxy's count and `"implied": true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<u32>,
 }
 
 /// Everything known about a trace before its first record.

@@ -1,0 +1,1028 @@
+//! The trace file format, version 1: a streaming, chunked, compressed
+//! container for [`TraceHeader`], the records of every sample, and
+//! [`TraceTotals`].
+//!
+//! # Layout
+//!
+//! ```text
+//! file   := magic version chunk*            (all integers little endian)
+//! magic  := 89 4D 47 5A 0D 0A 1A 0A          ("\x89MGZ\r\n\x1a\n", PNG-style: catches
+//!                                             text-mode and 7-bit transfer damage)
+//! version:= u32                              (1; a reader refuses newer versions)
+//! chunk  := kind:u8  0:u8 0:u8 0:u8  stored_len:u32  raw_len:u32  crc32:u32  stored:[u8; stored_len]
+//! ```
+//!
+//! `stored` is one zstd frame that decompresses to exactly `raw_len` bytes;
+//! `crc32` (IEEE) covers the first 12 bytes of the chunk header *and* the
+//! stored bytes, so a damaged length is caught as surely as damaged data.
+//! Every error names the byte offset of the chunk (or header) at fault.
+//!
+//! Chunk kinds, in file order:
+//!
+//! * `H` — exactly one, first: the [`TraceHeader`] as JSON. Load sites are
+//!   listed here once; records refer to them by index.
+//! * `R` — any number: record events (below), at most ~1 MiB raw each, so a
+//!   reader or writer never holds more than one chunk whatever the trace
+//!   length (a full trace of 100 M records in one sample included).
+//! * `T` — exactly one, last: the [`TraceTotals`] as JSON, followed by the
+//!   end of the file. A file without it is truncated and is rejected.
+//!
+//! # Record events (`R` payload)
+//!
+//! ```text
+//! payload := records:u32 samples:u32 event*      (counts of this chunk, checked by readers)
+//! event   := varint tag [varint zigzag(addr delta)]
+//!   tag & 1 == 0   record of load site  tag >> 1, followed by its address delta
+//!   tag & 3 == 1   begin the next sample, recorded by thread  tag >> 2
+//!   tag & 3 == 3   the current sample continues with records of thread  tag >> 2
+//! ```
+//!
+//! Varints are LEB128. The address delta is taken against the previous
+//! address of the *same load site* in the same chunk (0 at the start of each
+//! chunk, so chunks decode independently): a strided load costs one or two
+//! bytes per record before compression, and zstd takes the rest. Samples are
+//! numbered 0, 1, 2… in order of their begin events; a sample may be empty.
+//! A sample whose records come from several threads (`tag & 3 == 3`) is
+//! split per thread by the analysis (spec/METRICS.md).
+
+use super::model::{LoadClass, Record, TraceHeader, TraceTotals};
+use anyhow::{Context, Result, anyhow, bail};
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::Path;
+
+/// First eight bytes of every trace file.
+pub const MAGIC: [u8; 8] = *b"\x89MGZ\r\n\x1a\n";
+/// The format version this code writes and the newest it reads.
+pub const VERSION: u32 = 1;
+
+const CHUNK_HEADER_LEN: usize = 16;
+const KIND_HEADER: u8 = b'H';
+const KIND_RECORDS: u8 = b'R';
+const KIND_TOTALS: u8 = b'T';
+/// A records chunk is closed once its raw payload reaches this size.
+const CHUNK_TARGET_RAW: usize = 1 << 20;
+/// Largest raw payload a reader accepts for a records chunk (a writer never
+/// comes near it; the bound keeps a damaged file from asking for gigabytes).
+const MAX_RAW_RECORDS: u32 = 64 << 20;
+/// Largest raw payload of the header or totals chunk (JSON).
+const MAX_RAW_META: u32 = 1 << 30;
+/// zstd level: fast enough for a recorder, and varint-coded records
+/// compress nearly as well at 3 as at 9.
+const ZSTD_LEVEL: i32 = 3;
+
+/// One record as stored: the load site index rather than its resolved
+/// facts. [`TraceReader::next_raw`] yields these without a lookup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RawRecord {
+    /// Index into [`TraceHeader::loads`].
+    pub load: u32,
+    /// Effective data address.
+    pub addr: u64,
+    /// Sample index (0-based, in file order).
+    pub sample: u64,
+    /// Thread that produced the record.
+    pub thread: u32,
+}
+
+/// Everything a trace file says between its header and its totals, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TraceEvent {
+    /// A new sample starts (possibly empty).
+    Sample {
+        /// Its index.
+        sample: u64,
+        /// The thread its first records come from.
+        thread: u32,
+    },
+    /// The current sample continues with records of another thread.
+    Thread {
+        /// The thread of the records that follow.
+        thread: u32,
+    },
+    /// One record.
+    Record(RawRecord),
+}
+
+/// Writes a trace file as records arrive; never holds more than one chunk.
+///
+/// Call [`TraceWriter::begin_sample`] before the first record of each
+/// sample, [`TraceWriter::push`] per record and [`TraceWriter::finish`] at
+/// the end: a writer dropped without `finish` leaves a file that readers
+/// reject as truncated.
+pub struct TraceWriter<W: Write> {
+    out: W,
+    compressor: zstd::bulk::Compressor<'static>,
+    raw: Vec<u8>,
+    stored: Vec<u8>,
+    deltas: DeltaBase,
+    load_count: u32,
+    chunk_records: u32,
+    chunk_samples: u32,
+    records: u64,
+    samples: u64,
+    in_sample: bool,
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Writes the magic, version and header chunk.
+    pub fn new(out: W, header: &TraceHeader) -> Result<Self> {
+        validate_header(header)?;
+        let load_count = u32::try_from(header.loads.len())
+            .map_err(|_| anyhow!("trace header lists more than 2^32 load sites"))?;
+        let mut writer = TraceWriter {
+            out,
+            compressor: zstd::bulk::Compressor::new(ZSTD_LEVEL)
+                .context("cannot create a zstd compressor")?,
+            raw: Vec::with_capacity(CHUNK_TARGET_RAW + 64),
+            stored: Vec::new(),
+            deltas: DeltaBase::new(header.loads.len()),
+            load_count,
+            chunk_records: 0,
+            chunk_samples: 0,
+            records: 0,
+            samples: 0,
+            in_sample: false,
+        };
+        writer.out.write_all(&MAGIC).context("cannot write trace")?;
+        writer
+            .out
+            .write_all(&VERSION.to_le_bytes())
+            .context("cannot write trace")?;
+        let json = serde_json::to_vec(header).context("cannot encode trace header")?;
+        writer.write_chunk(KIND_HEADER, &json)?;
+        writer.start_chunk();
+        Ok(writer)
+    }
+
+    /// Starts the next sample (index = number of samples begun so far),
+    /// whose records come from `thread`.
+    pub fn begin_sample(&mut self, thread: u32) -> Result<()> {
+        write_varint(&mut self.raw, (u64::from(thread) << 2) | 1);
+        self.chunk_samples += 1;
+        self.samples += 1;
+        self.in_sample = true;
+        self.maybe_flush()
+    }
+
+    /// Continues the current sample with records of another thread (a
+    /// recorder whose sample buffer interleaves threads). The analysis
+    /// splits such samples per thread.
+    pub fn switch_thread(&mut self, thread: u32) -> Result<()> {
+        if !self.in_sample {
+            bail!("trace writer: switch_thread called before the first begin_sample");
+        }
+        write_varint(&mut self.raw, (u64::from(thread) << 2) | 3);
+        self.maybe_flush()
+    }
+
+    /// Appends a record of load site `load` (index into the header's
+    /// `loads`) that accessed `addr`.
+    #[inline]
+    pub fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+        if load >= self.load_count {
+            bail!(
+                "trace writer: record refers to load site {load} but the header lists {}",
+                self.load_count
+            );
+        }
+        if !self.in_sample {
+            bail!("trace writer: push called before the first begin_sample");
+        }
+        write_varint(&mut self.raw, u64::from(load) << 1);
+        let base = self.deltas.replace(load, addr);
+        write_varint(&mut self.raw, zigzag(addr.wrapping_sub(base) as i64));
+        self.chunk_records += 1;
+        self.records += 1;
+        if self.raw.len() >= CHUNK_TARGET_RAW {
+            self.flush_chunk()?;
+        }
+        Ok(())
+    }
+
+    /// Records pushed so far.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// Samples begun so far.
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// Writes the last records chunk and the totals, flushes, and returns
+    /// the output. `totals.records` and `totals.samples` must equal what was
+    /// written (a mismatch is a collector bug and is refused).
+    pub fn finish(mut self, totals: &TraceTotals) -> Result<W> {
+        if totals.records != self.records || totals.samples != self.samples {
+            bail!(
+                "trace writer: totals say {} records in {} samples but {} records in {} samples were written",
+                totals.records,
+                totals.samples,
+                self.records,
+                self.samples
+            );
+        }
+        if self.chunk_records > 0 || self.chunk_samples > 0 || self.raw.len() > 8 {
+            self.flush_chunk()?;
+        }
+        let json = serde_json::to_vec(totals).context("cannot encode trace totals")?;
+        self.write_chunk(KIND_TOTALS, &json)?;
+        self.out.flush().context("cannot write trace")?;
+        Ok(self.out)
+    }
+
+    fn maybe_flush(&mut self) -> Result<()> {
+        if self.raw.len() >= CHUNK_TARGET_RAW {
+            self.flush_chunk()?;
+        }
+        Ok(())
+    }
+
+    fn start_chunk(&mut self) {
+        self.raw.clear();
+        self.raw.extend_from_slice(&[0; 8]);
+        self.chunk_records = 0;
+        self.chunk_samples = 0;
+        self.deltas.reset();
+    }
+
+    fn flush_chunk(&mut self) -> Result<()> {
+        self.raw[0..4].copy_from_slice(&self.chunk_records.to_le_bytes());
+        self.raw[4..8].copy_from_slice(&self.chunk_samples.to_le_bytes());
+        let raw = std::mem::take(&mut self.raw);
+        let result = self.write_chunk(KIND_RECORDS, &raw);
+        self.raw = raw;
+        self.start_chunk();
+        result
+    }
+
+    fn write_chunk(&mut self, kind: u8, raw: &[u8]) -> Result<()> {
+        self.stored.clear();
+        self.stored
+            .reserve(zstd::zstd_safe::compress_bound(raw.len()));
+        self.compressor
+            .compress_to_buffer(raw, &mut self.stored)
+            .context("zstd compression failed")?;
+        let header = chunk_header(
+            kind,
+            self.stored.len() as u32,
+            raw.len() as u32,
+            &self.stored,
+        );
+        self.out.write_all(&header).context("cannot write trace")?;
+        self.out
+            .write_all(&self.stored)
+            .context("cannot write trace")?;
+        Ok(())
+    }
+}
+
+impl TraceWriter<BufWriter<File>> {
+    /// Creates (truncates) `path` and writes the header.
+    pub fn create(path: &Path, header: &TraceHeader) -> Result<Self> {
+        let file =
+            File::create(path).with_context(|| format!("{}: cannot create", path.display()))?;
+        TraceWriter::new(BufWriter::with_capacity(1 << 16, file), header)
+            .with_context(|| path.display().to_string())
+    }
+}
+
+/// Reads a trace file as a stream of records; validates every chunk.
+pub struct TraceReader<R: Read> {
+    input: R,
+    /// Bytes consumed from `input`.
+    offset: u64,
+    header: TraceHeader,
+    decompressor: zstd::bulk::Decompressor<'static>,
+    stored: Vec<u8>,
+    raw: Vec<u8>,
+    cursor: usize,
+    chunk_offset: u64,
+    chunk_records: u32,
+    chunk_samples: u32,
+    expected_records: u32,
+    expected_samples: u32,
+    deltas: DeltaBase,
+    sample: Option<u64>,
+    thread: u32,
+    records: u64,
+    samples: u64,
+    totals: Option<TraceTotals>,
+}
+
+impl<R: Read> TraceReader<R> {
+    /// Checks magic and version and reads the header chunk.
+    pub fn new(mut input: R) -> Result<Self> {
+        let mut start = [0u8; 12];
+        let got = read_full(&mut input, &mut start).context("cannot read trace")?;
+        if got == 0 {
+            bail!("empty file: not a memgaze trace");
+        }
+        if got < 8 || start[..8] != MAGIC {
+            bail!("not a memgaze trace (wrong magic bytes at byte offset 0)");
+        }
+        if got < 12 {
+            bail!("truncated trace: ends at byte offset {got}, inside the format version");
+        }
+        let version = u32::from_le_bytes(start[8..12].try_into().unwrap());
+        if version > VERSION {
+            bail!(
+                "trace format version {version} is newer than this cargo memgaze reads (version {VERSION}); upgrade cargo memgaze"
+            );
+        }
+        if version == 0 {
+            bail!("corrupt trace: format version 0 at byte offset 8");
+        }
+        let mut reader = TraceReader {
+            input,
+            offset: 12,
+            header: placeholder_header(),
+            decompressor: zstd::bulk::Decompressor::new()
+                .context("cannot create a zstd decompressor")?,
+            stored: Vec::new(),
+            raw: Vec::new(),
+            cursor: 0,
+            chunk_offset: 12,
+            chunk_records: 0,
+            chunk_samples: 0,
+            expected_records: 0,
+            expected_samples: 0,
+            deltas: DeltaBase::new(0),
+            sample: None,
+            thread: 0,
+            records: 0,
+            samples: 0,
+            totals: None,
+        };
+        let offset = reader.offset;
+        match reader.read_chunk()? {
+            Some(KIND_HEADER) => {}
+            Some(kind) => bail!(
+                "corrupt trace: expected the header chunk at byte offset {offset}, found kind {}",
+                kind_name(kind)
+            ),
+            None => bail!("truncated trace: ends at byte offset {offset}, before its header"),
+        }
+        let header: TraceHeader = serde_json::from_slice(&reader.raw).map_err(|e| {
+            anyhow!("corrupt trace: header chunk at byte offset {offset} is not a valid trace header ({e})")
+        })?;
+        validate_header(&header)
+            .with_context(|| format!("corrupt trace: header chunk at byte offset {offset}"))?;
+        reader.deltas = DeltaBase::new(header.loads.len());
+        reader.header = header;
+        reader.raw.clear();
+        reader.cursor = 0;
+        Ok(reader)
+    }
+
+    /// The trace header.
+    pub fn header(&self) -> &TraceHeader {
+        &self.header
+    }
+
+    /// The totals, once the end of the trace has been reached.
+    pub fn totals(&self) -> Option<&TraceTotals> {
+        self.totals.as_ref()
+    }
+
+    /// Records read so far.
+    pub fn records_read(&self) -> u64 {
+        self.records
+    }
+
+    /// Samples begun so far.
+    pub fn samples_read(&self) -> u64 {
+        self.samples
+    }
+
+    /// The next record with its load site resolved (`ip`, `class`,
+    /// `implied` from the header), or `None` after the totals were read.
+    pub fn next_record(&mut self) -> Result<Option<Record>> {
+        Ok(self.next_raw()?.map(|raw| {
+            let load = &self.header.loads[raw.load as usize];
+            Record {
+                ip: load.ip,
+                addr: raw.addr,
+                class: load.class,
+                implied: load.implied,
+                sample: raw.sample,
+                thread: raw.thread,
+            }
+        }))
+    }
+
+    /// The next record as stored (load site index), skipping sample and
+    /// thread events; `None` after the totals were read.
+    #[inline]
+    pub fn next_raw(&mut self) -> Result<Option<RawRecord>> {
+        loop {
+            match self.next_event()? {
+                Some(TraceEvent::Record(r)) => return Ok(Some(r)),
+                Some(_) => continue,
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// The next event (sample start, thread switch or record); `None` after
+    /// the totals were read and the end of the file checked.
+    pub fn next_event(&mut self) -> Result<Option<TraceEvent>> {
+        loop {
+            if self.cursor < self.raw.len() {
+                return self.decode_event().map(Some);
+            }
+            if self.totals.is_some() {
+                return Ok(None);
+            }
+            self.finish_records_chunk()?;
+            let offset = self.offset;
+            match self.read_chunk()? {
+                Some(KIND_RECORDS) => self.start_records_chunk()?,
+                Some(KIND_TOTALS) => {
+                    self.read_totals(offset)?;
+                    return Ok(None);
+                }
+                Some(KIND_HEADER) => {
+                    bail!("corrupt trace: a second header chunk at byte offset {offset}")
+                }
+                Some(kind) => bail!(
+                    "corrupt trace: unknown chunk kind {} at byte offset {offset}",
+                    kind_name(kind)
+                ),
+                None => bail!(
+                    "truncated trace: ends at byte offset {offset} without its totals footer (was the recording interrupted?)"
+                ),
+            }
+        }
+    }
+
+    #[inline]
+    fn decode_event(&mut self) -> Result<TraceEvent> {
+        let tag = self.varint()?;
+        if tag & 1 == 0 {
+            let load = tag >> 1;
+            if load >= self.header.loads.len() as u64 {
+                return Err(self.corrupt(format_args!(
+                    "record refers to load site {load} but the header lists {}",
+                    self.header.loads.len()
+                )));
+            }
+            let Some(sample) = self.sample else {
+                return Err(self.corrupt(format_args!("record before the first sample")));
+            };
+            let delta = unzigzag(self.varint()?);
+            let load = load as u32;
+            let addr = self.deltas.get(load).wrapping_add(delta as u64);
+            self.deltas.set(load, addr);
+            self.chunk_records += 1;
+            self.records += 1;
+            return Ok(TraceEvent::Record(RawRecord {
+                load,
+                addr,
+                sample,
+                thread: self.thread,
+            }));
+        }
+        let thread = u32::try_from(tag >> 2)
+            .map_err(|_| self.corrupt(format_args!("thread id {} out of range", tag >> 2)))?;
+        self.thread = thread;
+        if tag & 3 == 1 {
+            let sample = self.samples;
+            self.sample = Some(sample);
+            self.samples += 1;
+            self.chunk_samples += 1;
+            Ok(TraceEvent::Sample { sample, thread })
+        } else {
+            if self.sample.is_none() {
+                return Err(self.corrupt(format_args!("thread switch before the first sample")));
+            }
+            Ok(TraceEvent::Thread { thread })
+        }
+    }
+
+    #[inline]
+    fn varint(&mut self) -> Result<u64> {
+        let bytes = &self.raw[self.cursor..];
+        let mut value = 0u64;
+        for (i, &b) in bytes.iter().enumerate().take(10) {
+            value |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                self.cursor += i + 1;
+                return Ok(value);
+            }
+        }
+        Err(self.corrupt(format_args!(
+            "malformed or cut-off number at payload byte {}",
+            self.cursor
+        )))
+    }
+
+    fn corrupt(&self, what: std::fmt::Arguments<'_>) -> anyhow::Error {
+        anyhow!(
+            "corrupt trace: records chunk at byte offset {}: {what}",
+            self.chunk_offset
+        )
+    }
+
+    fn start_records_chunk(&mut self) -> Result<()> {
+        if self.raw.len() < 8 {
+            bail!(
+                "corrupt trace: records chunk at byte offset {} is too short ({} bytes)",
+                self.chunk_offset,
+                self.raw.len()
+            );
+        }
+        self.expected_records = u32::from_le_bytes(self.raw[0..4].try_into().unwrap());
+        self.expected_samples = u32::from_le_bytes(self.raw[4..8].try_into().unwrap());
+        self.chunk_records = 0;
+        self.chunk_samples = 0;
+        self.cursor = 8;
+        self.deltas.reset();
+        Ok(())
+    }
+
+    fn finish_records_chunk(&mut self) -> Result<()> {
+        if self.chunk_records != self.expected_records
+            || self.chunk_samples != self.expected_samples
+        {
+            return Err(self.corrupt(format_args!(
+                "holds {} records and {} sample starts but says {} and {}",
+                self.chunk_records,
+                self.chunk_samples,
+                self.expected_records,
+                self.expected_samples
+            )));
+        }
+        self.expected_records = 0;
+        self.expected_samples = 0;
+        self.chunk_records = 0;
+        self.chunk_samples = 0;
+        Ok(())
+    }
+
+    fn read_totals(&mut self, offset: u64) -> Result<()> {
+        let totals: TraceTotals = serde_json::from_slice(&self.raw).map_err(|e| {
+            anyhow!("corrupt trace: totals chunk at byte offset {offset} is not valid ({e})")
+        })?;
+        self.raw.clear();
+        self.cursor = 0;
+        if totals.records != self.records || totals.samples != self.samples {
+            bail!(
+                "corrupt trace: totals at byte offset {offset} count {} records in {} samples but the file holds {} records in {} samples",
+                totals.records,
+                totals.samples,
+                self.records,
+                self.samples
+            );
+        }
+        let mut probe = [0u8; 1];
+        if read_full(&mut self.input, &mut probe).context("cannot read trace")? != 0 {
+            bail!(
+                "corrupt trace: unexpected data after the totals footer at byte offset {}",
+                self.offset
+            );
+        }
+        self.totals = Some(totals);
+        Ok(())
+    }
+
+    /// Reads one chunk into `self.raw`; `None` at a clean end of file.
+    fn read_chunk(&mut self) -> Result<Option<u8>> {
+        let offset = self.offset;
+        self.chunk_offset = offset;
+        let mut header = [0u8; CHUNK_HEADER_LEN];
+        let got = read_full(&mut self.input, &mut header).context("cannot read trace")?;
+        if got == 0 {
+            return Ok(None);
+        }
+        if got < CHUNK_HEADER_LEN {
+            bail!(
+                "truncated trace: ends at byte offset {} inside the chunk header at byte offset {offset}",
+                offset + got as u64
+            );
+        }
+        self.offset += CHUNK_HEADER_LEN as u64;
+        let kind = header[0];
+        let stored_len = u32::from_le_bytes(header[4..8].try_into().unwrap());
+        let raw_len = u32::from_le_bytes(header[8..12].try_into().unwrap());
+        let crc = u32::from_le_bytes(header[12..16].try_into().unwrap());
+        self.stored.clear();
+        let got = (&mut self.input)
+            .take(u64::from(stored_len))
+            .read_to_end(&mut self.stored)
+            .context("cannot read trace")?;
+        self.offset += got as u64;
+        if got < stored_len as usize {
+            bail!(
+                "truncated trace: chunk at byte offset {offset} needs {stored_len} bytes but the file ends after {got}"
+            );
+        }
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&header[..12]);
+        hasher.update(&self.stored);
+        if hasher.finalize() != crc || header[1..4] != [0, 0, 0] {
+            bail!("corrupt trace: chunk at byte offset {offset} fails its checksum");
+        }
+        let limit = if kind == KIND_RECORDS {
+            MAX_RAW_RECORDS
+        } else {
+            MAX_RAW_META
+        };
+        if raw_len > limit {
+            bail!("corrupt trace: chunk at byte offset {offset} claims {raw_len} raw bytes");
+        }
+        self.raw.clear();
+        self.raw.reserve(raw_len as usize);
+        let n = self
+            .decompressor
+            .decompress_to_buffer(&self.stored[..], &mut self.raw)
+            .map_err(|e| anyhow!("corrupt trace: chunk at byte offset {offset}: zstd: {e}"))?;
+        if n != raw_len as usize {
+            bail!(
+                "corrupt trace: chunk at byte offset {offset} decompresses to {n} bytes, not {raw_len}"
+            );
+        }
+        self.cursor = 0;
+        Ok(Some(kind))
+    }
+}
+
+impl TraceReader<BufReader<File>> {
+    /// Opens a trace file and reads its header; errors name the path.
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
+        TraceReader::new(BufReader::with_capacity(1 << 16, file))
+            .with_context(|| path.display().to_string())
+    }
+}
+
+/// Checks the cross references inside a header.
+fn validate_header(header: &TraceHeader) -> Result<()> {
+    let functions = header.functions.len();
+    for (i, load) in header.loads.iter().enumerate() {
+        if let Some(f) = load.function
+            && f as usize >= functions
+        {
+            bail!("load site {i} refers to function {f} but the header lists {functions}");
+        }
+        if let Some(p) = load.proxy {
+            if p as usize >= header.loads.len() {
+                bail!(
+                    "load site {i} names load site {p} as its proxy but the header lists {}",
+                    header.loads.len()
+                );
+            }
+            if load.class != LoadClass::Constant {
+                bail!("load site {i} has a proxy but is not a Constant load");
+            }
+        }
+    }
+    if header.sampling.window == 0 || header.sampling.period < header.sampling.window {
+        bail!(
+            "invalid sampling parameters: window {} and period {}",
+            header.sampling.window,
+            header.sampling.period
+        );
+    }
+    Ok(())
+}
+
+fn placeholder_header() -> TraceHeader {
+    TraceHeader {
+        backend: super::model::Backend::Soft,
+        sampling: super::model::Sampling::full(),
+        binary: None,
+        command: Vec::new(),
+        functions: Vec::new(),
+        loads: Vec::new(),
+        labels: Vec::new(),
+    }
+}
+
+fn chunk_header(kind: u8, stored_len: u32, raw_len: u32, stored: &[u8]) -> [u8; CHUNK_HEADER_LEN] {
+    let mut header = [0u8; CHUNK_HEADER_LEN];
+    header[0] = kind;
+    header[4..8].copy_from_slice(&stored_len.to_le_bytes());
+    header[8..12].copy_from_slice(&raw_len.to_le_bytes());
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&header[..12]);
+    hasher.update(stored);
+    header[12..16].copy_from_slice(&hasher.finalize().to_le_bytes());
+    header
+}
+
+fn kind_name(kind: u8) -> String {
+    if kind.is_ascii_graphic() {
+        format!("'{}'", kind as char)
+    } else {
+        format!("0x{kind:02x}")
+    }
+}
+
+/// Reads until `buf` is full or the input ends; returns the bytes read.
+fn read_full(input: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match input.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
+#[inline]
+fn write_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+#[inline]
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+#[inline]
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+/// Per-load-site previous address, reset per chunk in O(1) by a generation
+/// stamp (so chunks decode independently at no per-chunk cost).
+struct DeltaBase {
+    entries: Vec<(u32, u64)>,
+    generation: u32,
+}
+
+impl DeltaBase {
+    fn new(loads: usize) -> Self {
+        DeltaBase {
+            entries: vec![(0, 0); loads],
+            generation: 1,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 {
+            self.entries.fill((0, 0));
+            self.generation = 1;
+        }
+    }
+
+    #[inline]
+    fn get(&self, load: u32) -> u64 {
+        let (generation, addr) = self.entries[load as usize];
+        if generation == self.generation {
+            addr
+        } else {
+            0
+        }
+    }
+
+    #[inline]
+    fn set(&mut self, load: u32, addr: u64) {
+        self.entries[load as usize] = (self.generation, addr);
+    }
+
+    #[inline]
+    fn replace(&mut self, load: u32, addr: u64) -> u64 {
+        let old = self.get(load);
+        self.set(load, addr);
+        old
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::model::{Backend, Dropped, FunctionEntry, LoadEntry, ProgramExit, Sampling};
+
+    fn header() -> TraceHeader {
+        TraceHeader {
+            backend: Backend::Soft,
+            sampling: Sampling {
+                window: 4,
+                period: 100,
+                seed: Some(7),
+            },
+            binary: None,
+            command: vec!["prog".into(), "arg".into()],
+            functions: vec![FunctionEntry {
+                name: "main".into(),
+                start: 0x1000,
+                end: 0x1100,
+            }],
+            loads: vec![
+                LoadEntry {
+                    ip: 0x1004,
+                    class: LoadClass::Strided,
+                    implied: 2,
+                    function: Some(0),
+                    line: Some("main.c:3".into()),
+                    proxy: None,
+                },
+                LoadEntry {
+                    ip: 0x1010,
+                    class: LoadClass::Irregular,
+                    implied: 0,
+                    function: Some(0),
+                    line: None,
+                    proxy: None,
+                },
+                LoadEntry {
+                    ip: 0x1020,
+                    class: LoadClass::Constant,
+                    implied: 0,
+                    function: None,
+                    line: None,
+                    proxy: Some(0),
+                },
+            ],
+            labels: vec![("bench".into(), "x".into())],
+        }
+    }
+
+    fn totals(records: u64, samples: u64) -> TraceTotals {
+        TraceTotals {
+            executions: 1000,
+            records,
+            samples,
+            dropped: Dropped::default(),
+            exit: Some(ProgramExit::Code(0)),
+            complete: true,
+        }
+    }
+
+    /// Writes samples of (thread, [(load, addr)]) and returns the bytes.
+    fn write(samples: &[(u32, Vec<(u32, u64)>)]) -> Vec<u8> {
+        let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+        let mut n = 0;
+        for (thread, records) in samples {
+            w.begin_sample(*thread).unwrap();
+            for &(load, addr) in records {
+                w.push(load, addr).unwrap();
+                n += 1;
+            }
+        }
+        w.finish(&totals(n, samples.len() as u64)).unwrap()
+    }
+
+    fn read_all(bytes: &[u8]) -> Result<(TraceHeader, Vec<Record>, TraceTotals)> {
+        let mut r = TraceReader::new(bytes)?;
+        let mut out = Vec::new();
+        while let Some(rec) = r.next_record()? {
+            out.push(rec);
+        }
+        Ok((r.header().clone(), out, *r.totals().unwrap()))
+    }
+
+    #[test]
+    fn round_trip_resolves_load_sites() {
+        let bytes = write(&[
+            (3, vec![(0, 0x7fff_0000), (1, 0x10), (0, 0x7fff_0008)]),
+            (3, vec![]),
+            (5, vec![(2, u64::MAX)]),
+        ]);
+        let (h, records, t) = read_all(&bytes).unwrap();
+        assert_eq!(h, header());
+        assert_eq!(t, totals(4, 3));
+        let got: Vec<_> = records
+            .iter()
+            .map(|r| (r.ip, r.addr, r.class, r.implied, r.sample, r.thread))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0x1004, 0x7fff_0000, LoadClass::Strided, 2, 0, 3),
+                (0x1010, 0x10, LoadClass::Irregular, 0, 0, 3),
+                (0x1004, 0x7fff_0008, LoadClass::Strided, 2, 0, 3),
+                (0x1020, u64::MAX, LoadClass::Constant, 0, 2, 5),
+            ]
+        );
+    }
+
+    #[test]
+    fn many_chunks_and_thread_switches() {
+        let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+        w.begin_sample(1).unwrap();
+        for i in 0..700_000u64 {
+            if i == 350_000 {
+                w.switch_thread(2).unwrap();
+            }
+            w.push((i % 2) as u32, i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+                .unwrap();
+        }
+        let bytes = w.finish(&totals(700_000, 1)).unwrap();
+        let mut r = TraceReader::new(&bytes[..]).unwrap();
+        let mut i = 0u64;
+        let mut events = 0;
+        while let Some(e) = r.next_event().unwrap() {
+            events += 1;
+            if let TraceEvent::Record(rec) = e {
+                assert_eq!(rec.addr, i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                assert_eq!(rec.load, (i % 2) as u32);
+                assert_eq!(rec.thread, if i < 350_000 { 1 } else { 2 });
+                i += 1;
+            }
+        }
+        assert_eq!(i, 700_000);
+        assert_eq!(events, 700_002);
+    }
+
+    #[test]
+    fn strided_records_are_compact() {
+        let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+        w.begin_sample(0).unwrap();
+        for i in 0..1_000_000u64 {
+            w.push(0, 0x5555_0000_0000 + 8 * i).unwrap();
+        }
+        let bytes = w.finish(&totals(1_000_000, 1)).unwrap();
+        assert!(bytes.len() < 20_000, "{} bytes", bytes.len());
+    }
+
+    fn error_of(bytes: &[u8]) -> String {
+        crate::error::one_line(&read_all(bytes).unwrap_err())
+    }
+
+    #[test]
+    fn empty_wrong_magic_and_future_version() {
+        assert_eq!(error_of(b""), "empty file: not a memgaze trace");
+        assert!(error_of(b"hello world, not a trace").contains("not a memgaze trace"));
+        let mut bytes = write(&[(0, vec![(0, 1)])]);
+        bytes[8] = 9;
+        assert!(error_of(&bytes).contains("version 9 is newer"));
+    }
+
+    #[test]
+    fn truncation_names_the_offset() {
+        let bytes = write(&[(0, vec![(0, 1), (1, 2)])]);
+        for cut in 1..bytes.len() {
+            let message = error_of(&bytes[..cut]);
+            assert!(
+                message.contains("truncated") || message.contains("not a memgaze trace"),
+                "cut at {cut}: {message}"
+            );
+        }
+        // Cut exactly after the last records chunk: the footer is missing.
+        let message = error_of(&bytes[..bytes.len() - totals_chunk_len(&bytes)]);
+        assert!(message.contains("without its totals footer"), "{message}");
+    }
+
+    fn totals_chunk_len(bytes: &[u8]) -> usize {
+        // Walk the chunks to find the last one.
+        let mut at = 12;
+        let mut last = 0;
+        while at < bytes.len() {
+            let stored = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+            last = CHUNK_HEADER_LEN + stored;
+            at += last;
+        }
+        last
+    }
+
+    #[test]
+    fn flipped_bytes_fail_the_checksum() {
+        let bytes = write(&[(0, vec![(0, 1), (1, 2)])]);
+        for at in 12..bytes.len() {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0x40;
+            let message = error_of(&damaged);
+            assert!(
+                message.contains("corrupt trace") || message.contains("truncated"),
+                "flip at {at}: {message}"
+            );
+            assert!(message.contains("byte offset"), "flip at {at}: {message}");
+        }
+    }
+
+    #[test]
+    fn trailing_garbage_is_refused() {
+        let mut bytes = write(&[(0, vec![(0, 1)])]);
+        bytes.push(0);
+        assert!(error_of(&bytes).contains("after the totals footer"));
+    }
+
+    #[test]
+    fn writer_refuses_misuse() {
+        let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+        assert!(w.push(0, 1).is_err());
+        w.begin_sample(0).unwrap();
+        assert!(w.push(3, 1).is_err());
+        w.push(0, 1).unwrap();
+        assert!(w.finish(&totals(2, 1)).is_err());
+    }
+
+    #[test]
+    fn zigzag_round_trips() {
+        for v in [0i64, 1, -1, i64::MAX, i64::MIN, 12345, -987654] {
+            assert_eq!(unzigzag(zigzag(v)), v);
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! `cargo memgaze dump` and `analyze` through the built binary: output,
+//! exit codes and one-line errors for bad trace files.
+
+use memgaze::trace::{
+    Backend, Dropped, FunctionEntry, LoadClass, LoadEntry, Sampling, TraceHeader, TraceTotals,
+    TraceWriter,
+};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"))
+}
+
+fn header() -> TraceHeader {
+    TraceHeader {
+        backend: Backend::Soft,
+        sampling: Sampling {
+            window: 64,
+            period: 640,
+            seed: Some(1),
+        },
+        binary: None,
+        command: vec!["demo".into()],
+        functions: vec![
+            FunctionEntry {
+                name: "walk".into(),
+                start: 0x1000,
+                end: 0x1100,
+            },
+            FunctionEntry {
+                name: "sum".into(),
+                start: 0x1100,
+                end: 0x1200,
+            },
+        ],
+        loads: vec![
+            LoadEntry {
+                ip: 0x1010,
+                class: LoadClass::Strided,
+                implied: 1,
+                function: Some(0),
+                line: Some("demo.c:10".into()),
+                proxy: None,
+            },
+            LoadEntry {
+                ip: 0x1120,
+                class: LoadClass::Irregular,
+                implied: 0,
+                function: Some(1),
+                line: Some("demo.c:20".into()),
+                proxy: None,
+            },
+            LoadEntry {
+                ip: 0x1130,
+                class: LoadClass::Constant,
+                implied: 0,
+                function: Some(1),
+                line: None,
+                proxy: None,
+            },
+        ],
+        labels: vec![],
+    }
+}
+
+/// A sampled trace: 10 samples of 64 records mixing the three loads.
+fn write_trace(path: &Path) {
+    let mut w = TraceWriter::create(path, &header()).unwrap();
+    let mut x = 12345u64;
+    for s in 0..10u64 {
+        w.begin_sample(0).unwrap();
+        for i in 0..64u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            match i % 4 {
+                0 | 1 => w.push(0, 0x10_0000 + 8 * (s * 64 + i)).unwrap(),
+                2 => w.push(1, 0x20_0000 + 8 * ((x >> 33) % 512)).unwrap(),
+                _ => w.push(2, 0x7ffc_0000).unwrap(),
+            }
+        }
+    }
+    let totals = TraceTotals {
+        executions: 6400,
+        records: 640,
+        samples: 10,
+        dropped: Dropped::default(),
+        exit: None,
+        complete: true,
+    };
+    w.finish(&totals).unwrap();
+}
+
+fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+fn trace_in(dir: &tempfile::TempDir) -> PathBuf {
+    let path = dir.path().join("demo.trace");
+    write_trace(&path);
+    path
+}
+
+fn stderr_line(out: &Output) -> String {
+    let text = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(text.lines().count(), 1, "stderr is not one line: {text:?}");
+    assert!(!text.contains("panicked"), "{text}");
+    text.trim_end().to_string()
+}
+
+#[test]
+fn dump_prints_header_records_and_totals() {
+    let dir = tempdir();
+    let trace = trace_in(&dir);
+    let out = bin().arg("dump").arg(&trace).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("w = 64 records per period of 640"));
+    assert!(text.contains("demo.c:10"));
+    assert!(text.contains("0 0 0x1010 0x100000 Strided 1"), "{text}");
+    assert!(text.contains("totals      640 records in 10 samples"));
+    assert_eq!(
+        text.lines().filter(|l| l.contains(" Irregular ")).count(),
+        160 + 1
+    );
+
+    let out = bin()
+        .args(["memgaze", "dump", "--limit", "5"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("… 635 more records not shown"), "{text}");
+}
+
+/// Each bad input: exit 1, one line on stderr naming the file and the problem.
+#[test]
+fn bad_trace_files_give_one_line_and_exit_1() {
+    let dir = tempdir();
+    let good = std::fs::read(trace_in(&dir)).unwrap();
+    let mut future = good.clone();
+    future[8] = 2;
+    let mut flipped = good.clone();
+    let at = good.len() / 2;
+    flipped[at] ^= 0x10;
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("empty", vec![], "empty file"),
+        (
+            "text",
+            b"I  0401000,3\n L 1ffe,8\n".to_vec(),
+            "not a memgaze trace",
+        ),
+        ("future", future, "version 2 is newer"),
+        (
+            "truncated",
+            good[..good.len() - 40].to_vec(),
+            "truncated trace",
+        ),
+        ("corrupt", flipped, "corrupt trace"),
+    ];
+    for command in ["dump"] {
+        for (name, bytes, expected) in &cases {
+            let path = dir.path().join(format!("{name}.trace"));
+            std::fs::write(&path, bytes).unwrap();
+            let out = bin().arg(command).arg(&path).output().unwrap();
+            assert_eq!(out.status.code(), Some(1), "{command} {name}");
+            let line = stderr_line(&out);
+            assert!(line.starts_with("error: "), "{line}");
+            assert!(line.contains(&format!("{name}.trace")), "{line}");
+            assert!(line.contains(expected), "{command} {name}: {line}");
+        }
+    }
+    let out = bin()
+        .arg("dump")
+        .arg(dir.path().join("missing.trace"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr_line(&out).contains("missing.trace: cannot open"));
+}
