@@ -1,1 +1,4 @@
 //! SVG charts and the HTML report.
+
+pub mod charts;
+pub mod profile;
