@@ -1,0 +1,1 @@
+//! Terminal tables of an [`Analysis`](super::Analysis).
