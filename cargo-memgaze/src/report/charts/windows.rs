@@ -59,7 +59,10 @@ fn draw(body: &Area, curves: &[WindowCurve]) -> Result<()> {
     let every = if x_labels > 12 { 2 } else { 1 };
     let x_format = move |x: &f64| {
         let k = x.round();
-        if (x - k).abs() > 1e-6 || k < 0.0 || !(k as u32).saturating_sub(k_min).is_multiple_of(every) {
+        if (x - k).abs() > 1e-6
+            || k < 0.0
+            || !(k as u32).saturating_sub(k_min).is_multiple_of(every)
+        {
             String::new()
         } else {
             format_window(k as u32)
