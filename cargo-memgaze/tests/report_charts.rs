@@ -20,6 +20,7 @@ fn curve(label: &str, scale: f64) -> windows::WindowCurve {
                     d_f: 0.37 * scale,
                     f_str: n * 0.05,
                     f_irr: n * 0.5 * scale,
+                    f_irr_frac: 0.5 * scale / (0.55 * scale),
                 }
             })
             .collect(),
@@ -41,7 +42,8 @@ fn trace_window_histogram_with_golden_overlay() {
             "F",
             "F_str",
             "F_irr",
-            "ΔF",
+            "ΔF (new data per load)",
+            "F_irr% (share of F)",
             "sampled",
             "full trace (golden)",
             "8",
@@ -226,4 +228,51 @@ fn hot_functions_and_baseline_bars() {
     let svg = bars::render(&chart).unwrap();
     assert_eq!(count(&svg, "svg"), 1);
     render_png(&svg, "f-compare");
+}
+
+#[test]
+fn empty_inputs_say_so_instead_of_drawing_nothing() {
+    let svg = windows::render("t", "", &[]).unwrap();
+    assert_text_containing(&svg, "no window of 8 or more accesses");
+    let svg = reuse::render(
+        "t",
+        "",
+        &[reuse::ReuseSeries {
+            label: "x".into(),
+            bins: vec![],
+            cold: 10,
+        }],
+        64,
+    )
+    .unwrap();
+    assert_text_containing(&svg, "no reuse within any sample");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.mgz");
+    // Eight accesses, none to the same address twice.
+    write_trace(
+        &path,
+        &Synthetic {
+            kernel: Kernel::Str1,
+            elements: 8,
+            reps: 1,
+            sampling: None,
+            seed: 1,
+        },
+    );
+    let profile = profile_trace(&path, &ProfileOptions::default()).unwrap();
+    assert!(profile.addresses.per_address);
+    let svg = memgaze::report::charts::address::render("t", "", &profile.addresses).unwrap();
+    assert_text_containing(&svg, "no address was accessed twice within a sample");
+    let svg = heatmap::render("t", "", &profile.heatmap, "time").unwrap();
+    assert_texts(&svg, &["accesses per cell", "0x7f3a1c000000"]);
+    let svg = bars::render(&bars::BarChart {
+        title: "t".into(),
+        subtitle: String::new(),
+        categories: vec![],
+        series: vec![],
+        baseline: None,
+        panels: vec![],
+    })
+    .unwrap();
+    assert_text_containing(&svg, "nothing to show");
 }

@@ -241,9 +241,20 @@ pub fn compare_bench(
     new: &BenchRun,
     limits: &Limits,
 ) -> Result<BenchVerdict> {
-    let new_recording = Recording::of(&new.analysis);
-    check_comparable(&new.key, baseline_name, &old.recording, &new_recording)?;
-    let (a, b) = (&old.analysis, &new.analysis);
+    compare_analysis(baseline_name, old, &new.key, &new.analysis, limits)
+}
+
+/// [`compare_bench`] for an analysis that is not wrapped in a [`BenchRun`].
+pub fn compare_analysis(
+    baseline_name: &str,
+    old: &BaselineBench,
+    key: &BenchKey,
+    analysis: &crate::analysis::Analysis,
+    limits: &Limits,
+) -> Result<BenchVerdict> {
+    let new_recording = Recording::of(analysis);
+    check_comparable(key, baseline_name, &old.recording, &new_recording)?;
+    let (a, b) = (&old.analysis, analysis);
     let window_k = common_window_k(a, b);
     let mut notes = Vec::new();
     if !new_recording.full {
@@ -282,7 +293,7 @@ pub fn compare_bench(
         if regressed {
             let (old_v, new_v) = (old_value.unwrap_or_default(), new_value.unwrap_or_default());
             regressions.push(Regression {
-                bench: new.key.clone(),
+                bench: key.clone(),
                 metric,
                 old: old_v,
                 new: new_v,
@@ -310,7 +321,7 @@ pub fn compare_bench(
         }
     }
     Ok(BenchVerdict {
-        bench: new.key.clone(),
+        bench: key.clone(),
         metrics,
         regressions,
         window_k,

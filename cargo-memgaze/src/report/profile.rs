@@ -2,9 +2,14 @@
 //! heatmap and per-address access counts and inter-access distances,
 //! computed in two streaming passes over a trace file.
 //!
-//! Memory is bounded by the distinct addresses of the trace (one small
-//! entry each) plus fixed-size grids, never by the trace length: a full
-//! trace of 100 M records streams through like a 1 % sample.
+//! Pass 1 finds the touched pages (one set entry per 4 KiB page) and
+//! whether there are few enough distinct addresses for one bar each; the
+//! axes follow from them. Pass 2 bins every access into the fixed grids
+//! and measures inter-access distances with a map of the current sample
+//! only (cleared at each sample: small and cache-resident for sampled
+//! traces). Memory is bounded by the touched pages and the largest sample,
+//! never by the trace length, and no per-record lookup touches a large
+//! table: a full trace of 100 M records streams through like a 1 % sample.
 //!
 //! Only observed accesses (Strided and Irregular records) are counted, as
 //! everywhere in spec/METRICS.md; Constant loads touch the stack and
@@ -74,12 +79,10 @@ pub struct AddressAxis {
 }
 
 impl AddressAxis {
-    /// Builds an axis of `slots` slots over the pages of `addresses`
-    /// (sorted, distinct).
-    fn build(addresses: &[u64], slots: usize, options: &ProfileOptions) -> AddressAxis {
-        let mut pages: Vec<u64> = addresses.iter().map(|a| a >> PAGE_SHIFT).collect();
-        pages.dedup();
-        let mut spans = touched_spans(&pages, options.split_gap >> PAGE_SHIFT);
+    /// Builds an axis of `slots` slots over the touched `pages` (page
+    /// numbers, sorted, distinct).
+    fn from_pages(pages: &[u64], slots: usize, options: &ProfileOptions) -> AddressAxis {
+        let mut spans = touched_spans(pages, options.split_gap >> PAGE_SHIFT);
         join_closest(&mut spans, options.max_ranges.max(1));
         if spans.is_empty() {
             return AddressAxis::default();
@@ -206,8 +209,6 @@ pub struct AddressBin {
     pub start: u64,
     /// One past the last byte.
     pub end: u64,
-    /// Distinct addresses accessed in it.
-    pub addresses: u64,
     /// Accesses to it.
     pub accesses: u64,
     /// Inter-access distances observed (repeat accesses within a sample).
@@ -229,8 +230,8 @@ pub struct AddressProfile {
     pub bins: Vec<AddressBin>,
     /// The bins' ranges on a compressed axis (slots are bin indices).
     pub axis: AddressAxis,
-    /// Distinct addresses accessed.
-    pub distinct: u64,
+    /// Distinct addresses accessed, when counted (per-address view only).
+    pub distinct: Option<u64>,
 }
 
 /// Everything the two passes found.
@@ -250,16 +251,37 @@ pub struct TraceProfile {
     pub full: bool,
 }
 
-/// Per-address state of the first pass.
-#[derive(Clone, Copy)]
-struct AddressStat {
+/// Distances and counts pooled over one bin.
+#[derive(Clone, Copy, Default)]
+struct BinStat {
     accesses: u64,
-    /// Access index of the latest access, `u64::MAX` before the first.
-    last: u64,
     intervals: u64,
     sum: f64,
     sum_squares: f64,
 }
+
+impl BinStat {
+    fn into_bin(self, start: u64, end: u64) -> AddressBin {
+        let (interval_mean, interval_std) = if self.intervals == 0 {
+            (None, None)
+        } else {
+            let n = self.intervals as f64;
+            let mean = self.sum / n;
+            let variance = (self.sum_squares / n - mean * mean).max(0.0);
+            (Some(mean), Some(variance.sqrt()))
+        };
+        AddressBin {
+            start,
+            end,
+            accesses: self.accesses,
+            intervals: self.intervals,
+            interval_mean,
+            interval_std,
+        }
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Profiles the trace file at `path`.
 pub fn profile_trace(path: &Path, options: &ProfileOptions) -> Result<TraceProfile> {
@@ -271,96 +293,72 @@ pub fn profile<R: Read>(
     mut open: impl FnMut() -> Result<TraceReader<R>>,
     options: &ProfileOptions,
 ) -> Result<TraceProfile> {
-    // Pass 1: per-address counts and inter-access distances.
+    // Pass 1: touched pages, accesses, and the distinct addresses while
+    // there are few enough for one bar each.
     let mut reader = open()?;
     let header = reader.header().clone();
     let is_access: Vec<bool> = header.loads.iter().map(|l| l.class.is_access()).collect();
-    let mut stats: HashMap<u64, AddressStat, foldhash::fast::RandomState> = HashMap::default();
-    let mut accesses = 0u64;
-    let mut records = 0u64;
-    // Inter-access distances are measured within a run of one sample and
-    // one thread only: across samples the unsampled gap is unknown.
-    let mut run_start = 0u64;
-    while let Some(event) = reader.next_event()? {
-        match event {
-            TraceEvent::Sample { .. } | TraceEvent::Thread { .. } => run_start = accesses,
-            TraceEvent::Record(raw) => {
-                records += 1;
-                if !is_access[raw.load as usize] {
-                    continue;
-                }
-                let stat = stats.entry(raw.addr).or_insert(AddressStat {
-                    accesses: 0,
-                    last: u64::MAX,
-                    intervals: 0,
-                    sum: 0.0,
-                    sum_squares: 0.0,
-                });
-                stat.accesses += 1;
-                if stat.last != u64::MAX && stat.last >= run_start {
-                    let d = (accesses - stat.last) as f64;
-                    stat.intervals += 1;
-                    stat.sum += d;
-                    stat.sum_squares += d * d;
-                }
-                stat.last = accesses;
-                accesses += 1;
+    let mut pages: FastMap<u64, ()> = FastMap::default();
+    let mut few: Option<Vec<u64>> = Some(Vec::new());
+    let (mut accesses, mut records, mut last_page) = (0u64, 0u64, u64::MAX);
+    while let Some(raw) = reader.next_raw()? {
+        records += 1;
+        if !is_access[raw.load as usize] {
+            continue;
+        }
+        accesses += 1;
+        let page = raw.addr >> PAGE_SHIFT;
+        if page != last_page {
+            pages.insert(page, ());
+            last_page = page;
+        }
+        if let Some(list) = &mut few
+            && let Err(at) = list.binary_search(&raw.addr)
+        {
+            if list.len() == options.address_bins {
+                few = None;
+            } else {
+                list.insert(at, raw.addr);
             }
         }
     }
     let samples = reader.samples_read();
-    let mut addresses: Vec<u64> = stats.keys().copied().collect();
-    addresses.sort_unstable();
+    let mut pages: Vec<u64> = pages.into_keys().collect();
+    pages.sort_unstable();
 
-    // The per-address view.
-    let per_address = addresses.len() <= options.address_bins;
-    let address_profile = if per_address {
-        let axis = AddressAxis::build(&addresses, 0, options);
-        let axis = by_rank(axis, &addresses);
-        let bins = addresses
-            .iter()
-            .map(|a| bin_of(*a, a + 1, std::iter::once(&stats[a])))
-            .collect();
-        AddressProfile {
-            per_address,
-            bins,
-            axis,
-            distinct: addresses.len() as u64,
-        }
-    } else {
-        let axis = AddressAxis::build(&addresses, options.address_bins, options);
-        let mut members: Vec<Vec<&AddressStat>> = vec![Vec::new(); axis.slots];
-        for a in &addresses {
-            if let Some(slot) = axis.slot_of(*a) {
-                members[slot].push(&stats[a]);
-            }
-        }
-        let bins = members
-            .iter()
-            .enumerate()
-            .map(|(slot, m)| {
-                let (start, end) = axis.slot_span(slot).unwrap_or((0, 0));
-                bin_of(start, end, m.iter().copied())
-            })
-            .collect();
-        AddressProfile {
-            per_address,
-            bins,
-            axis,
-            distinct: addresses.len() as u64,
-        }
+    let heatmap_axis = AddressAxis::from_pages(&pages, options.rows, options);
+    let (address_axis, per_address) = match &few {
+        Some(list) => (
+            by_rank(AddressAxis::from_pages(&pages, 0, options), list),
+            true,
+        ),
+        None => (
+            AddressAxis::from_pages(&pages, options.address_bins, options),
+            false,
+        ),
+    };
+    let address_slot = |addr: u64| match &few {
+        Some(list) => list.binary_search(&addr).ok(),
+        None => address_axis.slot_of(addr),
     };
 
-    // Pass 2: the heatmap on the compressed axis.
-    let axis = AddressAxis::build(&addresses, options.rows, options);
-    drop(stats);
-    drop(addresses);
+    // Pass 2: the grids, and inter-access distances within each run of
+    // one sample and one thread (across samples the gap is unknown).
     let columns = options.columns.max(1);
-    let rows = axis.slots;
+    let rows = heatmap_axis.slots;
     let mut cells = vec![0u32; rows * columns];
+    let mut bins = vec![BinStat::default(); address_axis.slots];
+    let mut last_seen: FastMap<u64, u64> = FastMap::default();
     let mut reader = open()?;
     let mut index = 0u64;
-    while let Some(raw) = reader.next_raw()? {
+    while let Some(event) = reader.next_event()? {
+        let raw = match event {
+            TraceEvent::Sample { .. } | TraceEvent::Thread { .. } => {
+                last_seen.clear();
+                continue;
+            }
+            TraceEvent::Record(raw) => raw,
+        };
         if !is_access.get(raw.load as usize).copied().unwrap_or(false) {
             continue;
         }
@@ -368,21 +366,47 @@ pub fn profile<R: Read>(
             anyhow::bail!("trace changed between the two passes of the report");
         }
         let column = (index as u128 * columns as u128 / accesses as u128) as usize;
-        if let Some(row) = axis.slot_of(raw.addr) {
+        if let Some(row) = heatmap_axis.slot_of(raw.addr) {
             let cell = &mut cells[row * columns + column];
             *cell = cell.saturating_add(1);
         }
+        if let Some(slot) = address_slot(raw.addr) {
+            let bin = &mut bins[slot];
+            bin.accesses += 1;
+            if let Some(previous) = last_seen.insert(raw.addr, index) {
+                let d = (index - previous) as f64;
+                bin.intervals += 1;
+                bin.sum += d;
+                bin.sum_squares += d * d;
+            }
+        }
         index += 1;
     }
+    let address_bins = bins
+        .into_iter()
+        .enumerate()
+        .map(|(slot, stat)| match &few {
+            Some(list) => stat.into_bin(list[slot], list[slot] + 1),
+            None => {
+                let (start, end) = address_axis.slot_span(slot).unwrap_or((0, 0));
+                stat.into_bin(start, end)
+            }
+        })
+        .collect();
     Ok(TraceProfile {
         heatmap: Heatmap {
             columns,
             rows,
             cells,
-            axis,
+            axis: heatmap_axis,
             accesses,
         },
-        addresses: address_profile,
+        addresses: AddressProfile {
+            per_address,
+            bins: address_bins,
+            axis: address_axis,
+            distinct: few.map(|list| list.len() as u64),
+        },
         accesses,
         records,
         samples,
@@ -409,36 +433,6 @@ fn by_rank(axis: AddressAxis, addresses: &[u64]) -> AddressAxis {
     AddressAxis {
         ranges,
         slots: addresses.len(),
-    }
-}
-
-/// Pools the statistics of the addresses in `[start, end)`.
-fn bin_of<'a>(start: u64, end: u64, stats: impl Iterator<Item = &'a AddressStat>) -> AddressBin {
-    let (mut addresses, mut accesses, mut intervals, mut sum, mut sum_squares) =
-        (0, 0, 0, 0.0, 0.0);
-    for s in stats {
-        addresses += 1;
-        accesses += s.accesses;
-        intervals += s.intervals;
-        sum += s.sum;
-        sum_squares += s.sum_squares;
-    }
-    let (interval_mean, interval_std) = if intervals == 0 {
-        (None, None)
-    } else {
-        let n = intervals as f64;
-        let mean = sum / n;
-        let variance = (sum_squares / n - mean * mean).max(0.0);
-        (Some(mean), Some(variance.sqrt()))
-    };
-    AddressBin {
-        start,
-        end,
-        addresses,
-        accesses,
-        intervals,
-        interval_mean,
-        interval_std,
     }
 }
 
@@ -577,7 +571,7 @@ mod tests {
         assert_eq!(p.addresses.bins.len(), 50);
         let pooled: u64 = p.addresses.bins.iter().map(|b| b.accesses).sum();
         assert_eq!(pooled, 4096 + 64);
-        assert_eq!(p.addresses.distinct, 4096 + 8);
+        assert_eq!(p.addresses.distinct, None, "not counted when pooled");
     }
 
     #[test]

@@ -164,6 +164,7 @@ fn mesh<'a, Y: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatt
         .y_desc(y_desc)
         .axis_desc_style((FONT, 14))
         .label_style((FONT, 12))
+        .max_light_lines(2)
         .light_line_style(GRID.mix(0.6))
         .bold_line_style(GRID)
         .draw()
@@ -256,17 +257,14 @@ fn range_labels<'a, Y: Ranged<ValueType = f64>>(
         next_free = x + 130;
     }
     let (w, _) = area.dim_in_pixel();
-    let desc = if profile.per_address {
-        format!(
-            "address ({} distinct, in address order; touched ranges left to right)",
-            profile.distinct
-        )
-    } else {
-        format!(
-            "address ({} distinct, pooled into {} ranges)",
-            profile.distinct,
+    let desc = match profile.distinct {
+        Some(distinct) if profile.per_address => {
+            format!("address ({distinct} distinct, in address order; touched ranges left to right)")
+        }
+        _ => format!(
+            "address (touched ranges left to right, pooled into {} bins)",
             profile.bins.len()
-        )
+        ),
     };
     area.draw(&Text::new(
         desc,

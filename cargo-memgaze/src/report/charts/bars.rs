@@ -147,6 +147,7 @@ fn draw(body: &Area, chart: &BarChart, legend_height: u32) -> Result<()> {
             .x_labels(4)
             .x_label_formatter(&|v| format.tick(*v))
             .label_style((FONT, 11))
+            .max_light_lines(2)
             .light_line_style(GRID.mix(0.5))
             .bold_line_style(GRID)
             .draw()

@@ -197,24 +197,30 @@ fn draw_scale(area: &Area, max: u32) -> Result<()> {
     .map_err(plot_error)?;
     let top = 36;
     let step = 22;
-    for l in (1..=LEVELS).rev() {
-        let y = top + step * (LEVELS - l) as i32;
+    // Only levels some count maps to (with a small maximum, several
+    // levels are empty).
+    let levels: Vec<(usize, u32, u32)> = (1..=LEVELS)
+        .rev()
+        .map(|l| {
+            let (lower, upper) = level_bounds(l, max);
+            (l, lower, upper)
+        })
+        .filter(|(_, lower, upper)| lower <= upper)
+        .collect();
+    for (i, (l, lower, upper)) in levels.iter().enumerate() {
+        let y = top + step * i as i32;
         area.draw(&Rectangle::new(
             [(8, y), (28, y + step - 2)],
-            level_color(l).filled(),
+            level_color(*l).filled(),
         ))
         .map_err(plot_error)?;
-        let (lower, upper) = level_bounds(l, max);
-        if lower > upper {
-            continue;
-        }
         let label = if lower == upper {
-            format_count(lower as f64)
+            format_count(*lower as f64)
         } else {
             format!(
                 "{}–{}",
-                format_count(lower as f64),
-                format_count(upper as f64)
+                format_count(*lower as f64),
+                format_count(*upper as f64)
             )
         };
         area.draw(&Text::new(
@@ -224,7 +230,7 @@ fn draw_scale(area: &Area, max: u32) -> Result<()> {
         ))
         .map_err(plot_error)?;
     }
-    let y = top + step * LEVELS as i32 + 8;
+    let y = top + step * levels.len() as i32 + 8;
     area.draw(&Text::new(
         "log scale; white = 0",
         (6, y),

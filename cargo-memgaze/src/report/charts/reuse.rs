@@ -99,6 +99,7 @@ fn draw(body: &Area, series: &[ReuseSeries], block: u64) -> Result<()> {
         ))
         .axis_desc_style((FONT, 14))
         .label_style((FONT, 12))
+        .max_light_lines(2)
         .light_line_style(GRID.mix(0.6))
         .bold_line_style(GRID)
         .draw()

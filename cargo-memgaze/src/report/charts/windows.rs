@@ -1,6 +1,11 @@
 //! (a) The trace-window histogram: `F`, `F_str`, `F_irr` (log scale) and
-//! `ΔF` (in `[0, 1]`) against the window size `2^k`, with other runs (the
-//! full-trace golden, a baseline) overlaid as dashed curves.
+//! `ΔF` with the irregular share `F_irr%` (both in `[0, 1]`) against the
+//! window size `2^k`, with other runs (the full-trace golden, a baseline)
+//! overlaid as dashed curves.
+//!
+//! `F_irr%` repeats what `F_str`/`F_irr` show, on a linear axis: when one
+//! of them dominates, the log panel draws it on top of `F`, and a switch
+//! from strided to irregular access is only visible as a colour change.
 
 use super::style::*;
 use anyhow::Result;
@@ -21,6 +26,8 @@ pub struct WindowPoint {
     pub f_str: f64,
     /// Mean irregular footprint.
     pub f_irr: f64,
+    /// Mean irregular share of the footprint, `F_irr / F`, in `[0, 1]`.
+    pub f_irr_frac: f64,
 }
 
 /// One run's histogram and the name the legend gives it.
@@ -97,6 +104,7 @@ fn draw(body: &Area, curves: &[WindowCurve]) -> Result<()> {
         .y_desc("footprint (distinct addresses, log)")
         .axis_desc_style((FONT, 14))
         .label_style((FONT, 12))
+        .max_light_lines(2)
         .light_line_style(GRID.mix(0.6))
         .bold_line_style(GRID)
         .draw()
@@ -116,10 +124,11 @@ fn draw(body: &Area, curves: &[WindowCurve]) -> Result<()> {
         }
     }
 
-    // Footprint growth lives in [0, 1]: a linear axis of its own.
+    // Footprint growth and the irregular share live in [0, 1]: a linear
+    // axis of their own.
     let d_max = curves
         .iter()
-        .flat_map(|c| c.points.iter().map(|p| p.d_f))
+        .flat_map(|c| c.points.iter().map(|p| p.d_f.max(p.f_irr_frac)))
         .fold(0.0, f64::max);
     let d_top = if d_max > 0.5 {
         1.05
@@ -140,25 +149,29 @@ fn draw(body: &Area, curves: &[WindowCurve]) -> Result<()> {
         .y_label_formatter(&|v| format_value(*v))
         .y_labels(6)
         .x_desc("window size (accesses; 1K = 1024)")
-        .y_desc("ΔF (new data per load)")
+        .y_desc("ΔF, F_irr share")
         .axis_desc_style((FONT, 14))
         .label_style((FONT, 12))
+        .max_light_lines(2)
         .light_line_style(GRID.mix(0.6))
         .bold_line_style(GRID)
         .draw()
         .map_err(plot_error)?;
     for (i, curve) in curves.iter().enumerate() {
-        let mut points: Vec<(f64, f64)> =
-            curve.points.iter().map(|p| (p.k as f64, p.d_f)).collect();
-        points.sort_by(|a, b| a.0.total_cmp(&b.0));
-        draw_line(&mut chart, &points, OKABE_PURPLE, i)?;
+        let mut points = curve.points.clone();
+        points.sort_by_key(|p| p.k);
+        let d_f: Vec<(f64, f64)> = points.iter().map(|p| (p.k as f64, p.d_f)).collect();
+        draw_line(&mut chart, &d_f, OKABE_PURPLE, i)?;
+        let share: Vec<(f64, f64)> = points.iter().map(|p| (p.k as f64, p.f_irr_frac)).collect();
+        draw_line(&mut chart, &share, OKABE_ORANGE, i)?;
     }
 
     let mut entries: Vec<(Swatch, String)> = METRICS
         .iter()
         .map(|(name, color)| (Swatch::Line(*color), name.to_string()))
         .collect();
-    entries.push((Swatch::Line(OKABE_PURPLE), "ΔF".into()));
+    entries.push((Swatch::Line(OKABE_PURPLE), "ΔF (new data per load)".into()));
+    entries.push((Swatch::Line(OKABE_ORANGE), "F_irr% (share of F)".into()));
     draw_legend(&legend, (8, 24), &entries)?;
     if curves.len() > 1 {
         let y = 24 + 20 * entries.len() as i32 + 16;
