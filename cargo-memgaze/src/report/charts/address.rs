@@ -155,18 +155,12 @@ fn mesh<'a, Y: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatt
     chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<RangedCoordf64, Y>>,
     y_desc: &str,
 ) -> Result<()> {
-    chart
-        .configure_mesh()
+    house_style(&mut chart.configure_mesh())
         .disable_x_mesh()
         .x_labels(0)
         .y_labels(6)
         .y_label_formatter(&|v| format_count(*v))
         .y_desc(y_desc)
-        .axis_desc_style((FONT, 14))
-        .label_style((FONT, 12))
-        .max_light_lines(2)
-        .light_line_style(GRID.mix(0.6))
-        .bold_line_style(GRID)
         .draw()
         .map_err(plot_error)
 }

@@ -87,8 +87,7 @@ fn draw(body: &Area, series: &[ReuseSeries], block: u64) -> Result<()> {
         .y_label_area_size(72)
         .build_cartesian_2d(0f64..n as f64, 0f64..(top * 1.15).max(1.0))
         .map_err(plot_error)?;
-    chart
-        .configure_mesh()
+    house_style(&mut chart.configure_mesh())
         .disable_x_mesh()
         .x_labels(0)
         .y_labels(6)
@@ -97,11 +96,6 @@ fn draw(body: &Area, series: &[ReuseSeries], block: u64) -> Result<()> {
         .x_desc(format!(
             "reuse distance D (distinct {block}-byte blocks since the last access to the block)"
         ))
-        .axis_desc_style((FONT, 14))
-        .label_style((FONT, 12))
-        .max_light_lines(2)
-        .light_line_style(GRID.mix(0.6))
-        .bold_line_style(GRID)
         .draw()
         .map_err(plot_error)?;
     let group = 0.8 / series.len() as f64;

@@ -36,6 +36,23 @@ pub(crate) const SERIES: [RGBColor; 4] = [OKABE_BLUE, BASELINE_GREY, OKABE_ORANG
 /// Height of the title + subtitle block at the top of every chart.
 pub(crate) const HEADER: u32 = 54;
 
+/// The axis and grid style every x–y chart shares: text sizes, a light
+/// grid with few subdivisions.
+pub(crate) fn house_style<'m, 'a, 'b, X, Y, DB>(
+    mesh: &'m mut plotters::chart::MeshStyle<'a, 'b, X, Y, DB>,
+) -> &'m mut plotters::chart::MeshStyle<'a, 'b, X, Y, DB>
+where
+    X: Ranged,
+    Y: Ranged,
+    DB: DrawingBackend,
+{
+    mesh.axis_desc_style((FONT, 14))
+        .label_style((FONT, 12))
+        .max_light_lines(2)
+        .light_line_style(GRID.mix(0.6))
+        .bold_line_style(GRID)
+}
+
 /// Turns a plotters error (generic over the backend) into an `anyhow` one.
 pub(crate) fn plot_error(error: impl Display) -> anyhow::Error {
     anyhow!("cannot draw chart: {error}")

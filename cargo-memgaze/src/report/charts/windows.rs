@@ -96,17 +96,11 @@ fn draw(body: &Area, curves: &[WindowCurve]) -> Result<()> {
         .y_label_area_size(72)
         .build_cartesian_2d(x_range.clone(), (y_min..y_max).log_scale())
         .map_err(plot_error)?;
-    chart
-        .configure_mesh()
+    house_style(&mut chart.configure_mesh())
         .x_labels(x_labels)
         .x_label_formatter(&x_format)
         .y_label_formatter(&|v| format_count(*v))
         .y_desc("footprint (distinct addresses, log)")
-        .axis_desc_style((FONT, 14))
-        .label_style((FONT, 12))
-        .max_light_lines(2)
-        .light_line_style(GRID.mix(0.6))
-        .bold_line_style(GRID)
         .draw()
         .map_err(plot_error)?;
     for (i, curve) in curves.iter().enumerate() {
@@ -142,19 +136,13 @@ fn draw(body: &Area, curves: &[WindowCurve]) -> Result<()> {
         .y_label_area_size(72)
         .build_cartesian_2d(x_range, 0f64..d_top)
         .map_err(plot_error)?;
-    chart
-        .configure_mesh()
+    house_style(&mut chart.configure_mesh())
         .x_labels(x_labels)
         .x_label_formatter(&x_format)
         .y_label_formatter(&|v| format_value(*v))
         .y_labels(6)
         .x_desc("window size (accesses; 1K = 1024)")
         .y_desc("ΔF, F_irr share")
-        .axis_desc_style((FONT, 14))
-        .label_style((FONT, 12))
-        .max_light_lines(2)
-        .light_line_style(GRID.mix(0.6))
-        .bold_line_style(GRID)
         .draw()
         .map_err(plot_error)?;
     for (i, curve) in curves.iter().enumerate() {
