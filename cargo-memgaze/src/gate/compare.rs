@@ -1,0 +1,471 @@
+//! Comparing runs with a baseline: which metrics changed, which changes
+//! are regressions, and how to say so to people (`old → new (Δ%)`) and to
+//! scripts (`"reason": "regression"` JSON objects).
+
+use super::baseline::{Baseline, BaselineBench, BenchKey, BenchRun, Recording};
+use super::limits::{Limit, Limits};
+use super::metric::{Metric, common_window_k, windows_at};
+use crate::error::{Exit, usage};
+use anyhow::Result;
+use serde_json::{Value, json};
+use std::fmt::Write as _;
+
+/// Fewer samples than this make a sampled run's metrics too noisy to gate
+/// (spec/METRICS.md, "Undersampling").
+pub const MIN_SAMPLES: u64 = 30;
+
+/// A metric that got worse than its limit allows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Regression {
+    /// The bench.
+    pub bench: BenchKey,
+    /// The metric.
+    pub metric: Metric,
+    /// Baseline value.
+    pub old: f64,
+    /// This run's value.
+    pub new: f64,
+    /// How it changed.
+    pub change: Change,
+    /// The limit it broke.
+    pub limit: Limit,
+}
+
+/// A metric's change between two runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Change {
+    /// `new − old`.
+    pub absolute: f64,
+    /// `(new − old) / |old|`; `None` when `old` is 0.
+    pub relative: Option<f64>,
+}
+
+impl Change {
+    /// The change from `old` to `new`.
+    pub fn between(old: f64, new: f64) -> Change {
+        Change {
+            absolute: new - old,
+            relative: (old != 0.0).then(|| (new - old) / old.abs()),
+        }
+    }
+}
+
+impl std::fmt::Display for Change {
+    /// `+12.5%`, or the absolute change when there is no relative one.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.relative {
+            Some(r) => write!(f, "{:+.1}%", r * 100.0),
+            None => {
+                let sign = if self.absolute >= 0.0 { "+" } else { "" };
+                write!(f, "{sign}{} from 0", number(self.absolute))
+            }
+        }
+    }
+}
+
+/// A metric value for messages: up to four significant digits, no
+/// exponent for everyday magnitudes.
+fn number(value: f64) -> String {
+    let a = value.abs();
+    let trimmed = |text: String| text.trim_end_matches('0').trim_end_matches('.').to_string();
+    if value.fract() == 0.0 && a < 1e15 || a >= 1000.0 {
+        format!("{value:.0}")
+    } else if a >= 1.0 {
+        trimmed(format!("{value:.3}"))
+    } else if a >= 1e-4 {
+        trimmed(format!("{value:.4}"))
+    } else {
+        format!("{value:.2e}")
+    }
+}
+
+impl Regression {
+    /// `str1 (microbenches/micro): dF 0.125 → 0.25 (+100.0%; limit +10% and +0.02)`.
+    pub fn human(&self) -> String {
+        format!(
+            "{}: {} {} → {} ({}; limit {})",
+            self.bench,
+            self.metric,
+            number(self.old),
+            number(self.new),
+            self.change,
+            self.limit
+        )
+    }
+
+    /// The `"reason": "regression"` message of the bench JSON stream.
+    pub fn to_json(&self, baseline: &str) -> Value {
+        json!({
+            "reason": "regression",
+            "baseline": baseline,
+            "package": self.bench.package,
+            "target": self.bench.target,
+            "bench": self.bench.bench,
+            "metric": self.metric.name(),
+            "old": self.old,
+            "new": self.new,
+            "change": self.change.absolute,
+            "change_frac": self.change.relative,
+            "limit": self.limit.to_string(),
+        })
+    }
+}
+
+/// One metric of one bench, compared.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetricComparison {
+    /// The metric.
+    pub metric: Metric,
+    /// Baseline value (`None`: undefined there).
+    pub old: Option<f64>,
+    /// This run's value.
+    pub new: Option<f64>,
+    /// Its limit, when gated.
+    pub limit: Option<Limit>,
+    /// Whether the change broke the limit.
+    pub regressed: bool,
+}
+
+/// How one bench fared against the baseline.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BenchVerdict {
+    /// The bench.
+    pub bench: BenchKey,
+    /// Every metric with a value on either side, gated ones first.
+    pub metrics: Vec<MetricComparison>,
+    /// The limits it broke.
+    pub regressions: Vec<Regression>,
+    /// The window size (`2^k` accesses) at which `dF`, `F_str_frac` and
+    /// `F_irr_frac` were compared.
+    pub window_k: Option<u32>,
+    /// Whether the baseline had this bench at all (a new bench passes).
+    pub has_baseline: bool,
+    /// Things the reader should know (undersampling, missing windows).
+    pub notes: Vec<String>,
+}
+
+impl BenchVerdict {
+    /// The lines to print for people: one per regression, or a short
+    /// "within limits" line.
+    pub fn human(&self, baseline: &str) -> String {
+        let mut out = String::new();
+        if !self.has_baseline {
+            let _ = writeln!(
+                out,
+                "{}: not in baseline `{baseline}`, nothing to compare",
+                self.bench
+            );
+        } else if self.regressions.is_empty() {
+            let gated = self
+                .metrics
+                .iter()
+                .filter(|m| m.limit.is_some() && m.old.is_some() && m.new.is_some())
+                .count();
+            let _ = writeln!(
+                out,
+                "{}: within limits of baseline `{baseline}` ({gated} metrics compared)",
+                self.bench
+            );
+        } else {
+            for r in &self.regressions {
+                let _ = writeln!(out, "regression: {}", r.human());
+            }
+        }
+        for note in &self.notes {
+            let _ = writeln!(out, "note: {}: {note}", self.bench);
+        }
+        out
+    }
+
+    /// The `"reason": "baseline-comparison"` message of the bench JSON
+    /// stream (every compared metric), followed by one `"regression"`
+    /// message per regression.
+    pub fn to_json(&self, baseline: &str) -> Vec<Value> {
+        let metrics: Vec<Value> = self
+            .metrics
+            .iter()
+            .map(|m| {
+                let change = match (m.old, m.new) {
+                    (Some(old), Some(new)) => Some(Change::between(old, new)),
+                    _ => None,
+                };
+                json!({
+                    "metric": m.metric.name(),
+                    "old": m.old,
+                    "new": m.new,
+                    "change": change.map(|c| c.absolute),
+                    "change_frac": change.and_then(|c| c.relative),
+                    "limit": m.limit.map(|l| l.to_string()),
+                    "regressed": m.regressed,
+                })
+            })
+            .collect();
+        let mut out = vec![json!({
+            "reason": "baseline-comparison",
+            "baseline": baseline,
+            "package": self.bench.package,
+            "target": self.bench.target,
+            "bench": self.bench.bench,
+            "has_baseline": self.has_baseline,
+            "window_k": self.window_k,
+            "metrics": metrics,
+            "regressions": self.regressions.len(),
+            "notes": self.notes,
+        })];
+        out.extend(self.regressions.iter().map(|r| r.to_json(baseline)));
+        out
+    }
+}
+
+/// Refuses to compare runs recorded differently: their metrics measure
+/// different things (D depends on `w`; the window means on the sampling).
+pub fn check_comparable(
+    bench: &BenchKey,
+    baseline_name: &str,
+    old: &Recording,
+    new: &Recording,
+) -> Result<()> {
+    if old == new {
+        return Ok(());
+    }
+    Err(usage(format!(
+        "cannot compare {bench} with baseline `{baseline_name}`: the baseline was recorded with {old}, this run with {new}; \
+         record both the same way (or save a new baseline)"
+    )))
+}
+
+/// Compares one bench's run with its saved baseline under `limits`.
+pub fn compare_bench(
+    baseline_name: &str,
+    old: &BaselineBench,
+    new: &BenchRun,
+    limits: &Limits,
+) -> Result<BenchVerdict> {
+    compare_analysis(baseline_name, old, &new.key, &new.analysis, limits)
+}
+
+/// [`compare_bench`] for an analysis that is not wrapped in a [`BenchRun`].
+pub fn compare_analysis(
+    baseline_name: &str,
+    old: &BaselineBench,
+    key: &BenchKey,
+    analysis: &crate::analysis::Analysis,
+    limits: &Limits,
+) -> Result<BenchVerdict> {
+    let new_recording = Recording::of(analysis);
+    check_comparable(key, baseline_name, &old.recording, &new_recording)?;
+    let (a, b) = (&old.analysis, analysis);
+    let window_k = common_window_k(a, b);
+    let mut notes = Vec::new();
+    if !new_recording.full {
+        for (which, analysis) in [("baseline", a), ("this run", b)] {
+            if analysis.summary.samples < MIN_SAMPLES {
+                notes.push(format!(
+                    "undersampled: {which} has {} samples (< {MIN_SAMPLES}); its metrics are too noisy to gate reliably — lower --period or run the bench longer",
+                    analysis.summary.samples
+                ));
+            }
+        }
+    }
+    match window_k {
+        Some(k) if k < a.run.code_window_k.min(b.run.code_window_k) => notes.push(format!(
+            "no window of the code-window size in both runs; dF, F_str_frac and F_irr_frac compared over windows of {} accesses",
+            1u64 << k
+        )),
+        None => notes.push("no trace window in both runs: dF, F_str_frac and F_irr_frac not compared".to_string()),
+        _ => {}
+    }
+    let mut metrics = Vec::new();
+    let mut regressions = Vec::new();
+    let gated = Metric::ALL.into_iter().filter(|m| limits.get(*m).is_some());
+    let ungated = Metric::ALL.into_iter().filter(|m| limits.get(*m).is_none());
+    for metric in gated.chain(ungated) {
+        let old_value = metric.value(a, window_k);
+        let new_value = metric.value(b, window_k);
+        if old_value.is_none() && new_value.is_none() {
+            continue;
+        }
+        let limit = limits.get(metric).copied();
+        let regressed = match (limit, old_value, new_value) {
+            (Some(limit), Some(old_v), Some(new_v)) => limit.exceeded(old_v, new_v),
+            _ => false,
+        };
+        if regressed {
+            let (old_v, new_v) = (old_value.unwrap_or_default(), new_value.unwrap_or_default());
+            regressions.push(Regression {
+                bench: key.clone(),
+                metric,
+                old: old_v,
+                new: new_v,
+                change: Change::between(old_v, new_v),
+                limit: limit.expect("regressed implies a limit"),
+            });
+        }
+        metrics.push(MetricComparison {
+            metric,
+            old: old_value,
+            new: new_value,
+            limit,
+            regressed,
+        });
+    }
+    if let Some(k) = window_k {
+        let (wa, wb) = (windows_at(a, k), windows_at(b, k));
+        if !new_recording.full && wa.min(wb) < MIN_SAMPLES {
+            notes.push(format!(
+                "only {} windows of {} accesses in the {}: dF, F_str_frac and F_irr_frac are noisy",
+                wa.min(wb),
+                1u64 << k,
+                if wa < wb { "baseline" } else { "this run" }
+            ));
+        }
+    }
+    Ok(BenchVerdict {
+        bench: key.clone(),
+        metrics,
+        regressions,
+        window_k,
+        has_baseline: true,
+        notes,
+    })
+}
+
+/// A regression gate over a run of several benches: check each bench as
+/// it finishes, stop early under `--fail-fast`, and end with the exit code.
+///
+/// ```no_run
+/// # use memgaze::gate::{Gate, Limits, load_baseline, BenchRun};
+/// # fn runs() -> Vec<BenchRun> { vec![] }
+/// # fn main() -> anyhow::Result<()> {
+/// let root = std::path::Path::new("target/memgaze");
+/// let mut gate = Gate::new(load_baseline(root, "main")?, Limits::defaults(), false);
+/// for run in runs() {
+///     let verdict = gate.check(&run)?;
+///     print!("{}", verdict.human(gate.baseline_name()));
+///     if gate.should_stop() {
+///         break;
+///     }
+/// }
+/// std::process::exit(gate.exit().code());
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Gate {
+    baseline: Baseline,
+    limits: Limits,
+    fail_fast: bool,
+    regressions: Vec<Regression>,
+    checked: usize,
+}
+
+impl Gate {
+    /// A gate comparing with `baseline` under `limits`; with `fail_fast`,
+    /// [`Gate::should_stop`] turns true at the first regression.
+    pub fn new(baseline: Baseline, limits: Limits, fail_fast: bool) -> Gate {
+        Gate {
+            baseline,
+            limits,
+            fail_fast,
+            regressions: Vec::new(),
+            checked: 0,
+        }
+    }
+
+    /// The baseline's name.
+    pub fn baseline_name(&self) -> &str {
+        &self.baseline.name
+    }
+
+    /// The baseline compared with.
+    pub fn baseline(&self) -> &Baseline {
+        &self.baseline
+    }
+
+    /// The limits applied.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Compares one bench's run. Errors (with exit code 2) when the bench
+    /// was recorded differently from its baseline.
+    pub fn check(&mut self, run: &BenchRun) -> Result<BenchVerdict> {
+        self.checked += 1;
+        let Some(old) = self.baseline.bench(&run.key) else {
+            return Ok(BenchVerdict {
+                bench: run.key.clone(),
+                metrics: Vec::new(),
+                regressions: Vec::new(),
+                window_k: None,
+                has_baseline: false,
+                notes: Vec::new(),
+            });
+        };
+        let mut verdict = compare_bench(&self.baseline.name, old, run, &self.limits)?;
+        if self.fail_fast {
+            verdict.regressions.truncate(1);
+            if !self.regressions.is_empty() {
+                verdict.regressions.clear();
+            }
+        }
+        self.regressions.extend(verdict.regressions.iter().cloned());
+        Ok(verdict)
+    }
+
+    /// Whether a fail-fast gate has seen its first regression.
+    pub fn should_stop(&self) -> bool {
+        self.fail_fast && !self.regressions.is_empty()
+    }
+
+    /// Every regression so far.
+    pub fn regressions(&self) -> &[Regression] {
+        &self.regressions
+    }
+
+    /// `Exit::Regression` (3) if any bench regressed, else `Exit::Ok`.
+    pub fn exit(&self) -> Exit {
+        if self.regressions.is_empty() {
+            Exit::Ok
+        } else {
+            Exit::Regression
+        }
+    }
+
+    /// A closing summary line for people.
+    pub fn summary(&self) -> String {
+        match self.regressions.len() {
+            0 => format!(
+                "{} bench(es) within the limits of baseline `{}` ({})",
+                self.checked, self.baseline.name, self.limits
+            ),
+            n => format!(
+                "{n} regression(s) against baseline `{}` in {} bench(es) checked{}",
+                self.baseline.name,
+                self.checked,
+                if self.should_stop() {
+                    " (stopped at the first: --fail-fast)"
+                } else {
+                    ""
+                }
+            ),
+        }
+    }
+}
+
+/// Compares a whole set of runs at once (for tools that have every result
+/// already); stops at the first regression with `fail_fast`.
+pub fn compare(
+    baseline: Baseline,
+    runs: &[BenchRun],
+    limits: &Limits,
+    fail_fast: bool,
+) -> Result<(Vec<BenchVerdict>, Gate)> {
+    let mut gate = Gate::new(baseline, limits.clone(), fail_fast);
+    let mut verdicts = Vec::new();
+    for run in runs {
+        verdicts.push(gate.check(run)?);
+        if gate.should_stop() {
+            break;
+        }
+    }
+    Ok((verdicts, gate))
+}

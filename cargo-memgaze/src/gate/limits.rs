@@ -1,0 +1,469 @@
+//! Regression limits: how much a metric may get worse before a gate fails.
+//!
+//! A limit is relative (`+5%`: more than 5 % worse than the baseline),
+//! absolute (`+0.02`: more than 0.02 worse), or both (two entries for the
+//! same metric), in which case a change must exceed **both** to count: the
+//! absolute part keeps a relative limit from tripping on values near zero.
+//! The sign says which way is worse (`+` larger, `-` smaller, `±` either);
+//! without a sign the metric's own bad direction applies
+//! ([`Metric::worse`]). `off` disables a metric.
+//!
+//! Limits come from three places, later ones replacing earlier ones metric
+//! by metric: [`Limits::defaults`], `[package.metadata.memgaze] limits`
+//! ([`Limits::from_metadata`]) and `--limits` ([`Limits::parse`]).
+
+use super::metric::{Direction, Metric};
+use crate::error::usage;
+use anyhow::Result;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The limit of one metric.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Limit {
+    /// Which change is bad.
+    pub direction: Direction,
+    /// Largest tolerated relative change, as a fraction (`0.05` for 5 %).
+    pub relative: Option<f64>,
+    /// Largest tolerated absolute change.
+    pub absolute: Option<f64>,
+}
+
+impl Limit {
+    /// Whether going from `old` to `new` is worse than this limit allows.
+    pub fn exceeded(&self, old: f64, new: f64) -> bool {
+        let worse = match self.direction {
+            Direction::Increase => new - old,
+            Direction::Decrease => old - new,
+            Direction::Either => (new - old).abs(),
+        };
+        if worse <= 0.0 {
+            return false;
+        }
+        // A change exactly at the limit is within it, rounding included.
+        let within = |change: f64, limit: f64| change <= limit * (1.0 + 1e-9) + 1e-12;
+        let relative_ok = self.relative.is_some_and(|limit| {
+            // From 0, any worsening is infinitely large in relative terms.
+            old != 0.0 && within(worse / old.abs(), limit)
+        });
+        let absolute_ok = self.absolute.is_some_and(|limit| within(worse, limit));
+        !relative_ok && !absolute_ok && (self.relative.is_some() || self.absolute.is_some())
+    }
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sign = self.direction.sign();
+        match (self.relative, self.absolute) {
+            (Some(r), Some(a)) => write!(f, "{sign}{}% and {sign}{}", trim(r * 100.0), trim(a)),
+            (Some(r), None) => write!(f, "{sign}{}%", trim(r * 100.0)),
+            (None, Some(a)) => write!(f, "{sign}{}", trim(a)),
+            (None, None) => f.write_str("off"),
+        }
+    }
+}
+
+/// A number without trailing zeros (`5`, `0.02`, `12.5`).
+fn trim(value: f64) -> String {
+    let text = format!("{value:.6}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// Limits per metric; a metric without an entry is not gated.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Limits {
+    /// `None`: explicitly off (replaces a default).
+    entries: BTreeMap<Metric, Option<Limit>>,
+}
+
+impl Limits {
+    /// No limits at all.
+    pub fn none() -> Limits {
+        Limits::default()
+    }
+
+    /// The defaults: chosen so that the sampling noise of an unchanged
+    /// program stays inside them at the default sampling (see
+    /// ARCHITECTURE.md, "Default regression limits").
+    ///
+    /// | metric | limit | why |
+    /// |---|---|---|
+    /// | `A_hat` | `+10%` | counted exactly by the recorder; moves only when the code does |
+    /// | `dF` | `+10%` and `+0.02` | a mean over ≥ 30 code windows; the absolute part ignores changes of tiny `ΔF` |
+    /// | `F_irr_frac` | `+0.1` | a fraction: absolute change; phased programs vary most here |
+    /// | `F_str_frac` | `-0.1` | the mirror image of `F_irr_frac` |
+    /// | `D_mean` | `+20%` and `+1` | heavier-tailed than the footprints |
+    ///
+    /// Not gated by default: whole-run `F`, `F_hat`, `F_lines` (depend on
+    /// where samples fell), `A` (depends on the sampling), `D_max` (a
+    /// maximum, the noisiest statistic), `kappa`, `A_const_frac`.
+    pub fn defaults() -> Limits {
+        let limit = |direction, relative, absolute| {
+            Some(Limit {
+                direction,
+                relative,
+                absolute,
+            })
+        };
+        Limits {
+            entries: BTreeMap::from([
+                (Metric::AHat, limit(Direction::Increase, Some(0.10), None)),
+                (
+                    Metric::DF,
+                    limit(Direction::Increase, Some(0.10), Some(0.02)),
+                ),
+                (
+                    Metric::FIrrFrac,
+                    limit(Direction::Increase, None, Some(0.10)),
+                ),
+                (
+                    Metric::FStrFrac,
+                    limit(Direction::Decrease, None, Some(0.10)),
+                ),
+                (
+                    Metric::DMean,
+                    limit(Direction::Increase, Some(0.20), Some(1.0)),
+                ),
+            ]),
+        }
+    }
+
+    /// Parses `--limits`: comma-separated `METRIC=LIMIT` entries, LIMIT
+    /// being `[+|-|±]NUMBER[%]` or `off`; a metric may appear twice, once
+    /// relative and once absolute. Errors are usage errors (exit code 2).
+    pub fn parse(spec: &str) -> Result<Limits> {
+        let mut limits = Limits::none();
+        for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let (name, value) = entry.split_once('=').ok_or_else(|| {
+                usage(format!(
+                    "--limits: `{entry}` is not METRIC=LIMIT (e.g. `dF=+5%` or `F_irr_frac=+0.02`)"
+                ))
+            })?;
+            limits.add(name.trim(), value.trim(), "--limits")?;
+        }
+        Ok(limits)
+    }
+
+    /// Reads the `limits` of a package's `[package.metadata.memgaze]`
+    /// table, given as the package's metadata (cargo_metadata's JSON, the
+    /// whole `metadata` value). Accepted shapes:
+    ///
+    /// ```toml
+    /// [package.metadata.memgaze]
+    /// limits = "dF=+5%,F_irr_frac=+0.02"
+    /// # or
+    /// [package.metadata.memgaze.limits]
+    /// dF = "+5%"
+    /// F_irr_frac = 0.02          # a bare number: absolute, natural direction
+    /// D_mean = ["+10%", "+0.5"]  # both must be exceeded
+    /// D_max = "off"
+    /// ```
+    ///
+    /// No `memgaze` table or no `limits` key gives no limits.
+    pub fn from_metadata(metadata: &Value) -> Result<Limits> {
+        const WHERE: &str = "[package.metadata.memgaze] limits";
+        let Some(value) = metadata.get("memgaze").and_then(|m| m.get("limits")) else {
+            return Ok(Limits::none());
+        };
+        match value {
+            Value::String(spec) => Limits::parse(spec).map_err(|e| usage(format!("{WHERE}: {e}"))),
+            Value::Object(table) => {
+                let mut limits = Limits::none();
+                for (name, value) in table {
+                    let items = match value {
+                        Value::Array(items) => items.iter().collect(),
+                        other => vec![other],
+                    };
+                    for item in items {
+                        let text = match item {
+                            Value::String(s) => s.clone(),
+                            Value::Number(n) => n.to_string(),
+                            other => {
+                                return Err(usage(format!(
+                                    "{WHERE}: {name} = {other}: expected a string like \"+5%\", a number or a list of them"
+                                )));
+                            }
+                        };
+                        limits.add(name, &text, WHERE)?;
+                    }
+                }
+                Ok(limits)
+            }
+            other => Err(usage(format!(
+                "{WHERE}: expected a table or a string like \"dF=+5%\", found {other}"
+            ))),
+        }
+    }
+
+    /// These limits with `other`'s entries replacing theirs metric by
+    /// metric (a metric named in `other` takes exactly `other`'s limit).
+    pub fn overridden_by(mut self, other: &Limits) -> Limits {
+        for (metric, limit) in &other.entries {
+            self.entries.insert(*metric, *limit);
+        }
+        self
+    }
+
+    /// The limit of `metric`, if it is gated.
+    pub fn get(&self, metric: Metric) -> Option<&Limit> {
+        self.entries.get(&metric).and_then(Option::as_ref)
+    }
+
+    /// Gated metrics and their limits, in [`Metric::ALL`] order.
+    pub fn iter(&self) -> impl Iterator<Item = (Metric, &Limit)> {
+        Metric::ALL
+            .into_iter()
+            .filter_map(|m| self.get(m).map(|limit| (m, limit)))
+    }
+
+    /// Whether no metric is gated.
+    pub fn is_empty(&self) -> bool {
+        self.iter().next().is_none()
+    }
+
+    fn add(&mut self, name: &str, value: &str, source: &str) -> Result<()> {
+        let metric = Metric::from_name(name).ok_or_else(|| {
+            usage(format!(
+                "{source}: unknown metric `{name}`; valid metrics: {}",
+                Metric::valid_names()
+            ))
+        })?;
+        if value.eq_ignore_ascii_case("off") || value.eq_ignore_ascii_case("none") {
+            self.entries.insert(metric, None);
+            return Ok(());
+        }
+        let bad = |why: &str| {
+            usage(format!(
+                "{source}: {name}={value}: {why} (a limit is [+|-|±]NUMBER[%], e.g. +5% or 0.02, or off)"
+            ))
+        };
+        let (direction, rest) =
+            if let Some(rest) = value.strip_prefix("+-").or_else(|| value.strip_prefix('±')) {
+                (Direction::Either, rest)
+            } else if let Some(rest) = value.strip_prefix('+') {
+                (Direction::Increase, rest)
+            } else if let Some(rest) = value.strip_prefix('-') {
+                (Direction::Decrease, rest)
+            } else {
+                (metric.worse(), value)
+            };
+        let (number, relative) = match rest.strip_suffix('%') {
+            Some(number) => (number.trim(), true),
+            None => (rest.trim(), false),
+        };
+        let amount: f64 = number.parse().map_err(|_| bad("not a number"))?;
+        if !amount.is_finite() || amount < 0.0 {
+            return Err(bad("must be a finite number ≥ 0"));
+        }
+        let entry = self.entries.entry(metric).or_insert(None);
+        let limit = entry.get_or_insert(Limit {
+            direction,
+            relative: None,
+            absolute: None,
+        });
+        if limit.direction != direction {
+            return Err(bad("its relative and absolute parts disagree on the sign"));
+        }
+        let slot = if relative {
+            &mut limit.relative
+        } else {
+            &mut limit.absolute
+        };
+        if slot.is_some() {
+            return Err(bad(if relative {
+                "a relative limit is given twice"
+            } else {
+                "an absolute limit is given twice"
+            }));
+        }
+        *slot = Some(if relative { amount / 100.0 } else { amount });
+        Ok(())
+    }
+}
+
+impl fmt::Display for Limits {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for (metric, limit) in self.iter() {
+            if !first {
+                f.write_str(", ")?;
+            }
+            first = false;
+            write!(f, "{metric} {limit}")?;
+        }
+        if first {
+            f.write_str("none")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{Exit, exit_for, one_line};
+    use serde_json::json;
+
+    fn limit(limits: &Limits, metric: Metric) -> Limit {
+        *limits.get(metric).unwrap()
+    }
+
+    #[test]
+    fn parses_relative_absolute_and_directions() {
+        let l =
+            Limits::parse("dF=+5%, F_irr_frac=+0.02,D_mean=+10%,F_str_frac=-0.1,kappa=±1%,A=+-3")
+                .unwrap();
+        assert_eq!(
+            limit(&l, Metric::DF),
+            Limit {
+                direction: Direction::Increase,
+                relative: Some(0.05),
+                absolute: None
+            }
+        );
+        assert_eq!(limit(&l, Metric::FIrrFrac).absolute, Some(0.02));
+        assert_eq!(limit(&l, Metric::FStrFrac).direction, Direction::Decrease);
+        assert_eq!(limit(&l, Metric::Kappa).direction, Direction::Either);
+        assert_eq!(
+            limit(&l, Metric::A),
+            Limit {
+                direction: Direction::Either,
+                relative: None,
+                absolute: Some(3.0)
+            }
+        );
+        assert_eq!(
+            l.to_string(),
+            "dF +5%, F_str_frac -0.1, F_irr_frac +0.02, D_mean +10%, A ±3, kappa ±1%"
+        );
+    }
+
+    #[test]
+    fn unsigned_limits_take_the_metrics_bad_direction() {
+        let l = Limits::parse("F_str_frac=0.05,dF=5%").unwrap();
+        assert_eq!(limit(&l, Metric::FStrFrac).direction, Direction::Decrease);
+        assert_eq!(limit(&l, Metric::DF).direction, Direction::Increase);
+    }
+
+    #[test]
+    fn relative_and_absolute_parts_combine() {
+        let l = Limits::parse("dF=+10%,dF=+0.02").unwrap();
+        let d = limit(&l, Metric::DF);
+        assert_eq!((d.relative, d.absolute), (Some(0.10), Some(0.02)));
+        assert_eq!(d.to_string(), "+10% and +0.02");
+        // 0.10 → 0.115 is +15 % but only +0.015: within the absolute part.
+        assert!(!d.exceeded(0.10, 0.115));
+        // 0.50 → 0.54 is +0.04 but only +8 %.
+        assert!(!d.exceeded(0.50, 0.54));
+        // 0.50 → 0.60: +20 % and +0.1.
+        assert!(d.exceeded(0.50, 0.60));
+    }
+
+    #[test]
+    fn exceeded_respects_direction_and_zero() {
+        let up = Limit {
+            direction: Direction::Increase,
+            relative: Some(0.05),
+            absolute: None,
+        };
+        assert!(up.exceeded(1.0, 1.06));
+        assert!(!up.exceeded(1.0, 1.05));
+        assert!(
+            !up.exceeded(1.0, 0.5),
+            "an improvement is never a regression"
+        );
+        assert!(
+            up.exceeded(0.0, 0.001),
+            "from zero any increase is infinitely relative"
+        );
+        assert!(!up.exceeded(0.0, 0.0));
+        let down = Limit {
+            direction: Direction::Decrease,
+            relative: None,
+            absolute: Some(0.05),
+        };
+        assert!(down.exceeded(0.9, 0.8));
+        assert!(!down.exceeded(0.9, 1.0));
+        let either = Limit {
+            direction: Direction::Either,
+            relative: Some(0.1),
+            absolute: None,
+        };
+        assert!(
+            either.exceeded(10.0, 8.0)
+                && either.exceeded(10.0, 12.0)
+                && !either.exceeded(10.0, 10.5)
+        );
+    }
+
+    #[test]
+    fn bad_limits_are_usage_errors_naming_the_problem() {
+        for (spec, expect) in [
+            ("dF", "is not METRIC=LIMIT"),
+            (
+                "dfF=+5%",
+                "unknown metric `dfF`; valid metrics: A_hat, dF, F_str_frac, F_irr_frac, D_mean",
+            ),
+            ("dF=+five%", "not a number"),
+            ("dF=+5%,dF=+6%", "relative limit is given twice"),
+            ("dF=+5%,dF=-0.1", "disagree on the sign"),
+            ("dF=+inf", "finite"),
+            ("D_mean=--3", "finite number ≥ 0"),
+        ] {
+            let e = Limits::parse(spec).unwrap_err();
+            assert_eq!(exit_for(&e), Exit::Usage, "{spec}");
+            assert!(one_line(&e).contains(expect), "{spec}: {}", one_line(&e));
+        }
+    }
+
+    #[test]
+    fn off_disables_a_default() {
+        let l = Limits::defaults().overridden_by(&Limits::parse("D_mean=off,dF=+1%").unwrap());
+        assert!(l.get(Metric::DMean).is_none());
+        assert_eq!(
+            limit(&l, Metric::DF),
+            Limit {
+                direction: Direction::Increase,
+                relative: Some(0.01),
+                absolute: None
+            }
+        );
+        assert!(
+            l.get(Metric::AHat).is_some(),
+            "metrics not named keep their default"
+        );
+    }
+
+    #[test]
+    fn metadata_tables_and_strings() {
+        let table = json!({"memgaze": {"limits": {"dF": "+5%", "F_irr_frac": 0.02, "D_mean": ["+10%", "+0.5"], "D_max": "off"}}});
+        let l = Limits::from_metadata(&table).unwrap();
+        assert_eq!(limit(&l, Metric::DF).relative, Some(0.05));
+        assert_eq!(
+            limit(&l, Metric::FIrrFrac),
+            Limit {
+                direction: Direction::Increase,
+                relative: None,
+                absolute: Some(0.02)
+            }
+        );
+        assert_eq!(limit(&l, Metric::DMean).absolute, Some(0.5));
+        assert!(l.get(Metric::DMax).is_none());
+        let string = json!({"memgaze": {"limits": "dF=+5%"}});
+        assert_eq!(
+            Limits::from_metadata(&string).unwrap(),
+            Limits::parse("dF=+5%").unwrap()
+        );
+        assert_eq!(Limits::from_metadata(&json!(null)).unwrap(), Limits::none());
+        assert_eq!(
+            Limits::from_metadata(&json!({"other": 1})).unwrap(),
+            Limits::none()
+        );
+        let e = Limits::from_metadata(&json!({"memgaze": {"limits": {"dF": true}}})).unwrap_err();
+        assert!(one_line(&e).contains("[package.metadata.memgaze] limits: dF = true"));
+        let e =
+            Limits::from_metadata(&json!({"memgaze": {"limits": {"bogus": "+1%"}}})).unwrap_err();
+        assert!(one_line(&e).contains("unknown metric `bogus`"));
+    }
+}

@@ -1,0 +1,199 @@
+//! The metrics a gate compares, their names on the command line and where
+//! each comes from in an [`Analysis`].
+
+use crate::analysis::Analysis;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Which way a metric gets worse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Direction {
+    /// Larger is worse (`+` in a limit).
+    Increase,
+    /// Smaller is worse (`-`).
+    Decrease,
+    /// Any change is suspicious (`±`).
+    Either,
+}
+
+impl Direction {
+    /// The sign written in limits: `+`, `-` or `±`.
+    pub fn sign(self) -> &'static str {
+        match self {
+            Direction::Increase => "+",
+            Direction::Decrease => "-",
+            Direction::Either => "±",
+        }
+    }
+}
+
+/// A gated metric.
+///
+/// `dF`, `F_str_frac` and `F_irr_frac` are the bench's **code-window**
+/// values: the trace-window row at the code-window size `W_c` (the largest
+/// window size both runs have, up to `W_c`). Whole-run footprints of a
+/// sampled trace depend on where the samples fell and are not comparable
+/// between runs (spec/METRICS.md); averages over windows of a fixed size are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Metric {
+    /// `Â = ρ·(A + A_const)`: estimated executed loads.
+    #[serde(rename = "A_hat")]
+    AHat,
+    /// Observed accesses `A` (depends on the sampling).
+    #[serde(rename = "A")]
+    A,
+    /// `A_const / (A + A_const)`.
+    #[serde(rename = "A_const_frac")]
+    AConstFrac,
+    /// `κ = 1 + A_const / A`.
+    #[serde(rename = "kappa")]
+    Kappa,
+    /// Footprint growth `ΔF` over code windows.
+    #[serde(rename = "dF")]
+    DF,
+    /// Strided share of the footprint over code windows.
+    #[serde(rename = "F_str_frac")]
+    FStrFrac,
+    /// Irregular share of the footprint over code windows.
+    #[serde(rename = "F_irr_frac")]
+    FIrrFrac,
+    /// Observed whole-run footprint (distinct addresses).
+    #[serde(rename = "F")]
+    F,
+    /// `F̂ = ρ·F`.
+    #[serde(rename = "F_hat")]
+    FHat,
+    /// Observed distinct 64-byte lines.
+    #[serde(rename = "F_lines")]
+    FLines,
+    /// Mean reuse distance (intra-sample; comparable only at equal `w`).
+    #[serde(rename = "D_mean")]
+    DMean,
+    /// Largest reuse distance.
+    #[serde(rename = "D_max")]
+    DMax,
+}
+
+impl Metric {
+    /// Every metric, in the order reports list them.
+    pub const ALL: [Metric; 12] = [
+        Metric::AHat,
+        Metric::DF,
+        Metric::FStrFrac,
+        Metric::FIrrFrac,
+        Metric::DMean,
+        Metric::A,
+        Metric::AConstFrac,
+        Metric::Kappa,
+        Metric::F,
+        Metric::FHat,
+        Metric::FLines,
+        Metric::DMax,
+    ];
+
+    /// The name used in limits, JSON and tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::AHat => "A_hat",
+            Metric::A => "A",
+            Metric::AConstFrac => "A_const_frac",
+            Metric::Kappa => "kappa",
+            Metric::DF => "dF",
+            Metric::FStrFrac => "F_str_frac",
+            Metric::FIrrFrac => "F_irr_frac",
+            Metric::F => "F",
+            Metric::FHat => "F_hat",
+            Metric::FLines => "F_lines",
+            Metric::DMean => "D_mean",
+            Metric::DMax => "D_max",
+        }
+    }
+
+    /// The metric called `name` (exact spelling, as in METRICS.md).
+    pub fn from_name(name: &str) -> Option<Metric> {
+        Metric::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// Valid names, comma-separated, for error messages.
+    pub fn valid_names() -> String {
+        Metric::ALL.map(Metric::name).join(", ")
+    }
+
+    /// Which way the metric gets worse, used when a limit has no sign.
+    pub fn worse(self) -> Direction {
+        match self {
+            Metric::FStrFrac => Direction::Decrease,
+            Metric::AConstFrac | Metric::Kappa | Metric::A => Direction::Either,
+            _ => Direction::Increase,
+        }
+    }
+
+    /// Whether the metric is a fraction in `[0, 1]` (absolute limits are
+    /// the natural ones there).
+    pub fn is_fraction(self) -> bool {
+        matches!(
+            self,
+            Metric::AConstFrac | Metric::FStrFrac | Metric::FIrrFrac | Metric::DF
+        )
+    }
+
+    /// Whether the metric is a mean over code windows (needs a window size
+    /// both runs have).
+    pub fn is_windowed(self) -> bool {
+        matches!(self, Metric::DF | Metric::FStrFrac | Metric::FIrrFrac)
+    }
+
+    /// The metric's value in `analysis`; windowed metrics at window
+    /// exponent `k`. `None` where undefined (no accesses, no reuse, no
+    /// window of that size).
+    pub fn value(self, analysis: &Analysis, k: Option<u32>) -> Option<f64> {
+        let s = &analysis.summary;
+        let row = || {
+            let k = k?;
+            analysis
+                .trace_windows
+                .iter()
+                .find(|r| r.k == k && r.windows > 0)
+        };
+        match self {
+            Metric::AHat => s.a_hat,
+            Metric::A => Some(s.a as f64),
+            Metric::AConstFrac => s.a_const_frac,
+            Metric::Kappa => s.kappa,
+            Metric::DF => row().map(|r| r.d_f),
+            Metric::FStrFrac => row().map(|r| r.f_str_frac),
+            Metric::FIrrFrac => row().map(|r| r.f_irr_frac),
+            Metric::F => Some(s.f as f64),
+            Metric::FHat => s.f_hat,
+            Metric::FLines => Some(s.f_lines as f64),
+            Metric::DMean => s.d_mean,
+            Metric::DMax => s.d_max.map(|d| d as f64),
+        }
+    }
+}
+
+impl fmt::Display for Metric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The window exponent at which two runs' windowed metrics are compared:
+/// the code-window exponent if both have windows of that size, else the
+/// largest smaller one both have (a sample dense in Constant loads may
+/// hold fewer than `W_c` accesses).
+pub fn common_window_k(old: &Analysis, new: &Analysis) -> Option<u32> {
+    let k_c = old.run.code_window_k.min(new.run.code_window_k);
+    let has = |a: &Analysis, k: u32| a.trace_windows.iter().any(|r| r.k == k && r.windows > 0);
+    (0..=k_c).rev().find(|&k| has(old, k) && has(new, k))
+}
+
+/// Windows of size `2^k` that `analysis` averaged.
+pub fn windows_at(analysis: &Analysis, k: u32) -> u64 {
+    analysis
+        .trace_windows
+        .iter()
+        .find(|r| r.k == k)
+        .map_or(0, |r| r.windows)
+}

@@ -1,0 +1,223 @@
+//! Finding results to report on: a trace file, an analysis JSON, or a
+//! results tree (`target/memgaze/…`) holding one directory per bench.
+//!
+//! A bench directory holds any of these files (names shared with `bench`,
+//! `golden` and `validate`):
+//!
+//! | file | what |
+//! |---|---|
+//! | [`BENCH_FILE`] `bench.json` | `{"package", "target", "bench"}`: which bench the directory is |
+//! | [`TRACE_FILE`] `trace.mgz` | the recorded (sampled) trace |
+//! | [`ANALYSIS_FILE`] `analysis.json` | its analysis (`memgaze.analysis.v1`) |
+//! | [`GOLDEN_FILE`] `golden.json` | the analysis of a full trace of the same bench, overlaid on the trace-window chart |
+//!
+//! A directory with a trace but no analysis is analysed with the default
+//! options.
+
+use crate::analysis::{ANALYSIS_SCHEMA, Analysis, AnalysisOptions, analyze_trace};
+use crate::gate::{BASELINES_DIR, BenchKey};
+use crate::trace::TraceReader;
+use anyhow::{Context, Result, bail};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Which bench a results directory belongs to.
+pub const BENCH_FILE: &str = "bench.json";
+/// The trace of a bench.
+pub const TRACE_FILE: &str = "trace.mgz";
+/// The analysis of [`TRACE_FILE`].
+pub const ANALYSIS_FILE: &str = "analysis.json";
+/// The analysis of a full trace of the bench (golden reference).
+pub const GOLDEN_FILE: &str = "golden.json";
+/// Where reports go under the results root, by default.
+pub const REPORT_DIR: &str = "report";
+
+/// One bench's results, ready to report on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReportBench {
+    /// The name shown: `bench (package/target)`, or a file name.
+    pub name: String,
+    /// The bench's identity, when known (matches baselines).
+    pub key: Option<BenchKey>,
+    /// Its analysis.
+    pub analysis: Analysis,
+    /// Its trace, for the per-record charts (heatmap, per-address).
+    pub trace: Option<PathBuf>,
+    /// The full-trace analysis to overlay, when one exists.
+    pub golden: Option<Analysis>,
+}
+
+impl ReportBench {
+    /// A bench from its analysis alone.
+    pub fn new(name: impl Into<String>, analysis: Analysis) -> ReportBench {
+        ReportBench {
+            name: name.into(),
+            key: None,
+            analysis,
+            trace: None,
+            golden: None,
+        }
+    }
+}
+
+/// Whether `path` starts like a trace file.
+fn is_trace(path: &Path) -> bool {
+    let mut magic = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok_and(|()| magic == crate::trace::format::MAGIC)
+}
+
+/// Reads an analysis JSON document, checking its schema.
+pub fn read_analysis(path: &Path) -> Result<Analysis> {
+    let text = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    let value: serde_json::Value = serde_json::from_slice(&text).with_context(|| {
+        format!(
+            "{}: not JSON (expected a trace file or an analysis JSON)",
+            path.display()
+        )
+    })?;
+    match value.get("schema").and_then(|s| s.as_str()) {
+        Some(ANALYSIS_SCHEMA) => {}
+        Some(other) => bail!(
+            "{}: schema `{other}`, expected `{ANALYSIS_SCHEMA}`",
+            path.display()
+        ),
+        None => bail!(
+            "{}: JSON without a `schema` field: not a memgaze analysis",
+            path.display()
+        ),
+    }
+    serde_json::from_value(value).with_context(|| {
+        format!(
+            "{}: not a valid `{ANALYSIS_SCHEMA}` document",
+            path.display()
+        )
+    })
+}
+
+/// Analyses a trace file with the default options.
+pub fn analyse_trace_file(path: &Path) -> Result<Analysis> {
+    let reader = TraceReader::open(path)?;
+    analyze_trace(reader, &AnalysisOptions::default()).with_context(|| path.display().to_string())
+}
+
+/// Everything to report on under `results`: a trace file, an analysis
+/// JSON, or a directory scanned recursively for bench directories (the
+/// `baselines/` and `report/` directories of a results root are skipped).
+/// Benches come sorted by name.
+pub fn discover(results: &Path) -> Result<Vec<ReportBench>> {
+    let meta = std::fs::metadata(results)
+        .with_context(|| format!("{}: cannot read", results.display()))?;
+    if meta.is_file() {
+        if results
+            .file_name()
+            .is_some_and(|n| n == ANALYSIS_FILE || n == TRACE_FILE)
+        {
+            // One file of a bench directory: report on the whole directory.
+            let dir = results
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            if let Some(bench) = bench_in(dir, dir)? {
+                return Ok(vec![bench]);
+            }
+        }
+        let stem = results
+            .file_stem()
+            .map_or_else(|| "trace".to_string(), |s| s.to_string_lossy().into_owned());
+        let bench = if is_trace(results) {
+            let mut bench = ReportBench::new(stem, analyse_trace_file(results)?);
+            bench.trace = Some(results.to_path_buf());
+            bench
+        } else {
+            ReportBench::new(stem, read_analysis(results)?)
+        };
+        return Ok(vec![bench]);
+    }
+    let mut benches = Vec::new();
+    let mut stack = vec![results.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        if let Some(bench) = bench_in(&dir, results)? {
+            benches.push(bench);
+        }
+        let entries =
+            std::fs::read_dir(&dir).with_context(|| format!("{}: cannot list", dir.display()))?;
+        for entry in entries {
+            let path = entry
+                .with_context(|| format!("{}: cannot list", dir.display()))?
+                .path();
+            let skip = dir == results
+                && path
+                    .file_name()
+                    .is_some_and(|n| n == BASELINES_DIR || n == REPORT_DIR);
+            if path.is_dir() && !skip {
+                stack.push(path);
+            }
+        }
+    }
+    if benches.is_empty() {
+        bail!(
+            "{}: no bench results found (no {TRACE_FILE} or {ANALYSIS_FILE} in it or below it)",
+            results.display()
+        );
+    }
+    benches.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(benches)
+}
+
+/// The bench whose files are in `dir`, if any.
+fn bench_in(dir: &Path, root: &Path) -> Result<Option<ReportBench>> {
+    let trace = dir.join(TRACE_FILE);
+    let analysis_file = dir.join(ANALYSIS_FILE);
+    let trace = trace.is_file().then_some(trace);
+    let analysis = if analysis_file.is_file() {
+        read_analysis(&analysis_file)?
+    } else if let Some(trace) = &trace {
+        analyse_trace_file(trace)?
+    } else {
+        return Ok(None);
+    };
+    let key = read_key(&dir.join(BENCH_FILE))?;
+    let name = match &key {
+        Some(key) => format!("{} ({}/{})", key.bench, key.package, key.target),
+        None => {
+            let relative = dir.strip_prefix(root).unwrap_or(dir);
+            let text = relative.to_string_lossy().into_owned();
+            if text.is_empty() {
+                dir.file_name()
+                    .map_or_else(|| "bench".to_string(), |n| n.to_string_lossy().into_owned())
+            } else {
+                text
+            }
+        }
+    };
+    let golden_file = dir.join(GOLDEN_FILE);
+    let golden = if golden_file.is_file() {
+        Some(read_analysis(&golden_file)?)
+    } else {
+        None
+    };
+    Ok(Some(ReportBench {
+        name,
+        key,
+        analysis,
+        trace,
+        golden,
+    }))
+}
+
+/// Reads a [`BENCH_FILE`]; `None` when there is none.
+fn read_key(path: &Path) -> Result<Option<BenchKey>> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    let key: BenchKey = serde_json::from_slice(&text).with_context(|| {
+        format!(
+            "{}: expected {{\"package\", \"target\", \"bench\"}}",
+            path.display()
+        )
+    })?;
+    Ok(Some(key))
+}

@@ -1,0 +1,258 @@
+//! Baselines and regression gates on analysed synthetic traces: round
+//! trip, listing, unchanged code within default limits, a worse access
+//! pattern caught, mismatched recordings refused, fail-fast.
+
+mod support;
+
+use memgaze::analysis::{Analysis, AnalysisOptions, analyze_trace};
+use memgaze::error::{Exit, exit_for, one_line};
+use memgaze::gate::{
+    BenchKey, BenchRun, Gate, Limits, Metric, compare, list_baselines, load_baseline,
+    save_baseline, save_baseline_bench,
+};
+use memgaze::trace::TraceReader;
+use std::path::Path;
+use support::synthetic::{Kernel, Synthetic, write_trace};
+
+fn analyse(dir: &Path, kernel: Kernel, seed: u64, sampling: (u64, u64)) -> Analysis {
+    let path = dir.join(format!(
+        "{}-{seed}-{}.mgz",
+        kernel.name().replace(['/', '|'], "_"),
+        sampling.1
+    ));
+    write_trace(
+        &path,
+        &Synthetic {
+            kernel,
+            elements: 100_000,
+            reps: 30,
+            sampling: Some(sampling),
+            seed,
+        },
+    );
+    analyze_trace(
+        TraceReader::open(&path).unwrap(),
+        &AnalysisOptions::default(),
+    )
+    .unwrap()
+}
+
+fn run(bench: &str, analysis: Analysis) -> BenchRun {
+    BenchRun {
+        key: BenchKey::new("microbenches", "micro", bench),
+        analysis,
+        binary: None,
+    }
+}
+
+const SAMPLING: (u64, u64) = (1000, 50_000);
+
+#[test]
+fn baselines_round_trip_and_are_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("memgaze");
+    assert!(list_baselines(&root).unwrap().is_empty());
+    let runs = [
+        run("str1", analyse(dir.path(), Kernel::Str1, 1, SAMPLING)),
+        run("str/irr", analyse(dir.path(), Kernel::StrIrr, 1, SAMPLING)),
+    ];
+    let saved = save_baseline(&root, "main", &runs).unwrap();
+    assert!(saved.ends_with("baselines/main"));
+    assert!(
+        saved
+            .join("microbenches/micro/str%2Firr/baseline.json")
+            .is_file()
+    );
+    save_baseline_bench(&root, "pr-7", &runs[0]).unwrap();
+
+    let main = load_baseline(&root, "main").unwrap();
+    assert_eq!(main.benches.len(), 2);
+    let back = main.bench(&runs[1].key).unwrap();
+    assert_eq!(
+        back.analysis, runs[1].analysis,
+        "the analysis survives the round trip"
+    );
+    assert_eq!(back.recording.window, Some(SAMPLING.0));
+    assert_eq!(back.recording.period, Some(SAMPLING.1));
+
+    let list = list_baselines(&root).unwrap();
+    let names: Vec<(&str, usize)> = list.iter().map(|b| (b.name.as_str(), b.benches)).collect();
+    assert_eq!(names, [("main", 2), ("pr-7", 1)]);
+
+    let e = load_baseline(&root, "nope").unwrap_err();
+    assert!(
+        one_line(&e).contains("baseline `nope` not found"),
+        "{}",
+        one_line(&e)
+    );
+    assert!(
+        one_line(&e).contains("saved baselines: main, pr-7"),
+        "{}",
+        one_line(&e)
+    );
+    let e = load_baseline(&root, "../etc").unwrap_err();
+    assert_eq!(exit_for(&e), Exit::Usage);
+}
+
+#[test]
+fn unchanged_code_stays_within_default_limits_across_sampling_jitter() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("memgaze");
+    let kernels = [
+        Kernel::Str1,
+        Kernel::Irr,
+        Kernel::StrIrr,
+        Kernel::IrrStrIrr,
+        Kernel::Chase,
+    ];
+    let old: Vec<BenchRun> = kernels
+        .iter()
+        .map(|k| run(k.name(), analyse(dir.path(), *k, 1, SAMPLING)))
+        .collect();
+    save_baseline(&root, "main", &old).unwrap();
+    // Another seed: the samples fall elsewhere, the program is the same.
+    let new: Vec<BenchRun> = kernels
+        .iter()
+        .map(|k| run(k.name(), analyse(dir.path(), *k, 2, SAMPLING)))
+        .collect();
+    let (verdicts, gate) = compare(
+        load_baseline(&root, "main").unwrap(),
+        &new,
+        &Limits::defaults(),
+        false,
+    )
+    .unwrap();
+    for v in &verdicts {
+        assert!(v.has_baseline);
+        assert!(v.regressions.is_empty(), "{}", v.human("main"));
+        assert!(
+            v.metrics
+                .iter()
+                .any(|m| m.metric == Metric::DF && m.old.is_some())
+        );
+    }
+    assert_eq!(gate.exit(), Exit::Ok);
+    assert!(
+        gate.summary()
+            .starts_with("5 bench(es) within the limits of baseline `main`")
+    );
+}
+
+#[test]
+fn a_worse_access_pattern_is_a_regression_in_human_and_json_form() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("memgaze");
+    // The "same bench" switches from an array scan to a linked-list walk.
+    save_baseline(
+        &root,
+        "main",
+        &[run("walk", analyse(dir.path(), Kernel::Str1, 1, SAMPLING))],
+    )
+    .unwrap();
+    let worse = run("walk", analyse(dir.path(), Kernel::Chase, 2, SAMPLING));
+    let mut gate = Gate::new(
+        load_baseline(&root, "main").unwrap(),
+        Limits::defaults(),
+        false,
+    );
+    let verdict = gate.check(&worse).unwrap();
+    let metrics: Vec<Metric> = verdict.regressions.iter().map(|r| r.metric).collect();
+    assert!(metrics.contains(&Metric::FIrrFrac), "{metrics:?}");
+    assert!(metrics.contains(&Metric::FStrFrac), "{metrics:?}");
+    assert_eq!(gate.exit(), Exit::Regression);
+
+    let human = verdict.human("main");
+    assert!(
+        human.contains(
+            "regression: microbenches/micro/walk: F_irr_frac 0 → 1 (+1 from 0; limit +0.1)"
+        ),
+        "{human}"
+    );
+    assert!(
+        human.contains("F_str_frac 1 → 0 (-100.0%; limit -0.1)"),
+        "{human}"
+    );
+
+    let json = verdict.to_json("main");
+    assert_eq!(json[0]["reason"], "baseline-comparison");
+    let regression = json
+        .iter()
+        .find(|j| j["reason"] == "regression" && j["metric"] == "F_irr_frac")
+        .unwrap();
+    assert_eq!(regression["bench"], "walk");
+    assert_eq!(regression["baseline"], "main");
+    assert_eq!(regression["old"], 0.0);
+    assert_eq!(regression["new"], 1.0);
+    assert_eq!(regression["limit"], "+0.1");
+    assert!(regression["change_frac"].is_null());
+}
+
+#[test]
+fn runs_recorded_differently_are_refused_with_one_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("memgaze");
+    save_baseline(
+        &root,
+        "main",
+        &[run("irr", analyse(dir.path(), Kernel::Irr, 1, SAMPLING))],
+    )
+    .unwrap();
+    let other = run("irr", analyse(dir.path(), Kernel::Irr, 1, (1000, 20_000)));
+    let mut gate = Gate::new(
+        load_baseline(&root, "main").unwrap(),
+        Limits::defaults(),
+        false,
+    );
+    let e = gate.check(&other).unwrap_err();
+    assert_eq!(exit_for(&e), Exit::Usage);
+    assert_eq!(
+        one_line(&e),
+        "cannot compare microbenches/micro/irr with baseline `main`: the baseline was recorded with \
+         --period 50000 --window 1000 with the soft backend, this run with --period 20000 --window 1000 \
+         with the soft backend; record both the same way (or save a new baseline)"
+    );
+}
+
+#[test]
+fn fail_fast_stops_at_the_first_regression_and_new_benches_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("memgaze");
+    let a = analyse(dir.path(), Kernel::Str1, 1, SAMPLING);
+    save_baseline(&root, "main", &[run("one", a.clone()), run("two", a)]).unwrap();
+    let worse = analyse(dir.path(), Kernel::Chase, 1, SAMPLING);
+    let runs = [
+        run("one", worse.clone()),
+        run("two", worse.clone()),
+        run("three", worse),
+    ];
+    let (verdicts, gate) = compare(
+        load_baseline(&root, "main").unwrap(),
+        &runs,
+        &Limits::defaults(),
+        true,
+    )
+    .unwrap();
+    assert_eq!(verdicts.len(), 1, "stopped after the first bench");
+    assert_eq!(gate.regressions().len(), 1, "and at its first regression");
+    assert!(gate.summary().contains("stopped at the first"));
+
+    let (verdicts, gate) = compare(
+        load_baseline(&root, "main").unwrap(),
+        &runs,
+        &Limits::parse("dF=+50%").unwrap(),
+        false,
+    )
+    .unwrap();
+    assert_eq!(verdicts.len(), 3);
+    assert!(
+        !verdicts[2].has_baseline,
+        "a bench the baseline lacks is new, not a regression"
+    );
+    assert!(verdicts[2].human("main").contains("not in baseline `main`"));
+    assert_eq!(
+        gate.exit(),
+        Exit::Ok,
+        "dF alone does not change from scan to walk: {}",
+        verdicts[0].human("main")
+    );
+}

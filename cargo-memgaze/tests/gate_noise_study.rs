@@ -1,0 +1,75 @@
+//! How much the gated metrics move between runs of an unchanged program
+//! when only the sampling jitter changes: the measurement behind the
+//! default limits (ARCHITECTURE.md, "Default regression limits").
+//!
+//! Not part of the suite (it analyses dozens of full-size traces); run it
+//! to reproduce the table:
+//!
+//! ```text
+//! N=500000 R=100 SEEDS=6 cargo test -p cargo-memgaze --test gate_noise_study -- --ignored --nocapture
+//! ```
+//!
+//! It prints, per synthetic microbenchmark at the default sampling (w =
+//! 1000, period 100 K), each metric's mean over the seeds and its range
+//! (max − min), absolute and relative.
+
+mod support;
+
+use memgaze::analysis::{AnalysisOptions, analyze_trace};
+use memgaze::gate::Metric;
+use memgaze::trace::TraceReader;
+use support::synthetic::{Kernel, Synthetic, write_trace};
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name).map_or(default, |v| v.parse().expect("a number"))
+}
+
+#[test]
+#[ignore = "a measurement, not a check: run it by hand (see the module docs)"]
+fn spread_of_gated_metrics_across_sampling_seeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (elements, reps, seeds) = (env("N", 500_000), env("R", 100), env("SEEDS", 6));
+    for kernel in Kernel::ALL {
+        let mut values: Vec<Vec<Option<f64>>> = Vec::new();
+        let mut samples = 0;
+        for seed in 1..=seeds {
+            let path = dir.path().join("trace.mgz");
+            let run = Synthetic {
+                kernel,
+                elements,
+                reps,
+                sampling: Some((1000, 100_000)),
+                seed,
+            };
+            write_trace(&path, &run);
+            let a = analyze_trace(
+                TraceReader::open(&path).unwrap(),
+                &AnalysisOptions::default(),
+            )
+            .unwrap();
+            samples = a.summary.samples;
+            let k = memgaze::gate::metric::common_window_k(&a, &a);
+            values.push(Metric::ALL.iter().map(|m| m.value(&a, k)).collect());
+        }
+        print!("{:12} samples {samples:5}", kernel.name());
+        for (i, metric) in Metric::ALL.iter().enumerate() {
+            let v: Vec<f64> = values.iter().filter_map(|r| r[i]).collect();
+            if v.is_empty() {
+                continue;
+            }
+            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let mean = v.iter().sum::<f64>() / v.len() as f64;
+            let relative = if mean != 0.0 {
+                100.0 * (hi - lo) / mean.abs()
+            } else {
+                0.0
+            };
+            print!(
+                " | {metric} {mean:.4} range {:.4} ({relative:.1}%)",
+                hi - lo
+            );
+        }
+        println!();
+    }
+}
