@@ -173,6 +173,12 @@ impl Annotation {
                 implied: l.implied,
                 function: Some(l.function),
                 line: l.line.clone(),
+                proxy: match (l.instrumented, l.proxy) {
+                    (false, Some(ip)) if l.class == LoadClass::Constant => {
+                        self.load_at(ip).map(|p| p.id)
+                    }
+                    _ => None,
+                },
             })
             .collect()
     }

@@ -20,7 +20,7 @@
 //! instead of being cleared, so the thousands of small samples of a sampled
 //! trace cost O(sample size) each, not O(table size).
 
-use crate::trace::{Backend, LoadClass, Record, TraceHeader, TraceReader, TraceTotals};
+use crate::trace::{Backend, LoadClass, LoadEntry, Record, TraceHeader, TraceReader, TraceTotals};
 use anyhow::{Context, Result, bail};
 use std::io::Read;
 
@@ -535,6 +535,21 @@ impl Analyzer {
             .entry((ip, class.code(), implied))
             .or_insert(slot);
         slot
+    }
+
+    /// Registers a load site the header did not list (importers that learn
+    /// their loads as they go); returns its index for [`Self::push_load`].
+    /// Its function, when `None`, is looked up from the header's functions.
+    pub fn add_load(&mut self, load: LoadEntry) -> u32 {
+        let function = load.function.or_else(|| self.function_of(load.ip));
+        self.add_slot(
+            load.ip,
+            load.class,
+            load.implied,
+            function,
+            load.line,
+            load.proxy,
+        )
     }
 
     /// One record, in trace order. Records of a sample must be contiguous;

@@ -48,9 +48,10 @@ pub fn render(a: &Analysis, options: &TableOptions) -> String {
     };
     let _ = writeln!(
         out,
-        "memgaze analysis: {} backend, {sampling}, {} samples, ρ = {}",
+        "memgaze analysis: {} backend, {sampling}, {} sample{}, ρ = {}",
         run.backend,
         count(s.samples),
+        if s.samples == 1 { "" } else { "s" },
         num(s.rho)
     );
     if let Some(binary) = &run.binary {
