@@ -245,3 +245,44 @@ fn rust_kernels_classify_per_function() {
         kernel_ratio(&loads)
     );
 }
+
+#[test]
+fn annotation_of_a_whole_binary_is_consistent_and_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = common::gcc("kernels.c", &["-O2"], dir.path());
+    let binary = Binary::open(&exe).unwrap();
+    let loads = classify::classify_binary(&binary, |_| true);
+    let annotation = loads.to_annotation(&binary);
+    assert_eq!(annotation.schema, memgaze::annotation::ANNOTATION_SCHEMA);
+    assert_eq!(annotation.binary.sha256.len(), 64);
+    assert!(annotation.loads.windows(2).all(|w| w[0].ip < w[1].ip));
+    for (i, l) in annotation.loads.iter().enumerate() {
+        assert_eq!(l.id as usize, i);
+        let f = &annotation.functions[l.function as usize];
+        assert!(l.ip >= f.start && l.ip < f.start + f.size);
+        match l.proxy {
+            Some(p) => {
+                let carrier = annotation.load_at(p).unwrap();
+                assert!(!l.instrumented && carrier.instrumented && carrier.function == l.function);
+                assert_eq!(l.class, LoadClass::Constant);
+            }
+            None => assert!(l.instrumented),
+        }
+    }
+    // Implied counts add up to the uninstrumented loads.
+    let implied: u32 = annotation.loads.iter().map(|l| l.implied).sum();
+    let uninstrumented = annotation.loads.iter().filter(|l| !l.instrumented).count();
+    assert_eq!(implied as usize, uninstrumented);
+    assert!(
+        annotation
+            .loads
+            .iter()
+            .any(|l| l.line.as_deref().is_some_and(|s| s.contains("kernels.c:")))
+    );
+    let path = dir.path().join("kernels.memgaze.json");
+    annotation.write(&path).unwrap();
+    assert_eq!(
+        memgaze::annotation::Annotation::read(&path).unwrap(),
+        annotation
+    );
+}

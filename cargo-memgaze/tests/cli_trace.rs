@@ -164,7 +164,7 @@ fn bad_trace_files_give_one_line_and_exit_1() {
         ),
         ("corrupt", flipped, "corrupt trace"),
     ];
-    for command in ["dump"] {
+    for command in ["dump", "analyze"] {
         for (name, bytes, expected) in &cases {
             let path = dir.path().join(format!("{name}.trace"));
             std::fs::write(&path, bytes).unwrap();

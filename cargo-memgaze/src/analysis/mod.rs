@@ -20,10 +20,11 @@
 //! instead of being cleared, so the thousands of small samples of a sampled
 //! trace cost O(sample size) each, not O(table size).
 
-use crate::trace::{Backend, LoadClass, Record, TraceHeader, TraceReader, TraceTotals};
+use crate::trace::{Backend, LoadClass, LoadEntry, Record, TraceHeader, TraceReader, TraceTotals};
 use anyhow::{Context, Result, bail};
 use std::io::Read;
 
+mod addr_table;
 mod intervals;
 mod regions;
 pub mod result;
@@ -33,10 +34,69 @@ mod windows;
 
 pub use result::*;
 
+use addr_table::{AddrTable, ByteAddresses, LineNumbers};
 use intervals::IntervalBuilder;
 use regions::LineStat;
 use reuse::{BlockLocal, ReuseTracker};
-use windows::{AddrLocal, LevelSums, WindowEngine};
+use windows::{AddrLocal, Lasts, LevelSums, NO_LASTS, WindowEngine, last_of};
+
+/// Records processed late so that their table slots can be prefetched.
+const PREFETCH_DISTANCE: usize = 16;
+
+/// A record waiting in the prefetch queue.
+#[derive(Clone, Copy, Debug, Default)]
+struct Pending {
+    load: u32,
+    addr: u64,
+    sample: u64,
+    thread: u32,
+}
+
+/// Accesses per (page, load site), behind a direct-mapped cache: a region
+/// of a few thousand pages never reaches the map.
+struct PageLoads {
+    cache: Vec<(u64, u32, u64)>,
+    map: Map<(u64, u32), u64>,
+}
+
+impl PageLoads {
+    const CACHE: usize = 4096;
+
+    fn new() -> Self {
+        PageLoads {
+            cache: vec![(NONE, 0, 0); Self::CACHE],
+            map: Map::default(),
+        }
+    }
+
+    #[inline]
+    fn add(&mut self, page: u64, load: u32) {
+        let i =
+            (page.wrapping_add(u64::from(load).wrapping_mul(0x9e37_79b9)) as usize) % Self::CACHE;
+        let e = &mut self.cache[i];
+        if e.0 == page && e.1 == load {
+            e.2 += 1;
+        } else {
+            if e.2 > 0 {
+                *self.map.entry((e.0, e.1)).or_insert(0) += e.2;
+            }
+            *e = (page, load, 1);
+        }
+    }
+
+    /// Every (page, load, accesses), sorted.
+    fn drain(&mut self) -> Vec<(u64, u32, u64)> {
+        for &(page, load, count) in &self.cache {
+            if count > 0 {
+                *self.map.entry((page, load)).or_insert(0) += count;
+            }
+        }
+        self.cache.fill((NONE, 0, 0));
+        let mut all: Vec<(u64, u32, u64)> = self.map.drain().map(|((p, l), c)| (p, l, c)).collect();
+        all.sort_unstable();
+        all
+    }
+}
 
 /// Hash map with a fast, deterministic hasher.
 pub(crate) type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;
@@ -114,36 +174,60 @@ struct LoadSlot {
     d_count: u64,
 }
 
-/// Whole-trace state of an address.
+/// Everything about an address: whole-trace facts and, for the first
+/// thread of the current sample, its per-piece positions — one 64-byte
+/// slot of [`AddrTable`], found with one lookup per access.
 #[derive(Clone, Copy, Debug)]
 struct AddrEntry {
-    strided: u64,
-    irregular: u64,
+    /// Positions in the piece's trace-window sequence.
+    lasts: Lasts,
+    /// Positions in the owner function's sequence (same piece).
+    function_lasts: Lasts,
+    /// Piece of `lasts` and `function_lasts`.
+    piece: u32,
+    /// Strided and Irregular accesses (until one would overflow; then the
+    /// counts move to [`Analyzer::mixed_counts`]).
+    counts: [u32; 2],
+    /// Function (index + 1) whose sequence state lives here; other
+    /// functions keep theirs in [`FunctionEngine::addrs`].
+    owner: u32,
     /// Last piece (index + 1) touching it, for the interval tree.
     interval_last: u32,
-    /// Per-piece state for the first thread of a sample.
-    local: AddrLocal,
+    /// Set when its counts are in [`Analyzer::mixed_counts`].
+    counts_elsewhere: bool,
 }
 
-/// Whole-trace state of a 64-byte line.
-#[derive(Clone, Copy, Debug)]
+impl Default for AddrEntry {
+    fn default() -> Self {
+        AddrEntry {
+            lasts: NO_LASTS,
+            function_lasts: NO_LASTS,
+            piece: 0,
+            counts: [0; 2],
+            owner: 0,
+            interval_last: 0,
+            counts_elsewhere: false,
+        }
+    }
+}
+
+/// Everything about a 64-byte line (one slot of [`AddrTable`]).
+#[derive(Clone, Copy, Debug, Default)]
 struct LineEntry {
     a: u64,
     d_sum: u64,
     d_count: u64,
-    /// The first load seen on this line and its accesses; other loads go
-    /// to `Analyzer::page_loads`.
-    first_load: u32,
-    first_count: u64,
+    /// Position of its last access in the piece's sequence (`F_lines`).
+    last: u64,
+    /// Reuse-distance state when the access block is 64 bytes; its `piece`
+    /// also stamps `last`.
+    block: BlockLocal,
     interval_last: u32,
-    local: LineLocal,
 }
 
-/// Per-piece state of a line: last position (for `F_lines`) and, when the
-/// access block is 64 bytes, its reuse-distance state.
+/// Per-piece state of a line in a side map.
 #[derive(Clone, Copy, Debug, Default)]
 struct LineLocal {
-    piece: u32,
     last: u64,
     block: BlockLocal,
 }
@@ -164,6 +248,7 @@ struct SideMaps {
 /// A function's own access sequence in the current piece.
 struct FunctionEngine {
     engine: WindowEngine,
+    /// Sequence state of addresses this function does not own.
     addrs: Map<u64, AddrLocal>,
 }
 
@@ -213,10 +298,19 @@ pub struct Analyzer {
     function_ranges: Vec<(u64, u64, u32)>,
     functions: Vec<FunctionAcc>,
 
-    addrs: Map<u64, AddrEntry>,
-    lines: Map<u64, LineEntry>,
+    addrs: AddrTable<AddrEntry, ByteAddresses>,
+    lines: AddrTable<LineEntry, LineNumbers>,
     blocks: Map<u64, BlockLocal>,
-    page_loads: Map<(u64, u32), u64>,
+    /// Strided and Irregular accesses of addresses touched by both classes
+    /// (or accessed 2^32 times).
+    mixed_counts: Map<u64, [u64; 2]>,
+    /// Accesses per (minimum zoom page, load site), for the functions and
+    /// lines of hot regions; `page_run` batches runs of the same key.
+    page_loads: PageLoads,
+    /// Records waiting to be processed; their table slots are prefetched.
+    pending: [Pending; PREFETCH_DISTANCE],
+    pending_head: usize,
+    pending_len: usize,
 
     contexts: Vec<ThreadState>,
     /// Threads of the current sample, in order of appearance (index into
@@ -332,10 +426,14 @@ impl Analyzer {
             slot_index: Map::default(),
             function_ranges,
             functions,
-            addrs: Map::default(),
-            lines: Map::default(),
+            addrs: AddrTable::new(),
+            lines: AddrTable::new(),
             blocks: Map::default(),
-            page_loads: Map::default(),
+            mixed_counts: Map::default(),
+            page_loads: PageLoads::new(),
+            pending: [Pending::default(); PREFETCH_DISTANCE],
+            pending_head: 0,
+            pending_len: 0,
             contexts: Vec::new(),
             active: Vec::new(),
             sample: None,
@@ -439,6 +537,21 @@ impl Analyzer {
         slot
     }
 
+    /// Registers a load site the header did not list (importers that learn
+    /// their loads as they go); returns its index for [`Self::push_load`].
+    /// Its function, when `None`, is looked up from the header's functions.
+    pub fn add_load(&mut self, load: LoadEntry) -> u32 {
+        let function = load.function.or_else(|| self.function_of(load.ip));
+        self.add_slot(
+            load.ip,
+            load.class,
+            load.implied,
+            function,
+            load.line,
+            load.proxy,
+        )
+    }
+
     /// One record, in trace order. Records of a sample must be contiguous;
     /// a sample whose records come from several threads is split per thread.
     pub fn push(&mut self, record: &Record) {
@@ -462,8 +575,50 @@ impl Analyzer {
 
     /// One record given by its load-site index into the header's `loads`
     /// (the fast path of [`analyze_trace`]).
+    ///
+    /// Records are processed [`PREFETCH_DISTANCE`] records late, in order:
+    /// meanwhile the table slots of their address and line are prefetched,
+    /// so the cache misses of irregular traces overlap.
     #[inline]
     pub fn push_load(&mut self, load: u32, addr: u64, sample: u64, thread: u32) {
+        if self.pending_len == PREFETCH_DISTANCE {
+            let oldest = self.pending[self.pending_head];
+            self.pending_head = (self.pending_head + 1) % PREFETCH_DISTANCE;
+            self.pending_len -= 1;
+            self.process(oldest);
+        }
+        if self.slots[load as usize].class.is_access() {
+            self.addrs.prefetch(addr);
+            self.lines.prefetch(addr >> 6);
+        }
+        let at = (self.pending_head + self.pending_len) % PREFETCH_DISTANCE;
+        self.pending[at] = Pending {
+            load,
+            addr,
+            sample,
+            thread,
+        };
+        self.pending_len += 1;
+    }
+
+    /// Processes every pending record.
+    fn drain(&mut self) {
+        while self.pending_len > 0 {
+            let oldest = self.pending[self.pending_head];
+            self.pending_head = (self.pending_head + 1) % PREFETCH_DISTANCE;
+            self.pending_len -= 1;
+            self.process(oldest);
+        }
+    }
+
+    #[inline]
+    fn process(&mut self, record: Pending) {
+        let Pending {
+            load,
+            addr,
+            sample,
+            thread,
+        } = record;
         if self.sample != Some(sample) || self.thread != thread {
             self.switch(sample, thread);
         }
@@ -539,9 +694,9 @@ impl Analyzer {
         // Make room on the reuse-distance time axis before borrowing entries.
         if reuse.needs_room() {
             match (side.as_deref_mut(), lines_are_blocks) {
-                (None, true) => reuse.compact(|b, t| {
-                    self.lines.get_mut(&b).expect("live block").local.block.time = t
-                }),
+                (None, true) => {
+                    reuse.compact(|b, t| self.lines.get_mut(b).expect("live block").block.time = t)
+                }
                 (None, false) => {
                     reuse.compact(|b, t| self.blocks.get_mut(&b).expect("live block").time = t)
                 }
@@ -551,48 +706,46 @@ impl Analyzer {
             }
         }
 
+        // Which loads touch which memory, for the hot regions.
+        self.page_loads.add(addr >> self.min_page_shift, load);
+
         // The line: F_lines windows, location statistics, reuse distance.
         let line = addr >> 6;
-        let entry = self.lines.entry(line).or_insert(LineEntry {
-            a: 0,
-            d_sum: 0,
-            d_count: 0,
-            first_load: load,
-            first_count: 0,
-            interval_last: 0,
-            local: LineLocal::default(),
-        });
+        let entry = self.lines.entry(line);
         entry.a += 1;
-        if entry.first_load == load {
-            entry.first_count += 1;
-        } else {
-            *self
-                .page_loads
-                .entry((addr >> self.min_page_shift, load))
-                .or_insert(0) += 1;
-        }
-        let (previous_line, first_in_piece) = {
-            let local = match side.as_deref_mut() {
-                None => &mut entry.local,
-                Some(side) => side.lines.entry(line).or_default(),
-            };
-            let first = local.piece != piece;
-            let previous = if first { NONE } else { local.last };
-            local.piece = piece;
-            local.last = engine.position();
-            (previous, first)
-        };
-        if first_in_piece {
-            match side.as_deref_mut() {
-                None => self.intervals.first_line(&mut entry.interval_last),
-                Some(side) => side.first_lines.push(line),
+        let position = engine.position();
+        let (previous_line, first_in_piece) = match side.as_deref_mut() {
+            None => {
+                let first = entry.block.piece != piece;
+                let previous = if first { NONE } else { entry.last };
+                entry.last = position;
+                if !lines_are_blocks {
+                    entry.block.piece = piece;
+                }
+                (previous, first)
             }
+            Some(side) => {
+                let local = side.lines.entry(line).or_default();
+                let first = local.block.piece != piece;
+                let previous = if first { NONE } else { local.last };
+                local.last = position;
+                if !lines_are_blocks {
+                    local.block.piece = piece;
+                }
+                if first {
+                    side.first_lines.push(line);
+                }
+                (previous, first)
+            }
+        };
+        if first_in_piece && side.is_none() {
+            self.intervals.first_line(&mut entry.interval_last);
         }
         engine.line(previous_line);
         let distance = if lines_are_blocks {
             let block_local = match side.as_deref_mut() {
-                None => &mut entry.local.block,
-                Some(side) => side.blocks.entry(line).or_default(),
+                None => &mut entry.block,
+                Some(side) => &mut side.lines.get_mut(&line).expect("just inserted").block,
             };
             reuse.access(line, block_local)
         } else {
@@ -629,51 +782,87 @@ impl Analyzer {
             None => self.cold += 1,
         }
 
-        // The address: footprints of every window size.
-        let entry = self.addrs.entry(addr).or_insert(AddrEntry {
-            strided: 0,
-            irregular: 0,
-            interval_last: 0,
-            local: AddrLocal::default(),
-        });
-        if strided {
-            entry.strided += 1;
+        // The address: whole-trace class counts, footprints of every window
+        // size, and the owner function's code windows.
+        let entry = self.addrs.entry(addr);
+        let class = !strided as usize;
+        if entry.counts_elsewhere {
+            self.mixed_counts.get_mut(&addr).expect("counted elsewhere")[class] += 1;
+        } else if entry.counts[class] < u32::MAX {
+            entry.counts[class] += 1;
         } else {
-            entry.irregular += 1;
+            let mut counts = entry.counts.map(u64::from);
+            counts[class] += 1;
+            self.mixed_counts.insert(addr, counts);
+            entry.counts_elsewhere = true;
         }
+        if let Some(f) = function
+            && entry.owner == 0
+            && side.is_none()
+        {
+            entry.owner = f + 1;
+        }
+        let owned = side.is_none() && function.is_some_and(|f| entry.owner == f + 1);
         let closes = match side.as_deref_mut() {
             None => {
-                if entry.local.piece != piece {
+                if entry.piece != piece {
+                    entry.piece = piece;
+                    entry.lasts = NO_LASTS;
+                    entry.function_lasts = NO_LASTS;
+                }
+                if entry.interval_last != self.intervals.current_mark() {
                     self.intervals.first_address(&mut entry.interval_last);
                 }
-                engine.access(addr, &mut entry.local, strided, implied)
+                engine.access(addr, &mut entry.lasts, strided, implied)
             }
             Some(side) => {
                 let local = side.addrs.entry(addr).or_default();
                 if local.piece != piece {
                     side.first_addrs.push(addr);
                 }
-                engine.access(addr, local, strided, implied)
+                engine.access(addr, local.for_piece(piece), strided, implied)
             }
+        };
+        let function_closes = match function {
+            Some(f) => {
+                let acc = &mut self.functions[f as usize];
+                acc.a += 1;
+                acc.a_const += implied;
+                let fe = function_engine(functions, f, piece, self.function_lo, self.function_top);
+                let lasts = if owned {
+                    &mut entry.function_lasts
+                } else {
+                    fe.addrs.entry(addr).or_default().for_piece(piece)
+                };
+                fe.engine.access(addr, lasts, strided, implied)
+            }
+            None => false,
         };
         if closes {
             match side.as_deref() {
-                None => engine.close(|a| self.addrs[&a].local.last(), &mut self.trace_sums),
-                Some(side) => engine.close(|a| side.addrs[&a].last(), &mut self.trace_sums),
+                None => engine.close(
+                    |a| last_of(&self.addrs.get(a).expect("address seen").lasts),
+                    &mut self.trace_sums,
+                ),
+                Some(side) => {
+                    engine.close(|a| last_of(&side.addrs[&a].lasts), &mut self.trace_sums)
+                }
             }
         }
-
-        // The function's own sequence: code windows.
-        if let Some(f) = function {
-            let acc = &mut self.functions[f as usize];
-            acc.a += 1;
-            acc.a_const += implied;
-            let fe = function_engine(functions, f, piece, self.function_lo, self.function_top);
-            let local = fe.addrs.entry(addr).or_default();
-            if fe.engine.access(addr, local, strided, implied) {
-                let addrs = &fe.addrs;
-                fe.engine.close(|a| addrs[&a].last(), &mut acc.sums);
-            }
+        if function_closes {
+            let f = function.expect("function closes");
+            let fe = functions[f as usize].as_deref_mut().expect("engine exists");
+            let owner = f + 1;
+            let addrs = &self.addrs;
+            let own = &fe.addrs;
+            let primary = side.is_none();
+            fe.engine.close(
+                |a| match addrs.get(a) {
+                    Some(e) if primary && e.owner == owner => last_of(&e.function_lasts),
+                    _ => last_of(&own[&a].lasts),
+                },
+                &mut self.functions[f as usize].sums,
+            );
         }
     }
 
@@ -733,11 +922,11 @@ impl Analyzer {
             self.survivals += survivals;
             if let Some(side) = ctx.side.as_deref_mut() {
                 for addr in side.first_addrs.drain(..) {
-                    let entry = self.addrs.get_mut(&addr).expect("address seen");
+                    let entry = self.addrs.get_mut(addr).expect("address seen");
                     self.intervals.first_address(&mut entry.interval_last);
                 }
                 for line in side.first_lines.drain(..) {
-                    let entry = self.lines.get_mut(&line).expect("line seen");
+                    let entry = self.lines.get_mut(line).expect("line seen");
                     self.intervals.first_line(&mut entry.interval_last);
                 }
             }
@@ -750,7 +939,9 @@ impl Analyzer {
     /// The metrics. `totals` gives ρ's numerator and the number of samples
     /// (trailing empty samples have no records to announce them).
     pub fn finish(mut self, totals: &TraceTotals) -> Analysis {
+        self.drain();
         self.end_sample();
+
         let seen = self.sample.map_or(0, |s| s + 1);
         for _ in seen..totals.samples {
             self.empty_piece();
@@ -763,6 +954,7 @@ impl Analyzer {
             ref functions,
             ref addrs,
             ref lines,
+            ref mixed_counts,
             ref mut page_loads,
             ref trace_sums,
             ref mut intervals,
@@ -772,8 +964,15 @@ impl Analyzer {
         // Summary.
         let f = addrs.len() as u64;
         let f_str: f64 = addrs
-            .values()
-            .map(|e| e.strided as f64 / (e.strided + e.irregular) as f64)
+            .iter()
+            .map(|(addr, e)| {
+                let [s, i] = if e.counts_elsewhere {
+                    mixed_counts[&addr]
+                } else {
+                    e.counts.map(u64::from)
+                };
+                s as f64 / (s + i) as f64
+            })
             .sum();
         let f_irr = f as f64 - f_str;
         let total = self.a + self.a_const;
@@ -882,7 +1081,7 @@ impl Analyzer {
         // Regions.
         let mut line_stats: Vec<LineStat> = lines
             .iter()
-            .map(|(&line, e)| LineStat {
+            .map(|(line, e)| LineStat {
                 line,
                 a: e.a,
                 d_sum: e.d_sum,
@@ -890,15 +1089,7 @@ impl Analyzer {
             })
             .collect();
         line_stats.sort_unstable_by_key(|l| l.line);
-        for (&line, e) in lines.iter() {
-            if e.first_count > 0 {
-                *page_loads
-                    .entry(((line << 6) >> self.min_page_shift, e.first_load))
-                    .or_insert(0) += e.first_count;
-            }
-        }
-        let mut page_table: Vec<(u64, u32, u64)> =
-            page_loads.iter().map(|(&(p, l), &c)| (p, l, c)).collect();
+        let mut page_table: Vec<(u64, u32, u64)> = page_loads.drain();
         page_table.sort_unstable();
         let leaves = regions::hot_regions(
             &line_stats,
@@ -1089,6 +1280,7 @@ impl ThreadState {
     }
 }
 
+#[inline]
 fn function_engine(
     engines: &mut Vec<Option<Box<FunctionEngine>>>,
     f: u32,

@@ -532,3 +532,24 @@ fn blocks_are_compressed_separately() {
     assert_eq!((m["d"].instrumented, m["d"].implied), (true, 0));
     assert_eq!(loads.instrumented(), 3);
 }
+
+#[test]
+fn very_long_definition_chains_end_without_exhausting_the_stack() {
+    // Runs on a test thread (2 MiB stack): the chase must stay bounded.
+    let mut f = Asm::new();
+    let mut top = f.label();
+    f.here(&mut top);
+    for _ in 0..3000 {
+        f.a.lea(rax, ptr(rax + rcx)).unwrap();
+    }
+    f.mark("load");
+    f.a.mov(rdx, qword_ptr(rdi + rax)).unwrap();
+    f.a.dec(rsi).unwrap();
+    f.a.jne(top).unwrap();
+    f.a.ret().unwrap();
+    let (_, m) = f.classify();
+    assert!(matches!(
+        m["load"].class,
+        LoadClass::Irregular | LoadClass::Strided
+    ));
+}

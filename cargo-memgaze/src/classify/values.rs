@@ -148,6 +148,9 @@ pub struct Evaluator<'a> {
 
 /// Evaluation steps allowed per query before giving up (`Unknown`).
 const BUDGET: u32 = 20_000;
+/// Longest definition chain followed (bounds the recursion, hence the
+/// native stack, on huge unrolled code).
+const MAX_DEPTH: usize = 256;
 
 impl<'a> Evaluator<'a> {
     /// Prepares the evaluator.
@@ -255,7 +258,7 @@ impl<'a> Evaluator<'a> {
         if let Some(depth) = self.in_progress.iter().position(|&x| x == (d, v)) {
             return Val::Phi(depth as u32);
         }
-        if self.budget == 0 {
+        if self.budget == 0 || self.in_progress.len() >= MAX_DEPTH {
             return Val::Varying(Why::Unknown(d));
         }
         self.budget -= 1;
