@@ -553,3 +553,27 @@ fn very_long_definition_chains_end_without_exhausting_the_stack() {
         LoadClass::Irregular | LoadClass::Strided
     ));
 }
+
+#[test]
+fn values_computed_from_flags_are_not_invariant() {
+    // setb al; movzx eax, al: a data-dependent 0/1 index.
+    let mut f = Asm::new();
+    let mut top = f.label();
+    f.here(&mut top);
+    f.a.cmp(qword_ptr(rsi + rcx * 8), rdx).unwrap();
+    f.a.setb(al).unwrap();
+    f.a.movzx(eax, al).unwrap();
+    f.mark("load");
+    f.a.add(r8, qword_ptr(rdi + rax * 8)).unwrap();
+    f.a.inc(rcx).unwrap();
+    f.a.cmp(rcx, r9).unwrap();
+    f.a.jne(top).unwrap();
+    f.a.ret().unwrap();
+    let (_, m) = f.classify();
+    assert_eq!(
+        class_of(&m, "load"),
+        LoadClass::Irregular,
+        "{:?}",
+        m["load"].reason
+    );
+}

@@ -23,8 +23,8 @@
 
 use super::frame::{DefKind, Frame, GPRS, Var, gpr_var};
 use crate::binary::{FunctionCode, LoopForest};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use iced_x86::{Instruction, Mnemonic, OpKind, Register};
-use std::collections::{HashMap, HashSet};
 
 /// Why a value varies unpredictably from iteration to iteration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -472,14 +472,21 @@ impl<'a> Evaluator<'a> {
             Mnemonic::Inc | Mnemonic::Dec if insn.op0_kind() == OpKind::Memory => {
                 self.var_val(l, v, at).add(Val::Inv, a)
             }
+            // A register stored through another mnemonic (`movq [m], xmm`,
+            // `setcc [m]`, …): a function of the inputs, like any other.
+            _ if insn.op0_kind() == OpKind::Memory => self.opaque_inputs(l, at, insn),
             _ => Val::Varying(Why::Unknown(a)),
         }
     }
 
     /// Inputs that are all invariant give an invariant; anything else is
-    /// non-linear.
+    /// non-linear. Flags are not followed: an instruction reading them
+    /// (`setcc`, `adc`, `sbb`) is non-linear.
     fn opaque_inputs(&mut self, l: u32, at: usize, insn: &Instruction) -> Val {
         let a = at as u32;
+        if insn.rflags_read() != 0 {
+            return Val::Varying(Why::NonLinear(a));
+        }
         let reads: Vec<Register> = self
             .info
             .info(insn)
