@@ -3,7 +3,7 @@
 //! file, measured alternately in the same run.
 //!
 //! The executable is generated and built here (release, no debug info —
-//! cargo's default for benches): 20 modules, each with 200 small
+//! cargo's default for benches): 16 modules, each with 200 small
 //! `#[inline(never)]` kernels of six shapes (strided loops, `match` jump
 //! tables, gathers, index chasing, zips, binary searches) plus std
 //! collections, sorting and formatting code: about 2 MB and 4,300 functions.
@@ -22,11 +22,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const MODULES: usize = 20;
+const MODULES: usize = 16;
 const KERNELS_PER_MODULE: usize = 200;
 
-fn kernel(k: usize) -> String {
-    let body = match k % 6 {
+/// Kernel `k` of module `m`; its constants depend on both, so that no two
+/// kernels are identical (LLVM would merge them).
+fn kernel(m: usize, k: usize) -> String {
+    let f = k;
+    let k = k + 1000 * m;
+    let body = match f % 6 {
         0 => format!(
             "let mut s = 0u64; let mut i = 0; while i < a.len() {{ s = s.wrapping_add(a[i] ^ {k}); i += {}; }} s",
             k % 3 + 1
@@ -53,7 +57,7 @@ fn kernel(k: usize) -> String {
         ),
     };
     format!(
-        "    #[inline(never)] pub fn f{k}(a: &[u64], b: &mut [u64], n: usize) -> u64 {{ {body} }}\n"
+        "    #[inline(never)] pub fn kernel_{f}(a: &[u64], b: &mut [u64], n: usize) -> u64 {{ {body} }}\n"
     )
 }
 
@@ -68,9 +72,9 @@ fn fixture_source() -> String {
              pub struct Item {{ pub id: u64, pub name: String, pub score: i64 }}\n"
         ));
         for k in 0..KERNELS_PER_MODULE {
-            s.push_str(&kernel(k));
+            s.push_str(&kernel(m, k));
         }
-        let table: Vec<String> = (0..KERNELS_PER_MODULE).map(|k| format!("f{k}")).collect();
+        let table: Vec<String> = (0..KERNELS_PER_MODULE).map(|k| format!("kernel_{k}")).collect();
         s.push_str(&format!(
             "    pub const KERNELS: [Kernel; {KERNELS_PER_MODULE}] = [{}];\n    pub fn run(seed: u64) -> u64 {{\n        \
              let mut v: Vec<Item> = (0..seed % 97 + {m}).map(|k| Item {{ id: k ^ seed, name: format!(\"item{m}-{{k}}\"), score: k as i64 * {} }}).collect();\n        \
