@@ -74,7 +74,9 @@ fn fixture_source() -> String {
         for k in 0..KERNELS_PER_MODULE {
             s.push_str(&kernel(m, k));
         }
-        let table: Vec<String> = (0..KERNELS_PER_MODULE).map(|k| format!("kernel_{k}")).collect();
+        let table: Vec<String> = (0..KERNELS_PER_MODULE)
+            .map(|k| format!("kernel_{k}"))
+            .collect();
         s.push_str(&format!(
             "    pub const KERNELS: [Kernel; {KERNELS_PER_MODULE}] = [{}];\n    pub fn run(seed: u64) -> u64 {{\n        \
              let mut v: Vec<Item> = (0..seed % 97 + {m}).map(|k| Item {{ id: k ^ seed, name: format!(\"item{m}-{{k}}\"), score: k as i64 * {} }}).collect();\n        \
