@@ -139,6 +139,13 @@ impl Frame {
             }
         });
         frame.slots = offsets;
+        let widest = frame
+            .slots
+            .iter()
+            .map(|s| i64::from(s.1))
+            .max()
+            .unwrap_or(1)
+            .max(1);
 
         // Definitions.
         let invariant_mask = (1u16 << gpr_var(Register::RSP).expect("gpr"))
@@ -180,7 +187,13 @@ impl Frame {
                     continue;
                 };
                 let size = i64::from(size).max(1);
-                for (k, s) in frame.slots.iter().enumerate() {
+                // Slots overlapping [off, off + size): they start below its
+                // end and at most `widest` bytes before it.
+                let from = frame.slots.partition_point(|s| s.0 < off.plus(-widest));
+                for (k, s) in frame.slots.iter().enumerate().skip(from) {
+                    if s.0 >= off.plus(size) {
+                        break;
+                    }
                     let overlaps = s.0.anchor == off.anchor
                         && s.0.offset < off.offset + size
                         && off.offset < s.0.offset + i64::from(s.1).max(1);
