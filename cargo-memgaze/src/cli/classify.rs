@@ -154,6 +154,17 @@ fn load_json(binary: &Binary, function: &Function, l: &ClassifiedLoad) -> Value 
     })
 }
 
+/// Loads per reason kind, e.g. how many Irregular loads are outside loops.
+fn reasons(loads: &BinaryLoads) -> std::collections::BTreeMap<&'static str, usize> {
+    let mut out = std::collections::BTreeMap::new();
+    for (_, f) in &loads.functions {
+        for l in &f.loads {
+            *out.entry(l.reason.kind()).or_insert(0) += 1;
+        }
+    }
+    out
+}
+
 /// The JSON document (`memgaze.classify.v1`).
 pub fn to_json(binary: &Binary, loads: &BinaryLoads) -> Value {
     let totals = loads.totals();
@@ -200,6 +211,7 @@ pub fn to_json(binary: &Binary, loads: &BinaryLoads) -> Value {
             "string_loads": totals.string_loads,
             "jump_tables": totals.jump_tables,
             "unresolved_indirect_jumps": totals.unresolved_indirect_jumps,
+            "reasons": reasons(loads),
         },
         "functions": functions,
         "loads": all_loads,
@@ -296,6 +308,11 @@ fn table(binary: &Binary, loads: &BinaryLoads, per_load: bool, global: &Global) 
         totals.jump_tables,
         totals.unresolved_indirect_jumps
     );
+    let why: Vec<String> = reasons(loads)
+        .into_iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    let _ = writeln!(s, "Loads by reason: {}.", why.join(", "));
     if !per_load {
         if !global.quiet {
             let _ = writeln!(
