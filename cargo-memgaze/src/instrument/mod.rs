@@ -35,7 +35,7 @@ use anyhow::{Context, Result, anyhow};
 use elf::{ElfEditor, SIGNATURE, align_up};
 use iced_x86::{Decoder, DecoderOptions, Mnemonic, Register};
 use liveness::RegSet;
-use probe::FastPath;
+use probe::{Counting, FastPath};
 use relocate::{CopyPlan, Insert};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -92,6 +92,7 @@ struct Planned {
     annotation_function: Option<usize>,
     code: FunctionCode,
     inserts: Vec<(usize, Insert)>,
+    block_checks: Vec<(usize, u32)>,
     prologue_call: Option<u64>,
     /// Jump-table targets to patch.
     table_patches: Vec<u64>,
@@ -205,6 +206,9 @@ pub fn instrument(
 
     // ---- 1. plans
     let mut plans: Vec<Planned> = Vec::new();
+    // Per load id: instrumented loads after it in its block, when its block
+    // check counts them (see runtime::RuntimeParams::after_table).
+    let mut after_table: Vec<u16> = vec![0; annotation.loads.len()];
     let mut skipped_loads: Vec<(usize, String)> = Vec::new();
     for &(bi, ai) in &selected {
         let f = &binary.functions()[bi];
@@ -230,12 +234,13 @@ pub fn instrument(
             continue;
         }
         let mut inserts = Vec::new();
+        let mut block_checks = Vec::new();
+        let live = if soft && ai.is_some() {
+            liveness::live_before(&code)
+        } else {
+            Vec::new()
+        };
         if let Some(ai) = ai {
-            let live = if soft {
-                liveness::live_before(&code)
-            } else {
-                Vec::new()
-            };
             for &li in loads_of.get(&(ai as u32)).into_iter().flatten() {
                 let load = &annotation.loads[li];
                 if !load.instrumented {
@@ -256,6 +261,7 @@ pub fn instrument(
                         Insert::Soft {
                             id: load.id,
                             fast: choose_fast_path(live[index]),
+                            counting: Counting::PerLoad,
                         },
                     ));
                 } else {
@@ -278,11 +284,15 @@ pub fn instrument(
             }
         }
         inserts.sort_by_key(|&(i, _)| i);
+        if soft && !inserts.is_empty() {
+            block_checks = count_per_block(&code, &live, &mut inserts, &mut after_table);
+        }
         plans.push(Planned {
             function: bi,
             annotation_function: ai,
             code,
             inserts,
+            block_checks,
             prologue_call: None,
             table_patches: Vec::new(),
         });
@@ -294,7 +304,8 @@ pub fn instrument(
             plans.iter().any(|p| p.function == b) && plans.iter().any(|p| p.function == e)
         });
     report.region_markers = has_regions;
-    let runtime_va = editor.segment_va + 64;
+    let table_va = editor.segment_va + 64;
+    let runtime_va = align_up(table_va + 2 * after_table.len() as u64, 64);
     let rt = if soft {
         Some(
             runtime::generate(&runtime::RuntimeParams {
@@ -303,6 +314,7 @@ pub fn instrument(
                 original_entry: editor.entry,
                 original_fini: editor.fini(),
                 has_regions,
+                after_table: table_va,
             })
             .map_err(|e| anyhow!("assembling the recorder runtime: {e}"))?,
         )
@@ -325,16 +337,18 @@ pub fn instrument(
         64,
     );
     let record_va = rt.as_ref().map_or(0, |r| r.record);
+    let block_va = rt.as_ref().map_or(0, |r| r.block);
     let copies = loop {
         let copy_plans: Vec<CopyPlan<'_>> = plans
             .iter()
             .map(|p| CopyPlan {
                 code: &p.code,
                 inserts: p.inserts.clone(),
+                block_checks: p.block_checks.clone(),
                 prologue_call: p.prologue_call,
             })
             .collect();
-        match relocate::encode(&copy_plans, copies_va, record_va) {
+        match relocate::encode(&copy_plans, copies_va, record_va, block_va) {
             Ok(copies) => break copies,
             Err(combined) => {
                 // Find the functions the encoder refuses and leave them out.
@@ -342,7 +356,8 @@ pub fn instrument(
                     .iter()
                     .enumerate()
                     .filter(|(_, p)| {
-                        relocate::encode(std::slice::from_ref(*p), copies_va, record_va).is_err()
+                        relocate::encode(std::slice::from_ref(*p), copies_va, record_va, block_va)
+                            .is_err()
                     })
                     .map(|(i, _)| i)
                     .collect();
@@ -558,6 +573,10 @@ pub fn instrument(
     // ---- 5. segment
     let mut segment = SIGNATURE.to_vec();
     segment.resize(64, 0);
+    for entry in &after_table {
+        segment.extend_from_slice(&entry.to_le_bytes());
+    }
+    segment.resize((runtime_va - editor.segment_va) as usize, 0);
     if let Some(rt) = &rt {
         segment.extend_from_slice(&rt.code);
     }
@@ -627,10 +646,27 @@ pub fn instrument(
     for plan in &plans {
         for &(_, insert) in &plan.inserts {
             let name = match insert {
-                Insert::Soft { fast, .. } => fast.name(),
-                Insert::Ptwrite => "ptwrite",
+                Insert::Soft {
+                    fast,
+                    counting: Counting::Checked,
+                    ..
+                } => {
+                    format!("{} check", fast.name())
+                }
+                Insert::Soft {
+                    fast,
+                    counting: Counting::PerLoad,
+                    ..
+                } => {
+                    format!("{} count", fast.name())
+                }
+                Insert::Ptwrite => "ptwrite".into(),
             };
-            *report.probe_kinds.entry(name.to_string()).or_default() += 1;
+            *report.probe_kinds.entry(name).or_default() += 1;
+        }
+        if !plan.block_checks.is_empty() {
+            *report.probe_kinds.entry("block checks".into()).or_default() +=
+                plan.block_checks.len();
         }
     }
     let (entry, fini) = match &rt {
@@ -643,6 +679,46 @@ pub fn instrument(
         annotation,
         report,
     })
+}
+
+/// Turns the probes of every block that has a flags-dead point before its
+/// first probed load into checks counted by one block check there; returns
+/// the block checks and fills `after_table` for their loads.
+fn count_per_block(
+    code: &FunctionCode,
+    live: &[RegSet],
+    inserts: &mut [(usize, Insert)],
+    after_table: &mut [u16],
+) -> Vec<(usize, u32)> {
+    let mut checks = Vec::new();
+    let mut start = 0;
+    while start < inserts.len() {
+        let block = code.block_of[inserts[start].0];
+        let mut end = start;
+        while end < inserts.len() && code.block_of[inserts[end].0] == block {
+            end += 1;
+        }
+        let first = code.blocks[block as usize].first as usize;
+        let at = (first..=inserts[start].0)
+            .rev()
+            .find(|&i| !live[i].has_flags());
+        let loads = (end - start) as u32;
+        // One load: counting it in its own probe is cheaper than a check.
+        if let Some(at) = at
+            && loads >= 2
+            && loads <= u16::MAX as u32
+        {
+            checks.push((at, loads));
+            for (n, (_, insert)) in inserts[start..end].iter_mut().enumerate() {
+                if let Insert::Soft { id, counting, .. } = insert {
+                    *counting = Counting::Checked;
+                    after_table[*id as usize] = (end - start - n - 1) as u16;
+                }
+            }
+        }
+        start = end;
+    }
+    checks
 }
 
 /// The fast path for a load given what is live before it.

@@ -2,23 +2,35 @@
 //!
 //! # Soft mode
 //!
-//! A *fast path* decrements the thread's countdown (`fs:0x38`, see
-//! [`super::runtime`]) and falls through to the load; when the countdown
-//! is zero it branches to an out-of-line *slow stub* that computes the
-//! load's effective address with a `lea` of the load's own operand and
-//! calls the runtime. Four fast paths, chosen per load from register and
-//! flags liveness:
+//! Executions are counted per basic block where possible. A *block check*
+//! at a point of the block where the status flags are dead, before its first
+//! instrumented load, subtracts the block's `k` instrumented loads from the
+//! thread's countdown (`fs:0x38`, see [`super::runtime`]):
+//! `sub qword fs:[0x38], k; jbe block_stub`. The stub calls the runtime only
+//! when the countdown runs out within the block (or a window is open, where
+//! the countdown is held at zero). Each load then has a *check* that only
+//! reads the countdown and calls the runtime to record while it is zero. One
+//! read-modify-write of the counter per block instead of one per load keeps
+//! the store-to-load dependency chain through the counter short.
 //!
-//! | variant | when | fast path |
+//! Blocks without a flags-dead point before their first load count per load
+//! instead (*count* probes: decrement, and record when zero).
+//!
+//! Per-load checks and counts keep the application's state intact in one
+//! of four ways, chosen from register and flags liveness:
+//!
+//! | variant | when | check / count |
 //! |---|---|---|
-//! | [`FastPath::FlagsDead`] | status flags dead | `sub qword fs:[0x38],1; jb slow` |
-//! | [`FastPath::RcxDead`] | flags live, rcx dead | `mov rcx,fs:[0x38]; jrcxz slow; lea rcx,[rcx-1]; mov fs:[0x38],rcx` |
+//! | [`FastPath::FlagsDead`] | status flags dead | `cmp qword fs:[0x38],0; je slow` / `sub qword fs:[0x38],1; jb slow` |
+//! | [`FastPath::RcxDead`] | flags live, rcx dead | `mov rcx,fs:[0x38]; jrcxz slow` (count: `; lea rcx,[rcx-1]; mov fs:[0x38],rcx`) |
 //! | [`FastPath::SaveIn`] | flags and rcx live, another register dead | the same between `mov r,rcx` … `mov rcx,r` |
 //! | [`FastPath::Stack`] | nothing dead | the same between `lea rsp,[rsp-128]; push rcx` … `pop rcx; lea rsp,[rsp+128]` (red zone) |
 //!
-//! The `sub`/`jb` form wraps a zero countdown to −1; its slow stub stores
-//! zero back before calling the runtime, so every variant sees the same
-//! state. The slow stub always returns to the load itself.
+//! The counting `sub`/`jb` form wraps a zero countdown to −1; its slow stub
+//! stores zero back before calling the runtime, so every variant sees the
+//! same state. A slow stub computes the load's effective address with a
+//! `lea` of the load's own operand, calls the runtime, and returns to the
+//! load itself.
 //!
 //! # Ptwrite mode
 //!
@@ -124,25 +136,46 @@ fn branch(code: Code, target: u64) -> Instruction {
     Instruction::with_branch(code, target).expect("valid branch")
 }
 
-/// Appends the soft fast path; its first instruction takes `ip` (the
+/// Whether a load probe counts its own execution or only checks (its
+/// block's check counted it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Counting {
+    /// Decrement the countdown; record when it is zero.
+    PerLoad,
+    /// Only test the countdown; record when it is zero.
+    Checked,
+}
+
+/// Appends a load's fast path; its first instruction takes `ip` (the
 /// load's original address, so branches to the load run the probe).
-pub fn soft_fast_path(fast: FastPath, ip: u64, slow: u64, out: &mut Vec<Instruction>) {
+pub fn soft_fast_path(
+    fast: FastPath,
+    counting: Counting,
+    ip: u64,
+    slow: u64,
+    out: &mut Vec<Instruction>,
+) {
     let start = out.len();
+    let count = counting == Counting::PerLoad;
     match fast {
-        FastPath::FlagsDead => {
+        FastPath::FlagsDead if count => {
             out.push(i2(Code::Sub_rm64_imm8, fs_countdown(), 1));
             out.push(branch(Code::Jb_rel32_64, slow));
         }
-        FastPath::RcxDead => countdown_jrcxz(slow, out),
+        FastPath::FlagsDead => {
+            out.push(i2(Code::Cmp_rm64_imm8, fs_countdown(), 0));
+            out.push(branch(Code::Je_rel32_64, slow));
+        }
+        FastPath::RcxDead => countdown_jrcxz(count, slow, out),
         FastPath::SaveIn(reg) => {
             out.push(i2(Code::Mov_r64_rm64, reg, Register::RCX));
-            countdown_jrcxz(slow, out);
+            countdown_jrcxz(count, slow, out);
             out.push(i2(Code::Mov_r64_rm64, Register::RCX, reg));
         }
         FastPath::Stack => {
             out.push(lea(Register::RSP, Register::RSP, -RED_ZONE));
             out.push(Instruction::with1(Code::Push_r64, Register::RCX).expect("push"));
-            countdown_jrcxz(slow, out);
+            countdown_jrcxz(count, slow, out);
             out.push(Instruction::with1(Code::Pop_r64, Register::RCX).expect("pop"));
             out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
         }
@@ -150,11 +183,38 @@ pub fn soft_fast_path(fast: FastPath, ip: u64, slow: u64, out: &mut Vec<Instruct
     out[start] = with_ip(out[start], ip);
 }
 
-fn countdown_jrcxz(slow: u64, out: &mut Vec<Instruction>) {
+fn countdown_jrcxz(count: bool, slow: u64, out: &mut Vec<Instruction>) {
     out.push(i2(Code::Mov_r64_rm64, Register::RCX, fs_countdown()));
     out.push(branch(Code::Jrcxz_rel8_64, slow));
-    out.push(lea(Register::RCX, Register::RCX, -1));
-    out.push(i2(Code::Mov_rm64_r64, fs_countdown(), Register::RCX));
+    if count {
+        out.push(lea(Register::RCX, Register::RCX, -1));
+        out.push(i2(Code::Mov_rm64_r64, fs_countdown(), Register::RCX));
+    }
+}
+
+/// Appends a block check subtracting `loads` from the countdown (flags must
+/// be dead); its first instruction takes `ip`. Branches to `stub` when the
+/// countdown does not cover the block.
+pub fn block_check(loads: u32, ip: u64, stub: u64, out: &mut Vec<Instruction>) {
+    let code = if loads <= 127 {
+        Code::Sub_rm64_imm8
+    } else {
+        Code::Sub_rm64_imm32
+    };
+    out.push(with_ip(i2(code, fs_countdown(), loads as i32), ip));
+    out.push(branch(Code::Jbe_rel32_64, stub));
+}
+
+/// Appends the stub of a block check: calls the runtime's block entry with
+/// `loads` and returns to `resume`.
+pub fn block_stub(loads: u32, stub: u64, resume: u64, block: u64, out: &mut Vec<Instruction>) {
+    out.push(with_ip(lea(Register::RSP, Register::RSP, -RED_ZONE), stub));
+    out.push(Instruction::with1(Code::Push_r64, Register::RDI).expect("push"));
+    out.push(i2(Code::Mov_r32_imm32, Register::EDI, loads as i32));
+    out.push(branch(Code::Call_rel32_64, block));
+    out.push(Instruction::with1(Code::Pop_r64, Register::RDI).expect("pop"));
+    out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
+    out.push(branch(Code::Jmp_rel32_64, resume));
 }
 
 /// Why a load's operand cannot be recomputed by a probe.
@@ -189,6 +249,7 @@ pub fn unsupported_operand(load: &Instruction) -> Option<&'static str> {
 /// ends with a jump to `resume` (the load's IP in the copy).
 pub fn soft_slow_stub(
     fast: FastPath,
+    counting: Counting,
     load: &Instruction,
     id: u32,
     slow: u64,
@@ -198,8 +259,10 @@ pub fn soft_slow_stub(
 ) {
     let start = out.len();
     match fast {
-        FastPath::FlagsDead => out.push(i2(Code::Mov_rm64_imm32, fs_countdown(), 0)),
-        FastPath::RcxDead => {}
+        FastPath::FlagsDead if counting == Counting::PerLoad => {
+            out.push(i2(Code::Mov_rm64_imm32, fs_countdown(), 0))
+        }
+        FastPath::FlagsDead | FastPath::RcxDead => {}
         FastPath::SaveIn(reg) => out.push(i2(Code::Mov_r64_rm64, Register::RCX, reg)),
         FastPath::Stack => {
             out.push(Instruction::with1(Code::Pop_r64, Register::RCX).expect("pop"));
@@ -318,16 +381,22 @@ mod tests {
             FastPath::SaveIn(Register::R11),
             FastPath::Stack,
         ] {
-            let mut insns = Vec::new();
-            soft_fast_path(fast, 0x1000, 0x2000, &mut insns);
-            assert_eq!(insns[0].ip(), 0x1000);
-            assert!(insns[1..].iter().all(|i| i.ip() == 0));
-            let mut stub = Vec::new();
-            let load = decode_one(&[0x8b, 0x04, 0x8f]); // mov eax,[rdi+rcx*4]
-            soft_slow_stub(fast, &load, 7, 0x2000, 0x1000, 0x3000, &mut stub);
-            assert_eq!(stub[0].ip(), 0x2000);
-            let decoded = assemble(&stub, 0x2000);
-            assert!(decoded.iter().any(|i| i.code() == Code::Call_rel32_64));
+            for counting in [Counting::PerLoad, Counting::Checked] {
+                let mut insns = Vec::new();
+                soft_fast_path(fast, counting, 0x1000, 0x2000, &mut insns);
+                assert_eq!(insns[0].ip(), 0x1000);
+                assert!(insns[1..].iter().all(|i| i.ip() == 0));
+                let writes_counter = insns
+                    .iter()
+                    .any(|i| i.code() == Code::Sub_rm64_imm8 || i.code() == Code::Mov_rm64_r64);
+                assert_eq!(writes_counter, counting == Counting::PerLoad, "{fast:?}");
+                let mut stub = Vec::new();
+                let load = decode_one(&[0x8b, 0x04, 0x8f]); // mov eax,[rdi+rcx*4]
+                soft_slow_stub(fast, counting, &load, 7, 0x2000, 0x1000, 0x3000, &mut stub);
+                assert_eq!(stub[0].ip(), 0x2000);
+                let decoded = assemble(&stub, 0x2000);
+                assert!(decoded.iter().any(|i| i.code() == Code::Call_rel32_64));
+            }
         }
     }
 

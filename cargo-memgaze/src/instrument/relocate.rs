@@ -15,7 +15,7 @@
 //! when the address happens to be an instruction of the block. Their
 //! displacements are therefore rewritten after encoding.
 
-use super::probe::{self, FastPath};
+use super::probe::{self, Counting, FastPath};
 use crate::binary::FunctionCode;
 use anyhow::{Result, anyhow, bail};
 use iced_x86::{
@@ -31,6 +31,8 @@ pub enum Insert {
         id: u32,
         /// Fast-path variant.
         fast: FastPath,
+        /// Counted here or by its block's check.
+        counting: Counting,
     },
     /// `ptwrite` of the source registers.
     Ptwrite,
@@ -42,6 +44,8 @@ pub struct CopyPlan<'a> {
     pub code: &'a FunctionCode,
     /// `(instruction index, insert)`, sorted by index.
     pub inserts: Vec<(usize, Insert)>,
+    /// `(instruction index, loads)`: block checks, sorted by index.
+    pub block_checks: Vec<(usize, u32)>,
     /// A call placed before the first instruction (region marker hooks).
     pub prologue_call: Option<u64>,
 }
@@ -91,7 +95,7 @@ const FAKE_BASE: u64 = 0xffff_f000_0000_0000;
 
 /// Encodes the copies of `plans` at `base`. `record` is the runtime's slow
 /// path. Fails with the address of an instruction the encoder refused.
-pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64) -> Result<Copies> {
+pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64, block: u64) -> Result<Copies> {
     let mut all: Vec<Instruction> = Vec::new();
     let mut fake = FAKE_BASE;
     let mut next_fake = || {
@@ -111,42 +115,52 @@ pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64) -> Result<Copies> 
         let mut first = Vec::with_capacity(code.instructions.len());
         let mut stubs: Vec<Instruction> = Vec::new();
         let mut inserts = plan.inserts.iter().peekable();
+        let mut checks = plan.block_checks.iter().peekable();
         for (i, original) in code.instructions.iter().enumerate() {
             first.push(all.len());
             let ip = original.ip();
-            // Whether an inserted instruction already carries `ip`.
-            let mut ip_taken = false;
+            // The address the next emitted instruction must carry: the
+            // original one first, then a block check's resume label.
+            let mut label = ip;
             if i == 0
                 && let Some(target) = plan.prologue_call
             {
                 let mut call = Instruction::with_branch(Code::Call_rel32_64, target)?;
-                call.set_ip(ip);
+                call.set_ip(label);
                 all.push(call);
-                ip_taken = true;
+                label = 0;
+            }
+            if let Some(&(_, loads)) = checks.next_if(|&&(index, _)| index == i) {
+                let stub = next_fake();
+                let resume = next_fake();
+                probe::block_check(loads, label, stub, &mut all);
+                probe::block_stub(loads, stub, resume, block, &mut stubs);
+                label = resume;
             }
             let mut insn = *original;
-            let label = |taken: bool| if taken { 0 } else { ip };
             match inserts
                 .next_if(|&&(index, _)| index == i)
                 .map(|&(_, ins)| ins)
             {
-                Some(Insert::Soft { id, fast }) => {
+                Some(Insert::Soft { id, fast, counting }) => {
                     let slow = next_fake();
                     let resume = next_fake();
-                    probe::soft_fast_path(fast, label(ip_taken), slow, &mut all);
-                    ip_taken = true;
+                    probe::soft_fast_path(fast, counting, label, slow, &mut all);
+                    label = 0;
                     insn.set_ip(resume);
-                    probe::soft_slow_stub(fast, &insn, id, slow, resume, record, &mut stubs);
+                    probe::soft_slow_stub(
+                        fast, counting, &insn, id, slow, resume, record, &mut stubs,
+                    );
                 }
                 Some(Insert::Ptwrite) => {
-                    if probe::ptwrite(&insn, label(ip_taken), &mut all) > 0 {
-                        ip_taken = true;
+                    if probe::ptwrite(&insn, label, &mut all) > 0 {
+                        label = 0;
                     }
                 }
                 None => {}
             }
-            if ip_taken && insn.ip() == ip {
-                insn.set_ip(0);
+            if insn.ip() == ip {
+                insn.set_ip(label);
             }
             if insn.is_ip_rel_memory_operand() {
                 rip_fixes.push((all.len(), insn.ip_rel_memory_address()));
