@@ -585,6 +585,8 @@ pub fn instrument(
     segment.resize((tail_va - editor.segment_va) as usize, 0xcc);
     segment.extend_from_slice(&tail);
     report.segment_bytes = segment.len();
+    report.copies_start = copies_va;
+    report.copies_end = copies_va + copies.code.len() as u64;
 
     // ---- 6. annotation and report
     annotation.mode = Some(options.mode);
