@@ -122,7 +122,7 @@ fn system_and_rust_binaries_resolve_most_indirect_jumps() {
         let binary = Binary::open(path).unwrap();
         let (indirect, tables, tail) = check_invariants(&binary);
         eprintln!(
-            "{}: {} functions, {indirect} indirect jumps, {tables} tables, {tail} tail calls through memory",
+            "{}: {} functions, {indirect} indirect jumps, {tables} tables, {tail} tail calls",
             path.display(),
             binary.functions().len()
         );

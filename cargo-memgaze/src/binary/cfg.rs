@@ -15,6 +15,7 @@
 use super::dominators::Dominators;
 use super::jump_tables::{self, JumpTable, Recognised};
 use super::loops::LoopForest;
+use super::stack::{self, StackPos};
 use iced_x86::{Code, FlowControl, Instruction, Mnemonic, OpKind, Register};
 use std::collections::HashMap;
 
@@ -123,9 +124,10 @@ pub struct CallSite {
 pub enum IndirectJumpKind {
     /// A recognised jump table (index into [`FunctionCode::jump_tables`]).
     JumpTable(usize),
-    /// A tail call through a code pointer read from memory without an
-    /// index: `jmp [rip+X]` (GOT), or `jmp r` after `mov r, [b+d]` (vtable,
-    /// closure, GOT). It leaves the function.
+    /// A tail call: a jump to a code pointer read from memory (`jmp [m]`,
+    /// `jmp r` after `mov r, [b+d]`: GOT, vtable, closure; or a constant
+    /// table of function pointers), or `jmp r` of a computed pointer once the
+    /// frame is torn down. It leaves the function.
     TailCall,
     /// Anything else (`jmp rax` of a function pointer, unrecognised tables).
     Unresolved,
@@ -222,6 +224,7 @@ impl FunctionCode {
         // Indirect jumps and jump tables.
         let mut indirect_jumps = Vec::new();
         let mut jump_tables: Vec<JumpTable> = Vec::new();
+        let mut not_table_shaped: Vec<usize> = Vec::new();
         let slicer = jump_tables::Slicer {
             instructions: &instructions,
             sources: &sources,
@@ -239,6 +242,10 @@ impl FunctionCode {
                         IndirectJumpKind::JumpTable(jump_tables.len() - 1)
                     }
                     Some(Recognised::TailCall) => IndirectJumpKind::TailCall,
+                    Some(Recognised::NotTableShaped) => {
+                        not_table_shaped.push(indirect_jumps.len());
+                        IndirectJumpKind::Unresolved
+                    }
                     None => IndirectJumpKind::Unresolved,
                 }
             };
@@ -385,7 +392,7 @@ impl FunctionCode {
             }
         }
 
-        FunctionCode {
+        let mut code = FunctionCode {
             start,
             end,
             instructions,
@@ -396,7 +403,21 @@ impl FunctionCode {
             jump_tables,
             branch_targets,
             invalid_instructions: invalid,
+        };
+        // `jmp r` of a computed pointer after the frame is torn down (the
+        // stack pointer back where it was at entry) is a tail call.
+        if !not_table_shaped.is_empty() {
+            let mut info = iced_x86::InstructionInfoFactory::new();
+            let fp = stack::frame_pointer(&code, &mut info);
+            let positions = stack::positions(&code, fp);
+            for k in not_table_shaped {
+                let j = &mut code.indirect_jumps[k];
+                if positions[j.instruction as usize] == Some(StackPos::entry(0)) {
+                    j.kind = IndirectJumpKind::TailCall;
+                }
+            }
         }
+        code
     }
 
     /// The block holding instruction `index`.
@@ -430,12 +451,11 @@ impl FunctionCode {
     }
 }
 
-/// `jmp [rip+X]` or `jmp [abs]` without index: a jump through a pointer
-/// slot, i.e. a tail call via the GOT.
+/// `jmp [m]` without index: a jump through one pointer slot (GOT entry,
+/// vtable slot), i.e. a tail call.
 fn is_memory_tail_call(insn: &Instruction) -> bool {
     insn.op0_kind() == OpKind::Memory
         && insn.memory_index() == Register::None
-        && matches!(insn.memory_base(), Register::None | Register::RIP)
         && insn.code() != Code::INVALID
 }
 
@@ -526,5 +546,27 @@ mod tests {
         assert_eq!(f.blocks[2].terminator, Terminator::IndirectJump);
         assert_eq!(f.indirect_jumps[0].kind, IndirectJumpKind::TailCall);
         assert_eq!(f.unresolved_indirect_jumps(), 0);
+    }
+
+    #[test]
+    fn computed_jump_is_a_tail_call_only_once_the_frame_is_gone() {
+        let torn_down = assemble(|a| {
+            a.push(rbx)?;
+            a.mov(rax, rdi)?;
+            a.pop(rbx)?;
+            a.jmp(rax)
+        });
+        assert_eq!(
+            cfg(&torn_down).indirect_jumps[0].kind,
+            IndirectJumpKind::TailCall
+        );
+        let inside_frame = assemble(|a| {
+            a.push(rbx)?;
+            a.mov(rax, rdi)?;
+            a.jmp(rax)
+        });
+        let f = cfg(&inside_frame);
+        assert_eq!(f.indirect_jumps[0].kind, IndirectJumpKind::Unresolved);
+        assert_eq!(f.unresolved_indirect_jumps(), 1);
     }
 }

@@ -192,23 +192,27 @@ pub(crate) fn check_ident(data: &[u8]) -> Result<(), BinaryError> {
     if data.len() < 4 || &data[..4] != b"\x7fELF" {
         return Err(BinaryError::NotElf(describe_start(data)));
     }
-    if data.len() < 64 {
-        return Err(BinaryError::Truncated(format!(
+    let truncated = || {
+        BinaryError::Truncated(format!(
             "the file has {} bytes, fewer than an ELF header (64)",
             data.len()
-        )));
-    }
-    match data[4] {
-        2 => {}
-        1 => return Err(BinaryError::Not64Bit),
-        other => {
+        ))
+    };
+    match data.get(4) {
+        Some(2) => {}
+        Some(1) => return Err(BinaryError::Not64Bit),
+        Some(other) => {
             return Err(BinaryError::Malformed(format!(
                 "unknown ELF class {other} in e_ident"
             )));
         }
+        None => return Err(truncated()),
     }
-    if data[5] != 1 {
+    if data.get(5).is_some_and(|&d| d != 1) {
         return Err(BinaryError::BigEndian);
+    }
+    if data.len() < 64 {
+        return Err(truncated());
     }
     let machine = u16::from_le_bytes([data[18], data[19]]);
     if machine != EM_X86_64 {

@@ -247,9 +247,14 @@ enum Location {
 /// What an indirect jump turned out to be.
 pub(crate) enum Recognised {
     Table(JumpTable),
-    /// `jmp r` with `r` loaded from memory without an index: a tail call
-    /// through a code pointer.
+    /// A jump to a code pointer read from memory: without an index, or from
+    /// a constant table whose entries leave the function (dispatch tables of
+    /// function pointers). A tail call.
     TailCall,
+    /// `jmp r` with `r` computed in a way no jump table is (a function
+    /// pointer from an argument or a call): unresolved unless the frame is
+    /// torn down, which makes it a tail call.
+    NotTableShaped,
 }
 
 /// Tries to resolve the indirect jump at instruction `j`.
@@ -268,25 +273,44 @@ pub(crate) fn recognise(
         OpKind::Memory => table_operand(slicer, &mut info, j, 8)?,
         OpKind::Register => {
             let r = jmp.op0_register().full_register();
-            let d = slicer.find_def(&mut info, r, j)?;
+            // Table dispatch computes the target right before the jump; a
+            // register set on several paths is some other code pointer.
+            let Some(d) = slicer.find_def(&mut info, r, j) else {
+                return Some(Recognised::NotTableShaped);
+            };
             let def = &insns[d];
             match def.mnemonic() {
                 Mnemonic::Mov if def.op1_kind() == OpKind::Memory => {
                     if def.memory_index() == Register::None {
                         return Some(Recognised::TailCall);
                     }
-                    table_operand(slicer, &mut info, d, 8)?
+                    match table_operand(slicer, &mut info, d, 8) {
+                        Some(shape) => shape,
+                        // Indexed from a non-constant base: a code pointer
+                        // read from a data structure.
+                        None => return Some(Recognised::NotTableShaped),
+                    }
                 }
                 Mnemonic::Add
                     if def.op0_kind() == OpKind::Register && def.op1_kind() == OpKind::Register =>
                 {
                     relative_shape(slicer, &mut info, d)?
                 }
-                _ => return None,
+                _ => return Some(Recognised::NotTableShaped),
             }
         }
         _ => return None,
     };
+    // A table of 8-byte pointers whose first entry leaves the function is a
+    // table of code pointers (a dispatch tail call), not a jump table.
+    if shape.entries == JumpTableEntries::Absolute
+        && let Some(bytes) = memory.read(shape.table, 8)
+    {
+        let first = u64::from_le_bytes(bytes.try_into().ok()?);
+        if first < start || first >= end {
+            return Some(Recognised::TailCall);
+        }
+    }
     let bound = find_bound(slicer, &mut info, shape.index_at, shape.index);
     let limit = match bound {
         JumpTableBound::Compare(n) | JumpTableBound::Mask(n) | JumpTableBound::Scanned(n) => {

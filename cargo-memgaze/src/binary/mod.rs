@@ -26,6 +26,7 @@ pub mod functions;
 pub mod jump_tables;
 pub mod lines;
 pub mod loops;
+pub mod stack;
 
 pub use cfg::{
     BasicBlock, CallSite, FlatMemory, FunctionCode, IndirectJump, IndirectJumpKind, Memory,
@@ -37,6 +38,7 @@ pub use functions::{DiscoveryStats, Function, FunctionSource};
 pub use jump_tables::{JumpTable, JumpTableBound, JumpTableEntries};
 pub use lines::{LineTable, SourceLocation};
 pub use loops::{Loop, LoopForest};
+pub use stack::StackPos;
 
 use crate::trace::BinaryIdentity;
 use anyhow::Context as _;
@@ -94,9 +96,11 @@ impl Binary {
     /// Parses bytes already in memory; `path` is only recorded.
     pub fn from_bytes(path: &Path, data: Vec<u8>, allow_shared: bool) -> anyhow::Result<Binary> {
         elf::check_ident(&data)?;
-        let elf = Elf::parse(&data).map_err(|e| {
-            BinaryError::Truncated(format!("goblin cannot parse the headers ({e})"))
-        })?;
+        let header = Elf::parse_header(&data)
+            .map_err(|e| BinaryError::Malformed(format!("unreadable ELF header ({e})")))?;
+        elf::check_extents(data.len() as u64, &header, &[], &[])?;
+        let elf = Elf::parse(&data)
+            .map_err(|e| BinaryError::Malformed(format!("unreadable headers ({e})")))?;
         let sections: Vec<Section> = elf
             .section_headers
             .iter()
