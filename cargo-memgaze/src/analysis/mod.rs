@@ -1,2 +1,1370 @@
 //! Locality metrics of a trace (spec/METRICS.md): summary, trace windows,
-//! code windows, reuse distance, execution intervals and hot regions.
+//! code windows per function, per-load table, reuse distance, execution
+//! interval tree and hot regions — all in one streaming pass.
+//!
+//! [`Analyzer`] takes records one at a time ([`Analyzer::push`]) and keeps
+//! state proportional to the distinct addresses and blocks of the trace,
+//! never to its length; [`analyze_trace`] drives it from a
+//! [`TraceReader`]. The result is a plain [`Analysis`] (JSON schema
+//! `memgaze.analysis.v1`, see [`result`]) with a terminal rendering in
+//! [`table`].
+//!
+//! How each metric is computed in O(1) or O(log n) per access:
+//! - footprints of every window size at once: [`windows`];
+//! - reuse distance (Olken/Fenwick, compacted time axis): [`reuse`];
+//! - inter-sample windows (execution interval tree): [`intervals`];
+//! - hot regions (location zoom tree), from per-line totals at the end:
+//!   [`regions`].
+//!
+//! Per-sample state is stamped with a *piece* id (a sample of one thread)
+//! instead of being cleared, so the thousands of small samples of a sampled
+//! trace cost O(sample size) each, not O(table size).
+
+use crate::trace::{Backend, LoadClass, Record, TraceHeader, TraceReader, TraceTotals};
+use anyhow::{Context, Result, bail};
+use std::io::Read;
+
+mod addr_table;
+mod intervals;
+mod regions;
+pub mod result;
+mod reuse;
+pub mod table;
+mod windows;
+
+pub use result::*;
+
+use addr_table::{AddrTable, ByteAddresses, LineNumbers};
+use intervals::IntervalBuilder;
+use regions::LineStat;
+use reuse::{BlockLocal, ReuseTracker};
+use windows::{AddrLocal, Lasts, LevelSums, NO_LASTS, WindowEngine, last_of};
+
+/// Records processed late so that their table slots can be prefetched.
+const PREFETCH_DISTANCE: usize = 16;
+
+/// A record waiting in the prefetch queue.
+#[derive(Clone, Copy, Debug, Default)]
+struct Pending {
+    load: u32,
+    addr: u64,
+    sample: u64,
+    thread: u32,
+}
+
+/// Accesses per (page, load site), behind a direct-mapped cache: a region
+/// of a few thousand pages never reaches the map.
+struct PageLoads {
+    cache: Vec<(u64, u32, u64)>,
+    map: Map<(u64, u32), u64>,
+}
+
+impl PageLoads {
+    const CACHE: usize = 4096;
+
+    fn new() -> Self {
+        PageLoads {
+            cache: vec![(NONE, 0, 0); Self::CACHE],
+            map: Map::default(),
+        }
+    }
+
+    #[inline]
+    fn add(&mut self, page: u64, load: u32) {
+        let i =
+            (page.wrapping_add(u64::from(load).wrapping_mul(0x9e37_79b9)) as usize) % Self::CACHE;
+        let e = &mut self.cache[i];
+        if e.0 == page && e.1 == load {
+            e.2 += 1;
+        } else {
+            if e.2 > 0 {
+                *self.map.entry((e.0, e.1)).or_insert(0) += e.2;
+            }
+            *e = (page, load, 1);
+        }
+    }
+
+    /// Every (page, load, accesses), sorted.
+    fn drain(&mut self) -> Vec<(u64, u32, u64)> {
+        for &(page, load, count) in &self.cache {
+            if count > 0 {
+                *self.map.entry((page, load)).or_insert(0) += count;
+            }
+        }
+        self.cache.fill((NONE, 0, 0));
+        let mut all: Vec<(u64, u32, u64)> = self.map.drain().map(|((p, l), c)| (p, l, c)).collect();
+        all.sort_unstable();
+        all
+    }
+}
+
+/// Hash map with a fast, deterministic hasher.
+pub(crate) type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;
+/// "No position" / "no block".
+pub(crate) const NONE: u64 = u64::MAX;
+/// Window levels `k` tracked: `0..LEVELS`.
+pub(crate) const LEVELS: usize = 32;
+/// Largest `k` of the trace-window histogram of a full trace (METRICS.md).
+pub const FULL_TRACE_MAX_K: u32 = 20;
+/// Largest code-window exponent `--code-window` accepts.
+pub const MAX_CODE_WINDOW_K: u32 = 24;
+
+/// Parameters of an analysis. `Default` gives the values of spec/METRICS.md.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AnalysisOptions {
+    /// Access block for reuse distance, bytes (power of two; default 64).
+    pub block: u64,
+    /// Code-window exponent `k_c`; default `⌊log2 min(w, 1024)⌋` (10 for a
+    /// full trace).
+    pub code_window_k: Option<u32>,
+    /// Largest trace-window `k` (default 20, the full-trace limit; a
+    /// sampled trace stops at `⌊log2 w⌋` below it).
+    pub max_k: u32,
+    /// Hot-region threshold `t`, percent of the parent region's accesses.
+    pub region_threshold_percent: f64,
+    /// Smallest zoom page, bytes (power of two, ≥ 64; default 4096).
+    pub region_min_page: u64,
+    /// Analyse only records of functions whose name matches this glob
+    /// (records outside any function are left out too).
+    pub functions: Option<String>,
+}
+
+impl Default for AnalysisOptions {
+    fn default() -> Self {
+        AnalysisOptions {
+            block: 64,
+            code_window_k: None,
+            max_k: FULL_TRACE_MAX_K,
+            region_threshold_percent: 10.0,
+            region_min_page: 4096,
+            functions: None,
+        }
+    }
+}
+
+/// Reads a whole trace and analyses it.
+pub fn analyze_trace<R: Read>(
+    mut reader: TraceReader<R>,
+    options: &AnalysisOptions,
+) -> Result<Analysis> {
+    let mut analyzer = Analyzer::new(reader.header(), options)?;
+    while let Some(raw) = reader.next_raw()? {
+        analyzer.push_load(raw.load, raw.addr, raw.sample, raw.thread);
+    }
+    let totals = *reader.totals().context("trace ended without totals")?;
+    Ok(analyzer.finish(&totals))
+}
+
+// ---------------------------------------------------------------------------
+// State
+// ---------------------------------------------------------------------------
+
+/// A load site as the analysis sees it.
+#[derive(Clone, Debug)]
+struct LoadSlot {
+    ip: u64,
+    class: LoadClass,
+    implied: u32,
+    function: Option<u32>,
+    line: Option<String>,
+    proxy: Option<u32>,
+    included: bool,
+    count: u64,
+    d_sum: u64,
+    d_count: u64,
+}
+
+/// Everything about an address: whole-trace facts and, for the first
+/// thread of the current sample, its per-piece positions — one 64-byte
+/// slot of [`AddrTable`], found with one lookup per access.
+#[derive(Clone, Copy, Debug)]
+struct AddrEntry {
+    /// Positions in the piece's trace-window sequence.
+    lasts: Lasts,
+    /// Positions in the owner function's sequence (same piece).
+    function_lasts: Lasts,
+    /// Piece of `lasts` and `function_lasts`.
+    piece: u32,
+    /// Strided and Irregular accesses (until one would overflow; then the
+    /// counts move to [`Analyzer::mixed_counts`]).
+    counts: [u32; 2],
+    /// Function (index + 1) whose sequence state lives here; other
+    /// functions keep theirs in [`FunctionEngine::addrs`].
+    owner: u32,
+    /// Last piece (index + 1) touching it, for the interval tree.
+    interval_last: u32,
+    /// Set when its counts are in [`Analyzer::mixed_counts`].
+    counts_elsewhere: bool,
+}
+
+impl Default for AddrEntry {
+    fn default() -> Self {
+        AddrEntry {
+            lasts: NO_LASTS,
+            function_lasts: NO_LASTS,
+            piece: 0,
+            counts: [0; 2],
+            owner: 0,
+            interval_last: 0,
+            counts_elsewhere: false,
+        }
+    }
+}
+
+/// Everything about a 64-byte line (one slot of [`AddrTable`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct LineEntry {
+    a: u64,
+    d_sum: u64,
+    d_count: u64,
+    /// Position of its last access in the piece's sequence (`F_lines`).
+    last: u64,
+    /// Reuse-distance state when the access block is 64 bytes; its `piece`
+    /// also stamps `last`.
+    block: BlockLocal,
+    interval_last: u32,
+}
+
+/// Per-piece state of a line in a side map.
+#[derive(Clone, Copy, Debug, Default)]
+struct LineLocal {
+    last: u64,
+    block: BlockLocal,
+}
+
+/// Per-piece maps of a thread that is not the first of its sample (the
+/// first one keeps its per-piece state inside the whole-trace entries).
+#[derive(Default)]
+struct SideMaps {
+    addrs: Map<u64, AddrLocal>,
+    lines: Map<u64, LineLocal>,
+    blocks: Map<u64, BlockLocal>,
+    /// Addresses and lines first touched in this piece; they enter the
+    /// interval tree when the piece closes, in piece order.
+    first_addrs: Vec<u64>,
+    first_lines: Vec<u64>,
+}
+
+/// A function's own access sequence in the current piece.
+struct FunctionEngine {
+    engine: WindowEngine,
+    /// Sequence state of addresses this function does not own.
+    addrs: Map<u64, AddrLocal>,
+}
+
+/// Everything about one thread of the current sample.
+struct ThreadState {
+    piece: u32,
+    thread: u32,
+    engine: WindowEngine,
+    reuse: ReuseTracker,
+    functions: Vec<Option<Box<FunctionEngine>>>,
+    side: Option<Box<SideMaps>>,
+    a: u64,
+    a_const: u64,
+    d_sum: u64,
+    d_count: u64,
+}
+
+/// Whole-trace accumulators of a function.
+#[derive(Clone)]
+struct FunctionAcc {
+    name: String,
+    included: bool,
+    a: u64,
+    a_const: u64,
+    d_sum: u64,
+    d_count: u64,
+    sums: Vec<LevelSums>,
+}
+
+/// Streaming analysis: [`Analyzer::push`] every record in trace order,
+/// then [`Analyzer::finish`].
+pub struct Analyzer {
+    options: AnalysisOptions,
+    backend: Backend,
+    sampling: crate::trace::Sampling,
+    binary: Option<String>,
+    command: Vec<String>,
+    max_k: u32,
+    code_k: u32,
+    function_lo: u32,
+    function_top: u32,
+    block_shift: u32,
+    min_page_shift: u32,
+
+    slots: Vec<LoadSlot>,
+    slot_index: Map<(u64, u8, u32), u32>,
+    function_ranges: Vec<(u64, u64, u32)>,
+    functions: Vec<FunctionAcc>,
+
+    addrs: AddrTable<AddrEntry, ByteAddresses>,
+    lines: AddrTable<LineEntry, LineNumbers>,
+    blocks: Map<u64, BlockLocal>,
+    /// Strided and Irregular accesses of addresses touched by both classes
+    /// (or accessed 2^32 times).
+    mixed_counts: Map<u64, [u64; 2]>,
+    /// Accesses per (minimum zoom page, load site), for the functions and
+    /// lines of hot regions; `page_run` batches runs of the same key.
+    page_loads: PageLoads,
+    /// Records waiting to be processed; their table slots are prefetched.
+    pending: [Pending; PREFETCH_DISTANCE],
+    pending_head: usize,
+    pending_len: usize,
+
+    contexts: Vec<ThreadState>,
+    /// Threads of the current sample, in order of appearance (index into
+    /// `contexts`).
+    active: Vec<u32>,
+    sample: Option<u64>,
+    thread: u32,
+    context: usize,
+    next_piece: u32,
+    intervals: IntervalBuilder,
+
+    trace_sums: Vec<LevelSums>,
+    a: u64,
+    a_const: u64,
+    a_all: u64,
+    a_const_all: u64,
+    records: u64,
+    records_all: u64,
+    filtered_out: u64,
+    outside_functions: u64,
+    empty_samples: u64,
+    d_bins: [u64; 65],
+    d_sum: u64,
+    d_count: u64,
+    d_max: Option<u64>,
+    cold: u64,
+    captures: u64,
+    survivals: u64,
+    classified: bool,
+    outside_binary: Option<u64>,
+    notes: Vec<String>,
+}
+
+impl Analyzer {
+    /// An analyzer for a trace with this header.
+    pub fn new(header: &TraceHeader, options: &AnalysisOptions) -> Result<Self> {
+        if !options.block.is_power_of_two() {
+            bail!("--block must be a power of two (got {})", options.block);
+        }
+        if !options.region_min_page.is_power_of_two() || options.region_min_page < 64 {
+            bail!(
+                "the minimum region page must be a power of two of at least 64 bytes (got {})",
+                options.region_min_page
+            );
+        }
+        if !(0.0..=100.0).contains(&options.region_threshold_percent) {
+            bail!(
+                "the hot-region threshold must be a percentage in 0..=100 (got {})",
+                options.region_threshold_percent
+            );
+        }
+        if let Some(k) = options.code_window_k
+            && k > MAX_CODE_WINDOW_K
+        {
+            bail!("the code window may be at most 2^{MAX_CODE_WINDOW_K} records (got 2^{k})");
+        }
+        let matcher = match &options.functions {
+            Some(glob) => Some(
+                globset::Glob::new(glob)
+                    .with_context(|| format!("invalid --functions pattern {glob:?}"))?
+                    .compile_matcher(),
+            ),
+            None => None,
+        };
+        let sampling = header.sampling;
+        let window = if sampling.is_full() {
+            u64::MAX
+        } else {
+            sampling.window
+        };
+        let log2_w = 63 - window.leading_zeros();
+        let max_k = options.max_k.min(log2_w).min(LEVELS as u32 - 1);
+        let code_k = options
+            .code_window_k
+            .unwrap_or_else(|| 63 - window.min(1024).leading_zeros());
+        let function_lo = code_k.min(3);
+        let function_top = max_k.max(code_k).max(function_lo);
+
+        let functions: Vec<FunctionAcc> = header
+            .functions
+            .iter()
+            .map(|f| FunctionAcc {
+                name: f.name.clone(),
+                included: matcher.as_ref().is_none_or(|m| m.is_match(&f.name)),
+                a: 0,
+                a_const: 0,
+                d_sum: 0,
+                d_count: 0,
+                sums: vec![LevelSums::default(); LEVELS],
+            })
+            .collect();
+        let mut function_ranges: Vec<(u64, u64, u32)> = header
+            .functions
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.start, f.end, i as u32))
+            .collect();
+        function_ranges.sort_unstable();
+
+        let mut analyzer = Analyzer {
+            options: options.clone(),
+            backend: header.backend,
+            sampling,
+            binary: header.binary.as_ref().map(|b| b.path.clone()),
+            command: header.command.clone(),
+            max_k,
+            code_k,
+            function_lo,
+            function_top,
+            block_shift: options.block.trailing_zeros(),
+            min_page_shift: options.region_min_page.trailing_zeros(),
+            slots: Vec::with_capacity(header.loads.len()),
+            slot_index: Map::default(),
+            function_ranges,
+            functions,
+            addrs: AddrTable::new(),
+            lines: AddrTable::new(),
+            blocks: Map::default(),
+            mixed_counts: Map::default(),
+            page_loads: PageLoads::new(),
+            pending: [Pending::default(); PREFETCH_DISTANCE],
+            pending_head: 0,
+            pending_len: 0,
+            contexts: Vec::new(),
+            active: Vec::new(),
+            sample: None,
+            thread: 0,
+            context: 0,
+            next_piece: 1,
+            intervals: IntervalBuilder::new(),
+            trace_sums: vec![LevelSums::default(); LEVELS],
+            a: 0,
+            a_const: 0,
+            a_all: 0,
+            a_const_all: 0,
+            records: 0,
+            records_all: 0,
+            filtered_out: 0,
+            outside_functions: 0,
+            empty_samples: 0,
+            d_bins: [0; 65],
+            d_sum: 0,
+            d_count: 0,
+            d_max: None,
+            cold: 0,
+            captures: 0,
+            survivals: 0,
+            classified: true,
+            outside_binary: None,
+            notes: Vec::new(),
+        };
+        for load in &header.loads {
+            let function = load.function.or_else(|| analyzer.function_of(load.ip));
+            analyzer.add_slot(
+                load.ip,
+                load.class,
+                load.implied,
+                function,
+                load.line.clone(),
+                load.proxy,
+            );
+        }
+        Ok(analyzer)
+    }
+
+    /// Records that load classes are unknown (every access Irregular), as
+    /// for a Lackey import before classification; the result says so.
+    pub fn set_unclassified(&mut self) {
+        self.classified = false;
+    }
+
+    /// Records loads that were counted but lie outside the analysed binary
+    /// (Lackey import).
+    pub fn set_outside_binary(&mut self, loads: u64) {
+        self.outside_binary = Some(loads);
+    }
+
+    /// Adds a note to the result's coverage section.
+    pub fn note(&mut self, note: impl Into<String>) {
+        self.notes.push(note.into());
+    }
+
+    fn function_of(&self, ip: u64) -> Option<u32> {
+        let i = self
+            .function_ranges
+            .partition_point(|&(start, _, _)| start <= ip);
+        self.function_ranges[..i]
+            .iter()
+            .rev()
+            .take(4)
+            .find(|&&(start, end, _)| start <= ip && ip < end)
+            .map(|&(_, _, f)| f)
+    }
+
+    fn add_slot(
+        &mut self,
+        ip: u64,
+        class: LoadClass,
+        implied: u32,
+        function: Option<u32>,
+        line: Option<String>,
+        proxy: Option<u32>,
+    ) -> u32 {
+        let included = match function {
+            Some(f) => self.functions[f as usize].included,
+            None => self.options.functions.is_none(),
+        };
+        let slot = self.slots.len() as u32;
+        self.slots.push(LoadSlot {
+            ip,
+            class,
+            implied,
+            function,
+            line,
+            proxy,
+            included,
+            count: 0,
+            d_sum: 0,
+            d_count: 0,
+        });
+        self.slot_index
+            .entry((ip, class.code(), implied))
+            .or_insert(slot);
+        slot
+    }
+
+    /// One record, in trace order. Records of a sample must be contiguous;
+    /// a sample whose records come from several threads is split per thread.
+    pub fn push(&mut self, record: &Record) {
+        let key = (record.ip, record.class.code(), record.implied);
+        let slot = match self.slot_index.get(&key) {
+            Some(&slot) => slot,
+            None => {
+                let function = self.function_of(record.ip);
+                self.add_slot(
+                    record.ip,
+                    record.class,
+                    record.implied,
+                    function,
+                    None,
+                    None,
+                )
+            }
+        };
+        self.push_load(slot, record.addr, record.sample, record.thread);
+    }
+
+    /// One record given by its load-site index into the header's `loads`
+    /// (the fast path of [`analyze_trace`]).
+    ///
+    /// Records are processed [`PREFETCH_DISTANCE`] records late, in order:
+    /// meanwhile the table slots of their address and line are prefetched,
+    /// so the cache misses of irregular traces overlap.
+    #[inline]
+    pub fn push_load(&mut self, load: u32, addr: u64, sample: u64, thread: u32) {
+        if self.pending_len == PREFETCH_DISTANCE {
+            let oldest = self.pending[self.pending_head];
+            self.pending_head = (self.pending_head + 1) % PREFETCH_DISTANCE;
+            self.pending_len -= 1;
+            self.process(oldest);
+        }
+        if self.slots[load as usize].class.is_access() {
+            self.addrs.prefetch(addr);
+            self.lines.prefetch(addr >> 6);
+        }
+        let at = (self.pending_head + self.pending_len) % PREFETCH_DISTANCE;
+        self.pending[at] = Pending {
+            load,
+            addr,
+            sample,
+            thread,
+        };
+        self.pending_len += 1;
+    }
+
+    /// Processes every pending record.
+    fn drain(&mut self) {
+        while self.pending_len > 0 {
+            let oldest = self.pending[self.pending_head];
+            self.pending_head = (self.pending_head + 1) % PREFETCH_DISTANCE;
+            self.pending_len -= 1;
+            self.process(oldest);
+        }
+    }
+
+    #[inline]
+    fn process(&mut self, record: Pending) {
+        let Pending {
+            load,
+            addr,
+            sample,
+            thread,
+        } = record;
+        if self.sample != Some(sample) || self.thread != thread {
+            self.switch(sample, thread);
+        }
+        let slot = &mut self.slots[load as usize];
+        self.records_all += 1;
+        let implied = u64::from(slot.implied);
+        let is_access = slot.class.is_access();
+        if is_access {
+            self.a_all += 1;
+            self.a_const_all += implied;
+        } else {
+            self.a_const_all += 1 + implied;
+        }
+        if !slot.included {
+            self.filtered_out += 1;
+            return;
+        }
+        slot.count += 1;
+        self.records += 1;
+        let function = slot.function;
+        if function.is_none() {
+            self.outside_functions += 1;
+        }
+        if is_access {
+            let strided = slot.class == LoadClass::Strided;
+            self.access(load, function, addr, strided, implied);
+        } else {
+            self.constant(function, 1 + implied);
+        }
+    }
+
+    fn constant(&mut self, function: Option<u32>, loads: u64) {
+        self.a_const += loads;
+        let ctx = &mut self.contexts[self.context];
+        ctx.a_const += loads;
+        ctx.engine.constant(loads);
+        if let Some(f) = function {
+            let acc = &mut self.functions[f as usize];
+            acc.a_const += loads;
+            let fe = function_engine(
+                &mut ctx.functions,
+                f,
+                ctx.piece,
+                self.function_lo,
+                self.function_top,
+            );
+            fe.engine.constant(loads);
+        }
+    }
+
+    #[inline]
+    fn access(&mut self, load: u32, function: Option<u32>, addr: u64, strided: bool, implied: u64) {
+        self.a += 1;
+        self.a_const += implied;
+        let block_shift = self.block_shift;
+        let lines_are_blocks = block_shift == 6;
+        let ThreadState {
+            piece,
+            thread: _,
+            engine,
+            reuse,
+            functions,
+            side,
+            a,
+            a_const,
+            d_sum,
+            d_count,
+        } = &mut self.contexts[self.context];
+        let piece = *piece;
+        *a += 1;
+        *a_const += implied;
+
+        // Make room on the reuse-distance time axis before borrowing entries.
+        if reuse.needs_room() {
+            match (side.as_deref_mut(), lines_are_blocks) {
+                (None, true) => {
+                    reuse.compact(|b, t| self.lines.get_mut(b).expect("live block").block.time = t)
+                }
+                (None, false) => {
+                    reuse.compact(|b, t| self.blocks.get_mut(&b).expect("live block").time = t)
+                }
+                (Some(side), _) => {
+                    reuse.compact(|b, t| side.blocks.get_mut(&b).expect("live block").time = t)
+                }
+            }
+        }
+
+        // Which loads touch which memory, for the hot regions.
+        self.page_loads.add(addr >> self.min_page_shift, load);
+
+        // The line: F_lines windows, location statistics, reuse distance.
+        let line = addr >> 6;
+        let entry = self.lines.entry(line);
+        entry.a += 1;
+        let position = engine.position();
+        let (previous_line, first_in_piece) = match side.as_deref_mut() {
+            None => {
+                let first = entry.block.piece != piece;
+                let previous = if first { NONE } else { entry.last };
+                entry.last = position;
+                if !lines_are_blocks {
+                    entry.block.piece = piece;
+                }
+                (previous, first)
+            }
+            Some(side) => {
+                let local = side.lines.entry(line).or_default();
+                let first = local.block.piece != piece;
+                let previous = if first { NONE } else { local.last };
+                local.last = position;
+                if !lines_are_blocks {
+                    local.block.piece = piece;
+                }
+                if first {
+                    side.first_lines.push(line);
+                }
+                (previous, first)
+            }
+        };
+        if first_in_piece && side.is_none() {
+            self.intervals.first_line(&mut entry.interval_last);
+        }
+        engine.line(previous_line);
+        let distance = if lines_are_blocks {
+            let block_local = match side.as_deref_mut() {
+                None => &mut entry.block,
+                Some(side) => &mut side.lines.get_mut(&line).expect("just inserted").block,
+            };
+            reuse.access(line, block_local)
+        } else {
+            let block = addr >> block_shift;
+            let block_local = match side.as_deref_mut() {
+                None => self.blocks.entry(block).or_default(),
+                Some(side) => side.blocks.entry(block).or_default(),
+            };
+            reuse.access(block, block_local)
+        };
+        match distance {
+            Some(d) => {
+                entry.d_sum += d;
+                entry.d_count += 1;
+                *d_sum += d;
+                *d_count += 1;
+                self.d_sum += d;
+                self.d_count += 1;
+                self.d_bins[if d == 0 {
+                    0
+                } else {
+                    64 - d.leading_zeros() as usize
+                }] += 1;
+                self.d_max = Some(self.d_max.map_or(d, |m| m.max(d)));
+                let slot = &mut self.slots[load as usize];
+                slot.d_sum += d;
+                slot.d_count += 1;
+                if let Some(f) = function {
+                    let acc = &mut self.functions[f as usize];
+                    acc.d_sum += d;
+                    acc.d_count += 1;
+                }
+            }
+            None => self.cold += 1,
+        }
+
+        // The address: whole-trace class counts, footprints of every window
+        // size, and the owner function's code windows.
+        let entry = self.addrs.entry(addr);
+        let class = !strided as usize;
+        if entry.counts_elsewhere {
+            self.mixed_counts.get_mut(&addr).expect("counted elsewhere")[class] += 1;
+        } else if entry.counts[class] < u32::MAX {
+            entry.counts[class] += 1;
+        } else {
+            let mut counts = entry.counts.map(u64::from);
+            counts[class] += 1;
+            self.mixed_counts.insert(addr, counts);
+            entry.counts_elsewhere = true;
+        }
+        if let Some(f) = function
+            && entry.owner == 0
+            && side.is_none()
+        {
+            entry.owner = f + 1;
+        }
+        let owned = side.is_none() && function.is_some_and(|f| entry.owner == f + 1);
+        let closes = match side.as_deref_mut() {
+            None => {
+                if entry.piece != piece {
+                    entry.piece = piece;
+                    entry.lasts = NO_LASTS;
+                    entry.function_lasts = NO_LASTS;
+                }
+                if entry.interval_last != self.intervals.current_mark() {
+                    self.intervals.first_address(&mut entry.interval_last);
+                }
+                engine.access(addr, &mut entry.lasts, strided, implied)
+            }
+            Some(side) => {
+                let local = side.addrs.entry(addr).or_default();
+                if local.piece != piece {
+                    side.first_addrs.push(addr);
+                }
+                engine.access(addr, local.for_piece(piece), strided, implied)
+            }
+        };
+        let function_closes = match function {
+            Some(f) => {
+                let acc = &mut self.functions[f as usize];
+                acc.a += 1;
+                acc.a_const += implied;
+                let fe = function_engine(functions, f, piece, self.function_lo, self.function_top);
+                let lasts = if owned {
+                    &mut entry.function_lasts
+                } else {
+                    fe.addrs.entry(addr).or_default().for_piece(piece)
+                };
+                fe.engine.access(addr, lasts, strided, implied)
+            }
+            None => false,
+        };
+        if closes {
+            match side.as_deref() {
+                None => engine.close(
+                    |a| last_of(&self.addrs.get(a).expect("address seen").lasts),
+                    &mut self.trace_sums,
+                ),
+                Some(side) => {
+                    engine.close(|a| last_of(&side.addrs[&a].lasts), &mut self.trace_sums)
+                }
+            }
+        }
+        if function_closes {
+            let f = function.expect("function closes");
+            let fe = functions[f as usize].as_deref_mut().expect("engine exists");
+            let owner = f + 1;
+            let addrs = &self.addrs;
+            let own = &fe.addrs;
+            let primary = side.is_none();
+            fe.engine.close(
+                |a| match addrs.get(a) {
+                    Some(e) if primary && e.owner == owner => last_of(&e.function_lasts),
+                    _ => last_of(&own[&a].lasts),
+                },
+                &mut self.functions[f as usize].sums,
+            );
+        }
+    }
+
+    /// A record of another sample or thread than the previous one.
+    #[cold]
+    fn switch(&mut self, sample: u64, thread: u32) {
+        if self.sample != Some(sample) {
+            self.end_sample();
+            let gap = match self.sample {
+                None => sample,
+                Some(previous) if sample > previous => sample - previous - 1,
+                Some(_) => 0,
+            };
+            for _ in 0..gap {
+                self.empty_piece();
+            }
+            self.sample = Some(sample);
+            self.active.clear();
+        }
+        self.thread = thread;
+        let contexts = &self.contexts;
+        let found = self
+            .active
+            .iter()
+            .position(|&c| contexts[c as usize].thread == thread);
+        self.context = match found {
+            Some(i) => self.active[i] as usize,
+            None => {
+                let index = self.active.len();
+                if self.contexts.len() <= index {
+                    self.contexts.push(ThreadState::new(index > 0));
+                }
+                let piece = self.next_piece;
+                self.next_piece += 1;
+                let top = self.max_k.max(3);
+                self.contexts[index].start(piece, thread, top);
+                self.active.push(index as u32);
+                index
+            }
+        };
+    }
+
+    /// A sample without records.
+    fn empty_piece(&mut self) {
+        self.next_piece += 1;
+        self.empty_samples += 1;
+        self.intervals.close_piece(0, 0, 0, 0);
+    }
+
+    /// Closes every thread piece of the current sample, in order.
+    fn end_sample(&mut self) {
+        for i in 0..self.active.len() {
+            let index = self.active[i] as usize;
+            let ctx = &mut self.contexts[index];
+            let (captures, survivals) = ctx.reuse.reset(0);
+            self.captures += captures;
+            self.survivals += survivals;
+            if let Some(side) = ctx.side.as_deref_mut() {
+                for addr in side.first_addrs.drain(..) {
+                    let entry = self.addrs.get_mut(addr).expect("address seen");
+                    self.intervals.first_address(&mut entry.interval_last);
+                }
+                for line in side.first_lines.drain(..) {
+                    let entry = self.lines.get_mut(line).expect("line seen");
+                    self.intervals.first_line(&mut entry.interval_last);
+                }
+            }
+            self.intervals
+                .close_piece(ctx.a, ctx.a_const, ctx.d_sum, ctx.d_count);
+        }
+        self.active.clear();
+    }
+
+    /// The metrics. `totals` gives ρ's numerator and the number of samples
+    /// (trailing empty samples have no records to announce them).
+    pub fn finish(mut self, totals: &TraceTotals) -> Analysis {
+        self.drain();
+        self.end_sample();
+
+        let seen = self.sample.map_or(0, |s| s + 1);
+        for _ in seen..totals.samples {
+            self.empty_piece();
+        }
+        let pieces = u64::from(self.next_piece - 1);
+        let rho = self.rho(totals);
+        let Analyzer {
+            ref options,
+            ref slots,
+            ref functions,
+            ref addrs,
+            ref lines,
+            ref mixed_counts,
+            ref mut page_loads,
+            ref trace_sums,
+            ref mut intervals,
+            ..
+        } = self;
+
+        // Summary.
+        let f = addrs.len() as u64;
+        let f_str: f64 = addrs
+            .iter()
+            .map(|(addr, e)| {
+                let [s, i] = if e.counts_elsewhere {
+                    mixed_counts[&addr]
+                } else {
+                    e.counts.map(u64::from)
+                };
+                s as f64 / (s + i) as f64
+            })
+            .sum();
+        let f_irr = f as f64 - f_str;
+        let total = self.a + self.a_const;
+        let summary = Summary {
+            a: self.a,
+            a_const: self.a_const,
+            a_const_frac: ratio(self.a_const as f64, total),
+            kappa: ratio(self.a_const as f64, self.a).map(|r| 1.0 + r),
+            rho,
+            a_hat: rho.map(|r| r * total as f64),
+            samples: pieces,
+            records: self.records,
+            f,
+            f_hat: rho.map(|r| r * f as f64),
+            f_lines: lines.len() as u64,
+            f_str,
+            f_irr,
+            f_str_frac: if f == 0 { 0.0 } else { f_str / f as f64 },
+            f_irr_frac: if f == 0 { 0.0 } else { f_irr / f as f64 },
+            d_f: if self.a == 0 {
+                None
+            } else {
+                ratio(f as f64, total)
+            },
+            d_mean: ratio(self.d_sum as f64, self.d_count),
+            d_max: self.d_max,
+        };
+
+        let trace_windows = window_rows(trace_sums, 3, self.max_k, true);
+
+        // Functions.
+        let mut function_rows: Vec<FunctionMetrics> = functions
+            .iter()
+            .enumerate()
+            .filter(|(_, acc)| acc.a + acc.a_const > 0)
+            .map(|(i, acc)| {
+                let code = &acc.sums[self.code_k as usize];
+                let mut hot: Vec<&LoadSlot> = slots
+                    .iter()
+                    .filter(|s| s.function == Some(i as u32) && s.count > 0)
+                    .collect();
+                hot.sort_by(|x, y| y.count.cmp(&x.count).then(x.ip.cmp(&y.ip)));
+                let windows = code.windows;
+                FunctionMetrics {
+                    name: acc.name.clone(),
+                    a: acc.a,
+                    a_const: acc.a_const,
+                    a_const_frac: ratio(acc.a_const as f64, acc.a + acc.a_const),
+                    a_hat: rho.map(|r| r * (acc.a + acc.a_const) as f64),
+                    d_f: ratio(code.d_f, windows),
+                    f_str_frac: ratio(code.f_str_frac, windows),
+                    f_irr_frac: ratio(code.f_irr_frac, windows),
+                    code_windows: windows,
+                    d_mean: ratio(acc.d_sum as f64, acc.d_count),
+                    trace_windows: window_rows(&acc.sums, 3, self.max_k, false),
+                    hot_loads: hot
+                        .iter()
+                        .take(3)
+                        .map(|s| HotLoad {
+                            ip: s.ip,
+                            line: s.line.clone(),
+                            count: s.count,
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        function_rows.sort_by(|x, y| {
+            (y.a, y.a_const)
+                .cmp(&(x.a, x.a_const))
+                .then_with(|| x.name.cmp(&y.name))
+        });
+
+        // Loads.
+        let function_name = |f: Option<u32>| f.map(|f| functions[f as usize].name.clone());
+        let mut loads: Vec<LoadRow> = Vec::new();
+        for slot in slots.iter() {
+            if let Some(proxy) = slot.proxy {
+                let count = slots[proxy as usize].count;
+                if count > 0 && slot.included {
+                    loads.push(LoadRow {
+                        ip: slot.ip,
+                        class: slot.class,
+                        count,
+                        function: function_name(slot.function),
+                        line: slot.line.clone(),
+                        implied: true,
+                        d_mean: None,
+                    });
+                }
+            } else if slot.count > 0 {
+                loads.push(LoadRow {
+                    ip: slot.ip,
+                    class: slot.class,
+                    count: slot.count,
+                    function: function_name(slot.function),
+                    line: slot.line.clone(),
+                    implied: false,
+                    d_mean: ratio(slot.d_sum as f64, slot.d_count),
+                });
+            }
+        }
+        loads.sort_by_key(|l| (l.ip, l.class, l.implied));
+        merge_duplicate_loads(&mut loads);
+
+        // Regions.
+        let mut line_stats: Vec<LineStat> = lines
+            .iter()
+            .map(|(line, e)| LineStat {
+                line,
+                a: e.a,
+                d_sum: e.d_sum,
+                d_count: e.d_count,
+            })
+            .collect();
+        line_stats.sort_unstable_by_key(|l| l.line);
+        let mut page_table: Vec<(u64, u32, u64)> = page_loads.drain();
+        page_table.sort_unstable();
+        let leaves = regions::hot_regions(
+            &line_stats,
+            options.region_threshold_percent,
+            self.min_page_shift,
+        );
+        let mut region_rows: Vec<Region> = leaves
+            .iter()
+            .map(|leaf| {
+                let ls = &line_stats[leaf.lines.clone()];
+                let a: u64 = ls.iter().map(|l| l.a).sum();
+                let d_sum: u64 = ls.iter().map(|l| l.d_sum).sum();
+                let d_count: u64 = ls.iter().map(|l| l.d_count).sum();
+                let first_page = leaf.span.start >> self.min_page_shift;
+                let end_page = if leaf.span.end == u64::MAX {
+                    u64::MAX
+                } else {
+                    leaf.span.end >> self.min_page_shift
+                };
+                let from = page_table.partition_point(|&(p, _, _)| p < first_page);
+                let to = page_table.partition_point(|&(p, _, _)| p < end_page);
+                Region {
+                    start: ls[0].line << 6,
+                    end: (ls[ls.len() - 1].line + 1) << 6,
+                    a,
+                    a_frac: if self.a == 0 {
+                        0.0
+                    } else {
+                        a as f64 / self.a as f64
+                    },
+                    blocks: ls.len() as u64,
+                    a_per_block: a as f64 / ls.len() as f64,
+                    d_mean: ratio(d_sum as f64, d_count),
+                    depth: leaf.depth,
+                    page: if leaf.page_shift >= 64 {
+                        0
+                    } else {
+                        1 << leaf.page_shift
+                    },
+                    functions: region_functions(&page_table[from..to], slots, functions),
+                }
+            })
+            .collect();
+        region_rows.sort_by_key(|r| r.start);
+
+        // Reuse histogram.
+        let last_bin = self.d_bins.iter().rposition(|&c| c > 0);
+        let bins = match last_bin {
+            None => Vec::new(),
+            Some(last) => (0..=last)
+                .map(|i| {
+                    let (lo, hi) = if i == 0 {
+                        (0, 0)
+                    } else {
+                        (
+                            1u64 << (i - 1),
+                            (1u64 << (i - 1)).wrapping_mul(2).wrapping_sub(1),
+                        )
+                    };
+                    ReuseBin {
+                        lo,
+                        hi,
+                        count: self.d_bins[i],
+                    }
+                })
+                .collect(),
+        };
+
+        let intervals = std::mem::replace(intervals, IntervalBuilder::new()).finish(rho);
+
+        let mut notes = std::mem::take(&mut self.notes);
+        if !self.classified {
+            notes.push(
+                "load classes unknown: every access counted as Irregular (F_str = 0)".to_string(),
+            );
+        }
+        if self.outside_functions > 0 {
+            notes.push(format!(
+                "{} records lie in no known function: in the summary, not in any function",
+                self.outside_functions
+            ));
+        }
+        if self.filtered_out > 0 {
+            notes.push(format!(
+                "{} records left out by --functions {}",
+                self.filtered_out,
+                options.functions.as_deref().unwrap_or("")
+            ));
+        }
+        let d = totals.dropped;
+        if d.records + d.samples + d.bytes > 0 {
+            notes.push(format!(
+                "the collector lost {} records, {} samples, {} bytes",
+                d.records, d.samples, d.bytes
+            ));
+        }
+        if !totals.complete {
+            notes.push("the trace is a prefix: the program did not finish cleanly".to_string());
+        }
+
+        Analysis {
+            schema: ANALYSIS_SCHEMA.to_string(),
+            run: RunInfo {
+                backend: self.backend,
+                full: self.sampling.is_full(),
+                window: (!self.sampling.is_full()).then_some(self.sampling.window),
+                period: (!self.sampling.is_full()).then_some(self.sampling.period),
+                binary: self.binary.clone(),
+                command: self.command.clone(),
+                block: options.block,
+                code_window_k: self.code_k,
+                max_k: self.max_k,
+                region_threshold_percent: options.region_threshold_percent,
+                region_min_page: options.region_min_page,
+                functions_filter: options.functions.clone(),
+            },
+            summary,
+            trace_windows,
+            functions: function_rows,
+            loads,
+            regions: region_rows,
+            reuse: ReuseHistogram {
+                block: options.block,
+                bins,
+                cold: self.cold,
+                captures: self.captures,
+                survivals: self.survivals,
+            },
+            intervals,
+            coverage: Coverage {
+                records: self.records_all,
+                trace_samples: totals.samples.max(seen),
+                empty_samples: self.empty_samples,
+                outside_functions: self.outside_functions,
+                filtered_out: self.filtered_out,
+                dropped: totals.dropped,
+                complete: totals.complete,
+                classified: self.classified,
+                outside_binary: self.outside_binary,
+                notes,
+            },
+        }
+    }
+
+    /// ρ per spec/METRICS.md: 1 for a full trace; executions over records
+    /// (software, Lackey) or over `A + A_const` (Intel PT), over the whole
+    /// trace before any `--functions` filter.
+    fn rho(&self, totals: &TraceTotals) -> Option<f64> {
+        if self.sampling.is_full() {
+            return Some(1.0);
+        }
+        let denominator = match self.backend {
+            Backend::Pt => self.a_all + self.a_const_all,
+            Backend::Soft | Backend::Lackey => self.records_all,
+        };
+        ratio(totals.executions as f64, denominator)
+    }
+}
+
+impl ThreadState {
+    fn new(secondary: bool) -> Self {
+        ThreadState {
+            piece: 0,
+            thread: 0,
+            engine: WindowEngine::new(3, 3),
+            reuse: ReuseTracker::new(),
+            functions: Vec::new(),
+            side: secondary.then(Box::default),
+            a: 0,
+            a_const: 0,
+            d_sum: 0,
+            d_count: 0,
+        }
+    }
+
+    fn start(&mut self, piece: u32, thread: u32, top: u32) {
+        self.piece = piece;
+        self.thread = thread;
+        if self.engine.levels() != (3, top) {
+            self.engine = WindowEngine::new(3, top);
+        }
+        self.engine.reset(piece);
+        self.reuse.reset(piece);
+        self.a = 0;
+        self.a_const = 0;
+        self.d_sum = 0;
+        self.d_count = 0;
+    }
+}
+
+#[inline]
+fn function_engine(
+    engines: &mut Vec<Option<Box<FunctionEngine>>>,
+    f: u32,
+    piece: u32,
+    lo: u32,
+    top: u32,
+) -> &mut FunctionEngine {
+    let f = f as usize;
+    if engines.len() <= f {
+        engines.resize_with(f + 1, || None);
+    }
+    let fe = engines[f].get_or_insert_with(|| {
+        Box::new(FunctionEngine {
+            engine: WindowEngine::new(lo, top),
+            addrs: Map::default(),
+        })
+    });
+    if fe.engine.piece() != piece {
+        fe.engine.reset(piece);
+    }
+    fe
+}
+
+fn ratio(numerator: f64, denominator: u64) -> Option<f64> {
+    (denominator > 0).then(|| numerator / denominator as f64)
+}
+
+fn window_rows(sums: &[LevelSums], lo: u32, hi: u32, lines: bool) -> Vec<WindowRow> {
+    (lo..=hi)
+        .filter(|&k| sums[k as usize].windows > 0)
+        .map(|k| {
+            let s = &sums[k as usize];
+            let n = s.windows as f64;
+            WindowRow {
+                k,
+                windows: s.windows,
+                f: s.f as f64 / n,
+                f_lines: lines.then(|| s.f_lines as f64 / n),
+                d_f: s.d_f / n,
+                f_str: s.f_str / n,
+                f_irr: s.f_irr / n,
+                f_str_frac: s.f_str_frac / n,
+                f_irr_frac: s.f_irr_frac / n,
+                a_const: s.a_const as f64 / n,
+            }
+        })
+        .collect()
+}
+
+/// Rows with the same `ip`, class and `implied` flag (load sites listed
+/// twice) become one.
+fn merge_duplicate_loads(loads: &mut Vec<LoadRow>) {
+    loads.dedup_by(|later, earlier| {
+        if later.ip == earlier.ip
+            && later.class == earlier.class
+            && later.implied == earlier.implied
+        {
+            earlier.count += later.count;
+            true
+        } else {
+            false
+        }
+    });
+}
+
+fn region_functions(
+    pages: &[(u64, u32, u64)],
+    slots: &[LoadSlot],
+    functions: &[FunctionAcc],
+) -> Vec<RegionFunction> {
+    let mut by_function: Map<Option<u32>, (u64, Map<u32, u64>)> = Map::default();
+    for &(_, load, count) in pages {
+        let slot = &slots[load as usize];
+        let e = by_function.entry(slot.function).or_default();
+        e.0 += count;
+        *e.1.entry(load).or_insert(0) += count;
+    }
+    let mut out: Vec<RegionFunction> = by_function
+        .into_iter()
+        .map(|(f, (a, loads))| {
+            let mut loads: Vec<(u32, u64)> = loads.into_iter().collect();
+            loads.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
+            let mut lines: Vec<String> = Vec::new();
+            for (load, _) in loads {
+                if let Some(line) = &slots[load as usize].line
+                    && !lines.contains(line)
+                    && lines.len() < 3
+                {
+                    lines.push(line.clone());
+                }
+            }
+            RegionFunction {
+                name: f.map_or_else(|| "?".to_string(), |f| functions[f as usize].name.clone()),
+                a,
+                lines,
+            }
+        })
+        .collect();
+    out.sort_by(|x, y| y.a.cmp(&x.a).then_with(|| x.name.cmp(&y.name)));
+    out.truncate(5);
+    out
+}
