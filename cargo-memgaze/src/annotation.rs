@@ -173,6 +173,7 @@ impl Annotation {
                 implied: l.implied,
                 function: Some(l.function),
                 line: l.line.clone(),
+                proxy: l.proxy.and_then(|ip| self.load_at(ip)).map(|p| p.id),
             })
             .collect()
     }

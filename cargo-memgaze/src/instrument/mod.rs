@@ -20,7 +20,6 @@
 
 pub mod elf;
 pub mod liveness;
-pub mod loads;
 pub mod probe;
 pub mod relocate;
 pub mod report;

@@ -16,8 +16,7 @@ pub use assemble::RegionEvent;
 
 use crate::annotation::Annotation;
 use crate::trace::{
-    Backend, Dropped, FunctionEntry, LoadEntry, ProgramExit, Sampling, TraceHeader, TraceTotals,
-    TraceWriter,
+    Backend, Dropped, ProgramExit, Sampling, TraceHeader, TraceTotals, TraceWriter,
 };
 use anyhow::{Context, Result, bail};
 use assemble::Assembler;
@@ -111,36 +110,13 @@ pub fn trace_header(
     sampling: Sampling,
     command: Vec<String>,
 ) -> TraceHeader {
-    let functions = annotation
-        .functions
-        .iter()
-        .map(|f| FunctionEntry {
-            name: f.name.clone(),
-            start: f.start,
-            end: f.start + f.size,
-        })
-        .collect();
-    let index_of_ip: std::collections::HashMap<u64, u32> =
-        annotation.loads.iter().map(|l| (l.ip, l.id)).collect();
-    let loads = annotation
-        .loads
-        .iter()
-        .map(|l| LoadEntry {
-            ip: l.ip,
-            class: l.class,
-            implied: l.implied,
-            function: Some(l.function),
-            line: l.line.clone(),
-            proxy: l.proxy.and_then(|ip| index_of_ip.get(&ip).copied()),
-        })
-        .collect();
     TraceHeader {
         backend: Backend::Soft,
         sampling,
         binary: Some(annotation.binary.clone()),
         command,
-        functions,
-        loads,
+        functions: annotation.function_entries(),
+        loads: annotation.load_entries(),
         labels: Vec::new(),
     }
 }

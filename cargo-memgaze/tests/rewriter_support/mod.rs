@@ -266,6 +266,9 @@ pub struct Comparison {
     pub delta_mismatches: Vec<u64>,
     /// IPs with more records than Lackey loads.
     pub over: Vec<u64>,
+    /// Implied (proxy-compressed) loads whose Lackey count differs from
+    /// their proxy's record count: `(ip, lackey, proxy records)`.
+    pub implied_mismatches: Vec<(u64, usize, usize)>,
     /// Explicit loads Lackey saw in the selected functions, and how many of
     /// them are instrumented or implied (dynamic coverage).
     pub explicit_loads: u64,
@@ -286,6 +289,14 @@ pub fn compare(
         c.explicit_loads += seen.len() as u64;
         if load.instrumented || load.proxy.is_some() {
             c.covered_loads += seen.len() as u64;
+        }
+        if let Some(proxy) = load.proxy
+            && !escaped.contains(&proxy)
+        {
+            let implied = trace.by_ip.get(&proxy).map_or(0, Vec::len);
+            if implied != seen.len() {
+                c.implied_mismatches.push((load.ip, seen.len(), implied));
+            }
         }
         if !load.instrumented {
             continue;
