@@ -453,3 +453,38 @@ fn segment_bytes(image: &[u8], start: u64, end: u64) -> Vec<u8> {
     }
     panic!("no segment holds {start:#x}..{end:#x}");
 }
+
+#[test]
+fn run_instruments_records_and_analyses() {
+    let binary = build("kernels.c", &["-O2", "-g"]);
+    let report = scratch().join("run-analysis.json");
+    let out = memgaze()
+        .current_dir(scratch())
+        .args(["run", "--full", "--format", "json", "-o"])
+        .arg(&report)
+        .arg("--")
+        .arg(&binary)
+        .arg("2")
+        .output()
+        .unwrap();
+    let native = native(&binary, &["2"], None);
+    assert_same_behaviour(&native, &out, "run");
+    let analysis: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).unwrap()).expect("analysis JSON");
+    assert_eq!(analysis["schema"], "memgaze.analysis.v1");
+    assert!(
+        analysis["summary"]["A"].as_u64().unwrap() > 1000,
+        "{}",
+        analysis["summary"]
+    );
+    let functions: Vec<&str> = analysis["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["name"].as_str())
+        .collect();
+    assert!(
+        functions.contains(&"irregular") && functions.contains(&"strided"),
+        "{functions:?}"
+    );
+}
