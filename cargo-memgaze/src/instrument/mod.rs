@@ -32,9 +32,9 @@ use crate::annotation::{Annotation, InstrumentationMode};
 use crate::binary::{Binary, Function, FunctionCode, IndirectJumpKind};
 use anyhow::{Context, Result, anyhow};
 use elf::{ElfEditor, SIGNATURE, align_up};
-use iced_x86::{Decoder, DecoderOptions, Mnemonic, Register};
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic, Register};
 use liveness::RegSet;
-use probe::{Counting, FastPath};
+use probe::FastPath;
 use relocate::{CopyPlan, Insert};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -91,10 +91,22 @@ struct Planned {
     annotation_function: Option<usize>,
     code: FunctionCode,
     inserts: Vec<(usize, Insert)>,
-    block_checks: Vec<(usize, u32)>,
+    blocks: Vec<relocate::Superblock>,
     prologue_call: Option<u64>,
     /// Jump-table targets to patch.
     table_patches: Vec<u64>,
+}
+
+impl Planned {
+    /// Instruction indices of every instrumented load (own probe or block
+    /// check).
+    fn probed_indices(&self) -> impl Iterator<Item = usize> + '_ {
+        self.inserts.iter().map(|&(i, _)| i).chain(
+            self.blocks
+                .iter()
+                .flat_map(|b| b.loads.iter().map(|&(i, _, _)| i)),
+        )
+    }
 }
 
 /// Instruments `binary` as `annotation` says.
@@ -205,9 +217,6 @@ pub fn instrument(
 
     // ---- 1. plans
     let mut plans: Vec<Planned> = Vec::new();
-    // Per load id: instrumented loads after it in its block, when its block
-    // check counts them (see runtime::RuntimeParams::after_table).
-    let mut after_table: Vec<u16> = vec![0; annotation.loads.len()];
     let mut skipped_loads: Vec<(usize, String)> = Vec::new();
     for &(bi, ai) in &selected {
         let f = &binary.functions()[bi];
@@ -233,7 +242,7 @@ pub fn instrument(
             continue;
         }
         let mut inserts = Vec::new();
-        let mut block_checks = Vec::new();
+        let mut blocks = Vec::new();
         let live = if soft && ai.is_some() {
             liveness::live_before(&code)
         } else {
@@ -260,7 +269,6 @@ pub fn instrument(
                         Insert::Soft {
                             id: load.id,
                             fast: choose_fast_path(live[index]),
-                            counting: Counting::PerLoad,
                         },
                     ));
                 } else {
@@ -284,14 +292,14 @@ pub fn instrument(
         }
         inserts.sort_by_key(|&(i, _)| i);
         if soft && !inserts.is_empty() {
-            block_checks = count_per_block(&code, &live, &mut inserts, &mut after_table);
+            blocks = form_superblocks(&code, &live, &mut inserts);
         }
         plans.push(Planned {
             function: bi,
             annotation_function: ai,
             code,
             inserts,
-            block_checks,
+            blocks,
             prologue_call: None,
             table_patches: Vec::new(),
         });
@@ -303,8 +311,7 @@ pub fn instrument(
             plans.iter().any(|p| p.function == b) && plans.iter().any(|p| p.function == e)
         });
     report.region_markers = has_regions;
-    let table_va = editor.segment_va + 64;
-    let runtime_va = align_up(table_va + 2 * after_table.len() as u64, 64);
+    let runtime_va = editor.segment_va + 64;
     let rt = if soft {
         Some(
             runtime::generate(&runtime::RuntimeParams {
@@ -313,7 +320,6 @@ pub fn instrument(
                 original_entry: editor.entry,
                 original_fini: editor.fini(),
                 has_regions,
-                after_table: table_va,
             })
             .map_err(|e| anyhow!("assembling the recorder runtime: {e}"))?,
         )
@@ -336,18 +342,17 @@ pub fn instrument(
         64,
     );
     let record_va = rt.as_ref().map_or(0, |r| r.record);
-    let block_va = rt.as_ref().map_or(0, |r| r.block);
     let copies = loop {
         let copy_plans: Vec<CopyPlan<'_>> = plans
             .iter()
             .map(|p| CopyPlan {
                 code: &p.code,
                 inserts: p.inserts.clone(),
-                block_checks: p.block_checks.clone(),
+                superblocks: p.blocks.clone(),
                 prologue_call: p.prologue_call,
             })
             .collect();
-        match relocate::encode(&copy_plans, copies_va, record_va, block_va) {
+        match relocate::encode(&copy_plans, copies_va, record_va) {
             Ok(copies) => break copies,
             Err(combined) => {
                 // Find the functions the encoder refuses and leave them out.
@@ -355,8 +360,7 @@ pub fn instrument(
                     .iter()
                     .enumerate()
                     .filter(|(_, p)| {
-                        relocate::encode(std::slice::from_ref(*p), copies_va, record_va, block_va)
-                            .is_err()
+                        relocate::encode(std::slice::from_ref(*p), copies_va, record_va).is_err()
                     })
                     .map(|(i, _)| i)
                     .collect();
@@ -541,7 +545,7 @@ pub fn instrument(
         if starts.is_empty() {
             continue;
         }
-        let probed: HashSet<usize> = plan.inserts.iter().map(|&(i, _)| i).collect();
+        let probed: HashSet<usize> = plan.probed_indices().collect();
         let mut stack: Vec<usize> = starts
             .iter()
             .filter_map(|&t| {
@@ -572,10 +576,6 @@ pub fn instrument(
     // ---- 5. segment
     let mut segment = SIGNATURE.to_vec();
     segment.resize(64, 0);
-    for entry in &after_table {
-        segment.extend_from_slice(&entry.to_le_bytes());
-    }
-    segment.resize((runtime_va - editor.segment_va) as usize, 0);
     if let Some(rt) = &rt {
         segment.extend_from_slice(&rt.code);
     }
@@ -597,7 +597,7 @@ pub fn instrument(
     }
     let probed: HashSet<u64> = plans
         .iter()
-        .flat_map(|p| p.inserts.iter().map(|&(i, _)| p.code.instructions[i].ip()))
+        .flat_map(|p| p.probed_indices().map(|i| p.code.instructions[i].ip()))
         .collect();
     let mut skip_reason: HashMap<usize, String> = skipped_loads.into_iter().collect();
     for (li, load) in annotation.loads.iter_mut().enumerate() {
@@ -647,27 +647,24 @@ pub fn instrument(
     for plan in &plans {
         for &(_, insert) in &plan.inserts {
             let name = match insert {
-                Insert::Soft {
-                    fast,
-                    counting: Counting::Checked,
-                    ..
-                } => {
-                    format!("{} check", fast.name())
-                }
-                Insert::Soft {
-                    fast,
-                    counting: Counting::PerLoad,
-                    ..
-                } => {
-                    format!("{} count", fast.name())
-                }
+                Insert::Soft { fast, .. } => format!("{} probe", fast.name()),
                 Insert::Ptwrite => "ptwrite".into(),
             };
             *report.probe_kinds.entry(name).or_default() += 1;
         }
-        if !plan.block_checks.is_empty() {
-            *report.probe_kinds.entry("block checks".into()).or_default() +=
-                plan.block_checks.len();
+        for block in &plan.blocks {
+            *report
+                .probe_kinds
+                .entry("superblock check".into())
+                .or_default() += 1;
+            *report
+                .probe_kinds
+                .entry("loads counted by superblock checks".into())
+                .or_default() += block.loads.len();
+            *report
+                .probe_kinds
+                .entry("superblock side exits".into())
+                .or_default() += block.exits.len();
         }
     }
     let (entry, fini) = match &rt {
@@ -682,44 +679,113 @@ pub fn instrument(
     })
 }
 
-/// Turns the probes of every block that has a flags-dead point before its
-/// first probed load into checks counted by one block check there; returns
-/// the block checks and fills `after_table` for their loads.
-fn count_per_block(
+/// Groups the probes of `inserts` into superblocks (see [`probe`]): a
+/// block with a flags-dead point before its first probe, extended through
+/// the blocks it falls into over conditional branches while each has no
+/// other predecessor and the flags are dead where the branch's taken edge
+/// lands (its compensation adds to the countdown there). Superblocks with
+/// at least two loads take those loads out of `inserts`. Loads that are
+/// calls or jumps keep their own probe: the counting fragment stops before a
+/// final call.
+fn form_superblocks(
     code: &FunctionCode,
     live: &[RegSet],
-    inserts: &mut [(usize, Insert)],
-    after_table: &mut [u16],
-) -> Vec<(usize, u32)> {
-    let mut checks = Vec::new();
-    let mut start = 0;
-    while start < inserts.len() {
-        let block = code.block_of[inserts[start].0];
-        let mut end = start;
-        while end < inserts.len() && code.block_of[inserts[end].0] == block {
-            end += 1;
-        }
-        let first = code.blocks[block as usize].first as usize;
-        let at = (first..=inserts[start].0)
-            .rev()
-            .find(|&i| !live[i].has_flags());
-        let loads = (end - start) as u32;
-        // One load: counting it in its own probe is cheaper than a check.
-        if let Some(at) = at
-            && loads >= 2
-            && loads <= u16::MAX as u32
+    inserts: &mut Vec<(usize, Insert)>,
+) -> Vec<relocate::Superblock> {
+    let is_control = |i: usize| {
+        matches!(
+            code.instructions[i].flow_control(),
+            FlowControl::Call
+                | FlowControl::IndirectCall
+                | FlowControl::IndirectBranch
+                | FlowControl::UnconditionalBranch
+        )
+    };
+    let mut by_block: HashMap<u32, Vec<(usize, u32, FastPath)>> = HashMap::new();
+    for &(i, insert) in inserts.iter() {
+        if let Insert::Soft { id, fast } = insert
+            && !is_control(i)
         {
-            checks.push((at, loads));
-            for (n, (_, insert)) in inserts[start..end].iter_mut().enumerate() {
-                if let Insert::Soft { id, counting, .. } = insert {
-                    *counting = Counting::Checked;
-                    after_table[*id as usize] = (end - start - n - 1) as u16;
-                }
+            by_block
+                .entry(code.block_of[i])
+                .or_default()
+                .push((i, id, fast));
+        }
+    }
+    let block_at = |addr: u64| code.instruction_at(addr).map(|i| code.block_of[i] as usize);
+    let mut used = vec![false; code.blocks.len()];
+    let mut superblocks = Vec::new();
+    for b in 0..code.blocks.len() {
+        if used[b] || !by_block.contains_key(&(b as u32)) {
+            continue;
+        }
+        let first_load = by_block[&(b as u32)][0].0;
+        let head = &code.blocks[b];
+        let Some(at) = (head.first as usize..=first_load)
+            .rev()
+            .find(|&i| !live[i].has_flags())
+        else {
+            continue;
+        };
+        let mut chain = vec![b];
+        loop {
+            let current = &code.blocks[*chain.last().unwrap()];
+            if current.terminator != crate::binary::Terminator::Conditional {
+                break;
+            }
+            let branch = &code.instructions[current.last()];
+            let Some(next) = block_at(branch.next_ip()) else {
+                break;
+            };
+            let Some(taken) = block_at(branch.near_branch_target()) else {
+                break;
+            };
+            let single_entry = code.blocks[next].predecessors == [*chain.last().unwrap() as u32];
+            if used[next] || chain.contains(&next) || !single_entry || taken == next {
+                break;
+            }
+            if live[code.blocks[taken].first as usize].has_flags() {
+                break;
+            }
+            chain.push(next);
+        }
+        // Trailing blocks without loads add nothing.
+        while chain.len() > 1 && !by_block.contains_key(&(*chain.last().unwrap() as u32)) {
+            chain.pop();
+        }
+        let loads: Vec<(usize, u32, FastPath)> = chain
+            .iter()
+            .flat_map(|c| by_block.get(&(*c as u32)).into_iter().flatten().copied())
+            .collect();
+        if loads.len() < 2 || loads.len() > u16::MAX as usize {
+            continue;
+        }
+        let mut exits = Vec::new();
+        for (n, &c) in chain.iter().enumerate().take(chain.len() - 1) {
+            let after: usize = chain[n + 1..]
+                .iter()
+                .map(|x| by_block.get(&(*x as u32)).map_or(0, Vec::len))
+                .sum();
+            if after > 0 {
+                exits.push((code.blocks[c].last(), after as u32));
             }
         }
-        start = end;
+        for &c in &chain {
+            used[c] = true;
+        }
+        superblocks.push(relocate::Superblock {
+            at,
+            last: code.blocks[*chain.last().unwrap()].last(),
+            loads,
+            exits,
+        });
     }
-    checks
+    let counted: HashSet<usize> = superblocks
+        .iter()
+        .flat_map(|b| b.loads.iter().map(|&(i, _, _)| i))
+        .collect();
+    inserts.retain(|(i, _)| !counted.contains(i));
+    superblocks
 }
 
 /// The fast path for a load given what is live before it.

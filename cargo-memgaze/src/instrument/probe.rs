@@ -2,35 +2,41 @@
 //!
 //! # Soft mode
 //!
-//! Executions are counted per basic block where possible. A *block check*
-//! at a point of the block where the status flags are dead, before its first
-//! instrumented load, subtracts the block's `k` instrumented loads from the
-//! thread's countdown (`fs:0x38`, see [`super::runtime`]):
-//! `sub qword fs:[0x38], k; jbe block_stub`. The stub calls the runtime only
-//! when the countdown runs out within the block (or a window is open, where
-//! the countdown is held at zero). Each load then has a *check* that only
-//! reads the countdown and calls the runtime to record while it is zero. One
-//! read-modify-write of the counter per block instead of one per load keeps
-//! the store-to-load dependency chain through the counter short.
+//! Every instrumented-load execution is counted against the thread's
+//! countdown (`fs:0x38`, see [`super::runtime`]); the runtime is called when
+//! it is zero (a sample window is open, or the skip budget ran out).
 //!
-//! Blocks without a flags-dead point before their first load count per load
-//! instead (*count* probes: decrement, and record when zero).
+//! *Superblocks* — a basic block and the blocks it falls through into over
+//! conditional branches, each with no other predecessor — are counted at
+//! once: a *block check* at a point of the first block where the status
+//! flags are dead, before the first counted load, subtracts the
+//! superblock's `k` loads: `sub qword fs:[0x38], k; jbe stub`, and the loads
+//! themselves run unmodified. A side exit taken before the end adds back the
+//! loads it skips (`add qword fs:[0x38], n` on the taken edge; the flags are
+//! dead at its target). When the countdown does not cover the superblock,
+//! the stub adds `k` back and runs the superblock's *counting fragment*, an
+//! out-of-line copy of it in which every load has its own counting probe;
+//! the fragment ends by jumping back into the copy. One read-modify-write of
+//! the counter per superblock keeps the store-to-load chain through it short
+//! and the store buffer free; the fragments run only near and inside sample
+//! windows, and count exactly wherever a window starts or ends.
 //!
-//! Per-load checks and counts keep the application's state intact in one
-//! of four ways, chosen from register and flags liveness:
+//! Loads outside superblocks (alone in theirs, or without a flags-dead point
+//! before them) have a counting probe in the copy itself. It keeps the
+//! application's state intact in one of four ways, chosen from register and
+//! flags liveness:
 //!
-//! | variant | when | check / count |
+//! | variant | when | probe |
 //! |---|---|---|
-//! | [`FastPath::FlagsDead`] | status flags dead | `cmp qword fs:[0x38],0; je slow` / `sub qword fs:[0x38],1; jb slow` |
-//! | [`FastPath::RcxDead`] | flags live, rcx dead | `mov rcx,fs:[0x38]; jrcxz slow` (count: `; lea rcx,[rcx-1]; mov fs:[0x38],rcx`) |
+//! | [`FastPath::FlagsDead`] | status flags dead | `sub qword fs:[0x38],1; jb slow` |
+//! | [`FastPath::RcxDead`] | flags live, rcx dead | `mov rcx,fs:[0x38]; jrcxz slow; lea rcx,[rcx-1]; mov fs:[0x38],rcx` |
 //! | [`FastPath::SaveIn`] | flags and rcx live, another register dead | the same between `mov r,rcx` … `mov rcx,r` |
 //! | [`FastPath::Stack`] | nothing dead | the same between `lea rsp,[rsp-128]; push rcx` … `pop rcx; lea rsp,[rsp+128]` (red zone) |
 //!
-//! The counting `sub`/`jb` form wraps a zero countdown to −1; its slow stub
-//! stores zero back before calling the runtime, so every variant sees the
-//! same state. A slow stub computes the load's effective address with a
-//! `lea` of the load's own operand, calls the runtime, and returns to the
-//! load itself.
+//! The `sub`/`jb` form wraps a zero countdown to −1; its slow stub stores
+//! zero back before calling the runtime, so every variant sees the same
+//! state. A slow stub computes the load's effective address with a `lea` of
+//! the load's own operand, calls the runtime, and returns to the load.
 //!
 //! # Ptwrite mode
 //!
@@ -136,46 +142,25 @@ fn branch(code: Code, target: u64) -> Instruction {
     Instruction::with_branch(code, target).expect("valid branch")
 }
 
-/// Whether a load probe counts its own execution or only checks (its
-/// block's check counted it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Counting {
-    /// Decrement the countdown; record when it is zero.
-    PerLoad,
-    /// Only test the countdown; record when it is zero.
-    Checked,
-}
-
 /// Appends a load's fast path; its first instruction takes `ip` (the
 /// load's original address, so branches to the load run the probe).
-pub fn soft_fast_path(
-    fast: FastPath,
-    counting: Counting,
-    ip: u64,
-    slow: u64,
-    out: &mut Vec<Instruction>,
-) {
+pub fn soft_fast_path(fast: FastPath, ip: u64, slow: u64, out: &mut Vec<Instruction>) {
     let start = out.len();
-    let count = counting == Counting::PerLoad;
     match fast {
-        FastPath::FlagsDead if count => {
+        FastPath::FlagsDead => {
             out.push(i2(Code::Sub_rm64_imm8, fs_countdown(), 1));
             out.push(branch(Code::Jb_rel32_64, slow));
         }
-        FastPath::FlagsDead => {
-            out.push(i2(Code::Cmp_rm64_imm8, fs_countdown(), 0));
-            out.push(branch(Code::Je_rel32_64, slow));
-        }
-        FastPath::RcxDead => countdown_jrcxz(count, slow, out),
+        FastPath::RcxDead => countdown_jrcxz(slow, out),
         FastPath::SaveIn(reg) => {
             out.push(i2(Code::Mov_r64_rm64, reg, Register::RCX));
-            countdown_jrcxz(count, slow, out);
+            countdown_jrcxz(slow, out);
             out.push(i2(Code::Mov_r64_rm64, Register::RCX, reg));
         }
         FastPath::Stack => {
             out.push(lea(Register::RSP, Register::RSP, -RED_ZONE));
             out.push(Instruction::with1(Code::Push_r64, Register::RCX).expect("push"));
-            countdown_jrcxz(count, slow, out);
+            countdown_jrcxz(slow, out);
             out.push(Instruction::with1(Code::Pop_r64, Register::RCX).expect("pop"));
             out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
         }
@@ -183,13 +168,11 @@ pub fn soft_fast_path(
     out[start] = with_ip(out[start], ip);
 }
 
-fn countdown_jrcxz(count: bool, slow: u64, out: &mut Vec<Instruction>) {
+fn countdown_jrcxz(slow: u64, out: &mut Vec<Instruction>) {
     out.push(i2(Code::Mov_r64_rm64, Register::RCX, fs_countdown()));
     out.push(branch(Code::Jrcxz_rel8_64, slow));
-    if count {
-        out.push(lea(Register::RCX, Register::RCX, -1));
-        out.push(i2(Code::Mov_rm64_r64, fs_countdown(), Register::RCX));
-    }
+    out.push(lea(Register::RCX, Register::RCX, -1));
+    out.push(i2(Code::Mov_rm64_r64, fs_countdown(), Register::RCX));
 }
 
 /// Appends a block check subtracting `loads` from the countdown (flags must
@@ -205,16 +188,28 @@ pub fn block_check(loads: u32, ip: u64, stub: u64, out: &mut Vec<Instruction>) {
     out.push(branch(Code::Jbe_rel32_64, stub));
 }
 
-/// Appends the stub of a block check: calls the runtime's block entry with
-/// `loads` and returns to `resume`.
-pub fn block_stub(loads: u32, stub: u64, resume: u64, block: u64, out: &mut Vec<Instruction>) {
-    out.push(with_ip(lea(Register::RSP, Register::RSP, -RED_ZONE), stub));
-    out.push(Instruction::with1(Code::Push_r64, Register::RDI).expect("push"));
-    out.push(i2(Code::Mov_r32_imm32, Register::EDI, loads as i32));
-    out.push(branch(Code::Call_rel32_64, block));
-    out.push(Instruction::with1(Code::Pop_r64, Register::RDI).expect("pop"));
-    out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
-    out.push(branch(Code::Jmp_rel32_64, resume));
+/// Appends the stub of a block check at `stub`: gives the `loads` back to
+/// the countdown and continues in the counting fragment at `fragment`.
+/// Flags are dead at a block check.
+pub fn block_stub(loads: u32, stub: u64, fragment: u64, out: &mut Vec<Instruction>) {
+    out.push(with_ip(add_countdown(loads), stub));
+    out.push(branch(Code::Jmp_rel32_64, fragment));
+}
+
+/// Appends a side-exit compensation at `stub`: gives back the `loads` the
+/// exit skips and jumps to `target` (flags are dead there).
+pub fn exit_stub(loads: u32, stub: u64, target: u64, out: &mut Vec<Instruction>) {
+    out.push(with_ip(add_countdown(loads), stub));
+    out.push(branch(Code::Jmp_rel32_64, target));
+}
+
+fn add_countdown(loads: u32) -> Instruction {
+    let code = if loads <= 127 {
+        Code::Add_rm64_imm8
+    } else {
+        Code::Add_rm64_imm32
+    };
+    i2(code, fs_countdown(), loads as i32)
 }
 
 /// Why a load's operand cannot be recomputed by a probe.
@@ -249,7 +244,6 @@ pub fn unsupported_operand(load: &Instruction) -> Option<&'static str> {
 /// ends with a jump to `resume` (the load's IP in the copy).
 pub fn soft_slow_stub(
     fast: FastPath,
-    counting: Counting,
     load: &Instruction,
     id: u32,
     slow: u64,
@@ -259,10 +253,8 @@ pub fn soft_slow_stub(
 ) {
     let start = out.len();
     match fast {
-        FastPath::FlagsDead if counting == Counting::PerLoad => {
-            out.push(i2(Code::Mov_rm64_imm32, fs_countdown(), 0))
-        }
-        FastPath::FlagsDead | FastPath::RcxDead => {}
+        FastPath::FlagsDead => out.push(i2(Code::Mov_rm64_imm32, fs_countdown(), 0)),
+        FastPath::RcxDead => {}
         FastPath::SaveIn(reg) => out.push(i2(Code::Mov_r64_rm64, Register::RCX, reg)),
         FastPath::Stack => {
             out.push(Instruction::with1(Code::Pop_r64, Register::RCX).expect("pop"));
@@ -381,22 +373,16 @@ mod tests {
             FastPath::SaveIn(Register::R11),
             FastPath::Stack,
         ] {
-            for counting in [Counting::PerLoad, Counting::Checked] {
-                let mut insns = Vec::new();
-                soft_fast_path(fast, counting, 0x1000, 0x2000, &mut insns);
-                assert_eq!(insns[0].ip(), 0x1000);
-                assert!(insns[1..].iter().all(|i| i.ip() == 0));
-                let writes_counter = insns
-                    .iter()
-                    .any(|i| i.code() == Code::Sub_rm64_imm8 || i.code() == Code::Mov_rm64_r64);
-                assert_eq!(writes_counter, counting == Counting::PerLoad, "{fast:?}");
-                let mut stub = Vec::new();
-                let load = decode_one(&[0x8b, 0x04, 0x8f]); // mov eax,[rdi+rcx*4]
-                soft_slow_stub(fast, counting, &load, 7, 0x2000, 0x1000, 0x3000, &mut stub);
-                assert_eq!(stub[0].ip(), 0x2000);
-                let decoded = assemble(&stub, 0x2000);
-                assert!(decoded.iter().any(|i| i.code() == Code::Call_rel32_64));
-            }
+            let mut insns = Vec::new();
+            soft_fast_path(fast, 0x1000, 0x2000, &mut insns);
+            assert_eq!(insns[0].ip(), 0x1000);
+            assert!(insns[1..].iter().all(|i| i.ip() == 0));
+            let mut stub = Vec::new();
+            let load = decode_one(&[0x8b, 0x04, 0x8f]); // mov eax,[rdi+rcx*4]
+            soft_slow_stub(fast, &load, 7, 0x2000, 0x1000, 0x3000, &mut stub);
+            assert_eq!(stub[0].ip(), 0x2000);
+            let decoded = assemble(&stub, 0x2000);
+            assert!(decoded.iter().any(|i| i.code() == Code::Call_rel32_64));
         }
     }
 

@@ -15,27 +15,41 @@
 //! when the address happens to be an instruction of the block. Their
 //! displacements are therefore rewritten after encoding.
 
-use super::probe::{self, Counting, FastPath};
+use super::probe::{self, FastPath};
 use crate::binary::FunctionCode;
 use anyhow::{Result, anyhow, bail};
 use iced_x86::{
-    BlockEncoder, BlockEncoderOptions, Code, Instruction, InstructionBlock, OpKind, Register,
+    BlockEncoder, BlockEncoderOptions, Code, FlowControl, Instruction, InstructionBlock, OpKind,
+    Register,
 };
 
 /// What to insert before one instruction of a copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Insert {
-    /// A software probe for load `id`.
+    /// A software counting probe for load `id`.
     Soft {
         /// Load id (annotation index) passed to the runtime.
         id: u32,
         /// Fast-path variant.
         fast: FastPath,
-        /// Counted here or by its block's check.
-        counting: Counting,
     },
     /// `ptwrite` of the source registers.
     Ptwrite,
+}
+
+/// A superblock whose instrumented loads are counted by one check (see
+/// [`probe`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    /// Instruction index of the check (flags dead there).
+    pub at: usize,
+    /// Index of its last instruction.
+    pub last: usize,
+    /// The loads it counts: `(instruction index, load id, probe variant)`,
+    /// in order; their probes live in the superblock's counting fragment.
+    pub loads: Vec<(usize, u32, FastPath)>,
+    /// Side exits: `(index of the conditional branch, loads it skips)`.
+    pub exits: Vec<(usize, u32)>,
 }
 
 /// One function to copy.
@@ -44,8 +58,8 @@ pub struct CopyPlan<'a> {
     pub code: &'a FunctionCode,
     /// `(instruction index, insert)`, sorted by index.
     pub inserts: Vec<(usize, Insert)>,
-    /// `(instruction index, loads)`: block checks, sorted by index.
-    pub block_checks: Vec<(usize, u32)>,
+    /// Superblocks counted by one check, sorted by index.
+    pub superblocks: Vec<Superblock>,
     /// A call placed before the first instruction (region marker hooks).
     pub prologue_call: Option<u64>,
 }
@@ -95,7 +109,7 @@ const FAKE_BASE: u64 = 0xffff_f000_0000_0000;
 
 /// Encodes the copies of `plans` at `base`. `record` is the runtime's slow
 /// path. Fails with the address of an instruction the encoder refused.
-pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64, block: u64) -> Result<Copies> {
+pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64) -> Result<Copies> {
     let mut all: Vec<Instruction> = Vec::new();
     let mut fake = FAKE_BASE;
     let mut next_fake = || {
@@ -114,8 +128,15 @@ pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64, block: u64) -> Res
         let code = plan.code;
         let mut first = Vec::with_capacity(code.instructions.len());
         let mut stubs: Vec<Instruction> = Vec::new();
+        let mut fragments: Vec<Instruction> = Vec::new();
         let mut inserts = plan.inserts.iter().peekable();
-        let mut checks = plan.block_checks.iter().peekable();
+        let mut checks = plan.superblocks.iter().peekable();
+        // Side exits of superblocks: branch index → loads to give back.
+        let exits: std::collections::HashMap<usize, u32> = plan
+            .superblocks
+            .iter()
+            .flat_map(|b| b.exits.iter().copied())
+            .collect();
         for (i, original) in code.instructions.iter().enumerate() {
             first.push(all.len());
             let ip = original.ip();
@@ -130,27 +151,35 @@ pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64, block: u64) -> Res
                 all.push(call);
                 label = 0;
             }
-            if let Some(&(_, loads)) = checks.next_if(|&&(index, _)| index == i) {
+            if let Some(block) = checks.next_if(|b| b.at == i) {
+                let loads = block.loads.len() as u32;
                 let stub = next_fake();
-                let resume = next_fake();
+                let fragment = next_fake();
                 probe::block_check(loads, label, stub, &mut all);
-                probe::block_stub(loads, stub, resume, block, &mut stubs);
-                label = resume;
+                probe::block_stub(loads, stub, fragment, &mut stubs);
+                label = 0;
+                counting_fragment(
+                    code,
+                    block,
+                    fragment,
+                    record,
+                    &mut next_fake,
+                    &mut fragments,
+                    &mut stubs,
+                );
             }
             let mut insn = *original;
             match inserts
                 .next_if(|&&(index, _)| index == i)
                 .map(|&(_, ins)| ins)
             {
-                Some(Insert::Soft { id, fast, counting }) => {
+                Some(Insert::Soft { id, fast }) => {
                     let slow = next_fake();
                     let resume = next_fake();
-                    probe::soft_fast_path(fast, counting, label, slow, &mut all);
+                    probe::soft_fast_path(fast, label, slow, &mut all);
                     label = 0;
                     insn.set_ip(resume);
-                    probe::soft_slow_stub(
-                        fast, counting, &insn, id, slow, resume, record, &mut stubs,
-                    );
+                    probe::soft_slow_stub(fast, &insn, id, slow, resume, record, &mut stubs);
                 }
                 Some(Insert::Ptwrite) => {
                     if probe::ptwrite(&insn, label, &mut all) > 0 {
@@ -158,6 +187,11 @@ pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64, block: u64) -> Res
                     }
                 }
                 None => {}
+            }
+            if let Some(&skipped) = exits.get(&i) {
+                let stub = next_fake();
+                probe::exit_stub(skipped, stub, insn.near_branch_target(), &mut stubs);
+                insn.set_near_branch64(stub);
             }
             if insn.ip() == ip {
                 insn.set_ip(label);
@@ -168,11 +202,11 @@ pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64, block: u64) -> Res
             all.push(insn);
         }
         body_ends.push(all.len());
-        for stub in stubs {
-            if stub.is_ip_rel_memory_operand() {
-                rip_fixes.push((all.len(), stub.ip_rel_memory_address()));
+        for insn in fragments.into_iter().chain(stubs) {
+            if insn.is_ip_rel_memory_operand() {
+                rip_fixes.push((all.len(), insn.ip_rel_memory_address()));
             }
-            all.push(stub);
+            all.push(insn);
         }
         ends.push(all.len());
         firsts.push(first);
@@ -224,6 +258,61 @@ pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64, block: u64) -> Res
         })
         .collect();
     Ok(Copies { code, maps })
+}
+
+/// Appends the counting fragment of a superblock at `label`: its
+/// instructions from the check on, with a counting probe before each of its
+/// loads, ending with a jump back into the copy (before a final call, which
+/// stays in the copy so that return addresses keep their unwind
+/// information). Its branches go straight into the copy: a side exit taken
+/// here skips loads that were never counted.
+fn counting_fragment(
+    code: &FunctionCode,
+    block: &Superblock,
+    label: u64,
+    record: u64,
+    next_fake: &mut dyn FnMut() -> u64,
+    out: &mut Vec<Instruction>,
+    stubs: &mut Vec<Instruction>,
+) {
+    let mut first = label;
+    let mut loads = block.loads.iter().peekable();
+    for i in block.at..=block.last {
+        let original = code.instructions[i];
+        if i == block.last
+            && matches!(
+                original.flow_control(),
+                FlowControl::Call | FlowControl::IndirectCall
+            )
+        {
+            let mut back =
+                Instruction::with_branch(Code::Jmp_rel32_64, original.ip()).expect("valid jmp");
+            back.set_ip(first);
+            out.push(back);
+            return;
+        }
+        let mut insn = original;
+        insn.set_ip(0);
+        if let Some(&(_, id, fast)) = loads.next_if(|&&(index, _, _)| index == i) {
+            let slow = next_fake();
+            let resume = next_fake();
+            probe::soft_fast_path(fast, first, slow, out);
+            insn.set_ip(resume);
+            probe::soft_slow_stub(fast, &insn, id, slow, resume, record, stubs);
+        } else if first != 0 {
+            insn.set_ip(first);
+        }
+        first = 0;
+        out.push(insn);
+    }
+    let last = &code.instructions[block.last];
+    if !matches!(
+        last.flow_control(),
+        FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch
+    ) {
+        let next = last.next_ip();
+        out.push(Instruction::with_branch(Code::Jmp_rel32_64, next).expect("valid jmp"));
+    }
 }
 
 /// Why a function's code cannot be copied faithfully, if it cannot.

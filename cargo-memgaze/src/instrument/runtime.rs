@@ -194,11 +194,6 @@ pub struct RuntimeParams {
     pub original_fini: Option<u64>,
     /// Whether the binary has region markers (recording starts off).
     pub has_regions: bool,
-    /// Address of a `u16` table indexed by load id: instrumented loads that
-    /// follow the load in its block when the block's check counted them
-    /// (0 for loads that count themselves). A window ending at such a load
-    /// adds them to the executions: they run unrecorded and uncounted.
-    pub after_table: u64,
 }
 
 /// The assembled runtime and the addresses of its entry points.
@@ -208,8 +203,6 @@ pub struct Runtime {
     pub code: Vec<u8>,
     /// Slow path called by probes.
     pub record: u64,
-    /// Called by block checks when the countdown does not cover the block.
-    pub block: u64,
     /// Process entry hook.
     pub entry: u64,
     /// `DT_FINI` hook.
@@ -406,11 +399,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.set_label(&mut l.cold_after_saved)?;
     a.cmp(qword_ptr(rbx + slot::REMAINING), 0)?;
     a.jne(l.cold_check_full)?;
-    // Window complete: count the block's loads that follow unrecorded, issue
-    // the skip budget and flush.
-    a.add_instruction(lea_rip(Register::RAX, params.after_table))?;
-    a.movzx(eax, word_ptr(rax + r15 * 2))?;
-    a.add(qword_ptr(rbx + slot::EXECUTIONS), rax)?;
+    // Window complete: issue the skip budget and flush.
     a.call(l.next_skip)?;
     a.mov(qword_ptr(rbx + slot::BUDGET), rax)?;
     a.mov(fs(TCB_COUNTDOWN), rax)?;
@@ -445,133 +434,6 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.mov(r15, rsi)?;
     a.call(l.ensure_process)?;
     a.jmp(l.cold_after_saved)?;
-
-    // ----------------------------------------------------------------- block
-    // `edi` = the block's instrumented loads; the block check already took
-    // them off the countdown (which may now be zero or wrapped).
-    a.set_label(&mut l.b_to_cold_entry)?;
-    a.jmp(l.b_cold_entry)?;
-    a.set_label(&mut l.b_to_nested)?;
-    a.jmp(l.b_nested)?;
-    a.set_label(&mut l.b_to_cold_owned)?;
-    a.jmp(l.b_cold_owned)?;
-    a.set_label(&mut l.block)?;
-    a.push(rax)?;
-    a.push(rcx)?;
-    a.push(rbx)?;
-    a.mov(rbx, fs(TCB_SLOT))?;
-    a.mov(rcx, rbx)?;
-    a.jrcxz(l.b_to_cold_entry)?;
-    enter_flagfree(&mut a, l.b_to_nested)?;
-    a.add_instruction(load_rip(Register::RCX, cfg_va + cfg::ENABLED as u64))?;
-    a.jrcxz(l.b_to_cold_owned)?;
-    a.mov(rcx, qword_ptr(rbx + slot::REMAINING))?;
-    a.jrcxz(l.b_to_cold_owned)?;
-    // Hot path: a window is open; the countdown stays at zero.
-    a.mov(fs(TCB_COUNTDOWN), 0)?;
-    leave_flagfree(&mut a)?;
-    a.pop(rbx)?;
-    a.pop(rcx)?;
-    a.pop(rax)?;
-    a.ret()?;
-
-    a.set_label(&mut l.b_nested)?;
-    a.pushfq()?;
-    a.add(qword_ptr(rbx + slot::NESTED), rdi)?;
-    a.add(fs(TCB_COUNTDOWN), rdi)?;
-    a.popfq()?;
-    a.pop(rbx)?;
-    a.pop(rcx)?;
-    a.pop(rax)?;
-    a.ret()?;
-
-    a.set_label(&mut l.b_cold_entry)?;
-    save_rest(&mut a)?;
-    a.add_instruction(lea_rip(Register::R12, cfg_va))?;
-    a.mov(r14, rdi)?;
-    a.add(fs(TCB_COUNTDOWN), rdi)?; // back to the value before the block
-    a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
-    a.je(l.b_active)?;
-    a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_DISABLED)?;
-    a.jne(l.b_return)?;
-    a.mov(rax, COUNTDOWN_NEVER)?;
-    a.mov(fs(TCB_COUNTDOWN), rax)?;
-    a.jmp(l.b_return)?;
-    a.set_label(&mut l.b_active)?;
-    a.call(l.ensure_process)?;
-    a.call(l.find_slot)?;
-    a.test(rbx, rbx)?;
-    a.jz(l.b_return)?;
-    a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
-    a.jne(l.b_cold_nested)?;
-    enter_cold(&mut a)?;
-    a.jmp(l.b_body)?;
-    a.set_label(&mut l.b_cold_nested)?;
-    a.add(qword_ptr(rbx + slot::NESTED), r14)?;
-    a.jmp(l.b_return)?;
-
-    a.set_label(&mut l.b_cold_owned)?;
-    save_rest(&mut a)?;
-    a.add_instruction(lea_rip(Register::R12, cfg_va))?;
-    a.mov(r14, rdi)?;
-    a.add(fs(TCB_COUNTDOWN), rdi)?;
-    a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
-    a.jne(l.b_release)?;
-    a.call(l.ensure_process)?;
-    a.cmp(qword_ptr(rbx + slot::MAGIC), slot::MAGIC_VALUE)?;
-    a.je(l.b_body)?;
-    a.call(l.find_slot)?;
-
-    a.set_label(&mut l.b_body)?;
-    a.mov(rax, fs(TCB_COUNTDOWN))?;
-    a.call(l.fold_live)?;
-    a.cmp(qword_ptr(r12 + cfg::ENABLED), 0)?;
-    a.jne(l.b_enabled)?;
-    a.mov(qword_ptr(rbx + slot::REMAINING), 0)?;
-    a.mov(qword_ptr(rbx + slot::STARTED), 0)?;
-    a.mov(fs(TCB_COUNTDOWN), COUNTDOWN_RECHECK as i32)?;
-    a.jmp(l.b_release)?;
-    a.set_label(&mut l.b_enabled)?;
-    a.cmp(qword_ptr(rbx + slot::REMAINING), 0)?;
-    a.je(l.b_no_window)?;
-    a.mov(fs(TCB_COUNTDOWN), 0)?;
-    a.jmp(l.b_release)?;
-    a.set_label(&mut l.b_no_window)?;
-    a.cmp(qword_ptr(r12 + cfg::FULL), 0)?;
-    a.jne(l.b_open)?;
-    a.cmp(qword_ptr(rbx + slot::STARTED), 0)?;
-    a.jne(l.b_open)?;
-    // Random phase: this block's loads run uncounted by the countdown.
-    a.mov(qword_ptr(rbx + slot::STARTED), 1)?;
-    a.add(qword_ptr(rbx + slot::EXECUTIONS), r14)?;
-    a.mov(rdi, qword_ptr(r12 + cfg::PERIOD))?;
-    a.call(l.rand_below)?;
-    a.inc(rax)?;
-    a.mov(qword_ptr(rbx + slot::BUDGET), rax)?;
-    a.mov(fs(TCB_COUNTDOWN), rax)?;
-    a.jmp(l.b_release)?;
-    a.set_label(&mut l.b_open)?;
-    // A window opens with this block: its loads are recorded one by one.
-    a.call(l.check_thread)?;
-    a.mov(rax, qword_ptr(r12 + cfg::WINDOW))?;
-    a.cmp(qword_ptr(r12 + cfg::FULL), 0)?;
-    a.je(l.b_window_sized)?;
-    a.mov(rax, -1i64)?;
-    a.set_label(&mut l.b_window_sized)?;
-    a.mov(qword_ptr(rbx + slot::REMAINING), rax)?;
-    a.mov(edi, WINDOW_MARKER)?;
-    a.mov(rsi, qword_ptr(rbx + slot::WINDOWS))?;
-    a.inc(qword_ptr(rbx + slot::WINDOWS))?;
-    a.call(l.append)?;
-    a.mov(fs(TCB_COUNTDOWN), 0)?;
-    a.set_label(&mut l.b_release)?;
-    leave_cold(&mut a)?;
-    a.set_label(&mut l.b_return)?;
-    restore_rest(&mut a)?;
-    a.pop(rbx)?;
-    a.pop(rcx)?;
-    a.pop(rax)?;
-    a.ret()?;
 
     // ------------------------------------------------------------- helpers
     // Convention: rbx = slot, r12 = config, r13 = process block, r14/r15 and
@@ -1314,7 +1176,6 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     )?;
     Ok(Runtime {
         record: result.label_ip(&l.record)?,
-        block: result.label_ip(&l.block)?,
         entry: result.label_ip(&l.entry)?,
         fini: result.label_ip(&l.fini)?,
         region_begin: result.label_ip(&l.region_begin)?,
@@ -1391,21 +1252,6 @@ fn restore_all(a: &mut Asm) -> R {
 }
 
 struct Labels {
-    block: CodeLabel,
-    b_to_cold_entry: CodeLabel,
-    b_to_nested: CodeLabel,
-    b_to_cold_owned: CodeLabel,
-    b_nested: CodeLabel,
-    b_cold_entry: CodeLabel,
-    b_active: CodeLabel,
-    b_cold_owned: CodeLabel,
-    b_body: CodeLabel,
-    b_enabled: CodeLabel,
-    b_no_window: CodeLabel,
-    b_open: CodeLabel,
-    b_window_sized: CodeLabel,
-    b_release: CodeLabel,
-    b_return: CodeLabel,
     record: CodeLabel,
     to_cold_entry: CodeLabel,
     to_nested: CodeLabel,
@@ -1426,7 +1272,6 @@ struct Labels {
     cold_check_full: CodeLabel,
     cold_release: CodeLabel,
     cold_nested: CodeLabel,
-    b_cold_nested: CodeLabel,
     cold_return: CodeLabel,
     ensure_process: CodeLabel,
     ensure_done: CodeLabel,
@@ -1486,21 +1331,6 @@ impl Labels {
     fn new(a: &mut Asm) -> Labels {
         let mut n = || a.create_label();
         Labels {
-            block: n(),
-            b_to_cold_entry: n(),
-            b_to_nested: n(),
-            b_to_cold_owned: n(),
-            b_nested: n(),
-            b_cold_entry: n(),
-            b_active: n(),
-            b_cold_owned: n(),
-            b_body: n(),
-            b_enabled: n(),
-            b_no_window: n(),
-            b_open: n(),
-            b_window_sized: n(),
-            b_release: n(),
-            b_return: n(),
             record: n(),
             to_cold_entry: n(),
             to_nested: n(),
@@ -1521,7 +1351,6 @@ impl Labels {
             cold_check_full: n(),
             cold_release: n(),
             cold_nested: n(),
-            b_cold_nested: n(),
             cold_return: n(),
             ensure_process: n(),
             ensure_done: n(),
@@ -1591,7 +1420,6 @@ mod tests {
             original_entry: 0x1040,
             original_fini: Some(0x1200),
             has_regions: false,
-            after_table: 0x30_0000,
         }
     }
 
@@ -1599,14 +1427,7 @@ mod tests {
     fn runtime_assembles_and_decodes_cleanly() {
         let rt = generate(&params()).unwrap();
         assert!(rt.code.len() > 500, "{} bytes", rt.code.len());
-        for ip in [
-            rt.record,
-            rt.block,
-            rt.entry,
-            rt.fini,
-            rt.region_begin,
-            rt.region_end,
-        ] {
+        for ip in [rt.record, rt.entry, rt.fini, rt.region_begin, rt.region_end] {
             assert!(ip >= 0x10_0000 && ip < 0x10_0000 + rt.code.len() as u64);
         }
         // Everything up to the env prefix decodes to valid instructions.
@@ -1633,7 +1454,7 @@ mod tests {
         // From `record` (and `block`) to the first ret, no instruction may
         // write flags (the branches to cold paths save them there).
         let rt = generate(&params()).unwrap();
-        for entry in [rt.record, rt.block] {
+        for entry in [rt.record] {
             let offset = (entry - 0x10_0000) as usize;
             let mut decoder = Decoder::with_ip(64, &rt.code[offset..], entry, DecoderOptions::NONE);
             loop {
@@ -1664,7 +1485,6 @@ mod dump {
             original_entry: 0x1040,
             original_fini: Some(0x1200),
             has_regions: false,
-            after_table: 0x30_0000,
         })
         .unwrap();
         let mut d = Decoder::with_ip(64, &rt.code, 0x10_0000, DecoderOptions::NONE);
