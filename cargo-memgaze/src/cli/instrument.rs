@@ -125,9 +125,14 @@ pub fn annotate(binary: &Binary, functions: Option<&str>) -> Result<Annotation> 
             selected
         }
     };
-    Ok(instrument::loads::unclassified_annotation(
-        binary, &selected,
-    ))
+    let selected: std::collections::HashSet<u64> = selected
+        .iter()
+        .map(|&i| binary.functions()[i].start)
+        .collect();
+    Ok(
+        crate::classify::classify_binary(binary, |f| selected.contains(&f.start))
+            .to_annotation(binary),
+    )
 }
 
 fn write_executable(path: &Path, bytes: &[u8]) -> Result<()> {

@@ -1,19 +1,180 @@
-//! `cargo memgaze run`: instrument+record+analyse.
+//! `cargo memgaze run`: instrument a program (cached), run it under the
+//! software recorder and print the analysis of its loads.
 //!
-//! Placeholder of the skeleton: the owning work item replaces it.
+//! The program's stdin, stdout, stderr and exit status pass through; the
+//! analysis is printed after it exits (to stdout, or to `--output`), and
+//! progress and notes go to stderr. The instrumented copy is kept under
+//! `target/memgaze/instrumented/` when run inside a cargo project (keyed by
+//! the binary's hash, the function selection and this cargo memgaze), else
+//! in a temporary directory.
 
-use super::Global;
+use super::record::{SamplingArgs, exit_like_program, print_summary, resolve_program};
+use super::{Format, Global};
+use crate::analysis::{AnalysisOptions, table};
+use crate::annotation::{Annotation, InstrumentationMode};
 use crate::error::Exit;
+use crate::record::{self, AnalyzerSink, Tee};
+use crate::trace::TraceWriter;
+use anyhow::{Context, Result};
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 /// Arguments of `cargo memgaze run`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Arguments (not yet defined).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    pub rest: Vec<String>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Instrument only functions whose name matches this glob.
+    #[arg(long, value_name = "GLOB")]
+    pub functions: Option<String>,
+    /// How to print the analysis.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Write the analysis here instead of stdout.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Also keep the trace in this file.
+    #[arg(long, value_name = "TRACE")]
+    pub save_trace: Option<PathBuf>,
+    /// The program (an ordinary, uninstrumented executable) and its
+    /// arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM"
+    )]
+    pub command: Vec<OsString>,
 }
 
 /// Runs the command.
-pub fn run(_args: Args, _global: &Global) -> anyhow::Result<Exit> {
-    anyhow::bail!("`run` is not implemented yet")
+pub fn run(args: Args, global: &Global) -> Result<Exit> {
+    args.sampling.check_backend()?;
+    let sampling = args.sampling.sampling()?;
+    let program = resolve_program(Path::new(&args.command[0]))?;
+    let (instrumented, annotation, _temporary) =
+        instrumented_copy(&program, args.functions.as_deref(), global)?;
+
+    let mut command = vec![program.display().to_string()];
+    command.extend(
+        args.command[1..]
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned()),
+    );
+    let header = record::trace_header(&annotation, sampling, command);
+    let mut analyzer = AnalyzerSink::new(&header, &AnalysisOptions::default())?;
+    let recording = match &args.save_trace {
+        Some(path) => {
+            let mut writer = TraceWriter::create(path, &header)?;
+            let recording = record::record(
+                &instrumented,
+                &args.command[1..],
+                &annotation,
+                &sampling,
+                &mut Tee(&mut writer, &mut analyzer),
+            )?;
+            writer
+                .finish(&recording.totals)
+                .with_context(|| path.display().to_string())?;
+            recording
+        }
+        None => record::record(
+            &instrumented,
+            &args.command[1..],
+            &annotation,
+            &sampling,
+            &mut analyzer,
+        )?,
+    };
+    if !global.quiet {
+        let target = args
+            .save_trace
+            .as_deref()
+            .unwrap_or_else(|| Path::new("the analysis"));
+        print_summary(&recording, target);
+    }
+    let analysis = analyzer.finish(&recording.totals);
+    let text = match args.format {
+        Format::Table => table::render(&analysis, &table::TableOptions::default()),
+        Format::Json => serde_json::to_string_pretty(&analysis)? + "\n",
+    };
+    match &args.output {
+        Some(path) => std::fs::write(path, text)
+            .with_context(|| format!("{}: cannot write", path.display()))?,
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes())?;
+            out.flush()?;
+        }
+    }
+    Ok(exit_like_program(&recording))
+}
+
+/// The instrumented copy of `program` for this selection, made if missing
+/// (and the temporary directory holding it outside a cargo project).
+fn instrumented_copy(
+    program: &Path,
+    functions: Option<&str>,
+    global: &Global,
+) -> Result<(PathBuf, Annotation, Option<tempfile::TempDir>)> {
+    let bytes =
+        std::fs::read(program).with_context(|| format!("{}: cannot read", program.display()))?;
+    let digest = {
+        use sha2::Digest;
+        let mut hasher = sha2::Sha256::new();
+        hasher.update(&bytes);
+        hasher.update(functions.unwrap_or("*").as_bytes());
+        hasher.update(env!("CARGO_PKG_VERSION").as_bytes());
+        hasher.update(
+            std::env::current_exe()
+                .ok()
+                .and_then(|p| std::fs::metadata(p).ok())
+                .map(|m| m.len())
+                .unwrap_or(0)
+                .to_le_bytes(),
+        );
+        let hash = hasher.finalize();
+        hash.iter()
+            .take(12)
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let name = program
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "program".into());
+    let (dir, temporary) = match cache_dir() {
+        Some(cache) => (cache.join(digest), None),
+        None => {
+            let temporary = tempfile::tempdir().context("cannot create a temporary directory")?;
+            (temporary.path().to_path_buf(), Some(temporary))
+        }
+    };
+    let output = dir.join(&name);
+    if let Ok(annotation) = crate::instrument::read_annotation(&output)
+        && output.is_file()
+    {
+        return Ok((output, annotation, temporary));
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("{}: cannot create", dir.display()))?;
+    if !global.quiet {
+        eprintln!("memgaze: instrumenting {}…", program.display());
+    }
+    let result =
+        super::instrument::instrument_file(program, &output, functions, InstrumentationMode::Soft)?;
+    if global.verbose > 0 {
+        eprint!("{}", result.report);
+    }
+    Ok((output, result.annotation, temporary))
+}
+
+/// `target/memgaze/instrumented` of the cargo project around, if any.
+fn cache_dir() -> Option<PathBuf> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target"));
+    target
+        .is_dir()
+        .then(|| target.join("memgaze").join("instrumented"))
 }

@@ -20,7 +20,6 @@
 
 pub mod elf;
 pub mod liveness;
-pub mod loads;
 pub mod probe;
 pub mod relocate;
 pub mod report;
@@ -33,7 +32,7 @@ use crate::annotation::{Annotation, InstrumentationMode};
 use crate::binary::{Binary, Function, FunctionCode, IndirectJumpKind};
 use anyhow::{Context, Result, anyhow};
 use elf::{ElfEditor, SIGNATURE, align_up};
-use iced_x86::{Decoder, DecoderOptions, Mnemonic, Register};
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic, Register};
 use liveness::RegSet;
 use probe::FastPath;
 use relocate::{CopyPlan, Insert};
@@ -92,9 +91,22 @@ struct Planned {
     annotation_function: Option<usize>,
     code: FunctionCode,
     inserts: Vec<(usize, Insert)>,
+    blocks: Vec<relocate::Superblock>,
     prologue_call: Option<u64>,
     /// Jump-table targets to patch.
     table_patches: Vec<u64>,
+}
+
+impl Planned {
+    /// Instruction indices of every instrumented load (own probe or block
+    /// check).
+    fn probed_indices(&self) -> impl Iterator<Item = usize> + '_ {
+        self.inserts.iter().map(|&(i, _)| i).chain(
+            self.blocks
+                .iter()
+                .flat_map(|b| b.loads.iter().map(|&(i, _, _)| i)),
+        )
+    }
 }
 
 /// Instruments `binary` as `annotation` says.
@@ -230,12 +242,13 @@ pub fn instrument(
             continue;
         }
         let mut inserts = Vec::new();
+        let mut blocks = Vec::new();
+        let live = if soft && ai.is_some() {
+            liveness::live_before(&code)
+        } else {
+            Vec::new()
+        };
         if let Some(ai) = ai {
-            let live = if soft {
-                liveness::live_before(&code)
-            } else {
-                Vec::new()
-            };
             for &li in loads_of.get(&(ai as u32)).into_iter().flatten() {
                 let load = &annotation.loads[li];
                 if !load.instrumented {
@@ -278,11 +291,15 @@ pub fn instrument(
             }
         }
         inserts.sort_by_key(|&(i, _)| i);
+        if soft && !inserts.is_empty() {
+            blocks = form_superblocks(&code, &live, &mut inserts);
+        }
         plans.push(Planned {
             function: bi,
             annotation_function: ai,
             code,
             inserts,
+            blocks,
             prologue_call: None,
             table_patches: Vec::new(),
         });
@@ -331,6 +348,7 @@ pub fn instrument(
             .map(|p| CopyPlan {
                 code: &p.code,
                 inserts: p.inserts.clone(),
+                superblocks: p.blocks.clone(),
                 prologue_call: p.prologue_call,
             })
             .collect();
@@ -527,7 +545,7 @@ pub fn instrument(
         if starts.is_empty() {
             continue;
         }
-        let probed: HashSet<usize> = plan.inserts.iter().map(|&(i, _)| i).collect();
+        let probed: HashSet<usize> = plan.probed_indices().collect();
         let mut stack: Vec<usize> = starts
             .iter()
             .filter_map(|&t| {
@@ -566,6 +584,8 @@ pub fn instrument(
     segment.resize((tail_va - editor.segment_va) as usize, 0xcc);
     segment.extend_from_slice(&tail);
     report.segment_bytes = segment.len();
+    report.copies_start = copies_va;
+    report.copies_end = copies_va + copies.code.len() as u64;
 
     // ---- 6. annotation and report
     annotation.mode = Some(options.mode);
@@ -577,7 +597,7 @@ pub fn instrument(
     }
     let probed: HashSet<u64> = plans
         .iter()
-        .flat_map(|p| p.inserts.iter().map(|&(i, _)| p.code.instructions[i].ip()))
+        .flat_map(|p| p.probed_indices().map(|i| p.code.instructions[i].ip()))
         .collect();
     let mut skip_reason: HashMap<usize, String> = skipped_loads.into_iter().collect();
     for (li, load) in annotation.loads.iter_mut().enumerate() {
@@ -627,10 +647,24 @@ pub fn instrument(
     for plan in &plans {
         for &(_, insert) in &plan.inserts {
             let name = match insert {
-                Insert::Soft { fast, .. } => fast.name(),
-                Insert::Ptwrite => "ptwrite",
+                Insert::Soft { fast, .. } => format!("{} probe", fast.name()),
+                Insert::Ptwrite => "ptwrite".into(),
             };
-            *report.probe_kinds.entry(name.to_string()).or_default() += 1;
+            *report.probe_kinds.entry(name).or_default() += 1;
+        }
+        for block in &plan.blocks {
+            *report
+                .probe_kinds
+                .entry("superblock check".into())
+                .or_default() += 1;
+            *report
+                .probe_kinds
+                .entry("loads counted by superblock checks".into())
+                .or_default() += block.loads.len();
+            *report
+                .probe_kinds
+                .entry("superblock side exits".into())
+                .or_default() += block.exits.len();
         }
     }
     let (entry, fini) = match &rt {
@@ -643,6 +677,115 @@ pub fn instrument(
         annotation,
         report,
     })
+}
+
+/// Groups the probes of `inserts` into superblocks (see [`probe`]): a
+/// block with a flags-dead point before its first probe, extended through
+/// the blocks it falls into over conditional branches while each has no
+/// other predecessor and the flags are dead where the branch's taken edge
+/// lands (its compensation adds to the countdown there). Superblocks with
+/// at least two loads take those loads out of `inserts`. Loads that are
+/// calls or jumps keep their own probe: the counting fragment stops before a
+/// final call.
+fn form_superblocks(
+    code: &FunctionCode,
+    live: &[RegSet],
+    inserts: &mut Vec<(usize, Insert)>,
+) -> Vec<relocate::Superblock> {
+    let is_control = |i: usize| {
+        matches!(
+            code.instructions[i].flow_control(),
+            FlowControl::Call
+                | FlowControl::IndirectCall
+                | FlowControl::IndirectBranch
+                | FlowControl::UnconditionalBranch
+        )
+    };
+    let mut by_block: HashMap<u32, Vec<(usize, u32, FastPath)>> = HashMap::new();
+    for &(i, insert) in inserts.iter() {
+        if let Insert::Soft { id, fast } = insert
+            && !is_control(i)
+        {
+            by_block
+                .entry(code.block_of[i])
+                .or_default()
+                .push((i, id, fast));
+        }
+    }
+    let block_at = |addr: u64| code.instruction_at(addr).map(|i| code.block_of[i] as usize);
+    let mut used = vec![false; code.blocks.len()];
+    let mut superblocks = Vec::new();
+    for b in 0..code.blocks.len() {
+        if used[b] || !by_block.contains_key(&(b as u32)) {
+            continue;
+        }
+        let first_load = by_block[&(b as u32)][0].0;
+        let head = &code.blocks[b];
+        let Some(at) = (head.first as usize..=first_load)
+            .rev()
+            .find(|&i| !live[i].has_flags())
+        else {
+            continue;
+        };
+        let mut chain = vec![b];
+        loop {
+            let current = &code.blocks[*chain.last().unwrap()];
+            if current.terminator != crate::binary::Terminator::Conditional {
+                break;
+            }
+            let branch = &code.instructions[current.last()];
+            let Some(next) = block_at(branch.next_ip()) else {
+                break;
+            };
+            let Some(taken) = block_at(branch.near_branch_target()) else {
+                break;
+            };
+            let single_entry = code.blocks[next].predecessors == [*chain.last().unwrap() as u32];
+            if used[next] || chain.contains(&next) || !single_entry || taken == next {
+                break;
+            }
+            if live[code.blocks[taken].first as usize].has_flags() {
+                break;
+            }
+            chain.push(next);
+        }
+        // Trailing blocks without loads add nothing.
+        while chain.len() > 1 && !by_block.contains_key(&(*chain.last().unwrap() as u32)) {
+            chain.pop();
+        }
+        let loads: Vec<(usize, u32, FastPath)> = chain
+            .iter()
+            .flat_map(|c| by_block.get(&(*c as u32)).into_iter().flatten().copied())
+            .collect();
+        if loads.len() < 2 || loads.len() > u16::MAX as usize {
+            continue;
+        }
+        let mut exits = Vec::new();
+        for (n, &c) in chain.iter().enumerate().take(chain.len() - 1) {
+            let after: usize = chain[n + 1..]
+                .iter()
+                .map(|x| by_block.get(&(*x as u32)).map_or(0, Vec::len))
+                .sum();
+            if after > 0 {
+                exits.push((code.blocks[c].last(), after as u32));
+            }
+        }
+        for &c in &chain {
+            used[c] = true;
+        }
+        superblocks.push(relocate::Superblock {
+            at,
+            last: code.blocks[*chain.last().unwrap()].last(),
+            loads,
+            exits,
+        });
+    }
+    let counted: HashSet<usize> = superblocks
+        .iter()
+        .flat_map(|b| b.loads.iter().map(|&(i, _, _)| i))
+        .collect();
+    inserts.retain(|(i, _)| !counted.contains(i));
+    superblocks
 }
 
 /// The fast path for a load given what is live before it.

@@ -2,14 +2,31 @@
 //!
 //! # Soft mode
 //!
-//! A *fast path* decrements the thread's countdown (`fs:0x38`, see
-//! [`super::runtime`]) and falls through to the load; when the countdown
-//! is zero it branches to an out-of-line *slow stub* that computes the
-//! load's effective address with a `lea` of the load's own operand and
-//! calls the runtime. Four fast paths, chosen per load from register and
+//! Every instrumented-load execution is counted against the thread's
+//! countdown (`fs:0x38`, see [`super::runtime`]); the runtime is called when
+//! it is zero (a sample window is open, or the skip budget ran out).
+//!
+//! *Superblocks* — a basic block and the blocks it falls through into over
+//! conditional branches, each with no other predecessor — are counted at
+//! once: a *block check* at a point of the first block where the status
+//! flags are dead, before the first counted load, subtracts the
+//! superblock's `k` loads: `sub qword fs:[0x38], k; jbe stub`, and the loads
+//! themselves run unmodified. A side exit taken before the end adds back the
+//! loads it skips (`add qword fs:[0x38], n` on the taken edge; the flags are
+//! dead at its target). When the countdown does not cover the superblock,
+//! the stub adds `k` back and runs the superblock's *counting fragment*, an
+//! out-of-line copy of it in which every load has its own counting probe;
+//! the fragment ends by jumping back into the copy. One read-modify-write of
+//! the counter per superblock keeps the store-to-load chain through it short
+//! and the store buffer free; the fragments run only near and inside sample
+//! windows, and count exactly wherever a window starts or ends.
+//!
+//! Loads outside superblocks (alone in theirs, or without a flags-dead point
+//! before them) have a counting probe in the copy itself. It keeps the
+//! application's state intact in one of four ways, chosen from register and
 //! flags liveness:
 //!
-//! | variant | when | fast path |
+//! | variant | when | probe |
 //! |---|---|---|
 //! | [`FastPath::FlagsDead`] | status flags dead | `sub qword fs:[0x38],1; jb slow` |
 //! | [`FastPath::RcxDead`] | flags live, rcx dead | `mov rcx,fs:[0x38]; jrcxz slow; lea rcx,[rcx-1]; mov fs:[0x38],rcx` |
@@ -18,7 +35,8 @@
 //!
 //! The `sub`/`jb` form wraps a zero countdown to −1; its slow stub stores
 //! zero back before calling the runtime, so every variant sees the same
-//! state. The slow stub always returns to the load itself.
+//! state. A slow stub computes the load's effective address with a `lea` of
+//! the load's own operand, calls the runtime, and returns to the load.
 //!
 //! # Ptwrite mode
 //!
@@ -124,7 +142,7 @@ fn branch(code: Code, target: u64) -> Instruction {
     Instruction::with_branch(code, target).expect("valid branch")
 }
 
-/// Appends the soft fast path; its first instruction takes `ip` (the
+/// Appends a load's fast path; its first instruction takes `ip` (the
 /// load's original address, so branches to the load run the probe).
 pub fn soft_fast_path(fast: FastPath, ip: u64, slow: u64, out: &mut Vec<Instruction>) {
     let start = out.len();
@@ -155,6 +173,43 @@ fn countdown_jrcxz(slow: u64, out: &mut Vec<Instruction>) {
     out.push(branch(Code::Jrcxz_rel8_64, slow));
     out.push(lea(Register::RCX, Register::RCX, -1));
     out.push(i2(Code::Mov_rm64_r64, fs_countdown(), Register::RCX));
+}
+
+/// Appends a block check subtracting `loads` from the countdown (flags must
+/// be dead); its first instruction takes `ip`. Branches to `stub` when the
+/// countdown does not cover the block.
+pub fn block_check(loads: u32, ip: u64, stub: u64, out: &mut Vec<Instruction>) {
+    let code = if loads <= 127 {
+        Code::Sub_rm64_imm8
+    } else {
+        Code::Sub_rm64_imm32
+    };
+    out.push(with_ip(i2(code, fs_countdown(), loads as i32), ip));
+    out.push(branch(Code::Jbe_rel32_64, stub));
+}
+
+/// Appends the stub of a block check at `stub`: gives the `loads` back to
+/// the countdown and continues in the counting fragment at `fragment`.
+/// Flags are dead at a block check.
+pub fn block_stub(loads: u32, stub: u64, fragment: u64, out: &mut Vec<Instruction>) {
+    out.push(with_ip(add_countdown(loads), stub));
+    out.push(branch(Code::Jmp_rel32_64, fragment));
+}
+
+/// Appends a side-exit compensation at `stub`: gives back the `loads` the
+/// exit skips and jumps to `target` (flags are dead there).
+pub fn exit_stub(loads: u32, stub: u64, target: u64, out: &mut Vec<Instruction>) {
+    out.push(with_ip(add_countdown(loads), stub));
+    out.push(branch(Code::Jmp_rel32_64, target));
+}
+
+fn add_countdown(loads: u32) -> Instruction {
+    let code = if loads <= 127 {
+        Code::Add_rm64_imm8
+    } else {
+        Code::Add_rm64_imm32
+    };
+    i2(code, fs_countdown(), loads as i32)
 }
 
 /// Why a load's operand cannot be recomputed by a probe.

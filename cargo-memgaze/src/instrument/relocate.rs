@@ -19,13 +19,14 @@ use super::probe::{self, FastPath};
 use crate::binary::FunctionCode;
 use anyhow::{Result, anyhow, bail};
 use iced_x86::{
-    BlockEncoder, BlockEncoderOptions, Code, Instruction, InstructionBlock, OpKind, Register,
+    BlockEncoder, BlockEncoderOptions, Code, FlowControl, Instruction, InstructionBlock, OpKind,
+    Register,
 };
 
 /// What to insert before one instruction of a copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Insert {
-    /// A software probe for load `id`.
+    /// A software counting probe for load `id`.
     Soft {
         /// Load id (annotation index) passed to the runtime.
         id: u32,
@@ -36,12 +37,29 @@ pub enum Insert {
     Ptwrite,
 }
 
+/// A superblock whose instrumented loads are counted by one check (see
+/// [`probe`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    /// Instruction index of the check (flags dead there).
+    pub at: usize,
+    /// Index of its last instruction.
+    pub last: usize,
+    /// The loads it counts: `(instruction index, load id, probe variant)`,
+    /// in order; their probes live in the superblock's counting fragment.
+    pub loads: Vec<(usize, u32, FastPath)>,
+    /// Side exits: `(index of the conditional branch, loads it skips)`.
+    pub exits: Vec<(usize, u32)>,
+}
+
 /// One function to copy.
 pub struct CopyPlan<'a> {
     /// Its code and control flow.
     pub code: &'a FunctionCode,
     /// `(instruction index, insert)`, sorted by index.
     pub inserts: Vec<(usize, Insert)>,
+    /// Superblocks counted by one check, sorted by index.
+    pub superblocks: Vec<Superblock>,
     /// A call placed before the first instruction (region marker hooks).
     pub prologue_call: Option<u64>,
 }
@@ -110,22 +128,47 @@ pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64) -> Result<Copies> 
         let code = plan.code;
         let mut first = Vec::with_capacity(code.instructions.len());
         let mut stubs: Vec<Instruction> = Vec::new();
+        let mut fragments: Vec<Instruction> = Vec::new();
         let mut inserts = plan.inserts.iter().peekable();
+        let mut checks = plan.superblocks.iter().peekable();
+        // Side exits of superblocks: branch index → loads to give back.
+        let exits: std::collections::HashMap<usize, u32> = plan
+            .superblocks
+            .iter()
+            .flat_map(|b| b.exits.iter().copied())
+            .collect();
         for (i, original) in code.instructions.iter().enumerate() {
             first.push(all.len());
             let ip = original.ip();
-            // Whether an inserted instruction already carries `ip`.
-            let mut ip_taken = false;
+            // The address the next emitted instruction must carry: the
+            // original one first, then a block check's resume label.
+            let mut label = ip;
             if i == 0
                 && let Some(target) = plan.prologue_call
             {
                 let mut call = Instruction::with_branch(Code::Call_rel32_64, target)?;
-                call.set_ip(ip);
+                call.set_ip(label);
                 all.push(call);
-                ip_taken = true;
+                label = 0;
+            }
+            if let Some(block) = checks.next_if(|b| b.at == i) {
+                let loads = block.loads.len() as u32;
+                let stub = next_fake();
+                let fragment = next_fake();
+                probe::block_check(loads, label, stub, &mut all);
+                probe::block_stub(loads, stub, fragment, &mut stubs);
+                label = 0;
+                counting_fragment(
+                    code,
+                    block,
+                    fragment,
+                    record,
+                    &mut next_fake,
+                    &mut fragments,
+                    &mut stubs,
+                );
             }
             let mut insn = *original;
-            let label = |taken: bool| if taken { 0 } else { ip };
             match inserts
                 .next_if(|&&(index, _)| index == i)
                 .map(|&(_, ins)| ins)
@@ -133,20 +176,25 @@ pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64) -> Result<Copies> 
                 Some(Insert::Soft { id, fast }) => {
                     let slow = next_fake();
                     let resume = next_fake();
-                    probe::soft_fast_path(fast, label(ip_taken), slow, &mut all);
-                    ip_taken = true;
+                    probe::soft_fast_path(fast, label, slow, &mut all);
+                    label = 0;
                     insn.set_ip(resume);
                     probe::soft_slow_stub(fast, &insn, id, slow, resume, record, &mut stubs);
                 }
                 Some(Insert::Ptwrite) => {
-                    if probe::ptwrite(&insn, label(ip_taken), &mut all) > 0 {
-                        ip_taken = true;
+                    if probe::ptwrite(&insn, label, &mut all) > 0 {
+                        label = 0;
                     }
                 }
                 None => {}
             }
-            if ip_taken && insn.ip() == ip {
-                insn.set_ip(0);
+            if let Some(&skipped) = exits.get(&i) {
+                let stub = next_fake();
+                probe::exit_stub(skipped, stub, insn.near_branch_target(), &mut stubs);
+                insn.set_near_branch64(stub);
+            }
+            if insn.ip() == ip {
+                insn.set_ip(label);
             }
             if insn.is_ip_rel_memory_operand() {
                 rip_fixes.push((all.len(), insn.ip_rel_memory_address()));
@@ -154,11 +202,11 @@ pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64) -> Result<Copies> 
             all.push(insn);
         }
         body_ends.push(all.len());
-        for stub in stubs {
-            if stub.is_ip_rel_memory_operand() {
-                rip_fixes.push((all.len(), stub.ip_rel_memory_address()));
+        for insn in fragments.into_iter().chain(stubs) {
+            if insn.is_ip_rel_memory_operand() {
+                rip_fixes.push((all.len(), insn.ip_rel_memory_address()));
             }
-            all.push(stub);
+            all.push(insn);
         }
         ends.push(all.len());
         firsts.push(first);
@@ -210,6 +258,61 @@ pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64) -> Result<Copies> 
         })
         .collect();
     Ok(Copies { code, maps })
+}
+
+/// Appends the counting fragment of a superblock at `label`: its
+/// instructions from the check on, with a counting probe before each of its
+/// loads, ending with a jump back into the copy (before a final call, which
+/// stays in the copy so that return addresses keep their unwind
+/// information). Its branches go straight into the copy: a side exit taken
+/// here skips loads that were never counted.
+fn counting_fragment(
+    code: &FunctionCode,
+    block: &Superblock,
+    label: u64,
+    record: u64,
+    next_fake: &mut dyn FnMut() -> u64,
+    out: &mut Vec<Instruction>,
+    stubs: &mut Vec<Instruction>,
+) {
+    let mut first = label;
+    let mut loads = block.loads.iter().peekable();
+    for i in block.at..=block.last {
+        let original = code.instructions[i];
+        if i == block.last
+            && matches!(
+                original.flow_control(),
+                FlowControl::Call | FlowControl::IndirectCall
+            )
+        {
+            let mut back =
+                Instruction::with_branch(Code::Jmp_rel32_64, original.ip()).expect("valid jmp");
+            back.set_ip(first);
+            out.push(back);
+            return;
+        }
+        let mut insn = original;
+        insn.set_ip(0);
+        if let Some(&(_, id, fast)) = loads.next_if(|&&(index, _, _)| index == i) {
+            let slow = next_fake();
+            let resume = next_fake();
+            probe::soft_fast_path(fast, first, slow, out);
+            insn.set_ip(resume);
+            probe::soft_slow_stub(fast, &insn, id, slow, resume, record, stubs);
+        } else if first != 0 {
+            insn.set_ip(first);
+        }
+        first = 0;
+        out.push(insn);
+    }
+    let last = &code.instructions[block.last];
+    if !matches!(
+        last.flow_control(),
+        FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch
+    ) {
+        let next = last.next_ip();
+        out.push(Instruction::with_branch(Code::Jmp_rel32_64, next).expect("valid jmp"));
+    }
 }
 
 /// Why a function's code cannot be copied faithfully, if it cannot.

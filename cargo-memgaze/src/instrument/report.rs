@@ -56,6 +56,10 @@ pub struct Report {
     pub region_markers: bool,
     /// Bytes of the new segment.
     pub segment_bytes: usize,
+    /// Address range of the relocated functions (with their stubs).
+    pub copies_start: u64,
+    /// See `copies_start`.
+    pub copies_end: u64,
     /// Warnings for the user.
     pub warnings: Vec<String>,
 }

@@ -106,8 +106,11 @@ pub mod process {
     pub const SERIAL: i32 = 16;
     /// Records lost at process level (slot creation failed, unflushable slots).
     pub const DROPPED: i32 = 24;
-    /// Set by the exit hook.
+    /// Set by the exit hook before it snapshots other threads' slots: their
+    /// own flushes then drop instead of sending.
     pub const CLOSED: i32 = 32;
+    /// Set when the exit hook starts (it runs once).
+    pub const FINISHING: i32 = 40;
     /// Bytes mapped.
     pub const BYTES: i32 = 4096;
 }
@@ -116,7 +119,8 @@ pub mod process {
 pub mod slot {
     /// [`MAGIC_VALUE`] once initialised.
     pub const MAGIC: i32 = 0;
-    /// Ownership flag taken with `xchg` by the slow path and the exit hook.
+    /// Set while the owning thread is inside the runtime (a signal handler
+    /// re-entering it sees it); only the owner writes it.
     pub const BUSY: i32 = 8;
     /// Next slot in the process list.
     pub const NEXT: i32 = 16;
@@ -144,6 +148,9 @@ pub mod slot {
     pub const NESTED: i32 = 104;
     /// Set once the first random skip was issued since the last (re)start.
     pub const STARTED: i32 = 112;
+    /// Seqlock generation: odd while the owner is inside the runtime (the
+    /// exit hook snapshots other threads' buffers against it).
+    pub const SEQ: i32 = 120;
     /// The message: header, then records.
     pub const MESSAGE: i32 = 128;
     /// First record.
@@ -264,10 +271,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.mov(rbx, fs(TCB_SLOT))?;
     a.mov(rcx, rbx)?;
     a.jrcxz(l.to_cold_entry)?;
-    a.mov(ecx, 1)?;
-    a.xchg(qword_ptr(rbx + slot::BUSY), rcx)?;
-    a.lea(rcx, qword_ptr(rcx - 1))?;
-    a.jrcxz(l.to_nested)?;
+    enter_flagfree(&mut a, l.to_nested)?;
     a.add_instruction(load_rip(Register::RCX, cfg_va + cfg::ENABLED as u64))?;
     a.jrcxz(l.to_cold_owned)?;
     // A slot wiped by fork has REMAINING = 0 and is re-initialised there.
@@ -289,7 +293,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.jrcxz(l.to_cold_after)?;
     a.lea(rcx, qword_ptr(rax - slot::CAPACITY))?;
     a.jrcxz(l.to_cold_after)?;
-    a.mov(qword_ptr(rbx + slot::BUSY), 0)?;
+    leave_flagfree(&mut a)?;
     a.pop(rbx)?;
     a.pop(rcx)?;
     a.pop(rax)?;
@@ -301,7 +305,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     // hook owns the slot: count the execution as dropped.
     a.set_label(&mut l.nested)?;
     a.pushfq()?;
-    a.lock().inc(qword_ptr(rbx + slot::NESTED))?;
+    a.inc(qword_ptr(rbx + slot::NESTED))?;
     a.popfq()?;
     a.pop(rbx)?;
     a.pop(rcx)?;
@@ -326,11 +330,12 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.call(l.find_slot)?;
     a.test(rbx, rbx)?;
     a.jz(l.cold_return)?;
-    a.mov(eax, 1)?;
-    a.xchg(qword_ptr(rbx + slot::BUSY), rax)?;
-    a.test(rax, rax)?;
-    a.jz(l.cold_body)?;
-    a.lock().inc(qword_ptr(rbx + slot::NESTED))?;
+    a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
+    a.jne(l.cold_nested)?;
+    enter_cold(&mut a)?;
+    a.jmp(l.cold_body)?;
+    a.set_label(&mut l.cold_nested)?;
+    a.inc(qword_ptr(rbx + slot::NESTED))?;
     a.jmp(l.cold_return)?;
 
     a.set_label(&mut l.cold_owned)?;
@@ -413,7 +418,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.call(l.check_thread_marker)?;
 
     a.set_label(&mut l.cold_release)?;
-    a.mov(qword_ptr(rbx + slot::BUSY), 0)?;
+    leave_cold(&mut a)?;
     a.set_label(&mut l.cold_return)?;
     restore_rest(&mut a)?;
     a.pop(rbx)?;
@@ -425,6 +430,8 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.set_label(&mut l.cold_after)?;
     save_rest(&mut a)?;
     a.add_instruction(lea_rip(Register::R12, cfg_va))?;
+    a.mov(r14, rdi)?;
+    a.mov(r15, rsi)?;
     a.call(l.ensure_process)?;
     a.jmp(l.cold_after_saved)?;
 
@@ -590,8 +597,20 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.ret()?;
 
     // flush(edi = kind): sends the buffer as one message (header filled
-    // here), empties it. Records are counted as dropped if sending fails.
+    // here), empties it. Records are counted as dropped if sending fails,
+    // or if the exit hook already closed the process (it sent or will send
+    // this buffer itself). The fence pairs with the exit hook's: either it
+    // sees this thread inside the runtime (SEQ odd), or this thread sees
+    // CLOSED.
     a.set_label(&mut l.flush)?;
+    a.mfence()?;
+    a.cmp(qword_ptr(r13 + process::CLOSED), 0)?;
+    a.je(l.flush_unchecked)?;
+    a.mov(rcx, qword_ptr(rbx + slot::COUNT))?;
+    a.add(qword_ptr(rbx + slot::DROPPED), rcx)?;
+    a.mov(qword_ptr(rbx + slot::COUNT), 0)?;
+    a.ret()?;
+    a.set_label(&mut l.flush_unchecked)?;
     a.mov(
         dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::KIND)),
         edi,
@@ -789,10 +808,9 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.call(l.find_slot)?;
     a.test(rbx, rbx)?;
     a.jz(l.region_begin_done)?;
-    a.mov(eax, 1)?;
-    a.xchg(qword_ptr(rbx + slot::BUSY), rax)?;
-    a.test(rax, rax)?;
-    a.jnz(l.region_begin_done)?;
+    a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
+    a.jne(l.region_begin_done)?;
+    enter_cold(&mut a)?;
     a.cmp(qword_ptr(rbx + slot::COUNT), 0)?;
     a.je(l.region_begin_empty)?;
     a.mov(edi, MessageKind::Records as u32)?;
@@ -806,7 +824,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.mov(qword_ptr(rbx + slot::STARTED), 0)?;
     a.mov(fs(TCB_COUNTDOWN), 0)?;
     a.mov(qword_ptr(r12 + cfg::ENABLED), 1)?;
-    a.mov(qword_ptr(rbx + slot::BUSY), 0)?;
+    leave_cold(&mut a)?;
     a.set_label(&mut l.region_begin_done)?;
     restore_all(&mut a)?;
     a.ret()?;
@@ -824,10 +842,9 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.call(l.find_slot)?;
     a.test(rbx, rbx)?;
     a.jz(l.region_end_done)?;
-    a.mov(eax, 1)?;
-    a.xchg(qword_ptr(rbx + slot::BUSY), rax)?;
-    a.test(rax, rax)?;
-    a.jnz(l.region_end_done)?;
+    a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
+    a.jne(l.region_end_done)?;
+    enter_cold(&mut a)?;
     a.mov(rax, fs(TCB_COUNTDOWN))?;
     a.call(l.fold_live)?;
     a.mov(qword_ptr(rbx + slot::REMAINING), 0)?;
@@ -837,7 +854,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.call(l.flush)?;
     a.mov(edi, MessageKind::RegionEnd as u32)?;
     a.call(l.send_region)?;
-    a.mov(qword_ptr(rbx + slot::BUSY), 0)?;
+    leave_cold(&mut a)?;
     a.set_label(&mut l.region_end_done)?;
     restore_all(&mut a)?;
     a.ret()?;
@@ -849,20 +866,20 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
     a.jne(l.fini_done)?;
     a.call(l.ensure_process)?;
-    a.cmp(qword_ptr(r13 + process::CLOSED), 0)?;
+    a.cmp(qword_ptr(r13 + process::FINISHING), 0)?;
     a.jne(l.fini_done)?;
-    a.mov(qword_ptr(r13 + process::CLOSED), 1)?;
-    // This thread: exact fold of its countdown, then stop counting.
+    a.mov(qword_ptr(r13 + process::FINISHING), 1)?;
+    // This thread: exact fold of its countdown, final flush, stop counting
+    // (BUSY stays set: anything it records later is not sent).
     a.xor(r14d, r14d)?;
     a.mov(rbx, fs(TCB_SLOT))?;
     a.test(rbx, rbx)?;
     a.jz(l.fini_others)?;
     a.cmp(qword_ptr(rbx + slot::MAGIC), slot::MAGIC_VALUE)?;
     a.jne(l.fini_others)?;
-    a.mov(eax, 1)?;
-    a.xchg(qword_ptr(rbx + slot::BUSY), rax)?;
-    a.test(rax, rax)?;
-    a.jnz(l.fini_others)?;
+    a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
+    a.jne(l.fini_others)?;
+    enter_cold(&mut a)?;
     a.mov(r14, rbx)?;
     a.mov(rax, fs(TCB_COUNTDOWN))?;
     a.call(l.fold_live)?;
@@ -870,38 +887,74 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.mov(fs(TCB_COUNTDOWN), rax)?;
     a.mov(edi, MessageKind::Final as u32)?;
     a.call(l.flush)?;
-    // Every other slot (live threads and dead ones whose buffers still hold
-    // records): take it, fold what its TCB still says, flush.
+    // Every other slot (live threads, and dead ones whose buffers still
+    // hold records): close the process to their own flushes, then take a
+    // seqlock-consistent snapshot of each into a staging slot and send it.
     a.set_label(&mut l.fini_others)?;
+    a.mov(qword_ptr(r13 + process::CLOSED), 1)?;
+    a.mfence()?;
+    a.mov(eax, SYS_MMAP)?;
+    a.xor(edi, edi)?;
+    a.mov(esi, slot::BYTES)?;
+    a.mov(edx, 3)?;
+    a.mov(r10d, 0x22)?;
+    a.mov(r8, -1i64)?;
+    a.xor(r9d, r9d)?;
+    a.syscall()?;
+    a.xor(r15d, r15d)?;
+    a.cmp(rax, -4095)?;
+    a.jae(l.fini_staging_ready)?;
+    a.mov(r15, rax)?;
+    a.set_label(&mut l.fini_staging_ready)?;
     a.mov(rbx, qword_ptr(r13 + process::HEAD))?;
     a.set_label(&mut l.fini_loop)?;
     a.test(rbx, rbx)?;
     a.jz(l.fini_exit_message)?;
     a.cmp(rbx, r14)?;
     a.je(l.fini_next)?;
-    a.mov(r15d, 1 << 20)?;
-    a.set_label(&mut l.fini_spin)?;
-    a.mov(eax, 1)?;
-    a.xchg(qword_ptr(rbx + slot::BUSY), rax)?;
-    a.test(rax, rax)?;
-    a.jz(l.fini_got)?;
-    a.pause()?;
-    a.dec(r15d)?;
-    a.jnz(l.fini_spin)?;
-    a.mov(rax, qword_ptr(rbx + slot::COUNT))?;
-    a.lock().add(qword_ptr(r13 + process::DROPPED), rax)?;
-    a.jmp(l.fini_next)?;
-    a.set_label(&mut l.fini_got)?;
-    // process_vm_readv(getpid(), {buf, 16}, 1, {tcb + 0x38, 16}, 1, 0) reads
-    // the owner's countdown and slot pointer without faulting if its TCB is
-    // gone.
+    a.test(r15, r15)?;
+    a.jz(l.fini_unflushed)?;
+    a.mov(ebp, 1 << 24)?;
+    a.set_label(&mut l.fini_retry)?;
+    a.mov(r8, qword_ptr(rbx + slot::SEQ))?;
+    a.test(r8b, 1)?;
+    a.jnz(l.fini_wait)?;
+    a.mov(rcx, qword_ptr(rbx + slot::COUNT))?;
+    a.cmp(rcx, slot::CAPACITY)?;
+    a.jbe(l.fini_count_ok)?;
+    a.mov(ecx, slot::CAPACITY as u32)?;
+    a.set_label(&mut l.fini_count_ok)?;
+    a.mov(qword_ptr(r15 + slot::COUNT), rcx)?;
+    a.lea(rcx, qword_ptr(rcx + rcx * 2))?;
+    a.shl(rcx, 2)?;
+    a.lea(rsi, qword_ptr(rbx + slot::RECORDS))?;
+    a.lea(rdi, qword_ptr(r15 + slot::RECORDS))?;
+    a.cld()?;
+    a.rep().movsb()?;
+    for field in [
+        slot::EXECUTIONS,
+        slot::NESTED,
+        slot::DROPPED,
+        slot::TID,
+        slot::SERIAL,
+        slot::BUDGET,
+        slot::TCB,
+    ] {
+        a.mov(rax, qword_ptr(rbx + field))?;
+        a.mov(qword_ptr(r15 + field), rax)?;
+    }
+    a.cmp(qword_ptr(rbx + slot::SEQ), r8)?;
+    a.jne(l.fini_wait)?;
+    // process_vm_readv(pid, {buf, 16}, 1, {tcb + 0x38, 16}, 1, 0): the
+    // owner's countdown and slot pointer, without faulting if its TCB is
+    // gone. Folded only if that TCB still points at this slot.
     a.sub(rsp, 48)?;
     a.lea(rax, qword_ptr(rsp + 32))?;
-    a.mov(qword_ptr(rsp), rax)?; // local iov base
+    a.mov(qword_ptr(rsp), rax)?;
     a.mov(qword_ptr(rsp + 8), 16)?;
-    a.mov(rax, qword_ptr(rbx + slot::TCB))?;
+    a.mov(rax, qword_ptr(r15 + slot::TCB))?;
     a.add(rax, TCB_COUNTDOWN as i32)?;
-    a.mov(qword_ptr(rsp + 16), rax)?; // remote iov base
+    a.mov(qword_ptr(rsp + 16), rax)?;
     a.mov(qword_ptr(rsp + 24), 16)?;
     a.mov(eax, SYS_PROCESS_VM_READV)?;
     a.mov(rdi, qword_ptr(r13 + process::PID))?;
@@ -911,16 +964,32 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.mov(r8d, 1)?;
     a.xor(r9d, r9d)?;
     a.syscall()?;
+    a.mov(rdx, rbx)?;
+    a.mov(rbx, r15)?;
     a.cmp(rax, 16)?;
     a.jne(l.fini_unfolded)?;
-    a.cmp(qword_ptr(rsp + 40), rbx)?;
+    a.cmp(qword_ptr(rsp + 40), rdx)?;
     a.jne(l.fini_unfolded)?;
     a.mov(rax, qword_ptr(rsp + 32))?;
+    a.push(rdx)?;
     a.call(l.fold_live)?;
+    a.pop(rdx)?;
     a.set_label(&mut l.fini_unfolded)?;
     a.add(rsp, 48)?;
+    a.push(rdx)?;
+    a.push(rdx)?;
     a.mov(edi, MessageKind::Final as u32)?;
-    a.call(l.flush)?;
+    a.call(l.flush_unchecked)?;
+    a.pop(rbx)?;
+    a.pop(rbx)?;
+    a.jmp(l.fini_next)?;
+    a.set_label(&mut l.fini_wait)?;
+    a.pause()?;
+    a.dec(ebp)?;
+    a.jnz(l.fini_retry)?;
+    a.set_label(&mut l.fini_unflushed)?;
+    a.mov(rax, qword_ptr(rbx + slot::COUNT))?;
+    a.add(qword_ptr(r13 + process::DROPPED), rax)?;
     a.set_label(&mut l.fini_next)?;
     a.mov(rbx, qword_ptr(rbx + slot::NEXT))?;
     a.jmp(l.fini_loop)?;
@@ -1115,6 +1184,38 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     })
 }
 
+/// Enters the runtime on the slot in rbx without touching the flags
+/// (clobbers rcx); branches to `nested` if this thread is already inside.
+fn enter_flagfree(a: &mut Asm, nested: CodeLabel) -> R {
+    a.mov(rcx, qword_ptr(rbx + slot::BUSY))?;
+    a.lea(rcx, qword_ptr(rcx - 1))?;
+    a.jrcxz(nested)?;
+    a.mov(qword_ptr(rbx + slot::BUSY), 1)?;
+    a.mov(rcx, qword_ptr(rbx + slot::SEQ))?;
+    a.lea(rcx, qword_ptr(rcx + 1))?;
+    a.mov(qword_ptr(rbx + slot::SEQ), rcx)
+}
+
+/// Leaves the runtime without touching the flags (clobbers rcx).
+fn leave_flagfree(a: &mut Asm) -> R {
+    a.mov(rcx, qword_ptr(rbx + slot::SEQ))?;
+    a.lea(rcx, qword_ptr(rcx + 1))?;
+    a.mov(qword_ptr(rbx + slot::SEQ), rcx)?;
+    a.mov(qword_ptr(rbx + slot::BUSY), 0)
+}
+
+/// Enters the runtime from a cold path (BUSY checked to be 0 by the caller).
+fn enter_cold(a: &mut Asm) -> R {
+    a.mov(qword_ptr(rbx + slot::BUSY), 1)?;
+    a.inc(qword_ptr(rbx + slot::SEQ))
+}
+
+/// Leaves the runtime from a cold path.
+fn leave_cold(a: &mut Asm) -> R {
+    a.inc(qword_ptr(rbx + slot::SEQ))?;
+    a.mov(qword_ptr(rbx + slot::BUSY), 0)
+}
+
 /// Saves what the cold paths use besides rax, rcx, rbx (already pushed).
 fn save_rest(a: &mut Asm) -> R {
     a.pushfq()?;
@@ -1170,6 +1271,7 @@ struct Labels {
     cold_after_saved: CodeLabel,
     cold_check_full: CodeLabel,
     cold_release: CodeLabel,
+    cold_nested: CodeLabel,
     cold_return: CodeLabel,
     ensure_process: CodeLabel,
     ensure_done: CodeLabel,
@@ -1205,8 +1307,12 @@ struct Labels {
     fini: CodeLabel,
     fini_others: CodeLabel,
     fini_loop: CodeLabel,
-    fini_spin: CodeLabel,
-    fini_got: CodeLabel,
+    fini_staging_ready: CodeLabel,
+    fini_retry: CodeLabel,
+    fini_count_ok: CodeLabel,
+    fini_wait: CodeLabel,
+    fini_unflushed: CodeLabel,
+    flush_unchecked: CodeLabel,
     fini_unfolded: CodeLabel,
     fini_next: CodeLabel,
     fini_exit_message: CodeLabel,
@@ -1244,6 +1350,7 @@ impl Labels {
             cold_after_saved: n(),
             cold_check_full: n(),
             cold_release: n(),
+            cold_nested: n(),
             cold_return: n(),
             ensure_process: n(),
             ensure_done: n(),
@@ -1279,8 +1386,12 @@ impl Labels {
             fini: n(),
             fini_others: n(),
             fini_loop: n(),
-            fini_spin: n(),
-            fini_got: n(),
+            fini_staging_ready: n(),
+            fini_retry: n(),
+            fini_count_ok: n(),
+            fini_wait: n(),
+            fini_unflushed: n(),
+            flush_unchecked: n(),
             fini_unfolded: n(),
             fini_next: n(),
             fini_exit_message: n(),
@@ -1339,23 +1450,25 @@ mod tests {
     }
 
     #[test]
-    fn hot_path_leaves_flags_alone() {
-        // From `record` to the first ret, no instruction may write flags
-        // except the nested/cold branches' targets (which save them).
+    fn hot_paths_leave_flags_alone() {
+        // From `record` (and `block`) to the first ret, no instruction may
+        // write flags (the branches to cold paths save them there).
         let rt = generate(&params()).unwrap();
-        let offset = (rt.record - 0x10_0000) as usize;
-        let mut decoder = Decoder::with_ip(64, &rt.code[offset..], rt.record, DecoderOptions::NONE);
-        loop {
-            let insn = decoder.decode();
-            assert_eq!(
-                insn.rflags_modified(),
-                0,
-                "{:?} at {:#x} modifies flags",
-                insn.code(),
-                insn.ip()
-            );
-            if insn.code() == Code::Retnq {
-                break;
+        for entry in [rt.record] {
+            let offset = (entry - 0x10_0000) as usize;
+            let mut decoder = Decoder::with_ip(64, &rt.code[offset..], entry, DecoderOptions::NONE);
+            loop {
+                let insn = decoder.decode();
+                assert_eq!(
+                    insn.rflags_modified(),
+                    0,
+                    "{:?} at {:#x} modifies flags",
+                    insn.code(),
+                    insn.ip()
+                );
+                if insn.code() == Code::Retnq {
+                    break;
+                }
             }
         }
     }

@@ -47,7 +47,8 @@ pub struct Assembler<'a> {
     window: u64,
     threads: HashMap<(u32, u32), u32>,
     slots: HashMap<(u32, u32), SlotCounts>,
-    windows: HashMap<u32, OpenWindow>,
+    /// Open window per thread id.
+    windows: Vec<OpenWindow>,
     current_thread: Option<u32>,
     /// Records handed to the sink.
     pub records: u64,
@@ -80,7 +81,7 @@ impl<'a> Assembler<'a> {
             window,
             threads: HashMap::new(),
             slots: HashMap::new(),
-            windows: HashMap::new(),
+            windows: Vec::new(),
             current_thread: None,
             records: 0,
             samples: 0,
@@ -95,7 +96,12 @@ impl<'a> Assembler<'a> {
     /// Small thread ids in order of first appearance.
     fn thread_id(&mut self, pid: u32, tid: u32) -> u32 {
         let next = self.threads.len() as u32;
-        *self.threads.entry((pid, tid)).or_insert(next)
+        let id = *self.threads.entry((pid, tid)).or_insert(next);
+        if self.windows.len() <= id as usize {
+            self.windows
+                .resize_with(id as usize + 1, OpenWindow::default);
+        }
+        id
     }
 
     /// Number of distinct threads (across processes) seen.
@@ -125,12 +131,36 @@ impl<'a> Assembler<'a> {
         counts.final_seen |= header.kind == MessageKind::Final;
         let thread = self.thread_id(header.pid, header.tid);
         match header.kind {
+            MessageKind::Records | MessageKind::Final if self.full => {
+                let mut started = false;
+                for (load, addr) in protocol::records(payload) {
+                    if load == WINDOW_MARKER {
+                        continue;
+                    }
+                    if self.valid_loads.get(load as usize) != Some(&true) {
+                        self.invalid_records += 1;
+                        continue;
+                    }
+                    if !started {
+                        self.enter_full_sample(thread)?;
+                        started = true;
+                    }
+                    self.records += 1;
+                    self.sink.push(load, addr)?;
+                }
+            }
             MessageKind::Records | MessageKind::Final => {
                 for (load, addr) in protocol::records(payload) {
                     if load == WINDOW_MARKER {
-                        self.marker(thread)?;
+                        self.close_window(thread)?;
+                        self.windows[thread as usize].open = true;
                     } else if self.valid_loads.get(load as usize) == Some(&true) {
-                        self.record(thread, load, addr)?;
+                        let window = &mut self.windows[thread as usize];
+                        window.open = true;
+                        window.records.push((load, addr));
+                        if window.records.len() as u64 >= self.window {
+                            self.close_window(thread)?;
+                        }
                     } else {
                         self.invalid_records += 1;
                     }
@@ -154,41 +184,24 @@ impl<'a> Assembler<'a> {
         Ok(())
     }
 
-    fn marker(&mut self, thread: u32) -> Result<()> {
-        if self.full {
-            return Ok(());
-        }
-        self.close_window(thread)?;
-        self.windows.entry(thread).or_default().open = true;
-        Ok(())
-    }
-
-    fn record(&mut self, thread: u32, load: u32, addr: u64) -> Result<()> {
-        if self.full {
-            match self.current_thread {
-                None => {
-                    self.sink.begin_sample(thread)?;
-                    self.samples += 1;
-                }
-                Some(current) if current != thread => self.sink.switch_thread(thread)?,
-                Some(_) => {}
+    /// Makes `thread` the one whose records continue the single sample of a
+    /// full trace.
+    fn enter_full_sample(&mut self, thread: u32) -> Result<()> {
+        match self.current_thread {
+            None => {
+                self.sink.begin_sample(thread)?;
+                self.samples += 1;
             }
-            self.current_thread = Some(thread);
-            self.records += 1;
-            return self.sink.push(load, addr);
+            Some(current) if current != thread => self.sink.switch_thread(thread)?,
+            Some(_) => {}
         }
-        let window = self.windows.entry(thread).or_default();
-        window.open = true;
-        window.records.push((load, addr));
-        if window.records.len() as u64 >= self.window {
-            self.close_window(thread)?;
-        }
+        self.current_thread = Some(thread);
         Ok(())
     }
 
     /// Hands a thread's open window (if it holds records) to the sink.
     fn close_window(&mut self, thread: u32) -> Result<()> {
-        let Some(window) = self.windows.get_mut(&thread) else {
+        let Some(window) = self.windows.get_mut(thread as usize) else {
             return Ok(());
         };
         window.open = false;
@@ -207,9 +220,7 @@ impl<'a> Assembler<'a> {
 
     /// Emits every window still open (program ended or was killed).
     pub fn finish(&mut self) -> Result<()> {
-        let mut threads: Vec<u32> = self.windows.keys().copied().collect();
-        threads.sort_unstable();
-        for thread in threads {
+        for thread in 0..self.windows.len() as u32 {
             self.close_window(thread)?;
         }
         Ok(())

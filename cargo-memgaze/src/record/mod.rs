@@ -16,8 +16,7 @@ pub use assemble::RegionEvent;
 
 use crate::annotation::Annotation;
 use crate::trace::{
-    Backend, Dropped, FunctionEntry, LoadEntry, ProgramExit, Sampling, TraceHeader, TraceTotals,
-    TraceWriter,
+    Backend, Dropped, ProgramExit, Sampling, TraceHeader, TraceTotals, TraceWriter,
 };
 use anyhow::{Context, Result, bail};
 use assemble::Assembler;
@@ -73,6 +72,74 @@ impl<W: Write> RecordSink for TraceWriter<W> {
     }
 }
 
+/// Streams records straight into the analysis (no trace file): what
+/// `cargo memgaze run` uses, and what `golden` can use for full traces.
+pub struct AnalyzerSink {
+    analyzer: crate::analysis::Analyzer,
+    sample: u64,
+    thread: u32,
+    started: bool,
+}
+
+impl AnalyzerSink {
+    /// An analyser for a trace with this header.
+    pub fn new(header: &TraceHeader, options: &crate::analysis::AnalysisOptions) -> Result<Self> {
+        Ok(AnalyzerSink {
+            analyzer: crate::analysis::Analyzer::new(header, options)?,
+            sample: 0,
+            thread: 0,
+            started: false,
+        })
+    }
+
+    /// The analysis, given the recording's totals.
+    pub fn finish(self, totals: &TraceTotals) -> crate::analysis::Analysis {
+        self.analyzer.finish(totals)
+    }
+}
+
+impl RecordSink for AnalyzerSink {
+    fn begin_sample(&mut self, thread: u32) -> Result<()> {
+        if self.started {
+            self.sample += 1;
+        }
+        self.started = true;
+        self.thread = thread;
+        Ok(())
+    }
+    fn switch_thread(&mut self, thread: u32) -> Result<()> {
+        self.thread = thread;
+        Ok(())
+    }
+    fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+        self.analyzer
+            .push_load(load, addr, self.sample, self.thread);
+        Ok(())
+    }
+}
+
+/// Sends every record to two sinks (e.g. a trace file and an analyser).
+pub struct Tee<'a>(pub &'a mut dyn RecordSink, pub &'a mut dyn RecordSink);
+
+impl RecordSink for Tee<'_> {
+    fn begin_sample(&mut self, thread: u32) -> Result<()> {
+        self.0.begin_sample(thread)?;
+        self.1.begin_sample(thread)
+    }
+    fn switch_thread(&mut self, thread: u32) -> Result<()> {
+        self.0.switch_thread(thread)?;
+        self.1.switch_thread(thread)
+    }
+    fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+        self.0.push(load, addr)?;
+        self.1.push(load, addr)
+    }
+    fn region(&mut self, event: &RegionEvent) -> Result<()> {
+        self.0.region(event)?;
+        self.1.region(event)
+    }
+}
+
 /// What a recording produced besides the records.
 #[derive(Clone, Debug)]
 pub struct Recording {
@@ -111,36 +178,13 @@ pub fn trace_header(
     sampling: Sampling,
     command: Vec<String>,
 ) -> TraceHeader {
-    let functions = annotation
-        .functions
-        .iter()
-        .map(|f| FunctionEntry {
-            name: f.name.clone(),
-            start: f.start,
-            end: f.start + f.size,
-        })
-        .collect();
-    let index_of_ip: std::collections::HashMap<u64, u32> =
-        annotation.loads.iter().map(|l| (l.ip, l.id)).collect();
-    let loads = annotation
-        .loads
-        .iter()
-        .map(|l| LoadEntry {
-            ip: l.ip,
-            class: l.class,
-            implied: l.implied,
-            function: Some(l.function),
-            line: l.line.clone(),
-            proxy: l.proxy.and_then(|ip| index_of_ip.get(&ip).copied()),
-        })
-        .collect();
     TraceHeader {
         backend: Backend::Soft,
         sampling,
         binary: Some(annotation.binary.clone()),
         command,
-        functions,
-        loads,
+        functions: annotation.function_entries(),
+        loads: annotation.load_entries(),
         labels: Vec::new(),
     }
 }

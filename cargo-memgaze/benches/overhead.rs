@@ -1,0 +1,309 @@
+//! Overhead of the software recorder and speed of the rewriter.
+//!
+//! `cargo bench -p cargo-memgaze --bench overhead [-- --reps N]`
+//!
+//! Reports, as ratios measured in the same run (median and min–max over
+//! interleaved repetitions, so a busy machine affects both sides alike):
+//! - instrumented/native run time of a strided and an irregular kernel
+//!   (`tests/fixtures/rewriter/bench_kernels.c`, gcc -O2, volatile scalar
+//!   loads) at the default sampling (w = 1000 per 100 000 executions, ≈1%),
+//!   and in full-trace mode, both including the collector writing the trace
+//!   file; as wall time and as the program's CPU time (user + system of the
+//!   child, which the collector's own work on another core does not
+//!   inflate);
+//! - `valgrind --tool=lackey --trace-mem=yes` on the same kernels (smaller
+//!   input), against the native and the full-trace run;
+//! - instrumentation time of a Rust binary with ~2 MB of code
+//!   (`bench_big.rs`, built once and cached) against `objdump -d` of the
+//!   same file.
+
+use memgaze::annotation::InstrumentationMode;
+use memgaze::record;
+use memgaze::trace::{Sampling, TraceWriter};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/rewriter")
+        .join(name)
+}
+
+fn work_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/memgaze-bench")
+        .to_path_buf();
+    std::fs::create_dir_all(&dir).expect("bench directory");
+    dir
+}
+
+fn run_ok(cmd: &mut Command) {
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(status.success(), "{cmd:?} failed: {status}");
+}
+
+/// CPU time (user + system) of all waited-for children so far.
+fn children_cpu() -> Duration {
+    // SAFETY: getrusage fills the struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+#[derive(Clone, Copy)]
+struct Timing {
+    wall: Duration,
+    cpu: Duration,
+}
+
+fn native(program: &Path, args: &[&str]) -> Timing {
+    let cpu = children_cpu();
+    let start = Instant::now();
+    run_ok(Command::new(program).args(args).stdout(Stdio::null()));
+    Timing {
+        wall: start.elapsed(),
+        cpu: children_cpu() - cpu,
+    }
+}
+
+fn recorded(
+    program: &Path,
+    args: &[&str],
+    annotation: &memgaze::annotation::Annotation,
+    sampling: Sampling,
+    trace: &Path,
+) -> Timing {
+    let args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+    let header = record::trace_header(annotation, sampling, vec![]);
+    // The program inherits our stdout: point it at /dev/null meanwhile.
+    let _quiet = QuietStdout::new();
+    let cpu = children_cpu();
+    let start = Instant::now();
+    let mut writer = TraceWriter::create(trace, &header).expect("trace file");
+    let recording =
+        record::record(program, &args, annotation, &sampling, &mut writer).expect("record");
+    writer.finish(&recording.totals).expect("trace footer");
+    let wall = start.elapsed();
+    assert_eq!(recording.exit_code(), 0);
+    Timing {
+        wall,
+        cpu: children_cpu() - cpu,
+    }
+}
+
+/// Redirects file descriptor 1 to /dev/null until dropped.
+struct QuietStdout(i32);
+
+impl QuietStdout {
+    fn new() -> Self {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        // SAFETY: plain descriptor juggling on fds we own.
+        unsafe {
+            let saved = libc::dup(1);
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
+            libc::dup2(null, 1);
+            libc::close(null);
+            QuietStdout(saved)
+        }
+    }
+}
+
+impl Drop for QuietStdout {
+    fn drop(&mut self) {
+        // SAFETY: restores the saved descriptor.
+        unsafe {
+            libc::dup2(self.0, 1);
+            libc::close(self.0);
+        }
+    }
+}
+
+fn lackey(program: &Path, args: &[&str]) -> Timing {
+    let cpu = children_cpu();
+    let start = Instant::now();
+    run_ok(
+        Command::new("valgrind")
+            .args(["--tool=lackey", "--trace-mem=yes", "--log-file=/dev/null"])
+            .arg(program)
+            .args(args)
+            .stdout(Stdio::null()),
+    );
+    Timing {
+        wall: start.elapsed(),
+        cpu: children_cpu() - cpu,
+    }
+}
+
+/// Median, min and max of ratios.
+fn summary(mut ratios: Vec<f64>) -> String {
+    ratios.sort_by(f64::total_cmp);
+    let median = ratios[ratios.len() / 2];
+    format!(
+        "{median:7.2}×  ({:.2}–{:.2}, n = {})",
+        ratios[0],
+        ratios[ratios.len() - 1],
+        ratios.len()
+    )
+}
+
+fn main() {
+    let mut reps = 7usize;
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--reps") {
+        reps = args[i + 1].parse().expect("--reps N");
+    }
+    if args.iter().any(|a| a == "--list") {
+        return; // `cargo bench -- --list` (libtest convention)
+    }
+    let dir = work_dir();
+
+    // Kernels.
+    let kernels = dir.join("bench_kernels");
+    run_ok(
+        Command::new("gcc")
+            .args(["-O2", "-o"])
+            .arg(&kernels)
+            .arg(fixture("bench_kernels.c")),
+    );
+    let instrumented = dir.join("bench_kernels.instrumented");
+    let result = memgaze::cli::instrument::instrument_file(
+        &kernels,
+        &instrumented,
+        None,
+        InstrumentationMode::Soft,
+    )
+    .expect("instrument the kernels");
+    let annotation = result.annotation;
+    let trace = dir.join("bench.trace");
+
+    println!("cargo memgaze overhead benchmark ({reps} interleaved repetitions per row)\n");
+    println!("kernel run time, instrumented / native (median (min–max))");
+    for (kernel, elements, reps_inner) in [("str", "4000000", "25"), ("irr", "4000000", "10")] {
+        let args = [kernel, elements, reps_inner];
+        let mut sampled = (Vec::new(), Vec::new());
+        let mut full = (Vec::new(), Vec::new());
+        for _ in 0..reps {
+            let n = native(&kernels, &args);
+            let s = recorded(
+                &instrumented,
+                &args,
+                &annotation,
+                Sampling {
+                    window: record::DEFAULT_WINDOW,
+                    period: record::DEFAULT_PERIOD,
+                    seed: Some(1),
+                },
+                &trace,
+            );
+            let n2 = native(&kernels, &args);
+            let f = recorded(&instrumented, &args, &annotation, Sampling::full(), &trace);
+            let base_wall = (n.wall + n2.wall).as_secs_f64() / 2.0;
+            let base_cpu = (n.cpu + n2.cpu).as_secs_f64() / 2.0;
+            sampled.0.push(s.wall.as_secs_f64() / base_wall);
+            sampled.1.push(s.cpu.as_secs_f64() / base_cpu);
+            full.0.push(f.wall.as_secs_f64() / base_wall);
+            full.1.push(f.cpu.as_secs_f64() / base_cpu);
+        }
+        let loads = if kernel == "str" { "1" } else { "2" };
+        println!(
+            "  {kernel} ({elements} elements × {reps_inner}, {loads} load/iteration)\n    sampled 1%  wall {}   cpu {}\n    full trace  wall {}   cpu {}",
+            summary(sampled.0),
+            summary(sampled.1),
+            summary(full.0),
+            summary(full.1)
+        );
+    }
+
+    println!(
+        "\nvalgrind --tool=lackey --trace-mem=yes (log to /dev/null), same kernels with 400 K elements × 2"
+    );
+    for kernel in ["str", "irr"] {
+        let args = [kernel, "400000", "2"];
+        let mut vs_native = Vec::new();
+        let mut vs_full = Vec::new();
+        let mut vs_sampled = Vec::new();
+        for _ in 0..reps.min(3) {
+            let n = native(&kernels, &args);
+            let l = lackey(&kernels, &args);
+            let f = recorded(&instrumented, &args, &annotation, Sampling::full(), &trace);
+            let s = recorded(
+                &instrumented,
+                &args,
+                &annotation,
+                Sampling {
+                    window: record::DEFAULT_WINDOW,
+                    period: record::DEFAULT_PERIOD,
+                    seed: Some(1),
+                },
+                &trace,
+            );
+            vs_native.push(l.wall.as_secs_f64() / n.wall.as_secs_f64());
+            vs_full.push(l.wall.as_secs_f64() / f.wall.as_secs_f64());
+            vs_sampled.push(l.wall.as_secs_f64() / s.wall.as_secs_f64());
+        }
+        println!(
+            "  {kernel}: lackey / native {}\n       lackey / full trace {}\n       lackey / sampled {}",
+            summary(vs_native),
+            summary(vs_full),
+            summary(vs_sampled)
+        );
+    }
+
+    // Instrumentation time.
+    let big = dir.join("bench_big");
+    if !big.exists() {
+        eprintln!("building the ~2 MB Rust benchmark binary (once; a few minutes)…");
+        let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+        run_ok(
+            Command::new(rustc)
+                .args([
+                    "--edition",
+                    "2024",
+                    "-C",
+                    "opt-level=3",
+                    "-C",
+                    "debuginfo=0",
+                    "-o",
+                ])
+                .arg(&big)
+                .arg(fixture("bench_big.rs")),
+        );
+    }
+    let size = std::fs::metadata(&big).map(|m| m.len()).unwrap_or(0);
+    let out = dir.join("bench_big.instrumented");
+    let mut ratios = Vec::new();
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    for _ in 0..reps {
+        let start = Instant::now();
+        run_ok(
+            Command::new("objdump")
+                .arg("-d")
+                .arg(&big)
+                .stdout(Stdio::null()),
+        );
+        let objdump = start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        memgaze::cli::instrument::instrument_file(&big, &out, None, InstrumentationMode::Soft)
+            .expect("instrument the big binary");
+        let instrument = start.elapsed().as_secs_f64();
+        ratios.push(instrument / objdump);
+        ours.push(instrument);
+        theirs.push(objdump);
+    }
+    ours.sort_by(f64::total_cmp);
+    theirs.sort_by(f64::total_cmp);
+    println!(
+        "\ninstrumentation time of {} ({:.1} MB file), all functions, classify + rewrite + write\n  instrument / objdump -d {}\n  instrument {:.3}s (median), objdump -d {:.3}s (median)",
+        big.display(),
+        size as f64 / 1e6,
+        summary(ratios),
+        ours[ours.len() / 2],
+        theirs[theirs.len() / 2]
+    );
+}

@@ -1,0 +1,490 @@
+//! The rewriter and the software recorder, end to end through the built
+//! `cargo-memgaze`: behaviour preserved (stdout byte-identical, same exit
+//! status) in full and sampled modes, full traces equal to Valgrind
+//! Lackey's loads, exact execution counts, forks, threads, panics, signals,
+//! region markers and bad input.
+
+mod rewriter_support;
+
+use rewriter_support::*;
+use std::path::Path;
+use std::process::Output;
+
+const SAMPLED: &[&str] = &["--period", "1000", "--window", "50", "--seed", "7"];
+const FULL: &[&str] = &["--full"];
+
+fn assert_same_behaviour(native: &Output, recorded: &Output, what: &str) {
+    assert_eq!(
+        native.stdout,
+        recorded.stdout,
+        "{what}: stdout differs\nnative: {}\nrecorded: {}\nstderr: {}",
+        String::from_utf8_lossy(&native.stdout),
+        String::from_utf8_lossy(&recorded.stdout),
+        String::from_utf8_lossy(&recorded.stderr)
+    );
+    assert_eq!(
+        native.status.code(),
+        recorded.status.code(),
+        "{what}: exit status differs; stderr: {}",
+        String::from_utf8_lossy(&recorded.stderr)
+    );
+}
+
+fn trace_path(tag: &str) -> std::path::PathBuf {
+    scratch().join(format!("{tag}.trace"))
+}
+
+/// Behaviour and Lackey exactness for one gcc build of the kernels fixture.
+fn check_c_build(flags: &[&str]) {
+    let tag = flags.join("");
+    let binary = build("kernels.c", flags);
+    let inst = instrument(&binary, None, &tag);
+    let native = native(&binary, &["3"], None);
+    assert_eq!(native.status.code(), Some(7));
+
+    // Without a collector the instrumented program just runs.
+    assert_same_behaviour(
+        &native,
+        &super_native(&inst.path, &["3"]),
+        &format!("{tag} alone"),
+    );
+
+    let full_trace = trace_path(&format!("kernels{tag}-full"));
+    let full = record(&inst.path, &["3"], FULL, &full_trace, None);
+    assert_same_behaviour(&native, &full, &format!("{tag} --full"));
+    let sampled_trace = trace_path(&format!("kernels{tag}-sampled"));
+    let sampled = record(&inst.path, &["3"], SAMPLED, &sampled_trace, None);
+    assert_same_behaviour(&native, &sampled, &format!("{tag} sampled"));
+
+    let full = read_trace(&full_trace);
+    let sampled = read_trace(&sampled_trace);
+    assert!(full.totals.complete && sampled.totals.complete);
+    assert_eq!(full.totals.executions, full.totals.records);
+    // Exact counting: a sampled run counts the same executions.
+    assert_eq!(sampled.totals.executions, full.totals.executions, "{tag}");
+    assert!(
+        sampled.totals.records * 10 < full.totals.records,
+        "{tag}: not sampled"
+    );
+    assert!(sampled.samples > 10);
+
+    let lackey = lackey(&binary, &["3"], None);
+    let c = compare(&inst.annotation, &full, &lackey, &escaped(&inst.report));
+    assert!(
+        c.over.is_empty(),
+        "{tag}: more records than Lackey loads at {:x?}",
+        c.over
+    );
+    assert!(
+        c.count_mismatches.is_empty(),
+        "{tag}: count mismatches (ip, lackey, recorded): {:x?}",
+        c.count_mismatches
+    );
+    assert!(
+        c.delta_mismatches.is_empty(),
+        "{tag}: address deltas differ at {:x?}",
+        c.delta_mismatches
+    );
+    assert!(c.lackey_loads > 10_000, "{tag}: {} loads", c.lackey_loads);
+    assert!(c.recorded as f64 >= 0.995 * c.lackey_loads as f64);
+    let coverage = c.covered_loads as f64 / c.explicit_loads as f64;
+    assert!(coverage >= 0.95, "{tag}: coverage {coverage:.3}");
+    eprintln!(
+        "{tag}: {} of {} Lackey loads recorded, coverage {:.2}%",
+        c.recorded,
+        c.lackey_loads,
+        100.0 * coverage
+    );
+}
+
+fn super_native(program: &Path, args: &[&str]) -> Output {
+    native(program, args, None)
+}
+
+#[test]
+fn gcc_pie_programs_at_o0_o2_o3_behave_and_match_lackey() {
+    for opt in ["-O0", "-O2", "-O3"] {
+        check_c_build(&[opt, "-g"]);
+    }
+}
+
+#[test]
+fn gcc_non_pie_programs_at_o0_o2_o3_behave_and_match_lackey() {
+    for opt in ["-O0", "-O2", "-O3"] {
+        check_c_build(&[opt, "-no-pie"]);
+    }
+}
+
+#[test]
+fn rust_panics_are_caught_across_instrumented_frames() {
+    let binary = build("panics.rs", &["-C", "debuginfo=line-tables-only"]);
+    let inst = instrument(&binary, None, "all");
+    let report = &inst.report;
+    assert!(report["lsdas"].as_u64().unwrap() > 10, "{report}");
+    let native = native(&binary, &[], None);
+    assert!(String::from_utf8_lossy(&native.stdout).contains("caught 10"));
+    for (sampling, name) in [(FULL, "full"), (SAMPLED, "sampled")] {
+        let trace = trace_path(&format!("panics-{name}"));
+        let out = record(&inst.path, &[], sampling, &trace, None);
+        assert_same_behaviour(&native, &out, &format!("panics {name}"));
+        assert!(read_trace(&trace).totals.records > 0);
+    }
+    // The user's frames (with landing pads) against Lackey.
+    let focused = instrument(&binary, Some("*panics::*"), "focused");
+    let trace = trace_path("panics-focused");
+    let out = record(&focused.path, &[], FULL, &trace, None);
+    assert_same_behaviour(&native, &out, "panics focused");
+    let full = read_trace(&trace);
+    let c = compare(
+        &focused.annotation,
+        &full,
+        &lackey(&binary, &[], None),
+        &escaped(&focused.report),
+    );
+    assert!(c.over.is_empty() && c.count_mismatches.is_empty(), "{c:?}");
+    assert!(c.recorded > 100, "{c:?}");
+}
+
+#[test]
+fn rust_threads_are_recorded_per_thread() {
+    let binary = build("threads.rs", &[]);
+    let inst = instrument(&binary, None, "all");
+    let native = native(&binary, &[], None);
+    for (sampling, name) in [(FULL, "full"), (SAMPLED, "sampled")] {
+        let trace = trace_path(&format!("threads-{name}"));
+        let out = record(&inst.path, &[], sampling, &trace, None);
+        assert_same_behaviour(&native, &out, &format!("threads {name}"));
+        let summary = read_trace(&trace);
+        assert!(summary.totals.complete);
+        assert!(
+            summary.threads.len() >= 7,
+            "{name}: records from {} threads",
+            summary.threads.len()
+        );
+        assert_eq!(summary.totals.dropped.records, 0);
+    }
+}
+
+#[test]
+fn forked_children_do_not_corrupt_the_trace() {
+    let binary = build("fork.c", &["-O2"]);
+    let inst = instrument(&binary, None, "all");
+    let native = native(&binary, &[], None);
+    // The exec'd shell sees no recorder socket (close-on-exec).
+    assert!(String::from_utf8_lossy(&native.stdout).contains("\n0\n"));
+    for (sampling, name) in [(FULL, "full"), (SAMPLED, "sampled")] {
+        let trace = trace_path(&format!("fork-{name}"));
+        let out = record(&inst.path, &[], sampling, &trace, None);
+        assert_same_behaviour(&native, &out, &format!("fork {name}"));
+        let summary = read_trace(&trace);
+        assert!(summary.totals.complete);
+        if name == "full" {
+            // Parent and child, each its own "thread" of the trace.
+            assert_eq!(summary.threads.len(), 2, "{:?}", summary.threads);
+            assert_eq!(summary.totals.executions, summary.totals.records);
+        }
+    }
+}
+
+fn text_input(name: &str, lines: usize) -> std::path::PathBuf {
+    let path = scratch().join(name);
+    if !path.exists() {
+        let mut x = 0x1234_5678u64;
+        let mut text = String::with_capacity(lines * 40);
+        for i in 0..lines {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            text.push_str(&format!("{:016x} line {i} {}\n", x, x % 9973));
+        }
+        std::fs::write(&path, text).unwrap();
+    }
+    path
+}
+
+#[test]
+fn stripped_system_binaries_behave() {
+    let gzip = system_binary("gzip");
+    let sort = system_binary("sort");
+    let gz = instrument(&gzip, None, "all");
+    let so = instrument(&sort, None, "all");
+    let big = text_input("big.txt", 80_000); // ~3 MB
+    let small = text_input("small.txt", 6_000);
+    let big_arg = big.to_str().unwrap();
+    let small_arg = small.to_str().unwrap();
+    let cases: [(&Path, &Path, Vec<&str>, &[&str]); 4] = [
+        (&gzip, &gz.path, vec!["-9", "-c", big_arg], SAMPLED),
+        (&gzip, &gz.path, vec!["-9", "-c", small_arg], FULL),
+        (&sort, &so.path, vec![big_arg], SAMPLED),
+        (&sort, &so.path, vec![small_arg], FULL),
+    ];
+    for (i, (original, instrumented, args, sampling)) in cases.iter().enumerate() {
+        let native = native(original, args, None);
+        assert!(native.status.success());
+        let trace = trace_path(&format!("system-{i}"));
+        let out = record(instrumented, args, sampling, &trace, None);
+        assert_same_behaviour(&native, &out, &format!("{} {args:?}", original.display()));
+        let summary = read_trace(&trace);
+        assert!(summary.totals.complete && summary.totals.records > 1000);
+    }
+}
+
+#[test]
+fn a_killed_program_leaves_a_readable_prefix() {
+    let binary = build("signals.c", &["-O2"]);
+    let inst = instrument(&binary, None, "all");
+    let trace = trace_path("killed");
+    let out = record(&inst.path, &["kill"], SAMPLED, &trace, None);
+    assert_eq!(
+        out.status.code(),
+        Some(128 + 9),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("signal 9"));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("partial "));
+    let summary = read_trace(&trace);
+    assert!(!summary.totals.complete);
+    assert_eq!(
+        summary.totals.exit,
+        Some(memgaze::trace::ProgramExit::Signal(9))
+    );
+    assert!(summary.totals.records > 1000, "{:?}", summary.totals);
+}
+
+#[test]
+fn signal_handlers_running_instrumented_code_are_safe() {
+    let binary = build("signals.c", &["-O1"]);
+    let inst = instrument(&binary, None, "all");
+    let native = native(&binary, &[], None);
+    for (sampling, name) in [(FULL, "full"), (SAMPLED, "sampled")] {
+        let trace = trace_path(&format!("signals-{name}"));
+        let out = record(&inst.path, &[], sampling, &trace, None);
+        assert_same_behaviour(&native, &out, &format!("signals {name}"));
+        let summary = read_trace(&trace);
+        assert!(summary.totals.complete);
+        // Every record names an instrumented load (none torn).
+        let known: std::collections::HashSet<u64> = inst
+            .annotation
+            .loads
+            .iter()
+            .filter(|l| l.instrumented)
+            .map(|l| l.ip)
+            .collect();
+        assert!(summary.by_ip.keys().all(|ip| known.contains(ip)));
+        if name == "full" {
+            // Re-entered executions are counted, and reported as dropped.
+            assert_eq!(
+                summary.totals.executions,
+                summary.totals.records + summary.totals.dropped.records
+            );
+        }
+    }
+}
+
+#[test]
+fn region_markers_switch_recording() {
+    let binary = build("regions.c", &["-O1", "-g"]);
+    let inst = instrument(&binary, None, "all");
+    assert_eq!(inst.report["region_markers"], true, "{}", inst.report);
+    let native = native(&binary, &[], None);
+    let trace = trace_path("regions");
+    let out = record(&inst.path, &[], FULL, &trace, None);
+    assert_same_behaviour(&native, &out, "regions");
+    let summary = read_trace(&trace);
+    let inside = inst
+        .annotation
+        .functions
+        .iter()
+        .find(|f| f.name == "inside")
+        .expect("inside()");
+    let range = inside.start..inside.start + inside.size;
+    assert!(!summary.by_ip.is_empty());
+    for ip in summary.by_ip.keys() {
+        assert!(range.contains(ip), "record at {ip:#x} outside the regions");
+    }
+    // Exactly the explicit loads of the two regions (inside(4096) +
+    // inside(100)).
+    let lackey = lackey(&binary, &[], None);
+    let expected: usize = inst
+        .annotation
+        .loads
+        .iter()
+        .filter(|l| range.contains(&l.ip))
+        .map(|l| lackey.get(&l.ip).map_or(0, Vec::len))
+        .sum();
+    assert_eq!(summary.totals.records as usize, expected);
+    assert_eq!(summary.totals.executions, summary.totals.records);
+}
+
+fn one_error_line(out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "not one line: {stderr}");
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    stderr
+}
+
+#[test]
+fn bad_input_gets_one_error_line_and_exit_1() {
+    let dir = scratch();
+    let static_binary = build("kernels.c", &["-O1", "-static"]);
+    let out = memgaze()
+        .arg("instrument")
+        .arg(&static_binary)
+        .arg("-o")
+        .arg(dir.join("static.out"))
+        .output()
+        .unwrap();
+    assert!(one_error_line(&out).contains("statically linked"));
+
+    let binary = build("kernels.c", &["-O1"]);
+    let inst = instrument(&binary, None, "twice");
+    let out = memgaze()
+        .arg("instrument")
+        .arg(&inst.path)
+        .arg("-o")
+        .arg(dir.join("twice.out"))
+        .output()
+        .unwrap();
+    assert!(one_error_line(&out).contains("already instrumented"));
+
+    let out = memgaze()
+        .arg("instrument")
+        .arg(&binary)
+        .arg("-o")
+        .arg("/nonexistent-directory/out")
+        .output()
+        .unwrap();
+    assert!(one_error_line(&out).contains("cannot write"));
+
+    let out = memgaze()
+        .args(["record", "--", "/nonexistent-directory/program"])
+        .output()
+        .unwrap();
+    assert!(one_error_line(&out).contains("/nonexistent-directory/program"));
+
+    let out = memgaze()
+        .arg("record")
+        .arg("--")
+        .arg(&binary)
+        .output()
+        .unwrap();
+    assert!(one_error_line(&out).contains("not instrumented"));
+}
+
+#[test]
+fn ptwrite_mode_writes_base_and_index_before_each_load() {
+    use iced_x86::{Code, Decoder, DecoderOptions};
+    let binary = build("kernels.c", &["-O2"]);
+    let output = scratch().join("kernels-ptwrite");
+    let out = memgaze()
+        .arg("instrument")
+        .arg(&binary)
+        .arg("-o")
+        .arg(&output)
+        .args(["--mode", "ptwrite", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let annotation = memgaze::instrument::read_annotation(&output).unwrap();
+    let expected: usize = annotation
+        .loads
+        .iter()
+        .filter(|l| l.instrumented)
+        .map(|l| usize::from(l.base.is_some()) + usize::from(l.index.is_some()))
+        .sum();
+    let start = report["copies_start"].as_u64().unwrap();
+    let end = report["copies_end"].as_u64().unwrap();
+    let image = std::fs::read(&output).unwrap();
+    let text = segment_bytes(&image, start, end);
+    let mut decoder = Decoder::with_ip(64, &text, start, DecoderOptions::NONE);
+    let mut ptwrites = 0;
+    let mut pending: Vec<iced_x86::Register> = Vec::new();
+    let mut checked = 0;
+    while decoder.can_decode() {
+        let insn = decoder.decode();
+        if insn.code() == Code::Ptwrite_rm64 {
+            ptwrites += 1;
+            pending.push(insn.op0_register());
+            continue;
+        }
+        if !pending.is_empty() {
+            let mut regs = vec![
+                insn.memory_base().full_register(),
+                insn.memory_index().full_register(),
+            ];
+            regs.retain(|r| r.is_gpr64());
+            assert_eq!(
+                pending,
+                regs,
+                "ptwrites before {:?} at {:#x}",
+                insn.code(),
+                insn.ip()
+            );
+            checked += 1;
+            pending.clear();
+        }
+    }
+    assert_eq!(ptwrites, expected);
+    assert!(checked > 20);
+}
+
+/// Bytes of the file backing `[start, end)` (found through the program
+/// headers).
+fn segment_bytes(image: &[u8], start: u64, end: u64) -> Vec<u8> {
+    let phoff = u64::from_le_bytes(image[32..40].try_into().unwrap()) as usize;
+    let phnum = u16::from_le_bytes(image[56..58].try_into().unwrap()) as usize;
+    for i in 0..phnum {
+        let h = &image[phoff + 56 * i..];
+        let kind = u32::from_le_bytes(h[0..4].try_into().unwrap());
+        let offset = u64::from_le_bytes(h[8..16].try_into().unwrap());
+        let vaddr = u64::from_le_bytes(h[16..24].try_into().unwrap());
+        let filesz = u64::from_le_bytes(h[32..40].try_into().unwrap());
+        if kind == 1 && vaddr <= start && end <= vaddr + filesz {
+            let at = (offset + start - vaddr) as usize;
+            return image[at..at + (end - start) as usize].to_vec();
+        }
+    }
+    panic!("no segment holds {start:#x}..{end:#x}");
+}
+
+#[test]
+fn run_instruments_records_and_analyses() {
+    let binary = build("kernels.c", &["-O2", "-g"]);
+    let report = scratch().join("run-analysis.json");
+    let out = memgaze()
+        .current_dir(scratch())
+        .args(["run", "--full", "--format", "json", "-o"])
+        .arg(&report)
+        .arg("--")
+        .arg(&binary)
+        .arg("2")
+        .output()
+        .unwrap();
+    let native = native(&binary, &["2"], None);
+    assert_same_behaviour(&native, &out, "run");
+    let analysis: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).unwrap()).expect("analysis JSON");
+    assert_eq!(analysis["schema"], "memgaze.analysis.v1");
+    assert!(
+        analysis["summary"]["A"].as_u64().unwrap() > 1000,
+        "{}",
+        analysis["summary"]
+    );
+    let functions: Vec<&str> = analysis["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["name"].as_str())
+        .collect();
+    assert!(
+        functions.contains(&"irregular") && functions.contains(&"strided"),
+        "{functions:?}"
+    );
+}
