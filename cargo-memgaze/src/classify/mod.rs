@@ -518,6 +518,7 @@ impl BinaryLoads {
             mode: None,
             functions,
             loads,
+            ptwrites: Vec::new(),
         }
     }
 }
