@@ -189,7 +189,7 @@ fn full_traces_count_every_load_like_lackey() {
     let target = &suite.targets[0];
     let exe = &target.executable;
     let root: PathBuf = suite.workspace.results_layout().root().to_path_buf();
-    let instrumented = pipeline::instrumented(exe, &root).unwrap();
+    let instrumented = pipeline::instrumented(&exe.path, &root).unwrap();
     let text = text_range(&exe.path);
     let explicit: HashMap<u64, LoadClass> = instrumented
         .annotation

@@ -23,6 +23,9 @@ pub struct Member {
     pub bench_targets: Vec<String>,
     /// Whether any bench target has `required-features`.
     pub benches_need_features: bool,
+    /// Its `[package.metadata]` table (`null` when absent): where
+    /// `[package.metadata.memgaze]` settings such as gate limits live.
+    pub metadata: serde_json::Value,
 }
 
 /// The user's workspace: root, target directory, members, and the members
@@ -159,6 +162,7 @@ fn member(package: &Package) -> Member {
             .targets
             .iter()
             .any(|t| t.kind.contains(&TargetKind::Bench) && !t.required_features.is_empty()),
+        metadata: package.metadata.clone(),
     }
 }
 
@@ -320,6 +324,7 @@ mod tests {
             manifest_path: PathBuf::from(format!("/w/{name}/Cargo.toml")),
             bench_targets: benches.iter().map(|s| s.to_string()).collect(),
             benches_need_features: false,
+            metadata: serde_json::Value::Null,
         }
     }
 

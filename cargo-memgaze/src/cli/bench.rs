@@ -9,9 +9,15 @@ use crate::cargo::{
     BenchCase, BenchId, BenchOutcome, BenchSuite, BenchTarget, CargoArgs, HarnessArgs,
 };
 use crate::error::{Exit, usage};
+use crate::gate::{
+    self, Baseline, BenchKey, BenchRun, Gate, Limits, load_baseline, save_baseline_bench,
+};
 use crate::pipeline::{self, RunPlan};
+use crate::report::{self, ReportOptions};
 use crate::trace::Sampling;
+use std::collections::BTreeMap;
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Arguments of `cargo memgaze bench`.
@@ -64,9 +70,29 @@ pub struct Args {
     #[arg(long, value_name = "N", help_heading = "Recording")]
     pub seed: Option<u64>,
 
-    /// Stop at the first bench that fails.
-    #[arg(long)]
+    /// Stop at the first bench that fails or regresses.
+    #[arg(long, help_heading = "Baselines and regressions")]
     pub fail_fast: bool,
+
+    /// Save this run's results as baseline NAME (per bench, as each
+    /// finishes) under <target-dir>/memgaze/baselines/.
+    #[arg(long, value_name = "NAME", help_heading = "Baselines and regressions")]
+    pub save_baseline: Option<String>,
+
+    /// Compare each bench with baseline NAME; exit 3 on a regression past
+    /// the limits.
+    #[arg(long, value_name = "NAME", help_heading = "Baselines and regressions")]
+    pub baseline: Option<String>,
+
+    /// Regression limits, `METRIC=[+|-|±]N[%]` or `METRIC=off`,
+    /// comma-separated (over the defaults and `[package.metadata.memgaze]
+    /// limits`), e.g. `dF=+5%,F_irr_frac=+0.05`.
+    #[arg(long, value_name = "SPEC", help_heading = "Baselines and regressions")]
+    pub limits: Option<String>,
+
+    /// Do not write the HTML report (default: <target-dir>/memgaze/report/).
+    #[arg(long)]
+    pub no_report: bool,
 
     /// Recording backend: Intel PT where `doctor` finds it usable (auto),
     /// or the software recorder.
@@ -140,9 +166,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     }
 
     let started = Instant::now();
+    let layout = suite.workspace.results_layout();
+    let mut gating = Gating::new(&args, &suite, layout.root())?;
     let progress = Progress::new(selected.len() as u64, global.quiet);
     let instrumented = suite::instrument_targets(&suite, &progress, global)?;
-    let layout = suite.workspace.results_layout();
     let several_targets = suite.targets.len() > 1;
     let width = selected
         .iter()
@@ -231,6 +258,12 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                     );
                     progress.print(|| println!("{row}"));
                 }
+                let run = BenchRun {
+                    key: BenchKey::new(&exe.package, &exe.target, &case.name),
+                    analysis: recording.analysis,
+                    binary: Some(instrumented.annotation.binary.clone()),
+                };
+                gating.after(&run, json, &progress)?;
             }
             BenchOutcome::Failed { message } => {
                 failed += 1;
@@ -254,11 +287,15 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             }
         }
         progress.advance();
-        if args.fail_fast && exit != Exit::Ok {
+        if args.fail_fast && (exit != Exit::Ok || gating.should_stop()) {
             break;
         }
     }
     progress.finish();
+    exit = exit.worst(gating.finish(json, global.quiet));
+    if !args.no_report && measured > 0 {
+        exit = exit.worst(write_report(layout.root(), &gating, json, global.quiet));
+    }
     let elapsed = started.elapsed();
     if json {
         emit(&serde_json::json!({
@@ -291,6 +328,157 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         );
     }
     Ok(exit)
+}
+
+/// Baselines and the regression gate of one `bench` run: `--save-baseline`
+/// saves each bench as it finishes; `--baseline` compares it, with the
+/// limits of its package (defaults ← `[package.metadata.memgaze] limits` ←
+/// `--limits`).
+struct Gating {
+    root: PathBuf,
+    save: Option<String>,
+    /// The loaded baseline and one gate per package (limits differ).
+    baseline: Option<Baseline>,
+    gates: BTreeMap<String, Gate>,
+    limits: BTreeMap<String, Limits>,
+    /// `--limits` over the defaults, for the report's tables.
+    report_limits: Limits,
+    fail_fast: bool,
+}
+
+impl Gating {
+    fn new(args: &Args, suite: &BenchSuite, root: &Path) -> anyhow::Result<Gating> {
+        if let Some(name) = &args.save_baseline {
+            gate::baseline::check_name(name)?;
+        }
+        let cli = match &args.limits {
+            Some(spec) => Limits::parse(spec)?,
+            None => Limits::none(),
+        };
+        let mut limits = BTreeMap::new();
+        for target in &suite.targets {
+            let package = &target.executable.package;
+            if limits.contains_key(package) {
+                continue;
+            }
+            let metadata = suite
+                .workspace
+                .members
+                .iter()
+                .find(|m| &m.name == package)
+                .map(|m| Limits::from_metadata(&m.metadata))
+                .transpose()?
+                .unwrap_or_else(Limits::none);
+            limits.insert(
+                package.clone(),
+                Limits::defaults()
+                    .overridden_by(&metadata)
+                    .overridden_by(&cli),
+            );
+        }
+        // Loaded before anything is saved: `--save-baseline X --baseline X`
+        // compares with the previous X.
+        let baseline = args
+            .baseline
+            .as_ref()
+            .map(|name| load_baseline(root, name))
+            .transpose()?;
+        Ok(Gating {
+            root: root.to_path_buf(),
+            save: args.save_baseline.clone(),
+            baseline,
+            gates: BTreeMap::new(),
+            limits,
+            report_limits: Limits::defaults().overridden_by(&cli),
+            fail_fast: args.fail_fast,
+        })
+    }
+
+    /// Saves and gates one bench's run.
+    fn after(&mut self, run: &BenchRun, json: bool, progress: &Progress) -> anyhow::Result<()> {
+        if let Some(name) = &self.save {
+            save_baseline_bench(&self.root, name, run)?;
+        }
+        let Some(baseline) = &self.baseline else {
+            return Ok(());
+        };
+        let package = run.key.package.clone();
+        let gate = self.gates.entry(package.clone()).or_insert_with(|| {
+            let limits = self
+                .limits
+                .get(&package)
+                .cloned()
+                .unwrap_or_else(Limits::defaults);
+            Gate::new(baseline.clone(), limits, self.fail_fast)
+        });
+        let verdict = gate.check(run)?;
+        let name = gate.baseline_name().to_string();
+        if json {
+            for message in verdict.to_json(&name) {
+                emit(&message);
+            }
+        } else {
+            let text = verdict.human(&name);
+            progress.print(|| print!("{text}"));
+        }
+        Ok(())
+    }
+
+    /// Whether `--fail-fast` should stop after a regression.
+    fn should_stop(&self) -> bool {
+        self.gates.values().any(Gate::should_stop)
+    }
+
+    /// The gates' closing lines; 3 when a bench regressed.
+    fn finish(&self, json: bool, quiet: bool) -> Exit {
+        let mut exit = Exit::Ok;
+        for gate in self.gates.values() {
+            exit = exit.worst(gate.exit());
+            if !json && !quiet {
+                eprintln!("{:>12} {}", "Gate", gate.summary());
+            }
+        }
+        if let (Some(name), false, false) = (&self.save, json, quiet) {
+            eprintln!(
+                "{:>12} baseline `{name}` in {}",
+                "Saved",
+                gate::baseline::baselines_dir(&self.root)
+                    .join(name)
+                    .display()
+            );
+        }
+        exit
+    }
+}
+
+/// Writes the HTML report of the results tree; a failure is reported and
+/// gives exit code 1 (the bench results stand).
+fn write_report(root: &Path, gating: &Gating, json: bool, quiet: bool) -> Exit {
+    let mut options = ReportOptions::new(report::default_report_dir(root));
+    options.baseline = gating.baseline.clone();
+    options.limits = gating.report_limits.clone();
+    match report::report_results(root, &options) {
+        Ok(output) => {
+            for warning in &output.warnings {
+                eprintln!("warning: report: {warning}");
+            }
+            if json {
+                emit(&serde_json::json!({
+                    "reason": "report",
+                    "index": output.index,
+                    "benches": output.benches,
+                    "warnings": output.warnings,
+                }));
+            } else if !quiet {
+                eprintln!("{:>12} {}", "Report", output.index.display());
+            }
+            Exit::Ok
+        }
+        Err(e) => {
+            eprintln!("error: writing the report: {}", crate::error::one_line(&e));
+            Exit::Error
+        }
+    }
 }
 
 /// The sampling a command's `--full`/`--window`/`--period`/`--seed` ask

@@ -6,7 +6,9 @@ use super::progress::Progress;
 use super::suite::{self, Backend, plural};
 use super::{Global, MessageFormat};
 use crate::analysis::AnalysisOptions;
-use crate::cargo::{BenchCase, BenchOutcome, BenchSuite, BenchTarget, CargoArgs, HarnessArgs};
+use crate::cargo::{
+    BenchCase, BenchId, BenchOutcome, BenchSuite, BenchTarget, CargoArgs, HarnessArgs,
+};
 use crate::error::Exit;
 use crate::golden::store::is_ci;
 use crate::golden::{BuildFacts, GoldenMetrics, GoldenStore, Outcome, SnapshotFile, SnapshotMeta};
@@ -127,6 +129,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         return Ok(Exit::Regression);
     }
     let selected: Vec<(&BenchTarget, &BenchCase)> = suite.selected().collect();
+    let layout = suite.workspace.results_layout();
     let started = Instant::now();
     let progress = Progress::new(selected.len() as u64, global.quiet);
     let instrumented = suite::instrument_targets(&suite, &progress, global)?;
@@ -186,6 +189,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                     .unwrap_or_default()
             );
         }
+        // The full-trace analysis beside the bench's results, for the
+        // report's overlay.
+        let dir = layout.create_bench_dir(&BenchId::new(&exe.package, &exe.target, &case.name))?;
+        pipeline::write_analysis(&dir.join(pipeline::GOLDEN_FILE), &recording.analysis)?;
         let metrics = GoldenMetrics::from_analysis(
             &exe.package,
             &exe.target,

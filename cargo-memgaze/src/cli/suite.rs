@@ -5,6 +5,7 @@ use super::progress::Progress;
 use super::{ColorChoice, Global};
 use crate::cargo::{self, BenchSuite, BuildOptions, CargoArgs, HarnessArgs};
 use crate::pipeline::{self, InstrumentedBench};
+use anyhow::Context;
 
 /// `--backend` values.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -75,7 +76,8 @@ pub fn instrument_targets(
             continue;
         }
         progress.start("Instrumenting", &target.executable.display_name());
-        let instrumented = pipeline::instrumented(&target.executable, &root)?;
+        let instrumented = pipeline::instrumented(&target.executable.path, &root)
+            .with_context(|| format!("bench target `{}`", target.executable.display_name()))?;
         if let Some(report) = &instrumented.report {
             let skipped = report.loads - report.loads_instrumented - report.loads_implied;
             if global.verbose > 0 || skipped > 0 {

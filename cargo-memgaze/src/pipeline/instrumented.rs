@@ -1,6 +1,6 @@
-//! Instrumenting a bench executable once: classify its loads, rewrite it,
-//! and keep the result in a content-addressed cache under
-//! `<target-dir>/memgaze/.instrumented/`.
+//! Instrumenting an executable once: classify its loads, rewrite it, and
+//! keep the result in a content-addressed cache under
+//! `<target-dir>/memgaze/instrumented/`.
 //!
 //! The cache key is the SHA-256 of the executable's bytes and of the running
 //! `cargo memgaze` binary (a rebuilt instrumentor never reuses another's
@@ -10,7 +10,6 @@
 
 use crate::annotation::{Annotation, InstrumentationMode};
 use crate::binary::Binary;
-use crate::cargo::BenchExecutable;
 use crate::instrument::{self, InstrumentOptions, Report};
 use anyhow::Context;
 use sha2::{Digest, Sha256};
@@ -18,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// Directory of the cache under the results root.
-pub const CACHE_DIR: &str = ".instrumented";
+pub const CACHE_DIR: &str = "instrumented";
 
 /// An instrumented bench executable, ready to record.
 #[derive(Clone, Debug)]
@@ -36,12 +35,12 @@ pub struct InstrumentedBench {
 /// original and where to write the copy; it writes the executable and
 /// returns the annotation and report).
 pub fn instrumented_with(
-    executable: &BenchExecutable,
+    executable: &Path,
     results_root: &Path,
     instrumenter: impl FnOnce(&Path, &Path) -> anyhow::Result<(Annotation, Report)>,
 ) -> anyhow::Result<InstrumentedBench> {
-    let bytes = std::fs::read(&executable.path)
-        .with_context(|| format!("cannot read {}", executable.path.display()))?;
+    let bytes = std::fs::read(executable)
+        .with_context(|| format!("cannot read {}", executable.display()))?;
     let mut hasher = Sha256::new();
     hasher.update(&bytes);
     hasher.update(tool_identity());
@@ -50,9 +49,8 @@ pub fn instrumented_with(
         .map(|b| format!("{b:02x}"))
         .collect();
     let file_name = executable
-        .path
         .file_name()
-        .context("bench executable without a file name")?;
+        .with_context(|| format!("{}: not a file", executable.display()))?;
     let cache = results_root.join(CACHE_DIR);
     let entry = cache.join(&key);
     let path = entry.join(file_name);
@@ -72,8 +70,8 @@ pub fn instrumented_with(
         .tempdir_in(&cache)
         .with_context(|| format!("cannot create a directory in {}", cache.display()))?;
     let staged = staging.path().join(file_name);
-    let (annotation, report) = instrumenter(&executable.path, &staged)
-        .with_context(|| format!("instrumenting `{}`", executable.display_name()))?;
+    let (annotation, report) = instrumenter(executable, &staged)
+        .with_context(|| format!("instrumenting {}", executable.display()))?;
     let json = serde_json::to_vec(&annotation).context("serialising the annotation")?;
     std::fs::write(instrument::annotation_path(&staged), json)
         .with_context(|| format!("cannot write into {}", staging.path().display()))?;
@@ -94,10 +92,7 @@ pub fn instrumented_with(
 
 /// [`instrumented_with`] the software-recorder instrumentation: every
 /// function classified and rewritten.
-pub fn instrumented(
-    executable: &BenchExecutable,
-    results_root: &Path,
-) -> anyhow::Result<InstrumentedBench> {
+pub fn instrumented(executable: &Path, results_root: &Path) -> anyhow::Result<InstrumentedBench> {
     instrumented_with(executable, results_root, instrument_soft)
 }
 
@@ -152,16 +147,10 @@ mod tests {
     use crate::trace::BinaryIdentity;
     use std::cell::Cell;
 
-    fn executable(dir: &Path, contents: &[u8]) -> BenchExecutable {
+    fn executable(dir: &Path, contents: &[u8]) -> std::path::PathBuf {
         let path = dir.join("bench-0123");
         std::fs::write(&path, contents).unwrap();
-        BenchExecutable {
-            package: "p".into(),
-            target: "t".into(),
-            path,
-            src_path: dir.join("b.rs"),
-            package_root: dir.to_path_buf(),
-        }
+        path
     }
 
     fn annotation() -> Annotation {
@@ -215,7 +204,7 @@ mod tests {
         let e = instrumented_with(&exe, &root, |_, _| anyhow::bail!("no entry point")).unwrap_err();
         assert_eq!(
             crate::error::one_line(&e),
-            "instrumenting `p/t`: no entry point"
+            format!("instrumenting {}: no entry point", exe.display())
         );
         assert_eq!(std::fs::read_dir(root.join(CACHE_DIR)).unwrap().count(), 0);
     }

@@ -16,16 +16,17 @@
 //!
 //! Results of `cargo memgaze bench` live in the bench's results directory
 //! (`cargo::ResultsLayout`): [`BENCH_FILE`](crate::cargo::BENCH_FILE),
-//! [`TRACE_FILE`] and [`ANALYSIS_FILE`].
+//! [`TRACE_FILE`] and [`ANALYSIS_FILE`]; `cargo memgaze golden` adds
+//! [`GOLDEN_FILE`].
 
 pub mod instrumented;
 mod sink;
 
 pub use instrumented::{InstrumentedBench, instrumented};
 
-use crate::analysis::{Analysis, AnalysisOptions, Analyzer};
+use crate::analysis::{Analysis, AnalysisOptions};
 use crate::cargo::{BenchCase, BenchOutcome, BenchTarget, RECORDING_ENV, interpret_run};
-use crate::golden::{SampleBreakdown, SampleSet};
+use crate::golden::SampleSet;
 use crate::trace::{ProgramExit, Sampling, TraceTotals, TraceWriter};
 use anyhow::Context;
 use sink::StreamingSink;
@@ -34,10 +35,10 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The trace file in a bench's results directory.
-pub const TRACE_FILE: &str = "trace.mgz";
-/// The analysis (`memgaze.analysis.v1` JSON) in a bench's results directory.
-pub const ANALYSIS_FILE: &str = "analysis.json";
+/// The files of a bench's results directory (named once, in the report's
+/// results module, which reads them): the trace, its analysis
+/// (`memgaze.analysis.v1` JSON), and the full-trace analysis `golden` leaves.
+pub use crate::report::results::{ANALYSIS_FILE, GOLDEN_FILE, TRACE_FILE};
 
 /// Default records per sample `w` (spec: about 1% of the full trace).
 pub const DEFAULT_WINDOW: u64 = crate::record::DEFAULT_WINDOW;
@@ -112,15 +113,11 @@ pub fn record_bench(
         ("target".into(), exe.target.clone()),
         ("bench".into(), case.name.clone()),
     ];
-    let analyzer = Analyzer::new(&header, &plan.analysis)?;
     let writer = match &plan.trace_file {
         Some(path) => Some(TraceWriter::create(path, &header)?),
         None => None,
     };
-    let breakdown = plan
-        .per_sample
-        .then(|| SampleBreakdown::new(&header, &plan.analysis));
-    let mut sink = StreamingSink::new(analyzer, writer, breakdown);
+    let mut sink = StreamingSink::new(&header, &plan.analysis, writer, plan.per_sample)?;
     let recording =
         crate::record::record_command(command, &instrumented.annotation, &plan.sampling, &mut sink)
             .with_context(|| {

@@ -1,41 +1,40 @@
 //! [`StreamingSink`]: the collector's records fanned out, as they arrive,
-//! to the analysis engine, an optional trace file and an optional
-//! per-sample breakdown.
+//! to the analysis engine ([`AnalyzerSink`]), an optional trace file and an
+//! optional per-sample breakdown.
 
-use crate::analysis::{Analysis, Analyzer};
+use crate::analysis::{Analysis, AnalysisOptions};
 use crate::golden::SampleBreakdown;
-use crate::record::RecordSink;
-use crate::trace::{TraceTotals, TraceWriter};
+use crate::record::{AnalyzerSink, RecordSink};
+use crate::trace::{TraceHeader, TraceTotals, TraceWriter};
 use std::fs::File;
 use std::io::BufWriter;
 
 /// The trace file writer `TraceWriter::create` gives.
 pub(crate) type FileWriter = TraceWriter<BufWriter<File>>;
 
-/// Feeds every record to the consumers, numbering samples as the trace
-/// format does (0, 1, 2… in order of their beginnings).
+/// Feeds every record to the consumers.
 pub(crate) struct StreamingSink {
-    analyzer: Analyzer,
+    analyzer: AnalyzerSink,
     writer: Option<FileWriter>,
     breakdown: Option<SampleBreakdown>,
-    /// Index of the current sample (`None` before the first).
-    sample: Option<u64>,
+    started: bool,
     thread: u32,
 }
 
 impl StreamingSink {
     pub(crate) fn new(
-        analyzer: Analyzer,
+        header: &TraceHeader,
+        options: &AnalysisOptions,
         writer: Option<FileWriter>,
-        breakdown: Option<SampleBreakdown>,
-    ) -> Self {
-        StreamingSink {
-            analyzer,
+        per_sample: bool,
+    ) -> anyhow::Result<Self> {
+        Ok(StreamingSink {
+            analyzer: AnalyzerSink::new(header, options)?,
             writer,
-            breakdown,
-            sample: None,
+            breakdown: per_sample.then(|| SampleBreakdown::new(header, options)),
+            started: false,
             thread: 0,
-        }
+        })
     }
 
     /// The analysis, and the writer and breakdown to finish.
@@ -49,8 +48,9 @@ impl StreamingSink {
 
 impl RecordSink for StreamingSink {
     fn begin_sample(&mut self, thread: u32) -> anyhow::Result<()> {
-        self.sample = Some(self.sample.map_or(0, |s| s + 1));
+        self.started = true;
         self.thread = thread;
+        self.analyzer.begin_sample(thread)?;
         if let Some(writer) = &mut self.writer {
             writer.begin_sample(thread)?;
         }
@@ -62,6 +62,7 @@ impl RecordSink for StreamingSink {
 
     fn switch_thread(&mut self, thread: u32) -> anyhow::Result<()> {
         self.thread = thread;
+        self.analyzer.switch_thread(thread)?;
         if let Some(writer) = &mut self.writer {
             writer.switch_thread(thread)?;
         }
@@ -70,10 +71,10 @@ impl RecordSink for StreamingSink {
 
     #[inline]
     fn push(&mut self, load: u32, addr: u64) -> anyhow::Result<()> {
-        let sample = self
-            .sample
-            .ok_or_else(|| anyhow::anyhow!("the recorder sent a record before any sample"))?;
-        self.analyzer.push_load(load, addr, sample, self.thread);
+        if !self.started {
+            anyhow::bail!("the recorder sent a record before any sample");
+        }
+        self.analyzer.push(load, addr)?;
         if let Some(writer) = &mut self.writer {
             writer.push(load, addr)?;
         }
@@ -87,7 +88,7 @@ impl RecordSink for StreamingSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::{AnalysisOptions, analyze_trace};
+    use crate::analysis::analyze_trace;
     use crate::trace::TraceReader;
 
     /// Streaming into the analyzer gives what analysing the written trace
@@ -99,10 +100,12 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("t.mgz");
         let mut sink = StreamingSink::new(
-            Analyzer::new(&header, &options).unwrap(),
+            &header,
+            &options,
             Some(TraceWriter::create(&path, &header).unwrap()),
-            Some(SampleBreakdown::new(&header, &options)),
-        );
+            true,
+        )
+        .unwrap();
         assert!(sink.push(0, 1).is_err());
         let samples = crate::golden::samples::tests::records(12, 1000, 5);
         for (s, sample) in samples.iter().enumerate() {
