@@ -288,12 +288,12 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
 }
 
 fn percent(x: f64) -> String {
-    format!("{:.2}%", 100.0 * x)
+    format!("{:.3}%", 100.0 * x)
 }
 
 fn interval(ci: Option<[f64; 2]>) -> String {
     match ci {
-        Some([lo, hi]) => format!("[{:+.2}%, {:+.2}%]", 100.0 * lo, 100.0 * hi),
+        Some([lo, hi]) => format!("[{:+.3}%, {:+.3}%]", 100.0 * lo, 100.0 * hi),
         None => "–".to_string(),
     }
 }
@@ -312,7 +312,7 @@ fn row(out: &mut String, name: &str, e: &Error) {
     let error = e.error.map_or_else(|| "–".to_string(), percent);
     let _ = writeln!(
         out,
-        "    {name:<12} {error:>8}  {:>20}  {:>7}  {}",
+        "    {name:<12} {error:>8}  {:>22}  {:>7}  {}",
         interval(e.ci),
         percent(e.limit),
         status_word(e.status)
@@ -324,7 +324,7 @@ fn heading(out: &mut String, title: &str) {
     let _ = writeln!(out, "  {title}");
     let _ = writeln!(
         out,
-        "    {:<12} {:>8}  {:>20}  {:>7}  status",
+        "    {:<12} {:>8}  {:>22}  {:>7}  status",
         "", "error", "95% interval", "limit"
     );
 }

@@ -260,12 +260,15 @@ impl SampleBreakdown {
             });
             local.push((index, addr, thread));
         }
+        // Only what the analysis reads; the big tables are not cloned.
         let header = TraceHeader {
+            backend: self.header.backend,
+            sampling: self.header.sampling,
+            binary: None,
+            command: Vec::new(),
             functions,
             loads,
             labels: Vec::new(),
-            command: Vec::new(),
-            ..self.header.clone()
         };
         let mut analyzer = Analyzer::new(&header, &self.options)?;
         for &(load, addr, thread) in &local {
