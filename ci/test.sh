@@ -9,6 +9,8 @@ need_apt=()
 command -v valgrind >/dev/null || need_apt+=(valgrind)
 command -v gcc >/dev/null || need_apt+=(gcc)
 command -v objdump >/dev/null || need_apt+=(binutils)
+# libipt's packet encoder is the independent reference of the PT decoder tests.
+[ -f /usr/include/intel-pt.h ] || need_apt+=(libipt-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
 fi

@@ -103,6 +103,34 @@ pub struct Annotation {
     pub functions: Vec<FunctionSite>,
     /// Every explicit load found in them.
     pub loads: Vec<LoadSite>,
+    /// `ptwrite` mode: every `ptwrite` the rewriter emitted. The PT decoder
+    /// gets the address of each PTWRITE from the FUP that follows its
+    /// packet and looks it up here to find the load and operand. Empty in
+    /// soft mode.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ptwrites: Vec<PtwriteSite>,
+}
+
+/// Which operand register a `ptwrite` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PtwriteOperand {
+    /// The load's base register ([`LoadSite::base`]).
+    Base,
+    /// The load's index register ([`LoadSite::index`]).
+    Index,
+}
+
+/// One `ptwrite` instruction emitted before a load (ptwrite mode).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PtwriteSite {
+    /// Address of the `ptwrite` in the **instrumented** binary (link-time
+    /// virtual address, as the FUP reports it minus the load bias).
+    pub ip: u64,
+    /// [`LoadSite::id`] of the load whose operand it writes.
+    pub load: u32,
+    /// Which register of the operand it writes (the full 64-bit register).
+    pub operand: PtwriteOperand,
 }
 
 impl Annotation {
@@ -229,6 +257,7 @@ mod tests {
                 read_modify_write: false,
                 control: false,
             }],
+            ptwrites: Vec::new(),
         }
     }
 

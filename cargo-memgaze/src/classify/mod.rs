@@ -500,6 +500,7 @@ impl BinaryLoads {
             mode: None,
             functions,
             loads,
+            ptwrites: Vec::new(),
         }
     }
 }

@@ -286,7 +286,7 @@ pub fn instrument(
                         ));
                         continue;
                     }
-                    inserts.push((index, Insert::Ptwrite));
+                    inserts.push((index, Insert::Ptwrite { id: load.id }));
                 }
             }
         }
@@ -589,6 +589,7 @@ pub fn instrument(
 
     // ---- 6. annotation and report
     annotation.mode = Some(options.mode);
+    annotation.ptwrites = copies.ptwrites.clone();
     for plan in &plans {
         if let Some(ai) = plan.annotation_function {
             annotation.functions[ai].instrumented = true;
@@ -648,7 +649,7 @@ pub fn instrument(
         for &(_, insert) in &plan.inserts {
             let name = match insert {
                 Insert::Soft { fast, .. } => format!("{} probe", fast.name()),
-                Insert::Ptwrite => "ptwrite".into(),
+                Insert::Ptwrite { .. } => "ptwrite".into(),
             };
             *report.probe_kinds.entry(name).or_default() += 1;
         }

@@ -16,6 +16,7 @@
 //! displacements are therefore rewritten after encoding.
 
 use super::probe::{self, FastPath};
+use crate::annotation::{PtwriteOperand, PtwriteSite};
 use crate::binary::FunctionCode;
 use anyhow::{Result, anyhow, bail};
 use iced_x86::{
@@ -33,8 +34,11 @@ pub enum Insert {
         /// Fast-path variant.
         fast: FastPath,
     },
-    /// `ptwrite` of the source registers.
-    Ptwrite,
+    /// `ptwrite` of the source registers of load `id`.
+    Ptwrite {
+        /// Load id (annotation index).
+        id: u32,
+    },
 }
 
 /// A superblock whose instrumented loads are counted by one check (see
@@ -102,6 +106,8 @@ pub struct Copies {
     pub code: Vec<u8>,
     /// One map per plan, in plan order.
     pub maps: Vec<CopyMap>,
+    /// Every `ptwrite` emitted (ptwrite mode), with its final address.
+    pub ptwrites: Vec<PtwriteSite>,
 }
 
 /// Fake addresses for labels: far above any user-space address.
@@ -123,6 +129,8 @@ pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64) -> Result<Copies> 
     let mut ends = Vec::with_capacity(plans.len());
     // (index in `all`, absolute target) of every RIP-relative memory operand.
     let mut rip_fixes: Vec<(usize, u64)> = Vec::new();
+    // (index in `all`, load id, operand) of every emitted ptwrite.
+    let mut ptwrite_at: Vec<(usize, u32, PtwriteOperand)> = Vec::new();
 
     for plan in plans {
         let code = plan.code;
@@ -181,9 +189,18 @@ pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64) -> Result<Copies> 
                     insn.set_ip(resume);
                     probe::soft_slow_stub(fast, &insn, id, slow, resume, record, &mut stubs);
                 }
-                Some(Insert::Ptwrite) => {
+                Some(Insert::Ptwrite { id }) => {
+                    let at = all.len();
                     if probe::ptwrite(&insn, label, &mut all) > 0 {
                         label = 0;
+                    }
+                    for (k, j) in (at..all.len()).enumerate() {
+                        let operand = if k == 0 && insn.memory_base().is_gpr() {
+                            PtwriteOperand::Base
+                        } else {
+                            PtwriteOperand::Index
+                        };
+                        ptwrite_at.push((j, id, operand));
                     }
                 }
                 None => {}
@@ -257,7 +274,19 @@ pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64) -> Result<Copies> 
             original: plan.code.instructions.iter().map(|i| i.ip()).collect(),
         })
         .collect();
-    Ok(Copies { code, maps })
+    let ptwrites = ptwrite_at
+        .into_iter()
+        .map(|(i, load, operand)| PtwriteSite {
+            ip: address_of(i),
+            load,
+            operand,
+        })
+        .collect();
+    Ok(Copies {
+        code,
+        maps,
+        ptwrites,
+    })
 }
 
 /// Appends the counting fragment of a superblock at `label`: its
