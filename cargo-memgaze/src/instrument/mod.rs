@@ -417,7 +417,7 @@ pub fn instrument(
                     }
                     None => None,
                 };
-                while tail.len() % 8 != 0 {
+                while !tail.len().is_multiple_of(8) {
                     tail.push(0);
                 }
                 let cfi = unwind::translate_cfi(&fde.instructions, cie, fde.pc_begin, &mapper)
@@ -437,7 +437,7 @@ pub fn instrument(
     if let Some(frame) = &eh_frame
         && !new_fdes.is_empty()
     {
-        while tail.len() % 4 != 0 {
+        while !tail.len().is_multiple_of(4) {
             tail.push(0);
         }
         let at = tail_va + tail.len() as u64;
