@@ -71,6 +71,11 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
                     started.elapsed().as_secs_f64()
                 )?;
                 write!(out, "{}", result.report)?;
+                if global.verbose > 0 {
+                    for (phase, seconds) in &result.report.timings {
+                        writeln!(out, "  {seconds:8.3}s  {phase}")?;
+                    }
+                }
             }
         }
         Format::Json => {
@@ -89,12 +94,26 @@ pub fn instrument_file(
     functions: Option<&str>,
     mode: InstrumentationMode,
 ) -> Result<Instrumented> {
+    let started = std::time::Instant::now();
     let binary = Binary::open(input)?;
+    let opened = started.elapsed().as_secs_f64();
     let annotation = annotate(&binary, functions)?;
-    let result = instrument::instrument(&binary, annotation, &InstrumentOptions { mode })
+    let classified = started.elapsed().as_secs_f64() - opened;
+    let mut result = instrument::instrument(&binary, annotation, &InstrumentOptions { mode })
         .with_context(|| input.display().to_string())?;
+    let written = std::time::Instant::now();
     write_executable(output, &result.executable)?;
     write_annotation(output, &result.annotation)?;
+    let timings = &mut result.report.timings;
+    timings.insert(0, ("classify".into(), classified));
+    timings.insert(
+        0,
+        ("read binary (functions, symbols, lines)".into(), opened),
+    );
+    timings.push((
+        "write executable and annotation".into(),
+        written.elapsed().as_secs_f64(),
+    ));
     Ok(result)
 }
 

@@ -116,6 +116,13 @@ pub fn instrument(
     options: &InstrumentOptions,
 ) -> Result<Instrumented> {
     let soft = options.mode == InstrumentationMode::Soft;
+    let mut clock = std::time::Instant::now();
+    let mut lap = |report: &mut Report, phase: &str| {
+        report
+            .timings
+            .push((phase.to_string(), clock.elapsed().as_secs_f64()));
+        clock = std::time::Instant::now();
+    };
     let mut editor = ElfEditor::new(binary.data().to_vec(), runtime::STATE_BYTES)?;
     let mut report = Report {
         functions_selected: annotation.functions.len(),
@@ -305,6 +312,8 @@ pub fn instrument(
         });
     }
 
+    lap(&mut report, "plan (CFG, liveness, superblocks)");
+
     // ---- 2. runtime and copies
     let has_regions = soft
         && markers.is_some_and(|(b, e)| {
@@ -388,6 +397,8 @@ pub fn instrument(
         }
     };
 
+    lap(&mut report, "encode copies");
+
     // ---- 3. unwind information
     let mut tail: Vec<u8> = Vec::new(); // LSDAs, FDEs, header after the copies
     let tail_va = align_up(copies_va + copies.code.len() as u64, 8);
@@ -448,6 +459,8 @@ pub fn instrument(
         eh_frame_hdr = Some((at, hdr.len() as u64));
         tail.extend_from_slice(&hdr);
     }
+
+    lap(&mut report, "unwind information");
 
     // ---- 4. patches
     let mut patched: BTreeSet<u64> = BTreeSet::new();
@@ -673,6 +686,7 @@ pub fn instrument(
         None => (None, None),
     };
     let executable = editor.finish(&segment, entry, fini, eh_frame_hdr)?;
+    lap(&mut report, "patches, report, ELF");
     Ok(Instrumented {
         executable,
         annotation,
