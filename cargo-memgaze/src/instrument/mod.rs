@@ -112,8 +112,20 @@ impl Planned {
 /// Instruments `binary` as `annotation` says.
 pub fn instrument(
     binary: &Binary,
+    annotation: Annotation,
+    options: &InstrumentOptions,
+) -> Result<Instrumented> {
+    instrument_with_code(binary, annotation, options, &mut HashMap::new())
+}
+
+/// [`instrument`], reusing the control flow of functions already built
+/// (by the classification), keyed by function start; the entries used are
+/// taken out of `codes`.
+pub fn instrument_with_code(
+    binary: &Binary,
     mut annotation: Annotation,
     options: &InstrumentOptions,
+    codes: &mut HashMap<u64, FunctionCode>,
 ) -> Result<Instrumented> {
     let soft = options.mode == InstrumentationMode::Soft;
     let mut clock = std::time::Instant::now();
@@ -227,7 +239,9 @@ pub fn instrument(
     let mut skipped_loads: Vec<(usize, String)> = Vec::new();
     for &(bi, ai) in &selected {
         let f = &binary.functions()[bi];
-        let code = binary.function_code(f);
+        let code = codes
+            .remove(&f.start)
+            .unwrap_or_else(|| binary.function_code(f));
         let is_marker = markers.is_some_and(|(b, e)| bi == b || bi == e);
         let check = check_function(binary, f, &code, eh_frame.as_ref(), &lsda_limit, &read);
         if let Err(reason) = check {
