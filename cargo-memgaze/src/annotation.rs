@@ -262,6 +262,7 @@ mod tests {
                 read_modify_write: false,
                 control: false,
             }],
+            ptwrites: Vec::new(),
         }
     }
 

@@ -48,6 +48,10 @@ fn load(
         function: 0,
         line: None,
         skipped: None,
+        segment: None,
+        gather: false,
+        read_modify_write: false,
+        control: false,
     }
 }
 

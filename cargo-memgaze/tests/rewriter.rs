@@ -433,6 +433,30 @@ fn ptwrite_mode_writes_base_and_index_before_each_load() {
     }
     assert_eq!(ptwrites, expected);
     assert!(checked > 20);
+    // The annotation lists each ptwrite at its address, with its load and
+    // operand (the PT reconstruction's convention).
+    assert_eq!(annotation.ptwrites.len(), expected);
+    for site in &annotation.ptwrites {
+        let at = (site.ip - start) as usize;
+        let insn = Decoder::with_ip(64, &text[at..], site.ip, DecoderOptions::NONE).decode();
+        assert_eq!(insn.code(), Code::Ptwrite_rm64, "at {:#x}", site.ip);
+        let load = &annotation.loads[site.load as usize];
+        let register = match site.operand {
+            memgaze::annotation::PtwriteOperand::Base => load.base.as_deref(),
+            memgaze::annotation::PtwriteOperand::Index => load.index.as_deref(),
+        }
+        .expect("operand register");
+        let written = format!("{:?}", insn.op0_register()).to_lowercase();
+        let full = format!(
+            "{:?}",
+            iced_x86::Register::values()
+                .find(|r| format!("{r:?}").to_lowercase() == register)
+                .expect("register name")
+                .full_register()
+        )
+        .to_lowercase();
+        assert_eq!(written, full, "ptwrite at {:#x}", site.ip);
+    }
 }
 
 /// Bytes of the file backing `[start, end)` (found through the program

@@ -3,10 +3,12 @@
 
 use super::{Format, Global};
 use crate::annotation::{Annotation, InstrumentationMode};
-use crate::binary::Binary;
+use crate::binary::{Binary, FunctionCode};
+use crate::classify::{BinaryLoads, Classifier, FunctionLoads};
 use crate::error::{Exit, usage};
 use crate::instrument::{self, InstrumentOptions, Instrumented};
 use anyhow::{Context, Result};
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -71,6 +73,11 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
                     started.elapsed().as_secs_f64()
                 )?;
                 write!(out, "{}", result.report)?;
+                if global.verbose > 0 {
+                    for (phase, seconds) in &result.report.timings {
+                        writeln!(out, "  {seconds:8.3}s  {phase}")?;
+                    }
+                }
             }
         }
         Format::Json => {
@@ -89,19 +96,88 @@ pub fn instrument_file(
     functions: Option<&str>,
     mode: InstrumentationMode,
 ) -> Result<Instrumented> {
+    let started = std::time::Instant::now();
     let binary = Binary::open(input)?;
-    let annotation = annotate(&binary, functions)?;
-    let result = instrument::instrument(&binary, annotation, &InstrumentOptions { mode })
-        .with_context(|| input.display().to_string())?;
+    let opened = started.elapsed().as_secs_f64();
+    let (annotation, mut codes) = annotate_with_code(&binary, functions)?;
+    let classified = started.elapsed().as_secs_f64() - opened;
+    let mut result = instrument::instrument_with_code(
+        &binary,
+        annotation,
+        &InstrumentOptions { mode },
+        &mut codes,
+    )
+    .with_context(|| input.display().to_string())?;
+    let written = std::time::Instant::now();
     write_executable(output, &result.executable)?;
     write_annotation(output, &result.annotation)?;
+    let timings = &mut result.report.timings;
+    timings.insert(0, ("classify (CFG, load classes)".into(), classified));
+    timings.insert(
+        0,
+        ("read binary (functions, symbols, lines)".into(), opened),
+    );
+    timings.push((
+        "write executable and annotation".into(),
+        written.elapsed().as_secs_f64(),
+    ));
     Ok(result)
 }
 
 /// The annotation of the selected functions.
 pub fn annotate(binary: &Binary, functions: Option<&str>) -> Result<Annotation> {
-    let selected: Vec<usize> = match functions {
-        None => (0..binary.functions().len()).collect(),
+    Ok(annotate_with_code(binary, functions)?.0)
+}
+
+/// The annotation of the selected functions and their control flow (built
+/// once, on all cores, for the classification and then the rewriter).
+pub fn annotate_with_code(
+    binary: &Binary,
+    functions: Option<&str>,
+) -> Result<(Annotation, HashMap<u64, FunctionCode>)> {
+    let selected = select(binary, functions)?;
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 8);
+    let chunk = selected.len().div_ceil(threads).max(1);
+    let parts: Vec<Vec<(usize, FunctionLoads, FunctionCode)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = selected
+            .chunks(chunk)
+            .map(|indices| {
+                scope.spawn(move || {
+                    let mut classifier = Classifier::new();
+                    indices
+                        .iter()
+                        .map(|&i| {
+                            let code = binary.function_code(&binary.functions()[i]);
+                            let loads = classifier.classify(&code);
+                            (i, loads, code)
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("classification thread"))
+            .collect()
+    });
+    let mut loads = BinaryLoads {
+        functions: Vec::with_capacity(selected.len()),
+    };
+    let mut codes = HashMap::with_capacity(selected.len());
+    for (i, function_loads, code) in parts.into_iter().flatten() {
+        codes.insert(binary.functions()[i].start, code);
+        loads.functions.push((i, function_loads));
+    }
+    Ok((loads.to_annotation(binary), codes))
+}
+
+/// Indices of the functions a `--functions` glob selects (all when `None`).
+fn select(binary: &Binary, functions: Option<&str>) -> Result<Vec<usize>> {
+    match functions {
+        None => Ok((0..binary.functions().len()).collect()),
         Some(glob) => {
             let matcher = globset::Glob::new(glob)
                 .map_err(|e| usage(format!("--functions {glob}: {e}")))?
@@ -122,17 +198,9 @@ pub fn annotate(binary: &Binary, functions: Option<&str>) -> Result<Annotation> 
                     binary.path().display()
                 );
             }
-            selected
+            Ok(selected)
         }
-    };
-    let selected: std::collections::HashSet<u64> = selected
-        .iter()
-        .map(|&i| binary.functions()[i].start)
-        .collect();
-    Ok(
-        crate::classify::classify_binary(binary, |f| selected.contains(&f.start))
-            .to_annotation(binary),
-    )
+    }
 }
 
 fn write_executable(path: &Path, bytes: &[u8]) -> Result<()> {

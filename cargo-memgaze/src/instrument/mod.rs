@@ -112,10 +112,29 @@ impl Planned {
 /// Instruments `binary` as `annotation` says.
 pub fn instrument(
     binary: &Binary,
-    mut annotation: Annotation,
+    annotation: Annotation,
     options: &InstrumentOptions,
 ) -> Result<Instrumented> {
+    instrument_with_code(binary, annotation, options, &mut HashMap::new())
+}
+
+/// [`instrument`], reusing the control flow of functions already built
+/// (by the classification), keyed by function start; the entries used are
+/// taken out of `codes`.
+pub fn instrument_with_code(
+    binary: &Binary,
+    mut annotation: Annotation,
+    options: &InstrumentOptions,
+    codes: &mut HashMap<u64, FunctionCode>,
+) -> Result<Instrumented> {
     let soft = options.mode == InstrumentationMode::Soft;
+    let mut clock = std::time::Instant::now();
+    let mut lap = |report: &mut Report, phase: &str| {
+        report
+            .timings
+            .push((phase.to_string(), clock.elapsed().as_secs_f64()));
+        clock = std::time::Instant::now();
+    };
     let mut editor = ElfEditor::new(binary.data().to_vec(), runtime::STATE_BYTES)?;
     let mut report = Report {
         functions_selected: annotation.functions.len(),
@@ -220,7 +239,9 @@ pub fn instrument(
     let mut skipped_loads: Vec<(usize, String)> = Vec::new();
     for &(bi, ai) in &selected {
         let f = &binary.functions()[bi];
-        let code = binary.function_code(f);
+        let code = codes
+            .remove(&f.start)
+            .unwrap_or_else(|| binary.function_code(f));
         let is_marker = markers.is_some_and(|(b, e)| bi == b || bi == e);
         let check = check_function(binary, f, &code, eh_frame.as_ref(), &lsda_limit, &read);
         if let Err(reason) = check {
@@ -286,7 +307,7 @@ pub fn instrument(
                         ));
                         continue;
                     }
-                    inserts.push((index, Insert::Ptwrite));
+                    inserts.push((index, Insert::Ptwrite { id: load.id }));
                 }
             }
         }
@@ -304,6 +325,8 @@ pub fn instrument(
             table_patches: Vec::new(),
         });
     }
+
+    lap(&mut report, "plan (CFG, liveness, superblocks)");
 
     // ---- 2. runtime and copies
     let has_regions = soft
@@ -388,6 +411,8 @@ pub fn instrument(
         }
     };
 
+    lap(&mut report, "encode copies");
+
     // ---- 3. unwind information
     let mut tail: Vec<u8> = Vec::new(); // LSDAs, FDEs, header after the copies
     let tail_va = align_up(copies_va + copies.code.len() as u64, 8);
@@ -417,7 +442,7 @@ pub fn instrument(
                     }
                     None => None,
                 };
-                while tail.len() % 8 != 0 {
+                while !tail.len().is_multiple_of(8) {
                     tail.push(0);
                 }
                 let cfi = unwind::translate_cfi(&fde.instructions, cie, fde.pc_begin, &mapper)
@@ -437,7 +462,7 @@ pub fn instrument(
     if let Some(frame) = &eh_frame
         && !new_fdes.is_empty()
     {
-        while tail.len() % 4 != 0 {
+        while !tail.len().is_multiple_of(4) {
             tail.push(0);
         }
         let at = tail_va + tail.len() as u64;
@@ -448,6 +473,8 @@ pub fn instrument(
         eh_frame_hdr = Some((at, hdr.len() as u64));
         tail.extend_from_slice(&hdr);
     }
+
+    lap(&mut report, "unwind information");
 
     // ---- 4. patches
     let mut patched: BTreeSet<u64> = BTreeSet::new();
@@ -589,6 +616,7 @@ pub fn instrument(
 
     // ---- 6. annotation and report
     annotation.mode = Some(options.mode);
+    annotation.ptwrites = copies.ptwrites.clone();
     for plan in &plans {
         if let Some(ai) = plan.annotation_function {
             annotation.functions[ai].instrumented = true;
@@ -648,7 +676,7 @@ pub fn instrument(
         for &(_, insert) in &plan.inserts {
             let name = match insert {
                 Insert::Soft { fast, .. } => format!("{} probe", fast.name()),
-                Insert::Ptwrite => "ptwrite".into(),
+                Insert::Ptwrite { .. } => "ptwrite".into(),
             };
             *report.probe_kinds.entry(name).or_default() += 1;
         }
@@ -672,6 +700,7 @@ pub fn instrument(
         None => (None, None),
     };
     let executable = editor.finish(&segment, entry, fini, eh_frame_hdr)?;
+    lap(&mut report, "patches, report, ELF");
     Ok(Instrumented {
         executable,
         annotation,

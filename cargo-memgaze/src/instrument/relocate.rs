@@ -1,5 +1,5 @@
 //! Encoding the copies of all selected functions, with their probes, as one
-//! block of code (iced-x86 `BlockEncoder`).
+//! block of code (see [`assemble`]).
 //!
 //! Every original instruction keeps its address as its identity, so a
 //! branch to any instruction of any relocated function (its own loops, a
@@ -11,17 +11,14 @@
 //!
 //! RIP-relative *memory operands* are not branches: a `lea` of a function's
 //! address or a load of data that sits between functions must keep meaning
-//! the original address, but the block encoder would re-target them too
-//! when the address happens to be an instruction of the block. Their
-//! displacements are therefore rewritten after encoding.
+//! the original address, so [`assemble`] re-encodes them with their
+//! absolute target, never resolved to a copy.
 
 use super::probe::{self, FastPath};
+use crate::annotation::{PtwriteOperand, PtwriteSite};
 use crate::binary::FunctionCode;
 use anyhow::{Result, anyhow, bail};
-use iced_x86::{
-    BlockEncoder, BlockEncoderOptions, Code, FlowControl, Instruction, InstructionBlock, OpKind,
-    Register,
-};
+use iced_x86::{Code, Encoder, FlowControl, IcedError, Instruction, OpKind, Register};
 
 /// What to insert before one instruction of a copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,8 +30,11 @@ pub enum Insert {
         /// Fast-path variant.
         fast: FastPath,
     },
-    /// `ptwrite` of the source registers.
-    Ptwrite,
+    /// `ptwrite` of the source registers of load `id`.
+    Ptwrite {
+        /// Load id (annotation index).
+        id: u32,
+    },
 }
 
 /// A superblock whose instrumented loads are counted by one check (see
@@ -102,6 +102,8 @@ pub struct Copies {
     pub code: Vec<u8>,
     /// One map per plan, in plan order.
     pub maps: Vec<CopyMap>,
+    /// Every `ptwrite` emitted (ptwrite mode), with its final address.
+    pub ptwrites: Vec<PtwriteSite>,
 }
 
 /// Fake addresses for labels: far above any user-space address.
@@ -121,8 +123,8 @@ pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64) -> Result<Copies> 
     let mut firsts: Vec<Vec<usize>> = Vec::with_capacity(plans.len());
     let mut body_ends = Vec::with_capacity(plans.len());
     let mut ends = Vec::with_capacity(plans.len());
-    // (index in `all`, absolute target) of every RIP-relative memory operand.
-    let mut rip_fixes: Vec<(usize, u64)> = Vec::new();
+    // (index in `all`, load id, operand) of every emitted ptwrite.
+    let mut ptwrite_at: Vec<(usize, u32, PtwriteOperand)> = Vec::new();
 
     for plan in plans {
         let code = plan.code;
@@ -181,9 +183,18 @@ pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64) -> Result<Copies> 
                     insn.set_ip(resume);
                     probe::soft_slow_stub(fast, &insn, id, slow, resume, record, &mut stubs);
                 }
-                Some(Insert::Ptwrite) => {
+                Some(Insert::Ptwrite { id }) => {
+                    let at = all.len();
                     if probe::ptwrite(&insn, label, &mut all) > 0 {
                         label = 0;
+                    }
+                    for (k, j) in (at..all.len()).enumerate() {
+                        let operand = if k == 0 && insn.memory_base().is_gpr() {
+                            PtwriteOperand::Base
+                        } else {
+                            PtwriteOperand::Index
+                        };
+                        ptwrite_at.push((j, id, operand));
                     }
                 }
                 None => {}
@@ -196,53 +207,23 @@ pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64) -> Result<Copies> 
             if insn.ip() == ip {
                 insn.set_ip(label);
             }
-            if insn.is_ip_rel_memory_operand() {
-                rip_fixes.push((all.len(), insn.ip_rel_memory_address()));
-            }
             all.push(insn);
         }
         body_ends.push(all.len());
-        for insn in fragments.into_iter().chain(stubs) {
-            if insn.is_ip_rel_memory_operand() {
-                rip_fixes.push((all.len(), insn.ip_rel_memory_address()));
-            }
-            all.push(insn);
-        }
+        all.extend(fragments);
+        all.extend(stubs);
         ends.push(all.len());
         firsts.push(first);
     }
 
-    let result = BlockEncoder::encode(
-        64,
-        InstructionBlock::new(&all, base),
-        BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS
-            | BlockEncoderOptions::RETURN_CONSTANT_OFFSETS,
-    )
-    .map_err(|e| anyhow!("encoding the relocated code: {e}"))?;
-    let offsets = result.new_instruction_offsets;
-    let mut code = result.code_buffer;
+    let (code, offsets) = assemble(&all, base)?;
     let code_len = code.len() as u64;
     let address_of = |i: usize| -> u64 {
         match offsets.get(i) {
-            Some(&offset) if i < all.len() => base + u64::from(offset),
-            _ => base + code_len,
+            Some(&offset) => base + offset,
+            None => base + code_len,
         }
     };
-
-    for &(i, target) in &rip_fixes {
-        let constant = &result.constant_offsets[i];
-        if !constant.has_displacement() || constant.displacement_size() != 4 {
-            bail!(
-                "RIP-relative operand at copy offset {:#x} was not encoded with a 32-bit displacement",
-                offsets[i]
-            );
-        }
-        let next = address_of(i + 1);
-        let disp = i32::try_from(target as i64 - next as i64)
-            .map_err(|_| anyhow!("RIP-relative target {target:#x} is out of reach of the copy"))?;
-        let at = offsets[i] as usize + constant.displacement_offset();
-        code[at..at + 4].copy_from_slice(&disp.to_le_bytes());
-    }
 
     let maps = plans
         .iter()
@@ -257,7 +238,188 @@ pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64) -> Result<Copies> 
             original: plan.code.instructions.iter().map(|i| i.ip()).collect(),
         })
         .collect();
-    Ok(Copies { code, maps })
+    let ptwrites = ptwrite_at
+        .into_iter()
+        .map(|(i, load, operand)| PtwriteSite {
+            ip: address_of(i),
+            load,
+            operand,
+        })
+        .collect();
+    Ok(Copies {
+        code,
+        maps,
+        ptwrites,
+    })
+}
+
+/// How an instruction is laid out by [`assemble`].
+enum Piece {
+    /// Position-independent: these bytes of the pool.
+    Fixed(u32, u8),
+    /// A relative branch in its rel32 form, re-encoded at its address.
+    Near,
+    /// `jrcxz`/`loop`-style rel8-only branch of this size, expanded to
+    /// `jcx L1; jmp short L2; L1: jmp rel32 target; L2:`.
+    Short(u8),
+    /// A RIP-relative memory operand, re-encoded at its address (it keeps
+    /// its absolute target).
+    RipRelative(u8),
+}
+
+/// Lays out and encodes `all` at `base`: every branch in its rel32 form
+/// (so sizes are known in one pass; no relaxation), branch targets that
+/// are the address of an instruction of the list resolved to its new
+/// address, every other target and every RIP-relative operand kept
+/// absolute. Returns the code and each instruction's offset.
+///
+/// One encoding per instruction (two for branches and RIP-relative
+/// operands): iced's `BlockEncoder`, which encodes each instruction several
+/// times while it shrinks branches, was most of the rewriter's time.
+fn assemble(all: &[Instruction], base: u64) -> Result<(Vec<u8>, Vec<u64>)> {
+    let mut encoder = Encoder::new(64);
+    let mut pool: Vec<u8> = Vec::with_capacity(all.len() * 5);
+    let mut pieces = Vec::with_capacity(all.len());
+    let mut offsets = Vec::with_capacity(all.len());
+    let mut at = 0u64;
+    let fail = |insn: &Instruction, e: IcedError| {
+        anyhow!(
+            "cannot encode {:?} (from {:#x}): {e}",
+            insn.code(),
+            insn.ip()
+        )
+    };
+    for insn in all {
+        offsets.push(at);
+        let piece = if is_relative_branch(insn) {
+            let short = matches!(
+                insn.code(),
+                Code::Jrcxz_rel8_64
+                    | Code::Jecxz_rel8_64
+                    | Code::Loop_rel8_64_RCX
+                    | Code::Loop_rel8_64_ECX
+                    | Code::Loope_rel8_64_RCX
+                    | Code::Loope_rel8_64_ECX
+                    | Code::Loopne_rel8_64_RCX
+                    | Code::Loopne_rel8_64_ECX
+            );
+            if short {
+                let mut probe = *insn;
+                probe.set_near_branch64(base + 2);
+                let size = encoder.encode(&probe, base).map_err(|e| fail(insn, e))? as u8;
+                discard(&mut encoder);
+                at += u64::from(size) + 2 + 5;
+                Piece::Short(size)
+            } else {
+                let mut near = *insn;
+                near.as_near_branch();
+                if near.code() == Code::Xbegin_rel16 {
+                    near.set_code(Code::Xbegin_rel32);
+                }
+                near.set_near_branch64(base);
+                let size = encoder.encode(&near, base).map_err(|e| fail(insn, e))?;
+                discard(&mut encoder);
+                at += size as u64;
+                Piece::Near
+            }
+        } else if insn.is_ip_rel_memory_operand() {
+            let size = encoder.encode(insn, base).map_err(|e| fail(insn, e))? as u8;
+            discard(&mut encoder);
+            at += u64::from(size);
+            Piece::RipRelative(size)
+        } else {
+            let size = encoder.encode(insn, 0).map_err(|e| fail(insn, e))?;
+            let start = pool.len() as u32;
+            drain_into(&mut encoder, &mut pool);
+            at += size as u64;
+            Piece::Fixed(start, size as u8)
+        };
+        pieces.push(piece);
+    }
+    // Label → instruction (addresses carried by more than one instruction
+    // are refused: the first inserted instruction takes a load's address,
+    // the load itself a fake one).
+    let mut labels: Vec<(u64, u32)> = all
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| i.ip() != 0)
+        .map(|(n, i)| (i.ip(), n as u32))
+        .collect();
+    labels.sort_unstable();
+    if let Some(w) = labels.windows(2).find(|w| w[0].0 == w[1].0) {
+        bail!("two instructions claim address {:#x}", w[0].0);
+    }
+    let resolve = |target: u64| -> u64 {
+        match labels.binary_search_by_key(&target, |&(ip, _)| ip) {
+            Ok(i) => base + offsets[labels[i].1 as usize],
+            Err(_) => target,
+        }
+    };
+    let mut code = Vec::with_capacity(at as usize);
+    for (n, (insn, piece)) in all.iter().zip(&pieces).enumerate() {
+        let here = base + offsets[n];
+        debug_assert_eq!(code.len() as u64, offsets[n]);
+        match *piece {
+            Piece::Fixed(start, size) => {
+                code.extend_from_slice(&pool[start as usize..start as usize + size as usize])
+            }
+            Piece::Near => {
+                let mut near = *insn;
+                near.as_near_branch();
+                if near.code() == Code::Xbegin_rel16 {
+                    near.set_code(Code::Xbegin_rel32);
+                }
+                near.set_near_branch64(resolve(insn.near_branch_target()));
+                encoder.encode(&near, here).map_err(|e| fail(insn, e))?;
+                drain_into(&mut encoder, &mut code);
+            }
+            Piece::Short(size) => {
+                let mut jcx = *insn;
+                let over = here + u64::from(size) + 2;
+                jcx.set_near_branch64(over);
+                encoder.encode(&jcx, here).map_err(|e| fail(insn, e))?;
+                drain_into(&mut encoder, &mut code);
+                code.extend_from_slice(&[0xeb, 0x05]); // jmp short past the jmp rel32
+                let target = resolve(insn.near_branch_target());
+                let rel = i32::try_from(target as i64 - (over + 5) as i64)
+                    .map_err(|_| anyhow!("branch target {target:#x} out of reach"))?;
+                code.push(0xe9);
+                code.extend_from_slice(&rel.to_le_bytes());
+            }
+            Piece::RipRelative(size) => {
+                let written = encoder.encode(insn, here).map_err(|e| fail(insn, e))?;
+                if written != size as usize {
+                    bail!("RIP-relative {:?} changed size", insn.code());
+                }
+                drain_into(&mut encoder, &mut code);
+            }
+        }
+    }
+    Ok((code, offsets))
+}
+
+/// Moves the encoder's output to `out`, keeping its buffer's allocation.
+fn drain_into(encoder: &mut Encoder, out: &mut Vec<u8>) {
+    let mut buffer = encoder.take_buffer();
+    out.extend_from_slice(&buffer);
+    buffer.clear();
+    encoder.set_buffer(buffer);
+}
+
+/// Drops the encoder's output (a size probe).
+fn discard(encoder: &mut Encoder) {
+    let mut buffer = encoder.take_buffer();
+    buffer.clear();
+    encoder.set_buffer(buffer);
+}
+
+/// Whether `insn` has a relative branch target (near `jmp`/`jcc`/`call`,
+/// `jrcxz`/`loop`, `xbegin`).
+fn is_relative_branch(insn: &Instruction) -> bool {
+    matches!(
+        insn.op0_kind(),
+        OpKind::NearBranch64 | OpKind::NearBranch32 | OpKind::NearBranch16
+    )
 }
 
 /// Appends the counting fragment of a superblock at `label`: its

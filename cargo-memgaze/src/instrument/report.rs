@@ -62,6 +62,8 @@ pub struct Report {
     pub copies_end: u64,
     /// Warnings for the user.
     pub warnings: Vec<String>,
+    /// Seconds spent per phase, in order (printed with `-v`).
+    pub timings: Vec<(String, f64)>,
 }
 
 impl Report {

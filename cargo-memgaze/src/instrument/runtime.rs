@@ -399,13 +399,12 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.set_label(&mut l.cold_after_saved)?;
     a.cmp(qword_ptr(rbx + slot::REMAINING), 0)?;
     a.jne(l.cold_check_full)?;
-    // Window complete: issue the skip budget and flush.
+    // Window complete: issue the skip budget. The buffer is sent when full
+    // (every few windows): a send per window would cost more than the
+    // window's records.
     a.call(l.next_skip)?;
     a.mov(qword_ptr(rbx + slot::BUDGET), rax)?;
     a.mov(fs(TCB_COUNTDOWN), rax)?;
-    a.mov(edi, MessageKind::Records as u32)?;
-    a.call(l.flush)?;
-    a.jmp(l.cold_release)?;
     a.set_label(&mut l.cold_check_full)?;
     a.cmp(qword_ptr(rbx + slot::COUNT), slot::CAPACITY)?;
     a.jb(l.cold_release)?;

@@ -689,7 +689,7 @@ pub fn build_fde(
         bail!("LSDA in a CIE without augmentation data");
     }
     out.extend_from_slice(instructions);
-    while out.len() % 8 != 0 {
+    while !out.len().is_multiple_of(8) {
         out.push(0); // DW_CFA_nop
     }
     let length = (out.len() - 4) as u32;

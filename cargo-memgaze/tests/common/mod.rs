@@ -1,15 +1,12 @@
 //! Helpers shared by the integration tests: compiling fixtures into a
 //! temporary directory with the system's gcc and the toolchain's rustc;
 //! for the PT tests, libipt's encoder (Debian `libipt-dev`) driven through
-//! `tests/fixtures/pt_encode.c`, and a deterministic PRNG.
-//!
-//! Missing `libipt-dev` is a test failure with install instructions, never
-//! a skip.
+//! `tests/fixtures/pt_encode.c` (missing `libipt-dev` is a failure with
+//! install instructions, never a skip), and a deterministic PRNG.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
 /// The fixtures directory (`tests/fixtures`).
 pub fn fixtures() -> PathBuf {
@@ -79,6 +76,8 @@ pub fn stripped(path: &Path) -> PathBuf {
         .arg(path));
     out
 }
+
+use std::sync::OnceLock;
 
 /// Builds the fixture once per test binary.
 pub fn encoder_binary() -> &'static PathBuf {

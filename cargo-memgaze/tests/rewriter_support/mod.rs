@@ -221,7 +221,7 @@ pub fn lackey(program: &Path, args: &[&str], stdin: Option<&Path>) -> BTreeMap<u
         .status()
         .expect("valgrind is required");
     assert!(status.code().is_some(), "valgrind died: {status}");
-    let bytes = std::fs::read(&program).unwrap();
+    let bytes = std::fs::read(program).unwrap();
     let pie = u16::from_le_bytes([bytes[16], bytes[17]]) == 3;
     let base = if pie { 0x108000 } else { 0 };
     let text = std::fs::read_to_string(&log).expect("lackey log");
