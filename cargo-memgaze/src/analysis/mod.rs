@@ -10,11 +10,12 @@
 //! [`table`].
 //!
 //! How each metric is computed in O(1) or O(log n) per access:
-//! - footprints of every window size at once: [`windows`];
-//! - reuse distance (Olken/Fenwick, compacted time axis): [`reuse`];
-//! - inter-sample windows (execution interval tree): [`intervals`];
+//! - footprints of every window size at once: `windows.rs`;
+//! - reuse distance (Olken/Fenwick, compacted time axis): `reuse.rs`;
+//! - inter-sample windows (execution interval tree): `intervals.rs`;
 //! - hot regions (location zoom tree), from per-line totals at the end:
-//!   [`regions`].
+//!   `regions.rs`;
+//! - the hot path's address tables: `addr_table.rs`.
 //!
 //! Per-sample state is stamped with a *piece* id (a sample of one thread)
 //! instead of being cleared, so the thousands of small samples of a sampled
@@ -591,7 +592,7 @@ impl Analyzer {
     /// One record given by its load-site index into the header's `loads`
     /// (the fast path of [`analyze_trace`]).
     ///
-    /// Records are processed [`PREFETCH_DISTANCE`] records late, in order:
+    /// Records are processed 16 records late, in order:
     /// meanwhile the table slots of their address and line are prefetched,
     /// so the cache misses of irregular traces overlap.
     #[inline]
