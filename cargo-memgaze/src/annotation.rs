@@ -3,10 +3,13 @@
 //! Written by `classify`/`instrument` beside the instrumented executable and
 //! read by the rewriter, the collectors (to map recorded load ids back to
 //! original IPs) and the Intel PT address reconstruction (scale and
-//! displacement literals). The format is versioned JSON (`schema`).
+//! displacement literals). The format is versioned JSON (`schema`):
+//! [`Annotation::read`] refuses any other schema with a clear message.
 
-use crate::trace::{BinaryIdentity, LoadClass};
+use crate::trace::{BinaryIdentity, FunctionEntry, LoadClass, LoadEntry};
+use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
+use std::path::Path;
 
 /// Schema tag of the current annotation format.
 pub const ANNOTATION_SCHEMA: &str = "memgaze.annotation.v1";
@@ -56,6 +59,18 @@ pub struct LoadSite {
     pub line: Option<String>,
     /// Why the load could not be instrumented, when it could not.
     pub skipped: Option<String>,
+    /// `fs`/`gs` for thread-local loads (the rewriter may skip them).
+    #[serde(default)]
+    pub segment: Option<String>,
+    /// A gather (VSIB): `index` names a vector register.
+    #[serde(default)]
+    pub gather: bool,
+    /// The instruction also writes the location (`add [mem], reg`).
+    #[serde(default)]
+    pub read_modify_write: bool,
+    /// `call [mem]` / `jmp [mem]`: the load reads a code pointer.
+    #[serde(default)]
+    pub control: bool,
 }
 
 /// Per-function facts.
@@ -116,4 +131,168 @@ pub struct PtwriteSite {
     pub load: u32,
     /// Which register of the operand it writes (the full 64-bit register).
     pub operand: PtwriteOperand,
+}
+
+impl Annotation {
+    /// The annotation as JSON text.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("annotation serialises")
+    }
+
+    /// Parses JSON text, checking the schema first so that an annotation
+    /// from another version gets a clear message rather than a field error.
+    pub fn from_json(text: &str) -> anyhow::Result<Annotation> {
+        #[derive(Deserialize)]
+        struct Head {
+            schema: Option<String>,
+        }
+        let head: Head = serde_json::from_str(text).context("not a JSON annotation")?;
+        match head.schema.as_deref() {
+            Some(ANNOTATION_SCHEMA) => {}
+            Some(other) => anyhow::bail!(
+                "annotation schema {other} is not supported (this cargo memgaze reads {ANNOTATION_SCHEMA}); re-run `cargo memgaze instrument`"
+            ),
+            None => anyhow::bail!("not a memgaze annotation (no \"schema\" field)"),
+        }
+        serde_json::from_str(text).context("malformed annotation")
+    }
+
+    /// Writes the annotation to `path`.
+    pub fn write(&self, path: &Path) -> anyhow::Result<()> {
+        std::fs::write(path, self.to_json())
+            .with_context(|| format!("{}: cannot write annotation", path.display()))
+    }
+
+    /// Reads an annotation written by [`Annotation::write`].
+    pub fn read(path: &Path) -> anyhow::Result<Annotation> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("{}: cannot read annotation", path.display()))?;
+        Annotation::from_json(&text).with_context(|| path.display().to_string())
+    }
+
+    /// The load at original address `ip` (loads are sorted by `ip`).
+    pub fn load_at(&self, ip: u64) -> Option<&LoadSite> {
+        self.loads
+            .binary_search_by_key(&ip, |l| l.ip)
+            .ok()
+            .map(|i| &self.loads[i])
+    }
+
+    /// The functions as a trace header carries them.
+    pub fn function_entries(&self) -> Vec<FunctionEntry> {
+        self.functions
+            .iter()
+            .map(|f| FunctionEntry {
+                name: f.name.clone(),
+                start: f.start,
+                end: f.start + f.size,
+            })
+            .collect()
+    }
+
+    /// The loads as a trace header carries them (same order and indices
+    /// as [`Annotation::loads`], so a load's `id` indexes both).
+    pub fn load_entries(&self) -> Vec<LoadEntry> {
+        self.loads
+            .iter()
+            .map(|l| LoadEntry {
+                ip: l.ip,
+                class: l.class,
+                implied: l.implied,
+                function: Some(l.function),
+                line: l.line.clone(),
+                proxy: match (l.instrumented, l.proxy) {
+                    (false, Some(ip)) if l.class == LoadClass::Constant => {
+                        self.load_at(ip).map(|p| p.id)
+                    }
+                    _ => None,
+                },
+            })
+            .collect()
+    }
+
+    /// All explicit loads / instrumented loads (1 when none is
+    /// instrumented): the static compression ratio κ.
+    pub fn compression_ratio(&self) -> f64 {
+        let instrumented = self.loads.iter().filter(|l| l.instrumented).count();
+        crate::classify::ratio(self.loads.len(), instrumented)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Annotation {
+        Annotation {
+            schema: ANNOTATION_SCHEMA.into(),
+            binary: BinaryIdentity {
+                path: "a.out".into(),
+                size: 10,
+                sha256: "00".into(),
+                build_id: None,
+            },
+            mode: Some(InstrumentationMode::Soft),
+            functions: vec![FunctionSite {
+                name: "f".into(),
+                raw_name: None,
+                start: 0x1000,
+                size: 16,
+                instrumented: true,
+                skipped: None,
+            }],
+            loads: vec![LoadSite {
+                id: 0,
+                ip: 0x1004,
+                len: 4,
+                class: LoadClass::Strided,
+                instrumented: true,
+                implied: 2,
+                proxy: None,
+                base: Some("rdi".into()),
+                index: Some("rcx".into()),
+                scale: 8,
+                displacement: -16,
+                size: 8,
+                function: 0,
+                line: Some("a.c:3".into()),
+                skipped: None,
+                segment: None,
+                gather: false,
+                read_modify_write: false,
+                control: false,
+            }],
+            ptwrites: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn round_trips_through_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.memgaze.json");
+        let a = sample();
+        a.write(&path).unwrap();
+        assert_eq!(Annotation::read(&path).unwrap(), a);
+        assert_eq!(a.compression_ratio(), 1.0);
+        assert_eq!(a.load_at(0x1004).unwrap().id, 0);
+        assert!(a.load_at(0x1005).is_none());
+        assert_eq!(a.function_entries()[0].end, 0x1010);
+        assert_eq!(a.load_entries()[0].implied, 2);
+    }
+
+    #[test]
+    fn other_schemas_are_refused_by_name() {
+        let text = sample()
+            .to_json()
+            .replace(ANNOTATION_SCHEMA, "memgaze.annotation.v0");
+        let e = Annotation::from_json(&text).unwrap_err().to_string();
+        assert!(e.contains("memgaze.annotation.v0 is not supported"), "{e}");
+        assert!(
+            Annotation::from_json("{}")
+                .unwrap_err()
+                .to_string()
+                .contains("no \"schema\"")
+        );
+        assert!(Annotation::from_json("[1,2]").is_err());
+    }
 }

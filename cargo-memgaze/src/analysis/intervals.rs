@@ -60,6 +60,13 @@ impl IntervalBuilder {
         }
     }
 
+    /// The value `first_address`/`first_line` store for the open piece:
+    /// equal to an entry's mark iff it was already seen in this piece.
+    #[inline]
+    pub fn current_mark(&self) -> u32 {
+        self.closed as u32 + 1
+    }
+
     fn level(last: &mut u32, current: u64) -> usize {
         let h = if *last == 0 {
             LEVELS - 1

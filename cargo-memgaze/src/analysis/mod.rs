@@ -10,20 +10,22 @@
 //! [`table`].
 //!
 //! How each metric is computed in O(1) or O(log n) per access:
-//! - footprints of every window size at once: [`windows`];
-//! - reuse distance (Olken/Fenwick, compacted time axis): [`reuse`];
-//! - inter-sample windows (execution interval tree): [`intervals`];
+//! - footprints of every window size at once: `windows.rs`;
+//! - reuse distance (Olken/Fenwick, compacted time axis): `reuse.rs`;
+//! - inter-sample windows (execution interval tree): `intervals.rs`;
 //! - hot regions (location zoom tree), from per-line totals at the end:
-//!   [`regions`].
+//!   `regions.rs`;
+//! - the hot path's address tables: `addr_table.rs`.
 //!
 //! Per-sample state is stamped with a *piece* id (a sample of one thread)
 //! instead of being cleared, so the thousands of small samples of a sampled
 //! trace cost O(sample size) each, not O(table size).
 
-use crate::trace::{Backend, LoadClass, Record, TraceHeader, TraceReader, TraceTotals};
+use crate::trace::{Backend, LoadClass, LoadEntry, Record, TraceHeader, TraceReader, TraceTotals};
 use anyhow::{Context, Result, bail};
 use std::io::Read;
 
+mod addr_table;
 mod intervals;
 mod regions;
 pub mod result;
@@ -33,10 +35,69 @@ mod windows;
 
 pub use result::*;
 
+use addr_table::{AddrTable, ByteAddresses, LineNumbers};
 use intervals::IntervalBuilder;
 use regions::LineStat;
 use reuse::{BlockLocal, ReuseTracker};
-use windows::{AddrLocal, LevelSums, WindowEngine};
+use windows::{AddrLocal, Lasts, LevelSums, NO_LASTS, WindowEngine, last_of};
+
+/// Records processed late so that their table slots can be prefetched.
+const PREFETCH_DISTANCE: usize = 16;
+
+/// A record waiting in the prefetch queue.
+#[derive(Clone, Copy, Debug, Default)]
+struct Pending {
+    load: u32,
+    addr: u64,
+    sample: u64,
+    thread: u32,
+}
+
+/// Accesses per (page, load site), behind a direct-mapped cache: a region
+/// of a few thousand pages never reaches the map.
+struct PageLoads {
+    cache: Vec<(u64, u32, u64)>,
+    map: Map<(u64, u32), u64>,
+}
+
+impl PageLoads {
+    const CACHE: usize = 4096;
+
+    fn new() -> Self {
+        PageLoads {
+            cache: vec![(NONE, 0, 0); Self::CACHE],
+            map: Map::default(),
+        }
+    }
+
+    #[inline]
+    fn add(&mut self, page: u64, load: u32) {
+        let i =
+            (page.wrapping_add(u64::from(load).wrapping_mul(0x9e37_79b9)) as usize) % Self::CACHE;
+        let e = &mut self.cache[i];
+        if e.0 == page && e.1 == load {
+            e.2 += 1;
+        } else {
+            if e.2 > 0 {
+                *self.map.entry((e.0, e.1)).or_insert(0) += e.2;
+            }
+            *e = (page, load, 1);
+        }
+    }
+
+    /// Every (page, load, accesses), sorted.
+    fn drain(&mut self) -> Vec<(u64, u32, u64)> {
+        for &(page, load, count) in &self.cache {
+            if count > 0 {
+                *self.map.entry((page, load)).or_insert(0) += count;
+            }
+        }
+        self.cache.fill((NONE, 0, 0));
+        let mut all: Vec<(u64, u32, u64)> = self.map.drain().map(|((p, l), c)| (p, l, c)).collect();
+        all.sort_unstable();
+        all
+    }
+}
 
 /// Hash map with a fast, deterministic hasher.
 pub(crate) type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;
@@ -114,36 +175,71 @@ struct LoadSlot {
     d_count: u64,
 }
 
-/// Whole-trace state of an address.
+/// Everything about an address: whole-trace facts and, for the first
+/// thread of the current sample, its per-piece positions — one 64-byte
+/// slot of [`AddrTable`], found with one lookup per access.
 #[derive(Clone, Copy, Debug)]
 struct AddrEntry {
-    strided: u64,
-    irregular: u64,
+    /// Positions in the piece's trace-window sequence.
+    lasts: Lasts,
+    /// Positions in the owner function's sequence (same piece).
+    function_lasts: Lasts,
+    /// Piece of `lasts` and `function_lasts`.
+    piece: u32,
+    /// Strided and Irregular accesses (until one would overflow; then the
+    /// counts move to [`Analyzer::mixed_counts`]).
+    counts: [u32; 2],
+    /// Function (index + 1) whose sequence state lives here; other
+    /// functions keep theirs in [`FunctionEngine::addrs`].
+    owner: u32,
     /// Last piece (index + 1) touching it, for the interval tree.
     interval_last: u32,
-    /// Per-piece state for the first thread of a sample.
-    local: AddrLocal,
+    /// Index of its line in [`Analyzer::line_arena`] ([`NO_LINE`] until
+    /// linked): later accesses reach the line without a hash lookup.
+    line: u32,
+    /// Set when its counts are in [`Analyzer::mixed_counts`].
+    counts_elsewhere: bool,
 }
 
-/// Whole-trace state of a 64-byte line.
-#[derive(Clone, Copy, Debug)]
+const NO_LINE: u32 = u32::MAX;
+
+impl Default for AddrEntry {
+    fn default() -> Self {
+        AddrEntry {
+            lasts: NO_LASTS,
+            function_lasts: NO_LASTS,
+            piece: 0,
+            counts: [0; 2],
+            owner: 0,
+            interval_last: 0,
+            line: NO_LINE,
+            counts_elsewhere: false,
+        }
+    }
+}
+
+/// Everything about a 64-byte line: one cache line of
+/// [`Analyzer::line_arena`], in order of first access (so a stream's lines
+/// are neighbours).
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(align(64))]
 struct LineEntry {
+    /// `addr >> 6`.
+    line: u64,
     a: u64,
     d_sum: u64,
     d_count: u64,
-    /// The first load seen on this line and its accesses; other loads go
-    /// to `Analyzer::page_loads`.
-    first_load: u32,
-    first_count: u64,
+    /// Position of its last access in the piece's sequence (`F_lines`).
+    last: u64,
+    /// Reuse-distance state when the access block is 64 bytes; its `piece`
+    /// also stamps `last`.
+    block: BlockLocal,
     interval_last: u32,
-    local: LineLocal,
 }
 
-/// Per-piece state of a line: last position (for `F_lines`) and, when the
-/// access block is 64 bytes, its reuse-distance state.
+/// Per-piece state of a line in a side map.
 #[derive(Clone, Copy, Debug, Default)]
 struct LineLocal {
-    piece: u32,
     last: u64,
     block: BlockLocal,
 }
@@ -164,6 +260,7 @@ struct SideMaps {
 /// A function's own access sequence in the current piece.
 struct FunctionEngine {
     engine: WindowEngine,
+    /// Sequence state of addresses this function does not own.
     addrs: Map<u64, AddrLocal>,
 }
 
@@ -213,10 +310,22 @@ pub struct Analyzer {
     function_ranges: Vec<(u64, u64, u32)>,
     functions: Vec<FunctionAcc>,
 
-    addrs: Map<u64, AddrEntry>,
-    lines: Map<u64, LineEntry>,
+    addrs: AddrTable<AddrEntry, ByteAddresses>,
+    /// Line number → index + 1 into `line_arena` (consulted only when an
+    /// address is first seen).
+    lines: AddrTable<u32, LineNumbers>,
+    line_arena: Vec<LineEntry>,
     blocks: Map<u64, BlockLocal>,
-    page_loads: Map<(u64, u32), u64>,
+    /// Strided and Irregular accesses of addresses touched by both classes
+    /// (or accessed 2^32 times).
+    mixed_counts: Map<u64, [u64; 2]>,
+    /// Accesses per (minimum zoom page, load site), for the functions and
+    /// lines of hot regions; `page_run` batches runs of the same key.
+    page_loads: PageLoads,
+    /// Records waiting to be processed; their table slots are prefetched.
+    pending: [Pending; PREFETCH_DISTANCE],
+    pending_head: usize,
+    pending_len: usize,
 
     contexts: Vec<ThreadState>,
     /// Threads of the current sample, in order of appearance (index into
@@ -332,10 +441,15 @@ impl Analyzer {
             slot_index: Map::default(),
             function_ranges,
             functions,
-            addrs: Map::default(),
-            lines: Map::default(),
+            addrs: AddrTable::new(),
+            lines: AddrTable::new(),
+            line_arena: Vec::new(),
             blocks: Map::default(),
-            page_loads: Map::default(),
+            mixed_counts: Map::default(),
+            page_loads: PageLoads::new(),
+            pending: [Pending::default(); PREFETCH_DISTANCE],
+            pending_head: 0,
+            pending_len: 0,
             contexts: Vec::new(),
             active: Vec::new(),
             sample: None,
@@ -439,6 +553,21 @@ impl Analyzer {
         slot
     }
 
+    /// Registers a load site the header did not list (importers that learn
+    /// their loads as they go); returns its index for [`Self::push_load`].
+    /// Its function, when `None`, is looked up from the header's functions.
+    pub fn add_load(&mut self, load: LoadEntry) -> u32 {
+        let function = load.function.or_else(|| self.function_of(load.ip));
+        self.add_slot(
+            load.ip,
+            load.class,
+            load.implied,
+            function,
+            load.line,
+            load.proxy,
+        )
+    }
+
     /// One record, in trace order. Records of a sample must be contiguous;
     /// a sample whose records come from several threads is split per thread.
     pub fn push(&mut self, record: &Record) {
@@ -462,8 +591,64 @@ impl Analyzer {
 
     /// One record given by its load-site index into the header's `loads`
     /// (the fast path of [`analyze_trace`]).
+    ///
+    /// Records are processed 16 records late, in order:
+    /// meanwhile the table slots of their address and line are prefetched,
+    /// so the cache misses of irregular traces overlap.
     #[inline]
     pub fn push_load(&mut self, load: u32, addr: u64, sample: u64, thread: u32) {
+        if self.pending_len == PREFETCH_DISTANCE {
+            let oldest = self.pending[self.pending_head];
+            self.pending_head = (self.pending_head + 1) % PREFETCH_DISTANCE;
+            self.pending_len -= 1;
+            self.process(oldest);
+        }
+        if self.slots[load as usize].class.is_access() {
+            self.addrs.prefetch(addr);
+        }
+        // Second stage, for the record half a queue older: its address
+        // slot has arrived by now, so its line entry can be fetched.
+        if self.pending_len > PREFETCH_DISTANCE / 2 {
+            let at =
+                (self.pending_head + self.pending_len - PREFETCH_DISTANCE / 2) % PREFETCH_DISTANCE;
+            let older = self.pending[at];
+            if self.slots[older.load as usize].class.is_access() {
+                match self.addrs.get(older.addr) {
+                    Some(e) if e.line != NO_LINE => addr_table::prefetch(
+                        &self.line_arena[e.line as usize] as *const LineEntry as *const u8,
+                    ),
+                    _ => self.lines.prefetch(older.addr >> 6),
+                }
+            }
+        }
+        let at = (self.pending_head + self.pending_len) % PREFETCH_DISTANCE;
+        self.pending[at] = Pending {
+            load,
+            addr,
+            sample,
+            thread,
+        };
+        self.pending_len += 1;
+    }
+
+    /// Processes every pending record.
+    fn drain(&mut self) {
+        while self.pending_len > 0 {
+            let oldest = self.pending[self.pending_head];
+            self.pending_head = (self.pending_head + 1) % PREFETCH_DISTANCE;
+            self.pending_len -= 1;
+            self.process(oldest);
+        }
+    }
+
+    #[inline]
+    fn process(&mut self, record: Pending) {
+        let Pending {
+            load,
+            addr,
+            sample,
+            thread,
+        } = record;
         if self.sample != Some(sample) || self.thread != thread {
             self.switch(sample, thread);
         }
@@ -538,63 +723,81 @@ impl Analyzer {
 
         // Make room on the reuse-distance time axis before borrowing entries.
         if reuse.needs_room() {
+            // The tracker's block ids: line-arena indices for the first
+            // thread with 64-byte blocks, else line or block numbers.
             match (side.as_deref_mut(), lines_are_blocks) {
-                (None, true) => reuse.compact(|b, t| {
-                    self.lines.get_mut(&b).expect("live block").local.block.time = t
-                }),
+                (None, true) => reuse.compact(|b, t| self.line_arena[b as usize].block.time = t),
                 (None, false) => {
                     reuse.compact(|b, t| self.blocks.get_mut(&b).expect("live block").time = t)
                 }
-                (Some(side), _) => {
+                (Some(side), true) => {
+                    reuse.compact(|b, t| side.lines.get_mut(&b).expect("live line").block.time = t)
+                }
+                (Some(side), false) => {
                     reuse.compact(|b, t| side.blocks.get_mut(&b).expect("live block").time = t)
                 }
             }
         }
 
-        // The line: F_lines windows, location statistics, reuse distance.
+        // Which loads touch which memory, for the hot regions.
+        self.page_loads.add(addr >> self.min_page_shift, load);
+
+        // The address entry, and through it the line entry.
         let line = addr >> 6;
-        let entry = self.lines.entry(line).or_insert(LineEntry {
-            a: 0,
-            d_sum: 0,
-            d_count: 0,
-            first_load: load,
-            first_count: 0,
-            interval_last: 0,
-            local: LineLocal::default(),
-        });
-        entry.a += 1;
-        if entry.first_load == load {
-            entry.first_count += 1;
-        } else {
-            *self
-                .page_loads
-                .entry((addr >> self.min_page_shift, load))
-                .or_insert(0) += 1;
-        }
-        let (previous_line, first_in_piece) = {
-            let local = match side.as_deref_mut() {
-                None => &mut entry.local,
-                Some(side) => side.lines.entry(line).or_default(),
-            };
-            let first = local.piece != piece;
-            let previous = if first { NONE } else { local.last };
-            local.piece = piece;
-            local.last = engine.position();
-            (previous, first)
-        };
-        if first_in_piece {
-            match side.as_deref_mut() {
-                None => self.intervals.first_line(&mut entry.interval_last),
-                Some(side) => side.first_lines.push(line),
+        let addr_entry = self.addrs.entry(addr);
+        if addr_entry.line == NO_LINE {
+            let index = self.lines.entry(line);
+            if *index == 0 {
+                self.line_arena.push(LineEntry {
+                    line,
+                    ..LineEntry::default()
+                });
+                *index = self.line_arena.len() as u32;
             }
+            addr_entry.line = *index - 1;
+        }
+        let line_index = addr_entry.line;
+
+        // The line: F_lines windows, location statistics, reuse distance.
+        let entry = &mut self.line_arena[line_index as usize];
+        entry.a += 1;
+        let position = engine.position();
+        let (previous_line, first_in_piece) = match side.as_deref_mut() {
+            None => {
+                let first = entry.block.piece != piece;
+                let previous = if first { NONE } else { entry.last };
+                entry.last = position;
+                if !lines_are_blocks {
+                    entry.block.piece = piece;
+                }
+                (previous, first)
+            }
+            Some(side) => {
+                let local = side.lines.entry(line).or_default();
+                let first = local.block.piece != piece;
+                let previous = if first { NONE } else { local.last };
+                local.last = position;
+                if !lines_are_blocks {
+                    local.block.piece = piece;
+                }
+                if first {
+                    side.first_lines.push(line);
+                }
+                (previous, first)
+            }
+        };
+        if first_in_piece && side.is_none() {
+            self.intervals.first_line(&mut entry.interval_last);
         }
         engine.line(previous_line);
         let distance = if lines_are_blocks {
-            let block_local = match side.as_deref_mut() {
-                None => &mut entry.local.block,
-                Some(side) => side.blocks.entry(line).or_default(),
-            };
-            reuse.access(line, block_local)
+            match side.as_deref_mut() {
+                None => reuse.access(u64::from(line_index), &mut entry.block),
+                Some(side) => {
+                    let local = &mut side.lines.get_mut(&line).expect("just inserted").block;
+                    reuse.access(line, local)
+                }
+            }
         } else {
             let block = addr >> block_shift;
             let block_local = match side.as_deref_mut() {
@@ -629,51 +832,87 @@ impl Analyzer {
             None => self.cold += 1,
         }
 
-        // The address: footprints of every window size.
-        let entry = self.addrs.entry(addr).or_insert(AddrEntry {
-            strided: 0,
-            irregular: 0,
-            interval_last: 0,
-            local: AddrLocal::default(),
-        });
-        if strided {
-            entry.strided += 1;
+        // The address: whole-trace class counts, footprints of every window
+        // size, and the owner function's code windows.
+        let entry = addr_entry;
+        let class = !strided as usize;
+        if entry.counts_elsewhere {
+            self.mixed_counts.get_mut(&addr).expect("counted elsewhere")[class] += 1;
+        } else if entry.counts[class] < u32::MAX {
+            entry.counts[class] += 1;
         } else {
-            entry.irregular += 1;
+            let mut counts = entry.counts.map(u64::from);
+            counts[class] += 1;
+            self.mixed_counts.insert(addr, counts);
+            entry.counts_elsewhere = true;
         }
+        if let Some(f) = function
+            && entry.owner == 0
+            && side.is_none()
+        {
+            entry.owner = f + 1;
+        }
+        let owned = side.is_none() && function.is_some_and(|f| entry.owner == f + 1);
         let closes = match side.as_deref_mut() {
             None => {
-                if entry.local.piece != piece {
+                if entry.piece != piece {
+                    entry.piece = piece;
+                    entry.lasts = NO_LASTS;
+                    entry.function_lasts = NO_LASTS;
+                }
+                if entry.interval_last != self.intervals.current_mark() {
                     self.intervals.first_address(&mut entry.interval_last);
                 }
-                engine.access(addr, &mut entry.local, strided, implied)
+                engine.access(addr, &mut entry.lasts, strided, implied)
             }
             Some(side) => {
                 let local = side.addrs.entry(addr).or_default();
                 if local.piece != piece {
                     side.first_addrs.push(addr);
                 }
-                engine.access(addr, local, strided, implied)
+                engine.access(addr, local.for_piece(piece), strided, implied)
             }
+        };
+        let function_closes = match function {
+            Some(f) => {
+                let acc = &mut self.functions[f as usize];
+                acc.a += 1;
+                acc.a_const += implied;
+                let fe = function_engine(functions, f, piece, self.function_lo, self.function_top);
+                let lasts = if owned {
+                    &mut entry.function_lasts
+                } else {
+                    fe.addrs.entry(addr).or_default().for_piece(piece)
+                };
+                fe.engine.access(addr, lasts, strided, implied)
+            }
+            None => false,
         };
         if closes {
             match side.as_deref() {
-                None => engine.close(|a| self.addrs[&a].local.last(), &mut self.trace_sums),
-                Some(side) => engine.close(|a| side.addrs[&a].last(), &mut self.trace_sums),
+                None => engine.close(
+                    |a| last_of(&self.addrs.get(a).expect("address seen").lasts),
+                    &mut self.trace_sums,
+                ),
+                Some(side) => {
+                    engine.close(|a| last_of(&side.addrs[&a].lasts), &mut self.trace_sums)
+                }
             }
         }
-
-        // The function's own sequence: code windows.
-        if let Some(f) = function {
-            let acc = &mut self.functions[f as usize];
-            acc.a += 1;
-            acc.a_const += implied;
-            let fe = function_engine(functions, f, piece, self.function_lo, self.function_top);
-            let local = fe.addrs.entry(addr).or_default();
-            if fe.engine.access(addr, local, strided, implied) {
-                let addrs = &fe.addrs;
-                fe.engine.close(|a| addrs[&a].last(), &mut acc.sums);
-            }
+        if function_closes {
+            let f = function.expect("function closes");
+            let fe = functions[f as usize].as_deref_mut().expect("engine exists");
+            let owner = f + 1;
+            let addrs = &self.addrs;
+            let own = &fe.addrs;
+            let primary = side.is_none();
+            fe.engine.close(
+                |a| match addrs.get(a) {
+                    Some(e) if primary && e.owner == owner => last_of(&e.function_lasts),
+                    _ => last_of(&own[&a].lasts),
+                },
+                &mut self.functions[f as usize].sums,
+            );
         }
     }
 
@@ -733,11 +972,12 @@ impl Analyzer {
             self.survivals += survivals;
             if let Some(side) = ctx.side.as_deref_mut() {
                 for addr in side.first_addrs.drain(..) {
-                    let entry = self.addrs.get_mut(&addr).expect("address seen");
+                    let entry = self.addrs.get_mut(addr).expect("address seen");
                     self.intervals.first_address(&mut entry.interval_last);
                 }
                 for line in side.first_lines.drain(..) {
-                    let entry = self.lines.get_mut(&line).expect("line seen");
+                    let index = *self.lines.get(line).expect("line seen") - 1;
+                    let entry = &mut self.line_arena[index as usize];
                     self.intervals.first_line(&mut entry.interval_last);
                 }
             }
@@ -750,7 +990,9 @@ impl Analyzer {
     /// The metrics. `totals` gives ρ's numerator and the number of samples
     /// (trailing empty samples have no records to announce them).
     pub fn finish(mut self, totals: &TraceTotals) -> Analysis {
+        self.drain();
         self.end_sample();
+
         let seen = self.sample.map_or(0, |s| s + 1);
         for _ in seen..totals.samples {
             self.empty_piece();
@@ -762,7 +1004,8 @@ impl Analyzer {
             ref slots,
             ref functions,
             ref addrs,
-            ref lines,
+            ref line_arena,
+            ref mixed_counts,
             ref mut page_loads,
             ref trace_sums,
             ref mut intervals,
@@ -772,8 +1015,15 @@ impl Analyzer {
         // Summary.
         let f = addrs.len() as u64;
         let f_str: f64 = addrs
-            .values()
-            .map(|e| e.strided as f64 / (e.strided + e.irregular) as f64)
+            .iter()
+            .map(|(addr, e)| {
+                let [s, i] = if e.counts_elsewhere {
+                    mixed_counts[&addr]
+                } else {
+                    e.counts.map(u64::from)
+                };
+                s as f64 / (s + i) as f64
+            })
             .sum();
         let f_irr = f as f64 - f_str;
         let total = self.a + self.a_const;
@@ -788,7 +1038,7 @@ impl Analyzer {
             records: self.records,
             f,
             f_hat: rho.map(|r| r * f as f64),
-            f_lines: lines.len() as u64,
+            f_lines: line_arena.len() as u64,
             f_str,
             f_irr,
             f_str_frac: if f == 0 { 0.0 } else { f_str / f as f64 },
@@ -880,25 +1130,17 @@ impl Analyzer {
         merge_duplicate_loads(&mut loads);
 
         // Regions.
-        let mut line_stats: Vec<LineStat> = lines
+        let mut line_stats: Vec<LineStat> = line_arena
             .iter()
-            .map(|(&line, e)| LineStat {
-                line,
+            .map(|e| LineStat {
+                line: e.line,
                 a: e.a,
                 d_sum: e.d_sum,
                 d_count: e.d_count,
             })
             .collect();
         line_stats.sort_unstable_by_key(|l| l.line);
-        for (&line, e) in lines.iter() {
-            if e.first_count > 0 {
-                *page_loads
-                    .entry(((line << 6) >> self.min_page_shift, e.first_load))
-                    .or_insert(0) += e.first_count;
-            }
-        }
-        let mut page_table: Vec<(u64, u32, u64)> =
-            page_loads.iter().map(|(&(p, l), &c)| (p, l, c)).collect();
+        let mut page_table: Vec<(u64, u32, u64)> = page_loads.drain();
         page_table.sort_unstable();
         let leaves = regions::hot_regions(
             &line_stats,
@@ -1089,6 +1331,7 @@ impl ThreadState {
     }
 }
 
+#[inline]
 fn function_engine(
     engines: &mut Vec<Option<Box<FunctionEngine>>>,
     f: u32,
@@ -1190,4 +1433,354 @@ fn region_functions(
     out.sort_by(|x, y| y.a.cmp(&x.a).then_with(|| x.name.cmp(&y.name)));
     out.truncate(5);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    //! Hand-worked examples of each formula of spec/METRICS.md. The
+    //! property tests (tests/analysis_reference.rs) cover random traces.
+    use super::*;
+    use crate::trace::{Dropped, FunctionEntry, Sampling};
+
+    const L0: u32 = 0; // Strided, implies 1 Constant, in f0
+    const L1: u32 = 1; // Irregular, in f0
+    const L2: u32 = 2; // Constant, implies 2, in f1
+
+    fn header(backend: Backend, sampling: Sampling) -> TraceHeader {
+        let load = |ip, class, implied, function, proxy| LoadEntry {
+            ip,
+            class,
+            implied,
+            function: Some(function),
+            line: Some(format!("k.c:{ip}")),
+            proxy,
+        };
+        TraceHeader {
+            backend,
+            sampling,
+            binary: None,
+            command: vec![],
+            functions: vec![
+                FunctionEntry {
+                    name: "f0".into(),
+                    start: 0x10,
+                    end: 0x40,
+                },
+                FunctionEntry {
+                    name: "f1".into(),
+                    start: 0x40,
+                    end: 0x80,
+                },
+            ],
+            loads: vec![
+                load(0x10, LoadClass::Strided, 1, 0, None),
+                load(0x20, LoadClass::Irregular, 0, 0, None),
+                load(0x40, LoadClass::Constant, 2, 1, None),
+                // Uninstrumented Constant load implied by L0.
+                load(0x14, LoadClass::Constant, 0, 0, Some(L0)),
+            ],
+            labels: vec![],
+        }
+    }
+
+    fn sampled() -> Sampling {
+        Sampling {
+            window: 8,
+            period: 80,
+            seed: None,
+        }
+    }
+
+    /// sample 0: L0@0x100 L1@0x100 L2@0x7f00 L0@0x108 L1@0x200
+    /// sample 1: L1@0x200 L0@0x100 L1@0x208
+    fn run(backend: Backend, sampling: Sampling, options: &AnalysisOptions) -> Analysis {
+        let mut a = Analyzer::new(&header(backend, sampling), options).unwrap();
+        let records = [
+            (L0, 0x100, 0),
+            (L1, 0x100, 0),
+            (L2, 0x7f00, 0),
+            (L0, 0x108, 0),
+            (L1, 0x200, 0),
+            (L1, 0x200, 1),
+            (L0, 0x100, 1),
+            (L1, 0x208, 1),
+        ];
+        for (load, addr, sample) in records {
+            a.push_load(load, addr, sample, 0);
+        }
+        a.finish(&TraceTotals {
+            executions: 80,
+            records: 8,
+            samples: 2,
+            dropped: Dropped::default(),
+            exit: None,
+            complete: true,
+        })
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-12
+    }
+
+    #[test]
+    fn summary_formulas_by_hand() {
+        let r = run(Backend::Soft, sampled(), &AnalysisOptions::default());
+        let s = &r.summary;
+        // A: Strided + Irregular records; A_const: Constant records + implied.
+        assert_eq!((s.a, s.a_const, s.records, s.samples), (7, 3 + 3, 8, 2));
+        assert!(close(s.kappa.unwrap(), 1.0 + 6.0 / 7.0));
+        assert!(close(s.a_const_frac.unwrap(), 6.0 / 13.0));
+        // Software ρ = executions / records; Â = ρ (A + A_const).
+        assert!(close(s.rho.unwrap(), 10.0));
+        assert!(close(s.a_hat.unwrap(), 130.0));
+        // F over 0x100 0x108 0x200 0x208; lines 4 and 8.
+        assert_eq!((s.f, s.f_lines), (4, 2));
+        // 0x100: 2 Strided, 1 Irregular → 2/3 strided; 0x108 strided.
+        assert!(close(s.f_str, 2.0 / 3.0 + 1.0));
+        assert!(close(s.f_irr, 1.0 / 3.0 + 2.0));
+        assert!(close(s.f_str_frac, (5.0 / 3.0) / 4.0));
+        assert!(close(s.d_f.unwrap(), 4.0 / 13.0));
+        assert!(close(s.f_hat.unwrap(), 40.0));
+        // D over 64-byte blocks: sample 0: 4 4 4 8 → 0, 0; sample 1: 8 4 8 → 1.
+        assert!(close(s.d_mean.unwrap(), 1.0 / 3.0));
+        assert_eq!(s.d_max, Some(1));
+        let bins: Vec<_> = r.reuse.bins.iter().map(|b| (b.lo, b.hi, b.count)).collect();
+        assert_eq!(bins, vec![(0, 0, 2), (1, 1, 1)]);
+        assert_eq!(
+            (r.reuse.cold, r.reuse.captures, r.reuse.survivals),
+            (4, 2, 2)
+        );
+        // No sample holds 8 accesses: no trace-window row.
+        assert!(r.trace_windows.is_empty());
+        // Per-load counts, with the implied row of the proxy's count.
+        let loads: Vec<_> = r.loads.iter().map(|l| (l.ip, l.count, l.implied)).collect();
+        assert_eq!(
+            loads,
+            vec![
+                (0x10, 3, false),
+                (0x14, 3, true),
+                (0x20, 4, false),
+                (0x40, 1, false)
+            ]
+        );
+        // Interval tree: two samples, one node of both.
+        let root = &r.intervals.nodes[0];
+        assert_eq!(
+            (root.h, root.samples, root.f, root.a, root.a_const),
+            (1, 2, 4, 7, 6)
+        );
+        assert!(close(root.f_hat.unwrap(), 40.0));
+    }
+
+    #[test]
+    fn rho_by_backend() {
+        let pt = run(Backend::Pt, sampled(), &AnalysisOptions::default());
+        assert!(close(pt.summary.rho.unwrap(), 80.0 / 13.0));
+        let full = run(Backend::Soft, Sampling::full(), &AnalysisOptions::default());
+        assert_eq!(full.summary.rho, Some(1.0));
+    }
+
+    #[test]
+    fn code_windows_by_hand() {
+        let options = AnalysisOptions {
+            code_window_k: Some(1),
+            ..AnalysisOptions::default()
+        };
+        let r = run(Backend::Soft, sampled(), &options);
+        let f0 = r.functions.iter().find(|f| f.name == "f0").unwrap();
+        // f0's windows of 2: [0x100 S, 0x100 I] F=1 (½ strided), A_const 1;
+        // [0x108 S, 0x200 I] F=2, A_const 1; sample 1: [0x200 I, 0x100 S]
+        // F=2, A_const 1; the tail [0x208] is dropped.
+        assert_eq!((f0.a, f0.a_const, f0.code_windows), (7, 3, 3));
+        assert!(close(
+            f0.d_f.unwrap(),
+            (1.0 / 3.0 + 2.0 / 3.0 + 2.0 / 3.0) / 3.0
+        ));
+        assert!(close(f0.f_str_frac.unwrap(), 0.5));
+        assert!(close(f0.f_irr_frac.unwrap(), 0.5));
+        assert!(close(f0.a_const_frac.unwrap(), 3.0 / 10.0));
+        assert!(close(f0.a_hat.unwrap(), 100.0));
+        assert!(close(f0.d_mean.unwrap(), 1.0 / 3.0));
+        // f1 has only Constant loads: no accesses, undefined ratios.
+        let f1 = r.functions.iter().find(|f| f.name == "f1").unwrap();
+        assert_eq!((f1.a, f1.a_const, f1.code_windows), (0, 3, 0));
+        assert_eq!((f1.d_f, f1.f_str_frac, f1.d_mean), (None, None, None));
+        assert_eq!(f1.a_const_frac, Some(1.0));
+        // Default k_c for w = 8 is 3.
+        let r = run(Backend::Soft, sampled(), &AnalysisOptions::default());
+        assert_eq!(r.run.code_window_k, 3);
+        assert_eq!(
+            run(Backend::Soft, Sampling::full(), &AnalysisOptions::default())
+                .run
+                .code_window_k,
+            10
+        );
+    }
+
+    #[test]
+    fn no_accesses_gives_nulls_not_nan() {
+        let mut a = Analyzer::new(
+            &header(Backend::Soft, sampled()),
+            &AnalysisOptions::default(),
+        )
+        .unwrap();
+        a.push_load(L2, 0x7f00, 0, 0);
+        let r = a.finish(&TraceTotals {
+            executions: 5,
+            records: 1,
+            samples: 3,
+            dropped: Dropped::default(),
+            exit: None,
+            complete: false,
+        });
+        let s = &r.summary;
+        assert_eq!((s.a, s.a_const, s.f, s.samples), (0, 3, 0, 3));
+        assert_eq!(
+            (s.kappa, s.d_f, s.d_mean, s.d_max),
+            (None, None, None, None)
+        );
+        assert_eq!((s.f_str_frac, s.a_const_frac), (0.0, Some(1.0)));
+        assert_eq!(r.coverage.empty_samples, 2);
+        assert!(r.coverage.notes.iter().any(|n| n.contains("prefix")));
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(json.contains("\"kappa\":null") && !json.contains("NaN"));
+        let table = table::render(&r, &table::TableOptions::default());
+        assert!(table.contains("κ = –"), "{table}");
+    }
+
+    #[test]
+    fn samples_mixing_threads_are_split() {
+        let mut a = Analyzer::new(
+            &header(Backend::Soft, sampled()),
+            &AnalysisOptions::default(),
+        )
+        .unwrap();
+        // One sample: t0 0x200, t1 0x200, t0 0x200 → pieces [0x200 0x200], [0x200].
+        a.push_load(L1, 0x200, 0, 0);
+        a.push_load(L1, 0x200, 0, 1);
+        a.push_load(L1, 0x200, 0, 0);
+        let r = a.finish(&TraceTotals {
+            executions: 30,
+            records: 3,
+            samples: 1,
+            dropped: Dropped::default(),
+            exit: None,
+            complete: true,
+        });
+        assert_eq!(r.summary.samples, 2);
+        assert_eq!(r.coverage.trace_samples, 1);
+        assert_eq!((r.summary.d_max, r.reuse.cold), (Some(0), 2));
+        assert_eq!((r.reuse.captures, r.reuse.survivals), (1, 1));
+        assert_eq!(r.intervals.levels[0].nodes, 2);
+    }
+
+    /// Reuse distances through time-axis compactions, for the first and a
+    /// second thread of a sample, and with another block size.
+    #[test]
+    fn reuse_distance_survives_compaction_in_every_thread() {
+        for block in [64u64, 256] {
+            let options = AnalysisOptions {
+                block,
+                ..AnalysisOptions::default()
+            };
+            let mut a = Analyzer::new(&header(Backend::Soft, Sampling::full()), &options).unwrap();
+            // Threads 0 and 1 interleaved; each sweeps 3000 lines three times.
+            let mut sequences: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
+            for round in 0..3u64 {
+                for i in 0..3000u64 {
+                    for thread in 0..2u32 {
+                        let addr =
+                            0x10_0000 * (u64::from(thread) + 1) + 64 * ((i * 7 + round) % 3000);
+                        a.push_load(L1, addr, 0, thread);
+                        sequences[thread as usize].push(addr / block);
+                    }
+                }
+            }
+            let r = a.finish(&TraceTotals {
+                executions: 18000,
+                records: 18000,
+                samples: 1,
+                dropped: Dropped::default(),
+                exit: None,
+                complete: true,
+            });
+            // Naive LRU stack distances per thread.
+            let mut ds = Vec::new();
+            for seq in &sequences {
+                let mut stack: Vec<u64> = Vec::new();
+                for &b in seq {
+                    if let Some(i) = stack.iter().rev().position(|&x| x == b) {
+                        ds.push(i as u64);
+                    }
+                    stack.retain(|&x| x != b);
+                    stack.push(b);
+                }
+            }
+            let mean = ds.iter().sum::<u64>() as f64 / ds.len() as f64;
+            assert!(close(r.summary.d_mean.unwrap(), mean), "block {block}");
+            assert_eq!(r.summary.d_max, ds.iter().copied().max(), "block {block}");
+            assert_eq!(r.summary.samples, 2);
+        }
+    }
+
+    #[test]
+    fn records_and_load_indices_agree() {
+        let h = header(Backend::Soft, sampled());
+        let by_index = run(Backend::Soft, sampled(), &AnalysisOptions::default());
+        let mut a = Analyzer::new(&h, &AnalysisOptions::default()).unwrap();
+        for (load, addr, sample) in [
+            (L0, 0x100, 0),
+            (L1, 0x100, 0),
+            (L2, 0x7f00, 0),
+            (L0, 0x108, 0),
+            (L1, 0x200, 0),
+            (L1, 0x200, 1),
+            (L0, 0x100, 1),
+            (L1, 0x208, 1),
+        ] {
+            let l = &h.loads[load as usize];
+            a.push(&Record {
+                ip: l.ip,
+                addr,
+                class: l.class,
+                implied: l.implied,
+                sample,
+                thread: 0,
+            });
+        }
+        let by_record = a.finish(&TraceTotals {
+            executions: 80,
+            records: 8,
+            samples: 2,
+            dropped: Dropped::default(),
+            exit: None,
+            complete: true,
+        });
+        assert_eq!(by_record, by_index);
+    }
+
+    #[test]
+    fn options_are_validated() {
+        let h = header(Backend::Soft, sampled());
+        for bad in [
+            AnalysisOptions {
+                block: 48,
+                ..AnalysisOptions::default()
+            },
+            AnalysisOptions {
+                region_min_page: 32,
+                ..AnalysisOptions::default()
+            },
+            AnalysisOptions {
+                functions: Some("[".into()),
+                ..AnalysisOptions::default()
+            },
+            AnalysisOptions {
+                region_threshold_percent: 150.0,
+                ..AnalysisOptions::default()
+            },
+        ] {
+            assert!(Analyzer::new(&h, &bad).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -1,14 +1,17 @@
 //! Reuse (stack) distance `D` within a sample, in O(log n) per access.
 //!
 //! Olken's method: every block accessed in the sample holds the time of its
-//! last access; a Fenwick tree marks those times. The distance of an access
-//! to a block last accessed at time `τ` is the number of marks after `τ`
-//! (the distinct other blocks accessed since). Time advances only when a
-//! block other than the most recent one is accessed — repeated accesses to
-//! one block (a strided walk within a cache line) cost no tree update. When
-//! the time axis fills, live times are renumbered `0..live` in order and the
-//! tree is rebuilt in O(capacity): memory stays proportional to the
-//! distinct blocks of the sample, not its length.
+//! last access, and those times are marked; the distance of an access to a
+//! block last accessed at time `τ` is the number of marks after `τ` (the
+//! distinct other blocks accessed since). The marks are a bitmap with a
+//! Fenwick tree over its 64-bit words, so the tree is 64× smaller than the
+//! time axis and stays in cache; a prefix count is a tree query plus one
+//! `popcount`. Time advances only when a block other than the most recent
+//! one is accessed — repeated accesses to one block (a strided walk within
+//! a cache line) touch nothing. When the time axis fills, live times are
+//! renumbered `0..live` in order and the structures rebuilt in O(capacity):
+//! memory stays proportional to the distinct blocks of the sample, not to
+//! its length.
 
 use super::NONE;
 
@@ -24,9 +27,11 @@ const MIN_CAPACITY: u32 = 64;
 
 /// Reuse distances of one access sequence (a sample of one thread).
 pub(crate) struct ReuseTracker {
-    /// Fenwick tree over times, 1-based (`tree[0]` unused).
+    /// Bit `t` set: some block's last access is at time `t`.
+    bits: Vec<u64>,
+    /// Fenwick tree over the set bits per word, 1-based.
     tree: Vec<u32>,
-    /// Block whose last access is at each time, or [`NONE`].
+    /// The block last accessed at each time (stale where the bit is clear).
     owner: Vec<u64>,
     capacity: u32,
     now: u32,
@@ -37,32 +42,45 @@ pub(crate) struct ReuseTracker {
 
 impl ReuseTracker {
     pub fn new() -> Self {
-        ReuseTracker {
-            tree: vec![0; MIN_CAPACITY as usize + 1],
-            owner: vec![NONE; MIN_CAPACITY as usize],
-            capacity: MIN_CAPACITY,
+        let mut tracker = ReuseTracker {
+            bits: Vec::new(),
+            tree: Vec::new(),
+            owner: Vec::new(),
+            capacity: 0,
             now: 0,
             live: 0,
             piece: 0,
             captures: 0,
-        }
+        };
+        tracker.allocate(MIN_CAPACITY);
+        tracker
+    }
+
+    fn allocate(&mut self, capacity: u32) {
+        self.capacity = capacity;
+        let words = (capacity / 64) as usize;
+        self.bits = vec![0; words];
+        self.tree = vec![0; words + 1];
+        self.owner = vec![NONE; capacity as usize];
     }
 
     /// Starts a new sample; returns `(captures, survivals)` of the one that
-    /// ended: distinct blocks with and without a reuse. O(capacity), and the
-    /// capacity shrinks back when a large sample is followed by small ones.
+    /// ended: distinct blocks with and without a reuse. O(capacity / 64),
+    /// and the capacity shrinks back when a large sample is followed by
+    /// small ones.
     pub fn reset(&mut self, piece: u32) -> (u64, u64) {
         let result = (self.captures, u64::from(self.live) - self.captures);
-        let wanted = (self.live.saturating_mul(2))
+        let wanted = self
+            .live
+            .saturating_mul(8)
             .next_power_of_two()
             .max(MIN_CAPACITY);
         if self.capacity > 4 * wanted {
-            self.capacity = wanted;
-            self.tree = vec![0; wanted as usize + 1];
-            self.owner = vec![NONE; wanted as usize];
+            self.allocate(wanted);
         } else {
+            let used = (self.now as usize).div_ceil(64);
+            self.bits[..used].fill(0);
             self.tree.fill(0);
-            self.owner[..self.now as usize].fill(NONE);
         }
         self.now = 0;
         self.live = 0;
@@ -77,31 +95,49 @@ impl ReuseTracker {
         self.now == self.capacity
     }
 
-    /// Renumbers live times `0..live`, growing the axis when more than half
-    /// of it is live. `set_time(block, time)` must store the new time in the
+    /// Renumbers live times `0..live`, growing the axis when more than a
+    /// quarter of it is live (so a compaction, which looks up every live
+    /// block, comes at most once per three accesses per live block). `set_time(block, time)` must store the new time in the
     /// block's [`BlockLocal`].
     #[cold]
     pub fn compact(&mut self, mut set_time: impl FnMut(u64, u32)) {
-        let mut next = 0u32;
-        for i in 0..self.now as usize {
-            let block = self.owner[i];
-            if block != NONE {
-                self.owner[next as usize] = block;
-                set_time(block, next);
+        let mut next = 0usize;
+        for w in 0..self.bits.len() {
+            let mut word = self.bits[w];
+            while word != 0 {
+                let t = w * 64 + word.trailing_zeros() as usize;
+                word &= word - 1;
+                let block = self.owner[t];
+                self.owner[next] = block;
+                set_time(block, next as u32);
                 next += 1;
             }
         }
-        debug_assert_eq!(next, self.live);
-        if u64::from(self.live) * 2 > u64::from(self.capacity) {
-            self.capacity *= 2;
+        debug_assert_eq!(next as u32, self.live);
+        if u64::from(self.live) * 4 > u64::from(self.capacity) {
+            let capacity = (self.live * 8).next_power_of_two();
+            self.capacity = capacity;
+            self.owner.resize(capacity as usize, NONE);
+            self.bits = vec![0; (capacity / 64) as usize];
+            self.tree = vec![0; (capacity / 64) as usize + 1];
         }
-        self.owner.resize(self.capacity as usize, NONE);
-        self.owner[next as usize..].fill(NONE);
-        self.tree.resize(self.capacity as usize + 1, 0);
         let live = self.live as usize;
-        for i in 1..=self.capacity as usize {
-            let low = i & i.wrapping_neg();
-            self.tree[i] = (i.min(live) - (i - low).min(live)) as u32;
+        self.bits.fill(0);
+        for w in 0..live / 64 {
+            self.bits[w] = u64::MAX;
+        }
+        if !live.is_multiple_of(64) {
+            self.bits[live / 64] = (1u64 << (live % 64)) - 1;
+        }
+        // Linear Fenwick construction over per-word counts.
+        self.tree.fill(0);
+        let n = self.bits.len();
+        for i in 1..=n {
+            self.tree[i] += self.bits[i - 1].count_ones();
+            let j = i + (i & i.wrapping_neg());
+            if j <= n {
+                self.tree[j] += self.tree[i];
+            }
         }
         self.now = self.live;
     }
@@ -126,8 +162,7 @@ impl ReuseTracker {
             return Some(0);
         }
         let distance = self.live - self.prefix(local.time);
-        self.add(local.time, u32::MAX); // −1
-        self.owner[local.time as usize] = NONE;
+        self.clear(local.time);
         self.place(block, local);
         Some(u64::from(distance))
     }
@@ -136,16 +171,24 @@ impl ReuseTracker {
     fn place(&mut self, block: u64, local: &mut BlockLocal) {
         let time = self.now;
         self.owner[time as usize] = block;
-        self.add(time, 1);
+        self.bits[(time / 64) as usize] |= 1 << (time % 64);
+        self.tree_add(time / 64, 1);
         local.time = time;
         self.now += 1;
+    }
+
+    #[inline]
+    fn clear(&mut self, time: u32) {
+        self.bits[(time / 64) as usize] &= !(1 << (time % 64));
+        self.tree_add(time / 64, u32::MAX); // −1
     }
 
     /// Marks at times `0..=time`.
     #[inline]
     fn prefix(&self, time: u32) -> u32 {
-        let mut i = time as usize + 1;
-        let mut sum = 0u32;
+        let word = (time / 64) as usize;
+        let mut sum = (self.bits[word] & (u64::MAX >> (63 - time % 64))).count_ones();
+        let mut i = word;
         while i > 0 {
             sum = sum.wrapping_add(self.tree[i]);
             i &= i - 1;
@@ -154,9 +197,9 @@ impl ReuseTracker {
     }
 
     #[inline]
-    fn add(&mut self, time: u32, delta: u32) {
-        let mut i = time as usize + 1;
-        let n = self.capacity as usize;
+    fn tree_add(&mut self, word: u32, delta: u32) {
+        let mut i = word as usize + 1;
+        let n = self.bits.len();
         while i <= n {
             self.tree[i] = self.tree[i].wrapping_add(delta);
             i += i & i.wrapping_neg();
@@ -199,7 +242,7 @@ mod tests {
     fn matches_naive_stack_through_compactions() {
         let mut tracker = ReuseTracker::new();
         let mut x = 1u64;
-        for (piece, n) in [(1u32, 5000usize), (2, 10), (3, 3000)] {
+        for (piece, n) in [(1u32, 20000usize), (2, 10), (3, 3000)] {
             let seq: Vec<u64> = (0..n)
                 .map(|i| {
                     x = x.wrapping_mul(6364136223846793005).wrapping_add(1);

@@ -37,23 +37,48 @@
 
 use super::{LEVELS, Map, NONE};
 
-/// Per-address state of an access sequence, valid while `piece` matches
-/// the engine's current piece (so starting a new sample is O(1)).
-#[derive(Clone, Copy, Debug, Default)]
+/// Positions of the last Strided (`[0]`) and Irregular (`[1]`) access to
+/// an address in the current access sequence ([`NONE`] if none).
+pub(crate) type Lasts = [u64; 2];
+
+/// A fresh [`Lasts`].
+pub(crate) const NO_LASTS: Lasts = [NONE, NONE];
+
+/// Position of the last access of either class, or [`NONE`].
+#[inline]
+pub(crate) fn last_of(lasts: &Lasts) -> u64 {
+    match (lasts[0], lasts[1]) {
+        (NONE, x) | (x, NONE) => x,
+        (a, b) => a.max(b),
+    }
+}
+
+/// Per-address state in a side map: [`Lasts`] valid while `piece` matches
+/// the current piece (so starting a new sample is O(1)).
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct AddrLocal {
     pub piece: u32,
-    pub last_str: u64,
-    pub last_irr: u64,
+    pub lasts: Lasts,
+}
+
+impl Default for AddrLocal {
+    fn default() -> Self {
+        AddrLocal {
+            piece: 0,
+            lasts: NO_LASTS,
+        }
+    }
 }
 
 impl AddrLocal {
-    /// Position of the last access (either class), or [`NONE`].
+    /// The lasts for `piece`, reset if they belong to an earlier one.
     #[inline]
-    pub fn last(&self) -> u64 {
-        match (self.last_str, self.last_irr) {
-            (NONE, x) | (x, NONE) => x,
-            (a, b) => a.max(b),
+    pub fn for_piece(&mut self, piece: u32) -> &mut Lasts {
+        if self.piece != piece {
+            self.piece = piece;
+            self.lasts = NO_LASTS;
         }
+        &mut self.lasts
     }
 }
 
@@ -114,6 +139,9 @@ pub(crate) struct WindowEngine {
     hist: [u64; LEVELS],
     hist_str: [u64; LEVELS],
     hist_lines: [u64; LEVELS],
+    /// Strided accesses (`Σ hist_str`) and lines noted (`Σ hist_lines`).
+    strided: u64,
+    lines: u64,
     a_const: u64,
     pending_const: u64,
     start: [Start; LEVELS],
@@ -136,6 +164,8 @@ impl WindowEngine {
             hist: [0; LEVELS],
             hist_str: [0; LEVELS],
             hist_lines: [0; LEVELS],
+            strided: 0,
+            lines: 0,
             a_const: 0,
             pending_const: 0,
             start: [Start::default(); LEVELS],
@@ -163,6 +193,8 @@ impl WindowEngine {
         self.hist = [0; LEVELS];
         self.hist_str = [0; LEVELS];
         self.hist_lines = [0; LEVELS];
+        self.strided = 0;
+        self.lines = 0;
         self.a_const = 0;
         self.pending_const = 0;
         self.start = [Start::default(); LEVELS];
@@ -185,6 +217,7 @@ impl WindowEngine {
     pub fn line(&mut self, prev: u64) {
         let m = self.level_of(prev);
         self.hist_lines[m] += 1;
+        self.lines += 1;
     }
 
     /// Position the next access will take.
@@ -202,35 +235,20 @@ impl WindowEngine {
         }
     }
 
-    /// One access to `addr` (whose per-sequence state is `local`), of class
-    /// Strided when `strided`, carrying `implied` Constant loads. Returns
-    /// whether windows close now ([`Self::close`] must then be called).
+    /// One access to `addr`, whose last positions in this sequence are
+    /// `lasts` (the caller resets them at a new piece), of class Strided
+    /// when `strided`, carrying `implied` Constant loads. Returns whether
+    /// windows close now ([`Self::close`] must then be called).
     #[inline]
-    pub fn access(
-        &mut self,
-        addr: u64,
-        local: &mut AddrLocal,
-        strided: bool,
-        implied: u64,
-    ) -> bool {
+    pub fn access(&mut self, addr: u64, lasts: &mut Lasts, strided: bool, implied: u64) -> bool {
         let t = self.pos;
-        let (prev, other) = if local.piece == self.piece {
-            let other = if strided {
-                local.last_irr
-            } else {
-                local.last_str
-            };
-            (local.last(), other)
-        } else {
-            local.piece = self.piece;
-            local.last_str = NONE;
-            local.last_irr = NONE;
-            (NONE, NONE)
-        };
+        let prev = last_of(lasts);
+        let other = lasts[strided as usize];
         let m = self.level_of(prev);
         self.hist[m] += 1;
         if strided {
             self.hist_str[m] += 1;
+            self.strided += 1;
         }
         let distance = if prev == NONE || t - prev >= 1 << 31 {
             0
@@ -244,11 +262,7 @@ impl WindowEngine {
                 self.register(addr, t, first_mixed);
             }
         }
-        if strided {
-            local.last_str = t;
-        } else {
-            local.last_irr = t;
-        }
+        lasts[!strided as usize] = t;
         self.a_const += self.pending_const + implied;
         self.pending_const = 0;
         self.pos = t + 1;
@@ -294,18 +308,18 @@ impl WindowEngine {
     /// last access to `addr` in this sequence (for mixed addresses).
     pub fn close(&mut self, last_of: impl Fn(u64) -> u64, sums: &mut [LevelSums]) {
         let highest = self.pos.trailing_zeros().min(self.top);
-        let mut suffix = [(0u64, 0u64, 0u64); LEVELS];
-        let (mut f, mut s, mut l) = (0, 0, 0);
-        for j in (self.lo..=self.top).rev() {
-            let j = j as usize;
-            f += self.hist[j];
-            s += self.hist_str[j];
-            l += self.hist_lines[j];
-            suffix[j] = (f, s, l);
+        // Every access adds 1 to exactly one bucket of `hist` (and of
+        // `hist_lines` when lines are tracked), so the suffix sums follow
+        // from the totals minus the buckets below: the frequent close of
+        // level `lo` alone costs a handful of additions.
+        let (mut f, mut s, mut l) = (self.pos, self.strided, self.lines);
+        for j in 0..self.lo as usize {
+            f -= self.hist[j];
+            s -= self.hist_str[j];
+            l -= self.hist_lines[j];
         }
         for k in self.lo..=highest {
             let ku = k as usize;
-            let (f, s, l) = suffix[ku];
             let start = self.start[ku];
             let footprint = f - start.f;
             let mut f_str = (s - start.str_first) as f64;
@@ -325,6 +339,9 @@ impl WindowEngine {
                 lines: l,
                 a_const: self.a_const,
             };
+            f -= self.hist[ku];
+            s -= self.hist_str[ku];
+            l -= self.hist_lines[ku];
         }
     }
 
@@ -375,9 +392,9 @@ mod tests {
         let mut locals: Map<u64, AddrLocal> = Map::default();
         let mut sums = vec![LevelSums::default(); LEVELS];
         for &(addr, strided, implied) in seq {
-            let local = locals.entry(addr).or_default();
-            if engine.access(addr, local, strided, implied) {
-                engine.close(|a| locals[&a].last(), &mut sums);
+            let lasts = locals.entry(addr).or_default().for_piece(1);
+            if engine.access(addr, lasts, strided, implied) {
+                engine.close(|a| last_of(&locals[&a].lasts), &mut sums);
             }
         }
         sums
@@ -427,7 +444,7 @@ mod tests {
     fn constants_belong_to_the_window_of_the_next_access() {
         let mut engine = WindowEngine::new(1, 1);
         engine.reset(1);
-        let mut local = [AddrLocal::default(), AddrLocal::default()];
+        let mut local = [NO_LASTS, NO_LASTS];
         let mut sums = vec![LevelSums::default(); LEVELS];
         engine.constant(5); // before access 0: window 0
         engine.access(1, &mut local[0], true, 0);

@@ -1,19 +1,347 @@
-//! `cargo memgaze classify`: binary analysis.
+//! `cargo memgaze classify`: the binary analysis alone.
 //!
-//! Placeholder of the skeleton: the owning work item replaces it.
+//! Lists the functions of an executable with their loads by class and the
+//! proxy-compression ratio, and (with `--functions`) every load with the
+//! reason for its class, so a user can see *why* a load counts as strided
+//! or irregular.
 
-use super::Global;
+use super::{Format, Global};
+use crate::binary::{Binary, Function};
+use crate::classify::{self, BinaryLoads, ClassifiedLoad, FunctionLoads};
 use crate::error::Exit;
+use crate::trace::LoadClass;
+use anyhow::Context as _;
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
+use serde_json::{Value, json};
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::PathBuf;
 
 /// Arguments of `cargo memgaze classify`.
 #[derive(clap::Args, Debug)]
+#[command(
+    long_about = "Show the functions of an x86-64 executable and the class of every load: \
+Constant (stack or global scalars), Strided (addresses that follow a loop induction variable) \
+or Irregular (everything else, e.g. addresses loaded from memory). Also shows which loads \
+carry a probe after basic-block proxy compression and the resulting compression ratio \
+(all loads / instrumented loads).\n\nWithout --functions the table lists one row per function; \
+with --functions it also lists each load, the instruction, and why it got its class."
+)]
 pub struct Args {
-    /// Arguments (not yet defined).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    pub rest: Vec<String>,
+    /// The executable (x86-64 ELF, PIE or not).
+    #[arg(value_name = "ELF")]
+    pub elf: PathBuf,
+    /// Only functions whose name (demangled or raw) matches this glob,
+    /// e.g. `'*matmul*'`. May be repeated.
+    #[arg(long = "functions", value_name = "GLOB")]
+    pub functions: Vec<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// Schema tag of the JSON output.
+pub const CLASSIFY_SCHEMA: &str = "memgaze.classify.v1";
+
+/// Builds the function filter from `--functions` globs.
+pub fn function_filter(globs: &[String]) -> anyhow::Result<Option<GlobSet>> {
+    if globs.is_empty() {
+        return Ok(None);
+    }
+    let mut builder = GlobSetBuilder::new();
+    for g in globs {
+        builder
+            .add(Glob::new(g).map_err(|e| crate::error::usage(format!("--functions {g:?}: {e}")))?);
+    }
+    Ok(Some(builder.build()?))
+}
+
+/// Whether a function passes the filter (its demangled or raw name).
+pub fn selected(filter: Option<&GlobSet>, f: &Function) -> bool {
+    filter.is_none_or(|set| {
+        set.is_match(&f.name) || f.raw_name.as_deref().is_some_and(|r| set.is_match(r))
+    })
 }
 
 /// Runs the command.
-pub fn run(_args: Args, _global: &Global) -> anyhow::Result<Exit> {
-    anyhow::bail!("`classify` is not implemented yet")
+pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
+    let filter = function_filter(&args.functions)?;
+    let binary = Binary::open(&args.elf)?;
+    let loads = classify::classify_binary(&binary, |f| selected(filter.as_ref(), f));
+    if loads.functions.is_empty() && filter.is_some() {
+        anyhow::bail!(
+            "{}: no function matches --functions {} ({} functions in the file)",
+            args.elf.display(),
+            args.functions.join(" --functions "),
+            binary.functions().len()
+        );
+    }
+    let mut out = std::io::stdout().lock();
+    let text = match args.format {
+        Format::Json => {
+            let mut s =
+                serde_json::to_string_pretty(&to_json(&binary, &loads)).context("JSON output")?;
+            s.push('\n');
+            s
+        }
+        Format::Table => table(&binary, &loads, filter.is_some(), global),
+    };
+    // A closed pipe (`| head`) is not an error worth reporting.
+    let _ = out.write_all(text.as_bytes());
+    Ok(Exit::Ok)
+}
+
+fn hex(v: u64) -> String {
+    format!("{v:#x}")
+}
+
+/// The text of the instruction at `ip`.
+fn instruction_text(binary: &Binary, ip: u64, len: u8) -> String {
+    let Some(bytes) = binary.bytes_at(ip, len as usize) else {
+        return String::new();
+    };
+    let mut decoder = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
+    let insn = decoder.decode();
+    let mut text = String::new();
+    let mut formatter = IntelFormatter::new();
+    formatter
+        .options_mut()
+        .set_space_after_operand_separator(true);
+    formatter.format(&insn, &mut text);
+    text
+}
+
+fn counts(f: &FunctionLoads) -> Value {
+    json!({
+        "Strided": f.count(LoadClass::Strided),
+        "Irregular": f.count(LoadClass::Irregular),
+        "Constant": f.count(LoadClass::Constant),
+        "total": f.loads.len(),
+    })
+}
+
+fn reg_name(r: iced_x86::Register) -> Value {
+    if r == iced_x86::Register::None {
+        Value::Null
+    } else {
+        Value::String(format!("{r:?}").to_lowercase())
+    }
+}
+
+fn load_json(binary: &Binary, function: &Function, l: &ClassifiedLoad) -> Value {
+    let op = &l.operand;
+    json!({
+        "ip": hex(op.ip),
+        "class": l.class.as_str(),
+        "function": function.name,
+        "line": binary.location(op.ip).map(|s| s.to_string()),
+        "instrumented": l.instrumented,
+        "implied": !l.instrumented,
+        "implies": l.implied,
+        "proxy": l.proxy.map(hex),
+        "instruction": instruction_text(binary, op.ip, op.len),
+        "reason": l.reason.to_string(),
+        "base": reg_name(op.base),
+        "index": reg_name(op.index),
+        "scale": op.scale,
+        "displacement": op.displacement as i64,
+        "size": op.size,
+        "segment": reg_name(op.segment),
+        "gather": op.gather,
+        "read_modify_write": op.read_modify_write,
+        "loop_depth": l.loop_depth,
+    })
+}
+
+/// The JSON document (`memgaze.classify.v1`).
+pub fn to_json(binary: &Binary, loads: &BinaryLoads) -> Value {
+    let totals = loads.totals();
+    let mut functions = Vec::new();
+    let mut all_loads = Vec::new();
+    for (index, f) in &loads.functions {
+        let function = &binary.functions()[*index];
+        functions.push(json!({
+            "name": function.name,
+            "raw_name": function.raw_name,
+            "start": hex(function.start),
+            "size": function.size,
+            "source": function.source.as_str(),
+            "loads": counts(f),
+            "instrumented": f.instrumented(),
+            "compression_ratio": f.compression_ratio(),
+            "blocks": f.blocks,
+            "loops": f.loops,
+            "jump_tables": f.jump_tables,
+            "unresolved_indirect_jumps": f.unresolved_indirect_jumps,
+            "stack_loads": f.stack_loads,
+            "string_loads": f.string_loads,
+        }));
+        for l in &f.loads {
+            all_loads.push(load_json(binary, function, l));
+        }
+    }
+    json!({
+        "schema": CLASSIFY_SCHEMA,
+        "binary": binary.identity(),
+        "kind": binary.kind(),
+        "discovery": binary.discovery(),
+        "has_lines": binary.has_lines(),
+        "summary": {
+            "functions": totals.functions,
+            "loads": totals.loads,
+            "Strided": totals.strided,
+            "Irregular": totals.irregular,
+            "Constant": totals.constant,
+            "instrumented": totals.instrumented,
+            "compression_ratio": totals.compression_ratio(),
+            "tls": totals.tls,
+            "stack_loads": totals.stack_loads,
+            "string_loads": totals.string_loads,
+            "jump_tables": totals.jump_tables,
+            "unresolved_indirect_jumps": totals.unresolved_indirect_jumps,
+        },
+        "functions": functions,
+        "loads": all_loads,
+    })
+}
+
+/// Shortens a source path for a table: relative to the current directory
+/// when under it.
+fn short_path(line: &str) -> String {
+    if let Ok(cwd) = std::env::current_dir() {
+        let prefix = format!("{}/", cwd.display());
+        if let Some(rest) = line.strip_prefix(&prefix) {
+            return rest.to_string();
+        }
+    }
+    line.to_string()
+}
+
+fn truncate(s: &str, width: usize) -> String {
+    if s.chars().count() <= width {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(width.saturating_sub(1)).collect();
+        t.push('…');
+        t
+    }
+}
+
+fn table(binary: &Binary, loads: &BinaryLoads, per_load: bool, global: &Global) -> String {
+    let totals = loads.totals();
+    let d = binary.discovery();
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{}: {}, {} functions ({}), DWARF lines: {}",
+        binary.path().display(),
+        match binary.kind() {
+            crate::binary::ExecutableKind::Pie => "PIE executable",
+            crate::binary::ExecutableKind::Fixed => "executable",
+            crate::binary::ExecutableKind::SharedObject => "shared object",
+        },
+        binary.functions().len(),
+        if d.has_symtab {
+            ".symtab".to_string()
+        } else {
+            format!(
+                "stripped: {} from .eh_frame, {} from gaps",
+                d.from_eh_frame, d.from_gaps
+            )
+        },
+        if binary.has_lines() { "yes" } else { "no" },
+    );
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "{:<40} {:>10} {:>7} {:>6} {:>8} {:>9} {:>8} {:>7} {:>6}",
+        "function", "start", "size", "loads", "Strided", "Irregular", "Constant", "probes", "kappa"
+    );
+    for (index, f) in &loads.functions {
+        let function = &binary.functions()[*index];
+        let _ = writeln!(
+            s,
+            "{:<40} {:>10} {:>7} {:>6} {:>8} {:>9} {:>8} {:>7} {:>6.2}",
+            truncate(&function.name, 40),
+            hex(function.start),
+            function.size,
+            f.loads.len(),
+            f.count(LoadClass::Strided),
+            f.count(LoadClass::Irregular),
+            f.count(LoadClass::Constant),
+            f.instrumented(),
+            f.compression_ratio()
+        );
+    }
+    let _ = writeln!(
+        s,
+        "{:<40} {:>10} {:>7} {:>6} {:>8} {:>9} {:>8} {:>7} {:>6.2}",
+        format!("total ({} functions)", totals.functions),
+        "",
+        "",
+        totals.loads,
+        totals.strided,
+        totals.irregular,
+        totals.constant,
+        totals.instrumented,
+        totals.compression_ratio()
+    );
+    let _ = writeln!(
+        s,
+        "\nkappa = loads / probes (basic-block proxy compression). Not counted as loads: {} implicit stack reads (pop/ret/leave), {} string-instruction reads. {} TLS loads. Jump tables: {} resolved, {} indirect jumps unresolved.",
+        totals.stack_loads,
+        totals.string_loads,
+        totals.tls,
+        totals.jump_tables,
+        totals.unresolved_indirect_jumps
+    );
+    if !per_load {
+        if !global.quiet {
+            let _ = writeln!(
+                s,
+                "Use --functions <GLOB> to list each load and why it has its class."
+            );
+        }
+        return s;
+    }
+    for (index, f) in &loads.functions {
+        if f.loads.is_empty() {
+            continue;
+        }
+        let function = &binary.functions()[*index];
+        let _ = writeln!(s, "\n{} ({}):", function.name, hex(function.start));
+        let _ = writeln!(
+            s,
+            "  {:<10} {:<9} {:<14} {:<38} {:<60} line",
+            "ip", "class", "probe", "instruction", "why"
+        );
+        for l in &f.loads {
+            let probe = match (l.instrumented, l.proxy) {
+                (true, _) if l.implied > 0 => format!("yes (+{})", l.implied),
+                (true, _) => "yes".to_string(),
+                (false, Some(p)) => format!("via {}", hex(p)),
+                (false, None) => "no".to_string(),
+            };
+            let mut why = l.reason.to_string();
+            if l.operand.is_tls() {
+                why.push_str(", TLS");
+            }
+            let line = binary
+                .location(l.operand.ip)
+                .map(|loc| short_path(&loc.to_string()))
+                .unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "  {:<10} {:<9} {:<14} {:<38} {:<60} {}",
+                hex(l.operand.ip),
+                l.class.as_str(),
+                probe,
+                truncate(&instruction_text(binary, l.operand.ip, l.operand.len), 38),
+                why,
+                line
+            );
+        }
+    }
+    s
 }

@@ -6,8 +6,8 @@
 //! a run of a subset of benches updates only those; benches saved earlier
 //! under the same name stay.
 
-use crate::cargo::encode_component;
 use crate::analysis::Analysis;
+use crate::cargo::encode_component;
 use crate::error::usage;
 use crate::trace::{Backend, BinaryIdentity};
 use anyhow::{Context, Result, bail};

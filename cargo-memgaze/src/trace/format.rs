@@ -386,6 +386,11 @@ impl<R: Read> TraceReader<R> {
         self.totals.as_ref()
     }
 
+    /// Bytes of the file consumed so far (for progress displays).
+    pub fn bytes_read(&self) -> u64 {
+        self.offset
+    }
+
     /// Records read so far.
     pub fn records_read(&self) -> u64 {
         self.records

@@ -1,0 +1,572 @@
+//! Control flow of one function: instructions, basic blocks, call sites,
+//! indirect jumps and resolved jump tables.
+//!
+//! Blocks end at every control transfer **including calls**: a call may
+//! not return (panics unwind, `exit` never returns), so the instructions
+//! after it are not certain to run whenever the ones before it do; and the
+//! return address is an entry point the rewriter must know about anyway.
+//! Leaders are the function start, every intra-function target of a direct
+//! branch or of a resolved jump table, and every instruction after a
+//! transfer.
+//!
+//! The instruction list is a linear sweep of the function's bytes, which is
+//! exact for compiler output on x86-64 (jump tables live in `.rodata`).
+
+use super::dominators::Dominators;
+use super::jump_tables::{self, JumpTable, Recognised};
+use super::loops::LoopForest;
+use super::stack::{self, StackPos};
+use iced_x86::{Code, FlowControl, Instruction, Mnemonic, OpKind, Register};
+use std::collections::HashMap;
+
+/// Read access to the bytes of the program image by virtual address (the
+/// jump-table reader needs `.rodata`).
+pub trait Memory {
+    /// `len` bytes at `addr`, if file-backed.
+    fn read(&self, addr: u64, len: usize) -> Option<&[u8]>;
+}
+
+impl Memory for super::Binary {
+    fn read(&self, addr: u64, len: usize) -> Option<&[u8]> {
+        self.bytes_at(addr, len)
+    }
+}
+
+/// A flat image: `bytes` mapped at `base` (tests, and code outside ELF files).
+#[derive(Clone, Copy, Debug)]
+pub struct FlatMemory<'a> {
+    /// Address of `bytes[0]`.
+    pub base: u64,
+    /// The contents.
+    pub bytes: &'a [u8],
+}
+
+impl Memory for FlatMemory<'_> {
+    fn read(&self, addr: u64, len: usize) -> Option<&[u8]> {
+        let off = usize::try_from(addr.checked_sub(self.base)?).ok()?;
+        self.bytes.get(off..off.checked_add(len)?)
+    }
+}
+
+/// How a basic block ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Terminator {
+    /// The next instruction starts another block (a branch target).
+    FallThrough,
+    /// Direct unconditional jump inside the function.
+    Jump,
+    /// Conditional branch: taken target and fall-through.
+    Conditional,
+    /// A call (direct or indirect); the block after it starts at the return
+    /// address.
+    Call,
+    /// `ret`.
+    Return,
+    /// Direct jump (or conditional jump) leaving the function.
+    TailCall,
+    /// `jmp reg` / `jmp [mem]`: see [`FunctionCode::indirect_jumps`].
+    IndirectJump,
+    /// `ud2`, `hlt`, `int3`, `int n` and the like.
+    Trap,
+    /// Bytes that do not decode.
+    Invalid,
+    /// The function's bytes end without a transfer (code after a call that
+    /// does not return, or a size that cuts the last instruction).
+    End,
+}
+
+/// A basic block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BasicBlock {
+    /// Address of its first instruction.
+    pub start: u64,
+    /// One past its last byte.
+    pub end: u64,
+    /// Index of its first instruction in [`FunctionCode::instructions`].
+    pub first: u32,
+    /// Number of instructions (≥ 1).
+    pub len: u32,
+    /// Successor blocks (indices), without duplicates.
+    pub successors: Vec<u32>,
+    /// Predecessor blocks (indices), without duplicates.
+    pub predecessors: Vec<u32>,
+    /// How it ends.
+    pub terminator: Terminator,
+}
+
+impl BasicBlock {
+    /// Range of its instruction indices.
+    pub fn instructions(&self) -> std::ops::Range<usize> {
+        self.first as usize..(self.first + self.len) as usize
+    }
+
+    /// Index of its last instruction.
+    pub fn last(&self) -> usize {
+        (self.first + self.len - 1) as usize
+    }
+}
+
+/// A `call` instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallSite {
+    /// Address of the call.
+    pub ip: u64,
+    /// Its instruction index.
+    pub instruction: u32,
+    /// Address after it (what the call pushes).
+    pub return_address: u64,
+    /// Target of a direct call.
+    pub target: Option<u64>,
+}
+
+/// What is known about an indirect jump.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IndirectJumpKind {
+    /// A recognised jump table (index into [`FunctionCode::jump_tables`]).
+    JumpTable(usize),
+    /// A tail call: a jump to a code pointer read from memory (`jmp [m]`,
+    /// `jmp r` after `mov r, [b+d]`: GOT, vtable, closure; or a constant
+    /// table of function pointers), or `jmp r` of a computed pointer once the
+    /// frame is torn down. It leaves the function.
+    TailCall,
+    /// Anything else (`jmp rax` of a function pointer, unrecognised tables).
+    Unresolved,
+}
+
+/// An indirect `jmp`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndirectJump {
+    /// Address of the jump.
+    pub ip: u64,
+    /// Its instruction index.
+    pub instruction: u32,
+    /// What it is.
+    pub kind: IndirectJumpKind,
+}
+
+/// The decoded, partitioned code of one function.
+#[derive(Clone, Debug)]
+pub struct FunctionCode {
+    /// First address.
+    pub start: u64,
+    /// One past the last byte.
+    pub end: u64,
+    /// Linear decoding of `[start, end)`.
+    pub instructions: Vec<Instruction>,
+    /// Basic blocks in address order; block 0 is the entry.
+    pub blocks: Vec<BasicBlock>,
+    /// Block index of each instruction.
+    pub block_of: Vec<u32>,
+    /// Every call.
+    pub calls: Vec<CallSite>,
+    /// Every indirect `jmp`.
+    pub indirect_jumps: Vec<IndirectJump>,
+    /// Recognised jump tables.
+    pub jump_tables: Vec<JumpTable>,
+    /// Every intra-function target of a direct branch or jump-table entry,
+    /// sorted and unique.
+    pub branch_targets: Vec<u64>,
+    /// Instructions that did not decode.
+    pub invalid_instructions: u32,
+}
+
+impl FunctionCode {
+    /// Decodes `code` (the function's bytes, starting at `start`) and
+    /// builds its control flow. `memory` gives access to jump tables.
+    pub fn build(code: &[u8], start: u64, memory: &dyn Memory) -> FunctionCode {
+        let mut instructions = Vec::new();
+        super::decode_bytes(code, start, &mut instructions);
+        FunctionCode::from_instructions(instructions, start, start + code.len() as u64, memory)
+    }
+
+    /// Builds the control flow of already decoded instructions covering
+    /// `[start, end)`.
+    pub fn from_instructions(
+        instructions: Vec<Instruction>,
+        start: u64,
+        end: u64,
+        memory: &dyn Memory,
+    ) -> FunctionCode {
+        let n = instructions.len();
+        let inside = |a: u64| a >= start && a < end;
+        let index_of: HashMap<u64, u32> = instructions
+            .iter()
+            .enumerate()
+            .map(|(i, insn)| (insn.ip(), i as u32))
+            .collect();
+
+        // Direct branch sources per target instruction (for jump-table
+        // slicing), calls, invalid count.
+        let mut sources: HashMap<u32, Vec<u32>> = HashMap::new();
+        let mut calls = Vec::new();
+        let mut invalid = 0u32;
+        for (i, insn) in instructions.iter().enumerate() {
+            if insn.is_invalid() {
+                invalid += 1;
+            }
+            match insn.flow_control() {
+                FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch => {
+                    if let Some(&t) = index_of.get(&insn.near_branch_target()) {
+                        sources.entry(t).or_default().push(i as u32);
+                    }
+                }
+                FlowControl::Call | FlowControl::IndirectCall => calls.push(CallSite {
+                    ip: insn.ip(),
+                    instruction: i as u32,
+                    return_address: insn.next_ip(),
+                    target: (insn.flow_control() == FlowControl::Call)
+                        .then(|| insn.near_branch_target()),
+                }),
+                _ => {}
+            }
+        }
+
+        // Indirect jumps and jump tables.
+        let mut indirect_jumps = Vec::new();
+        let mut jump_tables: Vec<JumpTable> = Vec::new();
+        let mut not_table_shaped: Vec<usize> = Vec::new();
+        let slicer = jump_tables::Slicer {
+            instructions: &instructions,
+            sources: &sources,
+        };
+        for (i, insn) in instructions.iter().enumerate() {
+            if insn.flow_control() != FlowControl::IndirectBranch {
+                continue;
+            }
+            let kind = if is_memory_tail_call(insn) {
+                IndirectJumpKind::TailCall
+            } else {
+                match jump_tables::recognise(&slicer, i, start, end, &index_of, memory) {
+                    Some(Recognised::Table(table)) => {
+                        jump_tables.push(table);
+                        IndirectJumpKind::JumpTable(jump_tables.len() - 1)
+                    }
+                    Some(Recognised::TailCall) => IndirectJumpKind::TailCall,
+                    Some(Recognised::NotTableShaped) => {
+                        not_table_shaped.push(indirect_jumps.len());
+                        IndirectJumpKind::Unresolved
+                    }
+                    None => IndirectJumpKind::Unresolved,
+                }
+            };
+            indirect_jumps.push(IndirectJump {
+                ip: insn.ip(),
+                instruction: i as u32,
+                kind,
+            });
+        }
+        jump_tables::trim_overlapping(&mut jump_tables);
+
+        // Leaders.
+        let mut leader = vec![false; n];
+        let mut branch_targets = Vec::new();
+        if n > 0 {
+            leader[0] = true;
+        }
+        for (i, insn) in instructions.iter().enumerate() {
+            let ends_block = !matches!(
+                insn.flow_control(),
+                FlowControl::Next | FlowControl::XbeginXabortXend
+            ) || insn.is_invalid();
+            if ends_block && i + 1 < n {
+                leader[i + 1] = true;
+            }
+            if matches!(
+                insn.flow_control(),
+                FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch
+            ) && inside(insn.near_branch_target())
+            {
+                branch_targets.push(insn.near_branch_target());
+            }
+        }
+        for table in &jump_tables {
+            branch_targets.extend(table.targets.iter().copied().filter(|&t| inside(t)));
+        }
+        branch_targets.sort_unstable();
+        branch_targets.dedup();
+        for t in &branch_targets {
+            if let Some(&i) = index_of.get(t) {
+                leader[i as usize] = true;
+            }
+        }
+
+        // Blocks.
+        let mut blocks: Vec<BasicBlock> = Vec::new();
+        let mut block_of = vec![0u32; n];
+        for i in 0..n {
+            if leader[i] {
+                blocks.push(BasicBlock {
+                    start: instructions[i].ip(),
+                    end: instructions[i].next_ip(),
+                    first: i as u32,
+                    len: 0,
+                    successors: Vec::new(),
+                    predecessors: Vec::new(),
+                    terminator: Terminator::FallThrough,
+                });
+            }
+            let b = blocks.last_mut().expect("instruction 0 is a leader");
+            b.len += 1;
+            b.end = instructions[i].next_ip();
+            block_of[i] = (blocks.len() - 1) as u32;
+        }
+
+        // Edges.
+        let block_at = |addr: u64| index_of.get(&addr).map(|&i| block_of[i as usize]);
+        let table_of: HashMap<u32, usize> = indirect_jumps
+            .iter()
+            .filter_map(|j| match j.kind {
+                IndirectJumpKind::JumpTable(t) => Some((j.instruction, t)),
+                _ => None,
+            })
+            .collect();
+        for block in blocks.iter_mut() {
+            let last = block.last();
+            let insn = &instructions[last];
+            let next = (last + 1 < n).then(|| block_of[last + 1]);
+            let mut succ: Vec<u32> = Vec::new();
+            let terminator = if insn.is_invalid() {
+                Terminator::Invalid
+            } else {
+                match insn.flow_control() {
+                    FlowControl::Next | FlowControl::XbeginXabortXend => {
+                        succ.extend(next);
+                        if next.is_some() {
+                            Terminator::FallThrough
+                        } else {
+                            Terminator::End
+                        }
+                    }
+                    FlowControl::UnconditionalBranch => match block_at(insn.near_branch_target()) {
+                        Some(t) => {
+                            succ.push(t);
+                            Terminator::Jump
+                        }
+                        None => Terminator::TailCall,
+                    },
+                    FlowControl::ConditionalBranch => {
+                        succ.extend(block_at(insn.near_branch_target()));
+                        succ.extend(next);
+                        Terminator::Conditional
+                    }
+                    FlowControl::Call | FlowControl::IndirectCall => {
+                        succ.extend(next);
+                        Terminator::Call
+                    }
+                    FlowControl::Return => Terminator::Return,
+                    FlowControl::IndirectBranch => {
+                        if let Some(&t) = table_of.get(&(last as u32)) {
+                            succ.extend(jump_tables[t].targets.iter().filter_map(|&a| block_at(a)));
+                        }
+                        Terminator::IndirectJump
+                    }
+                    FlowControl::Interrupt | FlowControl::Exception => {
+                        // `int3`/`ud2` trap; `syscall`/`int 0x80` continue.
+                        if matches!(insn.mnemonic(), Mnemonic::Syscall | Mnemonic::Int) {
+                            succ.extend(next);
+                            Terminator::FallThrough
+                        } else {
+                            Terminator::Trap
+                        }
+                    }
+                }
+            };
+            if insn.mnemonic() == Mnemonic::Hlt {
+                succ.clear();
+            }
+            succ.sort_unstable();
+            succ.dedup();
+            block.terminator = if insn.mnemonic() == Mnemonic::Hlt {
+                Terminator::Trap
+            } else {
+                terminator
+            };
+            block.successors = succ;
+        }
+        for b in 0..blocks.len() {
+            for s in blocks[b].successors.clone() {
+                let preds = &mut blocks[s as usize].predecessors;
+                if !preds.contains(&(b as u32)) {
+                    preds.push(b as u32);
+                }
+            }
+        }
+
+        let mut code = FunctionCode {
+            start,
+            end,
+            instructions,
+            blocks,
+            block_of,
+            calls,
+            indirect_jumps,
+            jump_tables,
+            branch_targets,
+            invalid_instructions: invalid,
+        };
+        // `jmp r` of a computed pointer after the frame is torn down (the
+        // stack pointer back where it was at entry) is a tail call.
+        if !not_table_shaped.is_empty() {
+            let mut info = iced_x86::InstructionInfoFactory::new();
+            let fp = stack::frame_pointer(&code, &mut info);
+            let positions = stack::positions(&code, fp);
+            for k in not_table_shaped {
+                let j = &mut code.indirect_jumps[k];
+                if positions[j.instruction as usize] == Some(StackPos::entry(0)) {
+                    j.kind = IndirectJumpKind::TailCall;
+                }
+            }
+        }
+        code
+    }
+
+    /// The block holding instruction `index`.
+    pub fn block_of_instruction(&self, index: usize) -> &BasicBlock {
+        &self.blocks[self.block_of[index] as usize]
+    }
+
+    /// The instruction index at address `ip`, if an instruction starts there.
+    pub fn instruction_at(&self, ip: u64) -> Option<usize> {
+        let i = self.instructions.partition_point(|x| x.ip() < ip);
+        (i < self.instructions.len() && self.instructions[i].ip() == ip).then_some(i)
+    }
+
+    /// Indirect jumps that are neither jump tables nor tail calls through
+    /// memory: control may go anywhere from them.
+    pub fn unresolved_indirect_jumps(&self) -> usize {
+        self.indirect_jumps
+            .iter()
+            .filter(|j| j.kind == IndirectJumpKind::Unresolved)
+            .count()
+    }
+
+    /// Dominator tree of the blocks (entry = block 0).
+    pub fn dominators(&self) -> Dominators {
+        Dominators::compute(&self.blocks)
+    }
+
+    /// Natural loops (from back edges) and their nesting.
+    pub fn loops(&self) -> LoopForest {
+        LoopForest::compute(&self.blocks, &self.dominators())
+    }
+}
+
+/// `jmp [m]` without index: a jump through one pointer slot (GOT entry,
+/// vtable slot), i.e. a tail call.
+fn is_memory_tail_call(insn: &Instruction) -> bool {
+    insn.op0_kind() == OpKind::Memory
+        && insn.memory_index() == Register::None
+        && insn.code() != Code::INVALID
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iced_x86::code_asm::*;
+
+    pub(crate) fn assemble(
+        build: impl FnOnce(&mut CodeAssembler) -> Result<(), IcedError>,
+    ) -> Vec<u8> {
+        let mut a = CodeAssembler::new(64).unwrap();
+        build(&mut a).unwrap();
+        a.assemble(0x1000).unwrap()
+    }
+
+    fn cfg(code: &[u8]) -> FunctionCode {
+        FunctionCode::build(
+            code,
+            0x1000,
+            &FlatMemory {
+                base: 0x1000,
+                bytes: code,
+            },
+        )
+    }
+
+    #[test]
+    fn loop_with_call_splits_blocks_and_links_edges() {
+        let code = assemble(|a| {
+            let mut top = a.create_label();
+            let mut done = a.create_label();
+            a.xor(eax, eax)?;
+            a.set_label(&mut top)?;
+            a.test(rdi, rdi)?;
+            a.je(done)?;
+            a.add(rax, qword_ptr(rdi))?;
+            a.call(0x5000u64)?;
+            a.mov(rdi, qword_ptr(rdi + 8))?;
+            a.jmp(top)?;
+            a.set_label(&mut done)?;
+            a.ret()
+        });
+        let f = cfg(&code);
+        let shape: Vec<(Terminator, Vec<u32>)> = f
+            .blocks
+            .iter()
+            .map(|b| (b.terminator, b.successors.clone()))
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                (Terminator::FallThrough, vec![1]),
+                (Terminator::Conditional, vec![2, 4]),
+                (Terminator::Call, vec![3]),
+                (Terminator::Jump, vec![1]),
+                (Terminator::Return, vec![]),
+            ]
+        );
+        assert_eq!(f.blocks[1].predecessors, vec![0, 3]);
+        assert_eq!(f.calls.len(), 1);
+        assert_eq!(f.calls[0].target, Some(0x5000));
+        assert_eq!(f.calls[0].return_address, f.blocks[3].start);
+        assert_eq!(f.branch_targets, vec![f.blocks[1].start, f.blocks[4].start]);
+        let loops = f.loops();
+        assert_eq!(loops.loops.len(), 1);
+        assert_eq!(loops.loops[0].header, 1);
+        assert_eq!(loops.loops[0].blocks, vec![1, 2, 3]);
+        assert_eq!(loops.innermost(4), None);
+        assert_eq!(loops.innermost(2), Some(0));
+    }
+
+    #[test]
+    fn tail_calls_and_got_jumps_leave_the_function() {
+        let code = assemble(|a| {
+            let mut other = a.create_label();
+            let mut slot = a.create_label();
+            a.test(edi, edi)?;
+            a.jne(other)?;
+            a.jmp(0x9000u64)?;
+            a.set_label(&mut other)?;
+            a.jmp(qword_ptr(slot))?;
+            a.set_label(&mut slot)?;
+            a.int3()
+        });
+        let f = cfg(&code);
+        assert_eq!(f.blocks[1].terminator, Terminator::TailCall);
+        assert_eq!(f.blocks[2].terminator, Terminator::IndirectJump);
+        assert_eq!(f.indirect_jumps[0].kind, IndirectJumpKind::TailCall);
+        assert_eq!(f.unresolved_indirect_jumps(), 0);
+    }
+
+    #[test]
+    fn computed_jump_is_a_tail_call_only_once_the_frame_is_gone() {
+        let torn_down = assemble(|a| {
+            a.push(rbx)?;
+            a.mov(rax, rdi)?;
+            a.pop(rbx)?;
+            a.jmp(rax)
+        });
+        assert_eq!(
+            cfg(&torn_down).indirect_jumps[0].kind,
+            IndirectJumpKind::TailCall
+        );
+        let inside_frame = assemble(|a| {
+            a.push(rbx)?;
+            a.mov(rax, rdi)?;
+            a.jmp(rax)
+        });
+        let f = cfg(&inside_frame);
+        assert_eq!(f.indirect_jumps[0].kind, IndirectJumpKind::Unresolved);
+        assert_eq!(f.unresolved_indirect_jumps(), 1);
+    }
+}

@@ -1,0 +1,211 @@
+//! Dominator tree of a function's basic blocks (Cooper, Harvey & Kennedy,
+//! "A Simple, Fast Dominance Algorithm": iterate over reverse post-order
+//! until the immediate dominators settle).
+
+use super::cfg::BasicBlock;
+
+/// Immediate dominators; block 0 is the entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dominators {
+    /// Immediate dominator of each block (`None` for the entry and for
+    /// blocks unreachable from it).
+    pub idom: Vec<Option<u32>>,
+    /// Reverse post-order position of each reachable block (`u32::MAX` for
+    /// unreachable ones).
+    pub rpo_position: Vec<u32>,
+    /// Reachable blocks in reverse post-order.
+    pub rpo: Vec<u32>,
+}
+
+impl Dominators {
+    /// Computes the tree.
+    pub fn compute(blocks: &[BasicBlock]) -> Dominators {
+        let n = blocks.len();
+        let rpo = reverse_post_order(blocks);
+        let mut position = vec![u32::MAX; n];
+        for (i, &b) in rpo.iter().enumerate() {
+            position[b as usize] = i as u32;
+        }
+        let mut idom: Vec<Option<u32>> = vec![None; n];
+        if n == 0 {
+            return Dominators {
+                idom,
+                rpo_position: position,
+                rpo,
+            };
+        }
+        idom[0] = Some(0);
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for &b in rpo.iter().skip(1) {
+                let mut new: Option<u32> = None;
+                for &p in &blocks[b as usize].predecessors {
+                    if idom[p as usize].is_none() {
+                        continue;
+                    }
+                    new = Some(match new {
+                        None => p,
+                        Some(cur) => intersect(&idom, &position, p, cur),
+                    });
+                }
+                if new.is_some() && idom[b as usize] != new {
+                    idom[b as usize] = new;
+                    changed = true;
+                }
+            }
+        }
+        idom[0] = None;
+        Dominators {
+            idom,
+            rpo_position: position,
+            rpo,
+        }
+    }
+
+    /// Whether block `a` dominates block `b` (every block dominates itself).
+    pub fn dominates(&self, a: u32, b: u32) -> bool {
+        if self.rpo_position[b as usize] == u32::MAX {
+            return false;
+        }
+        let mut x = b;
+        loop {
+            if x == a {
+                return true;
+            }
+            match self.idom[x as usize] {
+                Some(up) => x = up,
+                None => return false,
+            }
+        }
+    }
+
+    /// Whether the block is reachable from the entry.
+    pub fn is_reachable(&self, b: u32) -> bool {
+        self.rpo_position[b as usize] != u32::MAX
+    }
+}
+
+fn intersect(idom: &[Option<u32>], position: &[u32], mut a: u32, mut b: u32) -> u32 {
+    while a != b {
+        while position[a as usize] > position[b as usize] {
+            a = idom[a as usize].expect("processed block has an idom");
+        }
+        while position[b as usize] > position[a as usize] {
+            b = idom[b as usize].expect("processed block has an idom");
+        }
+    }
+    a
+}
+
+/// Reverse post-order of the blocks reachable from block 0 (iterative DFS).
+pub fn reverse_post_order(blocks: &[BasicBlock]) -> Vec<u32> {
+    let n = blocks.len();
+    let mut order = Vec::with_capacity(n);
+    if n == 0 {
+        return order;
+    }
+    let mut visited = vec![false; n];
+    let mut stack: Vec<(u32, usize)> = vec![(0, 0)];
+    visited[0] = true;
+    while let Some(&mut (b, ref mut next)) = stack.last_mut() {
+        let succ = &blocks[b as usize].successors;
+        if *next < succ.len() {
+            let s = succ[*next];
+            *next += 1;
+            if !visited[s as usize] {
+                visited[s as usize] = true;
+                stack.push((s, 0));
+            }
+        } else {
+            order.push(b);
+            stack.pop();
+        }
+    }
+    order.reverse();
+    order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::binary::cfg::Terminator;
+    use proptest::prelude::*;
+
+    fn graph(edges: &[(u32, u32)], n: usize) -> Vec<BasicBlock> {
+        let mut blocks: Vec<BasicBlock> = (0..n)
+            .map(|i| BasicBlock {
+                start: i as u64,
+                end: i as u64 + 1,
+                first: i as u32,
+                len: 1,
+                successors: vec![],
+                predecessors: vec![],
+                terminator: Terminator::FallThrough,
+            })
+            .collect();
+        for &(a, b) in edges {
+            if !blocks[a as usize].successors.contains(&b) {
+                blocks[a as usize].successors.push(b);
+                blocks[b as usize].predecessors.push(a);
+            }
+        }
+        blocks
+    }
+
+    /// Brute force: `a` dominates `b` iff `b` is unreachable from the entry
+    /// once `a` is removed (and `b` is reachable at all).
+    fn dominates_brute(blocks: &[BasicBlock], a: u32, b: u32) -> bool {
+        let reach = |removed: Option<u32>| {
+            let mut seen = vec![false; blocks.len()];
+            let mut stack = vec![0u32];
+            if removed == Some(0) {
+                return seen;
+            }
+            seen[0] = true;
+            while let Some(x) = stack.pop() {
+                for &s in &blocks[x as usize].successors {
+                    if Some(s) != removed && !seen[s as usize] {
+                        seen[s as usize] = true;
+                        stack.push(s);
+                    }
+                }
+            }
+            seen
+        };
+        if !reach(None)[b as usize] {
+            return false;
+        }
+        a == b || !reach(Some(a))[b as usize]
+    }
+
+    #[test]
+    fn diamond_with_loop() {
+        // 0 -> 1 -> {2, 3} -> 4 -> 1, 4 -> 5
+        let g = graph(&[(0, 1), (1, 2), (1, 3), (2, 4), (3, 4), (4, 1), (4, 5)], 6);
+        let d = Dominators::compute(&g);
+        assert_eq!(
+            d.idom,
+            vec![None, Some(0), Some(1), Some(1), Some(1), Some(4)]
+        );
+        assert!(d.dominates(1, 5));
+        assert!(!d.dominates(2, 4));
+    }
+
+    proptest! {
+        #[test]
+        fn matches_brute_force(n in 1usize..12, edges in proptest::collection::vec((0u32..12, 0u32..12), 0..30)) {
+            let edges: Vec<(u32, u32)> = edges
+                .into_iter()
+                .filter(|&(a, b)| (a as usize) < n && (b as usize) < n)
+                .collect();
+            let g = graph(&edges, n);
+            let d = Dominators::compute(&g);
+            for a in 0..n as u32 {
+                for b in 0..n as u32 {
+                    prop_assert_eq!(d.dominates(a, b), dominates_brute(&g, a, b), "{} dom {}", a, b);
+                }
+            }
+        }
+    }
+}

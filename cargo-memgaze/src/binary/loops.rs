@@ -1,0 +1,133 @@
+//! Natural loops: for every back edge `latch -> header` (the header
+//! dominates the latch), the blocks that reach the latch without passing
+//! through the header. Loops sharing a header are merged; nesting follows
+//! from containment.
+
+use super::cfg::BasicBlock;
+use super::dominators::Dominators;
+
+/// One natural loop.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Loop {
+    /// Header block (the single entry).
+    pub header: u32,
+    /// Blocks whose edge back to the header closes the loop.
+    pub latches: Vec<u32>,
+    /// All blocks, sorted (header included).
+    pub blocks: Vec<u32>,
+    /// Index of the innermost enclosing loop.
+    pub parent: Option<u32>,
+    /// 1 for an outermost loop.
+    pub depth: u32,
+}
+
+impl Loop {
+    /// Whether block `b` belongs to the loop.
+    pub fn contains(&self, b: u32) -> bool {
+        self.blocks.binary_search(&b).is_ok()
+    }
+}
+
+/// All loops of a function.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoopForest {
+    /// Loops, innermost (smallest) first.
+    pub loops: Vec<Loop>,
+    /// Innermost loop of each block.
+    innermost: Vec<Option<u32>>,
+    /// Edges to an earlier block (in reverse post-order) whose target does
+    /// not dominate the source: cycles with more than one entry, which no
+    /// natural loop describes.
+    pub irreducible_edges: u32,
+}
+
+impl LoopForest {
+    /// Finds the loops.
+    pub fn compute(blocks: &[BasicBlock], dom: &Dominators) -> LoopForest {
+        let n = blocks.len();
+        let mut by_header: Vec<(u32, Vec<u32>)> = Vec::new();
+        let mut irreducible = 0;
+        for (b, block) in blocks.iter().enumerate() {
+            let b = b as u32;
+            if !dom.is_reachable(b) {
+                continue;
+            }
+            for &s in &block.successors {
+                if dom.dominates(s, b) {
+                    match by_header.iter_mut().find(|(h, _)| *h == s) {
+                        Some((_, latches)) => latches.push(b),
+                        None => by_header.push((s, vec![b])),
+                    }
+                } else if dom.rpo_position[s as usize] <= dom.rpo_position[b as usize] {
+                    irreducible += 1;
+                }
+            }
+        }
+        let mut loops: Vec<Loop> = by_header
+            .into_iter()
+            .map(|(header, latches)| {
+                let mut inside = vec![false; n];
+                inside[header as usize] = true;
+                let mut stack: Vec<u32> = Vec::new();
+                for &l in &latches {
+                    if !inside[l as usize] {
+                        inside[l as usize] = true;
+                        stack.push(l);
+                    }
+                }
+                while let Some(x) = stack.pop() {
+                    for &p in &blocks[x as usize].predecessors {
+                        if !inside[p as usize] && dom.is_reachable(p) {
+                            inside[p as usize] = true;
+                            stack.push(p);
+                        }
+                    }
+                }
+                let body: Vec<u32> = (0..n as u32).filter(|&b| inside[b as usize]).collect();
+                Loop {
+                    header,
+                    latches,
+                    blocks: body,
+                    parent: None,
+                    depth: 0,
+                }
+            })
+            .collect();
+        loops.sort_by_key(|l| (l.blocks.len(), l.header));
+        let mut innermost = vec![None; n];
+        for (i, l) in loops.iter().enumerate() {
+            for &b in &l.blocks {
+                if innermost[b as usize].is_none() {
+                    innermost[b as usize] = Some(i as u32);
+                }
+            }
+        }
+        for i in 0..loops.len() {
+            let header = loops[i].header;
+            loops[i].parent = (i + 1..loops.len())
+                .find(|&j| loops[j].contains(header))
+                .map(|j| j as u32);
+        }
+        for i in (0..loops.len()).rev() {
+            loops[i].depth = match loops[i].parent {
+                Some(p) => loops[p as usize].depth + 1,
+                None => 1,
+            };
+        }
+        LoopForest {
+            loops,
+            innermost,
+            irreducible_edges: irreducible,
+        }
+    }
+
+    /// Innermost loop containing block `b`.
+    pub fn innermost(&self, b: u32) -> Option<u32> {
+        self.innermost.get(b as usize).copied().flatten()
+    }
+
+    /// The loops containing block `b`, innermost first.
+    pub fn nest(&self, b: u32) -> impl Iterator<Item = u32> + '_ {
+        std::iter::successors(self.innermost(b), move |&l| self.loops[l as usize].parent)
+    }
+}

@@ -1,0 +1,183 @@
+//! Where the stack pointer is, instruction by instruction.
+//!
+//! A forward pass over the blocks follows `push`/`pop`/`call`/`sub rsp,
+//! imm`/`add rsp, imm`/`lea rsp, [rsp+d]`, frame-pointer restores (`mov rsp,
+//! rbp`, `leave`, `lea rsp, [rbp+d]`) and realignments (`and rsp, -32`,
+//! which start a new anchor). Positions are relative to the stack pointer at
+//! function entry (where the return address sits), so a position of
+//! `(0, 0)` at a `jmp` means the frame is torn down: a tail call.
+
+use super::FunctionCode;
+use iced_x86::{Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register};
+
+/// A stack address: `offset` bytes from an anchor, the stack pointer at
+/// function entry (`anchor` 0) or right after the realignment at
+/// instruction `anchor - 1`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StackPos {
+    /// 0 = function entry; `k + 1` = after `and rsp, …` at instruction `k`.
+    pub anchor: u32,
+    /// Byte offset from the anchor.
+    pub offset: i64,
+}
+
+impl StackPos {
+    /// `offset` bytes from the entry stack pointer.
+    pub fn entry(offset: i64) -> StackPos {
+        StackPos { anchor: 0, offset }
+    }
+
+    /// Moved by `d` bytes.
+    pub fn plus(self, d: i64) -> StackPos {
+        StackPos {
+            anchor: self.anchor,
+            offset: self.offset + d,
+        }
+    }
+}
+
+/// `Some(delta)` when `rbp` is a frame pointer: set once by `mov rbp, rsp`
+/// and otherwise only restored (`pop rbp`, `leave`).
+pub fn frame_pointer(code: &FunctionCode, info: &mut InstructionInfoFactory) -> Option<i64> {
+    let mut set_at: Option<usize> = None;
+    for (i, insn) in code.instructions.iter().enumerate() {
+        let writes_rbp = info.info(insn).used_registers().iter().any(|r| {
+            r.register().full_register() == Register::RBP
+                && matches!(
+                    r.access(),
+                    OpAccess::Write
+                        | OpAccess::ReadWrite
+                        | OpAccess::CondWrite
+                        | OpAccess::ReadCondWrite
+                )
+        });
+        if !writes_rbp {
+            continue;
+        }
+        let is_setup = insn.mnemonic() == Mnemonic::Mov
+            && insn.op0_register() == Register::RBP
+            && insn.op1_kind() == OpKind::Register
+            && insn.op1_register() == Register::RSP;
+        if is_setup && set_at.is_none() && code.block_of[i] == 0 {
+            set_at = Some(i);
+        } else if !matches!(insn.mnemonic(), Mnemonic::Pop | Mnemonic::Leave) {
+            return None;
+        }
+    }
+    let at = set_at?;
+    // The delta at the `mov rbp, rsp`: pushes before it in the entry block.
+    let mut delta = 0i64;
+    for insn in &code.instructions[..at] {
+        match stack_effect(insn, None) {
+            StackEffect::Add(d) => delta += d,
+            _ => return None,
+        }
+    }
+    Some(delta)
+}
+
+/// How an instruction moves `rsp`.
+enum StackEffect {
+    /// Adds this many bytes.
+    Add(i64),
+    /// Sets it relative to the frame pointer (`mov rsp, rbp`, `leave`,
+    /// `lea rsp, [rbp+d]`): the entry-relative offset.
+    FromFramePointer(i64),
+    /// Realigns it (`and rsp, imm`): a new anchor.
+    Realign,
+    /// Something not followed.
+    Unknown,
+}
+
+fn stack_effect(insn: &Instruction, frame_pointer: Option<i64>) -> StackEffect {
+    let imm = |insn: &Instruction| insn.immediate(1) as i64;
+    let rsp_dst = insn.op_count() > 0
+        && insn.op0_kind() == OpKind::Register
+        && insn.op0_register() == Register::RSP;
+    let from_fp = |d: i64| match frame_pointer {
+        Some(fp) => StackEffect::FromFramePointer(fp + d),
+        None => StackEffect::Unknown,
+    };
+    match insn.mnemonic() {
+        Mnemonic::Push | Mnemonic::Pushfq => StackEffect::Add(-8),
+        Mnemonic::Pop if rsp_dst => StackEffect::Unknown,
+        Mnemonic::Pop | Mnemonic::Popfq => StackEffect::Add(8),
+        Mnemonic::Call | Mnemonic::Ret => StackEffect::Add(0),
+        Mnemonic::Sub if rsp_dst && is_imm(insn.op1_kind()) => StackEffect::Add(-imm(insn)),
+        Mnemonic::Add if rsp_dst && is_imm(insn.op1_kind()) => StackEffect::Add(imm(insn)),
+        Mnemonic::And if rsp_dst && is_imm(insn.op1_kind()) => StackEffect::Realign,
+        Mnemonic::Lea if rsp_dst && insn.memory_index() == Register::None => {
+            match insn.memory_base() {
+                Register::RSP => StackEffect::Add(insn.memory_displacement64() as i64),
+                Register::RBP => from_fp(insn.memory_displacement64() as i64),
+                _ => StackEffect::Unknown,
+            }
+        }
+        Mnemonic::Mov
+            if rsp_dst
+                && insn.op1_kind() == OpKind::Register
+                && insn.op1_register() == Register::RBP =>
+        {
+            from_fp(0)
+        }
+        Mnemonic::Leave => from_fp(8),
+        _ if rsp_dst => StackEffect::Unknown,
+        Mnemonic::Enter => StackEffect::Unknown,
+        _ => StackEffect::Add(0),
+    }
+}
+
+fn is_imm(kind: OpKind) -> bool {
+    matches!(
+        kind,
+        OpKind::Immediate8
+            | OpKind::Immediate8to32
+            | OpKind::Immediate8to64
+            | OpKind::Immediate32
+            | OpKind::Immediate32to64
+    )
+}
+
+/// Stack position before each instruction; `None` where paths disagree
+/// or an instruction sets `rsp` in a way not followed.
+pub fn positions(code: &FunctionCode, frame_pointer: Option<i64>) -> Vec<Option<StackPos>> {
+    let n = code.instructions.len();
+    let mut out = vec![None; n];
+    if n == 0 {
+        return out;
+    }
+    // Block entry states: None = not reached yet, Some(None) = conflict.
+    let mut entry: Vec<Option<Option<StackPos>>> = vec![None; code.blocks.len()];
+    entry[0] = Some(Some(StackPos::entry(0)));
+    let mut work: Vec<u32> = vec![0];
+    while let Some(b) = work.pop() {
+        let block = &code.blocks[b as usize];
+        let mut pos = entry[b as usize].flatten();
+        for i in block.instructions() {
+            out[i] = pos;
+            pos = match stack_effect(&code.instructions[i], frame_pointer) {
+                StackEffect::Add(d) => pos.map(|p| p.plus(d)),
+                StackEffect::FromFramePointer(off) => Some(StackPos::entry(off)),
+                StackEffect::Realign => Some(StackPos {
+                    anchor: i as u32 + 1,
+                    offset: 0,
+                }),
+                StackEffect::Unknown => None,
+            };
+        }
+        for &s in &block.successors {
+            let slot = &mut entry[s as usize];
+            let merged = match *slot {
+                None => Some(pos),
+                Some(prev) if prev == pos => continue,
+                Some(_) => Some(None),
+            };
+            if *slot != merged {
+                *slot = merged;
+                work.push(s);
+            }
+        }
+    }
+    // Instructions of blocks never reached keep `None`.
+    out
+}

@@ -1,0 +1,240 @@
+//! Which instructions are loads, and the memory operand each one reads.
+//!
+//! A load is an instruction with an **explicit** memory operand that it
+//! reads: `mov`, `movzx`, arithmetic with a memory source (`add reg,[mem]`),
+//! compares (`cmp [mem],imm`), read-modify-write forms (`add [mem],reg`,
+//! `lock xadd`), SIMD and masked loads, gathers, `push [mem]`, and
+//! `call`/`jmp [mem]` (they read a code pointer).
+//!
+//! Not loads: `lea` and multi-byte `nop`s (no access), pure stores,
+//! prefetches and cache-line maintenance (`prefetch*`, `clflush*`, `clwb`,
+//! `cldemote`: hints that read no data into a register). Implicit reads are
+//! not explicit operands and are counted apart so that coverage figures stay
+//! honest: stack pops (`pop`, `ret`, `leave`, `popf`) and string
+//! instructions (`movs`, `lods`, `cmps`, `scas`, `xlat`, `outs`).
+
+use iced_x86::{Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register};
+
+/// One explicit memory read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadOperand {
+    /// Index of the instruction in its function's instruction list.
+    pub instruction: u32,
+    /// Address of the instruction.
+    pub ip: u64,
+    /// Instruction length in bytes.
+    pub len: u8,
+    /// Base register (`Register::RIP` for RIP-relative, `None` if absent).
+    pub base: Register,
+    /// Index register (a vector register for gathers).
+    pub index: Register,
+    /// Scale of the index (1, 2, 4, 8).
+    pub scale: u8,
+    /// Displacement; for RIP-relative operands the absolute target address.
+    pub displacement: u64,
+    /// `fs`/`gs` segment override (thread-local storage), else `None`.
+    pub segment: Register,
+    /// Bytes read (the element size for broadcasts and gathers).
+    pub size: u32,
+    /// The instruction also writes the location (`add [mem], reg`).
+    pub read_modify_write: bool,
+    /// A gather (VSIB addressing).
+    pub gather: bool,
+    /// `call [mem]` / `jmp [mem]`: the read value is a code pointer.
+    pub control: bool,
+}
+
+impl LoadOperand {
+    /// Whether it reads thread-local storage (`fs:`/`gs:`).
+    pub fn is_tls(&self) -> bool {
+        self.segment != Register::None
+    }
+}
+
+/// Implicit memory reads of an instruction, counted apart.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ImplicitLoad {
+    /// None.
+    #[default]
+    None,
+    /// `pop`, `ret`, `leave`, `popf`, `iret`.
+    Stack,
+    /// `movs`, `lods`, `cmps`, `scas`, `xlat`, `outs`.
+    String,
+}
+
+fn is_cache_hint(m: Mnemonic) -> bool {
+    matches!(
+        m,
+        Mnemonic::Prefetch
+            | Mnemonic::Prefetchnta
+            | Mnemonic::Prefetcht0
+            | Mnemonic::Prefetcht1
+            | Mnemonic::Prefetcht2
+            | Mnemonic::Prefetchw
+            | Mnemonic::Prefetchwt1
+            | Mnemonic::Prefetchit0
+            | Mnemonic::Prefetchit1
+            | Mnemonic::Clflush
+            | Mnemonic::Clflushopt
+            | Mnemonic::Clwb
+            | Mnemonic::Cldemote
+    )
+}
+
+/// The explicit load of `insn`, if it has one (an x86 instruction has at
+/// most one explicit memory operand).
+pub fn explicit_load(
+    info: &mut InstructionInfoFactory,
+    insn: &Instruction,
+    index: u32,
+) -> Option<LoadOperand> {
+    let op = (0..insn.op_count()).find(|&i| insn.op_kind(i) == OpKind::Memory)?;
+    let mnemonic = insn.mnemonic();
+    if matches!(mnemonic, Mnemonic::Lea | Mnemonic::Nop) || is_cache_hint(mnemonic) {
+        return None;
+    }
+    let access = info.info(insn).op_access(op);
+    let reads = matches!(
+        access,
+        OpAccess::Read | OpAccess::ReadWrite | OpAccess::CondRead | OpAccess::ReadCondWrite
+    );
+    if !reads {
+        return None;
+    }
+    let segment = match insn.segment_prefix() {
+        Register::FS | Register::GS => insn.segment_prefix(),
+        _ => Register::None,
+    };
+    Some(LoadOperand {
+        instruction: index,
+        ip: insn.ip(),
+        len: insn.len() as u8,
+        base: insn.memory_base(),
+        index: insn.memory_index(),
+        scale: insn.memory_index_scale() as u8,
+        displacement: insn.memory_displacement64(),
+        segment,
+        size: insn.memory_size().size() as u32,
+        read_modify_write: matches!(access, OpAccess::ReadWrite | OpAccess::ReadCondWrite),
+        gather: insn.is_vsib(),
+        control: matches!(
+            insn.flow_control(),
+            iced_x86::FlowControl::IndirectCall | iced_x86::FlowControl::IndirectBranch
+        ),
+    })
+}
+
+/// The implicit read `insn` makes, if any.
+pub fn implicit_load(insn: &Instruction) -> ImplicitLoad {
+    match insn.mnemonic() {
+        Mnemonic::Pop
+        | Mnemonic::Popf
+        | Mnemonic::Popfq
+        | Mnemonic::Ret
+        | Mnemonic::Retf
+        | Mnemonic::Leave
+        | Mnemonic::Iret
+        | Mnemonic::Iretq => ImplicitLoad::Stack,
+        Mnemonic::Movsb
+        | Mnemonic::Movsw
+        | Mnemonic::Movsd
+        | Mnemonic::Movsq
+        | Mnemonic::Lodsb
+        | Mnemonic::Lodsw
+        | Mnemonic::Lodsd
+        | Mnemonic::Lodsq
+        | Mnemonic::Cmpsb
+        | Mnemonic::Cmpsw
+        | Mnemonic::Cmpsd
+        | Mnemonic::Cmpsq
+        | Mnemonic::Scasb
+        | Mnemonic::Scasw
+        | Mnemonic::Scasd
+        | Mnemonic::Scasq
+        | Mnemonic::Xlatb
+        | Mnemonic::Outsb
+        | Mnemonic::Outsw
+        | Mnemonic::Outsd
+            if (0..insn.op_count()).all(|i| insn.op_kind(i) != OpKind::Memory)
+                && !(0..insn.op_count()).any(|i| insn.op_kind(i) == OpKind::Register) =>
+        {
+            ImplicitLoad::String
+        }
+        _ => ImplicitLoad::None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iced_x86::code_asm::*;
+
+    fn decode(build: impl FnOnce(&mut CodeAssembler) -> Result<(), IcedError>) -> Vec<Instruction> {
+        let mut a = CodeAssembler::new(64).unwrap();
+        build(&mut a).unwrap();
+        let bytes = a.assemble(0x1000).unwrap();
+        let mut out = Vec::new();
+        crate::binary::decode_bytes(&bytes, 0x1000, &mut out);
+        out
+    }
+
+    #[test]
+    fn explicit_reads_are_loads_and_nothing_else_is() {
+        let insns = decode(|a| {
+            a.mov(rax, qword_ptr(rdi + rcx * 8 + 16))?; // load
+            a.add(eax, dword_ptr(rsi))?; // load
+            a.cmp(byte_ptr(rdi), 0)?; // load
+            a.add(qword_ptr(rsp + 8), rax)?; // read-modify-write load
+            a.movzx(eax, word_ptr(rdx))?; // load
+            a.movdqu(xmm0, xmmword_ptr(rdi))?; // vector load
+            a.vpgatherdd_3(xmm0, dword_ptr(rdi + xmm1 * 4), xmm2)?; // gather
+            a.call(qword_ptr(rax + 16))?; // code pointer load
+            a.push(qword_ptr(rbx))?; // load
+            a.lea(rax, ptr(rdi + 8))?; // no access
+            a.nop_1(dword_ptr(rax))?; // no access
+            a.mov(qword_ptr(rdi), rax)?; // store
+            a.prefetcht0(byte_ptr(rdi + 64))?; // hint
+            a.pop(rbx)?; // implicit stack
+            a.ret()?; // implicit stack
+            a.rep().movsb()?; // string
+            a.mov(rax, qword_ptr(0x28).fs())?; // TLS load
+            Ok(())
+        });
+        let mut info = InstructionInfoFactory::new();
+        let loads: Vec<Option<LoadOperand>> = insns
+            .iter()
+            .enumerate()
+            .map(|(i, insn)| explicit_load(&mut info, insn, i as u32))
+            .collect();
+        let is_load: Vec<bool> = loads.iter().map(Option::is_some).collect();
+        assert_eq!(
+            is_load,
+            [
+                true, true, true, true, true, true, true, true, true, false, false, false, false,
+                false, false, false, true
+            ]
+        );
+        let first = loads[0].unwrap();
+        assert_eq!(
+            (
+                first.base,
+                first.index,
+                first.scale,
+                first.displacement,
+                first.size
+            ),
+            (Register::RDI, Register::RCX, 8, 16, 8)
+        );
+        assert!(loads[3].unwrap().read_modify_write);
+        assert_eq!(loads[5].unwrap().size, 16);
+        assert!(loads[6].unwrap().gather);
+        assert!(loads[7].unwrap().control);
+        assert!(loads[16].unwrap().is_tls());
+        let implicit: Vec<ImplicitLoad> = insns.iter().map(implicit_load).collect();
+        assert_eq!(implicit[13], ImplicitLoad::Stack);
+        assert_eq!(implicit[14], ImplicitLoad::Stack);
+        assert_eq!(implicit[15], ImplicitLoad::String);
+        assert_eq!(implicit[0], ImplicitLoad::None);
+    }
+}

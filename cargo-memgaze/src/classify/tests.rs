@@ -1,0 +1,555 @@
+//! Classification of hand-assembled loops: each shape the classifier must
+//! know, with the load of interest marked by a label.
+
+use super::*;
+use crate::binary::{FlatMemory, FunctionCode};
+use iced_x86::BlockEncoderOptions;
+use iced_x86::code_asm::*;
+use std::collections::HashMap;
+
+/// Assembles a function; `mark` labels the loads of interest.
+struct Asm {
+    a: CodeAssembler,
+    marks: Vec<(&'static str, CodeLabel)>,
+    /// The label bound by `here` and how many instructions existed then
+    /// (iced allows one label per instruction).
+    last_here: Option<(CodeLabel, usize)>,
+}
+
+impl Asm {
+    fn new() -> Asm {
+        Asm {
+            a: CodeAssembler::new(64).unwrap(),
+            marks: Vec::new(),
+            last_here: None,
+        }
+    }
+
+    /// Labels the next instruction.
+    fn mark(&mut self, name: &'static str) {
+        let count = self.a.instructions().len();
+        let l = match self.last_here {
+            Some((l, at)) if at == count => l,
+            _ => {
+                let mut l = self.a.create_label();
+                self.a.set_label(&mut l).unwrap();
+                self.last_here = Some((l, count));
+                l
+            }
+        };
+        self.marks.push((name, l));
+    }
+
+    fn label(&mut self) -> CodeLabel {
+        self.a.create_label()
+    }
+
+    fn here(&mut self, l: &mut CodeLabel) {
+        self.a.set_label(l).unwrap();
+        self.last_here = Some((*l, self.a.instructions().len()));
+    }
+
+    /// Classifies and returns the loads by mark name.
+    fn classify(self) -> (FunctionLoads, HashMap<&'static str, ClassifiedLoad>) {
+        let Asm { mut a, marks, .. } = self;
+        let r = a
+            .assemble_options(0x1000, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)
+            .unwrap();
+        let bytes = r.inner.code_buffer.clone();
+        let code = FunctionCode::build(
+            &bytes,
+            0x1000,
+            &FlatMemory {
+                base: 0x1000,
+                bytes: &bytes,
+            },
+        );
+        let loads = Classifier::new().classify(&code);
+        let mut by_mark = HashMap::new();
+        for (name, label) in marks {
+            let ip = r.label_ip(&label).unwrap();
+            let load = loads
+                .loads
+                .iter()
+                .find(|l| l.operand.ip == ip)
+                .unwrap_or_else(|| panic!("no load at mark {name}"));
+            by_mark.insert(name, *load);
+        }
+        (loads, by_mark)
+    }
+}
+
+fn class_of(m: &HashMap<&str, ClassifiedLoad>, name: &str) -> LoadClass {
+    m[name].class
+}
+
+#[test]
+fn index_induction_variable_is_strided() {
+    let mut f = Asm::new();
+    let mut top = f.label();
+    f.a.xor(eax, eax).unwrap();
+    f.a.xor(ecx, ecx).unwrap();
+    f.here(&mut top);
+    f.mark("load");
+    f.a.add(rax, qword_ptr(rdi + rcx * 8)).unwrap();
+    f.a.inc(rcx).unwrap();
+    f.a.cmp(rcx, rsi).unwrap();
+    f.a.jne(top).unwrap();
+    f.a.ret().unwrap();
+    let (_, m) = f.classify();
+    assert_eq!(class_of(&m, "load"), LoadClass::Strided);
+    match m["load"].reason {
+        Reason::Induction { register, .. } => assert_eq!(register, Register::RCX),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn pointer_bump_and_runtime_stride_are_strided() {
+    let mut f = Asm::new();
+    let mut top = f.label();
+    f.here(&mut top);
+    f.mark("bump");
+    f.a.add(eax, dword_ptr(rdi)).unwrap();
+    f.mark("runtime");
+    f.a.add(rax, qword_ptr(r8 + rcx * 8)).unwrap();
+    f.a.add(rdi, 4).unwrap();
+    f.a.add(rcx, rdx).unwrap(); // rdx: invariant, unknown stride
+    f.a.cmp(rdi, rsi).unwrap();
+    f.a.jne(top).unwrap();
+    f.a.ret().unwrap();
+    let (_, m) = f.classify();
+    assert_eq!(class_of(&m, "bump"), LoadClass::Strided);
+    assert_eq!(class_of(&m, "runtime"), LoadClass::Strided);
+}
+
+#[test]
+fn copies_and_extensions_of_an_induction_variable_are_followed() {
+    // Unrolled/remainder-loop shapes: mov rdx,rsi; add rsi,4 / mov edx,esi /
+    // movsxd, lea with scale.
+    let mut f = Asm::new();
+    let mut top = f.label();
+    f.here(&mut top);
+    f.a.mov(rdx, rsi).unwrap();
+    f.a.add(rsi, 4).unwrap();
+    f.mark("copy");
+    f.a.mov(eax, dword_ptr(rdi + rdx)).unwrap();
+    f.a.mov(r8d, ecx).unwrap();
+    f.mark("zext");
+    f.a.add(eax, dword_ptr(rdi + r8 * 4)).unwrap();
+    f.a.movsxd(r9, ecx).unwrap();
+    f.a.lea(r10, ptr(rdi + r9 * 8 + 16)).unwrap();
+    f.mark("sext_lea");
+    f.a.add(rax, qword_ptr(r10)).unwrap();
+    f.a.inc(ecx).unwrap();
+    f.a.cmp(rsi, r11).unwrap();
+    f.a.jb(top).unwrap();
+    f.a.ret().unwrap();
+    let (_, m) = f.classify();
+    for name in ["copy", "zext", "sext_lea"] {
+        assert_eq!(
+            class_of(&m, name),
+            LoadClass::Strided,
+            "{name}: {:?}",
+            m[name].reason
+        );
+    }
+}
+
+#[test]
+fn index_loaded_from_memory_makes_the_data_load_irregular() {
+    // mov eax,[rsi+rcx*4]; mov edx,[rdi+rax*4]: a[idx[i]]
+    let mut f = Asm::new();
+    let mut top = f.label();
+    f.here(&mut top);
+    f.mark("index");
+    f.a.mov(eax, dword_ptr(rsi + rcx * 4)).unwrap();
+    f.mark("data");
+    f.a.mov(edx, dword_ptr(rdi + rax * 4)).unwrap();
+    f.a.add(r8, rdx).unwrap();
+    f.a.inc(rcx).unwrap();
+    f.a.cmp(rcx, r9).unwrap();
+    f.a.jne(top).unwrap();
+    f.a.ret().unwrap();
+    let (_, m) = f.classify();
+    assert_eq!(class_of(&m, "index"), LoadClass::Strided);
+    assert_eq!(class_of(&m, "data"), LoadClass::Irregular);
+    assert_eq!(
+        m["data"].reason,
+        Reason::DependsOnLoad {
+            register: Register::RAX,
+            load: m["index"].operand.ip
+        }
+    );
+}
+
+#[test]
+fn index_loaded_in_the_previous_iteration_is_irregular() {
+    // mov eax,edx … mov edx,[rdi+rax*4]: the next index comes from memory.
+    let mut f = Asm::new();
+    let mut top = f.label();
+    f.here(&mut top);
+    f.a.mov(eax, edx).unwrap();
+    f.mark("chase");
+    f.a.mov(edx, dword_ptr(rdi + rax * 4)).unwrap();
+    f.a.dec(rsi).unwrap();
+    f.a.jne(top).unwrap();
+    f.a.ret().unwrap();
+    let (_, m) = f.classify();
+    assert_eq!(class_of(&m, "chase"), LoadClass::Irregular);
+}
+
+#[test]
+fn linked_list_loads_are_irregular() {
+    let mut f = Asm::new();
+    let mut top = f.label();
+    f.a.xor(eax, eax).unwrap();
+    f.here(&mut top);
+    f.mark("value");
+    f.a.add(rax, qword_ptr(rdi + 8)).unwrap();
+    f.mark("next");
+    f.a.mov(rdi, qword_ptr(rdi)).unwrap();
+    f.a.test(rdi, rdi).unwrap();
+    f.a.jne(top).unwrap();
+    f.a.ret().unwrap();
+    let (_, m) = f.classify();
+    assert_eq!(class_of(&m, "value"), LoadClass::Irregular);
+    assert_eq!(class_of(&m, "next"), LoadClass::Irregular);
+}
+
+#[test]
+fn scalars_on_the_stack_globals_and_tls_are_constant() {
+    let mut f = Asm::new();
+    let mut data = f.label();
+    f.mark("stack");
+    f.a.mov(rax, qword_ptr(rsp + 8)).unwrap();
+    f.mark("global");
+    f.a.add(rax, qword_ptr(data)).unwrap();
+    f.mark("tls");
+    f.a.add(rax, qword_ptr(0x28).fs()).unwrap();
+    f.mark("heap");
+    f.a.add(rax, qword_ptr(rdi + 8)).unwrap();
+    f.mark("stack_array");
+    f.a.add(rax, qword_ptr(rsp + rcx * 8)).unwrap();
+    f.a.ret().unwrap();
+    f.here(&mut data);
+    f.a.dq(&[0]).unwrap();
+    let (_, m) = f.classify();
+    assert_eq!(class_of(&m, "stack"), LoadClass::Constant);
+    assert_eq!(m["stack"].reason, Reason::FrameScalar);
+    assert_eq!(class_of(&m, "global"), LoadClass::Constant);
+    assert_eq!(class_of(&m, "tls"), LoadClass::Constant);
+    assert!(m["tls"].operand.is_tls());
+    assert_eq!(m["heap"].reason, Reason::NotInLoop);
+    assert_eq!(class_of(&m, "stack_array"), LoadClass::Irregular);
+}
+
+#[test]
+fn unoptimised_loop_with_induction_variable_in_a_stack_slot_is_strided() {
+    // gcc -O0: for (int i = 0; i < n; i++) s += a[i];
+    let mut f = Asm::new();
+    let (mut cond, mut body) = (f.label(), f.label());
+    f.a.push(rbp).unwrap();
+    f.a.mov(rbp, rsp).unwrap();
+    f.a.mov(qword_ptr(rbp - 24), rdi).unwrap();
+    f.a.mov(dword_ptr(rbp - 28), esi).unwrap();
+    f.a.mov(dword_ptr(rbp - 4), 0).unwrap();
+    f.a.jmp(cond).unwrap();
+    f.here(&mut body);
+    f.mark("i");
+    f.a.mov(eax, dword_ptr(rbp - 4)).unwrap();
+    f.a.cdqe().unwrap();
+    f.a.lea(rdx, ptr(rax * 4)).unwrap();
+    f.mark("a");
+    f.a.mov(rax, qword_ptr(rbp - 24)).unwrap();
+    f.a.add(rax, rdx).unwrap();
+    f.mark("element");
+    f.a.mov(eax, dword_ptr(rax)).unwrap();
+    f.mark("sum");
+    f.a.add(dword_ptr(rbp - 8), eax).unwrap();
+    f.mark("increment");
+    f.a.add(dword_ptr(rbp - 4), 1).unwrap();
+    f.here(&mut cond);
+    f.a.mov(eax, dword_ptr(rbp - 4)).unwrap();
+    f.a.cmp(eax, dword_ptr(rbp - 28)).unwrap();
+    f.a.jl(body).unwrap();
+    f.a.mov(eax, dword_ptr(rbp - 8)).unwrap();
+    f.a.pop(rbp).unwrap();
+    f.a.ret().unwrap();
+    let (loads, m) = f.classify();
+    assert_eq!(
+        class_of(&m, "element"),
+        LoadClass::Strided,
+        "{:?}",
+        m["element"].reason
+    );
+    for name in ["i", "a", "sum", "increment"] {
+        assert_eq!(class_of(&m, name), LoadClass::Constant, "{name}");
+    }
+    // The body block: 5 loads, one probe implying the 4 Constant ones.
+    assert_eq!(m["element"].implied, 4);
+    assert!(m["element"].instrumented);
+    assert_eq!(m["i"].proxy, Some(m["element"].operand.ip));
+    assert!(!m["sum"].instrumented);
+    assert!(loads.compression_ratio() > 1.5);
+    assert_eq!(loads.stack_loads, 2); // pop, ret
+}
+
+#[test]
+fn unoptimised_index_from_a_slot_holding_a_loaded_value_is_irregular() {
+    // for (...) { j = idx[i]; s += a[j]; } with j in a stack slot.
+    let mut f = Asm::new();
+    let mut body = f.label();
+    f.a.push(rbp).unwrap();
+    f.a.mov(rbp, rsp).unwrap();
+    f.here(&mut body);
+    f.a.mov(eax, dword_ptr(rbp - 4)).unwrap(); // i
+    f.a.lea(rdx, ptr(rax * 4)).unwrap();
+    f.a.mov(rax, qword_ptr(rbp - 32)).unwrap(); // idx
+    f.a.add(rax, rdx).unwrap();
+    f.mark("index");
+    f.a.mov(eax, dword_ptr(rax)).unwrap();
+    f.a.mov(dword_ptr(rbp - 8), eax).unwrap(); // j = idx[i]
+    f.a.mov(eax, dword_ptr(rbp - 8)).unwrap();
+    f.a.lea(rdx, ptr(rax * 4)).unwrap();
+    f.a.mov(rax, qword_ptr(rbp - 24)).unwrap(); // a
+    f.a.add(rax, rdx).unwrap();
+    f.mark("data");
+    f.a.mov(eax, dword_ptr(rax)).unwrap();
+    f.a.add(dword_ptr(rbp - 12), eax).unwrap();
+    f.a.add(dword_ptr(rbp - 4), 1).unwrap();
+    f.a.cmp(dword_ptr(rbp - 4), 99).unwrap();
+    f.a.jle(body).unwrap();
+    f.a.pop(rbp).unwrap();
+    f.a.ret().unwrap();
+    let (_, m) = f.classify();
+    assert_eq!(class_of(&m, "index"), LoadClass::Strided);
+    assert_eq!(class_of(&m, "data"), LoadClass::Irregular);
+}
+
+#[test]
+fn spilled_induction_variable_in_an_rsp_slot_is_strided() {
+    let mut f = Asm::new();
+    let mut top = f.label();
+    f.a.sub(rsp, 24).unwrap();
+    f.here(&mut top);
+    f.a.mov(rax, qword_ptr(rsp + 16)).unwrap();
+    f.mark("load");
+    f.a.add(ecx, dword_ptr(rdi + rax * 4)).unwrap();
+    f.a.add(rax, 1).unwrap();
+    f.a.mov(qword_ptr(rsp + 16), rax).unwrap();
+    f.a.cmp(rax, rsi).unwrap();
+    f.a.jne(top).unwrap();
+    f.a.add(rsp, 24).unwrap();
+    f.a.ret().unwrap();
+    let (_, m) = f.classify();
+    assert_eq!(
+        class_of(&m, "load"),
+        LoadClass::Strided,
+        "{:?}",
+        m["load"].reason
+    );
+}
+
+#[test]
+fn invariant_reloaded_pointer_is_a_fine_base_but_itself_irregular() {
+    let mut f = Asm::new();
+    let mut top = f.label();
+    f.here(&mut top);
+    f.mark("reload");
+    f.a.mov(r8, qword_ptr(rdi)).unwrap(); // self.ptr re-read each iteration
+    f.mark("element");
+    f.a.add(rax, qword_ptr(r8 + rcx * 8)).unwrap();
+    f.a.mov(qword_ptr(rdx + rcx * 8), rax).unwrap(); // a store elsewhere
+    f.a.inc(rcx).unwrap();
+    f.a.cmp(rcx, rsi).unwrap();
+    f.a.jne(top).unwrap();
+    f.a.ret().unwrap();
+    let (_, m) = f.classify();
+    assert_eq!(class_of(&m, "element"), LoadClass::Strided);
+    assert_eq!(m["reload"].reason, Reason::LoopInvariant);
+}
+
+#[test]
+fn a_pointer_stored_and_reloaded_in_the_loop_is_not_invariant() {
+    let mut f = Asm::new();
+    let mut top = f.label();
+    f.here(&mut top);
+    f.a.mov(r8, qword_ptr(rdi)).unwrap();
+    f.mark("deref");
+    f.a.add(rax, qword_ptr(r8)).unwrap();
+    f.a.mov(r8, qword_ptr(r8 + 8)).unwrap();
+    f.a.mov(qword_ptr(rdi), r8).unwrap(); // *head = head->next
+    f.a.dec(rsi).unwrap();
+    f.a.jne(top).unwrap();
+    f.a.ret().unwrap();
+    let (_, m) = f.classify();
+    assert_eq!(class_of(&m, "deref"), LoadClass::Irregular);
+}
+
+#[test]
+fn outer_loop_induction_counts_when_invariant_in_the_inner_loop() {
+    // for i { for j { s += a[i] + b[j] } }
+    let mut f = Asm::new();
+    let (mut outer, mut inner) = (f.label(), f.label());
+    f.here(&mut outer);
+    f.a.xor(edx, edx).unwrap();
+    f.here(&mut inner);
+    f.mark("a_i");
+    f.a.add(rax, qword_ptr(rdi + rcx * 8)).unwrap();
+    f.mark("b_j");
+    f.a.add(rax, qword_ptr(rsi + rdx * 8)).unwrap();
+    f.a.inc(rdx).unwrap();
+    f.a.cmp(rdx, r8).unwrap();
+    f.a.jne(inner).unwrap();
+    f.a.inc(rcx).unwrap();
+    f.a.cmp(rcx, r9).unwrap();
+    f.a.jne(outer).unwrap();
+    f.a.ret().unwrap();
+    let (_, m) = f.classify();
+    assert_eq!(
+        class_of(&m, "a_i"),
+        LoadClass::Strided,
+        "{:?}",
+        m["a_i"].reason
+    );
+    assert_eq!(class_of(&m, "b_j"), LoadClass::Strided);
+    assert_eq!(m["b_j"].loop_depth, 2);
+}
+
+#[test]
+fn vector_loads_classify_like_scalar_ones_and_gathers_are_irregular() {
+    let mut f = Asm::new();
+    let mut top = f.label();
+    f.here(&mut top);
+    f.mark("vector");
+    f.a.movdqu(xmm0, xmmword_ptr(rdi + rax)).unwrap();
+    f.mark("avx");
+    f.a.vpaddd(ymm1, ymm1, ymmword_ptr(rsi + rax * 2)).unwrap();
+    f.mark("gather");
+    f.a.vpgatherdd_3(xmm2, dword_ptr(rdx + xmm3 * 4), xmm4)
+        .unwrap();
+    f.a.add(rax, 16).unwrap();
+    f.a.cmp(rax, rcx).unwrap();
+    f.a.jb(top).unwrap();
+    f.a.ret().unwrap();
+    let (_, m) = f.classify();
+    assert_eq!(class_of(&m, "vector"), LoadClass::Strided);
+    assert_eq!(m["vector"].operand.size, 16);
+    assert_eq!(class_of(&m, "avx"), LoadClass::Strided);
+    assert_eq!(class_of(&m, "gather"), LoadClass::Irregular);
+    assert_eq!(m["gather"].reason, Reason::Gather);
+}
+
+#[test]
+fn binary_search_and_hashing_are_irregular() {
+    let mut f = Asm::new();
+    let mut top = f.label();
+    f.here(&mut top);
+    f.a.lea(rax, ptr(r8 + r9)).unwrap();
+    f.a.shr(rax, 1).unwrap();
+    f.mark("probe");
+    f.a.cmp(qword_ptr(rdi + rax * 8), rsi).unwrap();
+    f.a.cmovb(r8, rax).unwrap();
+    f.a.cmovae(r9, rax).unwrap();
+    f.a.imul_3(r10, rcx, 0x9e37).unwrap();
+    f.a.and(r10, 1023).unwrap();
+    f.mark("hash");
+    f.a.add(r11, qword_ptr(rdx + r10 * 8)).unwrap();
+    f.a.inc(rcx).unwrap();
+    f.a.cmp(r8, r9).unwrap();
+    f.a.jb(top).unwrap();
+    f.a.ret().unwrap();
+    let (_, m) = f.classify();
+    assert_eq!(
+        class_of(&m, "probe"),
+        LoadClass::Irregular,
+        "{:?}",
+        m["probe"].reason
+    );
+    assert_eq!(
+        class_of(&m, "hash"),
+        LoadClass::Irregular,
+        "{:?}",
+        m["hash"].reason
+    );
+}
+
+#[test]
+fn call_results_as_indices_are_irregular() {
+    let mut f = Asm::new();
+    let mut top = f.label();
+    f.here(&mut top);
+    f.a.call(0x9000u64).unwrap();
+    f.mark("load");
+    f.a.add(rbx, qword_ptr(r12 + rax * 8)).unwrap();
+    f.a.dec(r13).unwrap();
+    f.a.jne(top).unwrap();
+    f.a.ret().unwrap();
+    let (_, m) = f.classify();
+    assert_eq!(class_of(&m, "load"), LoadClass::Irregular);
+    assert!(matches!(m["load"].reason, Reason::CallResult { .. }));
+}
+
+#[test]
+fn constant_only_block_instruments_its_first_load_as_proxy() {
+    let mut f = Asm::new();
+    f.mark("first");
+    f.a.mov(rax, qword_ptr(rsp + 8)).unwrap();
+    f.mark("second");
+    f.a.add(rax, qword_ptr(rsp + 16)).unwrap();
+    f.mark("third");
+    f.a.add(rax, qword_ptr(rsp + 24)).unwrap();
+    f.a.ret().unwrap();
+    let (loads, m) = f.classify();
+    assert!(m["first"].instrumented);
+    assert_eq!(m["first"].implied, 2);
+    assert!(!m["second"].instrumented && !m["third"].instrumented);
+    assert_eq!(m["third"].proxy, Some(m["first"].operand.ip));
+    assert_eq!(loads.compression_ratio(), 3.0);
+}
+
+#[test]
+fn blocks_are_compressed_separately() {
+    let mut f = Asm::new();
+    let mut next = f.label();
+    f.mark("a");
+    f.a.mov(rax, qword_ptr(rsp + 8)).unwrap();
+    f.mark("b");
+    f.a.add(rax, qword_ptr(rdi)).unwrap(); // irregular: carries "a"
+    f.a.test(rax, rax).unwrap();
+    f.a.je(next).unwrap();
+    f.mark("c");
+    f.a.add(rax, qword_ptr(rsp + 16)).unwrap();
+    f.here(&mut next);
+    f.mark("d");
+    f.a.add(rax, qword_ptr(rsp + 24)).unwrap();
+    f.a.ret().unwrap();
+    let (loads, m) = f.classify();
+    assert_eq!((m["b"].instrumented, m["b"].implied), (true, 1));
+    assert_eq!(m["a"].proxy, Some(m["b"].operand.ip));
+    assert_eq!((m["c"].instrumented, m["c"].implied), (true, 0));
+    assert_eq!((m["d"].instrumented, m["d"].implied), (true, 0));
+    assert_eq!(loads.instrumented(), 3);
+}
+
+#[test]
+fn very_long_definition_chains_end_without_exhausting_the_stack() {
+    // Runs on a test thread (2 MiB stack): the chase must stay bounded.
+    let mut f = Asm::new();
+    let mut top = f.label();
+    f.here(&mut top);
+    for _ in 0..3000 {
+        f.a.lea(rax, ptr(rax + rcx)).unwrap();
+    }
+    f.mark("load");
+    f.a.mov(rdx, qword_ptr(rdi + rax)).unwrap();
+    f.a.dec(rsi).unwrap();
+    f.a.jne(top).unwrap();
+    f.a.ret().unwrap();
+    let (_, m) = f.classify();
+    assert!(matches!(
+        m["load"].class,
+        LoadClass::Irregular | LoadClass::Strided
+    ));
+}

@@ -1,0 +1,561 @@
+//! How values change from one iteration of a loop to the next.
+//!
+//! For a loop `L`, every variable (register or stack slot) at a program
+//! point has a [`Change`]:
+//!
+//! * **invariant** — the same in every iteration (defined only outside `L`,
+//!   or computed inside from invariant inputs; a value loaded inside `L` from
+//!   an invariant address that no store in `L` writes counts as invariant:
+//!   a pointer re-read from its struct each iteration);
+//! * **induction** — changes by an invariant step per iteration: a
+//!   loop-carried definition `v = v + step` (`add`/`sub`/`inc`/`dec`/`lea`,
+//!   `step` a literal or an invariant register), including through copies,
+//!   zero/sign extensions and stack slots, and anything affine in such a
+//!   variable (`lea rdx, [rax*4 + rbx]`, `shl`, `imul` by an invariant);
+//! * **varying** — anything else, with the instruction that made it so: a
+//!   load from a varying address (the value depends on memory contents, as
+//!   in `a[idx[i]]` or `p = p->next`), a non-linear operation, a call.
+//!
+//! The evaluation chases the in-loop reaching definitions of a variable
+//! backwards, recursively. A definition that reaches itself around the back
+//! edge is the loop-carried (phi) value: if the cycle adds only an
+//! invariant step, the definition is an induction update.
+
+use super::frame::{DefKind, Frame, GPRS, Var, gpr_var};
+use crate::binary::{FunctionCode, LoopForest};
+use iced_x86::{Instruction, Mnemonic, OpKind, Register};
+use std::collections::{HashMap, HashSet};
+
+/// Why a value varies unpredictably from iteration to iteration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// Loaded (instruction index) from an address that changes.
+    Load(u32),
+    /// Computed non-linearly (instruction index).
+    NonLinear(u32),
+    /// Returned by (or clobbered by) a call (instruction index).
+    Call(u32),
+    /// Not modelled (instruction index): vector registers, partial
+    /// overlaps of stack slots, unknown stack layout.
+    Unknown(u32),
+}
+
+/// The change of a value over iterations of one loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Same every iteration.
+    Invariant,
+    /// Changes by an invariant step; `update` is the instruction (index)
+    /// of the induction variable's loop-carried update.
+    Induction {
+        /// Instruction index of the update.
+        update: u32,
+    },
+    /// Anything else.
+    Varying(Why),
+}
+
+/// Internal lattice: [`Change`] plus the values of definitions still being
+/// evaluated (the loop-carried value of the definition at stack depth
+/// `root`, possibly plus an invariant).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Val {
+    Inv,
+    Ind(u32),
+    Phi(u32),
+    PhiStep(u32),
+    Varying(Why),
+}
+
+impl Val {
+    /// Either value (a merge of paths, or a conditional move).
+    fn join(self, other: Val) -> Val {
+        use Val::*;
+        match (self, other) {
+            (Varying(w), _) | (_, Varying(w)) => Varying(w),
+            (Inv, x) | (x, Inv) => x,
+            (Ind(a), Ind(_)) => Ind(a),
+            (Phi(a), Phi(b)) => Phi(a.min(b)),
+            // A conditional update (`if c { i += 1 }`): still a monotone
+            // stream with an invariant step.
+            (Phi(a) | PhiStep(a), Phi(b) | PhiStep(b)) => PhiStep(a.min(b)),
+            // Another update site of the same cycle, already finished as an
+            // induction update (a variable bumped on two paths).
+            (Ind(_), Phi(r) | PhiStep(r)) | (Phi(r) | PhiStep(r), Ind(_)) => PhiStep(r),
+        }
+    }
+
+    fn add(self, other: Val, at: u32) -> Val {
+        use Val::*;
+        match (self, other) {
+            (Varying(w), _) | (_, Varying(w)) => Varying(w),
+            (Inv, x) | (x, Inv) => match x {
+                Phi(r) => PhiStep(r),
+                x => x,
+            },
+            (Ind(a), Ind(_)) => Ind(a),
+            _ => Varying(Why::NonLinear(at)),
+        }
+    }
+
+    /// Multiplication by an invariant.
+    fn scale(self, at: u32) -> Val {
+        match self {
+            Val::Inv | Val::Ind(_) | Val::Varying(_) => self,
+            Val::Phi(_) | Val::PhiStep(_) => Val::Varying(Why::NonLinear(at)),
+        }
+    }
+
+    fn mul(self, other: Val, at: u32) -> Val {
+        match (self, other) {
+            (Val::Varying(w), _) | (_, Val::Varying(w)) => Val::Varying(w),
+            (x, Val::Inv) | (Val::Inv, x) => x.scale(at),
+            _ => Val::Varying(Why::NonLinear(at)),
+        }
+    }
+
+    /// A function of the inputs that is not affine.
+    fn opaque(self, at: u32) -> Val {
+        match self {
+            Val::Inv => Val::Inv,
+            Val::Varying(w) => Val::Varying(w),
+            _ => Val::Varying(Why::NonLinear(at)),
+        }
+    }
+
+    fn root(self) -> Option<u32> {
+        match self {
+            Val::Phi(r) | Val::PhiStep(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// Evaluates value changes within the loops of one function.
+pub struct Evaluator<'a> {
+    code: &'a FunctionCode,
+    loops: &'a LoopForest,
+    frame: &'a Frame,
+    /// Last definition of each variable in each block.
+    last_def: HashMap<(u32, Var), u32>,
+    memo: HashMap<(u32, u32, Var), Val>,
+    in_progress: Vec<(u32, Var)>,
+    stored_forms: HashMap<u32, HashSet<(Register, Register, u32, u64)>>,
+    info: iced_x86::InstructionInfoFactory,
+    /// Bounds the work per query on pathological functions.
+    budget: u32,
+}
+
+/// Evaluation steps allowed per query before giving up (`Unknown`).
+const BUDGET: u32 = 20_000;
+/// Longest definition chain followed (bounds the recursion, hence the
+/// native stack, on huge unrolled code).
+const MAX_DEPTH: usize = 256;
+
+impl<'a> Evaluator<'a> {
+    /// Prepares the evaluator.
+    pub fn new(code: &'a FunctionCode, loops: &'a LoopForest, frame: &'a Frame) -> Evaluator<'a> {
+        let mut last_def = HashMap::new();
+        for (b, block) in code.blocks.iter().enumerate() {
+            for i in block.instructions() {
+                for &(v, _) in frame.defs(i) {
+                    last_def.insert((b as u32, v), i as u32);
+                }
+            }
+        }
+        Evaluator {
+            code,
+            loops,
+            frame,
+            last_def,
+            memo: HashMap::new(),
+            in_progress: Vec::new(),
+            stored_forms: HashMap::new(),
+            info: iced_x86::InstructionInfoFactory::new(),
+            budget: BUDGET,
+        }
+    }
+
+    /// The change of register `reg` just before instruction `at`, over
+    /// iterations of loop `l`.
+    pub fn register(&mut self, l: u32, reg: Register, at: usize) -> Change {
+        self.budget = BUDGET;
+        let v = self.reg_val(l, reg, at);
+        finish(v, at)
+    }
+
+    /// Whether instruction `i` lies in loop `l`.
+    fn in_loop(&self, l: u32, i: usize) -> bool {
+        self.loops.loops[l as usize].contains(self.code.block_of[i])
+    }
+
+    /// In-loop definitions of `v` that reach instruction `at`.
+    fn reaching(&self, l: u32, v: Var, at: usize) -> Vec<u32> {
+        let b = self.code.block_of[at];
+        let block = &self.code.blocks[b as usize];
+        for i in (block.first as usize..at).rev() {
+            if self.frame.def_kind(i, v).is_some() {
+                return vec![i as u32];
+            }
+        }
+        let lp = &self.loops.loops[l as usize];
+        let mut out = Vec::new();
+        let mut seen: HashSet<u32> = HashSet::new();
+        let mut stack: Vec<u32> = block
+            .predecessors
+            .iter()
+            .copied()
+            .filter(|&p| lp.contains(p))
+            .collect();
+        while let Some(p) = stack.pop() {
+            if !seen.insert(p) {
+                continue;
+            }
+            if let Some(&d) = self.last_def.get(&(p, v)) {
+                out.push(d);
+                continue;
+            }
+            stack.extend(
+                self.code.blocks[p as usize]
+                    .predecessors
+                    .iter()
+                    .copied()
+                    .filter(|&q| lp.contains(q)),
+            );
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    fn var_val(&mut self, l: u32, v: Var, at: usize) -> Val {
+        let defs = self.reaching(l, v, at);
+        let mut acc = Val::Inv;
+        for d in defs {
+            acc = acc.join(self.def_val(l, d, v));
+            if matches!(acc, Val::Varying(_)) {
+                break;
+            }
+        }
+        acc
+    }
+
+    fn reg_val(&mut self, l: u32, reg: Register, at: usize) -> Val {
+        if self.frame.is_invariant_register(reg) {
+            return Val::Inv;
+        }
+        match gpr_var(reg) {
+            Some(v) => self.var_val(l, v, at),
+            // Vector or other registers: not followed.
+            None => Val::Varying(Why::Unknown(at as u32)),
+        }
+    }
+
+    fn def_val(&mut self, l: u32, d: u32, v: Var) -> Val {
+        if let Some(&val) = self.memo.get(&(l, d, v)) {
+            return val;
+        }
+        if let Some(depth) = self.in_progress.iter().position(|&x| x == (d, v)) {
+            return Val::Phi(depth as u32);
+        }
+        if self.budget == 0 || self.in_progress.len() >= MAX_DEPTH {
+            return Val::Varying(Why::Unknown(d));
+        }
+        self.budget -= 1;
+        let depth = self.in_progress.len() as u32;
+        self.in_progress.push((d, v));
+        let raw = self.semantics(l, d as usize, v);
+        self.in_progress.pop();
+        let val = match raw.root() {
+            Some(r) if r == depth => match raw {
+                Val::Phi(_) => Val::Inv,
+                _ => Val::Ind(d),
+            },
+            Some(_) => return raw,
+            None => raw,
+        };
+        if matches!(val, Val::Varying(Why::Unknown(_))) && self.budget == 0 {
+            return val;
+        }
+        self.memo.insert((l, d, v), val);
+        val
+    }
+
+    /// The value a memory operand of instruction `at` reads.
+    fn load_val(&mut self, l: u32, at: usize, insn: &Instruction) -> Val {
+        if let Some(slot) = self.frame.operand_slot(at, insn) {
+            return self.var_val(l, slot, at);
+        }
+        if insn.is_vsib() {
+            return Val::Varying(Why::Load(at as u32));
+        }
+        match self.address_val(l, at, insn) {
+            Val::Inv if !self.stored_in_loop(l, insn) => Val::Inv,
+            _ => Val::Varying(Why::Load(at as u32)),
+        }
+    }
+
+    fn address_val(&mut self, l: u32, at: usize, insn: &Instruction) -> Val {
+        let base = match insn.memory_base() {
+            Register::RIP | Register::None => Val::Inv,
+            b => self.reg_val(l, b, at),
+        };
+        let index = match insn.memory_index() {
+            Register::None => Val::Inv,
+            i => self.reg_val(l, i, at).scale(at as u32),
+        };
+        base.add(index, at as u32)
+    }
+
+    /// Whether loop `l` stores through the same addressing form as the
+    /// memory operand of `insn` (so a reload may see a new value).
+    fn stored_in_loop(&mut self, l: u32, insn: &Instruction) -> bool {
+        let form = (
+            insn.memory_base(),
+            insn.memory_index(),
+            insn.memory_index_scale(),
+            insn.memory_displacement64(),
+        );
+        if !self.stored_forms.contains_key(&l) {
+            let mut forms = HashSet::new();
+            for &b in &self.loops.loops[l as usize].blocks {
+                for i in self.code.blocks[b as usize].instructions() {
+                    let x = &self.code.instructions[i];
+                    for m in self.info.info(x).used_memory() {
+                        if matches!(
+                            m.access(),
+                            iced_x86::OpAccess::Write
+                                | iced_x86::OpAccess::ReadWrite
+                                | iced_x86::OpAccess::CondWrite
+                                | iced_x86::OpAccess::ReadCondWrite
+                        ) {
+                            forms.insert((m.base(), m.index(), m.scale(), m.displacement()));
+                        }
+                    }
+                }
+            }
+            self.stored_forms.insert(l, forms);
+        }
+        self.stored_forms[&l].contains(&form)
+    }
+
+    /// The value instruction `at` gives variable `v`.
+    fn semantics(&mut self, l: u32, at: usize, v: Var) -> Val {
+        let code = self.code;
+        let insn = &code.instructions[at];
+        let a = at as u32;
+        if !self.in_loop(l, at) {
+            return Val::Inv;
+        }
+        match self.frame.def_kind(at, v) {
+            Some(DefKind::CallClobber) => return Val::Varying(Why::Call(a)),
+            Some(DefKind::Clobber) | None => return Val::Varying(Why::Unknown(a)),
+            Some(DefKind::Value) => {}
+        }
+        if v >= GPRS {
+            return self.slot_semantics(l, at, v, insn);
+        }
+        let dst_is_v = insn.op_count() > 0
+            && insn.op0_kind() == OpKind::Register
+            && gpr_var(insn.op0_register()) == Some(v);
+        let partial = dst_is_v && insn.op0_register().size() < 4;
+        let src = |this: &mut Self| -> Val {
+            match insn.op1_kind() {
+                OpKind::Register => this.reg_val(l, insn.op1_register(), at),
+                OpKind::Memory => this.load_val(l, at, insn),
+                _ => Val::Inv,
+            }
+        };
+        match insn.mnemonic() {
+            Mnemonic::Mov | Mnemonic::Movzx | Mnemonic::Movsx | Mnemonic::Movsxd if dst_is_v => {
+                let s = src(self);
+                if partial {
+                    self.reg_val(l, insn.op0_register(), at).join(s).opaque(a)
+                } else {
+                    s
+                }
+            }
+            Mnemonic::Cdqe | Mnemonic::Cwde | Mnemonic::Cbw => self.reg_val(l, Register::RAX, at),
+            Mnemonic::Lea if dst_is_v => {
+                if insn.memory_base() == Register::RIP {
+                    Val::Inv
+                } else {
+                    self.address_val(l, at, insn)
+                }
+            }
+            Mnemonic::Add | Mnemonic::Sub if dst_is_v => {
+                if insn.mnemonic() == Mnemonic::Sub
+                    && insn.op1_kind() == OpKind::Register
+                    && insn.op1_register() == insn.op0_register()
+                {
+                    Val::Inv
+                } else {
+                    let d = self.reg_val(l, insn.op0_register(), at);
+                    let s = src(self);
+                    d.add(s, a)
+                }
+            }
+            Mnemonic::Inc | Mnemonic::Dec if dst_is_v => {
+                self.reg_val(l, insn.op0_register(), at).add(Val::Inv, a)
+            }
+            Mnemonic::Neg if dst_is_v => self.reg_val(l, insn.op0_register(), at).scale(a),
+            Mnemonic::Imul if dst_is_v && insn.op_count() == 3 => src(self).scale(a),
+            Mnemonic::Imul if dst_is_v && insn.op_count() == 2 => {
+                let d = self.reg_val(l, insn.op0_register(), at);
+                let s = src(self);
+                d.mul(s, a)
+            }
+            Mnemonic::Shl | Mnemonic::Sal | Mnemonic::Shr | Mnemonic::Sar if dst_is_v => {
+                let count = match insn.op1_kind() {
+                    OpKind::Register => self.reg_val(l, insn.op1_register(), at),
+                    _ => Val::Inv,
+                };
+                let d = self.reg_val(l, insn.op0_register(), at);
+                if count == Val::Inv {
+                    d.scale(a)
+                } else {
+                    d.join(count).opaque(a)
+                }
+            }
+            Mnemonic::And if dst_is_v && is_extension_mask(insn) => {
+                self.reg_val(l, insn.op0_register(), at)
+            }
+            Mnemonic::Xor
+                if dst_is_v
+                    && insn.op1_kind() == OpKind::Register
+                    && insn.op1_register() == insn.op0_register() =>
+            {
+                Val::Inv
+            }
+            Mnemonic::Xchg => {
+                // Each operand receives the other's value.
+                let other = if dst_is_v { 1 } else { 0 };
+                match insn.op_kind(other) {
+                    OpKind::Register => self.reg_val(l, insn.op_register(other), at),
+                    _ => self.load_val(l, at, insn),
+                }
+            }
+            m if is_cmov(m) && dst_is_v => {
+                let d = self.reg_val(l, insn.op0_register(), at);
+                let s = src(self);
+                d.join(s)
+            }
+            Mnemonic::Pop => match self.frame.rsp_delta[at].and_then(|d| self.frame.slot_var(d)) {
+                Some(slot) => self.var_val(l, slot, at),
+                None => Val::Varying(Why::Unknown(a)),
+            },
+            _ => self.opaque_inputs(l, at, insn),
+        }
+    }
+
+    /// A store to a stack slot.
+    fn slot_semantics(&mut self, l: u32, at: usize, v: Var, insn: &Instruction) -> Val {
+        let a = at as u32;
+        match insn.mnemonic() {
+            Mnemonic::Mov if insn.op0_kind() == OpKind::Memory => match insn.op1_kind() {
+                OpKind::Register => self.reg_val(l, insn.op1_register(), at),
+                _ => Val::Inv,
+            },
+            Mnemonic::Push => match insn.op0_kind() {
+                OpKind::Register => self.reg_val(l, insn.op0_register(), at),
+                OpKind::Memory => self.load_val(l, at, insn),
+                _ => Val::Inv,
+            },
+            Mnemonic::Add | Mnemonic::Sub if insn.op0_kind() == OpKind::Memory => {
+                let old = self.var_val(l, v, at);
+                let s = match insn.op1_kind() {
+                    OpKind::Register => self.reg_val(l, insn.op1_register(), at),
+                    _ => Val::Inv,
+                };
+                old.add(s, a)
+            }
+            Mnemonic::Inc | Mnemonic::Dec if insn.op0_kind() == OpKind::Memory => {
+                self.var_val(l, v, at).add(Val::Inv, a)
+            }
+            _ => Val::Varying(Why::Unknown(a)),
+        }
+    }
+
+    /// Inputs that are all invariant give an invariant; anything else is
+    /// non-linear.
+    fn opaque_inputs(&mut self, l: u32, at: usize, insn: &Instruction) -> Val {
+        let a = at as u32;
+        let reads: Vec<Register> = self
+            .info
+            .info(insn)
+            .used_registers()
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r.access(),
+                    iced_x86::OpAccess::Read
+                        | iced_x86::OpAccess::ReadWrite
+                        | iced_x86::OpAccess::CondRead
+                        | iced_x86::OpAccess::ReadCondWrite
+                )
+            })
+            .map(|r| r.register())
+            .collect();
+        let mut acc = Val::Inv;
+        for r in reads {
+            if r.is_segment_register() || r == Register::RIP {
+                continue;
+            }
+            let val = if gpr_var(r).is_some() {
+                self.reg_val(l, r, at)
+            } else {
+                Val::Varying(Why::Unknown(a))
+            };
+            acc = acc.join(val).opaque(a);
+            if matches!(acc, Val::Varying(_)) {
+                return acc;
+            }
+        }
+        if (0..insn.op_count()).any(|i| insn.op_kind(i) == OpKind::Memory) {
+            acc = acc.join(self.load_val(l, at, insn)).opaque(a);
+        }
+        acc.opaque(a)
+    }
+}
+
+fn is_extension_mask(insn: &Instruction) -> bool {
+    matches!(
+        insn.op1_kind(),
+        OpKind::Immediate8to32
+            | OpKind::Immediate32
+            | OpKind::Immediate8to64
+            | OpKind::Immediate32to64
+    ) && matches!(insn.immediate(1), 0xff | 0xffff | 0xffff_ffff)
+}
+
+fn is_cmov(m: Mnemonic) -> bool {
+    matches!(
+        m,
+        Mnemonic::Cmova
+            | Mnemonic::Cmovae
+            | Mnemonic::Cmovb
+            | Mnemonic::Cmovbe
+            | Mnemonic::Cmove
+            | Mnemonic::Cmovg
+            | Mnemonic::Cmovge
+            | Mnemonic::Cmovl
+            | Mnemonic::Cmovle
+            | Mnemonic::Cmovne
+            | Mnemonic::Cmovno
+            | Mnemonic::Cmovnp
+            | Mnemonic::Cmovns
+            | Mnemonic::Cmovo
+            | Mnemonic::Cmovp
+            | Mnemonic::Cmovs
+    )
+}
+
+/// Converts a top-level value (no definitions in progress).
+fn finish(v: Val, at: usize) -> Change {
+    match v {
+        Val::Inv => Change::Invariant,
+        Val::Ind(u) => Change::Induction { update: u },
+        Val::Varying(w) => Change::Varying(w),
+        Val::Phi(_) | Val::PhiStep(_) => Change::Varying(Why::Unknown(at as u32)),
+    }
+}
