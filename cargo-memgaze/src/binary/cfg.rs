@@ -16,8 +16,8 @@ use super::dominators::Dominators;
 use super::jump_tables::{self, JumpTable, Recognised};
 use super::loops::LoopForest;
 use super::stack::{self, StackPos};
+use foldhash::{HashMap, HashMapExt};
 use iced_x86::{Code, FlowControl, Instruction, Mnemonic, OpKind, Register};
-use std::collections::HashMap;
 
 /// Read access to the bytes of the program image by virtual address (the
 /// jump-table reader needs `.rodata`).

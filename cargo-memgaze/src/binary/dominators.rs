@@ -15,6 +15,9 @@ pub struct Dominators {
     pub rpo_position: Vec<u32>,
     /// Reachable blocks in reverse post-order.
     pub rpo: Vec<u32>,
+    /// Pre- and post-order numbers of each block in the dominator tree, for
+    /// constant-time [`Dominators::dominates`].
+    tree_order: Vec<(u32, u32)>,
 }
 
 impl Dominators {
@@ -32,6 +35,7 @@ impl Dominators {
                 idom,
                 rpo_position: position,
                 rpo,
+                tree_order: Vec::new(),
             };
         }
         idom[0] = Some(0);
@@ -56,34 +60,59 @@ impl Dominators {
             }
         }
         idom[0] = None;
+        let tree_order = tree_order(&idom, &rpo);
         Dominators {
             idom,
             rpo_position: position,
             rpo,
+            tree_order,
         }
     }
 
     /// Whether block `a` dominates block `b` (every block dominates itself).
     pub fn dominates(&self, a: u32, b: u32) -> bool {
-        if self.rpo_position[b as usize] == u32::MAX {
+        if !self.is_reachable(a) || !self.is_reachable(b) {
             return false;
         }
-        let mut x = b;
-        loop {
-            if x == a {
-                return true;
-            }
-            match self.idom[x as usize] {
-                Some(up) => x = up,
-                None => return false,
-            }
-        }
+        let (pa, qa) = self.tree_order[a as usize];
+        let (pb, qb) = self.tree_order[b as usize];
+        pa <= pb && qb <= qa
     }
 
     /// Whether the block is reachable from the entry.
     pub fn is_reachable(&self, b: u32) -> bool {
         self.rpo_position[b as usize] != u32::MAX
     }
+}
+
+/// Pre/post-order numbers of a DFS over the dominator tree (iterative:
+/// the tree can be as deep as the function is long).
+fn tree_order(idom: &[Option<u32>], rpo: &[u32]) -> Vec<(u32, u32)> {
+    let n = idom.len();
+    let mut children: Vec<Vec<u32>> = vec![Vec::new(); n];
+    for &b in rpo.iter().skip(1) {
+        if let Some(p) = idom[b as usize] {
+            children[p as usize].push(b);
+        }
+    }
+    let mut order = vec![(u32::MAX, u32::MAX); n];
+    let mut clock = 0u32;
+    let mut stack: Vec<(u32, usize)> = vec![(0, 0)];
+    order[0].0 = clock;
+    clock += 1;
+    while let Some(&mut (b, ref mut next)) = stack.last_mut() {
+        if let Some(&c) = children[b as usize].get(*next) {
+            *next += 1;
+            order[c as usize].0 = clock;
+            clock += 1;
+            stack.push((c, 0));
+        } else {
+            order[b as usize].1 = clock;
+            clock += 1;
+            stack.pop();
+        }
+    }
+    order
 }
 
 fn intersect(idom: &[Option<u32>], position: &[u32], mut a: u32, mut b: u32) -> u32 {

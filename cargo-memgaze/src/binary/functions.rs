@@ -13,9 +13,10 @@
 
 use super::demangle::demangle;
 use super::elf::Section;
+use foldhash::{HashSet, HashSetExt};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 /// Where a function's extent came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

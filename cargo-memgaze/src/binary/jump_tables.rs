@@ -23,10 +23,10 @@
 //! at a merge it stops.
 
 use super::cfg::Memory;
+use foldhash::{HashMap, HashSet, HashSetExt};
 use iced_x86::{
     FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register,
 };
-use std::collections::HashMap;
 
 /// Longest backward slice examined, in instructions.
 const SLICE_LIMIT: usize = 48;
@@ -147,7 +147,7 @@ impl Slicer<'_> {
     ) -> Option<Vec<usize>> {
         const VISIT_LIMIT: usize = 20_000;
         let mut defs = Vec::new();
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = HashSet::new();
         let mut stack = vec![i];
         while let Some(at) = stack.pop() {
             let falls = at > 0 && falls_through(&self.instructions[at - 1]);

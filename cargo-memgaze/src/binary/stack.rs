@@ -39,18 +39,31 @@ impl StackPos {
 /// `Some(delta)` when `rbp` is a frame pointer: set once by `mov rbp, rsp`
 /// and otherwise only restored (`pop rbp`, `leave`).
 pub fn frame_pointer(code: &FunctionCode, info: &mut InstructionInfoFactory) -> Option<i64> {
+    frame_pointer_with(code, |i| {
+        info.info(&code.instructions[i])
+            .used_registers()
+            .iter()
+            .any(|r| {
+                r.register().full_register() == Register::RBP
+                    && matches!(
+                        r.access(),
+                        OpAccess::Write
+                            | OpAccess::ReadWrite
+                            | OpAccess::CondWrite
+                            | OpAccess::ReadCondWrite
+                    )
+            })
+    })
+}
+
+/// [`frame_pointer`] with a precomputed "instruction `i` writes `rbp`".
+pub fn frame_pointer_with(
+    code: &FunctionCode,
+    mut writes_rbp: impl FnMut(usize) -> bool,
+) -> Option<i64> {
     let mut set_at: Option<usize> = None;
     for (i, insn) in code.instructions.iter().enumerate() {
-        let writes_rbp = info.info(insn).used_registers().iter().any(|r| {
-            r.register().full_register() == Register::RBP
-                && matches!(
-                    r.access(),
-                    OpAccess::Write
-                        | OpAccess::ReadWrite
-                        | OpAccess::CondWrite
-                        | OpAccess::ReadCondWrite
-                )
-        });
+        let writes_rbp = writes_rbp(i);
         if !writes_rbp {
             continue;
         }

@@ -70,24 +70,65 @@ const CALLER_SAVED: [Register; 9] = [
 impl Frame {
     /// Analyses the frame of `code`.
     pub fn compute(code: &FunctionCode, info: &mut InstructionInfoFactory) -> Frame {
-        let frame_pointer = stack::frame_pointer(code, info);
+        let is_write = |a: OpAccess| {
+            matches!(
+                a,
+                OpAccess::Write
+                    | OpAccess::ReadWrite
+                    | OpAccess::CondWrite
+                    | OpAccess::ReadCondWrite
+            )
+        };
+        // One pass over iced's instruction info: the GPRs each instruction
+        // writes (bit = register number) and its frame-candidate accesses
+        // (`rsp`/`rbp` base, no index).
+        let n = code.instructions.len();
+        let mut written: Vec<u16> = Vec::with_capacity(n);
+        let mut accesses: Vec<(u32, Register, u64, u32, bool)> = Vec::new();
+        for (i, insn) in code.instructions.iter().enumerate() {
+            let info = info.info(insn);
+            let mut mask = 0u16;
+            for r in info.used_registers() {
+                if is_write(r.access())
+                    && let Some(v) = gpr_var(r.register())
+                {
+                    mask |= 1 << v;
+                }
+            }
+            written.push(mask);
+            for m in info.used_memory() {
+                if m.index() == Register::None && matches!(m.base(), Register::RSP | Register::RBP)
+                {
+                    accesses.push((
+                        i as u32,
+                        m.base(),
+                        m.displacement(),
+                        m.memory_size().size() as u32,
+                        is_write(m.access()),
+                    ));
+                }
+            }
+        }
+        let rbp_bit = 1u16 << gpr_var(Register::RBP).expect("gpr");
+        let frame_pointer = stack::frame_pointer_with(code, |i| written[i] & rbp_bit != 0);
         let rsp_delta = stack::positions(code, frame_pointer);
         let mut frame = Frame {
             rsp_delta,
             frame_pointer,
             slots: Vec::new(),
-            def_start: Vec::with_capacity(code.instructions.len() + 1),
+            def_start: Vec::with_capacity(n + 1),
             defs: Vec::new(),
         };
         // Slots: every frame access.
-        let mut offsets: Vec<(StackPos, u32)> = Vec::new();
-        for (i, insn) in code.instructions.iter().enumerate() {
-            for m in info.info(insn).used_memory() {
-                if let Some(off) = frame.slot_offset(i, m.base(), m.index(), m.displacement()) {
-                    offsets.push((off, m.memory_size().size() as u32));
-                }
-            }
-        }
+        let mut offsets: Vec<(StackPos, u32)> = accesses
+            .iter()
+            .filter_map(|&(i, base, disp, size, _)| {
+                Some((
+                    frame.slot_offset(i as usize, base, Register::None, disp)?,
+                    size,
+                ))
+            })
+            .collect();
         offsets.sort_unstable();
         offsets.dedup_by(|a, b| {
             if a.0 == b.0 {
@@ -98,26 +139,32 @@ impl Frame {
             }
         });
         frame.slots = offsets;
+        let widest = frame
+            .slots
+            .iter()
+            .map(|s| i64::from(s.1))
+            .max()
+            .unwrap_or(1)
+            .max(1);
 
         // Definitions.
+        let invariant_mask = (1u16 << gpr_var(Register::RSP).expect("gpr"))
+            | if frame.frame_pointer.is_some() {
+                rbp_bit
+            } else {
+                0
+            };
+        let mut next_access = 0;
         for (i, insn) in code.instructions.iter().enumerate() {
             frame.def_start.push(frame.defs.len() as u32);
-            let info = info.info(insn);
-            for r in info.used_registers() {
-                if matches!(
-                    r.access(),
-                    OpAccess::Write
-                        | OpAccess::ReadWrite
-                        | OpAccess::CondWrite
-                        | OpAccess::ReadCondWrite
-                ) && let Some(v) = gpr_var(r.register())
-                    && !frame.is_invariant_register(r.register())
-                    && !frame.defs[frame.def_start[i] as usize..]
-                        .iter()
-                        .any(|d| d.0 == v)
-                {
+            let mut mask = written[i] & !invariant_mask;
+            let mut v = 0;
+            while mask != 0 {
+                if mask & 1 != 0 {
                     frame.defs.push((v, DefKind::Value));
                 }
+                mask >>= 1;
+                v += 1;
             }
             if matches!(
                 insn.flow_control(),
@@ -125,29 +172,28 @@ impl Frame {
             ) {
                 for r in CALLER_SAVED {
                     let v = gpr_var(r).expect("gpr");
-                    if !frame.defs[frame.def_start[i] as usize..]
-                        .iter()
-                        .any(|d| d.0 == v)
-                    {
+                    if written[i] & (1 << v) == 0 {
                         frame.defs.push((v, DefKind::CallClobber));
                     }
                 }
             }
-            for m in info.used_memory() {
-                if !matches!(
-                    m.access(),
-                    OpAccess::Write
-                        | OpAccess::ReadWrite
-                        | OpAccess::CondWrite
-                        | OpAccess::ReadCondWrite
-                ) {
+            while next_access < accesses.len() && accesses[next_access].0 as usize == i {
+                let (_, base, disp, size, write) = accesses[next_access];
+                next_access += 1;
+                if !write {
                     continue;
                 }
-                let Some(off) = frame.slot_offset(i, m.base(), m.index(), m.displacement()) else {
+                let Some(off) = frame.slot_offset(i, base, Register::None, disp) else {
                     continue;
                 };
-                let size = i64::from(m.memory_size().size() as u32).max(1);
-                for (k, s) in frame.slots.iter().enumerate() {
+                let size = i64::from(size).max(1);
+                // Slots overlapping [off, off + size): they start below its
+                // end and at most `widest` bytes before it.
+                let from = frame.slots.partition_point(|s| s.0 < off.plus(-widest));
+                for (k, s) in frame.slots.iter().enumerate().skip(from) {
+                    if s.0 >= off.plus(size) {
+                        break;
+                    }
                     let overlaps = s.0.anchor == off.anchor
                         && s.0.offset < off.offset + size
                         && off.offset < s.0.offset + i64::from(s.1).max(1);

@@ -87,6 +87,24 @@ pub enum Reason {
     Gather,
 }
 
+impl Reason {
+    /// A short stable name of the kind of reason (JSON keys, summaries).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Reason::GlobalScalar => "global-scalar",
+            Reason::FrameScalar => "frame-scalar",
+            Reason::Induction { .. } => "induction",
+            Reason::DependsOnLoad { .. } => "depends-on-load",
+            Reason::NonLinear { .. } => "non-linear",
+            Reason::CallResult { .. } => "call-result",
+            Reason::Unmodelled { .. } => "unmodelled",
+            Reason::LoopInvariant => "loop-invariant",
+            Reason::NotInLoop => "not-in-loop",
+            Reason::Gather => "gather",
+        }
+    }
+}
+
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let r = |reg: &Register| format!("{reg:?}").to_lowercase();

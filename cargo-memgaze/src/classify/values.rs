@@ -23,8 +23,8 @@
 
 use super::frame::{DefKind, Frame, GPRS, Var, gpr_var};
 use crate::binary::{FunctionCode, LoopForest};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use iced_x86::{Instruction, Mnemonic, OpKind, Register};
-use std::collections::{HashMap, HashSet};
 
 /// Why a value varies unpredictably from iteration to iteration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,6 +139,8 @@ pub struct Evaluator<'a> {
     /// Last definition of each variable in each block.
     last_def: HashMap<(u32, Var), u32>,
     memo: HashMap<(u32, u32, Var), Val>,
+    /// See [`Evaluator::entry_defs`].
+    entry_defs: HashMap<(u32, Var), Vec<Vec<u32>>>,
     in_progress: Vec<(u32, Var)>,
     stored_forms: HashMap<u32, HashSet<(Register, Register, u32, u64)>>,
     info: iced_x86::InstructionInfoFactory,
@@ -169,6 +171,7 @@ impl<'a> Evaluator<'a> {
             frame,
             last_def,
             memo: HashMap::new(),
+            entry_defs: HashMap::new(),
             in_progress: Vec::new(),
             stored_forms: HashMap::new(),
             info: iced_x86::InstructionInfoFactory::new(),
@@ -190,7 +193,7 @@ impl<'a> Evaluator<'a> {
     }
 
     /// In-loop definitions of `v` that reach instruction `at`.
-    fn reaching(&self, l: u32, v: Var, at: usize) -> Vec<u32> {
+    fn reaching(&mut self, l: u32, v: Var, at: usize) -> Vec<u32> {
         let b = self.code.block_of[at];
         let block = &self.code.blocks[b as usize];
         for i in (block.first as usize..at).rev() {
@@ -199,33 +202,57 @@ impl<'a> Evaluator<'a> {
             }
         }
         let lp = &self.loops.loops[l as usize];
-        let mut out = Vec::new();
-        let mut seen: HashSet<u32> = HashSet::new();
-        let mut stack: Vec<u32> = block
-            .predecessors
-            .iter()
-            .copied()
-            .filter(|&p| lp.contains(p))
-            .collect();
-        while let Some(p) = stack.pop() {
-            if !seen.insert(p) {
-                continue;
+        let k = lp.blocks.binary_search(&b).expect("query inside the loop");
+        self.entry_defs(l, v)[k].clone()
+    }
+
+    /// For each block of loop `l` (in `Loop::blocks` order), the in-loop
+    /// definitions of `v` that reach its entry: a forward data-flow pass
+    /// over the loop, computed once per (loop, variable).
+    fn entry_defs(&mut self, l: u32, v: Var) -> &[Vec<u32>] {
+        if !self.entry_defs.contains_key(&(l, v)) {
+            let lp = &self.loops.loops[l as usize];
+            let n = lp.blocks.len();
+            // Predecessors inside the loop, as positions.
+            let preds: Vec<Vec<usize>> = lp
+                .blocks
+                .iter()
+                .map(|&b| {
+                    self.code.blocks[b as usize]
+                        .predecessors
+                        .iter()
+                        .filter_map(|p| lp.blocks.binary_search(p).ok())
+                        .collect()
+                })
+                .collect();
+            let last: Vec<Option<u32>> = lp
+                .blocks
+                .iter()
+                .map(|&b| self.last_def.get(&(b, v)).copied())
+                .collect();
+            let mut ins: Vec<Vec<u32>> = vec![Vec::new(); n];
+            let mut changed = true;
+            while changed {
+                changed = false;
+                for k in 0..n {
+                    let mut set: Vec<u32> = Vec::new();
+                    for &p in &preds[k] {
+                        match last[p] {
+                            Some(d) => set.push(d),
+                            None => set.extend_from_slice(&ins[p]),
+                        }
+                    }
+                    set.sort_unstable();
+                    set.dedup();
+                    if set != ins[k] {
+                        ins[k] = set;
+                        changed = true;
+                    }
+                }
             }
-            if let Some(&d) = self.last_def.get(&(p, v)) {
-                out.push(d);
-                continue;
-            }
-            stack.extend(
-                self.code.blocks[p as usize]
-                    .predecessors
-                    .iter()
-                    .copied()
-                    .filter(|&q| lp.contains(q)),
-            );
+            self.entry_defs.insert((l, v), ins);
         }
-        out.sort_unstable();
-        out.dedup();
-        out
+        &self.entry_defs[&(l, v)]
     }
 
     fn var_val(&mut self, l: u32, v: Var, at: usize) -> Val {
@@ -472,14 +499,21 @@ impl<'a> Evaluator<'a> {
             Mnemonic::Inc | Mnemonic::Dec if insn.op0_kind() == OpKind::Memory => {
                 self.var_val(l, v, at).add(Val::Inv, a)
             }
+            // A register stored through another mnemonic (`movq [m], xmm`,
+            // `setcc [m]`, …): a function of the inputs, like any other.
+            _ if insn.op0_kind() == OpKind::Memory => self.opaque_inputs(l, at, insn),
             _ => Val::Varying(Why::Unknown(a)),
         }
     }
 
     /// Inputs that are all invariant give an invariant; anything else is
-    /// non-linear.
+    /// non-linear. Flags are not followed: an instruction reading them
+    /// (`setcc`, `adc`, `sbb`) is non-linear.
     fn opaque_inputs(&mut self, l: u32, at: usize, insn: &Instruction) -> Val {
         let a = at as u32;
+        if insn.rflags_read() != 0 {
+            return Val::Varying(Why::NonLinear(a));
+        }
         let reads: Vec<Register> = self
             .info
             .info(insn)
