@@ -2,16 +2,22 @@
 //!
 //! `cargo bench -p cargo-memgaze --bench analysis`
 //!
-//! Writes two traces of the same synthetic program — a full trace (one
-//! sample of every record) and a sampled one (w = 1024) — with a realistic
+//! Writes traces of the same synthetic program — a full trace (one sample
+//! of every record) and a sampled one (w = 1024) — with a realistic
 //! mix: strided streams over two 4 MiB arrays, a column walk (stride
 //! 4 KiB), irregular gathers over an 8 MiB table and a 256 KiB hash table,
 //! phases that alternate gathers from the table with strided scans of it
 //! (`irr|str|irr`: addresses touched by both classes), and Constant (stack) loads with implied proxies, spread
 //! over six functions. Each trace is then analysed in a fresh child process
 //! (full metric set: `analyze_trace`, decoding included) a few times; the
-//! report gives records/s as median and min–max over the repeats, the
-//! decode-only rate for comparison, and the child's peak RSS (`VmHWM`).
+//! report gives records/s as median and min–max over the repeats, per
+//! wall-clock second and per CPU second (user + system, less sensitive to
+//! other processes on a shared machine), the decode-only rate for
+//! comparison, and the child's peak RSS (`VmHWM`). Two more traces check
+//! that memory follows the distinct addresses, not the trace length (a
+//! tenth of the length), and measure a stress case: gathers and strided
+//! scans of the same table interleaved every 4096 loads, so that nearly
+//! every address is touched by both classes in windows of 2^13 and up.
 //!
 //! Harness: plain `main` (harness = false), not criterion — one iteration
 //! takes seconds, must run in its own process to measure peak memory, and a
@@ -44,6 +50,7 @@ fn main() {
             Path::new(&args[i + 1]),
             args[i + 2].parse().unwrap(),
             window,
+            18,
         );
         return;
     }
@@ -55,36 +62,63 @@ fn main() {
     let repeats: usize = env("MEMGAZE_BENCH_REPEATS", 3);
     let dir = tempfile::tempdir().expect("temporary directory");
     println!("analysis benchmark: {records} records per trace, {repeats} repeats, one core");
-    for (name, window) in [("full", None), ("sampled w=1024", Some(1024u64))] {
-        let path = dir
-            .path()
-            .join(format!("{}.trace", name.split(' ').next().unwrap()));
+    let variants: [(&str, Option<u64>, u32, u64); 4] = [
+        ("full", None, 18, records),
+        ("sampled w=1024", Some(1024), 18, records),
+        (
+            "full, 1/10 the length (memory check)",
+            None,
+            18,
+            records / 10,
+        ),
+        (
+            "full, irr|str|irr interleaved every 4096 loads (stress)",
+            None,
+            12,
+            records,
+        ),
+    ];
+    for (i, (name, window, mixed_run_log2, records)) in variants.into_iter().enumerate() {
+        let path = dir.path().join(format!("v{i}.trace"));
         let started = Instant::now();
-        let (bytes, samples) = write_trace(&path, records, window);
+        let (bytes, samples) = write_trace(&path, records, window, mixed_run_log2);
         println!(
-            "\n{name}: wrote {records} records in {samples} samples ({:.1} MiB, {:.2} bytes/record) in {:.1} s",
+            "\n{name}: {records} records in {samples} samples ({:.1} MiB, {:.2} bytes/record, written in {:.1} s)",
             bytes as f64 / (1 << 20) as f64,
             bytes as f64 / records as f64,
             started.elapsed().as_secs_f64()
         );
         let decode = run_child(&path, "decode");
         println!(
-            "  decode only       {:>6.1} M records/s            peak RSS {:>6.1} MiB",
+            "  decode only    {:>6.1} M records/s wall, {:>6.1} M/s CPU            peak RSS {:>6.1} MiB",
             decode.rate() / 1e6,
+            decode.cpu_rate() / 1e6,
             decode.hwm_kib as f64 / 1024.0
         );
+        let repeats = if i >= 2 { 1 } else { repeats };
         let mut runs: Vec<ChildResult> =
             (0..repeats).map(|_| run_child(&path, "analyze")).collect();
-        runs.sort_by(|a, b| a.rate().total_cmp(&b.rate()));
-        let median = runs[runs.len() / 2].rate();
+        let stats = |rate: fn(&ChildResult) -> f64, runs: &mut Vec<ChildResult>| {
+            runs.sort_by(|a, b| rate(a).total_cmp(&rate(b)));
+            (
+                rate(&runs[runs.len() / 2]) / 1e6,
+                rate(&runs[0]) / 1e6,
+                rate(&runs[runs.len() - 1]) / 1e6,
+            )
+        };
+        let wall = stats(ChildResult::rate, &mut runs);
+        let cpu = stats(ChildResult::cpu_rate, &mut runs);
+        let hwm = runs.iter().map(|r| r.hwm_kib).max().unwrap();
         println!(
-            "  full analysis     {:>6.1} M records/s (min {:.1}, max {:.1})  peak RSS {:>6.1} MiB  [F = {}, lines = {}]",
-            median / 1e6,
-            runs[0].rate() / 1e6,
-            runs[runs.len() - 1].rate() / 1e6,
-            runs.iter().map(|r| r.hwm_kib).max().unwrap() as f64 / 1024.0,
+            "  full analysis  {:>6.1} M records/s wall (min {:.1}, max {:.1}), {:.1} M/s CPU (min {:.1}, max {:.1})",
+            wall.0, wall.1, wall.2, cpu.0, cpu.1, cpu.2
+        );
+        println!(
+            "                 peak RSS {:.1} MiB for F = {} addresses, {} lines: {:.0} bytes per distinct address",
+            hwm as f64 / 1024.0,
             runs[0].footprint,
             runs[0].lines,
+            hwm as f64 * 1024.0 / runs[0].footprint as f64
         );
     }
 }
@@ -99,14 +133,22 @@ fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
 struct ChildResult {
     records: u64,
     seconds: f64,
+    cpu_seconds: f64,
     hwm_kib: u64,
     footprint: u64,
     lines: u64,
 }
 
 impl ChildResult {
+    /// Records per wall-clock second.
     fn rate(&self) -> f64 {
         self.records as f64 / self.seconds
+    }
+
+    /// Records per CPU second (user + system): less sensitive to other
+    /// processes competing for the cores.
+    fn cpu_rate(&self) -> f64 {
+        self.records as f64 / self.cpu_seconds
     }
 }
 
@@ -133,6 +175,7 @@ fn run_child(path: &PathBuf, mode: &str) -> ChildResult {
     ChildResult {
         records: field("records") as u64,
         seconds: field("seconds"),
+        cpu_seconds: field("cpu"),
         hwm_kib: field("hwm_kib") as u64,
         footprint: field("F") as u64,
         lines: field("lines") as u64,
@@ -142,6 +185,7 @@ fn run_child(path: &PathBuf, mode: &str) -> ChildResult {
 fn child(path: &Path, mode: &str) {
     let reader = TraceReader::open(path).unwrap();
     let started = Instant::now();
+    let cpu_started = cpu_time();
     let (records, footprint, lines) = if mode == "decode" {
         let mut reader = reader;
         let mut n = 0u64;
@@ -161,13 +205,28 @@ fn child(path: &Path, mode: &str) {
         )
     };
     let seconds = started.elapsed().as_secs_f64();
+    let cpu = cpu_time() - cpu_started;
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let hwm_kib: u64 = status
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0);
-    println!("records={records} seconds={seconds} hwm_kib={hwm_kib} F={footprint} lines={lines}");
+    println!(
+        "records={records} seconds={seconds} cpu={cpu} hwm_kib={hwm_kib} F={footprint} lines={lines}"
+    );
+}
+
+/// User + system CPU seconds of this process.
+fn cpu_time() -> f64 {
+    // SAFETY: getrusage writes into the struct we pass.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
 /// The synthetic program's load sites: (function, class, implied).
@@ -200,6 +259,9 @@ const STACK: u64 = 0x7ffd_0000_0000;
 struct Program {
     /// For profiling one access pattern: `MEMGAZE_BENCH_PHASE=0..4`.
     only_phase: Option<u32>,
+    /// log2 of the length of the gather and scan runs of the `irr|str|irr`
+    /// phase (18: a scan of a quarter of the table; 12: the stress case).
+    mixed_run_log2: u32,
     rng: u64,
     phase: u32,
     left: u64,
@@ -252,9 +314,9 @@ impl Program {
             2 => (3, TABLE + 8 * ((r >> 16) % (1 << 20))),
             3 => (4, HASH + 8 * ((r >> 16) % (1 << 15))),
             _ => {
-                // irr|str|irr: runs of 4096 gathers from the table alternate
+                // irr|str|irr: runs of gathers from the table alternate
                 // with runs of a strided scan over it.
-                if (i / 4096).is_multiple_of(2) {
+                if (i >> self.mixed_run_log2).is_multiple_of(2) {
                     (3, TABLE + 8 * ((r >> 16) % (1 << 20)))
                 } else {
                     (7, TABLE + 8 * (i % (1 << 20)))
@@ -303,9 +365,10 @@ fn header(window: Option<u64>) -> TraceHeader {
 }
 
 /// Writes the trace; returns (file size, samples).
-fn write_trace(path: &Path, records: u64, window: Option<u64>) -> (u64, u64) {
+fn write_trace(path: &Path, records: u64, window: Option<u64>, mixed_run_log2: u32) -> (u64, u64) {
     let mut writer = TraceWriter::create(path, &header(window)).unwrap();
     let mut program = Program {
+        mixed_run_log2,
         only_phase: std::env::var("MEMGAZE_BENCH_PHASE")
             .ok()
             .and_then(|p| p.parse().ok()),

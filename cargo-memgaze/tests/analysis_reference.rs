@@ -413,7 +413,7 @@ fn compare_rows(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 600, ..ProptestConfig::default() })]
 
     #[test]
     fn every_metric_matches_the_naive_reference(case in case()) {

@@ -184,3 +184,147 @@ fn bad_trace_files_give_one_line_and_exit_1() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr_line(&out).contains("missing.trace: cannot open"));
 }
+
+/// The JSON document has exactly the field names of spec/CLI.md.
+#[test]
+fn analyze_json_has_the_cli_md_fields() {
+    let dir = tempdir();
+    let trace = trace_in(&dir);
+    let out = bin()
+        .args(["analyze", "--format", "json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema"], "memgaze.analysis.v1");
+    let has = |object: &serde_json::Value, keys: &[&str], what: &str| {
+        for key in keys {
+            assert!(object.get(key).is_some(), "{what} lacks {key}: {object}");
+        }
+    };
+    has(
+        &v["summary"],
+        &[
+            "A",
+            "A_const",
+            "A_const_frac",
+            "kappa",
+            "rho",
+            "samples",
+            "F",
+            "F_lines",
+            "F_str",
+            "F_irr",
+            "F_str_frac",
+            "F_irr_frac",
+            "dF",
+            "D_mean",
+            "D_max",
+        ],
+        "summary",
+    );
+    let row = &v["trace_windows"][0];
+    has(
+        row,
+        &["k", "windows", "F", "F_lines", "dF", "F_str", "F_irr"],
+        "trace window",
+    );
+    assert_eq!(row["k"], 3);
+    let f = &v["functions"][0];
+    has(
+        f,
+        &[
+            "name",
+            "A",
+            "A_const",
+            "A_const_frac",
+            "dF",
+            "F_str_frac",
+            "F_irr_frac",
+            "D_mean",
+            "trace_windows",
+        ],
+        "function",
+    );
+    let load = &v["loads"][0];
+    has(load, &["ip", "class", "count", "function", "line"], "load");
+    assert!(load["ip"].as_str().unwrap().starts_with("0x"));
+    let region = &v["regions"][0];
+    has(
+        region,
+        &["start", "end", "A", "blocks", "D_mean", "functions"],
+        "region",
+    );
+    // 10 samples of 64: a sampled trace, ρ = 6400 / 640.
+    assert_eq!(v["summary"]["rho"], 10.0);
+    assert_eq!(v["summary"]["samples"], 10);
+
+    // The table for people, and -o.
+    let table = dir.path().join("table.txt");
+    let out = bin()
+        .args(["analyze", "--top", "3", "-o"])
+        .arg(&table)
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&table).unwrap();
+    for section in [
+        "Summary",
+        "Trace windows",
+        "Functions",
+        "Loads",
+        "Hot regions",
+        "Reuse distance",
+    ] {
+        assert!(text.contains(section), "{section} missing:\n{text}");
+    }
+    assert!(
+        text.contains("walk") && text.contains("demo.c:10"),
+        "{text}"
+    );
+}
+
+#[test]
+fn analyze_usage_errors_exit_2() {
+    let dir = tempdir();
+    let trace = trace_in(&dir);
+    for args in [
+        vec!["analyze", "--code-window", "1000"],
+        vec!["analyze", "--binary", "/bin/true"],
+        vec!["analyze"],
+    ] {
+        let out = bin().args(&args).arg(&trace).output().unwrap();
+        let code = out.status.code();
+        if args.len() == 1 {
+            // No trace at all: the trace is given here, so this one succeeds.
+            assert_eq!(code, Some(0));
+            continue;
+        }
+        assert_eq!(
+            code,
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = bin().arg("analyze").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    for bad in [
+        ["--block", "48"],
+        ["--min-page", "32"],
+        ["--hot-threshold", "101"],
+    ] {
+        let out = bin().arg("analyze").args(bad).arg(&trace).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+    }
+}

@@ -16,8 +16,8 @@ use memgaze::pt::decode::{Decoder, Event, PtwEvent};
 use memgaze::pt::packet::{IpCompression, IpPayload, Packet, Packets};
 use std::fmt::Write as _;
 
-mod common;
-use common::{Rng, libipt_encode};
+mod libipt;
+use libipt::{Rng, libipt_encode};
 
 /// The generator's view of the stream: what it asked libipt to write, and
 /// what a correct decoder must report.

@@ -17,8 +17,8 @@ use memgaze::pt::reconstruct::{
 use memgaze::pt::ring::Losses;
 use memgaze::trace::{BinaryIdentity, LoadClass, Sampling, TraceReader};
 
-mod common;
-use common::{Rng, libipt_encode};
+mod libipt;
+use libipt::{Rng, libipt_encode};
 
 /// Where the instrumented PIE was loaded.
 const BIAS: u64 = 0x5555_5555_0000;

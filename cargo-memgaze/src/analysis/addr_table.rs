@@ -10,9 +10,11 @@
 //!
 //! - keeps keys of one *chunk* (16 neighbours: the 4-byte granules of a
 //!   64-byte line, or the lines of 1 KiB) in consecutive slots, from a
-//!   Fibonacci hash of the chunk — a stream touches one slot line per chunk;
-//! - stores each entry with its key in one 64-byte, cache-line-aligned slot;
-//! - probes linearly (load ≤ 70%) and exposes [`AddrTable::prefetch`].
+//!   Fibonacci hash of the chunk — a stream touches one key line per chunk;
+//! - probes linearly (load ≤ 70%) over a dense array of keys (8 per cache
+//!   line), and keeps each value in its own 64-byte, line-aligned cell, so
+//!   a hit touches one key line and one value line;
+//! - exposes [`AddrTable::prefetch`] for both.
 //!
 //! Entries are never removed. Memory is proportional to the distinct keys.
 
@@ -40,17 +42,15 @@ impl KeyLayout for LineNumbers {
     const GRANULE_SHIFT: u32 = 0;
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 #[repr(C, align(64))]
-struct Slot<V> {
-    key: u64,
-    value: V,
-}
+struct Cell<V>(V);
 
 /// Hash table from `u64` keys to `V` (see the module docs).
 pub(crate) struct AddrTable<V, L> {
-    slots: Vec<Slot<V>>,
-    /// `64 − log2(slots.len())`: the Fibonacci hash keeps the top bits.
+    keys: Vec<u64>,
+    values: Vec<Cell<V>>,
+    /// `64 − log2(keys.len())`: the Fibonacci hash keeps the top bits.
     shift: u32,
     len: usize,
     /// The value of key `u64::MAX`, which marks empty slots.
@@ -61,23 +61,14 @@ pub(crate) struct AddrTable<V, L> {
 const EMPTY: u64 = NONE;
 const MIN_SLOTS: usize = 64;
 
-/// `len` empty slots, backed by transparent huge pages where the kernel
-/// allows it: the tables are accessed at random, and with 4 KiB pages
-/// nearly every lookup of a large table would also miss the TLB.
-fn empty_slots<V: Copy + Default>(len: usize) -> Vec<Slot<V>> {
-    let mut slots: Vec<Slot<V>> = Vec::with_capacity(len);
-    advise_huge_pages(
-        slots.as_ptr() as usize,
-        len * std::mem::size_of::<Slot<V>>(),
-    );
-    slots.resize(
-        len,
-        Slot {
-            key: EMPTY,
-            value: V::default(),
-        },
-    );
-    slots
+/// A vector of `len` copies of `value`, backed by transparent huge pages
+/// where the kernel allows it: the tables are accessed at random, and with
+/// 4 KiB pages nearly every lookup of a large table would also miss the TLB.
+fn huge_vec<T: Copy>(len: usize, value: T) -> Vec<T> {
+    let mut v: Vec<T> = Vec::with_capacity(len);
+    advise_huge_pages(v.as_ptr() as usize, len * std::mem::size_of::<T>());
+    v.resize(len, value);
+    v
 }
 
 /// Asks for transparent huge pages on the 2 MiB-aligned part of a fresh
@@ -99,7 +90,8 @@ pub(crate) fn advise_huge_pages(start: usize, len: usize) {
 impl<V: Copy + Default, L: KeyLayout> AddrTable<V, L> {
     pub fn new() -> Self {
         AddrTable {
-            slots: empty_slots(MIN_SLOTS),
+            keys: huge_vec(MIN_SLOTS, EMPTY),
+            values: huge_vec(MIN_SLOTS, Cell::default()),
             shift: 64 - MIN_SLOTS.trailing_zeros(),
             len: 0,
             max_key: None,
@@ -117,21 +109,34 @@ impl<V: Copy + Default, L: KeyLayout> AddrTable<V, L> {
         let chunk = key >> L::CHUNK_SHIFT;
         let mixed = (chunk ^ 0x2d35_8dcc_aa6c_78a5).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let place = (key >> L::GRANULE_SHIFT) & 15;
-        ((mixed >> self.shift) as usize).wrapping_add(place as usize) & (self.slots.len() - 1)
+        ((mixed >> self.shift) as usize).wrapping_add(place as usize) & (self.keys.len() - 1)
     }
 
-    /// Hints the CPU to load the slot where `key` lives (or would).
+    /// Hints the CPU to load the key and value lines where `key` lives (or
+    /// would).
     #[inline]
     pub fn prefetch(&self, key: u64) {
-        let slot = &self.slots[self.home(key)] as *const Slot<V>;
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch has no architectural effect; the pointer is to
-        // a live slot.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch(slot as *const i8, std::arch::x86_64::_MM_HINT_T0);
+        let i = self.home(key);
+        prefetch(&self.keys[i] as *const u64 as *const u8);
+        prefetch(&self.values[i] as *const Cell<V> as *const u8);
+    }
+
+    /// The slot of `key`: `Ok(i)` when present, `Err(i)` the empty slot
+    /// where it would go.
+    #[inline]
+    fn find(&self, key: u64) -> Result<usize, usize> {
+        let mask = self.keys.len() - 1;
+        let mut i = self.home(key);
+        loop {
+            let k = self.keys[i];
+            if k == key {
+                return Ok(i);
+            }
+            if k == EMPTY {
+                return Err(i);
+            }
+            i = (i + 1) & mask;
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = slot;
     }
 
     /// The value of `key`, inserted as `V::default()` if absent.
@@ -140,25 +145,19 @@ impl<V: Copy + Default, L: KeyLayout> AddrTable<V, L> {
         if key == EMPTY {
             return self.max_key.get_or_insert_with(V::default);
         }
-        let mask = self.slots.len() - 1;
-        let mut i = self.home(key);
-        loop {
-            let k = self.slots[i].key;
-            if k == key {
-                return &mut self.slots[i].value;
+        let i = match self.find(key) {
+            Ok(i) => i,
+            Err(i) => {
+                if (self.len + 1) * 10 > self.keys.len() * 7 {
+                    self.grow();
+                    return self.entry(key);
+                }
+                self.len += 1;
+                self.keys[i] = key;
+                i
             }
-            if k == EMPTY {
-                break;
-            }
-            i = (i + 1) & mask;
-        }
-        if (self.len + 1) * 10 > self.slots.len() * 7 {
-            self.grow();
-            return self.entry(key);
-        }
-        self.len += 1;
-        self.slots[i].key = key;
-        &mut self.slots[i].value
+        };
+        &mut self.values[i].0
     }
 
     /// The value of `key`, if present.
@@ -167,18 +166,7 @@ impl<V: Copy + Default, L: KeyLayout> AddrTable<V, L> {
         if key == EMPTY {
             return self.max_key.as_ref();
         }
-        let mask = self.slots.len() - 1;
-        let mut i = self.home(key);
-        loop {
-            let k = self.slots[i].key;
-            if k == key {
-                return Some(&self.slots[i].value);
-            }
-            if k == EMPTY {
-                return None;
-            }
-            i = (i + 1) & mask;
-        }
+        self.find(key).ok().map(|i| &self.values[i].0)
     }
 
     /// The value of `key`, if present.
@@ -187,43 +175,47 @@ impl<V: Copy + Default, L: KeyLayout> AddrTable<V, L> {
         if key == EMPTY {
             return self.max_key.as_mut();
         }
-        let mask = self.slots.len() - 1;
-        let mut i = self.home(key);
-        loop {
-            let k = self.slots[i].key;
-            if k == key {
-                return Some(&mut self.slots[i].value);
-            }
-            if k == EMPTY {
-                return None;
-            }
-            i = (i + 1) & mask;
+        match self.find(key) {
+            Ok(i) => Some(&mut self.values[i].0),
+            Err(_) => None,
         }
     }
 
     /// Every (key, value), in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (u64, &V)> {
-        self.slots
+        self.keys
             .iter()
-            .filter(|s| s.key != EMPTY)
-            .map(|s| (s.key, &s.value))
+            .zip(&self.values)
+            .filter(|(k, _)| **k != EMPTY)
+            .map(|(k, v)| (*k, &v.0))
             .chain(self.max_key.as_ref().map(|v| (EMPTY, v)))
     }
 
     #[cold]
     fn grow(&mut self) {
-        let new_len = self.slots.len() * 2;
-        let old = std::mem::replace(&mut self.slots, empty_slots(new_len));
+        let new_len = self.keys.len() * 2;
+        let keys = std::mem::replace(&mut self.keys, huge_vec(new_len, EMPTY));
+        let values = std::mem::replace(&mut self.values, huge_vec(new_len, Cell::default()));
         self.shift -= 1;
-        let mask = new_len - 1;
-        for slot in old.into_iter().filter(|s| s.key != EMPTY) {
-            let mut i = self.home(slot.key);
-            while self.slots[i].key != EMPTY {
-                i = (i + 1) & mask;
-            }
-            self.slots[i] = slot;
+        for (key, value) in keys.into_iter().zip(values).filter(|(k, _)| *k != EMPTY) {
+            let i = self.find(key).expect_err("keys are unique");
+            self.keys[i] = key;
+            self.values[i] = value;
         }
     }
+}
+
+/// Hints the CPU to load the cache line at `p`.
+#[inline]
+pub(crate) fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch has no architectural effect; the pointer is into a
+    // live allocation.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T0);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 #[cfg(test)]
@@ -259,8 +251,8 @@ mod tests {
     }
 
     #[test]
-    fn slots_are_one_cache_line() {
-        assert_eq!(std::mem::size_of::<Slot<[u8; 56]>>(), 64);
-        assert_eq!(std::mem::align_of::<Slot<u8>>(), 64);
+    fn values_are_one_cache_line() {
+        assert_eq!(std::mem::size_of::<Cell<[u8; 64]>>(), 64);
+        assert_eq!(std::mem::align_of::<Cell<u8>>(), 64);
     }
 }

@@ -10,11 +10,12 @@
 //! [`table`].
 //!
 //! How each metric is computed in O(1) or O(log n) per access:
-//! - footprints of every window size at once: [`windows`];
-//! - reuse distance (Olken/Fenwick, compacted time axis): [`reuse`];
-//! - inter-sample windows (execution interval tree): [`intervals`];
+//! - footprints of every window size at once: `windows.rs`;
+//! - reuse distance (Olken/Fenwick, compacted time axis): `reuse.rs`;
+//! - inter-sample windows (execution interval tree): `intervals.rs`;
 //! - hot regions (location zoom tree), from per-line totals at the end:
-//!   [`regions`].
+//!   `regions.rs`;
+//! - the hot path's address tables: `addr_table.rs`.
 //!
 //! Per-sample state is stamped with a *piece* id (a sample of one thread)
 //! instead of being cleared, so the thousands of small samples of a sampled
@@ -193,9 +194,14 @@ struct AddrEntry {
     owner: u32,
     /// Last piece (index + 1) touching it, for the interval tree.
     interval_last: u32,
+    /// Index of its line in [`Analyzer::line_arena`] ([`NO_LINE`] until
+    /// linked): later accesses reach the line without a hash lookup.
+    line: u32,
     /// Set when its counts are in [`Analyzer::mixed_counts`].
     counts_elsewhere: bool,
 }
+
+const NO_LINE: u32 = u32::MAX;
 
 impl Default for AddrEntry {
     fn default() -> Self {
@@ -206,14 +212,20 @@ impl Default for AddrEntry {
             counts: [0; 2],
             owner: 0,
             interval_last: 0,
+            line: NO_LINE,
             counts_elsewhere: false,
         }
     }
 }
 
-/// Everything about a 64-byte line (one slot of [`AddrTable`]).
+/// Everything about a 64-byte line: one cache line of
+/// [`Analyzer::line_arena`], in order of first access (so a stream's lines
+/// are neighbours).
 #[derive(Clone, Copy, Debug, Default)]
+#[repr(align(64))]
 struct LineEntry {
+    /// `addr >> 6`.
+    line: u64,
     a: u64,
     d_sum: u64,
     d_count: u64,
@@ -299,7 +311,10 @@ pub struct Analyzer {
     functions: Vec<FunctionAcc>,
 
     addrs: AddrTable<AddrEntry, ByteAddresses>,
-    lines: AddrTable<LineEntry, LineNumbers>,
+    /// Line number → index + 1 into `line_arena` (consulted only when an
+    /// address is first seen).
+    lines: AddrTable<u32, LineNumbers>,
+    line_arena: Vec<LineEntry>,
     blocks: Map<u64, BlockLocal>,
     /// Strided and Irregular accesses of addresses touched by both classes
     /// (or accessed 2^32 times).
@@ -428,6 +443,7 @@ impl Analyzer {
             functions,
             addrs: AddrTable::new(),
             lines: AddrTable::new(),
+            line_arena: Vec::new(),
             blocks: Map::default(),
             mixed_counts: Map::default(),
             page_loads: PageLoads::new(),
@@ -576,7 +592,7 @@ impl Analyzer {
     /// One record given by its load-site index into the header's `loads`
     /// (the fast path of [`analyze_trace`]).
     ///
-    /// Records are processed [`PREFETCH_DISTANCE`] records late, in order:
+    /// Records are processed 16 records late, in order:
     /// meanwhile the table slots of their address and line are prefetched,
     /// so the cache misses of irregular traces overlap.
     #[inline]
@@ -589,7 +605,21 @@ impl Analyzer {
         }
         if self.slots[load as usize].class.is_access() {
             self.addrs.prefetch(addr);
-            self.lines.prefetch(addr >> 6);
+        }
+        // Second stage, for the record half a queue older: its address
+        // slot has arrived by now, so its line entry can be fetched.
+        if self.pending_len > PREFETCH_DISTANCE / 2 {
+            let at =
+                (self.pending_head + self.pending_len - PREFETCH_DISTANCE / 2) % PREFETCH_DISTANCE;
+            let older = self.pending[at];
+            if self.slots[older.load as usize].class.is_access() {
+                match self.addrs.get(older.addr) {
+                    Some(e) if e.line != NO_LINE => addr_table::prefetch(
+                        &self.line_arena[e.line as usize] as *const LineEntry as *const u8,
+                    ),
+                    _ => self.lines.prefetch(older.addr >> 6),
+                }
+            }
         }
         let at = (self.pending_head + self.pending_len) % PREFETCH_DISTANCE;
         self.pending[at] = Pending {
@@ -693,14 +723,17 @@ impl Analyzer {
 
         // Make room on the reuse-distance time axis before borrowing entries.
         if reuse.needs_room() {
+            // The tracker's block ids: line-arena indices for the first
+            // thread with 64-byte blocks, else line or block numbers.
             match (side.as_deref_mut(), lines_are_blocks) {
-                (None, true) => {
-                    reuse.compact(|b, t| self.lines.get_mut(b).expect("live block").block.time = t)
-                }
+                (None, true) => reuse.compact(|b, t| self.line_arena[b as usize].block.time = t),
                 (None, false) => {
                     reuse.compact(|b, t| self.blocks.get_mut(&b).expect("live block").time = t)
                 }
-                (Some(side), _) => {
+                (Some(side), true) => {
+                    reuse.compact(|b, t| side.lines.get_mut(&b).expect("live line").block.time = t)
+                }
+                (Some(side), false) => {
                     reuse.compact(|b, t| side.blocks.get_mut(&b).expect("live block").time = t)
                 }
             }
@@ -709,9 +742,24 @@ impl Analyzer {
         // Which loads touch which memory, for the hot regions.
         self.page_loads.add(addr >> self.min_page_shift, load);
 
-        // The line: F_lines windows, location statistics, reuse distance.
+        // The address entry, and through it the line entry.
         let line = addr >> 6;
-        let entry = self.lines.entry(line);
+        let addr_entry = self.addrs.entry(addr);
+        if addr_entry.line == NO_LINE {
+            let index = self.lines.entry(line);
+            if *index == 0 {
+                self.line_arena.push(LineEntry {
+                    line,
+                    ..LineEntry::default()
+                });
+                *index = self.line_arena.len() as u32;
+            }
+            addr_entry.line = *index - 1;
+        }
+        let line_index = addr_entry.line;
+
+        // The line: F_lines windows, location statistics, reuse distance.
+        let entry = &mut self.line_arena[line_index as usize];
         entry.a += 1;
         let position = engine.position();
         let (previous_line, first_in_piece) = match side.as_deref_mut() {
@@ -743,11 +791,13 @@ impl Analyzer {
         }
         engine.line(previous_line);
         let distance = if lines_are_blocks {
-            let block_local = match side.as_deref_mut() {
-                None => &mut entry.block,
-                Some(side) => &mut side.lines.get_mut(&line).expect("just inserted").block,
-            };
-            reuse.access(line, block_local)
+            match side.as_deref_mut() {
+                None => reuse.access(u64::from(line_index), &mut entry.block),
+                Some(side) => {
+                    let local = &mut side.lines.get_mut(&line).expect("just inserted").block;
+                    reuse.access(line, local)
+                }
+            }
         } else {
             let block = addr >> block_shift;
             let block_local = match side.as_deref_mut() {
@@ -784,7 +834,7 @@ impl Analyzer {
 
         // The address: whole-trace class counts, footprints of every window
         // size, and the owner function's code windows.
-        let entry = self.addrs.entry(addr);
+        let entry = addr_entry;
         let class = !strided as usize;
         if entry.counts_elsewhere {
             self.mixed_counts.get_mut(&addr).expect("counted elsewhere")[class] += 1;
@@ -926,7 +976,8 @@ impl Analyzer {
                     self.intervals.first_address(&mut entry.interval_last);
                 }
                 for line in side.first_lines.drain(..) {
-                    let entry = self.lines.get_mut(line).expect("line seen");
+                    let index = *self.lines.get(line).expect("line seen") - 1;
+                    let entry = &mut self.line_arena[index as usize];
                     self.intervals.first_line(&mut entry.interval_last);
                 }
             }
@@ -953,7 +1004,7 @@ impl Analyzer {
             ref slots,
             ref functions,
             ref addrs,
-            ref lines,
+            ref line_arena,
             ref mixed_counts,
             ref mut page_loads,
             ref trace_sums,
@@ -987,7 +1038,7 @@ impl Analyzer {
             records: self.records,
             f,
             f_hat: rho.map(|r| r * f as f64),
-            f_lines: lines.len() as u64,
+            f_lines: line_arena.len() as u64,
             f_str,
             f_irr,
             f_str_frac: if f == 0 { 0.0 } else { f_str / f as f64 },
@@ -1079,10 +1130,10 @@ impl Analyzer {
         merge_duplicate_loads(&mut loads);
 
         // Regions.
-        let mut line_stats: Vec<LineStat> = lines
+        let mut line_stats: Vec<LineStat> = line_arena
             .iter()
-            .map(|(line, e)| LineStat {
-                line,
+            .map(|e| LineStat {
+                line: e.line,
                 a: e.a,
                 d_sum: e.d_sum,
                 d_count: e.d_count,
@@ -1382,4 +1433,354 @@ fn region_functions(
     out.sort_by(|x, y| y.a.cmp(&x.a).then_with(|| x.name.cmp(&y.name)));
     out.truncate(5);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    //! Hand-worked examples of each formula of spec/METRICS.md. The
+    //! property tests (tests/analysis_reference.rs) cover random traces.
+    use super::*;
+    use crate::trace::{Dropped, FunctionEntry, Sampling};
+
+    const L0: u32 = 0; // Strided, implies 1 Constant, in f0
+    const L1: u32 = 1; // Irregular, in f0
+    const L2: u32 = 2; // Constant, implies 2, in f1
+
+    fn header(backend: Backend, sampling: Sampling) -> TraceHeader {
+        let load = |ip, class, implied, function, proxy| LoadEntry {
+            ip,
+            class,
+            implied,
+            function: Some(function),
+            line: Some(format!("k.c:{ip}")),
+            proxy,
+        };
+        TraceHeader {
+            backend,
+            sampling,
+            binary: None,
+            command: vec![],
+            functions: vec![
+                FunctionEntry {
+                    name: "f0".into(),
+                    start: 0x10,
+                    end: 0x40,
+                },
+                FunctionEntry {
+                    name: "f1".into(),
+                    start: 0x40,
+                    end: 0x80,
+                },
+            ],
+            loads: vec![
+                load(0x10, LoadClass::Strided, 1, 0, None),
+                load(0x20, LoadClass::Irregular, 0, 0, None),
+                load(0x40, LoadClass::Constant, 2, 1, None),
+                // Uninstrumented Constant load implied by L0.
+                load(0x14, LoadClass::Constant, 0, 0, Some(L0)),
+            ],
+            labels: vec![],
+        }
+    }
+
+    fn sampled() -> Sampling {
+        Sampling {
+            window: 8,
+            period: 80,
+            seed: None,
+        }
+    }
+
+    /// sample 0: L0@0x100 L1@0x100 L2@0x7f00 L0@0x108 L1@0x200
+    /// sample 1: L1@0x200 L0@0x100 L1@0x208
+    fn run(backend: Backend, sampling: Sampling, options: &AnalysisOptions) -> Analysis {
+        let mut a = Analyzer::new(&header(backend, sampling), options).unwrap();
+        let records = [
+            (L0, 0x100, 0),
+            (L1, 0x100, 0),
+            (L2, 0x7f00, 0),
+            (L0, 0x108, 0),
+            (L1, 0x200, 0),
+            (L1, 0x200, 1),
+            (L0, 0x100, 1),
+            (L1, 0x208, 1),
+        ];
+        for (load, addr, sample) in records {
+            a.push_load(load, addr, sample, 0);
+        }
+        a.finish(&TraceTotals {
+            executions: 80,
+            records: 8,
+            samples: 2,
+            dropped: Dropped::default(),
+            exit: None,
+            complete: true,
+        })
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-12
+    }
+
+    #[test]
+    fn summary_formulas_by_hand() {
+        let r = run(Backend::Soft, sampled(), &AnalysisOptions::default());
+        let s = &r.summary;
+        // A: Strided + Irregular records; A_const: Constant records + implied.
+        assert_eq!((s.a, s.a_const, s.records, s.samples), (7, 3 + 3, 8, 2));
+        assert!(close(s.kappa.unwrap(), 1.0 + 6.0 / 7.0));
+        assert!(close(s.a_const_frac.unwrap(), 6.0 / 13.0));
+        // Software ρ = executions / records; Â = ρ (A + A_const).
+        assert!(close(s.rho.unwrap(), 10.0));
+        assert!(close(s.a_hat.unwrap(), 130.0));
+        // F over 0x100 0x108 0x200 0x208; lines 4 and 8.
+        assert_eq!((s.f, s.f_lines), (4, 2));
+        // 0x100: 2 Strided, 1 Irregular → 2/3 strided; 0x108 strided.
+        assert!(close(s.f_str, 2.0 / 3.0 + 1.0));
+        assert!(close(s.f_irr, 1.0 / 3.0 + 2.0));
+        assert!(close(s.f_str_frac, (5.0 / 3.0) / 4.0));
+        assert!(close(s.d_f.unwrap(), 4.0 / 13.0));
+        assert!(close(s.f_hat.unwrap(), 40.0));
+        // D over 64-byte blocks: sample 0: 4 4 4 8 → 0, 0; sample 1: 8 4 8 → 1.
+        assert!(close(s.d_mean.unwrap(), 1.0 / 3.0));
+        assert_eq!(s.d_max, Some(1));
+        let bins: Vec<_> = r.reuse.bins.iter().map(|b| (b.lo, b.hi, b.count)).collect();
+        assert_eq!(bins, vec![(0, 0, 2), (1, 1, 1)]);
+        assert_eq!(
+            (r.reuse.cold, r.reuse.captures, r.reuse.survivals),
+            (4, 2, 2)
+        );
+        // No sample holds 8 accesses: no trace-window row.
+        assert!(r.trace_windows.is_empty());
+        // Per-load counts, with the implied row of the proxy's count.
+        let loads: Vec<_> = r.loads.iter().map(|l| (l.ip, l.count, l.implied)).collect();
+        assert_eq!(
+            loads,
+            vec![
+                (0x10, 3, false),
+                (0x14, 3, true),
+                (0x20, 4, false),
+                (0x40, 1, false)
+            ]
+        );
+        // Interval tree: two samples, one node of both.
+        let root = &r.intervals.nodes[0];
+        assert_eq!(
+            (root.h, root.samples, root.f, root.a, root.a_const),
+            (1, 2, 4, 7, 6)
+        );
+        assert!(close(root.f_hat.unwrap(), 40.0));
+    }
+
+    #[test]
+    fn rho_by_backend() {
+        let pt = run(Backend::Pt, sampled(), &AnalysisOptions::default());
+        assert!(close(pt.summary.rho.unwrap(), 80.0 / 13.0));
+        let full = run(Backend::Soft, Sampling::full(), &AnalysisOptions::default());
+        assert_eq!(full.summary.rho, Some(1.0));
+    }
+
+    #[test]
+    fn code_windows_by_hand() {
+        let options = AnalysisOptions {
+            code_window_k: Some(1),
+            ..AnalysisOptions::default()
+        };
+        let r = run(Backend::Soft, sampled(), &options);
+        let f0 = r.functions.iter().find(|f| f.name == "f0").unwrap();
+        // f0's windows of 2: [0x100 S, 0x100 I] F=1 (½ strided), A_const 1;
+        // [0x108 S, 0x200 I] F=2, A_const 1; sample 1: [0x200 I, 0x100 S]
+        // F=2, A_const 1; the tail [0x208] is dropped.
+        assert_eq!((f0.a, f0.a_const, f0.code_windows), (7, 3, 3));
+        assert!(close(
+            f0.d_f.unwrap(),
+            (1.0 / 3.0 + 2.0 / 3.0 + 2.0 / 3.0) / 3.0
+        ));
+        assert!(close(f0.f_str_frac.unwrap(), 0.5));
+        assert!(close(f0.f_irr_frac.unwrap(), 0.5));
+        assert!(close(f0.a_const_frac.unwrap(), 3.0 / 10.0));
+        assert!(close(f0.a_hat.unwrap(), 100.0));
+        assert!(close(f0.d_mean.unwrap(), 1.0 / 3.0));
+        // f1 has only Constant loads: no accesses, undefined ratios.
+        let f1 = r.functions.iter().find(|f| f.name == "f1").unwrap();
+        assert_eq!((f1.a, f1.a_const, f1.code_windows), (0, 3, 0));
+        assert_eq!((f1.d_f, f1.f_str_frac, f1.d_mean), (None, None, None));
+        assert_eq!(f1.a_const_frac, Some(1.0));
+        // Default k_c for w = 8 is 3.
+        let r = run(Backend::Soft, sampled(), &AnalysisOptions::default());
+        assert_eq!(r.run.code_window_k, 3);
+        assert_eq!(
+            run(Backend::Soft, Sampling::full(), &AnalysisOptions::default())
+                .run
+                .code_window_k,
+            10
+        );
+    }
+
+    #[test]
+    fn no_accesses_gives_nulls_not_nan() {
+        let mut a = Analyzer::new(
+            &header(Backend::Soft, sampled()),
+            &AnalysisOptions::default(),
+        )
+        .unwrap();
+        a.push_load(L2, 0x7f00, 0, 0);
+        let r = a.finish(&TraceTotals {
+            executions: 5,
+            records: 1,
+            samples: 3,
+            dropped: Dropped::default(),
+            exit: None,
+            complete: false,
+        });
+        let s = &r.summary;
+        assert_eq!((s.a, s.a_const, s.f, s.samples), (0, 3, 0, 3));
+        assert_eq!(
+            (s.kappa, s.d_f, s.d_mean, s.d_max),
+            (None, None, None, None)
+        );
+        assert_eq!((s.f_str_frac, s.a_const_frac), (0.0, Some(1.0)));
+        assert_eq!(r.coverage.empty_samples, 2);
+        assert!(r.coverage.notes.iter().any(|n| n.contains("prefix")));
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(json.contains("\"kappa\":null") && !json.contains("NaN"));
+        let table = table::render(&r, &table::TableOptions::default());
+        assert!(table.contains("κ = –"), "{table}");
+    }
+
+    #[test]
+    fn samples_mixing_threads_are_split() {
+        let mut a = Analyzer::new(
+            &header(Backend::Soft, sampled()),
+            &AnalysisOptions::default(),
+        )
+        .unwrap();
+        // One sample: t0 0x200, t1 0x200, t0 0x200 → pieces [0x200 0x200], [0x200].
+        a.push_load(L1, 0x200, 0, 0);
+        a.push_load(L1, 0x200, 0, 1);
+        a.push_load(L1, 0x200, 0, 0);
+        let r = a.finish(&TraceTotals {
+            executions: 30,
+            records: 3,
+            samples: 1,
+            dropped: Dropped::default(),
+            exit: None,
+            complete: true,
+        });
+        assert_eq!(r.summary.samples, 2);
+        assert_eq!(r.coverage.trace_samples, 1);
+        assert_eq!((r.summary.d_max, r.reuse.cold), (Some(0), 2));
+        assert_eq!((r.reuse.captures, r.reuse.survivals), (1, 1));
+        assert_eq!(r.intervals.levels[0].nodes, 2);
+    }
+
+    /// Reuse distances through time-axis compactions, for the first and a
+    /// second thread of a sample, and with another block size.
+    #[test]
+    fn reuse_distance_survives_compaction_in_every_thread() {
+        for block in [64u64, 256] {
+            let options = AnalysisOptions {
+                block,
+                ..AnalysisOptions::default()
+            };
+            let mut a = Analyzer::new(&header(Backend::Soft, Sampling::full()), &options).unwrap();
+            // Threads 0 and 1 interleaved; each sweeps 3000 lines three times.
+            let mut sequences: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
+            for round in 0..3u64 {
+                for i in 0..3000u64 {
+                    for thread in 0..2u32 {
+                        let addr =
+                            0x10_0000 * (u64::from(thread) + 1) + 64 * ((i * 7 + round) % 3000);
+                        a.push_load(L1, addr, 0, thread);
+                        sequences[thread as usize].push(addr / block);
+                    }
+                }
+            }
+            let r = a.finish(&TraceTotals {
+                executions: 18000,
+                records: 18000,
+                samples: 1,
+                dropped: Dropped::default(),
+                exit: None,
+                complete: true,
+            });
+            // Naive LRU stack distances per thread.
+            let mut ds = Vec::new();
+            for seq in &sequences {
+                let mut stack: Vec<u64> = Vec::new();
+                for &b in seq {
+                    if let Some(i) = stack.iter().rev().position(|&x| x == b) {
+                        ds.push(i as u64);
+                    }
+                    stack.retain(|&x| x != b);
+                    stack.push(b);
+                }
+            }
+            let mean = ds.iter().sum::<u64>() as f64 / ds.len() as f64;
+            assert!(close(r.summary.d_mean.unwrap(), mean), "block {block}");
+            assert_eq!(r.summary.d_max, ds.iter().copied().max(), "block {block}");
+            assert_eq!(r.summary.samples, 2);
+        }
+    }
+
+    #[test]
+    fn records_and_load_indices_agree() {
+        let h = header(Backend::Soft, sampled());
+        let by_index = run(Backend::Soft, sampled(), &AnalysisOptions::default());
+        let mut a = Analyzer::new(&h, &AnalysisOptions::default()).unwrap();
+        for (load, addr, sample) in [
+            (L0, 0x100, 0),
+            (L1, 0x100, 0),
+            (L2, 0x7f00, 0),
+            (L0, 0x108, 0),
+            (L1, 0x200, 0),
+            (L1, 0x200, 1),
+            (L0, 0x100, 1),
+            (L1, 0x208, 1),
+        ] {
+            let l = &h.loads[load as usize];
+            a.push(&Record {
+                ip: l.ip,
+                addr,
+                class: l.class,
+                implied: l.implied,
+                sample,
+                thread: 0,
+            });
+        }
+        let by_record = a.finish(&TraceTotals {
+            executions: 80,
+            records: 8,
+            samples: 2,
+            dropped: Dropped::default(),
+            exit: None,
+            complete: true,
+        });
+        assert_eq!(by_record, by_index);
+    }
+
+    #[test]
+    fn options_are_validated() {
+        let h = header(Backend::Soft, sampled());
+        for bad in [
+            AnalysisOptions {
+                block: 48,
+                ..AnalysisOptions::default()
+            },
+            AnalysisOptions {
+                region_min_page: 32,
+                ..AnalysisOptions::default()
+            },
+            AnalysisOptions {
+                functions: Some("[".into()),
+                ..AnalysisOptions::default()
+            },
+            AnalysisOptions {
+                region_threshold_percent: 150.0,
+                ..AnalysisOptions::default()
+            },
+        ] {
+            assert!(Analyzer::new(&h, &bad).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -23,7 +23,7 @@ pub(crate) struct BlockLocal {
     pub reused: bool,
 }
 
-const MIN_CAPACITY: u32 = 1024;
+const MIN_CAPACITY: u32 = 64;
 
 /// Reuse distances of one access sequence (a sample of one thread).
 pub(crate) struct ReuseTracker {

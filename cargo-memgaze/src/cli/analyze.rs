@@ -42,7 +42,7 @@ pub struct Args {
     #[arg(long, value_name = "GLOB")]
     pub functions: Option<String>,
     /// Access block for reuse distance D, in bytes (a power of two).
-    #[arg(long, value_name = "BYTES", default_value_t = 64)]
+    #[arg(long, value_name = "BYTES", default_value_t = 64, value_parser = parse_power_of_two)]
     pub block: u64,
     /// Code-window size W_c in accesses (a power of two); default
     /// min(w, 1024) rounded down to a power of two (1024 for a full trace).
@@ -50,10 +50,10 @@ pub struct Args {
     pub code_window: Option<u64>,
     /// Hot-region threshold: a sub-region is hot with at least this share
     /// of its parent region's accesses, in percent.
-    #[arg(long, value_name = "PERCENT", default_value_t = 10.0)]
+    #[arg(long, value_name = "PERCENT", default_value_t = 10.0, value_parser = parse_percent)]
     pub hot_threshold: f64,
     /// Smallest page of the hot-region zoom, in bytes (a power of two ≥ 64).
-    #[arg(long, value_name = "BYTES", default_value_t = 4096)]
+    #[arg(long, value_name = "BYTES", default_value_t = 4096, value_parser = parse_page)]
     pub min_page: u64,
     /// Rows shown in the functions, loads and regions tables.
     #[arg(long, value_name = "N", default_value_t = 20)]
@@ -212,6 +212,20 @@ fn parse_address(text: &str) -> Result<u64, String> {
         None => text.parse(),
     };
     parsed.map_err(|_| format!("{text:?} is not an address (e.g. 0x108000)"))
+}
+
+fn parse_percent(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
+        _ => Err(format!("{text:?} is not a percentage between 0 and 100")),
+    }
+}
+
+fn parse_page(text: &str) -> Result<u64, String> {
+    match parse_power_of_two(text) {
+        Ok(n) if n >= 64 => Ok(n),
+        _ => Err(format!("{text:?} is not a power of two of at least 64")),
+    }
 }
 
 fn parse_power_of_two(text: &str) -> Result<u64, String> {

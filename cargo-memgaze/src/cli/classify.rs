@@ -10,7 +10,6 @@ use crate::binary::{Binary, Function};
 use crate::classify::{self, BinaryLoads, ClassifiedLoad, FunctionLoads};
 use crate::error::Exit;
 use crate::trace::LoadClass;
-use anyhow::Context as _;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
 use serde_json::{Value, json};
@@ -77,19 +76,20 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             binary.functions().len()
         );
     }
-    let mut out = std::io::stdout().lock();
-    let text = match args.format {
-        Format::Json => {
-            let mut s =
-                serde_json::to_string_pretty(&to_json(&binary, &loads)).context("JSON output")?;
-            s.push('\n');
-            s
-        }
-        Format::Table => table(&binary, &loads, filter.is_some(), global),
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let written = match args.format {
+        Format::Json => write_json(&binary, &loads, &mut out)
+            .map_err(std::io::Error::from)
+            .and_then(|()| out.write_all(b"\n")),
+        Format::Table => out.write_all(table(&binary, &loads, filter.is_some(), global).as_bytes()),
     };
-    // A closed pipe (`| head`) is not an error worth reporting.
-    let _ = out.write_all(text.as_bytes());
-    Ok(Exit::Ok)
+    match written.and_then(|()| out.flush()) {
+        // A closed pipe (`| head`) is not an error worth reporting.
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow::Error::new(e).context("cannot write the output"))
+        }
+        _ => Ok(Exit::Ok),
+    }
 }
 
 fn hex(v: u64) -> String {
@@ -165,57 +165,101 @@ fn reasons(loads: &BinaryLoads) -> std::collections::BTreeMap<&'static str, usiz
     out
 }
 
-/// The JSON document (`memgaze.classify.v1`).
-pub fn to_json(binary: &Binary, loads: &BinaryLoads) -> Value {
-    let totals = loads.totals();
-    let mut functions = Vec::new();
-    let mut all_loads = Vec::new();
-    for (index, f) in &loads.functions {
-        let function = &binary.functions()[*index];
-        functions.push(json!({
-            "name": function.name,
-            "raw_name": function.raw_name,
-            "start": hex(function.start),
-            "size": function.size,
-            "source": function.source.as_str(),
-            "loads": counts(f),
-            "instrumented": f.instrumented(),
-            "compression_ratio": f.compression_ratio(),
-            "blocks": f.blocks,
-            "loops": f.loops,
-            "jump_tables": f.jump_tables,
-            "unresolved_indirect_jumps": f.unresolved_indirect_jumps,
-            "stack_loads": f.stack_loads,
-            "string_loads": f.string_loads,
-        }));
-        for l in &f.loads {
-            all_loads.push(load_json(binary, function, l));
-        }
-    }
+fn function_json(function: &Function, f: &FunctionLoads) -> Value {
     json!({
-        "schema": CLASSIFY_SCHEMA,
-        "binary": binary.identity(),
-        "kind": binary.kind(),
-        "discovery": binary.discovery(),
-        "has_lines": binary.has_lines(),
-        "summary": {
-            "functions": totals.functions,
-            "loads": totals.loads,
-            "Strided": totals.strided,
-            "Irregular": totals.irregular,
-            "Constant": totals.constant,
-            "instrumented": totals.instrumented,
-            "compression_ratio": totals.compression_ratio(),
-            "tls": totals.tls,
-            "stack_loads": totals.stack_loads,
-            "string_loads": totals.string_loads,
-            "jump_tables": totals.jump_tables,
-            "unresolved_indirect_jumps": totals.unresolved_indirect_jumps,
-            "reasons": reasons(loads),
-        },
-        "functions": functions,
-        "loads": all_loads,
+        "name": function.name,
+        "raw_name": function.raw_name,
+        "start": hex(function.start),
+        "size": function.size,
+        "source": function.source.as_str(),
+        "loads": counts(f),
+        "instrumented": f.instrumented(),
+        "compression_ratio": f.compression_ratio(),
+        "blocks": f.blocks,
+        "loops": f.loops,
+        "jump_tables": f.jump_tables,
+        "unresolved_indirect_jumps": f.unresolved_indirect_jumps,
+        "stack_loads": f.stack_loads,
+        "string_loads": f.string_loads,
     })
+}
+
+/// The JSON document (`memgaze.classify.v1`), serialised as it is written:
+/// `functions` and `loads` are produced element by element, so a large
+/// binary's millions of loads never sit in memory as one tree.
+struct Document<'a> {
+    binary: &'a Binary,
+    loads: &'a BinaryLoads,
+}
+
+struct Functions<'a>(&'a Document<'a>);
+struct Loads<'a>(&'a Document<'a>);
+
+impl serde::Serialize for Functions<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let d = self.0;
+        s.collect_seq(
+            d.loads
+                .functions
+                .iter()
+                .map(|(i, f)| function_json(&d.binary.functions()[*i], f)),
+        )
+    }
+}
+
+impl serde::Serialize for Loads<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let d = self.0;
+        s.collect_seq(d.loads.functions.iter().flat_map(|(i, f)| {
+            let function = &d.binary.functions()[*i];
+            f.loads
+                .iter()
+                .map(move |l| load_json(d.binary, function, l))
+        }))
+    }
+}
+
+impl serde::Serialize for Document<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let totals = self.loads.totals();
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("schema", CLASSIFY_SCHEMA)?;
+        m.serialize_entry("binary", self.binary.identity())?;
+        m.serialize_entry("kind", &self.binary.kind())?;
+        m.serialize_entry("discovery", self.binary.discovery())?;
+        m.serialize_entry("has_lines", &self.binary.has_lines())?;
+        m.serialize_entry(
+            "summary",
+            &json!({
+                "functions": totals.functions,
+                "loads": totals.loads,
+                "Strided": totals.strided,
+                "Irregular": totals.irregular,
+                "Constant": totals.constant,
+                "instrumented": totals.instrumented,
+                "compression_ratio": totals.compression_ratio(),
+                "tls": totals.tls,
+                "stack_loads": totals.stack_loads,
+                "string_loads": totals.string_loads,
+                "jump_tables": totals.jump_tables,
+                "unresolved_indirect_jumps": totals.unresolved_indirect_jumps,
+                "reasons": reasons(self.loads),
+            }),
+        )?;
+        m.serialize_entry("functions", &Functions(self))?;
+        m.serialize_entry("loads", &Loads(self))?;
+        m.end()
+    }
+}
+
+/// Writes the JSON document (`memgaze.classify.v1`) to `out`.
+pub fn write_json(
+    binary: &Binary,
+    loads: &BinaryLoads,
+    out: impl std::io::Write,
+) -> serde_json::Result<()> {
+    serde_json::to_writer_pretty(out, &Document { binary, loads })
 }
 
 /// Shortens a source path for a table: relative to the current directory

@@ -1,6 +1,6 @@
-//! Traces: the model of recorded load-address samples ([`model`]), its file
-//! format ([`format`]: [`TraceWriter`], [`TraceReader`]) and a text dump
-//! ([`dump`]).
+//! Traces: the model of recorded load-address samples (`model.rs`: [`Record`],
+//! [`TraceHeader`], [`TraceTotals`]…), its file format ([`mod@format`]:
+//! [`TraceWriter`], [`TraceReader`]) and a text dump ([`dump`]).
 
 pub mod dump;
 pub mod format;
