@@ -165,6 +165,7 @@ mod tests {
             mode: Some(InstrumentationMode::Soft),
             functions: Vec::new(),
             loads: Vec::new(),
+            ptwrites: Vec::new(),
         }
     }
 
