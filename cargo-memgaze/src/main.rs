@@ -16,6 +16,11 @@ fn main() {
             .map(|s| s.to_string())
             .or_else(|| info.payload().downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown panic".to_string());
+        // `cargo memgaze bench | head`: the reader left; stop quietly, as
+        // a shell pipeline expects (print! panics on a closed stdout).
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(0);
+        }
         let location = info
             .location()
             .map(|l| format!(" at {}:{}", l.file(), l.line()))

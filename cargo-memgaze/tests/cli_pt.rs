@@ -67,6 +67,80 @@ fn doctor_reports_every_check_with_a_reason_and_the_auto_choice() {
         assert_eq!(json["backends"][0]["usable"], false);
         assert_eq!(json["auto"]["backend"], "soft");
     }
+    // The software recorder's self-test really instruments and records a
+    // program (`true`), and passes here.
+    let self_test = json["backends"][1]["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "self_test")
+        .unwrap();
+    assert_eq!(self_test["status"], "pass", "{self_test}");
+    assert!(
+        self_test["detail"]
+            .as_str()
+            .unwrap()
+            .contains("same output and exit status"),
+        "{self_test}"
+    );
+    assert_eq!(json["backends"][1]["usable"], true);
+}
+
+/// Every recording command resolves `--backend` the same way: an explicit
+/// `pt` on a machine without it is one line and exit 1, before anything
+/// runs; `auto` says it chose the software recorder.
+#[test]
+fn recording_commands_refuse_an_unusable_pt_backend_in_one_line() {
+    if machine_has_ptwrite() {
+        return;
+    }
+    let tmp = std::env::temp_dir();
+    let tmp = tmp.to_str().unwrap();
+    for args in [
+        vec!["run", "--backend", "pt", "/bin/true"],
+        vec!["record", "--backend", "pt", "/bin/true"],
+        vec![
+            "bench",
+            "--backend",
+            "pt",
+            "--manifest-path",
+            "/nonexistent/Cargo.toml",
+        ],
+        vec![
+            "golden",
+            "--backend",
+            "pt",
+            "--manifest-path",
+            "/nonexistent/Cargo.toml",
+        ],
+        vec![
+            "validate",
+            "--backend",
+            "pt",
+            "--manifest-path",
+            "/nonexistent/Cargo.toml",
+        ],
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"))
+            .args(&args)
+            .current_dir(tmp)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: not one line: {err}");
+        assert!(
+            err.starts_with("error: --backend pt: Intel PT is unusable on this machine: "),
+            "{args:?}: {err}"
+        );
+    }
+    let o = memgaze(&["run", "/bin/true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("auto: software recorder, because Intel PT is unusable"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -26,7 +26,8 @@ pub struct Args {
 
 /// Runs the command.
 pub fn run(args: Args, _global: &Global) -> anyhow::Result<Exit> {
-    let report = probe::probe(&ProbeOptions::live(None));
+    let self_test: probe::SoftSelfTest<'_> = &super::backend::soft_self_test;
+    let report = probe::probe(&ProbeOptions::live(Some(self_test)));
     if let Some(request) = args.backend {
         let choice = probe::choose_backend(request, &report)?;
         let text = match args.format {

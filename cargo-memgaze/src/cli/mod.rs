@@ -8,6 +8,7 @@ use crate::error::Exit;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 pub mod analyze;
+pub mod backend;
 pub mod bench;
 pub mod classify;
 pub mod doctor;

@@ -8,8 +8,9 @@ use super::Global;
 use crate::annotation::{Annotation, InstrumentationMode};
 use crate::error::{Exit, usage};
 use crate::instrument;
+use crate::pt::probe::{BackendChoice, BackendRequest};
 use crate::record::{self, Recording};
-use crate::trace::{Sampling, TraceWriter};
+use crate::trace::{Backend, ProgramExit, Sampling, TraceWriter};
 use anyhow::{Context, Result, bail};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -30,21 +31,15 @@ pub struct SamplingArgs {
     /// header) for reproducible sampling.
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
-    /// `auto`: Intel PT where usable, else the software recorder; `soft`:
-    /// the software recorder; `pt`: Intel PT.
-    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
-    pub backend: BackendArg,
-}
-
-/// `--backend` values.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackendArg {
-    /// Intel PT when usable, else the software recorder.
-    Auto,
-    /// The software recorder.
-    Soft,
-    /// Intel PT.
-    Pt,
+    /// Recording backend: `auto` takes Intel PT where every check of
+    /// `cargo memgaze doctor` passes (and the program was instrumented with
+    /// `--mode ptwrite`), else the software recorder, and says which; `soft`
+    /// the software recorder; `pt` Intel PT (one error line where it cannot
+    /// run). With Intel PT, `--period` is the number of retired loads between
+    /// AUX samples (default 1000003 when `--period` is left at its default)
+    /// and `--window` does not apply.
+    #[arg(long, value_enum, default_value_t = BackendRequest::Auto)]
+    pub backend: BackendRequest,
 }
 
 impl SamplingArgs {
@@ -70,14 +65,63 @@ impl SamplingArgs {
         })
     }
 
-    /// Checks the backend choice for an instrumentation made for the
-    /// software recorder.
-    pub fn check_backend(&self) -> Result<()> {
-        match self.backend {
-            BackendArg::Auto | BackendArg::Soft => Ok(()),
-            BackendArg::Pt => bail!(
-                "--backend pt: the Intel PT collector is not wired into `record` yet; use --backend soft"
+    /// Resolves `--backend` against this machine (one error line when the
+    /// requested backend cannot run here).
+    pub fn resolve_backend(&self) -> Result<BackendChoice> {
+        super::backend::resolve(self.backend)
+    }
+
+    /// What the machine's `choice` means for a program instrumented with
+    /// `mode`: the backend to record with, and a note for the user when
+    /// `auto` decided.
+    pub fn backend_for(
+        &self,
+        choice: BackendChoice,
+        program: &Path,
+        mode: Option<InstrumentationMode>,
+    ) -> Result<(Backend, Option<String>)> {
+        let auto = self.backend == BackendRequest::Auto;
+        match (choice.backend, mode) {
+            (Backend::Pt, Some(InstrumentationMode::Ptwrite)) => {
+                Ok((Backend::Pt, auto.then_some(choice.reason)))
+            }
+            (Backend::Pt, _) if !auto => bail!(
+                "{}: instrumented with --mode soft; --backend pt records programs instrumented with --mode ptwrite",
+                program.display()
             ),
+            (Backend::Pt, _) => Ok((
+                Backend::Soft,
+                Some(format!(
+                    "auto: software recorder: Intel PT is usable here, but {} is instrumented with --mode soft",
+                    program.display()
+                )),
+            )),
+            (Backend::Soft, Some(InstrumentationMode::Ptwrite)) => bail!(
+                "{}: instrumented with --mode ptwrite; the software recorder needs --mode soft",
+                program.display()
+            ),
+            (Backend::Soft | Backend::Lackey, _) => {
+                Ok((Backend::Soft, auto.then_some(choice.reason)))
+            }
+        }
+    }
+
+    /// The Intel PT collection these flags ask for.
+    pub fn pt_options(&self) -> crate::pt::PtRecordOptions {
+        let mode = if self.full {
+            crate::pt::collect::CollectMode::Full
+        } else if self.period == record::DEFAULT_PERIOD {
+            crate::pt::collect::CollectMode::Sampled {
+                period: crate::pt::DEFAULT_LOAD_PERIOD,
+            }
+        } else {
+            crate::pt::collect::CollectMode::Sampled {
+                period: self.period,
+            }
+        };
+        crate::pt::PtRecordOptions {
+            mode,
+            ..Default::default()
         }
     }
 }
@@ -111,15 +155,17 @@ pub struct Args {
 
 /// Runs the command.
 pub fn run(args: Args, global: &Global) -> Result<Exit> {
-    args.sampling.check_backend()?;
     let sampling = args.sampling.sampling()?;
+    let choice = args.sampling.resolve_backend()?;
     let program = resolve_program(Path::new(&args.command[0]))?;
     let annotation = instrument::read_annotation(&program)?;
-    if annotation.mode != Some(InstrumentationMode::Soft) {
-        bail!(
-            "{}: instrumented with --mode ptwrite; the software recorder needs --mode soft",
-            program.display()
-        );
+    let (backend, note) = args
+        .sampling
+        .backend_for(choice, &program, annotation.mode)?;
+    if let Some(note) = note
+        && !global.quiet
+    {
+        eprintln!("memgaze: {note}");
     }
     let output = match &args.output {
         Some(path) => path.clone(),
@@ -135,6 +181,17 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             path
         }
     };
+    if backend == Backend::Pt {
+        let totals = record_pt_to_file(
+            &program,
+            &args.command[1..],
+            &annotation,
+            &args.sampling.pt_options(),
+            &output,
+            global,
+        )?;
+        return Ok(exit_like(totals.exit));
+    }
     let recording = record_to_file(
         &program,
         &args.command[1..],
@@ -146,6 +203,52 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         print_summary(&recording, &output);
     }
     Ok(exit_like_program(&recording))
+}
+
+/// Records a `--mode ptwrite` program with Intel PT into a trace file and
+/// prints what was lost; returns the trace's totals.
+pub fn record_pt_to_file(
+    program: &Path,
+    args: &[OsString],
+    annotation: &Annotation,
+    options: &crate::pt::PtRecordOptions,
+    output: &Path,
+    global: &Global,
+) -> Result<crate::trace::TraceTotals> {
+    let file = std::fs::File::create(output)
+        .with_context(|| format!("{}: cannot create", output.display()))?;
+    let (mut out, recording) = crate::pt::record(
+        std::io::BufWriter::new(file),
+        program,
+        args,
+        annotation,
+        options,
+    )?;
+    std::io::Write::flush(&mut out)
+        .with_context(|| format!("{}: cannot write", output.display()))?;
+    if !global.quiet {
+        let totals = &recording.totals;
+        eprintln!(
+            "memgaze: Intel PT: {} records in {} samples ({} PTW packets; {} records dropped, {} samples lost, {} truncated AUX records) → {}",
+            totals.records,
+            totals.samples,
+            recording.stats.ptw,
+            totals.dropped.records,
+            recording.losses.lost_samples,
+            recording.losses.aux_truncated,
+            output.display()
+        );
+    }
+    Ok(recording.totals)
+}
+
+/// The exit code for a program that ended with `exit` (128 + N for signal N).
+pub fn exit_like(exit: Option<ProgramExit>) -> Exit {
+    match exit {
+        None | Some(ProgramExit::Code(0)) => Exit::Ok,
+        Some(ProgramExit::Code(code)) => std::process::exit(code),
+        Some(ProgramExit::Signal(signal)) => std::process::exit(128 + signal),
+    }
 }
 
 /// Records `program` into a trace file; returns what the recording said.

@@ -50,11 +50,27 @@ pub struct Args {
 
 /// Runs the command.
 pub fn run(args: Args, global: &Global) -> Result<Exit> {
-    args.sampling.check_backend()?;
     let sampling = args.sampling.sampling()?;
     let program = resolve_program(Path::new(&args.command[0]))?;
+    // `run` instruments for whichever backend the machine offers.
+    let choice = args.sampling.resolve_backend()?;
+    let mode = match choice.backend {
+        crate::trace::Backend::Pt => InstrumentationMode::Ptwrite,
+        _ => InstrumentationMode::Soft,
+    };
     let (instrumented, annotation, _temporary) =
-        instrumented_copy(&program, args.functions.as_deref(), global)?;
+        instrumented_copy(&program, args.functions.as_deref(), mode, global)?;
+    let (backend, note) = args
+        .sampling
+        .backend_for(choice, &program, annotation.mode)?;
+    if let Some(note) = note
+        && !global.quiet
+    {
+        eprintln!("memgaze: {note}");
+    }
+    if backend == crate::trace::Backend::Pt {
+        return run_pt(&args, &instrumented, &annotation, global);
+    }
 
     let mut command = vec![program.display().to_string()];
     command.extend(
@@ -95,9 +111,41 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         print_summary(&recording, target);
     }
     let analysis = analyzer.finish(&recording.totals);
+    print_analysis(&args, &analysis)?;
+    Ok(exit_like_program(&recording))
+}
+
+/// `run` with Intel PT: the trace goes to a file (`--save-trace`, else a
+/// temporary one) and is analysed from there.
+fn run_pt(
+    args: &Args,
+    instrumented: &Path,
+    annotation: &Annotation,
+    global: &Global,
+) -> Result<Exit> {
+    let temporary = tempfile::tempdir().context("cannot create a temporary directory")?;
+    let trace = args
+        .save_trace
+        .clone()
+        .unwrap_or_else(|| temporary.path().join("trace.mgz"));
+    let totals = super::record::record_pt_to_file(
+        instrumented,
+        &args.command[1..],
+        annotation,
+        &args.sampling.pt_options(),
+        &trace,
+        global,
+    )?;
+    let reader = crate::trace::TraceReader::open(&trace)?;
+    let analysis = crate::analysis::analyze_trace(reader, &AnalysisOptions::default())?;
+    print_analysis(args, &analysis)?;
+    Ok(super::record::exit_like(totals.exit))
+}
+
+fn print_analysis(args: &Args, analysis: &crate::analysis::Analysis) -> Result<()> {
     let text = match args.format {
-        Format::Table => table::render(&analysis, &table::TableOptions::default()),
-        Format::Json => serde_json::to_string_pretty(&analysis)? + "\n",
+        Format::Table => table::render(analysis, &table::TableOptions::default()),
+        Format::Json => serde_json::to_string_pretty(analysis)? + "\n",
     };
     match &args.output {
         Some(path) => std::fs::write(path, text)
@@ -108,7 +156,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             out.flush()?;
         }
     }
-    Ok(exit_like_program(&recording))
+    Ok(())
 }
 
 /// The instrumented copy of `program` for this selection, made if missing
@@ -116,6 +164,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
 fn instrumented_copy(
     program: &Path,
     functions: Option<&str>,
+    mode: InstrumentationMode,
     global: &Global,
 ) -> Result<(PathBuf, Annotation, Option<tempfile::TempDir>)> {
     let bytes =
@@ -125,6 +174,7 @@ fn instrumented_copy(
         let mut hasher = sha2::Sha256::new();
         hasher.update(&bytes);
         hasher.update(functions.unwrap_or("*").as_bytes());
+        hasher.update(format!("{mode:?}").as_bytes());
         hasher.update(env!("CARGO_PKG_VERSION").as_bytes());
         hasher.update(
             std::env::current_exe()
@@ -161,8 +211,7 @@ fn instrumented_copy(
     if !global.quiet {
         eprintln!("memgaze: instrumenting {}…", program.display());
     }
-    let result =
-        super::instrument::instrument_file(program, &output, functions, InstrumentationMode::Soft)?;
+    let result = super::instrument::instrument_file(program, &output, functions, mode)?;
     if global.verbose > 0 {
         eprint!("{}", result.report);
     }

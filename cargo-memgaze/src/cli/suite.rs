@@ -7,31 +7,14 @@ use crate::cargo::{self, BenchSuite, BuildOptions, CargoArgs, HarnessArgs};
 use crate::pipeline::{self, InstrumentedBench};
 use anyhow::Context;
 
-/// `--backend` values.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Backend {
-    /// Intel PT when usable, else the software recorder.
-    #[default]
-    Auto,
-    /// The software recorder (works everywhere).
-    Soft,
-    /// Intel PT `ptwrite` (needs hardware and kernel support).
-    Pt,
-}
+/// `--backend` values (the same as every recording command's).
+pub use crate::pt::probe::BackendRequest as Backend;
 
-/// Resolves `--backend` for a suite run: the software recorder, which is
-/// what runs benches here. `Some(note)` explains an `auto` choice.
+/// Resolves `--backend` for a suite run: suites record with the software
+/// recorder; `Some(note)` says what `auto` chose and why.
 pub fn choose_backend(backend: Backend) -> anyhow::Result<Option<String>> {
-    match backend {
-        Backend::Soft => Ok(None),
-        Backend::Auto => Ok(Some(
-            "note: backend auto: the software recorder (bench suites are not yet recorded with Intel PT)"
-                .to_string(),
-        )),
-        Backend::Pt => anyhow::bail!(
-            "--backend pt: bench suites are recorded with the software recorder only for now; use --backend soft or auto"
-        ),
-    }
+    let choice = super::backend::software_only(backend, "a bench suite")?;
+    Ok((backend == Backend::Auto).then(|| format!("note: backend {}", choice.reason)))
 }
 
 /// Builds the benches and lists the selected ones (cargo's output on

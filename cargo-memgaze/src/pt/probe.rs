@@ -30,7 +30,7 @@ pub enum CheckStatus {
     Fail,
     /// Not evaluated because a check it depends on failed.
     Skipped,
-    /// Not evaluated because the code that performs it is not wired in yet.
+    /// Not evaluated by this command (too costly here; `doctor` runs it).
     Pending,
 }
 
@@ -733,7 +733,7 @@ fn probe_soft(options: &ProbeOptions<'_>, facts: &Facts) -> BackendReport {
         None => Check::new(
             "self_test",
             Pending,
-            "test instrumentation of a tiny program: not wired in yet (it needs the rewriter)",
+            "test instrumentation of a tiny program: not run by recording commands (`cargo memgaze doctor` runs it)",
         ),
         Some(test) => match test() {
             Ok(summary) => Check::new("self_test", Pass, summary),
