@@ -338,6 +338,60 @@ fn a_named_bench_without_the_harness_is_an_error() {
     );
 }
 
+/// Issue 6's own commands on the bundled suite: `-- --list` lists every
+/// microbenchmark, `-- chase` records only `chase` (at a small size here).
+#[test]
+fn microbench_list_and_filter_through_the_command_line() {
+    let manifest = workspace_manifest();
+    let out = cargo_memgaze(&manifest, &["-q", "-p", "microbenches", "--", "--list"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "str1: bench\nstr8: bench\nirr: bench\nirr-rand: bench\nirr-half: bench\n\
+         str/irr: bench\nirr|str|irr: bench\nchase: bench\n"
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"))
+        .args(["memgaze", "bench", "--locked", "--manifest-path"])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(shared_target_dir())
+        .args([
+            "-q",
+            "-p",
+            "microbenches",
+            "--seed",
+            "1",
+            "--period",
+            "1000",
+            "--window",
+            "100",
+            "--message-format",
+            "json",
+            "--",
+            "chase",
+        ])
+        .env("MEMGAZE_MICRO_ELEMENTS", "4096")
+        .env("MEMGAZE_MICRO_REPS", "2")
+        .env_remove("CI")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let messages: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ran: Vec<&serde_json::Value> = messages
+        .iter()
+        .filter(|m| m["reason"] == "bench-started" || m["reason"] == "bench-finished")
+        .collect();
+    assert_eq!(ran.len(), 2, "{messages:?}");
+    assert!(ran.iter().all(|m| m["name"] == "chase"), "{messages:?}");
+    let summary = &ran[1]["summary"];
+    assert!(summary["samples"].as_u64().unwrap() >= 10, "{summary}");
+    assert!(summary["F_irr_frac"].as_f64().unwrap() >= 0.9, "{summary}");
+}
+
 #[test]
 fn list_and_filters_through_the_command_line() {
     let manifest = fixture("hashmap-vs-btree");

@@ -702,13 +702,38 @@ mod tests {
         })
     }
 
+    /// Alternates, every 20 000 records, between a phase of strided loads
+    /// only and one of irregular loads only: every window of up to 2^9
+    /// records is all one class, so a sample's `F_str` is all or nothing.
+    fn phased(total: u64) -> impl Iterator<Item = (u32, u64)> {
+        let mut state = 7u64;
+        (0..total).map(move |j| {
+            if (j / 20_000) % 2 == 0 {
+                (0, 0x10_0000 + 4 * (j % 100_000))
+            } else {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (1, 0x80_0000 + 8 * ((state >> 33) % 200_000))
+            }
+        })
+    }
+
     fn full_metrics(header: &TraceHeader, total: u64) -> GoldenMetrics {
+        full_metrics_of(header, total, program(total))
+    }
+
+    fn full_metrics_of(
+        header: &TraceHeader,
+        total: u64,
+        records: impl Iterator<Item = (u32, u64)>,
+    ) -> GoldenMetrics {
         let header = TraceHeader {
             sampling: Sampling::full(),
             ..header.clone()
         };
         let mut analyzer = Analyzer::new(&header, &AnalysisOptions::default()).unwrap();
-        for (load, addr) in program(total) {
+        for (load, addr) in records {
             analyzer.push_load(load, addr, 0, 0);
         }
         let analysis = analyzer.finish(&TraceTotals {
@@ -729,6 +754,16 @@ mod tests {
         window: u64,
         period: u64,
     ) -> (Analysis, SampleSet) {
+        sampled_of(header, total, window, period, program(total))
+    }
+
+    fn sampled_of(
+        header: &TraceHeader,
+        total: u64,
+        window: u64,
+        period: u64,
+        program: impl Iterator<Item = (u32, u64)>,
+    ) -> (Analysis, SampleSet) {
         let header = TraceHeader {
             sampling: Sampling {
                 window,
@@ -742,7 +777,7 @@ mod tests {
         let mut breakdown = SampleBreakdown::new(&header, &options);
         let mut samples = 0u64;
         let mut records = 0u64;
-        for (j, (load, addr)) in program(total).enumerate() {
+        for (j, (load, addr)) in program.enumerate() {
             let j = j as u64;
             // Start each sample at a varying offset in its period.
             let offset = (j / period * 7919) % (period - window);
@@ -811,6 +846,51 @@ mod tests {
             "{:?}",
             c.problems
         );
+    }
+
+    /// Enough samples and an unbiased mean are not enough: when samples
+    /// disagree so much that the 95% interval is wider than the limit, the
+    /// run is undersampled (spec/METRICS.md), not passed.
+    #[test]
+    fn a_wide_interval_is_undersampled_even_when_the_error_is_small() {
+        let header = header();
+        let total = 600_000;
+        let golden = full_metrics_of(&header, total, phased(total));
+        // Four samples in every phase: the mean is right, but each sample
+        // sees one class only.
+        let (analysis, samples) = sampled_of(&header, total, 1000, 5_000, phased(total));
+        assert_eq!(samples.samples.len(), 120);
+        let c = compare(&golden, &analysis, &samples, &Limits::default());
+        assert_eq!(c.status, Status::Undersampled, "{c:#?}");
+        let f_str = c
+            .trace_windows
+            .iter()
+            .find(|e| e.metric == "F_str")
+            .unwrap();
+        assert_eq!(f_str.error.status, Status::Undersampled, "{f_str:?}");
+        assert!(f_str.error.error.unwrap() < 0.05, "{f_str:?}");
+        let [lo, hi] = f_str.error.ci.unwrap();
+        assert!(hi - lo > Limits::default().trace_mape, "{lo} {hi}");
+        assert!(
+            c.problems
+                .iter()
+                .any(|p| p.contains("95% interval of trace-window F_str")),
+            "{:?}",
+            c.problems
+        );
+        let kernel = &c.functions[0];
+        assert_eq!(kernel.f_str_frac.status, Status::Undersampled, "{kernel:?}");
+        // The same program sampled in every period of 500 records instead
+        // (1200 samples of 250) averages out: the interval narrows.
+        let (analysis, samples) = sampled_of(&header, total, 250, 500, phased(total));
+        let c = compare(&golden, &analysis, &samples, &Limits::default());
+        let f_str = c
+            .trace_windows
+            .iter()
+            .find(|e| e.metric == "F_str")
+            .unwrap();
+        let [lo, hi] = f_str.error.ci.unwrap();
+        assert!(hi - lo < Limits::default().trace_mape, "{lo} {hi}");
     }
 
     #[test]
