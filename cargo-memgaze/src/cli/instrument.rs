@@ -25,8 +25,10 @@ pub struct Args {
     /// glob, e.g. `'*lookup*'`.
     #[arg(long, value_name = "GLOB")]
     pub functions: Option<String>,
-    /// `soft`: software recorder probes (runs anywhere); `ptwrite`: Intel PT
-    /// `ptwrite` before each load (needs a CPU with PTWRITE).
+    /// `soft`: counting probes and the software recorder (runs anywhere;
+    /// what `record`/`run` need); `ptwrite`: Intel PT `ptwrite` of each
+    /// load's address registers (for the PT backend; needs a CPU with
+    /// PTWRITE, else the program dies of SIGILL).
     #[arg(long, value_enum, default_value_t = ModeArg::Soft)]
     pub mode: ModeArg,
     /// How to print the report.

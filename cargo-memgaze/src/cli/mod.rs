@@ -96,12 +96,37 @@ pub enum Command {
     /// report and gate.
     Bench(bench::Args),
     /// Instrument, record and analyse one program.
+    ///
+    /// Instruments the program (cached under target/memgaze/instrumented/
+    /// inside a cargo project), runs it with its arguments, stdin, stdout
+    /// and exit status untouched, records a sampled trace (by default
+    /// windows of 1000 load executions per period of 100000, ≈1%; --full
+    /// for everything) and prints the analysis.
+    ///
+    /// Example: cargo memgaze run --seed 1 -- target/release/mybin input.txt
     Run(run::Args),
     /// Show the functions and classified loads of an executable.
     Classify(classify::Args),
     /// Write an instrumented executable and its annotation.
+    ///
+    /// Copies the selected functions (all by default) with a probe before
+    /// each explicit load into a new segment, patches their entries, and
+    /// prints what was and was not instrumented: load coverage, skipped
+    /// functions and every place execution can escape into uninstrumented
+    /// code. One instrumented binary serves any sampling parameters of
+    /// `record`; run alone, it behaves like the original.
+    ///
+    /// Example: cargo memgaze instrument target/release/mybin -o mybin.mg
     Instrument(instrument::Args),
     /// Run an instrumented program and write its trace.
+    ///
+    /// The program's arguments, stdin, stdout, stderr and exit status pass
+    /// through untouched (death by signal N exits 128 + N); ASLR is off.
+    /// Sampled by default: windows of 1000 consecutive instrumented-load
+    /// executions per period of 100000 (≈1% of the loads), every execution
+    /// counted; --full records all of them.
+    ///
+    /// Example: cargo memgaze record --seed 1 -o run.trace -- ./mybin.mg input.txt
     Record(record::Args),
     /// Compute the locality metrics of a trace or a Lackey log.
     Analyze(analyze::Args),

@@ -18,17 +18,25 @@ use std::path::{Path, PathBuf};
 /// Sampling flags shared by `record` and `run`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct SamplingArgs {
-    /// Record every instrumented-load execution (a full trace).
+    /// Record every instrumented-load execution (a full trace, `z = 0`):
+    /// exact, but about 10–60× slower than the program alone and a trace
+    /// as large as the loads executed. Without it, sampled recording.
     #[arg(long, conflicts_with_all = ["period", "window"])]
     pub full: bool,
-    /// Instrumented-load executions per sampling period (`w + z`).
+    /// Instrumented-load executions per sampling period (`w + z`), per
+    /// thread. Each period records one window of `--window` consecutive
+    /// executions and skips the rest; the skip is jittered by ±1/8 so loops
+    /// cannot alias with it. The default with `--window 1000` records ≈1%.
     #[arg(long, value_name = "N", default_value_t = record::DEFAULT_PERIOD)]
     pub period: u64,
-    /// Consecutive executions recorded per period (`w`).
+    /// Consecutive instrumented-load executions recorded per period (`w`,
+    /// one sample window). All executions are counted either way, so the
+    /// analysis knows the sampling ratio ρ exactly.
     #[arg(long, value_name = "W", default_value_t = record::DEFAULT_WINDOW)]
     pub window: u64,
-    /// Seed of the period jitter (default: random, printed in the trace
-    /// header) for reproducible sampling.
+    /// Seed of the sampling jitter and of each thread's first window's
+    /// phase (default: random, written in the trace header). The same seed
+    /// and input give the same samples.
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
     /// Recording backend: `auto` takes Intel PT where every check of
@@ -201,6 +209,20 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     )?;
     if !global.quiet {
         print_summary(&recording, &output);
+        let total = annotation.loads.len();
+        let covered = annotation
+            .loads
+            .iter()
+            .filter(|l| l.instrumented || l.proxy.is_some())
+            .count();
+        eprintln!(
+            "memgaze: coverage: {covered} of {total} explicit loads of the selected functions instrumented or implied ({:.1}%; `cargo memgaze instrument` lists the rest)",
+            if total == 0 {
+                100.0
+            } else {
+                100.0 * covered as f64 / total as f64
+            }
+        );
     }
     Ok(exit_like_program(&recording))
 }

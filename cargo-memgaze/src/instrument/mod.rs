@@ -668,6 +668,7 @@ pub fn instrument_with_code(
         }
     }
     report.loads = annotation.loads.len();
+    report.coverage = report.static_coverage();
     report.functions_instrumented = plans
         .iter()
         .filter(|p| p.annotation_function.is_some())

@@ -35,6 +35,9 @@ pub struct Report {
     pub loads_instrumented: usize,
     /// Constant loads implied by a probe (proxy compression).
     pub loads_implied: usize,
+    /// Share of `loads` instrumented or implied, in `[0, 1]` (1 when there
+    /// are none): the static coverage.
+    pub coverage: f64,
     /// `reason → count` of loads neither instrumented nor implied.
     pub loads_skipped: BTreeMap<String, usize>,
     /// `fast-path variant → count` of software probes.
