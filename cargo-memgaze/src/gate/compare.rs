@@ -175,11 +175,19 @@ impl BenchVerdict {
                 .iter()
                 .filter(|m| m.limit.is_some() && m.old.is_some() && m.new.is_some())
                 .count();
-            let _ = writeln!(
-                out,
-                "{}: within limits of baseline `{baseline}` ({gated} metrics compared)",
-                self.bench
-            );
+            let _ = if gated == 0 {
+                writeln!(
+                    out,
+                    "{}: nothing compared with baseline `{baseline}`: no gated metric has a value in both runs",
+                    self.bench
+                )
+            } else {
+                writeln!(
+                    out,
+                    "{}: within limits of baseline `{baseline}` ({gated} metrics compared)",
+                    self.bench
+                )
+            };
         } else {
             for r in &self.regressions {
                 let _ = writeln!(out, "regression: {}", r.human());
@@ -273,15 +281,19 @@ pub fn compare_analysis(
     let mut notes = Vec::new();
     let mut widen = None;
     if !new_recording.full {
-        for (which, analysis) in [("baseline", a), ("this run", b)] {
-            if analysis.summary.samples < MIN_SAMPLES {
-                notes.push(format!(
-                    "undersampled: {which} has {} samples (< {MIN_SAMPLES}); its metrics are too noisy to gate reliably — lower --period or run the bench longer",
-                    analysis.summary.samples
-                ));
-            }
+        let (old_samples, new_samples) = (a.summary.samples, b.summary.samples);
+        let short: Vec<String> = [("baseline", old_samples), ("this run", new_samples)]
+            .into_iter()
+            .filter(|(_, n)| *n < MIN_SAMPLES)
+            .map(|(which, n)| format!("{which} {n}"))
+            .collect();
+        if !short.is_empty() {
+            notes.push(format!(
+                "undersampled ({} samples, < {MIN_SAMPLES}): too noisy to gate reliably — lower --period or run the bench longer",
+                short.join(", ")
+            ));
         }
-        let samples = a.summary.samples.min(b.summary.samples);
+        let samples = old_samples.min(new_samples);
         widen = noise_factor(samples);
         if let Some(factor) = widen {
             notes.push(format!(
@@ -338,10 +350,10 @@ pub fn compare_analysis(
         let (wa, wb) = (windows_at(a, k), windows_at(b, k));
         if !new_recording.full && wa.min(wb) < MIN_SAMPLES {
             notes.push(format!(
-                "only {} windows of {} accesses in the {}: dF, F_str_frac and F_irr_frac are noisy",
+                "only {} windows of {} accesses in {}: dF, F_str_frac and F_irr_frac are noisy",
                 wa.min(wb),
                 1u64 << k,
-                if wa < wb { "baseline" } else { "this run" }
+                if wa < wb { "the baseline" } else { "this run" }
             ));
         }
     }
