@@ -688,3 +688,83 @@ fn the_gate_fails_a_worse_access_pattern_and_passes_unchanged_code() {
     let scan = by_reason(&all, "baseline-comparison")[0];
     assert_eq!(scan["regressions"].as_u64(), Some(regressions.len() as u64));
 }
+
+/// `ci/memgaze-gate.sh`, the CI script of the example workflow, on the
+/// fixture: `compare` without a baseline records and warns, `save` keeps
+/// one, `compare` on the worse pattern exits 3 with a GitHub annotation
+/// and the regressions in the job summary.
+#[test]
+fn the_ci_gate_script_saves_and_compares() {
+    let _lock = serial();
+    let manifest = fixture_manifest();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/memgaze-gate.sh");
+    let target = shared_target_dir();
+    let name = "ci-script";
+    let _ = std::fs::remove_dir_all(target.join("memgaze/baselines").join(name));
+    let tmp = tempfile::tempdir().unwrap();
+    let summary = tmp.path().join("summary.md");
+    let run = |mode: &str, extra: &[&str]| {
+        let mut cmd = Command::new("bash");
+        cmd.arg(&script)
+            .arg(mode)
+            .args(["--locked", "--manifest-path"])
+            .arg(&manifest)
+            .args(extra)
+            .args(["--", "--exact", "scan"])
+            .env(
+                "MEMGAZE_COMMAND",
+                format!("{} memgaze", env!("CARGO_BIN_EXE_cargo-memgaze")),
+            )
+            .env("MEMGAZE_BASELINE", name)
+            .env("CARGO_TARGET_DIR", &target)
+            .env("GITHUB_ACTIONS", "true")
+            .env("GITHUB_STEP_SUMMARY", &summary)
+            .env_remove("CI");
+        cmd.output().unwrap()
+    };
+    let text = |out: &Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+
+    let out = run("compare", &["--no-report"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("::warning::no memgaze baseline `ci-script`"),
+        "{}",
+        text(&out)
+    );
+
+    let out = run("save", &["--no-report"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        target
+            .join("memgaze/baselines/ci-script/hashmap-vs-btree/lookup/scan/baseline.json")
+            .is_file()
+    );
+
+    std::fs::write(&summary, "").unwrap();
+    let out = run("compare", &["--features", "worse"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        text(&out)
+            .contains("::error::memgaze: memory-locality regression against baseline `ci-script`"),
+        "{}",
+        text(&out)
+    );
+    let summary = std::fs::read_to_string(&summary).unwrap();
+    assert!(
+        summary.contains("- `hashmap-vs-btree/lookup/scan: F_irr_frac 0 → "),
+        "{summary}"
+    );
+
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg("nope")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
