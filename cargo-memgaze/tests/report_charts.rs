@@ -52,6 +52,16 @@ fn trace_window_histogram_with_golden_overlay() {
     );
     assert_text_containing(&svg, "window size (accesses");
     assert_text_containing(&svg, "footprint");
+    // The [0, 1] axis ticks share one precision.
+    let ticks: Vec<String> = support::svg::texts(&svg)
+        .into_iter()
+        .filter(|t| t.starts_with("0.") || t == "1.0")
+        .collect();
+    assert!(!ticks.is_empty(), "ticks of the ΔF axis");
+    assert!(
+        ticks.iter().all(|t| t.len() == 3),
+        "one decimal on every tick: {ticks:?}"
+    );
     render_png(&svg, "a-trace-windows");
 }
 
