@@ -554,3 +554,217 @@ fn validate_fails_when_undersampled_or_off_the_limit() {
     let out = run(&[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
+
+/// Issue 8: the regression gate through the command line. A baseline of
+/// the fixture at default sampling; the same code with another seed passes
+/// the default limits (sampling noise only); `--features worse` (the
+/// `scan` bench walks a linked list instead of an array) fails with exit
+/// 3, naming the regression in human and JSON output and in the report.
+#[test]
+fn the_gate_fails_a_worse_access_pattern_and_passes_unchanged_code() {
+    let _lock = serial();
+    let manifest = fixture_manifest();
+    let name = "gate-e2e";
+    let root = shared_target_dir().join("memgaze");
+    let _ = std::fs::remove_dir_all(root.join("baselines").join(name));
+    let bench = |extra: &[&str]| memgaze("bench", &manifest, extra, &[]);
+
+    let out = bench(&["-q", "--seed", "1", "--no-report", "--save-baseline", name]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        root.join("baselines/gate-e2e/hashmap-vs-btree/lookup/scan/baseline.json")
+            .is_file()
+    );
+
+    // Unchanged code, other samples: every bench within the limits.
+    let out = bench(&[
+        "-q",
+        "--seed",
+        "2",
+        "--no-report",
+        "--baseline",
+        name,
+        "--message-format",
+        "json",
+    ]);
+    let all = messages(&out);
+    let comparisons = by_reason(&all, "baseline-comparison");
+    let verdicts: Vec<String> = comparisons
+        .iter()
+        .map(|c| format!("{}: {} {}", c["bench"], c["metrics"], c["notes"]))
+        .collect();
+    assert_eq!(out.status.code(), Some(0), "{}", verdicts.join("\n"));
+    assert_eq!(comparisons.len(), 5, "{all:?}");
+    assert!(by_reason(&all, "regression").is_empty());
+    let scan = comparisons.iter().find(|c| c["bench"] == "scan").unwrap();
+    assert_eq!(scan["has_baseline"], true);
+    assert_eq!(scan["regressions"], 0);
+    let compared: Vec<&str> = scan["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| !m["limit"].is_null() && !m["old"].is_null() && !m["new"].is_null())
+        .map(|m| m["metric"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        compared,
+        ["A_hat", "dF", "F_str_frac", "F_irr_frac", "D_mean"],
+        "{scan}"
+    );
+
+    // The worse access pattern, for people: exit 3, the regression named
+    // on stdout, the gate's summary on stderr, and in the report.
+    let out = bench(&["--seed", "3", "--features", "worse", "--baseline", name]);
+    let (stdout, err) = (String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert_eq!(out.status.code(), Some(3), "{stdout}\n{err}");
+    let regressions: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("regression: "))
+        .collect();
+    assert!(
+        regressions.iter().any(|l| l
+            .starts_with("regression: hashmap-vs-btree/lookup/scan: F_irr_frac 0 → ")
+            && l.ends_with("(+1 from 0; limit +0.1)")),
+        "{stdout}"
+    );
+    assert!(
+        regressions
+            .iter()
+            .all(|l| l.starts_with("regression: hashmap-vs-btree/lookup/scan: ")),
+        "only scan changed: {stdout}"
+    );
+    assert!(
+        err.contains("regression(s) against baseline `gate-e2e` in 5 bench(es) checked"),
+        "{err}"
+    );
+    let report = std::fs::read_to_string(root.join("report/index.html")).unwrap();
+    assert!(
+        report.contains("regression: hashmap-vs-btree/lookup/scan: F_irr_frac 0 → "),
+        "the report names the regression"
+    );
+
+    // ... and for scripts: `regression` objects with the fields of
+    // spec/CLI.md's bench stream.
+    let out = bench(&[
+        "-q",
+        "--seed",
+        "4",
+        "--features",
+        "worse",
+        "--no-report",
+        "--baseline",
+        name,
+        "--message-format",
+        "json",
+        "--",
+        "scan",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let all = messages(&out);
+    let regressions = by_reason(&all, "regression");
+    let irr = regressions
+        .iter()
+        .find(|r| r["metric"] == "F_irr_frac")
+        .unwrap_or_else(|| panic!("{all:?}"));
+    assert_eq!(
+        (
+            &irr["baseline"],
+            &irr["package"],
+            &irr["target"],
+            &irr["bench"]
+        ),
+        (
+            &Value::from(name),
+            &Value::from("hashmap-vs-btree"),
+            &Value::from("lookup"),
+            &Value::from("scan")
+        )
+    );
+    assert_eq!(irr["old"], 0.0);
+    assert!(f64_of(&irr["new"]) >= 0.9, "{irr}");
+    assert!(f64_of(&irr["change"]) >= 0.9, "{irr}");
+    assert!(irr["change_frac"].is_null(), "from 0: no relative change");
+    assert_eq!(irr["limit"], "+0.1");
+    let scan = by_reason(&all, "baseline-comparison")[0];
+    assert_eq!(scan["regressions"].as_u64(), Some(regressions.len() as u64));
+}
+
+/// `ci/memgaze-gate.sh`, the CI script of the example workflow, on the
+/// fixture: `compare` without a baseline records and warns, `save` keeps
+/// one, `compare` on the worse pattern exits 3 with a GitHub annotation
+/// and the regressions in the job summary.
+#[test]
+fn the_ci_gate_script_saves_and_compares() {
+    let _lock = serial();
+    let manifest = fixture_manifest();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/memgaze-gate.sh");
+    let target = shared_target_dir();
+    let name = "ci-script";
+    let _ = std::fs::remove_dir_all(target.join("memgaze/baselines").join(name));
+    let tmp = tempfile::tempdir().unwrap();
+    let summary = tmp.path().join("summary.md");
+    let run = |mode: &str, extra: &[&str]| {
+        let mut cmd = Command::new("bash");
+        cmd.arg(&script)
+            .arg(mode)
+            .args(["--locked", "--manifest-path"])
+            .arg(&manifest)
+            .args(extra)
+            .args(["--", "--exact", "scan"])
+            .env(
+                "MEMGAZE_COMMAND",
+                format!("{} memgaze", env!("CARGO_BIN_EXE_cargo-memgaze")),
+            )
+            .env("MEMGAZE_BASELINE", name)
+            .env("CARGO_TARGET_DIR", &target)
+            .env("GITHUB_ACTIONS", "true")
+            .env("GITHUB_STEP_SUMMARY", &summary)
+            .env_remove("CI");
+        cmd.output().unwrap()
+    };
+    let text = |out: &Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+
+    let out = run("compare", &["--no-report"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("::warning::no memgaze baseline `ci-script`"),
+        "{}",
+        text(&out)
+    );
+
+    let out = run("save", &["--no-report"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        target
+            .join("memgaze/baselines/ci-script/hashmap-vs-btree/lookup/scan/baseline.json")
+            .is_file()
+    );
+
+    std::fs::write(&summary, "").unwrap();
+    let out = run("compare", &["--features", "worse"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        text(&out)
+            .contains("::error::memgaze: memory-locality regression against baseline `ci-script`"),
+        "{}",
+        text(&out)
+    );
+    let summary = std::fs::read_to_string(&summary).unwrap();
+    assert!(
+        summary.contains("- `hashmap-vs-btree/lookup/scan: F_irr_frac 0 → "),
+        "{summary}"
+    );
+
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg("nope")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -256,3 +256,73 @@ fn fail_fast_stops_at_the_first_regression_and_new_benches_pass() {
         verdicts[0].human("main")
     );
 }
+
+#[test]
+fn undersampled_runs_widen_the_limits_of_sampled_metrics_but_still_catch_a_new_pattern() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("memgaze");
+    // 3 M loads, one sample per 600 K: 5 samples.
+    let sparse = (1000, 600_000);
+    let old = analyse(dir.path(), Kernel::Str1, 1, sparse);
+    assert_eq!(old.summary.samples, 5);
+    save_baseline(&root, "main", &[run("walk", old)]).unwrap();
+    let limit_of = |v: &memgaze::gate::BenchVerdict, metric: Metric| {
+        v.metrics
+            .iter()
+            .find(|m| m.metric == metric)
+            .and_then(|m| m.limit)
+            .map(|l| l.to_string())
+    };
+
+    // The same program: within the widened limits, and the verdict says
+    // by how much they were widened.
+    let mut gate = Gate::new(
+        load_baseline(&root, "main").unwrap(),
+        Limits::defaults(),
+        false,
+    );
+    let same = gate
+        .check(&run("walk", analyse(dir.path(), Kernel::Str1, 2, sparse)))
+        .unwrap();
+    assert!(same.regressions.is_empty(), "{}", same.human("main"));
+    assert!(
+        same.notes
+            .iter()
+            .any(|n| n == "limits of sampled metrics widened ×2.45 (√(30/5)) to keep sampling noise inside them"),
+        "{:?}",
+        same.notes
+    );
+    assert_eq!(
+        limit_of(&same, Metric::DMean).as_deref(),
+        Some("+49% and +2.45")
+    );
+    assert_eq!(limit_of(&same, Metric::FIrrFrac).as_deref(), Some("+0.245"));
+    // Â is counted, not sampled: its limit stays.
+    assert_eq!(limit_of(&same, Metric::AHat).as_deref(), Some("+10%"));
+
+    // A linked-list walk instead of the array scan is still caught.
+    let worse = gate
+        .check(&run("walk", analyse(dir.path(), Kernel::Chase, 2, sparse)))
+        .unwrap();
+    let metrics: Vec<Metric> = worse.regressions.iter().map(|r| r.metric).collect();
+    assert!(metrics.contains(&Metric::FIrrFrac), "{metrics:?}");
+    assert!(
+        worse
+            .human("main")
+            .contains("F_irr_frac 0 → 1 (+1 from 0; limit +0.245)"),
+        "{}",
+        worse.human("main")
+    );
+    assert_eq!(gate.exit(), Exit::Regression);
+}
+
+#[test]
+fn the_noise_factor_grows_as_one_over_the_root_of_the_samples() {
+    use memgaze::gate::compare::noise_factor;
+    assert_eq!(noise_factor(0), None, "nothing sampled: nothing compared");
+    assert_eq!(noise_factor(1), Some(5.48));
+    assert_eq!(noise_factor(4), Some(2.74));
+    assert_eq!(noise_factor(29), Some(1.02));
+    assert_eq!(noise_factor(30), None);
+    assert_eq!(noise_factor(1000), None);
+}

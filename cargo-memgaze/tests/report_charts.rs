@@ -52,6 +52,16 @@ fn trace_window_histogram_with_golden_overlay() {
     );
     assert_text_containing(&svg, "window size (accesses");
     assert_text_containing(&svg, "footprint");
+    // The [0, 1] axis ticks share one precision.
+    let ticks: Vec<String> = support::svg::texts(&svg)
+        .into_iter()
+        .filter(|t| t.starts_with("0.") || t == "1.0")
+        .collect();
+    assert!(!ticks.is_empty(), "ticks of the ΔF axis");
+    assert!(
+        ticks.iter().all(|t| t.len() == 3),
+        "one decimal on every tick: {ticks:?}"
+    );
     render_png(&svg, "a-trace-windows");
 }
 
@@ -126,7 +136,30 @@ fn reuse_histogram() {
     )
     .unwrap();
     assert_texts(&svg, &["0", "1", "2–3", "512–1023"]);
+    // Shares from 30 % down to 2.6 %: a linear axis.
+    assert_texts(&svg, &["share of accesses with a D"]);
     render_png(&svg, "b-reuse");
+
+    // One bin holds nearly everything (a scan): the tail would be slivers
+    // on a linear axis, so the axis turns logarithmic.
+    let mut skewed = bins(1);
+    skewed[0].count = 5_000_000;
+    let svg = reuse::render(
+        "str1: reuse distance",
+        "",
+        &[reuse::ReuseSeries {
+            label: "this run".into(),
+            bins: skewed,
+            cold: 900,
+        }],
+        64,
+    )
+    .unwrap();
+    assert_texts(
+        &svg,
+        &["share of accesses with a D (log)", "100%", "1%", "0.01%"],
+    );
+    render_png(&svg, "b-reuse-log");
     let svg = reuse::render(
         "chase: reuse distance",
         "",
@@ -263,6 +296,23 @@ fn empty_inputs_say_so_instead_of_drawing_nothing() {
     assert!(profile.addresses.per_address);
     let svg = memgaze::report::charts::address::render("t", "", &profile.addresses).unwrap();
     assert_text_containing(&svg, "no address was accessed twice within a sample");
+    // The address labels sit right under the bars, not under an empty panel.
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let y_of = |prefix: &str| -> f64 {
+        doc.descendants()
+            .find(|n| {
+                n.has_tag_name("text") && n.text().is_some_and(|t| t.trim().starts_with(prefix))
+            })
+            .and_then(|n| n.attribute("y"))
+            .unwrap_or_else(|| panic!("no text {prefix:?}"))
+            .parse()
+            .unwrap()
+    };
+    let (label, note) = (y_of("0x7f3a1c"), y_of("no address was accessed"));
+    assert!(
+        label < note && label > 0.7 * 640.0,
+        "label at {label}, note at {note}"
+    );
     let svg = heatmap::render("t", "", &profile.heatmap, "time").unwrap();
     assert_texts(&svg, &["accesses per cell", "0x7f3a1c000000"]);
     let svg = bars::render(&bars::BarChart {

@@ -14,6 +14,20 @@ use std::fmt::Write as _;
 /// (spec/METRICS.md, "Undersampling").
 pub const MIN_SAMPLES: u64 = 30;
 
+/// How much an undersampled comparison widens the limits of sampled
+/// metrics: `√(MIN_SAMPLES / n)` for `0 < n < MIN_SAMPLES` samples (the
+/// smaller of the two runs), rounded to two decimals; `None` from
+/// `MIN_SAMPLES` on. The default limits are ≥ 3σ of the sampling noise of
+/// a difference of two runs at `MIN_SAMPLES` samples (ARCHITECTURE.md,
+/// "Default regression limits"); that σ grows as `1/√n`, so this keeps the
+/// same margin for short benches instead of failing them on noise, while a
+/// change of access pattern (a fraction moving by 0.5 and more, `ΔF` or
+/// `D` doubling) still exceeds the widened limits down to a few samples.
+pub fn noise_factor(samples: u64) -> Option<f64> {
+    (samples > 0 && samples < MIN_SAMPLES)
+        .then(|| ((MIN_SAMPLES as f64 / samples as f64).sqrt() * 100.0).round() / 100.0)
+}
+
 /// A metric that got worse than its limit allows.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Regression {
@@ -161,11 +175,19 @@ impl BenchVerdict {
                 .iter()
                 .filter(|m| m.limit.is_some() && m.old.is_some() && m.new.is_some())
                 .count();
-            let _ = writeln!(
-                out,
-                "{}: within limits of baseline `{baseline}` ({gated} metrics compared)",
-                self.bench
-            );
+            let _ = if gated == 0 {
+                writeln!(
+                    out,
+                    "{}: nothing compared with baseline `{baseline}`: no gated metric has a value in both runs",
+                    self.bench
+                )
+            } else {
+                writeln!(
+                    out,
+                    "{}: within limits of baseline `{baseline}` ({gated} metrics compared)",
+                    self.bench
+                )
+            };
         } else {
             for r in &self.regressions {
                 let _ = writeln!(out, "regression: {}", r.human());
@@ -257,14 +279,26 @@ pub fn compare_analysis(
     let (a, b) = (&old.analysis, analysis);
     let window_k = common_window_k(a, b);
     let mut notes = Vec::new();
+    let mut widen = None;
     if !new_recording.full {
-        for (which, analysis) in [("baseline", a), ("this run", b)] {
-            if analysis.summary.samples < MIN_SAMPLES {
-                notes.push(format!(
-                    "undersampled: {which} has {} samples (< {MIN_SAMPLES}); its metrics are too noisy to gate reliably — lower --period or run the bench longer",
-                    analysis.summary.samples
-                ));
-            }
+        let (old_samples, new_samples) = (a.summary.samples, b.summary.samples);
+        let short: Vec<String> = [("baseline", old_samples), ("this run", new_samples)]
+            .into_iter()
+            .filter(|(_, n)| *n < MIN_SAMPLES)
+            .map(|(which, n)| format!("{which} {n}"))
+            .collect();
+        if !short.is_empty() {
+            notes.push(format!(
+                "undersampled ({} samples, < {MIN_SAMPLES}): too noisy to gate reliably — lower --period or run the bench longer",
+                short.join(", ")
+            ));
+        }
+        let samples = old_samples.min(new_samples);
+        widen = noise_factor(samples);
+        if let Some(factor) = widen {
+            notes.push(format!(
+                "limits of sampled metrics widened ×{factor} (√({MIN_SAMPLES}/{samples})) to keep sampling noise inside them"
+            ));
         }
     }
     match window_k {
@@ -285,7 +319,10 @@ pub fn compare_analysis(
         if old_value.is_none() && new_value.is_none() {
             continue;
         }
-        let limit = limits.get(metric).copied();
+        let limit = limits.get(metric).map(|limit| match widen {
+            Some(factor) if metric.is_sampled() => limit.widened(factor),
+            _ => *limit,
+        });
         let regressed = match (limit, old_value, new_value) {
             (Some(limit), Some(old_v), Some(new_v)) => limit.exceeded(old_v, new_v),
             _ => false,
@@ -313,10 +350,10 @@ pub fn compare_analysis(
         let (wa, wb) = (windows_at(a, k), windows_at(b, k));
         if !new_recording.full && wa.min(wb) < MIN_SAMPLES {
             notes.push(format!(
-                "only {} windows of {} accesses in the {}: dF, F_str_frac and F_irr_frac are noisy",
+                "only {} windows of {} accesses in {}: dF, F_str_frac and F_irr_frac are noisy",
                 wa.min(wb),
                 1u64 << k,
-                if wa < wb { "baseline" } else { "this run" }
+                if wa < wb { "the baseline" } else { "this run" }
             ));
         }
     }

@@ -52,6 +52,20 @@ impl Limit {
     }
 }
 
+impl Limit {
+    /// This limit with its relative and absolute parts multiplied by
+    /// `factor` (the direction kept): how an undersampled comparison keeps
+    /// the same margin over sampling noise, whose standard deviation grows
+    /// as `1/√samples` ([`super::compare::noise_factor`]).
+    pub fn widened(&self, factor: f64) -> Limit {
+        Limit {
+            direction: self.direction,
+            relative: self.relative.map(|r| r * factor),
+            absolute: self.absolute.map(|a| a * factor),
+        }
+    }
+}
+
 impl fmt::Display for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let sign = self.direction.sign();

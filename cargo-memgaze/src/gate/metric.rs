@@ -138,6 +138,14 @@ impl Metric {
         )
     }
 
+    /// Whether the metric is estimated from the samples, so that two runs
+    /// of the same program differ by sampling noise. Only `Â` is not: the
+    /// software recorder counts every instrumented-load execution, so `ρ`
+    /// scales the sampled loads back to an exact count.
+    pub fn is_sampled(self) -> bool {
+        self != Metric::AHat
+    }
+
     /// Whether the metric is a mean over code windows (needs a window size
     /// both runs have).
     pub fn is_windowed(self) -> bool {

@@ -34,8 +34,24 @@ fn draw(body: &Area, profile: &AddressProfile) -> Result<()> {
     } else {
         "address range"
     };
+    // Inter-access distance, mean ± std, where an address recurs within a
+    // sample.
+    let stats: Vec<(usize, f64, f64)> = profile
+        .bins
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| Some((i, b.interval_mean?, b.interval_std.unwrap_or(0.0))))
+        .collect();
     let height = body.dim_in_pixel().1;
-    let (upper, lower) = body.split_vertically(height * 46 / 100);
+    // Without distances the lower panel would be an empty box between the
+    // bars and their address labels: the bars take the space, the labels
+    // go right under them and a one-line note says why there is no panel.
+    let (upper, lower) = if stats.is_empty() {
+        body.split_vertically(height - 130)
+    } else {
+        body.split_vertically(height * 46 / 100)
+    };
+    let (upper_axis, note) = lower.split_vertically(80);
     let x_range = 0f64..n as f64;
 
     // Accesses.
@@ -67,6 +83,9 @@ fn draw(body: &Area, profile: &AddressProfile) -> Result<()> {
             )
             .map_err(plot_error)?;
         separators(&mut chart, profile, lo / 2.0, hi * 2.0)?;
+        if stats.is_empty() {
+            range_labels(body, &upper_axis, &chart, profile, lo / 2.0)?;
+        }
     } else {
         let mut chart = ChartBuilder::on(&upper)
             .margin(8)
@@ -91,29 +110,17 @@ fn draw(body: &Area, profile: &AddressProfile) -> Result<()> {
             )
             .map_err(plot_error)?;
         separators(&mut chart, profile, 0.0, top * 1.1)?;
+        if stats.is_empty() {
+            range_labels(body, &upper_axis, &chart, profile, 0.0)?;
+        }
     }
 
-    // Inter-access distance, mean ± std.
-    let stats: Vec<(usize, f64, f64)> = profile
-        .bins
-        .iter()
-        .enumerate()
-        .filter_map(|(i, b)| Some((i, b.interval_mean?, b.interval_std.unwrap_or(0.0))))
-        .collect();
     let y_desc = "distance between accesses: mean ± std";
     let (lower_plot, x_axis) = lower.split_vertically(lower.dim_in_pixel().1 - 70);
     if stats.is_empty() {
-        let chart = ChartBuilder::on(&lower_plot)
-            .margin(8)
-            .margin_right(16)
-            .x_label_area_size(4)
-            .y_label_area_size(80)
-            .build_cartesian_2d(x_range, 0f64..1f64)
-            .map_err(plot_error)?;
-        range_labels(&x_axis, &chart, profile, 0.0)?;
         draw_empty(
-            &lower_plot,
-            "no address was accessed twice within a sample: no distances",
+            &note,
+            "no address was accessed twice within a sample, so no distances between accesses to plot",
         )?;
     } else {
         let hi = stats.iter().map(|(_, m, s)| m + s).fold(0.0f64, f64::max);
@@ -133,7 +140,7 @@ fn draw(body: &Area, profile: &AddressProfile) -> Result<()> {
             mesh(&mut chart, &format!("{y_desc} (log)"))?;
             error_bars(&mut chart, &stats, y0)?;
             separators(&mut chart, profile, y0, y1)?;
-            range_labels(&x_axis, &chart, profile, y0)?;
+            range_labels(body, &x_axis, &chart, profile, y0)?;
         } else {
             let mut chart = ChartBuilder::on(&lower_plot)
                 .margin(8)
@@ -145,7 +152,7 @@ fn draw(body: &Area, profile: &AddressProfile) -> Result<()> {
             mesh(&mut chart, y_desc)?;
             error_bars(&mut chart, &stats, y0)?;
             separators(&mut chart, profile, y0, y1)?;
-            range_labels(&x_axis, &chart, profile, y0)?;
+            range_labels(body, &x_axis, &chart, profile, y0)?;
         }
     }
     Ok(())
@@ -223,8 +230,11 @@ fn separators<'a, Y: Ranged<ValueType = f64>>(
     Ok(())
 }
 
-/// Labels under the x axis: each range's first address and its size.
+/// Labels under the x axis: each range's first address and its size (on
+/// `body`, so that they are not clipped to `area`, which holds the axis
+/// description below them).
 fn range_labels<'a, Y: Ranged<ValueType = f64>>(
+    body: &Area,
     area: &Area,
     chart: &ChartContext<'a, SVGBackend<'a>, Cartesian2d<RangedCoordf64, Y>>,
     profile: &AddressProfile,
@@ -237,13 +247,13 @@ fn range_labels<'a, Y: Ranged<ValueType = f64>>(
             continue;
         }
         draw_text_at(
-            area,
+            body,
             format_address(range.start),
             (x + 2, y + 6),
             text(12, &DARK, HPos::Left, VPos::Top),
         )?;
         draw_text_at(
-            area,
+            body,
             format!("{} range", format_bytes(range.end - range.start)),
             (x + 2, y + 22),
             text(11, &MUTED, HPos::Left, VPos::Top),

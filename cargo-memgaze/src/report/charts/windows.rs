@@ -129,6 +129,9 @@ fn draw(body: &Area, curves: &[WindowCurve]) -> Result<()> {
     } else {
         (d_max * 1.25).max(0.01)
     };
+    // One precision for every tick (`0.2 … 1.0`, not `0.800` next to
+    // `1.00`): enough decimals for a tick step of about a fifth of the axis.
+    let decimals = (-(d_top / 5.0).log10()).ceil().max(1.0) as usize;
     let mut chart = ChartBuilder::on(&lower)
         .margin(8)
         .margin_right(16)
@@ -139,7 +142,7 @@ fn draw(body: &Area, curves: &[WindowCurve]) -> Result<()> {
     house_style(&mut chart.configure_mesh())
         .x_labels(x_labels)
         .x_label_formatter(&x_format)
-        .y_label_formatter(&|v| format_value(*v))
+        .y_label_formatter(&|v| format!("{v:.decimals$}"))
         .y_labels(6)
         .x_desc("window size (accesses; 1K = 1024)")
         .y_desc("ΔF, F_irr share")
