@@ -301,8 +301,10 @@ struct SideMaps {
 /// A function's own access sequence in the current piece.
 struct FunctionEngine {
     engine: WindowEngine,
-    /// Sequence state of addresses this function does not own.
-    addrs: Map<u64, AddrLocal>,
+    /// Sequence state of addresses this function does not own (an address
+    /// table, not a `HashMap`: a strided scan of another function's data
+    /// then walks neighbouring slots instead of missing on every access).
+    addrs: AddrTable<PackedSlot<AddrLocal>, ByteAddresses>,
 }
 
 /// Everything about one thread of the current sample.
@@ -914,7 +916,7 @@ impl Analyzer {
                 let lasts = if owned {
                     &mut entry.function_lasts
                 } else {
-                    fe.addrs.entry(addr).or_default().for_piece(piece)
+                    fe.addrs.entry(addr).for_piece(piece)
                 };
                 fe.engine.access(addr, lasts, strided, implied)
             }
@@ -941,7 +943,7 @@ impl Analyzer {
             fe.engine.close(
                 |a| match addrs.get(a) {
                     Some(e) if primary && e.owner == owner => last_of(&e.function_lasts),
-                    _ => last_of(&own[&a].lasts),
+                    _ => last_of(&own.get(a).expect("address seen").lasts),
                 },
                 &mut self.functions[f as usize].sums,
             );
@@ -1374,7 +1376,7 @@ fn function_engine(
     let fe = engines[f].get_or_insert_with(|| {
         Box::new(FunctionEngine {
             engine: WindowEngine::new(lo, top),
-            addrs: Map::default(),
+            addrs: AddrTable::new(),
         })
     });
     if fe.engine.piece() != piece {
