@@ -11,10 +11,12 @@
 //! - keeps keys of one *chunk* (16 neighbours: the 4-byte granules of a
 //!   64-byte line, or the lines of 1 KiB) in consecutive slots, from a
 //!   Fibonacci hash of the chunk — a stream touches one key line per chunk;
-//! - probes linearly (load ≤ 70%) over a dense array of keys (8 per cache
-//!   line), and keeps each value in its own 64-byte, line-aligned cell, so
-//!   a hit touches one key line and one value line;
-//! - exposes [`AddrTable::prefetch`] for both.
+//! - probes linearly (load ≤ 70%) over slots that hold the key beside its
+//!   value: the address table's slots are one 64-byte, line-aligned cache
+//!   line each ([`LineSlot`]), so a hit touches one cache line (keys and
+//!   values in separate arrays cost two random lines per lookup; measured
+//!   in ARCHITECTURE.md), small values are packed ([`PackedSlot`]);
+//! - exposes [`AddrTable::prefetch`] to load a slot ahead of its use.
 //!
 //! Entries are never removed. Memory is proportional to the distinct keys.
 
@@ -42,19 +44,72 @@ impl KeyLayout for LineNumbers {
     const GRANULE_SHIFT: u32 = 0;
 }
 
-#[derive(Clone, Copy, Default)]
-#[repr(C, align(64))]
-struct Cell<V>(V);
+/// A slot of the table: a key and its value side by side, so that a hit
+/// touches one cache line, not a key line and a value line.
+pub(crate) trait Slot: Copy {
+    type Value: Copy + Default;
+    /// A slot holding `key` and the default value.
+    fn new(key: u64) -> Self;
+    fn key(&self) -> u64;
+    fn value(&self) -> &Self::Value;
+    fn value_mut(&mut self) -> &mut Self::Value;
+}
 
-/// Hash table from `u64` keys to `V` (see the module docs).
-pub(crate) struct AddrTable<V, L> {
-    keys: Vec<u64>,
-    values: Vec<Cell<V>>,
-    /// `64 − log2(keys.len())`: the Fibonacci hash keeps the top bits.
+/// A slot that is exactly one 64-byte, line-aligned cache line (for values
+/// of up to 56 bytes): a random lookup costs one cache miss.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
+pub(crate) struct LineSlot<V> {
+    key: u64,
+    value: V,
+}
+
+/// A slot packed with its neighbours (small values).
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub(crate) struct PackedSlot<V> {
+    key: u64,
+    value: V,
+}
+
+macro_rules! impl_slot {
+    ($slot:ident) => {
+        impl<V: Copy + Default> Slot for $slot<V> {
+            type Value = V;
+            #[inline]
+            fn new(key: u64) -> Self {
+                $slot {
+                    key,
+                    value: V::default(),
+                }
+            }
+            #[inline]
+            fn key(&self) -> u64 {
+                self.key
+            }
+            #[inline]
+            fn value(&self) -> &V {
+                &self.value
+            }
+            #[inline]
+            fn value_mut(&mut self) -> &mut V {
+                &mut self.value
+            }
+        }
+    };
+}
+impl_slot!(LineSlot);
+impl_slot!(PackedSlot);
+
+/// Hash table from `u64` keys to values kept in slots `S` (see the module
+/// docs).
+pub(crate) struct AddrTable<S: Slot, L> {
+    slots: Vec<S>,
+    /// `64 − log2(slots.len())`: the Fibonacci hash keeps the top bits.
     shift: u32,
     len: usize,
     /// The value of key `u64::MAX`, which marks empty slots.
-    max_key: Option<V>,
+    max_key: Option<S::Value>,
     layout: std::marker::PhantomData<L>,
 }
 
@@ -87,11 +142,10 @@ pub(crate) fn advise_huge_pages(start: usize, len: usize) {
     }
 }
 
-impl<V: Copy + Default, L: KeyLayout> AddrTable<V, L> {
+impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
     pub fn new() -> Self {
         AddrTable {
-            keys: huge_vec(MIN_SLOTS, EMPTY),
-            values: huge_vec(MIN_SLOTS, Cell::default()),
+            slots: huge_vec(MIN_SLOTS, S::new(EMPTY)),
             shift: 64 - MIN_SLOTS.trailing_zeros(),
             len: 0,
             max_key: None,
@@ -109,26 +163,24 @@ impl<V: Copy + Default, L: KeyLayout> AddrTable<V, L> {
         let chunk = key >> L::CHUNK_SHIFT;
         let mixed = (chunk ^ 0x2d35_8dcc_aa6c_78a5).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let place = (key >> L::GRANULE_SHIFT) & 15;
-        ((mixed >> self.shift) as usize).wrapping_add(place as usize) & (self.keys.len() - 1)
+        ((mixed >> self.shift) as usize).wrapping_add(place as usize) & (self.slots.len() - 1)
     }
 
-    /// Hints the CPU to load the key and value lines where `key` lives (or
-    /// would).
+    /// Hints the CPU to load the slot where `key` lives (or would).
     #[inline]
     pub fn prefetch(&self, key: u64) {
         let i = self.home(key);
-        prefetch(&self.keys[i] as *const u64 as *const u8);
-        prefetch(&self.values[i] as *const Cell<V> as *const u8);
+        prefetch(&self.slots[i] as *const S as *const u8);
     }
 
     /// The slot of `key`: `Ok(i)` when present, `Err(i)` the empty slot
     /// where it would go.
     #[inline]
     fn find(&self, key: u64) -> Result<usize, usize> {
-        let mask = self.keys.len() - 1;
+        let mask = self.slots.len() - 1;
         let mut i = self.home(key);
         loop {
-            let k = self.keys[i];
+            let k = self.slots[i].key();
             if k == key {
                 return Ok(i);
             }
@@ -141,66 +193,63 @@ impl<V: Copy + Default, L: KeyLayout> AddrTable<V, L> {
 
     /// The value of `key`, inserted as `V::default()` if absent.
     #[inline]
-    pub fn entry(&mut self, key: u64) -> &mut V {
+    pub fn entry(&mut self, key: u64) -> &mut S::Value {
         if key == EMPTY {
-            return self.max_key.get_or_insert_with(V::default);
+            return self.max_key.get_or_insert_with(S::Value::default);
         }
         let i = match self.find(key) {
             Ok(i) => i,
             Err(i) => {
-                if (self.len + 1) * 10 > self.keys.len() * 7 {
+                if (self.len + 1) * 10 > self.slots.len() * 7 {
                     self.grow();
                     return self.entry(key);
                 }
                 self.len += 1;
-                self.keys[i] = key;
+                self.slots[i] = S::new(key);
                 i
             }
         };
-        &mut self.values[i].0
+        self.slots[i].value_mut()
     }
 
     /// The value of `key`, if present.
     #[inline]
-    pub fn get(&self, key: u64) -> Option<&V> {
+    pub fn get(&self, key: u64) -> Option<&S::Value> {
         if key == EMPTY {
             return self.max_key.as_ref();
         }
-        self.find(key).ok().map(|i| &self.values[i].0)
+        self.find(key).ok().map(|i| self.slots[i].value())
     }
 
     /// The value of `key`, if present.
     #[inline]
-    pub fn get_mut(&mut self, key: u64) -> Option<&mut V> {
+    pub fn get_mut(&mut self, key: u64) -> Option<&mut S::Value> {
         if key == EMPTY {
             return self.max_key.as_mut();
         }
         match self.find(key) {
-            Ok(i) => Some(&mut self.values[i].0),
+            Ok(i) => Some(self.slots[i].value_mut()),
             Err(_) => None,
         }
     }
 
     /// Every (key, value), in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (u64, &V)> {
-        self.keys
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &S::Value)> {
+        self.slots
             .iter()
-            .zip(&self.values)
-            .filter(|(k, _)| **k != EMPTY)
-            .map(|(k, v)| (*k, &v.0))
+            .filter(|s| s.key() != EMPTY)
+            .map(|s| (s.key(), s.value()))
             .chain(self.max_key.as_ref().map(|v| (EMPTY, v)))
     }
 
     #[cold]
     fn grow(&mut self) {
-        let new_len = self.keys.len() * 2;
-        let keys = std::mem::replace(&mut self.keys, huge_vec(new_len, EMPTY));
-        let values = std::mem::replace(&mut self.values, huge_vec(new_len, Cell::default()));
+        let new_len = self.slots.len() * 2;
+        let old = std::mem::replace(&mut self.slots, huge_vec(new_len, S::new(EMPTY)));
         self.shift -= 1;
-        for (key, value) in keys.into_iter().zip(values).filter(|(k, _)| *k != EMPTY) {
-            let i = self.find(key).expect_err("keys are unique");
-            self.keys[i] = key;
-            self.values[i] = value;
+        for slot in old.into_iter().filter(|s| s.key() != EMPTY) {
+            let i = self.find(slot.key()).expect_err("keys are unique");
+            self.slots[i] = slot;
         }
     }
 }
@@ -225,7 +274,8 @@ mod tests {
 
     #[test]
     fn behaves_like_a_map() {
-        let mut table: AddrTable<u64, ByteAddresses> = AddrTable::new();
+        let mut table: AddrTable<LineSlot<u64>, ByteAddresses> = AddrTable::new();
+        let mut packed: AddrTable<PackedSlot<u64>, LineNumbers> = AddrTable::new();
         let mut model: HashMap<u64, u64> = HashMap::new();
         let mut x = 7u64;
         for i in 0..200_000u64 {
@@ -239,20 +289,24 @@ mod tests {
                 _ => x % 1000,
             };
             *table.entry(key) += i;
+            *packed.entry(key) += i;
             *model.entry(key).or_default() += i;
         }
         assert_eq!(table.len(), model.len());
         for (k, v) in &model {
             assert_eq!(table.get(*k), Some(v));
+            assert_eq!(packed.get(*k), Some(v));
         }
         assert_eq!(table.iter().count(), model.len());
+        assert_eq!(packed.iter().count(), model.len());
         assert_eq!(table.get(12345678901), None);
         table.prefetch(42);
     }
 
     #[test]
-    fn values_are_one_cache_line() {
-        assert_eq!(std::mem::size_of::<Cell<[u8; 64]>>(), 64);
-        assert_eq!(std::mem::align_of::<Cell<u8>>(), 64);
+    fn line_slots_are_one_cache_line() {
+        assert_eq!(std::mem::size_of::<LineSlot<[u8; 56]>>(), 64);
+        assert_eq!(std::mem::align_of::<LineSlot<u8>>(), 64);
+        assert_eq!(std::mem::size_of::<PackedSlot<u32>>(), 16);
     }
 }

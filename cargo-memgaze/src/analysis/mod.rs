@@ -35,7 +35,7 @@ mod windows;
 
 pub use result::*;
 
-use addr_table::{AddrTable, ByteAddresses, LineNumbers};
+use addr_table::{AddrTable, ByteAddresses, LineNumbers, LineSlot, PackedSlot};
 use intervals::IntervalBuilder;
 use regions::LineStat;
 use reuse::{BlockLocal, ReuseTracker};
@@ -176,19 +176,21 @@ struct LoadSlot {
 }
 
 /// Everything about an address: whole-trace facts and, for the first
-/// thread of the current sample, its per-piece positions — one 64-byte
-/// slot of [`AddrTable`], found with one lookup per access.
+/// thread of the current sample, its per-piece positions — with its key,
+/// one 64-byte slot of [`AddrTable`] (56 bytes at most), found with one
+/// lookup per access.
 #[derive(Clone, Copy, Debug)]
 struct AddrEntry {
     /// Positions in the piece's trace-window sequence.
     lasts: Lasts,
     /// Positions in the owner function's sequence (same piece).
     function_lasts: Lasts,
+    /// Strided and Irregular accesses, below [`COUNT_LIMIT`]; then the
+    /// counts move to [`Analyzer::mixed_counts`] and this holds
+    /// [`COUNTS_ELSEWHERE`].
+    counts: [u32; 2],
     /// Piece of `lasts` and `function_lasts`.
     piece: u32,
-    /// Strided and Irregular accesses (until one would overflow; then the
-    /// counts move to [`Analyzer::mixed_counts`]).
-    counts: [u32; 2],
     /// Function (index + 1) whose sequence state lives here; other
     /// functions keep theirs in [`FunctionEngine::addrs`].
     owner: u32,
@@ -197,23 +199,62 @@ struct AddrEntry {
     /// Index of its line in [`Analyzer::line_arena`] ([`NO_LINE`] until
     /// linked): later accesses reach the line without a hash lookup.
     line: u32,
-    /// Set when its counts are in [`Analyzer::mixed_counts`].
-    counts_elsewhere: bool,
 }
 
 const NO_LINE: u32 = u32::MAX;
+/// A class count in [`AddrEntry::counts`] stays below this.
+const COUNT_LIMIT: u32 = u32::MAX - 1;
+/// [`AddrEntry::counts`] of an address whose counts are in
+/// [`Analyzer::mixed_counts`] (no count below [`COUNT_LIMIT`] equals it).
+const COUNTS_ELSEWHERE: [u32; 2] = [u32::MAX; 2];
+
+const _: () = assert!(std::mem::size_of::<LineSlot<AddrEntry>>() == 64);
 
 impl Default for AddrEntry {
     fn default() -> Self {
         AddrEntry {
             lasts: NO_LASTS,
             function_lasts: NO_LASTS,
-            piece: 0,
             counts: [0; 2],
+            piece: 0,
             owner: 0,
             interval_last: 0,
             line: NO_LINE,
-            counts_elsewhere: false,
+        }
+    }
+}
+
+impl AddrEntry {
+    /// Counts one access of `class` (0 Strided, 1 Irregular) to `addr`,
+    /// moving the counts to `elsewhere` when one would reach
+    /// [`COUNT_LIMIT`].
+    #[inline]
+    fn count(&mut self, addr: u64, class: usize, elsewhere: &mut Map<u64, [u64; 2]>) {
+        if self.counts[class] < COUNT_LIMIT - 1 {
+            self.counts[class] += 1;
+        } else {
+            self.count_elsewhere(addr, class, elsewhere);
+        }
+    }
+
+    #[cold]
+    fn count_elsewhere(&mut self, addr: u64, class: usize, elsewhere: &mut Map<u64, [u64; 2]>) {
+        if self.counts == COUNTS_ELSEWHERE {
+            elsewhere.get_mut(&addr).expect("counted elsewhere")[class] += 1;
+        } else {
+            let mut counts = self.counts.map(u64::from);
+            counts[class] += 1;
+            elsewhere.insert(addr, counts);
+            self.counts = COUNTS_ELSEWHERE;
+        }
+    }
+
+    /// Strided and Irregular accesses over the whole trace.
+    fn class_counts(&self, addr: u64, elsewhere: &Map<u64, [u64; 2]>) -> [u64; 2] {
+        if self.counts == COUNTS_ELSEWHERE {
+            elsewhere[&addr]
+        } else {
+            self.counts.map(u64::from)
         }
     }
 }
@@ -260,8 +301,10 @@ struct SideMaps {
 /// A function's own access sequence in the current piece.
 struct FunctionEngine {
     engine: WindowEngine,
-    /// Sequence state of addresses this function does not own.
-    addrs: Map<u64, AddrLocal>,
+    /// Sequence state of addresses this function does not own (an address
+    /// table, not a `HashMap`: a strided scan of another function's data
+    /// then walks neighbouring slots instead of missing on every access).
+    addrs: AddrTable<PackedSlot<AddrLocal>, ByteAddresses>,
 }
 
 /// Everything about one thread of the current sample.
@@ -310,10 +353,10 @@ pub struct Analyzer {
     function_ranges: Vec<(u64, u64, u32)>,
     functions: Vec<FunctionAcc>,
 
-    addrs: AddrTable<AddrEntry, ByteAddresses>,
+    addrs: AddrTable<LineSlot<AddrEntry>, ByteAddresses>,
     /// Line number → index + 1 into `line_arena` (consulted only when an
     /// address is first seen).
-    lines: AddrTable<u32, LineNumbers>,
+    lines: AddrTable<PackedSlot<u32>, LineNumbers>,
     line_arena: Vec<LineEntry>,
     blocks: Map<u64, BlockLocal>,
     /// Strided and Irregular accesses of addresses touched by both classes
@@ -836,16 +879,7 @@ impl Analyzer {
         // size, and the owner function's code windows.
         let entry = addr_entry;
         let class = !strided as usize;
-        if entry.counts_elsewhere {
-            self.mixed_counts.get_mut(&addr).expect("counted elsewhere")[class] += 1;
-        } else if entry.counts[class] < u32::MAX {
-            entry.counts[class] += 1;
-        } else {
-            let mut counts = entry.counts.map(u64::from);
-            counts[class] += 1;
-            self.mixed_counts.insert(addr, counts);
-            entry.counts_elsewhere = true;
-        }
+        entry.count(addr, class, &mut self.mixed_counts);
         if let Some(f) = function
             && entry.owner == 0
             && side.is_none()
@@ -882,7 +916,7 @@ impl Analyzer {
                 let lasts = if owned {
                     &mut entry.function_lasts
                 } else {
-                    fe.addrs.entry(addr).or_default().for_piece(piece)
+                    fe.addrs.entry(addr).for_piece(piece)
                 };
                 fe.engine.access(addr, lasts, strided, implied)
             }
@@ -909,7 +943,7 @@ impl Analyzer {
             fe.engine.close(
                 |a| match addrs.get(a) {
                     Some(e) if primary && e.owner == owner => last_of(&e.function_lasts),
-                    _ => last_of(&own[&a].lasts),
+                    _ => last_of(&own.get(a).expect("address seen").lasts),
                 },
                 &mut self.functions[f as usize].sums,
             );
@@ -1017,11 +1051,7 @@ impl Analyzer {
         let f_str: f64 = addrs
             .iter()
             .map(|(addr, e)| {
-                let [s, i] = if e.counts_elsewhere {
-                    mixed_counts[&addr]
-                } else {
-                    e.counts.map(u64::from)
-                };
+                let [s, i] = e.class_counts(addr, mixed_counts);
                 s as f64 / (s + i) as f64
             })
             .sum();
@@ -1346,7 +1376,7 @@ fn function_engine(
     let fe = engines[f].get_or_insert_with(|| {
         Box::new(FunctionEngine {
             engine: WindowEngine::new(lo, top),
-            addrs: Map::default(),
+            addrs: AddrTable::new(),
         })
     });
     if fe.engine.piece() != piece {
@@ -1520,6 +1550,35 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-12
+    }
+
+    #[test]
+    fn class_counts_move_elsewhere_before_they_overflow() {
+        let mut elsewhere: Map<u64, [u64; 2]> = Map::default();
+        let mut entry = AddrEntry {
+            counts: [COUNT_LIMIT - 2, 5],
+            ..AddrEntry::default()
+        };
+        entry.count(7, 0, &mut elsewhere);
+        entry.count(7, 1, &mut elsewhere);
+        assert_eq!(entry.counts, [COUNT_LIMIT - 1, 6]);
+        assert!(elsewhere.is_empty());
+        entry.count(7, 0, &mut elsewhere);
+        assert_eq!(entry.counts, COUNTS_ELSEWHERE);
+        for class in [0, 0, 1] {
+            entry.count(7, class, &mut elsewhere);
+        }
+        let limit = u64::from(COUNT_LIMIT);
+        assert_eq!(entry.class_counts(7, &elsewhere), [limit + 2, 7]);
+        // Both counts one below the limit: the marker's value is never a
+        // real count.
+        let mut both = AddrEntry {
+            counts: [COUNT_LIMIT - 1; 2],
+            ..AddrEntry::default()
+        };
+        both.count(8, 1, &mut elsewhere);
+        assert_eq!(both.counts, COUNTS_ELSEWHERE);
+        assert_eq!(both.class_counts(8, &elsewhere), [limit - 1, limit]);
     }
 
     #[test]
