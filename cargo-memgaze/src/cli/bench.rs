@@ -270,20 +270,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                 exit = exit.worst(Exit::BenchFailed);
                 // A failed run's partial metrics must not pass for results.
                 let _ = std::fs::remove_file(&analysis_file);
-                if json {
-                    emit(&serde_json::json!({
-                        "reason": "bench-failed",
-                        "package": exe.package,
-                        "target": exe.target,
-                        "name": case.name,
-                        "message": message,
-                    }));
-                }
-                progress.note(&format!(
-                    "error: bench `{}` of `{}` failed: {message}",
-                    case.name,
-                    exe.display_name()
-                ));
+                suite::report_failed_bench(exe, &case.name, message, json, &progress);
             }
         }
         progress.advance();

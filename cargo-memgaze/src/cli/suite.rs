@@ -96,3 +96,27 @@ pub fn instrument_targets(
 pub fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
+
+/// Reports a bench whose body failed: a `bench-failed` message with
+/// `--message-format json`, and an error note either way.
+pub fn report_failed_bench(
+    exe: &crate::cargo::BenchExecutable,
+    name: &str,
+    message: &str,
+    json: bool,
+    progress: &Progress,
+) {
+    if json {
+        super::bench::emit(&serde_json::json!({
+            "reason": "bench-failed",
+            "package": exe.package,
+            "target": exe.target,
+            "name": name,
+            "message": message,
+        }));
+    }
+    progress.note(&format!(
+        "error: bench `{name}` of `{}` failed: {message}",
+        exe.display_name()
+    ));
+}

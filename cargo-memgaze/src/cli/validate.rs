@@ -203,20 +203,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         if let BenchOutcome::Failed { message } = &recording.outcome {
             exit = exit.worst(Exit::BenchFailed);
             *counts.entry("failed").or_default() += 1;
-            if json {
-                emit(&serde_json::json!({
-                    "reason": "bench-failed",
-                    "package": exe.package,
-                    "target": exe.target,
-                    "name": case.name,
-                    "message": message,
-                }));
-            }
-            progress.note(&format!(
-                "error: bench `{}` of `{}` failed: {message}",
-                case.name,
-                exe.display_name()
-            ));
+            suite::report_failed_bench(exe, &case.name, message, json, &progress);
             progress.advance();
             continue;
         }
