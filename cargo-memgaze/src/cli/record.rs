@@ -80,9 +80,25 @@ impl SamplingArgs {
     }
 
     /// What the machine's `choice` means for a program instrumented with
-    /// `mode`: the backend to record with, and a note for the user when
-    /// `auto` decided.
+    /// `mode`: the backend to record with. When `auto` decided, says which
+    /// and why on stderr (unless `--quiet`).
     pub fn backend_for(
+        &self,
+        choice: BackendChoice,
+        program: &Path,
+        mode: Option<InstrumentationMode>,
+        global: &Global,
+    ) -> Result<Backend> {
+        let (backend, note) = self.backend_and_note(choice, program, mode)?;
+        if let Some(note) = note
+            && !global.quiet
+        {
+            eprintln!("memgaze: {note}");
+        }
+        Ok(backend)
+    }
+
+    fn backend_and_note(
         &self,
         choice: BackendChoice,
         program: &Path,
@@ -167,14 +183,9 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     let choice = args.sampling.resolve_backend()?;
     let program = resolve_program(Path::new(&args.command[0]))?;
     let annotation = instrument::read_annotation(&program)?;
-    let (backend, note) = args
+    let backend = args
         .sampling
-        .backend_for(choice, &program, annotation.mode)?;
-    if let Some(note) = note
-        && !global.quiet
-    {
-        eprintln!("memgaze: {note}");
-    }
+        .backend_for(choice, &program, annotation.mode, global)?;
     let output = match &args.output {
         Some(path) => path.clone(),
         None => {

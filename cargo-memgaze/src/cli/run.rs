@@ -60,14 +60,9 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     };
     let (instrumented, annotation, _temporary) =
         instrumented_copy(&program, args.functions.as_deref(), mode, global)?;
-    let (backend, note) = args
+    let backend = args
         .sampling
-        .backend_for(choice, &program, annotation.mode)?;
-    if let Some(note) = note
-        && !global.quiet
-    {
-        eprintln!("memgaze: {note}");
-    }
+        .backend_for(choice, &program, annotation.mode, global)?;
     if backend == crate::trace::Backend::Pt {
         return run_pt(&args, &instrumented, &annotation, global);
     }
