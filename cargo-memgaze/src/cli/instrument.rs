@@ -111,8 +111,12 @@ pub fn instrument_file(
     )
     .with_context(|| input.display().to_string())?;
     let written = std::time::Instant::now();
-    write_executable(output, &result.executable)?;
-    write_annotation(output, &result.annotation)?;
+    let (executable, annotation) = rayon::join(
+        || write_executable(output, &result.executable),
+        || write_annotation(output, &result.annotation),
+    );
+    executable?;
+    annotation?;
     let timings = &mut result.report.timings;
     timings.insert(0, ("classify (CFG, load classes)".into(), classified));
     timings.insert(
@@ -138,38 +142,22 @@ pub fn annotate_with_code(
     functions: Option<&str>,
 ) -> Result<(Annotation, HashMap<u64, FunctionCode>)> {
     let selected = select(binary, functions)?;
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .clamp(1, 8);
-    let chunk = selected.len().div_ceil(threads).max(1);
-    let parts: Vec<Vec<(usize, FunctionLoads, FunctionCode)>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = selected
-            .chunks(chunk)
-            .map(|indices| {
-                scope.spawn(move || {
-                    let mut classifier = Classifier::new();
-                    indices
-                        .iter()
-                        .map(|&i| {
-                            let code = binary.function_code(&binary.functions()[i]);
-                            let loads = classifier.classify(&code);
-                            (i, loads, code)
-                        })
-                        .collect()
-                })
+    let parts: Vec<(usize, FunctionLoads, FunctionCode)> = {
+        use rayon::prelude::*;
+        selected
+            .par_iter()
+            .map_init(Classifier::new, |classifier, &i| {
+                let code = binary.function_code(&binary.functions()[i]);
+                let loads = classifier.classify(&code);
+                (i, loads, code)
             })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("classification thread"))
             .collect()
-    });
+    };
     let mut loads = BinaryLoads {
         functions: Vec::with_capacity(selected.len()),
     };
     let mut codes = HashMap::with_capacity(selected.len());
-    for (i, function_loads, code) in parts.into_iter().flatten() {
+    for (i, function_loads, code) in parts {
         codes.insert(binary.functions()[i].start, code);
         loads.functions.push((i, function_loads));
     }
@@ -229,7 +217,10 @@ fn write_annotation(executable: &Path, annotation: &Annotation) -> Result<()> {
     let path = instrument::annotation_path(executable);
     let file = std::fs::File::create(&path)
         .with_context(|| format!("{}: cannot write", path.display()))?;
-    serde_json::to_writer(std::io::BufWriter::new(file), annotation)
+    let mut writer = std::io::BufWriter::with_capacity(1 << 20, file);
+    serde_json::to_writer(&mut writer, annotation)
+        .map_err(anyhow::Error::from)
+        .and_then(|()| Ok(writer.flush()?))
         .with_context(|| format!("{}: cannot write", path.display()))?;
     Ok(())
 }

@@ -97,6 +97,20 @@ struct Planned {
     table_patches: Vec<u64>,
 }
 
+/// What planning one function gave: its plan, or why it is left alone.
+enum PlanOutcome {
+    Planned {
+        plan: Box<Planned>,
+        /// Loads of the function that get no probe, and why.
+        skipped_loads: Vec<(usize, String)>,
+    },
+    Skipped {
+        function: usize,
+        annotation_function: Option<usize>,
+        reason: String,
+    },
+}
+
 impl Planned {
     /// Instruction indices of every instrumented load (own probe or block
     /// check).
@@ -234,96 +248,136 @@ pub fn instrument_with_code(
         loads_of.entry(load.function).or_default().push(li);
     }
 
-    // ---- 1. plans
-    let mut plans: Vec<Planned> = Vec::new();
-    let mut skipped_loads: Vec<(usize, String)> = Vec::new();
-    for &(bi, ai) in &selected {
-        let f = &binary.functions()[bi];
-        let code = codes
-            .remove(&f.start)
-            .unwrap_or_else(|| binary.function_code(f));
-        let is_marker = markers.is_some_and(|(b, e)| bi == b || bi == e);
-        let check = check_function(binary, f, &code, eh_frame.as_ref(), &lsda_limit, &read);
-        if let Err(reason) = check {
-            if let Some(ai) = ai {
-                annotation.functions[ai].skipped = Some(reason.clone());
-                for &li in loads_of.get(&(ai as u32)).into_iter().flatten() {
-                    skipped_loads.push((li, format!("function not instrumented: {reason}")));
+    // ---- 1. plans (on all cores; the outcomes are applied in order)
+    let work: Vec<(usize, Option<usize>, Option<FunctionCode>)> = selected
+        .iter()
+        .map(|&(bi, ai)| (bi, ai, codes.remove(&binary.functions()[bi].start)))
+        .collect();
+    let outcomes: Vec<PlanOutcome> = {
+        use rayon::prelude::*;
+        let annotation = &annotation;
+        let loads_of = &loads_of;
+        let lsda_limit = &lsda_limit;
+        let read = &read;
+        let eh_frame = eh_frame.as_ref();
+        work.into_par_iter()
+            .map(|(bi, ai, code)| {
+                let f = &binary.functions()[bi];
+                let code = code.unwrap_or_else(|| binary.function_code(f));
+                if let Err(reason) = check_function(binary, f, &code, eh_frame, lsda_limit, read) {
+                    return PlanOutcome::Skipped {
+                        function: bi,
+                        annotation_function: ai,
+                        reason,
+                    };
                 }
-                report
-                    .skipped
-                    .push((f.name.clone(), f.start, reason.clone()));
-                *report.functions_skipped.entry(reason).or_default() += 1;
-            } else if is_marker {
-                report.warnings.push(format!(
-                    "region marker {} cannot be hooked: {reason}",
-                    f.name
-                ));
-            }
-            continue;
-        }
-        let mut inserts = Vec::new();
-        let mut blocks = Vec::new();
-        let live = if soft && ai.is_some() {
-            liveness::live_before(&code)
-        } else {
-            Vec::new()
-        };
-        if let Some(ai) = ai {
-            for &li in loads_of.get(&(ai as u32)).into_iter().flatten() {
-                let load = &annotation.loads[li];
-                if !load.instrumented {
-                    continue;
-                }
-                let Some(index) = code.instruction_at(load.ip) else {
-                    skipped_loads.push((li, "not an instruction boundary of its function".into()));
-                    continue;
-                };
-                let insn = &code.instructions[index];
-                if let Some(reason) = probe::unsupported_operand(insn) {
-                    skipped_loads.push((li, reason.into()));
-                    continue;
-                }
-                if soft {
-                    inserts.push((
-                        index,
-                        Insert::Soft {
-                            id: load.id,
-                            fast: choose_fast_path(live[index]),
-                        },
-                    ));
+                let mut skipped_loads = Vec::new();
+                let mut inserts = Vec::new();
+                let mut blocks = Vec::new();
+                let live = if soft && ai.is_some() {
+                    liveness::live_before(&code)
                 } else {
-                    if insn.memory_segment() == Register::FS {
-                        skipped_loads.push((
-                            li,
-                            "fs-relative load (ptwrite cannot carry the segment base)".into(),
-                        ));
-                        continue;
+                    Vec::new()
+                };
+                if let Some(ai) = ai {
+                    for &li in loads_of.get(&(ai as u32)).into_iter().flatten() {
+                        let load = &annotation.loads[li];
+                        if !load.instrumented {
+                            continue;
+                        }
+                        let Some(index) = code.instruction_at(load.ip) else {
+                            skipped_loads
+                                .push((li, "not an instruction boundary of its function".into()));
+                            continue;
+                        };
+                        let insn = &code.instructions[index];
+                        if let Some(reason) = probe::unsupported_operand(insn) {
+                            skipped_loads.push((li, reason.into()));
+                            continue;
+                        }
+                        if soft {
+                            inserts.push((
+                                index,
+                                Insert::Soft {
+                                    id: load.id,
+                                    fast: choose_fast_path(live[index]),
+                                },
+                            ));
+                        } else {
+                            if insn.memory_segment() == Register::FS {
+                                skipped_loads.push((
+                                    li,
+                                    "fs-relative load (ptwrite cannot carry the segment base)"
+                                        .into(),
+                                ));
+                                continue;
+                            }
+                            if !insn.memory_base().is_gpr() && !insn.memory_index().is_gpr() {
+                                skipped_loads.push((
+                                    li,
+                                    "no source register (static address): ptwrite cannot observe it"
+                                        .into(),
+                                ));
+                                continue;
+                            }
+                            inserts.push((index, Insert::Ptwrite { id: load.id }));
+                        }
                     }
-                    if !insn.memory_base().is_gpr() && !insn.memory_index().is_gpr() {
-                        skipped_loads.push((
-                            li,
-                            "no source register (static address): ptwrite cannot observe it".into(),
-                        ));
-                        continue;
+                }
+                inserts.sort_by_key(|&(i, _)| i);
+                if soft && !inserts.is_empty() {
+                    blocks = form_superblocks(&code, &live, &mut inserts);
+                }
+                PlanOutcome::Planned {
+                    plan: Box::new(Planned {
+                        function: bi,
+                        annotation_function: ai,
+                        code,
+                        inserts,
+                        blocks,
+                        prologue_call: None,
+                        table_patches: Vec::new(),
+                    }),
+                    skipped_loads,
+                }
+            })
+            .collect()
+    };
+    let mut plans: Vec<Planned> = Vec::with_capacity(outcomes.len());
+    let mut skipped_loads: Vec<(usize, String)> = Vec::new();
+    for outcome in outcomes {
+        match outcome {
+            PlanOutcome::Planned {
+                plan,
+                skipped_loads: skipped,
+            } => {
+                skipped_loads.extend(skipped);
+                plans.push(*plan);
+            }
+            PlanOutcome::Skipped {
+                function: bi,
+                annotation_function: ai,
+                reason,
+            } => {
+                let f = &binary.functions()[bi];
+                let is_marker = markers.is_some_and(|(b, e)| bi == b || bi == e);
+                if let Some(ai) = ai {
+                    annotation.functions[ai].skipped = Some(reason.clone());
+                    for &li in loads_of.get(&(ai as u32)).into_iter().flatten() {
+                        skipped_loads.push((li, format!("function not instrumented: {reason}")));
                     }
-                    inserts.push((index, Insert::Ptwrite { id: load.id }));
+                    report
+                        .skipped
+                        .push((f.name.clone(), f.start, reason.clone()));
+                    *report.functions_skipped.entry(reason).or_default() += 1;
+                } else if is_marker {
+                    report.warnings.push(format!(
+                        "region marker {} cannot be hooked: {reason}",
+                        f.name
+                    ));
                 }
             }
         }
-        inserts.sort_by_key(|&(i, _)| i);
-        if soft && !inserts.is_empty() {
-            blocks = form_superblocks(&code, &live, &mut inserts);
-        }
-        plans.push(Planned {
-            function: bi,
-            annotation_function: ai,
-            code,
-            inserts,
-            blocks,
-            prologue_call: None,
-            table_patches: Vec::new(),
-        });
     }
 
     lap(&mut report, "plan (CFG, liveness, superblocks)");

@@ -1,5 +1,5 @@
 //! Encoding the copies of all selected functions, with their probes, as one
-//! block of code (see [`assemble`]).
+//! block of code (see [`encode`]).
 //!
 //! Every original instruction keeps its address as its identity, so a
 //! branch to any instruction of any relocated function (its own loops, a
@@ -11,7 +11,7 @@
 //!
 //! RIP-relative *memory operands* are not branches: a `lea` of a function's
 //! address or a load of data that sits between functions must keep meaning
-//! the original address, so [`assemble`] re-encodes them with their
+//! the original address, so [`emit`] re-encodes them with their
 //! absolute target, never resolved to a copy.
 
 use super::probe::{self, FastPath};
@@ -109,21 +109,184 @@ pub struct Copies {
 /// Fake addresses for labels: far above any user-space address.
 const FAKE_BASE: u64 = 0xffff_f000_0000_0000;
 
+/// Each run of plans takes its fake labels from its own `2^FAKE_RUN_BITS`
+/// addresses above [`FAKE_BASE`].
+const FAKE_RUN_BITS: u32 = 36;
+
 /// Encodes the copies of `plans` at `base`. `record` is the runtime's slow
 /// path. Fails with the address of an instruction the encoder refused.
+///
+/// Every branch is encoded in its rel32 form, so an instruction's size does
+/// not depend on where it lands: consecutive runs of plans are built and
+/// measured on all cores, laid out one after the other, and emitted on all
+/// cores again once every label's address is known. The result is the same
+/// bytes a single pass would produce.
 pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64) -> Result<Copies> {
-    let mut all: Vec<Instruction> = Vec::new();
-    let mut fake = FAKE_BASE;
+    encode_in_runs(plans, &balanced_runs(plans), base, record)
+}
+
+/// [`encode`] with the plans cut into the given consecutive `runs`.
+fn encode_in_runs(
+    plans: &[CopyPlan<'_>],
+    runs: &[std::ops::Range<usize>],
+    base: u64,
+    record: u64,
+) -> Result<Copies> {
+    use rayon::prelude::*;
+
+    let parts: Vec<Part> = runs
+        .par_iter()
+        .enumerate()
+        .map(|(k, run)| build_part(&plans[run.clone()], k, base, record))
+        .collect::<Result<_>>()?;
+
+    // Lay the runs out back to back and gather every label.
+    let mut starts = Vec::with_capacity(parts.len());
+    let mut total = 0u64;
+    for part in &parts {
+        starts.push(total);
+        total += part.len;
+    }
+    let mut labels: Vec<(u64, u64)> =
+        Vec::with_capacity(parts.iter().map(|p| p.labels.len()).sum());
+    for (part, &start) in parts.iter().zip(&starts) {
+        labels.extend(part.labels.iter().map(|&(ip, offset)| (ip, start + offset)));
+    }
+    // Each run's labels are sorted: the stable sort merges the runs.
+    labels.sort_by_key(|&(ip, _)| ip);
+    if let Some(w) = labels.windows(2).find(|w| w[0].0 == w[1].0) {
+        bail!("two instructions claim address {:#x}", w[0].0);
+    }
+    let resolve = |target: u64| -> u64 {
+        match labels.binary_search_by_key(&target, |&(ip, _)| ip) {
+            Ok(i) => base + labels[i].1,
+            Err(_) => target,
+        }
+    };
+
+    let pieces: Vec<Vec<u8>> = parts
+        .par_iter()
+        .zip(&starts)
+        .map(|(part, &start)| emit(part, base + start, &resolve))
+        .collect::<Result<_>>()?;
+    let mut code = Vec::with_capacity(total as usize);
+    for piece in &pieces {
+        code.extend_from_slice(piece);
+    }
+
+    let mut maps = Vec::with_capacity(plans.len());
+    let mut ptwrites = Vec::new();
+    for ((part, run), &start) in parts.iter().zip(runs).zip(&starts) {
+        let address_of = |i: usize| -> u64 {
+            match part.offsets.get(i) {
+                Some(&offset) => base + start + offset,
+                None => base + start + part.len,
+            }
+        };
+        for (p, plan) in plans[run.clone()].iter().enumerate() {
+            maps.push(CopyMap {
+                original_start: plan.code.start,
+                original_end: plan.code.end,
+                start: address_of(part.firsts[p][0]),
+                body_end: address_of(part.body_ends[p]),
+                end: address_of(part.ends[p]),
+                addresses: part.firsts[p].iter().map(|&i| address_of(i)).collect(),
+                original: plan.code.instructions.iter().map(|i| i.ip()).collect(),
+            });
+        }
+        ptwrites.extend(
+            part.ptwrite_at
+                .iter()
+                .map(|&(i, load, operand)| PtwriteSite {
+                    ip: address_of(i),
+                    load,
+                    operand,
+                }),
+        );
+    }
+    Ok(Copies {
+        code,
+        maps,
+        ptwrites,
+    })
+}
+
+/// Splits `plans` into consecutive runs of about equal instruction counts,
+/// a few per core (one run when there is little to do).
+fn balanced_runs(plans: &[CopyPlan<'_>]) -> Vec<std::ops::Range<usize>> {
+    const MIN_RUN_INSTRUCTIONS: usize = 8192;
+    let total: usize = plans.iter().map(|p| p.code.instructions.len()).sum();
+    let wanted = (rayon::current_num_threads() * 4)
+        .min(total / MIN_RUN_INSTRUCTIONS)
+        .max(1);
+    let per_run = total.div_ceil(wanted).max(1);
+    let mut runs = Vec::with_capacity(wanted);
+    let mut start = 0;
+    let mut size = 0;
+    for (i, plan) in plans.iter().enumerate() {
+        size += plan.code.instructions.len();
+        if size >= per_run {
+            runs.push(start..i + 1);
+            start = i + 1;
+            size = 0;
+        }
+    }
+    if start < plans.len() || runs.is_empty() {
+        runs.push(start..plans.len());
+    }
+    runs
+}
+
+/// A run of consecutive plans, built and measured, not yet placed.
+struct Part {
+    /// Every instruction of the run's copies, in order.
+    all: Vec<Instruction>,
+    /// Per plan: index in `all` of each original instruction's first
+    /// emitted instruction.
+    firsts: Vec<Vec<usize>>,
+    /// Per plan: index in `all` of its body end.
+    body_ends: Vec<usize>,
+    /// Per plan: index in `all` of its end.
+    ends: Vec<usize>,
+    /// (index in `all`, load id, operand) of every emitted ptwrite.
+    ptwrite_at: Vec<(usize, u32, PtwriteOperand)>,
+    /// How each instruction is laid out.
+    pieces: Vec<Piece>,
+    /// Bytes of the position-independent pieces.
+    pool: Vec<u8>,
+    /// Offset of each instruction from the run's start.
+    offsets: Vec<u64>,
+    /// `(address label, offset)` of every labelled instruction, sorted.
+    labels: Vec<(u64, u64)>,
+    /// Length of the run's code.
+    len: u64,
+}
+
+/// Builds the instructions of run number `run` and measures them. Each run
+/// draws its fake labels from a range of its own.
+fn build_part(plans: &[CopyPlan<'_>], run: usize, base: u64, record: u64) -> Result<Part> {
+    // Each probe adds a handful of instructions in line and in its stub;
+    // reserving once saves the copies (and page faults) of doubling.
+    let estimate: usize = plans
+        .iter()
+        .map(|p| {
+            p.code.instructions.len()
+                + 12 * p.inserts.len()
+                + p.superblocks
+                    .iter()
+                    .map(|b| 16 + 12 * b.loads.len())
+                    .sum::<usize>()
+        })
+        .sum();
+    let mut all: Vec<Instruction> = Vec::with_capacity(estimate + estimate / 4);
+    let mut fake = FAKE_BASE + ((run as u64) << FAKE_RUN_BITS);
     let mut next_fake = || {
         fake += 1;
         fake
     };
-    // Per plan: index in `all` of each original instruction's first emitted
-    // instruction, of the body end, and of the plan end.
     let mut firsts: Vec<Vec<usize>> = Vec::with_capacity(plans.len());
     let mut body_ends = Vec::with_capacity(plans.len());
     let mut ends = Vec::with_capacity(plans.len());
-    // (index in `all`, load id, operand) of every emitted ptwrite.
     let mut ptwrite_at: Vec<(usize, u32, PtwriteOperand)> = Vec::new();
 
     for plan in plans {
@@ -216,44 +379,22 @@ pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64) -> Result<Copies> 
         firsts.push(first);
     }
 
-    let (code, offsets) = assemble(&all, base)?;
-    let code_len = code.len() as u64;
-    let address_of = |i: usize| -> u64 {
-        match offsets.get(i) {
-            Some(&offset) => base + offset,
-            None => base + code_len,
-        }
-    };
-
-    let maps = plans
-        .iter()
-        .enumerate()
-        .map(|(p, plan)| CopyMap {
-            original_start: plan.code.start,
-            original_end: plan.code.end,
-            start: address_of(firsts[p][0]),
-            body_end: address_of(body_ends[p]),
-            end: address_of(ends[p]),
-            addresses: firsts[p].iter().map(|&i| address_of(i)).collect(),
-            original: plan.code.instructions.iter().map(|i| i.ip()).collect(),
-        })
-        .collect();
-    let ptwrites = ptwrite_at
-        .into_iter()
-        .map(|(i, load, operand)| PtwriteSite {
-            ip: address_of(i),
-            load,
-            operand,
-        })
-        .collect();
-    Ok(Copies {
-        code,
-        maps,
-        ptwrites,
+    let layout = measure(&all, base)?;
+    Ok(Part {
+        all,
+        firsts,
+        body_ends,
+        ends,
+        ptwrite_at,
+        pieces: layout.pieces,
+        pool: layout.pool,
+        offsets: layout.offsets,
+        labels: layout.labels,
+        len: layout.len,
     })
 }
 
-/// How an instruction is laid out by [`assemble`].
+/// How an instruction is laid out by [`measure`].
 enum Piece {
     /// Position-independent: these bytes of the pool.
     Fixed(u32, u8),
@@ -267,28 +408,30 @@ enum Piece {
     RipRelative(u8),
 }
 
-/// Lays out and encodes `all` at `base`: every branch in its rel32 form
-/// (so sizes are known in one pass; no relaxation), branch targets that
-/// are the address of an instruction of the list resolved to its new
-/// address, every other target and every RIP-relative operand kept
-/// absolute. Returns the code and each instruction's offset.
+/// The layout of a list of instructions, relative to its start.
+struct Layout {
+    pieces: Vec<Piece>,
+    pool: Vec<u8>,
+    offsets: Vec<u64>,
+    labels: Vec<(u64, u64)>,
+    len: u64,
+}
+
+/// Lays out `all`: every branch in its rel32 form (so sizes are known in
+/// one pass; no relaxation and no dependence on where the code lands), the
+/// position-independent instructions encoded once into a pool. `base` is
+/// only used to check RIP-relative operands can be encoded near it.
 ///
 /// One encoding per instruction (two for branches and RIP-relative
-/// operands): iced's `BlockEncoder`, which encodes each instruction several
-/// times while it shrinks branches, was most of the rewriter's time.
-fn assemble(all: &[Instruction], base: u64) -> Result<(Vec<u8>, Vec<u64>)> {
+/// operands, see [`emit`]): iced's `BlockEncoder`, which encodes each
+/// instruction several times while it shrinks branches, was most of the
+/// rewriter's time.
+fn measure(all: &[Instruction], base: u64) -> Result<Layout> {
     let mut encoder = Encoder::new(64);
     let mut pool: Vec<u8> = Vec::with_capacity(all.len() * 5);
     let mut pieces = Vec::with_capacity(all.len());
     let mut offsets = Vec::with_capacity(all.len());
     let mut at = 0u64;
-    let fail = |insn: &Instruction, e: IcedError| {
-        anyhow!(
-            "cannot encode {:?} (from {:#x}): {e}",
-            insn.code(),
-            insn.ip()
-        )
-    };
     for insn in all {
         offsets.push(at);
         let piece = if is_relative_branch(insn) {
@@ -336,32 +479,37 @@ fn assemble(all: &[Instruction], base: u64) -> Result<(Vec<u8>, Vec<u64>)> {
         };
         pieces.push(piece);
     }
-    // Label → instruction (addresses carried by more than one instruction
-    // are refused: the first inserted instruction takes a load's address,
-    // the load itself a fake one).
-    let mut labels: Vec<(u64, u32)> = all
+    // Label → offset (addresses carried by more than one instruction are
+    // refused by the caller: the first inserted instruction takes a load's
+    // address, the load itself a fake one).
+    let mut labels: Vec<(u64, u64)> = all
         .iter()
-        .enumerate()
-        .filter(|(_, i)| i.ip() != 0)
-        .map(|(n, i)| (i.ip(), n as u32))
+        .zip(&offsets)
+        .filter(|(i, _)| i.ip() != 0)
+        .map(|(i, &offset)| (i.ip(), offset))
         .collect();
     labels.sort_unstable();
-    if let Some(w) = labels.windows(2).find(|w| w[0].0 == w[1].0) {
-        bail!("two instructions claim address {:#x}", w[0].0);
-    }
-    let resolve = |target: u64| -> u64 {
-        match labels.binary_search_by_key(&target, |&(ip, _)| ip) {
-            Ok(i) => base + offsets[labels[i].1 as usize],
-            Err(_) => target,
-        }
-    };
-    let mut code = Vec::with_capacity(at as usize);
-    for (n, (insn, piece)) in all.iter().zip(&pieces).enumerate() {
-        let here = base + offsets[n];
-        debug_assert_eq!(code.len() as u64, offsets[n]);
+    Ok(Layout {
+        pieces,
+        pool,
+        offsets,
+        labels,
+        len: at,
+    })
+}
+
+/// Encodes a measured run at `start`: branch targets that are labels
+/// (`resolve`) go to their new address, every other target and every
+/// RIP-relative operand keeps its absolute address.
+fn emit(part: &Part, start: u64, resolve: &(dyn Fn(u64) -> u64 + Sync)) -> Result<Vec<u8>> {
+    let mut encoder = Encoder::new(64);
+    let mut code = Vec::with_capacity(part.len as usize);
+    for (n, (insn, piece)) in part.all.iter().zip(&part.pieces).enumerate() {
+        let here = start + part.offsets[n];
+        debug_assert_eq!(code.len() as u64, part.offsets[n]);
         match *piece {
-            Piece::Fixed(start, size) => {
-                code.extend_from_slice(&pool[start as usize..start as usize + size as usize])
+            Piece::Fixed(at, size) => {
+                code.extend_from_slice(&part.pool[at as usize..at as usize + size as usize])
             }
             Piece::Near => {
                 let mut near = *insn;
@@ -395,7 +543,16 @@ fn assemble(all: &[Instruction], base: u64) -> Result<(Vec<u8>, Vec<u64>)> {
             }
         }
     }
-    Ok((code, offsets))
+    Ok(code)
+}
+
+/// The error for an instruction the encoder refuses.
+fn fail(insn: &Instruction, e: IcedError) -> anyhow::Error {
+    anyhow!(
+        "cannot encode {:?} (from {:#x}): {e}",
+        insn.code(),
+        insn.ip()
+    )
 }
 
 /// Moves the encoder's output to `out`, keeping its buffer's allocation.
@@ -513,4 +670,104 @@ pub fn unrelocatable(code: &FunctionCode) -> Option<String> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::binary::Binary;
+
+    /// Copies of this test executable's functions, with a probe before
+    /// every supported memory operand and branches between functions.
+    fn plans_of(codes: &[FunctionCode]) -> Vec<CopyPlan<'_>> {
+        codes
+            .iter()
+            .map(|code| CopyPlan {
+                code,
+                inserts: code
+                    .instructions
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, i)| {
+                        i.op_count() > 0
+                            && (0..i.op_count()).any(|k| i.op_kind(k) == OpKind::Memory)
+                            && !i.is_ip_rel_memory_operand()
+                            && probe::unsupported_operand(i).is_none()
+                    })
+                    .enumerate()
+                    .map(|(n, (index, _))| {
+                        let fast = if n % 2 == 0 {
+                            FastPath::FlagsDead
+                        } else {
+                            FastPath::Stack
+                        };
+                        (index, Insert::Soft { id: n as u32, fast })
+                    })
+                    .collect(),
+                superblocks: Vec::new(),
+                prologue_call: None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn runs_encoded_apart_give_the_bytes_of_one_pass() {
+        let binary = Binary::open(std::env::current_exe().unwrap()).unwrap();
+        let codes: Vec<FunctionCode> = binary
+            .functions()
+            .iter()
+            .take(400)
+            .map(|f| binary.function_code(f))
+            .filter(|code| unrelocatable(code).is_none())
+            .collect();
+        assert!(codes.len() > 100, "only {} functions", codes.len());
+        let plans = plans_of(&codes);
+        let base = 0x7000_0000;
+        let record = 0x6fff_0000;
+        let one_run = std::iter::once(0..plans.len()).collect::<Vec<_>>();
+        let whole = encode_in_runs(&plans, &one_run, base, record).unwrap();
+        let n = plans.len();
+        let cut = [0..1, 1..n / 3, n / 3..n / 3, n / 3..n - 1, n - 1..n];
+        let apart = encode_in_runs(&plans, &cut, base, record).unwrap();
+        assert_eq!(whole.code, apart.code);
+        assert_eq!(whole.maps.len(), apart.maps.len());
+        for (a, b) in whole.maps.iter().zip(&apart.maps) {
+            assert_eq!(
+                (a.start, a.body_end, a.end, &a.addresses),
+                (b.start, b.body_end, b.end, &b.addresses)
+            );
+        }
+        assert_eq!(whole.ptwrites, apart.ptwrites);
+        // A branch into another run's function lands in its copy.
+        let calls_into_copies = apart
+            .maps
+            .iter()
+            .zip(&plans)
+            .flat_map(|(map, plan)| {
+                plan.code
+                    .instructions
+                    .iter()
+                    .filter(|i| i.is_call_near())
+                    .filter_map(|i| map.map(i.ip()))
+            })
+            .count();
+        assert!(calls_into_copies > 0);
+    }
+
+    #[test]
+    fn runs_are_consecutive_and_cover_every_plan() {
+        let binary = Binary::open(std::env::current_exe().unwrap()).unwrap();
+        let codes: Vec<FunctionCode> = binary
+            .functions()
+            .iter()
+            .map(|f| binary.function_code(f))
+            .collect();
+        let plans = plans_of(&codes);
+        let runs = balanced_runs(&plans);
+        assert_eq!(runs[0].start, 0);
+        assert_eq!(runs.last().unwrap().end, plans.len());
+        assert!(runs.windows(2).all(|w| w[0].end == w[1].start));
+        assert!(balanced_runs(&plans[..1]).len() == 1);
+        assert_eq!(balanced_runs(&[]), vec![0..0]);
+    }
 }
