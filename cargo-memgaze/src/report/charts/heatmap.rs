@@ -102,7 +102,7 @@ fn draw(body: &Area, map: &Heatmap, time_desc: &str) -> Result<String> {
         .x_labels(8)
         .x_label_formatter(&|x| format_count(*x))
         .x_desc(time_desc)
-        .y_desc("address (touched ranges; gaps between them cut out)")
+        .y_desc("address, growing upward (touched ranges; gaps cut out)")
         .axis_desc_style((FONT, 14))
         .label_style((FONT, 12))
         .draw()
