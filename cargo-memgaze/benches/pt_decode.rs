@@ -113,13 +113,13 @@ fn main() {
         let cpu_start = thread_cpu_seconds();
         let mut decoder = Decoder::new(black_box(&data));
         let (mut ptws, mut with_ip, mut checksum) = (0u64, 0u64, 0u64);
-        for event in decoder.by_ref() {
+        decoder.for_each_event(|event| {
             if let Event::Ptw(p) = event {
                 ptws += 1;
                 with_ip += u64::from(p.ip.is_some());
                 checksum = checksum.wrapping_add(p.payload ^ p.ip.unwrap_or(0));
             }
-        }
+        });
         let elapsed = start.elapsed().as_secs_f64();
         let cpu = thread_cpu_seconds() - cpu_start;
         black_box(checksum);
