@@ -337,6 +337,23 @@ fn fup_in_window(w: &[u8; WINDOW], at: usize, last_ip: u64) -> Option<(usize, Op
     })
 }
 
+/// The length of the packet starting with `b0` if it is a CYC, MTC or PAD
+/// (0 otherwise, and for a CYC with more than 8 extension bytes), computed
+/// without branches; `next` holds the 8 bytes after `b0`.
+#[inline(always)]
+fn timing_len(b0: u8, next: u64) -> usize {
+    // A CYC's extension bytes end at the first with bit 0 clear.
+    let ends = !next & 0x0101_0101_0101_0101;
+    let extended = if ends == 0 {
+        0
+    } else {
+        ends.trailing_zeros() as usize / 8 + 2
+    };
+    let cyc = if b0 & 0x04 == 0 { 1 } else { extended };
+    let mtc_or_pad = usize::from(b0 == 0x59) * 2 + usize::from(b0 == 0x00);
+    if b0 & 3 == 3 { cyc } else { mtc_or_pad }
+}
+
 impl<'a> Decoder<'a> {
     /// Decodes the rest of the data, handing each event to `f` in order.
     ///
@@ -418,10 +435,22 @@ impl<'a> Decoder<'a> {
                     tsc,
                     size,
                 }));
-                pos += len;
                 if sink.full() {
+                    pos += len;
                     break;
                 }
+                // The CPU puts at most a few timing packets between pairs,
+                // in no predictable order: skip one without branching on
+                // its kind (a mispredicted branch costs more than this).
+                let at = len.min(19);
+                let skip = timing_len(
+                    w[at],
+                    u64::from_le_bytes(w[at + 1..at + 9].try_into().unwrap()),
+                );
+                cycs += u64::from((w[at] & 3 == 3) & (skip != 0));
+                mtcs += u64::from(w[at] == 0x59);
+                pads += u64::from(w[at] == 0x00);
+                pos += len + skip;
             } else if b0 & 0x1f == 0x1d {
                 let Some((len, ip)) = fup_in_window(w, 0, last_ip) else {
                     break;
@@ -693,6 +722,79 @@ mod tests {
                 ok,
                 "general path, {extensions} extension bytes"
             );
+        }
+    }
+
+    #[test]
+    fn timing_packets_after_a_pair_are_skipped_and_counted_exactly() {
+        // (packet after the first PTW+FUP pair, kind, valid)
+        let long_cyc = |extensions: usize| {
+            let mut cyc = vec![0x07];
+            cyc.extend(std::iter::repeat_n(0x03, extensions - 1));
+            cyc.push(0x02);
+            cyc
+        };
+        let cases = [
+            (vec![0x03], Some(PacketKind::Cyc), true),
+            (vec![0x0f, 0x02], Some(PacketKind::Cyc), true),
+            (long_cyc(8), Some(PacketKind::Cyc), true),
+            (long_cyc(9), Some(PacketKind::Cyc), true),
+            (long_cyc(10), Some(PacketKind::Cyc), false),
+            (vec![0x59, 0x07], Some(PacketKind::Mtc), true),
+            (vec![0x00], Some(PacketKind::Pad), true),
+            (vec![0x99, 0x01], Some(PacketKind::ModeExec), true),
+            (vec![], None, true),
+        ];
+        for (timing, kind, ok) in cases {
+            let mut s = Vec::new();
+            psb_plus(&mut s, 1, 0x7000_0000);
+            ptw8(&mut s, 5, true);
+            fup16(&mut s, 0x10);
+            s.extend_from_slice(&timing);
+            ptw8(&mut s, 6, true);
+            fup16(&mut s, 0x20);
+            // Enough bytes behind both pairs for the windowed fast loop.
+            s.extend_from_slice(&[0; 40]);
+            let mut decoder = Decoder::new(&s);
+            let mut events = Vec::new();
+            decoder.for_each_event(|e| events.push(e));
+            let (iterated, iterated_stats) = decode_all(&s);
+            assert_eq!(events, iterated, "{timing:02x?}");
+            let stats = decoder.stats();
+            assert_eq!(stats, &iterated_stats, "{timing:02x?}");
+            assert_eq!(stats.errors == 0, ok, "{timing:02x?}");
+            if !ok {
+                continue;
+            }
+            let ips: Vec<_> = ptws(&events).iter().map(|p| p.ip).collect();
+            assert_eq!(ips, [Some(0x7000_0010), Some(0x7000_0020)]);
+            let pads = 40 + u64::from(kind == Some(PacketKind::Pad));
+            assert_eq!(stats.count(PacketKind::Pad), pads, "{timing:02x?}");
+            for k in [PacketKind::Cyc, PacketKind::Mtc, PacketKind::ModeExec] {
+                let psb_plus_mode = u64::from(k == PacketKind::ModeExec);
+                let want = u64::from(kind == Some(k)) + psb_plus_mode;
+                assert_eq!(stats.count(k), want, "{k:?} after {timing:02x?}");
+            }
+        }
+    }
+
+    #[test]
+    fn timing_len_matches_the_packet_lengths() {
+        let next = |bytes: &[u8]| {
+            let mut b = [0u8; 8];
+            b[..bytes.len()].copy_from_slice(bytes);
+            u64::from_le_bytes(b)
+        };
+        assert_eq!(timing_len(0x03, next(&[0xff])), 1);
+        assert_eq!(timing_len(0x07, next(&[0x02])), 2);
+        assert_eq!(timing_len(0x07, next(&[0x03, 0x03, 0x00])), 4);
+        assert_eq!(timing_len(0x07, next(&[0x01; 7])), 9);
+        // 8 extension bytes that all continue: left to the careful path.
+        assert_eq!(timing_len(0x07, next(&[0x01; 8])), 0);
+        assert_eq!(timing_len(0x59, 0), 2);
+        assert_eq!(timing_len(0x00, 0), 1);
+        for other in [0x02, 0x19, 0x99, 0x1d, 0x3d, 0x0d, 0x04] {
+            assert_eq!(timing_len(other, 0), 0, "{other:#04x}");
         }
     }
 
