@@ -7,7 +7,9 @@
 //! FUP, PSBEND) every 4 KiB, MTC and CYC timing packets between PTW+FUP pairs
 //! (8-byte operands; FUPs mostly 2-byte IP updates, some 4-byte), and an
 //! occasional PAD. The bench decodes it on one thread with the full event
-//! decoder (sync, last-IP tracking, PTW/FUP pairing) and reports the median
+//! decoder (sync, last-IP tracking, PTW/FUP pairing), consuming the events
+//! through `Decoder::for_each_event` as `pt-decode` and the reconstructor
+//! do, and reports the median
 //! throughput and its spread over the runs. Target: >= 500 MB/s.
 
 use memgaze::pt::decode::{Decoder, Event};

@@ -11,10 +11,14 @@
 //! the PSB resets IP compression; after a bad packet the decoder reports the
 //! error and skips forward to the next PSB. It never panics on any input.
 //!
-//! The packets of a ptwrite trace's steady state (PTW, FUP, CYC, MTC, PAD)
-//! are decoded straight from the bytes on a fast path; every other packet
-//! goes through [`packet::parse`]. Both paths share the same state updates,
-//! and the libipt comparison test covers both.
+//! Events come out one at a time ([`Iterator`]) or, faster, all into a
+//! closure ([`Decoder::for_each_event`]); both give the same events and
+//! counts. The packets of a ptwrite trace's steady state (PTW+FUP pairs,
+//! CYC, MTC, PAD) are decoded by a loop that keeps the decoder's state in
+//! registers and checks bounds once per 32-byte window; every other packet,
+//! and the last bytes of the data, go through [`packet::parse`]. Both paths
+//! make the same state updates; the libipt comparison test and the
+//! robustness proptests cover both.
 
 use super::packet::{
     self, BlockContext, IpCompression, PSB_PATTERN, Packet, PacketErrorKind, PacketKind,
