@@ -10,7 +10,15 @@ use proptest::prelude::*;
 
 /// Decodes and checks the resynchronisation contract on the way.
 fn decode_checked(data: &[u8]) -> Vec<Event> {
-    let events: Vec<Event> = Decoder::new(data).collect();
+    let mut iterated = Decoder::new(data);
+    let events: Vec<Event> = iterated.by_ref().collect();
+    // The visitor API and the iterator are one decoder: same events, same
+    // counts, on every input.
+    let mut visited = Decoder::new(data);
+    let mut visited_events = Vec::new();
+    visited.for_each_event(|e| visited_events.push(e));
+    assert_eq!(visited_events, events, "for_each_event differs from next()");
+    assert_eq!(visited.stats(), iterated.stats());
     for (i, event) in events.iter().enumerate() {
         let offset = match event {
             Event::Sync { offset } | Event::Overflow { offset } => *offset,

@@ -368,6 +368,17 @@ fn decoder_matches_libipt_encoder_on_long_random_streams() {
             (0, 0, 0)
         );
         assert_eq!(stats.total_packets(), stream.packets.len() as u64);
+
+        // (c) The visitor API decodes exactly what the iterator does.
+        let mut visited = Decoder::new(&bytes);
+        let mut events = Vec::new();
+        visited.for_each_event(|e| events.push(e));
+        assert_eq!(
+            events,
+            Decoder::new(&bytes).collect::<Vec<_>>(),
+            "seed {seed}"
+        );
+        assert_eq!(visited.stats(), decoder.stats(), "seed {seed}");
     }
     // Every kind libipt 2.0 can encode appeared.
     let mut missing = String::new();

@@ -84,29 +84,27 @@ pub fn run(args: Args, _global: &Global) -> anyhow::Result<Exit> {
         skipped_bytes: 0,
         ptw_without_fup: 0,
     };
-    for event in decoder.by_ref() {
-        match event {
-            Event::Ptw(p) => {
-                report.ptw_total += 1;
-                report.ptw_without_ip += u64::from(p.ip.is_none());
-                if report.ptw.len() < limit {
-                    report.ptw.push(PtwJson {
-                        offset: p.offset,
-                        payload: format!("{:#x}", p.payload),
-                        size: p.size,
-                        ip: p.ip.map(|ip| format!("{ip:#x}")),
-                        tsc: p.tsc,
-                    });
-                }
+    decoder.for_each_event(|event| match event {
+        Event::Ptw(p) => {
+            report.ptw_total += 1;
+            report.ptw_without_ip += u64::from(p.ip.is_none());
+            if report.ptw.len() < limit {
+                report.ptw.push(PtwJson {
+                    offset: p.offset,
+                    payload: format!("{:#x}", p.payload),
+                    size: p.size,
+                    ip: p.ip.map(|ip| format!("{ip:#x}")),
+                    tsc: p.tsc,
+                });
             }
-            Event::Sync { offset } => report.syncs.push(offset),
-            Event::Overflow { offset } => report.overflows.push(offset),
-            Event::Error(e) => report.errors.push(ErrorJson {
-                offset: e.offset,
-                error: e.kind.to_string(),
-            }),
         }
-    }
+        Event::Sync { offset } => report.syncs.push(offset),
+        Event::Overflow { offset } => report.overflows.push(offset),
+        Event::Error(e) => report.errors.push(ErrorJson {
+            offset: e.offset,
+            error: e.kind.to_string(),
+        }),
+    });
     let stats = decoder.stats();
     if report.syncs.is_empty() {
         bail!(

@@ -11,10 +11,14 @@
 //! the PSB resets IP compression; after a bad packet the decoder reports the
 //! error and skips forward to the next PSB. It never panics on any input.
 //!
-//! The packets of a ptwrite trace's steady state (PTW, FUP, CYC, MTC, PAD)
-//! are decoded straight from the bytes on a fast path; every other packet
-//! goes through [`packet::parse`]. Both paths share the same state updates,
-//! and the libipt comparison test covers both.
+//! Events come out one at a time ([`Iterator`]) or, faster, all into a
+//! closure ([`Decoder::for_each_event`]); both give the same events and
+//! counts. The packets of a ptwrite trace's steady state (PTW+FUP pairs,
+//! CYC, MTC, PAD) are decoded by a loop that keeps the decoder's state in
+//! registers and checks bounds once per 32-byte window; every other packet,
+//! and the last bytes of the data, go through [`packet::parse`]. Both paths
+//! make the same state updates; the libipt comparison test and the
+//! robustness proptests cover both.
 
 use super::packet::{
     self, BlockContext, IpCompression, PSB_PATTERN, Packet, PacketErrorKind, PacketKind,
@@ -118,6 +122,7 @@ pub struct Decoder<'a> {
     has_tsc: bool,
     tsc: u64,
     pending: PendingPtw,
+    /// The second event of a packet that made two, for [`Iterator::next`].
     queued: Option<Event>,
     stats: DecodeStats,
 }
@@ -148,18 +153,6 @@ impl<'a> Decoder<'a> {
     /// Offset of the next byte to decode.
     pub fn offset(&self) -> usize {
         self.pos
-    }
-
-    /// Emits `first` now and `second` next time.
-    #[inline]
-    fn two(&mut self, first: Option<Event>, second: Event) -> Option<Event> {
-        match first {
-            Some(first) => {
-                self.queued = Some(second);
-                Some(first)
-            }
-            None => Some(second),
-        }
     }
 
     #[inline(always)]
@@ -197,8 +190,8 @@ impl<'a> Decoder<'a> {
 
     /// A PTW packet: emitted now, or held until its FUP.
     #[inline(always)]
-    fn on_ptw(&mut self, offset: usize, payload: u64, size: u8, ip: bool) -> Option<Event> {
-        let flushed = self.flush_pending();
+    fn on_ptw<S: Sink>(&mut self, sink: &mut S, offset: usize, payload: u64, size: u8, ip: bool) {
+        self.flush_pending_to(sink);
         if ip {
             self.pending = PendingPtw {
                 waiting: true,
@@ -208,16 +201,22 @@ impl<'a> Decoder<'a> {
                 payload,
                 tsc: self.tsc,
             };
-            flushed
         } else {
-            let event = Event::Ptw(PtwEvent {
+            sink.event(Event::Ptw(PtwEvent {
                 offset,
                 payload,
                 ip: None,
                 tsc: self.current_tsc(),
                 size,
-            });
-            self.two(flushed, event)
+            }));
+        }
+    }
+
+    /// Gives up on the pending PTW's FUP, emitting the PTW without an IP.
+    #[inline(always)]
+    fn flush_pending_to<S: Sink>(&mut self, sink: &mut S) {
+        if let Some(event) = self.flush_pending() {
+            sink.event(event);
         }
     }
 
@@ -270,47 +269,307 @@ pub fn find_psb(data: &[u8]) -> Option<usize> {
     None
 }
 
-/// Reads `N` bytes at `at`, if there are that many.
-#[inline(always)]
-fn array<const N: usize>(data: &[u8], at: usize) -> Option<[u8; N]> {
-    data.get(at..at + N)?.try_into().ok()
+/// Where the decoding loop delivers events: a caller's closure, or the
+/// one-packet buffer behind [`Iterator::next`].
+trait Sink {
+    /// Takes one event.
+    fn event(&mut self, event: Event);
+    /// The loop returns after the packet that filled the sink (a packet
+    /// may still add a second event).
+    fn full(&self) -> bool;
 }
 
-/// The FUP at `at`: its length and the IP it makes of `last_ip` (`None`
-/// when suppressed), or `None` for a truncated or reserved FUP (left to the
-/// general path to report).
+/// A closure that takes every event.
+struct Visit<F>(F);
+
+impl<F: FnMut(Event)> Sink for Visit<F> {
+    #[inline(always)]
+    fn event(&mut self, event: Event) {
+        (self.0)(event)
+    }
+
+    #[inline(always)]
+    fn full(&self) -> bool {
+        false
+    }
+}
+
+/// The events of one packet (at most two: a flushed PTW and the packet's own).
+#[derive(Default)]
+struct OnePacket {
+    first: Option<Event>,
+    second: Option<Event>,
+}
+
+impl Sink for OnePacket {
+    #[inline(always)]
+    fn event(&mut self, event: Event) {
+        if self.first.is_none() {
+            self.first = Some(event);
+        } else {
+            self.second = Some(event);
+        }
+    }
+
+    #[inline(always)]
+    fn full(&self) -> bool {
+        self.first.is_some()
+    }
+}
+
+/// Bytes the fast loop reads at once: a PTW (10), its FUP (9) and a CYC
+/// (10) fit, so the loop checks bounds once per step, not per byte.
+const WINDOW: usize = 32;
+
+/// The FUP at `at` (at most 10) in `w`: its length and the IP it makes of
+/// `last_ip` (`None` when suppressed), or `None` for a reserved FUP.
 #[inline(always)]
-fn fup_at(data: &[u8], at: usize, last_ip: u64) -> Option<(usize, Option<u64>)> {
-    let b0 = *data.get(at)?;
-    Some(match b0 >> 5 {
-        1 => {
-            let b = array::<2>(data, at + 1)?;
-            (
-                3,
-                Some((last_ip & !0xffff) | u64::from(u16::from_le_bytes(b))),
-            )
-        }
-        2 => {
-            let b = array::<4>(data, at + 1)?;
-            (
-                5,
-                Some((last_ip & !0xffff_ffff) | u64::from(u32::from_le_bytes(b))),
-            )
-        }
-        form @ (3 | 4) => {
-            let [a, b, c, d, e, f] = array::<6>(data, at + 1)?;
-            let low = u64::from_le_bytes([a, b, c, d, e, f, 0, 0]);
-            let ip = if form == 3 {
-                (((low << 16) as i64) >> 16) as u64
-            } else {
-                (last_ip & !0xffff_ffff_ffff) | low
-            };
-            (7, Some(ip))
-        }
-        6 => (9, Some(u64::from_le_bytes(array::<8>(data, at + 1)?))),
+fn fup_in_window(w: &[u8; WINDOW], at: usize, last_ip: u64) -> Option<(usize, Option<u64>)> {
+    let at = at.min(10);
+    let raw = u64::from_le_bytes(w[at + 1..at + 9].try_into().unwrap());
+    Some(match w[at] >> 5 {
+        1 => (3, Some((last_ip & !0xffff) | (raw & 0xffff))),
+        2 => (5, Some((last_ip & !0xffff_ffff) | (raw & 0xffff_ffff))),
+        3 => (7, Some((((raw << 16) as i64) >> 16) as u64)),
+        4 => (
+            7,
+            Some((last_ip & !0xffff_ffff_ffff) | (raw & 0xffff_ffff_ffff)),
+        ),
+        6 => (9, Some(raw)),
         0 => (1, None),
         _ => return None,
     })
+}
+
+/// The length of the packet starting with `b0` if it is a CYC, MTC or PAD
+/// (0 otherwise, and for a CYC with more than 8 extension bytes), computed
+/// without branches; `next` holds the 8 bytes after `b0`.
+#[inline(always)]
+fn timing_len(b0: u8, next: u64) -> usize {
+    // A CYC's extension bytes end at the first with bit 0 clear.
+    let ends = !next & 0x0101_0101_0101_0101;
+    let extended = if ends == 0 {
+        0
+    } else {
+        ends.trailing_zeros() as usize / 8 + 2
+    };
+    let cyc = if b0 & 0x04 == 0 { 1 } else { extended };
+    let mtc_or_pad = usize::from(b0 == 0x59) * 2 + usize::from(b0 == 0x00);
+    if b0 & 3 == 3 { cyc } else { mtc_or_pad }
+}
+
+impl<'a> Decoder<'a> {
+    /// Decodes the rest of the data, handing each event to `f` in order.
+    ///
+    /// The events and [`stats`](Self::stats) are exactly those of iterating
+    /// the decoder; this is the faster way to consume a whole buffer, as the
+    /// decoding loop runs with `f` inlined and without a call per event.
+    pub fn for_each_event(&mut self, f: impl FnMut(Event)) {
+        let mut sink = Visit(f);
+        self.drive(&mut sink);
+    }
+
+    /// Decodes until the end of data or until `sink` is full.
+    #[inline(always)]
+    fn drive<S: Sink>(&mut self, sink: &mut S) {
+        loop {
+            if self.synced && self.block == BlockContext::None && !self.pending.waiting {
+                self.fast_run(sink);
+                if sink.full() {
+                    return;
+                }
+            }
+            if self.step(sink) || sink.full() {
+                return;
+            }
+        }
+    }
+
+    /// The steady state of a ptwrite trace — PTW+FUP pairs, lone FUPs, CYC,
+    /// MTC and PAD, outside any block and with no PTW waiting for its FUP —
+    /// decoded with the decoder's state in registers and one bounds check
+    /// per step. It stops at anything else, leaving it to [`Self::step`]:
+    /// other packets, reserved encodings, a PTW whose FUP does not follow
+    /// at once, and the last [`WINDOW`] bytes.
+    #[inline(always)]
+    fn fast_run<S: Sink>(&mut self, sink: &mut S) {
+        let data = self.data;
+        let mut pos = self.pos;
+        let mut last_ip = self.last_ip;
+        let tsc = self.current_tsc();
+        let (mut ptws, mut fups, mut cycs, mut mtcs, mut pads) = (0u64, 0u64, 0u64, 0u64, 0u64);
+        'steps: while let Some(w) = data.get(pos..pos.saturating_add(WINDOW)) {
+            let w: &[u8; WINDOW] = w.try_into().unwrap();
+            let b0 = w[0];
+            if b0 == 0x02 {
+                let b1 = w[1];
+                if b1 & 0x1f != 0x12 {
+                    break;
+                }
+                let (payload, size, ptw_len) = match b1 & 0x60 {
+                    0x20 => (u64::from_le_bytes(w[2..10].try_into().unwrap()), 8u8, 10),
+                    0x00 => (
+                        u64::from(u32::from_le_bytes(w[2..6].try_into().unwrap())),
+                        4u8,
+                        6,
+                    ),
+                    _ => break,
+                };
+                let (len, ip) = if b1 & 0x80 != 0 {
+                    // fup_on_ptw: the FUP almost always follows at once.
+                    if w[ptw_len] & 0x1f != 0x1d {
+                        break;
+                    }
+                    let Some((fup_len, ip)) = fup_in_window(w, ptw_len, last_ip) else {
+                        break;
+                    };
+                    if let Some(ip) = ip {
+                        last_ip = ip;
+                    }
+                    fups += 1;
+                    (ptw_len + fup_len, ip)
+                } else {
+                    (ptw_len, None)
+                };
+                ptws += 1;
+                sink.event(Event::Ptw(PtwEvent {
+                    offset: pos,
+                    payload,
+                    ip,
+                    tsc,
+                    size,
+                }));
+                if sink.full() {
+                    pos += len;
+                    break;
+                }
+                // The CPU puts at most a few timing packets between pairs,
+                // in no predictable order: skip one without branching on
+                // its kind (a mispredicted branch costs more than this).
+                let at = len.min(19);
+                let skip = timing_len(
+                    w[at],
+                    u64::from_le_bytes(w[at + 1..at + 9].try_into().unwrap()),
+                );
+                cycs += u64::from((w[at] & 3 == 3) & (skip != 0));
+                mtcs += u64::from(w[at] == 0x59);
+                pads += u64::from(w[at] == 0x00);
+                pos += len + skip;
+            } else if b0 & 0x1f == 0x1d {
+                let Some((len, ip)) = fup_in_window(w, 0, last_ip) else {
+                    break;
+                };
+                if let Some(ip) = ip {
+                    last_ip = ip;
+                }
+                fups += 1;
+                pos += len;
+            } else if b0 & 3 == 3 {
+                // CYC: 5 payload bits, then 7 per extension byte; more than
+                // 9 extension bytes is an error the general path reports.
+                let mut len = 1;
+                let mut more = b0 & 0x04 != 0;
+                while more {
+                    if len >= 10 {
+                        break 'steps;
+                    }
+                    more = w[len] & 1 != 0;
+                    len += 1;
+                }
+                cycs += 1;
+                pos += len;
+            } else if b0 == 0x59 {
+                mtcs += 1;
+                pos += 2;
+            } else if b0 == 0x00 {
+                pads += 1;
+                pos += 1;
+            } else {
+                break;
+            }
+        }
+        self.pos = pos;
+        self.last_ip = last_ip;
+        let packets = &mut self.stats.packets;
+        packets[PacketKind::Ptw as usize] += ptws;
+        packets[PacketKind::Fup as usize] += fups;
+        packets[PacketKind::Cyc as usize] += cycs;
+        packets[PacketKind::Mtc as usize] += mtcs;
+        packets[PacketKind::Pad as usize] += pads;
+    }
+
+    /// Decodes one packet on the general path; true at the end of data.
+    fn step<S: Sink>(&mut self, sink: &mut S) -> bool {
+        if !self.synced && !self.seek_psb(self.pos) {
+            self.flush_pending_to(sink);
+            return true;
+        }
+        let offset = self.pos;
+        if offset >= self.data.len() {
+            self.flush_pending_to(sink);
+            return true;
+        }
+        let (packet, len) = match packet::parse(&self.data[offset..], self.block) {
+            Ok(parsed) => parsed,
+            Err(kind) => {
+                self.stats.errors += 1;
+                // The offending byte is skipped too; the PSB search starts
+                // after it.
+                self.stats.skipped_bytes += 1;
+                self.synced = false;
+                self.after_error = true;
+                self.block = BlockContext::None;
+                self.pos = offset + 1;
+                self.flush_pending_to(sink);
+                sink.event(Event::Error(DecodeError { offset, kind }));
+                return false;
+            }
+        };
+        self.pos = offset + len;
+        self.stats.packets[packet.kind() as usize] += 1;
+        self.block = self.block.after(&packet);
+        match packet {
+            Packet::Ptw { payload, size, ip } => self.on_ptw(sink, offset, payload, size, ip),
+            Packet::Fup(ip) => {
+                if let Some(event) = self.on_fup(ip.compression, ip.payload) {
+                    sink.event(event);
+                }
+            }
+            Packet::Tip(ip) | Packet::TipPge(ip) | Packet::TipPgd(ip) => {
+                if let Some(new_ip) = ip.compression.apply(self.last_ip, ip.payload) {
+                    self.last_ip = new_ip;
+                }
+                self.flush_pending_to(sink);
+            }
+            Packet::Tsc(tsc) => {
+                self.tsc = tsc;
+                self.has_tsc = true;
+            }
+            Packet::Psb => {
+                self.last_ip = 0;
+                self.flush_pending_to(sink);
+                if self.after_error {
+                    self.stats.resyncs += 1;
+                    self.after_error = false;
+                }
+                sink.event(Event::Sync { offset });
+            }
+            Packet::Ovf => {
+                self.flush_pending_to(sink);
+                sink.event(Event::Overflow { offset });
+            }
+            // Packets that announce a FUP of their own, or end tracing: the
+            // FUP a pending PTW waits for can no longer come.
+            Packet::Exstop { ip: true }
+            | Packet::Bep { ip: true }
+            | Packet::Cfe { ip: true, .. }
+            | Packet::Stop => self.flush_pending_to(sink),
+            // Timing, padding, mode and other packets carry nothing the
+            // address trace needs; they may sit between PTW and its FUP.
+            _ => {}
+        }
+        false
+    }
 }
 
 impl Iterator for Decoder<'_> {
@@ -320,181 +579,10 @@ impl Iterator for Decoder<'_> {
         if let Some(event) = self.queued.take() {
             return Some(event);
         }
-        'packets: loop {
-            if !self.synced && !self.seek_psb(self.pos) {
-                return self.flush_pending();
-            }
-            let data = self.data;
-            let offset = self.pos;
-            let Some(&b0) = data.get(offset) else {
-                return self.flush_pending();
-            };
-
-            // Fast path: the steady-state packets of a ptwrite trace. Any
-            // irregularity (truncation, reserved encodings, block context)
-            // breaks out to the general path below.
-            'fast: {
-                if self.block != BlockContext::None {
-                    break 'fast;
-                }
-                if b0 == 0x02 {
-                    let Some(&b1) = data.get(offset + 1) else {
-                        break 'fast;
-                    };
-                    if b1 & 0x1f != 0x12 {
-                        break 'fast;
-                    }
-                    let (payload, size) = match (b1 >> 5) & 3 {
-                        1 => match array::<8>(data, offset + 2) {
-                            Some(b) => (u64::from_le_bytes(b), 8u8),
-                            None => break 'fast,
-                        },
-                        0 => match array::<4>(data, offset + 2) {
-                            Some(b) => (u64::from(u32::from_le_bytes(b)), 4u8),
-                            None => break 'fast,
-                        },
-                        _ => break 'fast,
-                    };
-                    let end = offset + 2 + usize::from(size);
-                    self.stats.packets[PacketKind::Ptw as usize] += 1;
-                    // fup_on_ptw: the FUP almost always follows at once;
-                    // pair them here without parking the PTW.
-                    if b1 & 0x80 != 0
-                        && !self.pending.waiting
-                        && let Some(&next) = data.get(end)
-                        && next & 0x1f == 0x1d
-                        && let Some((len, ip)) = fup_at(data, end, self.last_ip)
-                    {
-                        if let Some(ip) = ip {
-                            self.last_ip = ip;
-                        }
-                        self.pos = end + len;
-                        self.stats.packets[PacketKind::Fup as usize] += 1;
-                        return Some(Event::Ptw(PtwEvent {
-                            offset,
-                            payload,
-                            ip,
-                            tsc: self.current_tsc(),
-                            size,
-                        }));
-                    }
-                    self.pos = end;
-                    match self.on_ptw(offset, payload, size, b1 & 0x80 != 0) {
-                        Some(event) => return Some(event),
-                        None => continue 'packets,
-                    }
-                } else if b0 & 0x1f == 0x1d {
-                    let Some((len, ip)) = fup_at(data, offset, self.last_ip) else {
-                        break 'fast;
-                    };
-                    if let Some(ip) = ip {
-                        self.last_ip = ip;
-                    }
-                    self.pos = offset + len;
-                    self.stats.packets[PacketKind::Fup as usize] += 1;
-                    if self.pending.waiting {
-                        return Some(self.complete_pending(ip));
-                    }
-                    continue 'packets;
-                } else if b0 == 0x00 {
-                    self.pos = offset + 1;
-                    self.stats.packets[PacketKind::Pad as usize] += 1;
-                    continue 'packets;
-                } else if b0 == 0x59 {
-                    if offset + 2 > data.len() {
-                        break 'fast;
-                    }
-                    self.pos = offset + 2;
-                    self.stats.packets[PacketKind::Mtc as usize] += 1;
-                    continue 'packets;
-                } else if b0 & 3 == 3 {
-                    // CYC: 5 payload bits, then 7 per extension byte.
-                    let mut len = 1;
-                    let mut more = b0 & 0x04 != 0;
-                    while more {
-                        match data.get(offset + len) {
-                            Some(&b) if len < 10 => {
-                                more = b & 1 != 0;
-                                len += 1;
-                            }
-                            _ => break 'fast,
-                        }
-                    }
-                    self.pos = offset + len;
-                    self.stats.packets[PacketKind::Cyc as usize] += 1;
-                    continue 'packets;
-                }
-            }
-
-            let (packet, len) = match packet::parse(&data[offset..], self.block) {
-                Ok(parsed) => parsed,
-                Err(kind) => {
-                    self.stats.errors += 1;
-                    // The offending byte is skipped too; the PSB search
-                    // starts after it.
-                    self.stats.skipped_bytes += 1;
-                    self.synced = false;
-                    self.after_error = true;
-                    self.block = BlockContext::None;
-                    self.pos = offset + 1;
-                    let pending = self.flush_pending();
-                    return self.two(pending, Event::Error(DecodeError { offset, kind }));
-                }
-            };
-            self.pos = offset + len;
-            self.stats.packets[packet.kind() as usize] += 1;
-            self.block = self.block.after(&packet);
-            match packet {
-                Packet::Ptw { payload, size, ip } => {
-                    if let Some(event) = self.on_ptw(offset, payload, size, ip) {
-                        return Some(event);
-                    }
-                }
-                Packet::Fup(ip) => {
-                    if let Some(event) = self.on_fup(ip.compression, ip.payload) {
-                        return Some(event);
-                    }
-                }
-                Packet::Tip(ip) | Packet::TipPge(ip) | Packet::TipPgd(ip) => {
-                    if let Some(new_ip) = ip.compression.apply(self.last_ip, ip.payload) {
-                        self.last_ip = new_ip;
-                    }
-                    if let Some(event) = self.flush_pending() {
-                        return Some(event);
-                    }
-                }
-                Packet::Tsc(tsc) => {
-                    self.tsc = tsc;
-                    self.has_tsc = true;
-                }
-                Packet::Psb => {
-                    self.last_ip = 0;
-                    let pending = self.flush_pending();
-                    if self.after_error {
-                        self.stats.resyncs += 1;
-                        self.after_error = false;
-                    }
-                    return self.two(pending, Event::Sync { offset });
-                }
-                Packet::Ovf => {
-                    let pending = self.flush_pending();
-                    return self.two(pending, Event::Overflow { offset });
-                }
-                // Packets that announce a FUP of their own, or end tracing:
-                // the FUP a pending PTW waits for can no longer come.
-                Packet::Exstop { ip: true }
-                | Packet::Bep { ip: true }
-                | Packet::Cfe { ip: true, .. }
-                | Packet::Stop => {
-                    if let Some(event) = self.flush_pending() {
-                        return Some(event);
-                    }
-                }
-                // Timing, padding, mode and other packets carry nothing the
-                // address trace needs; they may sit between PTW and its FUP.
-                _ => {}
-            }
-        }
+        let mut one = OnePacket::default();
+        self.drive(&mut one);
+        self.queued = one.second;
+        one.first
     }
 }
 
@@ -638,6 +726,79 @@ mod tests {
                 ok,
                 "general path, {extensions} extension bytes"
             );
+        }
+    }
+
+    #[test]
+    fn timing_packets_after_a_pair_are_skipped_and_counted_exactly() {
+        // (packet after the first PTW+FUP pair, kind, valid)
+        let long_cyc = |extensions: usize| {
+            let mut cyc = vec![0x07];
+            cyc.extend(std::iter::repeat_n(0x03, extensions - 1));
+            cyc.push(0x02);
+            cyc
+        };
+        let cases = [
+            (vec![0x03], Some(PacketKind::Cyc), true),
+            (vec![0x0f, 0x02], Some(PacketKind::Cyc), true),
+            (long_cyc(8), Some(PacketKind::Cyc), true),
+            (long_cyc(9), Some(PacketKind::Cyc), true),
+            (long_cyc(10), Some(PacketKind::Cyc), false),
+            (vec![0x59, 0x07], Some(PacketKind::Mtc), true),
+            (vec![0x00], Some(PacketKind::Pad), true),
+            (vec![0x99, 0x01], Some(PacketKind::ModeExec), true),
+            (vec![], None, true),
+        ];
+        for (timing, kind, ok) in cases {
+            let mut s = Vec::new();
+            psb_plus(&mut s, 1, 0x7000_0000);
+            ptw8(&mut s, 5, true);
+            fup16(&mut s, 0x10);
+            s.extend_from_slice(&timing);
+            ptw8(&mut s, 6, true);
+            fup16(&mut s, 0x20);
+            // Enough bytes behind both pairs for the windowed fast loop.
+            s.extend_from_slice(&[0; 40]);
+            let mut decoder = Decoder::new(&s);
+            let mut events = Vec::new();
+            decoder.for_each_event(|e| events.push(e));
+            let (iterated, iterated_stats) = decode_all(&s);
+            assert_eq!(events, iterated, "{timing:02x?}");
+            let stats = decoder.stats();
+            assert_eq!(stats, &iterated_stats, "{timing:02x?}");
+            assert_eq!(stats.errors == 0, ok, "{timing:02x?}");
+            if !ok {
+                continue;
+            }
+            let ips: Vec<_> = ptws(&events).iter().map(|p| p.ip).collect();
+            assert_eq!(ips, [Some(0x7000_0010), Some(0x7000_0020)]);
+            let pads = 40 + u64::from(kind == Some(PacketKind::Pad));
+            assert_eq!(stats.count(PacketKind::Pad), pads, "{timing:02x?}");
+            for k in [PacketKind::Cyc, PacketKind::Mtc, PacketKind::ModeExec] {
+                let psb_plus_mode = u64::from(k == PacketKind::ModeExec);
+                let want = u64::from(kind == Some(k)) + psb_plus_mode;
+                assert_eq!(stats.count(k), want, "{k:?} after {timing:02x?}");
+            }
+        }
+    }
+
+    #[test]
+    fn timing_len_matches_the_packet_lengths() {
+        let next = |bytes: &[u8]| {
+            let mut b = [0u8; 8];
+            b[..bytes.len()].copy_from_slice(bytes);
+            u64::from_le_bytes(b)
+        };
+        assert_eq!(timing_len(0x03, next(&[0xff])), 1);
+        assert_eq!(timing_len(0x07, next(&[0x02])), 2);
+        assert_eq!(timing_len(0x07, next(&[0x03, 0x03, 0x00])), 4);
+        assert_eq!(timing_len(0x07, next(&[0x01; 7])), 9);
+        // 8 extension bytes that all continue: left to the careful path.
+        assert_eq!(timing_len(0x07, next(&[0x01; 8])), 0);
+        assert_eq!(timing_len(0x59, 0), 2);
+        assert_eq!(timing_len(0x00, 0), 1);
+        for other in [0x02, 0x19, 0x99, 0x1d, 0x3d, 0x0d, 0x04] {
+            assert_eq!(timing_len(other, 0), 0, "{other:#04x}");
         }
     }
 

@@ -344,7 +344,7 @@ impl<'a> Reconstructor<'a> {
         let mut decoder = Decoder::new(data);
         let mut head_bytes: Option<u64> = None;
         let mut current = Piece::default();
-        for event in decoder.by_ref() {
+        decoder.for_each_event(|event| {
             match event {
                 Event::Sync { offset } => {
                     head_bytes.get_or_insert(offset as u64);
@@ -371,16 +371,16 @@ impl<'a> Reconstructor<'a> {
                     }
                     let Some(ip) = ptw.ip else {
                         self.stats.ptw_without_ip += 1;
-                        continue;
+                        return;
                     };
                     let site = self.code.to_file(ip).and_then(|f| self.map.sites.get(&f));
                     let Some(&(load, operand)) = site else {
                         self.stats.ptw_unknown_ip += 1;
-                        continue;
+                        return;
                     };
                     let Some(op) = self.map.operands[load as usize] else {
                         self.stats.ptw_unknown_ip += 1;
-                        continue;
+                        return;
                     };
                     match operand {
                         PtwriteOperand::Base => {
@@ -421,7 +421,7 @@ impl<'a> Reconstructor<'a> {
                     }
                 }
             }
-        }
+        });
         if pending.is_some() {
             self.stats.incomplete += 1;
         }
