@@ -672,6 +672,19 @@ impl Analyzer {
                         } else {
                             self.lines.prefetch(older.addr >> 6)
                         }
+                        // A function that does not own the address keeps
+                        // its positions in its engine's own table.
+                        if let Some(f) = self.slots[older.load as usize].function
+                            && e.owner != 0
+                            && e.owner != f + 1
+                            && let Some(fe) = self
+                                .contexts
+                                .get(self.context)
+                                .and_then(|c| c.functions.get(f as usize))
+                                .and_then(|fe| fe.as_deref())
+                        {
+                            fe.addrs.prefetch(older.addr);
+                        }
                     }
                     None => self.lines.prefetch(older.addr >> 6),
                 }
