@@ -212,6 +212,35 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
         self.slots[i].value_mut()
     }
 
+    /// The slot index of `key`, if present (not for `u64::MAX`): a hint
+    /// for [`Self::entry_hinted`] a few records later.
+    #[inline]
+    pub fn index_of(&self, key: u64) -> Option<usize> {
+        if key == EMPTY {
+            return None;
+        }
+        self.find(key).ok()
+    }
+
+    /// The value in slot `index` (from [`Self::index_of`]).
+    #[inline]
+    pub fn value_at(&self, index: usize) -> &S::Value {
+        self.slots[index].value()
+    }
+
+    /// [`Self::entry`], trying slot `hint` first: keys never move except
+    /// when the table grows, and a key lives in one slot only, so a slot
+    /// holding `key` is its slot; otherwise (a stale hint after growth, or
+    /// none) it looks the key up.
+    #[inline]
+    pub fn entry_hinted(&mut self, key: u64, hint: u32) -> &mut S::Value {
+        let i = hint as usize;
+        if i < self.slots.len() && self.slots[i].key() == key && key != EMPTY {
+            return self.slots[i].value_mut();
+        }
+        self.entry(key)
+    }
+
     /// The value of `key`, if present.
     #[inline]
     pub fn get(&self, key: u64) -> Option<&S::Value> {

@@ -51,7 +51,12 @@ struct Pending {
     addr: u64,
     sample: u64,
     thread: u32,
+    /// The address's slot in [`Analyzer::addrs`] when the second prefetch
+    /// stage found it ([`NO_HINT`] if not), so processing skips the probe.
+    hint: u32,
 }
+
+const NO_HINT: u32 = u32::MAX;
 
 /// Accesses per (page, load site), behind a direct-mapped cache: a region
 /// of a few thousand pages never reaches the map.
@@ -656,11 +661,32 @@ impl Analyzer {
                 (self.pending_head + self.pending_len - PREFETCH_DISTANCE / 2) % PREFETCH_DISTANCE;
             let older = self.pending[at];
             if self.slots[older.load as usize].class.is_access() {
-                match self.addrs.get(older.addr) {
-                    Some(e) if e.line != NO_LINE => addr_table::prefetch(
-                        &self.line_arena[e.line as usize] as *const LineEntry as *const u8,
-                    ),
-                    _ => self.lines.prefetch(older.addr >> 6),
+                match self.addrs.index_of(older.addr) {
+                    Some(i) => {
+                        self.pending[at].hint = i as u32;
+                        let e = self.addrs.value_at(i);
+                        if e.line != NO_LINE {
+                            addr_table::prefetch(
+                                &self.line_arena[e.line as usize] as *const LineEntry as *const u8,
+                            )
+                        } else {
+                            self.lines.prefetch(older.addr >> 6)
+                        }
+                        // A function that does not own the address keeps
+                        // its positions in its engine's own table.
+                        if let Some(f) = self.slots[older.load as usize].function
+                            && e.owner != 0
+                            && e.owner != f + 1
+                            && let Some(fe) = self
+                                .contexts
+                                .get(self.context)
+                                .and_then(|c| c.functions.get(f as usize))
+                                .and_then(|fe| fe.as_deref())
+                        {
+                            fe.addrs.prefetch(older.addr);
+                        }
+                    }
+                    None => self.lines.prefetch(older.addr >> 6),
                 }
             }
         }
@@ -670,6 +696,7 @@ impl Analyzer {
             addr,
             sample,
             thread,
+            hint: NO_HINT,
         };
         self.pending_len += 1;
     }
@@ -691,6 +718,7 @@ impl Analyzer {
             addr,
             sample,
             thread,
+            hint,
         } = record;
         if self.sample != Some(sample) || self.thread != thread {
             self.switch(sample, thread);
@@ -717,7 +745,7 @@ impl Analyzer {
         }
         if is_access {
             let strided = slot.class == LoadClass::Strided;
-            self.access(load, function, addr, strided, implied);
+            self.access(load, function, addr, hint, strided, implied);
         } else {
             self.constant(function, 1 + implied);
         }
@@ -743,7 +771,15 @@ impl Analyzer {
     }
 
     #[inline]
-    fn access(&mut self, load: u32, function: Option<u32>, addr: u64, strided: bool, implied: u64) {
+    fn access(
+        &mut self,
+        load: u32,
+        function: Option<u32>,
+        addr: u64,
+        hint: u32,
+        strided: bool,
+        implied: u64,
+    ) {
         self.a += 1;
         self.a_const += implied;
         let block_shift = self.block_shift;
@@ -787,7 +823,7 @@ impl Analyzer {
 
         // The address entry, and through it the line entry.
         let line = addr >> 6;
-        let addr_entry = self.addrs.entry(addr);
+        let addr_entry = self.addrs.entry_hinted(addr, hint);
         if addr_entry.line == NO_LINE {
             let index = self.lines.entry(line);
             if *index == 0 {

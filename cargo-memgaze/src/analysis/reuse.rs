@@ -5,8 +5,8 @@
 //! block last accessed at time `τ` is the number of marks after `τ` (the
 //! distinct other blocks accessed since). The marks are a bitmap with a
 //! Fenwick tree over its 64-bit words, so the tree is 64× smaller than the
-//! time axis and stays in cache; a prefix count is a tree query plus one
-//! `popcount`. Time advances only when a block other than the most recent
+//! time axis and stays in cache; the marks after a time are counted by two
+//! walks down the tree that stop where they meet, plus one `popcount`. Time advances only when a block other than the most recent
 //! one is accessed — repeated accesses to one block (a strided walk within
 //! a cache line) touch nothing. When the time axis fills, live times are
 //! renumbered `0..live` in order and the structures rebuilt in O(capacity):
@@ -161,9 +161,18 @@ impl ReuseTracker {
         if local.time + 1 == self.now {
             return Some(0);
         }
-        let distance = self.live - self.prefix(local.time);
-        self.clear(local.time);
-        self.place(block, local);
+        let old = local.time;
+        let distance = self.marks_after(old);
+        // Move the block's mark from `old` to `now`: one walk up the tree
+        // from each word until the two paths meet (above it the −1 and +1
+        // cancel), instead of two full walks.
+        let new = self.now;
+        self.bits[(old / 64) as usize] &= !(1 << (old % 64));
+        self.owner[new as usize] = block;
+        self.bits[(new / 64) as usize] |= 1 << (new % 64);
+        self.tree_move(old / 64, new / 64);
+        local.time = new;
+        self.now += 1;
         Some(u64::from(distance))
     }
 
@@ -177,23 +186,53 @@ impl ReuseTracker {
         self.now += 1;
     }
 
+    /// Marks at times after `time` (all marks lie before `now`): the bits
+    /// above it in its word plus the words after it up to the current one,
+    /// as a difference of two prefix sums whose walks down the tree stop
+    /// where they meet, so a short reuse costs a few steps, not `log n`.
     #[inline]
-    fn clear(&mut self, time: u32) {
-        self.bits[(time / 64) as usize] &= !(1 << (time % 64));
-        self.tree_add(time / 64, u32::MAX); // −1
-    }
-
-    /// Marks at times `0..=time`.
-    #[inline]
-    fn prefix(&self, time: u32) -> u32 {
+    fn marks_after(&self, time: u32) -> u32 {
         let word = (time / 64) as usize;
-        let mut sum = (self.bits[word] & (u64::MAX >> (63 - time % 64))).count_ones();
-        let mut i = word;
-        while i > 0 {
-            sum = sum.wrapping_add(self.tree[i]);
-            i &= i - 1;
+        let above = !(u64::MAX >> (63 - time % 64));
+        let mut sum = (self.bits[word] & above).count_ones();
+        // Σ words word+1 ..= last = P(last + 1) − P(word + 1), P(i) the
+        // sum of words 0..i.
+        let mut i = ((self.now - 1) / 64) as usize + 1;
+        let mut j = word + 1;
+        while i != j {
+            if i > j {
+                sum = sum.wrapping_add(self.tree[i]);
+                i &= i - 1;
+            } else {
+                sum = sum.wrapping_sub(self.tree[j]);
+                j &= j - 1;
+            }
         }
         sum
+    }
+
+    /// Moves one mark from word `from` to word `to` (`from ≤ to`) in the
+    /// Fenwick tree.
+    #[inline]
+    fn tree_move(&mut self, from: u32, to: u32) {
+        let n = self.bits.len();
+        let mut i = from as usize + 1;
+        let mut j = to as usize + 1;
+        while i != j {
+            if i < j {
+                if i > n {
+                    break;
+                }
+                self.tree[i] = self.tree[i].wrapping_sub(1);
+                i += i & i.wrapping_neg();
+            } else {
+                if j > n {
+                    break;
+                }
+                self.tree[j] = self.tree[j].wrapping_add(1);
+                j += j & j.wrapping_neg();
+            }
+        }
     }
 
     #[inline]

@@ -35,7 +35,8 @@
 //! `F_str` by `s/(s+i) − [first access was Strided]`. The cost is paid only
 //! by mixed addresses; the ring holds at most `2^top` entries.
 
-use super::{LEVELS, Map, NONE};
+use super::addr_table::{AddrTable, ByteAddresses, PackedSlot};
+use super::{LEVELS, NONE};
 
 /// Positions of the last Strided (`[0]`) and Irregular (`[1]`) access to
 /// an address in the current access sequence ([`NONE`] if none).
@@ -115,7 +116,7 @@ impl LevelSums {
 
 /// Registration state of a mixed address: at position `t`, levels
 /// `≥ level` of the windows containing `t` were registered.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Mark {
     piece: u32,
     level: u32,
@@ -149,7 +150,9 @@ pub(crate) struct WindowEngine {
     /// address) << 1 | is_strided`; distance 0 means none.
     ring: Vec<u32>,
     mixed: Vec<Vec<u64>>,
-    marks: Map<u64, Mark>,
+    /// An address table, not a `HashMap`: a strided scan of mixed
+    /// addresses then walks neighbouring slots.
+    marks: AddrTable<PackedSlot<Mark>, ByteAddresses>,
 }
 
 impl WindowEngine {
@@ -171,7 +174,7 @@ impl WindowEngine {
             start: [Start::default(); LEVELS],
             ring: Vec::new(),
             mixed: vec![Vec::new(); LEVELS],
-            marks: Map::default(),
+            marks: AddrTable::new(),
         }
     }
 
@@ -283,11 +286,7 @@ impl WindowEngine {
     fn register(&mut self, addr: u64, t: u64, first_mixed: u32) {
         let piece = self.piece;
         let top = self.top;
-        let mark = self.marks.entry(addr).or_insert(Mark {
-            piece: 0,
-            level: 0,
-            t: 0,
-        });
+        let mark = self.marks.entry(addr);
         let known = if mark.piece == piece {
             mark.level.max(64 - (mark.t ^ t).leading_zeros())
         } else {
@@ -384,6 +383,7 @@ impl WindowEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::Map;
 
     /// Runs one sequence of (addr, strided, implied) and returns the sums.
     fn run(seq: &[(u64, bool, u64)], lo: u32, top: u32) -> Vec<LevelSums> {
