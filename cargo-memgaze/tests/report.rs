@@ -155,7 +155,7 @@ fn each_chart_kind_has_its_series_titles_and_axes_and_renders() {
         ],
     );
     assert_text_containing(&heatmap, "time (sampled accesses in trace order;");
-    assert_text_containing(&heatmap, "address (touched ranges");
+    assert_text_containing(&heatmap, "address, growing upward (touched ranges");
     render_png(&heatmap, "c-heatmap");
 
     let addresses = svg("addresses.svg");
