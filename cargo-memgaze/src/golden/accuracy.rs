@@ -694,10 +694,7 @@ mod tests {
                 i += 1;
                 (0, 0x10_0000 + 4 * (i % 100_000))
             } else {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                (1, 0x80_0000 + 8 * ((state >> 33) % 200_000))
+                irregular_load(&mut state)
             }
         })
     }
@@ -711,12 +708,17 @@ mod tests {
             if (j / 20_000) % 2 == 0 {
                 (0, 0x10_0000 + 4 * (j % 100_000))
             } else {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                (1, 0x80_0000 + 8 * ((state >> 33) % 200_000))
+                irregular_load(&mut state)
             }
         })
+    }
+
+    /// Load 1: a pseudo-random gather over 200 000 words (one LCG step).
+    fn irregular_load(state: &mut u64) -> (u32, u64) {
+        *state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (1, 0x80_0000 + 8 * ((*state >> 33) % 200_000))
     }
 
     fn full_metrics(header: &TraceHeader, total: u64) -> GoldenMetrics {
