@@ -710,16 +710,22 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn runs_encoded_apart_give_the_bytes_of_one_pass() {
+    /// The relocatable functions among the first `limit` of this test
+    /// executable.
+    fn codes_of_this_executable(limit: usize) -> Vec<FunctionCode> {
         let binary = Binary::open(std::env::current_exe().unwrap()).unwrap();
-        let codes: Vec<FunctionCode> = binary
+        binary
             .functions()
             .iter()
-            .take(400)
+            .take(limit)
             .map(|f| binary.function_code(f))
             .filter(|code| unrelocatable(code).is_none())
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn runs_encoded_apart_give_the_bytes_of_one_pass() {
+        let codes = codes_of_this_executable(400);
         assert!(codes.len() > 100, "only {} functions", codes.len());
         let plans = plans_of(&codes);
         let base = 0x7000_0000;
