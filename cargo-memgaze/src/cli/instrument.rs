@@ -219,8 +219,8 @@ fn write_annotation(executable: &Path, annotation: &Annotation) -> Result<()> {
         .with_context(|| format!("{}: cannot write", path.display()))?;
     let mut writer = std::io::BufWriter::with_capacity(1 << 20, file);
     serde_json::to_writer(&mut writer, annotation)
-        .map_err(anyhow::Error::from)
-        .and_then(|()| Ok(writer.flush()?))
+        .map_err(std::io::Error::from)
+        .and_then(|()| writer.flush())
         .with_context(|| format!("{}: cannot write", path.display()))?;
     Ok(())
 }
