@@ -111,6 +111,36 @@ enum PlanOutcome {
     },
 }
 
+/// Where a function left uninstrumented is recorded: the annotation, the
+/// report and the list of loads without a probe.
+struct Skipped<'a> {
+    annotation: &'a mut Annotation,
+    report: &'a mut Report,
+    loads: &'a mut Vec<(usize, String)>,
+}
+
+impl Skipped<'_> {
+    /// Records annotation function `ai` (binary function `f`) as not
+    /// instrumented for `reason`, with every load of it (`loads_of`).
+    fn function(
+        self,
+        ai: usize,
+        f: &Function,
+        loads_of: &HashMap<u32, Vec<usize>>,
+        reason: String,
+    ) {
+        self.annotation.functions[ai].skipped = Some(reason.clone());
+        for &li in loads_of.get(&(ai as u32)).into_iter().flatten() {
+            self.loads
+                .push((li, format!("function not instrumented: {reason}")));
+        }
+        self.report
+            .skipped
+            .push((f.name.clone(), f.start, reason.clone()));
+        *self.report.functions_skipped.entry(reason).or_default() += 1;
+    }
+}
+
 impl Planned {
     /// Instruction indices of every instrumented load (own probe or block
     /// check).
@@ -362,14 +392,12 @@ pub fn instrument_with_code(
                 let f = &binary.functions()[bi];
                 let is_marker = markers.is_some_and(|(b, e)| bi == b || bi == e);
                 if let Some(ai) = ai {
-                    annotation.functions[ai].skipped = Some(reason.clone());
-                    for &li in loads_of.get(&(ai as u32)).into_iter().flatten() {
-                        skipped_loads.push((li, format!("function not instrumented: {reason}")));
-                    }
-                    report
-                        .skipped
-                        .push((f.name.clone(), f.start, reason.clone()));
-                    *report.functions_skipped.entry(reason).or_default() += 1;
+                    let skipped = Skipped {
+                        annotation: &mut annotation,
+                        report: &mut report,
+                        loads: &mut skipped_loads,
+                    };
+                    skipped.function(ai, f, &loads_of, reason);
                 } else if is_marker {
                     report.warnings.push(format!(
                         "region marker {} cannot be hooked: {reason}",
@@ -447,18 +475,18 @@ pub fn instrument_with_code(
                 drop(copy_plans);
                 for &i in bad.iter().rev() {
                     let plan = plans.remove(i);
-                    let reason = "the encoder cannot relocate its instructions".to_string();
                     if let Some(ai) = plan.annotation_function {
-                        annotation.functions[ai].skipped = Some(reason.clone());
-                        for &li in loads_of.get(&(ai as u32)).into_iter().flatten() {
-                            skipped_loads
-                                .push((li, format!("function not instrumented: {reason}")));
-                        }
-                        let f = &binary.functions()[plan.function];
-                        report
-                            .skipped
-                            .push((f.name.clone(), f.start, reason.clone()));
-                        *report.functions_skipped.entry(reason).or_default() += 1;
+                        let skipped = Skipped {
+                            annotation: &mut annotation,
+                            report: &mut report,
+                            loads: &mut skipped_loads,
+                        };
+                        skipped.function(
+                            ai,
+                            &binary.functions()[plan.function],
+                            &loads_of,
+                            "the encoder cannot relocate its instructions".into(),
+                        );
                     }
                 }
             }
