@@ -181,7 +181,8 @@ fn forked_children_do_not_corrupt_the_trace() {
     let binary = build("fork.c", &["-O2"]);
     let inst = instrument(&binary, None, "all");
     let native = native(&binary, &[], None);
-    // The exec'd shell sees no recorder socket (close-on-exec).
+    // The exec'd shell sees no recorder socket (close-on-exec) and no
+    // shared-chunk memfd (closed by the entry hook once mapped).
     assert!(String::from_utf8_lossy(&native.stdout).contains("\n0\n"));
     for (sampling, name) in [(FULL, "full"), (SAMPLED, "sampled")] {
         let trace = trace_path(&format!("fork-{name}"));

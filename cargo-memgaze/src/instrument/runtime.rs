@@ -90,6 +90,11 @@ pub mod cfg {
     pub const JITTER: i32 = 80;
     /// 1 for a full trace (`z = 0`).
     pub const FULL: i32 = 88;
+    /// Address of the shared record chunks (0: none, every message goes
+    /// through the socket).
+    pub const SHARED: i32 = 96;
+    /// Number of shared chunks.
+    pub const SHARED_CHUNKS: i32 = 104;
     /// `STATE` values.
     pub const STATE_DISABLED: i32 = 1;
     /// `STATE` values.
@@ -163,6 +168,7 @@ pub mod slot {
     pub const MAGIC_VALUE: i32 = 0x4d47_5a53;
 }
 
+const SYS_CLOSE: i32 = 3;
 const SYS_FSTAT: i32 = 5;
 const SYS_MMAP: i32 = 9;
 const SYS_SCHED_YIELD: i32 = 24;
@@ -173,6 +179,7 @@ const SYS_FCNTL: i32 = 72;
 const SYS_GETTID: i32 = 186;
 const SYS_PROCESS_VM_READV: i32 = 310;
 const MADV_WIPEONFORK: i32 = 18;
+const MAP_SHARED: i32 = 1;
 const MSG_NOSIGNAL: i32 = 0x4000;
 const F_SETFD: i32 = 2;
 const FD_CLOEXEC: i32 = 1;
@@ -253,6 +260,9 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
 
     // The string the entry hook looks for in the environment.
     let prefix = format!("{}=", protocol::RECORDER_ENV);
+    let shared_prefix = format!("{}=", protocol::SHARED_ENV);
+    let mut shared_prefix_label = a.create_label();
+    let mut shared_setup = a.create_label();
 
     // ---------------------------------------------------------------- record
     // Trampolines within reach of the hot path's short `jrcxz` branches
@@ -663,7 +673,16 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.ret()?;
 
     // send(rdi = buffer, rsi = length) -> eax = 0 sent, 1 failed. Checks the
-    // descriptor is still the collector's socket first.
+    // descriptor is still the collector's socket first. A large payload goes
+    // into a free shared chunk when the collector offered them (a user-space
+    // copy into memory the collector reads directly), and only a reference
+    // travels through the socket; without a free chunk the whole message is
+    // copied through the socket, which also applies back-pressure.
+    let mut send_plain = a.create_label();
+    let mut send_raw_broken = a.create_label();
+    let mut claim_loop = a.create_label();
+    let mut claimed = a.create_label();
+    let mut send_return = a.create_label();
     a.set_label(&mut l.send)?;
     a.push(rbp)?;
     a.push(r14)?;
@@ -688,6 +707,84 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.cmp(rax, qword_ptr(r12 + cfg::DEVICE))?;
     a.jne(l.send_bad_fd)?;
     a.mov(rsp, rbp)?;
+    a.cmp(
+        r15,
+        (protocol::HEADER_BYTES + protocol::SHARED_MIN_PAYLOAD) as i32,
+    )?;
+    a.jb(send_plain)?;
+    a.cmp(
+        r15,
+        (protocol::HEADER_BYTES + protocol::SHARED_CHUNK_BYTES) as i32,
+    )?;
+    a.ja(send_plain)?;
+    a.mov(r8, qword_ptr(r12 + cfg::SHARED))?;
+    a.test(r8, r8)?;
+    a.jz(send_plain)?;
+    a.mov(r9, qword_ptr(r12 + cfg::SHARED_CHUNKS))?;
+    a.xor(ecx, ecx)?;
+    a.set_label(&mut claim_loop)?;
+    a.cmp(rcx, r9)?;
+    a.jae(send_plain)?; // every chunk in flight
+    a.xor(eax, eax)?;
+    a.mov(edx, 1)?;
+    a.lock().cmpxchg(qword_ptr(r8 + rcx * 8), rdx)?;
+    a.je(claimed)?;
+    a.inc(rcx)?;
+    a.jmp(claim_loop)?;
+    a.set_label(&mut claimed)?;
+    a.mov(rbp, rcx)?;
+    a.mov(rdi, rcx)?;
+    a.shl(rdi, protocol::SHARED_CHUNK_BYTES.trailing_zeros())?;
+    a.lea(
+        rdi,
+        qword_ptr(r8 + rdi + protocol::SHARED_STATE_BYTES as i32),
+    )?;
+    a.lea(rsi, qword_ptr(r14 + protocol::HEADER_BYTES as i32))?;
+    a.lea(rcx, qword_ptr(r15 - protocol::HEADER_BYTES as i32))?;
+    a.cld()?;
+    a.rep().movsb()?;
+    const SHARED_MESSAGE: i32 = (protocol::HEADER_BYTES + protocol::SHARED_PAYLOAD_BYTES) as i32;
+    a.sub(rsp, SHARED_MESSAGE)?;
+    for offset in (0..protocol::HEADER_BYTES as i32).step_by(8) {
+        a.mov(rax, qword_ptr(r14 + offset))?;
+        a.mov(qword_ptr(rsp + offset), rax)?;
+    }
+    a.or(
+        dword_ptr(rsp + protocol::offsets::KIND),
+        protocol::SHARED_FLAG as i32,
+    )?;
+    a.mov(dword_ptr(rsp + protocol::HEADER_BYTES as i32), ebp)?;
+    a.lea(rax, qword_ptr(r15 - protocol::HEADER_BYTES as i32))?;
+    a.mov(dword_ptr(rsp + (protocol::HEADER_BYTES as i32 + 4)), eax)?;
+    a.mov(r14, rsp)?;
+    a.mov(r15d, SHARED_MESSAGE as u32)?;
+    a.call(l.send_retry)?;
+    a.add(rsp, SHARED_MESSAGE)?;
+    a.test(eax, eax)?;
+    a.jz(send_return)?;
+    // Not sent: the collector is gone; give the chunk back anyway.
+    a.mov(r8, qword_ptr(r12 + cfg::SHARED))?;
+    a.mov(qword_ptr(r8 + rbp * 8), 0)?;
+    a.jmp(send_return)?;
+    a.set_label(&mut send_plain)?;
+    a.call(l.send_retry)?;
+    a.set_label(&mut send_return)?;
+    a.pop(r15)?;
+    a.pop(r14)?;
+    a.pop(rbp)?;
+    a.ret()?;
+    a.set_label(&mut l.send_bad_fd)?;
+    a.mov(rsp, rbp)?;
+    a.mov(qword_ptr(r12 + cfg::BROKEN), 1)?;
+    a.set_label(&mut l.send_failed)?;
+    a.mov(eax, 1)?;
+    a.pop(r15)?;
+    a.pop(r14)?;
+    a.pop(rbp)?;
+    a.ret()?;
+
+    // send_raw(r14 = message, r15 = length) -> eax = 0 sent, 1 failed (the
+    // socket is then marked broken).
     a.set_label(&mut l.send_retry)?;
     a.mov(eax, SYS_SENDTO)?;
     a.mov(rdi, qword_ptr(r12 + cfg::FD))?;
@@ -702,25 +799,16 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.cmp(rax, EAGAIN)?;
     a.je(l.send_yield)?;
     a.test(rax, rax)?;
-    a.js(l.send_broken)?;
+    a.js(send_raw_broken)?;
     a.xor(eax, eax)?;
-    a.pop(r15)?;
-    a.pop(r14)?;
-    a.pop(rbp)?;
     a.ret()?;
     a.set_label(&mut l.send_yield)?;
     a.mov(eax, SYS_SCHED_YIELD)?;
     a.syscall()?;
     a.jmp(l.send_retry)?;
-    a.set_label(&mut l.send_bad_fd)?;
-    a.mov(rsp, rbp)?;
-    a.set_label(&mut l.send_broken)?;
+    a.set_label(&mut send_raw_broken)?;
     a.mov(qword_ptr(r12 + cfg::BROKEN), 1)?;
-    a.set_label(&mut l.send_failed)?;
     a.mov(eax, 1)?;
-    a.pop(r15)?;
-    a.pop(r14)?;
-    a.pop(rbp)?;
     a.ret()?;
 
     // fold_live(rax = countdown now): executions += budget − countdown, when
@@ -1037,6 +1125,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.jnz(l.entry_done)?;
     a.mov(rcx, qword_ptr(rsp + ENTRY_PUSHED))?; // argc
     a.lea(rbx, qword_ptr(rsp + rcx * 8 + (ENTRY_PUSHED + 16)))?; // envp
+    a.mov(rbp, rbx)?;
     a.set_label(&mut l.entry_env_loop)?;
     a.mov(rsi, qword_ptr(rbx))?;
     a.test(rsi, rsi)?;
@@ -1134,6 +1223,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.mov(esi, F_SETFD)?;
     a.mov(edx, FD_CLOEXEC)?;
     a.syscall()?;
+    a.call(shared_setup)?;
     a.mov(
         qword_ptr(r12 + cfg::ENABLED),
         if params.has_regions { 0 } else { 1 },
@@ -1166,8 +1256,87 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.set_label(&mut l.parse_done)?;
     a.ret()?;
 
+    // shared_setup(rbp = envp): maps the shared chunks named by
+    // SHARED_ENV (after checking the descriptor is the collector's memfd)
+    // and closes the descriptor, so the program never sees it. Any failure
+    // leaves cfg.SHARED at 0: every message then goes through the socket.
+    let mut shared_env_loop = a.create_label();
+    let mut shared_cmp = a.create_label();
+    let mut shared_close = a.create_label();
+    let mut shared_done = a.create_label();
+    a.set_label(&mut shared_setup)?;
+    a.mov(rbx, rbp)?;
+    a.set_label(&mut shared_env_loop)?;
+    a.mov(rsi, qword_ptr(rbx))?;
+    a.test(rsi, rsi)?;
+    a.jz(shared_done)?;
+    a.add(rbx, 8)?;
+    a.lea(rdi, ptr(shared_prefix_label))?;
+    a.mov(ecx, shared_prefix.len() as u32)?;
+    a.set_label(&mut shared_cmp)?;
+    a.mov(al, byte_ptr(rsi))?;
+    a.cmp(al, byte_ptr(rdi))?;
+    a.jne(shared_env_loop)?;
+    a.inc(rsi)?;
+    a.inc(rdi)?;
+    a.dec(ecx)?;
+    a.jnz(shared_cmp)?;
+    // rsi: "<fd>:<inode>:<device>:<chunks>" into r13, r14, r15, rbx.
+    for (i, reg) in [r13, r14, r15, rbx].into_iter().enumerate() {
+        a.call(l.parse_u64)?;
+        a.test(ecx, ecx)?;
+        a.jz(shared_done)?;
+        a.mov(reg, rax)?;
+        let terminator = if i == 3 { 0 } else { b':' as u32 };
+        a.cmp(byte_ptr(rsi), terminator)?;
+        a.jne(shared_done)?;
+        a.inc(rsi)?;
+    }
+    a.test(rbx, rbx)?;
+    a.jz(shared_done)?;
+    a.cmp(rbx, protocol::SHARED_CHUNKS_MAX as i32)?;
+    a.ja(shared_done)?;
+    a.cmp(r13, 0x7fff_ffff)?;
+    a.ja(shared_done)?;
+    a.sub(rsp, 144)?;
+    a.mov(eax, SYS_FSTAT)?;
+    a.mov(rdi, r13)?;
+    a.mov(rsi, rsp)?;
+    a.syscall()?;
+    a.mov(rcx, qword_ptr(rsp + 8))?; // st_ino
+    a.mov(rdx, qword_ptr(rsp))?; // st_dev
+    a.add(rsp, 144)?;
+    a.test(rax, rax)?;
+    a.jnz(shared_done)?;
+    a.cmp(rcx, r14)?;
+    a.jne(shared_done)?;
+    a.cmp(rdx, r15)?;
+    a.jne(shared_done)?;
+    a.mov(rsi, rbx)?;
+    a.shl(rsi, protocol::SHARED_CHUNK_BYTES.trailing_zeros())?;
+    a.add(rsi, protocol::SHARED_STATE_BYTES as i32)?;
+    a.mov(eax, SYS_MMAP)?;
+    a.xor(edi, edi)?;
+    a.mov(edx, 3)?; // PROT_READ | PROT_WRITE
+    a.mov(r10d, MAP_SHARED)?;
+    a.mov(r8, r13)?;
+    a.xor(r9d, r9d)?;
+    a.syscall()?;
+    a.cmp(rax, -4095)?;
+    a.jae(shared_close)?;
+    a.mov(qword_ptr(r12 + cfg::SHARED), rax)?;
+    a.mov(qword_ptr(r12 + cfg::SHARED_CHUNKS), rbx)?;
+    a.set_label(&mut shared_close)?;
+    a.mov(eax, SYS_CLOSE)?;
+    a.mov(rdi, r13)?;
+    a.syscall()?;
+    a.set_label(&mut shared_done)?;
+    a.ret()?;
+
     a.set_label(&mut l.prefix)?;
     a.db(prefix.as_bytes())?;
+    a.set_label(&mut shared_prefix_label)?;
+    a.db(shared_prefix.as_bytes())?;
 
     let result = a.assemble_options(
         params.code_va,
@@ -1292,7 +1461,6 @@ struct Labels {
     send_retry: CodeLabel,
     send_yield: CodeLabel,
     send_bad_fd: CodeLabel,
-    send_broken: CodeLabel,
     send_failed: CodeLabel,
     fold_live: CodeLabel,
     fold_live_skip: CodeLabel,
@@ -1371,7 +1539,6 @@ impl Labels {
             send_retry: n(),
             send_yield: n(),
             send_bad_fd: n(),
-            send_broken: n(),
             send_failed: n(),
             fold_live: n(),
             fold_live_skip: n(),

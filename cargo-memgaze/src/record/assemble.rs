@@ -50,6 +50,8 @@ pub struct Assembler<'a> {
     /// Open window per thread id.
     windows: Vec<OpenWindow>,
     current_thread: Option<u32>,
+    /// A full trace's records of the current message (reused).
+    batch: Vec<(u32, u64)>,
     /// Records handed to the sink.
     pub records: u64,
     /// Samples begun in the sink.
@@ -83,6 +85,7 @@ impl<'a> Assembler<'a> {
             slots: HashMap::new(),
             windows: Vec::new(),
             current_thread: None,
+            batch: Vec::new(),
             records: 0,
             samples: 0,
             invalid_records: 0,
@@ -132,7 +135,8 @@ impl<'a> Assembler<'a> {
         let thread = self.thread_id(header.pid, header.tid);
         match header.kind {
             MessageKind::Records | MessageKind::Final if self.full => {
-                let mut started = false;
+                let mut batch = std::mem::take(&mut self.batch);
+                batch.clear();
                 for (load, addr) in protocol::records(payload) {
                     if load == WINDOW_MARKER {
                         continue;
@@ -141,13 +145,14 @@ impl<'a> Assembler<'a> {
                         self.invalid_records += 1;
                         continue;
                     }
-                    if !started {
-                        self.enter_full_sample(thread)?;
-                        started = true;
-                    }
-                    self.records += 1;
-                    self.sink.push(load, addr)?;
+                    batch.push((load, addr));
                 }
+                if !batch.is_empty() {
+                    self.enter_full_sample(thread)?;
+                    self.records += batch.len() as u64;
+                    self.sink.push_records(&batch)?;
+                }
+                self.batch = batch;
             }
             MessageKind::Records | MessageKind::Final => {
                 for (load, addr) in protocol::records(payload) {
@@ -210,9 +215,7 @@ impl<'a> Assembler<'a> {
         }
         self.sink.begin_sample(thread)?;
         self.samples += 1;
-        for &(load, addr) in &window.records {
-            self.sink.push(load, addr)?;
-        }
+        self.sink.push_records(&window.records)?;
         self.records += window.records.len() as u64;
         window.records.clear();
         Ok(())

@@ -26,6 +26,35 @@
 /// `window == period` asks for a full trace.
 pub const RECORDER_ENV: &str = "MEMGAZE_RECORDER";
 
+/// Environment variable naming the shared record buffers the collector
+/// offers ([`SharedConfig`]): `<fd>:<inode>:<device>:<chunks>`, all decimal.
+/// Optional: without it (or if the runtime cannot map it) every message
+/// travels through the socket.
+pub const SHARED_ENV: &str = "MEMGAZE_RECORDER_SHM";
+
+/// Bytes at the start of the shared mapping holding one `u64` state word per
+/// chunk: 0 free, 1 claimed by a sender (until the collector has copied it
+/// out and stores 0 again).
+pub const SHARED_STATE_BYTES: usize = 4096;
+
+/// Bytes of one shared chunk: at least a whole thread buffer's payload.
+pub const SHARED_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Most chunks a shared mapping may have (one state page).
+pub const SHARED_CHUNKS_MAX: usize = SHARED_STATE_BYTES / 8;
+
+/// Set in a message's kind when its payload is in a shared chunk: the
+/// message then carries only the header and a [`SHARED_PAYLOAD_BYTES`]
+/// reference (`u32` chunk index, `u32` payload length).
+pub const SHARED_FLAG: u32 = 0x100;
+
+/// Size of a shared message's payload (the chunk reference).
+pub const SHARED_PAYLOAD_BYTES: usize = 8;
+
+/// Smallest payload the runtime puts in a shared chunk (smaller ones are
+/// cheaper to copy through the socket than to claim a chunk for).
+pub const SHARED_MIN_PAYLOAD: usize = 4096;
+
 /// Environment variable the harness reads to run one bench at a time on one
 /// thread (ARCHITECTURE.md, "Contracts between stages").
 pub const RECORDING_ENV: &str = "MEMGAZE_RECORDING";
@@ -214,6 +243,32 @@ pub fn records(payload: &[u8]) -> impl Iterator<Item = (u32, u64)> + '_ {
             u64::from_le_bytes(r[4..12].try_into().expect("8 bytes")),
         )
     })
+}
+
+/// The value of [`SHARED_ENV`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedConfig {
+    /// Descriptor of the memfd in the program (closed by its entry hook
+    /// once mapped).
+    pub fd: i32,
+    /// Inode of the memfd (checked by the entry hook).
+    pub inode: u64,
+    /// Device of the memfd.
+    pub device: u64,
+    /// Number of [`SHARED_CHUNK_BYTES`] chunks after the state page.
+    pub chunks: u64,
+}
+
+impl SharedConfig {
+    /// The environment value.
+    pub fn to_env(&self) -> String {
+        format!("{}:{}:{}:{}", self.fd, self.inode, self.device, self.chunks)
+    }
+
+    /// Bytes of the whole mapping.
+    pub fn bytes(chunks: u64) -> usize {
+        SHARED_STATE_BYTES + chunks as usize * SHARED_CHUNK_BYTES
+    }
 }
 
 /// The value of [`RECORDER_ENV`].
