@@ -172,6 +172,7 @@ const SYS_CLOSE: i32 = 3;
 const SYS_FSTAT: i32 = 5;
 const SYS_MMAP: i32 = 9;
 const SYS_SCHED_YIELD: i32 = 24;
+const SYS_FUTEX: i32 = 202;
 const SYS_MADVISE: i32 = 28;
 const SYS_GETPID: i32 = 39;
 const SYS_SENDTO: i32 = 44;
@@ -681,6 +682,8 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     let mut send_plain = a.create_label();
     let mut send_raw_broken = a.create_label();
     let mut claim_loop = a.create_label();
+    let mut claim_scan = a.create_label();
+    let mut claim_wait = a.create_label();
     let mut claimed = a.create_label();
     let mut send_return = a.create_label();
     a.set_label(&mut l.send)?;
@@ -717,20 +720,47 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
         (protocol::HEADER_BYTES + protocol::SHARED_CHUNK_BYTES) as i32,
     )?;
     a.ja(send_plain)?;
+    a.cmp(qword_ptr(r12 + cfg::SHARED), 0)?;
+    a.je(send_plain)?;
+    a.mov(ebp, protocol::SHARED_WAIT_ROUNDS)?;
+    a.set_label(&mut claim_scan)?;
     a.mov(r8, qword_ptr(r12 + cfg::SHARED))?;
-    a.test(r8, r8)?;
-    a.jz(send_plain)?;
     a.mov(r9, qword_ptr(r12 + cfg::SHARED_CHUNKS))?;
+    // The generation before the scan: a chunk freed after it changes it,
+    // so the futex wait below returns at once instead of missing the wake.
+    a.mov(r11d, dword_ptr(r8 + protocol::SHARED_GENERATION as i32))?;
     a.xor(ecx, ecx)?;
     a.set_label(&mut claim_loop)?;
     a.cmp(rcx, r9)?;
-    a.jae(send_plain)?; // every chunk in flight
+    a.jae(claim_wait)?; // every chunk in flight
     a.xor(eax, eax)?;
     a.mov(edx, 1)?;
     a.lock().cmpxchg(qword_ptr(r8 + rcx * 8), rdx)?;
     a.je(claimed)?;
     a.inc(rcx)?;
     a.jmp(claim_loop)?;
+    // Every chunk in flight: the collector is behind. Wait for it to free
+    // one (woken by its release, or after 1 ms) rather than copy the
+    // records through the socket, a few rounds, then fall back to the
+    // socket (which also covers a collector that died).
+    a.set_label(&mut claim_wait)?;
+    a.dec(ebp)?;
+    a.jz(send_plain)?;
+    a.mov(edx, 1)?;
+    a.xchg(qword_ptr(r8 + protocol::SHARED_WAITING as i32), rdx)?; // a full barrier
+    a.sub(rsp, 16)?;
+    a.mov(qword_ptr(rsp), 0)?;
+    a.mov(qword_ptr(rsp + 8), 1_000_000)?; // 1 ms
+    a.mov(eax, SYS_FUTEX)?;
+    a.lea(rdi, qword_ptr(r8 + protocol::SHARED_GENERATION as i32))?;
+    a.xor(esi, esi)?; // FUTEX_WAIT (shared: the collector wakes it)
+    a.mov(edx, r11d)?;
+    a.mov(r10, rsp)?;
+    a.xor(r8d, r8d)?;
+    a.xor(r9d, r9d)?;
+    a.syscall()?;
+    a.add(rsp, 16)?;
+    a.jmp(claim_scan)?;
     a.set_label(&mut claimed)?;
     a.mov(rbp, rcx)?;
     a.mov(rdi, rcx)?;

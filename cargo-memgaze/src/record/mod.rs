@@ -28,7 +28,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Default records per sample window (`w`).
@@ -541,6 +541,21 @@ impl SharedChunks {
             );
             let state = &*(self.map.add(chunk * 8) as *const AtomicU64);
             state.store(0, Ordering::Release);
+            // Wake senders waiting for a free chunk (see the runtime's
+            // `send`): the generation changes after the release, and the
+            // flag is only swapped, so a sender that set it after this
+            // check sees the new generation and does not sleep.
+            let generation = &*(self.map.add(protocol::SHARED_GENERATION) as *const AtomicU32);
+            generation.fetch_add(1, Ordering::SeqCst);
+            let waiting = &*(self.map.add(protocol::SHARED_WAITING) as *const AtomicU64);
+            if waiting.load(Ordering::SeqCst) != 0 && waiting.swap(0, Ordering::SeqCst) != 0 {
+                libc::syscall(
+                    libc::SYS_futex,
+                    generation.as_ptr(),
+                    libc::FUTEX_WAKE,
+                    i32::MAX,
+                );
+            }
         }
         buffer[kind_at..kind_at + 4].copy_from_slice(&(kind & !SHARED_FLAG).to_le_bytes());
         Some(HEADER_BYTES + length)
@@ -745,14 +760,50 @@ mod tests {
         }
     }
 
-    /// A forked parent and child both hand full buffers over through shared
-    /// chunks (claimed from the one mapping they share), and nothing is lost
-    /// or duplicated.
+    /// A collector slower than the program: every chunk is in flight, the
+    /// senders wait for releases (or fall back to the socket), and every
+    /// record still arrives once.
     #[test]
-    fn forked_processes_share_the_chunks_without_losing_records() {
+    fn a_slow_collector_makes_senders_wait_without_losing_records() {
+        struct Slow(Counting);
+        impl RecordSink for Slow {
+            fn begin_sample(&mut self, _thread: u32) -> Result<()> {
+                Ok(())
+            }
+            fn switch_thread(&mut self, _thread: u32) -> Result<()> {
+                Ok(())
+            }
+            fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+                self.0.push(load, addr)
+            }
+            fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
+                std::thread::sleep(Duration::from_millis(2));
+                self.0.records += records.len() as u64;
+                Ok(())
+            }
+        }
         let dir = tempfile::tempdir().unwrap();
-        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rewriter/fork.c");
-        let binary = dir.path().join("fork");
+        let (instrumented, annotation) = instrumented_fixture(dir.path(), "bench_kernels.c");
+        let mut sink = Slow(Counting::default());
+        let mut command = Command::new(&instrumented);
+        command
+            .args(["str", "200000", "4"])
+            .stdout(std::process::Stdio::null());
+        let recording = record_command(command, &annotation, &Sampling::full(), &mut sink).unwrap();
+        assert_eq!(recording.exit_code(), 0);
+        assert!(recording.totals.complete);
+        assert!(recording.shared_messages > SHARED_CHUNKS, "{recording:?}");
+        assert_eq!(sink.0.records, recording.totals.records);
+        assert_eq!(recording.totals.records, recording.totals.executions);
+        assert!(recording.totals.records >= 800_000);
+        assert_eq!(recording.totals.dropped.records, 0);
+    }
+
+    fn instrumented_fixture(dir: &Path, source: &str) -> (std::path::PathBuf, Annotation) {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/rewriter")
+            .join(source);
+        let binary = dir.join("program");
         let status = Command::new("gcc")
             .args(["-O2", "-o"])
             .arg(&binary)
@@ -760,7 +811,7 @@ mod tests {
             .status()
             .unwrap();
         assert!(status.success());
-        let instrumented = dir.path().join("fork.mg");
+        let instrumented = dir.join("program.mg");
         let result = crate::cli::instrument::instrument_file(
             &binary,
             &instrumented,
@@ -768,11 +819,20 @@ mod tests {
             crate::annotation::InstrumentationMode::Soft,
         )
         .unwrap();
+        (instrumented, result.annotation)
+    }
+
+    /// A forked parent and child both hand full buffers over through shared
+    /// chunks (claimed from the one mapping they share), and nothing is lost
+    /// or duplicated.
+    #[test]
+    fn forked_processes_share_the_chunks_without_losing_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let (instrumented, annotation) = instrumented_fixture(dir.path(), "fork.c");
         let mut sink = Counting::default();
         let mut command = Command::new(&instrumented);
         command.stdout(std::process::Stdio::null());
-        let recording =
-            record_command(command, &result.annotation, &Sampling::full(), &mut sink).unwrap();
+        let recording = record_command(command, &annotation, &Sampling::full(), &mut sink).unwrap();
         assert_eq!(recording.exit_code(), 0);
         assert_eq!(recording.processes, 2);
         assert!(recording.totals.complete);

@@ -17,6 +17,10 @@
 //! | `RegionBegin`, `RegionEnd` | `count` bytes: the region name (UTF-8, truncated to [`REGION_NAME_MAX`]) |
 //! | `ProcessExit` | nothing; `executions`/`dropped` hold process-level counts |
 //!
+//! A large payload may instead lie in a chunk of memory shared with the
+//! collector ([`SHARED_ENV`]): the kind then has [`SHARED_FLAG`] set and the
+//! message carries only the chunk's index and the payload's length.
+//!
 //! A record whose load id is [`WINDOW_MARKER`] is not a load: it opens a new
 //! sample window of that thread (its address field is the window's sequence
 //! number within the thread).
@@ -40,8 +44,22 @@ pub const SHARED_STATE_BYTES: usize = 4096;
 /// Bytes of one shared chunk: at least a whole thread buffer's payload.
 pub const SHARED_CHUNK_BYTES: usize = 64 * 1024;
 
-/// Most chunks a shared mapping may have (one state page).
-pub const SHARED_CHUNKS_MAX: usize = SHARED_STATE_BYTES / 8;
+/// Offset in the state page of the `u32` release generation: the collector
+/// increments it after freeing a chunk; a sender that found no free chunk
+/// waits on it (`futex`).
+pub const SHARED_GENERATION: usize = SHARED_STATE_BYTES - 16;
+
+/// Offset in the state page of the `u64` waiting flag: a sender sets it
+/// before waiting; the collector clears it and wakes the waiters.
+pub const SHARED_WAITING: usize = SHARED_STATE_BYTES - 8;
+
+/// Most chunks a shared mapping may have (the state page less the two
+/// control words).
+pub const SHARED_CHUNKS_MAX: usize = SHARED_GENERATION / 8;
+
+/// How many times a sender waits (at most 1 ms each) for a free chunk
+/// before it copies the message through the socket instead.
+pub const SHARED_WAIT_ROUNDS: u32 = 50;
 
 /// Set in a message's kind when its payload is in a shared chunk: the
 /// message then carries only the header and a [`SHARED_PAYLOAD_BYTES`]
