@@ -313,7 +313,9 @@ pub fn record_command(
             let mut deadline = Instant::now() + LINGER;
             let mut seen = progress.load(Ordering::Acquire);
             while !done.load(Ordering::Acquire) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
+                // Woken early by the reader when it is done (a plain
+                // sleep here made every recording wait up to 10 ms more).
+                std::thread::park_timeout(Duration::from_millis(10));
                 let now = progress.load(Ordering::Acquire);
                 if now != seen {
                     seen = now;
@@ -368,6 +370,7 @@ pub fn record_command(
         progress.fetch_add(1, Ordering::Release);
     }
     done.store(true, Ordering::Release);
+    waiter.thread().unpark();
     let status = waiter
         .join()
         .map_err(|_| anyhow::anyhow!("the process waiter panicked"))?
