@@ -448,7 +448,7 @@ fn codec(records: u64, repeats: usize) {
     };
     let mix: Vec<(u32, u64)> = (0..records).map(|_| program.next()).collect();
     let strided: Vec<(u32, u64)> = (0..records)
-        .map(|i| ((i % 4) as u32, A + (i % 4 << 24) + 8 * (i / 4)))
+        .map(|i| ((i % 4) as u32, A + ((i % 4) << 24) + 8 * (i / 4)))
         .collect();
     println!("trace codec: {records} records per trace, {repeats} repeats, one core");
     for (name, trace) in [("analysis mix", &mix), ("strided", &strided)] {
