@@ -32,8 +32,9 @@
 //! and 5) generates RECORDS records of this mix, and of a purely strided
 //! program (four loads, 8-byte strides), into memory first, then times
 //! `TraceWriter::push` + `finish` (encoding and zstd, into memory) and
-//! decoding with `TraceReader::next_raw`: M records/s, median and min–max
-//! over the repeats, and the encoded size per record.
+//! decoding with `TraceReader::next_raw` and `TraceReader::for_each_raw`:
+//! M records/s, median and min–max over the repeats, and the encoded size
+//! per record.
 
 use memgaze::analysis::{AnalysisOptions, analyze_trace};
 use memgaze::trace::{
@@ -455,6 +456,7 @@ fn codec(records: u64, repeats: usize) {
         let mut bytes = Vec::new();
         let mut write_rates = Vec::new();
         let mut read_rates = Vec::new();
+        let mut visit_rates = Vec::new();
         for _ in 0..repeats {
             let started = Instant::now();
             let mut writer =
@@ -482,6 +484,18 @@ fn codec(records: u64, repeats: usize) {
                 checksum = checksum.wrapping_add(r.addr ^ u64::from(r.load));
             }
             read_rates.push(n as f64 / started.elapsed().as_secs_f64() / 1e6);
+            // The same through `for_each_raw`.
+            let started = Instant::now();
+            let mut reader = TraceReader::new(&bytes[..]).unwrap();
+            let (mut m, mut sum) = (0u64, 0u64);
+            reader
+                .for_each_raw(|r| {
+                    m += 1;
+                    sum = sum.wrapping_add(r.addr ^ u64::from(r.load));
+                })
+                .unwrap();
+            assert_eq!((m, sum), (n, checksum));
+            visit_rates.push(m as f64 / started.elapsed().as_secs_f64() / 1e6);
             let expected = trace
                 .iter()
                 .fold(0u64, |c, &(l, a)| c.wrapping_add(a ^ u64::from(l)));
@@ -491,16 +505,23 @@ fn codec(records: u64, repeats: usize) {
             v.sort_by(f64::total_cmp);
             (v[v.len() / 2], v[0], v[v.len() - 1])
         };
-        let (w, r) = (stats(&mut write_rates), stats(&mut read_rates));
+        let (w, r, v) = (
+            stats(&mut write_rates),
+            stats(&mut read_rates),
+            stats(&mut visit_rates),
+        );
         println!(
-            "{name:>13}: {:.3} bytes/record; write (push + zstd) {:>6.1} M records/s (min {:.1}, max {:.1}); decode (next_raw) {:>6.1} M records/s (min {:.1}, max {:.1})",
+            "{name:>13}: {:.3} bytes/record; write (push + zstd) {:>6.1} M records/s (min {:.1}, max {:.1}); decode: next_raw {:>6.1} M records/s (min {:.1}, max {:.1}), for_each_raw {:>6.1} (min {:.1}, max {:.1})",
             bytes.len() as f64 / records as f64,
             w.0,
             w.1,
             w.2,
             r.0,
             r.1,
-            r.2
+            r.2,
+            v.0,
+            v.1,
+            v.2
         );
     }
 }
