@@ -27,6 +27,14 @@
 //! `MEMGAZE_BENCH_REPEATS` (default 3). For profiling, the bench binary
 //! also takes `--write PATH RECORDS full|W` (write a trace) and
 //! `--child PATH analyze|decode` (analyse one).
+//!
+//! Trace codec alone: `--codec [RECORDS] [REPEATS]` (defaults 10 000 000
+//! and 5) generates RECORDS records of this mix, and of a purely strided
+//! program (four loads, 8-byte strides), into memory first, then times
+//! `TraceWriter::push` + `finish` (encoding and zstd, into memory) and
+//! decoding with `TraceReader::next_raw` and `TraceReader::for_each_raw`:
+//! M records/s, median and min–max over the repeats, and the encoded size
+//! per record.
 
 use memgaze::analysis::{AnalysisOptions, analyze_trace};
 use memgaze::trace::{
@@ -52,6 +60,15 @@ fn main() {
             window,
             18,
         );
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--codec") {
+        let arg = |k: usize, default: u64| {
+            args.get(i + k)
+                .and_then(|v| v.replace('_', "").parse().ok())
+                .unwrap_or(default)
+        };
+        codec(arg(1, 10_000_000), arg(2, 5) as usize);
         return;
     }
     if args.iter().any(|a| a == "--list") {
@@ -417,4 +434,94 @@ fn write_trace(path: &Path, records: u64, window: Option<u64>, mixed_run_log2: u
     let samples = writer.samples();
     writer.finish(&totals).unwrap();
     (std::fs::metadata(path).unwrap().len(), samples)
+}
+
+/// `--codec`: the trace writer and reader alone, on records generated
+/// beforehand (so the program's generator is not timed).
+fn codec(records: u64, repeats: usize) {
+    let mut program = Program {
+        mixed_run_log2: 18,
+        only_phase: None,
+        rng: 0x2545_f491_4f6c_dd1d,
+        phase: 0,
+        left: 0,
+        i: 0,
+    };
+    let mix: Vec<(u32, u64)> = (0..records).map(|_| program.next()).collect();
+    let strided: Vec<(u32, u64)> = (0..records)
+        .map(|i| ((i % 4) as u32, A + ((i % 4) << 24) + 8 * (i / 4)))
+        .collect();
+    println!("trace codec: {records} records per trace, {repeats} repeats, one core");
+    for (name, trace) in [("analysis mix", &mix), ("strided", &strided)] {
+        let mut bytes = Vec::new();
+        let mut write_rates = Vec::new();
+        let mut read_rates = Vec::new();
+        let mut visit_rates = Vec::new();
+        for _ in 0..repeats {
+            let started = Instant::now();
+            let mut writer =
+                TraceWriter::new(Vec::with_capacity(bytes.len()), &header(None)).unwrap();
+            writer.begin_sample(0).unwrap();
+            for &(load, addr) in trace.iter() {
+                writer.push(load, addr).unwrap();
+            }
+            let totals = TraceTotals {
+                executions: records,
+                records,
+                samples: 1,
+                dropped: Dropped::default(),
+                exit: None,
+                complete: true,
+            };
+            bytes = writer.finish(&totals).unwrap();
+            write_rates.push(records as f64 / started.elapsed().as_secs_f64() / 1e6);
+            let started = Instant::now();
+            let mut reader = TraceReader::new(&bytes[..]).unwrap();
+            let mut checksum = 0u64;
+            let mut n = 0u64;
+            while let Some(r) = reader.next_raw().unwrap() {
+                n += 1;
+                checksum = checksum.wrapping_add(r.addr ^ u64::from(r.load));
+            }
+            read_rates.push(n as f64 / started.elapsed().as_secs_f64() / 1e6);
+            // The same through `for_each_raw`.
+            let started = Instant::now();
+            let mut reader = TraceReader::new(&bytes[..]).unwrap();
+            let (mut m, mut sum) = (0u64, 0u64);
+            reader
+                .for_each_raw(|r| {
+                    m += 1;
+                    sum = sum.wrapping_add(r.addr ^ u64::from(r.load));
+                })
+                .unwrap();
+            assert_eq!((m, sum), (n, checksum));
+            visit_rates.push(m as f64 / started.elapsed().as_secs_f64() / 1e6);
+            let expected = trace
+                .iter()
+                .fold(0u64, |c, &(l, a)| c.wrapping_add(a ^ u64::from(l)));
+            assert_eq!((n, checksum), (records, expected), "decoded trace differs");
+        }
+        let stats = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            (v[v.len() / 2], v[0], v[v.len() - 1])
+        };
+        let (w, r, v) = (
+            stats(&mut write_rates),
+            stats(&mut read_rates),
+            stats(&mut visit_rates),
+        );
+        println!(
+            "{name:>13}: {:.3} bytes/record; write (push + zstd) {:>6.1} M records/s (min {:.1}, max {:.1}); decode: next_raw {:>6.1} M records/s (min {:.1}, max {:.1}), for_each_raw {:>6.1} (min {:.1}, max {:.1})",
+            bytes.len() as f64 / records as f64,
+            w.0,
+            w.1,
+            w.2,
+            r.0,
+            r.1,
+            r.2,
+            v.0,
+            v.1,
+            v.2
+        );
+    }
 }

@@ -145,7 +145,9 @@ fn bad_trace_files_give_one_line_and_exit_1() {
     let dir = tempdir();
     let good = std::fs::read(trace_in(&dir)).unwrap();
     let mut future = good.clone();
-    future[8] = 2;
+    future[8] = memgaze::trace::format::VERSION as u8 + 1;
+    let mut old = good.clone();
+    old[8] = 1;
     let mut flipped = good.clone();
     let at = good.len() / 2;
     flipped[at] ^= 0x10;
@@ -156,7 +158,12 @@ fn bad_trace_files_give_one_line_and_exit_1() {
             b"I  0401000,3\n L 1ffe,8\n".to_vec(),
             "not a memgaze trace",
         ),
-        ("future", future, "version 2 is newer"),
+        ("future", future, "is newer than this cargo memgaze reads"),
+        (
+            "old",
+            old,
+            "version 1 is older than this cargo memgaze reads",
+        ),
         (
             "truncated",
             good[..good.len() - 40].to_vec(),

@@ -81,6 +81,154 @@ fn read(bytes: &[u8]) -> anyhow::Result<Events> {
     Ok(out)
 }
 
+/// Every record as `(load, addr, sample, thread)`.
+type Flat = Vec<(u32, u64, u64, u32)>;
+
+/// An independent decoder written from the module documentation, one byte
+/// at a time with no shortcuts: what the file says, for comparison with the
+/// reader's batched decoding.
+fn reference_decode(bytes: &[u8]) -> Flat {
+    let mut out = Vec::new();
+    assert_eq!(&bytes[..8], &memgaze::trace::format::MAGIC);
+    assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 2);
+    let (mut sample, mut thread) = (None::<u64>, 0u32);
+    let mut samples = 0u64;
+    let mut at = 12;
+    let number = |data: &[u8], len: usize| -> u64 {
+        (0..len).fold(0u64, |v, i| v | (u64::from(data[i]) << (8 * i)))
+    };
+    while at < bytes.len() {
+        let kind = bytes[at];
+        let stored = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+        let chunk = &bytes[at + 16..at + 16 + stored];
+        at += 16 + stored;
+        if kind != b'R' {
+            continue;
+        }
+        let raw = zstd::decode_all(chunk).unwrap();
+        let events = u32::from_le_bytes(raw[8..12].try_into().unwrap()) as usize;
+        let (head, mut data) = (&raw[12..12 + events], &raw[12 + events..]);
+        let mut last: std::collections::HashMap<u64, (u64, u64)> = Default::default();
+        for &byte in head {
+            let (k, n) = (usize::from(byte & 15), usize::from(byte >> 4));
+            match k {
+                0..=8 => {
+                    let load = if n < 12 {
+                        n as u64
+                    } else {
+                        let v = 12 + number(data, n - 11);
+                        data = &data[n - 11..];
+                        v
+                    };
+                    let (addr, stride) = last.get(&load).copied().unwrap_or((0, 0));
+                    let delta = if k == 0 {
+                        stride
+                    } else {
+                        let z = number(data, k);
+                        data = &data[k..];
+                        (((z >> 1) as i64) ^ -((z & 1) as i64)) as u64
+                    };
+                    let addr = addr.wrapping_add(delta);
+                    last.insert(load, (addr, delta));
+                    out.push((load as u32, addr, sample.unwrap(), thread));
+                }
+                9 | 10 => {
+                    thread = number(data, n) as u32;
+                    data = &data[n..];
+                    if k == 9 {
+                        sample = Some(samples);
+                        samples += 1;
+                    }
+                }
+                _ => panic!("invalid head byte {byte:#x}"),
+            }
+        }
+        assert!(data.is_empty());
+    }
+    out
+}
+
+/// Records as `next_raw`, `for_each_raw` (after `skip` records read one by
+/// one) and `next_event` see them.
+fn three_ways(bytes: &[u8], skip: usize) -> [Flat; 3] {
+    let flat = |r: memgaze::trace::RawRecord| (r.load, r.addr, r.sample, r.thread);
+    let mut reader = TraceReader::new(bytes).unwrap();
+    let mut by_raw = Vec::new();
+    while let Some(r) = reader.next_raw().unwrap() {
+        by_raw.push(flat(r));
+    }
+    let mut reader = TraceReader::new(bytes).unwrap();
+    let mut by_visit = Vec::new();
+    for _ in 0..skip {
+        match reader.next_raw().unwrap() {
+            Some(r) => by_visit.push(flat(r)),
+            None => break,
+        }
+    }
+    reader.for_each_raw(|r| by_visit.push(flat(r))).unwrap();
+    assert!(reader.totals().is_some());
+    let mut reader = TraceReader::new(bytes).unwrap();
+    let mut by_event = Vec::new();
+    while let Some(e) = reader.next_event().unwrap() {
+        if let TraceEvent::Record(r) = e {
+            by_event.push(flat(r));
+        }
+    }
+    [by_raw, by_visit, by_event]
+}
+
+/// A trace with thread switches and load sites of every encoded width.
+fn wide_events() -> impl Strategy<Value = Vec<(u8, u32, u64)>> {
+    let load = prop_oneof![0u32..12, 12u32..300, 0u32..70_000];
+    let addr = prop_oneof![
+        any::<u64>(),
+        0u64..256,
+        Just(u64::MAX),
+        (0u64..64).prop_map(|i| 0x7f00_0000 + 8 * i)
+    ];
+    prop::collection::vec((0u8..20, load, addr), 0..400)
+}
+
+proptest! {
+    // Few cases: each writes a header of 70 000 load sites (for load site
+    // numbers of three bytes).
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn batched_readers_agree_with_a_reference_decoder(
+        events in wide_events(),
+        skip in 0usize..50,
+    ) {
+        // Event kinds: 0 begins a sample, 1 switches thread, else a record
+        // (strided runs come from the small-address choices).
+        let loads = 70_000;
+        let header = header(loads);
+        let mut w = TraceWriter::new(Vec::new(), &header).unwrap();
+        w.begin_sample(7).unwrap();
+        for &(kind, load, addr) in &events {
+            match kind {
+                0 => w.begin_sample(load.wrapping_mul(65_537)).unwrap(),
+                1 => w.switch_thread(load).unwrap(),
+                _ => w.push(load, addr).unwrap(),
+            }
+        }
+        let totals = TraceTotals {
+            executions: w.records(),
+            records: w.records(),
+            samples: w.samples(),
+            dropped: Dropped::default(),
+            exit: None,
+            complete: true,
+        };
+        let bytes = w.finish(&totals).unwrap();
+        let expected = reference_decode(&bytes);
+        prop_assert_eq!(expected.len(), events.iter().filter(|e| e.0 >= 2).count());
+        for got in three_ways(&bytes, skip) {
+            prop_assert_eq!(&got, &expected);
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
@@ -120,9 +268,46 @@ proptest! {
     }
 
     #[test]
+    fn random_payloads_never_panic(
+        head in prop::collection::vec(any::<u8>(), 0..64),
+        data in prop::collection::vec(any::<u8>(), 0..64),
+        records in 0u32..70,
+    ) {
+        // A well-formed chunk around arbitrary events: errors, never a panic.
+        let good = write(5, &vec![Err(0), Ok((0, 1))]);
+        let mut raw = Vec::new();
+        raw.extend_from_slice(&records.to_le_bytes());
+        raw.extend_from_slice(&1u32.to_le_bytes());
+        raw.extend_from_slice(&(head.len() as u32).to_le_bytes());
+        raw.extend_from_slice(&head);
+        raw.extend_from_slice(&data);
+        let stored = zstd::encode_all(&raw[..], 1).unwrap();
+        let mut chunk = vec![b'R', 0, 0, 0];
+        chunk.extend_from_slice(&(stored.len() as u32).to_le_bytes());
+        chunk.extend_from_slice(&(raw.len() as u32).to_le_bytes());
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&chunk);
+        crc.update(&stored);
+        chunk.extend_from_slice(&crc.finalize().to_le_bytes());
+        chunk.extend_from_slice(&stored);
+        // Magic, version, header chunk, then this chunk instead of the rest.
+        let header_len = 16 + u32::from_le_bytes(good[16..20].try_into().unwrap()) as usize;
+        let mut bytes = good[..12 + header_len].to_vec();
+        bytes.extend_from_slice(&chunk);
+        let mut reader = TraceReader::new(&bytes[..]).unwrap();
+        let result = loop {
+            match reader.next_event() {
+                Ok(Some(_)) => continue,
+                other => break other,
+            }
+        };
+        prop_assert!(result.is_err(), "no totals chunk: must fail");
+    }
+
+    #[test]
     fn random_bytes_after_magic_never_panic(tail in prop::collection::vec(any::<u8>(), 0..200)) {
         let mut bytes = memgaze::trace::format::MAGIC.to_vec();
-        bytes.extend_from_slice(&1u32.to_le_bytes());
+        bytes.extend_from_slice(&memgaze::trace::format::VERSION.to_le_bytes());
         bytes.extend_from_slice(&tail);
         prop_assert!(read(&bytes).is_err());
     }
