@@ -294,48 +294,128 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
     }
 }
 
-/// The slots of a table: `len` slots whose memory can double without
-/// copying them (see [`AddrTable::grow`]). On Linux an anonymous mapping,
-/// 2 MiB-aligned once it is large and advised to use transparent huge
-/// pages (the tables are accessed at random, and with 4 KiB pages nearly
-/// every lookup of a large table would also miss the TLB); growing it
-/// moves the old pages with `mremap` to a new aligned place, so the huge
-/// pages survive and only the new half is fresh (zeroed) memory.
+/// The slots of a table, whose memory can double without copying them
+/// once the table is large (see [`AddrTable::grow`]). Small tables live
+/// on the heap (a run has many of them, and a mapping each could exhaust
+/// the process's map count). On Linux a table of 2 MiB or more lives in
+/// an anonymous mapping, 2 MiB-aligned and advised to use transparent
+/// huge pages (the tables are accessed at random, and with 4 KiB pages
+/// nearly every lookup of a large table would also miss the TLB; measured
+/// in ARCHITECTURE.md); growing it moves the old pages with `mremap` to a
+/// new aligned place, so the huge pages survive and only the new half is
+/// fresh (zeroed) memory.
 struct SlotMemory<S> {
+    heap: Vec<S>,
     #[cfg(target_os = "linux")]
-    ptr: std::ptr::NonNull<S>,
-    #[cfg(target_os = "linux")]
-    len: usize,
-    #[cfg(not(target_os = "linux"))]
-    slots: Vec<S>,
+    mapped: Option<Mapped<S>>,
 }
 
-#[cfg(not(target_os = "linux"))]
+/// `len` slots in a mapping from [`mapping::map`] or [`mapping::grow`].
+#[cfg(target_os = "linux")]
+struct Mapped<S> {
+    ptr: std::ptr::NonNull<S>,
+    len: usize,
+}
+
+#[cfg(target_os = "linux")]
+impl<S> Mapped<S> {
+    fn bytes(&self) -> usize {
+        mapping::mapped(self.len * std::mem::size_of::<S>())
+    }
+
+    /// `len` mapped slots from `ptr`, the ones from `start` on set to
+    /// `value` (they may be uninitialised, so written without reading).
+    fn new(ptr: *mut u8, len: usize, start: usize, value: S) -> Self
+    where
+        S: Copy,
+    {
+        let ptr = std::ptr::NonNull::new(ptr as *mut S).expect("mapped");
+        for i in start..len {
+            // SAFETY: `i < len` slots are mapped.
+            unsafe { ptr.as_ptr().add(i).write(value) };
+        }
+        Mapped { ptr, len }
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl<S> Drop for Mapped<S> {
+    fn drop(&mut self) {
+        // SAFETY: our mapping; slots are `Copy` (nothing to drop).
+        unsafe { mapping::unmap(self.ptr.as_ptr() as *mut u8, self.bytes()) };
+    }
+}
+
+// SAFETY: `Mapped` owns its slots like a `Vec<S>` does.
+#[cfg(target_os = "linux")]
+unsafe impl<S: Send> Send for Mapped<S> {}
+// SAFETY: as above; shared access only reads.
+#[cfg(target_os = "linux")]
+unsafe impl<S: Sync> Sync for Mapped<S> {}
+
 impl<S: Copy> SlotMemory<S> {
     fn new(len: usize, value: S) -> Self {
         SlotMemory {
-            slots: vec![value; len],
+            heap: vec![value; len],
+            #[cfg(target_os = "linux")]
+            mapped: None,
         }
     }
 
     /// Grows to `new_len` slots, the new ones holding `value`.
     fn grow(&mut self, new_len: usize, value: S) {
-        self.slots.resize(new_len, value);
+        #[cfg(target_os = "linux")]
+        {
+            let size = std::mem::size_of::<S>();
+            if let Some(old) = self.mapped.take() {
+                let (ptr, old_len, old_bytes) = (old.ptr.as_ptr(), old.len, old.bytes());
+                std::mem::forget(old);
+                let new_bytes = mapping::mapped(new_len * size);
+                // SAFETY: our mapping of `old_bytes`, replaced by the new one.
+                let ptr = unsafe { mapping::grow(ptr as *mut u8, old_bytes, new_bytes) };
+                self.mapped = Some(Mapped::new(ptr, new_len, old_len, value));
+                return;
+            }
+            if new_len * size >= mapping::HUGE && std::mem::align_of::<S>() <= 4096 {
+                let ptr = mapping::map(mapping::mapped(new_len * size));
+                let old_len = self.heap.len();
+                // SAFETY: the mapping holds `new_len > old_len` slots and
+                // does not overlap the heap vector.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(self.heap.as_ptr(), ptr as *mut S, old_len)
+                };
+                self.mapped = Some(Mapped::new(ptr, new_len, old_len, value));
+                self.heap = Vec::new();
+                return;
+            }
+        }
+        self.heap.resize(new_len, value);
     }
 }
 
-#[cfg(not(target_os = "linux"))]
 impl<S> std::ops::Deref for SlotMemory<S> {
     type Target = [S];
+    #[inline]
     fn deref(&self) -> &[S] {
-        &self.slots
+        #[cfg(target_os = "linux")]
+        if let Some(m) = &self.mapped {
+            // SAFETY: `len` initialised slots (every slot is written when
+            // the memory is mapped or grown).
+            return unsafe { std::slice::from_raw_parts(m.ptr.as_ptr(), m.len) };
+        }
+        &self.heap
     }
 }
 
-#[cfg(not(target_os = "linux"))]
 impl<S> std::ops::DerefMut for SlotMemory<S> {
+    #[inline]
     fn deref_mut(&mut self) -> &mut [S] {
-        &mut self.slots
+        #[cfg(target_os = "linux")]
+        if let Some(m) = &mut self.mapped {
+            // SAFETY: as for `deref`, and `&mut self` is unique.
+            return unsafe { std::slice::from_raw_parts_mut(m.ptr.as_ptr(), m.len) };
+        }
+        &mut self.heap
     }
 }
 
@@ -345,7 +425,7 @@ mod mapping {
 
     use std::alloc::{Layout, handle_alloc_error};
 
-    const HUGE: usize = 2 << 20;
+    pub const HUGE: usize = 2 << 20;
     const PAGE: usize = 4096;
 
     /// Bytes mapped for `bytes` of slots.
@@ -464,77 +544,6 @@ mod mapping {
         unsafe { libc::munmap(p as *mut libc::c_void, len) };
     }
 }
-
-#[cfg(target_os = "linux")]
-impl<S: Copy> SlotMemory<S> {
-    fn new(len: usize, value: S) -> Self {
-        assert!(std::mem::align_of::<S>() <= 4096 && std::mem::size_of::<S>() > 0);
-        let bytes = mapping::mapped(len * std::mem::size_of::<S>());
-        let ptr = mapping::map(bytes) as *mut S;
-        let mut memory = SlotMemory {
-            ptr: std::ptr::NonNull::new(ptr).expect("mapped"),
-            len,
-        };
-        memory.fill_from(0, value);
-        memory
-    }
-
-    /// Writes `value` into the slots from `start` on.
-    fn fill_from(&mut self, start: usize, value: S) {
-        for i in start..self.len {
-            // SAFETY: `i < len` slots are mapped (their memory may be
-            // uninitialised, so write without reading).
-            unsafe { self.ptr.as_ptr().add(i).write(value) };
-        }
-    }
-
-    /// Grows to `new_len` slots, the new ones holding `value`.
-    fn grow(&mut self, new_len: usize, value: S) {
-        let size = std::mem::size_of::<S>();
-        let old_bytes = mapping::mapped(self.len * size);
-        let new_bytes = mapping::mapped(new_len * size);
-        // SAFETY: our mapping of `old_bytes`, replaced by the new one.
-        let ptr = unsafe { mapping::grow(self.ptr.as_ptr() as *mut u8, old_bytes, new_bytes) };
-        self.ptr = std::ptr::NonNull::new(ptr as *mut S).expect("mapped");
-        let old_len = self.len;
-        self.len = new_len;
-        self.fill_from(old_len, value);
-    }
-}
-
-#[cfg(target_os = "linux")]
-impl<S> std::ops::Deref for SlotMemory<S> {
-    type Target = [S];
-    fn deref(&self) -> &[S] {
-        // SAFETY: `len` initialised slots (every slot is written when the
-        // memory is mapped or grown).
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-#[cfg(target_os = "linux")]
-impl<S> std::ops::DerefMut for SlotMemory<S> {
-    fn deref_mut(&mut self) -> &mut [S] {
-        // SAFETY: as for `deref`, and `&mut self` is unique.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-#[cfg(target_os = "linux")]
-impl<S> Drop for SlotMemory<S> {
-    fn drop(&mut self) {
-        let bytes = mapping::mapped(self.len * std::mem::size_of::<S>());
-        // SAFETY: our mapping; slots are `Copy` (nothing to drop).
-        unsafe { mapping::unmap(self.ptr.as_ptr() as *mut u8, bytes) };
-    }
-}
-
-// SAFETY: `SlotMemory` owns its slots like a `Vec<S>` does.
-#[cfg(target_os = "linux")]
-unsafe impl<S: Send> Send for SlotMemory<S> {}
-// SAFETY: as above; shared access only reads.
-#[cfg(target_os = "linux")]
-unsafe impl<S: Sync> Sync for SlotMemory<S> {}
 
 /// Hints the CPU to load the cache line at `p`.
 #[inline]
