@@ -104,7 +104,7 @@ impl_slot!(PackedSlot);
 /// Hash table from `u64` keys to values kept in slots `S` (see the module
 /// docs).
 pub(crate) struct AddrTable<S: Slot, L> {
-    slots: Vec<S>,
+    slots: SlotMemory<S>,
     /// `64 − log2(slots.len())`: the Fibonacci hash keeps the top bits.
     shift: u32,
     len: usize,
@@ -116,36 +116,10 @@ pub(crate) struct AddrTable<S: Slot, L> {
 const EMPTY: u64 = NONE;
 const MIN_SLOTS: usize = 64;
 
-/// A vector of `len` copies of `value`, backed by transparent huge pages
-/// where the kernel allows it: the tables are accessed at random, and with
-/// 4 KiB pages nearly every lookup of a large table would also miss the TLB.
-fn huge_vec<T: Copy>(len: usize, value: T) -> Vec<T> {
-    let mut v: Vec<T> = Vec::with_capacity(len);
-    advise_huge_pages(v.as_ptr() as usize, len * std::mem::size_of::<T>());
-    v.resize(len, value);
-    v
-}
-
-/// Asks for transparent huge pages on the 2 MiB-aligned part of a fresh
-/// allocation (before it is touched). Only a hint: errors are ignored.
-pub(crate) fn advise_huge_pages(start: usize, len: usize) {
-    const HUGE: usize = 2 << 20;
-    let first = start.next_multiple_of(HUGE);
-    let end = (start + len) / HUGE * HUGE;
-    if end > first {
-        #[cfg(target_os = "linux")]
-        // SAFETY: madvise only changes how the kernel backs this range of
-        // our own allocation; MADV_HUGEPAGE never changes its contents.
-        unsafe {
-            libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE);
-        }
-    }
-}
-
 impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
     pub fn new() -> Self {
         AddrTable {
-            slots: huge_vec(MIN_SLOTS, S::new(EMPTY)),
+            slots: SlotMemory::new(MIN_SLOTS, S::new(EMPTY)),
             shift: 64 - MIN_SLOTS.trailing_zeros(),
             len: 0,
             max_key: None,
@@ -271,15 +245,303 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
             .chain(self.max_key.as_ref().map(|v| (EMPTY, v)))
     }
 
+    /// Doubles the table in place: the slots' memory grows without a copy
+    /// (on Linux `mremap` moves the old pages, so only the new half is
+    /// fresh memory the kernel must zero), then the keys are rehashed
+    /// within it.
+    ///
+    /// The new home of a key is (almost always) at or above its old slot:
+    /// the Fibonacci hash keeps the top bits, so doubling maps home `h` to
+    /// `2h` or `2h + 1`, plus the same place in the chunk. The old slots are
+    /// walked from the top down; a key moves up to the first empty slot at
+    /// or after its new home, passing only slots above the walk, which are
+    /// already in their final state (moved keys, or emptied slots that no
+    /// probe sequence of a moved key crosses), so every moved key is found
+    /// by a lookup of the finished table. The few keys whose new home lies
+    /// below their slot, or whose probe would wrap around into the part not
+    /// yet walked, are set aside and inserted once the walk is done.
     #[cold]
     fn grow(&mut self) {
-        let new_len = self.slots.len() * 2;
-        let old = std::mem::replace(&mut self.slots, huge_vec(new_len, S::new(EMPTY)));
+        let old_len = self.slots.len();
+        let new_len = old_len * 2;
+        self.slots.grow(new_len, S::new(EMPTY));
         self.shift -= 1;
-        for slot in old.into_iter().filter(|s| s.key() != EMPTY) {
+        let mut set_aside = Vec::new();
+        for s in (0..old_len).rev() {
+            let slot = self.slots[s];
+            let key = slot.key();
+            if key == EMPTY {
+                continue;
+            }
+            let home = self.home(key);
+            if home == s {
+                continue;
+            }
+            self.slots[s] = S::new(EMPTY);
+            if home < s {
+                set_aside.push(slot);
+                continue;
+            }
+            match (home..new_len).find(|&i| self.slots[i].key() == EMPTY) {
+                Some(i) => self.slots[i] = slot,
+                None => set_aside.push(slot),
+            }
+        }
+        for slot in set_aside {
             let i = self.find(slot.key()).expect_err("keys are unique");
             self.slots[i] = slot;
         }
+    }
+}
+
+/// The slots of a table, whose memory can double without copying them
+/// once the table is large (see [`AddrTable::grow`]). Small tables live
+/// on the heap (a run has many of them, and a mapping each could exhaust
+/// the process's map count). On Linux a table of 2 MiB or more lives in
+/// an anonymous mapping, 2 MiB-aligned and advised to use transparent
+/// huge pages (the tables are accessed at random, and with 4 KiB pages
+/// nearly every lookup of a large table would also miss the TLB; measured
+/// in ARCHITECTURE.md); growing it moves the old pages with `mremap` to a
+/// new aligned place, so the huge pages survive and only the new half is
+/// fresh (zeroed) memory.
+struct SlotMemory<S> {
+    heap: Vec<S>,
+    #[cfg(target_os = "linux")]
+    mapped: Option<Mapped<S>>,
+}
+
+/// `len` slots in a mapping from [`mapping::map`] or [`mapping::grow`].
+#[cfg(target_os = "linux")]
+struct Mapped<S> {
+    ptr: std::ptr::NonNull<S>,
+    len: usize,
+}
+
+#[cfg(target_os = "linux")]
+impl<S> Mapped<S> {
+    fn bytes(&self) -> usize {
+        mapping::mapped(self.len * std::mem::size_of::<S>())
+    }
+
+    /// `len` mapped slots from `ptr`, the ones from `start` on set to
+    /// `value` (they may be uninitialised, so written without reading).
+    fn new(ptr: *mut u8, len: usize, start: usize, value: S) -> Self
+    where
+        S: Copy,
+    {
+        let ptr = std::ptr::NonNull::new(ptr as *mut S).expect("mapped");
+        for i in start..len {
+            // SAFETY: `i < len` slots are mapped.
+            unsafe { ptr.as_ptr().add(i).write(value) };
+        }
+        Mapped { ptr, len }
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl<S> Drop for Mapped<S> {
+    fn drop(&mut self) {
+        // SAFETY: our mapping; slots are `Copy` (nothing to drop).
+        unsafe { mapping::unmap(self.ptr.as_ptr() as *mut u8, self.bytes()) };
+    }
+}
+
+// SAFETY: `Mapped` owns its slots like a `Vec<S>` does.
+#[cfg(target_os = "linux")]
+unsafe impl<S: Send> Send for Mapped<S> {}
+// SAFETY: as above; shared access only reads.
+#[cfg(target_os = "linux")]
+unsafe impl<S: Sync> Sync for Mapped<S> {}
+
+impl<S: Copy> SlotMemory<S> {
+    fn new(len: usize, value: S) -> Self {
+        SlotMemory {
+            heap: vec![value; len],
+            #[cfg(target_os = "linux")]
+            mapped: None,
+        }
+    }
+
+    /// Grows to `new_len` slots, the new ones holding `value`.
+    fn grow(&mut self, new_len: usize, value: S) {
+        #[cfg(target_os = "linux")]
+        {
+            let size = std::mem::size_of::<S>();
+            if let Some(old) = self.mapped.take() {
+                let (ptr, old_len, old_bytes) = (old.ptr.as_ptr(), old.len, old.bytes());
+                std::mem::forget(old);
+                let new_bytes = mapping::mapped(new_len * size);
+                // SAFETY: our mapping of `old_bytes`, replaced by the new one.
+                let ptr = unsafe { mapping::grow(ptr as *mut u8, old_bytes, new_bytes) };
+                self.mapped = Some(Mapped::new(ptr, new_len, old_len, value));
+                return;
+            }
+            if new_len * size >= mapping::HUGE && std::mem::align_of::<S>() <= 4096 {
+                let ptr = mapping::map(mapping::mapped(new_len * size));
+                let old_len = self.heap.len();
+                // SAFETY: the mapping holds `new_len > old_len` slots and
+                // does not overlap the heap vector.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(self.heap.as_ptr(), ptr as *mut S, old_len)
+                };
+                self.mapped = Some(Mapped::new(ptr, new_len, old_len, value));
+                self.heap = Vec::new();
+                return;
+            }
+        }
+        self.heap.resize(new_len, value);
+    }
+}
+
+impl<S> std::ops::Deref for SlotMemory<S> {
+    type Target = [S];
+    #[inline]
+    fn deref(&self) -> &[S] {
+        #[cfg(target_os = "linux")]
+        if let Some(m) = &self.mapped {
+            // SAFETY: `len` initialised slots (every slot is written when
+            // the memory is mapped or grown).
+            return unsafe { std::slice::from_raw_parts(m.ptr.as_ptr(), m.len) };
+        }
+        &self.heap
+    }
+}
+
+impl<S> std::ops::DerefMut for SlotMemory<S> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [S] {
+        #[cfg(target_os = "linux")]
+        if let Some(m) = &mut self.mapped {
+            // SAFETY: as for `deref`, and `&mut self` is unique.
+            return unsafe { std::slice::from_raw_parts_mut(m.ptr.as_ptr(), m.len) };
+        }
+        &mut self.heap
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod mapping {
+    //! Anonymous mappings for [`super::SlotMemory`].
+
+    use std::alloc::{Layout, handle_alloc_error};
+
+    pub const HUGE: usize = 2 << 20;
+    const PAGE: usize = 4096;
+
+    /// Bytes mapped for `bytes` of slots.
+    pub fn mapped(bytes: usize) -> usize {
+        bytes.max(1).next_multiple_of(PAGE)
+    }
+
+    /// Address space for `len` bytes (a multiple of the page size), 2 MiB
+    /// aligned when it is at least that large, reserved (inaccessible).
+    fn reserve(len: usize) -> *mut u8 {
+        let align = if len >= HUGE { HUGE } else { PAGE };
+        let total = len + align - PAGE;
+        // SAFETY: a fresh anonymous mapping at an address of the kernel's
+        // choosing; the trimmed parts are ours and unused.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                total,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                return std::ptr::null_mut();
+            }
+            let start = p as usize;
+            let aligned = start.next_multiple_of(align);
+            if aligned > start {
+                libc::munmap(p, aligned - start);
+            }
+            let end = aligned + len;
+            if start + total > end {
+                libc::munmap(end as *mut libc::c_void, start + total - end);
+            }
+            aligned as *mut u8
+        }
+    }
+
+    fn fail(len: usize) -> ! {
+        handle_alloc_error(Layout::from_size_align(len, PAGE).expect("mapping layout"))
+    }
+
+    /// Asks for transparent huge pages (only a hint: errors are ignored).
+    fn advise(p: *mut u8, len: usize) {
+        if len >= HUGE {
+            // SAFETY: only changes how the kernel backs our own mapping.
+            unsafe {
+                libc::madvise(p as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
+            }
+        }
+    }
+
+    /// A readable, writable, zeroed mapping of `len` bytes.
+    pub fn map(len: usize) -> *mut u8 {
+        let p = reserve(len);
+        if p.is_null() {
+            fail(len);
+        }
+        // SAFETY: replaces our own reservation at `p` with a usable mapping.
+        let q = unsafe {
+            libc::mmap(
+                p as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if q == libc::MAP_FAILED {
+            // SAFETY: our reservation.
+            unsafe { libc::munmap(p as *mut libc::c_void, len) };
+            fail(len);
+        }
+        advise(p, len);
+        p
+    }
+
+    /// Moves the mapping `p` of `old` bytes to a fresh place of `new`
+    /// bytes, keeping its contents (pages are moved, not copied); the
+    /// bytes after `old` are zero.
+    ///
+    /// # Safety
+    /// `p` must be a mapping of `old` bytes from [`map`] or [`grow`], not
+    /// used afterwards.
+    pub unsafe fn grow(p: *mut u8, old: usize, new: usize) -> *mut u8 {
+        let target = reserve(new);
+        if target.is_null() {
+            fail(new);
+        }
+        // SAFETY: moves our mapping onto our own reservation (MREMAP_FIXED
+        // replaces it).
+        let q = unsafe {
+            libc::mremap(
+                p as *mut libc::c_void,
+                old,
+                new,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                target as *mut libc::c_void,
+            )
+        };
+        if q == libc::MAP_FAILED {
+            // SAFETY: our reservation.
+            unsafe { libc::munmap(target as *mut libc::c_void, new) };
+            fail(new);
+        }
+        advise(target, new);
+        target
+    }
+
+    /// # Safety
+    /// `p` must be a mapping of `len` bytes from [`map`] or [`grow`].
+    pub unsafe fn unmap(p: *mut u8, len: usize) {
+        // SAFETY: per the contract.
+        unsafe { libc::munmap(p as *mut libc::c_void, len) };
     }
 }
 
@@ -330,6 +592,39 @@ mod tests {
         assert_eq!(packed.iter().count(), model.len());
         assert_eq!(table.get(12345678901), None);
         table.prefetch(42);
+    }
+
+    #[test]
+    fn keys_survive_in_place_growth_with_full_clusters() {
+        // Dense granules fill whole chunks (16 neighbouring slots each), so
+        // clusters run into each other and across the top of the table,
+        // where the rehash sets keys aside; check after every doubling.
+        let mut table: AddrTable<LineSlot<u64>, ByteAddresses> = AddrTable::new();
+        let mut slots = table.slots.len();
+        let keys: Vec<u64> = (0..300_000u64)
+            .map(|i| {
+                if i % 3 == 0 {
+                    i * 4
+                } else {
+                    (i << 20) ^ 0x7000
+                }
+            })
+            .collect();
+        for (n, &key) in keys.iter().enumerate() {
+            *table.entry(key) = key + 1;
+            if table.slots.len() != slots {
+                slots = table.slots.len();
+                for &k in &keys[..=n] {
+                    assert_eq!(
+                        table.get(k),
+                        Some(&(k + 1)),
+                        "key {k} after growing to {slots}"
+                    );
+                }
+            }
+        }
+        assert_eq!(table.len(), keys.len());
+        assert_eq!(table.iter().count(), keys.len());
     }
 
     #[test]
