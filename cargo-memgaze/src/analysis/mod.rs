@@ -154,9 +154,7 @@ pub fn analyze_trace<R: Read>(
     options: &AnalysisOptions,
 ) -> Result<Analysis> {
     let mut analyzer = Analyzer::new(reader.header(), options)?;
-    while let Some(raw) = reader.next_raw()? {
-        analyzer.push_load(raw.load, raw.addr, raw.sample, raw.thread);
-    }
+    reader.for_each_raw(|raw| analyzer.push_load(raw.load, raw.addr, raw.sample, raw.thread))?;
     let totals = *reader.totals().context("trace ended without totals")?;
     Ok(analyzer.finish(&totals))
 }

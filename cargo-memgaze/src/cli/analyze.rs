@@ -9,8 +9,11 @@ use crate::lackey::{LackeyOptions, analyze_lackey};
 use crate::trace::TraceReader;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::io::{IsTerminal, Write};
+use std::cell::Cell;
+use std::fs::File;
+use std::io::{BufReader, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 /// Arguments of `cargo memgaze analyze`.
 #[derive(clap::Args, Debug)]
@@ -140,19 +143,44 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
 fn analyze_file(path: &Path, options: &AnalysisOptions, progress: &Progress) -> Result<Analysis> {
     let name = || path.display().to_string();
     let total = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    let mut reader = TraceReader::open(path)?;
+    let file = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
+    // The reader holds the file while records stream through the visitor,
+    // so the bytes read for the progress bar are counted beside it.
+    let bytes = Rc::new(Cell::new(0));
+    let counted = CountingRead {
+        inner: file,
+        bytes: Rc::clone(&bytes),
+    };
+    let mut reader =
+        TraceReader::new(BufReader::with_capacity(1 << 16, counted)).with_context(name)?;
     let mut analyzer = Analyzer::new(reader.header(), options).with_context(name)?;
     progress.start(total, "analysing");
     let mut n = 0u64;
-    while let Some(raw) = reader.next_raw().with_context(name)? {
-        analyzer.push_load(raw.load, raw.addr, raw.sample, raw.thread);
-        n += 1;
-        if n.is_multiple_of(1 << 20) {
-            progress.set(reader.bytes_read());
-        }
-    }
+    reader
+        .for_each_raw(|raw| {
+            analyzer.push_load(raw.load, raw.addr, raw.sample, raw.thread);
+            n += 1;
+            if n.is_multiple_of(1 << 20) {
+                progress.set(bytes.get());
+            }
+        })
+        .with_context(name)?;
     let totals = *reader.totals().expect("totals after the last record");
     Ok(analyzer.finish(&totals))
+}
+
+/// A reader that counts the bytes it hands out.
+struct CountingRead<R> {
+    inner: R,
+    bytes: Rc<Cell<u64>>,
+}
+
+impl<R: Read> Read for CountingRead<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.bytes.set(self.bytes.get() + n as u64);
+        Ok(n)
+    }
 }
 
 fn write_output(path: Option<&Path>, text: &str) -> Result<()> {
