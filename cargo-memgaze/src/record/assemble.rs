@@ -136,23 +136,18 @@ impl<'a> Assembler<'a> {
         match header.kind {
             MessageKind::Records | MessageKind::Final if self.full => {
                 let mut batch = std::mem::take(&mut self.batch);
-                batch.clear();
-                for (load, addr) in protocol::records(payload) {
-                    if load == WINDOW_MARKER {
-                        continue;
-                    }
-                    if self.valid_loads.get(load as usize) != Some(&true) {
-                        self.invalid_records += 1;
-                        continue;
-                    }
-                    batch.push((load, addr));
+                let (kept, invalid) = valid_records(payload, &self.valid_loads, &mut batch);
+                self.invalid_records += invalid;
+                if kept > 0 {
+                    let result = self.enter_full_sample(thread).and_then(|()| {
+                        self.records += kept as u64;
+                        self.sink.push_records(&batch[..kept])
+                    });
+                    self.batch = batch;
+                    result?;
+                } else {
+                    self.batch = batch;
                 }
-                if !batch.is_empty() {
-                    self.enter_full_sample(thread)?;
-                    self.records += batch.len() as u64;
-                    self.sink.push_records(&batch)?;
-                }
-                self.batch = batch;
             }
             MessageKind::Records | MessageKind::Final => {
                 for (load, addr) in protocol::records(payload) {
@@ -243,6 +238,31 @@ impl<'a> Assembler<'a> {
     pub fn process_exited(&self, pid: u32) -> bool {
         self.exited.contains_key(&pid)
     }
+}
+
+/// Decodes a message's records into `out[..kept]`, leaving out window
+/// markers and records of loads that are not in `valid` (counted as
+/// invalid); returns `(kept, invalid)`. Branch-free per record: every record
+/// is stored and the next one overwrites it unless it was kept. `out` keeps
+/// its largest length between calls, so it is never cleared or refilled.
+fn valid_records(payload: &[u8], valid: &[bool], out: &mut Vec<(u32, u64)>) -> (usize, u64) {
+    let n = payload.len() / protocol::RECORD_BYTES;
+    if out.len() < n {
+        out.resize(n, (0, 0));
+    }
+    let out = &mut out[..n];
+    let mut kept = 0;
+    let mut invalid = 0u64;
+    for record in payload.chunks_exact(protocol::RECORD_BYTES) {
+        let load = u32::from_le_bytes(record[0..4].try_into().expect("4 bytes"));
+        let addr = u64::from_le_bytes(record[4..12].try_into().expect("8 bytes"));
+        let ok = valid.get(load as usize).copied().unwrap_or(false);
+        // `kept <= ` records seen so far `< n`.
+        out[kept.min(n - 1)] = (load, addr);
+        kept += usize::from(ok);
+        invalid += u64::from(!ok & (load != WINDOW_MARKER));
+    }
+    (kept, invalid)
 }
 
 #[cfg(test)]
@@ -352,5 +372,33 @@ mod tests {
             vec![(0, vec![(0, 1), (0, 2), (0, 5), (0, 3)])]
         );
         assert_eq!(sink.switches, vec![1, 0]);
+    }
+
+    #[test]
+    fn full_trace_drops_markers_and_counts_invalid_loads() {
+        let mut sink = Collected::default();
+        let mut asm = Assembler::new(&mut sink, vec![true, true, false], true, u64::MAX);
+        let m = WINDOW_MARKER;
+        asm.message(&message(
+            MessageKind::Records,
+            1,
+            6,
+            &[(m, 0), (0, 1), (2, 2), (1, 3), (99, 4), (0, 5), (m, 6)],
+        ))
+        .unwrap();
+        // Only invalid records: no sample begun, nothing pushed.
+        asm.message(&message(MessageKind::Records, 2, 1, &[(2, 7)]))
+            .unwrap();
+        // A shorter message after a longer one reuses the batch.
+        asm.message(&message(MessageKind::Final, 1, 7, &[(1, 8)]))
+            .unwrap();
+        asm.finish().unwrap();
+        assert_eq!((asm.records, asm.samples, asm.invalid_records), (4, 1, 3));
+        drop(asm);
+        assert_eq!(
+            sink.samples,
+            vec![(0, vec![(0, 1), (1, 3), (0, 5), (1, 8)])]
+        );
+        assert!(sink.switches.is_empty());
     }
 }

@@ -80,6 +80,9 @@ impl<W: Write> RecordSink for TraceWriter<W> {
     fn push(&mut self, load: u32, addr: u64) -> Result<()> {
         TraceWriter::push(self, load, addr)
     }
+    fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
+        TraceWriter::push_records(self, records)
+    }
 }
 
 /// Streams records straight into the analysis (no trace file): what

@@ -108,8 +108,12 @@ const ZSTD_LEVEL: i32 = 1;
 /// bytes at a time (an event's data at most 12 bytes past its start).
 const PAD: usize = 16;
 /// Room after the writer's chunk target: numbers are stored 8 bytes at a
-/// time, an event's at most 12 bytes past its start.
+/// time, an event's at most 12 bytes past its start (a record's stores
+/// take a 24-byte window at the data length).
 const WRITE_SLACK: usize = 32;
+/// Most bytes one record adds to a chunk: its head byte, a load site
+/// number of up to 4 bytes and a delta of up to 8.
+const MAX_RECORD_BYTES: usize = 13;
 /// Load sites `0..INLINE_LOADS` are named by their head byte alone.
 const INLINE_LOADS: u64 = 12;
 /// Head byte low nibbles of the sample and thread events (0..=8 are
@@ -259,50 +263,89 @@ impl<W: Write> TraceWriter<W> {
     pub fn push(&mut self, load: u32, addr: u64) -> Result<()> {
         let generation = self.loads.generation;
         let Some(state) = self.loads.entries.get_mut(load as usize) else {
-            bail!(
-                "trace writer: record refers to load site {load} but the header lists {}",
-                self.loads.entries.len()
-            );
+            return Err(self.unknown_load(load));
         };
         if !self.in_sample {
             bail!("trace writer: push called before the first begin_sample");
         }
-        let (base, stride) = state.get(generation);
-        let delta = addr.wrapping_sub(base);
-        *state = LoadState {
+        self.data_len = encode_record(
+            &mut self.head[self.head_len..],
+            &mut self.data,
+            self.data_len,
+            state,
             generation,
+            load,
             addr,
-            stride: delta,
-        };
-        // Both numbers are stored 8 bytes wide (the buffers have the
-        // room) and kept as long as they need.
-        let mut at = self.data_len;
-        let site = u64::from(load).saturating_sub(INLINE_LOADS);
-        let site_bytes = if load < INLINE_LOADS as u32 {
-            0
-        } else {
-            byte_len(site).max(1)
-        };
-        self.data[at..at + 8].copy_from_slice(&site.to_le_bytes());
-        at += site_bytes;
-        let coded = zigzag(delta as i64);
-        let delta_bytes = if delta == stride {
-            0
-        } else {
-            byte_len(coded).max(1)
-        };
-        self.data[at..at + 8].copy_from_slice(&coded.to_le_bytes());
-        self.data_len = at + delta_bytes;
-        let site_nibble = if site_bytes == 0 {
-            load as u8
-        } else {
-            INLINE_LOADS as u8 - 1 + site_bytes as u8
-        };
-        self.head[self.head_len] = delta_bytes as u8 | site_nibble << 4;
+        );
         self.head_len += 1;
         self.chunk_records += 1;
         self.records += 1;
         self.maybe_flush()
+    }
+
+    /// Appends several records, exactly as [`TraceWriter::push`] of each in
+    /// turn (the same bytes, the same error at the same record), but with
+    /// the sample check made once and the chunk-full check once per run of
+    /// records that cannot fill the chunk: the collector's path for a
+    /// message's records.
+    pub fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        if !self.in_sample {
+            // `push`'s error for the first record.
+            return self.push(records[0].0, records[0].1);
+        }
+        let mut rest = records;
+        while !rest.is_empty() {
+            // A record adds at most `MAX_RECORD_BYTES`: a run of `n` with
+            // `n * MAX_RECORD_BYTES` below the room left cannot reach the
+            // chunk target, so only its end needs the flush check (which
+            // keeps chunk boundaries where `push` puts them).
+            let room = CHUNK_TARGET_RAW.saturating_sub(self.head_len + self.data_len);
+            let n = ((room.saturating_sub(1)) / MAX_RECORD_BYTES).clamp(1, rest.len());
+            let (run, after) = rest.split_at(n);
+            let generation = self.loads.generation;
+            let states = &mut self.loads.entries[..];
+            let head = &mut self.head[self.head_len..self.head_len + n];
+            let data = &mut self.data[..];
+            let mut data_len = self.data_len;
+            let mut done = 0;
+            for (h, &(load, addr)) in head.iter_mut().zip(run) {
+                let Some(state) = states.get_mut(load as usize) else {
+                    break;
+                };
+                data_len = encode_record(
+                    std::slice::from_mut(h),
+                    data,
+                    data_len,
+                    state,
+                    generation,
+                    load,
+                    addr,
+                );
+                done += 1;
+            }
+            self.data_len = data_len;
+            self.head_len += done;
+            self.chunk_records += done as u32;
+            self.records += done as u64;
+            if done < n {
+                let load = run[done].0;
+                return Err(self.unknown_load(load));
+            }
+            self.maybe_flush()?;
+            rest = after;
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn unknown_load(&self, load: u32) -> anyhow::Error {
+        anyhow!(
+            "trace writer: record refers to load site {load} but the header lists {}",
+            self.loads.entries.len()
+        )
     }
 
     /// Records pushed so far.
@@ -1061,6 +1104,55 @@ fn read_full(input: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(filled)
 }
 
+/// Encodes one record: its head byte into `head[0]`, its data at
+/// `data[data_len..]` (both numbers stored 8 bytes wide, `data` has the
+/// room), and updates the load site's state. Returns the new data length.
+#[inline(always)]
+fn encode_record(
+    head: &mut [u8],
+    data: &mut [u8],
+    data_len: usize,
+    state: &mut LoadState,
+    generation: u32,
+    load: u32,
+    addr: u64,
+) -> usize {
+    let (base, stride) = state.get(generation);
+    let delta = addr.wrapping_sub(base);
+    *state = LoadState {
+        generation,
+        addr,
+        stride: delta,
+    };
+    // One bounds check for both stores: the site number takes at most 4
+    // bytes (`byte_len` says at most 8), so both fit in 16 of these 24.
+    let room: &mut [u8; 24] = (&mut data[data_len..data_len + 24])
+        .try_into()
+        .expect("24 bytes");
+    let site = u64::from(load).saturating_sub(INLINE_LOADS);
+    let site_bytes = if load < INLINE_LOADS as u32 {
+        0
+    } else {
+        byte_len(site).max(1)
+    };
+    room[..8].copy_from_slice(&site.to_le_bytes());
+    let coded = zigzag(delta as i64);
+    let delta_bytes = if delta == stride {
+        0
+    } else {
+        byte_len(coded).max(1)
+    };
+    room[site_bytes & 15..(site_bytes & 15) + 8].copy_from_slice(&coded.to_le_bytes());
+    let at = data_len + site_bytes;
+    let site_nibble = if site_bytes == 0 {
+        load as u8
+    } else {
+        INLINE_LOADS as u8 - 1 + site_bytes as u8
+    };
+    head[0] = delta_bytes as u8 | site_nibble << 4;
+    at + delta_bytes
+}
+
 /// Bytes needed to store `value` (0 for 0).
 #[inline(always)]
 fn byte_len(value: u64) -> usize {
@@ -1333,6 +1425,71 @@ mod tests {
         let mut bytes = write(&[(0, vec![(0, 1)])]);
         bytes.push(0);
         assert!(error_of(&bytes).contains("after the totals footer"));
+    }
+
+    #[test]
+    fn push_records_writes_what_push_writes() {
+        // Load sites named by the head byte and by 1, 2 and 3 data bytes,
+        // stride runs and random deltas, batches of every size across
+        // chunk boundaries, thread switches between batches.
+        let mut header = header();
+        let extra = header.loads[1].clone();
+        header.loads.resize(70_000, extra);
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            rng ^= rng >> 12;
+            rng ^= rng << 25;
+            rng ^= rng >> 27;
+            rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        };
+        let mut batches = Vec::new();
+        let mut addr = 0x7000_0000u64;
+        for _ in 0..6_000 {
+            let len = (next() % 600) as usize;
+            let batch: Vec<(u32, u64)> = (0..len)
+                .map(|_| {
+                    let r = next();
+                    let load = match r % 4 {
+                        0 | 1 => (r >> 8) % 12,
+                        2 => 12 + (r >> 8) % 300,
+                        _ => 60_000 + (r >> 8) % 10_000,
+                    } as u32;
+                    addr = if r % 5 == 0 { next() } else { addr + 8 };
+                    (load, addr)
+                })
+                .collect();
+            batches.push(batch);
+        }
+        let mut one = TraceWriter::new(Vec::new(), &header).unwrap();
+        let mut many = TraceWriter::new(Vec::new(), &header).unwrap();
+        one.begin_sample(0).unwrap();
+        many.begin_sample(0).unwrap();
+        for (i, batch) in batches.iter().enumerate() {
+            if i % 7 == 3 {
+                one.switch_thread(i as u32).unwrap();
+                many.switch_thread(i as u32).unwrap();
+            }
+            for &(load, addr) in batch {
+                one.push(load, addr).unwrap();
+            }
+            many.push_records(batch).unwrap();
+        }
+        let records = one.records();
+        // A head byte per record: more than one chunk's worth.
+        assert!(records > 3 * CHUNK_TARGET_RAW as u64 / 2);
+        assert_eq!(many.records(), records);
+        let one = one.finish(&totals(records, 1)).unwrap();
+        let many = many.finish(&totals(records, 1)).unwrap();
+        assert!(one == many, "push_records wrote other bytes than push");
+        // An unknown load site stops the batch where `push` would.
+        let mut w = TraceWriter::new(Vec::new(), &header).unwrap();
+        assert!(w.push_records(&[(0, 1)]).is_err());
+        w.begin_sample(0).unwrap();
+        let error = w
+            .push_records(&[(0, 1), (1, 2), (70_000, 3), (0, 4)])
+            .unwrap_err();
+        assert!(error.to_string().contains("load site 70000"), "{error}");
+        assert_eq!(w.records(), 2);
     }
 
     #[test]
