@@ -156,8 +156,19 @@ pub mod slot {
     /// Seqlock generation: odd while the owner is inside the runtime (the
     /// exit hook snapshots other threads' buffers against it).
     pub const SEQ: i32 = 120;
+    /// Hot-path appends left in the current grant (0: every entry takes
+    /// the cold path). A grant is issued by the cold path when it leaves
+    /// with a window open: `min(REMAINING − 1, CAPACITY − 1 − COUNT)`, so
+    /// the window's last record and the record that fills the buffer still
+    /// go through the cold path (skip budget, flush).
+    pub const HOT: i32 = 128;
+    /// `HOT` as granted. Until the grant is taken back (every cold path,
+    /// after taking `BUSY`), the `GRANTED − HOT` hot appends are missing
+    /// from `EXECUTIONS` and `REMAINING`; the exit hook's snapshot adds
+    /// them to the copied `EXECUTIONS`.
+    pub const GRANTED: i32 = 136;
     /// The message: header, then records.
-    pub const MESSAGE: i32 = 128;
+    pub const MESSAGE: i32 = 144;
     /// First record.
     pub const RECORDS: i32 = MESSAGE + super::protocol::HEADER_BYTES as i32;
     /// Bytes mapped per slot.
@@ -285,32 +296,26 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     enter_flagfree(&mut a, l.to_nested)?;
     a.add_instruction(load_rip(Register::RCX, cfg_va + cfg::ENABLED as u64))?;
     a.jrcxz(l.to_cold_owned)?;
-    // A slot wiped by fork has REMAINING = 0 and is re-initialised there.
-    a.mov(rcx, qword_ptr(rbx + slot::REMAINING))?;
+    // A slot wiped by fork has HOT = 0 and is re-initialised there.
+    a.mov(rcx, qword_ptr(rbx + slot::HOT))?;
     a.jrcxz(l.to_cold_owned)?;
-    // Hot path: inside an open window; nothing here touches the flags.
+    // Hot path: inside a grant (an open window with room in the buffer,
+    // neither its last record nor the one that fills the buffer);
+    // EXECUTIONS and REMAINING are brought up to date when the grant is
+    // taken back. Nothing here touches the flags.
     a.lea(rcx, qword_ptr(rcx - 1))?;
-    a.mov(qword_ptr(rbx + slot::REMAINING), rcx)?;
-    a.mov(rax, qword_ptr(rbx + slot::EXECUTIONS))?;
-    a.lea(rax, qword_ptr(rax + 1))?;
-    a.mov(qword_ptr(rbx + slot::EXECUTIONS), rax)?;
+    a.mov(qword_ptr(rbx + slot::HOT), rcx)?;
     a.mov(rax, qword_ptr(rbx + slot::COUNT))?;
     a.lea(rcx, qword_ptr(rax + rax * 2))?;
     a.mov(dword_ptr(rbx + rcx * 4 + slot::RECORDS), esi)?;
     a.mov(qword_ptr(rbx + rcx * 4 + (slot::RECORDS + 4)), rdi)?;
     a.lea(rax, qword_ptr(rax + 1))?;
     a.mov(qword_ptr(rbx + slot::COUNT), rax)?;
-    a.mov(rcx, qword_ptr(rbx + slot::REMAINING))?;
-    a.jrcxz(l.to_cold_after)?;
-    a.lea(rcx, qword_ptr(rax - slot::CAPACITY))?;
-    a.jrcxz(l.to_cold_after)?;
     leave_flagfree(&mut a)?;
     a.pop(rbx)?;
     a.pop(rcx)?;
     a.pop(rax)?;
     a.ret()?;
-    a.set_label(&mut l.to_cold_after)?;
-    a.jmp(l.cold_after)?;
 
     // Re-entered (a signal handler interrupted the slow path) or the exit
     // hook owns the slot: count the execution as dropped.
@@ -362,6 +367,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.call(l.find_slot)?; // wiped by fork: re-initialised in place, still ours
 
     a.set_label(&mut l.cold_body)?;
+    take_grant(&mut a)?;
     // Fold the consumed skip budget.
     a.mov(rax, qword_ptr(rbx + slot::BUDGET))?;
     a.add(qword_ptr(rbx + slot::EXECUTIONS), rax)?;
@@ -428,6 +434,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.call(l.check_thread_marker)?;
 
     a.set_label(&mut l.cold_release)?;
+    give_grant(&mut a)?;
     leave_cold(&mut a)?;
     a.set_label(&mut l.cold_return)?;
     restore_rest(&mut a)?;
@@ -435,15 +442,6 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.pop(rcx)?;
     a.pop(rax)?;
     a.ret()?;
-
-    // From the hot path after its append: window end or full buffer.
-    a.set_label(&mut l.cold_after)?;
-    save_rest(&mut a)?;
-    a.add_instruction(lea_rip(Register::R12, cfg_va))?;
-    a.mov(r14, rdi)?;
-    a.mov(r15, rsi)?;
-    a.call(l.ensure_process)?;
-    a.jmp(l.cold_after_saved)?;
 
     // ------------------------------------------------------------- helpers
     // Convention: rbx = slot, r12 = config, r13 = process block, r14/r15 and
@@ -928,6 +926,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
     a.jne(l.region_begin_done)?;
     enter_cold(&mut a)?;
+    take_grant(&mut a)?;
     a.cmp(qword_ptr(rbx + slot::COUNT), 0)?;
     a.je(l.region_begin_empty)?;
     a.mov(edi, MessageKind::Records as u32)?;
@@ -962,6 +961,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
     a.jne(l.region_end_done)?;
     enter_cold(&mut a)?;
+    take_grant(&mut a)?;
     a.mov(rax, fs(TCB_COUNTDOWN))?;
     a.call(l.fold_live)?;
     a.mov(qword_ptr(rbx + slot::REMAINING), 0)?;
@@ -997,6 +997,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
     a.jne(l.fini_others)?;
     enter_cold(&mut a)?;
+    take_grant(&mut a)?;
     a.mov(r14, rbx)?;
     a.mov(rax, fs(TCB_COUNTDOWN))?;
     a.call(l.fold_live)?;
@@ -1060,6 +1061,10 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
         a.mov(rax, qword_ptr(rbx + field))?;
         a.mov(qword_ptr(r15 + field), rax)?;
     }
+    // The owner's hot appends of an outstanding grant.
+    a.mov(rax, qword_ptr(rbx + slot::GRANTED))?;
+    a.sub(rax, qword_ptr(rbx + slot::HOT))?;
+    a.add(qword_ptr(r15 + slot::EXECUTIONS), rax)?;
     a.cmp(qword_ptr(rbx + slot::SEQ), r8)?;
     a.jne(l.fini_wait)?;
     // process_vm_readv(pid, {buf, 16}, 1, {tcb + 0x38, 16}, 1, 0): the
@@ -1402,6 +1407,42 @@ fn leave_flagfree(a: &mut Asm) -> R {
     a.mov(qword_ptr(rbx + slot::BUSY), 0)
 }
 
+/// Takes back the thread's grant (inside the runtime, flags saved; clobbers
+/// rax): the hot appends made under it are added to EXECUTIONS and taken
+/// from REMAINING.
+fn take_grant(a: &mut Asm) -> R {
+    a.mov(rax, qword_ptr(rbx + slot::GRANTED))?;
+    a.sub(rax, qword_ptr(rbx + slot::HOT))?;
+    a.add(qword_ptr(rbx + slot::EXECUTIONS), rax)?;
+    a.sub(qword_ptr(rbx + slot::REMAINING), rax)?;
+    a.mov(qword_ptr(rbx + slot::HOT), 0)?;
+    a.mov(qword_ptr(rbx + slot::GRANTED), 0)
+}
+
+/// Grants the hot path `min(REMAINING − 1, CAPACITY − 1 − COUNT)` appends
+/// when a window is open (inside the runtime, flags saved; clobbers rax,
+/// rcx).
+fn give_grant(a: &mut Asm) -> R {
+    // Some cold exits did not take it (a slot whose process is not active).
+    take_grant(a)?;
+    let mut none = a.create_label();
+    let mut sized = a.create_label();
+    a.mov(rax, qword_ptr(rbx + slot::REMAINING))?;
+    a.sub(rax, 1)?;
+    a.jbe(none)?; // no window open, or only its last record left
+    a.mov(ecx, (slot::CAPACITY - 1) as u32)?;
+    a.sub(rcx, qword_ptr(rbx + slot::COUNT))?;
+    a.jle(none)?;
+    a.cmp(rax, rcx)?;
+    a.jbe(sized)?;
+    a.mov(rax, rcx)?;
+    a.set_label(&mut sized)?;
+    a.mov(qword_ptr(rbx + slot::GRANTED), rax)?;
+    a.mov(qword_ptr(rbx + slot::HOT), rax)?;
+    a.set_label(&mut none)?;
+    Ok(())
+}
+
 /// Enters the runtime from a cold path (BUSY checked to be 0 by the caller).
 fn enter_cold(a: &mut Asm) -> R {
     a.mov(qword_ptr(rbx + slot::BUSY), 1)?;
@@ -1454,7 +1495,6 @@ struct Labels {
     to_cold_entry: CodeLabel,
     to_nested: CodeLabel,
     to_cold_owned: CodeLabel,
-    to_cold_after: CodeLabel,
     init_slot: CodeLabel,
     nested: CodeLabel,
     cold_entry: CodeLabel,
@@ -1465,7 +1505,6 @@ struct Labels {
     cold_open_window: CodeLabel,
     window_sized: CodeLabel,
     cold_record: CodeLabel,
-    cold_after: CodeLabel,
     cold_after_saved: CodeLabel,
     cold_check_full: CodeLabel,
     cold_release: CodeLabel,
@@ -1532,7 +1571,6 @@ impl Labels {
             to_cold_entry: n(),
             to_nested: n(),
             to_cold_owned: n(),
-            to_cold_after: n(),
             init_slot: n(),
             nested: n(),
             cold_entry: n(),
@@ -1543,7 +1581,6 @@ impl Labels {
             cold_open_window: n(),
             window_sized: n(),
             cold_record: n(),
-            cold_after: n(),
             cold_after_saved: n(),
             cold_check_full: n(),
             cold_release: n(),
