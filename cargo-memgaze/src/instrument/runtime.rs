@@ -126,7 +126,7 @@ pub mod slot {
     pub const MAGIC: i32 = 0;
     /// Set while the owning thread is inside the runtime (a signal handler
     /// re-entering it sees it); only the owner writes it.
-    pub const BUSY: i32 = 8;
+    pub const BUSY: i32 = 80;
     /// Next slot in the process list.
     pub const NEXT: i32 = 16;
     /// Thread control block of the owner.
@@ -144,11 +144,11 @@ pub mod slot {
     /// Records lost so far.
     pub const DROPPED: i32 = 72;
     /// xorshift64* state.
-    pub const RNG: i32 = 80;
+    pub const RNG: i32 = 8;
     /// Records in the buffer.
     pub const COUNT: i32 = 88;
     /// Windows opened so far.
-    pub const WINDOWS: i32 = 96;
+    pub const WINDOWS: i32 = 128;
     /// Executions that found the slot busy (signal handler re-entry).
     pub const NESTED: i32 = 104;
     /// Set once the first random skip was issued since the last (re)start.
@@ -161,7 +161,7 @@ pub mod slot {
     /// with a window open: `min(REMAINING − 1, CAPACITY − 1 − COUNT)`, so
     /// the window's last record and the record that fills the buffer still
     /// go through the cold path (skip budget, flush).
-    pub const HOT: i32 = 128;
+    pub const HOT: i32 = 96;
     /// `HOT` as granted. Until the grant is taken back (every cold path,
     /// after taking `BUSY`), the `GRANTED − HOT` hot appends are missing
     /// from `EXECUTIONS` and `REMAINING`; the exit hook's snapshot adds
