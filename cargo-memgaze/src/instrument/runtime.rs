@@ -153,8 +153,11 @@ pub mod slot {
     pub const NESTED: i32 = 104;
     /// Set once the first random skip was issued since the last (re)start.
     pub const STARTED: i32 = 112;
-    /// Seqlock generation: odd while the owner is inside the runtime (the
-    /// exit hook snapshots other threads' buffers against it).
+    /// Seqlock generation, bumped (before `BUSY` is cleared) each time the
+    /// owner leaves the runtime; `BUSY` says it is inside. The exit hook
+    /// snapshots another thread's buffer between two reads of `SEQ` and
+    /// `BUSY` (x86 keeps stores, and loads, in order): one bump per record
+    /// instead of two keeps the hot path's store-to-load chain short.
     pub const SEQ: i32 = 120;
     /// Hot-path appends left in the current grant (0: every entry takes
     /// the cold path). A grant is issued by the cold path when it leaves
@@ -608,7 +611,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     // here), empties it. Records are counted as dropped if sending fails,
     // or if the exit hook already closed the process (it sent or will send
     // this buffer itself). The fence pairs with the exit hook's: either it
-    // sees this thread inside the runtime (SEQ odd), or this thread sees
+    // sees this thread inside the runtime (BUSY set), or this thread sees
     // CLOSED.
     a.set_label(&mut l.flush)?;
     a.mfence()?;
@@ -1035,8 +1038,8 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.mov(ebp, 1 << 24)?;
     a.set_label(&mut l.fini_retry)?;
     a.mov(r8, qword_ptr(rbx + slot::SEQ))?;
-    a.test(r8b, 1)?;
-    a.jnz(l.fini_wait)?;
+    a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
+    a.jne(l.fini_wait)?;
     a.mov(rcx, qword_ptr(rbx + slot::COUNT))?;
     a.cmp(rcx, slot::CAPACITY)?;
     a.jbe(l.fini_count_ok)?;
@@ -1065,6 +1068,8 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.mov(rax, qword_ptr(rbx + slot::GRANTED))?;
     a.sub(rax, qword_ptr(rbx + slot::HOT))?;
     a.add(qword_ptr(r15 + slot::EXECUTIONS), rax)?;
+    a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
+    a.jne(l.fini_wait)?;
     a.cmp(qword_ptr(rbx + slot::SEQ), r8)?;
     a.jne(l.fini_wait)?;
     // process_vm_readv(pid, {buf, 16}, 1, {tcb + 0x38, 16}, 1, 0): the
@@ -1393,10 +1398,7 @@ fn enter_flagfree(a: &mut Asm, nested: CodeLabel) -> R {
     a.mov(rcx, qword_ptr(rbx + slot::BUSY))?;
     a.lea(rcx, qword_ptr(rcx - 1))?;
     a.jrcxz(nested)?;
-    a.mov(qword_ptr(rbx + slot::BUSY), 1)?;
-    a.mov(rcx, qword_ptr(rbx + slot::SEQ))?;
-    a.lea(rcx, qword_ptr(rcx + 1))?;
-    a.mov(qword_ptr(rbx + slot::SEQ), rcx)
+    a.mov(qword_ptr(rbx + slot::BUSY), 1)
 }
 
 /// Leaves the runtime without touching the flags (clobbers rcx).
@@ -1445,8 +1447,7 @@ fn give_grant(a: &mut Asm) -> R {
 
 /// Enters the runtime from a cold path (BUSY checked to be 0 by the caller).
 fn enter_cold(a: &mut Asm) -> R {
-    a.mov(qword_ptr(rbx + slot::BUSY), 1)?;
-    a.inc(qword_ptr(rbx + slot::SEQ))
+    a.mov(qword_ptr(rbx + slot::BUSY), 1)
 }
 
 /// Leaves the runtime from a cold path.
