@@ -23,9 +23,11 @@
 //!
 //! - `record` (`rdi` = effective address, `esi` = load id): the slow path,
 //!   called by a probe when its thread's countdown is zero. A flag-free hot
-//!   path appends a record inside an open window; everything else (window
-//!   start and end, flushes, slot creation, forks) goes through a cold path
-//!   that saves the flags.
+//!   path appends a record while the thread holds a *grant* (appends the
+//!   cold path allowed: inside an open window, neither its last record nor
+//!   the one that fills the buffer); everything else (window start and end,
+//!   flushes, slot creation, forks) goes through a cold path that saves the
+//!   flags, takes the grant back and issues the next one.
 //! - `entry`: the process entry hook (`e_entry`); parses
 //!   [`crate::record::protocol::RECORDER_ENV`] from the initial stack,
 //!   validates the socket, marks it close-on-exec, then jumps to the
