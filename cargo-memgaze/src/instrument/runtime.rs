@@ -23,9 +23,11 @@
 //!
 //! - `record` (`rdi` = effective address, `esi` = load id): the slow path,
 //!   called by a probe when its thread's countdown is zero. A flag-free hot
-//!   path appends a record inside an open window; everything else (window
-//!   start and end, flushes, slot creation, forks) goes through a cold path
-//!   that saves the flags.
+//!   path appends a record while the thread holds a *grant* (appends the
+//!   cold path allowed: inside an open window, neither its last record nor
+//!   the one that fills the buffer); everything else (window start and end,
+//!   flushes, slot creation, forks) goes through a cold path that saves the
+//!   flags, takes the grant back and issues the next one.
 //! - `entry`: the process entry hook (`e_entry`); parses
 //!   [`crate::record::protocol::RECORDER_ENV`] from the initial stack,
 //!   validates the socket, marks it close-on-exec, then jumps to the
@@ -126,7 +128,7 @@ pub mod slot {
     pub const MAGIC: i32 = 0;
     /// Set while the owning thread is inside the runtime (a signal handler
     /// re-entering it sees it); only the owner writes it.
-    pub const BUSY: i32 = 8;
+    pub const BUSY: i32 = 80;
     /// Next slot in the process list.
     pub const NEXT: i32 = 16;
     /// Thread control block of the owner.
@@ -144,20 +146,34 @@ pub mod slot {
     /// Records lost so far.
     pub const DROPPED: i32 = 72;
     /// xorshift64* state.
-    pub const RNG: i32 = 80;
+    pub const RNG: i32 = 8;
     /// Records in the buffer.
     pub const COUNT: i32 = 88;
     /// Windows opened so far.
-    pub const WINDOWS: i32 = 96;
+    pub const WINDOWS: i32 = 128;
     /// Executions that found the slot busy (signal handler re-entry).
     pub const NESTED: i32 = 104;
     /// Set once the first random skip was issued since the last (re)start.
     pub const STARTED: i32 = 112;
-    /// Seqlock generation: odd while the owner is inside the runtime (the
-    /// exit hook snapshots other threads' buffers against it).
+    /// Seqlock generation, bumped (before `BUSY` is cleared) each time the
+    /// owner leaves the runtime; `BUSY` says it is inside. The exit hook
+    /// snapshots another thread's buffer between two reads of `SEQ` and
+    /// `BUSY` (x86 keeps stores, and loads, in order): one bump per record
+    /// instead of two keeps the hot path's store-to-load chain short.
     pub const SEQ: i32 = 120;
+    /// Hot-path appends left in the current grant (0: every entry takes
+    /// the cold path). A grant is issued by the cold path when it leaves
+    /// with a window open: `min(REMAINING − 1, CAPACITY − 1 − COUNT)`, so
+    /// the window's last record and the record that fills the buffer still
+    /// go through the cold path (skip budget, flush).
+    pub const HOT: i32 = 96;
+    /// `HOT` as granted. Until the grant is taken back (every cold path,
+    /// after taking `BUSY`), the `GRANTED − HOT` hot appends are missing
+    /// from `EXECUTIONS` and `REMAINING`; the exit hook's snapshot adds
+    /// them to the copied `EXECUTIONS`.
+    pub const GRANTED: i32 = 136;
     /// The message: header, then records.
-    pub const MESSAGE: i32 = 128;
+    pub const MESSAGE: i32 = 144;
     /// First record.
     pub const RECORDS: i32 = MESSAGE + super::protocol::HEADER_BYTES as i32;
     /// Bytes mapped per slot.
@@ -285,32 +301,26 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     enter_flagfree(&mut a, l.to_nested)?;
     a.add_instruction(load_rip(Register::RCX, cfg_va + cfg::ENABLED as u64))?;
     a.jrcxz(l.to_cold_owned)?;
-    // A slot wiped by fork has REMAINING = 0 and is re-initialised there.
-    a.mov(rcx, qword_ptr(rbx + slot::REMAINING))?;
+    // A slot wiped by fork has HOT = 0 and is re-initialised there.
+    a.mov(rcx, qword_ptr(rbx + slot::HOT))?;
     a.jrcxz(l.to_cold_owned)?;
-    // Hot path: inside an open window; nothing here touches the flags.
+    // Hot path: inside a grant (an open window with room in the buffer,
+    // neither its last record nor the one that fills the buffer);
+    // EXECUTIONS and REMAINING are brought up to date when the grant is
+    // taken back. Nothing here touches the flags.
     a.lea(rcx, qword_ptr(rcx - 1))?;
-    a.mov(qword_ptr(rbx + slot::REMAINING), rcx)?;
-    a.mov(rax, qword_ptr(rbx + slot::EXECUTIONS))?;
-    a.lea(rax, qword_ptr(rax + 1))?;
-    a.mov(qword_ptr(rbx + slot::EXECUTIONS), rax)?;
+    a.mov(qword_ptr(rbx + slot::HOT), rcx)?;
     a.mov(rax, qword_ptr(rbx + slot::COUNT))?;
     a.lea(rcx, qword_ptr(rax + rax * 2))?;
     a.mov(dword_ptr(rbx + rcx * 4 + slot::RECORDS), esi)?;
     a.mov(qword_ptr(rbx + rcx * 4 + (slot::RECORDS + 4)), rdi)?;
     a.lea(rax, qword_ptr(rax + 1))?;
     a.mov(qword_ptr(rbx + slot::COUNT), rax)?;
-    a.mov(rcx, qword_ptr(rbx + slot::REMAINING))?;
-    a.jrcxz(l.to_cold_after)?;
-    a.lea(rcx, qword_ptr(rax - slot::CAPACITY))?;
-    a.jrcxz(l.to_cold_after)?;
     leave_flagfree(&mut a)?;
     a.pop(rbx)?;
     a.pop(rcx)?;
     a.pop(rax)?;
     a.ret()?;
-    a.set_label(&mut l.to_cold_after)?;
-    a.jmp(l.cold_after)?;
 
     // Re-entered (a signal handler interrupted the slow path) or the exit
     // hook owns the slot: count the execution as dropped.
@@ -362,6 +372,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.call(l.find_slot)?; // wiped by fork: re-initialised in place, still ours
 
     a.set_label(&mut l.cold_body)?;
+    take_grant(&mut a)?;
     // Fold the consumed skip budget.
     a.mov(rax, qword_ptr(rbx + slot::BUDGET))?;
     a.add(qword_ptr(rbx + slot::EXECUTIONS), rax)?;
@@ -428,6 +439,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.call(l.check_thread_marker)?;
 
     a.set_label(&mut l.cold_release)?;
+    give_grant(&mut a)?;
     leave_cold(&mut a)?;
     a.set_label(&mut l.cold_return)?;
     restore_rest(&mut a)?;
@@ -435,15 +447,6 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.pop(rcx)?;
     a.pop(rax)?;
     a.ret()?;
-
-    // From the hot path after its append: window end or full buffer.
-    a.set_label(&mut l.cold_after)?;
-    save_rest(&mut a)?;
-    a.add_instruction(lea_rip(Register::R12, cfg_va))?;
-    a.mov(r14, rdi)?;
-    a.mov(r15, rsi)?;
-    a.call(l.ensure_process)?;
-    a.jmp(l.cold_after_saved)?;
 
     // ------------------------------------------------------------- helpers
     // Convention: rbx = slot, r12 = config, r13 = process block, r14/r15 and
@@ -610,7 +613,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     // here), empties it. Records are counted as dropped if sending fails,
     // or if the exit hook already closed the process (it sent or will send
     // this buffer itself). The fence pairs with the exit hook's: either it
-    // sees this thread inside the runtime (SEQ odd), or this thread sees
+    // sees this thread inside the runtime (BUSY set), or this thread sees
     // CLOSED.
     a.set_label(&mut l.flush)?;
     a.mfence()?;
@@ -928,6 +931,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
     a.jne(l.region_begin_done)?;
     enter_cold(&mut a)?;
+    take_grant(&mut a)?;
     a.cmp(qword_ptr(rbx + slot::COUNT), 0)?;
     a.je(l.region_begin_empty)?;
     a.mov(edi, MessageKind::Records as u32)?;
@@ -962,6 +966,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
     a.jne(l.region_end_done)?;
     enter_cold(&mut a)?;
+    take_grant(&mut a)?;
     a.mov(rax, fs(TCB_COUNTDOWN))?;
     a.call(l.fold_live)?;
     a.mov(qword_ptr(rbx + slot::REMAINING), 0)?;
@@ -997,6 +1002,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
     a.jne(l.fini_others)?;
     enter_cold(&mut a)?;
+    take_grant(&mut a)?;
     a.mov(r14, rbx)?;
     a.mov(rax, fs(TCB_COUNTDOWN))?;
     a.call(l.fold_live)?;
@@ -1034,8 +1040,8 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.mov(ebp, 1 << 24)?;
     a.set_label(&mut l.fini_retry)?;
     a.mov(r8, qword_ptr(rbx + slot::SEQ))?;
-    a.test(r8b, 1)?;
-    a.jnz(l.fini_wait)?;
+    a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
+    a.jne(l.fini_wait)?;
     a.mov(rcx, qword_ptr(rbx + slot::COUNT))?;
     a.cmp(rcx, slot::CAPACITY)?;
     a.jbe(l.fini_count_ok)?;
@@ -1060,6 +1066,12 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
         a.mov(rax, qword_ptr(rbx + field))?;
         a.mov(qword_ptr(r15 + field), rax)?;
     }
+    // The owner's hot appends of an outstanding grant.
+    a.mov(rax, qword_ptr(rbx + slot::GRANTED))?;
+    a.sub(rax, qword_ptr(rbx + slot::HOT))?;
+    a.add(qword_ptr(r15 + slot::EXECUTIONS), rax)?;
+    a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
+    a.jne(l.fini_wait)?;
     a.cmp(qword_ptr(rbx + slot::SEQ), r8)?;
     a.jne(l.fini_wait)?;
     // process_vm_readv(pid, {buf, 16}, 1, {tcb + 0x38, 16}, 1, 0): the
@@ -1388,10 +1400,7 @@ fn enter_flagfree(a: &mut Asm, nested: CodeLabel) -> R {
     a.mov(rcx, qword_ptr(rbx + slot::BUSY))?;
     a.lea(rcx, qword_ptr(rcx - 1))?;
     a.jrcxz(nested)?;
-    a.mov(qword_ptr(rbx + slot::BUSY), 1)?;
-    a.mov(rcx, qword_ptr(rbx + slot::SEQ))?;
-    a.lea(rcx, qword_ptr(rcx + 1))?;
-    a.mov(qword_ptr(rbx + slot::SEQ), rcx)
+    a.mov(qword_ptr(rbx + slot::BUSY), 1)
 }
 
 /// Leaves the runtime without touching the flags (clobbers rcx).
@@ -1402,10 +1411,45 @@ fn leave_flagfree(a: &mut Asm) -> R {
     a.mov(qword_ptr(rbx + slot::BUSY), 0)
 }
 
+/// Takes back the thread's grant (inside the runtime, flags saved; clobbers
+/// rax): the hot appends made under it are added to EXECUTIONS and taken
+/// from REMAINING.
+fn take_grant(a: &mut Asm) -> R {
+    a.mov(rax, qword_ptr(rbx + slot::GRANTED))?;
+    a.sub(rax, qword_ptr(rbx + slot::HOT))?;
+    a.add(qword_ptr(rbx + slot::EXECUTIONS), rax)?;
+    a.sub(qword_ptr(rbx + slot::REMAINING), rax)?;
+    a.mov(qword_ptr(rbx + slot::HOT), 0)?;
+    a.mov(qword_ptr(rbx + slot::GRANTED), 0)
+}
+
+/// Grants the hot path `min(REMAINING − 1, CAPACITY − 1 − COUNT)` appends
+/// when a window is open (inside the runtime, flags saved; clobbers rax,
+/// rcx).
+fn give_grant(a: &mut Asm) -> R {
+    // Some cold exits did not take it (a slot whose process is not active).
+    take_grant(a)?;
+    let mut none = a.create_label();
+    let mut sized = a.create_label();
+    a.mov(rax, qword_ptr(rbx + slot::REMAINING))?;
+    a.sub(rax, 1)?;
+    a.jbe(none)?; // no window open, or only its last record left
+    a.mov(ecx, (slot::CAPACITY - 1) as u32)?;
+    a.sub(rcx, qword_ptr(rbx + slot::COUNT))?;
+    a.jle(none)?;
+    a.cmp(rax, rcx)?;
+    a.jbe(sized)?;
+    a.mov(rax, rcx)?;
+    a.set_label(&mut sized)?;
+    a.mov(qword_ptr(rbx + slot::GRANTED), rax)?;
+    a.mov(qword_ptr(rbx + slot::HOT), rax)?;
+    a.set_label(&mut none)?;
+    Ok(())
+}
+
 /// Enters the runtime from a cold path (BUSY checked to be 0 by the caller).
 fn enter_cold(a: &mut Asm) -> R {
-    a.mov(qword_ptr(rbx + slot::BUSY), 1)?;
-    a.inc(qword_ptr(rbx + slot::SEQ))
+    a.mov(qword_ptr(rbx + slot::BUSY), 1)
 }
 
 /// Leaves the runtime from a cold path.
@@ -1454,7 +1498,6 @@ struct Labels {
     to_cold_entry: CodeLabel,
     to_nested: CodeLabel,
     to_cold_owned: CodeLabel,
-    to_cold_after: CodeLabel,
     init_slot: CodeLabel,
     nested: CodeLabel,
     cold_entry: CodeLabel,
@@ -1465,7 +1508,6 @@ struct Labels {
     cold_open_window: CodeLabel,
     window_sized: CodeLabel,
     cold_record: CodeLabel,
-    cold_after: CodeLabel,
     cold_after_saved: CodeLabel,
     cold_check_full: CodeLabel,
     cold_release: CodeLabel,
@@ -1532,7 +1574,6 @@ impl Labels {
             to_cold_entry: n(),
             to_nested: n(),
             to_cold_owned: n(),
-            to_cold_after: n(),
             init_slot: n(),
             nested: n(),
             cold_entry: n(),
@@ -1543,7 +1584,6 @@ impl Labels {
             cold_open_window: n(),
             window_sized: n(),
             cold_record: n(),
-            cold_after: n(),
             cold_after_saved: n(),
             cold_check_full: n(),
             cold_release: n(),
