@@ -79,7 +79,7 @@ pub fn soft_self_test() -> Result<String> {
         std::fs::File::create(&stdout_file)
             .with_context(|| format!("{}: cannot create", stdout_file.display()))?,
     );
-    let mut counter = CountingSink::default();
+    let mut counter = record::CountingSink::default();
     let recording = record::record_command(
         command,
         &instrumented.annotation,
@@ -127,23 +127,4 @@ pub fn soft_self_test() -> Result<String> {
 
 fn display(path: &Path) -> String {
     path.display().to_string()
-}
-
-/// Counts what the recorder delivers.
-#[derive(Default)]
-struct CountingSink {
-    records: u64,
-}
-
-impl record::RecordSink for CountingSink {
-    fn begin_sample(&mut self, _thread: u32) -> Result<()> {
-        Ok(())
-    }
-    fn switch_thread(&mut self, _thread: u32) -> Result<()> {
-        Ok(())
-    }
-    fn push(&mut self, _load: u32, _addr: u64) -> Result<()> {
-        self.records += 1;
-        Ok(())
-    }
 }

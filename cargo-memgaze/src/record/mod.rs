@@ -131,6 +131,31 @@ impl RecordSink for AnalyzerSink {
     }
 }
 
+/// Counts the records delivered and keeps nothing else: for checks that a
+/// recording loses nothing (`doctor`'s backend check, the recorder's tests).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CountingSink {
+    /// Records pushed so far.
+    pub records: u64,
+}
+
+impl RecordSink for CountingSink {
+    fn begin_sample(&mut self, _thread: u32) -> Result<()> {
+        Ok(())
+    }
+    fn switch_thread(&mut self, _thread: u32) -> Result<()> {
+        Ok(())
+    }
+    fn push(&mut self, _load: u32, _addr: u64) -> Result<()> {
+        self.records += 1;
+        Ok(())
+    }
+    fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
+        self.records += records.len() as u64;
+        Ok(())
+    }
+}
+
 /// Sends every record to two sinks (e.g. a trace file and an analyser).
 pub struct Tee<'a>(pub &'a mut dyn RecordSink, pub &'a mut dyn RecordSink);
 
@@ -748,30 +773,12 @@ mod tests {
         assert_eq!(chunks.take(&mut buffer, HEADER_BYTES), None);
     }
 
-    #[derive(Default)]
-    struct Counting {
-        records: u64,
-    }
-
-    impl RecordSink for Counting {
-        fn begin_sample(&mut self, _thread: u32) -> Result<()> {
-            Ok(())
-        }
-        fn switch_thread(&mut self, _thread: u32) -> Result<()> {
-            Ok(())
-        }
-        fn push(&mut self, _load: u32, _addr: u64) -> Result<()> {
-            self.records += 1;
-            Ok(())
-        }
-    }
-
     /// A collector slower than the program: every chunk is in flight, the
     /// senders wait for releases (or fall back to the socket), and every
     /// record still arrives once.
     #[test]
     fn a_slow_collector_makes_senders_wait_without_losing_records() {
-        struct Slow(Counting);
+        struct Slow(CountingSink);
         impl RecordSink for Slow {
             fn begin_sample(&mut self, _thread: u32) -> Result<()> {
                 Ok(())
@@ -784,13 +791,12 @@ mod tests {
             }
             fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
                 std::thread::sleep(Duration::from_millis(2));
-                self.0.records += records.len() as u64;
-                Ok(())
+                self.0.push_records(records)
             }
         }
         let dir = tempfile::tempdir().unwrap();
         let (instrumented, annotation) = instrumented_fixture(dir.path(), "bench_kernels.c");
-        let mut sink = Slow(Counting::default());
+        let mut sink = Slow(CountingSink::default());
         let mut command = Command::new(&instrumented);
         command
             .args(["str", "200000", "4"])
@@ -835,7 +841,7 @@ mod tests {
     fn forked_processes_share_the_chunks_without_losing_records() {
         let dir = tempfile::tempdir().unwrap();
         let (instrumented, annotation) = instrumented_fixture(dir.path(), "fork.c");
-        let mut sink = Counting::default();
+        let mut sink = CountingSink::default();
         let mut command = Command::new(&instrumented);
         command.stdout(std::process::Stdio::null());
         let recording = record_command(command, &annotation, &Sampling::full(), &mut sink).unwrap();
