@@ -135,18 +135,12 @@ impl<'a> Assembler<'a> {
         let thread = self.thread_id(header.pid, header.tid);
         match header.kind {
             MessageKind::Records | MessageKind::Final if self.full => {
-                let mut batch = std::mem::take(&mut self.batch);
-                let (kept, invalid) = valid_records(payload, &self.valid_loads, &mut batch);
+                let (kept, invalid) = valid_records(payload, &self.valid_loads, &mut self.batch);
                 self.invalid_records += invalid;
                 if kept > 0 {
-                    let result = self.enter_full_sample(thread).and_then(|()| {
-                        self.records += kept as u64;
-                        self.sink.push_records(&batch[..kept])
-                    });
-                    self.batch = batch;
-                    result?;
-                } else {
-                    self.batch = batch;
+                    self.enter_full_sample(thread)?;
+                    self.records += kept as u64;
+                    self.sink.push_records(&self.batch[..kept])?;
                 }
             }
             MessageKind::Records | MessageKind::Final => {
@@ -253,9 +247,7 @@ fn valid_records(payload: &[u8], valid: &[bool], out: &mut Vec<(u32, u64)>) -> (
     let out = &mut out[..n];
     let mut kept = 0;
     let mut invalid = 0u64;
-    for record in payload.chunks_exact(protocol::RECORD_BYTES) {
-        let load = u32::from_le_bytes(record[0..4].try_into().expect("4 bytes"));
-        let addr = u64::from_le_bytes(record[4..12].try_into().expect("8 bytes"));
+    for (load, addr) in protocol::records(payload) {
         let ok = valid.get(load as usize).copied().unwrap_or(false);
         // `kept <= ` records seen so far `< n`.
         out[kept.min(n - 1)] = (load, addr);
