@@ -18,7 +18,7 @@ use super::probe::{self, FastPath};
 use crate::annotation::{PtwriteOperand, PtwriteSite};
 use crate::binary::FunctionCode;
 use anyhow::{Result, anyhow, bail};
-use iced_x86::{Code, Encoder, FlowControl, IcedError, Instruction, OpKind, Register};
+use iced_x86::{Code, Encoder, FlowControl, IcedError, Instruction, Mnemonic, OpKind, Register};
 
 /// What to insert before one instruction of a copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,23 +134,25 @@ fn encode_in_runs(
 ) -> Result<Copies> {
     use rayon::prelude::*;
 
-    let parts: Vec<Part> = runs
+    let mut parts: Vec<Part> = runs
         .par_iter()
         .enumerate()
         .map(|(k, run)| build_part(&plans[run.clone()], k, base, record))
         .collect::<Result<_>>()?;
 
-    // Lay the runs out back to back and gather every label.
+    // Lay the runs out back to back (padding depends on where each lands)
+    // and gather every label.
     let mut starts = Vec::with_capacity(parts.len());
     let mut total = 0u64;
-    for part in &parts {
+    for part in &mut parts {
         starts.push(total);
+        place(part, base + total);
         total += part.len;
     }
-    let mut labels: Vec<(u64, u64)> =
-        Vec::with_capacity(parts.iter().map(|p| p.labels.len()).sum());
-    for (part, &start) in parts.iter().zip(&starts) {
-        labels.extend(part.labels.iter().map(|&(ip, offset)| (ip, start + offset)));
+    let part_labels: Vec<Vec<(u64, u64)>> = parts.par_iter().map(labels_of).collect();
+    let mut labels: Vec<(u64, u64)> = Vec::with_capacity(part_labels.iter().map(Vec::len).sum());
+    for (part, &start) in part_labels.iter().zip(&starts) {
+        labels.extend(part.iter().map(|&(ip, offset)| (ip, start + offset)));
     }
     // Each run's labels are sorted: the stable sort merges the runs.
     labels.sort_by_key(|&(ip, _)| ip);
@@ -254,11 +256,13 @@ struct Part {
     pieces: Vec<Piece>,
     /// Bytes of the position-independent pieces.
     pool: Vec<u8>,
-    /// Offset of each instruction from the run's start.
+    /// Offset of each instruction without padding, and the end.
+    unpadded: Vec<u64>,
+    /// The instructions that start aligned.
+    aligned: Vec<Aligned>,
+    /// Offset of each instruction from the run's start ([`place`]).
     offsets: Vec<u64>,
-    /// `(address label, offset)` of every labelled instruction, sorted.
-    labels: Vec<(u64, u64)>,
-    /// Length of the run's code.
+    /// Length of the run's code ([`place`]).
     len: u64,
 }
 
@@ -288,9 +292,15 @@ fn build_part(plans: &[CopyPlan<'_>], run: usize, base: u64, record: u64) -> Res
     let mut body_ends = Vec::with_capacity(plans.len());
     let mut ends = Vec::with_capacity(plans.len());
     let mut ptwrite_at: Vec<(usize, u32, PtwriteOperand)> = Vec::new();
+    let mut aligned: Vec<Aligned> = Vec::new();
 
     for plan in plans {
         let code = plan.code;
+        aligned.push(Aligned {
+            at: all.len(),
+            loop_end: None,
+        });
+        let plan_aligned = aligned.len();
         let mut first = Vec::with_capacity(code.instructions.len());
         let mut stubs: Vec<Instruction> = Vec::new();
         let mut fragments: Vec<Instruction> = Vec::new();
@@ -305,6 +315,12 @@ fn build_part(plans: &[CopyPlan<'_>], run: usize, base: u64, record: u64) -> Res
         for (i, original) in code.instructions.iter().enumerate() {
             first.push(all.len());
             let ip = original.ip();
+            if i > 0 && follows_alignment_padding(ip, &code.instructions[i - 1]) {
+                aligned.push(Aligned {
+                    at: all.len(),
+                    loop_end: None,
+                });
+            }
             // The address the next emitted instruction must carry: the
             // original one first, then a block check's resume label.
             let mut label = ip;
@@ -341,10 +357,13 @@ fn build_part(plans: &[CopyPlan<'_>], run: usize, base: u64, record: u64) -> Res
                 Some(Insert::Soft { id, fast }) => {
                     let slow = next_fake();
                     let resume = next_fake();
+                    let fallback = next_fake();
                     probe::soft_fast_path(fast, label, slow, &mut all);
                     label = 0;
                     insn.set_ip(resume);
-                    probe::soft_slow_stub(fast, &insn, id, slow, resume, record, &mut stubs);
+                    probe::soft_slow_stub(
+                        fast, &insn, id, slow, resume, fallback, record, &mut stubs,
+                    );
                 }
                 Some(Insert::Ptwrite { id }) => {
                     let at = all.len();
@@ -373,6 +392,22 @@ fn build_part(plans: &[CopyPlan<'_>], run: usize, base: u64, record: u64) -> Res
             all.push(insn);
         }
         body_ends.push(all.len());
+        // Loop heads: the last branch of the body back to each.
+        if aligned.len() > plan_aligned {
+            let body = first[0]..all.len();
+            let mut last_branch_to = std::collections::HashMap::new();
+            for j in body {
+                if is_relative_branch(&all[j]) {
+                    last_branch_to.insert(all[j].near_branch_target(), j);
+                }
+            }
+            for head in &mut aligned[plan_aligned..] {
+                head.loop_end = last_branch_to
+                    .get(&all[head.at].ip())
+                    .copied()
+                    .filter(|&j| j > head.at);
+            }
+        }
         all.extend(fragments);
         all.extend(stubs);
         ends.push(all.len());
@@ -388,10 +423,60 @@ fn build_part(plans: &[CopyPlan<'_>], run: usize, base: u64, record: u64) -> Res
         ptwrite_at,
         pieces: layout.pieces,
         pool: layout.pool,
-        offsets: layout.offsets,
-        labels: layout.labels,
-        len: layout.len,
+        unpadded: layout.unpadded,
+        aligned,
+        offsets: Vec::new(),
+        len: 0,
     })
+}
+
+/// Alignment of function copies and of the instructions the compiler
+/// aligned (loop heads), in bytes.
+const CODE_ALIGN: u64 = 16;
+
+/// Cache line: a short loop that would straddle two starts on a line of
+/// its own (the original's loops fit the op cache's 64-byte windows by the
+/// compiler's alignment; a copy lengthened by probes must not lose that by
+/// the accident of where it lands).
+const LINE: u64 = 64;
+
+/// An instruction of a run that starts aligned.
+#[derive(Clone, Copy, Debug)]
+struct Aligned {
+    /// Its index in the run.
+    at: usize,
+    /// The index of the last branch back to it (a loop head), if any.
+    loop_end: Option<usize>,
+}
+
+/// Whether the compiler padded the code before the instruction at `ip`
+/// (a NOP right before it, and `ip` on a [`CODE_ALIGN`] boundary): the copy
+/// aligns it the same way, so a hot loop does not straddle more fetch
+/// blocks than in the original by the accident of where it lands.
+fn follows_alignment_padding(ip: u64, previous: &Instruction) -> bool {
+    ip.is_multiple_of(CODE_ALIGN) && previous.mnemonic() == Mnemonic::Nop
+}
+
+/// Multi-byte NOPs of 1 to 9 bytes (the forms the optimisation manuals
+/// recommend), index = length − 1.
+const NOPS: [&[u8]; 9] = [
+    &[0x90],
+    &[0x66, 0x90],
+    &[0x0f, 0x1f, 0x00],
+    &[0x0f, 0x1f, 0x40, 0x00],
+    &[0x0f, 0x1f, 0x44, 0x00, 0x00],
+    &[0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00],
+    &[0x0f, 0x1f, 0x80, 0x00, 0x00, 0x00, 0x00],
+    &[0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00],
+    &[0x66, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00],
+];
+
+/// Appends NOPs to `code` until it is `len` bytes long.
+fn pad_to(code: &mut Vec<u8>, len: u64) {
+    while (code.len() as u64) < len {
+        let gap = (len - code.len() as u64).min(NOPS.len() as u64) as usize;
+        code.extend_from_slice(NOPS[gap - 1]);
+    }
 }
 
 /// How an instruction is laid out by [`measure`].
@@ -408,19 +493,21 @@ enum Piece {
     RipRelative(u8),
 }
 
-/// The layout of a list of instructions, relative to its start.
+/// The layout of a list of instructions, before [`place`] pads it.
 struct Layout {
     pieces: Vec<Piece>,
     pool: Vec<u8>,
-    offsets: Vec<u64>,
-    labels: Vec<(u64, u64)>,
-    len: u64,
+    /// Offset of each instruction without padding, and the end.
+    unpadded: Vec<u64>,
 }
 
 /// Lays out `all`: every branch in its rel32 form (so sizes are known in
 /// one pass; no relaxation and no dependence on where the code lands), the
-/// position-independent instructions encoded once into a pool. `base` is
-/// only used to check RIP-relative operands can be encoded near it.
+/// position-independent instructions encoded once into a pool; the
+/// instructions at the indices `aligned` (sorted) start on a
+/// [`CODE_ALIGN`] boundary, and so does the end (the next run's first
+/// function). `base` is only used to check RIP-relative operands can be
+/// encoded near it.
 ///
 /// One encoding per instruction (two for branches and RIP-relative
 /// operands, see [`emit`]): iced's `BlockEncoder`, which encodes each
@@ -430,10 +517,12 @@ fn measure(all: &[Instruction], base: u64) -> Result<Layout> {
     let mut encoder = Encoder::new(64);
     let mut pool: Vec<u8> = Vec::with_capacity(all.len() * 5);
     let mut pieces = Vec::with_capacity(all.len());
-    let mut offsets = Vec::with_capacity(all.len());
+    // Sizes do not depend on where an instruction lands: lay out once
+    // without padding (`at`), then place with it.
+    let mut unpadded = Vec::with_capacity(all.len() + 1);
     let mut at = 0u64;
     for insn in all {
-        offsets.push(at);
+        unpadded.push(at);
         let piece = if is_relative_branch(insn) {
             let short = matches!(
                 insn.code(),
@@ -479,23 +568,57 @@ fn measure(all: &[Instruction], base: u64) -> Result<Layout> {
         };
         pieces.push(piece);
     }
-    // Label → offset (addresses carried by more than one instruction are
-    // refused by the caller: the first inserted instruction takes a load's
-    // address, the load itself a fake one).
-    let mut labels: Vec<(u64, u64)> = all
+    unpadded.push(at);
+    Ok(Layout {
+        pieces,
+        pool,
+        unpadded,
+    })
+}
+
+/// Places a measured run at `start` (an address, or an offset from a
+/// [`LINE`]-aligned base): pads before its aligned instructions (a short
+/// loop that would straddle two lines moves to the next line) and at its
+/// end to [`CODE_ALIGN`]; fills in its offsets, labels and length.
+fn place(part: &mut Part, start: u64) {
+    let n = part.all.len();
+    let mut offsets = Vec::with_capacity(n);
+    let mut aligned = part.aligned.iter().peekable();
+    let mut padding = 0u64;
+    for (i, &unpadded) in part.unpadded[..n].iter().enumerate() {
+        let mut at = start + unpadded + padding;
+        // (`while`: an empty plan shares its start with the next one.)
+        while let Some(a) = aligned.next_if(|a| a.at == i) {
+            at = at.next_multiple_of(CODE_ALIGN);
+            if let Some(last) = a.loop_end {
+                let len = part.unpadded[last + 1] - unpadded;
+                if len <= LINE && at / LINE != (at + len - 1) / LINE {
+                    at = at.next_multiple_of(LINE);
+                }
+            }
+        }
+        padding = at - start - unpadded;
+        offsets.push(at - start);
+    }
+    let end = (start + part.unpadded[n] + padding).next_multiple_of(CODE_ALIGN);
+    part.len = end - start;
+    part.offsets = offsets;
+}
+
+/// The `(address label, offset)` pairs of a placed run, sorted. Addresses
+/// carried by more than one instruction are refused by the caller: the
+/// first inserted instruction takes a load's address, the load itself a
+/// fake one.
+fn labels_of(part: &Part) -> Vec<(u64, u64)> {
+    let mut labels: Vec<(u64, u64)> = part
+        .all
         .iter()
-        .zip(&offsets)
+        .zip(&part.offsets)
         .filter(|(i, _)| i.ip() != 0)
         .map(|(i, &offset)| (i.ip(), offset))
         .collect();
     labels.sort_unstable();
-    Ok(Layout {
-        pieces,
-        pool,
-        offsets,
-        labels,
-        len: at,
-    })
+    labels
 }
 
 /// Encodes a measured run at `start`: branch targets that are labels
@@ -506,7 +629,7 @@ fn emit(part: &Part, start: u64, resolve: &(dyn Fn(u64) -> u64 + Sync)) -> Resul
     let mut code = Vec::with_capacity(part.len as usize);
     for (n, (insn, piece)) in part.all.iter().zip(&part.pieces).enumerate() {
         let here = start + part.offsets[n];
-        debug_assert_eq!(code.len() as u64, part.offsets[n]);
+        pad_to(&mut code, part.offsets[n]);
         match *piece {
             Piece::Fixed(at, size) => {
                 code.extend_from_slice(&part.pool[at as usize..at as usize + size as usize])
@@ -543,6 +666,7 @@ fn emit(part: &Part, start: u64, resolve: &(dyn Fn(u64) -> u64 + Sync)) -> Resul
             }
         }
     }
+    pad_to(&mut code, part.len);
     Ok(code)
 }
 
@@ -615,9 +739,10 @@ fn counting_fragment(
         if let Some(&(_, id, fast)) = loads.next_if(|&&(index, _, _)| index == i) {
             let slow = next_fake();
             let resume = next_fake();
+            let fallback = next_fake();
             probe::soft_fast_path(fast, first, slow, out);
             insn.set_ip(resume);
-            probe::soft_slow_stub(fast, &insn, id, slow, resume, record, stubs);
+            probe::soft_slow_stub(fast, &insn, id, slow, resume, fallback, record, stubs);
         } else if first != 0 {
             insn.set_ip(first);
         }
@@ -724,6 +849,45 @@ mod tests {
     }
 
     #[test]
+    fn compiler_aligned_code_stays_aligned_and_short_loops_keep_one_line() {
+        let codes = codes_of_this_executable(400);
+        let plans = plans_of(&codes);
+        let copies = encode(&plans, 0x7000_0000, 0x6fff_0000).unwrap();
+        let (mut heads, mut short_loops) = (0, 0);
+        for (map, code) in copies.maps.iter().zip(&codes) {
+            assert_eq!(map.start % CODE_ALIGN, 0, "function {:#x}", code.start);
+            let insns = &code.instructions;
+            for i in 1..insns.len() {
+                let ip = insns[i].ip();
+                if !follows_alignment_padding(ip, &insns[i - 1]) {
+                    continue;
+                }
+                heads += 1;
+                let at = map.addresses[i];
+                assert_eq!(at % CODE_ALIGN, 0, "{ip:#x} copied to {at:#x}");
+                let last_branch_back = (i..insns.len()).rev().find(|&j| {
+                    is_relative_branch(&insns[j]) && insns[j].near_branch_target() == ip
+                });
+                if let Some(j) = last_branch_back {
+                    let end = map.addresses.get(j + 1).copied().unwrap_or(map.body_end);
+                    if end - at <= LINE {
+                        short_loops += 1;
+                        assert_eq!(
+                            at / LINE,
+                            (end - 1) / LINE,
+                            "loop {ip:#x} at {at:#x}..{end:#x}"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(
+            heads > 10 && short_loops > 0,
+            "{heads} aligned, {short_loops} short loops"
+        );
+    }
+
+    #[test]
     fn runs_encoded_apart_give_the_bytes_of_one_pass() {
         let codes = codes_of_this_executable(400);
         assert!(codes.len() > 100, "only {} functions", codes.len());
@@ -735,7 +899,7 @@ mod tests {
         let n = plans.len();
         let cut = [0..1, 1..n / 3, n / 3..n / 3, n / 3..n - 1, n - 1..n];
         let apart = encode_in_runs(&plans, &cut, base, record).unwrap();
-        assert_eq!(whole.code, apart.code);
+        assert!(whole.code == apart.code, "the bytes differ");
         assert_eq!(whole.maps.len(), apart.maps.len());
         for (a, b) in whole.maps.iter().zip(&apart.maps) {
             assert_eq!(

@@ -22,12 +22,14 @@
 //! # Entry points (all preserve every register and the flags)
 //!
 //! - `record` (`rdi` = effective address, `esi` = load id): the slow path,
-//!   called by a probe when its thread's countdown is zero. A flag-free hot
-//!   path appends a record while the thread holds a *grant* (appends the
-//!   cold path allowed: inside an open window, neither its last record nor
-//!   the one that fills the buffer); everything else (window start and end,
-//!   flushes, slot creation, forks) goes through a cold path that saves the
-//!   flags, takes the grant back and issues the next one.
+//!   called by a probe when its thread's countdown is zero. Its hot path
+//!   appends a record while the thread holds a *grant* (appends the cold
+//!   path allowed: inside an open window, neither its last record nor the
+//!   one that fills the buffer), claiming the record with one `xadd` (see
+//!   [`slot::CLAIM`]); flags-dead probes make the same claim in their stub
+//!   and call `record` only when it fails. Everything else (window start
+//!   and end, flushes, slot creation, forks) goes through a cold path that
+//!   saves the flags, takes the grant back and issues the next one.
 //! - `entry`: the process entry hook (`e_entry`); parses
 //!   [`crate::record::protocol::RECORDER_ENV`] from the initial stack,
 //!   validates the socket, marks it close-on-exec, then jumps to the
@@ -51,6 +53,11 @@
 use crate::record::protocol::{self, MESSAGE_MAGIC, MessageKind, RECORD_BYTES, WINDOW_MARKER};
 use iced_x86::code_asm::*;
 use iced_x86::{BlockEncoderOptions, Code, Instruction, MemoryOperand, Register};
+
+/// `CLAIM` of a slot whose grant the cold path took back (see
+/// [`slot::CLAIM`]): above every user-space address, and failed claims
+/// adding [`RECORD_BYTES`] to it never wrap.
+pub const CLAIM_REVOKED: u64 = 1 << 62;
 
 /// Offset of the countdown in the thread control block (`fs:0x38`).
 pub const TCB_COUNTDOWN: u64 = 0x38;
@@ -151,29 +158,39 @@ pub mod slot {
     pub const COUNT: i32 = 88;
     /// Windows opened so far.
     pub const WINDOWS: i32 = 128;
-    /// Executions that found the slot busy (signal handler re-entry).
-    pub const NESTED: i32 = 104;
+    /// Executions that found the slot busy (signal handler re-entry), or
+    /// found a record claimed by the code they interrupted still unwritten.
+    pub const NESTED: i32 = 136;
     /// Set once the first random skip was issued since the last (re)start.
     pub const STARTED: i32 = 112;
     /// Seqlock generation, bumped (before `BUSY` is cleared) each time the
-    /// owner leaves the runtime; `BUSY` says it is inside. The exit hook
+    /// owner leaves a cold path; `BUSY` says it is inside one. The exit hook
     /// snapshots another thread's buffer between two reads of `SEQ` and
-    /// `BUSY` (x86 keeps stores, and loads, in order): one bump per record
-    /// instead of two keeps the hot path's store-to-load chain short.
+    /// `BUSY` (x86 keeps stores, and loads, in order).
     pub const SEQ: i32 = 120;
-    /// Hot-path appends left in the current grant (0: every entry takes
-    /// the cold path). A grant is issued by the cold path when it leaves
-    /// with a window open: `min(REMAINING − 1, CAPACITY − 1 − COUNT)`, so
-    /// the window's last record and the record that fills the buffer still
-    /// go through the cold path (skip budget, flush).
-    pub const HOT: i32 = 96;
-    /// `HOT` as granted. Until the grant is taken back (every cold path,
-    /// after taking `BUSY`), the `GRANTED − HOT` hot appends are missing
-    /// from `EXECUTIONS` and `REMAINING`; the exit hook's snapshot adds
-    /// them to the copied `EXECUTIONS`.
-    pub const GRANTED: i32 = 136;
+    /// Address of the next record of the current *grant* — appends the
+    /// cold path allows the hot paths (the inline stubs and the runtime's
+    /// `record` entry) to make on their own: inside an open window, neither
+    /// its last record nor the one that fills the buffer. An append claims
+    /// its record with one `xadd` of [`super::RECORD_BYTES`] (a signal
+    /// handler cannot split it) and owns it if the old value was below
+    /// [`LIMIT`]; it writes the address, then the load id. At least
+    /// [`super::CLAIM_REVOKED`] once the cold path has taken the grant
+    /// back; 0 in a fresh or fork-wiped slot (`LIMIT` is 0 there too, so
+    /// nothing can be claimed).
+    pub const CLAIM: i32 = 96;
+    /// One past the last record of the current grant (see [`CLAIM`]).
+    /// Records in `[COUNT, LIMIT)` are filled with
+    /// [`crate::record::protocol::UNWRITTEN_MARKER`] when granted, so a
+    /// claimed record that was never written (its writer was interrupted
+    /// for good) is recognised.
+    pub const LIMIT: i32 = 104;
+    /// End of the claimed records of a grant taken back but not yet
+    /// committed into `COUNT` (a claim was still being written); 0 when
+    /// none.
+    pub const CLAIMED: i32 = 144;
     /// The message: header, then records.
-    pub const MESSAGE: i32 = 144;
+    pub const MESSAGE: i32 = 152;
     /// First record.
     pub const RECORDS: i32 = MESSAGE + super::protocol::HEADER_BYTES as i32;
     /// Bytes mapped per slot.
@@ -247,16 +264,6 @@ fn lea_rip(reg: Register, target: u64) -> Instruction {
     .expect("valid lea")
 }
 
-/// `mov reg, qword [rip → target]`.
-fn load_rip(reg: Register, target: u64) -> Instruction {
-    Instruction::with2(
-        Code::Mov_r64_rm64,
-        reg,
-        MemoryOperand::with_base_displ(Register::RIP, target as i64),
-    )
-    .expect("valid mov")
-}
-
 /// `jmp target` to an absolute address outside the assembled block.
 fn jmp_abs(target: u64) -> Instruction {
     Instruction::with_branch(Code::Jmp_rel32_64, target).expect("valid jmp")
@@ -282,56 +289,34 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     let mut shared_setup = a.create_label();
 
     // ---------------------------------------------------------------- record
-    // Trampolines within reach of the hot path's short `jrcxz` branches
-    // (iced would otherwise widen each into `jrcxz; jmp short; jmp near`,
-    // a taken jump on the common path).
-    a.set_label(&mut l.to_cold_entry)?;
-    a.jmp(l.cold_entry)?;
-    a.set_label(&mut l.to_nested)?;
-    a.jmp(l.nested)?;
-    a.set_label(&mut l.to_cold_owned)?;
-    a.jmp(l.cold_owned)?;
+    // Hot path: claim a record of the thread's grant (see `slot::CLAIM`)
+    // and write it. The flags are kept in ax (`seto al; lahf`, restored by
+    // `add al, 0x7f; sahf`), cheaper than `pushfq`/`popfq`. Everything
+    // else goes through the cold path.
     a.set_label(&mut l.record)?;
     a.push(rax)?;
     a.push(rcx)?;
     a.push(rbx)?;
+    a.seto(al)?;
+    a.lahf()?;
     a.mov(rbx, fs(TCB_SLOT))?;
-    a.mov(rcx, rbx)?;
-    a.jrcxz(l.to_cold_entry)?;
-    enter_flagfree(&mut a, l.to_nested)?;
-    a.add_instruction(load_rip(Register::RCX, cfg_va + cfg::ENABLED as u64))?;
-    a.jrcxz(l.to_cold_owned)?;
-    // A slot wiped by fork has HOT = 0 and is re-initialised there.
-    a.mov(rcx, qword_ptr(rbx + slot::HOT))?;
-    a.jrcxz(l.to_cold_owned)?;
-    // Hot path: inside a grant (an open window with room in the buffer,
-    // neither its last record nor the one that fills the buffer);
-    // EXECUTIONS and REMAINING are brought up to date when the grant is
-    // taken back. Nothing here touches the flags.
-    a.lea(rcx, qword_ptr(rcx - 1))?;
-    a.mov(qword_ptr(rbx + slot::HOT), rcx)?;
-    a.mov(rax, qword_ptr(rbx + slot::COUNT))?;
-    a.lea(rcx, qword_ptr(rax + rax * 2))?;
-    a.mov(dword_ptr(rbx + rcx * 4 + slot::RECORDS), esi)?;
-    a.mov(qword_ptr(rbx + rcx * 4 + (slot::RECORDS + 4)), rdi)?;
-    a.lea(rax, qword_ptr(rax + 1))?;
-    a.mov(qword_ptr(rbx + slot::COUNT), rax)?;
-    leave_flagfree(&mut a)?;
+    a.test(rbx, rbx)?;
+    a.jz(l.to_cold_entry)?;
+    a.mov(ecx, RECORD_BYTES as u32)?;
+    a.xadd(qword_ptr(rbx + slot::CLAIM), rcx)?;
+    a.cmp(rcx, qword_ptr(rbx + slot::LIMIT))?;
+    a.jae(l.to_cold_entry)?;
+    a.mov(qword_ptr(rcx + 4), rdi)?;
+    a.mov(dword_ptr(rcx), esi)?;
+    a.add(al, 0x7f)?;
+    a.sahf()?;
     a.pop(rbx)?;
     a.pop(rcx)?;
     a.pop(rax)?;
     a.ret()?;
-
-    // Re-entered (a signal handler interrupted the slow path) or the exit
-    // hook owns the slot: count the execution as dropped.
-    a.set_label(&mut l.nested)?;
-    a.pushfq()?;
-    a.inc(qword_ptr(rbx + slot::NESTED))?;
-    a.popfq()?;
-    a.pop(rbx)?;
-    a.pop(rcx)?;
-    a.pop(rax)?;
-    a.ret()?;
+    a.set_label(&mut l.to_cold_entry)?;
+    a.add(al, 0x7f)?;
+    a.sahf()?;
 
     // Cold paths: save the flags and every other register.
     a.set_label(&mut l.cold_entry)?;
@@ -359,20 +344,8 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.inc(qword_ptr(rbx + slot::NESTED))?;
     a.jmp(l.cold_return)?;
 
-    a.set_label(&mut l.cold_owned)?;
-    save_rest(&mut a)?;
-    a.add_instruction(lea_rip(Register::R12, cfg_va))?;
-    a.mov(r14, rdi)?;
-    a.mov(r15, rsi)?;
-    a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
-    a.jne(l.cold_release)?;
-    a.call(l.ensure_process)?;
-    a.cmp(qword_ptr(rbx + slot::MAGIC), slot::MAGIC_VALUE)?;
-    a.je(l.cold_body)?;
-    a.call(l.find_slot)?; // wiped by fork: re-initialised in place, still ours
-
     a.set_label(&mut l.cold_body)?;
-    take_grant(&mut a)?;
+    take_grant(&mut a, Some(l.cold_interrupted))?;
     // Fold the consumed skip budget.
     a.mov(rax, qword_ptr(rbx + slot::BUDGET))?;
     a.add(qword_ptr(rbx + slot::EXECUTIONS), rax)?;
@@ -440,6 +413,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
 
     a.set_label(&mut l.cold_release)?;
     give_grant(&mut a)?;
+    a.set_label(&mut l.cold_leave)?;
     leave_cold(&mut a)?;
     a.set_label(&mut l.cold_return)?;
     restore_rest(&mut a)?;
@@ -447,6 +421,12 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.pop(rcx)?;
     a.pop(rax)?;
     a.ret()?;
+    // A signal handler interrupted a hot path between its claim and its
+    // write: count this execution as dropped and leave everything as it
+    // is until the interrupted writer has run on.
+    a.set_label(&mut l.cold_interrupted)?;
+    a.inc(qword_ptr(rbx + slot::NESTED))?;
+    a.jmp(l.cold_leave)?;
 
     // ------------------------------------------------------------- helpers
     // Convention: rbx = slot, r12 = config, r13 = process block, r14/r15 and
@@ -931,7 +911,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
     a.jne(l.region_begin_done)?;
     enter_cold(&mut a)?;
-    take_grant(&mut a)?;
+    take_grant(&mut a, None)?;
     a.cmp(qword_ptr(rbx + slot::COUNT), 0)?;
     a.je(l.region_begin_empty)?;
     a.mov(edi, MessageKind::Records as u32)?;
@@ -966,7 +946,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
     a.jne(l.region_end_done)?;
     enter_cold(&mut a)?;
-    take_grant(&mut a)?;
+    take_grant(&mut a, None)?;
     a.mov(rax, fs(TCB_COUNTDOWN))?;
     a.call(l.fold_live)?;
     a.mov(qword_ptr(rbx + slot::REMAINING), 0)?;
@@ -1002,7 +982,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
     a.jne(l.fini_others)?;
     enter_cold(&mut a)?;
-    take_grant(&mut a)?;
+    take_grant(&mut a, None)?;
     a.mov(r14, rbx)?;
     a.mov(rax, fs(TCB_COUNTDOWN))?;
     a.call(l.fold_live)?;
@@ -1042,18 +1022,60 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.mov(r8, qword_ptr(rbx + slot::SEQ))?;
     a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
     a.jne(l.fini_wait)?;
-    a.mov(rcx, qword_ptr(rbx + slot::COUNT))?;
-    a.cmp(rcx, slot::CAPACITY)?;
+    // The committed records, then those claimed under the owner's grant
+    // (it may still be appending: each is read id first, and the owner
+    // writes the id last, so a record read with its id holds its address;
+    // one not yet written keeps its unwritten marker).
+    let mut live_claim = a.create_label();
+    let mut claim_end = a.create_label();
+    let mut end_ok = a.create_label();
+    let mut ordered = a.create_label();
+    let mut copied = a.create_label();
+    a.mov(rax, qword_ptr(rbx + slot::CLAIM))?;
+    a.mov(rcx, CLAIM_REVOKED)?;
+    a.cmp(rax, rcx)?;
+    a.jb(live_claim)?;
+    a.mov(rax, qword_ptr(rbx + slot::CLAIMED))?;
+    a.jmp(claim_end)?;
+    a.set_label(&mut live_claim)?;
+    a.cmp(rax, qword_ptr(rbx + slot::LIMIT))?;
+    a.jbe(claim_end)?;
+    a.mov(rax, qword_ptr(rbx + slot::LIMIT))?;
+    a.set_label(&mut claim_end)?;
+    a.mov(r9, qword_ptr(rbx + slot::COUNT))?;
+    a.cmp(r9, slot::CAPACITY)?;
     a.jbe(l.fini_count_ok)?;
-    a.mov(ecx, slot::CAPACITY as u32)?;
+    a.mov(r9d, slot::CAPACITY as u32)?;
     a.set_label(&mut l.fini_count_ok)?;
-    a.mov(qword_ptr(r15 + slot::COUNT), rcx)?;
-    a.lea(rcx, qword_ptr(rcx + rcx * 2))?;
+    a.lea(rcx, qword_ptr(r9 + r9 * 2))?;
     a.shl(rcx, 2)?;
     a.lea(rsi, qword_ptr(rbx + slot::RECORDS))?;
     a.lea(rdi, qword_ptr(r15 + slot::RECORDS))?;
     a.cld()?;
     a.rep().movsb()?;
+    // rsi = first claimed record; claimed ones end at rax, within the buffer.
+    a.lea(
+        rcx,
+        qword_ptr(rbx + (slot::RECORDS + slot::CAPACITY * RECORD_BYTES as i32)),
+    )?;
+    a.cmp(rax, rcx)?;
+    a.jbe(end_ok)?;
+    a.mov(rax, rcx)?;
+    a.set_label(&mut end_ok)?;
+    a.mov(r10, r9)?;
+    a.set_label(&mut ordered)?;
+    a.cmp(rsi, rax)?;
+    a.jae(copied)?;
+    a.mov(edx, dword_ptr(rsi))?;
+    a.mov(r11, qword_ptr(rsi + 4))?;
+    a.mov(dword_ptr(rdi), edx)?;
+    a.mov(qword_ptr(rdi + 4), r11)?;
+    a.add(rsi, RECORD_BYTES as i32)?;
+    a.add(rdi, RECORD_BYTES as i32)?;
+    a.inc(r10)?;
+    a.jmp(ordered)?;
+    a.set_label(&mut copied)?;
+    a.mov(qword_ptr(r15 + slot::COUNT), r10)?;
     for field in [
         slot::EXECUTIONS,
         slot::NESTED,
@@ -1066,10 +1088,9 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
         a.mov(rax, qword_ptr(rbx + field))?;
         a.mov(qword_ptr(r15 + field), rax)?;
     }
-    // The owner's hot appends of an outstanding grant.
-    a.mov(rax, qword_ptr(rbx + slot::GRANTED))?;
-    a.sub(rax, qword_ptr(rbx + slot::HOT))?;
-    a.add(qword_ptr(r15 + slot::EXECUTIONS), rax)?;
+    // The claimed records are executions the owner has not committed yet.
+    a.sub(r10, r9)?;
+    a.add(qword_ptr(r15 + slot::EXECUTIONS), r10)?;
     a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
     a.jne(l.fini_wait)?;
     a.cmp(qword_ptr(rbx + slot::SEQ), r8)?;
@@ -1394,43 +1415,72 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     })
 }
 
-/// Enters the runtime on the slot in rbx without touching the flags
-/// (clobbers rcx); branches to `nested` if this thread is already inside.
-fn enter_flagfree(a: &mut Asm, nested: CodeLabel) -> R {
-    a.mov(rcx, qword_ptr(rbx + slot::BUSY))?;
-    a.lea(rcx, qword_ptr(rcx - 1))?;
-    a.jrcxz(nested)?;
-    a.mov(qword_ptr(rbx + slot::BUSY), 1)
-}
-
-/// Leaves the runtime without touching the flags (clobbers rcx).
-fn leave_flagfree(a: &mut Asm) -> R {
-    a.mov(rcx, qword_ptr(rbx + slot::SEQ))?;
-    a.lea(rcx, qword_ptr(rcx + 1))?;
-    a.mov(qword_ptr(rbx + slot::SEQ), rcx)?;
-    a.mov(qword_ptr(rbx + slot::BUSY), 0)
-}
-
-/// Takes back the thread's grant (inside the runtime, flags saved; clobbers
-/// rax): the hot appends made under it are added to EXECUTIONS and taken
-/// from REMAINING.
-fn take_grant(a: &mut Asm) -> R {
-    a.mov(rax, qword_ptr(rbx + slot::GRANTED))?;
-    a.sub(rax, qword_ptr(rbx + slot::HOT))?;
+/// Takes back the thread's grant (inside a cold path, flags saved; clobbers
+/// rax, rcx, rdx) and commits the records claimed under it: they join
+/// `COUNT`, `EXECUTIONS` and leave `REMAINING`. With `interrupted`, a
+/// claimed record still holding [`protocol::UNWRITTEN_MARKER`] — this cold
+/// path runs in a signal handler that interrupted a hot path between its
+/// claim and its write — commits nothing and branches there instead (the
+/// records stay claimed in `CLAIMED`, and the cold path must leave the
+/// buffer alone: the interrupted writer still owns its record); without,
+/// such records are committed as they are and the collector counts them
+/// as dropped (the exit hook: the writer will not run again).
+fn take_grant(a: &mut Asm, interrupted: Option<CodeLabel>) -> R {
+    let mut revoked = a.create_label();
+    let mut claimed = a.create_label();
+    let mut done = a.create_label();
+    a.mov(rax, CLAIM_REVOKED)?;
+    a.xchg(qword_ptr(rbx + slot::CLAIM), rax)?;
+    a.mov(rcx, CLAIM_REVOKED)?;
+    a.cmp(rax, rcx)?;
+    a.jae(revoked)?; // already taken back: CLAIMED says how far it got
+    a.cmp(rax, qword_ptr(rbx + slot::LIMIT))?;
+    a.jbe(claimed)?;
+    a.mov(rax, qword_ptr(rbx + slot::LIMIT))?; // failed claims overshoot
+    a.set_label(&mut claimed)?;
+    a.mov(qword_ptr(rbx + slot::CLAIMED), rax)?;
+    a.set_label(&mut revoked)?;
+    a.mov(rax, qword_ptr(rbx + slot::CLAIMED))?;
+    record_address(a, rcx)?;
+    a.cmp(rax, rcx)?;
+    a.jbe(done)?;
+    if let Some(interrupted) = interrupted {
+        let mut scan = a.create_label();
+        a.mov(rdx, rcx)?;
+        a.set_label(&mut scan)?;
+        a.cmp(dword_ptr(rdx), protocol::UNWRITTEN_MARKER)?;
+        a.je(interrupted)?;
+        a.add(rdx, RECORD_BYTES as i32)?;
+        a.cmp(rdx, rax)?;
+        a.jb(scan)?;
+    }
+    // (end − start) / 12: exact, so ÷4 then × 3⁻¹ mod 2⁶⁴.
+    a.sub(rax, rcx)?;
+    a.shr(rax, 2)?;
+    a.mov(rdx, 0xaaaa_aaaa_aaaa_aaabu64)?;
+    a.imul_2(rax, rdx)?;
+    a.add(qword_ptr(rbx + slot::COUNT), rax)?;
     a.add(qword_ptr(rbx + slot::EXECUTIONS), rax)?;
     a.sub(qword_ptr(rbx + slot::REMAINING), rax)?;
-    a.mov(qword_ptr(rbx + slot::HOT), 0)?;
-    a.mov(qword_ptr(rbx + slot::GRANTED), 0)
+    a.set_label(&mut done)?;
+    a.mov(qword_ptr(rbx + slot::CLAIMED), 0)
 }
 
-/// Grants the hot path `min(REMAINING − 1, CAPACITY − 1 − COUNT)` appends
-/// when a window is open (inside the runtime, flags saved; clobbers rax,
-/// rcx).
+/// `reg = ` address of record `COUNT` of the slot in rbx.
+fn record_address(a: &mut Asm, reg: AsmRegister64) -> R {
+    a.mov(reg, qword_ptr(rbx + slot::COUNT))?;
+    a.lea(reg, qword_ptr(reg + reg * 2))?;
+    a.lea(reg, qword_ptr(rbx + reg * 4 + slot::RECORDS))
+}
+
+/// Grants the hot paths `min(REMAINING − 1, CAPACITY − 1 − COUNT)` appends
+/// when a window is open (inside a cold path after [`take_grant`], flags
+/// saved; clobbers rax, rcx, rdx): marks the granted records unwritten,
+/// then opens the grant with one store of `CLAIM`.
 fn give_grant(a: &mut Asm) -> R {
-    // Some cold exits did not take it (a slot whose process is not active).
-    take_grant(a)?;
     let mut none = a.create_label();
     let mut sized = a.create_label();
+    let mut fill = a.create_label();
     a.mov(rax, qword_ptr(rbx + slot::REMAINING))?;
     a.sub(rax, 1)?;
     a.jbe(none)?; // no window open, or only its last record left
@@ -1441,10 +1491,20 @@ fn give_grant(a: &mut Asm) -> R {
     a.jbe(sized)?;
     a.mov(rax, rcx)?;
     a.set_label(&mut sized)?;
-    a.mov(qword_ptr(rbx + slot::GRANTED), rax)?;
-    a.mov(qword_ptr(rbx + slot::HOT), rax)?;
+    record_address(a, rcx)?;
+    a.lea(rax, qword_ptr(rax + rax * 2))?;
+    a.lea(rax, qword_ptr(rcx + rax * 4))?;
+    a.mov(rdx, rcx)?;
+    a.set_label(&mut fill)?;
+    a.mov(dword_ptr(rdx), protocol::UNWRITTEN_MARKER)?;
+    a.add(rdx, RECORD_BYTES as i32)?;
+    a.cmp(rdx, rax)?;
+    a.jb(fill)?;
+    a.mov(qword_ptr(rbx + slot::LIMIT), rax)?;
+    a.mov(qword_ptr(rbx + slot::CLAIM), rcx)?;
     a.set_label(&mut none)?;
-    Ok(())
+    // A zero-byte instruction, so the caller may label what follows.
+    a.zero_bytes()
 }
 
 /// Enters the runtime from a cold path (BUSY checked to be 0 by the caller).
@@ -1496,13 +1556,11 @@ fn restore_all(a: &mut Asm) -> R {
 struct Labels {
     record: CodeLabel,
     to_cold_entry: CodeLabel,
-    to_nested: CodeLabel,
-    to_cold_owned: CodeLabel,
     init_slot: CodeLabel,
-    nested: CodeLabel,
     cold_entry: CodeLabel,
     cold_active: CodeLabel,
-    cold_owned: CodeLabel,
+    cold_leave: CodeLabel,
+    cold_interrupted: CodeLabel,
     cold_body: CodeLabel,
     cold_enabled: CodeLabel,
     cold_open_window: CodeLabel,
@@ -1572,13 +1630,11 @@ impl Labels {
         Labels {
             record: n(),
             to_cold_entry: n(),
-            to_nested: n(),
-            to_cold_owned: n(),
             init_slot: n(),
-            nested: n(),
             cold_entry: n(),
             cold_active: n(),
-            cold_owned: n(),
+            cold_leave: n(),
+            cold_interrupted: n(),
             cold_body: n(),
             cold_enabled: n(),
             cold_open_window: n(),
@@ -1686,27 +1742,38 @@ mod tests {
     }
 
     #[test]
-    fn hot_paths_leave_flags_alone() {
-        // From `record` (and `block`) to the first ret, no instruction may
-        // write flags (the branches to cold paths save them there).
+    fn hot_path_restores_the_flags_it_changes() {
+        // From `record` to the first ret, flags may change only between
+        // `seto al; lahf` and `add al, 0x7f; sahf`, which keep and restore
+        // them (OF through al, the rest through ah).
         let rt = generate(&params()).unwrap();
-        for entry in [rt.record] {
-            let offset = (entry - 0x10_0000) as usize;
-            let mut decoder = Decoder::with_ip(64, &rt.code[offset..], entry, DecoderOptions::NONE);
-            loop {
-                let insn = decoder.decode();
-                assert_eq!(
-                    insn.rflags_modified(),
-                    0,
-                    "{:?} at {:#x} modifies flags",
+        let offset = (rt.record - 0x10_0000) as usize;
+        let mut decoder = Decoder::with_ip(64, &rt.code[offset..], rt.record, DecoderOptions::NONE);
+        let (mut saved, mut previous, mut restores) = (false, Code::INVALID, 0);
+        loop {
+            let insn = decoder.decode();
+            match insn.code() {
+                Code::Lahf => {
+                    assert_eq!(previous, Code::Seto_rm8, "OF kept before lahf");
+                    saved = true;
+                }
+                Code::Sahf => {
+                    assert_eq!(previous, Code::Add_AL_imm8, "OF restored before sahf");
+                    saved = false;
+                    restores += 1;
+                }
+                Code::Retnq => break,
+                _ => assert!(
+                    saved || insn.rflags_modified() == 0,
+                    "{:?} at {:#x} modifies unsaved flags",
                     insn.code(),
                     insn.ip()
-                );
-                if insn.code() == Code::Retnq {
-                    break;
-                }
+                ),
             }
+            previous = insn.code();
         }
+        assert_eq!(restores, 1);
+        assert!(!saved);
     }
 }
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! continue it (the analysis splits it per thread, spec/METRICS.md).
 
 use super::RecordSink;
-use super::protocol::{self, MessageHeader, MessageKind, WINDOW_MARKER};
+use super::protocol::{self, MessageHeader, MessageKind, UNWRITTEN_MARKER, WINDOW_MARKER};
 use anyhow::Result;
 use std::collections::HashMap;
 
@@ -58,6 +58,9 @@ pub struct Assembler<'a> {
     pub samples: u64,
     /// Records that named an unknown or uninstrumented load.
     pub invalid_records: u64,
+    /// Records claimed but never written (see
+    /// [`protocol::UNWRITTEN_MARKER`]): dropped, their executions counted.
+    pub unwritten_records: u64,
     /// Messages that could not be decoded.
     pub bad_messages: u64,
     /// Processes whose exit hook reported in, with their process-level drops.
@@ -89,6 +92,7 @@ impl<'a> Assembler<'a> {
             records: 0,
             samples: 0,
             invalid_records: 0,
+            unwritten_records: 0,
             bad_messages: 0,
             exited: HashMap::new(),
             regions: Vec::new(),
@@ -135,8 +139,10 @@ impl<'a> Assembler<'a> {
         let thread = self.thread_id(header.pid, header.tid);
         match header.kind {
             MessageKind::Records | MessageKind::Final if self.full => {
-                let (kept, invalid) = valid_records(payload, &self.valid_loads, &mut self.batch);
+                let (kept, invalid, unwritten) =
+                    valid_records(payload, &self.valid_loads, &mut self.batch);
                 self.invalid_records += invalid;
+                self.unwritten_records += unwritten;
                 if kept > 0 {
                     self.enter_full_sample(thread)?;
                     self.records += kept as u64;
@@ -155,6 +161,8 @@ impl<'a> Assembler<'a> {
                         if window.records.len() as u64 >= self.window {
                             self.close_window(thread)?;
                         }
+                    } else if load == UNWRITTEN_MARKER {
+                        self.unwritten_records += 1;
                     } else {
                         self.invalid_records += 1;
                     }
@@ -223,9 +231,12 @@ impl<'a> Assembler<'a> {
         self.slots.values().map(|c| c.executions).sum()
     }
 
-    /// Records the recorders reported lost (slots and processes).
+    /// Records the recorders reported lost (slots and processes), and
+    /// records claimed but never written.
     pub fn dropped(&self) -> u64 {
-        self.slots.values().map(|c| c.dropped).sum::<u64>() + self.exited.values().sum::<u64>()
+        self.slots.values().map(|c| c.dropped).sum::<u64>()
+            + self.exited.values().sum::<u64>()
+            + self.unwritten_records
     }
 
     /// Whether process `pid` ran its exit hook.
@@ -235,11 +246,12 @@ impl<'a> Assembler<'a> {
 }
 
 /// Decodes a message's records into `out[..kept]`, leaving out window
-/// markers and records of loads that are not in `valid` (counted as
-/// invalid); returns `(kept, invalid)`. Branch-free per record: every record
-/// is stored and the next one overwrites it unless it was kept. `out` keeps
-/// its largest length between calls, so it is never cleared or refilled.
-fn valid_records(payload: &[u8], valid: &[bool], out: &mut Vec<(u32, u64)>) -> (usize, u64) {
+/// markers, unwritten records and records of loads that are not in `valid`;
+/// returns `(kept, invalid, unwritten)`. Branch-free per record: every
+/// record is stored and the next one overwrites it unless it was kept. `out`
+/// keeps its largest length between calls, so it is never cleared or
+/// refilled.
+fn valid_records(payload: &[u8], valid: &[bool], out: &mut Vec<(u32, u64)>) -> (usize, u64, u64) {
     let n = payload.len() / protocol::RECORD_BYTES;
     if out.len() < n {
         out.resize(n, (0, 0));
@@ -247,14 +259,17 @@ fn valid_records(payload: &[u8], valid: &[bool], out: &mut Vec<(u32, u64)>) -> (
     let out = &mut out[..n];
     let mut kept = 0;
     let mut invalid = 0u64;
+    let mut unwritten = 0u64;
     for (load, addr) in protocol::records(payload) {
         let ok = valid.get(load as usize).copied().unwrap_or(false);
         // `kept <= ` records seen so far `< n`.
         out[kept.min(n - 1)] = (load, addr);
         kept += usize::from(ok);
-        invalid += u64::from(!ok & (load != WINDOW_MARKER));
+        let marker = load == UNWRITTEN_MARKER;
+        unwritten += u64::from(marker);
+        invalid += u64::from(!ok & (load != WINDOW_MARKER) & !marker);
     }
-    (kept, invalid)
+    (kept, invalid, unwritten)
 }
 
 #[cfg(test)]
@@ -392,5 +407,35 @@ mod tests {
             vec![(0, vec![(0, 1), (1, 3), (0, 5), (1, 8)])]
         );
         assert!(sink.switches.is_empty());
+    }
+
+    #[test]
+    fn unwritten_records_are_dropped_and_counted_in_both_modes() {
+        let u = UNWRITTEN_MARKER;
+        let m = WINDOW_MARKER;
+        for full in [true, false] {
+            let mut sink = Collected::default();
+            let mut asm = Assembler::new(&mut sink, vec![true, true], full, 4);
+            asm.message(&message(
+                MessageKind::Records,
+                1,
+                5,
+                &[(m, 0), (0, 1), (u, 0), (1, 3), (u, 0), (7, 4)],
+            ))
+            .unwrap();
+            asm.finish().unwrap();
+            assert_eq!(
+                (asm.records, asm.unwritten_records, asm.invalid_records),
+                (2, 2, 1),
+                "full: {full}"
+            );
+            assert_eq!(asm.dropped(), 2, "full: {full}");
+            drop(asm);
+            assert_eq!(
+                sink.samples,
+                vec![(0, vec![(0, 1), (1, 3)])],
+                "full: {full}"
+            );
+        }
     }
 }

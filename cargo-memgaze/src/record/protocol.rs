@@ -23,7 +23,10 @@
 //!
 //! A record whose load id is [`WINDOW_MARKER`] is not a load: it opens a new
 //! sample window of that thread (its address field is the window's sequence
-//! number within the thread).
+//! number within the thread). A record whose load id is
+//! [`UNWRITTEN_MARKER`] was claimed by an execution whose writer never
+//! finished it (a signal handler interrupted it and the program exited or
+//! jumped away): the execution is counted, the record is dropped.
 
 /// Environment variable carrying the connection and sampling parameters:
 /// `<fd>:<inode>:<device>:<window>:<period>:<seed>`, all decimal.
@@ -88,6 +91,9 @@ pub const RECORD_BYTES: usize = 12;
 
 /// Load id that marks the start of a sample window instead of a load.
 pub const WINDOW_MARKER: u32 = u32::MAX;
+
+/// Load id of a record claimed but never written (a dropped record).
+pub const UNWRITTEN_MARKER: u32 = u32::MAX - 1;
 
 /// Longest region name carried by a region message.
 pub const REGION_NAME_MAX: usize = 256;
