@@ -1026,22 +1026,11 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     // (it may still be appending: each is read id first, and the owner
     // writes the id last, so a record read with its id holds its address;
     // one not yet written keeps its unwritten marker).
-    let mut live_claim = a.create_label();
-    let mut claim_end = a.create_label();
     let mut end_ok = a.create_label();
     let mut ordered = a.create_label();
     let mut copied = a.create_label();
     a.mov(rax, qword_ptr(rbx + slot::CLAIM))?;
-    a.mov(rcx, CLAIM_REVOKED)?;
-    a.cmp(rax, rcx)?;
-    a.jb(live_claim)?;
-    a.mov(rax, qword_ptr(rbx + slot::CLAIMED))?;
-    a.jmp(claim_end)?;
-    a.set_label(&mut live_claim)?;
-    a.cmp(rax, qword_ptr(rbx + slot::LIMIT))?;
-    a.jbe(claim_end)?;
-    a.mov(rax, qword_ptr(rbx + slot::LIMIT))?;
-    a.set_label(&mut claim_end)?;
+    claimed_end(&mut a)?;
     a.mov(r9, qword_ptr(rbx + slot::COUNT))?;
     a.cmp(r9, slot::CAPACITY)?;
     a.jbe(l.fini_count_ok)?;
@@ -1426,21 +1415,11 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
 /// such records are committed as they are and the collector counts them
 /// as dropped (the exit hook: the writer will not run again).
 fn take_grant(a: &mut Asm, interrupted: Option<CodeLabel>) -> R {
-    let mut revoked = a.create_label();
-    let mut claimed = a.create_label();
     let mut done = a.create_label();
     a.mov(rax, CLAIM_REVOKED)?;
     a.xchg(qword_ptr(rbx + slot::CLAIM), rax)?;
-    a.mov(rcx, CLAIM_REVOKED)?;
-    a.cmp(rax, rcx)?;
-    a.jae(revoked)?; // already taken back: CLAIMED says how far it got
-    a.cmp(rax, qword_ptr(rbx + slot::LIMIT))?;
-    a.jbe(claimed)?;
-    a.mov(rax, qword_ptr(rbx + slot::LIMIT))?; // failed claims overshoot
-    a.set_label(&mut claimed)?;
+    claimed_end(a)?;
     a.mov(qword_ptr(rbx + slot::CLAIMED), rax)?;
-    a.set_label(&mut revoked)?;
-    a.mov(rax, qword_ptr(rbx + slot::CLAIMED))?;
     record_address(a, rcx)?;
     a.cmp(rax, rcx)?;
     a.jbe(done)?;
@@ -1464,6 +1443,26 @@ fn take_grant(a: &mut Asm, interrupted: Option<CodeLabel>) -> R {
     a.sub(qword_ptr(rbx + slot::REMAINING), rax)?;
     a.set_label(&mut done)?;
     a.mov(qword_ptr(rbx + slot::CLAIMED), 0)
+}
+
+/// `rax = ` the end of the records claimed under the grant of the slot in
+/// rbx, given its `CLAIM` value in rax (clobbers rcx): `CLAIMED` once the
+/// grant was taken back, else `CLAIM` capped at `LIMIT` (failed claims
+/// overshoot it).
+fn claimed_end(a: &mut Asm) -> R {
+    let mut live = a.create_label();
+    let mut done = a.create_label();
+    a.mov(rcx, CLAIM_REVOKED)?;
+    a.cmp(rax, rcx)?;
+    a.jb(live)?;
+    a.mov(rax, qword_ptr(rbx + slot::CLAIMED))?;
+    a.jmp(done)?;
+    a.set_label(&mut live)?;
+    a.cmp(rax, qword_ptr(rbx + slot::LIMIT))?;
+    a.jbe(done)?;
+    a.mov(rax, qword_ptr(rbx + slot::LIMIT))?;
+    a.set_label(&mut done)?;
+    a.zero_bytes()
 }
 
 /// `reg = ` address of record `COUNT` of the slot in rbx.
