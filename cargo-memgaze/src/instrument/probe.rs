@@ -149,6 +149,14 @@ fn lea(dst: Register, base: Register, disp: i64) -> Instruction {
     )
 }
 
+fn push(reg: Register) -> Instruction {
+    Instruction::with1(Code::Push_r64, reg).expect("push")
+}
+
+fn pop(reg: Register) -> Instruction {
+    Instruction::with1(Code::Pop_r64, reg).expect("pop")
+}
+
 fn branch(code: Code, target: u64) -> Instruction {
     Instruction::with_branch(code, target).expect("valid branch")
 }
@@ -170,9 +178,9 @@ pub fn soft_fast_path(fast: FastPath, ip: u64, slow: u64, out: &mut Vec<Instruct
         }
         FastPath::Stack => {
             out.push(lea(Register::RSP, Register::RSP, -RED_ZONE));
-            out.push(Instruction::with1(Code::Push_r64, Register::RCX).expect("push"));
+            out.push(push(Register::RCX));
             countdown_jrcxz(slow, out);
-            out.push(Instruction::with1(Code::Pop_r64, Register::RCX).expect("pop"));
+            out.push(pop(Register::RCX));
             out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
         }
     }
@@ -272,7 +280,7 @@ pub fn soft_slow_stub(
         FastPath::RcxDead => {}
         FastPath::SaveIn(reg) => out.push(i2(Code::Mov_r64_rm64, Register::RCX, reg)),
         FastPath::Stack => {
-            out.push(Instruction::with1(Code::Pop_r64, Register::RCX).expect("pop"));
+            out.push(pop(Register::RCX));
             out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
         }
     }
@@ -280,8 +288,8 @@ pub fn soft_slow_stub(
     if fast == FastPath::FlagsDead && load.memory_segment() != Register::FS {
         inline_append(load, id, resume, fallback, out);
     }
-    out.push(Instruction::with1(Code::Push_r64, Register::RDI).expect("push"));
-    out.push(Instruction::with1(Code::Push_r64, Register::RSI).expect("push"));
+    out.push(push(Register::RDI));
+    out.push(push(Register::RSI));
     out.push(effective_address(load, Register::RDI, RED_ZONE + 16));
     if load.memory_segment() == Register::FS {
         // glibc keeps the TCB's own address at fs:0 (its fs base).
@@ -298,8 +306,8 @@ pub fn soft_slow_stub(
     }
     out.push(i2(Code::Mov_r32_imm32, Register::ESI, id as i32));
     out.push(branch(Code::Call_rel32_64, record));
-    out.push(Instruction::with1(Code::Pop_r64, Register::RSI).expect("pop"));
-    out.push(Instruction::with1(Code::Pop_r64, Register::RDI).expect("pop"));
+    out.push(pop(Register::RSI));
+    out.push(pop(Register::RDI));
     out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
     out.push(branch(Code::Jmp_rel32_64, resume));
     if start < out.len() {
@@ -332,8 +340,6 @@ fn inline_append(
         .into_iter()
         .filter(|r| !operand.contains(r));
     let (slot_reg, claim) = (scratch.next().unwrap(), scratch.next().unwrap());
-    let push = |r| Instruction::with1(Code::Push_r64, r).expect("push");
-    let pop = |r| Instruction::with1(Code::Pop_r64, r).expect("pop");
     let at = |base: Register, disp: i64| {
         MemoryOperand::new(base, Register::None, 1, disp, 1, false, Register::None)
     };
