@@ -26,7 +26,7 @@ use crate::analysis::{Analysis, AnalysisOptions, Analyzer};
 use crate::binary::Binary;
 use crate::classify::{Classifier, operands::ImplicitLoad, operands::implicit_load};
 use crate::trace::{
-    Backend, Dropped, FunctionEntry, LoadClass, LoadEntry, Sampling, TraceHeader, TraceTotals,
+    Backend, FunctionEntry, LoadClass, LoadEntry, Sampling, TraceHeader, TraceTotals,
 };
 use anyhow::{Context, Result, bail};
 use std::collections::HashMap;
@@ -219,14 +219,7 @@ pub fn import(
         ));
     }
     let _ = command;
-    let totals = TraceTotals {
-        executions: records,
-        records,
-        samples: u64::from(records > 0),
-        dropped: Dropped::default(),
-        exit: None,
-        complete: true,
-    };
+    let totals = TraceTotals::clean(records, records, u64::from(records > 0));
     let mut analysis = analyzer.finish(&totals);
     if let Some(command) = command {
         analysis.run.command = command.split_whitespace().map(str::to_string).collect();

@@ -8,8 +8,8 @@ mod naive;
 
 use memgaze::analysis::{Analysis, AnalysisOptions, analyze_trace};
 use memgaze::trace::{
-    Backend, Dropped, FunctionEntry, LoadClass, LoadEntry, Sampling, TraceHeader, TraceReader,
-    TraceTotals, TraceWriter,
+    Backend, FunctionEntry, LoadClass, LoadEntry, Sampling, TraceHeader, TraceReader, TraceTotals,
+    TraceWriter,
 };
 use naive::{Params, Rec};
 use proptest::prelude::*;
@@ -197,14 +197,11 @@ fn run(case: &Case) -> Analysis {
     let records = w.records();
     let samples = w.samples();
     let bytes = w
-        .finish(&TraceTotals {
-            executions: records * case.executions_factor,
+        .finish(&TraceTotals::clean(
+            records * case.executions_factor,
             records,
             samples,
-            dropped: Dropped::default(),
-            exit: None,
-            complete: true,
-        })
+        ))
         .unwrap();
     let options = AnalysisOptions {
         block: case.params.block,

@@ -2,8 +2,7 @@
 //! exit codes and one-line errors for bad trace files.
 
 use memgaze::trace::{
-    Backend, Dropped, FunctionEntry, LoadClass, LoadEntry, Sampling, TraceHeader, TraceTotals,
-    TraceWriter,
+    Backend, FunctionEntry, LoadClass, LoadEntry, Sampling, TraceHeader, TraceTotals, TraceWriter,
 };
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -81,14 +80,7 @@ fn write_trace(path: &Path) {
             }
         }
     }
-    let totals = TraceTotals {
-        executions: 6400,
-        records: 640,
-        samples: 10,
-        dropped: Dropped::default(),
-        exit: None,
-        complete: true,
-    };
+    let totals = TraceTotals::clean(6400, 640, 10);
     w.finish(&totals).unwrap();
 }
 

@@ -3,8 +3,8 @@
 //! never silently different data.
 
 use memgaze::trace::{
-    Backend, Dropped, LoadClass, LoadEntry, Sampling, TraceEvent, TraceHeader, TraceReader,
-    TraceTotals, TraceWriter,
+    Backend, LoadClass, LoadEntry, Sampling, TraceEvent, TraceHeader, TraceReader, TraceTotals,
+    TraceWriter,
 };
 use proptest::prelude::*;
 
@@ -56,14 +56,7 @@ fn write(loads: usize, events: &Events) -> Vec<u8> {
             Ok((load, addr)) => w.push(load, addr).unwrap(),
         }
     }
-    let totals = TraceTotals {
-        executions: w.records() * 3,
-        records: w.records(),
-        samples: w.samples(),
-        dropped: Dropped::default(),
-        exit: None,
-        complete: true,
-    };
+    let totals = TraceTotals::clean(w.records() * 3, w.records(), w.samples());
     w.finish(&totals).unwrap()
 }
 
@@ -212,14 +205,7 @@ proptest! {
                 _ => w.push(load, addr).unwrap(),
             }
         }
-        let totals = TraceTotals {
-            executions: w.records(),
-            records: w.records(),
-            samples: w.samples(),
-            dropped: Dropped::default(),
-            exit: None,
-            complete: true,
-        };
+        let totals = TraceTotals::clean(w.records(), w.records(), w.samples());
         let bytes = w.finish(&totals).unwrap();
         let expected = reference_decode(&bytes);
         prop_assert_eq!(expected.len(), events.iter().filter(|e| e.0 >= 2).count());

@@ -1572,14 +1572,7 @@ mod tests {
         for (load, addr, sample) in records {
             a.push_load(load, addr, sample, 0);
         }
-        a.finish(&TraceTotals {
-            executions: 80,
-            records: 8,
-            samples: 2,
-            dropped: Dropped::default(),
-            exit: None,
-            complete: true,
-        })
+        a.finish(&TraceTotals::clean(80, 8, 2))
     }
 
     fn close(a: f64, b: f64) -> bool {
@@ -1752,14 +1745,7 @@ mod tests {
         a.push_load(L1, 0x200, 0, 0);
         a.push_load(L1, 0x200, 0, 1);
         a.push_load(L1, 0x200, 0, 0);
-        let r = a.finish(&TraceTotals {
-            executions: 30,
-            records: 3,
-            samples: 1,
-            dropped: Dropped::default(),
-            exit: None,
-            complete: true,
-        });
+        let r = a.finish(&TraceTotals::clean(30, 3, 1));
         assert_eq!(r.summary.samples, 2);
         assert_eq!(r.coverage.trace_samples, 1);
         assert_eq!((r.summary.d_max, r.reuse.cold), (Some(0), 2));
@@ -1789,14 +1775,7 @@ mod tests {
                     }
                 }
             }
-            let r = a.finish(&TraceTotals {
-                executions: 18000,
-                records: 18000,
-                samples: 1,
-                dropped: Dropped::default(),
-                exit: None,
-                complete: true,
-            });
+            let r = a.finish(&TraceTotals::clean(18000, 18000, 1));
             // Naive LRU stack distances per thread.
             let mut ds = Vec::new();
             for seq in &sequences {
@@ -1841,14 +1820,7 @@ mod tests {
                 thread: 0,
             });
         }
-        let by_record = a.finish(&TraceTotals {
-            executions: 80,
-            records: 8,
-            samples: 2,
-            dropped: Dropped::default(),
-            exit: None,
-            complete: true,
-        });
+        let by_record = a.finish(&TraceTotals::clean(80, 8, 2));
         assert_eq!(by_record, by_index);
     }
 

@@ -738,14 +738,7 @@ mod tests {
         for (load, addr) in records {
             analyzer.push_load(load, addr, 0, 0);
         }
-        let analysis = analyzer.finish(&TraceTotals {
-            executions: total,
-            records: total,
-            samples: 1,
-            dropped: Default::default(),
-            exit: None,
-            complete: true,
-        });
+        let analysis = analyzer.finish(&TraceTotals::clean(total, total, 1));
         GoldenMetrics::from_analysis("p", "t", "b", &analysis)
     }
 
@@ -794,14 +787,7 @@ mod tests {
                 records += 1;
             }
         }
-        let analysis = analyzer.finish(&TraceTotals {
-            executions: total,
-            records,
-            samples,
-            dropped: Default::default(),
-            exit: None,
-            complete: true,
-        });
+        let analysis = analyzer.finish(&TraceTotals::clean(total, records, samples));
         (analysis, breakdown.finish().unwrap())
     }
 

@@ -275,14 +275,7 @@ impl SampleBreakdown {
             analyzer.push_load(load, addr, 0, thread);
         }
         let n = local.len() as u64;
-        let analysis = analyzer.finish(&TraceTotals {
-            executions: n,
-            records: n,
-            samples: 1,
-            dropped: Default::default(),
-            exit: None,
-            complete: true,
-        });
+        let analysis = analyzer.finish(&TraceTotals::clean(n, n, 1));
         self.set.code_window_k = analysis.run.code_window_k;
         let mut levels = vec![LevelSums::default(); analysis.run.max_k.saturating_sub(2) as usize];
         for row in &analysis.trace_windows {
@@ -417,14 +410,7 @@ pub(crate) mod tests {
             }
         }
         let n: u64 = samples.iter().map(|s| s.len() as u64).sum();
-        let analysis = whole.finish(&TraceTotals {
-            executions: n * 10,
-            records: n,
-            samples: samples.len() as u64,
-            dropped: Default::default(),
-            exit: None,
-            complete: true,
-        });
+        let analysis = whole.finish(&TraceTotals::clean(n * 10, n, samples.len() as u64));
         (analysis, breakdown.finish().unwrap())
     }
 

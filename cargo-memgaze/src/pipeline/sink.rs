@@ -115,14 +115,7 @@ mod tests {
             }
         }
         sink.begin_sample(0).unwrap(); // an empty last sample
-        let totals = TraceTotals {
-            executions: 1_300_000,
-            records: 12_000,
-            samples: 13,
-            dropped: Default::default(),
-            exit: None,
-            complete: true,
-        };
+        let totals = TraceTotals::clean(1_300_000, 12_000, 13);
         let (streamed, writer, breakdown) = sink.finish(&totals).unwrap();
         writer.unwrap().finish(&totals).unwrap();
         let from_file = analyze_trace(TraceReader::open(&path).unwrap(), &options).unwrap();

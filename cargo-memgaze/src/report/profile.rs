@@ -440,7 +440,7 @@ fn by_rank(axis: AddressAxis, addresses: &[u64]) -> AddressAxis {
 mod tests {
     use super::*;
     use crate::trace::{
-        Backend, Dropped, LoadClass, LoadEntry, Sampling, TraceHeader, TraceTotals, TraceWriter,
+        Backend, LoadClass, LoadEntry, Sampling, TraceHeader, TraceTotals, TraceWriter,
     };
 
     fn trace(sampling: Sampling, samples: &[Vec<(u32, u64)>]) -> Vec<u8> {
@@ -475,14 +475,7 @@ mod tests {
                 w.push(*load, *addr).unwrap();
             }
         }
-        let totals = TraceTotals {
-            executions: w.records(),
-            records: w.records(),
-            samples: w.samples(),
-            dropped: Dropped::default(),
-            exit: None,
-            complete: true,
-        };
+        let totals = TraceTotals::clean(w.records(), w.records(), w.samples());
         w.finish(&totals).unwrap()
     }
 

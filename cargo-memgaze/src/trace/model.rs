@@ -253,3 +253,18 @@ pub struct TraceTotals {
     /// False when the trace is a prefix (program killed before a clean flush).
     pub complete: bool,
 }
+
+impl TraceTotals {
+    /// Totals of a trace that ended cleanly with nothing lost and no
+    /// program exit to report (imports, in-memory analyses, tests).
+    pub fn clean(executions: u64, records: u64, samples: u64) -> TraceTotals {
+        TraceTotals {
+            executions,
+            records,
+            samples,
+            dropped: Dropped::default(),
+            exit: None,
+            complete: true,
+        }
+    }
+}

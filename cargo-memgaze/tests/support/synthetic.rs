@@ -8,8 +8,7 @@
 #![allow(dead_code)]
 
 use memgaze::trace::{
-    Backend, Dropped, FunctionEntry, LoadClass, LoadEntry, Sampling, TraceHeader, TraceTotals,
-    TraceWriter,
+    Backend, FunctionEntry, LoadClass, LoadEntry, Sampling, TraceHeader, TraceTotals, TraceWriter,
 };
 use std::path::Path;
 
@@ -277,14 +276,7 @@ pub fn write_trace(path: &Path, run: &Synthetic) -> (u64, u64) {
         }
     }
     let (records, samples) = (w.records(), w.samples());
-    w.finish(&TraceTotals {
-        executions: total,
-        records,
-        samples,
-        dropped: Dropped::default(),
-        exit: None,
-        complete: true,
-    })
-    .unwrap();
+    w.finish(&TraceTotals::clean(total, records, samples))
+        .unwrap();
     (records, samples)
 }
