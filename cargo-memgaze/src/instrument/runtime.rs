@@ -791,10 +791,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.mov(qword_ptr(r12 + cfg::BROKEN), 1)?;
     a.set_label(&mut l.send_failed)?;
     a.mov(eax, 1)?;
-    a.pop(r15)?;
-    a.pop(r14)?;
-    a.pop(rbp)?;
-    a.ret()?;
+    a.jmp(send_return)?;
 
     // send_raw(r14 = message, r15 = length) -> eax = 0 sent, 1 failed (the
     // socket is then marked broken).
