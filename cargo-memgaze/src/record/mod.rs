@@ -316,8 +316,7 @@ pub fn record_command(
             Ok(())
         });
     }
-    let mut child = command
-        .spawn()
+    let mut child = spawn_fresh_executable(&mut command)
         .with_context(|| format!("{}: cannot run", program.display()))?;
     drop(theirs);
     let pid = child.id();
@@ -479,6 +478,25 @@ pub fn record_command(
 /// Shared chunks offered to the program: 4 MiB in flight, as much as the
 /// socket's send buffer holds.
 const SHARED_CHUNKS: u64 = 64;
+
+/// Spawns `command`, retrying for up to a second while its executable is
+/// busy (`ETXTBSY`). An instrumented copy has only just been written: if
+/// another thread of this process forked while the copy's descriptor was
+/// open, that child holds the descriptor until it execs, and an exec of the
+/// file meanwhile fails. Waiting it out is the only remedy (the descriptor
+/// is close-on-exec, but the window before the other child's exec remains).
+fn spawn_fresh_executable(command: &mut Command) -> std::io::Result<std::process::Child> {
+    let mut tries = 0;
+    loop {
+        match command.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            result => return result,
+        }
+    }
+}
 
 /// Record buffers shared with the program (a memfd both map; layout in
 /// [`protocol::SHARED_STATE_BYTES`] and its neighbours). The runtime claims a
