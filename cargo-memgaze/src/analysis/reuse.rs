@@ -3,15 +3,32 @@
 //! Olken's method: every block accessed in the sample holds the time of its
 //! last access, and those times are marked; the distance of an access to a
 //! block last accessed at time `τ` is the number of marks after `τ` (the
-//! distinct other blocks accessed since). The marks are a bitmap with a
-//! Fenwick tree over its 64-bit words, so the tree is 64× smaller than the
-//! time axis and stays in cache; the marks after a time are counted by two
-//! walks down the tree that stop where they meet, plus one `popcount`. Time advances only when a block other than the most recent
-//! one is accessed — repeated accesses to one block (a strided walk within
-//! a cache line) touch nothing. When the time axis fills, live times are
-//! renumbered `0..live` in order and the structures rebuilt in O(capacity):
-//! memory stays proportional to the distinct blocks of the sample, not to
-//! its length.
+//! distinct other blocks accessed since).
+//!
+//! The marks are counted on three flat levels and one tree, shallow where
+//! most reuses are short:
+//!
+//! - a bitmap of the time axis (one bit per time, [`WORD_TIMES`] per word);
+//! - a `u16` count per *group* of [`GROUP_WORDS`] words (512 times);
+//! - a Fenwick tree over *spans* of [`SPAN_GROUPS`] groups (32,768 times).
+//!
+//! The marks after `τ` are the bits above it in its word, the words after
+//! it in its group, the groups after its group in its span (flat sums of
+//! at most 7 and 63 entries, cut at the current time, which
+//! auto-vectorise), and the spans after its span (two walks down the tree
+//! that stop where they meet; none at all while the sample has touched
+//! fewer than 4,096 blocks, since the axis then has one span). Moving a mark to
+//! the present changes two bits and two group counts, and walks the tree
+//! only when the mark leaves its span: O(1) where the Fenwick tree over
+//! words it replaces walked ~2 × log2(axis / 64) nodes, with a
+//! mispredicted branch at most steps. The tree keeps the whole O(log n).
+//!
+//! Time advances only when a block other than the most recent one is
+//! accessed — repeated accesses to one block (a strided walk within a
+//! cache line) touch nothing. When the time axis fills, live times are
+//! renumbered `0..live` in order and the structures rebuilt in
+//! O(capacity): memory stays proportional to the distinct blocks of the
+//! sample, not to its length.
 
 use super::NONE;
 
@@ -23,13 +40,27 @@ pub(crate) struct BlockLocal {
     pub reused: bool,
 }
 
-const MIN_CAPACITY: u32 = 64;
+/// Times per bitmap word.
+const WORD_TIMES: u32 = 64;
+/// Words per group (a group's count fits a `u16`).
+const GROUP_WORDS: u32 = 8;
+/// Times per group.
+const GROUP_TIMES: u32 = WORD_TIMES * GROUP_WORDS;
+/// Groups per span (a node of the Fenwick tree).
+const SPAN_GROUPS: u32 = 64;
+/// Times per span.
+const SPAN_TIMES: u32 = GROUP_TIMES * SPAN_GROUPS;
+
+/// The smallest time axis: one group.
+const MIN_CAPACITY: u32 = GROUP_TIMES;
 
 /// Reuse distances of one access sequence (a sample of one thread).
 pub(crate) struct ReuseTracker {
     /// Bit `t` set: some block's last access is at time `t`.
     bits: Vec<u64>,
-    /// Fenwick tree over the set bits per word, 1-based.
+    /// Set bits per group of [`GROUP_WORDS`] words.
+    groups: Vec<u16>,
+    /// Fenwick tree over the set bits per span, 1-based.
     tree: Vec<u32>,
     /// The block last accessed at each time (stale where the bit is clear).
     owner: Vec<u64>,
@@ -44,6 +75,7 @@ impl ReuseTracker {
     pub fn new() -> Self {
         let mut tracker = ReuseTracker {
             bits: Vec::new(),
+            groups: Vec::new(),
             tree: Vec::new(),
             owner: Vec::new(),
             capacity: 0,
@@ -56,11 +88,14 @@ impl ReuseTracker {
         tracker
     }
 
+    /// Sizes the structures for `capacity` times (a power of two ≥
+    /// [`MIN_CAPACITY`]), all clear.
     fn allocate(&mut self, capacity: u32) {
         self.capacity = capacity;
-        let words = (capacity / 64) as usize;
-        self.bits = vec![0; words];
-        self.tree = vec![0; words + 1];
+        self.bits = vec![0; (capacity / WORD_TIMES) as usize];
+        // Whole spans, so that a span's groups are one fixed-size array.
+        self.groups = vec![0; (capacity.div_ceil(SPAN_TIMES) * SPAN_GROUPS) as usize];
+        self.tree = vec![0; capacity.div_ceil(SPAN_TIMES) as usize + 1];
         self.owner = vec![NONE; capacity as usize];
     }
 
@@ -78,8 +113,10 @@ impl ReuseTracker {
         if self.capacity > 4 * wanted {
             self.allocate(wanted);
         } else {
-            let used = (self.now as usize).div_ceil(64);
+            let used = self.now.div_ceil(WORD_TIMES) as usize;
             self.bits[..used].fill(0);
+            let used = self.now.div_ceil(GROUP_TIMES) as usize;
+            self.groups[..used].fill(0);
             self.tree.fill(0);
         }
         self.now = 0;
@@ -97,15 +134,16 @@ impl ReuseTracker {
 
     /// Renumbers live times `0..live`, growing the axis when more than a
     /// quarter of it is live (so a compaction, which looks up every live
-    /// block, comes at most once per three accesses per live block). `set_time(block, time)` must store the new time in the
-    /// block's [`BlockLocal`].
+    /// block, comes at most once per three accesses per live block).
+    /// `set_time(block, time)` must store the new time in the block's
+    /// [`BlockLocal`].
     #[cold]
     pub fn compact(&mut self, mut set_time: impl FnMut(u64, u32)) {
         let mut next = 0usize;
         for w in 0..self.bits.len() {
             let mut word = self.bits[w];
             while word != 0 {
-                let t = w * 64 + word.trailing_zeros() as usize;
+                let t = w * WORD_TIMES as usize + word.trailing_zeros() as usize;
                 word &= word - 1;
                 let block = self.owner[t];
                 self.owner[next] = block;
@@ -116,35 +154,42 @@ impl ReuseTracker {
         debug_assert_eq!(next as u32, self.live);
         if u64::from(self.live) * 4 > u64::from(self.capacity) {
             let capacity = (self.live * 8).next_power_of_two();
-            self.capacity = capacity;
+            let owner = std::mem::take(&mut self.owner);
+            self.allocate(capacity);
+            self.owner = owner;
             self.owner.resize(capacity as usize, NONE);
-            self.bits = vec![0; (capacity / 64) as usize];
-            self.tree = vec![0; (capacity / 64) as usize + 1];
         }
-        let live = self.live as usize;
+        // Times 0..live are marked, the rest clear.
+        let live = self.live;
         self.bits.fill(0);
-        for w in 0..live / 64 {
-            self.bits[w] = u64::MAX;
+        let full_words = (live / WORD_TIMES) as usize;
+        self.bits[..full_words].fill(u64::MAX);
+        if !live.is_multiple_of(WORD_TIMES) {
+            self.bits[full_words] = (1u64 << (live % WORD_TIMES)) - 1;
         }
-        if !live.is_multiple_of(64) {
-            self.bits[live / 64] = (1u64 << (live % 64)) - 1;
+        self.groups.fill(0);
+        let full_groups = (live / GROUP_TIMES) as usize;
+        self.groups[..full_groups].fill(GROUP_TIMES as u16);
+        if !live.is_multiple_of(GROUP_TIMES) {
+            self.groups[full_groups] = (live % GROUP_TIMES) as u16;
         }
-        // Linear Fenwick construction over per-word counts.
+        // Linear Fenwick construction over per-span counts.
         self.tree.fill(0);
-        let n = self.bits.len();
+        let n = self.tree.len() - 1;
         for i in 1..=n {
-            self.tree[i] += self.bits[i - 1].count_ones();
+            let span_start = (i as u32 - 1) * SPAN_TIMES;
+            self.tree[i] += live.saturating_sub(span_start).min(SPAN_TIMES);
             let j = i + (i & i.wrapping_neg());
             if j <= n {
                 self.tree[j] += self.tree[i];
             }
         }
-        self.now = self.live;
+        self.now = live;
     }
 
     /// An access to `block`; returns its reuse distance, or `None` for the
     /// first access to the block in this sample.
-    #[inline]
+    #[inline(always)]
     pub fn access(&mut self, block: u64, local: &mut BlockLocal) -> Option<u64> {
         debug_assert!(self.now < self.capacity);
         if local.piece != self.piece {
@@ -163,14 +208,16 @@ impl ReuseTracker {
         }
         let old = local.time;
         let distance = self.marks_after(old);
-        // Move the block's mark from `old` to `now`: one walk up the tree
-        // from each word until the two paths meet (above it the −1 and +1
-        // cancel), instead of two full walks.
         let new = self.now;
-        self.bits[(old / 64) as usize] &= !(1 << (old % 64));
+        self.bits[(old / WORD_TIMES) as usize] &= !(1 << (old % WORD_TIMES));
+        self.groups[(old / GROUP_TIMES) as usize] -= 1;
         self.owner[new as usize] = block;
-        self.bits[(new / 64) as usize] |= 1 << (new % 64);
-        self.tree_move(old / 64, new / 64);
+        self.bits[(new / WORD_TIMES) as usize] |= 1 << (new % WORD_TIMES);
+        self.groups[(new / GROUP_TIMES) as usize] += 1;
+        let (from, to) = (old / SPAN_TIMES, new / SPAN_TIMES);
+        if from != to {
+            self.tree_move(from, to);
+        }
         local.time = new;
         self.now += 1;
         Some(u64::from(distance))
@@ -180,25 +227,60 @@ impl ReuseTracker {
     fn place(&mut self, block: u64, local: &mut BlockLocal) {
         let time = self.now;
         self.owner[time as usize] = block;
-        self.bits[(time / 64) as usize] |= 1 << (time % 64);
-        self.tree_add(time / 64, 1);
+        self.bits[(time / WORD_TIMES) as usize] |= 1 << (time % WORD_TIMES);
+        self.groups[(time / GROUP_TIMES) as usize] += 1;
+        self.tree_add(time / SPAN_TIMES);
         local.time = time;
         self.now += 1;
     }
 
-    /// Marks at times after `time` (all marks lie before `now`): the bits
-    /// above it in its word plus the words after it up to the current one,
+    /// Marks at times after `time` (all marks lie before `now`, and every
+    /// bit and count after `now` is zero).
+    ///
+    /// A reuse within the current word is one `popcount`. Otherwise: the
+    /// bits above `time` in the words of its group, the groups after its
+    /// group in its span — both as fixed-length masked sums, which compile
+    /// to straight-line (vector) code instead of loops whose trip counts
+    /// the branch predictor cannot guess — and the spans after its span,
     /// as a difference of two prefix sums whose walks down the tree stop
-    /// where they meet, so a short reuse costs a few steps, not `log n`.
-    #[inline]
+    /// where they meet.
+    #[inline(always)]
     fn marks_after(&self, time: u32) -> u32 {
-        let word = (time / 64) as usize;
-        let above = !(u64::MAX >> (63 - time % 64));
-        let mut sum = (self.bits[word] & above).count_ones();
-        // Σ words word+1 ..= last = P(last + 1) − P(word + 1), P(i) the
-        // sum of words 0..i.
-        let mut i = ((self.now - 1) / 64) as usize + 1;
-        let mut j = word + 1;
+        let last = self.now - 1;
+        let word = time / WORD_TIMES;
+        let above = !(u64::MAX >> (63 - time % WORD_TIMES));
+        if word == last / WORD_TIMES {
+            return (self.bits[word as usize] & above).count_ones();
+        }
+        let group = (time / GROUP_TIMES) as usize;
+        let words: &[u64; GROUP_WORDS as usize] = self.bits[group * GROUP_WORDS as usize..]
+            [..GROUP_WORDS as usize]
+            .try_into()
+            .expect("a group's words");
+        let in_group = (word % GROUP_WORDS) as usize;
+        let mut sum = 0;
+        for (k, &bits) in words.iter().enumerate() {
+            // All ones after the time's word, `above` in it, none before.
+            let after = ((in_group < k) as u64).wrapping_neg();
+            let here = ((in_group == k) as u64).wrapping_neg();
+            sum += (bits & (after | (here & above))).count_ones();
+        }
+        let span = time / SPAN_TIMES;
+        let groups: &[u16; SPAN_GROUPS as usize] = self.groups
+            [span as usize * SPAN_GROUPS as usize..][..SPAN_GROUPS as usize]
+            .try_into()
+            .expect("a span's groups");
+        let in_span = group % SPAN_GROUPS as usize;
+        let mut groups_after = 0u32;
+        for (k, &count) in groups.iter().enumerate() {
+            let after = ((in_span < k) as u32).wrapping_neg();
+            groups_after += u32::from(count) & after;
+        }
+        sum += groups_after;
+        // Σ spans span+1 ..= last's = P(last's + 1) − P(span + 1), P(i)
+        // the sum of spans 0..i.
+        let mut i = (last / SPAN_TIMES) as usize + 1;
+        let mut j = span as usize + 1;
         while i != j {
             if i > j {
                 sum = sum.wrapping_add(self.tree[i]);
@@ -211,11 +293,12 @@ impl ReuseTracker {
         sum
     }
 
-    /// Moves one mark from word `from` to word `to` (`from ≤ to`) in the
-    /// Fenwick tree.
+    /// Moves one mark from span `from` to span `to` (`from < to`) in the
+    /// Fenwick tree: one walk up from each until the two paths meet (above
+    /// it the −1 and +1 cancel).
     #[inline]
     fn tree_move(&mut self, from: u32, to: u32) {
-        let n = self.bits.len();
+        let n = self.tree.len() - 1;
         let mut i = from as usize + 1;
         let mut j = to as usize + 1;
         while i != j {
@@ -235,17 +318,17 @@ impl ReuseTracker {
         }
     }
 
+    /// Adds one mark to span `span` in the Fenwick tree.
     #[inline]
-    fn tree_add(&mut self, word: u32, delta: u32) {
-        let mut i = word as usize + 1;
-        let n = self.bits.len();
+    fn tree_add(&mut self, span: u32) {
+        let mut i = span as usize + 1;
+        let n = self.tree.len() - 1;
         while i <= n {
-            self.tree[i] = self.tree[i].wrapping_add(delta);
+            self.tree[i] += 1;
             i += i & i.wrapping_neg();
         }
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,6 +381,62 @@ mod tests {
                 "piece {piece}"
             );
         }
+    }
+
+    /// Naive distances of dense block ids: the blocks whose last access
+    /// lies between the previous access and this one, by a scan of all.
+    fn naive_dense(seq: &[u64], blocks: usize) -> Vec<Option<u64>> {
+        let mut last: Vec<Option<usize>> = vec![None; blocks];
+        seq.iter()
+            .enumerate()
+            .map(|(i, &b)| {
+                let d = last[b as usize].map(|p| {
+                    last.iter()
+                        .filter(|l| l.is_some_and(|l| l > p && l < i))
+                        .count() as u64
+                });
+                last[b as usize] = Some(i);
+                d
+            })
+            .collect()
+    }
+
+    #[test]
+    fn spans_and_their_tree_match_the_naive_stack() {
+        // 9,000 live blocks make the axis 131,072 times long (four spans
+        // of the Fenwick tree), and 120,000 reuses walk it into the fourth
+        // span: reuses within a word, a group, a span and across spans.
+        let mut tracker = ReuseTracker::new();
+        let mut x = 7u64;
+        let blocks = 9_000u64;
+        let seq: Vec<u64> = (0..blocks)
+            .chain((0..120_000u64).map(|i| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                match i % 4 {
+                    0 => (x >> 33) % blocks,
+                    1 => (x >> 33) % 40,
+                    2 => (i / 4) % blocks,
+                    _ => blocks - 1 - (x >> 33) % 600,
+                }
+            }))
+            .collect();
+        let got = fast(&seq, &mut tracker, 1);
+        assert_eq!(tracker.capacity, 4 * SPAN_TIMES);
+        assert!(tracker.now > 3 * SPAN_TIMES, "{}", tracker.now);
+        let want = naive_dense(&seq, blocks as usize);
+        let first_difference = (0..seq.len()).find(|&i| got[i] != want[i]);
+        assert_eq!(
+            first_difference,
+            None,
+            "{:?}",
+            first_difference.map(|i| (got[i], want[i]))
+        );
+        // A small sample after the large one, then the axis shrinks back.
+        assert_eq!(fast(&[5, 6, 5], &mut tracker, 2), vec![None, None, Some(1)]);
+        tracker.reset(3);
+        assert_eq!(tracker.capacity, MIN_CAPACITY);
     }
 
     #[test]

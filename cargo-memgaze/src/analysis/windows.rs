@@ -242,7 +242,7 @@ impl WindowEngine {
     /// `lasts` (the caller resets them at a new piece), of class Strided
     /// when `strided`, carrying `implied` Constant loads. Returns whether
     /// windows close now ([`Self::close`] must then be called).
-    #[inline]
+    #[inline(always)]
     pub fn access(&mut self, addr: u64, lasts: &mut Lasts, strided: bool, implied: u64) -> bool {
         let t = self.pos;
         let prev = last_of(lasts);

@@ -156,15 +156,13 @@ fn analyze_file(path: &Path, options: &AnalysisOptions, progress: &Progress) -> 
     let mut analyzer = Analyzer::new(reader.header(), options).with_context(name)?;
     progress.start(total, "analysing");
     let mut n = 0u64;
-    reader
-        .for_each_raw(|raw| {
-            analyzer.push_load(raw.load, raw.addr, raw.sample, raw.thread);
-            n += 1;
-            if n.is_multiple_of(1 << 20) {
-                progress.set(bytes.get());
-            }
-        })
-        .with_context(name)?;
+    crate::analysis::feed(&mut reader, &mut analyzer, || {
+        n += 1;
+        if n.is_multiple_of(1 << 20) {
+            progress.set(bytes.get());
+        }
+    })
+    .with_context(name)?;
     let totals = *reader.totals().expect("totals after the last record");
     Ok(analyzer.finish(&totals))
 }
