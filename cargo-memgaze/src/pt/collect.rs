@@ -311,7 +311,22 @@ pub fn spawn_stopped(
                 // The parent gave up (its end closed): never run the program.
                 libc::_exit(127);
             }
-            libc::execve(path.as_ptr(), argv_ptrs.as_ptr(), envp_ptrs.as_ptr());
+            // An executable written just now can be busy (ETXTBSY) while
+            // another thread's fork still holds it open: wait that out, as
+            // `record` does (nanosleep is async-signal-safe).
+            let mut tries = 0;
+            loop {
+                libc::execve(path.as_ptr(), argv_ptrs.as_ptr(), envp_ptrs.as_ptr());
+                if *libc::__errno_location() != libc::ETXTBSY || tries == 100 {
+                    break;
+                }
+                tries += 1;
+                let pause = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 10_000_000,
+                };
+                libc::nanosleep(&pause, std::ptr::null_mut());
+            }
             let errno = *libc::__errno_location();
             let bytes = errno.to_ne_bytes();
             libc::write(status_write.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
@@ -757,6 +772,34 @@ mod tests {
             .start()
             .unwrap();
         assert_eq!(running.wait().unwrap(), ProgramExit::Signal(9));
+    }
+
+    #[test]
+    fn an_executable_still_open_for_writing_runs_once_it_is_closed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let program = dir.path().join("fresh.sh");
+        std::fs::write(&program, "#!/bin/sh\nexit 5\n").unwrap();
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // Another process holds the file open for writing for a while (as
+        // another thread's fork holds a just-written copy until it execs):
+        // exec fails with ETXTBSY meanwhile.
+        let ready = dir.path().join("ready");
+        let mut holder = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "exec 3>>'{}'; touch '{}'; sleep 0.3",
+                program.display(),
+                ready.display()
+            ))
+            .spawn()
+            .unwrap();
+        while !ready.exists() {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let mut running = spawn_stopped(&program, &[], &[]).unwrap().start().unwrap();
+        assert_eq!(running.wait().unwrap(), ProgramExit::Code(5));
+        holder.wait().unwrap();
     }
 
     #[test]
