@@ -51,6 +51,29 @@ const SPAN_GROUPS: u32 = 64;
 /// Times per span.
 const SPAN_TIMES: u32 = GROUP_TIMES * SPAN_GROUPS;
 
+/// `GROUP_WORDS` zero masks, then `GROUP_WORDS` full ones (see
+/// [`ReuseTracker::marks_after`]).
+static WORDS_AFTER: [u64; 2 * GROUP_WORDS as usize] = {
+    let mut masks = [0; 2 * GROUP_WORDS as usize];
+    let mut k = GROUP_WORDS as usize;
+    while k < masks.len() {
+        masks[k] = u64::MAX;
+        k += 1;
+    }
+    masks
+};
+
+/// `SPAN_GROUPS` zero masks, then `SPAN_GROUPS` full ones.
+static GROUPS_AFTER: [u16; 2 * SPAN_GROUPS as usize] = {
+    let mut masks = [0; 2 * SPAN_GROUPS as usize];
+    let mut k = SPAN_GROUPS as usize;
+    while k < masks.len() {
+        masks[k] = u16::MAX;
+        k += 1;
+    }
+    masks
+};
+
 /// The smallest time axis: one group.
 const MIN_CAPACITY: u32 = GROUP_TIMES;
 
@@ -257,13 +280,14 @@ impl ReuseTracker {
             [..GROUP_WORDS as usize]
             .try_into()
             .expect("a group's words");
+        // The masks select the entries after the time's own: lane `k` of
+        // `AFTER[n - 1 - i..][..n]` is all ones iff `k > i`.
         let in_group = (word % GROUP_WORDS) as usize;
-        let mut sum = 0;
-        for (k, &bits) in words.iter().enumerate() {
-            // All ones after the time's word, `above` in it, none before.
-            let after = ((in_group < k) as u64).wrapping_neg();
-            let here = ((in_group == k) as u64).wrapping_neg();
-            sum += (bits & (after | (here & above))).count_ones();
+        let word_masks =
+            &WORDS_AFTER[GROUP_WORDS as usize - 1 - in_group..][..GROUP_WORDS as usize];
+        let mut sum = (self.bits[word as usize] & above).count_ones();
+        for (&bits, &mask) in words.iter().zip(word_masks) {
+            sum += (bits & mask).count_ones();
         }
         let span = time / SPAN_TIMES;
         let groups: &[u16; SPAN_GROUPS as usize] = self.groups
@@ -271,12 +295,14 @@ impl ReuseTracker {
             .try_into()
             .expect("a span's groups");
         let in_span = group % SPAN_GROUPS as usize;
-        let mut groups_after = 0u32;
-        for (k, &count) in groups.iter().enumerate() {
-            let after = ((in_span < k) as u32).wrapping_neg();
-            groups_after += u32::from(count) & after;
+        let group_masks =
+            &GROUPS_AFTER[SPAN_GROUPS as usize - 1 - in_span..][..SPAN_GROUPS as usize];
+        // A span holds at most 32,768 marks: the sum fits the `u16` lanes.
+        let mut groups_after = 0u16;
+        for (&count, &mask) in groups.iter().zip(group_masks) {
+            groups_after = groups_after.wrapping_add(count & mask);
         }
-        sum += groups_after;
+        sum += u32::from(groups_after);
         // Σ spans span+1 ..= last's = P(last's + 1) − P(span + 1), P(i)
         // the sum of spans 0..i.
         let mut i = (last / SPAN_TIMES) as usize + 1;
