@@ -132,7 +132,7 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
         self.len + self.max_key.is_some() as usize
     }
 
-    #[inline]
+    #[inline(always)]
     fn home(&self, key: u64) -> usize {
         let chunk = key >> L::CHUNK_SHIFT;
         let mixed = (chunk ^ 0x2d35_8dcc_aa6c_78a5).wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -141,7 +141,7 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
     }
 
     /// Hints the CPU to load the slot where `key` lives (or would).
-    #[inline]
+    #[inline(always)]
     pub fn prefetch(&self, key: u64) {
         let i = self.home(key);
         prefetch(&self.slots[i] as *const S as *const u8);
@@ -149,7 +149,7 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
 
     /// The slot of `key`: `Ok(i)` when present, `Err(i)` the empty slot
     /// where it would go.
-    #[inline]
+    #[inline(always)]
     fn find(&self, key: u64) -> Result<usize, usize> {
         let mask = self.slots.len() - 1;
         let mut i = self.home(key);
@@ -188,7 +188,7 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
 
     /// The slot index of `key`, if present (not for `u64::MAX`): a hint
     /// for [`Self::entry_hinted`] a few records later.
-    #[inline]
+    #[inline(always)]
     pub fn index_of(&self, key: u64) -> Option<usize> {
         if key == EMPTY {
             return None;
@@ -197,7 +197,7 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
     }
 
     /// The value in slot `index` (from [`Self::index_of`]).
-    #[inline]
+    #[inline(always)]
     pub fn value_at(&self, index: usize) -> &S::Value {
         self.slots[index].value()
     }
@@ -206,7 +206,7 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
     /// when the table grows, and a key lives in one slot only, so a slot
     /// holding `key` is its slot; otherwise (a stale hint after growth, or
     /// none) it looks the key up.
-    #[inline]
+    #[inline(always)]
     pub fn entry_hinted(&mut self, key: u64, hint: u32) -> &mut S::Value {
         let i = hint as usize;
         if i < self.slots.len() && self.slots[i].key() == key && key != EMPTY {
@@ -395,7 +395,7 @@ impl<S: Copy> SlotMemory<S> {
 
 impl<S> std::ops::Deref for SlotMemory<S> {
     type Target = [S];
-    #[inline]
+    #[inline(always)]
     fn deref(&self) -> &[S] {
         #[cfg(target_os = "linux")]
         if let Some(m) = &self.mapped {
@@ -408,7 +408,7 @@ impl<S> std::ops::Deref for SlotMemory<S> {
 }
 
 impl<S> std::ops::DerefMut for SlotMemory<S> {
-    #[inline]
+    #[inline(always)]
     fn deref_mut(&mut self) -> &mut [S] {
         #[cfg(target_os = "linux")]
         if let Some(m) = &mut self.mapped {
@@ -546,7 +546,7 @@ mod mapping {
 }
 
 /// Hints the CPU to load the cache line at `p`.
-#[inline]
+#[inline(always)]
 pub(crate) fn prefetch(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch has no architectural effect; the pointer is into a

@@ -1465,7 +1465,9 @@ impl ThreadState {
     }
 }
 
-#[inline]
+/// The engine of function `f` for `piece`: created on the function's
+/// first access, reset on its first access in a piece.
+#[inline(always)]
 fn function_engine(
     engines: &mut Vec<Option<Box<FunctionEngine>>>,
     f: u32,
@@ -1474,6 +1476,25 @@ fn function_engine(
     top: u32,
 ) -> &mut FunctionEngine {
     let f = f as usize;
+    let ready = engines
+        .get(f)
+        .and_then(|fe| fe.as_deref())
+        .is_some_and(|fe| fe.engine.piece() == piece);
+    if !ready {
+        prepare_function_engine(engines, f, piece, lo, top);
+    }
+    engines[f].as_deref_mut().expect("prepared")
+}
+
+#[cold]
+#[inline(never)]
+fn prepare_function_engine(
+    engines: &mut Vec<Option<Box<FunctionEngine>>>,
+    f: usize,
+    piece: u32,
+    lo: u32,
+    top: u32,
+) {
     if engines.len() <= f {
         engines.resize_with(f + 1, || None);
     }
@@ -1486,7 +1507,6 @@ fn function_engine(
     if fe.engine.piece() != piece {
         fe.engine.reset(piece);
     }
-    fe
 }
 
 fn ratio(numerator: f64, denominator: u64) -> Option<f64> {
