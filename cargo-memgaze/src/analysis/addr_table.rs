@@ -308,6 +308,10 @@ struct SlotMemory<S> {
     heap: Vec<S>,
     #[cfg(target_os = "linux")]
     mapped: Option<Mapped<S>>,
+    /// The slots in use (the heap's or the mapping's), kept beside them so
+    /// that a lookup does not first ask which of the two holds them.
+    ptr: std::ptr::NonNull<S>,
+    len: usize,
 }
 
 /// `len` slots in a mapping from [`mapping::map`] or [`mapping::grow`].
@@ -353,17 +357,43 @@ unsafe impl<S: Send> Send for Mapped<S> {}
 #[cfg(target_os = "linux")]
 unsafe impl<S: Sync> Sync for Mapped<S> {}
 
+// SAFETY: `ptr` points into the slots `heap` or `mapped` own, so the
+// memory is as sendable and shareable as they are.
+unsafe impl<S: Send> Send for SlotMemory<S> {}
+// SAFETY: as above; shared access only reads.
+unsafe impl<S: Sync> Sync for SlotMemory<S> {}
+
 impl<S: Copy> SlotMemory<S> {
     fn new(len: usize, value: S) -> Self {
-        SlotMemory {
+        let mut memory = SlotMemory {
             heap: vec![value; len],
             #[cfg(target_os = "linux")]
             mapped: None,
+            ptr: std::ptr::NonNull::dangling(),
+            len: 0,
+        };
+        memory.point_at_slots();
+        memory
+    }
+
+    /// Points `ptr` and `len` at the slots in use.
+    fn point_at_slots(&mut self) {
+        #[cfg(target_os = "linux")]
+        if let Some(m) = &self.mapped {
+            (self.ptr, self.len) = (m.ptr, m.len);
+            return;
         }
+        self.ptr = std::ptr::NonNull::new(self.heap.as_mut_ptr()).expect("a vector's pointer");
+        self.len = self.heap.len();
     }
 
     /// Grows to `new_len` slots, the new ones holding `value`.
     fn grow(&mut self, new_len: usize, value: S) {
+        self.grow_slots(new_len, value);
+        self.point_at_slots();
+    }
+
+    fn grow_slots(&mut self, new_len: usize, value: S) {
         #[cfg(target_os = "linux")]
         {
             let size = std::mem::size_of::<S>();
@@ -397,25 +427,19 @@ impl<S> std::ops::Deref for SlotMemory<S> {
     type Target = [S];
     #[inline(always)]
     fn deref(&self) -> &[S] {
-        #[cfg(target_os = "linux")]
-        if let Some(m) = &self.mapped {
-            // SAFETY: `len` initialised slots (every slot is written when
-            // the memory is mapped or grown).
-            return unsafe { std::slice::from_raw_parts(m.ptr.as_ptr(), m.len) };
-        }
-        &self.heap
+        // SAFETY: `ptr` and `len` describe the initialised slots of the heap
+        // vector or the mapping in use (every slot is written when the
+        // memory is allocated, mapped or grown, and `point_at_slots` runs
+        // after each of those).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }
 
 impl<S> std::ops::DerefMut for SlotMemory<S> {
     #[inline(always)]
     fn deref_mut(&mut self) -> &mut [S] {
-        #[cfg(target_os = "linux")]
-        if let Some(m) = &mut self.mapped {
-            // SAFETY: as for `deref`, and `&mut self` is unique.
-            return unsafe { std::slice::from_raw_parts_mut(m.ptr.as_ptr(), m.len) };
-        }
-        &mut self.heap
+        // SAFETY: as for `deref`, and `&mut self` is unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }
 
