@@ -1667,7 +1667,9 @@ mod tests {
 
     /// Both compilations of [`feed`]'s loop give the same analysis of a
     /// trace with several samples and threads, reuses within and across
-    /// the reuse tracker's words, groups and spans, and mixed addresses.
+    /// the reuse tracker's words and groups, and mixed addresses. (Each
+    /// piece stays within one span of the tracker; the tree over spans is
+    /// scalar code, checked by `reuse`'s own tests.)
     #[test]
     fn both_instruction_sets_give_the_same_analysis() {
         let header = header(Backend::Soft, sampled());

@@ -51,28 +51,25 @@ const SPAN_GROUPS: u32 = 64;
 /// Times per span.
 const SPAN_TIMES: u32 = GROUP_TIMES * SPAN_GROUPS;
 
-/// `GROUP_WORDS` zero masks, then `GROUP_WORDS` full ones (see
+/// `n` zero masks of type `$ty`, then `n` full ones: lane `k` of
+/// `table[n - 1 - i..][..n]` is set iff `k > i` (see
 /// [`ReuseTracker::marks_after`]).
-static WORDS_AFTER: [u64; 2 * GROUP_WORDS as usize] = {
-    let mut masks = [0; 2 * GROUP_WORDS as usize];
-    let mut k = GROUP_WORDS as usize;
-    while k < masks.len() {
-        masks[k] = u64::MAX;
-        k += 1;
-    }
-    masks
-};
+macro_rules! masks_after {
+    ($ty:ty, $n:expr) => {{
+        let mut masks: [$ty; 2 * $n] = [0; 2 * $n];
+        let mut k = $n;
+        while k < masks.len() {
+            masks[k] = <$ty>::MAX;
+            k += 1;
+        }
+        masks
+    }};
+}
 
-/// `SPAN_GROUPS` zero masks, then `SPAN_GROUPS` full ones.
-static GROUPS_AFTER: [u16; 2 * SPAN_GROUPS as usize] = {
-    let mut masks = [0; 2 * SPAN_GROUPS as usize];
-    let mut k = SPAN_GROUPS as usize;
-    while k < masks.len() {
-        masks[k] = u16::MAX;
-        k += 1;
-    }
-    masks
-};
+/// Masks over a group's words.
+static WORDS_AFTER: [u64; 2 * GROUP_WORDS as usize] = masks_after!(u64, GROUP_WORDS as usize);
+/// Masks over a span's groups.
+static GROUPS_AFTER: [u16; 2 * SPAN_GROUPS as usize] = masks_after!(u16, SPAN_GROUPS as usize);
 
 /// The smallest time axis: one group.
 const MIN_CAPACITY: u32 = GROUP_TIMES;
@@ -219,7 +216,8 @@ impl ReuseTracker {
             local.piece = self.piece;
             local.reused = false;
             self.live += 1;
-            self.place(block, local);
+            let time = self.mark_now(block, local);
+            self.tree_add(time / SPAN_TIMES);
             return None;
         }
         if !local.reused {
@@ -231,30 +229,28 @@ impl ReuseTracker {
         }
         let old = local.time;
         let distance = self.marks_after(old);
-        let new = self.now;
         self.bits[(old / WORD_TIMES) as usize] &= !(1 << (old % WORD_TIMES));
         self.groups[(old / GROUP_TIMES) as usize] -= 1;
-        self.owner[new as usize] = block;
-        self.bits[(new / WORD_TIMES) as usize] |= 1 << (new % WORD_TIMES);
-        self.groups[(new / GROUP_TIMES) as usize] += 1;
+        let new = self.mark_now(block, local);
         let (from, to) = (old / SPAN_TIMES, new / SPAN_TIMES);
         if from != to {
             self.tree_move(from, to);
         }
-        local.time = new;
-        self.now += 1;
         Some(u64::from(distance))
     }
 
-    #[inline]
-    fn place(&mut self, block: u64, local: &mut BlockLocal) {
+    /// Marks `block` at the current time in the bitmap and its group, and
+    /// advances the time; returns the marked time (the caller updates the
+    /// tree, which a move within a span leaves alone).
+    #[inline(always)]
+    fn mark_now(&mut self, block: u64, local: &mut BlockLocal) -> u32 {
         let time = self.now;
         self.owner[time as usize] = block;
         self.bits[(time / WORD_TIMES) as usize] |= 1 << (time % WORD_TIMES);
         self.groups[(time / GROUP_TIMES) as usize] += 1;
-        self.tree_add(time / SPAN_TIMES);
         local.time = time;
         self.now += 1;
+        time
     }
 
     /// Marks at times after `time` (all marks lie before `now`, and every
