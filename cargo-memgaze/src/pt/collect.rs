@@ -317,13 +317,15 @@ pub fn spawn_stopped(
             let mut tries = 0;
             loop {
                 libc::execve(path.as_ptr(), argv_ptrs.as_ptr(), envp_ptrs.as_ptr());
-                if *libc::__errno_location() != libc::ETXTBSY || tries == 100 {
+                if *libc::__errno_location() != libc::ETXTBSY
+                    || tries == crate::record::BUSY_EXECUTABLE_TRIES
+                {
                     break;
                 }
                 tries += 1;
                 let pause = libc::timespec {
                     tv_sec: 0,
-                    tv_nsec: 10_000_000,
+                    tv_nsec: crate::record::BUSY_EXECUTABLE_PAUSE_MS as libc::c_long * 1_000_000,
                 };
                 libc::nanosleep(&pause, std::ptr::null_mut());
             }

@@ -479,6 +479,14 @@ pub fn record_command(
 /// socket's send buffer holds.
 const SHARED_CHUNKS: u64 = 64;
 
+/// Retries of an exec that fails because the executable is busy
+/// (`ETXTBSY`): with [`BUSY_EXECUTABLE_PAUSE_MS`], up to 1 s in all.
+/// Shared with the Intel PT backend's fork/exec
+/// (`pt::collect::spawn_stopped`).
+pub(crate) const BUSY_EXECUTABLE_TRIES: u32 = 100;
+/// The pause before each retry of [`BUSY_EXECUTABLE_TRIES`].
+pub(crate) const BUSY_EXECUTABLE_PAUSE_MS: u64 = 10;
+
 /// Spawns `command`, retrying for up to a second while its executable is
 /// busy (`ETXTBSY`). An instrumented copy has only just been written: if
 /// another thread of this process forked while the copy's descriptor was
@@ -489,9 +497,9 @@ fn spawn_fresh_executable(command: &mut Command) -> std::io::Result<std::process
     let mut tries = 0;
     loop {
         match command.spawn() {
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < BUSY_EXECUTABLE_TRIES => {
                 tries += 1;
-                std::thread::sleep(Duration::from_millis(10));
+                std::thread::sleep(Duration::from_millis(BUSY_EXECUTABLE_PAUSE_MS));
             }
             result => return result,
         }
