@@ -184,14 +184,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     let (mut measured, mut failed) = (0usize, 0usize);
     for (target, case) in &selected {
         let exe = &target.executable;
-        let index = suite
-            .targets
-            .iter()
-            .position(|t| t.executable.path == exe.path)
-            .expect("a selected bench belongs to a target");
-        let instrumented = instrumented[index]
-            .as_ref()
-            .expect("targets with selected benches are instrumented");
+        let instrumented = instrumented.of(exe);
         progress.start(
             "Recording",
             &format!("{} {}", exe.display_name(), case.name),

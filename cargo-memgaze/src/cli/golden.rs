@@ -138,14 +138,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     let mut pending_written = false;
     for (target, case) in &selected {
         let exe = &target.executable;
-        let index = suite
-            .targets
-            .iter()
-            .position(|t| t.executable.path == exe.path)
-            .expect("a selected bench belongs to a target");
-        let instrumented = instrumented[index]
-            .as_ref()
-            .expect("targets with selected benches are instrumented");
+        let instrumented = instrumented.of(exe);
         progress.start("Tracing", &format!("{} {}", exe.display_name(), case.name));
         let plan = RunPlan {
             sampling: Sampling::full(),
@@ -304,22 +297,15 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         }
     }
 
-    if json {
-        emit(&serde_json::json!({
-            "reason": "summary",
-            "benches": selected.len(),
-            "counts": counts,
-            "elapsed_s": started.elapsed().as_secs_f64(),
-        }));
-    } else if !global.quiet {
-        let parts: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
-        eprintln!(
-            "{:>12} {} in {:.1}s: {}",
-            "Finished",
-            plural(selected.len(), "snapshot", "snapshots"),
-            started.elapsed().as_secs_f64(),
-            parts.join(", ")
-        );
+    suite::print_summary(
+        json,
+        global,
+        ("snapshot", "snapshots"),
+        selected.len(),
+        &counts,
+        started,
+    );
+    if !json && !global.quiet {
         if pending_written {
             eprintln!(
                 "note: review the new snapshots with `cargo insta review --workspace` (or accept them all with `cargo memgaze golden --update`)"

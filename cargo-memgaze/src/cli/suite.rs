@@ -3,9 +3,12 @@
 
 use super::progress::Progress;
 use super::{ColorChoice, Global};
-use crate::cargo::{self, BenchSuite, BuildOptions, CargoArgs, HarnessArgs};
+use crate::cargo::{self, BenchExecutable, BenchSuite, BuildOptions, CargoArgs, HarnessArgs};
 use crate::pipeline::{self, InstrumentedBench};
 use anyhow::Context;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
 
 /// `--backend` values (the same as every recording command's).
 pub use crate::pt::probe::BackendRequest as Backend;
@@ -40,14 +43,31 @@ pub fn discover(
     Ok(suite)
 }
 
+/// The instrumented executables of a suite's targets that have selected
+/// benches.
+pub struct InstrumentedTargets {
+    /// In `suite.targets` order; `None` for targets with nothing to run.
+    by_target: Vec<(PathBuf, Option<InstrumentedBench>)>,
+}
+
+impl InstrumentedTargets {
+    /// The instrumented executable of a selected bench's target.
+    pub fn of(&self, exe: &BenchExecutable) -> &InstrumentedBench {
+        self.by_target
+            .iter()
+            .find(|(path, _)| *path == exe.path)
+            .and_then(|(_, instrumented)| instrumented.as_ref())
+            .expect("targets with selected benches are instrumented")
+    }
+}
+
 /// Instruments every target of the suite that has selected benches (from
-/// the cache when possible), in `suite.targets` order; `None` for targets
-/// with nothing to run.
+/// the cache when possible).
 pub fn instrument_targets(
     suite: &BenchSuite,
     progress: &Progress,
     global: &Global,
-) -> anyhow::Result<Vec<Option<InstrumentedBench>>> {
+) -> anyhow::Result<InstrumentedTargets> {
     let root = suite.workspace.results_layout().root().to_path_buf();
     let mut out = Vec::with_capacity(suite.targets.len());
     for target in &suite.targets {
@@ -55,7 +75,7 @@ pub fn instrument_targets(
             .selected()
             .any(|(t, _)| t.executable.path == target.executable.path);
         if !runs {
-            out.push(None);
+            out.push((target.executable.path.clone(), None));
             continue;
         }
         progress.start("Instrumenting", &target.executable.display_name());
@@ -87,9 +107,39 @@ pub fn instrument_targets(
                 ));
             }
         }
-        out.push(Some(instrumented));
+        out.push((target.executable.path.clone(), Some(instrumented)));
     }
-    Ok(out)
+    Ok(InstrumentedTargets { by_target: out })
+}
+
+/// The last line of `golden` and `validate`: a `summary` message with
+/// `--message-format json`, else `Finished N <noun> in Ts: <counts>` on
+/// stderr (nothing with `--quiet`).
+pub fn print_summary(
+    json: bool,
+    global: &Global,
+    noun: (&str, &str),
+    benches: usize,
+    counts: &BTreeMap<&str, usize>,
+    started: Instant,
+) {
+    if json {
+        super::bench::emit(&serde_json::json!({
+            "reason": "summary",
+            "benches": benches,
+            "counts": counts,
+            "elapsed_s": started.elapsed().as_secs_f64(),
+        }));
+    } else if !global.quiet {
+        let parts: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
+        eprintln!(
+            "{:>12} {} in {:.1}s: {}",
+            "Finished",
+            plural(benches, noun.0, noun.1),
+            started.elapsed().as_secs_f64(),
+            parts.join(", ")
+        );
+    }
 }
 
 /// `n bench(es)`.
@@ -100,7 +150,7 @@ pub fn plural(n: usize, one: &str, many: &str) -> String {
 /// Reports a bench whose body failed: a `bench-failed` message with
 /// `--message-format json`, and an error note either way.
 pub fn report_failed_bench(
-    exe: &crate::cargo::BenchExecutable,
+    exe: &BenchExecutable,
     name: &str,
     message: &str,
     json: bool,

@@ -4,7 +4,7 @@
 use super::bench::{emit, sampling, sampling_json};
 use super::golden::{facts_mismatch, golden_dir};
 use super::progress::Progress;
-use super::suite::{self, Backend, plural};
+use super::suite::{self, Backend};
 use super::{Global, MessageFormat};
 use crate::analysis::AnalysisOptions;
 use crate::cargo::{BenchCase, BenchOutcome, BenchTarget, CargoArgs, HarnessArgs};
@@ -177,14 +177,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     let mut counts = std::collections::BTreeMap::<&str, usize>::new();
     for (target, case) in &selected {
         let exe = &target.executable;
-        let index = suite
-            .targets
-            .iter()
-            .position(|t| t.executable.path == exe.path)
-            .expect("a selected bench belongs to a target");
-        let instrumented = instrumented[index]
-            .as_ref()
-            .expect("targets with selected benches are instrumented");
+        let instrumented = instrumented.of(exe);
         let golden = store
             .read(&exe.package, &exe.target, &case.name)?
             .expect("checked above");
@@ -254,23 +247,14 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         progress.advance();
     }
     progress.finish();
-    if json {
-        emit(&serde_json::json!({
-            "reason": "summary",
-            "benches": selected.len(),
-            "counts": counts,
-            "elapsed_s": started.elapsed().as_secs_f64(),
-        }));
-    } else if !global.quiet {
-        let parts: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
-        eprintln!(
-            "{:>12} {} in {:.1}s: {}",
-            "Finished",
-            plural(selected.len(), "bench", "benches"),
-            started.elapsed().as_secs_f64(),
-            parts.join(", ")
-        );
-    }
+    suite::print_summary(
+        json,
+        global,
+        ("bench", "benches"),
+        selected.len(),
+        &counts,
+        started,
+    );
     Ok(exit)
 }
 
