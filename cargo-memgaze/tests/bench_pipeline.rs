@@ -296,6 +296,17 @@ fn hashmap_vs_btree_fixture_end_to_end() {
     let failed = by_reason(&all, "bench-failed");
     assert_eq!(failed.len(), 1, "{all:?}");
     assert_eq!(failed[0]["name"], "panics");
+    // Nothing of the failed run (or of an earlier one) is left to be
+    // reported as its results.
+    let panics = shared_target_dir().join("memgaze/hashmap-vs-btree/lookup/panics");
+    assert!(panics.join("bench.json").is_file(), "{}", panics.display());
+    for file in ["trace.mgz", "analysis.json"] {
+        assert!(
+            !panics.join(file).exists(),
+            "{file} left in {}",
+            panics.display()
+        );
+    }
     let summary = all.last().unwrap();
     assert_eq!(
         (summary["measured"].as_u64(), summary["failed"].as_u64()),

@@ -333,3 +333,56 @@ fn the_command_writes_the_report_and_refuses_bad_input_in_one_line() {
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("baseline `nope` not found"));
 }
+
+/// A results root outlives upgrades: a bench directory whose trace this
+/// version cannot read (an older format, a corrupt file) is skipped with a
+/// warning naming it, and the rest is still reported; a tree with nothing
+/// readable is refused in one line that says why.
+#[test]
+fn an_unreadable_bench_directory_is_skipped_and_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("memgaze");
+    bench_dir(&root, &small(Kernel::Chase, 1), false);
+    let stale = root.join("old").join("lookup").join("stale");
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::write(stale.join("trace.mgz"), b"MGZTRACE but not really").unwrap();
+
+    let written = report_results(&root, &ReportOptions::new(tmp.path().join("r"))).unwrap();
+    assert_eq!(written.benches, 1);
+    assert_eq!(written.warnings.len(), 1, "{:?}", written.warnings);
+    let warning = &written.warnings[0];
+    assert!(
+        warning.starts_with(&format!("skipped {}: ", stale.display()))
+            && warning.contains("trace.mgz"),
+        "{warning}"
+    );
+
+    let output = bin()
+        .args(["report"])
+        .arg(&root)
+        .arg("-o")
+        .arg(tmp.path().join("r2"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("warning: skipped ") && l.contains("trace.mgz")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("for 1 bench"), "{stderr}");
+
+    let only_stale = tmp.path().join("only-stale");
+    std::fs::create_dir_all(only_stale.join("b")).unwrap();
+    std::fs::copy(stale.join("trace.mgz"), only_stale.join("b/trace.mgz")).unwrap();
+    let output = bin().args(["report"]).arg(&only_stale).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("no readable bench results (1 unreadable; first: skipped "),
+        "{stderr}"
+    );
+}

@@ -261,8 +261,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             BenchOutcome::Failed { message } => {
                 failed += 1;
                 exit = exit.worst(Exit::BenchFailed);
-                // A failed run's partial metrics must not pass for results.
+                // A failed run's partial metrics must not pass for results,
+                // nor a trace it left (or an earlier run's) be reported.
                 let _ = std::fs::remove_file(&analysis_file);
+                let _ = std::fs::remove_file(dir.join(pipeline::TRACE_FILE));
                 suite::report_failed_bench(exe, &case.name, message, json, &progress);
             }
         }

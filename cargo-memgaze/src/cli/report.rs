@@ -70,10 +70,10 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             options.limits = Limits::defaults().overridden_by(&Limits::parse(spec)?);
         }
     }
-    let benches = discover(results)?;
-    let written = write_report(&benches, &results.display().to_string(), &options)?;
+    let found = discover(results)?;
+    let written = write_report(&found.benches, &results.display().to_string(), &options)?;
     if !global.quiet {
-        for warning in &written.warnings {
+        for warning in found.skipped.iter().chain(&written.warnings) {
             eprintln!("warning: {warning}");
         }
         eprintln!(

@@ -27,7 +27,8 @@ pub mod profile;
 pub mod results;
 
 pub use results::{
-    ANALYSIS_FILE, BENCH_FILE, GOLDEN_FILE, REPORT_DIR, ReportBench, TRACE_FILE, discover,
+    ANALYSIS_FILE, BENCH_FILE, Discovery, GOLDEN_FILE, REPORT_DIR, ReportBench, TRACE_FILE,
+    discover,
 };
 
 use crate::gate::{Baseline, BenchVerdict, Limits, compare_analysis};
@@ -77,7 +78,8 @@ pub struct ReportOutput {
     /// Benches reported.
     pub benches: usize,
     /// Problems that did not stop the report (e.g. an unreadable trace:
-    /// its per-record charts are missing), one line each.
+    /// its per-record charts are missing; a bench directory of the results
+    /// tree that could not be read at all), one line each.
     pub warnings: Vec<String>,
 }
 
@@ -89,8 +91,10 @@ pub fn default_report_dir(results_root: &Path) -> PathBuf {
 /// Reports on everything under `results` (a trace, an analysis JSON or a
 /// results tree).
 pub fn report_results(results: &Path, options: &ReportOptions) -> Result<ReportOutput> {
-    let benches = discover(results)?;
-    write_report(&benches, &results.display().to_string(), options)
+    let found = discover(results)?;
+    let mut output = write_report(&found.benches, &results.display().to_string(), options)?;
+    output.warnings.splice(0..0, found.skipped);
+    Ok(output)
 }
 
 /// One chart file as the page links it.

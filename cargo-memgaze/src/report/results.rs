@@ -102,11 +102,26 @@ pub fn analyse_trace_file(path: &Path) -> Result<Analysis> {
     analyze_trace(reader, &AnalysisOptions::default()).with_context(|| path.display().to_string())
 }
 
+/// What [`discover`] found.
+#[derive(Debug)]
+pub struct Discovery {
+    /// The benches, sorted by name.
+    pub benches: Vec<ReportBench>,
+    /// Bench directories of a results tree left out because their files
+    /// cannot be read (e.g. a trace from an older cargo memgaze), one line
+    /// each naming the file and the problem.
+    pub skipped: Vec<String>,
+}
+
 /// Everything to report on under `results`: a trace file, an analysis
 /// JSON, or a directory scanned recursively for bench directories (the
 /// `baselines/` and `report/` directories of a results root are skipped).
-/// Benches come sorted by name.
-pub fn discover(results: &Path) -> Result<Vec<ReportBench>> {
+///
+/// A file named directly must be readable. In a tree, a bench directory
+/// that is not is skipped and named in [`Discovery::skipped`]: a results
+/// root outlives upgrades and holds benches not run this time, and one
+/// stale directory must not hide the rest of the report.
+pub fn discover(results: &Path) -> Result<Discovery> {
     let meta = std::fs::metadata(results)
         .with_context(|| format!("{}: cannot read", results.display()))?;
     if meta.is_file() {
@@ -120,7 +135,10 @@ pub fn discover(results: &Path) -> Result<Vec<ReportBench>> {
                 .filter(|d| !d.as_os_str().is_empty())
                 .unwrap_or(Path::new("."));
             if let Some(bench) = bench_in(dir, dir)? {
-                return Ok(vec![bench]);
+                return Ok(Discovery {
+                    benches: vec![bench],
+                    skipped: Vec::new(),
+                });
             }
         }
         let stem = results
@@ -133,13 +151,23 @@ pub fn discover(results: &Path) -> Result<Vec<ReportBench>> {
         } else {
             ReportBench::new(stem, read_analysis(results)?)
         };
-        return Ok(vec![bench]);
+        return Ok(Discovery {
+            benches: vec![bench],
+            skipped: Vec::new(),
+        });
     }
     let mut benches = Vec::new();
+    let mut skipped = Vec::new();
     let mut stack = vec![results.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        if let Some(bench) = bench_in(&dir, results)? {
-            benches.push(bench);
+        match bench_in(&dir, results) {
+            Ok(Some(bench)) => benches.push(bench),
+            Ok(None) => {}
+            Err(e) => skipped.push(format!(
+                "skipped {}: {}",
+                dir.display(),
+                crate::error::one_line(&e)
+            )),
         }
         let entries =
             std::fs::read_dir(&dir).with_context(|| format!("{}: cannot list", dir.display()))?;
@@ -157,13 +185,21 @@ pub fn discover(results: &Path) -> Result<Vec<ReportBench>> {
         }
     }
     if benches.is_empty() {
+        if let Some(first) = skipped.first() {
+            bail!(
+                "{}: no readable bench results ({} unreadable; first: {first})",
+                results.display(),
+                skipped.len()
+            );
+        }
         bail!(
             "{}: no bench results found (no {TRACE_FILE} or {ANALYSIS_FILE} in it or below it)",
             results.display()
         );
     }
     benches.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(benches)
+    skipped.sort();
+    Ok(Discovery { benches, skipped })
 }
 
 /// The bench whose files are in `dir`, if any.
