@@ -7,7 +7,7 @@
 //! all tests; the two suites are built once per test run.
 
 use memgaze::cargo::{
-    self, BenchCase, BenchOutcome, BenchSuite, BuildOptions, CargoArgs, HarnessArgs,
+    self, BenchCase, BenchKey, BenchOutcome, BenchSuite, BuildOptions, CargoArgs, HarnessArgs,
 };
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -140,10 +140,11 @@ fn fixture_crate_is_built_discovered_and_runs() {
     }
     assert_eq!(suite.workspace.target_dir, shared_target_dir());
     assert_eq!(
-        suite
-            .workspace
-            .results_layout()
-            .bench_dir(&exe.package, &exe.target, "hashmap/1000"),
+        suite.workspace.results_layout().bench_dir(&BenchKey::new(
+            &exe.package,
+            &exe.target,
+            "hashmap/1000"
+        )),
         shared_target_dir().join("memgaze/hashmap-vs-btree/lookup/hashmap%2F1000")
     );
 

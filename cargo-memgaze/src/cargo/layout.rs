@@ -11,7 +11,7 @@
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 use std::path::{Path, PathBuf};
 
 /// Longest encoded path component, in bytes (file systems allow 255).
@@ -20,11 +20,13 @@ pub const MAX_COMPONENT: usize = 200;
 /// The file in every bench directory naming what it holds.
 pub const BENCH_FILE: &str = "bench.json";
 
-/// The identity of a bench's results directory, stored as [`BENCH_FILE`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BenchId {
-    /// Schema tag: `memgaze.bench.v1`.
-    pub schema: String,
+/// Schema tag of [`BENCH_FILE`].
+pub const BENCH_SCHEMA: &str = "memgaze.bench.v1";
+
+/// Which bench a result belongs to: its results directory (named in its
+/// [`BENCH_FILE`]), its baselines and its gate verdicts.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct BenchKey {
     /// Package name.
     pub package: String,
     /// Bench target name.
@@ -33,16 +35,39 @@ pub struct BenchId {
     pub bench: String,
 }
 
-impl BenchId {
-    /// The identity of one bench.
-    pub fn new(package: &str, target: &str, bench: &str) -> Self {
-        BenchId {
-            schema: "memgaze.bench.v1".to_string(),
-            package: package.to_string(),
-            target: target.to_string(),
-            bench: bench.to_string(),
+impl BenchKey {
+    /// A key from its three parts.
+    pub fn new(package: &str, target: &str, bench: &str) -> BenchKey {
+        BenchKey {
+            package: package.into(),
+            target: target.into(),
+            bench: bench.into(),
         }
     }
+
+    /// The key as a relative path: one reversible, file-system-safe
+    /// component per part (see the module documentation).
+    pub fn relative_dir(&self) -> PathBuf {
+        [&self.package, &self.target, &self.bench]
+            .iter()
+            .map(|part| encode_component(part))
+            .collect()
+    }
+}
+
+impl fmt::Display for BenchKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.package, self.target, self.bench)
+    }
+}
+
+/// [`BENCH_FILE`]'s contents: the key with a schema tag (readers ignore
+/// the tag, so the file also reads as a plain [`BenchKey`]).
+#[derive(Serialize)]
+struct BenchFile<'a> {
+    schema: &'static str,
+    #[serde(flatten)]
+    key: &'a BenchKey,
 }
 
 /// The results tree under a target directory.
@@ -65,26 +90,27 @@ impl ResultsLayout {
     }
 
     /// The directory of one bench (not created).
-    pub fn bench_dir(&self, package: &str, target: &str, bench: &str) -> PathBuf {
-        self.root
-            .join(encode_component(package))
-            .join(encode_component(target))
-            .join(encode_component(bench))
+    pub fn bench_dir(&self, key: &BenchKey) -> PathBuf {
+        self.root.join(key.relative_dir())
     }
 
     /// Creates the directory of one bench and writes its [`BENCH_FILE`].
-    pub fn create_bench_dir(&self, id: &BenchId) -> anyhow::Result<PathBuf> {
-        let dir = self.bench_dir(&id.package, &id.target, &id.bench);
+    pub fn create_bench_dir(&self, key: &BenchKey) -> anyhow::Result<PathBuf> {
+        let dir = self.bench_dir(key);
         std::fs::create_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
         let file = dir.join(BENCH_FILE);
-        let json = serde_json::to_string_pretty(id).expect("plain strings serialise");
+        let file_contents = BenchFile {
+            schema: BENCH_SCHEMA,
+            key,
+        };
+        let json = serde_json::to_string_pretty(&file_contents).expect("plain strings serialise");
         std::fs::write(&file, json + "\n").with_context(|| format!("{}", file.display()))?;
         Ok(dir)
     }
 
     /// Every bench directory under the root, with its identity, sorted by
     /// path. Directories without a readable [`BENCH_FILE`] are skipped.
-    pub fn bench_dirs(&self) -> Vec<(PathBuf, BenchId)> {
+    pub fn bench_dirs(&self) -> Vec<(PathBuf, BenchKey)> {
         let mut found = Vec::new();
         let levels = |dir: &Path| -> Vec<PathBuf> {
             let mut dirs: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -102,7 +128,7 @@ impl ResultsLayout {
                 for bench in levels(&target) {
                     let id = std::fs::read_to_string(bench.join(BENCH_FILE))
                         .ok()
-                        .and_then(|text| serde_json::from_str::<BenchId>(&text).ok());
+                        .and_then(|text| serde_json::from_str::<BenchKey>(&text).ok());
                     if let Some(id) = id {
                         found.push((bench, id));
                     }
@@ -215,7 +241,7 @@ mod tests {
     fn bench_dirs_round_trip_through_the_bench_file() {
         let tmp = tempfile::tempdir().unwrap();
         let layout = ResultsLayout::new(tmp.path());
-        let id = BenchId::new("microbenches", "micro", "irr|str|irr");
+        let id = BenchKey::new("microbenches", "micro", "irr|str|irr");
         let dir = layout.create_bench_dir(&id).unwrap();
         assert_eq!(
             dir,
@@ -223,11 +249,22 @@ mod tests {
                 .join("memgaze/microbenches/micro/irr%7Cstr%7Cirr")
         );
         layout
-            .create_bench_dir(&BenchId::new("microbenches", "micro", "str/irr"))
+            .create_bench_dir(&BenchKey::new("microbenches", "micro", "str/irr"))
             .unwrap();
         let found = layout.bench_dirs();
         let names: Vec<&str> = found.iter().map(|(_, id)| id.bench.as_str()).collect();
         assert_eq!(names, ["irr|str|irr", "str/irr"]);
+        let file: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(BENCH_FILE)).unwrap()).unwrap();
+        assert_eq!(
+            file,
+            serde_json::json!({
+                "schema": "memgaze.bench.v1",
+                "package": "microbenches",
+                "target": "micro",
+                "bench": "irr|str|irr",
+            })
+        );
     }
 
     proptest! {

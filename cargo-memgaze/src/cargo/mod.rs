@@ -37,7 +37,8 @@ pub use executable::{
 };
 pub use harness_args::HarnessArgs;
 pub use layout::{
-    BENCH_FILE, BenchId, MAX_COMPONENT, ResultsLayout, decode_component, encode_component,
+    BENCH_FILE, BENCH_SCHEMA, BenchKey, MAX_COMPONENT, ResultsLayout, decode_component,
+    encode_component,
 };
 pub use workspace::{Member, Workspace};
 

@@ -6,12 +6,10 @@ use super::suite::{self, plural};
 use super::{Global, MessageFormat};
 use crate::analysis::AnalysisOptions;
 use crate::cargo::{
-    BenchCase, BenchId, BenchOutcome, BenchSuite, BenchTarget, CargoArgs, HarnessArgs,
+    BenchCase, BenchKey, BenchOutcome, BenchSuite, BenchTarget, CargoArgs, HarnessArgs,
 };
 use crate::error::{Exit, usage};
-use crate::gate::{
-    self, Baseline, BenchKey, BenchRun, Gate, Limits, load_baseline, save_baseline_bench,
-};
+use crate::gate::{self, Baseline, BenchRun, Gate, Limits, load_baseline, save_baseline_bench};
 use crate::pipeline::{self, RunPlan};
 use crate::report::{self, ReportOptions};
 use crate::trace::Sampling;
@@ -197,7 +195,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                 "name": case.name,
             }));
         }
-        let dir = layout.create_bench_dir(&BenchId::new(&exe.package, &exe.target, &case.name))?;
+        let dir = layout.create_bench_dir(&BenchKey::new(&exe.package, &exe.target, &case.name))?;
         let plan = RunPlan {
             sampling,
             analysis: AnalysisOptions::default(),

@@ -7,7 +7,7 @@ use super::suite::{self, Backend, plural};
 use super::{Global, MessageFormat};
 use crate::analysis::AnalysisOptions;
 use crate::cargo::{
-    BenchCase, BenchId, BenchOutcome, BenchSuite, BenchTarget, CargoArgs, HarnessArgs,
+    BenchCase, BenchKey, BenchOutcome, BenchSuite, BenchTarget, CargoArgs, HarnessArgs,
 };
 use crate::error::Exit;
 use crate::golden::store::is_ci;
@@ -171,7 +171,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         }
         // The full-trace analysis beside the bench's results, for the
         // report's overlay.
-        let dir = layout.create_bench_dir(&BenchId::new(&exe.package, &exe.target, &case.name))?;
+        let dir = layout.create_bench_dir(&BenchKey::new(&exe.package, &exe.target, &case.name))?;
         pipeline::write_analysis(&dir.join(pipeline::GOLDEN_FILE), &recording.analysis)?;
         let metrics = GoldenMetrics::from_analysis(
             &exe.package,

@@ -7,7 +7,6 @@
 //! under the same name stay.
 
 use crate::analysis::Analysis;
-use crate::cargo::encode_component;
 use crate::error::usage;
 use crate::trace::{Backend, BinaryIdentity};
 use anyhow::{Context, Result, bail};
@@ -23,42 +22,7 @@ pub const BASELINES_DIR: &str = "baselines";
 /// File name of one bench's baseline.
 pub const BASELINE_FILE: &str = "baseline.json";
 
-/// Which bench a result belongs to.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct BenchKey {
-    /// Package name.
-    pub package: String,
-    /// Bench target name.
-    pub target: String,
-    /// Bench name as the harness lists it.
-    pub bench: String,
-}
-
-impl BenchKey {
-    /// A key from its three parts.
-    pub fn new(package: &str, target: &str, bench: &str) -> BenchKey {
-        BenchKey {
-            package: package.into(),
-            target: target.into(),
-            bench: bench.into(),
-        }
-    }
-
-    /// The key's directory below a baseline's directory (one reversible,
-    /// file-system-safe component per part).
-    fn relative_dir(&self) -> PathBuf {
-        [&self.package, &self.target, &self.bench]
-            .iter()
-            .map(|part| encode_component(part))
-            .collect()
-    }
-}
-
-impl fmt::Display for BenchKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}/{}", self.package, self.target, self.bench)
-    }
-}
+pub use crate::cargo::BenchKey;
 
 /// How a run was recorded: what must match for two runs to be compared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -324,6 +288,7 @@ fn baseline_files(dir: &Path) -> Result<Vec<PathBuf>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cargo::encode_component;
 
     #[test]
     fn components_are_safe_and_distinct() {
