@@ -65,6 +65,12 @@ pub struct LackeyStats {
     /// Lines that are not Lackey trace lines (Valgrind's `==pid==` banner
     /// excluded), skipped.
     pub other_lines: u64,
+    /// Distinct load instructions inside the binary.
+    pub load_sites: u64,
+    /// Of those, instructions whose length in the log differs from the
+    /// binary's instruction at that address: the log comes from another
+    /// executable (or build, or load base).
+    pub mismatched_sites: u64,
 }
 
 /// Analyses the Lackey log at `log` of a run of `binary`.
@@ -117,6 +123,9 @@ pub fn import(
         loads: Vec::new(),
         labels: Vec::new(),
     };
+    if let Some(glob) = &options.analysis.functions {
+        header.require_function_match(glob)?;
+    }
     let mut analyzer = Analyzer::new(&header, &options.analysis)?;
     let mut sites = Sites::new(binary);
     let mut stats = LackeyStats::default();
@@ -128,6 +137,7 @@ pub fn import(
     // The current instruction: its load site (None until its first load),
     // and whether it lies in the binary.
     let mut current_ip: Option<u64> = None;
+    let mut current_len: Option<u64> = None;
     let mut current_site: Option<(u32, Kind)> = None;
     let mut records = 0u64;
     let mut number = 0u64;
@@ -155,6 +165,7 @@ pub fn import(
                     .iter()
                     .any(|&(lo, hi)| lo <= file_ip && file_ip < hi)
                     .then_some(file_ip);
+                current_len = current_ip.and_then(|_| parse_size(rest));
                 current_site = None;
             }
             [b' ', kind @ (b'L' | b'M'), b' ', rest @ ..] => {
@@ -168,7 +179,7 @@ pub fn import(
                 let (site, kind) = match current_site {
                     Some(site) => site,
                     None => {
-                        let site = sites.site(ip, &mut analyzer);
+                        let site = sites.site(ip, current_len, &mut analyzer);
                         current_site = Some(site);
                         site
                     }
@@ -218,7 +229,30 @@ pub fn import(
             stats.other_lines
         ));
     }
-    let _ = command;
+    stats.load_sites = sites.index.len() as u64;
+    stats.mismatched_sites = sites.mismatched;
+    // A log of this binary matches at every site; another build matches
+    // only by chance (a third to a half of the sites on small programs).
+    // The margin keeps a rare odd instruction from failing a real log.
+    if stats.mismatched_sites * 10 > stats.load_sites {
+        bail!(
+            "does not match {}: at {} of its {} load instructions the log's instruction length differs from the binary's (was it recorded from another executable or build?)",
+            binary.identity().path,
+            stats.mismatched_sites,
+            stats.load_sites
+        );
+    }
+    if stats.mismatched_sites > 0 {
+        analyzer.note(format!(
+            "{} of {} load instructions have another length in the log than in the binary: the log may come from another build",
+            stats.mismatched_sites, stats.load_sites
+        ));
+    }
+    if stats.loads > 0 && stats.outside_binary == stats.loads {
+        analyzer.note(
+            "no load of the log lies in the binary's code: was the log recorded from this executable, at this --load-base?",
+        );
+    }
     let totals = TraceTotals::clean(records, records, u64::from(records > 0));
     let mut analysis = analyzer.finish(&totals);
     if let Some(command) = command {
@@ -235,6 +269,8 @@ struct Sites<'a> {
     classes: HashMap<usize, HashMap<u64, LoadClass>>,
     /// Load-site index (in the analyzer) and kind, by ip.
     index: HashMap<u64, (u32, Kind)>,
+    /// Sites whose instruction length in the log differs from the binary's.
+    mismatched: u64,
 }
 
 impl<'a> Sites<'a> {
@@ -244,13 +280,19 @@ impl<'a> Sites<'a> {
             classifier: Classifier::new(),
             classes: HashMap::new(),
             index: HashMap::new(),
+            mismatched: 0,
         }
     }
 
     /// The analyzer's load-site index for the load at `ip`, and its kind.
-    fn site(&mut self, ip: u64, analyzer: &mut Analyzer) -> (u32, Kind) {
+    /// `len` is the instruction's length as the log gives it, checked
+    /// against the binary once per site.
+    fn site(&mut self, ip: u64, len: Option<u64>, analyzer: &mut Analyzer) -> (u32, Kind) {
         if let Some(&site) = self.index.get(&ip) {
             return site;
+        }
+        if len.is_some_and(|len| self.instruction_length(ip) != Some(len)) {
+            self.mismatched += 1;
         }
         let function = self.binary.function_index_at(ip);
         let (class, kind) = self.class(ip, function);
@@ -288,6 +330,14 @@ impl<'a> Sites<'a> {
         } else {
             (LoadClass::Irregular, Kind::Unclassified)
         }
+    }
+
+    /// Length of the binary's instruction at `ip`, if one decodes there.
+    fn instruction_length(&self, ip: u64) -> Option<u64> {
+        let bytes = self.binary.bytes_at(ip, 15.min(self.available(ip)))?;
+        let mut decoder = iced_x86::Decoder::with_ip(64, bytes, ip, iced_x86::DecoderOptions::NONE);
+        let insn = decoder.decode();
+        (!insn.is_invalid()).then_some(insn.len() as u64)
     }
 
     fn reads_stack_implicitly(&self, ip: u64) -> bool {
@@ -335,6 +385,16 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
+/// The `SIZE` of `  HEXADDR,SIZE` (decimal), if well-formed.
+fn parse_size(rest: &[u8]) -> Option<u64> {
+    let comma = rest.iter().position(|&b| b == b',')?;
+    std::str::from_utf8(&rest[comma + 1..])
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// Parses `  HEXADDR,SIZE` (leading spaces allowed) and returns the address.
 fn parse_access(rest: &[u8]) -> Result<u64> {
     let rest = match rest.iter().position(|&b| b != b' ') {
@@ -375,5 +435,13 @@ mod tests {
         assert!(parse_access(b" 0401ab70").is_err());
         assert!(parse_access(b"").is_err());
         assert!(parse_access(b"11112222333344445,8").is_err());
+    }
+
+    #[test]
+    fn parses_instruction_sizes() {
+        assert_eq!(parse_size(b" 0401ab70,3"), Some(3));
+        assert_eq!(parse_size(b"  04011b0,15"), Some(15));
+        assert_eq!(parse_size(b" 0401ab70,"), None);
+        assert_eq!(parse_size(b" 0401ab70"), None);
     }
 }

@@ -327,3 +327,31 @@ fn analyze_usage_errors_exit_2() {
         assert_eq!(out.status.code(), Some(2), "{bad:?}");
     }
 }
+
+#[test]
+fn analyze_functions_filter_matching_nothing_is_an_error() {
+    let dir = tempdir();
+    let trace = trace_in(&dir);
+    let out = bin()
+        .args(["analyze", "--functions", "wlak*"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let line = stderr_line(&out);
+    assert!(
+        line.contains("demo.trace") && line.contains("no function matches --functions wlak*"),
+        "{line}"
+    );
+    // A glob that matches keeps working.
+    let out = bin()
+        .args(["analyze", "--functions", "wa*"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

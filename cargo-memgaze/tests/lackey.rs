@@ -311,6 +311,65 @@ fn functions_filter_load_base_and_usage_errors(built: &Built) {
         Some(want.outside + want.loads.len() as u64)
     );
 
+    // ... and says so on stderr, the only sign besides an empty analysis.
+    let out = analyze(&[
+        "--lackey",
+        built.log.to_str().unwrap(),
+        "--binary",
+        built.exe.to_str().unwrap(),
+        "--load-base",
+        "0",
+    ]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("lackey.log") && err.contains("none of its") && err.contains("--load-base"),
+        "{err}"
+    );
+
+    // A --functions glob that matches no function of the binary is an
+    // error naming the binary, not an empty analysis.
+    let out = analyze(&[
+        "--lackey",
+        built.log.to_str().unwrap(),
+        "--binary",
+        built.exe.to_str().unwrap(),
+        "--functions",
+        "gahter",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("no function matches --functions gahter") && err.contains("prog"),
+        "{err}"
+    );
+
+    // The log of one build against another build of the same program: the
+    // instruction lengths at the logged addresses do not match.
+    let other = built.exe.with_extension("O0");
+    let status = Command::new("gcc")
+        .args(["-O0", "-g", "-o"])
+        .arg(&other)
+        .arg(built.exe.with_extension("c"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = analyze(&[
+        "--lackey",
+        built.log.to_str().unwrap(),
+        "--binary",
+        other.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("lackey.log") && err.contains("does not match") && err.contains("prog.O0"),
+        "{err}"
+    );
+
     // Usage errors: exit 2 with one line.
     let out = analyze(&["--lackey", built.log.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));

@@ -5,7 +5,7 @@ use super::{ColorChoice, Format, Global};
 use crate::analysis::table::{TableOptions, render};
 use crate::analysis::{Analysis, AnalysisOptions, Analyzer, MAX_CODE_WINDOW_K};
 use crate::error::{Exit, usage};
-use crate::lackey::{LackeyOptions, analyze_lackey};
+use crate::lackey::{LackeyOptions, LackeyStats, analyze_lackey};
 use crate::trace::TraceReader;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -106,8 +106,12 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
                 load_base: args.load_base,
                 analysis: options,
             };
-            let (analysis, _stats) =
+            let (analysis, stats) =
                 analyze_lackey(log, binary, &lackey, |bytes| progress.set(bytes))?;
+            progress.finish();
+            if !global.quiet {
+                warn_on_mismatch(log, binary, &stats);
+            }
             analysis
         }
         (Some(trace), None) => analyze_file(trace, &options, &progress)?,
@@ -140,6 +144,27 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     Ok(Exit::Ok)
 }
 
+/// Warns on stderr when the Lackey log does not look like a run of the
+/// binary: an empty or odd analysis would otherwise be the only sign.
+fn warn_on_mismatch(log: &Path, binary: &Path, stats: &LackeyStats) {
+    if stats.loads > 0 && stats.outside_binary == stats.loads {
+        eprintln!(
+            "warning: {}: none of its {} loads lies in the code of {}: was the log recorded from this executable? (a PIE is taken to be mapped at 0x108000, as Valgrind does; --load-base sets another address)",
+            log.display(),
+            stats.loads,
+            binary.display()
+        );
+    } else if stats.mismatched_sites > 0 {
+        eprintln!(
+            "warning: {}: at {} of {} load instructions the log's instruction length differs from {}: the log may come from another build",
+            log.display(),
+            stats.mismatched_sites,
+            stats.load_sites,
+            binary.display()
+        );
+    }
+}
+
 fn analyze_file(path: &Path, options: &AnalysisOptions, progress: &Progress) -> Result<Analysis> {
     let name = || path.display().to_string();
     let total = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
@@ -153,6 +178,12 @@ fn analyze_file(path: &Path, options: &AnalysisOptions, progress: &Progress) -> 
     };
     let mut reader =
         TraceReader::new(BufReader::with_capacity(1 << 16, counted)).with_context(name)?;
+    if let Some(glob) = &options.functions {
+        reader
+            .header()
+            .require_function_match(glob)
+            .with_context(name)?;
+    }
     let mut analyzer = Analyzer::new(reader.header(), options).with_context(name)?;
     progress.start(total, "analysing");
     let mut n = 0u64;

@@ -315,9 +315,10 @@ pub fn print_summary(recording: &Recording, output: &Path) {
         "–".into()
     };
     eprintln!(
-        "memgaze: {} records in {} samples from {} thread{} ({} load executions, ρ = {rho}) → {}",
+        "memgaze: {} records in {} sample{} from {} thread{} ({} load executions, ρ = {rho}) → {}",
         totals.records,
         totals.samples,
+        if totals.samples == 1 { "" } else { "s" },
         recording.threads,
         if recording.threads == 1 { "" } else { "s" },
         totals.executions,

@@ -214,6 +214,29 @@ pub struct TraceHeader {
     pub labels: Vec<(String, String)>,
 }
 
+impl TraceHeader {
+    /// Fails when `glob` (a `--functions` filter) matches none of
+    /// [`TraceHeader::functions`]: the analysis would keep no record, and an
+    /// empty result would hide a mistyped name.
+    pub fn require_function_match(&self, glob: &str) -> anyhow::Result<()> {
+        use anyhow::Context;
+        let matcher = globset::Glob::new(glob)
+            .with_context(|| format!("invalid --functions pattern {glob:?}"))?
+            .compile_matcher();
+        if self.functions.iter().any(|f| matcher.is_match(&f.name)) {
+            return Ok(());
+        }
+        let binary = self
+            .binary
+            .as_ref()
+            .map_or("the binary", |b| b.path.as_str());
+        anyhow::bail!(
+            "no function matches --functions {glob} ({} functions in {binary})",
+            self.functions.len()
+        )
+    }
+}
+
 /// How the traced program ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
