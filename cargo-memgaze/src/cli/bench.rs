@@ -45,7 +45,7 @@ pub struct Args {
     pub full: bool,
 
     /// Sampling period: one sample every N instrumented-load executions
-    /// (default 100000).
+    /// (default 100000, or 100 × --window for a larger window: ≈1% recorded).
     #[arg(
         long,
         value_name = "N",
@@ -462,7 +462,8 @@ fn write_report(root: &Path, gating: &Gating, json: bool, quiet: bool) -> Exit {
 }
 
 /// The sampling a command's `--full`/`--window`/`--period`/`--seed` ask
-/// for (defaults: `w` = 1000, period 100 000, a random seed).
+/// for (defaults: `w` = 1000, period 100 000 — or 100 × `w` for a larger
+/// `--window`, see [`default_period`] — and a random seed).
 pub fn sampling(
     full: bool,
     window: Option<u64>,
@@ -473,7 +474,7 @@ pub fn sampling(
         return Ok(Sampling::full());
     }
     let window = window.unwrap_or(pipeline::DEFAULT_WINDOW);
-    let period = period.unwrap_or(pipeline::DEFAULT_PERIOD.max(window));
+    let period = period.unwrap_or_else(|| default_period(window));
     if period < window {
         return Err(usage(format!(
             "--period {period} must be at least --window {window}"
@@ -484,6 +485,15 @@ pub fn sampling(
         period,
         seed: Some(seed.unwrap_or_else(random_seed)),
     })
+}
+
+/// The period when only `--window` is given: the default, or for windows
+/// above the default one the same share recorded (≈1%), so that a larger
+/// window never silently turns into a full trace (a period equal to the
+/// window skips nothing).
+pub fn default_period(window: u64) -> u64 {
+    let ratio = pipeline::DEFAULT_PERIOD / pipeline::DEFAULT_WINDOW;
+    pipeline::DEFAULT_PERIOD.max(window.saturating_mul(ratio))
 }
 
 fn random_seed() -> u64 {
@@ -630,6 +640,27 @@ mod tests {
             Command::Bench(args) => Ok(args),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_larger_window_alone_keeps_the_default_share_recorded() {
+        let period = |window: Option<u64>, period: Option<u64>| {
+            sampling(false, window, period, Some(1)).map(|s| (s.window, s.period))
+        };
+        assert_eq!(period(None, None).unwrap(), (1_000, 100_000));
+        assert_eq!(period(Some(500), None).unwrap(), (500, 100_000));
+        // Was (200 000, 200 000): z = 0, a full trace under another name.
+        assert_eq!(period(Some(200_000), None).unwrap(), (200_000, 20_000_000));
+        assert_eq!(
+            period(Some(200_000), Some(300_000)).unwrap(),
+            (200_000, 300_000)
+        );
+        assert!(period(Some(200_000), Some(100_000)).is_err());
+        assert_eq!(
+            period(Some(u64::MAX), None).unwrap(),
+            (u64::MAX, u64::MAX),
+            "saturates"
+        );
     }
 
     #[test]

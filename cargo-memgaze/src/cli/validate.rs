@@ -41,7 +41,7 @@ pub struct Args {
     pub cargo: CargoArgs,
 
     /// Sampling period: one sample every N instrumented-load executions
-    /// (default 100000).
+    /// (default 100000, or 100 × --window for a larger window: ≈1% recorded).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Recording")]
     pub period: Option<u64>,
 
