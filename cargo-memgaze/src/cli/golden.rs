@@ -251,6 +251,15 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                 recording.elapsed.as_secs_f64()
             )];
             lines.extend(changes.iter().map(|c| format!("{:>12}   {c}", "")));
+            if matches!(outcome, Outcome::Differs { .. })
+                && let Some(note) = threads_note(
+                    &case.name,
+                    recording.analysis.summary.samples,
+                    recording.analysis.coverage.trace_samples,
+                )
+            {
+                lines.push(note);
+            }
             progress.print(|| {
                 for line in &lines {
                     println!("{line}");
@@ -317,4 +326,34 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         }
     }
     Ok(exit)
+}
+
+/// Why a multithreaded bench's snapshot differs, when it does: its
+/// threads' loads interleave differently from run to run (thread start-up
+/// alone runs a varying number of loads), so its full trace, unlike a
+/// single-threaded bench's, is not reproducible. A full trace is one
+/// sample (`trace_samples`), which the analysis splits into one piece per
+/// thread (`pieces`, the summary's `samples`).
+fn threads_note(bench: &str, pieces: u64, trace_samples: u64) -> Option<String> {
+    let threads = pieces;
+    (trace_samples == 1 && threads > 1).then(|| {
+        format!(
+            "note: `{bench}` runs {threads} threads, whose interleaving changes from run to run: its full trace is not reproducible, so its snapshot cannot match exactly (golden snapshots suit single-threaded benches)"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::threads_note;
+
+    #[test]
+    fn only_a_full_trace_of_several_threads_gets_the_threads_note() {
+        assert_eq!(threads_note("seq", 1, 1), None);
+        assert_eq!(threads_note("empty", 0, 1), None);
+        let note = threads_note("par", 5, 1).unwrap();
+        assert!(note.starts_with("note: `par` runs 5 threads"), "{note}");
+        // Not a full trace (several samples): no claim about threads.
+        assert_eq!(threads_note("sampled", 40, 20), None);
+    }
 }
