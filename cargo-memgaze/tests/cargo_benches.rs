@@ -317,8 +317,9 @@ fn a_bench_without_the_harness_is_skipped_unless_named() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
-        err.starts_with("warning: skipping bench `hashmap-vs-btree/plain` (")
-            && err.contains("is not built with memgaze-harness"),
+        err.starts_with("warning: bench `hashmap-vs-btree/plain` (")
+            && err.contains("is not built with memgaze-harness")
+            && err.lines().next().unwrap().ends_with("; skipped"),
         "{err}"
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 5);

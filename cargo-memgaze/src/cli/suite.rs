@@ -38,7 +38,7 @@ pub fn discover(
     };
     let suite = cargo::discover(cargo_args, harness, &options)?;
     for (_, reason) in &suite.skipped {
-        eprintln!("warning: skipping {reason}");
+        eprintln!("warning: {reason}; skipped");
     }
     Ok(suite)
 }
