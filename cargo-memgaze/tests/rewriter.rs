@@ -319,6 +319,28 @@ fn a_killed_program_leaves_a_readable_prefix() {
 }
 
 #[test]
+fn a_program_killed_before_its_first_flush_is_reported_as_such() {
+    let binary = build("signals.c", &["-O2"]);
+    let inst = instrument(&binary, None, "all");
+    let trace = trace_path("aborted");
+    let out = record(&inst.path, &["abort"], FULL, &trace, None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + 6), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("early "));
+    // The cause is the signal, not a program that is not instrumented.
+    assert!(
+        stderr.contains("signal 6") && stderr.contains("before the recorder's first flush"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("may not be instrumented"), "{stderr}");
+    let summary = read_trace(&trace);
+    assert_eq!(
+        summary.totals.exit,
+        Some(memgaze::trace::ProgramExit::Signal(6))
+    );
+}
+
+#[test]
 fn signal_handlers_running_instrumented_code_are_safe() {
     let binary = build("signals.c", &["-O1"]);
     let inst = instrument(&binary, None, "all");

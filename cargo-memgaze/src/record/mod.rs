@@ -414,11 +414,22 @@ pub fn record_command(
         (None, None) => ProgramExit::Code(-1),
     };
     let mut notes = Vec::new();
+    let main_exited = assembler.process_exited(pid);
     if let ProgramExit::Signal(signal) = exit {
-        notes.push(format!(
-            "the program was killed by signal {signal} ({}): the trace holds what was recorded until then",
-            signal_name(signal)
-        ));
+        // The recorder sends a thread's records only when its buffer fills
+        // and at exit; a fatal signal skips the exit hook.
+        notes.push(if assembler.processes.is_empty() {
+            format!(
+                "the program was killed by signal {signal} ({}) before the recorder's first flush: every record it held is lost",
+                signal_name(signal)
+            )
+        } else {
+            format!(
+                "the program was killed by signal {signal} ({}): the trace holds the records flushed until then; each thread's last, partly filled buffer (up to {} records) is lost",
+                signal_name(signal),
+                crate::instrument::runtime::slot::CAPACITY
+            )
+        });
     }
     if cut_off.load(Ordering::Acquire) {
         notes.push(format!(
@@ -426,8 +437,7 @@ pub fn record_command(
             LINGER.as_secs()
         ));
     }
-    let main_exited = assembler.process_exited(pid);
-    if assembler.processes.is_empty() {
+    if assembler.processes.is_empty() && matches!(exit, ProgramExit::Code(_)) {
         notes.push(
             "the recorder sent nothing: the program may not be instrumented by this cargo memgaze, may have exited before its entry point, or runs on a kernel without MADV_WIPEONFORK (Linux ≥ 4.14)"
                 .into(),
