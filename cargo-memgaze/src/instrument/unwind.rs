@@ -169,21 +169,6 @@ fn write_uleb(out: &mut Vec<u8>, mut value: u64) {
     }
 }
 
-/// A ULEB128 padded to exactly five bytes (a length patched in later).
-fn write_uleb5(out: &mut Vec<u8>, value: u64) {
-    assert!(value < 1 << 35);
-    for i in 0..5 {
-        let byte = ((value >> (7 * i)) & 0x7f) as u8;
-        out.push(if i < 4 { byte | 0x80 } else { byte });
-    }
-}
-
-fn patch_uleb5(out: &mut [u8], at: usize, value: u64) {
-    let mut tmp = Vec::new();
-    write_uleb5(&mut tmp, value);
-    out[at..at + 5].copy_from_slice(&tmp);
-}
-
 /// Appends `value` encoded with `encoding`, the encoded field starting at
 /// address `at`.
 fn write_pointer(out: &mut Vec<u8>, encoding: u8, value: u64, at: u64) -> Result<()> {
@@ -590,20 +575,26 @@ pub fn translate_lsda(
         bail!("LSDA at {lsda:#x} runs past its section");
     }
 
-    // Assemble: header, call sites, verbatim action/type tables.
+    // Assemble: header, call sites, verbatim action/type tables. Every
+    // ULEB is minimal, as compilers write them: the personality routine
+    // reads the header on each call, and padded fields would make the
+    // instrumented program execute loads the original does not.
     let mut out = vec![DW_EH_PE_OMIT, ttype_enc];
-    let ttype_field = out.len();
-    if ttype_base.is_some() {
-        write_uleb5(&mut out, 0);
+    let mut cs_len = Vec::new();
+    write_uleb(&mut cs_len, sites.len() as u64);
+    // The type-table offset counts from the end of its own field.
+    let ttype_offset =
+        ttype_base.map(|base| (1 + cs_len.len() + sites.len() + (base as usize - cs_end)) as u64);
+    if let Some(offset) = ttype_offset {
+        write_uleb(&mut out, offset);
     }
     out.push(DW_EH_PE_ULEB128);
-    write_uleb5(&mut out, sites.len() as u64);
+    out.extend_from_slice(&cs_len);
     out.extend_from_slice(&sites);
     let new_cs_end = out.len();
     out.extend_from_slice(&data[cs_end..tail_end]);
     if let Some(base) = ttype_base {
         let new_base = new_cs_end + (base as usize - cs_end);
-        patch_uleb5(&mut out, ttype_field, (new_base - (ttype_field + 5)) as u64);
         for k in 1..=max_type {
             let old_pos = base as usize - (k * type_size) as usize;
             let new_pos = new_base - (k * type_size) as usize;
@@ -716,11 +707,58 @@ mod tests {
     use super::*;
 
     #[test]
-    fn uleb_padding_reads_back() {
-        let mut out = Vec::new();
-        write_uleb5(&mut out, 300);
-        assert_eq!(out.len(), 5);
-        assert_eq!(Cursor::new(&out, 0, 0).uleb().unwrap(), 300);
+    fn an_lsda_whose_offsets_do_not_move_is_translated_byte_for_byte() {
+        // lpstart omitted; type table udata4 at offset 12; call sites in
+        // ULEB128 (4 bytes): [0, +4) lands at 8, action 1; action table
+        // (filter 1, end); one type entry.
+        let lsda = [
+            0xff, 0x03, 0x0c, 0x01, 0x04, 0x00, 0x04, 0x08, 0x01, 0x01, 0x00, 0x34, 0x12, 0x00,
+            0x00,
+        ];
+        let at = 0x5000u64;
+        let read = |addr: u64, len: usize| {
+            let from = usize::try_from(addr.checked_sub(at)?).ok()?;
+            lsda.get(from..from + len).map(<[u8]>::to_vec)
+        };
+        let map = |a: u64| (0x100..=0x108).contains(&a).then_some(a + 0x8f00);
+        let out = translate_lsda(
+            &read,
+            at,
+            at + lsda.len() as u64,
+            0x100,
+            false,
+            &map,
+            0x7000,
+        )
+        .unwrap();
+        // Minimal ULEBs as the compiler wrote them: the personality routine
+        // reads exactly the bytes it reads in the original.
+        assert_eq!(out.bytes, lsda);
+        // A call site that moves gets longer offsets, and the type-table
+        // offset follows.
+        let far = |a: u64| match a {
+            0x100 => Some(0x9000),
+            0x104 => Some(0x9000 + 200),
+            0x108 => Some(0x9000 + 300),
+            _ => None,
+        };
+        let out = translate_lsda(
+            &read,
+            at,
+            at + lsda.len() as u64,
+            0x100,
+            false,
+            &far,
+            0x7000,
+        )
+        .unwrap();
+        assert_eq!(
+            out.bytes,
+            [
+                0xff, 0x03, 0x0e, 0x01, 0x06, 0x00, 0xc8, 0x01, 0xac, 0x02, 0x01, 0x01, 0x00, 0x34,
+                0x12, 0x00, 0x00
+            ]
+        );
     }
 
     #[test]
