@@ -48,10 +48,9 @@ pub fn render(a: &Analysis, options: &TableOptions) -> String {
     };
     let _ = writeln!(
         out,
-        "memgaze analysis: {} backend, {sampling}, {} sample{}, ρ = {}",
+        "memgaze analysis: {} backend, {sampling}, {}, ρ = {}",
         run.backend,
-        count(s.samples),
-        if s.samples == 1 { "" } else { "s" },
+        samples_phrase(s.samples, a.coverage.trace_samples),
         num(s.rho)
     );
     if let Some(binary) = &run.binary {
@@ -454,9 +453,32 @@ fn bytes(n: u64) -> String {
     }
 }
 
+/// `N samples`, saying how many the trace held when the analysis split
+/// samples per thread (spec/METRICS.md): a full trace of a 5-thread
+/// program is "5 samples (1 in the trace, split per thread)", which the
+/// recorder reports as one sample from 5 threads.
+fn samples_phrase(samples: u64, trace_samples: u64) -> String {
+    let plural = |n: u64| if n == 1 { "" } else { "s" };
+    let mut phrase = format!("{} sample{}", count(samples), plural(samples));
+    if trace_samples != samples {
+        phrase += &format!(" ({} in the trace, split per thread)", count(trace_samples));
+    }
+    phrase
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn samples_split_per_thread_say_how_many_the_trace_held() {
+        assert_eq!(samples_phrase(1, 1), "1 sample");
+        assert_eq!(samples_phrase(20, 20), "20 samples");
+        assert_eq!(
+            samples_phrase(5, 1),
+            "5 samples (1 in the trace, split per thread)"
+        );
+    }
 
     #[test]
     fn numbers_read_well() {
