@@ -332,21 +332,22 @@ impl<'a> Sites<'a> {
         }
     }
 
-    /// Length of the binary's instruction at `ip`, if one decodes there.
-    fn instruction_length(&self, ip: u64) -> Option<u64> {
+    /// The binary's instruction at `ip`, if one decodes there.
+    fn instruction_at(&self, ip: u64) -> Option<iced_x86::Instruction> {
         let bytes = self.binary.bytes_at(ip, 15.min(self.available(ip)))?;
         let mut decoder = iced_x86::Decoder::with_ip(64, bytes, ip, iced_x86::DecoderOptions::NONE);
         let insn = decoder.decode();
-        (!insn.is_invalid()).then_some(insn.len() as u64)
+        (!insn.is_invalid()).then_some(insn)
+    }
+
+    /// Length of the binary's instruction at `ip`, if one decodes there.
+    fn instruction_length(&self, ip: u64) -> Option<u64> {
+        self.instruction_at(ip).map(|insn| insn.len() as u64)
     }
 
     fn reads_stack_implicitly(&self, ip: u64) -> bool {
-        let Some(bytes) = self.binary.bytes_at(ip, 15.min(self.available(ip))) else {
-            return false;
-        };
-        let mut decoder = iced_x86::Decoder::with_ip(64, bytes, ip, iced_x86::DecoderOptions::NONE);
-        let insn = decoder.decode();
-        !insn.is_invalid() && implicit_load(&insn) == ImplicitLoad::Stack
+        self.instruction_at(ip)
+            .is_some_and(|insn| implicit_load(&insn) == ImplicitLoad::Stack)
     }
 
     /// Bytes of the binary's file image from `ip` (at most 15 are needed).
