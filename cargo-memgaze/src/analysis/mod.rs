@@ -498,14 +498,11 @@ impl Analyzer {
         {
             bail!("the code window may be at most 2^{MAX_CODE_WINDOW_K} records (got 2^{k})");
         }
-        let matcher = match &options.functions {
-            Some(glob) => Some(
-                globset::Glob::new(glob)
-                    .with_context(|| format!("invalid --functions pattern {glob:?}"))?
-                    .compile_matcher(),
-            ),
-            None => None,
-        };
+        let matcher = options
+            .functions
+            .as_deref()
+            .map(crate::trace::function_matcher)
+            .transpose()?;
         let sampling = header.sampling;
         let window = if sampling.is_full() {
             u64::MAX

@@ -219,10 +219,7 @@ impl TraceHeader {
     /// [`TraceHeader::functions`]: the analysis would keep no record, and an
     /// empty result would hide a mistyped name.
     pub fn require_function_match(&self, glob: &str) -> anyhow::Result<()> {
-        use anyhow::Context;
-        let matcher = globset::Glob::new(glob)
-            .with_context(|| format!("invalid --functions pattern {glob:?}"))?
-            .compile_matcher();
+        let matcher = function_matcher(glob)?;
         if self.functions.iter().any(|f| matcher.is_match(&f.name)) {
             return Ok(());
         }
@@ -235,6 +232,14 @@ impl TraceHeader {
             self.functions.len()
         )
     }
+}
+
+/// The matcher of a `--functions` glob over [`FunctionEntry::name`]s.
+pub fn function_matcher(glob: &str) -> anyhow::Result<globset::GlobMatcher> {
+    use anyhow::Context;
+    Ok(globset::Glob::new(glob)
+        .with_context(|| format!("invalid --functions pattern {glob:?}"))?
+        .compile_matcher())
 }
 
 /// How the traced program ended.
