@@ -73,6 +73,30 @@ pub struct LackeyStats {
     pub mismatched_sites: u64,
 }
 
+/// Why a log, accepted, may still not be a run of the binary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogDoubt {
+    /// It has loads, none of them in the binary's code (another
+    /// executable, or another load base).
+    NoLoadInBinary,
+    /// At some load sites (too few to refuse the log) the logged
+    /// instruction length differs from the binary's.
+    SomeLengthsDiffer,
+}
+
+impl LackeyStats {
+    /// Whether, and why, the log may not be a run of the binary.
+    pub fn doubt(&self) -> Option<LogDoubt> {
+        if self.loads > 0 && self.outside_binary == self.loads {
+            Some(LogDoubt::NoLoadInBinary)
+        } else if self.mismatched_sites > 0 {
+            Some(LogDoubt::SomeLengthsDiffer)
+        } else {
+            None
+        }
+    }
+}
+
 /// Analyses the Lackey log at `log` of a run of `binary`.
 /// `progress(bytes_read)` is called now and then for a progress display.
 pub fn analyze_lackey(
@@ -242,16 +266,15 @@ pub fn import(
             stats.load_sites
         );
     }
-    if stats.mismatched_sites > 0 {
-        analyzer.note(format!(
+    match stats.doubt() {
+        Some(LogDoubt::NoLoadInBinary) => analyzer.note(
+            "no load of the log lies in the binary's code: was the log recorded from this executable, at this --load-base?",
+        ),
+        Some(LogDoubt::SomeLengthsDiffer) => analyzer.note(format!(
             "{} of {} load instructions have another length in the log than in the binary: the log may come from another build",
             stats.mismatched_sites, stats.load_sites
-        ));
-    }
-    if stats.loads > 0 && stats.outside_binary == stats.loads {
-        analyzer.note(
-            "no load of the log lies in the binary's code: was the log recorded from this executable, at this --load-base?",
-        );
+        )),
+        None => {}
     }
     let totals = TraceTotals::clean(records, records, u64::from(records > 0));
     let mut analysis = analyzer.finish(&totals);

@@ -5,7 +5,7 @@ use super::{ColorChoice, Format, Global};
 use crate::analysis::table::{TableOptions, render};
 use crate::analysis::{Analysis, AnalysisOptions, Analyzer, MAX_CODE_WINDOW_K};
 use crate::error::{Exit, usage};
-use crate::lackey::{LackeyOptions, LackeyStats, analyze_lackey};
+use crate::lackey::{LackeyOptions, LackeyStats, LogDoubt, analyze_lackey};
 use crate::trace::TraceReader;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -147,21 +147,21 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
 /// Warns on stderr when the Lackey log does not look like a run of the
 /// binary: an empty or odd analysis would otherwise be the only sign.
 fn warn_on_mismatch(log: &Path, binary: &Path, stats: &LackeyStats) {
-    if stats.loads > 0 && stats.outside_binary == stats.loads {
-        eprintln!(
+    match stats.doubt() {
+        Some(LogDoubt::NoLoadInBinary) => eprintln!(
             "warning: {}: none of its {} loads lies in the code of {}: was the log recorded from this executable? (a PIE is taken to be mapped at 0x108000, as Valgrind does; --load-base sets another address)",
             log.display(),
             stats.loads,
             binary.display()
-        );
-    } else if stats.mismatched_sites > 0 {
-        eprintln!(
+        ),
+        Some(LogDoubt::SomeLengthsDiffer) => eprintln!(
             "warning: {}: at {} of {} load instructions the log's instruction length differs from {}: the log may come from another build",
             log.display(),
             stats.mismatched_sites,
             stats.load_sites,
             binary.display()
-        );
+        ),
+        None => {}
     }
 }
 
