@@ -491,7 +491,7 @@ pub fn sampling(
 /// above the default one the same share recorded (≈1%), so that a larger
 /// window never silently turns into a full trace (a period equal to the
 /// window skips nothing).
-pub fn default_period(window: u64) -> u64 {
+fn default_period(window: u64) -> u64 {
     let ratio = pipeline::DEFAULT_PERIOD / pipeline::DEFAULT_WINDOW;
     pipeline::DEFAULT_PERIOD.max(window.saturating_mul(ratio))
 }

@@ -335,10 +335,9 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
 /// sample (`trace_samples`), which the analysis splits into one piece per
 /// thread (`pieces`, the summary's `samples`).
 fn threads_note(bench: &str, pieces: u64, trace_samples: u64) -> Option<String> {
-    let threads = pieces;
-    (trace_samples == 1 && threads > 1).then(|| {
+    (trace_samples == 1 && pieces > 1).then(|| {
         format!(
-            "note: `{bench}` runs {threads} threads, whose interleaving changes from run to run: its full trace is not reproducible, so its snapshot cannot match exactly (golden snapshots suit single-threaded benches)"
+            "note: `{bench}` runs {pieces} threads, whose interleaving changes from run to run: its full trace is not reproducible, so its snapshot cannot match exactly (golden snapshots suit single-threaded benches)"
         )
     })
 }

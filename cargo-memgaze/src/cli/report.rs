@@ -4,7 +4,7 @@
 use super::Global;
 use crate::error::Exit;
 use crate::gate::{Limits, load_baseline};
-use crate::report::{ReportOptions, default_report_dir, discover, write_report};
+use crate::report::{ReportOptions, default_report_dir, report_results};
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 
@@ -70,10 +70,9 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             options.limits = Limits::defaults().overridden_by(&Limits::parse(spec)?);
         }
     }
-    let found = discover(results)?;
-    let written = write_report(&found.benches, &results.display().to_string(), &options)?;
+    let written = report_results(results, &options)?;
     if !global.quiet {
-        for warning in found.skipped.iter().chain(&written.warnings) {
+        for warning in &written.warnings {
             eprintln!("warning: {warning}");
         }
         eprintln!(
