@@ -278,6 +278,30 @@ fn unknown_package_is_one_line_before_any_build() {
     assert!(err.contains("members: hashmap-vs-btree"), "{err}");
 }
 
+/// An unknown `--bench` name is one line naming it and the bench targets
+/// there are, before cargo runs (not cargo's error followed by ours).
+#[test]
+fn unknown_bench_name_is_one_line_before_any_build() {
+    let out = cargo_memgaze(&fixture("hashmap-vs-btree"), &["--bench", "nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(
+        err,
+        "error: no bench target named `nope` in package `hashmap-vs-btree` \
+         (benches: lookup, plain)\n"
+    );
+    let out = cargo_memgaze(
+        &fixture("hashmap-vs-btree"),
+        &["--bench", "look*", "--bench", "x?"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        "error: no bench target matches `x?` in package `hashmap-vs-btree` \
+         (benches: lookup, plain)\n"
+    );
+}
+
 #[test]
 fn a_crate_without_benches_is_an_error() {
     let out = cargo_memgaze(&fixture("no-benches"), &[]);

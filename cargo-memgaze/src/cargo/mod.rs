@@ -18,7 +18,8 @@
 //!    [`Workspace::results_layout`].
 //!
 //! Errors are single lines naming the input: an unknown package, no bench
-//! targets, a failed build (cargo's own errors are on stderr above it), a
+//! targets, a `--bench` name that matches no bench target (checked against
+//! `cargo metadata` before cargo runs), a failed build (cargo's own errors are on stderr above it), a
 //! bench not built with memgaze-harness (when named, or when it is the only
 //! kind; otherwise it is skipped with a warning).
 
@@ -108,6 +109,7 @@ pub fn discover(
 ) -> anyhow::Result<BenchSuite> {
     let workspace = Workspace::load(args)?;
     workspace.ensure_bench_targets()?;
+    workspace.ensure_bench_names(&args.bench_targets)?;
     let executables = build_benches(args, &workspace, options)?;
     let mut checked = Vec::with_capacity(executables.len());
     let mut skipped = Vec::new();

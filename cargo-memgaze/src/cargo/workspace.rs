@@ -140,6 +140,50 @@ impl Workspace {
         )
     }
 
+    /// Fails with one line when a `--bench` name (or glob) matches no bench
+    /// target of the selected packages, before cargo runs: cargo's own
+    /// message for this is several lines and would be followed by ours for
+    /// the failed build. Unknown selections (package ids as URLs) are left
+    /// to cargo.
+    pub fn ensure_bench_names(&self, names: &[String]) -> anyhow::Result<()> {
+        let Some(indices) = &self.selected else {
+            return Ok(());
+        };
+        let selected: Vec<&Member> = indices.iter().map(|&i| &self.members[i]).collect();
+        for name in names {
+            let matches = target_name_matcher(name);
+            if selected
+                .iter()
+                .any(|m| m.bench_targets.iter().any(|t| matches(t)))
+            {
+                continue;
+            }
+            let what = if is_glob(name) {
+                format!("no bench target matches `{name}`")
+            } else {
+                format!("no bench target named `{name}`")
+            };
+            let packages: Vec<String> = selected.iter().map(|m| format!("`{}`", m.name)).collect();
+            let place = match packages.len() {
+                1 => format!("package {}", packages[0]),
+                _ => format!("packages {}", packages.join(", ")),
+            };
+            let qualified = selected.len() > 1;
+            let mut benches: Vec<String> = selected
+                .iter()
+                .flat_map(|m| {
+                    m.bench_targets.iter().map(move |t| match qualified {
+                        true => format!("{}/{t}", m.name),
+                        false => t.clone(),
+                    })
+                })
+                .collect();
+            benches.sort();
+            bail!("{what} in {place} (benches: {})", benches.join(", "));
+        }
+        Ok(())
+    }
+
     /// Where results go: `<target-dir>/memgaze/`.
     pub fn results_layout(&self) -> ResultsLayout {
         ResultsLayout::new(&self.target_dir)
@@ -163,6 +207,24 @@ fn member(package: &Package) -> Member {
             .iter()
             .any(|t| t.kind.contains(&TargetKind::Bench) && !t.required_features.is_empty()),
         metadata: package.metadata.clone(),
+    }
+}
+
+fn is_glob(name: &str) -> bool {
+    name.contains(['*', '?', '['])
+}
+
+/// Whether a target name matches a `--bench` argument: equal, or as a glob
+/// (cargo accepts `--bench 'micro*'`). A glob that does not parse is
+/// compared literally; cargo then reports it.
+fn target_name_matcher(name: &str) -> impl Fn(&str) -> bool + '_ {
+    let glob = is_glob(name)
+        .then(|| globset::Glob::new(name).ok())
+        .flatten()
+        .map(|g| g.compile_matcher());
+    move |target: &str| match &glob {
+        Some(glob) => glob.is_match(target),
+        None => target == name,
     }
 }
 
@@ -362,6 +424,49 @@ mod tests {
         assert!(e.starts_with("no bench targets in package `a`:"), "{e}");
         let ws = workspace(ws.members, Some(vec![1]));
         assert!(ws.ensure_bench_targets().is_ok());
+    }
+
+    #[test]
+    fn unknown_bench_names_are_one_line_naming_the_targets() {
+        let ws = workspace(
+            vec![
+                m("a", "1.0.0", &["micro", "macro"]),
+                m("b", "1.0.0", &["x"]),
+            ],
+            Some(vec![0]),
+        );
+        assert!(ws.ensure_bench_names(&[]).is_ok());
+        assert!(ws.ensure_bench_names(&["micro".into()]).is_ok());
+        assert!(ws.ensure_bench_names(&["mi*".into()]).is_ok());
+        let e = ws
+            .ensure_bench_names(&["x".into()])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "no bench target named `x` in package `a` (benches: macro, micro)"
+        );
+        let e = ws
+            .ensure_bench_names(&["z*".into()])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "no bench target matches `z*` in package `a` (benches: macro, micro)"
+        );
+        let ws = workspace(ws.members, Some(vec![0, 1]));
+        assert!(ws.ensure_bench_names(&["x".into(), "micro".into()]).is_ok());
+        let e = ws
+            .ensure_bench_names(&["nope".into()])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "no bench target named `nope` in packages `a`, `b` (benches: a/macro, a/micro, b/x)"
+        );
+        // A selection only cargo can resolve is left to cargo.
+        let ws = workspace(ws.members, None);
+        assert!(ws.ensure_bench_names(&["nope".into()]).is_ok());
     }
 
     #[test]
