@@ -11,7 +11,9 @@
 //! `cldemote`: hints that read no data into a register). Implicit reads are
 //! not explicit operands and are counted apart so that coverage figures stay
 //! honest: stack pops (`pop`, `ret`, `leave`, `popf`) and string
-//! instructions (`movs`, `lods`, `cmps`, `scas`, `xlat`, `outs`).
+//! instructions (`movs`, `lods`, `cmps`, `scas`, `outs`, with or without
+//! `rep`; one count per instruction). `xlat` (`al ← [rbx + al]`) is decoded
+//! with an explicit memory operand and is an explicit load.
 
 use iced_x86::{Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register};
 
@@ -59,7 +61,7 @@ pub enum ImplicitLoad {
     None,
     /// `pop`, `ret`, `leave`, `popf`, `iret`.
     Stack,
-    /// `movs`, `lods`, `cmps`, `scas`, `xlat`, `outs`.
+    /// `movs`, `lods`, `cmps`, `scas`, `outs`.
     String,
 }
 
@@ -152,17 +154,32 @@ pub fn implicit_load(insn: &Instruction) -> ImplicitLoad {
         | Mnemonic::Scasw
         | Mnemonic::Scasd
         | Mnemonic::Scasq
-        | Mnemonic::Xlatb
         | Mnemonic::Outsb
         | Mnemonic::Outsw
         | Mnemonic::Outsd
-            if (0..insn.op_count()).all(|i| insn.op_kind(i) != OpKind::Memory)
-                && !(0..insn.op_count()).any(|i| insn.op_kind(i) == OpKind::Register) =>
+            // Only the string forms: `movsd`/`cmpsd` are also SSE2 scalar
+            // instructions (register or explicit memory operands), and
+            // `lods`/`scas`/`outs` have a register operand besides their
+            // string one, so the test is the `[rsi]`/`es:[rdi]` operand.
+            if (0..insn.op_count()).any(|i| is_string_operand(insn.op_kind(i))) =>
         {
             ImplicitLoad::String
         }
         _ => ImplicitLoad::None,
     }
+}
+
+/// The implicit `[rsi]`/`es:[rdi]` operand kinds of string instructions.
+fn is_string_operand(kind: OpKind) -> bool {
+    matches!(
+        kind,
+        OpKind::MemorySegSI
+            | OpKind::MemorySegESI
+            | OpKind::MemorySegRSI
+            | OpKind::MemoryESDI
+            | OpKind::MemoryESEDI
+            | OpKind::MemoryESRDI
+    )
 }
 
 #[cfg(test)]
@@ -236,5 +253,40 @@ mod tests {
         assert_eq!(implicit[14], ImplicitLoad::Stack);
         assert_eq!(implicit[15], ImplicitLoad::String);
         assert_eq!(implicit[0], ImplicitLoad::None);
+    }
+
+    #[test]
+    fn string_reads_are_implicit_and_their_sse_namesakes_are_not() {
+        let insns = decode(|a| {
+            a.rep().movsb()?; // 0: reads [rsi]
+            a.repe().cmpsb()?; // 1: reads [rsi] and [rdi]
+            a.lodsb()?; // 2: al ← [rsi]
+            a.lodsq()?; // 3: rax ← [rsi]
+            a.repne().scasb()?; // 4: compares al with [rdi]
+            a.outsb()?; // 5: port dx ← [rsi]
+            a.rep().stosb()?; // 6: a store
+            a.movsd_2(xmm0, qword_ptr(rdi))?; // 7: SSE2 move, explicit load
+            a.movsd_2(xmm0, xmm1)?; // 8: SSE2 move, no memory
+            a.cmpsd_3(xmm0, xmm1, 0)?; // 9: SSE2 compare, no memory
+            a.movsd()?; // 10: the string `movsd`
+            a.cmpsd()?; // 11: the string `cmpsd`
+            a.xlatb()?; // 12: al ← [rbx + al], decoded as an explicit operand
+            Ok(())
+        });
+        let implicit: Vec<ImplicitLoad> = insns.iter().map(implicit_load).collect();
+        use ImplicitLoad::{None as N, String as S};
+        assert_eq!(implicit, [S, S, S, S, S, S, N, N, N, N, S, S, N]);
+        let mut info = InstructionInfoFactory::new();
+        let explicit: Vec<bool> = insns
+            .iter()
+            .map(|insn| explicit_load(&mut info, insn, 0).is_some())
+            .collect();
+        assert_eq!(
+            explicit,
+            [
+                false, false, false, false, false, false, false, true, false, false, false, false,
+                true
+            ]
+        );
     }
 }
