@@ -88,6 +88,15 @@ pub struct FunctionSite {
     pub instrumented: bool,
     /// Why not, when it was selected but could not be instrumented.
     pub skipped: Option<String>,
+    /// Implicit stack reads (`pop`, `ret`, `leave`): loads with no memory
+    /// operand, never instrumented by design (the classifier's count).
+    #[serde(default)]
+    pub stack_loads: u32,
+    /// Implicit string reads (`movs`, `lods`, `cmps`, `scas`, `outs`, with
+    /// or without `rep`): never instrumented by design (the classifier's
+    /// count).
+    #[serde(default)]
+    pub string_loads: u32,
 }
 
 /// The annotation of one binary.
@@ -240,6 +249,8 @@ mod tests {
                 size: 16,
                 instrumented: true,
                 skipped: None,
+                stack_loads: 1,
+                string_loads: 0,
             }],
             loads: vec![LoadSite {
                 id: 0,

@@ -151,6 +151,8 @@ fn annotation() -> Annotation {
             size: 0x100,
             instrumented: true,
             skipped: None,
+            stack_loads: 0,
+            string_loads: 0,
         }],
         loads,
         ptwrites,

@@ -405,6 +405,70 @@ fn region_markers_switch_recording() {
     assert_eq!(summary.totals.executions, summary.totals.records);
 }
 
+/// String instructions' reads are implicit and not traced, by design:
+/// `instrument` counts them (and implicit stack reads) in its report, in
+/// JSON and in text, with the classifier's own counts, and the program
+/// still behaves.
+#[test]
+fn instrument_reports_the_implicit_loads_it_does_not_trace() {
+    let binary = build("strings.c", &["-O1", "-g"]);
+    let classify = |functions: &str| -> serde_json::Value {
+        let out = memgaze()
+            .arg("classify")
+            .arg(&binary)
+            .args(["--functions", functions, "--format", "json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["summary"].clone()
+    };
+    let strings = instrument(&binary, Some("strings"), "strings");
+    // movsb, cmpsb, lodsb, scasb, lodsq; not the stosb (a store).
+    assert_eq!(strings.report["string_loads"], 5, "{}", strings.report);
+    let classified = classify("strings");
+    assert_eq!(classified["string_loads"], 5);
+    assert_eq!(strings.report["stack_loads"], classified["stack_loads"]);
+    assert!(strings.report["stack_loads"].as_u64().unwrap() >= 1); // ret
+    let plain = instrument(&binary, Some("no_strings"), "no_strings");
+    assert_eq!(plain.report["string_loads"], 0);
+    assert_eq!(
+        plain.report["stack_loads"],
+        classify("no_strings")["stack_loads"]
+    );
+
+    let out = memgaze()
+        .arg("instrument")
+        .arg(&binary)
+        .arg("-o")
+        .arg(scratch().join("strings.text.instrumented"))
+        .args(["--functions", "strings"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("implicit loads not traced (by design): "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        line.contains(" 5 string instructions (movs, lods, cmps, scas, outs), "),
+        "{line}"
+    );
+    assert!(line.ends_with("stack reads (pop, ret, leave)"), "{line}");
+
+    let native = native(&binary, &[], None);
+    assert_eq!(native.status.code(), Some(0));
+    assert_same_behaviour(&native, &super_native(&strings.path, &[]), "strings");
+}
+
 fn one_error_line(out: &Output) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");

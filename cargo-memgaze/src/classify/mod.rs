@@ -486,6 +486,8 @@ impl BinaryLoads {
                 size: function.size,
                 instrumented: false,
                 skipped: None,
+                stack_loads: f.stack_loads,
+                string_loads: f.string_loads,
             });
             for l in &f.loads {
                 let op = &l.operand;

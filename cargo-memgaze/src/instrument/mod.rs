@@ -751,6 +751,10 @@ pub fn instrument_with_code(
     }
     report.loads = annotation.loads.len();
     report.coverage = report.static_coverage();
+    for function in &annotation.functions {
+        report.string_loads += function.string_loads as usize;
+        report.stack_loads += function.stack_loads as usize;
+    }
     report.functions_instrumented = plans
         .iter()
         .filter(|p| p.annotation_function.is_some())

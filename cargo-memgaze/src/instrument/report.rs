@@ -40,6 +40,14 @@ pub struct Report {
     pub coverage: f64,
     /// `reason → count` of loads neither instrumented nor implied.
     pub loads_skipped: BTreeMap<String, usize>,
+    /// Implicit string reads (`movs`, `lods`, `cmps`, `scas`, `outs`) in
+    /// the selected functions: not traced, by design (no memory
+    /// operand to probe; a `rep` prefix makes one a loop of loads). Not part
+    /// of `loads` or `coverage`.
+    pub string_loads: usize,
+    /// Implicit stack reads (`pop`, `ret`, `leave`) in the selected
+    /// functions: not traced, by design. Not part of `loads` or `coverage`.
+    pub stack_loads: usize,
     /// `fast-path variant → count` of software probes.
     pub probe_kinds: BTreeMap<String, usize>,
     /// Entry patches written into original functions.
@@ -104,6 +112,11 @@ impl fmt::Display for Report {
         for (reason, count) in &self.loads_skipped {
             writeln!(f, "  not covered {count:>6}  {reason}")?;
         }
+        writeln!(
+            f,
+            "implicit loads not traced (by design): {} string instructions (movs, lods, cmps, scas, outs), {} stack reads (pop, ret, leave)",
+            self.string_loads, self.stack_loads
+        )?;
         if !self.probe_kinds.is_empty() {
             let kinds: Vec<String> = self
                 .probe_kinds
