@@ -87,6 +87,17 @@ pub enum Format {
     Json,
 }
 
+/// The end of `record`'s and `run`'s help. They exit with the program's
+/// status (like `perf record` and valgrind) — a deliberate pass-through that
+/// spec/CLI.md's exit codes do not cover — so users must be told that those
+/// codes do not apply there.
+const PROGRAM_EXIT_STATUS: &str = "\
+Exit status: the program's own (128 + N when it died of signal N), as with \
+`perf record` or valgrind, and not memgaze's exit codes: a program that \
+exits 3 is not a regression. memgaze's own failures, before or after the \
+program runs, exit 2 (bad usage) or 1 (any other error) and print an \
+`error:` line on stderr.";
+
 /// The subcommands (spec/CLI.md).
 // Parsed once per process; boxing the larger `Args` would buy nothing.
 #[allow(clippy::large_enum_variant)]
@@ -104,6 +115,7 @@ pub enum Command {
     /// for everything) and prints the analysis.
     ///
     /// Example: cargo memgaze run --seed 1 -- target/release/mybin input.txt
+    #[command(after_help = PROGRAM_EXIT_STATUS)]
     Run(run::Args),
     /// Show the functions and classified loads of an executable.
     Classify(classify::Args),
@@ -121,12 +133,13 @@ pub enum Command {
     /// Run an instrumented program and write its trace.
     ///
     /// The program's arguments, stdin, stdout, stderr and exit status pass
-    /// through untouched (death by signal N exits 128 + N); ASLR is off.
+    /// through untouched; ASLR is off.
     /// Sampled by default: windows of 1000 consecutive instrumented-load
     /// executions per period of 100000 (≈1% of the loads), every execution
     /// counted; --full records all of them.
     ///
     /// Example: cargo memgaze record --seed 1 -o run.trace -- ./mybin.mg input.txt
+    #[command(after_help = PROGRAM_EXIT_STATUS)]
     Record(record::Args),
     /// Compute the locality metrics of a trace or a Lackey log.
     Analyze(analyze::Args),
@@ -180,6 +193,32 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         CargoCli::command().debug_assert();
+    }
+
+    /// `record` and `run` exit with the program's status, so their `--help`
+    /// must say that their codes are not memgaze's (a program's 3 is not a
+    /// regression).
+    #[test]
+    fn record_and_run_help_explain_the_exit_status_pass_through() {
+        let mut cli = CargoCli::command();
+        let memgaze = cli.find_subcommand_mut("memgaze").unwrap();
+        for name in ["record", "run"] {
+            let help = memgaze
+                .find_subcommand_mut(name)
+                .unwrap()
+                .render_long_help()
+                .to_string();
+            let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+            for expected in [
+                "Exit status: the program's own",
+                "128 + N",
+                "not memgaze's exit codes",
+                "a program that exits 3 is not a regression",
+                "`error:` line",
+            ] {
+                assert!(help.contains(expected), "{name}: no {expected:?} in {help}");
+            }
+        }
     }
 
     #[test]
