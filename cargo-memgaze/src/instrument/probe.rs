@@ -256,6 +256,10 @@ pub fn unsupported_operand(load: &Instruction) -> Option<&'static str> {
     {
         return Some("operand with a non-general register");
     }
+    // `xlat` reads `[rbx + al]`: no `lea` can take an 8-bit index.
+    if index.is_gpr8() || index.is_gpr16() {
+        return Some("operand indexed by a byte register (xlat)");
+    }
     None
 }
 
@@ -429,6 +433,19 @@ mod tests {
 
     fn decode_one(bytes: &[u8]) -> Instruction {
         Decoder::with_ip(64, bytes, 0x1000, DecoderOptions::NONE).decode()
+    }
+
+    #[test]
+    fn xlat_is_refused_with_a_reason() {
+        // `xlatb` (0xd7): al ← [rbx + al].
+        let xlat = decode_one(&[0xd7]);
+        assert_eq!(
+            unsupported_operand(&xlat),
+            Some("operand indexed by a byte register (xlat)")
+        );
+        // mov rax, [rbx + rcx*8]
+        let mov = decode_one(&[0x48, 0x8b, 0x04, 0xcb]);
+        assert_eq!(unsupported_operand(&mov), None);
     }
 
     fn assemble(insns: &[Instruction], base: u64) -> Vec<Instruction> {
