@@ -737,18 +737,28 @@ impl Analyzer {
                         } else {
                             self.lines.prefetch(older.addr >> 6)
                         }
-                        // A function that does not own the address keeps
-                        // its positions in its engine's own table.
-                        if let Some(f) = self.slots[older.load as usize].function
-                            && e.owner != 0
-                            && e.owner != f + 1
-                            && let Some(fe) = self
-                                .contexts
-                                .get(self.context)
-                                .and_then(|c| c.functions.get(f as usize))
-                                .and_then(|fe| fe.as_deref())
-                        {
-                            fe.addrs.prefetch(older.addr);
+                        let slot = &self.slots[older.load as usize];
+                        let strided = slot.class == LoadClass::Strided;
+                        if let Some(c) = self.contexts.get(self.context) {
+                            // An access of the other class than the
+                            // address's last one registers it as mixed.
+                            if e.piece == c.piece && c.side.is_none() {
+                                c.engine.prefetch_mark(older.addr, &e.lasts, strided);
+                            }
+                            // A function that does not own the address
+                            // keeps its positions in its engine's own table.
+                            if let Some(f) = slot.function
+                                && e.owner != 0
+                                && let Some(fe) =
+                                    c.functions.get(f as usize).and_then(|fe| fe.as_deref())
+                            {
+                                if e.owner != f + 1 {
+                                    fe.addrs.prefetch(older.addr);
+                                } else if e.piece == c.piece && fe.engine.piece() == c.piece {
+                                    fe.engine
+                                        .prefetch_mark(older.addr, &e.function_lasts, strided);
+                                }
+                            }
                         }
                     }
                     None => self.lines.prefetch(older.addr >> 6),

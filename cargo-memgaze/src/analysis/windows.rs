@@ -153,6 +153,8 @@ pub(crate) struct WindowEngine {
     /// An address table, not a `HashMap`: a strided scan of mixed
     /// addresses then walks neighbouring slots.
     marks: AddrTable<PackedSlot<Mark>, ByteAddresses>,
+    /// Scratch space of [`Self::mixed_correction`].
+    walks: Vec<Walk>,
 }
 
 impl WindowEngine {
@@ -175,6 +177,7 @@ impl WindowEngine {
             ring: Vec::new(),
             mixed: vec![Vec::new(); LEVELS],
             marks: AddrTable::new(),
+            walks: Vec::new(),
         }
     }
 
@@ -282,6 +285,18 @@ impl WindowEngine {
         self.ring[t as usize & mask] = value;
     }
 
+    /// Hints the CPU to load the registration mark of `addr` when an
+    /// access with these `lasts` and of class Strided when `strided`, a few
+    /// records from now, would register it (see [`Self::access`]): the
+    /// marks are a table of their own, met at random by gathers.
+    #[inline(always)]
+    pub fn prefetch_mark(&self, addr: u64, lasts: &Lasts, strided: bool) {
+        let other = lasts[strided as usize];
+        if other != NONE && 64 - (other ^ self.pos).leading_zeros() <= self.top {
+            self.marks.prefetch(addr);
+        }
+    }
+
     #[cold]
     fn register(&mut self, addr: u64, t: u64, first_mixed: u32) {
         let piece = self.piece;
@@ -346,38 +361,95 @@ impl WindowEngine {
 
     /// `Σ s/(s+i) − [first access Strided]` over the addresses mixed in the
     /// closing window of level `k`.
+    ///
+    /// Each address's walk through the ring is a chain of dependent random
+    /// reads (the ring holds `2^top` entries, megabytes at the top levels),
+    /// so the walks of [`WALK_LANES`] addresses advance side by side: their
+    /// reads are independent and their cache misses overlap. The last
+    /// positions are looked up first, in one pass over the sorted list, for
+    /// the same reason. The correction is then summed in address order, as
+    /// one walk after another would, so the result is the same to the bit.
     fn mixed_correction(&mut self, k: u32, last_of: &impl Fn(u64) -> u64) -> f64 {
         let mut list = std::mem::take(&mut self.mixed[k as usize]);
         list.sort_unstable();
         list.dedup();
         let window_start = self.pos - (1 << k);
         let mask = self.ring.len() - 1;
-        let mut correction = 0.0;
-        for &addr in &list {
-            let mut q = last_of(addr);
+        let mut walks = std::mem::take(&mut self.walks);
+        walks.clear();
+        walks.extend(list.iter().map(|&addr| {
+            let q = last_of(addr);
             debug_assert!(q != NONE && q >= window_start && q < self.pos);
-            let (mut strided, mut irregular) = (0u64, 0u64);
-            let first_strided = loop {
-                let entry = self.ring[q as usize & mask];
+            Walk {
+                q,
+                strided: 0,
+                irregular: 0,
+            }
+        }));
+        let mut lanes = [usize::MAX; WALK_LANES];
+        let mut next = 0;
+        for lane in &mut lanes {
+            if next < walks.len() {
+                *lane = next;
+                next += 1;
+            }
+        }
+        let mut active = WALK_LANES.min(walks.len());
+        while active > 0 {
+            for lane in &mut lanes {
+                let i = *lane;
+                if i == usize::MAX {
+                    continue;
+                }
+                let walk = &mut walks[i];
+                let entry = self.ring[walk.q as usize & mask];
                 let is_str = entry & 1 == 1;
                 if is_str {
-                    strided += 1;
+                    walk.strided += 1;
                 } else {
-                    irregular += 1;
+                    walk.irregular += 1;
                 }
                 let distance = u64::from(entry >> 1);
-                if distance == 0 || q - window_start < distance {
-                    break is_str;
+                if distance == 0 || walk.q - window_start < distance {
+                    // The walk ends at the address's first access in the
+                    // window; `q` now records its class.
+                    walk.q = is_str as u64;
+                    if next < walks.len() {
+                        *lane = next;
+                        next += 1;
+                    } else {
+                        *lane = usize::MAX;
+                        active -= 1;
+                    }
+                } else {
+                    walk.q -= distance;
                 }
-                q -= distance;
-            };
-            correction += strided as f64 / (strided + irregular) as f64
-                - if first_strided { 1.0 } else { 0.0 };
+            }
+        }
+        let mut correction = 0.0;
+        for walk in &walks {
+            correction += walk.strided as f64 / (walk.strided + walk.irregular) as f64
+                - if walk.q == 1 { 1.0 } else { 0.0 };
         }
         list.clear();
         self.mixed[k as usize] = list;
+        self.walks = walks;
         correction
     }
+}
+
+/// Walks of mixed addresses that advance side by side in
+/// [`WindowEngine::mixed_correction`].
+const WALK_LANES: usize = 8;
+
+/// One mixed address's walk back through the ring: the position it has
+/// reached (then, once it ends, 1 if the address's first access in the
+/// window was Strided), and the accesses of each class counted so far.
+#[derive(Clone, Copy, Debug)]
+struct Walk {
+    q: u64,
+    strided: u64,
+    irregular: u64,
 }
 
 #[cfg(test)]
