@@ -35,7 +35,7 @@ mod windows;
 
 pub use result::*;
 
-use addr_table::{AddrTable, ByteAddresses, LineNumbers, LineSlot, PackedSlot};
+use addr_table::{AddrTable, ByteAddresses, HugePageVec, LineNumbers, LineSlot, PackedSlot};
 use intervals::IntervalBuilder;
 use regions::LineStat;
 use reuse::{BlockLocal, ReuseTracker};
@@ -430,7 +430,7 @@ pub struct Analyzer {
     /// Line number → index + 1 into `line_arena` (consulted only when an
     /// address is first seen).
     lines: AddrTable<PackedSlot<u32>, LineNumbers>,
-    line_arena: Vec<LineEntry>,
+    line_arena: HugePageVec<LineEntry>,
     blocks: Map<u64, BlockLocal>,
     /// Strided and Irregular accesses of addresses touched by both classes
     /// (or accessed 2^32 times).
@@ -556,7 +556,7 @@ impl Analyzer {
             functions,
             addrs: AddrTable::new(),
             lines: AddrTable::new(),
-            line_arena: Vec::new(),
+            line_arena: HugePageVec::new(LineEntry::default()),
             blocks: Map::default(),
             mixed_counts: Map::default(),
             page_loads: PageLoads::new(),

@@ -35,7 +35,7 @@
 //! `F_str` by `s/(s+i) − [first access was Strided]`. The cost is paid only
 //! by mixed addresses; the ring holds at most `2^top` entries.
 
-use super::addr_table::{AddrTable, ByteAddresses, PackedSlot};
+use super::addr_table::{AddrTable, ByteAddresses, HugePageVec, PackedSlot};
 use super::{LEVELS, NONE};
 
 /// Positions of the last Strided (`[0]`) and Irregular (`[1]`) access to
@@ -148,7 +148,7 @@ pub(crate) struct WindowEngine {
     start: [Start; LEVELS],
     /// Per position `t mod len`: `(t − previous access to the same
     /// address) << 1 | is_strided`; distance 0 means none.
-    ring: Vec<u32>,
+    ring: HugePageVec<u32>,
     mixed: Vec<Vec<u64>>,
     /// An address table, not a `HashMap`: a strided scan of mixed
     /// addresses then walks neighbouring slots.
@@ -174,7 +174,7 @@ impl WindowEngine {
             a_const: 0,
             pending_const: 0,
             start: [Start::default(); LEVELS],
-            ring: Vec::new(),
+            ring: HugePageVec::new(0),
             mixed: vec![Vec::new(); LEVELS],
             marks: AddrTable::new(),
             walks: Vec::new(),
@@ -279,7 +279,7 @@ impl WindowEngine {
     fn ring_put(&mut self, t: u64, value: u32) {
         if t as usize >= self.ring.len() && self.ring.len() < 1 << self.top {
             let len = (self.ring.len() * 2).max(64).min(1 << self.top);
-            self.ring.resize(len, 0);
+            self.ring.grow_to(len);
         }
         let mask = self.ring.len() - 1;
         self.ring[t as usize & mask] = value;
