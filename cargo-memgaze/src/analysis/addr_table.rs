@@ -294,6 +294,71 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
     }
 }
 
+/// A growable array for the analysis' large arrays that are read at random
+/// (the line entries): from 2 MiB on it lives in memory like a table's
+/// slots ([`SlotMemory`]), backed by transparent huge pages and doubled
+/// without a copy. With 4 KiB pages a random access to tens of megabytes
+/// misses the TLB, and a software prefetch of a line whose translation
+/// misses does not hide the miss (measured in ARCHITECTURE.md).
+pub(crate) struct HugePageVec<T: Copy> {
+    memory: SlotMemory<T>,
+    len: usize,
+    /// The value spare capacity holds.
+    fill: T,
+}
+
+impl<T: Copy> HugePageVec<T> {
+    /// An empty vector; spare capacity holds `fill`.
+    pub fn new(fill: T) -> Self {
+        HugePageVec {
+            memory: SlotMemory::new(0, fill),
+            len: 0,
+            fill,
+        }
+    }
+
+    /// Appends `value`, doubling the capacity when full.
+    #[inline]
+    pub fn push(&mut self, value: T) {
+        if self.len == self.memory.len() {
+            self.reserve_for(self.len + 1);
+        }
+        self.memory[self.len] = value;
+        self.len += 1;
+    }
+
+    /// Grows to `new_len` elements (at least the current length), the new
+    /// ones holding `fill`.
+    pub fn grow_to(&mut self, new_len: usize) {
+        assert!(new_len >= self.len, "HugePageVec only grows");
+        if new_len > self.memory.len() {
+            self.reserve_for(new_len);
+        }
+        self.len = new_len;
+    }
+
+    #[cold]
+    fn reserve_for(&mut self, len: usize) {
+        let capacity = len.next_power_of_two().max(16);
+        self.memory.grow(capacity, self.fill);
+    }
+}
+
+impl<T: Copy> std::ops::Deref for HugePageVec<T> {
+    type Target = [T];
+    #[inline(always)]
+    fn deref(&self) -> &[T] {
+        &self.memory[..self.len]
+    }
+}
+
+impl<T: Copy> std::ops::DerefMut for HugePageVec<T> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut self.memory[..self.len]
+    }
+}
+
 /// The slots of a table, whose memory can double without copying them
 /// once the table is large (see [`AddrTable::grow`]). Small tables live
 /// on the heap (a run has many of them, and a mapping each could exhaust
@@ -656,5 +721,37 @@ mod tests {
         assert_eq!(std::mem::size_of::<LineSlot<[u8; 56]>>(), 64);
         assert_eq!(std::mem::align_of::<LineSlot<u8>>(), 64);
         assert_eq!(std::mem::size_of::<PackedSlot<u32>>(), 16);
+    }
+
+    #[test]
+    fn huge_page_vec_keeps_its_elements_across_the_move_to_a_mapping() {
+        // 64-byte elements: the vector leaves the heap at 32,768 (2 MiB)
+        // and then doubles its mapping in place.
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        #[repr(align(64))]
+        struct Line(u64);
+        let mut v = HugePageVec::new(Line(u64::MAX));
+        assert!(v.is_empty());
+        for i in 0..200_000u64 {
+            v.push(Line(i));
+            if i.is_power_of_two() || i % 65_536 == 0 {
+                assert!(
+                    v.iter().enumerate().all(|(j, l)| l.0 == j as u64),
+                    "after {i}"
+                );
+            }
+        }
+        assert_eq!(v.len(), 200_000);
+        v[123_456] = Line(7);
+        assert_eq!(v[123_456], Line(7));
+
+        // `grow_to` keeps what is there and fills the rest.
+        let mut ring = HugePageVec::new(0u32);
+        ring.grow_to(64);
+        ring[63] = 5;
+        ring.grow_to(1 << 20);
+        assert_eq!(ring.len(), 1 << 20);
+        assert_eq!(ring[63], 5);
+        assert!(ring[64..].iter().all(|&x| x == 0));
     }
 }

@@ -35,7 +35,7 @@ mod windows;
 
 pub use result::*;
 
-use addr_table::{AddrTable, ByteAddresses, LineNumbers, LineSlot, PackedSlot};
+use addr_table::{AddrTable, ByteAddresses, HugePageVec, LineNumbers, LineSlot, PackedSlot};
 use intervals::IntervalBuilder;
 use regions::LineStat;
 use reuse::{BlockLocal, ReuseTracker};
@@ -430,7 +430,7 @@ pub struct Analyzer {
     /// Line number → index + 1 into `line_arena` (consulted only when an
     /// address is first seen).
     lines: AddrTable<PackedSlot<u32>, LineNumbers>,
-    line_arena: Vec<LineEntry>,
+    line_arena: HugePageVec<LineEntry>,
     blocks: Map<u64, BlockLocal>,
     /// Strided and Irregular accesses of addresses touched by both classes
     /// (or accessed 2^32 times).
@@ -556,7 +556,7 @@ impl Analyzer {
             functions,
             addrs: AddrTable::new(),
             lines: AddrTable::new(),
-            line_arena: Vec::new(),
+            line_arena: HugePageVec::new(LineEntry::default()),
             blocks: Map::default(),
             mixed_counts: Map::default(),
             page_loads: PageLoads::new(),
@@ -737,18 +737,28 @@ impl Analyzer {
                         } else {
                             self.lines.prefetch(older.addr >> 6)
                         }
-                        // A function that does not own the address keeps
-                        // its positions in its engine's own table.
-                        if let Some(f) = self.slots[older.load as usize].function
-                            && e.owner != 0
-                            && e.owner != f + 1
-                            && let Some(fe) = self
-                                .contexts
-                                .get(self.context)
-                                .and_then(|c| c.functions.get(f as usize))
-                                .and_then(|fe| fe.as_deref())
-                        {
-                            fe.addrs.prefetch(older.addr);
+                        let slot = &self.slots[older.load as usize];
+                        let strided = slot.class == LoadClass::Strided;
+                        if let Some(c) = self.contexts.get(self.context) {
+                            // An access of the other class than the
+                            // address's last one registers it as mixed.
+                            if e.piece == c.piece && c.side.is_none() {
+                                c.engine.prefetch_mark(older.addr, &e.lasts, strided);
+                            }
+                            // A function that does not own the address
+                            // keeps its positions in its engine's own table.
+                            if let Some(f) = slot.function
+                                && e.owner != 0
+                                && let Some(fe) =
+                                    c.functions.get(f as usize).and_then(|fe| fe.as_deref())
+                            {
+                                if e.owner != f + 1 {
+                                    fe.addrs.prefetch(older.addr);
+                                } else if e.piece == c.piece && fe.engine.piece() == c.piece {
+                                    fe.engine
+                                        .prefetch_mark(older.addr, &e.function_lasts, strided);
+                                }
+                            }
                         }
                     }
                     None => self.lines.prefetch(older.addr >> 6),

@@ -35,7 +35,7 @@
 //! `F_str` by `s/(s+i) − [first access was Strided]`. The cost is paid only
 //! by mixed addresses; the ring holds at most `2^top` entries.
 
-use super::addr_table::{AddrTable, ByteAddresses, PackedSlot};
+use super::addr_table::{AddrTable, ByteAddresses, HugePageVec, PackedSlot};
 use super::{LEVELS, NONE};
 
 /// Positions of the last Strided (`[0]`) and Irregular (`[1]`) access to
@@ -148,11 +148,13 @@ pub(crate) struct WindowEngine {
     start: [Start; LEVELS],
     /// Per position `t mod len`: `(t − previous access to the same
     /// address) << 1 | is_strided`; distance 0 means none.
-    ring: Vec<u32>,
+    ring: HugePageVec<u32>,
     mixed: Vec<Vec<u64>>,
     /// An address table, not a `HashMap`: a strided scan of mixed
     /// addresses then walks neighbouring slots.
     marks: AddrTable<PackedSlot<Mark>, ByteAddresses>,
+    /// Scratch space of [`Self::mixed_correction`].
+    walks: Vec<Walk>,
 }
 
 impl WindowEngine {
@@ -172,9 +174,10 @@ impl WindowEngine {
             a_const: 0,
             pending_const: 0,
             start: [Start::default(); LEVELS],
-            ring: Vec::new(),
+            ring: HugePageVec::new(0),
             mixed: vec![Vec::new(); LEVELS],
             marks: AddrTable::new(),
+            walks: Vec::new(),
         }
     }
 
@@ -276,10 +279,22 @@ impl WindowEngine {
     fn ring_put(&mut self, t: u64, value: u32) {
         if t as usize >= self.ring.len() && self.ring.len() < 1 << self.top {
             let len = (self.ring.len() * 2).max(64).min(1 << self.top);
-            self.ring.resize(len, 0);
+            self.ring.grow_to(len);
         }
         let mask = self.ring.len() - 1;
         self.ring[t as usize & mask] = value;
+    }
+
+    /// Hints the CPU to load the registration mark of `addr` when an
+    /// access with these `lasts` and of class Strided when `strided`, a few
+    /// records from now, would register it (see [`Self::access`]): the
+    /// marks are a table of their own, met at random by gathers.
+    #[inline(always)]
+    pub fn prefetch_mark(&self, addr: u64, lasts: &Lasts, strided: bool) {
+        let other = lasts[strided as usize];
+        if other != NONE && 64 - (other ^ self.pos).leading_zeros() <= self.top {
+            self.marks.prefetch(addr);
+        }
     }
 
     #[cold]
@@ -346,38 +361,95 @@ impl WindowEngine {
 
     /// `Σ s/(s+i) − [first access Strided]` over the addresses mixed in the
     /// closing window of level `k`.
+    ///
+    /// Each address's walk through the ring is a chain of dependent random
+    /// reads (the ring holds `2^top` entries, megabytes at the top levels),
+    /// so the walks of [`WALK_LANES`] addresses advance side by side: their
+    /// reads are independent and their cache misses overlap. The last
+    /// positions are looked up first, in one pass over the sorted list, for
+    /// the same reason. The correction is then summed in address order, as
+    /// one walk after another would, so the result is the same to the bit.
     fn mixed_correction(&mut self, k: u32, last_of: &impl Fn(u64) -> u64) -> f64 {
         let mut list = std::mem::take(&mut self.mixed[k as usize]);
         list.sort_unstable();
         list.dedup();
         let window_start = self.pos - (1 << k);
         let mask = self.ring.len() - 1;
-        let mut correction = 0.0;
-        for &addr in &list {
-            let mut q = last_of(addr);
+        let mut walks = std::mem::take(&mut self.walks);
+        walks.clear();
+        walks.extend(list.iter().map(|&addr| {
+            let q = last_of(addr);
             debug_assert!(q != NONE && q >= window_start && q < self.pos);
-            let (mut strided, mut irregular) = (0u64, 0u64);
-            let first_strided = loop {
-                let entry = self.ring[q as usize & mask];
+            Walk {
+                q,
+                strided: 0,
+                irregular: 0,
+            }
+        }));
+        let mut lanes = [usize::MAX; WALK_LANES];
+        let mut next = 0;
+        for lane in &mut lanes {
+            if next < walks.len() {
+                *lane = next;
+                next += 1;
+            }
+        }
+        let mut active = WALK_LANES.min(walks.len());
+        while active > 0 {
+            for lane in &mut lanes {
+                let i = *lane;
+                if i == usize::MAX {
+                    continue;
+                }
+                let walk = &mut walks[i];
+                let entry = self.ring[walk.q as usize & mask];
                 let is_str = entry & 1 == 1;
                 if is_str {
-                    strided += 1;
+                    walk.strided += 1;
                 } else {
-                    irregular += 1;
+                    walk.irregular += 1;
                 }
                 let distance = u64::from(entry >> 1);
-                if distance == 0 || q - window_start < distance {
-                    break is_str;
+                if distance == 0 || walk.q - window_start < distance {
+                    // The walk ends at the address's first access in the
+                    // window; `q` now records its class.
+                    walk.q = is_str as u64;
+                    if next < walks.len() {
+                        *lane = next;
+                        next += 1;
+                    } else {
+                        *lane = usize::MAX;
+                        active -= 1;
+                    }
+                } else {
+                    walk.q -= distance;
                 }
-                q -= distance;
-            };
-            correction += strided as f64 / (strided + irregular) as f64
-                - if first_strided { 1.0 } else { 0.0 };
+            }
+        }
+        let mut correction = 0.0;
+        for walk in &walks {
+            correction += walk.strided as f64 / (walk.strided + walk.irregular) as f64
+                - if walk.q == 1 { 1.0 } else { 0.0 };
         }
         list.clear();
         self.mixed[k as usize] = list;
+        self.walks = walks;
         correction
     }
+}
+
+/// Walks of mixed addresses that advance side by side in
+/// [`WindowEngine::mixed_correction`].
+const WALK_LANES: usize = 8;
+
+/// One mixed address's walk back through the ring: the position it has
+/// reached (then, once it ends, 1 if the address's first access in the
+/// window was Strided), and the accesses of each class counted so far.
+#[derive(Clone, Copy, Debug)]
+struct Walk {
+    q: u64,
+    strided: u64,
+    irregular: u64,
 }
 
 #[cfg(test)]
