@@ -294,27 +294,42 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
     }
 }
 
+/// Types whose all-zero bytes are a valid value, so that fresh anonymous
+/// memory holds valid ones without being written.
+///
+/// # Safety
+///
+/// The all-zero bit pattern must be a valid value of the type.
+pub(crate) unsafe trait Zeroable: Copy {}
+
+// SAFETY: every bit pattern is a valid `u32`.
+unsafe impl Zeroable for u32 {}
+
 /// A growable array for the analysis' large arrays that are read at random
-/// (the line entries): from 2 MiB on it lives in memory like a table's
-/// slots ([`SlotMemory`]), backed by transparent huge pages and doubled
-/// without a copy. With 4 KiB pages a random access to tens of megabytes
-/// misses the TLB, and a software prefetch of a line whose translation
-/// misses does not hide the miss (measured in ARCHITECTURE.md).
-pub(crate) struct HugePageVec<T: Copy> {
+/// (the line entries, the window engines' rings): from 2 MiB on it lives
+/// in memory like a table's slots ([`SlotMemory`]), backed by transparent
+/// huge pages and doubled without a copy, and its spare capacity is the
+/// kernel's untouched zeros. With 4 KiB pages a random access to tens of
+/// megabytes misses the TLB, and a software prefetch of a line whose
+/// translation misses does not hide the miss (measured in
+/// ARCHITECTURE.md).
+pub(crate) struct HugePageVec<T: Zeroable> {
     memory: SlotMemory<T>,
     len: usize,
-    /// The value spare capacity holds.
-    fill: T,
 }
 
-impl<T: Copy> HugePageVec<T> {
-    /// An empty vector; spare capacity holds `fill`.
-    pub fn new(fill: T) -> Self {
+impl<T: Zeroable> HugePageVec<T> {
+    /// An empty vector.
+    pub fn new() -> Self {
         HugePageVec {
-            memory: SlotMemory::new(0, fill),
+            memory: SlotMemory::new(0, Self::zero()),
             len: 0,
-            fill,
         }
+    }
+
+    fn zero() -> T {
+        // SAFETY: `T: Zeroable`.
+        unsafe { std::mem::zeroed() }
     }
 
     /// Appends `value`, doubling the capacity when full.
@@ -328,7 +343,7 @@ impl<T: Copy> HugePageVec<T> {
     }
 
     /// Grows to `new_len` elements (at least the current length), the new
-    /// ones holding `fill`.
+    /// ones zero.
     pub fn grow_to(&mut self, new_len: usize) {
         assert!(new_len >= self.len, "HugePageVec only grows");
         if new_len > self.memory.len() {
@@ -340,11 +355,11 @@ impl<T: Copy> HugePageVec<T> {
     #[cold]
     fn reserve_for(&mut self, len: usize) {
         let capacity = len.next_power_of_two().max(16);
-        self.memory.grow(capacity, self.fill);
+        self.memory.grow_zeroed(capacity, Self::zero());
     }
 }
 
-impl<T: Copy> std::ops::Deref for HugePageVec<T> {
+impl<T: Zeroable> std::ops::Deref for HugePageVec<T> {
     type Target = [T];
     #[inline(always)]
     fn deref(&self) -> &[T] {
@@ -352,7 +367,7 @@ impl<T: Copy> std::ops::Deref for HugePageVec<T> {
     }
 }
 
-impl<T: Copy> std::ops::DerefMut for HugePageVec<T> {
+impl<T: Zeroable> std::ops::DerefMut for HugePageVec<T> {
     #[inline(always)]
     fn deref_mut(&mut self) -> &mut [T] {
         &mut self.memory[..self.len]
@@ -393,15 +408,19 @@ impl<S> Mapped<S> {
     }
 
     /// `len` mapped slots from `ptr`, the ones from `start` on set to
-    /// `value` (they may be uninitialised, so written without reading).
-    fn new(ptr: *mut u8, len: usize, start: usize, value: S) -> Self
+    /// `value` (they may be uninitialised, so written without reading), or
+    /// left as the kernel's zeros when `value` is `None` (fresh anonymous
+    /// memory; the caller guarantees zero bytes are a valid `S`).
+    fn new(ptr: *mut u8, len: usize, start: usize, value: Option<S>) -> Self
     where
         S: Copy,
     {
         let ptr = std::ptr::NonNull::new(ptr as *mut S).expect("mapped");
-        for i in start..len {
-            // SAFETY: `i < len` slots are mapped.
-            unsafe { ptr.as_ptr().add(i).write(value) };
+        if let Some(value) = value {
+            for i in start..len {
+                // SAFETY: `i < len` slots are mapped.
+                unsafe { ptr.as_ptr().add(i).write(value) };
+            }
         }
         Mapped { ptr, len }
     }
@@ -454,11 +473,23 @@ impl<S: Copy> SlotMemory<S> {
 
     /// Grows to `new_len` slots, the new ones holding `value`.
     fn grow(&mut self, new_len: usize, value: S) {
-        self.grow_slots(new_len, value);
+        self.grow_slots(new_len, value, false);
         self.point_at_slots();
     }
 
-    fn grow_slots(&mut self, new_len: usize, value: S) {
+    /// [`Self::grow`] for a `value` of zero bytes: new mapped slots are
+    /// left as the kernel zeroed them, so memory not yet used is not
+    /// touched.
+    fn grow_zeroed(&mut self, new_len: usize, value: S)
+    where
+        S: Zeroable,
+    {
+        self.grow_slots(new_len, value, true);
+        self.point_at_slots();
+    }
+
+    fn grow_slots(&mut self, new_len: usize, value: S, zeroed: bool) {
+        let mapped_value = (!zeroed).then_some(value);
         #[cfg(target_os = "linux")]
         {
             let size = std::mem::size_of::<S>();
@@ -468,7 +499,7 @@ impl<S: Copy> SlotMemory<S> {
                 let new_bytes = mapping::mapped(new_len * size);
                 // SAFETY: our mapping of `old_bytes`, replaced by the new one.
                 let ptr = unsafe { mapping::grow(ptr as *mut u8, old_bytes, new_bytes) };
-                self.mapped = Some(Mapped::new(ptr, new_len, old_len, value));
+                self.mapped = Some(Mapped::new(ptr, new_len, old_len, mapped_value));
                 return;
             }
             if new_len * size >= mapping::HUGE && std::mem::align_of::<S>() <= 4096 {
@@ -479,7 +510,7 @@ impl<S: Copy> SlotMemory<S> {
                 unsafe {
                     std::ptr::copy_nonoverlapping(self.heap.as_ptr(), ptr as *mut S, old_len)
                 };
-                self.mapped = Some(Mapped::new(ptr, new_len, old_len, value));
+                self.mapped = Some(Mapped::new(ptr, new_len, old_len, mapped_value));
                 self.heap = Vec::new();
                 return;
             }
@@ -730,7 +761,9 @@ mod tests {
         #[derive(Clone, Copy, Debug, PartialEq)]
         #[repr(align(64))]
         struct Line(u64);
-        let mut v = HugePageVec::new(Line(u64::MAX));
+        // SAFETY: a `u64`.
+        unsafe impl Zeroable for Line {}
+        let mut v = HugePageVec::new();
         assert!(v.is_empty());
         for i in 0..200_000u64 {
             v.push(Line(i));
@@ -746,7 +779,7 @@ mod tests {
         assert_eq!(v[123_456], Line(7));
 
         // `grow_to` keeps what is there and fills the rest.
-        let mut ring = HugePageVec::new(0u32);
+        let mut ring = HugePageVec::<u32>::new();
         ring.grow_to(64);
         ring[63] = 5;
         ring.grow_to(1 << 20);

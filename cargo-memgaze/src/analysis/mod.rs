@@ -35,7 +35,9 @@ mod windows;
 
 pub use result::*;
 
-use addr_table::{AddrTable, ByteAddresses, HugePageVec, LineNumbers, LineSlot, PackedSlot};
+use addr_table::{
+    AddrTable, ByteAddresses, HugePageVec, LineNumbers, LineSlot, PackedSlot, Zeroable,
+};
 use intervals::IntervalBuilder;
 use regions::LineStat;
 use reuse::{BlockLocal, ReuseTracker};
@@ -351,6 +353,10 @@ struct LineEntry {
     interval_last: u32,
 }
 
+// SAFETY: integers and a `BlockLocal` (integers and a `bool`), for which
+// zero bytes are valid values (and what `LineEntry::default()` holds).
+unsafe impl Zeroable for LineEntry {}
+
 /// Per-piece state of a line in a side map.
 #[derive(Clone, Copy, Debug, Default)]
 struct LineLocal {
@@ -556,7 +562,7 @@ impl Analyzer {
             functions,
             addrs: AddrTable::new(),
             lines: AddrTable::new(),
-            line_arena: HugePageVec::new(LineEntry::default()),
+            line_arena: HugePageVec::new(),
             blocks: Map::default(),
             mixed_counts: Map::default(),
             page_loads: PageLoads::new(),

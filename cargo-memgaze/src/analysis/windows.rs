@@ -174,7 +174,7 @@ impl WindowEngine {
             a_const: 0,
             pending_const: 0,
             start: [Start::default(); LEVELS],
-            ring: HugePageVec::new(0),
+            ring: HugePageVec::new(),
             mixed: vec![Vec::new(); LEVELS],
             marks: AddrTable::new(),
             walks: Vec::new(),
