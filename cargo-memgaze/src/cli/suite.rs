@@ -83,9 +83,9 @@ pub fn instrument_targets(
             .with_context(|| format!("bench target `{}`", target.executable.display_name()))?;
         if let Some(report) = &instrumented.report {
             let skipped = report.loads - report.loads_instrumented - report.loads_implied;
-            if global.verbose > 0 || skipped > 0 {
+            if global.verbose > 0 || skipped > 0 || report.string_loads > 0 {
                 progress.note(&format!(
-                    "{:>12} {}: {} of {} functions, {} of {} loads instrumented ({} implied by a proxy){}",
+                    "{:>12} {}: {} of {} functions, {} of {} loads instrumented ({} implied by a proxy){}{}",
                     "Instrumented",
                     target.executable.display_name(),
                     report.functions_instrumented,
@@ -97,7 +97,8 @@ pub fn instrument_targets(
                         format!("; {skipped} loads not covered (`cargo memgaze instrument` lists why)")
                     } else {
                         String::new()
-                    }
+                    },
+                    implicit_loads_note(report.string_loads, report.stack_loads, global.verbose > 0)
                 ));
             }
             for warning in &report.warnings {
@@ -169,4 +170,37 @@ pub fn report_failed_bench(
         "error: bench `{name}` of `{}` failed: {message}",
         exe.display_name()
     ));
+}
+
+/// The implicit loads a bench's instrumentation does not trace by design,
+/// for its "Instrumented" note: string instructions whenever there are
+/// some (their reads are data the trace misses), stack reads (in every
+/// function: `ret`) only when `verbose`.
+fn implicit_loads_note(string_loads: usize, stack_loads: usize, verbose: bool) -> String {
+    let mut note = String::new();
+    if string_loads > 0 {
+        note += &format!("; {string_loads} string-instruction loads not traced (by design)");
+    }
+    if verbose {
+        note += &format!("; {stack_loads} stack reads (pop, ret, leave) not traced (by design)");
+    }
+    note
+}
+
+#[cfg(test)]
+mod tests {
+    use super::implicit_loads_note;
+
+    #[test]
+    fn the_instrumented_note_names_untraced_string_loads() {
+        assert_eq!(implicit_loads_note(0, 12, false), "");
+        assert_eq!(
+            implicit_loads_note(3, 12, false),
+            "; 3 string-instruction loads not traced (by design)"
+        );
+        assert_eq!(
+            implicit_loads_note(0, 12, true),
+            "; 12 stack reads (pop, ret, leave) not traced (by design)"
+        );
+    }
 }
