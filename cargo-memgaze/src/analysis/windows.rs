@@ -384,6 +384,7 @@ impl WindowEngine {
                 q,
                 strided: 0,
                 irregular: 0,
+                first_strided: false,
             }
         }));
         let mut lanes = [usize::MAX; WALK_LANES];
@@ -412,8 +413,8 @@ impl WindowEngine {
                 let distance = u64::from(entry >> 1);
                 if distance == 0 || walk.q - window_start < distance {
                     // The walk ends at the address's first access in the
-                    // window; `q` now records its class.
-                    walk.q = is_str as u64;
+                    // window.
+                    walk.first_strided = is_str;
                     if next < walks.len() {
                         *lane = next;
                         next += 1;
@@ -429,7 +430,7 @@ impl WindowEngine {
         let mut correction = 0.0;
         for walk in &walks {
             correction += walk.strided as f64 / (walk.strided + walk.irregular) as f64
-                - if walk.q == 1 { 1.0 } else { 0.0 };
+                - if walk.first_strided { 1.0 } else { 0.0 };
         }
         list.clear();
         self.mixed[k as usize] = list;
@@ -443,13 +444,14 @@ impl WindowEngine {
 const WALK_LANES: usize = 8;
 
 /// One mixed address's walk back through the ring: the position it has
-/// reached (then, once it ends, 1 if the address's first access in the
-/// window was Strided), and the accesses of each class counted so far.
+/// reached, the accesses of each class counted so far, and, once it ends,
+/// whether the address's first access in the window was Strided.
 #[derive(Clone, Copy, Debug)]
 struct Walk {
     q: u64,
     strided: u64,
     irregular: u64,
+    first_strided: bool,
 }
 
 #[cfg(test)]
