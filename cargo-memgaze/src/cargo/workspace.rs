@@ -125,18 +125,10 @@ impl Workspace {
         {
             return Ok(());
         }
-        let names: Vec<String> = indices
-            .iter()
-            .map(|&i| format!("`{}`", self.members[i].name))
-            .collect();
-        let (noun, list) = match names.len() {
-            0 => ("packages", "(none selected)".to_string()),
-            1 => ("package", names[0].clone()),
-            _ => ("packages", names.join(", ")),
-        };
         bail!(
-            "no bench targets in {noun} {list}: add a `[[bench]]` target with \
-             `harness = false` (or a file in `benches/`) that uses memgaze-harness"
+            "no bench targets in {}: add a `[[bench]]` target with \
+             `harness = false` (or a file in `benches/`) that uses memgaze-harness",
+            packages_phrase(&self.selected_members())
         )
     }
 
@@ -146,10 +138,10 @@ impl Workspace {
     /// the failed build. Unknown selections (package ids as URLs) are left
     /// to cargo.
     pub fn ensure_bench_names(&self, names: &[String]) -> anyhow::Result<()> {
-        let Some(indices) = &self.selected else {
+        if self.selected.is_none() {
             return Ok(());
-        };
-        let selected: Vec<&Member> = indices.iter().map(|&i| &self.members[i]).collect();
+        }
+        let selected = self.selected_members();
         for name in names {
             let matches = target_name_matcher(name);
             if selected
@@ -163,11 +155,7 @@ impl Workspace {
             } else {
                 format!("no bench target named `{name}`")
             };
-            let packages: Vec<String> = selected.iter().map(|m| format!("`{}`", m.name)).collect();
-            let place = match packages.len() {
-                1 => format!("package {}", packages[0]),
-                _ => format!("packages {}", packages.join(", ")),
-            };
+            let place = packages_phrase(&selected);
             let qualified = selected.len() > 1;
             let mut benches: Vec<String> = selected
                 .iter()
@@ -207,6 +195,17 @@ fn member(package: &Package) -> Member {
             .iter()
             .any(|t| t.kind.contains(&TargetKind::Bench) && !t.required_features.is_empty()),
         metadata: package.metadata.clone(),
+    }
+}
+
+/// "package `a`", "packages `a`, `b`" or "packages (none selected)", for
+/// error lines about the selection.
+fn packages_phrase(members: &[&Member]) -> String {
+    let names: Vec<String> = members.iter().map(|m| format!("`{}`", m.name)).collect();
+    match names.len() {
+        0 => "packages (none selected)".to_string(),
+        1 => format!("package {}", names[0]),
+        _ => format!("packages {}", names.join(", ")),
     }
 }
 
