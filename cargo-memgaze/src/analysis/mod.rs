@@ -731,7 +731,8 @@ impl Analyzer {
             let at =
                 (self.pending_head + self.pending_len - PREFETCH_DISTANCE / 2) % PREFETCH_DISTANCE;
             let older = self.pending[at];
-            if self.slots[older.load as usize].class.is_access() {
+            let slot = &self.slots[older.load as usize];
+            if slot.class.is_access() {
                 match self.addrs.index_of(older.addr) {
                     Some(i) => {
                         self.pending[at].hint = i as u32;
@@ -743,7 +744,6 @@ impl Analyzer {
                         } else {
                             self.lines.prefetch(older.addr >> 6)
                         }
-                        let slot = &self.slots[older.load as usize];
                         let strided = slot.class == LoadClass::Strided;
                         if let Some(c) = self.contexts.get(self.context) {
                             // An access of the other class than the

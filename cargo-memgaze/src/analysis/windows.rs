@@ -263,7 +263,7 @@ impl WindowEngine {
         };
         self.ring_put(t, (distance << 1) | strided as u32);
         if other != NONE {
-            let first_mixed = (64 - (other ^ t).leading_zeros()).max(self.lo);
+            let first_mixed = self.first_mixed_level(other, t);
             if first_mixed <= self.top {
                 self.register(addr, t, first_mixed);
             }
@@ -292,9 +292,17 @@ impl WindowEngine {
     #[inline(always)]
     pub fn prefetch_mark(&self, addr: u64, lasts: &Lasts, strided: bool) {
         let other = lasts[strided as usize];
-        if other != NONE && 64 - (other ^ self.pos).leading_zeros() <= self.top {
+        if other != NONE && self.first_mixed_level(other, self.pos) <= self.top {
             self.marks.prefetch(addr);
         }
+    }
+
+    /// The lowest tracked level (at least `lo`) whose window around `t`
+    /// also holds `other`, the last access of the other class: the
+    /// address is mixed there and at every level above.
+    #[inline(always)]
+    fn first_mixed_level(&self, other: u64, t: u64) -> u32 {
+        (64 - (other ^ t).leading_zeros()).max(self.lo)
     }
 
     #[cold]
