@@ -413,17 +413,12 @@ fn region_markers_switch_recording() {
 fn instrument_reports_the_implicit_loads_it_does_not_trace() {
     let binary = build("strings.c", &["-O1", "-g"]);
     let classify = |functions: &str| -> serde_json::Value {
-        let out = memgaze()
-            .arg("classify")
-            .arg(&binary)
-            .args(["--functions", functions, "--format", "json"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = run_ok(memgaze().arg("classify").arg(&binary).args([
+            "--functions",
+            functions,
+            "--format",
+            "json",
+        ]));
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["summary"].clone()
     };
     let strings = instrument(&binary, Some("strings"), "strings");
@@ -440,18 +435,13 @@ fn instrument_reports_the_implicit_loads_it_does_not_trace() {
         classify("no_strings")["stack_loads"]
     );
 
-    let out = memgaze()
-        .arg("instrument")
-        .arg(&binary)
-        .arg("-o")
-        .arg(scratch().join("strings.text.instrumented"))
-        .args(["--functions", "strings"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_ok(
+        memgaze()
+            .arg("instrument")
+            .arg(&binary)
+            .arg("-o")
+            .arg(scratch().join("strings.text.instrumented"))
+            .args(["--functions", "strings"]),
     );
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text

@@ -28,7 +28,8 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn run_ok(cmd: &mut Command) {
+/// Runs `cmd`, which must succeed; its output.
+pub fn run_ok(cmd: &mut Command) -> Output {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (gcc/rustc/valgrind are required)"));
@@ -38,6 +39,7 @@ fn run_ok(cmd: &mut Command) {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+    out
 }
 
 /// Builds (once per process) and returns a program from the fixtures.
