@@ -407,8 +407,6 @@ struct FunctionAcc {
     included: bool,
     a: u64,
     a_const: u64,
-    d_sum: u64,
-    d_count: u64,
     sums: Vec<LevelSums>,
 }
 
@@ -446,8 +444,9 @@ pub struct Analyzer {
     page_loads: PageLoads,
     /// Records waiting to be processed; their table slots are prefetched.
     pending: [Pending; PREFETCH_DISTANCE],
-    pending_head: usize,
-    pending_len: usize,
+    /// Records pushed so far: record `n` waits in `pending[n % 16]`, the
+    /// slot record `n + 16` takes when it comes.
+    pushed: usize,
 
     contexts: Vec<ThreadState>,
     /// Threads of the current sample, in order of appearance (index into
@@ -470,10 +469,8 @@ pub struct Analyzer {
     outside_functions: u64,
     empty_samples: u64,
     d_bins: [u64; 65],
-    d_sum: u64,
-    d_count: u64,
-    d_max: Option<u64>,
-    cold: u64,
+    /// The largest reuse distance (0 while there is none).
+    d_max: u64,
     captures: u64,
     survivals: u64,
     classified: bool,
@@ -531,8 +528,6 @@ impl Analyzer {
                 included: matcher.as_ref().is_none_or(|m| m.is_match(&f.name)),
                 a: 0,
                 a_const: 0,
-                d_sum: 0,
-                d_count: 0,
                 sums: vec![LevelSums::default(); LEVELS],
             })
             .collect();
@@ -567,8 +562,7 @@ impl Analyzer {
             mixed_counts: Map::default(),
             page_loads: PageLoads::new(),
             pending: [Pending::default(); PREFETCH_DISTANCE],
-            pending_head: 0,
-            pending_len: 0,
+            pushed: 0,
             contexts: Vec::new(),
             active: Vec::new(),
             sample: None,
@@ -587,10 +581,7 @@ impl Analyzer {
             outside_functions: 0,
             empty_samples: 0,
             d_bins: [0; 65],
-            d_sum: 0,
-            d_count: 0,
-            d_max: None,
-            cold: 0,
+            d_max: 0,
             captures: 0,
             survivals: 0,
             classified: true,
@@ -716,20 +707,17 @@ impl Analyzer {
     /// so the cache misses of irregular traces overlap.
     #[inline(always)]
     pub fn push_load(&mut self, load: u32, addr: u64, sample: u64, thread: u32) {
-        if self.pending_len == PREFETCH_DISTANCE {
-            let oldest = self.pending[self.pending_head];
-            self.pending_head = (self.pending_head + 1) % PREFETCH_DISTANCE;
-            self.pending_len -= 1;
-            self.process(oldest);
+        let n = self.pushed;
+        if n >= PREFETCH_DISTANCE {
+            self.process(self.pending[n % PREFETCH_DISTANCE]);
         }
         if self.slots[load as usize].class.is_access() {
             self.addrs.prefetch(addr);
         }
         // Second stage, for the record half a queue older: its address
         // slot has arrived by now, so its line entry can be fetched.
-        if self.pending_len > PREFETCH_DISTANCE / 2 {
-            let at =
-                (self.pending_head + self.pending_len - PREFETCH_DISTANCE / 2) % PREFETCH_DISTANCE;
+        if n > PREFETCH_DISTANCE / 2 {
+            let at = (n - PREFETCH_DISTANCE / 2) % PREFETCH_DISTANCE;
             let older = self.pending[at];
             let slot = &self.slots[older.load as usize];
             if slot.class.is_access() {
@@ -771,25 +759,23 @@ impl Analyzer {
                 }
             }
         }
-        let at = (self.pending_head + self.pending_len) % PREFETCH_DISTANCE;
-        self.pending[at] = Pending {
+        self.pending[n % PREFETCH_DISTANCE] = Pending {
             load,
             addr,
             sample,
             thread,
             hint: NO_HINT,
         };
-        self.pending_len += 1;
+        self.pushed = n + 1;
     }
 
-    /// Processes every pending record.
+    /// Processes every pending record (the queue is then empty).
     fn drain(&mut self) {
-        while self.pending_len > 0 {
-            let oldest = self.pending[self.pending_head];
-            self.pending_head = (self.pending_head + 1) % PREFETCH_DISTANCE;
-            self.pending_len -= 1;
-            self.process(oldest);
+        let n = self.pushed;
+        for i in n.saturating_sub(PREFETCH_DISTANCE)..n {
+            self.process(self.pending[i % PREFETCH_DISTANCE]);
         }
+        self.pushed = 0;
     }
 
     #[inline(always)]
@@ -966,30 +952,19 @@ impl Analyzer {
             };
             reuse.access(block, block_local)
         };
-        match distance {
-            Some(d) => {
-                entry.d_sum += d;
-                entry.d_count += 1;
-                *d_sum += d;
-                *d_count += 1;
-                self.d_sum += d;
-                self.d_count += 1;
-                self.d_bins[if d == 0 {
-                    0
-                } else {
-                    64 - d.leading_zeros() as usize
-                }] += 1;
-                self.d_max = Some(self.d_max.map_or(d, |m| m.max(d)));
-                let slot = &mut self.slots[load as usize];
-                slot.d_sum += d;
-                slot.d_count += 1;
-                if let Some(f) = function {
-                    let acc = &mut self.functions[f as usize];
-                    acc.d_sum += d;
-                    acc.d_count += 1;
-                }
-            }
-            None => self.cold += 1,
+        if let Some(d) = distance {
+            entry.d_sum += d;
+            entry.d_count += 1;
+            *d_sum += d;
+            *d_count += 1;
+            // `leading_zeros(0)` is 64: a distance of 0 lands in bin 0.
+            self.d_bins[64 - d.leading_zeros() as usize] += 1;
+            self.d_max = self.d_max.max(d);
+            // The trace's and the functions' sums are the load sites' sums,
+            // added up in `finish`; accesses without one are cold.
+            let slot = &mut self.slots[load as usize];
+            slot.d_sum += d;
+            slot.d_count += 1;
         }
 
         // The address: whole-trace class counts, footprints of every window
@@ -1163,6 +1138,19 @@ impl Analyzer {
             ..
         } = self;
 
+        // Reuse distances are summed per load site only: the trace's and
+        // each function's sums add up their sites'.
+        let (mut d_sum, mut d_count) = (0u64, 0u64);
+        let mut function_d = vec![(0u64, 0u64); functions.len()];
+        for slot in slots {
+            d_sum += slot.d_sum;
+            d_count += slot.d_count;
+            if let Some(f) = slot.function {
+                function_d[f as usize].0 += slot.d_sum;
+                function_d[f as usize].1 += slot.d_count;
+            }
+        }
+
         // Summary.
         let f = addrs.len() as u64;
         let f_str: f64 = addrs
@@ -1195,8 +1183,8 @@ impl Analyzer {
             } else {
                 ratio(f as f64, total)
             },
-            d_mean: ratio(self.d_sum as f64, self.d_count),
-            d_max: self.d_max,
+            d_mean: ratio(d_sum as f64, d_count),
+            d_max: (d_count > 0).then_some(self.d_max),
         };
 
         let trace_windows = window_rows(trace_sums, 3, self.max_k, true);
@@ -1214,6 +1202,7 @@ impl Analyzer {
                     .collect();
                 hot.sort_by(|x, y| y.count.cmp(&x.count).then(x.ip.cmp(&y.ip)));
                 let windows = code.windows;
+                let (d_sum, d_count) = function_d[i];
                 FunctionMetrics {
                     name: acc.name.clone(),
                     a: acc.a,
@@ -1224,7 +1213,7 @@ impl Analyzer {
                     f_str_frac: ratio(code.f_str_frac, windows),
                     f_irr_frac: ratio(code.f_irr_frac, windows),
                     code_windows: windows,
-                    d_mean: ratio(acc.d_sum as f64, acc.d_count),
+                    d_mean: ratio(d_sum as f64, d_count),
                     trace_windows: window_rows(&acc.sums, 3, self.max_k, false),
                     hot_loads: hot
                         .iter()
@@ -1412,7 +1401,7 @@ impl Analyzer {
             reuse: ReuseHistogram {
                 block: options.block,
                 bins,
-                cold: self.cold,
+                cold: self.a - d_count,
                 captures: self.captures,
                 survivals: self.survivals,
             },

@@ -149,6 +149,9 @@ pub(crate) struct WindowEngine {
     /// Per position `t mod len`: `(t − previous access to the same
     /// address) << 1 | is_strided`; distance 0 means none.
     ring: HugePageVec<u32>,
+    /// The position at which the ring must grow (`u64::MAX` once it holds
+    /// `2^top` entries): one compare per access.
+    ring_grows_at: u64,
     mixed: Vec<Vec<u64>>,
     /// An address table, not a `HashMap`: a strided scan of mixed
     /// addresses then walks neighbouring slots.
@@ -175,6 +178,7 @@ impl WindowEngine {
             pending_const: 0,
             start: [Start::default(); LEVELS],
             ring: HugePageVec::new(),
+            ring_grows_at: 0,
             mixed: vec![Vec::new(); LEVELS],
             marks: AddrTable::new(),
             walks: Vec::new(),
@@ -277,12 +281,22 @@ impl WindowEngine {
 
     #[inline]
     fn ring_put(&mut self, t: u64, value: u32) {
-        if t as usize >= self.ring.len() && self.ring.len() < 1 << self.top {
-            let len = (self.ring.len() * 2).max(64).min(1 << self.top);
-            self.ring.grow_to(len);
+        if t >= self.ring_grows_at {
+            self.grow_ring();
         }
         let mask = self.ring.len() - 1;
         self.ring[t as usize & mask] = value;
+    }
+
+    #[cold]
+    fn grow_ring(&mut self) {
+        let len = (self.ring.len() * 2).max(64).min(1 << self.top);
+        self.ring.grow_to(len);
+        self.ring_grows_at = if len < 1 << self.top {
+            len as u64
+        } else {
+            u64::MAX
+        };
     }
 
     /// Hints the CPU to load the registration mark of `addr` when an
