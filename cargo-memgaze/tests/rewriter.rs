@@ -459,6 +459,50 @@ fn instrument_reports_the_implicit_loads_it_does_not_trace() {
     assert_same_behaviour(&native, &super_native(&strings.path, &[]), "strings");
 }
 
+/// `bt`/`bts`/`btr`/`btc [mem], reg` read the byte `offset >> 3` past
+/// their operand: the trace must follow the byte Lackey sees (equal counts
+/// and address deltas), for register-based operands and RIP-relative or
+/// absolute ones (which must not be taken for Constant scalars and left to
+/// a proxy), with 64-, 32- and 16-bit and negative offsets.
+#[test]
+fn bit_tests_at_a_register_offset_record_the_byte_they_read() {
+    for flags in [&["-O2"][..], &["-O1", "-no-pie"]] {
+        let opt = flags.join("");
+        let binary = build("bittest.c", flags);
+        let inst = instrument(&binary, Some("bits"), &format!("bittest{opt}"));
+        let native = native(&binary, &["3000"], None);
+        let trace = trace_path(&format!("bittest{opt}"));
+        let recorded = record(&inst.path, &["3000"], FULL, &trace, None);
+        assert_same_behaviour(&native, &recorded, &format!("bittest {opt}"));
+        let full = read_trace(&trace);
+        let lackey = lackey(&binary, &["3000"], None);
+        let c = compare(&inst.annotation, &full, &lackey, &escaped(&inst.report));
+        assert!(
+            c.over.is_empty()
+                && c.count_mismatches.is_empty()
+                && c.delta_mismatches.is_empty()
+                && c.implied_mismatches.is_empty(),
+            "{opt}: {c:?}"
+        );
+        // Every load whose bytes move is traced: the four bitmap walks and
+        // the `bt` at `i & 127`; the immediate form walks whole words.
+        let moving: Vec<_> = inst
+            .annotation
+            .loads
+            .iter()
+            .filter(|l| {
+                lackey.get(&l.ip).is_some_and(|a| {
+                    a.len() == 3000 && a.iter().collect::<std::collections::BTreeSet<_>>().len() > 1
+                })
+            })
+            .collect();
+        assert!(moving.len() >= 6, "{opt}: {moving:?}");
+        for l in moving {
+            assert!(l.instrumented, "{opt}: {l:?} is not traced");
+        }
+    }
+}
+
 fn one_error_line(out: &Output) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");

@@ -85,6 +85,13 @@ pub enum Reason {
     NotInLoop,
     /// Irregular: a gather (vector of indices).
     Gather,
+    /// Irregular: a bit test at a register offset, which reads the byte
+    /// `offset >> 3` past its operand (see
+    /// [`operands::bit_offset_register`]).
+    BitOffset {
+        /// The bit-offset register.
+        register: Register,
+    },
 }
 
 impl Reason {
@@ -101,6 +108,7 @@ impl Reason {
             Reason::LoopInvariant => "loop-invariant",
             Reason::NotInLoop => "not-in-loop",
             Reason::Gather => "gather",
+            Reason::BitOffset { .. } => "bit-offset",
         }
     }
 }
@@ -135,6 +143,9 @@ impl fmt::Display for Reason {
             Reason::LoopInvariant => f.write_str("loop-invariant pointer"),
             Reason::NotInLoop => f.write_str("pointer outside loops"),
             Reason::Gather => f.write_str("gather"),
+            Reason::BitOffset { register } => {
+                write!(f, "bit test at the offset in {}", r(register))
+            }
         }
     }
 }
@@ -300,6 +311,15 @@ fn classify_operand(
 ) -> (LoadClass, Reason) {
     if op.gather {
         return (LoadClass::Irregular, Reason::Gather);
+    }
+    // The byte read moves with the bit offset, which the evaluator does not
+    // follow: never a Constant scalar, whatever the operand.
+    if let Some(register) = code
+        .instructions
+        .get(op.instruction as usize)
+        .and_then(operands::bit_offset_register)
+    {
+        return (LoadClass::Irregular, Reason::BitOffset { register });
     }
     if op.index == Register::None {
         match op.base {

@@ -14,6 +14,11 @@
 //! instructions (`movs`, `lods`, `cmps`, `scas`, `outs`, with or without
 //! `rep`; one count per instruction). `xlat` (`al ← [rbx + al]`) is decoded
 //! with an explicit memory operand and is an explicit load.
+//!
+//! A bit test of memory at a register bit offset (`bt`/`bts`/`btr`/`btc
+//! [mem], reg`) reads outside its operand: the byte `offset >> 3` (signed)
+//! past the operand's address ([`bit_offset_register`]), which is what
+//! Valgrind Lackey reports and what probes record.
 
 use iced_x86::{Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register};
 
@@ -82,6 +87,21 @@ fn is_cache_hint(m: Mnemonic) -> bool {
             | Mnemonic::Clwb
             | Mnemonic::Cldemote
     )
+}
+
+/// The bit-offset register of a bit test of memory at a register offset
+/// (`bt`/`bts`/`btr`/`btc [mem], reg`), which reads the byte `offset >> 3`
+/// (the offset sign-extended from the register's width) past its operand's
+/// address: a bitmap walk moves through memory while the operand stays put.
+/// `None` for every other instruction, the immediate forms included (their
+/// offset stays within the operand).
+pub fn bit_offset_register(insn: &Instruction) -> Option<Register> {
+    let bit_test = matches!(
+        insn.mnemonic(),
+        Mnemonic::Bt | Mnemonic::Bts | Mnemonic::Btr | Mnemonic::Btc
+    );
+    (bit_test && insn.op0_kind() == OpKind::Memory && insn.op1_kind() == OpKind::Register)
+        .then(|| insn.op1_register())
 }
 
 /// The explicit load of `insn`, if it has one (an x86 instruction has at

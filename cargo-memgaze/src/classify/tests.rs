@@ -442,6 +442,32 @@ fn vector_loads_classify_like_scalar_ones_and_gathers_are_irregular() {
 }
 
 #[test]
+fn bit_tests_at_a_register_offset_are_never_constant() {
+    let mut f = Asm::new();
+    let mut data = f.label();
+    f.mark("bitmap");
+    f.a.bt(qword_ptr(data), rsi).unwrap();
+    f.mark("bitmap_set");
+    f.a.bts(qword_ptr(data), rsi).unwrap();
+    f.mark("immediate");
+    f.a.bt(qword_ptr(data), 45).unwrap();
+    f.a.ret().unwrap();
+    f.here(&mut data);
+    f.a.dq(&[0]).unwrap();
+    let (_, m) = f.classify();
+    for name in ["bitmap", "bitmap_set"] {
+        assert_eq!(class_of(&m, name), LoadClass::Irregular, "{name}");
+        assert_eq!(
+            m[name].reason,
+            Reason::BitOffset {
+                register: Register::RSI
+            }
+        );
+    }
+    assert_eq!(class_of(&m, "immediate"), LoadClass::Constant);
+}
+
+#[test]
 fn binary_search_and_hashing_are_irregular() {
     let mut f = Asm::new();
     let mut top = f.label();

@@ -334,6 +334,14 @@ pub fn instrument_with_code(
                                 },
                             ));
                         } else {
+                            if probe::bit_offset_register(insn).is_some() {
+                                skipped_loads.push((
+                                    li,
+                                    "bit test at a register offset (ptwrite cannot carry the offset)"
+                                        .into(),
+                                ));
+                                continue;
+                            }
                             if insn.memory_segment() == Register::FS {
                                 skipped_loads.push((
                                     li,

@@ -36,7 +36,11 @@
 //! The `sub`/`jb` form wraps a zero countdown to −1; its slow stub stores
 //! zero back before calling the runtime, so every variant sees the same
 //! state. A slow stub computes the load's effective address with a `lea` of
-//! the load's own operand, calls the runtime, and returns to the load.
+//! the load's own operand, calls the runtime, and returns to the load. A bit
+//! test at a register offset (`bt [mem], reg`) reads the byte `offset >> 3`
+//! past its operand ([`bit_offset_register`]): its stub adds that, between
+//! `pushfq` and `popfq` (the shift changes the flags, which may be live),
+//! and always calls the runtime.
 //!
 //! Inside a sample window (and all through a full trace) every execution
 //! reaches the slow stub, so a flags-dead stub first appends the record
@@ -56,6 +60,7 @@
 //! address.
 
 use super::runtime::{TCB_COUNTDOWN, TCB_SLOT, slot};
+pub use crate::classify::operands::bit_offset_register;
 use crate::record::protocol::RECORD_BYTES;
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
@@ -260,6 +265,10 @@ pub fn unsupported_operand(load: &Instruction) -> Option<&'static str> {
     if index.is_gpr8() || index.is_gpr16() {
         return Some("operand indexed by a byte register (xlat)");
     }
+    // The stub's pushes move `rsp`; a bitmap offset in it is never seen.
+    if bit_offset_register(load).is_some_and(|r| r.full_register() == Register::RSP) {
+        return Some("bit test at an offset in rsp");
+    }
     None
 }
 
@@ -289,12 +298,37 @@ pub fn soft_slow_stub(
         }
     }
     out.push(lea(Register::RSP, Register::RSP, -RED_ZONE));
-    if fast == FastPath::FlagsDead && load.memory_segment() != Register::FS {
+    let bit_offset = bit_offset_register(load);
+    if fast == FastPath::FlagsDead && load.memory_segment() != Register::FS && bit_offset.is_none()
+    {
         inline_append(load, id, resume, fallback, out);
     }
     out.push(push(Register::RDI));
     out.push(push(Register::RSI));
-    out.push(effective_address(load, Register::RDI, RED_ZONE + 16));
+    match bit_offset {
+        None => out.push(effective_address(load, Register::RDI, RED_ZONE + 16)),
+        Some(offset) => {
+            out.push(Instruction::with(Code::Pushfq));
+            // Read the offset before `rdi` takes the address (it may be
+            // the offset), sign-extended from its width.
+            let extend = if offset.is_gpr64() {
+                Code::Mov_r64_rm64
+            } else if offset.is_gpr32() {
+                Code::Movsxd_r64_rm32
+            } else {
+                Code::Movsx_r64_rm16
+            };
+            out.push(i2(extend, Register::RSI, offset));
+            out.push(effective_address(load, Register::RDI, RED_ZONE + 24));
+            out.push(i2(Code::Sar_rm64_imm8, Register::RSI, 3));
+            out.push(i2(
+                Code::Lea_r64_m,
+                Register::RDI,
+                MemoryOperand::with_base_index(Register::RDI, Register::RSI),
+            ));
+            out.push(Instruction::with(Code::Popfq));
+        }
+    }
     if load.memory_segment() == Register::FS {
         // glibc keeps the TCB's own address at fs:0 (its fs base).
         out.push(i2(
@@ -512,6 +546,58 @@ mod tests {
         assert!(unsupported_operand(&gs).is_some());
         let plain = decode_one(&[0x8b, 0x04, 0x8f]);
         assert!(unsupported_operand(&plain).is_none());
+    }
+
+    #[test]
+    fn bit_tests_at_a_register_offset_add_the_byte_offset_with_flags_saved() {
+        // bt [rdi], rsi; btr dword [rip+0x100], eax; btc word [rdx], cx
+        let loads = [
+            (decode_one(&[0x48, 0x0f, 0xa3, 0x37]), Code::Mov_r64_rm64),
+            (
+                decode_one(&[0x0f, 0xb3, 0x05, 0x00, 0x01, 0x00, 0x00]),
+                Code::Movsxd_r64_rm32,
+            ),
+            (decode_one(&[0x66, 0x0f, 0xbb, 0x0a]), Code::Movsx_r64_rm16),
+        ];
+        for (load, extend) in loads {
+            assert!(bit_offset_register(&load).is_some(), "{load}");
+            assert_eq!(unsupported_operand(&load), None);
+            let mut stub = Vec::new();
+            soft_slow_stub(
+                FastPath::FlagsDead,
+                &load,
+                7,
+                0x2000,
+                0x1000,
+                0x2fff,
+                0x3000,
+                &mut stub,
+            );
+            let codes: Vec<Code> = assemble(&stub, 0x2000).iter().map(|i| i.code()).collect();
+            // No inline append (its `xadd` would record the operand).
+            assert!(!codes.contains(&Code::Xadd_rm64_r64), "{codes:?}");
+            let at = |c: Code| codes.iter().position(|&x| x == c).unwrap();
+            let p = at(Code::Pushfq);
+            assert_eq!(
+                codes[p..p + 6],
+                [
+                    Code::Pushfq,
+                    extend,
+                    Code::Lea_r64_m,
+                    Code::Sar_rm64_imm8,
+                    Code::Lea_r64_m,
+                    Code::Popfq
+                ],
+                "{codes:?}"
+            );
+            assert!(p + 6 < at(Code::Call_rel32_64));
+        }
+        // The immediate form reads within its operand.
+        let imm = decode_one(&[0x48, 0x0f, 0xba, 0x27, 0x2d]); // bt qword [rdi], 45
+        assert_eq!(bit_offset_register(&imm), None);
+        // The stub's pushes move rsp: an offset in it is refused.
+        let rsp = decode_one(&[0x48, 0x0f, 0xa3, 0x27]); // bt [rdi], rsp
+        assert!(unsupported_operand(&rsp).is_some());
     }
 
     #[test]
