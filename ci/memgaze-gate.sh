@@ -89,7 +89,13 @@ report="$results/report/index.html"
 case "$status" in
   0)
     if [ "$mode" = compare ] && [[ " ${flags[*]} " == *" --baseline "* ]]; then
-      summary "memgaze: every bench within the limits of baseline \`$name\`."
+      # Benches the baseline lacks pass without a comparison: say so.
+      missing=$(grep -c ": not in baseline \`$name\`, nothing to compare" "$log" || true)
+      if [ "${missing:-0}" -gt 0 ]; then
+        summary "memgaze: within the limits of baseline \`$name\`; $missing bench(es) not in it, not compared."
+      else
+        summary "memgaze: every bench within the limits of baseline \`$name\`."
+      fi
     fi
     ;;
   3)

@@ -714,14 +714,15 @@ fn the_ci_gate_script_saves_and_compares() {
     let _ = std::fs::remove_dir_all(target.join("memgaze/baselines").join(name));
     let tmp = tempfile::tempdir().unwrap();
     let summary = tmp.path().join("summary.md");
-    let run = |mode: &str, extra: &[&str]| {
+    let run_benches = |mode: &str, extra: &[&str], harness: &[&str]| {
         let mut cmd = Command::new("bash");
         cmd.arg(&script)
             .arg(mode)
             .args(["--locked", "--manifest-path"])
             .arg(&manifest)
             .args(extra)
-            .args(["--", "--exact", "scan"])
+            .arg("--")
+            .args(harness)
             .env(
                 "MEMGAZE_COMMAND",
                 format!("{} memgaze", env!("CARGO_BIN_EXE_cargo-memgaze")),
@@ -733,6 +734,7 @@ fn the_ci_gate_script_saves_and_compares() {
             .env_remove("CI");
         cmd.output().unwrap()
     };
+    let run = |mode: &str, extra: &[&str]| run_benches(mode, extra, &["--exact", "scan"]);
     let text = |out: &Output| {
         format!(
             "{}{}",
@@ -755,6 +757,23 @@ fn the_ci_gate_script_saves_and_compares() {
         target
             .join("memgaze/baselines/ci-script/hashmap-vs-btree/lookup/scan/baseline.json")
             .is_file()
+    );
+
+    // A bench the baseline lacks passes, and the job summary says it was
+    // not compared (it said "every bench within the limits").
+    std::fs::write(&summary, "").unwrap();
+    let out = run_benches(
+        "compare",
+        &["--no-report"],
+        &["--skip", "btreemap", "--skip", "hashmap/100000"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let written = std::fs::read_to_string(&summary).unwrap();
+    assert!(
+        written.contains(
+            "memgaze: within the limits of baseline `ci-script`; 1 bench(es) not in it, not compared."
+        ),
+        "{written}"
     );
 
     std::fs::write(&summary, "").unwrap();

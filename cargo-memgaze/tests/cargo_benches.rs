@@ -302,6 +302,34 @@ fn unknown_bench_name_is_one_line_before_any_build() {
     );
 }
 
+/// `--limits` and baseline names are usage errors (exit 2) told before
+/// cargo runs: the manifest here does not even exist, and a typo must not
+/// cost a build first.
+#[test]
+fn bad_limits_and_baseline_names_are_usage_errors_before_any_build() {
+    let missing = Path::new(env!("CARGO_TARGET_TMPDIR")).join("no-such-crate/Cargo.toml");
+    for (extra, expected) in [
+        (
+            &["--limits", "dF=abc"][..],
+            "error: --limits: dF=abc: not a number",
+        ),
+        (
+            &["--save-baseline", "a/b"][..],
+            "error: baseline name `a/b`: use 1 to 64",
+        ),
+        (
+            &["--baseline", "../x"][..],
+            "error: baseline name `../x`: use 1 to 64",
+        ),
+    ] {
+        let out = cargo_memgaze(&missing, extra);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{extra:?}: {err}");
+        assert!(err.starts_with(expected), "{extra:?}: {err}");
+    }
+}
+
 #[test]
 fn a_crate_without_benches_is_an_error() {
     let out = cargo_memgaze(&fixture("no-benches"), &[]);

@@ -187,6 +187,47 @@ fn a_worse_access_pattern_is_a_regression_in_human_and_json_form() {
     assert!(regression["change_frac"].is_null());
 }
 
+/// Benches the baseline lacks pass, but the closing line must not count
+/// them as compared: a run none of whose benches is in the baseline (an
+/// empty or stale one, renamed benches) says that nothing was compared.
+#[test]
+fn the_summary_counts_benches_missing_from_the_baseline_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("memgaze");
+    let a = analyse(dir.path(), Kernel::Str1, 1, SAMPLING);
+    save_baseline(&root, "main", &[run("one", a.clone())]).unwrap();
+
+    let (_, gate) = compare(
+        load_baseline(&root, "main").unwrap(),
+        &[run("renamed", a.clone()), run("new", a.clone())],
+        &Limits::defaults(),
+        false,
+    )
+    .unwrap();
+    assert_eq!(gate.exit(), Exit::Ok);
+    assert_eq!(
+        gate.summary(),
+        "nothing compared with baseline `main`: none of the 2 bench(es) checked is in it"
+    );
+
+    let (_, gate) = compare(
+        load_baseline(&root, "main").unwrap(),
+        &[run("one", a.clone()), run("new", a)],
+        &Limits::defaults(),
+        false,
+    )
+    .unwrap();
+    let summary = gate.summary();
+    assert!(
+        summary.starts_with("1 bench(es) within the limits of baseline `main` ("),
+        "{summary}"
+    );
+    assert!(
+        summary.ends_with("; 1 not in the baseline (nothing compared)"),
+        "{summary}"
+    );
+}
+
 #[test]
 fn runs_recorded_differently_are_refused_with_one_clear_message() {
     let dir = tempfile::tempdir().unwrap();

@@ -1153,13 +1153,15 @@ impl Analyzer {
 
         // Summary.
         let f = addrs.len() as u64;
+        // A fold from +0.0, not `sum()`: a float sum of nothing is -0.0,
+        // which the JSON of a run without accesses would show as `-0.0`.
         let f_str: f64 = addrs
             .iter()
             .map(|(addr, e)| {
                 let [s, i] = e.class_counts(addr, mixed_counts);
                 s as f64 / (s + i) as f64
             })
-            .sum();
+            .fold(0.0, |total, x| total + x);
         let f_irr = f as f64 - f_str;
         let total = self.a + self.a_const;
         let summary = Summary {
@@ -1873,6 +1875,10 @@ mod tests {
         assert!(r.coverage.notes.iter().any(|n| n.contains("prefix")));
         let json = serde_json::to_string(&r).unwrap();
         assert!(json.contains("\"kappa\":null") && !json.contains("NaN"));
+        assert!(
+            json.contains("\"F_str\":0.0") && !json.contains("-0.0"),
+            "{json}"
+        );
         let table = table::render(&r, &table::TableOptions::default());
         assert!(table.contains("κ = –"), "{table}");
     }

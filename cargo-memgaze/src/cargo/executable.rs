@@ -242,8 +242,27 @@ fn parse_list(stdout: &str) -> Vec<String> {
         .collect()
 }
 
+/// The libtest event on one line of a `--format json` run's stdout, if any.
+///
+/// An event normally fills its line, but a body that prints without a
+/// final newline (`print!`) leaves its text in front of the next event on
+/// the same line; the event then starts at a `{ "type":` further on.
+fn libtest_event(line: &str) -> Option<serde_json::Value> {
+    let trimmed = line.trim_start();
+    let starts = std::iter::once(line.len() - trimmed.len())
+        .filter(|_| trimmed.starts_with('{'))
+        .chain(
+            line.match_indices("{ \"type\":")
+                .chain(line.match_indices("{\"type\":"))
+                .map(|(i, _)| i),
+        );
+    starts
+        .filter_map(|i| serde_json::from_str::<serde_json::Value>(&line[i..]).ok())
+        .find(|event| event.get("type").is_some())
+}
+
 /// Reads the outcome of a `--format json` run of one bench from its libtest
-/// events (lines that are not JSON — the body's own output — are skipped).
+/// events (the body's own output around them is skipped).
 pub fn interpret_run(
     name: &str,
     status: ExitStatus,
@@ -253,10 +272,7 @@ pub fn interpret_run(
     let mut measured = None;
     let mut failed = None;
     let mut ran = 0u64;
-    for line in stdout.lines().filter(|l| l.trim_start().starts_with('{')) {
-        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
+    for event in stdout.lines().filter_map(libtest_event) {
         let field = |key: &str| event.get(key).and_then(|v| v.as_str());
         let is_this = field("name") == Some(name);
         match (field("type"), field("event")) {
@@ -357,6 +373,34 @@ mod tests {
         assert!(
             e.to_string().contains("no bench named exactly `nope`"),
             "{e}"
+        );
+    }
+
+    /// A body that prints without a newline (`print!`) puts its text in
+    /// front of the next libtest event, on the same line: the event is
+    /// still read (it was skipped, and the bench was an error).
+    #[test]
+    fn events_after_a_bodys_unterminated_output_are_read() {
+        let out = concat!(
+            "{ \"type\": \"suite\", \"event\": \"started\", \"test_count\": 1 }\n",
+            "{ \"type\": \"test\", \"event\": \"started\", \"name\": \"p\" }\n",
+            "no newline {here{ \"type\": \"bench\", \"name\": \"p\", \"median\": 77, \"deviation\": 0 }\n",
+            "{ \"type\": \"suite\", \"event\": \"ok\", \"passed\": 0, \"failed\": 0, \"ignored\": 0, \"measured\": 1, \"filtered_out\": 1, \"exec_time\": 0.1 }\n",
+        );
+        let run = interpret_run("p", status(0), out.into(), String::new()).unwrap();
+        assert_eq!(run.outcome, BenchOutcome::Measured { nanos: 77 });
+
+        // The failure event after a prefix, the rest of the run as usual.
+        let failed = concat!(
+            "partial{ \"type\": \"test\", \"name\": \"p\", \"event\": \"failed\" }\n",
+            "{ \"type\": \"suite\", \"event\": \"failed\", \"passed\": 0, \"failed\": 1, \"ignored\": 0, \"measured\": 0, \"filtered_out\": 1, \"exec_time\": 0.1 }\n",
+        );
+        let run = interpret_run("p", status(0), failed.into(), String::new()).unwrap();
+        assert_eq!(
+            run.outcome,
+            BenchOutcome::Failed {
+                message: "the bench failed".into()
+            }
         );
     }
 

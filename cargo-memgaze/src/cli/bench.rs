@@ -115,6 +115,8 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     let harness = HarnessArgs::parse(&args.harness_args)?;
     let sampling = sampling(args.full, args.window, args.period, args.seed)?;
     let backend_note = suite::choose_backend(args.backend)?;
+    // Bad usage is told before the build, not after minutes of it.
+    let cli_limits = cli_limits(&args)?;
     let json = args.message_format == MessageFormat::Json;
     let suite = suite::discover(&args.cargo, &harness, global)?;
     if json {
@@ -165,7 +167,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
 
     let started = Instant::now();
     let layout = suite.workspace.results_layout();
-    let mut gating = Gating::new(&args, &suite, layout.root())?;
+    let mut gating = Gating::new(&args, cli_limits, &suite, layout.root())?;
     let progress = Progress::new(selected.len() as u64, global.quiet);
     let instrumented = suite::instrument_targets(&suite, &progress, global)?;
     let several_targets = suite.targets.len() > 1;
@@ -310,6 +312,17 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     Ok(exit)
 }
 
+/// Checks the baseline names and parses `--limits` (usage errors, exit 2).
+fn cli_limits(args: &Args) -> anyhow::Result<Limits> {
+    for name in [&args.save_baseline, &args.baseline].into_iter().flatten() {
+        gate::baseline::check_name(name)?;
+    }
+    match &args.limits {
+        Some(spec) => Limits::parse(spec),
+        None => Ok(Limits::none()),
+    }
+}
+
 /// Baselines and the regression gate of one `bench` run: `--save-baseline`
 /// saves each bench as it finishes; `--baseline` compares it, with the
 /// limits of its package (defaults ← `[package.metadata.memgaze] limits` ←
@@ -327,14 +340,7 @@ struct Gating {
 }
 
 impl Gating {
-    fn new(args: &Args, suite: &BenchSuite, root: &Path) -> anyhow::Result<Gating> {
-        if let Some(name) = &args.save_baseline {
-            gate::baseline::check_name(name)?;
-        }
-        let cli = match &args.limits {
-            Some(spec) => Limits::parse(spec)?,
-            None => Limits::none(),
-        };
+    fn new(args: &Args, cli: Limits, suite: &BenchSuite, root: &Path) -> anyhow::Result<Gating> {
         let mut limits = BTreeMap::new();
         for target in &suite.targets {
             let package = &target.executable.package;

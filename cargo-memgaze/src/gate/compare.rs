@@ -393,6 +393,8 @@ pub struct Gate {
     fail_fast: bool,
     regressions: Vec<Regression>,
     checked: usize,
+    /// Benches checked that the baseline does not hold (nothing compared).
+    not_in_baseline: usize,
 }
 
 impl Gate {
@@ -405,6 +407,7 @@ impl Gate {
             fail_fast,
             regressions: Vec::new(),
             checked: 0,
+            not_in_baseline: 0,
         }
     }
 
@@ -428,6 +431,7 @@ impl Gate {
     pub fn check(&mut self, run: &BenchRun) -> Result<BenchVerdict> {
         self.checked += 1;
         let Some(old) = self.baseline.bench(&run.key) else {
+            self.not_in_baseline += 1;
             return Ok(BenchVerdict {
                 bench: run.key.clone(),
                 metrics: Vec::new(),
@@ -467,15 +471,27 @@ impl Gate {
         }
     }
 
-    /// A closing summary line for people.
+    /// A closing summary line for people. Benches the baseline does not
+    /// hold are counted apart: they passed without being compared, and a
+    /// run none of whose benches is in the baseline must not read as one
+    /// within its limits.
     pub fn summary(&self) -> String {
+        let compared = self.checked - self.not_in_baseline;
+        let not_in_baseline = match self.not_in_baseline {
+            0 => String::new(),
+            n => format!("; {n} not in the baseline (nothing compared)"),
+        };
         match self.regressions.len() {
+            0 if compared == 0 => format!(
+                "nothing compared with baseline `{}`: none of the {} bench(es) checked is in it",
+                self.baseline.name, self.checked
+            ),
             0 => format!(
-                "{} bench(es) within the limits of baseline `{}` ({})",
-                self.checked, self.baseline.name, self.limits
+                "{compared} bench(es) within the limits of baseline `{}` ({}){not_in_baseline}",
+                self.baseline.name, self.limits
             ),
             n => format!(
-                "{n} regression(s) against baseline `{}` in {} bench(es) checked{}",
+                "{n} regression(s) against baseline `{}` in {} bench(es) checked{not_in_baseline}{}",
                 self.baseline.name,
                 self.checked,
                 if self.should_stop() {
