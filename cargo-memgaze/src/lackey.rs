@@ -180,10 +180,12 @@ pub fn import(
             next_progress = bytes + (16 << 20);
         }
         let text = trim_newline(&line);
+        // Only the last line of a log can lack its newline.
+        let cut = line.last() != Some(&b'\n');
         match text {
             [b'I', b' ', rest @ ..] => {
                 stats.instructions += 1;
-                let ip = parse_access(rest).with_context(|| bad_line(number, text))?;
+                let ip = parse_access(rest).with_context(|| bad_line(number, text, cut))?;
                 let file_ip = ip.wrapping_sub(base);
                 current_ip = code
                     .iter()
@@ -194,7 +196,7 @@ pub fn import(
             }
             [b' ', kind @ (b'L' | b'M'), b' ', rest @ ..] => {
                 stats.loads += 1;
-                let addr = parse_access(rest).with_context(|| bad_line(number, text))?;
+                let addr = parse_access(rest).with_context(|| bad_line(number, text, cut))?;
                 let _ = kind;
                 let Some(ip) = current_ip else {
                     stats.outside_binary += 1;
@@ -400,9 +402,17 @@ fn trim_newline(line: &[u8]) -> &[u8] {
     &line[..end]
 }
 
-fn bad_line(number: u64, text: &[u8]) -> String {
+/// What is wrong with line `number`; `cut` when it is the last line and
+/// lacks its newline, i.e. the log was cut short in the middle of it.
+fn bad_line(number: u64, text: &[u8], cut: bool) -> String {
     let shown: String = String::from_utf8_lossy(text).chars().take(60).collect();
-    format!("line {number} is not a valid Lackey line: {shown:?}")
+    if cut {
+        format!(
+            "truncated log: it ends in the middle of line {number} ({shown:?}; was valgrind interrupted or the file copied in part?)"
+        )
+    } else {
+        format!("line {number} is not a valid Lackey line: {shown:?}")
+    }
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {

@@ -394,6 +394,29 @@ fn functions_filter_load_base_and_usage_errors(built: &Built) {
         "{err}"
     );
 
+    // A log cut short in the middle of a load line says it is truncated.
+    let log = std::fs::read(&built.log).unwrap();
+    let line = log
+        .windows(4)
+        .position(|w| w == b"\n L ")
+        .expect("a load line");
+    let cut = built.exe.with_extension("cut.log");
+    std::fs::write(&cut, &log[..line + 6]).unwrap();
+    let out = analyze(&[
+        "--lackey",
+        cut.to_str().unwrap(),
+        "--binary",
+        built.exe.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("prog.cut.log")
+            && err.contains("truncated log: it ends in the middle of line"),
+        "{err}"
+    );
+
     // The binary must be an executable.
     let out = analyze(&[
         "--lackey",
