@@ -42,6 +42,7 @@ fn run(bench: &str, analysis: Analysis) -> BenchRun {
         key: BenchKey::new("microbenches", "micro", bench),
         analysis,
         binary: None,
+        profile: Some("bench".into()),
     }
 }
 
@@ -252,6 +253,56 @@ fn runs_recorded_differently_are_refused_with_one_clear_message() {
          --period 50000 --window 1000 with the soft backend, this run with --period 20000 --window 1000 \
          with the soft backend; record both the same way (or save a new baseline)"
     );
+}
+
+#[test]
+fn builds_of_another_profile_are_refused_and_unknown_profiles_compared() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("memgaze");
+    let analysis = analyse(dir.path(), Kernel::Irr, 1, SAMPLING);
+    save_baseline(&root, "main", &[run("irr", analysis.clone())]).unwrap();
+    let saved =
+        std::fs::read_to_string(root.join("baselines/main/microbenches/micro/irr/baseline.json"))
+            .unwrap();
+    assert!(saved.contains(r#""profile":"bench""#), "{saved}");
+    let gate = |profile: Option<&str>| {
+        let mut gate = Gate::new(
+            load_baseline(&root, "main").unwrap(),
+            Limits::defaults(),
+            false,
+        );
+        let mut this = run("irr", analysis.clone());
+        this.profile = profile.map(str::to_string);
+        gate.check(&this).map(|v| v.regressions.len())
+    };
+    let e = gate(Some("dev")).unwrap_err();
+    assert_eq!(exit_for(&e), Exit::Usage);
+    assert_eq!(
+        one_line(&e),
+        "cannot compare microbenches/micro/irr with baseline `main`: the baseline was built with the \
+         `bench` profile, this run with `dev`; build both with the same --profile (or save a new baseline)"
+    );
+    assert_eq!(gate(Some("bench")).unwrap(), 0);
+    assert_eq!(gate(None).unwrap(), 0);
+
+    // A baseline saved before profiles were recorded has none: compared.
+    save_baseline(
+        &root,
+        "old",
+        &[BenchRun {
+            profile: None,
+            ..run("irr", analysis.clone())
+        }],
+    )
+    .unwrap();
+    let mut gate = Gate::new(
+        load_baseline(&root, "old").unwrap(),
+        Limits::defaults(),
+        false,
+    );
+    let mut this = run("irr", analysis);
+    this.profile = Some("dev".into());
+    assert_eq!(gate.check(&this).unwrap().regressions.len(), 0);
 }
 
 #[test]

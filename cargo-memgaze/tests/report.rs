@@ -216,6 +216,7 @@ fn a_baseline_is_drawn_side_by_side_and_regressions_are_marked() {
             key: key.clone(),
             analysis: before,
             binary: None,
+            profile: None,
         }],
     )
     .unwrap();

@@ -168,6 +168,22 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     let started = Instant::now();
     let layout = suite.workspace.results_layout();
     let mut gating = Gating::new(&args, cli_limits, &suite, layout.root())?;
+    // A baseline of another profile is refused before minutes of
+    // instrumenting and recording, not at the first comparison.
+    if let Some(baseline) = &gating.baseline {
+        for (target, case) in &selected {
+            let exe = &target.executable;
+            let key = BenchKey::new(&exe.package, &exe.target, &case.name);
+            if let Some(old) = baseline.bench(&key) {
+                gate::check_same_profile(
+                    &key,
+                    &baseline.name,
+                    old.profile.as_deref(),
+                    Some(&args.cargo.profile),
+                )?;
+            }
+        }
+    }
     let progress = Progress::new(selected.len() as u64, global.quiet);
     let instrumented = suite::instrument_targets(&suite, &progress, global)?;
     let several_targets = suite.targets.len() > 1;
@@ -255,6 +271,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                     key: BenchKey::new(&exe.package, &exe.target, &case.name),
                     analysis: recording.analysis,
                     binary: Some(instrumented.annotation.binary.clone()),
+                    profile: Some(args.cargo.profile.clone()),
                 };
                 gating.after(&run, json, &progress)?;
             }

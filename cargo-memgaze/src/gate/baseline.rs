@@ -75,6 +75,8 @@ pub struct BenchRun {
     pub analysis: Analysis,
     /// The original binary, from the trace header.
     pub binary: Option<BinaryIdentity>,
+    /// The cargo profile the bench was built with (`None` when unknown).
+    pub profile: Option<String>,
 }
 
 /// One bench of a saved baseline (the file's contents).
@@ -90,6 +92,10 @@ pub struct BaselineBench {
     pub recording: Recording,
     /// The original binary.
     pub binary: Option<BinaryIdentity>,
+    /// The cargo profile it was built with (absent in baselines saved
+    /// before it was recorded, and when unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
     /// The analysis.
     pub analysis: Analysis,
 }
@@ -164,6 +170,7 @@ pub fn save_baseline_bench(results_root: &Path, name: &str, run: &BenchRun) -> R
             .map_or(0, |d| d.as_secs()),
         recording: Recording::of(&run.analysis),
         binary: run.binary.clone(),
+        profile: run.profile.clone(),
         analysis: run.analysis.clone(),
     };
     let path = dir.join(BASELINE_FILE);

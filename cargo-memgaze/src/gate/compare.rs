@@ -256,6 +256,25 @@ pub fn check_comparable(
     )))
 }
 
+/// Refuses to compare builds of different cargo profiles (another
+/// optimisation level is another program: every metric would move). A
+/// side whose profile is unknown (a baseline saved before profiles were
+/// recorded) is compared.
+pub fn check_same_profile(
+    bench: &BenchKey,
+    baseline_name: &str,
+    old: Option<&str>,
+    new: Option<&str>,
+) -> Result<()> {
+    match (old, new) {
+        (Some(old), Some(new)) if old != new => Err(usage(format!(
+            "cannot compare {bench} with baseline `{baseline_name}`: the baseline was built with the `{old}` profile, this run with `{new}`; \
+             build both with the same --profile (or save a new baseline)"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Compares one bench's run with its saved baseline under `limits`.
 pub fn compare_bench(
     baseline_name: &str,
@@ -263,6 +282,12 @@ pub fn compare_bench(
     new: &BenchRun,
     limits: &Limits,
 ) -> Result<BenchVerdict> {
+    check_same_profile(
+        &new.key,
+        baseline_name,
+        old.profile.as_deref(),
+        new.profile.as_deref(),
+    )?;
     compare_analysis(baseline_name, old, &new.key, &new.analysis, limits)
 }
 
@@ -427,7 +452,8 @@ impl Gate {
     }
 
     /// Compares one bench's run. Errors (with exit code 2) when the bench
-    /// was recorded differently from its baseline.
+    /// was recorded differently from its baseline or built with another
+    /// cargo profile.
     pub fn check(&mut self, run: &BenchRun) -> Result<BenchVerdict> {
         self.checked += 1;
         let Some(old) = self.baseline.bench(&run.key) else {

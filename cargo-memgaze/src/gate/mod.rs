@@ -21,8 +21,8 @@ pub use baseline::{
     Recording, baselines_dir, list_baselines, load_baseline, save_baseline, save_baseline_bench,
 };
 pub use compare::{
-    BenchVerdict, Change, Gate, MIN_SAMPLES, MetricComparison, Regression, compare,
-    compare_analysis, compare_bench,
+    BenchVerdict, Change, Gate, MIN_SAMPLES, MetricComparison, Regression, check_same_profile,
+    compare, compare_analysis, compare_bench,
 };
 pub use limits::{Limit, Limits};
 pub use metric::{Direction, Metric};
