@@ -8,6 +8,7 @@ use memgaze::trace::{TraceReader, TraceTotals};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// The built command.
@@ -102,10 +103,14 @@ pub struct Instrumented {
 }
 
 /// Instruments `input` with the built command (all functions unless a glob
-/// is given).
+/// is given), into a file of its own: two tests instrumenting the same
+/// fixture at once must not write over a copy the other is running (the
+/// write then fails with "Text file busy").
 pub fn instrument(input: &Path, functions: Option<&str>, tag: &str) -> Instrumented {
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, Ordering::Relaxed);
     let output = scratch().join(format!(
-        "{}.{tag}.instrumented",
+        "{}.{tag}.{call}.instrumented",
         input.file_name().unwrap().to_string_lossy()
     ));
     let mut cmd = memgaze();
