@@ -485,9 +485,23 @@ fn list_and_filters_through_the_command_line() {
     assert_eq!(lines[0]["package"], "hashmap-vs-btree");
     assert_eq!(lines[0]["target"], "lookup");
 
-    // No match: nothing to do, not an error.
+    // No match: nothing to do, not an error; the JSON summary has the
+    // fields of a run that measured.
     let out = cargo_memgaze(&manifest, &["-q", "--", "zzz"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = cargo_memgaze(&manifest, &["-q", "--message-format", "json", "--", "zzz"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["reason"], "summary", "{stdout}");
+    assert_eq!(summary["benches"], 0, "{stdout}");
+    assert!(
+        summary["results"]
+            .as_str()
+            .is_some_and(|r| r.ends_with("memgaze"))
+            && summary["elapsed_s"].is_number(),
+        "{stdout}"
+    );
     // A bad harness argument is a usage error.
     let out = cargo_memgaze(&manifest, &["-q", "--", "--frobnicate"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));

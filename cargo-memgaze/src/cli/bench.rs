@@ -158,9 +158,15 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             eprintln!("note: no bench matches the harness arguments; nothing to do");
         }
         if json {
-            emit(
-                &serde_json::json!({"reason": "summary", "benches": 0, "measured": 0, "failed": 0}),
-            );
+            // The same fields as the summary of a run that measured.
+            emit(&serde_json::json!({
+                "reason": "summary",
+                "benches": 0,
+                "measured": 0,
+                "failed": 0,
+                "results": suite.workspace.results_layout().root(),
+                "elapsed_s": 0.0,
+            }));
         }
         return Ok(Exit::Ok);
     }
