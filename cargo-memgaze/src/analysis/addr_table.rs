@@ -300,7 +300,13 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
 /// # Safety
 ///
 /// The all-zero bit pattern must be a valid value of the type.
-pub(crate) unsafe trait Zeroable: Copy {}
+pub(crate) unsafe trait Zeroable: Copy {
+    /// The value of zero bytes.
+    fn zeroed() -> Self {
+        // SAFETY: the trait's contract.
+        unsafe { std::mem::zeroed() }
+    }
+}
 
 // SAFETY: every bit pattern is a valid `u32`.
 unsafe impl Zeroable for u32 {}
@@ -322,14 +328,9 @@ impl<T: Zeroable> HugePageVec<T> {
     /// An empty vector.
     pub fn new() -> Self {
         HugePageVec {
-            memory: SlotMemory::new(0, Self::zero()),
+            memory: SlotMemory::new(0, T::zeroed()),
             len: 0,
         }
-    }
-
-    fn zero() -> T {
-        // SAFETY: `T: Zeroable`.
-        unsafe { std::mem::zeroed() }
     }
 
     /// Appends `value`, doubling the capacity when full.
@@ -355,7 +356,7 @@ impl<T: Zeroable> HugePageVec<T> {
     #[cold]
     fn reserve_for(&mut self, len: usize) {
         let capacity = len.next_power_of_two().max(16);
-        self.memory.grow_zeroed(capacity, Self::zero());
+        self.memory.grow_zeroed(capacity);
     }
 }
 
@@ -477,14 +478,13 @@ impl<S: Copy> SlotMemory<S> {
         self.point_at_slots();
     }
 
-    /// [`Self::grow`] for a `value` of zero bytes: new mapped slots are
-    /// left as the kernel zeroed them, so memory not yet used is not
-    /// touched.
-    fn grow_zeroed(&mut self, new_len: usize, value: S)
+    /// [`Self::grow`] with zero slots: new mapped slots are left as the
+    /// kernel zeroed them, so memory not yet used is not touched.
+    fn grow_zeroed(&mut self, new_len: usize)
     where
         S: Zeroable,
     {
-        self.grow_slots(new_len, value, true);
+        self.grow_slots(new_len, S::zeroed(), true);
         self.point_at_slots();
     }
 
