@@ -174,22 +174,6 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     let started = Instant::now();
     let layout = suite.workspace.results_layout();
     let mut gating = Gating::new(&args, cli_limits, &suite, layout.root())?;
-    // A baseline of another profile is refused before minutes of
-    // instrumenting and recording, not at the first comparison.
-    if let Some(baseline) = &gating.baseline {
-        for (target, case) in &selected {
-            let exe = &target.executable;
-            let key = BenchKey::new(&exe.package, &exe.target, &case.name);
-            if let Some(old) = baseline.bench(&key) {
-                gate::check_same_profile(
-                    &key,
-                    &baseline.name,
-                    old.profile.as_deref(),
-                    Some(&args.cargo.profile),
-                )?;
-            }
-        }
-    }
     let progress = Progress::new(selected.len() as u64, global.quiet);
     let instrumented = suite::instrument_targets(&suite, &progress, global)?;
     let several_targets = suite.targets.len() > 1;
@@ -392,6 +376,22 @@ impl Gating {
             .as_ref()
             .map(|name| load_baseline(root, name))
             .transpose()?;
+        // A baseline of another profile is refused before minutes of
+        // instrumenting and recording, not at the first comparison.
+        if let Some(baseline) = &baseline {
+            for (target, case) in suite.selected() {
+                let exe = &target.executable;
+                let key = BenchKey::new(&exe.package, &exe.target, &case.name);
+                if let Some(old) = baseline.bench(&key) {
+                    gate::check_same_profile(
+                        &key,
+                        &baseline.name,
+                        old.profile.as_deref(),
+                        Some(&args.cargo.profile),
+                    )?;
+                }
+            }
+        }
         Ok(Gating {
             root: root.to_path_buf(),
             save: args.save_baseline.clone(),
