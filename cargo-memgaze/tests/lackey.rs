@@ -98,6 +98,16 @@ fn analyze(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// Runs `analyze` with `args`, checks that it exits with `code` and one
+/// line on stderr, and returns that line.
+fn fails_with(args: &[&str], code: i32) -> String {
+    let out = analyze(args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    err
+}
+
 fn analyze_json(built: &Built, extra: &[&str]) -> Analysis {
     let mut args = vec![
         "--lackey",
@@ -330,17 +340,17 @@ fn functions_filter_load_base_and_usage_errors(built: &Built) {
 
     // A --functions glob that matches no function of the binary is an
     // error naming the binary, not an empty analysis.
-    let out = analyze(&[
-        "--lackey",
-        built.log.to_str().unwrap(),
-        "--binary",
-        built.exe.to_str().unwrap(),
-        "--functions",
-        "gahter",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let err = fails_with(
+        &[
+            "--lackey",
+            built.log.to_str().unwrap(),
+            "--binary",
+            built.exe.to_str().unwrap(),
+            "--functions",
+            "gahter",
+        ],
+        1,
+    );
     assert!(
         err.contains("no function matches --functions gahter") && err.contains("prog"),
         "{err}"
@@ -356,39 +366,36 @@ fn functions_filter_load_base_and_usage_errors(built: &Built) {
         .status()
         .unwrap();
     assert!(status.success());
-    let out = analyze(&[
-        "--lackey",
-        built.log.to_str().unwrap(),
-        "--binary",
-        other.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let err = fails_with(
+        &[
+            "--lackey",
+            built.log.to_str().unwrap(),
+            "--binary",
+            other.to_str().unwrap(),
+        ],
+        1,
+    );
     assert!(
         err.contains("lackey.log") && err.contains("does not match") && err.contains("prog.O0"),
         "{err}"
     );
 
     // Usage errors: exit 2 with one line.
-    let out = analyze(&["--lackey", built.log.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let err = fails_with(&["--lackey", built.log.to_str().unwrap()], 2);
     assert!(err.contains("--lackey needs --binary"), "{err}");
 
     // A file that is not a Lackey log: exit 1, one line naming it.
     let bogus = built.exe.with_extension("txt");
     std::fs::write(&bogus, "hello\nworld\n").unwrap();
-    let out = analyze(&[
-        "--lackey",
-        bogus.to_str().unwrap(),
-        "--binary",
-        built.exe.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let err = fails_with(
+        &[
+            "--lackey",
+            bogus.to_str().unwrap(),
+            "--binary",
+            built.exe.to_str().unwrap(),
+        ],
+        1,
+    );
     assert!(
         err.contains("prog.txt") && err.contains("not a Valgrind Lackey log"),
         "{err}"
@@ -402,15 +409,15 @@ fn functions_filter_load_base_and_usage_errors(built: &Built) {
         .expect("a load line");
     let cut = built.exe.with_extension("cut.log");
     std::fs::write(&cut, &log[..line + 6]).unwrap();
-    let out = analyze(&[
-        "--lackey",
-        cut.to_str().unwrap(),
-        "--binary",
-        built.exe.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let err = fails_with(
+        &[
+            "--lackey",
+            cut.to_str().unwrap(),
+            "--binary",
+            built.exe.to_str().unwrap(),
+        ],
+        1,
+    );
     assert!(
         err.contains("prog.cut.log")
             && err.contains("truncated log: it ends in the middle of line"),
@@ -418,12 +425,13 @@ fn functions_filter_load_base_and_usage_errors(built: &Built) {
     );
 
     // The binary must be an executable.
-    let out = analyze(&[
-        "--lackey",
-        built.log.to_str().unwrap(),
-        "--binary",
-        bogus.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+    fails_with(
+        &[
+            "--lackey",
+            built.log.to_str().unwrap(),
+            "--binary",
+            bogus.to_str().unwrap(),
+        ],
+        1,
+    );
 }
