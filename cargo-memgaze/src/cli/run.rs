@@ -162,55 +162,38 @@ fn instrumented_copy(
     mode: InstrumentationMode,
     global: &Global,
 ) -> Result<(PathBuf, Annotation, Option<tempfile::TempDir>)> {
-    let bytes =
-        std::fs::read(program).with_context(|| format!("{}: cannot read", program.display()))?;
-    let digest = {
-        use sha2::Digest;
-        let mut hasher = sha2::Sha256::new();
-        hasher.update(&bytes);
-        hasher.update(functions.unwrap_or("*").as_bytes());
-        hasher.update(format!("{mode:?}").as_bytes());
-        hasher.update(env!("CARGO_PKG_VERSION").as_bytes());
-        hasher.update(
-            std::env::current_exe()
-                .ok()
-                .and_then(|p| std::fs::metadata(p).ok())
-                .map(|m| m.len())
-                .unwrap_or(0)
-                .to_le_bytes(),
-        );
-        let hash = hasher.finalize();
-        hash.iter()
-            .take(12)
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
+    let instrument = |input: &Path, output: &Path| {
+        if !global.quiet {
+            eprintln!("memgaze: instrumenting {}…", input.display());
+        }
+        let result = super::instrument::instrument_file(input, output, functions, mode)?;
+        if global.verbose > 0 {
+            eprint!("{}", result.report);
+        }
+        Ok((result.annotation, result.report))
     };
-    let name = program
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "program".into());
-    let (dir, temporary) = match cache_dir() {
-        Some(cache) => (cache.join(digest), None),
+    match cache_dir() {
+        Some(cache) => {
+            let selection = format!(
+                "run --functions {} --mode {mode:?}",
+                functions.unwrap_or("*")
+            );
+            let copy = crate::pipeline::instrumented::cached(
+                program,
+                &cache,
+                selection.as_bytes(),
+                instrument,
+            )?;
+            Ok((copy.path, copy.annotation, None))
+        }
         None => {
             let temporary = tempfile::tempdir().context("cannot create a temporary directory")?;
-            (temporary.path().to_path_buf(), Some(temporary))
+            let name = program.file_name().unwrap_or("program".as_ref());
+            let output = temporary.path().join(name);
+            let (annotation, _) = instrument(program, &output)?;
+            Ok((output, annotation, Some(temporary)))
         }
-    };
-    let output = dir.join(&name);
-    if let Ok(annotation) = crate::instrument::read_annotation(&output)
-        && output.is_file()
-    {
-        return Ok((output, annotation, temporary));
     }
-    std::fs::create_dir_all(&dir).with_context(|| format!("{}: cannot create", dir.display()))?;
-    if !global.quiet {
-        eprintln!("memgaze: instrumenting {}…", program.display());
-    }
-    let result = super::instrument::instrument_file(program, &output, functions, mode)?;
-    if global.verbose > 0 {
-        eprint!("{}", result.report);
-    }
-    Ok((output, result.annotation, temporary))
 }
 
 /// `target/memgaze/instrumented` of the cargo project around, if any.

@@ -2,22 +2,36 @@
 //! keep the result in a content-addressed cache under
 //! `<target-dir>/memgaze/instrumented/`.
 //!
-//! The cache key is the SHA-256 of the executable's bytes and of the running
-//! `cargo memgaze` binary (a rebuilt instrumentor never reuses another's
-//! output). An entry is a directory holding the instrumented executable and
-//! its annotation; it is written under a temporary name and renamed into
-//! place, so an interrupted run never leaves a half-written entry behind.
+//! The cache key is the SHA-256 of the executable's bytes, of the selection
+//! (which functions, which mode: `run --functions` makes other copies than
+//! `bench`) and of the running `cargo memgaze` binary (a rebuilt
+//! instrumentor never reuses another's output). An entry is a directory
+//! holding the instrumented executable and its annotation; it is written
+//! under a temporary name and renamed into place, so an interrupted run never
+//! leaves a half-written entry behind.
+//!
+//! Every code change makes a new entry (tens of MB for a bench), so the
+//! cache keeps the [`KEEP_PER_EXECUTABLE`] most recently used entries of an
+//! executable name and removes older ones when it adds a new one.
 
 use crate::annotation::{Annotation, InstrumentationMode};
 use crate::binary::Binary;
 use crate::instrument::{self, InstrumentOptions, Report};
 use anyhow::Context;
 use sha2::{Digest, Sha256};
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::time::SystemTime;
 
 /// Directory of the cache under the results root.
 pub const CACHE_DIR: &str = "instrumented";
+
+/// Cache entries kept per executable file name (cargo's file names carry a
+/// hash of the target's metadata, not of its contents, so one name is one
+/// bench target across rebuilds): the newest few, so that switching between
+/// two branches does not re-instrument on every switch.
+pub const KEEP_PER_EXECUTABLE: usize = 3;
 
 /// An instrumented bench executable, ready to record.
 #[derive(Clone, Debug)]
@@ -39,10 +53,40 @@ pub fn instrumented_with(
     results_root: &Path,
     instrumenter: impl FnOnce(&Path, &Path) -> anyhow::Result<(Annotation, Report)>,
 ) -> anyhow::Result<InstrumentedBench> {
+    cached(
+        executable,
+        &results_root.join(CACHE_DIR),
+        &[],
+        |input, output| {
+            instrumenter(input, output)
+                .with_context(|| format!("instrumenting {}", input.display()))
+        },
+    )
+}
+
+/// Returns the instrumented copy of `executable` for `selection` (bytes that
+/// tell this instrumentation apart from others of the same executable;
+/// empty for every function in soft mode) from the cache directory `cache`
+/// when present, else made now with `instrumenter`, which is given the
+/// original and where to write the copy; it writes the executable (and may
+/// write its annotation beside it, else the cache does) and returns the
+/// annotation and report. A new entry evicts the least recently used
+/// entries of the same executable name beyond [`KEEP_PER_EXECUTABLE`]; a
+/// hit marks its entry as used. Errors of `instrumenter` pass unchanged.
+pub fn cached(
+    executable: &Path,
+    cache: &Path,
+    selection: &[u8],
+    instrumenter: impl FnOnce(&Path, &Path) -> anyhow::Result<(Annotation, Report)>,
+) -> anyhow::Result<InstrumentedBench> {
     let bytes = std::fs::read(executable)
         .with_context(|| format!("cannot read {}", executable.display()))?;
     let mut hasher = Sha256::new();
     hasher.update(&bytes);
+    if !selection.is_empty() {
+        hasher.update((selection.len() as u64).to_le_bytes());
+        hasher.update(selection);
+    }
     hasher.update(tool_identity());
     let key: String = hasher.finalize()[..12]
         .iter()
@@ -51,12 +95,12 @@ pub fn instrumented_with(
     let file_name = executable
         .file_name()
         .with_context(|| format!("{}: not a file", executable.display()))?;
-    let cache = results_root.join(CACHE_DIR);
     let entry = cache.join(&key);
     let path = entry.join(file_name);
     let annotation_file = instrument::annotation_path(&path);
     if path.is_file() && annotation_file.is_file() {
         let annotation = read_annotation(&annotation_file)?;
+        mark_used(&entry);
         return Ok(InstrumentedBench {
             path,
             annotation,
@@ -64,17 +108,19 @@ pub fn instrumented_with(
         });
     }
     // Build in a fresh temporary directory, then rename it into place.
-    std::fs::create_dir_all(&cache).with_context(|| cache.display().to_string())?;
+    std::fs::create_dir_all(cache).with_context(|| cache.display().to_string())?;
     let staging = tempfile::Builder::new()
-        .prefix(&format!("{key}.tmp"))
-        .tempdir_in(&cache)
+        .prefix(&format!("{key}{STAGING_MARK}"))
+        .tempdir_in(cache)
         .with_context(|| format!("cannot create a directory in {}", cache.display()))?;
     let staged = staging.path().join(file_name);
-    let (annotation, report) = instrumenter(executable, &staged)
-        .with_context(|| format!("instrumenting {}", executable.display()))?;
-    let json = serde_json::to_vec(&annotation).context("serialising the annotation")?;
-    std::fs::write(instrument::annotation_path(&staged), json)
-        .with_context(|| format!("cannot write into {}", staging.path().display()))?;
+    let (annotation, report) = instrumenter(executable, &staged)?;
+    let staged_annotation = instrument::annotation_path(&staged);
+    if !staged_annotation.is_file() {
+        let json = serde_json::to_vec(&annotation).context("serialising the annotation")?;
+        std::fs::write(&staged_annotation, json)
+            .with_context(|| format!("cannot write into {}", staging.path().display()))?;
+    }
     let staging = staging.keep();
     if let Err(e) = std::fs::rename(&staging, &entry) {
         // Another run may have won the race; its entry is as good as ours.
@@ -83,11 +129,46 @@ pub fn instrumented_with(
             return Err(e).with_context(|| format!("cannot create {}", entry.display()));
         }
     }
+    mark_used(&entry);
+    evict(cache, file_name, &entry, KEEP_PER_EXECUTABLE);
     Ok(InstrumentedBench {
         path,
         annotation,
         report: Some(report),
     })
+}
+
+/// Part of the name of an entry still being written.
+const STAGING_MARK: &str = ".tmp";
+
+/// Sets the entry's modification time to now: the cache's use order.
+fn mark_used(entry: &Path) {
+    // Best effort: a read-only cache still works, it only evicts by age.
+    let _ = std::fs::File::open(entry).and_then(|dir| dir.set_modified(SystemTime::now()));
+}
+
+/// Removes the entries of `cache` holding a file named `file_name`, except
+/// `current` and the `keep - 1` others used most recently; returns how many
+/// it removed. Entries being staged are left alone, and failures (another
+/// run removing the same entry) are ignored: the cache is only a cache.
+fn evict(cache: &Path, file_name: &OsStr, current: &Path, keep: usize) -> usize {
+    let Ok(listing) = std::fs::read_dir(cache) else {
+        return 0;
+    };
+    let mut others: Vec<(SystemTime, PathBuf)> = listing
+        .filter_map(Result::ok)
+        .filter(|e| !e.file_name().to_string_lossy().contains(STAGING_MARK))
+        .map(|e| e.path())
+        .filter(|p| p.as_path() != current && p.join(file_name).is_file())
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .collect();
+    // Newest first; equal times in name order, so the choice is stable.
+    others.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    others
+        .iter()
+        .skip(keep.saturating_sub(1))
+        .filter(|(_, p)| std::fs::remove_dir_all(p).is_ok())
+        .count()
 }
 
 /// [`instrumented_with`] the software-recorder instrumentation: every
@@ -195,6 +276,83 @@ mod tests {
         // No staging directories are left behind.
         let entries = std::fs::read_dir(root.join(CACHE_DIR)).unwrap().count();
         assert_eq!(entries, 2);
+    }
+
+    /// Sets an entry's use time `hours` ago.
+    fn used_hours_ago(entry: &Path, hours: u64) {
+        let then = SystemTime::now() - std::time::Duration::from_secs(3600 * hours);
+        std::fs::File::open(entry)
+            .unwrap()
+            .set_modified(then)
+            .unwrap();
+    }
+
+    fn entry_of(bench: &InstrumentedBench) -> PathBuf {
+        bench.path.parent().unwrap().to_path_buf()
+    }
+
+    #[test]
+    fn a_new_entry_evicts_the_least_recently_used_of_its_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("memgaze");
+        let fake = |_: &Path, out: &Path| {
+            std::fs::write(out, b"instrumented").unwrap();
+            Ok((annotation(), Report::default()))
+        };
+        // Four builds of one bench, used 40, 30, 20 and 10 hours ago.
+        let mut entries = Vec::new();
+        for (version, hours) in [(1, 40), (2, 30), (3, 20), (4, 10)] {
+            let exe = executable(tmp.path(), format!("v{version}").as_bytes());
+            let made = instrumented_with(&exe, &root, fake).unwrap();
+            used_hours_ago(&entry_of(&made), hours);
+            entries.push(entry_of(&made));
+        }
+        // Only the three newest are left: the fourth build evicted the first.
+        assert!(!entries[0].exists());
+        assert!(entries[1..].iter().all(|e| e.is_dir()));
+        // Another bench's entry and a staging directory are not counted
+        // and not touched.
+        let other = tmp.path().join("other-bench");
+        std::fs::write(&other, b"other").unwrap();
+        let other = entry_of(&instrumented_with(&other, &root, fake).unwrap());
+        used_hours_ago(&other, 100);
+        let staging = root.join(CACHE_DIR).join(format!("0123{STAGING_MARK}abc"));
+        std::fs::create_dir(&staging).unwrap();
+        std::fs::write(staging.join("bench-0123"), b"half").unwrap();
+        // A hit makes build 2 the most recently used ...
+        let exe = executable(tmp.path(), b"v2");
+        let hit = instrumented_with(&exe, &root, fake).unwrap();
+        assert!(hit.report.is_none());
+        // ... so build 5 evicts build 3, the least recently used.
+        let exe = executable(tmp.path(), b"v5");
+        let fifth = entry_of(&instrumented_with(&exe, &root, fake).unwrap());
+        assert!(!entries[2].exists());
+        for kept in [&entries[1], &entries[3], &fifth, &other, &staging] {
+            assert!(kept.is_dir(), "{} was removed", kept.display());
+        }
+        assert_eq!(std::fs::read_dir(root.join(CACHE_DIR)).unwrap().count(), 5);
+    }
+
+    #[test]
+    fn a_selection_makes_its_own_entry() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = tmp.path().join("cache");
+        let calls = Cell::new(0);
+        let fake = |_: &Path, out: &Path| {
+            calls.set(calls.get() + 1);
+            std::fs::write(out, b"instrumented").unwrap();
+            Ok((annotation(), Report::default()))
+        };
+        let exe = executable(tmp.path(), b"v1");
+        let all = cached(&exe, &cache, b"", fake).unwrap();
+        let some = cached(&exe, &cache, b"functions=main*", fake).unwrap();
+        assert_ne!(all.path, some.path);
+        let again = cached(&exe, &cache, b"functions=main*", fake).unwrap();
+        assert_eq!((again.path, calls.get()), (some.path, 2));
+        // Any other selection is another entry.
+        let other = cached(&exe, &cache, b"functions=main", fake).unwrap();
+        assert_eq!(calls.get(), 3);
+        assert_ne!(other.path, all.path);
     }
 
     #[test]
