@@ -142,10 +142,17 @@ impl IntervalBuilder {
                 f: now.f - start.f,
                 f_lines: now.lines - start.lines,
                 f_hat: None,
-                d_f: ratio(
-                    now.f - start.f,
-                    (now.a - start.a) + (now.a_const - start.a_const),
-                ),
+                // ΔF = F / (κ·A): undefined, like κ, when the node has no
+                // Strided or Irregular access (METRICS.md), even if it holds
+                // Constant loads; such nodes stay out of the level's mean.
+                d_f: if now.a == start.a {
+                    None
+                } else {
+                    ratio(
+                        now.f - start.f,
+                        (now.a - start.a) + (now.a_const - start.a_const),
+                    )
+                },
                 d_mean: mean(now.d_sum - start.d_sum, now.d_count - start.d_count),
             };
             if complete {
@@ -252,6 +259,36 @@ mod tests {
         let root = &t.nodes[0];
         assert_eq!((root.h, root.samples, root.f, root.a), (2, 4, 4, 7));
         assert!(root.complete);
+    }
+
+    /// A sample holding only Constant loads (A = 0, A_const > 0) has no
+    /// ΔF (null, as the summary's), and its node does not pull the level's
+    /// mean ΔF down with a 0 (found by an outside oracle on a gcc -O0
+    /// program whose first samples were all stack-slot loads).
+    #[test]
+    fn nodes_without_accesses_have_no_delta_f() {
+        let mut b = IntervalBuilder::new();
+        let mut last = std::collections::HashMap::<u32, u32>::new();
+        // Piece 0: 5 Constant loads only. Piece 1: addresses 1, 2, 1 and
+        // one Constant load.
+        b.close_piece(0, 5, 0, 0);
+        for a in [1, 2] {
+            b.first_address(last.entry(a).or_default());
+        }
+        b.close_piece(3, 1, 0, 0);
+        let t = b.finish(Some(1.0));
+        let node = |h: u32, first: u64| {
+            t.nodes
+                .iter()
+                .find(|n| n.h == h && n.first_sample == first)
+                .unwrap()
+        };
+        assert_eq!((node(0, 0).a, node(0, 0).a_const), (0, 5));
+        assert_eq!(node(0, 0).d_f, None);
+        assert_eq!(node(0, 1).d_f, Some(2.0 / 4.0));
+        assert_eq!(node(1, 0).d_f, Some(2.0 / 9.0));
+        let level0 = t.levels.iter().find(|l| l.h == 0).unwrap();
+        assert_eq!((level0.nodes, level0.d_f), (2, Some(2.0 / 4.0)));
     }
 
     #[test]

@@ -594,7 +594,9 @@ pub fn analyze(
             level.nodes += 1;
             level.a += a as f64;
             level.f += f as f64;
-            if a + c > 0 {
+            // ΔF = F / (κ·A) is undefined when A = 0 (METRICS.md), even
+            // with Constant loads in the node.
+            if a > 0 {
                 df_sum += f as f64 / (a + c) as f64;
                 df_n += 1;
             }
