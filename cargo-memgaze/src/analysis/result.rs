@@ -304,8 +304,8 @@ pub struct IntervalTree {
     /// over complete nodes: the inter-sample rows of the trace-window
     /// histogram.
     pub levels: Vec<IntervalLevel>,
-    /// The upper part of the tree (levels with at most a few hundred
-    /// nodes), root first; a trailing node of fewer samples is included
+    /// The upper part of the tree (levels with at most 256 nodes; lower
+    /// levels only in `levels`), root first; a trailing node of fewer samples is included
     /// and marked incomplete.
     pub nodes: Vec<IntervalNode>,
 }
@@ -357,7 +357,8 @@ pub struct IntervalNode {
     /// `ρ·F`.
     #[serde(rename = "F_hat")]
     pub f_hat: Option<f64>,
-    /// `F / (A + A_const)`.
+    /// `F / (A + A_const)`, i.e. `F / (κ·A)`; null when `A = 0` (only
+    /// Constant loads, or none), as `κ` is.
     #[serde(rename = "dF")]
     pub d_f: Option<f64>,
     /// Mean intra-sample reuse distance of its accesses.
