@@ -791,26 +791,16 @@ impl Analyzer {
             self.switch(sample, thread);
         }
         let slot = &mut self.slots[load as usize];
-        self.records_all += 1;
-        let implied = u64::from(slot.implied);
-        let is_access = slot.class.is_access();
-        if is_access {
-            self.a_all += 1;
-            self.a_const_all += implied;
-        } else {
-            self.a_const_all += 1 + implied;
-        }
+        // Every record counts on its load site only: the trace's and the
+        // functions' record, A and A_const counts are the sites' counts
+        // added up in `finish` (`count_records`).
+        slot.count += 1;
         if !slot.included {
-            self.filtered_out += 1;
             return;
         }
-        slot.count += 1;
-        self.records += 1;
+        let implied = u64::from(slot.implied);
         let function = slot.function;
-        if function.is_none() {
-            self.outside_functions += 1;
-        }
-        if is_access {
+        if slot.class.is_access() {
             let strided = slot.class == LoadClass::Strided;
             self.access(load, function, addr, hint, strided, implied);
         } else {
@@ -819,13 +809,10 @@ impl Analyzer {
     }
 
     fn constant(&mut self, function: Option<u32>, loads: u64) {
-        self.a_const += loads;
         let ctx = &mut self.contexts[self.context];
         ctx.a_const += loads;
         ctx.engine.constant(loads);
         if let Some(f) = function {
-            let acc = &mut self.functions[f as usize];
-            acc.a_const += loads;
             let fe = function_engine(
                 &mut ctx.functions,
                 f,
@@ -847,8 +834,6 @@ impl Analyzer {
         strided: bool,
         implied: u64,
     ) {
-        self.a += 1;
-        self.a_const += implied;
         let block_shift = self.block_shift;
         let lines_are_blocks = block_shift == 6;
         let ThreadState {
@@ -1001,9 +986,6 @@ impl Analyzer {
         };
         let function_closes = match function {
             Some(f) => {
-                let acc = &mut self.functions[f as usize];
-                acc.a += 1;
-                acc.a_const += implied;
                 let fe = function_engine(functions, f, piece, self.function_lo, self.function_top);
                 let lasts = if owned {
                     &mut entry.function_lasts
@@ -1113,11 +1095,47 @@ impl Analyzer {
         self.active.clear();
     }
 
+    /// Adds up the load sites' record counts into the trace's (records,
+    /// `A`, `A_const`, filtered out, outside functions) and the functions'
+    /// (`A`, `A_const`); then a site whose records were filtered out counts
+    /// none, as the tables show only what was analysed.
+    fn count_records(&mut self) {
+        for slot in &mut self.slots {
+            let n = slot.count;
+            let implied = n * u64::from(slot.implied);
+            let (a, a_const) = if slot.class.is_access() {
+                (n, implied)
+            } else {
+                (0, n + implied)
+            };
+            self.records_all += n;
+            self.a_all += a;
+            self.a_const_all += a_const;
+            if !slot.included {
+                self.filtered_out += n;
+                slot.count = 0;
+                continue;
+            }
+            self.records += n;
+            self.a += a;
+            self.a_const += a_const;
+            match slot.function {
+                Some(f) => {
+                    let acc = &mut self.functions[f as usize];
+                    acc.a += a;
+                    acc.a_const += a_const;
+                }
+                None => self.outside_functions += n,
+            }
+        }
+    }
+
     /// The metrics. `totals` gives ρ's numerator and the number of samples
     /// (trailing empty samples have no records to announce them).
     pub fn finish(mut self, totals: &TraceTotals) -> Analysis {
         self.drain();
         self.end_sample();
+        self.count_records();
 
         let seen = self.sample.map_or(0, |s| s + 1);
         for _ in seen..totals.samples {
