@@ -337,33 +337,65 @@ pub fn compare(
         });
     }
 
-    // Code windows.
+    // Code windows. Functions are matched by name, the only identity a
+    // snapshot keeps; distinct functions of one name (a generic function's
+    // instances, which demangle alike) are compared as one, merged alike on
+    // both sides (and in the per-sample sums), so no instance is compared
+    // with another's metrics.
     let full_a = golden.summary.a.max(1) as f64;
+    let golden_functions = NamedFunction::merge(golden.functions.iter().map(|f| {
+        let row = f.trace_windows.iter().find(|r| r.k == code_k);
+        NamedFunction {
+            name: &f.name,
+            instances: 1,
+            a: f.a,
+            a_const: f.a_const,
+            a_const_frac: f.a_const_frac,
+            code: row.map(|r| CodeWindows {
+                windows: r.windows,
+                d_f: r.d_f,
+                f_str_frac: r.f_str_frac,
+                f_irr_frac: r.f_irr_frac,
+            }),
+        }
+    }));
+    let sampled_functions = NamedFunction::merge(sampled.functions.iter().map(|f| NamedFunction {
+        name: &f.name,
+        instances: 1,
+        a: f.a,
+        a_const: f.a_const,
+        a_const_frac: f.a_const_frac,
+        code: (f.code_windows > 0).then(|| CodeWindows {
+            windows: f.code_windows,
+            d_f: f.d_f.unwrap_or(0.0),
+            f_str_frac: f.f_str_frac.unwrap_or(0.0),
+            f_irr_frac: f.f_irr_frac.unwrap_or(0.0),
+        }),
+    }));
     let mut functions = Vec::new();
-    for full in golden
-        .functions
+    for full in golden_functions
         .iter()
         .filter(|f| f.a as f64 / full_a >= limits.min_function_share)
     {
         let share = full.a as f64 / full_a;
-        let index = samples.function_index(&full.name);
-        let sampled_f = sampled.functions.iter().find(|f| f.name == full.name);
+        let index = samples.function_index(full.name);
+        let sampled_f = sampled_functions.iter().find(|f| f.name == full.name);
         let function_samples = index.map_or(0, |i| replicates.function_samples(i));
-        let windows = sampled_f.map_or(0, |f| f.code_windows);
+        let windows = sampled_f.and_then(|f| f.code).map_or(0, |c| c.windows);
         let f_enough = function_samples >= limits.min_samples && windows > 0;
-        let full_row = full.trace_windows.iter().find(|r| r.k == code_k);
+        let full_row = full.code;
         let missing = || Error {
             error: None,
             ci: None,
             limit: limits.code_error,
             status: Status::Undersampled,
         };
-        let (d_f, f_str, f_irr) = match (full_row, sampled_f.filter(|f| f.code_windows > 0)) {
+        let (d_f, f_str, f_irr) = match (full_row, sampled_f.and_then(|f| f.code)) {
             (Some(row), Some(f)) => {
                 let ci = |get: fn(&FunctionSums) -> f64, full: f64, relative: bool| {
                     index.and_then(|i| replicates.function_interval(i, get, full, relative))
                 };
-                let d_f = f.d_f.unwrap_or(0.0);
+                let d_f = f.d_f;
                 let rel = (row.d_f != 0.0).then(|| ((d_f - row.d_f) / row.d_f).abs());
                 (
                     Error::judge(
@@ -373,13 +405,13 @@ pub fn compare(
                         f_enough,
                     ),
                     Error::judge(
-                        Some((f.f_str_frac.unwrap_or(0.0) - row.f_str_frac).abs()),
+                        Some((f.f_str_frac - row.f_str_frac).abs()),
                         ci(|s| s.f_str_frac, row.f_str_frac, false),
                         limits.code_error,
                         f_enough,
                     ),
                     Error::judge(
-                        Some((f.f_irr_frac.unwrap_or(0.0) - row.f_irr_frac).abs()),
+                        Some((f.f_irr_frac - row.f_irr_frac).abs()),
                         ci(|s| s.f_irr_frac, row.f_irr_frac, false),
                         limits.code_error,
                         f_enough,
@@ -403,11 +435,20 @@ pub fn compare(
         if !f_enough && status != Status::Exceeded {
             status = Status::Undersampled;
         }
-        let label = format!(
-            "function `{}` ({:.1}% of accesses)",
-            full.name,
-            100.0 * share
-        );
+        let label = if full.instances > 1 {
+            format!(
+                "function `{}` ({} functions of this name, compared as one; {:.1}% of accesses)",
+                full.name,
+                full.instances,
+                100.0 * share
+            )
+        } else {
+            format!(
+                "function `{}` ({:.1}% of accesses)",
+                full.name,
+                100.0 * share
+            )
+        };
         if function_samples < limits.min_samples {
             problems.push(format!(
                 "undersampled: {label} is in {function_samples} samples, fewer than {}",
@@ -443,7 +484,7 @@ pub fn compare(
             }
         }
         functions.push(FunctionError {
-            name: full.name.clone(),
+            name: full.name.to_string(),
             share,
             samples: function_samples,
             windows,
@@ -482,6 +523,65 @@ pub fn compare(
         functions,
         problems,
         status,
+    }
+}
+
+/// A function's code-window metrics at `k_c`: window count and averages.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct CodeWindows {
+    windows: u64,
+    d_f: f64,
+    f_str_frac: f64,
+    f_irr_frac: f64,
+}
+
+/// What validation compares of the functions of one name (usually one).
+#[derive(Clone, Debug, PartialEq)]
+struct NamedFunction<'a> {
+    name: &'a str,
+    /// Distinct functions of this name merged into this one.
+    instances: usize,
+    a: u64,
+    a_const: u64,
+    a_const_frac: Option<f64>,
+    code: Option<CodeWindows>,
+}
+
+impl<'a> NamedFunction<'a> {
+    /// Merges functions of the same name (first appearance keeps its
+    /// place, then most accesses first): counts add up and the window
+    /// averages are weighted by window counts, which is exactly the average
+    /// over the union of their windows. A name met once is kept unchanged.
+    fn merge(functions: impl Iterator<Item = NamedFunction<'a>>) -> Vec<NamedFunction<'a>> {
+        let mut merged: Vec<NamedFunction<'a>> = Vec::new();
+        for f in functions {
+            let Some(m) = merged.iter_mut().find(|m| m.name == f.name) else {
+                merged.push(f);
+                continue;
+            };
+            m.instances += f.instances;
+            m.a += f.a;
+            m.a_const += f.a_const;
+            let total = m.a + m.a_const;
+            m.a_const_frac = (total > 0).then(|| m.a_const as f64 / total as f64);
+            m.code = match (m.code, f.code) {
+                (Some(x), Some(y)) => {
+                    let n = (x.windows + y.windows) as f64;
+                    let (wx, wy) = (x.windows as f64, y.windows as f64);
+                    let mean = |a: f64, b: f64| (a * wx + b * wy) / n;
+                    Some(CodeWindows {
+                        windows: x.windows + y.windows,
+                        d_f: mean(x.d_f, y.d_f),
+                        f_str_frac: mean(x.f_str_frac, y.f_str_frac),
+                        f_irr_frac: mean(x.f_irr_frac, y.f_irr_frac),
+                    })
+                }
+                (x, y) => x.or(y),
+            };
+        }
+        // Stable: equal counts keep their order of first appearance.
+        merged.sort_by_key(|f| std::cmp::Reverse(f.a));
+        merged
     }
 }
 
@@ -941,6 +1041,90 @@ mod tests {
             .find(|e| e.metric == "F_irr")
             .unwrap();
         assert_eq!(f_irr.rows, 7);
+    }
+
+    /// Two distinct functions with one name (a generic function's
+    /// instances demangle alike): one all strided, one all irregular. The
+    /// snapshot keeps names only, so validation must compare them as one on
+    /// both sides. Found by an outside check (two `sort_unstable`
+    /// instances): every snapshot entry of the name was compared with the
+    /// first sampled function of that name (here: a 100-point `F_str%`
+    /// "error"), and the per-sample sums kept one instance per sample.
+    #[test]
+    fn functions_of_one_name_are_compared_as_one() {
+        use crate::trace::{FunctionEntry, LoadClass, LoadEntry};
+        let function = |name: &str, start| FunctionEntry {
+            name: name.into(),
+            start,
+            end: start + 0x100,
+        };
+        let load = |ip, class, function| LoadEntry {
+            ip,
+            class,
+            implied: 0,
+            function: Some(function),
+            line: None,
+            proxy: None,
+        };
+        let header = TraceHeader {
+            functions: vec![
+                function("kernel", 0x1000),
+                function("helper", 0x2000),
+                function("kernel", 0x3000),
+            ],
+            loads: vec![
+                load(0x1010, LoadClass::Strided, 0),
+                load(0x3020, LoadClass::Irregular, 2),
+                load(0x2010, LoadClass::Constant, 1),
+            ],
+            ..super::super::samples::tests::header(4096, 20_000)
+        };
+        // Alternates load 0 (strided, first `kernel`) and load 1 (irregular,
+        // second `kernel`): with w = 4096 each instance has two code windows
+        // of 2^10 records in every sample, as many as the other (the merged
+        // averages weigh instances by their windows; see ARCHITECTURE.md).
+        let alternating = |total: u64| {
+            let mut state = 42u64;
+            (0..total).map(move |j| {
+                if j % 2 == 0 {
+                    (0, 0x10_0000 + 4 * ((j / 2) % 100_000))
+                } else {
+                    irregular_load(&mut state)
+                }
+            })
+        };
+        let total = 2_400_000;
+        let golden = full_metrics_of(&header, total, alternating(total));
+        let kernels: Vec<_> = golden
+            .functions
+            .iter()
+            .filter(|f| f.name == "kernel")
+            .collect();
+        assert_eq!(kernels.len(), 2, "{:?}", golden.functions);
+        let (analysis, samples) = sampled_of(&header, total, 4096, 20_000, alternating(total));
+        assert_eq!(samples.samples.len(), 120);
+        for sample in &samples.samples {
+            let mut indices: Vec<usize> = sample.functions.iter().map(|(i, _)| *i).collect();
+            let n = indices.len();
+            indices.dedup();
+            assert_eq!(indices.len(), n, "one entry per name and sample");
+        }
+        let c = compare(&golden, &analysis, &samples, &Limits::default());
+        assert_eq!(c.functions.len(), 1, "{:#?}", c.functions);
+        let kernel = &c.functions[0];
+        assert_eq!(kernel.name, "kernel");
+        let share: f64 = kernels.iter().map(|f| f.a as f64).sum::<f64>() / golden.summary.a as f64;
+        assert!((kernel.share - share).abs() < 1e-12, "{kernel:?}");
+        assert_eq!(kernel.samples, 120);
+        assert_eq!((c.code_window_k, kernel.windows), (10, 480), "{kernel:?}");
+        assert_eq!(kernel.status, Status::Ok, "{kernel:#?}");
+        for e in [&kernel.f_str_frac, &kernel.f_irr_frac, &kernel.d_f] {
+            assert!(e.error.unwrap() < 0.01, "{kernel:#?}");
+            // The interval is of the merged sums too: it holds the deviation.
+            let [lo, hi] = e.ci.unwrap();
+            assert!(lo <= 0.01 && hi >= -0.01, "{kernel:#?}");
+        }
+        assert_eq!(c.status, Status::Ok, "{:?}", c.problems);
     }
 
     #[test]

@@ -137,7 +137,8 @@ pub struct SampleSums {
 /// Every sample's sums, in trace order.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SampleSet {
-    /// Function names the samples refer to.
+    /// Function names the samples refer to (one per name: distinct
+    /// functions of one name share an entry, as validation compares them).
     pub functions: Vec<String>,
     /// Code-window exponent of the analysis.
     pub code_window_k: u32,
@@ -290,7 +291,8 @@ impl SampleBreakdown {
                 };
             }
         }
-        let mut function_sums = Vec::with_capacity(analysis.functions.len());
+        let mut function_sums: Vec<(usize, FunctionSums)> =
+            Vec::with_capacity(analysis.functions.len());
         for f in &analysis.functions {
             let index = match self.names.get(&f.name) {
                 Some(&i) => i,
@@ -302,17 +304,21 @@ impl SampleBreakdown {
                 }
             };
             let n = f.code_windows as f64;
-            function_sums.push((
-                index,
-                FunctionSums {
-                    a: f.a,
-                    a_const: f.a_const,
-                    windows: f.code_windows,
-                    d_f: f.d_f.unwrap_or(0.0) * n,
-                    f_str_frac: f.f_str_frac.unwrap_or(0.0) * n,
-                    f_irr_frac: f.f_irr_frac.unwrap_or(0.0) * n,
-                },
-            ));
+            let sums = FunctionSums {
+                a: f.a,
+                a_const: f.a_const,
+                windows: f.code_windows,
+                d_f: f.d_f.unwrap_or(0.0) * n,
+                f_str_frac: f.f_str_frac.unwrap_or(0.0) * n,
+                f_irr_frac: f.f_irr_frac.unwrap_or(0.0) * n,
+            };
+            // Distinct functions of one name (a generic function's
+            // instances) are one entry per sample, as validation compares
+            // them as one.
+            match function_sums.iter_mut().find(|(i, _)| *i == index) {
+                Some((_, existing)) => existing.add(&sums),
+                None => function_sums.push((index, sums)),
+            }
         }
         Ok(SampleSums {
             levels,
