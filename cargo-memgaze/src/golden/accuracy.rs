@@ -561,11 +561,16 @@ impl<'a> NamedFunction<'a> {
     /// over the union of their windows. A name met once is kept unchanged.
     fn merge(functions: impl Iterator<Item = NamedFunction<'a>>) -> Vec<NamedFunction<'a>> {
         let mut merged: Vec<NamedFunction<'a>> = Vec::new();
+        // Where each name is in `merged` (a map: a large program's snapshot
+        // lists thousands of functions).
+        let mut position: std::collections::HashMap<&'a str, usize> = Default::default();
         for f in functions {
-            let Some(m) = merged.iter_mut().find(|m| m.name == f.name) else {
+            let Some(&at) = position.get(f.name) else {
+                position.insert(f.name, merged.len());
                 merged.push(f);
                 continue;
             };
+            let m = &mut merged[at];
             m.instances += f.instances;
             m.a += f.a;
             m.a_const += f.a_const;

@@ -293,6 +293,9 @@ impl SampleBreakdown {
         }
         let mut function_sums: Vec<(usize, FunctionSums)> =
             Vec::with_capacity(analysis.functions.len());
+        // Where each name's entry is in `function_sums` (a map: a sample of
+        // a large program names thousands of functions).
+        let mut position: HashMap<usize, usize> = HashMap::new();
         for f in &analysis.functions {
             let index = match self.names.get(&f.name) {
                 Some(&i) => i,
@@ -315,9 +318,12 @@ impl SampleBreakdown {
             // Distinct functions of one name (a generic function's
             // instances) are one entry per sample, as validation compares
             // them as one.
-            match function_sums.iter_mut().find(|(i, _)| *i == index) {
-                Some((_, existing)) => existing.add(&sums),
-                None => function_sums.push((index, sums)),
+            match position.get(&index) {
+                Some(&at) => function_sums[at].1.add(&sums),
+                None => {
+                    position.insert(index, function_sums.len());
+                    function_sums.push((index, sums));
+                }
             }
         }
         Ok(SampleSums {
