@@ -461,6 +461,18 @@ fn golden_snapshots_follow_insta_conventions_and_are_deterministic() {
     let out = golden(&["--update", "--", "--exact", "str1"], &env);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(!orphan.exists());
+    // On CI too: `--update` writes snapshots there, so it deletes orphans
+    // (it used to keep them, saying "`--update` deletes it").
+    std::fs::write(&orphan, "").unwrap();
+    let out = golden(&["--update", "--", "--exact", "str1"], &ci_env);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let all = messages(&out);
+    assert_eq!(
+        by_reason(&all, "golden-orphan")[0]["deleted"],
+        true,
+        "{all:?}"
+    );
+    assert!(!orphan.exists());
 }
 
 fn validations(out: &Output) -> Vec<Value> {

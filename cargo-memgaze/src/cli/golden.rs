@@ -279,7 +279,9 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             .map(|c| c.name)
             .collect();
         for orphan in store.orphans(&exe.package, &exe.target, &all) {
-            let deleted = args.update && !ci;
+            // `--update` is an explicit request: it writes snapshots on CI
+            // too, so it also deletes the orphans there.
+            let deleted = args.update;
             if deleted {
                 std::fs::remove_file(&orphan)
                     .map_err(|e| anyhow::anyhow!("cannot remove {}: {e}", orphan.display()))?;
