@@ -473,6 +473,26 @@ fn golden_snapshots_follow_insta_conventions_and_are_deterministic() {
         "{all:?}"
     );
     assert!(!orphan.exists());
+
+    // A filter matching nothing: a summary line without an empty list of
+    // outcomes after it (it ended in ": ").
+    let args = [
+        "-p",
+        "microbenches",
+        "--golden-dir",
+        dir_arg,
+        "--",
+        "--exact",
+        "zzz",
+    ];
+    let out = memgaze("golden", &workspace_manifest(), &args, &env);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    let last = err.lines().last().unwrap_or_default().trim();
+    assert!(
+        last.starts_with("Finished 0 snapshots in ") && last.ends_with('s'),
+        "{err}"
+    );
 }
 
 fn validations(out: &Output) -> Vec<Value> {

@@ -133,12 +133,16 @@ pub fn print_summary(
         }));
     } else if !global.quiet {
         let parts: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
+        let parts = if parts.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", parts.join(", "))
+        };
         eprintln!(
-            "{:>12} {} in {:.1}s: {}",
+            "{:>12} {} in {:.1}s{parts}",
             "Finished",
             plural(benches, noun.0, noun.1),
             started.elapsed().as_secs_f64(),
-            parts.join(", ")
         );
     }
 }

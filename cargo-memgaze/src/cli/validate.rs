@@ -313,10 +313,13 @@ fn render(name: &str, verdict: &str, c: &Comparison) -> String {
         c.period,
         c.trace_size_frac.map_or_else(|| "–".to_string(), percent)
     );
-    heading(
-        &mut out,
-        &format!("trace windows, k = 3..{}: MAPE", c.k_max),
-    );
+    let trace_windows = if c.k_max >= 3 {
+        format!("trace windows, k = 3..{}: MAPE", c.k_max)
+    } else {
+        // w < 8: no window of 2^3 accesses fits in a sample.
+        format!("trace windows: none (w = {} < 8)", c.window)
+    };
+    heading(&mut out, &trace_windows);
     for e in &c.trace_windows {
         row(&mut out, e.metric, &e.error);
     }
@@ -353,5 +356,37 @@ fn render_function(out: &mut String, f: &FunctionError) {
         ("A_const%", &f.a_const_frac),
     ] {
         row(out, &format!("  {name}"), e);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::golden::accuracy::{Comparison, Status};
+
+    fn comparison(window: u64, k_max: u32) -> Comparison {
+        Comparison {
+            samples: 40,
+            window,
+            period: 100 * window,
+            k_max,
+            code_window_k: 2,
+            trace_size_frac: Some(0.01),
+            trace_windows: Vec::new(),
+            functions: Vec::new(),
+            problems: Vec::new(),
+            status: Status::Ok,
+        }
+    }
+
+    /// With w < 8 no trace-window row is compared; the heading says so
+    /// instead of an empty range `k = 3..2` (found by an outside check).
+    #[test]
+    fn a_window_below_8_has_no_trace_window_range() {
+        let text = render("str1", "ok", &comparison(4, 2));
+        assert!(text.contains("trace windows: none (w = 4 < 8)"), "{text}");
+        assert!(!text.contains("k = 3.."), "{text}");
+        let text = render("str1", "ok", &comparison(1024, 10));
+        assert!(text.contains("trace windows, k = 3..10: MAPE"), "{text}");
     }
 }
