@@ -105,9 +105,20 @@ impl GoldenStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e).with_context(|| path.display().to_string()),
         };
-        SnapshotFile::parse(&text)
-            .map(Some)
-            .with_context(|| path.display().to_string())
+        let file = SnapshotFile::parse(&text).with_context(|| path.display().to_string())?;
+        // A snapshot copied or renamed by hand would otherwise check one
+        // bench against another's metrics.
+        let m = &file.metrics;
+        if (m.package.as_str(), m.target.as_str(), m.bench.as_str()) != (package, target, bench) {
+            anyhow::bail!(
+                "{}: the snapshot is of bench `{}` of {}/{}, not `{bench}` of {package}/{target} (re-record it with `cargo memgaze golden --update`)",
+                path.display(),
+                m.bench,
+                m.package,
+                m.target,
+            );
+        }
+        Ok(Some(file))
     }
 
     /// Compares `new` with the stored snapshot and writes what insta's
@@ -305,6 +316,35 @@ mod tests {
             Outcome::Updated
         );
         assert!(!pending.exists());
+    }
+
+    /// A snapshot file holding another bench's metrics (copied or renamed
+    /// by hand) is refused, naming the file and both benches (found by an
+    /// outside check: validate compared against it).
+    #[test]
+    fn a_snapshot_of_another_bench_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = GoldenStore::new(tmp.path());
+        let stored = file(8.0);
+        let m = &stored.metrics;
+        store.check(&stored, true, false).unwrap();
+        let read = store.read(&m.package, &m.target, &m.bench).unwrap();
+        assert_eq!(read.as_ref(), Some(&stored));
+        let copy = store.path(&m.package, &m.target, "copy");
+        std::fs::copy(store.path(&m.package, &m.target, &m.bench), &copy).unwrap();
+        let e = store.read(&m.package, &m.target, "copy").unwrap_err();
+        assert_eq!(
+            crate::error::one_line(&e),
+            format!(
+                "{}: the snapshot is of bench `{}` of {}/{}, not `copy` of {}/{} (re-record it with `cargo memgaze golden --update`)",
+                copy.display(),
+                m.bench,
+                m.package,
+                m.target,
+                m.package,
+                m.target
+            )
+        );
     }
 
     #[test]
