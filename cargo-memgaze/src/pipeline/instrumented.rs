@@ -250,16 +250,23 @@ mod tests {
         }
     }
 
+    /// An instrumenter that writes a placeholder and counts its calls.
+    fn fake_instrument(
+        calls: &Cell<usize>,
+        _input: &Path,
+        output: &Path,
+    ) -> anyhow::Result<(Annotation, Report)> {
+        calls.set(calls.get() + 1);
+        std::fs::write(output, b"instrumented").unwrap();
+        Ok((annotation(), Report::default()))
+    }
+
     #[test]
     fn an_executable_is_instrumented_once_per_content() {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("memgaze");
         let calls = Cell::new(0);
-        let fake = |_: &Path, out: &Path| {
-            calls.set(calls.get() + 1);
-            std::fs::write(out, b"instrumented").unwrap();
-            Ok((annotation(), Report::default()))
-        };
+        let fake = |input: &Path, out: &Path| fake_instrument(&calls, input, out);
         let exe = executable(tmp.path(), b"v1");
         let first = instrumented_with(&exe, &root, fake).unwrap();
         assert!(first.report.is_some());
@@ -295,10 +302,8 @@ mod tests {
     fn a_new_entry_evicts_the_least_recently_used_of_its_name() {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("memgaze");
-        let fake = |_: &Path, out: &Path| {
-            std::fs::write(out, b"instrumented").unwrap();
-            Ok((annotation(), Report::default()))
-        };
+        let calls = Cell::new(0);
+        let fake = |input: &Path, out: &Path| fake_instrument(&calls, input, out);
         // Four builds of one bench, used 40, 30, 20 and 10 hours ago.
         let mut entries = Vec::new();
         for (version, hours) in [(1, 40), (2, 30), (3, 20), (4, 10)] {
@@ -338,11 +343,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let cache = tmp.path().join("cache");
         let calls = Cell::new(0);
-        let fake = |_: &Path, out: &Path| {
-            calls.set(calls.get() + 1);
-            std::fs::write(out, b"instrumented").unwrap();
-            Ok((annotation(), Report::default()))
-        };
+        let fake = |input: &Path, out: &Path| fake_instrument(&calls, input, out);
         let exe = executable(tmp.path(), b"v1");
         let all = cached(&exe, &cache, b"", fake).unwrap();
         let some = cached(&exe, &cache, b"functions=main*", fake).unwrap();
