@@ -245,6 +245,8 @@ struct LoadSlot {
     line: Option<String>,
     proxy: Option<u32>,
     included: bool,
+    /// Its records: all of them while records come, then (`finish`) none
+    /// when it is filtered out.
     count: u64,
     d_sum: u64,
     d_count: u64,
