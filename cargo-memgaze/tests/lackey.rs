@@ -8,7 +8,7 @@
 use memgaze::analysis::Analysis;
 use memgaze::trace::LoadClass;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const PROGRAM: &str = r#"
@@ -90,6 +90,16 @@ fn build_and_trace(pie: bool) -> Built {
     }
 }
 
+/// `--lackey LOG --binary BINARY`.
+fn lackey_args<'a>(log: &'a Path, binary: &'a Path) -> [&'a str; 4] {
+    [
+        "--lackey",
+        log.to_str().unwrap(),
+        "--binary",
+        binary.to_str().unwrap(),
+    ]
+}
+
 fn analyze(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"))
         .arg("analyze")
@@ -109,14 +119,8 @@ fn fails_with(args: &[&str], code: i32) -> String {
 }
 
 fn analyze_json(built: &Built, extra: &[&str]) -> Analysis {
-    let mut args = vec![
-        "--lackey",
-        built.log.to_str().unwrap(),
-        "--binary",
-        built.exe.to_str().unwrap(),
-        "--format",
-        "json",
-    ];
+    let mut args = lackey_args(&built.log, &built.exe).to_vec();
+    args.extend_from_slice(&["--format", "json"]);
     args.extend_from_slice(extra);
     let out = analyze(&args);
     assert!(
@@ -322,14 +326,13 @@ fn functions_filter_load_base_and_usage_errors(built: &Built) {
     );
 
     // ... and says so on stderr, the only sign besides an empty analysis.
-    let out = analyze(&[
-        "--lackey",
-        built.log.to_str().unwrap(),
-        "--binary",
-        built.exe.to_str().unwrap(),
-        "--load-base",
-        "0",
-    ]);
+    let out = analyze(
+        &[
+            &lackey_args(&built.log, &built.exe)[..],
+            &["--load-base", "0"],
+        ]
+        .concat(),
+    );
     assert!(out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -342,13 +345,10 @@ fn functions_filter_load_base_and_usage_errors(built: &Built) {
     // error naming the binary, not an empty analysis.
     let err = fails_with(
         &[
-            "--lackey",
-            built.log.to_str().unwrap(),
-            "--binary",
-            built.exe.to_str().unwrap(),
-            "--functions",
-            "gahter",
-        ],
+            &lackey_args(&built.log, &built.exe)[..],
+            &["--functions", "gahter"],
+        ]
+        .concat(),
         1,
     );
     assert!(
@@ -366,15 +366,7 @@ fn functions_filter_load_base_and_usage_errors(built: &Built) {
         .status()
         .unwrap();
     assert!(status.success());
-    let err = fails_with(
-        &[
-            "--lackey",
-            built.log.to_str().unwrap(),
-            "--binary",
-            other.to_str().unwrap(),
-        ],
-        1,
-    );
+    let err = fails_with(&lackey_args(&built.log, &other), 1);
     assert!(
         err.contains("lackey.log") && err.contains("does not match") && err.contains("prog.O0"),
         "{err}"
@@ -387,15 +379,7 @@ fn functions_filter_load_base_and_usage_errors(built: &Built) {
     // A file that is not a Lackey log: exit 1, one line naming it.
     let bogus = built.exe.with_extension("txt");
     std::fs::write(&bogus, "hello\nworld\n").unwrap();
-    let err = fails_with(
-        &[
-            "--lackey",
-            bogus.to_str().unwrap(),
-            "--binary",
-            built.exe.to_str().unwrap(),
-        ],
-        1,
-    );
+    let err = fails_with(&lackey_args(&bogus, &built.exe), 1);
     assert!(
         err.contains("prog.txt") && err.contains("not a Valgrind Lackey log"),
         "{err}"
@@ -409,15 +393,7 @@ fn functions_filter_load_base_and_usage_errors(built: &Built) {
         .expect("a load line");
     let cut = built.exe.with_extension("cut.log");
     std::fs::write(&cut, &log[..line + 6]).unwrap();
-    let err = fails_with(
-        &[
-            "--lackey",
-            cut.to_str().unwrap(),
-            "--binary",
-            built.exe.to_str().unwrap(),
-        ],
-        1,
-    );
+    let err = fails_with(&lackey_args(&cut, &built.exe), 1);
     assert!(
         err.contains("prog.cut.log")
             && err.contains("truncated log: it ends in the middle of line"),
@@ -425,13 +401,5 @@ fn functions_filter_load_base_and_usage_errors(built: &Built) {
     );
 
     // The binary must be an executable.
-    fails_with(
-        &[
-            "--lackey",
-            built.log.to_str().unwrap(),
-            "--binary",
-            bogus.to_str().unwrap(),
-        ],
-        1,
-    );
+    fails_with(&lackey_args(&built.log, &bogus), 1);
 }
