@@ -435,20 +435,19 @@ pub fn compare(
         if !f_enough && status != Status::Exceeded {
             status = Status::Undersampled;
         }
-        let label = if full.instances > 1 {
+        let merged = if full.instances > 1 {
             format!(
-                "function `{}` ({} functions of this name, compared as one; {:.1}% of accesses)",
-                full.name,
-                full.instances,
-                100.0 * share
+                "{} functions of this name, compared as one; ",
+                full.instances
             )
         } else {
-            format!(
-                "function `{}` ({:.1}% of accesses)",
-                full.name,
-                100.0 * share
-            )
+            String::new()
         };
+        let label = format!(
+            "function `{}` ({merged}{:.1}% of accesses)",
+            full.name,
+            100.0 * share
+        );
         if function_samples < limits.min_samples {
             problems.push(format!(
                 "undersampled: {label} is in {function_samples} samples, fewer than {}",
