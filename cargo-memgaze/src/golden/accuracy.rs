@@ -460,9 +460,14 @@ pub fn compare(
         } else if full_row.is_none() {
             // Its code-window metrics are not compared (undersampled); say
             // why, or the bench fails without a reason (w < 8 gives k_c < 3,
-            // below the snapshot's first row).
+            // below the snapshot's first row; else the snapshot was edited).
+            let why = if code_k < 3 {
+                " (its rows start at 2^3)"
+            } else {
+                ""
+            };
             problems.push(format!(
-                "undersampled: {label}: the golden snapshot has no code window of 2^{code_k} records to compare with (its rows start at 2^3)"
+                "undersampled: {label}: the golden snapshot has no code window of 2^{code_k} records to compare with{why}"
             ));
         }
         for (name, e) in [
