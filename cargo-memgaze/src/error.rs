@@ -1,6 +1,6 @@
 //! Exit codes and the errors that choose them.
 //!
-//! `spec/CLI.md` fixes the exit codes users and CI scripts rely on. Library
+//! `docs/CLI.md` fixes the exit codes users and CI scripts rely on. Library
 //! code returns `anyhow::Result` with context naming the input and the
 //! problem; the command layer turns an error into exactly one line on stderr
 //! and one of these codes. Only the few errors that need a code other than 1
@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-/// The process exit codes of `cargo memgaze` (spec/CLI.md, "Exit codes").
+/// The process exit codes of `cargo memgaze` (docs/CLI.md, "Exit codes").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Exit {
     /// Everything worked and no gate failed.

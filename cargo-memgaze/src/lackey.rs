@@ -4,7 +4,7 @@
 //! data access (` L`, ` S`, ` M` `ADDR,SIZE`, indented). Loads are the ` L`
 //! and ` M` (modify: load + store) lines; each is attributed to the
 //! preceding `I` line's instruction. Stores are not traced (load-level
-//! analysis, spec/METRICS.md).
+//! analysis, docs/METRICS.md).
 //!
 //! Valgrind maps a position-independent executable at `0x108000`
 //! ([`VALGRIND_PIE_BASE`]); instruction addresses are converted back to

@@ -1,7 +1,7 @@
 //! `cargo-memgaze`: the cargo subcommand binary.
 //!
 //! Parses the command line, runs the command and maps its outcome to the
-//! exit codes of spec/CLI.md. Errors are printed as one line; a panic (a bug)
+//! exit codes of docs/CLI.md. Errors are printed as one line; a panic (a bug)
 //! is also reduced to one line rather than a backtrace.
 
 use clap::Parser;

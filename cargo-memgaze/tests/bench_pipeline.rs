@@ -687,7 +687,7 @@ fn the_gate_fails_a_worse_access_pattern_and_passes_unchanged_code() {
     );
 
     // ... and for scripts: `regression` objects with the fields of
-    // spec/CLI.md's bench stream.
+    // docs/CLI.md's bench stream.
     let out = bench(&[
         "-q",
         "--seed",

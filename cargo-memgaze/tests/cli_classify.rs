@@ -1,6 +1,6 @@
 //! `cargo memgaze classify` through the built binary: bad input gets one
 //! clear error line and exit code 1; good input gives the table and the
-//! JSON document of spec/CLI.md.
+//! JSON document of docs/CLI.md.
 
 mod common;
 

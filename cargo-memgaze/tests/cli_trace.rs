@@ -184,7 +184,7 @@ fn bad_trace_files_give_one_line_and_exit_1() {
     assert!(stderr_line(&out).contains("missing.trace: cannot open"));
 }
 
-/// The JSON document has exactly the field names of spec/CLI.md.
+/// The JSON document has exactly the field names of docs/CLI.md.
 #[test]
 fn analyze_json_has_the_cli_md_fields() {
     let dir = tempdir();

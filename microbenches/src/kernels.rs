@@ -2,7 +2,7 @@
 //!
 //! Notation: `N` = [`Params::elements`], `R` = [`Params::reps`]; full size is
 //! `N` = 500 000, `R` = 100. `F` counts distinct byte addresses, `F_lines`
-//! distinct 64-byte lines (spec/METRICS.md); "window" means a trace window
+//! distinct 64-byte lines (docs/METRICS.md); "window" means a trace window
 //! of `2^k` consecutive loads inside one sweep. Data values are `u64`
 //! (8 bytes), indices `u32` (4 bytes); all arrays start on a 64-byte line.
 //!

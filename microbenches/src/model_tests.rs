@@ -1,5 +1,5 @@
 //! The kernels' access sequences in a pure-Rust model: every access goes
-//! through a recording [`Memory`], and the metrics of spec/METRICS.md are
+//! through a recording [`Memory`], and the metrics of docs/METRICS.md are
 //! computed from the record by brute force. This checks the properties the
 //! kernels are designed for (the instrumented, recorded runs are checked by
 //! the pipeline's own tests).

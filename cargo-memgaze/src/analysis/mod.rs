@@ -1,4 +1,4 @@
-//! Locality metrics of a trace (spec/METRICS.md): summary, trace windows,
+//! Locality metrics of a trace (docs/METRICS.md): summary, trace windows,
 //! code windows per function, per-load table, reuse distance, execution
 //! interval tree and hot regions — all in one streaming pass.
 //!
@@ -117,7 +117,7 @@ pub const FULL_TRACE_MAX_K: u32 = 20;
 /// Largest code-window exponent `--code-window` accepts.
 pub const MAX_CODE_WINDOW_K: u32 = 24;
 
-/// Parameters of an analysis. `Default` gives the values of spec/METRICS.md.
+/// Parameters of an analysis. `Default` gives the values of docs/METRICS.md.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AnalysisOptions {
     /// Access block for reuse distance, bytes (power of two; default 64).
@@ -1443,7 +1443,7 @@ impl Analyzer {
         }
     }
 
-    /// ρ per spec/METRICS.md: 1 for a full trace; executions over records
+    /// ρ per docs/METRICS.md: 1 for a full trace; executions over records
     /// (software, Lackey) or over `A + A_const` (Intel PT), over the whole
     /// trace before any `--functions` filter.
     fn rho(&self, totals: &TraceTotals) -> Option<f64> {
@@ -1615,7 +1615,7 @@ fn region_functions(
 
 #[cfg(test)]
 mod tests {
-    //! Hand-worked examples of each formula of spec/METRICS.md. The
+    //! Hand-worked examples of each formula of docs/METRICS.md. The
     //! property tests (tests/analysis_reference.rs) cover random traces.
     use super::*;
     use crate::trace::{Dropped, FunctionEntry, Sampling};

@@ -1,7 +1,7 @@
 //! The result of an analysis: plain, documented, (de)serialisable types
-//! whose JSON is the `memgaze.analysis.v1` document of spec/CLI.md.
+//! whose JSON is the `memgaze.analysis.v1` document of docs/CLI.md.
 //!
-//! Field names follow spec/METRICS.md (`A`, `F_str`, `dF`, `kappa`…).
+//! Field names follow docs/METRICS.md (`A`, `F_str`, `dF`, `kappa`…).
 //! Quantities that are undefined (a ratio whose denominator is 0, a mean
 //! over nothing) are `None` here, `null` in JSON and `–` in tables — never
 //! NaN or infinity. Fractions (`*_frac`) are in `[0, 1]`.
@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 /// Schema tag of [`Analysis`] documents.
 pub const ANALYSIS_SCHEMA: &str = "memgaze.analysis.v1";
 
-/// Every metric of spec/METRICS.md for one trace.
+/// Every metric of docs/METRICS.md for one trace.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Analysis {
     /// Always [`ANALYSIS_SCHEMA`].
@@ -67,7 +67,7 @@ pub struct RunInfo {
     pub functions_filter: Option<String>,
 }
 
-/// Whole-trace metrics (spec/METRICS.md).
+/// Whole-trace metrics (docs/METRICS.md).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// Observed accesses (Strided + Irregular records).

@@ -454,7 +454,7 @@ fn bytes(n: u64) -> String {
 }
 
 /// `N samples`, saying how many the trace held when the analysis split
-/// samples per thread (spec/METRICS.md): a full trace of a 5-thread
+/// samples per thread (docs/METRICS.md): a full trace of a 5-thread
 /// program is "5 samples (1 in the trace, split per thread)", which the
 /// recorder reports as one sample from 5 threads.
 fn samples_phrase(samples: u64, trace_samples: u64) -> String {

@@ -5,7 +5,7 @@
 //! `lo..=top`, cuts it into consecutive windows of `2^k` accesses and adds
 //! each window's `F`, `F_lines`, `F_str`, `F_irr` and `A_const` to
 //! [`LevelSums`] when the window closes. Tails shorter than `2^k` are
-//! dropped (spec/METRICS.md).
+//! dropped (docs/METRICS.md).
 //!
 //! # Why one hash lookup gives `F` for all levels
 //!

@@ -107,7 +107,7 @@ pub struct Args {
 pub use super::suite::Backend;
 
 /// Fewer samples than this make a bench's metrics unreliable (the
-/// validation threshold of spec/METRICS.md).
+/// validation threshold of docs/METRICS.md).
 const UNDERSAMPLED: u64 = 30;
 
 /// Runs the command.

@@ -89,7 +89,7 @@ pub enum Format {
 
 /// The end of `record`'s and `run`'s help. They exit with the program's
 /// status (like `perf record` and valgrind) — a deliberate pass-through that
-/// spec/CLI.md's exit codes do not cover — so users must be told that those
+/// docs/CLI.md's exit codes do not cover — so users must be told that those
 /// codes do not apply there.
 const PROGRAM_EXIT_STATUS: &str = "\
 Exit status: the program's own (128 + N when it died of signal N), as with \
@@ -98,7 +98,7 @@ exits 3 is not a regression. memgaze's own failures, before or after the \
 program runs, exit 2 (bad usage) or 1 (any other error) and print an \
 `error:` line on stderr.";
 
-/// The subcommands (spec/CLI.md).
+/// The subcommands (docs/CLI.md).
 // Parsed once per process; boxing the larger `Args` would buy nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]

@@ -1,5 +1,5 @@
 //! `cargo memgaze validate`: sampled runs against the golden full-trace
-//! snapshots (spec/METRICS.md, "Accuracy against a full trace").
+//! snapshots (docs/METRICS.md, "Accuracy against a full trace").
 
 use super::bench::{emit, sampling, sampling_json};
 use super::golden::{facts_mismatch, golden_dir};

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use std::fmt::Write as _;
 
 /// Fewer samples than this make a sampled run's metrics too noisy to gate
-/// (spec/METRICS.md, "Undersampling").
+/// (docs/METRICS.md, "Undersampling").
 pub const MIN_SAMPLES: u64 = 30;
 
 /// How much an undersampled comparison widens the limits of sampled

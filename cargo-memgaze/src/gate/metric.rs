@@ -34,7 +34,7 @@ impl Direction {
 /// values: the trace-window row at the code-window size `W_c` (the largest
 /// window size both runs have, up to `W_c`). Whole-run footprints of a
 /// sampled trace depend on where the samples fell and are not comparable
-/// between runs (spec/METRICS.md); averages over windows of a fixed size are.
+/// between runs (docs/METRICS.md); averages over windows of a fixed size are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Metric {
     /// `Â = ρ·(A + A_const)`: estimated executed loads.

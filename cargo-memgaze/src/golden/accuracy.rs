@@ -1,5 +1,5 @@
 //! Accuracy of a sampled run against its golden full trace
-//! (spec/METRICS.md, "Accuracy against a full trace").
+//! (docs/METRICS.md, "Accuracy against a full trace").
 //!
 //! - Trace windows: per metric (`F`, `ΔF`, `F_str`, `F_irr`), the MAPE over
 //!   the rows `k = 3..=⌊log2 w⌋` both runs have (rows whose full value is 0
@@ -954,7 +954,7 @@ mod tests {
 
     /// Enough samples and an unbiased mean are not enough: when samples
     /// disagree so much that the 95% interval is wider than the limit, the
-    /// run is undersampled (spec/METRICS.md), not passed.
+    /// run is undersampled (docs/METRICS.md), not passed.
     #[test]
     fn a_wide_interval_is_undersampled_even_when_the_error_is_small() {
         let header = header();

@@ -9,7 +9,7 @@
 //! - [`samples`]: per-sample sums of a sampled trace, from the analysis
 //!   engine run on each sample alone;
 //! - [`accuracy`]: MAPE over trace windows, code-window errors, bootstrap
-//!   confidence intervals and the limits of spec/METRICS.md.
+//!   confidence intervals and the limits of docs/METRICS.md.
 
 pub mod accuracy;
 pub mod facts;

@@ -1,7 +1,7 @@
 //! Per-sample breakdown of a sampled trace: each sample's own window sums,
 //! so validation can bootstrap confidence intervals over samples.
 //!
-//! Trace windows and code windows never cross a sample (spec/METRICS.md), so
+//! Trace windows and code windows never cross a sample (docs/METRICS.md), so
 //! a sampled trace's window averages are sums over samples divided by window
 //! counts over samples; resampling samples with replacement resamples those
 //! sums. Rather than re-implement the window metrics, [`SampleBreakdown`]
@@ -53,7 +53,7 @@ impl LevelSums {
     }
 }
 
-/// The trace-window metrics validation compares (spec/METRICS.md).
+/// The trace-window metrics validation compares (docs/METRICS.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TraceMetric {
     /// Footprint.
@@ -75,7 +75,7 @@ impl TraceMetric {
         TraceMetric::FIrr,
     ];
 
-    /// The spelling of spec/CLI.md (`F`, `dF`, `F_str`, `F_irr`).
+    /// The spelling of docs/CLI.md (`F`, `dF`, `F_str`, `F_irr`).
     pub fn name(self) -> &'static str {
         match self {
             TraceMetric::F => "F",

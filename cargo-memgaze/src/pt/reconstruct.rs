@@ -37,7 +37,7 @@
 //! are a contiguous window; the ones before are dropped and counted. A
 //! sample with no record is dropped and counted. `TraceTotals::executions`
 //! holds the loads the sampling event counted, so the analysis computes
-//! `ρ = executions / (A + A_const)` (spec/METRICS.md, PT backend).
+//! `ρ = executions / (A + A_const)` (docs/METRICS.md, PT backend).
 //!
 //! A full trace (no sampling event) is one sample: each CPU's stream is cut
 //! at its PSBs and the pieces are merged in TSC order.

@@ -5,7 +5,7 @@
 //! records) and hands it to the sink whole, so every sample is one window of
 //! one thread. A *full* trace is one sample; records stream straight through
 //! and [`RecordSink::switch_thread`] marks where another thread's records
-//! continue it (the analysis splits it per thread, spec/METRICS.md).
+//! continue it (the analysis splits it per thread, docs/METRICS.md).
 
 use super::RecordSink;
 use super::protocol::{self, MessageHeader, MessageKind, UNWRITTEN_MARKER, WINDOW_MARKER};

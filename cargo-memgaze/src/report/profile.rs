@@ -12,7 +12,7 @@
 //! table: a full trace of 100 M records streams through like a 1 % sample.
 //!
 //! Only observed accesses (Strided and Irregular records) are counted, as
-//! everywhere in spec/METRICS.md; Constant loads touch the stack and
+//! everywhere in docs/METRICS.md; Constant loads touch the stack and
 //! scalars and would only add noise here.
 
 use crate::trace::{TraceEvent, TraceReader};

@@ -60,7 +60,7 @@
 //! number's length: see *Speed*). Samples are numbered 0, 1, 2… in order of
 //! their begin events; a sample may be empty. A sample whose records come
 //! from several threads (`k = 10`) is split per thread by the analysis
-//! (spec/METRICS.md).
+//! (docs/METRICS.md).
 //!
 //! Version 1 (older cargo memgaze) interleaved LEB128 tags and deltas;
 //! readers refuse it with a line that says to record the trace again.

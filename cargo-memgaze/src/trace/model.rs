@@ -2,7 +2,7 @@
 //!
 //! These plain types are the contract between the collectors (software
 //! recorder, Intel PT, Lackey import), the trace file format and the
-//! analysis. Words and symbols follow `spec/METRICS.md`.
+//! analysis. Words and symbols follow `docs/METRICS.md`.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

@@ -1,4 +1,4 @@
-//! A deliberately naive reference implementation of spec/METRICS.md: every
+//! A deliberately naive reference implementation of docs/METRICS.md: every
 //! metric straight from its definition — a `HashSet` per window, a linear
 //! LRU stack for reuse distance, unions of sets for interval-tree nodes.
 //! Quadratic and slow; only for checking the real analysis on small traces.
