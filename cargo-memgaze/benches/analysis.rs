@@ -36,8 +36,8 @@
 //! M records/s, median and min–max over the repeats, and the encoded size
 //! per record.
 
-use memgaze::analysis::{AnalysisOptions, analyze_trace};
-use memgaze::trace::{
+use memgaze_analysis::{AnalysisOptions, analyze_trace};
+use memgaze_trace::{
     Backend, Dropped, FunctionEntry, LoadClass, LoadEntry, Sampling, TraceHeader, TraceReader,
     TraceTotals, TraceWriter,
 };

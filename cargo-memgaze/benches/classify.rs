@@ -16,8 +16,8 @@
 //! control flow and loops, classify every load, proxy compression, and the
 //! annotation as JSON (with `file:line` when the binary has DWARF).
 
-use memgaze::binary::Binary;
-use memgaze::classify;
+use memgaze_instrument::binary::Binary;
+use memgaze_instrument::classify;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

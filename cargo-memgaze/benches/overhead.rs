@@ -17,9 +17,9 @@
 //!   (`bench_big.rs`, built once and cached) against `objdump -d` of the
 //!   same file.
 
-use memgaze::annotation::InstrumentationMode;
-use memgaze::record;
-use memgaze::trace::{Sampling, TraceWriter};
+use memgaze_instrument::annotation::InstrumentationMode;
+use memgaze_record as record;
+use memgaze_trace::{Sampling, TraceWriter};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -73,7 +73,7 @@ fn native(program: &Path, args: &[&str]) -> Timing {
 fn recorded(
     program: &Path,
     args: &[&str],
-    annotation: &memgaze::annotation::Annotation,
+    annotation: &memgaze_instrument::annotation::Annotation,
     sampling: Sampling,
     trace: &Path,
 ) -> Timing {
@@ -171,7 +171,7 @@ fn main() {
             .arg(fixture("bench_kernels.c")),
     );
     let instrumented = dir.join("bench_kernels.instrumented");
-    let result = memgaze::cli::instrument::instrument_file(
+    let result = memgaze_instrument::instrument_file(
         &kernels,
         &instrumented,
         None,
@@ -289,7 +289,7 @@ fn main() {
         );
         let objdump = start.elapsed().as_secs_f64();
         let start = Instant::now();
-        memgaze::cli::instrument::instrument_file(&big, &out, None, InstrumentationMode::Soft)
+        memgaze_instrument::instrument_file(&big, &out, None, InstrumentationMode::Soft)
             .expect("instrument the big binary");
         let instrument = start.elapsed().as_secs_f64();
         ratios.push(instrument / objdump);

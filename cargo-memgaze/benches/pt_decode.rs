@@ -12,9 +12,9 @@
 //! do, and reports the median
 //! throughput and its spread over the runs. Target: >= 500 MB/s.
 
-use memgaze::pt::decode::{Decoder, Event};
-use memgaze::pt::encode::{IpEncoder, encode};
-use memgaze::pt::packet::Packet;
+use memgaze_record::pt::decode::{Decoder, Event};
+use memgaze_record::pt::encode::{IpEncoder, encode};
+use memgaze_record::pt::packet::Packet;
 use std::hint::black_box;
 use std::time::Instant;
 

@@ -14,10 +14,10 @@
 #[path = "../tests/support/synthetic.rs"]
 mod synthetic;
 
-use memgaze::analysis::{AnalysisOptions, analyze_trace};
 use memgaze::gate::BenchKey;
 use memgaze::report::{ANALYSIS_FILE, BENCH_FILE, ReportOptions, TRACE_FILE, report_results};
-use memgaze::trace::TraceReader;
+use memgaze_analysis::{AnalysisOptions, analyze_trace};
+use memgaze_trace::TraceReader;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use synthetic::{Kernel, Synthetic, write_trace};

@@ -6,7 +6,7 @@
 
 use clap::Parser;
 use memgaze::cli::{self, CargoCli};
-use memgaze::error::{self, Exit};
+use memgaze_error::{self as error, Exit};
 
 fn main() {
     std::panic::set_hook(Box::new(|info| {

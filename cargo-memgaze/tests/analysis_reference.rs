@@ -6,8 +6,8 @@
 
 mod naive;
 
-use memgaze::analysis::{Analysis, AnalysisOptions, analyze_trace};
-use memgaze::trace::{
+use memgaze_analysis::{Analysis, AnalysisOptions, analyze_trace};
+use memgaze_trace::{
     Backend, FunctionEntry, LoadClass, LoadEntry, Sampling, TraceHeader, TraceReader, TraceTotals,
     TraceWriter,
 };
@@ -388,7 +388,7 @@ fn compare(case: &Case) -> Result<(), TestCaseError> {
 
 fn compare_rows(
     what: &str,
-    got: &[memgaze::analysis::WindowRow],
+    got: &[memgaze_analysis::WindowRow],
     want: &[naive::Row],
     lines: bool,
 ) -> Result<(), TestCaseError> {

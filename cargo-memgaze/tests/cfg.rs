@@ -3,7 +3,9 @@
 
 mod common;
 
-use memgaze::binary::{Binary, FunctionCode, IndirectJumpKind, JumpTableBound, Terminator};
+use memgaze_instrument::binary::{
+    Binary, FunctionCode, IndirectJumpKind, JumpTableBound, Terminator,
+};
 
 /// Checks what every function's CFG must satisfy and returns
 /// (indirect jumps, resolved as tables, tail calls through memory).

@@ -8,9 +8,9 @@
 
 mod common;
 
-use memgaze::binary::Binary;
-use memgaze::classify::{self, BinaryLoads, ClassifiedLoad, Reason, ratio};
-use memgaze::trace::LoadClass;
+use memgaze_instrument::binary::Binary;
+use memgaze_instrument::classify::{self, BinaryLoads, ClassifiedLoad, Reason, ratio};
+use memgaze_trace::LoadClass;
 use std::collections::BTreeMap;
 
 const KERNELS: [&str; 7] = [
@@ -253,7 +253,10 @@ fn annotation_of_a_whole_binary_is_consistent_and_round_trips() {
     let binary = Binary::open(&exe).unwrap();
     let loads = classify::classify_binary(&binary, |_| true);
     let annotation = loads.to_annotation(&binary);
-    assert_eq!(annotation.schema, memgaze::annotation::ANNOTATION_SCHEMA);
+    assert_eq!(
+        annotation.schema,
+        memgaze_instrument::annotation::ANNOTATION_SCHEMA
+    );
     assert_eq!(annotation.binary.sha256.len(), 64);
     assert!(annotation.loads.windows(2).all(|w| w[0].ip < w[1].ip));
     for (i, l) in annotation.loads.iter().enumerate() {
@@ -282,7 +285,7 @@ fn annotation_of_a_whole_binary_is_consistent_and_round_trips() {
     let path = dir.path().join("kernels.memgaze.json");
     annotation.write(&path).unwrap();
     assert_eq!(
-        memgaze::annotation::Annotation::read(&path).unwrap(),
+        memgaze_instrument::annotation::Annotation::read(&path).unwrap(),
         annotation
     );
 }

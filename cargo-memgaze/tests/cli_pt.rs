@@ -1,7 +1,7 @@
 //! The `doctor` and `pt-decode` commands through the built binary.
 
-use memgaze::pt::encode::{IpEncoder, encode};
-use memgaze::pt::packet::Packet;
+use memgaze_record::pt::encode::{IpEncoder, encode};
+use memgaze_record::pt::packet::Packet;
 use std::process::{Command, Output};
 
 fn memgaze(args: &[&str]) -> Output {

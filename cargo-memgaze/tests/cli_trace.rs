@@ -1,7 +1,7 @@
 //! `cargo memgaze dump` and `analyze` through the built binary: output,
 //! exit codes and one-line errors for bad trace files.
 
-use memgaze::trace::{
+use memgaze_trace::{
     Backend, FunctionEntry, LoadClass, LoadEntry, Sampling, TraceHeader, TraceTotals, TraceWriter,
 };
 use std::path::{Path, PathBuf};
@@ -137,7 +137,7 @@ fn bad_trace_files_give_one_line_and_exit_1() {
     let dir = tempdir();
     let good = std::fs::read(trace_in(&dir)).unwrap();
     let mut future = good.clone();
-    future[8] = memgaze::trace::format::VERSION as u8 + 1;
+    future[8] = memgaze_trace::format::VERSION as u8 + 1;
     let mut old = good.clone();
     old[8] = 1;
     let mut flipped = good.clone();

@@ -4,7 +4,7 @@
 
 mod common;
 
-use memgaze::binary::{Binary, FunctionSource};
+use memgaze_instrument::binary::{Binary, FunctionSource};
 use std::collections::HashSet;
 
 /// Fraction of the sized `.symtab` functions of `unstripped` that discovery

@@ -4,13 +4,13 @@
 
 mod support;
 
-use memgaze::analysis::{Analysis, AnalysisOptions, analyze_trace};
-use memgaze::error::{Exit, exit_for, one_line};
 use memgaze::gate::{
     BenchKey, BenchRun, Gate, Limits, Metric, compare, list_baselines, load_baseline,
     save_baseline, save_baseline_bench,
 };
-use memgaze::trace::TraceReader;
+use memgaze_analysis::{Analysis, AnalysisOptions, analyze_trace};
+use memgaze_error::{Exit, exit_for, one_line};
+use memgaze_trace::TraceReader;
 use std::path::Path;
 use support::synthetic::{Kernel, Synthetic, write_trace};
 

@@ -15,9 +15,9 @@
 
 mod support;
 
-use memgaze::analysis::{AnalysisOptions, analyze_trace};
 use memgaze::gate::Metric;
-use memgaze::trace::TraceReader;
+use memgaze_analysis::{AnalysisOptions, analyze_trace};
+use memgaze_trace::TraceReader;
 use support::synthetic::{Kernel, Synthetic, write_trace};
 
 fn env(name: &str, default: u64) -> u64 {

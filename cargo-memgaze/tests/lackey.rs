@@ -5,8 +5,8 @@
 //! `A`, `A_const`, `F`, `F_lines` and reuse distances are recomputed from
 //! scratch. Needs gcc and valgrind (ci/test.sh installs them).
 
-use memgaze::analysis::Analysis;
-use memgaze::trace::LoadClass;
+use memgaze_analysis::Analysis;
+use memgaze_trace::LoadClass;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -15,10 +15,10 @@
 //! lines per load/modify right after it; Valgrind maps a position-
 //! independent executable at `0x108000`.
 
-use memgaze::analysis::AnalysisOptions;
 use memgaze::cargo::{self, BenchOutcome, BenchSuite, BuildOptions, CargoArgs, HarnessArgs};
 use memgaze::pipeline::{self, RunPlan};
-use memgaze::trace::{LoadClass, Sampling};
+use memgaze_analysis::AnalysisOptions;
+use memgaze_trace::{LoadClass, Sampling};
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

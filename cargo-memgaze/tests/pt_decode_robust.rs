@@ -3,9 +3,9 @@
 //! resynchronisation at the next PSB, and decoding after that PSB is exactly
 //! what it was in the intact stream.
 
-use memgaze::pt::decode::{Decoder, Event, PtwEvent, find_psb};
-use memgaze::pt::encode::{IpEncoder, encode};
-use memgaze::pt::packet::{Packet, Packets};
+use memgaze_record::pt::decode::{Decoder, Event, PtwEvent, find_psb};
+use memgaze_record::pt::encode::{IpEncoder, encode};
+use memgaze_record::pt::packet::{Packet, Packets};
 use proptest::prelude::*;
 
 /// Decodes and checks the resynchronisation contract on the way.

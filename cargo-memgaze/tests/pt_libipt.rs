@@ -12,8 +12,8 @@
 //! Missing `libipt-dev` is a test FAILURE with install instructions, never
 //! a skip.
 
-use memgaze::pt::decode::{Decoder, Event, PtwEvent};
-use memgaze::pt::packet::{IpCompression, IpPayload, Packet, Packets};
+use memgaze_record::pt::decode::{Decoder, Event, PtwEvent};
+use memgaze_record::pt::packet::{IpCompression, IpPayload, Packet, Packets};
 use std::fmt::Write as _;
 
 mod libipt;
@@ -382,8 +382,8 @@ fn decoder_matches_libipt_encoder_on_long_random_streams() {
     }
     // Every kind libipt 2.0 can encode appeared.
     let mut missing = String::new();
-    for kind in memgaze::pt::packet::PacketKind::ALL {
-        use memgaze::pt::packet::PacketKind::*;
+    for kind in memgaze_record::pt::packet::PacketKind::ALL {
+        use memgaze_record::pt::packet::PacketKind::*;
         let encodable = !matches!(kind, Bbp | Bip | Bep | Cfe | Evd | Trig);
         if encodable && !kinds_seen.contains(&kind) {
             write!(missing, "{kind} ").unwrap();

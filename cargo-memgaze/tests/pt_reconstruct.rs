@@ -6,16 +6,16 @@
 //! copies them (the last N bytes) → `pt::reconstruct` → a trace file →
 //! read back and compared with the executions each sample must contain.
 
-use memgaze::annotation::{
+use memgaze_instrument::annotation::{
     ANNOTATION_SCHEMA, Annotation, FunctionSite, InstrumentationMode, LoadSite, PtwriteOperand,
     PtwriteSite,
 };
-use memgaze::pt::reconstruct::{
+use memgaze_record::pt::reconstruct::{
     CodeMap, DecodedSample, PtRecord, PtwriteMap, Reconstructor, TraceFacts, pt_trace_header,
     write_trace,
 };
-use memgaze::pt::ring::Losses;
-use memgaze::trace::{BinaryIdentity, LoadClass, Sampling, TraceReader};
+use memgaze_record::pt::ring::Losses;
+use memgaze_trace::{BinaryIdentity, LoadClass, Sampling, TraceReader};
 
 mod libipt;
 use libipt::{Rng, libipt_encode};
@@ -447,7 +447,7 @@ fn aux_samples_reconstruct_to_the_executed_addresses() {
         assert_eq!(totals.samples, samples.len() as u64);
         assert_eq!(totals.dropped.records, stats.lost_ptw());
         let header = reader.header();
-        assert_eq!(header.backend, memgaze::trace::Backend::Pt);
+        assert_eq!(header.backend, memgaze_trace::Backend::Pt);
         // The RIP-relative Constant load is implied by its proxy.
         assert_eq!(header.loads[5].proxy, Some(3));
         assert_eq!(header.loads[3].implied, 2);

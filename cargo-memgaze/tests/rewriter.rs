@@ -313,7 +313,7 @@ fn a_killed_program_leaves_a_readable_prefix() {
     assert!(!summary.totals.complete);
     assert_eq!(
         summary.totals.exit,
-        Some(memgaze::trace::ProgramExit::Signal(9))
+        Some(memgaze_trace::ProgramExit::Signal(9))
     );
     assert!(summary.totals.records > 1000, "{:?}", summary.totals);
 }
@@ -336,7 +336,7 @@ fn a_program_killed_before_its_first_flush_is_reported_as_such() {
     let summary = read_trace(&trace);
     assert_eq!(
         summary.totals.exit,
-        Some(memgaze::trace::ProgramExit::Signal(6))
+        Some(memgaze_trace::ProgramExit::Signal(6))
     );
 }
 
@@ -578,7 +578,7 @@ fn ptwrite_mode_writes_base_and_index_before_each_load() {
         String::from_utf8_lossy(&out.stderr)
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let annotation = memgaze::instrument::read_annotation(&output).unwrap();
+    let annotation = memgaze_instrument::rewrite::read_annotation(&output).unwrap();
     let expected: usize = annotation
         .loads
         .iter()
@@ -628,8 +628,8 @@ fn ptwrite_mode_writes_base_and_index_before_each_load() {
         assert_eq!(insn.code(), Code::Ptwrite_rm64, "at {:#x}", site.ip);
         let load = &annotation.loads[site.load as usize];
         let register = match site.operand {
-            memgaze::annotation::PtwriteOperand::Base => load.base.as_deref(),
-            memgaze::annotation::PtwriteOperand::Index => load.index.as_deref(),
+            memgaze_instrument::annotation::PtwriteOperand::Base => load.base.as_deref(),
+            memgaze_instrument::annotation::PtwriteOperand::Index => load.index.as_deref(),
         }
         .expect("operand register");
         let written = format!("{:?}", insn.op0_register()).to_lowercase();

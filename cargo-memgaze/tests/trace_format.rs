@@ -2,7 +2,7 @@
 //! arbitrary truncation and byte damage give an error, never a panic and
 //! never silently different data.
 
-use memgaze::trace::{
+use memgaze_trace::{
     Backend, LoadClass, LoadEntry, Sampling, TraceEvent, TraceHeader, TraceReader, TraceTotals,
     TraceWriter,
 };
@@ -82,7 +82,7 @@ type Flat = Vec<(u32, u64, u64, u32)>;
 /// reader's batched decoding.
 fn reference_decode(bytes: &[u8]) -> Flat {
     let mut out = Vec::new();
-    assert_eq!(&bytes[..8], &memgaze::trace::format::MAGIC);
+    assert_eq!(&bytes[..8], &memgaze_trace::format::MAGIC);
     assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 2);
     let (mut sample, mut thread) = (None::<u64>, 0u32);
     let mut samples = 0u64;
@@ -144,7 +144,7 @@ fn reference_decode(bytes: &[u8]) -> Flat {
 /// Records as `next_raw`, `for_each_raw` (after `skip` records read one by
 /// one) and `next_event` see them.
 fn three_ways(bytes: &[u8], skip: usize) -> [Flat; 3] {
-    let flat = |r: memgaze::trace::RawRecord| (r.load, r.addr, r.sample, r.thread);
+    let flat = |r: memgaze_trace::RawRecord| (r.load, r.addr, r.sample, r.thread);
     let mut reader = TraceReader::new(bytes).unwrap();
     let mut by_raw = Vec::new();
     while let Some(r) = reader.next_raw().unwrap() {
@@ -292,8 +292,8 @@ proptest! {
 
     #[test]
     fn random_bytes_after_magic_never_panic(tail in prop::collection::vec(any::<u8>(), 0..200)) {
-        let mut bytes = memgaze::trace::format::MAGIC.to_vec();
-        bytes.extend_from_slice(&memgaze::trace::format::VERSION.to_le_bytes());
+        let mut bytes = memgaze_trace::format::MAGIC.to_vec();
+        bytes.extend_from_slice(&memgaze_trace::format::VERSION.to_le_bytes());
         bytes.extend_from_slice(&tail);
         prop_assert!(read(&bytes).is_err());
     }

@@ -2,8 +2,8 @@
 //! with the harness's own parser (libtest-mimic), and turned into the
 //! command lines that list benches and run one.
 
-use crate::error::usage;
 use libtest_mimic::Arguments;
+use memgaze_error::usage;
 
 /// Parsed harness arguments (`cargo memgaze bench … -- <these>`).
 ///
@@ -101,7 +101,7 @@ impl HarnessArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::{Exit, exit_for};
+    use memgaze_error::{Exit, exit_for};
 
     fn parse(args: &[&str]) -> anyhow::Result<HarnessArgs> {
         HarnessArgs::parse(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())

@@ -118,7 +118,7 @@ pub fn discover(
             Ok(markers) => checked.push((executable, markers)),
             // A target the user named must be a memgaze bench.
             Err(e) if !args.bench_targets.is_empty() => return Err(e),
-            Err(e) => skipped.push((executable, crate::error::one_line(&e))),
+            Err(e) => skipped.push((executable, memgaze_error::one_line(&e))),
         }
     }
     if checked.is_empty() {

@@ -2,13 +2,13 @@
 //! Valgrind Lackey log (a full trace) of a binary.
 
 use super::{ColorChoice, Format, Global};
-use crate::analysis::table::{TableOptions, render};
-use crate::analysis::{Analysis, AnalysisOptions, Analyzer, MAX_CODE_WINDOW_K};
-use crate::error::{Exit, usage};
-use crate::lackey::{LackeyOptions, LackeyStats, LogDoubt, analyze_lackey};
-use crate::trace::TraceReader;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
+use memgaze_analysis::table::{TableOptions, render};
+use memgaze_analysis::{Analysis, AnalysisOptions, Analyzer, MAX_CODE_WINDOW_K};
+use memgaze_error::{Exit, usage};
+use memgaze_record::lackey::{LackeyOptions, LackeyStats, LogDoubt, analyze_lackey};
+use memgaze_trace::TraceReader;
 use std::cell::Cell;
 use std::fs::File;
 use std::io::{BufReader, IsTerminal, Read, Write};
@@ -187,7 +187,7 @@ fn analyze_file(path: &Path, options: &AnalysisOptions, progress: &Progress) -> 
     let mut analyzer = Analyzer::new(reader.header(), options).with_context(name)?;
     progress.start(total, "analysing");
     let mut n = 0u64;
-    crate::analysis::feed(&mut reader, &mut analyzer, || {
+    memgaze_analysis::feed(&mut reader, &mut analyzer, || {
         n += 1;
         if n.is_multiple_of(1 << 20) {
             progress.set(bytes.get());

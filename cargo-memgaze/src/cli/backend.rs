@@ -10,11 +10,11 @@
 //! Recording commands skip the self-test (the recording itself is the
 //! test, and it would cost a rewrite per command); `doctor` runs it.
 
-use crate::annotation::InstrumentationMode;
-use crate::pt::probe::{self, BackendChoice, BackendRequest, ProbeOptions};
-use crate::record;
-use crate::trace::{Backend, Sampling};
 use anyhow::{Context, Result, bail};
+use memgaze_instrument::annotation::InstrumentationMode;
+use memgaze_record as record;
+use memgaze_record::pt::probe::{self, BackendChoice, BackendRequest, ProbeOptions};
+use memgaze_trace::{Backend, Sampling};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 

@@ -4,15 +4,15 @@
 use super::progress::Progress;
 use super::suite::{self, plural};
 use super::{Global, MessageFormat};
-use crate::analysis::AnalysisOptions;
 use crate::cargo::{
     BenchCase, BenchKey, BenchOutcome, BenchSuite, BenchTarget, CargoArgs, HarnessArgs,
 };
-use crate::error::{Exit, usage};
 use crate::gate::{self, Baseline, BenchRun, Gate, Limits, load_baseline, save_baseline_bench};
 use crate::pipeline::{self, RunPlan};
 use crate::report::{self, ReportOptions};
-use crate::trace::Sampling;
+use memgaze_analysis::AnalysisOptions;
+use memgaze_error::{Exit, usage};
+use memgaze_trace::Sampling;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -297,7 +297,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         }));
     } else if !global.quiet {
         let k = match sampling.is_full() {
-            true => crate::analysis::FULL_TRACE_MAX_K,
+            true => memgaze_analysis::FULL_TRACE_MAX_K,
             false => 63 - sampling.window.leading_zeros(),
         };
         eprintln!(
@@ -484,7 +484,7 @@ fn write_report(root: &Path, gating: &Gating, json: bool, quiet: bool) -> Exit {
             Exit::Ok
         }
         Err(e) => {
-            eprintln!("error: writing the report: {}", crate::error::one_line(&e));
+            eprintln!("error: writing the report: {}", memgaze_error::one_line(&e));
             Exit::Error
         }
     }
@@ -591,7 +591,7 @@ fn table_header(width: usize) -> String {
 fn table_row(
     name: &str,
     width: usize,
-    analysis: &crate::analysis::Analysis,
+    analysis: &memgaze_analysis::Analysis,
     elapsed: std::time::Duration,
 ) -> String {
     let s = &analysis.summary;

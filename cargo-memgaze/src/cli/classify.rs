@@ -6,12 +6,12 @@
 //! or irregular.
 
 use super::{Format, Global};
-use crate::binary::{Binary, Function};
-use crate::classify::{self, BinaryLoads, ClassifiedLoad, FunctionLoads};
-use crate::error::Exit;
-use crate::trace::LoadClass;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
+use memgaze_error::Exit;
+use memgaze_instrument::binary::{Binary, Function};
+use memgaze_instrument::classify::{self, BinaryLoads, ClassifiedLoad, FunctionLoads};
+use memgaze_trace::LoadClass;
 use serde_json::{Value, json};
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -50,8 +50,9 @@ pub fn function_filter(globs: &[String]) -> anyhow::Result<Option<GlobSet>> {
     }
     let mut builder = GlobSetBuilder::new();
     for g in globs {
-        builder
-            .add(Glob::new(g).map_err(|e| crate::error::usage(format!("--functions {g:?}: {e}")))?);
+        builder.add(
+            Glob::new(g).map_err(|e| memgaze_error::usage(format!("--functions {g:?}: {e}")))?,
+        );
     }
     Ok(Some(builder.build()?))
 }
@@ -293,9 +294,9 @@ fn table(binary: &Binary, loads: &BinaryLoads, per_load: bool, global: &Global) 
         "{}: {}, {} functions ({}), DWARF lines: {}",
         binary.path().display(),
         match binary.kind() {
-            crate::binary::ExecutableKind::Pie => "PIE executable",
-            crate::binary::ExecutableKind::Fixed => "executable",
-            crate::binary::ExecutableKind::SharedObject => "shared object",
+            memgaze_instrument::binary::ExecutableKind::Pie => "PIE executable",
+            memgaze_instrument::binary::ExecutableKind::Fixed => "executable",
+            memgaze_instrument::binary::ExecutableKind::SharedObject => "shared object",
         },
         binary.functions().len(),
         if d.has_symtab {

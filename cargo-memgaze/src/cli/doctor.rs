@@ -8,8 +8,8 @@
 
 use super::pt_decode::write_stdout;
 use super::{Format, Global};
-use crate::error::Exit;
-use crate::pt::probe::{self, BackendReport, BackendRequest, ProbeOptions, ProbeReport};
+use memgaze_error::Exit;
+use memgaze_record::pt::probe::{self, BackendReport, BackendRequest, ProbeOptions, ProbeReport};
 use serde::Serialize;
 
 /// Arguments of `cargo memgaze doctor`.
@@ -55,14 +55,14 @@ struct DoctorJson<'a> {
 
 #[derive(Serialize)]
 struct BackendJson<'a> {
-    backend: crate::trace::Backend,
+    backend: memgaze_trace::Backend,
     usable: bool,
     checks: &'a [probe::Check],
 }
 
 #[derive(Serialize)]
 struct AutoJson {
-    backend: Option<crate::trace::Backend>,
+    backend: Option<memgaze_trace::Backend>,
     reason: String,
 }
 
@@ -85,7 +85,7 @@ fn json<'a>(
             },
             Err(e) => AutoJson {
                 backend: None,
-                reason: crate::error::one_line(e),
+                reason: memgaze_error::one_line(e),
             },
         },
     }
@@ -126,7 +126,7 @@ fn table(report: &ProbeReport, auto: &anyhow::Result<probe::BackendChoice>) -> S
         )),
         Err(e) => out.push_str(&format!(
             "--backend auto fails: {}\n",
-            crate::error::one_line(e)
+            memgaze_error::one_line(e)
         )),
     }
     out

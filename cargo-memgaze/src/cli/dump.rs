@@ -1,9 +1,9 @@
 //! `cargo memgaze dump <TRACE>`: a trace file as text.
 
 use super::Global;
-use crate::error::Exit;
-use crate::trace::TraceReader;
-use crate::trace::dump::{DumpOptions, dump};
+use memgaze_error::Exit;
+use memgaze_trace::TraceReader;
+use memgaze_trace::dump::{DumpOptions, dump};
 use std::io::Write;
 use std::path::PathBuf;
 

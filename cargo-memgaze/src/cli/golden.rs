@@ -5,15 +5,15 @@ use super::bench::emit;
 use super::progress::Progress;
 use super::suite::{self, Backend, plural};
 use super::{Global, MessageFormat};
-use crate::analysis::AnalysisOptions;
 use crate::cargo::{
     BenchCase, BenchKey, BenchOutcome, BenchSuite, BenchTarget, CargoArgs, HarnessArgs,
 };
-use crate::error::Exit;
 use crate::golden::store::is_ci;
 use crate::golden::{BuildFacts, GoldenMetrics, GoldenStore, Outcome, SnapshotFile, SnapshotMeta};
 use crate::pipeline::{self, RunPlan};
-use crate::trace::Sampling;
+use memgaze_analysis::AnalysisOptions;
+use memgaze_error::Exit;
+use memgaze_trace::Sampling;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 

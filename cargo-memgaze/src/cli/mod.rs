@@ -4,8 +4,8 @@
 //! `run(args, &Global) -> anyhow::Result<Exit>`. Commands do their work
 //! through the library modules; they only parse, print and choose exit codes.
 
-use crate::error::Exit;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use memgaze_error::Exit;
 
 pub mod analyze;
 pub mod backend;

@@ -6,10 +6,10 @@
 //! error (exit 1); damaged streams are decoded and their damage reported.
 
 use super::{Format, Global};
-use crate::error::Exit;
-use crate::pt::decode::{Decoder, Event};
-use crate::pt::packet::PacketKind;
 use anyhow::{Context, bail};
+use memgaze_error::Exit;
+use memgaze_record::pt::decode::{Decoder, Event};
+use memgaze_record::pt::packet::PacketKind;
 use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;

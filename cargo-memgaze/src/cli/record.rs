@@ -5,13 +5,13 @@
 //! N, like a shell). Progress and notes go to stderr.
 
 use super::Global;
-use crate::annotation::{Annotation, InstrumentationMode};
-use crate::error::{Exit, usage};
-use crate::instrument;
-use crate::pt::probe::{BackendChoice, BackendRequest};
-use crate::record::{self, Recording};
-use crate::trace::{Backend, ProgramExit, Sampling, TraceWriter};
 use anyhow::{Context, Result, bail};
+use memgaze_error::{Exit, usage};
+use memgaze_instrument::annotation::{Annotation, InstrumentationMode};
+use memgaze_instrument::rewrite as instrument;
+use memgaze_record::pt::probe::{BackendChoice, BackendRequest};
+use memgaze_record::{self as record, Recording};
+use memgaze_trace::{Backend, ProgramExit, Sampling, TraceWriter};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -131,19 +131,19 @@ impl SamplingArgs {
     }
 
     /// The Intel PT collection these flags ask for.
-    pub fn pt_options(&self) -> crate::pt::PtRecordOptions {
+    pub fn pt_options(&self) -> memgaze_record::pt::PtRecordOptions {
         let mode = if self.full {
-            crate::pt::collect::CollectMode::Full
+            memgaze_record::pt::collect::CollectMode::Full
         } else if self.period == record::DEFAULT_PERIOD {
-            crate::pt::collect::CollectMode::Sampled {
-                period: crate::pt::DEFAULT_LOAD_PERIOD,
+            memgaze_record::pt::collect::CollectMode::Sampled {
+                period: memgaze_record::pt::DEFAULT_LOAD_PERIOD,
             }
         } else {
-            crate::pt::collect::CollectMode::Sampled {
+            memgaze_record::pt::collect::CollectMode::Sampled {
                 period: self.period,
             }
         };
-        crate::pt::PtRecordOptions {
+        memgaze_record::pt::PtRecordOptions {
             mode,
             ..Default::default()
         }
@@ -244,13 +244,13 @@ pub fn record_pt_to_file(
     program: &Path,
     args: &[OsString],
     annotation: &Annotation,
-    options: &crate::pt::PtRecordOptions,
+    options: &memgaze_record::pt::PtRecordOptions,
     output: &Path,
     global: &Global,
-) -> Result<crate::trace::TraceTotals> {
+) -> Result<memgaze_trace::TraceTotals> {
     let file = std::fs::File::create(output)
         .with_context(|| format!("{}: cannot create", output.display()))?;
-    let (mut out, recording) = crate::pt::record(
+    let (mut out, recording) = memgaze_record::pt::record(
         std::io::BufWriter::new(file),
         program,
         args,

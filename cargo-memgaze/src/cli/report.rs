@@ -2,10 +2,10 @@
 //! an analysis JSON or a results directory.
 
 use super::Global;
-use crate::error::Exit;
 use crate::gate::{Limits, load_baseline};
 use crate::report::{ReportOptions, default_report_dir, report_results};
 use anyhow::Result;
+use memgaze_error::Exit;
 use std::path::{Path, PathBuf};
 
 /// Arguments of `cargo memgaze report`.

@@ -10,12 +10,12 @@
 
 use super::record::{SamplingArgs, exit_like_program, print_summary, resolve_program};
 use super::{Format, Global};
-use crate::analysis::{AnalysisOptions, table};
-use crate::annotation::{Annotation, InstrumentationMode};
-use crate::error::Exit;
-use crate::record::{self, AnalyzerSink, Tee};
-use crate::trace::TraceWriter;
 use anyhow::{Context, Result};
+use memgaze_analysis::{AnalysisOptions, table};
+use memgaze_error::Exit;
+use memgaze_instrument::annotation::{Annotation, InstrumentationMode};
+use memgaze_record::{self as record, AnalyzerSink, Tee};
+use memgaze_trace::TraceWriter;
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -55,7 +55,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     // `run` instruments for whichever backend the machine offers.
     let choice = args.sampling.resolve_backend()?;
     let mode = match choice.backend {
-        crate::trace::Backend::Pt => InstrumentationMode::Ptwrite,
+        memgaze_trace::Backend::Pt => InstrumentationMode::Ptwrite,
         _ => InstrumentationMode::Soft,
     };
     let (instrumented, annotation, _temporary) =
@@ -63,7 +63,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     let backend = args
         .sampling
         .backend_for(choice, &program, annotation.mode, global)?;
-    if backend == crate::trace::Backend::Pt {
+    if backend == memgaze_trace::Backend::Pt {
         return run_pt(&args, &instrumented, &annotation, global);
     }
 
@@ -131,13 +131,13 @@ fn run_pt(
         &trace,
         global,
     )?;
-    let reader = crate::trace::TraceReader::open(&trace)?;
-    let analysis = crate::analysis::analyze_trace(reader, &AnalysisOptions::default())?;
+    let reader = memgaze_trace::TraceReader::open(&trace)?;
+    let analysis = memgaze_analysis::analyze_trace(reader, &AnalysisOptions::default())?;
     print_analysis(args, &analysis)?;
     Ok(super::record::exit_like(totals.exit))
 }
 
-fn print_analysis(args: &Args, analysis: &crate::analysis::Analysis) -> Result<()> {
+fn print_analysis(args: &Args, analysis: &memgaze_analysis::Analysis) -> Result<()> {
     let text = match args.format {
         Format::Table => table::render(analysis, &table::TableOptions::default()),
         Format::Json => serde_json::to_string_pretty(analysis)? + "\n",

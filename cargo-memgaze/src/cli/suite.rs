@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 /// `--backend` values (the same as every recording command's).
-pub use crate::pt::probe::BackendRequest as Backend;
+pub use memgaze_record::pt::probe::BackendRequest as Backend;
 
 /// Resolves `--backend` for a suite run: suites record with the software
 /// recorder; `Some(note)` says what `auto` chose and why.

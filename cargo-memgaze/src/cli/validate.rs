@@ -6,12 +6,12 @@ use super::golden::{facts_mismatch, golden_dir};
 use super::progress::Progress;
 use super::suite::{self, Backend};
 use super::{Global, MessageFormat};
-use crate::analysis::AnalysisOptions;
 use crate::cargo::{BenchCase, BenchOutcome, BenchTarget, CargoArgs, HarnessArgs};
-use crate::error::{Exit, usage};
 use crate::golden::accuracy::{Error, FunctionError};
 use crate::golden::{BuildFacts, Comparison, GoldenStore, Limits, Perturbation, Status, compare};
 use crate::pipeline::{self, RunPlan};
+use memgaze_analysis::AnalysisOptions;
+use memgaze_error::{Exit, usage};
 use std::path::PathBuf;
 use std::time::Instant;
 

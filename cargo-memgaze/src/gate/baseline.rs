@@ -6,10 +6,10 @@
 //! a run of a subset of benches updates only those; benches saved earlier
 //! under the same name stay.
 
-use crate::analysis::Analysis;
-use crate::error::usage;
-use crate::trace::{Backend, BinaryIdentity};
 use anyhow::{Context, Result, bail};
+use memgaze_analysis::Analysis;
+use memgaze_error::usage;
+use memgaze_trace::{Backend, BinaryIdentity};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -5,8 +5,8 @@
 use super::baseline::{Baseline, BaselineBench, BenchKey, BenchRun, Recording};
 use super::limits::{Limit, Limits};
 use super::metric::{Metric, common_window_k, windows_at};
-use crate::error::{Exit, usage};
 use anyhow::Result;
+use memgaze_error::{Exit, usage};
 use serde_json::{Value, json};
 use std::fmt::Write as _;
 
@@ -296,7 +296,7 @@ pub fn compare_analysis(
     baseline_name: &str,
     old: &BaselineBench,
     key: &BenchKey,
-    analysis: &crate::analysis::Analysis,
+    analysis: &memgaze_analysis::Analysis,
     limits: &Limits,
 ) -> Result<BenchVerdict> {
     let new_recording = Recording::of(analysis);

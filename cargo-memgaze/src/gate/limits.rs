@@ -13,8 +13,8 @@
 //! ([`Limits::from_metadata`]) and `--limits` ([`Limits::parse`]).
 
 use super::metric::{Direction, Metric};
-use crate::error::usage;
 use anyhow::Result;
+use memgaze_error::usage;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -316,7 +316,7 @@ impl fmt::Display for Limits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::{Exit, exit_for, one_line};
+    use memgaze_error::{Exit, exit_for, one_line};
     use serde_json::json;
 
     fn limit(limits: &Limits, metric: Metric) -> Limit {

@@ -1,7 +1,7 @@
 //! The metrics a gate compares, their names on the command line and where
 //! each comes from in an [`Analysis`].
 
-use crate::analysis::Analysis;
+use memgaze_analysis::Analysis;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 

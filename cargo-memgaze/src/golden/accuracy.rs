@@ -18,7 +18,7 @@
 
 use super::samples::{FunctionSums, LevelSums, SampleSet, TraceMetric};
 use super::snapshot::GoldenMetrics;
-use crate::analysis::Analysis;
+use memgaze_analysis::Analysis;
 use serde::Serialize;
 
 /// Accuracy limits (defaults: spec'd by issue 7).
@@ -286,8 +286,8 @@ pub fn compare(
     // Trace windows.
     let rows: Vec<(
         u32,
-        &crate::analysis::WindowRow,
-        &crate::analysis::WindowRow,
+        &memgaze_analysis::WindowRow,
+        &memgaze_analysis::WindowRow,
     )> = (3..=k_max)
         .filter_map(|k| {
             let full = golden.trace_windows.iter().find(|r| r.k == k)?;
@@ -794,8 +794,8 @@ mod tests {
     use super::super::samples::SampleBreakdown;
     use super::super::snapshot::GoldenMetrics;
     use super::*;
-    use crate::analysis::{AnalysisOptions, Analyzer};
-    use crate::trace::{Sampling, TraceHeader, TraceTotals};
+    use memgaze_analysis::{AnalysisOptions, Analyzer};
+    use memgaze_trace::{Sampling, TraceHeader, TraceTotals};
 
     /// A stationary synthetic program: every window looks alike, so a
     /// sampled run of it must validate.
@@ -1068,7 +1068,7 @@ mod tests {
     /// "error"), and the per-sample sums kept one instance per sample.
     #[test]
     fn functions_of_one_name_are_compared_as_one() {
-        use crate::trace::{FunctionEntry, LoadClass, LoadEntry};
+        use memgaze_trace::{FunctionEntry, LoadClass, LoadEntry};
         let function = |name: &str, start| FunctionEntry {
             name: name.into(),
             start,

@@ -10,8 +10,8 @@
 //! — and keeps the sums of the result. A sample is at most `w` records, so
 //! the extra work is proportional to the (small) sampled trace.
 
-use crate::analysis::{AnalysisOptions, Analyzer};
-use crate::trace::{FunctionEntry, LoadEntry, TraceHeader, TraceTotals};
+use memgaze_analysis::{AnalysisOptions, Analyzer};
+use memgaze_trace::{FunctionEntry, LoadEntry, TraceHeader, TraceTotals};
 use std::collections::HashMap;
 
 /// Window sums of one level `k` within one sample.
@@ -86,7 +86,7 @@ impl TraceMetric {
     }
 
     /// The metric's value in an analysis row.
-    pub fn of_row(self, row: &crate::analysis::WindowRow) -> f64 {
+    pub fn of_row(self, row: &memgaze_analysis::WindowRow) -> f64 {
         match self {
             TraceMetric::F => row.f,
             TraceMetric::DF => row.d_f,
@@ -336,8 +336,8 @@ impl SampleBreakdown {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::analysis::Analysis;
-    use crate::trace::{Backend, LoadClass, Sampling};
+    use memgaze_analysis::Analysis;
+    use memgaze_trace::{Backend, LoadClass, Sampling};
 
     /// A sampled header: two functions, a strided and an irregular load in
     /// the first, a constant load in the second.

@@ -10,8 +10,8 @@
 //! byte-identical even where a sum's last bits would differ.
 
 use super::facts::BuildFacts;
-use crate::analysis::{Analysis, Summary, WindowRow};
 use anyhow::{Context, bail};
+use memgaze_analysis::{Analysis, Summary, WindowRow};
 use serde::{Deserialize, Serialize};
 
 /// Schema tag of [`GoldenMetrics`].

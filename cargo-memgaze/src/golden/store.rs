@@ -334,7 +334,7 @@ mod tests {
         std::fs::copy(store.path(&m.package, &m.target, &m.bench), &copy).unwrap();
         let e = store.read(&m.package, &m.target, "copy").unwrap_err();
         assert_eq!(
-            crate::error::one_line(&e),
+            memgaze_error::one_line(&e),
             format!(
                 "{}: the snapshot is of bench `{}` of {}/{}, not `copy` of {}/{} (re-record it with `cargo memgaze golden --update`)",
                 copy.display(),

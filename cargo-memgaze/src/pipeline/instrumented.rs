@@ -14,10 +14,10 @@
 //! cache keeps the [`KEEP_PER_EXECUTABLE`] most recently used entries of an
 //! executable name and removes older ones when it adds a new one.
 
-use crate::annotation::{Annotation, InstrumentationMode};
-use crate::binary::Binary;
-use crate::instrument::{self, InstrumentOptions, Report};
 use anyhow::Context;
+use memgaze_instrument::annotation::{Annotation, InstrumentationMode};
+use memgaze_instrument::binary::Binary;
+use memgaze_instrument::rewrite::{self as instrument, InstrumentOptions, Report};
 use sha2::{Digest, Sha256};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -181,7 +181,8 @@ pub fn instrumented(executable: &Path, results_root: &Path) -> anyhow::Result<In
 /// executable to `output`.
 pub fn instrument_soft(input: &Path, output: &Path) -> anyhow::Result<(Annotation, Report)> {
     let binary = Binary::open(input)?;
-    let annotation = crate::classify::classify_binary(&binary, |_| true).to_annotation(&binary);
+    let annotation =
+        memgaze_instrument::classify::classify_binary(&binary, |_| true).to_annotation(&binary);
     let result = instrument::instrument(
         &binary,
         annotation,
@@ -225,7 +226,7 @@ fn tool_identity() -> &'static [u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::BinaryIdentity;
+    use memgaze_trace::BinaryIdentity;
     use std::cell::Cell;
 
     fn executable(dir: &Path, contents: &[u8]) -> std::path::PathBuf {
@@ -236,7 +237,7 @@ mod tests {
 
     fn annotation() -> Annotation {
         Annotation {
-            schema: crate::annotation::ANNOTATION_SCHEMA.into(),
+            schema: memgaze_instrument::annotation::ANNOTATION_SCHEMA.into(),
             binary: BinaryIdentity {
                 path: "x".into(),
                 size: 1,
@@ -363,7 +364,7 @@ mod tests {
         let exe = executable(tmp.path(), b"v1");
         let e = instrumented_with(&exe, &root, |_, _| anyhow::bail!("no entry point")).unwrap_err();
         assert_eq!(
-            crate::error::one_line(&e),
+            memgaze_error::one_line(&e),
             format!("instrumenting {}: no entry point", exe.display())
         );
         assert_eq!(std::fs::read_dir(root.join(CACHE_DIR)).unwrap().count(), 0);

@@ -24,11 +24,11 @@ mod sink;
 
 pub use instrumented::{InstrumentedBench, instrumented};
 
-use crate::analysis::{Analysis, AnalysisOptions};
 use crate::cargo::{BenchCase, BenchOutcome, BenchTarget, RECORDING_ENV, interpret_run};
 use crate::golden::SampleSet;
-use crate::trace::{ProgramExit, Sampling, TraceTotals, TraceWriter};
 use anyhow::Context;
+use memgaze_analysis::{Analysis, AnalysisOptions};
+use memgaze_trace::{ProgramExit, Sampling, TraceTotals, TraceWriter};
 use sink::StreamingSink;
 use std::io::{Read, Seek};
 use std::os::unix::process::ExitStatusExt;
@@ -41,9 +41,9 @@ use std::time::{Duration, Instant};
 pub use crate::report::results::{ANALYSIS_FILE, GOLDEN_FILE, TRACE_FILE};
 
 /// Default records per sample `w` (spec: about 1% of the full trace).
-pub const DEFAULT_WINDOW: u64 = crate::record::DEFAULT_WINDOW;
+pub const DEFAULT_WINDOW: u64 = memgaze_record::DEFAULT_WINDOW;
 /// Default period `w + z`.
-pub const DEFAULT_PERIOD: u64 = crate::record::DEFAULT_PERIOD;
+pub const DEFAULT_PERIOD: u64 = memgaze_record::DEFAULT_PERIOD;
 
 /// How to record and analyse one bench.
 #[derive(Clone, Debug)]
@@ -107,7 +107,7 @@ pub fn record_bench(
 
     let mut words = vec![instrumented.path.display().to_string()];
     words.extend(command.get_args().map(|a| a.to_string_lossy().into_owned()));
-    let mut header = crate::record::trace_header(&instrumented.annotation, plan.sampling, words);
+    let mut header = memgaze_record::trace_header(&instrumented.annotation, plan.sampling, words);
     header.labels = vec![
         ("package".into(), exe.package.clone()),
         ("target".into(), exe.target.clone()),
@@ -118,15 +118,19 @@ pub fn record_bench(
         None => None,
     };
     let mut sink = StreamingSink::new(&header, &plan.analysis, writer, plan.per_sample)?;
-    let recording =
-        crate::record::record_command(command, &instrumented.annotation, &plan.sampling, &mut sink)
-            .with_context(|| {
-                format!(
-                    "recording bench `{}` of `{}`",
-                    case.name,
-                    exe.display_name()
-                )
-            })?;
+    let recording = memgaze_record::record_command(
+        command,
+        &instrumented.annotation,
+        &plan.sampling,
+        &mut sink,
+    )
+    .with_context(|| {
+        format!(
+            "recording bench `{}` of `{}`",
+            case.name,
+            exe.display_name()
+        )
+    })?;
     let (analysis, writer, breakdown) = sink.finish(&recording.totals)?;
     if let (Some(writer), Some(path)) = (writer, &plan.trace_file) {
         writer

@@ -2,10 +2,10 @@
 //! to the analysis engine ([`AnalyzerSink`]), an optional trace file and an
 //! optional per-sample breakdown.
 
-use crate::analysis::{Analysis, AnalysisOptions};
 use crate::golden::SampleBreakdown;
-use crate::record::{AnalyzerSink, RecordSink};
-use crate::trace::{TraceHeader, TraceTotals, TraceWriter};
+use memgaze_analysis::{Analysis, AnalysisOptions};
+use memgaze_record::{AnalyzerSink, RecordSink};
+use memgaze_trace::{TraceHeader, TraceTotals, TraceWriter};
 use std::fs::File;
 use std::io::BufWriter;
 
@@ -88,8 +88,8 @@ impl RecordSink for StreamingSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::analyze_trace;
-    use crate::trace::TraceReader;
+    use memgaze_analysis::analyze_trace;
+    use memgaze_trace::TraceReader;
 
     /// Streaming into the analyzer gives what analysing the written trace
     /// file gives, and the file is a valid trace.

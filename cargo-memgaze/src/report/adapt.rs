@@ -4,8 +4,8 @@ use super::charts::bars::{BarChart, BarPanel, ValueFormat};
 use super::charts::reuse::{ReuseBin, ReuseSeries};
 use super::charts::windows::{WindowCurve, WindowPoint};
 use super::charts::{format_address, format_bytes, format_count, format_window};
-use crate::analysis::{Analysis, ReuseHistogram, WindowRow};
 use crate::gate::Metric;
+use memgaze_analysis::{Analysis, ReuseHistogram, WindowRow};
 
 /// A trace-window histogram as a chart curve.
 pub fn window_curve(label: &str, rows: &[WindowRow]) -> WindowCurve {
@@ -74,10 +74,10 @@ pub fn functions_chart(
         .collect();
     let categories = functions.iter().map(|f| f.name.clone()).collect();
     let current =
-        |get: &dyn Fn(&crate::analysis::FunctionMetrics) -> Option<f64>| -> Vec<Option<f64>> {
+        |get: &dyn Fn(&memgaze_analysis::FunctionMetrics) -> Option<f64>| -> Vec<Option<f64>> {
             functions.iter().map(|f| get(f)).collect()
         };
-    let old = |get: &dyn Fn(&crate::analysis::FunctionMetrics) -> Option<f64>| -> Option<Vec<Option<f64>>> {
+    let old = |get: &dyn Fn(&memgaze_analysis::FunctionMetrics) -> Option<f64>| -> Option<Vec<Option<f64>>> {
         let (_, base) = baseline?;
         Some(
             functions
@@ -87,7 +87,7 @@ pub fn functions_chart(
         )
     };
     let values =
-        |get: &dyn Fn(&crate::analysis::FunctionMetrics) -> Option<f64>| -> Vec<Vec<Option<f64>>> {
+        |get: &dyn Fn(&memgaze_analysis::FunctionMetrics) -> Option<f64>| -> Vec<Vec<Option<f64>>> {
             match old(get) {
                 Some(old) => vec![old, current(get)],
                 None => vec![current(get)],

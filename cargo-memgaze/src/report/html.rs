@@ -4,8 +4,8 @@
 
 use super::charts::{format_address, format_bytes, format_window};
 use super::{BenchPage, ChartFile};
-use crate::analysis::{Analysis, FunctionMetrics, WindowRow};
 use crate::gate::BenchVerdict;
+use memgaze_analysis::{Analysis, FunctionMetrics, WindowRow};
 use std::fmt::Write as _;
 
 /// Escapes text for HTML content and attribute values.

@@ -213,8 +213,8 @@ pub fn write_report(
     if let Some(baseline) = &options.baseline {
         let pairs: Vec<(
             String,
-            &crate::analysis::Analysis,
-            &crate::analysis::Analysis,
+            &memgaze_analysis::Analysis,
+            &memgaze_analysis::Analysis,
         )> = pages
             .iter()
             .filter_map(|p| {
@@ -318,7 +318,7 @@ fn bench_page<'a>(
                 a,
                 &options.limits,
             )
-            .map_err(|e| crate::error::one_line(&e)),
+            .map_err(|e| memgaze_error::one_line(&e)),
         ),
         (Some(_), None) => Some(Ok(BenchVerdict {
             bench: bench
@@ -434,7 +434,7 @@ fn bench_page<'a>(
             }
             Err(e) => notes.push(format!(
                 "no heatmap or per-address chart: {}",
-                crate::error::one_line(&e)
+                memgaze_error::one_line(&e)
             )),
         },
         None => notes.push(

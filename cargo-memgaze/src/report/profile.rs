@@ -15,8 +15,8 @@
 //! everywhere in docs/METRICS.md; Constant loads touch the stack and
 //! scalars and would only add noise here.
 
-use crate::trace::{TraceEvent, TraceReader};
 use anyhow::{Context, Result};
+use memgaze_trace::{TraceEvent, TraceReader};
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::Path;
@@ -439,7 +439,7 @@ fn by_rank(axis: AddressAxis, addresses: &[u64]) -> AddressAxis {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{
+    use memgaze_trace::{
         Backend, LoadClass, LoadEntry, Sampling, TraceHeader, TraceTotals, TraceWriter,
     };
 

@@ -14,10 +14,10 @@
 //! A directory with a trace but no analysis is analysed with the default
 //! options.
 
-use crate::analysis::{ANALYSIS_SCHEMA, Analysis, AnalysisOptions, analyze_trace};
 use crate::gate::{BASELINES_DIR, BenchKey};
-use crate::trace::TraceReader;
 use anyhow::{Context, Result, bail};
+use memgaze_analysis::{ANALYSIS_SCHEMA, Analysis, AnalysisOptions, analyze_trace};
+use memgaze_trace::TraceReader;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -65,7 +65,7 @@ fn is_trace(path: &Path) -> bool {
     let mut magic = [0u8; 8];
     std::fs::File::open(path)
         .and_then(|mut f| f.read_exact(&mut magic))
-        .is_ok_and(|()| magic == crate::trace::format::MAGIC)
+        .is_ok_and(|()| magic == memgaze_trace::format::MAGIC)
 }
 
 /// Reads an analysis JSON document, checking its schema.
@@ -166,7 +166,7 @@ pub fn discover(results: &Path) -> Result<Discovery> {
             Err(e) => skipped.push(format!(
                 "skipped {}: {}",
                 dir.display(),
-                crate::error::one_line(&e)
+                memgaze_error::one_line(&e)
             )),
         }
         let entries =

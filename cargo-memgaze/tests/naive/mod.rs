@@ -5,7 +5,7 @@
 
 #![allow(dead_code)]
 
-use memgaze::trace::{LoadClass, TraceHeader};
+use memgaze_trace::{LoadClass, TraceHeader};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// One record as written: thread, load-site index, address.
@@ -449,7 +449,7 @@ pub fn analyze(
         Some(1.0)
     } else {
         match header.backend {
-            memgaze::trace::Backend::Pt => ratio(executions as f64, (a_all + a_const_all) as f64),
+            memgaze_trace::Backend::Pt => ratio(executions as f64, (a_all + a_const_all) as f64),
             _ => ratio(executions as f64, all_records as f64),
         }
     };

@@ -3,8 +3,8 @@
 //! and Valgrind Lackey logs.
 #![allow(dead_code)]
 
-use memgaze::annotation::Annotation;
-use memgaze::trace::{TraceReader, TraceTotals};
+use memgaze_instrument::annotation::Annotation;
+use memgaze_trace::{TraceReader, TraceTotals};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -129,7 +129,7 @@ pub fn instrument(input: &Path, functions: Option<&str>, tag: &str) -> Instrumen
         input.display(),
         String::from_utf8_lossy(&out.stderr)
     );
-    let annotation = memgaze::instrument::read_annotation(&output).expect("annotation");
+    let annotation = memgaze_instrument::rewrite::read_annotation(&output).expect("annotation");
     let report = serde_json::from_slice(&out.stdout).expect("report JSON");
     Instrumented {
         path: output,

@@ -4,10 +4,10 @@
 #![allow(dead_code)]
 
 use super::synthetic::{Kernel, Synthetic, write_trace};
-use memgaze::analysis::{Analysis, AnalysisOptions, analyze_trace};
 use memgaze::gate::BenchKey;
 use memgaze::report::{ANALYSIS_FILE, BENCH_FILE, GOLDEN_FILE, TRACE_FILE};
-use memgaze::trace::TraceReader;
+use memgaze_analysis::{Analysis, AnalysisOptions, analyze_trace};
+use memgaze_trace::TraceReader;
 use std::path::{Path, PathBuf};
 
 /// Writes one bench directory under `root`: its trace, analysis and

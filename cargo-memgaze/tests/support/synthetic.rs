@@ -7,7 +7,7 @@
 
 #![allow(dead_code)]
 
-use memgaze::trace::{
+use memgaze_trace::{
     Backend, FunctionEntry, LoadClass, LoadEntry, Sampling, TraceHeader, TraceTotals, TraceWriter,
 };
 use std::path::Path;

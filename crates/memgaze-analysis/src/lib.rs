@@ -1,0 +1,2022 @@
+//! Locality metrics of a trace (docs/METRICS.md): summary, trace windows,
+//! code windows per function, per-load table, reuse distance, execution
+//! interval tree and hot regions — all in one streaming pass.
+//!
+//! [`Analyzer`] takes records one at a time ([`Analyzer::push`]) and keeps
+//! state proportional to the distinct addresses and blocks of the trace,
+//! never to its length; [`analyze_trace`] drives it from a
+//! [`TraceReader`]. The result is a plain [`Analysis`] (JSON schema
+//! `memgaze.analysis.v1`, see [`result`]) with a terminal rendering in
+//! [`table`].
+//!
+//! How each metric is computed in O(1) or O(log n) per access:
+//! - footprints of every window size at once: `windows.rs`;
+//! - reuse distance (Olken/Fenwick, compacted time axis): `reuse.rs`;
+//! - inter-sample windows (execution interval tree): `intervals.rs`;
+//! - hot regions (location zoom tree), from per-line totals at the end:
+//!   `regions.rs`;
+//! - the hot path's address tables: `addr_table.rs`.
+//!
+//! Per-sample state is stamped with a *piece* id (a sample of one thread)
+//! instead of being cleared, so the thousands of small samples of a sampled
+//! trace cost O(sample size) each, not O(table size).
+
+#![warn(missing_docs)]
+
+use anyhow::{Context, Result, bail};
+use memgaze_trace::{Backend, LoadClass, LoadEntry, Record, TraceHeader, TraceReader, TraceTotals};
+use std::io::Read;
+
+mod addr_table;
+mod intervals;
+mod regions;
+pub mod result;
+mod reuse;
+pub mod table;
+mod windows;
+
+pub use result::*;
+
+use addr_table::{
+    AddrTable, ByteAddresses, HugePageVec, LineNumbers, LineSlot, PackedSlot, Zeroable,
+};
+use intervals::IntervalBuilder;
+use regions::LineStat;
+use reuse::{BlockLocal, ReuseTracker};
+use windows::{AddrLocal, Lasts, LevelSums, NO_LASTS, WindowEngine, last_of};
+
+/// Records processed late so that their table slots can be prefetched.
+const PREFETCH_DISTANCE: usize = 16;
+
+/// A record waiting in the prefetch queue.
+#[derive(Clone, Copy, Debug, Default)]
+struct Pending {
+    load: u32,
+    addr: u64,
+    sample: u64,
+    thread: u32,
+    /// The address's slot in [`Analyzer::addrs`] when the second prefetch
+    /// stage found it ([`NO_HINT`] if not), so processing skips the probe.
+    hint: u32,
+}
+
+const NO_HINT: u32 = u32::MAX;
+
+/// Accesses per (page, load site), behind a direct-mapped cache: a region
+/// of a few thousand pages never reaches the map.
+struct PageLoads {
+    cache: Vec<(u64, u32, u64)>,
+    map: Map<(u64, u32), u64>,
+}
+
+impl PageLoads {
+    const CACHE: usize = 4096;
+
+    fn new() -> Self {
+        PageLoads {
+            cache: vec![(NONE, 0, 0); Self::CACHE],
+            map: Map::default(),
+        }
+    }
+
+    #[inline]
+    fn add(&mut self, page: u64, load: u32) {
+        let i =
+            (page.wrapping_add(u64::from(load).wrapping_mul(0x9e37_79b9)) as usize) % Self::CACHE;
+        let e = &mut self.cache[i];
+        if e.0 == page && e.1 == load {
+            e.2 += 1;
+        } else {
+            if e.2 > 0 {
+                *self.map.entry((e.0, e.1)).or_insert(0) += e.2;
+            }
+            *e = (page, load, 1);
+        }
+    }
+
+    /// Every (page, load, accesses), sorted.
+    fn drain(&mut self) -> Vec<(u64, u32, u64)> {
+        for &(page, load, count) in &self.cache {
+            if count > 0 {
+                *self.map.entry((page, load)).or_insert(0) += count;
+            }
+        }
+        self.cache.fill((NONE, 0, 0));
+        let mut all: Vec<(u64, u32, u64)> = self.map.drain().map(|((p, l), c)| (p, l, c)).collect();
+        all.sort_unstable();
+        all
+    }
+}
+
+/// Hash map with a fast, deterministic hasher.
+pub(crate) type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;
+/// "No position" / "no block".
+pub(crate) const NONE: u64 = u64::MAX;
+/// Window levels `k` tracked: `0..LEVELS`.
+pub(crate) const LEVELS: usize = 32;
+/// Largest `k` of the trace-window histogram of a full trace (METRICS.md).
+pub const FULL_TRACE_MAX_K: u32 = 20;
+/// Largest code-window exponent `--code-window` accepts.
+pub const MAX_CODE_WINDOW_K: u32 = 24;
+
+/// Parameters of an analysis. `Default` gives the values of docs/METRICS.md.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AnalysisOptions {
+    /// Access block for reuse distance, bytes (power of two; default 64).
+    pub block: u64,
+    /// Code-window exponent `k_c`; default `⌊log2 min(w, 1024)⌋` (10 for a
+    /// full trace).
+    pub code_window_k: Option<u32>,
+    /// Largest trace-window `k` (default 20, the full-trace limit; a
+    /// sampled trace stops at `⌊log2 w⌋` below it).
+    pub max_k: u32,
+    /// Hot-region threshold `t`, percent of the parent region's accesses.
+    pub region_threshold_percent: f64,
+    /// Smallest zoom page, bytes (power of two, ≥ 64; default 4096).
+    pub region_min_page: u64,
+    /// Analyse only records of functions whose name matches this glob
+    /// (records outside any function are left out too).
+    pub functions: Option<String>,
+}
+
+impl Default for AnalysisOptions {
+    fn default() -> Self {
+        AnalysisOptions {
+            block: 64,
+            code_window_k: None,
+            max_k: FULL_TRACE_MAX_K,
+            region_threshold_percent: 10.0,
+            region_min_page: 4096,
+            functions: None,
+        }
+    }
+}
+
+/// Reads a whole trace and analyses it.
+pub fn analyze_trace<R: Read>(
+    mut reader: TraceReader<R>,
+    options: &AnalysisOptions,
+) -> Result<Analysis> {
+    let mut analyzer = Analyzer::new(reader.header(), options)?;
+    feed(&mut reader, &mut analyzer, || ())?;
+    let totals = *reader.totals().context("trace ended without totals")?;
+    Ok(analyzer.finish(&totals))
+}
+
+/// Streams every record of `reader` into `analyzer`, calling `tick` after
+/// each (for progress).
+///
+/// The loop is compiled twice: for the baseline x86-64 the release build
+/// targets, and for `x86-64-v3` (AVX2, BMI1/2, LZCNT, POPCNT), chosen at
+/// run time when the CPU has those features. The hot path counts bits and
+/// leading zeros on every record, which the baseline turns into ~12- and
+/// 3-instruction sequences, and the reuse tracker's masked sums vectorise
+/// twice as wide with AVX2. Both copies are the same source, and
+/// `both_instruction_sets_give_the_same_analysis` checks them against
+/// each other.
+pub fn feed<R: Read>(
+    reader: &mut TraceReader<R>,
+    analyzer: &mut Analyzer,
+    tick: impl FnMut(),
+) -> Result<()> {
+    #[cfg(target_arch = "x86_64")]
+    if has_x86_64_v3() {
+        // SAFETY: the CPU has every feature the function enables.
+        return unsafe { feed_x86_64_v3(reader, analyzer, tick) };
+    }
+    feed_baseline(reader, analyzer, tick)
+}
+
+/// Whether the CPU runs `x86-64-v3` code (checked once).
+#[cfg(target_arch = "x86_64")]
+fn has_x86_64_v3() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("bmi1")
+            && std::is_x86_feature_detected!("bmi2")
+            && std::is_x86_feature_detected!("lzcnt")
+            && std::is_x86_feature_detected!("popcnt")
+    })
+}
+
+/// [`feed`]'s loop. Each compilation writes out its own closure: a
+/// closure is compiled with the target features of the function that
+/// defines it, and the record path (`push_load` down to the reuse tracker
+/// and the window engines) is inlined into it.
+macro_rules! feed_loop {
+    ($reader:expr, $analyzer:expr, $tick:expr) => {
+        $reader.for_each_raw(|raw| {
+            $analyzer.push_load(raw.load, raw.addr, raw.sample, raw.thread);
+            $tick();
+        })
+    };
+}
+
+/// [`feed`] for any x86-64 CPU (and other architectures).
+fn feed_baseline<R: Read>(
+    reader: &mut TraceReader<R>,
+    analyzer: &mut Analyzer,
+    mut tick: impl FnMut(),
+) -> Result<()> {
+    feed_loop!(reader, analyzer, tick)
+}
+
+/// [`feed`] compiled for `x86-64-v3`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,bmi1,bmi2,lzcnt,popcnt")]
+fn feed_x86_64_v3<R: Read>(
+    reader: &mut TraceReader<R>,
+    analyzer: &mut Analyzer,
+    mut tick: impl FnMut(),
+) -> Result<()> {
+    feed_loop!(reader, analyzer, tick)
+}
+
+// ---------------------------------------------------------------------------
+// State
+// ---------------------------------------------------------------------------
+
+/// A load site as the analysis sees it.
+#[derive(Clone, Debug)]
+struct LoadSlot {
+    ip: u64,
+    class: LoadClass,
+    implied: u32,
+    function: Option<u32>,
+    line: Option<String>,
+    proxy: Option<u32>,
+    included: bool,
+    /// Its records: all of them while records come, then (`finish`) none
+    /// when it is filtered out.
+    count: u64,
+    d_sum: u64,
+    d_count: u64,
+}
+
+/// Everything about an address: whole-trace facts and, for the first
+/// thread of the current sample, its per-piece positions — with its key,
+/// one 64-byte slot of [`AddrTable`] (56 bytes at most), found with one
+/// lookup per access.
+#[derive(Clone, Copy, Debug)]
+struct AddrEntry {
+    /// Positions in the piece's trace-window sequence.
+    lasts: Lasts,
+    /// Positions in the owner function's sequence (same piece).
+    function_lasts: Lasts,
+    /// Strided and Irregular accesses, below [`COUNT_LIMIT`]; then the
+    /// counts move to [`Analyzer::mixed_counts`] and this holds
+    /// [`COUNTS_ELSEWHERE`].
+    counts: [u32; 2],
+    /// Piece of `lasts` and `function_lasts`.
+    piece: u32,
+    /// Function (index + 1) whose sequence state lives here; other
+    /// functions keep theirs in [`FunctionEngine::addrs`].
+    owner: u32,
+    /// Last piece (index + 1) touching it, for the interval tree.
+    interval_last: u32,
+    /// Index of its line in [`Analyzer::line_arena`] ([`NO_LINE`] until
+    /// linked): later accesses reach the line without a hash lookup.
+    line: u32,
+}
+
+const NO_LINE: u32 = u32::MAX;
+/// A class count in [`AddrEntry::counts`] stays below this.
+const COUNT_LIMIT: u32 = u32::MAX - 1;
+/// [`AddrEntry::counts`] of an address whose counts are in
+/// [`Analyzer::mixed_counts`] (no count below [`COUNT_LIMIT`] equals it).
+const COUNTS_ELSEWHERE: [u32; 2] = [u32::MAX; 2];
+
+const _: () = assert!(std::mem::size_of::<LineSlot<AddrEntry>>() == 64);
+
+impl Default for AddrEntry {
+    fn default() -> Self {
+        AddrEntry {
+            lasts: NO_LASTS,
+            function_lasts: NO_LASTS,
+            counts: [0; 2],
+            piece: 0,
+            owner: 0,
+            interval_last: 0,
+            line: NO_LINE,
+        }
+    }
+}
+
+impl AddrEntry {
+    /// Counts one access of `class` (0 Strided, 1 Irregular) to `addr`,
+    /// moving the counts to `elsewhere` when one would reach
+    /// [`COUNT_LIMIT`].
+    #[inline]
+    fn count(&mut self, addr: u64, class: usize, elsewhere: &mut Map<u64, [u64; 2]>) {
+        if self.counts[class] < COUNT_LIMIT - 1 {
+            self.counts[class] += 1;
+        } else {
+            self.count_elsewhere(addr, class, elsewhere);
+        }
+    }
+
+    #[cold]
+    fn count_elsewhere(&mut self, addr: u64, class: usize, elsewhere: &mut Map<u64, [u64; 2]>) {
+        if self.counts == COUNTS_ELSEWHERE {
+            elsewhere.get_mut(&addr).expect("counted elsewhere")[class] += 1;
+        } else {
+            let mut counts = self.counts.map(u64::from);
+            counts[class] += 1;
+            elsewhere.insert(addr, counts);
+            self.counts = COUNTS_ELSEWHERE;
+        }
+    }
+
+    /// Strided and Irregular accesses over the whole trace.
+    fn class_counts(&self, addr: u64, elsewhere: &Map<u64, [u64; 2]>) -> [u64; 2] {
+        if self.counts == COUNTS_ELSEWHERE {
+            elsewhere[&addr]
+        } else {
+            self.counts.map(u64::from)
+        }
+    }
+}
+
+/// Everything about a 64-byte line: one cache line of
+/// [`Analyzer::line_arena`], in order of first access (so a stream's lines
+/// are neighbours).
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(align(64))]
+struct LineEntry {
+    /// `addr >> 6`.
+    line: u64,
+    a: u64,
+    d_sum: u64,
+    d_count: u64,
+    /// Position of its last access in the piece's sequence (`F_lines`).
+    last: u64,
+    /// Reuse-distance state when the access block is 64 bytes; its `piece`
+    /// also stamps `last`.
+    block: BlockLocal,
+    interval_last: u32,
+}
+
+// SAFETY: integers and a `BlockLocal` (integers and a `bool`), for which
+// zero bytes are valid values (and what `LineEntry::default()` holds).
+unsafe impl Zeroable for LineEntry {}
+
+/// Per-piece state of a line in a side map.
+#[derive(Clone, Copy, Debug, Default)]
+struct LineLocal {
+    last: u64,
+    block: BlockLocal,
+}
+
+/// Per-piece maps of a thread that is not the first of its sample (the
+/// first one keeps its per-piece state inside the whole-trace entries).
+#[derive(Default)]
+struct SideMaps {
+    addrs: Map<u64, AddrLocal>,
+    lines: Map<u64, LineLocal>,
+    blocks: Map<u64, BlockLocal>,
+    /// Addresses and lines first touched in this piece; they enter the
+    /// interval tree when the piece closes, in piece order.
+    first_addrs: Vec<u64>,
+    first_lines: Vec<u64>,
+}
+
+/// A function's own access sequence in the current piece.
+struct FunctionEngine {
+    engine: WindowEngine,
+    /// Sequence state of addresses this function does not own (an address
+    /// table, not a `HashMap`: a strided scan of another function's data
+    /// then walks neighbouring slots instead of missing on every access).
+    addrs: AddrTable<PackedSlot<AddrLocal>, ByteAddresses>,
+}
+
+/// Everything about one thread of the current sample.
+struct ThreadState {
+    piece: u32,
+    thread: u32,
+    engine: WindowEngine,
+    reuse: ReuseTracker,
+    functions: Vec<Option<Box<FunctionEngine>>>,
+    side: Option<Box<SideMaps>>,
+    a: u64,
+    a_const: u64,
+    d_sum: u64,
+    d_count: u64,
+}
+
+/// Whole-trace accumulators of a function.
+#[derive(Clone)]
+struct FunctionAcc {
+    name: String,
+    included: bool,
+    a: u64,
+    a_const: u64,
+    sums: Vec<LevelSums>,
+}
+
+/// Streaming analysis: [`Analyzer::push`] every record in trace order,
+/// then [`Analyzer::finish`].
+pub struct Analyzer {
+    options: AnalysisOptions,
+    backend: Backend,
+    sampling: memgaze_trace::Sampling,
+    binary: Option<String>,
+    command: Vec<String>,
+    max_k: u32,
+    code_k: u32,
+    function_lo: u32,
+    function_top: u32,
+    block_shift: u32,
+    min_page_shift: u32,
+
+    slots: Vec<LoadSlot>,
+    slot_index: Map<(u64, u8, u32), u32>,
+    function_ranges: Vec<(u64, u64, u32)>,
+    functions: Vec<FunctionAcc>,
+
+    addrs: AddrTable<LineSlot<AddrEntry>, ByteAddresses>,
+    /// Line number → index + 1 into `line_arena` (consulted only when an
+    /// address is first seen).
+    lines: AddrTable<PackedSlot<u32>, LineNumbers>,
+    line_arena: HugePageVec<LineEntry>,
+    blocks: Map<u64, BlockLocal>,
+    /// Strided and Irregular accesses of addresses touched by both classes
+    /// (or accessed 2^32 times).
+    mixed_counts: Map<u64, [u64; 2]>,
+    /// Accesses per (minimum zoom page, load site), for the functions and
+    /// lines of hot regions; `page_run` batches runs of the same key.
+    page_loads: PageLoads,
+    /// Records waiting to be processed; their table slots are prefetched.
+    pending: [Pending; PREFETCH_DISTANCE],
+    /// Records pushed so far: record `n` waits in `pending[n % 16]`, the
+    /// slot record `n + 16` takes when it comes.
+    pushed: usize,
+
+    contexts: Vec<ThreadState>,
+    /// Threads of the current sample, in order of appearance (index into
+    /// `contexts`).
+    active: Vec<u32>,
+    sample: Option<u64>,
+    thread: u32,
+    context: usize,
+    next_piece: u32,
+    intervals: IntervalBuilder,
+
+    trace_sums: Vec<LevelSums>,
+    a: u64,
+    a_const: u64,
+    a_all: u64,
+    a_const_all: u64,
+    records: u64,
+    records_all: u64,
+    filtered_out: u64,
+    outside_functions: u64,
+    empty_samples: u64,
+    d_bins: [u64; 65],
+    /// The largest reuse distance (0 while there is none).
+    d_max: u64,
+    captures: u64,
+    survivals: u64,
+    classified: bool,
+    outside_binary: Option<u64>,
+    notes: Vec<String>,
+}
+
+impl Analyzer {
+    /// An analyzer for a trace with this header.
+    pub fn new(header: &TraceHeader, options: &AnalysisOptions) -> Result<Self> {
+        if !options.block.is_power_of_two() {
+            bail!("--block must be a power of two (got {})", options.block);
+        }
+        if !options.region_min_page.is_power_of_two() || options.region_min_page < 64 {
+            bail!(
+                "the minimum region page must be a power of two of at least 64 bytes (got {})",
+                options.region_min_page
+            );
+        }
+        if !(0.0..=100.0).contains(&options.region_threshold_percent) {
+            bail!(
+                "the hot-region threshold must be a percentage in 0..=100 (got {})",
+                options.region_threshold_percent
+            );
+        }
+        if let Some(k) = options.code_window_k
+            && k > MAX_CODE_WINDOW_K
+        {
+            bail!("the code window may be at most 2^{MAX_CODE_WINDOW_K} records (got 2^{k})");
+        }
+        let matcher = options
+            .functions
+            .as_deref()
+            .map(memgaze_trace::function_matcher)
+            .transpose()?;
+        let sampling = header.sampling;
+        let window = if sampling.is_full() {
+            u64::MAX
+        } else {
+            sampling.window
+        };
+        let log2_w = 63 - window.leading_zeros();
+        let max_k = options.max_k.min(log2_w).min(LEVELS as u32 - 1);
+        let code_k = options
+            .code_window_k
+            .unwrap_or_else(|| 63 - window.min(1024).leading_zeros());
+        let function_lo = code_k.min(3);
+        let function_top = max_k.max(code_k).max(function_lo);
+
+        let functions: Vec<FunctionAcc> = header
+            .functions
+            .iter()
+            .map(|f| FunctionAcc {
+                name: f.name.clone(),
+                included: matcher.as_ref().is_none_or(|m| m.is_match(&f.name)),
+                a: 0,
+                a_const: 0,
+                sums: vec![LevelSums::default(); LEVELS],
+            })
+            .collect();
+        let mut function_ranges: Vec<(u64, u64, u32)> = header
+            .functions
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.start, f.end, i as u32))
+            .collect();
+        function_ranges.sort_unstable();
+
+        let mut analyzer = Analyzer {
+            options: options.clone(),
+            backend: header.backend,
+            sampling,
+            binary: header.binary.as_ref().map(|b| b.path.clone()),
+            command: header.command.clone(),
+            max_k,
+            code_k,
+            function_lo,
+            function_top,
+            block_shift: options.block.trailing_zeros(),
+            min_page_shift: options.region_min_page.trailing_zeros(),
+            slots: Vec::with_capacity(header.loads.len()),
+            slot_index: Map::default(),
+            function_ranges,
+            functions,
+            addrs: AddrTable::new(),
+            lines: AddrTable::new(),
+            line_arena: HugePageVec::new(),
+            blocks: Map::default(),
+            mixed_counts: Map::default(),
+            page_loads: PageLoads::new(),
+            pending: [Pending::default(); PREFETCH_DISTANCE],
+            pushed: 0,
+            contexts: Vec::new(),
+            active: Vec::new(),
+            sample: None,
+            thread: 0,
+            context: 0,
+            next_piece: 1,
+            intervals: IntervalBuilder::new(),
+            trace_sums: vec![LevelSums::default(); LEVELS],
+            a: 0,
+            a_const: 0,
+            a_all: 0,
+            a_const_all: 0,
+            records: 0,
+            records_all: 0,
+            filtered_out: 0,
+            outside_functions: 0,
+            empty_samples: 0,
+            d_bins: [0; 65],
+            d_max: 0,
+            captures: 0,
+            survivals: 0,
+            classified: true,
+            outside_binary: None,
+            notes: Vec::new(),
+        };
+        for load in &header.loads {
+            let function = load.function.or_else(|| analyzer.function_of(load.ip));
+            analyzer.add_slot(
+                load.ip,
+                load.class,
+                load.implied,
+                function,
+                load.line.clone(),
+                load.proxy,
+            );
+        }
+        Ok(analyzer)
+    }
+
+    /// Records that load classes are unknown (every access Irregular), as
+    /// for a Lackey import before classification; the result says so.
+    pub fn set_unclassified(&mut self) {
+        self.classified = false;
+    }
+
+    /// Records loads that were counted but lie outside the analysed binary
+    /// (Lackey import).
+    pub fn set_outside_binary(&mut self, loads: u64) {
+        self.outside_binary = Some(loads);
+    }
+
+    /// Adds a note to the result's coverage section.
+    pub fn note(&mut self, note: impl Into<String>) {
+        self.notes.push(note.into());
+    }
+
+    fn function_of(&self, ip: u64) -> Option<u32> {
+        let i = self
+            .function_ranges
+            .partition_point(|&(start, _, _)| start <= ip);
+        self.function_ranges[..i]
+            .iter()
+            .rev()
+            .take(4)
+            .find(|&&(start, end, _)| start <= ip && ip < end)
+            .map(|&(_, _, f)| f)
+    }
+
+    fn add_slot(
+        &mut self,
+        ip: u64,
+        class: LoadClass,
+        implied: u32,
+        function: Option<u32>,
+        line: Option<String>,
+        proxy: Option<u32>,
+    ) -> u32 {
+        let included = match function {
+            Some(f) => self.functions[f as usize].included,
+            None => self.options.functions.is_none(),
+        };
+        let slot = self.slots.len() as u32;
+        self.slots.push(LoadSlot {
+            ip,
+            class,
+            implied,
+            function,
+            line,
+            proxy,
+            included,
+            count: 0,
+            d_sum: 0,
+            d_count: 0,
+        });
+        self.slot_index
+            .entry((ip, class.code(), implied))
+            .or_insert(slot);
+        slot
+    }
+
+    /// Registers a load site the header did not list (importers that learn
+    /// their loads as they go); returns its index for [`Self::push_load`].
+    /// Its function, when `None`, is looked up from the header's functions.
+    pub fn add_load(&mut self, load: LoadEntry) -> u32 {
+        let function = load.function.or_else(|| self.function_of(load.ip));
+        self.add_slot(
+            load.ip,
+            load.class,
+            load.implied,
+            function,
+            load.line,
+            load.proxy,
+        )
+    }
+
+    /// One record, in trace order. Records of a sample must be contiguous;
+    /// a sample whose records come from several threads is split per thread.
+    pub fn push(&mut self, record: &Record) {
+        let key = (record.ip, record.class.code(), record.implied);
+        let slot = match self.slot_index.get(&key) {
+            Some(&slot) => slot,
+            None => {
+                let function = self.function_of(record.ip);
+                self.add_slot(
+                    record.ip,
+                    record.class,
+                    record.implied,
+                    function,
+                    None,
+                    None,
+                )
+            }
+        };
+        self.push_load(slot, record.addr, record.sample, record.thread);
+    }
+
+    /// One record given by its load-site index into the header's `loads`
+    /// (the fast path of [`analyze_trace`]).
+    ///
+    /// Records are processed 16 records late, in order:
+    /// meanwhile the table slots of their address and line are prefetched,
+    /// so the cache misses of irregular traces overlap.
+    #[inline(always)]
+    pub fn push_load(&mut self, load: u32, addr: u64, sample: u64, thread: u32) {
+        let n = self.pushed;
+        if n >= PREFETCH_DISTANCE {
+            self.process(self.pending[n % PREFETCH_DISTANCE]);
+        }
+        if self.slots[load as usize].class.is_access() {
+            self.addrs.prefetch(addr);
+        }
+        // Second stage, for the record half a queue older: its address
+        // slot has arrived by now, so its line entry can be fetched.
+        if n > PREFETCH_DISTANCE / 2 {
+            let at = (n - PREFETCH_DISTANCE / 2) % PREFETCH_DISTANCE;
+            let older = self.pending[at];
+            let slot = &self.slots[older.load as usize];
+            if slot.class.is_access() {
+                match self.addrs.index_of(older.addr) {
+                    Some(i) => {
+                        self.pending[at].hint = i as u32;
+                        let e = self.addrs.value_at(i);
+                        if e.line != NO_LINE {
+                            addr_table::prefetch(
+                                &self.line_arena[e.line as usize] as *const LineEntry as *const u8,
+                            )
+                        } else {
+                            self.lines.prefetch(older.addr >> 6)
+                        }
+                        let strided = slot.class == LoadClass::Strided;
+                        if let Some(c) = self.contexts.get(self.context) {
+                            // An access of the other class than the
+                            // address's last one registers it as mixed.
+                            if e.piece == c.piece && c.side.is_none() {
+                                c.engine.prefetch_mark(older.addr, &e.lasts, strided);
+                            }
+                            // A function that does not own the address
+                            // keeps its positions in its engine's own table.
+                            if let Some(f) = slot.function
+                                && e.owner != 0
+                                && let Some(fe) =
+                                    c.functions.get(f as usize).and_then(|fe| fe.as_deref())
+                            {
+                                if e.owner != f + 1 {
+                                    fe.addrs.prefetch(older.addr);
+                                } else if e.piece == c.piece && fe.engine.piece() == c.piece {
+                                    fe.engine
+                                        .prefetch_mark(older.addr, &e.function_lasts, strided);
+                                }
+                            }
+                        }
+                    }
+                    None => self.lines.prefetch(older.addr >> 6),
+                }
+            }
+        }
+        self.pending[n % PREFETCH_DISTANCE] = Pending {
+            load,
+            addr,
+            sample,
+            thread,
+            hint: NO_HINT,
+        };
+        self.pushed = n + 1;
+    }
+
+    /// Processes every pending record (the queue is then empty).
+    fn drain(&mut self) {
+        let n = self.pushed;
+        for i in n.saturating_sub(PREFETCH_DISTANCE)..n {
+            self.process(self.pending[i % PREFETCH_DISTANCE]);
+        }
+        self.pushed = 0;
+    }
+
+    #[inline(always)]
+    fn process(&mut self, record: Pending) {
+        let Pending {
+            load,
+            addr,
+            sample,
+            thread,
+            hint,
+        } = record;
+        if self.sample != Some(sample) || self.thread != thread {
+            self.switch(sample, thread);
+        }
+        let slot = &mut self.slots[load as usize];
+        // Every record counts on its load site only: the trace's and the
+        // functions' record, A and A_const counts are the sites' counts
+        // added up in `finish` (`count_records`).
+        slot.count += 1;
+        if !slot.included {
+            return;
+        }
+        let implied = u64::from(slot.implied);
+        let function = slot.function;
+        if slot.class.is_access() {
+            let strided = slot.class == LoadClass::Strided;
+            self.access(load, function, addr, hint, strided, implied);
+        } else {
+            self.constant(function, 1 + implied);
+        }
+    }
+
+    fn constant(&mut self, function: Option<u32>, loads: u64) {
+        let ctx = &mut self.contexts[self.context];
+        ctx.a_const += loads;
+        ctx.engine.constant(loads);
+        if let Some(f) = function {
+            let fe = function_engine(
+                &mut ctx.functions,
+                f,
+                ctx.piece,
+                self.function_lo,
+                self.function_top,
+            );
+            fe.engine.constant(loads);
+        }
+    }
+
+    #[inline(always)]
+    fn access(
+        &mut self,
+        load: u32,
+        function: Option<u32>,
+        addr: u64,
+        hint: u32,
+        strided: bool,
+        implied: u64,
+    ) {
+        let block_shift = self.block_shift;
+        let lines_are_blocks = block_shift == 6;
+        let ThreadState {
+            piece,
+            thread: _,
+            engine,
+            reuse,
+            functions,
+            side,
+            a,
+            a_const,
+            d_sum,
+            d_count,
+        } = &mut self.contexts[self.context];
+        let piece = *piece;
+        *a += 1;
+        *a_const += implied;
+
+        // Make room on the reuse-distance time axis before borrowing entries.
+        if reuse.needs_room() {
+            // The tracker's block ids: line-arena indices for the first
+            // thread with 64-byte blocks, else line or block numbers.
+            match (side.as_deref_mut(), lines_are_blocks) {
+                (None, true) => reuse.compact(|b, t| self.line_arena[b as usize].block.time = t),
+                (None, false) => {
+                    reuse.compact(|b, t| self.blocks.get_mut(&b).expect("live block").time = t)
+                }
+                (Some(side), true) => {
+                    reuse.compact(|b, t| side.lines.get_mut(&b).expect("live line").block.time = t)
+                }
+                (Some(side), false) => {
+                    reuse.compact(|b, t| side.blocks.get_mut(&b).expect("live block").time = t)
+                }
+            }
+        }
+
+        // Which loads touch which memory, for the hot regions.
+        self.page_loads.add(addr >> self.min_page_shift, load);
+
+        // The address entry, and through it the line entry.
+        let line = addr >> 6;
+        let addr_entry = self.addrs.entry_hinted(addr, hint);
+        if addr_entry.line == NO_LINE {
+            let index = self.lines.entry(line);
+            if *index == 0 {
+                self.line_arena.push(LineEntry {
+                    line,
+                    ..LineEntry::default()
+                });
+                *index = self.line_arena.len() as u32;
+            }
+            addr_entry.line = *index - 1;
+        }
+        let line_index = addr_entry.line;
+
+        // The line: F_lines windows, location statistics, reuse distance.
+        let entry = &mut self.line_arena[line_index as usize];
+        entry.a += 1;
+        let position = engine.position();
+        let (previous_line, first_in_piece) = match side.as_deref_mut() {
+            None => {
+                let first = entry.block.piece != piece;
+                let previous = if first { NONE } else { entry.last };
+                entry.last = position;
+                if !lines_are_blocks {
+                    entry.block.piece = piece;
+                }
+                (previous, first)
+            }
+            Some(side) => {
+                let local = side.lines.entry(line).or_default();
+                let first = local.block.piece != piece;
+                let previous = if first { NONE } else { local.last };
+                local.last = position;
+                if !lines_are_blocks {
+                    local.block.piece = piece;
+                }
+                if first {
+                    side.first_lines.push(line);
+                }
+                (previous, first)
+            }
+        };
+        if first_in_piece && side.is_none() {
+            self.intervals.first_line(&mut entry.interval_last);
+        }
+        engine.line(previous_line);
+        let distance = if lines_are_blocks {
+            match side.as_deref_mut() {
+                None => reuse.access(u64::from(line_index), &mut entry.block),
+                Some(side) => {
+                    let local = &mut side.lines.get_mut(&line).expect("just inserted").block;
+                    reuse.access(line, local)
+                }
+            }
+        } else {
+            let block = addr >> block_shift;
+            let block_local = match side.as_deref_mut() {
+                None => self.blocks.entry(block).or_default(),
+                Some(side) => side.blocks.entry(block).or_default(),
+            };
+            reuse.access(block, block_local)
+        };
+        if let Some(d) = distance {
+            entry.d_sum += d;
+            entry.d_count += 1;
+            *d_sum += d;
+            *d_count += 1;
+            // `leading_zeros(0)` is 64: a distance of 0 lands in bin 0.
+            self.d_bins[64 - d.leading_zeros() as usize] += 1;
+            self.d_max = self.d_max.max(d);
+            // The trace's and the functions' sums are the load sites' sums,
+            // added up in `finish`; accesses without one are cold.
+            let slot = &mut self.slots[load as usize];
+            slot.d_sum += d;
+            slot.d_count += 1;
+        }
+
+        // The address: whole-trace class counts, footprints of every window
+        // size, and the owner function's code windows.
+        let entry = addr_entry;
+        let class = !strided as usize;
+        entry.count(addr, class, &mut self.mixed_counts);
+        if let Some(f) = function
+            && entry.owner == 0
+            && side.is_none()
+        {
+            entry.owner = f + 1;
+        }
+        let owned = side.is_none() && function.is_some_and(|f| entry.owner == f + 1);
+        let closes = match side.as_deref_mut() {
+            None => {
+                if entry.piece != piece {
+                    entry.piece = piece;
+                    entry.lasts = NO_LASTS;
+                    entry.function_lasts = NO_LASTS;
+                }
+                if entry.interval_last != self.intervals.current_mark() {
+                    self.intervals.first_address(&mut entry.interval_last);
+                }
+                engine.access(addr, &mut entry.lasts, strided, implied)
+            }
+            Some(side) => {
+                let local = side.addrs.entry(addr).or_default();
+                if local.piece != piece {
+                    side.first_addrs.push(addr);
+                }
+                engine.access(addr, local.for_piece(piece), strided, implied)
+            }
+        };
+        let function_closes = match function {
+            Some(f) => {
+                let fe = function_engine(functions, f, piece, self.function_lo, self.function_top);
+                let lasts = if owned {
+                    &mut entry.function_lasts
+                } else {
+                    fe.addrs.entry(addr).for_piece(piece)
+                };
+                fe.engine.access(addr, lasts, strided, implied)
+            }
+            None => false,
+        };
+        if closes {
+            match side.as_deref() {
+                None => engine.close(
+                    |a| last_of(&self.addrs.get(a).expect("address seen").lasts),
+                    &mut self.trace_sums,
+                ),
+                Some(side) => {
+                    engine.close(|a| last_of(&side.addrs[&a].lasts), &mut self.trace_sums)
+                }
+            }
+        }
+        if function_closes {
+            let f = function.expect("function closes");
+            let fe = functions[f as usize].as_deref_mut().expect("engine exists");
+            let owner = f + 1;
+            let addrs = &self.addrs;
+            let own = &fe.addrs;
+            let primary = side.is_none();
+            fe.engine.close(
+                |a| match addrs.get(a) {
+                    Some(e) if primary && e.owner == owner => last_of(&e.function_lasts),
+                    _ => last_of(&own.get(a).expect("address seen").lasts),
+                },
+                &mut self.functions[f as usize].sums,
+            );
+        }
+    }
+
+    /// A record of another sample or thread than the previous one.
+    #[cold]
+    fn switch(&mut self, sample: u64, thread: u32) {
+        if self.sample != Some(sample) {
+            self.end_sample();
+            let gap = match self.sample {
+                None => sample,
+                Some(previous) if sample > previous => sample - previous - 1,
+                Some(_) => 0,
+            };
+            for _ in 0..gap {
+                self.empty_piece();
+            }
+            self.sample = Some(sample);
+            self.active.clear();
+        }
+        self.thread = thread;
+        let contexts = &self.contexts;
+        let found = self
+            .active
+            .iter()
+            .position(|&c| contexts[c as usize].thread == thread);
+        self.context = match found {
+            Some(i) => self.active[i] as usize,
+            None => {
+                let index = self.active.len();
+                if self.contexts.len() <= index {
+                    self.contexts.push(ThreadState::new(index > 0));
+                }
+                let piece = self.next_piece;
+                self.next_piece += 1;
+                let top = self.max_k.max(3);
+                self.contexts[index].start(piece, thread, top);
+                self.active.push(index as u32);
+                index
+            }
+        };
+    }
+
+    /// A sample without records.
+    fn empty_piece(&mut self) {
+        self.next_piece += 1;
+        self.empty_samples += 1;
+        self.intervals.close_piece(0, 0, 0, 0);
+    }
+
+    /// Closes every thread piece of the current sample, in order.
+    fn end_sample(&mut self) {
+        for i in 0..self.active.len() {
+            let index = self.active[i] as usize;
+            let ctx = &mut self.contexts[index];
+            let (captures, survivals) = ctx.reuse.reset(0);
+            self.captures += captures;
+            self.survivals += survivals;
+            if let Some(side) = ctx.side.as_deref_mut() {
+                for addr in side.first_addrs.drain(..) {
+                    let entry = self.addrs.get_mut(addr).expect("address seen");
+                    self.intervals.first_address(&mut entry.interval_last);
+                }
+                for line in side.first_lines.drain(..) {
+                    let index = *self.lines.get(line).expect("line seen") - 1;
+                    let entry = &mut self.line_arena[index as usize];
+                    self.intervals.first_line(&mut entry.interval_last);
+                }
+            }
+            self.intervals
+                .close_piece(ctx.a, ctx.a_const, ctx.d_sum, ctx.d_count);
+        }
+        self.active.clear();
+    }
+
+    /// Adds up the load sites' record counts into the trace's (records,
+    /// `A`, `A_const`, filtered out, outside functions) and the functions'
+    /// (`A`, `A_const`); then a site whose records were filtered out counts
+    /// none, as the tables show only what was analysed.
+    fn count_records(&mut self) {
+        for slot in &mut self.slots {
+            let n = slot.count;
+            let implied = n * u64::from(slot.implied);
+            let (a, a_const) = if slot.class.is_access() {
+                (n, implied)
+            } else {
+                (0, n + implied)
+            };
+            self.records_all += n;
+            self.a_all += a;
+            self.a_const_all += a_const;
+            if !slot.included {
+                self.filtered_out += n;
+                slot.count = 0;
+                continue;
+            }
+            self.records += n;
+            self.a += a;
+            self.a_const += a_const;
+            match slot.function {
+                Some(f) => {
+                    let acc = &mut self.functions[f as usize];
+                    acc.a += a;
+                    acc.a_const += a_const;
+                }
+                None => self.outside_functions += n,
+            }
+        }
+    }
+
+    /// The metrics. `totals` gives ρ's numerator and the number of samples
+    /// (trailing empty samples have no records to announce them).
+    pub fn finish(mut self, totals: &TraceTotals) -> Analysis {
+        self.drain();
+        self.end_sample();
+        self.count_records();
+
+        let seen = self.sample.map_or(0, |s| s + 1);
+        for _ in seen..totals.samples {
+            self.empty_piece();
+        }
+        let pieces = u64::from(self.next_piece - 1);
+        let rho = self.rho(totals);
+        let Analyzer {
+            ref options,
+            ref slots,
+            ref functions,
+            ref addrs,
+            ref line_arena,
+            ref mixed_counts,
+            ref mut page_loads,
+            ref trace_sums,
+            ref mut intervals,
+            ..
+        } = self;
+
+        // Reuse distances are summed per load site only: the trace's and
+        // each function's sums add up their sites'.
+        let (mut d_sum, mut d_count) = (0u64, 0u64);
+        let mut function_d = vec![(0u64, 0u64); functions.len()];
+        for slot in slots {
+            d_sum += slot.d_sum;
+            d_count += slot.d_count;
+            if let Some(f) = slot.function {
+                function_d[f as usize].0 += slot.d_sum;
+                function_d[f as usize].1 += slot.d_count;
+            }
+        }
+
+        // Summary.
+        let f = addrs.len() as u64;
+        // A fold from +0.0, not `sum()`: a float sum of nothing is -0.0,
+        // which the JSON of a run without accesses would show as `-0.0`.
+        let f_str: f64 = addrs
+            .iter()
+            .map(|(addr, e)| {
+                let [s, i] = e.class_counts(addr, mixed_counts);
+                s as f64 / (s + i) as f64
+            })
+            .fold(0.0, |total, x| total + x);
+        let f_irr = f as f64 - f_str;
+        let total = self.a + self.a_const;
+        let summary = Summary {
+            a: self.a,
+            a_const: self.a_const,
+            a_const_frac: ratio(self.a_const as f64, total),
+            kappa: ratio(self.a_const as f64, self.a).map(|r| 1.0 + r),
+            rho,
+            a_hat: rho.map(|r| r * total as f64),
+            samples: pieces,
+            records: self.records,
+            f,
+            f_hat: rho.map(|r| r * f as f64),
+            f_lines: line_arena.len() as u64,
+            f_str,
+            f_irr,
+            f_str_frac: if f == 0 { 0.0 } else { f_str / f as f64 },
+            f_irr_frac: if f == 0 { 0.0 } else { f_irr / f as f64 },
+            d_f: if self.a == 0 {
+                None
+            } else {
+                ratio(f as f64, total)
+            },
+            d_mean: ratio(d_sum as f64, d_count),
+            d_max: (d_count > 0).then_some(self.d_max),
+        };
+
+        let trace_windows = window_rows(trace_sums, 3, self.max_k, true);
+
+        // Functions.
+        let mut function_rows: Vec<FunctionMetrics> = functions
+            .iter()
+            .enumerate()
+            .filter(|(_, acc)| acc.a + acc.a_const > 0)
+            .map(|(i, acc)| {
+                let code = &acc.sums[self.code_k as usize];
+                let mut hot: Vec<&LoadSlot> = slots
+                    .iter()
+                    .filter(|s| s.function == Some(i as u32) && s.count > 0)
+                    .collect();
+                hot.sort_by(|x, y| y.count.cmp(&x.count).then(x.ip.cmp(&y.ip)));
+                let windows = code.windows;
+                let (d_sum, d_count) = function_d[i];
+                FunctionMetrics {
+                    name: acc.name.clone(),
+                    a: acc.a,
+                    a_const: acc.a_const,
+                    a_const_frac: ratio(acc.a_const as f64, acc.a + acc.a_const),
+                    a_hat: rho.map(|r| r * (acc.a + acc.a_const) as f64),
+                    d_f: ratio(code.d_f, windows),
+                    f_str_frac: ratio(code.f_str_frac, windows),
+                    f_irr_frac: ratio(code.f_irr_frac, windows),
+                    code_windows: windows,
+                    d_mean: ratio(d_sum as f64, d_count),
+                    trace_windows: window_rows(&acc.sums, 3, self.max_k, false),
+                    hot_loads: hot
+                        .iter()
+                        .take(3)
+                        .map(|s| HotLoad {
+                            ip: s.ip,
+                            line: s.line.clone(),
+                            count: s.count,
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        function_rows.sort_by(|x, y| {
+            (y.a, y.a_const)
+                .cmp(&(x.a, x.a_const))
+                .then_with(|| x.name.cmp(&y.name))
+        });
+
+        // Loads.
+        let function_name = |f: Option<u32>| f.map(|f| functions[f as usize].name.clone());
+        let mut loads: Vec<LoadRow> = Vec::new();
+        for slot in slots.iter() {
+            if let Some(proxy) = slot.proxy {
+                let count = slots[proxy as usize].count;
+                if count > 0 && slot.included {
+                    loads.push(LoadRow {
+                        ip: slot.ip,
+                        class: slot.class,
+                        count,
+                        function: function_name(slot.function),
+                        line: slot.line.clone(),
+                        implied: true,
+                        d_mean: None,
+                    });
+                }
+            } else if slot.count > 0 {
+                loads.push(LoadRow {
+                    ip: slot.ip,
+                    class: slot.class,
+                    count: slot.count,
+                    function: function_name(slot.function),
+                    line: slot.line.clone(),
+                    implied: false,
+                    d_mean: ratio(slot.d_sum as f64, slot.d_count),
+                });
+            }
+        }
+        loads.sort_by_key(|l| (l.ip, l.class, l.implied));
+        merge_duplicate_loads(&mut loads);
+
+        // Regions.
+        let mut line_stats: Vec<LineStat> = line_arena
+            .iter()
+            .map(|e| LineStat {
+                line: e.line,
+                a: e.a,
+                d_sum: e.d_sum,
+                d_count: e.d_count,
+            })
+            .collect();
+        line_stats.sort_unstable_by_key(|l| l.line);
+        let mut page_table: Vec<(u64, u32, u64)> = page_loads.drain();
+        page_table.sort_unstable();
+        let leaves = regions::hot_regions(
+            &line_stats,
+            options.region_threshold_percent,
+            self.min_page_shift,
+        );
+        let mut region_rows: Vec<Region> = leaves
+            .iter()
+            .map(|leaf| {
+                let ls = &line_stats[leaf.lines.clone()];
+                let a: u64 = ls.iter().map(|l| l.a).sum();
+                let d_sum: u64 = ls.iter().map(|l| l.d_sum).sum();
+                let d_count: u64 = ls.iter().map(|l| l.d_count).sum();
+                let first_page = leaf.span.start >> self.min_page_shift;
+                let end_page = if leaf.span.end == u64::MAX {
+                    u64::MAX
+                } else {
+                    leaf.span.end >> self.min_page_shift
+                };
+                let from = page_table.partition_point(|&(p, _, _)| p < first_page);
+                let to = page_table.partition_point(|&(p, _, _)| p < end_page);
+                Region {
+                    start: ls[0].line << 6,
+                    end: (ls[ls.len() - 1].line + 1) << 6,
+                    a,
+                    a_frac: if self.a == 0 {
+                        0.0
+                    } else {
+                        a as f64 / self.a as f64
+                    },
+                    blocks: ls.len() as u64,
+                    a_per_block: a as f64 / ls.len() as f64,
+                    d_mean: ratio(d_sum as f64, d_count),
+                    depth: leaf.depth,
+                    page: if leaf.page_shift >= 64 {
+                        0
+                    } else {
+                        1 << leaf.page_shift
+                    },
+                    functions: region_functions(&page_table[from..to], slots, functions),
+                }
+            })
+            .collect();
+        region_rows.sort_by_key(|r| r.start);
+
+        // Reuse histogram.
+        let last_bin = self.d_bins.iter().rposition(|&c| c > 0);
+        let bins = match last_bin {
+            None => Vec::new(),
+            Some(last) => (0..=last)
+                .map(|i| {
+                    let (lo, hi) = if i == 0 {
+                        (0, 0)
+                    } else {
+                        (
+                            1u64 << (i - 1),
+                            (1u64 << (i - 1)).wrapping_mul(2).wrapping_sub(1),
+                        )
+                    };
+                    ReuseBin {
+                        lo,
+                        hi,
+                        count: self.d_bins[i],
+                    }
+                })
+                .collect(),
+        };
+
+        let intervals = std::mem::replace(intervals, IntervalBuilder::new()).finish(rho);
+
+        let mut notes = std::mem::take(&mut self.notes);
+        if !self.classified {
+            notes.push(
+                "load classes unknown: every access counted as Irregular (F_str = 0)".to_string(),
+            );
+        }
+        if self.outside_functions > 0 {
+            notes.push(format!(
+                "{} records lie in no known function: in the summary, not in any function",
+                self.outside_functions
+            ));
+        }
+        if self.filtered_out > 0 {
+            notes.push(format!(
+                "{} records left out by --functions {}",
+                self.filtered_out,
+                options.functions.as_deref().unwrap_or("")
+            ));
+        }
+        let d = totals.dropped;
+        if d.records + d.samples + d.bytes > 0 {
+            notes.push(format!(
+                "the collector lost {} records, {} samples, {} bytes",
+                d.records, d.samples, d.bytes
+            ));
+        }
+        if !totals.complete {
+            notes.push("the trace is a prefix: the program did not finish cleanly".to_string());
+        }
+
+        Analysis {
+            schema: ANALYSIS_SCHEMA.to_string(),
+            run: RunInfo {
+                backend: self.backend,
+                full: self.sampling.is_full(),
+                window: (!self.sampling.is_full()).then_some(self.sampling.window),
+                period: (!self.sampling.is_full()).then_some(self.sampling.period),
+                binary: self.binary.clone(),
+                command: self.command.clone(),
+                block: options.block,
+                code_window_k: self.code_k,
+                max_k: self.max_k,
+                region_threshold_percent: options.region_threshold_percent,
+                region_min_page: options.region_min_page,
+                functions_filter: options.functions.clone(),
+            },
+            summary,
+            trace_windows,
+            functions: function_rows,
+            loads,
+            regions: region_rows,
+            reuse: ReuseHistogram {
+                block: options.block,
+                bins,
+                cold: self.a - d_count,
+                captures: self.captures,
+                survivals: self.survivals,
+            },
+            intervals,
+            coverage: Coverage {
+                records: self.records_all,
+                trace_samples: totals.samples.max(seen),
+                empty_samples: self.empty_samples,
+                outside_functions: self.outside_functions,
+                filtered_out: self.filtered_out,
+                dropped: totals.dropped,
+                complete: totals.complete,
+                classified: self.classified,
+                outside_binary: self.outside_binary,
+                notes,
+            },
+        }
+    }
+
+    /// ρ per docs/METRICS.md: 1 for a full trace; executions over records
+    /// (software, Lackey) or over `A + A_const` (Intel PT), over the whole
+    /// trace before any `--functions` filter.
+    fn rho(&self, totals: &TraceTotals) -> Option<f64> {
+        if self.sampling.is_full() {
+            return Some(1.0);
+        }
+        let denominator = match self.backend {
+            Backend::Pt => self.a_all + self.a_const_all,
+            Backend::Soft | Backend::Lackey => self.records_all,
+        };
+        ratio(totals.executions as f64, denominator)
+    }
+}
+
+impl ThreadState {
+    fn new(secondary: bool) -> Self {
+        ThreadState {
+            piece: 0,
+            thread: 0,
+            engine: WindowEngine::new(3, 3),
+            reuse: ReuseTracker::new(),
+            functions: Vec::new(),
+            side: secondary.then(Box::default),
+            a: 0,
+            a_const: 0,
+            d_sum: 0,
+            d_count: 0,
+        }
+    }
+
+    fn start(&mut self, piece: u32, thread: u32, top: u32) {
+        self.piece = piece;
+        self.thread = thread;
+        if self.engine.levels() != (3, top) {
+            self.engine = WindowEngine::new(3, top);
+        }
+        self.engine.reset(piece);
+        self.reuse.reset(piece);
+        self.a = 0;
+        self.a_const = 0;
+        self.d_sum = 0;
+        self.d_count = 0;
+    }
+}
+
+/// The engine of function `f` for `piece`: created on the function's
+/// first access, reset on its first access in a piece.
+#[inline(always)]
+fn function_engine(
+    engines: &mut Vec<Option<Box<FunctionEngine>>>,
+    f: u32,
+    piece: u32,
+    lo: u32,
+    top: u32,
+) -> &mut FunctionEngine {
+    let f = f as usize;
+    let ready = engines
+        .get(f)
+        .and_then(|fe| fe.as_deref())
+        .is_some_and(|fe| fe.engine.piece() == piece);
+    if !ready {
+        prepare_function_engine(engines, f, piece, lo, top);
+    }
+    engines[f].as_deref_mut().expect("prepared")
+}
+
+#[cold]
+#[inline(never)]
+fn prepare_function_engine(
+    engines: &mut Vec<Option<Box<FunctionEngine>>>,
+    f: usize,
+    piece: u32,
+    lo: u32,
+    top: u32,
+) {
+    if engines.len() <= f {
+        engines.resize_with(f + 1, || None);
+    }
+    let fe = engines[f].get_or_insert_with(|| {
+        Box::new(FunctionEngine {
+            engine: WindowEngine::new(lo, top),
+            addrs: AddrTable::new(),
+        })
+    });
+    if fe.engine.piece() != piece {
+        fe.engine.reset(piece);
+    }
+}
+
+fn ratio(numerator: f64, denominator: u64) -> Option<f64> {
+    (denominator > 0).then(|| numerator / denominator as f64)
+}
+
+fn window_rows(sums: &[LevelSums], lo: u32, hi: u32, lines: bool) -> Vec<WindowRow> {
+    (lo..=hi)
+        .filter(|&k| sums[k as usize].windows > 0)
+        .map(|k| {
+            let s = &sums[k as usize];
+            let n = s.windows as f64;
+            WindowRow {
+                k,
+                windows: s.windows,
+                f: s.f as f64 / n,
+                f_lines: lines.then(|| s.f_lines as f64 / n),
+                d_f: s.d_f / n,
+                f_str: s.f_str / n,
+                f_irr: s.f_irr / n,
+                f_str_frac: s.f_str_frac / n,
+                f_irr_frac: s.f_irr_frac / n,
+                a_const: s.a_const as f64 / n,
+            }
+        })
+        .collect()
+}
+
+/// Rows with the same `ip`, class and `implied` flag (load sites listed
+/// twice) become one.
+fn merge_duplicate_loads(loads: &mut Vec<LoadRow>) {
+    loads.dedup_by(|later, earlier| {
+        if later.ip == earlier.ip
+            && later.class == earlier.class
+            && later.implied == earlier.implied
+        {
+            earlier.count += later.count;
+            true
+        } else {
+            false
+        }
+    });
+}
+
+fn region_functions(
+    pages: &[(u64, u32, u64)],
+    slots: &[LoadSlot],
+    functions: &[FunctionAcc],
+) -> Vec<RegionFunction> {
+    let mut by_function: Map<Option<u32>, (u64, Map<u32, u64>)> = Map::default();
+    for &(_, load, count) in pages {
+        let slot = &slots[load as usize];
+        let e = by_function.entry(slot.function).or_default();
+        e.0 += count;
+        *e.1.entry(load).or_insert(0) += count;
+    }
+    let mut out: Vec<RegionFunction> = by_function
+        .into_iter()
+        .map(|(f, (a, loads))| {
+            let mut loads: Vec<(u32, u64)> = loads.into_iter().collect();
+            loads.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
+            let mut lines: Vec<String> = Vec::new();
+            for (load, _) in loads {
+                if let Some(line) = &slots[load as usize].line
+                    && !lines.contains(line)
+                    && lines.len() < 3
+                {
+                    lines.push(line.clone());
+                }
+            }
+            RegionFunction {
+                name: f.map_or_else(|| "?".to_string(), |f| functions[f as usize].name.clone()),
+                a,
+                lines,
+            }
+        })
+        .collect();
+    out.sort_by(|x, y| y.a.cmp(&x.a).then_with(|| x.name.cmp(&y.name)));
+    out.truncate(5);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    //! Hand-worked examples of each formula of docs/METRICS.md. The
+    //! property tests (tests/analysis_reference.rs) cover random traces.
+    use super::*;
+    use memgaze_trace::{Dropped, FunctionEntry, Sampling};
+
+    const L0: u32 = 0; // Strided, implies 1 Constant, in f0
+    const L1: u32 = 1; // Irregular, in f0
+    const L2: u32 = 2; // Constant, implies 2, in f1
+
+    fn header(backend: Backend, sampling: Sampling) -> TraceHeader {
+        let load = |ip, class, implied, function, proxy| LoadEntry {
+            ip,
+            class,
+            implied,
+            function: Some(function),
+            line: Some(format!("k.c:{ip}")),
+            proxy,
+        };
+        TraceHeader {
+            backend,
+            sampling,
+            binary: None,
+            command: vec![],
+            functions: vec![
+                FunctionEntry {
+                    name: "f0".into(),
+                    start: 0x10,
+                    end: 0x40,
+                },
+                FunctionEntry {
+                    name: "f1".into(),
+                    start: 0x40,
+                    end: 0x80,
+                },
+            ],
+            loads: vec![
+                load(0x10, LoadClass::Strided, 1, 0, None),
+                load(0x20, LoadClass::Irregular, 0, 0, None),
+                load(0x40, LoadClass::Constant, 2, 1, None),
+                // Uninstrumented Constant load implied by L0.
+                load(0x14, LoadClass::Constant, 0, 0, Some(L0)),
+            ],
+            labels: vec![],
+        }
+    }
+
+    fn sampled() -> Sampling {
+        Sampling {
+            window: 8,
+            period: 80,
+            seed: None,
+        }
+    }
+
+    /// sample 0: L0@0x100 L1@0x100 L2@0x7f00 L0@0x108 L1@0x200
+    /// sample 1: L1@0x200 L0@0x100 L1@0x208
+    fn run(backend: Backend, sampling: Sampling, options: &AnalysisOptions) -> Analysis {
+        let mut a = Analyzer::new(&header(backend, sampling), options).unwrap();
+        let records = [
+            (L0, 0x100, 0),
+            (L1, 0x100, 0),
+            (L2, 0x7f00, 0),
+            (L0, 0x108, 0),
+            (L1, 0x200, 0),
+            (L1, 0x200, 1),
+            (L0, 0x100, 1),
+            (L1, 0x208, 1),
+        ];
+        for (load, addr, sample) in records {
+            a.push_load(load, addr, sample, 0);
+        }
+        a.finish(&TraceTotals::clean(80, 8, 2))
+    }
+
+    /// Both compilations of [`feed`]'s loop give the same analysis of a
+    /// trace with several samples and threads, reuses within and across
+    /// the reuse tracker's words and groups, and mixed addresses. (Each
+    /// piece stays within one span of the tracker; the tree over spans is
+    /// scalar code, checked by `reuse`'s own tests.)
+    #[test]
+    fn both_instruction_sets_give_the_same_analysis() {
+        let header = header(Backend::Soft, sampled());
+        let mut writer = memgaze_trace::TraceWriter::new(Vec::new(), &header).unwrap();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut records = 0;
+        for sample in 0..6u64 {
+            writer.begin_sample(sample as u32 % 2).unwrap();
+            for i in 0..30_000u64 {
+                if i == 20_000 {
+                    writer.switch_thread(7).unwrap();
+                }
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let (load, addr) = match x % 4 {
+                    0 => (L0, 0x10_0000 + 8 * (i % 50_000)),
+                    1 => (L1, 0x10_0000 + 8 * ((x >> 20) % 60_000)),
+                    2 => (L2, 0x7f00),
+                    _ => (L1, 0x90_0000 + 64 * ((x >> 24) % 300)),
+                };
+                writer.push(load, addr).unwrap();
+                records += 1;
+            }
+        }
+        let bytes = writer
+            .finish(&TraceTotals::clean(100 * records, records, 6))
+            .unwrap();
+        let analyse = |v3: bool| {
+            let mut reader = TraceReader::new(&bytes[..]).unwrap();
+            let mut analyzer = Analyzer::new(reader.header(), &AnalysisOptions::default()).unwrap();
+            let mut ticks = 0u64;
+            let tick = || ticks += 1;
+            if v3 {
+                feed(&mut reader, &mut analyzer, tick).unwrap();
+            } else {
+                feed_baseline(&mut reader, &mut analyzer, tick).unwrap();
+            }
+            assert_eq!(ticks, records);
+            analyzer.finish(reader.totals().unwrap())
+        };
+        let (baseline, dispatched) = (analyse(false), analyse(true));
+        assert!(baseline.coverage.records == records && baseline.summary.d_max.is_some());
+        assert!(baseline == dispatched, "the two compilations disagree");
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-12
+    }
+
+    #[test]
+    fn class_counts_move_elsewhere_before_they_overflow() {
+        let mut elsewhere: Map<u64, [u64; 2]> = Map::default();
+        let mut entry = AddrEntry {
+            counts: [COUNT_LIMIT - 2, 5],
+            ..AddrEntry::default()
+        };
+        entry.count(7, 0, &mut elsewhere);
+        entry.count(7, 1, &mut elsewhere);
+        assert_eq!(entry.counts, [COUNT_LIMIT - 1, 6]);
+        assert!(elsewhere.is_empty());
+        entry.count(7, 0, &mut elsewhere);
+        assert_eq!(entry.counts, COUNTS_ELSEWHERE);
+        for class in [0, 0, 1] {
+            entry.count(7, class, &mut elsewhere);
+        }
+        let limit = u64::from(COUNT_LIMIT);
+        assert_eq!(entry.class_counts(7, &elsewhere), [limit + 2, 7]);
+        // Both counts one below the limit: the marker's value is never a
+        // real count.
+        let mut both = AddrEntry {
+            counts: [COUNT_LIMIT - 1; 2],
+            ..AddrEntry::default()
+        };
+        both.count(8, 1, &mut elsewhere);
+        assert_eq!(both.counts, COUNTS_ELSEWHERE);
+        assert_eq!(both.class_counts(8, &elsewhere), [limit - 1, limit]);
+    }
+
+    #[test]
+    fn summary_formulas_by_hand() {
+        let r = run(Backend::Soft, sampled(), &AnalysisOptions::default());
+        let s = &r.summary;
+        // A: Strided + Irregular records; A_const: Constant records + implied.
+        assert_eq!((s.a, s.a_const, s.records, s.samples), (7, 3 + 3, 8, 2));
+        assert!(close(s.kappa.unwrap(), 1.0 + 6.0 / 7.0));
+        assert!(close(s.a_const_frac.unwrap(), 6.0 / 13.0));
+        // Software ρ = executions / records; Â = ρ (A + A_const).
+        assert!(close(s.rho.unwrap(), 10.0));
+        assert!(close(s.a_hat.unwrap(), 130.0));
+        // F over 0x100 0x108 0x200 0x208; lines 4 and 8.
+        assert_eq!((s.f, s.f_lines), (4, 2));
+        // 0x100: 2 Strided, 1 Irregular → 2/3 strided; 0x108 strided.
+        assert!(close(s.f_str, 2.0 / 3.0 + 1.0));
+        assert!(close(s.f_irr, 1.0 / 3.0 + 2.0));
+        assert!(close(s.f_str_frac, (5.0 / 3.0) / 4.0));
+        assert!(close(s.d_f.unwrap(), 4.0 / 13.0));
+        assert!(close(s.f_hat.unwrap(), 40.0));
+        // D over 64-byte blocks: sample 0: 4 4 4 8 → 0, 0; sample 1: 8 4 8 → 1.
+        assert!(close(s.d_mean.unwrap(), 1.0 / 3.0));
+        assert_eq!(s.d_max, Some(1));
+        let bins: Vec<_> = r.reuse.bins.iter().map(|b| (b.lo, b.hi, b.count)).collect();
+        assert_eq!(bins, vec![(0, 0, 2), (1, 1, 1)]);
+        assert_eq!(
+            (r.reuse.cold, r.reuse.captures, r.reuse.survivals),
+            (4, 2, 2)
+        );
+        // No sample holds 8 accesses: no trace-window row.
+        assert!(r.trace_windows.is_empty());
+        // Per-load counts, with the implied row of the proxy's count.
+        let loads: Vec<_> = r.loads.iter().map(|l| (l.ip, l.count, l.implied)).collect();
+        assert_eq!(
+            loads,
+            vec![
+                (0x10, 3, false),
+                (0x14, 3, true),
+                (0x20, 4, false),
+                (0x40, 1, false)
+            ]
+        );
+        // Interval tree: two samples, one node of both.
+        let root = &r.intervals.nodes[0];
+        assert_eq!(
+            (root.h, root.samples, root.f, root.a, root.a_const),
+            (1, 2, 4, 7, 6)
+        );
+        assert!(close(root.f_hat.unwrap(), 40.0));
+    }
+
+    #[test]
+    fn rho_by_backend() {
+        let pt = run(Backend::Pt, sampled(), &AnalysisOptions::default());
+        assert!(close(pt.summary.rho.unwrap(), 80.0 / 13.0));
+        let full = run(Backend::Soft, Sampling::full(), &AnalysisOptions::default());
+        assert_eq!(full.summary.rho, Some(1.0));
+    }
+
+    #[test]
+    fn code_windows_by_hand() {
+        let options = AnalysisOptions {
+            code_window_k: Some(1),
+            ..AnalysisOptions::default()
+        };
+        let r = run(Backend::Soft, sampled(), &options);
+        let f0 = r.functions.iter().find(|f| f.name == "f0").unwrap();
+        // f0's windows of 2: [0x100 S, 0x100 I] F=1 (½ strided), A_const 1;
+        // [0x108 S, 0x200 I] F=2, A_const 1; sample 1: [0x200 I, 0x100 S]
+        // F=2, A_const 1; the tail [0x208] is dropped.
+        assert_eq!((f0.a, f0.a_const, f0.code_windows), (7, 3, 3));
+        assert!(close(
+            f0.d_f.unwrap(),
+            (1.0 / 3.0 + 2.0 / 3.0 + 2.0 / 3.0) / 3.0
+        ));
+        assert!(close(f0.f_str_frac.unwrap(), 0.5));
+        assert!(close(f0.f_irr_frac.unwrap(), 0.5));
+        assert!(close(f0.a_const_frac.unwrap(), 3.0 / 10.0));
+        assert!(close(f0.a_hat.unwrap(), 100.0));
+        assert!(close(f0.d_mean.unwrap(), 1.0 / 3.0));
+        // f1 has only Constant loads: no accesses, undefined ratios.
+        let f1 = r.functions.iter().find(|f| f.name == "f1").unwrap();
+        assert_eq!((f1.a, f1.a_const, f1.code_windows), (0, 3, 0));
+        assert_eq!((f1.d_f, f1.f_str_frac, f1.d_mean), (None, None, None));
+        assert_eq!(f1.a_const_frac, Some(1.0));
+        // Default k_c for w = 8 is 3.
+        let r = run(Backend::Soft, sampled(), &AnalysisOptions::default());
+        assert_eq!(r.run.code_window_k, 3);
+        assert_eq!(
+            run(Backend::Soft, Sampling::full(), &AnalysisOptions::default())
+                .run
+                .code_window_k,
+            10
+        );
+    }
+
+    #[test]
+    fn no_accesses_gives_nulls_not_nan() {
+        let mut a = Analyzer::new(
+            &header(Backend::Soft, sampled()),
+            &AnalysisOptions::default(),
+        )
+        .unwrap();
+        a.push_load(L2, 0x7f00, 0, 0);
+        let r = a.finish(&TraceTotals {
+            executions: 5,
+            records: 1,
+            samples: 3,
+            dropped: Dropped::default(),
+            exit: None,
+            complete: false,
+        });
+        let s = &r.summary;
+        assert_eq!((s.a, s.a_const, s.f, s.samples), (0, 3, 0, 3));
+        assert_eq!(
+            (s.kappa, s.d_f, s.d_mean, s.d_max),
+            (None, None, None, None)
+        );
+        assert_eq!((s.f_str_frac, s.a_const_frac), (0.0, Some(1.0)));
+        assert_eq!(r.coverage.empty_samples, 2);
+        assert!(r.coverage.notes.iter().any(|n| n.contains("prefix")));
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(json.contains("\"kappa\":null") && !json.contains("NaN"));
+        assert!(
+            json.contains("\"F_str\":0.0") && !json.contains("-0.0"),
+            "{json}"
+        );
+        let table = table::render(&r, &table::TableOptions::default());
+        assert!(table.contains("κ = –"), "{table}");
+    }
+
+    #[test]
+    fn samples_mixing_threads_are_split() {
+        let mut a = Analyzer::new(
+            &header(Backend::Soft, sampled()),
+            &AnalysisOptions::default(),
+        )
+        .unwrap();
+        // One sample: t0 0x200, t1 0x200, t0 0x200 → pieces [0x200 0x200], [0x200].
+        a.push_load(L1, 0x200, 0, 0);
+        a.push_load(L1, 0x200, 0, 1);
+        a.push_load(L1, 0x200, 0, 0);
+        let r = a.finish(&TraceTotals::clean(30, 3, 1));
+        assert_eq!(r.summary.samples, 2);
+        assert_eq!(r.coverage.trace_samples, 1);
+        assert_eq!((r.summary.d_max, r.reuse.cold), (Some(0), 2));
+        assert_eq!((r.reuse.captures, r.reuse.survivals), (1, 1));
+        assert_eq!(r.intervals.levels[0].nodes, 2);
+    }
+
+    /// Reuse distances through time-axis compactions, for the first and a
+    /// second thread of a sample, and with another block size.
+    #[test]
+    fn reuse_distance_survives_compaction_in_every_thread() {
+        for block in [64u64, 256] {
+            let options = AnalysisOptions {
+                block,
+                ..AnalysisOptions::default()
+            };
+            let mut a = Analyzer::new(&header(Backend::Soft, Sampling::full()), &options).unwrap();
+            // Threads 0 and 1 interleaved; each sweeps 3000 lines three times.
+            let mut sequences: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
+            for round in 0..3u64 {
+                for i in 0..3000u64 {
+                    for thread in 0..2u32 {
+                        let addr =
+                            0x10_0000 * (u64::from(thread) + 1) + 64 * ((i * 7 + round) % 3000);
+                        a.push_load(L1, addr, 0, thread);
+                        sequences[thread as usize].push(addr / block);
+                    }
+                }
+            }
+            let r = a.finish(&TraceTotals::clean(18000, 18000, 1));
+            // Naive LRU stack distances per thread.
+            let mut ds = Vec::new();
+            for seq in &sequences {
+                let mut stack: Vec<u64> = Vec::new();
+                for &b in seq {
+                    if let Some(i) = stack.iter().rev().position(|&x| x == b) {
+                        ds.push(i as u64);
+                    }
+                    stack.retain(|&x| x != b);
+                    stack.push(b);
+                }
+            }
+            let mean = ds.iter().sum::<u64>() as f64 / ds.len() as f64;
+            assert!(close(r.summary.d_mean.unwrap(), mean), "block {block}");
+            assert_eq!(r.summary.d_max, ds.iter().copied().max(), "block {block}");
+            assert_eq!(r.summary.samples, 2);
+        }
+    }
+
+    #[test]
+    fn records_and_load_indices_agree() {
+        let h = header(Backend::Soft, sampled());
+        let by_index = run(Backend::Soft, sampled(), &AnalysisOptions::default());
+        let mut a = Analyzer::new(&h, &AnalysisOptions::default()).unwrap();
+        for (load, addr, sample) in [
+            (L0, 0x100, 0),
+            (L1, 0x100, 0),
+            (L2, 0x7f00, 0),
+            (L0, 0x108, 0),
+            (L1, 0x200, 0),
+            (L1, 0x200, 1),
+            (L0, 0x100, 1),
+            (L1, 0x208, 1),
+        ] {
+            let l = &h.loads[load as usize];
+            a.push(&Record {
+                ip: l.ip,
+                addr,
+                class: l.class,
+                implied: l.implied,
+                sample,
+                thread: 0,
+            });
+        }
+        let by_record = a.finish(&TraceTotals::clean(80, 8, 2));
+        assert_eq!(by_record, by_index);
+    }
+
+    #[test]
+    fn options_are_validated() {
+        let h = header(Backend::Soft, sampled());
+        for bad in [
+            AnalysisOptions {
+                block: 48,
+                ..AnalysisOptions::default()
+            },
+            AnalysisOptions {
+                region_min_page: 32,
+                ..AnalysisOptions::default()
+            },
+            AnalysisOptions {
+                functions: Some("[".into()),
+                ..AnalysisOptions::default()
+            },
+            AnalysisOptions {
+                region_threshold_percent: 150.0,
+                ..AnalysisOptions::default()
+            },
+        ] {
+            assert!(Analyzer::new(&h, &bad).is_err(), "{bad:?}");
+        }
+    }
+}

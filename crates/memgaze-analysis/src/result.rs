@@ -1,0 +1,412 @@
+//! The result of an analysis: plain, documented, (de)serialisable types
+//! whose JSON is the `memgaze.analysis.v1` document of docs/CLI.md.
+//!
+//! Field names follow docs/METRICS.md (`A`, `F_str`, `dF`, `kappa`…).
+//! Quantities that are undefined (a ratio whose denominator is 0, a mean
+//! over nothing) are `None` here, `null` in JSON and `–` in tables — never
+//! NaN or infinity. Fractions (`*_frac`) are in `[0, 1]`.
+
+use memgaze_trace::{Backend, Dropped, LoadClass};
+use serde::{Deserialize, Serialize};
+
+/// Schema tag of [`Analysis`] documents.
+pub const ANALYSIS_SCHEMA: &str = "memgaze.analysis.v1";
+
+/// Every metric of docs/METRICS.md for one trace.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Analysis {
+    /// Always [`ANALYSIS_SCHEMA`].
+    pub schema: String,
+    /// What was analysed and with which parameters.
+    pub run: RunInfo,
+    /// Whole-trace metrics.
+    pub summary: Summary,
+    /// Trace-window histogram: one row per `k` (windows of `2^k` accesses
+    /// within samples) where at least one window fits.
+    pub trace_windows: Vec<WindowRow>,
+    /// Per-function metrics, hottest (`A`) first.
+    pub functions: Vec<FunctionMetrics>,
+    /// Per-load table, by `ip`.
+    pub loads: Vec<LoadRow>,
+    /// Hot regions: the leaves of the location zoom tree, by start address.
+    pub regions: Vec<Region>,
+    /// Reuse-distance histogram and capture/survival counts.
+    pub reuse: ReuseHistogram,
+    /// Execution interval tree over samples (inter-sample windows).
+    pub intervals: IntervalTree,
+    /// What was counted but not analysed, and why.
+    pub coverage: Coverage,
+}
+
+/// Parameters of the run and of the analysis.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// Collector that wrote the trace.
+    pub backend: Backend,
+    /// Whether the trace is a full trace (`z = 0`).
+    pub full: bool,
+    /// `w`: records per sample (`None` for a full trace).
+    pub window: Option<u64>,
+    /// `w + z` (`None` for a full trace).
+    pub period: Option<u64>,
+    /// Path of the original binary, when known.
+    pub binary: Option<String>,
+    /// Command line of the traced program.
+    pub command: Vec<String>,
+    /// Access block for reuse distance, bytes.
+    pub block: u64,
+    /// Code-window exponent `k_c` (`W_c = 2^k_c`).
+    pub code_window_k: u32,
+    /// Largest `k` of the trace-window histogram considered.
+    pub max_k: u32,
+    /// Hot-region threshold `t`, percent.
+    pub region_threshold_percent: f64,
+    /// Smallest zoom page, bytes.
+    pub region_min_page: u64,
+    /// `--functions` filter, when one was given.
+    pub functions_filter: Option<String>,
+}
+
+/// Whole-trace metrics (docs/METRICS.md).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Observed accesses (Strided + Irregular records).
+    #[serde(rename = "A")]
+    pub a: u64,
+    /// Constant loads: Constant records plus `implied`.
+    #[serde(rename = "A_const")]
+    pub a_const: u64,
+    /// `A_const / (A + A_const)`.
+    #[serde(rename = "A_const_frac")]
+    pub a_const_frac: Option<f64>,
+    /// `1 + A_const / A`.
+    pub kappa: Option<f64>,
+    /// Sample ratio ρ (1 for a full trace).
+    pub rho: Option<f64>,
+    /// `Â = ρ·(A + A_const)`: estimated executed loads.
+    #[serde(rename = "A_hat")]
+    pub a_hat: Option<f64>,
+    /// Samples after splitting per thread (empty samples included).
+    pub samples: u64,
+    /// Records analysed (after the `--functions` filter).
+    pub records: u64,
+    /// Distinct addresses of Strided and Irregular records.
+    #[serde(rename = "F")]
+    pub f: u64,
+    /// `F̂ = ρ·F` (a poor estimate for data with reuse; see METRICS.md).
+    #[serde(rename = "F_hat")]
+    pub f_hat: Option<f64>,
+    /// Distinct 64-byte lines.
+    #[serde(rename = "F_lines")]
+    pub f_lines: u64,
+    /// Strided share of `F` (mixed addresses split by access share).
+    #[serde(rename = "F_str")]
+    pub f_str: f64,
+    /// Irregular share of `F`.
+    #[serde(rename = "F_irr")]
+    pub f_irr: f64,
+    /// `F_str / F` (0 when `F = 0`).
+    #[serde(rename = "F_str_frac")]
+    pub f_str_frac: f64,
+    /// `F_irr / F` (0 when `F = 0`).
+    #[serde(rename = "F_irr_frac")]
+    pub f_irr_frac: f64,
+    /// `ΔF = F / (A + A_const)`.
+    #[serde(rename = "dF")]
+    pub d_f: Option<f64>,
+    /// Mean reuse distance over accesses that have one.
+    #[serde(rename = "D_mean")]
+    pub d_mean: Option<f64>,
+    /// Largest reuse distance.
+    #[serde(rename = "D_max")]
+    pub d_max: Option<u64>,
+}
+
+/// One row of a trace-window histogram: metrics averaged over all windows
+/// of `2^k` accesses.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WindowRow {
+    /// Window size exponent.
+    pub k: u32,
+    /// Windows averaged.
+    pub windows: u64,
+    /// Mean footprint.
+    #[serde(rename = "F")]
+    pub f: f64,
+    /// Mean distinct 64-byte lines (whole-trace histogram only).
+    #[serde(rename = "F_lines", default, skip_serializing_if = "Option::is_none")]
+    pub f_lines: Option<f64>,
+    /// Mean of the per-window `ΔF = F / (2^k + A_const)`.
+    #[serde(rename = "dF")]
+    pub d_f: f64,
+    /// Mean strided footprint.
+    #[serde(rename = "F_str")]
+    pub f_str: f64,
+    /// Mean irregular footprint.
+    #[serde(rename = "F_irr")]
+    pub f_irr: f64,
+    /// Mean of the per-window `F_str / F`.
+    #[serde(rename = "F_str_frac")]
+    pub f_str_frac: f64,
+    /// Mean of the per-window `F_irr / F`.
+    #[serde(rename = "F_irr_frac")]
+    pub f_irr_frac: f64,
+    /// Mean Constant loads per window.
+    #[serde(rename = "A_const")]
+    pub a_const: f64,
+}
+
+/// Metrics of one function (records whose `ip` lies in it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FunctionMetrics {
+    /// Demangled name.
+    pub name: String,
+    /// Observed accesses.
+    #[serde(rename = "A")]
+    pub a: u64,
+    /// Constant loads.
+    #[serde(rename = "A_const")]
+    pub a_const: u64,
+    /// `A_const / (A + A_const)`.
+    #[serde(rename = "A_const_frac")]
+    pub a_const_frac: Option<f64>,
+    /// `ρ·(A + A_const)`.
+    #[serde(rename = "A_hat")]
+    pub a_hat: Option<f64>,
+    /// Code-window `ΔF` (mean over windows of `2^k_c` of its accesses).
+    #[serde(rename = "dF")]
+    pub d_f: Option<f64>,
+    /// Code-window `F_str%` as a fraction.
+    #[serde(rename = "F_str_frac")]
+    pub f_str_frac: Option<f64>,
+    /// Code-window `F_irr%` as a fraction.
+    #[serde(rename = "F_irr_frac")]
+    pub f_irr_frac: Option<f64>,
+    /// Code windows averaged.
+    pub code_windows: u64,
+    /// Mean reuse distance of its accesses.
+    #[serde(rename = "D_mean")]
+    pub d_mean: Option<f64>,
+    /// Its own trace-window histogram.
+    pub trace_windows: Vec<WindowRow>,
+    /// Its hottest loads (by count) with their source lines.
+    pub hot_loads: Vec<HotLoad>,
+}
+
+/// A load named in a function's or region's summary.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HotLoad {
+    /// Original address of the load.
+    #[serde(with = "hex")]
+    pub ip: u64,
+    /// `file:line`, when debug info exists.
+    pub line: Option<String>,
+    /// Accesses (records) of this load.
+    pub count: u64,
+}
+
+/// One row of the per-load table.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LoadRow {
+    /// Address of the load in the original binary.
+    #[serde(with = "hex")]
+    pub ip: u64,
+    /// Its class.
+    pub class: LoadClass,
+    /// Accesses at this address: recorded, or implied by a proxy.
+    pub count: u64,
+    /// Containing function.
+    pub function: Option<String>,
+    /// `file:line`.
+    pub line: Option<String>,
+    /// True for an uninstrumented Constant load whose count is implied by
+    /// its basic block's proxy.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub implied: bool,
+    /// Mean reuse distance of its accesses.
+    #[serde(rename = "D_mean", default, skip_serializing_if = "Option::is_none")]
+    pub d_mean: Option<f64>,
+}
+
+/// A leaf of the location zoom tree (paper §IV-C2).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Region {
+    /// First accessed byte's 64-byte block.
+    #[serde(with = "hex")]
+    pub start: u64,
+    /// One past the last accessed 64-byte block.
+    #[serde(with = "hex")]
+    pub end: u64,
+    /// Accesses to the region.
+    #[serde(rename = "A")]
+    pub a: u64,
+    /// Share of all accesses.
+    #[serde(rename = "A_frac")]
+    pub a_frac: f64,
+    /// Distinct 64-byte blocks touched.
+    pub blocks: u64,
+    /// `A / blocks`: accesses per touched 64-byte block.
+    #[serde(rename = "A_per_block")]
+    pub a_per_block: f64,
+    /// Mean reuse distance of accesses to it.
+    #[serde(rename = "D_mean")]
+    pub d_mean: Option<f64>,
+    /// Zoom depth of the leaf (1 = child of the root).
+    pub depth: u32,
+    /// Page size at which the region was found, bytes.
+    pub page: u64,
+    /// Functions accessing it, most accesses first.
+    pub functions: Vec<RegionFunction>,
+}
+
+/// A function's share of a region.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RegionFunction {
+    /// Function name (`?` for code outside known functions).
+    pub name: String,
+    /// Its accesses to the region.
+    #[serde(rename = "A")]
+    pub a: u64,
+    /// Source lines of its loads into the region, most accesses first.
+    pub lines: Vec<String>,
+}
+
+/// Reuse distance `D` in power-of-two bins.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReuseHistogram {
+    /// Access block, bytes.
+    pub block: u64,
+    /// Bins `0`, `1`, `2–3`, `4–7`, … up to the last non-empty one.
+    pub bins: Vec<ReuseBin>,
+    /// Accesses without a D (first access to their block in the sample).
+    pub cold: u64,
+    /// Blocks reused within their sample (summed over samples).
+    pub captures: u64,
+    /// Blocks not reused within their sample (summed over samples).
+    pub survivals: u64,
+}
+
+/// One reuse-distance bin: accesses with `lo ≤ D ≤ hi`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReuseBin {
+    /// Smallest D of the bin.
+    pub lo: u64,
+    /// Largest D of the bin.
+    pub hi: u64,
+    /// Accesses.
+    pub count: u64,
+}
+
+/// The execution interval tree (paper §IV-C1): samples merged pairwise.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IntervalTree {
+    /// Per level `h` (nodes of `2^h` consecutive samples), metrics averaged
+    /// over complete nodes: the inter-sample rows of the trace-window
+    /// histogram.
+    pub levels: Vec<IntervalLevel>,
+    /// The upper part of the tree (levels with at most 256 nodes; lower
+    /// levels only in `levels`), root first; a trailing node of fewer samples is included
+    /// and marked incomplete.
+    pub nodes: Vec<IntervalNode>,
+}
+
+/// Averages over the complete nodes of one level.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IntervalLevel {
+    /// Samples per node are `2^h`.
+    pub h: u32,
+    /// Complete nodes averaged.
+    pub nodes: u64,
+    /// Mean accesses per node.
+    #[serde(rename = "A")]
+    pub a: f64,
+    /// Mean observed footprint per node.
+    #[serde(rename = "F")]
+    pub f: f64,
+    /// `ρ·F`, the estimated footprint of the executed interval.
+    #[serde(rename = "F_hat")]
+    pub f_hat: Option<f64>,
+    /// Mean per-node `ΔF` (nodes with accesses).
+    #[serde(rename = "dF")]
+    pub d_f: Option<f64>,
+}
+
+/// One node of the execution interval tree.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IntervalNode {
+    /// Level (`2^h` samples when complete).
+    pub h: u32,
+    /// Index of its first sample.
+    pub first_sample: u64,
+    /// Samples it covers.
+    pub samples: u64,
+    /// Whether it covers a full `2^h` samples.
+    pub complete: bool,
+    /// Observed accesses.
+    #[serde(rename = "A")]
+    pub a: u64,
+    /// Constant loads.
+    #[serde(rename = "A_const")]
+    pub a_const: u64,
+    /// Observed footprint (distinct addresses over its samples).
+    #[serde(rename = "F")]
+    pub f: u64,
+    /// Distinct 64-byte lines over its samples.
+    #[serde(rename = "F_lines")]
+    pub f_lines: u64,
+    /// `ρ·F`.
+    #[serde(rename = "F_hat")]
+    pub f_hat: Option<f64>,
+    /// `F / (A + A_const)`, i.e. `F / (κ·A)`; null when `A = 0` (only
+    /// Constant loads, or none), as `κ` is.
+    #[serde(rename = "dF")]
+    pub d_f: Option<f64>,
+    /// Mean intra-sample reuse distance of its accesses.
+    #[serde(rename = "D_mean")]
+    pub d_mean: Option<f64>,
+}
+
+/// What the analysis saw but did not analyse.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Coverage {
+    /// Records in the trace (or loads in the Lackey log inside the binary).
+    pub records: u64,
+    /// Samples in the trace, before splitting per thread.
+    pub trace_samples: u64,
+    /// Samples without records.
+    pub empty_samples: u64,
+    /// Records whose `ip` lies in no known function (analysed, but in no
+    /// function's metrics).
+    pub outside_functions: u64,
+    /// Records left out by the `--functions` filter.
+    pub filtered_out: u64,
+    /// What the collector reported lost.
+    pub dropped: Dropped,
+    /// False when the trace is a prefix (the program did not finish cleanly).
+    pub complete: bool,
+    /// Whether load classes come from the classifier (`false`: every access
+    /// is Irregular, e.g. a Lackey import before classification).
+    pub classified: bool,
+    /// Lackey import: loads whose instruction lies outside the binary
+    /// (ld.so, libc, vdso), counted but not analysed.
+    pub outside_binary: Option<u64>,
+    /// Human-readable notes on the above.
+    pub notes: Vec<String>,
+}
+
+/// `u64` as a `"0x…"` string in JSON (addresses read better in hex).
+pub(crate) mod hex {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{v:#x}"))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        let text = String::deserialize(d)?;
+        let digits = text
+            .strip_prefix("0x")
+            .ok_or_else(|| serde::de::Error::custom(format!("expected 0x…, got {text:?}")))?;
+        u64::from_str_radix(digits, 16).map_err(serde::de::Error::custom)
+    }
+}

@@ -1,0 +1,142 @@
+//! Exit codes and the errors that choose them.
+//!
+//! `docs/CLI.md` fixes the exit codes users and CI scripts rely on. Library
+//! code returns `anyhow::Result` with context naming the input and the
+//! problem; the command layer turns an error into exactly one line on stderr
+//! and one of these codes. Only the few errors that need a code other than 1
+//! carry a type of their own.
+
+#![warn(missing_docs)]
+
+use std::fmt;
+
+/// The process exit codes of `cargo memgaze` (docs/CLI.md, "Exit codes").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Exit {
+    /// Everything worked and no gate failed.
+    Ok,
+    /// An error: bad input, a failed build, an I/O problem.
+    Error,
+    /// The command line itself was wrong.
+    Usage,
+    /// A regression, an accuracy limit exceeded, an undersampled benchmark,
+    /// or golden snapshots that differ on CI.
+    Regression,
+    /// A benchmark body failed (panicked or exited non-zero). Wins over
+    /// [`Exit::Regression`].
+    BenchFailed,
+}
+
+impl Exit {
+    /// The numeric code passed to `std::process::exit`.
+    pub fn code(self) -> i32 {
+        match self {
+            Exit::Ok => 0,
+            Exit::Error => 1,
+            Exit::Usage => 2,
+            Exit::Regression => 3,
+            Exit::BenchFailed => 101,
+        }
+    }
+
+    /// Combines the outcomes of several benches or checks: the most severe
+    /// one wins (101 over 3 over 0, errors over everything).
+    pub fn worst(self, other: Exit) -> Exit {
+        fn rank(e: Exit) -> u8 {
+            match e {
+                Exit::Ok => 0,
+                Exit::Regression => 1,
+                Exit::BenchFailed => 2,
+                Exit::Usage => 3,
+                Exit::Error => 4,
+            }
+        }
+        if rank(other) > rank(self) {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+/// An error that must end the run with exit code 2 (bad usage) rather than 1.
+///
+/// Clap reports most usage errors itself; this covers the combinations it
+/// cannot express (e.g. `--lackey` without `--binary`).
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Shorthand for returning a [`UsageError`] from a command.
+pub fn usage(message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(UsageError(message.into()))
+}
+
+/// The exit code an error maps to.
+pub fn exit_for(error: &anyhow::Error) -> Exit {
+    if error.downcast_ref::<UsageError>().is_some() {
+        Exit::Usage
+    } else {
+        Exit::Error
+    }
+}
+
+/// Renders an error and its causes as one line: `outer: inner: root`.
+///
+/// Causes that merely repeat the text of the previous one (common when a
+/// library error is wrapped with its own message) are dropped.
+pub fn one_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    let mut previous = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string().replace('\n', " ");
+        let text = text.trim();
+        if text.is_empty() || previous.ends_with(text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(text);
+        previous = text.to_string();
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::Context;
+
+    #[test]
+    fn worst_prefers_bench_failure_over_regression() {
+        assert_eq!(Exit::Regression.worst(Exit::BenchFailed), Exit::BenchFailed);
+        assert_eq!(Exit::BenchFailed.worst(Exit::Regression), Exit::BenchFailed);
+        assert_eq!(Exit::Ok.worst(Exit::Regression), Exit::Regression);
+        assert_eq!(Exit::Ok.worst(Exit::Ok), Exit::Ok);
+    }
+
+    #[test]
+    fn usage_errors_map_to_two_even_with_context() {
+        let e = Err::<(), _>(usage("--lackey needs --binary"))
+            .context("analyze")
+            .unwrap_err();
+        assert_eq!(exit_for(&e), Exit::Usage);
+        assert_eq!(exit_for(&anyhow::anyhow!("boom")), Exit::Error);
+    }
+
+    #[test]
+    fn one_line_joins_causes_and_flattens_newlines() {
+        let e = Err::<(), _>(anyhow::anyhow!("bad magic\nat offset 0"))
+            .context("trace.bin")
+            .unwrap_err();
+        assert_eq!(one_line(&e), "trace.bin: bad magic at offset 0");
+    }
+}

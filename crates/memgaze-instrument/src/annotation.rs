@@ -1,0 +1,309 @@
+//! The annotation: what the binary analysis knows about every load.
+//!
+//! Written by `classify`/`instrument` beside the instrumented executable and
+//! read by the rewriter, the collectors (to map recorded load ids back to
+//! original IPs) and the Intel PT address reconstruction (scale and
+//! displacement literals). The format is versioned JSON (`schema`):
+//! [`Annotation::read`] refuses any other schema with a clear message.
+
+use anyhow::Context as _;
+use memgaze_trace::{BinaryIdentity, FunctionEntry, LoadClass, LoadEntry};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// Schema tag of the current annotation format.
+pub const ANNOTATION_SCHEMA: &str = "memgaze.annotation.v1";
+
+/// How a load's instrumentation records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InstrumentationMode {
+    /// Software recorder stub (countdown fast path, sampled buffer).
+    Soft,
+    /// Intel PT `ptwrite` of each source register before the load.
+    Ptwrite,
+}
+
+/// Per-load facts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoadSite {
+    /// Stable index of this load in [`Annotation::loads`]; the software
+    /// recorder writes it into each record.
+    pub id: u32,
+    /// Address of the load instruction in the original binary.
+    pub ip: u64,
+    /// Length of the instruction in bytes.
+    pub len: u8,
+    /// Its class.
+    pub class: LoadClass,
+    /// Whether the load carries instrumentation (a probe).
+    pub instrumented: bool,
+    /// Constant loads a probe stands for besides itself (proxy compression).
+    pub implied: u32,
+    /// For an uninstrumented Constant load: the IP of the probe whose
+    /// execution implies it.
+    pub proxy: Option<u64>,
+    /// Base register (iced-x86 name, lower case, e.g. `rdi`), if any.
+    pub base: Option<String>,
+    /// Index register, if any.
+    pub index: Option<String>,
+    /// Scale applied to the index (1, 2, 4 or 8).
+    pub scale: u8,
+    /// Displacement literal (for RIP-relative operands: the absolute target).
+    pub displacement: i64,
+    /// Bytes read.
+    pub size: u32,
+    /// Index into [`Annotation::functions`].
+    pub function: u32,
+    /// `file:line` when DWARF line tables exist.
+    pub line: Option<String>,
+    /// Why the load could not be instrumented, when it could not.
+    pub skipped: Option<String>,
+    /// `fs`/`gs` for thread-local loads (the rewriter may skip them).
+    #[serde(default)]
+    pub segment: Option<String>,
+    /// A gather (VSIB): `index` names a vector register.
+    #[serde(default)]
+    pub gather: bool,
+    /// The instruction also writes the location (`add [mem], reg`).
+    #[serde(default)]
+    pub read_modify_write: bool,
+    /// `call [mem]` / `jmp [mem]`: the load reads a code pointer.
+    #[serde(default)]
+    pub control: bool,
+}
+
+/// Per-function facts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionSite {
+    /// Demangled name, or `sub_<hex start>` when unnamed.
+    pub name: String,
+    /// Mangled/raw symbol name when it differs from `name`.
+    pub raw_name: Option<String>,
+    /// First address.
+    pub start: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Whether the function was relocated and instrumented.
+    pub instrumented: bool,
+    /// Why not, when it was selected but could not be instrumented.
+    pub skipped: Option<String>,
+    /// Implicit stack reads (`pop`, `ret`, `leave`): loads with no memory
+    /// operand, never instrumented by design (the classifier's count).
+    #[serde(default)]
+    pub stack_loads: u32,
+    /// Implicit string reads (`movs`, `lods`, `cmps`, `scas`, `outs`, with
+    /// or without `rep`): never instrumented by design (the classifier's
+    /// count).
+    #[serde(default)]
+    pub string_loads: u32,
+}
+
+/// The annotation of one binary.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Annotation {
+    /// Always [`ANNOTATION_SCHEMA`].
+    pub schema: String,
+    /// The original binary.
+    pub binary: BinaryIdentity,
+    /// How the loads are instrumented; `None` for a `classify`-only result.
+    pub mode: Option<InstrumentationMode>,
+    /// Functions analysed.
+    pub functions: Vec<FunctionSite>,
+    /// Every explicit load found in them.
+    pub loads: Vec<LoadSite>,
+    /// `ptwrite` mode: every `ptwrite` the rewriter emitted. The PT decoder
+    /// gets the address of each PTWRITE from the FUP that follows its
+    /// packet and looks it up here to find the load and operand. Empty in
+    /// soft mode.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ptwrites: Vec<PtwriteSite>,
+}
+
+/// Which operand register a `ptwrite` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PtwriteOperand {
+    /// The load's base register ([`LoadSite::base`]).
+    Base,
+    /// The load's index register ([`LoadSite::index`]).
+    Index,
+}
+
+/// One `ptwrite` instruction emitted before a load (ptwrite mode).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PtwriteSite {
+    /// Address of the `ptwrite` in the **instrumented** binary (link-time
+    /// virtual address, as the FUP reports it minus the load bias).
+    pub ip: u64,
+    /// [`LoadSite::id`] of the load whose operand it writes.
+    pub load: u32,
+    /// Which register of the operand it writes (the full 64-bit register).
+    pub operand: PtwriteOperand,
+}
+
+impl Annotation {
+    /// The annotation as JSON text.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("annotation serialises")
+    }
+
+    /// Parses JSON text, checking the schema first so that an annotation
+    /// from another version gets a clear message rather than a field error.
+    pub fn from_json(text: &str) -> anyhow::Result<Annotation> {
+        #[derive(Deserialize)]
+        struct Head {
+            schema: Option<String>,
+        }
+        let head: Head = serde_json::from_str(text).context("not a JSON annotation")?;
+        match head.schema.as_deref() {
+            Some(ANNOTATION_SCHEMA) => {}
+            Some(other) => anyhow::bail!(
+                "annotation schema {other} is not supported (this cargo memgaze reads {ANNOTATION_SCHEMA}); re-run `cargo memgaze instrument`"
+            ),
+            None => anyhow::bail!("not a memgaze annotation (no \"schema\" field)"),
+        }
+        serde_json::from_str(text).context("malformed annotation")
+    }
+
+    /// Writes the annotation to `path`.
+    pub fn write(&self, path: &Path) -> anyhow::Result<()> {
+        std::fs::write(path, self.to_json())
+            .with_context(|| format!("{}: cannot write annotation", path.display()))
+    }
+
+    /// Reads an annotation written by [`Annotation::write`].
+    pub fn read(path: &Path) -> anyhow::Result<Annotation> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("{}: cannot read annotation", path.display()))?;
+        Annotation::from_json(&text).with_context(|| path.display().to_string())
+    }
+
+    /// The load at original address `ip` (loads are sorted by `ip`).
+    pub fn load_at(&self, ip: u64) -> Option<&LoadSite> {
+        self.loads
+            .binary_search_by_key(&ip, |l| l.ip)
+            .ok()
+            .map(|i| &self.loads[i])
+    }
+
+    /// The functions as a trace header carries them.
+    pub fn function_entries(&self) -> Vec<FunctionEntry> {
+        self.functions
+            .iter()
+            .map(|f| FunctionEntry {
+                name: f.name.clone(),
+                start: f.start,
+                end: f.start + f.size,
+            })
+            .collect()
+    }
+
+    /// The loads as a trace header carries them (same order and indices
+    /// as [`Annotation::loads`], so a load's `id` indexes both).
+    pub fn load_entries(&self) -> Vec<LoadEntry> {
+        self.loads
+            .iter()
+            .map(|l| LoadEntry {
+                ip: l.ip,
+                class: l.class,
+                implied: l.implied,
+                function: Some(l.function),
+                line: l.line.clone(),
+                proxy: match (l.instrumented, l.proxy) {
+                    (false, Some(ip)) if l.class == LoadClass::Constant => {
+                        self.load_at(ip).map(|p| p.id)
+                    }
+                    _ => None,
+                },
+            })
+            .collect()
+    }
+
+    /// All explicit loads / instrumented loads (1 when none is
+    /// instrumented): the static compression ratio κ.
+    pub fn compression_ratio(&self) -> f64 {
+        let instrumented = self.loads.iter().filter(|l| l.instrumented).count();
+        crate::classify::ratio(self.loads.len(), instrumented)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Annotation {
+        Annotation {
+            schema: ANNOTATION_SCHEMA.into(),
+            binary: BinaryIdentity {
+                path: "a.out".into(),
+                size: 10,
+                sha256: "00".into(),
+                build_id: None,
+            },
+            mode: Some(InstrumentationMode::Soft),
+            functions: vec![FunctionSite {
+                name: "f".into(),
+                raw_name: None,
+                start: 0x1000,
+                size: 16,
+                instrumented: true,
+                skipped: None,
+                stack_loads: 1,
+                string_loads: 0,
+            }],
+            loads: vec![LoadSite {
+                id: 0,
+                ip: 0x1004,
+                len: 4,
+                class: LoadClass::Strided,
+                instrumented: true,
+                implied: 2,
+                proxy: None,
+                base: Some("rdi".into()),
+                index: Some("rcx".into()),
+                scale: 8,
+                displacement: -16,
+                size: 8,
+                function: 0,
+                line: Some("a.c:3".into()),
+                skipped: None,
+                segment: None,
+                gather: false,
+                read_modify_write: false,
+                control: false,
+            }],
+            ptwrites: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn round_trips_through_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.memgaze.json");
+        let a = sample();
+        a.write(&path).unwrap();
+        assert_eq!(Annotation::read(&path).unwrap(), a);
+        assert_eq!(a.compression_ratio(), 1.0);
+        assert_eq!(a.load_at(0x1004).unwrap().id, 0);
+        assert!(a.load_at(0x1005).is_none());
+        assert_eq!(a.function_entries()[0].end, 0x1010);
+        assert_eq!(a.load_entries()[0].implied, 2);
+    }
+
+    #[test]
+    fn other_schemas_are_refused_by_name() {
+        let text = sample()
+            .to_json()
+            .replace(ANNOTATION_SCHEMA, "memgaze.annotation.v0");
+        let e = Annotation::from_json(&text).unwrap_err().to_string();
+        assert!(e.contains("memgaze.annotation.v0 is not supported"), "{e}");
+        assert!(
+            Annotation::from_json("{}")
+                .unwrap_err()
+                .to_string()
+                .contains("no \"schema\"")
+        );
+        assert!(Annotation::from_json("[1,2]").is_err());
+    }
+}

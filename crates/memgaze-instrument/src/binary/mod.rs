@@ -1,0 +1,493 @@
+//! Reading x86-64 ELF executables: functions, symbols, source lines,
+//! decoded instructions and control flow.
+//!
+//! [`Binary::open`] reads and checks a file once and keeps owned copies of
+//! what later stages ask for: sections, segments, the dynamic table, the
+//! discovered [`Function`]s (sorted, non-overlapping) and, on first use, the
+//! DWARF line table. Everything is addressed by virtual address of the
+//! original file; nothing here modifies the binary.
+//!
+//! ```no_run
+//! # fn main() -> anyhow::Result<()> {
+//! let binary = memgaze_instrument::binary::Binary::open("target/release/app")?;
+//! for f in binary.functions() {
+//!     let insns = binary.decode(f);
+//!     println!("{} {:#x} {} instructions", f.name, f.start, insns.len());
+//! }
+//! # Ok(()) }
+//! ```
+
+pub mod cfg;
+pub mod demangle;
+pub mod dominators;
+pub mod eh_frame;
+pub mod elf;
+pub mod functions;
+pub mod jump_tables;
+pub mod lines;
+pub mod loops;
+pub mod stack;
+
+pub use cfg::{
+    BasicBlock, CallSite, FlatMemory, FunctionCode, IndirectJump, IndirectJumpKind, Memory,
+    Terminator,
+};
+pub use dominators::Dominators;
+pub use elf::{BinaryError, DynamicEntry, ExecutableKind, Section, Segment};
+pub use functions::{DiscoveryStats, Function, FunctionSource};
+pub use jump_tables::{JumpTable, JumpTableBound, JumpTableEntries};
+pub use lines::{LineTable, SourceLocation};
+pub use loops::{Loop, LoopForest};
+pub use stack::StackPos;
+
+use anyhow::Context as _;
+use goblin::elf::Elf;
+use goblin::elf::note::NT_GNU_BUILD_ID;
+use goblin::elf::sym::{STB_GLOBAL, STB_WEAK, STT_FUNC, STT_GNU_IFUNC};
+use iced_x86::{Decoder, DecoderOptions, Instruction};
+use memgaze_trace::BinaryIdentity;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// An x86-64 ELF file, read and checked.
+#[derive(Debug)]
+pub struct Binary {
+    path: PathBuf,
+    data: Vec<u8>,
+    identity: BinaryIdentity,
+    kind: ExecutableKind,
+    entry: u64,
+    interpreter: Option<String>,
+    sections: Vec<Section>,
+    segments: Vec<Segment>,
+    dynamic: Vec<DynamicEntry>,
+    functions: Vec<Function>,
+    discovery: DiscoveryStats,
+    lines: OnceLock<LineTable>,
+}
+
+impl Binary {
+    /// Reads an x86-64 executable (fixed-address or PIE).
+    ///
+    /// Errors name the path and the problem in one line: missing or
+    /// unreadable file, not an ELF file, not x86-64 (32-bit, other
+    /// architectures, big-endian), a shared library, an object file, a core
+    /// dump, a truncated or malformed file.
+    pub fn open(path: impl AsRef<Path>) -> anyhow::Result<Binary> {
+        Binary::open_inner(path.as_ref(), false)
+    }
+
+    /// Like [`Binary::open`] but also accepts shared objects (libraries),
+    /// e.g. to name functions of a library seen in a Lackey log.
+    pub fn open_any(path: impl AsRef<Path>) -> anyhow::Result<Binary> {
+        Binary::open_inner(path.as_ref(), true)
+    }
+
+    fn open_inner(path: &Path, allow_shared: bool) -> anyhow::Result<Binary> {
+        let shown = path.display().to_string();
+        if path.is_dir() {
+            anyhow::bail!("{shown}: is a directory, not an executable");
+        }
+        let data = std::fs::read(path).with_context(|| format!("{shown}: cannot read"))?;
+        Binary::from_bytes(path, data, allow_shared).with_context(|| shown.clone())
+    }
+
+    /// Parses bytes already in memory; `path` is only recorded.
+    pub fn from_bytes(path: &Path, data: Vec<u8>, allow_shared: bool) -> anyhow::Result<Binary> {
+        elf::check_ident(&data)?;
+        let header = Elf::parse_header(&data)
+            .map_err(|e| BinaryError::Malformed(format!("unreadable ELF header ({e})")))?;
+        elf::check_extents(data.len() as u64, &header, &[], &[])?;
+        let elf = Elf::parse(&data)
+            .map_err(|e| BinaryError::Malformed(format!("unreadable headers ({e})")))?;
+        let sections: Vec<Section> = elf
+            .section_headers
+            .iter()
+            .enumerate()
+            .map(|(index, sh)| Section {
+                index,
+                name: elf.shdr_strtab.get_at(sh.sh_name).unwrap_or("").to_string(),
+                kind: sh.sh_type,
+                flags: sh.sh_flags,
+                addr: sh.sh_addr,
+                offset: sh.sh_offset,
+                size: sh.sh_size,
+                align: sh.sh_addralign,
+                entry_size: sh.sh_entsize,
+            })
+            .collect();
+        let segments: Vec<Segment> = elf
+            .program_headers
+            .iter()
+            .enumerate()
+            .map(|(index, ph)| Segment {
+                index,
+                kind: ph.p_type,
+                flags: ph.p_flags,
+                offset: ph.p_offset,
+                vaddr: ph.p_vaddr,
+                paddr: ph.p_paddr,
+                file_size: ph.p_filesz,
+                mem_size: ph.p_memsz,
+                align: ph.p_align,
+            })
+            .collect();
+        elf::check_extents(data.len() as u64, &elf.header, &sections, &segments)?;
+        let dynamic: Vec<DynamicEntry> = elf
+            .dynamic
+            .as_ref()
+            .map(|d| {
+                d.dyns
+                    .iter()
+                    .map(|e| DynamicEntry {
+                        tag: e.d_tag,
+                        value: e.d_val,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let kind = elf::executable_kind(elf.header.e_type, &segments, &dynamic);
+        if kind == ExecutableKind::SharedObject && !allow_shared {
+            return Err(BinaryError::SharedObject.into());
+        }
+        if !sections.iter().any(|s| s.is_executable() && s.size > 0) {
+            return Err(BinaryError::Malformed(
+                "no executable section (section headers stripped?)".into(),
+            )
+            .into());
+        }
+
+        let build_id = elf
+            .iter_note_sections(&data, Some(".note.gnu.build-id"))
+            .and_then(|notes| {
+                notes
+                    .filter_map(Result::ok)
+                    .find(|n| n.n_type == NT_GNU_BUILD_ID && n.name == "GNU")
+                    .map(|n| hex(n.desc))
+            });
+        let identity = BinaryIdentity {
+            path: path.display().to_string(),
+            size: data.len() as u64,
+            sha256: hex(&Sha256::digest(&data)),
+            build_id,
+        };
+
+        let symbols = |table: &goblin::elf::Symtab, strtab: &goblin::strtab::Strtab| {
+            table
+                .iter()
+                .filter(|s| {
+                    (s.st_type() == STT_FUNC || s.st_type() == STT_GNU_IFUNC) && s.st_size > 0
+                })
+                .filter_map(|s| {
+                    let name = strtab.get_at(s.st_name)?;
+                    Some(functions::SymbolCandidate {
+                        name: name.to_string(),
+                        start: s.st_value,
+                        size: s.st_size,
+                        binding_rank: match s.st_bind() {
+                            STB_GLOBAL => 0,
+                            STB_WEAK => 1,
+                            _ => 2,
+                        },
+                    })
+                })
+                .collect::<Vec<_>>()
+        };
+        let symtab = symbols(&elf.syms, &elf.strtab);
+        let dynsym = symbols(&elf.dynsyms, &elf.dynstrtab);
+        let has_symtab = sections
+            .iter()
+            .any(|s| s.kind == goblin::elf::section_header::SHT_SYMTAB);
+
+        let section_bytes = |s: &Section| -> Option<&[u8]> {
+            if !s.has_file_data() {
+                return None;
+            }
+            data.get(s.offset as usize..(s.offset + s.size) as usize)
+        };
+        let by_name = |name: &str| sections.iter().find(|s| s.name == name);
+        let fdes = match by_name(".eh_frame") {
+            Some(eh) => eh_frame::fde_ranges(
+                section_bytes(eh).unwrap_or(&[]),
+                eh.addr,
+                by_name(".text").map_or(0, |s| s.addr),
+                by_name(".got").map_or(0, |s| s.addr),
+            ),
+            None => Default::default(),
+        };
+        let mut known_names = vec![(elf.entry, "_start")];
+        for d in &dynamic {
+            match d.tag {
+                goblin::elf::dynamic::DT_INIT => known_names.push((d.value, "_init")),
+                goblin::elf::dynamic::DT_FINI => known_names.push((d.value, "_fini")),
+                _ => {}
+            }
+        }
+        let (functions, discovery) = functions::discover(functions::DiscoveryInput {
+            sections: &sections,
+            symtab,
+            has_symtab,
+            dynsym,
+            fdes,
+            known_names,
+            section_bytes: &section_bytes,
+        });
+
+        Ok(Binary {
+            path: path.to_path_buf(),
+            identity,
+            kind,
+            entry: elf.entry,
+            interpreter: elf.interpreter.map(str::to_string),
+            functions,
+            discovery,
+            sections,
+            segments,
+            dynamic,
+            lines: OnceLock::new(),
+            data,
+        })
+    }
+
+    /// The path it was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The whole file.
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// Path, size, SHA-256 and build-id.
+    pub fn identity(&self) -> &BinaryIdentity {
+        &self.identity
+    }
+
+    /// Fixed-address, PIE or (from [`Binary::open_any`]) shared object.
+    pub fn kind(&self) -> ExecutableKind {
+        self.kind
+    }
+
+    /// Whether it is position-independent (loaded at a random base; all
+    /// addresses here are file addresses before that bias).
+    pub fn is_pie(&self) -> bool {
+        self.kind == ExecutableKind::Pie
+    }
+
+    /// `e_entry`.
+    pub fn entry(&self) -> u64 {
+        self.entry
+    }
+
+    /// The `PT_INTERP` program (dynamic loader), if any.
+    pub fn interpreter(&self) -> Option<&str> {
+        self.interpreter.as_deref()
+    }
+
+    /// All section headers, in file order.
+    pub fn sections(&self) -> &[Section] {
+        &self.sections
+    }
+
+    /// The first section called `name`.
+    pub fn section(&self, name: &str) -> Option<&Section> {
+        self.sections.iter().find(|s| s.name == name)
+    }
+
+    /// The file bytes of a section (`None` for `SHT_NOBITS`).
+    pub fn section_data(&self, section: &Section) -> Option<&[u8]> {
+        if !section.has_file_data() {
+            return None;
+        }
+        self.data
+            .get(section.offset as usize..(section.offset + section.size) as usize)
+    }
+
+    /// All program headers, in file order.
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// The `.dynamic` entries (empty for static executables).
+    pub fn dynamic(&self) -> &[DynamicEntry] {
+        &self.dynamic
+    }
+
+    /// The value of the first dynamic entry with this tag.
+    pub fn dynamic_value(&self, tag: u64) -> Option<u64> {
+        self.dynamic.iter().find(|d| d.tag == tag).map(|d| d.value)
+    }
+
+    /// The file offset holding virtual address `vaddr`, through the
+    /// `PT_LOAD` segments (`None` when not file-backed).
+    pub fn file_offset(&self, vaddr: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .filter(|p| p.is_load())
+            .find(|p| p.contains_file_vaddr(vaddr))
+            .map(|p| p.offset + (vaddr - p.vaddr))
+    }
+
+    /// `len` file-backed bytes at virtual address `vaddr`, if all present in
+    /// one segment.
+    pub fn bytes_at(&self, vaddr: u64, len: usize) -> Option<&[u8]> {
+        let p = self
+            .segments
+            .iter()
+            .filter(|p| p.is_load())
+            .find(|p| p.contains_file_vaddr(vaddr))?;
+        let available = p.file_size - (vaddr - p.vaddr);
+        if (len as u64) > available {
+            return None;
+        }
+        let off = (p.offset + (vaddr - p.vaddr)) as usize;
+        self.data.get(off..off + len)
+    }
+
+    /// Whether `vaddr` lies in an executable section.
+    pub fn is_code(&self, vaddr: u64) -> bool {
+        self.sections
+            .iter()
+            .any(|s| s.is_executable() && s.contains(vaddr))
+    }
+
+    /// Functions, sorted by start, non-overlapping.
+    pub fn functions(&self) -> &[Function] {
+        &self.functions
+    }
+
+    /// How discovery found them.
+    pub fn discovery(&self) -> &DiscoveryStats {
+        &self.discovery
+    }
+
+    /// Index (into [`Binary::functions`]) of the function containing `addr`.
+    pub fn function_index_at(&self, addr: u64) -> Option<usize> {
+        let i = self.functions.partition_point(|f| f.start <= addr);
+        let i = i.checked_sub(1)?;
+        self.functions[i].contains(addr).then_some(i)
+    }
+
+    /// The function containing `addr`.
+    pub fn function_at(&self, addr: u64) -> Option<&Function> {
+        self.function_index_at(addr).map(|i| &self.functions[i])
+    }
+
+    /// The machine code of a function.
+    pub fn function_bytes(&self, function: &Function) -> Option<&[u8]> {
+        self.bytes_at(function.start, function.size as usize)
+    }
+
+    /// Decodes a function linearly from its start (iced-x86,
+    /// `Decoder::with_ip`, so branch targets and RIP-relative operands are
+    /// absolute addresses). Undecodable bytes appear as
+    /// `Code::INVALID` instructions.
+    pub fn decode(&self, function: &Function) -> Vec<Instruction> {
+        let mut out = Vec::new();
+        self.decode_into(function, &mut out);
+        out
+    }
+
+    /// [`Binary::decode`] into a reused buffer (cleared first).
+    pub fn decode_into(&self, function: &Function, out: &mut Vec<Instruction>) {
+        out.clear();
+        if let Some(bytes) = self.function_bytes(function) {
+            decode_bytes(bytes, function.start, out);
+        }
+    }
+
+    /// Decodes a function and builds its control flow (blocks, calls,
+    /// indirect jumps, jump tables).
+    pub fn function_code(&self, function: &Function) -> FunctionCode {
+        FunctionCode::from_instructions(self.decode(function), function.start, function.end(), self)
+    }
+
+    /// The DWARF line table (built on first use; empty without DWARF).
+    pub fn line_table(&self) -> &LineTable {
+        self.lines.get_or_init(|| {
+            let mut problem = None;
+            let mut decompressed: Vec<(String, Vec<u8>)> = Vec::new();
+            for s in self
+                .sections
+                .iter()
+                .filter(|s| s.name.starts_with(".debug_"))
+            {
+                if s.is_compressed() {
+                    match decompress(self.section_data(s).unwrap_or(&[])) {
+                        Ok(bytes) => decompressed.push((s.name.clone(), bytes)),
+                        Err(e) => problem = Some(format!("{}: {e}", s.name)),
+                    }
+                }
+            }
+            let section = |name: &str| -> &[u8] {
+                if let Some((_, bytes)) = decompressed.iter().find(|(n, _)| n == name) {
+                    return bytes;
+                }
+                match self.section(name) {
+                    Some(s) if !s.is_compressed() => self.section_data(s).unwrap_or(&[]),
+                    _ => &[],
+                }
+            };
+            let mut table = LineTable::build(section, |a| self.is_code(a));
+            if table.problem.is_none() {
+                table.problem = problem;
+            }
+            table
+        })
+    }
+
+    /// Whether DWARF line information exists.
+    pub fn has_lines(&self) -> bool {
+        !self.line_table().is_empty()
+    }
+
+    /// `file:line` of the instruction at `addr`, when DWARF says.
+    pub fn location(&self, addr: u64) -> Option<SourceLocation<'_>> {
+        self.line_table().locate(addr)
+    }
+}
+
+/// Decodes `bytes` located at `ip` into `out` (appending).
+pub fn decode_bytes(bytes: &[u8], ip: u64, out: &mut Vec<Instruction>) {
+    let mut decoder = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
+    out.reserve(bytes.len() / 4);
+    while decoder.can_decode() {
+        let mut insn = Instruction::default();
+        decoder.decode_out(&mut insn);
+        out.push(insn);
+    }
+}
+
+/// Lower-case hex of bytes.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+/// Decompresses an `SHF_COMPRESSED` section (`Elf64_Chdr` + payload).
+fn decompress(data: &[u8]) -> anyhow::Result<Vec<u8>> {
+    const ELFCOMPRESS_ZLIB: u32 = 1;
+    const ELFCOMPRESS_ZSTD: u32 = 2;
+    anyhow::ensure!(
+        data.len() >= 24,
+        "compressed section shorter than its header"
+    );
+    let kind = u32::from_le_bytes(data[0..4].try_into().expect("4 bytes"));
+    let size = u64::from_le_bytes(data[8..16].try_into().expect("8 bytes"));
+    match kind {
+        ELFCOMPRESS_ZSTD => {
+            let out = zstd::bulk::decompress(&data[24..], size as usize)?;
+            Ok(out)
+        }
+        ELFCOMPRESS_ZLIB => anyhow::bail!(
+            "zlib-compressed DWARF is not supported (relink with --compress-debug-sections=none or =zstd)"
+        ),
+        other => anyhow::bail!("unknown compression type {other}"),
+    }
+}

@@ -1,0 +1,563 @@
+//! Load classification (Constant / Strided / Irregular) and basic-block
+//! proxy compression (MemGaze paper §III-B, Fig. 2).
+//!
+//! For each explicit load ([`operands`]) of a function:
+//!
+//! * **Constant** — a scalar without index relative to the stack (`rsp`, or
+//!   `rbp` when it is the frame pointer), RIP-relative, or at an absolute
+//!   address. `fs:`/`gs:` (TLS) loads follow the same rule and are flagged.
+//! * **Strided** — inside a loop, the address is an affine function of a
+//!   loop induction variable with all other parts loop-invariant
+//!   ([`values`]): tested in the innermost loop first, then in the enclosing
+//!   ones while the address stays invariant.
+//! * **Irregular** — everything else: gathers, addresses derived from values
+//!   loaded in the loop, non-linear index arithmetic, and (as in the paper)
+//!   non-frame loads outside loops or at loop-invariant addresses.
+//!
+//! Proxy compression: in each basic block, Constant loads are not
+//! instrumented when the block has a Strided or Irregular load; the first
+//! such load carries `implied` = their number. A block with only Constant
+//! loads instruments its first one as proxy, implying the others. The
+//! static compression ratio is all explicit loads / instrumented loads.
+
+pub mod frame;
+pub mod operands;
+pub mod values;
+
+use crate::annotation::{ANNOTATION_SCHEMA, Annotation, FunctionSite, LoadSite};
+use crate::binary::{Binary, Function, FunctionCode};
+use frame::Frame;
+use iced_x86::{InstructionInfoFactory, Register};
+use memgaze_trace::LoadClass;
+pub use operands::{ImplicitLoad, LoadOperand};
+use std::fmt;
+use values::{Change, Evaluator, Why};
+
+/// Why a load has its class: what the table shows the user.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// Constant: RIP-relative or absolute scalar.
+    GlobalScalar,
+    /// Constant: stack-frame scalar (`rsp`, frame-pointer `rbp`).
+    FrameScalar,
+    /// Strided: `register` is an induction variable of the loop headed at
+    /// `header`, updated at `update`.
+    Induction {
+        /// The address register that moves.
+        register: Register,
+        /// Address of the loop-carried update.
+        update: u64,
+        /// Address of the loop header.
+        header: u64,
+    },
+    /// Irregular: `register` derives from the value loaded at `load`.
+    DependsOnLoad {
+        /// The address register.
+        register: Register,
+        /// Address of the load it derives from.
+        load: u64,
+    },
+    /// Irregular: `register` is computed non-linearly at `at`.
+    NonLinear {
+        /// The address register.
+        register: Register,
+        /// Address of the instruction.
+        at: u64,
+    },
+    /// Irregular: `register` comes from a call at `call`.
+    CallResult {
+        /// The address register.
+        register: Register,
+        /// Address of the call.
+        call: u64,
+    },
+    /// Irregular: `register` was defined at `at` by something not modelled.
+    Unmodelled {
+        /// The address register.
+        register: Register,
+        /// Address of the instruction.
+        at: u64,
+    },
+    /// Irregular: inside loops, but the (non-frame, non-global) address is
+    /// the same in every iteration of all of them.
+    LoopInvariant,
+    /// Irregular: a non-frame, non-global address outside any loop.
+    NotInLoop,
+    /// Irregular: a gather (vector of indices).
+    Gather,
+    /// Irregular: a bit test at a register offset, which reads the byte
+    /// `offset >> 3` past its operand (see
+    /// [`operands::bit_offset_register`]).
+    BitOffset {
+        /// The bit-offset register.
+        register: Register,
+    },
+}
+
+impl Reason {
+    /// A short stable name of the kind of reason (JSON keys, summaries).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Reason::GlobalScalar => "global-scalar",
+            Reason::FrameScalar => "frame-scalar",
+            Reason::Induction { .. } => "induction",
+            Reason::DependsOnLoad { .. } => "depends-on-load",
+            Reason::NonLinear { .. } => "non-linear",
+            Reason::CallResult { .. } => "call-result",
+            Reason::Unmodelled { .. } => "unmodelled",
+            Reason::LoopInvariant => "loop-invariant",
+            Reason::NotInLoop => "not-in-loop",
+            Reason::Gather => "gather",
+            Reason::BitOffset { .. } => "bit-offset",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = |reg: &Register| format!("{reg:?}").to_lowercase();
+        match self {
+            Reason::GlobalScalar => f.write_str("global scalar"),
+            Reason::FrameScalar => f.write_str("stack-frame scalar"),
+            Reason::Induction {
+                register,
+                update,
+                header,
+            } => write!(
+                f,
+                "{} follows an induction variable (step at {update:#x}, loop at {header:#x})",
+                r(register)
+            ),
+            Reason::DependsOnLoad { register, load } => {
+                write!(f, "{} comes from the load at {load:#x}", r(register))
+            }
+            Reason::NonLinear { register, at } => {
+                write!(f, "{} is computed non-linearly at {at:#x}", r(register))
+            }
+            Reason::CallResult { register, call } => {
+                write!(f, "{} is set by the call at {call:#x}", r(register))
+            }
+            Reason::Unmodelled { register, at } => {
+                write!(f, "{} is set at {at:#x} in a way not followed", r(register))
+            }
+            Reason::LoopInvariant => f.write_str("loop-invariant pointer"),
+            Reason::NotInLoop => f.write_str("pointer outside loops"),
+            Reason::Gather => f.write_str("gather"),
+            Reason::BitOffset { register } => {
+                write!(f, "bit test at the offset in {}", r(register))
+            }
+        }
+    }
+}
+
+/// One classified load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClassifiedLoad {
+    /// The operand.
+    pub operand: LoadOperand,
+    /// Its class.
+    pub class: LoadClass,
+    /// Why.
+    pub reason: Reason,
+    /// Index of its basic block.
+    pub block: u32,
+    /// Nesting depth of loops around it (0 = none).
+    pub loop_depth: u32,
+    /// Whether it carries a probe after proxy compression.
+    pub instrumented: bool,
+    /// Constant loads its probe stands for.
+    pub implied: u32,
+    /// For an uninstrumented load: the probe that implies it.
+    pub proxy: Option<u64>,
+}
+
+/// The loads of one function.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FunctionLoads {
+    /// Explicit loads in address order.
+    pub loads: Vec<ClassifiedLoad>,
+    /// Implicit stack reads (`pop`, `ret`, `leave`): not instrumented.
+    pub stack_loads: u32,
+    /// Implicit string reads (`movs`, `lods`, …): not instrumented.
+    pub string_loads: u32,
+    /// Basic blocks.
+    pub blocks: u32,
+    /// Natural loops.
+    pub loops: u32,
+    /// Resolved jump tables.
+    pub jump_tables: u32,
+    /// Indirect jumps neither resolved nor tail calls.
+    pub unresolved_indirect_jumps: u32,
+    /// Undecodable instructions.
+    pub invalid_instructions: u32,
+}
+
+impl FunctionLoads {
+    /// Loads of a class.
+    pub fn count(&self, class: LoadClass) -> usize {
+        self.loads.iter().filter(|l| l.class == class).count()
+    }
+
+    /// Loads carrying a probe.
+    pub fn instrumented(&self) -> usize {
+        self.loads.iter().filter(|l| l.instrumented).count()
+    }
+
+    /// All explicit loads / instrumented loads (1 without loads).
+    pub fn compression_ratio(&self) -> f64 {
+        ratio(self.loads.len(), self.instrumented())
+    }
+}
+
+/// `all / instrumented`, 1 when nothing is instrumented.
+pub fn ratio(all: usize, instrumented: usize) -> f64 {
+    if instrumented == 0 {
+        1.0
+    } else {
+        all as f64 / instrumented as f64
+    }
+}
+
+/// Reusable scratch state for classifying many functions.
+pub struct Classifier {
+    info: InstructionInfoFactory,
+}
+
+impl Default for Classifier {
+    fn default() -> Self {
+        Classifier::new()
+    }
+}
+
+impl Classifier {
+    /// A new classifier.
+    pub fn new() -> Classifier {
+        Classifier {
+            info: InstructionInfoFactory::new(),
+        }
+    }
+
+    /// Classifies the loads of one function and applies proxy compression.
+    pub fn classify(&mut self, code: &FunctionCode) -> FunctionLoads {
+        let mut out = FunctionLoads {
+            blocks: code.blocks.len() as u32,
+            jump_tables: code.jump_tables.len() as u32,
+            unresolved_indirect_jumps: code.unresolved_indirect_jumps() as u32,
+            invalid_instructions: code.invalid_instructions,
+            ..Default::default()
+        };
+        let mut operands = Vec::new();
+        for (i, insn) in code.instructions.iter().enumerate() {
+            if insn.is_invalid() {
+                continue;
+            }
+            if let Some(op) = operands::explicit_load(&mut self.info, insn, i as u32) {
+                operands.push(op);
+            } else {
+                match operands::implicit_load(insn) {
+                    ImplicitLoad::Stack => out.stack_loads += 1,
+                    ImplicitLoad::String => out.string_loads += 1,
+                    ImplicitLoad::None => {}
+                }
+            }
+        }
+        if operands.is_empty() {
+            return out;
+        }
+        let loops = code.loops();
+        out.loops = loops.loops.len() as u32;
+        // The frame and the evaluator are needed only for loads that are
+        // neither obviously Constant nor outside loops.
+        let mut frame: Option<Frame> = None;
+        let needs_frame = operands.iter().any(|op| {
+            loops
+                .innermost(code.block_of[op.instruction as usize])
+                .is_some()
+        });
+        if needs_frame || operands.iter().any(|op| op.base == Register::RBP) {
+            frame = Some(Frame::compute(code, &mut self.info));
+        }
+        let mut evaluator = frame.as_ref().map(|f| Evaluator::new(code, &loops, f));
+        let frame_pointer = frame.as_ref().is_some_and(|f| f.frame_pointer.is_some());
+
+        for op in operands {
+            let block = code.block_of[op.instruction as usize];
+            let loop_depth = loops.nest(block).count() as u32;
+            let (class, reason) =
+                classify_operand(code, &loops, evaluator.as_mut(), frame_pointer, &op, block);
+            out.loads.push(ClassifiedLoad {
+                operand: op,
+                class,
+                reason,
+                block,
+                loop_depth,
+                instrumented: false,
+                implied: 0,
+                proxy: None,
+            });
+        }
+        compress(&mut out.loads);
+        out
+    }
+}
+
+fn classify_operand(
+    code: &FunctionCode,
+    loops: &crate::binary::LoopForest,
+    evaluator: Option<&mut Evaluator<'_>>,
+    frame_pointer: bool,
+    op: &LoadOperand,
+    block: u32,
+) -> (LoadClass, Reason) {
+    if op.gather {
+        return (LoadClass::Irregular, Reason::Gather);
+    }
+    // The byte read moves with the bit offset, which the evaluator does not
+    // follow: never a Constant scalar, whatever the operand.
+    if let Some(register) = code
+        .instructions
+        .get(op.instruction as usize)
+        .and_then(operands::bit_offset_register)
+    {
+        return (LoadClass::Irregular, Reason::BitOffset { register });
+    }
+    if op.index == Register::None {
+        match op.base {
+            Register::None | Register::RIP => return (LoadClass::Constant, Reason::GlobalScalar),
+            Register::RSP => return (LoadClass::Constant, Reason::FrameScalar),
+            Register::RBP if frame_pointer => return (LoadClass::Constant, Reason::FrameScalar),
+            _ => {}
+        }
+    }
+    let Some(evaluator) = evaluator else {
+        return (LoadClass::Irregular, Reason::NotInLoop);
+    };
+    let at = op.instruction as usize;
+    let mut in_loop = false;
+    for l in loops.nest(block) {
+        in_loop = true;
+        let mut moving: Option<(Register, u32)> = None;
+        for reg in [op.index, op.base] {
+            if matches!(reg, Register::None | Register::RIP) {
+                continue;
+            }
+            match evaluator.register(l, reg, at) {
+                Change::Invariant => {}
+                Change::Induction { update } => {
+                    moving.get_or_insert((reg, update));
+                }
+                Change::Varying(why) => {
+                    let ip = |i: u32| code.instructions.get(i as usize).map_or(op.ip, |x| x.ip());
+                    let reason = match why {
+                        Why::Load(i) => Reason::DependsOnLoad {
+                            register: reg,
+                            load: ip(i),
+                        },
+                        Why::NonLinear(i) => Reason::NonLinear {
+                            register: reg,
+                            at: ip(i),
+                        },
+                        Why::Call(i) => Reason::CallResult {
+                            register: reg,
+                            call: ip(i),
+                        },
+                        Why::Unknown(i) => Reason::Unmodelled {
+                            register: reg,
+                            at: ip(i),
+                        },
+                    };
+                    return (LoadClass::Irregular, reason);
+                }
+            }
+        }
+        if let Some((register, update)) = moving {
+            let header = code.blocks[loops.loops[l as usize].header as usize].start;
+            let update = code.instructions[update as usize].ip();
+            return (
+                LoadClass::Strided,
+                Reason::Induction {
+                    register,
+                    update,
+                    header,
+                },
+            );
+        }
+    }
+    if in_loop {
+        (LoadClass::Irregular, Reason::LoopInvariant)
+    } else {
+        (LoadClass::Irregular, Reason::NotInLoop)
+    }
+}
+
+/// Proxy compression within each basic block (loads sorted by address).
+fn compress(loads: &mut [ClassifiedLoad]) {
+    let mut start = 0;
+    while start < loads.len() {
+        let block = loads[start].block;
+        let end = start
+            + loads[start..]
+                .iter()
+                .take_while(|l| l.block == block)
+                .count();
+        let group = &mut loads[start..end];
+        // Prefer a carrier the rewriter can instrument (not TLS, not a gather).
+        let plain = |l: &ClassifiedLoad| !l.operand.is_tls() && !l.operand.gather;
+        let pick = |group: &[ClassifiedLoad], want: &dyn Fn(&ClassifiedLoad) -> bool| {
+            group
+                .iter()
+                .position(|l| want(l) && plain(l))
+                .or_else(|| group.iter().position(want))
+        };
+        let carrier = pick(group, &|l| l.class != LoadClass::Constant)
+            .or_else(|| pick(group, &|l| l.class == LoadClass::Constant))
+            .expect("non-empty group");
+        let carrier_ip = group[carrier].operand.ip;
+        let mut implied = 0;
+        for (k, l) in group.iter_mut().enumerate() {
+            if l.class != LoadClass::Constant || k == carrier {
+                l.instrumented = true;
+            } else {
+                l.instrumented = false;
+                l.proxy = Some(carrier_ip);
+                implied += 1;
+            }
+        }
+        group[carrier].implied = implied;
+        start = end;
+    }
+}
+
+/// The classified loads of a set of functions of one binary.
+#[derive(Clone, Debug, Default)]
+pub struct BinaryLoads {
+    /// `(index into Binary::functions(), its loads)`, in address order.
+    pub functions: Vec<(usize, FunctionLoads)>,
+}
+
+/// Totals over functions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Functions analysed.
+    pub functions: usize,
+    /// Explicit loads.
+    pub loads: usize,
+    /// By class: Strided, Irregular, Constant.
+    pub strided: usize,
+    /// See `strided`.
+    pub irregular: usize,
+    /// See `strided`.
+    pub constant: usize,
+    /// Loads carrying a probe.
+    pub instrumented: usize,
+    /// TLS loads (flagged; the rewriter may skip them).
+    pub tls: usize,
+    /// Implicit stack reads.
+    pub stack_loads: usize,
+    /// Implicit string reads.
+    pub string_loads: usize,
+    /// Jump tables resolved.
+    pub jump_tables: usize,
+    /// Indirect jumps left unresolved.
+    pub unresolved_indirect_jumps: usize,
+}
+
+impl Totals {
+    /// All explicit loads / instrumented loads.
+    pub fn compression_ratio(&self) -> f64 {
+        ratio(self.loads, self.instrumented)
+    }
+}
+
+impl BinaryLoads {
+    /// Sums over all functions.
+    pub fn totals(&self) -> Totals {
+        let mut t = Totals {
+            functions: self.functions.len(),
+            ..Default::default()
+        };
+        for (_, f) in &self.functions {
+            t.loads += f.loads.len();
+            t.strided += f.count(LoadClass::Strided);
+            t.irregular += f.count(LoadClass::Irregular);
+            t.constant += f.count(LoadClass::Constant);
+            t.instrumented += f.instrumented();
+            t.tls += f.loads.iter().filter(|l| l.operand.is_tls()).count();
+            t.stack_loads += f.stack_loads as usize;
+            t.string_loads += f.string_loads as usize;
+            t.jump_tables += f.jump_tables as usize;
+            t.unresolved_indirect_jumps += f.unresolved_indirect_jumps as usize;
+        }
+        t
+    }
+
+    /// The annotation (rewriter input): every load with its class, probe
+    /// and proxy, operand literals, function and `file:line`.
+    pub fn to_annotation(&self, binary: &Binary) -> Annotation {
+        let mut functions = Vec::with_capacity(self.functions.len());
+        let mut loads = Vec::new();
+        let reg = |r: Register| (r != Register::None).then(|| format!("{r:?}").to_lowercase());
+        for (k, (index, f)) in self.functions.iter().enumerate() {
+            let function = &binary.functions()[*index];
+            functions.push(FunctionSite {
+                name: function.name.clone(),
+                raw_name: function.raw_name.clone(),
+                start: function.start,
+                size: function.size,
+                instrumented: false,
+                skipped: None,
+                stack_loads: f.stack_loads,
+                string_loads: f.string_loads,
+            });
+            for l in &f.loads {
+                let op = &l.operand;
+                loads.push(LoadSite {
+                    id: loads.len() as u32,
+                    ip: op.ip,
+                    len: op.len,
+                    class: l.class,
+                    instrumented: l.instrumented,
+                    implied: l.implied,
+                    proxy: l.proxy,
+                    base: reg(op.base),
+                    index: reg(op.index),
+                    scale: op.scale,
+                    displacement: op.displacement as i64,
+                    size: op.size,
+                    function: k as u32,
+                    line: binary.location(op.ip).map(|l| l.to_string()),
+                    skipped: None,
+                    segment: reg(op.segment),
+                    gather: op.gather,
+                    read_modify_write: op.read_modify_write,
+                    control: op.control,
+                });
+            }
+        }
+        Annotation {
+            schema: ANNOTATION_SCHEMA.to_string(),
+            binary: binary.identity().clone(),
+            mode: None,
+            functions,
+            loads,
+            ptwrites: Vec::new(),
+        }
+    }
+}
+
+/// Classifies the functions of `binary` that `select` accepts.
+pub fn classify_binary(binary: &Binary, select: impl Fn(&Function) -> bool) -> BinaryLoads {
+    let mut classifier = Classifier::new();
+    let mut functions = Vec::new();
+    for (index, function) in binary.functions().iter().enumerate() {
+        if !select(function) {
+            continue;
+        }
+        let code = binary.function_code(function);
+        functions.push((index, classifier.classify(&code)));
+    }
+    BinaryLoads { functions }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,19 @@
+//! Static instrumentation of x86-64 ELF executables for memgaze.
+//!
+//! The stages, in the order a program goes through them:
+//! [`binary`] reads the executable (functions, control-flow graphs, loops,
+//! jump tables, line tables, unwind tables); [`classify`] gives every load a
+//! class (constant, strided, irregular) and builds the [`annotation`] the
+//! analysis later reads; [`rewrite`] copies the chosen functions with a probe
+//! before each instrumented load, rewrites the unwind tables and appends the
+//! recording runtime.
+
+#![warn(missing_docs)]
+
+pub mod annotation;
+pub mod binary;
+pub mod classify;
+mod file;
+pub mod rewrite;
+
+pub use file::{annotate, annotate_with_code, instrument_file};

@@ -1,0 +1,613 @@
+//! The code inserted before an instrumented load.
+//!
+//! # Soft mode
+//!
+//! Every instrumented-load execution is counted against the thread's
+//! countdown (`fs:0x38`, see [`super::runtime`]); the runtime is called when
+//! it is zero (a sample window is open, or the skip budget ran out).
+//!
+//! *Superblocks* — a basic block and the blocks it falls through into over
+//! conditional branches, each with no other predecessor — are counted at
+//! once: a *block check* at a point of the first block where the status
+//! flags are dead, before the first counted load, subtracts the
+//! superblock's `k` loads: `sub qword fs:[0x38], k; jbe stub`, and the loads
+//! themselves run unmodified. A side exit taken before the end adds back the
+//! loads it skips (`add qword fs:[0x38], n` on the taken edge; the flags are
+//! dead at its target). When the countdown does not cover the superblock,
+//! the stub adds `k` back and runs the superblock's *counting fragment*, an
+//! out-of-line copy of it in which every load has its own counting probe;
+//! the fragment ends by jumping back into the copy. One read-modify-write of
+//! the counter per superblock keeps the store-to-load chain through it short
+//! and the store buffer free; the fragments run only near and inside sample
+//! windows, and count exactly wherever a window starts or ends.
+//!
+//! Loads outside superblocks (alone in theirs, or without a flags-dead point
+//! before them) have a counting probe in the copy itself. It keeps the
+//! application's state intact in one of four ways, chosen from register and
+//! flags liveness:
+//!
+//! | variant | when | probe |
+//! |---|---|---|
+//! | [`FastPath::FlagsDead`] | status flags dead | `sub qword fs:[0x38],1; jb slow` |
+//! | [`FastPath::RcxDead`] | flags live, rcx dead | `mov rcx,fs:[0x38]; jrcxz slow; lea rcx,[rcx-1]; mov fs:[0x38],rcx` |
+//! | [`FastPath::SaveIn`] | flags and rcx live, another register dead | the same between `mov r,rcx` … `mov rcx,r` |
+//! | [`FastPath::Stack`] | nothing dead | the same between `lea rsp,[rsp-128]; push rcx` … `pop rcx; lea rsp,[rsp+128]` (red zone) |
+//!
+//! The `sub`/`jb` form wraps a zero countdown to −1; its slow stub stores
+//! zero back before calling the runtime, so every variant sees the same
+//! state. A slow stub computes the load's effective address with a `lea` of
+//! the load's own operand, calls the runtime, and returns to the load. A bit
+//! test at a register offset (`bt [mem], reg`) reads the byte `offset >> 3`
+//! past its operand ([`bit_offset_register`]): its stub adds that, between
+//! `pushfq` and `popfq` (the shift changes the flags, which may be live),
+//! and always calls the runtime.
+//!
+//! Inside a sample window (and all through a full trace) every execution
+//! reaches the slow stub, so a flags-dead stub first appends the record
+//! itself: it claims a record of the thread's grant with one `xadd` on the
+//! slot (see [`super::runtime::slot::CLAIM`]) and writes the address and
+//! the load id — 17 instructions, 6 stores, no call — and calls the
+//! runtime only without a slot or a grant. Fewer instructions and stores
+//! per record keep the program's own cache misses overlapping: the
+//! runtime call (40 instructions, 13 stores with its pushes) filled the
+//! reorder buffer and the store queue.
+//!
+//! # Ptwrite mode
+//!
+//! `ptwrite r64` of the base and then the index register of the load's
+//! operand (none for RIP-relative or absolute operands), nothing else: the
+//! annotation's scale and displacement let the PT decoder rebuild the
+//! address.
+
+use super::runtime::{TCB_COUNTDOWN, TCB_SLOT, slot};
+pub use crate::classify::operands::bit_offset_register;
+use iced_x86::{Code, Instruction, MemoryOperand, Register};
+use memgaze_trace::protocol::RECORD_BYTES;
+
+/// How a probe's fast path keeps the application's state intact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FastPath {
+    /// Flags are dead: `sub`/`jb` on the countdown, no register needed.
+    FlagsDead,
+    /// `rcx` is dead: `jrcxz` form without saving it.
+    RcxDead,
+    /// `rcx` is saved in this dead register around the `jrcxz` form.
+    SaveIn(Register),
+    /// Nothing is dead: `rcx` is pushed below the red zone.
+    Stack,
+}
+
+impl FastPath {
+    /// Short name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            FastPath::FlagsDead => "flags-dead",
+            FastPath::RcxDead => "rcx-dead",
+            FastPath::SaveIn(_) => "register-save",
+            FastPath::Stack => "stack-save",
+        }
+    }
+}
+
+/// Red zone below `rsp` the System V ABI lets leaf code use.
+const RED_ZONE: i64 = 128;
+
+fn fs_countdown() -> MemoryOperand {
+    MemoryOperand::new(
+        Register::None,
+        Register::None,
+        1,
+        TCB_COUNTDOWN as i64,
+        4,
+        false,
+        Register::FS,
+    )
+}
+
+fn with_ip(mut insn: Instruction, ip: u64) -> Instruction {
+    insn.set_ip(ip);
+    insn
+}
+
+fn i2(code: Code, a: impl Into<Op>, b: impl Into<Op>) -> Instruction {
+    let (a, b) = (a.into(), b.into());
+    match (a, b) {
+        (Op::Reg(r), Op::Reg(s)) => Instruction::with2(code, r, s),
+        (Op::Reg(r), Op::Mem(m)) => Instruction::with2(code, r, m),
+        (Op::Mem(m), Op::Reg(r)) => Instruction::with2(code, m, r),
+        (Op::Mem(m), Op::Imm(i)) => Instruction::with2(code, m, i),
+        (Op::Reg(r), Op::Imm(i)) => Instruction::with2(code, r, i),
+        _ => unreachable!("unused operand combination"),
+    }
+    .expect("valid instruction")
+}
+
+enum Op {
+    Reg(Register),
+    Mem(MemoryOperand),
+    Imm(i32),
+}
+
+impl From<Register> for Op {
+    fn from(r: Register) -> Op {
+        Op::Reg(r)
+    }
+}
+impl From<MemoryOperand> for Op {
+    fn from(m: MemoryOperand) -> Op {
+        Op::Mem(m)
+    }
+}
+impl From<i32> for Op {
+    fn from(i: i32) -> Op {
+        Op::Imm(i)
+    }
+}
+
+fn lea(dst: Register, base: Register, disp: i64) -> Instruction {
+    // 1 = "disp8 if it fits, else the address size" for iced's encoder.
+    let size = if disp == 0 { 0 } else { 1 };
+    i2(
+        Code::Lea_r64_m,
+        dst,
+        MemoryOperand::with_base_displ_size(base, disp, size),
+    )
+}
+
+fn push(reg: Register) -> Instruction {
+    Instruction::with1(Code::Push_r64, reg).expect("push")
+}
+
+fn pop(reg: Register) -> Instruction {
+    Instruction::with1(Code::Pop_r64, reg).expect("pop")
+}
+
+fn branch(code: Code, target: u64) -> Instruction {
+    Instruction::with_branch(code, target).expect("valid branch")
+}
+
+/// Appends a load's fast path; its first instruction takes `ip` (the
+/// load's original address, so branches to the load run the probe).
+pub fn soft_fast_path(fast: FastPath, ip: u64, slow: u64, out: &mut Vec<Instruction>) {
+    let start = out.len();
+    match fast {
+        FastPath::FlagsDead => {
+            out.push(i2(Code::Sub_rm64_imm8, fs_countdown(), 1));
+            out.push(branch(Code::Jb_rel32_64, slow));
+        }
+        FastPath::RcxDead => countdown_jrcxz(slow, out),
+        FastPath::SaveIn(reg) => {
+            out.push(i2(Code::Mov_r64_rm64, reg, Register::RCX));
+            countdown_jrcxz(slow, out);
+            out.push(i2(Code::Mov_r64_rm64, Register::RCX, reg));
+        }
+        FastPath::Stack => {
+            out.push(lea(Register::RSP, Register::RSP, -RED_ZONE));
+            out.push(push(Register::RCX));
+            countdown_jrcxz(slow, out);
+            out.push(pop(Register::RCX));
+            out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
+        }
+    }
+    out[start] = with_ip(out[start], ip);
+}
+
+fn countdown_jrcxz(slow: u64, out: &mut Vec<Instruction>) {
+    out.push(i2(Code::Mov_r64_rm64, Register::RCX, fs_countdown()));
+    out.push(branch(Code::Jrcxz_rel8_64, slow));
+    out.push(lea(Register::RCX, Register::RCX, -1));
+    out.push(i2(Code::Mov_rm64_r64, fs_countdown(), Register::RCX));
+}
+
+/// Appends a block check subtracting `loads` from the countdown (flags must
+/// be dead); its first instruction takes `ip`. Branches to `stub` when the
+/// countdown does not cover the block.
+pub fn block_check(loads: u32, ip: u64, stub: u64, out: &mut Vec<Instruction>) {
+    let code = if loads <= 127 {
+        Code::Sub_rm64_imm8
+    } else {
+        Code::Sub_rm64_imm32
+    };
+    out.push(with_ip(i2(code, fs_countdown(), loads as i32), ip));
+    out.push(branch(Code::Jbe_rel32_64, stub));
+}
+
+/// Appends the stub of a block check at `stub`: gives the `loads` back to
+/// the countdown and continues in the counting fragment at `fragment`.
+/// Flags are dead at a block check.
+pub fn block_stub(loads: u32, stub: u64, fragment: u64, out: &mut Vec<Instruction>) {
+    out.push(with_ip(add_countdown(loads), stub));
+    out.push(branch(Code::Jmp_rel32_64, fragment));
+}
+
+/// Appends a side-exit compensation at `stub`: gives back the `loads` the
+/// exit skips and jumps to `target` (flags are dead there).
+pub fn exit_stub(loads: u32, stub: u64, target: u64, out: &mut Vec<Instruction>) {
+    out.push(with_ip(add_countdown(loads), stub));
+    out.push(branch(Code::Jmp_rel32_64, target));
+}
+
+fn add_countdown(loads: u32) -> Instruction {
+    let code = if loads <= 127 {
+        Code::Add_rm64_imm8
+    } else {
+        Code::Add_rm64_imm32
+    };
+    i2(code, fs_countdown(), loads as i32)
+}
+
+/// Why a load's operand cannot be recomputed by a probe.
+pub fn unsupported_operand(load: &Instruction) -> Option<&'static str> {
+    let base = load.memory_base();
+    let index = load.memory_index();
+    if index.is_xmm() || index.is_ymm() || index.is_zmm() {
+        return Some("gather load (VSIB operand)");
+    }
+    match load.memory_segment() {
+        Register::GS => return Some("gs-relative load"),
+        Register::FS
+        | Register::DS
+        | Register::SS
+        | Register::ES
+        | Register::CS
+        | Register::None => {}
+        _ => return Some("unusual segment"),
+    }
+    if base == Register::EIP {
+        return Some("32-bit instruction-pointer-relative operand");
+    }
+    if (base != Register::None && !base.is_gpr() && base != Register::RIP)
+        || (index != Register::None && !index.is_gpr())
+    {
+        return Some("operand with a non-general register");
+    }
+    // `xlat` reads `[rbx + al]`: no `lea` can take an 8-bit index.
+    if index.is_gpr8() || index.is_gpr16() {
+        return Some("operand indexed by a byte register (xlat)");
+    }
+    // The stub's pushes move `rsp`; a bitmap offset in it is never seen.
+    if bit_offset_register(load).is_some_and(|r| r.full_register() == Register::RSP) {
+        return Some("bit test at an offset in rsp");
+    }
+    None
+}
+
+/// Appends the slow stub at `slow` for the load `load` with id `id`; it
+/// ends with a jump to `resume` (the load's IP in the copy). `fallback` is
+/// an unused label for the stub's call of the runtime (a flags-dead stub
+/// first tries to append inline).
+#[allow(clippy::too_many_arguments)]
+pub fn soft_slow_stub(
+    fast: FastPath,
+    load: &Instruction,
+    id: u32,
+    slow: u64,
+    resume: u64,
+    fallback: u64,
+    record: u64,
+    out: &mut Vec<Instruction>,
+) {
+    let start = out.len();
+    match fast {
+        FastPath::FlagsDead => out.push(i2(Code::Mov_rm64_imm32, fs_countdown(), 0)),
+        FastPath::RcxDead => {}
+        FastPath::SaveIn(reg) => out.push(i2(Code::Mov_r64_rm64, Register::RCX, reg)),
+        FastPath::Stack => {
+            out.push(pop(Register::RCX));
+            out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
+        }
+    }
+    out.push(lea(Register::RSP, Register::RSP, -RED_ZONE));
+    let bit_offset = bit_offset_register(load);
+    if fast == FastPath::FlagsDead && load.memory_segment() != Register::FS && bit_offset.is_none()
+    {
+        inline_append(load, id, resume, fallback, out);
+    }
+    out.push(push(Register::RDI));
+    out.push(push(Register::RSI));
+    match bit_offset {
+        None => out.push(effective_address(load, Register::RDI, RED_ZONE + 16)),
+        Some(offset) => {
+            out.push(Instruction::with(Code::Pushfq));
+            // Read the offset before `rdi` takes the address (it may be
+            // the offset), sign-extended from its width.
+            let extend = if offset.is_gpr64() {
+                Code::Mov_r64_rm64
+            } else if offset.is_gpr32() {
+                Code::Movsxd_r64_rm32
+            } else {
+                Code::Movsx_r64_rm16
+            };
+            out.push(i2(extend, Register::RSI, offset));
+            out.push(effective_address(load, Register::RDI, RED_ZONE + 24));
+            out.push(i2(Code::Sar_rm64_imm8, Register::RSI, 3));
+            out.push(i2(
+                Code::Lea_r64_m,
+                Register::RDI,
+                MemoryOperand::with_base_index(Register::RDI, Register::RSI),
+            ));
+            out.push(Instruction::with(Code::Popfq));
+        }
+    }
+    if load.memory_segment() == Register::FS {
+        // glibc keeps the TCB's own address at fs:0 (its fs base).
+        out.push(i2(
+            Code::Mov_r64_rm64,
+            Register::RSI,
+            MemoryOperand::new(Register::None, Register::None, 1, 0, 4, false, Register::FS),
+        ));
+        out.push(i2(
+            Code::Lea_r64_m,
+            Register::RDI,
+            MemoryOperand::with_base_index(Register::RDI, Register::RSI),
+        ));
+    }
+    out.push(i2(Code::Mov_r32_imm32, Register::ESI, id as i32));
+    out.push(branch(Code::Call_rel32_64, record));
+    out.push(pop(Register::RSI));
+    out.push(pop(Register::RDI));
+    out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
+    out.push(branch(Code::Jmp_rel32_64, resume));
+    if start < out.len() {
+        out[start] = with_ip(out[start], slow);
+    }
+}
+
+/// Appends the inline record path of a flags-dead slow stub (after its
+/// red-zone skip): claims a record of the thread's grant with one `xadd`
+/// (see [`slot::CLAIM`]), writes the address and then the load id, and
+/// jumps to `resume`; without a slot or a grant it falls through, with
+/// every register as it found it, into the call of the runtime (whose cold
+/// path issues the next grant). Two scratch registers the load's operand
+/// does not use are saved below the red zone.
+fn inline_append(
+    load: &Instruction,
+    id: u32,
+    resume: u64,
+    fallback: u64,
+    out: &mut Vec<Instruction>,
+) {
+    let operand = [load.memory_base(), load.memory_index()].map(|r| {
+        if r.is_gpr() {
+            r.full_register()
+        } else {
+            Register::None
+        }
+    });
+    let mut scratch = [Register::RDI, Register::RSI, Register::RCX, Register::RDX]
+        .into_iter()
+        .filter(|r| !operand.contains(r));
+    let (slot_reg, claim) = (scratch.next().unwrap(), scratch.next().unwrap());
+    let at = |base: Register, disp: i64| {
+        MemoryOperand::new(base, Register::None, 1, disp, 1, false, Register::None)
+    };
+    out.push(push(slot_reg));
+    out.push(push(claim));
+    out.push(i2(
+        Code::Mov_r64_rm64,
+        slot_reg,
+        MemoryOperand::new(
+            Register::None,
+            Register::None,
+            1,
+            TCB_SLOT as i64,
+            4,
+            false,
+            Register::FS,
+        ),
+    ));
+    out.push(i2(Code::Test_rm64_r64, slot_reg, slot_reg));
+    out.push(branch(Code::Je_rel32_64, fallback));
+    out.push(i2(
+        Code::Mov_r32_imm32,
+        claim.full_register32(),
+        RECORD_BYTES as i32,
+    ));
+    out.push(i2(
+        Code::Xadd_rm64_r64,
+        at(slot_reg, slot::CLAIM as i64),
+        claim,
+    ));
+    out.push(i2(
+        Code::Cmp_r64_rm64,
+        claim,
+        at(slot_reg, slot::LIMIT as i64),
+    ));
+    out.push(branch(Code::Jae_rel32_64, fallback));
+    out.push(effective_address(load, slot_reg, RED_ZONE + 16));
+    out.push(i2(Code::Mov_rm64_r64, at(claim, 4), slot_reg));
+    out.push(Instruction::with2(Code::Mov_rm32_imm32, at(claim, 0), id).expect("valid mov"));
+    out.push(pop(claim));
+    out.push(pop(slot_reg));
+    out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
+    out.push(branch(Code::Jmp_rel32_64, resume));
+    // Fallback: registers restored, then the caller's runtime call.
+    out.push(with_ip(pop(claim), fallback));
+    out.push(pop(slot_reg));
+}
+
+/// `lea dst, [operand of load]`, with `rsp_adjust` added when the base is
+/// `rsp` (bytes the stub pushed since the load's `rsp`).
+pub fn effective_address(load: &Instruction, dst: Register, rsp_adjust: i64) -> Instruction {
+    let base = load.memory_base();
+    let index = load.memory_index();
+    let mut disp = load.memory_displacement64() as i64;
+    let mut size = load.memory_displ_size();
+    if base == Register::RSP || base == Register::ESP {
+        disp += rsp_adjust;
+        size = 1; // disp8 if it fits, else the address size
+    }
+    let scale = load.memory_index_scale();
+    // 32-bit base/index registers keep the 32-bit address size (and its
+    // wrap-around) through the encoder's address-size prefix.
+    let operand = MemoryOperand::new(base, index, scale, disp, size, false, Register::None);
+    Instruction::with2(Code::Lea_r64_m, dst, operand).expect("valid lea")
+}
+
+/// Appends `ptwrite` of the load's base and index registers; the first
+/// takes `ip`. Returns how many were emitted.
+pub fn ptwrite(load: &Instruction, ip: u64, out: &mut Vec<Instruction>) -> usize {
+    let start = out.len();
+    for reg in [load.memory_base(), load.memory_index()] {
+        if reg.is_gpr() {
+            let full = reg.full_register();
+            out.push(Instruction::with1(Code::Ptwrite_rm64, full).expect("ptwrite"));
+        }
+    }
+    if out.len() > start {
+        out[start] = with_ip(out[start], ip);
+    }
+    out.len() - start
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iced_x86::{BlockEncoder, BlockEncoderOptions, Decoder, DecoderOptions, InstructionBlock};
+
+    fn decode_one(bytes: &[u8]) -> Instruction {
+        Decoder::with_ip(64, bytes, 0x1000, DecoderOptions::NONE).decode()
+    }
+
+    #[test]
+    fn xlat_is_refused_with_a_reason() {
+        // `xlatb` (0xd7): al ← [rbx + al].
+        let xlat = decode_one(&[0xd7]);
+        assert_eq!(
+            unsupported_operand(&xlat),
+            Some("operand indexed by a byte register (xlat)")
+        );
+        // mov rax, [rbx + rcx*8]
+        let mov = decode_one(&[0x48, 0x8b, 0x04, 0xcb]);
+        assert_eq!(unsupported_operand(&mov), None);
+    }
+
+    fn assemble(insns: &[Instruction], base: u64) -> Vec<Instruction> {
+        let r = BlockEncoder::encode(
+            64,
+            InstructionBlock::new(insns, base),
+            BlockEncoderOptions::NONE,
+        )
+        .unwrap();
+        let mut d = Decoder::with_ip(64, &r.code_buffer, base, DecoderOptions::NONE);
+        let mut out = Vec::new();
+        while d.can_decode() {
+            out.push(d.decode());
+        }
+        out
+    }
+
+    #[test]
+    fn rsp_relative_operands_account_for_the_stub_pushes() {
+        // mov rax, [rsp+8]
+        let load = decode_one(&[0x48, 0x8b, 0x44, 0x24, 0x08]);
+        let lea = effective_address(&load, Register::RDI, 144);
+        assert_eq!(lea.memory_base(), Register::RSP);
+        assert_eq!(lea.memory_displacement64(), 152);
+    }
+
+    #[test]
+    fn rip_relative_operands_keep_their_absolute_target() {
+        // mov rax, [rip+0x100] at 0x1000 → target 0x1107
+        let load = decode_one(&[0x48, 0x8b, 0x05, 0x00, 0x01, 0x00, 0x00]);
+        let lea = effective_address(&load, Register::RDI, 144);
+        let out = assemble(&[lea], 0x5000);
+        assert_eq!(out[0].memory_displacement64(), 0x1107);
+    }
+
+    #[test]
+    fn fast_paths_assemble_and_only_the_first_keeps_the_load_ip() {
+        for fast in [
+            FastPath::FlagsDead,
+            FastPath::RcxDead,
+            FastPath::SaveIn(Register::R11),
+            FastPath::Stack,
+        ] {
+            let mut insns = Vec::new();
+            soft_fast_path(fast, 0x1000, 0x2000, &mut insns);
+            assert_eq!(insns[0].ip(), 0x1000);
+            assert!(insns[1..].iter().all(|i| i.ip() == 0));
+            let mut stub = Vec::new();
+            let load = decode_one(&[0x8b, 0x04, 0x8f]); // mov eax,[rdi+rcx*4]
+            soft_slow_stub(fast, &load, 7, 0x2000, 0x1000, 0x2fff, 0x3000, &mut stub);
+            assert_eq!(stub[0].ip(), 0x2000);
+            let decoded = assemble(&stub, 0x2000);
+            assert!(decoded.iter().any(|i| i.code() == Code::Call_rel32_64));
+        }
+    }
+
+    #[test]
+    fn vsib_and_gs_loads_are_refused() {
+        // vpgatherdd ymm0, [rdi+ymm1*4], ymm2
+        let gather = decode_one(&[0xc4, 0xe2, 0x6d, 0x90, 0x04, 0x8f]);
+        assert!(unsupported_operand(&gather).is_some());
+        // mov rax, gs:[0]
+        let gs = decode_one(&[0x65, 0x48, 0x8b, 0x04, 0x25, 0, 0, 0, 0]);
+        assert!(unsupported_operand(&gs).is_some());
+        let plain = decode_one(&[0x8b, 0x04, 0x8f]);
+        assert!(unsupported_operand(&plain).is_none());
+    }
+
+    #[test]
+    fn bit_tests_at_a_register_offset_add_the_byte_offset_with_flags_saved() {
+        // bt [rdi], rsi; btr dword [rip+0x100], eax; btc word [rdx], cx
+        let loads = [
+            (decode_one(&[0x48, 0x0f, 0xa3, 0x37]), Code::Mov_r64_rm64),
+            (
+                decode_one(&[0x0f, 0xb3, 0x05, 0x00, 0x01, 0x00, 0x00]),
+                Code::Movsxd_r64_rm32,
+            ),
+            (decode_one(&[0x66, 0x0f, 0xbb, 0x0a]), Code::Movsx_r64_rm16),
+        ];
+        for (load, extend) in loads {
+            assert!(bit_offset_register(&load).is_some(), "{load}");
+            assert_eq!(unsupported_operand(&load), None);
+            let mut stub = Vec::new();
+            soft_slow_stub(
+                FastPath::FlagsDead,
+                &load,
+                7,
+                0x2000,
+                0x1000,
+                0x2fff,
+                0x3000,
+                &mut stub,
+            );
+            let codes: Vec<Code> = assemble(&stub, 0x2000).iter().map(|i| i.code()).collect();
+            // No inline append (its `xadd` would record the operand).
+            assert!(!codes.contains(&Code::Xadd_rm64_r64), "{codes:?}");
+            let at = |c: Code| codes.iter().position(|&x| x == c).unwrap();
+            let p = at(Code::Pushfq);
+            assert_eq!(
+                codes[p..p + 6],
+                [
+                    Code::Pushfq,
+                    extend,
+                    Code::Lea_r64_m,
+                    Code::Sar_rm64_imm8,
+                    Code::Lea_r64_m,
+                    Code::Popfq
+                ],
+                "{codes:?}"
+            );
+            assert!(p + 6 < at(Code::Call_rel32_64));
+        }
+        // The immediate form reads within its operand.
+        let imm = decode_one(&[0x48, 0x0f, 0xba, 0x27, 0x2d]); // bt qword [rdi], 45
+        assert_eq!(bit_offset_register(&imm), None);
+        // The stub's pushes move rsp: an offset in it is refused.
+        let rsp = decode_one(&[0x48, 0x0f, 0xa3, 0x27]); // bt [rdi], rsp
+        assert!(unsupported_operand(&rsp).is_some());
+    }
+
+    #[test]
+    fn ptwrite_writes_base_then_index() {
+        let load = decode_one(&[0x8b, 0x04, 0x8f]); // mov eax,[rdi+rcx*4]
+        let mut out = Vec::new();
+        assert_eq!(ptwrite(&load, 0x1000, &mut out), 2);
+        assert_eq!(out[0].op0_register(), Register::RDI);
+        assert_eq!(out[1].op0_register(), Register::RCX);
+        let rip = decode_one(&[0x48, 0x8b, 0x05, 0x00, 0x01, 0x00, 0x00]);
+        assert_eq!(ptwrite(&rip, 0x1000, &mut Vec::new()), 0);
+    }
+}

@@ -1,0 +1,1732 @@
+//! The software recorder runtime: machine code generated into the
+//! instrumented executable (no libc, raw system calls only).
+//!
+//! # Where the state lives
+//!
+//! - **Per thread, in the TCB.** glibc's `tcbhead_t` has two words no one
+//!   uses (`unused_vgetcpu_cache`, at `fs:0x38` and `fs:0x40`), zero in every
+//!   new thread. `fs:0x38` is the thread's *countdown* `C`: the number of
+//!   instrumented-load executions to let pass before the next slow-path
+//!   entry. `fs:0x40` points to the thread's *slot* (below). Per-thread
+//!   countdowns make the fast path exact under threads without atomics.
+//!   The entry hook checks both words are zero in the main thread and
+//!   disables recording otherwise (a libc that uses them).
+//! - **Config** ([`cfg`]) in the executable's bss (grown by the rewriter):
+//!   descriptor, sampling parameters, the region switch. Inherited by forks.
+//! - **Process block** ([`process`]) and **slots** ([`slot`]): anonymous
+//!   mappings marked `MADV_WIPEONFORK`, so a forked child sees them zeroed
+//!   and starts its own bookkeeping instead of re-sending the parent's
+//!   buffered records. A slot holds a thread's counters and a 64 KiB record
+//!   buffer that is sent as one `SOCK_SEQPACKET` message.
+//!
+//! # Entry points (all preserve every register and the flags)
+//!
+//! - `record` (`rdi` = effective address, `esi` = load id): the slow path,
+//!   called by a probe when its thread's countdown is zero. Its hot path
+//!   appends a record while the thread holds a *grant* (appends the cold
+//!   path allowed: inside an open window, neither its last record nor the
+//!   one that fills the buffer), claiming the record with one `xadd` (see
+//!   [`slot::CLAIM`]); flags-dead probes make the same claim in their stub
+//!   and call `record` only when it fails. Everything else (window start
+//!   and end, flushes, slot creation, forks) goes through a cold path that
+//!   saves the flags, takes the grant back and issues the next one.
+//! - `entry`: the process entry hook (`e_entry`); parses
+//!   [`memgaze_trace::protocol::RECORDER_ENV`] from the initial stack,
+//!   validates the socket, marks it close-on-exec, then jumps to the
+//!   original entry point.
+//! - `fini`: the `DT_FINI` hook; folds every thread's unconsumed countdown
+//!   into its execution count, flushes every slot, sends `ProcessExit`, then
+//!   jumps to the original `DT_FINI` function.
+//! - `region_begin` / `region_end`: called at the entry of the harness's
+//!   region markers.
+//!
+//! # Counting
+//!
+//! `executions` of a slot grows by the skip budget a thread consumed (when
+//! its countdown reaches zero, or folded at region end and exit) plus one per
+//! slow-path entry while recording is enabled. A sample window is `w`
+//! consecutive slow-path entries; the skip budget after it is `z ± z/8`
+//! (uniform, xorshift64* seeded from `--seed` and the slot's creation index).
+//! The first window of a thread starts after a uniform random offset in
+//! `[1, w + z]` so samples do not cluster at thread starts.
+
+use iced_x86::code_asm::*;
+use iced_x86::{BlockEncoderOptions, Code, Instruction, MemoryOperand, Register};
+pub(crate) use memgaze_trace::layout::slot;
+use memgaze_trace::protocol::{self, MESSAGE_MAGIC, MessageKind, RECORD_BYTES, WINDOW_MARKER};
+
+/// `CLAIM` of a slot whose grant the cold path took back (see
+/// [`slot::CLAIM`]): above every user-space address, and failed claims
+/// adding [`RECORD_BYTES`] to it never wrap.
+pub const CLAIM_REVOKED: u64 = 1 << 62;
+
+/// Offset of the countdown in the thread control block (`fs:0x38`).
+pub const TCB_COUNTDOWN: u64 = 0x38;
+/// Offset of the slot pointer in the thread control block (`fs:0x40`).
+pub const TCB_SLOT: u64 = 0x40;
+
+/// Countdown that effectively never expires (no collector: recording off).
+pub const COUNTDOWN_NEVER: u64 = 1 << 62;
+/// Countdown a thread gets while recording is switched off by a region
+/// marker: it re-checks the switch this often.
+pub const COUNTDOWN_RECHECK: u64 = 4096;
+
+/// Bytes of state the rewriter reserves in the executable's bss.
+pub const STATE_BYTES: u64 = 256;
+
+/// Layout of the config block (bss).
+pub mod cfg {
+    /// 0 before the entry hook ran, 1 disabled, 2 active.
+    pub const STATE: i32 = 0;
+    /// Socket descriptor.
+    pub const FD: i32 = 8;
+    /// Socket inode.
+    pub const INODE: i32 = 16;
+    /// Socket device.
+    pub const DEVICE: i32 = 24;
+    /// `w`.
+    pub const WINDOW: i32 = 32;
+    /// `w + z`.
+    pub const PERIOD: i32 = 40;
+    /// Jitter seed.
+    pub const SEED: i32 = 48;
+    /// Pointer to the process block.
+    pub const PROCESS: i32 = 56;
+    /// Region switch: 1 while recording is on.
+    pub const ENABLED: i32 = 64;
+    /// Set once a write to the socket failed: nothing more is sent.
+    pub const BROKEN: i32 = 72;
+    /// Half-width of the period jitter.
+    pub const JITTER: i32 = 80;
+    /// 1 for a full trace (`z = 0`).
+    pub const FULL: i32 = 88;
+    /// Address of the shared record chunks (0: none, every message goes
+    /// through the socket).
+    pub const SHARED: i32 = 96;
+    /// Number of shared chunks.
+    pub const SHARED_CHUNKS: i32 = 104;
+    /// `STATE` values.
+    pub const STATE_DISABLED: i32 = 1;
+    /// `STATE` values.
+    pub const STATE_ACTIVE: i32 = 2;
+}
+
+/// Layout of the process block (anonymous mapping, wiped on fork).
+pub mod process {
+    /// Process id; 0 means "wiped by fork, re-initialise".
+    pub const PID: i32 = 0;
+    /// Head of the slot list.
+    pub const HEAD: i32 = 8;
+    /// Next slot serial.
+    pub const SERIAL: i32 = 16;
+    /// Records lost at process level (slot creation failed, unflushable slots).
+    pub const DROPPED: i32 = 24;
+    /// Set by the exit hook before it snapshots other threads' slots: their
+    /// own flushes then drop instead of sending.
+    pub const CLOSED: i32 = 32;
+    /// Set when the exit hook starts (it runs once).
+    pub const FINISHING: i32 = 40;
+    /// Bytes mapped.
+    pub const BYTES: i32 = 4096;
+}
+
+const SYS_CLOSE: i32 = 3;
+const SYS_FSTAT: i32 = 5;
+const SYS_MMAP: i32 = 9;
+const SYS_SCHED_YIELD: i32 = 24;
+const SYS_FUTEX: i32 = 202;
+const SYS_MADVISE: i32 = 28;
+const SYS_GETPID: i32 = 39;
+const SYS_SENDTO: i32 = 44;
+const SYS_FCNTL: i32 = 72;
+const SYS_GETTID: i32 = 186;
+const SYS_PROCESS_VM_READV: i32 = 310;
+const MADV_WIPEONFORK: i32 = 18;
+const MAP_SHARED: i32 = 1;
+const MSG_NOSIGNAL: i32 = 0x4000;
+const F_SETFD: i32 = 2;
+const FD_CLOEXEC: i32 = 1;
+const EINTR: i32 = -4;
+const EAGAIN: i32 = -11;
+const S_IFMT: u32 = 0o170000;
+const S_IFSOCK: u32 = 0o140000;
+
+/// Where the runtime is placed and what it chains to.
+#[derive(Clone, Copy, Debug)]
+pub struct RuntimeParams {
+    /// Address the code is assembled for.
+    pub code_va: u64,
+    /// Address of the [`STATE_BYTES`] state block in bss.
+    pub state_va: u64,
+    /// Original `e_entry`.
+    pub original_entry: u64,
+    /// Original `DT_FINI` function, if the binary had one.
+    pub original_fini: Option<u64>,
+    /// Whether the binary has region markers (recording starts off).
+    pub has_regions: bool,
+}
+
+/// The assembled runtime and the addresses of its entry points.
+#[derive(Clone, Debug)]
+pub struct Runtime {
+    /// Machine code, to be placed at `RuntimeParams::code_va`.
+    pub code: Vec<u8>,
+    /// Slow path called by probes.
+    pub record: u64,
+    /// Process entry hook.
+    pub entry: u64,
+    /// `DT_FINI` hook.
+    pub fini: u64,
+    /// Region begin hook.
+    pub region_begin: u64,
+    /// Region end hook.
+    pub region_end: u64,
+}
+
+/// `lea reg, [rip → target]`.
+fn lea_rip(reg: Register, target: u64) -> Instruction {
+    Instruction::with2(
+        Code::Lea_r64_m,
+        reg,
+        MemoryOperand::with_base_displ(Register::RIP, target as i64),
+    )
+    .expect("valid lea")
+}
+
+/// `jmp target` to an absolute address outside the assembled block.
+fn jmp_abs(target: u64) -> Instruction {
+    Instruction::with_branch(Code::Jmp_rel32_64, target).expect("valid jmp")
+}
+
+type Asm = CodeAssembler;
+type R = Result<(), IcedError>;
+
+fn fs(offset: u64) -> AsmMemoryOperand {
+    qword_ptr(offset).fs()
+}
+
+/// Generates the runtime for the given placement.
+pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
+    let mut a = CodeAssembler::new(64)?;
+    let mut l = Labels::new(&mut a);
+    let cfg_va = params.state_va;
+
+    // The string the entry hook looks for in the environment.
+    let prefix = format!("{}=", protocol::RECORDER_ENV);
+    let shared_prefix = format!("{}=", protocol::SHARED_ENV);
+    let mut shared_prefix_label = a.create_label();
+    let mut shared_setup = a.create_label();
+
+    // ---------------------------------------------------------------- record
+    // Hot path: claim a record of the thread's grant (see `slot::CLAIM`)
+    // and write it. The flags are kept in ax (`seto al; lahf`, restored by
+    // `add al, 0x7f; sahf`), cheaper than `pushfq`/`popfq`. Everything
+    // else goes through the cold path.
+    a.set_label(&mut l.record)?;
+    a.push(rax)?;
+    a.push(rcx)?;
+    a.push(rbx)?;
+    a.seto(al)?;
+    a.lahf()?;
+    a.mov(rbx, fs(TCB_SLOT))?;
+    a.test(rbx, rbx)?;
+    a.jz(l.to_cold_entry)?;
+    a.mov(ecx, RECORD_BYTES as u32)?;
+    a.xadd(qword_ptr(rbx + slot::CLAIM), rcx)?;
+    a.cmp(rcx, qword_ptr(rbx + slot::LIMIT))?;
+    a.jae(l.to_cold_entry)?;
+    a.mov(qword_ptr(rcx + 4), rdi)?;
+    a.mov(dword_ptr(rcx), esi)?;
+    a.add(al, 0x7f)?;
+    a.sahf()?;
+    a.pop(rbx)?;
+    a.pop(rcx)?;
+    a.pop(rax)?;
+    a.ret()?;
+    a.set_label(&mut l.to_cold_entry)?;
+    a.add(al, 0x7f)?;
+    a.sahf()?;
+
+    // Cold paths: save the flags and every other register.
+    a.set_label(&mut l.cold_entry)?;
+    save_rest(&mut a)?;
+    a.add_instruction(lea_rip(Register::R12, cfg_va))?;
+    a.mov(r14, rdi)?;
+    a.mov(r15, rsi)?;
+    a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
+    a.je(l.cold_active)?;
+    a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_DISABLED)?;
+    a.jne(l.cold_return)?; // before the entry hook: stay at zero, try again later
+    a.mov(rax, COUNTDOWN_NEVER)?;
+    a.mov(fs(TCB_COUNTDOWN), rax)?;
+    a.jmp(l.cold_return)?;
+    a.set_label(&mut l.cold_active)?;
+    a.call(l.ensure_process)?;
+    a.call(l.find_slot)?;
+    a.test(rbx, rbx)?;
+    a.jz(l.cold_return)?;
+    a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
+    a.jne(l.cold_nested)?;
+    enter_cold(&mut a)?;
+    a.jmp(l.cold_body)?;
+    a.set_label(&mut l.cold_nested)?;
+    a.inc(qword_ptr(rbx + slot::NESTED))?;
+    a.jmp(l.cold_return)?;
+
+    a.set_label(&mut l.cold_body)?;
+    take_grant(&mut a, Some(l.cold_interrupted))?;
+    // Fold the consumed skip budget.
+    a.mov(rax, qword_ptr(rbx + slot::BUDGET))?;
+    a.add(qword_ptr(rbx + slot::EXECUTIONS), rax)?;
+    a.mov(qword_ptr(rbx + slot::BUDGET), 0)?;
+    a.cmp(qword_ptr(r12 + cfg::ENABLED), 0)?;
+    a.jne(l.cold_enabled)?;
+    // Switched off by a region marker: close the window, re-check later.
+    a.mov(qword_ptr(rbx + slot::REMAINING), 0)?;
+    a.mov(qword_ptr(rbx + slot::STARTED), 0)?;
+    a.mov(fs(TCB_COUNTDOWN), COUNTDOWN_RECHECK as i32)?;
+    a.jmp(l.cold_release)?;
+    a.set_label(&mut l.cold_enabled)?;
+    a.inc(qword_ptr(rbx + slot::EXECUTIONS))?;
+    a.cmp(qword_ptr(rbx + slot::REMAINING), 0)?;
+    a.jne(l.cold_record)?;
+    a.cmp(qword_ptr(r12 + cfg::FULL), 0)?;
+    a.jne(l.cold_open_window)?;
+    a.cmp(qword_ptr(rbx + slot::STARTED), 0)?;
+    a.jne(l.cold_open_window)?;
+    // First entry since the thread (or region) started: random phase.
+    a.mov(qword_ptr(rbx + slot::STARTED), 1)?;
+    a.mov(rdi, qword_ptr(r12 + cfg::PERIOD))?;
+    a.call(l.rand_below)?;
+    a.mov(qword_ptr(rbx + slot::BUDGET), rax)?;
+    a.mov(fs(TCB_COUNTDOWN), rax)?;
+    a.jmp(l.cold_release)?;
+    a.set_label(&mut l.cold_open_window)?;
+    a.call(l.check_thread)?;
+    a.mov(rax, qword_ptr(r12 + cfg::WINDOW))?;
+    a.cmp(qword_ptr(r12 + cfg::FULL), 0)?;
+    a.je(l.window_sized)?;
+    a.mov(rax, -1i64)?;
+    a.set_label(&mut l.window_sized)?;
+    a.mov(qword_ptr(rbx + slot::REMAINING), rax)?;
+    a.mov(edi, WINDOW_MARKER)?;
+    a.mov(rsi, qword_ptr(rbx + slot::WINDOWS))?;
+    a.inc(qword_ptr(rbx + slot::WINDOWS))?;
+    a.call(l.append)?;
+    a.set_label(&mut l.cold_record)?;
+    a.mov(edi, r15d)?;
+    a.mov(rsi, r14)?;
+    a.call(l.append)?;
+    a.dec(qword_ptr(rbx + slot::REMAINING))?;
+    // fall through into the checks shared with the hot path
+
+    a.set_label(&mut l.cold_after_saved)?;
+    a.cmp(qword_ptr(rbx + slot::REMAINING), 0)?;
+    a.jne(l.cold_check_full)?;
+    // Window complete: issue the skip budget. The buffer is sent when full
+    // (every few windows): a send per window would cost more than the
+    // window's records.
+    a.call(l.next_skip)?;
+    a.mov(qword_ptr(rbx + slot::BUDGET), rax)?;
+    a.mov(fs(TCB_COUNTDOWN), rax)?;
+    a.set_label(&mut l.cold_check_full)?;
+    a.cmp(qword_ptr(rbx + slot::COUNT), slot::CAPACITY)?;
+    a.jb(l.cold_release)?;
+    a.mov(edi, MessageKind::Records as u32)?;
+    a.call(l.flush)?;
+    a.cmp(qword_ptr(r12 + cfg::FULL), 0)?;
+    a.je(l.cold_release)?;
+    // A full trace has one endless window per thread: re-check who owns the
+    // slot at every flush (a dead thread's TCB can be reused by a new one).
+    a.call(l.check_thread_marker)?;
+
+    a.set_label(&mut l.cold_release)?;
+    give_grant(&mut a)?;
+    a.set_label(&mut l.cold_leave)?;
+    leave_cold(&mut a)?;
+    a.set_label(&mut l.cold_return)?;
+    restore_rest(&mut a)?;
+    a.pop(rbx)?;
+    a.pop(rcx)?;
+    a.pop(rax)?;
+    a.ret()?;
+    // A signal handler interrupted a hot path between its claim and its
+    // write: count this execution as dropped and leave everything as it
+    // is until the interrupted writer has run on.
+    a.set_label(&mut l.cold_interrupted)?;
+    a.inc(qword_ptr(rbx + slot::NESTED))?;
+    a.jmp(l.cold_leave)?;
+
+    // ------------------------------------------------------------- helpers
+    // Convention: rbx = slot, r12 = config, r13 = process block, r14/r15 and
+    // rbp preserved; rax, rcx, rdx, rsi, rdi, r8–r11 scratch.
+
+    // ensure_process: r13 = process block, re-initialised after a fork.
+    a.set_label(&mut l.ensure_process)?;
+    a.mov(r13, qword_ptr(r12 + cfg::PROCESS))?;
+    a.cmp(qword_ptr(r13 + process::PID), 0)?;
+    a.jne(l.ensure_done)?;
+    a.mov(eax, SYS_GETPID)?;
+    a.syscall()?;
+    a.mov(qword_ptr(r13 + process::PID), rax)?;
+    a.set_label(&mut l.ensure_done)?;
+    a.ret()?;
+
+    // find_slot: rbx = this thread's slot, created if needed (re-initialised
+    // in place if a fork wiped it); 0 on failure.
+    a.set_label(&mut l.find_slot)?;
+    a.mov(rbx, fs(TCB_SLOT))?;
+    a.test(rbx, rbx)?;
+    a.jz(l.new_slot)?;
+    a.cmp(qword_ptr(rbx + slot::MAGIC), slot::MAGIC_VALUE)?;
+    a.jne(l.init_slot)?;
+    a.ret()?;
+    a.set_label(&mut l.new_slot)?;
+    a.mov(eax, SYS_MMAP)?;
+    a.xor(edi, edi)?;
+    a.mov(esi, slot::BYTES)?;
+    a.mov(edx, 3)?; // PROT_READ | PROT_WRITE
+    a.mov(r10d, 0x22)?; // MAP_PRIVATE | MAP_ANONYMOUS
+    a.mov(r8, -1i64)?;
+    a.xor(r9d, r9d)?;
+    a.syscall()?;
+    a.cmp(rax, -4095)?;
+    a.jae(l.new_slot_failed)?;
+    a.mov(rbx, rax)?;
+    a.set_label(&mut l.init_slot)?;
+    a.mov(eax, SYS_MADVISE)?;
+    a.mov(rdi, rbx)?;
+    a.mov(esi, slot::BYTES)?;
+    a.mov(edx, MADV_WIPEONFORK)?;
+    a.syscall()?;
+    a.mov(qword_ptr(rbx + slot::MAGIC), slot::MAGIC_VALUE)?;
+    a.mov(rax, fs(0))?;
+    a.mov(qword_ptr(rbx + slot::TCB), rax)?;
+    a.mov(eax, SYS_GETTID)?;
+    a.syscall()?;
+    a.mov(qword_ptr(rbx + slot::TID), rax)?;
+    a.mov(eax, 1)?;
+    a.lock().xadd(qword_ptr(r13 + process::SERIAL), rax)?;
+    a.mov(qword_ptr(rbx + slot::SERIAL), rax)?;
+    // rng = splitmix64(seed + serial·φ), never zero.
+    a.mov(rcx, 0x9e37_79b9_7f4a_7c15u64)?;
+    a.imul_2(rax, rcx)?;
+    a.add(rax, qword_ptr(r12 + cfg::SEED))?;
+    a.mov(rdx, rax)?;
+    a.shr(rdx, 30)?;
+    a.xor(rax, rdx)?;
+    a.mov(rcx, 0xbf58_476d_1ce4_e5b9u64)?;
+    a.imul_2(rax, rcx)?;
+    a.mov(rdx, rax)?;
+    a.shr(rdx, 27)?;
+    a.xor(rax, rdx)?;
+    a.or(rax, 1)?;
+    a.mov(qword_ptr(rbx + slot::RNG), rax)?;
+    a.set_label(&mut l.register_loop)?;
+    a.mov(rax, qword_ptr(r13 + process::HEAD))?;
+    a.mov(qword_ptr(rbx + slot::NEXT), rax)?;
+    a.lock().cmpxchg(qword_ptr(r13 + process::HEAD), rbx)?;
+    a.jne(l.register_loop)?;
+    a.mov(fs(TCB_SLOT), rbx)?;
+    a.ret()?;
+    a.set_label(&mut l.new_slot_failed)?;
+    a.lock().inc(qword_ptr(r13 + process::DROPPED))?;
+    a.mov(rax, COUNTDOWN_NEVER)?;
+    a.mov(fs(TCB_COUNTDOWN), rax)?;
+    a.xor(ebx, ebx)?;
+    a.ret()?;
+
+    // rand_below(rdi = n > 0) -> rax uniform in [0, n).
+    a.set_label(&mut l.rand_below)?;
+    a.mov(rax, qword_ptr(rbx + slot::RNG))?;
+    a.mov(rdx, rax)?;
+    a.shr(rdx, 12)?;
+    a.xor(rax, rdx)?;
+    a.mov(rdx, rax)?;
+    a.shl(rdx, 25)?;
+    a.xor(rax, rdx)?;
+    a.mov(rdx, rax)?;
+    a.shr(rdx, 27)?;
+    a.xor(rax, rdx)?;
+    a.mov(qword_ptr(rbx + slot::RNG), rax)?;
+    a.mov(rcx, 0x2545_f491_4f6c_dd1du64)?;
+    a.imul_2(rax, rcx)?;
+    a.mul(rdi)?; // rdx = ⌊rax·n / 2^64⌋
+    a.mov(rax, rdx)?;
+    a.ret()?;
+
+    // next_skip -> rax = z − J + rand_below(2J + 1), J = cfg.JITTER.
+    a.set_label(&mut l.next_skip)?;
+    a.mov(rdi, qword_ptr(r12 + cfg::JITTER))?;
+    a.lea(rdi, qword_ptr(rdi + rdi * 1 + 1))?;
+    a.call(l.rand_below)?;
+    a.add(rax, qword_ptr(r12 + cfg::PERIOD))?;
+    a.sub(rax, qword_ptr(r12 + cfg::WINDOW))?;
+    a.sub(rax, qword_ptr(r12 + cfg::JITTER))?;
+    a.ret()?;
+
+    // append(edi = id, rsi = address): flushes first when the buffer is full.
+    a.set_label(&mut l.append)?;
+    a.mov(rcx, qword_ptr(rbx + slot::COUNT))?;
+    a.cmp(rcx, slot::CAPACITY)?;
+    a.jb(l.append_room)?;
+    a.push(rdi)?;
+    a.push(rsi)?;
+    a.mov(edi, MessageKind::Records as u32)?;
+    a.call(l.flush)?;
+    a.pop(rsi)?;
+    a.pop(rdi)?;
+    a.xor(ecx, ecx)?;
+    a.set_label(&mut l.append_room)?;
+    a.lea(rax, qword_ptr(rcx + rcx * 2))?;
+    a.mov(dword_ptr(rbx + rax * 4 + slot::RECORDS), edi)?;
+    a.mov(qword_ptr(rbx + rax * 4 + (slot::RECORDS + 4)), rsi)?;
+    a.inc(rcx)?;
+    a.mov(qword_ptr(rbx + slot::COUNT), rcx)?;
+    a.ret()?;
+
+    // check_thread: if another thread now owns this TCB (and so this slot),
+    // send the buffered records under the old owner and adopt the new one.
+    a.set_label(&mut l.check_thread)?;
+    a.mov(eax, SYS_GETTID)?;
+    a.syscall()?;
+    a.cmp(rax, qword_ptr(rbx + slot::TID))?;
+    a.je(l.check_thread_done)?;
+    a.push(rax)?;
+    a.push(rax)?;
+    a.mov(edi, MessageKind::Records as u32)?;
+    a.call(l.flush)?;
+    a.pop(rax)?;
+    a.pop(rax)?;
+    a.mov(qword_ptr(rbx + slot::TID), rax)?;
+    a.mov(eax, 1)?; // changed
+    a.ret()?;
+    a.set_label(&mut l.check_thread_done)?;
+    a.xor(eax, eax)?;
+    a.ret()?;
+
+    // check_thread_marker: check_thread, and open a new window (marker) for
+    // the new owner.
+    a.set_label(&mut l.check_thread_marker)?;
+    a.call(l.check_thread)?;
+    a.test(eax, eax)?;
+    a.jz(l.check_thread_marker_done)?;
+    a.mov(edi, WINDOW_MARKER)?;
+    a.mov(rsi, qword_ptr(rbx + slot::WINDOWS))?;
+    a.inc(qword_ptr(rbx + slot::WINDOWS))?;
+    a.call(l.append)?;
+    a.set_label(&mut l.check_thread_marker_done)?;
+    a.ret()?;
+
+    // flush(edi = kind): sends the buffer as one message (header filled
+    // here), empties it. Records are counted as dropped if sending fails,
+    // or if the exit hook already closed the process (it sent or will send
+    // this buffer itself). The fence pairs with the exit hook's: either it
+    // sees this thread inside the runtime (BUSY set), or this thread sees
+    // CLOSED.
+    a.set_label(&mut l.flush)?;
+    a.mfence()?;
+    a.cmp(qword_ptr(r13 + process::CLOSED), 0)?;
+    a.je(l.flush_unchecked)?;
+    a.mov(rcx, qword_ptr(rbx + slot::COUNT))?;
+    a.add(qword_ptr(rbx + slot::DROPPED), rcx)?;
+    a.mov(qword_ptr(rbx + slot::COUNT), 0)?;
+    a.ret()?;
+    a.set_label(&mut l.flush_unchecked)?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::KIND)),
+        edi,
+    )?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::MAGIC)),
+        MESSAGE_MAGIC,
+    )?;
+    a.mov(rax, qword_ptr(r13 + process::PID))?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::PID)),
+        eax,
+    )?;
+    a.mov(rax, qword_ptr(rbx + slot::TID))?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::TID)),
+        eax,
+    )?;
+    a.mov(rax, qword_ptr(rbx + slot::SERIAL))?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::SLOT)),
+        eax,
+    )?;
+    a.mov(rcx, qword_ptr(rbx + slot::COUNT))?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::COUNT)),
+        ecx,
+    )?;
+    a.mov(rax, qword_ptr(rbx + slot::EXECUTIONS))?;
+    a.add(rax, qword_ptr(rbx + slot::NESTED))?;
+    a.mov(
+        qword_ptr(rbx + (slot::MESSAGE + protocol::offsets::EXECUTIONS)),
+        rax,
+    )?;
+    a.mov(rax, qword_ptr(rbx + slot::DROPPED))?;
+    a.add(rax, qword_ptr(rbx + slot::NESTED))?;
+    a.mov(
+        qword_ptr(rbx + (slot::MESSAGE + protocol::offsets::DROPPED)),
+        rax,
+    )?;
+    a.lea(rsi, qword_ptr(rcx + rcx * 2))?;
+    a.lea(rsi, qword_ptr(rsi * 4 + protocol::HEADER_BYTES as i32))?;
+    a.lea(rdi, qword_ptr(rbx + slot::MESSAGE))?;
+    a.call(l.send)?;
+    a.test(eax, eax)?;
+    a.jz(l.flush_sent)?;
+    a.mov(rcx, qword_ptr(rbx + slot::COUNT))?;
+    a.add(qword_ptr(rbx + slot::DROPPED), rcx)?;
+    a.set_label(&mut l.flush_sent)?;
+    a.mov(qword_ptr(rbx + slot::COUNT), 0)?;
+    a.ret()?;
+
+    // send(rdi = buffer, rsi = length) -> eax = 0 sent, 1 failed. Checks the
+    // descriptor is still the collector's socket first. A large payload goes
+    // into a free shared chunk when the collector offered them (a user-space
+    // copy into memory the collector reads directly), and only a reference
+    // travels through the socket; without a free chunk the whole message is
+    // copied through the socket, which also applies back-pressure.
+    let mut send_plain = a.create_label();
+    let mut send_raw_broken = a.create_label();
+    let mut claim_loop = a.create_label();
+    let mut claim_scan = a.create_label();
+    let mut claim_wait = a.create_label();
+    let mut claimed = a.create_label();
+    let mut send_return = a.create_label();
+    a.set_label(&mut l.send)?;
+    a.push(rbp)?;
+    a.push(r14)?;
+    a.push(r15)?;
+    a.mov(r14, rdi)?;
+    a.mov(r15, rsi)?;
+    a.cmp(qword_ptr(r12 + cfg::BROKEN), 0)?;
+    a.jne(l.send_failed)?;
+    a.mov(rbp, rsp)?;
+    a.sub(rsp, 144)?; // struct stat
+    a.and(rsp, -16)?;
+    a.mov(eax, SYS_FSTAT)?;
+    a.mov(rdi, qword_ptr(r12 + cfg::FD))?;
+    a.mov(rsi, rsp)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.jnz(l.send_bad_fd)?;
+    a.mov(rax, qword_ptr(rsp + 8))?; // st_ino
+    a.cmp(rax, qword_ptr(r12 + cfg::INODE))?;
+    a.jne(l.send_bad_fd)?;
+    a.mov(rax, qword_ptr(rsp))?; // st_dev
+    a.cmp(rax, qword_ptr(r12 + cfg::DEVICE))?;
+    a.jne(l.send_bad_fd)?;
+    a.mov(rsp, rbp)?;
+    a.cmp(
+        r15,
+        (protocol::HEADER_BYTES + protocol::SHARED_MIN_PAYLOAD) as i32,
+    )?;
+    a.jb(send_plain)?;
+    a.cmp(
+        r15,
+        (protocol::HEADER_BYTES + protocol::SHARED_CHUNK_BYTES) as i32,
+    )?;
+    a.ja(send_plain)?;
+    a.cmp(qword_ptr(r12 + cfg::SHARED), 0)?;
+    a.je(send_plain)?;
+    a.mov(ebp, protocol::SHARED_WAIT_ROUNDS)?;
+    a.set_label(&mut claim_scan)?;
+    a.mov(r8, qword_ptr(r12 + cfg::SHARED))?;
+    a.mov(r9, qword_ptr(r12 + cfg::SHARED_CHUNKS))?;
+    // The generation before the scan: a chunk freed after it changes it,
+    // so the futex wait below returns at once instead of missing the wake.
+    a.mov(r11d, dword_ptr(r8 + protocol::SHARED_GENERATION as i32))?;
+    a.xor(ecx, ecx)?;
+    a.set_label(&mut claim_loop)?;
+    a.cmp(rcx, r9)?;
+    a.jae(claim_wait)?; // every chunk in flight
+    a.xor(eax, eax)?;
+    a.mov(edx, 1)?;
+    a.lock().cmpxchg(qword_ptr(r8 + rcx * 8), rdx)?;
+    a.je(claimed)?;
+    a.inc(rcx)?;
+    a.jmp(claim_loop)?;
+    // Every chunk in flight: the collector is behind. Wait for it to free
+    // one (woken by its release, or after 1 ms) rather than copy the
+    // records through the socket, a few rounds, then fall back to the
+    // socket (which also covers a collector that died).
+    a.set_label(&mut claim_wait)?;
+    a.dec(ebp)?;
+    a.jz(send_plain)?;
+    a.mov(edx, 1)?;
+    a.xchg(qword_ptr(r8 + protocol::SHARED_WAITING as i32), rdx)?; // a full barrier
+    a.sub(rsp, 16)?;
+    a.mov(qword_ptr(rsp), 0)?;
+    a.mov(qword_ptr(rsp + 8), 1_000_000)?; // 1 ms
+    a.mov(eax, SYS_FUTEX)?;
+    a.lea(rdi, qword_ptr(r8 + protocol::SHARED_GENERATION as i32))?;
+    a.xor(esi, esi)?; // FUTEX_WAIT (shared: the collector wakes it)
+    a.mov(edx, r11d)?;
+    a.mov(r10, rsp)?;
+    a.xor(r8d, r8d)?;
+    a.xor(r9d, r9d)?;
+    a.syscall()?;
+    a.add(rsp, 16)?;
+    a.jmp(claim_scan)?;
+    a.set_label(&mut claimed)?;
+    a.mov(rbp, rcx)?;
+    a.mov(rdi, rcx)?;
+    a.shl(rdi, protocol::SHARED_CHUNK_BYTES.trailing_zeros())?;
+    a.lea(
+        rdi,
+        qword_ptr(r8 + rdi + protocol::SHARED_STATE_BYTES as i32),
+    )?;
+    a.lea(rsi, qword_ptr(r14 + protocol::HEADER_BYTES as i32))?;
+    a.lea(rcx, qword_ptr(r15 - protocol::HEADER_BYTES as i32))?;
+    a.cld()?;
+    a.rep().movsb()?;
+    const SHARED_MESSAGE: i32 = (protocol::HEADER_BYTES + protocol::SHARED_PAYLOAD_BYTES) as i32;
+    a.sub(rsp, SHARED_MESSAGE)?;
+    for offset in (0..protocol::HEADER_BYTES as i32).step_by(8) {
+        a.mov(rax, qword_ptr(r14 + offset))?;
+        a.mov(qword_ptr(rsp + offset), rax)?;
+    }
+    a.or(
+        dword_ptr(rsp + protocol::offsets::KIND),
+        protocol::SHARED_FLAG as i32,
+    )?;
+    a.mov(dword_ptr(rsp + protocol::HEADER_BYTES as i32), ebp)?;
+    a.lea(rax, qword_ptr(r15 - protocol::HEADER_BYTES as i32))?;
+    a.mov(dword_ptr(rsp + (protocol::HEADER_BYTES as i32 + 4)), eax)?;
+    a.mov(r14, rsp)?;
+    a.mov(r15d, SHARED_MESSAGE as u32)?;
+    a.call(l.send_retry)?;
+    a.add(rsp, SHARED_MESSAGE)?;
+    a.test(eax, eax)?;
+    a.jz(send_return)?;
+    // Not sent: the collector is gone; give the chunk back anyway.
+    a.mov(r8, qword_ptr(r12 + cfg::SHARED))?;
+    a.mov(qword_ptr(r8 + rbp * 8), 0)?;
+    a.jmp(send_return)?;
+    a.set_label(&mut send_plain)?;
+    a.call(l.send_retry)?;
+    a.set_label(&mut send_return)?;
+    a.pop(r15)?;
+    a.pop(r14)?;
+    a.pop(rbp)?;
+    a.ret()?;
+    a.set_label(&mut l.send_bad_fd)?;
+    a.mov(rsp, rbp)?;
+    a.mov(qword_ptr(r12 + cfg::BROKEN), 1)?;
+    a.set_label(&mut l.send_failed)?;
+    a.mov(eax, 1)?;
+    a.jmp(send_return)?;
+
+    // send_raw(r14 = message, r15 = length) -> eax = 0 sent, 1 failed (the
+    // socket is then marked broken).
+    a.set_label(&mut l.send_retry)?;
+    a.mov(eax, SYS_SENDTO)?;
+    a.mov(rdi, qword_ptr(r12 + cfg::FD))?;
+    a.mov(rsi, r14)?;
+    a.mov(rdx, r15)?;
+    a.mov(r10d, MSG_NOSIGNAL)?;
+    a.xor(r8d, r8d)?;
+    a.xor(r9d, r9d)?;
+    a.syscall()?;
+    a.cmp(rax, EINTR)?;
+    a.je(l.send_retry)?;
+    a.cmp(rax, EAGAIN)?;
+    a.je(l.send_yield)?;
+    a.test(rax, rax)?;
+    a.js(send_raw_broken)?;
+    a.xor(eax, eax)?;
+    a.ret()?;
+    a.set_label(&mut l.send_yield)?;
+    a.mov(eax, SYS_SCHED_YIELD)?;
+    a.syscall()?;
+    a.jmp(l.send_retry)?;
+    a.set_label(&mut send_raw_broken)?;
+    a.mov(qword_ptr(r12 + cfg::BROKEN), 1)?;
+    a.mov(eax, 1)?;
+    a.ret()?;
+
+    // fold_live(rax = countdown now): executions += budget − countdown, when
+    // the countdown is still within the budget issued.
+    a.set_label(&mut l.fold_live)?;
+    a.mov(rcx, qword_ptr(rbx + slot::BUDGET))?;
+    a.cmp(rax, rcx)?;
+    a.ja(l.fold_live_skip)?;
+    a.sub(rcx, rax)?;
+    a.add(qword_ptr(rbx + slot::EXECUTIONS), rcx)?;
+    a.set_label(&mut l.fold_live_skip)?;
+    a.mov(qword_ptr(rbx + slot::BUDGET), 0)?;
+    a.ret()?;
+
+    // send_region(edi = kind, r14 = name, r15 = length): the buffer must be
+    // empty; the name goes where the records would.
+    a.set_label(&mut l.send_region)?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::KIND)),
+        edi,
+    )?;
+    a.mov(rcx, r15)?;
+    a.cmp(rcx, protocol::REGION_NAME_MAX as i32)?;
+    a.jbe(l.region_len_ok)?;
+    a.mov(ecx, protocol::REGION_NAME_MAX as u32)?;
+    a.set_label(&mut l.region_len_ok)?;
+    a.mov(qword_ptr(rbx + slot::COUNT), rcx)?; // header count = name bytes
+    a.mov(rsi, r14)?;
+    a.lea(rdi, qword_ptr(rbx + slot::RECORDS))?;
+    a.cld()?;
+    a.rep().movsb()?;
+    // flush() computes the length from COUNT as records; compute it here.
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::MAGIC)),
+        MESSAGE_MAGIC,
+    )?;
+    a.mov(rax, qword_ptr(r13 + process::PID))?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::PID)),
+        eax,
+    )?;
+    a.mov(rax, qword_ptr(rbx + slot::TID))?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::TID)),
+        eax,
+    )?;
+    a.mov(rax, qword_ptr(rbx + slot::SERIAL))?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::SLOT)),
+        eax,
+    )?;
+    a.mov(rcx, qword_ptr(rbx + slot::COUNT))?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::COUNT)),
+        ecx,
+    )?;
+    a.mov(rax, qword_ptr(rbx + slot::EXECUTIONS))?;
+    a.add(rax, qword_ptr(rbx + slot::NESTED))?;
+    a.mov(
+        qword_ptr(rbx + (slot::MESSAGE + protocol::offsets::EXECUTIONS)),
+        rax,
+    )?;
+    a.mov(rax, qword_ptr(rbx + slot::DROPPED))?;
+    a.add(rax, qword_ptr(rbx + slot::NESTED))?;
+    a.mov(
+        qword_ptr(rbx + (slot::MESSAGE + protocol::offsets::DROPPED)),
+        rax,
+    )?;
+    a.lea(rsi, qword_ptr(rcx + protocol::HEADER_BYTES as i32))?;
+    a.lea(rdi, qword_ptr(rbx + slot::MESSAGE))?;
+    a.call(l.send)?;
+    a.mov(qword_ptr(rbx + slot::COUNT), 0)?;
+    a.ret()?;
+
+    // ---------------------------------------------------------- region_begin
+    a.set_label(&mut l.region_begin)?;
+    save_all(&mut a)?;
+    a.add_instruction(lea_rip(Register::R12, cfg_va))?;
+    a.mov(r14, rdi)?;
+    a.mov(r15, rsi)?;
+    a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
+    a.jne(l.region_begin_done)?;
+    a.call(l.ensure_process)?;
+    a.call(l.find_slot)?;
+    a.test(rbx, rbx)?;
+    a.jz(l.region_begin_done)?;
+    a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
+    a.jne(l.region_begin_done)?;
+    enter_cold(&mut a)?;
+    take_grant(&mut a, None)?;
+    a.cmp(qword_ptr(rbx + slot::COUNT), 0)?;
+    a.je(l.region_begin_empty)?;
+    a.mov(edi, MessageKind::Records as u32)?;
+    a.call(l.flush)?;
+    a.set_label(&mut l.region_begin_empty)?;
+    a.mov(edi, MessageKind::RegionBegin as u32)?;
+    a.call(l.send_region)?;
+    a.mov(rax, fs(TCB_COUNTDOWN))?;
+    a.call(l.fold_live)?;
+    a.mov(qword_ptr(rbx + slot::REMAINING), 0)?;
+    a.mov(qword_ptr(rbx + slot::STARTED), 0)?;
+    a.mov(fs(TCB_COUNTDOWN), 0)?;
+    a.mov(qword_ptr(r12 + cfg::ENABLED), 1)?;
+    leave_cold(&mut a)?;
+    a.set_label(&mut l.region_begin_done)?;
+    restore_all(&mut a)?;
+    a.ret()?;
+
+    // ------------------------------------------------------------ region_end
+    a.set_label(&mut l.region_end)?;
+    save_all(&mut a)?;
+    a.add_instruction(lea_rip(Register::R12, cfg_va))?;
+    a.mov(r14, rdi)?;
+    a.mov(r15, rsi)?;
+    a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
+    a.jne(l.region_end_done)?;
+    a.mov(qword_ptr(r12 + cfg::ENABLED), 0)?;
+    a.call(l.ensure_process)?;
+    a.call(l.find_slot)?;
+    a.test(rbx, rbx)?;
+    a.jz(l.region_end_done)?;
+    a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
+    a.jne(l.region_end_done)?;
+    enter_cold(&mut a)?;
+    take_grant(&mut a, None)?;
+    a.mov(rax, fs(TCB_COUNTDOWN))?;
+    a.call(l.fold_live)?;
+    a.mov(qword_ptr(rbx + slot::REMAINING), 0)?;
+    a.mov(qword_ptr(rbx + slot::STARTED), 0)?;
+    a.mov(fs(TCB_COUNTDOWN), COUNTDOWN_RECHECK as i32)?;
+    a.mov(edi, MessageKind::Records as u32)?;
+    a.call(l.flush)?;
+    a.mov(edi, MessageKind::RegionEnd as u32)?;
+    a.call(l.send_region)?;
+    leave_cold(&mut a)?;
+    a.set_label(&mut l.region_end_done)?;
+    restore_all(&mut a)?;
+    a.ret()?;
+
+    // ------------------------------------------------------------------ fini
+    a.set_label(&mut l.fini)?;
+    save_all(&mut a)?;
+    a.add_instruction(lea_rip(Register::R12, cfg_va))?;
+    a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
+    a.jne(l.fini_done)?;
+    a.call(l.ensure_process)?;
+    a.cmp(qword_ptr(r13 + process::FINISHING), 0)?;
+    a.jne(l.fini_done)?;
+    a.mov(qword_ptr(r13 + process::FINISHING), 1)?;
+    // This thread: exact fold of its countdown, final flush, stop counting
+    // (BUSY stays set: anything it records later is not sent).
+    a.xor(r14d, r14d)?;
+    a.mov(rbx, fs(TCB_SLOT))?;
+    a.test(rbx, rbx)?;
+    a.jz(l.fini_others)?;
+    a.cmp(qword_ptr(rbx + slot::MAGIC), slot::MAGIC_VALUE)?;
+    a.jne(l.fini_others)?;
+    a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
+    a.jne(l.fini_others)?;
+    enter_cold(&mut a)?;
+    take_grant(&mut a, None)?;
+    a.mov(r14, rbx)?;
+    a.mov(rax, fs(TCB_COUNTDOWN))?;
+    a.call(l.fold_live)?;
+    a.mov(rax, COUNTDOWN_NEVER)?;
+    a.mov(fs(TCB_COUNTDOWN), rax)?;
+    a.mov(edi, MessageKind::Final as u32)?;
+    a.call(l.flush)?;
+    // Every other slot (live threads, and dead ones whose buffers still
+    // hold records): close the process to their own flushes, then take a
+    // seqlock-consistent snapshot of each into a staging slot and send it.
+    a.set_label(&mut l.fini_others)?;
+    a.mov(qword_ptr(r13 + process::CLOSED), 1)?;
+    a.mfence()?;
+    a.mov(eax, SYS_MMAP)?;
+    a.xor(edi, edi)?;
+    a.mov(esi, slot::BYTES)?;
+    a.mov(edx, 3)?;
+    a.mov(r10d, 0x22)?;
+    a.mov(r8, -1i64)?;
+    a.xor(r9d, r9d)?;
+    a.syscall()?;
+    a.xor(r15d, r15d)?;
+    a.cmp(rax, -4095)?;
+    a.jae(l.fini_staging_ready)?;
+    a.mov(r15, rax)?;
+    a.set_label(&mut l.fini_staging_ready)?;
+    a.mov(rbx, qword_ptr(r13 + process::HEAD))?;
+    a.set_label(&mut l.fini_loop)?;
+    a.test(rbx, rbx)?;
+    a.jz(l.fini_exit_message)?;
+    a.cmp(rbx, r14)?;
+    a.je(l.fini_next)?;
+    a.test(r15, r15)?;
+    a.jz(l.fini_unflushed)?;
+    a.mov(ebp, 1 << 24)?;
+    a.set_label(&mut l.fini_retry)?;
+    a.mov(r8, qword_ptr(rbx + slot::SEQ))?;
+    a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
+    a.jne(l.fini_wait)?;
+    // The committed records, then those claimed under the owner's grant
+    // (it may still be appending: each is read id first, and the owner
+    // writes the id last, so a record read with its id holds its address;
+    // one not yet written keeps its unwritten marker).
+    let mut end_ok = a.create_label();
+    let mut ordered = a.create_label();
+    let mut copied = a.create_label();
+    a.mov(rax, qword_ptr(rbx + slot::CLAIM))?;
+    claimed_end(&mut a)?;
+    a.mov(r9, qword_ptr(rbx + slot::COUNT))?;
+    a.cmp(r9, slot::CAPACITY)?;
+    a.jbe(l.fini_count_ok)?;
+    a.mov(r9d, slot::CAPACITY as u32)?;
+    a.set_label(&mut l.fini_count_ok)?;
+    a.lea(rcx, qword_ptr(r9 + r9 * 2))?;
+    a.shl(rcx, 2)?;
+    a.lea(rsi, qword_ptr(rbx + slot::RECORDS))?;
+    a.lea(rdi, qword_ptr(r15 + slot::RECORDS))?;
+    a.cld()?;
+    a.rep().movsb()?;
+    // rsi = first claimed record; claimed ones end at rax, within the buffer.
+    a.lea(
+        rcx,
+        qword_ptr(rbx + (slot::RECORDS + slot::CAPACITY * RECORD_BYTES as i32)),
+    )?;
+    a.cmp(rax, rcx)?;
+    a.jbe(end_ok)?;
+    a.mov(rax, rcx)?;
+    a.set_label(&mut end_ok)?;
+    a.mov(r10, r9)?;
+    a.set_label(&mut ordered)?;
+    a.cmp(rsi, rax)?;
+    a.jae(copied)?;
+    a.mov(edx, dword_ptr(rsi))?;
+    a.mov(r11, qword_ptr(rsi + 4))?;
+    a.mov(dword_ptr(rdi), edx)?;
+    a.mov(qword_ptr(rdi + 4), r11)?;
+    a.add(rsi, RECORD_BYTES as i32)?;
+    a.add(rdi, RECORD_BYTES as i32)?;
+    a.inc(r10)?;
+    a.jmp(ordered)?;
+    a.set_label(&mut copied)?;
+    a.mov(qword_ptr(r15 + slot::COUNT), r10)?;
+    for field in [
+        slot::EXECUTIONS,
+        slot::NESTED,
+        slot::DROPPED,
+        slot::TID,
+        slot::SERIAL,
+        slot::BUDGET,
+        slot::TCB,
+    ] {
+        a.mov(rax, qword_ptr(rbx + field))?;
+        a.mov(qword_ptr(r15 + field), rax)?;
+    }
+    // The claimed records are executions the owner has not committed yet.
+    a.sub(r10, r9)?;
+    a.add(qword_ptr(r15 + slot::EXECUTIONS), r10)?;
+    a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
+    a.jne(l.fini_wait)?;
+    a.cmp(qword_ptr(rbx + slot::SEQ), r8)?;
+    a.jne(l.fini_wait)?;
+    // process_vm_readv(pid, {buf, 16}, 1, {tcb + 0x38, 16}, 1, 0): the
+    // owner's countdown and slot pointer, without faulting if its TCB is
+    // gone. Folded only if that TCB still points at this slot.
+    a.sub(rsp, 48)?;
+    a.lea(rax, qword_ptr(rsp + 32))?;
+    a.mov(qword_ptr(rsp), rax)?;
+    a.mov(qword_ptr(rsp + 8), 16)?;
+    a.mov(rax, qword_ptr(r15 + slot::TCB))?;
+    a.add(rax, TCB_COUNTDOWN as i32)?;
+    a.mov(qword_ptr(rsp + 16), rax)?;
+    a.mov(qword_ptr(rsp + 24), 16)?;
+    a.mov(eax, SYS_PROCESS_VM_READV)?;
+    a.mov(rdi, qword_ptr(r13 + process::PID))?;
+    a.mov(rsi, rsp)?;
+    a.mov(edx, 1)?;
+    a.lea(r10, qword_ptr(rsp + 16))?;
+    a.mov(r8d, 1)?;
+    a.xor(r9d, r9d)?;
+    a.syscall()?;
+    a.mov(rdx, rbx)?;
+    a.mov(rbx, r15)?;
+    a.cmp(rax, 16)?;
+    a.jne(l.fini_unfolded)?;
+    a.cmp(qword_ptr(rsp + 40), rdx)?;
+    a.jne(l.fini_unfolded)?;
+    a.mov(rax, qword_ptr(rsp + 32))?;
+    a.push(rdx)?;
+    a.call(l.fold_live)?;
+    a.pop(rdx)?;
+    a.set_label(&mut l.fini_unfolded)?;
+    a.add(rsp, 48)?;
+    a.push(rdx)?;
+    a.push(rdx)?;
+    a.mov(edi, MessageKind::Final as u32)?;
+    a.call(l.flush_unchecked)?;
+    a.pop(rbx)?;
+    a.pop(rbx)?;
+    a.jmp(l.fini_next)?;
+    a.set_label(&mut l.fini_wait)?;
+    a.pause()?;
+    a.dec(ebp)?;
+    a.jnz(l.fini_retry)?;
+    a.set_label(&mut l.fini_unflushed)?;
+    a.mov(rax, qword_ptr(rbx + slot::COUNT))?;
+    a.add(qword_ptr(r13 + process::DROPPED), rax)?;
+    a.set_label(&mut l.fini_next)?;
+    a.mov(rbx, qword_ptr(rbx + slot::NEXT))?;
+    a.jmp(l.fini_loop)?;
+    a.set_label(&mut l.fini_exit_message)?;
+    a.sub(rsp, protocol::HEADER_BYTES as i32)?;
+    a.mov(dword_ptr(rsp + protocol::offsets::MAGIC), MESSAGE_MAGIC)?;
+    a.mov(
+        dword_ptr(rsp + protocol::offsets::KIND),
+        MessageKind::ProcessExit as u32,
+    )?;
+    a.mov(rax, qword_ptr(r13 + process::PID))?;
+    a.mov(dword_ptr(rsp + protocol::offsets::PID), eax)?;
+    a.mov(dword_ptr(rsp + protocol::offsets::TID), eax)?;
+    a.mov(qword_ptr(rsp + protocol::offsets::EXECUTIONS), 0)?;
+    a.mov(rax, qword_ptr(r13 + process::DROPPED))?;
+    a.mov(qword_ptr(rsp + protocol::offsets::DROPPED), rax)?;
+    a.mov(dword_ptr(rsp + protocol::offsets::SLOT), 0)?;
+    a.mov(dword_ptr(rsp + protocol::offsets::COUNT), 0)?;
+    a.mov(rdi, rsp)?;
+    a.mov(esi, protocol::HEADER_BYTES as u32)?;
+    a.call(l.send)?;
+    a.add(rsp, protocol::HEADER_BYTES as i32)?;
+    a.set_label(&mut l.fini_done)?;
+    restore_all(&mut a)?;
+    match params.original_fini {
+        Some(target) => a.add_instruction(jmp_abs(target))?,
+        None => a.ret()?,
+    }
+
+    // ----------------------------------------------------------------- entry
+    // At the process entry rsp points at argc, rdx holds the function the
+    // program must register with atexit; nothing else is defined.
+    a.set_label(&mut l.entry)?;
+    a.push(rdx)?;
+    a.push(rbx)?;
+    a.push(rbp)?;
+    a.push(r12)?;
+    a.push(r13)?;
+    a.push(r14)?;
+    a.push(r15)?;
+    const ENTRY_PUSHED: i32 = 7 * 8;
+    a.add_instruction(lea_rip(Register::R12, cfg_va))?;
+    a.mov(qword_ptr(r12 + cfg::STATE), cfg::STATE_DISABLED)?;
+    a.mov(rax, fs(TCB_COUNTDOWN))?;
+    a.or(rax, fs(TCB_SLOT))?;
+    a.jnz(l.entry_done)?;
+    a.mov(rcx, qword_ptr(rsp + ENTRY_PUSHED))?; // argc
+    a.lea(rbx, qword_ptr(rsp + rcx * 8 + (ENTRY_PUSHED + 16)))?; // envp
+    a.mov(rbp, rbx)?;
+    a.set_label(&mut l.entry_env_loop)?;
+    a.mov(rsi, qword_ptr(rbx))?;
+    a.test(rsi, rsi)?;
+    a.jz(l.entry_done)?;
+    a.add(rbx, 8)?;
+    a.lea(rdi, ptr(l.prefix))?;
+    a.mov(ecx, prefix.len() as u32)?;
+    a.set_label(&mut l.entry_cmp)?;
+    a.mov(al, byte_ptr(rsi))?;
+    a.cmp(al, byte_ptr(rdi))?;
+    a.jne(l.entry_env_loop)?;
+    a.inc(rsi)?;
+    a.inc(rdi)?;
+    a.dec(ecx)?;
+    a.jnz(l.entry_cmp)?;
+    // rsi: "<fd>:<inode>:<device>:<window>:<period>:<seed>"
+    for (i, field) in [
+        cfg::FD,
+        cfg::INODE,
+        cfg::DEVICE,
+        cfg::WINDOW,
+        cfg::PERIOD,
+        cfg::SEED,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        a.call(l.parse_u64)?;
+        a.test(ecx, ecx)?;
+        a.jz(l.entry_done)?;
+        a.mov(qword_ptr(r12 + field), rax)?;
+        let terminator = if i == 5 { 0 } else { b':' as u32 };
+        a.cmp(byte_ptr(rsi), terminator)?;
+        a.jne(l.entry_done)?;
+        a.inc(rsi)?;
+    }
+    // 1 ≤ window ≤ period, fd < 2^31.
+    a.mov(rax, qword_ptr(r12 + cfg::WINDOW))?;
+    a.test(rax, rax)?;
+    a.jz(l.entry_done)?;
+    a.cmp(rax, qword_ptr(r12 + cfg::PERIOD))?;
+    a.ja(l.entry_done)?;
+    a.sete(cl)?;
+    a.movzx(ecx, cl)?;
+    a.mov(qword_ptr(r12 + cfg::FULL), rcx)?;
+    a.mov(rax, qword_ptr(r12 + cfg::PERIOD))?;
+    a.sub(rax, qword_ptr(r12 + cfg::WINDOW))?;
+    a.shr(rax, 3)?;
+    a.mov(qword_ptr(r12 + cfg::JITTER), rax)?;
+    a.mov(rax, qword_ptr(r12 + cfg::FD))?;
+    a.cmp(rax, 0x7fff_ffff)?;
+    a.ja(l.entry_done)?;
+    // The descriptor must be the collector's socket.
+    a.sub(rsp, 144)?;
+    a.mov(eax, SYS_FSTAT)?;
+    a.mov(rdi, qword_ptr(r12 + cfg::FD))?;
+    a.mov(rsi, rsp)?;
+    a.syscall()?;
+    a.mov(r13, rax)?;
+    a.mov(eax, dword_ptr(rsp + 24))?; // st_mode
+    a.and(eax, S_IFMT)?;
+    a.mov(r14, qword_ptr(rsp + 8))?;
+    a.mov(r15, qword_ptr(rsp))?;
+    a.add(rsp, 144)?;
+    a.test(r13, r13)?;
+    a.jnz(l.entry_done)?;
+    a.cmp(eax, S_IFSOCK)?;
+    a.jne(l.entry_done)?;
+    a.cmp(r14, qword_ptr(r12 + cfg::INODE))?;
+    a.jne(l.entry_done)?;
+    a.cmp(r15, qword_ptr(r12 + cfg::DEVICE))?;
+    a.jne(l.entry_done)?;
+    // Process block: anonymous, wiped on fork (required: without it a
+    // forked child would re-send its parent's buffered records).
+    a.mov(eax, SYS_MMAP)?;
+    a.xor(edi, edi)?;
+    a.mov(esi, process::BYTES)?;
+    a.mov(edx, 3)?;
+    a.mov(r10d, 0x22)?;
+    a.mov(r8, -1i64)?;
+    a.xor(r9d, r9d)?;
+    a.syscall()?;
+    a.cmp(rax, -4095)?;
+    a.jae(l.entry_done)?;
+    a.mov(qword_ptr(r12 + cfg::PROCESS), rax)?;
+    a.mov(rdi, rax)?;
+    a.mov(eax, SYS_MADVISE)?;
+    a.mov(esi, process::BYTES)?;
+    a.mov(edx, MADV_WIPEONFORK)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.jnz(l.entry_done)?;
+    a.mov(eax, SYS_FCNTL)?;
+    a.mov(rdi, qword_ptr(r12 + cfg::FD))?;
+    a.mov(esi, F_SETFD)?;
+    a.mov(edx, FD_CLOEXEC)?;
+    a.syscall()?;
+    a.call(shared_setup)?;
+    a.mov(
+        qword_ptr(r12 + cfg::ENABLED),
+        if params.has_regions { 0 } else { 1 },
+    )?;
+    a.mov(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
+    a.set_label(&mut l.entry_done)?;
+    a.pop(r15)?;
+    a.pop(r14)?;
+    a.pop(r13)?;
+    a.pop(r12)?;
+    a.pop(rbp)?;
+    a.pop(rbx)?;
+    a.pop(rdx)?;
+    a.add_instruction(jmp_abs(params.original_entry))?;
+
+    // parse_u64(rsi) -> rax value, ecx digits, rsi past the digits.
+    a.set_label(&mut l.parse_u64)?;
+    a.xor(eax, eax)?;
+    a.xor(ecx, ecx)?;
+    a.set_label(&mut l.parse_loop)?;
+    a.movzx(edx, byte_ptr(rsi))?;
+    a.sub(edx, b'0' as u32)?;
+    a.cmp(edx, 9)?;
+    a.ja(l.parse_done)?;
+    a.imul_3(rax, rax, 10)?;
+    a.add(rax, rdx)?;
+    a.inc(rsi)?;
+    a.inc(ecx)?;
+    a.jmp(l.parse_loop)?;
+    a.set_label(&mut l.parse_done)?;
+    a.ret()?;
+
+    // shared_setup(rbp = envp): maps the shared chunks named by
+    // SHARED_ENV (after checking the descriptor is the collector's memfd)
+    // and closes the descriptor, so the program never sees it. Any failure
+    // leaves cfg.SHARED at 0: every message then goes through the socket.
+    let mut shared_env_loop = a.create_label();
+    let mut shared_cmp = a.create_label();
+    let mut shared_close = a.create_label();
+    let mut shared_done = a.create_label();
+    a.set_label(&mut shared_setup)?;
+    a.mov(rbx, rbp)?;
+    a.set_label(&mut shared_env_loop)?;
+    a.mov(rsi, qword_ptr(rbx))?;
+    a.test(rsi, rsi)?;
+    a.jz(shared_done)?;
+    a.add(rbx, 8)?;
+    a.lea(rdi, ptr(shared_prefix_label))?;
+    a.mov(ecx, shared_prefix.len() as u32)?;
+    a.set_label(&mut shared_cmp)?;
+    a.mov(al, byte_ptr(rsi))?;
+    a.cmp(al, byte_ptr(rdi))?;
+    a.jne(shared_env_loop)?;
+    a.inc(rsi)?;
+    a.inc(rdi)?;
+    a.dec(ecx)?;
+    a.jnz(shared_cmp)?;
+    // rsi: "<fd>:<inode>:<device>:<chunks>" into r13, r14, r15, rbx.
+    for (i, reg) in [r13, r14, r15, rbx].into_iter().enumerate() {
+        a.call(l.parse_u64)?;
+        a.test(ecx, ecx)?;
+        a.jz(shared_done)?;
+        a.mov(reg, rax)?;
+        let terminator = if i == 3 { 0 } else { b':' as u32 };
+        a.cmp(byte_ptr(rsi), terminator)?;
+        a.jne(shared_done)?;
+        a.inc(rsi)?;
+    }
+    a.test(rbx, rbx)?;
+    a.jz(shared_done)?;
+    a.cmp(rbx, protocol::SHARED_CHUNKS_MAX as i32)?;
+    a.ja(shared_done)?;
+    a.cmp(r13, 0x7fff_ffff)?;
+    a.ja(shared_done)?;
+    a.sub(rsp, 144)?;
+    a.mov(eax, SYS_FSTAT)?;
+    a.mov(rdi, r13)?;
+    a.mov(rsi, rsp)?;
+    a.syscall()?;
+    a.mov(rcx, qword_ptr(rsp + 8))?; // st_ino
+    a.mov(rdx, qword_ptr(rsp))?; // st_dev
+    a.add(rsp, 144)?;
+    a.test(rax, rax)?;
+    a.jnz(shared_done)?;
+    a.cmp(rcx, r14)?;
+    a.jne(shared_done)?;
+    a.cmp(rdx, r15)?;
+    a.jne(shared_done)?;
+    a.mov(rsi, rbx)?;
+    a.shl(rsi, protocol::SHARED_CHUNK_BYTES.trailing_zeros())?;
+    a.add(rsi, protocol::SHARED_STATE_BYTES as i32)?;
+    a.mov(eax, SYS_MMAP)?;
+    a.xor(edi, edi)?;
+    a.mov(edx, 3)?; // PROT_READ | PROT_WRITE
+    a.mov(r10d, MAP_SHARED)?;
+    a.mov(r8, r13)?;
+    a.xor(r9d, r9d)?;
+    a.syscall()?;
+    a.cmp(rax, -4095)?;
+    a.jae(shared_close)?;
+    a.mov(qword_ptr(r12 + cfg::SHARED), rax)?;
+    a.mov(qword_ptr(r12 + cfg::SHARED_CHUNKS), rbx)?;
+    a.set_label(&mut shared_close)?;
+    a.mov(eax, SYS_CLOSE)?;
+    a.mov(rdi, r13)?;
+    a.syscall()?;
+    a.set_label(&mut shared_done)?;
+    a.ret()?;
+
+    a.set_label(&mut l.prefix)?;
+    a.db(prefix.as_bytes())?;
+    a.set_label(&mut shared_prefix_label)?;
+    a.db(shared_prefix.as_bytes())?;
+
+    let result = a.assemble_options(
+        params.code_va,
+        BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
+    )?;
+    Ok(Runtime {
+        record: result.label_ip(&l.record)?,
+        entry: result.label_ip(&l.entry)?,
+        fini: result.label_ip(&l.fini)?,
+        region_begin: result.label_ip(&l.region_begin)?,
+        region_end: result.label_ip(&l.region_end)?,
+        code: result.inner.code_buffer,
+    })
+}
+
+/// Takes back the thread's grant (inside a cold path, flags saved; clobbers
+/// rax, rcx, rdx) and commits the records claimed under it: they join
+/// `COUNT`, `EXECUTIONS` and leave `REMAINING`. With `interrupted`, a
+/// claimed record still holding [`protocol::UNWRITTEN_MARKER`] — this cold
+/// path runs in a signal handler that interrupted a hot path between its
+/// claim and its write — commits nothing and branches there instead (the
+/// records stay claimed in `CLAIMED`, and the cold path must leave the
+/// buffer alone: the interrupted writer still owns its record); without,
+/// such records are committed as they are and the collector counts them
+/// as dropped (the exit hook: the writer will not run again).
+fn take_grant(a: &mut Asm, interrupted: Option<CodeLabel>) -> R {
+    let mut done = a.create_label();
+    a.mov(rax, CLAIM_REVOKED)?;
+    a.xchg(qword_ptr(rbx + slot::CLAIM), rax)?;
+    claimed_end(a)?;
+    a.mov(qword_ptr(rbx + slot::CLAIMED), rax)?;
+    record_address(a, rcx)?;
+    a.cmp(rax, rcx)?;
+    a.jbe(done)?;
+    if let Some(interrupted) = interrupted {
+        let mut scan = a.create_label();
+        a.mov(rdx, rcx)?;
+        a.set_label(&mut scan)?;
+        a.cmp(dword_ptr(rdx), protocol::UNWRITTEN_MARKER)?;
+        a.je(interrupted)?;
+        a.add(rdx, RECORD_BYTES as i32)?;
+        a.cmp(rdx, rax)?;
+        a.jb(scan)?;
+    }
+    // (end − start) / 12: exact, so ÷4 then × 3⁻¹ mod 2⁶⁴.
+    a.sub(rax, rcx)?;
+    a.shr(rax, 2)?;
+    a.mov(rdx, 0xaaaa_aaaa_aaaa_aaabu64)?;
+    a.imul_2(rax, rdx)?;
+    a.add(qword_ptr(rbx + slot::COUNT), rax)?;
+    a.add(qword_ptr(rbx + slot::EXECUTIONS), rax)?;
+    a.sub(qword_ptr(rbx + slot::REMAINING), rax)?;
+    a.set_label(&mut done)?;
+    a.mov(qword_ptr(rbx + slot::CLAIMED), 0)
+}
+
+/// `rax = ` the end of the records claimed under the grant of the slot in
+/// rbx, given its `CLAIM` value in rax (clobbers rcx): `CLAIMED` once the
+/// grant was taken back, else `CLAIM` capped at `LIMIT` (failed claims
+/// overshoot it).
+fn claimed_end(a: &mut Asm) -> R {
+    let mut live = a.create_label();
+    let mut done = a.create_label();
+    a.mov(rcx, CLAIM_REVOKED)?;
+    a.cmp(rax, rcx)?;
+    a.jb(live)?;
+    a.mov(rax, qword_ptr(rbx + slot::CLAIMED))?;
+    a.jmp(done)?;
+    a.set_label(&mut live)?;
+    a.cmp(rax, qword_ptr(rbx + slot::LIMIT))?;
+    a.jbe(done)?;
+    a.mov(rax, qword_ptr(rbx + slot::LIMIT))?;
+    a.set_label(&mut done)?;
+    a.zero_bytes()
+}
+
+/// `reg = ` address of record `COUNT` of the slot in rbx.
+fn record_address(a: &mut Asm, reg: AsmRegister64) -> R {
+    a.mov(reg, qword_ptr(rbx + slot::COUNT))?;
+    a.lea(reg, qword_ptr(reg + reg * 2))?;
+    a.lea(reg, qword_ptr(rbx + reg * 4 + slot::RECORDS))
+}
+
+/// Grants the hot paths `min(REMAINING − 1, CAPACITY − 1 − COUNT)` appends
+/// when a window is open (inside a cold path after [`take_grant`], flags
+/// saved; clobbers rax, rcx, rdx): marks the granted records unwritten,
+/// then opens the grant with one store of `CLAIM`.
+fn give_grant(a: &mut Asm) -> R {
+    let mut none = a.create_label();
+    let mut sized = a.create_label();
+    let mut fill = a.create_label();
+    a.mov(rax, qword_ptr(rbx + slot::REMAINING))?;
+    a.sub(rax, 1)?;
+    a.jbe(none)?; // no window open, or only its last record left
+    a.mov(ecx, (slot::CAPACITY - 1) as u32)?;
+    a.sub(rcx, qword_ptr(rbx + slot::COUNT))?;
+    a.jle(none)?;
+    a.cmp(rax, rcx)?;
+    a.jbe(sized)?;
+    a.mov(rax, rcx)?;
+    a.set_label(&mut sized)?;
+    record_address(a, rcx)?;
+    a.lea(rax, qword_ptr(rax + rax * 2))?;
+    a.lea(rax, qword_ptr(rcx + rax * 4))?;
+    a.mov(rdx, rcx)?;
+    a.set_label(&mut fill)?;
+    a.mov(dword_ptr(rdx), protocol::UNWRITTEN_MARKER)?;
+    a.add(rdx, RECORD_BYTES as i32)?;
+    a.cmp(rdx, rax)?;
+    a.jb(fill)?;
+    a.mov(qword_ptr(rbx + slot::LIMIT), rax)?;
+    a.mov(qword_ptr(rbx + slot::CLAIM), rcx)?;
+    a.set_label(&mut none)?;
+    // A zero-byte instruction, so the caller may label what follows.
+    a.zero_bytes()
+}
+
+/// Enters the runtime from a cold path (BUSY checked to be 0 by the caller).
+fn enter_cold(a: &mut Asm) -> R {
+    a.mov(qword_ptr(rbx + slot::BUSY), 1)
+}
+
+/// Leaves the runtime from a cold path.
+fn leave_cold(a: &mut Asm) -> R {
+    a.inc(qword_ptr(rbx + slot::SEQ))?;
+    a.mov(qword_ptr(rbx + slot::BUSY), 0)
+}
+
+/// Saves what the cold paths use besides rax, rcx, rbx (already pushed).
+fn save_rest(a: &mut Asm) -> R {
+    a.pushfq()?;
+    for reg in [rdx, rsi, rdi, rbp, r8, r9, r10, r11, r12, r13, r14, r15] {
+        a.push(reg)?;
+    }
+    Ok(())
+}
+
+fn restore_rest(a: &mut Asm) -> R {
+    for reg in [r15, r14, r13, r12, r11, r10, r9, r8, rbp, rdi, rsi, rdx] {
+        a.pop(reg)?;
+    }
+    a.popfq()
+}
+
+fn save_all(a: &mut Asm) -> R {
+    a.pushfq()?;
+    for reg in [
+        rax, rcx, rdx, rbx, rsi, rdi, rbp, r8, r9, r10, r11, r12, r13, r14, r15,
+    ] {
+        a.push(reg)?;
+    }
+    Ok(())
+}
+
+fn restore_all(a: &mut Asm) -> R {
+    for reg in [
+        r15, r14, r13, r12, r11, r10, r9, r8, rbp, rdi, rsi, rbx, rdx, rcx, rax,
+    ] {
+        a.pop(reg)?;
+    }
+    a.popfq()
+}
+
+struct Labels {
+    record: CodeLabel,
+    to_cold_entry: CodeLabel,
+    init_slot: CodeLabel,
+    cold_entry: CodeLabel,
+    cold_active: CodeLabel,
+    cold_leave: CodeLabel,
+    cold_interrupted: CodeLabel,
+    cold_body: CodeLabel,
+    cold_enabled: CodeLabel,
+    cold_open_window: CodeLabel,
+    window_sized: CodeLabel,
+    cold_record: CodeLabel,
+    cold_after_saved: CodeLabel,
+    cold_check_full: CodeLabel,
+    cold_release: CodeLabel,
+    cold_nested: CodeLabel,
+    cold_return: CodeLabel,
+    ensure_process: CodeLabel,
+    ensure_done: CodeLabel,
+    find_slot: CodeLabel,
+    new_slot: CodeLabel,
+    new_slot_failed: CodeLabel,
+    register_loop: CodeLabel,
+    rand_below: CodeLabel,
+    next_skip: CodeLabel,
+    append: CodeLabel,
+    append_room: CodeLabel,
+    check_thread: CodeLabel,
+    check_thread_done: CodeLabel,
+    check_thread_marker: CodeLabel,
+    check_thread_marker_done: CodeLabel,
+    flush: CodeLabel,
+    flush_sent: CodeLabel,
+    send: CodeLabel,
+    send_retry: CodeLabel,
+    send_yield: CodeLabel,
+    send_bad_fd: CodeLabel,
+    send_failed: CodeLabel,
+    fold_live: CodeLabel,
+    fold_live_skip: CodeLabel,
+    send_region: CodeLabel,
+    region_len_ok: CodeLabel,
+    region_begin: CodeLabel,
+    region_begin_empty: CodeLabel,
+    region_begin_done: CodeLabel,
+    region_end: CodeLabel,
+    region_end_done: CodeLabel,
+    fini: CodeLabel,
+    fini_others: CodeLabel,
+    fini_loop: CodeLabel,
+    fini_staging_ready: CodeLabel,
+    fini_retry: CodeLabel,
+    fini_count_ok: CodeLabel,
+    fini_wait: CodeLabel,
+    fini_unflushed: CodeLabel,
+    flush_unchecked: CodeLabel,
+    fini_unfolded: CodeLabel,
+    fini_next: CodeLabel,
+    fini_exit_message: CodeLabel,
+    fini_done: CodeLabel,
+    entry: CodeLabel,
+    entry_env_loop: CodeLabel,
+    entry_cmp: CodeLabel,
+    entry_done: CodeLabel,
+    parse_u64: CodeLabel,
+    parse_loop: CodeLabel,
+    parse_done: CodeLabel,
+    prefix: CodeLabel,
+}
+
+impl Labels {
+    fn new(a: &mut Asm) -> Labels {
+        let mut n = || a.create_label();
+        Labels {
+            record: n(),
+            to_cold_entry: n(),
+            init_slot: n(),
+            cold_entry: n(),
+            cold_active: n(),
+            cold_leave: n(),
+            cold_interrupted: n(),
+            cold_body: n(),
+            cold_enabled: n(),
+            cold_open_window: n(),
+            window_sized: n(),
+            cold_record: n(),
+            cold_after_saved: n(),
+            cold_check_full: n(),
+            cold_release: n(),
+            cold_nested: n(),
+            cold_return: n(),
+            ensure_process: n(),
+            ensure_done: n(),
+            find_slot: n(),
+            new_slot: n(),
+            new_slot_failed: n(),
+            register_loop: n(),
+            rand_below: n(),
+            next_skip: n(),
+            append: n(),
+            append_room: n(),
+            check_thread: n(),
+            check_thread_done: n(),
+            check_thread_marker: n(),
+            check_thread_marker_done: n(),
+            flush: n(),
+            flush_sent: n(),
+            send: n(),
+            send_retry: n(),
+            send_yield: n(),
+            send_bad_fd: n(),
+            send_failed: n(),
+            fold_live: n(),
+            fold_live_skip: n(),
+            send_region: n(),
+            region_len_ok: n(),
+            region_begin: n(),
+            region_begin_empty: n(),
+            region_begin_done: n(),
+            region_end: n(),
+            region_end_done: n(),
+            fini: n(),
+            fini_others: n(),
+            fini_loop: n(),
+            fini_staging_ready: n(),
+            fini_retry: n(),
+            fini_count_ok: n(),
+            fini_wait: n(),
+            fini_unflushed: n(),
+            flush_unchecked: n(),
+            fini_unfolded: n(),
+            fini_next: n(),
+            fini_exit_message: n(),
+            fini_done: n(),
+            entry: n(),
+            entry_env_loop: n(),
+            entry_cmp: n(),
+            entry_done: n(),
+            parse_u64: n(),
+            parse_loop: n(),
+            parse_done: n(),
+            prefix: n(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
+
+    fn params() -> RuntimeParams {
+        RuntimeParams {
+            code_va: 0x10_0000,
+            state_va: 0x20_0000,
+            original_entry: 0x1040,
+            original_fini: Some(0x1200),
+            has_regions: false,
+        }
+    }
+
+    #[test]
+    fn runtime_assembles_and_decodes_cleanly() {
+        let rt = generate(&params()).unwrap();
+        assert!(rt.code.len() > 500, "{} bytes", rt.code.len());
+        for ip in [rt.record, rt.entry, rt.fini, rt.region_begin, rt.region_end] {
+            assert!(ip >= 0x10_0000 && ip < 0x10_0000 + rt.code.len() as u64);
+        }
+        // Everything up to the env prefix decodes to valid instructions.
+        let mut decoder = Decoder::with_ip(64, &rt.code, 0x10_0000, DecoderOptions::NONE);
+        let mut formatter = IntelFormatter::new();
+        let mut text = String::new();
+        let mut saw_fs_countdown = false;
+        while decoder.can_decode() {
+            let insn = decoder.decode();
+            if insn.is_invalid() {
+                break;
+            }
+            text.clear();
+            formatter.format(&insn, &mut text);
+            if text.contains("fs:[38h]") {
+                saw_fs_countdown = true;
+            }
+        }
+        assert!(saw_fs_countdown);
+    }
+
+    #[test]
+    fn hot_path_restores_the_flags_it_changes() {
+        // From `record` to the first ret, flags may change only between
+        // `seto al; lahf` and `add al, 0x7f; sahf`, which keep and restore
+        // them (OF through al, the rest through ah).
+        let rt = generate(&params()).unwrap();
+        let offset = (rt.record - 0x10_0000) as usize;
+        let mut decoder = Decoder::with_ip(64, &rt.code[offset..], rt.record, DecoderOptions::NONE);
+        let (mut saved, mut previous, mut restores) = (false, Code::INVALID, 0);
+        loop {
+            let insn = decoder.decode();
+            match insn.code() {
+                Code::Lahf => {
+                    assert_eq!(previous, Code::Seto_rm8, "OF kept before lahf");
+                    saved = true;
+                }
+                Code::Sahf => {
+                    assert_eq!(previous, Code::Add_AL_imm8, "OF restored before sahf");
+                    saved = false;
+                    restores += 1;
+                }
+                Code::Retnq => break,
+                _ => assert!(
+                    saved || insn.rflags_modified() == 0,
+                    "{:?} at {:#x} modifies unsaved flags",
+                    insn.code(),
+                    insn.ip()
+                ),
+            }
+            previous = insn.code();
+        }
+        assert_eq!(restores, 1);
+        assert!(!saved);
+    }
+}
+#[cfg(test)]
+mod dump {
+    #[test]
+    #[ignore]
+    fn dump_runtime() {
+        use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
+        let rt = super::generate(&super::RuntimeParams {
+            code_va: 0x10_0000,
+            state_va: 0x20_0000,
+            original_entry: 0x1040,
+            original_fini: Some(0x1200),
+            has_regions: false,
+        })
+        .unwrap();
+        let mut d = Decoder::with_ip(64, &rt.code, 0x10_0000, DecoderOptions::NONE);
+        let mut f = IntelFormatter::new();
+        let mut s = String::new();
+        while d.can_decode() {
+            let i = d.decode();
+            s.clear();
+            f.format(&i, &mut s);
+            println!("{:x} {}", i.ip(), s);
+        }
+        println!(
+            "{:x?}",
+            (rt.record, rt.entry, rt.fini, rt.region_begin, rt.region_end)
+        );
+    }
+}

@@ -1,0 +1,441 @@
+//! Turning the recorder's messages into samples for a [`RecordSink`].
+//!
+//! Messages of different threads (and forked processes) arrive interleaved.
+//! A *sampled* trace buffers each thread's open window (at most `w`
+//! records) and hands it to the sink whole, so every sample is one window of
+//! one thread. A *full* trace is one sample; records stream straight through
+//! and [`RecordSink::switch_thread`] marks where another thread's records
+//! continue it (the analysis splits it per thread, docs/METRICS.md).
+
+use super::RecordSink;
+use anyhow::Result;
+use memgaze_trace::protocol::{self, MessageHeader, MessageKind, UNWRITTEN_MARKER, WINDOW_MARKER};
+use std::collections::HashMap;
+
+/// A region marker event seen in the stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegionEvent {
+    /// `true` for `memgaze_region_begin`, `false` for `memgaze_region_end`.
+    pub begin: bool,
+    /// The region (bench) name.
+    pub name: String,
+    /// Thread that called the marker.
+    pub thread: u32,
+}
+
+/// Counts kept per thread slot (cumulative values from its last message).
+#[derive(Clone, Copy, Debug, Default)]
+struct SlotCounts {
+    executions: u64,
+    dropped: u64,
+    final_seen: bool,
+}
+
+/// A thread's open window in a sampled trace.
+#[derive(Debug, Default)]
+struct OpenWindow {
+    open: bool,
+    records: Vec<(u32, u64)>,
+}
+
+/// Decodes messages and feeds a sink.
+pub struct Assembler<'a> {
+    sink: &'a mut dyn RecordSink,
+    /// Which load ids may appear in records (instrumented loads).
+    valid_loads: Vec<bool>,
+    full: bool,
+    window: u64,
+    threads: HashMap<(u32, u32), u32>,
+    slots: HashMap<(u32, u32), SlotCounts>,
+    /// Open window per thread id.
+    windows: Vec<OpenWindow>,
+    current_thread: Option<u32>,
+    /// A full trace's records of the current message (reused).
+    batch: Vec<(u32, u64)>,
+    /// Records handed to the sink.
+    pub records: u64,
+    /// Samples begun in the sink.
+    pub samples: u64,
+    /// Records that named an unknown or uninstrumented load.
+    pub invalid_records: u64,
+    /// Records claimed but never written (see
+    /// [`protocol::UNWRITTEN_MARKER`]): dropped, their executions counted.
+    pub unwritten_records: u64,
+    /// Messages that could not be decoded.
+    pub bad_messages: u64,
+    /// Processes whose exit hook reported in, with their process-level drops.
+    pub exited: HashMap<u32, u64>,
+    /// Region events, in arrival order.
+    pub regions: Vec<RegionEvent>,
+    /// Process ids in order of first message.
+    pub processes: Vec<u32>,
+}
+
+impl<'a> Assembler<'a> {
+    /// An assembler for a trace with `w = window` (`full`: one sample).
+    pub fn new(
+        sink: &'a mut dyn RecordSink,
+        valid_loads: Vec<bool>,
+        full: bool,
+        window: u64,
+    ) -> Self {
+        Assembler {
+            sink,
+            valid_loads,
+            full,
+            window,
+            threads: HashMap::new(),
+            slots: HashMap::new(),
+            windows: Vec::new(),
+            current_thread: None,
+            batch: Vec::new(),
+            records: 0,
+            samples: 0,
+            invalid_records: 0,
+            unwritten_records: 0,
+            bad_messages: 0,
+            exited: HashMap::new(),
+            regions: Vec::new(),
+            processes: Vec::new(),
+        }
+    }
+
+    /// Small thread ids in order of first appearance.
+    fn thread_id(&mut self, pid: u32, tid: u32) -> u32 {
+        let next = self.threads.len() as u32;
+        let id = *self.threads.entry((pid, tid)).or_insert(next);
+        if self.windows.len() <= id as usize {
+            self.windows
+                .resize_with(id as usize + 1, OpenWindow::default);
+        }
+        id
+    }
+
+    /// Number of distinct threads (across processes) seen.
+    pub fn threads(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Processes one message.
+    pub fn message(&mut self, bytes: &[u8]) -> Result<()> {
+        let (header, payload) = match MessageHeader::decode(bytes) {
+            Ok(decoded) => decoded,
+            Err(_) => {
+                self.bad_messages += 1;
+                return Ok(());
+            }
+        };
+        if !self.processes.contains(&header.pid) {
+            self.processes.push(header.pid);
+        }
+        if header.kind == MessageKind::ProcessExit {
+            self.exited.insert(header.pid, header.dropped);
+            return Ok(());
+        }
+        let counts = self.slots.entry((header.pid, header.slot)).or_default();
+        counts.executions = counts.executions.max(header.executions);
+        counts.dropped = counts.dropped.max(header.dropped);
+        counts.final_seen |= header.kind == MessageKind::Final;
+        let thread = self.thread_id(header.pid, header.tid);
+        match header.kind {
+            MessageKind::Records | MessageKind::Final if self.full => {
+                let (kept, invalid, unwritten) =
+                    valid_records(payload, &self.valid_loads, &mut self.batch);
+                self.invalid_records += invalid;
+                self.unwritten_records += unwritten;
+                if kept > 0 {
+                    self.enter_full_sample(thread)?;
+                    self.records += kept as u64;
+                    self.sink.push_records(&self.batch[..kept])?;
+                }
+            }
+            MessageKind::Records | MessageKind::Final => {
+                for (load, addr) in protocol::records(payload) {
+                    if load == WINDOW_MARKER {
+                        self.close_window(thread)?;
+                        self.windows[thread as usize].open = true;
+                    } else if self.valid_loads.get(load as usize) == Some(&true) {
+                        let window = &mut self.windows[thread as usize];
+                        window.open = true;
+                        window.records.push((load, addr));
+                        if window.records.len() as u64 >= self.window {
+                            self.close_window(thread)?;
+                        }
+                    } else if load == UNWRITTEN_MARKER {
+                        self.unwritten_records += 1;
+                    } else {
+                        self.invalid_records += 1;
+                    }
+                }
+            }
+            MessageKind::RegionBegin | MessageKind::RegionEnd => {
+                let begin = header.kind == MessageKind::RegionBegin;
+                if !begin && !self.full {
+                    self.close_window(thread)?;
+                }
+                let event = RegionEvent {
+                    begin,
+                    name: String::from_utf8_lossy(payload).into_owned(),
+                    thread,
+                };
+                self.sink.region(&event)?;
+                self.regions.push(event);
+            }
+            MessageKind::ProcessExit => unreachable!(),
+        }
+        Ok(())
+    }
+
+    /// Makes `thread` the one whose records continue the single sample of a
+    /// full trace.
+    fn enter_full_sample(&mut self, thread: u32) -> Result<()> {
+        match self.current_thread {
+            None => {
+                self.sink.begin_sample(thread)?;
+                self.samples += 1;
+            }
+            Some(current) if current != thread => self.sink.switch_thread(thread)?,
+            Some(_) => {}
+        }
+        self.current_thread = Some(thread);
+        Ok(())
+    }
+
+    /// Hands a thread's open window (if it holds records) to the sink.
+    fn close_window(&mut self, thread: u32) -> Result<()> {
+        let Some(window) = self.windows.get_mut(thread as usize) else {
+            return Ok(());
+        };
+        window.open = false;
+        if window.records.is_empty() {
+            return Ok(());
+        }
+        self.sink.begin_sample(thread)?;
+        self.samples += 1;
+        self.sink.push_records(&window.records)?;
+        self.records += window.records.len() as u64;
+        window.records.clear();
+        Ok(())
+    }
+
+    /// Emits every window still open (program ended or was killed).
+    pub fn finish(&mut self) -> Result<()> {
+        for thread in 0..self.windows.len() as u32 {
+            self.close_window(thread)?;
+        }
+        Ok(())
+    }
+
+    /// Executions counted over all slots of all processes.
+    pub fn executions(&self) -> u64 {
+        self.slots.values().map(|c| c.executions).sum()
+    }
+
+    /// Records the recorders reported lost (slots and processes), and
+    /// records claimed but never written.
+    pub fn dropped(&self) -> u64 {
+        self.slots.values().map(|c| c.dropped).sum::<u64>()
+            + self.exited.values().sum::<u64>()
+            + self.unwritten_records
+    }
+
+    /// Whether process `pid` ran its exit hook.
+    pub fn process_exited(&self, pid: u32) -> bool {
+        self.exited.contains_key(&pid)
+    }
+}
+
+/// Decodes a message's records into `out[..kept]`, leaving out window
+/// markers, unwritten records and records of loads that are not in `valid`;
+/// returns `(kept, invalid, unwritten)`. Branch-free per record: every
+/// record is stored and the next one overwrites it unless it was kept. `out`
+/// keeps its largest length between calls, so it is never cleared or
+/// refilled.
+fn valid_records(payload: &[u8], valid: &[bool], out: &mut Vec<(u32, u64)>) -> (usize, u64, u64) {
+    let n = payload.len() / protocol::RECORD_BYTES;
+    if out.len() < n {
+        out.resize(n, (0, 0));
+    }
+    let out = &mut out[..n];
+    let mut kept = 0;
+    let mut invalid = 0u64;
+    let mut unwritten = 0u64;
+    for (load, addr) in protocol::records(payload) {
+        let ok = valid.get(load as usize).copied().unwrap_or(false);
+        // `kept <= ` records seen so far `< n`.
+        out[kept.min(n - 1)] = (load, addr);
+        kept += usize::from(ok);
+        let marker = load == UNWRITTEN_MARKER;
+        unwritten += u64::from(marker);
+        invalid += u64::from(!ok & (load != WINDOW_MARKER) & !marker);
+    }
+    (kept, invalid, unwritten)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memgaze_trace::protocol::{MessageHeader, MessageKind};
+
+    #[derive(Default)]
+    struct Collected {
+        samples: Vec<(u32, Vec<(u32, u64)>)>,
+        switches: Vec<u32>,
+    }
+
+    impl RecordSink for Collected {
+        fn begin_sample(&mut self, thread: u32) -> Result<()> {
+            self.samples.push((thread, Vec::new()));
+            Ok(())
+        }
+        fn switch_thread(&mut self, thread: u32) -> Result<()> {
+            self.switches.push(thread);
+            Ok(())
+        }
+        fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+            self.samples.last_mut().unwrap().1.push((load, addr));
+            Ok(())
+        }
+    }
+
+    fn message(kind: MessageKind, tid: u32, executions: u64, records: &[(u32, u64)]) -> Vec<u8> {
+        let header = MessageHeader {
+            kind,
+            pid: 100,
+            tid,
+            executions,
+            dropped: 0,
+            slot: tid,
+            count: records.len() as u32,
+        };
+        let mut out = header.encode().to_vec();
+        for &(load, addr) in records {
+            out.extend_from_slice(&load.to_le_bytes());
+            out.extend_from_slice(&addr.to_le_bytes());
+        }
+        out
+    }
+
+    #[test]
+    fn sampled_windows_of_interleaved_threads_stay_whole() {
+        let mut sink = Collected::default();
+        let mut asm = Assembler::new(&mut sink, vec![true, true, false], false, 3);
+        let m = WINDOW_MARKER;
+        asm.message(&message(
+            MessageKind::Records,
+            1,
+            10,
+            &[(m, 0), (0, 1), (1, 2)],
+        ))
+        .unwrap();
+        asm.message(&message(MessageKind::Records, 2, 5, &[(m, 0), (0, 7)]))
+            .unwrap();
+        asm.message(&message(
+            MessageKind::Records,
+            1,
+            20,
+            &[(0, 3), (m, 1), (0, 4)],
+        ))
+        .unwrap();
+        asm.message(&message(MessageKind::Final, 2, 9, &[(2, 9), (1, 8)]))
+            .unwrap();
+        asm.finish().unwrap();
+        assert_eq!(asm.executions(), 29);
+        assert_eq!(asm.invalid_records, 1);
+        assert_eq!(asm.records, 6);
+        assert_eq!(asm.samples, 3);
+        drop(asm);
+        assert_eq!(
+            sink.samples,
+            vec![
+                (0, vec![(0, 1), (1, 2), (0, 3)]),
+                (0, vec![(0, 4)]),
+                (1, vec![(0, 7), (1, 8)]),
+            ]
+        );
+    }
+
+    #[test]
+    fn full_trace_is_one_sample_with_thread_switches() {
+        let mut sink = Collected::default();
+        let mut asm = Assembler::new(&mut sink, vec![true], true, u64::MAX);
+        let m = WINDOW_MARKER;
+        asm.message(&message(
+            MessageKind::Records,
+            1,
+            2,
+            &[(m, 0), (0, 1), (0, 2)],
+        ))
+        .unwrap();
+        asm.message(&message(MessageKind::Records, 2, 1, &[(m, 0), (0, 5)]))
+            .unwrap();
+        asm.message(&message(MessageKind::Final, 1, 3, &[(0, 3)]))
+            .unwrap();
+        asm.finish().unwrap();
+        assert_eq!((asm.records, asm.samples), (4, 1));
+        drop(asm);
+        assert_eq!(
+            sink.samples,
+            vec![(0, vec![(0, 1), (0, 2), (0, 5), (0, 3)])]
+        );
+        assert_eq!(sink.switches, vec![1, 0]);
+    }
+
+    #[test]
+    fn full_trace_drops_markers_and_counts_invalid_loads() {
+        let mut sink = Collected::default();
+        let mut asm = Assembler::new(&mut sink, vec![true, true, false], true, u64::MAX);
+        let m = WINDOW_MARKER;
+        asm.message(&message(
+            MessageKind::Records,
+            1,
+            6,
+            &[(m, 0), (0, 1), (2, 2), (1, 3), (99, 4), (0, 5), (m, 6)],
+        ))
+        .unwrap();
+        // Only invalid records: no sample begun, nothing pushed.
+        asm.message(&message(MessageKind::Records, 2, 1, &[(2, 7)]))
+            .unwrap();
+        // A shorter message after a longer one reuses the batch.
+        asm.message(&message(MessageKind::Final, 1, 7, &[(1, 8)]))
+            .unwrap();
+        asm.finish().unwrap();
+        assert_eq!((asm.records, asm.samples, asm.invalid_records), (4, 1, 3));
+        drop(asm);
+        assert_eq!(
+            sink.samples,
+            vec![(0, vec![(0, 1), (1, 3), (0, 5), (1, 8)])]
+        );
+        assert!(sink.switches.is_empty());
+    }
+
+    #[test]
+    fn unwritten_records_are_dropped_and_counted_in_both_modes() {
+        let u = UNWRITTEN_MARKER;
+        let m = WINDOW_MARKER;
+        for full in [true, false] {
+            let mut sink = Collected::default();
+            let mut asm = Assembler::new(&mut sink, vec![true, true], full, 4);
+            asm.message(&message(
+                MessageKind::Records,
+                1,
+                5,
+                &[(m, 0), (0, 1), (u, 0), (1, 3), (u, 0), (7, 4)],
+            ))
+            .unwrap();
+            asm.finish().unwrap();
+            assert_eq!(
+                (asm.records, asm.unwritten_records, asm.invalid_records),
+                (2, 2, 1),
+                "full: {full}"
+            );
+            assert_eq!(asm.dropped(), 2, "full: {full}");
+            drop(asm);
+            assert_eq!(
+                sink.samples,
+                vec![(0, vec![(0, 1), (1, 3)])],
+                "full: {full}"
+            );
+        }
+    }
+}

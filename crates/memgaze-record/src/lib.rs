@@ -1,0 +1,896 @@
+//! Running an instrumented program and collecting its software-recorder
+//! output into a trace.
+//!
+//! [`record`] spawns the program with its arguments, its standard streams
+//! and its environment untouched (plus [`protocol::RECORDER_ENV`] and
+//! [`protocol::RECORDING_ENV`]) and address-space randomisation disabled,
+//! reads the recorder's messages from a socket while the program runs, and
+//! streams the records into a [`RecordSink`]: a [`TraceWriter`] for `cargo
+//! memgaze record`, or anything else (an analyser) that wants them without a
+//! file. Nothing is buffered beyond one sample window per thread.
+
+#![warn(missing_docs)]
+
+pub mod assemble;
+pub mod lackey;
+pub mod pt;
+
+pub use assemble::RegionEvent;
+
+use anyhow::{Context, Result, bail};
+use assemble::Assembler;
+use memgaze_instrument::annotation::Annotation;
+use memgaze_trace::protocol::{self, RecorderConfig};
+use memgaze_trace::{
+    Backend, Dropped, ProgramExit, Sampling, TraceHeader, TraceTotals, TraceWriter,
+};
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Default records per sample window (`w`).
+pub const DEFAULT_WINDOW: u64 = 1_000;
+/// Default instrumented-load executions per period (`w + z`).
+pub const DEFAULT_PERIOD: u64 = 100_000;
+
+/// How long descendants of the program may keep the socket open, sending
+/// nothing, after the program itself exited before their output is cut off.
+const LINGER: Duration = Duration::from_secs(2);
+
+/// Where the collector puts the records it decodes.
+///
+/// The collector guarantees: [`RecordSink::begin_sample`] before the first
+/// record; in a sampled trace every sample is one whole window of one
+/// thread; in a full trace there is one sample and
+/// [`RecordSink::switch_thread`] announces records of another thread.
+pub trait RecordSink {
+    /// Starts the next sample, recorded by `thread`.
+    fn begin_sample(&mut self, thread: u32) -> Result<()>;
+    /// The current sample continues with records of `thread`.
+    fn switch_thread(&mut self, thread: u32) -> Result<()>;
+    /// One record: load site `load` (index into the annotation's and the
+    /// trace header's loads) read `addr`.
+    fn push(&mut self, load: u32, addr: u64) -> Result<()>;
+    /// Several records in a row, as [`RecordSink::push`] of each: the
+    /// collector hands over a message's records at once, so the call through
+    /// `dyn RecordSink` is paid per message, not per record (the default
+    /// loop is compiled per sink, its `push` calls inlined).
+    fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
+        for &(load, addr) in records {
+            self.push(load, addr)?;
+        }
+        Ok(())
+    }
+    /// A region marker was called (the default ignores it).
+    fn region(&mut self, _event: &RegionEvent) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl<W: Write> RecordSink for TraceWriter<W> {
+    fn begin_sample(&mut self, thread: u32) -> Result<()> {
+        TraceWriter::begin_sample(self, thread)
+    }
+    fn switch_thread(&mut self, thread: u32) -> Result<()> {
+        TraceWriter::switch_thread(self, thread)
+    }
+    fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+        TraceWriter::push(self, load, addr)
+    }
+    fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
+        TraceWriter::push_records(self, records)
+    }
+}
+
+/// Streams records straight into the analysis (no trace file): what
+/// `cargo memgaze run` uses, and what `golden` can use for full traces.
+pub struct AnalyzerSink {
+    analyzer: memgaze_analysis::Analyzer,
+    sample: u64,
+    thread: u32,
+    started: bool,
+}
+
+impl AnalyzerSink {
+    /// An analyser for a trace with this header.
+    pub fn new(header: &TraceHeader, options: &memgaze_analysis::AnalysisOptions) -> Result<Self> {
+        Ok(AnalyzerSink {
+            analyzer: memgaze_analysis::Analyzer::new(header, options)?,
+            sample: 0,
+            thread: 0,
+            started: false,
+        })
+    }
+
+    /// The analysis, given the recording's totals.
+    pub fn finish(self, totals: &TraceTotals) -> memgaze_analysis::Analysis {
+        self.analyzer.finish(totals)
+    }
+}
+
+impl RecordSink for AnalyzerSink {
+    fn begin_sample(&mut self, thread: u32) -> Result<()> {
+        if self.started {
+            self.sample += 1;
+        }
+        self.started = true;
+        self.thread = thread;
+        Ok(())
+    }
+    fn switch_thread(&mut self, thread: u32) -> Result<()> {
+        self.thread = thread;
+        Ok(())
+    }
+    fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+        self.analyzer
+            .push_load(load, addr, self.sample, self.thread);
+        Ok(())
+    }
+}
+
+/// Counts the records delivered and keeps nothing else: for checks that a
+/// recording loses nothing (`doctor`'s backend check, the recorder's tests).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CountingSink {
+    /// Records pushed so far.
+    pub records: u64,
+}
+
+impl RecordSink for CountingSink {
+    fn begin_sample(&mut self, _thread: u32) -> Result<()> {
+        Ok(())
+    }
+    fn switch_thread(&mut self, _thread: u32) -> Result<()> {
+        Ok(())
+    }
+    fn push(&mut self, _load: u32, _addr: u64) -> Result<()> {
+        self.records += 1;
+        Ok(())
+    }
+    fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
+        self.records += records.len() as u64;
+        Ok(())
+    }
+}
+
+/// Sends every record to two sinks (e.g. a trace file and an analyser).
+pub struct Tee<'a>(pub &'a mut dyn RecordSink, pub &'a mut dyn RecordSink);
+
+impl RecordSink for Tee<'_> {
+    fn begin_sample(&mut self, thread: u32) -> Result<()> {
+        self.0.begin_sample(thread)?;
+        self.1.begin_sample(thread)
+    }
+    fn switch_thread(&mut self, thread: u32) -> Result<()> {
+        self.0.switch_thread(thread)?;
+        self.1.switch_thread(thread)
+    }
+    fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+        self.0.push(load, addr)?;
+        self.1.push(load, addr)
+    }
+    fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
+        self.0.push_records(records)?;
+        self.1.push_records(records)
+    }
+    fn region(&mut self, event: &RegionEvent) -> Result<()> {
+        self.0.region(event)?;
+        self.1.region(event)
+    }
+}
+
+/// What a recording produced besides the records.
+#[derive(Clone, Debug)]
+pub struct Recording {
+    /// How the program ended.
+    pub exit: ProgramExit,
+    /// Totals for the trace footer (`records`/`samples` match what the sink
+    /// received).
+    pub totals: TraceTotals,
+    /// Threads seen (over all processes).
+    pub threads: usize,
+    /// Processes that sent records (the program and forked children).
+    pub processes: usize,
+    /// Region marker events.
+    pub regions: Vec<RegionEvent>,
+    /// Things the user should know (drops, cut-off output, signals).
+    pub notes: Vec<String>,
+    /// Messages whose records came through a shared chunk instead of the
+    /// socket.
+    pub shared_messages: u64,
+}
+
+impl Recording {
+    /// The exit code a shell would report for the program (128 + N for a
+    /// signal).
+    pub fn exit_code(&self) -> i32 {
+        match self.exit {
+            ProgramExit::Code(code) => code,
+            ProgramExit::Signal(signal) => 128 + signal,
+        }
+    }
+}
+
+/// The trace header for a recording of an instrumented program.
+///
+/// Load indices are annotation load ids, so the collector can hand them
+/// through unchanged.
+pub fn trace_header(
+    annotation: &Annotation,
+    sampling: Sampling,
+    command: Vec<String>,
+) -> TraceHeader {
+    TraceHeader {
+        backend: Backend::Soft,
+        sampling,
+        binary: Some(annotation.binary.clone()),
+        command,
+        functions: annotation.function_entries(),
+        loads: annotation.load_entries(),
+        labels: Vec::new(),
+    }
+}
+
+/// Runs `program` (instrumented, described by `annotation`) with `args` and
+/// streams its records into `sink`.
+///
+/// `sampling.window == sampling.period` records a full trace; otherwise the
+/// recorder records `window` consecutive instrumented-load executions per
+/// `period` (jittered with `sampling.seed`, 0 when absent).
+pub fn record(
+    program: &Path,
+    args: &[OsString],
+    annotation: &Annotation,
+    sampling: &Sampling,
+    sink: &mut dyn RecordSink,
+) -> Result<Recording> {
+    let mut command = Command::new(program);
+    command.args(args);
+    record_command(command, annotation, sampling, sink)
+}
+
+/// [`record`] for a command the caller prepared: its arguments, working
+/// directory, environment and standard streams are kept (e.g. `cargo
+/// memgaze bench` runs a bench from its package root and captures its
+/// libtest output); the recorder's variables and the spawn settings
+/// (no address randomisation, the socket inherited) are added.
+pub fn record_command(
+    mut command: Command,
+    annotation: &Annotation,
+    sampling: &Sampling,
+    sink: &mut dyn RecordSink,
+) -> Result<Recording> {
+    let program = std::path::PathBuf::from(command.get_program());
+    let program = program.as_path();
+    if sampling.window == 0 || sampling.window > sampling.period {
+        bail!(
+            "window {} must be between 1 and the period {}",
+            sampling.window,
+            sampling.period
+        );
+    }
+    let (ours, theirs) = socket_pair()?;
+    let (inode, device) = inode_of(&theirs)?;
+    let config = RecorderConfig {
+        fd: theirs.as_raw_fd(),
+        inode,
+        device,
+        window: sampling.window,
+        period: sampling.period,
+        seed: sampling.seed.unwrap_or(0),
+    };
+    let their_fd = theirs.as_raw_fd();
+    command
+        .env(protocol::RECORDER_ENV, config.to_env())
+        .env(protocol::RECORDING_ENV, "1");
+    // Optional: without shared chunks every message is copied through the
+    // socket, which works the same, only slower.
+    let shared = SharedChunks::new(SHARED_CHUNKS).ok();
+    let shared_fd = match &shared {
+        Some(chunks) => {
+            command.env(protocol::SHARED_ENV, chunks.config.to_env());
+            chunks.config.fd
+        }
+        None => {
+            command.env_remove(protocol::SHARED_ENV);
+            -1
+        }
+    };
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::fcntl(their_fd, libc::F_SETFD, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if shared_fd >= 0 && libc::fcntl(shared_fd, libc::F_SETFD, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = spawn_fresh_executable(&mut command)
+        .with_context(|| format!("{}: cannot run", program.display()))?;
+    drop(theirs);
+    let pid = child.id();
+    // Like a shell: ^C reaches the program (same process group); we stay to
+    // write what it recorded.
+    let previous = ignore_interrupts();
+
+    let done = Arc::new(AtomicBool::new(false));
+    let cut_off = Arc::new(AtomicBool::new(false));
+    // Messages read so far: the linger below counts from the last one, so a
+    // reader still draining what the program queued before it exited (a
+    // slow sink, a full trace) is never cut off.
+    let progress = Arc::new(AtomicU64::new(0));
+    let waiter = {
+        let done = Arc::clone(&done);
+        let cut_off = Arc::clone(&cut_off);
+        let progress = Arc::clone(&progress);
+        let socket = ours.as_raw_fd();
+        std::thread::spawn(move || {
+            let status = child.wait();
+            let mut deadline = Instant::now() + LINGER;
+            let mut seen = progress.load(Ordering::Acquire);
+            while !done.load(Ordering::Acquire) && Instant::now() < deadline {
+                // Woken early by the reader when it is done (a plain
+                // sleep here made every recording wait up to 10 ms more).
+                std::thread::park_timeout(Duration::from_millis(10));
+                let now = progress.load(Ordering::Acquire);
+                if now != seen {
+                    seen = now;
+                    deadline = Instant::now() + LINGER;
+                }
+            }
+            if !done.load(Ordering::Acquire) {
+                cut_off.store(true, Ordering::Release);
+                // SAFETY: `socket` stays open until this thread is joined.
+                unsafe { libc::shutdown(socket, libc::SHUT_RDWR) };
+            }
+            status
+        })
+    };
+
+    let valid: Vec<bool> = annotation.loads.iter().map(|l| l.instrumented).collect();
+    let full = sampling.is_full();
+    let mut assembler = Assembler::new(sink, valid, full, sampling.window);
+    let mut buffer = vec![0u8; 1 << 18];
+    let mut failure = None;
+    let mut shared_messages = 0;
+    loop {
+        // SAFETY: buffer is valid for its length.
+        let n = unsafe {
+            libc::recv(
+                ours.as_raw_fd(),
+                buffer.as_mut_ptr().cast(),
+                buffer.len(),
+                0,
+            )
+        };
+        if n == 0 {
+            break;
+        }
+        if n < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            failure = Some(anyhow::Error::new(err).context("reading the recorder's output"));
+            break;
+        }
+        let mut n = n as usize;
+        if let Some(length) = shared.as_ref().and_then(|c| c.take(&mut buffer, n)) {
+            n = length;
+            shared_messages += 1;
+        }
+        if let Err(e) = assembler.message(&buffer[..n]) {
+            failure = Some(e);
+            break;
+        }
+        progress.fetch_add(1, Ordering::Release);
+    }
+    done.store(true, Ordering::Release);
+    waiter.thread().unpark();
+    let status = waiter
+        .join()
+        .map_err(|_| anyhow::anyhow!("the process waiter panicked"))?
+        .with_context(|| format!("{}: cannot wait for the program", program.display()))?;
+    restore_interrupts(previous);
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    assembler.finish()?;
+
+    let exit = match (status.code(), status.signal()) {
+        (Some(code), _) => ProgramExit::Code(code),
+        (None, Some(signal)) => ProgramExit::Signal(signal),
+        (None, None) => ProgramExit::Code(-1),
+    };
+    let mut notes = Vec::new();
+    let main_exited = assembler.process_exited(pid);
+    if let ProgramExit::Signal(signal) = exit {
+        // The recorder sends a thread's records only when its buffer fills
+        // and at exit; a fatal signal skips the exit hook.
+        notes.push(if assembler.processes.is_empty() {
+            format!(
+                "the program was killed by signal {signal} ({}) before the recorder's first flush: every record it held is lost",
+                signal_name(signal)
+            )
+        } else {
+            format!(
+                "the program was killed by signal {signal} ({}): the trace holds the records flushed until then; each thread's last, partly filled buffer (up to {} records) is lost",
+                signal_name(signal),
+                memgaze_trace::layout::slot::CAPACITY
+            )
+        });
+    }
+    if cut_off.load(Ordering::Acquire) {
+        notes.push(format!(
+            "processes the program left running still held the recorder socket {}s after it exited; their output was cut off",
+            LINGER.as_secs()
+        ));
+    }
+    if assembler.processes.is_empty() && matches!(exit, ProgramExit::Code(_)) {
+        notes.push(
+            "the recorder sent nothing: the program may not be instrumented by this cargo memgaze, may have exited before its entry point, or runs on a kernel without MADV_WIPEONFORK (Linux ≥ 4.14)"
+                .into(),
+        );
+    } else if matches!(exit, ProgramExit::Code(_)) && !main_exited {
+        notes.push(
+            "the program ended without running its exit hook (_exit or exec): executions after its last flush are not counted"
+                .into(),
+        );
+    }
+    if assembler.invalid_records > 0 || assembler.bad_messages > 0 {
+        notes.push(format!(
+            "{} records named unknown loads and {} messages were malformed (annotation does not match the binary?)",
+            assembler.invalid_records, assembler.bad_messages
+        ));
+    }
+    let dropped_records = assembler.dropped() + assembler.invalid_records;
+    if dropped_records > 0 {
+        notes.push(format!(
+            "{dropped_records} records dropped (signal-handler re-entry or failed writes)"
+        ));
+    }
+    let totals = TraceTotals {
+        executions: assembler.executions(),
+        records: assembler.records,
+        samples: assembler.samples,
+        dropped: Dropped {
+            records: dropped_records,
+            samples: 0,
+            bytes: 0,
+        },
+        exit: Some(exit),
+        complete: matches!(exit, ProgramExit::Code(_))
+            && main_exited
+            && !cut_off.load(Ordering::Acquire),
+    };
+    Ok(Recording {
+        exit,
+        totals,
+        threads: assembler.threads(),
+        processes: assembler.processes.len(),
+        regions: std::mem::take(&mut assembler.regions),
+        notes,
+        shared_messages,
+    })
+}
+
+/// Shared chunks offered to the program: 4 MiB in flight, as much as the
+/// socket's send buffer holds.
+const SHARED_CHUNKS: u64 = 64;
+
+/// Retries of an exec that fails because the executable is busy
+/// (`ETXTBSY`): with [`BUSY_EXECUTABLE_PAUSE_MS`], up to 1 s in all.
+/// Shared with the Intel PT backend's fork/exec
+/// (`pt::collect::spawn_stopped`).
+pub(crate) const BUSY_EXECUTABLE_TRIES: u32 = 100;
+/// The pause before each retry of [`BUSY_EXECUTABLE_TRIES`].
+pub(crate) const BUSY_EXECUTABLE_PAUSE_MS: u64 = 10;
+
+/// Spawns `command`, retrying for up to a second while its executable is
+/// busy (`ETXTBSY`). An instrumented copy has only just been written: if
+/// another thread of this process forked while the copy's descriptor was
+/// open, that child holds the descriptor until it execs, and an exec of the
+/// file meanwhile fails. Waiting it out is the only remedy (the descriptor
+/// is close-on-exec, but the window before the other child's exec remains).
+fn spawn_fresh_executable(command: &mut Command) -> std::io::Result<std::process::Child> {
+    let mut tries = 0;
+    loop {
+        match command.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < BUSY_EXECUTABLE_TRIES => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(BUSY_EXECUTABLE_PAUSE_MS));
+            }
+            result => return result,
+        }
+    }
+}
+
+/// Record buffers shared with the program (a memfd both map; layout in
+/// [`protocol::SHARED_STATE_BYTES`] and its neighbours). The runtime claims a
+/// free chunk with a locked compare-and-swap on its state word, copies a
+/// flush's payload into it and sends only a reference; the collector copies
+/// the payload out and frees the chunk. This replaces the kernel's copy of
+/// every record into a socket buffer (about 40% of a full trace's CPU time
+/// went there). Forked children share the mapping and claim chunks the same
+/// way; an exec'd program does not inherit it (the entry hook closes the
+/// descriptor after mapping it).
+struct SharedChunks {
+    config: protocol::SharedConfig,
+    _fd: OwnedFd,
+    map: *mut u8,
+    bytes: usize,
+}
+
+impl SharedChunks {
+    fn new(chunks: u64) -> Result<SharedChunks> {
+        let bytes = protocol::SharedConfig::bytes(chunks);
+        // SAFETY: plain system calls on a descriptor we own.
+        let fd = unsafe { libc::memfd_create(c"memgaze-records".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error()).context("memfd_create");
+        }
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), bytes as libc::off_t) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("ftruncate");
+        }
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error()).context("mmap");
+        }
+        let (inode, device) = inode_of(&fd)?;
+        Ok(SharedChunks {
+            config: protocol::SharedConfig {
+                fd: fd.as_raw_fd(),
+                inode,
+                device,
+                chunks,
+            },
+            _fd: fd,
+            map: map.cast(),
+            bytes,
+        })
+    }
+
+    /// If `buffer[..n]` is a message whose payload is in a chunk, copies the
+    /// payload after the header, clears the flag, frees the chunk and
+    /// returns the whole message's length; otherwise `None` (a malformed
+    /// reference is left for the assembler to count as a bad message).
+    fn take(&self, buffer: &mut [u8], n: usize) -> Option<usize> {
+        use protocol::{HEADER_BYTES, SHARED_CHUNK_BYTES, SHARED_FLAG, SHARED_PAYLOAD_BYTES};
+        let kind_at = protocol::offsets::KIND as usize;
+        if n != HEADER_BYTES + SHARED_PAYLOAD_BYTES {
+            return None;
+        }
+        let kind = u32::from_le_bytes(buffer[kind_at..kind_at + 4].try_into().expect("4"));
+        if kind & SHARED_FLAG == 0 {
+            return None;
+        }
+        let word = |at: usize| u32::from_le_bytes(buffer[at..at + 4].try_into().expect("4"));
+        let chunk = word(HEADER_BYTES) as usize;
+        let length = word(HEADER_BYTES + 4) as usize;
+        if chunk as u64 >= self.config.chunks
+            || length > SHARED_CHUNK_BYTES
+            || HEADER_BYTES + length > buffer.len()
+        {
+            return None;
+        }
+        let offset = protocol::SHARED_STATE_BYTES + chunk * SHARED_CHUNK_BYTES;
+        debug_assert!(offset + length <= self.bytes);
+        // SAFETY: the chunk lies inside the mapping (checked above). The
+        // program does not write a chunk between sending its reference and
+        // the release below; a misbehaving one could only garble its own
+        // records, which the assembler validates.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.map.add(offset),
+                buffer.as_mut_ptr().add(HEADER_BYTES),
+                length,
+            );
+            let state = &*(self.map.add(chunk * 8) as *const AtomicU64);
+            state.store(0, Ordering::Release);
+            // Wake senders waiting for a free chunk (see the runtime's
+            // `send`): the generation changes after the release, and the
+            // flag is only swapped, so a sender that set it after this
+            // check sees the new generation and does not sleep.
+            let generation = &*(self.map.add(protocol::SHARED_GENERATION) as *const AtomicU32);
+            generation.fetch_add(1, Ordering::SeqCst);
+            let waiting = &*(self.map.add(protocol::SHARED_WAITING) as *const AtomicU64);
+            if waiting.load(Ordering::SeqCst) != 0 && waiting.swap(0, Ordering::SeqCst) != 0 {
+                libc::syscall(
+                    libc::SYS_futex,
+                    generation.as_ptr(),
+                    libc::FUTEX_WAKE,
+                    i32::MAX,
+                );
+            }
+        }
+        buffer[kind_at..kind_at + 4].copy_from_slice(&(kind & !SHARED_FLAG).to_le_bytes());
+        Some(HEADER_BYTES + length)
+    }
+}
+
+impl Drop for SharedChunks {
+    fn drop(&mut self) {
+        // SAFETY: unmaps what `new` mapped.
+        unsafe { libc::munmap(self.map.cast(), self.bytes) };
+    }
+}
+
+fn socket_pair() -> Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for two descriptors.
+    let rc = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error()).context("cannot create the recorder socket");
+    }
+    // SAFETY: socketpair returned two fresh descriptors we now own.
+    let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // A deeper queue lets the program run ahead of the decoder (capped by
+    // net.core.wmem_max; failure only costs speed).
+    let size: libc::c_int = 4 << 20;
+    // SAFETY: valid descriptor and option buffer.
+    unsafe {
+        libc::setsockopt(
+            theirs.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+    Ok((ours, theirs))
+}
+
+fn inode_of(fd: &OwnedFd) -> Result<(u64, u64)> {
+    // SAFETY: stat is plain data; fstat fills it.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid descriptor and buffer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("cannot stat the recorder socket");
+    }
+    Ok((stat.st_ino, stat.st_dev))
+}
+
+type Handlers = [libc::sighandler_t; 2];
+
+fn ignore_interrupts() -> Handlers {
+    // SAFETY: setting dispositions of SIGINT/SIGQUIT.
+    unsafe {
+        [
+            libc::signal(libc::SIGINT, libc::SIG_IGN),
+            libc::signal(libc::SIGQUIT, libc::SIG_IGN),
+        ]
+    }
+}
+
+fn restore_interrupts(previous: Handlers) {
+    // SAFETY: restoring what ignore_interrupts replaced.
+    unsafe {
+        libc::signal(libc::SIGINT, previous[0]);
+        libc::signal(libc::SIGQUIT, previous[1]);
+    }
+}
+
+/// `SIGSEGV`-style name of a signal number.
+pub fn signal_name(signal: i32) -> String {
+    // SAFETY: strsignal returns a static or thread-local string.
+    let described = unsafe {
+        let text = libc::strsignal(signal);
+        if text.is_null() {
+            None
+        } else {
+            Some(
+                std::ffi::CStr::from_ptr(text)
+                    .to_string_lossy()
+                    .into_owned(),
+            )
+        }
+    };
+    let short = match signal {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        _ => return described.unwrap_or_else(|| format!("signal {signal}")),
+    };
+    match described {
+        Some(text) => format!("{short}, {text}"),
+        None => short.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::{HEADER_BYTES, MessageHeader, MessageKind, SHARED_FLAG, SHARED_STATE_BYTES};
+
+    fn shared_message(chunk: u32, length: u32, count: u32) -> Vec<u8> {
+        let header = MessageHeader {
+            kind: MessageKind::Records,
+            pid: 7,
+            tid: 7,
+            executions: count as u64,
+            dropped: 0,
+            slot: 0,
+            count,
+        };
+        let mut message = header.encode().to_vec();
+        let kind = (MessageKind::Records as u32 | SHARED_FLAG).to_le_bytes();
+        message[protocol::offsets::KIND as usize..][..4].copy_from_slice(&kind);
+        message.extend_from_slice(&chunk.to_le_bytes());
+        message.extend_from_slice(&length.to_le_bytes());
+        message
+    }
+
+    #[test]
+    fn shared_references_are_copied_out_and_their_chunk_freed() {
+        let chunks = SharedChunks::new(4).unwrap();
+        let records: Vec<u8> = (0..24u8).collect(); // two records
+        let chunk = 2;
+        unsafe {
+            let at = chunks
+                .map
+                .add(SHARED_STATE_BYTES + chunk * protocol::SHARED_CHUNK_BYTES);
+            std::ptr::copy_nonoverlapping(records.as_ptr(), at, records.len());
+            *(chunks.map.add(chunk * 8) as *mut u64) = 1; // claimed
+        }
+        let mut buffer = vec![0u8; 1 << 18];
+        let message = shared_message(chunk as u32, 24, 2);
+        buffer[..message.len()].copy_from_slice(&message);
+        let n = chunks.take(&mut buffer, message.len()).unwrap();
+        assert_eq!(n, HEADER_BYTES + 24);
+        let (header, payload) = MessageHeader::decode(&buffer[..n]).unwrap();
+        assert_eq!(header.kind, MessageKind::Records);
+        assert_eq!(payload, &records[..]);
+        assert_eq!(unsafe { *(chunks.map.add(chunk * 8) as *const u64) }, 0);
+    }
+
+    #[test]
+    fn malformed_shared_references_are_left_to_the_assembler() {
+        let chunks = SharedChunks::new(4).unwrap();
+        let mut buffer = vec![0u8; 1 << 18];
+        for message in [
+            shared_message(4, 24, 2), // no such chunk
+            shared_message(0, protocol::SHARED_CHUNK_BYTES as u32 + 12, 2), // too long
+        ] {
+            buffer[..message.len()].copy_from_slice(&message);
+            assert_eq!(chunks.take(&mut buffer, message.len()), None);
+            // The flag stays: the assembler counts it as a bad message.
+            assert!(MessageHeader::decode(&buffer[..message.len()]).is_err());
+        }
+        // A plain message is not touched.
+        let plain = MessageHeader {
+            kind: MessageKind::Records,
+            pid: 1,
+            tid: 1,
+            executions: 0,
+            dropped: 0,
+            slot: 0,
+            count: 0,
+        }
+        .encode();
+        buffer[..HEADER_BYTES].copy_from_slice(&plain);
+        assert_eq!(chunks.take(&mut buffer, HEADER_BYTES), None);
+    }
+
+    /// A collector slower than the program: every chunk is in flight, the
+    /// senders wait for releases (or fall back to the socket), and every
+    /// record still arrives once.
+    #[test]
+    fn a_slow_collector_makes_senders_wait_without_losing_records() {
+        struct Slow(CountingSink);
+        impl RecordSink for Slow {
+            fn begin_sample(&mut self, _thread: u32) -> Result<()> {
+                Ok(())
+            }
+            fn switch_thread(&mut self, _thread: u32) -> Result<()> {
+                Ok(())
+            }
+            fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+                self.0.push(load, addr)
+            }
+            fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
+                std::thread::sleep(Duration::from_millis(2));
+                self.0.push_records(records)
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (instrumented, annotation) = instrumented_fixture(dir.path(), "bench_kernels.c");
+        let mut sink = Slow(CountingSink::default());
+        let mut command = Command::new(&instrumented);
+        command
+            .args(["str", "200000", "4"])
+            .stdout(std::process::Stdio::null());
+        let recording = record_command(command, &annotation, &Sampling::full(), &mut sink).unwrap();
+        assert_eq!(recording.exit_code(), 0);
+        assert!(recording.totals.complete);
+        assert!(recording.shared_messages > SHARED_CHUNKS, "{recording:?}");
+        assert_eq!(sink.0.records, recording.totals.records);
+        assert_eq!(recording.totals.records, recording.totals.executions);
+        assert!(recording.totals.records >= 800_000);
+        assert_eq!(recording.totals.dropped.records, 0);
+    }
+
+    fn instrumented_fixture(dir: &Path, source: &str) -> (std::path::PathBuf, Annotation) {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../cargo-memgaze/tests/fixtures/rewriter")
+            .join(source);
+        let binary = dir.join("program");
+        let status = Command::new("gcc")
+            .args(["-O2", "-o"])
+            .arg(&binary)
+            .arg(&fixture)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let instrumented = dir.join("program.mg");
+        let result = memgaze_instrument::instrument_file(
+            &binary,
+            &instrumented,
+            None,
+            memgaze_instrument::annotation::InstrumentationMode::Soft,
+        )
+        .unwrap();
+        (instrumented, result.annotation)
+    }
+
+    /// A forked parent and child both hand full buffers over through shared
+    /// chunks (claimed from the one mapping they share), and nothing is lost
+    /// or duplicated.
+    #[test]
+    fn forked_processes_share_the_chunks_without_losing_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let (instrumented, annotation) = instrumented_fixture(dir.path(), "fork.c");
+        let mut sink = CountingSink::default();
+        let mut command = Command::new(&instrumented);
+        command.stdout(std::process::Stdio::null());
+        let recording = record_command(command, &annotation, &Sampling::full(), &mut sink).unwrap();
+        assert_eq!(recording.exit_code(), 0);
+        assert_eq!(recording.processes, 2);
+        assert!(recording.totals.complete);
+        assert!(recording.shared_messages >= 2, "{recording:?}");
+        assert_eq!(sink.records, recording.totals.records);
+        assert_eq!(recording.totals.records, recording.totals.executions);
+        assert_eq!(recording.totals.dropped.records, 0);
+        assert!(recording.totals.records > 4096 + 2048, "{recording:?}");
+    }
+}
