@@ -5,7 +5,7 @@
 //! Reports, as ratios measured in the same run (median and min–max over
 //! interleaved repetitions, so a busy machine affects both sides alike):
 //! - instrumented/native run time of a strided and an irregular kernel
-//!   (`tests/fixtures/rewriter/bench_kernels.c`, gcc -O2, volatile scalar
+//!   (`crates/memgaze-fixtures/fixtures/rewriter/bench_kernels.c`, gcc -O2, volatile scalar
 //!   loads) at the default sampling (w = 1000 per 100 000 executions, ≈1%),
 //!   and in full-trace mode, both including the collector writing the trace
 //!   file; as wall time and as the program's CPU time (user + system of the
@@ -25,9 +25,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/rewriter")
-        .join(name)
+    memgaze_fixtures::fixtures().join("rewriter").join(name)
 }
 
 fn work_dir() -> PathBuf {

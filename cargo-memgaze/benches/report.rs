@@ -11,7 +11,7 @@
 //!
 //! `MEMGAZE_BENCH_REPS` sets the repetitions (default 5).
 
-#[path = "../tests/support/synthetic.rs"]
+#[path = "../tests/it/support/synthetic.rs"]
 mod synthetic;
 
 use memgaze::gate::BenchKey;

@@ -349,7 +349,7 @@ mod tests {
 
     /// Both forms of `main!` expand to a `fn main` that type-checks; the
     /// registrations they make are exercised end to end by the microbench
-    /// and fixture executables (`cargo-memgaze/tests/cargo_benches.rs`).
+    /// and fixture executables (`cargo-memgaze/tests/it/cargo_benches.rs`).
     #[test]
     fn main_macro_forms_compile() {
         mod functions_and_groups {

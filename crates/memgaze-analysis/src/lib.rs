@@ -1618,7 +1618,7 @@ fn region_functions(
 #[cfg(test)]
 mod tests {
     //! Hand-worked examples of each formula of docs/METRICS.md. The
-    //! property tests (tests/analysis_reference.rs) cover random traces.
+    //! property tests (tests/it/analysis_reference.rs) cover random traces.
     use super::*;
     use memgaze_trace::{Dropped, FunctionEntry, Sampling};
 

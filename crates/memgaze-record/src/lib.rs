@@ -851,9 +851,7 @@ mod tests {
     }
 
     fn instrumented_fixture(dir: &Path, source: &str) -> (std::path::PathBuf, Annotation) {
-        let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../cargo-memgaze/tests/fixtures/rewriter")
-            .join(source);
+        let fixture = memgaze_fixtures::fixtures().join("rewriter").join(source);
         let binary = dir.join("program");
         let status = Command::new("gcc")
             .args(["-O2", "-o"])

@@ -1701,32 +1701,3 @@ mod tests {
         assert!(!saved);
     }
 }
-#[cfg(test)]
-mod dump {
-    #[test]
-    #[ignore]
-    fn dump_runtime() {
-        use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
-        let rt = super::generate(&super::RuntimeParams {
-            code_va: 0x10_0000,
-            state_va: 0x20_0000,
-            original_entry: 0x1040,
-            original_fini: Some(0x1200),
-            has_regions: false,
-        })
-        .unwrap();
-        let mut d = Decoder::with_ip(64, &rt.code, 0x10_0000, DecoderOptions::NONE);
-        let mut f = IntelFormatter::new();
-        let mut s = String::new();
-        while d.can_decode() {
-            let i = d.decode();
-            s.clear();
-            f.format(&i, &mut s);
-            println!("{:x} {}", i.ip(), s);
-        }
-        println!(
-            "{:x?}",
-            (rt.record, rt.entry, rt.fini, rt.region_begin, rt.region_end)
-        );
-    }
-}

@@ -2,7 +2,7 @@
 //!
 //! It builds synthetic PT streams for tests, benchmarks and `pt-decode`
 //! demonstrations. The decoder is checked against an independent encoder
-//! (libipt's `pt_enc_next`, see `tests/pt_libipt.rs`); this one only has to
+//! (libipt's `pt_enc_next`, see `tests/it/pt_libipt.rs`); this one only has to
 //! agree with it.
 
 use super::packet::{IpCompression, IpPayload, PSB_PATTERN, Packet};

@@ -26,7 +26,7 @@ fn workspace_manifest() -> PathBuf {
 }
 
 fn fixture_manifest() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hashmap-vs-btree/Cargo.toml")
+    memgaze_fixtures::fixtures().join("hashmap-vs-btree/Cargo.toml")
 }
 
 /// `cargo-memgaze <command> --locked --manifest-path M --target-dir T <extra>`

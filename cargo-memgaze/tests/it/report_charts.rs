@@ -1,7 +1,7 @@
 //! Every chart kind, rendered from realistic inputs, parsed back and
 //! rendered to PNG.
 
-mod support;
+use crate::support;
 
 use memgaze::report::charts::{bars, heatmap, reuse, windows};
 use memgaze::report::profile::{ProfileOptions, profile_trace};

@@ -1,5 +1,5 @@
 //! Shared by the PT tests: libipt's encoder (Debian `libipt-dev`) driven
-//! through `tests/fixtures/pt_encode.c`, and a deterministic PRNG.
+//! through `crates/memgaze-fixtures/fixtures/pt_encode.c`, and a deterministic PRNG.
 //!
 //! Missing `libipt-dev` is a test failure with install instructions, never
 //! a skip.
@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 pub fn encoder_binary() -> &'static PathBuf {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| {
-        let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pt_encode.c");
+        let source = memgaze_fixtures::fixtures().join("pt_encode.c");
         let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(concat!("pt_encode_", env!("CARGO_CRATE_NAME")));
         let result = Command::new("gcc")
             .args(["-O2", "-Wall", "-o"])

@@ -24,9 +24,7 @@ pub fn scratch() -> &'static Path {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/rewriter")
-        .join(name)
+    memgaze_fixtures::fixtures().join("rewriter").join(name)
 }
 
 /// Runs `cmd`, which must succeed; its output.

@@ -6,7 +6,7 @@
 //! Loads of interest are found by the `@Class` tags of the C source through
 //! the DWARF line table, or by function, never by address.
 
-mod common;
+use memgaze_fixtures as common;
 
 use memgaze_instrument::binary::Binary;
 use memgaze_instrument::classify::{self, BinaryLoads, ClassifiedLoad, Reason, ratio};

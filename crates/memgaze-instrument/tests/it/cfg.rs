@@ -1,7 +1,7 @@
 //! Control flow on real binaries: structural invariants of blocks and
 //! edges, and jump tables from gcc switches and rustc matches.
 
-mod common;
+use memgaze_fixtures as common;
 
 use memgaze_instrument::binary::{
     Binary, FunctionCode, IndirectJumpKind, JumpTableBound, Terminator,

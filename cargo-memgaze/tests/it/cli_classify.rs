@@ -2,7 +2,7 @@
 //! clear error line and exit code 1; good input gives the table and the
 //! JSON document of docs/CLI.md.
 
-mod common;
+use memgaze_fixtures as common;
 
 use std::path::Path;
 use std::process::{Command, Output};

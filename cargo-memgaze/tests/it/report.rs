@@ -3,7 +3,7 @@
 //! drawable; `index.html` self-contained with links that resolve;
 //! baselines rendered side by side; bad input refused in one line.
 
-mod support;
+use crate::support;
 
 use memgaze::gate::{BenchKey, BenchRun, Limits, load_baseline, save_baseline};
 use memgaze::report::{ReportOptions, report_results};

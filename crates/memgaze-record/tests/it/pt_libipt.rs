@@ -1,6 +1,6 @@
 //! The PT decoder against an independent encoder: libipt's `pt_enc_next`.
 //!
-//! The test builds `tests/fixtures/pt_encode.c` against Debian's
+//! The test builds `crates/memgaze-fixtures/fixtures/pt_encode.c` against Debian's
 //! `libipt-dev`, generates long random packet sequences covering every
 //! packet kind libipt 2.0 can encode, has the C program encode them, and
 //! checks that (a) every packet decodes to exactly what was asked for at the
@@ -16,7 +16,7 @@ use memgaze_record::pt::decode::{Decoder, Event, PtwEvent};
 use memgaze_record::pt::packet::{IpCompression, IpPayload, Packet, Packets};
 use std::fmt::Write as _;
 
-mod libipt;
+use crate::libipt;
 use libipt::{Rng, libipt_encode};
 
 /// The generator's view of the stream: what it asked libipt to write, and

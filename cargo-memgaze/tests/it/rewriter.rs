@@ -4,7 +4,7 @@
 //! Lackey's loads, exact execution counts, forks, threads, panics, signals,
 //! region markers and bad input.
 
-mod rewriter_support;
+use crate::rewriter_support;
 
 use rewriter_support::*;
 use std::path::Path;

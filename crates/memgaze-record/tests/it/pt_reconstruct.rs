@@ -17,7 +17,7 @@ use memgaze_record::pt::reconstruct::{
 use memgaze_record::pt::ring::Losses;
 use memgaze_trace::{BinaryIdentity, LoadClass, Sampling, TraceReader};
 
-mod libipt;
+use crate::libipt;
 use libipt::{Rng, libipt_encode};
 
 /// Where the instrumented PIE was loaded.

@@ -2,31 +2,30 @@
 //! when only the sampling jitter changes: the measurement behind the
 //! default limits (ARCHITECTURE.md, "Default regression limits").
 //!
-//! Not part of the suite (it analyses dozens of full-size traces); run it
-//! to reproduce the table:
+//! A measurement, not a check (it analyses dozens of full-size traces); run
+//! it to reproduce the table:
 //!
 //! ```text
-//! N=500000 R=100 SEEDS=6 cargo test -p cargo-memgaze --test gate_noise_study -- --ignored --nocapture
+//! N=500000 R=100 SEEDS=6 cargo run --release -p cargo-memgaze --example gate_noise_study
 //! ```
 //!
 //! It prints, per synthetic microbenchmark at the default sampling (w =
 //! 1000, period 100 K), each metric's mean over the seeds and its range
 //! (max − min), absolute and relative.
 
-mod support;
+#[path = "../tests/it/support/synthetic.rs"]
+mod synthetic;
 
 use memgaze::gate::Metric;
 use memgaze_analysis::{AnalysisOptions, analyze_trace};
 use memgaze_trace::TraceReader;
-use support::synthetic::{Kernel, Synthetic, write_trace};
+use synthetic::{Kernel, Synthetic, write_trace};
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name).map_or(default, |v| v.parse().expect("a number"))
 }
 
-#[test]
-#[ignore = "a measurement, not a check: run it by hand (see the module docs)"]
-fn spread_of_gated_metrics_across_sampling_seeds() {
+fn main() {
     let dir = tempfile::tempdir().unwrap();
     let (elements, reps, seeds) = (env("N", 500_000), env("R", 100), env("SEEDS", 6));
     for kernel in Kernel::ALL {

@@ -1,13 +1,16 @@
-//! Helpers shared by the integration tests: compiling fixtures into a
-//! temporary directory with the system's gcc and the toolchain's rustc.
-#![allow(dead_code)]
+//! Test fixtures of the memgaze crates (C and Rust programs, cargo
+//! projects) and the helpers that compile them into a temporary directory
+//! with the system's gcc and the toolchain's rustc. Only tests and benches
+//! depend on this crate.
+
+#![warn(missing_docs)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The fixtures directory (`tests/fixtures`).
+/// The fixtures directory (`crates/memgaze-fixtures/fixtures`).
 pub fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
 }
 
 /// Runs a command and panics with its output when it fails: a missing

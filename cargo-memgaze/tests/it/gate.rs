@@ -2,7 +2,7 @@
 //! trip, listing, unchanged code within default limits, a worse access
 //! pattern caught, mismatched recordings refused, fail-fast.
 
-mod support;
+use crate::support;
 
 use memgaze::gate::{
     BenchKey, BenchRun, Gate, Limits, Metric, compare, list_baselines, load_baseline,

@@ -2,7 +2,7 @@
 //! `.symtab` of the same program built with symbols, and sanity checks on
 //! Debian's stripped system binaries.
 
-mod common;
+use memgaze_fixtures as common;
 
 use memgaze_instrument::binary::{Binary, FunctionSource};
 use std::collections::HashSet;
@@ -115,7 +115,7 @@ fn unstripped_functions_are_named_demangled_and_have_lines() {
     assert!(
         insns.iter().any(|i| binary
             .location(i.ip())
-            .is_some_and(|l| l.file.ends_with("tests/fixtures/kernels.rs"))),
+            .is_some_and(|l| l.file.ends_with("fixtures/kernels.rs"))),
         "no instruction of stride_sum maps to kernels.rs"
     );
     assert!(binary.function_at(f.start + f.size - 1).unwrap().start == f.start);

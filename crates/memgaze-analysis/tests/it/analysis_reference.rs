@@ -4,7 +4,7 @@
 //! threads, addresses shared by Strided and Irregular loads, proxy
 //! (implied) loads, `--functions` filters, block sizes and code windows.
 
-mod naive;
+use crate::naive;
 
 use memgaze_analysis::{Analysis, AnalysisOptions, analyze_trace};
 use memgaze_trace::{

@@ -1,5 +1,5 @@
 //! Cargo integration on real crates: the example fixture crate
-//! (`tests/fixtures/hashmap-vs-btree`), the bundled microbenchmarks, and the
+//! (`crates/memgaze-fixtures/fixtures/hashmap-vs-btree`), the bundled microbenchmarks, and the
 //! error cases of `cargo memgaze bench`.
 //!
 //! Every build shares one target directory under `CARGO_TARGET_TMPDIR`, so
@@ -18,10 +18,7 @@ fn shared_target_dir() -> PathBuf {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-        .join("Cargo.toml")
+    memgaze_fixtures::fixtures().join(name).join("Cargo.toml")
 }
 
 fn workspace_manifest() -> PathBuf {

@@ -1,0 +1,15 @@
+//! Integration tests of `cargo-memgaze`, one test binary with a module per area.
+
+mod bench_pipeline;
+mod cargo_benches;
+mod cli_classify;
+mod cli_pt;
+mod cli_trace;
+mod gate;
+mod lackey;
+mod lackey_crosscheck;
+mod report;
+mod report_charts;
+mod rewriter;
+mod rewriter_support;
+mod support;

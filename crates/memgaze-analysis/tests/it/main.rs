@@ -1,0 +1,4 @@
+//! Integration tests of `memgaze-analysis`, one test binary with a module per area.
+
+mod analysis_reference;
+mod naive;
