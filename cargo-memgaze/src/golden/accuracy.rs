@@ -1098,7 +1098,7 @@ mod tests {
         // Alternates load 0 (strided, first `kernel`) and load 1 (irregular,
         // second `kernel`): with w = 4096 each instance has two code windows
         // of 2^10 records in every sample, as many as the other (the merged
-        // averages weigh instances by their windows; see ARCHITECTURE.md).
+        // averages weigh instances by their windows; see ARCHITECTURE.md, "Golden snapshots and accuracy").
         let alternating = |total: u64| {
             let mut state = 42u64;
             (0..total).map(move |j| {

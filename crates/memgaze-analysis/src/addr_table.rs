@@ -15,7 +15,7 @@
 //!   value: the address table's slots are one 64-byte, line-aligned cache
 //!   line each ([`LineSlot`]), so a hit touches one cache line (keys and
 //!   values in separate arrays cost two random lines per lookup; measured
-//!   in ARCHITECTURE.md), small values are packed ([`PackedSlot`]);
+//!   in docs/performance.md), small values are packed ([`PackedSlot`]);
 //! - exposes [`AddrTable::prefetch`] to load a slot ahead of its use.
 //!
 //! Entries are never removed. Memory is proportional to the distinct keys.
@@ -318,7 +318,7 @@ unsafe impl Zeroable for u32 {}
 /// kernel's untouched zeros. With 4 KiB pages a random access to tens of
 /// megabytes misses the TLB, and a software prefetch of a line whose
 /// translation misses does not hide the miss (measured in
-/// ARCHITECTURE.md).
+/// docs/performance.md).
 pub(crate) struct HugePageVec<T: Zeroable> {
     memory: SlotMemory<T>,
     len: usize,
@@ -382,7 +382,7 @@ impl<T: Zeroable> std::ops::DerefMut for HugePageVec<T> {
 /// an anonymous mapping, 2 MiB-aligned and advised to use transparent
 /// huge pages (the tables are accessed at random, and with 4 KiB pages
 /// nearly every lookup of a large table would also miss the TLB; measured
-/// in ARCHITECTURE.md); growing it moves the old pages with `mremap` to a
+/// in docs/performance.md); growing it moves the old pages with `mremap` to a
 /// new aligned place, so the huge pages survive and only the new half is
 /// fresh (zeroed) memory.
 struct SlotMemory<S> {
