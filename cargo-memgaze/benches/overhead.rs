@@ -17,7 +17,7 @@
 //!   (`bench_big.rs`, built once and cached) against `objdump -d` of the
 //!   same file.
 
-use memgaze_instrument::annotation::InstrumentationMode;
+use memgaze_metadata::annotation::InstrumentationMode;
 use memgaze_record as record;
 use memgaze_trace::{Sampling, TraceWriter};
 use std::path::{Path, PathBuf};
@@ -71,7 +71,7 @@ fn native(program: &Path, args: &[&str]) -> Timing {
 fn recorded(
     program: &Path,
     args: &[&str],
-    annotation: &memgaze_instrument::annotation::Annotation,
+    annotation: &memgaze_metadata::annotation::Annotation,
     sampling: Sampling,
     trace: &Path,
 ) -> Timing {

@@ -11,7 +11,7 @@
 //! test, and it would cost a rewrite per command); `doctor` runs it.
 
 use anyhow::{Context, Result, bail};
-use memgaze_instrument::annotation::InstrumentationMode;
+use memgaze_metadata::annotation::InstrumentationMode;
 use memgaze_record as record;
 use memgaze_record::pt::probe::{self, BackendChoice, BackendRequest, ProbeOptions};
 use memgaze_trace::{Backend, Sampling};

@@ -4,8 +4,8 @@
 use super::{Format, Global};
 use anyhow::Result;
 use memgaze_error::Exit;
-use memgaze_instrument::annotation::InstrumentationMode;
 pub use memgaze_instrument::{annotate, annotate_with_code, instrument_file};
+use memgaze_metadata::annotation::InstrumentationMode;
 use std::io::Write;
 use std::path::PathBuf;
 

@@ -7,8 +7,8 @@
 use super::Global;
 use anyhow::{Context, Result, bail};
 use memgaze_error::{Exit, usage};
-use memgaze_instrument::annotation::{Annotation, InstrumentationMode};
 use memgaze_instrument::rewrite as instrument;
+use memgaze_metadata::annotation::{Annotation, InstrumentationMode};
 use memgaze_record::pt::probe::{BackendChoice, BackendRequest};
 use memgaze_record::{self as record, Recording};
 use memgaze_trace::{Backend, ProgramExit, Sampling, TraceWriter};

@@ -13,7 +13,7 @@ use super::{Format, Global};
 use anyhow::{Context, Result};
 use memgaze_analysis::{AnalysisOptions, table};
 use memgaze_error::Exit;
-use memgaze_instrument::annotation::{Annotation, InstrumentationMode};
+use memgaze_metadata::annotation::{Annotation, InstrumentationMode};
 use memgaze_record::{self as record, AnalyzerSink, Tee};
 use memgaze_trace::TraceWriter;
 use std::ffi::OsString;

@@ -15,9 +15,9 @@
 //! executable name and removes older ones when it adds a new one.
 
 use anyhow::Context;
-use memgaze_instrument::annotation::{Annotation, InstrumentationMode};
 use memgaze_instrument::binary::Binary;
 use memgaze_instrument::rewrite::{self as instrument, InstrumentOptions, Report};
+use memgaze_metadata::annotation::{Annotation, InstrumentationMode};
 use sha2::{Digest, Sha256};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -237,7 +237,7 @@ mod tests {
 
     fn annotation() -> Annotation {
         Annotation {
-            schema: memgaze_instrument::annotation::ANNOTATION_SCHEMA.into(),
+            schema: memgaze_metadata::annotation::ANNOTATION_SCHEMA.into(),
             binary: BinaryIdentity {
                 path: "x".into(),
                 size: 1,

@@ -628,8 +628,8 @@ fn ptwrite_mode_writes_base_and_index_before_each_load() {
         assert_eq!(insn.code(), Code::Ptwrite_rm64, "at {:#x}", site.ip);
         let load = &annotation.loads[site.load as usize];
         let register = match site.operand {
-            memgaze_instrument::annotation::PtwriteOperand::Base => load.base.as_deref(),
-            memgaze_instrument::annotation::PtwriteOperand::Index => load.index.as_deref(),
+            memgaze_metadata::annotation::PtwriteOperand::Base => load.base.as_deref(),
+            memgaze_metadata::annotation::PtwriteOperand::Index => load.index.as_deref(),
         }
         .expect("operand register");
         let written = format!("{:?}", insn.op0_register()).to_lowercase();

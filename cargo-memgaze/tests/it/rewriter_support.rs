@@ -3,7 +3,7 @@
 //! and Valgrind Lackey logs.
 #![allow(dead_code)]
 
-use memgaze_instrument::annotation::Annotation;
+use memgaze_metadata::annotation::Annotation;
 use memgaze_trace::{TraceReader, TraceTotals};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

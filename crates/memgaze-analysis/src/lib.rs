@@ -30,11 +30,12 @@ use std::io::Read;
 mod addr_table;
 mod intervals;
 mod regions;
-pub mod result;
 mod reuse;
 pub mod table;
 mod windows;
 
+/// The result types, defined in `memgaze-metadata` (the analysis document).
+pub use memgaze_metadata::analysis as result;
 pub use result::*;
 
 use addr_table::{

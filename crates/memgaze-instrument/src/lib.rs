@@ -10,7 +10,7 @@
 
 #![warn(missing_docs)]
 
-pub mod annotation;
+use memgaze_metadata::annotation;
 pub mod binary;
 pub mod classify;
 mod file;

@@ -19,10 +19,11 @@ pub use assemble::RegionEvent;
 
 use anyhow::{Context, Result, bail};
 use assemble::Assembler;
-use memgaze_instrument::annotation::Annotation;
+use memgaze_metadata::annotation::Annotation;
 use memgaze_trace::protocol::{self, RecorderConfig};
 use memgaze_trace::{
-    Backend, Dropped, ProgramExit, Sampling, TraceHeader, TraceTotals, TraceWriter,
+    Backend, Dropped, FunctionEntry, LoadClass, LoadEntry, ProgramExit, Sampling, TraceHeader,
+    TraceTotals, TraceWriter,
 };
 use std::ffi::OsString;
 use std::io::Write;
@@ -231,10 +232,45 @@ pub fn trace_header(
         sampling,
         binary: Some(annotation.binary.clone()),
         command,
-        functions: annotation.function_entries(),
-        loads: annotation.load_entries(),
+        functions: function_entries(annotation),
+        loads: load_entries(annotation),
         labels: Vec::new(),
     }
+}
+
+/// The annotation's functions as a trace header carries them.
+fn function_entries(annotation: &Annotation) -> Vec<FunctionEntry> {
+    annotation
+        .functions
+        .iter()
+        .map(|f| FunctionEntry {
+            name: f.name.clone(),
+            start: f.start,
+            end: f.start + f.size,
+        })
+        .collect()
+}
+
+/// The annotation's loads as a trace header carries them (same order and
+/// indices as [`Annotation::loads`], so a load's `id` indexes both).
+fn load_entries(annotation: &Annotation) -> Vec<LoadEntry> {
+    annotation
+        .loads
+        .iter()
+        .map(|l| LoadEntry {
+            ip: l.ip,
+            class: l.class,
+            implied: l.implied,
+            function: Some(l.function),
+            line: l.line.clone(),
+            proxy: match (l.instrumented, l.proxy) {
+                (false, Some(ip)) if l.class == LoadClass::Constant => {
+                    annotation.load_at(ip).map(|p| p.id)
+                }
+                _ => None,
+            },
+        })
+        .collect()
 }
 
 /// Runs `program` (instrumented, described by `annotation`) with `args` and
@@ -865,7 +901,7 @@ mod tests {
             &binary,
             &instrumented,
             None,
-            memgaze_instrument::annotation::InstrumentationMode::Soft,
+            memgaze_metadata::annotation::InstrumentationMode::Soft,
         )
         .unwrap();
         (instrumented, result.annotation)

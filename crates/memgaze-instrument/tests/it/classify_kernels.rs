@@ -255,7 +255,7 @@ fn annotation_of_a_whole_binary_is_consistent_and_round_trips() {
     let annotation = loads.to_annotation(&binary);
     assert_eq!(
         annotation.schema,
-        memgaze_instrument::annotation::ANNOTATION_SCHEMA
+        memgaze_metadata::annotation::ANNOTATION_SCHEMA
     );
     assert_eq!(annotation.binary.sha256.len(), 64);
     assert!(annotation.loads.windows(2).all(|w| w[0].ip < w[1].ip));
@@ -285,7 +285,7 @@ fn annotation_of_a_whole_binary_is_consistent_and_round_trips() {
     let path = dir.path().join("kernels.memgaze.json");
     annotation.write(&path).unwrap();
     assert_eq!(
-        memgaze_instrument::annotation::Annotation::read(&path).unwrap(),
+        memgaze_metadata::annotation::Annotation::read(&path).unwrap(),
         annotation
     );
 }

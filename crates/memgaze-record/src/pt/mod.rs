@@ -28,7 +28,7 @@ pub mod ring;
 pub mod sysfs;
 
 use anyhow::{Context, Result};
-use memgaze_instrument::annotation::Annotation;
+use memgaze_metadata::annotation::Annotation;
 use memgaze_trace::TraceTotals;
 use std::ffi::OsString;
 use std::io::Write;

@@ -46,7 +46,7 @@ use super::collect::{Collection, Mapping};
 use super::decode::{Decoder, Event};
 use super::ring::Losses;
 use anyhow::{Context, Result, bail, ensure};
-use memgaze_instrument::annotation::{Annotation, InstrumentationMode, PtwriteOperand};
+use memgaze_metadata::annotation::{Annotation, InstrumentationMode, PtwriteOperand};
 use memgaze_trace::{
     Backend, Dropped, FunctionEntry, LoadEntry, ProgramExit, Sampling, TraceHeader, TraceTotals,
     TraceWriter,
@@ -269,7 +269,7 @@ impl CodeMap {
 /// One reconstructed load execution.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PtRecord {
-    /// [`memgaze_instrument::annotation::LoadSite::id`] (= trace header load index).
+    /// [`memgaze_metadata::annotation::LoadSite::id`] (= trace header load index).
     pub load: u32,
     /// Effective address.
     pub addr: u64,

@@ -6,7 +6,7 @@
 //! copies them (the last N bytes) → `pt::reconstruct` → a trace file →
 //! read back and compared with the executions each sample must contain.
 
-use memgaze_instrument::annotation::{
+use memgaze_metadata::annotation::{
     ANNOTATION_SCHEMA, Annotation, FunctionSite, InstrumentationMode, LoadSite, PtwriteOperand,
     PtwriteSite,
 };

@@ -6,8 +6,8 @@
 //! displacement literals). The format is versioned JSON (`schema`):
 //! [`Annotation::read`] refuses any other schema with a clear message.
 
+use crate::model::{BinaryIdentity, LoadClass};
 use anyhow::Context as _;
-use memgaze_trace::{BinaryIdentity, FunctionEntry, LoadClass, LoadEntry};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -187,44 +187,13 @@ impl Annotation {
             .map(|i| &self.loads[i])
     }
 
-    /// The functions as a trace header carries them.
-    pub fn function_entries(&self) -> Vec<FunctionEntry> {
-        self.functions
-            .iter()
-            .map(|f| FunctionEntry {
-                name: f.name.clone(),
-                start: f.start,
-                end: f.start + f.size,
-            })
-            .collect()
-    }
-
-    /// The loads as a trace header carries them (same order and indices
-    /// as [`Annotation::loads`], so a load's `id` indexes both).
-    pub fn load_entries(&self) -> Vec<LoadEntry> {
-        self.loads
-            .iter()
-            .map(|l| LoadEntry {
-                ip: l.ip,
-                class: l.class,
-                implied: l.implied,
-                function: Some(l.function),
-                line: l.line.clone(),
-                proxy: match (l.instrumented, l.proxy) {
-                    (false, Some(ip)) if l.class == LoadClass::Constant => {
-                        self.load_at(ip).map(|p| p.id)
-                    }
-                    _ => None,
-                },
-            })
-            .collect()
-    }
-
     /// All explicit loads / instrumented loads (1 when none is
     /// instrumented): the static compression ratio κ.
     pub fn compression_ratio(&self) -> f64 {
-        let instrumented = self.loads.iter().filter(|l| l.instrumented).count();
-        crate::classify::ratio(self.loads.len(), instrumented)
+        match self.loads.iter().filter(|l| l.instrumented).count() {
+            0 => 1.0,
+            instrumented => self.loads.len() as f64 / instrumented as f64,
+        }
     }
 }
 
@@ -287,8 +256,6 @@ mod tests {
         assert_eq!(a.compression_ratio(), 1.0);
         assert_eq!(a.load_at(0x1004).unwrap().id, 0);
         assert!(a.load_at(0x1005).is_none());
-        assert_eq!(a.function_entries()[0].end, 0x1010);
-        assert_eq!(a.load_entries()[0].implied, 2);
     }
 
     #[test]

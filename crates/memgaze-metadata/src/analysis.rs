@@ -6,7 +6,7 @@
 //! over nothing) are `None` here, `null` in JSON and `–` in tables — never
 //! NaN or infinity. Fractions (`*_frac`) are in `[0, 1]`.
 
-use memgaze_trace::{Backend, Dropped, LoadClass};
+use crate::model::{Backend, Dropped, LoadClass};
 use serde::{Deserialize, Serialize};
 
 /// Schema tag of [`Analysis`] documents.
@@ -408,5 +408,23 @@ pub(crate) mod hex {
             .strip_prefix("0x")
             .ok_or_else(|| serde::de::Error::custom(format!("expected 0x…, got {text:?}")))?;
         u64::from_str_radix(digits, 16).map_err(serde::de::Error::custom)
+    }
+}
+
+/// `Option<u64>` as a `"0x…"` string or `null` in JSON.
+pub(crate) mod hex_option {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => super::hex::serialize(v, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        #[derive(Deserialize)]
+        struct Hex(#[serde(with = "super::hex")] u64);
+        Ok(Option::<Hex>::deserialize(d)?.map(|h| h.0))
     }
 }
