@@ -12,6 +12,7 @@ use crate::pipeline::{self, RunPlan};
 use crate::report::{self, ReportOptions};
 use memgaze_analysis::AnalysisOptions;
 use memgaze_error::{Exit, usage};
+use memgaze_metadata::messages::{self, Reason};
 use memgaze_trace::Sampling;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -159,14 +160,14 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         }
         if json {
             // The same fields as the summary of a run that measured.
-            emit(&serde_json::json!({
-                "reason": "summary",
-                "benches": 0,
-                "measured": 0,
-                "failed": 0,
-                "results": suite.workspace.results_layout().root(),
-                "elapsed_s": 0.0,
-            }));
+            emit(&messages::BenchSummary {
+                benches: 0,
+                elapsed_s: 0.0,
+                failed: 0,
+                measured: 0,
+                reason: Reason::Summary,
+                results: suite.workspace.results_layout().root().to_path_buf(),
+            });
         }
         return Ok(Exit::Ok);
     }
@@ -196,12 +197,12 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             &format!("{} {}", exe.display_name(), case.name),
         );
         if json {
-            emit(&serde_json::json!({
-                "reason": "bench-started",
-                "package": exe.package,
-                "target": exe.target,
-                "name": case.name,
-            }));
+            emit(&messages::BenchStarted {
+                name: case.name.clone(),
+                package: exe.package.clone(),
+                reason: Reason::BenchStarted,
+                target: exe.target.clone(),
+            });
         }
         let dir = layout.create_bench_dir(&BenchKey::new(&exe.package, &exe.target, &case.name))?;
         let plan = RunPlan {
@@ -234,20 +235,20 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                 measured += 1;
                 pipeline::write_analysis(&analysis_file, &recording.analysis)?;
                 if json {
-                    emit(&serde_json::json!({
-                        "reason": "bench-finished",
-                        "package": exe.package,
-                        "target": exe.target,
-                        "name": case.name,
-                        "results": dir,
-                        "trace": recording.trace_file,
-                        "analysis": analysis_file,
-                        "region_ns": nanos,
-                        "sampling": sampling_json(&sampling),
-                        "elapsed_s": recording.elapsed.as_secs_f64(),
-                        "summary": recording.analysis.summary,
-                        "coverage": recording.analysis.coverage,
-                    }));
+                    emit(&messages::BenchFinished {
+                        analysis: analysis_file.clone(),
+                        coverage: recording.analysis.coverage.clone(),
+                        elapsed_s: recording.elapsed.as_secs_f64(),
+                        name: case.name.clone(),
+                        package: exe.package.clone(),
+                        reason: Reason::BenchFinished,
+                        region_ns: *nanos,
+                        results: dir.clone(),
+                        sampling: sampling_info(&sampling),
+                        summary: recording.analysis.summary.clone(),
+                        target: exe.target.clone(),
+                        trace: recording.trace_file.clone(),
+                    });
                 } else {
                     let row = table_row(
                         &label(target, case, several_targets),
@@ -287,14 +288,14 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     }
     let elapsed = started.elapsed();
     if json {
-        emit(&serde_json::json!({
-            "reason": "summary",
-            "benches": selected.len(),
-            "measured": measured,
-            "failed": failed,
-            "results": layout.root(),
-            "elapsed_s": elapsed.as_secs_f64(),
-        }));
+        emit(&messages::BenchSummary {
+            benches: selected.len(),
+            elapsed_s: elapsed.as_secs_f64(),
+            failed,
+            measured,
+            reason: Reason::Summary,
+            results: layout.root().to_path_buf(),
+        });
     } else if !global.quiet {
         let k = match sampling.is_full() {
             true => memgaze_analysis::FULL_TRACE_MAX_K,
@@ -423,8 +424,10 @@ impl Gating {
         let verdict = gate.check(run)?;
         let name = gate.baseline_name().to_string();
         if json {
-            for message in verdict.to_json(&name) {
-                emit(&message);
+            let (comparison, regressions) = verdict.to_messages(&name);
+            emit(&comparison);
+            for regression in &regressions {
+                emit(regression);
             }
         } else {
             let text = verdict.human(&name);
@@ -472,12 +475,12 @@ fn write_report(root: &Path, gating: &Gating, json: bool, quiet: bool) -> Exit {
                 eprintln!("warning: report: {warning}");
             }
             if json {
-                emit(&serde_json::json!({
-                    "reason": "report",
-                    "index": output.index,
-                    "benches": output.benches,
-                    "warnings": output.warnings,
-                }));
+                emit(&messages::Report {
+                    benches: output.benches,
+                    index: output.index.clone(),
+                    reason: Reason::Report,
+                    warnings: output.warnings.clone(),
+                });
             } else if !quiet {
                 eprintln!("{:>12} {}", "Report", output.index.display());
             }
@@ -534,42 +537,45 @@ fn random_seed() -> u64 {
 }
 
 /// The `sampling` object of JSON messages.
-pub fn sampling_json(sampling: &Sampling) -> serde_json::Value {
+pub fn sampling_info(sampling: &Sampling) -> messages::SamplingInfo {
     if sampling.is_full() {
-        serde_json::json!({"full": true})
+        messages::SamplingInfo::Full
     } else {
-        serde_json::json!({
-            "full": false,
-            "window": sampling.window,
-            "period": sampling.period,
-            "seed": sampling.seed,
-        })
+        messages::SamplingInfo::Sampled {
+            period: sampling.period,
+            seed: sampling.seed,
+            window: sampling.window,
+        }
     }
 }
 
-/// Prints one JSON message line on stdout.
-pub fn emit(message: &serde_json::Value) {
+/// Prints one JSON message line (a type of [`memgaze_metadata::messages`])
+/// on stdout.
+pub fn emit(message: &impl serde::Serialize) {
+    let line = serde_json::to_string(message).expect("messages serialise");
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     // A closed pipe (`| head`) is not worth a panic.
-    let _ = writeln!(out, "{message}");
+    let _ = writeln!(out, "{line}");
     let _ = out.flush();
 }
 
-fn build_finished(suite: &BenchSuite) -> serde_json::Value {
-    let targets: Vec<serde_json::Value> = suite
+fn build_finished(suite: &BenchSuite) -> messages::BuildFinished {
+    let targets = suite
         .targets
         .iter()
-        .map(|t| {
-            serde_json::json!({
-                "package": t.executable.package,
-                "target": t.executable.target,
-                "executable": t.executable.path,
-                "benches": t.cases.iter().map(|c| &c.name).collect::<Vec<_>>(),
-            })
+        .map(|t| messages::BuiltTarget {
+            benches: t.cases.iter().map(|c| c.name.clone()).collect(),
+            executable: t.executable.path.clone(),
+            package: t.executable.package.clone(),
+            target: t.executable.target.clone(),
         })
         .collect();
-    serde_json::json!({"reason": "build-finished", "success": true, "targets": targets})
+    messages::BuildFinished {
+        reason: Reason::BuildFinished,
+        success: true,
+        targets,
+    }
 }
 
 /// The bench's name in tables: `target/bench` when several targets run.
@@ -639,14 +645,14 @@ fn print_list(suite: &BenchSuite, format: MessageFormat) -> anyhow::Result<()> {
             }
             MessageFormat::Json => {
                 for case in &target.cases {
-                    let line = serde_json::json!({
-                        "reason": "bench-listed",
-                        "package": exe.package,
-                        "target": exe.target,
-                        "name": case.name,
-                        "ignored": case.ignored,
-                        "executable": exe.path,
-                    });
+                    let line = serde_json::to_string(&messages::BenchListed {
+                        executable: exe.path.clone(),
+                        ignored: case.ignored,
+                        name: case.name.clone(),
+                        package: exe.package.clone(),
+                        reason: Reason::BenchListed,
+                        target: exe.target.clone(),
+                    })?;
                     writeln!(out, "{line}")?;
                 }
             }

@@ -13,6 +13,7 @@ use crate::golden::{BuildFacts, GoldenMetrics, GoldenStore, Outcome, SnapshotFil
 use crate::pipeline::{self, RunPlan};
 use memgaze_analysis::AnalysisOptions;
 use memgaze_error::Exit;
+use memgaze_metadata::messages::{self, Reason};
 use memgaze_trace::Sampling;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -123,7 +124,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         && let Some(message) = facts_mismatch(&store, &suite, &facts)?
     {
         if json {
-            emit(&serde_json::json!({"reason": "golden-facts-differ", "message": message}));
+            emit(&messages::GoldenFactsDiffer {
+                message: message.clone(),
+                reason: Reason::GoldenFactsDiffer,
+            });
         }
         eprintln!("error: {message}");
         return Ok(Exit::Regression);
@@ -206,18 +210,18 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             pending_written |= pending.is_some();
         }
         if json {
-            emit(&serde_json::json!({
-                "reason": "golden",
-                "package": exe.package,
-                "target": exe.target,
-                "name": case.name,
-                "status": status,
-                "snapshot": snapshot,
-                "pending": pending,
-                "changes": changes,
-                "records": recording.analysis.summary.records,
-                "elapsed_s": recording.elapsed.as_secs_f64(),
-            }));
+            emit(&messages::Golden {
+                changes: changes.to_vec(),
+                elapsed_s: recording.elapsed.as_secs_f64(),
+                name: case.name.clone(),
+                package: exe.package.clone(),
+                pending: pending.cloned(),
+                reason: Reason::Golden,
+                records: recording.analysis.summary.records,
+                snapshot: snapshot.clone(),
+                status: status.to_string(),
+                target: exe.target.clone(),
+            });
         } else {
             let what = match &outcome {
                 Outcome::Unchanged => "unchanged".to_string(),
@@ -287,11 +291,11 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                     .map_err(|e| anyhow::anyhow!("cannot remove {}: {e}", orphan.display()))?;
             }
             if json {
-                emit(&serde_json::json!({
-                    "reason": "golden-orphan",
-                    "snapshot": orphan,
-                    "deleted": deleted,
-                }));
+                emit(&messages::GoldenOrphan {
+                    deleted,
+                    reason: Reason::GoldenOrphan,
+                    snapshot: orphan.clone(),
+                });
             } else {
                 eprintln!(
                     "{}: {} belongs to no bench of `{}`{}",

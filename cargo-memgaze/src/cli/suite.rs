@@ -6,6 +6,7 @@ use super::{ColorChoice, Global};
 use crate::cargo::{self, BenchExecutable, BenchSuite, BuildOptions, CargoArgs, HarnessArgs};
 use crate::pipeline::{self, InstrumentedBench};
 use anyhow::Context;
+use memgaze_metadata::messages::{self, Reason};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -125,12 +126,12 @@ pub fn print_summary(
     started: Instant,
 ) {
     if json {
-        super::bench::emit(&serde_json::json!({
-            "reason": "summary",
-            "benches": benches,
-            "counts": counts,
-            "elapsed_s": started.elapsed().as_secs_f64(),
-        }));
+        super::bench::emit(&messages::SuiteSummary {
+            benches,
+            counts: counts.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            elapsed_s: started.elapsed().as_secs_f64(),
+            reason: Reason::Summary,
+        });
     } else if !global.quiet {
         let parts: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
         let parts = if parts.is_empty() {
@@ -162,13 +163,13 @@ pub fn report_failed_bench(
     progress: &Progress,
 ) {
     if json {
-        super::bench::emit(&serde_json::json!({
-            "reason": "bench-failed",
-            "package": exe.package,
-            "target": exe.target,
-            "name": name,
-            "message": message,
-        }));
+        super::bench::emit(&messages::BenchFailed {
+            message: message.to_string(),
+            name: name.to_string(),
+            package: exe.package.clone(),
+            reason: Reason::BenchFailed,
+            target: exe.target.clone(),
+        });
     }
     progress.note(&format!(
         "error: bench `{name}` of `{}` failed: {message}",

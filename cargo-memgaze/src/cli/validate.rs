@@ -1,7 +1,7 @@
 //! `cargo memgaze validate`: sampled runs against the golden full-trace
 //! snapshots (docs/METRICS.md, "Accuracy against a full trace").
 
-use super::bench::{emit, sampling, sampling_json};
+use super::bench::{emit, sampling, sampling_info};
 use super::golden::{facts_mismatch, golden_dir};
 use super::progress::Progress;
 use super::suite::{self, Backend};
@@ -12,6 +12,7 @@ use crate::golden::{BuildFacts, Comparison, GoldenStore, Limits, Perturbation, S
 use crate::pipeline::{self, RunPlan};
 use memgaze_analysis::AnalysisOptions;
 use memgaze_error::{Exit, usage};
+use memgaze_metadata::messages::{self, Reason};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -216,26 +217,24 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             exit = exit.worst(Exit::Regression);
         }
         if json {
-            let mut message = serde_json::json!({
-                "reason": "validation",
-                "package": exe.package,
-                "target": exe.target,
-                "name": case.name,
-                "status": verdict,
-                "sampling": sampling_json(&sampling),
-                "elapsed_s": recording.elapsed.as_secs_f64(),
+            emit(&messages::Validation {
+                code_window_k: comparison.code_window_k,
+                elapsed_s: recording.elapsed.as_secs_f64(),
+                functions: comparison.functions.clone(),
+                k_max: comparison.k_max,
+                name: case.name.clone(),
+                package: exe.package.clone(),
+                period: comparison.period,
+                problems: comparison.problems.clone(),
+                reason: Reason::Validation,
+                samples: comparison.samples,
+                sampling: sampling_info(&sampling),
+                status: verdict.to_string(),
+                target: exe.target.clone(),
+                trace_size_frac: comparison.trace_size_frac,
+                trace_windows: comparison.trace_windows.clone(),
+                window: comparison.window,
             });
-            if let (Some(object), serde_json::Value::Object(fields)) = (
-                message.as_object_mut(),
-                serde_json::to_value(&comparison).expect("comparison serialises"),
-            ) {
-                for (key, value) in fields {
-                    if key != "status" {
-                        object.insert(key, value);
-                    }
-                }
-            }
-            emit(&message);
         } else {
             let text = render(
                 &format!("{} {}", exe.display_name(), case.name),

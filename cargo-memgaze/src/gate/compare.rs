@@ -7,7 +7,7 @@ use super::limits::{Limit, Limits};
 use super::metric::{Metric, common_window_k, windows_at};
 use anyhow::Result;
 use memgaze_error::{Exit, usage};
-use serde_json::{Value, json};
+use memgaze_metadata::messages::{self, Reason};
 use std::fmt::Write as _;
 
 /// Fewer samples than this make a sampled run's metrics too noisy to gate
@@ -108,20 +108,20 @@ impl Regression {
     }
 
     /// The `"reason": "regression"` message of the bench JSON stream.
-    pub fn to_json(&self, baseline: &str) -> Value {
-        json!({
-            "reason": "regression",
-            "baseline": baseline,
-            "package": self.bench.package,
-            "target": self.bench.target,
-            "bench": self.bench.bench,
-            "metric": self.metric.name(),
-            "old": self.old,
-            "new": self.new,
-            "change": self.change.absolute,
-            "change_frac": self.change.relative,
-            "limit": self.limit.to_string(),
-        })
+    pub fn to_message(&self, baseline: &str) -> messages::Regression {
+        messages::Regression {
+            baseline: baseline.to_string(),
+            bench: self.bench.bench.clone(),
+            change: self.change.absolute,
+            change_frac: self.change.relative,
+            limit: self.limit.to_string(),
+            metric: self.metric.name().to_string(),
+            new: self.new,
+            old: self.old,
+            package: self.bench.package.clone(),
+            reason: Reason::Regression,
+            target: self.bench.target.clone(),
+        }
     }
 }
 
@@ -200,10 +200,13 @@ impl BenchVerdict {
     }
 
     /// The `"reason": "baseline-comparison"` message of the bench JSON
-    /// stream (every compared metric), followed by one `"regression"`
-    /// message per regression.
-    pub fn to_json(&self, baseline: &str) -> Vec<Value> {
-        let metrics: Vec<Value> = self
+    /// stream (every compared metric), and the `"regression"` messages
+    /// that follow it, one per regression.
+    pub fn to_messages(
+        &self,
+        baseline: &str,
+    ) -> (messages::BaselineComparison, Vec<messages::Regression>) {
+        let metrics = self
             .metrics
             .iter()
             .map(|m| {
@@ -211,31 +214,35 @@ impl BenchVerdict {
                     (Some(old), Some(new)) => Some(Change::between(old, new)),
                     _ => None,
                 };
-                json!({
-                    "metric": m.metric.name(),
-                    "old": m.old,
-                    "new": m.new,
-                    "change": change.map(|c| c.absolute),
-                    "change_frac": change.and_then(|c| c.relative),
-                    "limit": m.limit.map(|l| l.to_string()),
-                    "regressed": m.regressed,
-                })
+                messages::MetricComparison {
+                    change: change.map(|c| c.absolute),
+                    change_frac: change.and_then(|c| c.relative),
+                    limit: m.limit.map(|l| l.to_string()),
+                    metric: m.metric.name().to_string(),
+                    new: m.new,
+                    old: m.old,
+                    regressed: m.regressed,
+                }
             })
             .collect();
-        let mut out = vec![json!({
-            "reason": "baseline-comparison",
-            "baseline": baseline,
-            "package": self.bench.package,
-            "target": self.bench.target,
-            "bench": self.bench.bench,
-            "has_baseline": self.has_baseline,
-            "window_k": self.window_k,
-            "metrics": metrics,
-            "regressions": self.regressions.len(),
-            "notes": self.notes,
-        })];
-        out.extend(self.regressions.iter().map(|r| r.to_json(baseline)));
-        out
+        let comparison = messages::BaselineComparison {
+            baseline: baseline.to_string(),
+            bench: self.bench.bench.clone(),
+            has_baseline: self.has_baseline,
+            metrics,
+            notes: self.notes.clone(),
+            package: self.bench.package.clone(),
+            reason: Reason::BaselineComparison,
+            regressions: self.regressions.len(),
+            target: self.bench.target.clone(),
+            window_k: self.window_k,
+        };
+        let regressions = self
+            .regressions
+            .iter()
+            .map(|r| r.to_message(baseline))
+            .collect();
+        (comparison, regressions)
     }
 }
 

@@ -174,8 +174,15 @@ fn a_worse_access_pattern_is_a_regression_in_human_and_json_form() {
         "{human}"
     );
 
-    let json = verdict.to_json("main");
-    assert_eq!(json[0]["reason"], "baseline-comparison");
+    let (comparison, regressions) = verdict.to_messages("main");
+    assert_eq!(
+        serde_json::to_value(&comparison).unwrap()["reason"],
+        "baseline-comparison"
+    );
+    let json: Vec<serde_json::Value> = regressions
+        .iter()
+        .map(|r| serde_json::to_value(r).unwrap())
+        .collect();
     let regression = json
         .iter()
         .find(|j| j["reason"] == "regression" && j["metric"] == "F_irr_frac")
