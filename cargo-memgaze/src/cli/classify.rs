@@ -11,8 +11,8 @@ use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
 use memgaze_error::Exit;
 use memgaze_instrument::binary::{Binary, Function};
 use memgaze_instrument::classify::{self, BinaryLoads, ClassifiedLoad, FunctionLoads};
+use memgaze_metadata::classify::{self as doc, CLASSIFY_SCHEMA};
 use memgaze_trace::LoadClass;
-use serde_json::{Value, json};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -39,9 +39,6 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
 }
-
-/// Schema tag of the JSON output.
-pub const CLASSIFY_SCHEMA: &str = "memgaze.classify.v1";
 
 /// Builds the function filter from `--functions` globs.
 pub fn function_filter(globs: &[String]) -> anyhow::Result<Option<GlobSet>> {
@@ -113,76 +110,72 @@ fn instruction_text(binary: &Binary, ip: u64, len: u8) -> String {
     text
 }
 
-fn counts(f: &FunctionLoads) -> Value {
-    json!({
-        "Strided": f.count(LoadClass::Strided),
-        "Irregular": f.count(LoadClass::Irregular),
-        "Constant": f.count(LoadClass::Constant),
-        "total": f.loads.len(),
-    })
-}
-
-fn reg_name(r: iced_x86::Register) -> Value {
-    if r == iced_x86::Register::None {
-        Value::Null
-    } else {
-        Value::String(format!("{r:?}").to_lowercase())
+fn counts(f: &FunctionLoads) -> doc::LoadCounts {
+    doc::LoadCounts {
+        constant: f.count(LoadClass::Constant),
+        irregular: f.count(LoadClass::Irregular),
+        strided: f.count(LoadClass::Strided),
+        total: f.loads.len(),
     }
 }
 
-fn load_json(binary: &Binary, function: &Function, l: &ClassifiedLoad) -> Value {
+fn reg_name(r: iced_x86::Register) -> Option<String> {
+    (r != iced_x86::Register::None).then(|| format!("{r:?}").to_lowercase())
+}
+
+fn load_row(binary: &Binary, function: &Function, l: &ClassifiedLoad) -> doc::LoadRow {
     let op = &l.operand;
-    json!({
-        "ip": hex(op.ip),
-        "class": l.class.as_str(),
-        "function": function.name,
-        "line": binary.location(op.ip).map(|s| s.to_string()),
-        "instrumented": l.instrumented,
-        "implied": !l.instrumented,
-        "implies": l.implied,
-        "proxy": l.proxy.map(hex),
-        "instruction": instruction_text(binary, op.ip, op.len),
-        "reason": l.reason.to_string(),
-        "base": reg_name(op.base),
-        "index": reg_name(op.index),
-        "scale": op.scale,
-        "displacement": op.displacement as i64,
-        "size": op.size,
-        "segment": reg_name(op.segment),
-        "gather": op.gather,
-        "read_modify_write": op.read_modify_write,
-        "loop_depth": l.loop_depth,
-    })
+    doc::LoadRow {
+        base: reg_name(op.base),
+        class: l.class,
+        displacement: op.displacement as i64,
+        function: function.name.clone(),
+        gather: op.gather,
+        implied: !l.instrumented,
+        implies: l.implied,
+        index: reg_name(op.index),
+        instruction: instruction_text(binary, op.ip, op.len),
+        instrumented: l.instrumented,
+        ip: op.ip,
+        line: binary.location(op.ip).map(|s| s.to_string()),
+        loop_depth: l.loop_depth,
+        proxy: l.proxy,
+        read_modify_write: op.read_modify_write,
+        reason: l.reason.to_string(),
+        scale: op.scale,
+        segment: reg_name(op.segment),
+        size: op.size,
+    }
 }
 
 /// Loads per reason kind, e.g. how many Irregular loads are outside loops.
-fn reasons(loads: &BinaryLoads) -> std::collections::BTreeMap<&'static str, usize> {
+fn reasons(loads: &BinaryLoads) -> std::collections::BTreeMap<String, usize> {
     let mut out = std::collections::BTreeMap::new();
     for (_, f) in &loads.functions {
         for l in &f.loads {
-            *out.entry(l.reason.kind()).or_insert(0) += 1;
+            *out.entry(l.reason.kind().to_string()).or_insert(0) += 1;
         }
     }
     out
 }
 
-fn function_json(function: &Function, f: &FunctionLoads) -> Value {
-    json!({
-        "name": function.name,
-        "raw_name": function.raw_name,
-        "start": hex(function.start),
-        "size": function.size,
-        "source": function.source.as_str(),
-        "loads": counts(f),
-        "instrumented": f.instrumented(),
-        "compression_ratio": f.compression_ratio(),
-        "blocks": f.blocks,
-        "loops": f.loops,
-        "jump_tables": f.jump_tables,
-        "unresolved_indirect_jumps": f.unresolved_indirect_jumps,
-        "stack_loads": f.stack_loads,
-        "string_loads": f.string_loads,
-    })
+fn function_row(function: &Function, f: &FunctionLoads) -> doc::FunctionRow {
+    doc::FunctionRow {
+        blocks: f.blocks,
+        compression_ratio: f.compression_ratio(),
+        instrumented: f.instrumented(),
+        jump_tables: f.jump_tables,
+        loads: counts(f),
+        loops: f.loops,
+        name: function.name.clone(),
+        raw_name: function.raw_name.clone(),
+        size: function.size,
+        source: function.source.as_str().to_string(),
+        stack_loads: f.stack_loads,
+        start: function.start,
+        string_loads: f.string_loads,
+        unresolved_indirect_jumps: f.unresolved_indirect_jumps,
+    }
 }
 
 /// The JSON document (`memgaze.classify.v1`), serialised as it is written:
@@ -203,7 +196,7 @@ impl serde::Serialize for Functions<'_> {
             d.loads
                 .functions
                 .iter()
-                .map(|(i, f)| function_json(&d.binary.functions()[*i], f)),
+                .map(|(i, f)| function_row(&d.binary.functions()[*i], f)),
         )
     }
 }
@@ -213,9 +206,7 @@ impl serde::Serialize for Loads<'_> {
         let d = self.0;
         s.collect_seq(d.loads.functions.iter().flat_map(|(i, f)| {
             let function = &d.binary.functions()[*i];
-            f.loads
-                .iter()
-                .map(move |l| load_json(d.binary, function, l))
+            f.loads.iter().map(move |l| load_row(d.binary, function, l))
         }))
     }
 }
@@ -232,21 +223,21 @@ impl serde::Serialize for Document<'_> {
         m.serialize_entry("has_lines", &self.binary.has_lines())?;
         m.serialize_entry(
             "summary",
-            &json!({
-                "functions": totals.functions,
-                "loads": totals.loads,
-                "Strided": totals.strided,
-                "Irregular": totals.irregular,
-                "Constant": totals.constant,
-                "instrumented": totals.instrumented,
-                "compression_ratio": totals.compression_ratio(),
-                "tls": totals.tls,
-                "stack_loads": totals.stack_loads,
-                "string_loads": totals.string_loads,
-                "jump_tables": totals.jump_tables,
-                "unresolved_indirect_jumps": totals.unresolved_indirect_jumps,
-                "reasons": reasons(self.loads),
-            }),
+            &doc::Summary {
+                constant: totals.constant,
+                irregular: totals.irregular,
+                strided: totals.strided,
+                compression_ratio: totals.compression_ratio(),
+                functions: totals.functions,
+                instrumented: totals.instrumented,
+                jump_tables: totals.jump_tables,
+                loads: totals.loads,
+                reasons: reasons(self.loads),
+                stack_loads: totals.stack_loads,
+                string_loads: totals.string_loads,
+                tls: totals.tls,
+                unresolved_indirect_jumps: totals.unresolved_indirect_jumps,
+            },
         )?;
         m.serialize_entry("functions", &Functions(self))?;
         m.serialize_entry("loads", &Loads(self))?;
