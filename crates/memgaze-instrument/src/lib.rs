@@ -3,14 +3,17 @@
 //! The stages, in the order a program goes through them:
 //! [`binary`] reads the executable (functions, control-flow graphs, loops,
 //! jump tables, line tables, unwind tables); [`classify`] gives every load a
-//! class (constant, strided, irregular) and builds the [`annotation`] the
-//! analysis later reads; [`rewrite`] copies the chosen functions with a probe
+//! class (constant, strided, irregular) and builds the annotation
+//! ([`memgaze_metadata::annotation`]) the analysis later reads; [`rewrite`] copies the chosen functions with a probe
 //! before each instrumented load, rewrites the unwind tables and appends the
 //! recording runtime.
 
 #![warn(missing_docs)]
 
+// The annotation's types live in memgaze-metadata; `crate::annotation`
+// names them inside this crate.
 use memgaze_metadata::annotation;
+
 pub mod binary;
 pub mod classify;
 mod file;
