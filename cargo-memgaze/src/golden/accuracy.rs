@@ -19,6 +19,7 @@
 use super::samples::{FunctionSums, LevelSums, SampleSet, TraceMetric};
 use super::snapshot::GoldenMetrics;
 use memgaze_analysis::Analysis;
+use memgaze_trace::rng::SplitMix64;
 use serde::Serialize;
 
 /// Accuracy limits (defaults: spec'd by issue 7).
@@ -610,29 +611,18 @@ struct Bootstrap<'a> {
     weights: Vec<Vec<u32>>,
 }
 
-/// SplitMix64: tiny, seedable, and good enough to draw sample indices.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (multiply-shift; the bias is below 2^-32 for the
-    /// sample counts of a trace).
-    fn below(&mut self, n: usize) -> usize {
-        (((self.next() >> 32) * n as u64) >> 32) as usize
-    }
+/// Uniform in `0..n` (multiply-shift on the high 32 bits; the bias is below
+/// 2^-32 for the sample counts of a trace). Not [`SplitMix64::below`]: this
+/// narrower form is what drew every replicate so far, and a seed must keep
+/// giving the same intervals.
+fn below(rng: &mut SplitMix64, n: usize) -> usize {
+    (((rng.next_u64() >> 32) * n as u64) >> 32) as usize
 }
 
 impl<'a> Bootstrap<'a> {
     fn new(samples: &'a SampleSet, limits: &Limits) -> Self {
         let n = samples.samples.len();
-        let mut rng = SplitMix(limits.seed);
+        let mut rng = SplitMix64::new(limits.seed);
         let weights = if n == 0 {
             Vec::new()
         } else {
@@ -640,7 +630,7 @@ impl<'a> Bootstrap<'a> {
                 .map(|_| {
                     let mut w = vec![0u32; n];
                     for _ in 0..n {
-                        w[rng.below(n)] += 1;
+                        w[below(&mut rng, n)] += 1;
                     }
                     w
                 })
