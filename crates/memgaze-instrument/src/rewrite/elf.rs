@@ -71,8 +71,9 @@ impl ElfEditor {
     /// spare program header, no writable segment at the end.
     pub fn new(bytes: Vec<u8>, state_bytes: u64) -> Result<ElfEditor> {
         // The identification bytes are checked before goblin reads the
-        // header, so that the message names what is wrong (goblin would
-        // happily read a big-endian or 32-bit header into these fields).
+        // header, so that the message names what is wrong: goblin's 64-bit
+        // reader would read a 32-bit header as a 64-bit one, and a
+        // big-endian one without complaint.
         if bytes.len() < SIZEOF_EHDR || &bytes[..ELFMAG.len()] != ELFMAG {
             bail!("not an ELF file");
         }
