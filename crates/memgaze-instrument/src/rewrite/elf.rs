@@ -354,6 +354,23 @@ mod tests {
     }
 
     #[test]
+    fn reads_the_program_headers_goblins_parser_reads() {
+        let bytes = std::fs::read("/proc/self/exe").unwrap();
+        let parsed = goblin::elf::Elf::parse(&bytes).unwrap();
+        let editor = ElfEditor::new(bytes.clone(), 64).unwrap();
+        assert_eq!(editor.headers.len(), parsed.program_headers.len());
+        for (ours, theirs) in editor.headers.iter().zip(&parsed.program_headers) {
+            assert_eq!(ours.p_type, theirs.p_type);
+            assert_eq!(ours.p_flags, theirs.p_flags);
+            assert_eq!(ours.p_offset, theirs.p_offset);
+            assert_eq!(ours.p_vaddr, theirs.p_vaddr);
+            assert_eq!(ours.p_filesz, theirs.p_filesz);
+            assert_eq!(ours.p_memsz, theirs.p_memsz);
+        }
+        assert_eq!(editor.entry, parsed.entry);
+    }
+
+    #[test]
     fn plans_state_and_segment_above_everything() {
         let bytes = std::fs::read("/proc/self/exe").unwrap();
         let editor = ElfEditor::new(bytes, 256).unwrap();

@@ -793,6 +793,22 @@ mod tests {
     }
 
     #[test]
+    fn leb128_round_trips_and_a_cut_value_names_its_address() {
+        // The DWARF 5 specification's examples (7.6), and an over-long one.
+        let data = [0xe5, 0x8e, 0x26, 0xc0, 0xbb, 0x78, 0x80];
+        let mut c = Cursor::new(&data, 0, 0x1000);
+        assert_eq!(c.uleb().unwrap(), 624_485);
+        assert_eq!(c.sleb().unwrap(), -123_456);
+        let err = c.uleb().unwrap_err().to_string();
+        assert_eq!(err, "unwind data ends early at 0x1007");
+        let mut out = Vec::new();
+        write_uleb(&mut out, 624_485);
+        assert_eq!(out, data[..3]);
+        let too_long = [0xff; 11];
+        assert!(Cursor::new(&too_long, 0, 0).uleb().is_err());
+    }
+
+    #[test]
     fn cfi_advances_are_remapped() {
         let cie = Cie {
             addr: 0,
