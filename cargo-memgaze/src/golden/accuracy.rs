@@ -19,6 +19,7 @@
 use super::samples::{FunctionSums, LevelSums, SampleSet, TraceMetric};
 use super::snapshot::GoldenMetrics;
 use memgaze_analysis::Analysis;
+use memgaze_trace::rng::SplitMix64;
 use serde::Serialize;
 
 /// Accuracy limits (defaults: spec'd by issue 7).
@@ -262,16 +263,17 @@ impl Perturbation {
 
 /// Compares a sampled run (its analysis and per-sample sums) with the golden
 /// full-trace metrics of the same bench.
+///
+/// Phases: the trace windows ([`compare_trace_windows`]), then each function
+/// that holds enough of the full run ([`named_functions`],
+/// [`compare_function`]), then the overall status. `problems` collects, in
+/// that order, the lines a person reads.
 pub fn compare(
     golden: &GoldenMetrics,
     sampled: &Analysis,
     samples: &SampleSet,
     limits: &Limits,
 ) -> Comparison {
-    let window = sampled.run.window.unwrap_or(u64::MAX);
-    let period = sampled.run.period.unwrap_or(u64::MAX);
-    let k_max = sampled.run.max_k;
-    let code_k = sampled.run.code_window_k;
     let n = samples.samples.len() as u64;
     let enough = n >= limits.min_samples;
     let mut problems = Vec::new();
@@ -282,13 +284,74 @@ pub fn compare(
         ));
     }
     let replicates = Bootstrap::new(samples, limits);
+    let trace_windows =
+        compare_trace_windows(golden, sampled, limits, &replicates, enough, &mut problems);
 
-    // Trace windows.
+    let code_k = sampled.run.code_window_k;
+    let (golden_functions, sampled_functions) = named_functions(golden, sampled, code_k);
+    let full_a = golden.summary.a.max(1) as f64;
+    let functions: Vec<FunctionError> = golden_functions
+        .iter()
+        .filter(|f| f.a as f64 / full_a >= limits.min_function_share)
+        .map(|full| {
+            let context = FunctionContext {
+                samples,
+                replicates: &replicates,
+                limits,
+                code_k,
+                share: full.a as f64 / full_a,
+            };
+            let sampled_f = sampled_functions.iter().find(|f| f.name == full.name);
+            compare_function(full, sampled_f, &context, &mut problems)
+        })
+        .collect();
+    if functions.is_empty() {
+        problems.push("no function holds enough of the full run's accesses to compare".into());
+    }
+
+    let mut status = if enough {
+        Status::Ok
+    } else {
+        Status::Undersampled
+    };
+    for e in &trace_windows {
+        status = status.worst(e.error.status);
+    }
+    for f in &functions {
+        status = status.worst(f.status);
+    }
+    let full_records = golden.summary.records;
+    Comparison {
+        samples: n,
+        window: sampled.run.window.unwrap_or(u64::MAX),
+        period: sampled.run.period.unwrap_or(u64::MAX),
+        k_max: sampled.run.max_k,
+        code_window_k: code_k,
+        trace_size_frac: (full_records > 0)
+            .then(|| sampled.coverage.records as f64 / full_records as f64),
+        trace_windows,
+        functions,
+        problems,
+        status,
+    }
+}
+
+/// The trace-window metrics: for each, the mean relative error over the
+/// window sizes both runs have (components only where they are a real
+/// share of F), judged with its bootstrap interval.
+fn compare_trace_windows(
+    golden: &GoldenMetrics,
+    sampled: &Analysis,
+    limits: &Limits,
+    replicates: &Bootstrap,
+    enough: bool,
+    problems: &mut Vec<String>,
+) -> Vec<TraceWindowError> {
     let rows: Vec<(
         u32,
         &memgaze_analysis::WindowRow,
         &memgaze_analysis::WindowRow,
-    )> = (3..=k_max)
+    )> = (3..=sampled.run.max_k)
         .filter_map(|k| {
             let full = golden.trace_windows.iter().find(|r| r.k == k)?;
             let sampled = sampled.trace_windows.iter().find(|r| r.k == k)?;
@@ -336,13 +399,19 @@ pub fn compare(
             error,
         });
     }
+    trace_windows
+}
 
-    // Code windows. Functions are matched by name, the only identity a
-    // snapshot keeps; distinct functions of one name (a generic function's
-    // instances, which demangle alike) are compared as one, merged alike on
-    // both sides (and in the per-sample sums), so no instance is compared
-    // with another's metrics.
-    let full_a = golden.summary.a.max(1) as f64;
+/// The functions of both runs by name, the only identity a snapshot keeps:
+/// distinct functions of one name (a generic function's instances, which
+/// demangle alike) are compared as one, merged alike on both sides (and in
+/// the per-sample sums), so no instance is compared with another's metrics.
+/// The golden side's code-window values are its row at `code_k`.
+fn named_functions<'a>(
+    golden: &'a GoldenMetrics,
+    sampled: &'a Analysis,
+    code_k: u32,
+) -> (Vec<NamedFunction<'a>>, Vec<NamedFunction<'a>>) {
     let golden_functions = NamedFunction::merge(golden.functions.iter().map(|f| {
         let row = f.trace_windows.iter().find(|r| r.k == code_k);
         NamedFunction {
@@ -372,167 +441,160 @@ pub fn compare(
             f_irr_frac: f.f_irr_frac.unwrap_or(0.0),
         }),
     }));
-    let mut functions = Vec::new();
-    for full in golden_functions
-        .iter()
-        .filter(|f| f.a as f64 / full_a >= limits.min_function_share)
-    {
-        let share = full.a as f64 / full_a;
-        let index = samples.function_index(full.name);
-        let sampled_f = sampled_functions.iter().find(|f| f.name == full.name);
-        let function_samples = index.map_or(0, |i| replicates.function_samples(i));
-        let windows = sampled_f.and_then(|f| f.code).map_or(0, |c| c.windows);
-        let f_enough = function_samples >= limits.min_samples && windows > 0;
-        let full_row = full.code;
-        let missing = || Error {
-            error: None,
-            ci: None,
-            limit: limits.code_error,
-            status: Status::Undersampled,
-        };
-        let (d_f, f_str, f_irr) = match (full_row, sampled_f.and_then(|f| f.code)) {
-            (Some(row), Some(f)) => {
-                let ci = |get: fn(&FunctionSums) -> f64, full: f64, relative: bool| {
-                    index.and_then(|i| replicates.function_interval(i, get, full, relative))
-                };
-                let d_f = f.d_f;
-                let rel = (row.d_f != 0.0).then(|| ((d_f - row.d_f) / row.d_f).abs());
-                (
-                    Error::judge(
-                        rel,
-                        ci(|s| s.d_f, row.d_f, true),
-                        limits.code_error,
-                        f_enough,
-                    ),
-                    Error::judge(
-                        Some((f.f_str_frac - row.f_str_frac).abs()),
-                        ci(|s| s.f_str_frac, row.f_str_frac, false),
-                        limits.code_error,
-                        f_enough,
-                    ),
-                    Error::judge(
-                        Some((f.f_irr_frac - row.f_irr_frac).abs()),
-                        ci(|s| s.f_irr_frac, row.f_irr_frac, false),
-                        limits.code_error,
-                        f_enough,
-                    ),
-                )
-            }
-            _ => (missing(), missing(), missing()),
-        };
-        let a_const_frac = match (full.a_const_frac, sampled_f.and_then(|f| f.a_const_frac)) {
-            (Some(full_frac), Some(frac)) => Error::judge(
-                Some((frac - full_frac).abs()),
-                index.and_then(|i| replicates.a_const_interval(i, full_frac)),
-                limits.code_error,
-                f_enough,
-            ),
-            _ => missing(),
-        };
-        let mut status = [&d_f, &f_str, &f_irr, &a_const_frac]
-            .iter()
-            .fold(Status::Ok, |s, e| s.worst(e.status));
-        if !f_enough && status != Status::Exceeded {
-            status = Status::Undersampled;
-        }
-        let merged = if full.instances > 1 {
-            format!(
-                "{} functions of this name, compared as one; ",
-                full.instances
-            )
-        } else {
-            String::new()
-        };
-        let label = format!(
-            "function `{}` ({merged}{:.1}% of accesses)",
-            full.name,
-            100.0 * share
-        );
-        if function_samples < limits.min_samples {
-            problems.push(format!(
-                "undersampled: {label} is in {function_samples} samples, fewer than {}",
-                limits.min_samples
-            ));
-        } else if windows == 0 {
-            problems.push(format!(
-                "undersampled: {label} has no code window of 2^{code_k} records in any sample"
-            ));
-        } else if full_row.is_none() {
-            // Its code-window metrics are not compared (undersampled); say
-            // why, or the bench fails without a reason (w < 8 gives k_c < 3,
-            // below the snapshot's first row; else the snapshot was edited).
-            let why = if code_k < 3 {
-                " (its rows start at 2^3)"
-            } else {
-                ""
-            };
-            problems.push(format!(
-                "undersampled: {label}: the golden snapshot has no code window of 2^{code_k} records to compare with{why}"
-            ));
-        }
-        for (name, e) in [
-            ("dF", &d_f),
-            ("F_str%", &f_str),
-            ("F_irr%", &f_irr),
-            ("A_const%", &a_const_frac),
-        ] {
-            match e.status {
-                Status::Exceeded => problems.push(format!(
-                    "{label}: code-window {name} error {:.2}%, over the {:.1}% limit",
-                    100.0 * e.error.unwrap_or(0.0),
-                    100.0 * limits.code_error
-                )),
-                Status::Undersampled if f_enough => {
-                    if let Some([lo, hi]) = e.ci {
-                        problems.push(format!(
-                            "undersampled: {label}: the 95% interval of code-window {name} is {:.2}% wide, over the {:.1}% limit",
-                            100.0 * (hi - lo),
-                            100.0 * limits.code_error
-                        ));
-                    }
-                }
-                _ => {}
-            }
-        }
-        functions.push(FunctionError {
-            name: full.name.to_string(),
-            share,
-            samples: function_samples,
-            windows,
-            d_f,
-            f_str_frac: f_str,
-            f_irr_frac: f_irr,
-            a_const_frac,
-            status,
-        });
-    }
-    if functions.is_empty() {
-        problems.push("no function holds enough of the full run's accesses to compare".into());
-    }
+    (golden_functions, sampled_functions)
+}
 
-    let mut status = if enough {
-        Status::Ok
-    } else {
-        Status::Undersampled
+/// What judging one function needs besides the function itself.
+struct FunctionContext<'a> {
+    samples: &'a SampleSet,
+    replicates: &'a Bootstrap<'a>,
+    limits: &'a Limits,
+    /// The code-window size exponent `k_c`.
+    code_k: u32,
+    /// The function's share of the full run's accesses.
+    share: f64,
+}
+
+/// Judges one function of the golden run against its namesake in the
+/// sampled run (`None`: not seen there), and says why where it fails or
+/// cannot be judged.
+fn compare_function(
+    full: &NamedFunction,
+    sampled_f: Option<&NamedFunction>,
+    context: &FunctionContext,
+    problems: &mut Vec<String>,
+) -> FunctionError {
+    let FunctionContext {
+        samples,
+        replicates,
+        limits,
+        code_k,
+        share,
+    } = *context;
+    let index = samples.function_index(full.name);
+    let function_samples = index.map_or(0, |i| replicates.function_samples(i));
+    let windows = sampled_f.and_then(|f| f.code).map_or(0, |c| c.windows);
+    let f_enough = function_samples >= limits.min_samples && windows > 0;
+    let full_row = full.code;
+    let missing = || Error {
+        error: None,
+        ci: None,
+        limit: limits.code_error,
+        status: Status::Undersampled,
     };
-    for e in &trace_windows {
-        status = status.worst(e.error.status);
+    let (d_f, f_str, f_irr) = match (full_row, sampled_f.and_then(|f| f.code)) {
+        (Some(row), Some(f)) => {
+            let ci = |get: fn(&FunctionSums) -> f64, full: f64, relative: bool| {
+                index.and_then(|i| replicates.function_interval(i, get, full, relative))
+            };
+            let d_f = f.d_f;
+            let rel = (row.d_f != 0.0).then(|| ((d_f - row.d_f) / row.d_f).abs());
+            (
+                Error::judge(
+                    rel,
+                    ci(|s| s.d_f, row.d_f, true),
+                    limits.code_error,
+                    f_enough,
+                ),
+                Error::judge(
+                    Some((f.f_str_frac - row.f_str_frac).abs()),
+                    ci(|s| s.f_str_frac, row.f_str_frac, false),
+                    limits.code_error,
+                    f_enough,
+                ),
+                Error::judge(
+                    Some((f.f_irr_frac - row.f_irr_frac).abs()),
+                    ci(|s| s.f_irr_frac, row.f_irr_frac, false),
+                    limits.code_error,
+                    f_enough,
+                ),
+            )
+        }
+        _ => (missing(), missing(), missing()),
+    };
+    let a_const_frac = match (full.a_const_frac, sampled_f.and_then(|f| f.a_const_frac)) {
+        (Some(full_frac), Some(frac)) => Error::judge(
+            Some((frac - full_frac).abs()),
+            index.and_then(|i| replicates.a_const_interval(i, full_frac)),
+            limits.code_error,
+            f_enough,
+        ),
+        _ => missing(),
+    };
+    let mut status = [&d_f, &f_str, &f_irr, &a_const_frac]
+        .iter()
+        .fold(Status::Ok, |s, e| s.worst(e.status));
+    if !f_enough && status != Status::Exceeded {
+        status = Status::Undersampled;
     }
-    for f in &functions {
-        status = status.worst(f.status);
+    let merged = if full.instances > 1 {
+        format!(
+            "{} functions of this name, compared as one; ",
+            full.instances
+        )
+    } else {
+        String::new()
+    };
+    let label = format!(
+        "function `{}` ({merged}{:.1}% of accesses)",
+        full.name,
+        100.0 * share
+    );
+    if function_samples < limits.min_samples {
+        problems.push(format!(
+            "undersampled: {label} is in {function_samples} samples, fewer than {}",
+            limits.min_samples
+        ));
+    } else if windows == 0 {
+        problems.push(format!(
+            "undersampled: {label} has no code window of 2^{code_k} records in any sample"
+        ));
+    } else if full_row.is_none() {
+        // Its code-window metrics are not compared (undersampled); say
+        // why, or the bench fails without a reason (w < 8 gives k_c < 3,
+        // below the snapshot's first row; else the snapshot was edited).
+        let why = if code_k < 3 {
+            " (its rows start at 2^3)"
+        } else {
+            ""
+        };
+        problems.push(format!(
+            "undersampled: {label}: the golden snapshot has no code window of 2^{code_k} records to compare with{why}"
+        ));
     }
-    let full_records = golden.summary.records;
-    Comparison {
-        samples: n,
-        window,
-        period,
-        k_max,
-        code_window_k: code_k,
-        trace_size_frac: (full_records > 0)
-            .then(|| sampled.coverage.records as f64 / full_records as f64),
-        trace_windows,
-        functions,
-        problems,
+    for (name, e) in [
+        ("dF", &d_f),
+        ("F_str%", &f_str),
+        ("F_irr%", &f_irr),
+        ("A_const%", &a_const_frac),
+    ] {
+        match e.status {
+            Status::Exceeded => problems.push(format!(
+                "{label}: code-window {name} error {:.2}%, over the {:.1}% limit",
+                100.0 * e.error.unwrap_or(0.0),
+                100.0 * limits.code_error
+            )),
+            Status::Undersampled if f_enough => {
+                if let Some([lo, hi]) = e.ci {
+                    problems.push(format!(
+                        "undersampled: {label}: the 95% interval of code-window {name} is {:.2}% wide, over the {:.1}% limit",
+                        100.0 * (hi - lo),
+                        100.0 * limits.code_error
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    FunctionError {
+        name: full.name.to_string(),
+        share,
+        samples: function_samples,
+        windows,
+        d_f,
+        f_str_frac: f_str,
+        f_irr_frac: f_irr,
+        a_const_frac,
         status,
     }
 }
@@ -610,29 +672,18 @@ struct Bootstrap<'a> {
     weights: Vec<Vec<u32>>,
 }
 
-/// SplitMix64: tiny, seedable, and good enough to draw sample indices.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (multiply-shift; the bias is below 2^-32 for the
-    /// sample counts of a trace).
-    fn below(&mut self, n: usize) -> usize {
-        (((self.next() >> 32) * n as u64) >> 32) as usize
-    }
+/// Uniform in `0..n` (multiply-shift on the high 32 bits; the bias is below
+/// 2^-32 for the sample counts of a trace). Not [`SplitMix64::below`]: this
+/// narrower form is what drew every replicate so far, and a seed must keep
+/// giving the same intervals.
+fn below(rng: &mut SplitMix64, n: usize) -> usize {
+    (((rng.next_u64() >> 32) * n as u64) >> 32) as usize
 }
 
 impl<'a> Bootstrap<'a> {
     fn new(samples: &'a SampleSet, limits: &Limits) -> Self {
         let n = samples.samples.len();
-        let mut rng = SplitMix(limits.seed);
+        let mut rng = SplitMix64::new(limits.seed);
         let weights = if n == 0 {
             Vec::new()
         } else {
@@ -640,7 +691,7 @@ impl<'a> Bootstrap<'a> {
                 .map(|_| {
                     let mut w = vec![0u32; n];
                     for _ in 0..n {
-                        w[rng.below(n)] += 1;
+                        w[below(&mut rng, n)] += 1;
                     }
                     w
                 })

@@ -383,14 +383,8 @@ pub(crate) mod tests {
     /// A deterministic pseudo-random trace: samples of `window` records of
     /// an `a[idx[i]]` kernel with an occasional helper call.
     pub(crate) fn records(samples: u64, window: u64, seed: u64) -> Vec<Vec<(u32, u64)>> {
-        let mut state = seed;
-        let mut next = move || {
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        };
+        let mut rng = memgaze_trace::rng::SplitMix64::new(seed);
+        let mut next = move || rng.next_u64();
         (0..samples)
             .map(|s| {
                 let mut i = s * 997;

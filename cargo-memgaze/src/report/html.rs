@@ -1,28 +1,18 @@
 //! The self-contained `index.html`: inline CSS, no script, no external
 //! resource; charts are relative links to the SVG files beside it, so the
 //! directory works offline and as a CI artifact.
+//!
+//! The page is written with maud's `html!`: every value spliced in is
+//! escaped unless it is wrapped in `PreEscaped` (only the constant style
+//! sheet is), so a bench name, a path or a baseline note cannot inject
+//! markup. The `"\n"` literals keep one element or table row per line, as
+//! the page had before, so the source stays readable and diffs stay small.
 
 use super::charts::{format_address, format_bytes, format_window};
 use super::{BenchPage, ChartFile};
 use crate::gate::BenchVerdict;
+use maud::{DOCTYPE, Markup, PreEscaped, html};
 use memgaze_analysis::{Analysis, FunctionMetrics, WindowRow};
-use std::fmt::Write as _;
-
-/// Escapes text for HTML content and attribute values.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 const STYLE: &str = r#"
 :root { --ink: #222; --muted: #666; --line: #ddd; --accent: #0072b2; --bad: #b3261e; --bg-bad: #fdecea; }
@@ -75,181 +65,204 @@ fn pct(value: f64) -> String {
     format!("{:.1}%", value * 100.0)
 }
 
-fn figure(out: &mut String, chart: &ChartFile) {
-    let _ = writeln!(
-        out,
-        r#"<figure><a href="{0}"><img src="{0}" alt="{1}" width="{2}" height="{3}" loading="lazy"></a><figcaption>{1}</figcaption></figure>"#,
-        escape(&chart.file),
-        escape(&chart.title),
-        chart.size.0,
-        chart.size.1
-    );
+/// Whether the bench has regressions against the baseline (marked in the
+/// navigation and the overview).
+fn regressed(page: &BenchPage) -> bool {
+    page.verdict
+        .as_ref()
+        .is_some_and(|v| v.as_ref().is_ok_and(|v| !v.regressions.is_empty()))
 }
 
-fn window_table(out: &mut String, rows: &[WindowRow]) {
-    out.push_str("<table><tr><th>window (accesses)</th><th>windows</th><th>F</th><th>ΔF</th><th>F_str</th><th>F_irr</th><th>F_str%</th><th>F_irr%</th></tr>\n");
-    for r in rows.iter().filter(|r| r.windows > 0) {
-        let _ = writeln!(
-            out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            format_window(r.k),
-            int(r.windows),
-            dec(r.f),
-            dec(r.d_f),
-            dec(r.f_str),
-            dec(r.f_irr),
-            pct(r.f_str_frac),
-            pct(r.f_irr_frac)
-        );
+/// `class="bad"` where `bad`, no attribute otherwise.
+fn bad_class(bad: bool) -> Option<&'static str> {
+    bad.then_some("bad")
+}
+
+fn figure(chart: &ChartFile) -> Markup {
+    html! {
+        figure {
+            a href=(chart.file) {
+                img src=(chart.file) alt=(chart.title) width=(chart.size.0)
+                    height=(chart.size.1) loading="lazy";
+            }
+            figcaption { (chart.title) }
+        }
+        "\n"
     }
-    out.push_str("</table>\n");
 }
 
-fn functions_table(out: &mut String, analysis: &Analysis) {
+fn window_table(rows: &[WindowRow]) -> Markup {
+    html! {
+        table {
+            tr {
+                th { "window (accesses)" } th { "windows" } th { "F" } th { "ΔF" }
+                th { "F_str" } th { "F_irr" } th { "F_str%" } th { "F_irr%" }
+            }
+            "\n"
+            @for r in rows.iter().filter(|r| r.windows > 0) {
+                tr {
+                    td { (format_window(r.k)) }
+                    td { (int(r.windows)) }
+                    td { (dec(r.f)) }
+                    td { (dec(r.d_f)) }
+                    td { (dec(r.f_str)) }
+                    td { (dec(r.f_irr)) }
+                    td { (pct(r.f_str_frac)) }
+                    td { (pct(r.f_irr_frac)) }
+                }
+                "\n"
+            }
+        }
+        "\n"
+    }
+}
+
+fn functions_table(analysis: &Analysis) -> Markup {
     let total = analysis.summary.a.max(1) as f64;
-    out.push_str("<table><tr><th class=name>function</th><th>A</th><th>A%</th><th>Â</th><th>A_const%</th><th>ΔF</th><th>F_str%</th><th>F_irr%</th><th>code windows</th><th>D mean</th><th class=name>hottest loads</th></tr>\n");
-    for f in analysis
+    let shown = analysis
         .functions
         .iter()
-        .filter(|f| f.a > 0 || f.a_const > 0)
-    {
-        let _ = writeln!(
-            out,
-            "<tr><td class=name><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=name>{}</td></tr>",
-            escape(&f.name),
-            int(f.a),
-            pct(f.a as f64 / total),
-            opt(f.a_hat, super::charts::format_count),
-            opt(f.a_const_frac, pct),
-            opt(f.d_f, dec),
-            opt(f.f_str_frac, pct),
-            opt(f.f_irr_frac, pct),
-            int(f.code_windows),
-            opt(f.d_mean, dec),
-            hot_lines(f)
-        );
+        .filter(|f| f.a > 0 || f.a_const > 0);
+    html! {
+        table {
+            tr {
+                th.name { "function" } th { "A" } th { "A%" } th { "Â" } th { "A_const%" }
+                th { "ΔF" } th { "F_str%" } th { "F_irr%" } th { "code windows" }
+                th { "D mean" } th.name { "hottest loads" }
+            }
+            "\n"
+            @for f in shown {
+                tr {
+                    td.name { code { (f.name) } }
+                    td { (int(f.a)) }
+                    td { (pct(f.a as f64 / total)) }
+                    td { (opt(f.a_hat, super::charts::format_count)) }
+                    td { (opt(f.a_const_frac, pct)) }
+                    td { (opt(f.d_f, dec)) }
+                    td { (opt(f.f_str_frac, pct)) }
+                    td { (opt(f.f_irr_frac, pct)) }
+                    td { (int(f.code_windows)) }
+                    td { (opt(f.d_mean, dec)) }
+                    td.name { (hot_lines(f)) }
+                }
+                "\n"
+            }
+        }
+        "\n"
     }
-    out.push_str("</table>\n");
 }
 
-fn hot_lines(f: &FunctionMetrics) -> String {
-    f.hot_loads
-        .iter()
-        .take(3)
-        .map(|l| {
-            let place = l.line.clone().unwrap_or_else(|| format_address(l.ip));
-            format!("<code>{}</code> ({})", escape(&place), int(l.count))
-        })
-        .collect::<Vec<_>>()
-        .join("<br>")
-}
-
-fn regions_table(out: &mut String, analysis: &Analysis) {
-    out.push_str("<table><tr><th class=name>region</th><th>size</th><th>A</th><th>A%</th><th>blocks</th><th>A/block</th><th>D mean</th><th class=name>accessed by</th></tr>\n");
-    for r in &analysis.regions {
-        let by = r
-            .functions
-            .iter()
-            .take(3)
-            .map(|f| {
-                let lines = if f.lines.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        " at {}",
-                        f.lines
-                            .iter()
-                            .take(2)
-                            .cloned()
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )
-                };
-                format!(
-                    "<code>{}</code> ({}){}",
-                    escape(&f.name),
-                    int(f.a),
-                    escape(&lines)
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("<br>");
-        let _ = writeln!(
-            out,
-            "<tr><td class=name><code>{}–{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=name>{}</td></tr>",
-            format_address(r.start),
-            format_address(r.end),
-            format_bytes(r.end - r.start),
-            int(r.a),
-            pct(r.a_frac),
-            int(r.blocks),
-            dec(r.a_per_block),
-            opt(r.d_mean, dec),
-            by
-        );
+/// The three hottest loads of a function, one per line.
+fn hot_lines(f: &FunctionMetrics) -> Markup {
+    html! {
+        @for (i, l) in f.hot_loads.iter().take(3).enumerate() {
+            @if i > 0 { br; }
+            code { (l.line.clone().unwrap_or_else(|| format_address(l.ip))) }
+            " (" (int(l.count)) ")"
+        }
     }
-    out.push_str("</table>\n");
 }
 
-fn verdict_block(out: &mut String, baseline: &str, verdict: &Result<BenchVerdict, String>) {
+fn regions_table(analysis: &Analysis) -> Markup {
+    html! {
+        table {
+            tr {
+                th.name { "region" } th { "size" } th { "A" } th { "A%" } th { "blocks" }
+                th { "A/block" } th { "D mean" } th.name { "accessed by" }
+            }
+            "\n"
+            @for r in &analysis.regions {
+                tr {
+                    td.name { code { (format_address(r.start)) "–" (format_address(r.end)) } }
+                    td { (format_bytes(r.end - r.start)) }
+                    td { (int(r.a)) }
+                    td { (pct(r.a_frac)) }
+                    td { (int(r.blocks)) }
+                    td { (dec(r.a_per_block)) }
+                    td { (opt(r.d_mean, dec)) }
+                    td.name {
+                        @for (i, f) in r.functions.iter().take(3).enumerate() {
+                            @if i > 0 { br; }
+                            code { (f.name) } " (" (int(f.a)) ")"
+                            @if !f.lines.is_empty() {
+                                " at " (f.lines.iter().take(2).cloned().collect::<Vec<_>>().join(", "))
+                            }
+                        }
+                    }
+                }
+                "\n"
+            }
+        }
+        "\n"
+    }
+}
+
+fn verdict_block(baseline: &str, verdict: &Result<BenchVerdict, String>) -> Markup {
     let verdict = match verdict {
         Ok(v) => v,
         Err(message) => {
-            let _ = writeln!(
-                out,
-                "<p class=note>Not compared with baseline <code>{}</code>: {}</p>",
-                escape(baseline),
-                escape(message)
-            );
-            return;
+            return html! {
+                p.note { "Not compared with baseline " code { (baseline) } ": " (message) }
+                "\n"
+            };
         }
     };
     if !verdict.has_baseline {
-        let _ = writeln!(
-            out,
-            "<p class=note>Not in baseline <code>{}</code>.</p>",
-            escape(baseline)
-        );
-        return;
-    }
-    if !verdict.regressions.is_empty() {
-        out.push_str("<div class=regressions>\n");
-        for r in &verdict.regressions {
-            let _ = writeln!(out, "<p>regression: {}</p>", escape(&r.human()));
-        }
-        out.push_str("</div>\n");
-    }
-    let _ = writeln!(
-        out,
-        "<table><tr><th class=name>metric</th><th>baseline {}</th><th>this run</th><th>change</th><th>limit</th></tr>",
-        escape(baseline)
-    );
-    for m in &verdict.metrics {
-        let change = match (m.old, m.new) {
-            (Some(old), Some(new)) => crate::gate::Change::between(old, new).to_string(),
-            _ => "–".into(),
+        return html! {
+            p.note { "Not in baseline " code { (baseline) } "." }
+            "\n"
         };
-        let _ = writeln!(
-            out,
-            "<tr{}><td class=name><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            if m.regressed { " class=bad" } else { "" },
-            m.metric,
-            opt(m.old, dec),
-            opt(m.new, dec),
-            change,
-            m.limit.map_or("–".into(), |l| l.to_string())
-        );
     }
-    out.push_str("</table>\n");
-    if let Some(k) = verdict.window_k {
-        let _ = writeln!(
-            out,
-            "<p class=note>dF, F_str_frac, F_irr_frac: means over windows of {} accesses.</p>",
-            format_window(k)
-        );
-    }
-    for note in &verdict.notes {
-        let _ = writeln!(out, "<p class=note>{}</p>", escape(note));
+    html! {
+        @if !verdict.regressions.is_empty() {
+            div.regressions {
+                "\n"
+                @for r in &verdict.regressions {
+                    p { "regression: " (r.human()) }
+                    "\n"
+                }
+            }
+            "\n"
+        }
+        table {
+            tr {
+                th.name { "metric" } th { "baseline " (baseline) } th { "this run" }
+                th { "change" } th { "limit" }
+            }
+            "\n"
+            @for m in &verdict.metrics {
+                tr class=[bad_class(m.regressed)] {
+                    td.name { code { (m.metric) } }
+                    td { (opt(m.old, dec)) }
+                    td { (opt(m.new, dec)) }
+                    td {
+                        @match (m.old, m.new) {
+                            (Some(old), Some(new)) => (crate::gate::Change::between(old, new)),
+                            _ => "–",
+                        }
+                    }
+                    td {
+                        @match m.limit {
+                            Some(limit) => (limit),
+                            None => "–",
+                        }
+                    }
+                }
+                "\n"
+            }
+        }
+        "\n"
+        @if let Some(k) = verdict.window_k {
+            p.note {
+                "dF, F_str_frac, F_irr_frac: means over windows of " (format_window(k))
+                " accesses."
+            }
+            "\n"
+        }
+        @for note in &verdict.notes {
+            p.note { (note) }
+            "\n"
+        }
     }
 }
 
@@ -261,176 +274,215 @@ pub fn index(
     overview_charts: &[ChartFile],
     baseline: Option<&str>,
 ) -> String {
-    let mut out = String::new();
-    let _ = write!(
-        out,
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
-        escape(title)
-    );
-    out.push_str("<nav>\n<a href=\"#overview\"><b>Overview</b></a>\n<h2>Benches</h2>\n");
-    for page in pages {
-        let bad = page
-            .verdict
-            .as_ref()
-            .is_some_and(|v| v.as_ref().is_ok_and(|v| !v.regressions.is_empty()));
-        let _ = writeln!(
-            out,
-            "<a href=\"#{}\"{}>{}</a>",
-            page.slug,
-            if bad { " class=bad" } else { "" },
-            escape(&page.bench.name)
-        );
-    }
-    out.push_str("</nav>\n<main>\n");
-    let _ = writeln!(out, "<h1>{}</h1>", escape(title));
-    let _ = writeln!(
-        out,
-        "<p class=meta>{} bench{} from <code>{}</code>{}</p>",
-        pages.len(),
-        if pages.len() == 1 { "" } else { "es" },
-        escape(source),
-        baseline.map_or(String::new(), |b| format!(
-            " · compared with baseline <code>{}</code>",
-            escape(b)
-        ))
-    );
-
-    // Overview.
-    out.push_str("<section id=\"overview\">\n<h2>Overview</h2>\n");
-    out.push_str("<p class=note>Whole-run values over the recorded samples. ΔF@W<sub>c</sub>, F_str%@W<sub>c</sub>: means over code windows (comparable between sampled and full traces); whole-run F of a sampled trace is what the samples saw.</p>\n");
-    out.push_str("<table><tr><th class=name>bench</th><th>recording</th><th>samples</th><th>A</th><th>Â</th><th>F</th><th>ΔF</th><th>F_str%</th><th>F_irr%</th><th>ΔF@W<sub>c</sub></th><th>F_str%@W<sub>c</sub></th><th>D mean</th><th>D max</th></tr>\n");
-    for page in pages {
-        let a = &page.bench.analysis;
-        let s = &a.summary;
-        let row = a
-            .trace_windows
-            .iter()
-            .filter(|r| r.k <= a.run.code_window_k && r.windows > 0)
-            .max_by_key(|r| r.k);
-        let _ = writeln!(
-            out,
-            "<tr{}><td class=name><a href=\"#{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            if page
-                .verdict
-                .as_ref()
-                .is_some_and(|v| v.as_ref().is_ok_and(|v| !v.regressions.is_empty()))
-            {
-                " class=bad"
-            } else {
-                ""
-            },
-            page.slug,
-            escape(&page.bench.name),
-            escape(&super::adapt::recording(a)),
-            int(s.samples),
-            int(s.a),
-            opt(s.a_hat, super::charts::format_count),
-            int(s.f),
-            opt(s.d_f, dec),
-            pct(s.f_str_frac),
-            pct(s.f_irr_frac),
-            opt(row.map(|r| r.d_f), dec),
-            opt(row.map(|r| r.f_str_frac), pct),
-            opt(s.d_mean, dec),
-            s.d_max.map_or("–".into(), int)
-        );
-    }
-    out.push_str("</table>\n");
-    for chart in overview_charts {
-        figure(&mut out, chart);
-    }
-    out.push_str("</section>\n");
-
-    for page in pages {
-        bench_section(&mut out, page, baseline);
-    }
-    out.push_str("</main>\n</body>\n</html>\n");
-    out
+    let page = html! {
+        (DOCTYPE) "\n"
+        html lang="en" {
+            "\n"
+            head {
+                "\n"
+                meta charset="utf-8"; "\n"
+                meta name="viewport" content="width=device-width, initial-scale=1"; "\n"
+                title { (title) } "\n"
+                style { (PreEscaped(STYLE)) } "\n"
+            }
+            "\n"
+            body {
+                "\n"
+                (navigation(pages))
+                main {
+                    "\n"
+                    h1 { (title) } "\n"
+                    p.meta {
+                        (pages.len()) " bench" @if pages.len() != 1 { "es" }
+                        " from " code { (source) }
+                        @if let Some(b) = baseline {
+                            " · compared with baseline " code { (b) }
+                        }
+                    }
+                    "\n"
+                    (overview(pages, overview_charts))
+                    @for page in pages {
+                        (bench_section(page, baseline))
+                    }
+                }
+                "\n"
+            }
+            "\n"
+        }
+        "\n"
+    };
+    page.into_string()
 }
 
-fn bench_section(out: &mut String, page: &BenchPage, baseline: Option<&str>) {
+/// The side bar: the overview and one link per bench.
+fn navigation(pages: &[BenchPage]) -> Markup {
+    html! {
+        nav {
+            "\n"
+            a href="#overview" { b { "Overview" } } "\n"
+            h2 { "Benches" } "\n"
+            @for page in pages {
+                a href={ "#" (page.slug) } class=[bad_class(regressed(page))] {
+                    (page.bench.name)
+                }
+                "\n"
+            }
+        }
+        "\n"
+    }
+}
+
+/// The overview section: one row of whole-run values per bench, then the
+/// charts that compare benches.
+fn overview(pages: &[BenchPage], charts: &[ChartFile]) -> Markup {
+    html! {
+        section id="overview" {
+            "\n"
+            h2 { "Overview" } "\n"
+            p.note {
+                "Whole-run values over the recorded samples. ΔF@W" sub { "c" } ", F_str%@W"
+                sub { "c" } ": means over code windows (comparable between sampled and full \
+                traces); whole-run F of a sampled trace is what the samples saw."
+            }
+            "\n"
+            table {
+                tr {
+                    th.name { "bench" } th { "recording" } th { "samples" } th { "A" }
+                    th { "Â" } th { "F" } th { "ΔF" } th { "F_str%" } th { "F_irr%" }
+                    th { "ΔF@W" sub { "c" } } th { "F_str%@W" sub { "c" } } th { "D mean" }
+                    th { "D max" }
+                }
+                "\n"
+                @for page in pages {
+                    (overview_row(page))
+                }
+            }
+            "\n"
+            @for chart in charts {
+                (figure(chart))
+            }
+        }
+        "\n"
+    }
+}
+
+fn overview_row(page: &BenchPage) -> Markup {
     let a = &page.bench.analysis;
     let s = &a.summary;
-    let _ = writeln!(
-        out,
-        "<section id=\"{}\">\n<h2>{}</h2>",
-        page.slug,
-        escape(&page.bench.name)
-    );
-    let _ = writeln!(
-        out,
-        "<p class=meta>{} · {} · ρ = {} · κ = {} · {} records</p>",
-        escape(&super::adapt::recording(a)),
-        escape(&super::adapt::volume(a)),
-        opt(s.rho, dec),
-        opt(s.kappa, dec),
-        int(s.records)
-    );
-    if !a.run.command.is_empty() || a.run.binary.is_some() {
-        let _ = writeln!(
-            out,
-            "<p class=meta>{}<code>{}</code></p>",
-            a.run.binary.as_ref().map_or(String::new(), |b| format!(
-                "binary <code>{}</code> · command ",
-                escape(b)
-            )),
-            escape(&a.run.command.join(" "))
-        );
-    }
-    if let (Some(name), Some(verdict)) = (baseline, &page.verdict) {
-        out.push_str("<h3>Against the baseline</h3>\n");
-        verdict_block(out, name, verdict);
-    }
-    for chart in &page.charts {
-        if chart.section == "windows" {
-            out.push_str("<h3>Trace windows</h3>\n");
-            figure(out, chart);
-            window_table(out, &a.trace_windows);
+    // The largest trace window that fits in a code window: its means are
+    // comparable between sampled and full traces.
+    let row = a
+        .trace_windows
+        .iter()
+        .filter(|r| r.k <= a.run.code_window_k && r.windows > 0)
+        .max_by_key(|r| r.k);
+    html! {
+        tr class=[bad_class(regressed(page))] {
+            td.name { a href={ "#" (page.slug) } { (page.bench.name) } }
+            td { (super::adapt::recording(a)) }
+            td { (int(s.samples)) }
+            td { (int(s.a)) }
+            td { (opt(s.a_hat, super::charts::format_count)) }
+            td { (int(s.f)) }
+            td { (opt(s.d_f, dec)) }
+            td { (pct(s.f_str_frac)) }
+            td { (pct(s.f_irr_frac)) }
+            td { (opt(row.map(|r| r.d_f), dec)) }
+            td { (opt(row.map(|r| r.f_str_frac), pct)) }
+            td { (opt(s.d_mean, dec)) }
+            td { (s.d_max.map_or("–".into(), int)) }
         }
+        "\n"
     }
+}
+
+/// One bench's section: what was recorded, the baseline comparison, then
+/// charts and tables by topic, then what the data does not cover.
+fn bench_section(page: &BenchPage, baseline: Option<&str>) -> Markup {
+    let a = &page.bench.analysis;
+    let s = &a.summary;
+    html! {
+        section id=(page.slug) {
+            "\n"
+            h2 { (page.bench.name) } "\n"
+            p.meta {
+                (super::adapt::recording(a)) " · " (super::adapt::volume(a)) " · ρ = "
+                (opt(s.rho, dec)) " · κ = " (opt(s.kappa, dec)) " · " (int(s.records))
+                " records"
+            }
+            "\n"
+            @if !a.run.command.is_empty() || a.run.binary.is_some() {
+                p.meta {
+                    @if let Some(binary) = &a.run.binary {
+                        "binary " code { (binary) } " · command "
+                    }
+                    code { (a.run.command.join(" ")) }
+                }
+                "\n"
+            }
+            @if let (Some(name), Some(verdict)) = (baseline, &page.verdict) {
+                h3 { "Against the baseline" } "\n"
+                (verdict_block(name, verdict))
+            }
+            @for chart in page.charts.iter().filter(|c| c.section == "windows") {
+                h3 { "Trace windows" } "\n"
+                (figure(chart))
+                (window_table(&a.trace_windows))
+            }
+            (topics(page))
+            (coverage(page))
+        }
+        "\n"
+    }
+}
+
+/// The topic subsections of a bench, each with its charts and, for
+/// functions and regions, a table (shown even without a chart).
+fn topics(page: &BenchPage) -> Markup {
+    let a = &page.bench.analysis;
     let sections = [
         ("reuse", "Reuse distance"),
         ("time", "Accesses over time and per address"),
         ("functions", "Hot functions"),
         ("regions", "Hot regions"),
     ];
-    for (section, heading) in sections {
-        let charts: Vec<&ChartFile> = page
-            .charts
-            .iter()
-            .filter(|c| c.section == section)
-            .collect();
-        let has_table = matches!(section, "functions" | "regions");
-        if charts.is_empty() && !has_table {
-            continue;
-        }
-        let _ = writeln!(out, "<h3>{heading}</h3>");
-        for chart in charts {
-            figure(out, chart);
-        }
-        if section == "reuse" {
-            let r = &a.reuse;
-            let _ = writeln!(
-                out,
-                "<p class=note>{} accesses had no earlier access to their {}-byte block in their sample (cold); {} blocks were reused within a sample (captures), {} were not (survivals).</p>",
-                int(r.cold),
-                r.block,
-                int(r.captures),
-                int(r.survivals)
-            );
-        }
-        if section == "functions" {
-            functions_table(out, a);
-        }
-        if section == "regions" {
-            if a.regions.is_empty() {
-                out.push_str("<p class=note>No hot region.</p>\n");
-            } else {
-                regions_table(out, a);
+    html! {
+        @for (section, heading) in sections {
+            @let charts: Vec<&ChartFile> =
+                page.charts.iter().filter(|c| c.section == section).collect();
+            @if !charts.is_empty() || matches!(section, "functions" | "regions") {
+                h3 { (heading) } "\n"
+                @for chart in charts {
+                    (figure(chart))
+                }
+                @if section == "reuse" {
+                    p.note {
+                        (int(a.reuse.cold)) " accesses had no earlier access to their "
+                        (a.reuse.block) "-byte block in their sample (cold); "
+                        (int(a.reuse.captures)) " blocks were reused within a sample \
+                        (captures), " (int(a.reuse.survivals)) " were not (survivals)."
+                    }
+                    "\n"
+                }
+                @if section == "functions" {
+                    (functions_table(a))
+                }
+                @if section == "regions" {
+                    @if a.regions.is_empty() {
+                        p.note { "No hot region." } "\n"
+                    } @else {
+                        (regions_table(a))
+                    }
+                }
             }
         }
     }
-    let c = &a.coverage;
+}
+
+/// What the data leaves out: lost records, an unfinished run, records
+/// outside every function, and the notes of the analysis and the report.
+fn coverage(page: &BenchPage) -> Markup {
+    let c = &page.bench.analysis.coverage;
     let mut notes: Vec<String> = c.notes.clone();
     notes.extend(page.notes.iter().cloned());
     if c.dropped.records > 0 || c.dropped.samples > 0 {
@@ -449,13 +501,14 @@ fn bench_section(out: &mut String, page: &BenchPage, baseline: Option<&str>) {
             int(c.outside_functions)
         ));
     }
-    if !notes.is_empty() {
-        out.push_str("<h3>Coverage</h3>\n");
-        for note in notes {
-            let _ = writeln!(out, "<p class=note>{}</p>", escape(&note));
+    html! {
+        @if !notes.is_empty() {
+            h3 { "Coverage" } "\n"
+            @for note in &notes {
+                p.note { (note) } "\n"
+            }
         }
     }
-    out.push_str("</section>\n");
 }
 
 #[cfg(test)]
@@ -463,8 +516,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn escapes_markup_and_groups_digits() {
-        assert_eq!(escape("Vec<T> & \"x\""), "Vec&lt;T&gt; &amp; &quot;x&quot;");
+    fn groups_digits() {
         assert_eq!(int(0), "0");
         assert_eq!(int(1234567), "1,234,567");
         assert_eq!(int(100), "100");

@@ -830,3 +830,19 @@ fn the_ci_gate_script_saves_and_compares() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// `microbenches` keeps its own SplitMix64 (the workload depends on nothing
+/// of memgaze); this keeps it the same generator as the workspace's.
+#[test]
+fn the_microbenches_generator_is_the_workspace_one() {
+    for seed in [0, 1, microbenches::SEED, u64::MAX] {
+        let mut theirs = microbenches::SplitMix64::new(seed);
+        let mut ours = memgaze_trace::rng::SplitMix64::new(seed);
+        for _ in 0..64 {
+            assert_eq!(theirs.next_u64(), ours.next_u64(), "seed {seed}");
+        }
+        for bound in [1, 2, 3, 1000, 1 << 40] {
+            assert_eq!(theirs.below(bound), ours.below(bound as u64) as usize);
+        }
+    }
+}

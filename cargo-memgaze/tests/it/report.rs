@@ -96,7 +96,9 @@ fn a_results_tree_gives_every_chart_and_a_self_contained_page() {
     }
     // Tables.
     assert!(
-        html.contains("<td class=name><code>microbenches::kernels::irr_half_kernel</code></td>")
+        html.contains(
+            "<td class=\"name\"><code>microbenches::kernels::irr_half_kernel</code></td>"
+        )
     );
     assert!(html.contains("Hot regions"));
 }
@@ -242,7 +244,7 @@ fn a_baseline_is_drawn_side_by_side_and_regressions_are_marked() {
         ),
         "{html}"
     );
-    assert!(html.contains("<tr class=bad><td class=name><code>F_irr_frac</code>"));
+    assert!(html.contains("<tr class=\"bad\"><td class=\"name\"><code>F_irr_frac</code>"));
 
     let overview = read(&out.path().join("baseline.svg"));
     assert_texts(
@@ -279,6 +281,26 @@ fn an_analysis_alone_is_reported_without_the_per_record_charts() {
     );
     let html = read(&written.index);
     assert!(html.contains("the trace is not available"));
+}
+
+/// Names come from files, manifests and users: whatever they hold is text
+/// on the page, never markup.
+#[test]
+fn markup_in_a_bench_name_is_escaped() {
+    let out = tempfile::tempdir().unwrap();
+    let analysis = root().join("microbenches/micro/chase/analysis.json");
+    // No `/`: the name is a file name here.
+    let name = r#"<script>alert('x') & "q""#;
+    let copy = out.path().join(format!("{name}.json"));
+    std::fs::copy(&analysis, &copy).unwrap();
+    let written = report_results(&copy, &ReportOptions::new(out.path().join("report"))).unwrap();
+    let html = read(&written.index);
+    assert!(!html.contains("<script"), "{html}");
+    let escaped = "&lt;script&gt;alert('x') &amp; &quot;q&quot;";
+    // In the navigation, the overview row, the section heading and the
+    // source path.
+    assert!(html.matches(escaped).count() >= 4, "{html}");
+    assert!(html.contains(&format!("<h2>{escaped}</h2>")), "{html}");
 }
 
 fn bin() -> Command {

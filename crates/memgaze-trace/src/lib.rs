@@ -9,6 +9,7 @@ pub mod format;
 pub mod layout;
 mod model;
 pub mod protocol;
+pub mod rng;
 
 pub use format::{RawRecord, TraceEvent, TraceReader, TraceWriter};
 pub use model::*;

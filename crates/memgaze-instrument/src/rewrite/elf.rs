@@ -16,21 +16,16 @@
 //! valid; section headers are left as they were.
 
 use anyhow::{Context, Result, bail};
-
-const PT_LOAD: u32 = 1;
-const PT_DYNAMIC: u32 = 2;
-const PT_INTERP: u32 = 3;
-const PT_NOTE: u32 = 4;
-const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
-const PT_GNU_PROPERTY: u32 = 0x6474_e553;
-const PF_X: u32 = 1;
-const PF_W: u32 = 2;
-const PF_R: u32 = 4;
-const DT_NULL: i64 = 0;
-const DT_FINI: i64 = 13;
-const ET_EXEC: u16 = 2;
-const ET_DYN: u16 = 3;
-const EM_X86_64: u16 = 62;
+use goblin::elf::header::{
+    EI_CLASS, EI_DATA, ELFCLASS64, ELFDATA2LSB, ELFMAG, EM_X86_64, ET_DYN, ET_EXEC,
+};
+use goblin::elf64::dynamic::{DT_FINI, DT_NULL, Dyn, SIZEOF_DYN};
+use goblin::elf64::header::{Header, SIZEOF_EHDR};
+use goblin::elf64::program_header::{
+    PF_R, PF_W, PF_X, PT_DYNAMIC, PT_GNU_EH_FRAME, PT_GNU_PROPERTY, PT_INTERP, PT_LOAD, PT_NOTE,
+    ProgramHeader, SIZEOF_PHDR,
+};
+use scroll::{LE, Pread, Pwrite};
 
 /// Page size the new segment is aligned to.
 pub const PAGE: u64 = 0x1000;
@@ -39,72 +34,24 @@ pub const PAGE: u64 = 0x1000;
 /// `PT_LOAD` means the binary was already instrumented.
 pub const SIGNATURE: &[u8; 32] = b"cargo-memgaze instrumented v1\0\0\0";
 
-/// One program header.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ProgramHeader {
-    /// `p_type`.
-    pub kind: u32,
-    /// `p_flags`.
-    pub flags: u32,
-    /// `p_offset`.
-    pub offset: u64,
-    /// `p_vaddr`.
-    pub vaddr: u64,
-    /// `p_paddr`.
-    pub paddr: u64,
-    /// `p_filesz`.
-    pub filesz: u64,
-    /// `p_memsz`.
-    pub memsz: u64,
-    /// `p_align`.
-    pub align: u64,
-}
-
-impl ProgramHeader {
-    fn read(bytes: &[u8]) -> ProgramHeader {
-        let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
-        let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
-        ProgramHeader {
-            kind: u32_at(0),
-            flags: u32_at(4),
-            offset: u64_at(8),
-            vaddr: u64_at(16),
-            paddr: u64_at(24),
-            filesz: u64_at(32),
-            memsz: u64_at(40),
-            align: u64_at(48),
-        }
-    }
-
-    fn write(&self, out: &mut [u8]) {
-        out[0..4].copy_from_slice(&self.kind.to_le_bytes());
-        out[4..8].copy_from_slice(&self.flags.to_le_bytes());
-        out[8..16].copy_from_slice(&self.offset.to_le_bytes());
-        out[16..24].copy_from_slice(&self.vaddr.to_le_bytes());
-        out[24..32].copy_from_slice(&self.paddr.to_le_bytes());
-        out[32..40].copy_from_slice(&self.filesz.to_le_bytes());
-        out[40..48].copy_from_slice(&self.memsz.to_le_bytes());
-        out[48..56].copy_from_slice(&self.align.to_le_bytes());
-    }
-
-    /// Whether `vaddr` lies in the file-backed part of this segment.
-    fn contains_file(&self, vaddr: u64, len: u64) -> bool {
-        vaddr >= self.vaddr && vaddr + len <= self.vaddr + self.filesz
-    }
+/// Whether `vaddr..vaddr + len` lies in the file-backed part of `h`.
+fn contains_file(h: &ProgramHeader, vaddr: u64, len: u64) -> bool {
+    vaddr >= h.p_vaddr && vaddr + len <= h.p_vaddr + h.p_filesz
 }
 
 /// An executable being edited.
 #[derive(Clone, Debug)]
 pub struct ElfEditor {
     bytes: Vec<u8>,
-    phoff: usize,
-    phentsize: usize,
+    /// The ELF header as read; only `e_entry` is ever changed.
+    header: Header,
     headers: Vec<ProgramHeader>,
     /// Whether the binary is position independent (`ET_DYN`).
     pub pie: bool,
     /// Original `e_entry`.
     pub entry: u64,
-    /// File offset of `DT_FINI`'s value, and the original value if present.
+    /// File offset of the `.dynamic` entry that is (or becomes) `DT_FINI`,
+    /// and the original value if present.
     fini_slot: Option<(usize, Option<u64>)>,
     note_index: usize,
     rw_index: usize,
@@ -123,33 +70,28 @@ impl ElfEditor {
     /// handle: not x86-64 ELF, statically linked, already instrumented, no
     /// spare program header, no writable segment at the end.
     pub fn new(bytes: Vec<u8>, state_bytes: u64) -> Result<ElfEditor> {
-        if bytes.len() < 64 || &bytes[..4] != b"\x7fELF" {
+        // The identification bytes are checked before goblin reads the
+        // header, so that the message names what is wrong: goblin's 64-bit
+        // reader would read a 32-bit header as a 64-bit one, and a
+        // big-endian one without complaint.
+        if bytes.len() < SIZEOF_EHDR || &bytes[..ELFMAG.len()] != ELFMAG {
             bail!("not an ELF file");
         }
-        if bytes[4] != 2 || bytes[5] != 1 {
+        if bytes[EI_CLASS] != ELFCLASS64 || bytes[EI_DATA] != ELFDATA2LSB {
             bail!("not a 64-bit little-endian ELF file");
         }
-        let u16_at = |at: usize| u16::from_le_bytes(bytes[at..at + 2].try_into().unwrap());
-        let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
-        if u16_at(18) != EM_X86_64 {
-            bail!("not an x86-64 executable (e_machine {})", u16_at(18));
+        let header: Header = bytes.pread_with(0, LE).context("unreadable ELF header")?;
+        if header.e_machine != EM_X86_64 {
+            bail!("not an x86-64 executable (e_machine {})", header.e_machine);
         }
-        let e_type = u16_at(16);
+        let e_type = header.e_type;
         if e_type != ET_EXEC && e_type != ET_DYN {
             bail!("not an executable (ELF type {e_type})");
         }
-        let entry = u64_at(24);
-        let phoff = u64_at(32) as usize;
-        let phentsize = u16_at(54) as usize;
-        let phnum = u16_at(56) as usize;
-        if phentsize < 56 || phoff + phentsize * phnum > bytes.len() {
-            bail!("program header table lies outside the file");
-        }
-        let headers: Vec<ProgramHeader> = (0..phnum)
-            .map(|i| ProgramHeader::read(&bytes[phoff + i * phentsize..]))
-            .collect();
-        if !headers.iter().any(|h| h.kind == PT_INTERP) {
-            if e_type == ET_DYN && !headers.iter().any(|h| h.kind == PT_DYNAMIC) {
+        let headers = read_program_headers(&bytes, &header)?;
+        let phnum = headers.len();
+        if !headers.iter().any(|h| h.p_type == PT_INTERP) {
+            if e_type == ET_DYN && !headers.iter().any(|h| h.p_type == PT_DYNAMIC) {
                 bail!(
                     "statically linked (static-pie) executable: only dynamically linked programs can be instrumented"
                 );
@@ -163,51 +105,58 @@ impl ElfEditor {
                 "statically linked executable: only dynamically linked programs can be instrumented"
             );
         }
-        for h in headers.iter().filter(|h| h.kind == PT_LOAD) {
-            let start = h.offset as usize;
-            if h.filesz >= SIGNATURE.len() as u64
+        for h in headers.iter().filter(|h| h.p_type == PT_LOAD) {
+            let start = h.p_offset as usize;
+            if h.p_filesz >= SIGNATURE.len() as u64
                 && bytes.get(start..start + SIGNATURE.len()) == Some(&SIGNATURE[..])
             {
                 bail!("already instrumented by cargo memgaze (instrument the original binary)");
             }
         }
-        let loads: Vec<usize> = (0..phnum).filter(|&i| headers[i].kind == PT_LOAD).collect();
+        let loads: Vec<usize> = (0..phnum)
+            .filter(|&i| headers[i].p_type == PT_LOAD)
+            .collect();
         let Some(&last_load) = loads.last() else {
             bail!("no loadable segment");
         };
         // The writable segment with the highest address gets the state.
         let rw_index = *loads
             .iter()
-            .filter(|&&i| headers[i].flags & PF_W != 0)
-            .max_by_key(|&&i| headers[i].vaddr)
+            .filter(|&&i| headers[i].p_flags & PF_W != 0)
+            .max_by_key(|&&i| headers[i].p_vaddr)
             .context("no writable segment to hold the recorder state")?;
         let rw = headers[rw_index];
         let highest = loads
             .iter()
-            .map(|&i| headers[i].vaddr + headers[i].memsz)
+            .map(|&i| headers[i].p_vaddr + headers[i].p_memsz)
             .max()
             .unwrap();
-        if rw.vaddr + rw.memsz != highest {
+        if rw.p_vaddr + rw.p_memsz != highest {
             bail!("the writable segment is not the last one in memory: unsupported layout");
         }
-        let property = headers.iter().find(|h| h.kind == PT_GNU_PROPERTY).copied();
-        let notes: Vec<usize> = (0..phnum).filter(|&i| headers[i].kind == PT_NOTE).collect();
+        let property = headers
+            .iter()
+            .find(|h| h.p_type == PT_GNU_PROPERTY)
+            .copied();
+        let notes: Vec<usize> = (0..phnum)
+            .filter(|&i| headers[i].p_type == PT_NOTE)
+            .collect();
         let note_index = notes
             .iter()
             .copied()
-            .find(|&i| property.is_none_or(|p| p.offset != headers[i].offset))
+            .find(|&i| property.is_none_or(|p| p.p_offset != headers[i].p_offset))
             .or_else(|| notes.first().copied())
             .context("no PT_NOTE program header to turn into the new code segment")?;
         let _ = last_load;
 
-        let state_va = align_up(rw.vaddr + rw.memsz, 64);
+        let state_va = align_up(rw.p_vaddr + rw.p_memsz, 64);
         let segment_va = align_up(state_va + state_bytes, PAGE);
         let segment_offset = align_up(bytes.len() as u64, PAGE);
 
         let fini_slot = find_fini(&bytes, &headers)?;
         Ok(ElfEditor {
             pie: e_type == ET_DYN,
-            entry,
+            entry: header.e_entry,
             fini_slot,
             note_index,
             rw_index,
@@ -216,8 +165,7 @@ impl ElfEditor {
             segment_va,
             segment_offset,
             bytes,
-            phoff,
-            phentsize,
+            header,
             headers,
         })
     }
@@ -235,7 +183,7 @@ impl ElfEditor {
     /// Whether the binary has a `PT_GNU_EH_FRAME` (how the unwinder finds
     /// FDEs; new FDEs are only useful with one).
     pub fn has_eh_frame_hdr(&self) -> bool {
-        self.headers.iter().any(|h| h.kind == PT_GNU_EH_FRAME)
+        self.headers.iter().any(|h| h.p_type == PT_GNU_EH_FRAME)
     }
 
     /// The original file contents.
@@ -247,9 +195,9 @@ impl ElfEditor {
     pub fn offset_of(&self, vaddr: u64, len: u64) -> Option<usize> {
         self.headers
             .iter()
-            .filter(|h| h.kind == PT_LOAD)
-            .find(|h| h.contains_file(vaddr, len))
-            .map(|h| (vaddr - h.vaddr + h.offset) as usize)
+            .filter(|h| h.p_type == PT_LOAD)
+            .find(|h| contains_file(h, vaddr, len))
+            .map(|h| (vaddr - h.p_vaddr + h.p_offset) as usize)
     }
 
     /// Reads `len` original bytes at `vaddr`.
@@ -280,50 +228,59 @@ impl ElfEditor {
     ) -> Result<Vec<u8>> {
         assert!(segment.starts_with(SIGNATURE));
         if let Some(entry) = entry {
-            self.bytes[24..32].copy_from_slice(&entry.to_le_bytes());
+            let header = Header {
+                e_entry: entry,
+                ..self.header
+            };
+            self.bytes.pwrite_with(header, 0, LE)?;
         }
         if let Some(fini) = fini {
-            let (at, original) = self
+            let (at, _) = self
                 .fini_slot
                 .context("no DT_FINI entry or spare .dynamic slot for the exit hook")?;
-            if original.is_none() {
-                // A spare DT_NULL becomes DT_FINI.
-                self.bytes[at - 8..at].copy_from_slice(&DT_FINI.to_le_bytes());
-            }
-            self.bytes[at..at + 8].copy_from_slice(&fini.to_le_bytes());
+            // Either the existing DT_FINI gets a new value or a spare
+            // DT_NULL becomes DT_FINI: the same entry is written in both.
+            let entry = Dyn {
+                d_tag: DT_FINI,
+                d_val: fini,
+            };
+            self.bytes.pwrite_with(entry, at, LE)?;
         }
         let mut headers = self.headers.clone();
-        headers[self.rw_index].memsz =
-            self.state_va + self.state_bytes - headers[self.rw_index].vaddr;
+        headers[self.rw_index].p_memsz =
+            self.state_va + self.state_bytes - headers[self.rw_index].p_vaddr;
         if let Some((vaddr, size)) = eh_frame_hdr {
             let offset = self.segment_offset + (vaddr - self.segment_va);
-            for h in headers.iter_mut().filter(|h| h.kind == PT_GNU_EH_FRAME) {
-                h.offset = offset;
-                h.vaddr = vaddr;
-                h.paddr = vaddr;
-                h.filesz = size;
-                h.memsz = size;
+            for h in headers.iter_mut().filter(|h| h.p_type == PT_GNU_EH_FRAME) {
+                h.p_offset = offset;
+                h.p_vaddr = vaddr;
+                h.p_paddr = vaddr;
+                h.p_filesz = size;
+                h.p_memsz = size;
             }
         }
         let new_load = ProgramHeader {
-            kind: PT_LOAD,
-            flags: PF_R | PF_X,
-            offset: self.segment_offset,
-            vaddr: self.segment_va,
-            paddr: self.segment_va,
-            filesz: segment.len() as u64,
-            memsz: segment.len() as u64,
-            align: PAGE,
+            p_type: PT_LOAD,
+            p_flags: PF_R | PF_X,
+            p_offset: self.segment_offset,
+            p_vaddr: self.segment_va,
+            p_paddr: self.segment_va,
+            p_filesz: segment.len() as u64,
+            p_memsz: segment.len() as u64,
+            p_align: PAGE,
         };
         headers.remove(self.note_index);
         let last_load = headers
             .iter()
-            .rposition(|h| h.kind == PT_LOAD)
+            .rposition(|h| h.p_type == PT_LOAD)
             .expect("a PT_LOAD exists");
         headers.insert(last_load + 1, new_load);
-        for (i, h) in headers.iter().enumerate() {
-            let at = self.phoff + i * self.phentsize;
-            h.write(&mut self.bytes[at..at + 56]);
+        // The table keeps its length (one PT_NOTE out, one PT_LOAD in), so
+        // it is rewritten in place at its original entry size.
+        let phoff = self.header.e_phoff as usize;
+        let phentsize = usize::from(self.header.e_phentsize);
+        for (i, h) in headers.into_iter().enumerate() {
+            self.bytes.pwrite_with(h, phoff + i * phentsize, LE)?;
         }
         let mut out = self.bytes;
         out.resize(self.segment_offset as usize, 0);
@@ -332,29 +289,41 @@ impl ElfEditor {
     }
 }
 
+/// Reads the program header table, checking that it lies inside the file.
+fn read_program_headers(bytes: &[u8], header: &Header) -> Result<Vec<ProgramHeader>> {
+    let phoff = header.e_phoff as usize;
+    let phentsize = usize::from(header.e_phentsize);
+    let phnum = usize::from(header.e_phnum);
+    if phentsize < SIZEOF_PHDR || phoff + phentsize * phnum > bytes.len() {
+        bail!("program header table lies outside the file");
+    }
+    (0..phnum)
+        .map(|i| Ok(bytes.pread_with(phoff + i * phentsize, LE)?))
+        .collect()
+}
+
 /// Finds `DT_FINI` in `.dynamic`, or a spare `DT_NULL` slot that can become
 /// one (`None` when neither exists).
 fn find_fini(bytes: &[u8], headers: &[ProgramHeader]) -> Result<Option<(usize, Option<u64>)>> {
-    let Some(dynamic) = headers.iter().find(|h| h.kind == PT_DYNAMIC) else {
+    let Some(dynamic) = headers.iter().find(|h| h.p_type == PT_DYNAMIC) else {
         return Ok(None);
     };
-    let start = dynamic.offset as usize;
-    let end = start + dynamic.filesz as usize;
+    let start = dynamic.p_offset as usize;
+    let end = start + dynamic.p_filesz as usize;
     if end > bytes.len() {
         bail!(".dynamic lies outside the file");
     }
     let mut first_null = None;
-    for at in (start..end - 15).step_by(16) {
-        let tag = i64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
-        let value = u64::from_le_bytes(bytes[at + 8..at + 16].try_into().unwrap());
-        if tag == DT_FINI {
-            return Ok(Some((at + 8, Some(value))));
+    for at in (start..end + 1 - SIZEOF_DYN).step_by(SIZEOF_DYN) {
+        let entry: Dyn = bytes.pread_with(at, LE)?;
+        if entry.d_tag == DT_FINI {
+            return Ok(Some((at, Some(entry.d_val))));
         }
-        if tag == DT_NULL {
+        if entry.d_tag == DT_NULL {
             match first_null {
                 None => first_null = Some(at),
                 // A second DT_NULL: the first one is spare.
-                Some(spare) => return Ok(Some((spare + 8, None))),
+                Some(spare) => return Ok(Some((spare, None))),
             }
         }
     }
@@ -382,6 +351,23 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("64-bit"), "{err}");
+    }
+
+    #[test]
+    fn reads_the_program_headers_goblins_parser_reads() {
+        let bytes = std::fs::read("/proc/self/exe").unwrap();
+        let parsed = goblin::elf::Elf::parse(&bytes).unwrap();
+        let editor = ElfEditor::new(bytes.clone(), 64).unwrap();
+        assert_eq!(editor.headers.len(), parsed.program_headers.len());
+        for (ours, theirs) in editor.headers.iter().zip(&parsed.program_headers) {
+            assert_eq!(ours.p_type, theirs.p_type);
+            assert_eq!(ours.p_flags, theirs.p_flags);
+            assert_eq!(ours.p_offset, theirs.p_offset);
+            assert_eq!(ours.p_vaddr, theirs.p_vaddr);
+            assert_eq!(ours.p_filesz, theirs.p_filesz);
+            assert_eq!(ours.p_memsz, theirs.p_memsz);
+        }
+        assert_eq!(editor.entry, parsed.entry);
     }
 
     #[test]

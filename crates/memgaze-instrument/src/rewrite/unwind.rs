@@ -10,16 +10,22 @@
 //! replaces the old one through `PT_GNU_EH_FRAME`, which is how the unwinder
 //! (`dl_iterate_phdr`) finds FDEs.
 //!
-//! Everything is parsed by hand from the section bytes: the translation
+//! Entries are walked by hand over the section bytes: the translation
 //! needs the exact byte layout (entry offsets, augmentation data, raw CFI
-//! instructions), which a higher-level reader hides.
+//! instructions), which gimli's `UnwindSection` reader hides, and writing
+//! with `gimli::write` would re-encode every instruction of the original
+//! CFI instead of copying it. The pieces gimli does expose are used: its
+//! `DW_CFA_*`/`DW_EH_PE_*` constants and its LEB128 reader and writer.
 
 use anyhow::{Result, bail};
+use gimli::leb128::write::Leb128;
+use gimli::{DwCfa, DwEhPe, EndianSlice, LittleEndian, constants as dw};
 use std::collections::BTreeSet;
 
-const DW_EH_PE_OMIT: u8 = 0xff;
-const DW_EH_PE_ULEB128: u8 = 0x01;
-const DW_EH_PE_PCREL: u8 = 0x10;
+/// The mask of a CFA opcode's "primary" part: `DW_CFA_advance_loc`,
+/// `DW_CFA_offset` and `DW_CFA_restore` carry their operand in the low six
+/// bits (DWARF 5, 6.4.2; gimli keeps its own mask private).
+const CFA_PRIMARY_MASK: u8 = 0xc0;
 
 /// A CIE, as far as FDE writing needs it.
 #[derive(Clone, Debug)]
@@ -31,9 +37,9 @@ pub struct Cie {
     /// Whether the augmentation string starts with `z`.
     pub has_augmentation_data: bool,
     /// Encoding of FDE `pc_begin`/`pc_range` (`R`), absptr by default.
-    pub fde_encoding: u8,
+    pub fde_encoding: DwEhPe,
     /// Encoding of the FDE's LSDA pointer (`L`), if any.
-    pub lsda_encoding: Option<u8>,
+    pub lsda_encoding: Option<DwEhPe>,
 }
 
 /// An FDE of the original `.eh_frame`.
@@ -85,6 +91,28 @@ impl<'a> Cursor<'a> {
         self.pos += n;
         Ok(out)
     }
+    /// Reads a LEB128 value with gimli's `read` over the rest of the data.
+    fn leb<T>(
+        &mut self,
+        read: impl FnOnce(&mut EndianSlice<'a, LittleEndian>) -> gimli::Result<T>,
+    ) -> Result<T> {
+        let at = self.addr();
+        let rest = self.data.get(self.pos..).unwrap_or_default();
+        let mut reader = EndianSlice::new(rest, LittleEndian);
+        match read(&mut reader) {
+            Ok(value) => {
+                self.pos += rest.len() - reader.len();
+                Ok(value)
+            }
+            // Same message (and address: the first byte that is missing)
+            // as every other read past the end.
+            Err(gimli::Error::UnexpectedEof(_)) => bail!(
+                "unwind data ends early at {:#x}",
+                self.base + self.pos.max(self.data.len()) as u64
+            ),
+            Err(err) => bail!("malformed LEB128 at {at:#x}: {err}"),
+        }
+    }
     fn u8(&mut self) -> Result<u8> {
         Ok(self.bytes(1)?[0])
     }
@@ -98,35 +126,10 @@ impl<'a> Cursor<'a> {
         Ok(u64::from_le_bytes(self.bytes(8)?.try_into().unwrap()))
     }
     fn uleb(&mut self) -> Result<u64> {
-        let mut value = 0u64;
-        let mut shift = 0;
-        loop {
-            let byte = self.u8()?;
-            if shift < 64 {
-                value |= u64::from(byte & 0x7f) << shift;
-            }
-            shift += 7;
-            if byte & 0x80 == 0 {
-                return Ok(value);
-            }
-        }
+        self.leb(gimli::leb128::read::unsigned)
     }
     fn sleb(&mut self) -> Result<i64> {
-        let mut value = 0i64;
-        let mut shift = 0;
-        loop {
-            let byte = self.u8()?;
-            if shift < 64 {
-                value |= i64::from(byte & 0x7f) << shift;
-            }
-            shift += 7;
-            if byte & 0x80 == 0 {
-                if shift < 64 && byte & 0x40 != 0 {
-                    value |= -1i64 << shift;
-                }
-                return Ok(value);
-            }
-        }
+        self.leb(gimli::leb128::read::signed)
     }
     fn cstr(&mut self) -> Result<&'a [u8]> {
         let start = self.pos;
@@ -135,53 +138,53 @@ impl<'a> Cursor<'a> {
     }
     /// Reads a pointer with a `DW_EH_PE_*` encoding (absolute and PC-relative
     /// applications only).
-    fn pointer(&mut self, encoding: u8) -> Result<u64> {
+    fn pointer(&mut self, encoding: DwEhPe) -> Result<u64> {
         let at = self.addr();
-        let raw = match encoding & 0x0f {
-            0x00 => self.u64()?,
-            0x01 => self.uleb()?,
-            0x02 => u64::from(self.u16()?),
-            0x03 => u64::from(self.u32()?),
-            0x04 => self.u64()?,
-            0x09 => self.sleb()? as u64,
-            0x0a => self.u16()? as i16 as i64 as u64,
-            0x0b => self.u32()? as i32 as i64 as u64,
-            0x0c => self.u64()?,
-            other => bail!("unsupported pointer format {other:#x}"),
+        let raw = match encoding.format() {
+            dw::DW_EH_PE_absptr | dw::DW_EH_PE_udata8 | dw::DW_EH_PE_sdata8 => self.u64()?,
+            dw::DW_EH_PE_uleb128 => self.uleb()?,
+            dw::DW_EH_PE_udata2 => u64::from(self.u16()?),
+            dw::DW_EH_PE_udata4 => u64::from(self.u32()?),
+            dw::DW_EH_PE_sleb128 => self.sleb()? as u64,
+            dw::DW_EH_PE_sdata2 => self.u16()? as i16 as i64 as u64,
+            dw::DW_EH_PE_sdata4 => self.u32()? as i32 as i64 as u64,
+            other => bail!("unsupported pointer format {:#x}", other.0),
         };
-        match encoding & 0x70 {
-            0x00 => Ok(raw),
-            DW_EH_PE_PCREL => Ok(at.wrapping_add(raw)),
-            other => bail!("unsupported pointer application {other:#x}"),
+        match encoding.application() {
+            dw::DW_EH_PE_absptr => Ok(raw),
+            dw::DW_EH_PE_pcrel => Ok(at.wrapping_add(raw)),
+            other => bail!("unsupported pointer application {:#x}", other.0),
         }
     }
 }
 
-fn write_uleb(out: &mut Vec<u8>, mut value: u64) {
-    loop {
-        let byte = (value & 0x7f) as u8;
-        value >>= 7;
-        if value == 0 {
-            out.push(byte);
-            return;
-        }
-        out.push(byte | 0x80);
-    }
+/// Appends the minimal ULEB128 encoding of `value` (what compilers write,
+/// see [`translate_lsda`]).
+fn write_uleb(out: &mut Vec<u8>, value: u64) {
+    out.extend_from_slice(Leb128::unsigned(value).bytes());
+}
+
+/// `encoding` without its `DW_EH_PE_indirect` bit: the pointer read or
+/// written is the address of the value, which is all the rewriter needs.
+fn direct(encoding: DwEhPe) -> DwEhPe {
+    DwEhPe(encoding.0 & !dw::DW_EH_PE_indirect.0)
 }
 
 /// Appends `value` encoded with `encoding`, the encoded field starting at
 /// address `at`.
-fn write_pointer(out: &mut Vec<u8>, encoding: u8, value: u64, at: u64) -> Result<()> {
-    let raw = match encoding & 0x70 {
-        0x00 => value,
-        DW_EH_PE_PCREL => value.wrapping_sub(at),
-        other => bail!("unsupported pointer application {other:#x}"),
+fn write_pointer(out: &mut Vec<u8>, encoding: DwEhPe, value: u64, at: u64) -> Result<()> {
+    let raw = match encoding.application() {
+        dw::DW_EH_PE_absptr => value,
+        dw::DW_EH_PE_pcrel => value.wrapping_sub(at),
+        other => bail!("unsupported pointer application {:#x}", other.0),
     };
-    match encoding & 0x0f {
-        0x00 | 0x04 | 0x0c => out.extend_from_slice(&raw.to_le_bytes()),
-        0x03 => out.extend_from_slice(&u32::try_from(raw)?.to_le_bytes()),
-        0x0b => out.extend_from_slice(&i32::try_from(raw as i64)?.to_le_bytes()),
-        other => bail!("unsupported pointer format {other:#x} for a new FDE"),
+    match encoding.format() {
+        dw::DW_EH_PE_absptr | dw::DW_EH_PE_udata8 | dw::DW_EH_PE_sdata8 => {
+            out.extend_from_slice(&raw.to_le_bytes())
+        }
+        dw::DW_EH_PE_udata4 => out.extend_from_slice(&u32::try_from(raw)?.to_le_bytes()),
+        dw::DW_EH_PE_sdata4 => out.extend_from_slice(&i32::try_from(raw as i64)?.to_le_bytes()),
+        other => bail!("unsupported pointer format {:#x} for a new FDE", other.0),
     }
     Ok(())
 }
@@ -229,7 +232,7 @@ impl EhFrame {
                 let cie = &frame.cies[cie_index];
                 let mut f = Cursor::new(&data[..end], c.pos, addr);
                 let pc_begin = f.pointer(cie.fde_encoding)?;
-                let pc_range = f.pointer(cie.fde_encoding & 0x0f)?;
+                let pc_range = f.pointer(cie.fde_encoding.format())?;
                 let mut lsda = None;
                 if cie.has_augmentation_data {
                     let len = f.uleb()? as usize;
@@ -293,7 +296,7 @@ fn parse_cie(c: &mut Cursor<'_>, addr: u64) -> Result<Cie> {
         addr,
         code_align,
         has_augmentation_data: augmentation.first() == Some(&b'z'),
-        fde_encoding: 0,
+        fde_encoding: dw::DW_EH_PE_absptr,
         lsda_encoding: None,
     };
     if cie.has_augmentation_data {
@@ -301,11 +304,11 @@ fn parse_cie(c: &mut Cursor<'_>, addr: u64) -> Result<Cie> {
         let end = c.pos + len;
         for &ch in &augmentation[1..] {
             match ch {
-                b'L' => cie.lsda_encoding = Some(c.u8()?),
-                b'R' => cie.fde_encoding = c.u8()?,
+                b'L' => cie.lsda_encoding = Some(DwEhPe(c.u8()?)),
+                b'R' => cie.fde_encoding = DwEhPe(c.u8()?),
                 b'P' => {
-                    let enc = c.u8()?;
-                    c.pointer(enc & 0x7f)?;
+                    let enc = DwEhPe(c.u8()?);
+                    c.pointer(direct(enc))?;
                 }
                 b'S' | b'B' | b'G' => {}
                 _ => break,
@@ -355,17 +358,19 @@ pub fn translate_cfi(
         if target < *new_loc {
             bail!("CFI rows out of order at {loc:#x}");
         }
+        // The shortest advance that fits, as the compiler chose for the
+        // original.
         let delta = target - *new_loc;
         match delta {
             0 => {}
-            1..=0x3f => out.push(0x40 | delta as u8),
-            0x40..=0xff => out.extend_from_slice(&[0x02, delta as u8]),
+            1..=0x3f => out.push(dw::DW_CFA_advance_loc.0 | delta as u8),
+            0x40..=0xff => out.extend_from_slice(&[dw::DW_CFA_advance_loc1.0, delta as u8]),
             0x100..=0xffff => {
-                out.push(0x03);
+                out.push(dw::DW_CFA_advance_loc2.0);
                 out.extend_from_slice(&(delta as u16).to_le_bytes());
             }
             _ => {
-                out.push(0x04);
+                out.push(dw::DW_CFA_advance_loc4.0);
                 out.extend_from_slice(&u32::try_from(delta)?.to_le_bytes());
             }
         }
@@ -375,62 +380,75 @@ pub fn translate_cfi(
     while c.pos < instructions.len() {
         let start = c.pos;
         let op = c.u8()?;
-        match op & 0xc0 {
-            0x40 => {
-                loc += u64::from(op & 0x3f);
+        // Advances are re-encoded for the copy; every other instruction is
+        // skipped over by its operands and copied as it is.
+        match DwCfa(op & CFA_PRIMARY_MASK) {
+            dw::DW_CFA_advance_loc => {
+                loc += u64::from(op & !CFA_PRIMARY_MASK);
                 advance(&mut out, loc, &mut new_loc)?;
                 continue;
             }
-            0x80 => {
+            dw::DW_CFA_offset => {
                 c.uleb()?;
             }
-            0xc0 => {}
-            _ => match op {
-                0x00 | 0x0a | 0x0b => {}
-                0x01 => {
-                    loc = c.pointer(cie.fde_encoding & 0x0f)?;
+            dw::DW_CFA_restore => {}
+            _ => match DwCfa(op) {
+                dw::DW_CFA_nop | dw::DW_CFA_remember_state | dw::DW_CFA_restore_state => {}
+                dw::DW_CFA_set_loc => {
+                    loc = c.pointer(cie.fde_encoding.format())?;
                     advance(&mut out, loc, &mut new_loc)?;
                     continue;
                 }
-                0x02 => {
+                dw::DW_CFA_advance_loc1 => {
                     loc += u64::from(c.u8()?);
                     advance(&mut out, loc, &mut new_loc)?;
                     continue;
                 }
-                0x03 => {
+                dw::DW_CFA_advance_loc2 => {
                     loc += u64::from(c.u16()?);
                     advance(&mut out, loc, &mut new_loc)?;
                     continue;
                 }
-                0x04 => {
+                dw::DW_CFA_advance_loc4 => {
                     loc += u64::from(c.u32()?);
                     advance(&mut out, loc, &mut new_loc)?;
                     continue;
                 }
-                0x06..=0x08 | 0x0d | 0x0e | 0x2e => {
+                dw::DW_CFA_restore_extended
+                | dw::DW_CFA_undefined
+                | dw::DW_CFA_same_value
+                | dw::DW_CFA_def_cfa_register
+                | dw::DW_CFA_def_cfa_offset
+                | dw::DW_CFA_GNU_args_size => {
                     c.uleb()?;
                 }
-                0x05 | 0x09 | 0x0c | 0x14 | 0x2f => {
+                dw::DW_CFA_offset_extended
+                | dw::DW_CFA_register
+                | dw::DW_CFA_def_cfa
+                | dw::DW_CFA_val_offset
+                | dw::DW_CFA_GNU_negative_offset_extended => {
                     c.uleb()?;
                     c.uleb()?;
                 }
-                0x11 | 0x12 | 0x15 => {
+                dw::DW_CFA_offset_extended_sf
+                | dw::DW_CFA_def_cfa_sf
+                | dw::DW_CFA_val_offset_sf => {
                     c.uleb()?;
                     c.sleb()?;
                 }
-                0x13 => {
+                dw::DW_CFA_def_cfa_offset_sf => {
                     c.sleb()?;
                 }
-                0x0f => {
+                dw::DW_CFA_def_cfa_expression => {
                     let len = c.uleb()? as usize;
                     c.bytes(len)?;
                 }
-                0x10 | 0x16 => {
+                dw::DW_CFA_expression | dw::DW_CFA_val_expression => {
                     c.uleb()?;
                     let len = c.uleb()? as usize;
                     c.bytes(len)?;
                 }
-                other => bail!("unsupported CFI opcode {other:#x}"),
+                other => bail!("unsupported CFI opcode {:#x}", other.0),
             },
         }
         out.extend_from_slice(&instructions[start..c.pos]);
@@ -462,18 +480,18 @@ pub fn translate_lsda(
         bail!("LSDA at {lsda:#x} is not file-backed");
     };
     let mut c = Cursor::new(&data, 0, lsda);
-    let lpstart_enc = c.u8()?;
-    if lpstart_enc != DW_EH_PE_OMIT {
+    let lpstart_enc = DwEhPe(c.u8()?);
+    if lpstart_enc != dw::DW_EH_PE_omit {
         bail!("LSDA with an explicit landing-pad base");
     }
-    let ttype_enc = c.u8()?;
-    let ttype_base = if ttype_enc != DW_EH_PE_OMIT {
+    let ttype_enc = DwEhPe(c.u8()?);
+    let ttype_base = if ttype_enc != dw::DW_EH_PE_omit {
         let off = c.uleb()?;
         Some(c.pos as u64 + off)
     } else {
         None
     };
-    let cs_enc = c.u8()?;
+    let cs_enc = DwEhPe(c.u8()?);
     let cs_len = c.uleb()? as usize;
     let cs_start = c.pos;
     let cs_end = cs_start + cs_len;
@@ -484,9 +502,9 @@ pub fn translate_lsda(
     let mut sites = Vec::new();
     let mut actions = BTreeSet::new();
     while c.pos < cs_end {
-        let start = c.pointer(cs_enc & 0x0f)?;
-        let len = c.pointer(cs_enc & 0x0f)?;
-        let pad = c.pointer(cs_enc & 0x0f)?;
+        let start = c.pointer(cs_enc.format())?;
+        let len = c.pointer(cs_enc.format())?;
+        let pad = c.pointer(cs_enc.format())?;
         let action = c.uleb()?;
         let (Some(a), Some(b)) = (
             map.map(func_start + start),
@@ -545,12 +563,12 @@ pub fn translate_lsda(
             at = (next_at as i64 + next) as usize;
         }
     }
-    let type_size: u64 = match ttype_enc & 0x0f {
-        0x00 | 0x04 | 0x0c => 8,
-        0x02 | 0x0a => 2,
-        0x03 | 0x0b => 4,
+    let type_size: u64 = match ttype_enc.format() {
+        dw::DW_EH_PE_absptr | dw::DW_EH_PE_udata8 | dw::DW_EH_PE_sdata8 => 8,
+        dw::DW_EH_PE_udata2 | dw::DW_EH_PE_sdata2 => 2,
+        dw::DW_EH_PE_udata4 | dw::DW_EH_PE_sdata4 => 4,
         _ if ttype_base.is_none() => 0,
-        other => bail!("unsupported type table format {other:#x}"),
+        other => bail!("unsupported type table format {:#x}", other.0),
     };
     if let Some(base) = ttype_base {
         tail_end = tail_end.max(base as usize);
@@ -579,7 +597,7 @@ pub fn translate_lsda(
     // ULEB is minimal, as compilers write them: the personality routine
     // reads the header on each call, and padded fields would make the
     // instrumented program execute loads the original does not.
-    let mut out = vec![DW_EH_PE_OMIT, ttype_enc];
+    let mut out = vec![dw::DW_EH_PE_omit.0, ttype_enc.0];
     let mut cs_len = Vec::new();
     write_uleb(&mut cs_len, sites.len() as u64);
     // The type-table offset counts from the end of its own field.
@@ -588,7 +606,7 @@ pub fn translate_lsda(
     if let Some(offset) = ttype_offset {
         write_uleb(&mut out, offset);
     }
-    out.push(DW_EH_PE_ULEB128);
+    out.push(dw::DW_EH_PE_uleb128.0);
     out.extend_from_slice(&cs_len);
     out.extend_from_slice(&sites);
     let new_cs_end = out.len();
@@ -599,14 +617,19 @@ pub fn translate_lsda(
             let old_pos = base as usize - (k * type_size) as usize;
             let new_pos = new_base - (k * type_size) as usize;
             let mut r = Cursor::new(&data, old_pos, lsda);
-            let value = r.pointer(ttype_enc & 0x7f)?;
-            match ttype_enc & 0x70 {
-                DW_EH_PE_PCREL => {
+            let value = r.pointer(direct(ttype_enc))?;
+            match ttype_enc.application() {
+                dw::DW_EH_PE_pcrel => {
                     let mut enc = Vec::new();
-                    write_pointer(&mut enc, ttype_enc & 0x7f, value, new_addr + new_pos as u64)?;
+                    write_pointer(
+                        &mut enc,
+                        direct(ttype_enc),
+                        value,
+                        new_addr + new_pos as u64,
+                    )?;
                     out[new_pos..new_pos + enc.len()].copy_from_slice(&enc);
                 }
-                0x00 if pie && value != 0 => {
+                dw::DW_EH_PE_absptr if pie && value != 0 => {
                     bail!("LSDA type entry needs a dynamic relocation")
                 }
                 _ => {}
@@ -628,19 +651,19 @@ pub fn landing_pads(
         bail!("LSDA at {lsda:#x} is not file-backed");
     };
     let mut c = Cursor::new(&data, 0, lsda);
-    if c.u8()? != DW_EH_PE_OMIT {
+    if DwEhPe(c.u8()?) != dw::DW_EH_PE_omit {
         bail!("LSDA with an explicit landing-pad base");
     }
-    if c.u8()? != DW_EH_PE_OMIT {
+    if DwEhPe(c.u8()?) != dw::DW_EH_PE_omit {
         c.uleb()?;
     }
-    let cs_enc = c.u8()?;
+    let cs_enc = DwEhPe(c.u8()?);
     let cs_end = c.uleb()? as usize + c.pos;
     let mut pads = Vec::new();
     while c.pos < cs_end {
-        c.pointer(cs_enc & 0x0f)?;
-        c.pointer(cs_enc & 0x0f)?;
-        let pad = c.pointer(cs_enc & 0x0f)?;
+        c.pointer(cs_enc.format())?;
+        c.pointer(cs_enc.format())?;
+        let pad = c.pointer(cs_enc.format())?;
         c.uleb()?;
         if pad != 0 {
             pads.push(func_start + pad);
@@ -663,7 +686,7 @@ pub fn build_fde(
     out.extend_from_slice(&u32::try_from(cie_pointer)?.to_le_bytes());
     let at = addr + out.len() as u64;
     write_pointer(&mut out, cie.fde_encoding, pc_begin, at)?;
-    write_pointer(&mut out, cie.fde_encoding & 0x0f, pc_len, 0)?;
+    write_pointer(&mut out, cie.fde_encoding.format(), pc_len, 0)?;
     if cie.has_augmentation_data {
         match (cie.lsda_encoding, lsda) {
             (Some(enc), Some(lsda)) => {
@@ -681,7 +704,7 @@ pub fn build_fde(
     }
     out.extend_from_slice(instructions);
     while !out.len().is_multiple_of(8) {
-        out.push(0); // DW_CFA_nop
+        out.push(dw::DW_CFA_nop.0);
     }
     let length = (out.len() - 4) as u32;
     out[0..4].copy_from_slice(&length.to_le_bytes());
@@ -692,7 +715,15 @@ pub fn build_fde(
 /// address)`), pointing at the `.eh_frame` section at `eh_frame`.
 pub fn build_eh_frame_hdr(addr: u64, eh_frame: u64, entries: &mut [(u64, u64)]) -> Result<Vec<u8>> {
     entries.sort_unstable();
-    let mut out = vec![1u8, 0x1b, 0x03, 0x3b];
+    // Version 1; `eh_frame_ptr` PC-relative, the count as a plain u32 and
+    // the search table relative to the header itself, as ld writes it and
+    // as the unwinder's binary search expects.
+    let mut out = vec![
+        1u8,
+        (dw::DW_EH_PE_pcrel | dw::DW_EH_PE_sdata4).0,
+        dw::DW_EH_PE_udata4.0,
+        (dw::DW_EH_PE_datarel | dw::DW_EH_PE_sdata4).0,
+    ];
     out.extend_from_slice(&i32::try_from(eh_frame as i64 - (addr + 4) as i64)?.to_le_bytes());
     out.extend_from_slice(&u32::try_from(entries.len())?.to_le_bytes());
     for &(pc, fde) in entries.iter() {
@@ -762,12 +793,28 @@ mod tests {
     }
 
     #[test]
+    fn leb128_round_trips_and_a_cut_value_names_its_address() {
+        // The DWARF 5 specification's examples (7.6), and an over-long one.
+        let data = [0xe5, 0x8e, 0x26, 0xc0, 0xbb, 0x78, 0x80];
+        let mut c = Cursor::new(&data, 0, 0x1000);
+        assert_eq!(c.uleb().unwrap(), 624_485);
+        assert_eq!(c.sleb().unwrap(), -123_456);
+        let err = c.uleb().unwrap_err().to_string();
+        assert_eq!(err, "unwind data ends early at 0x1007");
+        let mut out = Vec::new();
+        write_uleb(&mut out, 624_485);
+        assert_eq!(out, data[..3]);
+        let too_long = [0xff; 11];
+        assert!(Cursor::new(&too_long, 0, 0).uleb().is_err());
+    }
+
+    #[test]
     fn cfi_advances_are_remapped() {
         let cie = Cie {
             addr: 0,
             code_align: 1,
             has_augmentation_data: true,
-            fde_encoding: 0x1b,
+            fde_encoding: dw::DW_EH_PE_pcrel | dw::DW_EH_PE_sdata4,
             lsda_encoding: None,
         };
         // advance 1; def_cfa_offset 16; offset r6 at cfa-16; advance 3; def_cfa_offset 8

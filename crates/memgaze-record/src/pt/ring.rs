@@ -434,6 +434,7 @@ impl Losses {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use memgaze_trace::rng::SplitMix64;
 
     /// A simulated kernel producer of a data ring: writes records at the
     /// head, wrapping; when the reader has not freed enough space it drops
@@ -524,30 +525,20 @@ pub(crate) mod tests {
         b
     }
 
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-    }
-
     #[test]
     fn data_ring_records_survive_wrap_around_and_loss_is_counted() {
         let mut ring = SimRing::new(4096);
         let mut reader = RecordReader::default();
-        let mut rng = Rng(0x1234_5678);
+        let mut rng = SplitMix64::new(0x1234_5678);
         let (mut written, mut received) = (Vec::new(), Vec::new());
         let mut losses = Losses::default();
         let mut dropped = 0u64;
         for round in 0..2000 {
             // A burst of samples of random size (some larger than what is
             // free, some straddling the end of the area).
-            for _ in 0..rng.next() % 6 {
-                let len = (rng.next() % 600) as usize;
-                let aux: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            for _ in 0..rng.next_u64() % 6 {
+                let len = (rng.next_u64() % 600) as usize;
+                let aux: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
                 let body = sample_body(round as u32, 3, round, &aux);
                 if ring.write(sys::PERF_RECORD_SAMPLE, &body) {
                     written.push(aux);
@@ -556,7 +547,7 @@ pub(crate) mod tests {
                 }
             }
             // The reader keeps up only some of the time.
-            if !rng.next().is_multiple_of(3) {
+            if !rng.next_u64().is_multiple_of(3) {
                 let area = RingArea::from_slice(&ring.area).unwrap();
                 reader
                     .drain(&area, &ring.pointers(), |h, body| {
@@ -621,14 +612,14 @@ pub(crate) mod tests {
         let size = 1 << 12;
         let mut area = vec![0u8; size];
         let (head, tail) = (AtomicU64::new(0), AtomicU64::new(0));
-        let mut rng = Rng(99);
+        let mut rng = SplitMix64::new(99);
         let mut produced = Vec::new();
         let mut drained = Vec::new();
         let mut losses = Losses::default();
         let mut truncations = 0;
         let mut next = 0u8;
         for _ in 0..3000 {
-            let want = (rng.next() % 1500) as usize;
+            let want = (rng.next_u64() % 1500) as usize;
             let h = head.load(Ordering::Relaxed);
             let free = size - (h - tail.load(Ordering::Acquire)) as usize;
             let n = want.min(free);
@@ -651,7 +642,7 @@ pub(crate) mod tests {
                 size: n as u64,
                 flags,
             });
-            if rng.next().is_multiple_of(4) {
+            if rng.next_u64().is_multiple_of(4) {
                 let ring = RingArea::from_slice(&area).unwrap();
                 drain_aux(&ring, &RingPointers::new(&head, &tail), &mut drained).unwrap();
             }

@@ -6,6 +6,7 @@
 
 #![allow(dead_code)]
 
+use memgaze_trace::rng::SplitMix64;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
@@ -66,18 +67,19 @@ pub fn libipt_encode(spec: &str) -> (Vec<u8>, Vec<(usize, usize)>) {
     (std::fs::read(&out).unwrap(), offsets)
 }
 
-/// A small deterministic PRNG (SplitMix64): reproducible from the seed in a
-/// failure message.
-pub struct Rng(pub u64);
+/// The workspace's generator with the draws these tests use: reproducible
+/// from the seed in a failure message.
+pub struct Rng(SplitMix64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+    pub fn new(seed: u64) -> Rng {
+        Rng(SplitMix64::new(seed))
     }
+    pub fn next(&mut self) -> u64 {
+        self.0.next_u64()
+    }
+    /// `next() % n`, not [`SplitMix64::below`]: the streams the seeds in
+    /// these tests name were drawn this way.
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }

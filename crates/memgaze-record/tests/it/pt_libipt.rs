@@ -154,7 +154,7 @@ fn next_ip(rng: &mut Rng, ip: u64) -> u64 {
 }
 
 fn generate(seed: u64, packets: usize) -> Stream {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut s = Stream::default();
     let mut code_ip = 0x5555_5555_4000u64;
     s.psb_plus(&mut rng, code_ip);

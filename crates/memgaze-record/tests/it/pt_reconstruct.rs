@@ -226,7 +226,7 @@ impl Program {
 }
 
 fn simulate(seed: u64, executions: usize) -> Program {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut p = Program {
         spec: Vec::new(),
         executions: Vec::new(),
@@ -338,7 +338,7 @@ fn aux_samples_reconstruct_to_the_executed_addresses() {
         let end_of = |packet: usize| layout[packet].0 + layout[packet].1;
 
         // AUX samples: the last 2–6 KiB at random packet boundaries.
-        let mut rng = Rng(seed * 77);
+        let mut rng = Rng::new(seed * 77);
         let mut rebuild = Reconstructor::new(&map, &code);
         let mut samples = Vec::new();
         let mut expected_samples = Vec::new();
