@@ -206,10 +206,10 @@ fn has_x86_64_v3() -> bool {
 /// and the window engines) is inlined into it.
 macro_rules! feed_loop {
     ($reader:expr, $analyzer:expr, $tick:expr) => {
-        $reader.for_each_raw(|raw| {
+        Ok($reader.for_each_raw(|raw| {
             $analyzer.push_load(raw.load, raw.addr, raw.sample, raw.thread);
             $tick();
-        })
+        })?)
     };
 }
 

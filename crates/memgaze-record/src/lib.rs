@@ -75,16 +75,16 @@ pub trait RecordSink {
 
 impl<W: Write> RecordSink for TraceWriter<W> {
     fn begin_sample(&mut self, thread: u32) -> Result<()> {
-        TraceWriter::begin_sample(self, thread)
+        Ok(TraceWriter::begin_sample(self, thread)?)
     }
     fn switch_thread(&mut self, thread: u32) -> Result<()> {
-        TraceWriter::switch_thread(self, thread)
+        Ok(TraceWriter::switch_thread(self, thread)?)
     }
     fn push(&mut self, load: u32, addr: u64) -> Result<()> {
-        TraceWriter::push(self, load, addr)
+        Ok(TraceWriter::push(self, load, addr)?)
     }
     fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
-        TraceWriter::push_records(self, records)
+        Ok(TraceWriter::push_records(self, records)?)
     }
 }
 
