@@ -6,7 +6,7 @@
 //! displacement literals). The format is versioned JSON (`schema`):
 //! [`Annotation::read`] refuses any other schema with a clear message.
 
-use anyhow::Context as _;
+use crate::error::AnnotationError;
 use memgaze_trace::{BinaryIdentity, FunctionEntry, LoadClass, LoadEntry};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -150,33 +150,42 @@ impl Annotation {
 
     /// Parses JSON text, checking the schema first so that an annotation
     /// from another version gets a clear message rather than a field error.
-    pub fn from_json(text: &str) -> anyhow::Result<Annotation> {
+    pub fn from_json(text: &str) -> Result<Annotation, AnnotationError> {
         #[derive(Deserialize)]
         struct Head {
             schema: Option<String>,
         }
-        let head: Head = serde_json::from_str(text).context("not a JSON annotation")?;
+        let head: Head = serde_json::from_str(text).map_err(AnnotationError::NotJson)?;
         match head.schema.as_deref() {
             Some(ANNOTATION_SCHEMA) => {}
-            Some(other) => anyhow::bail!(
-                "annotation schema {other} is not supported (this cargo memgaze reads {ANNOTATION_SCHEMA}); re-run `cargo memgaze instrument`"
-            ),
-            None => anyhow::bail!("not a memgaze annotation (no \"schema\" field)"),
+            Some(other) => {
+                return Err(AnnotationError::UnsupportedSchema {
+                    schema: other.to_string(),
+                });
+            }
+            None => return Err(AnnotationError::NoSchema),
         }
-        serde_json::from_str(text).context("malformed annotation")
+        serde_json::from_str(text).map_err(AnnotationError::Malformed)
     }
 
     /// Writes the annotation to `path`.
-    pub fn write(&self, path: &Path) -> anyhow::Result<()> {
-        std::fs::write(path, self.to_json())
-            .with_context(|| format!("{}: cannot write annotation", path.display()))
+    pub fn write(&self, path: &Path) -> Result<(), AnnotationError> {
+        std::fs::write(path, self.to_json()).map_err(|source| AnnotationError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
     }
 
     /// Reads an annotation written by [`Annotation::write`].
-    pub fn read(path: &Path) -> anyhow::Result<Annotation> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("{}: cannot read annotation", path.display()))?;
-        Annotation::from_json(&text).with_context(|| path.display().to_string())
+    pub fn read(path: &Path) -> Result<Annotation, AnnotationError> {
+        let text = std::fs::read_to_string(path).map_err(|source| AnnotationError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Annotation::from_json(&text).map_err(|source| AnnotationError::InFile {
+            path: path.to_path_buf(),
+            source: Box::new(source),
+        })
     }
 
     /// The load at original address `ip` (loads are sorted by `ip`).
@@ -296,14 +305,23 @@ mod tests {
         let text = sample()
             .to_json()
             .replace(ANNOTATION_SCHEMA, "memgaze.annotation.v0");
-        let e = Annotation::from_json(&text).unwrap_err().to_string();
-        assert!(e.contains("memgaze.annotation.v0 is not supported"), "{e}");
+        let e = Annotation::from_json(&text).unwrap_err();
         assert!(
-            Annotation::from_json("{}")
-                .unwrap_err()
-                .to_string()
-                .contains("no \"schema\"")
+            matches!(&e, AnnotationError::UnsupportedSchema { schema } if schema == "memgaze.annotation.v0"),
+            "{e}"
         );
-        assert!(Annotation::from_json("[1,2]").is_err());
+        // The line people read names the schema and what to do.
+        assert_eq!(
+            e.to_string(),
+            "annotation schema memgaze.annotation.v0 is not supported (this cargo memgaze reads memgaze.annotation.v1); re-run `cargo memgaze instrument`"
+        );
+        assert!(matches!(
+            Annotation::from_json("{}"),
+            Err(AnnotationError::NoSchema)
+        ));
+        assert!(matches!(
+            Annotation::from_json("[1,2]"),
+            Err(AnnotationError::NotJson(_))
+        ));
     }
 }

@@ -13,7 +13,9 @@
 pub mod annotation;
 pub mod binary;
 pub mod classify;
+mod error;
 mod file;
 pub mod rewrite;
 
+pub use error::{AnnotationError, InstrumentError};
 pub use file::{annotate, annotate_with_code, instrument_file};
