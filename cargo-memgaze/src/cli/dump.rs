@@ -1,9 +1,10 @@
 //! `cargo memgaze dump <TRACE>`: a trace file as text.
 
 use super::Global;
+use anyhow::Context;
 use memgaze_error::Exit;
 use memgaze_trace::TraceReader;
-use memgaze_trace::dump::{DumpOptions, dump};
+use memgaze_trace::dump::{DumpError, DumpOptions, dump};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -22,7 +23,8 @@ pub struct Args {
 
 /// Runs the command.
 pub fn run(args: Args, _global: &Global) -> anyhow::Result<Exit> {
-    let mut reader = TraceReader::open(&args.trace)?;
+    let mut reader =
+        TraceReader::open(&args.trace).with_context(|| args.trace.display().to_string())?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let options = DumpOptions {
@@ -30,6 +32,7 @@ pub fn run(args: Args, _global: &Global) -> anyhow::Result<Exit> {
         header_only: args.header_only,
     };
     let result = dump(&mut reader, &mut out, options).and_then(|()| Ok(out.flush()?));
+    let result = result.map_err(anyhow::Error::from);
     match result {
         Ok(()) => Ok(Exit::Ok),
         // `dump … | head` is normal use, not an error.
@@ -39,8 +42,11 @@ pub fn run(args: Args, _global: &Global) -> anyhow::Result<Exit> {
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    let broken = |io: &std::io::Error| io.kind() == std::io::ErrorKind::BrokenPipe;
+    // A write error arrives as the dump's own `Write` variant, which shows
+    // the I/O error's text but is not itself an `io::Error`.
     e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        c.downcast_ref::<std::io::Error>().is_some_and(broken)
+            || matches!(c.downcast_ref::<DumpError>(), Some(DumpError::Write(io)) if broken(io))
     })
 }

@@ -77,7 +77,8 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     let mut analyzer = AnalyzerSink::new(&header, &AnalysisOptions::default())?;
     let recording = match &args.save_trace {
         Some(path) => {
-            let mut writer = TraceWriter::create(path, &header)?;
+            let mut writer =
+                TraceWriter::create(path, &header).with_context(|| path.display().to_string())?;
             let recording = record::record(
                 &instrumented,
                 &args.command[1..],
@@ -131,7 +132,8 @@ fn run_pt(
         &trace,
         global,
     )?;
-    let reader = memgaze_trace::TraceReader::open(&trace)?;
+    let reader =
+        memgaze_trace::TraceReader::open(&trace).with_context(|| trace.display().to_string())?;
     let analysis = memgaze_analysis::analyze_trace(reader, &AnalysisOptions::default())?;
     print_analysis(args, &analysis)?;
     Ok(super::record::exit_like(totals.exit))

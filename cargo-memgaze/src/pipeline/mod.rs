@@ -114,7 +114,9 @@ pub fn record_bench(
         ("bench".into(), case.name.clone()),
     ];
     let writer = match &plan.trace_file {
-        Some(path) => Some(TraceWriter::create(path, &header)?),
+        Some(path) => {
+            Some(TraceWriter::create(path, &header).with_context(|| path.display().to_string())?)
+        }
         None => None,
     };
     let mut sink = StreamingSink::new(&header, &plan.analysis, writer, plan.per_sample)?;

@@ -16,7 +16,7 @@
 //! scalars and would only add noise here.
 
 use anyhow::{Context, Result};
-use memgaze_trace::{TraceEvent, TraceReader};
+use memgaze_trace::{TraceError, TraceEvent, TraceReader};
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::Path;
@@ -290,7 +290,7 @@ pub fn profile_trace(path: &Path, options: &ProfileOptions) -> Result<TraceProfi
 
 /// Profiles a trace that `open` reads from the start (it is called twice).
 pub fn profile<R: Read>(
-    mut open: impl FnMut() -> Result<TraceReader<R>>,
+    mut open: impl FnMut() -> Result<TraceReader<R>, TraceError>,
     options: &ProfileOptions,
 ) -> Result<TraceProfile> {
     // Pass 1: touched pages, accesses, and the distinct addresses while

@@ -98,7 +98,7 @@ pub fn read_analysis(path: &Path) -> Result<Analysis> {
 
 /// Analyses a trace file with the default options.
 pub fn analyse_trace_file(path: &Path) -> Result<Analysis> {
-    let reader = TraceReader::open(path)?;
+    let reader = TraceReader::open(path).with_context(|| path.display().to_string())?;
     analyze_trace(reader, &AnalysisOptions::default()).with_context(|| path.display().to_string())
 }
 

@@ -23,17 +23,18 @@
 
 #![warn(missing_docs)]
 
-use anyhow::{Context, Result, bail};
 use memgaze_trace::{Backend, LoadClass, LoadEntry, Record, TraceHeader, TraceReader, TraceTotals};
 use std::io::Read;
 
 mod addr_table;
+mod error;
 mod intervals;
 mod regions;
 mod reuse;
 pub mod table;
 mod windows;
 
+pub use error::AnalysisError;
 /// The result types, defined in `memgaze-metadata` (the analysis document).
 pub use memgaze_metadata::analysis as result;
 pub use result::*;
@@ -157,10 +158,10 @@ impl Default for AnalysisOptions {
 pub fn analyze_trace<R: Read>(
     mut reader: TraceReader<R>,
     options: &AnalysisOptions,
-) -> Result<Analysis> {
+) -> Result<Analysis, AnalysisError> {
     let mut analyzer = Analyzer::new(reader.header(), options)?;
     feed(&mut reader, &mut analyzer, || ())?;
-    let totals = *reader.totals().context("trace ended without totals")?;
+    let totals = *reader.totals().ok_or(AnalysisError::MissingTotals)?;
     Ok(analyzer.finish(&totals))
 }
 
@@ -179,7 +180,7 @@ pub fn feed<R: Read>(
     reader: &mut TraceReader<R>,
     analyzer: &mut Analyzer,
     tick: impl FnMut(),
-) -> Result<()> {
+) -> Result<(), AnalysisError> {
     #[cfg(target_arch = "x86_64")]
     if has_x86_64_v3() {
         // SAFETY: the CPU has every feature the function enables.
@@ -207,10 +208,10 @@ fn has_x86_64_v3() -> bool {
 /// and the window engines) is inlined into it.
 macro_rules! feed_loop {
     ($reader:expr, $analyzer:expr, $tick:expr) => {
-        $reader.for_each_raw(|raw| {
+        Ok($reader.for_each_raw(|raw| {
             $analyzer.push_load(raw.load, raw.addr, raw.sample, raw.thread);
             $tick();
-        })
+        })?)
     };
 }
 
@@ -219,7 +220,7 @@ fn feed_baseline<R: Read>(
     reader: &mut TraceReader<R>,
     analyzer: &mut Analyzer,
     mut tick: impl FnMut(),
-) -> Result<()> {
+) -> Result<(), AnalysisError> {
     feed_loop!(reader, analyzer, tick)
 }
 
@@ -230,7 +231,7 @@ fn feed_x86_64_v3<R: Read>(
     reader: &mut TraceReader<R>,
     analyzer: &mut Analyzer,
     mut tick: impl FnMut(),
-) -> Result<()> {
+) -> Result<(), AnalysisError> {
     feed_loop!(reader, analyzer, tick)
 }
 
@@ -485,26 +486,26 @@ pub struct Analyzer {
 
 impl Analyzer {
     /// An analyzer for a trace with this header.
-    pub fn new(header: &TraceHeader, options: &AnalysisOptions) -> Result<Self> {
+    pub fn new(header: &TraceHeader, options: &AnalysisOptions) -> Result<Self, AnalysisError> {
         if !options.block.is_power_of_two() {
-            bail!("--block must be a power of two (got {})", options.block);
+            return Err(AnalysisError::Block {
+                block: options.block,
+            });
         }
         if !options.region_min_page.is_power_of_two() || options.region_min_page < 64 {
-            bail!(
-                "the minimum region page must be a power of two of at least 64 bytes (got {})",
-                options.region_min_page
-            );
+            return Err(AnalysisError::RegionMinPage {
+                page: options.region_min_page,
+            });
         }
         if !(0.0..=100.0).contains(&options.region_threshold_percent) {
-            bail!(
-                "the hot-region threshold must be a percentage in 0..=100 (got {})",
-                options.region_threshold_percent
-            );
+            return Err(AnalysisError::HotThreshold {
+                percent: options.region_threshold_percent,
+            });
         }
         if let Some(k) = options.code_window_k
             && k > MAX_CODE_WINDOW_K
         {
-            bail!("the code window may be at most 2^{MAX_CODE_WINDOW_K} records (got 2^{k})");
+            return Err(AnalysisError::CodeWindow { k });
         }
         let matcher = options
             .functions
@@ -1999,25 +2000,43 @@ mod tests {
     #[test]
     fn options_are_validated() {
         let h = header(Backend::Soft, sampled());
-        for bad in [
-            AnalysisOptions {
+        let error = |bad: AnalysisOptions| Analyzer::new(&h, &bad).err();
+        assert!(matches!(
+            error(AnalysisOptions {
                 block: 48,
                 ..AnalysisOptions::default()
-            },
-            AnalysisOptions {
+            }),
+            Some(AnalysisError::Block { block: 48 })
+        ));
+        assert!(matches!(
+            error(AnalysisOptions {
                 region_min_page: 32,
                 ..AnalysisOptions::default()
-            },
-            AnalysisOptions {
+            }),
+            Some(AnalysisError::RegionMinPage { page: 32 })
+        ));
+        assert!(matches!(
+            error(AnalysisOptions {
                 functions: Some("[".into()),
                 ..AnalysisOptions::default()
-            },
-            AnalysisOptions {
+            }),
+            Some(AnalysisError::Filter(
+                memgaze_trace::FilterError::InvalidPattern { .. }
+            ))
+        ));
+        assert!(matches!(
+            error(AnalysisOptions {
                 region_threshold_percent: 150.0,
                 ..AnalysisOptions::default()
-            },
-        ] {
-            assert!(Analyzer::new(&h, &bad).is_err(), "{bad:?}");
-        }
+            }),
+            Some(AnalysisError::HotThreshold { .. })
+        ));
+        assert!(matches!(
+            error(AnalysisOptions {
+                code_window_k: Some(MAX_CODE_WINDOW_K + 1),
+                ..AnalysisOptions::default()
+            }),
+            Some(AnalysisError::CodeWindow { .. })
+        ));
     }
 }

@@ -1,10 +1,11 @@
 //! Exit codes and the errors that choose them.
 //!
 //! `docs/CLI.md` fixes the exit codes users and CI scripts rely on. Library
-//! code returns `anyhow::Result` with context naming the input and the
-//! problem; the command layer turns an error into exactly one line on stderr
-//! and one of these codes. Only the few errors that need a code other than 1
-//! carry a type of their own.
+//! crates return typed errors (`TraceError`, `InstrumentError`…) whose text
+//! names the problem; the command layer wraps them in `anyhow` context naming
+//! the input, and turns an error into exactly one line on stderr and one of
+//! these codes. Only the few errors that need a code other than 1 carry a
+//! type of their own here ([`UsageError`]).
 
 #![warn(missing_docs)]
 
@@ -80,8 +81,11 @@ pub fn usage(message: impl Into<String>) -> anyhow::Error {
 }
 
 /// The exit code an error maps to.
+///
+/// A [`UsageError`] counts wherever it is in the chain: a library's typed
+/// error carries one as its source (e.g. an invalid `--functions` glob).
 pub fn exit_for(error: &anyhow::Error) -> Exit {
-    if error.downcast_ref::<UsageError>().is_some() {
+    if error.chain().any(|cause| cause.is::<UsageError>()) {
         Exit::Usage
     } else {
         Exit::Error
@@ -130,6 +134,22 @@ mod tests {
             .unwrap_err();
         assert_eq!(exit_for(&e), Exit::Usage);
         assert_eq!(exit_for(&anyhow::anyhow!("boom")), Exit::Error);
+        // As the source of a library's own error.
+        #[derive(Debug)]
+        struct Wrapper(UsageError);
+        impl fmt::Display for Wrapper {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+        impl std::error::Error for Wrapper {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let e = anyhow::Error::new(Wrapper(UsageError("--functions [: bad".into()))).context("app");
+        assert_eq!(exit_for(&e), Exit::Usage);
+        assert_eq!(one_line(&e), "app: --functions [: bad");
     }
 
     #[test]

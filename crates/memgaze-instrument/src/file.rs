@@ -4,9 +4,9 @@
 use crate::annotation::{Annotation, InstrumentationMode};
 use crate::binary::{Binary, FunctionCode};
 use crate::classify::{BinaryLoads, Classifier, FunctionLoads};
+use crate::error::InstrumentError;
 use crate::rewrite::{self as instrument, InstrumentOptions, Instrumented};
-use anyhow::{Context, Result};
-use memgaze_error::usage;
+use memgaze_error::UsageError;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
@@ -18,7 +18,7 @@ pub fn instrument_file(
     output: &Path,
     functions: Option<&str>,
     mode: InstrumentationMode,
-) -> Result<Instrumented> {
+) -> Result<Instrumented, InstrumentError> {
     let started = std::time::Instant::now();
     let binary = Binary::open(input)?;
     let opened = started.elapsed().as_secs_f64();
@@ -30,7 +30,10 @@ pub fn instrument_file(
         &InstrumentOptions { mode },
         &mut codes,
     )
-    .with_context(|| input.display().to_string())?;
+    .map_err(|e| InstrumentError::InFile {
+        path: input.to_path_buf(),
+        source: Box::new(e),
+    })?;
     let written = std::time::Instant::now();
     let (executable, annotation) = rayon::join(
         || write_executable(output, &result.executable),
@@ -52,7 +55,7 @@ pub fn instrument_file(
 }
 
 /// The annotation of the selected functions.
-pub fn annotate(binary: &Binary, functions: Option<&str>) -> Result<Annotation> {
+pub fn annotate(binary: &Binary, functions: Option<&str>) -> Result<Annotation, InstrumentError> {
     Ok(annotate_with_code(binary, functions)?.0)
 }
 
@@ -61,7 +64,7 @@ pub fn annotate(binary: &Binary, functions: Option<&str>) -> Result<Annotation> 
 pub fn annotate_with_code(
     binary: &Binary,
     functions: Option<&str>,
-) -> Result<(Annotation, HashMap<u64, FunctionCode>)> {
+) -> Result<(Annotation, HashMap<u64, FunctionCode>), InstrumentError> {
     let selected = select(binary, functions)?;
     let parts: Vec<(usize, FunctionLoads, FunctionCode)> = {
         use rayon::prelude::*;
@@ -86,12 +89,14 @@ pub fn annotate_with_code(
 }
 
 /// Indices of the functions a `--functions` glob selects (all when `None`).
-fn select(binary: &Binary, functions: Option<&str>) -> Result<Vec<usize>> {
+fn select(binary: &Binary, functions: Option<&str>) -> Result<Vec<usize>, InstrumentError> {
     match functions {
         None => Ok((0..binary.functions().len()).collect()),
         Some(glob) => {
             let matcher = globset::Glob::new(glob)
-                .map_err(|e| usage(format!("--functions {glob}: {e}")))?
+                .map_err(|e| {
+                    InstrumentError::Usage(UsageError(format!("--functions {glob}: {e}")))
+                })?
                 .compile_matcher();
             let selected: Vec<usize> = binary
                 .functions()
@@ -104,44 +109,53 @@ fn select(binary: &Binary, functions: Option<&str>) -> Result<Vec<usize>> {
                 .map(|(i, _)| i)
                 .collect();
             if selected.is_empty() {
-                anyhow::bail!(
-                    "--functions {glob}: no function of {} matches",
-                    binary.path().display()
-                );
+                return Err(InstrumentError::NoFunctionMatch {
+                    glob: glob.to_string(),
+                    binary: binary.path().to_path_buf(),
+                });
             }
             Ok(selected)
         }
     }
 }
 
-fn write_executable(path: &Path, bytes: &[u8]) -> Result<()> {
+fn write_executable(path: &Path, bytes: &[u8]) -> Result<(), InstrumentError> {
     use std::os::unix::fs::OpenOptionsExt;
+    let cannot_write = |source| InstrumentError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o755)
         .open(path)
-        .with_context(|| format!("{}: cannot write", path.display()))?;
-    file.write_all(bytes)
-        .with_context(|| format!("{}: cannot write", path.display()))?;
+        .map_err(cannot_write)?;
+    file.write_all(bytes).map_err(cannot_write)?;
     // An existing file keeps its mode: make sure it can run.
     use std::os::unix::fs::PermissionsExt;
-    let mut permissions = file.metadata()?.permissions();
+    let cannot_chmod = |source| InstrumentError::MakeExecutable {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut permissions = file.metadata().map_err(cannot_chmod)?.permissions();
     permissions.set_mode(permissions.mode() | 0o111);
-    file.set_permissions(permissions)
-        .with_context(|| format!("{}: cannot make executable", path.display()))?;
+    file.set_permissions(permissions).map_err(cannot_chmod)?;
     Ok(())
 }
 
-fn write_annotation(executable: &Path, annotation: &Annotation) -> Result<()> {
+fn write_annotation(executable: &Path, annotation: &Annotation) -> Result<(), InstrumentError> {
     let path = instrument::annotation_path(executable);
-    let file = std::fs::File::create(&path)
-        .with_context(|| format!("{}: cannot write", path.display()))?;
+    let cannot_write = |source| InstrumentError::Write {
+        path: path.clone(),
+        source,
+    };
+    let file = std::fs::File::create(&path).map_err(cannot_write)?;
     let mut writer = std::io::BufWriter::with_capacity(1 << 20, file);
     serde_json::to_writer(&mut writer, annotation)
         .map_err(std::io::Error::from)
         .and_then(|()| writer.flush())
-        .with_context(|| format!("{}: cannot write", path.display()))?;
+        .map_err(cannot_write)?;
     Ok(())
 }

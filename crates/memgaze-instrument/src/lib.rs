@@ -16,7 +16,9 @@ use memgaze_metadata::annotation;
 
 pub mod binary;
 pub mod classify;
+mod error;
 mod file;
 pub mod rewrite;
 
+pub use error::{AnnotationError, InstrumentError};
 pub use file::{annotate, annotate_with_code, instrument_file};

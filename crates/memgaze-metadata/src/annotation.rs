@@ -7,9 +7,9 @@
 //! [`Annotation::read`] refuses any other schema with a clear message.
 
 use crate::model::{BinaryIdentity, LoadClass};
-use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
-use std::path::Path;
+use std::io;
+use std::path::{Path, PathBuf};
 
 /// Schema tag of the current annotation format.
 pub const ANNOTATION_SCHEMA: &str = "memgaze.annotation.v1";
@@ -150,33 +150,42 @@ impl Annotation {
 
     /// Parses JSON text, checking the schema first so that an annotation
     /// from another version gets a clear message rather than a field error.
-    pub fn from_json(text: &str) -> anyhow::Result<Annotation> {
+    pub fn from_json(text: &str) -> Result<Annotation, AnnotationError> {
         #[derive(Deserialize)]
         struct Head {
             schema: Option<String>,
         }
-        let head: Head = serde_json::from_str(text).context("not a JSON annotation")?;
+        let head: Head = serde_json::from_str(text).map_err(AnnotationError::NotJson)?;
         match head.schema.as_deref() {
             Some(ANNOTATION_SCHEMA) => {}
-            Some(other) => anyhow::bail!(
-                "annotation schema {other} is not supported (this cargo memgaze reads {ANNOTATION_SCHEMA}); re-run `cargo memgaze instrument`"
-            ),
-            None => anyhow::bail!("not a memgaze annotation (no \"schema\" field)"),
+            Some(other) => {
+                return Err(AnnotationError::UnsupportedSchema {
+                    schema: other.to_string(),
+                });
+            }
+            None => return Err(AnnotationError::NoSchema),
         }
-        serde_json::from_str(text).context("malformed annotation")
+        serde_json::from_str(text).map_err(AnnotationError::Malformed)
     }
 
     /// Writes the annotation to `path`.
-    pub fn write(&self, path: &Path) -> anyhow::Result<()> {
-        std::fs::write(path, self.to_json())
-            .with_context(|| format!("{}: cannot write annotation", path.display()))
+    pub fn write(&self, path: &Path) -> Result<(), AnnotationError> {
+        std::fs::write(path, self.to_json()).map_err(|source| AnnotationError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
     }
 
     /// Reads an annotation written by [`Annotation::write`].
-    pub fn read(path: &Path) -> anyhow::Result<Annotation> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("{}: cannot read annotation", path.display()))?;
-        Annotation::from_json(&text).with_context(|| path.display().to_string())
+    pub fn read(path: &Path) -> Result<Annotation, AnnotationError> {
+        let text = std::fs::read_to_string(path).map_err(|source| AnnotationError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Annotation::from_json(&text).map_err(|source| AnnotationError::InFile {
+            path: path.to_path_buf(),
+            source: Box::new(source),
+        })
     }
 
     /// The load at original address `ip` (loads are sorted by `ip`).
@@ -195,6 +204,82 @@ impl Annotation {
             instrumented => self.loads.len() as f64 / instrumented as f64,
         }
     }
+}
+
+/// Why an annotation could not be loaded or saved.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AnnotationError {
+    /// The text is not JSON at all.
+    #[error("not a JSON annotation")]
+    NotJson(#[source] serde_json::Error),
+    /// JSON without a `schema` field: not an annotation.
+    #[error("not a memgaze annotation (no \"schema\" field)")]
+    NoSchema,
+    /// An annotation of another schema (an older or newer cargo memgaze).
+    #[error(
+        "annotation schema {schema} is not supported (this cargo memgaze reads {}); re-run `cargo memgaze instrument`",
+        ANNOTATION_SCHEMA
+    )]
+    UnsupportedSchema {
+        /// The schema the file declares.
+        schema: String,
+    },
+    /// The right schema, but fields that do not parse.
+    #[error("malformed annotation")]
+    Malformed(#[source] serde_json::Error),
+    /// An annotation file could not be read.
+    #[error("{}: cannot read annotation", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// An annotation file could not be written.
+    #[error("{}: cannot write annotation", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The annotation file `path` holds no valid annotation.
+    #[error("{}", path.display())]
+    InFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: Box<AnnotationError>,
+    },
+    /// An executable without the annotation `cargo memgaze instrument`
+    /// writes beside it.
+    #[error(
+        "{}: not instrumented by cargo memgaze (no annotation {} beside it; run `cargo memgaze instrument` first)",
+        executable.display(),
+        path.display()
+    )]
+    NotInstrumented {
+        /// The executable.
+        executable: PathBuf,
+        /// Where its annotation should be.
+        path: PathBuf,
+        /// Why it could not be read.
+        #[source]
+        source: io::Error,
+    },
+    /// The annotation beside an executable does not parse.
+    #[error("{}: invalid annotation", path.display())]
+    Invalid {
+        /// The annotation file.
+        path: PathBuf,
+        /// The parser's complaint.
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
 #[cfg(test)]
@@ -263,14 +348,23 @@ mod tests {
         let text = sample()
             .to_json()
             .replace(ANNOTATION_SCHEMA, "memgaze.annotation.v0");
-        let e = Annotation::from_json(&text).unwrap_err().to_string();
-        assert!(e.contains("memgaze.annotation.v0 is not supported"), "{e}");
+        let e = Annotation::from_json(&text).unwrap_err();
         assert!(
-            Annotation::from_json("{}")
-                .unwrap_err()
-                .to_string()
-                .contains("no \"schema\"")
+            matches!(&e, AnnotationError::UnsupportedSchema { schema } if schema == "memgaze.annotation.v0"),
+            "{e}"
         );
-        assert!(Annotation::from_json("[1,2]").is_err());
+        // The line people read names the schema and what to do.
+        assert_eq!(
+            e.to_string(),
+            "annotation schema memgaze.annotation.v0 is not supported (this cargo memgaze reads memgaze.annotation.v1); re-run `cargo memgaze instrument`"
+        );
+        assert!(matches!(
+            Annotation::from_json("{}"),
+            Err(AnnotationError::NoSchema)
+        ));
+        assert!(matches!(
+            Annotation::from_json("[1,2]"),
+            Err(AnnotationError::NotJson(_))
+        ));
     }
 }

@@ -22,7 +22,7 @@
 //! else count as Irregular. The result counts both kinds in its notes.
 //! The log is streamed: memory does not grow with its length.
 
-use anyhow::{Context, Result, bail};
+use crate::error::{AccessError, LackeyError};
 use memgaze_analysis::{Analysis, AnalysisOptions, Analyzer};
 use memgaze_instrument::binary::Binary;
 use memgaze_instrument::classify::{Classifier, operands::ImplicitLoad, operands::implicit_load};
@@ -104,12 +104,17 @@ pub fn analyze_lackey(
     binary: &Path,
     options: &LackeyOptions,
     progress: impl FnMut(u64),
-) -> Result<(Analysis, LackeyStats)> {
+) -> Result<(Analysis, LackeyStats), LackeyError> {
     let binary = Binary::open(binary)?;
-    let file =
-        std::fs::File::open(log).with_context(|| format!("{}: cannot open", log.display()))?;
+    let file = std::fs::File::open(log).map_err(|source| LackeyError::Open {
+        path: log.to_path_buf(),
+        source,
+    })?;
     let reader = std::io::BufReader::with_capacity(1 << 20, file);
-    import(reader, &binary, options, progress).with_context(|| log.display().to_string())
+    import(reader, &binary, options, progress).map_err(|e| LackeyError::InFile {
+        path: log.to_path_buf(),
+        source: Box::new(e),
+    })
 }
 
 /// Analyses a Lackey log read from `input` (see [`analyze_lackey`]).
@@ -118,7 +123,7 @@ pub fn import(
     binary: &Binary,
     options: &LackeyOptions,
     mut progress: impl FnMut(u64),
-) -> Result<(Analysis, LackeyStats)> {
+) -> Result<(Analysis, LackeyStats), LackeyError> {
     let base = options.load_base.unwrap_or(if binary.is_pie() {
         VALGRIND_PIE_BASE
     } else {
@@ -169,7 +174,7 @@ pub fn import(
         line.clear();
         let n = input
             .read_until(b'\n', &mut line)
-            .context("cannot read the log")?;
+            .map_err(LackeyError::Read)?;
         if n == 0 {
             break;
         }
@@ -185,7 +190,7 @@ pub fn import(
         match text {
             [b'I', b' ', rest @ ..] => {
                 stats.instructions += 1;
-                let ip = parse_access(rest).with_context(|| bad_line(number, text, cut))?;
+                let ip = parse_access(rest).map_err(|e| bad_line(number, text, cut, e))?;
                 let file_ip = ip.wrapping_sub(base);
                 current_ip = code
                     .iter()
@@ -196,7 +201,7 @@ pub fn import(
             }
             [b' ', kind @ (b'L' | b'M'), b' ', rest @ ..] => {
                 stats.loads += 1;
-                let addr = parse_access(rest).with_context(|| bad_line(number, text, cut))?;
+                let addr = parse_access(rest).map_err(|e| bad_line(number, text, cut, e))?;
                 let _ = kind;
                 let Some(ip) = current_ip else {
                     stats.outside_binary += 1;
@@ -232,9 +237,7 @@ pub fn import(
     }
     progress(bytes);
     if stats.instructions == 0 {
-        bail!(
-            "not a Valgrind Lackey log: no instruction lines (run valgrind --tool=lackey --trace-mem=yes)"
-        );
+        return Err(LackeyError::NotALackeyLog);
     }
     analyzer.set_outside_binary(stats.outside_binary);
     if stats.implicit_stack > 0 {
@@ -261,12 +264,11 @@ pub fn import(
     // only by chance (a third to a half of the sites on small programs).
     // The margin keeps a rare odd instruction from failing a real log.
     if stats.mismatched_sites * 10 > stats.load_sites {
-        bail!(
-            "does not match {}: at {} of its {} load instructions the log's instruction length differs from the binary's (was it recorded from another executable or build?)",
-            binary.identity().path,
-            stats.mismatched_sites,
-            stats.load_sites
-        );
+        return Err(LackeyError::WrongBinary {
+            binary: binary.identity().path.clone(),
+            mismatched: stats.mismatched_sites,
+            sites: stats.load_sites,
+        });
     }
     match stats.doubt() {
         Some(LogDoubt::NoLoadInBinary) => analyzer.note(
@@ -404,14 +406,22 @@ fn trim_newline(line: &[u8]) -> &[u8] {
 
 /// What is wrong with line `number`; `cut` when it is the last line and
 /// lacks its newline, i.e. the log was cut short in the middle of it.
-fn bad_line(number: u64, text: &[u8], cut: bool) -> String {
-    let shown: String = String::from_utf8_lossy(text).chars().take(60).collect();
+/// The error for line `number` (its bytes `text`) whose access does not
+/// parse: a cut last line is a truncated log, not a malformed one.
+fn bad_line(number: u64, text: &[u8], cut: bool, problem: AccessError) -> LackeyError {
+    let text: String = String::from_utf8_lossy(text).chars().take(60).collect();
     if cut {
-        format!(
-            "truncated log: it ends in the middle of line {number} ({shown:?}; was valgrind interrupted or the file copied in part?)"
-        )
+        LackeyError::Truncated {
+            line: number,
+            text,
+            problem,
+        }
     } else {
-        format!("line {number} is not a valid Lackey line: {shown:?}")
+        LackeyError::MalformedLine {
+            line: number,
+            text,
+            problem,
+        }
     }
 }
 
@@ -430,10 +440,10 @@ fn parse_size(rest: &[u8]) -> Option<u64> {
 }
 
 /// Parses `  HEXADDR,SIZE` (leading spaces allowed) and returns the address.
-fn parse_access(rest: &[u8]) -> Result<u64> {
+fn parse_access(rest: &[u8]) -> Result<u64, AccessError> {
     let rest = match rest.iter().position(|&b| b != b' ') {
         Some(i) => &rest[i..],
-        None => bail!("missing address"),
+        None => return Err(AccessError::MissingAddress),
     };
     let mut value = 0u64;
     let mut digits = 0;
@@ -443,16 +453,16 @@ fn parse_access(rest: &[u8]) -> Result<u64> {
             b'a'..=b'f' => b - b'a' + 10,
             b'A'..=b'F' => b - b'A' + 10,
             b',' => break,
-            _ => bail!("unexpected character {:?} in the address", b as char),
+            _ => return Err(AccessError::UnexpectedCharacter(b as char)),
         };
         if digits == 16 {
-            bail!("address longer than 64 bits");
+            return Err(AccessError::TooLong);
         }
         value = (value << 4) | u64::from(d);
         digits += 1;
     }
     if digits == 0 || rest.get(digits) != Some(&b',') {
-        bail!("expected ADDRESS,SIZE");
+        return Err(AccessError::NoSize);
     }
     Ok(value)
 }
@@ -465,10 +475,47 @@ mod tests {
     fn parses_access_lines() {
         assert_eq!(parse_access(b" 0401ab70,3").unwrap(), 0x401ab70);
         assert_eq!(parse_access(b"1fff000778,8").unwrap(), 0x1f_ff00_0778);
-        assert!(parse_access(b" 04zz,3").is_err());
-        assert!(parse_access(b" 0401ab70").is_err());
-        assert!(parse_access(b"").is_err());
-        assert!(parse_access(b"11112222333344445,8").is_err());
+        assert_eq!(
+            parse_access(b" 04zz,3"),
+            Err(AccessError::UnexpectedCharacter('z'))
+        );
+        assert_eq!(parse_access(b" 0401ab70"), Err(AccessError::NoSize));
+        assert_eq!(parse_access(b""), Err(AccessError::MissingAddress));
+        assert_eq!(
+            parse_access(b"11112222333344445,8"),
+            Err(AccessError::TooLong)
+        );
+    }
+
+    #[test]
+    fn bad_logs_are_typed_errors() {
+        let binary = Binary::open(std::env::current_exe().unwrap()).unwrap();
+        let import = |log: &str| {
+            super::import(log.as_bytes(), &binary, &LackeyOptions::default(), |_| ()).unwrap_err()
+        };
+        assert!(matches!(import(""), LackeyError::NotALackeyLog));
+        assert!(matches!(
+            import("I  0401000,3\n L zz,8\n"),
+            LackeyError::MalformedLine {
+                line: 2,
+                problem: AccessError::UnexpectedCharacter('z'),
+                ..
+            }
+        ));
+        assert!(matches!(
+            import("I  0401000,3\n L 1ffe"),
+            LackeyError::Truncated {
+                line: 2,
+                problem: AccessError::NoSize,
+                ..
+            }
+        ));
+        // The line people read.
+        let e = anyhow::Error::new(import("I  0401000,3\n L zz,8\n"));
+        assert_eq!(
+            memgaze_error::one_line(&e),
+            "line 2 is not a valid Lackey line: \" L zz,8\": unexpected character 'z' in the address"
+        );
     }
 
     #[test]

@@ -12,12 +12,14 @@
 #![warn(missing_docs)]
 
 pub mod assemble;
+mod error;
 pub mod lackey;
 pub mod pt;
 
 pub use assemble::RegionEvent;
+pub use error::{AccessError, LackeyError, RecordError};
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use assemble::Assembler;
 use memgaze_metadata::annotation::Annotation;
 use memgaze_trace::protocol::{self, RecorderConfig};
@@ -76,16 +78,16 @@ pub trait RecordSink {
 
 impl<W: Write> RecordSink for TraceWriter<W> {
     fn begin_sample(&mut self, thread: u32) -> Result<()> {
-        TraceWriter::begin_sample(self, thread)
+        Ok(TraceWriter::begin_sample(self, thread)?)
     }
     fn switch_thread(&mut self, thread: u32) -> Result<()> {
-        TraceWriter::switch_thread(self, thread)
+        Ok(TraceWriter::switch_thread(self, thread)?)
     }
     fn push(&mut self, load: u32, addr: u64) -> Result<()> {
-        TraceWriter::push(self, load, addr)
+        Ok(TraceWriter::push(self, load, addr)?)
     }
     fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
-        TraceWriter::push_records(self, records)
+        Ok(TraceWriter::push_records(self, records)?)
     }
 }
 
@@ -100,7 +102,10 @@ pub struct AnalyzerSink {
 
 impl AnalyzerSink {
     /// An analyser for a trace with this header.
-    pub fn new(header: &TraceHeader, options: &memgaze_analysis::AnalysisOptions) -> Result<Self> {
+    pub fn new(
+        header: &TraceHeader,
+        options: &memgaze_analysis::AnalysisOptions,
+    ) -> Result<Self, memgaze_analysis::AnalysisError> {
         Ok(AnalyzerSink {
             analyzer: memgaze_analysis::Analyzer::new(header, options)?,
             sample: 0,
@@ -285,7 +290,7 @@ pub fn record(
     annotation: &Annotation,
     sampling: &Sampling,
     sink: &mut dyn RecordSink,
-) -> Result<Recording> {
+) -> Result<Recording, RecordError> {
     let mut command = Command::new(program);
     command.args(args);
     record_command(command, annotation, sampling, sink)
@@ -301,15 +306,14 @@ pub fn record_command(
     annotation: &Annotation,
     sampling: &Sampling,
     sink: &mut dyn RecordSink,
-) -> Result<Recording> {
+) -> Result<Recording, RecordError> {
     let program = std::path::PathBuf::from(command.get_program());
     let program = program.as_path();
     if sampling.window == 0 || sampling.window > sampling.period {
-        bail!(
-            "window {} must be between 1 and the period {}",
-            sampling.window,
-            sampling.period
-        );
+        return Err(RecordError::InvalidSampling {
+            window: sampling.window,
+            period: sampling.period,
+        });
     }
     let (ours, theirs) = socket_pair()?;
     let (inode, device) = inode_of(&theirs)?;
@@ -355,8 +359,10 @@ pub fn record_command(
             Ok(())
         });
     }
-    let mut child = spawn_fresh_executable(&mut command)
-        .with_context(|| format!("{}: cannot run", program.display()))?;
+    let mut child = spawn_fresh_executable(&mut command).map_err(|source| RecordError::Spawn {
+        program: program.to_path_buf(),
+        source,
+    })?;
     drop(theirs);
     let pid = child.id();
     // Like a shell: ^C reaches the program (same process group); we stay to
@@ -421,7 +427,7 @@ pub fn record_command(
             if err.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            failure = Some(anyhow::Error::new(err).context("reading the recorder's output"));
+            failure = Some(RecordError::ReadOutput(err));
             break;
         }
         let mut n = n as usize;
@@ -430,7 +436,7 @@ pub fn record_command(
             shared_messages += 1;
         }
         if let Err(e) = assembler.message(&buffer[..n]) {
-            failure = Some(e);
+            failure = Some(RecordError::Sink(e));
             break;
         }
         progress.fetch_add(1, Ordering::Release);
@@ -439,8 +445,11 @@ pub fn record_command(
     waiter.thread().unpark();
     let status = waiter
         .join()
-        .map_err(|_| anyhow::anyhow!("the process waiter panicked"))?
-        .with_context(|| format!("{}: cannot wait for the program", program.display()))?;
+        .map_err(|_| RecordError::WaiterPanicked)?
+        .map_err(|source| RecordError::Wait {
+            program: program.to_path_buf(),
+            source,
+        })?;
     restore_interrupts(previous);
     if let Some(e) = failure {
         return Err(e);
@@ -572,16 +581,16 @@ struct SharedChunks {
 }
 
 impl SharedChunks {
-    fn new(chunks: u64) -> Result<SharedChunks> {
+    fn new(chunks: u64) -> Result<SharedChunks, RecordError> {
         let bytes = protocol::SharedConfig::bytes(chunks);
         // SAFETY: plain system calls on a descriptor we own.
         let fd = unsafe { libc::memfd_create(c"memgaze-records".as_ptr(), libc::MFD_CLOEXEC) };
         if fd < 0 {
-            return Err(std::io::Error::last_os_error()).context("memfd_create");
+            return Err(setup_error("memfd_create"));
         }
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         if unsafe { libc::ftruncate(fd.as_raw_fd(), bytes as libc::off_t) } != 0 {
-            return Err(std::io::Error::last_os_error()).context("ftruncate");
+            return Err(setup_error("ftruncate"));
         }
         let map = unsafe {
             libc::mmap(
@@ -594,7 +603,7 @@ impl SharedChunks {
             )
         };
         if map == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error()).context("mmap");
+            return Err(setup_error("mmap"));
         }
         let (inode, device) = inode_of(&fd)?;
         Ok(SharedChunks {
@@ -675,7 +684,15 @@ impl Drop for SharedChunks {
     }
 }
 
-fn socket_pair() -> Result<(OwnedFd, OwnedFd)> {
+/// The [`RecordError::Setup`] error of the system call that just failed.
+fn setup_error(what: &'static str) -> RecordError {
+    RecordError::Setup {
+        what,
+        source: std::io::Error::last_os_error(),
+    }
+}
+
+fn socket_pair() -> Result<(OwnedFd, OwnedFd), RecordError> {
     let mut fds = [0; 2];
     // SAFETY: fds has room for two descriptors.
     let rc = unsafe {
@@ -687,7 +704,7 @@ fn socket_pair() -> Result<(OwnedFd, OwnedFd)> {
         )
     };
     if rc != 0 {
-        return Err(std::io::Error::last_os_error()).context("cannot create the recorder socket");
+        return Err(setup_error("cannot create the recorder socket"));
     }
     // SAFETY: socketpair returned two fresh descriptors we now own.
     let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
@@ -707,12 +724,12 @@ fn socket_pair() -> Result<(OwnedFd, OwnedFd)> {
     Ok((ours, theirs))
 }
 
-fn inode_of(fd: &OwnedFd) -> Result<(u64, u64)> {
+fn inode_of(fd: &OwnedFd) -> Result<(u64, u64), RecordError> {
     // SAFETY: stat is plain data; fstat fills it.
     let mut stat: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: valid descriptor and buffer.
     if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("cannot stat the recorder socket");
+        return Err(setup_error("cannot stat the recorder socket"));
     }
     Ok((stat.st_ino, stat.st_dev))
 }

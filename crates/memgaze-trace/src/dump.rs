@@ -1,10 +1,24 @@
 //! A trace file as text: header, load sites, records and totals
 //! (`cargo memgaze dump`). Streams: memory does not grow with the trace.
 
+use super::error::TraceError;
 use super::format::{TraceEvent, TraceReader, VERSION};
 use super::model::{ProgramExit, TraceTotals};
-use anyhow::Result;
 use std::io::{Read, Write};
+
+/// Why a dump stopped: the trace is bad, or the output cannot be written
+/// (a closed pipe under `dump … | head` included, which callers check for).
+#[derive(Debug, thiserror::Error)]
+pub enum DumpError {
+    /// Reading the trace failed.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    /// Writing the text failed.
+    #[error(transparent)]
+    Write(#[from] std::io::Error),
+}
+
+type Result<T> = std::result::Result<T, DumpError>;
 
 /// What to print.
 #[derive(Clone, Copy, Debug, Default)]

@@ -79,8 +79,8 @@
 //! ([`TraceReader::for_each_raw`]). The writer stores numbers 8 bytes at
 //! a time into preallocated chunk buffers.
 
+use super::error::TraceError;
 use super::model::{LoadClass, Record, TraceHeader, TraceTotals};
-use anyhow::{Context, Result, anyhow, bail};
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::Path;
@@ -195,14 +195,15 @@ pub struct TraceWriter<W: Write> {
 
 impl<W: Write> TraceWriter<W> {
     /// Writes the magic, version and header chunk.
-    pub fn new(out: W, header: &TraceHeader) -> Result<Self> {
-        validate_header(header)?;
-        u32::try_from(header.loads.len())
-            .map_err(|_| anyhow!("trace header lists more than 2^32 load sites"))?;
+    pub fn new(out: W, header: &TraceHeader) -> Result<Self, TraceError> {
+        validate_header(header).map_err(|what| TraceError::InvalidHeader { what })?;
+        u32::try_from(header.loads.len()).map_err(|_| TraceError::InvalidHeader {
+            what: "trace header lists more than 2^32 load sites".into(),
+        })?;
         let mut writer = TraceWriter {
             out,
             compressor: zstd::bulk::Compressor::new(ZSTD_LEVEL)
-                .context("cannot create a zstd compressor")?,
+                .map_err(TraceError::io("cannot create a zstd compressor"))?,
             head: vec![0; CHUNK_TARGET_RAW + WRITE_SLACK],
             head_len: 0,
             data: vec![0; CHUNK_TARGET_RAW + WRITE_SLACK],
@@ -216,12 +217,18 @@ impl<W: Write> TraceWriter<W> {
             samples: 0,
             in_sample: false,
         };
-        writer.out.write_all(&MAGIC).context("cannot write trace")?;
+        writer
+            .out
+            .write_all(&MAGIC)
+            .map_err(TraceError::io("cannot write trace"))?;
         writer
             .out
             .write_all(&VERSION.to_le_bytes())
-            .context("cannot write trace")?;
-        let json = serde_json::to_vec(header).context("cannot encode trace header")?;
+            .map_err(TraceError::io("cannot write trace"))?;
+        let json = serde_json::to_vec(header).map_err(|source| TraceError::Encode {
+            what: "cannot encode trace header",
+            source,
+        })?;
         writer.write_chunk(KIND_HEADER, &json)?;
         writer.start_chunk();
         Ok(writer)
@@ -229,7 +236,7 @@ impl<W: Write> TraceWriter<W> {
 
     /// Starts the next sample (index = number of samples begun so far),
     /// whose records come from `thread`.
-    pub fn begin_sample(&mut self, thread: u32) -> Result<()> {
+    pub fn begin_sample(&mut self, thread: u32) -> Result<(), TraceError> {
         self.control(EVENT_SAMPLE, thread);
         self.chunk_samples += 1;
         self.samples += 1;
@@ -240,9 +247,11 @@ impl<W: Write> TraceWriter<W> {
     /// Continues the current sample with records of another thread (a
     /// recorder whose sample buffer interleaves threads). The analysis
     /// splits such samples per thread.
-    pub fn switch_thread(&mut self, thread: u32) -> Result<()> {
+    pub fn switch_thread(&mut self, thread: u32) -> Result<(), TraceError> {
         if !self.in_sample {
-            bail!("trace writer: switch_thread called before the first begin_sample");
+            return Err(TraceError::Misuse {
+                what: "switch_thread called before the first begin_sample".into(),
+            });
         }
         self.control(EVENT_THREAD, thread);
         self.maybe_flush()
@@ -260,13 +269,15 @@ impl<W: Write> TraceWriter<W> {
     /// Appends a record of load site `load` (index into the header's
     /// `loads`) that accessed `addr`.
     #[inline]
-    pub fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+    pub fn push(&mut self, load: u32, addr: u64) -> Result<(), TraceError> {
         let generation = self.loads.generation;
         let Some(state) = self.loads.entries.get_mut(load as usize) else {
             return Err(self.unknown_load(load));
         };
         if !self.in_sample {
-            bail!("trace writer: push called before the first begin_sample");
+            return Err(TraceError::Misuse {
+                what: "push called before the first begin_sample".into(),
+            });
         }
         self.data_len = encode_record(
             &mut self.head[self.head_len..],
@@ -288,7 +299,7 @@ impl<W: Write> TraceWriter<W> {
     /// the sample check made once and the chunk-full check once per run of
     /// records that cannot fill the chunk: the collector's path for a
     /// message's records.
-    pub fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
+    pub fn push_records(&mut self, records: &[(u32, u64)]) -> Result<(), TraceError> {
         if records.is_empty() {
             return Ok(());
         }
@@ -341,11 +352,11 @@ impl<W: Write> TraceWriter<W> {
     }
 
     #[cold]
-    fn unknown_load(&self, load: u32) -> anyhow::Error {
-        anyhow!(
-            "trace writer: record refers to load site {load} but the header lists {}",
-            self.loads.entries.len()
-        )
+    fn unknown_load(&self, load: u32) -> TraceError {
+        TraceError::UnknownLoad {
+            load,
+            loads: self.loads.entries.len(),
+        }
     }
 
     /// Records pushed so far.
@@ -361,27 +372,31 @@ impl<W: Write> TraceWriter<W> {
     /// Writes the last records chunk and the totals, flushes, and returns
     /// the output. `totals.records` and `totals.samples` must equal what was
     /// written (a mismatch is a collector bug and is refused).
-    pub fn finish(mut self, totals: &TraceTotals) -> Result<W> {
+    pub fn finish(mut self, totals: &TraceTotals) -> Result<W, TraceError> {
         if totals.records != self.records || totals.samples != self.samples {
-            bail!(
-                "trace writer: totals say {} records in {} samples but {} records in {} samples were written",
-                totals.records,
-                totals.samples,
-                self.records,
-                self.samples
-            );
+            return Err(TraceError::Misuse {
+                what: format!(
+                    "totals say {} records in {} samples but {} records in {} samples were written",
+                    totals.records, totals.samples, self.records, self.samples
+                ),
+            });
         }
         if self.head_len > 0 {
             self.flush_chunk()?;
         }
-        let json = serde_json::to_vec(totals).context("cannot encode trace totals")?;
+        let json = serde_json::to_vec(totals).map_err(|source| TraceError::Encode {
+            what: "cannot encode trace totals",
+            source,
+        })?;
         self.write_chunk(KIND_TOTALS, &json)?;
-        self.out.flush().context("cannot write trace")?;
+        self.out
+            .flush()
+            .map_err(TraceError::io("cannot write trace"))?;
         Ok(self.out)
     }
 
     #[inline]
-    fn maybe_flush(&mut self) -> Result<()> {
+    fn maybe_flush(&mut self) -> Result<(), TraceError> {
         if self.head_len + self.data_len >= CHUNK_TARGET_RAW {
             self.flush_chunk()?;
         }
@@ -397,7 +412,7 @@ impl<W: Write> TraceWriter<W> {
     }
 
     #[cold]
-    fn flush_chunk(&mut self) -> Result<()> {
+    fn flush_chunk(&mut self) -> Result<(), TraceError> {
         let mut raw = std::mem::take(&mut self.raw);
         raw.clear();
         raw.extend_from_slice(&self.chunk_records.to_le_bytes());
@@ -411,34 +426,38 @@ impl<W: Write> TraceWriter<W> {
         result
     }
 
-    fn write_chunk(&mut self, kind: u8, raw: &[u8]) -> Result<()> {
+    fn write_chunk(&mut self, kind: u8, raw: &[u8]) -> Result<(), TraceError> {
         self.stored.clear();
         self.stored
             .reserve(zstd::zstd_safe::compress_bound(raw.len()));
         self.compressor
             .compress_to_buffer(raw, &mut self.stored)
-            .context("zstd compression failed")?;
+            .map_err(TraceError::io("zstd compression failed"))?;
         let header = chunk_header(
             kind,
             self.stored.len() as u32,
             raw.len() as u32,
             &self.stored,
         );
-        self.out.write_all(&header).context("cannot write trace")?;
+        self.out
+            .write_all(&header)
+            .map_err(TraceError::io("cannot write trace"))?;
         self.out
             .write_all(&self.stored)
-            .context("cannot write trace")?;
+            .map_err(TraceError::io("cannot write trace"))?;
         Ok(())
     }
 }
 
 impl TraceWriter<BufWriter<File>> {
-    /// Creates (truncates) `path` and writes the header.
-    pub fn create(path: &Path, header: &TraceHeader) -> Result<Self> {
-        let file =
-            File::create(path).with_context(|| format!("{}: cannot create", path.display()))?;
+    /// Creates (truncates) `path` and writes the header. Errors do not name
+    /// the path (the caller adds it: see [`TraceError`]).
+    pub fn create(path: &Path, header: &TraceHeader) -> Result<Self, TraceError> {
+        let file = File::create(path).map_err(|source| TraceError::Create {
+            path: path.to_path_buf(),
+            source,
+        })?;
         TraceWriter::new(BufWriter::with_capacity(1 << 16, file), header)
-            .with_context(|| path.display().to_string())
     }
 }
 
@@ -476,38 +495,37 @@ pub struct TraceReader<R: Read> {
 
 impl<R: Read> TraceReader<R> {
     /// Checks magic and version and reads the header chunk.
-    pub fn new(mut input: R) -> Result<Self> {
+    pub fn new(mut input: R) -> Result<Self, TraceError> {
         let mut start = [0u8; 12];
-        let got = read_full(&mut input, &mut start).context("cannot read trace")?;
+        let got = read_full(&mut input, &mut start).map_err(TraceError::io("cannot read trace"))?;
         if got == 0 {
-            bail!("empty file: not a memgaze trace");
+            return Err(TraceError::NotATrace { empty: true });
         }
         if got < 8 || start[..8] != MAGIC {
-            bail!("not a memgaze trace (wrong magic bytes at byte offset 0)");
+            return Err(TraceError::NotATrace { empty: false });
         }
         if got < 12 {
-            bail!("truncated trace: ends at byte offset {got}, inside the format version");
+            return Err(TraceError::Truncated {
+                offset: got as u64,
+                what: format!("ends at byte offset {got}, inside the format version"),
+            });
         }
         let version = u32::from_le_bytes(start[8..12].try_into().unwrap());
-        if version > VERSION {
-            bail!(
-                "trace format version {version} is newer than this cargo memgaze reads (version {VERSION}); upgrade cargo memgaze"
-            );
-        }
         if version == 0 {
-            bail!("corrupt trace: format version 0 at byte offset 8");
+            return Err(TraceError::Corrupt {
+                offset: 8,
+                what: "format version 0 at byte offset 8".into(),
+            });
         }
-        if version < VERSION {
-            bail!(
-                "trace format version {version} is older than this cargo memgaze reads (version {VERSION}); record the trace again"
-            );
+        if version != VERSION {
+            return Err(TraceError::UnsupportedVersion { version });
         }
         let mut reader = TraceReader {
             input,
             offset: 12,
             header: placeholder_header(),
             decompressor: zstd::bulk::Decompressor::new()
-                .context("cannot create a zstd decompressor")?,
+                .map_err(TraceError::io("cannot create a zstd decompressor"))?,
             stored: Vec::new(),
             raw: Vec::new(),
             end: 0,
@@ -531,17 +549,33 @@ impl<R: Read> TraceReader<R> {
         let offset = reader.offset;
         match reader.read_chunk()? {
             Some(KIND_HEADER) => {}
-            Some(kind) => bail!(
-                "corrupt trace: expected the header chunk at byte offset {offset}, found kind {}",
-                kind_name(kind)
-            ),
-            None => bail!("truncated trace: ends at byte offset {offset}, before its header"),
+            Some(kind) => {
+                return Err(TraceError::Corrupt {
+                    offset,
+                    what: format!(
+                        "expected the header chunk at byte offset {offset}, found kind {}",
+                        kind_name(kind)
+                    ),
+                });
+            }
+            None => {
+                return Err(TraceError::Truncated {
+                    offset,
+                    what: format!("ends at byte offset {offset}, before its header"),
+                });
+            }
         }
-        let header: TraceHeader = serde_json::from_slice(reader.payload()).map_err(|e| {
-            anyhow!("corrupt trace: header chunk at byte offset {offset} is not a valid trace header ({e})")
+        let header: TraceHeader =
+            serde_json::from_slice(reader.payload()).map_err(|e| TraceError::Corrupt {
+                offset,
+                what: format!(
+                    "header chunk at byte offset {offset} is not a valid trace header ({e})"
+                ),
+            })?;
+        validate_header(&header).map_err(|what| TraceError::Corrupt {
+            offset,
+            what: format!("header chunk at byte offset {offset}: {what}"),
         })?;
-        validate_header(&header)
-            .with_context(|| format!("corrupt trace: header chunk at byte offset {offset}"))?;
         reader.loads = LoadStates::new(header.loads.len());
         reader.header = header;
         reader.end = 0;
@@ -575,7 +609,7 @@ impl<R: Read> TraceReader<R> {
 
     /// The next record with its load site resolved (`ip`, `class`,
     /// `implied` from the header), or `None` after the totals were read.
-    pub fn next_record(&mut self) -> Result<Option<Record>> {
+    pub fn next_record(&mut self) -> Result<Option<Record>, TraceError> {
         Ok(self.next_raw()?.map(|raw| {
             let load = &self.header.loads[raw.load as usize];
             Record {
@@ -592,7 +626,7 @@ impl<R: Read> TraceReader<R> {
     /// The next record as stored (load site index), skipping sample and
     /// thread events; `None` after the totals were read.
     #[inline]
-    pub fn next_raw(&mut self) -> Result<Option<RawRecord>> {
+    pub fn next_raw(&mut self) -> Result<Option<RawRecord>, TraceError> {
         if let Some(record) = self.batched() {
             return Ok(Some(record));
         }
@@ -612,7 +646,7 @@ impl<R: Read> TraceReader<R> {
         })
     }
 
-    fn next_raw_slow(&mut self) -> Result<Option<RawRecord>> {
+    fn next_raw_slow(&mut self) -> Result<Option<RawRecord>, TraceError> {
         loop {
             match self.next_event()? {
                 Some(TraceEvent::Record(r)) => return Ok(Some(r)),
@@ -626,7 +660,7 @@ impl<R: Read> TraceReader<R> {
     /// over [`TraceReader::next_raw`] sees, faster: records go from the
     /// chunk decoder straight to `visit`. Returns once the totals were read
     /// (or at the first error, after the records before it).
-    pub fn for_each_raw(&mut self, mut visit: impl FnMut(RawRecord)) -> Result<()> {
+    pub fn for_each_raw(&mut self, mut visit: impl FnMut(RawRecord)) -> Result<(), TraceError> {
         loop {
             while let Some(record) = self.batched() {
                 visit(record);
@@ -657,7 +691,7 @@ impl<R: Read> TraceReader<R> {
 
     /// The next event (sample start, thread switch or record); `None` after
     /// the totals were read and the end of the file checked.
-    pub fn next_event(&mut self) -> Result<Option<TraceEvent>> {
+    pub fn next_event(&mut self) -> Result<Option<TraceEvent>, TraceError> {
         if let Some(record) = self.batched() {
             return Ok(Some(TraceEvent::Record(record)));
         }
@@ -677,22 +711,35 @@ impl<R: Read> TraceReader<R> {
                     return Ok(None);
                 }
                 Some(KIND_HEADER) => {
-                    bail!("corrupt trace: a second header chunk at byte offset {offset}")
+                    return Err(TraceError::Corrupt {
+                        offset,
+                        what: format!("a second header chunk at byte offset {offset}"),
+                    });
                 }
-                Some(kind) => bail!(
-                    "corrupt trace: unknown chunk kind {} at byte offset {offset}",
-                    kind_name(kind)
-                ),
-                None => bail!(
-                    "truncated trace: ends at byte offset {offset} without its totals footer (was the recording interrupted?)"
-                ),
+                Some(kind) => {
+                    return Err(TraceError::Corrupt {
+                        offset,
+                        what: format!(
+                            "unknown chunk kind {} at byte offset {offset}",
+                            kind_name(kind)
+                        ),
+                    });
+                }
+                None => {
+                    return Err(TraceError::Truncated {
+                        offset,
+                        what: format!(
+                            "ends at byte offset {offset} without its totals footer (was the recording interrupted?)"
+                        ),
+                    });
+                }
             }
         }
     }
 
     /// Decodes the event at the next head byte: a run of records into the
     /// batch, returning the first, or one sample or thread event.
-    fn decode_event(&mut self) -> Result<TraceEvent> {
+    fn decode_event(&mut self) -> Result<TraceEvent, TraceError> {
         let byte = self.raw[self.head];
         let kind = byte & 15;
         if kind <= 8 {
@@ -747,7 +794,11 @@ impl<R: Read> TraceReader<R> {
     /// Decodes up to `limit` records into `emit`, stopping early at a
     /// sample or thread event or the end of the chunk; returns how many.
     #[inline]
-    fn decode_records(&mut self, limit: usize, emit: impl FnMut(u32, u64)) -> Result<usize> {
+    fn decode_records(
+        &mut self,
+        limit: usize,
+        emit: impl FnMut(u32, u64),
+    ) -> Result<usize, TraceError> {
         let mut cursor = Cursor {
             head: self.head,
             data: self.data,
@@ -778,18 +829,18 @@ impl<R: Read> TraceReader<R> {
         }
     }
 
-    fn data_overrun(&self) -> anyhow::Error {
+    fn data_overrun(&self) -> TraceError {
         self.corrupt(format_args!(
             "the event at payload byte {} runs past the end of the payload",
             self.head
         ))
     }
 
-    fn corrupt(&self, what: std::fmt::Arguments<'_>) -> anyhow::Error {
-        anyhow!(
-            "corrupt trace: records chunk at byte offset {}: {what}",
-            self.chunk_offset
-        )
+    fn corrupt(&self, what: std::fmt::Arguments<'_>) -> TraceError {
+        TraceError::Corrupt {
+            offset: self.chunk_offset,
+            what: format!("records chunk at byte offset {}: {what}", self.chunk_offset),
+        }
     }
 
     /// The current chunk's payload.
@@ -797,15 +848,17 @@ impl<R: Read> TraceReader<R> {
         &self.raw[..self.end]
     }
 
-    fn start_records_chunk(&mut self) -> Result<()> {
+    fn start_records_chunk(&mut self) -> Result<(), TraceError> {
         let word = |at: usize| u32::from_le_bytes(self.raw[at..at + 4].try_into().unwrap());
         let events = if self.end >= 12 { word(8) as usize } else { 0 };
         if self.end < 12 || events > self.end - 12 {
-            bail!(
-                "corrupt trace: records chunk at byte offset {} is too short ({} bytes)",
-                self.chunk_offset,
-                self.end
-            );
+            return Err(TraceError::Corrupt {
+                offset: self.chunk_offset,
+                what: format!(
+                    "records chunk at byte offset {} is too short ({} bytes)",
+                    self.chunk_offset, self.end
+                ),
+            });
         }
         self.expected_records = word(0);
         self.expected_samples = word(4);
@@ -818,7 +871,7 @@ impl<R: Read> TraceReader<R> {
         Ok(())
     }
 
-    fn finish_records_chunk(&mut self) -> Result<()> {
+    fn finish_records_chunk(&mut self) -> Result<(), TraceError> {
         if self.chunk_records != self.expected_records
             || self.chunk_samples != self.expected_samples
         {
@@ -843,25 +896,31 @@ impl<R: Read> TraceReader<R> {
         Ok(())
     }
 
-    fn read_totals(&mut self, offset: u64) -> Result<()> {
-        let totals: TraceTotals = serde_json::from_slice(self.payload()).map_err(|e| {
-            anyhow!("corrupt trace: totals chunk at byte offset {offset} is not valid ({e})")
-        })?;
+    fn read_totals(&mut self, offset: u64) -> Result<(), TraceError> {
+        let totals: TraceTotals =
+            serde_json::from_slice(self.payload()).map_err(|e| TraceError::Corrupt {
+                offset,
+                what: format!("totals chunk at byte offset {offset} is not valid ({e})"),
+            })?;
         if totals.records != self.records || totals.samples != self.samples {
-            bail!(
-                "corrupt trace: totals at byte offset {offset} count {} records in {} samples but the file holds {} records in {} samples",
-                totals.records,
-                totals.samples,
-                self.records,
-                self.samples
-            );
+            return Err(TraceError::Corrupt {
+                offset,
+                what: format!(
+                    "totals at byte offset {offset} count {} records in {} samples but the file holds {} records in {} samples",
+                    totals.records, totals.samples, self.records, self.samples
+                ),
+            });
         }
         let mut probe = [0u8; 1];
-        if read_full(&mut self.input, &mut probe).context("cannot read trace")? != 0 {
-            bail!(
-                "corrupt trace: unexpected data after the totals footer at byte offset {}",
-                self.offset
-            );
+        if read_full(&mut self.input, &mut probe).map_err(TraceError::io("cannot read trace"))? != 0
+        {
+            return Err(TraceError::Corrupt {
+                offset: self.offset,
+                what: format!(
+                    "unexpected data after the totals footer at byte offset {}",
+                    self.offset
+                ),
+            });
         }
         self.totals = Some(totals);
         Ok(())
@@ -869,7 +928,7 @@ impl<R: Read> TraceReader<R> {
 
     /// Reads one chunk into `self.raw`; `None` at a clean end of file.
     /// Leaves no events to decode until a records chunk is started.
-    fn read_chunk(&mut self) -> Result<Option<u8>> {
+    fn read_chunk(&mut self) -> Result<Option<u8>, TraceError> {
         let offset = self.offset;
         self.chunk_offset = offset;
         self.head = 0;
@@ -877,15 +936,19 @@ impl<R: Read> TraceReader<R> {
         self.data = 0;
         self.end = 0;
         let mut header = [0u8; CHUNK_HEADER_LEN];
-        let got = read_full(&mut self.input, &mut header).context("cannot read trace")?;
+        let got =
+            read_full(&mut self.input, &mut header).map_err(TraceError::io("cannot read trace"))?;
         if got == 0 {
             return Ok(None);
         }
         if got < CHUNK_HEADER_LEN {
-            bail!(
-                "truncated trace: ends at byte offset {} inside the chunk header at byte offset {offset}",
-                offset + got as u64
-            );
+            let end = offset + got as u64;
+            return Err(TraceError::Truncated {
+                offset: end,
+                what: format!(
+                    "ends at byte offset {end} inside the chunk header at byte offset {offset}"
+                ),
+            });
         }
         self.offset += CHUNK_HEADER_LEN as u64;
         let kind = header[0];
@@ -896,18 +959,24 @@ impl<R: Read> TraceReader<R> {
         let got = (&mut self.input)
             .take(u64::from(stored_len))
             .read_to_end(&mut self.stored)
-            .context("cannot read trace")?;
+            .map_err(TraceError::io("cannot read trace"))?;
         self.offset += got as u64;
         if got < stored_len as usize {
-            bail!(
-                "truncated trace: chunk at byte offset {offset} needs {stored_len} bytes but the file ends after {got}"
-            );
+            return Err(TraceError::Truncated {
+                offset: self.offset,
+                what: format!(
+                    "chunk at byte offset {offset} needs {stored_len} bytes but the file ends after {got}"
+                ),
+            });
         }
         let mut hasher = crc32fast::Hasher::new();
         hasher.update(&header[..12]);
         hasher.update(&self.stored);
         if hasher.finalize() != crc || header[1..4] != [0, 0, 0] {
-            bail!("corrupt trace: chunk at byte offset {offset} fails its checksum");
+            return Err(TraceError::Corrupt {
+                offset,
+                what: format!("chunk at byte offset {offset} fails its checksum"),
+            });
         }
         let limit = if kind == KIND_RECORDS {
             MAX_RAW_RECORDS
@@ -915,18 +984,27 @@ impl<R: Read> TraceReader<R> {
             MAX_RAW_META
         };
         if raw_len > limit {
-            bail!("corrupt trace: chunk at byte offset {offset} claims {raw_len} raw bytes");
+            return Err(TraceError::Corrupt {
+                offset,
+                what: format!("chunk at byte offset {offset} claims {raw_len} raw bytes"),
+            });
         }
         self.raw.clear();
         self.raw.reserve(raw_len as usize + PAD);
         let n = self
             .decompressor
             .decompress_to_buffer(&self.stored[..], &mut self.raw)
-            .map_err(|e| anyhow!("corrupt trace: chunk at byte offset {offset}: zstd: {e}"))?;
+            .map_err(|e| TraceError::Corrupt {
+                offset,
+                what: format!("chunk at byte offset {offset}: zstd: {e}"),
+            })?;
         if n != raw_len as usize {
-            bail!(
-                "corrupt trace: chunk at byte offset {offset} decompresses to {n} bytes, not {raw_len}"
-            );
+            return Err(TraceError::Corrupt {
+                offset,
+                what: format!(
+                    "chunk at byte offset {offset} decompresses to {n} bytes, not {raw_len}"
+                ),
+            });
         }
         self.raw.resize(n + PAD, 0);
         self.end = n;
@@ -935,11 +1013,14 @@ impl<R: Read> TraceReader<R> {
 }
 
 impl TraceReader<BufReader<File>> {
-    /// Opens a trace file and reads its header; errors name the path.
-    pub fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
+    /// Opens a trace file and reads its header. Errors do not name the path
+    /// (the caller adds it: see [`TraceError`]).
+    pub fn open(path: &Path) -> Result<Self, TraceError> {
+        let file = File::open(path).map_err(|source| TraceError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
         TraceReader::new(BufReader::with_capacity(1 << 16, file))
-            .with_context(|| path.display().to_string())
     }
 }
 
@@ -1027,33 +1108,37 @@ fn decode_records(
     result
 }
 
-/// Checks the cross references inside a header.
-fn validate_header(header: &TraceHeader) -> Result<()> {
+/// Checks the cross references inside a header; the error says which one
+/// fails (the writer and the reader report it as different variants).
+fn validate_header(header: &TraceHeader) -> Result<(), String> {
     let functions = header.functions.len();
     for (i, load) in header.loads.iter().enumerate() {
         if let Some(f) = load.function
             && f as usize >= functions
         {
-            bail!("load site {i} refers to function {f} but the header lists {functions}");
+            return Err(format!(
+                "load site {i} refers to function {f} but the header lists {functions}"
+            ));
         }
         if let Some(p) = load.proxy {
             if p as usize >= header.loads.len() {
-                bail!(
+                return Err(format!(
                     "load site {i} names load site {p} as its proxy but the header lists {}",
                     header.loads.len()
-                );
+                ));
             }
             if load.class != LoadClass::Constant {
-                bail!("load site {i} has a proxy but is not a Constant load");
+                return Err(format!(
+                    "load site {i} has a proxy but is not a Constant load"
+                ));
             }
         }
     }
     if header.sampling.window == 0 || header.sampling.period < header.sampling.window {
-        bail!(
+        return Err(format!(
             "invalid sampling parameters: window {} and period {}",
-            header.sampling.window,
-            header.sampling.period
-        );
+            header.sampling.window, header.sampling.period
+        ));
     }
     Ok(())
 }
@@ -1287,7 +1372,7 @@ mod tests {
         w.finish(&totals(n, samples.len() as u64)).unwrap()
     }
 
-    fn read_all(bytes: &[u8]) -> Result<(TraceHeader, Vec<Record>, TraceTotals)> {
+    fn read_all(bytes: &[u8]) -> Result<(TraceHeader, Vec<Record>, TraceTotals), TraceError> {
         let mut r = TraceReader::new(bytes)?;
         let mut out = Vec::new();
         while let Some(rec) = r.next_record()? {
@@ -1360,20 +1445,47 @@ mod tests {
         assert!(bytes.len() < 20_000, "{} bytes", bytes.len());
     }
 
-    fn error_of(bytes: &[u8]) -> String {
-        memgaze_error::one_line(&read_all(bytes).unwrap_err())
+    fn error_of(bytes: &[u8]) -> TraceError {
+        read_all(bytes).unwrap_err()
+    }
+
+    /// The line a person reads (after `error: <file>: `).
+    fn message_of(bytes: &[u8]) -> String {
+        memgaze_error::one_line(&anyhow::Error::new(error_of(bytes)))
     }
 
     #[test]
     fn empty_wrong_magic_and_future_version() {
-        assert_eq!(error_of(b""), "empty file: not a memgaze trace");
-        assert!(error_of(b"hello world, not a trace").contains("not a memgaze trace"));
+        assert!(matches!(
+            error_of(b""),
+            TraceError::NotATrace { empty: true }
+        ));
+        assert!(matches!(
+            error_of(b"hello world, not a trace"),
+            TraceError::NotATrace { empty: false }
+        ));
         let mut bytes = write(&[(0, vec![(0, 1)])]);
         bytes[8] = 9;
-        assert!(error_of(&bytes).contains("version 9 is newer"));
+        assert!(matches!(
+            error_of(&bytes),
+            TraceError::UnsupportedVersion { version: 9 }
+        ));
+        assert!(message_of(&bytes).contains("version 9 is newer"));
+        bytes[8] = 1;
+        assert!(matches!(
+            error_of(&bytes),
+            TraceError::UnsupportedVersion { version: 1 }
+        ));
+        bytes[8] = 0;
+        assert!(matches!(
+            error_of(&bytes),
+            TraceError::Corrupt { offset: 8, .. }
+        ));
+        // What people read (docs/CLI.md shows these lines).
+        assert_eq!(message_of(b""), "empty file: not a memgaze trace");
         bytes[8] = 1;
         assert_eq!(
-            error_of(&bytes),
+            message_of(&bytes),
             "trace format version 1 is older than this cargo memgaze reads (version 2); record the trace again"
         );
     }
@@ -1382,14 +1494,16 @@ mod tests {
     fn truncation_names_the_offset() {
         let bytes = write(&[(0, vec![(0, 1), (1, 2)])]);
         for cut in 1..bytes.len() {
-            let message = error_of(&bytes[..cut]);
-            assert!(
-                message.contains("truncated") || message.contains("not a memgaze trace"),
-                "cut at {cut}: {message}"
-            );
+            match error_of(&bytes[..cut]) {
+                TraceError::Truncated { offset, .. } => {
+                    assert_eq!(offset, cut as u64, "cut at {cut}")
+                }
+                TraceError::NotATrace { empty: false } => assert!(cut < 8, "cut at {cut}"),
+                e => panic!("cut at {cut}: {e}"),
+            }
         }
         // Cut exactly after the last records chunk: the footer is missing.
-        let message = error_of(&bytes[..bytes.len() - totals_chunk_len(&bytes)]);
+        let message = message_of(&bytes[..bytes.len() - totals_chunk_len(&bytes)]);
         assert!(message.contains("without its totals footer"), "{message}");
     }
 
@@ -1411,11 +1525,16 @@ mod tests {
         for at in 12..bytes.len() {
             let mut damaged = bytes.clone();
             damaged[at] ^= 0x40;
-            let message = error_of(&damaged);
+            let error = error_of(&damaged);
             assert!(
-                message.contains("corrupt trace") || message.contains("truncated"),
-                "flip at {at}: {message}"
+                matches!(
+                    error,
+                    TraceError::Corrupt { .. } | TraceError::Truncated { .. }
+                ),
+                "flip at {at}: {error}"
             );
+            // Every message says where (the module documentation promises it).
+            let message = message_of(&damaged);
             assert!(message.contains("byte offset"), "flip at {at}: {message}");
         }
     }
@@ -1424,7 +1543,8 @@ mod tests {
     fn trailing_garbage_is_refused() {
         let mut bytes = write(&[(0, vec![(0, 1)])]);
         bytes.push(0);
-        assert!(error_of(&bytes).contains("after the totals footer"));
+        let end = bytes.len() as u64 - 1;
+        assert!(matches!(error_of(&bytes), TraceError::Corrupt { offset, .. } if offset == end));
     }
 
     #[test]
@@ -1483,23 +1603,35 @@ mod tests {
         assert!(one == many, "push_records wrote other bytes than push");
         // An unknown load site stops the batch where `push` would.
         let mut w = TraceWriter::new(Vec::new(), &header).unwrap();
-        assert!(w.push_records(&[(0, 1)]).is_err());
+        assert!(matches!(
+            w.push_records(&[(0, 1)]),
+            Err(TraceError::Misuse { .. })
+        ));
         w.begin_sample(0).unwrap();
         let error = w
             .push_records(&[(0, 1), (1, 2), (70_000, 3), (0, 4)])
             .unwrap_err();
-        assert!(error.to_string().contains("load site 70000"), "{error}");
+        assert!(
+            matches!(error, TraceError::UnknownLoad { load: 70_000, .. }),
+            "{error}"
+        );
         assert_eq!(w.records(), 2);
     }
 
     #[test]
     fn writer_refuses_misuse() {
         let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
-        assert!(w.push(0, 1).is_err());
+        assert!(matches!(w.push(0, 1), Err(TraceError::Misuse { .. })));
         w.begin_sample(0).unwrap();
-        assert!(w.push(3, 1).is_err());
+        assert!(matches!(
+            w.push(3, 1),
+            Err(TraceError::UnknownLoad { load: 3, loads: 3 })
+        ));
         w.push(0, 1).unwrap();
-        assert!(w.finish(&totals(2, 1)).is_err());
+        assert!(matches!(
+            w.finish(&totals(2, 1)),
+            Err(TraceError::Misuse { .. })
+        ));
     }
 
     #[test]

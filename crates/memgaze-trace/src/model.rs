@@ -4,6 +4,7 @@
 //! recorder, Intel PT, Lackey import), the trace file format and the
 //! analysis. Words and symbols follow `docs/METRICS.md`.
 
+use crate::error::FilterError;
 pub use memgaze_metadata::model::{Backend, BinaryIdentity, Dropped, LoadClass};
 use serde::{Deserialize, Serialize};
 
@@ -114,7 +115,7 @@ impl TraceHeader {
     /// Fails when `glob` (a `--functions` filter) matches none of
     /// [`TraceHeader::functions`]: the analysis would keep no record, and an
     /// empty result would hide a mistyped name.
-    pub fn require_function_match(&self, glob: &str) -> anyhow::Result<()> {
+    pub fn require_function_match(&self, glob: &str) -> Result<(), FilterError> {
         let matcher = function_matcher(glob)?;
         if self.functions.iter().any(|f| matcher.is_match(&f.name)) {
             return Ok(());
@@ -123,18 +124,21 @@ impl TraceHeader {
             .binary
             .as_ref()
             .map_or("the binary", |b| b.path.as_str());
-        anyhow::bail!(
-            "no function matches --functions {glob} ({} functions in {binary})",
-            self.functions.len()
-        )
+        Err(FilterError::NoMatch {
+            glob: glob.to_string(),
+            functions: self.functions.len(),
+            binary: binary.to_string(),
+        })
     }
 }
 
 /// The matcher of a `--functions` glob over [`FunctionEntry::name`]s.
-pub fn function_matcher(glob: &str) -> anyhow::Result<globset::GlobMatcher> {
-    use anyhow::Context;
+pub fn function_matcher(glob: &str) -> Result<globset::GlobMatcher, FilterError> {
     Ok(globset::Glob::new(glob)
-        .with_context(|| format!("invalid --functions pattern {glob:?}"))?
+        .map_err(|source| FilterError::InvalidPattern {
+            glob: glob.to_string(),
+            source,
+        })?
         .compile_matcher())
 }
 

@@ -8,7 +8,7 @@
 //! original file; nothing here modifies the binary.
 //!
 //! ```no_run
-//! # fn main() -> anyhow::Result<()> {
+//! # fn main() -> Result<(), memgaze_instrument::InstrumentError> {
 //! let binary = memgaze_instrument::binary::Binary::open("target/release/app")?;
 //! for f in binary.functions() {
 //!     let insns = binary.decode(f);
@@ -40,7 +40,7 @@ pub use lines::{LineTable, SourceLocation};
 pub use loops::{Loop, LoopForest};
 pub use stack::StackPos;
 
-use anyhow::Context as _;
+use crate::error::InstrumentError;
 use goblin::elf::Elf;
 use goblin::elf::note::NT_GNU_BUILD_ID;
 use goblin::elf::sym::{STB_GLOBAL, STB_WEAK, STT_FUNC, STT_GNU_IFUNC};
@@ -74,27 +74,41 @@ impl Binary {
     /// unreadable file, not an ELF file, not x86-64 (32-bit, other
     /// architectures, big-endian), a shared library, an object file, a core
     /// dump, a truncated or malformed file.
-    pub fn open(path: impl AsRef<Path>) -> anyhow::Result<Binary> {
+    pub fn open(path: impl AsRef<Path>) -> Result<Binary, InstrumentError> {
         Binary::open_inner(path.as_ref(), false)
     }
 
     /// Like [`Binary::open`] but also accepts shared objects (libraries),
     /// e.g. to name functions of a library seen in a Lackey log.
-    pub fn open_any(path: impl AsRef<Path>) -> anyhow::Result<Binary> {
+    pub fn open_any(path: impl AsRef<Path>) -> Result<Binary, InstrumentError> {
         Binary::open_inner(path.as_ref(), true)
     }
 
-    fn open_inner(path: &Path, allow_shared: bool) -> anyhow::Result<Binary> {
-        let shown = path.display().to_string();
+    fn open_inner(path: &Path, allow_shared: bool) -> Result<Binary, InstrumentError> {
         if path.is_dir() {
-            anyhow::bail!("{shown}: is a directory, not an executable");
+            return Err(InstrumentError::IsDirectory {
+                path: path.to_path_buf(),
+            });
         }
-        let data = std::fs::read(path).with_context(|| format!("{shown}: cannot read"))?;
-        Binary::from_bytes(path, data, allow_shared).with_context(|| shown.clone())
+        let data = std::fs::read(path).map_err(|source| InstrumentError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Binary::from_bytes(path, data, allow_shared).map_err(|source| {
+            InstrumentError::Unsupported {
+                path: path.to_path_buf(),
+                source,
+            }
+        })
     }
 
-    /// Parses bytes already in memory; `path` is only recorded.
-    pub fn from_bytes(path: &Path, data: Vec<u8>, allow_shared: bool) -> anyhow::Result<Binary> {
+    /// Parses bytes already in memory; `path` is only recorded (errors do
+    /// not name it).
+    pub fn from_bytes(
+        path: &Path,
+        data: Vec<u8>,
+        allow_shared: bool,
+    ) -> Result<Binary, BinaryError> {
         elf::check_ident(&data)?;
         let header = Elf::parse_header(&data)
             .map_err(|e| BinaryError::Malformed(format!("unreadable ELF header ({e})")))?;
@@ -149,13 +163,12 @@ impl Binary {
             .unwrap_or_default();
         let kind = elf::executable_kind(elf.header.e_type, &segments, &dynamic);
         if kind == ExecutableKind::SharedObject && !allow_shared {
-            return Err(BinaryError::SharedObject.into());
+            return Err(BinaryError::SharedObject);
         }
         if !sections.iter().any(|s| s.is_executable() && s.size > 0) {
             return Err(BinaryError::Malformed(
                 "no executable section (section headers stripped?)".into(),
-            )
-            .into());
+            ));
         }
 
         let build_id = elf
@@ -470,24 +483,25 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
     s
 }
 
-/// Decompresses an `SHF_COMPRESSED` section (`Elf64_Chdr` + payload).
-fn decompress(data: &[u8]) -> anyhow::Result<Vec<u8>> {
+/// Decompresses an `SHF_COMPRESSED` section (`Elf64_Chdr` + payload); the
+/// error is the line-table problem to report (a missing line table is not
+/// fatal, so it is text, not a variant).
+fn decompress(data: &[u8]) -> Result<Vec<u8>, String> {
     const ELFCOMPRESS_ZLIB: u32 = 1;
     const ELFCOMPRESS_ZSTD: u32 = 2;
-    anyhow::ensure!(
-        data.len() >= 24,
-        "compressed section shorter than its header"
-    );
+    if data.len() < 24 {
+        return Err("compressed section shorter than its header".into());
+    }
     let kind = u32::from_le_bytes(data[0..4].try_into().expect("4 bytes"));
     let size = u64::from_le_bytes(data[8..16].try_into().expect("8 bytes"));
     match kind {
         ELFCOMPRESS_ZSTD => {
-            let out = zstd::bulk::decompress(&data[24..], size as usize)?;
+            let out = zstd::bulk::decompress(&data[24..], size as usize).map_err(|e| e.to_string())?;
             Ok(out)
         }
-        ELFCOMPRESS_ZLIB => anyhow::bail!(
-            "zlib-compressed DWARF is not supported (relink with --compress-debug-sections=none or =zstd)"
+        ELFCOMPRESS_ZLIB => Err(
+            "zlib-compressed DWARF is not supported (relink with --compress-debug-sections=none or =zstd)".into()
         ),
-        other => anyhow::bail!("unknown compression type {other}"),
+        other => Err(format!("unknown compression type {other}")),
     }
 }

@@ -30,6 +30,7 @@ pub use report::{Escape, Report};
 
 use crate::annotation::{Annotation, InstrumentationMode};
 use crate::binary::{Binary, Function, FunctionCode, IndirectJumpKind};
+use crate::error::{AnnotationError, InstrumentError};
 use anyhow::{Context, Result, anyhow};
 use elf::{ElfEditor, SIGNATURE, align_up};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic, Register};
@@ -73,16 +74,19 @@ pub fn annotation_path(executable: &Path) -> PathBuf {
 }
 
 /// Reads the annotation beside an instrumented executable.
-pub fn read_annotation(executable: &Path) -> Result<Annotation> {
+pub fn read_annotation(executable: &Path) -> Result<Annotation, AnnotationError> {
     let path = annotation_path(executable);
-    let text = std::fs::read(&path).with_context(|| {
-        format!(
-            "{}: not instrumented by cargo memgaze (no annotation {} beside it; run `cargo memgaze instrument` first)",
-            executable.display(),
-            path.display()
-        )
-    })?;
-    serde_json::from_slice(&text).with_context(|| format!("{}: invalid annotation", path.display()))
+    let text = match std::fs::read(&path) {
+        Ok(text) => text,
+        Err(source) => {
+            return Err(AnnotationError::NotInstrumented {
+                executable: executable.to_path_buf(),
+                path,
+                source,
+            });
+        }
+    };
+    serde_json::from_slice(&text).map_err(|source| AnnotationError::Invalid { path, source })
 }
 
 /// Per-function plan.
@@ -158,7 +162,7 @@ pub fn instrument(
     binary: &Binary,
     annotation: Annotation,
     options: &InstrumentOptions,
-) -> Result<Instrumented> {
+) -> Result<Instrumented, InstrumentError> {
     instrument_with_code(binary, annotation, options, &mut HashMap::new())
 }
 
@@ -170,7 +174,7 @@ pub fn instrument_with_code(
     mut annotation: Annotation,
     options: &InstrumentOptions,
     codes: &mut HashMap<u64, FunctionCode>,
-) -> Result<Instrumented> {
+) -> Result<Instrumented, InstrumentError> {
     let soft = options.mode == InstrumentationMode::Soft;
     let mut clock = std::time::Instant::now();
     let mut lap = |report: &mut Report, phase: &str| {
@@ -179,13 +183,18 @@ pub fn instrument_with_code(
             .push((phase.to_string(), clock.elapsed().as_secs_f64()));
         clock = std::time::Instant::now();
     };
-    let mut editor = ElfEditor::new(binary.data().to_vec(), runtime::STATE_BYTES)?;
+    // Everything the editor rejects is a refusal of the file's layout.
+    let mut editor = ElfEditor::new(binary.data().to_vec(), runtime::STATE_BYTES).map_err(|e| {
+        InstrumentError::Refused {
+            reason: format!("{e:#}"),
+        }
+    })?;
     let mut report = Report {
         functions_selected: annotation.functions.len(),
         ..Report::default()
     };
     if soft && !editor.can_hook_fini() {
-        anyhow::bail!("no DT_FINI entry or spare .dynamic slot for the exit hook");
+        return Err(InstrumentError::NoExitHook);
     }
 
     // Unwind information of the original.
@@ -478,7 +487,7 @@ pub fn instrument_with_code(
                     .map(|(i, _)| i)
                     .collect();
                 if bad.is_empty() {
-                    return Err(combined);
+                    return Err(combined.into());
                 }
                 drop(copy_plans);
                 for &i in bad.iter().rev() {
