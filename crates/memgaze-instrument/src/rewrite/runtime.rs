@@ -74,61 +74,126 @@ pub const COUNTDOWN_RECHECK: u64 = 4096;
 /// Bytes of state the rewriter reserves in the executable's bss.
 pub const STATE_BYTES: u64 = 256;
 
-/// Layout of the config block (bss).
-pub mod cfg {
-    /// 0 before the entry hook ran, 1 disabled, 2 active.
-    pub const STATE: i32 = 0;
+/// The config block at the start of the [`STATE_BYTES`] the rewriter
+/// reserves in bss: every word a `u64` the runtime accesses as a qword.
+/// Only the generated code reads and writes it; the struct derives the
+/// offsets in [`mod@cfg`], so no two fields overlap.
+#[repr(C)]
+pub struct Config {
+    /// 0 before the entry hook ran, [`cfg::STATE_DISABLED`],
+    /// [`cfg::STATE_ACTIVE`].
+    pub state: u64,
     /// Socket descriptor.
-    pub const FD: i32 = 8;
+    pub fd: u64,
     /// Socket inode.
-    pub const INODE: i32 = 16;
+    pub inode: u64,
     /// Socket device.
-    pub const DEVICE: i32 = 24;
+    pub device: u64,
     /// `w`.
-    pub const WINDOW: i32 = 32;
+    pub window: u64,
     /// `w + z`.
-    pub const PERIOD: i32 = 40;
+    pub period: u64,
     /// Jitter seed.
-    pub const SEED: i32 = 48;
-    /// Pointer to the process block.
-    pub const PROCESS: i32 = 56;
+    pub seed: u64,
+    /// Pointer to the process block ([`ProcessBlock`]).
+    pub process: u64,
     /// Region switch: 1 while recording is on.
-    pub const ENABLED: i32 = 64;
+    pub enabled: u64,
     /// Set once a write to the socket failed: nothing more is sent.
-    pub const BROKEN: i32 = 72;
+    pub broken: u64,
     /// Half-width of the period jitter.
-    pub const JITTER: i32 = 80;
+    pub jitter: u64,
     /// 1 for a full trace (`z = 0`).
-    pub const FULL: i32 = 88;
+    pub full: u64,
     /// Address of the shared record chunks (0: none, every message goes
     /// through the socket).
-    pub const SHARED: i32 = 96;
+    pub shared: u64,
     /// Number of shared chunks.
-    pub const SHARED_CHUNKS: i32 = 104;
+    pub shared_chunks: u64,
+}
+
+/// Offsets of the config block's fields ([`Config`]) and its state values.
+pub mod cfg {
+    use super::Config;
+    use core::mem::offset_of;
+
+    /// Offset of [`Config::state`].
+    pub const STATE: i32 = offset_of!(Config, state) as i32;
+    /// Offset of [`Config::fd`].
+    pub const FD: i32 = offset_of!(Config, fd) as i32;
+    /// Offset of [`Config::inode`].
+    pub const INODE: i32 = offset_of!(Config, inode) as i32;
+    /// Offset of [`Config::device`].
+    pub const DEVICE: i32 = offset_of!(Config, device) as i32;
+    /// Offset of [`Config::window`].
+    pub const WINDOW: i32 = offset_of!(Config, window) as i32;
+    /// Offset of [`Config::period`].
+    pub const PERIOD: i32 = offset_of!(Config, period) as i32;
+    /// Offset of [`Config::seed`].
+    pub const SEED: i32 = offset_of!(Config, seed) as i32;
+    /// Offset of [`Config::process`].
+    pub const PROCESS: i32 = offset_of!(Config, process) as i32;
+    /// Offset of [`Config::enabled`].
+    pub const ENABLED: i32 = offset_of!(Config, enabled) as i32;
+    /// Offset of [`Config::broken`].
+    pub const BROKEN: i32 = offset_of!(Config, broken) as i32;
+    /// Offset of [`Config::jitter`].
+    pub const JITTER: i32 = offset_of!(Config, jitter) as i32;
+    /// Offset of [`Config::full`].
+    pub const FULL: i32 = offset_of!(Config, full) as i32;
+    /// Offset of [`Config::shared`].
+    pub const SHARED: i32 = offset_of!(Config, shared) as i32;
+    /// Offset of [`Config::shared_chunks`].
+    pub const SHARED_CHUNKS: i32 = offset_of!(Config, shared_chunks) as i32;
     /// `STATE` values.
     pub const STATE_DISABLED: i32 = 1;
     /// `STATE` values.
     pub const STATE_ACTIVE: i32 = 2;
 }
 
-/// Layout of the process block (anonymous mapping, wiped on fork).
-pub mod process {
+const _: () = assert!(size_of::<Config>() <= STATE_BYTES as usize);
+
+/// The process block: an anonymous mapping of [`process::BYTES`], wiped on
+/// fork. Every word a `u64`; the struct derives the offsets in [`process`].
+#[repr(C)]
+pub struct ProcessBlock {
     /// Process id; 0 means "wiped by fork, re-initialise".
-    pub const PID: i32 = 0;
+    pub pid: u64,
     /// Head of the slot list.
-    pub const HEAD: i32 = 8;
+    pub head: u64,
     /// Next slot serial.
-    pub const SERIAL: i32 = 16;
+    pub serial: u64,
     /// Records lost at process level (slot creation failed, unflushable slots).
-    pub const DROPPED: i32 = 24;
+    pub dropped: u64,
     /// Set by the exit hook before it snapshots other threads' slots: their
     /// own flushes then drop instead of sending.
-    pub const CLOSED: i32 = 32;
+    pub closed: u64,
     /// Set when the exit hook starts (it runs once).
-    pub const FINISHING: i32 = 40;
+    pub finishing: u64,
+}
+
+/// Offsets of the process block's fields ([`ProcessBlock`]).
+pub mod process {
+    use super::ProcessBlock;
+    use core::mem::offset_of;
+
+    /// Offset of [`ProcessBlock::pid`].
+    pub const PID: i32 = offset_of!(ProcessBlock, pid) as i32;
+    /// Offset of [`ProcessBlock::head`].
+    pub const HEAD: i32 = offset_of!(ProcessBlock, head) as i32;
+    /// Offset of [`ProcessBlock::serial`].
+    pub const SERIAL: i32 = offset_of!(ProcessBlock, serial) as i32;
+    /// Offset of [`ProcessBlock::dropped`].
+    pub const DROPPED: i32 = offset_of!(ProcessBlock, dropped) as i32;
+    /// Offset of [`ProcessBlock::closed`].
+    pub const CLOSED: i32 = offset_of!(ProcessBlock, closed) as i32;
+    /// Offset of [`ProcessBlock::finishing`].
+    pub const FINISHING: i32 = offset_of!(ProcessBlock, finishing) as i32;
     /// Bytes mapped.
     pub const BYTES: i32 = 4096;
 }
+
+const _: () = assert!(size_of::<ProcessBlock>() <= process::BYTES as usize);
 
 const SYS_CLOSE: i32 = 3;
 const SYS_FSTAT: i32 = 5;
