@@ -283,7 +283,66 @@ pub fn compare(
     }
     let replicates = Bootstrap::new(samples, limits);
 
-    // Trace windows.
+    let trace_windows = compare_trace_windows(
+        golden,
+        sampled,
+        k_max,
+        &replicates,
+        limits,
+        enough,
+        &mut problems,
+    );
+    let functions = compare_functions(
+        golden,
+        sampled,
+        samples,
+        code_k,
+        &replicates,
+        limits,
+        &mut problems,
+    );
+    if functions.is_empty() {
+        problems.push("no function holds enough of the full run's accesses to compare".into());
+    }
+
+    let mut status = if enough {
+        Status::Ok
+    } else {
+        Status::Undersampled
+    };
+    for e in &trace_windows {
+        status = status.worst(e.error.status);
+    }
+    for f in &functions {
+        status = status.worst(f.status);
+    }
+    let full_records = golden.summary.records;
+    Comparison {
+        samples: n,
+        window,
+        period,
+        k_max,
+        code_window_k: code_k,
+        trace_size_frac: (full_records > 0)
+            .then(|| sampled.coverage.records as f64 / full_records as f64),
+        trace_windows,
+        functions,
+        problems,
+        status,
+    }
+}
+
+/// The trace-window error of each metric, over the window sizes both runs
+/// have; an error over the limit is a problem.
+fn compare_trace_windows(
+    golden: &GoldenMetrics,
+    sampled: &Analysis,
+    k_max: u32,
+    replicates: &Bootstrap<'_>,
+    limits: &Limits,
+    enough: bool,
+    problems: &mut Vec<String>,
+) -> Vec<TraceWindowError> {
     let rows: Vec<(
         u32,
         &memgaze_analysis::WindowRow,
@@ -336,12 +395,27 @@ pub fn compare(
             error,
         });
     }
+    trace_windows
+}
 
-    // Code windows. Functions are matched by name, the only identity a
-    // snapshot keeps; distinct functions of one name (a generic function's
-    // instances, which demangle alike) are compared as one, merged alike on
-    // both sides (and in the per-sample sums), so no instance is compared
-    // with another's metrics.
+/// The code-window errors of each function holding enough of the full
+/// run's accesses; errors over the limits, and functions too rarely
+/// sampled to judge, are problems.
+///
+/// Code windows. Functions are matched by name, the only identity a
+/// snapshot keeps; distinct functions of one name (a generic function's
+/// instances, which demangle alike) are compared as one, merged alike on
+/// both sides (and in the per-sample sums), so no instance is compared
+/// with another's metrics.
+fn compare_functions(
+    golden: &GoldenMetrics,
+    sampled: &Analysis,
+    samples: &SampleSet,
+    code_k: u32,
+    replicates: &Bootstrap<'_>,
+    limits: &Limits,
+    problems: &mut Vec<String>,
+) -> Vec<FunctionError> {
     let full_a = golden.summary.a.max(1) as f64;
     let golden_functions = NamedFunction::merge(golden.functions.iter().map(|f| {
         let row = f.trace_windows.iter().find(|r| r.k == code_k);
@@ -506,35 +580,7 @@ pub fn compare(
             status,
         });
     }
-    if functions.is_empty() {
-        problems.push("no function holds enough of the full run's accesses to compare".into());
-    }
-
-    let mut status = if enough {
-        Status::Ok
-    } else {
-        Status::Undersampled
-    };
-    for e in &trace_windows {
-        status = status.worst(e.error.status);
-    }
-    for f in &functions {
-        status = status.worst(f.status);
-    }
-    let full_records = golden.summary.records;
-    Comparison {
-        samples: n,
-        window,
-        period,
-        k_max,
-        code_window_k: code_k,
-        trace_size_frac: (full_records > 0)
-            .then(|| sampled.coverage.records as f64 / full_records as f64),
-        trace_windows,
-        functions,
-        problems,
-        status,
-    }
+    functions
 }
 
 /// A function's code-window metrics at `k_c`: window count and averages.
