@@ -223,47 +223,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                 target: exe.target.clone(),
             });
         } else {
-            let what = match &outcome {
-                Outcome::Unchanged => "unchanged".to_string(),
-                Outcome::Created => format!("created {}", snapshot.display()),
-                Outcome::Updated => format!("updated {}", snapshot.display()),
-                Outcome::Missing { pending: Some(p) } => {
-                    format!("no snapshot yet; new one in {}", p.display())
-                }
-                Outcome::Missing { pending: None } => {
-                    format!("no snapshot {} (CI: nothing written)", snapshot.display())
-                }
-                Outcome::Differs { pending, .. } => match pending {
-                    Some(p) => format!(
-                        "differs from {}; new one in {}",
-                        snapshot.display(),
-                        p.display()
-                    ),
-                    None => format!("differs from {} (CI: nothing written)", snapshot.display()),
-                },
-            };
-            let mut lines = vec![format!(
-                "{:>12} {} {}: {what} ({} records, {:.1}s)",
-                if outcome.is_difference() {
-                    "Differs"
-                } else {
-                    "Golden"
-                },
-                exe.display_name(),
-                case.name,
-                recording.analysis.summary.records,
-                recording.elapsed.as_secs_f64()
-            )];
-            lines.extend(changes.iter().map(|c| format!("{:>12}   {c}", "")));
-            if matches!(outcome, Outcome::Differs { .. })
-                && let Some(note) = threads_note(
-                    &case.name,
-                    recording.analysis.summary.samples,
-                    recording.analysis.coverage.trace_samples,
-                )
-            {
-                lines.push(note);
-            }
+            let lines = outcome_lines(&outcome, &snapshot, exe, &case.name, changes, &recording);
             progress.print(|| {
                 for line in &lines {
                     println!("{line}");
@@ -332,6 +292,60 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         }
     }
     Ok(exit)
+}
+
+/// The lines `golden` prints for one bench: its outcome, the metrics that
+/// changed and, for a difference, the threads note.
+fn outcome_lines(
+    outcome: &Outcome,
+    snapshot: &Path,
+    exe: &crate::cargo::BenchExecutable,
+    bench: &str,
+    changes: &[String],
+    recording: &pipeline::BenchRecording,
+) -> Vec<String> {
+    let what = match outcome {
+        Outcome::Unchanged => "unchanged".to_string(),
+        Outcome::Created => format!("created {}", snapshot.display()),
+        Outcome::Updated => format!("updated {}", snapshot.display()),
+        Outcome::Missing { pending: Some(p) } => {
+            format!("no snapshot yet; new one in {}", p.display())
+        }
+        Outcome::Missing { pending: None } => {
+            format!("no snapshot {} (CI: nothing written)", snapshot.display())
+        }
+        Outcome::Differs { pending, .. } => match pending {
+            Some(p) => format!(
+                "differs from {}; new one in {}",
+                snapshot.display(),
+                p.display()
+            ),
+            None => format!("differs from {} (CI: nothing written)", snapshot.display()),
+        },
+    };
+    let mut lines = vec![format!(
+        "{:>12} {} {}: {what} ({} records, {:.1}s)",
+        if outcome.is_difference() {
+            "Differs"
+        } else {
+            "Golden"
+        },
+        exe.display_name(),
+        bench,
+        recording.analysis.summary.records,
+        recording.elapsed.as_secs_f64()
+    )];
+    lines.extend(changes.iter().map(|c| format!("{:>12}   {c}", "")));
+    if matches!(outcome, Outcome::Differs { .. })
+        && let Some(note) = threads_note(
+            bench,
+            recording.analysis.summary.samples,
+            recording.analysis.coverage.trace_samples,
+        )
+    {
+        lines.push(note);
+    }
+    lines
 }
 
 /// Why a multithreaded bench's snapshot differs, when it does: its

@@ -1149,24 +1149,67 @@ impl Analyzer {
         }
         let pieces = u64::from(self.next_piece - 1);
         let rho = self.rho(totals);
-        let Analyzer {
-            ref options,
-            ref slots,
-            ref functions,
-            ref addrs,
-            ref line_arena,
-            ref mixed_counts,
-            ref mut page_loads,
-            ref trace_sums,
-            ref mut intervals,
-            ..
-        } = self;
+        let reuse = self.reuse_sums();
+        let summary = self.summary(rho, pieces, &reuse);
+        let trace_windows = window_rows(&self.trace_sums, 3, self.max_k, true);
+        let function_rows = self.function_rows(rho, &reuse);
+        let loads = self.load_rows();
+        let region_rows = self.region_rows();
+        let bins = self.reuse_bins();
+        let intervals = std::mem::replace(&mut self.intervals, IntervalBuilder::new()).finish(rho);
+        let notes = self.notes(totals);
+        let options = &self.options;
 
-        // Reuse distances are summed per load site only: the trace's and
-        // each function's sums add up their sites'.
+        Analysis {
+            schema: ANALYSIS_SCHEMA.to_string(),
+            run: RunInfo {
+                backend: self.backend,
+                full: self.sampling.is_full(),
+                window: (!self.sampling.is_full()).then_some(self.sampling.window),
+                period: (!self.sampling.is_full()).then_some(self.sampling.period),
+                binary: self.binary.clone(),
+                command: self.command.clone(),
+                block: options.block,
+                code_window_k: self.code_k,
+                max_k: self.max_k,
+                region_threshold_percent: options.region_threshold_percent,
+                region_min_page: options.region_min_page,
+                functions_filter: options.functions.clone(),
+            },
+            summary,
+            trace_windows,
+            functions: function_rows,
+            loads,
+            regions: region_rows,
+            reuse: ReuseHistogram {
+                block: options.block,
+                bins,
+                cold: self.a - reuse.d_count,
+                captures: self.captures,
+                survivals: self.survivals,
+            },
+            intervals,
+            coverage: Coverage {
+                records: self.records_all,
+                trace_samples: totals.samples.max(seen),
+                empty_samples: self.empty_samples,
+                outside_functions: self.outside_functions,
+                filtered_out: self.filtered_out,
+                dropped: totals.dropped,
+                complete: totals.complete,
+                classified: self.classified,
+                outside_binary: self.outside_binary,
+                notes,
+            },
+        }
+    }
+
+    /// Reuse distances are summed per load site only: the trace's and each
+    /// function's sums add up their sites'.
+    fn reuse_sums(&self) -> ReuseSums {
         let (mut d_sum, mut d_count) = (0u64, 0u64);
-        let mut function_d = vec![(0u64, 0u64); functions.len()];
-        for slot in slots {
+        let mut function_d = vec![(0u64, 0u64); self.functions.len()];
+        for slot in &self.slots {
             d_sum += slot.d_sum;
             d_count += slot.d_count;
             if let Some(f) = slot.function {
@@ -1174,21 +1217,29 @@ impl Analyzer {
                 function_d[f as usize].1 += slot.d_count;
             }
         }
+        ReuseSums {
+            d_sum,
+            d_count,
+            function_d,
+        }
+    }
 
-        // Summary.
-        let f = addrs.len() as u64;
+    /// The trace's summary row.
+    fn summary(&self, rho: Option<f64>, pieces: u64, reuse: &ReuseSums) -> Summary {
+        let f = self.addrs.len() as u64;
         // A fold from +0.0, not `sum()`: a float sum of nothing is -0.0,
         // which the JSON of a run without accesses would show as `-0.0`.
-        let f_str: f64 = addrs
+        let f_str: f64 = self
+            .addrs
             .iter()
             .map(|(addr, e)| {
-                let [s, i] = e.class_counts(addr, mixed_counts);
+                let [s, i] = e.class_counts(addr, &self.mixed_counts);
                 s as f64 / (s + i) as f64
             })
             .fold(0.0, |total, x| total + x);
         let f_irr = f as f64 - f_str;
         let total = self.a + self.a_const;
-        let summary = Summary {
+        Summary {
             a: self.a,
             a_const: self.a_const,
             a_const_frac: ratio(self.a_const as f64, total),
@@ -1199,7 +1250,7 @@ impl Analyzer {
             records: self.records,
             f,
             f_hat: rho.map(|r| r * f as f64),
-            f_lines: line_arena.len() as u64,
+            f_lines: self.line_arena.len() as u64,
             f_str,
             f_irr,
             f_str_frac: if f == 0 { 0.0 } else { f_str / f as f64 },
@@ -1209,14 +1260,16 @@ impl Analyzer {
             } else {
                 ratio(f as f64, total)
             },
-            d_mean: ratio(d_sum as f64, d_count),
-            d_max: (d_count > 0).then_some(self.d_max),
-        };
+            d_mean: ratio(reuse.d_sum as f64, reuse.d_count),
+            d_max: (reuse.d_count > 0).then_some(self.d_max),
+        }
+    }
 
-        let trace_windows = window_rows(trace_sums, 3, self.max_k, true);
-
-        // Functions.
-        let mut function_rows: Vec<FunctionMetrics> = functions
+    /// One row per function with loads, most accesses first.
+    fn function_rows(&self, rho: Option<f64>, reuse: &ReuseSums) -> Vec<FunctionMetrics> {
+        let slots = &self.slots;
+        let mut function_rows: Vec<FunctionMetrics> = self
+            .functions
             .iter()
             .enumerate()
             .filter(|(_, acc)| acc.a + acc.a_const > 0)
@@ -1228,7 +1281,7 @@ impl Analyzer {
                     .collect();
                 hot.sort_by(|x, y| y.count.cmp(&x.count).then(x.ip.cmp(&y.ip)));
                 let windows = code.windows;
-                let (d_sum, d_count) = function_d[i];
+                let (d_sum, d_count) = reuse.function_d[i];
                 FunctionMetrics {
                     name: acc.name.clone(),
                     a: acc.a,
@@ -1258,9 +1311,14 @@ impl Analyzer {
                 .cmp(&(x.a, x.a_const))
                 .then_with(|| x.name.cmp(&y.name))
         });
+        function_rows
+    }
 
-        // Loads.
-        let function_name = |f: Option<u32>| f.map(|f| functions[f as usize].name.clone());
+    /// One row per load site with records (an implied load: its proxy's),
+    /// by address.
+    fn load_rows(&self) -> Vec<LoadRow> {
+        let slots = &self.slots;
+        let function_name = |f: Option<u32>| f.map(|f| self.functions[f as usize].name.clone());
         let mut loads: Vec<LoadRow> = Vec::new();
         for slot in slots.iter() {
             if let Some(proxy) = slot.proxy {
@@ -1290,9 +1348,14 @@ impl Analyzer {
         }
         loads.sort_by_key(|l| (l.ip, l.class, l.implied));
         merge_duplicate_loads(&mut loads);
+        loads
+    }
 
-        // Regions.
-        let mut line_stats: Vec<LineStat> = line_arena
+    /// The hot regions of the address space, by start (takes the page
+    /// loads).
+    fn region_rows(&mut self) -> Vec<Region> {
+        let mut line_stats: Vec<LineStat> = self
+            .line_arena
             .iter()
             .map(|e| LineStat {
                 line: e.line,
@@ -1302,11 +1365,11 @@ impl Analyzer {
             })
             .collect();
         line_stats.sort_unstable_by_key(|l| l.line);
-        let mut page_table: Vec<(u64, u32, u64)> = page_loads.drain();
+        let mut page_table: Vec<(u64, u32, u64)> = self.page_loads.drain();
         page_table.sort_unstable();
         let leaves = regions::hot_regions(
             &line_stats,
-            options.region_threshold_percent,
+            self.options.region_threshold_percent,
             self.min_page_shift,
         );
         let mut region_rows: Vec<Region> = leaves
@@ -1342,15 +1405,22 @@ impl Analyzer {
                     } else {
                         1 << leaf.page_shift
                     },
-                    functions: region_functions(&page_table[from..to], slots, functions),
+                    functions: region_functions(
+                        &page_table[from..to],
+                        &self.slots,
+                        &self.functions,
+                    ),
                 }
             })
             .collect();
         region_rows.sort_by_key(|r| r.start);
+        region_rows
+    }
 
-        // Reuse histogram.
+    /// The reuse-distance histogram's bins, up to the last non-empty one.
+    fn reuse_bins(&self) -> Vec<ReuseBin> {
         let last_bin = self.d_bins.iter().rposition(|&c| c > 0);
-        let bins = match last_bin {
+        match last_bin {
             None => Vec::new(),
             Some(last) => (0..=last)
                 .map(|i| {
@@ -1369,10 +1439,12 @@ impl Analyzer {
                     }
                 })
                 .collect(),
-        };
+        }
+    }
 
-        let intervals = std::mem::replace(intervals, IntervalBuilder::new()).finish(rho);
-
+    /// The notes of the coverage: those gathered so far, then what the
+    /// analysis could not see (takes the notes).
+    fn notes(&mut self, totals: &TraceTotals) -> Vec<String> {
         let mut notes = std::mem::take(&mut self.notes);
         if !self.classified {
             notes.push(
@@ -1389,7 +1461,7 @@ impl Analyzer {
             notes.push(format!(
                 "{} records left out by --functions {}",
                 self.filtered_out,
-                options.functions.as_deref().unwrap_or("")
+                self.options.functions.as_deref().unwrap_or("")
             ));
         }
         let d = totals.dropped;
@@ -1402,49 +1474,7 @@ impl Analyzer {
         if !totals.complete {
             notes.push("the trace is a prefix: the program did not finish cleanly".to_string());
         }
-
-        Analysis {
-            schema: ANALYSIS_SCHEMA.to_string(),
-            run: RunInfo {
-                backend: self.backend,
-                full: self.sampling.is_full(),
-                window: (!self.sampling.is_full()).then_some(self.sampling.window),
-                period: (!self.sampling.is_full()).then_some(self.sampling.period),
-                binary: self.binary.clone(),
-                command: self.command.clone(),
-                block: options.block,
-                code_window_k: self.code_k,
-                max_k: self.max_k,
-                region_threshold_percent: options.region_threshold_percent,
-                region_min_page: options.region_min_page,
-                functions_filter: options.functions.clone(),
-            },
-            summary,
-            trace_windows,
-            functions: function_rows,
-            loads,
-            regions: region_rows,
-            reuse: ReuseHistogram {
-                block: options.block,
-                bins,
-                cold: self.a - d_count,
-                captures: self.captures,
-                survivals: self.survivals,
-            },
-            intervals,
-            coverage: Coverage {
-                records: self.records_all,
-                trace_samples: totals.samples.max(seen),
-                empty_samples: self.empty_samples,
-                outside_functions: self.outside_functions,
-                filtered_out: self.filtered_out,
-                dropped: totals.dropped,
-                complete: totals.complete,
-                classified: self.classified,
-                outside_binary: self.outside_binary,
-                notes,
-            },
-        }
+        notes
     }
 
     /// ρ per docs/METRICS.md: 1 for a full trace; executions over records
@@ -1460,6 +1490,14 @@ impl Analyzer {
         };
         ratio(totals.executions as f64, denominator)
     }
+}
+
+/// Reuse-distance sums `(Σd, count)` of the trace and of each function.
+struct ReuseSums {
+    d_sum: u64,
+    d_count: u64,
+    /// Per function, by index.
+    function_d: Vec<(u64, u64)>,
 }
 
 impl ThreadState {

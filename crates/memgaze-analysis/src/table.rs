@@ -26,17 +26,30 @@ impl Default for TableOptions {
 /// The whole report as text.
 pub fn render(a: &Analysis, options: &TableOptions) -> String {
     let mut out = String::new();
-    let title = |out: &mut String, text: &str| {
-        if options.color {
-            let _ = writeln!(out, "\n\x1b[1m{text}\x1b[0m");
-        } else {
-            let _ = writeln!(out, "\n{text}");
-        }
-    };
+    render_header(&mut out, a);
+    render_summary(&mut out, a, options);
+    render_windows(&mut out, a, options);
+    render_functions(&mut out, a, options);
+    render_loads(&mut out, a, options);
+    render_regions(&mut out, a, options);
+    render_reuse(&mut out, a, options);
+    render_notes(&mut out, a, options);
+    out
+}
+
+/// A section title (bold for a terminal), after a blank line.
+fn title(out: &mut String, options: &TableOptions, text: &str) {
+    if options.color {
+        let _ = writeln!(out, "\n\x1b[1m{text}\x1b[0m");
+    } else {
+        let _ = writeln!(out, "\n{text}");
+    }
+}
+
+/// The first lines: backend, sampling, ρ, the binary, command and filter.
+fn render_header(out: &mut String, a: &Analysis) {
     let s = &a.summary;
     let run = &a.run;
-
-    // Header.
     let sampling = if run.full {
         "full trace".to_string()
     } else {
@@ -62,9 +75,12 @@ pub fn render(a: &Analysis, options: &TableOptions) -> String {
     if let Some(filter) = &run.functions_filter {
         let _ = writeln!(out, "functions matching: {filter}");
     }
+}
 
-    // Summary.
-    title(&mut out, "Summary");
+/// The summary: the trace's counts and metrics, one per line.
+fn render_summary(out: &mut String, a: &Analysis, options: &TableOptions) {
+    let s = &a.summary;
+    title(out, options, "Summary");
     let _ = writeln!(
         out,
         "  A        {:>10}   observed accesses (Strided + Irregular)",
@@ -109,21 +125,26 @@ pub fn render(a: &Analysis, options: &TableOptions) -> String {
         a.reuse.block,
         s.d_max.map_or("–".to_string(), count)
     );
+}
 
-    // Trace windows.
+/// The trace windows, then the execution intervals (when a trace has more
+/// than one sample).
+fn render_windows(out: &mut String, a: &Analysis, options: &TableOptions) {
     title(
-        &mut out,
+        out,
+        options,
         "Trace windows (metrics per window of 2^k accesses, averaged)",
     );
     if a.trace_windows.is_empty() {
         let _ = writeln!(out, "  (no sample holds a window of 8 accesses)");
     } else {
-        window_table(&mut out, &a.trace_windows, true);
+        window_table(out, &a.trace_windows, true);
     }
     let inter: Vec<_> = a.intervals.levels.iter().filter(|l| l.h >= 1).collect();
     if !inter.is_empty() {
         title(
-            &mut out,
+            out,
+            options,
             "Execution intervals (2^h consecutive samples; F̂ = ρ·F estimates the executed interval)",
         );
         let _ = writeln!(
@@ -145,10 +166,15 @@ pub fn render(a: &Analysis, options: &TableOptions) -> String {
             );
         }
     }
+}
 
-    // Functions.
+/// The functions, most accesses first (at most `options.top`).
+fn render_functions(out: &mut String, a: &Analysis, options: &TableOptions) {
+    let s = &a.summary;
+    let run = &a.run;
     title(
-        &mut out,
+        out,
+        options,
         &format!(
             "Functions (code windows of W_c = {} accesses; {} shown of {})",
             count(1u64 << run.code_window_k.min(63)),
@@ -188,13 +214,16 @@ pub fn render(a: &Analysis, options: &TableOptions) -> String {
             }
         }
     }
+}
 
-    // Loads.
+/// The loads, most executed first (at most `options.top`).
+fn render_loads(out: &mut String, a: &Analysis, options: &TableOptions) {
     let mut loads: Vec<_> = a.loads.iter().collect();
     loads.sort_by(|x, y| y.count.cmp(&x.count).then(x.ip.cmp(&y.ip)));
     let recorded: u64 = a.loads.iter().filter(|l| !l.implied).map(|l| l.count).sum();
     title(
-        &mut out,
+        out,
+        options,
         &format!(
             "Loads ({} shown of {}, most executed first)",
             loads.len().min(options.top),
@@ -238,10 +267,14 @@ pub fn render(a: &Analysis, options: &TableOptions) -> String {
             );
         }
     }
+}
 
-    // Regions.
+/// The hot regions, most accesses first (at most `options.top`).
+fn render_regions(out: &mut String, a: &Analysis, options: &TableOptions) {
+    let run = &a.run;
     title(
-        &mut out,
+        out,
+        options,
         &format!(
             "Hot regions (zoom threshold {}% of the parent region, pages down to {} B)",
             run.region_threshold_percent, run.region_min_page
@@ -291,10 +324,13 @@ pub fn render(a: &Analysis, options: &TableOptions) -> String {
             pct(Some(covered))
         );
     }
+}
 
-    // Reuse histogram.
+/// The reuse-distance histogram.
+fn render_reuse(out: &mut String, a: &Analysis, options: &TableOptions) {
     title(
-        &mut out,
+        out,
+        options,
         &format!(
             "Reuse distance D ({}-byte blocks, within samples; {} cold accesses, {} captures, {} survivals)",
             a.reuse.block,
@@ -331,8 +367,10 @@ pub fn render(a: &Analysis, options: &TableOptions) -> String {
             );
         }
     }
+}
 
-    // Coverage.
+/// The notes of the coverage, if any.
+fn render_notes(out: &mut String, a: &Analysis, options: &TableOptions) {
     let c = &a.coverage;
     let mut notes = c.notes.clone();
     if let Some(outside) = c.outside_binary {
@@ -351,12 +389,11 @@ pub fn render(a: &Analysis, options: &TableOptions) -> String {
         ));
     }
     if !notes.is_empty() {
-        title(&mut out, "Notes");
+        title(out, options, "Notes");
         for n in notes {
             let _ = writeln!(out, "  • {n}");
         }
     }
-    out
 }
 
 fn window_table(out: &mut String, rows: &[WindowRow], lines: bool) {

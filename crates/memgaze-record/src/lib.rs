@@ -461,53 +461,15 @@ pub fn record_command(
         (None, Some(signal)) => ProgramExit::Signal(signal),
         (None, None) => ProgramExit::Code(-1),
     };
-    let mut notes = Vec::new();
     let main_exited = assembler.process_exited(pid);
-    if let ProgramExit::Signal(signal) = exit {
-        // The recorder sends a thread's records only when its buffer fills
-        // and at exit; a fatal signal skips the exit hook.
-        notes.push(if assembler.processes.is_empty() {
-            format!(
-                "the program was killed by signal {signal} ({}) before the recorder's first flush: every record it held is lost",
-                signal_name(signal)
-            )
-        } else {
-            format!(
-                "the program was killed by signal {signal} ({}): the trace holds the records flushed until then; each thread's last, partly filled buffer (up to {} records) is lost",
-                signal_name(signal),
-                memgaze_trace::layout::slot::CAPACITY
-            )
-        });
-    }
-    if cut_off.load(Ordering::Acquire) {
-        notes.push(format!(
-            "processes the program left running still held the recorder socket {}s after it exited; their output was cut off",
-            LINGER.as_secs()
-        ));
-    }
-    if assembler.processes.is_empty() && matches!(exit, ProgramExit::Code(_)) {
-        notes.push(
-            "the recorder sent nothing: the program may not be instrumented by this cargo memgaze, may have exited before its entry point, or runs on a kernel without MADV_WIPEONFORK (Linux ≥ 4.14)"
-                .into(),
-        );
-    } else if matches!(exit, ProgramExit::Code(_)) && !main_exited {
-        notes.push(
-            "the program ended without running its exit hook (_exit or exec): executions after its last flush are not counted"
-                .into(),
-        );
-    }
-    if assembler.invalid_records > 0 || assembler.bad_messages > 0 {
-        notes.push(format!(
-            "{} records named unknown loads and {} messages were malformed (annotation does not match the binary?)",
-            assembler.invalid_records, assembler.bad_messages
-        ));
-    }
     let dropped_records = assembler.dropped() + assembler.invalid_records;
-    if dropped_records > 0 {
-        notes.push(format!(
-            "{dropped_records} records dropped (signal-handler re-entry or failed writes)"
-        ));
-    }
+    let notes = recording_notes(
+        &assembler,
+        exit,
+        main_exited,
+        cut_off.load(Ordering::Acquire),
+        dropped_records,
+    );
     let totals = TraceTotals {
         executions: assembler.executions(),
         records: assembler.records,
@@ -531,6 +493,64 @@ pub fn record_command(
         notes,
         shared_messages,
     })
+}
+
+/// What a person should know about a recording: how the program ended
+/// (a fatal signal, processes left holding the socket, no exit hook), and
+/// records that were lost or did not match the annotation.
+fn recording_notes(
+    assembler: &Assembler<'_>,
+    exit: ProgramExit,
+    main_exited: bool,
+    cut_off: bool,
+    dropped_records: u64,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    if let ProgramExit::Signal(signal) = exit {
+        // The recorder sends a thread's records only when its buffer fills
+        // and at exit; a fatal signal skips the exit hook.
+        notes.push(if assembler.processes.is_empty() {
+            format!(
+                "the program was killed by signal {signal} ({}) before the recorder's first flush: every record it held is lost",
+                signal_name(signal)
+            )
+        } else {
+            format!(
+                "the program was killed by signal {signal} ({}): the trace holds the records flushed until then; each thread's last, partly filled buffer (up to {} records) is lost",
+                signal_name(signal),
+                memgaze_trace::layout::slot::CAPACITY
+            )
+        });
+    }
+    if cut_off {
+        notes.push(format!(
+            "processes the program left running still held the recorder socket {}s after it exited; their output was cut off",
+            LINGER.as_secs()
+        ));
+    }
+    if assembler.processes.is_empty() && matches!(exit, ProgramExit::Code(_)) {
+        notes.push(
+            "the recorder sent nothing: the program may not be instrumented by this cargo memgaze, may have exited before its entry point, or runs on a kernel without MADV_WIPEONFORK (Linux ≥ 4.14)"
+                .into(),
+        );
+    } else if matches!(exit, ProgramExit::Code(_)) && !main_exited {
+        notes.push(
+            "the program ended without running its exit hook (_exit or exec): executions after its last flush are not counted"
+                .into(),
+        );
+    }
+    if assembler.invalid_records > 0 || assembler.bad_messages > 0 {
+        notes.push(format!(
+            "{} records named unknown loads and {} messages were malformed (annotation does not match the binary?)",
+            assembler.invalid_records, assembler.bad_messages
+        ));
+    }
+    if dropped_records > 0 {
+        notes.push(format!(
+            "{dropped_records} records dropped (signal-handler re-entry or failed writes)"
+        ));
+    }
+    notes
 }
 
 /// Shared chunks offered to the program: 4 MiB in flight, as much as the

@@ -47,18 +47,34 @@ pub const SHARED_STATE_BYTES: usize = 4096;
 /// Bytes of one shared chunk: at least a whole thread buffer's payload.
 pub const SHARED_CHUNK_BYTES: usize = 64 * 1024;
 
+/// The state page at the start of the shared mapping, from which the
+/// offsets of its control words are derived.
+#[repr(C)]
+pub struct SharedStatePage {
+    /// One state word per chunk: 0 free, 1 claimed by a sender.
+    pub chunk_states: [u64; SHARED_CHUNKS_MAX],
+    /// The release generation ([`SHARED_GENERATION`]).
+    pub generation: u32,
+    /// Unused, keeps `waiting` aligned.
+    pub reserved: u32,
+    /// The waiting flag ([`SHARED_WAITING`]).
+    pub waiting: u64,
+}
+
 /// Offset in the state page of the `u32` release generation: the collector
 /// increments it after freeing a chunk; a sender that found no free chunk
 /// waits on it (`futex`).
-pub const SHARED_GENERATION: usize = SHARED_STATE_BYTES - 16;
+pub const SHARED_GENERATION: usize = core::mem::offset_of!(SharedStatePage, generation);
 
 /// Offset in the state page of the `u64` waiting flag: a sender sets it
 /// before waiting; the collector clears it and wakes the waiters.
-pub const SHARED_WAITING: usize = SHARED_STATE_BYTES - 8;
+pub const SHARED_WAITING: usize = core::mem::offset_of!(SharedStatePage, waiting);
 
 /// Most chunks a shared mapping may have (the state page less the two
 /// control words).
-pub const SHARED_CHUNKS_MAX: usize = SHARED_GENERATION / 8;
+pub const SHARED_CHUNKS_MAX: usize = (SHARED_STATE_BYTES - 16) / 8;
+
+const _: () = assert!(size_of::<SharedStatePage>() == SHARED_STATE_BYTES);
 
 /// How many times a sender waits (at most 1 ms each) for a free chunk
 /// before it copies the message through the socket instead.
@@ -154,22 +170,49 @@ pub struct MessageHeader {
 
 /// Byte offsets of the header fields, shared with the code generator.
 pub mod offsets {
+    use core::mem::offset_of;
+
+    /// The header as it lies on the wire (and in a thread slot's buffer):
+    /// the offsets below are derived from it, so no two fields overlap.
+    #[repr(C)]
+    pub struct WireHeader {
+        /// [`MESSAGE_MAGIC`](super::MESSAGE_MAGIC).
+        pub magic: u32,
+        /// [`MessageKind`](super::MessageKind), possibly with
+        /// [`SHARED_FLAG`](super::SHARED_FLAG).
+        pub kind: u32,
+        /// Process id.
+        pub pid: u32,
+        /// Kernel thread id.
+        pub tid: u32,
+        /// Executions so far.
+        pub executions: u64,
+        /// Records dropped so far.
+        pub dropped: u64,
+        /// Slot serial.
+        pub slot: u32,
+        /// Records (or name bytes) in the payload.
+        pub count: u32,
+    }
+
     /// `u32` magic.
-    pub const MAGIC: i32 = 0;
+    pub const MAGIC: i32 = offset_of!(WireHeader, magic) as i32;
     /// `u32` kind.
-    pub const KIND: i32 = 4;
+    pub const KIND: i32 = offset_of!(WireHeader, kind) as i32;
     /// `u32` pid.
-    pub const PID: i32 = 8;
+    pub const PID: i32 = offset_of!(WireHeader, pid) as i32;
     /// `u32` tid.
-    pub const TID: i32 = 12;
+    pub const TID: i32 = offset_of!(WireHeader, tid) as i32;
     /// `u64` executions.
-    pub const EXECUTIONS: i32 = 16;
+    pub const EXECUTIONS: i32 = offset_of!(WireHeader, executions) as i32;
     /// `u64` dropped.
-    pub const DROPPED: i32 = 24;
+    pub const DROPPED: i32 = offset_of!(WireHeader, dropped) as i32;
     /// `u32` slot serial.
-    pub const SLOT: i32 = 32;
+    pub const SLOT: i32 = offset_of!(WireHeader, slot) as i32;
     /// `u32` count.
-    pub const COUNT: i32 = 36;
+    pub const COUNT: i32 = offset_of!(WireHeader, count) as i32;
+
+    const _: () = assert!(size_of::<WireHeader>() == super::HEADER_BYTES);
 }
 
 /// Why a message could not be decoded.

@@ -265,9 +265,68 @@ pub fn analyze(
     let code_k = params
         .code_window_k
         .unwrap_or(63 - w.min(1024).leading_zeros());
-    let function_lo = code_k.min(3);
-    let function_top = max_k.max(code_k);
 
+    let infos = load_infos(header, params);
+    let mut r = Reference::default();
+    let pieces = split_pieces(samples, total_samples, &infos, &mut r);
+    let sums = accumulate(&pieces.pieces, header, params, max_k, code_k, &mut r);
+
+    let total = (r.a + r.a_const) as f64;
+    r.kappa = ratio(r.a_const as f64, r.a as f64).map(|x| 1.0 + x);
+    r.rho = if full {
+        Some(1.0)
+    } else {
+        match header.backend {
+            memgaze_trace::Backend::Pt => ratio(
+                executions as f64,
+                (pieces.a_all + pieces.a_const_all) as f64,
+            ),
+            _ => ratio(executions as f64, pieces.all_records as f64),
+        }
+    };
+    r.f = sums.per_addr.len() as u64;
+    r.f_lines = sums.lines_all.len() as u64;
+    r.f_str = sums
+        .per_addr
+        .values()
+        .map(|&(s, i)| s as f64 / (s + i) as f64)
+        .sum();
+    r.f_irr = r.f as f64 - r.f_str;
+    r.d_f = if r.a == 0 {
+        None
+    } else {
+        ratio(r.f as f64, total)
+    };
+    let d_values = &sums.d_values;
+    r.d_mean = ratio(d_values.iter().sum::<u64>() as f64, d_values.len() as f64);
+    r.d_max = d_values.iter().copied().max();
+    let bins = |d: u64| {
+        if d == 0 {
+            0
+        } else {
+            64 - d.leading_zeros() as usize
+        }
+    };
+    if let Some(max) = r.d_max {
+        r.d_bins = vec![0; bins(max) + 1];
+        for &d in d_values {
+            r.d_bins[bins(d)] += 1;
+        }
+    }
+    r.rows = rows_of(&sums.all_windows, 3)
+        .into_iter()
+        .filter(|row| row.k <= max_k)
+        .collect();
+    r.functions = function_rows(header, &sums, max_k, code_k);
+    r.loads = load_rows(header, &infos, &sums);
+    r.regions = hot_regions(header, &infos, &sums, params);
+    interval_levels(&sums.piece_stats, &mut r);
+    r
+}
+
+/// Each load site's class, implied count, function and whether the
+/// `--functions` filter keeps it.
+fn load_infos(header: &TraceHeader, params: &Params) -> Vec<Info> {
     let function_of = |ip: u64| {
         header
             .functions
@@ -277,7 +336,7 @@ pub fn analyze(
             .max_by_key(|(_, f)| f.start)
             .map(|(i, _)| i)
     };
-    let infos: Vec<Info> = header
+    header
         .loads
         .iter()
         .map(|l| {
@@ -294,10 +353,26 @@ pub fn analyze(
                 included,
             }
         })
-        .collect();
+        .collect()
+}
 
-    let mut r = Reference::default();
-    // Pieces, in order; empty samples are empty pieces.
+/// The pieces (one per thread of a sample, in order; empty samples are
+/// empty pieces) and the counts before the filter.
+struct Pieces {
+    pieces: Vec<Vec<Item>>,
+    all_records: u64,
+    a_all: u64,
+    a_const_all: u64,
+}
+
+/// Splits the samples into pieces, counting empty samples, filtered-out
+/// records and records outside functions into `r`.
+fn split_pieces(
+    samples: &[Vec<Rec>],
+    total_samples: u64,
+    infos: &[Info],
+    r: &mut Reference,
+) -> Pieces {
     let mut pieces: Vec<Vec<Item>> = Vec::new();
     let mut all_records = 0u64;
     let mut a_all = 0u64;
@@ -348,8 +423,45 @@ pub fn analyze(
         r.empty_samples += 1;
     }
     r.samples = pieces.len() as u64;
+    Pieces {
+        pieces,
+        all_records,
+        a_all,
+        a_const_all,
+    }
+}
 
-    // Summary counts.
+/// What the pieces add up to.
+struct Sums {
+    /// Address → (strided, irregular) accesses.
+    per_addr: HashMap<u64, (u64, u64)>,
+    /// Line → (a, d_sum, d_count).
+    lines_all: BTreeMap<u64, (u64, u64, u64)>,
+    load_count: Vec<u64>,
+    load_d: Vec<(u64, u64)>,
+    /// Per function: (a, a_const, d_sum, d_count).
+    function_acc: Vec<(u64, u64, u64, u64)>,
+    function_windows: Vec<WindowLists>,
+    all_windows: WindowLists,
+    d_values: Vec<u64>,
+    /// (line, load) → count.
+    region_code: HashMap<(u64, usize), u64>,
+    /// Per piece: (a, a_const, addresses, lines).
+    piece_stats: Vec<(u64, u64, HashSet<u64>, HashSet<u64>)>,
+}
+
+/// Adds up every piece: counts, reuse distances, trace and function
+/// windows; the trace's counts go into `r`.
+fn accumulate(
+    pieces: &[Vec<Item>],
+    header: &TraceHeader,
+    params: &Params,
+    max_k: u32,
+    code_k: u32,
+    r: &mut Reference,
+) -> Sums {
+    let function_lo = code_k.min(3);
+    let function_top = max_k.max(code_k);
     let mut per_addr: HashMap<u64, (u64, u64)> = HashMap::new();
     let mut lines_all: BTreeMap<u64, (u64, u64, u64)> = BTreeMap::new(); // a, d_sum, d_count
     let mut load_count = vec![0u64; header.loads.len()];
@@ -360,7 +472,7 @@ pub fn analyze(
     let mut d_values: Vec<u64> = Vec::new();
     let mut region_code: HashMap<(u64, usize), u64> = HashMap::new(); // (line, load) -> count
     let mut piece_stats: Vec<(u64, u64, HashSet<u64>, HashSet<u64>)> = Vec::new();
-    for piece in &pieces {
+    for piece in pieces {
         let mut a = 0;
         let mut a_const = 0;
         let mut addrs = HashSet::new();
@@ -442,58 +554,32 @@ pub fn analyze(
             }
         }
     }
-
-    let total = (r.a + r.a_const) as f64;
-    r.kappa = ratio(r.a_const as f64, r.a as f64).map(|x| 1.0 + x);
-    r.rho = if full {
-        Some(1.0)
-    } else {
-        match header.backend {
-            memgaze_trace::Backend::Pt => ratio(executions as f64, (a_all + a_const_all) as f64),
-            _ => ratio(executions as f64, all_records as f64),
-        }
-    };
-    r.f = per_addr.len() as u64;
-    r.f_lines = lines_all.len() as u64;
-    r.f_str = per_addr
-        .values()
-        .map(|&(s, i)| s as f64 / (s + i) as f64)
-        .sum();
-    r.f_irr = r.f as f64 - r.f_str;
-    r.d_f = if r.a == 0 {
-        None
-    } else {
-        ratio(r.f as f64, total)
-    };
-    r.d_mean = ratio(d_values.iter().sum::<u64>() as f64, d_values.len() as f64);
-    r.d_max = d_values.iter().copied().max();
-    let bins = |d: u64| {
-        if d == 0 {
-            0
-        } else {
-            64 - d.leading_zeros() as usize
-        }
-    };
-    if let Some(max) = r.d_max {
-        r.d_bins = vec![0; bins(max) + 1];
-        for &d in &d_values {
-            r.d_bins[bins(d)] += 1;
-        }
+    Sums {
+        per_addr,
+        lines_all,
+        load_count,
+        load_d,
+        function_acc,
+        function_windows,
+        all_windows,
+        d_values,
+        region_code,
+        piece_stats,
     }
-    r.rows = rows_of(&all_windows, 3)
-        .into_iter()
-        .filter(|row| row.k <= max_k)
-        .collect();
+}
 
+/// One row per function with loads, most accesses first.
+fn function_rows(header: &TraceHeader, sums: &Sums, max_k: u32, code_k: u32) -> Vec<Function> {
+    let mut functions = Vec::new();
     for (f, func) in header.functions.iter().enumerate() {
-        let (a, a_const, d_sum, d_count) = function_acc[f];
+        let (a, a_const, d_sum, d_count) = sums.function_acc[f];
         if a + a_const == 0 {
             continue;
         }
-        let fw = &function_windows[f];
+        let fw = &sums.function_windows[f];
         let code = fw.get(&code_k).cloned().unwrap_or_default();
         let code_row = (!code.is_empty()).then(|| row(code_k, &code));
-        r.functions.push(Function {
+        functions.push(Function {
             name: func.name.clone(),
             a,
             a_const,
@@ -508,37 +594,47 @@ pub fn analyze(
                 .collect(),
         });
     }
-    r.functions.sort_by(|x, y| {
+    functions.sort_by(|x, y| {
         (y.a, y.a_const)
             .cmp(&(x.a, x.a_const))
             .then(x.name.cmp(&y.name))
     });
+    functions
+}
 
-    // Loads (+ implied rows), merged by (ip, class, implied).
+/// The loads (and implied rows), merged by (ip, class, implied).
+fn load_rows(
+    header: &TraceHeader,
+    infos: &[Info],
+    sums: &Sums,
+) -> Vec<(u64, LoadClass, u64, bool, Option<f64>)> {
     let mut loads: BTreeMap<(u64, LoadClass, bool), (u64, u64, u64)> = BTreeMap::new();
     for (i, l) in header.loads.iter().enumerate() {
         if let Some(p) = l.proxy {
-            let count = load_count[p as usize];
+            let count = sums.load_count[p as usize];
             if count > 0 && infos[i].included {
                 loads.entry((l.ip, l.class, true)).or_default().0 += count;
             }
-        } else if load_count[i] > 0 {
+        } else if sums.load_count[i] > 0 {
             let e = loads.entry((l.ip, l.class, false)).or_default();
-            e.0 += load_count[i];
-            e.1 += load_d[i].0;
-            e.2 += load_d[i].1;
+            e.0 += sums.load_count[i];
+            e.1 += sums.load_d[i].0;
+            e.2 += sums.load_d[i].1;
         }
     }
-    r.loads = loads
+    loads
         .into_iter()
         .map(|((ip, class, implied), (count, ds, dc))| {
             (ip, class, count, implied, ratio(ds as f64, dc as f64))
         })
-        .collect();
+        .collect()
+}
 
-    // Hot regions.
-    r.regions = zoom(
-        &lines_all,
+/// The hot regions, by start.
+fn hot_regions(header: &TraceHeader, infos: &[Info], sums: &Sums, params: &Params) -> Vec<Region> {
+    let lines_all = &sums.lines_all;
+    let mut regions: Vec<Region> = zoom(
+        lines_all,
         params.threshold_percent,
         params.min_page.trailing_zeros(),
     )
@@ -548,7 +644,7 @@ pub fn analyze(
         let ds: u64 = set.iter().map(|l| lines_all[l].1).sum();
         let dc: u64 = set.iter().map(|l| lines_all[l].2).sum();
         let mut by_function: BTreeMap<String, u64> = BTreeMap::new();
-        for (&(line, load), &count) in &region_code {
+        for (&(line, load), &count) in &sums.region_code {
             if set.contains(&line) {
                 let name = infos[load]
                     .function
@@ -570,9 +666,12 @@ pub fn analyze(
         }
     })
     .collect();
-    r.regions.sort_by_key(|x| x.start);
+    regions.sort_by_key(|x| x.start);
+    regions
+}
 
-    // Interval tree: complete nodes of 2^h pieces.
+/// The interval tree's levels (complete nodes of 2^h pieces) and root.
+fn interval_levels(piece_stats: &[(u64, u64, HashSet<u64>, HashSet<u64>)], r: &mut Reference) {
     let n = piece_stats.len();
     let mut h = 0;
     while n > 0 && (1usize << h) <= n {
@@ -621,7 +720,6 @@ pub fn analyze(
             .len() as u64;
         r.root = Some((n as u64, a, f, l));
     }
-    r
 }
 
 /// Naive zoom: returns leaves as (set of lines, depth).

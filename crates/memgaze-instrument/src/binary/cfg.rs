@@ -180,217 +180,32 @@ impl FunctionCode {
     }
 
     /// Builds the control flow of already decoded instructions covering
-    /// `[start, end)`.
+    /// `[start, end)`: branch sources and calls, indirect jumps (jump tables
+    /// recognised), leaders, basic blocks, then their edges.
     pub fn from_instructions(
         instructions: Vec<Instruction>,
         start: u64,
         end: u64,
         memory: &dyn Memory,
     ) -> FunctionCode {
-        let n = instructions.len();
-        let inside = |a: u64| a >= start && a < end;
         let index_of: HashMap<u64, u32> = instructions
             .iter()
             .enumerate()
             .map(|(i, insn)| (insn.ip(), i as u32))
             .collect();
-
-        // Direct branch sources per target instruction (for jump-table
-        // slicing), calls, invalid count.
-        let mut sources: HashMap<u32, Vec<u32>> = HashMap::new();
-        let mut calls = Vec::new();
-        let mut invalid = 0u32;
-        for (i, insn) in instructions.iter().enumerate() {
-            if insn.is_invalid() {
-                invalid += 1;
-            }
-            match insn.flow_control() {
-                FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch => {
-                    if let Some(&t) = index_of.get(&insn.near_branch_target()) {
-                        sources.entry(t).or_default().push(i as u32);
-                    }
-                }
-                FlowControl::Call | FlowControl::IndirectCall => calls.push(CallSite {
-                    ip: insn.ip(),
-                    instruction: i as u32,
-                    return_address: insn.next_ip(),
-                    target: (insn.flow_control() == FlowControl::Call)
-                        .then(|| insn.near_branch_target()),
-                }),
-                _ => {}
-            }
-        }
-
-        // Indirect jumps and jump tables.
-        let mut indirect_jumps = Vec::new();
-        let mut jump_tables: Vec<JumpTable> = Vec::new();
-        let mut not_table_shaped: Vec<usize> = Vec::new();
-        let slicer = jump_tables::Slicer {
-            instructions: &instructions,
-            sources: &sources,
-        };
-        for (i, insn) in instructions.iter().enumerate() {
-            if insn.flow_control() != FlowControl::IndirectBranch {
-                continue;
-            }
-            let kind = if is_memory_tail_call(insn) {
-                IndirectJumpKind::TailCall
-            } else {
-                match jump_tables::recognise(&slicer, i, start, end, &index_of, memory) {
-                    Some(Recognised::Table(table)) => {
-                        jump_tables.push(table);
-                        IndirectJumpKind::JumpTable(jump_tables.len() - 1)
-                    }
-                    Some(Recognised::TailCall) => IndirectJumpKind::TailCall,
-                    Some(Recognised::NotTableShaped) => {
-                        not_table_shaped.push(indirect_jumps.len());
-                        IndirectJumpKind::Unresolved
-                    }
-                    None => IndirectJumpKind::Unresolved,
-                }
-            };
-            indirect_jumps.push(IndirectJump {
-                ip: insn.ip(),
-                instruction: i as u32,
-                kind,
-            });
-        }
-        jump_tables::trim_overlapping(&mut jump_tables);
-
-        // Leaders.
-        let mut leader = vec![false; n];
-        let mut branch_targets = Vec::new();
-        if n > 0 {
-            leader[0] = true;
-        }
-        for (i, insn) in instructions.iter().enumerate() {
-            let ends_block = !matches!(
-                insn.flow_control(),
-                FlowControl::Next | FlowControl::XbeginXabortXend
-            ) || insn.is_invalid();
-            if ends_block && i + 1 < n {
-                leader[i + 1] = true;
-            }
-            if matches!(
-                insn.flow_control(),
-                FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch
-            ) && inside(insn.near_branch_target())
-            {
-                branch_targets.push(insn.near_branch_target());
-            }
-        }
-        for table in &jump_tables {
-            branch_targets.extend(table.targets.iter().copied().filter(|&t| inside(t)));
-        }
-        branch_targets.sort_unstable();
-        branch_targets.dedup();
-        for t in &branch_targets {
-            if let Some(&i) = index_of.get(t) {
-                leader[i as usize] = true;
-            }
-        }
-
-        // Blocks.
-        let mut blocks: Vec<BasicBlock> = Vec::new();
-        let mut block_of = vec![0u32; n];
-        for i in 0..n {
-            if leader[i] {
-                blocks.push(BasicBlock {
-                    start: instructions[i].ip(),
-                    end: instructions[i].next_ip(),
-                    first: i as u32,
-                    len: 0,
-                    successors: Vec::new(),
-                    predecessors: Vec::new(),
-                    terminator: Terminator::FallThrough,
-                });
-            }
-            let b = blocks.last_mut().expect("instruction 0 is a leader");
-            b.len += 1;
-            b.end = instructions[i].next_ip();
-            block_of[i] = (blocks.len() - 1) as u32;
-        }
-
-        // Edges.
-        let block_at = |addr: u64| index_of.get(&addr).map(|&i| block_of[i as usize]);
-        let table_of: HashMap<u32, usize> = indirect_jumps
-            .iter()
-            .filter_map(|j| match j.kind {
-                IndirectJumpKind::JumpTable(t) => Some((j.instruction, t)),
-                _ => None,
-            })
-            .collect();
-        for block in blocks.iter_mut() {
-            let last = block.last();
-            let insn = &instructions[last];
-            let next = (last + 1 < n).then(|| block_of[last + 1]);
-            let mut succ: Vec<u32> = Vec::new();
-            let terminator = if insn.is_invalid() {
-                Terminator::Invalid
-            } else {
-                match insn.flow_control() {
-                    FlowControl::Next | FlowControl::XbeginXabortXend => {
-                        succ.extend(next);
-                        if next.is_some() {
-                            Terminator::FallThrough
-                        } else {
-                            Terminator::End
-                        }
-                    }
-                    FlowControl::UnconditionalBranch => match block_at(insn.near_branch_target()) {
-                        Some(t) => {
-                            succ.push(t);
-                            Terminator::Jump
-                        }
-                        None => Terminator::TailCall,
-                    },
-                    FlowControl::ConditionalBranch => {
-                        succ.extend(block_at(insn.near_branch_target()));
-                        succ.extend(next);
-                        Terminator::Conditional
-                    }
-                    FlowControl::Call | FlowControl::IndirectCall => {
-                        succ.extend(next);
-                        Terminator::Call
-                    }
-                    FlowControl::Return => Terminator::Return,
-                    FlowControl::IndirectBranch => {
-                        if let Some(&t) = table_of.get(&(last as u32)) {
-                            succ.extend(jump_tables[t].targets.iter().filter_map(|&a| block_at(a)));
-                        }
-                        Terminator::IndirectJump
-                    }
-                    FlowControl::Interrupt | FlowControl::Exception => {
-                        // `int3`/`ud2` trap; `syscall`/`int 0x80` continue.
-                        if matches!(insn.mnemonic(), Mnemonic::Syscall | Mnemonic::Int) {
-                            succ.extend(next);
-                            Terminator::FallThrough
-                        } else {
-                            Terminator::Trap
-                        }
-                    }
-                }
-            };
-            if insn.mnemonic() == Mnemonic::Hlt {
-                succ.clear();
-            }
-            succ.sort_unstable();
-            succ.dedup();
-            block.terminator = if insn.mnemonic() == Mnemonic::Hlt {
-                Terminator::Trap
-            } else {
-                terminator
-            };
-            block.successors = succ;
-        }
-        for b in 0..blocks.len() {
-            for s in blocks[b].successors.clone() {
-                let preds = &mut blocks[s as usize].predecessors;
-                if !preds.contains(&(b as u32)) {
-                    preds.push(b as u32);
-                }
-            }
-        }
+        let (sources, calls, invalid) = branch_sources_and_calls(&instructions, &index_of);
+        let (indirect_jumps, jump_tables, not_table_shaped) =
+            indirect_jumps(&instructions, &sources, start, end, &index_of, memory);
+        let (leader, branch_targets) = leaders(&instructions, &jump_tables, &index_of, start, end);
+        let (mut blocks, block_of) = basic_blocks(&instructions, &leader);
+        link_blocks(
+            &mut blocks,
+            &instructions,
+            &block_of,
+            &index_of,
+            &indirect_jumps,
+            &jump_tables,
+        );
 
         let mut code = FunctionCode {
             start,
@@ -404,20 +219,25 @@ impl FunctionCode {
             branch_targets,
             invalid_instructions: invalid,
         };
-        // `jmp r` of a computed pointer after the frame is torn down (the
-        // stack pointer back where it was at entry) is a tail call.
+        code.resolve_frame_tail_calls(not_table_shaped);
+        code
+    }
+
+    /// `jmp r` of a computed pointer after the frame is torn down (the
+    /// stack pointer back where it was at entry) is a tail call: marks the
+    /// indirect jumps `not_table_shaped` (indices) that are.
+    fn resolve_frame_tail_calls(&mut self, not_table_shaped: Vec<usize>) {
         if !not_table_shaped.is_empty() {
             let mut info = iced_x86::InstructionInfoFactory::new();
-            let fp = stack::frame_pointer(&code, &mut info);
-            let positions = stack::positions(&code, fp);
+            let fp = stack::frame_pointer(self, &mut info);
+            let positions = stack::positions(self, fp);
             for k in not_table_shaped {
-                let j = &mut code.indirect_jumps[k];
+                let j = &mut self.indirect_jumps[k];
                 if positions[j.instruction as usize] == Some(StackPos::entry(0)) {
                     j.kind = IndirectJumpKind::TailCall;
                 }
             }
         }
-        code
     }
 
     /// The block holding instruction `index`.
@@ -448,6 +268,248 @@ impl FunctionCode {
     /// Natural loops (from back edges) and their nesting.
     pub fn loops(&self) -> LoopForest {
         LoopForest::compute(&self.blocks, &self.dominators())
+    }
+}
+
+/// Direct branch sources per target instruction (for jump-table slicing),
+/// the call sites, and the number of invalid instructions.
+fn branch_sources_and_calls(
+    instructions: &[Instruction],
+    index_of: &HashMap<u64, u32>,
+) -> (HashMap<u32, Vec<u32>>, Vec<CallSite>, u32) {
+    let mut sources: HashMap<u32, Vec<u32>> = HashMap::new();
+    let mut calls = Vec::new();
+    let mut invalid = 0u32;
+    for (i, insn) in instructions.iter().enumerate() {
+        if insn.is_invalid() {
+            invalid += 1;
+        }
+        match insn.flow_control() {
+            FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch => {
+                if let Some(&t) = index_of.get(&insn.near_branch_target()) {
+                    sources.entry(t).or_default().push(i as u32);
+                }
+            }
+            FlowControl::Call | FlowControl::IndirectCall => calls.push(CallSite {
+                ip: insn.ip(),
+                instruction: i as u32,
+                return_address: insn.next_ip(),
+                target: (insn.flow_control() == FlowControl::Call)
+                    .then(|| insn.near_branch_target()),
+            }),
+            _ => {}
+        }
+    }
+    (sources, calls, invalid)
+}
+
+/// Every indirect jump, classified (tail call, jump table, unresolved);
+/// the jump tables (overlaps trimmed); and the indices of the unresolved
+/// jumps that are not shaped like a table dispatch.
+fn indirect_jumps(
+    instructions: &[Instruction],
+    sources: &HashMap<u32, Vec<u32>>,
+    start: u64,
+    end: u64,
+    index_of: &HashMap<u64, u32>,
+    memory: &dyn Memory,
+) -> (Vec<IndirectJump>, Vec<JumpTable>, Vec<usize>) {
+    let mut indirect_jumps = Vec::new();
+    let mut jump_tables: Vec<JumpTable> = Vec::new();
+    let mut not_table_shaped: Vec<usize> = Vec::new();
+    let slicer = jump_tables::Slicer {
+        instructions,
+        sources,
+    };
+    for (i, insn) in instructions.iter().enumerate() {
+        if insn.flow_control() != FlowControl::IndirectBranch {
+            continue;
+        }
+        let kind = if is_memory_tail_call(insn) {
+            IndirectJumpKind::TailCall
+        } else {
+            match jump_tables::recognise(&slicer, i, start, end, index_of, memory) {
+                Some(Recognised::Table(table)) => {
+                    jump_tables.push(table);
+                    IndirectJumpKind::JumpTable(jump_tables.len() - 1)
+                }
+                Some(Recognised::TailCall) => IndirectJumpKind::TailCall,
+                Some(Recognised::NotTableShaped) => {
+                    not_table_shaped.push(indirect_jumps.len());
+                    IndirectJumpKind::Unresolved
+                }
+                None => IndirectJumpKind::Unresolved,
+            }
+        };
+        indirect_jumps.push(IndirectJump {
+            ip: insn.ip(),
+            instruction: i as u32,
+            kind,
+        });
+    }
+    jump_tables::trim_overlapping(&mut jump_tables);
+    (indirect_jumps, jump_tables, not_table_shaped)
+}
+
+/// Which instructions start a basic block, and the branch and jump-table
+/// targets inside `[start, end)` (sorted, deduplicated).
+fn leaders(
+    instructions: &[Instruction],
+    jump_tables: &[JumpTable],
+    index_of: &HashMap<u64, u32>,
+    start: u64,
+    end: u64,
+) -> (Vec<bool>, Vec<u64>) {
+    let n = instructions.len();
+    let inside = |a: u64| a >= start && a < end;
+    let mut leader = vec![false; n];
+    let mut branch_targets = Vec::new();
+    if n > 0 {
+        leader[0] = true;
+    }
+    for (i, insn) in instructions.iter().enumerate() {
+        let ends_block = !matches!(
+            insn.flow_control(),
+            FlowControl::Next | FlowControl::XbeginXabortXend
+        ) || insn.is_invalid();
+        if ends_block && i + 1 < n {
+            leader[i + 1] = true;
+        }
+        if matches!(
+            insn.flow_control(),
+            FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch
+        ) && inside(insn.near_branch_target())
+        {
+            branch_targets.push(insn.near_branch_target());
+        }
+    }
+    for table in jump_tables {
+        branch_targets.extend(table.targets.iter().copied().filter(|&t| inside(t)));
+    }
+    branch_targets.sort_unstable();
+    branch_targets.dedup();
+    for t in &branch_targets {
+        if let Some(&i) = index_of.get(t) {
+            leader[i as usize] = true;
+        }
+    }
+    (leader, branch_targets)
+}
+
+/// The basic blocks from their leaders (no edges yet), and the block of
+/// each instruction.
+fn basic_blocks(instructions: &[Instruction], leader: &[bool]) -> (Vec<BasicBlock>, Vec<u32>) {
+    let n = instructions.len();
+    let mut blocks: Vec<BasicBlock> = Vec::new();
+    let mut block_of = vec![0u32; n];
+    for i in 0..n {
+        if leader[i] {
+            blocks.push(BasicBlock {
+                start: instructions[i].ip(),
+                end: instructions[i].next_ip(),
+                first: i as u32,
+                len: 0,
+                successors: Vec::new(),
+                predecessors: Vec::new(),
+                terminator: Terminator::FallThrough,
+            });
+        }
+        let b = blocks.last_mut().expect("instruction 0 is a leader");
+        b.len += 1;
+        b.end = instructions[i].next_ip();
+        block_of[i] = (blocks.len() - 1) as u32;
+    }
+    (blocks, block_of)
+}
+
+/// Sets each block's terminator and successors, then its predecessors.
+fn link_blocks(
+    blocks: &mut [BasicBlock],
+    instructions: &[Instruction],
+    block_of: &[u32],
+    index_of: &HashMap<u64, u32>,
+    indirect_jumps: &[IndirectJump],
+    jump_tables: &[JumpTable],
+) {
+    let n = instructions.len();
+    let block_at = |addr: u64| index_of.get(&addr).map(|&i| block_of[i as usize]);
+    let table_of: HashMap<u32, usize> = indirect_jumps
+        .iter()
+        .filter_map(|j| match j.kind {
+            IndirectJumpKind::JumpTable(t) => Some((j.instruction, t)),
+            _ => None,
+        })
+        .collect();
+    for block in blocks.iter_mut() {
+        let last = block.last();
+        let insn = &instructions[last];
+        let next = (last + 1 < n).then(|| block_of[last + 1]);
+        let mut succ: Vec<u32> = Vec::new();
+        let terminator = if insn.is_invalid() {
+            Terminator::Invalid
+        } else {
+            match insn.flow_control() {
+                FlowControl::Next | FlowControl::XbeginXabortXend => {
+                    succ.extend(next);
+                    if next.is_some() {
+                        Terminator::FallThrough
+                    } else {
+                        Terminator::End
+                    }
+                }
+                FlowControl::UnconditionalBranch => match block_at(insn.near_branch_target()) {
+                    Some(t) => {
+                        succ.push(t);
+                        Terminator::Jump
+                    }
+                    None => Terminator::TailCall,
+                },
+                FlowControl::ConditionalBranch => {
+                    succ.extend(block_at(insn.near_branch_target()));
+                    succ.extend(next);
+                    Terminator::Conditional
+                }
+                FlowControl::Call | FlowControl::IndirectCall => {
+                    succ.extend(next);
+                    Terminator::Call
+                }
+                FlowControl::Return => Terminator::Return,
+                FlowControl::IndirectBranch => {
+                    if let Some(&t) = table_of.get(&(last as u32)) {
+                        succ.extend(jump_tables[t].targets.iter().filter_map(|&a| block_at(a)));
+                    }
+                    Terminator::IndirectJump
+                }
+                FlowControl::Interrupt | FlowControl::Exception => {
+                    // `int3`/`ud2` trap; `syscall`/`int 0x80` continue.
+                    if matches!(insn.mnemonic(), Mnemonic::Syscall | Mnemonic::Int) {
+                        succ.extend(next);
+                        Terminator::FallThrough
+                    } else {
+                        Terminator::Trap
+                    }
+                }
+            }
+        };
+        if insn.mnemonic() == Mnemonic::Hlt {
+            succ.clear();
+        }
+        succ.sort_unstable();
+        succ.dedup();
+        block.terminator = if insn.mnemonic() == Mnemonic::Hlt {
+            Terminator::Trap
+        } else {
+            terminator
+        };
+        block.successors = succ;
+    }
+    for b in 0..blocks.len() {
+        for s in blocks[b].successors.clone() {
+            let preds = &mut blocks[s as usize].predecessors;
+            if !preds.contains(&(b as u32)) {
+                preds.push(b as u32);
+            }
+        }
     }
 }
 

@@ -127,7 +127,7 @@ impl Skipped<'_> {
     /// Records annotation function `ai` (binary function `f`) as not
     /// instrumented for `reason`, with every load of it (`loads_of`).
     fn function(
-        self,
+        &mut self,
         ai: usize,
         f: &Function,
         loads_of: &HashMap<u32, Vec<usize>>,
@@ -169,6 +169,12 @@ pub fn instrument(
 /// [`instrument`], reusing the control flow of functions already built
 /// (by the classification), keyed by function start; the entries used are
 /// taken out of `codes`.
+///
+/// Phases, with plain data between them: select and plan the functions
+/// ([`Selection`], [`Planned`]), generate the runtime and encode the copies
+/// ([`relocate::Copies`]), translate their unwind information
+/// ([`UnwindTail`]), patch the original, lay the segment out, and update
+/// the annotation and the report.
 pub fn instrument_with_code(
     binary: &Binary,
     mut annotation: Annotation,
@@ -196,43 +202,192 @@ pub fn instrument_with_code(
     if soft && !editor.can_hook_fini() {
         return Err(InstrumentError::NoExitHook);
     }
+    let original = OriginalUnwind::load(binary, &editor, &mut report);
+    let selection = select_functions(binary, &mut annotation, soft, &mut report);
 
-    // Unwind information of the original.
-    let eh_frame = match binary.section(".eh_frame") {
-        Some(section) if editor.has_eh_frame_hdr() => {
-            let data = binary.section_data(section).unwrap_or_default();
-            match unwind::EhFrame::parse(data, section.addr) {
-                Ok(frame) => Some(frame),
-                Err(e) => {
-                    report.warnings.push(format!(
-                        ".eh_frame could not be read ({e}): functions with unwind entries are not instrumented"
-                    ));
-                    None
+    // ---- 1. plans
+    let (mut plans, mut skipped_loads) = plan_functions(
+        binary,
+        &mut annotation,
+        &selection,
+        &original,
+        soft,
+        codes,
+        &mut report,
+    );
+    lap(&mut report, "plan (CFG, liveness, superblocks)");
+
+    // ---- 2. runtime and copies
+    let runtime_va = editor.segment_va + 64;
+    let rt = generate_runtime(
+        &editor,
+        runtime_va,
+        &mut plans,
+        selection.markers,
+        soft,
+        &mut report,
+    )?;
+    let copies_va = align_up(
+        runtime_va + rt.as_ref().map_or(0, |r| r.code.len() as u64),
+        64,
+    );
+    let record_va = rt.as_ref().map_or(0, |r| r.record);
+    let copies = encode_copies(
+        binary,
+        &mut plans,
+        copies_va,
+        record_va,
+        &selection.loads_of,
+        Skipped {
+            annotation: &mut annotation,
+            report: &mut report,
+            loads: &mut skipped_loads,
+        },
+    )?;
+    lap(&mut report, "encode copies");
+
+    // ---- 3. unwind information
+    let tail_va = align_up(copies_va + copies.code.len() as u64, 8);
+    let tail = build_unwind_tail(
+        binary,
+        &original,
+        &plans,
+        &copies,
+        editor.pie,
+        tail_va,
+        &mut report,
+    )?;
+    lap(&mut report, "unwind information");
+
+    // ---- 4. patches
+    let patched = patch_original(
+        &mut editor,
+        binary,
+        &mut plans,
+        &copies,
+        &original,
+        &mut report,
+    )?;
+    report.escaped_loads = escaped_loads(binary, &plans, &report.escapes, &patched);
+
+    // ---- 5. segment
+    let segment = lay_out_segment(
+        editor.segment_va,
+        rt.as_ref(),
+        copies_va,
+        &copies.code,
+        &tail,
+    );
+    report.segment_bytes = segment.len();
+    report.copies_start = copies_va;
+    report.copies_end = copies_va + copies.code.len() as u64;
+
+    // ---- 6. annotation and report
+    update_annotation(
+        &mut annotation,
+        &plans,
+        &copies,
+        skipped_loads,
+        options.mode,
+    );
+    count_into_report(&mut report, &annotation, &plans);
+    let (entry, fini) = match &rt {
+        Some(rt) => (Some(rt.entry), Some(rt.fini)),
+        None => (None, None),
+    };
+    let executable = editor.finish(&segment, entry, fini, tail.eh_frame_hdr)?;
+    lap(&mut report, "patches, report, ELF");
+    Ok(Instrumented {
+        executable,
+        annotation,
+        report,
+    })
+}
+
+/// The original's unwind information, and what translating it reads.
+struct OriginalUnwind<'b> {
+    binary: &'b Binary,
+    /// `.eh_frame`, when there is one with an `.eh_frame_hdr` and it parses.
+    eh_frame: Option<unwind::EhFrame>,
+    /// Start of every LSDA an FDE names.
+    lsda_starts: BTreeSet<u64>,
+    /// End of `.gcc_except_table` (`u64::MAX` without one).
+    except_table_end: u64,
+}
+
+impl<'b> OriginalUnwind<'b> {
+    /// Reads `binary`'s `.eh_frame`; one that cannot be parsed is a warning
+    /// (functions with unwind entries are then left alone).
+    fn load(binary: &'b Binary, editor: &ElfEditor, report: &mut Report) -> OriginalUnwind<'b> {
+        let eh_frame = match binary.section(".eh_frame") {
+            Some(section) if editor.has_eh_frame_hdr() => {
+                let data = binary.section_data(section).unwrap_or_default();
+                match unwind::EhFrame::parse(data, section.addr) {
+                    Ok(frame) => Some(frame),
+                    Err(e) => {
+                        report.warnings.push(format!(
+                            ".eh_frame could not be read ({e}): functions with unwind entries are not instrumented"
+                        ));
+                        None
+                    }
                 }
             }
+            _ => None,
+        };
+        let except_table_end = binary
+            .section(".gcc_except_table")
+            .map(|s| s.addr + s.size)
+            .unwrap_or(u64::MAX);
+        let lsda_starts: BTreeSet<u64> = eh_frame
+            .iter()
+            .flat_map(|f| f.fdes.iter().filter_map(|fde| fde.lsda))
+            .collect();
+        OriginalUnwind {
+            binary,
+            eh_frame,
+            lsda_starts,
+            except_table_end,
         }
-        _ => None,
-    };
-    let except_table_end = binary
-        .section(".gcc_except_table")
-        .map(|s| s.addr + s.size)
-        .unwrap_or(u64::MAX);
-    let lsda_starts: BTreeSet<u64> = eh_frame
-        .iter()
-        .flat_map(|f| f.fdes.iter().filter_map(|fde| fde.lsda))
-        .collect();
-    let lsda_limit = |lsda: u64| {
-        lsda_starts
+    }
+
+    /// Where the LSDA at `lsda` ends at the latest: the next LSDA, or the
+    /// end of `.gcc_except_table`.
+    fn lsda_limit(&self, lsda: u64) -> u64 {
+        self.lsda_starts
             .range(lsda + 1..)
             .next()
             .copied()
-            .unwrap_or(except_table_end)
-            .min(except_table_end)
-    };
-    let read = |addr: u64, len: usize| binary.bytes_at(addr, len).map(<[u8]>::to_vec);
+            .unwrap_or(self.except_table_end)
+            .min(self.except_table_end)
+    }
 
-    // Region markers (always copied in soft mode so their hooks can run
-    // first and then continue in the copy).
+    /// `len` file-backed bytes of the original at `addr`.
+    fn read(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+        self.binary.bytes_at(addr, len).map(<[u8]>::to_vec)
+    }
+}
+
+/// The functions to copy and the loads of each.
+struct Selection {
+    /// `(binary function, annotation function)`: the annotation's functions
+    /// found in the binary, in order, then the region markers not among
+    /// them.
+    functions: Vec<(usize, Option<usize>)>,
+    /// The region markers `(begin, end)` (soft mode, when both exist).
+    markers: Option<(usize, usize)>,
+    /// Loads per annotation function.
+    loads_of: HashMap<u32, Vec<usize>>,
+}
+
+/// Selects the annotation's functions (marking those the binary does not
+/// have as skipped) and, in soft mode, the region markers: they are always
+/// copied so their hooks can run first and then continue in the copy.
+fn select_functions(
+    binary: &Binary,
+    annotation: &mut Annotation,
+    soft: bool,
+    report: &mut Report,
+) -> Selection {
     let function_by_start: HashMap<u64, usize> = binary
         .functions()
         .iter()
@@ -281,113 +436,47 @@ pub fn instrument_with_code(
         }
     }
 
-    // Loads per annotation function.
     let mut loads_of: HashMap<u32, Vec<usize>> = HashMap::new();
     for (li, load) in annotation.loads.iter().enumerate() {
         loads_of.entry(load.function).or_default().push(li);
     }
+    Selection {
+        functions: selected,
+        markers,
+        loads_of,
+    }
+}
 
-    // ---- 1. plans (on all cores; the outcomes are applied in order)
-    let work: Vec<(usize, Option<usize>, Option<FunctionCode>)> = selected
+/// Plans every selected function (on all cores; the outcomes are applied in
+/// order): the plans of those that can be copied, in selection order, and
+/// the loads left without a probe. Functions that cannot be copied are
+/// recorded as skipped.
+fn plan_functions(
+    binary: &Binary,
+    annotation: &mut Annotation,
+    selection: &Selection,
+    original: &OriginalUnwind<'_>,
+    soft: bool,
+    codes: &mut HashMap<u64, FunctionCode>,
+    report: &mut Report,
+) -> (Vec<Planned>, Vec<(usize, String)>) {
+    let work: Vec<(usize, Option<usize>, Option<FunctionCode>)> = selection
+        .functions
         .iter()
         .map(|&(bi, ai)| (bi, ai, codes.remove(&binary.functions()[bi].start)))
         .collect();
     let outcomes: Vec<PlanOutcome> = {
         use rayon::prelude::*;
-        let annotation = &annotation;
-        let loads_of = &loads_of;
-        let lsda_limit = &lsda_limit;
-        let read = &read;
-        let eh_frame = eh_frame.as_ref();
+        let annotation = &*annotation;
+        let planner = Planner {
+            binary,
+            annotation,
+            selection,
+            original,
+            soft,
+        };
         work.into_par_iter()
-            .map(|(bi, ai, code)| {
-                let f = &binary.functions()[bi];
-                let code = code.unwrap_or_else(|| binary.function_code(f));
-                if let Err(reason) = check_function(binary, f, &code, eh_frame, lsda_limit, read) {
-                    return PlanOutcome::Skipped {
-                        function: bi,
-                        annotation_function: ai,
-                        reason,
-                    };
-                }
-                let mut skipped_loads = Vec::new();
-                let mut inserts = Vec::new();
-                let mut blocks = Vec::new();
-                let live = if soft && ai.is_some() {
-                    liveness::live_before(&code)
-                } else {
-                    Vec::new()
-                };
-                if let Some(ai) = ai {
-                    for &li in loads_of.get(&(ai as u32)).into_iter().flatten() {
-                        let load = &annotation.loads[li];
-                        if !load.instrumented {
-                            continue;
-                        }
-                        let Some(index) = code.instruction_at(load.ip) else {
-                            skipped_loads
-                                .push((li, "not an instruction boundary of its function".into()));
-                            continue;
-                        };
-                        let insn = &code.instructions[index];
-                        if let Some(reason) = probe::unsupported_operand(insn) {
-                            skipped_loads.push((li, reason.into()));
-                            continue;
-                        }
-                        if soft {
-                            inserts.push((
-                                index,
-                                Insert::Soft {
-                                    id: load.id,
-                                    fast: choose_fast_path(live[index]),
-                                },
-                            ));
-                        } else {
-                            if probe::bit_offset_register(insn).is_some() {
-                                skipped_loads.push((
-                                    li,
-                                    "bit test at a register offset (ptwrite cannot carry the offset)"
-                                        .into(),
-                                ));
-                                continue;
-                            }
-                            if insn.memory_segment() == Register::FS {
-                                skipped_loads.push((
-                                    li,
-                                    "fs-relative load (ptwrite cannot carry the segment base)"
-                                        .into(),
-                                ));
-                                continue;
-                            }
-                            if !insn.memory_base().is_gpr() && !insn.memory_index().is_gpr() {
-                                skipped_loads.push((
-                                    li,
-                                    "no source register (static address): ptwrite cannot observe it"
-                                        .into(),
-                                ));
-                                continue;
-                            }
-                            inserts.push((index, Insert::Ptwrite { id: load.id }));
-                        }
-                    }
-                }
-                inserts.sort_by_key(|&(i, _)| i);
-                if soft && !inserts.is_empty() {
-                    blocks = form_superblocks(&code, &live, &mut inserts);
-                }
-                PlanOutcome::Planned {
-                    plan: Box::new(Planned {
-                        function: bi,
-                        annotation_function: ai,
-                        code,
-                        inserts,
-                        blocks,
-                        prologue_call: None,
-                        table_patches: Vec::new(),
-                    }),
-                    skipped_loads,
-                }
-            })
+            .map(|(bi, ai, code)| planner.plan(bi, ai, code))
             .collect()
     };
     let mut plans: Vec<Planned> = Vec::with_capacity(outcomes.len());
@@ -407,14 +496,14 @@ pub fn instrument_with_code(
                 reason,
             } => {
                 let f = &binary.functions()[bi];
-                let is_marker = markers.is_some_and(|(b, e)| bi == b || bi == e);
+                let is_marker = selection.markers.is_some_and(|(b, e)| bi == b || bi == e);
                 if let Some(ai) = ai {
-                    let skipped = Skipped {
-                        annotation: &mut annotation,
-                        report: &mut report,
+                    let mut skipped = Skipped {
+                        annotation: &mut *annotation,
+                        report: &mut *report,
                         loads: &mut skipped_loads,
                     };
-                    skipped.function(ai, f, &loads_of, reason);
+                    skipped.function(ai, f, &selection.loads_of, reason);
                 } else if is_marker {
                     report.warnings.push(format!(
                         "region marker {} cannot be hooked: {reason}",
@@ -424,16 +513,134 @@ pub fn instrument_with_code(
             }
         }
     }
+    (plans, skipped_loads)
+}
 
-    lap(&mut report, "plan (CFG, liveness, superblocks)");
+/// What planning one function reads.
+struct Planner<'a, 'b> {
+    binary: &'a Binary,
+    annotation: &'a Annotation,
+    selection: &'a Selection,
+    original: &'a OriginalUnwind<'b>,
+    soft: bool,
+}
 
-    // ---- 2. runtime and copies
+impl Planner<'_, '_> {
+    /// Plans binary function `bi` (annotation function `ai`, `None` for a
+    /// region marker; `code` when already built): checks it can be copied,
+    /// then picks a probe per instrumented load and, in soft mode, groups
+    /// them into superblocks.
+    fn plan(&self, bi: usize, ai: Option<usize>, code: Option<FunctionCode>) -> PlanOutcome {
+        let Planner {
+            binary,
+            annotation,
+            selection,
+            original,
+            soft,
+        } = *self;
+        let f = &binary.functions()[bi];
+        let code = code.unwrap_or_else(|| binary.function_code(f));
+        if let Err(reason) = check_function(
+            binary,
+            f,
+            &code,
+            original.eh_frame.as_ref(),
+            &|lsda| original.lsda_limit(lsda),
+            &|addr, len| original.read(addr, len),
+        ) {
+            return PlanOutcome::Skipped {
+                function: bi,
+                annotation_function: ai,
+                reason,
+            };
+        }
+        let mut skipped_loads = Vec::new();
+        let mut inserts = Vec::new();
+        let mut blocks = Vec::new();
+        let live = if soft && ai.is_some() {
+            liveness::live_before(&code)
+        } else {
+            Vec::new()
+        };
+        if let Some(ai) = ai {
+            for &li in selection.loads_of.get(&(ai as u32)).into_iter().flatten() {
+                let load = &annotation.loads[li];
+                if !load.instrumented {
+                    continue;
+                }
+                let Some(index) = code.instruction_at(load.ip) else {
+                    skipped_loads.push((li, "not an instruction boundary of its function".into()));
+                    continue;
+                };
+                let insn = &code.instructions[index];
+                if let Some(reason) = probe::unsupported_operand(insn) {
+                    skipped_loads.push((li, reason.into()));
+                    continue;
+                }
+                if soft {
+                    inserts.push((
+                        index,
+                        Insert::Soft {
+                            id: load.id,
+                            fast: choose_fast_path(live[index]),
+                        },
+                    ));
+                } else if let Some(reason) = ptwrite_unsupported(insn) {
+                    skipped_loads.push((li, reason.into()));
+                } else {
+                    inserts.push((index, Insert::Ptwrite { id: load.id }));
+                }
+            }
+        }
+        inserts.sort_by_key(|&(i, _)| i);
+        if soft && !inserts.is_empty() {
+            blocks = form_superblocks(&code, &live, &mut inserts);
+        }
+        PlanOutcome::Planned {
+            plan: Box::new(Planned {
+                function: bi,
+                annotation_function: ai,
+                code,
+                inserts,
+                blocks,
+                prologue_call: None,
+                table_patches: Vec::new(),
+            }),
+            skipped_loads,
+        }
+    }
+}
+
+/// Why a `ptwrite` of `insn`'s address registers cannot stand for its
+/// address, if it cannot.
+fn ptwrite_unsupported(insn: &iced_x86::Instruction) -> Option<&'static str> {
+    if probe::bit_offset_register(insn).is_some() {
+        Some("bit test at a register offset (ptwrite cannot carry the offset)")
+    } else if insn.memory_segment() == Register::FS {
+        Some("fs-relative load (ptwrite cannot carry the segment base)")
+    } else if !insn.memory_base().is_gpr() && !insn.memory_index().is_gpr() {
+        Some("no source register (static address): ptwrite cannot observe it")
+    } else {
+        None
+    }
+}
+
+/// Generates the recorder runtime (soft mode) for `runtime_va`, and makes
+/// the copies of the region markers call its region hooks when both
+/// markers are copied.
+fn generate_runtime(
+    editor: &ElfEditor,
+    runtime_va: u64,
+    plans: &mut [Planned],
+    markers: Option<(usize, usize)>,
+    soft: bool,
+    report: &mut Report,
+) -> Result<Option<runtime::Runtime>> {
     let has_regions = soft
         && markers.is_some_and(|(b, e)| {
             plans.iter().any(|p| p.function == b) && plans.iter().any(|p| p.function == e)
         });
     report.region_markers = has_regions;
-    let runtime_va = editor.segment_va + 64;
     let rt = if soft {
         Some(
             runtime::generate(&runtime::RuntimeParams {
@@ -459,12 +666,21 @@ pub fn instrument_with_code(
             }
         }
     }
-    let copies_va = align_up(
-        runtime_va + rt.as_ref().map_or(0, |r| r.code.len() as u64),
-        64,
-    );
-    let record_va = rt.as_ref().map_or(0, |r| r.record);
-    let copies = loop {
+    Ok(rt)
+}
+
+/// Encodes the copies of `plans` at `copies_va`. Functions the encoder
+/// refuses are taken out of `plans` and recorded as skipped, and the rest
+/// encoded again.
+fn encode_copies(
+    binary: &Binary,
+    plans: &mut Vec<Planned>,
+    copies_va: u64,
+    record_va: u64,
+    loads_of: &HashMap<u32, Vec<usize>>,
+    mut skipped: Skipped<'_>,
+) -> Result<relocate::Copies> {
+    loop {
         let copy_plans: Vec<CopyPlan<'_>> = plans
             .iter()
             .map(|p| CopyPlan {
@@ -475,7 +691,7 @@ pub fn instrument_with_code(
             })
             .collect();
         match relocate::encode(&copy_plans, copies_va, record_va) {
-            Ok(copies) => break copies,
+            Ok(copies) => return Ok(copies),
             Err(combined) => {
                 // Find the functions the encoder refuses and leave them out.
                 let bad: Vec<usize> = copy_plans
@@ -487,36 +703,51 @@ pub fn instrument_with_code(
                     .map(|(i, _)| i)
                     .collect();
                 if bad.is_empty() {
-                    return Err(combined.into());
+                    return Err(combined);
                 }
                 drop(copy_plans);
                 for &i in bad.iter().rev() {
                     let plan = plans.remove(i);
                     if let Some(ai) = plan.annotation_function {
-                        let skipped = Skipped {
-                            annotation: &mut annotation,
-                            report: &mut report,
-                            loads: &mut skipped_loads,
-                        };
                         skipped.function(
                             ai,
                             &binary.functions()[plan.function],
-                            &loads_of,
+                            loads_of,
                             "the encoder cannot relocate its instructions".into(),
                         );
                     }
                 }
             }
         }
-    };
+    }
+}
 
-    lap(&mut report, "encode copies");
+/// What follows the copies in the segment: the copies' LSDAs and FDEs, and
+/// a new `.eh_frame_hdr` listing the original's FDEs and theirs.
+struct UnwindTail {
+    /// Where it is placed (after the copies, 8-aligned).
+    va: u64,
+    /// The bytes.
+    bytes: Vec<u8>,
+    /// Address and size of the new `.eh_frame_hdr`, if one was written.
+    eh_frame_hdr: Option<(u64, u64)>,
+}
 
-    // ---- 3. unwind information
+/// Translates the unwind information (FDE, LSDA) of every copied function
+/// to its copy, for placement at `tail_va`.
+fn build_unwind_tail(
+    binary: &Binary,
+    original: &OriginalUnwind<'_>,
+    plans: &[Planned],
+    copies: &relocate::Copies,
+    pie: bool,
+    tail_va: u64,
+    report: &mut Report,
+) -> Result<UnwindTail> {
     let mut tail: Vec<u8> = Vec::new(); // LSDAs, FDEs, header after the copies
-    let tail_va = align_up(copies_va + copies.code.len() as u64, 8);
     let mut new_fdes: Vec<(u64, u64)> = Vec::new();
-    if let Some(frame) = &eh_frame {
+    let read = |addr: u64, len: usize| original.read(addr, len);
+    if let Some(frame) = &original.eh_frame {
         for (plan, map) in plans.iter().zip(&copies.maps) {
             let f = &binary.functions()[plan.function];
             for fde in frame.fdes_within(f.start, f.end()) {
@@ -528,9 +759,9 @@ pub fn instrument_with_code(
                         let new = unwind::translate_lsda(
                             &read,
                             lsda,
-                            lsda_limit(lsda),
+                            original.lsda_limit(lsda),
                             fde.pc_begin,
-                            editor.pie,
+                            pie,
                             &mapper,
                             at,
                         )
@@ -558,7 +789,7 @@ pub fn instrument_with_code(
         }
     }
     let mut eh_frame_hdr = None;
-    if let Some(frame) = &eh_frame
+    if let Some(frame) = &original.eh_frame
         && !new_fdes.is_empty()
     {
         while !tail.len().is_multiple_of(4) {
@@ -572,21 +803,41 @@ pub fn instrument_with_code(
         eh_frame_hdr = Some((at, hdr.len() as u64));
         tail.extend_from_slice(&hdr);
     }
+    Ok(UnwindTail {
+        va: tail_va,
+        bytes: tail,
+        eh_frame_hdr,
+    })
+}
 
-    lap(&mut report, "unwind information");
-
-    // ---- 4. patches
+/// Patches the entry of every copied function, then the jump-table targets
+/// inside it that can take a patch, to jump into its copy; every way into
+/// the original that stays unpatched is reported as an escape. Returns the
+/// patched addresses.
+fn patch_original(
+    editor: &mut ElfEditor,
+    binary: &Binary,
+    plans: &mut [Planned],
+    copies: &relocate::Copies,
+    original: &OriginalUnwind<'_>,
+    report: &mut Report,
+) -> Result<BTreeSet<u64>> {
     let mut patched: BTreeSet<u64> = BTreeSet::new();
     for (plan, map) in plans.iter().zip(&copies.maps) {
         let f = &binary.functions()[plan.function];
-        write_jump(&mut editor, f.start, map.start)?;
+        write_jump(editor, f.start, map.start)?;
         patched.insert(f.start);
         report.entry_patches += 1;
     }
     for (pi, plan) in plans.iter_mut().enumerate() {
         let map = &copies.maps[pi];
         let f = &binary.functions()[plan.function];
-        let entry_points = entry_points(&plan.code, eh_frame.as_ref(), &lsda_limit, &read);
+        let entry_points = entry_points(
+            &plan.code,
+            original.eh_frame.as_ref(),
+            &|lsda| original.lsda_limit(lsda),
+            &|addr, len| original.read(addr, len),
+        );
         let mut taken: Vec<(u64, u64)> = vec![(f.start, f.start + PATCH)];
         let unresolved = plan
             .code
@@ -630,7 +881,7 @@ pub fn instrument_with_code(
                         match why_not {
                             None => {
                                 let to = map.map(target).expect("target is an instruction");
-                                write_jump(&mut editor, target, to)?;
+                                write_jump(editor, target, to)?;
                                 taken.push((target, target + PATCH));
                                 patched.insert(target);
                                 plan.table_patches.push(target);
@@ -655,12 +906,22 @@ pub fn instrument_with_code(
             }
         }
     }
-    // Loads reachable from escapes.
+    Ok(patched)
+}
+
+/// Addresses of the instrumented loads reachable from `escapes` in the
+/// original code (where execution runs without probes), up to the next
+/// patched address.
+fn escaped_loads(
+    binary: &Binary,
+    plans: &[Planned],
+    escapes: &[Escape],
+    patched: &BTreeSet<u64>,
+) -> Vec<u64> {
     let mut escaped: BTreeSet<u64> = BTreeSet::new();
-    for plan in &plans {
+    for plan in plans {
         let f = &binary.functions()[plan.function];
-        let starts: Vec<u64> = report
-            .escapes
+        let starts: Vec<u64> = escapes
             .iter()
             .filter(|e| e.function == f.name && f.contains(e.at))
             .flat_map(|e| match e.target {
@@ -697,26 +958,42 @@ pub fn instrument_with_code(
             stack.extend(block.successors.iter().map(|&s| s as usize));
         }
     }
-    report.escaped_loads = escaped.into_iter().collect();
+    escaped.into_iter().collect()
+}
 
-    // ---- 5. segment
+/// The new segment, from `segment_va`: the signature, the runtime, the
+/// copies at `copies_va`, then the unwind tail at its address.
+fn lay_out_segment(
+    segment_va: u64,
+    rt: Option<&runtime::Runtime>,
+    copies_va: u64,
+    copies: &[u8],
+    tail: &UnwindTail,
+) -> Vec<u8> {
     let mut segment = SIGNATURE.to_vec();
     segment.resize(64, 0);
-    if let Some(rt) = &rt {
+    if let Some(rt) = rt {
         segment.extend_from_slice(&rt.code);
     }
-    segment.resize((copies_va - editor.segment_va) as usize, 0xcc);
-    segment.extend_from_slice(&copies.code);
-    segment.resize((tail_va - editor.segment_va) as usize, 0xcc);
-    segment.extend_from_slice(&tail);
-    report.segment_bytes = segment.len();
-    report.copies_start = copies_va;
-    report.copies_end = copies_va + copies.code.len() as u64;
+    segment.resize((copies_va - segment_va) as usize, 0xcc);
+    segment.extend_from_slice(copies);
+    segment.resize((tail.va - segment_va) as usize, 0xcc);
+    segment.extend_from_slice(&tail.bytes);
+    segment
+}
 
-    // ---- 6. annotation and report
-    annotation.mode = Some(options.mode);
+/// Fills in what was instrumented: the mode, the `ptwrite` sites, the
+/// functions copied, and why each load selected for a probe has none.
+fn update_annotation(
+    annotation: &mut Annotation,
+    plans: &[Planned],
+    copies: &relocate::Copies,
+    skipped_loads: Vec<(usize, String)>,
+    mode: InstrumentationMode,
+) {
+    annotation.mode = Some(mode);
     annotation.ptwrites = copies.ptwrites.clone();
-    for plan in &plans {
+    for plan in plans {
         if let Some(ai) = plan.annotation_function {
             annotation.functions[ai].instrumented = true;
             annotation.functions[ai].skipped = None;
@@ -753,6 +1030,11 @@ pub fn instrument_with_code(
                 .get_or_insert_with(|| "its proxy load is not instrumented".into());
         }
     }
+}
+
+/// Counts the loads, functions and probes of the finished annotation and
+/// plans into the report.
+fn count_into_report(report: &mut Report, annotation: &Annotation, plans: &[Planned]) {
     for load in &annotation.loads {
         if load.instrumented {
             report.loads_instrumented += 1;
@@ -776,7 +1058,7 @@ pub fn instrument_with_code(
         .iter()
         .filter(|p| p.annotation_function.is_some())
         .count();
-    for plan in &plans {
+    for plan in plans {
         for &(_, insert) in &plan.inserts {
             let name = match insert {
                 Insert::Soft { fast, .. } => format!("{} probe", fast.name()),
@@ -799,17 +1081,6 @@ pub fn instrument_with_code(
                 .or_default() += block.exits.len();
         }
     }
-    let (entry, fini) = match &rt {
-        Some(rt) => (Some(rt.entry), Some(rt.fini)),
-        None => (None, None),
-    };
-    let executable = editor.finish(&segment, entry, fini, eh_frame_hdr)?;
-    lap(&mut report, "patches, report, ELF");
-    Ok(Instrumented {
-        executable,
-        annotation,
-        report,
-    })
 }
 
 /// Groups the probes of `inserts` into superblocks (see [`probe`]): a

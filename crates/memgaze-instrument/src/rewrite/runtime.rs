@@ -74,61 +74,126 @@ pub const COUNTDOWN_RECHECK: u64 = 4096;
 /// Bytes of state the rewriter reserves in the executable's bss.
 pub const STATE_BYTES: u64 = 256;
 
-/// Layout of the config block (bss).
-pub mod cfg {
-    /// 0 before the entry hook ran, 1 disabled, 2 active.
-    pub const STATE: i32 = 0;
+/// The config block at the start of the [`STATE_BYTES`] the rewriter
+/// reserves in bss: every word a `u64` the runtime accesses as a qword.
+/// Only the generated code reads and writes it; the struct derives the
+/// offsets in [`mod@cfg`], so no two fields overlap.
+#[repr(C)]
+pub struct Config {
+    /// 0 before the entry hook ran, [`cfg::STATE_DISABLED`],
+    /// [`cfg::STATE_ACTIVE`].
+    pub state: u64,
     /// Socket descriptor.
-    pub const FD: i32 = 8;
+    pub fd: u64,
     /// Socket inode.
-    pub const INODE: i32 = 16;
+    pub inode: u64,
     /// Socket device.
-    pub const DEVICE: i32 = 24;
+    pub device: u64,
     /// `w`.
-    pub const WINDOW: i32 = 32;
+    pub window: u64,
     /// `w + z`.
-    pub const PERIOD: i32 = 40;
+    pub period: u64,
     /// Jitter seed.
-    pub const SEED: i32 = 48;
-    /// Pointer to the process block.
-    pub const PROCESS: i32 = 56;
+    pub seed: u64,
+    /// Pointer to the process block ([`ProcessBlock`]).
+    pub process: u64,
     /// Region switch: 1 while recording is on.
-    pub const ENABLED: i32 = 64;
+    pub enabled: u64,
     /// Set once a write to the socket failed: nothing more is sent.
-    pub const BROKEN: i32 = 72;
+    pub broken: u64,
     /// Half-width of the period jitter.
-    pub const JITTER: i32 = 80;
+    pub jitter: u64,
     /// 1 for a full trace (`z = 0`).
-    pub const FULL: i32 = 88;
+    pub full: u64,
     /// Address of the shared record chunks (0: none, every message goes
     /// through the socket).
-    pub const SHARED: i32 = 96;
+    pub shared: u64,
     /// Number of shared chunks.
-    pub const SHARED_CHUNKS: i32 = 104;
+    pub shared_chunks: u64,
+}
+
+/// Offsets of the config block's fields ([`Config`]) and its state values.
+pub mod cfg {
+    use super::Config;
+    use core::mem::offset_of;
+
+    /// Offset of [`Config::state`].
+    pub const STATE: i32 = offset_of!(Config, state) as i32;
+    /// Offset of [`Config::fd`].
+    pub const FD: i32 = offset_of!(Config, fd) as i32;
+    /// Offset of [`Config::inode`].
+    pub const INODE: i32 = offset_of!(Config, inode) as i32;
+    /// Offset of [`Config::device`].
+    pub const DEVICE: i32 = offset_of!(Config, device) as i32;
+    /// Offset of [`Config::window`].
+    pub const WINDOW: i32 = offset_of!(Config, window) as i32;
+    /// Offset of [`Config::period`].
+    pub const PERIOD: i32 = offset_of!(Config, period) as i32;
+    /// Offset of [`Config::seed`].
+    pub const SEED: i32 = offset_of!(Config, seed) as i32;
+    /// Offset of [`Config::process`].
+    pub const PROCESS: i32 = offset_of!(Config, process) as i32;
+    /// Offset of [`Config::enabled`].
+    pub const ENABLED: i32 = offset_of!(Config, enabled) as i32;
+    /// Offset of [`Config::broken`].
+    pub const BROKEN: i32 = offset_of!(Config, broken) as i32;
+    /// Offset of [`Config::jitter`].
+    pub const JITTER: i32 = offset_of!(Config, jitter) as i32;
+    /// Offset of [`Config::full`].
+    pub const FULL: i32 = offset_of!(Config, full) as i32;
+    /// Offset of [`Config::shared`].
+    pub const SHARED: i32 = offset_of!(Config, shared) as i32;
+    /// Offset of [`Config::shared_chunks`].
+    pub const SHARED_CHUNKS: i32 = offset_of!(Config, shared_chunks) as i32;
     /// `STATE` values.
     pub const STATE_DISABLED: i32 = 1;
     /// `STATE` values.
     pub const STATE_ACTIVE: i32 = 2;
 }
 
-/// Layout of the process block (anonymous mapping, wiped on fork).
-pub mod process {
+const _: () = assert!(size_of::<Config>() <= STATE_BYTES as usize);
+
+/// The process block: an anonymous mapping of [`process::BYTES`], wiped on
+/// fork. Every word a `u64`; the struct derives the offsets in [`process`].
+#[repr(C)]
+pub struct ProcessBlock {
     /// Process id; 0 means "wiped by fork, re-initialise".
-    pub const PID: i32 = 0;
+    pub pid: u64,
     /// Head of the slot list.
-    pub const HEAD: i32 = 8;
+    pub head: u64,
     /// Next slot serial.
-    pub const SERIAL: i32 = 16;
+    pub serial: u64,
     /// Records lost at process level (slot creation failed, unflushable slots).
-    pub const DROPPED: i32 = 24;
+    pub dropped: u64,
     /// Set by the exit hook before it snapshots other threads' slots: their
     /// own flushes then drop instead of sending.
-    pub const CLOSED: i32 = 32;
+    pub closed: u64,
     /// Set when the exit hook starts (it runs once).
-    pub const FINISHING: i32 = 40;
+    pub finishing: u64,
+}
+
+/// Offsets of the process block's fields ([`ProcessBlock`]).
+pub mod process {
+    use super::ProcessBlock;
+    use core::mem::offset_of;
+
+    /// Offset of [`ProcessBlock::pid`].
+    pub const PID: i32 = offset_of!(ProcessBlock, pid) as i32;
+    /// Offset of [`ProcessBlock::head`].
+    pub const HEAD: i32 = offset_of!(ProcessBlock, head) as i32;
+    /// Offset of [`ProcessBlock::serial`].
+    pub const SERIAL: i32 = offset_of!(ProcessBlock, serial) as i32;
+    /// Offset of [`ProcessBlock::dropped`].
+    pub const DROPPED: i32 = offset_of!(ProcessBlock, dropped) as i32;
+    /// Offset of [`ProcessBlock::closed`].
+    pub const CLOSED: i32 = offset_of!(ProcessBlock, closed) as i32;
+    /// Offset of [`ProcessBlock::finishing`].
+    pub const FINISHING: i32 = offset_of!(ProcessBlock, finishing) as i32;
     /// Bytes mapped.
     pub const BYTES: i32 = 4096;
 }
+
+const _: () = assert!(size_of::<ProcessBlock>() <= process::BYTES as usize);
 
 const SYS_CLOSE: i32 = 3;
 const SYS_FSTAT: i32 = 5;
@@ -209,19 +274,58 @@ fn fs(offset: u64) -> AsmMemoryOperand {
 pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     let mut a = CodeAssembler::new(64)?;
     let mut l = Labels::new(&mut a);
-    let cfg_va = params.state_va;
+    // The routines are laid out in this order; the hot path falls through
+    // into the cold path, so those two stay adjacent.
+    emit_record(&mut a, &mut l)?;
+    emit_cold_path(&mut a, &mut l, params)?;
+    emit_ensure_process(&mut a, &mut l)?;
+    emit_find_slot(&mut a, &mut l)?;
+    emit_rand_below(&mut a, &mut l)?;
+    emit_next_skip(&mut a, &mut l)?;
+    emit_append(&mut a, &mut l)?;
+    emit_check_thread(&mut a, &mut l)?;
+    emit_check_thread_marker(&mut a, &mut l)?;
+    emit_flush(&mut a, &mut l)?;
+    emit_send(&mut a, &mut l)?;
+    emit_send_retry(&mut a, &mut l)?;
+    emit_fold_live(&mut a, &mut l)?;
+    emit_send_region(&mut a, &mut l)?;
+    emit_region_begin(&mut a, &mut l, params)?;
+    emit_region_end(&mut a, &mut l, params)?;
+    emit_fini(&mut a, &mut l, params)?;
+    emit_entry(&mut a, &mut l, params)?;
+    emit_parse_u64(&mut a, &mut l)?;
+    emit_shared_setup(&mut a, &mut l)?;
+    emit_env_prefixes(&mut a, &mut l)?;
 
-    // The string the entry hook looks for in the environment.
-    let prefix = format!("{}=", protocol::RECORDER_ENV);
-    let shared_prefix = format!("{}=", protocol::SHARED_ENV);
-    let mut shared_prefix_label = a.create_label();
-    let mut shared_setup = a.create_label();
+    let result = a.assemble_options(
+        params.code_va,
+        BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
+    )?;
+    Ok(Runtime {
+        record: result.label_ip(&l.record)?,
+        entry: result.label_ip(&l.entry)?,
+        fini: result.label_ip(&l.fini)?,
+        region_begin: result.label_ip(&l.region_begin)?,
+        region_end: result.label_ip(&l.region_end)?,
+        code: result.inner.code_buffer,
+    })
+}
 
-    // ---------------------------------------------------------------- record
-    // Hot path: claim a record of the thread's grant (see `slot::CLAIM`)
-    // and write it. The flags are kept in ax (`seto al; lahf`, restored by
-    // `add al, 0x7f; sahf`), cheaper than `pushfq`/`popfq`. Everything
-    // else goes through the cold path.
+/// The string the entry hook looks for in the environment: `NAME=`.
+fn env_prefix(name: &str) -> String {
+    format!("{name}=")
+}
+
+// The routines below follow one register convention: rbx = slot, r12 =
+// config, r13 = process block, r14/r15 and rbp preserved; rax, rcx, rdx,
+// rsi, rdi, r8–r11 scratch.
+
+/// Hot path: claim a record of the thread's grant (see `slot::CLAIM`)
+/// and write it. The flags are kept in ax (`seto al; lahf`, restored by
+/// `add al, 0x7f; sahf`), cheaper than `pushfq`/`popfq`. Everything
+/// else goes through the cold path.
+fn emit_record(a: &mut Asm, l: &mut Labels) -> R {
     a.set_label(&mut l.record)?;
     a.push(rax)?;
     a.push(rcx)?;
@@ -246,11 +350,14 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.set_label(&mut l.to_cold_entry)?;
     a.add(al, 0x7f)?;
     a.sahf()?;
+    Ok(())
+}
 
-    // Cold paths: save the flags and every other register.
+/// Cold paths: save the flags and every other register.
+fn emit_cold_path(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.set_label(&mut l.cold_entry)?;
-    save_rest(&mut a)?;
-    a.add_instruction(lea_rip(Register::R12, cfg_va))?;
+    save_rest(a)?;
+    a.add_instruction(lea_rip(Register::R12, params.state_va))?;
     a.mov(r14, rdi)?;
     a.mov(r15, rsi)?;
     a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
@@ -267,14 +374,14 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.jz(l.cold_return)?;
     a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
     a.jne(l.cold_nested)?;
-    enter_cold(&mut a)?;
+    enter_cold(a)?;
     a.jmp(l.cold_body)?;
     a.set_label(&mut l.cold_nested)?;
     a.inc(qword_ptr(rbx + slot::NESTED))?;
     a.jmp(l.cold_return)?;
 
     a.set_label(&mut l.cold_body)?;
-    take_grant(&mut a, Some(l.cold_interrupted))?;
+    take_grant(a, Some(l.cold_interrupted))?;
     // Fold the consumed skip budget.
     a.mov(rax, qword_ptr(rbx + slot::BUDGET))?;
     a.add(qword_ptr(rbx + slot::EXECUTIONS), rax)?;
@@ -341,11 +448,11 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.call(l.check_thread_marker)?;
 
     a.set_label(&mut l.cold_release)?;
-    give_grant(&mut a)?;
+    give_grant(a)?;
     a.set_label(&mut l.cold_leave)?;
-    leave_cold(&mut a)?;
+    leave_cold(a)?;
     a.set_label(&mut l.cold_return)?;
-    restore_rest(&mut a)?;
+    restore_rest(a)?;
     a.pop(rbx)?;
     a.pop(rcx)?;
     a.pop(rax)?;
@@ -356,12 +463,11 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.set_label(&mut l.cold_interrupted)?;
     a.inc(qword_ptr(rbx + slot::NESTED))?;
     a.jmp(l.cold_leave)?;
+    Ok(())
+}
 
-    // ------------------------------------------------------------- helpers
-    // Convention: rbx = slot, r12 = config, r13 = process block, r14/r15 and
-    // rbp preserved; rax, rcx, rdx, rsi, rdi, r8–r11 scratch.
-
-    // ensure_process: r13 = process block, re-initialised after a fork.
+/// ensure_process: r13 = process block, re-initialised after a fork.
+fn emit_ensure_process(a: &mut Asm, l: &mut Labels) -> R {
     a.set_label(&mut l.ensure_process)?;
     a.mov(r13, qword_ptr(r12 + cfg::PROCESS))?;
     a.cmp(qword_ptr(r13 + process::PID), 0)?;
@@ -371,9 +477,12 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.mov(qword_ptr(r13 + process::PID), rax)?;
     a.set_label(&mut l.ensure_done)?;
     a.ret()?;
+    Ok(())
+}
 
-    // find_slot: rbx = this thread's slot, created if needed (re-initialised
-    // in place if a fork wiped it); 0 on failure.
+/// find_slot: rbx = this thread's slot, created if needed (re-initialised
+/// in place if a fork wiped it); 0 on failure.
+fn emit_find_slot(a: &mut Asm, l: &mut Labels) -> R {
     a.set_label(&mut l.find_slot)?;
     a.mov(rbx, fs(TCB_SLOT))?;
     a.test(rbx, rbx)?;
@@ -382,14 +491,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.jne(l.init_slot)?;
     a.ret()?;
     a.set_label(&mut l.new_slot)?;
-    a.mov(eax, SYS_MMAP)?;
-    a.xor(edi, edi)?;
-    a.mov(esi, slot::BYTES)?;
-    a.mov(edx, 3)?; // PROT_READ | PROT_WRITE
-    a.mov(r10d, 0x22)?; // MAP_PRIVATE | MAP_ANONYMOUS
-    a.mov(r8, -1i64)?;
-    a.xor(r9d, r9d)?;
-    a.syscall()?;
+    map_anonymous(a, slot::BYTES)?;
     a.cmp(rax, -4095)?;
     a.jae(l.new_slot_failed)?;
     a.mov(rbx, rax)?;
@@ -435,8 +537,11 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.mov(fs(TCB_COUNTDOWN), rax)?;
     a.xor(ebx, ebx)?;
     a.ret()?;
+    Ok(())
+}
 
-    // rand_below(rdi = n > 0) -> rax uniform in [0, n).
+/// rand_below(rdi = n > 0) -> rax uniform in [0, n).
+fn emit_rand_below(a: &mut Asm, l: &mut Labels) -> R {
     a.set_label(&mut l.rand_below)?;
     a.mov(rax, qword_ptr(rbx + slot::RNG))?;
     a.mov(rdx, rax)?;
@@ -454,8 +559,11 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.mul(rdi)?; // rdx = ⌊rax·n / 2^64⌋
     a.mov(rax, rdx)?;
     a.ret()?;
+    Ok(())
+}
 
-    // next_skip -> rax = z − J + rand_below(2J + 1), J = cfg.JITTER.
+/// next_skip -> rax = z − J + rand_below(2J + 1), J = cfg.JITTER.
+fn emit_next_skip(a: &mut Asm, l: &mut Labels) -> R {
     a.set_label(&mut l.next_skip)?;
     a.mov(rdi, qword_ptr(r12 + cfg::JITTER))?;
     a.lea(rdi, qword_ptr(rdi + rdi * 1 + 1))?;
@@ -464,8 +572,11 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.sub(rax, qword_ptr(r12 + cfg::WINDOW))?;
     a.sub(rax, qword_ptr(r12 + cfg::JITTER))?;
     a.ret()?;
+    Ok(())
+}
 
-    // append(edi = id, rsi = address): flushes first when the buffer is full.
+/// append(edi = id, rsi = address): flushes first when the buffer is full.
+fn emit_append(a: &mut Asm, l: &mut Labels) -> R {
     a.set_label(&mut l.append)?;
     a.mov(rcx, qword_ptr(rbx + slot::COUNT))?;
     a.cmp(rcx, slot::CAPACITY)?;
@@ -484,9 +595,12 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.inc(rcx)?;
     a.mov(qword_ptr(rbx + slot::COUNT), rcx)?;
     a.ret()?;
+    Ok(())
+}
 
-    // check_thread: if another thread now owns this TCB (and so this slot),
-    // send the buffered records under the old owner and adopt the new one.
+/// check_thread: if another thread now owns this TCB (and so this slot),
+/// send the buffered records under the old owner and adopt the new one.
+fn emit_check_thread(a: &mut Asm, l: &mut Labels) -> R {
     a.set_label(&mut l.check_thread)?;
     a.mov(eax, SYS_GETTID)?;
     a.syscall()?;
@@ -504,9 +618,12 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.set_label(&mut l.check_thread_done)?;
     a.xor(eax, eax)?;
     a.ret()?;
+    Ok(())
+}
 
-    // check_thread_marker: check_thread, and open a new window (marker) for
-    // the new owner.
+/// check_thread_marker: check_thread, and open a new window (marker) for
+/// the new owner.
+fn emit_check_thread_marker(a: &mut Asm, l: &mut Labels) -> R {
     a.set_label(&mut l.check_thread_marker)?;
     a.call(l.check_thread)?;
     a.test(eax, eax)?;
@@ -517,13 +634,16 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.call(l.append)?;
     a.set_label(&mut l.check_thread_marker_done)?;
     a.ret()?;
+    Ok(())
+}
 
-    // flush(edi = kind): sends the buffer as one message (header filled
-    // here), empties it. Records are counted as dropped if sending fails,
-    // or if the exit hook already closed the process (it sent or will send
-    // this buffer itself). The fence pairs with the exit hook's: either it
-    // sees this thread inside the runtime (BUSY set), or this thread sees
-    // CLOSED.
+/// flush(edi = kind): sends the buffer as one message (header filled
+/// here), empties it. Records are counted as dropped if sending fails,
+/// or if the exit hook already closed the process (it sent or will send
+/// this buffer itself). The fence pairs with the exit hook's: either it
+/// sees this thread inside the runtime (BUSY set), or this thread sees
+/// CLOSED.
+fn emit_flush(a: &mut Asm, l: &mut Labels) -> R {
     a.set_label(&mut l.flush)?;
     a.mfence()?;
     a.cmp(qword_ptr(r13 + process::CLOSED), 0)?;
@@ -537,42 +657,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
         dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::KIND)),
         edi,
     )?;
-    a.mov(
-        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::MAGIC)),
-        MESSAGE_MAGIC,
-    )?;
-    a.mov(rax, qword_ptr(r13 + process::PID))?;
-    a.mov(
-        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::PID)),
-        eax,
-    )?;
-    a.mov(rax, qword_ptr(rbx + slot::TID))?;
-    a.mov(
-        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::TID)),
-        eax,
-    )?;
-    a.mov(rax, qword_ptr(rbx + slot::SERIAL))?;
-    a.mov(
-        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::SLOT)),
-        eax,
-    )?;
-    a.mov(rcx, qword_ptr(rbx + slot::COUNT))?;
-    a.mov(
-        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::COUNT)),
-        ecx,
-    )?;
-    a.mov(rax, qword_ptr(rbx + slot::EXECUTIONS))?;
-    a.add(rax, qword_ptr(rbx + slot::NESTED))?;
-    a.mov(
-        qword_ptr(rbx + (slot::MESSAGE + protocol::offsets::EXECUTIONS)),
-        rax,
-    )?;
-    a.mov(rax, qword_ptr(rbx + slot::DROPPED))?;
-    a.add(rax, qword_ptr(rbx + slot::NESTED))?;
-    a.mov(
-        qword_ptr(rbx + (slot::MESSAGE + protocol::offsets::DROPPED)),
-        rax,
-    )?;
+    fill_header(a)?;
     a.lea(rsi, qword_ptr(rcx + rcx * 2))?;
     a.lea(rsi, qword_ptr(rsi * 4 + protocol::HEADER_BYTES as i32))?;
     a.lea(rdi, qword_ptr(rbx + slot::MESSAGE))?;
@@ -584,15 +669,17 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.set_label(&mut l.flush_sent)?;
     a.mov(qword_ptr(rbx + slot::COUNT), 0)?;
     a.ret()?;
+    Ok(())
+}
 
-    // send(rdi = buffer, rsi = length) -> eax = 0 sent, 1 failed. Checks the
-    // descriptor is still the collector's socket first. A large payload goes
-    // into a free shared chunk when the collector offered them (a user-space
-    // copy into memory the collector reads directly), and only a reference
-    // travels through the socket; without a free chunk the whole message is
-    // copied through the socket, which also applies back-pressure.
+/// send(rdi = buffer, rsi = length) -> eax = 0 sent, 1 failed. Checks the
+/// descriptor is still the collector's socket first. A large payload goes
+/// into a free shared chunk when the collector offered them (a user-space
+/// copy into memory the collector reads directly), and only a reference
+/// travels through the socket; without a free chunk the whole message is
+/// copied through the socket, which also applies back-pressure.
+fn emit_send(a: &mut Asm, l: &mut Labels) -> R {
     let mut send_plain = a.create_label();
-    let mut send_raw_broken = a.create_label();
     let mut claim_loop = a.create_label();
     let mut claim_scan = a.create_label();
     let mut claim_wait = a.create_label();
@@ -721,9 +808,13 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.set_label(&mut l.send_failed)?;
     a.mov(eax, 1)?;
     a.jmp(send_return)?;
+    Ok(())
+}
 
-    // send_raw(r14 = message, r15 = length) -> eax = 0 sent, 1 failed (the
-    // socket is then marked broken).
+/// send_raw(r14 = message, r15 = length) -> eax = 0 sent, 1 failed (the
+/// socket is then marked broken).
+fn emit_send_retry(a: &mut Asm, l: &mut Labels) -> R {
+    let mut send_raw_broken = a.create_label();
     a.set_label(&mut l.send_retry)?;
     a.mov(eax, SYS_SENDTO)?;
     a.mov(rdi, qword_ptr(r12 + cfg::FD))?;
@@ -749,9 +840,12 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.mov(qword_ptr(r12 + cfg::BROKEN), 1)?;
     a.mov(eax, 1)?;
     a.ret()?;
+    Ok(())
+}
 
-    // fold_live(rax = countdown now): executions += budget − countdown, when
-    // the countdown is still within the budget issued.
+/// fold_live(rax = countdown now): executions += budget − countdown, when
+/// the countdown is still within the budget issued.
+fn emit_fold_live(a: &mut Asm, l: &mut Labels) -> R {
     a.set_label(&mut l.fold_live)?;
     a.mov(rcx, qword_ptr(rbx + slot::BUDGET))?;
     a.cmp(rax, rcx)?;
@@ -761,9 +855,12 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.set_label(&mut l.fold_live_skip)?;
     a.mov(qword_ptr(rbx + slot::BUDGET), 0)?;
     a.ret()?;
+    Ok(())
+}
 
-    // send_region(edi = kind, r14 = name, r15 = length): the buffer must be
-    // empty; the name goes where the records would.
+/// send_region(edi = kind, r14 = name, r15 = length): the buffer must be
+/// empty; the name goes where the records would.
+fn emit_send_region(a: &mut Asm, l: &mut Labels) -> R {
     a.set_label(&mut l.send_region)?;
     a.mov(
         dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::KIND)),
@@ -780,52 +877,19 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.cld()?;
     a.rep().movsb()?;
     // flush() computes the length from COUNT as records; compute it here.
-    a.mov(
-        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::MAGIC)),
-        MESSAGE_MAGIC,
-    )?;
-    a.mov(rax, qword_ptr(r13 + process::PID))?;
-    a.mov(
-        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::PID)),
-        eax,
-    )?;
-    a.mov(rax, qword_ptr(rbx + slot::TID))?;
-    a.mov(
-        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::TID)),
-        eax,
-    )?;
-    a.mov(rax, qword_ptr(rbx + slot::SERIAL))?;
-    a.mov(
-        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::SLOT)),
-        eax,
-    )?;
-    a.mov(rcx, qword_ptr(rbx + slot::COUNT))?;
-    a.mov(
-        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::COUNT)),
-        ecx,
-    )?;
-    a.mov(rax, qword_ptr(rbx + slot::EXECUTIONS))?;
-    a.add(rax, qword_ptr(rbx + slot::NESTED))?;
-    a.mov(
-        qword_ptr(rbx + (slot::MESSAGE + protocol::offsets::EXECUTIONS)),
-        rax,
-    )?;
-    a.mov(rax, qword_ptr(rbx + slot::DROPPED))?;
-    a.add(rax, qword_ptr(rbx + slot::NESTED))?;
-    a.mov(
-        qword_ptr(rbx + (slot::MESSAGE + protocol::offsets::DROPPED)),
-        rax,
-    )?;
+    fill_header(a)?;
     a.lea(rsi, qword_ptr(rcx + protocol::HEADER_BYTES as i32))?;
     a.lea(rdi, qword_ptr(rbx + slot::MESSAGE))?;
     a.call(l.send)?;
     a.mov(qword_ptr(rbx + slot::COUNT), 0)?;
     a.ret()?;
+    Ok(())
+}
 
-    // ---------------------------------------------------------- region_begin
+fn emit_region_begin(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.set_label(&mut l.region_begin)?;
-    save_all(&mut a)?;
-    a.add_instruction(lea_rip(Register::R12, cfg_va))?;
+    save_all(a)?;
+    a.add_instruction(lea_rip(Register::R12, params.state_va))?;
     a.mov(r14, rdi)?;
     a.mov(r15, rsi)?;
     a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
@@ -836,8 +900,8 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.jz(l.region_begin_done)?;
     a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
     a.jne(l.region_begin_done)?;
-    enter_cold(&mut a)?;
-    take_grant(&mut a, None)?;
+    enter_cold(a)?;
+    take_grant(a, None)?;
     a.cmp(qword_ptr(rbx + slot::COUNT), 0)?;
     a.je(l.region_begin_empty)?;
     a.mov(edi, MessageKind::Records as u32)?;
@@ -851,15 +915,17 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.mov(qword_ptr(rbx + slot::STARTED), 0)?;
     a.mov(fs(TCB_COUNTDOWN), 0)?;
     a.mov(qword_ptr(r12 + cfg::ENABLED), 1)?;
-    leave_cold(&mut a)?;
+    leave_cold(a)?;
     a.set_label(&mut l.region_begin_done)?;
-    restore_all(&mut a)?;
+    restore_all(a)?;
     a.ret()?;
+    Ok(())
+}
 
-    // ------------------------------------------------------------ region_end
+fn emit_region_end(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.set_label(&mut l.region_end)?;
-    save_all(&mut a)?;
-    a.add_instruction(lea_rip(Register::R12, cfg_va))?;
+    save_all(a)?;
+    a.add_instruction(lea_rip(Register::R12, params.state_va))?;
     a.mov(r14, rdi)?;
     a.mov(r15, rsi)?;
     a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
@@ -871,8 +937,8 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.jz(l.region_end_done)?;
     a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
     a.jne(l.region_end_done)?;
-    enter_cold(&mut a)?;
-    take_grant(&mut a, None)?;
+    enter_cold(a)?;
+    take_grant(a, None)?;
     a.mov(rax, fs(TCB_COUNTDOWN))?;
     a.call(l.fold_live)?;
     a.mov(qword_ptr(rbx + slot::REMAINING), 0)?;
@@ -882,15 +948,27 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.call(l.flush)?;
     a.mov(edi, MessageKind::RegionEnd as u32)?;
     a.call(l.send_region)?;
-    leave_cold(&mut a)?;
+    leave_cold(a)?;
     a.set_label(&mut l.region_end_done)?;
-    restore_all(&mut a)?;
+    restore_all(a)?;
     a.ret()?;
+    Ok(())
+}
 
-    // ------------------------------------------------------------------ fini
+/// The exit hook: flushes this thread's slot, then every other thread's,
+/// sends `ProcessExit` and chains to the original `DT_FINI` function.
+fn emit_fini(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
+    emit_fini_own_slot(a, l, params)?;
+    emit_fini_other_slots(a, l)?;
+    emit_fini_exit_message(a, l, params)
+}
+
+/// `fini` up to the other slots: runs once per process, folds this thread's
+/// countdown exactly and sends its buffer.
+fn emit_fini_own_slot(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.set_label(&mut l.fini)?;
-    save_all(&mut a)?;
-    a.add_instruction(lea_rip(Register::R12, cfg_va))?;
+    save_all(a)?;
+    a.add_instruction(lea_rip(Register::R12, params.state_va))?;
     a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
     a.jne(l.fini_done)?;
     a.call(l.ensure_process)?;
@@ -907,8 +985,8 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.jne(l.fini_others)?;
     a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
     a.jne(l.fini_others)?;
-    enter_cold(&mut a)?;
-    take_grant(&mut a, None)?;
+    enter_cold(a)?;
+    take_grant(a, None)?;
     a.mov(r14, rbx)?;
     a.mov(rax, fs(TCB_COUNTDOWN))?;
     a.call(l.fold_live)?;
@@ -916,20 +994,17 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.mov(fs(TCB_COUNTDOWN), rax)?;
     a.mov(edi, MessageKind::Final as u32)?;
     a.call(l.flush)?;
-    // Every other slot (live threads, and dead ones whose buffers still
-    // hold records): close the process to their own flushes, then take a
-    // seqlock-consistent snapshot of each into a staging slot and send it.
+    Ok(())
+}
+
+/// Every other slot (live threads, and dead ones whose buffers still hold
+/// records): close the process to their own flushes, then take a
+/// seqlock-consistent snapshot of each into a staging slot and send it.
+fn emit_fini_other_slots(a: &mut Asm, l: &mut Labels) -> R {
     a.set_label(&mut l.fini_others)?;
     a.mov(qword_ptr(r13 + process::CLOSED), 1)?;
     a.mfence()?;
-    a.mov(eax, SYS_MMAP)?;
-    a.xor(edi, edi)?;
-    a.mov(esi, slot::BYTES)?;
-    a.mov(edx, 3)?;
-    a.mov(r10d, 0x22)?;
-    a.mov(r8, -1i64)?;
-    a.xor(r9d, r9d)?;
-    a.syscall()?;
+    map_anonymous(a, slot::BYTES)?;
     a.xor(r15d, r15d)?;
     a.cmp(rax, -4095)?;
     a.jae(l.fini_staging_ready)?;
@@ -948,15 +1023,32 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.mov(r8, qword_ptr(rbx + slot::SEQ))?;
     a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
     a.jne(l.fini_wait)?;
-    // The committed records, then those claimed under the owner's grant
-    // (it may still be appending: each is read id first, and the owner
-    // writes the id last, so a record read with its id holds its address;
-    // one not yet written keeps its unwritten marker).
+    emit_fini_snapshot(a, l)?;
+    a.set_label(&mut l.fini_wait)?;
+    a.pause()?;
+    a.dec(ebp)?;
+    a.jnz(l.fini_retry)?;
+    a.set_label(&mut l.fini_unflushed)?;
+    a.mov(rax, qword_ptr(rbx + slot::COUNT))?;
+    a.add(qword_ptr(r13 + process::DROPPED), rax)?;
+    a.set_label(&mut l.fini_next)?;
+    a.mov(rbx, qword_ptr(rbx + slot::NEXT))?;
+    a.jmp(l.fini_loop)?;
+    Ok(())
+}
+
+/// One other slot (rbx) into the staging slot (r15), between two reads of
+/// its seqlock (`SEQ` in r8): the committed records, then those claimed
+/// under the owner's grant (it may still be appending: each is read id
+/// first, and the owner writes the id last, so a record read with its id
+/// holds its address; one not yet written keeps its unwritten marker).
+/// Sends the snapshot, or goes to `fini_wait` if the owner moved on.
+fn emit_fini_snapshot(a: &mut Asm, l: &mut Labels) -> R {
     let mut end_ok = a.create_label();
     let mut ordered = a.create_label();
     let mut copied = a.create_label();
     a.mov(rax, qword_ptr(rbx + slot::CLAIM))?;
-    claimed_end(&mut a)?;
+    claimed_end(a)?;
     a.mov(r9, qword_ptr(rbx + slot::COUNT))?;
     a.cmp(r9, slot::CAPACITY)?;
     a.jbe(l.fini_count_ok)?;
@@ -1048,16 +1140,12 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.pop(rbx)?;
     a.pop(rbx)?;
     a.jmp(l.fini_next)?;
-    a.set_label(&mut l.fini_wait)?;
-    a.pause()?;
-    a.dec(ebp)?;
-    a.jnz(l.fini_retry)?;
-    a.set_label(&mut l.fini_unflushed)?;
-    a.mov(rax, qword_ptr(rbx + slot::COUNT))?;
-    a.add(qword_ptr(r13 + process::DROPPED), rax)?;
-    a.set_label(&mut l.fini_next)?;
-    a.mov(rbx, qword_ptr(rbx + slot::NEXT))?;
-    a.jmp(l.fini_loop)?;
+    Ok(())
+}
+
+/// The end of `fini`: the `ProcessExit` message (process-level drops), then
+/// the original `DT_FINI` function, if any.
+fn emit_fini_exit_message(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.set_label(&mut l.fini_exit_message)?;
     a.sub(rsp, protocol::HEADER_BYTES as i32)?;
     a.mov(dword_ptr(rsp + protocol::offsets::MAGIC), MESSAGE_MAGIC)?;
@@ -1078,15 +1166,17 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.call(l.send)?;
     a.add(rsp, protocol::HEADER_BYTES as i32)?;
     a.set_label(&mut l.fini_done)?;
-    restore_all(&mut a)?;
+    restore_all(a)?;
     match params.original_fini {
         Some(target) => a.add_instruction(jmp_abs(target))?,
         None => a.ret()?,
     }
+    Ok(())
+}
 
-    // ----------------------------------------------------------------- entry
-    // At the process entry rsp points at argc, rdx holds the function the
-    // program must register with atexit; nothing else is defined.
+/// At the process entry rsp points at argc, rdx holds the function the
+/// program must register with atexit; nothing else is defined.
+fn emit_entry(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.set_label(&mut l.entry)?;
     a.push(rdx)?;
     a.push(rbx)?;
@@ -1096,7 +1186,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.push(r14)?;
     a.push(r15)?;
     const ENTRY_PUSHED: i32 = 7 * 8;
-    a.add_instruction(lea_rip(Register::R12, cfg_va))?;
+    a.add_instruction(lea_rip(Register::R12, params.state_va))?;
     a.mov(qword_ptr(r12 + cfg::STATE), cfg::STATE_DISABLED)?;
     a.mov(rax, fs(TCB_COUNTDOWN))?;
     a.or(rax, fs(TCB_SLOT))?;
@@ -1110,7 +1200,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.jz(l.entry_done)?;
     a.add(rbx, 8)?;
     a.lea(rdi, ptr(l.prefix))?;
-    a.mov(ecx, prefix.len() as u32)?;
+    a.mov(ecx, env_prefix(protocol::RECORDER_ENV).len() as u32)?;
     a.set_label(&mut l.entry_cmp)?;
     a.mov(al, byte_ptr(rsi))?;
     a.cmp(al, byte_ptr(rdi))?;
@@ -1178,14 +1268,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.jne(l.entry_done)?;
     // Process block: anonymous, wiped on fork (required: without it a
     // forked child would re-send its parent's buffered records).
-    a.mov(eax, SYS_MMAP)?;
-    a.xor(edi, edi)?;
-    a.mov(esi, process::BYTES)?;
-    a.mov(edx, 3)?;
-    a.mov(r10d, 0x22)?;
-    a.mov(r8, -1i64)?;
-    a.xor(r9d, r9d)?;
-    a.syscall()?;
+    map_anonymous(a, process::BYTES)?;
     a.cmp(rax, -4095)?;
     a.jae(l.entry_done)?;
     a.mov(qword_ptr(r12 + cfg::PROCESS), rax)?;
@@ -1201,7 +1284,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.mov(esi, F_SETFD)?;
     a.mov(edx, FD_CLOEXEC)?;
     a.syscall()?;
-    a.call(shared_setup)?;
+    a.call(l.shared_setup)?;
     a.mov(
         qword_ptr(r12 + cfg::ENABLED),
         if params.has_regions { 0 } else { 1 },
@@ -1216,8 +1299,11 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.pop(rbx)?;
     a.pop(rdx)?;
     a.add_instruction(jmp_abs(params.original_entry))?;
+    Ok(())
+}
 
-    // parse_u64(rsi) -> rax value, ecx digits, rsi past the digits.
+/// parse_u64(rsi) -> rax value, ecx digits, rsi past the digits.
+fn emit_parse_u64(a: &mut Asm, l: &mut Labels) -> R {
     a.set_label(&mut l.parse_u64)?;
     a.xor(eax, eax)?;
     a.xor(ecx, ecx)?;
@@ -1233,24 +1319,27 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.jmp(l.parse_loop)?;
     a.set_label(&mut l.parse_done)?;
     a.ret()?;
+    Ok(())
+}
 
-    // shared_setup(rbp = envp): maps the shared chunks named by
-    // SHARED_ENV (after checking the descriptor is the collector's memfd)
-    // and closes the descriptor, so the program never sees it. Any failure
-    // leaves cfg.SHARED at 0: every message then goes through the socket.
+/// shared_setup(rbp = envp): maps the shared chunks named by
+/// SHARED_ENV (after checking the descriptor is the collector's memfd)
+/// and closes the descriptor, so the program never sees it. Any failure
+/// leaves cfg.SHARED at 0: every message then goes through the socket.
+fn emit_shared_setup(a: &mut Asm, l: &mut Labels) -> R {
     let mut shared_env_loop = a.create_label();
     let mut shared_cmp = a.create_label();
     let mut shared_close = a.create_label();
     let mut shared_done = a.create_label();
-    a.set_label(&mut shared_setup)?;
+    a.set_label(&mut l.shared_setup)?;
     a.mov(rbx, rbp)?;
     a.set_label(&mut shared_env_loop)?;
     a.mov(rsi, qword_ptr(rbx))?;
     a.test(rsi, rsi)?;
     a.jz(shared_done)?;
     a.add(rbx, 8)?;
-    a.lea(rdi, ptr(shared_prefix_label))?;
-    a.mov(ecx, shared_prefix.len() as u32)?;
+    a.lea(rdi, ptr(l.shared_prefix))?;
+    a.mov(ecx, env_prefix(protocol::SHARED_ENV).len() as u32)?;
     a.set_label(&mut shared_cmp)?;
     a.mov(al, byte_ptr(rsi))?;
     a.cmp(al, byte_ptr(rdi))?;
@@ -1310,24 +1399,15 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     a.syscall()?;
     a.set_label(&mut shared_done)?;
     a.ret()?;
+    Ok(())
+}
 
+fn emit_env_prefixes(a: &mut Asm, l: &mut Labels) -> R {
     a.set_label(&mut l.prefix)?;
-    a.db(prefix.as_bytes())?;
-    a.set_label(&mut shared_prefix_label)?;
-    a.db(shared_prefix.as_bytes())?;
-
-    let result = a.assemble_options(
-        params.code_va,
-        BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
-    )?;
-    Ok(Runtime {
-        record: result.label_ip(&l.record)?,
-        entry: result.label_ip(&l.entry)?,
-        fini: result.label_ip(&l.fini)?,
-        region_begin: result.label_ip(&l.region_begin)?,
-        region_end: result.label_ip(&l.region_end)?,
-        code: result.inner.code_buffer,
-    })
+    a.db(env_prefix(protocol::RECORDER_ENV).as_bytes())?;
+    a.set_label(&mut l.shared_prefix)?;
+    a.db(env_prefix(protocol::SHARED_ENV).as_bytes())?;
+    Ok(())
 }
 
 /// Takes back the thread's grant (inside a cold path, flags saved; clobbers
@@ -1430,6 +1510,63 @@ fn give_grant(a: &mut Asm) -> R {
     a.set_label(&mut none)?;
     // A zero-byte instruction, so the caller may label what follows.
     a.zero_bytes()
+}
+
+/// Fills the header of the message of the slot in rbx, all but its kind,
+/// from the slot (`count` = `COUNT`, left in rcx) and the process block in
+/// r13 (clobbers rax). Executions that found the slot busy count as
+/// executions and as dropped records.
+fn fill_header(a: &mut Asm) -> R {
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::MAGIC)),
+        MESSAGE_MAGIC,
+    )?;
+    a.mov(rax, qword_ptr(r13 + process::PID))?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::PID)),
+        eax,
+    )?;
+    a.mov(rax, qword_ptr(rbx + slot::TID))?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::TID)),
+        eax,
+    )?;
+    a.mov(rax, qword_ptr(rbx + slot::SERIAL))?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::SLOT)),
+        eax,
+    )?;
+    a.mov(rcx, qword_ptr(rbx + slot::COUNT))?;
+    a.mov(
+        dword_ptr(rbx + (slot::MESSAGE + protocol::offsets::COUNT)),
+        ecx,
+    )?;
+    a.mov(rax, qword_ptr(rbx + slot::EXECUTIONS))?;
+    a.add(rax, qword_ptr(rbx + slot::NESTED))?;
+    a.mov(
+        qword_ptr(rbx + (slot::MESSAGE + protocol::offsets::EXECUTIONS)),
+        rax,
+    )?;
+    a.mov(rax, qword_ptr(rbx + slot::DROPPED))?;
+    a.add(rax, qword_ptr(rbx + slot::NESTED))?;
+    a.mov(
+        qword_ptr(rbx + (slot::MESSAGE + protocol::offsets::DROPPED)),
+        rax,
+    )?;
+    Ok(())
+}
+
+/// `mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+/// -1, 0)`: rax = the mapping, or an error above `-4096`.
+fn map_anonymous(a: &mut Asm, bytes: i32) -> R {
+    a.mov(eax, SYS_MMAP)?;
+    a.xor(edi, edi)?;
+    a.mov(esi, bytes)?;
+    a.mov(edx, 3)?; // PROT_READ | PROT_WRITE
+    a.mov(r10d, 0x22)?; // MAP_PRIVATE | MAP_ANONYMOUS
+    a.mov(r8, -1i64)?;
+    a.xor(r9d, r9d)?;
+    a.syscall()
 }
 
 /// Enters the runtime from a cold path (BUSY checked to be 0 by the caller).
@@ -1547,6 +1684,8 @@ struct Labels {
     parse_loop: CodeLabel,
     parse_done: CodeLabel,
     prefix: CodeLabel,
+    shared_prefix: CodeLabel,
+    shared_setup: CodeLabel,
 }
 
 impl Labels {
@@ -1621,6 +1760,8 @@ impl Labels {
             parse_loop: n(),
             parse_done: n(),
             prefix: n(),
+            shared_prefix: n(),
+            shared_setup: n(),
         }
     }
 }
