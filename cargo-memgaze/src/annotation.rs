@@ -168,7 +168,7 @@ impl Annotation {
 
     /// Writes the annotation to `path`.
     pub fn write(&self, path: &Path) -> anyhow::Result<()> {
-        std::fs::write(path, self.to_json())
+        crate::trace::write_atomic(path, self.to_json())
             .with_context(|| format!("{}: cannot write annotation", path.display()))
     }
 

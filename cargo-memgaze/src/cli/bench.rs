@@ -9,7 +9,7 @@ use crate::cargo::{
     BenchCase, BenchKey, BenchOutcome, BenchSuite, BenchTarget, CargoArgs, HarnessArgs,
 };
 use crate::error::{Exit, usage};
-use crate::gate::{self, Baseline, BenchRun, Gate, Limits, load_baseline, save_baseline_bench};
+use crate::gate::{self, Baseline, BenchRun, Gate, Limits, load_baseline, save_baseline};
 use crate::pipeline::{self, RunPlan};
 use crate::report::{self, ReportOptions};
 use crate::trace::Sampling;
@@ -72,8 +72,10 @@ pub struct Args {
     #[arg(long, help_heading = "Baselines and regressions")]
     pub fail_fast: bool,
 
-    /// Save this run's results as baseline NAME (per bench, as each
-    /// finishes) under <target-dir>/memgaze/baselines/.
+    /// Save this run's results as baseline NAME under
+    /// <target-dir>/memgaze/baselines/ (when the run ends, as a whole: an
+    /// interrupted run leaves the previous NAME unchanged; benches this run
+    /// did not measure keep their saved results).
     #[arg(long, value_name = "NAME", help_heading = "Baselines and regressions")]
     pub save_baseline: Option<String>,
 
@@ -281,6 +283,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         }
     }
     progress.finish();
+    gating.save()?;
     exit = exit.worst(gating.finish(json, global.quiet));
     if !args.no_report && measured > 0 {
         exit = exit.worst(write_report(layout.root(), &gating, json, global.quiet));
@@ -331,12 +334,15 @@ fn cli_limits(args: &Args) -> anyhow::Result<Limits> {
 }
 
 /// Baselines and the regression gate of one `bench` run: `--save-baseline`
-/// saves each bench as it finishes; `--baseline` compares it, with the
+/// saves the measured benches together at the end; `--baseline` compares
+/// each as it finishes, with the
 /// limits of its package (defaults ← `[package.metadata.memgaze] limits` ←
 /// `--limits`).
 struct Gating {
     root: PathBuf,
     save: Option<String>,
+    /// Runs measured so far, saved by [`Gating::save`].
+    measured: Vec<BenchRun>,
     /// The loaded baseline and one gate per package (limits differ).
     baseline: Option<Baseline>,
     gates: BTreeMap<String, Gate>,
@@ -395,6 +401,7 @@ impl Gating {
         Ok(Gating {
             root: root.to_path_buf(),
             save: args.save_baseline.clone(),
+            measured: Vec::new(),
             baseline,
             gates: BTreeMap::new(),
             limits,
@@ -403,10 +410,10 @@ impl Gating {
         })
     }
 
-    /// Saves and gates one bench's run.
+    /// Gates one bench's run and keeps it for [`Gating::save`].
     fn after(&mut self, run: &BenchRun, json: bool, progress: &Progress) -> anyhow::Result<()> {
-        if let Some(name) = &self.save {
-            save_baseline_bench(&self.root, name, run)?;
+        if self.save.is_some() {
+            self.measured.push(run.clone());
         }
         let Some(baseline) = &self.baseline else {
             return Ok(());
@@ -431,6 +438,17 @@ impl Gating {
             progress.print(|| print!("{text}"));
         }
         Ok(())
+    }
+
+    /// `--save-baseline`: replaces the baseline with the measured benches
+    /// in one step (a run that stops before this leaves it unchanged).
+    fn save(&self) -> anyhow::Result<()> {
+        match &self.save {
+            Some(name) if !self.measured.is_empty() => {
+                save_baseline(&self.root, name, &self.measured).map(drop)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Whether `--fail-fast` should stop after a regression.

@@ -193,34 +193,18 @@ fn select(binary: &Binary, functions: Option<&str>) -> Result<Vec<usize>> {
     }
 }
 
+/// Writes the executable whole (a temporary file renamed into place; a
+/// replaced file keeps its mode, made executable).
 fn write_executable(path: &Path, bytes: &[u8]) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o755)
-        .open(path)
-        .with_context(|| format!("{}: cannot write", path.display()))?;
-    file.write_all(bytes)
-        .with_context(|| format!("{}: cannot write", path.display()))?;
-    // An existing file keeps its mode: make sure it can run.
-    use std::os::unix::fs::PermissionsExt;
-    let mut permissions = file.metadata()?.permissions();
-    permissions.set_mode(permissions.mode() | 0o111);
-    file.set_permissions(permissions)
-        .with_context(|| format!("{}: cannot make executable", path.display()))?;
-    Ok(())
+    crate::trace::output::write_atomic_mode(path, bytes, crate::trace::output::EXECUTABLE_MODE)
 }
 
 fn write_annotation(executable: &Path, annotation: &Annotation) -> Result<()> {
     let path = instrument::annotation_path(executable);
-    let file = std::fs::File::create(&path)
-        .with_context(|| format!("{}: cannot write", path.display()))?;
-    let mut writer = std::io::BufWriter::with_capacity(1 << 20, file);
+    let mut writer = crate::trace::AtomicFile::create(&path)?;
     serde_json::to_writer(&mut writer, annotation)
         .map_err(std::io::Error::from)
         .and_then(|()| writer.flush())
         .with_context(|| format!("{}: cannot write", path.display()))?;
-    Ok(())
+    writer.commit()
 }

@@ -5,12 +5,10 @@
 use crate::analysis::{Analysis, AnalysisOptions};
 use crate::golden::SampleBreakdown;
 use crate::record::{AnalyzerSink, RecordSink};
-use crate::trace::{TraceHeader, TraceTotals, TraceWriter};
-use std::fs::File;
-use std::io::BufWriter;
+use crate::trace::{AtomicFile, TraceHeader, TraceTotals, TraceWriter};
 
 /// The trace file writer `TraceWriter::create` gives.
-pub(crate) type FileWriter = TraceWriter<BufWriter<File>>;
+pub(crate) type FileWriter = TraceWriter<AtomicFile>;
 
 /// Feeds every record to the consumers.
 pub(crate) struct StreamingSink {
@@ -117,7 +115,7 @@ mod tests {
         sink.begin_sample(0).unwrap(); // an empty last sample
         let totals = TraceTotals::clean(1_300_000, 12_000, 13);
         let (streamed, writer, breakdown) = sink.finish(&totals).unwrap();
-        writer.unwrap().finish(&totals).unwrap();
+        writer.unwrap().finish(&totals).unwrap().commit().unwrap();
         let from_file = analyze_trace(TraceReader::open(&path).unwrap(), &options).unwrap();
         assert_eq!(streamed, from_file);
         assert_eq!(streamed.summary.samples, 13);

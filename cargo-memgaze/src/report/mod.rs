@@ -249,7 +249,7 @@ pub fn write_report(
         options.baseline.as_ref().map(|b| b.name.as_str()),
     );
     let index = out.join("index.html");
-    std::fs::write(&index, page).with_context(|| format!("{}: cannot write", index.display()))?;
+    crate::trace::write_atomic(&index, page)?;
     let warnings = pages
         .iter()
         .flat_map(|p| {
@@ -274,7 +274,7 @@ fn write_chart(
     section: &'static str,
 ) -> Result<ChartFile> {
     let path = out.join(file);
-    std::fs::write(&path, svg).with_context(|| format!("{}: cannot write", path.display()))?;
+    crate::trace::write_atomic(&path, svg)?;
     Ok(ChartFile {
         title: title.to_string(),
         file: file.to_string(),

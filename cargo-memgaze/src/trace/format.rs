@@ -80,9 +80,10 @@
 //! a time into preallocated chunk buffers.
 
 use super::model::{LoadClass, Record, TraceHeader, TraceTotals};
+use super::output::AtomicFile;
 use anyhow::{Context, Result, anyhow, bail};
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::path::Path;
 
 /// First eight bytes of every trace file.
@@ -432,13 +433,15 @@ impl<W: Write> TraceWriter<W> {
     }
 }
 
-impl TraceWriter<BufWriter<File>> {
-    /// Creates (truncates) `path` and writes the header.
+impl TraceWriter<AtomicFile> {
+    /// Starts a trace file at `path` and writes the header. The records go
+    /// to a temporary file beside it: `path` appears (or is replaced) only
+    /// when the [`AtomicFile`] that [`TraceWriter::finish`] returns is
+    /// committed, so no reader ever sees half a trace. Fails at once when
+    /// `path` cannot be written (see [`super::output::check_output`]).
     pub fn create(path: &Path, header: &TraceHeader) -> Result<Self> {
-        let file =
-            File::create(path).with_context(|| format!("{}: cannot create", path.display()))?;
-        TraceWriter::new(BufWriter::with_capacity(1 << 16, file), header)
-            .with_context(|| path.display().to_string())
+        let file = AtomicFile::create(path)?;
+        TraceWriter::new(file, header).with_context(|| path.display().to_string())
     }
 }
 

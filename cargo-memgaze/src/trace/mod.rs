@@ -5,6 +5,8 @@
 pub mod dump;
 pub mod format;
 mod model;
+pub mod output;
 
 pub use format::{RawRecord, TraceEvent, TraceReader, TraceWriter};
 pub use model::*;
+pub use output::{AtomicFile, write_atomic};
