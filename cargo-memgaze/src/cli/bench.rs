@@ -175,6 +175,8 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
 
     let started = Instant::now();
     let layout = suite.workspace.results_layout();
+    // One command at a time writes this results tree (cargo/lock.rs).
+    let _lock = layout.lock(global.quiet)?;
     let mut gating = Gating::new(&args, cli_limits, &suite, layout.root())?;
     let progress = Progress::new(selected.len() as u64, global.quiet);
     let instrumented = suite::instrument_targets(&suite, &progress, global)?;

@@ -7,6 +7,7 @@ use crate::binary::{Binary, FunctionCode};
 use crate::classify::{BinaryLoads, Classifier, FunctionLoads};
 use crate::error::{Exit, usage};
 use crate::instrument::{self, InstrumentOptions, Instrumented};
+use crate::trace::AtomicFile;
 use anyhow::{Context, Result};
 use std::collections::HashMap;
 use std::io::Write;
@@ -111,12 +112,19 @@ pub fn instrument_file(
     )
     .with_context(|| input.display().to_string())?;
     let written = std::time::Instant::now();
+    // Both outputs are checked and staged before either is written, so a
+    // refused annotation path leaves no executable behind (and vice versa).
+    let mut staged_executable =
+        AtomicFile::create_with_mode(output, crate::trace::output::EXECUTABLE_MODE)?;
+    let mut staged_annotation = AtomicFile::create(&instrument::annotation_path(output))?;
     let (executable, annotation) = rayon::join(
-        || write_executable(output, &result.executable),
-        || write_annotation(output, &result.annotation),
+        || write_executable(&mut staged_executable, &result.executable),
+        || write_annotation(&mut staged_annotation, &result.annotation),
     );
     executable?;
     annotation?;
+    staged_executable.commit()?;
+    staged_annotation.commit()?;
     let timings = &mut result.report.timings;
     timings.insert(0, ("classify (CFG, load classes)".into(), classified));
     timings.insert(
@@ -193,18 +201,16 @@ fn select(binary: &Binary, functions: Option<&str>) -> Result<Vec<usize>> {
     }
 }
 
-/// Writes the executable whole (a temporary file renamed into place; a
-/// replaced file keeps its mode, made executable).
-fn write_executable(path: &Path, bytes: &[u8]) -> Result<()> {
-    crate::trace::output::write_atomic_mode(path, bytes, crate::trace::output::EXECUTABLE_MODE)
+/// Writes the executable into its staged file (renamed into place by the
+/// caller; a replaced file keeps its mode, made executable).
+fn write_executable(file: &mut AtomicFile, bytes: &[u8]) -> Result<()> {
+    file.write_all(bytes)
+        .with_context(|| format!("{}: cannot write", file.path().display()))
 }
 
-fn write_annotation(executable: &Path, annotation: &Annotation) -> Result<()> {
-    let path = instrument::annotation_path(executable);
-    let mut writer = crate::trace::AtomicFile::create(&path)?;
-    serde_json::to_writer(&mut writer, annotation)
+fn write_annotation(file: &mut AtomicFile, annotation: &Annotation) -> Result<()> {
+    serde_json::to_writer(&mut *file, annotation)
         .map_err(std::io::Error::from)
-        .and_then(|()| writer.flush())
-        .with_context(|| format!("{}: cannot write", path.display()))?;
-    writer.commit()
+        .and_then(|()| file.flush())
+        .with_context(|| format!("{}: cannot write", file.path().display()))
 }
