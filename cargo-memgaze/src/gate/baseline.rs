@@ -225,6 +225,9 @@ fn read_benches(dir: &Path) -> Result<Vec<BaselineBench>> {
                 bench.schema
             );
         }
+        crate::analysis::checks::check_document(&bench.analysis).map_err(|e| {
+            anyhow::anyhow!("{}: not a plausible baseline analysis: {e}", file.display())
+        })?;
         benches.push(bench);
     }
     benches.sort_by(|a, b| a.bench.cmp(&b.bench));

@@ -181,7 +181,7 @@ pub fn write_report(
         .min(benches.len().max(1));
     let next = std::sync::atomic::AtomicUsize::new(0);
     let mut results: Vec<Option<Result<BenchPage>>> = (0..benches.len()).map(|_| None).collect();
-    std::thread::scope(|scope| {
+    let joined: Result<()> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
@@ -198,14 +198,21 @@ pub fn write_report(
             })
             .collect();
         for worker in workers {
-            for (i, page) in worker.join().expect("report worker panicked") {
+            // A chart that panics (a bug) fails the report with an error
+            // rather than taking the whole command down.
+            let done = worker
+                .join()
+                .map_err(|_| anyhow::anyhow!("{}: a chart could not be drawn", out.display()))?;
+            for (i, page) in done {
                 results[i] = Some(page);
             }
         }
+        Ok(())
     });
+    joined?;
     let mut pages = Vec::new();
     for result in results {
-        pages.push(result.expect("every bench rendered")?);
+        pages.push(result.context("a bench was not rendered")??);
     }
 
     let mut overview = Vec::new();
