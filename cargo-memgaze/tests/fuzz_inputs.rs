@@ -454,3 +454,51 @@ fn the_commands_give_one_error_line_for_mutated_inputs() {
     }
     done("command line", n, started);
 }
+
+/// `report` of a trace touching 100 000 separate address spans (pages
+/// 2 MiB apart): `join_closest` was quadratic (8.9 s for 100 K spans).
+/// Prints the time; fails only past 20 s (a debug build on a busy
+/// machine), far above the few hundred milliseconds it takes.
+#[test]
+fn a_report_of_100k_separate_spans_is_fast() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut header = support::synthetic::header(
+        Kernel::Irr,
+        Sampling {
+            window: 1000,
+            period: 1000,
+            seed: Some(1),
+        },
+    );
+    header.labels.clear();
+    let mut w = TraceWriter::create(&dir.path().join("spans.mgz"), &header).unwrap();
+    let spans = 100_000u64;
+    let mut rng = Rng::new(5);
+    let mut records = 0;
+    for s in 0..spans / 1000 {
+        w.begin_sample(0).unwrap();
+        for i in 0..1000 {
+            let span = s * 1000 + i;
+            w.push(2, 0x1000_0000 + (span << 21) + 8 * rng.below(512) as u64)
+                .unwrap();
+            records += 1;
+        }
+    }
+    let samples = w.samples();
+    w.finish(&TraceTotals::clean(records, records, samples))
+        .unwrap()
+        .commit()
+        .unwrap();
+    let started = Instant::now();
+    let out = report_results(
+        &dir.path().join("spans.mgz"),
+        &ReportOptions::new(dir.path().join("report")),
+    )
+    .unwrap();
+    let elapsed = started.elapsed();
+    eprintln!(
+        "report of {spans} separate spans ({} charts): {elapsed:?}",
+        out.charts.len()
+    );
+    assert!(elapsed < Duration::from_secs(20), "{elapsed:?}");
+}

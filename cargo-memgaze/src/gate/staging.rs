@@ -61,22 +61,38 @@ pub(crate) fn save_whole(
     Ok(dest)
 }
 
-/// `read(dir)` of a baseline directory that no save swapped while it was
-/// being read: the directory's identity (device, inode) is the same before
-/// and after, else the read is repeated (a few times, then whatever the
-/// last read gave is returned).
+/// `read(dir)` of one version of a baseline directory, never a mix of two
+/// saves. The directory is opened first and read through that handle
+/// (`/proc/self/fd/N`), so every file comes from the directory that was
+/// there when the read began, even if a save swaps in another one
+/// meanwhile; the read counts if that directory is still the one at `dir`
+/// afterwards (while the handle is open its inode cannot be reused, and a
+/// swapped-out directory never comes back), else it is repeated. Errors are
+/// reported by a read of `dir` itself, so they name the real path.
 pub(crate) fn read_consistently<T>(dir: &Path, read: impl Fn(&Path) -> Result<T>) -> Result<T> {
     use std::os::unix::fs::MetadataExt;
-    let identity = || std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()));
-    let mut attempt = 0;
-    loop {
-        let before = identity();
-        let result = read(dir);
-        attempt += 1;
-        if before.is_some() && before == identity() || attempt >= 20 {
-            return result;
+    use std::os::unix::io::AsRawFd;
+    let identity = |m: std::fs::Metadata| (m.dev(), m.ino());
+    for _ in 0..50 {
+        let Ok(handle) = std::fs::File::open(dir) else {
+            break;
+        };
+        let through = PathBuf::from(format!("/proc/self/fd/{}", handle.as_raw_fd()));
+        if !through.is_dir() {
+            // No /proc: read the path itself.
+            break;
+        }
+        let result = read(&through);
+        let held = handle.metadata().ok().map(identity);
+        let now = std::fs::metadata(dir).ok().map(identity);
+        if held.is_some() && held == now {
+            return match result {
+                Ok(value) => Ok(value),
+                Err(_) => read(dir),
+            };
         }
     }
+    read(dir)
 }
 
 /// The plain entry writer.
@@ -324,7 +340,7 @@ mod tests {
                 });
             }
             scope.spawn(|| {
-                for _ in 0..40 {
+                for _ in 0..200 {
                     if let Ok(baseline) = load_baseline(root, "main") {
                         let a: BTreeSet<u64> = baseline
                             .benches
