@@ -426,29 +426,72 @@ fn the_commands_give_one_error_line_for_mutated_inputs() {
     let trace = small_trace(dir.path(), "t.mgz");
     let bytes = std::fs::read(&trace).unwrap();
     let value = serde_json::to_value(analysis_of(&trace)).unwrap();
+    let system = system_binary();
+    let log = lackey_log(&Binary::open(&system).unwrap());
+    // A results tree with one bench and a baseline of it, for
+    // `report --baseline`.
+    let root = dir.path().join("memgaze");
+    let (_, analysis) = support::results::bench_dir(
+        &root,
+        &Synthetic {
+            kernel: Kernel::Str1,
+            elements: 4_000,
+            reps: 4,
+            sampling: Some((256, 2_048)),
+            seed: 3,
+        },
+        false,
+    );
+    let mut run = bench_run(analysis);
+    run.key = BenchKey::new("microbenches", "micro", "str1");
+    let saved = save_baseline(&root, "main", &[run]).unwrap();
+    let baseline_file = saved.join("microbenches/micro/str1/baseline.json");
+    let baseline: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&baseline_file).unwrap()).unwrap();
     let bin = env!("CARGO_BIN_EXE_cargo-memgaze");
     let started = Instant::now();
-    let n = cases(150);
+    let n = cases(160);
     for case in 0..n {
         let mut rng = Rng::new(case);
-        let (file, command): (PathBuf, &[&str]) = if case % 2 == 0 {
-            let file = dir.path().join(format!("m{case}.mgz"));
-            std::fs::write(&file, mutate_bytes(&bytes, &mut rng)).unwrap();
-            (file, &["analyze", "--format", "json"])
-        } else {
-            let file = dir.path().join(format!("m{case}.json"));
-            std::fs::write(&file, mutate_json_text(&value, &mut rng)).unwrap();
-            (file, &["report", "-q"])
-        };
         let mut cmd = Command::new(bin);
-        cmd.arg("memgaze").args(command).arg(&file);
-        if command[0] == "report" {
-            cmd.arg("-o").arg(dir.path().join(format!("r{case}")));
-        }
+        cmd.arg("memgaze");
+        let file = match case % 4 {
+            0 => {
+                let file = dir.path().join(format!("m{case}.mgz"));
+                std::fs::write(&file, mutate_bytes(&bytes, &mut rng)).unwrap();
+                cmd.args(["analyze", "--format", "json"]).arg(&file);
+                file
+            }
+            1 => {
+                let file = dir.path().join(format!("m{case}.json"));
+                std::fs::write(&file, mutate_json_text(&value, &mut rng)).unwrap();
+                cmd.args(["report", "-q"]).arg(&file);
+                cmd.arg("-o").arg(dir.path().join(format!("r{case}")));
+                file
+            }
+            2 => {
+                let file = dir.path().join(format!("m{case}.log"));
+                std::fs::write(&file, mutate_bytes(log.as_bytes(), &mut rng)).unwrap();
+                cmd.args(["analyze", "--format", "json", "--lackey"])
+                    .arg(&file)
+                    .arg("--binary")
+                    .arg(&system);
+                file
+            }
+            _ => {
+                std::fs::write(&baseline_file, mutate_json_text(&baseline, &mut rng)).unwrap();
+                cmd.args(["report", "-q", "--baseline", "main"])
+                    .arg(&root)
+                    .arg("-o")
+                    .arg(dir.path().join(format!("r{case}")));
+                baseline_file.clone()
+            }
+        };
         let out = cmd.output().unwrap();
         if let Some(keep) = std::env::var_os("MEMGAZE_FUZZ_KEEP") {
             // Keep the inputs for replaying a failure.
-            let _ = std::fs::copy(&file, Path::new(&keep).join(file.file_name().unwrap()));
+            let name = format!("{case}-{}", file.file_name().unwrap().to_string_lossy());
+            let _ = std::fs::copy(&file, Path::new(&keep).join(name));
         }
         assert_clean_exit(&out, &format!("case {case}: {}", file.display()));
     }

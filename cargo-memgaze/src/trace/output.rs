@@ -278,11 +278,6 @@ pub fn private_tempdir_in(dir: &Path, prefix: &str) -> std::io::Result<TempDir> 
         .tempdir_in(dir)
 }
 
-/// A fresh temporary file with no name (for captured output).
-pub fn anonymous_tempfile() -> std::io::Result<File> {
-    tempfile::tempfile()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
