@@ -229,6 +229,14 @@ fn fixture_manifest() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hashmap-vs-btree/Cargo.toml")
 }
 
+/// The bench tests of this file change the shared results tree: one at a
+/// time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn bench(extra: &[&str]) -> Command {
     let mut cmd = bin();
     cmd.args(["bench", "--locked", "--manifest-path"])
@@ -263,6 +271,7 @@ fn baseline_files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 /// whole and agrees with its analysis.
 #[test]
 fn two_concurrent_benches_both_finish_with_whole_results() {
+    let _serial = serial();
     // Build (and take no part in the race) first.
     let out = bench(&["-q", "--no-report", "--", "--list"])
         .output()
@@ -322,6 +331,7 @@ fn two_concurrent_benches_both_finish_with_whole_results() {
 /// the new one, and always loadable.
 #[test]
 fn a_killed_save_baseline_keeps_the_previous_baseline_whole() {
+    let _serial = serial();
     let name = "killed-e2e";
     let baselines = shared_target_dir().join("memgaze/baselines");
     let out = bench(&["-q", "--no-report", "--seed", "1", "--save-baseline", name])
@@ -353,4 +363,31 @@ fn a_killed_save_baseline_keeps_the_previous_baseline_whole() {
             return;
         }
     }
+}
+
+/// A bench's `trace.mgz` planted as a link out of its results directory:
+/// the run fails with one line naming it, before the bench runs, and the
+/// link's target is untouched.
+#[test]
+fn a_planted_link_in_the_results_tree_is_refused() {
+    let _serial = serial();
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    let out = bench(&["-q", "--no-report", "--", "--list"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let dir = shared_target_dir().join("memgaze/hashmap-vs-btree/lookup/scan");
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("trace.mgz");
+    let _ = std::fs::remove_file(&trace);
+    std::os::unix::fs::symlink(&victim, &trace).unwrap();
+    let out = bench(&["-q", "--no-report", "--", "--exact", "scan"])
+        .output()
+        .unwrap();
+    std::fs::remove_file(&trace).unwrap();
+    assert_one_error(&out, "refusing to write through a symbolic link");
+    assert!(stderr(&out).contains("scan/trace.mgz"), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
 }
