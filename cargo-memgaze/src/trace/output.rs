@@ -38,6 +38,9 @@ pub const EXECUTABLE_MODE: u32 = 0o777;
 /// directory (or that dangles).
 pub fn check_output(path: &Path) -> Result<PathBuf> {
     let target = resolve_link(path)?;
+    if in_place(&target) {
+        return Ok(target);
+    }
     match std::fs::metadata(&target) {
         Ok(meta) if meta.is_dir() => bail!("{}: cannot write: is a directory", path.display()),
         Ok(meta) if meta.is_file() => {
@@ -96,6 +99,9 @@ fn resolve_link(path: &Path) -> Result<PathBuf> {
         Ok(meta) if meta.file_type().is_symlink() => {}
         _ => return Ok(path.to_path_buf()),
     }
+    if in_place(path) {
+        return Ok(path.to_path_buf());
+    }
     let dir = parent_dir(path);
     let link = std::fs::read_link(path).unwrap_or_default();
     let refuse = |why: &str| -> Result<PathBuf> {
@@ -116,6 +122,21 @@ fn resolve_link(path: &Path) -> Result<PathBuf> {
     } else {
         refuse(&format!("outside {}", dir.display()))
     }
+}
+
+/// Whether `path` is written in place rather than replaced: a device or
+/// pipe (`-o /dev/null`; renaming over it would replace the device), or one
+/// of this process's open files (`-o /dev/stdout`, `/dev/fd/N`, which the
+/// caller opened and asked for).
+fn in_place(path: &Path) -> bool {
+    let own_fd = ["/dev/stdout", "/dev/stderr", "/dev/fd/", "/proc/self/fd/"]
+        .iter()
+        .any(|p| path.as_os_str().to_string_lossy().starts_with(p));
+    own_fd
+        || std::fs::metadata(path).is_ok_and(|m| {
+            let kind = m.file_type();
+            kind.is_char_device() || kind.is_fifo()
+        })
 }
 
 /// Whether this process may write `path` (`access(2)`, `W_OK`).
@@ -157,9 +178,8 @@ impl AtomicFile {
     pub fn create_with_mode(path: &Path, mode: u32) -> Result<AtomicFile> {
         let target = check_output(path)?;
         let existing = std::fs::metadata(&target).ok();
-        if let Some(meta) = existing.as_ref().filter(|m| !m.is_file()) {
-            if meta.file_type().is_char_device() || meta.file_type().is_fifo() {
-                // Renaming over /dev/null would replace the device.
+        if in_place(&target) || existing.as_ref().is_some_and(|m| !m.is_file()) {
+            if in_place(&target) {
                 let file = std::fs::OpenOptions::new()
                     .write(true)
                     .open(&target)
@@ -324,6 +344,18 @@ mod tests {
         std::os::unix::fs::symlink(outside.path().join("nothing"), &dangling).unwrap();
         assert!(write_atomic(&dangling, "x").is_err());
         assert!(!outside.path().join("nothing").exists());
+
+        // A link to a device (`/dev/stdout`, here /dev/null) is written in
+        // place.
+        let null = dir.path().join("null.trace");
+        std::os::unix::fs::symlink("/dev/null", &null).unwrap();
+        write_atomic(&null, "x").unwrap();
+        assert!(
+            std::fs::symlink_metadata(&null)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
 
         let real = dir.path().join("real.trace");
         std::fs::write(&real, "old").unwrap();
