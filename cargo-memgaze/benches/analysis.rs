@@ -432,7 +432,7 @@ fn write_trace(path: &Path, records: u64, window: Option<u64>, mixed_run_log2: u
         complete: true,
     };
     let samples = writer.samples();
-    writer.finish(&totals).unwrap();
+    writer.finish(&totals).unwrap().commit().unwrap();
     (std::fs::metadata(path).unwrap().len(), samples)
 }
 

@@ -84,7 +84,11 @@ fn recorded(
     let mut writer = TraceWriter::create(trace, &header).expect("trace file");
     let recording =
         record::record(program, &args, annotation, &sampling, &mut writer).expect("record");
-    writer.finish(&recording.totals).expect("trace footer");
+    writer
+        .finish(&recording.totals)
+        .expect("trace footer")
+        .commit()
+        .expect("trace file");
     let wall = start.elapsed();
     assert_eq!(recording.exit_code(), 0);
     Timing {

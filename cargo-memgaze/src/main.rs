@@ -9,6 +9,7 @@ use memgaze::cli::{self, CargoCli};
 use memgaze_error::{self as error, Exit};
 
 fn main() {
+    ignore_file_size_signal();
     std::panic::set_hook(Box::new(|info| {
         let message = info
             .payload()
@@ -54,4 +55,22 @@ fn main() {
         Err(_) => Exit::Error,
     };
     std::process::exit(exit.code());
+}
+
+/// Under `ulimit -f`, a write past the limit raises SIGXFSZ, whose default
+/// action kills the process without a word. With a handler that does
+/// nothing, the write fails with EFBIG instead and the error names the
+/// file. A handler (unlike SIG_IGN) is reset by `exec`, so the programs we
+/// run keep the default.
+fn ignore_file_size_signal() {
+    extern "C" fn nothing(_: libc::c_int) {}
+    // SAFETY: installs an async-signal-safe handler that does nothing; the
+    // sigaction struct is fully initialised.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = nothing as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGXFSZ, &action, std::ptr::null_mut());
+    }
 }

@@ -104,7 +104,7 @@ impl ResultsLayout {
             key,
         };
         let json = serde_json::to_string_pretty(&file_contents).expect("plain strings serialise");
-        std::fs::write(&file, json + "\n").with_context(|| format!("{}", file.display()))?;
+        memgaze_output::write_atomic(&file, json + "\n")?;
         Ok(dir)
     }
 

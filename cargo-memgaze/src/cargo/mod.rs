@@ -28,6 +28,7 @@ mod build;
 mod executable;
 mod harness_args;
 mod layout;
+mod lock;
 mod workspace;
 
 pub use args::{CargoArgs, DEFAULT_PROFILE};
@@ -41,6 +42,7 @@ pub use layout::{
     BENCH_FILE, BENCH_SCHEMA, BenchKey, MAX_COMPONENT, ResultsLayout, decode_component,
     encode_component,
 };
+pub use lock::{LOCK_FILE, ResultsLock};
 pub use workspace::{Member, Workspace};
 
 /// A built bench target, its region markers and its listed benches.

@@ -214,9 +214,7 @@ impl<R: Read> Read for CountingRead<R> {
 
 fn write_output(path: Option<&Path>, text: &str) -> Result<()> {
     match path {
-        Some(path) => {
-            std::fs::write(path, text).with_context(|| format!("{}: cannot write", path.display()))
-        }
+        Some(path) => Ok(memgaze_output::write_atomic(path, text)?),
         None => {
             let mut out = std::io::stdout().lock();
             match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {

@@ -58,7 +58,7 @@ pub fn soft_self_test() -> Result<String> {
     let Some(program) = self_test_program() else {
         bail!("no /usr/bin/true or /bin/true to test-instrument");
     };
-    let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
+    let dir = memgaze_output::private_tempdir().context("cannot create a temporary directory")?;
     let output = dir.path().join("true");
     let instrumented =
         super::instrument::instrument_file(&program, &output, None, InstrumentationMode::Soft)

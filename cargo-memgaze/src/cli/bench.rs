@@ -7,7 +7,7 @@ use super::{Global, MessageFormat};
 use crate::cargo::{
     BenchCase, BenchKey, BenchOutcome, BenchSuite, BenchTarget, CargoArgs, HarnessArgs,
 };
-use crate::gate::{self, Baseline, BenchRun, Gate, Limits, load_baseline, save_baseline_bench};
+use crate::gate::{self, Baseline, BenchRun, Gate, Limits, load_baseline, save_baseline};
 use crate::pipeline::{self, RunPlan};
 use crate::report::{self, ReportOptions};
 use memgaze_analysis::AnalysisOptions;
@@ -73,8 +73,10 @@ pub struct Args {
     #[arg(long, help_heading = "Baselines and regressions")]
     pub fail_fast: bool,
 
-    /// Save this run's results as baseline NAME (per bench, as each
-    /// finishes) under <target-dir>/memgaze/baselines/.
+    /// Save this run's results as baseline NAME under
+    /// <target-dir>/memgaze/baselines/ (when the run ends, as a whole: an
+    /// interrupted run leaves the previous NAME unchanged; benches this run
+    /// did not measure keep their saved results).
     #[arg(long, value_name = "NAME", help_heading = "Baselines and regressions")]
     pub save_baseline: Option<String>,
 
@@ -129,30 +131,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     }
     let selected: Vec<(&BenchTarget, &BenchCase)> = suite.selected().collect();
     if !global.quiet {
-        for target in &suite.targets {
-            let runs = selected
-                .iter()
-                .filter(|(t, _)| t.executable.path == target.executable.path)
-                .count();
-            eprintln!(
-                "{:>12} {} in {} ({})",
-                "Selected",
-                plural(runs, "bench", "benches"),
-                target.executable.display_name(),
-                target.executable.path.display()
-            );
-        }
-        for (target, case) in suite.ignored() {
-            eprintln!(
-                "{:>12} {} in {} (ignored; `-- --include-ignored` runs it)",
-                "Skipping",
-                case.name,
-                target.executable.display_name()
-            );
-        }
-        if let Some(note) = &backend_note {
-            eprintln!("{note}");
-        }
+        print_selection(&suite, &selected, backend_note.as_deref());
     }
     if selected.is_empty() {
         if !global.quiet {
@@ -174,6 +153,8 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
 
     let started = Instant::now();
     let layout = suite.workspace.results_layout();
+    // One command at a time writes this results tree (cargo/lock.rs).
+    let _lock = layout.lock(global.quiet)?;
     let mut gating = Gating::new(&args, cli_limits, &suite, layout.root())?;
     let progress = Progress::new(selected.len() as u64, global.quiet);
     let instrumented = suite::instrument_targets(&suite, &progress, global)?;
@@ -282,6 +263,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         }
     }
     progress.finish();
+    gating.save()?;
     exit = exit.worst(gating.finish(json, global.quiet));
     if !args.no_report && measured > 0 {
         exit = exit.worst(write_report(layout.root(), &gating, json, global.quiet));
@@ -320,6 +302,38 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     Ok(exit)
 }
 
+/// Tells which benches of which executables run, and which are skipped.
+fn print_selection(
+    suite: &BenchSuite,
+    selected: &[(&BenchTarget, &BenchCase)],
+    backend_note: Option<&str>,
+) {
+    for target in &suite.targets {
+        let runs = selected
+            .iter()
+            .filter(|(t, _)| t.executable.path == target.executable.path)
+            .count();
+        eprintln!(
+            "{:>12} {} in {} ({})",
+            "Selected",
+            plural(runs, "bench", "benches"),
+            target.executable.display_name(),
+            target.executable.path.display()
+        );
+    }
+    for (target, case) in suite.ignored() {
+        eprintln!(
+            "{:>12} {} in {} (ignored; `-- --include-ignored` runs it)",
+            "Skipping",
+            case.name,
+            target.executable.display_name()
+        );
+    }
+    if let Some(note) = backend_note {
+        eprintln!("{note}");
+    }
+}
+
 /// Checks the baseline names and parses `--limits` (usage errors, exit 2).
 fn cli_limits(args: &Args) -> anyhow::Result<Limits> {
     for name in [&args.save_baseline, &args.baseline].into_iter().flatten() {
@@ -332,12 +346,15 @@ fn cli_limits(args: &Args) -> anyhow::Result<Limits> {
 }
 
 /// Baselines and the regression gate of one `bench` run: `--save-baseline`
-/// saves each bench as it finishes; `--baseline` compares it, with the
+/// saves the measured benches together at the end; `--baseline` compares
+/// each as it finishes, with the
 /// limits of its package (defaults ← `[package.metadata.memgaze] limits` ←
 /// `--limits`).
 struct Gating {
     root: PathBuf,
     save: Option<String>,
+    /// Runs measured so far, saved by [`Gating::save`].
+    measured: Vec<BenchRun>,
     /// The loaded baseline and one gate per package (limits differ).
     baseline: Option<Baseline>,
     gates: BTreeMap<String, Gate>,
@@ -396,6 +413,7 @@ impl Gating {
         Ok(Gating {
             root: root.to_path_buf(),
             save: args.save_baseline.clone(),
+            measured: Vec::new(),
             baseline,
             gates: BTreeMap::new(),
             limits,
@@ -404,10 +422,10 @@ impl Gating {
         })
     }
 
-    /// Saves and gates one bench's run.
+    /// Gates one bench's run and keeps it for [`Gating::save`].
     fn after(&mut self, run: &BenchRun, json: bool, progress: &Progress) -> anyhow::Result<()> {
-        if let Some(name) = &self.save {
-            save_baseline_bench(&self.root, name, run)?;
+        if self.save.is_some() {
+            self.measured.push(run.clone());
         }
         let Some(baseline) = &self.baseline else {
             return Ok(());
@@ -434,6 +452,17 @@ impl Gating {
             progress.print(|| print!("{text}"));
         }
         Ok(())
+    }
+
+    /// `--save-baseline`: replaces the baseline with the measured benches
+    /// in one step (a run that stops before this leaves it unchanged).
+    fn save(&self) -> anyhow::Result<()> {
+        match &self.save {
+            Some(name) if !self.measured.is_empty() => {
+                save_baseline(&self.root, name, &self.measured).map(drop)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Whether `--fail-fast` should stop after a regression.

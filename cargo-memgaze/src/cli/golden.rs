@@ -134,6 +134,8 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     }
     let selected: Vec<(&BenchTarget, &BenchCase)> = suite.selected().collect();
     let layout = suite.workspace.results_layout();
+    // One command at a time writes this results tree (cargo/lock.rs).
+    let _lock = layout.lock(global.quiet)?;
     let started = Instant::now();
     let progress = Progress::new(selected.len() as u64, global.quiet);
     let instrumented = suite::instrument_targets(&suite, &progress, global)?;

@@ -248,17 +248,9 @@ pub fn record_pt_to_file(
     output: &Path,
     global: &Global,
 ) -> Result<memgaze_trace::TraceTotals> {
-    let file = std::fs::File::create(output)
-        .with_context(|| format!("{}: cannot create", output.display()))?;
-    let (mut out, recording) = memgaze_record::pt::record(
-        std::io::BufWriter::new(file),
-        program,
-        args,
-        annotation,
-        options,
-    )?;
-    std::io::Write::flush(&mut out)
-        .with_context(|| format!("{}: cannot write", output.display()))?;
+    let file = memgaze_output::AtomicFile::create(output)?;
+    let (out, recording) = memgaze_record::pt::record(file, program, args, annotation, options)?;
+    out.commit()?;
     if !global.quiet {
         let totals = &recording.totals;
         eprintln!(
@@ -300,7 +292,8 @@ pub fn record_to_file(
     let recording = record::record(program, args, annotation, sampling, &mut writer)?;
     writer
         .finish(&recording.totals)
-        .with_context(|| output.display().to_string())?;
+        .with_context(|| output.display().to_string())?
+        .commit()?;
     Ok(recording)
 }
 

@@ -51,6 +51,10 @@ pub struct Args {
 /// Runs the command.
 pub fn run(args: Args, global: &Global) -> Result<Exit> {
     let sampling = args.sampling.sampling()?;
+    // Outputs written after the program ran are checked before it starts.
+    if let Some(path) = &args.output {
+        memgaze_output::check_output(path)?;
+    }
     let program = resolve_program(Path::new(&args.command[0]))?;
     // `run` instruments for whichever backend the machine offers.
     let choice = args.sampling.resolve_backend()?;
@@ -88,7 +92,8 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             )?;
             writer
                 .finish(&recording.totals)
-                .with_context(|| path.display().to_string())?;
+                .with_context(|| path.display().to_string())?
+                .commit()?;
             recording
         }
         None => record::record(
@@ -119,7 +124,8 @@ fn run_pt(
     annotation: &Annotation,
     global: &Global,
 ) -> Result<Exit> {
-    let temporary = tempfile::tempdir().context("cannot create a temporary directory")?;
+    let temporary =
+        memgaze_output::private_tempdir().context("cannot create a temporary directory")?;
     let trace = args
         .save_trace
         .clone()
@@ -145,8 +151,7 @@ fn print_analysis(args: &Args, analysis: &memgaze_analysis::Analysis) -> Result<
         Format::Json => serde_json::to_string_pretty(analysis)? + "\n",
     };
     match &args.output {
-        Some(path) => std::fs::write(path, text)
-            .with_context(|| format!("{}: cannot write", path.display()))?,
+        Some(path) => memgaze_output::write_atomic(path, text)?,
         None => {
             let mut out = std::io::stdout().lock();
             out.write_all(text.as_bytes())?;
@@ -189,7 +194,8 @@ fn instrumented_copy(
             Ok((copy.path, copy.annotation, None))
         }
         None => {
-            let temporary = tempfile::tempdir().context("cannot create a temporary directory")?;
+            let temporary =
+                memgaze_output::private_tempdir().context("cannot create a temporary directory")?;
             let name = program.file_name().unwrap_or("program".as_ref());
             let output = temporary.path().join(name);
             let (annotation, _) = instrument(program, &output)?;

@@ -2,9 +2,10 @@
 //! sampling parameters, backend and binary identity it was recorded with,
 //! under `target/memgaze/baselines/<NAME>/<package>/<target>/<bench>/baseline.json`.
 //!
-//! Saving is per bench, so `bench` can save each bench as it finishes and
-//! a run of a subset of benches updates only those; benches saved earlier
-//! under the same name stay.
+//! A run of a subset of benches updates only those; benches saved earlier
+//! under the same name stay. Every save replaces the baseline directory as
+//! a whole (`staging.rs`): an interrupted save leaves the previous baseline
+//! unchanged, never a mix of old and new entries.
 
 use anyhow::{Context, Result, bail};
 use memgaze_analysis::Analysis;
@@ -157,12 +158,20 @@ pub fn check_name(name: &str) -> Result<()> {
 /// Saves one bench's run as part of baseline `name` (replacing what that
 /// baseline held for this bench); returns the file written.
 pub fn save_baseline_bench(results_root: &Path, name: &str, run: &BenchRun) -> Result<PathBuf> {
-    check_name(name)?;
-    let dir = baselines_dir(results_root)
-        .join(name)
-        .join(run.key.relative_dir());
-    std::fs::create_dir_all(&dir).with_context(|| format!("{}: cannot create", dir.display()))?;
-    let saved = BaselineBench {
+    let dir = save_baseline(results_root, name, std::slice::from_ref(run))?;
+    Ok(dir.join(run.key.relative_dir()).join(BASELINE_FILE))
+}
+
+/// Saves every run as baseline `name` (replacing what it held for those
+/// benches, keeping its other benches), all or nothing; returns its
+/// directory.
+pub fn save_baseline(results_root: &Path, name: &str, runs: &[BenchRun]) -> Result<PathBuf> {
+    super::staging::save_whole(results_root, name, runs, &mut super::staging::write_entry)
+}
+
+/// The file contents saved for one run.
+pub(crate) fn saved_bench(run: &BenchRun) -> BaselineBench {
+    BaselineBench {
         schema: BASELINE_SCHEMA.to_string(),
         bench: run.key.clone(),
         saved_at: SystemTime::now()
@@ -172,24 +181,7 @@ pub fn save_baseline_bench(results_root: &Path, name: &str, run: &BenchRun) -> R
         binary: run.binary.clone(),
         profile: run.profile.clone(),
         analysis: run.analysis.clone(),
-    };
-    let path = dir.join(BASELINE_FILE);
-    let json = serde_json::to_vec(&saved).context("cannot encode the baseline")?;
-    // Write beside and rename: an interrupted save never leaves half a file.
-    let partial = dir.join(format!("{BASELINE_FILE}.partial"));
-    std::fs::write(&partial, json)
-        .with_context(|| format!("{}: cannot write", partial.display()))?;
-    std::fs::rename(&partial, &path)
-        .with_context(|| format!("{}: cannot write", path.display()))?;
-    Ok(path)
-}
-
-/// Saves every run as baseline `name`; returns its directory.
-pub fn save_baseline(results_root: &Path, name: &str, runs: &[BenchRun]) -> Result<PathBuf> {
-    for run in runs {
-        save_baseline_bench(results_root, name, run)?;
     }
-    Ok(baselines_dir(results_root).join(name))
 }
 
 /// Loads baseline `name`. A missing baseline is an error that lists the
@@ -210,8 +202,18 @@ pub fn load_baseline(results_root: &Path, name: &str) -> Result<Baseline> {
             baselines_dir(results_root).display()
         );
     }
+    let benches = super::staging::read_consistently(&dir, read_benches)?;
+    Ok(Baseline {
+        name: name.to_string(),
+        dir,
+        benches,
+    })
+}
+
+/// Every bench file of a baseline directory, sorted by key.
+fn read_benches(dir: &Path) -> Result<Vec<BaselineBench>> {
     let mut benches = Vec::new();
-    for file in baseline_files(&dir)? {
+    for file in baseline_files(dir)? {
         let text =
             std::fs::read(&file).with_context(|| format!("{}: cannot read", file.display()))?;
         let bench: BaselineBench = serde_json::from_slice(&text)
@@ -223,14 +225,13 @@ pub fn load_baseline(results_root: &Path, name: &str) -> Result<Baseline> {
                 bench.schema
             );
         }
+        memgaze_analysis::checks::check_document(&bench.analysis).map_err(|e| {
+            anyhow::anyhow!("{}: not a plausible baseline analysis: {e}", file.display())
+        })?;
         benches.push(bench);
     }
     benches.sort_by(|a, b| a.bench.cmp(&b.bench));
-    Ok(Baseline {
-        name: name.to_string(),
-        dir,
-        benches,
-    })
+    Ok(benches)
 }
 
 /// The saved baselines, by name.
@@ -271,7 +272,7 @@ pub fn list_baselines(results_root: &Path) -> Result<Vec<BaselineInfo>> {
 }
 
 /// Every `baseline.json` below `dir`.
-fn baseline_files(dir: &Path) -> Result<Vec<PathBuf>> {
+pub(crate) fn baseline_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(dir) = stack.pop() {

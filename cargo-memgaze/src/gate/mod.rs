@@ -15,6 +15,7 @@ pub mod baseline;
 pub mod compare;
 pub mod limits;
 pub mod metric;
+mod staging;
 
 pub use baseline::{
     BASELINE_FILE, BASELINES_DIR, Baseline, BaselineBench, BaselineInfo, BenchKey, BenchRun,

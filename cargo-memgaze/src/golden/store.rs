@@ -186,7 +186,7 @@ impl GoldenStore {
 
     fn write(&self, path: &Path, text: &str) -> anyhow::Result<()> {
         std::fs::create_dir_all(&self.dir).with_context(|| self.dir.display().to_string())?;
-        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+        Ok(memgaze_output::write_atomic(path, text)?)
     }
 
     /// Snapshot files of a bench target whose bench is not in `benches`

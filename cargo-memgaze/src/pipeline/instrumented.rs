@@ -109,9 +109,7 @@ pub fn cached(
     }
     // Build in a fresh temporary directory, then rename it into place.
     std::fs::create_dir_all(cache).with_context(|| cache.display().to_string())?;
-    let staging = tempfile::Builder::new()
-        .prefix(&format!("{key}{STAGING_MARK}"))
-        .tempdir_in(cache)
+    let staging = memgaze_output::private_tempdir_in(cache, &format!("{key}{STAGING_MARK}"))
         .with_context(|| format!("cannot create a directory in {}", cache.display()))?;
     let staged = staging.path().join(file_name);
     let (annotation, report) = instrumenter(executable, &staged)?;

@@ -137,7 +137,8 @@ pub fn record_bench(
     if let (Some(writer), Some(path)) = (writer, &plan.trace_file) {
         writer
             .finish(&recording.totals)
-            .with_context(|| path.display().to_string())?;
+            .with_context(|| path.display().to_string())?
+            .commit()?;
     }
     let samples = breakdown.map(|b| b.finish()).transpose()?;
 
@@ -168,5 +169,5 @@ pub fn record_bench(
 pub fn write_analysis(path: &Path, analysis: &Analysis) -> anyhow::Result<()> {
     let mut json = serde_json::to_vec_pretty(analysis).context("serialising the analysis")?;
     json.push(b'\n');
-    std::fs::write(path, json).with_context(|| format!("cannot write {}", path.display()))
+    Ok(memgaze_output::write_atomic(path, json)?)
 }

@@ -4,13 +4,12 @@
 
 use crate::golden::SampleBreakdown;
 use memgaze_analysis::{Analysis, AnalysisOptions};
+use memgaze_output::AtomicFile;
 use memgaze_record::{AnalyzerSink, RecordSink};
 use memgaze_trace::{TraceHeader, TraceTotals, TraceWriter};
-use std::fs::File;
-use std::io::BufWriter;
 
 /// The trace file writer `TraceWriter::create` gives.
-pub(crate) type FileWriter = TraceWriter<BufWriter<File>>;
+pub(crate) type FileWriter = TraceWriter<AtomicFile>;
 
 /// Feeds every record to the consumers.
 pub(crate) struct StreamingSink {
@@ -117,7 +116,7 @@ mod tests {
         sink.begin_sample(0).unwrap(); // an empty last sample
         let totals = TraceTotals::clean(1_300_000, 12_000, 13);
         let (streamed, writer, breakdown) = sink.finish(&totals).unwrap();
-        writer.unwrap().finish(&totals).unwrap();
+        writer.unwrap().finish(&totals).unwrap().commit().unwrap();
         let from_file = analyze_trace(TraceReader::open(&path).unwrap(), &options).unwrap();
         assert_eq!(streamed, from_file);
         assert_eq!(streamed.summary.samples, 13);

@@ -181,7 +181,7 @@ pub fn write_report(
         .min(benches.len().max(1));
     let next = std::sync::atomic::AtomicUsize::new(0);
     let mut results: Vec<Option<Result<BenchPage>>> = (0..benches.len()).map(|_| None).collect();
-    std::thread::scope(|scope| {
+    let joined: Result<()> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
@@ -198,14 +198,21 @@ pub fn write_report(
             })
             .collect();
         for worker in workers {
-            for (i, page) in worker.join().expect("report worker panicked") {
+            // A chart that panics (a bug) fails the report with an error
+            // rather than taking the whole command down.
+            let done = worker
+                .join()
+                .map_err(|_| anyhow::anyhow!("{}: a chart could not be drawn", out.display()))?;
+            for (i, page) in done {
                 results[i] = Some(page);
             }
         }
+        Ok(())
     });
+    joined?;
     let mut pages = Vec::new();
     for result in results {
-        pages.push(result.expect("every bench rendered")?);
+        pages.push(result.context("a bench was not rendered")??);
     }
 
     let mut overview = Vec::new();
@@ -249,7 +256,7 @@ pub fn write_report(
         options.baseline.as_ref().map(|b| b.name.as_str()),
     );
     let index = out.join("index.html");
-    std::fs::write(&index, page).with_context(|| format!("{}: cannot write", index.display()))?;
+    memgaze_output::write_atomic(&index, page)?;
     let warnings = pages
         .iter()
         .flat_map(|p| {
@@ -274,7 +281,7 @@ fn write_chart(
     section: &'static str,
 ) -> Result<ChartFile> {
     let path = out.join(file);
-    std::fs::write(&path, svg).with_context(|| format!("{}: cannot write", path.display()))?;
+    memgaze_output::write_atomic(&path, svg)?;
     Ok(ChartFile {
         title: title.to_string(),
         file: file.to_string(),

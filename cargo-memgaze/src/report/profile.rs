@@ -143,15 +143,38 @@ fn touched_spans(pages: &[u64], gap: u64) -> Vec<(u64, u64)> {
     spans
 }
 
-/// Joins neighbouring spans across the smallest gaps until at most `max` remain.
+/// Joins neighbouring spans across the smallest gaps until at most `max`
+/// remain, the smallest gap first and, among equal gaps, the leftmost.
+///
+/// Joining two spans leaves every other gap as it was (the joined span
+/// starts where the left one did and ends where the right one did), so
+/// this is the same as removing the `len - max` smallest gaps by (size,
+/// position) at once: a selection, O(n log n) at worst, where joining one
+/// pair at a time was quadratic (8.9 s for 100 K spans).
 fn join_closest(spans: &mut Vec<(u64, u64)>, max: usize) {
-    while spans.len() > max {
-        let i = (0..spans.len() - 1)
-            .min_by_key(|&i| spans[i + 1].0 - spans[i].1)
-            .expect("at least two spans");
-        spans[i].1 = spans[i + 1].1;
-        spans.remove(i + 1);
+    if spans.len() <= max {
+        return;
     }
+    let mut gaps: Vec<(u64, usize)> = spans
+        .windows(2)
+        .enumerate()
+        .map(|(i, pair)| (pair[1].0 - pair[0].1, i))
+        .collect();
+    let joins = spans.len() - max;
+    gaps.select_nth_unstable(joins - 1);
+    let mut joined = vec![false; spans.len()];
+    for &(_, i) in &gaps[..joins] {
+        // The gap after span `i` goes: span `i + 1` continues span `i`.
+        joined[i + 1] = true;
+    }
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(max);
+    for (span, continues) in spans.iter().zip(joined) {
+        match out.last_mut() {
+            Some(last) if continues => last.1 = span.1,
+            _ => out.push(*span),
+        }
+    }
+    *spans = out;
 }
 
 /// Slots per span: a few for every span (a small stack range must stay
@@ -439,6 +462,68 @@ fn by_rank(axis: AddressAxis, addresses: &[u64]) -> AddressAxis {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// The quadratic original: one join at a time, across the smallest
+    /// gap, the leftmost among equals.
+    fn join_closest_reference(spans: &mut Vec<(u64, u64)>, max: usize) {
+        while spans.len() > max {
+            let i = (0..spans.len() - 1)
+                .min_by_key(|&i| spans[i + 1].0 - spans[i].1)
+                .expect("at least two spans");
+            spans[i].1 = spans[i + 1].1;
+            spans.remove(i + 1);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 2000,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+        /// The same joins as the reference, ties (frequent: gaps drawn
+        /// from a few sizes) included.
+        #[test]
+        fn join_closest_matches_the_reference(
+            steps in proptest::collection::vec((0u64..4, 0u64..3), 0..60),
+            max in 1usize..10,
+        ) {
+            let mut spans = Vec::new();
+            let mut at = 0u64;
+            for (gap, len) in steps {
+                let lo = at + 1 + gap * 3;
+                spans.push((lo, lo + len));
+                at = lo + len;
+            }
+            let mut fast = spans.clone();
+            join_closest(&mut fast, max);
+            join_closest_reference(&mut spans, max);
+            prop_assert_eq!(fast, spans);
+        }
+    }
+
+    /// 100 K separate spans: was 8.9 s; prints the time (not asserted
+    /// tightly: shared CI machines vary), fails only past 5 s.
+    #[test]
+    fn join_closest_of_100k_spans_is_fast() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut at = 0u64;
+        let mut spans = Vec::with_capacity(100_000);
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            at += 2 + x % 1000;
+            spans.push((at, at));
+        }
+        let started = std::time::Instant::now();
+        join_closest(&mut spans, 8);
+        let elapsed = started.elapsed();
+        eprintln!("join_closest: 100 000 spans → 8 in {elapsed:?}");
+        assert_eq!(spans.len(), 8);
+        assert!(elapsed.as_secs_f64() < 5.0, "{elapsed:?}");
+    }
     use memgaze_trace::{
         Backend, LoadClass, LoadEntry, Sampling, TraceHeader, TraceTotals, TraceWriter,
     };

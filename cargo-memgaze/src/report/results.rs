@@ -88,12 +88,15 @@ pub fn read_analysis(path: &Path) -> Result<Analysis> {
             path.display()
         ),
     }
-    serde_json::from_value(value).with_context(|| {
+    let analysis: Analysis = serde_json::from_value(value).with_context(|| {
         format!(
             "{}: not a valid `{ANALYSIS_SCHEMA}` document",
             path.display()
         )
-    })
+    })?;
+    memgaze_analysis::checks::check_document(&analysis)
+        .map_err(|e| anyhow::anyhow!("{}: not a plausible analysis: {e}", path.display()))?;
+    Ok(analysis)
 }
 
 /// Analyses a trace file with the default options.

@@ -81,7 +81,7 @@ fn write_trace(path: &Path) {
         }
     }
     let totals = TraceTotals::clean(6400, 640, 10);
-    w.finish(&totals).unwrap();
+    w.finish(&totals).unwrap().commit().unwrap();
 }
 
 fn tempdir() -> tempfile::TempDir {

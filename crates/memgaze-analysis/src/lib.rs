@@ -27,6 +27,7 @@ use memgaze_trace::{Backend, LoadClass, LoadEntry, Record, TraceHeader, TraceRea
 use std::io::Read;
 
 mod addr_table;
+pub mod checks;
 mod error;
 mod intervals;
 mod regions;
@@ -1474,6 +1475,13 @@ impl Analyzer {
         if !totals.complete {
             notes.push("the trace is a prefix: the program did not finish cleanly".to_string());
         }
+        if !self.sampling.is_full() && totals.executions < self.rho_denominator() {
+            notes.push(format!(
+                "inconsistent trace totals: {} load executions for {} recorded accesses; ρ and the estimates scaled by it are left out",
+                totals.executions,
+                self.rho_denominator()
+            ));
+        }
         notes
     }
 
@@ -1484,11 +1492,22 @@ impl Analyzer {
         if self.sampling.is_full() {
             return Some(1.0);
         }
-        let denominator = match self.backend {
+        let denominator = self.rho_denominator();
+        if totals.executions < denominator {
+            // Fewer executions than recorded accesses: the totals are
+            // inconsistent, and ρ below 1 would scale every estimate down
+            // (`finish` notes why it is missing).
+            return None;
+        }
+        ratio(totals.executions as f64, denominator)
+    }
+
+    /// What ρ divides the executions by (see [`Analyzer::rho`]).
+    fn rho_denominator(&self) -> u64 {
+        match self.backend {
             Backend::Pt => self.a_all + self.a_const_all,
             Backend::Soft | Backend::Lackey => self.records_all,
-        };
-        ratio(totals.executions as f64, denominator)
+        }
     }
 }
 
@@ -1729,6 +1748,34 @@ mod tests {
             a.push_load(load, addr, sample, 0);
         }
         a.finish(&TraceTotals::clean(80, 8, 2))
+    }
+
+    /// A trace whose totals count fewer load executions than it holds
+    /// records (was: ρ = 0.5 from 4 / 8, or 0 from 0 executions, and every
+    /// estimate scaled by it, without a word): no ρ, and a note saying why.
+    #[test]
+    fn fewer_executions_than_records_leave_rho_out_with_a_note() {
+        for executions in [0, 4] {
+            let mut a = Analyzer::new(
+                &header(Backend::Soft, sampled()),
+                &AnalysisOptions::default(),
+            )
+            .unwrap();
+            for (i, load) in [L0, L1, L0, L1, L0, L1, L0, L1].into_iter().enumerate() {
+                a.push_load(load, 0x100 + 64 * i as u64, (i / 4) as u64, 0);
+            }
+            let r = a.finish(&TraceTotals::clean(executions, 8, 2));
+            assert_eq!(r.summary.rho, None, "{executions} executions");
+            assert_eq!(r.summary.a_hat, None);
+            assert!(
+                r.coverage
+                    .notes
+                    .iter()
+                    .any(|n| n.contains("inconsistent trace totals")),
+                "{:?}",
+                r.coverage.notes
+            );
+        }
     }
 
     /// Both compilations of [`feed`]'s loop give the same analysis of a

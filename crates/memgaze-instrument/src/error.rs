@@ -83,6 +83,10 @@ pub enum InstrumentError {
         #[source]
         source: Box<InstrumentError>,
     },
+    /// An output refused before it was written, or whose temporary file
+    /// could not be created or renamed into place.
+    #[error(transparent)]
+    Output(#[from] memgaze_output::OutputError),
     /// The instrumented executable or its annotation could not be written.
     #[error("{}: cannot write", path.display())]
     Write {

@@ -7,6 +7,7 @@ use crate::classify::{BinaryLoads, Classifier, FunctionLoads};
 use crate::error::InstrumentError;
 use crate::rewrite::{self as instrument, InstrumentOptions, Instrumented};
 use memgaze_error::UsageError;
+use memgaze_output::{AtomicFile, EXECUTABLE_MODE};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
@@ -35,12 +36,18 @@ pub fn instrument_file(
         source: Box::new(e),
     })?;
     let written = std::time::Instant::now();
+    // Both outputs are checked and staged before either is written, so a
+    // refused annotation path leaves no executable behind (and vice versa).
+    let mut staged_executable = AtomicFile::create_with_mode(output, EXECUTABLE_MODE)?;
+    let mut staged_annotation = AtomicFile::create(&instrument::annotation_path(output))?;
     let (executable, annotation) = rayon::join(
-        || write_executable(output, &result.executable),
-        || write_annotation(output, &result.annotation),
+        || write_executable(&mut staged_executable, &result.executable),
+        || write_annotation(&mut staged_annotation, &result.annotation),
     );
     executable?;
     annotation?;
+    staged_executable.commit()?;
+    staged_annotation.commit()?;
     let timings = &mut result.report.timings;
     timings.insert(0, ("classify (CFG, load classes)".into(), classified));
     timings.insert(
@@ -119,43 +126,20 @@ fn select(binary: &Binary, functions: Option<&str>) -> Result<Vec<usize>, Instru
     }
 }
 
-fn write_executable(path: &Path, bytes: &[u8]) -> Result<(), InstrumentError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let cannot_write = |source| InstrumentError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o755)
-        .open(path)
-        .map_err(cannot_write)?;
-    file.write_all(bytes).map_err(cannot_write)?;
-    // An existing file keeps its mode: make sure it can run.
-    use std::os::unix::fs::PermissionsExt;
-    let cannot_chmod = |source| InstrumentError::MakeExecutable {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut permissions = file.metadata().map_err(cannot_chmod)?.permissions();
-    permissions.set_mode(permissions.mode() | 0o111);
-    file.set_permissions(permissions).map_err(cannot_chmod)?;
-    Ok(())
+fn write_executable(file: &mut AtomicFile, bytes: &[u8]) -> Result<(), InstrumentError> {
+    file.write_all(bytes)
+        .map_err(|source| InstrumentError::Write {
+            path: file.path().to_path_buf(),
+            source,
+        })
 }
 
-fn write_annotation(executable: &Path, annotation: &Annotation) -> Result<(), InstrumentError> {
-    let path = instrument::annotation_path(executable);
-    let cannot_write = |source| InstrumentError::Write {
-        path: path.clone(),
-        source,
-    };
-    let file = std::fs::File::create(&path).map_err(cannot_write)?;
-    let mut writer = std::io::BufWriter::with_capacity(1 << 20, file);
-    serde_json::to_writer(&mut writer, annotation)
+fn write_annotation(file: &mut AtomicFile, annotation: &Annotation) -> Result<(), InstrumentError> {
+    serde_json::to_writer(&mut *file, annotation)
         .map_err(std::io::Error::from)
-        .and_then(|()| writer.flush())
-        .map_err(cannot_write)?;
-    Ok(())
+        .and_then(|()| file.flush())
+        .map_err(|source| InstrumentError::Write {
+            path: file.path().to_path_buf(),
+            source,
+        })
 }

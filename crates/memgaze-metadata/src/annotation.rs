@@ -170,10 +170,7 @@ impl Annotation {
 
     /// Writes the annotation to `path`.
     pub fn write(&self, path: &Path) -> Result<(), AnnotationError> {
-        std::fs::write(path, self.to_json()).map_err(|source| AnnotationError::Write {
-            path: path.to_path_buf(),
-            source,
-        })
+        memgaze_output::write_atomic(path, self.to_json()).map_err(AnnotationError::Output)
     }
 
     /// Reads an annotation written by [`Annotation::write`].
@@ -237,15 +234,9 @@ pub enum AnnotationError {
         #[source]
         source: io::Error,
     },
-    /// An annotation file could not be written.
-    #[error("{}: cannot write annotation", path.display())]
-    Write {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
+    /// An annotation file could not be written (the message names it).
+    #[error(transparent)]
+    Output(#[from] memgaze_output::OutputError),
     /// The annotation file `path` holds no valid annotation.
     #[error("{}", path.display())]
     InFile {

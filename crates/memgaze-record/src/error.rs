@@ -108,6 +108,17 @@ pub enum LackeyError {
         #[source]
         problem: AccessError,
     },
+    /// A line longer than any Lackey writes (a log is never read whole
+    /// into memory to find its end).
+    #[error(
+        "line {line} is longer than {max} bytes: not a Valgrind Lackey log (run valgrind --tool=lackey --trace-mem=yes)"
+    )]
+    LineTooLong {
+        /// Its number, from 1.
+        line: u64,
+        /// The longest line read.
+        max: usize,
+    },
     /// No instruction lines at all: not a Lackey log (or one recorded
     /// without `--trace-mem=yes`).
     #[error(

@@ -30,8 +30,12 @@ use memgaze_trace::{
     Backend, FunctionEntry, LoadClass, LoadEntry, Sampling, TraceHeader, TraceTotals,
 };
 use std::collections::HashMap;
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 use std::path::Path;
+
+/// Longest log line read: Lackey's lines are a few dozen bytes; only its
+/// `==PID==` preamble (the command line) can be longer.
+pub const MAX_LINE: usize = 1 << 16;
 
 /// Where Valgrind (3.x, amd64) maps a position-independent executable.
 pub const VALGRIND_PIE_BASE: u64 = 0x108000;
@@ -172,13 +176,22 @@ pub fn import(
     let mut number = 0u64;
     loop {
         line.clear();
-        let n = input
+        // At most one byte more than a line may hold: a file without
+        // newlines (`/dev/zero`) is never read whole into memory.
+        let n = (&mut input)
+            .take(MAX_LINE as u64 + 1)
             .read_until(b'\n', &mut line)
             .map_err(LackeyError::Read)?;
         if n == 0 {
             break;
         }
         number += 1;
+        if line.len() > MAX_LINE {
+            return Err(LackeyError::LineTooLong {
+                line: number,
+                max: MAX_LINE,
+            });
+        }
         bytes += n as u64;
         if bytes >= next_progress {
             progress(bytes);

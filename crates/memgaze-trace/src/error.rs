@@ -69,6 +69,11 @@ pub enum TraceError {
         /// How many load sites the header lists.
         loads: usize,
     },
+    /// The output was refused before anything was written, or its
+    /// temporary file could not be created or renamed into place (the
+    /// message names the path).
+    #[error(transparent)]
+    Output(#[from] memgaze_output::OutputError),
     /// The trace file could not be opened.
     #[error("cannot open")]
     Open {

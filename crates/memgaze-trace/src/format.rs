@@ -81,8 +81,9 @@
 
 use super::error::TraceError;
 use super::model::{LoadClass, Record, TraceHeader, TraceTotals};
+use memgaze_output::AtomicFile;
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::path::Path;
 
 /// First eight bytes of every trace file.
@@ -449,15 +450,17 @@ impl<W: Write> TraceWriter<W> {
     }
 }
 
-impl TraceWriter<BufWriter<File>> {
-    /// Creates (truncates) `path` and writes the header. Errors do not name
-    /// the path (the caller adds it: see [`TraceError`]).
+impl TraceWriter<AtomicFile> {
+    /// Starts a trace file at `path` and writes the header. The records go
+    /// to a temporary file beside it: `path` appears (or is replaced) only
+    /// when the [`AtomicFile`] that [`TraceWriter::finish`] returns is
+    /// committed, so no reader ever sees half a trace. Fails at once when
+    /// `path` cannot be written (see [`memgaze_output::check_output`]).
+    /// Errors other than a refused output do not name the path (the caller
+    /// adds it: see [`TraceError`]).
     pub fn create(path: &Path, header: &TraceHeader) -> Result<Self, TraceError> {
-        let file = File::create(path).map_err(|source| TraceError::Create {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        TraceWriter::new(BufWriter::with_capacity(1 << 16, file), header)
+        let file = AtomicFile::create(path)?;
+        TraceWriter::new(file, header)
     }
 }
 

@@ -63,10 +63,15 @@ fn draw(body: &Area, series: &[ReuseSeries], block: u64) -> Result<()> {
     let shares: Vec<Vec<f64>> = series
         .iter()
         .map(|s| {
-            let total: u64 = s.bins.iter().map(|b| b.count).sum();
+            // Saturating: counts come from files, and u64 sums overflow.
+            let total = s.bins.iter().fold(0u64, |t, b| t.saturating_add(b.count));
             bins.iter()
                 .map(|(lo, _)| {
-                    let count: u64 = s.bins.iter().filter(|b| b.lo == *lo).map(|b| b.count).sum();
+                    let count = s
+                        .bins
+                        .iter()
+                        .filter(|b| b.lo == *lo)
+                        .fold(0u64, |t, b| t.saturating_add(b.count));
                     if total == 0 {
                         0.0
                     } else {
@@ -208,12 +213,11 @@ where
     // The first run's counts on its bars.
     if let Some(first) = series.first() {
         for (i, (lo, _)) in bins.iter().enumerate() {
-            let count: u64 = first
+            let count = first
                 .bins
                 .iter()
                 .filter(|b| b.lo == *lo)
-                .map(|b| b.count)
-                .sum();
+                .fold(0u64, |t, b| t.saturating_add(b.count));
             if count == 0 || n > 24 {
                 continue;
             }

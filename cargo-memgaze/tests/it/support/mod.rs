@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests.
 
+pub mod mutate;
 pub mod results;
 pub mod svg;
 pub mod synthetic;

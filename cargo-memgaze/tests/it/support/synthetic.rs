@@ -277,6 +277,8 @@ pub fn write_trace(path: &Path, run: &Synthetic) -> (u64, u64) {
     }
     let (records, samples) = (w.records(), w.samples());
     w.finish(&TraceTotals::clean(total, records, samples))
+        .unwrap()
+        .commit()
         .unwrap();
     (records, samples)
 }

@@ -1,0 +1,96 @@
+//! [`ResultsLock`]: one `cargo memgaze` command at a time per results tree.
+//!
+//! `bench`, `golden` and `validate` hold an exclusive advisory lock
+//! (`flock(2)` through [`std::fs::File::lock`]) on
+//! `<target-dir>/memgaze/.memgaze-lock` from after the build until they
+//! exit, as cargo locks its build directory: a second command in the same
+//! target directory waits, saying so once ("Blocking waiting for file lock
+//! on …"), rather than interleaving its traces, analyses, report and
+//! baseline with the first one's. The lock goes with the process (the
+//! kernel drops it when the file is closed, also on a crash or SIGKILL), so
+//! no stale lock is ever left behind.
+
+use super::ResultsLayout;
+use anyhow::Context;
+use std::fs::{File, TryLockError};
+use std::path::{Path, PathBuf};
+
+/// The lock file's name under the results root.
+pub const LOCK_FILE: &str = ".memgaze-lock";
+
+/// A held lock on a results tree; released when dropped.
+#[derive(Debug)]
+pub struct ResultsLock {
+    _file: File,
+    path: PathBuf,
+}
+
+impl ResultsLock {
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl ResultsLayout {
+    /// Takes the exclusive lock of this results tree, waiting for another
+    /// command holding it (and saying so on stderr unless `quiet`).
+    pub fn lock(&self, quiet: bool) -> anyhow::Result<ResultsLock> {
+        let root = self.root();
+        std::fs::create_dir_all(root)
+            .with_context(|| format!("{}: cannot create", root.display()))?;
+        let path = root.join(LOCK_FILE);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .with_context(|| format!("{}: cannot open the lock file", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                if !quiet {
+                    eprintln!(
+                        "{:>12} waiting for file lock on {}",
+                        "Blocking",
+                        path.display()
+                    );
+                }
+                file.lock()
+                    .with_context(|| format!("{}: cannot lock", path.display()))?;
+            }
+            Err(TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("{}: cannot lock", path.display()));
+            }
+        }
+        Ok(ResultsLock { _file: file, path })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_lock_waits_for_the_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = ResultsLayout::new(dir.path());
+        let first = layout.lock(true).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let second = layout.lock(true).unwrap();
+            tx.send(()).unwrap();
+            drop(second);
+        });
+        assert!(
+            rx.recv_timeout(std::time::Duration::from_millis(300))
+                .is_err(),
+            "the second lock was granted while the first was held"
+        );
+        assert!(first.path().ends_with(LOCK_FILE));
+        drop(first);
+        rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+        waiter.join().unwrap();
+    }
+}

@@ -1,0 +1,467 @@
+//! Outputs written whole or not at all, only where they were asked for.
+//!
+//! Every file cargo memgaze writes (traces, analyses, reports, snapshots,
+//! annotations, instrumented executables, baselines) goes through
+//! [`AtomicFile`] or [`write_atomic`]: the bytes go to a fresh temporary
+//! file in the destination's directory (created with `O_EXCL`, so a planted
+//! file or link of that name is never followed) and are renamed over the
+//! destination only once complete. A reader sees the old file or the new
+//! one, never half of one; an interrupted or failed write leaves the old
+//! file (or nothing) and no 0-byte output.
+//!
+//! [`check_output`] is what a command calls for an output it writes late,
+//! before it starts the program: a destination that is a directory, a
+//! read-only file, in a directory that cannot be written, or a symbolic link
+//! pointing out of its directory fails at once with one line naming it.
+//!
+//! This is a crate of its own, below every crate that writes files, so the
+//! trace writer, the annotation and the command layer share one rule.
+
+#![warn(missing_docs)]
+
+use std::fs::{File, Permissions};
+use std::io;
+use std::io::{BufWriter, Write};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use tempfile::{TempDir, TempPath};
+
+/// Why an output cannot be written. The message names the destination as
+/// the user gave it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OutputError {
+    /// The destination is refused before anything is written: a directory,
+    /// a read-only file, a missing or unwritable directory, a symbolic link
+    /// out of its directory.
+    #[error("{}: {reason}", path.display())]
+    Refused {
+        /// The destination as named.
+        path: PathBuf,
+        /// Why, as a person reads it.
+        reason: String,
+    },
+    /// An operation on the destination or its temporary file failed.
+    #[error("{}: {what}", path.display())]
+    Io {
+        /// The destination as named.
+        path: PathBuf,
+        /// What could not be done (`cannot write`).
+        what: String,
+        /// The system's reason.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The result of this crate's functions.
+pub type Result<T> = std::result::Result<T, OutputError>;
+
+fn refused(path: &Path, reason: String) -> OutputError {
+    OutputError::Refused {
+        path: path.to_path_buf(),
+        reason,
+    }
+}
+
+fn io_error(path: &Path, what: impl Into<String>) -> impl FnOnce(io::Error) -> OutputError {
+    let path = path.to_path_buf();
+    let what = what.into();
+    move |source| OutputError::Io { path, what, source }
+}
+
+/// Mode of ordinary outputs before the umask (as `File::create` uses).
+pub const FILE_MODE: u32 = 0o666;
+/// Mode of executable outputs before the umask.
+pub const EXECUTABLE_MODE: u32 = 0o777;
+
+/// Where an output really goes: `path`, or for a symbolic link to a file in
+/// the same directory, the file it points to.
+///
+/// Refused, with one line naming `path`: a directory, an existing file this
+/// user may not write, a parent directory that does not exist or cannot be
+/// written, and a symbolic link whose target lies outside `path`'s
+/// directory (or that dangles).
+pub fn check_output(path: &Path) -> Result<PathBuf> {
+    let target = resolve_link(path)?;
+    if in_place(&target) {
+        return Ok(target);
+    }
+    match std::fs::metadata(&target) {
+        Ok(meta) if meta.is_dir() => {
+            return Err(refused(path, "cannot write: is a directory".to_string()));
+        }
+        Ok(meta) if meta.is_file() => {
+            if !writable(&target) {
+                return Err(refused(
+                    path,
+                    "cannot write: permission denied (the file is read-only)".to_string(),
+                ));
+            }
+        }
+        // A device or FIFO (`-o /dev/null`) is written in place.
+        Ok(_) => return Ok(target),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_error(path, "cannot write")(e)),
+    }
+    let dir = parent_dir(&target);
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => {
+            return Err(refused(
+                path,
+                format!("cannot write: {} is not a directory", dir.display()),
+            ));
+        }
+        Err(e) => {
+            return Err(io_error(
+                path,
+                format!("cannot write: directory {}", dir.display()),
+            )(e));
+        }
+    }
+    if !writable(dir) {
+        return Err(refused(
+            path,
+            format!(
+                "cannot write: permission denied in directory {}",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(target)
+}
+
+/// `path`'s directory (`.` for a bare file name).
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
+}
+
+/// `path` itself, or the file a symbolic link at `path` points to when it
+/// stays within `path`'s directory (see [`check_output`]).
+fn resolve_link(path: &Path) -> Result<PathBuf> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => {}
+        _ => return Ok(path.to_path_buf()),
+    }
+    if in_place(path) {
+        return Ok(path.to_path_buf());
+    }
+    let dir = parent_dir(path);
+    let link = std::fs::read_link(path).unwrap_or_default();
+    let refuse = |why: &str| -> Result<PathBuf> {
+        Err(refused(
+            path,
+            format!(
+                "refusing to write through a symbolic link to {} ({why})",
+                link.display()
+            ),
+        ))
+    };
+    let Ok(resolved) = std::fs::canonicalize(path) else {
+        return refuse("it dangles");
+    };
+    let Ok(home) = std::fs::canonicalize(dir) else {
+        return refuse("its directory cannot be resolved");
+    };
+    if resolved.parent().is_some_and(|p| p.starts_with(&home)) {
+        Ok(resolved)
+    } else {
+        refuse(&format!("outside {}", dir.display()))
+    }
+}
+
+/// Whether `path` is written in place rather than replaced: a device or
+/// pipe (`-o /dev/null`; renaming over it would replace the device), or one
+/// of this process's open files (`-o /dev/stdout`, `/dev/fd/N`, which the
+/// caller opened and asked for).
+fn in_place(path: &Path) -> bool {
+    let own_fd = ["/dev/stdout", "/dev/stderr", "/dev/fd/", "/proc/self/fd/"]
+        .iter()
+        .any(|p| path.as_os_str().to_string_lossy().starts_with(p));
+    own_fd
+        || std::fs::metadata(path).is_ok_and(|m| {
+            let kind = m.file_type();
+            kind.is_char_device() || kind.is_fifo()
+        })
+}
+
+/// Whether this process may write `path` (`access(2)`, `W_OK`).
+fn writable(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: a valid NUL-terminated path; access only reads it.
+    unsafe { libc::access(c_path.as_ptr(), libc::W_OK) == 0 }
+}
+
+/// An output file being written: a temporary file beside the destination,
+/// renamed over it by [`AtomicFile::commit`]. Dropped without a commit, it
+/// removes the temporary file and leaves the destination as it was.
+///
+/// Writes are buffered; their errors name the destination.
+#[must_use = "an AtomicFile that is not committed is discarded"]
+pub struct AtomicFile {
+    out: BufWriter<File>,
+    /// The temporary file (`None` for a device or FIFO written in place).
+    temp: Option<TempPath>,
+    /// The destination, as the user named it (for messages).
+    named: PathBuf,
+    /// The destination after [`check_output`] resolved links.
+    target: PathBuf,
+}
+
+impl AtomicFile {
+    /// Starts writing an ordinary output (mode 0666 less the umask, or the
+    /// replaced file's mode).
+    pub fn create(path: &Path) -> Result<AtomicFile> {
+        AtomicFile::create_with_mode(path, FILE_MODE)
+    }
+
+    /// Starts writing an output with `mode` (less the umask) when it is new,
+    /// or the replaced file's mode when it exists; [`EXECUTABLE_MODE`]
+    /// also keeps a replaced file executable.
+    pub fn create_with_mode(path: &Path, mode: u32) -> Result<AtomicFile> {
+        let target = check_output(path)?;
+        let existing = std::fs::metadata(&target).ok();
+        if in_place(&target) || existing.as_ref().is_some_and(|m| !m.is_file()) {
+            if in_place(&target) {
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&target)
+                    .map_err(io_error(path, "cannot write"))?;
+                return Ok(AtomicFile {
+                    out: BufWriter::with_capacity(1 << 16, file),
+                    temp: None,
+                    named: path.to_path_buf(),
+                    target,
+                });
+            }
+            return Err(refused(
+                path,
+                "cannot write: not a regular file".to_string(),
+            ));
+        }
+        let name = target
+            .file_name()
+            .map_or_else(|| "output".into(), |n| n.to_string_lossy().into_owned());
+        let temp = tempfile::Builder::new()
+            .prefix(&format!(".{name}."))
+            .suffix(".tmp")
+            .permissions(Permissions::from_mode(mode))
+            .tempfile_in(parent_dir(&target))
+            .map_err(io_error(path, "cannot write"))?;
+        if let Some(meta) = &existing {
+            let mut keep = meta.permissions().mode() & 0o7777;
+            if mode & 0o111 != 0 {
+                // Execute wherever the old file could be read (`r` moved
+                // onto `x`), and at least for the owner.
+                keep |= 0o111 & ((keep >> 2) | 0o100);
+            }
+            std::fs::set_permissions(temp.path(), Permissions::from_mode(keep))
+                .map_err(io_error(path, "cannot write"))?;
+        }
+        let (file, temp) = temp.into_parts();
+        Ok(AtomicFile {
+            out: BufWriter::with_capacity(1 << 16, file),
+            temp: Some(temp),
+            named: path.to_path_buf(),
+            target,
+        })
+    }
+
+    /// The destination as it was named.
+    pub fn path(&self) -> &Path {
+        &self.named
+    }
+
+    /// Flushes and renames the file into place.
+    pub fn commit(self) -> Result<()> {
+        let AtomicFile {
+            out,
+            temp,
+            named,
+            target,
+        } = self;
+        let file = out
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .map_err(io_error(&named, "cannot write"))?;
+        drop(file);
+        if let Some(temp) = temp {
+            temp.persist(&target)
+                .map_err(|e| e.error)
+                .map_err(io_error(&named, "cannot write"))?;
+        }
+        Ok(())
+    }
+
+    fn error(&self, e: std::io::Error) -> std::io::Error {
+        std::io::Error::new(e.kind(), format!("{}: {e}", self.named.display()))
+    }
+}
+
+impl Write for AtomicFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.out.write(buf).map_err(|e| self.error(e))
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.out.write_all(buf).map_err(|e| self.error(e))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush().map_err(|e| self.error(e))
+    }
+}
+
+/// Writes `bytes` to `path` whole (see [`AtomicFile`]).
+pub fn write_atomic(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
+    write_atomic_mode(path, bytes, FILE_MODE)
+}
+
+/// [`write_atomic`] with a mode for a new file ([`EXECUTABLE_MODE`] for
+/// programs).
+pub fn write_atomic_mode(path: &Path, bytes: impl AsRef<[u8]>, mode: u32) -> Result<()> {
+    let mut file = AtomicFile::create_with_mode(path, mode)?;
+    file.write_all(bytes.as_ref())
+        .map_err(io_error(path, "cannot write"))?;
+    file.commit()
+}
+
+/// A temporary directory only this user can enter (mode 0700), under the
+/// system's temporary directory.
+pub fn private_tempdir() -> std::io::Result<TempDir> {
+    tempfile::Builder::new()
+        .prefix(".memgaze.")
+        .permissions(Permissions::from_mode(0o700))
+        .tempdir()
+}
+
+/// A temporary directory (mode 0700) in `dir` whose name starts with
+/// `prefix`.
+pub fn private_tempdir_in(dir: &Path, prefix: &str) -> std::io::Result<TempDir> {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .permissions(Permissions::from_mode(0o700))
+        .tempdir_in(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_uncommitted_file_leaves_the_old_one_and_no_debris() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.json");
+        std::fs::write(&path, "old").unwrap();
+        let mut file = AtomicFile::create(&path).unwrap();
+        file.write_all(b"new, half").unwrap();
+        drop(file);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "old");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        write_atomic(&path, "new").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn links_out_of_the_directory_are_refused_and_links_within_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let victim = outside.path().join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        let link = dir.path().join("t.trace");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let e = write_atomic(&link, "x").unwrap_err();
+        assert!(matches!(e, OutputError::Refused { .. }), "{e:?}");
+        let line = e.to_string();
+        assert!(
+            line.contains("refusing to write through a symbolic link"),
+            "{line}"
+        );
+        assert!(line.contains("t.trace"), "{line}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+
+        let dangling = dir.path().join("d.trace");
+        std::os::unix::fs::symlink(outside.path().join("nothing"), &dangling).unwrap();
+        assert!(write_atomic(&dangling, "x").is_err());
+        assert!(!outside.path().join("nothing").exists());
+
+        // A link to a device (`/dev/stdout`, here /dev/null) is written in
+        // place.
+        let null = dir.path().join("null.trace");
+        std::os::unix::fs::symlink("/dev/null", &null).unwrap();
+        write_atomic(&null, "x").unwrap();
+        assert!(
+            std::fs::symlink_metadata(&null)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+
+        let real = dir.path().join("real.trace");
+        std::fs::write(&real, "old").unwrap();
+        let inner = dir.path().join("latest.trace");
+        std::os::unix::fs::symlink("real.trace", &inner).unwrap();
+        write_atomic(&inner, "new").unwrap();
+        assert_eq!(std::fs::read_to_string(&real).unwrap(), "new");
+        assert!(
+            std::fs::symlink_metadata(&inner)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+    }
+
+    #[test]
+    fn unwritable_destinations_fail_early_with_their_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = check_output(dir.path()).unwrap_err();
+        assert!(e.to_string().contains("is a directory"), "{e}");
+        let missing = dir.path().join("no/such/dir/t.trace");
+        let e = check_output(&missing).unwrap_err();
+        assert!(matches!(e, OutputError::Io { .. }), "{e:?}");
+        let e = e.to_string();
+        assert!(e.contains("no/such/dir/t.trace"), "{e}");
+        // Writing into /dev/null works in place, without replacing it.
+        let mut null = AtomicFile::create(Path::new("/dev/null")).unwrap();
+        null.write_all(b"x").unwrap();
+        null.commit().unwrap();
+        assert!(
+            std::fs::metadata("/dev/null")
+                .unwrap()
+                .file_type()
+                .is_char_device()
+        );
+    }
+
+    #[test]
+    fn modes_follow_the_umask_or_the_replaced_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("prog");
+        write_atomic_mode(&exe, "x", EXECUTABLE_MODE).unwrap();
+        let mode = std::fs::metadata(&exe).unwrap().permissions().mode();
+        assert_eq!(mode & 0o100, 0o100, "{mode:o}");
+        let private = dir.path().join("private");
+        std::fs::write(&private, "old").unwrap();
+        std::fs::set_permissions(&private, Permissions::from_mode(0o600)).unwrap();
+        write_atomic(&private, "new").unwrap();
+        let mode = std::fs::metadata(&private).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let tmp = private_tempdir().unwrap();
+        let mode = std::fs::metadata(tmp.path()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+    }
+}
