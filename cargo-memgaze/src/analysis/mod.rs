@@ -1207,6 +1207,7 @@ impl Analyzer {
             },
             d_mean: ratio(d_sum as f64, d_count),
             d_max: (d_count > 0).then_some(self.d_max),
+            interrupted: totals.interrupted.map(|i| i.name()),
         };
 
         let trace_windows = window_rows(trace_sums, 3, self.max_k, true);
@@ -1395,7 +1396,12 @@ impl Analyzer {
                 d.records, d.samples, d.bytes
             ));
         }
-        if !totals.complete {
+        if let Some(interruption) = totals.interrupted {
+            notes.push(format!(
+                "the recording was interrupted ({}): the metrics are those of the part of the run recorded until then",
+                interruption.name()
+            ));
+        } else if !totals.complete {
             notes.push("the trace is a prefix: the program did not finish cleanly".to_string());
         }
 
@@ -1883,6 +1889,7 @@ mod tests {
             dropped: Dropped::default(),
             exit: None,
             complete: false,
+            interrupted: None,
         });
         let s = &r.summary;
         assert_eq!((s.a, s.a_const, s.f, s.samples), (0, 3, 0, 3));

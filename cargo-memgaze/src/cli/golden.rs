@@ -43,6 +43,9 @@ pub struct Args {
     #[arg(long)]
     pub update: bool,
 
+    #[command(flatten)]
+    pub time: super::limits::LimitArgs,
+
     /// Snapshot directory (default: `golden/` in the workspace root).
     #[arg(long, value_name = "DIR")]
     pub golden_dir: Option<PathBuf>,
@@ -146,6 +149,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             trace_file: None,
             per_sample: false,
             env: Vec::new(),
+            limits: args.time.limits(),
         };
         let recording = pipeline::record_bench(target, case, instrumented, &plan)?;
         if let BenchOutcome::Failed { message } = &recording.outcome {
@@ -153,6 +157,11 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             *counts.entry("failed").or_default() += 1;
             suite::report_failed_bench(exe, &case.name, message, json, &progress);
             progress.advance();
+            if let Some(stop) = recording.stop_exit() {
+                // A signal ends the whole run.
+                exit = exit.worst(stop);
+                break;
+            }
             continue;
         }
         let totals = &recording.totals;

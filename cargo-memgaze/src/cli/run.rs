@@ -25,6 +25,8 @@ use std::path::{Path, PathBuf};
 pub struct Args {
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub time: super::limits::LimitArgs,
     /// Instrument only functions whose name matches this glob.
     #[arg(long, value_name = "GLOB")]
     pub functions: Option<String>,
@@ -64,8 +66,10 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         .sampling
         .backend_for(choice, &program, annotation.mode, global)?;
     if backend == crate::trace::Backend::Pt {
+        super::record::refuse_limits_with_pt(&args.time)?;
         return run_pt(&args, &instrumented, &annotation, global);
     }
+    let limits = args.time.limits();
 
     let mut command = vec![program.display().to_string()];
     command.extend(
@@ -83,7 +87,8 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
                 &args.command[1..],
                 &annotation,
                 &sampling,
-                &mut Tee(&mut writer, &mut analyzer),
+                &mut Tee(&mut record::NamedSink(&mut writer, path), &mut analyzer),
+                &limits,
             )?;
             writer
                 .finish(&recording.totals)
@@ -96,6 +101,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             &annotation,
             &sampling,
             &mut analyzer,
+            &limits,
         )?,
     };
     if !global.quiet {
@@ -107,6 +113,8 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     }
     let analysis = analyzer.finish(&recording.totals);
     print_analysis(&args, &analysis)?;
+    // Returned, not `process::exit`: the temporary directory of the
+    // instrumented copy (outside a cargo project) is removed on the way out.
     Ok(exit_like_program(&recording))
 }
 

@@ -90,6 +90,9 @@ pub struct Args {
     )]
     pub min_function_share: f64,
 
+    #[command(flatten)]
+    pub time: super::limits::LimitArgs,
+
     /// Snapshot directory (default: `golden/` in the workspace root).
     #[arg(long, value_name = "DIR")]
     pub golden_dir: Option<PathBuf>,
@@ -191,6 +194,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             trace_file: None,
             per_sample: true,
             env: Vec::new(),
+            limits: args.time.limits(),
         };
         let recording = pipeline::record_bench(target, case, instrumented, &plan)?;
         if let BenchOutcome::Failed { message } = &recording.outcome {
@@ -198,6 +202,11 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             *counts.entry("failed").or_default() += 1;
             suite::report_failed_bench(exe, &case.name, message, json, &progress);
             progress.advance();
+            if let Some(stop) = recording.stop_exit() {
+                // A signal ends the whole run.
+                exit = exit.worst(stop);
+                break;
+            }
             continue;
         }
         let mut analysis = recording.analysis;

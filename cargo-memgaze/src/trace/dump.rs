@@ -151,5 +151,12 @@ fn write_totals(out: &mut dyn Write, t: &TraceTotals) -> Result<()> {
             "no (the trace is a prefix)"
         }
     )?;
+    if let Some(interruption) = t.interrupted {
+        writeln!(
+            out,
+            "interrupted {} (the recording was cut short)",
+            interruption.name()
+        )?;
+    }
     Ok(())
 }

@@ -1270,6 +1270,7 @@ mod tests {
             dropped: Dropped::default(),
             exit: Some(ProgramExit::Code(0)),
             complete: true,
+            interrupted: None,
         }
     }
 
