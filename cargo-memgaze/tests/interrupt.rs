@@ -310,16 +310,24 @@ fn a_trace_that_cannot_be_written_ends_the_recording_with_its_path() {
 
 /// `run` outside a cargo project instruments into a temporary directory;
 /// it is removed whatever the program's exit: a code, a signal of its own,
-/// a timeout.
+/// a timeout, a SIGTERM to `run`.
 #[test]
 fn run_leaves_no_temporary_files() {
     let kernels = build("kernels.c", &["-O2", "-g"]);
     let signals = build("signals.c", &["-O2", "-g"]);
     let forever = build("forever.c", &["-O2", "-g"]);
-    for (program, args, flags, code) in [
-        (&kernels, &["3"][..], &[][..], 7),
-        (&signals, &["abort"][..], &[][..], 128 + libc::SIGABRT),
-        (&forever, &["-1"][..], &["--timeout", "1s"][..], 124),
+    // (program, args, flags, SIGTERM to `run` once the program runs, exit)
+    for (program, args, flags, terminate, code) in [
+        (&kernels, &["3"][..], &[][..], false, 7),
+        (
+            &signals,
+            &["abort"][..],
+            &[][..],
+            false,
+            128 + libc::SIGABRT,
+        ),
+        (&forever, &["-1"][..], &["--timeout", "1s"][..], false, 124),
+        (&forever, &["-1"][..], &[][..], true, 128 + libc::SIGTERM),
     ] {
         let dir = sandbox();
         let tmp = dir.path().join("tmp");
@@ -339,6 +347,15 @@ fn run_leaves_no_temporary_files() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        if terminate {
+            let program = program_of(&child);
+            send(&child, libc::SIGTERM);
+            let (out, _) = finish(child, Duration::from_secs(120));
+            assert_eq!(out.status.code(), Some(code), "{}", stderr(&out));
+            assert!(gone(program));
+            assert_nothing_left(dir.path());
+            continue;
+        }
         let (out, _) = finish(child, Duration::from_secs(120));
         assert_eq!(
             out.status.code(),

@@ -60,8 +60,21 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         crate::trace::Backend::Pt => InstrumentationMode::Ptwrite,
         _ => InstrumentationMode::Soft,
     };
+    // Caught for the whole command, not only while recording: a signal
+    // that killed us while instrumenting or printing would leave the
+    // temporary directory behind. One that comes before the recording
+    // starts stops the command before the program runs.
+    let _catch = record::signals::Catch::install();
+    let before = record::signals::received();
     let (instrumented, annotation, _temporary) =
         instrumented_copy(&program, args.functions.as_deref(), mode, global)?;
+    if let Some(signal) = record::signals::first_since(before) {
+        eprintln!(
+            "memgaze: interrupted by {} before the program started",
+            crate::trace::Interruption::Signal(signal).name()
+        );
+        return Ok(Exit::Interrupted(128 + signal));
+    }
     let backend = args
         .sampling
         .backend_for(choice, &program, annotation.mode, global)?;
@@ -115,7 +128,12 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     print_analysis(&args, &analysis)?;
     // Returned, not `process::exit`: the temporary directory of the
     // instrumented copy (outside a cargo project) is removed on the way out.
-    Ok(exit_like_program(&recording))
+    match record::signals::first_since(before) {
+        // A signal after the program ended (while analysing) still ends
+        // the command as interrupted.
+        Some(signal) if recording.interrupted.is_none() => Ok(Exit::Interrupted(128 + signal)),
+        _ => Ok(exit_like_program(&recording)),
+    }
 }
 
 /// `run` with Intel PT: the trace goes to a file (`--save-trace`, else a

@@ -108,6 +108,13 @@ pub fn received() -> [u64; 3] {
     [0, 1, 2].map(|i| RECEIVED[i].load(Ordering::SeqCst))
 }
 
+/// The first signal of [`INTERRUPTS`] received since `before` (a
+/// [`received`] snapshot), if any.
+pub fn first_since(before: [u64; 3]) -> Option<i32> {
+    let now = received();
+    (0..3).find(|&i| now[i] > before[i]).map(|i| INTERRUPTS[i])
+}
+
 /// Catches [`INTERRUPTS`] (and ignores `SIGXFSZ`) while it lives.
 ///
 /// The last guard dropped restores the previous dispositions, unless
