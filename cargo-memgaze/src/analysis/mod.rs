@@ -1401,8 +1401,13 @@ impl Analyzer {
                 "the recording was interrupted ({}): the metrics are those of the part of the run recorded until then",
                 interruption.name()
             ));
-        } else if !totals.complete {
+        } else if !totals.complete && d.records == 0 {
             notes.push("the trace is a prefix: the program did not finish cleanly".to_string());
+        } else if !totals.complete {
+            notes.push(
+                "the trace is incomplete: records were lost (above), or the program did not finish cleanly"
+                    .to_string(),
+            );
         }
 
         Analysis {

@@ -617,7 +617,7 @@ fn summarise(
     let dropped_records = assembler.dropped() + assembler.invalid_records;
     if dropped_records > 0 {
         notes.push(format!(
-            "{dropped_records} records dropped (signal-handler re-entry or failed writes)"
+            "{dropped_records} records dropped (signal-handler re-entry, failed writes, or loads of threads that had not yet noticed that a measured region began)"
         ));
     }
     let totals = TraceTotals {
@@ -630,10 +630,12 @@ fn summarise(
             bytes: 0,
         },
         exit: Some(exit),
+        // Never "complete" with records known to be missing.
         complete: matches!(exit, ProgramExit::Code(_))
             && main_exited
             && !cut_off
-            && interrupted.is_none(),
+            && interrupted.is_none()
+            && dropped_records == 0,
         interrupted,
     };
     Recording {

@@ -147,6 +147,8 @@ fn write_totals(out: &mut dyn Write, t: &TraceTotals) -> Result<()> {
         "complete    {}",
         if t.complete {
             "yes"
+        } else if d.records > 0 {
+            "no (records are missing, or the trace is a prefix)"
         } else {
             "no (the trace is a prefix)"
         }

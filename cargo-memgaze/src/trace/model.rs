@@ -278,7 +278,10 @@ pub struct TraceTotals {
     pub dropped: Dropped,
     /// How the program ended, when a program was run.
     pub exit: Option<ProgramExit>,
-    /// False when the trace is a prefix (program killed before a clean flush).
+    /// False when the trace is a prefix (program killed before a clean
+    /// flush, recording interrupted) or records are known to be missing
+    /// (`dropped.records > 0`; traces of older recorders may say true
+    /// there).
     pub complete: bool,
     /// Why the recording was cut short by `cargo memgaze` itself (a signal
     /// it forwarded, `--timeout`); absent in traces that ran to their end
