@@ -171,6 +171,23 @@ fn a_signal_to_record_keeps_an_interrupted_trace_and_exits_like_a_shell() {
         let summary = read_trace(&dir.path().join("t.trace"));
         assert!(!summary.totals.complete);
         assert!(summary.totals.records > 0);
+        assert_eq!(
+            summary.totals.interrupted,
+            Some(memgaze::trace::Interruption::Signal(signal))
+        );
+        if signal == libc::SIGINT {
+            // The report says so too.
+            let report = dir.path().join("report");
+            run_ok(
+                memgaze()
+                    .arg("report")
+                    .arg(dir.path().join("t.trace"))
+                    .arg("-o")
+                    .arg(&report),
+            );
+            let html = std::fs::read_to_string(report.join("index.html")).unwrap();
+            assert!(html.contains("recording was interrupted (SIGINT)"));
+        }
         assert_nothing_left(dir.path());
     }
 }
