@@ -191,7 +191,15 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     }
     let mut exit = Exit::Ok;
     let (mut measured, mut failed) = (0usize, 0usize);
+    // Caught from here on: a signal between two benches (or while one is
+    // analysed) stops the run at the next bench instead of killing it
+    // halfway through writing results.
+    let watch = crate::record::signals::Watch::start();
     for (target, case) in &selected {
+        if let Some(code) = watch.stopped("before the next bench") {
+            exit = exit.worst(Exit::Interrupted(code));
+            break;
+        }
         let exe = &target.executable;
         let instrumented = instrumented.of(exe);
         progress.start(

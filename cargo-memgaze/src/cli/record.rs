@@ -214,6 +214,13 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         )?;
         return Ok(exit_like(totals.exit));
     }
+    // Signals are caught from here on: one that comes before the program
+    // starts stops the command before the trace is created, one that comes
+    // while the trace is finished cannot cut it in half.
+    let watch = record::signals::Watch::start();
+    if let Some(code) = watch.stopped("before the program started") {
+        return Ok(Exit::Interrupted(code));
+    }
     let recording = record_to_file(
         &program,
         &args.command[1..],
@@ -239,7 +246,10 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             }
         );
     }
-    Ok(exit_like_program(&recording))
+    match watch.signal() {
+        Some(signal) if recording.interrupted.is_none() => Ok(Exit::Interrupted(128 + signal)),
+        _ => Ok(exit_like_program(&recording)),
+    }
 }
 
 /// Records a `--mode ptwrite` program with Intel PT into a trace file and

@@ -64,16 +64,11 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     // that killed us while instrumenting or printing would leave the
     // temporary directory behind. One that comes before the recording
     // starts stops the command before the program runs.
-    let _catch = record::signals::Catch::install();
-    let before = record::signals::received();
+    let watch = record::signals::Watch::start();
     let (instrumented, annotation, _temporary) =
         instrumented_copy(&program, args.functions.as_deref(), mode, global)?;
-    if let Some(signal) = record::signals::first_since(before) {
-        eprintln!(
-            "memgaze: interrupted by {} before the program started",
-            crate::trace::Interruption::Signal(signal).name()
-        );
-        return Ok(Exit::Interrupted(128 + signal));
+    if let Some(code) = watch.stopped("before the program started") {
+        return Ok(Exit::Interrupted(code));
     }
     let backend = args
         .sampling
@@ -128,7 +123,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     print_analysis(&args, &analysis)?;
     // Returned, not `process::exit`: the temporary directory of the
     // instrumented copy (outside a cargo project) is removed on the way out.
-    match record::signals::first_since(before) {
+    match watch.signal() {
         // A signal after the program ended (while analysing) still ends
         // the command as interrupted.
         Some(signal) if recording.interrupted.is_none() => Ok(Exit::Interrupted(128 + signal)),

@@ -178,7 +178,15 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     let instrumented = suite::instrument_targets(&suite, &progress, global)?;
     let mut exit = Exit::Ok;
     let mut counts = std::collections::BTreeMap::<&str, usize>::new();
+    // Caught from here on: a signal between two benches (or while one is
+    // analysed) stops the run at the next bench instead of killing it
+    // halfway through writing results.
+    let watch = crate::record::signals::Watch::start();
     for (target, case) in &selected {
+        if let Some(code) = watch.stopped("before the next bench") {
+            exit = exit.worst(Exit::Interrupted(code));
+            break;
+        }
         let exe = &target.executable;
         let instrumented = instrumented.of(exe);
         let golden = store

@@ -115,6 +115,45 @@ pub fn first_since(before: [u64; 3]) -> Option<i32> {
     (0..3).find(|&i| now[i] > before[i]).map(|i| INTERRUPTS[i])
 }
 
+/// A whole command's watch for [`INTERRUPTS`]: they are caught (not
+/// fatal) for as long as it lives, and [`Watch::signal`] tells whether one
+/// came since it started. Commands that record hold one so that a signal
+/// arriving outside a recording (while instrumenting, analysing, between
+/// benches) stops them cleanly at the next check instead of killing them
+/// halfway through writing something; during a recording the recorder
+/// forwards it to the program.
+pub struct Watch {
+    _catch: Catch,
+    before: [u64; 3],
+}
+
+impl Watch {
+    /// Starts watching.
+    pub fn start() -> Watch {
+        let catch = Catch::install();
+        Watch {
+            _catch: catch,
+            before: received(),
+        }
+    }
+
+    /// The first signal received since the watch started, if any.
+    pub fn signal(&self) -> Option<i32> {
+        first_since(self.before)
+    }
+
+    /// The exit code for a signal received since the watch started (128 +
+    /// N), with a line saying what was cut short; `None` without one.
+    pub fn stopped(&self, what: &str) -> Option<i32> {
+        let signal = self.signal()?;
+        eprintln!(
+            "memgaze: interrupted by {} {what}",
+            crate::trace::Interruption::Signal(signal).name()
+        );
+        Some(128 + signal)
+    }
+}
+
 /// Catches [`INTERRUPTS`] (and ignores `SIGXFSZ`) while it lives.
 ///
 /// The last guard dropped restores the previous dispositions, unless
