@@ -19,6 +19,9 @@ use std::process::{Child, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+/// Sampled recording: the traces stay small, their analysis quick.
+const SAMPLED: &[&str] = &["--period", "10000", "--window", "100"];
+
 /// The instrumented `forever.c`: sums an array for `argv[1]` seconds
 /// (forever when negative), ignoring SIGINT/SIGTERM/SIGHUP with `ignore`.
 fn forever() -> &'static Path {
@@ -34,13 +37,13 @@ fn sandbox() -> tempfile::TempDir {
     tempfile::tempdir_in(scratch()).expect("tempdir")
 }
 
-/// `cargo memgaze record` of `forever` started in the background, its
-/// temporary files in `dir/tmp`.
+/// `cargo memgaze record <flags>` of `forever` started in the background,
+/// its temporary files in `dir/tmp`.
 fn start_record(dir: &Path, flags: &[&str], args: &[&str]) -> Child {
     let tmp = dir.join("tmp");
     std::fs::create_dir_all(&tmp).unwrap();
     memgaze()
-        .args(["record", "-q", "--full"])
+        .args(["record", "-q"])
         .args(flags)
         .arg("-o")
         .arg(dir.join("t.trace"))
@@ -148,7 +151,11 @@ fn a_signal_to_record_keeps_an_interrupted_trace_and_exits_like_a_shell() {
         (libc::SIGHUP, 129, "SIGHUP"),
     ] {
         let dir = sandbox();
-        let recorder = start_record(dir.path(), &["--kill-after", "5s"], &[]);
+        let recorder = start_record(
+            dir.path(),
+            &[SAMPLED, &["--kill-after", "5s"]].concat(),
+            &[],
+        );
         let program = program_of(&recorder);
         send(&recorder, signal);
         let (out, took) = finish(recorder, Duration::from_secs(60));
@@ -198,7 +205,11 @@ fn a_signal_to_record_keeps_an_interrupted_trace_and_exits_like_a_shell() {
 #[test]
 fn kill_after_and_a_second_signal_stop_a_program_that_ignores_signals() {
     let dir = sandbox();
-    let recorder = start_record(dir.path(), &["--kill-after", "1s"], &["-1", "ignore"]);
+    let recorder = start_record(
+        dir.path(),
+        &[SAMPLED, &["--kill-after", "1s"]].concat(),
+        &["-1", "ignore"],
+    );
     let program = program_of(&recorder);
     send(&recorder, libc::SIGTERM);
     let (out, took) = finish(recorder, Duration::from_secs(60));
@@ -213,7 +224,12 @@ fn kill_after_and_a_second_signal_stop_a_program_that_ignores_signals() {
     );
 
     let dir = sandbox();
-    let recorder = start_record(dir.path(), &["--kill-after", "600s"], &["-1", "ignore"]);
+    let recorder = start_record(
+        dir.path(),
+        // Full: the collector stops in the middle of a stream of records.
+        &["--full", "--kill-after", "600s"],
+        &["-1", "ignore"],
+    );
     let program = program_of(&recorder);
     send(&recorder, libc::SIGINT);
     std::thread::sleep(Duration::from_millis(300));
@@ -233,7 +249,7 @@ fn kill_after_and_a_second_signal_stop_a_program_that_ignores_signals() {
 #[test]
 fn the_program_dies_with_a_killed_recorder() {
     let dir = sandbox();
-    let mut recorder = start_record(dir.path(), &[], &[]);
+    let mut recorder = start_record(dir.path(), SAMPLED, &[]);
     let program = program_of(&recorder);
     assert!(!gone(program));
     recorder.kill().unwrap();
@@ -254,7 +270,7 @@ fn the_program_dies_with_a_killed_recorder() {
 #[test]
 fn timeout_stops_a_program_that_runs_forever() {
     let dir = sandbox();
-    let recorder = start_record(dir.path(), &["--timeout", "2s"], &[]);
+    let recorder = start_record(dir.path(), &[SAMPLED, &["--timeout", "2s"]].concat(), &[]);
     let (out, took) = finish(recorder, Duration::from_secs(60));
     assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
     assert!(took >= Duration::from_secs(2), "{took:?}");
