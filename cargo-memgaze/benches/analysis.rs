@@ -430,6 +430,7 @@ fn write_trace(path: &Path, records: u64, window: Option<u64>, mixed_run_log2: u
         dropped: Dropped::default(),
         exit: None,
         complete: true,
+        interrupted: None,
     };
     let samples = writer.samples();
     writer.finish(&totals).unwrap().commit().unwrap();
@@ -473,6 +474,7 @@ fn codec(records: u64, repeats: usize) {
                 dropped: Dropped::default(),
                 exit: None,
                 complete: true,
+                interrupted: None,
             };
             bytes = writer.finish(&totals).unwrap();
             write_rates.push(records as f64 / started.elapsed().as_secs_f64() / 1e6);

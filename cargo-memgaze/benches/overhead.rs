@@ -82,8 +82,15 @@ fn recorded(
     let cpu = children_cpu();
     let start = Instant::now();
     let mut writer = TraceWriter::create(trace, &header).expect("trace file");
-    let recording =
-        record::record(program, &args, annotation, &sampling, &mut writer).expect("record");
+    let recording = record::record(
+        program,
+        &args,
+        annotation,
+        &sampling,
+        &mut writer,
+        &Default::default(),
+    )
+    .expect("record");
     writer
         .finish(&recording.totals)
         .expect("trace footer")

@@ -69,6 +69,9 @@ pub struct Args {
     #[arg(long, value_name = "N", help_heading = "Recording")]
     pub seed: Option<u64>,
 
+    #[command(flatten)]
+    pub time: super::limits::LimitArgs,
+
     /// Stop at the first bench that fails or regresses.
     #[arg(long, help_heading = "Baselines and regressions")]
     pub fail_fast: bool,
@@ -170,7 +173,15 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     }
     let mut exit = Exit::Ok;
     let (mut measured, mut failed) = (0usize, 0usize);
+    // Caught from here on: a signal between two benches (or while one is
+    // analysed) stops the run at the next bench instead of killing it
+    // halfway through writing results.
+    let watch = memgaze_record::signals::Watch::start();
     for (target, case) in &selected {
+        if let Some(code) = watch.stopped("before the next bench") {
+            exit = exit.worst(Exit::Interrupted(code));
+            break;
+        }
         let exe = &target.executable;
         let instrumented = instrumented.of(exe);
         progress.start(
@@ -192,8 +203,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             trace_file: Some(dir.join(pipeline::TRACE_FILE)),
             per_sample: false,
             env: Vec::new(),
+            limits: args.time.limits(),
         };
         let recording = pipeline::record_bench(target, case, instrumented, &plan)?;
+        let stop = recording.stop_exit();
         for note in &recording.notes {
             progress.note(&format!("note: {}: {note}", case.name));
         }
@@ -253,11 +266,26 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                 // A failed run's partial metrics must not pass for results,
                 // nor a trace it left (or an earlier run's) be reported.
                 let _ = std::fs::remove_file(&analysis_file);
-                let _ = std::fs::remove_file(dir.join(pipeline::TRACE_FILE));
+                if stop.is_none() {
+                    let _ = std::fs::remove_file(dir.join(pipeline::TRACE_FILE));
+                } else if let Some(trace) = &recording.trace_file {
+                    // What a signal cut short is kept, marked interrupted.
+                    progress.note(&format!(
+                        "note: {}: the trace recorded until the interruption is in {}",
+                        case.name,
+                        trace.display()
+                    ));
+                }
                 suite::report_failed_bench(exe, &case.name, message, json, &progress);
             }
         }
         progress.advance();
+        if let Some(stop) = stop {
+            // A signal ends the whole run: the benches after this one are
+            // not started.
+            exit = exit.worst(stop);
+            break;
+        }
         if args.fail_fast && (exit != Exit::Ok || gating.should_stop()) {
             break;
         }
@@ -265,7 +293,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     progress.finish();
     gating.save()?;
     exit = exit.worst(gating.finish(json, global.quiet));
-    if !args.no_report && measured > 0 {
+    if !args.no_report && measured > 0 && !matches!(exit, Exit::Interrupted(_)) {
         exit = exit.worst(write_report(layout.root(), &gating, json, global.quiet));
     }
     let elapsed = started.elapsed();

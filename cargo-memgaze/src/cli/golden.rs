@@ -44,6 +44,9 @@ pub struct Args {
     #[arg(long)]
     pub update: bool,
 
+    #[command(flatten)]
+    pub time: super::limits::LimitArgs,
+
     /// Snapshot directory (default: `golden/` in the workspace root).
     #[arg(long, value_name = "DIR")]
     pub golden_dir: Option<PathBuf>,
@@ -142,7 +145,15 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     let mut exit = Exit::Ok;
     let mut counts = std::collections::BTreeMap::<&str, usize>::new();
     let mut pending_written = false;
+    // Caught from here on: a signal between two benches (or while one is
+    // analysed) stops the run at the next bench instead of killing it
+    // halfway through writing results.
+    let watch = memgaze_record::signals::Watch::start();
     for (target, case) in &selected {
+        if let Some(code) = watch.stopped("before the next bench") {
+            exit = exit.worst(Exit::Interrupted(code));
+            break;
+        }
         let exe = &target.executable;
         let instrumented = instrumented.of(exe);
         progress.start("Tracing", &format!("{} {}", exe.display_name(), case.name));
@@ -152,6 +163,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             trace_file: None,
             per_sample: false,
             env: Vec::new(),
+            limits: args.time.limits(),
         };
         let recording = pipeline::record_bench(target, case, instrumented, &plan)?;
         if let BenchOutcome::Failed { message } = &recording.outcome {
@@ -159,6 +171,11 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             *counts.entry("failed").or_default() += 1;
             suite::report_failed_bench(exe, &case.name, message, json, &progress);
             progress.advance();
+            if let Some(stop) = recording.stop_exit() {
+                // A signal ends the whole run.
+                exit = exit.worst(stop);
+                break;
+            }
             continue;
         }
         let totals = &recording.totals;

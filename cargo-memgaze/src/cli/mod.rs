@@ -15,6 +15,7 @@ pub mod doctor;
 pub mod dump;
 pub mod golden;
 pub mod instrument;
+pub mod limits;
 pub mod progress;
 pub mod pt_decode;
 pub mod record;

@@ -163,6 +163,8 @@ fn random_seed() -> u64 {
 pub struct Args {
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub time: super::limits::LimitArgs,
     /// Trace file to write (default: `<program>.trace` in the current
     /// directory).
     #[arg(short, long, value_name = "TRACE")]
@@ -201,6 +203,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         }
     };
     if backend == Backend::Pt {
+        refuse_limits_with_pt(&args.time)?;
         let totals = record_pt_to_file(
             &program,
             &args.command[1..],
@@ -211,12 +214,20 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         )?;
         return Ok(exit_like(totals.exit));
     }
+    // Signals are caught from here on: one that comes before the program
+    // starts stops the command before the trace is created, one that comes
+    // while the trace is finished cannot cut it in half.
+    let watch = record::signals::Watch::start();
+    if let Some(code) = watch.stopped("before the program started") {
+        return Ok(Exit::Interrupted(code));
+    }
     let recording = record_to_file(
         &program,
         &args.command[1..],
         &annotation,
         &sampling,
         &output,
+        &args.time.limits(),
     )?;
     if !global.quiet {
         print_summary(&recording, &output);
@@ -235,7 +246,10 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             }
         );
     }
-    Ok(exit_like_program(&recording))
+    match watch.signal() {
+        Some(signal) if recording.interrupted.is_none() => Ok(Exit::Interrupted(128 + signal)),
+        _ => Ok(exit_like_program(&recording)),
+    }
 }
 
 /// Records a `--mode ptwrite` program with Intel PT into a trace file and
@@ -267,29 +281,49 @@ pub fn record_pt_to_file(
     Ok(recording.totals)
 }
 
+/// `--timeout` and `--kill-after` are the software recorder's: with Intel
+/// PT they are refused rather than silently ignored.
+pub fn refuse_limits_with_pt(limits: &super::limits::LimitArgs) -> Result<()> {
+    if limits.limits() != record::Limits::default() {
+        return Err(usage(
+            "--timeout and --kill-after apply to the software recorder; use --backend soft",
+        ));
+    }
+    Ok(())
+}
+
 /// The exit code for a program that ended with `exit` (128 + N for signal N).
 pub fn exit_like(exit: Option<ProgramExit>) -> Exit {
     match exit {
         None | Some(ProgramExit::Code(0)) => Exit::Ok,
-        Some(ProgramExit::Code(code)) => std::process::exit(code),
-        Some(ProgramExit::Signal(signal)) => std::process::exit(128 + signal),
+        Some(ProgramExit::Code(code)) => Exit::Program(code),
+        Some(ProgramExit::Signal(signal)) => Exit::Program(128 + signal),
     }
 }
 
-/// Records `program` into a trace file; returns what the recording said.
+/// Records `program` into a trace file within `limits`; returns what the
+/// recording said. A trace that cannot be written (a full disk) ends the
+/// recording at once, with the program killed and the path named.
 pub fn record_to_file(
     program: &Path,
     args: &[OsString],
     annotation: &Annotation,
     sampling: &Sampling,
     output: &Path,
+    limits: &record::Limits,
 ) -> Result<Recording> {
     let mut command = vec![program.display().to_string()];
     command.extend(args.iter().map(|a| a.to_string_lossy().into_owned()));
     let header = record::trace_header(annotation, *sampling, command);
-    let mut writer =
-        TraceWriter::create(output, &header).with_context(|| output.display().to_string())?;
-    let recording = record::record(program, args, annotation, sampling, &mut writer)?;
+    let mut writer = TraceWriter::create(output, &header).with_context(|| output.display().to_string())?;
+    let recording = record::record(
+        program,
+        args,
+        annotation,
+        sampling,
+        &mut record::NamedSink(&mut writer, output),
+        limits,
+    )?;
     writer
         .finish(&recording.totals)
         .with_context(|| output.display().to_string())?
@@ -320,14 +354,24 @@ pub fn print_summary(recording: &Recording, output: &Path) {
     );
 }
 
-/// The exit code `record` ends with: the program's, or 128 + N for signal N.
+/// The exit code `record` ends with: the program's, or 128 + N for signal
+/// N; 124, 130, 143 or 129 when `--timeout` or a signal cut it short (and
+/// a line that says so).
 pub fn exit_like_program(recording: &Recording) -> Exit {
-    let code = recording.exit_code();
-    if code == 0 {
-        Exit::Ok
-    } else {
+    if let Some(why) = recording.interrupted {
+        eprintln!(
+            "memgaze: {}: the trace is a prefix of the run, marked interrupted",
+            match why {
+                memgaze_trace::Interruption::Timeout => "timed out".to_string(),
+                _ => format!("interrupted by {}", why.name()),
+            }
+        );
+        return Exit::Interrupted(why.exit_code());
+    }
+    match recording.exit_code() {
+        0 => Exit::Ok,
         // The program's own status passes through untouched.
-        std::process::exit(code)
+        code => Exit::Program(code),
     }
 }
 

@@ -25,6 +25,8 @@ use std::path::{Path, PathBuf};
 pub struct Args {
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub time: super::limits::LimitArgs,
     /// Instrument only functions whose name matches this glob.
     #[arg(long, value_name = "GLOB")]
     pub functions: Option<String>,
@@ -62,14 +64,24 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         memgaze_trace::Backend::Pt => InstrumentationMode::Ptwrite,
         _ => InstrumentationMode::Soft,
     };
+    // Caught for the whole command, not only while recording: a signal
+    // that killed us while instrumenting or printing would leave the
+    // temporary directory behind. One that comes before the recording
+    // starts stops the command before the program runs.
+    let watch = record::signals::Watch::start();
     let (instrumented, annotation, _temporary) =
         instrumented_copy(&program, args.functions.as_deref(), mode, global)?;
+    if let Some(code) = watch.stopped("before the program started") {
+        return Ok(Exit::Interrupted(code));
+    }
     let backend = args
         .sampling
         .backend_for(choice, &program, annotation.mode, global)?;
     if backend == memgaze_trace::Backend::Pt {
+        super::record::refuse_limits_with_pt(&args.time)?;
         return run_pt(&args, &instrumented, &annotation, global);
     }
+    let limits = args.time.limits();
 
     let mut command = vec![program.display().to_string()];
     command.extend(
@@ -88,7 +100,8 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
                 &args.command[1..],
                 &annotation,
                 &sampling,
-                &mut Tee(&mut writer, &mut analyzer),
+                &mut Tee(&mut record::NamedSink(&mut writer, path), &mut analyzer),
+                &limits,
             )?;
             writer
                 .finish(&recording.totals)
@@ -102,6 +115,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             &annotation,
             &sampling,
             &mut analyzer,
+            &limits,
         )?,
     };
     if !global.quiet {
@@ -113,7 +127,14 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     }
     let analysis = analyzer.finish(&recording.totals);
     print_analysis(&args, &analysis)?;
-    Ok(exit_like_program(&recording))
+    // Returned, not `process::exit`: the temporary directory of the
+    // instrumented copy (outside a cargo project) is removed on the way out.
+    match watch.signal() {
+        // A signal after the program ended (while analysing) still ends
+        // the command as interrupted.
+        Some(signal) if recording.interrupted.is_none() => Ok(Exit::Interrupted(128 + signal)),
+        _ => Ok(exit_like_program(&recording)),
+    }
 }
 
 /// `run` with Intel PT: the trace goes to a file (`--save-trace`, else a

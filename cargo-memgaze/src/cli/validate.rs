@@ -91,6 +91,9 @@ pub struct Args {
     )]
     pub min_function_share: f64,
 
+    #[command(flatten)]
+    pub time: super::limits::LimitArgs,
+
     /// Snapshot directory (default: `golden/` in the workspace root).
     #[arg(long, value_name = "DIR")]
     pub golden_dir: Option<PathBuf>,
@@ -178,7 +181,15 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     let instrumented = suite::instrument_targets(&suite, &progress, global)?;
     let mut exit = Exit::Ok;
     let mut counts = std::collections::BTreeMap::<&str, usize>::new();
+    // Caught from here on: a signal between two benches (or while one is
+    // analysed) stops the run at the next bench instead of killing it
+    // halfway through writing results.
+    let watch = memgaze_record::signals::Watch::start();
     for (target, case) in &selected {
+        if let Some(code) = watch.stopped("before the next bench") {
+            exit = exit.worst(Exit::Interrupted(code));
+            break;
+        }
         let exe = &target.executable;
         let instrumented = instrumented.of(exe);
         let golden = store
@@ -194,6 +205,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             trace_file: None,
             per_sample: true,
             env: Vec::new(),
+            limits: args.time.limits(),
         };
         let recording = pipeline::record_bench(target, case, instrumented, &plan)?;
         if let BenchOutcome::Failed { message } = &recording.outcome {
@@ -201,6 +213,11 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             *counts.entry("failed").or_default() += 1;
             suite::report_failed_bench(exe, &case.name, message, json, &progress);
             progress.advance();
+            if let Some(stop) = recording.stop_exit() {
+                // A signal ends the whole run.
+                exit = exit.worst(stop);
+                break;
+            }
             continue;
         }
         let mut analysis = recording.analysis;

@@ -26,6 +26,7 @@ pub use instrumented::{InstrumentedBench, instrumented};
 
 use crate::cargo::{BenchCase, BenchOutcome, BenchTarget, RECORDING_ENV, interpret_run};
 use crate::golden::SampleSet;
+use memgaze_trace::Interruption;
 use anyhow::Context;
 use memgaze_analysis::{Analysis, AnalysisOptions};
 use memgaze_trace::{ProgramExit, Sampling, TraceTotals, TraceWriter};
@@ -58,6 +59,8 @@ pub struct RunPlan {
     pub per_sample: bool,
     /// Extra environment for the bench process.
     pub env: Vec<(String, String)>,
+    /// `--timeout` and `--kill-after`, per bench.
+    pub limits: memgaze_record::Limits,
 }
 
 /// What recording one bench produced.
@@ -77,6 +80,22 @@ pub struct BenchRecording {
     pub notes: Vec<String>,
     /// Wall time of recording and analysis.
     pub elapsed: Duration,
+    /// Why the recording was cut short: `--timeout` (the outcome is then
+    /// [`BenchOutcome::Failed`]) or a signal (the run should stop).
+    pub interrupted: Option<Interruption>,
+}
+
+impl BenchRecording {
+    /// The exit code that ends the whole run when a signal interrupted this
+    /// bench (`None` otherwise: a timed-out bench is only a failed one).
+    pub fn stop_exit(&self) -> Option<memgaze_error::Exit> {
+        match self.interrupted {
+            Some(why @ Interruption::Signal(_)) => {
+                Some(memgaze_error::Exit::Interrupted(why.exit_code()))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Records one bench through its instrumented executable and analyses the
@@ -120,11 +139,15 @@ pub fn record_bench(
         None => None,
     };
     let mut sink = StreamingSink::new(&header, &plan.analysis, writer, plan.per_sample)?;
-    let recording = memgaze_record::record_command(
+    // Errors of the sink are the trace file's (the analysis cannot fail).
+    let unnamed = Path::new("the analysis");
+    let named = plan.trace_file.as_deref().unwrap_or(unnamed);
+    let recording = memgaze_record::record_command_within(
         command,
         &instrumented.annotation,
         &plan.sampling,
-        &mut sink,
+        &mut memgaze_record::NamedSink(&mut sink, named),
+        &plan.limits,
     )
     .with_context(|| {
         format!(
@@ -152,16 +175,33 @@ pub fn record_bench(
         file.read_to_end(&mut bytes)?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     };
-    let run = interpret_run(&case.name, status, read(&mut stdout)?, read(&mut stderr)?)
-        .with_context(|| format!("bench `{}` of `{}`", case.name, exe.display_name()))?;
+    // A bench cut short has no verdict of its own to read: its harness
+    // output stops wherever the signal found it.
+    let outcome = match recording.interrupted {
+        Some(Interruption::Timeout) => BenchOutcome::Failed {
+            message: format!(
+                "timed out after {:?} (--timeout): the program was stopped",
+                plan.limits.timeout.unwrap_or_default()
+            ),
+        },
+        Some(why) => BenchOutcome::Failed {
+            message: format!("interrupted by {}", why.name()),
+        },
+        None => {
+            interpret_run(&case.name, status, read(&mut stdout)?, read(&mut stderr)?)
+                .with_context(|| format!("bench `{}` of `{}`", case.name, exe.display_name()))?
+                .outcome
+        }
+    };
     Ok(BenchRecording {
-        outcome: run.outcome,
+        outcome,
         analysis,
         samples,
         totals: recording.totals,
         trace_file: plan.trace_file.clone(),
         notes: recording.notes,
         elapsed: started.elapsed(),
+        interrupted: recording.interrupted,
     })
 }
 

@@ -209,6 +209,7 @@ fn full_traces_count_every_load_like_lackey() {
                 ("MEMGAZE_MICRO_ELEMENTS".into(), ELEMENTS.into()),
                 ("MEMGAZE_MICRO_REPS".into(), REPS.into()),
             ],
+            limits: Default::default(),
         };
         let ours = pipeline::record_bench(target, case, &instrumented, &plan).unwrap();
         assert!(

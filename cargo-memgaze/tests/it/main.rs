@@ -1,5 +1,6 @@
 //! Integration tests of `cargo-memgaze`, one test binary with a module per area.
 
+mod bench_limits;
 mod bench_pipeline;
 mod cargo_benches;
 mod cli_classify;
@@ -7,9 +8,11 @@ mod cli_pt;
 mod cli_trace;
 mod fuzz_inputs;
 mod gate;
+mod interrupt;
 mod lackey;
 mod lackey_crosscheck;
 mod outputs;
+mod region_threads;
 mod report;
 mod report_charts;
 mod rewriter;

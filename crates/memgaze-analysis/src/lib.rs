@@ -1151,7 +1151,7 @@ impl Analyzer {
         let pieces = u64::from(self.next_piece - 1);
         let rho = self.rho(totals);
         let reuse = self.reuse_sums();
-        let summary = self.summary(rho, pieces, &reuse);
+        let summary = self.summary(rho, pieces, &reuse, totals);
         let trace_windows = window_rows(&self.trace_sums, 3, self.max_k, true);
         let function_rows = self.function_rows(rho, &reuse);
         let loads = self.load_rows();
@@ -1226,7 +1226,13 @@ impl Analyzer {
     }
 
     /// The trace's summary row.
-    fn summary(&self, rho: Option<f64>, pieces: u64, reuse: &ReuseSums) -> Summary {
+    fn summary(
+        &self,
+        rho: Option<f64>,
+        pieces: u64,
+        reuse: &ReuseSums,
+        totals: &TraceTotals,
+    ) -> Summary {
         let f = self.addrs.len() as u64;
         // A fold from +0.0, not `sum()`: a float sum of nothing is -0.0,
         // which the JSON of a run without accesses would show as `-0.0`.
@@ -1263,6 +1269,7 @@ impl Analyzer {
             },
             d_mean: ratio(reuse.d_sum as f64, reuse.d_count),
             d_max: (reuse.d_count > 0).then_some(self.d_max),
+            interrupted: totals.interrupted.map(|i| i.name()),
         }
     }
 
@@ -1472,8 +1479,18 @@ impl Analyzer {
                 d.records, d.samples, d.bytes
             ));
         }
-        if !totals.complete {
+        if let Some(interruption) = totals.interrupted {
+            notes.push(format!(
+                "the recording was interrupted ({}): the metrics are those of the part of the run recorded until then",
+                interruption.name()
+            ));
+        } else if !totals.complete && d.records == 0 {
             notes.push("the trace is a prefix: the program did not finish cleanly".to_string());
+        } else if !totals.complete {
+            notes.push(
+                "the trace is incomplete: records were lost (above), or the program did not finish cleanly"
+                    .to_string(),
+            );
         }
         if !self.sampling.is_full() && totals.executions < self.rho_denominator() {
             notes.push(format!(
@@ -1972,6 +1989,7 @@ mod tests {
             dropped: Dropped::default(),
             exit: None,
             complete: false,
+            interrupted: None,
         });
         let s = &r.summary;
         assert_eq!((s.a, s.a_const, s.f, s.samples), (0, 3, 0, 3));

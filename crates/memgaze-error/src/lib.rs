@@ -26,6 +26,14 @@ pub enum Exit {
     /// A benchmark body failed (panicked or exited non-zero). Wins over
     /// [`Exit::Regression`].
     BenchFailed,
+    /// `record`/`run`: the recorded program's own exit status, passed
+    /// through (128 + N when it died of signal N). Returned rather than
+    /// exiting on the spot so that temporary files are removed first.
+    Program(i32),
+    /// The command was interrupted by a signal (128 + N: 130 for SIGINT,
+    /// 143 for SIGTERM, 129 for SIGHUP) or its `--timeout` expired (124).
+    /// Wins over every other outcome.
+    Interrupted(i32),
 }
 
 impl Exit {
@@ -37,19 +45,23 @@ impl Exit {
             Exit::Usage => 2,
             Exit::Regression => 3,
             Exit::BenchFailed => 101,
+            Exit::Program(code) | Exit::Interrupted(code) => code,
         }
     }
 
     /// Combines the outcomes of several benches or checks: the most severe
-    /// one wins (101 over 3 over 0, errors over everything).
+    /// one wins (101 over 3 over 0, errors over those, an interruption over
+    /// everything).
     pub fn worst(self, other: Exit) -> Exit {
         fn rank(e: Exit) -> u8 {
             match e {
                 Exit::Ok => 0,
-                Exit::Regression => 1,
-                Exit::BenchFailed => 2,
-                Exit::Usage => 3,
-                Exit::Error => 4,
+                Exit::Program(_) => 1,
+                Exit::Regression => 2,
+                Exit::BenchFailed => 3,
+                Exit::Usage => 4,
+                Exit::Error => 5,
+                Exit::Interrupted(_) => 6,
             }
         }
         if rank(other) > rank(self) {
@@ -125,6 +137,12 @@ mod tests {
         assert_eq!(Exit::BenchFailed.worst(Exit::Regression), Exit::BenchFailed);
         assert_eq!(Exit::Ok.worst(Exit::Regression), Exit::Regression);
         assert_eq!(Exit::Ok.worst(Exit::Ok), Exit::Ok);
+        assert_eq!(
+            Exit::Error.worst(Exit::Interrupted(130)),
+            Exit::Interrupted(130)
+        );
+        assert_eq!(Exit::Interrupted(124).code(), 124);
+        assert_eq!(Exit::Program(7).code(), 7);
     }
 
     #[test]

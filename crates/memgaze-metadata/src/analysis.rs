@@ -120,6 +120,11 @@ pub struct Summary {
     /// Largest reuse distance.
     #[serde(rename = "D_max")]
     pub d_max: Option<u64>,
+    /// How the recording was cut short (`"SIGINT"`, `"SIGTERM"`,
+    /// `"SIGHUP"`, `"timeout"`): the metrics are those of a prefix of the
+    /// run. Absent for a run recorded to its end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<String>,
 }
 
 /// One row of a trace-window histogram: metrics averaged over all windows

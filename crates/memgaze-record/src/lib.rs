@@ -15,11 +15,15 @@ pub mod assemble;
 mod error;
 pub mod lackey;
 pub mod pt;
+pub mod signals;
+pub mod supervise;
 
 pub use assemble::RegionEvent;
 pub use error::{AccessError, LackeyError, RecordError};
+pub use supervise::{DEFAULT_KILL_AFTER, Limits, parse_duration};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+use memgaze_trace::Interruption;
 use assemble::Assembler;
 use memgaze_metadata::annotation::Annotation;
 use memgaze_trace::protocol::{self, RecorderConfig};
@@ -29,13 +33,14 @@ use memgaze_trace::{
 };
 use std::ffi::OsString;
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use supervise::{Supervisor, Verdict};
 
 /// Default records per sample window (`w`).
 pub const DEFAULT_WINDOW: u64 = 1_000;
@@ -191,6 +196,43 @@ impl RecordSink for Tee<'_> {
     }
 }
 
+/// A sink whose errors name the file it writes (`t.trace: cannot write
+/// trace: No space left on device`).
+pub struct NamedSink<'a>(pub &'a mut dyn RecordSink, pub &'a Path);
+
+impl RecordSink for NamedSink<'_> {
+    fn begin_sample(&mut self, thread: u32) -> Result<()> {
+        let path = self.1;
+        self.0
+            .begin_sample(thread)
+            .with_context(|| path.display().to_string())
+    }
+    fn switch_thread(&mut self, thread: u32) -> Result<()> {
+        let path = self.1;
+        self.0
+            .switch_thread(thread)
+            .with_context(|| path.display().to_string())
+    }
+    fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+        let path = self.1;
+        self.0
+            .push(load, addr)
+            .with_context(|| path.display().to_string())
+    }
+    fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
+        let path = self.1;
+        self.0
+            .push_records(records)
+            .with_context(|| path.display().to_string())
+    }
+    fn region(&mut self, event: &RegionEvent) -> Result<()> {
+        let path = self.1;
+        self.0
+            .region(event)
+            .with_context(|| path.display().to_string())
+    }
+}
+
 /// What a recording produced besides the records.
 #[derive(Clone, Debug)]
 pub struct Recording {
@@ -210,6 +252,9 @@ pub struct Recording {
     /// Messages whose records came through a shared chunk instead of the
     /// socket.
     pub shared_messages: u64,
+    /// Why `cargo memgaze` cut the recording short (a signal it received
+    /// and forwarded, `--timeout`); the trace is then a prefix.
+    pub interrupted: Option<Interruption>,
 }
 
 impl Recording {
@@ -279,7 +324,7 @@ fn load_entries(annotation: &Annotation) -> Vec<LoadEntry> {
 }
 
 /// Runs `program` (instrumented, described by `annotation`) with `args` and
-/// streams its records into `sink`.
+/// streams its records into `sink`, within `limits`.
 ///
 /// `sampling.window == sampling.period` records a full trace; otherwise the
 /// recorder records `window` consecutive instrumented-load executions per
@@ -290,22 +335,42 @@ pub fn record(
     annotation: &Annotation,
     sampling: &Sampling,
     sink: &mut dyn RecordSink,
+    limits: &Limits,
 ) -> Result<Recording, RecordError> {
     let mut command = Command::new(program);
     command.args(args);
-    record_command(command, annotation, sampling, sink)
+    record_command_within(command, annotation, sampling, sink, limits)
+}
+
+/// [`record_command_within`] without a time limit and with the default
+/// grace period.
+pub fn record_command(
+    command: Command,
+    annotation: &Annotation,
+    sampling: &Sampling,
+    sink: &mut dyn RecordSink,
+) -> Result<Recording, RecordError> {
+    record_command_within(command, annotation, sampling, sink, &Limits::default())
 }
 
 /// [`record`] for a command the caller prepared: its arguments, working
 /// directory, environment and standard streams are kept (e.g. `cargo
 /// memgaze bench` runs a bench from its package root and captures its
 /// libtest output); the recorder's variables and the spawn settings
-/// (no address randomisation, the socket inherited) are added.
-pub fn record_command(
+/// (no address randomisation, the socket inherited, a process group of its
+/// own, death with `cargo memgaze`) are added.
+///
+/// While it runs, SIGINT, SIGTERM and SIGHUP are caught and forwarded to
+/// the program ([`supervise`]); the recording then ends as a prefix with
+/// [`Recording::interrupted`] set, and so does one whose `limits.timeout`
+/// expired. A sink that fails (a full disk) kills the program and returns
+/// the sink's error.
+pub fn record_command_within(
     mut command: Command,
     annotation: &Annotation,
     sampling: &Sampling,
     sink: &mut dyn RecordSink,
+    limits: &Limits,
 ) -> Result<Recording, RecordError> {
     let program = std::path::PathBuf::from(command.get_program());
     let program = program.as_path();
@@ -315,6 +380,11 @@ pub fn record_command(
             period: sampling.period,
         });
     }
+    // Caught from here on: a signal that arrives while the program starts
+    // is forwarded as soon as it runs (and SIGXFSZ is ignored before the
+    // shared buffers are sized).
+    let mut catch = signals::Catch::install();
+    let seen = signals::received();
     let (ours, theirs) = socket_pair()?;
     let (inode, device) = inode_of(&theirs)?;
     let config = RecorderConfig {
@@ -325,7 +395,6 @@ pub fn record_command(
         period: sampling.period,
         seed: sampling.seed.unwrap_or(0),
     };
-    let their_fd = theirs.as_raw_fd();
     command
         .env(protocol::RECORDER_ENV, config.to_env())
         .env(protocol::RECORDING_ENV, "1");
@@ -342,32 +411,14 @@ pub fn record_command(
             -1
         }
     };
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::fcntl(their_fd, libc::F_SETFD, 0) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if shared_fd >= 0 && libc::fcntl(shared_fd, libc::F_SETFD, 0) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
-            Ok(())
-        });
-    }
+    prepare_spawn(&mut command, theirs.as_raw_fd(), shared_fd);
     let mut child = spawn_fresh_executable(&mut command).map_err(|source| RecordError::Spawn {
         program: program.to_path_buf(),
         source,
     })?;
     drop(theirs);
     let pid = child.id();
-    // Like a shell: ^C reaches the program (same process group); we stay to
-    // write what it recorded.
-    let previous = ignore_interrupts();
+    let mut supervisor = Supervisor::new(pid, *limits, seen);
 
     let done = Arc::new(AtomicBool::new(false));
     let cut_off = Arc::new(AtomicBool::new(false));
@@ -406,41 +457,13 @@ pub fn record_command(
     let valid: Vec<bool> = annotation.loads.iter().map(|l| l.instrumented).collect();
     let full = sampling.is_full();
     let mut assembler = Assembler::new(sink, valid, full, sampling.window);
-    let mut buffer = vec![0u8; 1 << 18];
-    let mut failure = None;
-    let mut shared_messages = 0;
-    loop {
-        // SAFETY: buffer is valid for its length.
-        let n = unsafe {
-            libc::recv(
-                ours.as_raw_fd(),
-                buffer.as_mut_ptr().cast(),
-                buffer.len(),
-                0,
-            )
-        };
-        if n == 0 {
-            break;
-        }
-        if n < 0 {
-            let err = std::io::Error::last_os_error();
-            if err.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            failure = Some(RecordError::ReadOutput(err));
-            break;
-        }
-        let mut n = n as usize;
-        if let Some(length) = shared.as_ref().and_then(|c| c.take(&mut buffer, n)) {
-            n = length;
-            shared_messages += 1;
-        }
-        if let Err(e) = assembler.message(&buffer[..n]) {
-            failure = Some(RecordError::Sink(e));
-            break;
-        }
-        progress.fetch_add(1, Ordering::Release);
-    }
+    let (failure, shared_messages) = collect(
+        &ours,
+        shared.as_ref(),
+        &mut assembler,
+        &mut supervisor,
+        &progress,
+    );
     done.store(true, Ordering::Release);
     waiter.thread().unpark();
     let status = waiter
@@ -450,62 +473,157 @@ pub fn record_command(
             program: program.to_path_buf(),
             source,
         })?;
-    restore_interrupts(previous);
+    if supervisor.interrupted.is_some() {
+        // The command is on its way out: a further signal must not kill it
+        // while it writes the trace's end.
+        catch.keep();
+    }
+    drop(catch);
     if let Some(e) = failure {
         return Err(e);
     }
     assembler.finish()?;
-
     let exit = match (status.code(), status.signal()) {
         (Some(code), _) => ProgramExit::Code(code),
         (None, Some(signal)) => ProgramExit::Signal(signal),
         (None, None) => ProgramExit::Code(-1),
     };
-    let main_exited = assembler.process_exited(pid);
-    let dropped_records = assembler.dropped() + assembler.invalid_records;
-    let notes = recording_notes(
-        &assembler,
+    let mut recording = summarise(
+        &mut assembler,
+        pid,
         exit,
-        main_exited,
         cut_off.load(Ordering::Acquire),
-        dropped_records,
+        supervisor.interrupted,
+        limits,
     );
-    let totals = TraceTotals {
-        executions: assembler.executions(),
-        records: assembler.records,
-        samples: assembler.samples,
-        dropped: Dropped {
-            records: dropped_records,
-            samples: 0,
-            bytes: 0,
-        },
-        exit: Some(exit),
-        complete: matches!(exit, ProgramExit::Code(_))
-            && main_exited
-            && !cut_off.load(Ordering::Acquire),
-    };
-    Ok(Recording {
-        exit,
-        totals,
-        threads: assembler.threads(),
-        processes: assembler.processes.len(),
-        regions: std::mem::take(&mut assembler.regions),
-        notes,
-        shared_messages,
-    })
+    recording.shared_messages = shared_messages;
+    Ok(recording)
 }
 
-/// What a person should know about a recording: how the program ended
-/// (a fatal signal, processes left holding the socket, no exit hook), and
-/// records that were lost or did not match the annotation.
-fn recording_notes(
-    assembler: &Assembler<'_>,
+/// The spawn settings of a recorded program: the recorder's descriptors
+/// inherited, no address randomisation, a process group of its own, and
+/// death when `cargo memgaze` dies.
+fn prepare_spawn(command: &mut Command, their_fd: RawFd, shared_fd: RawFd) {
+    // Its own group: a signal forwarded to the group reaches the program's
+    // children too, and a terminal's ^C reaches only us (we forward it).
+    command.process_group(0);
+    // SAFETY: getpid before the fork; only async-signal-safe calls between
+    // fork and exec.
+    let parent = unsafe { libc::getpid() };
+    unsafe {
+        command.pre_exec(move || {
+            // Killed with us: a recorder that dies (SIGKILL, a crash) must
+            // not leave the program running as an orphan.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // We may have died between the fork and the prctl.
+            if libc::getppid() != parent {
+                libc::_exit(128 + libc::SIGKILL);
+            }
+            if libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::fcntl(their_fd, libc::F_SETFD, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if shared_fd >= 0 && libc::fcntl(shared_fd, libc::F_SETFD, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Ignored dispositions survive exec: the program gets the
+            // defaults (we ignore SIGXFSZ while recording, see `signals`).
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+            libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+}
+
+/// Reads the recorder's messages into `assembler` until the program and
+/// its descendants closed the socket, the supervisor stops the recording,
+/// or something fails (then the program is killed: it would block forever
+/// on a socket no one reads). Returns the failure and the count of
+/// messages that came through shared chunks.
+fn collect(
+    socket: &OwnedFd,
+    shared: Option<&SharedChunks>,
+    assembler: &mut Assembler<'_>,
+    supervisor: &mut Supervisor,
+    progress: &AtomicU64,
+) -> (Option<RecordError>, u64) {
+    let mut buffer = vec![0u8; 1 << 18];
+    let mut shared_messages = 0;
+    let failure = loop {
+        if supervisor.check() == Verdict::Stop {
+            break None;
+        }
+        // Non-blocking: with the socket empty, wait in the supervisor
+        // (socket, signals and deadlines at once).
+        // SAFETY: buffer is valid for its length.
+        let n = unsafe {
+            libc::recv(
+                socket.as_raw_fd(),
+                buffer.as_mut_ptr().cast(),
+                buffer.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n == 0 {
+            break None;
+        }
+        if n < 0 {
+            let err = std::io::Error::last_os_error();
+            match err.kind() {
+                std::io::ErrorKind::Interrupted => continue,
+                std::io::ErrorKind::WouldBlock => {
+                    supervisor.wait(socket.as_raw_fd());
+                    continue;
+                }
+                _ => break Some(RecordError::ReadOutput(err)),
+            }
+        }
+        let mut n = n as usize;
+        if let Some(length) = shared.and_then(|c| c.take(&mut buffer, n)) {
+            n = length;
+            shared_messages += 1;
+        }
+        if let Err(e) = assembler.message(&buffer[..n]) {
+            break Some(RecordError::Sink(e));
+        }
+        progress.fetch_add(1, Ordering::Release);
+    };
+    if failure.is_some() {
+        supervisor.kill();
+    }
+    (failure, shared_messages)
+}
+
+/// The recording's totals and notes, once the program has ended.
+fn summarise(
+    assembler: &mut Assembler<'_>,
+    pid: u32,
     exit: ProgramExit,
-    main_exited: bool,
     cut_off: bool,
-    dropped_records: u64,
-) -> Vec<String> {
+    interrupted: Option<Interruption>,
+    limits: &Limits,
+) -> Recording {
     let mut notes = Vec::new();
+    let main_exited = assembler.process_exited(pid);
+    if let Some(why) = interrupted {
+        notes.push(match why {
+            Interruption::Timeout => format!(
+                "--timeout {:?} expired: the program was sent SIGTERM (SIGKILL {:?} later if still running); the trace holds what it recorded until then",
+                limits.timeout.unwrap_or_default(),
+                limits.kill_after
+            ),
+            Interruption::Signal(_) => format!(
+                "interrupted by {}: forwarded to the program (SIGKILL {:?} later, or at a second signal); the trace holds what it recorded until then",
+                why.name(),
+                limits.kill_after
+            ),
+        });
+    }
     if let ProgramExit::Signal(signal) = exit {
         // The recorder sends a thread's records only when its buffer fills
         // and at exit; a fatal signal skips the exit hook.
@@ -545,12 +663,40 @@ fn recording_notes(
             assembler.invalid_records, assembler.bad_messages
         ));
     }
+    let dropped_records = assembler.dropped() + assembler.invalid_records;
     if dropped_records > 0 {
         notes.push(format!(
-            "{dropped_records} records dropped (signal-handler re-entry or failed writes)"
+            "{dropped_records} records dropped (signal-handler re-entry, failed writes, or loads of threads that had not yet noticed that a measured region began)"
         ));
     }
-    notes
+    let totals = TraceTotals {
+        executions: assembler.executions(),
+        records: assembler.records,
+        samples: assembler.samples,
+        dropped: Dropped {
+            records: dropped_records,
+            samples: 0,
+            bytes: 0,
+        },
+        exit: Some(exit),
+        // Never "complete" with records known to be missing.
+        complete: matches!(exit, ProgramExit::Code(_))
+            && main_exited
+            && !cut_off
+            && interrupted.is_none()
+            && dropped_records == 0,
+        interrupted,
+    };
+    Recording {
+        exit,
+        totals,
+        threads: assembler.threads(),
+        processes: assembler.processes.len(),
+        regions: std::mem::take(&mut assembler.regions),
+        notes,
+        shared_messages: 0,
+        interrupted,
+    }
 }
 
 /// Shared chunks offered to the program: 4 MiB in flight, as much as the
@@ -752,26 +898,6 @@ fn inode_of(fd: &OwnedFd) -> Result<(u64, u64), RecordError> {
         return Err(setup_error("cannot stat the recorder socket"));
     }
     Ok((stat.st_ino, stat.st_dev))
-}
-
-type Handlers = [libc::sighandler_t; 2];
-
-fn ignore_interrupts() -> Handlers {
-    // SAFETY: setting dispositions of SIGINT/SIGQUIT.
-    unsafe {
-        [
-            libc::signal(libc::SIGINT, libc::SIG_IGN),
-            libc::signal(libc::SIGQUIT, libc::SIG_IGN),
-        ]
-    }
-}
-
-fn restore_interrupts(previous: Handlers) {
-    // SAFETY: restoring what ignore_interrupts replaced.
-    unsafe {
-        libc::signal(libc::SIGINT, previous[0]);
-        libc::signal(libc::SIGQUIT, previous[1]);
-    }
 }
 
 /// `SIGSEGV`-style name of a signal number.

@@ -161,9 +161,18 @@ fn write_totals(out: &mut dyn Write, t: &TraceTotals) -> Result<()> {
         "complete    {}",
         if t.complete {
             "yes"
+        } else if d.records > 0 {
+            "no (records are missing, or the trace is a prefix)"
         } else {
             "no (the trace is a prefix)"
         }
     )?;
+    if let Some(interruption) = t.interrupted {
+        writeln!(
+            out,
+            "interrupted {} (the recording was cut short)",
+            interruption.name()
+        )?;
+    }
     Ok(())
 }

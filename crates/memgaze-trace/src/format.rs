@@ -1358,6 +1358,7 @@ mod tests {
             dropped: Dropped::default(),
             exit: Some(ProgramExit::Code(0)),
             complete: true,
+            interrupted: None,
         }
     }
 

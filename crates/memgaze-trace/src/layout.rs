@@ -76,6 +76,12 @@ pub mod slot {
         /// committed into `COUNT` (a claim was still being written); 0 when
         /// none.
         pub claimed: u64,
+        /// Loads the owner will run before it notices that a region began:
+        /// its re-check countdown, as the thread that began the region read
+        /// it (0: none pending). The owner's cold path counts them as
+        /// dropped when it notices; the region's end counts the part it ran
+        /// meanwhile (see the runtime's `unaware_at_begin`).
+        pub unaware: u64,
         /// The message header, sent together with the records after it.
         pub message: [u8; HEADER_BYTES],
         /// The records: as many as fit in [`BYTES`] ([`CAPACITY`]).
@@ -120,6 +126,8 @@ pub mod slot {
     pub const LIMIT: i32 = offset_of!(Slot, limit) as i32;
     /// Offset of [`Slot::claimed`].
     pub const CLAIMED: i32 = offset_of!(Slot, claimed) as i32;
+    /// Offset of [`Slot::unaware`].
+    pub const UNAWARE: i32 = offset_of!(Slot, unaware) as i32;
     /// Offset of [`Slot::message`]: header, then records.
     pub const MESSAGE: i32 = offset_of!(Slot, message) as i32;
     /// Offset of [`Slot::records`], the first record.

@@ -167,8 +167,51 @@ pub struct TraceTotals {
     pub dropped: Dropped,
     /// How the program ended, when a program was run.
     pub exit: Option<ProgramExit>,
-    /// False when the trace is a prefix (program killed before a clean flush).
+    /// False when the trace is a prefix (program killed before a clean
+    /// flush, recording interrupted) or records are known to be missing
+    /// (`dropped.records > 0`; traces of older recorders may say true
+    /// there).
     pub complete: bool,
+    /// Why the recording was cut short by `cargo memgaze` itself (a signal
+    /// it forwarded, `--timeout`); absent in traces that ran to their end
+    /// and in traces written before this field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<Interruption>,
+}
+
+/// How a recording was cut short: the trace is a prefix of the run, and the
+/// command exits with [`Interruption::exit_code`] (docs/CLI.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Interruption {
+    /// `cargo memgaze` received this signal (SIGINT, SIGTERM, SIGHUP) and
+    /// forwarded it to the program.
+    Signal(i32),
+    /// `--timeout` expired: the program was sent SIGTERM.
+    Timeout,
+}
+
+impl Interruption {
+    /// `SIGINT`, `SIGTERM`, `SIGHUP`, `signal N`, or `timeout`: what
+    /// `summary.interrupted` says.
+    pub fn name(&self) -> String {
+        match *self {
+            Interruption::Timeout => "timeout".into(),
+            Interruption::Signal(1) => "SIGHUP".into(),
+            Interruption::Signal(2) => "SIGINT".into(),
+            Interruption::Signal(15) => "SIGTERM".into(),
+            Interruption::Signal(n) => format!("signal {n}"),
+        }
+    }
+
+    /// The exit code a shell expects: 128 + N for signal N, 124 for a
+    /// timeout (as `timeout(1)`).
+    pub fn exit_code(&self) -> i32 {
+        match *self {
+            Interruption::Timeout => 124,
+            Interruption::Signal(n) => 128 + n,
+        }
+    }
 }
 
 impl TraceTotals {
@@ -182,6 +225,7 @@ impl TraceTotals {
             dropped: Dropped::default(),
             exit: None,
             complete: true,
+            interrupted: None,
         }
     }
 }

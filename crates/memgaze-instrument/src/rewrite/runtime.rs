@@ -394,6 +394,17 @@ fn emit_cold_path(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.mov(fs(TCB_COUNTDOWN), COUNTDOWN_RECHECK as i32)?;
     a.jmp(l.cold_release)?;
     a.set_label(&mut l.cold_enabled)?;
+    // Loads run since a region began, before this thread noticed (see
+    // `unaware_at_begin`): executions to count; in a full trace also
+    // records lost.
+    let mut unaware_done = a.create_label();
+    a.mov(rax, qword_ptr(rbx + slot::UNAWARE))?;
+    a.add(qword_ptr(rbx + slot::EXECUTIONS), rax)?;
+    a.cmp(qword_ptr(r12 + cfg::FULL), 0)?;
+    a.je(unaware_done)?;
+    a.add(qword_ptr(rbx + slot::DROPPED), rax)?;
+    a.set_label(&mut unaware_done)?;
+    a.mov(qword_ptr(rbx + slot::UNAWARE), 0)?;
     a.inc(qword_ptr(rbx + slot::EXECUTIONS))?;
     a.cmp(qword_ptr(rbx + slot::REMAINING), 0)?;
     a.jne(l.cold_record)?;
@@ -914,6 +925,7 @@ fn emit_region_begin(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.mov(qword_ptr(rbx + slot::REMAINING), 0)?;
     a.mov(qword_ptr(rbx + slot::STARTED), 0)?;
     a.mov(fs(TCB_COUNTDOWN), 0)?;
+    unaware_at_begin(a)?;
     a.mov(qword_ptr(r12 + cfg::ENABLED), 1)?;
     leave_cold(a)?;
     a.set_label(&mut l.region_begin_done)?;
@@ -939,6 +951,7 @@ fn emit_region_end(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.jne(l.region_end_done)?;
     enter_cold(a)?;
     take_grant(a, None)?;
+    unaware_at_end(a)?;
     a.mov(rax, fs(TCB_COUNTDOWN))?;
     a.call(l.fold_live)?;
     a.mov(qword_ptr(rbx + slot::REMAINING), 0)?;
@@ -1567,6 +1580,131 @@ fn map_anonymous(a: &mut Asm, bytes: i32) -> R {
     a.mov(r8, -1i64)?;
     a.xor(r9d, r9d)?;
     a.syscall()
+}
+
+/// `process_vm_readv` of the countdown and slot pointer of the owner of
+/// slot `rdx` into `[rsp + 32]` and `[rsp + 40]` (the caller pushed `rdx`,
+/// then reserved 48 bytes at `rsp`), without faulting if its TCB is gone.
+/// Leaves `rax` = 16 on success; clobbers the system call's registers, and
+/// restores `rdx` from `[rsp + 48]`.
+fn read_owner_countdown(a: &mut Asm) -> R {
+    a.lea(rax, qword_ptr(rsp + 32))?;
+    a.mov(qword_ptr(rsp), rax)?;
+    a.mov(qword_ptr(rsp + 8), 16)?;
+    a.mov(rax, qword_ptr(rdx + slot::TCB))?;
+    a.add(rax, TCB_COUNTDOWN as i32)?;
+    a.mov(qword_ptr(rsp + 16), rax)?;
+    a.mov(qword_ptr(rsp + 24), 16)?;
+    a.mov(eax, SYS_PROCESS_VM_READV)?;
+    a.mov(rdi, qword_ptr(r13 + process::PID))?;
+    a.mov(rsi, rsp)?;
+    a.mov(edx, 1)?;
+    a.lea(r10, qword_ptr(rsp + 16))?;
+    a.mov(r8d, 1)?;
+    a.xor(r9d, r9d)?;
+    a.syscall()?;
+    a.mov(rdx, qword_ptr(rsp + 48))
+}
+
+/// At a region's begin (recording still off; `rbx` = the beginning
+/// thread's slot, `r13` = the process block): every other thread is on a
+/// re-check countdown of at most [`COUNTDOWN_RECHECK`] and runs that many
+/// loads in the region before it notices — neither recorded nor counted (a
+/// rayon pool's workers lost up to 4096 loads each this way while the trace
+/// said nothing was lost). Each one's countdown goes into its slot's
+/// [`slot::UNAWARE`], for its cold path (or the region's end) to count:
+/// as executions (so a sampled trace's ρ stays exact), and in a full trace
+/// also as dropped records (as a signal handler's re-entries are). Making the threads notice at once instead would mean writing
+/// their countdowns from this thread, racing with their own non-atomic
+/// updates of it.
+fn unaware_at_begin(a: &mut Asm) -> R {
+    let mut walk = a.create_label();
+    let mut next = a.create_label();
+    let mut skip = a.create_label();
+    let mut walked = a.create_label();
+    a.cmp(qword_ptr(r12 + cfg::ENABLED), 0)?;
+    a.jne(walked)?;
+    a.mov(rdx, qword_ptr(r13 + process::HEAD))?;
+    a.set_label(&mut walk)?;
+    a.test(rdx, rdx)?;
+    a.jz(walked)?;
+    a.cmp(rdx, rbx)?;
+    a.je(next)?;
+    a.push(rdx)?;
+    a.sub(rsp, 48)?;
+    read_owner_countdown(a)?;
+    a.cmp(rax, 16)?;
+    a.jne(skip)?;
+    a.cmp(qword_ptr(rsp + 40), rdx)?;
+    a.jne(skip)?;
+    a.mov(rax, qword_ptr(rsp + 32))?;
+    // Only re-check countdowns (a wrapped, negative one is left alone).
+    a.cmp(rax, COUNTDOWN_RECHECK as i32)?;
+    a.ja(skip)?;
+    a.mov(qword_ptr(rdx + slot::UNAWARE), rax)?;
+    a.set_label(&mut skip)?;
+    a.add(rsp, 48)?;
+    a.pop(rdx)?;
+    a.set_label(&mut next)?;
+    a.mov(rdx, qword_ptr(rdx + slot::NEXT))?;
+    a.jmp(walk)?;
+    a.set_label(&mut walked)?;
+    a.zero_bytes()
+}
+
+/// At a region's end (`rbx`, `r12`, `r13` as for [`unaware_at_begin`]): a
+/// thread that still has not noticed the region ran its `UNAWARE` minus
+/// its countdown now of loads in it, uncounted: they are added to the
+/// slot's executions (sent with its final flush) and, in a full trace, to
+/// the process's dropped records (sent at exit). A thread whose countdown cannot
+/// be read (it exited) counts in full: better too many than a trace that
+/// claims to be whole. A busy thread is in its cold path and counts for
+/// itself.
+fn unaware_at_end(a: &mut Asm) -> R {
+    let mut walk = a.create_label();
+    let mut next = a.create_label();
+    let mut counted = a.create_label();
+    let mut full = a.create_label();
+    let mut walked = a.create_label();
+    a.mov(rdx, qword_ptr(r13 + process::HEAD))?;
+    a.set_label(&mut walk)?;
+    a.test(rdx, rdx)?;
+    a.jz(walked)?;
+    a.cmp(rdx, rbx)?;
+    a.je(next)?;
+    a.cmp(qword_ptr(rdx + slot::UNAWARE), 0)?;
+    a.je(next)?;
+    a.cmp(qword_ptr(rdx + slot::BUSY), 0)?;
+    a.jne(next)?;
+    a.push(rdx)?;
+    a.sub(rsp, 48)?;
+    read_owner_countdown(a)?;
+    a.mov(rcx, qword_ptr(rdx + slot::UNAWARE))?;
+    a.cmp(rax, 16)?;
+    a.jne(full)?;
+    a.cmp(qword_ptr(rsp + 40), rdx)?;
+    a.jne(full)?;
+    a.mov(rax, qword_ptr(rsp + 32))?;
+    // A countdown above what was pending: the thread noticed meanwhile
+    // (and counted for itself).
+    a.cmp(rax, rcx)?;
+    a.ja(counted)?;
+    a.sub(rcx, rax)?;
+    a.set_label(&mut full)?;
+    // Executions the owner did not count; in a full trace, records lost.
+    a.lock().add(qword_ptr(rdx + slot::EXECUTIONS), rcx)?;
+    a.cmp(qword_ptr(r12 + cfg::FULL), 0)?;
+    a.je(counted)?;
+    a.lock().add(qword_ptr(r13 + process::DROPPED), rcx)?;
+    a.set_label(&mut counted)?;
+    a.mov(qword_ptr(rdx + slot::UNAWARE), 0)?;
+    a.add(rsp, 48)?;
+    a.pop(rdx)?;
+    a.set_label(&mut next)?;
+    a.mov(rdx, qword_ptr(rdx + slot::NEXT))?;
+    a.jmp(walk)?;
+    a.set_label(&mut walked)?;
+    a.zero_bytes()
 }
 
 /// Enters the runtime from a cold path (BUSY checked to be 0 by the caller).
