@@ -26,6 +26,7 @@
 mod args;
 mod build;
 mod executable;
+mod frameworks;
 mod harness_args;
 mod layout;
 mod workspace;
@@ -36,6 +37,7 @@ pub use executable::{
     BenchCase, BenchExecutable, BenchOutcome, BenchRun, RECORDING_ENV, REGION_BEGIN_SYMBOL,
     REGION_END_SYMBOL, RegionMarkers, find_region_markers, interpret_run,
 };
+pub use frameworks::{BenchHarness, CRITERION_PROFILE_SECS};
 pub use harness_args::HarnessArgs;
 pub use layout::{
     BENCH_FILE, BENCH_SCHEMA, BenchKey, MAX_COMPONENT, ResultsLayout, decode_component,
@@ -95,6 +97,20 @@ impl BenchSuite {
     }
 }
 
+/// Recognises a criterion or divan bench by its symbols: sets its
+/// `harness` and returns the addresses of its hook functions (as markers:
+/// `begin`/`end` are `WallTime::start`/`end` for criterion). `None` for
+/// neither. Divan is recognised, not yet run: it stays unsupported.
+fn frameworks_of(executable: &mut BenchExecutable) -> anyhow::Result<Option<RegionMarkers>> {
+    match frameworks::detect(&executable.path)? {
+        Some(BenchHarness::Criterion) => {
+            executable.harness = BenchHarness::Criterion;
+            Ok(Some(RegionMarkers { begin: 0, end: 1 }))
+        }
+        _ => Ok(None),
+    }
+}
+
 /// Loads the workspace, builds its bench targets, checks they use
 /// memgaze-harness, and lists their benches (see the module documentation).
 ///
@@ -113,12 +129,15 @@ pub fn discover(
     let executables = build_benches(args, &workspace, options)?;
     let mut checked = Vec::with_capacity(executables.len());
     let mut skipped = Vec::new();
-    for executable in executables {
+    for mut executable in executables {
         match executable.region_markers() {
             Ok(markers) => checked.push((executable, markers)),
-            // A target the user named must be a memgaze bench.
-            Err(e) if !args.bench_targets.is_empty() => return Err(e),
-            Err(e) => skipped.push((executable, memgaze_error::one_line(&e))),
+            Err(e) => match frameworks_of(&mut executable)? {
+                Some(markers) => checked.push((executable, markers)),
+                // A target the user named must be a memgaze bench.
+                None if !args.bench_targets.is_empty() => return Err(e),
+                None => skipped.push((executable, memgaze_error::one_line(&e))),
+            },
         }
     }
     if checked.is_empty() {

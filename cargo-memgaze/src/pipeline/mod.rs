@@ -24,7 +24,7 @@ mod sink;
 
 pub use instrumented::{InstrumentedBench, instrumented};
 
-use crate::cargo::{BenchCase, BenchOutcome, BenchTarget, RECORDING_ENV, interpret_run};
+use crate::cargo::{BenchCase, BenchOutcome, BenchTarget, RECORDING_ENV};
 use crate::golden::SampleSet;
 use anyhow::Context;
 use memgaze_analysis::{Analysis, AnalysisOptions};
@@ -149,7 +149,8 @@ pub fn record_bench(
         file.read_to_end(&mut bytes)?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     };
-    let run = interpret_run(&case.name, status, read(&mut stdout)?, read(&mut stderr)?)
+    let run = exe
+        .interpret(&case.name, status, read(&mut stdout)?, read(&mut stderr)?)
         .with_context(|| format!("bench `{}` of `{}`", case.name, exe.display_name()))?;
     Ok(BenchRecording {
         outcome: run.outcome,

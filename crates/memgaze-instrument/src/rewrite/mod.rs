@@ -19,6 +19,7 @@
 //!    markers, and lay the segment out ([`elf`]).
 
 pub mod elf;
+pub mod hooks;
 pub mod liveness;
 pub mod probe;
 pub mod relocate;
@@ -39,10 +40,7 @@ use relocate::{CopyPlan, Insert};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-/// Symbol of the harness's region-begin marker.
-pub const REGION_BEGIN: &str = "memgaze_region_begin";
-/// Symbol of the harness's region-end marker.
-pub const REGION_END: &str = "memgaze_region_end";
+pub use hooks::{Framework, Hook, REGION_BEGIN, REGION_END};
 
 /// Bytes of a `jmp rel32` entry patch.
 const PATCH: u64 = 5;
@@ -230,25 +228,10 @@ pub fn instrument_with_code(
         .enumerate()
         .map(|(i, f)| (f.start, i))
         .collect();
-    let marker = |name: &str| {
-        binary
-            .functions()
-            .iter()
-            .position(|f| f.name == name || f.raw_name.as_deref() == Some(name))
-    };
-    let markers = if soft {
-        match (marker(REGION_BEGIN), marker(REGION_END)) {
-            (Some(b), Some(e)) => Some((b, e)),
-            (None, None) => None,
-            _ => {
-                report.warnings.push(
-                    "only one of the region markers was found: recording from start to exit".into(),
-                );
-                None
-            }
-        }
+    let hooks: Vec<(usize, Hook)> = if soft {
+        hooks::find(binary, &mut report.warnings).map_or_else(Vec::new, |(_, hooks)| hooks)
     } else {
-        None
+        Vec::new()
     };
 
     let mut selected: Vec<(usize, Option<usize>)> = Vec::new();
@@ -264,11 +247,9 @@ pub fn instrument_with_code(
             }
         }
     }
-    if let Some((b, e)) = markers {
-        for m in [b, e] {
-            if seen.insert(m) {
-                selected.push((m, None));
-            }
+    for &(m, _) in &hooks {
+        if seen.insert(m) {
+            selected.push((m, None));
         }
     }
 
@@ -398,7 +379,7 @@ pub fn instrument_with_code(
                 reason,
             } => {
                 let f = &binary.functions()[bi];
-                let is_marker = markers.is_some_and(|(b, e)| bi == b || bi == e);
+                let is_marker = hooks.iter().any(|&(h, _)| h == bi);
                 if let Some(ai) = ai {
                     let skipped = Skipped {
                         annotation: &mut annotation,
@@ -420,9 +401,10 @@ pub fn instrument_with_code(
 
     // ---- 2. runtime and copies
     let has_regions = soft
-        && markers.is_some_and(|(b, e)| {
-            plans.iter().any(|p| p.function == b) && plans.iter().any(|p| p.function == e)
-        });
+        && !hooks.is_empty()
+        && hooks
+            .iter()
+            .all(|&(h, _)| plans.iter().any(|p| p.function == h));
     report.region_markers = has_regions;
     let runtime_va = editor.segment_va + 64;
     let rt = if soft {
@@ -439,14 +421,12 @@ pub fn instrument_with_code(
     } else {
         None
     };
-    if let (Some(rt), Some((b, e))) = (&rt, markers)
+    if let Some(rt) = &rt
         && has_regions
     {
         for plan in plans.iter_mut() {
-            if plan.function == b {
-                plan.prologue_call = Some(rt.region_begin);
-            } else if plan.function == e {
-                plan.prologue_call = Some(rt.region_end);
+            if let Some(&(_, hook)) = hooks.iter().find(|&&(h, _)| h == plan.function) {
+                plan.prologue_call = Some(rt.hook_entry(hook));
             }
         }
     }

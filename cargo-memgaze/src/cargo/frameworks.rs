@@ -1,0 +1,224 @@
+//! Bench targets written with criterion or divan instead of
+//! memgaze-harness: recognising them in the built executable, listing their
+//! benches and running one under the recorder.
+//!
+//! The measured region is placed by the rewriter at the frameworks' own
+//! measurement functions (see memgaze-instrument's `rewrite::hooks`), so the
+//! benches run unmodified. Criterion benches run in its profiling mode
+//! (`--profile-time`): a fixed 1 s warm-up of the routine and no analysis
+//! or plots, which is long enough for ≥ 30 samples of anything but an empty
+//! routine, and no longer.
+
+use super::executable::{BenchCase, BenchOutcome, BenchRun};
+use anyhow::{Context, bail};
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+
+/// What drives a bench executable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BenchHarness {
+    /// memgaze-harness (region markers, libtest's command line).
+    #[default]
+    Memgaze,
+    /// criterion (0.5 to 0.8): regions at `WallTime::start`/`end`.
+    Criterion,
+    /// divan (0.1): regions at its sample loop's `sync_impl`.
+    Divan,
+}
+
+impl BenchHarness {
+    /// The name used in messages and JSON (`memgaze`, `criterion`, `divan`).
+    pub fn name(self) -> &'static str {
+        match self {
+            BenchHarness::Memgaze => "memgaze",
+            BenchHarness::Criterion => "criterion",
+            BenchHarness::Divan => "divan",
+        }
+    }
+}
+
+/// Seconds criterion profiles each bench (`--profile-time`); its warm-up
+/// alone takes 1 s whatever is asked.
+pub const CRITERION_PROFILE_SECS: &str = "1";
+
+/// Which framework's measurement functions `path` has, by symbol
+/// (mangled names, so no demangling is needed); `None` for neither.
+pub fn detect(path: &Path) -> anyhow::Result<Option<BenchHarness>> {
+    let bytes = std::fs::read(path).with_context(|| format!("{}", path.display()))?;
+    let elf = goblin::elf::Elf::parse(&bytes)
+        .with_context(|| format!("{}: not an ELF executable", path.display()))?;
+    let (mut start, mut end, mut divan) = (false, false, false);
+    for symbol in elf.syms.iter() {
+        if !symbol.is_function() || symbol.st_value == 0 {
+            continue;
+        }
+        let Some(name) = elf.strtab.get_at(symbol.st_name) else {
+            continue;
+        };
+        if name.contains(
+            "criterion..measurement..WallTime$u20$as$u20$criterion..measurement..Measurement$GT$",
+        ) {
+            start |= name.contains("$GT$5start");
+            end |= name.contains("$GT$3end");
+        }
+        divan |= name.contains("5divan9benchmark12BenchContext15sample_recorder")
+            && name.contains("9sync_impl");
+    }
+    Ok(if start && end {
+        Some(BenchHarness::Criterion)
+    } else if divan {
+        Some(BenchHarness::Divan)
+    } else {
+        None
+    })
+}
+
+/// The user's selection (after `--`) as criterion takes it: the filter and
+/// `--exact`; libtest's `--skip` and `--ignored` have no criterion
+/// equivalent and are dropped.
+pub fn criterion_selection(selection: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut args = selection.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--skip" => {
+                args.next();
+            }
+            "--ignored" => {}
+            _ => out.push(arg.clone()),
+        }
+    }
+    out
+}
+
+/// Lists a criterion executable's benches (`--bench --list`, lines
+/// `<name>: benchmark`), with the user's selection.
+pub fn list_criterion(
+    path: &Path,
+    package_root: &Path,
+    display: &str,
+    selection: &[String],
+) -> anyhow::Result<Vec<BenchCase>> {
+    let output = Command::new(path)
+        .current_dir(package_root)
+        .args(["--bench", "--list"])
+        .args(criterion_selection(selection))
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run {}", path.display()))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let reason = stderr
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("no message");
+        bail!(
+            "listing the criterion benches of `{display}` failed ({}): {}",
+            output.status,
+            reason.trim()
+        );
+    }
+    Ok(parse_criterion_list(&String::from_utf8_lossy(
+        &output.stdout,
+    )))
+}
+
+/// Parses criterion's `--list` output.
+fn parse_criterion_list(stdout: &str) -> Vec<BenchCase> {
+    stdout
+        .lines()
+        .filter_map(|line| line.strip_suffix(": benchmark"))
+        .map(|name| BenchCase {
+            name: name.to_string(),
+            ignored: false,
+        })
+        .collect()
+}
+
+/// The arguments that run one criterion bench by exact name in profiling
+/// mode (no analysis, no plots, no saved data).
+pub fn criterion_run_args(name: &str) -> Vec<String> {
+    [
+        "--bench",
+        "--profile-time",
+        CRITERION_PROFILE_SECS,
+        "--exact",
+        name,
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
+/// How a criterion run of `name` ended: criterion prints `Benchmarking
+/// <name>: Complete` when the profiling run finished. It reports no time in
+/// this mode (`nanos` is 0).
+pub fn interpret_criterion_run(
+    name: &str,
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+) -> anyhow::Result<BenchRun> {
+    let complete = format!("Benchmarking {name}: Complete");
+    let outcome = if !status.success() {
+        let message = stderr
+            .lines()
+            .skip_while(|l| !l.contains("panicked at"))
+            .nth(1)
+            .map(|l| l.trim().to_string())
+            .unwrap_or_else(|| format!("the process ended with {status}"));
+        BenchOutcome::Failed { message }
+    } else if stdout.contains(&complete) {
+        BenchOutcome::Measured { nanos: 0 }
+    } else {
+        bail!("criterion ran no bench named exactly `{name}`");
+    };
+    Ok(BenchRun {
+        outcome,
+        status,
+        stdout,
+        stderr,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    #[test]
+    fn criterion_lists_and_selections() {
+        let out = "sum: benchmark\n\nchase/cycle/1000: benchmark\n\nnoise\n";
+        let names: Vec<String> = parse_criterion_list(out)
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, ["sum", "chase/cycle/1000"]);
+        let sel: Vec<String> = ["--exact", "--skip", "x", "--ignored", "--", "sum"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(criterion_selection(&sel), ["--exact", "--", "sum"]);
+    }
+
+    #[test]
+    fn criterion_outcomes() {
+        let ok = ExitStatus::from_raw(0);
+        let out = "Benchmarking sum\nBenchmarking sum: Profiling for 1.0000 s\nBenchmarking sum: Complete (Analysis Disabled)\n";
+        let run = interpret_criterion_run("sum", ok, out.into(), String::new()).unwrap();
+        assert_eq!(run.outcome, BenchOutcome::Measured { nanos: 0 });
+        assert!(interpret_criterion_run("other", ok, out.into(), String::new()).is_err());
+        let failed = ExitStatus::from_raw(101 << 8);
+        let stderr = "thread 'main' panicked at benches/c.rs:3:5:\nboom\n";
+        let run = interpret_criterion_run("sum", failed, String::new(), stderr.into()).unwrap();
+        assert_eq!(
+            run.outcome,
+            BenchOutcome::Failed {
+                message: "boom".into()
+            }
+        );
+    }
+
+    #[test]
+    fn plain_executables_have_no_framework() {
+        assert_eq!(detect(Path::new("/bin/true")).unwrap(), None);
+    }
+}
