@@ -146,8 +146,9 @@ impl BenchExecutable {
     /// marks which are ignored (libtest lists them like the others).
     pub fn list(&self, harness: &HarnessArgs) -> anyhow::Result<Vec<BenchCase>> {
         let selection = harness.selection_args();
-        if self.harness == BenchHarness::Criterion {
-            return frameworks::list_criterion(
+        if self.harness != BenchHarness::Memgaze {
+            return frameworks::list_framework(
+                self.harness,
                 &self.path,
                 &self.package_root,
                 &self.display_name(),
@@ -206,7 +207,10 @@ impl BenchExecutable {
         let mut command = Command::new(program);
         match self.harness {
             BenchHarness::Criterion => command.args(frameworks::criterion_run_args(&case.name)),
-            _ => command.args(HarnessArgs::run_one_args(&case.name, case.ignored)),
+            BenchHarness::Divan => command.args(frameworks::divan_run_args(&case.name)),
+            BenchHarness::Memgaze => {
+                command.args(HarnessArgs::run_one_args(&case.name, case.ignored))
+            }
         };
         command.stdin(Stdio::null());
         // `cargo bench` runs benches from the package root; relative paths
@@ -254,7 +258,8 @@ impl BenchExecutable {
             BenchHarness::Criterion => {
                 frameworks::interpret_criterion_run(name, status, stdout, stderr)
             }
-            _ => interpret_run(name, status, stdout, stderr),
+            BenchHarness::Divan => frameworks::interpret_divan_run(name, status, stdout, stderr),
+            BenchHarness::Memgaze => interpret_run(name, status, stdout, stderr),
         }
     }
 

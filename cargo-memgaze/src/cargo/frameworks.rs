@@ -91,18 +91,37 @@ pub fn criterion_selection(selection: &[String]) -> Vec<String> {
     out
 }
 
-/// Lists a criterion executable's benches (`--bench --list`, lines
-/// `<name>: benchmark`), with the user's selection.
-pub fn list_criterion(
+/// Seconds divan spends on each bench at least (`--min-time`).
+pub const DIVAN_MIN_TIME_SECS: &str = "1";
+
+/// Lists a criterion or divan executable's benches with the user's
+/// selection: criterion's `--bench --list`, divan's `--list --format terse`
+/// (which divan answers under `NEXTEST=1`); both print `<name>: benchmark`
+/// lines. Criterion's names are `group/function/parameter`, divan's
+/// `module::function::arg`, as each prints them and as `--exact` takes them.
+pub fn list_framework(
+    harness: BenchHarness,
     path: &Path,
     package_root: &Path,
     display: &str,
     selection: &[String],
 ) -> anyhow::Result<Vec<BenchCase>> {
-    let output = Command::new(path)
-        .current_dir(package_root)
-        .args(["--bench", "--list"])
-        .args(criterion_selection(selection))
+    let mut command = Command::new(path);
+    command.current_dir(package_root);
+    match harness {
+        BenchHarness::Divan => {
+            command
+                .args(["--list", "--format", "terse"])
+                .env("NEXTEST", "1")
+                .args(selection);
+        }
+        _ => {
+            command
+                .args(["--bench", "--list"])
+                .args(criterion_selection(selection));
+        }
+    }
+    let output = command
         .stdin(Stdio::null())
         .output()
         .with_context(|| format!("cannot run {}", path.display()))?;
@@ -113,7 +132,8 @@ pub fn list_criterion(
             .find(|l| !l.trim().is_empty())
             .unwrap_or("no message");
         bail!(
-            "listing the criterion benches of `{display}` failed ({}): {}",
+            "listing the {} benches of `{display}` failed ({}): {}",
+            harness.name(),
             output.status,
             reason.trim()
         );
@@ -149,6 +169,60 @@ pub fn criterion_run_args(name: &str) -> Vec<String> {
     .to_vec()
 }
 
+/// The arguments that run one divan bench by exact name for at least
+/// [`DIVAN_MIN_TIME_SECS`].
+pub fn divan_run_args(name: &str) -> Vec<String> {
+    [
+        "--bench",
+        "--min-time",
+        DIVAN_MIN_TIME_SECS,
+        "--exact",
+        name,
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
+/// How a divan run of `name` ended: its table has a row for the bench's
+/// last path component (`chasing` or its argument `1000`).
+pub fn interpret_divan_run(
+    name: &str,
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+) -> anyhow::Result<BenchRun> {
+    let leaf = name.rsplit("::").next().unwrap_or(name);
+    let row = stdout.lines().any(|l| {
+        l.trim_start_matches(['│', '├', '╰', '─', ' '])
+            .starts_with(&format!("{leaf} "))
+    });
+    let outcome = if !status.success() {
+        BenchOutcome::Failed {
+            message: panic_message(&stderr)
+                .unwrap_or_else(|| format!("the process ended with {status}")),
+        }
+    } else if row {
+        BenchOutcome::Measured { nanos: 0 }
+    } else {
+        bail!("divan ran no bench named exactly `{name}`");
+    };
+    Ok(BenchRun {
+        outcome,
+        status,
+        stdout,
+        stderr,
+    })
+}
+
+/// The line after `panicked at` in a Rust program's stderr.
+fn panic_message(stderr: &str) -> Option<String> {
+    stderr
+        .lines()
+        .skip_while(|l| !l.contains("panicked at"))
+        .nth(1)
+        .map(|l| l.trim().to_string())
+}
+
 /// How a criterion run of `name` ended: criterion prints `Benchmarking
 /// <name>: Complete` when the profiling run finished. It reports no time in
 /// this mode (`nanos` is 0).
@@ -160,12 +234,8 @@ pub fn interpret_criterion_run(
 ) -> anyhow::Result<BenchRun> {
     let complete = format!("Benchmarking {name}: Complete");
     let outcome = if !status.success() {
-        let message = stderr
-            .lines()
-            .skip_while(|l| !l.contains("panicked at"))
-            .nth(1)
-            .map(|l| l.trim().to_string())
-            .unwrap_or_else(|| format!("the process ended with {status}"));
+        let message =
+            panic_message(&stderr).unwrap_or_else(|| format!("the process ended with {status}"));
         BenchOutcome::Failed { message }
     } else if stdout.contains(&complete) {
         BenchOutcome::Measured { nanos: 0 }
@@ -215,6 +285,17 @@ mod tests {
                 message: "boom".into()
             }
         );
+    }
+
+    #[test]
+    fn divan_outcomes() {
+        let ok = ExitStatus::from_raw(0);
+        let out = "div              fastest │ slowest\n╰─ chasing                │\n   ╰─ 1000  27.07 µs      │ 78.62 µs\n";
+        let run = interpret_divan_run("div::chasing::1000", ok, out.into(), String::new()).unwrap();
+        assert_eq!(run.outcome, BenchOutcome::Measured { nanos: 0 });
+        assert!(interpret_divan_run("div::chasing::5", ok, out.into(), String::new()).is_err());
+        let out = "div              fastest\n╰─ sort_batched  169.3 µs      │ 8.274 ms\n";
+        assert!(interpret_divan_run("div::sort_batched", ok, out.into(), String::new()).is_ok());
     }
 
     #[test]

@@ -98,17 +98,14 @@ impl BenchSuite {
 }
 
 /// Recognises a criterion or divan bench by its symbols: sets its
-/// `harness` and returns the addresses of its hook functions (as markers:
-/// `begin`/`end` are `WallTime::start`/`end` for criterion). `None` for
-/// neither. Divan is recognised, not yet run: it stays unsupported.
+/// `harness` and returns placeholder markers (the rewriter finds the
+/// frameworks' hooks itself). `None` for neither.
 fn frameworks_of(executable: &mut BenchExecutable) -> anyhow::Result<Option<RegionMarkers>> {
-    match frameworks::detect(&executable.path)? {
-        Some(BenchHarness::Criterion) => {
-            executable.harness = BenchHarness::Criterion;
-            Ok(Some(RegionMarkers { begin: 0, end: 1 }))
-        }
-        _ => Ok(None),
+    let found = frameworks::detect(&executable.path)?;
+    if let Some(harness) = found {
+        executable.harness = harness;
     }
+    Ok(found.map(|_| RegionMarkers { begin: 0, end: 1 }))
 }
 
 /// Loads the workspace, builds its bench targets, checks they use
