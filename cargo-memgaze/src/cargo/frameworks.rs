@@ -9,7 +9,7 @@
 //! or plots, which is long enough for ≥ 30 samples of anything but an empty
 //! routine, and no longer.
 
-use super::executable::{BenchCase, BenchOutcome, BenchRun};
+use super::executable::{BenchCase, BenchExecutable, BenchOutcome, BenchRun};
 use anyhow::{Context, bail};
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
@@ -71,6 +71,86 @@ pub fn detect(path: &Path) -> anyhow::Result<Option<BenchHarness>> {
     } else {
         None
     })
+}
+
+/// The error for a bench target driven by none of the supported harnesses
+/// (a libtest `#[bench]` target, a custom `main`): one line naming it and
+/// what is supported.
+pub fn unsupported(executable: &BenchExecutable) -> anyhow::Error {
+    anyhow::anyhow!(
+        "bench `{}` ({}) is not run: it uses neither memgaze-harness nor criterion nor divan \
+         (libtest `#[bench]` and custom `main`s are not supported; make it a `[[bench]]` with \
+         `harness = false` whose `main` comes from `memgaze_harness::main!`, \
+         `criterion_main!` or `divan::main()`)",
+        executable.display_name(),
+        executable.src_path.display()
+    )
+}
+
+/// Packages whose benches cargo memgaze can run depend on one of these.
+pub const SUPPORTED_PACKAGES: [&str; 3] = ["memgaze-harness", "criterion", "divan"];
+
+/// The bench targets of `package` that cargo memgaze cannot run, as far as
+/// cargo metadata and the manifest tell before anything is built, with a
+/// one-line reason each: every bench target when the package depends on
+/// none of [`SUPPORTED_PACKAGES`], and libtest `#[bench]` targets
+/// (`harness = true`, the default for a `benches/*.rs` without a
+/// `[[bench]]` entry). A manifest that cannot be read tells nothing.
+pub fn unsupported_benches(package: &cargo_metadata::Package) -> Vec<(String, String)> {
+    let benches = package
+        .targets
+        .iter()
+        .filter(|t| t.kind.contains(&cargo_metadata::TargetKind::Bench));
+    let supported_dependency = package
+        .dependencies
+        .iter()
+        .any(|d| SUPPORTED_PACKAGES.contains(&d.name.as_str()));
+    let display = |target: &str| format!("{}/{target}", package.name);
+    if !supported_dependency {
+        return benches
+            .map(|t| {
+                let reason = format!(
+                    "bench `{}` is not run: package `{}` depends on none of memgaze-harness, \
+                     criterion and divan (the supported bench harnesses)",
+                    display(&t.name),
+                    package.name
+                );
+                (t.name.clone(), reason)
+            })
+            .collect();
+    }
+    let Ok(text) = std::fs::read_to_string(package.manifest_path.as_std_path()) else {
+        return Vec::new();
+    };
+    let Ok(manifest) = text.parse::<toml_edit::DocumentMut>() else {
+        return Vec::new();
+    };
+    let entries = manifest
+        .get("bench")
+        .and_then(|b| b.as_array_of_tables())
+        .map(|a| a.iter().collect::<Vec<_>>())
+        .unwrap_or_default();
+    benches
+        .filter(|t| {
+            let entry = entries
+                .iter()
+                .find(|e| e.get("name").and_then(|n| n.as_str()) == Some(t.name.as_str()));
+            entry
+                .and_then(|e| e.get("harness"))
+                .and_then(|h| h.as_bool())
+                .unwrap_or(true)
+        })
+        .map(|t| {
+            let reason = format!(
+                "bench `{}` ({}) is not run: it is a libtest `#[bench]` target (`harness = true`); \
+                 supported: a `[[bench]]` with `harness = false` using memgaze-harness, criterion \
+                 or divan",
+                display(&t.name),
+                t.src_path
+            );
+            (t.name.clone(), reason)
+        })
+        .collect()
 }
 
 /// The user's selection (after `--`) as criterion takes it: the filter and

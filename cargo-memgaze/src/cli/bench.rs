@@ -239,6 +239,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                         "package": exe.package,
                         "target": exe.target,
                         "name": case.name,
+                        "harness": exe.harness.name(),
                         "results": dir,
                         "trace": recording.trace_file,
                         "analysis": analysis_file,

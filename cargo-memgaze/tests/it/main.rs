@@ -5,6 +5,7 @@ mod cargo_benches;
 mod cli_classify;
 mod cli_pt;
 mod cli_trace;
+mod frameworks;
 mod gate;
 mod lackey;
 mod lackey_crosscheck;
