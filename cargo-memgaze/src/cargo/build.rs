@@ -96,6 +96,7 @@ pub fn build_benches(
             path: path.into_std_path_buf(),
             src_path: artifact.target.src_path.into_std_path_buf(),
             package_root: manifest.parent().map(PathBuf::from).unwrap_or_default(),
+            harness: Default::default(),
         };
         if !executables.iter().any(|e| e.path == executable.path) {
             executables.push(executable);

@@ -1,6 +1,7 @@
 //! [`BenchExecutable`]: one built bench target — checking that it uses
 //! memgaze-harness, listing its benches, and running one of them.
 
+use super::frameworks::{self, BenchHarness};
 use super::harness_args::HarnessArgs;
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
@@ -27,6 +28,8 @@ pub struct BenchExecutable {
     pub src_path: PathBuf,
     /// The package's directory (where `cargo bench` runs benches from).
     pub package_root: PathBuf,
+    /// What drives it (set by `discover` from its symbols).
+    pub harness: BenchHarness,
 }
 
 /// Addresses (symbol values) of the region markers in an executable.
@@ -143,6 +146,15 @@ impl BenchExecutable {
     /// marks which are ignored (libtest lists them like the others).
     pub fn list(&self, harness: &HarnessArgs) -> anyhow::Result<Vec<BenchCase>> {
         let selection = harness.selection_args();
+        if self.harness != BenchHarness::Memgaze {
+            return frameworks::list_framework(
+                self.harness,
+                &self.path,
+                &self.package_root,
+                &self.display_name(),
+                &selection,
+            );
+        }
         let names = self.list_names(&selection, false)?;
         let ignored: Vec<String> = if harness.only_ignored() {
             names.clone()
@@ -193,7 +205,13 @@ impl BenchExecutable {
     /// sets [`RECORDING_ENV`]) and the stdio it wants.
     pub fn run_command(&self, program: &Path, case: &BenchCase) -> Command {
         let mut command = Command::new(program);
-        command.args(HarnessArgs::run_one_args(&case.name, case.ignored));
+        match self.harness {
+            BenchHarness::Criterion => command.args(frameworks::criterion_run_args(&case.name)),
+            BenchHarness::Divan => command.args(frameworks::divan_run_args(&case.name)),
+            BenchHarness::Memgaze => {
+                command.args(HarnessArgs::run_one_args(&case.name, case.ignored))
+            }
+        };
         command.stdin(Stdio::null());
         // `cargo bench` runs benches from the package root; relative paths
         // in bench bodies resolve the same way here.
@@ -218,13 +236,31 @@ impl BenchExecutable {
         let output = command
             .output()
             .with_context(|| format!("cannot run {}", program.display()))?;
-        interpret_run(
+        self.interpret(
             &case.name,
             output.status,
             String::from_utf8_lossy(&output.stdout).into_owned(),
             String::from_utf8_lossy(&output.stderr).into_owned(),
         )
         .with_context(|| format!("bench `{}` of `{}`", case.name, self.display_name()))
+    }
+
+    /// How a run of bench `name` ended, read from its output the way its
+    /// framework reports ([`interpret_run`] for memgaze-harness).
+    pub fn interpret(
+        &self,
+        name: &str,
+        status: ExitStatus,
+        stdout: String,
+        stderr: String,
+    ) -> anyhow::Result<BenchRun> {
+        match self.harness {
+            BenchHarness::Criterion => {
+                frameworks::interpret_criterion_run(name, status, stdout, stderr)
+            }
+            BenchHarness::Divan => frameworks::interpret_divan_run(name, status, stdout, stderr),
+            BenchHarness::Memgaze => interpret_run(name, status, stdout, stderr),
+        }
     }
 
     /// [`run`](Self::run) on the executable itself, unchanged.

@@ -26,6 +26,7 @@
 mod args;
 mod build;
 mod executable;
+mod frameworks;
 mod harness_args;
 mod layout;
 mod lock;
@@ -37,6 +38,7 @@ pub use executable::{
     BenchCase, BenchExecutable, BenchOutcome, BenchRun, RECORDING_ENV, REGION_BEGIN_SYMBOL,
     REGION_END_SYMBOL, RegionMarkers, find_region_markers, interpret_run,
 };
+pub use frameworks::{BenchHarness, CRITERION_PROFILE_SECS};
 pub use harness_args::HarnessArgs;
 pub use layout::{
     BENCH_FILE, BENCH_SCHEMA, BenchKey, MAX_COMPONENT, ResultsLayout, decode_component,
@@ -97,6 +99,83 @@ impl BenchSuite {
     }
 }
 
+/// Leaves out, before the build, the bench targets cargo metadata and the
+/// manifests already tell cannot run (libtest `#[bench]`, a package without
+/// a supported harness): a `--bench` naming one is a usage error (exit 2);
+/// otherwise the build names the others, and each left out is returned
+/// with its reason (warned about, like targets found unsupported after the
+/// build). With nothing runnable left, the first reason is the error.
+fn exclude_unsupported(
+    args: &CargoArgs,
+    workspace: &Workspace,
+) -> anyhow::Result<(CargoArgs, Vec<(BenchExecutable, String)>)> {
+    let selected = workspace.selected_members();
+    let unsupported: Vec<(&Member, &(String, String))> = selected
+        .iter()
+        .flat_map(|m| m.unsupported_benches.iter().map(move |u| (*m, u)))
+        .collect();
+    let runnable = |name: &str| {
+        selected.iter().any(|m| {
+            m.bench_targets.iter().any(|t| t == name)
+                && !m.unsupported_benches.iter().any(|(u, _)| u == name)
+        })
+    };
+    for name in &args.bench_targets {
+        if let Some((_, (_, reason))) = unsupported.iter().find(|(_, (t, _))| t == name)
+            && !runnable(name)
+        {
+            return Err(memgaze_error::usage(reason.clone()));
+        }
+    }
+    let default_selection = args.bench_targets.is_empty() && !args.all_bench_targets;
+    if unsupported.is_empty() || !default_selection || !workspace.bench_glob_selects_all() {
+        return Ok((args.clone(), Vec::new()));
+    }
+    let mut names: Vec<String> = selected
+        .iter()
+        .flat_map(|m| m.bench_targets.iter())
+        .filter(|t| runnable(t))
+        .cloned()
+        .collect();
+    names.sort();
+    names.dedup();
+    if names.is_empty() {
+        anyhow::bail!(unsupported[0].1.1.clone());
+    }
+    let skipped = unsupported
+        .iter()
+        .map(|(member, (target, reason))| {
+            let executable = BenchExecutable {
+                package: member.name.clone(),
+                target: target.clone(),
+                path: Default::default(),
+                src_path: Default::default(),
+                package_root: member
+                    .manifest_path
+                    .parent()
+                    .map(Into::into)
+                    .unwrap_or_default(),
+                harness: BenchHarness::default(),
+            };
+            (executable, reason.clone())
+        })
+        .collect();
+    let mut build_args = args.clone();
+    build_args.bench_targets = names;
+    Ok((build_args, skipped))
+}
+
+/// Recognises a criterion or divan bench by its symbols: sets its
+/// `harness` and returns placeholder markers (the rewriter finds the
+/// frameworks' hooks itself). `None` for neither.
+fn frameworks_of(executable: &mut BenchExecutable) -> anyhow::Result<Option<RegionMarkers>> {
+    let found = frameworks::detect(&executable.path)?;
+    if let Some(harness) = found {
+        executable.harness = harness;
+    }
+    Ok(found.map(|_| RegionMarkers { begin: 0, end: 1 }))
+}
+
 /// Loads the workspace, builds its bench targets, checks they use
 /// memgaze-harness, and lists their benches (see the module documentation).
 ///
@@ -112,15 +191,29 @@ pub fn discover(
     let workspace = Workspace::load(args)?;
     workspace.ensure_bench_targets()?;
     workspace.ensure_bench_names(&args.bench_targets)?;
-    let executables = build_benches(args, &workspace, options)?;
+    let (build_args, mut skipped) = exclude_unsupported(args, &workspace)?;
+    let executables = build_benches(&build_args, &workspace, options)?;
     let mut checked = Vec::with_capacity(executables.len());
-    let mut skipped = Vec::new();
-    for executable in executables {
+    for mut executable in executables {
         match executable.region_markers() {
             Ok(markers) => checked.push((executable, markers)),
-            // A target the user named must be a memgaze bench.
-            Err(e) if !args.bench_targets.is_empty() => return Err(e),
-            Err(e) => skipped.push((executable, memgaze_error::one_line(&e))),
+            Err(e) => match frameworks_of(&mut executable)? {
+                Some(markers) => checked.push((executable, markers)),
+                // A target the user named must be a memgaze bench.
+                None => {
+                    let e = match find_region_markers(&executable.path)? {
+                        // Markers at one address: the harness's own error.
+                        Some(_) => e,
+                        None => frameworks::unsupported(&executable),
+                    };
+                    // A target the user named must be a supported bench:
+                    // naming one that is not is a usage error (exit 2).
+                    if !args.bench_targets.is_empty() {
+                        return Err(memgaze_error::usage(memgaze_error::one_line(&e)));
+                    }
+                    skipped.push((executable, memgaze_error::one_line(&e)));
+                }
+            },
         }
     }
     if checked.is_empty() {

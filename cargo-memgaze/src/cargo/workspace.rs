@@ -23,6 +23,9 @@ pub struct Member {
     pub bench_targets: Vec<String>,
     /// Whether any bench target has `required-features`.
     pub benches_need_features: bool,
+    /// Bench targets cargo memgaze cannot run, known before building, with
+    /// the reason (see [`super::frameworks::unsupported_benches`]).
+    pub unsupported_benches: Vec<(String, String)>,
     /// Its `[package.metadata]` table (`null` when absent): where
     /// `[package.metadata.memgaze]` settings such as gate limits live.
     pub metadata: serde_json::Value,
@@ -195,6 +198,7 @@ fn member(package: &Package) -> Member {
             .iter()
             .any(|t| t.kind.contains(&TargetKind::Bench) && !t.required_features.is_empty()),
         metadata: package.metadata.clone(),
+        unsupported_benches: super::frameworks::unsupported_benches(package),
     }
 }
 
@@ -386,6 +390,7 @@ mod tests {
             bench_targets: benches.iter().map(|s| s.to_string()).collect(),
             benches_need_features: false,
             metadata: serde_json::Value::Null,
+            unsupported_benches: Vec::new(),
         }
     }
 

@@ -233,6 +233,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                         analysis: analysis_file.clone(),
                         coverage: recording.analysis.coverage.clone(),
                         elapsed_s: recording.elapsed.as_secs_f64(),
+                        harness: exe.harness.name().to_string(),
                         name: case.name.clone(),
                         package: exe.package.clone(),
                         reason: Reason::BenchFinished,

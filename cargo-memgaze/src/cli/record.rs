@@ -315,7 +315,8 @@ pub fn record_to_file(
     let mut command = vec![program.display().to_string()];
     command.extend(args.iter().map(|a| a.to_string_lossy().into_owned()));
     let header = record::trace_header(annotation, *sampling, command);
-    let mut writer = TraceWriter::create(output, &header).with_context(|| output.display().to_string())?;
+    let mut writer =
+        TraceWriter::create(output, &header).with_context(|| output.display().to_string())?;
     let recording = record::record(
         program,
         args,

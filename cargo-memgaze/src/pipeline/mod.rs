@@ -24,11 +24,11 @@ mod sink;
 
 pub use instrumented::{InstrumentedBench, instrumented};
 
-use crate::cargo::{BenchCase, BenchOutcome, BenchTarget, RECORDING_ENV, interpret_run};
+use crate::cargo::{BenchCase, BenchOutcome, BenchTarget, RECORDING_ENV};
 use crate::golden::SampleSet;
-use memgaze_trace::Interruption;
 use anyhow::Context;
 use memgaze_analysis::{Analysis, AnalysisOptions};
+use memgaze_trace::Interruption;
 use memgaze_trace::{ProgramExit, Sampling, TraceTotals, TraceWriter};
 use sink::StreamingSink;
 use std::io::{Read, Seek};
@@ -188,7 +188,7 @@ pub fn record_bench(
             message: format!("interrupted by {}", why.name()),
         },
         None => {
-            interpret_run(&case.name, status, read(&mut stdout)?, read(&mut stderr)?)
+            exe.interpret(&case.name, status, read(&mut stdout)?, read(&mut stderr)?)
                 .with_context(|| format!("bench `{}` of `{}`", case.name, exe.display_name()))?
                 .outcome
         }

@@ -6,6 +6,7 @@ mod cargo_benches;
 mod cli_classify;
 mod cli_pt;
 mod cli_trace;
+mod frameworks;
 mod fuzz_inputs;
 mod gate;
 mod interrupt;

@@ -111,6 +111,8 @@ pub struct BenchFinished {
     pub coverage: Coverage,
     /// Wall time of the recording and analysis, seconds.
     pub elapsed_s: f64,
+    /// The bench's harness: `memgaze` (memgaze-harness), `criterion` or `divan`.
+    pub harness: String,
     /// Bench name.
     pub name: String,
     /// Package name.

@@ -23,9 +23,9 @@ pub use error::{AccessError, LackeyError, RecordError};
 pub use supervise::{DEFAULT_KILL_AFTER, Limits, parse_duration};
 
 use anyhow::{Context, Result};
-use memgaze_trace::Interruption;
 use assemble::Assembler;
 use memgaze_metadata::annotation::Annotation;
+use memgaze_trace::Interruption;
 use memgaze_trace::protocol::{self, RecorderConfig};
 use memgaze_trace::{
     Backend, Dropped, FunctionEntry, LoadClass, LoadEntry, ProgramExit, Sampling, TraceHeader,

@@ -19,6 +19,7 @@
 //!    markers, and lay the segment out ([`elf`]).
 
 pub mod elf;
+pub mod hooks;
 pub mod liveness;
 pub mod probe;
 pub mod relocate;
@@ -40,10 +41,7 @@ use relocate::{CopyPlan, Insert};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-/// Symbol of the harness's region-begin marker.
-pub const REGION_BEGIN: &str = "memgaze_region_begin";
-/// Symbol of the harness's region-end marker.
-pub const REGION_END: &str = "memgaze_region_end";
+pub use hooks::{Framework, Hook, REGION_BEGIN, REGION_END};
 
 /// Bytes of a `jmp rel32` entry patch.
 const PATCH: u64 = 5;
@@ -223,7 +221,7 @@ pub fn instrument_with_code(
         &editor,
         runtime_va,
         &mut plans,
-        selection.markers,
+        &selection.hooks,
         soft,
         &mut report,
     )?;
@@ -373,8 +371,10 @@ struct Selection {
     /// found in the binary, in order, then the region markers not among
     /// them.
     functions: Vec<(usize, Option<usize>)>,
-    /// The region markers `(begin, end)` (soft mode, when both exist).
-    markers: Option<(usize, usize)>,
+    /// The functions whose entries open or close a measured region (soft
+    /// mode): the harness's markers or a framework's measurement functions
+    /// ([`hooks::find`]), with the hook each calls.
+    hooks: Vec<(usize, Hook)>,
     /// Loads per annotation function.
     loads_of: HashMap<u32, Vec<usize>>,
 }
@@ -394,25 +394,10 @@ fn select_functions(
         .enumerate()
         .map(|(i, f)| (f.start, i))
         .collect();
-    let marker = |name: &str| {
-        binary
-            .functions()
-            .iter()
-            .position(|f| f.name == name || f.raw_name.as_deref() == Some(name))
-    };
-    let markers = if soft {
-        match (marker(REGION_BEGIN), marker(REGION_END)) {
-            (Some(b), Some(e)) => Some((b, e)),
-            (None, None) => None,
-            _ => {
-                report.warnings.push(
-                    "only one of the region markers was found: recording from start to exit".into(),
-                );
-                None
-            }
-        }
+    let hooks: Vec<(usize, Hook)> = if soft {
+        hooks::find(binary, &mut report.warnings).map_or_else(Vec::new, |(_, hooks)| hooks)
     } else {
-        None
+        Vec::new()
     };
 
     let mut selected: Vec<(usize, Option<usize>)> = Vec::new();
@@ -428,11 +413,9 @@ fn select_functions(
             }
         }
     }
-    if let Some((b, e)) = markers {
-        for m in [b, e] {
-            if seen.insert(m) {
-                selected.push((m, None));
-            }
+    for &(m, _) in &hooks {
+        if seen.insert(m) {
+            selected.push((m, None));
         }
     }
 
@@ -442,7 +425,7 @@ fn select_functions(
     }
     Selection {
         functions: selected,
-        markers,
+        hooks,
         loads_of,
     }
 }
@@ -496,7 +479,7 @@ fn plan_functions(
                 reason,
             } => {
                 let f = &binary.functions()[bi];
-                let is_marker = selection.markers.is_some_and(|(b, e)| bi == b || bi == e);
+                let is_marker = selection.hooks.iter().any(|&(h, _)| h == bi);
                 if let Some(ai) = ai {
                     let mut skipped = Skipped {
                         annotation: &mut *annotation,
@@ -632,14 +615,15 @@ fn generate_runtime(
     editor: &ElfEditor,
     runtime_va: u64,
     plans: &mut [Planned],
-    markers: Option<(usize, usize)>,
+    hooks: &[(usize, Hook)],
     soft: bool,
     report: &mut Report,
 ) -> Result<Option<runtime::Runtime>> {
     let has_regions = soft
-        && markers.is_some_and(|(b, e)| {
-            plans.iter().any(|p| p.function == b) && plans.iter().any(|p| p.function == e)
-        });
+        && !hooks.is_empty()
+        && hooks
+            .iter()
+            .all(|&(h, _)| plans.iter().any(|p| p.function == h));
     report.region_markers = has_regions;
     let rt = if soft {
         Some(
@@ -655,14 +639,12 @@ fn generate_runtime(
     } else {
         None
     };
-    if let (Some(rt), Some((b, e))) = (&rt, markers)
+    if let Some(rt) = &rt
         && has_regions
     {
         for plan in plans.iter_mut() {
-            if plan.function == b {
-                plan.prologue_call = Some(rt.region_begin);
-            } else if plan.function == e {
-                plan.prologue_call = Some(rt.region_end);
+            if let Some(&(_, hook)) = hooks.iter().find(|&&(h, _)| h == plan.function) {
+                plan.prologue_call = Some(rt.hook_entry(hook));
             }
         }
     }

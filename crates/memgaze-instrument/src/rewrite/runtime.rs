@@ -246,6 +246,28 @@ pub struct Runtime {
     pub region_begin: u64,
     /// Region end hook.
     pub region_end: u64,
+    /// Unnamed region begin hook (`rsi` = 0 for the name, then
+    /// `region_begin`).
+    pub region_begin_unnamed: u64,
+    /// Unnamed region end hook.
+    pub region_end_unnamed: u64,
+    /// Begin (unnamed) when `sil` is non-zero, else end. Clobbers the
+    /// flags, which are dead at a function's entry, where hooks are called.
+    pub region_toggle: u64,
+}
+
+impl Runtime {
+    /// The runtime entry a function's entry calls for `hook`.
+    pub fn hook_entry(&self, hook: super::Hook) -> u64 {
+        use super::Hook;
+        match hook {
+            Hook::Begin => self.region_begin,
+            Hook::End => self.region_end,
+            Hook::BeginUnnamed => self.region_begin_unnamed,
+            Hook::EndUnnamed => self.region_end_unnamed,
+            Hook::Toggle => self.region_toggle,
+        }
+    }
 }
 
 /// `lea reg, [rip → target]`.
@@ -292,6 +314,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     emit_send_region(&mut a, &mut l)?;
     emit_region_begin(&mut a, &mut l, params)?;
     emit_region_end(&mut a, &mut l, params)?;
+    emit_unnamed_regions(&mut a, &mut l)?;
     emit_fini(&mut a, &mut l, params)?;
     emit_entry(&mut a, &mut l, params)?;
     emit_parse_u64(&mut a, &mut l)?;
@@ -308,6 +331,9 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
         fini: result.label_ip(&l.fini)?,
         region_begin: result.label_ip(&l.region_begin)?,
         region_end: result.label_ip(&l.region_end)?,
+        region_begin_unnamed: result.label_ip(&l.region_begin_unnamed)?,
+        region_end_unnamed: result.label_ip(&l.region_end_unnamed)?,
+        region_toggle: result.label_ip(&l.region_toggle)?,
         code: result.inner.code_buffer,
     })
 }
@@ -965,6 +991,32 @@ fn emit_region_end(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.set_label(&mut l.region_end_done)?;
     restore_all(a)?;
     a.ret()?;
+    Ok(())
+}
+
+/// The unnamed region entries a framework's measurement functions call
+/// (criterion's `Measurement::start`/`end`, divan's `sync_impl`): their
+/// arguments are not a name, so they pass length 0 (`mov` leaves the flags
+/// alone), keeping rsi for the hooked function; the toggle opens or closes
+/// by `sil`.
+fn emit_unnamed_regions(a: &mut Asm, l: &mut Labels) -> R {
+    // The hooked function's arguments are not a name: pass length 0 (`mov`
+    // leaves the flags alone), keeping rsi for the function.
+    for (label, target) in [
+        (&mut l.region_begin_unnamed, l.region_begin),
+        (&mut l.region_end_unnamed, l.region_end),
+    ] {
+        a.set_label(label)?;
+        a.push(rsi)?;
+        a.mov(esi, 0u32)?;
+        a.call(target)?;
+        a.pop(rsi)?;
+        a.ret()?;
+    }
+    a.set_label(&mut l.region_toggle)?;
+    a.test(sil, sil)?;
+    a.jnz(l.region_begin_unnamed)?;
+    a.jmp(l.region_end_unnamed)?;
     Ok(())
 }
 
@@ -1801,6 +1853,9 @@ struct Labels {
     region_begin_done: CodeLabel,
     region_end: CodeLabel,
     region_end_done: CodeLabel,
+    region_begin_unnamed: CodeLabel,
+    region_end_unnamed: CodeLabel,
+    region_toggle: CodeLabel,
     fini: CodeLabel,
     fini_others: CodeLabel,
     fini_loop: CodeLabel,
@@ -1877,6 +1932,9 @@ impl Labels {
             region_begin_done: n(),
             region_end: n(),
             region_end_done: n(),
+            region_begin_unnamed: n(),
+            region_end_unnamed: n(),
+            region_toggle: n(),
             fini: n(),
             fini_others: n(),
             fini_loop: n(),
@@ -1923,7 +1981,16 @@ mod tests {
     fn runtime_assembles_and_decodes_cleanly() {
         let rt = generate(&params()).unwrap();
         assert!(rt.code.len() > 500, "{} bytes", rt.code.len());
-        for ip in [rt.record, rt.entry, rt.fini, rt.region_begin, rt.region_end] {
+        for ip in [
+            rt.record,
+            rt.entry,
+            rt.fini,
+            rt.region_begin,
+            rt.region_end,
+            rt.region_begin_unnamed,
+            rt.region_end_unnamed,
+            rt.region_toggle,
+        ] {
             assert!(ip >= 0x10_0000 && ip < 0x10_0000 + rt.code.len() as u64);
         }
         // Everything up to the env prefix decodes to valid instructions.

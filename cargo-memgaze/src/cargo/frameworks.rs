@@ -1,0 +1,385 @@
+//! Bench targets written with criterion or divan instead of
+//! memgaze-harness: recognising them in the built executable, listing their
+//! benches and running one under the recorder.
+//!
+//! The measured region is placed by the rewriter at the frameworks' own
+//! measurement functions (see memgaze-instrument's `rewrite::hooks`), so the
+//! benches run unmodified. Criterion benches run in its profiling mode
+//! (`--profile-time`): a fixed 1 s warm-up of the routine and no analysis
+//! or plots, which is long enough for ≥ 30 samples of anything but an empty
+//! routine, and no longer.
+
+use super::executable::{BenchCase, BenchExecutable, BenchOutcome, BenchRun};
+use anyhow::{Context, bail};
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+
+/// What drives a bench executable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BenchHarness {
+    /// memgaze-harness (region markers, libtest's command line).
+    #[default]
+    Memgaze,
+    /// criterion (0.5 to 0.8): regions at `WallTime::start`/`end`.
+    Criterion,
+    /// divan (0.1): regions at its sample loop's `sync_impl`.
+    Divan,
+}
+
+impl BenchHarness {
+    /// The name used in messages and JSON (`memgaze`, `criterion`, `divan`).
+    pub fn name(self) -> &'static str {
+        match self {
+            BenchHarness::Memgaze => "memgaze",
+            BenchHarness::Criterion => "criterion",
+            BenchHarness::Divan => "divan",
+        }
+    }
+}
+
+/// Seconds criterion profiles each bench (`--profile-time`); its warm-up
+/// alone takes 1 s whatever is asked.
+pub const CRITERION_PROFILE_SECS: &str = "1";
+
+/// Which framework's measurement functions `path` has, by symbol
+/// (mangled names, so no demangling is needed); `None` for neither.
+pub fn detect(path: &Path) -> anyhow::Result<Option<BenchHarness>> {
+    let bytes = std::fs::read(path).with_context(|| format!("{}", path.display()))?;
+    let elf = goblin::elf::Elf::parse(&bytes)
+        .with_context(|| format!("{}: not an ELF executable", path.display()))?;
+    let (mut start, mut end, mut divan) = (false, false, false);
+    for symbol in elf.syms.iter() {
+        if !symbol.is_function() || symbol.st_value == 0 {
+            continue;
+        }
+        let Some(name) = elf.strtab.get_at(symbol.st_name) else {
+            continue;
+        };
+        if name.contains(
+            "criterion..measurement..WallTime$u20$as$u20$criterion..measurement..Measurement$GT$",
+        ) {
+            start |= name.contains("$GT$5start");
+            end |= name.contains("$GT$3end");
+        }
+        divan |= name.contains("5divan9benchmark12BenchContext15sample_recorder")
+            && name.contains("9sync_impl");
+    }
+    Ok(if start && end {
+        Some(BenchHarness::Criterion)
+    } else if divan {
+        Some(BenchHarness::Divan)
+    } else {
+        None
+    })
+}
+
+/// The error for a bench target driven by none of the supported harnesses
+/// (a libtest `#[bench]` target, a custom `main`): one line naming it and
+/// what is supported.
+pub fn unsupported(executable: &BenchExecutable) -> anyhow::Error {
+    anyhow::anyhow!(
+        "bench `{}` ({}) is not run: it uses neither memgaze-harness nor criterion nor divan \
+         (libtest `#[bench]` and custom `main`s are not supported; make it a `[[bench]]` with \
+         `harness = false` whose `main` comes from `memgaze_harness::main!`, \
+         `criterion_main!` or `divan::main()`)",
+        executable.display_name(),
+        executable.src_path.display()
+    )
+}
+
+/// Packages whose benches cargo memgaze can run depend on one of these.
+pub const SUPPORTED_PACKAGES: [&str; 3] = ["memgaze-harness", "criterion", "divan"];
+
+/// The bench targets of `package` that cargo memgaze cannot run, as far as
+/// cargo metadata and the manifest tell before anything is built, with a
+/// one-line reason each: every bench target when the package depends on
+/// none of [`SUPPORTED_PACKAGES`], and libtest `#[bench]` targets
+/// (`harness = true`, the default for a `benches/*.rs` without a
+/// `[[bench]]` entry). A manifest that cannot be read tells nothing.
+pub fn unsupported_benches(package: &cargo_metadata::Package) -> Vec<(String, String)> {
+    let benches = package
+        .targets
+        .iter()
+        .filter(|t| t.kind.contains(&cargo_metadata::TargetKind::Bench));
+    let supported_dependency = package
+        .dependencies
+        .iter()
+        .any(|d| SUPPORTED_PACKAGES.contains(&d.name.as_str()));
+    let display = |target: &str| format!("{}/{target}", package.name);
+    if !supported_dependency {
+        return benches
+            .map(|t| {
+                let reason = format!(
+                    "bench `{}` is not run: package `{}` depends on none of memgaze-harness, \
+                     criterion and divan (the supported bench harnesses)",
+                    display(&t.name),
+                    package.name
+                );
+                (t.name.clone(), reason)
+            })
+            .collect();
+    }
+    let Ok(text) = std::fs::read_to_string(package.manifest_path.as_std_path()) else {
+        return Vec::new();
+    };
+    let Ok(manifest) = text.parse::<toml_edit::DocumentMut>() else {
+        return Vec::new();
+    };
+    let entries = manifest
+        .get("bench")
+        .and_then(|b| b.as_array_of_tables())
+        .map(|a| a.iter().collect::<Vec<_>>())
+        .unwrap_or_default();
+    benches
+        .filter(|t| {
+            let entry = entries
+                .iter()
+                .find(|e| e.get("name").and_then(|n| n.as_str()) == Some(t.name.as_str()));
+            entry
+                .and_then(|e| e.get("harness"))
+                .and_then(|h| h.as_bool())
+                .unwrap_or(true)
+        })
+        .map(|t| {
+            let reason = format!(
+                "bench `{}` ({}) is not run: it is a libtest `#[bench]` target (`harness = true`); \
+                 supported: a `[[bench]]` with `harness = false` using memgaze-harness, criterion \
+                 or divan",
+                display(&t.name),
+                t.src_path
+            );
+            (t.name.clone(), reason)
+        })
+        .collect()
+}
+
+/// The user's selection (after `--`) as criterion takes it: the filter and
+/// `--exact`; libtest's `--skip` and `--ignored` have no criterion
+/// equivalent and are dropped.
+pub fn criterion_selection(selection: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut args = selection.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--skip" => {
+                args.next();
+            }
+            "--ignored" => {}
+            _ => out.push(arg.clone()),
+        }
+    }
+    out
+}
+
+/// Seconds divan spends on each bench at least (`--min-time`).
+pub const DIVAN_MIN_TIME_SECS: &str = "1";
+
+/// Lists a criterion or divan executable's benches with the user's
+/// selection: criterion's `--bench --list`, divan's `--list --format terse`
+/// (which divan answers under `NEXTEST=1`); both print `<name>: benchmark`
+/// lines. Criterion's names are `group/function/parameter`, divan's
+/// `module::function::arg`, as each prints them and as `--exact` takes them.
+pub fn list_framework(
+    harness: BenchHarness,
+    path: &Path,
+    package_root: &Path,
+    display: &str,
+    selection: &[String],
+) -> anyhow::Result<Vec<BenchCase>> {
+    let mut command = Command::new(path);
+    command.current_dir(package_root);
+    match harness {
+        BenchHarness::Divan => {
+            command
+                .args(["--list", "--format", "terse"])
+                .env("NEXTEST", "1")
+                .args(selection);
+        }
+        _ => {
+            command
+                .args(["--bench", "--list"])
+                .args(criterion_selection(selection));
+        }
+    }
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run {}", path.display()))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let reason = stderr
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("no message");
+        bail!(
+            "listing the {} benches of `{display}` failed ({}): {}",
+            harness.name(),
+            output.status,
+            reason.trim()
+        );
+    }
+    Ok(parse_criterion_list(&String::from_utf8_lossy(
+        &output.stdout,
+    )))
+}
+
+/// Parses criterion's `--list` output.
+fn parse_criterion_list(stdout: &str) -> Vec<BenchCase> {
+    stdout
+        .lines()
+        .filter_map(|line| line.strip_suffix(": benchmark"))
+        .map(|name| BenchCase {
+            name: name.to_string(),
+            ignored: false,
+        })
+        .collect()
+}
+
+/// The arguments that run one criterion bench by exact name in profiling
+/// mode (no analysis, no plots, no saved data).
+pub fn criterion_run_args(name: &str) -> Vec<String> {
+    [
+        "--bench",
+        "--profile-time",
+        CRITERION_PROFILE_SECS,
+        "--exact",
+        name,
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
+/// The arguments that run one divan bench by exact name for at least
+/// [`DIVAN_MIN_TIME_SECS`].
+pub fn divan_run_args(name: &str) -> Vec<String> {
+    [
+        "--bench",
+        "--min-time",
+        DIVAN_MIN_TIME_SECS,
+        "--exact",
+        name,
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
+/// How a divan run of `name` ended: its table has a row for the bench's
+/// last path component (`chasing` or its argument `1000`).
+pub fn interpret_divan_run(
+    name: &str,
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+) -> anyhow::Result<BenchRun> {
+    let leaf = name.rsplit("::").next().unwrap_or(name);
+    let row = stdout.lines().any(|l| {
+        l.trim_start_matches(['│', '├', '╰', '─', ' '])
+            .starts_with(&format!("{leaf} "))
+    });
+    let outcome = if !status.success() {
+        BenchOutcome::Failed {
+            message: panic_message(&stderr)
+                .unwrap_or_else(|| format!("the process ended with {status}")),
+        }
+    } else if row {
+        BenchOutcome::Measured { nanos: 0 }
+    } else {
+        bail!("divan ran no bench named exactly `{name}`");
+    };
+    Ok(BenchRun {
+        outcome,
+        status,
+        stdout,
+        stderr,
+    })
+}
+
+/// The line after `panicked at` in a Rust program's stderr.
+fn panic_message(stderr: &str) -> Option<String> {
+    stderr
+        .lines()
+        .skip_while(|l| !l.contains("panicked at"))
+        .nth(1)
+        .map(|l| l.trim().to_string())
+}
+
+/// How a criterion run of `name` ended: criterion prints `Benchmarking
+/// <name>: Complete` when the profiling run finished. It reports no time in
+/// this mode (`nanos` is 0).
+pub fn interpret_criterion_run(
+    name: &str,
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+) -> anyhow::Result<BenchRun> {
+    let complete = format!("Benchmarking {name}: Complete");
+    let outcome = if !status.success() {
+        let message =
+            panic_message(&stderr).unwrap_or_else(|| format!("the process ended with {status}"));
+        BenchOutcome::Failed { message }
+    } else if stdout.contains(&complete) {
+        BenchOutcome::Measured { nanos: 0 }
+    } else {
+        bail!("criterion ran no bench named exactly `{name}`");
+    };
+    Ok(BenchRun {
+        outcome,
+        status,
+        stdout,
+        stderr,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    #[test]
+    fn criterion_lists_and_selections() {
+        let out = "sum: benchmark\n\nchase/cycle/1000: benchmark\n\nnoise\n";
+        let names: Vec<String> = parse_criterion_list(out)
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, ["sum", "chase/cycle/1000"]);
+        let sel: Vec<String> = ["--exact", "--skip", "x", "--ignored", "--", "sum"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(criterion_selection(&sel), ["--exact", "--", "sum"]);
+    }
+
+    #[test]
+    fn criterion_outcomes() {
+        let ok = ExitStatus::from_raw(0);
+        let out = "Benchmarking sum\nBenchmarking sum: Profiling for 1.0000 s\nBenchmarking sum: Complete (Analysis Disabled)\n";
+        let run = interpret_criterion_run("sum", ok, out.into(), String::new()).unwrap();
+        assert_eq!(run.outcome, BenchOutcome::Measured { nanos: 0 });
+        assert!(interpret_criterion_run("other", ok, out.into(), String::new()).is_err());
+        let failed = ExitStatus::from_raw(101 << 8);
+        let stderr = "thread 'main' panicked at benches/c.rs:3:5:\nboom\n";
+        let run = interpret_criterion_run("sum", failed, String::new(), stderr.into()).unwrap();
+        assert_eq!(
+            run.outcome,
+            BenchOutcome::Failed {
+                message: "boom".into()
+            }
+        );
+    }
+
+    #[test]
+    fn divan_outcomes() {
+        let ok = ExitStatus::from_raw(0);
+        let out = "div              fastest │ slowest\n╰─ chasing                │\n   ╰─ 1000  27.07 µs      │ 78.62 µs\n";
+        let run = interpret_divan_run("div::chasing::1000", ok, out.into(), String::new()).unwrap();
+        assert_eq!(run.outcome, BenchOutcome::Measured { nanos: 0 });
+        assert!(interpret_divan_run("div::chasing::5", ok, out.into(), String::new()).is_err());
+        let out = "div              fastest\n╰─ sort_batched  169.3 µs      │ 8.274 ms\n";
+        assert!(interpret_divan_run("div::sort_batched", ok, out.into(), String::new()).is_ok());
+    }
+
+    #[test]
+    fn plain_executables_have_no_framework() {
+        assert_eq!(detect(Path::new("/bin/true")).unwrap(), None);
+    }
+}

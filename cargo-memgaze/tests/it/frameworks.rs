@@ -1,0 +1,189 @@
+//! Issue 23: criterion and divan benches, unmodified, under `cargo memgaze
+//! bench` — the `ring-stats` fixture crate (criterion 0.5, the newest
+//! criterion under another name, divan 0.1). One run of the whole suite;
+//! the build shares the target directory of `cargo_benches.rs`.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn shared_target_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("memgaze-benches")
+}
+
+fn manifest() -> PathBuf {
+    memgaze_fixtures::fixtures().join("ring-stats/Cargo.toml")
+}
+
+/// `cargo memgaze bench` on the fixture, JSON lines on stdout.
+fn bench(extra: &[&str]) -> (std::process::Output, Vec<Value>) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"));
+    cmd.args(["memgaze", "bench", "--locked", "--manifest-path"])
+        .arg(manifest())
+        .arg("--target-dir")
+        .arg(shared_target_dir())
+        .args(["--message-format", "json", "--no-report", "--seed", "7"])
+        .args(extra)
+        .env_remove("CI");
+    for (name, _) in std::env::vars() {
+        if name.starts_with("MEMGAZE_") {
+            cmd.env_remove(name);
+        }
+    }
+    let out = cmd.output().unwrap();
+    let messages = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    (out, messages)
+}
+
+/// Every criterion and divan bench gets a result under the framework's own
+/// name, with enough samples, the expected locality, and no load of the
+/// batched benches' setup (`fill_setup`) in the recorded functions.
+#[test]
+fn criterion_and_divan_benches_run_unmodified() {
+    let (out, messages) = bench(&[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // The libtest target is left out before the build, in one line.
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("warning:"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].starts_with("warning: bench `ring-stats/libtest` (")
+            && warnings[0].contains("is not run: it is a libtest `#[bench]` target"),
+        "{stderr}"
+    );
+    let finished: Vec<&Value> = messages
+        .iter()
+        .filter(|m| m["reason"] == "bench-finished")
+        .collect();
+    let mut names: Vec<String> = finished
+        .iter()
+        .map(|m| {
+            format!(
+                "{} {} {}",
+                m["target"].as_str().unwrap(),
+                m["harness"].as_str().unwrap(),
+                m["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    names.sort();
+    let mut expected = Vec::new();
+    for target in ["crit", "crit_latest"] {
+        for name in [
+            "chase/cycle/1000",
+            "chase/cycle/100000",
+            "sort_batched",
+            "sum",
+        ] {
+            expected.push(format!("{target} criterion {name}"));
+        }
+    }
+    for name in [
+        "div::chasing::1000",
+        "div::chasing::100000",
+        "div::sort_batched",
+        "div::summing::1000",
+        "div::summing::50000",
+    ] {
+        expected.push(format!("div divan {name}"));
+    }
+    expected.sort();
+    assert_eq!(names, expected, "{stderr}");
+
+    for m in &finished {
+        let name = format!("{}/{}", m["target"], m["name"]);
+        let samples = m["summary"]["samples"].as_u64().unwrap();
+        assert!(samples >= 30, "{name}: {samples} samples");
+        let analysis: Value =
+            serde_json::from_slice(&std::fs::read(m["analysis"].as_str().unwrap()).unwrap())
+                .unwrap();
+        let functions: Vec<&str> = analysis["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            !functions.iter().any(|f| f.contains("fill_setup")),
+            "{name}: setup recorded: {functions:?}"
+        );
+        let str_frac = m["summary"]["F_str_frac"].as_f64().unwrap();
+        let bench = m["name"].as_str().unwrap();
+        if bench.contains("chas") {
+            assert!(str_frac < 0.05, "{name}: pointer chase F_str {str_frac}");
+        } else if bench.contains("sum") {
+            assert!(str_frac > 0.95, "{name}: array sum F_str {str_frac}");
+        } else {
+            assert!(
+                functions.iter().any(|f| f.contains("sort")),
+                "{name}: {functions:?}"
+            );
+        }
+    }
+}
+
+/// A filter after `--` selects benches by the frameworks' names, and
+/// `--list` lists them without running.
+#[test]
+fn filters_and_listing_use_the_frameworks_names() {
+    let (out, messages) = bench(&["--bench", "crit", "--", "--list", "chase"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Vec<&str> = messages
+        .iter()
+        .filter(|m| m["reason"] == "bench-listed")
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["chase/cycle/1000", "chase/cycle/100000"]);
+    let (out, messages) = bench(&["--bench", "div", "--", "--exact", "div::summing::1000"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ran: Vec<&str> = messages
+        .iter()
+        .filter(|m| m["reason"] == "bench-finished")
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(ran, ["div::summing::1000"]);
+}
+
+/// Naming a bench target the tool cannot run is a usage error, before
+/// anything is built.
+#[test]
+fn naming_a_libtest_bench_is_a_usage_error() {
+    let (out, _) = bench(&["--bench", "libtest"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error: bench `ring-stats/libtest` ("),
+        "{stderr}"
+    );
+}
+
+/// The README's `cargo add` names the harness at the repository's
+/// top-level `harness/` directory.
+#[test]
+fn the_readmes_harness_path_exists() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with("cargo add --dev memgaze-harness --path"))
+        .expect("a cargo add line");
+    let path = line.rsplit(' ').next().unwrap().trim_matches('"');
+    let relative = path.strip_prefix("$MEMGAZE_REPO/").expect(line);
+    let manifest = std::fs::read_to_string(repo.join(relative).join("Cargo.toml")).unwrap();
+    assert!(manifest.contains("name = \"memgaze-harness\""), "{path}");
+}
