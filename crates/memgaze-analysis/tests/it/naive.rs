@@ -276,12 +276,16 @@ pub fn analyze(
     r.rho = if full {
         Some(1.0)
     } else {
-        match header.backend {
-            memgaze_trace::Backend::Pt => ratio(
-                executions as f64,
-                (pieces.a_all + pieces.a_const_all) as f64,
-            ),
-            _ => ratio(executions as f64, pieces.all_records as f64),
+        let denominator = match header.backend {
+            memgaze_trace::Backend::Pt => pieces.a_all + pieces.a_const_all,
+            _ => pieces.all_records,
+        };
+        // Fewer executions than recorded accesses: inconsistent totals,
+        // no ρ (docs/METRICS.md, "Counting accesses").
+        if executions < denominator {
+            None
+        } else {
+            ratio(executions as f64, denominator as f64)
         }
     };
     r.f = sums.per_addr.len() as u64;
