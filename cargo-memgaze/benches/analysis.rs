@@ -378,6 +378,7 @@ fn header(window: Option<u64>) -> TraceHeader {
             })
             .collect(),
         labels: vec![],
+        spatial: None,
     }
 }
 

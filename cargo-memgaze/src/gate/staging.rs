@@ -257,6 +257,7 @@ mod tests {
                 proxy: None,
             }],
             labels: vec![],
+            spatial: None,
         };
         let mut a = Analyzer::new(&header, &AnalysisOptions::default()).unwrap();
         for i in 0..records {

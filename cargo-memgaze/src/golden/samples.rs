@@ -270,6 +270,7 @@ impl SampleBreakdown {
             functions,
             loads,
             labels: Vec::new(),
+            spatial: None,
         };
         let mut analyzer = Analyzer::new(&header, &self.options)?;
         for &(load, addr, thread) in &local {
@@ -377,6 +378,7 @@ pub(crate) mod tests {
                 load(0x2010, LoadClass::Constant, Some(1)),
             ],
             labels: Vec::new(),
+            spatial: None,
         }
     }
 

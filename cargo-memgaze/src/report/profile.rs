@@ -552,6 +552,7 @@ mod tests {
             })
             .collect(),
             labels: vec![],
+            spatial: None,
         };
         let mut w = TraceWriter::new(Vec::new(), &header).unwrap();
         for sample in samples {

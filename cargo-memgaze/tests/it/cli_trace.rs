@@ -60,6 +60,7 @@ fn header() -> TraceHeader {
             },
         ],
         labels: vec![],
+        spatial: None,
     }
 }
 

@@ -1736,6 +1736,7 @@ mod tests {
                 load(0x14, LoadClass::Constant, 0, 0, Some(L0)),
             ],
             labels: vec![],
+            spatial: None,
         }
     }
 
@@ -2094,6 +2095,7 @@ mod tests {
                 implied: l.implied,
                 sample,
                 thread: 0,
+                spatial: false,
             });
         }
         let by_record = a.finish(&TraceTotals::clean(80, 8, 2));

@@ -155,6 +155,7 @@ pub fn import(
             .collect(),
         loads: Vec::new(),
         labels: Vec::new(),
+        spatial: None,
     };
     if let Some(glob) = &options.analysis.functions {
         header.require_function_match(glob)?;

@@ -285,6 +285,7 @@ pub fn trace_header(
         functions: function_entries(annotation),
         loads: load_entries(annotation),
         labels: Vec::new(),
+        spatial: None,
     }
 }
 

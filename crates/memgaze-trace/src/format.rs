@@ -147,6 +147,9 @@ pub struct RawRecord {
     pub sample: u64,
     /// Thread that produced the record.
     pub thread: u32,
+    /// Taken by spatial sampling outside any time sample
+    /// ([`Record::spatial`](crate::model::Record::spatial)).
+    pub spatial: bool,
 }
 
 /// Everything a trace file says between its header and its totals, in order.
@@ -622,6 +625,7 @@ impl<R: Read> TraceReader<R> {
                 implied: load.implied,
                 sample: raw.sample,
                 thread: raw.thread,
+                spatial: raw.spatial,
             }
         }))
     }
@@ -646,6 +650,7 @@ impl<R: Read> TraceReader<R> {
             // A batch is only filled inside a sample.
             sample: self.sample.unwrap_or(0),
             thread: self.thread,
+            spatial: false,
         })
     }
 
@@ -678,6 +683,7 @@ impl<R: Read> TraceReader<R> {
                         addr,
                         sample,
                         thread,
+                        spatial: false,
                     })
                 })?;
                 if n > 0 {
@@ -1155,6 +1161,7 @@ fn placeholder_header() -> TraceHeader {
         functions: Vec::new(),
         loads: Vec::new(),
         labels: Vec::new(),
+        spatial: None,
     }
 }
 
@@ -1347,6 +1354,7 @@ mod tests {
                 },
             ],
             labels: vec![("bench".into(), "x".into())],
+            spatial: None,
         }
     }
 

@@ -23,6 +23,12 @@ pub struct Record {
     pub sample: u64,
     /// Thread the record came from (small integers assigned by the collector).
     pub thread: u32,
+    /// Taken by spatial sampling outside any time sample (docs/METRICS.md,
+    /// "Whole-run locality"). Time-window metrics skip such records; whole-run
+    /// locality uses them together with the time-sample records whose block
+    /// [`SpatialSampling::tracks`]. Records inside a time sample are never
+    /// marked, even when their block is tracked.
+    pub spatial: bool,
 }
 
 /// The sampling parameters of a run: `w` records out of every `w + z`.
@@ -56,6 +62,65 @@ impl Sampling {
     /// `z`, the executions skipped per period.
     pub fn skipped(&self) -> u64 {
         self.period - self.window
+    }
+}
+
+/// Spatial sampling (docs/METRICS.md, "Whole-run locality"): a block of
+/// `2^block_shift` bytes is *tracked* iff `h(b) = b · multiplier mod 2^64`
+/// is below `threshold`, and every execution of a Strided or Irregular load
+/// on a tracked block is recorded for the whole run. A multiplicative hash
+/// keeps the probe's test to a shift, a multiply and a compare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SpatialSampling {
+    /// log2 of the block size in bytes (6: 64-byte lines).
+    pub block_shift: u32,
+    /// The odd multiplier of the block hash.
+    pub multiplier: u64,
+    /// A block is tracked iff its hash is below this; the rate is
+    /// `R = threshold / 2^64`.
+    pub threshold: u64,
+}
+
+impl SpatialSampling {
+    /// The default multiplier: `2^64 / φ`, odd (Fibonacci hashing).
+    pub const DEFAULT_MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
+    /// The default block: a 64-byte cache line.
+    pub const DEFAULT_BLOCK_SHIFT: u32 = 6;
+
+    /// Spatial sampling of 64-byte blocks at `rate` (`0 < rate ≤ 1`), or
+    /// `None` for a rate of 0 (spatial sampling off) or one outside `[0, 1]`.
+    pub fn with_rate(rate: f64) -> Option<SpatialSampling> {
+        if !(rate > 0.0 && rate <= 1.0) {
+            return None;
+        }
+        // 2^64 · rate, saturating at "every block" for rate 1.
+        let threshold = if rate >= 1.0 {
+            u64::MAX
+        } else {
+            (rate * 18_446_744_073_709_551_616.0) as u64
+        };
+        Some(SpatialSampling {
+            block_shift: Self::DEFAULT_BLOCK_SHIFT,
+            multiplier: Self::DEFAULT_MULTIPLIER,
+            threshold,
+        })
+    }
+
+    /// `R`, the share of blocks tracked.
+    pub fn rate(&self) -> f64 {
+        self.threshold as f64 / 18_446_744_073_709_551_616.0
+    }
+
+    /// The block an address lies in.
+    #[inline]
+    pub fn block(&self, addr: u64) -> u64 {
+        addr >> self.block_shift
+    }
+
+    /// Whether the block of `addr` is tracked.
+    #[inline]
+    pub fn tracks(&self, addr: u64) -> bool {
+        self.block(addr).wrapping_mul(self.multiplier) < self.threshold
     }
 }
 
@@ -109,6 +174,10 @@ pub struct TraceHeader {
     pub loads: Vec<LoadEntry>,
     /// Free-form facts a collector wants to keep (e.g. the bench name).
     pub labels: Vec<(String, String)>,
+    /// Spatial sampling of the run, when it used one (absent in older
+    /// traces and in full traces, which hold every record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spatial: Option<SpatialSampling>,
 }
 
 impl TraceHeader {

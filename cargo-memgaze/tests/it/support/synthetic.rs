@@ -239,6 +239,7 @@ pub fn header(kernel: Kernel, sampling: Sampling) -> TraceHeader {
             })
             .collect(),
         labels: vec![("bench".into(), kernel.name().into())],
+        spatial: None,
     }
 }
 

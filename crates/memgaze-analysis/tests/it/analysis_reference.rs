@@ -157,6 +157,7 @@ fn case() -> impl Strategy<Value = Case> {
                         functions: functions_list(),
                         loads,
                         labels: vec![],
+                        spatial: None,
                     },
                     trailing_empty: if window.is_some() { trailing_empty } else { 0 },
                     samples,
@@ -433,6 +434,7 @@ fn edge_structures() {
         functions: functions(),
         loads,
         labels: vec![],
+        spatial: None,
     };
     let load = |class, function| LoadEntry {
         ip: 0x1000 * (u64::from(function) + 1) + 8,

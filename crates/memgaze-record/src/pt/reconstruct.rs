@@ -503,6 +503,7 @@ pub fn pt_trace_header(
         functions,
         loads,
         labels: Vec::new(),
+        spatial: None,
     }
 }
 

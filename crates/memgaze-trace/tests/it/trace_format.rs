@@ -30,6 +30,7 @@ fn header(loads: usize) -> TraceHeader {
             })
             .collect(),
         labels: vec![],
+        spatial: None,
     }
 }
 
