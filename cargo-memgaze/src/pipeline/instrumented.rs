@@ -200,12 +200,11 @@ fn write_executable(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 }
 
 fn read_annotation(path: &Path) -> anyhow::Result<Annotation> {
-    let text = std::fs::read(path).with_context(|| path.display().to_string())?;
-    serde_json::from_slice(&text).with_context(|| {
-        format!(
-            "{}: invalid annotation (delete the cache entry)",
-            path.display()
-        )
+    // A cache entry is written whole and renamed into place, so a bad one was
+    // damaged afterwards; the entry is safe to delete and is rebuilt.
+    Annotation::read(path).with_context(|| {
+        let entry = path.parent().unwrap_or(path);
+        format!("bad cache entry {} (delete it)", entry.display())
     })
 }
 
@@ -247,6 +246,24 @@ mod tests {
             loads: Vec::new(),
             ptwrites: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_damaged_annotation_names_its_cache_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let entry = dir.path().join("0123abcd");
+        std::fs::create_dir(&entry).unwrap();
+        let path = entry.join("bench.annotation.json");
+        std::fs::write(&path, b"{\"schema\": 7").unwrap();
+        let line = memgaze_error::one_line(&read_annotation(&path).unwrap_err());
+        assert!(
+            line.starts_with(&format!(
+                "bad cache entry {} (delete it): ",
+                entry.display()
+            )),
+            "{line}"
+        );
+        assert!(line.contains("bench.annotation.json"), "{line}");
     }
 
     /// An instrumenter that writes a placeholder and counts its calls.
