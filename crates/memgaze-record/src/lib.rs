@@ -616,7 +616,11 @@ fn summarise(
 ) -> Recording {
     let mut notes = Vec::new();
     let main_exited = assembler.process_ended(pid);
-    let unflushed_children = assembler.unflushed_processes() - usize::from(!main_exited);
+    let unflushed_children = assembler
+        .processes
+        .iter()
+        .filter(|&&p| p != pid && !assembler.process_ended(p))
+        .count();
     if let Some(why) = interrupted {
         notes.push(match why {
             Interruption::Timeout => format!(
