@@ -1145,12 +1145,26 @@ mod process_end_tests {
     }
 
     fn instrumented(dir: &Path) -> (std::path::PathBuf, Annotation, Vec<String>) {
+        let (program, annotation, report) = instrumented_with(dir, &[]);
+        (program, annotation, report.process_end_hooks)
+    }
+
+    fn instrumented_with(
+        dir: &Path,
+        flags: &[&str],
+    ) -> (
+        std::path::PathBuf,
+        Annotation,
+        memgaze_instrument::rewrite::Report,
+    ) {
         let fixture = memgaze_fixtures::fixtures()
             .join("rewriter")
             .join("fork_exit.c");
         let binary = dir.join("program");
         let status = Command::new("gcc")
-            .args(["-O2", "-o"])
+            .arg("-O2")
+            .args(flags)
+            .arg("-o")
             .arg(&binary)
             .arg(&fixture)
             .status()
@@ -1164,7 +1178,23 @@ mod process_end_tests {
             memgaze_metadata::annotation::InstrumentationMode::Soft,
         )
         .unwrap();
-        (output, result.annotation, result.report.process_end_hooks)
+        (output, result.annotation, result.report)
+    }
+
+    /// Calls that bypass the PLT cannot be hooked: the report says so.
+    #[test]
+    fn imports_called_without_a_plt_entry_are_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, _, report) = instrumented_with(dir.path(), &["-fno-plt"]);
+        assert!(report.process_end_hooks.is_empty(), "{report:?}");
+        let warning = report
+            .warnings
+            .iter()
+            .find(|w| w.contains("without a PLT entry"))
+            .unwrap_or_else(|| panic!("{:?}", report.warnings));
+        for name in ["_exit", "execl", "fork"] {
+            assert!(warning.contains(name), "{warning}");
+        }
     }
 
     fn child_sum_loads(annotation: &Annotation) -> Vec<u32> {

@@ -30,22 +30,7 @@ pub struct PltImport {
 /// named dynamic symbol, in address order. Empty for a binary without a
 /// PLT (static, or built with `-fno-plt`) or whose headers do not parse.
 pub fn plt_imports(binary: &Binary) -> Vec<PltImport> {
-    let Ok(elf) = Elf::parse(binary.data()) else {
-        return Vec::new();
-    };
-    let mut slots: HashMap<u64, String> = HashMap::new();
-    for reloc in elf.pltrelocs.iter().chain(elf.dynrelas.iter()) {
-        if reloc.r_type != R_X86_64_JUMP_SLOT && reloc.r_type != R_X86_64_GLOB_DAT {
-            continue;
-        }
-        let name = elf
-            .dynsyms
-            .get(reloc.r_sym)
-            .and_then(|sym| elf.dynstrtab.get_at(sym.st_name));
-        if let Some(name) = name.filter(|n| !n.is_empty()) {
-            slots.insert(reloc.r_offset, name.to_string());
-        }
-    }
+    let slots = got_slots(binary);
     let mut imports = Vec::new();
     let mut insns = Vec::new();
     for section in binary.sections().iter().filter(|s| s.is_plt()) {
@@ -71,4 +56,34 @@ pub fn plt_imports(binary: &Binary) -> Vec<PltImport> {
     }
     imports.sort_by_key(|i| i.jump);
     imports
+}
+
+/// Names of every function the dynamic relocations bind to a GOT slot,
+/// through a PLT entry or not (`-fno-plt` code calls through the slot).
+pub fn got_imports(binary: &Binary) -> Vec<String> {
+    let mut names: Vec<String> = got_slots(binary).into_values().collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// GOT slot → symbol name, from the `JUMP_SLOT` and `GLOB_DAT` relocations.
+fn got_slots(binary: &Binary) -> HashMap<u64, String> {
+    let mut slots: HashMap<u64, String> = HashMap::new();
+    let Ok(elf) = Elf::parse(binary.data()) else {
+        return slots;
+    };
+    for reloc in elf.pltrelocs.iter().chain(elf.dynrelas.iter()) {
+        if reloc.r_type != R_X86_64_JUMP_SLOT && reloc.r_type != R_X86_64_GLOB_DAT {
+            continue;
+        }
+        let name = elf
+            .dynsyms
+            .get(reloc.r_sym)
+            .and_then(|sym| elf.dynstrtab.get_at(sym.st_name));
+        if let Some(name) = name.filter(|n| !n.is_empty()) {
+            slots.insert(reloc.r_offset, name.to_string());
+        }
+    }
+    slots
 }

@@ -32,6 +32,11 @@ pub const EXEC_IMPORTS: [&str; 9] = [
     "execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle", "fexecve", "execveat",
 ];
 
+/// Whether `name` is an import this module puts a stub in front of.
+pub fn ends_process(name: &str) -> bool {
+    EXIT_IMPORTS.contains(&name) || EXEC_IMPORTS.contains(&name) || FORK_IMPORTS.contains(&name)
+}
+
 /// Bytes per stub (at most 20 used, padded so each starts aligned).
 const STUB_BYTES: u64 = 32;
 
