@@ -198,6 +198,45 @@ fn forked_children_do_not_corrupt_the_trace() {
     }
 }
 
+/// Debian's dash ends every forked child with `_exit` and runs external
+/// commands in a `vfork` child that execs (or, for a command not found,
+/// `_exit`s after failed `execve`s): each forked child's records arrive (a
+/// thread of its own in a full trace; all were lost when only `DT_FINI`
+/// flushed), the exec'd program is counted as untraced, and nothing is
+/// dropped.
+#[test]
+fn dash_children_that_exit_or_exec_are_flushed() {
+    let dash = system_binary("dash");
+    let inst = instrument(&dash, None, "all");
+    let hooks = inst.report["process_end_hooks"].to_string();
+    assert!(
+        hooks.contains("_exit") && hooks.contains("execve"),
+        "{hooks}"
+    );
+    let script =
+        "x=$(echo hi); (exit 3); echo $? $x; /bin/echo ext; nosuchcmd 2>/dev/null; echo $?";
+    let args = ["-c", script];
+    let native = native(&dash, &args, None);
+    for (sampling, name) in [(FULL, "full"), (SAMPLED, "sampled")] {
+        let trace = trace_path(&format!("dash-{name}"));
+        let out = record(&inst.path, &args, sampling, &trace, None);
+        assert_same_behaviour(&native, &out, &format!("dash {name}"));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("1 process(es) replaced themselves with another program"),
+            "{stderr}"
+        );
+        let summary = read_trace(&trace);
+        assert!(summary.totals.complete, "{stderr}");
+        assert_eq!(summary.totals.dropped.records, 0);
+        if name == "full" {
+            // dash, `$(echo hi)` and `(exit 3)`.
+            assert_eq!(summary.threads.len(), 3, "{:?}", summary.threads);
+            assert_eq!(summary.totals.executions, summary.totals.records);
+        }
+    }
+}
+
 fn text_input(name: &str, lines: usize) -> std::path::PathBuf {
     let path = scratch().join(name);
     if !path.exists() {

@@ -65,6 +65,10 @@ pub struct Assembler<'a> {
     pub bad_messages: u64,
     /// Processes whose exit hook reported in, with their process-level drops.
     pub exited: HashMap<u32, u64>,
+    /// Processes whose last message so far is `Exec`, with what a
+    /// successful `exec` discarded; a later message of the process (the
+    /// `exec` failed) takes it out.
+    pub execed: HashMap<u32, u64>,
     /// Region events, in arrival order.
     pub regions: Vec<RegionEvent>,
     /// Process ids in order of first message.
@@ -95,6 +99,7 @@ impl<'a> Assembler<'a> {
             unwritten_records: 0,
             bad_messages: 0,
             exited: HashMap::new(),
+            execed: HashMap::new(),
             regions: Vec::new(),
             processes: Vec::new(),
         }
@@ -130,7 +135,16 @@ impl<'a> Assembler<'a> {
         }
         if header.kind == MessageKind::ProcessExit {
             self.exited.insert(header.pid, header.dropped);
+            // Exec attempts before it failed.
+            self.execed.remove(&header.pid);
             return Ok(());
+        }
+        if header.kind == MessageKind::Exec {
+            self.execed.insert(header.pid, header.dropped);
+            return Ok(());
+        }
+        if !self.execed.is_empty() {
+            self.execed.remove(&header.pid);
         }
         let counts = self.slots.entry((header.pid, header.slot)).or_default();
         counts.executions = counts.executions.max(header.executions);
@@ -181,7 +195,7 @@ impl<'a> Assembler<'a> {
                 self.sink.region(&event)?;
                 self.regions.push(event);
             }
-            MessageKind::ProcessExit => unreachable!(),
+            MessageKind::ProcessExit | MessageKind::Exec => unreachable!(),
         }
         Ok(())
     }
@@ -236,12 +250,29 @@ impl<'a> Assembler<'a> {
     pub fn dropped(&self) -> u64 {
         self.slots.values().map(|c| c.dropped).sum::<u64>()
             + self.exited.values().sum::<u64>()
+            + self.execed.values().sum::<u64>()
             + self.unwritten_records
     }
 
     /// Whether process `pid` ran its exit hook.
     pub fn process_exited(&self, pid: u32) -> bool {
         self.exited.contains_key(&pid)
+    }
+
+    /// Whether process `pid` sent everything it recorded: it ran its exit
+    /// hook (`exit`, `_exit`), or its last message was `Exec`.
+    pub fn process_ended(&self, pid: u32) -> bool {
+        self.exited.contains_key(&pid) || self.execed.contains_key(&pid)
+    }
+
+    /// Processes that sent records but neither an exit nor an `Exec`
+    /// message: killed, or ended by a path no hook sees (a raw
+    /// `exit_group`). Their last buffers are lost, uncounted.
+    pub fn unflushed_processes(&self) -> usize {
+        self.processes
+            .iter()
+            .filter(|&&pid| !self.process_ended(pid))
+            .count()
     }
 }
 

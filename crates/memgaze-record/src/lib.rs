@@ -245,6 +245,11 @@ pub struct Recording {
     pub threads: usize,
     /// Processes that sent records (the program and forked children).
     pub processes: usize,
+    /// Processes that ended in an `exec` (another program, untraced).
+    pub execs: usize,
+    /// Processes that sent records but ended without flushing the rest
+    /// (killed, or a raw exit system call): the trace is incomplete.
+    pub unflushed_processes: usize,
     /// Region marker events.
     pub regions: Vec<RegionEvent>,
     /// Things the user should know (drops, cut-off output, signals).
@@ -610,7 +615,12 @@ fn summarise(
     limits: &Limits,
 ) -> Recording {
     let mut notes = Vec::new();
-    let main_exited = assembler.process_exited(pid);
+    let main_exited = assembler.process_ended(pid);
+    let unflushed_children = assembler
+        .processes
+        .iter()
+        .filter(|&&p| p != pid && !assembler.process_ended(p))
+        .count();
     if let Some(why) = interrupted {
         notes.push(match why {
             Interruption::Timeout => format!(
@@ -654,9 +664,21 @@ fn summarise(
         );
     } else if matches!(exit, ProgramExit::Code(_)) && !main_exited {
         notes.push(
-            "the program ended without running its exit hook (_exit or exec): executions after its last flush are not counted"
+            "the program ended without running its exit hook (a raw exit system call?): executions after its last flush are not counted"
                 .into(),
         );
+    }
+    if unflushed_children > 0 {
+        notes.push(format!(
+            "{unflushed_children} child process(es) ended without flushing (killed, or ended by a raw exit system call): each one's last, partly filled buffer (up to {} records) is lost and the trace is incomplete",
+            memgaze_trace::layout::slot::CAPACITY
+        ));
+    }
+    if !assembler.execed.is_empty() {
+        notes.push(format!(
+            "{} process(es) replaced themselves with another program (exec): what that program ran is not traced",
+            assembler.execed.len()
+        ));
     }
     if assembler.invalid_records > 0 || assembler.bad_messages > 0 {
         notes.push(format!(
@@ -683,6 +705,7 @@ fn summarise(
         // Never "complete" with records known to be missing.
         complete: matches!(exit, ProgramExit::Code(_))
             && main_exited
+            && unflushed_children == 0
             && !cut_off
             && interrupted.is_none()
             && dropped_records == 0,
@@ -693,6 +716,8 @@ fn summarise(
         totals,
         threads: assembler.threads(),
         processes: assembler.processes.len(),
+        execs: assembler.execed.len(),
+        unflushed_processes: assembler.unflushed_processes(),
         regions: std::mem::take(&mut assembler.regions),
         notes,
         shared_messages: 0,
@@ -1083,12 +1108,179 @@ mod tests {
         command.stdout(std::process::Stdio::null());
         let recording = record_command(command, &annotation, &Sampling::full(), &mut sink).unwrap();
         assert_eq!(recording.exit_code(), 0);
-        assert_eq!(recording.processes, 2);
+        // The parent, the child that computes, and the child that execs
+        // (its `Exec` message).
+        assert_eq!(recording.processes, 3);
+        assert_eq!(recording.execs, 1);
         assert!(recording.totals.complete);
         assert!(recording.shared_messages >= 2, "{recording:?}");
         assert_eq!(sink.records, recording.totals.records);
         assert_eq!(recording.totals.records, recording.totals.executions);
         assert_eq!(recording.totals.dropped.records, 0);
         assert!(recording.totals.records > 4096 + 2048, "{recording:?}");
+    }
+}
+
+/// Children that end through `_exit`, a successful `exec` or a failed one.
+#[cfg(test)]
+mod process_end_tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// Records per load id.
+    #[derive(Default)]
+    struct PerLoad(HashMap<u32, u64>);
+
+    impl RecordSink for PerLoad {
+        fn begin_sample(&mut self, _thread: u32) -> Result<()> {
+            Ok(())
+        }
+        fn switch_thread(&mut self, _thread: u32) -> Result<()> {
+            Ok(())
+        }
+        fn push(&mut self, load: u32, _addr: u64) -> Result<()> {
+            *self.0.entry(load).or_default() += 1;
+            Ok(())
+        }
+    }
+
+    fn instrumented(dir: &Path) -> (std::path::PathBuf, Annotation, Vec<String>) {
+        let (program, annotation, report) = instrumented_with(dir, &[]);
+        (program, annotation, report.process_end_hooks)
+    }
+
+    fn instrumented_with(
+        dir: &Path,
+        flags: &[&str],
+    ) -> (
+        std::path::PathBuf,
+        Annotation,
+        memgaze_instrument::rewrite::Report,
+    ) {
+        let fixture = memgaze_fixtures::fixtures()
+            .join("rewriter")
+            .join("fork_exit.c");
+        let binary = dir.join("program");
+        let status = Command::new("gcc")
+            .arg("-O2")
+            .args(flags)
+            .arg("-o")
+            .arg(&binary)
+            .arg(&fixture)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let output = dir.join("program.mg");
+        let result = memgaze_instrument::instrument_file(
+            &binary,
+            &output,
+            None,
+            memgaze_metadata::annotation::InstrumentationMode::Soft,
+        )
+        .unwrap();
+        (output, result.annotation, result.report)
+    }
+
+    /// Calls that bypass the PLT cannot be hooked: the report says so.
+    #[test]
+    fn imports_called_without_a_plt_entry_are_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, _, report) = instrumented_with(dir.path(), &["-fno-plt"]);
+        assert!(report.process_end_hooks.is_empty(), "{report:?}");
+        let warning = report
+            .warnings
+            .iter()
+            .find(|w| w.contains("without a PLT entry"))
+            .unwrap_or_else(|| panic!("{:?}", report.warnings));
+        for name in ["_exit", "execl", "fork"] {
+            assert!(warning.contains(name), "{warning}");
+        }
+    }
+
+    fn child_sum_loads(annotation: &Annotation) -> Vec<u32> {
+        let f = annotation
+            .functions
+            .iter()
+            .position(|f| f.name == "child_sum")
+            .unwrap() as u32;
+        let loads: Vec<u32> = annotation
+            .loads
+            .iter()
+            .filter(|l| l.function == f && l.instrumented)
+            .map(|l| l.id)
+            .collect();
+        assert_eq!(loads.len(), 1, "{:?}", annotation.loads);
+        loads
+    }
+
+    /// Every child ends without `exit`, each after fewer records than a
+    /// buffer holds: all of their records arrive, and the one that execs is
+    /// counted as an untraced program.
+    #[test]
+    fn children_flush_before_exit_and_exec() {
+        let dir = tempfile::tempdir().unwrap();
+        let (program, annotation, hooks) = instrumented(dir.path());
+        assert!(hooks.contains(&"_exit".to_string()), "{hooks:?}");
+        assert!(hooks.contains(&"execl".to_string()), "{hooks:?}");
+        let loads = child_sum_loads(&annotation);
+        let mut sink = PerLoad::default();
+        let mut command = Command::new(&program);
+        command.stdout(std::process::Stdio::piped());
+        let recording = record_command(command, &annotation, &Sampling::full(), &mut sink).unwrap();
+        assert_eq!(recording.exit_code(), 0, "{recording:?}");
+        assert_eq!(sink.0.get(&loads[0]).copied().unwrap_or(0), 2000);
+        assert!(recording.totals.complete, "{recording:?}");
+        assert_eq!(recording.totals.dropped.records, 0);
+        assert_eq!(recording.totals.records, recording.totals.executions);
+        assert_eq!(recording.processes, 4, "{recording:?}");
+        assert_eq!(recording.execs, 1, "{recording:?}");
+        assert_eq!(recording.unflushed_processes, 0);
+    }
+
+    /// A sampled run counts the children's executions exactly.
+    #[test]
+    fn children_count_their_executions_when_sampled() {
+        let dir = tempfile::tempdir().unwrap();
+        let (program, annotation, _) = instrumented(dir.path());
+        let run = |sampling: &Sampling| {
+            let mut sink = PerLoad::default();
+            let mut command = Command::new(&program);
+            command.arg("3").stdout(std::process::Stdio::null());
+            record_command(command, &annotation, sampling, &mut sink).unwrap()
+        };
+        let full = run(&Sampling::full());
+        let sampled = run(&Sampling {
+            window: 64,
+            period: 1000,
+            ..Sampling::full()
+        });
+        assert!(full.totals.complete && sampled.totals.complete);
+        assert_eq!(sampled.totals.executions, full.totals.executions);
+        assert!(sampled.totals.records < full.totals.records);
+    }
+
+    /// A child that flushed, then was killed: its last buffer is lost, and
+    /// the trace says so.
+    #[test]
+    fn a_killed_child_leaves_the_trace_incomplete() {
+        let dir = tempfile::tempdir().unwrap();
+        let (program, annotation, _) = instrumented(dir.path());
+        let mut sink = PerLoad::default();
+        let mut command = Command::new(&program);
+        command
+            .args(["1", "kill"])
+            .stdout(std::process::Stdio::null());
+        let recording = record_command(command, &annotation, &Sampling::full(), &mut sink).unwrap();
+        assert_eq!(recording.exit_code(), 0);
+        assert_eq!(recording.unflushed_processes, 1, "{recording:?}");
+        assert!(!recording.totals.complete);
+        assert!(
+            recording
+                .notes
+                .iter()
+                .any(|n| n.contains("ended without flushing")),
+            "{:?}",
+            recording.notes
+        );
     }
 }

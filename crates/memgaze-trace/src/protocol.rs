@@ -16,6 +16,7 @@
 //! | `Records`, `Final` | `count` × [`RECORD_BYTES`]-byte records: `u32` load id, `u64` address |
 //! | `RegionBegin`, `RegionEnd` | `count` bytes: the region name (UTF-8, truncated to [`REGION_NAME_MAX`]) |
 //! | `ProcessExit` | nothing; `executions`/`dropped` hold process-level counts |
+//! | `Exec` | nothing; `dropped` holds what a successful `exec` discards |
 //!
 //! A large payload may instead lie in a chunk of memory shared with the
 //! collector ([`SHARED_ENV`]): the kind then has [`SHARED_FLAG`] set and the
@@ -128,6 +129,11 @@ pub enum MessageKind {
     RegionEnd = 4,
     /// The process ran its exit hook; no more messages from this process.
     ProcessExit = 5,
+    /// The process is about to `exec`, its thread's buffer sent: unless a
+    /// later message from it follows (the `exec` failed), it ends here and
+    /// `dropped` counts what the `exec` discards (process-level drops, other
+    /// threads' buffers).
+    Exec = 6,
 }
 
 impl MessageKind {
@@ -139,6 +145,7 @@ impl MessageKind {
             3 => MessageKind::RegionBegin,
             4 => MessageKind::RegionEnd,
             5 => MessageKind::ProcessExit,
+            6 => MessageKind::Exec,
             _ => return None,
         })
     }
@@ -272,7 +279,7 @@ impl MessageHeader {
         let expected = match kind {
             MessageKind::Records | MessageKind::Final => header.count as usize * RECORD_BYTES,
             MessageKind::RegionBegin | MessageKind::RegionEnd => header.count as usize,
-            MessageKind::ProcessExit => 0,
+            MessageKind::ProcessExit | MessageKind::Exec => 0,
         };
         if payload.len() != expected {
             return Err(ProtocolError::Length {

@@ -23,6 +23,7 @@ pub mod dominators;
 pub mod eh_frame;
 pub mod elf;
 pub mod functions;
+pub mod imports;
 pub mod jump_tables;
 pub mod lines;
 pub mod loops;

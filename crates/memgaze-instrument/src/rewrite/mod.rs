@@ -22,6 +22,7 @@ pub mod elf;
 pub mod hooks;
 pub mod liveness;
 pub mod probe;
+pub mod process_end;
 pub mod relocate;
 pub mod report;
 pub mod runtime;
@@ -225,6 +226,11 @@ pub fn instrument_with_code(
         soft,
         &mut report,
     )?;
+    let mut rt = rt;
+    let process_end = match rt.as_mut() {
+        Some(rt) => append_process_end_stubs(binary, runtime_va, rt, &mut report)?,
+        None => process_end::ProcessEndStubs::default(),
+    };
     let copies_va = align_up(
         runtime_va + rt.as_ref().map_or(0, |r| r.code.len() as u64),
         64,
@@ -267,6 +273,7 @@ pub fn instrument_with_code(
         &mut report,
     )?;
     report.escaped_loads = escaped_loads(binary, &plans, &report.escapes, &patched);
+    process_end::patch(&mut editor, &process_end)?;
 
     // ---- 5. segment
     let segment = lay_out_segment(
@@ -649,6 +656,36 @@ fn generate_runtime(
         }
     }
     Ok(rt)
+}
+
+/// Puts the process-end stubs ([`process_end`]) after the runtime's code
+/// (16-aligned), so they travel with it into the segment; returns them for
+/// the PLT patches.
+fn append_process_end_stubs(
+    binary: &Binary,
+    runtime_va: u64,
+    rt: &mut runtime::Runtime,
+    report: &mut Report,
+) -> Result<process_end::ProcessEndStubs> {
+    let imports = crate::binary::imports::plt_imports(binary);
+    let stubs_va = align_up(runtime_va + rt.code.len() as u64, 16);
+    let stubs = process_end::assemble(&imports, stubs_va, rt)?;
+    if !stubs.code.is_empty() {
+        rt.code.resize((stubs_va - runtime_va) as usize, 0xcc);
+        rt.code.extend_from_slice(&stubs.code);
+    }
+    report.process_end_hooks = stubs.hooked.clone();
+    let bypassed: Vec<String> = crate::binary::imports::got_imports(binary)
+        .into_iter()
+        .filter(|name| process_end::ends_process(name) && !stubs.hooked.contains(name))
+        .collect();
+    if !bypassed.is_empty() {
+        report.warnings.push(format!(
+            "{} called without a PLT entry (-fno-plt?), so not hooked: a child process that forks, execs or exits there may lose records no count shows",
+            bypassed.join(", ")
+        ));
+    }
+    Ok(stubs)
 }
 
 /// Encodes the copies of `plans` at `copies_va`. Functions the encoder

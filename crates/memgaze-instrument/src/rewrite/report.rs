@@ -65,6 +65,9 @@ pub struct Report {
     pub lsdas: usize,
     /// Whether the region markers were found and hooked.
     pub region_markers: bool,
+    /// Imports through which a process ends without `DT_FINI` (`_exit`,
+    /// the `exec` family) whose PLT entries now flush the recorder first.
+    pub process_end_hooks: Vec<String>,
     /// Bytes of the new segment.
     pub segment_bytes: usize,
     /// Address range of the relocated functions (with their stubs).
@@ -152,6 +155,13 @@ impl fmt::Display for Report {
                 "none (recording from start to exit)"
             }
         )?;
+        if !self.process_end_hooks.is_empty() {
+            writeln!(
+                f,
+                "process ends hooked (buffers flushed before them): {}",
+                self.process_end_hooks.join(", ")
+            )?;
+        }
         for w in &self.warnings {
             writeln!(f, "warning: {w}")?;
         }

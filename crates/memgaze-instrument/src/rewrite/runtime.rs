@@ -39,6 +39,10 @@
 //!   jumps to the original `DT_FINI` function.
 //! - `region_begin` / `region_end`: called at the entry of the harness's
 //!   region markers.
+//! - `exit_now` / `exec_flush`: called by the stubs the rewriter puts in
+//!   front of the program's `_exit`-like and `exec`-like imports (see
+//!   [`super::process_end`]): a process that ends without `exit` runs no
+//!   `DT_FINI`, and its last buffers would be lost without a word.
 //!
 //! # Counting
 //!
@@ -242,6 +246,13 @@ pub struct Runtime {
     pub entry: u64,
     /// `DT_FINI` hook.
     pub fini: u64,
+    /// `fini`'s work, returning to its caller (the `_exit` stubs).
+    pub exit_now: u64,
+    /// Flushes this thread's buffer and sends `Exec` (the `exec` stubs).
+    pub exec_flush: u64,
+    /// In a forked child (`rax` = 0), gives the inherited countdown a
+    /// budget (the `fork` stubs).
+    pub after_fork: u64,
     /// Region begin hook.
     pub region_begin: u64,
     /// Region end hook.
@@ -316,6 +327,10 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     emit_region_end(&mut a, &mut l, params)?;
     emit_unnamed_regions(&mut a, &mut l)?;
     emit_fini(&mut a, &mut l, params)?;
+    emit_exit_now(&mut a, &mut l, params)?;
+    emit_exec_flush(&mut a, &mut l, params)?;
+    emit_after_fork(&mut a, &mut l, params)?;
+    emit_process_message(&mut a, &mut l)?;
     emit_entry(&mut a, &mut l, params)?;
     emit_parse_u64(&mut a, &mut l)?;
     emit_shared_setup(&mut a, &mut l)?;
@@ -329,6 +344,9 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
         record: result.label_ip(&l.record)?,
         entry: result.label_ip(&l.entry)?,
         fini: result.label_ip(&l.fini)?,
+        exit_now: result.label_ip(&l.exit_now)?,
+        exec_flush: result.label_ip(&l.exec_flush)?,
+        after_fork: result.label_ip(&l.after_fork)?,
         region_begin: result.label_ip(&l.region_begin)?,
         region_end: result.label_ip(&l.region_end)?,
         region_begin_unnamed: result.label_ip(&l.region_begin_unnamed)?,
@@ -1021,17 +1039,24 @@ fn emit_unnamed_regions(a: &mut Asm, l: &mut Labels) -> R {
 }
 
 /// The exit hook: flushes this thread's slot, then every other thread's,
-/// sends `ProcessExit` and chains to the original `DT_FINI` function.
+/// sends `ProcessExit` (all in `fini_body`, which returns) and chains to the
+/// original `DT_FINI` function.
 fn emit_fini(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
+    a.set_label(&mut l.fini)?;
+    a.call(l.fini_body)?;
+    match params.original_fini {
+        Some(target) => a.add_instruction(jmp_abs(target))?,
+        None => a.ret()?,
+    }
     emit_fini_own_slot(a, l, params)?;
     emit_fini_other_slots(a, l)?;
-    emit_fini_exit_message(a, l, params)
+    emit_fini_exit_message(a, l)
 }
 
 /// `fini` up to the other slots: runs once per process, folds this thread's
 /// countdown exactly and sends its buffer.
 fn emit_fini_own_slot(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
-    a.set_label(&mut l.fini)?;
+    a.set_label(&mut l.fini_body)?;
     save_all(a)?;
     a.add_instruction(lea_rip(Register::R12, params.state_va))?;
     a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
@@ -1208,9 +1233,8 @@ fn emit_fini_snapshot(a: &mut Asm, l: &mut Labels) -> R {
     Ok(())
 }
 
-/// The end of `fini`: the `ProcessExit` message (process-level drops), then
-/// the original `DT_FINI` function, if any.
-fn emit_fini_exit_message(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
+/// The end of `fini_body`: the `ProcessExit` message (process-level drops).
+fn emit_fini_exit_message(a: &mut Asm, l: &mut Labels) -> R {
     a.set_label(&mut l.fini_exit_message)?;
     a.sub(rsp, protocol::HEADER_BYTES as i32)?;
     a.mov(dword_ptr(rsp + protocol::offsets::MAGIC), MESSAGE_MAGIC)?;
@@ -1232,10 +1256,196 @@ fn emit_fini_exit_message(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -
     a.add(rsp, protocol::HEADER_BYTES as i32)?;
     a.set_label(&mut l.fini_done)?;
     restore_all(a)?;
-    match params.original_fini {
-        Some(target) => a.add_instruction(jmp_abs(target))?,
-        None => a.ret()?,
-    }
+    a.ret()?;
+    Ok(())
+}
+
+/// `rax` = this process's id when it is not the process whose runtime
+/// state this is, else 0: a `vfork` child, which shares the parent's memory
+/// (the parent's slots and process block) until it execs or exits, must
+/// leave them alone. A process block wiped by `fork` (pid 0) is this
+/// process's own. Expects r13 = the process block; clobbers rcx and r11.
+fn borrowed_process(a: &mut Asm) -> R {
+    let mut own = a.create_label();
+    let mut done = a.create_label();
+    a.cmp(qword_ptr(r13 + process::PID), 0)?;
+    a.je(own)?;
+    a.mov(eax, SYS_GETPID)?;
+    a.syscall()?;
+    a.cmp(rax, qword_ptr(r13 + process::PID))?;
+    a.je(own)?;
+    a.jmp(done)?;
+    a.set_label(&mut own)?;
+    a.xor(eax, eax)?;
+    a.set_label(&mut done)?;
+    a.zero_bytes()
+}
+
+/// `exit_now`: what `fini` does, for a process about to end through
+/// `_exit` (no `DT_FINI` runs), then back to the caller, which goes on to
+/// the real `_exit`. Nothing in a `vfork` child.
+fn emit_exit_now(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
+    let mut skip = a.create_label();
+    let mut borrowed = a.create_label();
+    a.set_label(&mut l.exit_now)?;
+    save_all(a)?;
+    a.add_instruction(lea_rip(Register::R12, params.state_va))?;
+    a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
+    a.jne(skip)?;
+    a.mov(r13, qword_ptr(r12 + cfg::PROCESS))?;
+    borrowed_process(a)?;
+    a.test(rax, rax)?;
+    a.jnz(borrowed)?;
+    restore_all(a)?;
+    a.jmp(l.fini_body)?;
+    // A vfork child: it recorded into its parent's slots (the parent sends
+    // those); only its end is news.
+    a.set_label(&mut borrowed)?;
+    a.mov(esi, eax)?;
+    a.mov(edi, MessageKind::ProcessExit as u32)?;
+    a.xor(r8d, r8d)?;
+    a.call(l.process_message)?;
+    a.set_label(&mut skip)?;
+    restore_all(a)?;
+    a.ret()?;
+    Ok(())
+}
+
+/// `exec_flush`: before an `exec`, this thread's buffer is sent (the
+/// consumed part of its countdown folded in) and an `Exec` message says
+/// the process may end here. Recording goes on as before, so if the
+/// `exec` fails the process keeps sending and its later messages supersede
+/// the `Exec`. The `Exec` message's `dropped` is what a successful `exec`
+/// loses: the process's own drops and every other thread's buffered
+/// records (the kernel ends those threads). Nothing in a `vfork` child.
+fn emit_exec_flush(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
+    let mut done = a.create_label();
+    let mut borrowed = a.create_label();
+    let mut send_exec = a.create_label();
+    let mut message = a.create_label();
+    let mut unfolded = a.create_label();
+    let mut walk = a.create_label();
+    let mut next = a.create_label();
+    let mut walked = a.create_label();
+    a.set_label(&mut l.exec_flush)?;
+    save_all(a)?;
+    a.add_instruction(lea_rip(Register::R12, params.state_va))?;
+    a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
+    a.jne(done)?;
+    a.mov(r13, qword_ptr(r12 + cfg::PROCESS))?;
+    borrowed_process(a)?;
+    a.test(rax, rax)?;
+    a.jnz(borrowed)?;
+    a.call(l.ensure_process)?;
+    a.cmp(qword_ptr(r13 + process::FINISHING), 0)?;
+    a.jne(done)?;
+    a.xor(r14d, r14d)?;
+    a.mov(rbx, fs(TCB_SLOT))?;
+    a.test(rbx, rbx)?;
+    a.jz(message)?;
+    a.cmp(qword_ptr(rbx + slot::MAGIC), slot::MAGIC_VALUE)?;
+    a.jne(message)?;
+    a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
+    a.jne(message)?;
+    a.mov(r14, rbx)?;
+    enter_cold(a)?;
+    take_grant(a, None)?;
+    // Fold what the thread consumed of its budget; the rest stays its
+    // budget, so the count stays exact whether or not the exec succeeds.
+    a.mov(rax, fs(TCB_COUNTDOWN))?;
+    a.mov(rcx, qword_ptr(rbx + slot::BUDGET))?;
+    a.cmp(rax, rcx)?;
+    a.ja(unfolded)?;
+    a.sub(rcx, rax)?;
+    a.add(qword_ptr(rbx + slot::EXECUTIONS), rcx)?;
+    a.mov(qword_ptr(rbx + slot::BUDGET), rax)?;
+    a.set_label(&mut unfolded)?;
+    a.mov(edi, MessageKind::Records as u32)?;
+    a.call(l.flush)?;
+    give_grant(a)?;
+    leave_cold(a)?;
+    a.set_label(&mut message)?;
+    // r8 = process drops + records other threads hold.
+    a.mov(r8, qword_ptr(r13 + process::DROPPED))?;
+    a.mov(rdx, qword_ptr(r13 + process::HEAD))?;
+    a.set_label(&mut walk)?;
+    a.test(rdx, rdx)?;
+    a.jz(walked)?;
+    a.cmp(rdx, r14)?;
+    a.je(next)?;
+    a.add(r8, qword_ptr(rdx + slot::COUNT))?;
+    a.set_label(&mut next)?;
+    a.mov(rdx, qword_ptr(rdx + slot::NEXT))?;
+    a.jmp(walk)?;
+    a.set_label(&mut walked)?;
+    a.mov(rsi, qword_ptr(r13 + process::PID))?;
+    a.jmp(send_exec)?;
+    // A vfork child: its records went into its parent's slots.
+    a.set_label(&mut borrowed)?;
+    a.mov(esi, eax)?;
+    a.xor(r8d, r8d)?;
+    a.set_label(&mut send_exec)?;
+    a.mov(edi, MessageKind::Exec as u32)?;
+    a.call(l.process_message)?;
+    a.set_label(&mut done)?;
+    restore_all(a)?;
+    a.ret()?;
+    Ok(())
+}
+
+/// process_message(edi = kind, esi = pid, r8 = dropped): sends a
+/// header-only message of the process (`ProcessExit`, `Exec`). Expects r12
+/// = the config.
+fn emit_process_message(a: &mut Asm, l: &mut Labels) -> R {
+    a.set_label(&mut l.process_message)?;
+    a.sub(rsp, protocol::HEADER_BYTES as i32 + 8)?;
+    a.mov(dword_ptr(rsp + protocol::offsets::MAGIC), MESSAGE_MAGIC)?;
+    a.mov(dword_ptr(rsp + protocol::offsets::KIND), edi)?;
+    a.mov(dword_ptr(rsp + protocol::offsets::PID), esi)?;
+    a.mov(dword_ptr(rsp + protocol::offsets::TID), esi)?;
+    a.mov(qword_ptr(rsp + protocol::offsets::EXECUTIONS), 0)?;
+    a.mov(qword_ptr(rsp + protocol::offsets::DROPPED), r8)?;
+    a.mov(dword_ptr(rsp + protocol::offsets::SLOT), 0)?;
+    a.mov(dword_ptr(rsp + protocol::offsets::COUNT), 0)?;
+    a.mov(rdi, rsp)?;
+    a.mov(esi, protocol::HEADER_BYTES as u32)?;
+    a.call(l.send)?;
+    a.add(rsp, protocol::HEADER_BYTES as i32 + 8)?;
+    a.ret()?;
+    Ok(())
+}
+
+/// `after_fork` (`rax` = what `fork` returned): in the child, the thread's
+/// countdown is the parent's, but the slot holding its budget was wiped, so
+/// the loads the child runs until the countdown expires were never counted
+/// (a sampled child that `_exit`s after 1,000 loads counted none of them).
+/// The child's fresh slot takes the countdown as its budget, which the cold
+/// path and the exit hook fold in as usual.
+fn emit_after_fork(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
+    let mut done = a.create_label();
+    a.set_label(&mut l.after_fork)?;
+    save_all(a)?;
+    a.test(rax, rax)?;
+    a.jnz(done)?;
+    a.add_instruction(lea_rip(Register::R12, params.state_va))?;
+    a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
+    a.jne(done)?;
+    a.cmp(qword_ptr(r12 + cfg::ENABLED), 0)?;
+    a.je(done)?;
+    a.call(l.ensure_process)?;
+    a.call(l.find_slot)?;
+    a.test(rbx, rbx)?;
+    a.jz(done)?;
+    a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
+    a.jne(done)?;
+    a.mov(rax, fs(TCB_COUNTDOWN))?;
+    a.mov(rcx, COUNTDOWN_NEVER)?;
+    a.cmp(rax, rcx)?;
+    a.jae(done)?;
+    a.mov(qword_ptr(rbx + slot::BUDGET), rax)?;
+    a.set_label(&mut done)?;
+    restore_all(a)?;
+    a.ret()?;
     Ok(())
 }
 
@@ -1857,6 +2067,11 @@ struct Labels {
     region_end_unnamed: CodeLabel,
     region_toggle: CodeLabel,
     fini: CodeLabel,
+    fini_body: CodeLabel,
+    exit_now: CodeLabel,
+    exec_flush: CodeLabel,
+    after_fork: CodeLabel,
+    process_message: CodeLabel,
     fini_others: CodeLabel,
     fini_loop: CodeLabel,
     fini_staging_ready: CodeLabel,
@@ -1936,6 +2151,11 @@ impl Labels {
             region_end_unnamed: n(),
             region_toggle: n(),
             fini: n(),
+            fini_body: n(),
+            exit_now: n(),
+            exec_flush: n(),
+            after_fork: n(),
+            process_message: n(),
             fini_others: n(),
             fini_loop: n(),
             fini_staging_ready: n(),

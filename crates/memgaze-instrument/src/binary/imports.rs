@@ -1,0 +1,89 @@
+//! Imported functions reached through the procedure linkage table: which
+//! `jmp qword [rip → GOT slot]` in `.plt`, `.plt.sec` or `.plt.got` leads to
+//! which dynamic symbol.
+//!
+//! The rewriter puts stubs in front of some of them (`_exit`, the `exec`
+//! family) so the recorder runtime learns that the process ends without
+//! running `DT_FINI`. A call that bypasses the table (`-fno-plt`'s
+//! `call [rip → GOT]`, a raw `syscall`) is not seen here.
+
+use super::Binary;
+use goblin::elf::Elf;
+use goblin::elf::reloc::{R_X86_64_GLOB_DAT, R_X86_64_JUMP_SLOT};
+use iced_x86::{Code, Register};
+use std::collections::HashMap;
+
+/// One PLT entry's indirect jump to an imported function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PltImport {
+    /// The imported symbol's name (without version).
+    pub name: String,
+    /// Address of the `jmp qword [rip → got]` instruction.
+    pub jump: u64,
+    /// Its length in bytes (6, or 7 with a `bnd` prefix).
+    pub jump_len: usize,
+    /// The GOT slot it jumps through.
+    pub got: u64,
+}
+
+/// Every PLT entry of `binary` that jumps through a GOT slot relocated to a
+/// named dynamic symbol, in address order. Empty for a binary without a
+/// PLT (static, or built with `-fno-plt`) or whose headers do not parse.
+pub fn plt_imports(binary: &Binary) -> Vec<PltImport> {
+    let slots = got_slots(binary);
+    let mut imports = Vec::new();
+    let mut insns = Vec::new();
+    for section in binary.sections().iter().filter(|s| s.is_plt()) {
+        let Some(bytes) = binary.section_data(section) else {
+            continue;
+        };
+        insns.clear();
+        super::decode_bytes(bytes, section.addr, &mut insns);
+        for insn in &insns {
+            if insn.code() != Code::Jmp_rm64 || insn.memory_base() != Register::RIP {
+                continue;
+            }
+            let got = insn.memory_displacement64();
+            if let Some(name) = slots.get(&got) {
+                imports.push(PltImport {
+                    name: name.clone(),
+                    jump: insn.ip(),
+                    jump_len: insn.len(),
+                    got,
+                });
+            }
+        }
+    }
+    imports.sort_by_key(|i| i.jump);
+    imports
+}
+
+/// Names of every function the dynamic relocations bind to a GOT slot,
+/// through a PLT entry or not (`-fno-plt` code calls through the slot).
+pub fn got_imports(binary: &Binary) -> Vec<String> {
+    let mut names: Vec<String> = got_slots(binary).into_values().collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// GOT slot → symbol name, from the `JUMP_SLOT` and `GLOB_DAT` relocations.
+fn got_slots(binary: &Binary) -> HashMap<u64, String> {
+    let mut slots: HashMap<u64, String> = HashMap::new();
+    let Ok(elf) = Elf::parse(binary.data()) else {
+        return slots;
+    };
+    for reloc in elf.pltrelocs.iter().chain(elf.dynrelas.iter()) {
+        if reloc.r_type != R_X86_64_JUMP_SLOT && reloc.r_type != R_X86_64_GLOB_DAT {
+            continue;
+        }
+        let name = elf
+            .dynsyms
+            .get(reloc.r_sym)
+            .and_then(|sym| elf.dynstrtab.get_at(sym.st_name));
+        if let Some(name) = name.filter(|n| !n.is_empty()) {
+            slots.insert(reloc.r_offset, name.to_string());
+        }
+    }
+    slots
+}
