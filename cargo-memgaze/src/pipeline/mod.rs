@@ -20,6 +20,7 @@
 //! [`GOLDEN_FILE`].
 
 pub mod instrumented;
+pub mod layout;
 mod sink;
 
 pub use instrumented::{InstrumentedBench, instrumented};
