@@ -131,6 +131,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             .as_deref()
             .unwrap_or_else(|| Path::new("the analysis"));
         print_summary(&recording, target);
+        eprintln!("memgaze: {}", super::record::untraced_note(&annotation));
     }
     let analysis = analyzer.finish(&recording.totals);
     print_analysis(&args, &analysis)?;

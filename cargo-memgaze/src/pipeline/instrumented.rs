@@ -246,6 +246,7 @@ mod tests {
             functions: Vec::new(),
             loads: Vec::new(),
             ptwrites: Vec::new(),
+            shared_libraries: Vec::new(),
         }
     }
 

@@ -732,6 +732,13 @@ fn cxx_exceptions_virtual_calls_and_static_constructors_behave() {
         let full_trace = trace_path(&format!("{tag}-full"));
         let full_out = record(&inst.path, &[], FULL, &full_trace, None);
         assert_same_behaviour(&native, &full_out, &format!("{tag} --full"));
+        // What is not traced is said: the libraries by name.
+        let said = String::from_utf8_lossy(&full_out.stderr);
+        assert!(
+            said.contains("memgaze: not traced: loads in shared libraries (libstdc++.so.6, ")
+                && said.contains("libc.so.6; only the executable is instrumented)"),
+            "{said}"
+        );
         let sampled_trace = trace_path(&format!("{tag}-sampled"));
         let sampled = record(&inst.path, &[], SAMPLED, &sampled_trace, None);
         assert_same_behaviour(&native, &sampled, &format!("{tag} sampled"));
@@ -798,5 +805,17 @@ fn run_keeps_the_programs_own_layout() {
             .output()
             .unwrap();
         assert_same_behaviour(&native, &out, &format!("run selfpath {sampling:?}"));
+        let analysis: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&analysis).unwrap()).unwrap();
+        let coverage = &analysis["coverage"];
+        assert_eq!(
+            coverage["untraced_libraries"],
+            serde_json::json!(["libc.so.6"])
+        );
+        assert!(
+            coverage["notes"].as_array().unwrap().iter().any(|n| n
+                == "loads in shared libraries are not traced (only the executable is instrumented): libc.so.6"),
+            "{coverage}"
+        );
     }
 }

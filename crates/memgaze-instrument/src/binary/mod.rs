@@ -59,6 +59,7 @@ pub struct Binary {
     kind: ExecutableKind,
     entry: u64,
     interpreter: Option<String>,
+    needed: Vec<String>,
     sections: Vec<Section>,
     segments: Vec<Segment>,
     dynamic: Vec<DynamicEntry>,
@@ -253,6 +254,7 @@ impl Binary {
             kind,
             entry: elf.entry,
             interpreter: elf.interpreter.map(str::to_string),
+            needed: elf.libraries.iter().map(|l| l.to_string()).collect(),
             functions,
             discovery,
             sections,
@@ -297,6 +299,12 @@ impl Binary {
     /// The `PT_INTERP` program (dynamic loader), if any.
     pub fn interpreter(&self) -> Option<&str> {
         self.interpreter.as_deref()
+    }
+
+    /// The shared libraries named by `DT_NEEDED` entries, in order (empty
+    /// for static executables).
+    pub fn needed(&self) -> &[String] {
+        &self.needed
     }
 
     /// All section headers, in file order.
