@@ -79,7 +79,19 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         .parent()
         .context("the instrumented copy has no directory")?
         .join(MIRROR_DIR);
-    let instrumented = crate::pipeline::layout::mirror(&program, &instrumented, &mirror_root)?;
+    // A read-only cache still runs the copy, where it is.
+    let instrumented = match crate::pipeline::layout::mirror(&program, &instrumented, &mirror_root)
+    {
+        Ok(mirrored) => mirrored,
+        Err(e) => {
+            eprintln!(
+                "memgaze: note: running {} where it is ({}): a program that finds its files relative to its executable may not find them",
+                instrumented.display(),
+                memgaze_error::one_line(&e)
+            );
+            instrumented
+        }
+    };
     if let Some(code) = watch.stopped("before the program started") {
         return Ok(Exit::Interrupted(code));
     }
