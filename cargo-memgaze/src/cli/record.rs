@@ -245,11 +245,37 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
                 100.0 * covered as f64 / total as f64
             }
         );
+        eprintln!("memgaze: {}", untraced_note(&annotation));
     }
     match watch.signal() {
         Some(signal) if recording.interrupted.is_none() => Ok(Exit::Interrupted(128 + signal)),
         _ => Ok(exit_like_program(&recording)),
     }
+}
+
+/// What the trace leaves out, said plainly: the shared libraries' loads
+/// (only the executable is instrumented) and the executable's implicit
+/// reads (string instructions, stack reads), which have no operand to
+/// probe.
+pub fn untraced_note(annotation: &Annotation) -> String {
+    let strings: u64 = annotation
+        .functions
+        .iter()
+        .map(|f| u64::from(f.string_loads))
+        .sum();
+    let stack: u64 = annotation
+        .functions
+        .iter()
+        .map(|f| u64::from(f.stack_loads))
+        .sum();
+    let libraries = if annotation.shared_libraries.is_empty() {
+        "none linked".to_string()
+    } else {
+        annotation.shared_libraries.join(", ")
+    };
+    format!(
+        "not traced: loads in shared libraries ({libraries}; only the executable is instrumented), and the executable's implicit reads at {strings} string-instruction and {stack} stack-read sites"
+    )
 }
 
 /// Records a `--mode ptwrite` program with Intel PT into a trace file and

@@ -6,7 +6,9 @@
 //! progress and notes go to stderr. The instrumented copy is kept under
 //! `target/memgaze/instrumented/` when run inside a cargo project (keyed by
 //! the binary's hash, the function selection and this cargo memgaze), else
-//! in a temporary directory.
+//! in a temporary directory, and runs from a mirror of the original's
+//! directories beside it ([`crate::pipeline::layout`]), so that programs
+//! that find their files relative to their executable find them.
 
 use super::record::{SamplingArgs, exit_like_program, print_summary, resolve_program};
 use super::{Format, Global};
@@ -71,6 +73,25 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     let watch = record::signals::Watch::start();
     let (instrumented, annotation, _temporary) =
         instrumented_copy(&program, args.functions.as_deref(), mode, global)?;
+    // Beside the copy, a mirror of the original's directories: programs
+    // that find their files relative to their executable find them.
+    let mirror_root = instrumented
+        .parent()
+        .context("the instrumented copy has no directory")?
+        .join(MIRROR_DIR);
+    // A read-only cache still runs the copy, where it is.
+    let instrumented = match crate::pipeline::layout::mirror(&program, &instrumented, &mirror_root)
+    {
+        Ok(mirrored) => mirrored,
+        Err(e) => {
+            eprintln!(
+                "memgaze: note: running {} where it is ({}): a program that finds its files relative to its executable may not find them",
+                instrumented.display(),
+                memgaze_error::one_line(&e)
+            );
+            instrumented
+        }
+    };
     if let Some(code) = watch.stopped("before the program started") {
         return Ok(Exit::Interrupted(code));
     }
@@ -95,9 +116,8 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         Some(path) => {
             let mut writer =
                 TraceWriter::create(path, &header).with_context(|| path.display().to_string())?;
-            let recording = record::record(
-                &instrumented,
-                &args.command[1..],
+            let recording = record::record_command_within(
+                program_command(&instrumented, &args.command),
                 &annotation,
                 &sampling,
                 &mut Tee(&mut record::NamedSink(&mut writer, path), &mut analyzer),
@@ -109,9 +129,8 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
                 .commit()?;
             recording
         }
-        None => record::record(
-            &instrumented,
-            &args.command[1..],
+        None => record::record_command_within(
+            program_command(&instrumented, &args.command),
             &annotation,
             &sampling,
             &mut analyzer,
@@ -124,6 +143,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             .as_deref()
             .unwrap_or_else(|| Path::new("the analysis"));
         print_summary(&recording, target);
+        eprintln!("memgaze: {}", super::record::untraced_note(&annotation));
     }
     let analysis = analyzer.finish(&recording.totals);
     print_analysis(&args, &analysis)?;
@@ -135,6 +155,21 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         Some(signal) if recording.interrupted.is_none() => Ok(Exit::Interrupted(128 + signal)),
         _ => Ok(exit_like_program(&recording)),
     }
+}
+
+/// The directory of a cache entry (or the temporary directory) that holds
+/// the mirror of the original's path ([`crate::pipeline::layout`]).
+const MIRROR_DIR: &str = "mirror";
+
+/// The command that runs the instrumented copy with the program's
+/// arguments, and with `argv[0]` as the user gave it: programs that look at
+/// their name (multi-call binaries, usage lines, gzip's `gunzip` check) see
+/// what they would natively.
+fn program_command(instrumented: &Path, command: &[OsString]) -> std::process::Command {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(instrumented);
+    cmd.arg0(&command[0]).args(&command[1..]);
+    cmd
 }
 
 /// `run` with Intel PT: the trace goes to a file (`--save-trace`, else a

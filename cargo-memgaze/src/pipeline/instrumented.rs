@@ -245,6 +245,7 @@ mod tests {
             functions: Vec::new(),
             loads: Vec::new(),
             ptwrites: Vec::new(),
+            shared_libraries: Vec::new(),
         }
     }
 

@@ -20,6 +20,7 @@
 //! [`GOLDEN_FILE`].
 
 pub mod instrumented;
+pub mod layout;
 mod sink;
 
 pub use instrumented::{InstrumentedBench, instrumented};
@@ -127,11 +128,11 @@ pub fn record_bench(
     let mut words = vec![instrumented.path.display().to_string()];
     words.extend(command.get_args().map(|a| a.to_string_lossy().into_owned()));
     let mut header = memgaze_record::trace_header(&instrumented.annotation, plan.sampling, words);
-    header.labels = vec![
+    header.labels.extend([
         ("package".into(), exe.package.clone()),
         ("target".into(), exe.target.clone()),
         ("bench".into(), case.name.clone()),
-    ];
+    ]);
     let writer = match &plan.trace_file {
         Some(path) => {
             Some(TraceWriter::create(path, &header).with_context(|| path.display().to_string())?)

@@ -744,3 +744,117 @@ fn run_instruments_records_and_analyses() {
         "{functions:?}"
     );
 }
+
+/// C++ through the rewriter: exceptions thrown through several relocated
+/// frames (their LSDAs and FDEs rewritten), caught by base class, rethrown
+/// and nested; virtual calls through vtables into relocated functions;
+/// static constructors and destructors. Same output and exit status alone,
+/// in full and sampled recording, and a full trace equal to Lackey's.
+#[test]
+fn cxx_exceptions_virtual_calls_and_static_constructors_behave() {
+    for flags in [&["-O0", "-g"][..], &["-O2"], &["-O2", "-no-pie"]] {
+        let tag = format!("cxx{}", flags.join(""));
+        let binary = build("cxx.cpp", flags);
+        let inst = instrument(&binary, None, &tag);
+        let native = native(&binary, &[], None);
+        assert_eq!(native.status.code(), Some(3), "{tag}");
+        let text = String::from_utf8_lossy(&native.stdout);
+        assert!(
+            text.contains("limit 20 -> ") && text.contains("limit 39 escaped: deep 39"),
+            "{text}"
+        );
+        assert_same_behaviour(
+            &native,
+            &super_native(&inst.path, &[]),
+            &format!("{tag} alone"),
+        );
+        let full_trace = trace_path(&format!("{tag}-full"));
+        let full_out = record(&inst.path, &[], FULL, &full_trace, None);
+        assert_same_behaviour(&native, &full_out, &format!("{tag} --full"));
+        // What is not traced is said: the libraries by name.
+        let said = String::from_utf8_lossy(&full_out.stderr);
+        assert!(
+            said.contains("memgaze: not traced: loads in shared libraries (libstdc++.so.6, ")
+                && said.contains("libc.so.6; only the executable is instrumented)"),
+            "{said}"
+        );
+        let sampled_trace = trace_path(&format!("{tag}-sampled"));
+        let sampled = record(&inst.path, &[], SAMPLED, &sampled_trace, None);
+        assert_same_behaviour(&native, &sampled, &format!("{tag} sampled"));
+
+        let full = read_trace(&full_trace);
+        assert!(full.totals.complete, "{tag}");
+        assert_eq!(full.totals.executions, full.totals.records, "{tag}");
+        assert_eq!(
+            read_trace(&sampled_trace).totals.executions,
+            full.totals.executions,
+            "{tag}"
+        );
+        let c = compare(
+            &inst.annotation,
+            &full,
+            &lackey(&binary, &[], None),
+            &escaped(&inst.report),
+        );
+        assert!(c.over.is_empty(), "{tag}: over {:x?}", c.over);
+        assert!(
+            c.count_mismatches.is_empty(),
+            "{tag}: count mismatches {:x?}",
+            c.count_mismatches
+        );
+        assert!(c.lackey_loads > 1000, "{tag}: {c:?}");
+    }
+}
+
+/// Programs that find their files relative to their own executable (cmake
+/// exits 1 with "Could not find CMAKE_ROOT" when its copy runs from
+/// elsewhere): `run` runs the instrumented copy from a mirror of the
+/// original's directories, with `argv[0]` as given, so they behave as
+/// natively; the same copy run from another directory does not.
+#[test]
+fn run_keeps_the_programs_own_layout() {
+    let prefix = scratch().join("selfpath-prefix");
+    std::fs::create_dir_all(prefix.join("bin")).unwrap();
+    std::fs::create_dir_all(prefix.join("share/selfpath")).unwrap();
+    std::fs::write(prefix.join("share/selfpath/data"), "CMAKE_ROOT\n").unwrap();
+    std::fs::write(prefix.join("bin/sibling.txt"), "beside\n").unwrap();
+    let program = prefix.join("bin/selfpath");
+    std::fs::copy(build("selfpath.c", &["-O2"]), &program).unwrap();
+    let native = native(&program, &[], None);
+    assert_eq!(native.status.code(), Some(0), "{native:?}");
+
+    let elsewhere = instrument(&program, None, "selfpath");
+    let moved = super_native(&elsewhere.path, &[]);
+    assert_eq!(
+        moved.status.code(),
+        Some(1),
+        "the fixture must notice its move"
+    );
+
+    for sampling in [FULL, SAMPLED] {
+        let analysis = scratch().join("selfpath-run.json");
+        let out = memgaze()
+            .current_dir(scratch())
+            .arg("run")
+            .args(sampling)
+            .args(["--format", "json", "-o"])
+            .arg(&analysis)
+            .arg("--")
+            .arg(&program)
+            .output()
+            .unwrap();
+        assert_same_behaviour(&native, &out, &format!("run selfpath {sampling:?}"));
+        let analysis: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&analysis).unwrap()).unwrap();
+        let coverage = &analysis["coverage"];
+        assert_eq!(
+            coverage["untraced_libraries"],
+            serde_json::json!(["libc.so.6"])
+        );
+        assert!(
+            coverage["notes"].as_array().unwrap().iter().any(|n| n
+                == "loads in shared libraries are not traced (only the executable is instrumented): libc.so.6"),
+            "{coverage}"
+        );
+    }
+}

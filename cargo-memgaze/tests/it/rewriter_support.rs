@@ -42,7 +42,8 @@ pub fn run_ok(cmd: &mut Command) -> Output {
 }
 
 /// Builds (once per process) and returns a program from the fixtures.
-/// `kind` is `gcc` or `rustc`; flags are the compiler's.
+/// `.c` is compiled by gcc, `.cpp` by g++, anything else by rustc; flags
+/// are the compiler's.
 pub fn build(source: &str, flags: &[&str]) -> PathBuf {
     static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
     let key = format!("{source} {}", flags.join(" "));
@@ -58,9 +59,10 @@ pub fn build(source: &str, flags: &[&str]) -> PathBuf {
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect();
     let out = scratch().join(tag);
-    if source.ends_with(".c") {
+    if source.ends_with(".c") || source.ends_with(".cpp") {
+        let compiler = if source.ends_with(".c") { "gcc" } else { "g++" };
         run_ok(
-            Command::new("gcc")
+            Command::new(compiler)
                 .args(flags)
                 .arg("-o")
                 .arg(&out)

@@ -483,6 +483,18 @@ pub struct Analyzer {
     classified: bool,
     outside_binary: Option<u64>,
     notes: Vec<String>,
+    /// The executable's `DT_NEEDED` libraries, from the header's labels.
+    untraced_libraries: Vec<String>,
+}
+
+/// What the coverage says about shared libraries: only the executable is
+/// instrumented, so their loads (libc's `memcpy`, the allocator, …) are
+/// missing from every metric.
+pub fn untraced_libraries_note(libraries: &[String]) -> String {
+    format!(
+        "loads in shared libraries are not traced (only the executable is instrumented): {}",
+        libraries.join(", ")
+    )
 }
 
 impl Analyzer {
@@ -552,6 +564,7 @@ impl Analyzer {
             sampling,
             binary: header.binary.as_ref().map(|b| b.path.clone()),
             command: header.command.clone(),
+            untraced_libraries: header.shared_libraries().map(str::to_string).collect(),
             max_k,
             code_k,
             function_lo,
@@ -1200,6 +1213,7 @@ impl Analyzer {
                 complete: totals.complete,
                 classified: self.classified,
                 outside_binary: self.outside_binary,
+                untraced_libraries: self.untraced_libraries.clone(),
                 notes,
             },
         }
@@ -1492,6 +1506,9 @@ impl Analyzer {
                     .to_string(),
             );
         }
+        if !self.untraced_libraries.is_empty() {
+            notes.push(untraced_libraries_note(&self.untraced_libraries));
+        }
         if !self.sampling.is_full() && totals.executions < self.rho_denominator() {
             notes.push(format!(
                 "inconsistent trace totals: {} load executions for {} recorded accesses; ρ and the estimates scaled by it are left out",
@@ -1766,6 +1783,38 @@ mod tests {
             a.push_load(load, addr, sample, 0);
         }
         a.finish(&TraceTotals::clean(80, 8, 2))
+    }
+
+    /// The header's shared-library labels become the coverage's untraced
+    /// libraries and a note naming them; without labels, neither.
+    #[test]
+    fn shared_libraries_in_the_header_are_named_as_untraced() {
+        let mut h = header(Backend::Soft, Sampling::full());
+        h.labels = vec![
+            ("bench".into(), "b".into()),
+            (
+                memgaze_trace::SHARED_LIBRARY_LABEL.into(),
+                "libm.so.6".into(),
+            ),
+            (
+                memgaze_trace::SHARED_LIBRARY_LABEL.into(),
+                "libc.so.6".into(),
+            ),
+        ];
+        let a = Analyzer::new(&h, &AnalysisOptions::default())
+            .unwrap()
+            .finish(&TraceTotals::clean(0, 0, 0));
+        assert_eq!(a.coverage.untraced_libraries, ["libm.so.6", "libc.so.6"]);
+        assert!(a.coverage.notes.contains(&"loads in shared libraries are not traced (only the executable is instrumented): libm.so.6, libc.so.6".to_string()), "{:?}", a.coverage.notes);
+        let plain = run(Backend::Soft, Sampling::full(), &AnalysisOptions::default());
+        assert!(plain.coverage.untraced_libraries.is_empty());
+        assert!(
+            !plain
+                .coverage
+                .notes
+                .iter()
+                .any(|n| n.contains("shared libraries"))
+        );
     }
 
     /// A trace whose totals count fewer load executions than it holds

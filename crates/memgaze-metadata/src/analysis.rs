@@ -395,6 +395,11 @@ pub struct Coverage {
     /// Lackey import: loads whose instruction lies outside the binary
     /// (ld.so, libc, vdso), counted but not analysed.
     pub outside_binary: Option<u64>,
+    /// The shared libraries the executable links (`DT_NEEDED`): not
+    /// instrumented, so their loads are in no metric (absent when there
+    /// are none, for Lackey imports and in older analyses).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub untraced_libraries: Vec<String>,
     /// Human-readable notes on the above.
     pub notes: Vec<String>,
 }

@@ -118,6 +118,11 @@ pub struct Annotation {
     /// soft mode.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ptwrites: Vec<PtwriteSite>,
+    /// The shared libraries the binary names in `DT_NEEDED`, in order:
+    /// their code is not instrumented, so their loads are not traced
+    /// (absent for a static binary and in older annotations).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_libraries: Vec<String>,
 }
 
 /// Which operand register a `ptwrite` writes.
@@ -319,6 +324,7 @@ mod tests {
                 control: false,
             }],
             ptwrites: Vec::new(),
+            shared_libraries: Vec::new(),
         }
     }
 

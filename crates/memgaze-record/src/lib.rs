@@ -289,9 +289,19 @@ pub fn trace_header(
         command,
         functions: function_entries(annotation),
         loads: load_entries(annotation),
-        labels: Vec::new(),
+        labels: shared_library_labels(annotation),
         spatial: None,
     }
+}
+
+/// One [`memgaze_trace::SHARED_LIBRARY_LABEL`] label per library the
+/// executable links: the trace says what it leaves out.
+pub fn shared_library_labels(annotation: &Annotation) -> Vec<(String, String)> {
+    annotation
+        .shared_libraries
+        .iter()
+        .map(|l| (memgaze_trace::SHARED_LIBRARY_LABEL.to_string(), l.clone()))
+        .collect()
 }
 
 /// The annotation's functions as a trace header carries them.

@@ -180,7 +180,21 @@ pub struct TraceHeader {
     pub spatial: Option<SpatialSampling>,
 }
 
+/// Label key ([`TraceHeader::labels`]) naming a shared library the traced
+/// executable links (`DT_NEEDED`), one label per library: only the
+/// executable is instrumented, so the loads of these libraries, and of any
+/// they load, are not in the trace.
+pub const SHARED_LIBRARY_LABEL: &str = "shared_library";
+
 impl TraceHeader {
+    /// The libraries named by [`SHARED_LIBRARY_LABEL`] labels, in order.
+    pub fn shared_libraries(&self) -> impl Iterator<Item = &str> {
+        self.labels
+            .iter()
+            .filter(|(key, _)| key == SHARED_LIBRARY_LABEL)
+            .map(|(_, value)| value.as_str())
+    }
+
     /// Fails when `glob` (a `--functions` filter) matches none of
     /// [`TraceHeader::functions`]: the analysis would keep no record, and an
     /// empty result would hide a mistyped name.

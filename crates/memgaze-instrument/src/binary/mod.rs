@@ -60,6 +60,7 @@ pub struct Binary {
     kind: ExecutableKind,
     entry: u64,
     interpreter: Option<String>,
+    needed: Vec<String>,
     sections: Vec<Section>,
     segments: Vec<Segment>,
     dynamic: Vec<DynamicEntry>,
@@ -254,6 +255,7 @@ impl Binary {
             kind,
             entry: elf.entry,
             interpreter: elf.interpreter.map(str::to_string),
+            needed: elf.libraries.iter().map(|l| l.to_string()).collect(),
             functions,
             discovery,
             sections,
@@ -298,6 +300,12 @@ impl Binary {
     /// The `PT_INTERP` program (dynamic loader), if any.
     pub fn interpreter(&self) -> Option<&str> {
         self.interpreter.as_deref()
+    }
+
+    /// The shared libraries named by `DT_NEEDED` entries, in order (empty
+    /// for static executables).
+    pub fn needed(&self) -> &[String] {
+        &self.needed
     }
 
     /// All section headers, in file order.

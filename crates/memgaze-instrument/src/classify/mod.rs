@@ -541,6 +541,7 @@ impl BinaryLoads {
             functions,
             loads,
             ptwrites: Vec::new(),
+            shared_libraries: binary.needed().to_vec(),
         }
     }
 }

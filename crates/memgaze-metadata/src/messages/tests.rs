@@ -73,6 +73,7 @@ fn coverage() -> Coverage {
         complete: true,
         classified: true,
         outside_binary: None,
+        untraced_libraries: Vec::new(),
         notes: vec!["a note".into()],
     }
 }

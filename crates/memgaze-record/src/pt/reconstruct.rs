@@ -502,7 +502,7 @@ pub fn pt_trace_header(
         command,
         functions,
         loads,
-        labels: Vec::new(),
+        labels: crate::shared_library_labels(annotation),
         spatial: None,
     }
 }

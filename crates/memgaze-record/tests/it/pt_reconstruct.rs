@@ -156,6 +156,7 @@ fn annotation() -> Annotation {
         }],
         loads,
         ptwrites,
+        shared_libraries: Vec::new(),
     }
 }
 
