@@ -94,6 +94,17 @@ pub struct Args {
     #[arg(long, value_name = "SPEC", help_heading = "Baselines and regressions")]
     pub limits: Option<String>,
 
+    /// Write a short Markdown summary of the comparison with --baseline
+    /// to FILE (regressions first, a table of changed metrics, the
+    /// report's path): for a pull-request comment or a CI job summary.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "baseline",
+        help_heading = "Baselines and regressions"
+    )]
+    pub summary_md: Option<PathBuf>,
+
     /// Do not write the HTML report (default: <target-dir>/memgaze/report/).
     #[arg(long)]
     pub no_report: bool,
@@ -294,8 +305,23 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     progress.finish();
     gating.save()?;
     exit = exit.worst(gating.finish(json, global.quiet));
+    let mut index = None;
     if !args.no_report && measured > 0 && !matches!(exit, Exit::Interrupted(_)) {
-        exit = exit.worst(write_report(layout.root(), &gating, json, global.quiet));
+        let (report_exit, written) = write_report(layout.root(), &gating, json, global.quiet);
+        exit = exit.worst(report_exit);
+        index = written;
+    }
+    if let (Some(file), Some(baseline)) = (&args.summary_md, &gating.baseline) {
+        let text = report::summary::markdown(
+            &baseline.name,
+            "this run",
+            &gating.verdicts,
+            index.as_ref().map(|i| i.display().to_string()).as_deref(),
+        );
+        if let Err(e) = super::report::write_summary(file, &text) {
+            eprintln!("error: {}", memgaze_error::one_line(&e));
+            exit = exit.worst(Exit::Error);
+        }
     }
     let elapsed = started.elapsed();
     if json {
@@ -391,6 +417,8 @@ struct Gating {
     /// `--limits` over the defaults, for the report's tables.
     report_limits: Limits,
     fail_fast: bool,
+    /// Every bench's comparison with the baseline, in run order.
+    verdicts: Vec<gate::BenchVerdict>,
 }
 
 impl Gating {
@@ -448,6 +476,7 @@ impl Gating {
             limits,
             report_limits: Limits::defaults().overridden_by(&cli),
             fail_fast: args.fail_fast,
+            verdicts: Vec::new(),
         })
     }
 
@@ -480,6 +509,7 @@ impl Gating {
             let text = verdict.human(&name);
             progress.print(|| print!("{text}"));
         }
+        self.verdicts.push(verdict);
         Ok(())
     }
 
@@ -521,12 +551,13 @@ impl Gating {
     }
 }
 
-/// Writes the HTML report of the results tree; a failure is reported and
-/// gives exit code 1 (the bench results stand).
-fn write_report(root: &Path, gating: &Gating, json: bool, quiet: bool) -> Exit {
+/// Writes the HTML report of the results tree and returns its index; a
+/// failure is reported and gives exit code 1 (the bench results stand).
+fn write_report(root: &Path, gating: &Gating, json: bool, quiet: bool) -> (Exit, Option<PathBuf>) {
     let mut options = ReportOptions::new(report::default_report_dir(root));
     options.baseline = gating.baseline.clone();
     options.limits = gating.report_limits.clone();
+    options.package_limits = gating.limits.clone();
     match report::report_results(root, &options) {
         Ok(output) => {
             for warning in &output.warnings {
@@ -542,11 +573,11 @@ fn write_report(root: &Path, gating: &Gating, json: bool, quiet: bool) -> Exit {
             } else if !quiet {
                 eprintln!("{:>12} {}", "Report", output.index.display());
             }
-            Exit::Ok
+            (Exit::Ok, Some(output.index))
         }
         Err(e) => {
             eprintln!("error: writing the report: {}", memgaze_error::one_line(&e));
-            Exit::Error
+            (Exit::Error, None)
         }
     }
 }
