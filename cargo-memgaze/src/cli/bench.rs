@@ -305,24 +305,8 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     progress.finish();
     gating.save()?;
     exit = exit.worst(gating.finish(json, global.quiet));
-    let mut index = None;
-    if !args.no_report && measured > 0 && !matches!(exit, Exit::Interrupted(_)) {
-        let (report_exit, written) = write_report(layout.root(), &gating, json, global.quiet);
-        exit = exit.worst(report_exit);
-        index = written;
-    }
-    if let (Some(file), Some(baseline)) = (&args.summary_md, &gating.baseline) {
-        let text = report::summary::markdown(
-            &baseline.name,
-            "this run",
-            &gating.verdicts,
-            index.as_ref().map(|i| i.display().to_string()).as_deref(),
-        );
-        if let Err(e) = super::report::write_summary(file, &text) {
-            eprintln!("error: {}", memgaze_error::one_line(&e));
-            exit = exit.worst(Exit::Error);
-        }
-    }
+    let report = !args.no_report && measured > 0 && !matches!(exit, Exit::Interrupted(_));
+    exit = exit.worst(write_outputs(&args, &gating, report, global.quiet));
     let elapsed = started.elapsed();
     if json {
         emit(&messages::BenchSummary {
@@ -524,6 +508,24 @@ impl Gating {
         }
     }
 
+    /// `--summary-md`: the Markdown summary of the comparison; a failure
+    /// to write it is reported and gives exit code 1.
+    fn write_summary(&self, args: &Args, index: Option<&Path>) -> Exit {
+        let (Some(file), Some(baseline)) = (&args.summary_md, &self.baseline) else {
+            return Exit::Ok;
+        };
+        let index = index.map(|i| i.display().to_string());
+        let text =
+            report::summary::markdown(&baseline.name, "this run", &self.verdicts, index.as_deref());
+        match super::report::write_summary(file, &text) {
+            Ok(()) => Exit::Ok,
+            Err(e) => {
+                eprintln!("error: {}", memgaze_error::one_line(&e));
+                Exit::Error
+            }
+        }
+    }
+
     /// Whether `--fail-fast` should stop after a regression.
     fn should_stop(&self) -> bool {
         self.gates.values().any(Gate::should_stop)
@@ -549,6 +551,17 @@ impl Gating {
         }
         exit
     }
+}
+
+/// Writes the HTML report (when `report`) and the `--summary-md` summary;
+/// a failure is reported and gives exit code 1 (the bench results stand).
+fn write_outputs(args: &Args, gating: &Gating, report: bool, quiet: bool) -> Exit {
+    let json = args.message_format == MessageFormat::Json;
+    let (exit, index) = match report {
+        true => write_report(&gating.root, gating, json, quiet),
+        false => (Exit::Ok, None),
+    };
+    exit.worst(gating.write_summary(args, index.as_deref()))
 }
 
 /// Writes the HTML report of the results tree and returns its index; a

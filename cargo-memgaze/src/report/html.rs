@@ -220,7 +220,7 @@ fn hot_lines(f: &FunctionMetrics) -> Markup {
             None => lines.push((place, load.count)),
         }
     }
-    lines.sort_by(|a, b| b.1.cmp(&a.1));
+    lines.sort_by_key(|l| std::cmp::Reverse(l.1));
     html! {
         @for (i, (place, count)) in lines.iter().take(3).enumerate() {
             @if i > 0 { br; }
@@ -497,7 +497,7 @@ fn recordings(pages: &[&BenchPage]) -> Vec<(String, usize)> {
             None => out.push((r, 1)),
         }
     }
-    out.sort_by(|a, b| b.1.cmp(&a.1));
+    out.sort_by_key(|r| std::cmp::Reverse(r.1));
     out
 }
 
