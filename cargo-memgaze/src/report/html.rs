@@ -776,8 +776,11 @@ fn bench_section(page: &BenchPage, baseline: Option<&str>) -> Markup {
 /// functions and regions, a table (shown even without a chart).
 fn topics(page: &BenchPage) -> Markup {
     let a = &page.bench.analysis;
+    // A chart whose section is not listed here is not shown: a new chart
+    // kind (e.g. a miss-ratio curve, section "mrc") gets its entry.
     let sections = [
         ("reuse", "Reuse distance"),
+        ("mrc", "Miss-ratio curve"),
         ("time", "Accesses over time and per address"),
         ("functions", "Hot functions"),
         ("regions", "Hot regions"),
@@ -850,6 +853,45 @@ fn coverage(page: &BenchPage) -> Markup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_appears_once_per_cell_with_its_counts_added() {
+        let load = |ip, line: Option<&str>, count| memgaze_analysis::HotLoad {
+            ip,
+            line: line.map(str::to_string),
+            count,
+        };
+        let f = FunctionMetrics {
+            name: "f".into(),
+            a: 100,
+            a_const: 0,
+            a_const_frac: None,
+            a_hat: None,
+            d_f: None,
+            f_str_frac: None,
+            f_irr_frac: None,
+            code_windows: 0,
+            d_mean: None,
+            trace_windows: Vec::new(),
+            hot_loads: vec![
+                load(0x10, Some("src/map.rs:41"), 30),
+                load(0x20, Some("src/lib.rs:7"), 35),
+                load(0x14, Some("src/map.rs:41"), 20),
+                load(0x30, None, 5),
+                load(0x40, Some("src/lib.rs:9"), 1),
+            ],
+        };
+        let cell = hot_lines(&f).into_string();
+        assert_eq!(cell.matches("src/map.rs:41").count(), 1, "{cell}");
+        // 30 + 20 on one line, hottest first; three entries at most.
+        assert!(
+            cell.starts_with("<code>src/map.rs:41</code> (50)<br><code>src/lib.rs:7</code> (35)"),
+            "{cell}"
+        );
+        assert!(cell.contains("<code>0x30</code> (5)"), "{cell}");
+        assert!(!cell.contains("lib.rs:9"), "{cell}");
+        assert_eq!(distinct(&["a".into(), "b".into(), "a".into()]), ["a", "b"]);
+    }
 
     #[test]
     fn groups_digits() {

@@ -298,3 +298,59 @@ fn a_report_directory_holds_only_the_current_reports_files() {
     );
     assert!(out.join("sum-ring-walk/reuse.svg").is_file());
 }
+
+/// A bench that recorded no access (only Constant loads) has no ratio to
+/// show: its overview row says `–`, never `0.0%`, and its section says why.
+#[test]
+fn a_bench_without_accesses_shows_dashes() {
+    use memgaze_trace::{
+        Backend, LoadClass, LoadEntry, Sampling, TraceHeader, TraceTotals, TraceWriter,
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let header = TraceHeader {
+        backend: Backend::Soft,
+        sampling: Sampling::full(),
+        binary: None,
+        command: vec![],
+        functions: vec![],
+        loads: vec![LoadEntry {
+            ip: 0x1000,
+            class: LoadClass::Constant,
+            implied: 0,
+            function: None,
+            line: None,
+            proxy: None,
+        }],
+        labels: vec![],
+        spatial: None,
+    };
+    let path = tmp.path().join("constant.mgz");
+    let mut w = TraceWriter::new(std::fs::File::create(&path).unwrap(), &header).unwrap();
+    w.begin_sample(0).unwrap();
+    for _ in 0..10 {
+        w.push(0, 0x10).unwrap();
+    }
+    let totals = TraceTotals::clean(w.records(), w.records(), w.samples());
+    w.finish(&totals).unwrap();
+    let analysis = analyze(&path);
+    assert_eq!(analysis.summary.a, 0);
+    let bench = memgaze::report::ReportBench::new("constant-only", analysis);
+    let written = memgaze::report::write_report(
+        &[bench],
+        "test",
+        &memgaze::report::ReportOptions::new(tmp.path().join("r")),
+    )
+    .unwrap();
+    let html = std::fs::read_to_string(&written.index).unwrap();
+    let row = html
+        .split("<td class=\"bench\">")
+        .nth(1)
+        .and_then(|r| r.split("</tr>").next())
+        .unwrap();
+    assert!(!row.contains("0.0%") && !row.contains(">0.000<"), "{row}");
+    assert!(row.matches(">–<").count() >= 3, "{row}");
+    assert!(
+        html.contains("No access of this bench was recorded"),
+        "{html}"
+    );
+}
