@@ -277,19 +277,24 @@ fn regions_table(analysis: &Analysis) -> Markup {
 }
 
 /// `↑ +12.5%`, `↓ -3.0%`, `= 0.0%`, marked worse or better where the
-/// metric's direction says which; `compact`: a change from 0 as the bare
-/// difference (`↑ +0.500`), for the overview's narrow columns.
+/// metric's direction says which (`gated` metrics only); `compact`: a
+/// change from 0 as the bare difference (`↑ +0.500`), for the overview's
+/// narrow columns.
 fn change_cell(
     metric: crate::gate::Metric,
     old: Option<f64>,
     new: Option<f64>,
     compact: bool,
+    gated: bool,
 ) -> Markup {
     let (Some(old), Some(new)) = (old, new) else {
         return html! { td { "–" } };
     };
     let change = crate::gate::Change::between(old, new);
-    let arrow = arrow(change.absolute);
+    let visible = change
+        .relative
+        .map_or(change.absolute != 0.0, |r| r.abs() >= 0.0005);
+    let arrow = if visible { arrow(change.absolute) } else { "=" };
     let text = match (compact, change.relative) {
         (true, None) => format!(
             "{}{}",
@@ -298,7 +303,9 @@ fn change_cell(
         ),
         _ => change.to_string(),
     };
+    // Colour only what the gate looks at, and only a visible change.
     let class = match (metric.worse(), change.absolute.partial_cmp(&0.0)) {
+        _ if !gated || !visible => None,
         (_, Some(std::cmp::Ordering::Equal) | None) => None,
         (crate::gate::Direction::Either, _) => None,
         (crate::gate::Direction::Increase, Some(std::cmp::Ordering::Greater))
@@ -360,7 +367,7 @@ fn verdict_block(baseline: &str, verdict: &Result<BenchVerdict, String>) -> Mark
                         td.name { code { (m.metric) } }
                         td { (opt(m.old, dec)) }
                         td { (opt(m.new, dec)) }
-                        (change_cell(m.metric, m.old, m.new, false))
+                        (change_cell(m.metric, m.old, m.new, false, m.limit.is_some()))
                         td {
                             @match m.limit {
                                 Some(limit) => (limit),
@@ -717,7 +724,7 @@ fn overview_row(
                         td.start class=[(!v.regressions.is_empty()).then_some("worse")] { (v.regressions.len()) }
                         @for m in [crate::gate::Metric::AHat, crate::gate::Metric::FIrrFrac, crate::gate::Metric::DF] {
                             @let (old, new) = metric(m);
-                            (change_cell(m, old, new, true))
+                            (change_cell(m, old, new, true, true))
                         }
                     }
                     Some(_) => { td.start title="not in the baseline: nothing compared" { "new" } td { "–" } td { "–" } td { "–" } }

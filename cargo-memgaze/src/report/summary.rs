@@ -2,8 +2,8 @@
 //! (`--summary-md FILE`): what a pull-request comment or a CI job summary
 //! shows. The first line says whether anything regressed and names the
 //! regressed benches; one GitHub-flavoured Markdown table follows with the
-//! regressions first, then the other metrics that changed, each with an
-//! arrow, old and new value and its limit; the last line points at the
+//! regressions first, then the other gated metrics that changed, each with
+//! an arrow, old and new value and its limit; the last line points at the
 //! full report.
 
 use super::charts::format_value;
@@ -141,23 +141,29 @@ pub fn markdown(
         out.push('\n');
     }
 
-    // Regressions, then gated changes, then the rest, largest first.
+    // Regressions, then the gated metrics that changed, largest first;
+    // ungated metrics (sampling noise on whole-run values, mostly) are
+    // only counted: they are in the report.
     let mut rows: Vec<(&BenchVerdict, &MetricComparison)> = compared
         .iter()
         .flat_map(|v| v.metrics.iter().map(move |m| (*v, m)))
-        .filter(|(_, m)| m.regressed || changed(m))
+        .filter(|(_, m)| m.regressed || (m.limit.is_some() && changed(m)))
         .collect();
     rows.sort_by(|(_, a), (_, b)| {
         b.regressed
             .cmp(&a.regressed)
-            .then(b.limit.is_some().cmp(&a.limit.is_some()))
             .then(size(b).total_cmp(&size(a)))
     });
+    let ungated = compared
+        .iter()
+        .flat_map(|v| &v.metrics)
+        .filter(|m| m.limit.is_none() && changed(m))
+        .count();
     if rows.is_empty() {
         if !compared.is_empty() {
             let _ = writeln!(
                 out,
-                "No metric changed by {:.0}% or more.",
+                "No gated metric changed by {:.0}% or more.",
                 NOTICEABLE * 100.0
             );
             out.push('\n');
@@ -198,8 +204,15 @@ pub fn markdown(
             .push("`dF`, `F_str_frac`, `F_irr_frac`: means over code windows (ΔF@W_c)".to_string());
     }
     notes.push(format!(
-        "changes under {:.0}% not listed",
-        NOTICEABLE * 100.0
+        "not listed: changes under {:.0}%{}",
+        NOTICEABLE * 100.0,
+        match ungated {
+            0 => String::new(),
+            n => format!(
+                " and {n} change{} of ungated metrics (see the report)",
+                if n == 1 { "" } else { "s" }
+            ),
+        }
     ));
     let _ = writeln!(out, "<sub>{}.</sub>", notes.join(" · "));
     if let Some(report) = report {
