@@ -18,6 +18,11 @@
 #   GITHUB_STEP_SUMMARY, GITHUB_ACTIONS   set by GitHub Actions: the verdict
 #                      goes to the job summary and as annotations
 #
+# `compare` also writes a Markdown summary of the comparison (regressions
+# first, a table of changed metrics, the report's path) to
+# $CARGO_TARGET_DIR/memgaze/summary.md (`--summary-md`): the job summary
+# shows it, and the example workflow posts it on the pull request.
+#
 # Exit status: that of `cargo memgaze bench` — 0 within the limits, 3 on a
 # regression, 101 when a bench body failed, 1 or 2 on errors — except that
 # `compare` without a saved baseline (the first run of a repository, an
@@ -25,7 +30,7 @@
 set -euo pipefail
 
 usage() {
-  sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -44,6 +49,7 @@ esac
 name=${MEMGAZE_BASELINE:-main}
 read -r -a memgaze <<<"${MEMGAZE_COMMAND:-cargo memgaze}"
 results="${CARGO_TARGET_DIR:-target}/memgaze"
+summary_md="$results/summary.md"
 
 # The same sampling and backend on both sides: the gate refuses to compare
 # recordings made differently. The software recorder runs on every x86-64
@@ -69,8 +75,9 @@ case "$mode" in
     flags+=(--save-baseline "$name")
     ;;
   compare)
+    rm -f "$summary_md"
     if [ -d "$results/baselines/$name" ]; then
-      flags+=(--baseline "$name")
+      flags+=(--baseline "$name" --summary-md "$summary_md")
     else
       annotate warning "no memgaze baseline \`$name\` in $results/baselines: recording without a comparison (save one on the main branch first)"
       summary "memgaze: no baseline \`$name\` to compare with; benches recorded, not gated."
@@ -86,9 +93,20 @@ status=${PIPESTATUS[0]}
 set -e
 
 report="$results/report/index.html"
+if [ -f "$summary_md" ]; then
+  # The full summary; the report itself is the `memgaze-report` artifact.
+  summary "$(cat "$summary_md")"
+  if [ -n "${GITHUB_RUN_ID:-}" ]; then
+    run_url="${GITHUB_SERVER_URL:-https://github.com}/${GITHUB_REPOSITORY:-}/actions/runs/$GITHUB_RUN_ID"
+    summary ""
+    summary "The HTML report is the \`memgaze-report\` artifact of [this run]($run_url)."
+    echo "" >>"$summary_md"
+    echo "The HTML report is the \`memgaze-report\` artifact of [this run]($run_url)." >>"$summary_md"
+  fi
+fi
 case "$status" in
   0)
-    if [ "$mode" = compare ] && [[ " ${flags[*]} " == *" --baseline "* ]]; then
+    if [ "$mode" = compare ] && [ ! -f "$summary_md" ] && [[ " ${flags[*]} " == *" --baseline "* ]]; then
       # Benches the baseline lacks pass without a comparison: say so.
       missing=$(grep -c ": not in baseline \`$name\`, nothing to compare" "$log" || true)
       if [ "${missing:-0}" -gt 0 ]; then
@@ -100,11 +118,13 @@ case "$status" in
     ;;
   3)
     annotate error "memgaze: memory-locality regression against baseline \`$name\` (report: $report)"
-    summary "### memgaze: regressions against baseline \`$name\`"
-    summary ""
-    while IFS= read -r line; do
-      summary "- \`${line#regression: }\`"
-    done < <(grep '^regression: ' "$log" || true)
+    if [ ! -f "$summary_md" ]; then
+      summary "### memgaze: regressions against baseline \`$name\`"
+      summary ""
+      while IFS= read -r line; do
+        summary "- \`${line#regression: }\`"
+      done < <(grep '^regression: ' "$log" || true)
+    fi
     ;;
   101) annotate error "memgaze: a bench body failed" ;;
   *) annotate error "memgaze: cargo memgaze bench exited with $status" ;;

@@ -94,6 +94,17 @@ pub struct Args {
     #[arg(long, value_name = "SPEC", help_heading = "Baselines and regressions")]
     pub limits: Option<String>,
 
+    /// Write a short Markdown summary of the comparison with --baseline
+    /// to FILE (regressions first, a table of changed metrics, the
+    /// report's path): for a pull-request comment or a CI job summary.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "baseline",
+        help_heading = "Baselines and regressions"
+    )]
+    pub summary_md: Option<PathBuf>,
+
     /// Do not write the HTML report (default: <target-dir>/memgaze/report/).
     #[arg(long)]
     pub no_report: bool,
@@ -294,9 +305,8 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     progress.finish();
     gating.save()?;
     exit = exit.worst(gating.finish(json, global.quiet));
-    if !args.no_report && measured > 0 && !matches!(exit, Exit::Interrupted(_)) {
-        exit = exit.worst(write_report(layout.root(), &gating, json, global.quiet));
-    }
+    let report = !args.no_report && measured > 0 && !matches!(exit, Exit::Interrupted(_));
+    exit = exit.worst(write_outputs(&args, &gating, report, global.quiet));
     let elapsed = started.elapsed();
     if json {
         emit(&messages::BenchSummary {
@@ -391,6 +401,8 @@ struct Gating {
     /// `--limits` over the defaults, for the report's tables.
     report_limits: Limits,
     fail_fast: bool,
+    /// Every bench's comparison with the baseline, in run order.
+    verdicts: Vec<gate::BenchVerdict>,
 }
 
 impl Gating {
@@ -448,6 +460,7 @@ impl Gating {
             limits,
             report_limits: Limits::defaults().overridden_by(&cli),
             fail_fast: args.fail_fast,
+            verdicts: Vec::new(),
         })
     }
 
@@ -480,6 +493,7 @@ impl Gating {
             let text = verdict.human(&name);
             progress.print(|| print!("{text}"));
         }
+        self.verdicts.push(verdict);
         Ok(())
     }
 
@@ -491,6 +505,24 @@ impl Gating {
                 save_baseline(&self.root, name, &self.measured).map(drop)
             }
             _ => Ok(()),
+        }
+    }
+
+    /// `--summary-md`: the Markdown summary of the comparison; a failure
+    /// to write it is reported and gives exit code 1.
+    fn write_summary(&self, args: &Args, index: Option<&Path>) -> Exit {
+        let (Some(file), Some(baseline)) = (&args.summary_md, &self.baseline) else {
+            return Exit::Ok;
+        };
+        let index = index.map(|i| i.display().to_string());
+        let text =
+            report::summary::markdown(&baseline.name, "this run", &self.verdicts, index.as_deref());
+        match super::report::write_summary(file, &text) {
+            Ok(()) => Exit::Ok,
+            Err(e) => {
+                eprintln!("error: {}", memgaze_error::one_line(&e));
+                Exit::Error
+            }
         }
     }
 
@@ -521,12 +553,24 @@ impl Gating {
     }
 }
 
-/// Writes the HTML report of the results tree; a failure is reported and
-/// gives exit code 1 (the bench results stand).
-fn write_report(root: &Path, gating: &Gating, json: bool, quiet: bool) -> Exit {
+/// Writes the HTML report (when `report`) and the `--summary-md` summary;
+/// a failure is reported and gives exit code 1 (the bench results stand).
+fn write_outputs(args: &Args, gating: &Gating, report: bool, quiet: bool) -> Exit {
+    let json = args.message_format == MessageFormat::Json;
+    let (exit, index) = match report {
+        true => write_report(&gating.root, gating, json, quiet),
+        false => (Exit::Ok, None),
+    };
+    exit.worst(gating.write_summary(args, index.as_deref()))
+}
+
+/// Writes the HTML report of the results tree and returns its index; a
+/// failure is reported and gives exit code 1 (the bench results stand).
+fn write_report(root: &Path, gating: &Gating, json: bool, quiet: bool) -> (Exit, Option<PathBuf>) {
     let mut options = ReportOptions::new(report::default_report_dir(root));
     options.baseline = gating.baseline.clone();
     options.limits = gating.report_limits.clone();
+    options.package_limits = gating.limits.clone();
     match report::report_results(root, &options) {
         Ok(output) => {
             for warning in &output.warnings {
@@ -542,11 +586,11 @@ fn write_report(root: &Path, gating: &Gating, json: bool, quiet: bool) -> Exit {
             } else if !quiet {
                 eprintln!("{:>12} {}", "Report", output.index.display());
             }
-            Exit::Ok
+            (Exit::Ok, Some(output.index))
         }
         Err(e) => {
             eprintln!("error: writing the report: {}", memgaze_error::one_line(&e));
-            Exit::Error
+            (Exit::Error, None)
         }
     }
 }

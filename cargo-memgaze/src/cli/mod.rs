@@ -11,6 +11,7 @@ pub mod analyze;
 pub mod backend;
 pub mod bench;
 pub mod classify;
+pub mod compare;
 pub mod doctor;
 pub mod dump;
 pub mod golden;
@@ -152,6 +153,10 @@ pub enum Command {
     Validate(validate::Args),
     /// Render SVG charts and an HTML report.
     Report(report::Args),
+    /// Compare two saved baselines without running anything.
+    ///
+    /// Example: cargo memgaze compare main my-branch --summary-md summary.md
+    Compare(compare::Args),
     /// Tell which recording backends this machine supports, and why not.
     Doctor(doctor::Args),
     /// Print the PTW events of a raw Intel PT stream.
@@ -172,6 +177,7 @@ pub fn dispatch(cli: MemgazeCli) -> anyhow::Result<Exit> {
         Command::Golden(args) => golden::run(args, &global),
         Command::Validate(args) => validate::run(args, &global),
         Command::Report(args) => report::run(args, &global),
+        Command::Compare(args) => compare::run(args, &global),
         Command::Doctor(args) => doctor::run(args, &global),
         Command::PtDecode(args) => pt_decode::run(args, &global),
     }

@@ -9,35 +9,58 @@
 //! the page had before, so the source stays readable and diffs stay small.
 
 use super::charts::{format_address, format_bytes, format_window};
-use super::{BenchPage, ChartFile};
+use super::{BenchPage, ChartFile, glance};
 use crate::gate::BenchVerdict;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 use memgaze_analysis::{Analysis, FunctionMetrics, WindowRow};
 
 const STYLE: &str = r#"
-:root { --ink: #222; --muted: #666; --line: #ddd; --accent: #0072b2; --bad: #b3261e; --bg-bad: #fdecea; }
+:root { --ink: #222; --muted: #666; --line: #ddd; --accent: #0072b2; --bad: #b3261e; --bg-bad: #fdecea; --bar: #d5e6f3; --bar-bad: #f4c7c3; }
 * { box-sizing: border-box; }
 body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--ink); display: flex; }
-nav { position: sticky; top: 0; height: 100vh; overflow-y: auto; width: 230px; flex: none; padding: 16px; border-right: 1px solid var(--line); background: #fafafa; }
-nav a { display: block; padding: 2px 0; color: var(--accent); text-decoration: none; overflow-wrap: anywhere; }
-nav a.bad::after { content: " ✗"; color: var(--bad); }
-nav h2 { font-size: 13px; text-transform: uppercase; letter-spacing: .05em; color: var(--muted); margin: 12px 0 4px; }
-main { padding: 16px 32px 64px; min-width: 0; flex: 1; }
+nav { position: sticky; top: 0; height: 100vh; overflow-y: auto; width: 190px; flex: none; padding: 16px 10px; border-right: 1px solid var(--line); background: #fafafa; }
+nav a { display: block; padding: 2px 0; color: var(--accent); text-decoration: none; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+nav a.bad { color: var(--bad); font-weight: 600; }
+nav .target { display: block; color: var(--muted); font-size: 11px; line-height: 1.1; margin: -2px 0 3px; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+nav a.bad::before { content: "✗ "; }
+nav h2 { font-size: 13px; text-transform: uppercase; letter-spacing: .05em; color: var(--muted); margin: 12px 0 4px; padding: 0; border: 0; }
+main { padding: 16px 24px 64px; min-width: 0; flex: 1; }
 h1 { font-size: 22px; margin: 0 0 4px; }
 h2 { font-size: 19px; margin: 40px 0 4px; padding-top: 8px; border-top: 2px solid var(--line); }
 h3 { font-size: 15px; margin: 24px 0 6px; }
 .meta, .note { color: var(--muted); margin: 2px 0; }
-table { border-collapse: collapse; margin: 6px 0 12px; font-variant-numeric: tabular-nums; }
-th, td { border-bottom: 1px solid var(--line); padding: 3px 10px; text-align: right; white-space: nowrap; }
+.lead { font-size: 15px; margin: 6px 0 8px; max-width: 70em; }
+.scroll { overflow-x: auto; max-width: 100%; margin: 6px 0 12px; }
+table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+caption { caption-side: top; text-align: left; color: var(--muted); font-size: 13px; padding: 2px 0 6px; }
+th, td { border-bottom: 1px solid var(--line); padding: 3px 7px; text-align: right; white-space: nowrap; }
 th { background: #f3f3f3; font-weight: 600; }
-td.name, th.name { text-align: left; white-space: normal; max-width: 460px; overflow-wrap: anywhere; }
+th[title] { text-decoration: underline dotted var(--muted); cursor: help; }
+th.group { text-align: center; border-left: 2px solid #fff; font-weight: 500; color: var(--muted); text-transform: uppercase; font-size: 12px; letter-spacing: .04em; }
+td.start, th.start { border-left: 1px solid var(--line); }
+td.bench, th.bench { text-align: left; white-space: nowrap; position: sticky; left: 0; background: #fff; z-index: 1; }
+td.bench .target { display: block; color: var(--muted); font-size: 11px; line-height: 1.2; }
+th.bench { background: #f3f3f3; }
+tr.bad td.bench { background: var(--bg-bad); }
+td.name, th.name { text-align: left; white-space: normal; min-width: 14em; max-width: 520px; overflow-wrap: anywhere; }
+td.bar { position: relative; min-width: 5em; }
+td.bar .fill { position: absolute; left: 0; top: 3px; bottom: 3px; background: var(--bar); }
+td.bar .fill.bad { background: var(--bar-bad); }
+td.bar .v { position: relative; }
+.worse { color: var(--bad); font-weight: 600; }
+.better { color: #1b7a3a; }
 tr.bad td { background: var(--bg-bad); }
-.regressions { border-left: 4px solid var(--bad); background: var(--bg-bad); padding: 6px 12px; margin: 8px 0; }
-.regressions p { margin: 2px 0; font-family: ui-monospace, monospace; }
+.regressions { border-left: 4px solid var(--bad); background: var(--bg-bad); padding: 6px 12px; margin: 8px 0; overflow-x: auto; }
+.regressions p { margin: 2px 0; font-family: ui-monospace, monospace; white-space: nowrap; }
+.regressions p.head { font-family: inherit; font-weight: 600; white-space: normal; }
+.ok { border-left: 4px solid #1b7a3a; background: #eaf5ee; padding: 6px 12px; margin: 8px 0; }
 figure { margin: 8px 0 16px; }
 figure img { max-width: 100%; height: auto; border: 1px solid var(--line); }
 figcaption { color: var(--muted); font-size: 13px; }
 code { font-family: ui-monospace, monospace; font-size: 13px; }
+dl { display: grid; grid-template-columns: max-content 1fr; gap: 4px 16px; max-width: 70em; }
+dt { font-weight: 600; white-space: nowrap; }
+dd { margin: 0; }
 "#;
 
 /// `1,234,567`.
@@ -91,12 +114,44 @@ fn figure(chart: &ChartFile) -> Markup {
     }
 }
 
-fn window_table(rows: &[WindowRow]) -> Markup {
+/// A table in a box that scrolls sideways rather than squeezing its text.
+fn scroll(table: Markup) -> Markup {
     html! {
+        div.scroll { (table) }
+        "\n"
+    }
+}
+
+/// A column head, with the glossary's definition of `term` as its hover.
+fn head(label: Markup, term: &str, class: Option<&str>) -> Markup {
+    html! {
+        th class=[class] title=[glance::hover(term)] { (label) }
+    }
+}
+
+/// A value with a bar behind it, `fraction` of the cell wide.
+fn bar_cell(text: &str, fraction: Option<f64>, bad: bool, class: Option<&str>) -> Markup {
+    let class = match class {
+        Some(c) => format!("bar {c}"),
+        None => "bar".to_string(),
+    };
+    html! {
+        td class=(class) {
+            @if let Some(f) = fraction.filter(|f| f.is_finite() && *f > 0.0) {
+                span.fill.bad[bad] style={ "width:" (format!("{:.1}", f.min(1.0) * 100.0)) "%" } {}
+            }
+            span.v { (text) }
+        }
+    }
+}
+
+fn window_table(rows: &[WindowRow]) -> Markup {
+    scroll(html! {
         table {
             tr {
-                th { "window (accesses)" } th { "windows" } th { "F" } th { "ΔF" }
-                th { "F_str" } th { "F_irr" } th { "F_str%" } th { "F_irr%" }
+                th { "window (loads)" } th { "windows" } (head(html!("F"), "F", None))
+                (head(html!("ΔF"), "ΔF@W_c", None)) th { "F_str" } th { "F_irr" }
+                (head(html!("F_str%"), "F_str%", None)) (head(html!("F_irr%"), "F_irr%", None))
             }
             "\n"
             @for r in rows.iter().filter(|r| r.windows > 0) {
@@ -113,8 +168,7 @@ fn window_table(rows: &[WindowRow]) -> Markup {
                 "\n"
             }
         }
-        "\n"
-    }
+    })
 }
 
 fn functions_table(analysis: &Analysis) -> Markup {
@@ -123,12 +177,15 @@ fn functions_table(analysis: &Analysis) -> Markup {
         .functions
         .iter()
         .filter(|f| f.a > 0 || f.a_const > 0);
-    html! {
+    scroll(html! {
         table {
             tr {
-                th.name { "function" } th { "A" } th { "A%" } th { "Â" } th { "A_const%" }
-                th { "ΔF" } th { "F_str%" } th { "F_irr%" } th { "code windows" }
-                th { "D mean" } th.name { "hottest loads" }
+                th.name { "function" } (head(html!("A"), "A", None)) th { "A%" }
+                (head(html!("Â"), "Â", None)) th { "A_const%" }
+                (head(html!("ΔF@W" sub { "c" }), "ΔF@W_c", None))
+                (head(html!("F_str%@W" sub { "c" }), "F_str%@W_c", None))
+                (head(html!("F_irr%@W" sub { "c" }), "F_irr%@W_c", None))
+                th { "code windows" } (head(html!("D mean"), "D", None)) th.name { "hottest loads" }
             }
             "\n"
             @for f in shown {
@@ -148,27 +205,49 @@ fn functions_table(analysis: &Analysis) -> Markup {
                 "\n"
             }
         }
-        "\n"
-    }
+    })
 }
 
-/// The three hottest loads of a function, one per line.
+/// The three hottest source lines of a function, one per line: loads on
+/// the same line (several instructions of one expression) are one entry
+/// with their counts added, so a line never appears twice.
 fn hot_lines(f: &FunctionMetrics) -> Markup {
+    let mut lines: Vec<(String, u64)> = Vec::new();
+    for load in &f.hot_loads {
+        let place = load.line.clone().unwrap_or_else(|| format_address(load.ip));
+        match lines.iter_mut().find(|(p, _)| *p == place) {
+            Some((_, count)) => *count += load.count,
+            None => lines.push((place, load.count)),
+        }
+    }
+    lines.sort_by_key(|l| std::cmp::Reverse(l.1));
     html! {
-        @for (i, l) in f.hot_loads.iter().take(3).enumerate() {
+        @for (i, (place, count)) in lines.iter().take(3).enumerate() {
             @if i > 0 { br; }
-            code { (l.line.clone().unwrap_or_else(|| format_address(l.ip))) }
-            " (" (int(l.count)) ")"
+            code { (place) }
+            " (" (int(*count)) ")"
         }
     }
 }
 
+/// Distinct entries of `items`, first occurrence first.
+fn distinct(items: &[String]) -> Vec<&str> {
+    let mut out: Vec<&str> = Vec::new();
+    for item in items {
+        if !out.contains(&item.as_str()) {
+            out.push(item);
+        }
+    }
+    out
+}
+
 fn regions_table(analysis: &Analysis) -> Markup {
-    html! {
+    scroll(html! {
         table {
             tr {
-                th.name { "region" } th { "size" } th { "A" } th { "A%" } th { "blocks" }
-                th { "A/block" } th { "D mean" } th.name { "accessed by" }
+                th.name { "region" } th { "size" } (head(html!("A"), "A", None)) th { "A%" }
+                th { "blocks" } th { "A/block" } (head(html!("D mean"), "D", None))
+                th.name { "accessed by" }
             }
             "\n"
             @for r in &analysis.regions {
@@ -184,8 +263,9 @@ fn regions_table(analysis: &Analysis) -> Markup {
                         @for (i, f) in r.functions.iter().take(3).enumerate() {
                             @if i > 0 { br; }
                             code { (f.name) } " (" (int(f.a)) ")"
-                            @if !f.lines.is_empty() {
-                                " at " (f.lines.iter().take(2).cloned().collect::<Vec<_>>().join(", "))
+                            @let lines = distinct(&f.lines);
+                            @if !lines.is_empty() {
+                                " at " (lines.iter().take(2).copied().collect::<Vec<_>>().join(", "))
                             }
                         }
                     }
@@ -193,7 +273,58 @@ fn regions_table(analysis: &Analysis) -> Markup {
                 "\n"
             }
         }
-        "\n"
+    })
+}
+
+/// `↑ +12.5%`, `↓ -3.0%`, `= 0.0%`, marked worse or better where the
+/// metric's direction says which (`gated` metrics only); `compact`: a
+/// change from 0 as the bare difference (`↑ +0.500`), for the overview's
+/// narrow columns.
+fn change_cell(
+    metric: crate::gate::Metric,
+    old: Option<f64>,
+    new: Option<f64>,
+    compact: bool,
+    gated: bool,
+) -> Markup {
+    let (Some(old), Some(new)) = (old, new) else {
+        return html! { td { "–" } };
+    };
+    let change = crate::gate::Change::between(old, new);
+    let visible = change
+        .relative
+        .map_or(change.absolute != 0.0, |r| r.abs() >= 0.0005);
+    let arrow = if visible { arrow(change.absolute) } else { "=" };
+    let text = match (compact, change.relative) {
+        (true, None) => format!(
+            "{}{}",
+            if change.absolute > 0.0 { "+" } else { "" },
+            dec(change.absolute)
+        ),
+        _ => change.to_string(),
+    };
+    // Colour only what the gate looks at, and only a visible change.
+    let class = match (metric.worse(), change.absolute.partial_cmp(&0.0)) {
+        _ if !gated || !visible => None,
+        (_, Some(std::cmp::Ordering::Equal) | None) => None,
+        (crate::gate::Direction::Either, _) => None,
+        (crate::gate::Direction::Increase, Some(std::cmp::Ordering::Greater))
+        | (crate::gate::Direction::Decrease, Some(std::cmp::Ordering::Less)) => Some("worse"),
+        _ => Some("better"),
+    };
+    html! {
+        td class=[class] { (arrow) " " (text) }
+    }
+}
+
+/// `↑`, `↓` or `=` for the sign of a change.
+pub(crate) fn arrow(change: f64) -> &'static str {
+    if change > 0.0 {
+        "↑"
+    } else if change < 0.0 {
+        "↓"
+    } else {
+        "="
     }
 }
 
@@ -224,38 +355,34 @@ fn verdict_block(baseline: &str, verdict: &Result<BenchVerdict, String>) -> Mark
             }
             "\n"
         }
-        table {
-            tr {
-                th.name { "metric" } th { "baseline " (baseline) } th { "this run" }
-                th { "change" } th { "limit" }
-            }
-            "\n"
-            @for m in &verdict.metrics {
-                tr class=[bad_class(m.regressed)] {
-                    td.name { code { (m.metric) } }
-                    td { (opt(m.old, dec)) }
-                    td { (opt(m.new, dec)) }
-                    td {
-                        @match (m.old, m.new) {
-                            (Some(old), Some(new)) => (crate::gate::Change::between(old, new)),
-                            _ => "–",
-                        }
-                    }
-                    td {
-                        @match m.limit {
-                            Some(limit) => (limit),
-                            None => "–",
-                        }
-                    }
+        (scroll(html! {
+            table {
+                tr {
+                    th.name { "metric" } th { "baseline " (baseline) } th { "this run" }
+                    th { "change" } th { "limit" }
                 }
                 "\n"
+                @for m in &verdict.metrics {
+                    tr class=[bad_class(m.regressed)] {
+                        td.name { code { (m.metric) } }
+                        td { (opt(m.old, dec)) }
+                        td { (opt(m.new, dec)) }
+                        (change_cell(m.metric, m.old, m.new, false, m.limit.is_some()))
+                        td {
+                            @match m.limit {
+                                Some(limit) => (limit),
+                                None => "–",
+                            }
+                        }
+                    }
+                    "\n"
+                }
             }
-        }
-        "\n"
+        }))
         @if let Some(k) = verdict.window_k {
             p.note {
                 "dF, F_str_frac, F_irr_frac: means over windows of " (format_window(k))
-                " accesses."
+                " loads (ΔF@W" sub { "c" } ", F_str%@W" sub { "c" } ", F_irr%@W" sub { "c" } ")."
             }
             "\n"
         }
@@ -266,7 +393,7 @@ fn verdict_block(baseline: &str, verdict: &Result<BenchVerdict, String>) -> Mark
     }
 }
 
-/// Renders the whole page.
+/// Renders the whole page; benches in the order of [`glance::rank`].
 pub fn index(
     title: &str,
     source: &str,
@@ -274,6 +401,8 @@ pub fn index(
     overview_charts: &[ChartFile],
     baseline: Option<&str>,
 ) -> String {
+    let order = glance::rank(pages);
+    let ranked: Vec<&BenchPage> = order.iter().map(|&i| &pages[i]).collect();
     let page = html! {
         (DOCTYPE) "\n"
         html lang="en" {
@@ -288,7 +417,7 @@ pub fn index(
             "\n"
             body {
                 "\n"
-                (navigation(pages))
+                (navigation(&ranked))
                 main {
                     "\n"
                     h1 { (title) } "\n"
@@ -300,10 +429,11 @@ pub fn index(
                         }
                     }
                     "\n"
-                    (overview(pages, overview_charts))
-                    @for page in pages {
+                    (overview(&ranked, overview_charts, baseline))
+                    @for page in &ranked {
                         (bench_section(page, baseline))
                     }
+                    (glance::glossary())
                 }
                 "\n"
             }
@@ -314,50 +444,163 @@ pub fn index(
     page.into_string()
 }
 
-/// The side bar: the overview and one link per bench.
-fn navigation(pages: &[BenchPage]) -> Markup {
+/// The side bar: the overview, one link per bench (its bench name, and
+/// its package and target where they differ between benches), the
+/// glossary.
+fn navigation(pages: &[&BenchPage]) -> Markup {
+    let targets = targets(pages);
     html! {
         nav {
             "\n"
-            a href="#overview" { b { "Overview" } } "\n"
+            a href="#overview" { b { "At a glance" } } "\n"
             h2 { "Benches" } "\n"
+            @if let [target] = targets.as_slice() {
+                @if !target.is_empty() { p.note { (target) } "\n" }
+            }
             @for page in pages {
-                a href={ "#" (page.slug) } class=[bad_class(regressed(page))] {
-                    (page.bench.name)
+                a href={ "#" (page.slug) } class=[bad_class(regressed(page))] title=(page.bench.name) {
+                    @match &page.bench.key {
+                        Some(key) => (key.bench),
+                        None => (page.bench.name),
+                    }
+                }
+                @if let (Some(key), true) = (&page.bench.key, targets.len() > 1) {
+                    span.target { (key.package) "/" (key.target) }
                 }
                 "\n"
             }
+            h2 { "Reference" } "\n"
+            a href="#glossary" { "Glossary" } "\n"
         }
         "\n"
     }
 }
 
-/// The overview section: one row of whole-run values per bench, then the
-/// charts that compare benches.
-fn overview(pages: &[BenchPage], charts: &[ChartFile]) -> Markup {
+/// The `package/target`s the benches come from (an empty string for
+/// benches without one).
+fn targets(pages: &[&BenchPage]) -> Vec<String> {
+    let mut targets: Vec<String> = pages
+        .iter()
+        .map(|p| {
+            p.bench
+                .key
+                .as_ref()
+                .map_or_else(String::new, |k| format!("{}/{}", k.package, k.target))
+        })
+        .collect();
+    targets.sort();
+    targets.dedup();
+    targets
+}
+
+/// The recording parameters of the benches, for the overview's caption:
+/// `(description, benches recorded so)`, most common first.
+fn recordings(pages: &[&BenchPage]) -> Vec<(String, usize)> {
+    let mut out: Vec<(String, usize)> = Vec::new();
+    for page in pages {
+        let r = super::adapt::recording(&page.bench.analysis);
+        match out.iter_mut().find(|(d, _)| *d == r) {
+            Some((_, n)) => *n += 1,
+            None => out.push((r, 1)),
+        }
+    }
+    out.sort_by_key(|r| std::cmp::Reverse(r.1));
+    out
+}
+
+/// The regressions of the run, first thing on the page.
+fn regressions_box(pages: &[&BenchPage], baseline: &str) -> Markup {
+    let regressed: Vec<&&BenchPage> = pages.iter().filter(|p| regressed(p)).collect();
+    let count: usize = regressed
+        .iter()
+        .map(|p| glance::headline(p).regressions)
+        .sum();
+    let refused = pages
+        .iter()
+        .filter(|p| matches!(p.verdict, Some(Err(_))))
+        .count();
+    html! {
+        @if regressed.is_empty() {
+            div.ok {
+                "No regression against baseline " code { (baseline) } "."
+                @if refused > 0 {
+                    " " (refused) " bench" @if refused != 1 { "es" } " could not be compared (see its section)."
+                }
+            }
+            "\n"
+        } @else {
+            div.regressions {
+                "\n"
+                p.head {
+                    (count) " regression" @if count != 1 { "s" } " against baseline "
+                    code { (baseline) } " in " (regressed.len()) " bench"
+                    @if regressed.len() != 1 { "es" } ":"
+                }
+                "\n"
+                @for page in &regressed {
+                    @if let Some(Ok(v)) = &page.verdict {
+                        @for r in &v.regressions {
+                            p { a href={ "#" (page.slug) } { "regression" } ": " (r.human()) }
+                            "\n"
+                        }
+                    }
+                }
+            }
+            "\n"
+        }
+    }
+}
+
+/// The overview section: regressions, then one row per bench in ranked
+/// order with grouped columns, then the charts that compare benches.
+fn overview(pages: &[&BenchPage], charts: &[ChartFile], baseline: Option<&str>) -> Markup {
+    let cache: Vec<(usize, &str)> = glance::CACHE_LEVELS
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| {
+            pages
+                .iter()
+                .any(|p| glance::headline(p).misses[*i].is_some())
+        })
+        .map(|(i, (level, _))| (i, *level))
+        .collect();
+    let scale = Scale::of(pages);
+    let recorded = recordings(pages);
+    let targets = targets(pages);
     html! {
         section id="overview" {
             "\n"
-            h2 { "Overview" } "\n"
-            p.note {
-                "Whole-run values over the recorded samples. ΔF@W" sub { "c" } ", F_str%@W"
-                sub { "c" } ": means over code windows (comparable between sampled and full \
-                traces); whole-run F of a sampled trace is what the samples saw."
+            h2 { "At a glance" } "\n"
+            @if let Some(b) = baseline {
+                (regressions_box(pages, b))
             }
-            "\n"
-            table {
-                tr {
-                    th.name { "bench" } th { "recording" } th { "samples" } th { "A" }
-                    th { "Â" } th { "F" } th { "ΔF" } th { "F_str%" } th { "F_irr%" }
-                    th { "ΔF@W" sub { "c" } } th { "F_str%@W" sub { "c" } } th { "D mean" }
-                    th { "D max" }
+            (scroll(html! {
+                table.overview {
+                    caption {
+                        "Benches "
+                        @if baseline.is_some() { "with regressions first, then " }
+                        "ranked by "
+                        @if !cache.is_empty() { "estimated cache misses, " }
+                        "F_irr%@W" sub { "c" } " and ΔF@W" sub { "c" } " (largest first). Recorded "
+                        @for (i, (how, n)) in recorded.iter().enumerate() {
+                            @if i > 0 { "; " }
+                            (how)
+                            @if recorded.len() > 1 { " (" (n) " bench" @if *n != 1 { "es" } ")" }
+                        }
+                        @if let [target] = targets.as_slice() {
+                            @if !target.is_empty() { ". All from " code { (target) } }
+                        }
+                        ". Hover a column head for its meaning; – : undefined."
+                    }
+                    "\n"
+                    (overview_head(&cache, baseline))
+                    tbody {
+                        @for page in pages {
+                            (overview_row(page, &cache, &scale, baseline.is_some(), targets.len() > 1))
+                        }
+                    }
                 }
-                "\n"
-                @for page in pages {
-                    (overview_row(page))
-                }
-            }
-            "\n"
+            }))
             @for chart in charts {
                 (figure(chart))
             }
@@ -366,38 +609,136 @@ fn overview(pages: &[BenchPage], charts: &[ChartFile]) -> Markup {
     }
 }
 
-fn overview_row(page: &BenchPage) -> Markup {
+/// The two header rows of the overview: groups, then columns.
+fn overview_head(cache: &[(usize, &str)], baseline: Option<&str>) -> Markup {
+    let sub_c = |name: &str| html! { (name) "@W" sub { "c" } };
+    html! {
+        thead {
+            tr {
+                th.bench rowspan="2" { "bench" }
+                th.group.start colspan="2" { "counts" }
+                th.group.start colspan="2" { "footprint" }
+                th.group.start colspan="3" { "locality (code windows)" }
+                @if !cache.is_empty() {
+                    th.group.start colspan=(cache.len()) { "cache" }
+                }
+                @if let Some(b) = baseline {
+                    th.group.start colspan="4" { "against " (b) }
+                }
+            }
+            "\n"
+            tr {
+                th.start title="Samples recorded (after splitting per thread)." { "samples" }
+                (head(html!("Â"), "Â", None))
+                (head(html!("F"), "F", Some("start"))) (head(html!("F_irr%"), "F_irr%", None))
+                (head(sub_c("F_irr%"), "F_irr%@W_c", Some("start")))
+                (head(sub_c("ΔF"), "ΔF@W_c", None))
+                (head(html!("D mean"), "D", None))
+                @for (i, (_, level)) in cache.iter().enumerate() {
+                    (head(html!("est. " (level) " misses"), "MR", (i == 0).then_some("start")))
+                }
+                @if baseline.is_some() {
+                    (head(html!("regr."), "regression", Some("start")))
+                    (head(html!("Â"), "Â", None))
+                    (head(sub_c("F_irr%"), "F_irr%@W_c", None))
+                    (head(sub_c("ΔF"), "ΔF@W_c", None))
+                }
+            }
+            "\n"
+        }
+    }
+}
+
+/// The largest values of the barred columns, so bars compare benches.
+struct Scale {
+    d_f: f64,
+    misses: [f64; 2],
+}
+
+impl Scale {
+    fn of(pages: &[&BenchPage]) -> Scale {
+        let heads: Vec<glance::Headline> = pages.iter().map(|p| glance::headline(p)).collect();
+        let max = |get: &dyn Fn(&glance::Headline) -> Option<f64>| {
+            heads.iter().filter_map(get).fold(0.0, f64::max)
+        };
+        Scale {
+            d_f: max(&|h| h.d_f),
+            misses: [max(&|h| h.misses[0]), max(&|h| h.misses[1])],
+        }
+    }
+}
+
+fn ratio(value: Option<f64>, max: f64) -> Option<f64> {
+    value.filter(|_| max > 0.0).map(|v| v / max)
+}
+
+/// One bench's overview row; `show_target`: its package and target under
+/// its name (when the benches come from several).
+fn overview_row(
+    page: &BenchPage,
+    cache: &[(usize, &str)],
+    scale: &Scale,
+    compared: bool,
+    show_target: bool,
+) -> Markup {
     let a = &page.bench.analysis;
     let s = &a.summary;
-    // The largest trace window that fits in a code window: its means are
-    // comparable between sampled and full traces.
-    let row = a
-        .trace_windows
-        .iter()
-        .filter(|r| r.k <= a.run.code_window_k && r.windows > 0)
-        .max_by_key(|r| r.k);
+    let any = glance::has_accesses(a);
+    let h = glance::headline(page);
+    let verdict = page.verdict.as_ref().and_then(|v| v.as_ref().ok());
+    let metric = |m: crate::gate::Metric| {
+        verdict
+            .and_then(|v| v.metrics.iter().find(|c| c.metric == m))
+            .map_or((None, None), |c| (c.old, c.new))
+    };
     html! {
         tr class=[bad_class(regressed(page))] {
-            td.name { a href={ "#" (page.slug) } { (page.bench.name) } }
-            td { (super::adapt::recording(a)) }
-            td { (int(s.samples)) }
-            td { (int(s.a)) }
+            td.bench {
+                @match (&page.bench.key, show_target) {
+                    (Some(key), true) => {
+                        a href={ "#" (page.slug) } title=(page.bench.name) { (key.bench) }
+                        span.target { (key.package) "/" (key.target) }
+                    }
+                    (Some(key), false) => a href={ "#" (page.slug) } title=(page.bench.name) { (key.bench) },
+                    (None, _) => a href={ "#" (page.slug) } { (page.bench.name) },
+                }
+            }
+            td.start { (int(s.samples)) }
             td { (opt(s.a_hat, super::charts::format_count)) }
-            td { (int(s.f)) }
-            td { (opt(s.d_f, dec)) }
-            td { (pct(s.f_str_frac)) }
-            td { (pct(s.f_irr_frac)) }
-            td { (opt(row.map(|r| r.d_f), dec)) }
-            td { (opt(row.map(|r| r.f_str_frac), pct)) }
+            td.start { (int(s.f)) }
+            td { (opt(any.then_some(s.f_irr_frac), pct)) }
+            (bar_cell(&opt(h.f_irr_frac, pct), h.f_irr_frac, false, Some("start")))
+            (bar_cell(&opt(h.d_f, dec), ratio(h.d_f, scale.d_f), false, None))
             td { (opt(s.d_mean, dec)) }
-            td { (s.d_max.map_or("–".into(), int)) }
+            @for (n, (i, _)) in cache.iter().enumerate() {
+                (bar_cell(
+                    &opt(h.misses[*i], super::charts::format_count),
+                    ratio(h.misses[*i], scale.misses[*i]),
+                    false,
+                    (n == 0).then_some("start"),
+                ))
+            }
+            @if compared {
+                @match verdict {
+                    Some(v) if v.has_baseline => {
+                        td.start class=[(!v.regressions.is_empty()).then_some("worse")] { (v.regressions.len()) }
+                        @for m in [crate::gate::Metric::AHat, crate::gate::Metric::FIrrFrac, crate::gate::Metric::DF] {
+                            @let (old, new) = metric(m);
+                            (change_cell(m, old, new, true, true))
+                        }
+                    }
+                    Some(_) => { td.start title="not in the baseline: nothing compared" { "new" } td { "–" } td { "–" } td { "–" } }
+                    None => { td.start title="not compared: see the bench's section" { "–" } td { "–" } td { "–" } td { "–" } }
+                }
+            }
         }
         "\n"
     }
 }
 
-/// One bench's section: what was recorded, the baseline comparison, then
-/// charts and tables by topic, then what the data does not cover.
+/// One bench's section: two plain sentences, what was recorded, the
+/// baseline comparison, then charts and tables by topic, then what the
+/// data does not cover.
 fn bench_section(page: &BenchPage, baseline: Option<&str>) -> Markup {
     let a = &page.bench.analysis;
     let s = &a.summary;
@@ -405,9 +746,11 @@ fn bench_section(page: &BenchPage, baseline: Option<&str>) -> Markup {
         section id=(page.slug) {
             "\n"
             h2 { (page.bench.name) } "\n"
+            (glance::sentences(a))
             p.meta {
                 (super::adapt::recording(a)) " · " (super::adapt::volume(a)) " · ρ = "
-                (opt(s.rho, dec)) " · κ = " (opt(s.kappa, dec)) " · " (int(s.records))
+                (opt(s.rho, dec)) " · κ = " (opt(s.kappa, dec)) " · ΔF" sub { "run" } " = "
+                (opt(s.d_f, dec)) " · " (int(s.records))
                 " records"
             }
             "\n"
@@ -440,8 +783,11 @@ fn bench_section(page: &BenchPage, baseline: Option<&str>) -> Markup {
 /// functions and regions, a table (shown even without a chart).
 fn topics(page: &BenchPage) -> Markup {
     let a = &page.bench.analysis;
+    // A chart whose section is not listed here is not shown: a new chart
+    // kind (e.g. a miss-ratio curve, section "mrc") gets its entry.
     let sections = [
         ("reuse", "Reuse distance"),
+        ("mrc", "Miss-ratio curve"),
         ("time", "Accesses over time and per address"),
         ("functions", "Hot functions"),
         ("regions", "Hot regions"),
@@ -514,6 +860,45 @@ fn coverage(page: &BenchPage) -> Markup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_appears_once_per_cell_with_its_counts_added() {
+        let load = |ip, line: Option<&str>, count| memgaze_analysis::HotLoad {
+            ip,
+            line: line.map(str::to_string),
+            count,
+        };
+        let f = FunctionMetrics {
+            name: "f".into(),
+            a: 100,
+            a_const: 0,
+            a_const_frac: None,
+            a_hat: None,
+            d_f: None,
+            f_str_frac: None,
+            f_irr_frac: None,
+            code_windows: 0,
+            d_mean: None,
+            trace_windows: Vec::new(),
+            hot_loads: vec![
+                load(0x10, Some("src/map.rs:41"), 30),
+                load(0x20, Some("src/lib.rs:7"), 35),
+                load(0x14, Some("src/map.rs:41"), 20),
+                load(0x30, None, 5),
+                load(0x40, Some("src/lib.rs:9"), 1),
+            ],
+        };
+        let cell = hot_lines(&f).into_string();
+        assert_eq!(cell.matches("src/map.rs:41").count(), 1, "{cell}");
+        // 30 + 20 on one line, hottest first; three entries at most.
+        assert!(
+            cell.starts_with("<code>src/map.rs:41</code> (50)<br><code>src/lib.rs:7</code> (35)"),
+            "{cell}"
+        );
+        assert!(cell.contains("<code>0x30</code> (5)"), "{cell}");
+        assert!(!cell.contains("lib.rs:9"), "{cell}");
+        assert_eq!(distinct(&["a".into(), "b".into(), "a".into()]), ["a", "b"]);
+    }
 
     #[test]
     fn groups_digits() {

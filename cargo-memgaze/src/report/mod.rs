@@ -14,7 +14,13 @@
 //! <out>/<bench>/addresses.svg      (d) needs the trace
 //! <out>/<bench>/functions.svg      (e)
 //! <out>/<bench>/regions.svg        (e)
+//! <out>/.memgaze-report            the files written, for the next report
 //! ```
+//!
+//! A report replaces the previous one in the same directory: files the
+//! previous report wrote and this one did not are removed ([`clean`]);
+//! nothing else in the directory is touched. Benches are listed
+//! regressions first, then by their headline numbers ([`glance`]).
 //!
 //! Charts come from plain inputs ([`charts`]); [`profile`] computes the
 //! per-record views in a streaming pass over the trace; [`results`] finds
@@ -22,18 +28,22 @@
 
 mod adapt;
 pub mod charts;
+pub mod clean;
+mod glance;
 mod html;
 pub mod profile;
 pub mod results;
+pub mod summary;
 
 pub use results::{
-    ANALYSIS_FILE, BENCH_FILE, Discovery, GOLDEN_FILE, REPORT_DIR, ReportBench, TRACE_FILE,
-    discover,
+    ANALYSIS_FILE, BENCH_FILE, COMPARE_DIR, Discovery, GOLDEN_FILE, REPORT_DIR, ReportBench,
+    TRACE_FILE, discover,
 };
 
-use crate::gate::{Baseline, BenchVerdict, Limits, compare_analysis};
+use crate::gate::{Baseline, BenchVerdict, Limits, Regression, compare_analysis};
 use anyhow::{Context, Result};
 use profile::{ProfileOptions, profile_trace};
+use std::collections::BTreeMap;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
@@ -50,6 +60,9 @@ pub struct ReportOptions {
     pub baseline: Option<Baseline>,
     /// Limits the comparison tables mark regressions by.
     pub limits: Limits,
+    /// Limits of particular packages (by name), replacing [`Self::limits`]
+    /// for their benches, as `bench` gates each package with its own.
+    pub package_limits: BTreeMap<String, Limits>,
     /// Functions and regions shown in the bar charts.
     pub top: usize,
 }
@@ -63,6 +76,7 @@ impl ReportOptions {
             profile: ProfileOptions::default(),
             baseline: None,
             limits: Limits::defaults(),
+            package_limits: BTreeMap::new(),
             top: 12,
         }
     }
@@ -79,8 +93,22 @@ pub struct ReportOutput {
     pub benches: usize,
     /// Problems that did not stop the report (e.g. an unreadable trace:
     /// its per-record charts are missing; a bench directory of the results
-    /// tree that could not be read at all), one line each.
+    /// tree that could not be read at all; a comparison with the baseline
+    /// refused), one line each.
     pub warnings: Vec<String>,
+    /// The comparison of each bench with the baseline, in the page's order
+    /// (empty without a baseline; refused comparisons are in `warnings`).
+    pub verdicts: Vec<BenchVerdict>,
+    /// Files of an earlier report in the directory that this one removed
+    /// (relative to it).
+    pub removed: Vec<PathBuf>,
+}
+
+impl ReportOutput {
+    /// Every regression against the baseline.
+    pub fn regressions(&self) -> impl Iterator<Item = &Regression> {
+        self.verdicts.iter().flat_map(|v| &v.regressions)
+    }
 }
 
 /// `<results root>/report`: where `bench` writes its report.
@@ -257,7 +285,13 @@ pub fn write_report(
     );
     let index = out.join("index.html");
     memgaze_output::write_atomic(&index, page)?;
-    let warnings = pages
+    let mut relative: Vec<PathBuf> = written
+        .iter()
+        .filter_map(|p| p.strip_prefix(out).ok().map(Path::to_path_buf))
+        .collect();
+    relative.push(PathBuf::from("index.html"));
+    let removed = clean::replace_previous(out, &relative)?;
+    let mut warnings: Vec<String> = pages
         .iter()
         .flat_map(|p| {
             p.notes
@@ -265,11 +299,21 @@ pub fn write_report(
                 .map(move |n| format!("{}: {n}", p.bench.name))
         })
         .collect();
+    let mut verdicts = Vec::new();
+    for i in glance::rank(&pages) {
+        match &pages[i].verdict {
+            Some(Ok(v)) => verdicts.push(v.clone()),
+            Some(Err(e)) => warnings.push(format!("{}: not compared: {e}", pages[i].bench.name)),
+            None => {}
+        }
+    }
     Ok(ReportOutput {
         index,
         charts: written,
         benches: pages.len(),
         warnings,
+        verdicts,
+        removed,
     })
 }
 
@@ -323,7 +367,11 @@ fn bench_page<'a>(
                 old,
                 bench.key.as_ref().expect("matched by key"),
                 a,
-                &options.limits,
+                bench
+                    .key
+                    .as_ref()
+                    .and_then(|k| options.package_limits.get(&k.package))
+                    .unwrap_or(&options.limits),
             )
             .map_err(|e| memgaze_error::one_line(&e)),
         ),

@@ -31,6 +31,8 @@ pub const ANALYSIS_FILE: &str = "analysis.json";
 pub const GOLDEN_FILE: &str = "golden.json";
 /// Where reports go under the results root, by default.
 pub const REPORT_DIR: &str = "report";
+/// Where `compare` writes its reports under the results root, by default.
+pub const COMPARE_DIR: &str = "compare";
 
 /// One bench's results, ready to report on.
 #[derive(Clone, Debug, PartialEq)]
@@ -118,7 +120,8 @@ pub struct Discovery {
 
 /// Everything to report on under `results`: a trace file, an analysis
 /// JSON, or a directory scanned recursively for bench directories (the
-/// `baselines/` and `report/` directories of a results root are skipped).
+/// `baselines/`, `report/` and `compare/` directories of a results root are
+/// skipped).
 ///
 /// A file named directly must be readable. In a tree, a bench directory
 /// that is not is skipped and named in [`Discovery::skipped`]: a results
@@ -181,7 +184,7 @@ pub fn discover(results: &Path) -> Result<Discovery> {
             let skip = dir == results
                 && path
                     .file_name()
-                    .is_some_and(|n| n == BASELINES_DIR || n == REPORT_DIR);
+                    .is_some_and(|n| n == BASELINES_DIR || n == REPORT_DIR || n == COMPARE_DIR);
             if path.is_dir() && !skip {
                 stack.push(path);
             }

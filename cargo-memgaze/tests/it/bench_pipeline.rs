@@ -791,8 +791,8 @@ fn the_ci_gate_script_saves_and_compares() {
             .is_file()
     );
 
-    // A bench the baseline lacks passes, and the job summary says it was
-    // not compared (it said "every bench within the limits").
+    // A bench the baseline lacks passes, and the job summary (the
+    // `--summary-md` Markdown) says it was not compared.
     std::fs::write(&summary, "").unwrap();
     let out = run_benches(
         "compare",
@@ -802,9 +802,9 @@ fn the_ci_gate_script_saves_and_compares() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let written = std::fs::read_to_string(&summary).unwrap();
     assert!(
-        written.contains(
-            "memgaze: within the limits of baseline `ci-script`; 1 bench(es) not in it, not compared."
-        ),
+        written
+            .starts_with("### ✅ memgaze: no regression in 1 bench against baseline `ci-script`")
+            && written.contains("1 bench not in the baseline (not compared)"),
         "{written}"
     );
 
@@ -819,7 +819,9 @@ fn the_ci_gate_script_saves_and_compares() {
     );
     let summary = std::fs::read_to_string(&summary).unwrap();
     assert!(
-        summary.contains("- `hashmap-vs-btree/lookup/scan: F_irr_frac 0 → "),
+        summary.starts_with("### ❌ memgaze: ")
+            && summary
+                .contains("| ❌ regression | hashmap-vs-btree/lookup/scan | `F_irr_frac` | 0 | "),
         "{summary}"
     );
 

@@ -74,8 +74,10 @@ fn a_results_tree_gives_every_chart_and_a_self_contained_page() {
     }
     for bench in ["irr-half", "str/irr", "chase"] {
         assert!(
-            html.contains(&format!(">{bench} (microbenches/micro)</a>")),
-            "{bench} in the navigation"
+            html.contains(&format!(
+                "title=\"{bench} (microbenches/micro)\">{bench}</a>"
+            )),
+            "{bench} in the navigation and the overview, its target in the hover"
         );
     }
     // Six charts per bench, each linked from the page.
