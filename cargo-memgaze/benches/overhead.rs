@@ -87,6 +87,7 @@ fn recorded(
         &args,
         annotation,
         &sampling,
+        None,
         &mut writer,
         &Default::default(),
     )

@@ -89,7 +89,9 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             .iter()
             .map(|a| a.to_string_lossy().into_owned()),
     );
-    let header = record::trace_header(&annotation, sampling, command);
+    let spatial = args.sampling.spatial();
+    let mut header = record::trace_header(&annotation, sampling, command);
+    header.spatial = spatial;
     let mut analyzer = AnalyzerSink::new(&header, &AnalysisOptions::default())?;
     let recording = match &args.save_trace {
         Some(path) => {
@@ -100,6 +102,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
                 &args.command[1..],
                 &annotation,
                 &sampling,
+                spatial,
                 &mut Tee(&mut record::NamedSink(&mut writer, path), &mut analyzer),
                 &limits,
             )?;
@@ -114,6 +117,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             &args.command[1..],
             &annotation,
             &sampling,
+            spatial,
             &mut analyzer,
             &limits,
         )?,
