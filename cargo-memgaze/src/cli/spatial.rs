@@ -72,10 +72,6 @@ mod tests {
         };
         let s = default.spatial().unwrap();
         assert_eq!(s.threshold, 1 << 57);
-        assert!(
-            SpatialArgs { spatial_rate: 0.0 }
-                .spatial()
-                .is_none()
-        );
+        assert!(SpatialArgs { spatial_rate: 0.0 }.spatial().is_none());
     }
 }

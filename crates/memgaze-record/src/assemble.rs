@@ -399,10 +399,7 @@ mod tests {
         ))
         .unwrap();
         asm.finish().unwrap();
-        assert_eq!(
-            (asm.records, asm.spatial_records, asm.samples),
-            (5, 4, 3)
-        );
+        assert_eq!((asm.records, asm.spatial_records, asm.samples), (5, 4, 3));
         assert_eq!(asm.invalid_records, 1);
         drop(asm);
         assert_eq!(
@@ -423,7 +420,14 @@ mod tests {
             .collect();
         assert_eq!(
             thread0,
-            [(1, false), (0x40, true), (0x80, true), (0x88, true), (4, false), (5, false)]
+            [
+                (1, false),
+                (0x40, true),
+                (0x80, true),
+                (0x88, true),
+                (4, false),
+                (5, false)
+            ]
         );
     }
 

@@ -30,13 +30,13 @@ pub mod unwind;
 pub use report::{Escape, Report};
 
 use crate::annotation::{Annotation, InstrumentationMode};
-use memgaze_trace::LoadClass;
 use crate::binary::{Binary, Function, FunctionCode, IndirectJumpKind};
 use crate::error::{AnnotationError, InstrumentError};
 use anyhow::{Context, Result, anyhow};
 use elf::{ElfEditor, SIGNATURE, align_up};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic, Register};
 use liveness::RegSet;
+use memgaze_trace::LoadClass;
 use probe::FastPath;
 use relocate::{CopyPlan, Insert};
 use std::collections::{BTreeSet, HashMap, HashSet};

@@ -151,7 +151,11 @@ pub fn spatial_check(
         out.push(Instruction::with(Code::Pushfq));
     }
     out.push(effective_address(load, r, probe.pushed()));
-    out.push(i2(Code::Shr_rm64_imm8, r, super::runtime::SPATIAL_BLOCK_SHIFT as i32));
+    out.push(i2(
+        Code::Shr_rm64_imm8,
+        r,
+        super::runtime::SPATIAL_BLOCK_SHIFT as i32,
+    ));
     let rip = |target: u64| MemoryOperand::with_base_displ(Register::RIP, target as i64);
     out.push(i2(Code::Imul_r64_rm64, r, rip(config)));
     out.push(i2(Code::Cmp_r64_rm64, r, rip(config + 8)));

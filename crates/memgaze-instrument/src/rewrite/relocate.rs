@@ -15,11 +15,11 @@
 //! absolute target, never resolved to a copy.
 
 use super::probe::{self, FastPath, SpatialProbe};
-use std::collections::HashMap;
 use crate::annotation::{PtwriteOperand, PtwriteSite};
 use crate::binary::FunctionCode;
 use anyhow::{Result, anyhow, bail};
 use iced_x86::{Code, Encoder, FlowControl, IcedError, Instruction, Mnemonic, OpKind, Register};
+use std::collections::HashMap;
 
 /// What to insert before one instruction of a copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
