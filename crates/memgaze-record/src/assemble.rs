@@ -380,7 +380,7 @@ mod tests {
             MessageKind::Records,
             1,
             10,
-            &[(m, 0), (0, 1), (1 | s, 0x40), (0 | s, 0x80), (2 | s, 9)],
+            &[(m, 0), (0, 1), (1 | s, 0x40), (s, 0x80), (2 | s, 9)],
         ))
         .unwrap();
         // Thread 2 before thread 1's window is complete in the sink's eyes.
@@ -395,7 +395,7 @@ mod tests {
             MessageKind::Final,
             1,
             20,
-            &[(0 | s, 0x88), (m, 1), (1, 4), (0, 5)],
+            &[(s, 0x88), (m, 1), (1, 4), (0, 5)],
         ))
         .unwrap();
         asm.finish().unwrap();

@@ -357,10 +357,9 @@ fn build_part(plans: &[CopyPlan<'_>], run: usize, base: u64, entries: &Entries) 
                 probe::block_stub(loads, stub, fragment, &mut stubs);
                 label = 0;
                 counting_fragment(
-                    code,
+                    plan,
                     block,
                     fragment,
-                    &plan.spatial,
                     entries,
                     &mut next_fake,
                     &mut fragments,
@@ -757,15 +756,15 @@ fn is_relative_branch(insn: &Instruction) -> bool {
 /// information). Its branches go straight into the copy: a side exit taken
 /// here skips loads that were never counted.
 fn counting_fragment(
-    code: &FunctionCode,
+    plan: &CopyPlan<'_>,
     block: &Superblock,
     label: u64,
-    spatial: &HashMap<usize, (u32, SpatialProbe)>,
     entries: &Entries,
     next_fake: &mut dyn FnMut() -> u64,
     out: &mut Vec<Instruction>,
     stubs: &mut Vec<Instruction>,
 ) {
+    let (code, spatial) = (plan.code, &plan.spatial);
     let mut first = label;
     let mut loads = block.loads.iter().peekable();
     for i in block.at..=block.last {
