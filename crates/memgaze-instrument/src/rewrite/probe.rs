@@ -721,6 +721,67 @@ mod tests {
     }
 
     #[test]
+    fn spatial_checks_shift_multiply_compare_and_save_only_what_is_live() {
+        let load = decode_one(&[0x48, 0x8b, 0x44, 0x24, 0x08]); // mov rax,[rsp+8]
+        let config = 0x9000;
+        // Dead register and flags: five instructions, rsp untouched.
+        let free = SpatialProbe {
+            scratch: Register::RDX,
+            save_scratch: false,
+            save_flags: false,
+        };
+        let mut out = Vec::new();
+        spatial_check(&load, free, 0x1000, 0x2000, config, &mut out);
+        let decoded = assemble(&out, 0x1000);
+        let codes: Vec<Code> = decoded.iter().map(|i| i.code()).collect();
+        assert_eq!(
+            codes,
+            [
+                Code::Lea_r64_m,
+                Code::Shr_rm64_imm8,
+                Code::Imul_r64_rm64,
+                Code::Cmp_r64_rm64,
+                Code::Jb_rel32_64
+            ]
+        );
+        assert_eq!(decoded[0].memory_displacement64(), 8);
+        assert_eq!(decoded[2].memory_displacement64(), config);
+        assert_eq!(decoded[3].memory_displacement64(), config + 8);
+        // Nothing dead: the register and the flags are saved below the red
+        // zone, and the operand's rsp accounts for it.
+        let saving = SpatialProbe {
+            scratch: Register::RCX,
+            save_scratch: true,
+            save_flags: true,
+        };
+        let mut out = Vec::new();
+        spatial_check(&load, saving, 0x1000, 0x2000, config, &mut out);
+        let decoded = assemble(&out, 0x1000);
+        let codes: Vec<Code> = decoded.iter().map(|i| i.code()).collect();
+        assert_eq!(codes[..3], [Code::Lea_r64_m, Code::Push_r64, Code::Pushfq]);
+        assert_eq!(decoded[3].memory_displacement64(), 8 + 128 + 16);
+        assert_eq!(
+            codes[codes.len() - 3..],
+            [Code::Popfq, Code::Pop_r64, Code::Lea_r64_m]
+        );
+        // The stub undoes the saves before its call and resumes at the load.
+        let mut stub = Vec::new();
+        spatial_stub(&load, 9, saving, 0x2000, 0x1000, 0x3000, &mut stub);
+        let decoded = assemble(&stub, 0x2000);
+        let codes: Vec<Code> = decoded.iter().map(|i| i.code()).collect();
+        assert_eq!(codes[..3], [Code::Popfq, Code::Pop_r64, Code::Lea_r64_m]);
+        let call = decoded
+            .iter()
+            .find(|i| i.code() == Code::Call_rel32_64)
+            .unwrap();
+        assert_eq!(call.near_branch_target(), 0x3000);
+        assert_eq!(decoded.last().unwrap().near_branch_target(), 0x1000);
+        assert!(spatial_checkable(&load));
+        let fs = decode_one(&[0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0]); // mov rax,fs:[0x28]
+        assert!(!spatial_checkable(&fs));
+    }
+
+    #[test]
     fn ptwrite_writes_base_then_index() {
         let load = decode_one(&[0x8b, 0x04, 0x8f]); // mov eax,[rdi+rcx*4]
         let mut out = Vec::new();

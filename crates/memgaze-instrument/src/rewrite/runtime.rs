@@ -2143,6 +2143,8 @@ mod tests {
         assert!(rt.code.len() > 500, "{} bytes", rt.code.len());
         for ip in [
             rt.record,
+            rt.record_tracked,
+            rt.spatial,
             rt.entry,
             rt.fini,
             rt.region_begin,
