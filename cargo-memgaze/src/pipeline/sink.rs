@@ -132,13 +132,21 @@ mod tests {
                 sink.push(load, addr).unwrap();
             }
         }
+        // Spatial records reach the file, not the analysis.
+        sink.begin_spatial(1).unwrap();
+        sink.push(0, 0x40).unwrap();
+        sink.push(0, 0x80).unwrap();
         sink.begin_sample(0).unwrap(); // an empty last sample
-        let totals = TraceTotals::clean(1_300_000, 12_000, 13);
+        let totals = TraceTotals {
+            spatial_records: 2,
+            ..TraceTotals::clean(1_300_000, 12_000, 13)
+        };
         let (streamed, writer, breakdown) = sink.finish(&totals).unwrap();
         writer.unwrap().finish(&totals).unwrap().commit().unwrap();
         let from_file = analyze_trace(TraceReader::open(&path).unwrap(), &options).unwrap();
         assert_eq!(streamed, from_file);
         assert_eq!(streamed.summary.samples, 13);
+        assert_eq!(streamed.summary.records, 12_000);
         assert_eq!(breakdown.unwrap().finish().unwrap().samples.len(), 13);
     }
 }
