@@ -425,6 +425,7 @@ fn write_trace(path: &Path, records: u64, window: Option<u64>, mixed_run_log2: u
         }
     }
     let totals = TraceTotals {
+        spatial_records: 0,
         executions,
         records,
         samples: writer.samples(),
@@ -469,6 +470,7 @@ fn codec(records: u64, repeats: usize) {
                 writer.push(load, addr).unwrap();
             }
             let totals = TraceTotals {
+                spatial_records: 0,
                 executions: records,
                 records,
                 samples: 1,

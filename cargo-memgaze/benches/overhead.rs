@@ -1,16 +1,19 @@
 //! Overhead of the software recorder and speed of the rewriter.
 //!
-//! `cargo bench -p cargo-memgaze --bench overhead [-- --reps N]`
+//! `cargo bench -p cargo-memgaze --bench overhead [-- --reps N] [--kernels-only]`
 //!
 //! Reports, as ratios measured in the same run (median and min–max over
 //! interleaved repetitions, so a busy machine affects both sides alike):
 //! - instrumented/native run time of a strided and an irregular kernel
 //!   (`crates/memgaze-fixtures/fixtures/rewriter/bench_kernels.c`, gcc -O2, volatile scalar
-//!   loads) at the default sampling (w = 1000 per 100 000 executions, ≈1%),
-//!   and in full-trace mode, both including the collector writing the trace
-//!   file; as wall time and as the program's CPU time (user + system of the
-//!   child, which the collector's own work on another core does not
-//!   inflate);
+//!   loads) at the default sampling (w = 1000 per 100 000 executions, ≈1%,
+//!   and spatial samples of 1/128 of the blocks), at the same without
+//!   spatial samples (`--spatial-rate 0`), and in full-trace mode, all
+//!   including the collector writing the trace file; as wall time and as
+//!   the program's CPU time (user + system of the child, which the
+//!   collector's own work on another core does not inflate); and the
+//!   default recording's records (time samples and spatial) as a share of
+//!   the full trace's;
 //! - `valgrind --tool=lackey --trace-mem=yes` on the same kernels (smaller
 //!   input), against the native and the full-trace run;
 //! - instrumentation time of a Rust binary with ~2 MB of code
@@ -19,7 +22,7 @@
 
 use memgaze_metadata::annotation::InstrumentationMode;
 use memgaze_record as record;
-use memgaze_trace::{Sampling, TraceWriter};
+use memgaze_trace::{Sampling, SpatialSampling, TraceTotals, TraceWriter};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -73,10 +76,12 @@ fn recorded(
     args: &[&str],
     annotation: &memgaze_metadata::annotation::Annotation,
     sampling: Sampling,
+    spatial: Option<SpatialSampling>,
     trace: &Path,
-) -> Timing {
+) -> (Timing, TraceTotals) {
     let args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
-    let header = record::trace_header(annotation, sampling, vec![]);
+    let mut header = record::trace_header(annotation, sampling, vec![]);
+    header.spatial = spatial;
     // The program inherits our stdout: point it at /dev/null meanwhile.
     let _quiet = QuietStdout::new();
     let cpu = children_cpu();
@@ -87,6 +92,7 @@ fn recorded(
         &args,
         annotation,
         &sampling,
+        spatial,
         &mut writer,
         &Default::default(),
     )
@@ -98,9 +104,19 @@ fn recorded(
         .expect("trace file");
     let wall = start.elapsed();
     assert_eq!(recording.exit_code(), 0);
-    Timing {
+    let timing = Timing {
         wall,
         cpu: children_cpu() - cpu,
+    };
+    (timing, recording.totals)
+}
+
+/// The default sampling of the recorder.
+fn default_sampling() -> Sampling {
+    Sampling {
+        window: record::DEFAULT_WINDOW,
+        period: record::DEFAULT_PERIOD,
+        seed: Some(1),
     }
 }
 
@@ -149,11 +165,15 @@ fn lackey(program: &Path, args: &[&str]) -> Timing {
 }
 
 /// Median, min and max of ratios.
-fn summary(mut ratios: Vec<f64>) -> String {
+fn summary(ratios: Vec<f64>) -> String {
+    summary_of(ratios, "×")
+}
+
+fn summary_of(mut ratios: Vec<f64>, unit: &str) -> String {
     ratios.sort_by(f64::total_cmp);
     let median = ratios[ratios.len() / 2];
     format!(
-        "{median:7.2}×  ({:.2}–{:.2}, n = {})",
+        "{median:7.2}{unit}  ({:.2}–{:.2}, n = {})",
         ratios[0],
         ratios[ratios.len() - 1],
         ratios.len()
@@ -192,40 +212,72 @@ fn main() {
 
     println!("cargo memgaze overhead benchmark ({reps} interleaved repetitions per row)\n");
     println!("kernel run time, instrumented / native (median (min–max))");
+    let spatial = SpatialSampling::with_rate(1.0 / 128.0);
     for (kernel, elements, reps_inner) in [("str", "4000000", "25"), ("irr", "4000000", "10")] {
         let args = [kernel, elements, reps_inner];
         let mut sampled = (Vec::new(), Vec::new());
+        let mut plain = (Vec::new(), Vec::new());
+        let mut vs_plain = (Vec::new(), Vec::new());
         let mut full = (Vec::new(), Vec::new());
+        let mut share = Vec::new();
         for _ in 0..reps {
             let n = native(&kernels, &args);
-            let s = recorded(
+            let (s, totals) = recorded(
                 &instrumented,
                 &args,
                 &annotation,
-                Sampling {
-                    window: record::DEFAULT_WINDOW,
-                    period: record::DEFAULT_PERIOD,
-                    seed: Some(1),
-                },
+                default_sampling(),
+                spatial,
+                &trace,
+            );
+            let (p, _) = recorded(
+                &instrumented,
+                &args,
+                &annotation,
+                default_sampling(),
+                None,
                 &trace,
             );
             let n2 = native(&kernels, &args);
-            let f = recorded(&instrumented, &args, &annotation, Sampling::full(), &trace);
+            let (f, full_totals) = recorded(
+                &instrumented,
+                &args,
+                &annotation,
+                Sampling::full(),
+                None,
+                &trace,
+            );
             let base_wall = (n.wall + n2.wall).as_secs_f64() / 2.0;
             let base_cpu = (n.cpu + n2.cpu).as_secs_f64() / 2.0;
             sampled.0.push(s.wall.as_secs_f64() / base_wall);
             sampled.1.push(s.cpu.as_secs_f64() / base_cpu);
+            plain.0.push(p.wall.as_secs_f64() / base_wall);
+            plain.1.push(p.cpu.as_secs_f64() / base_cpu);
+            vs_plain.0.push(s.wall.as_secs_f64() / p.wall.as_secs_f64());
+            vs_plain.1.push(s.cpu.as_secs_f64() / p.cpu.as_secs_f64());
             full.0.push(f.wall.as_secs_f64() / base_wall);
             full.1.push(f.cpu.as_secs_f64() / base_cpu);
+            share.push(
+                100.0 * (totals.records + totals.spatial_records) as f64
+                    / full_totals.records as f64,
+            );
         }
         let loads = if kernel == "str" { "1" } else { "2" };
         println!(
-            "  {kernel} ({elements} elements × {reps_inner}, {loads} load/iteration)\n    sampled 1%  wall {}   cpu {}\n    full trace  wall {}   cpu {}",
+            "  {kernel} ({elements} elements × {reps_inner}, {loads} load/iteration)\n    default (1% + spatial 1/128)  wall {}   cpu {}\n    spatial rate 0                wall {}   cpu {}\n    default / spatial rate 0      wall {}   cpu {}\n    full trace                    wall {}   cpu {}\n    default records / full trace's: {}",
             summary(sampled.0),
             summary(sampled.1),
+            summary(plain.0),
+            summary(plain.1),
+            summary(vs_plain.0),
+            summary(vs_plain.1),
             summary(full.0),
-            summary(full.1)
+            summary(full.1),
+            summary_of(share, "%")
         );
+    }
+    if args.iter().any(|a| a == "--kernels-only") {
+        return;
     }
 
     println!(
@@ -239,16 +291,20 @@ fn main() {
         for _ in 0..reps.min(3) {
             let n = native(&kernels, &args);
             let l = lackey(&kernels, &args);
-            let f = recorded(&instrumented, &args, &annotation, Sampling::full(), &trace);
-            let s = recorded(
+            let (f, _) = recorded(
                 &instrumented,
                 &args,
                 &annotation,
-                Sampling {
-                    window: record::DEFAULT_WINDOW,
-                    period: record::DEFAULT_PERIOD,
-                    seed: Some(1),
-                },
+                Sampling::full(),
+                None,
+                &trace,
+            );
+            let (s, _) = recorded(
+                &instrumented,
+                &args,
+                &annotation,
+                default_sampling(),
+                spatial,
                 &trace,
             );
             vs_native.push(l.wall.as_secs_f64() / n.wall.as_secs_f64());

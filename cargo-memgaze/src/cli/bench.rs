@@ -70,6 +70,9 @@ pub struct Args {
     pub seed: Option<u64>,
 
     #[command(flatten)]
+    pub spatial: super::spatial::SpatialArgs,
+
+    #[command(flatten)]
     pub time: super::limits::LimitArgs,
 
     /// Stop at the first bench that fails or regresses.
@@ -210,6 +213,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         let dir = layout.create_bench_dir(&BenchKey::new(&exe.package, &exe.target, &case.name))?;
         let plan = RunPlan {
             sampling,
+            spatial: args.spatial.spatial(),
             analysis: AnalysisOptions::default(),
             trace_file: Some(dir.join(pipeline::TRACE_FILE)),
             per_sample: false,

@@ -159,6 +159,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         progress.start("Tracing", &format!("{} {}", exe.display_name(), case.name));
         let plan = RunPlan {
             sampling: Sampling::full(),
+            spatial: None,
             analysis: AnalysisOptions::default(),
             trace_file: None,
             per_sample: false,

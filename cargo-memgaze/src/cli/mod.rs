@@ -22,6 +22,7 @@ pub mod pt_decode;
 pub mod record;
 pub mod report;
 pub mod run;
+pub mod spatial;
 pub mod suite;
 pub mod validate;
 

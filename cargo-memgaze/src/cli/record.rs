@@ -48,6 +48,8 @@ pub struct SamplingArgs {
     /// and `--window` does not apply.
     #[arg(long, value_enum, default_value_t = BackendRequest::Auto)]
     pub backend: BackendRequest,
+    #[command(flatten)]
+    pub spatial: super::spatial::SpatialArgs,
 }
 
 impl SamplingArgs {
@@ -71,6 +73,16 @@ impl SamplingArgs {
             period: self.period,
             seed: Some(seed),
         })
+    }
+
+    /// The spatial sampling these flags ask for: none for a full trace or
+    /// `--spatial-rate 0`.
+    pub fn spatial(&self) -> Option<memgaze_trace::SpatialSampling> {
+        if self.full {
+            None
+        } else {
+            self.spatial.spatial()
+        }
     }
 
     /// Resolves `--backend` against this machine (one error line when the
@@ -226,6 +238,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         &args.command[1..],
         &annotation,
         &sampling,
+        args.sampling.spatial(),
         &output,
         &args.time.limits(),
     )?;
@@ -335,12 +348,14 @@ pub fn record_to_file(
     args: &[OsString],
     annotation: &Annotation,
     sampling: &Sampling,
+    spatial: Option<memgaze_trace::SpatialSampling>,
     output: &Path,
     limits: &record::Limits,
 ) -> Result<Recording> {
     let mut command = vec![program.display().to_string()];
     command.extend(args.iter().map(|a| a.to_string_lossy().into_owned()));
-    let header = record::trace_header(annotation, *sampling, command);
+    let mut header = record::trace_header(annotation, *sampling, command);
+    header.spatial = spatial;
     let mut writer =
         TraceWriter::create(output, &header).with_context(|| output.display().to_string())?;
     let recording = record::record(
@@ -348,6 +363,7 @@ pub fn record_to_file(
         args,
         annotation,
         sampling,
+        spatial,
         &mut record::NamedSink(&mut writer, output),
         limits,
     )?;

@@ -110,7 +110,9 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             .iter()
             .map(|a| a.to_string_lossy().into_owned()),
     );
-    let header = record::trace_header(&annotation, sampling, command);
+    let spatial = args.sampling.spatial();
+    let mut header = record::trace_header(&annotation, sampling, command);
+    header.spatial = spatial;
     let mut analyzer = AnalyzerSink::new(&header, &AnalysisOptions::default())?;
     let recording = match &args.save_trace {
         Some(path) => {
@@ -120,6 +122,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
                 program_command(&instrumented, &args.command),
                 &annotation,
                 &sampling,
+                spatial,
                 &mut Tee(&mut record::NamedSink(&mut writer, path), &mut analyzer),
                 &limits,
             )?;
@@ -133,6 +136,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             program_command(&instrumented, &args.command),
             &annotation,
             &sampling,
+            spatial,
             &mut analyzer,
             &limits,
         )?,

@@ -54,6 +54,9 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_SEED, help_heading = "Recording")]
     pub seed: u64,
 
+    #[command(flatten)]
+    pub spatial: super::spatial::SpatialArgs,
+
     /// Recording backend.
     #[arg(long, value_enum, default_value_t = Backend::Auto, help_heading = "Recording")]
     pub backend: Backend,
@@ -201,6 +204,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         );
         let plan = RunPlan {
             sampling,
+            spatial: args.spatial.spatial(),
             analysis: AnalysisOptions::default(),
             trace_file: None,
             per_sample: true,

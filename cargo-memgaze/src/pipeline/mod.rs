@@ -52,6 +52,8 @@ pub const DEFAULT_PERIOD: u64 = memgaze_record::DEFAULT_PERIOD;
 pub struct RunPlan {
     /// Sampled (with its jitter seed) or full.
     pub sampling: Sampling,
+    /// Spatial sampling of a sampled recording (none for a full one).
+    pub spatial: Option<memgaze_trace::SpatialSampling>,
     /// Analysis parameters.
     pub analysis: AnalysisOptions,
     /// Write the trace to this file while recording.
@@ -128,6 +130,7 @@ pub fn record_bench(
     let mut words = vec![instrumented.path.display().to_string()];
     words.extend(command.get_args().map(|a| a.to_string_lossy().into_owned()));
     let mut header = memgaze_record::trace_header(&instrumented.annotation, plan.sampling, words);
+    header.spatial = plan.spatial.filter(|_| !plan.sampling.is_full());
     header.labels.extend([
         ("package".into(), exe.package.clone()),
         ("target".into(), exe.target.clone()),
@@ -147,6 +150,7 @@ pub fn record_bench(
         command,
         &instrumented.annotation,
         &plan.sampling,
+        header.spatial,
         &mut memgaze_record::NamedSink(&mut sink, named),
         &plan.limits,
     )

@@ -17,6 +17,8 @@ pub(crate) struct StreamingSink {
     writer: Option<FileWriter>,
     breakdown: Option<SampleBreakdown>,
     started: bool,
+    /// The records pushed now are spatial.
+    spatial: bool,
     thread: u32,
 }
 
@@ -32,6 +34,7 @@ impl StreamingSink {
             writer,
             breakdown: per_sample.then(|| SampleBreakdown::new(header, options)),
             started: false,
+            spatial: false,
             thread: 0,
         })
     }
@@ -48,6 +51,7 @@ impl StreamingSink {
 impl RecordSink for StreamingSink {
     fn begin_sample(&mut self, thread: u32) -> anyhow::Result<()> {
         self.started = true;
+        self.spatial = false;
         self.thread = thread;
         self.analyzer.begin_sample(thread)?;
         if let Some(writer) = &mut self.writer {
@@ -59,7 +63,19 @@ impl RecordSink for StreamingSink {
         Ok(())
     }
 
+    fn begin_spatial(&mut self, thread: u32) -> anyhow::Result<()> {
+        // Only the trace file keeps them: the analysis and the breakdown
+        // are of the time samples.
+        self.spatial = true;
+        self.analyzer.begin_spatial(thread)?;
+        if let Some(writer) = &mut self.writer {
+            writer.begin_spatial(thread)?;
+        }
+        Ok(())
+    }
+
     fn switch_thread(&mut self, thread: u32) -> anyhow::Result<()> {
+        self.spatial = false;
         self.thread = thread;
         self.analyzer.switch_thread(thread)?;
         if let Some(writer) = &mut self.writer {
@@ -70,12 +86,15 @@ impl RecordSink for StreamingSink {
 
     #[inline]
     fn push(&mut self, load: u32, addr: u64) -> anyhow::Result<()> {
-        if !self.started {
+        if !self.started && !self.spatial {
             anyhow::bail!("the recorder sent a record before any sample");
         }
         self.analyzer.push(load, addr)?;
         if let Some(writer) = &mut self.writer {
             writer.push(load, addr)?;
+        }
+        if self.spatial {
+            return Ok(());
         }
         if let Some(breakdown) = &mut self.breakdown {
             breakdown.push(load, addr, self.thread);
@@ -113,13 +132,21 @@ mod tests {
                 sink.push(load, addr).unwrap();
             }
         }
+        // Spatial records reach the file, not the analysis.
+        sink.begin_spatial(1).unwrap();
+        sink.push(0, 0x40).unwrap();
+        sink.push(0, 0x80).unwrap();
         sink.begin_sample(0).unwrap(); // an empty last sample
-        let totals = TraceTotals::clean(1_300_000, 12_000, 13);
+        let totals = TraceTotals {
+            spatial_records: 2,
+            ..TraceTotals::clean(1_300_000, 12_000, 13)
+        };
         let (streamed, writer, breakdown) = sink.finish(&totals).unwrap();
         writer.unwrap().finish(&totals).unwrap().commit().unwrap();
         let from_file = analyze_trace(TraceReader::open(&path).unwrap(), &options).unwrap();
         assert_eq!(streamed, from_file);
         assert_eq!(streamed.summary.samples, 13);
+        assert_eq!(streamed.summary.records, 12_000);
         assert_eq!(breakdown.unwrap().finish().unwrap().samples.len(), 13);
     }
 }

@@ -325,6 +325,10 @@ pub fn profile<R: Read>(
     let mut few: Option<Vec<u64>> = Some(Vec::new());
     let (mut accesses, mut records, mut last_page) = (0u64, 0u64, u64::MAX);
     while let Some(raw) = reader.next_raw()? {
+        // The profile shows the time samples; spatial records are not in them.
+        if raw.spatial {
+            continue;
+        }
         records += 1;
         if !is_access[raw.load as usize] {
             continue;
@@ -376,10 +380,11 @@ pub fn profile<R: Read>(
     let mut index = 0u64;
     while let Some(event) = reader.next_event()? {
         let raw = match event {
-            TraceEvent::Sample { .. } | TraceEvent::Thread { .. } => {
+            TraceEvent::Sample { .. } | TraceEvent::Thread { .. } | TraceEvent::Spatial { .. } => {
                 last_seen.clear();
                 continue;
             }
+            TraceEvent::Record(raw) if raw.spatial => continue,
             TraceEvent::Record(raw) => raw,
         };
         if !is_access.get(raw.load as usize).copied().unwrap_or(false) {

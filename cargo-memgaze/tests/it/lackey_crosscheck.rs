@@ -202,6 +202,7 @@ fn full_traces_count_every_load_like_lackey() {
     for case in &target.cases {
         let plan = RunPlan {
             sampling: Sampling::full(),
+            spatial: None,
             analysis: AnalysisOptions::default(),
             trace_file: None,
             per_sample: false,

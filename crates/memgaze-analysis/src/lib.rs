@@ -210,7 +210,11 @@ fn has_x86_64_v3() -> bool {
 macro_rules! feed_loop {
     ($reader:expr, $analyzer:expr, $tick:expr) => {
         Ok($reader.for_each_raw(|raw| {
-            $analyzer.push_load(raw.load, raw.addr, raw.sample, raw.thread);
+            // Spatial records are outside every sample: the time-window
+            // metrics do not see them.
+            if !raw.spatial {
+                $analyzer.push_load(raw.load, raw.addr, raw.sample, raw.thread);
+            }
             $tick();
         })?)
     };
@@ -700,7 +704,11 @@ impl Analyzer {
 
     /// One record, in trace order. Records of a sample must be contiguous;
     /// a sample whose records come from several threads is split per thread.
+    /// Spatial records are left out (they are in no sample).
     pub fn push(&mut self, record: &Record) {
+        if record.spatial {
+            return;
+        }
         let key = (record.ip, record.class.code(), record.implied);
         let slot = match self.slot_index.get(&key) {
             Some(&slot) => slot,
@@ -2033,6 +2041,7 @@ mod tests {
         .unwrap();
         a.push_load(L2, 0x7f00, 0, 0);
         let r = a.finish(&TraceTotals {
+            spatial_records: 0,
             executions: 5,
             records: 1,
             samples: 3,

@@ -6,10 +6,18 @@
 //! one thread. A *full* trace is one sample; records stream straight through
 //! and [`RecordSink::switch_thread`] marks where another thread's records
 //! continue it (the analysis splits it per thread, docs/METRICS.md).
+//!
+//! Spatial records ([`protocol::SPATIAL_FLAG`]) of a sampled trace go to
+//! the sink as they arrive, after [`RecordSink::begin_spatial`] of their
+//! thread, once the thread's open window (whose records come before them
+//! in the thread's order) was handed over: each thread's records keep
+//! their program order.
 
 use super::RecordSink;
 use anyhow::Result;
-use memgaze_trace::protocol::{self, MessageHeader, MessageKind, UNWRITTEN_MARKER, WINDOW_MARKER};
+use memgaze_trace::protocol::{
+    self, MessageHeader, MessageKind, UNWRITTEN_MARKER, WINDOW_MARKER, split_spatial,
+};
 use std::collections::HashMap;
 
 /// A region marker event seen in the stream.
@@ -52,8 +60,14 @@ pub struct Assembler<'a> {
     current_thread: Option<u32>,
     /// A full trace's records of the current message (reused).
     batch: Vec<(u32, u64)>,
-    /// Records handed to the sink.
+    /// A sampled trace's run of spatial records of one thread.
+    spatial_batch: Vec<(u32, u64)>,
+    /// The thread whose spatial records the sink takes now, if it does.
+    spatial_thread: Option<u32>,
+    /// Records handed to the sink (spatial records not included).
     pub records: u64,
+    /// Spatial records handed to the sink.
+    pub spatial_records: u64,
     /// Samples begun in the sink.
     pub samples: u64,
     /// Records that named an unknown or uninstrumented load.
@@ -93,7 +107,10 @@ impl<'a> Assembler<'a> {
             windows: Vec::new(),
             current_thread: None,
             batch: Vec::new(),
+            spatial_batch: Vec::new(),
+            spatial_thread: None,
             records: 0,
+            spatial_records: 0,
             samples: 0,
             invalid_records: 0,
             unwritten_records: 0,
@@ -165,6 +182,16 @@ impl<'a> Assembler<'a> {
             }
             MessageKind::Records | MessageKind::Final => {
                 for (load, addr) in protocol::records(payload) {
+                    let (load, spatial) = split_spatial(load);
+                    if spatial {
+                        if self.valid_loads.get(load as usize) == Some(&true) {
+                            self.spatial(thread, load, addr)?;
+                        } else {
+                            self.invalid_records += 1;
+                        }
+                        continue;
+                    }
+                    self.flush_spatial()?;
                     if load == WINDOW_MARKER {
                         self.close_window(thread)?;
                         self.windows[thread as usize].open = true;
@@ -181,6 +208,7 @@ impl<'a> Assembler<'a> {
                         self.invalid_records += 1;
                     }
                 }
+                self.flush_spatial()?;
             }
             MessageKind::RegionBegin | MessageKind::RegionEnd => {
                 let begin = header.kind == MessageKind::RegionBegin;
@@ -215,6 +243,29 @@ impl<'a> Assembler<'a> {
         Ok(())
     }
 
+    /// A spatial record of `thread`: after the thread's open window (which
+    /// it follows), batched with the spatial records after it.
+    fn spatial(&mut self, thread: u32, load: u32, addr: u64) -> Result<()> {
+        if self.spatial_thread != Some(thread) {
+            self.flush_spatial()?;
+            self.close_window(thread)?;
+            self.sink.begin_spatial(thread)?;
+            self.spatial_thread = Some(thread);
+        }
+        self.spatial_batch.push((load, addr));
+        Ok(())
+    }
+
+    /// Hands the batched spatial records to the sink.
+    fn flush_spatial(&mut self) -> Result<()> {
+        if !self.spatial_batch.is_empty() {
+            self.sink.push_records(&self.spatial_batch)?;
+            self.spatial_records += self.spatial_batch.len() as u64;
+            self.spatial_batch.clear();
+        }
+        Ok(())
+    }
+
     /// Hands a thread's open window (if it holds records) to the sink.
     fn close_window(&mut self, thread: u32) -> Result<()> {
         let Some(window) = self.windows.get_mut(thread as usize) else {
@@ -224,6 +275,7 @@ impl<'a> Assembler<'a> {
         if window.records.is_empty() {
             return Ok(());
         }
+        self.spatial_thread = None;
         self.sink.begin_sample(thread)?;
         self.samples += 1;
         self.sink.push_records(&window.records)?;
@@ -234,6 +286,7 @@ impl<'a> Assembler<'a> {
 
     /// Emits every window still open (program ended or was killed).
     pub fn finish(&mut self) -> Result<()> {
+        self.flush_spatial()?;
         for thread in 0..self.windows.len() as u32 {
             self.close_window(thread)?;
         }
@@ -312,21 +365,101 @@ mod tests {
     struct Collected {
         samples: Vec<(u32, Vec<(u32, u64)>)>,
         switches: Vec<u32>,
+        /// Runs of spatial records, per thread, in order.
+        spatial: Vec<(u32, Vec<(u32, u64)>)>,
+        in_spatial: bool,
+        /// Every record in arrival order: `(thread, load, addr, spatial)`.
+        order: Vec<(u32, u32, u64, bool)>,
     }
 
     impl RecordSink for Collected {
         fn begin_sample(&mut self, thread: u32) -> Result<()> {
             self.samples.push((thread, Vec::new()));
+            self.in_spatial = false;
             Ok(())
         }
         fn switch_thread(&mut self, thread: u32) -> Result<()> {
             self.switches.push(thread);
+            self.in_spatial = false;
+            Ok(())
+        }
+        fn begin_spatial(&mut self, thread: u32) -> Result<()> {
+            self.spatial.push((thread, Vec::new()));
+            self.in_spatial = true;
             Ok(())
         }
         fn push(&mut self, load: u32, addr: u64) -> Result<()> {
-            self.samples.last_mut().unwrap().1.push((load, addr));
+            let (thread, records) = if self.in_spatial {
+                self.spatial.last_mut().unwrap()
+            } else {
+                self.samples.last_mut().unwrap()
+            };
+            records.push((load, addr));
+            let thread = *thread;
+            self.order.push((thread, load, addr, self.in_spatial));
             Ok(())
         }
+    }
+
+    #[test]
+    fn spatial_records_follow_their_threads_window_and_count_apart() {
+        let mut sink = Collected::default();
+        let mut asm = Assembler::new(&mut sink, vec![true, true, false], false, 2);
+        let (m, s) = (WINDOW_MARKER, protocol::SPATIAL_FLAG);
+        // Thread 1: a window, spatial records, an unknown spatial load.
+        asm.message(&message(
+            MessageKind::Records,
+            1,
+            10,
+            &[(m, 0), (0, 1), (1 | s, 0x40), (s, 0x80), (2 | s, 9)],
+        ))
+        .unwrap();
+        // Thread 2 before thread 1's window is complete in the sink's eyes.
+        asm.message(&message(
+            MessageKind::Records,
+            2,
+            5,
+            &[(1 | s, 0x100), (m, 0), (0, 7), (1, 8)],
+        ))
+        .unwrap();
+        asm.message(&message(
+            MessageKind::Final,
+            1,
+            20,
+            &[(s, 0x88), (m, 1), (1, 4), (0, 5)],
+        ))
+        .unwrap();
+        asm.finish().unwrap();
+        assert_eq!((asm.records, asm.spatial_records, asm.samples), (5, 4, 3));
+        assert_eq!(asm.invalid_records, 1);
+        drop(asm);
+        assert_eq!(
+            sink.spatial,
+            vec![
+                (0, vec![(1, 0x40), (0, 0x80)]),
+                (1, vec![(1, 0x100)]),
+                (0, vec![(0, 0x88)]),
+            ]
+        );
+        // Each thread's records keep their order: the window cut short by
+        // a spatial record comes before it.
+        let thread0: Vec<_> = sink
+            .order
+            .iter()
+            .filter(|r| r.0 == 0)
+            .map(|r| (r.2, r.3))
+            .collect();
+        assert_eq!(
+            thread0,
+            [
+                (1, false),
+                (0x40, true),
+                (0x80, true),
+                (0x88, true),
+                (4, false),
+                (5, false)
+            ]
+        );
     }
 
     fn message(kind: MessageKind, tid: u32, executions: u64, records: &[(u32, u64)]) -> Vec<u8> {

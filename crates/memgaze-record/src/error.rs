@@ -23,6 +23,12 @@ pub enum RecordError {
         /// Records per period.
         period: u64,
     },
+    /// Spatial sampling of blocks the runtime cannot test.
+    #[error("spatial sampling of {}-byte blocks: the recorder tests 64-byte blocks only", 1u64 << block_shift.min(&63))]
+    SpatialBlock {
+        /// log2 of the block size asked for.
+        block_shift: u32,
+    },
     /// The socket or shared memory between the program and the collector
     /// could not be set up.
     #[error("{what}")]

@@ -28,8 +28,8 @@ use memgaze_metadata::annotation::Annotation;
 use memgaze_trace::Interruption;
 use memgaze_trace::protocol::{self, RecorderConfig};
 use memgaze_trace::{
-    Backend, Dropped, FunctionEntry, LoadClass, LoadEntry, ProgramExit, Sampling, TraceHeader,
-    TraceTotals, TraceWriter,
+    Backend, Dropped, FunctionEntry, LoadClass, LoadEntry, ProgramExit, Sampling, SpatialSampling,
+    TraceHeader, TraceTotals, TraceWriter,
 };
 use std::ffi::OsString;
 use std::io::Write;
@@ -62,6 +62,11 @@ pub trait RecordSink {
     fn begin_sample(&mut self, thread: u32) -> Result<()>;
     /// The current sample continues with records of `thread`.
     fn switch_thread(&mut self, thread: u32) -> Result<()>;
+    /// The records pushed next are spatial records of `thread` (taken
+    /// outside every sample; docs/METRICS.md, "Whole-run locality"), until
+    /// the next [`RecordSink::begin_sample`] or
+    /// [`RecordSink::switch_thread`].
+    fn begin_spatial(&mut self, thread: u32) -> Result<()>;
     /// One record: load site `load` (index into the annotation's and the
     /// trace header's loads) read `addr`.
     fn push(&mut self, load: u32, addr: u64) -> Result<()>;
@@ -88,6 +93,9 @@ impl<W: Write> RecordSink for TraceWriter<W> {
     fn switch_thread(&mut self, thread: u32) -> Result<()> {
         Ok(TraceWriter::switch_thread(self, thread)?)
     }
+    fn begin_spatial(&mut self, thread: u32) -> Result<()> {
+        Ok(TraceWriter::begin_spatial(self, thread)?)
+    }
     fn push(&mut self, load: u32, addr: u64) -> Result<()> {
         Ok(TraceWriter::push(self, load, addr)?)
     }
@@ -98,11 +106,16 @@ impl<W: Write> RecordSink for TraceWriter<W> {
 
 /// Streams records straight into the analysis (no trace file): what
 /// `cargo memgaze run` uses, and what `golden` can use for full traces.
+/// Spatial records are counted and left out: the time-window metrics do
+/// not use them.
 pub struct AnalyzerSink {
     analyzer: memgaze_analysis::Analyzer,
     sample: u64,
     thread: u32,
     started: bool,
+    spatial: bool,
+    /// Spatial records received (and not analysed).
+    pub spatial_records: u64,
 }
 
 impl AnalyzerSink {
@@ -116,6 +129,8 @@ impl AnalyzerSink {
             sample: 0,
             thread: 0,
             started: false,
+            spatial: false,
+            spatial_records: 0,
         })
     }
 
@@ -132,15 +147,25 @@ impl RecordSink for AnalyzerSink {
         }
         self.started = true;
         self.thread = thread;
+        self.spatial = false;
         Ok(())
     }
     fn switch_thread(&mut self, thread: u32) -> Result<()> {
         self.thread = thread;
+        self.spatial = false;
+        Ok(())
+    }
+    fn begin_spatial(&mut self, _thread: u32) -> Result<()> {
+        self.spatial = true;
         Ok(())
     }
     fn push(&mut self, load: u32, addr: u64) -> Result<()> {
-        self.analyzer
-            .push_load(load, addr, self.sample, self.thread);
+        if self.spatial {
+            self.spatial_records += 1;
+        } else {
+            self.analyzer
+                .push_load(load, addr, self.sample, self.thread);
+        }
         Ok(())
     }
 }
@@ -149,23 +174,35 @@ impl RecordSink for AnalyzerSink {
 /// recording loses nothing (`doctor`'s backend check, the recorder's tests).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CountingSink {
-    /// Records pushed so far.
+    /// Records pushed so far (spatial records not included).
     pub records: u64,
+    /// Spatial records pushed so far.
+    pub spatial_records: u64,
+    spatial: bool,
 }
 
 impl RecordSink for CountingSink {
     fn begin_sample(&mut self, _thread: u32) -> Result<()> {
+        self.spatial = false;
         Ok(())
     }
     fn switch_thread(&mut self, _thread: u32) -> Result<()> {
+        self.spatial = false;
+        Ok(())
+    }
+    fn begin_spatial(&mut self, _thread: u32) -> Result<()> {
+        self.spatial = true;
         Ok(())
     }
     fn push(&mut self, _load: u32, _addr: u64) -> Result<()> {
-        self.records += 1;
-        Ok(())
+        self.push_records(&[(0, 0)])
     }
     fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
-        self.records += records.len() as u64;
+        if self.spatial {
+            self.spatial_records += records.len() as u64;
+        } else {
+            self.records += records.len() as u64;
+        }
         Ok(())
     }
 }
@@ -181,6 +218,10 @@ impl RecordSink for Tee<'_> {
     fn switch_thread(&mut self, thread: u32) -> Result<()> {
         self.0.switch_thread(thread)?;
         self.1.switch_thread(thread)
+    }
+    fn begin_spatial(&mut self, thread: u32) -> Result<()> {
+        self.0.begin_spatial(thread)?;
+        self.1.begin_spatial(thread)
     }
     fn push(&mut self, load: u32, addr: u64) -> Result<()> {
         self.0.push(load, addr)?;
@@ -211,6 +252,12 @@ impl RecordSink for NamedSink<'_> {
         let path = self.1;
         self.0
             .switch_thread(thread)
+            .with_context(|| path.display().to_string())
+    }
+    fn begin_spatial(&mut self, thread: u32) -> Result<()> {
+        let path = self.1;
+        self.0
+            .begin_spatial(thread)
             .with_context(|| path.display().to_string())
     }
     fn push(&mut self, load: u32, addr: u64) -> Result<()> {
@@ -344,18 +391,22 @@ fn load_entries(annotation: &Annotation) -> Vec<LoadEntry> {
 ///
 /// `sampling.window == sampling.period` records a full trace; otherwise the
 /// recorder records `window` consecutive instrumented-load executions per
-/// `period` (jittered with `sampling.seed`, 0 when absent).
+/// `period` (jittered with `sampling.seed`, 0 when absent), and with
+/// `spatial` also every execution of a Strided or Irregular load outside
+/// those windows whose block the spatial hash tracks, as spatial records
+/// (a full trace ignores `spatial`: it holds every record).
 pub fn record(
     program: &Path,
     args: &[OsString],
     annotation: &Annotation,
     sampling: &Sampling,
+    spatial: Option<SpatialSampling>,
     sink: &mut dyn RecordSink,
     limits: &Limits,
 ) -> Result<Recording, RecordError> {
     let mut command = Command::new(program);
     command.args(args);
-    record_command_within(command, annotation, sampling, sink, limits)
+    record_command_within(command, annotation, sampling, spatial, sink, limits)
 }
 
 /// [`record_command_within`] without a time limit and with the default
@@ -366,7 +417,14 @@ pub fn record_command(
     sampling: &Sampling,
     sink: &mut dyn RecordSink,
 ) -> Result<Recording, RecordError> {
-    record_command_within(command, annotation, sampling, sink, &Limits::default())
+    record_command_within(
+        command,
+        annotation,
+        sampling,
+        None,
+        sink,
+        &Limits::default(),
+    )
 }
 
 /// [`record`] for a command the caller prepared: its arguments, working
@@ -385,6 +443,7 @@ pub fn record_command_within(
     mut command: Command,
     annotation: &Annotation,
     sampling: &Sampling,
+    spatial: Option<SpatialSampling>,
     sink: &mut dyn RecordSink,
     limits: &Limits,
 ) -> Result<Recording, RecordError> {
@@ -394,6 +453,15 @@ pub fn record_command_within(
         return Err(RecordError::InvalidSampling {
             window: sampling.window,
             period: sampling.period,
+        });
+    }
+    // The runtime's block test shifts by a constant.
+    let spatial = spatial.filter(|_| !sampling.is_full());
+    if let Some(s) = spatial
+        && s.block_shift != SpatialSampling::DEFAULT_BLOCK_SHIFT
+    {
+        return Err(RecordError::SpatialBlock {
+            block_shift: s.block_shift,
         });
     }
     // Caught from here on: a signal that arrives while the program starts
@@ -410,6 +478,8 @@ pub fn record_command_within(
         window: sampling.window,
         period: sampling.period,
         seed: sampling.seed.unwrap_or(0),
+        spatial_threshold: spatial.map_or(0, |s| s.threshold),
+        spatial_multiplier: spatial.map_or(0, |s| s.multiplier),
     };
     command
         .env(protocol::RECORDER_ENV, config.to_env())
@@ -705,6 +775,7 @@ fn summarise(
     let totals = TraceTotals {
         executions: assembler.executions(),
         records: assembler.records,
+        spatial_records: assembler.spatial_records,
         samples: assembler.samples,
         dropped: Dropped {
             records: dropped_records,
@@ -1059,6 +1130,9 @@ mod tests {
             }
             fn switch_thread(&mut self, _thread: u32) -> Result<()> {
                 Ok(())
+            }
+            fn begin_spatial(&mut self, thread: u32) -> Result<()> {
+                self.0.begin_spatial(thread)
             }
             fn push(&mut self, load: u32, addr: u64) -> Result<()> {
                 self.0.push(load, addr)

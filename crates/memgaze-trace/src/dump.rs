@@ -2,7 +2,7 @@
 //! (`cargo memgaze dump`). Streams: memory does not grow with the trace.
 
 use super::error::TraceError;
-use super::format::{TraceEvent, TraceReader, VERSION};
+use super::format::{TraceEvent, TraceReader};
 use super::model::{ProgramExit, TraceTotals};
 use std::io::{Read, Write};
 
@@ -37,7 +37,7 @@ pub fn dump<R: Read>(
     options: DumpOptions,
 ) -> Result<()> {
     let header = reader.header().clone();
-    writeln!(out, "# memgaze trace (format version {VERSION})")?;
+    writeln!(out, "# memgaze trace (format version {})", reader.version())?;
     writeln!(out, "backend     {}", header.backend)?;
     let s = header.sampling;
     if s.is_full() {
@@ -54,6 +54,16 @@ pub fn dump<R: Read>(
             Some(seed) => writeln!(out, ", seed {seed}")?,
             None => writeln!(out)?,
         }
+    }
+    if let Some(spatial) = header.spatial {
+        writeln!(
+            out,
+            "spatial     rate {} ({}-byte blocks, multiplier {:#x}, threshold {:#x})",
+            spatial.rate(),
+            1u64 << spatial.block_shift,
+            spatial.multiplier,
+            spatial.threshold
+        )?;
     }
     if let Some(b) = &header.binary {
         write!(
@@ -101,7 +111,10 @@ pub fn dump<R: Read>(
     };
     let mut shown = 0u64;
     if limit > 0 {
-        writeln!(out, "records     (sample thread ip addr class implied)")?;
+        writeln!(
+            out,
+            "records     (sample thread ip addr class implied; sample S: spatial)"
+        )?;
     }
     while let Some(event) = reader.next_event()? {
         if shown >= limit {
@@ -112,12 +125,18 @@ pub fn dump<R: Read>(
                 writeln!(out, "# sample {sample} thread {thread}")?
             }
             TraceEvent::Thread { thread } => writeln!(out, "# thread {thread}")?,
+            TraceEvent::Spatial { thread } => writeln!(out, "# spatial thread {thread}")?,
             TraceEvent::Record(r) => {
                 let load = &header.loads[r.load as usize];
+                let sample = if r.spatial {
+                    "S".to_string()
+                } else {
+                    r.sample.to_string()
+                };
                 writeln!(
                     out,
                     "{} {} {:#x} {:#x} {} {}",
-                    r.sample,
+                    sample,
                     r.thread,
                     load.ip,
                     r.addr,
@@ -144,6 +163,9 @@ fn write_totals(out: &mut dyn Write, t: &TraceTotals) -> Result<()> {
         "totals      {} records in {} samples",
         t.records, t.samples
     )?;
+    if t.spatial_records > 0 {
+        writeln!(out, "spatial     {} records", t.spatial_records)?;
+    }
     writeln!(out, "executions  {}", t.executions)?;
     let d = t.dropped;
     writeln!(

@@ -7,7 +7,7 @@
 //! it (as `cargo memgaze` does with an `anyhow` context), exactly as
 //! `std::fs::File::open` leaves the path to its caller.
 
-use super::format::VERSION;
+use super::format::{OLDEST_READABLE, VERSION};
 use std::io;
 use std::path::PathBuf;
 
@@ -128,7 +128,7 @@ fn version_message(version: u32) -> String {
         )
     } else {
         format!(
-            "trace format version {version} is older than this cargo memgaze reads (version {VERSION}); record the trace again"
+            "trace format version {version} is older than this cargo memgaze reads (versions {OLDEST_READABLE} to {VERSION}); record the trace again"
         )
     }
 }

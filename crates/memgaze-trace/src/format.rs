@@ -1,4 +1,4 @@
-//! The trace file format, version 2: a streaming, chunked, compressed
+//! The trace file format, version 3: a streaming, chunked, compressed
 //! container for [`TraceHeader`], the records of every sample, and
 //! [`TraceTotals`].
 //!
@@ -8,7 +8,7 @@
 //! file   := magic version chunk*            (all integers little endian)
 //! magic  := 89 4D 47 5A 0D 0A 1A 0A          ("\x89MGZ\r\n\x1a\n", PNG-style: catches
 //!                                             text-mode and 7-bit transfer damage)
-//! version:= u32                              (1; a reader refuses newer versions)
+//! version:= u32                              (3; a reader reads 2 and 3, refuses others)
 //! chunk  := kind:u8  0:u8 0:u8 0:u8  stored_len:u32  raw_len:u32  crc32:u32  stored:[u8; stored_len]
 //! ```
 //!
@@ -45,8 +45,20 @@
 //!             in the next k data bytes.
 //! k = 9       begin the next sample, recorded by thread  (n data bytes, n <= 4)
 //! k = 10      the current sample continues with records of thread  (n data bytes)
-//! k = 11..=15 invalid
+//! k = 11      spatial records of thread follow  (n data bytes; version 3)
+//! k = 12..=15 invalid
 //! ```
+//!
+//! After a `k = 11` event every record is *spatial* ([`Record::spatial`]:
+//! taken by spatial sampling outside any sample, docs/METRICS.md "Whole-run
+//! locality"), from that thread, until the next event (`k = 9`, `k = 10` or
+//! another `k = 11`); a `k = 10` event returns to the current sample. The
+//! events only switch a mode, so the record decoder's loop is the same for
+//! both kinds. Spatial records may come before the first sample; they
+//! belong to no sample (readers report the last sample begun, 0 before
+//! any, as their `sample`). They count in the chunk's `records`, not in
+//! its `samples`; the totals count them apart
+//! ([`TraceTotals::spatial_records`]).
 //!
 //! The address delta is taken against the previous address of the *same
 //! load site* in the same chunk, and the previous delta of that load site
@@ -62,8 +74,10 @@
 //! from several threads (`k = 10`) is split per thread by the analysis
 //! (docs/METRICS.md).
 //!
-//! Version 1 (older cargo memgaze) interleaved LEB128 tags and deltas;
-//! readers refuse it with a line that says to record the trace again.
+//! Version 2 is version 3 without spatial records (`k = 11` is invalid
+//! there); readers read it. Version 1 (older cargo memgaze) interleaved
+//! LEB128 tags and deltas; readers refuse it with a line that says to
+//! record the trace again.
 //!
 //! # Speed
 //!
@@ -89,7 +103,9 @@ use std::path::Path;
 /// First eight bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"\x89MGZ\r\n\x1a\n";
 /// The format version this code writes and the newest it reads.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
+/// The oldest format version this code reads (no spatial records).
+pub const OLDEST_READABLE: u32 = 2;
 
 const CHUNK_HEADER_LEN: usize = 16;
 const KIND_HEADER: u8 = b'H';
@@ -117,10 +133,11 @@ const WRITE_SLACK: usize = 32;
 const MAX_RECORD_BYTES: usize = 13;
 /// Load sites `0..INLINE_LOADS` are named by their head byte alone.
 const INLINE_LOADS: u64 = 12;
-/// Head byte low nibbles of the sample and thread events (0..=8 are
-/// records).
+/// Head byte low nibbles of the sample, thread and spatial events (0..=8
+/// are records).
 const EVENT_SAMPLE: u8 = 9;
 const EVENT_THREAD: u8 = 10;
+const EVENT_SPATIAL: u8 = 11;
 /// Masks keeping the low `k` bytes of a number, by head byte nibble.
 const LOW_BYTES: [u64; 16] = {
     let mut masks = [0u64; 16];
@@ -167,6 +184,11 @@ pub enum TraceEvent {
         /// The thread of the records that follow.
         thread: u32,
     },
+    /// Spatial records of a thread follow (outside every sample).
+    Spatial {
+        /// The thread of the records that follow.
+        thread: u32,
+    },
     /// One record.
     Record(RawRecord),
 }
@@ -193,8 +215,11 @@ pub struct TraceWriter<W: Write> {
     chunk_records: u32,
     chunk_samples: u32,
     records: u64,
+    spatial_records: u64,
     samples: u64,
     in_sample: bool,
+    /// Records pushed now are spatial (after [`TraceWriter::begin_spatial`]).
+    spatial: bool,
 }
 
 impl<W: Write> TraceWriter<W> {
@@ -218,8 +243,10 @@ impl<W: Write> TraceWriter<W> {
             chunk_records: 0,
             chunk_samples: 0,
             records: 0,
+            spatial_records: 0,
             samples: 0,
             in_sample: false,
+            spatial: false,
         };
         writer
             .out
@@ -245,6 +272,16 @@ impl<W: Write> TraceWriter<W> {
         self.chunk_samples += 1;
         self.samples += 1;
         self.in_sample = true;
+        self.spatial = false;
+        self.maybe_flush()
+    }
+
+    /// Makes the records pushed next spatial records of `thread` (outside
+    /// every sample), until the next [`TraceWriter::begin_sample`] or
+    /// [`TraceWriter::switch_thread`] (which returns to the current sample).
+    pub fn begin_spatial(&mut self, thread: u32) -> Result<(), TraceError> {
+        self.control(EVENT_SPATIAL, thread);
+        self.spatial = true;
         self.maybe_flush()
     }
 
@@ -258,6 +295,7 @@ impl<W: Write> TraceWriter<W> {
             });
         }
         self.control(EVENT_THREAD, thread);
+        self.spatial = false;
         self.maybe_flush()
     }
 
@@ -278,7 +316,7 @@ impl<W: Write> TraceWriter<W> {
         let Some(state) = self.loads.entries.get_mut(load as usize) else {
             return Err(self.unknown_load(load));
         };
-        if !self.in_sample {
+        if !self.in_sample && !self.spatial {
             return Err(TraceError::Misuse {
                 what: "push called before the first begin_sample".into(),
             });
@@ -294,8 +332,17 @@ impl<W: Write> TraceWriter<W> {
         );
         self.head_len += 1;
         self.chunk_records += 1;
-        self.records += 1;
+        self.count_records(1);
         self.maybe_flush()
+    }
+
+    #[inline]
+    fn count_records(&mut self, n: u64) {
+        if self.spatial {
+            self.spatial_records += n;
+        } else {
+            self.records += n;
+        }
     }
 
     /// Appends several records, exactly as [`TraceWriter::push`] of each in
@@ -307,7 +354,7 @@ impl<W: Write> TraceWriter<W> {
         if records.is_empty() {
             return Ok(());
         }
-        if !self.in_sample {
+        if !self.in_sample && !self.spatial {
             // `push`'s error for the first record.
             return self.push(records[0].0, records[0].1);
         }
@@ -344,7 +391,7 @@ impl<W: Write> TraceWriter<W> {
             self.data_len = data_len;
             self.head_len += done;
             self.chunk_records += done as u32;
-            self.records += done as u64;
+            self.count_records(done as u64);
             if done < n {
                 let load = run[done].0;
                 return Err(self.unknown_load(load));
@@ -363,9 +410,14 @@ impl<W: Write> TraceWriter<W> {
         }
     }
 
-    /// Records pushed so far.
+    /// Records pushed so far, spatial records not included.
     pub fn records(&self) -> u64 {
         self.records
+    }
+
+    /// Spatial records pushed so far.
+    pub fn spatial_records(&self) -> u64 {
+        self.spatial_records
     }
 
     /// Samples begun so far.
@@ -374,14 +426,23 @@ impl<W: Write> TraceWriter<W> {
     }
 
     /// Writes the last records chunk and the totals, flushes, and returns
-    /// the output. `totals.records` and `totals.samples` must equal what was
-    /// written (a mismatch is a collector bug and is refused).
+    /// the output. `totals.records`, `totals.spatial_records` and
+    /// `totals.samples` must equal what was written (a mismatch is a
+    /// collector bug and is refused).
     pub fn finish(mut self, totals: &TraceTotals) -> Result<W, TraceError> {
-        if totals.records != self.records || totals.samples != self.samples {
+        if totals.records != self.records
+            || totals.samples != self.samples
+            || totals.spatial_records != self.spatial_records
+        {
             return Err(TraceError::Misuse {
                 what: format!(
-                    "totals say {} records in {} samples but {} records in {} samples were written",
-                    totals.records, totals.samples, self.records, self.samples
+                    "totals say {} records in {} samples and {} spatial records but {} records in {} samples and {} spatial records were written",
+                    totals.records,
+                    totals.samples,
+                    totals.spatial_records,
+                    self.records,
+                    self.samples,
+                    self.spatial_records
                 ),
             });
         }
@@ -494,7 +555,13 @@ pub struct TraceReader<R: Read> {
     batch_at: usize,
     sample: Option<u64>,
     thread: u32,
+    /// The records decoded now are spatial (after a `k = 11` event).
+    spatial: bool,
+    /// The file's format version (2 has no spatial events).
+    version: u32,
+    /// Records decoded, spatial ones included, and the spatial ones.
     records: u64,
+    spatial_records: u64,
     samples: u64,
     totals: Option<TraceTotals>,
 }
@@ -523,7 +590,7 @@ impl<R: Read> TraceReader<R> {
                 what: "format version 0 at byte offset 8".into(),
             });
         }
-        if version != VERSION {
+        if !(OLDEST_READABLE..=VERSION).contains(&version) {
             return Err(TraceError::UnsupportedVersion { version });
         }
         let mut reader = TraceReader {
@@ -548,7 +615,10 @@ impl<R: Read> TraceReader<R> {
             batch_at: 0,
             sample: None,
             thread: 0,
+            spatial: false,
+            version,
             records: 0,
+            spatial_records: 0,
             samples: 0,
             totals: None,
         };
@@ -603,7 +673,12 @@ impl<R: Read> TraceReader<R> {
         self.offset
     }
 
-    /// Records read so far.
+    /// The file's format version.
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// Records read so far (spatial records included).
     pub fn records_read(&self) -> u64 {
         self.records - (self.batch.len() - self.batch_at) as u64
     }
@@ -647,10 +722,10 @@ impl<R: Read> TraceReader<R> {
         Some(RawRecord {
             load,
             addr,
-            // A batch is only filled inside a sample.
+            // A batch is only filled inside a sample or spatial records.
             sample: self.sample.unwrap_or(0),
             thread: self.thread,
-            spatial: false,
+            spatial: self.spatial,
         })
     }
 
@@ -673,17 +748,16 @@ impl<R: Read> TraceReader<R> {
             while let Some(record) = self.batched() {
                 visit(record);
             }
-            if let Some(sample) = self.sample
-                && self.head < self.head_end
-            {
-                let thread = self.thread;
+            if (self.sample.is_some() || self.spatial) && self.head < self.head_end {
+                let (sample, thread, spatial) =
+                    (self.sample.unwrap_or(0), self.thread, self.spatial);
                 let n = self.decode_records(usize::MAX, |load, addr| {
                     visit(RawRecord {
                         load,
                         addr,
                         sample,
                         thread,
-                        spatial: false,
+                        spatial,
                     })
                 })?;
                 if n > 0 {
@@ -752,7 +826,7 @@ impl<R: Read> TraceReader<R> {
         let byte = self.raw[self.head];
         let kind = byte & 15;
         if kind <= 8 {
-            if self.sample.is_none() {
+            if self.sample.is_none() && !self.spatial {
                 return Err(self.corrupt(format_args!("record before the first sample")));
             }
             self.batch.clear();
@@ -767,7 +841,12 @@ impl<R: Read> TraceReader<R> {
             return Ok(TraceEvent::Record(record));
         }
         let bytes = usize::from(byte >> 4);
-        if kind > EVENT_THREAD || bytes > 4 {
+        let last_kind = if self.version >= 3 {
+            EVENT_SPATIAL
+        } else {
+            EVENT_THREAD
+        };
+        if kind > last_kind || bytes > 4 {
             return Err(self.corrupt(format_args!(
                 "invalid event byte 0x{byte:02x} at payload byte {}",
                 self.head
@@ -781,7 +860,12 @@ impl<R: Read> TraceReader<R> {
         self.data += bytes;
         self.head += 1;
         self.thread = thread as u32;
-        if kind == EVENT_SAMPLE {
+        self.spatial = kind == EVENT_SPATIAL;
+        if kind == EVENT_SPATIAL {
+            Ok(TraceEvent::Spatial {
+                thread: self.thread,
+            })
+        } else if kind == EVENT_SAMPLE {
             let sample = self.samples;
             self.sample = Some(sample);
             self.samples += 1;
@@ -827,6 +911,9 @@ impl<R: Read> TraceReader<R> {
             Ok(n) => {
                 self.chunk_records = self.chunk_records.wrapping_add(n as u32);
                 self.records += n as u64;
+                if self.spatial {
+                    self.spatial_records += n as u64;
+                }
                 Ok(n)
             }
             Err(Corrupt::Overrun) => Err(self.data_overrun()),
@@ -911,12 +998,21 @@ impl<R: Read> TraceReader<R> {
                 offset,
                 what: format!("totals chunk at byte offset {offset} is not valid ({e})"),
             })?;
-        if totals.records != self.records || totals.samples != self.samples {
+        let sampled = self.records - self.spatial_records;
+        if totals.records != sampled
+            || totals.samples != self.samples
+            || totals.spatial_records != self.spatial_records
+        {
             return Err(TraceError::Corrupt {
                 offset,
                 what: format!(
-                    "totals at byte offset {offset} count {} records in {} samples but the file holds {} records in {} samples",
-                    totals.records, totals.samples, self.records, self.samples
+                    "totals at byte offset {offset} count {} records in {} samples and {} spatial records but the file holds {} records in {} samples and {} spatial records",
+                    totals.records,
+                    totals.samples,
+                    totals.spatial_records,
+                    sampled,
+                    self.samples,
+                    self.spatial_records
                 ),
             });
         }
@@ -1362,6 +1458,7 @@ mod tests {
         TraceTotals {
             executions: 1000,
             records,
+            spatial_records: 0,
             samples,
             dropped: Dropped::default(),
             exit: Some(ProgramExit::Code(0)),
@@ -1498,7 +1595,7 @@ mod tests {
         bytes[8] = 1;
         assert_eq!(
             message_of(&bytes),
-            "trace format version 1 is older than this cargo memgaze reads (version 2); record the trace again"
+            "trace format version 1 is older than this cargo memgaze reads (versions 2 to 3); record the trace again"
         );
     }
 
@@ -1601,17 +1698,26 @@ mod tests {
                 one.switch_thread(i as u32).unwrap();
                 many.switch_thread(i as u32).unwrap();
             }
+            if i % 11 == 5 {
+                one.begin_spatial(i as u32).unwrap();
+                many.begin_spatial(i as u32).unwrap();
+            }
             for &(load, addr) in batch {
                 one.push(load, addr).unwrap();
             }
             many.push_records(batch).unwrap();
         }
         let records = one.records();
+        let spatial = one.spatial_records();
         // A head byte per record: more than one chunk's worth.
-        assert!(records > 3 * CHUNK_TARGET_RAW as u64 / 2);
-        assert_eq!(many.records(), records);
-        let one = one.finish(&totals(records, 1)).unwrap();
-        let many = many.finish(&totals(records, 1)).unwrap();
+        assert!(records + spatial > 3 * CHUNK_TARGET_RAW as u64 / 2 && spatial > 0 && records > 0);
+        assert_eq!((many.records(), many.spatial_records()), (records, spatial));
+        let totals = TraceTotals {
+            spatial_records: spatial,
+            ..totals(records, 1)
+        };
+        let one = one.finish(&totals).unwrap();
+        let many = many.finish(&totals).unwrap();
         assert!(one == many, "push_records wrote other bytes than push");
         // An unknown load site stops the batch where `push` would.
         let mut w = TraceWriter::new(Vec::new(), &header).unwrap();
@@ -1644,6 +1750,53 @@ mod tests {
             w.finish(&totals(2, 1)),
             Err(TraceError::Misuse { .. })
         ));
+        // Spatial records count apart, and the totals must say so.
+        let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+        w.begin_spatial(3).unwrap();
+        w.push(0, 1).unwrap();
+        assert_eq!((w.records(), w.spatial_records()), (0, 1));
+        assert!(matches!(
+            w.finish(&totals(1, 0)),
+            Err(TraceError::Misuse { .. })
+        ));
+    }
+
+    #[test]
+    fn spatial_records_are_marked_and_switch_back_to_the_sample() {
+        let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+        w.begin_spatial(5).unwrap();
+        w.push(0, 0x40).unwrap();
+        w.begin_sample(1).unwrap();
+        w.push(1, 0x80).unwrap();
+        w.begin_spatial(2).unwrap();
+        w.push(0, 0x48).unwrap();
+        w.switch_thread(3).unwrap();
+        w.push(1, 0x88).unwrap();
+        let totals = TraceTotals {
+            spatial_records: 2,
+            ..totals(2, 1)
+        };
+        let bytes = w.finish(&totals).unwrap();
+        let (_, records, read) = read_all(&bytes).unwrap();
+        let got: Vec<_> = records
+            .iter()
+            .map(|r| (r.addr, r.sample, r.thread, r.spatial))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0x40, 0, 5, true),
+                (0x80, 0, 1, false),
+                (0x48, 0, 2, true),
+                (0x88, 0, 3, false)
+            ]
+        );
+        assert_eq!(read, totals);
+        // The totals must count them apart.
+        let mut damaged = TraceWriter::new(Vec::new(), &header()).unwrap();
+        damaged.begin_spatial(0).unwrap();
+        damaged.push(0, 1).unwrap();
+        assert!(damaged.finish(&totals).is_err());
     }
 
     #[test]

@@ -242,8 +242,13 @@ pub struct TraceTotals {
     /// software recorder, or executed loads counted by the PT sampling event.
     /// Equals the record count for a full trace.
     pub executions: u64,
-    /// Records written (all samples).
+    /// Records written (all samples), spatial records not included.
     pub records: u64,
+    /// Spatial records written ([`Record::spatial`]): outside every
+    /// sample, so `records` (and ρ) stay what the time samples say. Absent
+    /// (0) in older traces.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub spatial_records: u64,
     /// Samples written.
     pub samples: u64,
     /// Known losses.
@@ -304,6 +309,7 @@ impl TraceTotals {
         TraceTotals {
             executions,
             records,
+            spatial_records: 0,
             samples,
             dropped: Dropped::default(),
             exit: None,
@@ -311,4 +317,8 @@ impl TraceTotals {
             interrupted: None,
         }
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -28,10 +28,18 @@
 //! [`UNWRITTEN_MARKER`] was claimed by an execution whose writer never
 //! finished it (a signal handler interrupted it and the program exited or
 //! jumped away): the execution is counted, the record is dropped.
+//!
+//! A record whose load id has [`SPATIAL_FLAG`] set (and is not one of the
+//! markers above) is a *spatial* record of load `id & !SPATIAL_FLAG`: an
+//! execution outside every sample window whose 64-byte block the spatial
+//! hash tracks (docs/METRICS.md, "Whole-run locality"). It takes no part in
+//! the window it may follow: it is not one of the window's `w` records.
 
 /// Environment variable carrying the connection and sampling parameters:
-/// `<fd>:<inode>:<device>:<window>:<period>:<seed>`, all decimal.
-/// `window == period` asks for a full trace.
+/// `<fd>:<inode>:<device>:<window>:<period>:<seed>`, all decimal,
+/// optionally followed by `:<threshold>:<multiplier>` for spatial sampling
+/// (see [`RecorderConfig::spatial_threshold`]). `window == period` asks
+/// for a full trace (which takes no spatial samples).
 pub const RECORDER_ENV: &str = "MEMGAZE_RECORDER";
 
 /// Environment variable naming the shared record buffers the collector
@@ -111,6 +119,21 @@ pub const WINDOW_MARKER: u32 = u32::MAX;
 
 /// Load id of a record claimed but never written (a dropped record).
 pub const UNWRITTEN_MARKER: u32 = u32::MAX - 1;
+
+/// Set in the load id of a spatial record (load ids stay below it).
+pub const SPATIAL_FLAG: u32 = 1 << 31;
+
+/// A record's load id without [`SPATIAL_FLAG`], and whether it was set;
+/// the markers ([`WINDOW_MARKER`], [`UNWRITTEN_MARKER`]) are returned as
+/// they are, unflagged.
+#[inline]
+pub fn split_spatial(load: u32) -> (u32, bool) {
+    if load >= UNWRITTEN_MARKER {
+        (load, false)
+    } else {
+        (load & !SPATIAL_FLAG, load & SPATIAL_FLAG != 0)
+    }
+}
 
 /// Longest region name carried by a region message.
 pub const REGION_NAME_MAX: usize = 256;
@@ -361,15 +384,25 @@ pub struct RecorderConfig {
     pub period: u64,
     /// Seed of the period jitter.
     pub seed: u64,
+    /// Spatial sampling: a load's block `b = addr >> 6` is tracked iff
+    /// `b · spatial_multiplier mod 2^64 < spatial_threshold`; 0 switches
+    /// spatial sampling off (and leaves the two fields out of the value).
+    pub spatial_threshold: u64,
+    /// The odd multiplier of the block hash.
+    pub spatial_multiplier: u64,
 }
 
 impl RecorderConfig {
     /// The environment value.
     pub fn to_env(&self) -> String {
-        format!(
+        let mut value = format!(
             "{}:{}:{}:{}:{}:{}",
             self.fd, self.inode, self.device, self.window, self.period, self.seed
-        )
+        );
+        if self.spatial_threshold > 0 {
+            value += &format!(":{}:{}", self.spatial_threshold, self.spatial_multiplier);
+        }
+        value
     }
 
     /// Parses an environment value (the runtime's parser, in Rust, for tests).
@@ -386,6 +419,27 @@ impl RecorderConfig {
                 window,
                 period,
                 seed,
+                spatial_threshold: 0,
+                spatial_multiplier: 0,
+            }),
+            [
+                fd,
+                inode,
+                device,
+                window,
+                period,
+                seed,
+                spatial_threshold,
+                spatial_multiplier,
+            ] => Some(RecorderConfig {
+                fd: i32::try_from(fd).ok()?,
+                inode,
+                device,
+                window,
+                period,
+                seed,
+                spatial_threshold,
+                spatial_multiplier,
             }),
             _ => None,
         }
@@ -442,8 +496,21 @@ mod tests {
             window: 1000,
             period: 100_000,
             seed: u64::MAX,
+            spatial_threshold: 0,
+            spatial_multiplier: 0,
         };
         assert_eq!(RecorderConfig::from_env(&config.to_env()), Some(config));
+        assert_eq!(config.to_env().split(':').count(), 6);
+        let spatial = RecorderConfig {
+            spatial_threshold: 1 << 57,
+            spatial_multiplier: 0x9E37_79B9_7F4A_7C15,
+            ..config
+        };
+        assert_eq!(RecorderConfig::from_env(&spatial.to_env()), Some(spatial));
+        assert_eq!(split_spatial(7 | SPATIAL_FLAG), (7, true));
+        assert_eq!(split_spatial(7), (7, false));
+        assert_eq!(split_spatial(WINDOW_MARKER), (WINDOW_MARKER, false));
+        assert_eq!(split_spatial(UNWRITTEN_MARKER), (UNWRITTEN_MARKER, false));
         assert_eq!(RecorderConfig::from_env("1:2:3"), None);
         assert_eq!(RecorderConfig::from_env("a:2:3:4:5:6"), None);
     }

@@ -37,6 +37,7 @@ use anyhow::{Context, Result, anyhow};
 use elf::{ElfEditor, SIGNATURE, align_up};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic, Register};
 use liveness::RegSet;
+use memgaze_trace::LoadClass;
 use probe::FastPath;
 use relocate::{CopyPlan, Insert};
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -95,6 +96,8 @@ struct Planned {
     code: FunctionCode,
     inserts: Vec<(usize, Insert)>,
     blocks: Vec<relocate::Superblock>,
+    /// Loads with a spatial check: index → (load id, probe).
+    spatial: HashMap<usize, (u32, probe::SpatialProbe)>,
     prologue_call: Option<u64>,
     /// Jump-table targets to patch.
     table_patches: Vec<u64>,
@@ -235,12 +238,18 @@ pub fn instrument_with_code(
         runtime_va + rt.as_ref().map_or(0, |r| r.code.len() as u64),
         64,
     );
-    let record_va = rt.as_ref().map_or(0, |r| r.record);
+    let entries = relocate::Entries {
+        record: rt.as_ref().map_or(0, |r| r.record),
+        record_tracked: rt.as_ref().map_or(0, |r| r.record_tracked),
+        spatial: rt.as_ref().map_or(0, |r| r.spatial),
+        spatial_config: editor.state_va + runtime::cfg::SPATIAL_MULTIPLIER as u64,
+    };
+    const _: () = assert!(runtime::cfg::SPATIAL_THRESHOLD == runtime::cfg::SPATIAL_MULTIPLIER + 8);
     let copies = encode_copies(
         binary,
         &mut plans,
         copies_va,
-        record_va,
+        &entries,
         &selection.loads_of,
         Skipped {
             annotation: &mut annotation,
@@ -546,6 +555,7 @@ impl Planner<'_, '_> {
         }
         let mut skipped_loads = Vec::new();
         let mut inserts = Vec::new();
+        let mut spatial = HashMap::new();
         let mut blocks = Vec::new();
         let live = if soft && ai.is_some() {
             liveness::live_before(&code)
@@ -575,6 +585,9 @@ impl Planner<'_, '_> {
                             fast: choose_fast_path(live[index]),
                         },
                     ));
+                    if load.class != LoadClass::Constant && probe::spatial_checkable(insn) {
+                        spatial.insert(index, (load.id, choose_spatial_probe(insn, live[index])));
+                    }
                 } else if let Some(reason) = ptwrite_unsupported(insn) {
                     skipped_loads.push((li, reason.into()));
                 } else {
@@ -593,6 +606,7 @@ impl Planner<'_, '_> {
                 code,
                 inserts,
                 blocks,
+                spatial,
                 prologue_call: None,
                 table_patches: Vec::new(),
             }),
@@ -695,7 +709,7 @@ fn encode_copies(
     binary: &Binary,
     plans: &mut Vec<Planned>,
     copies_va: u64,
-    record_va: u64,
+    entries: &relocate::Entries,
     loads_of: &HashMap<u32, Vec<usize>>,
     mut skipped: Skipped<'_>,
 ) -> Result<relocate::Copies> {
@@ -705,11 +719,12 @@ fn encode_copies(
             .map(|p| CopyPlan {
                 code: &p.code,
                 inserts: p.inserts.clone(),
+                spatial: p.spatial.clone(),
                 superblocks: p.blocks.clone(),
                 prologue_call: p.prologue_call,
             })
             .collect();
-        match relocate::encode(&copy_plans, copies_va, record_va) {
+        match relocate::encode(&copy_plans, copies_va, entries) {
             Ok(copies) => return Ok(copies),
             Err(combined) => {
                 // Find the functions the encoder refuses and leave them out.
@@ -717,7 +732,7 @@ fn encode_copies(
                     .iter()
                     .enumerate()
                     .filter(|(_, p)| {
-                        relocate::encode(std::slice::from_ref(*p), copies_va, record_va).is_err()
+                        relocate::encode(std::slice::from_ref(*p), copies_va, entries).is_err()
                     })
                     .map(|(i, _)| i)
                     .collect();
@@ -1209,6 +1224,55 @@ fn form_superblocks(
         .collect();
     inserts.retain(|(i, _)| !counted.contains(i));
     superblocks
+}
+
+/// How a spatial check before `load` keeps state, given what is live
+/// before it: a dead register (never one of the load's operand registers,
+/// which are live) and dead flags cost nothing to keep.
+fn choose_spatial_probe(load: &iced_x86::Instruction, live: RegSet) -> probe::SpatialProbe {
+    const CANDIDATES: [Register; 15] = [
+        Register::RAX,
+        Register::RCX,
+        Register::RDX,
+        Register::RSI,
+        Register::RDI,
+        Register::R8,
+        Register::R9,
+        Register::R10,
+        Register::R11,
+        Register::RBX,
+        Register::RBP,
+        Register::R12,
+        Register::R13,
+        Register::R14,
+        Register::R15,
+    ];
+    let save_flags = live.has_flags();
+    let operand = [load.memory_base(), load.memory_index()].map(|r| {
+        if r.is_gpr() {
+            r.full_register()
+        } else {
+            Register::None
+        }
+    });
+    let dead = CANDIDATES
+        .into_iter()
+        .find(|&r| !live.has_gpr(r) && !operand.contains(&r));
+    match dead {
+        Some(scratch) => probe::SpatialProbe {
+            scratch,
+            save_scratch: false,
+            save_flags,
+        },
+        None => probe::SpatialProbe {
+            scratch: CANDIDATES
+                .into_iter()
+                .find(|r| !operand.contains(r))
+                .expect("a load names at most two registers"),
+            save_scratch: true,
+            save_flags,
+        },
+    }
 }
 
 /// The fast path for a load given what is live before it.

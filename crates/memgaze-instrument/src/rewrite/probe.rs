@@ -52,6 +52,23 @@
 //! runtime call (40 instructions, 13 stores with its pushes) filled the
 //! reorder buffer and the store queue.
 //!
+//! # Spatial checks
+//!
+//! A Strided or Irregular load (not a Constant one, nor one through `fs:`
+//! or a bit test at a register offset) also gets a *spatial check* right
+//! before it, on the path of the executions that no window records (after
+//! its counting probe, whose slow stub resumes past the check at the load;
+//! in a superblock's body, where no window is open): `lea r, [operand];
+//! shr r, 6; imul r, [multiplier]; cmp r, [threshold]; jb stub` with `r` a
+//! register dead there and the flags dead — a shift, a multiply and a
+//! compare on the address. The multiplier and threshold are words of the
+//! runtime's config ([`super::runtime::cfg::SPATIAL_THRESHOLD`]); a
+//! threshold of 0 (no collector, `--spatial-rate 0`, a full trace) never
+//! branches. Where no register or the flags are not dead, they are saved
+//! below the red zone around the check ([`SpatialProbe`]). The stub calls
+//! the runtime's `spatial` with the address and the load id, and resumes
+//! at the load.
+//!
 //! # Ptwrite mode
 //!
 //! `ptwrite r64` of the base and then the index register of the load's
@@ -87,6 +104,109 @@ impl FastPath {
             FastPath::Stack => "stack-save",
         }
     }
+}
+
+/// How a spatial check keeps the application's state intact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SpatialProbe {
+    /// The register that takes the address and its hash.
+    pub scratch: Register,
+    /// `scratch` is live: saved below the red zone around the check.
+    pub save_scratch: bool,
+    /// The flags are live: saved (`pushfq`) around the check.
+    pub save_flags: bool,
+}
+
+impl SpatialProbe {
+    /// Bytes the check moved `rsp` by when it reaches its `lea`.
+    fn pushed(self) -> i64 {
+        if self.save_scratch || self.save_flags {
+            RED_ZONE + 8 * i64::from(self.save_scratch) + 8 * i64::from(self.save_flags)
+        } else {
+            0
+        }
+    }
+}
+
+/// Appends the spatial check of `load` (see the module documentation); its
+/// first instruction takes `ip`. `config` is the address of the hash's
+/// multiplier, followed by the threshold; `stub` the check's stub.
+pub fn spatial_check(
+    load: &Instruction,
+    probe: SpatialProbe,
+    ip: u64,
+    stub: u64,
+    config: u64,
+    out: &mut Vec<Instruction>,
+) {
+    let start = out.len();
+    let r = probe.scratch;
+    if probe.pushed() > 0 {
+        out.push(lea(Register::RSP, Register::RSP, -RED_ZONE));
+    }
+    if probe.save_scratch {
+        out.push(push(r));
+    }
+    if probe.save_flags {
+        out.push(Instruction::with(Code::Pushfq));
+    }
+    out.push(effective_address(load, r, probe.pushed()));
+    out.push(i2(
+        Code::Shr_rm64_imm8,
+        r,
+        super::runtime::SPATIAL_BLOCK_SHIFT as i32,
+    ));
+    let rip = |target: u64| MemoryOperand::with_base_displ(Register::RIP, target as i64);
+    out.push(i2(Code::Imul_r64_rm64, r, rip(config)));
+    out.push(i2(Code::Cmp_r64_rm64, r, rip(config + 8)));
+    out.push(branch(Code::Jb_rel32_64, stub));
+    spatial_restore(probe, out);
+    out[start] = with_ip(out[start], ip);
+}
+
+fn spatial_restore(probe: SpatialProbe, out: &mut Vec<Instruction>) {
+    if probe.save_flags {
+        out.push(Instruction::with(Code::Popfq));
+    }
+    if probe.save_scratch {
+        out.push(pop(probe.scratch));
+    }
+    if probe.pushed() > 0 {
+        out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
+    }
+}
+
+/// Appends the stub of a spatial check at `stub`: restores what the check
+/// saved, calls the runtime's `spatial` (`rdi` = address, `esi` = `id`)
+/// and jumps to `resume` (the load).
+pub fn spatial_stub(
+    load: &Instruction,
+    id: u32,
+    probe: SpatialProbe,
+    stub: u64,
+    resume: u64,
+    spatial: u64,
+    out: &mut Vec<Instruction>,
+) {
+    let start = out.len();
+    spatial_restore(probe, out);
+    out.push(lea(Register::RSP, Register::RSP, -RED_ZONE));
+    out.push(push(Register::RDI));
+    out.push(push(Register::RSI));
+    out.push(effective_address(load, Register::RDI, RED_ZONE + 16));
+    out.push(i2(Code::Mov_r32_imm32, Register::ESI, id as i32));
+    out.push(branch(Code::Call_rel32_64, spatial));
+    out.push(pop(Register::RSI));
+    out.push(pop(Register::RDI));
+    out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
+    out.push(branch(Code::Jmp_rel32_64, resume));
+    out[start] = with_ip(out[start], stub);
+}
+
+/// Whether a spatial check can compute `load`'s address with one `lea`
+/// (not through `fs:`, not a bit test at a register offset).
+pub fn spatial_checkable(load: &Instruction) -> bool {
+    load.memory_segment() != Register::FS && bit_offset_register(load).is_none()
 }
 
 /// Red zone below `rsp` the System V ABI lets leaf code use.
@@ -598,6 +718,67 @@ mod tests {
         // The stub's pushes move rsp: an offset in it is refused.
         let rsp = decode_one(&[0x48, 0x0f, 0xa3, 0x27]); // bt [rdi], rsp
         assert!(unsupported_operand(&rsp).is_some());
+    }
+
+    #[test]
+    fn spatial_checks_shift_multiply_compare_and_save_only_what_is_live() {
+        let load = decode_one(&[0x48, 0x8b, 0x44, 0x24, 0x08]); // mov rax,[rsp+8]
+        let config = 0x9000;
+        // Dead register and flags: five instructions, rsp untouched.
+        let free = SpatialProbe {
+            scratch: Register::RDX,
+            save_scratch: false,
+            save_flags: false,
+        };
+        let mut out = Vec::new();
+        spatial_check(&load, free, 0x1000, 0x2000, config, &mut out);
+        let decoded = assemble(&out, 0x1000);
+        let codes: Vec<Code> = decoded.iter().map(|i| i.code()).collect();
+        assert_eq!(
+            codes,
+            [
+                Code::Lea_r64_m,
+                Code::Shr_rm64_imm8,
+                Code::Imul_r64_rm64,
+                Code::Cmp_r64_rm64,
+                Code::Jb_rel32_64
+            ]
+        );
+        assert_eq!(decoded[0].memory_displacement64(), 8);
+        assert_eq!(decoded[2].memory_displacement64(), config);
+        assert_eq!(decoded[3].memory_displacement64(), config + 8);
+        // Nothing dead: the register and the flags are saved below the red
+        // zone, and the operand's rsp accounts for it.
+        let saving = SpatialProbe {
+            scratch: Register::RCX,
+            save_scratch: true,
+            save_flags: true,
+        };
+        let mut out = Vec::new();
+        spatial_check(&load, saving, 0x1000, 0x2000, config, &mut out);
+        let decoded = assemble(&out, 0x1000);
+        let codes: Vec<Code> = decoded.iter().map(|i| i.code()).collect();
+        assert_eq!(codes[..3], [Code::Lea_r64_m, Code::Push_r64, Code::Pushfq]);
+        assert_eq!(decoded[3].memory_displacement64(), 8 + 128 + 16);
+        assert_eq!(
+            codes[codes.len() - 3..],
+            [Code::Popfq, Code::Pop_r64, Code::Lea_r64_m]
+        );
+        // The stub undoes the saves before its call and resumes at the load.
+        let mut stub = Vec::new();
+        spatial_stub(&load, 9, saving, 0x2000, 0x1000, 0x3000, &mut stub);
+        let decoded = assemble(&stub, 0x2000);
+        let codes: Vec<Code> = decoded.iter().map(|i| i.code()).collect();
+        assert_eq!(codes[..3], [Code::Popfq, Code::Pop_r64, Code::Lea_r64_m]);
+        let call = decoded
+            .iter()
+            .find(|i| i.code() == Code::Call_rel32_64)
+            .unwrap();
+        assert_eq!(call.near_branch_target(), 0x3000);
+        assert_eq!(decoded.last().unwrap().near_branch_target(), 0x1000);
+        assert!(spatial_checkable(&load));
+        let fs = decode_one(&[0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0]); // mov rax,fs:[0x28]
+        assert!(!spatial_checkable(&fs));
     }
 
     #[test]

@@ -14,11 +14,12 @@
 //! the original address, so [`emit`] re-encodes them with their
 //! absolute target, never resolved to a copy.
 
-use super::probe::{self, FastPath};
+use super::probe::{self, FastPath, SpatialProbe};
 use crate::annotation::{PtwriteOperand, PtwriteSite};
 use crate::binary::FunctionCode;
 use anyhow::{Result, anyhow, bail};
 use iced_x86::{Code, Encoder, FlowControl, IcedError, Instruction, Mnemonic, OpKind, Register};
+use std::collections::HashMap;
 
 /// What to insert before one instruction of a copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +59,9 @@ pub struct CopyPlan<'a> {
     pub code: &'a FunctionCode,
     /// `(instruction index, insert)`, sorted by index.
     pub inserts: Vec<(usize, Insert)>,
+    /// The loads with a spatial check (soft mode): instruction index →
+    /// `(load id, how the check saves state)`.
+    pub spatial: HashMap<usize, (u32, SpatialProbe)>,
     /// Superblocks counted by one check, sorted by index.
     pub superblocks: Vec<Superblock>,
     /// A call placed before the first instruction (region marker hooks).
@@ -106,6 +110,19 @@ pub struct Copies {
     pub ptwrites: Vec<PtwriteSite>,
 }
 
+/// The runtime addresses the copies' probes reach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entries {
+    /// The slow path.
+    pub record: u64,
+    /// The slow path of loads with a spatial check.
+    pub record_tracked: u64,
+    /// The spatial record entry.
+    pub spatial: u64,
+    /// The spatial hash's multiplier word (the threshold follows it).
+    pub spatial_config: u64,
+}
+
 /// Fake addresses for labels: far above any user-space address.
 const FAKE_BASE: u64 = 0xffff_f000_0000_0000;
 
@@ -113,7 +130,7 @@ const FAKE_BASE: u64 = 0xffff_f000_0000_0000;
 /// addresses above [`FAKE_BASE`].
 const FAKE_RUN_BITS: u32 = 36;
 
-/// Encodes the copies of `plans` at `base`. `record` is the runtime's slow
+/// Encodes the copies of `plans` at `base`. `entries` are the runtime's
 /// path. Fails with the address of an instruction the encoder refused.
 ///
 /// Every branch is encoded in its rel32 form, so an instruction's size does
@@ -121,8 +138,8 @@ const FAKE_RUN_BITS: u32 = 36;
 /// measured on all cores, laid out one after the other, and emitted on all
 /// cores again once every label's address is known. The result is the same
 /// bytes a single pass would produce.
-pub fn encode(plans: &[CopyPlan<'_>], base: u64, record: u64) -> Result<Copies> {
-    encode_in_runs(plans, &balanced_runs(plans), base, record)
+pub fn encode(plans: &[CopyPlan<'_>], base: u64, entries: &Entries) -> Result<Copies> {
+    encode_in_runs(plans, &balanced_runs(plans), base, entries)
 }
 
 /// [`encode`] with the plans cut into the given consecutive `runs`.
@@ -130,14 +147,14 @@ fn encode_in_runs(
     plans: &[CopyPlan<'_>],
     runs: &[std::ops::Range<usize>],
     base: u64,
-    record: u64,
+    entries: &Entries,
 ) -> Result<Copies> {
     use rayon::prelude::*;
 
     let mut parts: Vec<Part> = runs
         .par_iter()
         .enumerate()
-        .map(|(k, run)| build_part(&plans[run.clone()], k, base, record))
+        .map(|(k, run)| build_part(&plans[run.clone()], k, base, entries))
         .collect::<Result<_>>()?;
 
     // Lay the runs out back to back (padding depends on where each lands)
@@ -268,7 +285,7 @@ struct Part {
 
 /// Builds the instructions of run number `run` and measures them. Each run
 /// draws its fake labels from a range of its own.
-fn build_part(plans: &[CopyPlan<'_>], run: usize, base: u64, record: u64) -> Result<Part> {
+fn build_part(plans: &[CopyPlan<'_>], run: usize, base: u64, entries: &Entries) -> Result<Part> {
     // Each probe adds a handful of instructions in line and in its stub;
     // reserving once saves the copies (and page faults) of doubling.
     let estimate: usize = plans
@@ -340,10 +357,10 @@ fn build_part(plans: &[CopyPlan<'_>], run: usize, base: u64, record: u64) -> Res
                 probe::block_stub(loads, stub, fragment, &mut stubs);
                 label = 0;
                 counting_fragment(
-                    code,
+                    plan,
                     block,
                     fragment,
-                    record,
+                    entries,
                     &mut next_fake,
                     &mut fragments,
                     &mut stubs,
@@ -361,6 +378,11 @@ fn build_part(plans: &[CopyPlan<'_>], run: usize, base: u64, record: u64) -> Res
                     probe::soft_fast_path(fast, label, slow, &mut all);
                     label = 0;
                     insn.set_ip(resume);
+                    let record = if plan.spatial.contains_key(&i) {
+                        entries.record_tracked
+                    } else {
+                        entries.record
+                    };
                     probe::soft_slow_stub(
                         fast, &insn, id, slow, resume, fallback, record, &mut stubs,
                     );
@@ -385,6 +407,30 @@ fn build_part(plans: &[CopyPlan<'_>], run: usize, base: u64, record: u64) -> Res
                 let stub = next_fake();
                 probe::exit_stub(skipped, stub, insn.near_branch_target(), &mut stubs);
                 insn.set_near_branch64(stub);
+            }
+            if let Some(&(id, spatial)) = plan.spatial.get(&i) {
+                let stub = next_fake();
+                probe::spatial_check(
+                    &insn,
+                    spatial,
+                    label,
+                    stub,
+                    entries.spatial_config,
+                    &mut all,
+                );
+                label = 0;
+                if insn.ip() == ip {
+                    insn.set_ip(next_fake());
+                }
+                probe::spatial_stub(
+                    &insn,
+                    id,
+                    spatial,
+                    stub,
+                    insn.ip(),
+                    entries.spatial,
+                    &mut stubs,
+                );
             }
             if insn.ip() == ip {
                 insn.set_ip(label);
@@ -710,14 +756,15 @@ fn is_relative_branch(insn: &Instruction) -> bool {
 /// information). Its branches go straight into the copy: a side exit taken
 /// here skips loads that were never counted.
 fn counting_fragment(
-    code: &FunctionCode,
+    plan: &CopyPlan<'_>,
     block: &Superblock,
     label: u64,
-    record: u64,
+    entries: &Entries,
     next_fake: &mut dyn FnMut() -> u64,
     out: &mut Vec<Instruction>,
     stubs: &mut Vec<Instruction>,
 ) {
+    let (code, spatial) = (plan.code, &plan.spatial);
     let mut first = label;
     let mut loads = block.loads.iter().peekable();
     for i in block.at..=block.last {
@@ -742,6 +789,15 @@ fn counting_fragment(
             let fallback = next_fake();
             probe::soft_fast_path(fast, first, slow, out);
             insn.set_ip(resume);
+            let record = match spatial.get(&i) {
+                Some(&(_, check)) => {
+                    let stub = next_fake();
+                    probe::spatial_check(&insn, check, 0, stub, entries.spatial_config, out);
+                    probe::spatial_stub(&insn, id, check, stub, resume, entries.spatial, stubs);
+                    entries.record_tracked
+                }
+                None => entries.record,
+            };
             probe::soft_slow_stub(fast, &insn, id, slow, resume, fallback, record, stubs);
         } else if first != 0 {
             insn.set_ip(first);
@@ -829,10 +885,20 @@ mod tests {
                         (index, Insert::Soft { id: n as u32, fast })
                     })
                     .collect(),
+                spatial: HashMap::new(),
                 superblocks: Vec::new(),
                 prologue_call: None,
             })
             .collect()
+    }
+
+    fn entries() -> Entries {
+        Entries {
+            record: 0x6fff_0000,
+            record_tracked: 0x6fff_0100,
+            spatial: 0x6fff_0200,
+            spatial_config: 0x6fff_8000,
+        }
     }
 
     /// The relocatable functions among the first `limit` of this test
@@ -852,7 +918,7 @@ mod tests {
     fn compiler_aligned_code_stays_aligned_and_short_loops_keep_one_line() {
         let codes = codes_of_this_executable(400);
         let plans = plans_of(&codes);
-        let copies = encode(&plans, 0x7000_0000, 0x6fff_0000).unwrap();
+        let copies = encode(&plans, 0x7000_0000, &entries()).unwrap();
         let (mut heads, mut short_loops) = (0, 0);
         for (map, code) in copies.maps.iter().zip(&codes) {
             assert_eq!(map.start % CODE_ALIGN, 0, "function {:#x}", code.start);
@@ -893,12 +959,12 @@ mod tests {
         assert!(codes.len() > 100, "only {} functions", codes.len());
         let plans = plans_of(&codes);
         let base = 0x7000_0000;
-        let record = 0x6fff_0000;
+        let record = entries();
         let one_run = std::iter::once(0..plans.len()).collect::<Vec<_>>();
-        let whole = encode_in_runs(&plans, &one_run, base, record).unwrap();
+        let whole = encode_in_runs(&plans, &one_run, base, &record).unwrap();
         let n = plans.len();
         let cut = [0..1, 1..n / 3, n / 3..n / 3, n / 3..n - 1, n - 1..n];
-        let apart = encode_in_runs(&plans, &cut, base, record).unwrap();
+        let apart = encode_in_runs(&plans, &cut, base, &record).unwrap();
         assert!(whole.code == apart.code, "the bytes differ");
         assert_eq!(whole.maps.len(), apart.maps.len());
         for (a, b) in whole.maps.iter().zip(&apart.maps) {

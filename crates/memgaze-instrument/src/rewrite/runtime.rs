@@ -21,6 +21,14 @@
 //!
 //! # Entry points (all preserve every register and the flags)
 //!
+//! - `spatial` (`rdi` = effective address, `esi` = load id): called by a
+//!   probe's spatial check outside every window when the load's 64-byte
+//!   block is tracked ([`cfg::SPATIAL_THRESHOLD`]); appends a spatial record
+//!   ([`memgaze_trace::protocol::SPATIAL_FLAG`]) while recording is
+//!   enabled, counting nothing. `record_tracked` is `record` for the loads
+//!   with a spatial check: the one slow-path entry that records nothing
+//!   (a thread's first, which picks its random phase) takes the spatial
+//!   sample that the check, skipped by the slow path, did not.
 //! - `record` (`rdi` = effective address, `esi` = load id): the slow path,
 //!   called by a probe when its thread's countdown is zero. Its hot path
 //!   appends a record while the thread holds a *grant* (appends the cold
@@ -69,6 +77,9 @@ pub const TCB_COUNTDOWN: u64 = 0x38;
 /// Offset of the slot pointer in the thread control block (`fs:0x40`).
 pub const TCB_SLOT: u64 = 0x40;
 
+/// log2 of the spatially sampled block (64-byte lines), fixed in the probes.
+pub const SPATIAL_BLOCK_SHIFT: u32 = 6;
+
 /// Countdown that effectively never expires (no collector: recording off).
 pub const COUNTDOWN_NEVER: u64 = 1 << 62;
 /// Countdown a thread gets while recording is switched off by a region
@@ -114,6 +125,14 @@ pub struct Config {
     pub shared: u64,
     /// Number of shared chunks.
     pub shared_chunks: u64,
+    /// The odd multiplier of the spatial block hash.
+    pub spatial_multiplier: u64,
+    /// A load's block `b = addr >> 6` is tracked iff `b · multiplier mod
+    /// 2^64` is below it: 0 (spatial sampling off) until the entry hook
+    /// found a sampled recording that asks for spatial samples.
+    pub spatial_threshold: u64,
+    /// The threshold the environment gave, until the entry hook accepts it.
+    pub spatial_pending: u64,
 }
 
 /// Offsets of the config block's fields ([`Config`]) and its state values.
@@ -149,6 +168,12 @@ pub mod cfg {
     pub const SHARED: i32 = offset_of!(Config, shared) as i32;
     /// Offset of [`Config::shared_chunks`].
     pub const SHARED_CHUNKS: i32 = offset_of!(Config, shared_chunks) as i32;
+    /// Offset of [`Config::spatial_multiplier`].
+    pub const SPATIAL_MULTIPLIER: i32 = offset_of!(Config, spatial_multiplier) as i32;
+    /// Offset of [`Config::spatial_threshold`].
+    pub const SPATIAL_THRESHOLD: i32 = offset_of!(Config, spatial_threshold) as i32;
+    /// Offset of [`Config::spatial_pending`].
+    pub const SPATIAL_PENDING: i32 = offset_of!(Config, spatial_pending) as i32;
     /// `STATE` values.
     pub const STATE_DISABLED: i32 = 1;
     /// `STATE` values.
@@ -242,6 +267,10 @@ pub struct Runtime {
     pub code: Vec<u8>,
     /// Slow path called by probes.
     pub record: u64,
+    /// Slow path called by probes of loads with a spatial check.
+    pub record_tracked: u64,
+    /// Spatial sample of a tracked block outside the windows.
+    pub spatial: u64,
     /// Process entry hook.
     pub entry: u64,
     /// `DT_FINI` hook.
@@ -309,6 +338,8 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     let mut l = Labels::new(&mut a);
     // The routines are laid out in this order; the hot path falls through
     // into the cold path, so those two stay adjacent.
+    emit_record_tracked(&mut a, &mut l)?;
+    emit_spatial(&mut a, &mut l, params)?;
     emit_record(&mut a, &mut l)?;
     emit_cold_path(&mut a, &mut l, params)?;
     emit_ensure_process(&mut a, &mut l)?;
@@ -342,6 +373,8 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     )?;
     Ok(Runtime {
         record: result.label_ip(&l.record)?,
+        record_tracked: result.label_ip(&l.record_tracked)?,
+        spatial: result.label_ip(&l.spatial)?,
         entry: result.label_ip(&l.entry)?,
         fini: result.label_ip(&l.fini)?,
         exit_now: result.label_ip(&l.exit_now)?,
@@ -371,6 +404,31 @@ fn env_prefix(name: &str) -> String {
 /// else goes through the cold path.
 fn emit_record(a: &mut Asm, l: &mut Labels) -> R {
     a.set_label(&mut l.record)?;
+    let to_cold = l.to_cold_entry;
+    record_hot_path(a, to_cold)?;
+    a.set_label(&mut l.to_cold_entry)?;
+    a.add(al, 0x7f)?;
+    a.sahf()?;
+    Ok(())
+}
+
+/// `record` for loads with a spatial check: the same hot path; its cold
+/// entry sets rbp (saved) to say the load may be spatially sampled.
+fn emit_record_tracked(a: &mut Asm, l: &mut Labels) -> R {
+    let mut to_cold = a.create_label();
+    a.set_label(&mut l.record_tracked)?;
+    record_hot_path(a, to_cold)?;
+    a.set_label(&mut to_cold)?;
+    a.add(al, 0x7f)?;
+    a.sahf()?;
+    save_rest(a)?;
+    a.mov(ebp, 1)?;
+    a.jmp(l.cold_saved)
+}
+
+/// The hot path of `record`, branching to `to_cold` (with the flags in ax)
+/// for everything else.
+fn record_hot_path(a: &mut Asm, to_cold: CodeLabel) -> R {
     a.push(rax)?;
     a.push(rcx)?;
     a.push(rbx)?;
@@ -378,11 +436,11 @@ fn emit_record(a: &mut Asm, l: &mut Labels) -> R {
     a.lahf()?;
     a.mov(rbx, fs(TCB_SLOT))?;
     a.test(rbx, rbx)?;
-    a.jz(l.to_cold_entry)?;
+    a.jz(to_cold)?;
     a.mov(ecx, RECORD_BYTES as u32)?;
     a.xadd(qword_ptr(rbx + slot::CLAIM), rcx)?;
     a.cmp(rcx, qword_ptr(rbx + slot::LIMIT))?;
-    a.jae(l.to_cold_entry)?;
+    a.jae(to_cold)?;
     a.mov(qword_ptr(rcx + 4), rdi)?;
     a.mov(dword_ptr(rcx), esi)?;
     a.add(al, 0x7f)?;
@@ -390,17 +448,72 @@ fn emit_record(a: &mut Asm, l: &mut Labels) -> R {
     a.pop(rbx)?;
     a.pop(rcx)?;
     a.pop(rax)?;
-    a.ret()?;
-    a.set_label(&mut l.to_cold_entry)?;
-    a.add(al, 0x7f)?;
-    a.sahf()?;
-    Ok(())
+    a.ret()
+}
+
+/// `spatial` (`rdi` = address, `esi` = load id): appends a spatial record
+/// while recording is enabled. Outside every window (the probes call it
+/// only there), so no grant is open; it takes and gives one back anyway,
+/// as every append of a cold path does. Counts no execution.
+fn emit_spatial(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
+    let mut done = a.create_label();
+    let mut busy = a.create_label();
+    let mut interrupted = a.create_label();
+    a.set_label(&mut l.spatial)?;
+    a.push(rax)?;
+    a.push(rcx)?;
+    a.push(rbx)?;
+    save_rest(a)?;
+    a.add_instruction(lea_rip(Register::R12, params.state_va))?;
+    a.mov(r14, rdi)?;
+    a.mov(r15, rsi)?;
+    a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
+    a.jne(done)?;
+    a.cmp(qword_ptr(r12 + cfg::ENABLED), 0)?;
+    a.je(done)?;
+    a.call(l.ensure_process)?;
+    a.call(l.find_slot)?;
+    a.test(rbx, rbx)?;
+    a.jz(done)?;
+    a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
+    a.jne(busy)?;
+    enter_cold(a)?;
+    take_grant(a, Some(interrupted))?;
+    append_spatial(a, l)?;
+    give_grant(a)?;
+    leave_cold(a)?;
+    a.jmp(done)?;
+    // A signal handler interrupted the runtime (or a hot path between its
+    // claim and its write): the spatial record is lost, and counted.
+    a.set_label(&mut interrupted)?;
+    a.inc(qword_ptr(rbx + slot::DROPPED))?;
+    leave_cold(a)?;
+    a.jmp(done)?;
+    a.set_label(&mut busy)?;
+    a.inc(qword_ptr(rbx + slot::DROPPED))?;
+    a.set_label(&mut done)?;
+    restore_rest(a)?;
+    a.pop(rbx)?;
+    a.pop(rcx)?;
+    a.pop(rax)?;
+    a.ret()
+}
+
+/// Appends the spatial record of load r15d at address r14 (inside a cold
+/// path, grant taken).
+fn append_spatial(a: &mut Asm, l: &mut Labels) -> R {
+    a.mov(edi, r15d)?;
+    a.or(edi, protocol::SPATIAL_FLAG)?;
+    a.mov(rsi, r14)?;
+    a.call(l.append)
 }
 
 /// Cold paths: save the flags and every other register.
 fn emit_cold_path(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.set_label(&mut l.cold_entry)?;
     save_rest(a)?;
+    a.xor(ebp, ebp)?;
+    a.set_label(&mut l.cold_saved)?;
     a.add_instruction(lea_rip(Register::R12, params.state_va))?;
     a.mov(r14, rdi)?;
     a.mov(r15, rsi)?;
@@ -456,7 +569,18 @@ fn emit_cold_path(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.jne(l.cold_open_window)?;
     a.cmp(qword_ptr(rbx + slot::STARTED), 0)?;
     a.jne(l.cold_open_window)?;
-    // First entry since the thread (or region) started: random phase.
+    // First entry since the thread (or region) started: random phase. The
+    // probe skipped its spatial check to come here: take the sample.
+    let mut phase = a.create_label();
+    a.test(ebp, ebp)?;
+    a.jz(phase)?;
+    a.mov(rax, r14)?;
+    a.shr(rax, SPATIAL_BLOCK_SHIFT)?;
+    a.imul_2(rax, qword_ptr(r12 + cfg::SPATIAL_MULTIPLIER))?;
+    a.cmp(rax, qword_ptr(r12 + cfg::SPATIAL_THRESHOLD))?;
+    a.jae(phase)?;
+    append_spatial(a, l)?;
+    a.set_label(&mut phase)?;
     a.mov(qword_ptr(rbx + slot::STARTED), 1)?;
     a.mov(rdi, qword_ptr(r12 + cfg::PERIOD))?;
     a.call(l.rand_below)?;
@@ -1500,11 +1624,33 @@ fn emit_entry(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
         a.test(ecx, ecx)?;
         a.jz(l.entry_done)?;
         a.mov(qword_ptr(r12 + field), rax)?;
-        let terminator = if i == 5 { 0 } else { b':' as u32 };
-        a.cmp(byte_ptr(rsi), terminator)?;
+        if i < 5 {
+            a.cmp(byte_ptr(rsi), b':' as u32)?;
+            a.jne(l.entry_done)?;
+            a.inc(rsi)?;
+        }
+    }
+    // Optionally ":<threshold>:<multiplier>" (spatial sampling).
+    let mut fields_done = a.create_label();
+    a.cmp(byte_ptr(rsi), 0)?;
+    a.je(fields_done)?;
+    for (i, field) in [cfg::SPATIAL_PENDING, cfg::SPATIAL_MULTIPLIER]
+        .into_iter()
+        .enumerate()
+    {
+        a.cmp(byte_ptr(rsi), b':' as u32)?;
         a.jne(l.entry_done)?;
         a.inc(rsi)?;
+        a.call(l.parse_u64)?;
+        a.test(ecx, ecx)?;
+        a.jz(l.entry_done)?;
+        a.mov(qword_ptr(r12 + field), rax)?;
+        if i == 1 {
+            a.cmp(byte_ptr(rsi), 0)?;
+            a.jne(l.entry_done)?;
+        }
     }
+    a.set_label(&mut fields_done)?;
     // 1 ≤ window ≤ period, fd < 2^31.
     a.mov(rax, qword_ptr(r12 + cfg::WINDOW))?;
     a.test(rax, rax)?;
@@ -1564,6 +1710,14 @@ fn emit_entry(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
         qword_ptr(r12 + cfg::ENABLED),
         if params.has_regions { 0 } else { 1 },
     )?;
+    // Spatial samples in sampled recordings only (a full trace has every
+    // record).
+    let mut spatial_off = a.create_label();
+    a.cmp(qword_ptr(r12 + cfg::FULL), 0)?;
+    a.jne(spatial_off)?;
+    a.mov(rax, qword_ptr(r12 + cfg::SPATIAL_PENDING))?;
+    a.mov(qword_ptr(r12 + cfg::SPATIAL_THRESHOLD), rax)?;
+    a.set_label(&mut spatial_off)?;
     a.mov(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
     a.set_label(&mut l.entry_done)?;
     a.pop(r15)?;
@@ -2017,6 +2171,9 @@ fn restore_all(a: &mut Asm) -> R {
 
 struct Labels {
     record: CodeLabel,
+    record_tracked: CodeLabel,
+    spatial: CodeLabel,
+    cold_saved: CodeLabel,
     to_cold_entry: CodeLabel,
     init_slot: CodeLabel,
     cold_entry: CodeLabel,
@@ -2101,6 +2258,9 @@ impl Labels {
         let mut n = || a.create_label();
         Labels {
             record: n(),
+            record_tracked: n(),
+            spatial: n(),
+            cold_saved: n(),
             to_cold_entry: n(),
             init_slot: n(),
             cold_entry: n(),
@@ -2203,6 +2363,8 @@ mod tests {
         assert!(rt.code.len() > 500, "{} bytes", rt.code.len());
         for ip in [
             rt.record,
+            rt.record_tracked,
+            rt.spatial,
             rt.entry,
             rt.fini,
             rt.region_begin,

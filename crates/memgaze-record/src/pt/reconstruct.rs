@@ -584,6 +584,7 @@ pub fn write_trace<W: Write>(
     let records = writer.records();
     let gaps = if full { l.full_trace_gaps() } else { 0 };
     let totals = TraceTotals {
+        spatial_records: 0,
         executions: if full {
             // ρ = 1 for a full trace: the numerator is its own size.
             records

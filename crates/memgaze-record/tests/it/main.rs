@@ -4,3 +4,4 @@ mod libipt;
 mod pt_decode_robust;
 mod pt_libipt;
 mod pt_reconstruct;
+mod spatial;

@@ -34,49 +34,89 @@ fn header(loads: usize) -> TraceHeader {
     }
 }
 
-/// A trace as events: `Err(thread)` begins a sample, `Ok((load, addr))` is a record.
-type Events = Vec<Result<(u32, u64), u32>>;
+/// One event of a trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Event {
+    /// A sample of this thread begins.
+    Sample(u32),
+    /// Spatial records of this thread follow.
+    Spatial(u32),
+    /// A record `(load, addr)`.
+    Record(u32, u64),
+}
+
+/// A trace as events.
+type Events = Vec<Event>;
 
 fn events(loads: u32) -> impl Strategy<Value = Events> {
     let addr = prop_oneof![any::<u64>(), 0u64..256, Just(u64::MAX)];
     let event = prop_oneof![
-        1 => (0u32..4).prop_map(Err),
-        8 => (0..loads, addr).prop_map(Ok),
+        1 => (0u32..4).prop_map(Event::Sample),
+        1 => (0u32..4).prop_map(Event::Spatial),
+        8 => (0..loads, addr).prop_map(|(l, a)| Event::Record(l, a)),
     ];
-    (0u32..4, prop::collection::vec(event, 0..300)).prop_map(|(first, mut v)| {
-        v.insert(0, Err(first));
-        v
-    })
+    // Spatial records may come before the first sample.
+    (
+        prop_oneof![
+            (0u32..4).prop_map(Event::Sample),
+            (0u32..4).prop_map(Event::Spatial)
+        ],
+        prop::collection::vec(event, 0..300),
+    )
+        .prop_map(|(first, mut v)| {
+            v.insert(0, first);
+            v
+        })
+}
+
+/// The totals of what `w` wrote.
+fn totals_of<W: std::io::Write>(w: &TraceWriter<W>) -> TraceTotals {
+    TraceTotals {
+        spatial_records: w.spatial_records(),
+        ..TraceTotals::clean(w.records() * 3, w.records(), w.samples())
+    }
 }
 
 fn write(loads: usize, events: &Events) -> Vec<u8> {
     let mut w = TraceWriter::new(Vec::new(), &header(loads)).unwrap();
     for e in events {
         match *e {
-            Err(thread) => w.begin_sample(thread).unwrap(),
-            Ok((load, addr)) => w.push(load, addr).unwrap(),
+            Event::Sample(thread) => w.begin_sample(thread).unwrap(),
+            Event::Spatial(thread) => w.begin_spatial(thread).unwrap(),
+            Event::Record(load, addr) => w.push(load, addr).unwrap(),
         }
     }
-    let totals = TraceTotals::clean(w.records() * 3, w.records(), w.samples());
+    let totals = totals_of(&w);
     w.finish(&totals).unwrap()
 }
 
 fn read(bytes: &[u8]) -> Result<Events, TraceError> {
     let mut r = TraceReader::new(bytes)?;
     let mut out = Vec::new();
+    let (mut spatial, mut thread) = (false, 0);
     while let Some(e) = r.next_event()? {
         match e {
-            TraceEvent::Sample { thread, .. } => out.push(Err(thread)),
+            TraceEvent::Sample { thread: t, .. } => {
+                (spatial, thread) = (false, t);
+                out.push(Event::Sample(t))
+            }
+            TraceEvent::Spatial { thread: t } => {
+                (spatial, thread) = (true, t);
+                out.push(Event::Spatial(t))
+            }
             TraceEvent::Thread { .. } => unreachable!("no thread switches written"),
-            TraceEvent::Record(rec) => out.push(Ok((rec.load, rec.addr))),
+            TraceEvent::Record(rec) => {
+                assert_eq!((rec.spatial, rec.thread), (spatial, thread));
+                out.push(Event::Record(rec.load, rec.addr))
+            }
         }
     }
     assert!(r.totals().is_some());
     Ok(out)
 }
 
-/// Every record as `(load, addr, sample, thread)`.
-type Flat = Vec<(u32, u64, u64, u32)>;
+/// Every record as `(load, addr, sample, thread, spatial)`.
+type Flat = Vec<(u32, u64, u64, u32, bool)>;
 
 /// An independent decoder written from the module documentation, one byte
 /// at a time with no shortcuts: what the file says, for comparison with the
@@ -84,8 +124,9 @@ type Flat = Vec<(u32, u64, u64, u32)>;
 fn reference_decode(bytes: &[u8]) -> Flat {
     let mut out = Vec::new();
     assert_eq!(&bytes[..8], &memgaze_trace::format::MAGIC);
-    assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 2);
-    let (mut sample, mut thread) = (None::<u64>, 0u32);
+    let version = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
+    assert!(version == 2 || version == 3);
+    let (mut sample, mut thread, mut spatial) = (None::<u64>, 0u32, false);
     let mut samples = 0u64;
     let mut at = 12;
     let number = |data: &[u8], len: usize| -> u64 {
@@ -124,11 +165,13 @@ fn reference_decode(bytes: &[u8]) -> Flat {
                     };
                     let addr = addr.wrapping_add(delta);
                     last.insert(load, (addr, delta));
-                    out.push((load as u32, addr, sample.unwrap(), thread));
+                    assert!(spatial || sample.is_some());
+                    out.push((load as u32, addr, sample.unwrap_or(0), thread, spatial));
                 }
-                9 | 10 => {
+                9..=11 if k < 11 || version >= 3 => {
                     thread = number(data, n) as u32;
                     data = &data[n..];
+                    spatial = k == 11;
                     if k == 9 {
                         sample = Some(samples);
                         samples += 1;
@@ -145,7 +188,7 @@ fn reference_decode(bytes: &[u8]) -> Flat {
 /// Records as `next_raw`, `for_each_raw` (after `skip` records read one by
 /// one) and `next_event` see them.
 fn three_ways(bytes: &[u8], skip: usize) -> [Flat; 3] {
-    let flat = |r: memgaze_trace::RawRecord| (r.load, r.addr, r.sample, r.thread);
+    let flat = |r: memgaze_trace::RawRecord| (r.load, r.addr, r.sample, r.thread, r.spatial);
     let mut reader = TraceReader::new(bytes).unwrap();
     let mut by_raw = Vec::new();
     while let Some(r) = reader.next_raw().unwrap() {
@@ -193,8 +236,9 @@ proptest! {
         events in wide_events(),
         skip in 0usize..50,
     ) {
-        // Event kinds: 0 begins a sample, 1 switches thread, else a record
-        // (strided runs come from the small-address choices).
+        // Event kinds: 0 begins a sample, 1 switches thread (back to the
+        // sample), 2 begins spatial records, else a record (strided runs
+        // come from the small-address choices).
         let loads = 70_000;
         let header = header(loads);
         let mut w = TraceWriter::new(Vec::new(), &header).unwrap();
@@ -203,13 +247,18 @@ proptest! {
             match kind {
                 0 => w.begin_sample(load.wrapping_mul(65_537)).unwrap(),
                 1 => w.switch_thread(load).unwrap(),
+                2 => w.begin_spatial(load).unwrap(),
                 _ => w.push(load, addr).unwrap(),
             }
         }
-        let totals = TraceTotals::clean(w.records(), w.records(), w.samples());
+        let totals = totals_of(&w);
         let bytes = w.finish(&totals).unwrap();
         let expected = reference_decode(&bytes);
-        prop_assert_eq!(expected.len(), events.iter().filter(|e| e.0 >= 2).count());
+        prop_assert_eq!(expected.len(), events.iter().filter(|e| e.0 >= 3).count());
+        prop_assert_eq!(
+            expected.iter().filter(|r| r.4).count() as u64,
+            totals.spatial_records
+        );
         for got in three_ways(&bytes, skip) {
             prop_assert_eq!(&got, &expected);
         }
@@ -260,7 +309,7 @@ proptest! {
         records in 0u32..70,
     ) {
         // A well-formed chunk around arbitrary events: errors, never a panic.
-        let good = write(5, &vec![Err(0), Ok((0, 1))]);
+        let good = write(5, &vec![Event::Sample(0), Event::Record(0, 1)]);
         let mut raw = Vec::new();
         raw.extend_from_slice(&records.to_le_bytes());
         raw.extend_from_slice(&1u32.to_le_bytes());
@@ -296,5 +345,20 @@ proptest! {
         bytes.extend_from_slice(&memgaze_trace::format::VERSION.to_le_bytes());
         bytes.extend_from_slice(&tail);
         prop_assert!(read(&bytes).is_err());
+    }
+
+    #[test]
+    fn version_2_reads_as_before_and_has_no_spatial_event(events in events(5)) {
+        // A version 3 file without spatial events is a version 2 file but
+        // for its version number (which no checksum covers).
+        let v2: Events = events.iter().copied().filter(|e| !matches!(e, Event::Spatial(_))).collect();
+        let v2: Events = std::iter::once(Event::Sample(0)).chain(v2).collect();
+        let mut bytes = write(5, &v2);
+        bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+        prop_assert_eq!(read(&bytes).unwrap(), v2);
+        let mut with_spatial = write(5, &events);
+        with_spatial[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let spatial = events.iter().any(|e| matches!(e, Event::Spatial(_)));
+        prop_assert_eq!(read(&with_spatial).is_err(), spatial);
     }
 }
