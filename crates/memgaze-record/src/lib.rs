@@ -1222,6 +1222,9 @@ mod process_end_tests {
         fn switch_thread(&mut self, _thread: u32) -> Result<()> {
             Ok(())
         }
+        fn begin_spatial(&mut self, _thread: u32) -> Result<()> {
+            panic!("these runs record no spatial samples")
+        }
         fn push(&mut self, load: u32, _addr: u64) -> Result<()> {
             *self.0.entry(load).or_default() += 1;
             Ok(())
