@@ -54,7 +54,7 @@ fn summary() -> Summary {
         d_f: Some(6.024096385542169e-6),
         d_mean: None,
         d_max: Some(7),
-        interrupted: None,
+        ..Summary::default()
     }
 }
 
