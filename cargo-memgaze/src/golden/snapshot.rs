@@ -89,6 +89,7 @@ impl GoldenMetrics {
             .collect();
         let mut summary = analysis.summary.clone();
         summary.mrc = standard_points(&summary.mrc);
+        summary.mrc_groups.clear();
         [summary.mr_l1, summary.mr_l2, summary.mr_llc] = [None; 3];
         [summary.misses_l1, summary.misses_l2, summary.misses_llc] = [None; 3];
         let mut metrics = GoldenMetrics {

@@ -1362,6 +1362,7 @@ impl Analyzer {
             misses_llc: None,
             spatial_rate: None,
             tracked_accesses: None,
+            mrc_groups: Vec::new(),
             interrupted: totals.interrupted.map(|i| i.name()),
         }
     }
@@ -1425,6 +1426,11 @@ impl Analyzer {
             .map(|i| (tracked > 0).then(|| total.misses(i, rate)));
         summary.spatial_rate = Some(rate);
         summary.tracked_accesses = Some(tracked);
+        summary.mrc_groups = if tracked > 0 {
+            self.whole.group_shares(total)
+        } else {
+            Vec::new()
+        };
     }
 
     /// The hottest source lines by estimated Strided and Irregular

@@ -52,6 +52,9 @@ pub const MIN_TRACKED: u64 = 1000;
 /// Sampled distances `d'` below this are spread by their posterior (see
 /// the module documentation).
 pub const SMOOTH_DISTANCES: usize = 64;
+/// Groups of tracked blocks (by a second hash of the block) whose shares
+/// of the curve `summary.mrc_groups` holds, for bootstrap intervals.
+pub const BOOTSTRAP_GROUPS: usize = 32;
 /// Source lines listed in `lines[]`.
 pub const TOP_LINES: usize = 32;
 
@@ -295,6 +298,11 @@ impl CurveSizes {
     }
 }
 
+/// `buckets()` of the sizes [`CurveSizes::new`] makes.
+fn sizes_len_plus_one(caches: &CacheSizes, block_shift: u32) -> usize {
+    CurveSizes::new(caches, block_shift, 1.0).buckets()
+}
+
 /// Row `d'` (for `d' < SMOOTH_DISTANCES`): the probability that the true
 /// distance `D` lies in each bucket, from its survival at each size: with
 /// `D − d'` negative binomial (`d' + 1` successes of probability `R`),
@@ -340,6 +348,9 @@ pub(crate) struct WholeRun {
     /// Per load site, by site index: `buckets()` weights, then the
     /// tracked-access count.
     hist: Vec<f64>,
+    /// `BOOTSTRAP_GROUPS × buckets()` weights: the accesses of each group
+    /// of blocks (sampled curves only).
+    groups: Vec<f64>,
     /// Tracked accesses counted.
     pub tracked: u64,
     /// Spatial records met (whatever their load).
@@ -362,6 +373,12 @@ impl WholeRun {
             threads: Vec::new(),
             current: 0,
             hist: Vec::new(),
+            groups: match tracking {
+                Tracking::Sampled { .. } => {
+                    vec![0.0; BOOTSTRAP_GROUPS * sizes_len_plus_one(caches, block_shift)]
+                }
+                _ => Vec::new(),
+            },
             tracked: 0,
             spatial_records: 0,
             spatial_ignored: 0,
@@ -393,7 +410,13 @@ impl WholeRun {
         {
             self.switch(thread);
         }
-        let distance = self.threads[self.current].access(addr >> self.sizes.block_shift);
+        let block = addr >> self.sizes.block_shift;
+        let distance = self.threads[self.current].access(block);
+        if !self.groups.is_empty() {
+            let n = self.sizes.buckets();
+            let g = (block.wrapping_mul(0xd6e8_feb8_6659_fd93) >> 59) as usize;
+            self.sizes.add(&mut self.groups[g * n..][..n], distance);
+        }
         let width = self.sizes.buckets() + 1;
         let at = slot as usize * width;
         if self.hist.len() < at + width {
@@ -414,6 +437,24 @@ impl WholeRun {
                 self.threads.len() - 1
             }
         };
+    }
+
+    /// Each block group's share of `MR̂` at every reported size, given the
+    /// trace's denominator (`N·R` or the tracked count): they add up to the
+    /// trace's curve before clamping. Empty for exact curves.
+    pub fn group_shares(&self, total: &Tally) -> Vec<Vec<f64>> {
+        let Some(den) = total.denominator(self.rate) else {
+            return Vec::new();
+        };
+        let n = self.sizes.buckets();
+        self.groups
+            .chunks(n)
+            .map(|g| {
+                (0..self.sizes.sizes.len())
+                    .map(|i| g[i + 1..].iter().sum::<f64>() / den)
+                    .collect()
+            })
+            .collect()
     }
 
     /// Bucket weights and tracked count of load site `slot` (empty if it
@@ -466,7 +507,7 @@ impl Tally {
     /// What a miss count is divided by: the expected tracked accesses
     /// `N·R` (the SHARDS correction), or the actual ones without `N` (ρ
     /// unknown, or no time-sample record to estimate it from).
-    fn denominator(&self, rate: f64) -> Option<f64> {
+    pub(crate) fn denominator(&self, rate: f64) -> Option<f64> {
         let d = match self.executions {
             Some(n) if n > 0.0 => n * rate,
             _ => self.tracked() as f64,

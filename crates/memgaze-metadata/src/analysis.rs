@@ -215,6 +215,12 @@ pub struct Summary {
     /// Accesses the curve is built from (on tracked blocks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracked_accesses: Option<u64>,
+    /// Spatially sampled curves only: the tracked blocks split into 32
+    /// groups by a hash, and each group's share of `MR̂` at every size of
+    /// `mrc` (the groups add up to the curve before clamping). Validation
+    /// resamples the groups for bootstrap intervals of the curve's error.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mrc_groups: Vec<Vec<f64>>,
     /// How the recording was cut short (`"SIGINT"`, `"SIGTERM"`,
     /// `"SIGHUP"`, `"timeout"`): the metrics are those of a prefix of the
     /// run. Absent for a run recorded to its end.

@@ -224,6 +224,16 @@ fn check_against_reference(
     for (g, w) in got_curve.iter().zip(&want) {
         prop_assert!(close(*g, *w), "trace curve {:?} want {:?}", got_curve, want);
     }
+    if rate < 1.0 {
+        // The block groups add up to the curve (before clamping).
+        prop_assert_eq!(s.mrc_groups.len(), 32);
+        for (i, w) in want.iter().enumerate() {
+            let sum: f64 = s.mrc_groups.iter().map(|g| g[i]).sum();
+            prop_assert!(close(sum.clamp(0.0, 1.0), *w), "groups {} want {}", sum, w);
+        }
+    } else {
+        prop_assert!(s.mrc_groups.is_empty());
+    }
     let at = |c: u64| sizes.iter().position(|&x| x == c).unwrap();
     for (mr, c) in [s.mr_l1, s.mr_l2, s.mr_llc].iter().zip(cache_blocks) {
         prop_assert!(close(mr.unwrap(), want[at(c)]));
@@ -461,6 +471,7 @@ fn strip_whole_run(a: &mut Analysis) {
     [s.misses_l1, s.misses_l2, s.misses_llc] = [None; 3];
     s.spatial_rate = None;
     s.tracked_accesses = None;
+    s.mrc_groups.clear();
     a.run.cache_sizes = None;
     a.lines.clear();
     for f in &mut a.functions {

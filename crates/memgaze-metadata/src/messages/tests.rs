@@ -454,6 +454,7 @@ fn validation() {
         elapsed_s: 0.5,
         functions: vec![json!({"name": "f", "share": 1.0, "status": "ok"})],
         k_max: 9,
+        mrc: None,
         name: "str1".into(),
         package: "microbenches".into(),
         period: 100_000,
