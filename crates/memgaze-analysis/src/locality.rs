@@ -33,9 +33,9 @@
 //! whole steps. An access with `d' <` [`SMOOTH_DISTANCES`] is therefore
 //! spread over the buckets by the distribution of the true distance given
 //! `d'`: every one of the `D` other blocks is tracked with probability
-//! `R`, so with a flat prior `D − d'` is negative binomial (`d' + 1`
-//! successes, probability `R`), of mean `(d' + 1)/R − 1`. Larger `d'` use
-//! `D̂ = d'/R` (relative step below 1/64).
+//! `R`, and reuse distances spread over orders of magnitude, so the prior
+//! is scale-free (`∝ 1/(D + 1)`); see [`smoothing_table`]. Larger `d'`
+//! use `D̂ = d'/R` (relative step below 1/64).
 
 use super::Map;
 use super::reuse::{BlockLocal, ReuseTracker};
@@ -304,35 +304,41 @@ fn sizes_len_plus_one(caches: &CacheSizes, block_shift: u32) -> usize {
 }
 
 /// Row `d'` (for `d' < SMOOTH_DISTANCES`): the probability that the true
-/// distance `D` lies in each bucket, from its survival at each size: with
-/// `D − d'` negative binomial (`d' + 1` successes of probability `R`),
-/// `P(D ≥ C) = P(Binomial(C, R) ≤ d')` — at least `C` blocks before the
-/// `(d' + 1)`-th tracked one iff at most `d'` of the first `C` are tracked.
+/// distance `D` lies in each bucket. Given `D`, `d'` is binomial (`D`
+/// blocks, each tracked with probability `R`); reuse distances spread over
+/// orders of magnitude, so the prior is scale-free, `∝ 1/(D + 1)`:
+/// `P(D | d') ∝ C(D, d') R^d' (1 − R)^(D − d') / (D + 1)`, summed until
+/// the tail is negligible.
 fn smoothing_table(sizes: &[u64], rate: f64) -> Vec<f64> {
     let n = sizes.len() + 1;
     let mut table = vec![0.0; SMOOTH_DISTANCES * n];
-    let (ln_p, ln_q) = (rate.ln(), (1.0 - rate).ln());
-    let survival = |c: u64, d: usize| -> f64 {
-        // Σ_{j ≤ d} C(c, j) R^j (1 − R)^(c − j), in logs.
-        let mut total = 0.0;
-        let mut ln_choose = 0.0;
-        for j in 0..=d.min(c as usize) {
-            if j > 0 {
-                ln_choose += ((c - j as u64 + 1) as f64).ln() - (j as f64).ln();
-            }
-            total += (ln_choose + j as f64 * ln_p + (c - j as u64) as f64 * ln_q).exp();
-        }
-        total.min(1.0)
-    };
+    let ln_q = (1.0 - rate).ln();
     for d in 0..SMOOTH_DISTANCES {
-        let row = &mut table[d * n..][..n];
-        let mut above = 1.0;
-        for (i, &c) in sizes.iter().enumerate() {
-            let s = survival(c, d);
-            row[i] = (above - s).max(0.0);
-            above = s;
+        // Weights w(D) for D = d, d + 1, …, by the ratio
+        // w(D + 1)/w(D) = (D + 1)/(D + 1 − d) · q · (D + 1)/(D + 2).
+        let mut ln_w = -((d + 1) as f64).ln();
+        let mut mass = vec![0.0; n];
+        let mut total = 0.0;
+        let mut bucket = sizes.partition_point(|&c| c <= d as u64);
+        let mut big = d as u64;
+        loop {
+            let w = ln_w.exp();
+            total += w;
+            mass[bucket] += w;
+            let x = big as f64;
+            ln_w += ((x + 1.0) / (x + 1.0 - d as f64)).ln() + ln_q + ((x + 1.0) / (x + 2.0)).ln();
+            big += 1;
+            while bucket < sizes.len() && sizes[bucket] <= big {
+                bucket += 1;
+            }
+            if (w < total * 1e-15 && big as f64 > (d as f64 + 1.0) / rate) || big > (1 << 26) {
+                break;
+            }
         }
-        row[sizes.len()] = above;
+        let row = &mut table[d * n..][..n];
+        for (r, m) in row.iter_mut().zip(&mass) {
+            *r = m / total;
+        }
     }
     table
 }
