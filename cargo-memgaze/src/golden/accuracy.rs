@@ -438,7 +438,7 @@ fn mrc_interval(
     if compared.is_empty() {
         return None;
     }
-    let mut rng = SplitMix64::new(limits.seed ^ 0x6d72_63);
+    let mut rng = SplitMix64::new(limits.seed ^ 0x006d_7263);
     let mut maes: Vec<f64> = (0..limits.replicates)
         .map(|_| {
             let mut curve = vec![0.0; s.mrc.len()];
