@@ -58,6 +58,15 @@ pub struct Args {
     /// Smallest page of the hot-region zoom, in bytes (a power of two ≥ 64).
     #[arg(long, value_name = "BYTES", default_value_t = 4096, value_parser = parse_page)]
     pub min_page: u64,
+    /// Cache sizes L1,L2,LLC at which MR_L1, MR_L2 and MR_LLC are read
+    /// (e.g. 48K,2M,32M); default: this machine's, from sysfs.
+    #[arg(long, value_name = "L1,L2,LLC", value_parser = memgaze_analysis::locality::parse_cache_sizes)]
+    pub cache_sizes: Option<memgaze_analysis::CacheSizes>,
+    /// Full traces only: build the whole-run miss-ratio curve as a run
+    /// spatially sampled at this rate would (e.g. 1/128), to see the
+    /// estimate's error against the exact curve.
+    #[arg(long, value_name = "R", value_parser = parse_rate)]
+    pub emulate_spatial_rate: Option<f64>,
     /// Rows shown in the functions, loads and regions tables.
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub top: usize,
@@ -93,6 +102,10 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         region_threshold_percent: args.hot_threshold,
         region_min_page: args.min_page,
         functions: args.functions.clone(),
+        cache_sizes: args.cache_sizes.clone(),
+        emulate_spatial: args
+            .emulate_spatial_rate
+            .and_then(memgaze_trace::SpatialSampling::with_rate),
         ..AnalysisOptions::default()
     };
     let progress = Progress::new(global);
@@ -273,6 +286,23 @@ fn parse_percent(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
         _ => Err(format!("{text:?} is not a percentage between 0 and 100")),
+    }
+}
+
+/// A spatial sampling rate in `(0, 1]`: a decimal or `1/N`.
+pub(crate) fn parse_rate(text: &str) -> Result<f64, String> {
+    let value = match text.split_once('/') {
+        Some((a, b)) => match (a.trim().parse::<f64>(), b.trim().parse::<f64>()) {
+            (Ok(a), Ok(b)) if b != 0.0 => Some(a / b),
+            _ => None,
+        },
+        None => text.trim().parse::<f64>().ok(),
+    };
+    match value {
+        Some(r) if r > 0.0 && r <= 1.0 => Ok(r),
+        _ => Err(format!(
+            "{text:?} is not a rate in (0, 1] such as 1/128 or 0.0078125"
+        )),
     }
 }
 

@@ -80,6 +80,16 @@ pub struct Args {
     )]
     pub max_code_error: f64,
 
+    /// Largest mean absolute error of the whole-run miss-ratio curve
+    /// (a fraction, e.g. 0.02).
+    #[arg(
+        long,
+        value_name = "E",
+        default_value_t = 0.02,
+        help_heading = "Limits"
+    )]
+    pub max_mrc_error: f64,
+
     /// Fewest samples a bench or a compared function may have.
     #[arg(long, value_name = "N", default_value_t = 30, help_heading = "Limits")]
     pub min_samples: u64,
@@ -130,7 +140,14 @@ impl Args {
                 )));
             }
         }
+        if !(self.max_mrc_error > 0.0 && self.max_mrc_error <= 1.0) {
+            return Err(usage(format!(
+                "--max-mrc-error must be a miss-ratio error in (0, 1], got {}",
+                self.max_mrc_error
+            )));
+        }
         Ok(Limits {
+            mrc_error: self.max_mrc_error,
             trace_mape: self.max_trace_mape / 100.0,
             code_error: self.max_code_error / 100.0,
             min_samples: self.min_samples,
@@ -245,6 +262,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                 elapsed_s: recording.elapsed.as_secs_f64(),
                 functions: comparison.functions.clone(),
                 k_max: comparison.k_max,
+                mrc: comparison
+                    .mrc
+                    .as_ref()
+                    .map(|m| serde_json::to_value(m).expect("serialisable")),
                 name: case.name.clone(),
                 package: exe.package.clone(),
                 period: comparison.period,
@@ -355,6 +376,16 @@ fn render(name: &str, verdict: &str, c: &Comparison) -> String {
     for f in &c.functions {
         render_function(&mut out, f);
     }
+    if let Some(m) = &c.mrc {
+        heading(
+            &mut out,
+            &format!(
+                "whole-run miss-ratio curve ({} tracked accesses, R = {}): MAE in miss-ratio points over {} sizes",
+                m.tracked, m.spatial_rate, m.points
+            ),
+        );
+        row(&mut out, "MRC", &m.error);
+    }
     for problem in &c.problems {
         let _ = writeln!(out, "  - {problem}");
     }
@@ -396,6 +427,7 @@ mod tests {
             trace_size_frac: Some(0.01),
             trace_windows: Vec::new(),
             functions: Vec::new(),
+            mrc: None,
             problems: Vec::new(),
             status: Status::Ok,
         }

@@ -308,9 +308,31 @@ pub fn compare_analysis(
 ) -> Result<BenchVerdict> {
     let new_recording = Recording::of(analysis);
     check_comparable(key, baseline_name, &old.recording, &new_recording)?;
-    let (a, b) = (&old.analysis, analysis);
-    let window_k = common_window_k(a, b);
     let mut notes = Vec::new();
+    let adjusted = super::metric::at_cache_sizes_of(&old.analysis, analysis);
+    if let (Some(_), Some(o), Some(n)) = (
+        &adjusted,
+        &old.analysis.run.cache_sizes,
+        &analysis.run.cache_sizes,
+    ) {
+        notes.push(format!(
+            "cache sizes differ (baseline {}/{}/{} B, this run {}/{}/{} B): the baseline's MR_* and misses_* are read off its curve at this run's sizes",
+            o.l1, o.l2, o.llc, n.l1, n.l2, n.llc
+        ));
+    }
+    let (a, b) = (adjusted.as_ref().unwrap_or(&old.analysis), analysis);
+    for (which, x) in [("baseline", a), ("this run", b)] {
+        if let (Some(rate), Some(tracked)) = (x.summary.spatial_rate, x.summary.tracked_accesses)
+            && rate < 1.0
+            && tracked < memgaze_analysis::locality::MIN_TRACKED
+        {
+            notes.push(format!(
+                "whole-run curve of {which} undersampled ({tracked} tracked accesses, < {}): MR_* are noisy",
+                memgaze_analysis::locality::MIN_TRACKED
+            ));
+        }
+    }
+    let window_k = common_window_k(a, b);
     let mut widen = None;
     if !new_recording.full {
         let (old_samples, new_samples) = (a.summary.samples, b.summary.samples);

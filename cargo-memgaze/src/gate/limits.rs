@@ -108,10 +108,13 @@ impl Limits {
     /// | `F_irr_frac` | `+0.1` | a fraction: absolute change; phased programs vary most here |
     /// | `F_str_frac` | `-0.1` | the mirror image of `F_irr_frac` |
     /// | `D_mean` | `+20%` and `+1` | heavier-tailed than the footprints |
+    /// | `MR_L1`, `MR_L2`, `MR_LLC` | `+0.02` | whole-run miss ratios (fractions): absolute change |
+    /// | `misses_L2`, `misses_LLC` | `+20%` | estimated misses; scale with the run's length |
     ///
     /// Not gated by default: whole-run `F`, `F_hat`, `F_lines` (depend on
     /// where samples fell), `A` (depends on the sampling), `D_max` (a
-    /// maximum, the noisiest statistic), `kappa`, `A_const_frac`.
+    /// maximum, the noisiest statistic), `kappa`, `A_const_frac`,
+    /// `misses_L1` (`MR_L1` says the same without the scale).
     pub fn defaults() -> Limits {
         let limit = |direction, relative, absolute| {
             Some(Limit {
@@ -138,6 +141,17 @@ impl Limits {
                 (
                     Metric::DMean,
                     limit(Direction::Increase, Some(0.20), Some(1.0)),
+                ),
+                (Metric::MrL1, limit(Direction::Increase, None, Some(0.02))),
+                (Metric::MrL2, limit(Direction::Increase, None, Some(0.02))),
+                (Metric::MrLlc, limit(Direction::Increase, None, Some(0.02))),
+                (
+                    Metric::MissesL2,
+                    limit(Direction::Increase, Some(0.20), None),
+                ),
+                (
+                    Metric::MissesLlc,
+                    limit(Direction::Increase, Some(0.20), None),
                 ),
             ]),
         }

@@ -73,16 +73,40 @@ pub enum Metric {
     /// Largest reuse distance.
     #[serde(rename = "D_max")]
     DMax,
+    /// Whole-run miss ratio at the L1 data cache's size.
+    #[serde(rename = "MR_L1")]
+    MrL1,
+    /// Whole-run miss ratio at the L2 cache's size.
+    #[serde(rename = "MR_L2")]
+    MrL2,
+    /// Whole-run miss ratio at the last-level cache's size.
+    #[serde(rename = "MR_LLC")]
+    MrLlc,
+    /// Estimated misses at the L1 size (`MR_L1 ×` estimated accesses).
+    #[serde(rename = "misses_L1")]
+    MissesL1,
+    /// Estimated misses at the L2 size.
+    #[serde(rename = "misses_L2")]
+    MissesL2,
+    /// Estimated misses at the last-level-cache size.
+    #[serde(rename = "misses_LLC")]
+    MissesLlc,
 }
 
 impl Metric {
     /// Every metric, in the order reports list them.
-    pub const ALL: [Metric; 12] = [
+    pub const ALL: [Metric; 18] = [
         Metric::AHat,
         Metric::DF,
         Metric::FStrFrac,
         Metric::FIrrFrac,
         Metric::DMean,
+        Metric::MrL1,
+        Metric::MrL2,
+        Metric::MrLlc,
+        Metric::MissesL1,
+        Metric::MissesL2,
+        Metric::MissesLlc,
         Metric::A,
         Metric::AConstFrac,
         Metric::Kappa,
@@ -107,6 +131,12 @@ impl Metric {
             Metric::FLines => "F_lines",
             Metric::DMean => "D_mean",
             Metric::DMax => "D_max",
+            Metric::MrL1 => "MR_L1",
+            Metric::MrL2 => "MR_L2",
+            Metric::MrLlc => "MR_LLC",
+            Metric::MissesL1 => "misses_L1",
+            Metric::MissesL2 => "misses_L2",
+            Metric::MissesLlc => "misses_LLC",
         }
     }
 
@@ -134,16 +164,36 @@ impl Metric {
     pub fn is_fraction(self) -> bool {
         matches!(
             self,
-            Metric::AConstFrac | Metric::FStrFrac | Metric::FIrrFrac | Metric::DF
+            Metric::AConstFrac
+                | Metric::FStrFrac
+                | Metric::FIrrFrac
+                | Metric::DF
+                | Metric::MrL1
+                | Metric::MrL2
+                | Metric::MrLlc
         )
     }
 
-    /// Whether the metric is estimated from the samples, so that two runs
-    /// of the same program differ by sampling noise. Only `Â` is not: the
-    /// software recorder counts every instrumented-load execution, so `ρ`
-    /// scales the sampled loads back to an exact count.
+    /// Whether the metric is estimated from the time samples, so that two
+    /// runs of the same program differ by a noise that shrinks with the
+    /// samples (limits widen below 30 samples). `Â` is not: the software
+    /// recorder counts every instrumented-load execution, so `ρ` scales the
+    /// sampled loads back to an exact count. Neither are the whole-run
+    /// `MR_*` and `misses_*`: they come from spatial sampling over the
+    /// whole run, whose precision is set by the tracked accesses, not by
+    /// the number of time samples (the verdict notes a curve with fewer
+    /// than 1,000).
     pub fn is_sampled(self) -> bool {
-        self != Metric::AHat
+        !matches!(
+            self,
+            Metric::AHat
+                | Metric::MrL1
+                | Metric::MrL2
+                | Metric::MrLlc
+                | Metric::MissesL1
+                | Metric::MissesL2
+                | Metric::MissesLlc
+        )
     }
 
     /// Whether the metric is a mean over code windows (needs a window size
@@ -177,6 +227,12 @@ impl Metric {
             Metric::FLines => Some(s.f_lines as f64),
             Metric::DMean => s.d_mean,
             Metric::DMax => s.d_max.map(|d| d as f64),
+            Metric::MrL1 => s.mr_l1,
+            Metric::MrL2 => s.mr_l2,
+            Metric::MrLlc => s.mr_llc,
+            Metric::MissesL1 => s.misses_l1,
+            Metric::MissesL2 => s.misses_l2,
+            Metric::MissesLlc => s.misses_llc,
         }
     }
 }
@@ -185,6 +241,41 @@ impl fmt::Display for Metric {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
+}
+
+/// `baseline` with its `MR_*` and `misses_*` read at the cache sizes of
+/// `new` when the two were analysed with different ones (another machine,
+/// another `--cache-sizes`): off its miss-ratio curve, interpolated in
+/// log size between its points. `None` when the sizes agree or either has
+/// no curve.
+pub fn at_cache_sizes_of(baseline: &Analysis, new: &Analysis) -> Option<Analysis> {
+    use memgaze_analysis::locality::interpolate;
+    let (old_sizes, new_sizes) = (
+        baseline.run.cache_sizes.as_ref()?,
+        new.run.cache_sizes.as_ref()?,
+    );
+    let same =
+        (old_sizes.l1, old_sizes.l2, old_sizes.llc) == (new_sizes.l1, new_sizes.l2, new_sizes.llc);
+    if same || baseline.summary.mrc.is_empty() {
+        return None;
+    }
+    let mut adjusted = baseline.clone();
+    let s = &mut adjusted.summary;
+    // Estimated accesses, from MR_L1 and misses_L1 at the old sizes.
+    let accesses = match (s.mr_l1, s.misses_l1) {
+        (Some(mr), Some(misses)) if mr > 0.0 => Some(misses / mr),
+        _ => None,
+    };
+    let at = |bytes: u64| interpolate(&baseline.summary.mrc, (bytes >> 6).max(1));
+    s.mr_l1 = at(new_sizes.l1);
+    s.mr_l2 = at(new_sizes.l2);
+    s.mr_llc = at(new_sizes.llc);
+    let scale = |mr: Option<f64>| accesses.zip(mr).map(|(n, mr)| n * mr);
+    s.misses_l1 = scale(s.mr_l1);
+    s.misses_l2 = scale(s.mr_l2);
+    s.misses_llc = scale(s.mr_llc);
+    adjusted.run.cache_sizes = new.run.cache_sizes.clone();
+    Some(adjusted)
 }
 
 /// The window exponent at which two runs' windowed metrics are compared:

@@ -15,6 +15,12 @@
 //!   metric's limit. The interval is that of the sampled value, expressed
 //!   like its error (relative to the full value, or in fraction points), so
 //!   its width is the precision the samples buy, whatever the bias.
+//! - Whole-run curve: the MAE of the sampled miss-ratio curve against the
+//!   snapshot's exact one at the sizes `2^6 … 2^24` blocks, with a 95%
+//!   bootstrap interval over the 32 groups of tracked blocks
+//!   (`summary.mrc_groups`); undersampled below
+//!   [`memgaze_analysis::locality::MIN_TRACKED`] tracked accesses or with an
+//!   interval wider than the limit.
 
 use super::samples::{FunctionSums, LevelSums, SampleSet, TraceMetric};
 use super::snapshot::GoldenMetrics;
@@ -41,6 +47,8 @@ pub struct Limits {
     /// irregular loads make `F_irr` 10⁻⁷ of `F`; a sample catches one or
     /// none, a 100%–3000% "error" that says nothing about the footprint).
     pub min_component_share: f64,
+    /// Largest MAE of the whole-run miss-ratio curve (0.02).
+    pub mrc_error: f64,
     /// Bootstrap replicates for the confidence intervals (1000).
     pub replicates: u32,
     /// Seed of the bootstrap's resampling.
@@ -55,6 +63,7 @@ impl Default for Limits {
             min_samples: 30,
             min_function_share: 0.01,
             min_component_share: 0.01,
+            mrc_error: 0.02,
             replicates: 1000,
             seed: 0x006d_656d_6761_7a65,
         }
@@ -166,6 +175,20 @@ pub struct FunctionError {
     pub status: Status,
 }
 
+/// The whole-run miss-ratio curve's error.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MrcError {
+    /// Tracked accesses of the sampled run.
+    pub tracked: u64,
+    /// Its spatial sampling rate.
+    pub spatial_rate: f64,
+    /// Sizes compared.
+    pub points: usize,
+    /// MAE, the 95% bootstrap interval of the MAE, the limit, the verdict.
+    #[serde(flatten)]
+    pub error: Error,
+}
+
 /// The comparison of one bench.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Comparison {
@@ -185,6 +208,9 @@ pub struct Comparison {
     pub trace_windows: Vec<TraceWindowError>,
     /// Per compared function, most accesses first.
     pub functions: Vec<FunctionError>,
+    /// The whole-run curve's error (absent when the run or the snapshot
+    /// has no curve).
+    pub mrc: Option<MrcError>,
     /// Why the bench fails, one line each (empty when it passes).
     pub problems: Vec<String>,
     /// Worst status.
@@ -320,6 +346,10 @@ pub fn compare(
     for f in &functions {
         status = status.worst(f.status);
     }
+    let mrc = compare_mrc(golden, sampled, limits, &mut problems);
+    if let Some(m) = &mrc {
+        status = status.worst(m.error.status);
+    }
     let full_records = golden.summary.records;
     Comparison {
         samples: n,
@@ -331,9 +361,103 @@ pub fn compare(
             .then(|| sampled.coverage.records as f64 / full_records as f64),
         trace_windows,
         functions,
+        mrc,
         problems,
         status,
     }
+}
+
+/// The sampled whole-run curve against the snapshot's exact one.
+fn compare_mrc(
+    golden: &GoldenMetrics,
+    sampled: &Analysis,
+    limits: &Limits,
+    problems: &mut Vec<String>,
+) -> Option<MrcError> {
+    use memgaze_analysis::locality::{MIN_TRACKED, curve_mae, standard_points};
+    let s = &sampled.summary;
+    let exact = &golden.summary.mrc;
+    let (rate, tracked) = (s.spatial_rate?, s.tracked_accesses?);
+    if exact.is_empty() {
+        return None;
+    }
+    let estimate = standard_points(&s.mrc);
+    let mae = curve_mae(&estimate, exact);
+    let points = estimate
+        .iter()
+        .filter(|p| exact.iter().any(|q| q.blocks == p.blocks))
+        .count();
+    let ci = mrc_interval(sampled, exact, limits);
+    let enough = tracked >= MIN_TRACKED;
+    let error = Error::judge(mae, ci, limits.mrc_error, enough);
+    match error.status {
+        Status::Exceeded => problems.push(format!(
+            "whole-run miss-ratio curve: MAE {:.4} > {}",
+            mae.unwrap_or(0.0),
+            limits.mrc_error
+        )),
+        Status::Undersampled if !enough => problems.push(format!(
+            "whole-run miss-ratio curve undersampled: {tracked} tracked accesses, fewer than {MIN_TRACKED}"
+        )),
+        Status::Undersampled => problems.push(format!(
+            "whole-run miss-ratio curve: 95% interval of the MAE wider than {}",
+            limits.mrc_error
+        )),
+        _ => {}
+    }
+    Some(MrcError {
+        tracked,
+        spatial_rate: rate,
+        points,
+        error,
+    })
+}
+
+/// 95% bootstrap interval of the curve's MAE: the 32 block groups
+/// resampled with replacement, each replicate's curve their sum.
+fn mrc_interval(
+    sampled: &Analysis,
+    exact: &[memgaze_analysis::MrcPoint],
+    limits: &Limits,
+) -> Option<[f64; 2]> {
+    let s = &sampled.summary;
+    let groups = &s.mrc_groups;
+    if groups.is_empty() || limits.replicates == 0 {
+        return None;
+    }
+    // The points of the curve compared, with their exact values.
+    let compared: Vec<(usize, f64)> = s
+        .mrc
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| {
+            let q = exact.iter().find(|q| q.blocks == p.blocks)?;
+            Some((i, q.miss_ratio))
+        })
+        .collect();
+    if compared.is_empty() {
+        return None;
+    }
+    let mut rng = SplitMix64::new(limits.seed ^ 0x006d_7263);
+    let mut maes: Vec<f64> = (0..limits.replicates)
+        .map(|_| {
+            let mut curve = vec![0.0; s.mrc.len()];
+            for _ in 0..groups.len() {
+                let g = &groups[rng.below(groups.len() as u64) as usize];
+                for (c, x) in curve.iter_mut().zip(g) {
+                    *c += x;
+                }
+            }
+            compared
+                .iter()
+                .map(|&(i, want)| (curve[i].clamp(0.0, 1.0) - want).abs())
+                .sum::<f64>()
+                / compared.len() as f64
+        })
+        .collect();
+    maes.sort_by(f64::total_cmp);
+    let at = |q: f64| maes[((maes.len() - 1) as f64 * q).round() as usize];
+    Some([at(0.025), at(0.975)])
 }
 
 /// The trace-window metrics: for each, the mean relative error over the

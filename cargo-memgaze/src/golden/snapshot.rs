@@ -11,7 +11,8 @@
 
 use super::facts::BuildFacts;
 use anyhow::{Context, bail};
-use memgaze_analysis::{Analysis, Summary, WindowRow};
+use memgaze_analysis::locality::standard_points;
+use memgaze_analysis::{Analysis, MrcPoint, Summary, WindowRow};
 use serde::{Deserialize, Serialize};
 
 /// Schema tag of [`GoldenMetrics`].
@@ -31,7 +32,11 @@ pub struct GoldenMetrics {
     pub target: String,
     /// Bench name.
     pub bench: String,
-    /// Whole-run metrics (`samples` is 1, `rho` is 1).
+    /// Whole-run metrics (`samples` is 1, `rho` is 1). Its miss-ratio curve
+    /// is the exact one at `2^6 … 2^24` blocks only: the machine's cache
+    /// sizes and the `MR_*` and `misses_*` read at them are left out, so a
+    /// snapshot does not depend on the machine that wrote it (validation
+    /// reads the `MR_*` of any size off the curve).
     pub summary: Summary,
     /// Trace-window histogram, `k = 3..=20`.
     pub trace_windows: Vec<WindowRow>,
@@ -60,6 +65,9 @@ pub struct GoldenFunction {
     /// Its own trace-window histogram: the code-window metrics of every
     /// window size (a sampled run compares the row of its `k_c`).
     pub trace_windows: Vec<WindowRow>,
+    /// Its exact whole-run miss-ratio curve at `2^6 … 2^24` blocks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mrc: Vec<MrcPoint>,
 }
 
 impl GoldenMetrics {
@@ -76,14 +84,20 @@ impl GoldenMetrics {
                 a_const_frac: f.a_const_frac,
                 d_mean: f.d_mean,
                 trace_windows: f.trace_windows.clone(),
+                mrc: standard_points(&f.mrc),
             })
             .collect();
+        let mut summary = analysis.summary.clone();
+        summary.mrc = standard_points(&summary.mrc);
+        summary.mrc_groups.clear();
+        [summary.mr_l1, summary.mr_l2, summary.mr_llc] = [None; 3];
+        [summary.misses_l1, summary.misses_l2, summary.misses_llc] = [None; 3];
         let mut metrics = GoldenMetrics {
             schema: GOLDEN_SCHEMA.to_string(),
             package: package.to_string(),
             target: target.to_string(),
             bench: bench.to_string(),
-            summary: analysis.summary.clone(),
+            summary,
             trace_windows: analysis.trace_windows.clone(),
             functions,
         };
@@ -114,7 +128,9 @@ impl GoldenMetrics {
             *x = x.map(round);
         }
         self.trace_windows.iter_mut().for_each(round_row);
+        round_curve(&mut s.mrc);
         for f in &mut self.functions {
+            round_curve(&mut f.mrc);
             f.a_const_frac = f.a_const_frac.map(round);
             f.d_mean = f.d_mean.map(round);
             f.trace_windows.iter_mut().for_each(round_row);
@@ -127,6 +143,12 @@ impl GoldenMetrics {
             .iter()
             .find(|f| f.name == function)
             .and_then(|f| f.trace_windows.iter().find(|r| r.k == k))
+    }
+}
+
+fn round_curve(curve: &mut [MrcPoint]) {
+    for p in curve {
+        p.miss_ratio = round(p.miss_ratio);
     }
 }
 
@@ -404,7 +426,7 @@ pub(crate) mod tests {
                 d_f: Some(80.0 / 105.0),
                 d_mean: None,
                 d_max: None,
-                interrupted: None,
+                ..Summary::default()
             },
             trace_windows: vec![row(3, 8.0), row(4, 15.999999999)],
             functions: vec![GoldenFunction {
@@ -414,6 +436,7 @@ pub(crate) mod tests {
                 a_const_frac: Some(5.0 / 105.0),
                 d_mean: Some(1.0 / 7.0),
                 trace_windows: vec![row(3, 8.0)],
+                mrc: Vec::new(),
             }],
         }
     }

@@ -8,9 +8,9 @@ use memgaze::gate::{
     BenchKey, BenchRun, Gate, Limits, Metric, compare, list_baselines, load_baseline,
     save_baseline, save_baseline_bench,
 };
-use memgaze_analysis::{Analysis, AnalysisOptions, analyze_trace};
+use memgaze_analysis::{Analysis, AnalysisOptions, CacheSizes, analyze_trace};
 use memgaze_error::{Exit, exit_for, one_line};
-use memgaze_trace::TraceReader;
+use memgaze_trace::{SpatialSampling, TraceReader};
 use std::path::Path;
 use support::synthetic::{Kernel, Synthetic, write_trace};
 
@@ -193,6 +193,99 @@ fn a_worse_access_pattern_is_a_regression_in_human_and_json_form() {
     assert_eq!(regression["new"], 1.0);
     assert_eq!(regression["limit"], "+0.1");
     assert!(regression["change_frac"].is_null());
+}
+
+/// The default recording: time samples plus spatial sampling at 1/128.
+/// The recorder does not write spatial records yet, so the whole-run part
+/// is emulated on the kernel's full trace (exactly what the tracked stream
+/// of a spatially sampled run holds) and joined to the sampled analysis.
+/// Cache sizes are fixed so that the test does not depend on the machine.
+fn analyse_default_recording(dir: &Path, kernel: Kernel, seed: u64) -> Analysis {
+    let mut sampled = analyse(dir, kernel, seed, SAMPLING);
+    let full = dir.join(format!(
+        "{}-{seed}-full.mgz",
+        kernel.name().replace(['/', '|'], "_")
+    ));
+    write_trace(
+        &full,
+        &Synthetic {
+            kernel,
+            elements: 100_000,
+            reps: 30,
+            sampling: None,
+            seed,
+        },
+    );
+    let whole = analyze_trace(
+        TraceReader::open(&full).unwrap(),
+        &AnalysisOptions {
+            cache_sizes: Some(CacheSizes {
+                l1: 32 << 10,
+                l2: 1 << 20,
+                llc: 32 << 20,
+                source: "--cache-sizes".into(),
+            }),
+            emulate_spatial: SpatialSampling::with_rate(1.0 / 128.0),
+            ..AnalysisOptions::default()
+        },
+    )
+    .unwrap();
+    let (s, w) = (&mut sampled.summary, whole.summary);
+    (s.mrc, s.mr_l1, s.mr_l2, s.mr_llc) = (w.mrc, w.mr_l1, w.mr_l2, w.mr_llc);
+    (s.misses_l1, s.misses_l2, s.misses_llc) = (w.misses_l1, w.misses_l2, w.misses_llc);
+    (s.spatial_rate, s.tracked_accesses, s.mrc_groups) =
+        (w.spatial_rate, w.tracked_accesses, w.mrc_groups);
+    sampled.run.cache_sizes = whole.run.cache_sizes;
+    sampled
+}
+
+/// What time windows miss: a Vec walked with a stride of 64 bytes instead
+/// of 8 is all Strided loads either way (F_str_frac, F_irr_frac unchanged),
+/// but every load now touches a new cache line. The whole-run miss ratios
+/// catch it, with exit 3.
+#[test]
+fn a_wider_stride_fails_on_the_whole_run_miss_ratios() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("memgaze");
+    let baseline = analyse_default_recording(dir.path(), Kernel::Str1, 1);
+    save_baseline(&root, "main", &[run("walk", baseline.clone())]).unwrap();
+    // Unchanged code, another sampling seed: within the default limits.
+    let mut gate = Gate::new(
+        load_baseline(&root, "main").unwrap(),
+        Limits::defaults(),
+        false,
+    );
+    let same = gate
+        .check(&run(
+            "walk",
+            analyse_default_recording(dir.path(), Kernel::Str1, 2),
+        ))
+        .unwrap();
+    assert!(same.regressions.is_empty(), "{}", same.human("main"));
+
+    let wider = analyse_default_recording(dir.path(), Kernel::Str8, 1);
+    let mut gate = Gate::new(
+        load_baseline(&root, "main").unwrap(),
+        Limits::defaults(),
+        false,
+    );
+    let verdict = gate.check(&run("walk", wider.clone())).unwrap();
+    let metrics: Vec<Metric> = verdict.regressions.iter().map(|r| r.metric).collect();
+    assert!(metrics.contains(&Metric::MrL1), "{metrics:?}");
+    assert!(metrics.contains(&Metric::MrL2), "{metrics:?}");
+    assert!(!metrics.contains(&Metric::FIrrFrac) && !metrics.contains(&Metric::FStrFrac));
+    assert_eq!(gate.exit(), Exit::Regression);
+    // From one miss per 8 loads to one per load.
+    let (old, new) = (
+        baseline.summary.mr_l1.unwrap(),
+        wider.summary.mr_l1.unwrap(),
+    );
+    assert!(
+        (old - 0.125).abs() < 0.02 && new > 0.95,
+        "MR_L1 {old} → {new}"
+    );
+    let human = verdict.human("main");
+    assert!(human.contains("MR_L1"), "{human}");
 }
 
 /// Benches the baseline lacks pass, but the closing line must not count

@@ -39,6 +39,9 @@ pub enum AnalysisError {
         /// The exponent given.
         k: u32,
     },
+    /// Spatial sampling can be emulated on a full trace only.
+    #[error("emulating spatial sampling needs a full trace (this one is sampled)")]
+    EmulateOnSampled,
     /// The reader reported the end of the trace without its totals (a
     /// reader bug: it refuses such traces as truncated).
     #[error("trace ended without totals")]

@@ -15,7 +15,10 @@
 //! - inter-sample windows (execution interval tree): `intervals.rs`;
 //! - hot regions (location zoom tree), from per-line totals at the end:
 //!   `regions.rs`;
-//! - the hot path's address tables: `addr_table.rs`.
+//! - the hot path's address tables: `addr_table.rs`;
+//! - whole-run stack distances and miss-ratio curves over spatially
+//!   tracked blocks (per thread, Olken/Fenwick over the tracked blocks):
+//!   [`locality`].
 //!
 //! Per-sample state is stamped with a *piece* id (a sample of one thread)
 //! instead of being cleared, so the thousands of small samples of a sampled
@@ -23,13 +26,16 @@
 
 #![warn(missing_docs)]
 
-use memgaze_trace::{Backend, LoadClass, LoadEntry, Record, TraceHeader, TraceReader, TraceTotals};
+use memgaze_trace::{
+    Backend, LoadClass, LoadEntry, Record, SpatialSampling, TraceHeader, TraceReader, TraceTotals,
+};
 use std::io::Read;
 
 mod addr_table;
 pub mod checks;
 mod error;
 mod intervals;
+pub mod locality;
 mod regions;
 mod reuse;
 pub mod table;
@@ -44,6 +50,7 @@ use addr_table::{
     AddrTable, ByteAddresses, HugePageVec, LineNumbers, LineSlot, PackedSlot, Zeroable,
 };
 use intervals::IntervalBuilder;
+use locality::{Tally, Tracking, WholeRun};
 use regions::LineStat;
 use reuse::{BlockLocal, ReuseTracker};
 use windows::{AddrLocal, Lasts, LevelSums, NO_LASTS, WindowEngine, last_of};
@@ -140,6 +147,14 @@ pub struct AnalysisOptions {
     /// Analyse only records of functions whose name matches this glob
     /// (records outside any function are left out too).
     pub functions: Option<String>,
+    /// Cache sizes of `MR_L1`, `MR_L2`, `MR_LLC` (`--cache-sizes`); `None`:
+    /// this machine's ([`locality::machine_cache_sizes`]).
+    pub cache_sizes: Option<CacheSizes>,
+    /// Build the whole-run curve of a **full** trace as a run spatially
+    /// sampled with these parameters would (its tracked records, `N`
+    /// exact): the estimate whose error against the exact curve validation
+    /// measures. Refused on a sampled trace.
+    pub emulate_spatial: Option<SpatialSampling>,
 }
 
 impl Default for AnalysisOptions {
@@ -151,6 +166,8 @@ impl Default for AnalysisOptions {
             region_threshold_percent: 10.0,
             region_min_page: 4096,
             functions: None,
+            cache_sizes: None,
+            emulate_spatial: None,
         }
     }
 }
@@ -210,9 +227,9 @@ fn has_x86_64_v3() -> bool {
 macro_rules! feed_loop {
     ($reader:expr, $analyzer:expr, $tick:expr) => {
         Ok($reader.for_each_raw(|raw| {
-            // Spatial records are outside every sample: the time-window
-            // metrics do not see them.
-            if !raw.spatial {
+            if raw.spatial {
+                $analyzer.push_spatial(raw.load, raw.addr, raw.thread);
+            } else {
                 $analyzer.push_load(raw.load, raw.addr, raw.sample, raw.thread);
             }
             $tick();
@@ -489,6 +506,9 @@ pub struct Analyzer {
     notes: Vec<String>,
     /// The executable's `DT_NEEDED` libraries, from the header's labels.
     untraced_libraries: Vec<String>,
+    /// Whole-run stack distances over the tracked blocks.
+    whole: WholeRun,
+    cache_sizes: CacheSizes,
 }
 
 /// What the coverage says about shared libraries: only the executable is
@@ -530,6 +550,23 @@ impl Analyzer {
             .map(memgaze_trace::function_matcher)
             .transpose()?;
         let sampling = header.sampling;
+        let tracking = match (options.emulate_spatial, sampling.is_full(), header.spatial) {
+            (Some(_), false, _) => return Err(AnalysisError::EmulateOnSampled),
+            (Some(spatial), true, _) => Tracking::Sampled {
+                sampling: spatial,
+                emulated: true,
+            },
+            (None, true, _) => Tracking::Every,
+            (None, false, Some(spatial)) => Tracking::Sampled {
+                sampling: spatial,
+                emulated: false,
+            },
+            (None, false, None) => Tracking::Off,
+        };
+        let cache_sizes = options
+            .cache_sizes
+            .clone()
+            .unwrap_or_else(locality::machine_cache_sizes);
         let window = if sampling.is_full() {
             u64::MAX
         } else {
@@ -611,6 +648,8 @@ impl Analyzer {
             classified: true,
             outside_binary: None,
             notes: Vec::new(),
+            whole: WholeRun::new(tracking, &cache_sizes),
+            cache_sizes,
         };
         for load in &header.loads {
             let function = load.function.or_else(|| analyzer.function_of(load.ip));
@@ -704,11 +743,8 @@ impl Analyzer {
 
     /// One record, in trace order. Records of a sample must be contiguous;
     /// a sample whose records come from several threads is split per thread.
-    /// Spatial records are left out (they are in no sample).
+    /// Spatial records enter only the whole-run curve ([`Analyzer::push_spatial`]).
     pub fn push(&mut self, record: &Record) {
-        if record.spatial {
-            return;
-        }
         let key = (record.ip, record.class.code(), record.implied);
         let slot = match self.slot_index.get(&key) {
             Some(&slot) => slot,
@@ -724,7 +760,31 @@ impl Analyzer {
                 )
             }
         };
-        self.push_load(slot, record.addr, record.sample, record.thread);
+        if record.spatial {
+            self.push_spatial(slot, record.addr, record.thread);
+        } else {
+            self.push_load(slot, record.addr, record.sample, record.thread);
+        }
+    }
+
+    /// A record taken by spatial sampling outside any time sample
+    /// ([`Record::spatial`]): it enters the whole-run curve only, never
+    /// the time-window metrics, ρ or the record counts.
+    pub fn push_spatial(&mut self, load: u32, addr: u64, thread: u32) {
+        self.whole.spatial_records += 1;
+        let slot = &self.slots[load as usize];
+        let usable = matches!(
+            self.whole.tracking,
+            Tracking::Sampled {
+                emulated: false,
+                ..
+            }
+        ) && slot.class.is_access();
+        if !usable {
+            self.whole.spatial_ignored += 1;
+        } else if slot.included {
+            self.whole.access(load, addr, thread);
+        }
     }
 
     /// One record given by its load-site index into the header's `loads`
@@ -735,6 +795,14 @@ impl Analyzer {
     /// so the cache misses of irregular traces overlap.
     #[inline(always)]
     pub fn push_load(&mut self, load: u32, addr: u64, sample: u64, thread: u32) {
+        // In program order, before the prefetch queue: spatial records
+        // (`push_spatial`) take effect at once too.
+        if self.whole.is_on() {
+            let slot = &self.slots[load as usize];
+            if slot.class.is_access() && slot.included && self.whole.tracks(addr) {
+                self.whole.access(load, addr, thread);
+            }
+        }
         let n = self.pushed;
         if n >= PREFETCH_DISTANCE {
             self.process(self.pending[n % PREFETCH_DISTANCE]);
@@ -1172,9 +1240,16 @@ impl Analyzer {
         let pieces = u64::from(self.next_piece - 1);
         let rho = self.rho(totals);
         let reuse = self.reuse_sums();
-        let summary = self.summary(rho, pieces, &reuse, totals);
+        let mut summary = self.summary(rho, pieces, &reuse, totals);
         let trace_windows = window_rows(&self.trace_sums, 3, self.max_k, true);
-        let function_rows = self.function_rows(rho, &reuse);
+        let tallies = self.whole.is_on().then(|| self.tallies(rho));
+        if let Some(t) = &tallies {
+            self.whole_run_summary(&mut summary, &t.total);
+        }
+        let function_rows = self.function_rows(rho, &reuse, tallies.as_ref());
+        let lines = tallies
+            .as_ref()
+            .map_or_else(Vec::new, |t| self.line_rows(t));
         let loads = self.load_rows();
         let region_rows = self.region_rows();
         let bins = self.reuse_bins();
@@ -1197,6 +1272,7 @@ impl Analyzer {
                 region_threshold_percent: options.region_threshold_percent,
                 region_min_page: options.region_min_page,
                 functions_filter: options.functions.clone(),
+                cache_sizes: self.whole.is_on().then(|| self.cache_sizes.clone()),
             },
             summary,
             trace_windows,
@@ -1211,6 +1287,7 @@ impl Analyzer {
                 survivals: self.survivals,
             },
             intervals,
+            lines,
             coverage: Coverage {
                 records: self.records_all,
                 trace_samples: totals.samples.max(seen),
@@ -1291,12 +1368,124 @@ impl Analyzer {
             },
             d_mean: ratio(reuse.d_sum as f64, reuse.d_count),
             d_max: (reuse.d_count > 0).then_some(self.d_max),
+            mrc: Vec::new(),
+            mr_l1: None,
+            mr_l2: None,
+            mr_llc: None,
+            misses_l1: None,
+            misses_l2: None,
+            misses_llc: None,
+            spatial_rate: None,
+            tracked_accesses: None,
+            mrc_groups: Vec::new(),
             interrupted: totals.interrupted.map(|i| i.name()),
         }
     }
 
+    /// The whole-run bucket counts and estimated executions of the trace,
+    /// of each function and of each source line (their sites added up).
+    fn tallies(&self, rho: Option<f64>) -> Tallies {
+        let buckets = self.whole.sizes.buckets();
+        let mut total = Tally::new(buckets);
+        let mut functions = vec![Tally::new(buckets); self.functions.len()];
+        let mut lines: Vec<(String, Option<u32>, Tally)> = Vec::new();
+        let mut line_index: Map<&str, usize> = Map::default();
+        for (i, slot) in self.slots.iter().enumerate() {
+            if !slot.class.is_access() || !slot.included {
+                continue;
+            }
+            let site = self.whole.site(i);
+            let executions = match self.whole.tracking {
+                Tracking::Sampled {
+                    emulated: false, ..
+                } => rho.map(|r| r * slot.count as f64),
+                _ => Some(slot.count as f64),
+            };
+            if site.is_empty() && slot.count == 0 {
+                continue;
+            }
+            let zeros;
+            let site = if site.is_empty() {
+                zeros = vec![0.0; buckets + 1];
+                &zeros[..]
+            } else {
+                site
+            };
+            total.add(site, executions);
+            if let Some(f) = slot.function {
+                functions[f as usize].add(site, executions);
+            }
+            if let Some(line) = &slot.line {
+                let at = *line_index.entry(line.as_str()).or_insert_with(|| {
+                    lines.push((line.clone(), slot.function, Tally::new(buckets)));
+                    lines.len() - 1
+                });
+                lines[at].2.add(site, executions);
+            }
+        }
+        Tallies {
+            total,
+            functions,
+            lines,
+        }
+    }
+
+    /// The whole-run fields of the summary.
+    fn whole_run_summary(&self, summary: &mut Summary, total: &Tally) {
+        let (sizes, rate) = (&self.whole.sizes, self.whole.rate);
+        summary.mrc = total.curve(sizes, rate);
+        [summary.mr_l1, summary.mr_l2, summary.mr_llc] = total.cache_ratios(sizes, rate);
+        let tracked = total.tracked();
+        [summary.misses_l1, summary.misses_l2, summary.misses_llc] = sizes
+            .caches
+            .map(|i| (tracked > 0).then(|| total.misses(i, rate)));
+        summary.spatial_rate = Some(rate);
+        summary.tracked_accesses = Some(tracked);
+        summary.mrc_groups = if tracked > 0 {
+            self.whole.group_shares(total)
+        } else {
+            Vec::new()
+        };
+    }
+
+    /// The hottest source lines by estimated Strided and Irregular
+    /// executions, with their estimated misses at each cache size.
+    fn line_rows(&self, tallies: &Tallies) -> Vec<LineLocality> {
+        let (sizes, rate) = (&self.whole.sizes, self.whole.rate);
+        let mut rows: Vec<LineLocality> = tallies
+            .lines
+            .iter()
+            .filter(|(_, _, t)| t.tracked() > 0)
+            .map(|(line, function, t)| {
+                let [l1, l2, llc] = sizes.caches.map(|i| t.misses(i, rate));
+                LineLocality {
+                    line: line.clone(),
+                    function: function.map(|f| self.functions[f as usize].name.clone()),
+                    a_hat: t.estimated_accesses(rate),
+                    misses_l1: l1,
+                    misses_l2: l2,
+                    misses_llc: llc,
+                }
+            })
+            .collect();
+        rows.sort_by(|x, y| {
+            y.a_hat
+                .total_cmp(&x.a_hat)
+                .then(y.misses_l1.total_cmp(&x.misses_l1))
+                .then_with(|| x.line.cmp(&y.line))
+        });
+        rows.truncate(locality::TOP_LINES);
+        rows
+    }
+
     /// One row per function with loads, most accesses first.
-    fn function_rows(&self, rho: Option<f64>, reuse: &ReuseSums) -> Vec<FunctionMetrics> {
+    fn function_rows(
+        &self,
+        rho: Option<f64>,
+        reuse: &ReuseSums,
+        tallies: Option<&Tallies>,
+    ) -> Vec<FunctionMetrics> {
+        let (sizes, rate) = (&self.whole.sizes, self.whole.rate);
         let slots = &self.slots;
         let mut function_rows: Vec<FunctionMetrics> = self
             .functions
@@ -1312,6 +1501,9 @@ impl Analyzer {
                 hot.sort_by(|x, y| y.count.cmp(&x.count).then(x.ip.cmp(&y.ip)));
                 let windows = code.windows;
                 let (d_sum, d_count) = reuse.function_d[i];
+                let tally = tallies.map(|t| &t.functions[i]);
+                let [mr_l1, mr_l2, mr_llc] =
+                    tally.map_or([None; 3], |t| t.cache_ratios(sizes, rate));
                 FunctionMetrics {
                     name: acc.name.clone(),
                     a: acc.a,
@@ -1324,6 +1516,10 @@ impl Analyzer {
                     code_windows: windows,
                     d_mean: ratio(d_sum as f64, d_count),
                     trace_windows: window_rows(&acc.sums, 3, self.max_k, false),
+                    mrc: tally.map_or_else(Vec::new, |t| t.curve(sizes, rate)),
+                    mr_l1,
+                    mr_l2,
+                    mr_llc,
                     hot_loads: hot
                         .iter()
                         .take(3)
@@ -1517,6 +1713,7 @@ impl Analyzer {
         if !self.untraced_libraries.is_empty() {
             notes.push(untraced_libraries_note(&self.untraced_libraries));
         }
+        self.whole_run_notes(&mut notes, totals);
         if !self.sampling.is_full() && totals.executions < self.rho_denominator() {
             notes.push(format!(
                 "inconsistent trace totals: {} load executions for {} recorded accesses; ρ and the estimates scaled by it are left out",
@@ -1525,6 +1722,32 @@ impl Analyzer {
             ));
         }
         notes
+    }
+
+    /// What the whole-run curve could not see or is unsure of.
+    fn whole_run_notes(&self, notes: &mut Vec<String>, totals: &TraceTotals) {
+        let whole = &self.whole;
+        if whole.spatial_ignored > 0 {
+            notes.push(format!(
+                "{} of {} spatial records left out: not Strided or Irregular loads, or the trace has no spatial sampling",
+                whole.spatial_ignored, whole.spatial_records
+            ));
+        }
+        if let Tracking::Sampled { emulated, .. } = whole.tracking {
+            if whole.tracked < locality::MIN_TRACKED {
+                notes.push(format!(
+                    "whole-run curve undersampled: {} tracked accesses (fewer than {})",
+                    whole.tracked,
+                    locality::MIN_TRACKED
+                ));
+            }
+            if !emulated && self.rho(totals).is_none() {
+                notes.push(
+                    "ρ unknown: the whole-run curve divides by the tracked accesses, without the SHARDS correction"
+                        .to_string(),
+                );
+            }
+        }
     }
 
     /// ρ per docs/METRICS.md: 1 for a full trace; executions over records
@@ -1551,6 +1774,14 @@ impl Analyzer {
             Backend::Soft | Backend::Lackey => self.records_all,
         }
     }
+}
+
+/// Whole-run bucket counts of the trace, its functions (by index) and its
+/// source lines (in order of first load site).
+struct Tallies {
+    total: Tally,
+    functions: Vec<Tally>,
+    lines: Vec<(String, Option<u32>, Tally)>,
 }
 
 /// Reuse-distance sums `(Σd, count)` of the trace and of each function.

@@ -30,6 +30,7 @@ pub fn render(a: &Analysis, options: &TableOptions) -> String {
     render_summary(&mut out, a, options);
     render_windows(&mut out, a, options);
     render_functions(&mut out, a, options);
+    render_locality(&mut out, a, options);
     render_loads(&mut out, a, options);
     render_regions(&mut out, a, options);
     render_reuse(&mut out, a, options);
@@ -125,6 +126,80 @@ fn render_summary(out: &mut String, a: &Analysis, options: &TableOptions) {
         a.reuse.block,
         s.d_max.map_or("–".to_string(), count)
     );
+    if let (Some(sizes), Some(rate)) = (&a.run.cache_sizes, s.spatial_rate) {
+        let _ = writeln!(
+            out,
+            "  MR       L1 {} ({}), L2 {} ({}), LLC {} ({}): whole-run miss ratios, {}",
+            pct(s.mr_l1),
+            bytes(sizes.l1),
+            pct(s.mr_l2),
+            bytes(sizes.l2),
+            pct(s.mr_llc),
+            bytes(sizes.llc),
+            if rate >= 1.0 {
+                "exact (every access)".to_string()
+            } else {
+                format!(
+                    "estimated from {} accesses on 1/{} of the blocks",
+                    count(s.tracked_accesses.unwrap_or(0)),
+                    (1.0 / rate).round()
+                )
+            }
+        );
+    }
+}
+
+/// Whole-run miss ratios per function and the source lines with the most
+/// estimated misses (when the analysis has a whole-run curve).
+fn render_locality(out: &mut String, a: &Analysis, options: &TableOptions) {
+    let with_curve: Vec<_> = a.functions.iter().filter(|f| f.mr_l1.is_some()).collect();
+    if !with_curve.is_empty() {
+        title(
+            out,
+            options,
+            "Whole-run miss ratios by function (fully associative LRU at the L1/L2/LLC sizes)",
+        );
+        let _ = writeln!(
+            out,
+            "  {:>10} {:>7} {:>7} {:>7}  function",
+            "A", "MR_L1", "MR_L2", "MR_LLC"
+        );
+        for f in with_curve.iter().take(options.top) {
+            let _ = writeln!(
+                out,
+                "  {:>10} {:>7} {:>7} {:>7}  {}",
+                count(f.a),
+                pct(f.mr_l1),
+                pct(f.mr_l2),
+                pct(f.mr_llc),
+                f.name
+            );
+        }
+    }
+    if !a.lines.is_empty() {
+        title(
+            out,
+            options,
+            "Source lines (estimated accesses and misses at the L1/L2/LLC sizes)",
+        );
+        let _ = writeln!(
+            out,
+            "  {:>12} {:>12} {:>12} {:>12}  line",
+            "Â", "misses L1", "misses L2", "misses LLC"
+        );
+        let round = |x: f64| count(x.max(0.0).round() as u64);
+        for l in a.lines.iter().take(options.top) {
+            let _ = writeln!(
+                out,
+                "  {:>12} {:>12} {:>12} {:>12}  {}",
+                round(l.a_hat),
+                round(l.misses_l1),
+                round(l.misses_l2),
+                round(l.misses_llc),
+                l.line
+            );
+        }
+    }
 }
 
 /// The trace windows, then the execution intervals (when a trace has more

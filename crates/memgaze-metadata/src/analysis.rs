@@ -34,6 +34,11 @@ pub struct Analysis {
     pub reuse: ReuseHistogram,
     /// Execution interval tree over samples (inter-sample windows).
     pub intervals: IntervalTree,
+    /// Whole-run locality of the hottest source lines (most estimated
+    /// accesses first); empty, and absent from the JSON, without a
+    /// whole-run curve.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lines: Vec<LineLocality>,
     /// What was counted but not analysed, and why.
     pub coverage: Coverage,
 }
@@ -65,10 +70,65 @@ pub struct RunInfo {
     pub region_min_page: u64,
     /// `--functions` filter, when one was given.
     pub functions_filter: Option<String>,
+    /// The cache sizes `MR_L1`, `MR_L2` and `MR_LLC` are read at (absent
+    /// without a whole-run curve).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_sizes: Option<CacheSizes>,
+}
+
+/// The cache sizes of the whole-run miss ratios `MR_L1`, `MR_L2`, `MR_LLC`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheSizes {
+    /// L1 data cache, bytes.
+    #[serde(rename = "L1")]
+    pub l1: u64,
+    /// L2 cache, bytes.
+    #[serde(rename = "L2")]
+    pub l2: u64,
+    /// Last-level cache, bytes.
+    #[serde(rename = "LLC")]
+    pub llc: u64,
+    /// Where they come from: `"sysfs"` (this machine's), `"--cache-sizes"`,
+    /// or `"fallback"` (sysfs unreadable: `48K,2M,32M`).
+    pub source: String,
+}
+
+/// One point of a miss-ratio curve: a fully associative LRU cache of
+/// `blocks` 64-byte blocks misses on this share of the accesses.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MrcPoint {
+    /// Cache size in blocks.
+    pub blocks: u64,
+    /// Cache size in bytes.
+    pub bytes: u64,
+    /// `MR(C)` (exact) or `MR̂(C)` (spatially sampled), in `[0, 1]`.
+    pub miss_ratio: f64,
+}
+
+/// Whole-run locality of one source line (docs/METRICS.md, "Whole-run
+/// locality").
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LineLocality {
+    /// `file:line`.
+    pub line: String,
+    /// Function of its loads (the first one met when several).
+    pub function: Option<String>,
+    /// Estimated executions of its Strided and Irregular loads.
+    #[serde(rename = "A_hat")]
+    pub a_hat: f64,
+    /// Estimated misses in an L1-sized fully associative LRU cache.
+    #[serde(rename = "misses_L1")]
+    pub misses_l1: f64,
+    /// Estimated misses at the L2 size.
+    #[serde(rename = "misses_L2")]
+    pub misses_l2: f64,
+    /// Estimated misses at the last-level-cache size.
+    #[serde(rename = "misses_LLC")]
+    pub misses_llc: f64,
 }
 
 /// Whole-trace metrics (docs/METRICS.md).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// Observed accesses (Strided + Irregular records).
     #[serde(rename = "A")]
@@ -120,6 +180,47 @@ pub struct Summary {
     /// Largest reuse distance.
     #[serde(rename = "D_max")]
     pub d_max: Option<u64>,
+    /// Whole-run miss-ratio curve at `2^6 … 2^24` blocks and at the
+    /// [`RunInfo::cache_sizes`], by size (empty, and absent from the JSON,
+    /// for a sampled trace without spatial sampling).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mrc: Vec<MrcPoint>,
+    /// `MR` at the L1 data cache's size.
+    #[serde(rename = "MR_L1", default, skip_serializing_if = "Option::is_none")]
+    pub mr_l1: Option<f64>,
+    /// `MR` at the L2 cache's size.
+    #[serde(rename = "MR_L2", default, skip_serializing_if = "Option::is_none")]
+    pub mr_l2: Option<f64>,
+    /// `MR` at the last-level cache's size.
+    #[serde(rename = "MR_LLC", default, skip_serializing_if = "Option::is_none")]
+    pub mr_llc: Option<f64>,
+    /// Estimated misses at the L1 size: `MR_L1` times the estimated
+    /// Strided and Irregular executions.
+    #[serde(rename = "misses_L1", default, skip_serializing_if = "Option::is_none")]
+    pub misses_l1: Option<f64>,
+    /// Estimated misses at the L2 size.
+    #[serde(rename = "misses_L2", default, skip_serializing_if = "Option::is_none")]
+    pub misses_l2: Option<f64>,
+    /// Estimated misses at the last-level-cache size.
+    #[serde(
+        rename = "misses_LLC",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub misses_llc: Option<f64>,
+    /// `R`, the share of 64-byte blocks whose accesses the curve is built
+    /// from (1 for a full trace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spatial_rate: Option<f64>,
+    /// Accesses the curve is built from (on tracked blocks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracked_accesses: Option<u64>,
+    /// Spatially sampled curves only: the tracked blocks split into 32
+    /// groups by a hash, and each group's share of `MR̂` at every size of
+    /// `mrc` (the groups add up to the curve before clamping). Validation
+    /// resamples the groups for bootstrap intervals of the curve's error.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mrc_groups: Vec<Vec<f64>>,
     /// How the recording was cut short (`"SIGINT"`, `"SIGTERM"`,
     /// `"SIGHUP"`, `"timeout"`): the metrics are those of a prefix of the
     /// run. Absent for a run recorded to its end.
@@ -194,6 +295,18 @@ pub struct FunctionMetrics {
     pub d_mean: Option<f64>,
     /// Its own trace-window histogram.
     pub trace_windows: Vec<WindowRow>,
+    /// Its whole-run miss-ratio curve (as [`Summary::mrc`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mrc: Vec<MrcPoint>,
+    /// `MR` of its accesses at the L1 size.
+    #[serde(rename = "MR_L1", default, skip_serializing_if = "Option::is_none")]
+    pub mr_l1: Option<f64>,
+    /// `MR` of its accesses at the L2 size.
+    #[serde(rename = "MR_L2", default, skip_serializing_if = "Option::is_none")]
+    pub mr_l2: Option<f64>,
+    /// `MR` of its accesses at the last-level-cache size.
+    #[serde(rename = "MR_LLC", default, skip_serializing_if = "Option::is_none")]
+    pub mr_llc: Option<f64>,
     /// Its hottest loads (by count) with their source lines.
     pub hot_loads: Vec<HotLoad>,
 }
@@ -436,5 +549,88 @@ pub(crate) mod hex_option {
         #[derive(Deserialize)]
         struct Hex(#[serde(with = "super::hex")] u64);
         Ok(Option::<Hex>::deserialize(d)?.map(|h| h.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The whole-run fields are absent when there is no curve, so the
+    /// document of a trace without spatial sampling is what it was.
+    #[test]
+    fn whole_run_fields_are_absent_without_a_curve() {
+        let text = serde_json::to_value(Summary::default()).unwrap();
+        for key in [
+            "mrc",
+            "MR_L1",
+            "MR_L2",
+            "MR_LLC",
+            "misses_L1",
+            "spatial_rate",
+            "tracked_accesses",
+        ] {
+            assert!(text.get(key).is_none(), "{key} present: {text}");
+        }
+        // And an older document (without them) reads back.
+        let back: Summary = serde_json::from_value(text).unwrap();
+        assert_eq!(back, Summary::default());
+    }
+
+    #[test]
+    fn whole_run_fields_serialise_under_their_metric_names() {
+        let summary = Summary {
+            mrc: vec![MrcPoint {
+                blocks: 64,
+                bytes: 4096,
+                miss_ratio: 0.25,
+            }],
+            mr_l1: Some(0.25),
+            mr_l2: Some(0.125),
+            mr_llc: Some(0.0625),
+            misses_l1: Some(25.0),
+            spatial_rate: Some(0.0078125),
+            tracked_accesses: Some(1200),
+            ..Summary::default()
+        };
+        let value = serde_json::to_value(&summary).unwrap();
+        assert_eq!(
+            value["mrc"],
+            json!([{ "blocks": 64, "bytes": 4096, "miss_ratio": 0.25 }])
+        );
+        assert_eq!(value["MR_L1"], json!(0.25));
+        assert_eq!(value["MR_L2"], json!(0.125));
+        assert_eq!(value["MR_LLC"], json!(0.0625));
+        assert_eq!(value["misses_L1"], json!(25.0));
+        assert_eq!(value["spatial_rate"], json!(0.0078125));
+        assert_eq!(value["tracked_accesses"], json!(1200));
+        let back: Summary = serde_json::from_value(value).unwrap();
+        assert_eq!(back, summary);
+
+        let line = LineLocality {
+            line: "src/lib.rs:12".into(),
+            function: Some("walk".into()),
+            a_hat: 1000.0,
+            misses_l1: 500.0,
+            misses_l2: 125.0,
+            misses_llc: 1.0,
+        };
+        let value = serde_json::to_value(&line).unwrap();
+        assert_eq!(
+            value,
+            json!({ "line": "src/lib.rs:12", "function": "walk", "A_hat": 1000.0,
+                    "misses_L1": 500.0, "misses_L2": 125.0, "misses_LLC": 1.0 })
+        );
+        let sizes = CacheSizes {
+            l1: 32768,
+            l2: 1 << 20,
+            llc: 32 << 20,
+            source: "sysfs".into(),
+        };
+        assert_eq!(
+            serde_json::to_value(&sizes).unwrap(),
+            json!({ "L1": 32768, "L2": 1048576, "LLC": 33554432, "source": "sysfs" })
+        );
     }
 }

@@ -327,6 +327,12 @@ pub struct Validation<W = serde_json::Value, F = serde_json::Value> {
     pub functions: Vec<F>,
     /// Trace-window rows compared: `3..=k_max`.
     pub k_max: u32,
+    /// The whole-run miss-ratio curve's error against the golden exact
+    /// curve: `{ "error" (MAE), "ci" (95% bootstrap interval of the MAE),
+    /// "limit", "status", "tracked", "spatial_rate", "points" }`; absent
+    /// when the run or the snapshot has no curve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mrc: Option<serde_json::Value>,
     /// Bench name.
     pub name: String,
     /// Package name.

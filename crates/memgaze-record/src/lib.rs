@@ -106,15 +106,15 @@ impl<W: Write> RecordSink for TraceWriter<W> {
 
 /// Streams records straight into the analysis (no trace file): what
 /// `cargo memgaze run` uses, and what `golden` can use for full traces.
-/// Spatial records are counted and left out: the time-window metrics do
-/// not use them.
+/// Spatial records go to the whole-run curve only
+/// ([`memgaze_analysis::Analyzer::push_spatial`]).
 pub struct AnalyzerSink {
     analyzer: memgaze_analysis::Analyzer,
     sample: u64,
     thread: u32,
     started: bool,
     spatial: bool,
-    /// Spatial records received (and not analysed).
+    /// Spatial records received.
     pub spatial_records: u64,
 }
 
@@ -155,13 +155,15 @@ impl RecordSink for AnalyzerSink {
         self.spatial = false;
         Ok(())
     }
-    fn begin_spatial(&mut self, _thread: u32) -> Result<()> {
+    fn begin_spatial(&mut self, thread: u32) -> Result<()> {
         self.spatial = true;
+        self.thread = thread;
         Ok(())
     }
     fn push(&mut self, load: u32, addr: u64) -> Result<()> {
         if self.spatial {
             self.spatial_records += 1;
+            self.analyzer.push_spatial(load, addr, self.thread);
         } else {
             self.analyzer
                 .push_load(load, addr, self.sample, self.thread);

@@ -54,7 +54,7 @@ fn summary() -> Summary {
         d_f: Some(6.024096385542169e-6),
         d_mean: None,
         d_max: Some(7),
-        interrupted: None,
+        ..Summary::default()
     }
 }
 
@@ -455,6 +455,7 @@ fn validation() {
         elapsed_s: 0.5,
         functions: vec![json!({"name": "f", "share": 1.0, "status": "ok"})],
         k_max: 9,
+        mrc: None,
         name: "str1".into(),
         package: "microbenches".into(),
         period: 100_000,

@@ -1,0 +1,701 @@
+//! Whole-run locality (docs/METRICS.md, "Whole-run locality"): stack
+//! distances over the whole run of the accesses to *tracked* 64-byte
+//! blocks, and the miss-ratio curve (MRC) of a fully associative LRU cache
+//! they give, per trace, function and source line.
+//!
+//! - A full trace tracks every block: Mattson's exact curve.
+//! - A sampled trace with spatial sampling tracks the blocks its
+//!   [`SpatialSampling`] hashes under the threshold: the spatial records and
+//!   the time-sample records on those blocks. `D̂ = d'/R`, every access
+//!   weighs `1/R`, and the SHARDS correction divides by the expected
+//!   `N·R` tracked accesses instead of the actual count (`N`: Strided and
+//!   Irregular executions, `ρ` times their time-sample records).
+//! - A full trace can *emulate* spatial sampling
+//!   ([`crate::AnalysisOptions::emulate_spatial`]): its records filtered by
+//!   [`SpatialSampling::tracks`] are exactly what a sampled run's tracked
+//!   stream holds, and `N` is known exactly; this measures the estimate's
+//!   error against the exact curve of the same trace.
+//!
+//! Distances are per thread: a trace gives program order within a thread
+//! only (records of different threads are interleaved in the order their
+//! buffers were flushed, not in time), and L1/L2 are private to a core.
+//! Each thread keeps an Olken stack ([`ReuseTracker`], O(log n) per access)
+//! over its tracked blocks, so memory is proportional to the tracked blocks.
+//!
+//! Per load site, the accesses are counted in buckets between the reported
+//! cache sizes (bucket `j`: `D̂` at least the `j` smallest sizes and below
+//! the next; cold accesses in the last bucket), which gives the curve of
+//! any set of load sites (a function, a line) exactly at those sizes.
+//!
+//! Small sampled distances: `d'/R` is a multiple of `1/R` blocks (128 at
+//! the default rate), so it cannot tell a reuse at 10 blocks from one at
+//! 120, and curves at sizes below a few hundred blocks would be off by
+//! whole steps. An access with `d' <` [`SMOOTH_DISTANCES`] is therefore
+//! spread over the buckets by the distribution of the true distance given
+//! `d'`: every one of the `D` other blocks is tracked with probability
+//! `R`, and reuse distances spread over orders of magnitude, so the prior
+//! is scale-free (`∝ 1/(D + 1)`); see [`smoothing_table`]. Larger `d'`
+//! use `D̂ = d'/R` (relative step below 1/64).
+
+use super::Map;
+use super::reuse::{BlockLocal, ReuseTracker};
+use memgaze_metadata::analysis::{CacheSizes, MrcPoint};
+use memgaze_trace::SpatialSampling;
+
+/// Smallest reported cache size: `2^6` blocks (4 KiB).
+pub const MRC_MIN_LOG2: u32 = 6;
+/// Largest reported cache size: `2^24` blocks (1 GiB).
+pub const MRC_MAX_LOG2: u32 = 24;
+/// Fewer tracked accesses than this make a curve undersampled
+/// (docs/METRICS.md).
+pub const MIN_TRACKED: u64 = 1000;
+/// Sampled distances `d'` below this are spread by their posterior (see
+/// the module documentation).
+pub const SMOOTH_DISTANCES: usize = 64;
+/// Groups of tracked blocks (by a second hash of the block) whose shares
+/// of the curve `summary.mrc_groups` holds, for bootstrap intervals.
+pub const BOOTSTRAP_GROUPS: usize = 32;
+/// Source lines listed in `lines[]`.
+pub const TOP_LINES: usize = 32;
+
+/// Cache sizes assumed when sysfs cannot be read (the spec's example).
+pub const FALLBACK_CACHE_SIZES: [u64; 3] = [48 << 10, 2 << 20, 32 << 20];
+
+/// Parses `48K,2M,32M` (sizes in bytes with an optional `K`, `M` or `G`
+/// suffix, powers of 1024) into L1, L2 and LLC sizes; the error says what
+/// is wrong.
+pub fn parse_cache_sizes(text: &str) -> Result<CacheSizes, String> {
+    let parts: Vec<&str> = text.split(',').map(str::trim).collect();
+    if parts.len() != 3 {
+        return Err(format!(
+            "expected three sizes L1,L2,LLC such as 48K,2M,32M, got {text:?}"
+        ));
+    }
+    let mut sizes = [0u64; 3];
+    for (size, part) in sizes.iter_mut().zip(&parts) {
+        *size = parse_size(part).ok_or_else(|| {
+            format!("{part:?} is not a cache size (bytes with an optional K, M or G suffix, at least 64)")
+        })?;
+    }
+    Ok(CacheSizes {
+        l1: sizes[0],
+        l2: sizes[1],
+        llc: sizes[2],
+        source: "--cache-sizes".into(),
+    })
+}
+
+/// `32768`, `32K`, `32KiB`, `2M`, `1G` in bytes; `None` when unparsable,
+/// below one 64-byte block or absurdly large.
+fn parse_size(text: &str) -> Option<u64> {
+    let upper = text.to_ascii_uppercase();
+    let body = upper
+        .strip_suffix("IB")
+        .or_else(|| upper.strip_suffix('B'))
+        .unwrap_or(&upper);
+    let (digits, shift) = match body.chars().last()? {
+        'K' => (&body[..body.len() - 1], 10),
+        'M' => (&body[..body.len() - 1], 20),
+        'G' => (&body[..body.len() - 1], 30),
+        _ => (body, 0),
+    };
+    let n: u64 = digits.parse().ok()?;
+    let bytes = n.checked_mul(1 << shift)?;
+    (64..=1 << 40).contains(&bytes).then_some(bytes)
+}
+
+/// This machine's L1 data, L2 and last-level cache sizes, from
+/// `/sys/devices/system/cpu/cpu0/cache/index*/{level,type,size}`; the
+/// [`FALLBACK_CACHE_SIZES`] (source `"fallback"`) when they cannot be read.
+/// Read once per process.
+pub fn machine_cache_sizes() -> CacheSizes {
+    static SIZES: std::sync::OnceLock<CacheSizes> = std::sync::OnceLock::new();
+    SIZES
+        .get_or_init(|| {
+            read_sysfs_cache_sizes(std::path::Path::new("/sys/devices/system/cpu/cpu0/cache"))
+                .unwrap_or(CacheSizes {
+                    l1: FALLBACK_CACHE_SIZES[0],
+                    l2: FALLBACK_CACHE_SIZES[1],
+                    llc: FALLBACK_CACHE_SIZES[2],
+                    source: "fallback".into(),
+                })
+        })
+        .clone()
+}
+
+/// The cache sizes under a sysfs `cache` directory: the level-1 Data (or
+/// Unified) cache, the level-2 cache and the highest level's; `None` when
+/// any is missing.
+pub fn read_sysfs_cache_sizes(dir: &std::path::Path) -> Option<CacheSizes> {
+    let mut l1 = None;
+    let mut l2 = None;
+    let mut last: Option<(u32, u64)> = None;
+    for entry in std::fs::read_dir(dir).ok()? {
+        let path = entry.ok()?.path();
+        if !path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("index"))
+        {
+            continue;
+        }
+        let read = |name: &str| std::fs::read_to_string(path.join(name)).ok();
+        let (Some(level), Some(kind), Some(size)) = (read("level"), read("type"), read("size"))
+        else {
+            continue;
+        };
+        let Ok(level) = level.trim().parse::<u32>() else {
+            continue;
+        };
+        let kind = kind.trim();
+        if kind == "Instruction" {
+            continue;
+        }
+        let Some(bytes) = parse_size(size.trim()) else {
+            continue;
+        };
+        match level {
+            1 => l1 = Some(bytes),
+            2 => l2 = Some(bytes),
+            _ => {}
+        }
+        if last.is_none_or(|(l, _)| level > l) {
+            last = Some((level, bytes));
+        }
+    }
+    let (level, llc) = last?;
+    (level >= 2).then_some(())?;
+    Some(CacheSizes {
+        l1: l1?,
+        l2: l2?,
+        llc,
+        source: "sysfs".into(),
+    })
+}
+
+/// Which accesses build the whole-run curve.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Tracking {
+    /// None (a sampled trace without spatial sampling).
+    Off,
+    /// Every Strided and Irregular record (a full trace): the exact curve.
+    Every,
+    /// The records on blocks `sampling` tracks, with `N` from the sampled
+    /// counts (a spatially sampled trace) or exact (`emulated`, a full
+    /// trace filtered).
+    Sampled {
+        sampling: SpatialSampling,
+        emulated: bool,
+    },
+}
+
+/// One thread's stack of tracked blocks.
+struct ThreadStack {
+    thread: u32,
+    tracker: ReuseTracker,
+    blocks: Map<u64, BlockLocal>,
+}
+
+impl ThreadStack {
+    fn new(thread: u32) -> Self {
+        let mut tracker = ReuseTracker::new();
+        // One piece for the whole run; blocks start in piece 0 (unseen).
+        tracker.reset(1);
+        ThreadStack {
+            thread,
+            tracker,
+            blocks: Map::default(),
+        }
+    }
+
+    /// The stack distance `d'` of an access to `block`, `None` when cold.
+    #[inline]
+    fn access(&mut self, block: u64) -> Option<u64> {
+        if self.tracker.needs_room() {
+            let blocks = &mut self.blocks;
+            self.tracker
+                .compact(|b, t| blocks.get_mut(&b).expect("live block").time = t);
+        }
+        let local = self.blocks.entry(block).or_default();
+        self.tracker.access(block, local)
+    }
+}
+
+/// The reported cache sizes, in blocks, and the distance thresholds that
+/// separate the buckets.
+#[derive(Clone, Debug)]
+pub(crate) struct CurveSizes {
+    /// Sorted, distinct: `2^6 … 2^24` and the three cache sizes.
+    pub sizes: Vec<u64>,
+    /// `sizes[i] · R`: an access misses at `sizes[i]` iff `d' ≥` this.
+    thresholds: Vec<f64>,
+    /// Index of the L1, L2 and LLC sizes in `sizes`.
+    pub caches: [usize; 3],
+    /// log2 of the block size.
+    pub block_shift: u32,
+    /// `SMOOTH_DISTANCES × buckets()` weights: row `d'` spreads an access
+    /// of sampled distance `d'` over the buckets (empty for exact curves).
+    smooth: Vec<f64>,
+}
+
+impl CurveSizes {
+    pub fn new(caches: &CacheSizes, block_shift: u32, rate: f64) -> Self {
+        let cache_blocks = [caches.l1, caches.l2, caches.llc].map(|b| (b >> block_shift).max(1));
+        let mut sizes: Vec<u64> = (MRC_MIN_LOG2..=MRC_MAX_LOG2).map(|k| 1u64 << k).collect();
+        sizes.extend(cache_blocks);
+        sizes.sort_unstable();
+        sizes.dedup();
+        let caches = cache_blocks.map(|c| sizes.binary_search(&c).expect("listed"));
+        let thresholds = sizes.iter().map(|&c| c as f64 * rate).collect();
+        let smooth = if rate < 1.0 {
+            smoothing_table(&sizes, rate)
+        } else {
+            Vec::new()
+        };
+        CurveSizes {
+            sizes,
+            thresholds,
+            caches,
+            block_shift,
+            smooth,
+        }
+    }
+
+    /// Adds one access of distance `d'` to a site's bucket weights.
+    #[inline]
+    fn add(&self, site: &mut [f64], distance: Option<u64>) {
+        match distance {
+            Some(d) if (d as usize) < SMOOTH_DISTANCES && !self.smooth.is_empty() => {
+                let n = self.buckets();
+                let row = &self.smooth[d as usize * n..][..n];
+                for (w, p) in site.iter_mut().zip(row) {
+                    *w += p;
+                }
+            }
+            _ => site[self.bucket(distance)] += 1.0,
+        }
+    }
+
+    /// Buckets per load site.
+    pub fn buckets(&self) -> usize {
+        self.sizes.len() + 1
+    }
+
+    /// The bucket of an access of distance `d'` (`None`: cold, the last).
+    #[inline]
+    fn bucket(&self, distance: Option<u64>) -> usize {
+        match distance {
+            None => self.sizes.len(),
+            Some(d) => {
+                let d = d as f64;
+                if d < self.thresholds[0] {
+                    0
+                } else {
+                    self.thresholds.partition_point(|&t| t <= d)
+                }
+            }
+        }
+    }
+}
+
+/// `buckets()` of the sizes [`CurveSizes::new`] makes.
+fn sizes_len_plus_one(caches: &CacheSizes, block_shift: u32) -> usize {
+    CurveSizes::new(caches, block_shift, 1.0).buckets()
+}
+
+/// Row `d'` (for `d' < SMOOTH_DISTANCES`): the probability that the true
+/// distance `D` lies in each bucket. Given `D`, `d'` is binomial (`D`
+/// blocks, each tracked with probability `R`); reuse distances spread over
+/// orders of magnitude, so the prior is scale-free, `∝ 1/(D + 1)`:
+/// `P(D | d') ∝ C(D, d') R^d' (1 − R)^(D − d') / (D + 1)`, summed until
+/// the tail is negligible.
+fn smoothing_table(sizes: &[u64], rate: f64) -> Vec<f64> {
+    let n = sizes.len() + 1;
+    let mut table = vec![0.0; SMOOTH_DISTANCES * n];
+    let ln_q = (1.0 - rate).ln();
+    for d in 0..SMOOTH_DISTANCES {
+        // Weights w(D) for D = d, d + 1, …, by the ratio
+        // w(D + 1)/w(D) = (D + 1)/(D + 1 − d) · q · (D + 1)/(D + 2).
+        let mut ln_w = -((d + 1) as f64).ln();
+        let mut mass = vec![0.0; n];
+        let mut total = 0.0;
+        let mut bucket = sizes.partition_point(|&c| c <= d as u64);
+        let mut big = d as u64;
+        loop {
+            let w = ln_w.exp();
+            total += w;
+            mass[bucket] += w;
+            let x = big as f64;
+            ln_w += ((x + 1.0) / (x + 1.0 - d as f64)).ln() + ln_q + ((x + 1.0) / (x + 2.0)).ln();
+            big += 1;
+            while bucket < sizes.len() && sizes[bucket] <= big {
+                bucket += 1;
+            }
+            if (w < total * 1e-15 && big as f64 > (d as f64 + 1.0) / rate) || big > (1 << 26) {
+                break;
+            }
+        }
+        let row = &mut table[d * n..][..n];
+        for (r, m) in row.iter_mut().zip(&mass) {
+            *r = m / total;
+        }
+    }
+    table
+}
+
+/// The whole-run stacks and per-load-site bucket counts of an analysis.
+pub(crate) struct WholeRun {
+    pub tracking: Tracking,
+    pub sizes: CurveSizes,
+    /// `R` (1 for [`Tracking::Every`]).
+    pub rate: f64,
+    threads: Vec<ThreadStack>,
+    current: usize,
+    /// Per load site, by site index: `buckets()` weights, then the
+    /// tracked-access count.
+    hist: Vec<f64>,
+    /// `BOOTSTRAP_GROUPS × buckets()` weights: the accesses of each group
+    /// of blocks (sampled curves only).
+    groups: Vec<f64>,
+    /// Tracked accesses counted.
+    pub tracked: u64,
+    /// Spatial records met (whatever their load).
+    pub spatial_records: u64,
+    /// Spatial records of loads that are not Strided or Irregular, or of
+    /// a trace without spatial sampling: left out.
+    pub spatial_ignored: u64,
+}
+
+impl WholeRun {
+    pub fn new(tracking: Tracking, caches: &CacheSizes) -> Self {
+        let (rate, block_shift) = match tracking {
+            Tracking::Sampled { sampling, .. } => (sampling.rate(), sampling.block_shift),
+            _ => (1.0, SpatialSampling::DEFAULT_BLOCK_SHIFT),
+        };
+        WholeRun {
+            tracking,
+            sizes: CurveSizes::new(caches, block_shift, rate),
+            rate,
+            threads: Vec::new(),
+            current: 0,
+            hist: Vec::new(),
+            groups: match tracking {
+                Tracking::Sampled { .. } => {
+                    vec![0.0; BOOTSTRAP_GROUPS * sizes_len_plus_one(caches, block_shift)]
+                }
+                _ => Vec::new(),
+            },
+            tracked: 0,
+            spatial_records: 0,
+            spatial_ignored: 0,
+        }
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.tracking != Tracking::Off
+    }
+
+    /// Whether a record of a Strided or Irregular load on `addr`, from a
+    /// time sample or a full trace, is tracked.
+    #[inline]
+    pub fn tracks(&self, addr: u64) -> bool {
+        match self.tracking {
+            Tracking::Off => false,
+            Tracking::Every => true,
+            Tracking::Sampled { sampling, .. } => sampling.tracks(addr),
+        }
+    }
+
+    /// A tracked access of load site `slot` to `addr` by `thread`.
+    #[inline]
+    pub fn access(&mut self, slot: u32, addr: u64, thread: u32) {
+        if self
+            .threads
+            .get(self.current)
+            .is_none_or(|t| t.thread != thread)
+        {
+            self.switch(thread);
+        }
+        let block = addr >> self.sizes.block_shift;
+        let distance = self.threads[self.current].access(block);
+        if !self.groups.is_empty() {
+            let n = self.sizes.buckets();
+            let g = (block.wrapping_mul(0xd6e8_feb8_6659_fd93) >> 59) as usize;
+            self.sizes.add(&mut self.groups[g * n..][..n], distance);
+        }
+        let width = self.sizes.buckets() + 1;
+        let at = slot as usize * width;
+        if self.hist.len() < at + width {
+            self.hist.resize(at + width, 0.0);
+        }
+        let site = &mut self.hist[at..at + width];
+        self.sizes.add(&mut site[..width - 1], distance);
+        site[width - 1] += 1.0;
+        self.tracked += 1;
+    }
+
+    #[cold]
+    fn switch(&mut self, thread: u32) {
+        self.current = match self.threads.iter().position(|t| t.thread == thread) {
+            Some(i) => i,
+            None => {
+                self.threads.push(ThreadStack::new(thread));
+                self.threads.len() - 1
+            }
+        };
+    }
+
+    /// Each block group's share of `MR̂` at every reported size, given the
+    /// trace's denominator (`N·R` or the tracked count): they add up to the
+    /// trace's curve before clamping. Empty for exact curves.
+    pub fn group_shares(&self, total: &Tally) -> Vec<Vec<f64>> {
+        let Some(den) = total.denominator(self.rate) else {
+            return Vec::new();
+        };
+        let n = self.sizes.buckets();
+        self.groups
+            .chunks(n)
+            .map(|g| {
+                (0..self.sizes.sizes.len())
+                    .map(|i| g[i + 1..].iter().sum::<f64>() / den)
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Bucket weights and tracked count of load site `slot` (empty if it
+    /// had no tracked access).
+    pub fn site(&self, slot: usize) -> &[f64] {
+        let width = self.sizes.buckets() + 1;
+        let at = slot * width;
+        self.hist.get(at..at + width).unwrap_or(&[])
+    }
+}
+
+/// Bucket counts and estimated executions of a set of load sites.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Tally {
+    /// Bucket weights, then the tracked-access count.
+    pub buckets: Vec<f64>,
+    /// `N`, the estimated Strided and Irregular executions (`None` when
+    /// ρ is unknown).
+    pub executions: Option<f64>,
+}
+
+impl Tally {
+    pub fn new(buckets: usize) -> Self {
+        Tally {
+            buckets: vec![0.0; buckets + 1],
+            executions: Some(0.0),
+        }
+    }
+
+    pub fn add(&mut self, site: &[f64], executions: Option<f64>) {
+        for (total, &n) in self.buckets.iter_mut().zip(site) {
+            *total += n;
+        }
+        self.executions = match (self.executions, executions) {
+            (Some(a), Some(b)) => Some(a + b),
+            _ => None,
+        };
+    }
+
+    pub fn tracked(&self) -> u64 {
+        self.buckets.last().copied().unwrap_or(0.0) as u64
+    }
+
+    /// Tracked accesses (weights) that miss at size index `i`.
+    fn misses_at(&self, i: usize) -> f64 {
+        let n = self.buckets.len() - 1;
+        self.buckets[i + 1..n].iter().sum()
+    }
+
+    /// What a miss count is divided by: the expected tracked accesses
+    /// `N·R` (the SHARDS correction), or the actual ones without `N` (ρ
+    /// unknown, or no time-sample record to estimate it from).
+    pub(crate) fn denominator(&self, rate: f64) -> Option<f64> {
+        let d = match self.executions {
+            Some(n) if n > 0.0 => n * rate,
+            _ => self.tracked() as f64,
+        };
+        (d > 0.0).then_some(d)
+    }
+
+    /// `MR̂` at size index `i`, in `[0, 1]`.
+    pub fn miss_ratio(&self, i: usize, rate: f64) -> Option<f64> {
+        let d = self.denominator(rate)?;
+        Some((self.misses_at(i) / d).clamp(0.0, 1.0))
+    }
+
+    /// Estimated misses at size index `i`: tracked misses weighted `1/R`
+    /// (`MR̂ · N`, before clamping).
+    pub fn misses(&self, i: usize, rate: f64) -> f64 {
+        self.misses_at(i) / rate
+    }
+
+    /// Estimated executions: `N`, or the tracked accesses weighted `1/R`.
+    pub fn estimated_accesses(&self, rate: f64) -> f64 {
+        match self.executions {
+            Some(n) if n > 0.0 => n,
+            _ => self.tracked() as f64 / rate,
+        }
+    }
+
+    /// The curve at every reported size (empty when nothing was tracked).
+    pub fn curve(&self, sizes: &CurveSizes, rate: f64) -> Vec<MrcPoint> {
+        if self.tracked() == 0 {
+            return Vec::new();
+        }
+        sizes
+            .sizes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &blocks)| {
+                Some(MrcPoint {
+                    blocks,
+                    bytes: blocks << sizes.block_shift,
+                    miss_ratio: self.miss_ratio(i, rate)?,
+                })
+            })
+            .collect()
+    }
+
+    /// `MR_L1`, `MR_L2`, `MR_LLC`.
+    pub fn cache_ratios(&self, sizes: &CurveSizes, rate: f64) -> [Option<f64>; 3] {
+        if self.tracked() == 0 {
+            return [None; 3];
+        }
+        sizes.caches.map(|i| self.miss_ratio(i, rate))
+    }
+}
+
+/// Mean absolute error between two curves over the sizes both report
+/// (`None` when they share none).
+pub fn curve_mae(estimate: &[MrcPoint], exact: &[MrcPoint]) -> Option<f64> {
+    let mut sum = 0.0;
+    let mut n = 0u32;
+    for p in estimate {
+        if let Some(q) = exact.iter().find(|q| q.blocks == p.blocks) {
+            sum += (p.miss_ratio - q.miss_ratio).abs();
+            n += 1;
+        }
+    }
+    (n > 0).then(|| sum / f64::from(n))
+}
+
+/// The points of a curve at the machine-independent sizes `2^6 … 2^24`
+/// blocks (what golden snapshots keep).
+pub fn standard_points(curve: &[MrcPoint]) -> Vec<MrcPoint> {
+    curve
+        .iter()
+        .filter(|p| {
+            p.blocks.is_power_of_two()
+                && (MRC_MIN_LOG2..=MRC_MAX_LOG2).contains(&p.blocks.trailing_zeros())
+        })
+        .copied()
+        .collect()
+}
+
+/// `MR` at `blocks` from a curve, interpolated linearly in `log2(size)`
+/// between its points (clamped at its ends); `None` for an empty curve.
+pub fn interpolate(curve: &[MrcPoint], blocks: u64) -> Option<f64> {
+    let first = curve.first()?;
+    let last = curve.last()?;
+    if blocks <= first.blocks {
+        return Some(first.miss_ratio);
+    }
+    if blocks >= last.blocks {
+        return Some(last.miss_ratio);
+    }
+    let i = curve.partition_point(|p| p.blocks <= blocks);
+    let (lo, hi) = (curve[i - 1], curve[i]);
+    if lo.blocks == blocks {
+        return Some(lo.miss_ratio);
+    }
+    let x = (blocks as f64).log2();
+    let (x0, x1) = ((lo.blocks as f64).log2(), (hi.blocks as f64).log2());
+    Some(lo.miss_ratio + (hi.miss_ratio - lo.miss_ratio) * (x - x0) / (x1 - x0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_sizes_parse_and_refuse() {
+        let c = parse_cache_sizes("48K,2M,32M").unwrap();
+        assert_eq!((c.l1, c.l2, c.llc), (48 << 10, 2 << 20, 32 << 20));
+        let c = parse_cache_sizes("32768, 1MiB, 1G").unwrap();
+        assert_eq!((c.l1, c.l2, c.llc), (32768, 1 << 20, 1 << 30));
+        for bad in [
+            "banana",
+            "48K,2M",
+            "48K,2M,32M,1G",
+            "0,2M,32M",
+            "48Q,2M,32M",
+            "-1,2,3",
+        ] {
+            assert!(parse_cache_sizes(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn sysfs_layout_is_read() {
+        let dir = std::env::temp_dir().join(format!("memgaze-sysfs-{}", std::process::id()));
+        for (i, level, kind, size) in [
+            (0, "1", "Data", "32K"),
+            (1, "1", "Instruction", "32K"),
+            (2, "2", "Unified", "1024K"),
+            (3, "3", "Unified", "32768K"),
+        ] {
+            let d = dir.join(format!("index{i}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("level"), format!("{level}\n")).unwrap();
+            std::fs::write(d.join("type"), format!("{kind}\n")).unwrap();
+            std::fs::write(d.join("size"), format!("{size}\n")).unwrap();
+        }
+        let c = read_sysfs_cache_sizes(&dir).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!((c.l1, c.l2, c.llc), (32 << 10, 1 << 20, 32 << 20));
+        assert!(read_sysfs_cache_sizes(&dir).is_none());
+    }
+
+    #[test]
+    fn buckets_split_at_the_sizes() {
+        let caches = CacheSizes {
+            l1: 48 << 10,
+            l2: 1 << 20,
+            llc: 32 << 20,
+            source: "test".into(),
+        };
+        let s = CurveSizes::new(&caches, 6, 1.0);
+        // 2^6..2^24 (19 sizes) plus 768 blocks (48K); 1M and 32M are powers of two.
+        assert_eq!(s.sizes.len(), 20);
+        assert_eq!(s.sizes[s.caches[0]], 768);
+        assert_eq!(s.bucket(Some(0)), 0);
+        assert_eq!(s.bucket(Some(63)), 0);
+        assert_eq!(s.bucket(Some(64)), 1);
+        assert_eq!(s.bucket(None), 20);
+        assert_eq!(s.bucket(Some(1 << 30)), 20);
+    }
+
+    #[test]
+    fn interpolation_is_log_linear() {
+        let curve = [
+            MrcPoint {
+                blocks: 64,
+                bytes: 4096,
+                miss_ratio: 1.0,
+            },
+            MrcPoint {
+                blocks: 256,
+                bytes: 16384,
+                miss_ratio: 0.0,
+            },
+        ];
+        assert_eq!(interpolate(&curve, 128), Some(0.5));
+        assert_eq!(interpolate(&curve, 1), Some(1.0));
+        assert_eq!(interpolate(&curve, 1 << 20), Some(0.0));
+        assert_eq!(interpolate(&[], 1), None);
+    }
+}
