@@ -162,7 +162,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             analysis: AnalysisOptions::default(),
             trace_file: None,
             per_sample: false,
-            env: Vec::new(),
+            env: vec![pipeline::one_iteration()],
             limits: args.time.limits(),
         };
         let recording = pipeline::record_bench(target, case, instrumented, &plan)?;

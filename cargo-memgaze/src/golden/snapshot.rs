@@ -405,6 +405,8 @@ pub(crate) mod tests {
                 d_mean: None,
                 d_max: None,
                 interrupted: None,
+                threads: 1,
+                iterations: None,
             },
             trace_windows: vec![row(3, 8.0), row(4, 15.999999999)],
             functions: vec![GoldenFunction {

@@ -461,6 +461,8 @@ pub struct Analyzer {
     active: Vec<u32>,
     sample: Option<u64>,
     thread: u32,
+    /// Every thread seen, sorted (`summary.threads`).
+    threads: Vec<u32>,
     context: usize,
     next_piece: u32,
     intervals: IntervalBuilder,
@@ -574,6 +576,7 @@ impl Analyzer {
             active: Vec::new(),
             sample: None,
             thread: 0,
+            threads: Vec::new(),
             context: 0,
             next_piece: 1,
             intervals: IntervalBuilder::new(),
@@ -1048,6 +1051,9 @@ impl Analyzer {
             self.active.clear();
         }
         self.thread = thread;
+        if let Err(at) = self.threads.binary_search(&thread) {
+            self.threads.insert(at, thread);
+        }
         let contexts = &self.contexts;
         let found = self
             .active
@@ -1270,6 +1276,8 @@ impl Analyzer {
             d_mean: ratio(reuse.d_sum as f64, reuse.d_count),
             d_max: (reuse.d_count > 0).then_some(self.d_max),
             interrupted: totals.interrupted.map(|i| i.name()),
+            threads: self.threads.len() as u64,
+            iterations: None,
         }
     }
 
