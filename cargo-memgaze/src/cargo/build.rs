@@ -32,7 +32,8 @@ pub fn cargo_program() -> OsString {
 }
 
 /// The `cargo build` command for `args` in `workspace`: bench targets, the
-/// chosen profile with line tables and symbols ([`CargoArgs::profile_env`]),
+/// chosen profile with line tables and symbols for the workspace's members
+/// ([`CargoArgs::profile_config`]),
 /// JSON messages on stdout and cargo's rendered diagnostics on stderr.
 pub fn build_command(args: &CargoArgs, workspace: &Workspace, options: &BuildOptions) -> Command {
     let mut command = Command::new(cargo_program());
@@ -46,7 +47,8 @@ pub fn build_command(args: &CargoArgs, workspace: &Workspace, options: &BuildOpt
     if let Some(color) = options.color {
         command.args(["--color", color]);
     }
-    command.envs(args.profile_env());
+    let members: Vec<String> = workspace.members.iter().map(|m| m.name.clone()).collect();
+    command.args(args.profile_config(&members));
     command
 }
 
@@ -61,12 +63,7 @@ pub fn build_benches(
 ) -> anyhow::Result<Vec<BenchExecutable>> {
     let mut command = build_command(args, workspace, options);
     if options.verbose {
-        let env: Vec<String> = args
-            .profile_env()
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        eprintln!("     Running `{} {:?}`", env.join(" "), command);
+        eprintln!("     Running `{command:?}`");
     }
     // Caught while cargo runs, and passed on to its process group (cargo
     // and the compilers it started): a signal sent to `cargo memgaze` alone
