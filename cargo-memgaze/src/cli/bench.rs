@@ -212,28 +212,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         for note in &recording.notes {
             progress.note(&format!("note: {}: {note}", case.name));
         }
-        let samples = recording.analysis.summary.samples;
-        let measured_ok = matches!(recording.outcome, BenchOutcome::Measured { .. });
-        if measured_ok && recording.totals.executions == 0 {
-            progress.note(&format!(
-                "warning: {}: no load was recorded: the measured region was never entered{}",
-                case.name,
-                match exe.harness {
-                    crate::cargo::BenchHarness::Criterion => {
-                        " (criterion's `iter_custom` times the routine itself, without criterion's measurement, so it is not recorded)"
-                    }
-                    _ => "",
-                }
-            ));
-        } else if !sampling.is_full() && samples < UNDERSAMPLED && measured_ok {
-            progress.note(&format!(
-                "warning: {}: {} ({} load executions for a period of {}): its metrics are not reliable; lower --period",
-                case.name,
-                plural(samples as usize, "sample", "samples"),
-                recording.totals.executions,
-                sampling.period
-            ));
-        }
+        warn_sampling(&recording, exe, &case.name, &sampling, &progress);
         let analysis_file = dir.join(pipeline::ANALYSIS_FILE);
         match &recording.outcome {
             BenchOutcome::Measured { nanos, iterations } => {
@@ -341,6 +320,39 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         );
     }
     Ok(exit)
+}
+
+/// The warnings about what a measured bench's trace holds: nothing at all
+/// (the region was never entered), or too few samples.
+fn warn_sampling(
+    recording: &pipeline::BenchRecording,
+    exe: &crate::cargo::BenchExecutable,
+    name: &str,
+    sampling: &Sampling,
+    progress: &Progress,
+) {
+    let samples = recording.analysis.summary.samples;
+    let measured_ok = matches!(recording.outcome, BenchOutcome::Measured { .. });
+    if measured_ok && recording.totals.executions == 0 {
+        progress.note(&format!(
+            "warning: {}: no load was recorded: the measured region was never entered{}",
+            name,
+            match exe.harness {
+                crate::cargo::BenchHarness::Criterion => {
+                    " (criterion's `iter_custom` times the routine itself, without criterion's measurement, so it is not recorded)"
+                }
+                _ => "",
+            }
+        ));
+    } else if !sampling.is_full() && samples < UNDERSAMPLED && measured_ok {
+        progress.note(&format!(
+            "warning: {}: {} ({} load executions for a period of {}): its metrics are not reliable; lower --period",
+            name,
+            plural(samples as usize, "sample", "samples"),
+            recording.totals.executions,
+            sampling.period
+        ));
+    }
 }
 
 /// A full trace records one run of each routine (unless the user's
