@@ -1,11 +1,11 @@
 //! [`Benches`]: the registry of a bench executable, and running it through
 //! libtest-mimic.
 
-use crate::bencher::{Bencher, Mode};
-use libtest_mimic::{Arguments, Conclusion, Failed, Measurement, Trial};
+use crate::bencher::{Bencher, IterationPolicy, Measured, Mode};
+use libtest_mimic::{Arguments, Conclusion, Failed, FormatSetting, Measurement, Trial};
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// The environment variable `cargo memgaze`'s collectors set (to `1`) in the
 /// environment of every program they record.
@@ -77,7 +77,11 @@ impl fmt::Debug for Bench {
 #[derive(Debug, Default)]
 pub struct Benches {
     benches: Vec<Bench>,
+    policy: IterationPolicy,
 }
+
+/// The measured runs of each bench, as the trials finish.
+type Reports = Arc<Mutex<Vec<(String, Measured)>>>;
 
 impl Benches {
     /// An empty registry.
@@ -130,6 +134,16 @@ impl Benches {
         self
     }
 
+    /// Sets how many times `iter` runs its routine in a measured run (the
+    /// default is [`IterationPolicy::default`]; [`run_and_exit`] reads
+    /// [`IterationPolicy::from_env`]).
+    ///
+    /// [`run_and_exit`]: Self::run_and_exit
+    pub fn policy(&mut self, policy: IterationPolicy) -> &mut Self {
+        self.policy = policy;
+        self
+    }
+
     /// The registered benches' names, in order.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.benches.iter().map(|b| b.name.as_str())
@@ -164,21 +178,46 @@ impl Benches {
 
     /// Runs (or lists) the benches as libtest would with `args`.
     ///
-    /// Each selected bench body runs once; with `--bench` it is a
-    /// [`Mode::Measure`] run reporting the time of its measured region(s),
-    /// otherwise a [`Mode::Smoke`] run. A body that panics, or never calls
-    /// [`Bencher::iter`], fails its bench.
+    /// With `--bench` each selected body runs in [`Mode::Measure`]: its
+    /// `iter` repeats the routine as the [`IterationPolicy`] says, and the
+    /// bench reports the time per run (libtest's `ns/iter`), followed, once
+    /// all have run, by one line per bench with its runs: a JSON event
+    /// `{ "type": "memgaze", "event": "iterations", "name", "iterations",
+    /// "region_ns" }` under `--format json`, else `name: N iterations, T ns
+    /// in total`. Without `--bench` each routine runs once
+    /// ([`Mode::Smoke`]). A body that panics, or never calls `iter`, fails
+    /// its bench.
     pub fn run(self, args: &Arguments) -> Result<Conclusion, RegistrationError> {
         self.validate()?;
-        let trials = self.benches.into_iter().map(trial).collect();
-        Ok(libtest_mimic::run(args, trials))
+        let reports = Reports::default();
+        let policy = self.policy;
+        let trials = self
+            .benches
+            .into_iter()
+            .map(|bench| trial(bench, policy, Arc::clone(&reports)))
+            .collect();
+        let conclusion = libtest_mimic::run(args, trials);
+        if args.logfile.is_none() {
+            let reports = reports.lock().unwrap_or_else(|e| e.into_inner());
+            print_reports(&reports, args.format);
+        }
+        Ok(conclusion)
     }
 
-    /// Parses the process's command line (the libtest CLI), applies
-    /// [`RECORDING_ENV`], runs, and exits: 0 when every selected bench
-    /// passed, 101 otherwise (libtest's codes).
-    pub fn run_and_exit(self) -> ! {
+    /// Parses the process's command line (the libtest CLI) and the
+    /// iteration policy's environment ([`IterationPolicy::from_env`]),
+    /// applies [`RECORDING_ENV`], runs, and exits: 0 when every selected
+    /// bench passed, 101 otherwise (libtest's codes; also for an unreadable
+    /// policy variable, with one `error:` line naming it).
+    pub fn run_and_exit(mut self) -> ! {
         let args = arguments_for_environment(Arguments::from_args(), recording());
+        match IterationPolicy::from_env() {
+            Ok(policy) => self.policy = policy,
+            Err(e) => {
+                eprintln!("error: {e}");
+                std::process::exit(101)
+            }
+        }
         match self.run(&args) {
             Ok(conclusion) => conclusion.exit(),
             Err(e) => {
@@ -187,6 +226,52 @@ impl Benches {
             }
         }
     }
+}
+
+/// Prints the runs of each measured bench (see [`Benches::run`]).
+fn print_reports(reports: &[(String, Measured)], format: Option<FormatSetting>) {
+    use std::io::Write;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    for (name, m) in reports {
+        let nanos = m.elapsed.as_nanos();
+        let _ = match format {
+            Some(FormatSetting::Json) => writeln!(
+                out,
+                r#"{{ "type": "memgaze", "event": "iterations", "name": {}, "iterations": {}, "region_ns": {} }}"#,
+                json_string(name),
+                m.iterations,
+                nanos
+            ),
+            _ => writeln!(
+                out,
+                "{name}: {} in {:.3?}",
+                if m.iterations == 1 {
+                    "1 iteration".to_string()
+                } else {
+                    format!("{} iterations", m.iterations)
+                },
+                m.elapsed
+            ),
+        };
+    }
+    let _ = out.flush();
+}
+
+/// `s` as a JSON string literal.
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// Adjusts parsed arguments for the environment: under a recorder, one
@@ -198,7 +283,7 @@ pub fn arguments_for_environment(mut args: Arguments, recording: bool) -> Argume
     args
 }
 
-fn trial(bench: Bench) -> Trial {
+fn trial(bench: Bench, policy: IterationPolicy, reports: Reports) -> Trial {
     let Bench {
         name,
         ignored,
@@ -211,20 +296,27 @@ fn trial(bench: Bench) -> Trial {
         } else {
             Mode::Measure
         };
-        let mut bencher = Bencher::new(&runner_name, mode);
+        let mut bencher = Bencher::new(&runner_name, mode, policy);
         body(&mut bencher);
-        let (regions, elapsed) = bencher.finish();
-        if regions == 0 {
+        let measured = bencher.finish();
+        if measured.regions == 0 {
             return Err(Failed::from(format!(
                 "bench `{runner_name}` never called `Bencher::iter`: nothing was measured"
             )));
         }
         Ok(match mode {
             Mode::Smoke => None,
-            Mode::Measure => Some(Measurement {
-                avg: u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
-                variance: 0,
-            }),
+            Mode::Measure => {
+                reports
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((runner_name.clone(), measured));
+                let per_run = measured.elapsed.as_nanos() / u128::from(measured.iterations.max(1));
+                Some(Measurement {
+                    avg: u64::try_from(per_run).unwrap_or(u64::MAX),
+                    variance: 0,
+                })
+            }
         })
     })
     .with_ignored_flag(ignored)

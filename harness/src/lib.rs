@@ -2,10 +2,12 @@
 //!
 //! A bench file (`benches/<name>.rs`, declared with `harness = false`)
 //! registers bench bodies and hands control to [`main!`]. Each body does its
-//! setup, then calls [`Bencher::iter`] with the part to measure; only that
-//! part runs between the region markers [`memgaze_region_begin`] and
-//! [`memgaze_region_end`], which `cargo memgaze` turns into "record" and
-//! "stop recording".
+//! setup, then calls [`Bencher::iter`] with the routine to measure; `iter`
+//! warms up, then runs the routine repeatedly between the region markers
+//! [`memgaze_region_begin`] and [`memgaze_region_end`], which `cargo
+//! memgaze` turns into "record" and "stop recording" ([`IterationPolicy`]
+//! says how often; [`Bencher::iter_batched`] keeps per-run setup outside,
+//! [`Bencher::iter_once`] runs a routine exactly once).
 //!
 //! ```toml
 //! # Cargo.toml
@@ -52,7 +54,8 @@
 //! `--bench` (as under `cargo test --benches`) each body runs once in
 //! [`Mode::Smoke`] — pick small inputs there with [`Bencher::size`]; with
 //! `--bench` (`cargo bench`, `cargo memgaze bench`) it runs in
-//! [`Mode::Measure`] and reports the wall time of its measured region.
+//! [`Mode::Measure`] and reports the wall time per run of the routine and
+//! the number of runs.
 //! Under a `cargo memgaze` recorder ([`RECORDING_ENV`]) benches run one at a
 //! time on one thread. A body that panics fails its bench, and the process
 //! exits with 101.
@@ -61,7 +64,9 @@ mod bencher;
 mod benches;
 mod region;
 
-pub use bencher::{Bencher, Mode};
+pub use bencher::{
+    Bencher, ITERATIONS_ENV, IterationPolicy, MEASURE_ENV, Mode, PolicyError, WARM_UP_ENV,
+};
 pub use benches::{
     Bench, Benches, RECORDING_ENV, RegistrationError, arguments_for_environment, recording,
 };
@@ -266,6 +271,7 @@ mod tests {
             note("setup 2");
             b.iter(|| note("body 2"));
         });
+        benches.policy(IterationPolicy::exact(1));
         take();
         let conclusion = benches.run(&args(&["--bench"])).unwrap();
         assert_eq!(conclusion.num_measured, 2);
@@ -287,6 +293,75 @@ mod tests {
         );
     }
 
+    /// A measured `iter` warms up outside the region, then repeats the
+    /// routine inside one region; `iter_batched` builds each input outside
+    /// its own region; `iter_once` runs once; a smoke run runs once.
+    #[test]
+    fn iter_repeats_inside_one_region_after_a_warm_up_outside() {
+        let b = |s: &str| Event::Begin(s.to_string());
+        let e = |s: &str| Event::End(s.to_string());
+        let body = Event::Note("body");
+        let run = |cli: &[&str], policy: IterationPolicy| {
+            let mut benches = Benches::new();
+            benches.bench("r", |b| b.iter(|| note("body")));
+            benches.policy(policy);
+            take();
+            let conclusion = benches.run(&args(cli)).unwrap();
+            assert!(!conclusion.has_failed());
+            take()
+        };
+        let exact = IterationPolicy::exact(3);
+        assert_eq!(
+            run(&["--bench"], exact),
+            [b("r"), body.clone(), body.clone(), body.clone(), e("r")]
+        );
+        assert_eq!(run(&[], exact), [b("r"), body.clone(), e("r")]);
+        // Calibrated: at least one warm-up run before the region, and the
+        // region holds one or more runs (as many as fill `measure`).
+        let calibrated = IterationPolicy {
+            warm_up: std::time::Duration::from_millis(1),
+            measure: std::time::Duration::from_millis(2),
+            ..IterationPolicy::default()
+        };
+        let events = run(&["--bench"], calibrated);
+        let begin = events.iter().position(|x| *x == b("r")).unwrap();
+        assert!(begin >= 1 && events[..begin].iter().all(|x| *x == body));
+        assert_eq!(events.last(), Some(&e("r")));
+        assert!(
+            events[begin + 1..events.len() - 1]
+                .iter()
+                .all(|x| *x == body)
+        );
+        assert!(events.len() - begin - 2 >= 1);
+
+        let mut benches = Benches::new();
+        benches.bench("batched", |b| {
+            b.iter_batched(|| note("setup"), |()| note("body"));
+        });
+        benches.bench("once", |b| b.iter_once(|| note("body")));
+        benches.policy(IterationPolicy::exact(2));
+        take();
+        let conclusion = benches.run(&args(&["--bench"])).unwrap();
+        assert_eq!(conclusion.num_measured, 2);
+        let setup = Event::Note("setup");
+        assert_eq!(
+            take(),
+            [
+                setup.clone(),
+                b("batched"),
+                body.clone(),
+                e("batched"),
+                setup,
+                b("batched"),
+                body.clone(),
+                e("batched"),
+                b("once"),
+                body,
+                e("once"),
+            ]
+        );
+    }
+
     #[test]
     fn a_panicking_body_fails_its_bench_and_still_ends_its_region() {
         let mut benches = Benches::new();
@@ -297,6 +372,7 @@ mod tests {
             });
         });
         benches.bench("fine", |b| b.iter(|| ()));
+        benches.policy(IterationPolicy::exact(1));
         take();
         let conclusion = benches.run(&args(&["--bench"])).unwrap();
         assert!(conclusion.has_failed());
@@ -342,9 +418,10 @@ mod tests {
 
     #[test]
     fn size_follows_the_mode() {
-        assert_eq!(Bencher::new("x", Mode::Smoke).size(1000, 10), 10);
-        assert_eq!(Bencher::new("x", Mode::Measure).size(1000, 10), 1000);
-        assert!(Bencher::new("x", Mode::Smoke).is_smoke_test());
+        let p = IterationPolicy::default();
+        assert_eq!(Bencher::new("x", Mode::Smoke, p).size(1000, 10), 10);
+        assert_eq!(Bencher::new("x", Mode::Measure, p).size(1000, 10), 1000);
+        assert!(Bencher::new("x", Mode::Smoke, p).is_smoke_test());
     }
 
     /// Both forms of `main!` expand to a `fn main` that type-checks; the

@@ -182,18 +182,36 @@ impl CargoArgs {
         .collect()
     }
 
-    /// The environment that gives the bench executables what the later
-    /// stages need without touching the user's `Cargo.toml`: line tables
-    /// (`CARGO_PROFILE_<P>_DEBUG=line-tables-only`, for source lines) and a
-    /// symbol table (`CARGO_PROFILE_<P>_STRIP=none`, for functions and the
-    /// region markers). A variable the user has already set is left alone.
-    pub fn profile_env(&self) -> Vec<(String, String)> {
-        let profile = self.profile.to_ascii_uppercase().replace('-', "_");
-        [("DEBUG", "line-tables-only"), ("STRIP", "none")]
-            .into_iter()
-            .map(|(key, value)| (format!("CARGO_PROFILE_{profile}_{key}"), value.to_string()))
-            .filter(|(key, _)| std::env::var_os(key).is_none())
-            .collect()
+    /// The `--config` arguments that give the bench executables what the
+    /// later stages need without touching the user's `Cargo.toml`: line
+    /// tables (`debug = "line-tables-only"`, for source lines) and a symbol
+    /// table (`strip = "none"`, for functions and the region markers), as
+    /// profile overrides of `packages` only (the workspace's members).
+    ///
+    /// Dependencies keep the profile the user's `cargo bench` builds them
+    /// with, so their artifacts are shared and the first `cargo memgaze
+    /// bench` after a `cargo bench` rebuilds only the members (whose
+    /// artifacts then exist side by side: cargo hashes the profile into
+    /// their names, so neither command rebuilds what the other built). A
+    /// setting the user gives through `CARGO_PROFILE_<P>_DEBUG`/`_STRIP` is
+    /// left alone.
+    pub fn profile_config(&self, packages: &[String]) -> Vec<String> {
+        let upper = self.profile.to_ascii_uppercase().replace('-', "_");
+        let mut args = Vec::new();
+        for (key, value) in [("debug", "line-tables-only"), ("strip", "none")] {
+            let user = format!("CARGO_PROFILE_{upper}_{}", key.to_ascii_uppercase());
+            if std::env::var_os(&user).is_some() {
+                continue;
+            }
+            for package in packages {
+                args.push("--config".to_string());
+                args.push(format!(
+                    "profile.{}.package.{package}.{key}=\"{value}\"",
+                    self.profile
+                ));
+            }
+        }
+        args
     }
 }
 
@@ -314,17 +332,24 @@ mod tests {
     }
 
     #[test]
-    fn profile_env_names_the_chosen_profile() {
+    fn profile_config_overrides_the_members_of_the_chosen_profile() {
         let args = CargoArgs {
             profile: "my-prof".into(),
             ..CargoArgs::default()
         };
-        let env = args.profile_env();
-        for (key, value) in [
-            ("CARGO_PROFILE_MY_PROF_DEBUG", "line-tables-only"),
-            ("CARGO_PROFILE_MY_PROF_STRIP", "none"),
-        ] {
-            assert!(env.contains(&(key.to_string(), value.to_string())));
-        }
+        let config = args.profile_config(&["a-b".into(), "c".into()]);
+        assert_eq!(
+            config,
+            [
+                "--config",
+                "profile.my-prof.package.a-b.debug=\"line-tables-only\"",
+                "--config",
+                "profile.my-prof.package.c.debug=\"line-tables-only\"",
+                "--config",
+                "profile.my-prof.package.a-b.strip=\"none\"",
+                "--config",
+                "profile.my-prof.package.c.strip=\"none\"",
+            ]
+        );
     }
 }

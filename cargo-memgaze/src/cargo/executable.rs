@@ -54,11 +54,13 @@ pub struct BenchCase {
 /// How a bench run ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BenchOutcome {
-    /// It ran; the harness measured its region(s) in this many
-    /// nanoseconds of wall time.
+    /// It ran; the harness measured its region(s).
     Measured {
-        /// Wall time of the measured region(s).
-        nanos: u64,
+        /// Wall time of the measured runs, ns, where the harness reports it.
+        nanos: Option<u64>,
+        /// Runs of the routine inside the region(s), where the harness
+        /// reports them.
+        iterations: Option<u64>,
     },
     /// The body failed (panicked, never measured) or the process died.
     Failed {
@@ -306,6 +308,7 @@ pub fn interpret_run(
     stderr: String,
 ) -> anyhow::Result<BenchRun> {
     let mut measured = None;
+    let mut iterations = None;
     let mut failed = None;
     let mut ran = 0u64;
     for event in stdout.lines().filter_map(libtest_event) {
@@ -313,7 +316,12 @@ pub fn interpret_run(
         let is_this = field("name") == Some(name);
         match (field("type"), field("event")) {
             (Some("bench"), _) if is_this => {
-                measured = event.get("median").and_then(|v| v.as_u64());
+                // Time per run; the `iterations` event below gives the total.
+                measured = measured.or(event.get("median").and_then(|v| v.as_u64()));
+            }
+            (Some("memgaze"), Some("iterations")) if is_this => {
+                iterations = event.get("iterations").and_then(|v| v.as_u64());
+                measured = event.get("region_ns").and_then(|v| v.as_u64()).or(measured);
             }
             (Some("test"), Some("failed")) if is_this => {
                 let message = field("stdout").map(str::trim).unwrap_or("").to_string();
@@ -344,7 +352,10 @@ pub fn interpret_run(
         let message = panic_line().unwrap_or_else(|| format!("the process ended with {status}"));
         BenchOutcome::Failed { message }
     } else if let Some(nanos) = measured {
-        BenchOutcome::Measured { nanos }
+        BenchOutcome::Measured {
+            nanos: Some(nanos),
+            iterations,
+        }
     } else if ran == 0 {
         bail!("the harness ran no bench named exactly `{name}`");
     } else {
@@ -383,7 +394,27 @@ mod tests {
             "{ \"type\": \"suite\", \"event\": \"ok\", \"passed\": 0, \"failed\": 0, \"ignored\": 0, \"measured\": 1, \"filtered_out\": 7, \"exec_time\": 0.1 }\n",
         );
         let run = interpret_run("chase", status(0), ok.into(), String::new()).unwrap();
-        assert_eq!(run.outcome, BenchOutcome::Measured { nanos: 1234 });
+        assert_eq!(
+            run.outcome,
+            BenchOutcome::Measured {
+                nanos: Some(1234),
+                iterations: None
+            }
+        );
+        // A repeating harness: time per run, then the runs and their total
+        // (printed after the suite's last event).
+        let repeated = format!(
+            "{ok}{}\n",
+            r#"{ "type": "memgaze", "event": "iterations", "name": "chase", "iterations": 5, "region_ns": 6170 }"#
+        );
+        let run = interpret_run("chase", status(0), repeated, String::new()).unwrap();
+        assert_eq!(
+            run.outcome,
+            BenchOutcome::Measured {
+                nanos: Some(6170),
+                iterations: Some(5)
+            }
+        );
 
         let failed = concat!(
             "{ \"type\": \"test\", \"name\": \"boom\", \"event\": \"failed\", \"stdout\": \"Error: \\\"test panicked: kaboom\\\"\\n\" }\n",
@@ -424,7 +455,13 @@ mod tests {
             "{ \"type\": \"suite\", \"event\": \"ok\", \"passed\": 0, \"failed\": 0, \"ignored\": 0, \"measured\": 1, \"filtered_out\": 1, \"exec_time\": 0.1 }\n",
         );
         let run = interpret_run("p", status(0), out.into(), String::new()).unwrap();
-        assert_eq!(run.outcome, BenchOutcome::Measured { nanos: 77 });
+        assert_eq!(
+            run.outcome,
+            BenchOutcome::Measured {
+                nanos: Some(77),
+                iterations: None
+            }
+        );
 
         // The failure event after a prefix, the rest of the run as usual.
         let failed = concat!(

@@ -264,7 +264,9 @@ pub fn divan_run_args(name: &str) -> Vec<String> {
 }
 
 /// How a divan run of `name` ended: its table has a row for the bench's
-/// last path component (`chasing` or its argument `1000`).
+/// last path component (`chasing` or its argument `1000`), whose last
+/// columns are `… │ mean │ samples │ iters`: the routine's runs, and with
+/// the mean time per run their total time.
 pub fn interpret_divan_run(
     name: &str,
     status: ExitStatus,
@@ -272,17 +274,23 @@ pub fn interpret_divan_run(
     stderr: String,
 ) -> anyhow::Result<BenchRun> {
     let leaf = name.rsplit("::").next().unwrap_or(name);
-    let row = stdout.lines().any(|l| {
-        l.trim_start_matches(['│', '├', '╰', '─', ' '])
-            .starts_with(&format!("{leaf} "))
+    let row = stdout.lines().find_map(|l| {
+        let row = l.trim_start_matches(['│', '├', '╰', '─', ' ']);
+        row.starts_with(&format!("{leaf} ")).then_some(row)
     });
     let outcome = if !status.success() {
         BenchOutcome::Failed {
             message: panic_message(&stderr)
                 .unwrap_or_else(|| format!("the process ended with {status}")),
         }
-    } else if row {
-        BenchOutcome::Measured { nanos: 0 }
+    } else if let Some(row) = row {
+        let (mean, iterations) = divan_row_figures(row);
+        BenchOutcome::Measured {
+            nanos: mean
+                .zip(iterations)
+                .map(|(mean, n)| (mean * n as f64).round() as u64),
+            iterations,
+        }
     } else {
         bail!("divan ran no bench named exactly `{name}`");
     };
@@ -292,6 +300,33 @@ pub fn interpret_divan_run(
         stdout,
         stderr,
     })
+}
+
+/// The mean time per run (ns) and the runs of a divan table row
+/// (`leaf  fastest │ slowest │ median │ mean │ samples │ iters`).
+fn divan_row_figures(row: &str) -> (Option<f64>, Option<u64>) {
+    let columns: Vec<&str> = row.split('│').map(str::trim).collect();
+    if columns.len() < 6 {
+        return (None, None);
+    }
+    let iterations = columns[columns.len() - 1].parse::<u64>().ok();
+    let mean = divan_duration_ns(columns[columns.len() - 3]);
+    (mean, iterations)
+}
+
+/// A divan duration (`27.07 µs`, `8.274 ms`, `1.2 s`, `950 ns`, `3 ps`) in
+/// nanoseconds.
+fn divan_duration_ns(text: &str) -> Option<f64> {
+    let (number, unit) = text.trim().split_once(' ')?;
+    let scale = match unit.trim() {
+        "ps" => 1e-3,
+        "ns" => 1.0,
+        "µs" | "us" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        _ => return None,
+    };
+    number.parse::<f64>().ok().map(|x| x * scale)
 }
 
 /// The line after `panicked at` in a Rust program's stderr.
@@ -304,8 +339,8 @@ fn panic_message(stderr: &str) -> Option<String> {
 }
 
 /// How a criterion run of `name` ended: criterion prints `Benchmarking
-/// <name>: Complete` when the profiling run finished. It reports no time in
-/// this mode (`nanos` is 0).
+/// <name>: Complete` when the profiling run finished. It reports neither
+/// time nor iterations in this mode (both `None`).
 pub fn interpret_criterion_run(
     name: &str,
     status: ExitStatus,
@@ -318,7 +353,10 @@ pub fn interpret_criterion_run(
             panic_message(&stderr).unwrap_or_else(|| format!("the process ended with {status}"));
         BenchOutcome::Failed { message }
     } else if stdout.contains(&complete) {
-        BenchOutcome::Measured { nanos: 0 }
+        BenchOutcome::Measured {
+            nanos: None,
+            iterations: None,
+        }
     } else {
         bail!("criterion ran no bench named exactly `{name}`");
     };
@@ -354,7 +392,13 @@ mod tests {
         let ok = ExitStatus::from_raw(0);
         let out = "Benchmarking sum\nBenchmarking sum: Profiling for 1.0000 s\nBenchmarking sum: Complete (Analysis Disabled)\n";
         let run = interpret_criterion_run("sum", ok, out.into(), String::new()).unwrap();
-        assert_eq!(run.outcome, BenchOutcome::Measured { nanos: 0 });
+        assert_eq!(
+            run.outcome,
+            BenchOutcome::Measured {
+                nanos: None,
+                iterations: None
+            }
+        );
         assert!(interpret_criterion_run("other", ok, out.into(), String::new()).is_err());
         let failed = ExitStatus::from_raw(101 << 8);
         let stderr = "thread 'main' panicked at benches/c.rs:3:5:\nboom\n";
@@ -370,12 +414,30 @@ mod tests {
     #[test]
     fn divan_outcomes() {
         let ok = ExitStatus::from_raw(0);
-        let out = "div              fastest │ slowest\n╰─ chasing                │\n   ╰─ 1000  27.07 µs      │ 78.62 µs\n";
+        let out = "div              fastest       │ slowest       │ median        │ mean          │ samples │ iters\n╰─ chasing                      │               │               │               │         │\n   ╰─ 1000       27.07 µs      │ 78.62 µs      │ 28.1 µs       │ 29.5 µs       │ 100     │ 3200\n";
         let run = interpret_divan_run("div::chasing::1000", ok, out.into(), String::new()).unwrap();
-        assert_eq!(run.outcome, BenchOutcome::Measured { nanos: 0 });
+        assert_eq!(
+            run.outcome,
+            BenchOutcome::Measured {
+                nanos: Some(94_400_000),
+                iterations: Some(3200)
+            }
+        );
         assert!(interpret_divan_run("div::chasing::5", ok, out.into(), String::new()).is_err());
+        // A row without the count columns is still the bench's result.
         let out = "div              fastest\n╰─ sort_batched  169.3 µs      │ 8.274 ms\n";
-        assert!(interpret_divan_run("div::sort_batched", ok, out.into(), String::new()).is_ok());
+        let run = interpret_divan_run("div::sort_batched", ok, out.into(), String::new()).unwrap();
+        assert_eq!(
+            run.outcome,
+            BenchOutcome::Measured {
+                nanos: None,
+                iterations: None
+            }
+        );
+        assert_eq!(divan_duration_ns("8.25 ms"), Some(8_250_000.0));
+        assert_eq!(divan_duration_ns("950 ns"), Some(950.0));
+        assert_eq!(divan_duration_ns("1.5 s"), Some(1.5e9));
+        assert_eq!(divan_duration_ns("lots"), None);
     }
 
     #[test]

@@ -29,9 +29,11 @@ Examples:
   cargo memgaze bench -- --skip irr --list       list what would run
 
 Benches are `[[bench]]` targets with `harness = false` whose `main` comes
-from `memgaze_harness::main!`. They are built with the bench profile plus
-line-table debug info and symbols (set through CARGO_PROFILE_<P>_DEBUG and
-_STRIP; Cargo.toml is not edited). Results go to <target-dir>/memgaze/.")]
+from `memgaze_harness::main!` (or criterion/divan). The workspace's members
+are built with the bench profile plus line-table debug info and symbols
+(profile overrides passed with `--config`; Cargo.toml is not edited);
+dependencies keep the profile `cargo bench` uses, so its build is reused.
+Results go to <target-dir>/memgaze/.")]
 pub struct Args {
     #[command(flatten)]
     pub cargo: CargoArgs,
@@ -217,7 +219,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             analysis: AnalysisOptions::default(),
             trace_file: Some(dir.join(pipeline::TRACE_FILE)),
             per_sample: false,
-            env: Vec::new(),
+            env: full_trace_env(&sampling),
             limits: args.time.limits(),
         };
         let recording = pipeline::record_bench(target, case, instrumented, &plan)?;
@@ -225,22 +227,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         for note in &recording.notes {
             progress.note(&format!("note: {}: {note}", case.name));
         }
-        let samples = recording.analysis.summary.samples;
-        if !sampling.is_full()
-            && samples < UNDERSAMPLED
-            && matches!(recording.outcome, BenchOutcome::Measured { .. })
-        {
-            progress.note(&format!(
-                "warning: {}: {} ({} load executions for a period of {}): its metrics are not reliable; lower --period",
-                case.name,
-                plural(samples as usize, "sample", "samples"),
-                recording.totals.executions,
-                sampling.period
-            ));
-        }
+        warn_sampling(&recording, exe, &case.name, &sampling, &progress);
         let analysis_file = dir.join(pipeline::ANALYSIS_FILE);
         match &recording.outcome {
-            BenchOutcome::Measured { nanos } => {
+            BenchOutcome::Measured { nanos, iterations } => {
                 measured += 1;
                 pipeline::write_analysis(&analysis_file, &recording.analysis)?;
                 if json {
@@ -249,6 +239,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                         coverage: recording.analysis.coverage.clone(),
                         elapsed_s: recording.elapsed.as_secs_f64(),
                         harness: exe.harness.name().to_string(),
+                        iterations: *iterations,
                         name: case.name.clone(),
                         package: exe.package.clone(),
                         reason: Reason::BenchFinished,
@@ -343,6 +334,50 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         );
     }
     Ok(exit)
+}
+
+/// The warnings about what a measured bench's trace holds: nothing at all
+/// (the region was never entered), or too few samples.
+fn warn_sampling(
+    recording: &pipeline::BenchRecording,
+    exe: &crate::cargo::BenchExecutable,
+    name: &str,
+    sampling: &Sampling,
+    progress: &Progress,
+) {
+    let samples = recording.analysis.summary.samples;
+    let measured_ok = matches!(recording.outcome, BenchOutcome::Measured { .. });
+    if measured_ok && recording.totals.executions == 0 {
+        progress.note(&format!(
+            "warning: {}: no load was recorded: the measured region was never entered{}",
+            name,
+            match exe.harness {
+                crate::cargo::BenchHarness::Criterion => {
+                    " (criterion's `iter_custom` times the routine itself, without criterion's measurement, so it is not recorded)"
+                }
+                _ => "",
+            }
+        ));
+    } else if !sampling.is_full() && samples < UNDERSAMPLED && measured_ok {
+        progress.note(&format!(
+            "warning: {}: {} ({} load executions for a period of {}): its metrics are not reliable; lower --period",
+            name,
+            plural(samples as usize, "sample", "samples"),
+            recording.totals.executions,
+            sampling.period
+        ));
+    }
+}
+
+/// A full trace records one run of each routine (unless the user's
+/// environment sets the harness's count): calibrated repetitions would make
+/// it as large as a second of loads.
+fn full_trace_env(sampling: &Sampling) -> Vec<(String, String)> {
+    if sampling.is_full() && std::env::var_os(pipeline::ITERATIONS_ENV).is_none() {
+        vec![pipeline::one_iteration()]
+    } else {
+        Vec::new()
+    }
 }
 
 /// Tells which benches of which executables run, and which are skipped.
@@ -695,8 +730,19 @@ fn label(target: &BenchTarget, case: &BenchCase, several_targets: bool) -> Strin
 
 fn table_header(width: usize) -> String {
     format!(
-        "{:<width$} {:>11} {:>11} {:>7} {:>7} {:>7} {:>9} {:>8} {:>7} {:>7}",
-        "bench", "A", "F", "ΔF", "F_str%", "F_irr%", "D mean", "samples", "ρ", "time"
+        "{:<width$} {:>11} {:>11} {:>7} {:>7} {:>7} {:>9} {:>8} {:>7} {:>8} {:>3} {:>7}",
+        "bench",
+        "A",
+        "F",
+        "ΔF",
+        "F_str%",
+        "F_irr%",
+        "D mean",
+        "samples",
+        "ρ",
+        "iters",
+        "thr",
+        "time"
     )
 }
 
@@ -716,7 +762,7 @@ fn table_row(
         .last()
         .map(|row| format!("{:.4}", row.d_f));
     format!(
-        "{:<width$} {:>11} {:>11} {:>7} {:>7.1} {:>7.1} {:>9} {:>8} {:>7} {:>6.1}s",
+        "{:<width$} {:>11} {:>11} {:>7} {:>7.1} {:>7.1} {:>9} {:>8} {:>7} {:>8} {:>3} {:>6.1}s",
         name,
         s.a,
         s.f,
@@ -726,6 +772,8 @@ fn table_row(
         or_dash(s.d_mean.map(|x| format!("{x:.1}"))),
         s.samples,
         or_dash(s.rho.map(|x| format!("{x:.1}"))),
+        or_dash(s.iterations.map(|n| n.to_string())),
+        s.threads,
         elapsed.as_secs_f64(),
     )
 }

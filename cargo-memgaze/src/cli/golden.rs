@@ -72,6 +72,35 @@ pub fn golden_dir(option: &Option<PathBuf>, suite: &BenchSuite) -> PathBuf {
         .unwrap_or_else(|| suite.workspace.root.join("golden"))
 }
 
+/// Refuses a snapshot directory that cannot take the snapshots, before any
+/// bench is recorded: a symbolic link (snapshots are written into a real
+/// directory of the repository, never through a link to elsewhere), not a
+/// directory, or not writable. A missing directory is made later.
+pub fn check_golden_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let problem = match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => Some(format!("cannot be read: {e}")),
+        Ok(meta) if meta.file_type().is_symlink() => {
+            Some("is a symbolic link; snapshots are written only into a real directory".to_string())
+        }
+        Ok(meta) if !meta.is_dir() => Some("is not a directory".to_string()),
+        Ok(_) => {
+            let path = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
+            // SAFETY: a NUL-terminated path.
+            let writable = unsafe { libc::access(path.as_ptr(), libc::W_OK) } == 0;
+            (!writable).then(|| "is not writable".to_string())
+        }
+    };
+    match problem {
+        Some(problem) => Err(anyhow::anyhow!(
+            "golden snapshot directory {} {problem}",
+            dir.display()
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Checks that stored snapshots of the selected benches were recorded under
 /// the current build facts; the one message that says otherwise.
 pub fn facts_mismatch(
@@ -122,6 +151,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     let facts = BuildFacts::current(&args.cargo)?;
     let suite = suite::discover(&args.cargo, &harness, global)?;
     let store = GoldenStore::new(golden_dir(&args.golden_dir, &suite));
+    check_golden_dir(store.dir())?;
     let ci = is_ci();
     if !args.update
         && let Some(message) = facts_mismatch(&store, &suite, &facts)?
@@ -163,7 +193,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             analysis: AnalysisOptions::default(),
             trace_file: None,
             per_sample: false,
-            env: Vec::new(),
+            env: vec![pipeline::one_iteration()],
             limits: args.time.limits(),
         };
         let recording = pipeline::record_bench(target, case, instrumented, &plan)?;
@@ -384,7 +414,42 @@ fn threads_note(bench: &str, pieces: u64, trace_samples: u64) -> Option<String> 
 
 #[cfg(test)]
 mod tests {
-    use super::threads_note;
+    use super::{check_golden_dir, threads_note};
+
+    #[test]
+    fn a_linked_or_unwritable_snapshot_directory_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let real = root.path().join("golden");
+        std::fs::create_dir(&real).unwrap();
+        check_golden_dir(&real).unwrap();
+        check_golden_dir(&root.path().join("missing")).unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let link = root.path().join("linked");
+        std::os::unix::fs::symlink(elsewhere.path(), &link).unwrap();
+        let e = check_golden_dir(&link).unwrap_err().to_string();
+        assert!(e.contains("linked") && e.contains("symbolic link"), "{e}");
+        let file = root.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        assert!(
+            check_golden_dir(&file)
+                .unwrap_err()
+                .to_string()
+                .contains("not a directory")
+        );
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o500)).unwrap();
+        // root may write anywhere: only check where permissions bind.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(
+                check_golden_dir(&real)
+                    .unwrap_err()
+                    .to_string()
+                    .contains("not writable")
+            );
+        }
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
 
     #[test]
     fn only_a_full_trace_of_several_threads_gets_the_threads_note() {

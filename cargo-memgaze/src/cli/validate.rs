@@ -225,7 +225,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             analysis: AnalysisOptions::default(),
             trace_file: None,
             per_sample: true,
-            env: Vec::new(),
+            env: vec![pipeline::one_iteration()],
             limits: args.time.limits(),
         };
         let recording = pipeline::record_bench(target, case, instrumented, &plan)?;

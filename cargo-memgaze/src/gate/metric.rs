@@ -215,7 +215,9 @@ impl Metric {
                 .find(|r| r.k == k && r.windows > 0)
         };
         match self {
-            Metric::AHat => s.a_hat,
+            // Per run of the routine: a repeating harness picks its run
+            // count by time, so totals of two runs differ by that alone.
+            Metric::AHat => s.a_hat.map(|a| a / s.iterations.unwrap_or(1).max(1) as f64),
             Metric::A => Some(s.a as f64),
             Metric::AConstFrac => s.a_const_frac,
             Metric::Kappa => s.kappa,

@@ -426,6 +426,7 @@ pub(crate) mod tests {
                 d_f: Some(80.0 / 105.0),
                 d_mean: None,
                 d_max: None,
+                threads: 1,
                 ..Summary::default()
             },
             trace_windows: vec![row(3, 8.0), row(4, 15.999999999)],

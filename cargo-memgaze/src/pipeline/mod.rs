@@ -47,6 +47,17 @@ pub const DEFAULT_WINDOW: u64 = memgaze_record::DEFAULT_WINDOW;
 /// Default period `w + z`.
 pub const DEFAULT_PERIOD: u64 = memgaze_record::DEFAULT_PERIOD;
 
+/// The environment that makes memgaze-harness run each routine exactly
+/// once, without warm-up (`MEMGAZE_ITERATIONS=1`): full traces (`golden`,
+/// `validate`, `bench --full`) stay deterministic and bounded, whatever
+/// time calibration would pick.
+pub fn one_iteration() -> (String, String) {
+    (ITERATIONS_ENV.to_string(), "1".to_string())
+}
+
+/// The harness's variable for a fixed number of routine runs.
+pub const ITERATIONS_ENV: &str = "MEMGAZE_ITERATIONS";
+
 /// How to record and analyse one bench.
 #[derive(Clone, Debug)]
 pub struct RunPlan {
@@ -198,6 +209,10 @@ pub fn record_bench(
                 .outcome
         }
     };
+    let mut analysis = analysis;
+    if let BenchOutcome::Measured { iterations, .. } = &outcome {
+        analysis.summary.iterations = *iterations;
+    }
     Ok(BenchRecording {
         outcome,
         analysis,

@@ -134,3 +134,60 @@ fn sigint_stops_the_run_after_the_interrupted_bench() {
     let json: serde_json::Value = serde_json::from_slice(&analysis.stdout).unwrap();
     assert_eq!(json["summary"]["interrupted"], "SIGINT", "{stderr}");
 }
+
+/// A signal while cargo builds the benches stops cargo and its compilers
+/// (their process group) and exits with the shell's code and one line.
+#[test]
+fn a_signal_during_the_build_stops_cargo_and_exits_143() {
+    // A fresh target directory: the build takes long enough to be caught
+    // in the middle.
+    let fresh = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"))
+        .args(["memgaze", "bench", "--locked", "-p", "microbenches"])
+        .arg("--manifest-path")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml"))
+        .arg("--target-dir")
+        .arg(fresh.path())
+        .arg("--no-report")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let children = format!("/proc/{0}/task/{0}/children", child.id());
+    let started = Instant::now();
+    let cargo: i32 = loop {
+        let text = std::fs::read_to_string(&children).unwrap_or_default();
+        if let Some(pid) = text.split_whitespace().next() {
+            break pid.parse().unwrap();
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "no cargo");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Let it start compiling.
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("still building 30 s after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(143), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: ")
+            && last.contains("interrupted by SIGTERM while cargo was building"),
+        "{stderr}"
+    );
+    // Cargo and every compiler of its group are gone.
+    std::thread::sleep(Duration::from_millis(200));
+    // SAFETY: signal 0 only checks for processes of that group.
+    let group_left = unsafe { libc::kill(-cargo, 0) } == 0;
+    assert!(!group_left, "processes of cargo's group {cargo} left");
+}

@@ -51,10 +51,16 @@ fn criterion_and_divan_benches_run_unmodified() {
         .lines()
         .filter(|l| l.starts_with("warning:"))
         .collect();
-    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert_eq!(warnings.len(), 2, "{stderr}");
     assert!(
         warnings[0].starts_with("warning: bench `ring-stats/libtest` (")
             && warnings[0].contains("is not run: it is a libtest `#[bench]` target"),
+        "{stderr}"
+    );
+    // `iter_custom` times itself: nothing is recorded, and it is said.
+    assert!(
+        warnings[1].starts_with("warning: custom: no load was recorded")
+            && warnings[1].contains("iter_custom"),
         "{stderr}"
     );
     let finished: Vec<&Value> = messages
@@ -84,6 +90,18 @@ fn criterion_and_divan_benches_run_unmodified() {
             expected.push(format!("{target} criterion {name}"));
         }
     }
+    for name in ["large_drop", "batched_ref", "custom"] {
+        expected.push(format!("crit_forms criterion {name}"));
+    }
+    for name in [
+        "div_forms::const_sum::1000",
+        "div_forms::const_sum::50000",
+        "div_forms::inner::nested_sum",
+        "div_forms::shared_sum",
+        "div_forms::sort_refs",
+    ] {
+        expected.push(format!("div_forms divan {name}"));
+    }
     for name in [
         "div::chasing::1000",
         "div::chasing::100000",
@@ -99,7 +117,22 @@ fn criterion_and_divan_benches_run_unmodified() {
     for m in &finished {
         let name = format!("{}/{}", m["target"], m["name"]);
         let samples = m["summary"]["samples"].as_u64().unwrap();
+        let bench = m["name"].as_str().unwrap();
+        // Divan reports its runs and their time; criterion's profiling
+        // mode neither.
+        if m["harness"] == "divan" {
+            assert!(m["iterations"].as_u64().unwrap() > 0, "{name}: {m}");
+            assert!(m["region_ns"].as_u64().unwrap() > 0, "{name}: {m}");
+            assert_eq!(m["summary"]["iterations"], m["iterations"], "{name}");
+        } else {
+            assert!(m.get("iterations").is_none() && m.get("region_ns").is_none());
+        }
+        if bench == "custom" {
+            assert_eq!(m["summary"]["records"], 0, "{name}: {m}");
+            continue;
+        }
         assert!(samples >= 30, "{name}: {samples} samples");
+        assert_eq!(m["summary"]["threads"], 1, "{name}");
         let analysis: Value =
             serde_json::from_slice(&std::fs::read(m["analysis"].as_str().unwrap()).unwrap())
                 .unwrap();
@@ -114,8 +147,14 @@ fn criterion_and_divan_benches_run_unmodified() {
             "{name}: setup recorded: {functions:?}"
         );
         let str_frac = m["summary"]["F_str_frac"].as_f64().unwrap();
-        let bench = m["name"].as_str().unwrap();
-        if bench.contains("chas") {
+        if bench == "large_drop" {
+            // The copy is measured; dropping it (outside) is not.
+            assert!(
+                functions.iter().any(|f| f.contains("copy_out"))
+                    && !functions.iter().any(|f| f.contains("drop_scan")),
+                "{name}: {functions:?}"
+            );
+        } else if bench.contains("chas") {
             assert!(str_frac < 0.05, "{name}: pointer chase F_str {str_frac}");
         } else if bench.contains("sum") {
             assert!(str_frac > 0.95, "{name}: array sum F_str {str_frac}");

@@ -13,7 +13,7 @@
 use crate::rewriter_support;
 
 use rewriter_support::*;
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::sync::OnceLock;
@@ -149,6 +149,7 @@ fn a_signal_to_record_keeps_an_interrupted_trace_and_exits_like_a_shell() {
         (libc::SIGINT, 130, "SIGINT"),
         (libc::SIGTERM, 143, "SIGTERM"),
         (libc::SIGHUP, 129, "SIGHUP"),
+        (libc::SIGQUIT, 131, "SIGQUIT"),
     ] {
         let dir = sandbox();
         let recorder = start_record(
@@ -400,4 +401,49 @@ fn run_leaves_no_temporary_files() {
         assert!(!dir.path().join("target").exists());
         assert_nothing_left(dir.path());
     }
+}
+
+/// SIGKILL of `run` cannot be caught: its temporary directory (named after
+/// its process id) stays until the next command that makes one, which
+/// removes it because its owner is gone.
+#[test]
+fn a_killed_runs_temporary_directory_is_removed_by_the_next_run() {
+    let kernels = build("kernels.c", &["-O2", "-g"]);
+    let forever = build("forever.c", &["-O2", "-g"]);
+    let dir = sandbox();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let start = |program: &Path, args: &[&str]| {
+        memgaze()
+            .args(["run", "-q", "--period", "1000", "--window", "100", "--"])
+            .arg(program)
+            .args(args)
+            .current_dir(dir.path())
+            .env_remove("CARGO_TARGET_DIR")
+            .env("TMPDIR", &tmp)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let killed = start(&forever, &["-1"]);
+    let program = program_of(&killed);
+    send(&killed, libc::SIGKILL);
+    let (out, _) = finish(killed, Duration::from_secs(30));
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL));
+    let started = Instant::now();
+    while !gone(program) && started.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(gone(program));
+    let left: Vec<String> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(left[0].starts_with(".memgaze."), "{left:?}");
+    let (out, _) = finish(start(&kernels, &["3"]), Duration::from_secs(120));
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    assert_nothing_left(dir.path());
 }

@@ -80,6 +80,8 @@ fn lackey(
         .env(cargo::RECORDING_ENV, "1")
         .env("MEMGAZE_MICRO_ELEMENTS", ELEMENTS)
         .env("MEMGAZE_MICRO_REPS", REPS)
+        // One run of the routine, no warm-up: the same loads as ours.
+        .env("MEMGAZE_ITERATIONS", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -209,6 +211,7 @@ fn full_traces_count_every_load_like_lackey() {
             env: vec![
                 ("MEMGAZE_MICRO_ELEMENTS".into(), ELEMENTS.into()),
                 ("MEMGAZE_MICRO_REPS".into(), REPS.into()),
+                pipeline::one_iteration(),
             ],
             limits: Default::default(),
         };

@@ -482,6 +482,8 @@ pub struct Analyzer {
     active: Vec<u32>,
     sample: Option<u64>,
     thread: u32,
+    /// Every thread seen, sorted (`summary.threads`).
+    threads: Vec<u32>,
     context: usize,
     next_piece: u32,
     intervals: IntervalBuilder,
@@ -628,6 +630,7 @@ impl Analyzer {
             active: Vec::new(),
             sample: None,
             thread: 0,
+            threads: Vec::new(),
             context: 0,
             next_piece: 1,
             intervals: IntervalBuilder::new(),
@@ -1137,6 +1140,9 @@ impl Analyzer {
             self.active.clear();
         }
         self.thread = thread;
+        if let Err(at) = self.threads.binary_search(&thread) {
+            self.threads.insert(at, thread);
+        }
         let contexts = &self.contexts;
         let found = self
             .active
@@ -1379,6 +1385,8 @@ impl Analyzer {
             tracked_accesses: None,
             mrc_groups: Vec::new(),
             interrupted: totals.interrupted.map(|i| i.name()),
+            threads: self.threads.len() as u64,
+            iterations: None,
         }
     }
 

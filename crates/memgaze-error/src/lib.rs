@@ -92,12 +92,33 @@ pub fn usage(message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(message.into()))
 }
 
+/// An error that ends the run because a signal stopped it (exit 128 + N),
+/// e.g. while cargo was building the benches.
+#[derive(Debug)]
+pub struct Interrupted {
+    /// The exit code, 128 + the signal's number.
+    pub code: i32,
+    /// What was stopped, for the error line.
+    pub what: String,
+}
+
+impl fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.what)
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
 /// The exit code an error maps to.
 ///
 /// A [`UsageError`] counts wherever it is in the chain: a library's typed
-/// error carries one as its source (e.g. an invalid `--functions` glob).
+/// error carries one as its source (e.g. an invalid `--functions` glob); so
+/// does an [`Interrupted`], which wins over it.
 pub fn exit_for(error: &anyhow::Error) -> Exit {
-    if error.chain().any(|cause| cause.is::<UsageError>()) {
+    if let Some(stop) = error.chain().find_map(|c| c.downcast_ref::<Interrupted>()) {
+        Exit::Interrupted(stop.code)
+    } else if error.chain().any(|cause| cause.is::<UsageError>()) {
         Exit::Usage
     } else {
         Exit::Error
@@ -130,6 +151,18 @@ pub fn one_line(error: &anyhow::Error) -> String {
 mod tests {
     use super::*;
     use anyhow::Context;
+
+    #[test]
+    fn an_interruption_anywhere_in_the_chain_gives_its_code() {
+        let e = anyhow::Error::new(Interrupted {
+            code: 143,
+            what: "interrupted by SIGTERM while building".into(),
+        })
+        .context("bench");
+        assert_eq!(exit_for(&e), Exit::Interrupted(143));
+        assert_eq!(one_line(&e), "bench: interrupted by SIGTERM while building");
+        assert_eq!(exit_for(&usage("x")), Exit::Usage);
+    }
 
     #[test]
     fn worst_prefers_bench_failure_over_regression() {

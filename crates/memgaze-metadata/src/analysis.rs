@@ -226,6 +226,14 @@ pub struct Summary {
     /// run. Absent for a run recorded to its end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted: Option<String>,
+    /// Threads whose records were analysed (0 without records).
+    #[serde(default)]
+    pub threads: u64,
+    /// Runs of the bench routine the trace covers, where the bench harness
+    /// reports them (`bench`, `golden`, `validate`); per-run figures are the
+    /// totals divided by it. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iterations: Option<u64>,
 }
 
 /// One row of a trace-window histogram: metrics averaged over all windows

@@ -113,14 +113,20 @@ pub struct BenchFinished {
     pub elapsed_s: f64,
     /// The bench's harness: `memgaze` (memgaze-harness), `criterion` or `divan`.
     pub harness: String,
+    /// Runs of the bench routine the trace covers, where the harness
+    /// reports them (memgaze-harness, divan); absent for criterion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iterations: Option<u64>,
     /// Bench name.
     pub name: String,
     /// Package name.
     pub package: String,
     /// Always [`Reason::BenchFinished`].
     pub reason: Reason,
-    /// Wall time of the measured region, as the harness reported it, ns.
-    pub region_ns: u64,
+    /// Wall time of the measured runs, as the harness reported it, ns
+    /// (absent where the harness reports none: criterion's profiling mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region_ns: Option<u64>,
     /// Its results directory.
     pub results: PathBuf,
     /// How it was sampled.

@@ -333,13 +333,70 @@ pub fn write_atomic_mode(path: &Path, bytes: impl AsRef<[u8]>, mode: u32) -> Res
     file.commit()
 }
 
+/// The name prefix of [`private_tempdir`]'s directories; the owner's
+/// process id follows it.
+const OWNED_PREFIX: &str = ".memgaze.";
+
 /// A temporary directory only this user can enter (mode 0700), under the
-/// system's temporary directory.
+/// system's temporary directory, named `.memgaze.<pid>.<random>` after this
+/// process.
+///
+/// It is removed when dropped; a process killed before that (SIGKILL)
+/// cannot remove it, so this first removes the directories of earlier
+/// owners that no longer run ([`sweep_orphaned_tempdirs`]): what a killed
+/// command left is gone at the next one.
 pub fn private_tempdir() -> std::io::Result<TempDir> {
+    let parent = std::env::temp_dir();
+    sweep_orphaned_tempdirs(&parent);
     tempfile::Builder::new()
-        .prefix(".memgaze.")
+        .prefix(&format!("{OWNED_PREFIX}{}.", std::process::id()))
         .permissions(Permissions::from_mode(0o700))
-        .tempdir()
+        .tempdir_in(parent)
+}
+
+/// Removes the directories of [`private_tempdir`] in `parent` whose owner
+/// process has ended: named `.memgaze.<pid>.…`, a real directory (not a
+/// link) of this user, and no process `pid` exists. Returns how many were
+/// removed. A pid that was reused by another process keeps its directory
+/// until that one ends too, so nothing of a running command is touched.
+pub fn sweep_orphaned_tempdirs(parent: &Path) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return 0;
+    };
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(OWNED_PREFIX))
+            .and_then(|rest| rest.split_once('.'))
+            .and_then(|(pid, _)| pid.parse::<libc::pid_t>().ok())
+            .filter(|&pid| pid > 0)
+        else {
+            continue;
+        };
+        let path = entry.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if !meta.is_dir() || meta.uid() != uid || process_exists(pid) {
+            continue;
+        }
+        if std::fs::remove_dir_all(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// Whether a process `pid` exists (ours or another user's).
+fn process_exists(pid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    let ok = unsafe { libc::kill(pid, 0) } == 0;
+    ok || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// A temporary directory (mode 0700) in `dir` whose name starts with
@@ -354,6 +411,32 @@ pub fn private_tempdir_in(dir: &Path, prefix: &str) -> std::io::Result<TempDir> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The directories of processes that ended are removed by the next
+    /// one; those of running processes, links and foreign names are not.
+    #[test]
+    fn orphaned_tempdirs_are_swept_and_live_ones_kept() {
+        let parent = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let orphan = parent.path().join(format!(".memgaze.{dead}.abc123"));
+        std::fs::create_dir(&orphan).unwrap();
+        std::fs::write(orphan.join("program"), "x").unwrap();
+        let live = parent
+            .path()
+            .join(format!(".memgaze.{}.def456", std::process::id()));
+        std::fs::create_dir(&live).unwrap();
+        let old_style = parent.path().join(".memgaze.Xy12ab");
+        std::fs::create_dir(&old_style).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let link = parent.path().join(format!(".memgaze.{dead}.link00"));
+        std::os::unix::fs::symlink(outside.path(), &link).unwrap();
+        assert_eq!(sweep_orphaned_tempdirs(parent.path()), 1);
+        assert!(!orphan.exists());
+        assert!(live.is_dir() && old_style.is_dir() && outside.path().is_dir());
+        assert!(link.symlink_metadata().is_ok());
+    }
 
     #[test]
     fn an_uncommitted_file_leaves_the_old_one_and_no_debris() {

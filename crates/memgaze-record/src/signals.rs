@@ -1,6 +1,6 @@
-//! SIGINT, SIGTERM and SIGHUP while a program is being recorded.
+//! SIGINT, SIGTERM, SIGHUP and SIGQUIT while a program is being recorded.
 //!
-//! While at least one [`Catch`] guard lives, the three signals are caught
+//! While at least one [`Catch`] guard lives, these signals are caught
 //! by a handler that does only async-signal-safe work: it bumps a
 //! per-signal counter and writes one byte to a pipe (the self-pipe trick).
 //! The collector polls the pipe's read end beside the recorder socket, so a
@@ -24,15 +24,20 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::time::Duration;
 
-/// The signals a recording catches and forwards to the program.
-pub const INTERRUPTS: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+/// The signals a recording catches and forwards to the program. SIGQUIT
+/// (the terminal's `^\\`) is one of them: its default action would kill
+/// `cargo memgaze` with a core dump and lose the trace.
+pub const INTERRUPTS: [i32; SIGNALS] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+/// How many signals [`INTERRUPTS`] holds.
+pub const SIGNALS: usize = 4;
 
 /// Longest a collector sleeps in `poll` without looking at the counters
 /// (see the module documentation).
 pub const POLL_CAP: Duration = Duration::from_millis(250);
 
 /// Signals received so far, per entry of [`INTERRUPTS`].
-static RECEIVED: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
+static RECEIVED: [AtomicU64; SIGNALS] = [const { AtomicU64::new(0) }; SIGNALS];
 
 /// The write end of the self-pipe (-1 until it exists). Read by the handler.
 static PIPE_WRITE: AtomicI32 = AtomicI32::new(-1);
@@ -104,15 +109,17 @@ pub fn drain() {
 }
 
 /// Signals of [`INTERRUPTS`] received so far (counts, in that order).
-pub fn received() -> [u64; 3] {
-    [0, 1, 2].map(|i| RECEIVED[i].load(Ordering::SeqCst))
+pub fn received() -> [u64; SIGNALS] {
+    std::array::from_fn(|i| RECEIVED[i].load(Ordering::SeqCst))
 }
 
 /// The first signal of [`INTERRUPTS`] received since `before` (a
 /// [`received`] snapshot), if any.
-pub fn first_since(before: [u64; 3]) -> Option<i32> {
+pub fn first_since(before: [u64; SIGNALS]) -> Option<i32> {
     let now = received();
-    (0..3).find(|&i| now[i] > before[i]).map(|i| INTERRUPTS[i])
+    (0..SIGNALS)
+        .find(|&i| now[i] > before[i])
+        .map(|i| INTERRUPTS[i])
 }
 
 /// A whole command's watch for [`INTERRUPTS`]: they are caught (not
@@ -124,7 +131,7 @@ pub fn first_since(before: [u64; 3]) -> Option<i32> {
 /// forwards it to the program.
 pub struct Watch {
     _catch: Catch,
-    before: [u64; 3],
+    before: [u64; SIGNALS],
 }
 
 impl Watch {

@@ -85,7 +85,7 @@ pub enum Verdict {
 pub struct Supervisor {
     group: libc::pid_t,
     limits: Limits,
-    seen: [u64; 3],
+    seen: [u64; signals::SIGNALS],
     deadline: Option<Instant>,
     kill_at: Option<Instant>,
     killed: bool,
@@ -96,7 +96,7 @@ pub struct Supervisor {
 impl Supervisor {
     /// Supervises the process group `group` (the program's pid) from now;
     /// signals received before this call do not count.
-    pub fn new(group: u32, limits: Limits, seen: [u64; 3]) -> Supervisor {
+    pub fn new(group: u32, limits: Limits, seen: [u64; signals::SIGNALS]) -> Supervisor {
         Supervisor {
             group: group as libc::pid_t,
             limits,

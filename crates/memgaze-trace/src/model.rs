@@ -287,6 +287,7 @@ impl Interruption {
             Interruption::Timeout => "timeout".into(),
             Interruption::Signal(1) => "SIGHUP".into(),
             Interruption::Signal(2) => "SIGINT".into(),
+            Interruption::Signal(3) => "SIGQUIT".into(),
             Interruption::Signal(15) => "SIGTERM".into(),
             Interruption::Signal(n) => format!("signal {n}"),
         }

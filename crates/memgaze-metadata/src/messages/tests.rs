@@ -54,6 +54,7 @@ fn summary() -> Summary {
         d_f: Some(6.024096385542169e-6),
         d_mean: None,
         d_max: Some(7),
+        threads: 1,
         ..Summary::default()
     }
 }
@@ -154,10 +155,11 @@ fn bench_finished() {
             coverage: coverage(),
             elapsed_s: 0.115952124,
             harness: "memgaze".into(),
+            iterations: Some(3),
             name: "str1".into(),
             package: "microbenches".into(),
             reason: Reason::BenchFinished,
-            region_ns: 1_234_567,
+            region_ns: Some(1_234_567),
             results: "/r/str1".into(),
             sampling,
             summary: summary(),
@@ -170,6 +172,7 @@ fn bench_finished() {
             "target": "micro",
             "name": "str1",
             "harness": "memgaze",
+            "iterations": 3,
             "results": "/r/str1",
             "trace": trace,
             "analysis": "/r/str1/analysis.json",
@@ -180,9 +183,9 @@ fn bench_finished() {
             "coverage": coverage(),
         });
         let expected = if trace.is_some() {
-            r#"{"analysis":"/r/str1/analysis.json","coverage":{"classified":true,"complete":true,"dropped":{"bytes":0,"records":2,"samples":0},"empty_samples":0,"filtered_out":0,"notes":["a note"],"outside_binary":null,"outside_functions":1,"records":498000,"trace_samples":498},"elapsed_s":0.115952124,"harness":"memgaze","name":"str1","package":"microbenches","reason":"bench-finished","region_ns":1234567,"results":"/r/str1","sampling":{"full":false,"period":100000,"seed":1,"window":1000},"summary":{"A":498000,"A_const":12,"A_const_frac":0.25,"A_hat":null,"D_max":7,"D_mean":null,"F":3,"F_hat":300.0,"F_irr":0.5,"F_irr_frac":0.16666666666666666,"F_lines":1,"F_str":2.5,"F_str_frac":0.8333333333333334,"dF":6.024096385542169e-6,"kappa":1.0000240963855422,"records":498000,"rho":100.0,"samples":498},"target":"micro","trace":"/r/str1/trace.mgz"}"#
+            r#"{"analysis":"/r/str1/analysis.json","coverage":{"classified":true,"complete":true,"dropped":{"bytes":0,"records":2,"samples":0},"empty_samples":0,"filtered_out":0,"notes":["a note"],"outside_binary":null,"outside_functions":1,"records":498000,"trace_samples":498},"elapsed_s":0.115952124,"harness":"memgaze","iterations":3,"name":"str1","package":"microbenches","reason":"bench-finished","region_ns":1234567,"results":"/r/str1","sampling":{"full":false,"period":100000,"seed":1,"window":1000},"summary":{"A":498000,"A_const":12,"A_const_frac":0.25,"A_hat":null,"D_max":7,"D_mean":null,"F":3,"F_hat":300.0,"F_irr":0.5,"F_irr_frac":0.16666666666666666,"F_lines":1,"F_str":2.5,"F_str_frac":0.8333333333333334,"dF":6.024096385542169e-6,"kappa":1.0000240963855422,"records":498000,"rho":100.0,"samples":498,"threads":1},"target":"micro","trace":"/r/str1/trace.mgz"}"#
         } else {
-            r#"{"analysis":"/r/str1/analysis.json","coverage":{"classified":true,"complete":true,"dropped":{"bytes":0,"records":2,"samples":0},"empty_samples":0,"filtered_out":0,"notes":["a note"],"outside_binary":null,"outside_functions":1,"records":498000,"trace_samples":498},"elapsed_s":0.115952124,"harness":"memgaze","name":"str1","package":"microbenches","reason":"bench-finished","region_ns":1234567,"results":"/r/str1","sampling":{"full":true},"summary":{"A":498000,"A_const":12,"A_const_frac":0.25,"A_hat":null,"D_max":7,"D_mean":null,"F":3,"F_hat":300.0,"F_irr":0.5,"F_irr_frac":0.16666666666666666,"F_lines":1,"F_str":2.5,"F_str_frac":0.8333333333333334,"dF":6.024096385542169e-6,"kappa":1.0000240963855422,"records":498000,"rho":100.0,"samples":498},"target":"micro","trace":null}"#
+            r#"{"analysis":"/r/str1/analysis.json","coverage":{"classified":true,"complete":true,"dropped":{"bytes":0,"records":2,"samples":0},"empty_samples":0,"filtered_out":0,"notes":["a note"],"outside_binary":null,"outside_functions":1,"records":498000,"trace_samples":498},"elapsed_s":0.115952124,"harness":"memgaze","iterations":3,"name":"str1","package":"microbenches","reason":"bench-finished","region_ns":1234567,"results":"/r/str1","sampling":{"full":true},"summary":{"A":498000,"A_const":12,"A_const_frac":0.25,"A_hat":null,"D_max":7,"D_mean":null,"F":3,"F_hat":300.0,"F_irr":0.5,"F_irr_frac":0.16666666666666666,"F_lines":1,"F_str":2.5,"F_str_frac":0.8333333333333334,"dF":6.024096385542169e-6,"kappa":1.0000240963855422,"records":498000,"rho":100.0,"samples":498,"threads":1},"target":"micro","trace":null}"#
         };
         pin(&message, expected, old);
     }
