@@ -87,17 +87,25 @@ impl fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
-/// Shorthand for returning a [`UsageError`] from a command.
-pub fn usage(message: impl Into<String>) -> anyhow::Error {
-    anyhow::Error::new(UsageError(message.into()))
+/// Shorthand for returning a [`UsageError`] from a command, as whatever
+/// error type the command returns (`anyhow::Error` in `cargo-memgaze`).
+pub fn usage<E: From<UsageError>>(message: impl Into<String>) -> E {
+    E::from(UsageError(message.into()))
 }
 
 /// The exit code an error maps to.
 ///
 /// A [`UsageError`] counts wherever it is in the chain: a library's typed
 /// error carries one as its source (e.g. an invalid `--functions` glob).
-pub fn exit_for(error: &anyhow::Error) -> Exit {
-    if error.chain().any(|cause| cause.is::<UsageError>()) {
+pub fn exit_for<E: AsRef<dyn std::error::Error + 'static> + ?Sized>(error: &E) -> Exit {
+    exit_for_of(error.as_ref())
+}
+
+/// [`exit_for`] of a library's typed error and its sources.
+pub fn exit_for_of(error: &(dyn std::error::Error + 'static)) -> Exit {
+    if std::iter::successors(Some(error), |cause| cause.source())
+        .any(|cause| cause.is::<UsageError>())
+    {
         Exit::Usage
     } else {
         Exit::Error
@@ -108,10 +116,15 @@ pub fn exit_for(error: &anyhow::Error) -> Exit {
 ///
 /// Causes that merely repeat the text of the previous one (common when a
 /// library error is wrapped with its own message) are dropped.
-pub fn one_line(error: &anyhow::Error) -> String {
+pub fn one_line<E: AsRef<dyn std::error::Error + 'static> + ?Sized>(error: &E) -> String {
+    one_line_of(error.as_ref())
+}
+
+/// [`one_line`] of a library's typed error and its sources.
+pub fn one_line_of(error: &(dyn std::error::Error + 'static)) -> String {
     let mut line = String::new();
     let mut previous = String::new();
-    for cause in error.chain() {
+    for cause in std::iter::successors(Some(error), |cause| cause.source()) {
         let text = cause.to_string().replace('\n', " ");
         let text = text.trim();
         if text.is_empty() || previous.ends_with(text) {
@@ -147,7 +160,7 @@ mod tests {
 
     #[test]
     fn usage_errors_map_to_two_even_with_context() {
-        let e = Err::<(), _>(usage("--lackey needs --binary"))
+        let e = Err::<(), anyhow::Error>(usage("--lackey needs --binary"))
             .context("analyze")
             .unwrap_err();
         assert_eq!(exit_for(&e), Exit::Usage);
