@@ -7,8 +7,7 @@
 //! and [`RecordSink::switch_thread`] marks where another thread's records
 //! continue it (the analysis splits it per thread, docs/METRICS.md).
 
-use super::RecordSink;
-use anyhow::Result;
+use super::{RecordSink, SinkResult};
 use memgaze_trace::protocol::{self, MessageHeader, MessageKind, UNWRITTEN_MARKER, WINDOW_MARKER};
 use std::collections::HashMap;
 
@@ -117,7 +116,7 @@ impl<'a> Assembler<'a> {
     }
 
     /// Processes one message.
-    pub fn message(&mut self, bytes: &[u8]) -> Result<()> {
+    pub fn message(&mut self, bytes: &[u8]) -> SinkResult {
         let (header, payload) = match MessageHeader::decode(bytes) {
             Ok(decoded) => decoded,
             Err(_) => {
@@ -188,7 +187,7 @@ impl<'a> Assembler<'a> {
 
     /// Makes `thread` the one whose records continue the single sample of a
     /// full trace.
-    fn enter_full_sample(&mut self, thread: u32) -> Result<()> {
+    fn enter_full_sample(&mut self, thread: u32) -> SinkResult {
         match self.current_thread {
             None => {
                 self.sink.begin_sample(thread)?;
@@ -202,7 +201,7 @@ impl<'a> Assembler<'a> {
     }
 
     /// Hands a thread's open window (if it holds records) to the sink.
-    fn close_window(&mut self, thread: u32) -> Result<()> {
+    fn close_window(&mut self, thread: u32) -> SinkResult {
         let Some(window) = self.windows.get_mut(thread as usize) else {
             return Ok(());
         };
@@ -219,7 +218,7 @@ impl<'a> Assembler<'a> {
     }
 
     /// Emits every window still open (program ended or was killed).
-    pub fn finish(&mut self) -> Result<()> {
+    pub fn finish(&mut self) -> SinkResult {
         for thread in 0..self.windows.len() as u32 {
             self.close_window(thread)?;
         }
@@ -284,15 +283,15 @@ mod tests {
     }
 
     impl RecordSink for Collected {
-        fn begin_sample(&mut self, thread: u32) -> Result<()> {
+        fn begin_sample(&mut self, thread: u32) -> SinkResult {
             self.samples.push((thread, Vec::new()));
             Ok(())
         }
-        fn switch_thread(&mut self, thread: u32) -> Result<()> {
+        fn switch_thread(&mut self, thread: u32) -> SinkResult {
             self.switches.push(thread);
             Ok(())
         }
-        fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+        fn push(&mut self, load: u32, addr: u64) -> SinkResult {
             self.samples.last_mut().unwrap().1.push((load, addr));
             Ok(())
         }

@@ -525,9 +525,9 @@ mod tests {
             }
         ));
         // The line people read.
-        let e = anyhow::Error::new(import("I  0401000,3\n L zz,8\n"));
+        let e = import("I  0401000,3\n L zz,8\n");
         assert_eq!(
-            memgaze_error::one_line(&e),
+            memgaze_error::one_line_of(&e),
             "line 2 is not a valid Lackey line: \" L zz,8\": unexpected character 'z' in the address"
         );
     }

@@ -19,10 +19,9 @@ pub mod signals;
 pub mod supervise;
 
 pub use assemble::RegionEvent;
-pub use error::{AccessError, LackeyError, RecordError};
+pub use error::{AccessError, LackeyError, RecordError, SinkError, SinkFileError, SinkResult};
 pub use supervise::{DEFAULT_KILL_AFTER, Limits, parse_duration};
 
-use anyhow::{Context, Result};
 use assemble::Assembler;
 use memgaze_metadata::annotation::Annotation;
 use memgaze_trace::Interruption;
@@ -59,39 +58,39 @@ const LINGER: Duration = Duration::from_secs(2);
 /// [`RecordSink::switch_thread`] announces records of another thread.
 pub trait RecordSink {
     /// Starts the next sample, recorded by `thread`.
-    fn begin_sample(&mut self, thread: u32) -> Result<()>;
+    fn begin_sample(&mut self, thread: u32) -> SinkResult;
     /// The current sample continues with records of `thread`.
-    fn switch_thread(&mut self, thread: u32) -> Result<()>;
+    fn switch_thread(&mut self, thread: u32) -> SinkResult;
     /// One record: load site `load` (index into the annotation's and the
     /// trace header's loads) read `addr`.
-    fn push(&mut self, load: u32, addr: u64) -> Result<()>;
+    fn push(&mut self, load: u32, addr: u64) -> SinkResult;
     /// Several records in a row, as [`RecordSink::push`] of each: the
     /// collector hands over a message's records at once, so the call through
     /// `dyn RecordSink` is paid per message, not per record (the default
     /// loop is compiled per sink, its `push` calls inlined).
-    fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
+    fn push_records(&mut self, records: &[(u32, u64)]) -> SinkResult {
         for &(load, addr) in records {
             self.push(load, addr)?;
         }
         Ok(())
     }
     /// A region marker was called (the default ignores it).
-    fn region(&mut self, _event: &RegionEvent) -> Result<()> {
+    fn region(&mut self, _event: &RegionEvent) -> SinkResult {
         Ok(())
     }
 }
 
 impl<W: Write> RecordSink for TraceWriter<W> {
-    fn begin_sample(&mut self, thread: u32) -> Result<()> {
+    fn begin_sample(&mut self, thread: u32) -> SinkResult {
         Ok(TraceWriter::begin_sample(self, thread)?)
     }
-    fn switch_thread(&mut self, thread: u32) -> Result<()> {
+    fn switch_thread(&mut self, thread: u32) -> SinkResult {
         Ok(TraceWriter::switch_thread(self, thread)?)
     }
-    fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+    fn push(&mut self, load: u32, addr: u64) -> SinkResult {
         Ok(TraceWriter::push(self, load, addr)?)
     }
-    fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
+    fn push_records(&mut self, records: &[(u32, u64)]) -> SinkResult {
         Ok(TraceWriter::push_records(self, records)?)
     }
 }
@@ -126,7 +125,7 @@ impl AnalyzerSink {
 }
 
 impl RecordSink for AnalyzerSink {
-    fn begin_sample(&mut self, thread: u32) -> Result<()> {
+    fn begin_sample(&mut self, thread: u32) -> SinkResult {
         if self.started {
             self.sample += 1;
         }
@@ -134,11 +133,11 @@ impl RecordSink for AnalyzerSink {
         self.thread = thread;
         Ok(())
     }
-    fn switch_thread(&mut self, thread: u32) -> Result<()> {
+    fn switch_thread(&mut self, thread: u32) -> SinkResult {
         self.thread = thread;
         Ok(())
     }
-    fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+    fn push(&mut self, load: u32, addr: u64) -> SinkResult {
         self.analyzer
             .push_load(load, addr, self.sample, self.thread);
         Ok(())
@@ -154,17 +153,17 @@ pub struct CountingSink {
 }
 
 impl RecordSink for CountingSink {
-    fn begin_sample(&mut self, _thread: u32) -> Result<()> {
+    fn begin_sample(&mut self, _thread: u32) -> SinkResult {
         Ok(())
     }
-    fn switch_thread(&mut self, _thread: u32) -> Result<()> {
+    fn switch_thread(&mut self, _thread: u32) -> SinkResult {
         Ok(())
     }
-    fn push(&mut self, _load: u32, _addr: u64) -> Result<()> {
+    fn push(&mut self, _load: u32, _addr: u64) -> SinkResult {
         self.records += 1;
         Ok(())
     }
-    fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
+    fn push_records(&mut self, records: &[(u32, u64)]) -> SinkResult {
         self.records += records.len() as u64;
         Ok(())
     }
@@ -174,23 +173,23 @@ impl RecordSink for CountingSink {
 pub struct Tee<'a>(pub &'a mut dyn RecordSink, pub &'a mut dyn RecordSink);
 
 impl RecordSink for Tee<'_> {
-    fn begin_sample(&mut self, thread: u32) -> Result<()> {
+    fn begin_sample(&mut self, thread: u32) -> SinkResult {
         self.0.begin_sample(thread)?;
         self.1.begin_sample(thread)
     }
-    fn switch_thread(&mut self, thread: u32) -> Result<()> {
+    fn switch_thread(&mut self, thread: u32) -> SinkResult {
         self.0.switch_thread(thread)?;
         self.1.switch_thread(thread)
     }
-    fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+    fn push(&mut self, load: u32, addr: u64) -> SinkResult {
         self.0.push(load, addr)?;
         self.1.push(load, addr)
     }
-    fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
+    fn push_records(&mut self, records: &[(u32, u64)]) -> SinkResult {
         self.0.push_records(records)?;
         self.1.push_records(records)
     }
-    fn region(&mut self, event: &RegionEvent) -> Result<()> {
+    fn region(&mut self, event: &RegionEvent) -> SinkResult {
         self.0.region(event)?;
         self.1.region(event)
     }
@@ -200,36 +199,42 @@ impl RecordSink for Tee<'_> {
 /// trace: No space left on device`).
 pub struct NamedSink<'a>(pub &'a mut dyn RecordSink, pub &'a Path);
 
+/// `source`, named by the file `path`.
+fn named(path: &Path, source: SinkError) -> SinkError {
+    Box::new(SinkFileError {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 impl RecordSink for NamedSink<'_> {
-    fn begin_sample(&mut self, thread: u32) -> Result<()> {
+    fn begin_sample(&mut self, thread: u32) -> SinkResult {
         let path = self.1;
         self.0
             .begin_sample(thread)
-            .with_context(|| path.display().to_string())
+            .map_err(|source| named(path, source))
     }
-    fn switch_thread(&mut self, thread: u32) -> Result<()> {
+    fn switch_thread(&mut self, thread: u32) -> SinkResult {
         let path = self.1;
         self.0
             .switch_thread(thread)
-            .with_context(|| path.display().to_string())
+            .map_err(|source| named(path, source))
     }
-    fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+    fn push(&mut self, load: u32, addr: u64) -> SinkResult {
         let path = self.1;
         self.0
             .push(load, addr)
-            .with_context(|| path.display().to_string())
+            .map_err(|source| named(path, source))
     }
-    fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
+    fn push_records(&mut self, records: &[(u32, u64)]) -> SinkResult {
         let path = self.1;
         self.0
             .push_records(records)
-            .with_context(|| path.display().to_string())
+            .map_err(|source| named(path, source))
     }
-    fn region(&mut self, event: &RegionEvent) -> Result<()> {
+    fn region(&mut self, event: &RegionEvent) -> SinkResult {
         let path = self.1;
-        self.0
-            .region(event)
-            .with_context(|| path.display().to_string())
+        self.0.region(event).map_err(|source| named(path, source))
     }
 }
 
@@ -483,7 +488,7 @@ pub fn record_command_within(
     if let Some(e) = failure {
         return Err(e);
     }
-    assembler.finish()?;
+    assembler.finish().map_err(RecordError::Sink)?;
     let exit = match (status.code(), status.signal()) {
         (Some(code), _) => ProgramExit::Code(code),
         (None, Some(signal)) => ProgramExit::Signal(signal),
@@ -1019,16 +1024,16 @@ mod tests {
     fn a_slow_collector_makes_senders_wait_without_losing_records() {
         struct Slow(CountingSink);
         impl RecordSink for Slow {
-            fn begin_sample(&mut self, _thread: u32) -> Result<()> {
+            fn begin_sample(&mut self, _thread: u32) -> SinkResult {
                 Ok(())
             }
-            fn switch_thread(&mut self, _thread: u32) -> Result<()> {
+            fn switch_thread(&mut self, _thread: u32) -> SinkResult {
                 Ok(())
             }
-            fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+            fn push(&mut self, load: u32, addr: u64) -> SinkResult {
                 self.0.push(load, addr)
             }
-            fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
+            fn push_records(&mut self, records: &[(u32, u64)]) -> SinkResult {
                 std::thread::sleep(Duration::from_millis(2));
                 self.0.push_records(records)
             }

@@ -21,12 +21,12 @@
 //! handshake ([`spawn_stopped`]) are tested without it.
 
 use super::config::{self, INTEL_PT_PMU, PtOptions};
+use super::error::{Context, PtError, Result};
 use super::probe::{BufferPlan, explain_errno, page_size};
 use super::ring::{
     Losses, PerfRecord, RecordHeader, RecordReader, RingArea, RingPointers, drain_aux, parse_record,
 };
 use super::sysfs::{Pmu, SystemRoot, online_cpus};
-use anyhow::{Context, Result, anyhow, bail, ensure};
 use memgaze_trace::ProgramExit;
 use perf_event_open_sys::bindings as sys;
 use std::ffi::{CString, OsStr, OsString};
@@ -227,7 +227,8 @@ pub struct RunningChild {
 }
 
 fn cstring(s: &OsStr, what: &str) -> Result<CString> {
-    CString::new(s.as_bytes()).map_err(|_| anyhow!("{what} contains a NUL byte: {s:?}"))
+    CString::new(s.as_bytes())
+        .map_err(|_| PtError::Invalid(format!("{what} contains a NUL byte: {s:?}")))
 }
 
 /// Finds `program` on `PATH` when it has no slash (what `execvp` would run).
@@ -239,7 +240,7 @@ pub fn resolve_program(program: &Path) -> Result<PathBuf> {
     std::env::split_paths(&path)
         .map(|dir| dir.join(program))
         .find(|candidate| candidate.is_file())
-        .with_context(|| format!("{}: not found on PATH", program.display()))
+        .ok_or_else(|| PtError::NotFound(format!("{}: not found on PATH", program.display())))
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd)> {
@@ -388,11 +389,11 @@ impl StoppedChild {
             // The child exits by itself after a failed exec.
             let errno = i32::from_ne_bytes(status);
             let _ = running.wait();
-            bail!(
+            return Err(PtError::Unsupported(format!(
                 "cannot execute {}: {}",
                 self.program.display(),
                 std::io::Error::from_raw_os_error(errno)
-            );
+            )));
         }
         Ok(running)
     }
@@ -503,7 +504,9 @@ impl Mapped {
             } else {
                 ""
             };
-            return Err(anyhow!("mmap of the {what} ({len} bytes): {e}{hint}"));
+            return Err(PtError::Unsupported(format!(
+                "mmap of the {what} ({len} bytes): {e}{hint}"
+            )));
         }
         Ok(Mapped {
             base: base.cast(),
@@ -549,12 +552,12 @@ fn open_event(
     };
     if fd < 0 {
         let e = std::io::Error::last_os_error();
-        bail!(
+        return Err(PtError::Unsupported(format!(
             "perf_event_open({}, config {:#x}, CPU {cpu}): {}",
             event.pmu,
             event.words.config,
             explain_errno(&e)
-        );
+        )));
     }
     // SAFETY: a new descriptor we own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
@@ -562,19 +565,21 @@ fn open_event(
 
 fn open_groups(pid: u32, options: &CollectOptions) -> Result<Vec<CpuGroup>> {
     let plan = &options.buffers;
-    ensure!(
-        plan.data_pages.is_power_of_two() && plan.aux_pages.is_power_of_two(),
-        "ring and AUX sizes must be powers of two pages"
-    );
+    if !(plan.data_pages.is_power_of_two() && plan.aux_pages.is_power_of_two()) {
+        return Err(PtError::Invalid(
+            "ring and AUX sizes must be powers of two pages".to_string(),
+        ));
+    }
     let page = page_size();
     let data_len = plan.data_pages * page;
     let aux_len = plan.aux_pages * page;
-    if let CollectMode::Sampled { .. } = options.mode {
-        ensure!(
-            plan.aux_sample_size as usize <= aux_len && (plan.aux_sample_size as usize) < data_len,
+    if let CollectMode::Sampled { .. } = options.mode
+        && !(plan.aux_sample_size as usize <= aux_len && (plan.aux_sample_size as usize) < data_len)
+    {
+        return Err(PtError::Invalid(format!(
             "an AUX sample ({} bytes) must fit the AUX area ({aux_len}) and the data ring ({data_len})",
             plan.aux_sample_size
-        );
+        )));
     }
     let pt_pmu = Pmu::load(&options.root, INTEL_PT_PMU)
         .context("the intel_pt PMU (see `cargo memgaze doctor`)")?;
@@ -610,7 +615,7 @@ fn open_groups(pid: u32, options: &CollectOptions) -> Result<Vec<CpuGroup>> {
                 let pmu = load_pmus
                     .iter()
                     .find(|p| p.covers_cpu(cpu))
-                    .with_context(|| format!("no core PMU covers CPU {cpu}"))?;
+                    .ok_or_else(|| PtError::Unsupported(format!("no core PMU covers CPU {cpu}")))?;
                 let event = config::load_sampling_event(pmu, period, plan.aux_sample_size)?;
                 let member = open_event(&event, pid, cpu, Some(&leader))?;
                 // Samples go to the leader's ring.
@@ -723,11 +728,12 @@ pub fn collect(
             loads.get_or_insert_with(LoadCount::default).add(count);
         }
     }
-    ensure!(
-        acc.malformed_records == 0,
-        "{} perf records did not parse",
-        acc.malformed_records
-    );
+    if acc.malformed_records != 0 {
+        return Err(PtError::Malformed(format!(
+            "{} perf records did not parse",
+            acc.malformed_records
+        )));
+    }
     let mut collection = acc.collection;
     collection.loads = loads;
     collection.exit = Some(exit);
@@ -883,7 +889,7 @@ mod tests {
             &options,
         )
         .unwrap_err();
-        let line = memgaze_error::one_line(&e);
+        let line = memgaze_error::one_line_of(&e);
         assert!(line.contains("intel_pt"), "{line}");
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert!(

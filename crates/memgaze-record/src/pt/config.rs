@@ -20,8 +20,8 @@
 //! so a bad combination fails here with a clear message rather than as an
 //! `EINVAL` from `perf_event_open`.
 
+use super::error::{PtError, Result};
 use super::sysfs::{ConfigWords, Pmu, SystemRoot};
-use anyhow::{Result, bail, ensure};
 use perf_event_open_sys::bindings as sys;
 
 /// `event` and `umask` of MEM_INST_RETIRED.ALL_LOADS (MemGaze's sampling
@@ -146,11 +146,12 @@ pub const INTEL_PT_PMU: &str = "intel_pt";
 
 /// The `intel_pt` group leader of a ptwrite collection.
 pub fn intel_pt_event(pmu: &Pmu, options: &PtOptions) -> Result<EventConfig> {
-    ensure!(
-        pmu.cap("ptwrite") == Some(1),
-        "the CPU has no PTWRITE (intel_pt caps/ptwrite is {})",
-        pmu.caps.get("ptwrite").map_or("missing", String::as_str)
-    );
+    if pmu.cap("ptwrite") != Some(1) {
+        return Err(PtError::Unsupported(format!(
+            "the CPU has no PTWRITE (intel_pt caps/ptwrite is {})",
+            pmu.caps.get("ptwrite").map_or("missing", String::as_str)
+        )));
+    }
     let mut words = ConfigWords::default();
     // `branch` is only honoured with `pt` set; without it the kernel turns
     // branch tracing on (arch/x86/events/intel/pt.c, pt_config).
@@ -169,13 +170,16 @@ pub fn intel_pt_event(pmu: &Pmu, options: &PtOptions) -> Result<EventConfig> {
             None if allowed == 0 => 0,
             None => allowed.trailing_zeros() as u8,
         };
-        ensure!(
-            period == 0 || (period < 64 && allowed >> period & 1 == 1),
-            "psb_period {period} is not one the CPU allows (caps/psb_periods = {allowed:#x})"
-        );
+        if !(period == 0 || (period < 64 && allowed >> period & 1 == 1)) {
+            return Err(PtError::Unsupported(format!(
+                "psb_period {period} is not one the CPU allows (caps/psb_periods = {allowed:#x})"
+            )));
+        }
         pmu.set(&mut words, "psb_period", u64::from(period))?;
     } else if options.psb_period.is_some() {
-        bail!("the CPU has a fixed PSB period (intel_pt caps/psb_cyc is 0)");
+        return Err(PtError::Unsupported(
+            "the CPU has a fixed PSB period (intel_pt caps/psb_cyc is 0)".to_string(),
+        ));
     }
     if let Some(period) = options.mtc_period
         && pmu.cap("mtc") == Some(1)
@@ -188,13 +192,19 @@ pub fn intel_pt_event(pmu: &Pmu, options: &PtOptions) -> Result<EventConfig> {
         } else if allowed != 0 {
             allowed.trailing_zeros() as u8
         } else {
-            bail!("the CPU reports MTC but no MTC period (caps/mtc_periods is 0)")
+            return Err(PtError::Unsupported(
+                "the CPU reports MTC but no MTC period (caps/mtc_periods is 0)".to_string(),
+            ));
         };
         pmu.set(&mut words, "mtc", 1)?;
         pmu.set(&mut words, "mtc_period", u64::from(period))?;
     }
     if options.cyc {
-        ensure!(psb_cyc, "CYC packets need caps/psb_cyc");
+        if !psb_cyc {
+            return Err(PtError::Unsupported(
+                "CYC packets need caps/psb_cyc".to_string(),
+            ));
+        }
         pmu.set(&mut words, "cyc", 1)?;
     }
     Ok(EventConfig {
@@ -220,11 +230,16 @@ pub fn intel_pt_event(pmu: &Pmu, options: &PtOptions) -> Result<EventConfig> {
 /// The load-sampling group member: every `period` loads, a sample with the
 /// last `aux_sample_size` bytes of PT data.
 pub fn load_sampling_event(pmu: &Pmu, period: u64, aux_sample_size: u32) -> Result<EventConfig> {
-    ensure!(period > 0, "the load sampling period must be at least 1");
-    ensure!(
-        (1..=MAX_AUX_SAMPLE_SIZE).contains(&aux_sample_size),
-        "AUX sample size {aux_sample_size} is outside 1..={MAX_AUX_SAMPLE_SIZE} bytes"
-    );
+    if period == 0 {
+        return Err(PtError::Invalid(
+            "the load sampling period must be at least 1".to_string(),
+        ));
+    }
+    if !(1..=MAX_AUX_SAMPLE_SIZE).contains(&aux_sample_size) {
+        return Err(PtError::Invalid(format!(
+            "AUX sample size {aux_sample_size} is outside 1..={MAX_AUX_SAMPLE_SIZE} bytes"
+        )));
+    }
     let mut words = ConfigWords::default();
     pmu.set(&mut words, "event", LOAD_EVENT.0)?;
     pmu.set(&mut words, "umask", LOAD_EVENT.1)?;
@@ -261,12 +276,13 @@ pub fn load_pmus(root: &SystemRoot) -> Result<Vec<Pmu>> {
         .filter(|name| Pmu::exists(root, name))
         .map(|name| Pmu::load(root, name))
         .collect::<Result<_>>()?;
-    ensure!(
-        !hybrid.is_empty(),
-        "no `cpu` PMU under {}: the kernel exposes no hardware performance counters \
+    if hybrid.is_empty() {
+        return Err(PtError::Unsupported(format!(
+            "no `cpu` PMU under {}: the kernel exposes no hardware performance counters \
          (a virtual machine without a virtual PMU?)",
-        root.path(super::sysfs::EVENT_SOURCE_DEVICES).display()
-    );
+            root.path(super::sysfs::EVENT_SOURCE_DEVICES).display()
+        )));
+    }
     Ok(hybrid)
 }
 

@@ -21,13 +21,16 @@ pub mod collect;
 pub mod config;
 pub mod decode;
 pub mod encode;
+mod error;
 pub mod packet;
 pub mod probe;
 pub mod reconstruct;
 pub mod ring;
 pub mod sysfs;
 
-use anyhow::{Context, Result};
+pub use error::PtError;
+
+use error::{Context, Result};
 use memgaze_metadata::annotation::Annotation;
 use memgaze_trace::TraceTotals;
 use std::ffi::OsString;

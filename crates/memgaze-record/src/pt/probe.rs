@@ -11,8 +11,8 @@
 //! saved sysfs tree with simulated syscall results.
 
 use super::config::{self, EventConfig, INTEL_PT_PMU, PtOptions};
+use super::error::{Context, PtError, Result};
 use super::sysfs::{EVENT_SOURCE_DEVICES, Pmu, SystemRoot, online_cpus};
-use anyhow::{Context, Result, anyhow};
 use memgaze_trace::Backend;
 use serde::Serialize;
 use std::fmt;
@@ -153,7 +153,8 @@ impl EventOpener for LiveOpener {
 /// The software backend's self-test: instrument a tiny program, run it and
 /// check its trace. `Ok` carries a one-line summary. The rewriter provides
 /// it (see [`ProbeOptions::soft_self_test`]).
-pub type SoftSelfTest<'a> = &'a dyn Fn() -> Result<String>;
+pub type SoftSelfTest<'a> =
+    &'a dyn Fn() -> Result<String, Box<dyn std::error::Error + Send + Sync>>;
 
 /// The AUX and ring buffers a collection maps per CPU (for the memlock
 /// budget check and the collector).
@@ -304,7 +305,7 @@ fn probe_pt(options: &ProbeOptions<'_>, facts: &Facts) -> BackendReport {
                 checks.push(Check::new(
                     "intel_pt_pmu",
                     Fail,
-                    format!("{}: {}", pmu_dir.display(), memgaze_error::one_line(&e)),
+                    format!("{}: {}", pmu_dir.display(), memgaze_error::one_line_of(&e)),
                 ));
                 None
             }
@@ -360,7 +361,7 @@ fn probe_pt(options: &ProbeOptions<'_>, facts: &Facts) -> BackendReport {
                 event.words.config
             ),
         ),
-        Some(Err(e)) => Check::new("pt_config", Fail, memgaze_error::one_line(e)),
+        Some(Err(e)) => Check::new("pt_config", Fail, memgaze_error::one_line_of(e)),
     });
 
     // 4. PSB period and timing packets.
@@ -444,7 +445,7 @@ fn probe_pt(options: &ProbeOptions<'_>, facts: &Facts) -> BackendReport {
     let load_pmus = config::load_pmus(root);
     let load_event = load_pmus
         .as_ref()
-        .map_err(|e| anyhow!("{e}"))
+        .map_err(|e| PtError::Unsupported(format!("{e}")))
         .and_then(|pmus| {
             config::load_sampling_event(
                 &pmus[0],
@@ -454,7 +455,11 @@ fn probe_pt(options: &ProbeOptions<'_>, facts: &Facts) -> BackendReport {
         });
     let load_ok = match &load_event {
         Err(e) => {
-            checks.push(Check::new("load_event", Fail, memgaze_error::one_line(e)));
+            checks.push(Check::new(
+                "load_event",
+                Fail,
+                memgaze_error::one_line_of(e),
+            ));
             false
         }
         Ok(event) => {
@@ -579,7 +584,9 @@ fn memlock_limit(root: &SystemRoot) -> Result<Option<u64>> {
     let line = text
         .lines()
         .find(|l| l.starts_with("Max locked memory"))
-        .with_context(|| format!("{}: no `Max locked memory` line", path.display()))?;
+        .ok_or_else(|| {
+            PtError::Malformed(format!("{}: no `Max locked memory` line", path.display()))
+        })?;
     let soft = line["Max locked memory".len()..]
         .split_whitespace()
         .next()
@@ -595,7 +602,7 @@ fn memlock_limit(root: &SystemRoot) -> Result<Option<u64>> {
 fn mlock_check(root: &SystemRoot, facts: &Facts, plan: &BufferPlan) -> Check {
     let cpus = match online_cpus(root) {
         Ok(cpus) => cpus.len() as u64,
-        Err(e) => return Check::new("mlock", CheckStatus::Fail, memgaze_error::one_line(&e)),
+        Err(e) => return Check::new("mlock", CheckStatus::Fail, memgaze_error::one_line_of(&e)),
     };
     let needed = plan.bytes_per_cpu() * cpus;
     let describe = |budget: &str| {
@@ -632,7 +639,7 @@ fn mlock_check(root: &SystemRoot, facts: &Facts, plan: &BufferPlan) -> Check {
     };
     let rlimit = match memlock_limit(root) {
         Ok(limit) => limit,
-        Err(e) => return Check::new("mlock", CheckStatus::Fail, memgaze_error::one_line(&e)),
+        Err(e) => return Check::new("mlock", CheckStatus::Fail, memgaze_error::one_line_of(&e)),
     };
     // The kernel lets each user lock perf_event_mlock_kb per online CPU for
     // perf buffers, and charges the excess to RLIMIT_MEMLOCK
@@ -737,7 +744,7 @@ fn probe_soft(options: &ProbeOptions<'_>, facts: &Facts) -> BackendReport {
         ),
         Some(test) => match test() {
             Ok(summary) => Check::new("self_test", Pass, summary),
-            Err(e) => Check::new("self_test", Fail, memgaze_error::one_line(&e)),
+            Err(e) => Check::new("self_test", Fail, memgaze_error::one_line_of(&*e)),
         },
     });
     BackendReport {
@@ -804,18 +811,18 @@ pub fn choose_backend(request: BackendRequest, report: &ProbeReport) -> Result<B
             backend: Backend::Pt,
             reason: "Intel PT (requested with --backend pt; every check passed)".to_string(),
         }),
-        BackendRequest::Pt => Err(anyhow!(
+        BackendRequest::Pt => Err(PtError::Unsupported(format!(
             "--backend pt: Intel PT is unusable on this machine: {} (`cargo memgaze doctor` lists every check)",
             why_not(&report.pt)
-        )),
+        ))),
         BackendRequest::Soft if report.soft.usable() => Ok(BackendChoice {
             backend: Backend::Soft,
             reason: "software recorder (requested with --backend soft)".to_string(),
         }),
-        BackendRequest::Soft => Err(anyhow!(
+        BackendRequest::Soft => Err(PtError::Unsupported(format!(
             "--backend soft: the software recorder is unusable on this machine: {}",
             why_not(&report.soft)
-        )),
+        ))),
         BackendRequest::Auto if report.pt.usable() => Ok(BackendChoice {
             backend: Backend::Pt,
             reason: format!("auto: Intel PT ({} checks passed)", report.pt.checks.len()),
@@ -827,11 +834,11 @@ pub fn choose_backend(request: BackendRequest, report: &ProbeReport) -> Result<B
                 why_not(&report.pt)
             ),
         }),
-        BackendRequest::Auto => Err(anyhow!(
+        BackendRequest::Auto => Err(PtError::Unsupported(format!(
             "no recording backend is usable on this machine: Intel PT: {}; software recorder: {}",
             why_not(&report.pt),
             why_not(&report.soft)
-        )),
+        ))),
     }
 }
 
@@ -986,14 +993,14 @@ mod tests {
         let auto = choose_backend(BackendRequest::Auto, &report).unwrap();
         assert_eq!(auto.backend, Backend::Soft);
         let err = choose_backend(BackendRequest::Pt, &report).unwrap_err();
-        let line = memgaze_error::one_line(&err);
+        let line = memgaze_error::one_line_of(&err);
         assert!(!line.contains('\n'));
         assert!(
             line.starts_with("--backend pt: Intel PT is unusable"),
             "{line}"
         );
         assert!(line.contains("intel_pt_pmu"), "{line}");
-        assert_eq!(memgaze_error::exit_for(&err), memgaze_error::Exit::Error);
+        assert_eq!(memgaze_error::exit_for_of(&err), memgaze_error::Exit::Error);
     }
 
     #[test]
@@ -1063,7 +1070,7 @@ mod tests {
         let mut o = options(SystemRoot::at(DATA), &opener);
         o.soft_self_test = Some(&passing);
         assert_eq!(status(&probe(&o).soft, "self_test"), CheckStatus::Pass);
-        let failing = || Err(anyhow!("the instrumented program crashed with SIGSEGV"));
+        let failing = || Err("the instrumented program crashed with SIGSEGV".into());
         o.soft_self_test = Some(&failing);
         let report = probe(&o);
         assert_eq!(status(&report.soft, "self_test"), CheckStatus::Fail);

@@ -44,8 +44,8 @@
 
 use super::collect::{Collection, Mapping};
 use super::decode::{Decoder, Event};
+use super::error::{Context, PtError, Result};
 use super::ring::Losses;
-use anyhow::{Context, Result, bail, ensure};
 use memgaze_metadata::annotation::{Annotation, InstrumentationMode, PtwriteOperand};
 use memgaze_trace::{
     Backend, Dropped, FunctionEntry, LoadEntry, ProgramExit, Sampling, TraceHeader, TraceTotals,
@@ -102,39 +102,38 @@ pub struct PtwriteMap {
 impl PtwriteMap {
     /// Checks the annotation's ptwrite sites against its loads.
     pub fn new(annotation: &Annotation) -> Result<PtwriteMap> {
-        ensure!(
-            annotation.mode == Some(InstrumentationMode::Ptwrite),
-            "the annotation is not of a ptwrite-mode binary (mode {:?}); instrument with --mode ptwrite",
-            annotation.mode
-        );
+        if annotation.mode != Some(InstrumentationMode::Ptwrite) {
+            return Err(PtError::Invalid(format!(
+                "the annotation is not of a ptwrite-mode binary (mode {:?}); instrument with --mode ptwrite",
+                annotation.mode
+            )));
+        }
         let mut operands = vec![None; annotation.loads.len()];
         for (index, load) in annotation.loads.iter().enumerate() {
-            ensure!(
-                load.id as usize == index,
-                "annotation load #{index} has id {} (ids must equal positions)",
-                load.id
-            );
+            if load.id as usize != index {
+                return Err(PtError::Invalid(format!(
+                    "annotation load #{index} has id {} (ids must equal positions)",
+                    load.id
+                )));
+            }
             if !load.instrumented {
                 continue;
             }
             let base = load.base.as_deref().filter(|b| is_gpr(b));
             let index_reg = load.index.as_deref().filter(|i| is_gpr(i));
-            ensure!(
-                base.is_some() || index_reg.is_some(),
-                "load {} at {:#x} is instrumented in ptwrite mode but has no general-purpose source \
+            if !(base.is_some() || index_reg.is_some()) {
+                return Err(PtError::Invalid(format!(
+                    "load {} at {:#x} is instrumented in ptwrite mode but has no general-purpose source \
                  register (base {:?}, index {:?}): ptwrite cannot observe it",
-                load.id,
-                load.ip,
-                load.base,
-                load.index
-            );
-            ensure!(
-                matches!(load.scale, 1 | 2 | 4 | 8) || index_reg.is_none(),
-                "load {} at {:#x}: scale {} is not 1, 2, 4 or 8",
-                load.id,
-                load.ip,
-                load.scale
-            );
+                    load.id, load.ip, load.base, load.index
+                )));
+            }
+            if !(matches!(load.scale, 1 | 2 | 4 | 8) || index_reg.is_none()) {
+                return Err(PtError::Invalid(format!(
+                    "load {} at {:#x}: scale {} is not 1, 2, 4 or 8",
+                    load.id, load.ip, load.scale
+                )));
+            }
             let addr32 = base.is_some_and(is_32bit_gpr) || index_reg.is_some_and(is_32bit_gpr);
             operands[index] = Some(Operand {
                 has_base: base.is_some(),
@@ -148,38 +147,38 @@ impl PtwriteMap {
         let mut seen = vec![(false, false); annotation.loads.len()];
         for site in &annotation.ptwrites {
             let Some(Some(operand)) = operands.get(site.load as usize) else {
-                bail!(
+                return Err(PtError::Invalid(format!(
                     "ptwrite at {:#x} refers to load {}, which is not an instrumented load",
-                    site.ip,
-                    site.load
-                );
+                    site.ip, site.load
+                )));
             };
             let valid = match site.operand {
                 PtwriteOperand::Base => operand.has_base,
                 PtwriteOperand::Index => operand.has_index,
             };
-            ensure!(
-                valid,
-                "ptwrite at {:#x} writes the {:?} of load {}, which has none",
-                site.ip,
-                site.operand,
-                site.load
-            );
+            if !valid {
+                return Err(PtError::Invalid(format!(
+                    "ptwrite at {:#x} writes the {:?} of load {}, which has none",
+                    site.ip, site.operand, site.load
+                )));
+            }
             let seen = &mut seen[site.load as usize];
             match site.operand {
                 PtwriteOperand::Base => seen.0 = true,
                 PtwriteOperand::Index => seen.1 = true,
             }
-            ensure!(
-                sites.insert(site.ip, (site.load, site.operand)).is_none(),
-                "two ptwrite sites at {:#x}",
-                site.ip
-            );
+            if sites.insert(site.ip, (site.load, site.operand)).is_some() {
+                return Err(PtError::Invalid(format!(
+                    "two ptwrite sites at {:#x}",
+                    site.ip
+                )));
+            }
         }
         for (index, operand) in operands.iter().enumerate() {
-            if let Some(op) = operand {
-                ensure!(
-                    seen[index] == (op.has_base, op.has_index),
+            if let Some(op) = operand
+                && seen[index] != (op.has_base, op.has_index)
+            {
+                return Err(PtError::Invalid(format!(
                     "load {index} at {:#x} lacks a ptwrite site for its {}",
                     annotation.loads[index].ip,
                     if op.has_base && !seen[index].0 {
@@ -187,7 +186,7 @@ impl PtwriteMap {
                     } else {
                         "index"
                     }
-                );
+                )));
             }
         }
         Ok(PtwriteMap { sites, operands })
@@ -249,11 +248,12 @@ impl CodeMap {
                 ranges.push((runtime, runtime + (hi - lo), runtime.wrapping_sub(file)));
             }
         }
-        ensure!(
-            !ranges.is_empty(),
-            "no executable mapping of {} in process {pid} was recorded (PERF_RECORD_MMAP2)",
-            binary.display()
-        );
+        if ranges.is_empty() {
+            return Err(PtError::Malformed(format!(
+                "no executable mapping of {} in process {pid} was recorded (PERF_RECORD_MMAP2)",
+                binary.display()
+            )));
+        }
         ranges.sort_unstable();
         Ok(CodeMap { ranges })
     }

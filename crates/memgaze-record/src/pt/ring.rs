@@ -15,7 +15,7 @@
 //! an mmapped ring or on plain memory, which is how the tests simulate a
 //! kernel producer with wrap-around and loss.
 
-use anyhow::{Result, bail, ensure};
+use super::error::{PtError, Result};
 use perf_event_open_sys::bindings as sys;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,11 +36,12 @@ unsafe impl Send for RingArea<'_> {}
 impl<'a> RingArea<'a> {
     /// An area over memory the caller owns (tests, simulations).
     pub fn from_slice(area: &'a [u8]) -> Result<RingArea<'a>> {
-        ensure!(
-            area.len().is_power_of_two(),
-            "a ring area must be a power of two bytes, not {}",
-            area.len()
-        );
+        if !area.len().is_power_of_two() {
+            return Err(PtError::Malformed(format!(
+                "a ring area must be a power of two bytes, not {}",
+                area.len()
+            )));
+        }
         Ok(RingArea {
             base: area.as_ptr(),
             size: area.len(),
@@ -152,13 +153,18 @@ pub fn drain_aux(
 ) -> Result<u64> {
     let head = pointers.head();
     let tail = pointers.tail();
-    ensure!(head >= tail, "AUX head {head} is behind its tail {tail}");
+    if head < tail {
+        return Err(PtError::Malformed(format!(
+            "AUX head {head} is behind its tail {tail}"
+        )));
+    }
     let available = head - tail;
-    ensure!(
-        available <= area.size() as u64,
-        "AUX head {head} is more than the area ({} bytes) ahead of the tail {tail}",
-        area.size()
-    );
+    if available > area.size() as u64 {
+        return Err(PtError::Malformed(format!(
+            "AUX head {head} is more than the area ({} bytes) ahead of the tail {tail}",
+            area.size()
+        )));
+    }
     area.copy_out(tail, available as usize, out);
     pointers.release(head);
     Ok(available)
@@ -193,12 +199,17 @@ impl RecordReader {
     ) -> Result<usize> {
         let head = pointers.head();
         let mut tail = pointers.tail();
-        ensure!(head >= tail, "ring head {head} is behind its tail {tail}");
-        ensure!(
-            head - tail <= area.size() as u64,
-            "ring head {head} is more than the ring ({} bytes) ahead of the tail {tail}",
-            area.size()
-        );
+        if head < tail {
+            return Err(PtError::Malformed(format!(
+                "ring head {head} is behind its tail {tail}"
+            )));
+        }
+        if head - tail > area.size() as u64 {
+            return Err(PtError::Malformed(format!(
+                "ring head {head} is more than the ring ({} bytes) ahead of the tail {tail}",
+                area.size()
+            )));
+        }
         let mut count = 0;
         while head - tail >= 8 {
             self.scratch.clear();
@@ -214,11 +225,11 @@ impl RecordReader {
                 // means the ring is corrupt. Either way the reader cannot
                 // continue in step with the kernel.
                 pointers.release(head);
-                bail!(
+                return Err(PtError::Malformed(format!(
                     "corrupt perf record header at ring position {tail}: size {} with {} bytes available",
                     header.size,
                     head - tail
-                );
+                )));
             }
             self.scratch.clear();
             area.copy_out(tail + 8, size as usize - 8, &mut self.scratch);
@@ -322,7 +333,7 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
 
 /// Parses a record body (after the 8-byte header).
 pub fn parse_record(header: RecordHeader, body: &[u8]) -> Result<PerfRecord<'_>> {
-    let bad = || anyhow::anyhow!("truncated perf record of type {}", header.kind);
+    let bad = || PtError::Malformed(format!("truncated perf record of type {}", header.kind));
     Ok(match header.kind {
         sys::PERF_RECORD_SAMPLE => {
             // IDENTIFIER, TID, TIME, CPU, AUX.

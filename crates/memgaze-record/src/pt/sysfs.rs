@@ -11,7 +11,7 @@
 //! All paths go through [`SystemRoot`], so tests can point the whole probe at
 //! a saved sysfs/procfs tree instead of the live one.
 
-use anyhow::{Context, Result, bail};
+use super::error::{Context, PtError, Result};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
@@ -318,11 +318,11 @@ impl Pmu {
 
     /// The layout of a named field.
     pub fn format(&self, field: &str) -> Result<&FormatSpec> {
-        self.formats.get(field).with_context(|| {
-            format!(
+        self.formats.get(field).ok_or_else(|| {
+            PtError::Unsupported(format!(
                 "the {} PMU has no `{field}` field in its sysfs format directory",
                 self.name
-            )
+            ))
         })
     }
 
@@ -381,7 +381,7 @@ pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>> {
             }
         };
         if lo > hi || hi - lo > 1 << 16 {
-            bail!("bad CPU range `{part}`");
+            return Err(PtError::Malformed(format!("bad CPU range `{part}`")));
         }
         cpus.extend(lo..=hi);
     }
