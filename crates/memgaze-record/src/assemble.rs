@@ -15,11 +15,11 @@ use std::collections::HashMap;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RegionEvent {
     /// `true` for `memgaze_region_begin`, `false` for `memgaze_region_end`.
-    pub begin: bool,
+    pub(crate) begin: bool,
     /// The region (bench) name.
-    pub name: String,
+    pub(crate) name: String,
     /// Thread that called the marker.
-    pub thread: u32,
+    pub(crate) thread: u32,
 }
 
 /// Counts kept per thread slot (cumulative values from its last message).
@@ -38,7 +38,7 @@ struct OpenWindow {
 }
 
 /// Decodes messages and feeds a sink.
-pub struct Assembler<'a> {
+pub(crate) struct Assembler<'a> {
     sink: &'a mut dyn RecordSink,
     /// Which load ids may appear in records (instrumented loads).
     valid_loads: Vec<bool>,
@@ -52,27 +52,27 @@ pub struct Assembler<'a> {
     /// A full trace's records of the current message (reused).
     batch: Vec<(u32, u64)>,
     /// Records handed to the sink.
-    pub records: u64,
+    pub(crate) records: u64,
     /// Samples begun in the sink.
-    pub samples: u64,
+    pub(crate) samples: u64,
     /// Records that named an unknown or uninstrumented load.
-    pub invalid_records: u64,
+    pub(crate) invalid_records: u64,
     /// Records claimed but never written (see
     /// [`protocol::UNWRITTEN_MARKER`]): dropped, their executions counted.
-    pub unwritten_records: u64,
+    pub(crate) unwritten_records: u64,
     /// Messages that could not be decoded.
-    pub bad_messages: u64,
+    pub(crate) bad_messages: u64,
     /// Processes whose exit hook reported in, with their process-level drops.
-    pub exited: HashMap<u32, u64>,
+    pub(crate) exited: HashMap<u32, u64>,
     /// Region events, in arrival order.
-    pub regions: Vec<RegionEvent>,
+    pub(crate) regions: Vec<RegionEvent>,
     /// Process ids in order of first message.
-    pub processes: Vec<u32>,
+    pub(crate) processes: Vec<u32>,
 }
 
 impl<'a> Assembler<'a> {
     /// An assembler for a trace with `w = window` (`full`: one sample).
-    pub fn new(
+    pub(crate) fn new(
         sink: &'a mut dyn RecordSink,
         valid_loads: Vec<bool>,
         full: bool,
@@ -111,12 +111,12 @@ impl<'a> Assembler<'a> {
     }
 
     /// Number of distinct threads (across processes) seen.
-    pub fn threads(&self) -> usize {
+    pub(crate) fn threads(&self) -> usize {
         self.threads.len()
     }
 
     /// Processes one message.
-    pub fn message(&mut self, bytes: &[u8]) -> SinkResult {
+    pub(crate) fn message(&mut self, bytes: &[u8]) -> SinkResult {
         let (header, payload) = match MessageHeader::decode(bytes) {
             Ok(decoded) => decoded,
             Err(_) => {
@@ -226,20 +226,20 @@ impl<'a> Assembler<'a> {
     }
 
     /// Executions counted over all slots of all processes.
-    pub fn executions(&self) -> u64 {
+    pub(crate) fn executions(&self) -> u64 {
         self.slots.values().map(|c| c.executions).sum()
     }
 
     /// Records the recorders reported lost (slots and processes), and
     /// records claimed but never written.
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         self.slots.values().map(|c| c.dropped).sum::<u64>()
             + self.exited.values().sum::<u64>()
             + self.unwritten_records
     }
 
     /// Whether process `pid` ran its exit hook.
-    pub fn process_exited(&self, pid: u32) -> bool {
+    pub(crate) fn process_exited(&self, pid: u32) -> bool {
         self.exited.contains_key(&pid)
     }
 }

@@ -78,10 +78,10 @@ pub type SinkResult = Result<(), SinkError>;
 #[error("{}", path.display())]
 pub struct SinkFileError {
     /// The file.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// The sink's error.
     #[source]
-    pub source: SinkError,
+    pub(crate) source: SinkError,
 }
 
 /// Why a Lackey log could not be imported.

@@ -11,12 +11,12 @@
 
 #![warn(missing_docs)]
 
-pub mod assemble;
+pub(crate) mod assemble;
 mod error;
 pub mod lackey;
 pub mod pt;
 pub mod signals;
-pub mod supervise;
+pub(crate) mod supervise;
 
 pub use assemble::RegionEvent;
 pub use error::{AccessError, LackeyError, RecordError, SinkError, SinkFileError, SinkResult};
@@ -249,14 +249,13 @@ pub struct Recording {
     /// Threads seen (over all processes).
     pub threads: usize,
     /// Processes that sent records (the program and forked children).
-    pub processes: usize,
-    /// Region marker events.
-    pub regions: Vec<RegionEvent>,
+    #[cfg(test)]
+    pub(crate) processes: usize,
     /// Things the user should know (drops, cut-off output, signals).
     pub notes: Vec<String>,
     /// Messages whose records came through a shared chunk instead of the
     /// socket.
-    pub shared_messages: u64,
+    pub(crate) shared_messages: u64,
     /// Why `cargo memgaze` cut the recording short (a signal it received
     /// and forwarded, `--timeout`); the trace is then a prefix.
     pub interrupted: Option<Interruption>,
@@ -697,8 +696,8 @@ fn summarise(
         exit,
         totals,
         threads: assembler.threads(),
+        #[cfg(test)]
         processes: assembler.processes.len(),
-        regions: std::mem::take(&mut assembler.regions),
         notes,
         shared_messages: 0,
         interrupted,
@@ -907,7 +906,7 @@ fn inode_of(fd: &OwnedFd) -> Result<(u64, u64), RecordError> {
 }
 
 /// `SIGSEGV`-style name of a signal number.
-pub fn signal_name(signal: i32) -> String {
+pub(crate) fn signal_name(signal: i32) -> String {
     // SAFETY: strsignal returns a static or thread-local string.
     let described = unsafe {
         let text = libc::strsignal(signal);

@@ -25,11 +25,11 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The signals a recording catches and forwards to the program.
-pub const INTERRUPTS: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+pub(crate) const INTERRUPTS: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
 /// Longest a collector sleeps in `poll` without looking at the counters
 /// (see the module documentation).
-pub const POLL_CAP: Duration = Duration::from_millis(250);
+pub(crate) const POLL_CAP: Duration = Duration::from_millis(250);
 
 /// Signals received so far, per entry of [`INTERRUPTS`].
 static RECEIVED: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
@@ -81,7 +81,7 @@ extern "C" fn on_signal(signal: libc::c_int) {
 /// The self-pipe's read end (non-blocking), made on first use; `None` if
 /// the pipe cannot be made (then only the [`POLL_CAP`] timeout notices
 /// signals).
-pub fn wake_fd() -> Option<RawFd> {
+pub(crate) fn wake_fd() -> Option<RawFd> {
     PIPE.get_or_init(|| {
         let mut fds = [0; 2];
         // SAFETY: fds has room for two descriptors.
@@ -95,7 +95,7 @@ pub fn wake_fd() -> Option<RawFd> {
 }
 
 /// Empties the self-pipe (its bytes only wake; the counters tell).
-pub fn drain() {
+pub(crate) fn drain() {
     if let Some(fd) = wake_fd() {
         let mut buffer = [0u8; 64];
         // SAFETY: non-blocking reads into a local buffer.
@@ -104,13 +104,13 @@ pub fn drain() {
 }
 
 /// Signals of [`INTERRUPTS`] received so far (counts, in that order).
-pub fn received() -> [u64; 3] {
+pub(crate) fn received() -> [u64; 3] {
     [0, 1, 2].map(|i| RECEIVED[i].load(Ordering::SeqCst))
 }
 
 /// The first signal of [`INTERRUPTS`] received since `before` (a
 /// [`received`] snapshot), if any.
-pub fn first_since(before: [u64; 3]) -> Option<i32> {
+pub(crate) fn first_since(before: [u64; 3]) -> Option<i32> {
     let now = received();
     (0..3).find(|&i| now[i] > before[i]).map(|i| INTERRUPTS[i])
 }
@@ -160,13 +160,13 @@ impl Watch {
 /// `keep` was called on any guard: after an interruption the command is on
 /// its way out, and a second signal must not kill it while it finishes the
 /// trace (it is counted and stops the next recording at once instead).
-pub struct Catch {
+pub(crate) struct Catch {
     keep: bool,
 }
 
 impl Catch {
     /// Installs the handler (the first guard does) and returns a guard.
-    pub fn install() -> Catch {
+    pub(crate) fn install() -> Catch {
         wake_fd();
         let mut installed = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
         if installed.guards == 0 && installed.previous.is_empty() {
@@ -194,7 +194,7 @@ impl Catch {
     }
 
     /// Leaves the handler installed for the rest of the process.
-    pub fn keep(&mut self) {
+    pub(crate) fn keep(&mut self) {
         self.keep = true;
     }
 }

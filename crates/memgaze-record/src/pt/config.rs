@@ -26,25 +26,25 @@ use perf_event_open_sys::bindings as sys;
 
 /// `event` and `umask` of MEM_INST_RETIRED.ALL_LOADS (MemGaze's sampling
 /// event; MEM_UOPS_RETIRED.ALL_LOADS on Atom cores has the same encoding).
-pub const LOAD_EVENT: (u64, u64) = (0xd0, 0x81);
+pub(crate) const LOAD_EVENT: (u64, u64) = (0xd0, 0x81);
 
 /// The largest AUX sample the kernel can put in one record (the record
 /// size field is 16 bits; perf itself caps samples at 60 KiB).
-pub const MAX_AUX_SAMPLE_SIZE: u32 = 60 * 1024;
+pub(crate) const MAX_AUX_SAMPLE_SIZE: u32 = 60 * 1024;
 
 /// Tunables of the `intel_pt` event.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PtOptions {
     /// TSC packets (timestamps in PSB+ and after enables).
-    pub tsc: bool,
+    pub(crate) tsc: bool,
     /// MTC packets with this period exponent (`mtc_period`), when the CPU
     /// has MTC; `None` leaves MTC off.
-    pub mtc_period: Option<u8>,
+    pub(crate) mtc_period: Option<u8>,
     /// CYC (cycle-accurate) packets. Off by default: they inflate the trace.
-    pub cyc: bool,
+    pub(crate) cyc: bool,
     /// PSB period exponent (a PSB every `2^(n+11)` bytes); `None` picks the
     /// shortest the CPU allows.
-    pub psb_period: Option<u8>,
+    pub(crate) psb_period: Option<u8>,
 }
 
 impl Default for PtOptions {
@@ -61,51 +61,51 @@ impl Default for PtOptions {
 /// One perf event, described independently of the kernel ABI struct (so it
 /// can be compared and printed in tests).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EventConfig {
+pub(crate) struct EventConfig {
     /// PMU name (`intel_pt`, `cpu`, `cpu_core`, …).
-    pub pmu: String,
+    pub(crate) pmu: String,
     /// `perf_event_attr.type`.
-    pub event_type: u32,
+    pub(crate) event_type: u32,
     /// `config`, `config1`, `config2`, `config3`.
-    pub words: ConfigWords,
+    pub(crate) words: ConfigWords,
     /// Overflow period (0: a non-sampling event).
-    pub sample_period: u64,
+    pub(crate) sample_period: u64,
     /// `PERF_SAMPLE_*` bits.
-    pub sample_type: u64,
+    pub(crate) sample_type: u64,
     /// `PERF_FORMAT_*` bits.
-    pub read_format: u64,
+    pub(crate) read_format: u64,
     /// Bytes of AUX data each sample carries (`PERF_SAMPLE_AUX`).
-    pub aux_sample_size: u32,
+    pub(crate) aux_sample_size: u32,
     /// Count user space only.
-    pub exclude_kernel: bool,
+    pub(crate) exclude_kernel: bool,
     /// Exclude the hypervisor.
-    pub exclude_hv: bool,
+    pub(crate) exclude_hv: bool,
     /// Created disabled.
-    pub disabled: bool,
+    pub(crate) disabled: bool,
     /// Enabled by the kernel when the target calls `execve`.
-    pub enable_on_exec: bool,
+    pub(crate) enable_on_exec: bool,
     /// Follow threads and children.
-    pub inherit: bool,
+    pub(crate) inherit: bool,
     /// Emit `PERF_RECORD_MMAP2`, `COMM`, `FORK`/`EXIT` side-band records.
-    pub side_band: bool,
+    pub(crate) side_band: bool,
     /// Append the sample id (tid, time, cpu) to non-sample records.
-    pub sample_id_all: bool,
+    pub(crate) sample_id_all: bool,
     /// Wake the reader after this many bytes of ring data (0: every event).
-    pub wakeup_watermark: u32,
+    pub(crate) wakeup_watermark: u32,
     /// Wake the reader after this many bytes of AUX data (0: kernel default).
-    pub aux_watermark: u32,
+    pub(crate) aux_watermark: u32,
 }
 
 /// The `sample_type` of both events: `IDENTIFIER` first lets the reader
 /// find the event of any record, `TID`/`TIME`/`CPU` place it.
-pub const SAMPLE_ID_BITS: u64 = sys::PERF_SAMPLE_IDENTIFIER as u64
+pub(crate) const SAMPLE_ID_BITS: u64 = sys::PERF_SAMPLE_IDENTIFIER as u64
     | sys::PERF_SAMPLE_TID as u64
     | sys::PERF_SAMPLE_TIME as u64
     | sys::PERF_SAMPLE_CPU as u64;
 
 impl EventConfig {
     /// The kernel ABI struct.
-    pub fn to_attr(&self) -> sys::perf_event_attr {
+    pub(crate) fn to_attr(&self) -> sys::perf_event_attr {
         let mut attr = sys::perf_event_attr {
             type_: self.event_type,
             size: std::mem::size_of::<sys::perf_event_attr>() as u32,
@@ -142,10 +142,10 @@ impl EventConfig {
 }
 
 /// The `intel_pt` PMU's sysfs name.
-pub const INTEL_PT_PMU: &str = "intel_pt";
+pub(crate) const INTEL_PT_PMU: &str = "intel_pt";
 
 /// The `intel_pt` group leader of a ptwrite collection.
-pub fn intel_pt_event(pmu: &Pmu, options: &PtOptions) -> Result<EventConfig> {
+pub(crate) fn intel_pt_event(pmu: &Pmu, options: &PtOptions) -> Result<EventConfig> {
     if pmu.cap("ptwrite") != Some(1) {
         return Err(PtError::Unsupported(format!(
             "the CPU has no PTWRITE (intel_pt caps/ptwrite is {})",
@@ -229,7 +229,11 @@ pub fn intel_pt_event(pmu: &Pmu, options: &PtOptions) -> Result<EventConfig> {
 
 /// The load-sampling group member: every `period` loads, a sample with the
 /// last `aux_sample_size` bytes of PT data.
-pub fn load_sampling_event(pmu: &Pmu, period: u64, aux_sample_size: u32) -> Result<EventConfig> {
+pub(crate) fn load_sampling_event(
+    pmu: &Pmu,
+    period: u64,
+    aux_sample_size: u32,
+) -> Result<EventConfig> {
     if period == 0 {
         return Err(PtError::Invalid(
             "the load sampling period must be at least 1".to_string(),
@@ -267,7 +271,7 @@ pub fn load_sampling_event(pmu: &Pmu, period: u64, aux_sample_size: u32) -> Resu
 
 /// The core PMUs that count loads: `cpu`, or on hybrid CPUs `cpu_core` and
 /// `cpu_atom` (each with its `cpus` list).
-pub fn load_pmus(root: &SystemRoot) -> Result<Vec<Pmu>> {
+pub(crate) fn load_pmus(root: &SystemRoot) -> Result<Vec<Pmu>> {
     if Pmu::exists(root, "cpu") {
         return Ok(vec![Pmu::load(root, "cpu")?]);
     }

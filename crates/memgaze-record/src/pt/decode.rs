@@ -72,7 +72,7 @@ pub enum Event {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DecodeStats {
     /// Packets decoded, per [`PacketKind`] (index `kind as usize`).
-    pub packets: [u64; PacketKind::COUNT],
+    pub(crate) packets: [u64; PacketKind::COUNT],
     /// Decode errors.
     pub errors: u64,
     /// PSBs reached after an error (resynchronisations).
@@ -148,11 +148,6 @@ impl<'a> Decoder<'a> {
     /// The counts so far.
     pub fn stats(&self) -> &DecodeStats {
         &self.stats
-    }
-
-    /// Offset of the next byte to decode.
-    pub fn offset(&self) -> usize {
-        self.pos
     }
 
     #[inline(always)]
@@ -586,8 +581,9 @@ impl Iterator for Decoder<'_> {
     }
 }
 
+#[cfg(test)]
 /// Decodes a whole buffer: its events and the final counts.
-pub fn decode_all(data: &[u8]) -> (Vec<Event>, DecodeStats) {
+pub(crate) fn decode_all(data: &[u8]) -> (Vec<Event>, DecodeStats) {
     let mut decoder = Decoder::new(data);
     let events = decoder.by_ref().collect();
     (events, decoder.stats().clone())

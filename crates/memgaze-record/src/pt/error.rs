@@ -10,7 +10,7 @@ use std::io;
 use std::num::ParseIntError;
 
 /// The backend's `Result`.
-pub type Result<T, E = PtError> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = PtError> = std::result::Result<T, E>;
 
 /// Why probing, configuring, collecting or reconstructing failed.
 #[derive(Debug, thiserror::Error)]

@@ -18,7 +18,7 @@
 //! `cargo memgaze record --backend pt` runs.
 
 pub mod collect;
-pub mod config;
+pub(crate) mod config;
 pub mod decode;
 pub mod encode;
 mod error;
@@ -26,7 +26,7 @@ pub mod packet;
 pub mod probe;
 pub mod reconstruct;
 pub mod ring;
-pub mod sysfs;
+pub(crate) mod sysfs;
 
 pub use error::PtError;
 
@@ -80,7 +80,7 @@ pub struct PtRecording {
 /// collection and writes its trace to `out`.
 ///
 /// The program gets `MEMGAZE_RECORDING=1` in its environment (the harness
-/// contract). Call [`probe::choose_backend_here`] first: this function
+/// contract). Call [`probe::choose_backend`] first: this function
 /// assumes the machine passed the PT checks.
 pub fn record<W: Write>(
     out: W,

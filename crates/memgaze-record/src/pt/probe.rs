@@ -3,8 +3,8 @@
 //! [`probe`] runs every check of `cargo memgaze doctor` and returns a
 //! [`ProbeReport`]; [`choose_backend`] turns it and a `--backend` request
 //! into the backend a recording command uses, with the reason. Every
-//! recording command (`record`, `run`, `bench`) takes the flag through
-//! [`BackendArgs`] and calls [`choose_backend_here`].
+//! recording command (`record`, `run`, `bench`) probes without the
+//! self-test and calls [`choose_backend`].
 //!
 //! All files are read below a [`SystemRoot`] and every `perf_event_open`
 //! goes through an [`EventOpener`], so tests run the whole probe against a
@@ -87,12 +87,13 @@ impl BackendReport {
     }
 
     /// The first failed check, the reason the backend is unusable.
-    pub fn first_failure(&self) -> Option<&Check> {
+    pub(crate) fn first_failure(&self) -> Option<&Check> {
         self.checks.iter().find(|c| c.status == CheckStatus::Fail)
     }
 
+    #[cfg(test)]
     /// A check by name.
-    pub fn check(&self, name: &str) -> Option<&Check> {
+    pub(crate) fn check(&self, name: &str) -> Option<&Check> {
         self.checks.iter().find(|c| c.name == name)
     }
 }
@@ -108,14 +109,14 @@ pub struct ProbeReport {
 
 /// Opens a group of perf events (the first is the leader) on the calling
 /// process and closes them again: does the kernel accept this configuration?
-pub trait EventOpener {
+pub(crate) trait EventOpener {
     /// `Ok` when every event opened.
     fn try_open(&self, group: &[EventConfig]) -> io::Result<()>;
 }
 
 /// The real `perf_event_open(2)`.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct LiveOpener;
+pub(crate) struct LiveOpener;
 
 impl EventOpener for LiveOpener {
     fn try_open(&self, group: &[EventConfig]) -> io::Result<()> {
@@ -161,11 +162,11 @@ pub type SoftSelfTest<'a> =
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BufferPlan {
     /// Data ring pages (a power of two), plus one header page.
-    pub data_pages: usize,
+    pub(crate) data_pages: usize,
     /// AUX area pages (a power of two).
-    pub aux_pages: usize,
+    pub(crate) aux_pages: usize,
     /// Bytes of PT data per sample.
-    pub aux_sample_size: u32,
+    pub(crate) aux_sample_size: u32,
 }
 
 impl Default for BufferPlan {
@@ -180,13 +181,13 @@ impl Default for BufferPlan {
 
 impl BufferPlan {
     /// Bytes locked per CPU.
-    pub fn bytes_per_cpu(&self) -> u64 {
+    pub(crate) fn bytes_per_cpu(&self) -> u64 {
         ((self.data_pages + 1 + self.aux_pages) * page_size()) as u64
     }
 }
 
 /// The system page size.
-pub fn page_size() -> usize {
+pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if size > 0 { size as usize } else { 4096 }
@@ -195,17 +196,17 @@ pub fn page_size() -> usize {
 /// What to probe and how.
 pub struct ProbeOptions<'a> {
     /// Where `sys/` and `proc/` are read.
-    pub root: SystemRoot,
+    pub(crate) root: SystemRoot,
     /// How `perf_event_open` is tried.
-    pub opener: &'a dyn EventOpener,
+    pub(crate) opener: &'a dyn EventOpener,
     /// The software backend's self-test, when wired in.
-    pub soft_self_test: Option<SoftSelfTest<'a>>,
+    pub(crate) soft_self_test: Option<SoftSelfTest<'a>>,
     /// The buffers a collection will map.
-    pub buffers: BufferPlan,
+    pub(crate) buffers: BufferPlan,
     /// The `intel_pt` event options a collection will use.
     pub pt: PtOptions,
     /// The sampling period used for the test open of the load event.
-    pub load_period: u64,
+    pub(crate) load_period: u64,
 }
 
 impl<'a> ProbeOptions<'a> {
@@ -223,7 +224,7 @@ impl<'a> ProbeOptions<'a> {
 }
 
 /// The minimum kernel for AUX sampling (`aux_sample_size`, Linux 5.5).
-pub const MIN_KERNEL_AUX_SAMPLING: (u32, u32) = (5, 5);
+pub(crate) const MIN_KERNEL_AUX_SAMPLING: (u32, u32) = (5, 5);
 
 /// Runs every check.
 pub fn probe(options: &ProbeOptions<'_>) -> ProbeReport {
@@ -673,7 +674,7 @@ fn mlock_check(root: &SystemRoot, facts: &Facts, plan: &BufferPlan) -> Check {
 }
 
 /// Explains a `perf_event_open` failure.
-pub fn explain_errno(e: &io::Error) -> String {
+pub(crate) fn explain_errno(e: &io::Error) -> String {
     let why = match e.raw_os_error() {
         Some(libc::ENOENT) => "the kernel does not know this event on this CPU",
         Some(libc::EACCES) | Some(libc::EPERM) => {
@@ -779,11 +780,11 @@ impl fmt::Display for BackendRequest {
 
 /// The `--backend` flag, for `#[command(flatten)]` in recording commands.
 #[derive(clap::Args, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct BackendArgs {
+pub(crate) struct BackendArgs {
     /// Recording backend: `auto` uses Intel PT where `cargo memgaze doctor`
     /// finds it usable and the software recorder otherwise, and says which.
     #[arg(long, value_enum, default_value_t = BackendRequest::Auto)]
-    pub backend: BackendRequest,
+    pub(crate) backend: BackendRequest,
 }
 
 /// The backend a recording command uses, and why.
@@ -840,16 +841,6 @@ pub fn choose_backend(request: BackendRequest, report: &ProbeReport) -> Result<B
             why_not(&report.soft)
         ))),
     }
-}
-
-/// Probes this machine and resolves `request`: what `record`, `run` and
-/// `bench` call. `soft_self_test` is the rewriter's self-test, if wired.
-pub fn choose_backend_here(
-    request: BackendRequest,
-    soft_self_test: Option<SoftSelfTest<'_>>,
-) -> Result<BackendChoice> {
-    let report = probe(&ProbeOptions::live(soft_self_test));
-    choose_backend(request, &report)
 }
 
 #[cfg(test)]

@@ -202,11 +202,6 @@ pub struct CodeMap {
 }
 
 impl CodeMap {
-    /// Runtime addresses are file addresses (non-PIE executables).
-    pub fn identity() -> CodeMap {
-        CodeMap::with_bias(0)
-    }
-
     /// The whole executable was loaded `bias` bytes above its link address.
     pub fn with_bias(bias: u64) -> CodeMap {
         CodeMap {
@@ -216,7 +211,7 @@ impl CodeMap {
 
     /// From the executable mappings of `binary` in process `pid`
     /// (`PERF_RECORD_MMAP2`) and the binary's program headers.
-    pub fn from_mappings(
+    pub(crate) fn from_mappings(
         mappings: &[Mapping],
         pid: u32,
         binary: &Path,
@@ -259,7 +254,7 @@ impl CodeMap {
     }
 
     /// The file address of runtime address `ip`, if it is in the executable.
-    pub fn to_file(&self, ip: u64) -> Option<u64> {
+    pub(crate) fn to_file(&self, ip: u64) -> Option<u64> {
         let i = self.ranges.partition_point(|r| r.0 <= ip);
         let &(start, end, bias) = self.ranges.get(i.checked_sub(1)?)?;
         (start <= ip && ip < end).then(|| ip.wrapping_sub(bias))
@@ -282,7 +277,7 @@ pub struct ReconstructStats {
     /// PTW packets decoded.
     pub ptw: u64,
     /// Records produced.
-    pub records: u64,
+    pub(crate) records: u64,
     /// PTWs without an IP (no FUP): unattributable.
     pub ptw_without_ip: u64,
     /// PTWs whose IP is not a ptwrite site of the instrumented binary.
@@ -293,11 +288,11 @@ pub struct ReconstructStats {
     /// Records before an overflow in a sample, dropped.
     pub dropped_before_overflow: u64,
     /// OVF packets.
-    pub overflows: u64,
+    pub(crate) overflows: u64,
     /// Decode errors.
     pub decode_errors: u64,
     /// Bytes skipped after decode errors.
-    pub skipped_after_errors: u64,
+    pub(crate) skipped_after_errors: u64,
     /// Bytes before the first PSB of each buffer (AUX samples start mid-stream).
     pub unsynced_head_bytes: u64,
 }
@@ -612,7 +607,7 @@ pub fn write_trace<W: Write>(
 
 /// Sampled or full, as the trace will say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TraceKind {
+pub(crate) enum TraceKind {
     /// AUX samples every `period` loads.
     Sampled {
         /// The load event's period.
@@ -626,7 +621,7 @@ pub enum TraceKind {
 
 /// Turns a [`Collection`] of a ptwrite-instrumented program into a trace:
 /// the entry point `record --backend pt` uses after [`super::collect::collect`].
-pub fn trace_from_collection<W: Write>(
+pub(crate) fn trace_from_collection<W: Write>(
     out: W,
     annotation: &Annotation,
     instrumented: &Path,
