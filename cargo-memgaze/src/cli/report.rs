@@ -18,6 +18,9 @@ optional `golden.json`, a full-trace analysis overlaid on the trace-window chart
 
 The report is one SVG file per chart and an `index.html` that works offline (no script, \
 no external resource): open it in a browser or upload the directory as a CI artifact.")]
+// The field docs are the `--help` text clap prints (`<target-dir>`,
+// `[default: …]`), not rustdoc markup.
+#[allow(rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
 pub struct Args {
     /// A trace file, an analysis JSON or a results directory.
     #[arg(value_name = "RESULTS")]

@@ -366,7 +366,7 @@ pub fn record_command(
 /// own, death with `cargo memgaze`) are added.
 ///
 /// While it runs, SIGINT, SIGTERM and SIGHUP are caught and forwarded to
-/// the program ([`supervise`]); the recording then ends as a prefix with
+/// the program (`supervise`); the recording then ends as a prefix with
 /// [`Recording::interrupted`] set, and so does one whose `limits.timeout`
 /// expired. A sink that fails (a full disk) kills the program and returns
 /// the sink's error.

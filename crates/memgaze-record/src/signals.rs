@@ -1,14 +1,14 @@
 //! SIGINT, SIGTERM and SIGHUP while a program is being recorded.
 //!
-//! While at least one [`Catch`] guard lives, the three signals are caught
+//! While at least one `Catch` guard lives, the three signals are caught
 //! by a handler that does only async-signal-safe work: it bumps a
 //! per-signal counter and writes one byte to a pipe (the self-pipe trick).
 //! The collector polls the pipe's read end beside the recorder socket, so a
 //! signal wakes it at once; it learns *which* signals came from the
-//! counters ([`received`]), not from the bytes, so several recordings in
+//! counters (`received`), not from the bytes, so several recordings in
 //! one process (the library's tests) can share the pipe: whichever drains
 //! it, each compares the counters with its own snapshot (and polls with a
-//! bounded timeout, [`POLL_CAP`], in case another drained the byte meant to
+//! bounded timeout, `POLL_CAP`, in case another drained the byte meant to
 //! wake it).
 //!
 //! A caught signal's disposition is reset to the default by `exec`, so the
@@ -115,7 +115,7 @@ pub(crate) fn first_since(before: [u64; 3]) -> Option<i32> {
     (0..3).find(|&i| now[i] > before[i]).map(|i| INTERRUPTS[i])
 }
 
-/// A whole command's watch for [`INTERRUPTS`]: they are caught (not
+/// A whole command's watch for `INTERRUPTS`: they are caught (not
 /// fatal) for as long as it lives, and [`Watch::signal`] tells whether one
 /// came since it started. Commands that record hold one so that a signal
 /// arriving outside a recording (while instrumenting, analysing, between

@@ -168,9 +168,9 @@ pub fn instrument(
 /// taken out of `codes`.
 ///
 /// Phases, with plain data between them: select and plan the functions
-/// ([`Selection`], [`Planned`]), generate the runtime and encode the copies
+/// (`Selection`, `Planned`), generate the runtime and encode the copies
 /// ([`relocate::Copies`]), translate their unwind information
-/// ([`UnwindTail`]), patch the original, lay the segment out, and update
+/// (`UnwindTail`), patch the original, lay the segment out, and update
 /// the annotation and the report.
 pub fn instrument_with_code(
     binary: &Binary,

@@ -11,7 +11,7 @@
 //!
 //! RIP-relative *memory operands* are not branches: a `lea` of a function's
 //! address or a load of data that sits between functions must keep meaning
-//! the original address, so [`emit`] re-encodes them with their
+//! the original address, so `emit` re-encodes them with their
 //! absolute target, never resolved to a copy.
 
 use super::probe::{self, FastPath};

@@ -17,8 +17,8 @@
 //! sample. Full mode maps it writable and drains it (`aux_head`/`aux_tail`).
 //!
 //! Nothing here can run on a machine without Intel PT; the record handling
-//! ([`Accumulator`]), the ring logic ([`super::ring`]) and the process
-//! handshake ([`spawn_stopped`]) are tested without it.
+//! (`Accumulator`), the ring logic ([`super::ring`]) and the process
+//! handshake (`spawn_stopped`) are tested without it.
 
 use super::config::{self, INTEL_PT_PMU, PtOptions};
 use super::error::{Context, PtError, Result};

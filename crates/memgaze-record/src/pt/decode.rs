@@ -16,7 +16,7 @@
 //! counts. The packets of a ptwrite trace's steady state (PTW+FUP pairs,
 //! CYC, MTC, PAD) are decoded by a loop that keeps the decoder's state in
 //! registers and checks bounds once per 32-byte window; every other packet,
-//! and the last bytes of the data, go through [`packet::parse`]. Both paths
+//! and the last bytes of the data, go through `packet::parse`. Both paths
 //! make the same state updates; the libipt comparison test and the
 //! robustness proptests cover both.
 

@@ -1,9 +1,9 @@
 //! The Intel PT backend: capability probing, perf AUX collection, packet
 //! decoding and address reconstruction.
 //!
-//! - [`sysfs`]: PMU descriptions (`type`, `format/*`, `caps/*`) below a
+//! - `sysfs`: PMU descriptions (`type`, `format/*`, `caps/*`) below a
 //!   configurable root.
-//! - [`config`]: the `intel_pt` group leader and the load-sampling member,
+//! - `config`: the `intel_pt` group leader and the load-sampling member,
 //!   built from the format files.
 //! - [`probe`]: the checks of `cargo memgaze doctor` and the `--backend`
 //!   choice every recording command makes ([`probe::choose_backend`]).

@@ -3,13 +3,13 @@
 //!
 //! Encodings follow the Intel SDM Vol. 3C, chapter "Intel Processor Trace",
 //! section "Packet Definitions" (cross-checked against libipt's
-//! `pt_opcodes.h` and the Linux perf packet decoder). [`parse`] never
+//! `pt_opcodes.h` and the Linux perf packet decoder). `parse` never
 //! panics: every length is checked before bytes are read, and a packet that
 //! runs past the end of the input is reported as [`PacketErrorKind::Truncated`].
 //!
 //! Block packets (BIP) are context dependent: their header byte is also a
-//! valid TNT-8 header. [`BlockContext`] carries what the last BBP said, as the
-//! caller's state (see [`BlockContext::after`]).
+//! valid TNT-8 header. `BlockContext` carries what the last BBP said, as the
+//! caller's state (see `BlockContext::after`).
 
 use std::fmt;
 

@@ -6,8 +6,8 @@
 //! recording command (`record`, `run`, `bench`) probes without the
 //! self-test and calls [`choose_backend`].
 //!
-//! All files are read below a [`SystemRoot`] and every `perf_event_open`
-//! goes through an [`EventOpener`], so tests run the whole probe against a
+//! All files are read below a `SystemRoot` and every `perf_event_open`
+//! goes through an `EventOpener`, so tests run the whole probe against a
 //! saved sysfs tree with simulated syscall results.
 
 use super::config::{self, EventConfig, INTEL_PT_PMU, PtOptions};
@@ -153,7 +153,7 @@ impl EventOpener for LiveOpener {
 
 /// The software backend's self-test: instrument a tiny program, run it and
 /// check its trace. `Ok` carries a one-line summary. The rewriter provides
-/// it (see [`ProbeOptions::soft_self_test`]).
+/// it (see `ProbeOptions::soft_self_test`).
 pub type SoftSelfTest<'a> =
     &'a dyn Fn() -> Result<String, Box<dyn std::error::Error + Send + Sync>>;
 

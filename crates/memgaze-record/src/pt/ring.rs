@@ -11,7 +11,7 @@
 //! read, then store the tail with release semantics (our reads complete
 //! before the kernel may overwrite the space).
 //!
-//! Nothing here makes a syscall: [`RingArea`] and [`RingPointers`] can sit on
+//! Nothing here makes a syscall: `RingArea` and `RingPointers` can sit on
 //! an mmapped ring or on plain memory, which is how the tests simulate a
 //! kernel producer with wrap-around and loss.
 
