@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README "Run the tests"; .ci/run runs exactly this).
 # Installs what the tests need on a fresh Debian machine of this kind, then runs
-# formatting, lints and the whole test suite.
+# formatting, lints, the API documentation and the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,4 +19,5 @@ fi
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 cargo test --workspace

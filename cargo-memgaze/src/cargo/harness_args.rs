@@ -33,7 +33,7 @@ impl HarnessArgs {
                 .unwrap_or("invalid arguments")
                 .trim_start_matches("error: ")
                 .to_string();
-            usage(format!("harness arguments after `--`: {line}"))
+            usage::<anyhow::Error>(format!("harness arguments after `--`: {line}"))
         })?;
         if parsed.test {
             return Err(usage(

@@ -24,7 +24,7 @@ pub struct Member {
     /// Whether any bench target has `required-features`.
     pub benches_need_features: bool,
     /// Bench targets cargo memgaze cannot run, known before building, with
-    /// the reason (see [`super::frameworks::unsupported_benches`]).
+    /// the reason (see `super::frameworks::unsupported_benches`).
     pub unsupported_benches: Vec<(String, String)>,
     /// Its `[package.metadata]` table (`null` when absent): where
     /// `[package.metadata.memgaze]` settings such as gate limits live.

@@ -20,7 +20,10 @@ use std::process::{Command, Stdio};
 
 /// Probes this machine (without the self-test) and resolves `request`.
 pub fn resolve(request: BackendRequest) -> Result<BackendChoice> {
-    probe::choose_backend(request, &probe::probe(&ProbeOptions::live(None)))
+    Ok(probe::choose_backend(
+        request,
+        &probe::probe(&ProbeOptions::live(None)),
+    )?)
 }
 
 /// What a backend choice means for a command that can only record with the

@@ -34,6 +34,9 @@ are built with the bench profile plus line-table debug info and symbols
 (profile overrides passed with `--config`; Cargo.toml is not edited);
 dependencies keep the profile `cargo bench` uses, so its build is reused.
 Results go to <target-dir>/memgaze/.")]
+// The field docs are the `--help` text clap prints (`<target-dir>`,
+// `[default: …]`), not rustdoc markup.
+#[allow(rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
 pub struct Args {
     #[command(flatten)]
     pub cargo: CargoArgs,
@@ -636,7 +639,7 @@ fn write_report(root: &Path, gating: &Gating, json: bool, quiet: bool) -> (Exit,
 
 /// The sampling a command's `--full`/`--window`/`--period`/`--seed` ask
 /// for (defaults: `w` = 1000, period 100 000 — or 100 × `w` for a larger
-/// `--window`, see [`default_period`] — and a random seed).
+/// `--window`, see `default_period` — and a random seed).
 pub fn sampling(
     full: bool,
     window: Option<u64>,

@@ -47,9 +47,9 @@ pub fn function_filter(globs: &[String]) -> anyhow::Result<Option<GlobSet>> {
     }
     let mut builder = GlobSetBuilder::new();
     for g in globs {
-        builder.add(
-            Glob::new(g).map_err(|e| memgaze_error::usage(format!("--functions {g:?}: {e}")))?,
-        );
+        builder.add(Glob::new(g).map_err(|e| {
+            memgaze_error::usage::<anyhow::Error>(format!("--functions {g:?}: {e}"))
+        })?);
     }
     Ok(Some(builder.build()?))
 }

@@ -26,7 +26,7 @@ pub struct Args {
 
 /// Runs the command.
 pub fn run(args: Args, _global: &Global) -> anyhow::Result<Exit> {
-    let self_test: probe::SoftSelfTest<'_> = &super::backend::soft_self_test;
+    let self_test: probe::SoftSelfTest<'_> = &|| Ok(super::backend::soft_self_test()?);
     let report = probe::probe(&ProbeOptions::live(Some(self_test)));
     if let Some(request) = args.backend {
         let choice = probe::choose_backend(request, &report)?;
@@ -37,7 +37,7 @@ pub fn run(args: Args, _global: &Global) -> anyhow::Result<Exit> {
         write_stdout(&format!("{text}\n"))?;
         return Ok(Exit::Ok);
     }
-    let auto = probe::choose_backend(BackendRequest::Auto, &report);
+    let auto = probe::choose_backend(BackendRequest::Auto, &report).map_err(anyhow::Error::new);
     let text = match args.format {
         Format::Json => serde_json::to_string_pretty(&json(&report, &auto))? + "\n",
         Format::Table => table(&report, &auto),

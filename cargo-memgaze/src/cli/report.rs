@@ -24,6 +24,9 @@ With --baseline, nothing is run: the results are compared with the saved baselin
 (default limits and --limits; a package's `[package.metadata.memgaze] limits` apply \
 only under `bench`), each regression is printed as a `regression:` line on stderr and \
 the exit status is 3 when there is one, as with `bench --baseline`.")]
+// The field docs are the `--help` text clap prints (`<target-dir>`,
+// `[default: …]`), not rustdoc markup.
+#[allow(rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
 pub struct Args {
     /// A trace file, an analysis JSON or a results directory.
     #[arg(value_name = "RESULTS")]

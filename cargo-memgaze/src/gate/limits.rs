@@ -164,7 +164,7 @@ impl Limits {
         let mut limits = Limits::none();
         for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let (name, value) = entry.split_once('=').ok_or_else(|| {
-                usage(format!(
+                usage::<anyhow::Error>(format!(
                     "--limits: `{entry}` is not METRIC=LIMIT (e.g. `dF=+5%` or `F_irr_frac=+0.02`)"
                 ))
             })?;
@@ -252,7 +252,7 @@ impl Limits {
 
     fn add(&mut self, name: &str, value: &str, source: &str) -> Result<()> {
         let metric = Metric::from_name(name).ok_or_else(|| {
-            usage(format!(
+            usage::<anyhow::Error>(format!(
                 "{source}: unknown metric `{name}`; valid metrics: {}",
                 Metric::valid_names()
             ))

@@ -7,7 +7,7 @@
 //!   [`list_baselines`]);
 //! - [`limits`]: `dF=+5%,F_irr_frac=+0.02`, from the command line, from
 //!   `[package.metadata.memgaze]` and the [`Limits::defaults`];
-//! - [`compare`]: [`Gate`] checks each bench as it finishes, refuses runs
+//! - [`compare`](mod@compare): [`Gate`] checks each bench as it finishes, refuses runs
 //!   recorded differently from their baseline, and yields [`Regression`]s
 //!   rendered as `old → new (Δ%)` or as `"reason": "regression"` JSON.
 

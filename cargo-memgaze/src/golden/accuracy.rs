@@ -290,9 +290,9 @@ impl Perturbation {
 /// Compares a sampled run (its analysis and per-sample sums) with the golden
 /// full-trace metrics of the same bench.
 ///
-/// Phases: the trace windows ([`compare_trace_windows`]), then each function
-/// that holds enough of the full run ([`named_functions`],
-/// [`compare_function`]), then the overall status. `problems` collects, in
+/// Phases: the trace windows (`compare_trace_windows`), then each function
+/// that holds enough of the full run (`named_functions`,
+/// `compare_function`), then the overall status. `problems` collects, in
 /// that order, the lines a person reads.
 pub fn compare(
     golden: &GoldenMetrics,

@@ -3,7 +3,7 @@
 //!
 //! What `bench`, `golden` and `validate` share:
 //!
-//! 1. [`instrumented`] gives the instrumented copy of a
+//! 1. [`instrumented()`] gives the instrumented copy of a
 //!    [`BenchExecutable`](crate::cargo::BenchExecutable), cached by content;
 //! 2. [`record_bench`] runs one bench through it (the harness's exact-name
 //!    command from the package root, with [`RECORDING_ENV`] set) under the

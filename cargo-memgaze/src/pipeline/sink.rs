@@ -5,7 +5,7 @@
 use crate::golden::SampleBreakdown;
 use memgaze_analysis::{Analysis, AnalysisOptions};
 use memgaze_output::AtomicFile;
-use memgaze_record::{AnalyzerSink, RecordSink};
+use memgaze_record::{AnalyzerSink, RecordSink, SinkResult};
 use memgaze_trace::{TraceHeader, TraceTotals, TraceWriter};
 
 /// The trace file writer `TraceWriter::create` gives.
@@ -49,7 +49,7 @@ impl StreamingSink {
 }
 
 impl RecordSink for StreamingSink {
-    fn begin_sample(&mut self, thread: u32) -> anyhow::Result<()> {
+    fn begin_sample(&mut self, thread: u32) -> SinkResult {
         self.started = true;
         self.spatial = false;
         self.thread = thread;
@@ -63,7 +63,7 @@ impl RecordSink for StreamingSink {
         Ok(())
     }
 
-    fn begin_spatial(&mut self, thread: u32) -> anyhow::Result<()> {
+    fn begin_spatial(&mut self, thread: u32) -> SinkResult {
         // Only the trace file keeps them: the analysis and the breakdown
         // are of the time samples.
         self.spatial = true;
@@ -74,7 +74,7 @@ impl RecordSink for StreamingSink {
         Ok(())
     }
 
-    fn switch_thread(&mut self, thread: u32) -> anyhow::Result<()> {
+    fn switch_thread(&mut self, thread: u32) -> SinkResult {
         self.spatial = false;
         self.thread = thread;
         self.analyzer.switch_thread(thread)?;
@@ -85,9 +85,9 @@ impl RecordSink for StreamingSink {
     }
 
     #[inline]
-    fn push(&mut self, load: u32, addr: u64) -> anyhow::Result<()> {
+    fn push(&mut self, load: u32, addr: u64) -> SinkResult {
         if !self.started && !self.spatial {
-            anyhow::bail!("the recorder sent a record before any sample");
+            return Err("the recorder sent a record before any sample".into());
         }
         self.analyzer.push(load, addr)?;
         if let Some(writer) = &mut self.writer {

@@ -117,7 +117,7 @@ const EMPTY: u64 = NONE;
 const MIN_SLOTS: usize = 64;
 
 impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         AddrTable {
             slots: SlotMemory::new(MIN_SLOTS, S::new(EMPTY)),
             shift: 64 - MIN_SLOTS.trailing_zeros(),
@@ -128,7 +128,7 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
     }
 
     /// Distinct keys.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len + self.max_key.is_some() as usize
     }
 
@@ -142,7 +142,7 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
 
     /// Hints the CPU to load the slot where `key` lives (or would).
     #[inline(always)]
-    pub fn prefetch(&self, key: u64) {
+    pub(crate) fn prefetch(&self, key: u64) {
         let i = self.home(key);
         prefetch(&self.slots[i] as *const S as *const u8);
     }
@@ -167,7 +167,7 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
 
     /// The value of `key`, inserted as `V::default()` if absent.
     #[inline]
-    pub fn entry(&mut self, key: u64) -> &mut S::Value {
+    pub(crate) fn entry(&mut self, key: u64) -> &mut S::Value {
         if key == EMPTY {
             return self.max_key.get_or_insert_with(S::Value::default);
         }
@@ -189,7 +189,7 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
     /// The slot index of `key`, if present (not for `u64::MAX`): a hint
     /// for [`Self::entry_hinted`] a few records later.
     #[inline(always)]
-    pub fn index_of(&self, key: u64) -> Option<usize> {
+    pub(crate) fn index_of(&self, key: u64) -> Option<usize> {
         if key == EMPTY {
             return None;
         }
@@ -198,7 +198,7 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
 
     /// The value in slot `index` (from [`Self::index_of`]).
     #[inline(always)]
-    pub fn value_at(&self, index: usize) -> &S::Value {
+    pub(crate) fn value_at(&self, index: usize) -> &S::Value {
         self.slots[index].value()
     }
 
@@ -207,7 +207,7 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
     /// holding `key` is its slot; otherwise (a stale hint after growth, or
     /// none) it looks the key up.
     #[inline(always)]
-    pub fn entry_hinted(&mut self, key: u64, hint: u32) -> &mut S::Value {
+    pub(crate) fn entry_hinted(&mut self, key: u64, hint: u32) -> &mut S::Value {
         let i = hint as usize;
         if i < self.slots.len() && self.slots[i].key() == key && key != EMPTY {
             return self.slots[i].value_mut();
@@ -217,7 +217,7 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
 
     /// The value of `key`, if present.
     #[inline]
-    pub fn get(&self, key: u64) -> Option<&S::Value> {
+    pub(crate) fn get(&self, key: u64) -> Option<&S::Value> {
         if key == EMPTY {
             return self.max_key.as_ref();
         }
@@ -226,7 +226,7 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
 
     /// The value of `key`, if present.
     #[inline]
-    pub fn get_mut(&mut self, key: u64) -> Option<&mut S::Value> {
+    pub(crate) fn get_mut(&mut self, key: u64) -> Option<&mut S::Value> {
         if key == EMPTY {
             return self.max_key.as_mut();
         }
@@ -237,7 +237,7 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
     }
 
     /// Every (key, value), in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (u64, &S::Value)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, &S::Value)> {
         self.slots
             .iter()
             .filter(|s| s.key() != EMPTY)
@@ -326,7 +326,7 @@ pub(crate) struct HugePageVec<T: Zeroable> {
 
 impl<T: Zeroable> HugePageVec<T> {
     /// An empty vector.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         HugePageVec {
             memory: SlotMemory::new(0, T::zeroed()),
             len: 0,
@@ -335,7 +335,7 @@ impl<T: Zeroable> HugePageVec<T> {
 
     /// Appends `value`, doubling the capacity when full.
     #[inline]
-    pub fn push(&mut self, value: T) {
+    pub(crate) fn push(&mut self, value: T) {
         if self.len == self.memory.len() {
             self.reserve_for(self.len + 1);
         }
@@ -345,7 +345,7 @@ impl<T: Zeroable> HugePageVec<T> {
 
     /// Grows to `new_len` elements (at least the current length), the new
     /// ones zero.
-    pub fn grow_to(&mut self, new_len: usize) {
+    pub(crate) fn grow_to(&mut self, new_len: usize) {
         assert!(new_len >= self.len, "HugePageVec only grows");
         if new_len > self.memory.len() {
             self.reserve_for(new_len);
@@ -545,11 +545,11 @@ mod mapping {
 
     use std::alloc::{Layout, handle_alloc_error};
 
-    pub const HUGE: usize = 2 << 20;
+    pub(crate) const HUGE: usize = 2 << 20;
     const PAGE: usize = 4096;
 
     /// Bytes mapped for `bytes` of slots.
-    pub fn mapped(bytes: usize) -> usize {
+    pub(crate) fn mapped(bytes: usize) -> usize {
         bytes.max(1).next_multiple_of(PAGE)
     }
 
@@ -600,7 +600,7 @@ mod mapping {
     }
 
     /// A readable, writable, zeroed mapping of `len` bytes.
-    pub fn map(len: usize) -> *mut u8 {
+    pub(crate) fn map(len: usize) -> *mut u8 {
         let p = reserve(len);
         if p.is_null() {
             fail(len);
@@ -632,7 +632,7 @@ mod mapping {
     /// # Safety
     /// `p` must be a mapping of `old` bytes from [`map`] or [`grow`], not
     /// used afterwards.
-    pub unsafe fn grow(p: *mut u8, old: usize, new: usize) -> *mut u8 {
+    pub(crate) unsafe fn grow(p: *mut u8, old: usize, new: usize) -> *mut u8 {
         let target = reserve(new);
         if target.is_null() {
             fail(new);
@@ -659,7 +659,7 @@ mod mapping {
 
     /// # Safety
     /// `p` must be a mapping of `len` bytes from [`map`] or [`grow`].
-    pub unsafe fn unmap(p: *mut u8, len: usize) {
+    pub(crate) unsafe fn unmap(p: *mut u8, len: usize) {
         // SAFETY: per the contract.
         unsafe { libc::munmap(p as *mut libc::c_void, len) };
     }

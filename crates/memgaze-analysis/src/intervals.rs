@@ -47,7 +47,7 @@ pub(crate) struct IntervalBuilder {
 }
 
 impl IntervalBuilder {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         IntervalBuilder {
             closed: 0,
             hist_f: [0; LEVELS],
@@ -63,7 +63,7 @@ impl IntervalBuilder {
     /// The value `first_address`/`first_line` store for the open piece:
     /// equal to an entry's mark iff it was already seen in this piece.
     #[inline]
-    pub fn current_mark(&self) -> u32 {
+    pub(crate) fn current_mark(&self) -> u32 {
         self.closed as u32 + 1
     }
 
@@ -81,20 +81,20 @@ impl IntervalBuilder {
     /// First access in the open piece to an address whose last piece is
     /// recorded in `last` (piece index + 1, 0 = never); updates it.
     #[inline]
-    pub fn first_address(&mut self, last: &mut u32) {
+    pub(crate) fn first_address(&mut self, last: &mut u32) {
         let h = Self::level(last, self.closed);
         self.hist_f[h] += 1;
     }
 
     /// Same for a 64-byte line.
     #[inline]
-    pub fn first_line(&mut self, last: &mut u32) {
+    pub(crate) fn first_line(&mut self, last: &mut u32) {
         let h = Self::level(last, self.closed);
         self.hist_lines[h] += 1;
     }
 
     /// Closes the open piece with its totals.
-    pub fn close_piece(&mut self, a: u64, a_const: u64, d_sum: u64, d_count: u64) {
+    pub(crate) fn close_piece(&mut self, a: u64, a_const: u64, d_sum: u64, d_count: u64) {
         self.running.a += a;
         self.running.a_const += a_const;
         self.running.d_sum += d_sum;
@@ -179,7 +179,7 @@ impl IntervalBuilder {
 
     /// The tree: per-level averages and the nodes of the upper levels,
     /// with the trailing incomplete nodes (and so the root) closed.
-    pub fn finish(mut self, rho: Option<f64>) -> IntervalTree {
+    pub(crate) fn finish(mut self, rho: Option<f64>) -> IntervalTree {
         let pieces = self.closed;
         let mut levels = Vec::new();
         for (h, acc) in self.levels.iter().enumerate() {

@@ -2,7 +2,7 @@
 //! code windows per function, per-load table, reuse distance, execution
 //! interval tree and hot regions — all in one streaming pass.
 //!
-//! [`Analyzer`] takes records one at a time ([`Analyzer::push`]) and keeps
+//! [`Analyzer`] takes records one at a time (`Analyzer::push`) and keeps
 //! state proportional to the distinct addresses and blocks of the trace,
 //! never to its length; [`analyze_trace`] drives it from a
 //! [`TraceReader`]. The result is a plain [`Analysis`] (JSON schema
@@ -27,7 +27,7 @@
 #![warn(missing_docs)]
 
 use memgaze_trace::{
-    Backend, LoadClass, LoadEntry, Record, SpatialSampling, TraceHeader, TraceReader, TraceTotals,
+    Backend, LoadClass, LoadEntry, SpatialSampling, TraceHeader, TraceReader, TraceTotals,
 };
 use std::io::Read;
 
@@ -438,7 +438,7 @@ struct FunctionAcc {
     sums: Vec<LevelSums>,
 }
 
-/// Streaming analysis: [`Analyzer::push`] every record in trace order,
+/// Streaming analysis: `Analyzer::push` every record in trace order,
 /// then [`Analyzer::finish`].
 pub struct Analyzer {
     options: AnalysisOptions,
@@ -668,12 +668,6 @@ impl Analyzer {
         Ok(analyzer)
     }
 
-    /// Records that load classes are unknown (every access Irregular), as
-    /// for a Lackey import before classification; the result says so.
-    pub fn set_unclassified(&mut self) {
-        self.classified = false;
-    }
-
     /// Records loads that were counted but lie outside the analysed binary
     /// (Lackey import).
     pub fn set_outside_binary(&mut self, loads: u64) {
@@ -747,7 +741,7 @@ impl Analyzer {
     /// One record, in trace order. Records of a sample must be contiguous;
     /// a sample whose records come from several threads is split per thread.
     /// Spatial records enter only the whole-run curve ([`Analyzer::push_spatial`]).
-    pub fn push(&mut self, record: &Record) {
+    pub fn push(&mut self, record: &memgaze_trace::Record) {
         let key = (record.ip, record.class.code(), record.implied);
         let slot = match self.slot_index.get(&key) {
             Some(&slot) => slot,
@@ -1960,6 +1954,7 @@ mod tests {
     //! Hand-worked examples of each formula of docs/METRICS.md. The
     //! property tests (tests/it/analysis_reference.rs) cover random traces.
     use super::*;
+    use memgaze_trace::Record;
     use memgaze_trace::{Dropped, FunctionEntry, Sampling};
 
     const L0: u32 = 0; // Strided, implies 1 Constant, in f0

@@ -15,23 +15,23 @@ use std::ops::Range;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct LineStat {
     /// `addr >> 6`.
-    pub line: u64,
-    pub a: u64,
-    pub d_sum: u64,
-    pub d_count: u64,
+    pub(crate) line: u64,
+    pub(crate) a: u64,
+    pub(crate) d_sum: u64,
+    pub(crate) d_count: u64,
 }
 
 /// A leaf of the zoom tree.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Leaf {
     /// Its lines, as a range of the sorted line table.
-    pub lines: Range<usize>,
+    pub(crate) lines: Range<usize>,
     /// Byte range of the page run that defined it (page aligned).
-    pub span: Range<u64>,
+    pub(crate) span: Range<u64>,
     /// Page size (log2) at which it was found.
-    pub page_shift: u32,
+    pub(crate) page_shift: u32,
     /// Zoom depth (root = 0).
-    pub depth: u32,
+    pub(crate) depth: u32,
 }
 
 /// Page size of the root's children.

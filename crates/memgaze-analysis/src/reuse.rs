@@ -35,9 +35,9 @@ use super::NONE;
 /// Per-block state of the current sample (valid while `piece` matches).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct BlockLocal {
-    pub piece: u32,
-    pub time: u32,
-    pub reused: bool,
+    pub(crate) piece: u32,
+    pub(crate) time: u32,
+    pub(crate) reused: bool,
 }
 
 /// Times per bitmap word.
@@ -92,7 +92,7 @@ pub(crate) struct ReuseTracker {
 }
 
 impl ReuseTracker {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut tracker = ReuseTracker {
             bits: Vec::new(),
             groups: Vec::new(),
@@ -123,7 +123,7 @@ impl ReuseTracker {
     /// ended: distinct blocks with and without a reuse. O(capacity / 64),
     /// and the capacity shrinks back when a large sample is followed by
     /// small ones.
-    pub fn reset(&mut self, piece: u32) -> (u64, u64) {
+    pub(crate) fn reset(&mut self, piece: u32) -> (u64, u64) {
         let result = (self.captures, u64::from(self.live) - self.captures);
         let wanted = self
             .live
@@ -148,7 +148,7 @@ impl ReuseTracker {
 
     /// Whether [`Self::compact`] must run before the next access.
     #[inline]
-    pub fn needs_room(&self) -> bool {
+    pub(crate) fn needs_room(&self) -> bool {
         self.now == self.capacity
     }
 
@@ -158,7 +158,7 @@ impl ReuseTracker {
     /// `set_time(block, time)` must store the new time in the block's
     /// [`BlockLocal`].
     #[cold]
-    pub fn compact(&mut self, mut set_time: impl FnMut(u64, u32)) {
+    pub(crate) fn compact(&mut self, mut set_time: impl FnMut(u64, u32)) {
         let mut next = 0usize;
         for w in 0..self.bits.len() {
             let mut word = self.bits[w];
@@ -210,7 +210,7 @@ impl ReuseTracker {
     /// An access to `block`; returns its reuse distance, or `None` for the
     /// first access to the block in this sample.
     #[inline(always)]
-    pub fn access(&mut self, block: u64, local: &mut BlockLocal) -> Option<u64> {
+    pub(crate) fn access(&mut self, block: u64, local: &mut BlockLocal) -> Option<u64> {
         debug_assert!(self.now < self.capacity);
         if local.piece != self.piece {
             local.piece = self.piece;

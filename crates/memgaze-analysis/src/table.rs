@@ -504,7 +504,7 @@ fn window_table(out: &mut String, rows: &[WindowRow], lines: bool) {
 
 /// A count, exact below 100 000, else 3 significant digits with an SI
 /// suffix (`123 K`, `50.0 M`, `1.20 G`).
-pub fn count(n: u64) -> String {
+pub(crate) fn count(n: u64) -> String {
     if n < 100_000 {
         return n.to_string();
     }
@@ -528,7 +528,7 @@ pub fn count(n: u64) -> String {
 
 /// A real number with 3 significant digits (more for large values), `–`
 /// when undefined.
-pub fn num(x: Option<f64>) -> String {
+pub(crate) fn num(x: Option<f64>) -> String {
     match x {
         None => "–".to_string(),
         Some(x) if !x.is_finite() => "–".to_string(),
@@ -543,7 +543,7 @@ pub fn num(x: Option<f64>) -> String {
 }
 
 /// A fraction as a percentage with one decimal, `–` when undefined.
-pub fn pct(x: Option<f64>) -> String {
+pub(crate) fn pct(x: Option<f64>) -> String {
     match x {
         Some(x) if x.is_finite() => format!("{:.1}%", 100.0 * x),
         _ => "–".to_string(),

@@ -58,8 +58,8 @@ pub(crate) fn last_of(lasts: &Lasts) -> u64 {
 /// the current piece (so starting a new sample is O(1)).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct AddrLocal {
-    pub piece: u32,
-    pub lasts: Lasts,
+    pub(crate) piece: u32,
+    pub(crate) lasts: Lasts,
 }
 
 impl Default for AddrLocal {
@@ -74,7 +74,7 @@ impl Default for AddrLocal {
 impl AddrLocal {
     /// The lasts for `piece`, reset if they belong to an earlier one.
     #[inline]
-    pub fn for_piece(&mut self, piece: u32) -> &mut Lasts {
+    pub(crate) fn for_piece(&mut self, piece: u32) -> &mut Lasts {
         if self.piece != piece {
             self.piece = piece;
             self.lasts = NO_LASTS;
@@ -86,15 +86,15 @@ impl AddrLocal {
 /// Sums over closed windows of one level, for averaging.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct LevelSums {
-    pub windows: u64,
-    pub f: u64,
-    pub f_lines: u64,
-    pub a_const: u64,
-    pub f_str: f64,
-    pub f_irr: f64,
-    pub f_str_frac: f64,
-    pub f_irr_frac: f64,
-    pub d_f: f64,
+    pub(crate) windows: u64,
+    pub(crate) f: u64,
+    pub(crate) f_lines: u64,
+    pub(crate) a_const: u64,
+    pub(crate) f_str: f64,
+    pub(crate) f_irr: f64,
+    pub(crate) f_str_frac: f64,
+    pub(crate) f_irr_frac: f64,
+    pub(crate) d_f: f64,
 }
 
 impl LevelSums {
@@ -162,7 +162,7 @@ pub(crate) struct WindowEngine {
 
 impl WindowEngine {
     /// An engine for levels `lo..=top` (`top < LEVELS`).
-    pub fn new(lo: u32, top: u32) -> Self {
+    pub(crate) fn new(lo: u32, top: u32) -> Self {
         assert!(lo <= top && (top as usize) < LEVELS);
         WindowEngine {
             lo,
@@ -186,18 +186,18 @@ impl WindowEngine {
     }
 
     /// The levels `(lo, top)` it tracks.
-    pub fn levels(&self) -> (u32, u32) {
+    pub(crate) fn levels(&self) -> (u32, u32) {
         (self.lo, self.top)
     }
 
     /// The piece (sample × thread) the engine follows.
     #[inline]
-    pub fn piece(&self) -> u32 {
+    pub(crate) fn piece(&self) -> u32 {
         self.piece
     }
 
     /// Starts a new access sequence; O(levels), whatever came before.
-    pub fn reset(&mut self, piece: u32) {
+    pub(crate) fn reset(&mut self, piece: u32) {
         self.piece = piece;
         self.pos = 0;
         self.hist = [0; LEVELS];
@@ -217,14 +217,14 @@ impl WindowEngine {
     /// of the next access (a window is a run of records ending with its
     /// `2^k`-th access).
     #[inline]
-    pub fn constant(&mut self, loads: u64) {
+    pub(crate) fn constant(&mut self, loads: u64) {
         self.pending_const += loads;
     }
 
     /// The 64-byte line of the next access was last accessed at position
     /// `prev` of this sequence ([`NONE`] if not). Call before [`Self::access`].
     #[inline]
-    pub fn line(&mut self, prev: u64) {
+    pub(crate) fn line(&mut self, prev: u64) {
         let m = self.level_of(prev);
         self.hist_lines[m] += 1;
         self.lines += 1;
@@ -232,7 +232,7 @@ impl WindowEngine {
 
     /// Position the next access will take.
     #[inline]
-    pub fn position(&self) -> u64 {
+    pub(crate) fn position(&self) -> u64 {
         self.pos
     }
 
@@ -250,7 +250,13 @@ impl WindowEngine {
     /// when `strided`, carrying `implied` Constant loads. Returns whether
     /// windows close now ([`Self::close`] must then be called).
     #[inline(always)]
-    pub fn access(&mut self, addr: u64, lasts: &mut Lasts, strided: bool, implied: u64) -> bool {
+    pub(crate) fn access(
+        &mut self,
+        addr: u64,
+        lasts: &mut Lasts,
+        strided: bool,
+        implied: u64,
+    ) -> bool {
         let t = self.pos;
         let prev = last_of(lasts);
         let other = lasts[strided as usize];
@@ -304,7 +310,7 @@ impl WindowEngine {
     /// records from now, would register it (see [`Self::access`]): the
     /// marks are a table of their own, met at random by gathers.
     #[inline(always)]
-    pub fn prefetch_mark(&self, addr: u64, lasts: &Lasts, strided: bool) {
+    pub(crate) fn prefetch_mark(&self, addr: u64, lasts: &Lasts, strided: bool) {
         let other = lasts[strided as usize];
         if other != NONE && self.first_mixed_level(other, self.pos) <= self.top {
             self.marks.prefetch(addr);
@@ -342,7 +348,7 @@ impl WindowEngine {
     /// Closes the windows that end at the current position, adding their
     /// metrics to `sums[k]`. `last_of(addr)` must give the position of the
     /// last access to `addr` in this sequence (for mixed addresses).
-    pub fn close(&mut self, last_of: impl Fn(u64) -> u64, sums: &mut [LevelSums]) {
+    pub(crate) fn close(&mut self, last_of: impl Fn(u64) -> u64, sums: &mut [LevelSums]) {
         let highest = self.pos.trailing_zeros().min(self.top);
         // Every access adds 1 to exactly one bucket of `hist` (and of
         // `hist_lines` when lines are tracked), so the suffix sums follow

@@ -87,9 +87,10 @@ impl fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
-/// Shorthand for returning a [`UsageError`] from a command.
-pub fn usage(message: impl Into<String>) -> anyhow::Error {
-    anyhow::Error::new(UsageError(message.into()))
+/// Shorthand for returning a [`UsageError`] from a command, as whatever
+/// error type the command returns (`anyhow::Error` in `cargo-memgaze`).
+pub fn usage<E: From<UsageError>>(message: impl Into<String>) -> E {
+    E::from(UsageError(message.into()))
 }
 
 /// An error that ends the run because a signal stopped it (exit 128 + N),
@@ -115,10 +116,18 @@ impl std::error::Error for Interrupted {}
 /// A [`UsageError`] counts wherever it is in the chain: a library's typed
 /// error carries one as its source (e.g. an invalid `--functions` glob); so
 /// does an [`Interrupted`], which wins over it.
-pub fn exit_for(error: &anyhow::Error) -> Exit {
-    if let Some(stop) = error.chain().find_map(|c| c.downcast_ref::<Interrupted>()) {
+pub fn exit_for<E: AsRef<dyn std::error::Error + 'static> + ?Sized>(error: &E) -> Exit {
+    exit_for_of(error.as_ref())
+}
+
+/// [`exit_for`] of a library's typed error and its sources.
+pub fn exit_for_of(error: &(dyn std::error::Error + 'static)) -> Exit {
+    let mut chain = std::iter::successors(Some(error), |cause| cause.source());
+    if let Some(stop) = std::iter::successors(Some(error), |cause| cause.source())
+        .find_map(|cause| cause.downcast_ref::<Interrupted>())
+    {
         Exit::Interrupted(stop.code)
-    } else if error.chain().any(|cause| cause.is::<UsageError>()) {
+    } else if chain.any(|cause| cause.is::<UsageError>()) {
         Exit::Usage
     } else {
         Exit::Error
@@ -129,10 +138,15 @@ pub fn exit_for(error: &anyhow::Error) -> Exit {
 ///
 /// Causes that merely repeat the text of the previous one (common when a
 /// library error is wrapped with its own message) are dropped.
-pub fn one_line(error: &anyhow::Error) -> String {
+pub fn one_line<E: AsRef<dyn std::error::Error + 'static> + ?Sized>(error: &E) -> String {
+    one_line_of(error.as_ref())
+}
+
+/// [`one_line`] of a library's typed error and its sources.
+pub fn one_line_of(error: &(dyn std::error::Error + 'static)) -> String {
     let mut line = String::new();
     let mut previous = String::new();
-    for cause in error.chain() {
+    for cause in std::iter::successors(Some(error), |cause| cause.source()) {
         let text = cause.to_string().replace('\n', " ");
         let text = text.trim();
         if text.is_empty() || previous.ends_with(text) {
@@ -161,7 +175,7 @@ mod tests {
         .context("bench");
         assert_eq!(exit_for(&e), Exit::Interrupted(143));
         assert_eq!(one_line(&e), "bench: interrupted by SIGTERM while building");
-        assert_eq!(exit_for(&usage("x")), Exit::Usage);
+        assert_eq!(exit_for(&usage::<anyhow::Error>("x")), Exit::Usage);
     }
 
     #[test]
@@ -180,7 +194,7 @@ mod tests {
 
     #[test]
     fn usage_errors_map_to_two_even_with_context() {
-        let e = Err::<(), _>(usage("--lackey needs --binary"))
+        let e = Err::<(), anyhow::Error>(usage("--lackey needs --binary"))
             .context("analyze")
             .unwrap_err();
         assert_eq!(exit_for(&e), Exit::Usage);

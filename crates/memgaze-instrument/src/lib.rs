@@ -20,5 +20,7 @@ mod error;
 mod file;
 pub mod rewrite;
 
-pub use error::{AnnotationError, InstrumentError};
+pub use error::{
+    AnnotationError, ElfError, InstrumentError, RelocateError, RewriteError, UnwindError,
+};
 pub use file::{annotate, annotate_with_code, instrument_file};

@@ -197,15 +197,6 @@ impl Annotation {
             .ok()
             .map(|i| &self.loads[i])
     }
-
-    /// All explicit loads / instrumented loads (1 when none is
-    /// instrumented): the static compression ratio κ.
-    pub fn compression_ratio(&self) -> f64 {
-        match self.loads.iter().filter(|l| l.instrumented).count() {
-            0 => 1.0,
-            instrumented => self.loads.len() as f64 / instrumented as f64,
-        }
-    }
 }
 
 /// Why an annotation could not be loaded or saved.
@@ -335,7 +326,6 @@ mod tests {
         let a = sample();
         a.write(&path).unwrap();
         assert_eq!(Annotation::read(&path).unwrap(), a);
-        assert_eq!(a.compression_ratio(), 1.0);
         assert_eq!(a.load_at(0x1004).unwrap().id, 0);
         assert!(a.load_at(0x1005).is_none());
     }

@@ -52,16 +52,6 @@ impl LoadClass {
             LoadClass::Constant => 2,
         }
     }
-
-    /// Inverse of [`LoadClass::code`].
-    pub fn from_code(code: u8) -> Option<LoadClass> {
-        match code {
-            0 => Some(LoadClass::Strided),
-            1 => Some(LoadClass::Irregular),
-            2 => Some(LoadClass::Constant),
-            _ => None,
-        }
-    }
 }
 
 impl fmt::Display for LoadClass {

@@ -71,7 +71,7 @@ fn io_error(path: &Path, what: impl Into<String>) -> impl FnOnce(io::Error) -> O
 }
 
 /// Mode of ordinary outputs before the umask (as `File::create` uses).
-pub const FILE_MODE: u32 = 0o666;
+pub(crate) const FILE_MODE: u32 = 0o666;
 /// Mode of executable outputs before the umask.
 pub const EXECUTABLE_MODE: u32 = 0o777;
 
@@ -326,7 +326,7 @@ pub fn write_atomic(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
 
 /// [`write_atomic`] with a mode for a new file ([`EXECUTABLE_MODE`] for
 /// programs).
-pub fn write_atomic_mode(path: &Path, bytes: impl AsRef<[u8]>, mode: u32) -> Result<()> {
+pub(crate) fn write_atomic_mode(path: &Path, bytes: impl AsRef<[u8]>, mode: u32) -> Result<()> {
     let mut file = AtomicFile::create_with_mode(path, mode)?;
     file.write_all(bytes.as_ref())
         .map_err(io_error(path, "cannot write"))?;

@@ -13,8 +13,7 @@
 //! in the thread's order) was handed over: each thread's records keep
 //! their program order.
 
-use super::RecordSink;
-use anyhow::Result;
+use super::{RecordSink, SinkResult};
 use memgaze_trace::protocol::{
     self, MessageHeader, MessageKind, UNWRITTEN_MARKER, WINDOW_MARKER, split_spatial,
 };
@@ -24,11 +23,11 @@ use std::collections::HashMap;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RegionEvent {
     /// `true` for `memgaze_region_begin`, `false` for `memgaze_region_end`.
-    pub begin: bool,
+    pub(crate) begin: bool,
     /// The region (bench) name.
-    pub name: String,
+    pub(crate) name: String,
     /// Thread that called the marker.
-    pub thread: u32,
+    pub(crate) thread: u32,
 }
 
 /// Counts kept per thread slot (cumulative values from its last message).
@@ -47,7 +46,7 @@ struct OpenWindow {
 }
 
 /// Decodes messages and feeds a sink.
-pub struct Assembler<'a> {
+pub(crate) struct Assembler<'a> {
     sink: &'a mut dyn RecordSink,
     /// Which load ids may appear in records (instrumented loads).
     valid_loads: Vec<bool>,
@@ -65,33 +64,33 @@ pub struct Assembler<'a> {
     /// The thread whose spatial records the sink takes now, if it does.
     spatial_thread: Option<u32>,
     /// Records handed to the sink (spatial records not included).
-    pub records: u64,
+    pub(crate) records: u64,
     /// Spatial records handed to the sink.
-    pub spatial_records: u64,
+    pub(crate) spatial_records: u64,
     /// Samples begun in the sink.
-    pub samples: u64,
+    pub(crate) samples: u64,
     /// Records that named an unknown or uninstrumented load.
-    pub invalid_records: u64,
+    pub(crate) invalid_records: u64,
     /// Records claimed but never written (see
     /// [`protocol::UNWRITTEN_MARKER`]): dropped, their executions counted.
-    pub unwritten_records: u64,
+    pub(crate) unwritten_records: u64,
     /// Messages that could not be decoded.
-    pub bad_messages: u64,
+    pub(crate) bad_messages: u64,
     /// Processes whose exit hook reported in, with their process-level drops.
-    pub exited: HashMap<u32, u64>,
+    pub(crate) exited: HashMap<u32, u64>,
     /// Processes whose last message so far is `Exec`, with what a
     /// successful `exec` discarded; a later message of the process (the
     /// `exec` failed) takes it out.
-    pub execed: HashMap<u32, u64>,
+    pub(crate) execed: HashMap<u32, u64>,
     /// Region events, in arrival order.
-    pub regions: Vec<RegionEvent>,
+    pub(crate) regions: Vec<RegionEvent>,
     /// Process ids in order of first message.
-    pub processes: Vec<u32>,
+    pub(crate) processes: Vec<u32>,
 }
 
 impl<'a> Assembler<'a> {
     /// An assembler for a trace with `w = window` (`full`: one sample).
-    pub fn new(
+    pub(crate) fn new(
         sink: &'a mut dyn RecordSink,
         valid_loads: Vec<bool>,
         full: bool,
@@ -134,12 +133,12 @@ impl<'a> Assembler<'a> {
     }
 
     /// Number of distinct threads (across processes) seen.
-    pub fn threads(&self) -> usize {
+    pub(crate) fn threads(&self) -> usize {
         self.threads.len()
     }
 
     /// Processes one message.
-    pub fn message(&mut self, bytes: &[u8]) -> Result<()> {
+    pub(crate) fn message(&mut self, bytes: &[u8]) -> SinkResult {
         let (header, payload) = match MessageHeader::decode(bytes) {
             Ok(decoded) => decoded,
             Err(_) => {
@@ -230,7 +229,7 @@ impl<'a> Assembler<'a> {
 
     /// Makes `thread` the one whose records continue the single sample of a
     /// full trace.
-    fn enter_full_sample(&mut self, thread: u32) -> Result<()> {
+    fn enter_full_sample(&mut self, thread: u32) -> SinkResult {
         match self.current_thread {
             None => {
                 self.sink.begin_sample(thread)?;
@@ -245,7 +244,7 @@ impl<'a> Assembler<'a> {
 
     /// A spatial record of `thread`: after the thread's open window (which
     /// it follows), batched with the spatial records after it.
-    fn spatial(&mut self, thread: u32, load: u32, addr: u64) -> Result<()> {
+    fn spatial(&mut self, thread: u32, load: u32, addr: u64) -> SinkResult {
         if self.spatial_thread != Some(thread) {
             self.flush_spatial()?;
             self.close_window(thread)?;
@@ -257,7 +256,7 @@ impl<'a> Assembler<'a> {
     }
 
     /// Hands the batched spatial records to the sink.
-    fn flush_spatial(&mut self) -> Result<()> {
+    fn flush_spatial(&mut self) -> SinkResult {
         if !self.spatial_batch.is_empty() {
             self.sink.push_records(&self.spatial_batch)?;
             self.spatial_records += self.spatial_batch.len() as u64;
@@ -267,7 +266,7 @@ impl<'a> Assembler<'a> {
     }
 
     /// Hands a thread's open window (if it holds records) to the sink.
-    fn close_window(&mut self, thread: u32) -> Result<()> {
+    fn close_window(&mut self, thread: u32) -> SinkResult {
         let Some(window) = self.windows.get_mut(thread as usize) else {
             return Ok(());
         };
@@ -285,7 +284,7 @@ impl<'a> Assembler<'a> {
     }
 
     /// Emits every window still open (program ended or was killed).
-    pub fn finish(&mut self) -> Result<()> {
+    pub fn finish(&mut self) -> SinkResult {
         self.flush_spatial()?;
         for thread in 0..self.windows.len() as u32 {
             self.close_window(thread)?;
@@ -294,27 +293,22 @@ impl<'a> Assembler<'a> {
     }
 
     /// Executions counted over all slots of all processes.
-    pub fn executions(&self) -> u64 {
+    pub(crate) fn executions(&self) -> u64 {
         self.slots.values().map(|c| c.executions).sum()
     }
 
     /// Records the recorders reported lost (slots and processes), and
     /// records claimed but never written.
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         self.slots.values().map(|c| c.dropped).sum::<u64>()
             + self.exited.values().sum::<u64>()
             + self.execed.values().sum::<u64>()
             + self.unwritten_records
     }
 
-    /// Whether process `pid` ran its exit hook.
-    pub fn process_exited(&self, pid: u32) -> bool {
-        self.exited.contains_key(&pid)
-    }
-
     /// Whether process `pid` sent everything it recorded: it ran its exit
     /// hook (`exit`, `_exit`), or its last message was `Exec`.
-    pub fn process_ended(&self, pid: u32) -> bool {
+    pub(crate) fn process_ended(&self, pid: u32) -> bool {
         self.exited.contains_key(&pid) || self.execed.contains_key(&pid)
     }
 
@@ -373,22 +367,22 @@ mod tests {
     }
 
     impl RecordSink for Collected {
-        fn begin_sample(&mut self, thread: u32) -> Result<()> {
+        fn begin_sample(&mut self, thread: u32) -> SinkResult {
             self.samples.push((thread, Vec::new()));
             self.in_spatial = false;
             Ok(())
         }
-        fn switch_thread(&mut self, thread: u32) -> Result<()> {
+        fn switch_thread(&mut self, thread: u32) -> SinkResult {
             self.switches.push(thread);
             self.in_spatial = false;
             Ok(())
         }
-        fn begin_spatial(&mut self, thread: u32) -> Result<()> {
+        fn begin_spatial(&mut self, thread: u32) -> SinkResult {
             self.spatial.push((thread, Vec::new()));
             self.in_spatial = true;
             Ok(())
         }
-        fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+        fn push(&mut self, load: u32, addr: u64) -> SinkResult {
             let (thread, records) = if self.in_spatial {
                 self.spatial.last_mut().unwrap()
             } else {

@@ -64,10 +64,30 @@ pub enum RecordError {
     #[error("reading the recorder's output")]
     ReadOutput(#[source] io::Error),
     /// The caller's [`crate::RecordSink`] failed (writing the trace, the
-    /// analysis…); sinks report with `anyhow`, as they belong to the
-    /// caller.
+    /// analysis…), with the sink's own error.
     #[error(transparent)]
-    Sink(#[from] anyhow::Error),
+    Sink(SinkError),
+}
+
+/// The error a [`crate::RecordSink`] returns: the caller's own, boxed, as
+/// sinks belong to the caller (a trace writer's `TraceError`, an error of
+/// the command layer).
+pub type SinkError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What [`crate::RecordSink`]'s methods return.
+pub type SinkResult = Result<(), SinkError>;
+
+/// A sink's error, named by the file the sink writes
+/// ([`crate::NamedSink`]): `t.trace: cannot write trace: No space left on
+/// device`.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", path.display())]
+pub struct SinkFileError {
+    /// The file.
+    pub(crate) path: PathBuf,
+    /// The sink's error.
+    #[source]
+    pub(crate) source: SinkError,
 }
 
 /// Why a Lackey log could not be imported.

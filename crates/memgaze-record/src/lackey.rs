@@ -35,7 +35,7 @@ use std::path::Path;
 
 /// Longest log line read: Lackey's lines are a few dozen bytes; only its
 /// `==PID==` preamble (the command line) can be longer.
-pub const MAX_LINE: usize = 1 << 16;
+pub(crate) const MAX_LINE: usize = 1 << 16;
 
 /// Where Valgrind (3.x, amd64) maps a position-independent executable.
 pub const VALGRIND_PIE_BASE: u64 = 0x108000;
@@ -54,21 +54,21 @@ pub struct LackeyOptions {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LackeyStats {
     /// Instruction (`I`) lines.
-    pub instructions: u64,
+    pub(crate) instructions: u64,
     /// Loads (` L` + ` M`) in the whole log.
     pub loads: u64,
     /// Of those, loads whose instruction lies outside the binary.
-    pub outside_binary: u64,
+    pub(crate) outside_binary: u64,
     /// Loads at instructions without an explicit load operand that read the
     /// stack (`pop`, `ret`, …): analysed as Constant.
-    pub implicit_stack: u64,
+    pub(crate) implicit_stack: u64,
     /// Other loads the classifier does not list: analysed as Irregular.
-    pub unclassified: u64,
+    pub(crate) unclassified: u64,
     /// Stores (` S`), ignored.
-    pub stores: u64,
+    pub(crate) stores: u64,
     /// Lines that are not Lackey trace lines (Valgrind's `==pid==` banner
     /// excluded), skipped.
-    pub other_lines: u64,
+    pub(crate) other_lines: u64,
     /// Distinct load instructions inside the binary.
     pub load_sites: u64,
     /// Of those, instructions whose length in the log differs from the
@@ -525,9 +525,9 @@ mod tests {
             }
         ));
         // The line people read.
-        let e = anyhow::Error::new(import("I  0401000,3\n L zz,8\n"));
+        let e = import("I  0401000,3\n L zz,8\n");
         assert_eq!(
-            memgaze_error::one_line(&e),
+            memgaze_error::one_line_of(&e),
             "line 2 is not a valid Lackey line: \" L zz,8\": unexpected character 'z' in the address"
         );
     }

@@ -11,18 +11,17 @@
 
 #![warn(missing_docs)]
 
-pub mod assemble;
+pub(crate) mod assemble;
 mod error;
 pub mod lackey;
 pub mod pt;
 pub mod signals;
-pub mod supervise;
+pub(crate) mod supervise;
 
 pub use assemble::RegionEvent;
-pub use error::{AccessError, LackeyError, RecordError};
+pub use error::{AccessError, LackeyError, RecordError, SinkError, SinkFileError, SinkResult};
 pub use supervise::{DEFAULT_KILL_AFTER, Limits, parse_duration};
 
-use anyhow::{Context, Result};
 use assemble::Assembler;
 use memgaze_metadata::annotation::Annotation;
 use memgaze_trace::Interruption;
@@ -59,47 +58,47 @@ const LINGER: Duration = Duration::from_secs(2);
 /// [`RecordSink::switch_thread`] announces records of another thread.
 pub trait RecordSink {
     /// Starts the next sample, recorded by `thread`.
-    fn begin_sample(&mut self, thread: u32) -> Result<()>;
+    fn begin_sample(&mut self, thread: u32) -> SinkResult;
     /// The current sample continues with records of `thread`.
-    fn switch_thread(&mut self, thread: u32) -> Result<()>;
+    fn switch_thread(&mut self, thread: u32) -> SinkResult;
     /// The records pushed next are spatial records of `thread` (taken
     /// outside every sample; docs/METRICS.md, "Whole-run locality"), until
     /// the next [`RecordSink::begin_sample`] or
     /// [`RecordSink::switch_thread`].
-    fn begin_spatial(&mut self, thread: u32) -> Result<()>;
+    fn begin_spatial(&mut self, thread: u32) -> SinkResult;
     /// One record: load site `load` (index into the annotation's and the
     /// trace header's loads) read `addr`.
-    fn push(&mut self, load: u32, addr: u64) -> Result<()>;
+    fn push(&mut self, load: u32, addr: u64) -> SinkResult;
     /// Several records in a row, as [`RecordSink::push`] of each: the
     /// collector hands over a message's records at once, so the call through
     /// `dyn RecordSink` is paid per message, not per record (the default
     /// loop is compiled per sink, its `push` calls inlined).
-    fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
+    fn push_records(&mut self, records: &[(u32, u64)]) -> SinkResult {
         for &(load, addr) in records {
             self.push(load, addr)?;
         }
         Ok(())
     }
     /// A region marker was called (the default ignores it).
-    fn region(&mut self, _event: &RegionEvent) -> Result<()> {
+    fn region(&mut self, _event: &RegionEvent) -> SinkResult {
         Ok(())
     }
 }
 
 impl<W: Write> RecordSink for TraceWriter<W> {
-    fn begin_sample(&mut self, thread: u32) -> Result<()> {
+    fn begin_sample(&mut self, thread: u32) -> SinkResult {
         Ok(TraceWriter::begin_sample(self, thread)?)
     }
-    fn switch_thread(&mut self, thread: u32) -> Result<()> {
+    fn switch_thread(&mut self, thread: u32) -> SinkResult {
         Ok(TraceWriter::switch_thread(self, thread)?)
     }
-    fn begin_spatial(&mut self, thread: u32) -> Result<()> {
+    fn begin_spatial(&mut self, thread: u32) -> SinkResult {
         Ok(TraceWriter::begin_spatial(self, thread)?)
     }
-    fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+    fn push(&mut self, load: u32, addr: u64) -> SinkResult {
         Ok(TraceWriter::push(self, load, addr)?)
     }
-    fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
+    fn push_records(&mut self, records: &[(u32, u64)]) -> SinkResult {
         Ok(TraceWriter::push_records(self, records)?)
     }
 }
@@ -141,7 +140,7 @@ impl AnalyzerSink {
 }
 
 impl RecordSink for AnalyzerSink {
-    fn begin_sample(&mut self, thread: u32) -> Result<()> {
+    fn begin_sample(&mut self, thread: u32) -> SinkResult {
         if self.started {
             self.sample += 1;
         }
@@ -150,17 +149,17 @@ impl RecordSink for AnalyzerSink {
         self.spatial = false;
         Ok(())
     }
-    fn switch_thread(&mut self, thread: u32) -> Result<()> {
+    fn switch_thread(&mut self, thread: u32) -> SinkResult {
         self.thread = thread;
         self.spatial = false;
         Ok(())
     }
-    fn begin_spatial(&mut self, thread: u32) -> Result<()> {
+    fn begin_spatial(&mut self, thread: u32) -> SinkResult {
         self.spatial = true;
         self.thread = thread;
         Ok(())
     }
-    fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+    fn push(&mut self, load: u32, addr: u64) -> SinkResult {
         if self.spatial {
             self.spatial_records += 1;
             self.analyzer.push_spatial(load, addr, self.thread);
@@ -184,22 +183,22 @@ pub struct CountingSink {
 }
 
 impl RecordSink for CountingSink {
-    fn begin_sample(&mut self, _thread: u32) -> Result<()> {
+    fn begin_sample(&mut self, _thread: u32) -> SinkResult {
         self.spatial = false;
         Ok(())
     }
-    fn switch_thread(&mut self, _thread: u32) -> Result<()> {
+    fn switch_thread(&mut self, _thread: u32) -> SinkResult {
         self.spatial = false;
         Ok(())
     }
-    fn begin_spatial(&mut self, _thread: u32) -> Result<()> {
+    fn begin_spatial(&mut self, _thread: u32) -> SinkResult {
         self.spatial = true;
         Ok(())
     }
-    fn push(&mut self, _load: u32, _addr: u64) -> Result<()> {
+    fn push(&mut self, _load: u32, _addr: u64) -> SinkResult {
         self.push_records(&[(0, 0)])
     }
-    fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
+    fn push_records(&mut self, records: &[(u32, u64)]) -> SinkResult {
         if self.spatial {
             self.spatial_records += records.len() as u64;
         } else {
@@ -213,27 +212,27 @@ impl RecordSink for CountingSink {
 pub struct Tee<'a>(pub &'a mut dyn RecordSink, pub &'a mut dyn RecordSink);
 
 impl RecordSink for Tee<'_> {
-    fn begin_sample(&mut self, thread: u32) -> Result<()> {
+    fn begin_sample(&mut self, thread: u32) -> SinkResult {
         self.0.begin_sample(thread)?;
         self.1.begin_sample(thread)
     }
-    fn switch_thread(&mut self, thread: u32) -> Result<()> {
+    fn switch_thread(&mut self, thread: u32) -> SinkResult {
         self.0.switch_thread(thread)?;
         self.1.switch_thread(thread)
     }
-    fn begin_spatial(&mut self, thread: u32) -> Result<()> {
+    fn begin_spatial(&mut self, thread: u32) -> SinkResult {
         self.0.begin_spatial(thread)?;
         self.1.begin_spatial(thread)
     }
-    fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+    fn push(&mut self, load: u32, addr: u64) -> SinkResult {
         self.0.push(load, addr)?;
         self.1.push(load, addr)
     }
-    fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
+    fn push_records(&mut self, records: &[(u32, u64)]) -> SinkResult {
         self.0.push_records(records)?;
         self.1.push_records(records)
     }
-    fn region(&mut self, event: &RegionEvent) -> Result<()> {
+    fn region(&mut self, event: &RegionEvent) -> SinkResult {
         self.0.region(event)?;
         self.1.region(event)
     }
@@ -243,42 +242,48 @@ impl RecordSink for Tee<'_> {
 /// trace: No space left on device`).
 pub struct NamedSink<'a>(pub &'a mut dyn RecordSink, pub &'a Path);
 
+/// `source`, named by the file `path`.
+fn named(path: &Path, source: SinkError) -> SinkError {
+    Box::new(SinkFileError {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 impl RecordSink for NamedSink<'_> {
-    fn begin_sample(&mut self, thread: u32) -> Result<()> {
+    fn begin_sample(&mut self, thread: u32) -> SinkResult {
         let path = self.1;
         self.0
             .begin_sample(thread)
-            .with_context(|| path.display().to_string())
+            .map_err(|source| named(path, source))
     }
-    fn switch_thread(&mut self, thread: u32) -> Result<()> {
+    fn switch_thread(&mut self, thread: u32) -> SinkResult {
         let path = self.1;
         self.0
             .switch_thread(thread)
-            .with_context(|| path.display().to_string())
+            .map_err(|source| named(path, source))
     }
-    fn begin_spatial(&mut self, thread: u32) -> Result<()> {
+    fn begin_spatial(&mut self, thread: u32) -> SinkResult {
         let path = self.1;
         self.0
             .begin_spatial(thread)
-            .with_context(|| path.display().to_string())
+            .map_err(|source| named(path, source))
     }
-    fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+    fn push(&mut self, load: u32, addr: u64) -> SinkResult {
         let path = self.1;
         self.0
             .push(load, addr)
-            .with_context(|| path.display().to_string())
+            .map_err(|source| named(path, source))
     }
-    fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
+    fn push_records(&mut self, records: &[(u32, u64)]) -> SinkResult {
         let path = self.1;
         self.0
             .push_records(records)
-            .with_context(|| path.display().to_string())
+            .map_err(|source| named(path, source))
     }
-    fn region(&mut self, event: &RegionEvent) -> Result<()> {
+    fn region(&mut self, event: &RegionEvent) -> SinkResult {
         let path = self.1;
-        self.0
-            .region(event)
-            .with_context(|| path.display().to_string())
+        self.0.region(event).map_err(|source| named(path, source))
     }
 }
 
@@ -299,13 +304,11 @@ pub struct Recording {
     /// Processes that sent records but ended without flushing the rest
     /// (killed, or a raw exit system call): the trace is incomplete.
     pub unflushed_processes: usize,
-    /// Region marker events.
-    pub regions: Vec<RegionEvent>,
     /// Things the user should know (drops, cut-off output, signals).
     pub notes: Vec<String>,
     /// Messages whose records came through a shared chunk instead of the
     /// socket.
-    pub shared_messages: u64,
+    pub(crate) shared_messages: u64,
     /// Why `cargo memgaze` cut the recording short (a signal it received
     /// and forwarded, `--timeout`); the trace is then a prefix.
     pub interrupted: Option<Interruption>,
@@ -437,7 +440,7 @@ pub fn record_command(
 /// own, death with `cargo memgaze`) are added.
 ///
 /// While it runs, SIGINT, SIGTERM and SIGHUP are caught and forwarded to
-/// the program ([`supervise`]); the recording then ends as a prefix with
+/// the program (`supervise`); the recording then ends as a prefix with
 /// [`Recording::interrupted`] set, and so does one whose `limits.timeout`
 /// expired. A sink that fails (a full disk) kills the program and returns
 /// the sink's error.
@@ -570,7 +573,7 @@ pub fn record_command_within(
     if let Some(e) = failure {
         return Err(e);
     }
-    assembler.finish()?;
+    assembler.finish().map_err(RecordError::Sink)?;
     let exit = match (status.code(), status.signal()) {
         (Some(code), _) => ProgramExit::Code(code),
         (None, Some(signal)) => ProgramExit::Signal(signal),
@@ -801,7 +804,6 @@ fn summarise(
         processes: assembler.processes.len(),
         execs: assembler.execed.len(),
         unflushed_processes: assembler.unflushed_processes(),
-        regions: std::mem::take(&mut assembler.regions),
         notes,
         shared_messages: 0,
         interrupted,
@@ -1010,7 +1012,7 @@ fn inode_of(fd: &OwnedFd) -> Result<(u64, u64), RecordError> {
 }
 
 /// `SIGSEGV`-style name of a signal number.
-pub fn signal_name(signal: i32) -> String {
+pub(crate) fn signal_name(signal: i32) -> String {
     // SAFETY: strsignal returns a static or thread-local string.
     let described = unsafe {
         let text = libc::strsignal(signal);
@@ -1127,19 +1129,19 @@ mod tests {
     fn a_slow_collector_makes_senders_wait_without_losing_records() {
         struct Slow(CountingSink);
         impl RecordSink for Slow {
-            fn begin_sample(&mut self, _thread: u32) -> Result<()> {
+            fn begin_sample(&mut self, _thread: u32) -> SinkResult {
                 Ok(())
             }
-            fn switch_thread(&mut self, _thread: u32) -> Result<()> {
+            fn switch_thread(&mut self, _thread: u32) -> SinkResult {
                 Ok(())
             }
-            fn begin_spatial(&mut self, thread: u32) -> Result<()> {
+            fn begin_spatial(&mut self, thread: u32) -> SinkResult {
                 self.0.begin_spatial(thread)
             }
-            fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+            fn push(&mut self, load: u32, addr: u64) -> SinkResult {
                 self.0.push(load, addr)
             }
-            fn push_records(&mut self, records: &[(u32, u64)]) -> Result<()> {
+            fn push_records(&mut self, records: &[(u32, u64)]) -> SinkResult {
                 std::thread::sleep(Duration::from_millis(2));
                 self.0.push_records(records)
             }
@@ -1218,16 +1220,16 @@ mod process_end_tests {
     struct PerLoad(HashMap<u32, u64>);
 
     impl RecordSink for PerLoad {
-        fn begin_sample(&mut self, _thread: u32) -> Result<()> {
+        fn begin_sample(&mut self, _thread: u32) -> SinkResult {
             Ok(())
         }
-        fn switch_thread(&mut self, _thread: u32) -> Result<()> {
+        fn switch_thread(&mut self, _thread: u32) -> SinkResult {
             Ok(())
         }
-        fn begin_spatial(&mut self, _thread: u32) -> Result<()> {
+        fn begin_spatial(&mut self, _thread: u32) -> SinkResult {
             panic!("these runs record no spatial samples")
         }
-        fn push(&mut self, load: u32, _addr: u64) -> Result<()> {
+        fn push(&mut self, load: u32, _addr: u64) -> SinkResult {
             *self.0.entry(load).or_default() += 1;
             Ok(())
         }

@@ -1,14 +1,14 @@
 //! SIGINT, SIGTERM, SIGHUP and SIGQUIT while a program is being recorded.
 //!
-//! While at least one [`Catch`] guard lives, these signals are caught
+//! While at least one `Catch` guard lives, these signals are caught
 //! by a handler that does only async-signal-safe work: it bumps a
 //! per-signal counter and writes one byte to a pipe (the self-pipe trick).
 //! The collector polls the pipe's read end beside the recorder socket, so a
 //! signal wakes it at once; it learns *which* signals came from the
-//! counters ([`received`]), not from the bytes, so several recordings in
+//! counters (`received`), not from the bytes, so several recordings in
 //! one process (the library's tests) can share the pipe: whichever drains
 //! it, each compares the counters with its own snapshot (and polls with a
-//! bounded timeout, [`POLL_CAP`], in case another drained the byte meant to
+//! bounded timeout, `POLL_CAP`, in case another drained the byte meant to
 //! wake it).
 //!
 //! A caught signal's disposition is reset to the default by `exec`, so the
@@ -27,14 +27,15 @@ use std::time::Duration;
 /// The signals a recording catches and forwards to the program. SIGQUIT
 /// (the terminal's `^\\`) is one of them: its default action would kill
 /// `cargo memgaze` with a core dump and lose the trace.
-pub const INTERRUPTS: [i32; SIGNALS] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+pub(crate) const INTERRUPTS: [i32; SIGNALS] =
+    [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
 /// How many signals [`INTERRUPTS`] holds.
 pub const SIGNALS: usize = 4;
 
 /// Longest a collector sleeps in `poll` without looking at the counters
 /// (see the module documentation).
-pub const POLL_CAP: Duration = Duration::from_millis(250);
+pub(crate) const POLL_CAP: Duration = Duration::from_millis(250);
 
 /// Signals received so far, per entry of [`INTERRUPTS`].
 static RECEIVED: [AtomicU64; SIGNALS] = [const { AtomicU64::new(0) }; SIGNALS];
@@ -86,7 +87,7 @@ extern "C" fn on_signal(signal: libc::c_int) {
 /// The self-pipe's read end (non-blocking), made on first use; `None` if
 /// the pipe cannot be made (then only the [`POLL_CAP`] timeout notices
 /// signals).
-pub fn wake_fd() -> Option<RawFd> {
+pub(crate) fn wake_fd() -> Option<RawFd> {
     PIPE.get_or_init(|| {
         let mut fds = [0; 2];
         // SAFETY: fds has room for two descriptors.
@@ -100,7 +101,7 @@ pub fn wake_fd() -> Option<RawFd> {
 }
 
 /// Empties the self-pipe (its bytes only wake; the counters tell).
-pub fn drain() {
+pub(crate) fn drain() {
     if let Some(fd) = wake_fd() {
         let mut buffer = [0u8; 64];
         // SAFETY: non-blocking reads into a local buffer.
@@ -115,14 +116,14 @@ pub fn received() -> [u64; SIGNALS] {
 
 /// The first signal of [`INTERRUPTS`] received since `before` (a
 /// [`received`] snapshot), if any.
-pub fn first_since(before: [u64; SIGNALS]) -> Option<i32> {
+pub(crate) fn first_since(before: [u64; SIGNALS]) -> Option<i32> {
     let now = received();
     (0..SIGNALS)
         .find(|&i| now[i] > before[i])
         .map(|i| INTERRUPTS[i])
 }
 
-/// A whole command's watch for [`INTERRUPTS`]: they are caught (not
+/// A whole command's watch for `INTERRUPTS`: they are caught (not
 /// fatal) for as long as it lives, and [`Watch::signal`] tells whether one
 /// came since it started. Commands that record hold one so that a signal
 /// arriving outside a recording (while instrumenting, analysing, between
@@ -167,13 +168,13 @@ impl Watch {
 /// `keep` was called on any guard: after an interruption the command is on
 /// its way out, and a second signal must not kill it while it finishes the
 /// trace (it is counted and stops the next recording at once instead).
-pub struct Catch {
+pub(crate) struct Catch {
     keep: bool,
 }
 
 impl Catch {
     /// Installs the handler (the first guard does) and returns a guard.
-    pub fn install() -> Catch {
+    pub(crate) fn install() -> Catch {
         wake_fd();
         let mut installed = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
         if installed.guards == 0 && installed.previous.is_empty() {
@@ -201,7 +202,7 @@ impl Catch {
     }
 
     /// Leaves the handler installed for the rest of the process.
-    pub fn keep(&mut self) {
+    pub(crate) fn keep(&mut self) {
         self.keep = true;
     }
 }

@@ -74,7 +74,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 
 /// What the collector should do after a [`Supervisor`] check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Keep reading the program's messages.
     Continue,
     /// Stop reading now (the program was killed at once).
@@ -82,7 +82,7 @@ pub enum Verdict {
 }
 
 /// The state of one recording's program (see the module documentation).
-pub struct Supervisor {
+pub(crate) struct Supervisor {
     group: libc::pid_t,
     limits: Limits,
     seen: [u64; signals::SIGNALS],
@@ -90,13 +90,13 @@ pub struct Supervisor {
     kill_at: Option<Instant>,
     killed: bool,
     /// Why the recording was cut short, once it was.
-    pub interrupted: Option<Interruption>,
+    pub(crate) interrupted: Option<Interruption>,
 }
 
 impl Supervisor {
     /// Supervises the process group `group` (the program's pid) from now;
     /// signals received before this call do not count.
-    pub fn new(group: u32, limits: Limits, seen: [u64; signals::SIGNALS]) -> Supervisor {
+    pub(crate) fn new(group: u32, limits: Limits, seen: [u64; signals::SIGNALS]) -> Supervisor {
         Supervisor {
             group: group as libc::pid_t,
             limits,
@@ -109,7 +109,7 @@ impl Supervisor {
     }
 
     /// Acts on new signals and passed deadlines.
-    pub fn check(&mut self) -> Verdict {
+    pub(crate) fn check(&mut self) -> Verdict {
         let now = signals::received();
         let mut verdict = Verdict::Continue;
         for (index, &count) in now.iter().enumerate() {
@@ -138,7 +138,7 @@ impl Supervisor {
 
     /// Waits until `socket` is readable, a signal arrives, or the next
     /// deadline passes (at most [`signals::POLL_CAP`]).
-    pub fn wait(&self, socket: RawFd) {
+    pub(crate) fn wait(&self, socket: RawFd) {
         let mut fds = [
             libc::pollfd {
                 fd: socket,
@@ -171,7 +171,7 @@ impl Supervisor {
 
     /// Sends SIGKILL to the program's group now (the collector gives up:
     /// a failed write, a second signal, the end of the grace period).
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if !self.killed {
             self.killed = true;
             // SAFETY: a signal to the program's process group.

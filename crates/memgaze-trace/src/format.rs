@@ -1560,7 +1560,7 @@ mod tests {
 
     /// The line a person reads (after `error: <file>: `).
     fn message_of(bytes: &[u8]) -> String {
-        memgaze_error::one_line(&anyhow::Error::new(error_of(bytes)))
+        memgaze_error::one_line_of(&error_of(bytes))
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! Nothing is moved, so every address and offset of the original stays
 //! valid; section headers are left as they were.
 
-use anyhow::{Context, Result, bail};
+use crate::error::ElfError;
 use goblin::elf::header::{
     EI_CLASS, EI_DATA, ELFCLASS64, ELFDATA2LSB, ELFMAG, EM_X86_64, ET_DYN, ET_EXEC,
 };
@@ -69,62 +69,56 @@ impl ElfEditor {
     /// Fails with a message fit for users on anything this rewriter does not
     /// handle: not x86-64 ELF, statically linked, already instrumented, no
     /// spare program header, no writable segment at the end.
-    pub fn new(bytes: Vec<u8>, state_bytes: u64) -> Result<ElfEditor> {
+    pub fn new(bytes: Vec<u8>, state_bytes: u64) -> Result<ElfEditor, ElfError> {
         // The identification bytes are checked before goblin reads the
         // header, so that the message names what is wrong: goblin's 64-bit
         // reader would read a 32-bit header as a 64-bit one, and a
         // big-endian one without complaint.
         if bytes.len() < SIZEOF_EHDR || &bytes[..ELFMAG.len()] != ELFMAG {
-            bail!("not an ELF file");
+            return Err(ElfError::NotElf);
         }
         if bytes[EI_CLASS] != ELFCLASS64 || bytes[EI_DATA] != ELFDATA2LSB {
-            bail!("not a 64-bit little-endian ELF file");
+            return Err(ElfError::NotElf64LittleEndian);
         }
-        let header: Header = bytes.pread_with(0, LE).context("unreadable ELF header")?;
+        let header: Header = bytes.pread_with(0, LE).map_err(ElfError::Header)?;
         if header.e_machine != EM_X86_64 {
-            bail!("not an x86-64 executable (e_machine {})", header.e_machine);
+            return Err(ElfError::NotX86_64(header.e_machine));
         }
         let e_type = header.e_type;
         if e_type != ET_EXEC && e_type != ET_DYN {
-            bail!("not an executable (ELF type {e_type})");
+            return Err(ElfError::NotExecutable(e_type));
         }
         let headers = read_program_headers(&bytes, &header)?;
         let phnum = headers.len();
         if !headers.iter().any(|h| h.p_type == PT_INTERP) {
             if e_type == ET_DYN && !headers.iter().any(|h| h.p_type == PT_DYNAMIC) {
-                bail!(
-                    "statically linked (static-pie) executable: only dynamically linked programs can be instrumented"
-                );
+                return Err(ElfError::StaticPie);
             }
             if e_type == ET_DYN {
-                bail!(
-                    "shared library or dynamic loader (no program interpreter): only executables can be instrumented"
-                );
+                return Err(ElfError::SharedLibrary);
             }
-            bail!(
-                "statically linked executable: only dynamically linked programs can be instrumented"
-            );
+            return Err(ElfError::StaticallyLinked);
         }
         for h in headers.iter().filter(|h| h.p_type == PT_LOAD) {
             let start = h.p_offset as usize;
             if h.p_filesz >= SIGNATURE.len() as u64
                 && bytes.get(start..start + SIGNATURE.len()) == Some(&SIGNATURE[..])
             {
-                bail!("already instrumented by cargo memgaze (instrument the original binary)");
+                return Err(ElfError::AlreadyInstrumented);
             }
         }
         let loads: Vec<usize> = (0..phnum)
             .filter(|&i| headers[i].p_type == PT_LOAD)
             .collect();
         let Some(&last_load) = loads.last() else {
-            bail!("no loadable segment");
+            return Err(ElfError::NoLoadableSegment);
         };
         // The writable segment with the highest address gets the state.
         let rw_index = *loads
             .iter()
             .filter(|&&i| headers[i].p_flags & PF_W != 0)
             .max_by_key(|&&i| headers[i].p_vaddr)
-            .context("no writable segment to hold the recorder state")?;
+            .ok_or(ElfError::NoWritableSegment)?;
         let rw = headers[rw_index];
         let highest = loads
             .iter()
@@ -132,7 +126,7 @@ impl ElfEditor {
             .max()
             .unwrap();
         if rw.p_vaddr + rw.p_memsz != highest {
-            bail!("the writable segment is not the last one in memory: unsupported layout");
+            return Err(ElfError::WritableSegmentNotLast);
         }
         let property = headers
             .iter()
@@ -146,7 +140,7 @@ impl ElfEditor {
             .copied()
             .find(|&i| property.is_none_or(|p| p.p_offset != headers[i].p_offset))
             .or_else(|| notes.first().copied())
-            .context("no PT_NOTE program header to turn into the new code segment")?;
+            .ok_or(ElfError::NoNoteHeader)?;
         let _ = last_load;
 
         let state_va = align_up(rw.p_vaddr + rw.p_memsz, 64);
@@ -207,10 +201,10 @@ impl ElfEditor {
     }
 
     /// Overwrites original bytes at `vaddr` (an entry patch).
-    pub fn patch(&mut self, vaddr: u64, data: &[u8]) -> Result<()> {
+    pub fn patch(&mut self, vaddr: u64, data: &[u8]) -> Result<(), ElfError> {
         let at = self
             .offset_of(vaddr, data.len() as u64)
-            .with_context(|| format!("patch at {vaddr:#x} is outside the file's segments"))?;
+            .ok_or(ElfError::PatchOutsideFile { vaddr })?;
         self.bytes[at..at + data.len()].copy_from_slice(data);
         Ok(())
     }
@@ -225,7 +219,7 @@ impl ElfEditor {
         entry: Option<u64>,
         fini: Option<u64>,
         eh_frame_hdr: Option<(u64, u64)>,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<Vec<u8>, ElfError> {
         assert!(segment.starts_with(SIGNATURE));
         if let Some(entry) = entry {
             let header = Header {
@@ -235,9 +229,7 @@ impl ElfEditor {
             self.bytes.pwrite_with(header, 0, LE)?;
         }
         if let Some(fini) = fini {
-            let (at, _) = self
-                .fini_slot
-                .context("no DT_FINI entry or spare .dynamic slot for the exit hook")?;
+            let (at, _) = self.fini_slot.ok_or(ElfError::NoExitHook)?;
             // Either the existing DT_FINI gets a new value or a spare
             // DT_NULL becomes DT_FINI: the same entry is written in both.
             let entry = Dyn {
@@ -290,12 +282,12 @@ impl ElfEditor {
 }
 
 /// Reads the program header table, checking that it lies inside the file.
-fn read_program_headers(bytes: &[u8], header: &Header) -> Result<Vec<ProgramHeader>> {
+fn read_program_headers(bytes: &[u8], header: &Header) -> Result<Vec<ProgramHeader>, ElfError> {
     let phoff = header.e_phoff as usize;
     let phentsize = usize::from(header.e_phentsize);
     let phnum = usize::from(header.e_phnum);
     if phentsize < SIZEOF_PHDR || phoff + phentsize * phnum > bytes.len() {
-        bail!("program header table lies outside the file");
+        return Err(ElfError::ProgramHeadersOutsideFile);
     }
     (0..phnum)
         .map(|i| Ok(bytes.pread_with(phoff + i * phentsize, LE)?))
@@ -304,14 +296,17 @@ fn read_program_headers(bytes: &[u8], header: &Header) -> Result<Vec<ProgramHead
 
 /// Finds `DT_FINI` in `.dynamic`, or a spare `DT_NULL` slot that can become
 /// one (`None` when neither exists).
-fn find_fini(bytes: &[u8], headers: &[ProgramHeader]) -> Result<Option<(usize, Option<u64>)>> {
+fn find_fini(
+    bytes: &[u8],
+    headers: &[ProgramHeader],
+) -> Result<Option<(usize, Option<u64>)>, ElfError> {
     let Some(dynamic) = headers.iter().find(|h| h.p_type == PT_DYNAMIC) else {
         return Ok(None);
     };
     let start = dynamic.p_offset as usize;
     let end = start + dynamic.p_filesz as usize;
     if end > bytes.len() {
-        bail!(".dynamic lies outside the file");
+        return Err(ElfError::DynamicOutsideFile);
     }
     let mut first_null = None;
     for at in (start..end + 1 - SIZEOF_DYN).step_by(SIZEOF_DYN) {

@@ -32,8 +32,7 @@ pub use report::{Escape, Report};
 
 use crate::annotation::{Annotation, InstrumentationMode};
 use crate::binary::{Binary, Function, FunctionCode, IndirectJumpKind};
-use crate::error::{AnnotationError, InstrumentError};
-use anyhow::{Context, Result, anyhow};
+use crate::error::{AnnotationError, InstrumentError, RewriteError};
 use elf::{ElfEditor, SIGNATURE, align_up};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic, Register};
 use liveness::RegSet;
@@ -173,9 +172,9 @@ pub fn instrument(
 /// taken out of `codes`.
 ///
 /// Phases, with plain data between them: select and plan the functions
-/// ([`Selection`], [`Planned`]), generate the runtime and encode the copies
+/// (`Selection`, `Planned`), generate the runtime and encode the copies
 /// ([`relocate::Copies`]), translate their unwind information
-/// ([`UnwindTail`]), patch the original, lay the segment out, and update
+/// (`UnwindTail`), patch the original, lay the segment out, and update
 /// the annotation and the report.
 pub fn instrument_with_code(
     binary: &Binary,
@@ -192,11 +191,8 @@ pub fn instrument_with_code(
         clock = std::time::Instant::now();
     };
     // Everything the editor rejects is a refusal of the file's layout.
-    let mut editor = ElfEditor::new(binary.data().to_vec(), runtime::STATE_BYTES).map_err(|e| {
-        InstrumentError::Refused {
-            reason: format!("{e:#}"),
-        }
-    })?;
+    let mut editor = ElfEditor::new(binary.data().to_vec(), runtime::STATE_BYTES)
+        .map_err(InstrumentError::Refused)?;
     let mut report = Report {
         functions_selected: annotation.functions.len(),
         ..Report::default()
@@ -309,7 +305,9 @@ pub fn instrument_with_code(
         Some(rt) => (Some(rt.entry), Some(rt.fini)),
         None => (None, None),
     };
-    let executable = editor.finish(&segment, entry, fini, tail.eh_frame_hdr)?;
+    let executable = editor
+        .finish(&segment, entry, fini, tail.eh_frame_hdr)
+        .map_err(RewriteError::from)?;
     lap(&mut report, "patches, report, ELF");
     Ok(Instrumented {
         executable,
@@ -639,7 +637,7 @@ fn generate_runtime(
     hooks: &[(usize, Hook)],
     soft: bool,
     report: &mut Report,
-) -> Result<Option<runtime::Runtime>> {
+) -> Result<Option<runtime::Runtime>, RewriteError> {
     let has_regions = soft
         && !hooks.is_empty()
         && hooks
@@ -655,7 +653,7 @@ fn generate_runtime(
                 original_fini: editor.fini(),
                 has_regions,
             })
-            .map_err(|e| anyhow!("assembling the recorder runtime: {e}"))?,
+            .map_err(RewriteError::Runtime)?,
         )
     } else {
         None
@@ -680,7 +678,7 @@ fn append_process_end_stubs(
     runtime_va: u64,
     rt: &mut runtime::Runtime,
     report: &mut Report,
-) -> Result<process_end::ProcessEndStubs> {
+) -> Result<process_end::ProcessEndStubs, RewriteError> {
     let imports = crate::binary::imports::plt_imports(binary);
     let stubs_va = align_up(runtime_va + rt.code.len() as u64, 16);
     let stubs = process_end::assemble(&imports, stubs_va, rt)?;
@@ -712,7 +710,7 @@ fn encode_copies(
     entries: &relocate::Entries,
     loads_of: &HashMap<u32, Vec<usize>>,
     mut skipped: Skipped<'_>,
-) -> Result<relocate::Copies> {
+) -> Result<relocate::Copies, RewriteError> {
     loop {
         let copy_plans: Vec<CopyPlan<'_>> = plans
             .iter()
@@ -737,7 +735,7 @@ fn encode_copies(
                     .map(|(i, _)| i)
                     .collect();
                 if bad.is_empty() {
-                    return Err(combined);
+                    return Err(combined.into());
                 }
                 drop(copy_plans);
                 for &i in bad.iter().rev() {
@@ -777,7 +775,7 @@ fn build_unwind_tail(
     pie: bool,
     tail_va: u64,
     report: &mut Report,
-) -> Result<UnwindTail> {
+) -> Result<UnwindTail, RewriteError> {
     let mut tail: Vec<u8> = Vec::new(); // LSDAs, FDEs, header after the copies
     let mut new_fdes: Vec<(u64, u64)> = Vec::new();
     let read = |addr: u64, len: usize| original.read(addr, len);
@@ -799,7 +797,10 @@ fn build_unwind_tail(
                             &mapper,
                             at,
                         )
-                        .with_context(|| format!("LSDA of {}", f.name))?;
+                        .map_err(|source| RewriteError::Lsda {
+                            function: f.name.clone(),
+                            source,
+                        })?;
                         tail.extend_from_slice(&new.bytes);
                         report.lsdas += 1;
                         Some(at)
@@ -810,12 +811,19 @@ fn build_unwind_tail(
                     tail.push(0);
                 }
                 let cfi = unwind::translate_cfi(&fde.instructions, cie, fde.pc_begin, &mapper)
-                    .with_context(|| format!("CFI of {}", f.name))?;
+                    .map_err(|source| RewriteError::Cfi {
+                        function: f.name.clone(),
+                        source,
+                    })?;
                 let begin = map.map(fde.pc_begin).expect("checked");
                 let end = map.map(fde.pc_end).expect("checked");
                 let at = tail_va + tail.len() as u64;
-                let bytes = unwind::build_fde(cie, at, begin, end - begin, lsda_va, &cfi)
-                    .with_context(|| format!("FDE of {}", f.name))?;
+                let bytes = unwind::build_fde(cie, at, begin, end - begin, lsda_va, &cfi).map_err(
+                    |source| RewriteError::Fde {
+                        function: f.name.clone(),
+                        source,
+                    },
+                )?;
                 tail.extend_from_slice(&bytes);
                 new_fdes.push((begin, at));
                 report.fdes += 1;
@@ -855,7 +863,7 @@ fn patch_original(
     copies: &relocate::Copies,
     original: &OriginalUnwind<'_>,
     report: &mut Report,
-) -> Result<BTreeSet<u64>> {
+) -> Result<BTreeSet<u64>, RewriteError> {
     let mut patched: BTreeSet<u64> = BTreeSet::new();
     for (plan, map) in plans.iter().zip(&copies.maps) {
         let f = &binary.functions()[plan.function];
@@ -1306,12 +1314,12 @@ fn choose_fast_path(live: RegSet) -> FastPath {
     FastPath::Stack
 }
 
-fn write_jump(editor: &mut ElfEditor, from: u64, to: u64) -> Result<()> {
+fn write_jump(editor: &mut ElfEditor, from: u64, to: u64) -> Result<(), RewriteError> {
     let rel = i32::try_from(to as i64 - (from as i64 + PATCH as i64))
-        .map_err(|_| anyhow!("copy at {to:#x} is out of reach of {from:#x}"))?;
+        .map_err(|_| RewriteError::CopyOutOfReach { from, to })?;
     let mut patch = [0xe9, 0, 0, 0, 0];
     patch[1..].copy_from_slice(&rel.to_le_bytes());
-    editor.patch(from, &patch)
+    Ok(editor.patch(from, &patch)?)
 }
 
 /// Addresses where execution may enter the original body of a function:

@@ -17,7 +17,7 @@
 use super::elf::ElfEditor;
 use super::runtime::Runtime;
 use crate::binary::imports::PltImport;
-use anyhow::{Result, anyhow};
+use crate::error::RewriteError;
 use iced_x86::{Code, Encoder, Instruction, MemoryOperand, Register};
 
 /// Imports after which the process is gone without `DT_FINI`.
@@ -52,7 +52,11 @@ pub struct ProcessEndStubs {
 }
 
 /// Stubs at `va` for the exit-like and exec-like ones of `imports`.
-pub fn assemble(imports: &[PltImport], va: u64, rt: &Runtime) -> Result<ProcessEndStubs> {
+pub fn assemble(
+    imports: &[PltImport],
+    va: u64,
+    rt: &Runtime,
+) -> Result<ProcessEndStubs, RewriteError> {
     let mut stubs = ProcessEndStubs::default();
     for import in imports {
         let name = import.name.as_str();
@@ -74,17 +78,21 @@ pub fn assemble(imports: &[PltImport], va: u64, rt: &Runtime) -> Result<ProcessE
                 rt.exec_flush
             };
             vec![
-                Instruction::with_branch(Code::Call_rel32_64, hook)?,
-                through_got(Code::Jmp_rm64)?,
+                Instruction::with_branch(Code::Call_rel32_64, hook)
+                    .map_err(RewriteError::Runtime)?,
+                through_got(Code::Jmp_rm64).map_err(RewriteError::Runtime)?,
             ]
         } else if FORK_IMPORTS.contains(&name) {
             // A frame of its own (fork takes no stack arguments), kept
             // 16-byte aligned for the call.
             vec![
-                Instruction::with2(Code::Sub_rm64_imm8, Register::RSP, 8)?,
-                through_got(Code::Call_rm64)?,
-                Instruction::with_branch(Code::Call_rel32_64, rt.after_fork)?,
-                Instruction::with2(Code::Add_rm64_imm8, Register::RSP, 8)?,
+                Instruction::with2(Code::Sub_rm64_imm8, Register::RSP, 8)
+                    .map_err(RewriteError::Runtime)?,
+                through_got(Code::Call_rm64).map_err(RewriteError::Runtime)?,
+                Instruction::with_branch(Code::Call_rel32_64, rt.after_fork)
+                    .map_err(RewriteError::Runtime)?,
+                Instruction::with2(Code::Add_rm64_imm8, Register::RSP, 8)
+                    .map_err(RewriteError::Runtime)?,
                 Instruction::with(Code::Retnq),
             ]
         } else {
@@ -93,13 +101,11 @@ pub fn assemble(imports: &[PltImport], va: u64, rt: &Runtime) -> Result<ProcessE
         let mut encoder = Encoder::new(64);
         let mut ip = at;
         for insn in &code {
-            ip += encoder.encode(insn, ip)? as u64;
+            ip += encoder.encode(insn, ip).map_err(RewriteError::Runtime)? as u64;
         }
         let mut bytes = encoder.take_buffer();
         if bytes.len() as u64 > STUB_BYTES {
-            return Err(anyhow!(
-                "a process-end stub does not fit {STUB_BYTES} bytes"
-            ));
+            return Err(RewriteError::ProcessEndStubTooLarge { bytes: STUB_BYTES });
         }
         bytes.resize(STUB_BYTES as usize, 0xcc);
         stubs.code.extend_from_slice(&bytes);
@@ -111,10 +117,10 @@ pub fn assemble(imports: &[PltImport], va: u64, rt: &Runtime) -> Result<ProcessE
 
 /// Replaces each PLT jump with a `jmp rel32` to its stub (the rest of the
 /// instruction becomes `nop`s, never reached).
-pub fn patch(editor: &mut ElfEditor, stubs: &ProcessEndStubs) -> Result<()> {
+pub fn patch(editor: &mut ElfEditor, stubs: &ProcessEndStubs) -> Result<(), RewriteError> {
     for &(jump, len, stub) in &stubs.patches {
         let rel = i32::try_from(stub as i64 - (jump as i64 + 5))
-            .map_err(|_| anyhow!("process-end stub out of rel32 range of {jump:#x}"))?;
+            .map_err(|_| RewriteError::ProcessEndStubOutOfReach { jump })?;
         let mut bytes = vec![0x90; len];
         bytes[0] = 0xe9;
         bytes[1..5].copy_from_slice(&rel.to_le_bytes());

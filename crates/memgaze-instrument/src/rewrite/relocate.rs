@@ -11,13 +11,13 @@
 //!
 //! RIP-relative *memory operands* are not branches: a `lea` of a function's
 //! address or a load of data that sits between functions must keep meaning
-//! the original address, so [`emit`] re-encodes them with their
+//! the original address, so `emit` re-encodes them with their
 //! absolute target, never resolved to a copy.
 
 use super::probe::{self, FastPath, SpatialProbe};
 use crate::annotation::{PtwriteOperand, PtwriteSite};
 use crate::binary::FunctionCode;
-use anyhow::{Result, anyhow, bail};
+use crate::error::RelocateError;
 use iced_x86::{Code, Encoder, FlowControl, IcedError, Instruction, Mnemonic, OpKind, Register};
 use std::collections::HashMap;
 
@@ -138,7 +138,11 @@ const FAKE_RUN_BITS: u32 = 36;
 /// measured on all cores, laid out one after the other, and emitted on all
 /// cores again once every label's address is known. The result is the same
 /// bytes a single pass would produce.
-pub fn encode(plans: &[CopyPlan<'_>], base: u64, entries: &Entries) -> Result<Copies> {
+pub fn encode(
+    plans: &[CopyPlan<'_>],
+    base: u64,
+    entries: &Entries,
+) -> Result<Copies, RelocateError> {
     encode_in_runs(plans, &balanced_runs(plans), base, entries)
 }
 
@@ -148,14 +152,14 @@ fn encode_in_runs(
     runs: &[std::ops::Range<usize>],
     base: u64,
     entries: &Entries,
-) -> Result<Copies> {
+) -> Result<Copies, RelocateError> {
     use rayon::prelude::*;
 
     let mut parts: Vec<Part> = runs
         .par_iter()
         .enumerate()
         .map(|(k, run)| build_part(&plans[run.clone()], k, base, entries))
-        .collect::<Result<_>>()?;
+        .collect::<Result<_, _>>()?;
 
     // Lay the runs out back to back (padding depends on where each lands)
     // and gather every label.
@@ -174,7 +178,7 @@ fn encode_in_runs(
     // Each run's labels are sorted: the stable sort merges the runs.
     labels.sort_by_key(|&(ip, _)| ip);
     if let Some(w) = labels.windows(2).find(|w| w[0].0 == w[1].0) {
-        bail!("two instructions claim address {:#x}", w[0].0);
+        return Err(RelocateError::DuplicateAddress(w[0].0));
     }
     let resolve = |target: u64| -> u64 {
         match labels.binary_search_by_key(&target, |&(ip, _)| ip) {
@@ -187,7 +191,7 @@ fn encode_in_runs(
         .par_iter()
         .zip(&starts)
         .map(|(part, &start)| emit(part, base + start, &resolve))
-        .collect::<Result<_>>()?;
+        .collect::<Result<_, _>>()?;
     let mut code = Vec::with_capacity(total as usize);
     for piece in &pieces {
         code.extend_from_slice(piece);
@@ -285,7 +289,12 @@ struct Part {
 
 /// Builds the instructions of run number `run` and measures them. Each run
 /// draws its fake labels from a range of its own.
-fn build_part(plans: &[CopyPlan<'_>], run: usize, base: u64, entries: &Entries) -> Result<Part> {
+fn build_part(
+    plans: &[CopyPlan<'_>],
+    run: usize,
+    base: u64,
+    entries: &Entries,
+) -> Result<Part, RelocateError> {
     // Each probe adds a handful of instructions in line and in its stub;
     // reserving once saves the copies (and page faults) of doubling.
     let estimate: usize = plans
@@ -559,7 +568,7 @@ struct Layout {
 /// operands, see [`emit`]): iced's `BlockEncoder`, which encodes each
 /// instruction several times while it shrinks branches, was most of the
 /// rewriter's time.
-fn measure(all: &[Instruction], base: u64) -> Result<Layout> {
+fn measure(all: &[Instruction], base: u64) -> Result<Layout, RelocateError> {
     let mut encoder = Encoder::new(64);
     let mut pool: Vec<u8> = Vec::with_capacity(all.len() * 5);
     let mut pieces = Vec::with_capacity(all.len());
@@ -670,7 +679,11 @@ fn labels_of(part: &Part) -> Vec<(u64, u64)> {
 /// Encodes a measured run at `start`: branch targets that are labels
 /// (`resolve`) go to their new address, every other target and every
 /// RIP-relative operand keeps its absolute address.
-fn emit(part: &Part, start: u64, resolve: &(dyn Fn(u64) -> u64 + Sync)) -> Result<Vec<u8>> {
+fn emit(
+    part: &Part,
+    start: u64,
+    resolve: &(dyn Fn(u64) -> u64 + Sync),
+) -> Result<Vec<u8>, RelocateError> {
     let mut encoder = Encoder::new(64);
     let mut code = Vec::with_capacity(part.len as usize);
     for (n, (insn, piece)) in part.all.iter().zip(&part.pieces).enumerate() {
@@ -699,14 +712,14 @@ fn emit(part: &Part, start: u64, resolve: &(dyn Fn(u64) -> u64 + Sync)) -> Resul
                 code.extend_from_slice(&[0xeb, 0x05]); // jmp short past the jmp rel32
                 let target = resolve(insn.near_branch_target());
                 let rel = i32::try_from(target as i64 - (over + 5) as i64)
-                    .map_err(|_| anyhow!("branch target {target:#x} out of reach"))?;
+                    .map_err(|_| RelocateError::OutOfReach { target })?;
                 code.push(0xe9);
                 code.extend_from_slice(&rel.to_le_bytes());
             }
             Piece::RipRelative(size) => {
                 let written = encoder.encode(insn, here).map_err(|e| fail(insn, e))?;
                 if written != size as usize {
-                    bail!("RIP-relative {:?} changed size", insn.code());
+                    return Err(RelocateError::RipRelativeSize(insn.code()));
                 }
                 drain_into(&mut encoder, &mut code);
             }
@@ -717,12 +730,12 @@ fn emit(part: &Part, start: u64, resolve: &(dyn Fn(u64) -> u64 + Sync)) -> Resul
 }
 
 /// The error for an instruction the encoder refuses.
-fn fail(insn: &Instruction, e: IcedError) -> anyhow::Error {
-    anyhow!(
-        "cannot encode {:?} (from {:#x}): {e}",
-        insn.code(),
-        insn.ip()
-    )
+fn fail(insn: &Instruction, error: IcedError) -> RelocateError {
+    RelocateError::Encode {
+        code: insn.code(),
+        ip: insn.ip(),
+        error,
+    }
 }
 
 /// Moves the encoder's output to `out`, keeping its buffer's allocation.

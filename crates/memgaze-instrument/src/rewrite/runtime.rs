@@ -11,7 +11,7 @@
 //!   countdowns make the fast path exact under threads without atomics.
 //!   The entry hook checks both words are zero in the main thread and
 //!   disables recording otherwise (a libc that uses them).
-//! - **Config** ([`cfg`]) in the executable's bss (grown by the rewriter):
+//! - **Config** ([`cfg`](mod@cfg)) in the executable's bss (grown by the rewriter):
 //!   descriptor, sampling parameters, the region switch. Inherited by forks.
 //! - **Process block** ([`process`]) and **slots** ([`slot`]): anonymous
 //!   mappings marked `MADV_WIPEONFORK`, so a forked child sees them zeroed

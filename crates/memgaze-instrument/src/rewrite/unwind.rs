@@ -17,7 +17,7 @@
 //! CFI instead of copying it. The pieces gimli does expose are used: its
 //! `DW_CFA_*`/`DW_EH_PE_*` constants and its LEB128 reader and writer.
 
-use anyhow::{Result, bail};
+use crate::error::UnwindError;
 use gimli::leb128::write::Leb128;
 use gimli::{DwCfa, DwEhPe, EndianSlice, LittleEndian, constants as dw};
 use std::collections::BTreeSet;
@@ -84,9 +84,9 @@ impl<'a> Cursor<'a> {
     fn addr(&self) -> u64 {
         self.base + self.pos as u64
     }
-    fn bytes(&mut self, n: usize) -> Result<&'a [u8]> {
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8], UnwindError> {
         let Some(out) = self.data.get(self.pos..self.pos + n) else {
-            bail!("unwind data ends early at {:#x}", self.addr());
+            return Err(UnwindError::EndsEarly { at: self.addr() });
         };
         self.pos += n;
         Ok(out)
@@ -95,7 +95,7 @@ impl<'a> Cursor<'a> {
     fn leb<T>(
         &mut self,
         read: impl FnOnce(&mut EndianSlice<'a, LittleEndian>) -> gimli::Result<T>,
-    ) -> Result<T> {
+    ) -> Result<T, UnwindError> {
         let at = self.addr();
         let rest = self.data.get(self.pos..).unwrap_or_default();
         let mut reader = EndianSlice::new(rest, LittleEndian);
@@ -106,39 +106,38 @@ impl<'a> Cursor<'a> {
             }
             // Same message (and address: the first byte that is missing)
             // as every other read past the end.
-            Err(gimli::Error::UnexpectedEof(_)) => bail!(
-                "unwind data ends early at {:#x}",
-                self.base + self.pos.max(self.data.len()) as u64
-            ),
-            Err(err) => bail!("malformed LEB128 at {at:#x}: {err}"),
+            Err(gimli::Error::UnexpectedEof(_)) => Err(UnwindError::EndsEarly {
+                at: self.base + self.pos.max(self.data.len()) as u64,
+            }),
+            Err(error) => Err(UnwindError::MalformedLeb128 { at, error }),
         }
     }
-    fn u8(&mut self) -> Result<u8> {
+    fn u8(&mut self) -> Result<u8, UnwindError> {
         Ok(self.bytes(1)?[0])
     }
-    fn u16(&mut self) -> Result<u16> {
+    fn u16(&mut self) -> Result<u16, UnwindError> {
         Ok(u16::from_le_bytes(self.bytes(2)?.try_into().unwrap()))
     }
-    fn u32(&mut self) -> Result<u32> {
+    fn u32(&mut self) -> Result<u32, UnwindError> {
         Ok(u32::from_le_bytes(self.bytes(4)?.try_into().unwrap()))
     }
-    fn u64(&mut self) -> Result<u64> {
+    fn u64(&mut self) -> Result<u64, UnwindError> {
         Ok(u64::from_le_bytes(self.bytes(8)?.try_into().unwrap()))
     }
-    fn uleb(&mut self) -> Result<u64> {
+    fn uleb(&mut self) -> Result<u64, UnwindError> {
         self.leb(gimli::leb128::read::unsigned)
     }
-    fn sleb(&mut self) -> Result<i64> {
+    fn sleb(&mut self) -> Result<i64, UnwindError> {
         self.leb(gimli::leb128::read::signed)
     }
-    fn cstr(&mut self) -> Result<&'a [u8]> {
+    fn cstr(&mut self) -> Result<&'a [u8], UnwindError> {
         let start = self.pos;
         while self.u8()? != 0 {}
         Ok(&self.data[start..self.pos - 1])
     }
     /// Reads a pointer with a `DW_EH_PE_*` encoding (absolute and PC-relative
     /// applications only).
-    fn pointer(&mut self, encoding: DwEhPe) -> Result<u64> {
+    fn pointer(&mut self, encoding: DwEhPe) -> Result<u64, UnwindError> {
         let at = self.addr();
         let raw = match encoding.format() {
             dw::DW_EH_PE_absptr | dw::DW_EH_PE_udata8 | dw::DW_EH_PE_sdata8 => self.u64()?,
@@ -148,12 +147,12 @@ impl<'a> Cursor<'a> {
             dw::DW_EH_PE_sleb128 => self.sleb()? as u64,
             dw::DW_EH_PE_sdata2 => self.u16()? as i16 as i64 as u64,
             dw::DW_EH_PE_sdata4 => self.u32()? as i32 as i64 as u64,
-            other => bail!("unsupported pointer format {:#x}", other.0),
+            other => return Err(UnwindError::PointerFormat(other.0)),
         };
         match encoding.application() {
             dw::DW_EH_PE_absptr => Ok(raw),
             dw::DW_EH_PE_pcrel => Ok(at.wrapping_add(raw)),
-            other => bail!("unsupported pointer application {:#x}", other.0),
+            other => Err(UnwindError::PointerApplication(other.0)),
         }
     }
 }
@@ -172,11 +171,16 @@ fn direct(encoding: DwEhPe) -> DwEhPe {
 
 /// Appends `value` encoded with `encoding`, the encoded field starting at
 /// address `at`.
-fn write_pointer(out: &mut Vec<u8>, encoding: DwEhPe, value: u64, at: u64) -> Result<()> {
+fn write_pointer(
+    out: &mut Vec<u8>,
+    encoding: DwEhPe,
+    value: u64,
+    at: u64,
+) -> Result<(), UnwindError> {
     let raw = match encoding.application() {
         dw::DW_EH_PE_absptr => value,
         dw::DW_EH_PE_pcrel => value.wrapping_sub(at),
-        other => bail!("unsupported pointer application {:#x}", other.0),
+        other => return Err(UnwindError::PointerApplication(other.0)),
     };
     match encoding.format() {
         dw::DW_EH_PE_absptr | dw::DW_EH_PE_udata8 | dw::DW_EH_PE_sdata8 => {
@@ -184,14 +188,14 @@ fn write_pointer(out: &mut Vec<u8>, encoding: DwEhPe, value: u64, at: u64) -> Re
         }
         dw::DW_EH_PE_udata4 => out.extend_from_slice(&u32::try_from(raw)?.to_le_bytes()),
         dw::DW_EH_PE_sdata4 => out.extend_from_slice(&i32::try_from(raw as i64)?.to_le_bytes()),
-        other => bail!("unsupported pointer format {:#x} for a new FDE", other.0),
+        other => return Err(UnwindError::NewFdePointerFormat(other.0)),
     }
     Ok(())
 }
 
 impl EhFrame {
     /// Parses `.eh_frame` contents `data` loaded at `addr`.
-    pub fn parse(data: &[u8], addr: u64) -> Result<EhFrame> {
+    pub fn parse(data: &[u8], addr: u64) -> Result<EhFrame, UnwindError> {
         let mut frame = EhFrame {
             addr,
             ..EhFrame::default()
@@ -210,10 +214,7 @@ impl EhFrame {
             let body = c.pos;
             let end = body + length as usize;
             if end > data.len() {
-                bail!(
-                    ".eh_frame entry at {:#x} runs past the section",
-                    addr + pos as u64
-                );
+                return Err(UnwindError::EntryPastSection(addr + pos as u64));
             }
             let id_addr = c.addr();
             let id = c.u32()?;
@@ -227,7 +228,7 @@ impl EhFrame {
             } else {
                 let cie_addr = id_addr - u64::from(id);
                 let Some(&cie_index) = cie_at.get(&cie_addr) else {
-                    bail!("FDE at {:#x} refers to an unknown CIE", addr + pos as u64);
+                    return Err(UnwindError::UnknownCie(addr + pos as u64));
                 };
                 let cie = &frame.cies[cie_index];
                 let mut f = Cursor::new(&data[..end], c.pos, addr);
@@ -279,7 +280,7 @@ impl EhFrame {
     }
 }
 
-fn parse_cie(c: &mut Cursor<'_>, addr: u64) -> Result<Cie> {
+fn parse_cie(c: &mut Cursor<'_>, addr: u64) -> Result<Cie, UnwindError> {
     let version = c.u8()?;
     let augmentation = c.cstr()?.to_vec();
     if augmentation.starts_with(b"eh") {
@@ -340,23 +341,23 @@ pub fn translate_cfi(
     cie: &Cie,
     pc_begin: u64,
     map: &dyn AddressMap,
-) -> Result<Vec<u8>> {
+) -> Result<Vec<u8>, UnwindError> {
     if cie.code_align != 1 {
-        bail!("code alignment factor {} is not 1", cie.code_align);
+        return Err(UnwindError::CodeAlignment(cie.code_align));
     }
     let new_begin = map
         .map(pc_begin)
-        .ok_or_else(|| anyhow::anyhow!("FDE start {pc_begin:#x} is not mapped"))?;
+        .ok_or(UnwindError::FdeStartNotMapped(pc_begin))?;
     let mut out = Vec::with_capacity(instructions.len() + 16);
     let mut c = Cursor::new(instructions, 0, 0);
     let mut loc = pc_begin;
     let mut new_loc = new_begin;
-    let advance = |out: &mut Vec<u8>, loc: u64, new_loc: &mut u64| -> Result<()> {
+    let advance = |out: &mut Vec<u8>, loc: u64, new_loc: &mut u64| -> Result<(), UnwindError> {
         let Some(target) = map.map(loc) else {
-            bail!("CFI row at {loc:#x} is not on an instruction boundary of the copy");
+            return Err(UnwindError::CfiRowNotOnBoundary(loc));
         };
         if target < *new_loc {
-            bail!("CFI rows out of order at {loc:#x}");
+            return Err(UnwindError::CfiRowsOutOfOrder(loc));
         }
         // The shortest advance that fits, as the compiler chose for the
         // original.
@@ -448,7 +449,7 @@ pub fn translate_cfi(
                     let len = c.uleb()? as usize;
                     c.bytes(len)?;
                 }
-                other => bail!("unsupported CFI opcode {:#x}", other.0),
+                other => return Err(UnwindError::CfiOpcode(other.0)),
             },
         }
         out.extend_from_slice(&instructions[start..c.pos]);
@@ -475,14 +476,14 @@ pub fn translate_lsda(
     pie: bool,
     map: &dyn AddressMap,
     new_addr: u64,
-) -> Result<Lsda> {
+) -> Result<Lsda, UnwindError> {
     let Some(data) = read(lsda, (limit - lsda) as usize) else {
-        bail!("LSDA at {lsda:#x} is not file-backed");
+        return Err(UnwindError::LsdaNotFileBacked(lsda));
     };
     let mut c = Cursor::new(&data, 0, lsda);
     let lpstart_enc = DwEhPe(c.u8()?);
     if lpstart_enc != dw::DW_EH_PE_omit {
-        bail!("LSDA with an explicit landing-pad base");
+        return Err(UnwindError::LandingPadBase);
     }
     let ttype_enc = DwEhPe(c.u8()?);
     let ttype_base = if ttype_enc != dw::DW_EH_PE_omit {
@@ -497,7 +498,7 @@ pub fn translate_lsda(
     let cs_end = cs_start + cs_len;
     let new_start = map
         .map(func_start)
-        .ok_or_else(|| anyhow::anyhow!("function start not mapped"))?;
+        .ok_or(UnwindError::FunctionStartNotMapped)?;
     // The new call-site table.
     let mut sites = Vec::new();
     let mut actions = BTreeSet::new();
@@ -510,10 +511,10 @@ pub fn translate_lsda(
             map.map(func_start + start),
             map.map(func_start + start + len),
         ) else {
-            bail!(
-                "LSDA call site {:#x}+{len:#x} is not on instruction boundaries",
-                func_start + start
-            );
+            return Err(UnwindError::CallSiteNotOnBoundaries {
+                start: func_start + start,
+                len,
+            });
         };
         let new_pad = if pad == 0 {
             0
@@ -521,14 +522,11 @@ pub fn translate_lsda(
             match map.map(func_start + pad) {
                 Some(p) if p >= new_start => p - new_start,
                 // A landing pad at offset 0 would read as "none".
-                _ => bail!(
-                    "landing pad {:#x} is outside the function",
-                    func_start + pad
-                ),
+                _ => return Err(UnwindError::LandingPadOutside(func_start + pad)),
             }
         };
         if new_pad == 0 && pad != 0 {
-            bail!("landing pad at the function start");
+            return Err(UnwindError::LandingPadAtStart);
         }
         write_uleb(&mut sites, a - new_start);
         write_uleb(&mut sites, b - a);
@@ -568,7 +566,7 @@ pub fn translate_lsda(
         dw::DW_EH_PE_udata2 | dw::DW_EH_PE_sdata2 => 2,
         dw::DW_EH_PE_udata4 | dw::DW_EH_PE_sdata4 => 4,
         _ if ttype_base.is_none() => 0,
-        other => bail!("unsupported type table format {:#x}", other.0),
+        other => return Err(UnwindError::TypeTableFormat(other.0)),
     };
     if let Some(base) = ttype_base {
         tail_end = tail_end.max(base as usize);
@@ -584,13 +582,13 @@ pub fn translate_lsda(
             tail_end = tail_end.max(s.pos);
         }
         if (base as usize) < cs_end || (max_type * type_size) > base {
-            bail!("malformed LSDA type table");
+            return Err(UnwindError::MalformedTypeTable);
         }
     } else if max_type > 0 || !spec_offsets.is_empty() {
-        bail!("LSDA actions refer to a missing type table");
+        return Err(UnwindError::MissingTypeTable);
     }
     if tail_end > data.len() {
-        bail!("LSDA at {lsda:#x} runs past its section");
+        return Err(UnwindError::LsdaPastSection(lsda));
     }
 
     // Assemble: header, call sites, verbatim action/type tables. Every
@@ -630,7 +628,7 @@ pub fn translate_lsda(
                     out[new_pos..new_pos + enc.len()].copy_from_slice(&enc);
                 }
                 dw::DW_EH_PE_absptr if pie && value != 0 => {
-                    bail!("LSDA type entry needs a dynamic relocation")
+                    return Err(UnwindError::TypeEntryNeedsRelocation);
                 }
                 _ => {}
             }
@@ -646,13 +644,13 @@ pub fn landing_pads(
     lsda: u64,
     limit: u64,
     func_start: u64,
-) -> Result<Vec<u64>> {
+) -> Result<Vec<u64>, UnwindError> {
     let Some(data) = read(lsda, (limit.saturating_sub(lsda)).min(1 << 20) as usize) else {
-        bail!("LSDA at {lsda:#x} is not file-backed");
+        return Err(UnwindError::LsdaNotFileBacked(lsda));
     };
     let mut c = Cursor::new(&data, 0, lsda);
     if DwEhPe(c.u8()?) != dw::DW_EH_PE_omit {
-        bail!("LSDA with an explicit landing-pad base");
+        return Err(UnwindError::LandingPadBase);
     }
     if DwEhPe(c.u8()?) != dw::DW_EH_PE_omit {
         c.uleb()?;
@@ -680,7 +678,7 @@ pub fn build_fde(
     pc_len: u64,
     lsda: Option<u64>,
     instructions: &[u8],
-) -> Result<Vec<u8>> {
+) -> Result<Vec<u8>, UnwindError> {
     let mut out = vec![0u8; 4];
     let cie_pointer = (addr + 4) - cie.addr;
     out.extend_from_slice(&u32::try_from(cie_pointer)?.to_le_bytes());
@@ -697,10 +695,10 @@ pub fn build_fde(
                 out.extend_from_slice(&aug);
             }
             (_, None) => write_uleb(&mut out, 0),
-            (None, Some(_)) => bail!("LSDA without an LSDA encoding in the CIE"),
+            (None, Some(_)) => return Err(UnwindError::NoLsdaEncoding),
         }
     } else if lsda.is_some() {
-        bail!("LSDA in a CIE without augmentation data");
+        return Err(UnwindError::NoAugmentationData);
     }
     out.extend_from_slice(instructions);
     while !out.len().is_multiple_of(8) {
@@ -713,7 +711,11 @@ pub fn build_fde(
 
 /// Builds an `.eh_frame_hdr` at `addr` for `entries` (`(pc_begin, fde
 /// address)`), pointing at the `.eh_frame` section at `eh_frame`.
-pub fn build_eh_frame_hdr(addr: u64, eh_frame: u64, entries: &mut [(u64, u64)]) -> Result<Vec<u8>> {
+pub fn build_eh_frame_hdr(
+    addr: u64,
+    eh_frame: u64,
+    entries: &mut [(u64, u64)],
+) -> Result<Vec<u8>, UnwindError> {
     entries.sort_unstable();
     // Version 1; `eh_frame_ptr` PC-relative, the count as a plain u32 and
     // the search table relative to the header itself, as ld writes it and

@@ -17,16 +17,16 @@
 //! sample. Full mode maps it writable and drains it (`aux_head`/`aux_tail`).
 //!
 //! Nothing here can run on a machine without Intel PT; the record handling
-//! ([`Accumulator`]), the ring logic ([`super::ring`]) and the process
-//! handshake ([`spawn_stopped`]) are tested without it.
+//! (`Accumulator`), the ring logic ([`super::ring`]) and the process
+//! handshake (`spawn_stopped`) are tested without it.
 
 use super::config::{self, INTEL_PT_PMU, PtOptions};
+use super::error::{Context, PtError, Result};
 use super::probe::{BufferPlan, explain_errno, page_size};
 use super::ring::{
     Losses, PerfRecord, RecordHeader, RecordReader, RingArea, RingPointers, drain_aux, parse_record,
 };
 use super::sysfs::{Pmu, SystemRoot, online_cpus};
-use anyhow::{Context, Result, anyhow, bail, ensure};
 use memgaze_trace::ProgramExit;
 use perf_event_open_sys::bindings as sys;
 use std::ffi::{CString, OsStr, OsString};
@@ -50,62 +50,62 @@ pub enum CollectMode {
 #[derive(Clone, Debug)]
 pub struct CollectOptions {
     /// Sampled or full.
-    pub mode: CollectMode,
+    pub(crate) mode: CollectMode,
     /// The `intel_pt` event's options.
-    pub pt: PtOptions,
+    pub(crate) pt: PtOptions,
     /// Ring, AUX and sample sizes.
-    pub buffers: BufferPlan,
+    pub(crate) buffers: BufferPlan,
     /// Where sysfs is read (the live system outside tests).
-    pub root: SystemRoot,
+    pub(crate) root: SystemRoot,
 }
 
 /// One AUX sample: the last bytes of one CPU's PT stream when the load
 /// counter overflowed.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AuxSample {
+pub(crate) struct AuxSample {
     /// CPU whose PT data it is.
-    pub cpu: u32,
+    pub(crate) cpu: u32,
     /// Process of the overflowing thread.
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// The overflowing thread.
-    pub tid: u32,
+    pub(crate) tid: u32,
     /// Perf timestamp.
-    pub time: u64,
+    pub(crate) time: u64,
     /// Raw PT bytes.
-    pub data: Vec<u8>,
+    pub(crate) data: Vec<u8>,
 }
 
 /// A file mapping reported by `PERF_RECORD_MMAP2`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Mapping {
+pub(crate) struct Mapping {
     /// Process.
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// Start address.
-    pub addr: u64,
+    pub(crate) addr: u64,
     /// Length in bytes.
-    pub len: u64,
+    pub(crate) len: u64,
     /// File offset mapped at `addr`.
-    pub pgoff: u64,
+    pub(crate) pgoff: u64,
     /// `PROT_*`.
-    pub prot: u32,
+    pub(crate) prot: u32,
     /// The file.
-    pub filename: String,
+    pub(crate) filename: String,
 }
 
 /// The loads the sampling event counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LoadCount {
+pub(crate) struct LoadCount {
     /// Raw count.
-    pub value: u64,
+    pub(crate) value: u64,
     /// Time the event was enabled (ns).
-    pub time_enabled: u64,
+    pub(crate) time_enabled: u64,
     /// Time it actually counted (less when the PMU was multiplexed).
-    pub time_running: u64,
+    pub(crate) time_running: u64,
 }
 
 impl LoadCount {
     /// The count scaled for multiplexing (`value × enabled / running`).
-    pub fn estimate(&self) -> u64 {
+    pub(crate) fn estimate(&self) -> u64 {
         if self.time_running == 0 || self.time_running >= self.time_enabled {
             self.value
         } else {
@@ -114,7 +114,7 @@ impl LoadCount {
     }
 
     /// Adds another CPU's count.
-    pub fn add(&mut self, other: LoadCount) {
+    pub(crate) fn add(&mut self, other: LoadCount) {
         self.value += other.value;
         self.time_enabled += other.time_enabled;
         self.time_running += other.time_running;
@@ -123,45 +123,45 @@ impl LoadCount {
 
 /// The whole PT stream of one CPU (full mode).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CpuStream {
+pub(crate) struct CpuStream {
     /// The CPU.
-    pub cpu: u32,
+    pub(crate) cpu: u32,
     /// Its PT bytes, in order; a gap (AUX truncation) shows as a resync.
-    pub data: Vec<u8>,
+    pub(crate) data: Vec<u8>,
 }
 
 /// What a collection produced.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Collection {
     /// AUX samples, in the order they were drained (per CPU in time order).
-    pub samples: Vec<AuxSample>,
+    pub(crate) samples: Vec<AuxSample>,
     /// Full mode: every CPU's PT stream.
-    pub streams: Vec<CpuStream>,
+    pub(crate) streams: Vec<CpuStream>,
     /// Mappings of every file the traced processes mapped.
-    pub mappings: Vec<Mapping>,
+    pub(crate) mappings: Vec<Mapping>,
     /// Loads counted by the sampling event (sampling mode).
-    pub loads: Option<LoadCount>,
+    pub(crate) loads: Option<LoadCount>,
     /// Everything the kernel reported lost.
-    pub losses: Losses,
+    pub(crate) losses: Losses,
     /// How the program ended.
-    pub exit: Option<ProgramExit>,
+    pub(crate) exit: Option<ProgramExit>,
     /// Process id of the traced program.
-    pub pid: u32,
+    pub(crate) pid: u32,
 }
 
 /// Turns ring records into a [`Collection`]: the part of the collector that
 /// needs no hardware (tested on simulated rings).
 #[derive(Debug, Default)]
-pub struct Accumulator {
+pub(crate) struct Accumulator {
     /// The collection so far.
-    pub collection: Collection,
+    pub(crate) collection: Collection,
     /// Records that did not parse (counted, never silently dropped).
-    pub malformed_records: u64,
+    pub(crate) malformed_records: u64,
 }
 
 impl Accumulator {
     /// Handles one record read from `cpu`'s ring.
-    pub fn on_record(&mut self, cpu: u32, header: RecordHeader, body: &[u8]) {
+    pub(crate) fn on_record(&mut self, cpu: u32, header: RecordHeader, body: &[u8]) {
         let record = match parse_record(header, body) {
             Ok(record) => record,
             Err(_) => {
@@ -198,7 +198,7 @@ impl Accumulator {
     }
 
     /// Appends AUX bytes drained from `cpu` (full mode).
-    pub fn on_aux(&mut self, cpu: u32, bytes: &[u8]) {
+    pub(crate) fn on_aux(&mut self, cpu: u32, bytes: &[u8]) {
         let streams = &mut self.collection.streams;
         match streams.iter_mut().find(|s| s.cpu == cpu) {
             Some(stream) => stream.data.extend_from_slice(bytes),
@@ -212,7 +212,7 @@ impl Accumulator {
 
 /// A forked child blocked before `execve` until [`StoppedChild::start`].
 #[derive(Debug)]
-pub struct StoppedChild {
+pub(crate) struct StoppedChild {
     pid: libc::pid_t,
     go: Option<OwnedFd>,
     exec_status: OwnedFd,
@@ -221,17 +221,18 @@ pub struct StoppedChild {
 
 /// A started child.
 #[derive(Debug)]
-pub struct RunningChild {
+pub(crate) struct RunningChild {
     pid: libc::pid_t,
     exit: Option<ProgramExit>,
 }
 
 fn cstring(s: &OsStr, what: &str) -> Result<CString> {
-    CString::new(s.as_bytes()).map_err(|_| anyhow!("{what} contains a NUL byte: {s:?}"))
+    CString::new(s.as_bytes())
+        .map_err(|_| PtError::Invalid(format!("{what} contains a NUL byte: {s:?}")))
 }
 
 /// Finds `program` on `PATH` when it has no slash (what `execvp` would run).
-pub fn resolve_program(program: &Path) -> Result<PathBuf> {
+pub(crate) fn resolve_program(program: &Path) -> Result<PathBuf> {
     if program.as_os_str().as_bytes().contains(&b'/') {
         return Ok(program.to_path_buf());
     }
@@ -239,7 +240,7 @@ pub fn resolve_program(program: &Path) -> Result<PathBuf> {
     std::env::split_paths(&path)
         .map(|dir| dir.join(program))
         .find(|candidate| candidate.is_file())
-        .with_context(|| format!("{}: not found on PATH", program.display()))
+        .ok_or_else(|| PtError::NotFound(format!("{}: not found on PATH", program.display())))
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd)> {
@@ -254,7 +255,7 @@ fn pipe() -> Result<(OwnedFd, OwnedFd)> {
 
 /// Forks `program args…` with `env` added to this process's environment;
 /// the child waits before `execve` until [`StoppedChild::start`].
-pub fn spawn_stopped(
+pub(crate) fn spawn_stopped(
     program: &Path,
     args: &[OsString],
     env: &[(OsString, OsString)],
@@ -347,12 +348,12 @@ pub fn spawn_stopped(
 
 impl StoppedChild {
     /// The child's process id (to bind perf events to).
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.pid as u32
     }
 
     /// Lets the child call `execve`; fails if the exec fails.
-    pub fn start(mut self) -> Result<RunningChild> {
+    pub(crate) fn start(mut self) -> Result<RunningChild> {
         let go = self.go.take().expect("started twice");
         let byte = [1u8];
         // SAFETY: writing one byte from a live buffer to our pipe end.
@@ -388,11 +389,11 @@ impl StoppedChild {
             // The child exits by itself after a failed exec.
             let errno = i32::from_ne_bytes(status);
             let _ = running.wait();
-            bail!(
+            return Err(PtError::Unsupported(format!(
                 "cannot execute {}: {}",
                 self.program.display(),
                 std::io::Error::from_raw_os_error(errno)
-            );
+            )));
         }
         Ok(running)
     }
@@ -419,13 +420,8 @@ fn decode_status(status: libc::c_int) -> ProgramExit {
 }
 
 impl RunningChild {
-    /// The child's process id.
-    pub fn pid(&self) -> u32 {
-        self.pid as u32
-    }
-
     /// The exit status, if the child has exited.
-    pub fn try_wait(&mut self) -> Result<Option<ProgramExit>> {
+    pub(crate) fn try_wait(&mut self) -> Result<Option<ProgramExit>> {
         if self.exit.is_some() {
             return Ok(self.exit);
         }
@@ -442,7 +438,7 @@ impl RunningChild {
     }
 
     /// Waits for the child to exit.
-    pub fn wait(&mut self) -> Result<ProgramExit> {
+    pub(crate) fn wait(&mut self) -> Result<ProgramExit> {
         if let Some(exit) = self.exit {
             return Ok(exit);
         }
@@ -503,7 +499,9 @@ impl Mapped {
             } else {
                 ""
             };
-            return Err(anyhow!("mmap of the {what} ({len} bytes): {e}{hint}"));
+            return Err(PtError::Unsupported(format!(
+                "mmap of the {what} ({len} bytes): {e}{hint}"
+            )));
         }
         Ok(Mapped {
             base: base.cast(),
@@ -549,12 +547,12 @@ fn open_event(
     };
     if fd < 0 {
         let e = std::io::Error::last_os_error();
-        bail!(
+        return Err(PtError::Unsupported(format!(
             "perf_event_open({}, config {:#x}, CPU {cpu}): {}",
             event.pmu,
             event.words.config,
             explain_errno(&e)
-        );
+        )));
     }
     // SAFETY: a new descriptor we own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
@@ -562,19 +560,21 @@ fn open_event(
 
 fn open_groups(pid: u32, options: &CollectOptions) -> Result<Vec<CpuGroup>> {
     let plan = &options.buffers;
-    ensure!(
-        plan.data_pages.is_power_of_two() && plan.aux_pages.is_power_of_two(),
-        "ring and AUX sizes must be powers of two pages"
-    );
+    if !(plan.data_pages.is_power_of_two() && plan.aux_pages.is_power_of_two()) {
+        return Err(PtError::Invalid(
+            "ring and AUX sizes must be powers of two pages".to_string(),
+        ));
+    }
     let page = page_size();
     let data_len = plan.data_pages * page;
     let aux_len = plan.aux_pages * page;
-    if let CollectMode::Sampled { .. } = options.mode {
-        ensure!(
-            plan.aux_sample_size as usize <= aux_len && (plan.aux_sample_size as usize) < data_len,
+    if let CollectMode::Sampled { .. } = options.mode
+        && !(plan.aux_sample_size as usize <= aux_len && (plan.aux_sample_size as usize) < data_len)
+    {
+        return Err(PtError::Invalid(format!(
             "an AUX sample ({} bytes) must fit the AUX area ({aux_len}) and the data ring ({data_len})",
             plan.aux_sample_size
-        );
+        )));
     }
     let pt_pmu = Pmu::load(&options.root, INTEL_PT_PMU)
         .context("the intel_pt PMU (see `cargo memgaze doctor`)")?;
@@ -610,7 +610,7 @@ fn open_groups(pid: u32, options: &CollectOptions) -> Result<Vec<CpuGroup>> {
                 let pmu = load_pmus
                     .iter()
                     .find(|p| p.covers_cpu(cpu))
-                    .with_context(|| format!("no core PMU covers CPU {cpu}"))?;
+                    .ok_or_else(|| PtError::Unsupported(format!("no core PMU covers CPU {cpu}")))?;
                 let event = config::load_sampling_event(pmu, period, plan.aux_sample_size)?;
                 let member = open_event(&event, pid, cpu, Some(&leader))?;
                 // Samples go to the leader's ring.
@@ -723,11 +723,12 @@ pub fn collect(
             loads.get_or_insert_with(LoadCount::default).add(count);
         }
     }
-    ensure!(
-        acc.malformed_records == 0,
-        "{} perf records did not parse",
-        acc.malformed_records
-    );
+    if acc.malformed_records != 0 {
+        return Err(PtError::Malformed(format!(
+            "{} perf records did not parse",
+            acc.malformed_records
+        )));
+    }
     let mut collection = acc.collection;
     collection.loads = loads;
     collection.exit = Some(exit);
@@ -883,7 +884,7 @@ mod tests {
             &options,
         )
         .unwrap_err();
-        let line = memgaze_error::one_line(&e);
+        let line = memgaze_error::one_line_of(&e);
         assert!(line.contains("intel_pt"), "{line}");
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert!(

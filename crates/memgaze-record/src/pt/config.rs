@@ -20,31 +20,31 @@
 //! so a bad combination fails here with a clear message rather than as an
 //! `EINVAL` from `perf_event_open`.
 
+use super::error::{PtError, Result};
 use super::sysfs::{ConfigWords, Pmu, SystemRoot};
-use anyhow::{Result, bail, ensure};
 use perf_event_open_sys::bindings as sys;
 
 /// `event` and `umask` of MEM_INST_RETIRED.ALL_LOADS (MemGaze's sampling
 /// event; MEM_UOPS_RETIRED.ALL_LOADS on Atom cores has the same encoding).
-pub const LOAD_EVENT: (u64, u64) = (0xd0, 0x81);
+pub(crate) const LOAD_EVENT: (u64, u64) = (0xd0, 0x81);
 
 /// The largest AUX sample the kernel can put in one record (the record
 /// size field is 16 bits; perf itself caps samples at 60 KiB).
-pub const MAX_AUX_SAMPLE_SIZE: u32 = 60 * 1024;
+pub(crate) const MAX_AUX_SAMPLE_SIZE: u32 = 60 * 1024;
 
 /// Tunables of the `intel_pt` event.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PtOptions {
     /// TSC packets (timestamps in PSB+ and after enables).
-    pub tsc: bool,
+    pub(crate) tsc: bool,
     /// MTC packets with this period exponent (`mtc_period`), when the CPU
     /// has MTC; `None` leaves MTC off.
-    pub mtc_period: Option<u8>,
+    pub(crate) mtc_period: Option<u8>,
     /// CYC (cycle-accurate) packets. Off by default: they inflate the trace.
-    pub cyc: bool,
+    pub(crate) cyc: bool,
     /// PSB period exponent (a PSB every `2^(n+11)` bytes); `None` picks the
     /// shortest the CPU allows.
-    pub psb_period: Option<u8>,
+    pub(crate) psb_period: Option<u8>,
 }
 
 impl Default for PtOptions {
@@ -61,51 +61,51 @@ impl Default for PtOptions {
 /// One perf event, described independently of the kernel ABI struct (so it
 /// can be compared and printed in tests).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EventConfig {
+pub(crate) struct EventConfig {
     /// PMU name (`intel_pt`, `cpu`, `cpu_core`, …).
-    pub pmu: String,
+    pub(crate) pmu: String,
     /// `perf_event_attr.type`.
-    pub event_type: u32,
+    pub(crate) event_type: u32,
     /// `config`, `config1`, `config2`, `config3`.
-    pub words: ConfigWords,
+    pub(crate) words: ConfigWords,
     /// Overflow period (0: a non-sampling event).
-    pub sample_period: u64,
+    pub(crate) sample_period: u64,
     /// `PERF_SAMPLE_*` bits.
-    pub sample_type: u64,
+    pub(crate) sample_type: u64,
     /// `PERF_FORMAT_*` bits.
-    pub read_format: u64,
+    pub(crate) read_format: u64,
     /// Bytes of AUX data each sample carries (`PERF_SAMPLE_AUX`).
-    pub aux_sample_size: u32,
+    pub(crate) aux_sample_size: u32,
     /// Count user space only.
-    pub exclude_kernel: bool,
+    pub(crate) exclude_kernel: bool,
     /// Exclude the hypervisor.
-    pub exclude_hv: bool,
+    pub(crate) exclude_hv: bool,
     /// Created disabled.
-    pub disabled: bool,
+    pub(crate) disabled: bool,
     /// Enabled by the kernel when the target calls `execve`.
-    pub enable_on_exec: bool,
+    pub(crate) enable_on_exec: bool,
     /// Follow threads and children.
-    pub inherit: bool,
+    pub(crate) inherit: bool,
     /// Emit `PERF_RECORD_MMAP2`, `COMM`, `FORK`/`EXIT` side-band records.
-    pub side_band: bool,
+    pub(crate) side_band: bool,
     /// Append the sample id (tid, time, cpu) to non-sample records.
-    pub sample_id_all: bool,
+    pub(crate) sample_id_all: bool,
     /// Wake the reader after this many bytes of ring data (0: every event).
-    pub wakeup_watermark: u32,
+    pub(crate) wakeup_watermark: u32,
     /// Wake the reader after this many bytes of AUX data (0: kernel default).
-    pub aux_watermark: u32,
+    pub(crate) aux_watermark: u32,
 }
 
 /// The `sample_type` of both events: `IDENTIFIER` first lets the reader
 /// find the event of any record, `TID`/`TIME`/`CPU` place it.
-pub const SAMPLE_ID_BITS: u64 = sys::PERF_SAMPLE_IDENTIFIER as u64
+pub(crate) const SAMPLE_ID_BITS: u64 = sys::PERF_SAMPLE_IDENTIFIER as u64
     | sys::PERF_SAMPLE_TID as u64
     | sys::PERF_SAMPLE_TIME as u64
     | sys::PERF_SAMPLE_CPU as u64;
 
 impl EventConfig {
     /// The kernel ABI struct.
-    pub fn to_attr(&self) -> sys::perf_event_attr {
+    pub(crate) fn to_attr(&self) -> sys::perf_event_attr {
         let mut attr = sys::perf_event_attr {
             type_: self.event_type,
             size: std::mem::size_of::<sys::perf_event_attr>() as u32,
@@ -142,15 +142,16 @@ impl EventConfig {
 }
 
 /// The `intel_pt` PMU's sysfs name.
-pub const INTEL_PT_PMU: &str = "intel_pt";
+pub(crate) const INTEL_PT_PMU: &str = "intel_pt";
 
 /// The `intel_pt` group leader of a ptwrite collection.
-pub fn intel_pt_event(pmu: &Pmu, options: &PtOptions) -> Result<EventConfig> {
-    ensure!(
-        pmu.cap("ptwrite") == Some(1),
-        "the CPU has no PTWRITE (intel_pt caps/ptwrite is {})",
-        pmu.caps.get("ptwrite").map_or("missing", String::as_str)
-    );
+pub(crate) fn intel_pt_event(pmu: &Pmu, options: &PtOptions) -> Result<EventConfig> {
+    if pmu.cap("ptwrite") != Some(1) {
+        return Err(PtError::Unsupported(format!(
+            "the CPU has no PTWRITE (intel_pt caps/ptwrite is {})",
+            pmu.caps.get("ptwrite").map_or("missing", String::as_str)
+        )));
+    }
     let mut words = ConfigWords::default();
     // `branch` is only honoured with `pt` set; without it the kernel turns
     // branch tracing on (arch/x86/events/intel/pt.c, pt_config).
@@ -169,13 +170,16 @@ pub fn intel_pt_event(pmu: &Pmu, options: &PtOptions) -> Result<EventConfig> {
             None if allowed == 0 => 0,
             None => allowed.trailing_zeros() as u8,
         };
-        ensure!(
-            period == 0 || (period < 64 && allowed >> period & 1 == 1),
-            "psb_period {period} is not one the CPU allows (caps/psb_periods = {allowed:#x})"
-        );
+        if !(period == 0 || (period < 64 && allowed >> period & 1 == 1)) {
+            return Err(PtError::Unsupported(format!(
+                "psb_period {period} is not one the CPU allows (caps/psb_periods = {allowed:#x})"
+            )));
+        }
         pmu.set(&mut words, "psb_period", u64::from(period))?;
     } else if options.psb_period.is_some() {
-        bail!("the CPU has a fixed PSB period (intel_pt caps/psb_cyc is 0)");
+        return Err(PtError::Unsupported(
+            "the CPU has a fixed PSB period (intel_pt caps/psb_cyc is 0)".to_string(),
+        ));
     }
     if let Some(period) = options.mtc_period
         && pmu.cap("mtc") == Some(1)
@@ -188,13 +192,19 @@ pub fn intel_pt_event(pmu: &Pmu, options: &PtOptions) -> Result<EventConfig> {
         } else if allowed != 0 {
             allowed.trailing_zeros() as u8
         } else {
-            bail!("the CPU reports MTC but no MTC period (caps/mtc_periods is 0)")
+            return Err(PtError::Unsupported(
+                "the CPU reports MTC but no MTC period (caps/mtc_periods is 0)".to_string(),
+            ));
         };
         pmu.set(&mut words, "mtc", 1)?;
         pmu.set(&mut words, "mtc_period", u64::from(period))?;
     }
     if options.cyc {
-        ensure!(psb_cyc, "CYC packets need caps/psb_cyc");
+        if !psb_cyc {
+            return Err(PtError::Unsupported(
+                "CYC packets need caps/psb_cyc".to_string(),
+            ));
+        }
         pmu.set(&mut words, "cyc", 1)?;
     }
     Ok(EventConfig {
@@ -219,12 +229,21 @@ pub fn intel_pt_event(pmu: &Pmu, options: &PtOptions) -> Result<EventConfig> {
 
 /// The load-sampling group member: every `period` loads, a sample with the
 /// last `aux_sample_size` bytes of PT data.
-pub fn load_sampling_event(pmu: &Pmu, period: u64, aux_sample_size: u32) -> Result<EventConfig> {
-    ensure!(period > 0, "the load sampling period must be at least 1");
-    ensure!(
-        (1..=MAX_AUX_SAMPLE_SIZE).contains(&aux_sample_size),
-        "AUX sample size {aux_sample_size} is outside 1..={MAX_AUX_SAMPLE_SIZE} bytes"
-    );
+pub(crate) fn load_sampling_event(
+    pmu: &Pmu,
+    period: u64,
+    aux_sample_size: u32,
+) -> Result<EventConfig> {
+    if period == 0 {
+        return Err(PtError::Invalid(
+            "the load sampling period must be at least 1".to_string(),
+        ));
+    }
+    if !(1..=MAX_AUX_SAMPLE_SIZE).contains(&aux_sample_size) {
+        return Err(PtError::Invalid(format!(
+            "AUX sample size {aux_sample_size} is outside 1..={MAX_AUX_SAMPLE_SIZE} bytes"
+        )));
+    }
     let mut words = ConfigWords::default();
     pmu.set(&mut words, "event", LOAD_EVENT.0)?;
     pmu.set(&mut words, "umask", LOAD_EVENT.1)?;
@@ -252,7 +271,7 @@ pub fn load_sampling_event(pmu: &Pmu, period: u64, aux_sample_size: u32) -> Resu
 
 /// The core PMUs that count loads: `cpu`, or on hybrid CPUs `cpu_core` and
 /// `cpu_atom` (each with its `cpus` list).
-pub fn load_pmus(root: &SystemRoot) -> Result<Vec<Pmu>> {
+pub(crate) fn load_pmus(root: &SystemRoot) -> Result<Vec<Pmu>> {
     if Pmu::exists(root, "cpu") {
         return Ok(vec![Pmu::load(root, "cpu")?]);
     }
@@ -261,12 +280,13 @@ pub fn load_pmus(root: &SystemRoot) -> Result<Vec<Pmu>> {
         .filter(|name| Pmu::exists(root, name))
         .map(|name| Pmu::load(root, name))
         .collect::<Result<_>>()?;
-    ensure!(
-        !hybrid.is_empty(),
-        "no `cpu` PMU under {}: the kernel exposes no hardware performance counters \
+    if hybrid.is_empty() {
+        return Err(PtError::Unsupported(format!(
+            "no `cpu` PMU under {}: the kernel exposes no hardware performance counters \
          (a virtual machine without a virtual PMU?)",
-        root.path(super::sysfs::EVENT_SOURCE_DEVICES).display()
-    );
+            root.path(super::sysfs::EVENT_SOURCE_DEVICES).display()
+        )));
+    }
     Ok(hybrid)
 }
 

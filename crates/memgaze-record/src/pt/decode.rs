@@ -16,7 +16,7 @@
 //! counts. The packets of a ptwrite trace's steady state (PTW+FUP pairs,
 //! CYC, MTC, PAD) are decoded by a loop that keeps the decoder's state in
 //! registers and checks bounds once per 32-byte window; every other packet,
-//! and the last bytes of the data, go through [`packet::parse`]. Both paths
+//! and the last bytes of the data, go through `packet::parse`. Both paths
 //! make the same state updates; the libipt comparison test and the
 //! robustness proptests cover both.
 
@@ -72,7 +72,7 @@ pub enum Event {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DecodeStats {
     /// Packets decoded, per [`PacketKind`] (index `kind as usize`).
-    pub packets: [u64; PacketKind::COUNT],
+    pub(crate) packets: [u64; PacketKind::COUNT],
     /// Decode errors.
     pub errors: u64,
     /// PSBs reached after an error (resynchronisations).
@@ -148,11 +148,6 @@ impl<'a> Decoder<'a> {
     /// The counts so far.
     pub fn stats(&self) -> &DecodeStats {
         &self.stats
-    }
-
-    /// Offset of the next byte to decode.
-    pub fn offset(&self) -> usize {
-        self.pos
     }
 
     #[inline(always)]
@@ -586,8 +581,9 @@ impl Iterator for Decoder<'_> {
     }
 }
 
+#[cfg(test)]
 /// Decodes a whole buffer: its events and the final counts.
-pub fn decode_all(data: &[u8]) -> (Vec<Event>, DecodeStats) {
+pub(crate) fn decode_all(data: &[u8]) -> (Vec<Event>, DecodeStats) {
     let mut decoder = Decoder::new(data);
     let events = decoder.by_ref().collect();
     (events, decoder.stats().clone())

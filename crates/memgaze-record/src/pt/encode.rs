@@ -1,4 +1,4 @@
-//! A packet encoder: the inverse of [`packet::parse`](super::packet::parse).
+//! A packet encoder: the inverse of `packet::parse`.
 //!
 //! It builds synthetic PT streams for tests, benchmarks and `pt-decode`
 //! demonstrations. The decoder is checked against an independent encoder

@@ -1,9 +1,9 @@
 //! The Intel PT backend: capability probing, perf AUX collection, packet
 //! decoding and address reconstruction.
 //!
-//! - [`sysfs`]: PMU descriptions (`type`, `format/*`, `caps/*`) below a
+//! - `sysfs`: PMU descriptions (`type`, `format/*`, `caps/*`) below a
 //!   configurable root.
-//! - [`config`]: the `intel_pt` group leader and the load-sampling member,
+//! - `config`: the `intel_pt` group leader and the load-sampling member,
 //!   built from the format files.
 //! - [`probe`]: the checks of `cargo memgaze doctor` and the `--backend`
 //!   choice every recording command makes ([`probe::choose_backend`]).
@@ -18,16 +18,19 @@
 //! `cargo memgaze record --backend pt` runs.
 
 pub mod collect;
-pub mod config;
+pub(crate) mod config;
 pub mod decode;
 pub mod encode;
+mod error;
 pub mod packet;
 pub mod probe;
 pub mod reconstruct;
 pub mod ring;
-pub mod sysfs;
+pub(crate) mod sysfs;
 
-use anyhow::{Context, Result};
+pub use error::PtError;
+
+use error::{Context, Result};
 use memgaze_metadata::annotation::Annotation;
 use memgaze_trace::TraceTotals;
 use std::ffi::OsString;
@@ -77,7 +80,7 @@ pub struct PtRecording {
 /// collection and writes its trace to `out`.
 ///
 /// The program gets `MEMGAZE_RECORDING=1` in its environment (the harness
-/// contract). Call [`probe::choose_backend_here`] first: this function
+/// contract). Call [`probe::choose_backend`] first: this function
 /// assumes the machine passed the PT checks.
 pub fn record<W: Write>(
     out: W,

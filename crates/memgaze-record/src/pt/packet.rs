@@ -3,13 +3,13 @@
 //!
 //! Encodings follow the Intel SDM Vol. 3C, chapter "Intel Processor Trace",
 //! section "Packet Definitions" (cross-checked against libipt's
-//! `pt_opcodes.h` and the Linux perf packet decoder). [`parse`] never
+//! `pt_opcodes.h` and the Linux perf packet decoder). `parse` never
 //! panics: every length is checked before bytes are read, and a packet that
 //! runs past the end of the input is reported as [`PacketErrorKind::Truncated`].
 //!
 //! Block packets (BIP) are context dependent: their header byte is also a
-//! valid TNT-8 header. [`BlockContext`] carries what the last BBP said, as the
-//! caller's state (see [`BlockContext::after`]).
+//! valid TNT-8 header. `BlockContext` carries what the last BBP said, as the
+//! caller's state (see `BlockContext::after`).
 
 use std::fmt;
 
@@ -32,7 +32,7 @@ pub enum IpCompression {
 
 impl IpCompression {
     /// From the 3-bit `IPBytes` field; `None` for the reserved 5 and 7.
-    pub fn from_bits(bits: u8) -> Option<IpCompression> {
+    pub(crate) fn from_bits(bits: u8) -> Option<IpCompression> {
         match bits {
             0 => Some(IpCompression::Suppressed),
             1 => Some(IpCompression::Update16),
@@ -312,7 +312,7 @@ pub enum PacketKind {
 
 impl PacketKind {
     /// Number of kinds.
-    pub const COUNT: usize = PacketKind::Trig as usize + 1;
+    pub(crate) const COUNT: usize = PacketKind::Trig as usize + 1;
 
     /// Every kind, in declaration order.
     pub const ALL: [PacketKind; PacketKind::COUNT] = [
@@ -465,7 +465,7 @@ impl fmt::Display for PacketErrorKind {
 /// The state BIP decoding depends on: inside a BBP block, and with which
 /// item size.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum BlockContext {
+pub(crate) enum BlockContext {
     /// Outside a block.
     #[default]
     None,
@@ -479,7 +479,7 @@ impl BlockContext {
     /// The context after `packet` (the rule of the Linux perf decoder: BBP
     /// opens a block; BIP, FUP and timing/power packets keep it; everything
     /// else closes it).
-    pub fn after(self, packet: &Packet) -> BlockContext {
+    pub(crate) fn after(self, packet: &Packet) -> BlockContext {
         match packet {
             Packet::Bbp {
                 four_byte_items, ..
@@ -508,7 +508,7 @@ impl BlockContext {
 }
 
 /// The 16-byte PSB pattern.
-pub const PSB_PATTERN: [u8; 16] = [
+pub(crate) const PSB_PATTERN: [u8; 16] = [
     0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82,
 ];
 
@@ -541,7 +541,7 @@ fn take(bytes: &[u8], len: usize) -> Result<&[u8], PacketErrorKind> {
 
 /// Parses the packet at the start of `bytes`: the packet and its length.
 #[inline(always)]
-pub fn parse(bytes: &[u8], block: BlockContext) -> Result<(Packet, usize), PacketErrorKind> {
+pub(crate) fn parse(bytes: &[u8], block: BlockContext) -> Result<(Packet, usize), PacketErrorKind> {
     let Some(&b0) = bytes.first() else {
         return Err(PacketErrorKind::Truncated);
     };

@@ -3,16 +3,16 @@
 //! [`probe`] runs every check of `cargo memgaze doctor` and returns a
 //! [`ProbeReport`]; [`choose_backend`] turns it and a `--backend` request
 //! into the backend a recording command uses, with the reason. Every
-//! recording command (`record`, `run`, `bench`) takes the flag through
-//! [`BackendArgs`] and calls [`choose_backend_here`].
+//! recording command (`record`, `run`, `bench`) probes without the
+//! self-test and calls [`choose_backend`].
 //!
-//! All files are read below a [`SystemRoot`] and every `perf_event_open`
-//! goes through an [`EventOpener`], so tests run the whole probe against a
+//! All files are read below a `SystemRoot` and every `perf_event_open`
+//! goes through an `EventOpener`, so tests run the whole probe against a
 //! saved sysfs tree with simulated syscall results.
 
 use super::config::{self, EventConfig, INTEL_PT_PMU, PtOptions};
+use super::error::{Context, PtError, Result};
 use super::sysfs::{EVENT_SOURCE_DEVICES, Pmu, SystemRoot, online_cpus};
-use anyhow::{Context, Result, anyhow};
 use memgaze_trace::Backend;
 use serde::Serialize;
 use std::fmt;
@@ -87,12 +87,13 @@ impl BackendReport {
     }
 
     /// The first failed check, the reason the backend is unusable.
-    pub fn first_failure(&self) -> Option<&Check> {
+    pub(crate) fn first_failure(&self) -> Option<&Check> {
         self.checks.iter().find(|c| c.status == CheckStatus::Fail)
     }
 
+    #[cfg(test)]
     /// A check by name.
-    pub fn check(&self, name: &str) -> Option<&Check> {
+    pub(crate) fn check(&self, name: &str) -> Option<&Check> {
         self.checks.iter().find(|c| c.name == name)
     }
 }
@@ -108,14 +109,14 @@ pub struct ProbeReport {
 
 /// Opens a group of perf events (the first is the leader) on the calling
 /// process and closes them again: does the kernel accept this configuration?
-pub trait EventOpener {
+pub(crate) trait EventOpener {
     /// `Ok` when every event opened.
     fn try_open(&self, group: &[EventConfig]) -> io::Result<()>;
 }
 
 /// The real `perf_event_open(2)`.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct LiveOpener;
+pub(crate) struct LiveOpener;
 
 impl EventOpener for LiveOpener {
     fn try_open(&self, group: &[EventConfig]) -> io::Result<()> {
@@ -152,19 +153,20 @@ impl EventOpener for LiveOpener {
 
 /// The software backend's self-test: instrument a tiny program, run it and
 /// check its trace. `Ok` carries a one-line summary. The rewriter provides
-/// it (see [`ProbeOptions::soft_self_test`]).
-pub type SoftSelfTest<'a> = &'a dyn Fn() -> Result<String>;
+/// it (see `ProbeOptions::soft_self_test`).
+pub type SoftSelfTest<'a> =
+    &'a dyn Fn() -> Result<String, Box<dyn std::error::Error + Send + Sync>>;
 
 /// The AUX and ring buffers a collection maps per CPU (for the memlock
 /// budget check and the collector).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BufferPlan {
     /// Data ring pages (a power of two), plus one header page.
-    pub data_pages: usize,
+    pub(crate) data_pages: usize,
     /// AUX area pages (a power of two).
-    pub aux_pages: usize,
+    pub(crate) aux_pages: usize,
     /// Bytes of PT data per sample.
-    pub aux_sample_size: u32,
+    pub(crate) aux_sample_size: u32,
 }
 
 impl Default for BufferPlan {
@@ -179,13 +181,13 @@ impl Default for BufferPlan {
 
 impl BufferPlan {
     /// Bytes locked per CPU.
-    pub fn bytes_per_cpu(&self) -> u64 {
+    pub(crate) fn bytes_per_cpu(&self) -> u64 {
         ((self.data_pages + 1 + self.aux_pages) * page_size()) as u64
     }
 }
 
 /// The system page size.
-pub fn page_size() -> usize {
+pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if size > 0 { size as usize } else { 4096 }
@@ -194,17 +196,17 @@ pub fn page_size() -> usize {
 /// What to probe and how.
 pub struct ProbeOptions<'a> {
     /// Where `sys/` and `proc/` are read.
-    pub root: SystemRoot,
+    pub(crate) root: SystemRoot,
     /// How `perf_event_open` is tried.
-    pub opener: &'a dyn EventOpener,
+    pub(crate) opener: &'a dyn EventOpener,
     /// The software backend's self-test, when wired in.
-    pub soft_self_test: Option<SoftSelfTest<'a>>,
+    pub(crate) soft_self_test: Option<SoftSelfTest<'a>>,
     /// The buffers a collection will map.
-    pub buffers: BufferPlan,
+    pub(crate) buffers: BufferPlan,
     /// The `intel_pt` event options a collection will use.
     pub pt: PtOptions,
     /// The sampling period used for the test open of the load event.
-    pub load_period: u64,
+    pub(crate) load_period: u64,
 }
 
 impl<'a> ProbeOptions<'a> {
@@ -222,7 +224,7 @@ impl<'a> ProbeOptions<'a> {
 }
 
 /// The minimum kernel for AUX sampling (`aux_sample_size`, Linux 5.5).
-pub const MIN_KERNEL_AUX_SAMPLING: (u32, u32) = (5, 5);
+pub(crate) const MIN_KERNEL_AUX_SAMPLING: (u32, u32) = (5, 5);
 
 /// Runs every check.
 pub fn probe(options: &ProbeOptions<'_>) -> ProbeReport {
@@ -304,7 +306,7 @@ fn probe_pt(options: &ProbeOptions<'_>, facts: &Facts) -> BackendReport {
                 checks.push(Check::new(
                     "intel_pt_pmu",
                     Fail,
-                    format!("{}: {}", pmu_dir.display(), memgaze_error::one_line(&e)),
+                    format!("{}: {}", pmu_dir.display(), memgaze_error::one_line_of(&e)),
                 ));
                 None
             }
@@ -360,7 +362,7 @@ fn probe_pt(options: &ProbeOptions<'_>, facts: &Facts) -> BackendReport {
                 event.words.config
             ),
         ),
-        Some(Err(e)) => Check::new("pt_config", Fail, memgaze_error::one_line(e)),
+        Some(Err(e)) => Check::new("pt_config", Fail, memgaze_error::one_line_of(e)),
     });
 
     // 4. PSB period and timing packets.
@@ -444,7 +446,7 @@ fn probe_pt(options: &ProbeOptions<'_>, facts: &Facts) -> BackendReport {
     let load_pmus = config::load_pmus(root);
     let load_event = load_pmus
         .as_ref()
-        .map_err(|e| anyhow!("{e}"))
+        .map_err(|e| PtError::Unsupported(format!("{e}")))
         .and_then(|pmus| {
             config::load_sampling_event(
                 &pmus[0],
@@ -454,7 +456,11 @@ fn probe_pt(options: &ProbeOptions<'_>, facts: &Facts) -> BackendReport {
         });
     let load_ok = match &load_event {
         Err(e) => {
-            checks.push(Check::new("load_event", Fail, memgaze_error::one_line(e)));
+            checks.push(Check::new(
+                "load_event",
+                Fail,
+                memgaze_error::one_line_of(e),
+            ));
             false
         }
         Ok(event) => {
@@ -579,7 +585,9 @@ fn memlock_limit(root: &SystemRoot) -> Result<Option<u64>> {
     let line = text
         .lines()
         .find(|l| l.starts_with("Max locked memory"))
-        .with_context(|| format!("{}: no `Max locked memory` line", path.display()))?;
+        .ok_or_else(|| {
+            PtError::Malformed(format!("{}: no `Max locked memory` line", path.display()))
+        })?;
     let soft = line["Max locked memory".len()..]
         .split_whitespace()
         .next()
@@ -595,7 +603,7 @@ fn memlock_limit(root: &SystemRoot) -> Result<Option<u64>> {
 fn mlock_check(root: &SystemRoot, facts: &Facts, plan: &BufferPlan) -> Check {
     let cpus = match online_cpus(root) {
         Ok(cpus) => cpus.len() as u64,
-        Err(e) => return Check::new("mlock", CheckStatus::Fail, memgaze_error::one_line(&e)),
+        Err(e) => return Check::new("mlock", CheckStatus::Fail, memgaze_error::one_line_of(&e)),
     };
     let needed = plan.bytes_per_cpu() * cpus;
     let describe = |budget: &str| {
@@ -632,7 +640,7 @@ fn mlock_check(root: &SystemRoot, facts: &Facts, plan: &BufferPlan) -> Check {
     };
     let rlimit = match memlock_limit(root) {
         Ok(limit) => limit,
-        Err(e) => return Check::new("mlock", CheckStatus::Fail, memgaze_error::one_line(&e)),
+        Err(e) => return Check::new("mlock", CheckStatus::Fail, memgaze_error::one_line_of(&e)),
     };
     // The kernel lets each user lock perf_event_mlock_kb per online CPU for
     // perf buffers, and charges the excess to RLIMIT_MEMLOCK
@@ -666,7 +674,7 @@ fn mlock_check(root: &SystemRoot, facts: &Facts, plan: &BufferPlan) -> Check {
 }
 
 /// Explains a `perf_event_open` failure.
-pub fn explain_errno(e: &io::Error) -> String {
+pub(crate) fn explain_errno(e: &io::Error) -> String {
     let why = match e.raw_os_error() {
         Some(libc::ENOENT) => "the kernel does not know this event on this CPU",
         Some(libc::EACCES) | Some(libc::EPERM) => {
@@ -737,7 +745,7 @@ fn probe_soft(options: &ProbeOptions<'_>, facts: &Facts) -> BackendReport {
         ),
         Some(test) => match test() {
             Ok(summary) => Check::new("self_test", Pass, summary),
-            Err(e) => Check::new("self_test", Fail, memgaze_error::one_line(&e)),
+            Err(e) => Check::new("self_test", Fail, memgaze_error::one_line_of(&*e)),
         },
     });
     BackendReport {
@@ -772,11 +780,11 @@ impl fmt::Display for BackendRequest {
 
 /// The `--backend` flag, for `#[command(flatten)]` in recording commands.
 #[derive(clap::Args, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct BackendArgs {
+pub(crate) struct BackendArgs {
     /// Recording backend: `auto` uses Intel PT where `cargo memgaze doctor`
     /// finds it usable and the software recorder otherwise, and says which.
     #[arg(long, value_enum, default_value_t = BackendRequest::Auto)]
-    pub backend: BackendRequest,
+    pub(crate) backend: BackendRequest,
 }
 
 /// The backend a recording command uses, and why.
@@ -804,18 +812,18 @@ pub fn choose_backend(request: BackendRequest, report: &ProbeReport) -> Result<B
             backend: Backend::Pt,
             reason: "Intel PT (requested with --backend pt; every check passed)".to_string(),
         }),
-        BackendRequest::Pt => Err(anyhow!(
+        BackendRequest::Pt => Err(PtError::Unsupported(format!(
             "--backend pt: Intel PT is unusable on this machine: {} (`cargo memgaze doctor` lists every check)",
             why_not(&report.pt)
-        )),
+        ))),
         BackendRequest::Soft if report.soft.usable() => Ok(BackendChoice {
             backend: Backend::Soft,
             reason: "software recorder (requested with --backend soft)".to_string(),
         }),
-        BackendRequest::Soft => Err(anyhow!(
+        BackendRequest::Soft => Err(PtError::Unsupported(format!(
             "--backend soft: the software recorder is unusable on this machine: {}",
             why_not(&report.soft)
-        )),
+        ))),
         BackendRequest::Auto if report.pt.usable() => Ok(BackendChoice {
             backend: Backend::Pt,
             reason: format!("auto: Intel PT ({} checks passed)", report.pt.checks.len()),
@@ -827,22 +835,12 @@ pub fn choose_backend(request: BackendRequest, report: &ProbeReport) -> Result<B
                 why_not(&report.pt)
             ),
         }),
-        BackendRequest::Auto => Err(anyhow!(
+        BackendRequest::Auto => Err(PtError::Unsupported(format!(
             "no recording backend is usable on this machine: Intel PT: {}; software recorder: {}",
             why_not(&report.pt),
             why_not(&report.soft)
-        )),
+        ))),
     }
-}
-
-/// Probes this machine and resolves `request`: what `record`, `run` and
-/// `bench` call. `soft_self_test` is the rewriter's self-test, if wired.
-pub fn choose_backend_here(
-    request: BackendRequest,
-    soft_self_test: Option<SoftSelfTest<'_>>,
-) -> Result<BackendChoice> {
-    let report = probe(&ProbeOptions::live(soft_self_test));
-    choose_backend(request, &report)
 }
 
 #[cfg(test)]
@@ -986,14 +984,14 @@ mod tests {
         let auto = choose_backend(BackendRequest::Auto, &report).unwrap();
         assert_eq!(auto.backend, Backend::Soft);
         let err = choose_backend(BackendRequest::Pt, &report).unwrap_err();
-        let line = memgaze_error::one_line(&err);
+        let line = memgaze_error::one_line_of(&err);
         assert!(!line.contains('\n'));
         assert!(
             line.starts_with("--backend pt: Intel PT is unusable"),
             "{line}"
         );
         assert!(line.contains("intel_pt_pmu"), "{line}");
-        assert_eq!(memgaze_error::exit_for(&err), memgaze_error::Exit::Error);
+        assert_eq!(memgaze_error::exit_for_of(&err), memgaze_error::Exit::Error);
     }
 
     #[test]
@@ -1063,7 +1061,7 @@ mod tests {
         let mut o = options(SystemRoot::at(DATA), &opener);
         o.soft_self_test = Some(&passing);
         assert_eq!(status(&probe(&o).soft, "self_test"), CheckStatus::Pass);
-        let failing = || Err(anyhow!("the instrumented program crashed with SIGSEGV"));
+        let failing = || Err("the instrumented program crashed with SIGSEGV".into());
         o.soft_self_test = Some(&failing);
         let report = probe(&o);
         assert_eq!(status(&report.soft, "self_test"), CheckStatus::Fail);

@@ -44,8 +44,8 @@
 
 use super::collect::{Collection, Mapping};
 use super::decode::{Decoder, Event};
+use super::error::{Context, PtError, Result};
 use super::ring::Losses;
-use anyhow::{Context, Result, bail, ensure};
 use memgaze_metadata::annotation::{Annotation, InstrumentationMode, PtwriteOperand};
 use memgaze_trace::{
     Backend, Dropped, FunctionEntry, LoadEntry, ProgramExit, Sampling, TraceHeader, TraceTotals,
@@ -102,39 +102,38 @@ pub struct PtwriteMap {
 impl PtwriteMap {
     /// Checks the annotation's ptwrite sites against its loads.
     pub fn new(annotation: &Annotation) -> Result<PtwriteMap> {
-        ensure!(
-            annotation.mode == Some(InstrumentationMode::Ptwrite),
-            "the annotation is not of a ptwrite-mode binary (mode {:?}); instrument with --mode ptwrite",
-            annotation.mode
-        );
+        if annotation.mode != Some(InstrumentationMode::Ptwrite) {
+            return Err(PtError::Invalid(format!(
+                "the annotation is not of a ptwrite-mode binary (mode {:?}); instrument with --mode ptwrite",
+                annotation.mode
+            )));
+        }
         let mut operands = vec![None; annotation.loads.len()];
         for (index, load) in annotation.loads.iter().enumerate() {
-            ensure!(
-                load.id as usize == index,
-                "annotation load #{index} has id {} (ids must equal positions)",
-                load.id
-            );
+            if load.id as usize != index {
+                return Err(PtError::Invalid(format!(
+                    "annotation load #{index} has id {} (ids must equal positions)",
+                    load.id
+                )));
+            }
             if !load.instrumented {
                 continue;
             }
             let base = load.base.as_deref().filter(|b| is_gpr(b));
             let index_reg = load.index.as_deref().filter(|i| is_gpr(i));
-            ensure!(
-                base.is_some() || index_reg.is_some(),
-                "load {} at {:#x} is instrumented in ptwrite mode but has no general-purpose source \
+            if !(base.is_some() || index_reg.is_some()) {
+                return Err(PtError::Invalid(format!(
+                    "load {} at {:#x} is instrumented in ptwrite mode but has no general-purpose source \
                  register (base {:?}, index {:?}): ptwrite cannot observe it",
-                load.id,
-                load.ip,
-                load.base,
-                load.index
-            );
-            ensure!(
-                matches!(load.scale, 1 | 2 | 4 | 8) || index_reg.is_none(),
-                "load {} at {:#x}: scale {} is not 1, 2, 4 or 8",
-                load.id,
-                load.ip,
-                load.scale
-            );
+                    load.id, load.ip, load.base, load.index
+                )));
+            }
+            if !(matches!(load.scale, 1 | 2 | 4 | 8) || index_reg.is_none()) {
+                return Err(PtError::Invalid(format!(
+                    "load {} at {:#x}: scale {} is not 1, 2, 4 or 8",
+                    load.id, load.ip, load.scale
+                )));
+            }
             let addr32 = base.is_some_and(is_32bit_gpr) || index_reg.is_some_and(is_32bit_gpr);
             operands[index] = Some(Operand {
                 has_base: base.is_some(),
@@ -148,38 +147,38 @@ impl PtwriteMap {
         let mut seen = vec![(false, false); annotation.loads.len()];
         for site in &annotation.ptwrites {
             let Some(Some(operand)) = operands.get(site.load as usize) else {
-                bail!(
+                return Err(PtError::Invalid(format!(
                     "ptwrite at {:#x} refers to load {}, which is not an instrumented load",
-                    site.ip,
-                    site.load
-                );
+                    site.ip, site.load
+                )));
             };
             let valid = match site.operand {
                 PtwriteOperand::Base => operand.has_base,
                 PtwriteOperand::Index => operand.has_index,
             };
-            ensure!(
-                valid,
-                "ptwrite at {:#x} writes the {:?} of load {}, which has none",
-                site.ip,
-                site.operand,
-                site.load
-            );
+            if !valid {
+                return Err(PtError::Invalid(format!(
+                    "ptwrite at {:#x} writes the {:?} of load {}, which has none",
+                    site.ip, site.operand, site.load
+                )));
+            }
             let seen = &mut seen[site.load as usize];
             match site.operand {
                 PtwriteOperand::Base => seen.0 = true,
                 PtwriteOperand::Index => seen.1 = true,
             }
-            ensure!(
-                sites.insert(site.ip, (site.load, site.operand)).is_none(),
-                "two ptwrite sites at {:#x}",
-                site.ip
-            );
+            if sites.insert(site.ip, (site.load, site.operand)).is_some() {
+                return Err(PtError::Invalid(format!(
+                    "two ptwrite sites at {:#x}",
+                    site.ip
+                )));
+            }
         }
         for (index, operand) in operands.iter().enumerate() {
-            if let Some(op) = operand {
-                ensure!(
-                    seen[index] == (op.has_base, op.has_index),
+            if let Some(op) = operand
+                && seen[index] != (op.has_base, op.has_index)
+            {
+                return Err(PtError::Invalid(format!(
                     "load {index} at {:#x} lacks a ptwrite site for its {}",
                     annotation.loads[index].ip,
                     if op.has_base && !seen[index].0 {
@@ -187,7 +186,7 @@ impl PtwriteMap {
                     } else {
                         "index"
                     }
-                );
+                )));
             }
         }
         Ok(PtwriteMap { sites, operands })
@@ -203,11 +202,6 @@ pub struct CodeMap {
 }
 
 impl CodeMap {
-    /// Runtime addresses are file addresses (non-PIE executables).
-    pub fn identity() -> CodeMap {
-        CodeMap::with_bias(0)
-    }
-
     /// The whole executable was loaded `bias` bytes above its link address.
     pub fn with_bias(bias: u64) -> CodeMap {
         CodeMap {
@@ -217,7 +211,7 @@ impl CodeMap {
 
     /// From the executable mappings of `binary` in process `pid`
     /// (`PERF_RECORD_MMAP2`) and the binary's program headers.
-    pub fn from_mappings(
+    pub(crate) fn from_mappings(
         mappings: &[Mapping],
         pid: u32,
         binary: &Path,
@@ -249,17 +243,18 @@ impl CodeMap {
                 ranges.push((runtime, runtime + (hi - lo), runtime.wrapping_sub(file)));
             }
         }
-        ensure!(
-            !ranges.is_empty(),
-            "no executable mapping of {} in process {pid} was recorded (PERF_RECORD_MMAP2)",
-            binary.display()
-        );
+        if ranges.is_empty() {
+            return Err(PtError::Malformed(format!(
+                "no executable mapping of {} in process {pid} was recorded (PERF_RECORD_MMAP2)",
+                binary.display()
+            )));
+        }
         ranges.sort_unstable();
         Ok(CodeMap { ranges })
     }
 
     /// The file address of runtime address `ip`, if it is in the executable.
-    pub fn to_file(&self, ip: u64) -> Option<u64> {
+    pub(crate) fn to_file(&self, ip: u64) -> Option<u64> {
         let i = self.ranges.partition_point(|r| r.0 <= ip);
         let &(start, end, bias) = self.ranges.get(i.checked_sub(1)?)?;
         (start <= ip && ip < end).then(|| ip.wrapping_sub(bias))
@@ -282,7 +277,7 @@ pub struct ReconstructStats {
     /// PTW packets decoded.
     pub ptw: u64,
     /// Records produced.
-    pub records: u64,
+    pub(crate) records: u64,
     /// PTWs without an IP (no FUP): unattributable.
     pub ptw_without_ip: u64,
     /// PTWs whose IP is not a ptwrite site of the instrumented binary.
@@ -293,11 +288,11 @@ pub struct ReconstructStats {
     /// Records before an overflow in a sample, dropped.
     pub dropped_before_overflow: u64,
     /// OVF packets.
-    pub overflows: u64,
+    pub(crate) overflows: u64,
     /// Decode errors.
     pub decode_errors: u64,
     /// Bytes skipped after decode errors.
-    pub skipped_after_errors: u64,
+    pub(crate) skipped_after_errors: u64,
     /// Bytes before the first PSB of each buffer (AUX samples start mid-stream).
     pub unsynced_head_bytes: u64,
 }
@@ -613,7 +608,7 @@ pub fn write_trace<W: Write>(
 
 /// Sampled or full, as the trace will say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TraceKind {
+pub(crate) enum TraceKind {
     /// AUX samples every `period` loads.
     Sampled {
         /// The load event's period.
@@ -627,7 +622,7 @@ pub enum TraceKind {
 
 /// Turns a [`Collection`] of a ptwrite-instrumented program into a trace:
 /// the entry point `record --backend pt` uses after [`super::collect::collect`].
-pub fn trace_from_collection<W: Write>(
+pub(crate) fn trace_from_collection<W: Write>(
     out: W,
     annotation: &Annotation,
     instrumented: &Path,

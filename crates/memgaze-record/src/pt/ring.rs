@@ -11,11 +11,11 @@
 //! read, then store the tail with release semantics (our reads complete
 //! before the kernel may overwrite the space).
 //!
-//! Nothing here makes a syscall: [`RingArea`] and [`RingPointers`] can sit on
+//! Nothing here makes a syscall: `RingArea` and `RingPointers` can sit on
 //! an mmapped ring or on plain memory, which is how the tests simulate a
 //! kernel producer with wrap-around and loss.
 
-use anyhow::{Result, bail, ensure};
+use super::error::{PtError, Result};
 use perf_event_open_sys::bindings as sys;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// A ring's data area: `size` bytes (a power of two) that another party
 /// writes. Only the ranges the head says are complete are ever read.
 #[derive(Clone, Copy, Debug)]
-pub struct RingArea<'a> {
+pub(crate) struct RingArea<'a> {
     base: *const u8,
     size: usize,
     _memory: PhantomData<&'a [u8]>,
@@ -34,13 +34,15 @@ pub struct RingArea<'a> {
 unsafe impl Send for RingArea<'_> {}
 
 impl<'a> RingArea<'a> {
+    #[cfg(test)]
     /// An area over memory the caller owns (tests, simulations).
-    pub fn from_slice(area: &'a [u8]) -> Result<RingArea<'a>> {
-        ensure!(
-            area.len().is_power_of_two(),
-            "a ring area must be a power of two bytes, not {}",
-            area.len()
-        );
+    pub(crate) fn from_slice(area: &'a [u8]) -> Result<RingArea<'a>> {
+        if !area.len().is_power_of_two() {
+            return Err(PtError::Malformed(format!(
+                "a ring area must be a power of two bytes, not {}",
+                area.len()
+            )));
+        }
         Ok(RingArea {
             base: area.as_ptr(),
             size: area.len(),
@@ -53,7 +55,7 @@ impl<'a> RingArea<'a> {
     /// # Safety
     /// `base..base + size` must stay mapped and readable for `'a`, and
     /// `size` must be a power of two.
-    pub unsafe fn from_raw(base: *const u8, size: usize) -> RingArea<'a> {
+    pub(crate) unsafe fn from_raw(base: *const u8, size: usize) -> RingArea<'a> {
         debug_assert!(size.is_power_of_two());
         RingArea {
             base,
@@ -63,13 +65,13 @@ impl<'a> RingArea<'a> {
     }
 
     /// Size in bytes.
-    pub fn size(&self) -> usize {
+    pub(crate) fn size(&self) -> usize {
         self.size
     }
 
     /// Appends the `len` bytes at free-running position `from` to `out`,
     /// wrapping at the end of the area.
-    pub fn copy_out(&self, from: u64, len: usize, out: &mut Vec<u8>) {
+    pub(crate) fn copy_out(&self, from: u64, len: usize, out: &mut Vec<u8>) {
         let len = len.min(self.size);
         let start = (from as usize) & (self.size - 1);
         let first = len.min(self.size - start);
@@ -87,14 +89,15 @@ impl<'a> RingArea<'a> {
 
 /// The head and tail of one ring (`data_*` or `aux_*` of the header page).
 #[derive(Clone, Copy, Debug)]
-pub struct RingPointers<'a> {
+pub(crate) struct RingPointers<'a> {
     head: &'a AtomicU64,
     tail: &'a AtomicU64,
 }
 
 impl<'a> RingPointers<'a> {
+    #[cfg(test)]
     /// Pointers held in ordinary atomics (tests, simulations).
-    pub fn new(head: &'a AtomicU64, tail: &'a AtomicU64) -> RingPointers<'a> {
+    pub(crate) fn new(head: &'a AtomicU64, tail: &'a AtomicU64) -> RingPointers<'a> {
         RingPointers { head, tail }
     }
 
@@ -102,7 +105,7 @@ impl<'a> RingPointers<'a> {
     ///
     /// # Safety
     /// `page` must point to a mapped `perf_event_mmap_page` that outlives `'a`.
-    pub unsafe fn data(page: *mut sys::perf_event_mmap_page) -> RingPointers<'a> {
+    pub(crate) unsafe fn data(page: *mut sys::perf_event_mmap_page) -> RingPointers<'a> {
         // SAFETY: the fields are naturally aligned u64s in the shared page;
         // AtomicU64 has the same layout.
         unsafe {
@@ -117,7 +120,7 @@ impl<'a> RingPointers<'a> {
     ///
     /// # Safety
     /// As for [`RingPointers::data`].
-    pub unsafe fn aux(page: *mut sys::perf_event_mmap_page) -> RingPointers<'a> {
+    pub(crate) unsafe fn aux(page: *mut sys::perf_event_mmap_page) -> RingPointers<'a> {
         // SAFETY: as in `data`.
         unsafe {
             RingPointers {
@@ -128,37 +131,42 @@ impl<'a> RingPointers<'a> {
     }
 
     /// The producer's position; everything before it is complete.
-    pub fn head(&self) -> u64 {
+    pub(crate) fn head(&self) -> u64 {
         self.head.load(Ordering::Acquire)
     }
 
     /// The consumer's position.
-    pub fn tail(&self) -> u64 {
+    pub(crate) fn tail(&self) -> u64 {
         self.tail.load(Ordering::Relaxed)
     }
 
     /// Hands the space before `tail` back to the producer.
-    pub fn release(&self, tail: u64) {
+    pub(crate) fn release(&self, tail: u64) {
         self.tail.store(tail, Ordering::Release);
     }
 }
 
 /// Copies everything new in an AUX area (full-trace mode) to `out` and
 /// releases it; returns the number of bytes.
-pub fn drain_aux(
+pub(crate) fn drain_aux(
     area: &RingArea<'_>,
     pointers: &RingPointers<'_>,
     out: &mut Vec<u8>,
 ) -> Result<u64> {
     let head = pointers.head();
     let tail = pointers.tail();
-    ensure!(head >= tail, "AUX head {head} is behind its tail {tail}");
+    if head < tail {
+        return Err(PtError::Malformed(format!(
+            "AUX head {head} is behind its tail {tail}"
+        )));
+    }
     let available = head - tail;
-    ensure!(
-        available <= area.size() as u64,
-        "AUX head {head} is more than the area ({} bytes) ahead of the tail {tail}",
-        area.size()
-    );
+    if available > area.size() as u64 {
+        return Err(PtError::Malformed(format!(
+            "AUX head {head} is more than the area ({} bytes) ahead of the tail {tail}",
+            area.size()
+        )));
+    }
     area.copy_out(tail, available as usize, out);
     pointers.release(head);
     Ok(available)
@@ -166,18 +174,18 @@ pub fn drain_aux(
 
 /// `struct perf_event_header`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RecordHeader {
+pub(crate) struct RecordHeader {
     /// `PERF_RECORD_*`.
-    pub kind: u32,
+    pub(crate) kind: u32,
     /// `PERF_RECORD_MISC_*`.
-    pub misc: u16,
+    pub(crate) misc: u16,
     /// Record size including the header.
-    pub size: u16,
+    pub(crate) size: u16,
 }
 
 /// Reads whole records from a data ring.
 #[derive(Debug, Default)]
-pub struct RecordReader {
+pub(crate) struct RecordReader {
     scratch: Vec<u8>,
 }
 
@@ -185,7 +193,7 @@ impl RecordReader {
     /// Calls `on_record(header, body)` for every complete record between the
     /// tail and the head, then releases them. Records that wrap around the
     /// end of the area are reassembled. Returns the number of records.
-    pub fn drain(
+    pub(crate) fn drain(
         &mut self,
         area: &RingArea<'_>,
         pointers: &RingPointers<'_>,
@@ -193,12 +201,17 @@ impl RecordReader {
     ) -> Result<usize> {
         let head = pointers.head();
         let mut tail = pointers.tail();
-        ensure!(head >= tail, "ring head {head} is behind its tail {tail}");
-        ensure!(
-            head - tail <= area.size() as u64,
-            "ring head {head} is more than the ring ({} bytes) ahead of the tail {tail}",
-            area.size()
-        );
+        if head < tail {
+            return Err(PtError::Malformed(format!(
+                "ring head {head} is behind its tail {tail}"
+            )));
+        }
+        if head - tail > area.size() as u64 {
+            return Err(PtError::Malformed(format!(
+                "ring head {head} is more than the ring ({} bytes) ahead of the tail {tail}",
+                area.size()
+            )));
+        }
         let mut count = 0;
         while head - tail >= 8 {
             self.scratch.clear();
@@ -214,11 +227,11 @@ impl RecordReader {
                 // means the ring is corrupt. Either way the reader cannot
                 // continue in step with the kernel.
                 pointers.release(head);
-                bail!(
+                return Err(PtError::Malformed(format!(
                     "corrupt perf record header at ring position {tail}: size {} with {} bytes available",
                     header.size,
                     head - tail
-                );
+                )));
             }
             self.scratch.clear();
             area.copy_out(tail + 8, size as usize - 8, &mut self.scratch);
@@ -236,19 +249,19 @@ impl RecordReader {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SampleId {
     /// Process id.
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// Thread id.
-    pub tid: u32,
+    pub(crate) tid: u32,
     /// Timestamp (perf clock).
-    pub time: u64,
+    pub(crate) time: u64,
     /// CPU.
-    pub cpu: u32,
+    pub(crate) cpu: u32,
     /// Event id.
-    pub id: u64,
+    pub(crate) id: u64,
 }
 
 /// Size of the sample id trailer for [`config::SAMPLE_ID_BITS`](super::config::SAMPLE_ID_BITS).
-pub const SAMPLE_ID_TRAILER: usize = 32;
+pub(crate) const SAMPLE_ID_TRAILER: usize = 32;
 
 /// The records of a ptwrite collection.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -321,8 +334,8 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
 }
 
 /// Parses a record body (after the 8-byte header).
-pub fn parse_record(header: RecordHeader, body: &[u8]) -> Result<PerfRecord<'_>> {
-    let bad = || anyhow::anyhow!("truncated perf record of type {}", header.kind);
+pub(crate) fn parse_record(header: RecordHeader, body: &[u8]) -> Result<PerfRecord<'_>> {
+    let bad = || PtError::Malformed(format!("truncated perf record of type {}", header.kind));
     Ok(match header.kind {
         sys::PERF_RECORD_SAMPLE => {
             // IDENTIFIER, TID, TIME, CPU, AUX.
@@ -380,7 +393,7 @@ pub fn parse_record(header: RecordHeader, body: &[u8]) -> Result<PerfRecord<'_>>
 pub struct Losses {
     /// Records the kernel could not write to a full data ring
     /// (`PERF_RECORD_LOST`): mostly samples.
-    pub lost_records: u64,
+    pub(crate) lost_records: u64,
     /// Samples the PMU dropped (`PERF_RECORD_LOST_SAMPLES`).
     pub lost_samples: u64,
     /// AUX records whose data was cut because the AUX area was full
@@ -388,13 +401,13 @@ pub struct Losses {
     pub aux_truncated: u64,
     /// AUX records whose data overwrote older data
     /// (`PERF_AUX_FLAG_OVERWRITE`; expected in sampling mode).
-    pub aux_overwrite: u64,
+    pub(crate) aux_overwrite: u64,
     /// AUX records holding partial data (`PERF_AUX_FLAG_PARTIAL`, e.g.
     /// around VMX transitions).
-    pub aux_partial: u64,
+    pub(crate) aux_partial: u64,
     /// AUX records that collided with another writer
     /// (`PERF_AUX_FLAG_COLLISION`).
-    pub aux_collision: u64,
+    pub(crate) aux_collision: u64,
 }
 
 impl Losses {
@@ -416,18 +429,8 @@ impl Losses {
 
     /// Whether AUX data of a full trace was lost (overwrite counts: in
     /// full mode nothing may be overwritten).
-    pub fn full_trace_gaps(&self) -> u64 {
+    pub(crate) fn full_trace_gaps(&self) -> u64 {
         self.aux_truncated + self.aux_overwrite + self.aux_partial + self.aux_collision
-    }
-
-    /// Adds another CPU's counts.
-    pub fn add(&mut self, other: &Losses) {
-        self.lost_records += other.lost_records;
-        self.lost_samples += other.lost_samples;
-        self.aux_truncated += other.aux_truncated;
-        self.aux_overwrite += other.aux_overwrite;
-        self.aux_partial += other.aux_partial;
-        self.aux_collision += other.aux_collision;
     }
 }
 
@@ -441,14 +444,14 @@ pub(crate) mod tests {
     /// the record and later reports the count in a `PERF_RECORD_LOST`, as
     /// `perf_output_begin` does.
     pub(crate) struct SimRing {
-        pub area: Vec<u8>,
-        pub head: AtomicU64,
-        pub tail: AtomicU64,
+        pub(crate) area: Vec<u8>,
+        pub(crate) head: AtomicU64,
+        pub(crate) tail: AtomicU64,
         pending_lost: u64,
     }
 
     impl SimRing {
-        pub fn new(size: usize) -> SimRing {
+        pub(crate) fn new(size: usize) -> SimRing {
             SimRing {
                 area: vec![0; size],
                 head: AtomicU64::new(0),
@@ -473,7 +476,7 @@ pub(crate) mod tests {
         }
 
         /// Writes a record; false when it was lost.
-        pub fn write(&mut self, kind: u32, body: &[u8]) -> bool {
+        pub(crate) fn write(&mut self, kind: u32, body: &[u8]) -> bool {
             assert_eq!(body.len() % 8, 0);
             if self.pending_lost > 0 {
                 let mut lost = Vec::new();
@@ -495,12 +498,12 @@ pub(crate) mod tests {
             }
         }
 
-        pub fn pointers(&self) -> RingPointers<'_> {
+        pub(crate) fn pointers(&self) -> RingPointers<'_> {
             RingPointers::new(&self.head, &self.tail)
         }
     }
 
-    pub(crate) fn record(kind: u32, body: &[u8]) -> Vec<u8> {
+    pub fn record(kind: u32, body: &[u8]) -> Vec<u8> {
         let mut r = Vec::new();
         r.extend_from_slice(&kind.to_ne_bytes());
         r.extend_from_slice(&0u16.to_ne_bytes());

@@ -11,7 +11,7 @@
 //! All paths go through [`SystemRoot`], so tests can point the whole probe at
 //! a saved sysfs/procfs tree instead of the live one.
 
-use anyhow::{Context, Result, bail};
+use super::error::{Context, PtError, Result};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
@@ -20,45 +20,46 @@ use std::path::{Path, PathBuf};
 /// Where `sys/` and `proc/` are read from: `/` on a live system, a directory
 /// of saved files in tests.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SystemRoot {
+pub(crate) struct SystemRoot {
     root: PathBuf,
 }
 
 impl SystemRoot {
     /// The live system (`/sys`, `/proc`).
-    pub fn live() -> SystemRoot {
+    pub(crate) fn live() -> SystemRoot {
         SystemRoot {
             root: PathBuf::from("/"),
         }
     }
 
+    #[cfg(test)]
     /// A saved tree holding `sys/…` and `proc/…` below `root`.
-    pub fn at(root: impl Into<PathBuf>) -> SystemRoot {
+    pub(crate) fn at(root: impl Into<PathBuf>) -> SystemRoot {
         SystemRoot { root: root.into() }
     }
 
     /// Whether this is the live system, where syscalls agree with the files.
-    pub fn is_live(&self) -> bool {
+    pub(crate) fn is_live(&self) -> bool {
         self.root == Path::new("/")
     }
 
     /// The path of `relative` (e.g. `sys/bus/event_source/devices`).
-    pub fn path(&self, relative: &str) -> PathBuf {
+    pub(crate) fn path(&self, relative: &str) -> PathBuf {
         self.root.join(relative)
     }
 
     /// Reads a small text file, trimmed of surrounding whitespace.
-    pub fn read_trimmed(&self, relative: &str) -> io::Result<String> {
+    pub(crate) fn read_trimmed(&self, relative: &str) -> io::Result<String> {
         std::fs::read_to_string(self.path(relative)).map(|s| s.trim().to_string())
     }
 }
 
 /// The directory holding every perf PMU, relative to a [`SystemRoot`].
-pub const EVENT_SOURCE_DEVICES: &str = "sys/bus/event_source/devices";
+pub(crate) const EVENT_SOURCE_DEVICES: &str = "sys/bus/event_source/devices";
 
 /// One of the configuration words of `perf_event_attr`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ConfigWord {
+pub(crate) enum ConfigWord {
     /// `config`.
     Config,
     /// `config1`.
@@ -81,7 +82,7 @@ impl ConfigWord {
     }
 
     /// The spelling used in format files.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ConfigWord::Config => "config",
             ConfigWord::Config1 => "config1",
@@ -93,15 +94,15 @@ impl ConfigWord {
 
 /// The four configuration words of an event, filled field by field.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct ConfigWords {
+pub(crate) struct ConfigWords {
     /// `perf_event_attr.config`.
-    pub config: u64,
+    pub(crate) config: u64,
     /// `perf_event_attr.config1`.
-    pub config1: u64,
+    pub(crate) config1: u64,
     /// `perf_event_attr.config2`.
-    pub config2: u64,
+    pub(crate) config2: u64,
     /// `perf_event_attr.config3`.
-    pub config3: u64,
+    pub(crate) config3: u64,
 }
 
 impl ConfigWords {
@@ -114,6 +115,7 @@ impl ConfigWords {
         }
     }
 
+    #[cfg(test)]
     fn word(&self, word: ConfigWord) -> u64 {
         match word {
             ConfigWord::Config => self.config,
@@ -128,11 +130,11 @@ impl ConfigWords {
 /// ranges, filled from the value's low bits upwards in the order listed
 /// (the semantics of perf's own format parser).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct FormatSpec {
+pub(crate) struct FormatSpec {
     /// The word holding the field.
-    pub word: ConfigWord,
+    pub(crate) word: ConfigWord,
     /// Inclusive bit ranges `(low, high)`, in value-bit order.
-    pub ranges: Vec<(u8, u8)>,
+    pub(crate) ranges: Vec<(u8, u8)>,
 }
 
 /// Why a format string could not be parsed or a value not encoded.
@@ -153,7 +155,7 @@ pub enum FormatError {
 
 impl FormatSpec {
     /// Parses a `format/*` file's content, e.g. `config:0-7,32-35`.
-    pub fn parse(text: &str) -> Result<FormatSpec, FormatError> {
+    pub(crate) fn parse(text: &str) -> Result<FormatSpec, FormatError> {
         let malformed = || FormatError::Malformed(text.trim().to_string());
         let (word, bits) = text.trim().split_once(':').ok_or_else(malformed)?;
         let word = ConfigWord::parse(word.trim()).ok_or_else(malformed)?;
@@ -180,7 +182,7 @@ impl FormatSpec {
     }
 
     /// The field's width in bits.
-    pub fn width(&self) -> u32 {
+    pub(crate) fn width(&self) -> u32 {
         self.ranges
             .iter()
             .map(|&(lo, hi)| u32::from(hi - lo) + 1)
@@ -188,7 +190,7 @@ impl FormatSpec {
     }
 
     /// Writes `value` into the field (clearing what was there).
-    pub fn apply(&self, words: &mut ConfigWords, value: u64) -> Result<(), FormatError> {
+    pub(crate) fn apply(&self, words: &mut ConfigWords, value: u64) -> Result<(), FormatError> {
         let width = self.width();
         if width < 64 && value >> width != 0 {
             return Err(FormatError::TooWide { value, width });
@@ -204,8 +206,9 @@ impl FormatSpec {
         Ok(())
     }
 
+    #[cfg(test)]
     /// Reads the field back out of `words`.
-    pub fn extract(&self, words: &ConfigWords) -> u64 {
+    pub(crate) fn extract(&self, words: &ConfigWords) -> u64 {
         let word = words.word(self.word);
         let mut value = 0u64;
         let mut shift = 0u32;
@@ -248,28 +251,28 @@ fn low_mask(len: u32) -> u64 {
 
 /// A perf PMU as sysfs describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Pmu {
+pub(crate) struct Pmu {
     /// Directory name, e.g. `intel_pt`, `cpu`, `cpu_core`.
-    pub name: String,
+    pub(crate) name: String,
     /// The `perf_event_attr.type` value.
-    pub event_type: u32,
+    pub(crate) event_type: u32,
     /// `format/*`: named fields.
-    pub formats: BTreeMap<String, FormatSpec>,
+    pub(crate) formats: BTreeMap<String, FormatSpec>,
     /// `caps/*`: raw capability strings (usually hexadecimal numbers).
-    pub caps: BTreeMap<String, String>,
+    pub(crate) caps: BTreeMap<String, String>,
     /// `cpus`, when the PMU covers only some CPUs (hybrid CPUs).
-    pub cpus: Option<Vec<u32>>,
+    pub(crate) cpus: Option<Vec<u32>>,
 }
 
 impl Pmu {
     /// Whether a PMU directory of this name exists.
-    pub fn exists(root: &SystemRoot, name: &str) -> bool {
+    pub(crate) fn exists(root: &SystemRoot, name: &str) -> bool {
         root.path(&format!("{EVENT_SOURCE_DEVICES}/{name}"))
             .is_dir()
     }
 
     /// Reads a PMU's `type`, `format/*`, `caps/*` and `cpus`.
-    pub fn load(root: &SystemRoot, name: &str) -> Result<Pmu> {
+    pub(crate) fn load(root: &SystemRoot, name: &str) -> Result<Pmu> {
         let dir = format!("{EVENT_SOURCE_DEVICES}/{name}");
         let type_path = format!("{dir}/type");
         let type_text = root
@@ -311,30 +314,30 @@ impl Pmu {
     }
 
     /// A capability as a number (`caps/*` files are printed with `%x`).
-    pub fn cap(&self, name: &str) -> Option<u64> {
+    pub(crate) fn cap(&self, name: &str) -> Option<u64> {
         let text = self.caps.get(name)?;
         u64::from_str_radix(text.trim().trim_start_matches("0x"), 16).ok()
     }
 
     /// The layout of a named field.
-    pub fn format(&self, field: &str) -> Result<&FormatSpec> {
-        self.formats.get(field).with_context(|| {
-            format!(
+    pub(crate) fn format(&self, field: &str) -> Result<&FormatSpec> {
+        self.formats.get(field).ok_or_else(|| {
+            PtError::Unsupported(format!(
                 "the {} PMU has no `{field}` field in its sysfs format directory",
                 self.name
-            )
+            ))
         })
     }
 
     /// Sets a named field in `words`.
-    pub fn set(&self, words: &mut ConfigWords, field: &str, value: u64) -> Result<()> {
+    pub(crate) fn set(&self, words: &mut ConfigWords, field: &str, value: u64) -> Result<()> {
         self.format(field)?
             .apply(words, value)
             .with_context(|| format!("{}/{field}", self.name))
     }
 
     /// Whether this PMU counts on `cpu` (true when it covers every CPU).
-    pub fn covers_cpu(&self, cpu: u32) -> bool {
+    pub(crate) fn covers_cpu(&self, cpu: u32) -> bool {
         self.cpus.as_ref().is_none_or(|cpus| cpus.contains(&cpu))
     }
 }
@@ -369,7 +372,7 @@ fn read_dir_files(root: &SystemRoot, relative: &str) -> Result<Vec<(String, Stri
 }
 
 /// Parses a kernel CPU list such as `0-3,8,10-11`.
-pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>> {
+pub(crate) fn parse_cpu_list(text: &str) -> Result<Vec<u32>> {
     let mut cpus = Vec::new();
     for part in text.trim().split(',').filter(|p| !p.trim().is_empty()) {
         let part = part.trim();
@@ -381,7 +384,7 @@ pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>> {
             }
         };
         if lo > hi || hi - lo > 1 << 16 {
-            bail!("bad CPU range `{part}`");
+            return Err(PtError::Malformed(format!("bad CPU range `{part}`")));
         }
         cpus.extend(lo..=hi);
     }
@@ -389,7 +392,7 @@ pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>> {
 }
 
 /// The online CPUs (`sys/devices/system/cpu/online`).
-pub fn online_cpus(root: &SystemRoot) -> Result<Vec<u32>> {
+pub(crate) fn online_cpus(root: &SystemRoot) -> Result<Vec<u32>> {
     let rel = "sys/devices/system/cpu/online";
     let text = root
         .read_trimmed(rel)

@@ -4,8 +4,8 @@
 //! same program; and the windows are those of a recording without spatial
 //! sampling.
 
-use anyhow::Result;
 use memgaze_metadata::annotation::{Annotation, InstrumentationMode};
+use memgaze_record::SinkResult;
 use memgaze_record::{RecordSink, Recording, record_command_within};
 use memgaze_trace::{LoadClass, Sampling, SpatialSampling};
 use std::collections::HashMap;
@@ -24,20 +24,20 @@ struct Ordered {
 }
 
 impl RecordSink for Ordered {
-    fn begin_sample(&mut self, thread: u32) -> Result<()> {
+    fn begin_sample(&mut self, thread: u32) -> SinkResult {
         (self.thread, self.spatial) = (thread, false);
         self.sample += 1;
         Ok(())
     }
-    fn switch_thread(&mut self, thread: u32) -> Result<()> {
+    fn switch_thread(&mut self, thread: u32) -> SinkResult {
         (self.thread, self.spatial) = (thread, false);
         Ok(())
     }
-    fn begin_spatial(&mut self, thread: u32) -> Result<()> {
+    fn begin_spatial(&mut self, thread: u32) -> SinkResult {
         (self.thread, self.spatial) = (thread, true);
         Ok(())
     }
-    fn push(&mut self, load: u32, addr: u64) -> Result<()> {
+    fn push(&mut self, load: u32, addr: u64) -> SinkResult {
         self.records.push((self.thread, load, addr, self.spatial));
         self.samples
             .push(if self.spatial { 0 } else { self.sample });
