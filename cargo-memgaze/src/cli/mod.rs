@@ -11,6 +11,7 @@ pub mod analyze;
 pub mod backend;
 pub mod bench;
 pub mod classify;
+pub mod completions;
 pub mod doctor;
 pub mod dump;
 pub mod golden;
@@ -21,6 +22,7 @@ pub mod pt_decode;
 pub mod record;
 pub mod report;
 pub mod run;
+pub mod style;
 pub mod suite;
 pub mod validate;
 
@@ -35,7 +37,7 @@ pub enum CargoCli {
 
 /// Top-level options and the subcommand.
 #[derive(Args, Debug)]
-#[command(version, about, long_about = None, propagate_version = true)]
+#[command(version = env!("MEMGAZE_LONG_VERSION"), about, long_about = None, propagate_version = true)]
 pub struct MemgazeCli {
     #[command(flatten)]
     pub global: Global,
@@ -156,11 +158,16 @@ pub enum Command {
     Doctor(doctor::Args),
     /// Print the PTW events of a raw Intel PT stream.
     PtDecode(pt_decode::Args),
+    /// Write a shell completion script for `cargo-memgaze` to stdout.
+    ///
+    /// Example: cargo memgaze completions bash > ~/.local/share/bash-completion/completions/cargo-memgaze
+    Completions(completions::Args),
 }
 
 /// Runs a parsed command line.
 pub fn dispatch(cli: MemgazeCli) -> anyhow::Result<Exit> {
     let global = cli.global;
+    style::init(global.color);
     match cli.command {
         Command::Bench(args) => bench::run(args, &global),
         Command::Run(args) => run::run(args, &global),
@@ -174,6 +181,7 @@ pub fn dispatch(cli: MemgazeCli) -> anyhow::Result<Exit> {
         Command::Report(args) => report::run(args, &global),
         Command::Doctor(args) => doctor::run(args, &global),
         Command::PtDecode(args) => pt_decode::run(args, &global),
+        Command::Completions(args) => completions::run(args, &global),
     }
 }
 
