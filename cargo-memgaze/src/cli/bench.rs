@@ -211,20 +211,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         for note in &recording.notes {
             progress.note(&format!("note: {}: {note}", case.name));
         }
-        let samples = recording.analysis.summary.samples;
-        let mut warnings = Vec::new();
-        if !sampling.is_full()
-            && samples < UNDERSAMPLED
-            && matches!(recording.outcome, BenchOutcome::Measured { .. })
-        {
-            warnings.push(format!(
-                "{}: {} ({} load executions for a period of {}): its metrics are not reliable; lower --period",
-                case.name,
-                plural(samples as usize, "sample", "samples"),
-                recording.totals.executions,
-                sampling.period
-            ));
-        }
+        let warnings = bench_warnings(&case.name, &recording, &sampling);
         for warning in &warnings {
             progress.note(&format!("warning: {warning}"));
         }
@@ -651,6 +638,29 @@ fn label(target: &BenchTarget, case: &BenchCase, several_targets: bool) -> Strin
     } else {
         case.name.clone()
     }
+}
+
+/// The `warning:` lines of one recorded bench (without the prefix), for
+/// stderr and its `bench-finished` JSON line alike.
+fn bench_warnings(
+    name: &str,
+    recording: &pipeline::BenchRecording,
+    sampling: &Sampling,
+) -> Vec<String> {
+    let samples = recording.analysis.summary.samples;
+    let mut warnings = Vec::new();
+    if !sampling.is_full()
+        && samples < UNDERSAMPLED
+        && matches!(recording.outcome, BenchOutcome::Measured { .. })
+    {
+        warnings.push(format!(
+            "{name}: {} ({} load executions for a period of {}): its metrics are not reliable; lower --period",
+            plural(samples as usize, "sample", "samples"),
+            recording.totals.executions,
+            sampling.period
+        ));
+    }
+    warnings
 }
 
 fn table_header(width: usize) -> String {
