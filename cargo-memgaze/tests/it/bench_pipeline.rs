@@ -794,6 +794,20 @@ fn the_gate_catches_a_cache_line_stride_and_passes_layout_changes() {
                 !lines["old"].is_null() && !lines["new"].is_null() && !lines["limit"].is_null(),
                 "the line-level measure is gated: {lines}"
             );
+            // Warnings reach the JSON lines, not only stderr: the
+            // hash-map lookups make fewer than 30 samples.
+            let hashmap = by_reason(&all, "bench-finished")
+                .into_iter()
+                .find(|b| b["name"] == "hashmap/100000")
+                .unwrap();
+            let warnings = hashmap["warnings"].as_array().unwrap();
+            assert!(
+                warnings.iter().any(|w| w
+                    .as_str()
+                    .unwrap()
+                    .contains("its metrics are not reliable; lower --period")),
+                "{hashmap}"
+            );
             let expected = if features == "extra-bench" { 6 } else { 5 };
             assert_eq!(comparisons.len(), expected, "{features}: {verdicts:?}");
         }
