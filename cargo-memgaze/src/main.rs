@@ -5,6 +5,7 @@
 //! is also reduced to one line rather than a backtrace.
 
 use clap::Parser;
+use memgaze::cli::style::{Prefix, Stream};
 use memgaze::cli::{self, CargoCli};
 use memgaze_error::{self as error, Exit};
 
@@ -27,7 +28,8 @@ fn main() {
             .map(|l| format!(" at {}:{}", l.file(), l.line()))
             .unwrap_or_default();
         eprintln!(
-            "error: internal error (a bug in cargo memgaze, please report it): {message}{location}"
+            "{} internal error (a bug in cargo memgaze, please report it): {message}{location}",
+            Prefix::Error.on(Stream::Stderr)
         );
     }));
 
@@ -49,7 +51,11 @@ fn main() {
     let exit = match outcome {
         Ok(Ok(exit)) => exit,
         Ok(Err(e)) => {
-            eprintln!("error: {}", error::one_line(&e));
+            eprintln!(
+                "{} {}",
+                Prefix::Error.on(Stream::Stderr),
+                error::one_line(&e)
+            );
             error::exit_for(&e)
         }
         Err(_) => Exit::Error,

@@ -30,6 +30,7 @@ mod frameworks;
 mod harness_args;
 mod layout;
 mod lock;
+mod settings;
 mod workspace;
 
 pub use args::{CargoArgs, DEFAULT_PROFILE};
@@ -45,6 +46,7 @@ pub use layout::{
     encode_component,
 };
 pub use lock::{LOCK_FILE, ResultsLock};
+pub use settings::{KNOWN_KEYS, check_settings};
 pub use workspace::{Member, Workspace};
 
 /// A built bench target, its region markers and its listed benches.

@@ -84,12 +84,16 @@ impl Workspace {
             None => PathBuf::from(metadata.target_directory.as_std_path()),
         };
         let selected = select(metadata, &members, args, current, &root)?;
-        Ok(Workspace {
+        let workspace = Workspace {
             root,
             target_dir,
             members,
             selected,
-        })
+        };
+        for member in workspace.selected_members() {
+            super::settings::check_settings(&member.metadata, &member.manifest_path)?;
+        }
+        Ok(workspace)
     }
 
     /// The selected members (every member when the selection is unknown).

@@ -1,6 +1,7 @@
 //! `cargo memgaze analyze`: the locality metrics of a trace, or of a
 //! Valgrind Lackey log (a full trace) of a binary.
 
+use super::style::styled_eprintln;
 use super::{ColorChoice, Format, Global};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -161,13 +162,13 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
 /// binary: an empty or odd analysis would otherwise be the only sign.
 fn warn_on_mismatch(log: &Path, binary: &Path, stats: &LackeyStats) {
     match stats.doubt() {
-        Some(LogDoubt::NoLoadInBinary) => eprintln!(
+        Some(LogDoubt::NoLoadInBinary) => styled_eprintln!(
             "warning: {}: none of its {} loads lies in the code of {}: was the log recorded from this executable? (a PIE is taken to be mapped at 0x108000, as Valgrind does; --load-base sets another address)",
             log.display(),
             stats.loads,
             binary.display()
         ),
-        Some(LogDoubt::SomeLengthsDiffer) => eprintln!(
+        Some(LogDoubt::SomeLengthsDiffer) => styled_eprintln!(
             "warning: {}: at {} of {} load instructions the log's instruction length differs from {}: the log may come from another build",
             log.display(),
             stats.mismatched_sites,

@@ -2,6 +2,7 @@
 //! instrument, record, analyse and summarise each.
 
 use super::progress::Progress;
+use super::style::styled_eprintln;
 use super::suite::{self, plural};
 use super::{Global, MessageFormat};
 use crate::cargo::{
@@ -157,7 +158,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     }
     if selected.is_empty() {
         if !global.quiet {
-            eprintln!("note: no bench matches the harness arguments; nothing to do");
+            styled_eprintln!("note: no bench matches the harness arguments; nothing to do");
         }
         if json {
             // The same fields as the summary of a run that measured.
@@ -230,7 +231,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         for note in &recording.notes {
             progress.note(&format!("note: {}: {note}", case.name));
         }
-        warn_sampling(&recording, exe, &case.name, &sampling, &progress);
+        let warnings = bench_warnings(exe, &case.name, &recording, &sampling);
+        for warning in &warnings {
+            progress.note(&format!("warning: {warning}"));
+        }
         let analysis_file = dir.join(pipeline::ANALYSIS_FILE);
         match &recording.outcome {
             BenchOutcome::Measured { nanos, iterations } => {
@@ -252,6 +256,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                         summary: recording.analysis.summary.clone(),
                         target: exe.target.clone(),
                         trace: recording.trace_file.clone(),
+                        warnings,
                     });
                 } else {
                     let row = table_row(
@@ -316,14 +321,15 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             results: layout.root().to_path_buf(),
         });
     } else if !global.quiet {
+        // The default code window: W_c = 2^⌊log2 min(w, 1024)⌋ (docs/METRICS.md).
         let k = match sampling.is_full() {
-            true => memgaze_analysis::FULL_TRACE_MAX_K,
-            false => 63 - sampling.window.leading_zeros(),
+            true => 10,
+            false => 63 - sampling.window.min(1024).leading_zeros(),
         };
-        eprintln!(
-            "note: A and F are what the samples observed; ΔF is the mean over windows of 2^{k} accesses; D is the intra-sample reuse distance in 64-byte lines"
+        styled_eprintln!(
+            "note: A and F are what the samples observed; ΔF@W_c is the mean ΔF over code windows of W_c = 2^{k} accesses (the gate's `dF`; JSON `summary.dF` is the whole run's F/(A+A_const)); D is the intra-sample reuse distance in 64-byte lines"
         );
-        eprintln!(
+        styled_eprintln!(
             "{:>12} {} in {:.1}s{}; results in {}",
             "Finished",
             plural(measured, "bench", "benches"),
@@ -337,39 +343,6 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         );
     }
     Ok(exit)
-}
-
-/// The warnings about what a measured bench's trace holds: nothing at all
-/// (the region was never entered), or too few samples.
-fn warn_sampling(
-    recording: &pipeline::BenchRecording,
-    exe: &crate::cargo::BenchExecutable,
-    name: &str,
-    sampling: &Sampling,
-    progress: &Progress,
-) {
-    let samples = recording.analysis.summary.samples;
-    let measured_ok = matches!(recording.outcome, BenchOutcome::Measured { .. });
-    if measured_ok && recording.totals.executions == 0 {
-        progress.note(&format!(
-            "warning: {}: no load was recorded: the measured region was never entered{}",
-            name,
-            match exe.harness {
-                crate::cargo::BenchHarness::Criterion => {
-                    " (criterion's `iter_custom` times the routine itself, without criterion's measurement, so it is not recorded)"
-                }
-                _ => "",
-            }
-        ));
-    } else if !sampling.is_full() && samples < UNDERSAMPLED && measured_ok {
-        progress.note(&format!(
-            "warning: {}: {} ({} load executions for a period of {}): its metrics are not reliable; lower --period",
-            name,
-            plural(samples as usize, "sample", "samples"),
-            recording.totals.executions,
-            sampling.period
-        ));
-    }
 }
 
 /// A full trace records one run of each routine (unless the user's
@@ -394,7 +367,7 @@ fn print_selection(
             .iter()
             .filter(|(t, _)| t.executable.path == target.executable.path)
             .count();
-        eprintln!(
+        styled_eprintln!(
             "{:>12} {} in {} ({})",
             "Selected",
             plural(runs, "bench", "benches"),
@@ -403,7 +376,7 @@ fn print_selection(
         );
     }
     for (target, case) in suite.ignored() {
-        eprintln!(
+        styled_eprintln!(
             "{:>12} {} in {} (ignored; `-- --include-ignored` runs it)",
             "Skipping",
             case.name,
@@ -411,7 +384,7 @@ fn print_selection(
         );
     }
     if let Some(note) = backend_note {
-        eprintln!("{note}");
+        styled_eprintln!("{note}");
     }
 }
 
@@ -533,6 +506,7 @@ impl Gating {
             }
         } else {
             let text = verdict.human(&name);
+            let text = super::style::paint_text(&text, super::style::Stream::Stdout);
             progress.print(|| print!("{text}"));
         }
         self.verdicts.push(verdict);
@@ -579,11 +553,11 @@ impl Gating {
         for gate in self.gates.values() {
             exit = exit.worst(gate.exit());
             if !json && !quiet {
-                eprintln!("{:>12} {}", "Gate", gate.summary());
+                styled_eprintln!("{:>12} {}", "Gate", gate.summary());
             }
         }
         if let (Some(name), false, false) = (&self.save, json, quiet) {
-            eprintln!(
+            styled_eprintln!(
                 "{:>12} baseline `{name}` in {}",
                 "Saved",
                 gate::baseline::baselines_dir(&self.root)
@@ -616,7 +590,7 @@ fn write_report(root: &Path, gating: &Gating, json: bool, quiet: bool) -> (Exit,
     match report::report_results(root, &options) {
         Ok(output) => {
             for warning in &output.warnings {
-                eprintln!("warning: report: {warning}");
+                styled_eprintln!("warning: report: {warning}");
             }
             if json {
                 emit(&messages::Report {
@@ -626,12 +600,12 @@ fn write_report(root: &Path, gating: &Gating, json: bool, quiet: bool) -> (Exit,
                     warnings: output.warnings.clone(),
                 });
             } else if !quiet {
-                eprintln!("{:>12} {}", "Report", output.index.display());
+                styled_eprintln!("{:>12} {}", "Report", output.index.display());
             }
             (Exit::Ok, Some(output.index))
         }
         Err(e) => {
-            eprintln!("error: writing the report: {}", memgaze_error::one_line(&e));
+            styled_eprintln!("error: writing the report: {}", memgaze_error::one_line(&e));
             (Exit::Error, None)
         }
     }
@@ -731,13 +705,45 @@ fn label(target: &BenchTarget, case: &BenchCase, several_targets: bool) -> Strin
     }
 }
 
+/// The `warning:` lines of one recorded bench (without the prefix), for
+/// stderr and its `bench-finished` JSON line alike.
+fn bench_warnings(
+    exe: &crate::cargo::BenchExecutable,
+    name: &str,
+    recording: &pipeline::BenchRecording,
+    sampling: &Sampling,
+) -> Vec<String> {
+    let samples = recording.analysis.summary.samples;
+    let measured_ok = matches!(recording.outcome, BenchOutcome::Measured { .. });
+    let mut warnings = Vec::new();
+    if measured_ok && recording.totals.executions == 0 {
+        warnings.push(format!(
+            "{name}: no load was recorded: the measured region was never entered{}",
+            match exe.harness {
+                crate::cargo::BenchHarness::Criterion => {
+                    " (criterion's `iter_custom` times the routine itself, without criterion's measurement, so it is not recorded)"
+                }
+                _ => "",
+            }
+        ));
+    } else if !sampling.is_full() && samples < UNDERSAMPLED && measured_ok {
+        warnings.push(format!(
+            "{name}: {} ({} load executions for a period of {}): its metrics are not reliable; lower --period",
+            plural(samples as usize, "sample", "samples"),
+            recording.totals.executions,
+            sampling.period
+        ));
+    }
+    warnings
+}
+
 fn table_header(width: usize) -> String {
     format!(
         "{:<width$} {:>11} {:>11} {:>7} {:>7} {:>7} {:>9} {:>8} {:>7} {:>8} {:>3} {:>7}",
         "bench",
         "A",
         "F",
-        "ΔF",
+        "ΔF@W_c",
         "F_str%",
         "F_irr%",
         "D mean",
@@ -757,19 +763,19 @@ fn table_row(
 ) -> String {
     let s = &analysis.summary;
     let or_dash = |x: Option<String>| x.unwrap_or_else(|| "–".to_string());
-    // ΔF of the largest trace window: new data per load over windows a
-    // sample holds (the whole-run ΔF of a sampled trace says more about
-    // the sampling than about the program).
-    let d_f = analysis
-        .trace_windows
-        .last()
-        .map(|row| format!("{:.4}", row.d_f));
+    // ΔF@W_c, the gate's `dF`: new data per load over code windows (the
+    // whole-run ΔF of a sampled trace says more about the sampling than
+    // about the program, and is not shown under the same name).
+    let k = crate::gate::metric::common_window_k(analysis, analysis);
+    let d_f = crate::gate::Metric::DF
+        .value(analysis, k)
+        .map(|x| format!("{x:.4}"));
     format!(
         "{:<width$} {:>11} {:>11} {:>7} {:>7.1} {:>7.1} {:>9} {:>8} {:>7} {:>8} {:>3} {:>6.1}s",
         name,
         s.a,
         s.f,
-        or_dash(d_f.or_else(|| s.d_f.map(|x| format!("{x:.4}")))),
+        or_dash(d_f),
         100.0 * s.f_str_frac,
         100.0 * s.f_irr_frac,
         or_dash(s.d_mean.map(|x| format!("{x:.1}"))),
@@ -790,7 +796,7 @@ fn print_list(suite: &BenchSuite, format: MessageFormat) -> anyhow::Result<()> {
         let exe = &target.executable;
         match format {
             MessageFormat::Human => {
-                eprintln!(
+                styled_eprintln!(
                     "{:>12} {} ({})",
                     "Listing",
                     exe.display_name(),

@@ -3,6 +3,7 @@
 
 use super::bench::emit;
 use super::progress::Progress;
+use super::style::styled_eprintln;
 use super::suite::{self, Backend, plural};
 use super::{Global, MessageFormat};
 use crate::cargo::{
@@ -162,7 +163,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                 reason: Reason::GoldenFactsDiffer,
             });
         }
-        eprintln!("error: {message}");
+        styled_eprintln!("error: {message}");
         return Ok(Exit::Regression);
     }
     let selected: Vec<(&BenchTarget, &BenchCase)> = suite.selected().collect();
@@ -307,7 +308,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                     snapshot: orphan.clone(),
                 });
             } else {
-                eprintln!(
+                styled_eprintln!(
                     "{}: {} belongs to no bench of `{}`{}",
                     if deleted { "note" } else { "warning" },
                     orphan.display(),
@@ -332,11 +333,11 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     );
     if !json && !global.quiet {
         if pending_written {
-            eprintln!(
+            styled_eprintln!(
                 "note: review the new snapshots with `cargo insta review --workspace` (or accept them all with `cargo memgaze golden --update`)"
             );
         } else if exit == Exit::Regression && ci {
-            eprintln!(
+            styled_eprintln!(
                 "note: on CI nothing is written; run `cargo memgaze golden` locally to review the differences"
             );
         }

@@ -12,6 +12,7 @@ pub mod backend;
 pub mod bench;
 pub mod classify;
 pub mod compare;
+pub mod completions;
 pub mod doctor;
 pub mod dump;
 pub mod golden;
@@ -23,6 +24,7 @@ pub mod record;
 pub mod report;
 pub mod run;
 pub mod spatial;
+pub mod style;
 pub mod suite;
 pub mod validate;
 
@@ -37,7 +39,7 @@ pub enum CargoCli {
 
 /// Top-level options and the subcommand.
 #[derive(Args, Debug)]
-#[command(version, about, long_about = None, propagate_version = true)]
+#[command(version = env!("MEMGAZE_LONG_VERSION"), about, long_about = None, propagate_version = true)]
 pub struct MemgazeCli {
     #[command(flatten)]
     pub global: Global,
@@ -162,11 +164,16 @@ pub enum Command {
     Doctor(doctor::Args),
     /// Print the PTW events of a raw Intel PT stream.
     PtDecode(pt_decode::Args),
+    /// Write a shell completion script for `cargo-memgaze` to stdout.
+    ///
+    /// Example: cargo memgaze completions bash > ~/.local/share/bash-completion/completions/cargo-memgaze
+    Completions(completions::Args),
 }
 
 /// Runs a parsed command line.
 pub fn dispatch(cli: MemgazeCli) -> anyhow::Result<Exit> {
     let global = cli.global;
+    style::init(global.color);
     match cli.command {
         Command::Bench(args) => bench::run(args, &global),
         Command::Run(args) => run::run(args, &global),
@@ -181,6 +188,7 @@ pub fn dispatch(cli: MemgazeCli) -> anyhow::Result<Exit> {
         Command::Compare(args) => compare::run(args, &global),
         Command::Doctor(args) => doctor::run(args, &global),
         Command::PtDecode(args) => pt_decode::run(args, &global),
+        Command::Completions(args) => completions::run(args, &global),
     }
 }
 

@@ -2,6 +2,7 @@
 //! `validate`): an indicatif bar on a terminal, plain status lines on
 //! stderr otherwise, nothing with `-q`.
 
+use super::style::{Stream, enabled, paint_line};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 
@@ -22,12 +23,16 @@ impl Progress {
             ProgressDrawTarget::stderr()
         };
         let bar = ProgressBar::with_draw_target(Some(total), target);
+        // `--color never` and `NO_COLOR` reach the bar through its template.
+        let template = if enabled(Stream::Stderr) {
+            "{prefix:>12.cyan.bold} [{bar:25}] {pos}/{len} {wide_msg} {elapsed:>4}"
+        } else {
+            "{prefix:>12} [{bar:25}] {pos}/{len} {wide_msg} {elapsed:>4}"
+        };
         bar.set_style(
-            ProgressStyle::with_template(
-                "{prefix:>12.cyan.bold} [{bar:25}] {pos}/{len} {wide_msg} {elapsed:>4}",
-            )
-            .expect("a valid template")
-            .progress_chars("=> "),
+            ProgressStyle::with_template(template)
+                .expect("a valid template")
+                .progress_chars("=> "),
         );
         bar.set_prefix("Running");
         Progress {
@@ -53,6 +58,7 @@ impl Progress {
     /// Prints a note on stderr above the bar (not with `-q`).
     pub fn note(&self, line: &str) {
         if self.lines || !self.bar.is_hidden() {
+            let line = paint_line(line, enabled(Stream::Stderr));
             self.bar.suspend(|| eprintln!("{line}"));
         }
     }

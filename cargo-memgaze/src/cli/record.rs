@@ -5,6 +5,7 @@
 //! N, like a shell). Progress and notes go to stderr.
 
 use super::Global;
+use super::style::styled_eprintln;
 use anyhow::{Context, Result, bail};
 use memgaze_error::{Exit, usage};
 use memgaze_instrument::rewrite as instrument;
@@ -105,7 +106,7 @@ impl SamplingArgs {
         if let Some(note) = note
             && !global.quiet
         {
-            eprintln!("memgaze: {note}");
+            styled_eprintln!("memgaze: {note}");
         }
         Ok(backend)
     }
@@ -209,7 +210,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
                 .unwrap_or_else(|| "program".into());
             let path = PathBuf::from(format!("{name}.trace"));
             if !global.quiet {
-                eprintln!("memgaze: writing the trace to {}", path.display());
+                styled_eprintln!("memgaze: writing the trace to {}", path.display());
             }
             path
         }
@@ -250,7 +251,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             .iter()
             .filter(|l| l.instrumented || l.proxy.is_some())
             .count();
-        eprintln!(
+        styled_eprintln!(
             "memgaze: coverage: {covered} of {total} explicit loads of the selected functions instrumented or implied ({:.1}%; `cargo memgaze instrument` lists the rest)",
             if total == 0 {
                 100.0
@@ -306,7 +307,7 @@ pub fn record_pt_to_file(
     out.commit()?;
     if !global.quiet {
         let totals = &recording.totals;
-        eprintln!(
+        styled_eprintln!(
             "memgaze: Intel PT: {} records in {} samples ({} PTW packets; {} records dropped, {} samples lost, {} truncated AUX records) → {}",
             totals.records,
             totals.samples,
@@ -377,7 +378,7 @@ pub fn record_to_file(
 /// Prints notes and one summary line on stderr.
 pub fn print_summary(recording: &Recording, output: &Path) {
     for note in &recording.notes {
-        eprintln!("memgaze: note: {note}");
+        styled_eprintln!("memgaze: note: {note}");
     }
     let totals = &recording.totals;
     let rho = if totals.records > 0 {
@@ -385,7 +386,7 @@ pub fn print_summary(recording: &Recording, output: &Path) {
     } else {
         "–".into()
     };
-    eprintln!(
+    styled_eprintln!(
         "memgaze: {} records in {} sample{} from {} thread{} ({} load executions, ρ = {rho}) → {}",
         totals.records,
         totals.samples,
@@ -402,7 +403,7 @@ pub fn print_summary(recording: &Recording, output: &Path) {
 /// a line that says so).
 pub fn exit_like_program(recording: &Recording) -> Exit {
     if let Some(why) = recording.interrupted {
-        eprintln!(
+        styled_eprintln!(
             "memgaze: {}: the trace is a prefix of the run, marked interrupted",
             match why {
                 memgaze_trace::Interruption::Timeout => "timed out".to_string(),

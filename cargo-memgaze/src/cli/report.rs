@@ -2,6 +2,7 @@
 //! an analysis JSON or a results directory.
 
 use super::Global;
+use super::style::styled_eprintln;
 use crate::gate::{BenchVerdict, Limits, load_baseline};
 use crate::report::{ReportOptions, default_report_dir, report_results, summary};
 use anyhow::{Context, Result};
@@ -137,9 +138,9 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     let written = report_results(results, &options)?;
     if !global.quiet {
         for warning in &written.warnings {
-            eprintln!("warning: {warning}");
+            styled_eprintln!("warning: {warning}");
         }
-        eprintln!(
+        styled_eprintln!(
             "wrote {} chart{} for {} bench{}",
             written.charts.len(),
             if written.charts.len() == 1 { "" } else { "s" },

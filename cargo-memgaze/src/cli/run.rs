@@ -11,6 +11,7 @@
 //! that find their files relative to their executable find them.
 
 use super::record::{SamplingArgs, exit_like_program, print_summary, resolve_program};
+use super::style::styled_eprintln;
 use super::{Format, Global};
 use anyhow::{Context, Result};
 use memgaze_analysis::{AnalysisOptions, table};
@@ -231,7 +232,7 @@ fn instrumented_copy(
 ) -> Result<(PathBuf, Annotation, Option<tempfile::TempDir>)> {
     let instrument = |input: &Path, output: &Path| {
         if !global.quiet {
-            eprintln!("memgaze: instrumenting {}…", input.display());
+            styled_eprintln!("memgaze: instrumenting {}…", input.display());
         }
         let result = super::instrument::instrument_file(input, output, functions, mode)?;
         if global.verbose > 0 {

@@ -2,6 +2,7 @@
 //! and list the benches, choose the backend, instrument each executable.
 
 use super::progress::Progress;
+use super::style::styled_eprintln;
 use super::{ColorChoice, Global};
 use crate::cargo::{self, BenchExecutable, BenchSuite, BuildOptions, CargoArgs, HarnessArgs};
 use crate::pipeline::{self, InstrumentedBench};
@@ -39,7 +40,7 @@ pub fn discover(
     };
     let suite = cargo::discover(cargo_args, harness, &options)?;
     for (_, reason) in &suite.skipped {
-        eprintln!("warning: {reason}; skipped");
+        styled_eprintln!("warning: {reason}; skipped");
     }
     Ok(suite)
 }
@@ -139,7 +140,7 @@ pub fn print_summary(
         } else {
             format!(": {}", parts.join(", "))
         };
-        eprintln!(
+        styled_eprintln!(
             "{:>12} {} in {:.1}s{parts}",
             "Finished",
             plural(benches, noun.0, noun.1),

@@ -30,8 +30,8 @@ impl Direction {
 
 /// A gated metric.
 ///
-/// `dF`, `F_str_frac` and `F_irr_frac` are the bench's **code-window**
-/// values: the trace-window row at the code-window size `W_c` (the largest
+/// `dF`, `dF_lines`, `F_str_frac` and `F_irr_frac` are the bench's
+/// **code-window** values: the trace-window row at the code-window size `W_c` (the largest
 /// window size both runs have, up to `W_c`). Whole-run footprints of a
 /// sampled trace depend on where the samples fell and are not comparable
 /// between runs (docs/METRICS.md); averages over windows of a fixed size are.
@@ -52,6 +52,11 @@ pub enum Metric {
     /// Footprint growth `ΔF` over code windows.
     #[serde(rename = "dF")]
     DF,
+    /// New 64-byte lines per load over code windows, `ΔF_lines@W_c`: the
+    /// line-level counterpart of `dF`, which sees a walk that strides
+    /// across cache lines although every load stays Strided.
+    #[serde(rename = "dF_lines")]
+    DFLines,
     /// Strided share of the footprint over code windows.
     #[serde(rename = "F_str_frac")]
     FStrFrac,
@@ -95,9 +100,10 @@ pub enum Metric {
 
 impl Metric {
     /// Every metric, in the order reports list them.
-    pub const ALL: [Metric; 18] = [
+    pub const ALL: [Metric; 19] = [
         Metric::AHat,
         Metric::DF,
+        Metric::DFLines,
         Metric::FStrFrac,
         Metric::FIrrFrac,
         Metric::DMean,
@@ -124,6 +130,7 @@ impl Metric {
             Metric::AConstFrac => "A_const_frac",
             Metric::Kappa => "kappa",
             Metric::DF => "dF",
+            Metric::DFLines => "dF_lines",
             Metric::FStrFrac => "F_str_frac",
             Metric::FIrrFrac => "F_irr_frac",
             Metric::F => "F",
@@ -168,6 +175,7 @@ impl Metric {
                 | Metric::FStrFrac
                 | Metric::FIrrFrac
                 | Metric::DF
+                | Metric::DFLines
                 | Metric::MrL1
                 | Metric::MrL2
                 | Metric::MrLlc
@@ -199,7 +207,10 @@ impl Metric {
     /// Whether the metric is a mean over code windows (needs a window size
     /// both runs have).
     pub fn is_windowed(self) -> bool {
-        matches!(self, Metric::DF | Metric::FStrFrac | Metric::FIrrFrac)
+        matches!(
+            self,
+            Metric::DF | Metric::DFLines | Metric::FStrFrac | Metric::FIrrFrac
+        )
     }
 
     /// The metric's value in `analysis`; windowed metrics at window
@@ -222,6 +233,13 @@ impl Metric {
             Metric::AConstFrac => s.a_const_frac,
             Metric::Kappa => s.kappa,
             Metric::DF => row().map(|r| r.d_f),
+            // A ratio of the row's means (the row keeps no per-window
+            // line ratio); absent in analyses written before rows had
+            // `F_lines`.
+            Metric::DFLines => row().and_then(|r| {
+                let loads = 2f64.powi(r.k as i32) + r.a_const;
+                r.f_lines.map(|lines| lines / loads)
+            }),
             Metric::FStrFrac => row().map(|r| r.f_str_frac),
             Metric::FIrrFrac => row().map(|r| r.f_irr_frac),
             Metric::F => Some(s.f as f64),

@@ -343,6 +343,32 @@ fn a_crate_without_benches_is_an_error() {
     );
 }
 
+/// `[package.metadata.memgaze]` holds only keys cargo memgaze reads: a
+/// key it does not know (`period = 10000`, which belongs on the command
+/// line) is a usage error naming it, before anything is built.
+#[test]
+fn an_unknown_memgaze_metadata_key_is_a_usage_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = memgaze_fixtures::fixtures().join("no-benches");
+    std::fs::create_dir(dir.path().join("src")).unwrap();
+    for file in ["Cargo.lock", "src/lib.rs"] {
+        std::fs::copy(source.join(file), dir.path().join(file)).unwrap();
+    }
+    let manifest = std::fs::read_to_string(source.join("Cargo.toml")).unwrap()
+        + "\n[package.metadata.memgaze]\nlimits = \"dF=+5%\"\nperiod = 10000\n";
+    std::fs::write(dir.path().join("Cargo.toml"), manifest).unwrap();
+    let out = cargo_memgaze(&dir.path().join("Cargo.toml"), &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(
+            "Cargo.toml: [package.metadata.memgaze]: unknown key `period` (known keys: limits"
+        ),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_build_failure_shows_cargos_error_then_one_line() {
     let out = cargo_memgaze(

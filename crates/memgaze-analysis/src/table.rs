@@ -263,7 +263,7 @@ fn render_functions(out: &mut String, a: &Analysis, options: &TableOptions) {
         let _ = writeln!(
             out,
             "  {:>10} {:>7} {:>8} {:>8} {:>7} {:>7} {:>8} {:>8}  function",
-            "A", "share", "A_const%", "ΔF", "F_str%", "F_irr%", "D mean", "windows"
+            "A", "share", "A_const%", "ΔF@W_c", "F_str%", "F_irr%", "D mean", "windows"
         );
         for f in a.functions.iter().take(options.top) {
             let share = (s.a > 0).then(|| f.a as f64 / s.a as f64);

@@ -138,6 +138,11 @@ pub struct BenchFinished {
     pub target: String,
     /// Its trace file, when one was kept.
     pub trace: Option<PathBuf>,
+    /// The `warning:` lines a person sees for this bench (such as
+    /// undersampling), without the prefix; absent in messages of versions
+    /// that printed them on stderr only.
+    #[serde(default)]
+    pub warnings: Vec<String>,
 }
 
 /// A bench whose body failed (panicked or exited non-zero).

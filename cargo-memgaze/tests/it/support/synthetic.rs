@@ -245,6 +245,12 @@ pub fn header(kernel: Kernel, sampling: Sampling) -> TraceHeader {
 
 /// Writes the trace of `run` to `path`; returns (records, samples).
 pub fn write_trace(path: &Path, run: &Synthetic) -> (u64, u64) {
+    write_trace_placed(path, run, 0)
+}
+
+/// [`write_trace`] with the kernel's data (not its stack slot) moved by
+/// `shift` bytes: the same program whose allocations landed elsewhere.
+pub fn write_trace_placed(path: &Path, run: &Synthetic, shift: u64) -> (u64, u64) {
     let stream = Stream::new(run.kernel, run.elements, run.reps, run.seed);
     let total = stream.executions();
     let sampling = match run.sampling {
@@ -261,7 +267,7 @@ pub fn write_trace(path: &Path, run: &Synthetic) -> (u64, u64) {
             w.begin_sample(0).unwrap();
             for e in 0..total {
                 let (load, addr) = stream.access(e);
-                w.push(load, addr).unwrap();
+                w.push(load, placed(load, addr, shift)).unwrap();
             }
         }
         Some((window, period)) => {
@@ -271,7 +277,7 @@ pub fn write_trace(path: &Path, run: &Synthetic) -> (u64, u64) {
                 w.begin_sample(0).unwrap();
                 for e in start..(start + window).min(total) {
                     let (load, addr) = stream.access(e);
-                    w.push(load, addr).unwrap();
+                    w.push(load, placed(load, addr, shift)).unwrap();
                 }
             }
         }
@@ -282,4 +288,10 @@ pub fn write_trace(path: &Path, run: &Synthetic) -> (u64, u64) {
         .commit()
         .unwrap();
     (records, samples)
+}
+
+/// `addr` of load site `load` with the data moved by `shift` bytes (the
+/// stack slot of site 3 stays).
+fn placed(load: u32, addr: u64, shift: u64) -> u64 {
+    if load == 3 { addr } else { addr + shift }
 }

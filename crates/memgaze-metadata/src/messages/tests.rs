@@ -146,9 +146,15 @@ fn bench_started() {
 
 #[test]
 fn bench_finished() {
-    for (sampling, sampling_json, trace) in [
-        (sampled(), sampled_json(), Some("/r/str1/trace.mgz")),
-        (SamplingInfo::Full, json!({"full": true}), None),
+    let undersampled = "str1: 3 samples (300000 load executions for a period of 100000): its metrics are not reliable; lower --period";
+    for (sampling, sampling_json, trace, warnings) in [
+        (
+            sampled(),
+            sampled_json(),
+            Some("/r/str1/trace.mgz"),
+            vec![undersampled.to_string()],
+        ),
+        (SamplingInfo::Full, json!({"full": true}), None, vec![]),
     ] {
         let message = BenchFinished {
             analysis: "/r/str1/analysis.json".into(),
@@ -165,6 +171,7 @@ fn bench_finished() {
             summary: summary(),
             target: "micro".into(),
             trace: trace.map(PathBuf::from),
+            warnings: warnings.clone(),
         };
         let old = json!({
             "reason": "bench-finished",
@@ -181,13 +188,19 @@ fn bench_finished() {
             "elapsed_s": 0.115952124,
             "summary": summary(),
             "coverage": coverage(),
+            "warnings": warnings,
         });
         let expected = if trace.is_some() {
-            r#"{"analysis":"/r/str1/analysis.json","coverage":{"classified":true,"complete":true,"dropped":{"bytes":0,"records":2,"samples":0},"empty_samples":0,"filtered_out":0,"notes":["a note"],"outside_binary":null,"outside_functions":1,"records":498000,"trace_samples":498},"elapsed_s":0.115952124,"harness":"memgaze","iterations":3,"name":"str1","package":"microbenches","reason":"bench-finished","region_ns":1234567,"results":"/r/str1","sampling":{"full":false,"period":100000,"seed":1,"window":1000},"summary":{"A":498000,"A_const":12,"A_const_frac":0.25,"A_hat":null,"D_max":7,"D_mean":null,"F":3,"F_hat":300.0,"F_irr":0.5,"F_irr_frac":0.16666666666666666,"F_lines":1,"F_str":2.5,"F_str_frac":0.8333333333333334,"dF":6.024096385542169e-6,"kappa":1.0000240963855422,"records":498000,"rho":100.0,"samples":498,"threads":1},"target":"micro","trace":"/r/str1/trace.mgz"}"#
+            r#"{"analysis":"/r/str1/analysis.json","coverage":{"classified":true,"complete":true,"dropped":{"bytes":0,"records":2,"samples":0},"empty_samples":0,"filtered_out":0,"notes":["a note"],"outside_binary":null,"outside_functions":1,"records":498000,"trace_samples":498},"elapsed_s":0.115952124,"harness":"memgaze","iterations":3,"name":"str1","package":"microbenches","reason":"bench-finished","region_ns":1234567,"results":"/r/str1","sampling":{"full":false,"period":100000,"seed":1,"window":1000},"summary":{"A":498000,"A_const":12,"A_const_frac":0.25,"A_hat":null,"D_max":7,"D_mean":null,"F":3,"F_hat":300.0,"F_irr":0.5,"F_irr_frac":0.16666666666666666,"F_lines":1,"F_str":2.5,"F_str_frac":0.8333333333333334,"dF":6.024096385542169e-6,"kappa":1.0000240963855422,"records":498000,"rho":100.0,"samples":498,"threads":1},"target":"micro","trace":"/r/str1/trace.mgz","warnings":["str1: 3 samples (300000 load executions for a period of 100000): its metrics are not reliable; lower --period"]}"#
         } else {
-            r#"{"analysis":"/r/str1/analysis.json","coverage":{"classified":true,"complete":true,"dropped":{"bytes":0,"records":2,"samples":0},"empty_samples":0,"filtered_out":0,"notes":["a note"],"outside_binary":null,"outside_functions":1,"records":498000,"trace_samples":498},"elapsed_s":0.115952124,"harness":"memgaze","iterations":3,"name":"str1","package":"microbenches","reason":"bench-finished","region_ns":1234567,"results":"/r/str1","sampling":{"full":true},"summary":{"A":498000,"A_const":12,"A_const_frac":0.25,"A_hat":null,"D_max":7,"D_mean":null,"F":3,"F_hat":300.0,"F_irr":0.5,"F_irr_frac":0.16666666666666666,"F_lines":1,"F_str":2.5,"F_str_frac":0.8333333333333334,"dF":6.024096385542169e-6,"kappa":1.0000240963855422,"records":498000,"rho":100.0,"samples":498,"threads":1},"target":"micro","trace":null}"#
+            r#"{"analysis":"/r/str1/analysis.json","coverage":{"classified":true,"complete":true,"dropped":{"bytes":0,"records":2,"samples":0},"empty_samples":0,"filtered_out":0,"notes":["a note"],"outside_binary":null,"outside_functions":1,"records":498000,"trace_samples":498},"elapsed_s":0.115952124,"harness":"memgaze","iterations":3,"name":"str1","package":"microbenches","reason":"bench-finished","region_ns":1234567,"results":"/r/str1","sampling":{"full":true},"summary":{"A":498000,"A_const":12,"A_const_frac":0.25,"A_hat":null,"D_max":7,"D_mean":null,"F":3,"F_hat":300.0,"F_irr":0.5,"F_irr_frac":0.16666666666666666,"F_lines":1,"F_str":2.5,"F_str_frac":0.8333333333333334,"dF":6.024096385542169e-6,"kappa":1.0000240963855422,"records":498000,"rho":100.0,"samples":498,"threads":1},"target":"micro","trace":null,"warnings":[]}"#
         };
         pin(&message, expected, old);
+        // Messages of versions without `warnings` still read.
+        let mut older: Value = serde_json::from_str(expected).unwrap();
+        older.as_object_mut().unwrap().remove("warnings");
+        let back: BenchFinished = serde_json::from_value(older).unwrap();
+        assert!(back.warnings.is_empty());
     }
 }
 
