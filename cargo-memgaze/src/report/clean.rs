@@ -8,7 +8,7 @@
 //! user put beside the report is never in a manifest, and a manifest line
 //! that is absolute, climbs out with `..` or names a directory is ignored.
 //! A directory written before manifests existed has its known file names
-//! ([`LEGACY_FILES`], [`LEGACY_CHARTS`] in a bench's subdirectory) removed
+//! (`LEGACY_FILES`, `LEGACY_CHARTS` in a bench's subdirectory) removed
 //! the same way.
 
 use anyhow::{Context, Result};

@@ -20,7 +20,7 @@
 //! A report replaces the previous one in the same directory: files the
 //! previous report wrote and this one did not are removed ([`clean`]);
 //! nothing else in the directory is touched. Benches are listed
-//! regressions first, then by their headline numbers ([`glance`]).
+//! regressions first, then by their headline numbers (`glance`).
 //!
 //! Charts come from plain inputs ([`charts`]); [`profile`] computes the
 //! per-record views in a streaming pass over the trace; [`results`] finds

@@ -765,7 +765,7 @@ impl Analyzer {
     }
 
     /// A record taken by spatial sampling outside any time sample
-    /// ([`Record::spatial`]): it enters the whole-run curve only, never
+    /// ([`memgaze_trace::Record::spatial`]): it enters the whole-run curve only, never
     /// the time-window metrics, ρ or the record counts.
     pub fn push_spatial(&mut self, load: u32, addr: u64, thread: u32) {
         self.whole.spatial_records += 1;

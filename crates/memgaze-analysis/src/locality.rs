@@ -19,7 +19,7 @@
 //! Distances are per thread: a trace gives program order within a thread
 //! only (records of different threads are interleaved in the order their
 //! buffers were flushed, not in time), and L1/L2 are private to a core.
-//! Each thread keeps an Olken stack ([`ReuseTracker`], O(log n) per access)
+//! Each thread keeps an Olken stack (`ReuseTracker`, O(log n) per access)
 //! over its tracked blocks, so memory is proportional to the tracked blocks.
 //!
 //! Per load site, the accesses are counted in buckets between the reported
@@ -34,7 +34,7 @@
 //! spread over the buckets by the distribution of the true distance given
 //! `d'`: every one of the `D` other blocks is tracked with probability
 //! `R`, and reuse distances spread over orders of magnitude, so the prior
-//! is scale-free (`∝ 1/(D + 1)`); see [`smoothing_table`]. Larger `d'`
+//! is scale-free (`∝ 1/(D + 1)`); see `smoothing_table`. Larger `d'`
 //! use `D̂ = d'/R` (relative step below 1/64).
 
 use super::Map;

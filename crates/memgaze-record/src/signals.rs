@@ -27,8 +27,7 @@ use std::time::Duration;
 /// The signals a recording catches and forwards to the program. SIGQUIT
 /// (the terminal's `^\\`) is one of them: its default action would kill
 /// `cargo memgaze` with a core dump and lose the trace.
-pub(crate) const INTERRUPTS: [i32; SIGNALS] =
-    [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+pub const INTERRUPTS: [i32; SIGNALS] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
 /// How many signals [`INTERRUPTS`] holds.
 pub const SIGNALS: usize = 4;
