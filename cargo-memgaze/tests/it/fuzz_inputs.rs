@@ -405,12 +405,18 @@ fn mutated_elf_files_are_refused_or_classified() {
     done("ELF", n, started);
 }
 
-// --- Through the binary: exit 0, or 1 with exactly one error line.
+// --- Through the binary: exit 0, 3 (a mutated baseline can read as a
+// regression: `report -q --baseline` then fails the gate, silently), or 1
+// with exactly one error line.
 
 fn assert_clean_exit(out: &std::process::Output, what: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
     match out.status.code() {
         Some(0) => {}
+        Some(3) => {
+            assert!(!err.contains("internal error"), "{what}: {err}");
+            assert!(!err.contains("panicked"), "{what}: {err}");
+        }
         Some(1) => {
             let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error")).collect();
             assert_eq!(errors.len(), 1, "{what}: {err}");

@@ -302,20 +302,18 @@ fn analyse_default_recording(dir: &Path, kernel: Kernel, seed: u64) -> Analysis 
 
 /// What time windows miss: a Vec walked with a stride of 64 bytes instead
 /// of 8 is all Strided loads either way (F_str_frac, F_irr_frac unchanged),
-/// but every load now touches a new cache line. The whole-run miss ratios
-/// catch it, with exit 3.
+/// but every load now touches a new cache line. The whole-run miss ratios,
+/// gated on request (`--limits`), catch it with exit 3.
 #[test]
 fn a_wider_stride_fails_on_the_whole_run_miss_ratios() {
+    let limits = Limits::defaults()
+        .overridden_by(&Limits::parse("MR_L1=+0.02,MR_L2=+0.02,MR_LLC=+0.02").unwrap());
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("memgaze");
     let baseline = analyse_default_recording(dir.path(), Kernel::Str1, 1);
     save_baseline(&root, "main", &[run("walk", baseline.clone())]).unwrap();
     // Unchanged code, another sampling seed: within the default limits.
-    let mut gate = Gate::new(
-        load_baseline(&root, "main").unwrap(),
-        Limits::defaults(),
-        false,
-    );
+    let mut gate = Gate::new(load_baseline(&root, "main").unwrap(), limits.clone(), false);
     let same = gate
         .check(&run(
             "walk",
@@ -325,11 +323,7 @@ fn a_wider_stride_fails_on_the_whole_run_miss_ratios() {
     assert!(same.regressions.is_empty(), "{}", same.human("main"));
 
     let wider = analyse_default_recording(dir.path(), Kernel::Str8, 1);
-    let mut gate = Gate::new(
-        load_baseline(&root, "main").unwrap(),
-        Limits::defaults(),
-        false,
-    );
+    let mut gate = Gate::new(load_baseline(&root, "main").unwrap(), limits.clone(), false);
     let verdict = gate.check(&run("walk", wider.clone())).unwrap();
     let metrics: Vec<Metric> = verdict.regressions.iter().map(|r| r.metric).collect();
     assert!(metrics.contains(&Metric::MrL1), "{metrics:?}");

@@ -323,7 +323,9 @@ fn two_concurrent_benches_both_finish_with_whole_results() {
         assert_eq!(again["summary"]["A"], saved["summary"]["A"]);
         checked += 1;
     }
-    assert_eq!(checked, 5);
+    // The five benches of the default features, and those of other
+    // feature sets other tests recorded into the same target directory.
+    assert!(checked >= 5, "{checked}");
 }
 
 /// `bench --save-baseline NAME` killed at various points of its run:

@@ -687,16 +687,10 @@ fn append_process_end_stubs(
         rt.code.extend_from_slice(&stubs.code);
     }
     report.process_end_hooks = stubs.hooked.clone();
-    let bypassed: Vec<String> = crate::binary::imports::got_imports(binary)
+    report.process_end_unhooked = crate::binary::imports::got_imports(binary)
         .into_iter()
         .filter(|name| process_end::ends_process(name) && !stubs.hooked.contains(name))
         .collect();
-    if !bypassed.is_empty() {
-        report.warnings.push(format!(
-            "{} called without a PLT entry (-fno-plt?), so not hooked: a child process that forks, execs or exits there may lose records no count shows",
-            bypassed.join(", ")
-        ));
-    }
     Ok(stubs)
 }
 

@@ -68,6 +68,11 @@ pub struct Report {
     /// Imports through which a process ends without `DT_FINI` (`_exit`,
     /// the `exec` family) whose PLT entries now flush the recorder first.
     pub process_end_hooks: Vec<String>,
+    /// Such imports the binary calls through its GOT without a PLT entry
+    /// (`-fno-plt`; Rust's std always does): not hooked, so a child that
+    /// ends through one of them may lose its last buffer. Listed, not
+    /// warned about: every Rust binary has them, and most never call them.
+    pub process_end_unhooked: Vec<String>,
     /// Bytes of the new segment.
     pub segment_bytes: usize,
     /// Address range of the relocated functions (with their stubs).
@@ -160,6 +165,13 @@ impl fmt::Display for Report {
                 f,
                 "process ends hooked (buffers flushed before them): {}",
                 self.process_end_hooks.join(", ")
+            )?;
+        }
+        if !self.process_end_unhooked.is_empty() {
+            writeln!(
+                f,
+                "process ends not hooked (called through the GOT, no PLT entry): {}",
+                self.process_end_unhooked.join(", ")
             )?;
         }
         for w in &self.warnings {
