@@ -1228,27 +1228,30 @@ fn form_superblocks(
     superblocks
 }
 
+/// The registers a probe may borrow, in the order it prefers them:
+/// caller-saved first (RSP is never one).
+const SCRATCH_CANDIDATES: [Register; 15] = [
+    Register::RAX,
+    Register::RCX,
+    Register::RDX,
+    Register::RSI,
+    Register::RDI,
+    Register::R8,
+    Register::R9,
+    Register::R10,
+    Register::R11,
+    Register::RBX,
+    Register::RBP,
+    Register::R12,
+    Register::R13,
+    Register::R14,
+    Register::R15,
+];
+
 /// How a spatial check before `load` keeps state, given what is live
 /// before it: a dead register (never one of the load's operand registers,
 /// which are live) and dead flags cost nothing to keep.
 fn choose_spatial_probe(load: &iced_x86::Instruction, live: RegSet) -> probe::SpatialProbe {
-    const CANDIDATES: [Register; 15] = [
-        Register::RAX,
-        Register::RCX,
-        Register::RDX,
-        Register::RSI,
-        Register::RDI,
-        Register::R8,
-        Register::R9,
-        Register::R10,
-        Register::R11,
-        Register::RBX,
-        Register::RBP,
-        Register::R12,
-        Register::R13,
-        Register::R14,
-        Register::R15,
-    ];
     let save_flags = live.has_flags();
     let operand = [load.memory_base(), load.memory_index()].map(|r| {
         if r.is_gpr() {
@@ -1257,7 +1260,7 @@ fn choose_spatial_probe(load: &iced_x86::Instruction, live: RegSet) -> probe::Sp
             Register::None
         }
     });
-    let dead = CANDIDATES
+    let dead = SCRATCH_CANDIDATES
         .into_iter()
         .find(|&r| !live.has_gpr(r) && !operand.contains(&r));
     match dead {
@@ -1267,7 +1270,7 @@ fn choose_spatial_probe(load: &iced_x86::Instruction, live: RegSet) -> probe::Sp
             save_flags,
         },
         None => probe::SpatialProbe {
-            scratch: CANDIDATES
+            scratch: SCRATCH_CANDIDATES
                 .into_iter()
                 .find(|r| !operand.contains(r))
                 .expect("a load names at most two registers"),
@@ -1285,23 +1288,8 @@ fn choose_fast_path(live: RegSet) -> FastPath {
     if !live.has_gpr(Register::RCX) {
         return FastPath::RcxDead;
     }
-    for reg in [
-        Register::RAX,
-        Register::RDX,
-        Register::RSI,
-        Register::RDI,
-        Register::R8,
-        Register::R9,
-        Register::R10,
-        Register::R11,
-        Register::RBX,
-        Register::RBP,
-        Register::R12,
-        Register::R13,
-        Register::R14,
-        Register::R15,
-    ] {
-        if !live.has_gpr(reg) {
+    for reg in SCRATCH_CANDIDATES {
+        if reg != Register::RCX && !live.has_gpr(reg) {
             return FastPath::SaveIn(reg);
         }
     }

@@ -358,8 +358,8 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     emit_region_end(&mut a, &mut l, params)?;
     emit_unnamed_regions(&mut a, &mut l)?;
     emit_fini(&mut a, &mut l, params)?;
-    emit_exit_now(&mut a, &mut l, params)?;
-    emit_exec_flush(&mut a, &mut l, params)?;
+    emit_process_end(&mut a, &mut l, params, ProcessEnd::Exit)?;
+    emit_process_end(&mut a, &mut l, params, ProcessEnd::Exec)?;
     emit_after_fork(&mut a, &mut l, params)?;
     emit_process_message(&mut a, &mut l)?;
     emit_entry(&mut a, &mut l, params)?;
@@ -1181,24 +1181,14 @@ fn emit_fini(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
 /// countdown exactly and sends its buffer.
 fn emit_fini_own_slot(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.set_label(&mut l.fini_body)?;
-    save_all(a)?;
-    a.add_instruction(lea_rip(Register::R12, params.state_va))?;
-    a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
-    a.jne(l.fini_done)?;
+    enter_active(a, params, l.fini_done)?;
     a.call(l.ensure_process)?;
     a.cmp(qword_ptr(r13 + process::FINISHING), 0)?;
     a.jne(l.fini_done)?;
     a.mov(qword_ptr(r13 + process::FINISHING), 1)?;
     // This thread: exact fold of its countdown, final flush, stop counting
     // (BUSY stays set: anything it records later is not sent).
-    a.xor(r14d, r14d)?;
-    a.mov(rbx, fs(TCB_SLOT))?;
-    a.test(rbx, rbx)?;
-    a.jz(l.fini_others)?;
-    a.cmp(qword_ptr(rbx + slot::MAGIC), slot::MAGIC_VALUE)?;
-    a.jne(l.fini_others)?;
-    a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
-    a.jne(l.fini_others)?;
+    this_threads_slot(a, l.fini_others)?;
     enter_cold(a)?;
     take_grant(a, None)?;
     a.mov(r14, rbx)?;
@@ -1360,24 +1350,12 @@ fn emit_fini_snapshot(a: &mut Asm, l: &mut Labels) -> R {
 /// The end of `fini_body`: the `ProcessExit` message (process-level drops).
 fn emit_fini_exit_message(a: &mut Asm, l: &mut Labels) -> R {
     a.set_label(&mut l.fini_exit_message)?;
-    a.sub(rsp, protocol::HEADER_BYTES as i32)?;
-    a.mov(dword_ptr(rsp + protocol::offsets::MAGIC), MESSAGE_MAGIC)?;
-    a.mov(
-        dword_ptr(rsp + protocol::offsets::KIND),
-        MessageKind::ProcessExit as u32,
+    send_process_header(
+        a,
+        l,
+        protocol::HEADER_BYTES as i32,
+        HeaderSource::ProcessBlock(MessageKind::ProcessExit),
     )?;
-    a.mov(rax, qword_ptr(r13 + process::PID))?;
-    a.mov(dword_ptr(rsp + protocol::offsets::PID), eax)?;
-    a.mov(dword_ptr(rsp + protocol::offsets::TID), eax)?;
-    a.mov(qword_ptr(rsp + protocol::offsets::EXECUTIONS), 0)?;
-    a.mov(rax, qword_ptr(r13 + process::DROPPED))?;
-    a.mov(qword_ptr(rsp + protocol::offsets::DROPPED), rax)?;
-    a.mov(dword_ptr(rsp + protocol::offsets::SLOT), 0)?;
-    a.mov(dword_ptr(rsp + protocol::offsets::COUNT), 0)?;
-    a.mov(rdi, rsp)?;
-    a.mov(esi, protocol::HEADER_BYTES as u32)?;
-    a.call(l.send)?;
-    a.add(rsp, protocol::HEADER_BYTES as i32)?;
     a.set_label(&mut l.fini_done)?;
     restore_all(a)?;
     a.ret()?;
@@ -1405,72 +1383,84 @@ fn borrowed_process(a: &mut Asm) -> R {
     a.zero_bytes()
 }
 
-/// `exit_now`: what `fini` does, for a process about to end through
-/// `_exit` (no `DT_FINI` runs), then back to the caller, which goes on to
-/// the real `_exit`. Nothing in a `vfork` child.
-fn emit_exit_now(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
-    let mut skip = a.create_label();
+/// The process ends that run no `DT_FINI`: each has a runtime entry,
+/// called by the stubs in front of the program's imports.
+#[derive(Clone, Copy)]
+enum ProcessEnd {
+    /// `exit_now`: what `fini` does, for a process about to end through
+    /// `_exit`, then back to the caller, which goes on to the real `_exit`.
+    Exit,
+    /// `exec_flush`: before an `exec`, this thread's buffer is sent (the
+    /// consumed part of its countdown folded in) and an `Exec` message says
+    /// the process may end here. Recording goes on as before, so if the
+    /// `exec` fails the process keeps sending and its later messages
+    /// supersede the `Exec`. The `Exec` message's `dropped` is what a
+    /// successful `exec` loses: the process's own drops and every other
+    /// thread's buffered records (the kernel ends those threads).
+    Exec,
+}
+
+/// The entry of one [`ProcessEnd`]: while recording is active, the end's
+/// own work in the process whose runtime state this is; in a `vfork` child,
+/// which recorded into its parent's slots (the parent sends those), only a
+/// header-only message of the end.
+fn emit_process_end(a: &mut Asm, l: &mut Labels, params: &RuntimeParams, end: ProcessEnd) -> R {
+    let mut done = a.create_label();
     let mut borrowed = a.create_label();
-    a.set_label(&mut l.exit_now)?;
-    save_all(a)?;
-    a.add_instruction(lea_rip(Register::R12, params.state_va))?;
-    a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
-    a.jne(skip)?;
+    let mut send = a.create_label();
+    match end {
+        ProcessEnd::Exit => a.set_label(&mut l.exit_now)?,
+        ProcessEnd::Exec => a.set_label(&mut l.exec_flush)?,
+    }
+    enter_active(a, params, done)?;
     a.mov(r13, qword_ptr(r12 + cfg::PROCESS))?;
     borrowed_process(a)?;
     a.test(rax, rax)?;
     a.jnz(borrowed)?;
-    restore_all(a)?;
-    a.jmp(l.fini_body)?;
-    // A vfork child: it recorded into its parent's slots (the parent sends
-    // those); only its end is news.
+    match end {
+        ProcessEnd::Exit => {
+            restore_all(a)?;
+            a.jmp(l.fini_body)?;
+        }
+        ProcessEnd::Exec => {
+            emit_exec_own_flush(a, l, done)?;
+            a.jmp(send)?;
+        }
+    }
     a.set_label(&mut borrowed)?;
     a.mov(esi, eax)?;
-    a.mov(edi, MessageKind::ProcessExit as u32)?;
-    a.xor(r8d, r8d)?;
+    match end {
+        ProcessEnd::Exit => {
+            a.mov(edi, MessageKind::ProcessExit as u32)?;
+            a.xor(r8d, r8d)?;
+        }
+        ProcessEnd::Exec => {
+            a.xor(r8d, r8d)?;
+            a.set_label(&mut send)?;
+            a.mov(edi, MessageKind::Exec as u32)?;
+        }
+    }
     a.call(l.process_message)?;
-    a.set_label(&mut skip)?;
+    a.set_label(&mut done)?;
     restore_all(a)?;
     a.ret()?;
     Ok(())
 }
 
-/// `exec_flush`: before an `exec`, this thread's buffer is sent (the
-/// consumed part of its countdown folded in) and an `Exec` message says
-/// the process may end here. Recording goes on as before, so if the
-/// `exec` fails the process keeps sending and its later messages supersede
-/// the `Exec`. The `Exec` message's `dropped` is what a successful `exec`
-/// loses: the process's own drops and every other thread's buffered
-/// records (the kernel ends those threads). Nothing in a `vfork` child.
-fn emit_exec_flush(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
-    let mut done = a.create_label();
-    let mut borrowed = a.create_label();
-    let mut send_exec = a.create_label();
+/// The `Exec` end in its own process: sends this thread's buffer, then
+/// leaves esi = the pid and r8 = the records the `exec` would lose (the
+/// process's drops and what the other threads hold). To `done` if the
+/// process is already finishing.
+fn emit_exec_own_flush(a: &mut Asm, l: &mut Labels, done: CodeLabel) -> R {
     let mut message = a.create_label();
     let mut unfolded = a.create_label();
     let mut walk = a.create_label();
     let mut next = a.create_label();
     let mut walked = a.create_label();
-    a.set_label(&mut l.exec_flush)?;
-    save_all(a)?;
-    a.add_instruction(lea_rip(Register::R12, params.state_va))?;
-    a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
-    a.jne(done)?;
-    a.mov(r13, qword_ptr(r12 + cfg::PROCESS))?;
-    borrowed_process(a)?;
-    a.test(rax, rax)?;
-    a.jnz(borrowed)?;
     a.call(l.ensure_process)?;
     a.cmp(qword_ptr(r13 + process::FINISHING), 0)?;
     a.jne(done)?;
-    a.xor(r14d, r14d)?;
-    a.mov(rbx, fs(TCB_SLOT))?;
-    a.test(rbx, rbx)?;
-    a.jz(message)?;
-    a.cmp(qword_ptr(rbx + slot::MAGIC), slot::MAGIC_VALUE)?;
-    a.jne(message)?;
-    a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
-    a.jne(message)?;
+    this_threads_slot(a, message)?;
     a.mov(r14, rbx)?;
     enter_cold(a)?;
     take_grant(a, None)?;
@@ -1489,7 +1479,6 @@ fn emit_exec_flush(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     give_grant(a)?;
     leave_cold(a)?;
     a.set_label(&mut message)?;
-    // r8 = process drops + records other threads hold.
     a.mov(r8, qword_ptr(r13 + process::DROPPED))?;
     a.mov(rdx, qword_ptr(r13 + process::HEAD))?;
     a.set_label(&mut walk)?;
@@ -1503,17 +1492,78 @@ fn emit_exec_flush(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.jmp(walk)?;
     a.set_label(&mut walked)?;
     a.mov(rsi, qword_ptr(r13 + process::PID))?;
-    a.jmp(send_exec)?;
-    // A vfork child: its records went into its parent's slots.
-    a.set_label(&mut borrowed)?;
-    a.mov(esi, eax)?;
-    a.xor(r8d, r8d)?;
-    a.set_label(&mut send_exec)?;
-    a.mov(edi, MessageKind::Exec as u32)?;
-    a.call(l.process_message)?;
-    a.set_label(&mut done)?;
-    restore_all(a)?;
-    a.ret()?;
+    Ok(())
+}
+
+/// Saves every register and sets r12 = the config; to `inactive` (which
+/// restores them) unless recording is active.
+fn enter_active(a: &mut Asm, params: &RuntimeParams, inactive: CodeLabel) -> R {
+    save_all(a)?;
+    a.add_instruction(lea_rip(Register::R12, params.state_va))?;
+    a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
+    a.jne(inactive)?;
+    Ok(())
+}
+
+/// rbx = this thread's slot, r14 = 0; to `none` unless the thread has a
+/// slot, intact and not busy.
+fn this_threads_slot(a: &mut Asm, none: CodeLabel) -> R {
+    a.xor(r14d, r14d)?;
+    a.mov(rbx, fs(TCB_SLOT))?;
+    a.test(rbx, rbx)?;
+    a.jz(none)?;
+    a.cmp(qword_ptr(rbx + slot::MAGIC), slot::MAGIC_VALUE)?;
+    a.jne(none)?;
+    a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
+    a.jne(none)?;
+    Ok(())
+}
+
+/// Where a header-only message of the process takes its fields.
+#[derive(Clone, Copy)]
+enum HeaderSource {
+    /// This kind; the pid and the drops from the process block in r13
+    /// (loaded through rax).
+    ProcessBlock(MessageKind),
+    /// edi = the kind, esi = the pid, r8 = the drops.
+    Registers,
+}
+
+/// Sends a header-only message of the process (no records, tid = pid) from
+/// a `frame`-byte stack buffer.
+fn send_process_header(a: &mut Asm, l: &Labels, frame: i32, source: HeaderSource) -> R {
+    a.sub(rsp, frame)?;
+    a.mov(dword_ptr(rsp + protocol::offsets::MAGIC), MESSAGE_MAGIC)?;
+    match source {
+        HeaderSource::ProcessBlock(kind) => {
+            a.mov(dword_ptr(rsp + protocol::offsets::KIND), kind as u32)?
+        }
+        HeaderSource::Registers => a.mov(dword_ptr(rsp + protocol::offsets::KIND), edi)?,
+    }
+    let pid = match source {
+        HeaderSource::ProcessBlock(_) => {
+            a.mov(rax, qword_ptr(r13 + process::PID))?;
+            eax
+        }
+        HeaderSource::Registers => esi,
+    };
+    a.mov(dword_ptr(rsp + protocol::offsets::PID), pid)?;
+    a.mov(dword_ptr(rsp + protocol::offsets::TID), pid)?;
+    a.mov(qword_ptr(rsp + protocol::offsets::EXECUTIONS), 0)?;
+    let dropped = match source {
+        HeaderSource::ProcessBlock(_) => {
+            a.mov(rax, qword_ptr(r13 + process::DROPPED))?;
+            rax
+        }
+        HeaderSource::Registers => r8,
+    };
+    a.mov(qword_ptr(rsp + protocol::offsets::DROPPED), dropped)?;
+    a.mov(dword_ptr(rsp + protocol::offsets::SLOT), 0)?;
+    a.mov(dword_ptr(rsp + protocol::offsets::COUNT), 0)?;
+    a.mov(rdi, rsp)?;
+    a.mov(esi, protocol::HEADER_BYTES as u32)?;
+    a.call(l.send)?;
+    a.add(rsp, frame)?;
     Ok(())
 }
 
@@ -1522,19 +1572,12 @@ fn emit_exec_flush(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
 /// = the config.
 fn emit_process_message(a: &mut Asm, l: &mut Labels) -> R {
     a.set_label(&mut l.process_message)?;
-    a.sub(rsp, protocol::HEADER_BYTES as i32 + 8)?;
-    a.mov(dword_ptr(rsp + protocol::offsets::MAGIC), MESSAGE_MAGIC)?;
-    a.mov(dword_ptr(rsp + protocol::offsets::KIND), edi)?;
-    a.mov(dword_ptr(rsp + protocol::offsets::PID), esi)?;
-    a.mov(dword_ptr(rsp + protocol::offsets::TID), esi)?;
-    a.mov(qword_ptr(rsp + protocol::offsets::EXECUTIONS), 0)?;
-    a.mov(qword_ptr(rsp + protocol::offsets::DROPPED), r8)?;
-    a.mov(dword_ptr(rsp + protocol::offsets::SLOT), 0)?;
-    a.mov(dword_ptr(rsp + protocol::offsets::COUNT), 0)?;
-    a.mov(rdi, rsp)?;
-    a.mov(esi, protocol::HEADER_BYTES as u32)?;
-    a.call(l.send)?;
-    a.add(rsp, protocol::HEADER_BYTES as i32 + 8)?;
+    send_process_header(
+        a,
+        l,
+        protocol::HEADER_BYTES as i32 + 8,
+        HeaderSource::Registers,
+    )?;
     a.ret()?;
     Ok(())
 }
