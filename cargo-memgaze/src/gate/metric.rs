@@ -247,9 +247,9 @@ impl Metric {
             Metric::FLines => Some(s.f_lines as f64),
             Metric::DMean => s.d_mean,
             Metric::DMax => s.d_max.map(|d| d as f64),
-            Metric::MrL1 => s.mr_l1,
-            Metric::MrL2 => s.mr_l2,
-            Metric::MrLlc => s.mr_llc,
+            Metric::MrL1 => s.whole_run.mr_l1,
+            Metric::MrL2 => s.whole_run.mr_l2,
+            Metric::MrLlc => s.whole_run.mr_llc,
             Metric::MissesL1 => s.misses_l1,
             Metric::MissesL2 => s.misses_l2,
             Metric::MissesLlc => s.misses_llc,
@@ -276,24 +276,24 @@ pub fn at_cache_sizes_of(baseline: &Analysis, new: &Analysis) -> Option<Analysis
     );
     let same =
         (old_sizes.l1, old_sizes.l2, old_sizes.llc) == (new_sizes.l1, new_sizes.l2, new_sizes.llc);
-    if same || baseline.summary.mrc.is_empty() {
+    if same || baseline.summary.whole_run.mrc.is_empty() {
         return None;
     }
     let mut adjusted = baseline.clone();
     let s = &mut adjusted.summary;
     // Estimated accesses, from MR_L1 and misses_L1 at the old sizes.
-    let accesses = match (s.mr_l1, s.misses_l1) {
+    let accesses = match (s.whole_run.mr_l1, s.misses_l1) {
         (Some(mr), Some(misses)) if mr > 0.0 => Some(misses / mr),
         _ => None,
     };
-    let at = |bytes: u64| interpolate(&baseline.summary.mrc, (bytes >> 6).max(1));
-    s.mr_l1 = at(new_sizes.l1);
-    s.mr_l2 = at(new_sizes.l2);
-    s.mr_llc = at(new_sizes.llc);
+    let at = |bytes: u64| interpolate(&baseline.summary.whole_run.mrc, (bytes >> 6).max(1));
+    s.whole_run.mr_l1 = at(new_sizes.l1);
+    s.whole_run.mr_l2 = at(new_sizes.l2);
+    s.whole_run.mr_llc = at(new_sizes.llc);
     let scale = |mr: Option<f64>| accesses.zip(mr).map(|(n, mr)| n * mr);
-    s.misses_l1 = scale(s.mr_l1);
-    s.misses_l2 = scale(s.mr_l2);
-    s.misses_llc = scale(s.mr_llc);
+    s.misses_l1 = scale(s.whole_run.mr_l1);
+    s.misses_l2 = scale(s.whole_run.mr_l2);
+    s.misses_llc = scale(s.whole_run.mr_llc);
     adjusted.run.cache_sizes = new.run.cache_sizes.clone();
     Some(adjusted)
 }

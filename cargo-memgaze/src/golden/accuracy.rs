@@ -376,12 +376,12 @@ fn compare_mrc(
 ) -> Option<MrcError> {
     use memgaze_analysis::locality::{MIN_TRACKED, curve_mae, standard_points};
     let s = &sampled.summary;
-    let exact = &golden.summary.mrc;
+    let exact = &golden.summary.whole_run.mrc;
     let (rate, tracked) = (s.spatial_rate?, s.tracked_accesses?);
     if exact.is_empty() {
         return None;
     }
-    let estimate = standard_points(&s.mrc);
+    let estimate = standard_points(&s.whole_run.mrc);
     let mae = curve_mae(&estimate, exact);
     let points = estimate
         .iter()
@@ -427,6 +427,7 @@ fn mrc_interval(
     }
     // The points of the curve compared, with their exact values.
     let compared: Vec<(usize, f64)> = s
+        .whole_run
         .mrc
         .iter()
         .enumerate()
@@ -441,7 +442,7 @@ fn mrc_interval(
     let mut rng = SplitMix64::new(limits.seed ^ 0x006d_7263);
     let mut maes: Vec<f64> = (0..limits.replicates)
         .map(|_| {
-            let mut curve = vec![0.0; s.mrc.len()];
+            let mut curve = vec![0.0; s.whole_run.mrc.len()];
             for _ in 0..groups.len() {
                 let g = &groups[rng.below(groups.len() as u64) as usize];
                 for (c, x) in curve.iter_mut().zip(g) {

@@ -12,7 +12,7 @@
 use super::facts::BuildFacts;
 use anyhow::{Context, bail};
 use memgaze_analysis::locality::standard_points;
-use memgaze_analysis::{Analysis, MrcPoint, Summary, WindowRow};
+use memgaze_analysis::{Analysis, MrcPoint, Summary, WholeRunLocality, WindowRow};
 use serde::{Deserialize, Serialize};
 
 /// Schema tag of [`GoldenMetrics`].
@@ -65,9 +65,20 @@ pub struct GoldenFunction {
     /// Its own trace-window histogram: the code-window metrics of every
     /// window size (a sampled run compares the row of its `k_c`).
     pub trace_windows: Vec<WindowRow>,
-    /// Its exact whole-run miss-ratio curve at `2^6 … 2^24` blocks.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub mrc: Vec<MrcPoint>,
+    /// Its exact whole-run miss-ratio curve at `2^6 … 2^24` blocks (no
+    /// `MR_*`, as in [`GoldenMetrics::summary`]).
+    #[serde(flatten)]
+    pub whole_run: WholeRunLocality,
+}
+
+/// The part of a whole-run locality a snapshot keeps: the curve at the
+/// standard sizes, without the machine's cache sizes and the `MR_*` read at
+/// them.
+fn machine_free(whole_run: &WholeRunLocality) -> WholeRunLocality {
+    WholeRunLocality {
+        mrc: standard_points(&whole_run.mrc),
+        ..WholeRunLocality::default()
+    }
 }
 
 impl GoldenMetrics {
@@ -84,13 +95,12 @@ impl GoldenMetrics {
                 a_const_frac: f.a_const_frac,
                 d_mean: f.d_mean,
                 trace_windows: f.trace_windows.clone(),
-                mrc: standard_points(&f.mrc),
+                whole_run: machine_free(&f.whole_run),
             })
             .collect();
         let mut summary = analysis.summary.clone();
-        summary.mrc = standard_points(&summary.mrc);
+        summary.whole_run = machine_free(&summary.whole_run);
         summary.mrc_groups.clear();
-        [summary.mr_l1, summary.mr_l2, summary.mr_llc] = [None; 3];
         [summary.misses_l1, summary.misses_l2, summary.misses_llc] = [None; 3];
         let mut metrics = GoldenMetrics {
             schema: GOLDEN_SCHEMA.to_string(),
@@ -128,9 +138,9 @@ impl GoldenMetrics {
             *x = x.map(round);
         }
         self.trace_windows.iter_mut().for_each(round_row);
-        round_curve(&mut s.mrc);
+        round_curve(&mut s.whole_run.mrc);
         for f in &mut self.functions {
-            round_curve(&mut f.mrc);
+            round_curve(&mut f.whole_run.mrc);
             f.a_const_frac = f.a_const_frac.map(round);
             f.d_mean = f.d_mean.map(round);
             f.trace_windows.iter_mut().for_each(round_row);
@@ -437,7 +447,7 @@ pub(crate) mod tests {
                 a_const_frac: Some(5.0 / 105.0),
                 d_mean: Some(1.0 / 7.0),
                 trace_windows: vec![row(3, 8.0)],
-                mrc: Vec::new(),
+                whole_run: WholeRunLocality::default(),
             }],
         }
     }

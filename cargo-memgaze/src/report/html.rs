@@ -887,10 +887,7 @@ mod tests {
                 load(0x30, None, 5),
                 load(0x40, Some("src/lib.rs:9"), 1),
             ],
-            mrc: Vec::new(),
-            mr_l1: None,
-            mr_l2: None,
-            mr_llc: None,
+            whole_run: Default::default(),
         };
         let cell = hot_lines(&f).into_string();
         assert_eq!(cell.matches("src/map.rs:41").count(), 1, "{cell}");

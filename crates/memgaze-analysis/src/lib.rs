@@ -1368,10 +1368,7 @@ impl Analyzer {
             },
             d_mean: ratio(reuse.d_sum as f64, reuse.d_count),
             d_max: (reuse.d_count > 0).then_some(self.d_max),
-            mrc: Vec::new(),
-            mr_l1: None,
-            mr_l2: None,
-            mr_llc: None,
+            whole_run: WholeRunLocality::default(),
             misses_l1: None,
             misses_l2: None,
             misses_llc: None,
@@ -1435,8 +1432,9 @@ impl Analyzer {
     /// The whole-run fields of the summary.
     fn whole_run_summary(&self, summary: &mut Summary, total: &Tally) {
         let (sizes, rate) = (&self.whole.sizes, self.whole.rate);
-        summary.mrc = total.curve(sizes, rate);
-        [summary.mr_l1, summary.mr_l2, summary.mr_llc] = total.cache_ratios(sizes, rate);
+        let whole_run = &mut summary.whole_run;
+        whole_run.mrc = total.curve(sizes, rate);
+        [whole_run.mr_l1, whole_run.mr_l2, whole_run.mr_llc] = total.cache_ratios(sizes, rate);
         let tracked = total.tracked();
         [summary.misses_l1, summary.misses_l2, summary.misses_llc] = sizes
             .caches
@@ -1518,10 +1516,12 @@ impl Analyzer {
                     code_windows: windows,
                     d_mean: ratio(d_sum as f64, d_count),
                     trace_windows: window_rows(&acc.sums, 3, self.max_k, false),
-                    mrc: tally.map_or_else(Vec::new, |t| t.curve(sizes, rate)),
-                    mr_l1,
-                    mr_l2,
-                    mr_llc,
+                    whole_run: WholeRunLocality {
+                        mrc: tally.map_or_else(Vec::new, |t| t.curve(sizes, rate)),
+                        mr_l1,
+                        mr_l2,
+                        mr_llc,
+                    },
                     hot_loads: hot
                         .iter()
                         .take(3)

@@ -130,11 +130,11 @@ fn render_summary(out: &mut String, a: &Analysis, options: &TableOptions) {
         let _ = writeln!(
             out,
             "  MR       L1 {} ({}), L2 {} ({}), LLC {} ({}): whole-run miss ratios, {}",
-            pct(s.mr_l1),
+            pct(s.whole_run.mr_l1),
             bytes(sizes.l1),
-            pct(s.mr_l2),
+            pct(s.whole_run.mr_l2),
             bytes(sizes.l2),
-            pct(s.mr_llc),
+            pct(s.whole_run.mr_llc),
             bytes(sizes.llc),
             if rate >= 1.0 {
                 "exact (every access)".to_string()
@@ -152,7 +152,11 @@ fn render_summary(out: &mut String, a: &Analysis, options: &TableOptions) {
 /// Whole-run miss ratios per function and the source lines with the most
 /// estimated misses (when the analysis has a whole-run curve).
 fn render_locality(out: &mut String, a: &Analysis, options: &TableOptions) {
-    let with_curve: Vec<_> = a.functions.iter().filter(|f| f.mr_l1.is_some()).collect();
+    let with_curve: Vec<_> = a
+        .functions
+        .iter()
+        .filter(|f| f.whole_run.mr_l1.is_some())
+        .collect();
     if !with_curve.is_empty() {
         title(
             out,
@@ -169,9 +173,9 @@ fn render_locality(out: &mut String, a: &Analysis, options: &TableOptions) {
                 out,
                 "  {:>10} {:>7} {:>7} {:>7}  {}",
                 count(f.a),
-                pct(f.mr_l1),
-                pct(f.mr_l2),
-                pct(f.mr_llc),
+                pct(f.whole_run.mr_l1),
+                pct(f.whole_run.mr_l2),
+                pct(f.whole_run.mr_llc),
                 f.name
             );
         }

@@ -127,6 +127,28 @@ pub struct LineLocality {
     pub misses_llc: f64,
 }
 
+/// Whole-run locality of a set of accesses (docs/METRICS.md, "Whole-run
+/// locality"): the miss-ratio curve and the miss ratios read off it at the
+/// machine's cache sizes. Flattened into the documents that hold it, each
+/// field empty (and absent from the JSON) when there is no curve: a sampled
+/// trace without spatial sampling.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WholeRunLocality {
+    /// Miss-ratio curve at `2^6 … 2^24` blocks and at the
+    /// [`RunInfo::cache_sizes`], by size.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mrc: Vec<MrcPoint>,
+    /// `MR` at the L1 data cache's size.
+    #[serde(rename = "MR_L1", default, skip_serializing_if = "Option::is_none")]
+    pub mr_l1: Option<f64>,
+    /// `MR` at the L2 cache's size.
+    #[serde(rename = "MR_L2", default, skip_serializing_if = "Option::is_none")]
+    pub mr_l2: Option<f64>,
+    /// `MR` at the last-level cache's size.
+    #[serde(rename = "MR_LLC", default, skip_serializing_if = "Option::is_none")]
+    pub mr_llc: Option<f64>,
+}
+
 /// Whole-trace metrics (docs/METRICS.md).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
@@ -180,20 +202,10 @@ pub struct Summary {
     /// Largest reuse distance.
     #[serde(rename = "D_max")]
     pub d_max: Option<u64>,
-    /// Whole-run miss-ratio curve at `2^6 … 2^24` blocks and at the
-    /// [`RunInfo::cache_sizes`], by size (empty, and absent from the JSON,
-    /// for a sampled trace without spatial sampling).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub mrc: Vec<MrcPoint>,
-    /// `MR` at the L1 data cache's size.
-    #[serde(rename = "MR_L1", default, skip_serializing_if = "Option::is_none")]
-    pub mr_l1: Option<f64>,
-    /// `MR` at the L2 cache's size.
-    #[serde(rename = "MR_L2", default, skip_serializing_if = "Option::is_none")]
-    pub mr_l2: Option<f64>,
-    /// `MR` at the last-level cache's size.
-    #[serde(rename = "MR_LLC", default, skip_serializing_if = "Option::is_none")]
-    pub mr_llc: Option<f64>,
+    /// Whole-run miss-ratio curve and `MR_*` (absent from the JSON for a
+    /// sampled trace without spatial sampling).
+    #[serde(flatten)]
+    pub whole_run: WholeRunLocality,
     /// Estimated misses at the L1 size: `MR_L1` times the estimated
     /// Strided and Irregular executions.
     #[serde(rename = "misses_L1", default, skip_serializing_if = "Option::is_none")]
@@ -303,18 +315,9 @@ pub struct FunctionMetrics {
     pub d_mean: Option<f64>,
     /// Its own trace-window histogram.
     pub trace_windows: Vec<WindowRow>,
-    /// Its whole-run miss-ratio curve (as [`Summary::mrc`]).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub mrc: Vec<MrcPoint>,
-    /// `MR` of its accesses at the L1 size.
-    #[serde(rename = "MR_L1", default, skip_serializing_if = "Option::is_none")]
-    pub mr_l1: Option<f64>,
-    /// `MR` of its accesses at the L2 size.
-    #[serde(rename = "MR_L2", default, skip_serializing_if = "Option::is_none")]
-    pub mr_l2: Option<f64>,
-    /// `MR` of its accesses at the last-level-cache size.
-    #[serde(rename = "MR_LLC", default, skip_serializing_if = "Option::is_none")]
-    pub mr_llc: Option<f64>,
+    /// Its whole-run miss-ratio curve and `MR_*`, of its accesses.
+    #[serde(flatten)]
+    pub whole_run: WholeRunLocality,
     /// Its hottest loads (by count) with their source lines.
     pub hot_loads: Vec<HotLoad>,
 }
@@ -586,17 +589,82 @@ mod tests {
         assert_eq!(back, Summary::default());
     }
 
+    /// The flattened [`WholeRunLocality`] writes its fields where the
+    /// documents always had them: after `D_max` (a function: after
+    /// `trace_windows`), before `misses_*` (a function: `hot_loads`).
     #[test]
-    fn whole_run_fields_serialise_under_their_metric_names() {
-        let summary = Summary {
+    fn whole_run_fields_keep_their_place_in_the_document() {
+        let whole_run = WholeRunLocality {
             mrc: vec![MrcPoint {
                 blocks: 64,
                 bytes: 4096,
-                miss_ratio: 0.25,
+                miss_ratio: 0.5,
             }],
-            mr_l1: Some(0.25),
-            mr_l2: Some(0.125),
-            mr_llc: Some(0.0625),
+            mr_l1: Some(0.5),
+            mr_l2: Some(0.25),
+            mr_llc: Some(0.125),
+        };
+        let summary = Summary {
+            d_max: Some(7),
+            whole_run: whole_run.clone(),
+            misses_l1: Some(1.0),
+            ..Summary::default()
+        };
+        let text = serde_json::to_string(&summary).unwrap();
+        let at = |key: &str| text.find(&format!("\"{key}\":")).unwrap();
+        let order = [
+            "D_max",
+            "mrc",
+            "MR_L1",
+            "MR_L2",
+            "MR_LLC",
+            "misses_L1",
+            "threads",
+        ];
+        assert!(order.windows(2).all(|w| at(w[0]) < at(w[1])), "{text}");
+        assert_eq!(serde_json::from_str::<Summary>(&text).unwrap(), summary);
+
+        let function = FunctionMetrics {
+            name: "f".into(),
+            a: 1,
+            a_const: 0,
+            a_const_frac: None,
+            a_hat: None,
+            d_f: None,
+            f_str_frac: None,
+            f_irr_frac: None,
+            code_windows: 0,
+            d_mean: None,
+            trace_windows: Vec::new(),
+            whole_run,
+            hot_loads: Vec::new(),
+        };
+        let text = serde_json::to_string(&function).unwrap();
+        assert!(
+            text.ends_with(
+                r#""trace_windows":[],"mrc":[{"blocks":64,"bytes":4096,"miss_ratio":0.5}],"MR_L1":0.5,"MR_L2":0.25,"MR_LLC":0.125,"hot_loads":[]}"#
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            serde_json::from_str::<FunctionMetrics>(&text).unwrap(),
+            function
+        );
+    }
+
+    #[test]
+    fn whole_run_fields_serialise_under_their_metric_names() {
+        let summary = Summary {
+            whole_run: WholeRunLocality {
+                mrc: vec![MrcPoint {
+                    blocks: 64,
+                    bytes: 4096,
+                    miss_ratio: 0.25,
+                }],
+                mr_l1: Some(0.25),
+                mr_l2: Some(0.125),
+                mr_llc: Some(0.0625),
+            },
             misses_l1: Some(25.0),
             spatial_rate: Some(0.0078125),
             tracked_accesses: Some(1200),

@@ -7,7 +7,8 @@
 //! whole-run fields.
 
 use memgaze_analysis::{
-    Analysis, AnalysisOptions, Analyzer, CacheSizes, MrcPoint, locality::curve_mae,
+    Analysis, AnalysisOptions, Analyzer, CacheSizes, MrcPoint, WholeRunLocality,
+    locality::curve_mae,
 };
 use memgaze_trace::{
     Backend, FunctionEntry, LoadClass, LoadEntry, Record, Sampling, SpatialSampling, TraceHeader,
@@ -230,16 +231,16 @@ fn check_against_reference(
     sizes.sort_unstable();
     sizes.dedup();
     if tracked.is_empty() {
-        prop_assert!(s.mrc.is_empty());
-        prop_assert_eq!(s.mr_l1, None);
+        prop_assert!(s.whole_run.mrc.is_empty());
+        prop_assert_eq!(s.whole_run.mr_l1, None);
         return Ok(());
     }
-    let blocks: Vec<u64> = s.mrc.iter().map(|p| p.blocks).collect();
+    let blocks: Vec<u64> = s.whole_run.mrc.iter().map(|p| p.blocks).collect();
     prop_assert_eq!(&blocks, &sizes);
-    prop_assert!(s.mrc.iter().all(|p| p.bytes == p.blocks * 64));
+    prop_assert!(s.whole_run.mrc.iter().all(|p| p.bytes == p.blocks * 64));
     let access = |site: usize| loads[site].class.is_access();
     let want = naive_curve(&distances, executions, access, &sizes, rate);
-    let got_curve = ratios(&s.mrc);
+    let got_curve = ratios(&s.whole_run.mrc);
     for (g, w) in got_curve.iter().zip(&want) {
         prop_assert!(close(*g, *w), "trace curve {:?} want {:?}", got_curve, want);
     }
@@ -252,7 +253,10 @@ fn check_against_reference(
         }
     }
     let at = |c: u64| sizes.iter().position(|&x| x == c).unwrap();
-    for (mr, c) in [s.mr_l1, s.mr_l2, s.mr_llc].iter().zip(cache_blocks) {
+    for (mr, c) in [s.whole_run.mr_l1, s.whole_run.mr_l2, s.whole_run.mr_llc]
+        .iter()
+        .zip(cache_blocks)
+    {
         prop_assert!(close(mr.unwrap(), want[at(c)]));
     }
     for (m, c) in [s.misses_l1, s.misses_l2, s.misses_llc]
@@ -269,19 +273,19 @@ fn check_against_reference(
         let tracked_here = distances.iter().any(|(s, _)| keep(*s));
         if !tracked_here {
             prop_assert!(
-                f.mrc.is_empty(),
+                f.whole_run.mrc.is_empty(),
                 "{} has a curve without tracked accesses",
                 f.name
             );
             continue;
         }
         let want = naive_curve(&distances, executions, keep, &sizes, rate);
-        let got_curve = ratios(&f.mrc);
+        let got_curve = ratios(&f.whole_run.mrc);
         prop_assert_eq!(got_curve.len(), want.len());
         for (g, w) in got_curve.iter().zip(&want) {
             prop_assert!(close(*g, *w), "{}: {:?} want {:?}", f.name, got_curve, want);
         }
-        prop_assert!(close(f.mr_l2.unwrap(), want[at(cache_blocks[1])]));
+        prop_assert!(close(f.whole_run.mr_l2.unwrap(), want[at(cache_blocks[1])]));
     }
 
     // Per line.
@@ -467,7 +471,7 @@ proptest! {
         // Without spatial sampling (old traces, `--spatial-rate 0`): no
         // whole-run fields, and everything else identical.
         let plain = analyse(None, false);
-        prop_assert!(plain.summary.mrc.is_empty() && plain.lines.is_empty());
+        prop_assert!(plain.summary.whole_run.mrc.is_empty() && plain.lines.is_empty());
         prop_assert_eq!(plain.summary.tracked_accesses, None);
         prop_assert_eq!(plain.run.cache_sizes.clone(), None);
         let mut stripped = got.clone();
@@ -484,8 +488,7 @@ proptest! {
 /// An analysis without its whole-run fields (and the note about them).
 fn strip_whole_run(a: &mut Analysis) {
     let s = &mut a.summary;
-    s.mrc.clear();
-    [s.mr_l1, s.mr_l2, s.mr_llc] = [None; 3];
+    s.whole_run = WholeRunLocality::default();
     [s.misses_l1, s.misses_l2, s.misses_llc] = [None; 3];
     s.spatial_rate = None;
     s.tracked_accesses = None;
@@ -493,8 +496,7 @@ fn strip_whole_run(a: &mut Analysis) {
     a.run.cache_sizes = None;
     a.lines.clear();
     for f in &mut a.functions {
-        f.mrc.clear();
-        [f.mr_l1, f.mr_l2, f.mr_llc] = [None; 3];
+        f.whole_run = WholeRunLocality::default();
     }
     a.coverage
         .notes
@@ -550,10 +552,14 @@ fn default_rate_curve_is_within_the_accuracy_target() {
     );
     let tracked = emulated.summary.tracked_accesses.unwrap();
     assert!(tracked >= 1000, "{tracked} tracked accesses");
-    let mae = curve_mae(&emulated.summary.mrc, &exact.summary.mrc).unwrap();
+    let mae = curve_mae(
+        &emulated.summary.whole_run.mrc,
+        &exact.summary.whole_run.mrc,
+    )
+    .unwrap();
     assert!(mae <= 0.02, "MAE {mae}");
     // The curve is not trivial: it falls from near 1 to the cold misses.
-    let first = exact.summary.mrc.first().unwrap().miss_ratio;
-    let last = exact.summary.mrc.last().unwrap().miss_ratio;
+    let first = exact.summary.whole_run.mrc.first().unwrap().miss_ratio;
+    let last = exact.summary.whole_run.mrc.last().unwrap().miss_ratio;
     assert!(first > 0.5 && last < 0.2, "{first} … {last}");
 }

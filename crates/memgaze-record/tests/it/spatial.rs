@@ -275,17 +275,14 @@ fn spatial_records_leave_the_time_window_metrics_alone() {
     // The whole-run fields are what the spatial records are for; every
     // time-window field is unchanged.
     let mut time_only = with.summary.clone();
-    time_only.mrc = without.summary.mrc.clone();
-    time_only.mr_l1 = without.summary.mr_l1;
-    time_only.mr_l2 = without.summary.mr_l2;
-    time_only.mr_llc = without.summary.mr_llc;
+    time_only.whole_run = without.summary.whole_run.clone();
     time_only.misses_l1 = without.summary.misses_l1;
     time_only.misses_l2 = without.summary.misses_l2;
     time_only.misses_llc = without.summary.misses_llc;
     time_only.spatial_rate = without.summary.spatial_rate;
     time_only.tracked_accesses = without.summary.tracked_accesses;
     time_only.mrc_groups = without.summary.mrc_groups.clone();
-    assert!(!with.summary.mrc.is_empty() && with.summary.tracked_accesses.is_some());
+    assert!(!with.summary.whole_run.mrc.is_empty() && with.summary.tracked_accesses.is_some());
     assert_eq!(time_only, without.summary);
     assert_eq!(with.trace_windows, without.trace_windows);
     let time_only_functions: Vec<_> = with
@@ -293,8 +290,7 @@ fn spatial_records_leave_the_time_window_metrics_alone() {
         .iter()
         .map(|f| {
             let mut f = f.clone();
-            f.mrc = Vec::new();
-            (f.mr_l1, f.mr_l2, f.mr_llc) = (None, None, None);
+            f.whole_run = Default::default();
             f
         })
         .collect();
