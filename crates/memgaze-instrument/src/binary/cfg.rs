@@ -114,7 +114,7 @@ pub struct CallSite {
     /// Its instruction index.
     pub instruction: u32,
     /// Address after it (what the call pushes).
-    pub return_address: u64,
+    pub(crate) return_address: u64,
     /// Target of a direct call.
     pub target: Option<u64>,
 }
@@ -167,7 +167,7 @@ pub struct FunctionCode {
     /// sorted and unique.
     pub branch_targets: Vec<u64>,
     /// Instructions that did not decode.
-    pub invalid_instructions: u32,
+    pub(crate) invalid_instructions: u32,
 }
 
 impl FunctionCode {
@@ -182,7 +182,7 @@ impl FunctionCode {
     /// Builds the control flow of already decoded instructions covering
     /// `[start, end)`: branch sources and calls, indirect jumps (jump tables
     /// recognised), leaders, basic blocks, then their edges.
-    pub fn from_instructions(
+    pub(crate) fn from_instructions(
         instructions: Vec<Instruction>,
         start: u64,
         end: u64,

@@ -9,12 +9,12 @@ use super::cfg::BasicBlock;
 pub struct Dominators {
     /// Immediate dominator of each block (`None` for the entry and for
     /// blocks unreachable from it).
-    pub idom: Vec<Option<u32>>,
+    pub(crate) idom: Vec<Option<u32>>,
     /// Reverse post-order position of each reachable block (`u32::MAX` for
     /// unreachable ones).
-    pub rpo_position: Vec<u32>,
+    pub(crate) rpo_position: Vec<u32>,
     /// Reachable blocks in reverse post-order.
-    pub rpo: Vec<u32>,
+    pub(crate) rpo: Vec<u32>,
     /// Pre- and post-order numbers of each block in the dominator tree, for
     /// constant-time [`Dominators::dominates`].
     tree_order: Vec<(u32, u32)>,
@@ -80,7 +80,7 @@ impl Dominators {
     }
 
     /// Whether the block is reachable from the entry.
-    pub fn is_reachable(&self, b: u32) -> bool {
+    pub(crate) fn is_reachable(&self, b: u32) -> bool {
         self.rpo_position[b as usize] != u32::MAX
     }
 }
@@ -128,7 +128,7 @@ fn intersect(idom: &[Option<u32>], position: &[u32], mut a: u32, mut b: u32) -> 
 }
 
 /// Reverse post-order of the blocks reachable from block 0 (iterative DFS).
-pub fn reverse_post_order(blocks: &[BasicBlock]) -> Vec<u32> {
+pub(crate) fn reverse_post_order(blocks: &[BasicBlock]) -> Vec<u32> {
     let n = blocks.len();
     let mut order = Vec::with_capacity(n);
     if n == 0 {

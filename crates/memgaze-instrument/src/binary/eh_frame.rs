@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 /// The address ranges of every FDE in an `.eh_frame` section.
 #[derive(Debug, Default)]
-pub struct FdeRanges {
+pub(crate) struct FdeRanges {
     /// `(start, length)` of each FDE, in section order.
     pub ranges: Vec<(u64, u64)>,
     /// Whether parsing stopped early on malformed data (the ranges found
@@ -21,7 +21,7 @@ pub struct FdeRanges {
 /// Reads every FDE of `data`, the contents of `.eh_frame` loaded at
 /// `eh_frame_addr`. `text_addr` and `got_addr` resolve the rarely used
 /// `DW_EH_PE_textrel`/`datarel` pointer encodings.
-pub fn fde_ranges(data: &[u8], eh_frame_addr: u64, text_addr: u64, got_addr: u64) -> FdeRanges {
+pub(crate) fn fde_ranges(data: &[u8], eh_frame_addr: u64, text_addr: u64, got_addr: u64) -> FdeRanges {
     let section = EhFrame::new(data, LittleEndian);
     let bases = BaseAddresses::default()
         .set_eh_frame(eh_frame_addr)

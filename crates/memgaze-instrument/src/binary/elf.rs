@@ -68,7 +68,7 @@ pub enum ExecutableKind {
 
 /// One section header, owned.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Section {
+pub(crate) struct Section {
     /// Index in the section header table.
     pub index: usize,
     /// Name from `.shstrtab` (empty when it has none).
@@ -86,7 +86,7 @@ pub struct Section {
     /// `sh_addralign`.
     pub align: u64,
     /// `sh_entsize`.
-    pub entry_size: u64,
+    pub(crate) entry_size: u64,
 }
 
 impl Section {
@@ -101,17 +101,17 @@ impl Section {
     }
 
     /// Whether it is mapped at run time (`SHF_ALLOC`).
-    pub fn is_alloc(&self) -> bool {
+    pub(crate) fn is_alloc(&self) -> bool {
         self.flags & u64::from(SHF_ALLOC) != 0
     }
 
     /// Whether its contents are stored compressed (`SHF_COMPRESSED`).
-    pub fn is_compressed(&self) -> bool {
+    pub(crate) fn is_compressed(&self) -> bool {
         self.flags & u64::from(SHF_COMPRESSED) != 0
     }
 
     /// Whether it occupies bytes in the file (everything but `SHT_NOBITS`).
-    pub fn has_file_data(&self) -> bool {
+    pub(crate) fn has_file_data(&self) -> bool {
         self.kind != SHT_NOBITS
     }
 
@@ -122,7 +122,7 @@ impl Section {
 
     /// Procedure-linkage-table stubs (`.plt`, `.plt.got`, `.plt.sec`,
     /// `.iplt`): executable, but not functions of the program.
-    pub fn is_plt(&self) -> bool {
+    pub(crate) fn is_plt(&self) -> bool {
         self.name.starts_with(".plt") || self.name == ".iplt"
     }
 }
@@ -141,7 +141,7 @@ pub struct Segment {
     /// `p_vaddr`.
     pub vaddr: u64,
     /// `p_paddr`.
-    pub paddr: u64,
+    pub(crate) paddr: u64,
     /// `p_filesz`.
     pub file_size: u64,
     /// `p_memsz`.
@@ -172,7 +172,7 @@ impl Segment {
     }
 
     /// Whether the virtual address lies in the file-backed part.
-    pub fn contains_file_vaddr(&self, vaddr: u64) -> bool {
+    pub(crate) fn contains_file_vaddr(&self, vaddr: u64) -> bool {
         vaddr >= self.vaddr && vaddr - self.vaddr < self.file_size
     }
 }

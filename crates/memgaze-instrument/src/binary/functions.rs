@@ -85,19 +85,19 @@ pub struct DiscoveryStats {
     /// Whether the binary has a `.symtab`.
     pub has_symtab: bool,
     /// Functions by source.
-    pub from_symtab: usize,
+    pub(crate) from_symtab: usize,
     /// See [`FunctionSource::Dynsym`].
-    pub from_dynsym: usize,
+    pub(crate) from_dynsym: usize,
     /// See [`FunctionSource::EhFrame`].
     pub from_eh_frame: usize,
     /// See [`FunctionSource::Gap`].
     pub from_gaps: usize,
     /// FDEs in `.eh_frame` (including PLT ones and ones covered by symbols).
-    pub fdes: usize,
+    pub(crate) fdes: usize,
     /// Whether `.eh_frame` parsing stopped on malformed data.
-    pub eh_frame_malformed: bool,
+    pub(crate) eh_frame_malformed: bool,
     /// Symbols dropped because another function fully contains them.
-    pub nested_dropped: usize,
+    pub(crate) nested_dropped: usize,
     /// Functions shortened because the next one starts inside them.
     pub truncated: usize,
 }
@@ -108,7 +108,7 @@ pub(crate) struct SymbolCandidate {
     pub start: u64,
     pub size: u64,
     /// 0 = global, 1 = weak, 2 = local (lower wins a tie at one address).
-    pub binding_rank: u8,
+    pub(crate) binding_rank: u8,
 }
 
 /// Everything discovery needs from the ELF file.
@@ -117,11 +117,11 @@ pub(crate) struct DiscoveryInput<'a> {
     pub symtab: Vec<SymbolCandidate>,
     pub has_symtab: bool,
     pub dynsym: Vec<SymbolCandidate>,
-    pub fdes: super::eh_frame::FdeRanges,
+    pub(crate) fdes: super::eh_frame::FdeRanges,
     /// Addresses with well-known names (entry point, `DT_INIT`, `DT_FINI`).
-    pub known_names: Vec<(u64, &'static str)>,
+    pub(crate) known_names: Vec<(u64, &'static str)>,
     /// Bytes of a section's file data.
-    pub section_bytes: &'a dyn Fn(&Section) -> Option<&'a [u8]>,
+    pub(crate) section_bytes: &'a dyn Fn(&Section) -> Option<&'a [u8]>,
 }
 
 /// Runs discovery.

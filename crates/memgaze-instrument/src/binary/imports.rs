@@ -15,13 +15,13 @@ use std::collections::HashMap;
 
 /// One PLT entry's indirect jump to an imported function.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PltImport {
+pub(crate) struct PltImport {
     /// The imported symbol's name (without version).
     pub name: String,
     /// Address of the `jmp qword [rip → got]` instruction.
     pub jump: u64,
     /// Its length in bytes (6, or 7 with a `bnd` prefix).
-    pub jump_len: usize,
+    pub(crate) jump_len: usize,
     /// The GOT slot it jumps through.
     pub got: u64,
 }
@@ -29,7 +29,7 @@ pub struct PltImport {
 /// Every PLT entry of `binary` that jumps through a GOT slot relocated to a
 /// named dynamic symbol, in address order. Empty for a binary without a
 /// PLT (static, or built with `-fno-plt`) or whose headers do not parse.
-pub fn plt_imports(binary: &Binary) -> Vec<PltImport> {
+pub(crate) fn plt_imports(binary: &Binary) -> Vec<PltImport> {
     let slots = got_slots(binary);
     let mut imports = Vec::new();
     let mut insns = Vec::new();
@@ -60,7 +60,7 @@ pub fn plt_imports(binary: &Binary) -> Vec<PltImport> {
 
 /// Names of every function the dynamic relocations bind to a GOT slot,
 /// through a PLT entry or not (`-fno-plt` code calls through the slot).
-pub fn got_imports(binary: &Binary) -> Vec<String> {
+pub(crate) fn got_imports(binary: &Binary) -> Vec<String> {
     let mut names: Vec<String> = got_slots(binary).into_values().collect();
     names.sort();
     names.dedup();

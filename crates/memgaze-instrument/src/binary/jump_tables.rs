@@ -47,7 +47,7 @@ pub enum JumpTableEntries {
 
 impl JumpTableEntries {
     /// Bytes per entry.
-    pub fn entry_size(self) -> u64 {
+    pub(crate) fn entry_size(self) -> u64 {
         match self {
             JumpTableEntries::Absolute => 8,
             JumpTableEntries::Relative { .. } => 4,

@@ -39,7 +39,7 @@ impl std::fmt::Display for SourceLocation<'_> {
 
 /// All line-table rows of a binary.
 #[derive(Debug, Default)]
-pub struct LineTable {
+pub(crate) struct LineTable {
     rows: Vec<Row>,
     files: Vec<String>,
     /// Why there are no rows although the binary has DWARF sections (e.g.
@@ -53,13 +53,8 @@ impl LineTable {
         self.rows.is_empty()
     }
 
-    /// Number of rows (diagnostics, tests).
-    pub fn len(&self) -> usize {
-        self.rows.len()
-    }
-
     /// The source position of the instruction at `address`.
-    pub fn locate(&self, address: u64) -> Option<SourceLocation<'_>> {
+    pub(crate) fn locate(&self, address: u64) -> Option<SourceLocation<'_>> {
         let i = self.rows.partition_point(|r| r.address <= address);
         let row = self.rows.get(i.checked_sub(1)?)?;
         if row.file == NO_FILE || row.line == 0 {

@@ -12,7 +12,7 @@ pub struct Loop {
     /// Header block (the single entry).
     pub header: u32,
     /// Blocks whose edge back to the header closes the loop.
-    pub latches: Vec<u32>,
+    pub(crate) latches: Vec<u32>,
     /// All blocks, sorted (header included).
     pub blocks: Vec<u32>,
     /// Index of the innermost enclosing loop.
@@ -38,7 +38,7 @@ pub struct LoopForest {
     /// Edges to an earlier block (in reverse post-order) whose target does
     /// not dominate the source: cycles with more than one entry, which no
     /// natural loop describes.
-    pub irreducible_edges: u32,
+    pub(crate) irreducible_edges: u32,
 }
 
 impl LoopForest {
@@ -122,12 +122,12 @@ impl LoopForest {
     }
 
     /// Innermost loop containing block `b`.
-    pub fn innermost(&self, b: u32) -> Option<u32> {
+    pub(crate) fn innermost(&self, b: u32) -> Option<u32> {
         self.innermost.get(b as usize).copied().flatten()
     }
 
     /// The loops containing block `b`, innermost first.
-    pub fn nest(&self, b: u32) -> impl Iterator<Item = u32> + '_ {
+    pub(crate) fn nest(&self, b: u32) -> impl Iterator<Item = u32> + '_ {
         std::iter::successors(self.innermost(b), move |&l| self.loops[l as usize].parent)
     }
 }

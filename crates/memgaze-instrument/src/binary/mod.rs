@@ -34,12 +34,13 @@ pub use cfg::{
     Terminator,
 };
 pub use dominators::Dominators;
-pub use elf::{BinaryError, DynamicEntry, ExecutableKind, Section, Segment};
+pub use elf::{BinaryError, DynamicEntry, ExecutableKind, Segment};
+pub(crate) use elf::Section;
 pub use functions::{DiscoveryStats, Function, FunctionSource};
 pub use jump_tables::{JumpTable, JumpTableBound, JumpTableEntries};
-pub use lines::{LineTable, SourceLocation};
+pub(crate) use lines::LineTable;
+pub use lines::SourceLocation;
 pub use loops::{Loop, LoopForest};
-pub use stack::StackPos;
 
 use crate::error::InstrumentError;
 use goblin::elf::Elf;
@@ -309,17 +310,17 @@ impl Binary {
     }
 
     /// All section headers, in file order.
-    pub fn sections(&self) -> &[Section] {
+    pub(crate) fn sections(&self) -> &[Section] {
         &self.sections
     }
 
     /// The first section called `name`.
-    pub fn section(&self, name: &str) -> Option<&Section> {
+    pub(crate) fn section(&self, name: &str) -> Option<&Section> {
         self.sections.iter().find(|s| s.name == name)
     }
 
     /// The file bytes of a section (`None` for `SHT_NOBITS`).
-    pub fn section_data(&self, section: &Section) -> Option<&[u8]> {
+    pub(crate) fn section_data(&self, section: &Section) -> Option<&[u8]> {
         if !section.has_file_data() {
             return None;
         }
@@ -398,7 +399,7 @@ impl Binary {
     }
 
     /// The machine code of a function.
-    pub fn function_bytes(&self, function: &Function) -> Option<&[u8]> {
+    pub(crate) fn function_bytes(&self, function: &Function) -> Option<&[u8]> {
         self.bytes_at(function.start, function.size as usize)
     }
 
@@ -413,7 +414,7 @@ impl Binary {
     }
 
     /// [`Binary::decode`] into a reused buffer (cleared first).
-    pub fn decode_into(&self, function: &Function, out: &mut Vec<Instruction>) {
+    pub(crate) fn decode_into(&self, function: &Function, out: &mut Vec<Instruction>) {
         out.clear();
         if let Some(bytes) = self.function_bytes(function) {
             decode_bytes(bytes, function.start, out);
@@ -427,7 +428,7 @@ impl Binary {
     }
 
     /// The DWARF line table (built on first use; empty without DWARF).
-    pub fn line_table(&self) -> &LineTable {
+    pub(crate) fn line_table(&self) -> &LineTable {
         self.lines.get_or_init(|| {
             let mut problem = None;
             let mut decompressed: Vec<(String, Vec<u8>)> = Vec::new();
@@ -472,7 +473,7 @@ impl Binary {
 }
 
 /// Decodes `bytes` located at `ip` into `out` (appending).
-pub fn decode_bytes(bytes: &[u8], ip: u64, out: &mut Vec<Instruction>) {
+pub(crate) fn decode_bytes(bytes: &[u8], ip: u64, out: &mut Vec<Instruction>) {
     let mut decoder = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
     out.reserve(bytes.len() / 4);
     while decoder.can_decode() {

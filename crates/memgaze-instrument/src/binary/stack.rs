@@ -14,7 +14,7 @@ use iced_x86::{Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, 
 /// function entry (`anchor` 0) or right after the realignment at
 /// instruction `anchor - 1`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct StackPos {
+pub(crate) struct StackPos {
     /// 0 = function entry; `k + 1` = after `and rsp, …` at instruction `k`.
     pub anchor: u32,
     /// Byte offset from the anchor.
@@ -38,7 +38,7 @@ impl StackPos {
 
 /// `Some(delta)` when `rbp` is a frame pointer: set once by `mov rbp, rsp`
 /// and otherwise only restored (`pop rbp`, `leave`).
-pub fn frame_pointer(code: &FunctionCode, info: &mut InstructionInfoFactory) -> Option<i64> {
+pub(crate) fn frame_pointer(code: &FunctionCode, info: &mut InstructionInfoFactory) -> Option<i64> {
     frame_pointer_with(code, |i| {
         info.info(&code.instructions[i])
             .used_registers()
@@ -57,7 +57,7 @@ pub fn frame_pointer(code: &FunctionCode, info: &mut InstructionInfoFactory) -> 
 }
 
 /// [`frame_pointer`] with a precomputed "instruction `i` writes `rbp`".
-pub fn frame_pointer_with(
+pub(crate) fn frame_pointer_with(
     code: &FunctionCode,
     mut writes_rbp: impl FnMut(usize) -> bool,
 ) -> Option<i64> {
@@ -153,7 +153,7 @@ fn is_imm(kind: OpKind) -> bool {
 
 /// Stack position before each instruction; `None` where paths disagree
 /// or an instruction sets `rsp` in a way not followed.
-pub fn positions(code: &FunctionCode, frame_pointer: Option<i64>) -> Vec<Option<StackPos>> {
+pub(crate) fn positions(code: &FunctionCode, frame_pointer: Option<i64>) -> Vec<Option<StackPos>> {
     let n = code.instructions.len();
     let mut out = vec![None; n];
     if n == 0 {

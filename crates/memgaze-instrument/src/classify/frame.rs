@@ -18,20 +18,20 @@ use iced_x86::{FlowControl, Instruction, InstructionInfoFactory, OpAccess, Regis
 
 /// A variable: registers 0..16 (iced register numbers of the 64-bit GPRs),
 /// stack slots from 16 on.
-pub type Var = u16;
+pub(crate) type Var = u16;
 
 /// Number of register variables.
-pub const GPRS: Var = 16;
+pub(crate) const GPRS: Var = 16;
 
 /// The variable of a general-purpose register (any width), if it is one.
-pub fn gpr_var(reg: Register) -> Option<Var> {
+pub(crate) fn gpr_var(reg: Register) -> Option<Var> {
     let full = reg.full_register();
     full.is_gpr64().then(|| full.number() as Var)
 }
 
 /// How an instruction defines a variable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DefKind {
+pub(crate) enum DefKind {
     /// The instruction's result (register destination, or a store of a
     /// register/immediate to exactly this slot).
     Value,
@@ -43,11 +43,11 @@ pub enum DefKind {
 
 /// Frame facts and per-instruction definitions of one function.
 #[derive(Debug)]
-pub struct Frame {
+pub(crate) struct Frame {
     /// Where `rsp` points before each instruction, when known.
-    pub rsp_delta: Vec<Option<StackPos>>,
+    pub(crate) rsp_delta: Vec<Option<StackPos>>,
     /// Entry-relative offset `rbp` holds when it is a frame pointer.
-    pub frame_pointer: Option<i64>,
+    pub(crate) frame_pointer: Option<i64>,
     /// Slots and their widest access, sorted; index = var - GPRS.
     pub slots: Vec<(StackPos, u32)>,
     /// Definitions: `defs[def_start[i]..def_start[i+1]]` for instruction `i`.
@@ -214,19 +214,19 @@ impl Frame {
     }
 
     /// Variables instruction `i` defines.
-    pub fn defs(&self, i: usize) -> &[(Var, DefKind)] {
+    pub(crate) fn defs(&self, i: usize) -> &[(Var, DefKind)] {
         &self.defs[self.def_start[i] as usize..self.def_start[i + 1] as usize]
     }
 
     /// How instruction `i` defines `v`, if it does.
-    pub fn def_kind(&self, i: usize, v: Var) -> Option<DefKind> {
+    pub(crate) fn def_kind(&self, i: usize, v: Var) -> Option<DefKind> {
         self.defs(i).iter().find(|d| d.0 == v).map(|d| d.1)
     }
 
     /// `rsp`, and `rbp` when it is the frame pointer: their values do not
     /// change within a loop iteration in any way that matters for address
     /// classes (frame accesses are slots).
-    pub fn is_invariant_register(&self, reg: Register) -> bool {
+    pub(crate) fn is_invariant_register(&self, reg: Register) -> bool {
         match reg.full_register() {
             Register::RSP | Register::RIP | Register::None => true,
             Register::RBP => self.frame_pointer.is_some(),
@@ -236,7 +236,7 @@ impl Frame {
 
     /// Stack position of a frame access `[base + disp]` (no index) at
     /// instruction `i`.
-    pub fn slot_offset(
+    pub(crate) fn slot_offset(
         &self,
         i: usize,
         base: Register,
@@ -255,7 +255,7 @@ impl Frame {
     }
 
     /// The variable of the slot at that position, if one was seen.
-    pub fn slot_var(&self, offset: StackPos) -> Option<Var> {
+    pub(crate) fn slot_var(&self, offset: StackPos) -> Option<Var> {
         self.slots
             .binary_search_by_key(&offset, |s| s.0)
             .ok()
@@ -263,7 +263,7 @@ impl Frame {
     }
 
     /// The slot variable an instruction's explicit memory operand names.
-    pub fn operand_slot(&self, i: usize, insn: &Instruction) -> Option<Var> {
+    pub(crate) fn operand_slot(&self, i: usize, insn: &Instruction) -> Option<Var> {
         let off = self.slot_offset(
             i,
             insn.memory_base(),

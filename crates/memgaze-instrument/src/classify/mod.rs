@@ -189,7 +189,7 @@ pub struct FunctionLoads {
     /// Indirect jumps neither resolved nor tail calls.
     pub unresolved_indirect_jumps: u32,
     /// Undecodable instructions.
-    pub invalid_instructions: u32,
+    pub(crate) invalid_instructions: u32,
 }
 
 impl FunctionLoads {

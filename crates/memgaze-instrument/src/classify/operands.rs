@@ -95,7 +95,7 @@ fn is_cache_hint(m: Mnemonic) -> bool {
 /// address: a bitmap walk moves through memory while the operand stays put.
 /// `None` for every other instruction, the immediate forms included (their
 /// offset stays within the operand).
-pub fn bit_offset_register(insn: &Instruction) -> Option<Register> {
+pub(crate) fn bit_offset_register(insn: &Instruction) -> Option<Register> {
     let bit_test = matches!(
         insn.mnemonic(),
         Mnemonic::Bt | Mnemonic::Bts | Mnemonic::Btr | Mnemonic::Btc
@@ -106,7 +106,7 @@ pub fn bit_offset_register(insn: &Instruction) -> Option<Register> {
 
 /// The explicit load of `insn`, if it has one (an x86 instruction has at
 /// most one explicit memory operand).
-pub fn explicit_load(
+pub(crate) fn explicit_load(
     info: &mut InstructionInfoFactory,
     insn: &Instruction,
     index: u32,

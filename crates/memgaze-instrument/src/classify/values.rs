@@ -132,7 +132,7 @@ impl Val {
 }
 
 /// Evaluates value changes within the loops of one function.
-pub struct Evaluator<'a> {
+pub(crate) struct Evaluator<'a> {
     code: &'a FunctionCode,
     loops: &'a LoopForest,
     frame: &'a Frame,

@@ -32,7 +32,7 @@ pub const PAGE: u64 = 0x1000;
 
 /// The first bytes of every segment cargo memgaze adds; finding them in a
 /// `PT_LOAD` means the binary was already instrumented.
-pub const SIGNATURE: &[u8; 32] = b"cargo-memgaze instrumented v1\0\0\0";
+pub(crate) const SIGNATURE: &[u8; 32] = b"cargo-memgaze instrumented v1\0\0\0";
 
 /// Whether `vaddr..vaddr + len` lies in the file-backed part of `h`.
 fn contains_file(h: &ProgramHeader, vaddr: u64, len: u64) -> bool {
@@ -41,7 +41,7 @@ fn contains_file(h: &ProgramHeader, vaddr: u64, len: u64) -> bool {
 
 /// An executable being edited.
 #[derive(Clone, Debug)]
-pub struct ElfEditor {
+pub(crate) struct ElfEditor {
     bytes: Vec<u8>,
     /// The ELF header as read; only `e_entry` is ever changed.
     header: Header,
@@ -59,7 +59,7 @@ pub struct ElfEditor {
     pub state_va: u64,
     state_bytes: u64,
     /// Address and file offset of the new segment.
-    pub segment_va: u64,
+    pub(crate) segment_va: u64,
     segment_offset: u64,
 }
 
@@ -170,19 +170,14 @@ impl ElfEditor {
     }
 
     /// Whether an exit hook can be installed through `DT_FINI`.
-    pub fn can_hook_fini(&self) -> bool {
+    pub(crate) fn can_hook_fini(&self) -> bool {
         self.fini_slot.is_some()
     }
 
     /// Whether the binary has a `PT_GNU_EH_FRAME` (how the unwinder finds
     /// FDEs; new FDEs are only useful with one).
-    pub fn has_eh_frame_hdr(&self) -> bool {
+    pub(crate) fn has_eh_frame_hdr(&self) -> bool {
         self.headers.iter().any(|h| h.p_type == PT_GNU_EH_FRAME)
-    }
-
-    /// The original file contents.
-    pub fn original(&self) -> &[u8] {
-        &self.bytes
     }
 
     /// The file offset of `vaddr` if `len` bytes from it are file-backed.
@@ -192,12 +187,6 @@ impl ElfEditor {
             .filter(|h| h.p_type == PT_LOAD)
             .find(|h| contains_file(h, vaddr, len))
             .map(|h| (vaddr - h.p_vaddr + h.p_offset) as usize)
-    }
-
-    /// Reads `len` original bytes at `vaddr`.
-    pub fn read(&self, vaddr: u64, len: usize) -> Option<&[u8]> {
-        let at = self.offset_of(vaddr, len as u64)?;
-        self.bytes.get(at..at + len)
     }
 
     /// Overwrites original bytes at `vaddr` (an entry patch).
@@ -326,7 +315,7 @@ fn find_fini(
 }
 
 /// Rounds `value` up to a multiple of `align` (a power of two).
-pub fn align_up(value: u64, align: u64) -> u64 {
+pub(crate) fn align_up(value: u64, align: u64) -> u64 {
     (value + align - 1) & !(align - 1)
 }
 

@@ -22,13 +22,13 @@
 use crate::binary::Binary;
 
 /// Symbol of the harness's region-begin marker.
-pub const REGION_BEGIN: &str = "memgaze_region_begin";
+pub(crate) const REGION_BEGIN: &str = "memgaze_region_begin";
 /// Symbol of the harness's region-end marker.
-pub const REGION_END: &str = "memgaze_region_end";
+pub(crate) const REGION_END: &str = "memgaze_region_end";
 
 /// What the runtime does at a hooked function's entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Hook {
+pub(crate) enum Hook {
     /// Open the region named by `rdi`/`rsi` (the harness's marker).
     Begin,
     /// Close the region named by `rdi`/`rsi`.
@@ -44,7 +44,7 @@ pub enum Hook {
 
 /// The benchmark framework whose hooks were found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Framework {
+pub(crate) enum Framework {
     /// memgaze-harness markers.
     Harness,
     /// criterion's `WallTime` measurement.
@@ -85,7 +85,7 @@ const SETS: [(Framework, &[(&str, Hook)]); 3] = [
 /// The region hooks of `binary` (function index, hook) and the framework
 /// they belong to; `None` when it has none (recorded whole). A partial
 /// harness set is reported in `warnings`.
-pub fn find(
+pub(crate) fn find(
     binary: &Binary,
     warnings: &mut Vec<String>,
 ) -> Option<(Framework, Vec<(usize, Hook)>)> {

@@ -17,12 +17,12 @@ use iced_x86::{
 /// A set of the 16 general-purpose registers (bit = iced register number −
 /// `RAX`) and the six status flags (bits 16–21).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct RegSet(pub u32);
+pub(crate) struct RegSet(pub u32);
 
 /// The status flags as one unit of [`RegSet`].
-pub const FLAGS: u32 = 0x3f << 16;
+pub(crate) const FLAGS: u32 = 0x3f << 16;
 /// Every general-purpose register.
-pub const ALL_GPRS: u32 = 0xffff;
+pub(crate) const ALL_GPRS: u32 = 0xffff;
 const RSP_BIT: u32 = 1 << 4;
 
 impl RegSet {
@@ -30,31 +30,25 @@ impl RegSet {
     pub const ALL: RegSet = RegSet(ALL_GPRS | FLAGS);
 
     /// Whether `reg` (any width) is in the set.
-    pub fn has_gpr(self, reg: Register) -> bool {
+    pub(crate) fn has_gpr(self, reg: Register) -> bool {
         gpr_bit(reg).is_some_and(|b| self.0 & b != 0)
     }
 
     /// Whether any status flag is in the set.
-    pub fn has_flags(self) -> bool {
+    pub(crate) fn has_flags(self) -> bool {
         self.0 & FLAGS != 0
     }
 }
 
 /// Bit of the 64-bit register containing `reg`, for general-purpose
 /// registers.
-pub fn gpr_bit(reg: Register) -> Option<u32> {
+pub(crate) fn gpr_bit(reg: Register) -> Option<u32> {
     let full = reg.full_register();
     if full.is_gpr64() {
         Some(1 << (full as u32 - Register::RAX as u32))
     } else {
         None
     }
-}
-
-/// The 64-bit register for bit index `i` (0 = RAX … 15 = R15).
-pub fn gpr_of_bit(i: u32) -> Register {
-    // RAX..R15 are consecutive in iced's Register enum.
-    Register::try_from(Register::RAX as usize + i as usize).expect("a gpr")
 }
 
 fn flag_bits(rflags: u32) -> u32 {
@@ -115,7 +109,7 @@ fn transfer(insn: &Instruction, info: &mut InstructionInfoFactory) -> (u32, u32)
 }
 
 /// Live registers and flags before every instruction of `code`.
-pub fn live_before(code: &FunctionCode) -> Vec<RegSet> {
+pub(crate) fn live_before(code: &FunctionCode) -> Vec<RegSet> {
     let mut info = InstructionInfoFactory::new();
     let n = code.instructions.len();
     let transfers: Vec<(u32, u32)> = code

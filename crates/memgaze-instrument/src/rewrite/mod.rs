@@ -28,7 +28,8 @@ pub mod report;
 pub mod runtime;
 pub mod unwind;
 
-pub use report::{Escape, Report};
+pub use report::Report;
+pub(crate) use report::Escape;
 
 use crate::annotation::{Annotation, InstrumentationMode};
 use crate::binary::{Binary, Function, FunctionCode, IndirectJumpKind};
@@ -42,7 +43,8 @@ use relocate::{CopyPlan, Insert};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-pub use hooks::{Framework, Hook, REGION_BEGIN, REGION_END};
+pub(crate) use hooks::Hook;
+
 
 /// Bytes of a `jmp rel32` entry patch.
 const PATCH: u64 = 5;
@@ -176,7 +178,7 @@ pub fn instrument(
 /// ([`relocate::Copies`]), translate their unwind information
 /// (`UnwindTail`), patch the original, lay the segment out, and update
 /// the annotation and the report.
-pub fn instrument_with_code(
+pub(crate) fn instrument_with_code(
     binary: &Binary,
     mut annotation: Annotation,
     options: &InstrumentOptions,

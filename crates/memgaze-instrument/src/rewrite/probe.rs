@@ -77,13 +77,13 @@
 //! address.
 
 use super::runtime::{TCB_COUNTDOWN, TCB_SLOT, slot};
-pub use crate::classify::operands::bit_offset_register;
+pub(crate) use crate::classify::operands::bit_offset_register;
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 use memgaze_trace::protocol::RECORD_BYTES;
 
 /// How a probe's fast path keeps the application's state intact.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum FastPath {
+pub(crate) enum FastPath {
     /// Flags are dead: `sub`/`jb` on the countdown, no register needed.
     FlagsDead,
     /// `rcx` is dead: `jrcxz` form without saving it.
@@ -108,13 +108,13 @@ impl FastPath {
 
 /// How a spatial check keeps the application's state intact.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct SpatialProbe {
+pub(crate) struct SpatialProbe {
     /// The register that takes the address and its hash.
     pub scratch: Register,
     /// `scratch` is live: saved below the red zone around the check.
-    pub save_scratch: bool,
+    pub(crate) save_scratch: bool,
     /// The flags are live: saved (`pushfq`) around the check.
-    pub save_flags: bool,
+    pub(crate) save_flags: bool,
 }
 
 impl SpatialProbe {
@@ -131,7 +131,7 @@ impl SpatialProbe {
 /// Appends the spatial check of `load` (see the module documentation); its
 /// first instruction takes `ip`. `config` is the address of the hash's
 /// multiplier, followed by the threshold; `stub` the check's stub.
-pub fn spatial_check(
+pub(crate) fn spatial_check(
     load: &Instruction,
     probe: SpatialProbe,
     ip: u64,
@@ -179,7 +179,7 @@ fn spatial_restore(probe: SpatialProbe, out: &mut Vec<Instruction>) {
 /// Appends the stub of a spatial check at `stub`: restores what the check
 /// saved, calls the runtime's `spatial` (`rdi` = address, `esi` = `id`)
 /// and jumps to `resume` (the load).
-pub fn spatial_stub(
+pub(crate) fn spatial_stub(
     load: &Instruction,
     id: u32,
     probe: SpatialProbe,
@@ -205,7 +205,7 @@ pub fn spatial_stub(
 
 /// Whether a spatial check can compute `load`'s address with one `lea`
 /// (not through `fs:`, not a bit test at a register offset).
-pub fn spatial_checkable(load: &Instruction) -> bool {
+pub(crate) fn spatial_checkable(load: &Instruction) -> bool {
     load.memory_segment() != Register::FS && bit_offset_register(load).is_none()
 }
 
@@ -288,7 +288,7 @@ fn branch(code: Code, target: u64) -> Instruction {
 
 /// Appends a load's fast path; its first instruction takes `ip` (the
 /// load's original address, so branches to the load run the probe).
-pub fn soft_fast_path(fast: FastPath, ip: u64, slow: u64, out: &mut Vec<Instruction>) {
+pub(crate) fn soft_fast_path(fast: FastPath, ip: u64, slow: u64, out: &mut Vec<Instruction>) {
     let start = out.len();
     match fast {
         FastPath::FlagsDead => {
@@ -322,7 +322,7 @@ fn countdown_jrcxz(slow: u64, out: &mut Vec<Instruction>) {
 /// Appends a block check subtracting `loads` from the countdown (flags must
 /// be dead); its first instruction takes `ip`. Branches to `stub` when the
 /// countdown does not cover the block.
-pub fn block_check(loads: u32, ip: u64, stub: u64, out: &mut Vec<Instruction>) {
+pub(crate) fn block_check(loads: u32, ip: u64, stub: u64, out: &mut Vec<Instruction>) {
     let code = if loads <= 127 {
         Code::Sub_rm64_imm8
     } else {
@@ -335,14 +335,14 @@ pub fn block_check(loads: u32, ip: u64, stub: u64, out: &mut Vec<Instruction>) {
 /// Appends the stub of a block check at `stub`: gives the `loads` back to
 /// the countdown and continues in the counting fragment at `fragment`.
 /// Flags are dead at a block check.
-pub fn block_stub(loads: u32, stub: u64, fragment: u64, out: &mut Vec<Instruction>) {
+pub(crate) fn block_stub(loads: u32, stub: u64, fragment: u64, out: &mut Vec<Instruction>) {
     out.push(with_ip(add_countdown(loads), stub));
     out.push(branch(Code::Jmp_rel32_64, fragment));
 }
 
 /// Appends a side-exit compensation at `stub`: gives back the `loads` the
 /// exit skips and jumps to `target` (flags are dead there).
-pub fn exit_stub(loads: u32, stub: u64, target: u64, out: &mut Vec<Instruction>) {
+pub(crate) fn exit_stub(loads: u32, stub: u64, target: u64, out: &mut Vec<Instruction>) {
     out.push(with_ip(add_countdown(loads), stub));
     out.push(branch(Code::Jmp_rel32_64, target));
 }
@@ -357,7 +357,7 @@ fn add_countdown(loads: u32) -> Instruction {
 }
 
 /// Why a load's operand cannot be recomputed by a probe.
-pub fn unsupported_operand(load: &Instruction) -> Option<&'static str> {
+pub(crate) fn unsupported_operand(load: &Instruction) -> Option<&'static str> {
     let base = load.memory_base();
     let index = load.memory_index();
     if index.is_xmm() || index.is_ymm() || index.is_zmm() {
@@ -397,7 +397,7 @@ pub fn unsupported_operand(load: &Instruction) -> Option<&'static str> {
 /// an unused label for the stub's call of the runtime (a flags-dead stub
 /// first tries to append inline).
 #[allow(clippy::too_many_arguments)]
-pub fn soft_slow_stub(
+pub(crate) fn soft_slow_stub(
     fast: FastPath,
     load: &Instruction,
     id: u32,
@@ -548,7 +548,7 @@ fn inline_append(
 
 /// `lea dst, [operand of load]`, with `rsp_adjust` added when the base is
 /// `rsp` (bytes the stub pushed since the load's `rsp`).
-pub fn effective_address(load: &Instruction, dst: Register, rsp_adjust: i64) -> Instruction {
+pub(crate) fn effective_address(load: &Instruction, dst: Register, rsp_adjust: i64) -> Instruction {
     let base = load.memory_base();
     let index = load.memory_index();
     let mut disp = load.memory_displacement64() as i64;

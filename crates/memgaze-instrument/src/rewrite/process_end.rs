@@ -21,19 +21,19 @@ use crate::error::RewriteError;
 use iced_x86::{Code, Encoder, Instruction, MemoryOperand, Register};
 
 /// Imports after which the process is gone without `DT_FINI`.
-pub const EXIT_IMPORTS: [&str; 3] = ["_exit", "_Exit", "quick_exit"];
+pub(crate) const EXIT_IMPORTS: [&str; 3] = ["_exit", "_Exit", "quick_exit"];
 
 /// Imports that create a process: wrapped, so the child's runtime learns
 /// its inherited countdown (see the runtime's `after_fork`).
-pub const FORK_IMPORTS: [&str; 2] = ["fork", "_Fork"];
+pub(crate) const FORK_IMPORTS: [&str; 2] = ["fork", "_Fork"];
 
 /// Imports that replace the process image (when they succeed).
-pub const EXEC_IMPORTS: [&str; 9] = [
+pub(crate) const EXEC_IMPORTS: [&str; 9] = [
     "execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle", "fexecve", "execveat",
 ];
 
 /// Whether `name` is an import this module puts a stub in front of.
-pub fn ends_process(name: &str) -> bool {
+pub(crate) fn ends_process(name: &str) -> bool {
     EXIT_IMPORTS.contains(&name) || EXEC_IMPORTS.contains(&name) || FORK_IMPORTS.contains(&name)
 }
 
@@ -42,7 +42,7 @@ const STUB_BYTES: u64 = 32;
 
 /// The stubs, to be placed at their address, and the PLT jumps to patch.
 #[derive(Clone, Debug, Default)]
-pub struct ProcessEndStubs {
+pub(crate) struct ProcessEndStubs {
     /// Machine code of the stubs.
     pub code: Vec<u8>,
     /// `(PLT jump, its length, stub)` to patch.
@@ -52,7 +52,7 @@ pub struct ProcessEndStubs {
 }
 
 /// Stubs at `va` for the exit-like and exec-like ones of `imports`.
-pub fn assemble(
+pub(crate) fn assemble(
     imports: &[PltImport],
     va: u64,
     rt: &Runtime,
@@ -117,7 +117,7 @@ pub fn assemble(
 
 /// Replaces each PLT jump with a `jmp rel32` to its stub (the rest of the
 /// instruction becomes `nop`s, never reached).
-pub fn patch(editor: &mut ElfEditor, stubs: &ProcessEndStubs) -> Result<(), RewriteError> {
+pub(crate) fn patch(editor: &mut ElfEditor, stubs: &ProcessEndStubs) -> Result<(), RewriteError> {
     for &(jump, len, stub) in &stubs.patches {
         let rel = i32::try_from(stub as i64 - (jump as i64 + 5))
             .map_err(|_| RewriteError::ProcessEndStubOutOfReach { jump })?;

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 
 /// What to insert before one instruction of a copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Insert {
+pub(crate) enum Insert {
     /// A software counting probe for load `id`.
     Soft {
         /// Load id (annotation index) passed to the runtime.
@@ -41,7 +41,7 @@ pub enum Insert {
 /// A superblock whose instrumented loads are counted by one check (see
 /// [`probe`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Superblock {
+pub(crate) struct Superblock {
     /// Instruction index of the check (flags dead there).
     pub at: usize,
     /// Index of its last instruction.
@@ -54,7 +54,7 @@ pub struct Superblock {
 }
 
 /// One function to copy.
-pub struct CopyPlan<'a> {
+pub(crate) struct CopyPlan<'a> {
     /// Its code and control flow.
     pub code: &'a FunctionCode,
     /// `(instruction index, insert)`, sorted by index.
@@ -63,9 +63,9 @@ pub struct CopyPlan<'a> {
     /// `(load id, how the check saves state)`.
     pub spatial: HashMap<usize, (u32, SpatialProbe)>,
     /// Superblocks counted by one check, sorted by index.
-    pub superblocks: Vec<Superblock>,
+    pub(crate) superblocks: Vec<Superblock>,
     /// A call placed before the first instruction (region marker hooks).
-    pub prologue_call: Option<u64>,
+    pub(crate) prologue_call: Option<u64>,
 }
 
 /// Where one copy landed.
@@ -74,11 +74,11 @@ pub struct CopyMap {
     /// Original start.
     pub original_start: u64,
     /// Original end.
-    pub original_end: u64,
+    pub(crate) original_end: u64,
     /// Address of the copy.
     pub start: u64,
     /// End of the copied body (its slow stubs follow).
-    pub body_end: u64,
+    pub(crate) body_end: u64,
     /// End of the copy including stubs.
     pub end: u64,
     /// Copy address of each original instruction (of its probe, if any).
@@ -116,11 +116,11 @@ pub struct Entries {
     /// The slow path.
     pub record: u64,
     /// The slow path of loads with a spatial check.
-    pub record_tracked: u64,
+    pub(crate) record_tracked: u64,
     /// The spatial record entry.
     pub spatial: u64,
     /// The spatial hash's multiplier word (the threshold follows it).
-    pub spatial_config: u64,
+    pub(crate) spatial_config: u64,
 }
 
 /// Fake addresses for labels: far above any user-space address.
@@ -138,7 +138,7 @@ const FAKE_RUN_BITS: u32 = 36;
 /// measured on all cores, laid out one after the other, and emitted on all
 /// cores again once every label's address is known. The result is the same
 /// bytes a single pass would produce.
-pub fn encode(
+pub(crate) fn encode(
     plans: &[CopyPlan<'_>],
     base: u64,
     entries: &Entries,
@@ -829,7 +829,7 @@ fn counting_fragment(
 }
 
 /// Why a function's code cannot be copied faithfully, if it cannot.
-pub fn unrelocatable(code: &FunctionCode) -> Option<String> {
+pub(crate) fn unrelocatable(code: &FunctionCode) -> Option<String> {
     if code.instructions.is_empty() {
         return Some("no instructions".into());
     }

@@ -7,7 +7,7 @@ use std::fmt;
 
 /// A way execution can reach original (uninstrumented) code.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Escape {
+pub(crate) struct Escape {
     /// Function it happens in.
     pub function: String,
     /// Address of the jump.
@@ -26,7 +26,7 @@ pub struct Report {
     /// Functions relocated with their probes.
     pub functions_instrumented: usize,
     /// `reason → count` of selected functions left alone.
-    pub functions_skipped: BTreeMap<String, usize>,
+    pub(crate) functions_skipped: BTreeMap<String, usize>,
     /// The skipped functions: `(name, start, reason)`.
     pub skipped: Vec<(String, u64, String)>,
     /// Explicit loads in the selected functions.
@@ -39,7 +39,7 @@ pub struct Report {
     /// are none): the static coverage.
     pub coverage: f64,
     /// `reason → count` of loads neither instrumented nor implied.
-    pub loads_skipped: BTreeMap<String, usize>,
+    pub(crate) loads_skipped: BTreeMap<String, usize>,
     /// Implicit string reads (`movs`, `lods`, `cmps`, `scas`, `outs`) in
     /// the selected functions: not traced, by design (no memory
     /// operand to probe; a `rep` prefix makes one a loop of loads). Not part
@@ -49,18 +49,18 @@ pub struct Report {
     /// functions: not traced, by design. Not part of `loads` or `coverage`.
     pub stack_loads: usize,
     /// `fast-path variant → count` of software probes.
-    pub probe_kinds: BTreeMap<String, usize>,
+    pub(crate) probe_kinds: BTreeMap<String, usize>,
     /// Entry patches written into original functions.
-    pub entry_patches: usize,
+    pub(crate) entry_patches: usize,
     /// Jump-table targets patched to jump into the copy.
-    pub table_target_patches: usize,
+    pub(crate) table_target_patches: usize,
     /// Every escape into original code.
-    pub escapes: Vec<Escape>,
+    pub(crate) escapes: Vec<Escape>,
     /// Instrumented loads reachable through an escape (their counts can fall
     /// short of the truth).
     pub escaped_loads: Vec<u64>,
     /// FDEs written for copies.
-    pub fdes: usize,
+    pub(crate) fdes: usize,
     /// LSDAs written for copies.
     pub lsdas: usize,
     /// Whether the region markers were found and hooked.
@@ -87,7 +87,7 @@ pub struct Report {
 
 impl Report {
     /// Share of explicit loads instrumented or implied.
-    pub fn static_coverage(&self) -> f64 {
+    pub(crate) fn static_coverage(&self) -> f64 {
         if self.loads == 0 {
             1.0
         } else {

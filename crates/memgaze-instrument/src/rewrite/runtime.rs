@@ -73,21 +73,21 @@ use memgaze_trace::protocol::{self, MESSAGE_MAGIC, MessageKind, RECORD_BYTES, WI
 pub const CLAIM_REVOKED: u64 = 1 << 62;
 
 /// Offset of the countdown in the thread control block (`fs:0x38`).
-pub const TCB_COUNTDOWN: u64 = 0x38;
+pub(crate) const TCB_COUNTDOWN: u64 = 0x38;
 /// Offset of the slot pointer in the thread control block (`fs:0x40`).
-pub const TCB_SLOT: u64 = 0x40;
+pub(crate) const TCB_SLOT: u64 = 0x40;
 
 /// log2 of the spatially sampled block (64-byte lines), fixed in the probes.
-pub const SPATIAL_BLOCK_SHIFT: u32 = 6;
+pub(crate) const SPATIAL_BLOCK_SHIFT: u32 = 6;
 
 /// Countdown that effectively never expires (no collector: recording off).
-pub const COUNTDOWN_NEVER: u64 = 1 << 62;
+pub(crate) const COUNTDOWN_NEVER: u64 = 1 << 62;
 /// Countdown a thread gets while recording is switched off by a region
 /// marker: it re-checks the switch this often.
-pub const COUNTDOWN_RECHECK: u64 = 4096;
+pub(crate) const COUNTDOWN_RECHECK: u64 = 4096;
 
 /// Bytes of state the rewriter reserves in the executable's bss.
-pub const STATE_BYTES: u64 = 256;
+pub(crate) const STATE_BYTES: u64 = 256;
 
 /// The config block at the start of the [`STATE_BYTES`] the rewriter
 /// reserves in bss: every word a `u64` the runtime accesses as a qword.
@@ -124,7 +124,7 @@ pub struct Config {
     /// through the socket).
     pub shared: u64,
     /// Number of shared chunks.
-    pub shared_chunks: u64,
+    pub(crate) shared_chunks: u64,
     /// The odd multiplier of the spatial block hash.
     pub spatial_multiplier: u64,
     /// A load's block `b = addr >> 6` is tracked iff `b · multiplier mod
@@ -132,7 +132,7 @@ pub struct Config {
     /// found a sampled recording that asks for spatial samples.
     pub spatial_threshold: u64,
     /// The threshold the environment gave, until the entry hook accepts it.
-    pub spatial_pending: u64,
+    pub(crate) spatial_pending: u64,
 }
 
 /// Offsets of the config block's fields ([`Config`]) and its state values.
@@ -141,43 +141,43 @@ pub mod cfg {
     use core::mem::offset_of;
 
     /// Offset of [`Config::state`].
-    pub const STATE: i32 = offset_of!(Config, state) as i32;
+    pub(crate) const STATE: i32 = offset_of!(Config, state) as i32;
     /// Offset of [`Config::fd`].
-    pub const FD: i32 = offset_of!(Config, fd) as i32;
+    pub(crate) const FD: i32 = offset_of!(Config, fd) as i32;
     /// Offset of [`Config::inode`].
-    pub const INODE: i32 = offset_of!(Config, inode) as i32;
+    pub(crate) const INODE: i32 = offset_of!(Config, inode) as i32;
     /// Offset of [`Config::device`].
-    pub const DEVICE: i32 = offset_of!(Config, device) as i32;
+    pub(crate) const DEVICE: i32 = offset_of!(Config, device) as i32;
     /// Offset of [`Config::window`].
     pub const WINDOW: i32 = offset_of!(Config, window) as i32;
     /// Offset of [`Config::period`].
-    pub const PERIOD: i32 = offset_of!(Config, period) as i32;
+    pub(crate) const PERIOD: i32 = offset_of!(Config, period) as i32;
     /// Offset of [`Config::seed`].
     pub const SEED: i32 = offset_of!(Config, seed) as i32;
     /// Offset of [`Config::process`].
-    pub const PROCESS: i32 = offset_of!(Config, process) as i32;
+    pub(crate) const PROCESS: i32 = offset_of!(Config, process) as i32;
     /// Offset of [`Config::enabled`].
-    pub const ENABLED: i32 = offset_of!(Config, enabled) as i32;
+    pub(crate) const ENABLED: i32 = offset_of!(Config, enabled) as i32;
     /// Offset of [`Config::broken`].
-    pub const BROKEN: i32 = offset_of!(Config, broken) as i32;
+    pub(crate) const BROKEN: i32 = offset_of!(Config, broken) as i32;
     /// Offset of [`Config::jitter`].
-    pub const JITTER: i32 = offset_of!(Config, jitter) as i32;
+    pub(crate) const JITTER: i32 = offset_of!(Config, jitter) as i32;
     /// Offset of [`Config::full`].
     pub const FULL: i32 = offset_of!(Config, full) as i32;
     /// Offset of [`Config::shared`].
-    pub const SHARED: i32 = offset_of!(Config, shared) as i32;
+    pub(crate) const SHARED: i32 = offset_of!(Config, shared) as i32;
     /// Offset of [`Config::shared_chunks`].
     pub const SHARED_CHUNKS: i32 = offset_of!(Config, shared_chunks) as i32;
     /// Offset of [`Config::spatial_multiplier`].
-    pub const SPATIAL_MULTIPLIER: i32 = offset_of!(Config, spatial_multiplier) as i32;
+    pub(crate) const SPATIAL_MULTIPLIER: i32 = offset_of!(Config, spatial_multiplier) as i32;
     /// Offset of [`Config::spatial_threshold`].
-    pub const SPATIAL_THRESHOLD: i32 = offset_of!(Config, spatial_threshold) as i32;
+    pub(crate) const SPATIAL_THRESHOLD: i32 = offset_of!(Config, spatial_threshold) as i32;
     /// Offset of [`Config::spatial_pending`].
-    pub const SPATIAL_PENDING: i32 = offset_of!(Config, spatial_pending) as i32;
+    pub(crate) const SPATIAL_PENDING: i32 = offset_of!(Config, spatial_pending) as i32;
     /// `STATE` values.
-    pub const STATE_DISABLED: i32 = 1;
+    pub(crate) const STATE_DISABLED: i32 = 1;
     /// `STATE` values.
-    pub const STATE_ACTIVE: i32 = 2;
+    pub(crate) const STATE_ACTIVE: i32 = 2;
 }
 
 const _: () = assert!(size_of::<Config>() <= STATE_BYTES as usize);
@@ -185,7 +185,7 @@ const _: () = assert!(size_of::<Config>() <= STATE_BYTES as usize);
 /// The process block: an anonymous mapping of [`process::BYTES`], wiped on
 /// fork. Every word a `u64`; the struct derives the offsets in [`process`].
 #[repr(C)]
-pub struct ProcessBlock {
+pub(crate) struct ProcessBlock {
     /// Process id; 0 means "wiped by fork, re-initialise".
     pub pid: u64,
     /// Head of the slot list.
@@ -198,7 +198,7 @@ pub struct ProcessBlock {
     /// own flushes then drop instead of sending.
     pub closed: u64,
     /// Set when the exit hook starts (it runs once).
-    pub finishing: u64,
+    pub(crate) finishing: u64,
 }
 
 /// Offsets of the process block's fields ([`ProcessBlock`]).
@@ -215,9 +215,9 @@ pub mod process {
     /// Offset of [`ProcessBlock::dropped`].
     pub const DROPPED: i32 = offset_of!(ProcessBlock, dropped) as i32;
     /// Offset of [`ProcessBlock::closed`].
-    pub const CLOSED: i32 = offset_of!(ProcessBlock, closed) as i32;
+    pub(crate) const CLOSED: i32 = offset_of!(ProcessBlock, closed) as i32;
     /// Offset of [`ProcessBlock::finishing`].
-    pub const FINISHING: i32 = offset_of!(ProcessBlock, finishing) as i32;
+    pub(crate) const FINISHING: i32 = offset_of!(ProcessBlock, finishing) as i32;
     /// Bytes mapped.
     pub const BYTES: i32 = 4096;
 }
@@ -268,7 +268,7 @@ pub struct Runtime {
     /// Slow path called by probes.
     pub record: u64,
     /// Slow path called by probes of loads with a spatial check.
-    pub record_tracked: u64,
+    pub(crate) record_tracked: u64,
     /// Spatial sample of a tracked block outside the windows.
     pub spatial: u64,
     /// Process entry hook.
@@ -276,29 +276,29 @@ pub struct Runtime {
     /// `DT_FINI` hook.
     pub fini: u64,
     /// `fini`'s work, returning to its caller (the `_exit` stubs).
-    pub exit_now: u64,
+    pub(crate) exit_now: u64,
     /// Flushes this thread's buffer and sends `Exec` (the `exec` stubs).
-    pub exec_flush: u64,
+    pub(crate) exec_flush: u64,
     /// In a forked child (`rax` = 0), gives the inherited countdown a
     /// budget (the `fork` stubs).
-    pub after_fork: u64,
+    pub(crate) after_fork: u64,
     /// Region begin hook.
     pub region_begin: u64,
     /// Region end hook.
     pub region_end: u64,
     /// Unnamed region begin hook (`rsi` = 0 for the name, then
     /// `region_begin`).
-    pub region_begin_unnamed: u64,
+    pub(crate) region_begin_unnamed: u64,
     /// Unnamed region end hook.
-    pub region_end_unnamed: u64,
+    pub(crate) region_end_unnamed: u64,
     /// Begin (unnamed) when `sil` is non-zero, else end. Clobbers the
     /// flags, which are dead at a function's entry, where hooks are called.
-    pub region_toggle: u64,
+    pub(crate) region_toggle: u64,
 }
 
 impl Runtime {
     /// The runtime entry a function's entry calls for `hook`.
-    pub fn hook_entry(&self, hook: super::Hook) -> u64 {
+    pub(crate) fn hook_entry(&self, hook: super::Hook) -> u64 {
         use super::Hook;
         match hook {
             Hook::Begin => self.region_begin,

@@ -29,45 +29,45 @@ const CFA_PRIMARY_MASK: u8 = 0xc0;
 
 /// A CIE, as far as FDE writing needs it.
 #[derive(Clone, Debug)]
-pub struct Cie {
+pub(crate) struct Cie {
     /// Address of the CIE's length field.
     pub addr: u64,
     /// `code_alignment_factor`.
-    pub code_align: u64,
+    pub(crate) code_align: u64,
     /// Whether the augmentation string starts with `z`.
-    pub has_augmentation_data: bool,
+    pub(crate) has_augmentation_data: bool,
     /// Encoding of FDE `pc_begin`/`pc_range` (`R`), absptr by default.
-    pub fde_encoding: DwEhPe,
+    pub(crate) fde_encoding: DwEhPe,
     /// Encoding of the FDE's LSDA pointer (`L`), if any.
-    pub lsda_encoding: Option<DwEhPe>,
+    pub(crate) lsda_encoding: Option<DwEhPe>,
 }
 
 /// An FDE of the original `.eh_frame`.
 #[derive(Clone, Debug)]
-pub struct Fde {
+pub(crate) struct Fde {
     /// Address of the FDE's length field.
     pub addr: u64,
     /// First covered address.
-    pub pc_begin: u64,
+    pub(crate) pc_begin: u64,
     /// One past the last covered address.
-    pub pc_end: u64,
+    pub(crate) pc_end: u64,
     /// Index of its CIE in [`EhFrame::cies`].
-    pub cie: usize,
+    pub(crate) cie: usize,
     /// Address of its LSDA.
-    pub lsda: Option<u64>,
+    pub(crate) lsda: Option<u64>,
     /// Its call frame instructions.
     pub instructions: Vec<u8>,
 }
 
 /// The parsed `.eh_frame` section.
 #[derive(Clone, Debug, Default)]
-pub struct EhFrame {
+pub(crate) struct EhFrame {
     /// Section address.
     pub addr: u64,
     /// Every CIE.
-    pub cies: Vec<Cie>,
+    pub(crate) cies: Vec<Cie>,
     /// Every FDE, sorted by `pc_begin`.
-    pub fdes: Vec<Fde>,
+    pub(crate) fdes: Vec<Fde>,
 }
 
 /// A little-endian cursor over a byte slice at a known address.
@@ -266,7 +266,7 @@ impl EhFrame {
     }
 
     /// The FDE whose range is exactly `[start, end)`, or the FDEs inside it.
-    pub fn fdes_within(&self, start: u64, end: u64) -> impl Iterator<Item = &Fde> {
+    pub(crate) fn fdes_within(&self, start: u64, end: u64) -> impl Iterator<Item = &Fde> {
         let first = self.fdes.partition_point(|f| f.pc_begin < start);
         self.fdes[first..]
             .iter()
@@ -322,7 +322,7 @@ fn parse_cie(c: &mut Cursor<'_>, addr: u64) -> Result<Cie, UnwindError> {
 
 /// Maps original code addresses (instruction boundaries of a relocated
 /// function, and its end) to their addresses in the copy.
-pub trait AddressMap {
+pub(crate) trait AddressMap {
     /// The copy's address for original `addr`, if `addr` is an instruction
     /// boundary of the relocated function (or its end).
     fn map(&self, addr: u64) -> Option<u64>;
@@ -336,7 +336,7 @@ impl<F: Fn(u64) -> Option<u64>> AddressMap for F {
 
 /// Translates CFI `instructions` of an FDE starting at `pc_begin` for a
 /// copy starting at `map(pc_begin)`.
-pub fn translate_cfi(
+pub(crate) fn translate_cfi(
     instructions: &[u8],
     cie: &Cie,
     pc_begin: u64,
@@ -459,7 +459,7 @@ pub fn translate_cfi(
 
 /// An LSDA (`.gcc_except_table` entry) rewritten for a copy.
 #[derive(Clone, Debug)]
-pub struct Lsda {
+pub(crate) struct Lsda {
     /// The bytes, valid only at the address they were built for.
     pub bytes: Vec<u8>,
 }
@@ -468,7 +468,7 @@ pub struct Lsda {
 /// the address where the next LSDA or the section begins) for the copy of
 /// the function starting at `func_start`, placing it at `new_addr`.
 /// Call-site ranges and landing pads go through `map`.
-pub fn translate_lsda(
+pub(crate) fn translate_lsda(
     read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
     lsda: u64,
     limit: u64,
@@ -639,7 +639,7 @@ pub fn translate_lsda(
 
 /// The landing pads named by the LSDA at `lsda` of the function (FDE)
 /// starting at `func_start`.
-pub fn landing_pads(
+pub(crate) fn landing_pads(
     read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
     lsda: u64,
     limit: u64,
@@ -671,7 +671,7 @@ pub fn landing_pads(
 }
 
 /// Builds an FDE for a copy placed at `addr`.
-pub fn build_fde(
+pub(crate) fn build_fde(
     cie: &Cie,
     addr: u64,
     pc_begin: u64,
@@ -711,7 +711,7 @@ pub fn build_fde(
 
 /// Builds an `.eh_frame_hdr` at `addr` for `entries` (`(pc_begin, fde
 /// address)`), pointing at the `.eh_frame` section at `eh_frame`.
-pub fn build_eh_frame_hdr(
+pub(crate) fn build_eh_frame_hdr(
     addr: u64,
     eh_frame: u64,
     entries: &mut [(u64, u64)],
