@@ -105,7 +105,7 @@ pub const MAGIC: [u8; 8] = *b"\x89MGZ\r\n\x1a\n";
 /// The format version this code writes and the newest it reads.
 pub const VERSION: u32 = 3;
 /// The oldest format version this code reads (no spatial records).
-pub const OLDEST_READABLE: u32 = 2;
+pub(crate) const OLDEST_READABLE: u32 = 2;
 
 const CHUNK_HEADER_LEN: usize = 16;
 const KIND_HEADER: u8 = b'H';
@@ -679,7 +679,7 @@ impl<R: Read> TraceReader<R> {
     }
 
     /// Records read so far (spatial records included).
-    pub fn records_read(&self) -> u64 {
+    pub(crate) fn records_read(&self) -> u64 {
         self.records - (self.batch.len() - self.batch_at) as u64
     }
 

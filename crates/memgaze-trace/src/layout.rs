@@ -35,7 +35,7 @@ pub mod slot {
         /// The countdown value last given to the thread and not yet folded in.
         pub budget: u64,
         /// Records left in the open window (0: no window open).
-        pub remaining: u64,
+        pub(crate) remaining: u64,
         /// Records lost so far.
         pub dropped: u64,
         /// Set while the owning thread is inside the runtime (a signal handler
@@ -81,7 +81,7 @@ pub mod slot {
         /// it (0: none pending). The owner's cold path counts them as
         /// dropped when it notices; the region's end counts the part it ran
         /// meanwhile (see the runtime's `unaware_at_begin`).
-        pub unaware: u64,
+        pub(crate) unaware: u64,
         /// The message header, sent together with the records after it.
         pub message: [u8; HEADER_BYTES],
         /// The records: as many as fit in [`BYTES`] ([`CAPACITY`]).

@@ -83,7 +83,7 @@ pub struct SpatialSampling {
 
 impl SpatialSampling {
     /// The default multiplier: `2^64 / φ`, odd (Fibonacci hashing).
-    pub const DEFAULT_MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
+    pub(crate) const DEFAULT_MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
     /// The default block: a 64-byte cache line.
     pub const DEFAULT_BLOCK_SHIFT: u32 = 6;
 

@@ -59,9 +59,9 @@ pub const SHARED_CHUNK_BYTES: usize = 64 * 1024;
 /// The state page at the start of the shared mapping, from which the
 /// offsets of its control words are derived.
 #[repr(C)]
-pub struct SharedStatePage {
+pub(crate) struct SharedStatePage {
     /// One state word per chunk: 0 free, 1 claimed by a sender.
-    pub chunk_states: [u64; SHARED_CHUNKS_MAX],
+    pub(crate) chunk_states: [u64; SHARED_CHUNKS_MAX],
     /// The release generation ([`SHARED_GENERATION`]).
     pub generation: u32,
     /// Unused, keeps `waiting` aligned.
@@ -161,7 +161,7 @@ pub enum MessageKind {
 
 impl MessageKind {
     /// Decodes the wire value.
-    pub fn from_u32(value: u32) -> Option<MessageKind> {
+    pub(crate) fn from_u32(value: u32) -> Option<MessageKind> {
         Some(match value {
             1 => MessageKind::Records,
             2 => MessageKind::Final,
@@ -205,7 +205,7 @@ pub mod offsets {
     /// The header as it lies on the wire (and in a thread slot's buffer):
     /// the offsets below are derived from it, so no two fields overlap.
     #[repr(C)]
-    pub struct WireHeader {
+    pub(crate) struct WireHeader {
         /// [`MESSAGE_MAGIC`](super::MESSAGE_MAGIC).
         pub magic: u32,
         /// [`MessageKind`](super::MessageKind), possibly with

@@ -24,7 +24,7 @@ pub struct SplitMix64 {
 
 impl SplitMix64 {
     /// The Weyl increment: 2^64 divided by the golden ratio, odd.
-    pub const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+    pub(crate) const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
 
     /// A generator whose stream is determined by `seed` alone.
     pub fn new(seed: u64) -> Self {
