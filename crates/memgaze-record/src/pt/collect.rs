@@ -228,7 +228,10 @@ pub(crate) struct RunningChild {
 
 fn cstring(s: &OsStr, what: &str) -> Result<CString> {
     CString::new(s.as_bytes())
-        .map_err(|_| PtError::Invalid(format!("{what} contains a NUL byte: {s:?}")))
+        .map_err(|_| PtError::NulByte {
+            what: what.to_string(),
+            value: s.to_os_string(),
+        })
 }
 
 /// Finds `program` on `PATH` when it has no slash (what `execvp` would run).
@@ -240,7 +243,9 @@ pub(crate) fn resolve_program(program: &Path) -> Result<PathBuf> {
     std::env::split_paths(&path)
         .map(|dir| dir.join(program))
         .find(|candidate| candidate.is_file())
-        .ok_or_else(|| PtError::NotFound(format!("{}: not found on PATH", program.display())))
+        .ok_or_else(|| PtError::NotOnPath {
+            program: program.to_path_buf(),
+        })
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd)> {
@@ -389,11 +394,10 @@ impl StoppedChild {
             // The child exits by itself after a failed exec.
             let errno = i32::from_ne_bytes(status);
             let _ = running.wait();
-            return Err(PtError::Unsupported(format!(
-                "cannot execute {}: {}",
-                self.program.display(),
-                std::io::Error::from_raw_os_error(errno)
-            )));
+            return Err(PtError::Exec {
+                program: self.program.clone(),
+                errno,
+            });
         }
         Ok(running)
     }
@@ -499,9 +503,12 @@ impl Mapped {
             } else {
                 ""
             };
-            return Err(PtError::Unsupported(format!(
-                "mmap of the {what} ({len} bytes): {e}{hint}"
-            )));
+            return Err(PtError::Mmap {
+                what: what.to_string(),
+                len,
+                error: e,
+                hint,
+            });
         }
         Ok(Mapped {
             base: base.cast(),
@@ -547,12 +554,12 @@ fn open_event(
     };
     if fd < 0 {
         let e = std::io::Error::last_os_error();
-        return Err(PtError::Unsupported(format!(
-            "perf_event_open({}, config {:#x}, CPU {cpu}): {}",
-            event.pmu,
-            event.words.config,
-            explain_errno(&e)
-        )));
+        return Err(PtError::PerfEventOpen {
+            pmu: event.pmu.to_string(),
+            config: event.words.config,
+            cpu: cpu as i32,
+            why: explain_errno(&e),
+        });
     }
     // SAFETY: a new descriptor we own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
@@ -561,9 +568,7 @@ fn open_event(
 fn open_groups(pid: u32, options: &CollectOptions) -> Result<Vec<CpuGroup>> {
     let plan = &options.buffers;
     if !(plan.data_pages.is_power_of_two() && plan.aux_pages.is_power_of_two()) {
-        return Err(PtError::Invalid(
-            "ring and AUX sizes must be powers of two pages".to_string(),
-        ));
+        return Err(PtError::BufferNotPowerOfTwo);
     }
     let page = page_size();
     let data_len = plan.data_pages * page;
@@ -571,10 +576,11 @@ fn open_groups(pid: u32, options: &CollectOptions) -> Result<Vec<CpuGroup>> {
     if let CollectMode::Sampled { .. } = options.mode
         && !(plan.aux_sample_size as usize <= aux_len && (plan.aux_sample_size as usize) < data_len)
     {
-        return Err(PtError::Invalid(format!(
-            "an AUX sample ({} bytes) must fit the AUX area ({aux_len}) and the data ring ({data_len})",
-            plan.aux_sample_size
-        )));
+        return Err(PtError::AuxSampleTooLarge {
+            sample: plan.aux_sample_size,
+            aux_len,
+            data_len,
+        });
     }
     let pt_pmu = Pmu::load(&options.root, INTEL_PT_PMU)
         .context("the intel_pt PMU (see `cargo memgaze doctor`)")?;
@@ -610,7 +616,7 @@ fn open_groups(pid: u32, options: &CollectOptions) -> Result<Vec<CpuGroup>> {
                 let pmu = load_pmus
                     .iter()
                     .find(|p| p.covers_cpu(cpu))
-                    .ok_or_else(|| PtError::Unsupported(format!("no core PMU covers CPU {cpu}")))?;
+                    .ok_or(PtError::NoPmuForCpu { cpu: cpu as u32 })?;
                 let event = config::load_sampling_event(pmu, period, plan.aux_sample_size)?;
                 let member = open_event(&event, pid, cpu, Some(&leader))?;
                 // Samples go to the leader's ring.
@@ -724,10 +730,9 @@ pub fn collect(
         }
     }
     if acc.malformed_records != 0 {
-        return Err(PtError::Malformed(format!(
-            "{} perf records did not parse",
-            acc.malformed_records
-        )));
+        return Err(PtError::MalformedRecords {
+            count: acc.malformed_records,
+        });
     }
     let mut collection = acc.collection;
     collection.loads = loads;

@@ -147,10 +147,13 @@ pub(crate) const INTEL_PT_PMU: &str = "intel_pt";
 /// The `intel_pt` group leader of a ptwrite collection.
 pub(crate) fn intel_pt_event(pmu: &Pmu, options: &PtOptions) -> Result<EventConfig> {
     if pmu.cap("ptwrite") != Some(1) {
-        return Err(PtError::Unsupported(format!(
-            "the CPU has no PTWRITE (intel_pt caps/ptwrite is {})",
-            pmu.caps.get("ptwrite").map_or("missing", String::as_str)
-        )));
+        return Err(PtError::NoPtwrite {
+            caps: pmu
+                .caps
+                .get("ptwrite")
+                .map_or("missing", String::as_str)
+                .to_string(),
+        });
     }
     let mut words = ConfigWords::default();
     // `branch` is only honoured with `pt` set; without it the kernel turns
@@ -171,15 +174,14 @@ pub(crate) fn intel_pt_event(pmu: &Pmu, options: &PtOptions) -> Result<EventConf
             None => allowed.trailing_zeros() as u8,
         };
         if !(period == 0 || (period < 64 && allowed >> period & 1 == 1)) {
-            return Err(PtError::Unsupported(format!(
-                "psb_period {period} is not one the CPU allows (caps/psb_periods = {allowed:#x})"
-            )));
+            return Err(PtError::PsbPeriodNotAllowed {
+                period: u32::from(period),
+                allowed,
+            });
         }
         pmu.set(&mut words, "psb_period", u64::from(period))?;
     } else if options.psb_period.is_some() {
-        return Err(PtError::Unsupported(
-            "the CPU has a fixed PSB period (intel_pt caps/psb_cyc is 0)".to_string(),
-        ));
+        return Err(PtError::FixedPsbPeriod);
     }
     if let Some(period) = options.mtc_period
         && pmu.cap("mtc") == Some(1)
@@ -192,18 +194,14 @@ pub(crate) fn intel_pt_event(pmu: &Pmu, options: &PtOptions) -> Result<EventConf
         } else if allowed != 0 {
             allowed.trailing_zeros() as u8
         } else {
-            return Err(PtError::Unsupported(
-                "the CPU reports MTC but no MTC period (caps/mtc_periods is 0)".to_string(),
-            ));
+            return Err(PtError::NoMtcPeriod);
         };
         pmu.set(&mut words, "mtc", 1)?;
         pmu.set(&mut words, "mtc_period", u64::from(period))?;
     }
     if options.cyc {
         if !psb_cyc {
-            return Err(PtError::Unsupported(
-                "CYC packets need caps/psb_cyc".to_string(),
-            ));
+            return Err(PtError::NoCyc);
         }
         pmu.set(&mut words, "cyc", 1)?;
     }
@@ -235,14 +233,13 @@ pub(crate) fn load_sampling_event(
     aux_sample_size: u32,
 ) -> Result<EventConfig> {
     if period == 0 {
-        return Err(PtError::Invalid(
-            "the load sampling period must be at least 1".to_string(),
-        ));
+        return Err(PtError::ZeroLoadPeriod);
     }
     if !(1..=MAX_AUX_SAMPLE_SIZE).contains(&aux_sample_size) {
-        return Err(PtError::Invalid(format!(
-            "AUX sample size {aux_sample_size} is outside 1..={MAX_AUX_SAMPLE_SIZE} bytes"
-        )));
+        return Err(PtError::AuxSampleSize {
+            size: aux_sample_size,
+            max: MAX_AUX_SAMPLE_SIZE,
+        });
     }
     let mut words = ConfigWords::default();
     pmu.set(&mut words, "event", LOAD_EVENT.0)?;
@@ -281,11 +278,9 @@ pub(crate) fn load_pmus(root: &SystemRoot) -> Result<Vec<Pmu>> {
         .map(|name| Pmu::load(root, name))
         .collect::<Result<_>>()?;
     if hybrid.is_empty() {
-        return Err(PtError::Unsupported(format!(
-            "no `cpu` PMU under {}: the kernel exposes no hardware performance counters \
-         (a virtual machine without a virtual PMU?)",
-            root.path(super::sysfs::EVENT_SOURCE_DEVICES).display()
-        )));
+        return Err(PtError::NoCorePmu {
+            devices: root.path(super::sysfs::EVENT_SOURCE_DEVICES),
+        });
     }
     Ok(hybrid)
 }
@@ -367,7 +362,10 @@ mod tests {
         // No PTWRITE: refused with the reason.
         pmu.caps.insert("ptwrite".into(), "0".into());
         let e = intel_pt_event(&pmu, &PtOptions::default()).unwrap_err();
-        assert!(e.to_string().contains("PTWRITE"), "{e}");
+        assert!(
+            matches!(&e, PtError::NoPtwrite { caps } if caps == "0"),
+            "{e}"
+        );
     }
 
     #[test]

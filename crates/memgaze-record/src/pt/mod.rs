@@ -28,7 +28,7 @@ pub mod reconstruct;
 pub mod ring;
 pub(crate) mod sysfs;
 
-pub use error::PtError;
+pub use error::{AnnotationProblem, PtError, RingProblem};
 
 use error::{Context, Result};
 use memgaze_metadata::annotation::Annotation;

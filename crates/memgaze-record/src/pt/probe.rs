@@ -446,7 +446,7 @@ fn probe_pt(options: &ProbeOptions<'_>, facts: &Facts) -> BackendReport {
     let load_pmus = config::load_pmus(root);
     let load_event = load_pmus
         .as_ref()
-        .map_err(|e| PtError::Unsupported(format!("{e}")))
+        .map_err(|e| PtError::NoLoadEvent { why: e.to_string() })
         .and_then(|pmus| {
             config::load_sampling_event(
                 &pmus[0],
@@ -586,7 +586,7 @@ fn memlock_limit(root: &SystemRoot) -> Result<Option<u64>> {
         .lines()
         .find(|l| l.starts_with("Max locked memory"))
         .ok_or_else(|| {
-            PtError::Malformed(format!("{}: no `Max locked memory` line", path.display()))
+            PtError::NoMemlockLine { path: path.clone() }
         })?;
     let soft = line["Max locked memory".len()..]
         .split_whitespace()
@@ -812,18 +812,16 @@ pub fn choose_backend(request: BackendRequest, report: &ProbeReport) -> Result<B
             backend: Backend::Pt,
             reason: "Intel PT (requested with --backend pt; every check passed)".to_string(),
         }),
-        BackendRequest::Pt => Err(PtError::Unsupported(format!(
-            "--backend pt: Intel PT is unusable on this machine: {} (`cargo memgaze doctor` lists every check)",
-            why_not(&report.pt)
-        ))),
+        BackendRequest::Pt => Err(PtError::PtUnusable {
+            why: why_not(&report.pt),
+        }),
         BackendRequest::Soft if report.soft.usable() => Ok(BackendChoice {
             backend: Backend::Soft,
             reason: "software recorder (requested with --backend soft)".to_string(),
         }),
-        BackendRequest::Soft => Err(PtError::Unsupported(format!(
-            "--backend soft: the software recorder is unusable on this machine: {}",
-            why_not(&report.soft)
-        ))),
+        BackendRequest::Soft => Err(PtError::SoftUnusable {
+            why: why_not(&report.soft),
+        }),
         BackendRequest::Auto if report.pt.usable() => Ok(BackendChoice {
             backend: Backend::Pt,
             reason: format!("auto: Intel PT ({} checks passed)", report.pt.checks.len()),
@@ -835,11 +833,10 @@ pub fn choose_backend(request: BackendRequest, report: &ProbeReport) -> Result<B
                 why_not(&report.pt)
             ),
         }),
-        BackendRequest::Auto => Err(PtError::Unsupported(format!(
-            "no recording backend is usable on this machine: Intel PT: {}; software recorder: {}",
-            why_not(&report.pt),
-            why_not(&report.soft)
-        ))),
+        BackendRequest::Auto => Err(PtError::NoBackend {
+            pt: why_not(&report.pt),
+            soft: why_not(&report.soft),
+        }),
     }
 }
 
@@ -1078,7 +1075,7 @@ mod tests {
         let opener = FakeOpener::ok();
         let report = probe(&options(SystemRoot::at(tree.path()), &opener));
         let err = choose_backend(BackendRequest::Auto, &report).unwrap_err();
-        assert!(err.to_string().contains("no recording backend"), "{err}");
+        assert!(matches!(err, PtError::NoBackend { .. }), "{err}");
     }
 
     #[test]

@@ -44,7 +44,7 @@
 
 use super::collect::{Collection, Mapping};
 use super::decode::{Decoder, Event};
-use super::error::{Context, PtError, Result};
+use super::error::{AnnotationProblem, Context, PtError, Result};
 use super::ring::Losses;
 use memgaze_metadata::annotation::{Annotation, InstrumentationMode, PtwriteOperand};
 use memgaze_trace::{
@@ -103,18 +103,15 @@ impl PtwriteMap {
     /// Checks the annotation's ptwrite sites against its loads.
     pub fn new(annotation: &Annotation) -> Result<PtwriteMap> {
         if annotation.mode != Some(InstrumentationMode::Ptwrite) {
-            return Err(PtError::Invalid(format!(
-                "the annotation is not of a ptwrite-mode binary (mode {:?}); instrument with --mode ptwrite",
-                annotation.mode
-            )));
+            return Err(AnnotationProblem::NotPtwriteMode {
+                mode: format!("{:?}", annotation.mode),
+            }
+            .into());
         }
         let mut operands = vec![None; annotation.loads.len()];
         for (index, load) in annotation.loads.iter().enumerate() {
             if load.id as usize != index {
-                return Err(PtError::Invalid(format!(
-                    "annotation load #{index} has id {} (ids must equal positions)",
-                    load.id
-                )));
+                return Err(AnnotationProblem::IdNotPosition { index, id: load.id }.into());
             }
             if !load.instrumented {
                 continue;
@@ -122,17 +119,21 @@ impl PtwriteMap {
             let base = load.base.as_deref().filter(|b| is_gpr(b));
             let index_reg = load.index.as_deref().filter(|i| is_gpr(i));
             if !(base.is_some() || index_reg.is_some()) {
-                return Err(PtError::Invalid(format!(
-                    "load {} at {:#x} is instrumented in ptwrite mode but has no general-purpose source \
-                 register (base {:?}, index {:?}): ptwrite cannot observe it",
-                    load.id, load.ip, load.base, load.index
-                )));
+                return Err(AnnotationProblem::NoSourceRegister {
+                    id: load.id,
+                    ip: load.ip,
+                    base: format!("{:?}", load.base),
+                    index: format!("{:?}", load.index),
+                }
+                .into());
             }
             if !(matches!(load.scale, 1 | 2 | 4 | 8) || index_reg.is_none()) {
-                return Err(PtError::Invalid(format!(
-                    "load {} at {:#x}: scale {} is not 1, 2, 4 or 8",
-                    load.id, load.ip, load.scale
-                )));
+                return Err(AnnotationProblem::BadScale {
+                    id: load.id,
+                    ip: load.ip,
+                    scale: load.scale,
+                }
+                .into());
             }
             let addr32 = base.is_some_and(is_32bit_gpr) || index_reg.is_some_and(is_32bit_gpr);
             operands[index] = Some(Operand {
@@ -147,20 +148,23 @@ impl PtwriteMap {
         let mut seen = vec![(false, false); annotation.loads.len()];
         for site in &annotation.ptwrites {
             let Some(Some(operand)) = operands.get(site.load as usize) else {
-                return Err(PtError::Invalid(format!(
-                    "ptwrite at {:#x} refers to load {}, which is not an instrumented load",
-                    site.ip, site.load
-                )));
+                return Err(AnnotationProblem::UnknownLoad {
+                    ip: site.ip,
+                    load: site.load,
+                }
+                .into());
             };
             let valid = match site.operand {
                 PtwriteOperand::Base => operand.has_base,
                 PtwriteOperand::Index => operand.has_index,
             };
             if !valid {
-                return Err(PtError::Invalid(format!(
-                    "ptwrite at {:#x} writes the {:?} of load {}, which has none",
-                    site.ip, site.operand, site.load
-                )));
+                return Err(AnnotationProblem::NoSuchOperand {
+                    ip: site.ip,
+                    operand: format!("{:?}", site.operand),
+                    load: site.load,
+                }
+                .into());
             }
             let seen = &mut seen[site.load as usize];
             match site.operand {
@@ -168,25 +172,23 @@ impl PtwriteMap {
                 PtwriteOperand::Index => seen.1 = true,
             }
             if sites.insert(site.ip, (site.load, site.operand)).is_some() {
-                return Err(PtError::Invalid(format!(
-                    "two ptwrite sites at {:#x}",
-                    site.ip
-                )));
+                return Err(AnnotationProblem::DuplicateSite { ip: site.ip }.into());
             }
         }
         for (index, operand) in operands.iter().enumerate() {
             if let Some(op) = operand
                 && seen[index] != (op.has_base, op.has_index)
             {
-                return Err(PtError::Invalid(format!(
-                    "load {index} at {:#x} lacks a ptwrite site for its {}",
-                    annotation.loads[index].ip,
-                    if op.has_base && !seen[index].0 {
+                return Err(AnnotationProblem::MissingSite {
+                    load: index,
+                    ip: annotation.loads[index].ip,
+                    operand: if op.has_base && !seen[index].0 {
                         "base"
                     } else {
                         "index"
-                    }
-                )));
+                    },
+                }
+                .into());
             }
         }
         Ok(PtwriteMap { sites, operands })
@@ -244,10 +246,10 @@ impl CodeMap {
             }
         }
         if ranges.is_empty() {
-            return Err(PtError::Malformed(format!(
-                "no executable mapping of {} in process {pid} was recorded (PERF_RECORD_MMAP2)",
-                binary.display()
-            )));
+            return Err(PtError::NoExecutableMapping {
+                binary: binary.to_path_buf(),
+                pid: pid as u32,
+            });
         }
         ranges.sort_unstable();
         Ok(CodeMap { ranges })

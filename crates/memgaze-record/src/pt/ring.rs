@@ -15,7 +15,7 @@
 //! an mmapped ring or on plain memory, which is how the tests simulate a
 //! kernel producer with wrap-around and loss.
 
-use super::error::{PtError, Result};
+use super::error::{PtError, Result, RingProblem};
 use perf_event_open_sys::bindings as sys;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,10 +38,7 @@ impl<'a> RingArea<'a> {
     /// An area over memory the caller owns (tests, simulations).
     pub(crate) fn from_slice(area: &'a [u8]) -> Result<RingArea<'a>> {
         if !area.len().is_power_of_two() {
-            return Err(PtError::Malformed(format!(
-                "a ring area must be a power of two bytes, not {}",
-                area.len()
-            )));
+            return Err(RingProblem::NotPowerOfTwo { len: area.len() }.into());
         }
         Ok(RingArea {
             base: area.as_ptr(),
@@ -156,16 +153,16 @@ pub(crate) fn drain_aux(
     let head = pointers.head();
     let tail = pointers.tail();
     if head < tail {
-        return Err(PtError::Malformed(format!(
-            "AUX head {head} is behind its tail {tail}"
-        )));
+        return Err(RingProblem::AuxHeadBehind { head, tail }.into());
     }
     let available = head - tail;
     if available > area.size() as u64 {
-        return Err(PtError::Malformed(format!(
-            "AUX head {head} is more than the area ({} bytes) ahead of the tail {tail}",
-            area.size()
-        )));
+        return Err(RingProblem::AuxHeadAhead {
+            head,
+            tail,
+            size: area.size(),
+        }
+        .into());
     }
     area.copy_out(tail, available as usize, out);
     pointers.release(head);
@@ -202,15 +199,15 @@ impl RecordReader {
         let head = pointers.head();
         let mut tail = pointers.tail();
         if head < tail {
-            return Err(PtError::Malformed(format!(
-                "ring head {head} is behind its tail {tail}"
-            )));
+            return Err(RingProblem::HeadBehind { head, tail }.into());
         }
         if head - tail > area.size() as u64 {
-            return Err(PtError::Malformed(format!(
-                "ring head {head} is more than the ring ({} bytes) ahead of the tail {tail}",
-                area.size()
-            )));
+            return Err(RingProblem::HeadAhead {
+                head,
+                tail,
+                size: area.size(),
+            }
+            .into());
         }
         let mut count = 0;
         while head - tail >= 8 {
@@ -227,11 +224,12 @@ impl RecordReader {
                 // means the ring is corrupt. Either way the reader cannot
                 // continue in step with the kernel.
                 pointers.release(head);
-                return Err(PtError::Malformed(format!(
-                    "corrupt perf record header at ring position {tail}: size {} with {} bytes available",
-                    header.size,
-                    head - tail
-                )));
+                return Err(RingProblem::CorruptHeader {
+                    position: tail,
+                    size: header.size,
+                    available: head - tail,
+                }
+                .into());
             }
             self.scratch.clear();
             area.copy_out(tail + 8, size as usize - 8, &mut self.scratch);
@@ -335,7 +333,7 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
 
 /// Parses a record body (after the 8-byte header).
 pub(crate) fn parse_record(header: RecordHeader, body: &[u8]) -> Result<PerfRecord<'_>> {
-    let bad = || PtError::Malformed(format!("truncated perf record of type {}", header.kind));
+    let bad = || PtError::from(RingProblem::Truncated { kind: header.kind });
     Ok(match header.kind {
         sys::PERF_RECORD_SAMPLE => {
             // IDENTIFIER, TID, TIME, CPU, AUX.
@@ -669,7 +667,17 @@ pub(crate) mod tests {
         let e = RecordReader::default()
             .drain(&area, &ring.pointers(), |_, _| {})
             .unwrap_err();
-        assert!(e.to_string().contains("corrupt"), "{e}");
+        assert!(
+            matches!(
+                e,
+                PtError::Ring(RingProblem::CorruptHeader {
+                    position: 0,
+                    available: 16,
+                    ..
+                })
+            ),
+            "{e}"
+        );
         // A head too far ahead.
         ring.head.store(10_000, Ordering::Release);
         ring.tail.store(0, Ordering::Release);

@@ -322,10 +322,10 @@ impl Pmu {
     /// The layout of a named field.
     pub(crate) fn format(&self, field: &str) -> Result<&FormatSpec> {
         self.formats.get(field).ok_or_else(|| {
-            PtError::Unsupported(format!(
-                "the {} PMU has no `{field}` field in its sysfs format directory",
-                self.name
-            ))
+            PtError::MissingFormatField {
+                pmu: self.name.clone(),
+                field: field.to_string(),
+            }
         })
     }
 
@@ -384,7 +384,9 @@ pub(crate) fn parse_cpu_list(text: &str) -> Result<Vec<u32>> {
             }
         };
         if lo > hi || hi - lo > 1 << 16 {
-            return Err(PtError::Malformed(format!("bad CPU range `{part}`")));
+            return Err(PtError::BadCpuRange {
+                part: part.to_string(),
+            });
         }
         cpus.extend(lo..=hi);
     }
