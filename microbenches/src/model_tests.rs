@@ -32,7 +32,7 @@ impl Memory for Recorder {
     }
 }
 
-/// Footprint metrics of a set of accesses (METRICS.md "Footprint").
+/// Footprint metrics of a set of accesses (docs/METRICS.md "Footprint").
 #[derive(Debug, Default, Clone, Copy)]
 struct Footprint {
     f: f64,

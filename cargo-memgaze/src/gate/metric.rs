@@ -147,7 +147,7 @@ impl Metric {
         }
     }
 
-    /// The metric called `name` (exact spelling, as in METRICS.md).
+    /// The metric called `name` (exact spelling, as in docs/METRICS.md).
     pub fn from_name(name: &str) -> Option<Metric> {
         Metric::ALL.into_iter().find(|m| m.name() == name)
     }

@@ -143,7 +143,7 @@ impl IntervalBuilder {
                 f_lines: now.lines - start.lines,
                 f_hat: None,
                 // ΔF = F / (κ·A): undefined, like κ, when the node has no
-                // Strided or Irregular access (METRICS.md), even if it holds
+                // Strided or Irregular access (docs/METRICS.md), even if it holds
                 // Constant loads; such nodes stay out of the level's mean.
                 d_f: if now.a == start.a {
                     None

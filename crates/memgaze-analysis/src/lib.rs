@@ -124,7 +124,7 @@ pub(crate) type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::Fixe
 pub(crate) const NONE: u64 = u64::MAX;
 /// Window levels `k` tracked: `0..LEVELS`.
 pub(crate) const LEVELS: usize = 32;
-/// Largest `k` of the trace-window histogram of a full trace (METRICS.md).
+/// Largest `k` of the trace-window histogram of a full trace (docs/METRICS.md).
 pub const FULL_TRACE_MAX_K: u32 = 20;
 /// Largest code-window exponent `--code-window` accepts.
 pub const MAX_CODE_WINDOW_K: u32 = 24;

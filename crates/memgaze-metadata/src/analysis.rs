@@ -175,7 +175,7 @@ pub struct Summary {
     /// Distinct addresses of Strided and Irregular records.
     #[serde(rename = "F")]
     pub f: u64,
-    /// `F̂ = ρ·F` (a poor estimate for data with reuse; see METRICS.md).
+    /// `F̂ = ρ·F` (a poor estimate for data with reuse; see docs/METRICS.md).
     #[serde(rename = "F_hat")]
     pub f_hat: Option<f64>,
     /// Distinct 64-byte lines.

@@ -697,7 +697,7 @@ fn interval_levels(piece_stats: &[(u64, u64, HashSet<u64>, HashSet<u64>)], r: &m
             level.nodes += 1;
             level.a += a as f64;
             level.f += f as f64;
-            // ΔF = F / (κ·A) is undefined when A = 0 (METRICS.md), even
+            // ΔF = F / (κ·A) is undefined when A = 0 (docs/METRICS.md), even
             // with Constant loads in the node.
             if a > 0 {
                 df_sum += f as f64 / (a + c) as f64;
