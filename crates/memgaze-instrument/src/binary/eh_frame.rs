@@ -21,7 +21,12 @@ pub(crate) struct FdeRanges {
 /// Reads every FDE of `data`, the contents of `.eh_frame` loaded at
 /// `eh_frame_addr`. `text_addr` and `got_addr` resolve the rarely used
 /// `DW_EH_PE_textrel`/`datarel` pointer encodings.
-pub(crate) fn fde_ranges(data: &[u8], eh_frame_addr: u64, text_addr: u64, got_addr: u64) -> FdeRanges {
+pub(crate) fn fde_ranges(
+    data: &[u8],
+    eh_frame_addr: u64,
+    text_addr: u64,
+    got_addr: u64,
+) -> FdeRanges {
     let section = EhFrame::new(data, LittleEndian);
     let bases = BaseAddresses::default()
         .set_eh_frame(eh_frame_addr)

@@ -34,8 +34,8 @@ pub use cfg::{
     Terminator,
 };
 pub use dominators::Dominators;
-pub use elf::{BinaryError, DynamicEntry, ExecutableKind, Segment};
 pub(crate) use elf::Section;
+pub use elf::{BinaryError, DynamicEntry, ExecutableKind, Segment};
 pub use functions::{DiscoveryStats, Function, FunctionSource};
 pub use jump_tables::{JumpTable, JumpTableBound, JumpTableEntries};
 pub(crate) use lines::LineTable;

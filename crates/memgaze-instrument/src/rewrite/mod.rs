@@ -28,8 +28,8 @@ pub mod report;
 pub mod runtime;
 pub mod unwind;
 
-pub use report::Report;
 pub(crate) use report::Escape;
+pub use report::Report;
 
 use crate::annotation::{Annotation, InstrumentationMode};
 use crate::binary::{Binary, Function, FunctionCode, IndirectJumpKind};
@@ -44,7 +44,6 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 pub(crate) use hooks::Hook;
-
 
 /// Bytes of a `jmp rel32` entry patch.
 const PATCH: u64 = 5;

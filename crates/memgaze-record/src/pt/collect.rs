@@ -227,11 +227,10 @@ pub(crate) struct RunningChild {
 }
 
 fn cstring(s: &OsStr, what: &str) -> Result<CString> {
-    CString::new(s.as_bytes())
-        .map_err(|_| PtError::NulByte {
-            what: what.to_string(),
-            value: s.to_os_string(),
-        })
+    CString::new(s.as_bytes()).map_err(|_| PtError::NulByte {
+        what: what.to_string(),
+        value: s.to_os_string(),
+    })
 }
 
 /// Finds `program` on `PATH` when it has no slash (what `execvp` would run).
@@ -616,7 +615,7 @@ fn open_groups(pid: u32, options: &CollectOptions) -> Result<Vec<CpuGroup>> {
                 let pmu = load_pmus
                     .iter()
                     .find(|p| p.covers_cpu(cpu))
-                    .ok_or(PtError::NoPmuForCpu { cpu: cpu as u32 })?;
+                    .ok_or(PtError::NoPmuForCpu { cpu })?;
                 let event = config::load_sampling_event(pmu, period, plan.aux_sample_size)?;
                 let member = open_event(&event, pid, cpu, Some(&leader))?;
                 // Samples go to the leader's ring.

@@ -7,8 +7,8 @@
 use super::sysfs::FormatError;
 use memgaze_trace::TraceError;
 use std::io;
-use std::path::PathBuf;
 use std::num::ParseIntError;
+use std::path::PathBuf;
 
 /// The backend's `Result`.
 pub(crate) type Result<T, E = PtError> = std::result::Result<T, E>;

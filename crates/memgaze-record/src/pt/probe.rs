@@ -443,63 +443,8 @@ fn probe_pt(options: &ProbeOptions<'_>, facts: &Facts) -> BackendReport {
     checks.push(mlock_check(root, facts, &options.buffers));
 
     // 8. The load-retired sampling event.
-    let load_pmus = config::load_pmus(root);
-    let load_event = load_pmus
-        .as_ref()
-        .map_err(|e| PtError::NoLoadEvent { why: e.to_string() })
-        .and_then(|pmus| {
-            config::load_sampling_event(
-                &pmus[0],
-                options.load_period,
-                options.buffers.aux_sample_size,
-            )
-        });
-    let load_ok = match &load_event {
-        Err(e) => {
-            checks.push(Check::new(
-                "load_event",
-                Fail,
-                memgaze_error::one_line_of(e),
-            ));
-            false
-        }
-        Ok(event) => {
-            let names: Vec<&str> = load_pmus
-                .as_ref()
-                .map(|p| p.iter().map(|p| p.name.as_str()).collect())
-                .unwrap_or_default();
-            let mut counting = event.clone();
-            counting.sample_type = config::SAMPLE_ID_BITS;
-            counting.aux_sample_size = 0;
-            match options.opener.try_open(std::slice::from_ref(&counting)) {
-                Ok(()) => {
-                    checks.push(Check::new(
-                        "load_event",
-                        Pass,
-                        format!(
-                            "{}/event=0xd0,umask=0x81/u (MEM_INST_RETIRED.ALL_LOADS) opens as a \
-                             sampling event (config={:#x})",
-                            names.join("+"),
-                            event.words.config
-                        ),
-                    ));
-                    true
-                }
-                Err(e) => {
-                    checks.push(Check::new(
-                        "load_event",
-                        Fail,
-                        format!(
-                            "perf_event_open({}/event=0xd0,umask=0x81/u, sampling): {}",
-                            names.join("+"),
-                            explain_errno(&e)
-                        ),
-                    ));
-                    false
-                }
-            }
-        }
-    };
+    let (load_event, load_check, load_ok) = load_event_check(options);
+    checks.push(load_check);
 
     // 9. The whole group: PT leader + load member with PERF_SAMPLE_AUX.
     checks.push(match (&pt_event, &load_event) {
@@ -534,6 +479,66 @@ fn probe_pt(options: &ProbeOptions<'_>, facts: &Facts) -> BackendReport {
         backend: Backend::Pt,
         checks,
     }
+}
+
+/// Step 8 of [`probe_pt`]: the load-retired sampling event, its check, and
+/// whether it opens as a counting event.
+fn load_event_check(options: &ProbeOptions<'_>) -> (Result<EventConfig>, Check, bool) {
+    use CheckStatus::*;
+    let load_pmus = config::load_pmus(&options.root);
+    let load_event = load_pmus
+        .as_ref()
+        .map_err(|e| PtError::NoLoadEvent { why: e.to_string() })
+        .and_then(|pmus| {
+            config::load_sampling_event(
+                &pmus[0],
+                options.load_period,
+                options.buffers.aux_sample_size,
+            )
+        });
+    let (check, ok) = match &load_event {
+        Err(e) => (
+            Check::new("load_event", Fail, memgaze_error::one_line_of(e)),
+            false,
+        ),
+        Ok(event) => {
+            let names: Vec<&str> = load_pmus
+                .as_ref()
+                .map(|p| p.iter().map(|p| p.name.as_str()).collect())
+                .unwrap_or_default();
+            let mut counting = event.clone();
+            counting.sample_type = config::SAMPLE_ID_BITS;
+            counting.aux_sample_size = 0;
+            match options.opener.try_open(std::slice::from_ref(&counting)) {
+                Ok(()) => (
+                    Check::new(
+                        "load_event",
+                        Pass,
+                        format!(
+                            "{}/event=0xd0,umask=0x81/u (MEM_INST_RETIRED.ALL_LOADS) opens as a \
+                             sampling event (config={:#x})",
+                            names.join("+"),
+                            event.words.config
+                        ),
+                    ),
+                    true,
+                ),
+                Err(e) => (
+                    Check::new(
+                        "load_event",
+                        Fail,
+                        format!(
+                            "perf_event_open({}/event=0xd0,umask=0x81/u, sampling): {}",
+                            names.join("+"),
+                            explain_errno(&e)
+                        ),
+                    ),
+                    false,
+                ),
+            }
+        }
+    };
+    (load_event, check, ok)
 }
 
 fn paranoid_check(root: &SystemRoot, facts: &Facts) -> Check {
@@ -585,9 +590,7 @@ fn memlock_limit(root: &SystemRoot) -> Result<Option<u64>> {
     let line = text
         .lines()
         .find(|l| l.starts_with("Max locked memory"))
-        .ok_or_else(|| {
-            PtError::NoMemlockLine { path: path.clone() }
-        })?;
+        .ok_or_else(|| PtError::NoMemlockLine { path: path.clone() })?;
     let soft = line["Max locked memory".len()..]
         .split_whitespace()
         .next()

@@ -248,7 +248,7 @@ impl CodeMap {
         if ranges.is_empty() {
             return Err(PtError::NoExecutableMapping {
                 binary: binary.to_path_buf(),
-                pid: pid as u32,
+                pid,
             });
         }
         ranges.sort_unstable();

@@ -321,12 +321,12 @@ impl Pmu {
 
     /// The layout of a named field.
     pub(crate) fn format(&self, field: &str) -> Result<&FormatSpec> {
-        self.formats.get(field).ok_or_else(|| {
-            PtError::MissingFormatField {
+        self.formats
+            .get(field)
+            .ok_or_else(|| PtError::MissingFormatField {
                 pmu: self.name.clone(),
                 field: field.to_string(),
-            }
-        })
+            })
     }
 
     /// Sets a named field in `words`.
