@@ -104,7 +104,7 @@ pub mod slot {
     pub const EXECUTIONS: i32 = offset_of!(Slot, executions) as i32;
     /// Offset of [`Slot::budget`].
     pub const BUDGET: i32 = offset_of!(Slot, budget) as i32;
-    /// Offset of [`Slot::remaining`].
+    /// Offset of `Slot::remaining`.
     pub const REMAINING: i32 = offset_of!(Slot, remaining) as i32;
     /// Offset of [`Slot::dropped`].
     pub const DROPPED: i32 = offset_of!(Slot, dropped) as i32;
@@ -126,7 +126,7 @@ pub mod slot {
     pub const LIMIT: i32 = offset_of!(Slot, limit) as i32;
     /// Offset of [`Slot::claimed`].
     pub const CLAIMED: i32 = offset_of!(Slot, claimed) as i32;
-    /// Offset of [`Slot::unaware`].
+    /// Offset of `Slot::unaware`.
     pub const UNAWARE: i32 = offset_of!(Slot, unaware) as i32;
     /// Offset of [`Slot::message`]: header, then records.
     pub const MESSAGE: i32 = offset_of!(Slot, message) as i32;

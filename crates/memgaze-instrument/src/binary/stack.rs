@@ -56,7 +56,7 @@ pub(crate) fn frame_pointer(code: &FunctionCode, info: &mut InstructionInfoFacto
     })
 }
 
-/// [`frame_pointer`] with a precomputed "instruction `i` writes `rbp`".
+/// `frame_pointer` with a precomputed "instruction `i` writes `rbp`".
 pub(crate) fn frame_pointer_with(
     code: &FunctionCode,
     mut writes_rbp: impl FnMut(usize) -> bool,

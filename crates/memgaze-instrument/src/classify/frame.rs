@@ -3,7 +3,7 @@
 //! To follow induction variables that live in memory (every local at `-O0`,
 //! spilled counters in register-starved optimised loops), stack slots are
 //! treated as variables next to the 16 general-purpose registers. A slot is
-//! named by its [`StackPos`]: the offset from the stack pointer at function
+//! named by its `StackPos`: the offset from the stack pointer at function
 //! entry, or from the point where the function realigned the stack
 //! (`and rsp, -32` before AVX spills). The stack position at each
 //! instruction comes from a forward pass over the blocks (`push`/`pop`/

@@ -87,7 +87,7 @@ pub enum Reason {
     Gather,
     /// Irregular: a bit test at a register offset, which reads the byte
     /// `offset >> 3` past its operand (see
-    /// [`operands::bit_offset_register`]).
+    /// `operands::bit_offset_register`).
     BitOffset {
         /// The bit-offset register.
         register: Register,

@@ -17,7 +17,7 @@
 //!
 //! A bit test of memory at a register bit offset (`bt`/`bts`/`btr`/`btc
 //! [mem], reg`) reads outside its operand: the byte `offset >> 3` (signed)
-//! past the operand's address ([`bit_offset_register`]), which is what
+//! past the operand's address (`bit_offset_register`), which is what
 //! Valgrind Lackey reports and what probes record.
 
 use iced_x86::{Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register};

@@ -139,7 +139,7 @@ pub(crate) struct Evaluator<'a> {
     /// Last definition of each variable in each block.
     last_def: HashMap<(u32, Var), u32>,
     memo: HashMap<(u32, u32, Var), Val>,
-    /// See [`Evaluator::entry_defs`].
+    /// See `Evaluator::entry_defs`.
     entry_defs: HashMap<(u32, Var), Vec<Vec<u32>>>,
     in_progress: Vec<(u32, Var)>,
     stored_forms: HashMap<u32, HashSet<(Register, Register, u32, u64)>>,

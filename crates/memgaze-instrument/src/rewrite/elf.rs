@@ -10,7 +10,7 @@
 //!   first and last `PT_LOAD`;
 //! - state lives past the end of the last writable `PT_LOAD` (its bss grows);
 //! - `e_entry`, `DT_FINI` and `PT_GNU_EH_FRAME` are redirected by the caller
-//!   through [`ElfEditor`].
+//!   through `ElfEditor`.
 //!
 //! Nothing is moved, so every address and offset of the original stays
 //! valid; section headers are left as they were.
@@ -199,7 +199,7 @@ impl ElfEditor {
     }
 
     /// Writes the final executable: `segment` (which must start with
-    /// [`SIGNATURE`]) mapped at [`ElfEditor::segment_va`], the entry point
+    /// `SIGNATURE`) mapped at `ElfEditor::segment_va`, the entry point
     /// and `DT_FINI` redirected, and `PT_GNU_EH_FRAME` moved when given
     /// (`(vaddr, size)` of a new `.eh_frame_hdr` inside the segment).
     pub fn finish(

@@ -1,8 +1,8 @@
 //! Region hooks: the functions at whose entry the runtime switches
 //! recording on or off.
 //!
-//! A memgaze-harness bench has its own markers ([`REGION_BEGIN`],
-//! [`REGION_END`], `rdi`/`rsi` = the bench's name). Criterion and divan
+//! A memgaze-harness bench has its own markers (`REGION_BEGIN`,
+//! `REGION_END`, `rdi`/`rsi` = the bench's name). Criterion and divan
 //! benches are recorded unmodified: their measurement functions, found by
 //! symbol, delimit the timed loop.
 //!

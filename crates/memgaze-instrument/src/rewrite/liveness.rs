@@ -19,7 +19,7 @@ use iced_x86::{
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct RegSet(pub u32);
 
-/// The status flags as one unit of [`RegSet`].
+/// The status flags as one unit of `RegSet`.
 pub(crate) const FLAGS: u32 = 0x3f << 16;
 /// Every general-purpose register.
 pub(crate) const ALL_GPRS: u32 = 0xffff;

@@ -11,7 +11,7 @@
 //!    unwind information can be translated, pick a probe variant per load
 //!    from register/flags liveness ([`liveness`], [`probe`]);
 //! 2. generate the recorder runtime ([`runtime`]) and encode all copies as
-//!    one block after it ([`relocate`]);
+//!    one block after it (`relocate`);
 //! 3. write an FDE (and LSDA) per copy and a new `.eh_frame_hdr`
 //!    ([`unwind`]);
 //! 4. patch function entries and jump-table targets in the original code to

@@ -38,7 +38,7 @@
 //! state. A slow stub computes the load's effective address with a `lea` of
 //! the load's own operand, calls the runtime, and returns to the load. A bit
 //! test at a register offset (`bt [mem], reg`) reads the byte `offset >> 3`
-//! past its operand ([`bit_offset_register`]): its stub adds that, between
+//! past its operand (`bit_offset_register`): its stub adds that, between
 //! `pushfq` and `popfq` (the shift changes the flags, which may be live),
 //! and always calls the runtime.
 //!
@@ -62,10 +62,10 @@
 //! shr r, 6; imul r, [multiplier]; cmp r, [threshold]; jb stub` with `r` a
 //! register dead there and the flags dead — a shift, a multiply and a
 //! compare on the address. The multiplier and threshold are words of the
-//! runtime's config ([`super::runtime::cfg::SPATIAL_THRESHOLD`]); a
+//! runtime's config (`super::runtime::cfg::SPATIAL_THRESHOLD`); a
 //! threshold of 0 (no collector, `--spatial-rate 0`, a full trace) never
 //! branches. Where no register or the flags are not dead, they are saved
-//! below the red zone around the check ([`SpatialProbe`]). The stub calls
+//! below the red zone around the check (`SpatialProbe`). The stub calls
 //! the runtime's `spatial` with the address and the load id, and resumes
 //! at the load.
 //!

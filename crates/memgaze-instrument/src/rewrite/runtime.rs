@@ -23,7 +23,7 @@
 //!
 //! - `spatial` (`rdi` = effective address, `esi` = load id): called by a
 //!   probe's spatial check outside every window when the load's 64-byte
-//!   block is tracked ([`cfg::SPATIAL_THRESHOLD`]); appends a spatial record
+//!   block is tracked (`cfg::SPATIAL_THRESHOLD`); appends a spatial record
 //!   ([`memgaze_trace::protocol::SPATIAL_FLAG`]) while recording is
 //!   enabled, counting nothing. `record_tracked` is `record` for the loads
 //!   with a spatial check: the one slow-path entry that records nothing
@@ -89,14 +89,14 @@ pub(crate) const COUNTDOWN_RECHECK: u64 = 4096;
 /// Bytes of state the rewriter reserves in the executable's bss.
 pub(crate) const STATE_BYTES: u64 = 256;
 
-/// The config block at the start of the [`STATE_BYTES`] the rewriter
+/// The config block at the start of the `STATE_BYTES` the rewriter
 /// reserves in bss: every word a `u64` the runtime accesses as a qword.
 /// Only the generated code reads and writes it; the struct derives the
 /// offsets in [`mod@cfg`], so no two fields overlap.
 #[repr(C)]
 pub struct Config {
-    /// 0 before the entry hook ran, [`cfg::STATE_DISABLED`],
-    /// [`cfg::STATE_ACTIVE`].
+    /// 0 before the entry hook ran, `cfg::STATE_DISABLED`,
+    /// `cfg::STATE_ACTIVE`.
     pub state: u64,
     /// Socket descriptor.
     pub fd: u64,
@@ -110,7 +110,7 @@ pub struct Config {
     pub period: u64,
     /// Jitter seed.
     pub seed: u64,
-    /// Pointer to the process block ([`ProcessBlock`]).
+    /// Pointer to the process block (`ProcessBlock`).
     pub process: u64,
     /// Region switch: 1 while recording is on.
     pub enabled: u64,
@@ -166,13 +166,13 @@ pub mod cfg {
     pub const FULL: i32 = offset_of!(Config, full) as i32;
     /// Offset of [`Config::shared`].
     pub(crate) const SHARED: i32 = offset_of!(Config, shared) as i32;
-    /// Offset of [`Config::shared_chunks`].
+    /// Offset of `Config::shared_chunks`.
     pub const SHARED_CHUNKS: i32 = offset_of!(Config, shared_chunks) as i32;
     /// Offset of [`Config::spatial_multiplier`].
     pub(crate) const SPATIAL_MULTIPLIER: i32 = offset_of!(Config, spatial_multiplier) as i32;
     /// Offset of [`Config::spatial_threshold`].
     pub(crate) const SPATIAL_THRESHOLD: i32 = offset_of!(Config, spatial_threshold) as i32;
-    /// Offset of [`Config::spatial_pending`].
+    /// Offset of `Config::spatial_pending`.
     pub(crate) const SPATIAL_PENDING: i32 = offset_of!(Config, spatial_pending) as i32;
     /// `STATE` values.
     pub(crate) const STATE_DISABLED: i32 = 1;
@@ -201,7 +201,7 @@ pub(crate) struct ProcessBlock {
     pub(crate) finishing: u64,
 }
 
-/// Offsets of the process block's fields ([`ProcessBlock`]).
+/// Offsets of the process block's fields (`ProcessBlock`).
 pub mod process {
     use super::ProcessBlock;
     use core::mem::offset_of;
@@ -216,7 +216,7 @@ pub mod process {
     pub const DROPPED: i32 = offset_of!(ProcessBlock, dropped) as i32;
     /// Offset of [`ProcessBlock::closed`].
     pub(crate) const CLOSED: i32 = offset_of!(ProcessBlock, closed) as i32;
-    /// Offset of [`ProcessBlock::finishing`].
+    /// Offset of `ProcessBlock::finishing`.
     pub(crate) const FINISHING: i32 = offset_of!(ProcessBlock, finishing) as i32;
     /// Bytes mapped.
     pub const BYTES: i32 = 4096;
@@ -250,7 +250,7 @@ const S_IFSOCK: u32 = 0o140000;
 pub struct RuntimeParams {
     /// Address the code is assembled for.
     pub code_va: u64,
-    /// Address of the [`STATE_BYTES`] state block in bss.
+    /// Address of the `STATE_BYTES` state block in bss.
     pub state_va: u64,
     /// Original `e_entry`.
     pub original_entry: u64,
@@ -2067,7 +2067,7 @@ fn read_owner_countdown(a: &mut Asm) -> R {
 
 /// At a region's begin (recording still off; `rbx` = the beginning
 /// thread's slot, `r13` = the process block): every other thread is on a
-/// re-check countdown of at most [`COUNTDOWN_RECHECK`] and runs that many
+/// re-check countdown of at most `COUNTDOWN_RECHECK` and runs that many
 /// loads in the region before it notices — neither recorded nor counted (a
 /// rayon pool's workers lost up to 4096 loads each this way while the trace
 /// said nothing was lost). Each one's countdown goes into its slot's

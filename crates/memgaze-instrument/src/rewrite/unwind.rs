@@ -51,7 +51,7 @@ pub(crate) struct Fde {
     pub(crate) pc_begin: u64,
     /// One past the last covered address.
     pub(crate) pc_end: u64,
-    /// Index of its CIE in [`EhFrame::cies`].
+    /// Index of its CIE in `EhFrame::cies`.
     pub(crate) cie: usize,
     /// Address of its LSDA.
     pub(crate) lsda: Option<u64>,
@@ -158,7 +158,7 @@ impl<'a> Cursor<'a> {
 }
 
 /// Appends the minimal ULEB128 encoding of `value` (what compilers write,
-/// see [`translate_lsda`]).
+/// see `translate_lsda`).
 fn write_uleb(out: &mut Vec<u8>, value: u64) {
     out.extend_from_slice(Leb128::unsigned(value).bytes());
 }
