@@ -28,10 +28,10 @@
 //!
 //! | variant | when | probe |
 //! |---|---|---|
-//! | [`FastPath::FlagsDead`] | status flags dead | `sub qword fs:[0x38],1; jb slow` |
-//! | [`FastPath::RcxDead`] | flags live, rcx dead | `mov rcx,fs:[0x38]; jrcxz slow; lea rcx,[rcx-1]; mov fs:[0x38],rcx` |
-//! | [`FastPath::SaveIn`] | flags and rcx live, another register dead | the same between `mov r,rcx` … `mov rcx,r` |
-//! | [`FastPath::Stack`] | nothing dead | the same between `lea rsp,[rsp-128]; push rcx` … `pop rcx; lea rsp,[rsp+128]` (red zone) |
+//! | `FastPath::FlagsDead` | status flags dead | `sub qword fs:[0x38],1; jb slow` |
+//! | `FastPath::RcxDead` | flags live, rcx dead | `mov rcx,fs:[0x38]; jrcxz slow; lea rcx,[rcx-1]; mov fs:[0x38],rcx` |
+//! | `FastPath::SaveIn` | flags and rcx live, another register dead | the same between `mov r,rcx` … `mov rcx,r` |
+//! | `FastPath::Stack` | nothing dead | the same between `lea rsp,[rsp-128]; push rcx` … `pop rcx; lea rsp,[rsp+128]` (red zone) |
 //!
 //! The `sub`/`jb` form wraps a zero countdown to −1; its slow stub stores
 //! zero back before calling the runtime, so every variant sees the same

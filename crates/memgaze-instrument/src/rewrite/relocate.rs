@@ -1,5 +1,5 @@
 //! Encoding the copies of all selected functions, with their probes, as one
-//! block of code (see [`encode`]).
+//! block of code (see `encode`).
 //!
 //! Every original instruction keeps its address as its identity, so a
 //! branch to any instruction of any relocated function (its own loops, a
@@ -102,7 +102,7 @@ impl CopyMap {
 
 /// The encoded copies.
 pub struct Copies {
-    /// Machine code, to be placed at the base passed to [`encode`].
+    /// Machine code, to be placed at the base passed to `encode`.
     pub code: Vec<u8>,
     /// One map per plan, in plan order.
     pub maps: Vec<CopyMap>,
@@ -146,7 +146,7 @@ pub(crate) fn encode(
     encode_in_runs(plans, &balanced_runs(plans), base, entries)
 }
 
-/// [`encode`] with the plans cut into the given consecutive `runs`.
+/// `encode` with the plans cut into the given consecutive `runs`.
 fn encode_in_runs(
     plans: &[CopyPlan<'_>],
     runs: &[std::ops::Range<usize>],

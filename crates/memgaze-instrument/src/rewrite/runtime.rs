@@ -206,15 +206,15 @@ pub mod process {
     use super::ProcessBlock;
     use core::mem::offset_of;
 
-    /// Offset of [`ProcessBlock::pid`].
+    /// Offset of `ProcessBlock::pid`.
     pub const PID: i32 = offset_of!(ProcessBlock, pid) as i32;
-    /// Offset of [`ProcessBlock::head`].
+    /// Offset of `ProcessBlock::head`.
     pub const HEAD: i32 = offset_of!(ProcessBlock, head) as i32;
-    /// Offset of [`ProcessBlock::serial`].
+    /// Offset of `ProcessBlock::serial`.
     pub const SERIAL: i32 = offset_of!(ProcessBlock, serial) as i32;
-    /// Offset of [`ProcessBlock::dropped`].
+    /// Offset of `ProcessBlock::dropped`.
     pub const DROPPED: i32 = offset_of!(ProcessBlock, dropped) as i32;
-    /// Offset of [`ProcessBlock::closed`].
+    /// Offset of `ProcessBlock::closed`.
     pub(crate) const CLOSED: i32 = offset_of!(ProcessBlock, closed) as i32;
     /// Offset of `ProcessBlock::finishing`.
     pub(crate) const FINISHING: i32 = offset_of!(ProcessBlock, finishing) as i32;
