@@ -12,7 +12,7 @@ use memgaze_analysis::{Analysis, AnalysisOptions, CacheSizes, analyze_trace};
 use memgaze_error::{Exit, exit_for, one_line};
 use memgaze_trace::{SpatialSampling, TraceReader};
 use std::path::Path;
-use support::synthetic::{Kernel, Synthetic, write_trace, write_trace_placed};
+use support::synthetic::{Kernel, Synthetic, write_trace_placed};
 
 fn analyse(dir: &Path, kernel: Kernel, seed: u64, sampling: (u64, u64)) -> Analysis {
     analyse_placed(dir, kernel, seed, sampling, 0)

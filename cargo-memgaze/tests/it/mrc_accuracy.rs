@@ -38,7 +38,11 @@ fn record_and_analyse(dir: &Path, program: &Path, name: &str, flags: &[&str]) ->
         "--format",
         "json",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -48,7 +52,12 @@ fn standard_curve(analysis: &Value) -> Vec<(u64, f64)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| (p["blocks"].as_u64().unwrap(), p["miss_ratio"].as_f64().unwrap()))
+        .map(|p| {
+            (
+                p["blocks"].as_u64().unwrap(),
+                p["miss_ratio"].as_f64().unwrap(),
+            )
+        })
         .filter(|(b, _)| b.is_power_of_two() && (6..=24).contains(&b.trailing_zeros()))
         .collect()
 }
@@ -66,7 +75,10 @@ fn a_default_recorded_run_is_within_0_02_of_the_exact_curve() {
     // The curve comes from the recorded spatial records: ~1.7 M Strided and
     // Irregular loads give ~13 K tracked accesses, where the ~17 K records
     // of the time samples alone would give ~130.
-    assert!(tracked >= 5000, "spatial records missing: {tracked} tracked");
+    assert!(
+        tracked >= 5000,
+        "spatial records missing: {tracked} tracked"
+    );
     let (exact_curve, sampled_curve) = (standard_curve(&exact), standard_curve(&sampled));
     assert_eq!(exact_curve.len(), 19);
     assert_eq!(
