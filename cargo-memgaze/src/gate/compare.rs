@@ -409,7 +409,7 @@ pub fn compare_analysis(
     }
     if !noisy.is_empty() {
         notes.push(format!(
-            "limits of {} widened to {}σ of the spatial-sampling noise of the two runs (few tracked blocks)",
+            "limits of {} widened to {}σ of the spatial-sampling noise of the two runs (misses_*: at least 2% of the loads per run)",
             noisy.join(", "),
             super::noise::NOISE_SIGMAS
         ));

@@ -109,7 +109,7 @@ impl Limits {
     /// | `F_irr_frac` | `+0.1` | a fraction: absolute change; phased programs vary most here |
     /// | `F_str_frac` | `-0.1` | the mirror image of `F_irr_frac` |
     /// | `MR_L1`, `MR_L2`, `MR_LLC` | `+0.02`, widened to 4σ of the spatial-sampling noise | whole-run miss ratios: a stride across cache lines multiplies them; placement moves the tracked blocks ([`super::noise`]) |
-    /// | `misses_L1`, `misses_L2`, `misses_LLC` | `+10%`, and 4σ of the noise | estimated misses per run: the miss ratio times the loads |
+    /// | `misses_L1`, `misses_L2`, `misses_LLC` | `+10%`, and 4σ of the noise and 2% of the loads per run | estimated misses per run: the miss ratio times the loads; cold misses per run follow the harness's run count |
     ///
     /// Not gated by default: whole-run `F`, `F_hat`, `F_lines` (depend on
     /// where samples fell), `A` (depends on the sampling), `D_mean` (the

@@ -16,10 +16,12 @@
 //! of the curve itself, whatever the program.
 //!
 //! A limit of a whole-run metric is widened to [`NOISE_SIGMAS`] standard
-//! deviations of the difference of the two runs (`√(σ_old² + σ_new²)`):
+//! deviations of the difference of the two runs (`√(σ_old² + σ_new²)`),
+//! and for `misses_*` to at least [`MISSES_FLOOR`] of the loads per run:
 //! its absolute part becomes the larger of the two, and a relative-only
 //! limit gains that absolute part (a change must exceed both). Full traces
-//! (rate 1) have no groups and no noise: their limits stay as written.
+//! (rate 1) have no groups and no noise: their `MR_*` limits stay as
+//! written.
 //! docs/METRICS.md ("Gate limits of whole-run metrics") and
 //! docs/performance.md (the noise study) say why 4.
 
@@ -105,7 +107,13 @@ pub fn sigma(metric: Metric, analysis: &Analysis) -> Option<f64> {
     if mr_sigma == 0.0 {
         return Some(0.0);
     }
-    // `misses = MR̂ · N`: N from any level whose ratio is not clamped.
+    Some(mr_sigma * executions_per_run(analysis)?)
+}
+
+/// `N` per run of the routine: the Strided and Irregular executions the
+/// curve divides by (`misses = MR̂ · N`), from any level whose ratio is
+/// neither 0 nor clamped; `None` when none is.
+fn executions_per_run(analysis: &Analysis) -> Option<f64> {
     let s = &analysis.summary;
     let executions = [
         (s.mr_l1, s.misses_l1),
@@ -117,9 +125,16 @@ pub fn sigma(metric: Metric, analysis: &Analysis) -> Option<f64> {
         (Some(mr), Some(misses)) if mr > 0.0 && mr < 1.0 => Some(misses / mr),
         _ => None,
     })?;
-    let runs = s.iterations.unwrap_or(1).max(1) as f64;
-    Some(mr_sigma * executions / runs)
+    Some(executions / s.iterations.unwrap_or(1).max(1) as f64)
 }
+
+/// The smallest change of `misses_*` per run that counts, as a share of
+/// the loads per run: the miss-ratio limit's `0.02` in misses. Cold misses
+/// are spread over the runs a harness repeats, and the run count follows
+/// the machine's speed, so data that fits a cache misses more per run in a
+/// shorter run (a 100,000-entry `HashMap` that fits the LLC: 1,853 → 3,301
+/// `misses_LLC` per run of 400 K loads, `MR_LLC` 0.005 → 0.008).
+pub const MISSES_FLOOR: f64 = 0.02;
 
 /// `limit` of whole-run `metric` widened to [`NOISE_SIGMAS`] standard
 /// deviations of the difference between `old` and `new`; `None` when the
@@ -130,7 +145,14 @@ pub fn widened(metric: Metric, limit: &Limit, old: &Analysis, new: &Analysis) ->
         return None;
     }
     let (a, b) = (sigma(metric, old)?, sigma(metric, new)?);
-    let floor = NOISE_SIGMAS * (a * a + b * b).sqrt();
+    let mut floor = NOISE_SIGMAS * (a * a + b * b).sqrt();
+    if !matches!(metric, Metric::MrL1 | Metric::MrL2 | Metric::MrLlc) {
+        let loads = [old, new]
+            .into_iter()
+            .filter_map(executions_per_run)
+            .fold(0.0, f64::max);
+        floor = floor.max(MISSES_FLOOR * loads);
+    }
     if floor <= 0.0 || limit.absolute.is_some_and(|abs| abs >= floor) {
         return None;
     }
@@ -236,5 +258,8 @@ mod tests {
         let wide = widened(Metric::MissesL1, &misses, &noisy, &exact).unwrap();
         assert_eq!(wide.relative, Some(0.1));
         assert!(wide.absolute.unwrap() > 0.0);
+        // Exact runs: misses still need 2% of the loads per run (N = 1000).
+        let floor = widened(Metric::MissesL1, &misses, &exact, &exact).unwrap();
+        assert!((floor.absolute.unwrap() - 20.0).abs() < 1e-9, "{floor:?}");
     }
 }

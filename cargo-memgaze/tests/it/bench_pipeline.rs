@@ -659,7 +659,19 @@ fn the_gate_fails_a_worse_access_pattern_and_passes_unchanged_code() {
         .collect();
     assert_eq!(
         compared,
-        ["A_hat", "dF", "dF_lines", "F_str_frac", "F_irr_frac"],
+        [
+            "A_hat",
+            "dF",
+            "dF_lines",
+            "F_str_frac",
+            "F_irr_frac",
+            "MR_L1",
+            "MR_L2",
+            "MR_LLC",
+            "misses_L1",
+            "misses_L2",
+            "misses_LLC"
+        ],
         "{scan}"
     );
 
