@@ -365,6 +365,7 @@ pub fn compare_analysis(
     }
     let mut metrics = Vec::new();
     let mut regressions = Vec::new();
+    let mut noisy = Vec::new();
     let gated = Metric::ALL.into_iter().filter(|m| limits.get(*m).is_some());
     let ungated = Metric::ALL.into_iter().filter(|m| limits.get(*m).is_none());
     for metric in gated.chain(ungated) {
@@ -375,7 +376,13 @@ pub fn compare_analysis(
         }
         let limit = limits.get(metric).map(|limit| match widen {
             Some(factor) if metric.is_sampled() => limit.widened(factor),
-            _ => *limit,
+            _ => match super::noise::widened(metric, limit, a, b) {
+                Some(wider) => {
+                    noisy.push(metric.name());
+                    wider
+                }
+                None => *limit,
+            },
         });
         let regressed = match (limit, old_value, new_value) {
             (Some(limit), Some(old_v), Some(new_v)) => limit.exceeded(old_v, new_v),
@@ -399,6 +406,13 @@ pub fn compare_analysis(
             limit,
             regressed,
         });
+    }
+    if !noisy.is_empty() {
+        notes.push(format!(
+            "limits of {} widened to {}σ of the spatial-sampling noise of the two runs (misses_*: at least 2% of the loads per run)",
+            noisy.join(", "),
+            super::noise::NOISE_SIGMAS
+        ));
     }
     if let Some(k) = window_k {
         let (wa, wb) = (windows_at(a, k), windows_at(b, k));

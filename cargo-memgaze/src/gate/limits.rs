@@ -108,18 +108,20 @@ impl Limits {
     /// | `dF_lines` | `+20%` and `+0.02` | new cache lines per load: a walk striding across lines; data placement moves it by a few % |
     /// | `F_irr_frac` | `+0.1` | a fraction: absolute change; phased programs vary most here |
     /// | `F_str_frac` | `-0.1` | the mirror image of `F_irr_frac` |
+    /// | `MR_L1`, `MR_L2`, `MR_LLC` | `+0.02`, widened to 4σ of the spatial-sampling noise | whole-run miss ratios: a stride across cache lines multiplies them; placement moves the tracked blocks ([`super::noise`]) |
+    /// | `misses_L1`, `misses_L2`, `misses_LLC` | `+10%`, and 4σ of the noise and 2% of the loads per run | estimated misses per run: the miss ratio times the loads; cold misses per run follow the harness's run count |
     ///
     /// Not gated by default: whole-run `F`, `F_hat`, `F_lines` (depend on
     /// where samples fell), `A` (depends on the sampling), `D_mean` (the
     /// in-window reuse of the few hottest lines, which moves by a fifth
     /// when the allocator places them across another line boundary),
-    /// `D_max` (a maximum, the noisiest statistic), `kappa`,
-    /// `A_const_frac`, and the whole-run `MR_*`/`misses_*`: on a bench whose
-    /// data spans a few hundred lines, 1/128 of the blocks is a handful of
-    /// tracked blocks, and an unrelated change of heap placement moved
-    /// `MR_L1` of a 1,000-entry `HashMap` from 0.03 to 0.19. They are for
-    /// `--limits` (e.g. `MR_L2=+0.02`) until a noise study bounds them by
-    /// the number of tracked blocks.
+    /// `D_max` (a maximum, the noisiest statistic), `kappa` and
+    /// `A_const_frac`. The whole-run limits, given here or by `--limits`,
+    /// are widened to [`super::noise::NOISE_SIGMAS`] standard deviations
+    /// of the two runs' spatial-sampling noise: on a bench whose data spans
+    /// a few hundred lines, 1/128 of the blocks is a handful of tracked
+    /// blocks, and heap placement alone moved `MR_L1` of a 1,000-entry
+    /// `HashMap` from 0.03 to 0.19.
     pub fn defaults() -> Limits {
         let limit = |direction, relative, absolute| {
             Some(Limit {
@@ -146,6 +148,21 @@ impl Limits {
                 (
                     Metric::FStrFrac,
                     limit(Direction::Decrease, None, Some(0.10)),
+                ),
+                (Metric::MrL1, limit(Direction::Increase, None, Some(0.02))),
+                (Metric::MrL2, limit(Direction::Increase, None, Some(0.02))),
+                (Metric::MrLlc, limit(Direction::Increase, None, Some(0.02))),
+                (
+                    Metric::MissesL1,
+                    limit(Direction::Increase, Some(0.10), None),
+                ),
+                (
+                    Metric::MissesL2,
+                    limit(Direction::Increase, Some(0.10), None),
+                ),
+                (
+                    Metric::MissesLlc,
+                    limit(Direction::Increase, Some(0.10), None),
                 ),
             ]),
         }

@@ -87,7 +87,8 @@ pub enum Metric {
     /// Whole-run miss ratio at the last-level cache's size.
     #[serde(rename = "MR_LLC")]
     MrLlc,
-    /// Estimated misses at the L1 size (`MR_L1 ×` estimated accesses).
+    /// Estimated misses at the L1 size (`MR_L1 ×` estimated accesses), per
+    /// run of the routine.
     #[serde(rename = "misses_L1")]
     MissesL1,
     /// Estimated misses at the L2 size.
@@ -218,6 +219,7 @@ impl Metric {
     /// window of that size).
     pub fn value(self, analysis: &Analysis, k: Option<u32>) -> Option<f64> {
         let s = &analysis.summary;
+        let runs = s.iterations.unwrap_or(1).max(1) as f64;
         let row = || {
             let k = k?;
             analysis
@@ -228,7 +230,7 @@ impl Metric {
         match self {
             // Per run of the routine: a repeating harness picks its run
             // count by time, so totals of two runs differ by that alone.
-            Metric::AHat => s.a_hat.map(|a| a / s.iterations.unwrap_or(1).max(1) as f64),
+            Metric::AHat => s.a_hat.map(|a| a / runs),
             Metric::A => Some(s.a as f64),
             Metric::AConstFrac => s.a_const_frac,
             Metric::Kappa => s.kappa,
@@ -250,9 +252,10 @@ impl Metric {
             Metric::MrL1 => s.whole_run.mr_l1,
             Metric::MrL2 => s.whole_run.mr_l2,
             Metric::MrLlc => s.whole_run.mr_llc,
-            Metric::MissesL1 => s.misses_l1,
-            Metric::MissesL2 => s.misses_l2,
-            Metric::MissesLlc => s.misses_llc,
+            // Per run of the routine, like `A_hat`.
+            Metric::MissesL1 => s.misses_l1.map(|m| m / runs),
+            Metric::MissesL2 => s.misses_l2.map(|m| m / runs),
+            Metric::MissesLlc => s.misses_llc.map(|m| m / runs),
         }
     }
 }

@@ -9,12 +9,15 @@
 //!   `[package.metadata.memgaze]` and the [`Limits::defaults`];
 //! - [`compare`](mod@compare): [`Gate`] checks each bench as it finishes, refuses runs
 //!   recorded differently from their baseline, and yields [`Regression`]s
-//!   rendered as `old → new (Δ%)` or as `"reason": "regression"` JSON.
+//!   rendered as `old → new (Δ%)` or as `"reason": "regression"` JSON;
+//! - [`noise`]: the spatial-sampling noise the limits of `MR_*` and
+//!   `misses_*` widen to.
 
 pub mod baseline;
 pub mod compare;
 pub mod limits;
 pub mod metric;
+pub mod noise;
 mod staging;
 
 pub use baseline::{

@@ -537,19 +537,27 @@ fn validate_passes_at_default_sampling_for_every_microbenchmark() {
             })
             .collect();
         eprintln!(
-            "{} {}: {} samples, trace {:.2}% | MAPE {} | {}",
+            "{} {}: {} samples, trace {:.2}% | MAPE {} | {} | MRC MAE {} {} ({} tracked)",
             v["name"],
             v["status"],
             v["samples"],
             100.0 * f64_of(&v["trace_size_frac"]),
             mape.join(", "),
-            code.join("; ")
+            code.join("; "),
+            v["mrc"]["error"],
+            v["mrc"]["ci"],
+            v["mrc"]["tracked"]
         );
     }
     assert_eq!(out.status.code(), Some(0), "{}\n{results:#?}", stderr(&out));
     assert_eq!(results.len(), 8);
     for v in &results {
         assert_eq!(v["status"], "ok", "{v}");
+        // The whole-run curve of the recorded run (spatial samples at the
+        // default 1/128) against the snapshot's exact one.
+        let mrc = &v["mrc"];
+        assert_eq!(mrc["status"], "ok", "{}: {mrc}", v["name"]);
+        assert!(f64_of(&mrc["error"]) <= 0.02, "{}: {mrc}", v["name"]);
         let size = f64_of(&v["trace_size_frac"]);
         assert!(
             (0.005..0.02).contains(&size),
@@ -651,7 +659,19 @@ fn the_gate_fails_a_worse_access_pattern_and_passes_unchanged_code() {
         .collect();
     assert_eq!(
         compared,
-        ["A_hat", "dF", "dF_lines", "F_str_frac", "F_irr_frac"],
+        [
+            "A_hat",
+            "dF",
+            "dF_lines",
+            "F_str_frac",
+            "F_irr_frac",
+            "MR_L1",
+            "MR_L2",
+            "MR_LLC",
+            "misses_L1",
+            "misses_L2",
+            "misses_LLC"
+        ],
         "{scan}"
     );
 
@@ -735,7 +755,8 @@ fn the_gate_fails_a_worse_access_pattern_and_passes_unchanged_code() {
 /// Issue 25: a gate users can trust, at default limits and sampling, each
 /// case at two seeds. The `scan` array walked with a 64-byte stride (every
 /// load still Strided, every element still read once) fails on
-/// `dF_lines`; an unrelated bench added to the target, or the benches
+/// `dF_lines` and on the whole-run `MR_L1` and `MR_L2`; an unrelated bench
+/// added to the target, or the benches
 /// registered in another order, move code and heap addresses but not the
 /// programs, and pass.
 #[test]
@@ -839,6 +860,12 @@ fn the_gate_catches_a_cache_line_stride_and_passes_layout_changes() {
             })
             .collect();
         assert!(regressed.contains(&"dF_lines"), "seed {seed}: {all:?}");
+        // The whole-run miss ratios, gated by default: one miss per 8
+        // loads becomes one per load at the L1 and L2 sizes.
+        assert!(
+            regressed.contains(&"MR_L1") && regressed.contains(&"MR_L2"),
+            "seed {seed}: {regressed:?}"
+        );
         assert!(
             !regressed.contains(&"F_str_frac") && !regressed.contains(&"F_irr_frac"),
             "every load stays Strided: {regressed:?}"
