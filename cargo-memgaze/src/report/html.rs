@@ -43,6 +43,7 @@ td.bench .target { display: block; color: var(--muted); font-size: 11px; line-he
 th.bench { background: #f3f3f3; }
 tr.bad td.bench { background: var(--bg-bad); }
 td.name, th.name { text-align: left; white-space: normal; min-width: 14em; max-width: 520px; overflow-wrap: anywhere; }
+td.line, th.line { text-align: left; white-space: nowrap; }
 td.bar { position: relative; min-width: 5em; }
 td.bar .fill { position: absolute; left: 0; top: 3px; bottom: 3px; background: var(--bar); }
 td.bar .fill.bad { background: var(--bar-bad); }
@@ -257,6 +258,12 @@ fn lines_table(a: &Analysis) -> Markup {
     let top_hat = rows.iter().map(|l| l.a_hat).fold(0.0, f64::max);
     let tops = levels.map(|(_, m)| rows.iter().map(m).fold(0.0, f64::max));
     html! {
+        @let worst: Vec<Option<&LineLocality>> = levels.iter().map(|(_, m)| most(*m)).collect();
+        @if let Some(Some(l)) = worst.first().filter(|first| worst.iter().all(|w| w.map(|x| &x.line) == first.map(|x| &x.line))) {
+            p.note {
+                "Most estimated misses at every level: " code { (l.line) } "."
+            }
+        } @else {
         p.note {
             "Most estimated misses: "
             @for (i, (level, miss)) in levels.iter().enumerate() {
@@ -269,11 +276,12 @@ fn lines_table(a: &Analysis) -> Markup {
             }
             "."
         }
+        }
         "\n"
         (scroll(html! {
             table.lines {
                 tr {
-                    th.name { "source line" } th.name { "function" }
+                    th.line title=[glance::hover("source line")] { "source line" } th.name { "function" }
                     (head(html!("Â"), "Â", None))
                     @for (level, _) in levels {
                         (head(html!("est. " (level) " misses"), "MR", None))
@@ -282,8 +290,9 @@ fn lines_table(a: &Analysis) -> Markup {
                 "\n"
                 @for l in rows {
                     tr {
-                        td.name { code { (l.line) } }
-                        td.name { code { (l.function.as_deref().unwrap_or("–")) } }
+                        td.line { code { (l.line) } }
+                        @let function = l.function.as_deref().unwrap_or("–");
+                        td.name title=(function) { code { (super::charts::ellipsize(function, 56)) } }
                         (bar_cell(&super::charts::format_count(l.a_hat), ratio(Some(l.a_hat), top_hat), false, None))
                         @for (i, (_, miss)) in levels.iter().enumerate() {
                             (bar_cell(&super::charts::format_count(miss(l)), ratio(Some(miss(l)), tops[i]), false, None))
@@ -319,11 +328,11 @@ fn recorded_lines_table(a: &Analysis) -> Markup {
         p.note { "No whole-run curve in this run, so no miss estimates: lines by recorded accesses." } "\n"
         (scroll(html! {
             table.lines {
-                tr { th.name { "source line" } (head(html!("A"), "A", None)) }
+                tr { th.line { "source line" } (head(html!("A"), "A", None)) }
                 "\n"
                 @for (line, count) in lines.iter().take(TOP_LINES) {
                     tr {
-                        td.name { code { (line) } }
+                        td.line { code { (line) } }
                         (bar_cell(&int(*count), ratio(Some(*count as f64), top), false, None))
                     }
                     "\n"
@@ -870,34 +879,44 @@ fn bench_section(page: &BenchPage, baseline: Option<&str>) -> Markup {
                 h3 { "Against the baseline" } "\n"
                 (verdict_block(name, &page.run_label, verdict))
             }
+            (topics(page, WHOLE_RUN))
             @for chart in page.charts.iter().filter(|c| c.section == "windows") {
                 h3 { "Trace windows" } "\n"
                 (figure(chart))
                 (window_table(&a.trace_windows))
             }
-            (topics(page))
+            (topics(page, IN_SAMPLES))
             (coverage(page))
         }
         "\n"
     }
 }
 
-/// The topic subsections of a bench, each with its charts and, for
+/// The whole-run topics, which lead a bench's section: the miss-ratio
+/// curve and the hottest source lines.
+const WHOLE_RUN: &[(&str, &str)] = &[
+    ("mrc", "Miss-ratio curve (whole run)"),
+    ("lines", "Hottest source lines"),
+];
+
+/// The topics after the trace windows. A chart whose section is listed in
+/// neither list is not shown: a new chart kind gets its entry.
+const IN_SAMPLES: &[(&str, &str)] = &[
+    (
+        "reuse",
+        "Reuse distance within samples (in-window, L1 scale)",
+    ),
+    ("time", "Accesses over time and per address"),
+    ("functions", "Hot functions"),
+    ("regions", "Hot regions"),
+];
+
+/// Topic subsections of a bench, each with its charts and, for lines,
 /// functions and regions, a table (shown even without a chart).
-fn topics(page: &BenchPage) -> Markup {
+fn topics(page: &BenchPage, sections: &[(&str, &str)]) -> Markup {
     let a = &page.bench.analysis;
-    // A chart whose section is not listed here is not shown: a new chart
-    // kind (e.g. a miss-ratio curve, section "mrc") gets its entry.
-    let sections = [
-        ("mrc", "Miss-ratio curve (whole run)"),
-        ("lines", "Hottest source lines"),
-        ("reuse", "Reuse distance within samples (in-window, L1 scale)"),
-        ("time", "Accesses over time and per address"),
-        ("functions", "Hot functions"),
-        ("regions", "Hot regions"),
-    ];
     html! {
-        @for (section, heading) in sections {
+        @for &(section, heading) in sections {
             @let charts: Vec<&ChartFile> =
                 page.charts.iter().filter(|c| c.section == section).collect();
             @if !charts.is_empty() || matches!(section, "functions" | "regions" | "lines") {

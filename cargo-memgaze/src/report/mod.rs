@@ -582,7 +582,8 @@ fn mrc_chart(
         .map(|c| vec![("L1", c.l1), ("L2", c.l2), ("LLC", c.llc)])
         .unwrap_or_default();
     let s = &a.summary;
-    let level = |l: &str, v: Option<f64>| v.map(|v| format!("MR_{l} = {}", charts::format_value(v)));
+    let level =
+        |l: &str, v: Option<f64>| v.map(|v| format!("MR_{l} = {}", charts::format_value(v)));
     let mut parts: Vec<String> = [("L1", s.mr_l1), ("L2", s.mr_l2), ("LLC", s.mr_llc)]
         .into_iter()
         .filter_map(|(l, v)| level(l, v))

@@ -104,10 +104,9 @@ fn hot_lines_name_the_users_line_of_an_inlined_btreemap_lookup() {
     let user_line = format!("hashmap-vs-btree/src/lib.rs:{line}");
 
     let results = shared_target_dir().join("memgaze/hashmap-vs-btree/inlined");
-    let analysis: Value = serde_json::from_slice(
-        &std::fs::read(results.join("btree_get/analysis.json")).unwrap(),
-    )
-    .unwrap();
+    let analysis: Value =
+        serde_json::from_slice(&std::fs::read(results.join("btree_get/analysis.json")).unwrap())
+            .unwrap();
     let lines = analysis["lines"].as_array().unwrap();
     assert!(
         lines[0]["line"].as_str().unwrap().ends_with(&user_line),
@@ -115,7 +114,9 @@ fn hot_lines_name_the_users_line_of_an_inlined_btreemap_lookup() {
     );
     // The standard library's positions are attributed to the caller.
     assert!(
-        lines.iter().all(|l| !l["line"].as_str().unwrap().contains("/library/alloc/")),
+        lines
+            .iter()
+            .all(|l| !l["line"].as_str().unwrap().contains("/library/alloc/")),
         "{lines:#?}"
     );
 

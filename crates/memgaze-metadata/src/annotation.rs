@@ -86,7 +86,13 @@ impl LoadSite {
     pub fn user_line(&self, is_user: impl Fn(&str) -> bool) -> Option<&str> {
         self.inline_chain
             .iter()
-            .find(|place| is_user(place.rsplit_once(':').map_or(place.as_str(), |(file, _)| file)))
+            .find(|place| {
+                is_user(
+                    place
+                        .rsplit_once(':')
+                        .map_or(place.as_str(), |(file, _)| file),
+                )
+            })
             .map(String::as_str)
             .or(self.line.as_deref())
     }
@@ -379,14 +385,23 @@ mod tests {
     fn the_user_line_is_the_first_inline_frame_in_user_code() {
         let mut load = sample().loads.remove(0);
         load.line = Some("/rustc/h/library/alloc/src/collections/btree/search.rs:9".into());
-        assert_eq!(load.user_line(|f| f.starts_with("/w/")), load.line.as_deref());
+        assert_eq!(
+            load.user_line(|f| f.starts_with("/w/")),
+            load.line.as_deref()
+        );
         load.inline_chain = vec![
             "/rustc/h/library/alloc/src/collections/btree/search.rs:9".into(),
             "/rustc/h/library/alloc/src/collections/btree/map.rs:700".into(),
             "/w/src/lib.rs:12".into(),
             "/w/benches/b.rs:30".into(),
         ];
-        assert_eq!(load.user_line(|f| f.starts_with("/w/")), Some("/w/src/lib.rs:12"));
-        assert_eq!(load.user_line(|f| f.starts_with("/x/")), load.line.as_deref());
+        assert_eq!(
+            load.user_line(|f| f.starts_with("/w/")),
+            Some("/w/src/lib.rs:12")
+        );
+        assert_eq!(
+            load.user_line(|f| f.starts_with("/x/")),
+            load.line.as_deref()
+        );
     }
 }

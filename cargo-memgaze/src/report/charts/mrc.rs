@@ -110,7 +110,10 @@ fn draw(body: &Area, curves: &[MrcCurve], marks: &[CacheMark]) -> Result<()> {
         let color = colors[i % colors.len()];
         if i == 0 {
             chart
-                .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))
+                .draw_series(LineSeries::new(
+                    points.iter().copied(),
+                    color.stroke_width(2),
+                ))
                 .map_err(plot_error)?;
             chart
                 .draw_series(points.iter().map(|p| Circle::new(*p, 3, color.filled())))
@@ -168,12 +171,26 @@ mod tests {
             &[("L1", 48 << 10), ("L2", 2 << 20), ("LLC", 32 << 20)],
         )
         .unwrap();
-        for label in ["L1 48 KiB", "L2 2 MiB", "LLC 32 MiB", "baseline main", "this run"] {
+        for label in [
+            "L1 48 KiB",
+            "L2 2 MiB",
+            "LLC 32 MiB",
+            "baseline main",
+            "this run",
+        ] {
             assert!(svg.contains(label), "{label} missing");
         }
         // A curve without points draws a note, not an empty axis.
-        let empty = render("t", "s", &[MrcCurve { label: "x".into(), points: vec![] }], &[])
-            .unwrap();
+        let empty = render(
+            "t",
+            "s",
+            &[MrcCurve {
+                label: "x".into(),
+                points: vec![],
+            }],
+            &[],
+        )
+        .unwrap();
         assert!(empty.contains("tracked no block"));
     }
 }

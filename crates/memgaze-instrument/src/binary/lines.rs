@@ -118,10 +118,15 @@ impl LineTable {
         // `DW_AT_ranges`); its call site counts once.
         holding.dedup_by_key(|r| (r.depth, r.file, r.line));
         let mut chain = vec![first];
-        chain.extend(holding.iter().filter(|r| r.line != 0).map(|r| SourceLocation {
-            file: &self.files[r.file as usize],
-            line: r.line,
-        }));
+        chain.extend(
+            holding
+                .iter()
+                .filter(|r| r.line != 0)
+                .map(|r| SourceLocation {
+                    file: &self.files[r.file as usize],
+                    line: r.line,
+                }),
+        );
         chain
     }
 
@@ -446,7 +451,11 @@ mod tests {
         };
         assert_eq!(
             text(0x24),
-            ["/rustc/x/map.rs:200", "/w/src/user.rs:2", "/w/src/user.rs:7"]
+            [
+                "/rustc/x/map.rs:200",
+                "/w/src/user.rs:2",
+                "/w/src/user.rs:7"
+            ]
         );
         assert_eq!(text(0x30), ["/rustc/x/map.rs:200", "/w/src/user.rs:7"]);
         assert_eq!(text(0x44), ["/rustc/x/map.rs:200"]);
