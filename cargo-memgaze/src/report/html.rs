@@ -231,6 +231,9 @@ fn hot_lines(f: &FunctionMetrics) -> Markup {
     }
 }
 
+/// The estimated misses of a line at one cache level.
+type LineMisses = fn(&LineLocality) -> f64;
+
 /// Rows of the hottest-lines table.
 const TOP_LINES: usize = 10;
 
@@ -244,13 +247,13 @@ fn lines_table(a: &Analysis) -> Markup {
         return recorded_lines_table(a);
     }
     let rows = &a.lines[..a.lines.len().min(TOP_LINES)];
-    let most = |miss: fn(&LineLocality) -> f64| {
+    let most = |miss: LineMisses| {
         a.lines
             .iter()
             .filter(|l| miss(l) > 0.0)
             .max_by(|x, y| miss(x).total_cmp(&miss(y)))
     };
-    let levels: [(&str, fn(&LineLocality) -> f64); 3] = [
+    let levels: [(&str, LineMisses); 3] = [
         ("L1", |l| l.misses_l1),
         ("L2", |l| l.misses_l2),
         ("LLC", |l| l.misses_llc),

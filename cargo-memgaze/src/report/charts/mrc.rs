@@ -66,7 +66,7 @@ fn draw(body: &Area, curves: &[MrcCurve], marks: &[CacheMark]) -> Result<()> {
         .x_labels(span + 1)
         .x_label_formatter(&|x| {
             let k = x.round();
-            if (x - k).abs() > 1e-6 || k < 0.0 || (k as usize) % every != 0 {
+            if (x - k).abs() > 1e-6 || k < 0.0 || !(k as usize).is_multiple_of(every) {
                 String::new()
             } else {
                 format_bytes(1u64 << (k as u32).min(62))
