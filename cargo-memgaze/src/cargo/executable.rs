@@ -28,6 +28,10 @@ pub struct BenchExecutable {
     pub src_path: PathBuf,
     /// The package's directory (where `cargo bench` runs benches from).
     pub package_root: PathBuf,
+    /// The workspace's root: source files under it are the user's code
+    /// (hot lines are attributed to them rather than to inlined library
+    /// code).
+    pub workspace_root: PathBuf,
     /// What drives it (set by `discover` from its symbols).
     pub harness: BenchHarness,
 }

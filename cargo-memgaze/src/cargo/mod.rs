@@ -157,6 +157,7 @@ fn exclude_unsupported(
                     .parent()
                     .map(Into::into)
                     .unwrap_or_default(),
+                workspace_root: workspace.root.clone(),
                 harness: BenchHarness::default(),
             };
             (executable, reason.clone())

@@ -118,6 +118,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         let mut options = ReportOptions::new(out);
         options.title = format!("cargo memgaze: baseline {} against {}", new.name, old.name);
         options.baseline = Some(old.clone());
+        options.run_label = format!("baseline {}", new.name);
         options.limits = limits;
         let written = write_report(
             &benches,

@@ -29,8 +29,9 @@ use crate::cargo::{BenchCase, BenchOutcome, BenchTarget, RECORDING_ENV};
 use crate::golden::SampleSet;
 use anyhow::Context;
 use memgaze_analysis::{Analysis, AnalysisOptions};
+use memgaze_metadata::annotation::Annotation;
 use memgaze_trace::Interruption;
-use memgaze_trace::{ProgramExit, Sampling, TraceTotals, TraceWriter};
+use memgaze_trace::{ProgramExit, Sampling, TraceHeader, TraceTotals, TraceWriter};
 use sink::StreamingSink;
 use std::io::{Read, Seek};
 use std::os::unix::process::ExitStatusExt;
@@ -112,6 +113,20 @@ impl BenchRecording {
     }
 }
 
+/// Names each load by the first line of its inline chain in the user's
+/// workspace: a load in an inlined `BTreeMap::get` reads as the user's line
+/// that called it (the annotation keeps the whole chain).
+fn attribute_to_user_code(header: &mut TraceHeader, annotation: &Annotation, root: &Path) {
+    if root.as_os_str().is_empty() {
+        return;
+    }
+    for (entry, site) in header.loads.iter_mut().zip(&annotation.loads) {
+        if let Some(line) = site.user_line(|file| Path::new(file).starts_with(root)) {
+            entry.line = Some(line.to_string());
+        }
+    }
+}
+
 /// Records one bench through its instrumented executable and analyses the
 /// trace as it streams in (see the module documentation).
 ///
@@ -141,6 +156,7 @@ pub fn record_bench(
     let mut words = vec![instrumented.path.display().to_string()];
     words.extend(command.get_args().map(|a| a.to_string_lossy().into_owned()));
     let mut header = memgaze_record::trace_header(&instrumented.annotation, plan.sampling, words);
+    attribute_to_user_code(&mut header, &instrumented.annotation, &exe.workspace_root);
     header.spatial = plan.spatial.filter(|_| !plan.sampling.is_full());
     header.labels.extend([
         ("package".into(), exe.package.clone()),

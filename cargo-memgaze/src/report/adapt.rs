@@ -65,6 +65,7 @@ pub fn functions_chart(
     analysis: &Analysis,
     baseline: Option<(&str, &Analysis)>,
     top: usize,
+    run: &str,
 ) -> BarChart {
     let functions: Vec<_> = analysis
         .functions
@@ -120,8 +121,8 @@ pub fn functions_chart(
         ),
         categories,
         series: match baseline {
-            Some((name, _)) => vec![format!("baseline {name}"), "this run".into()],
-            None => vec!["this run".into()],
+            Some((name, _)) => vec![format!("baseline {name}"), run.into()],
+            None => vec![run.into()],
         },
         baseline: baseline.map(|_| 0),
         panels,
@@ -130,7 +131,7 @@ pub fn functions_chart(
 
 /// The hot regions of the location zoom tree: accesses, accesses per
 /// 64-byte block and mean reuse distance.
-pub fn regions_chart(title: &str, analysis: &Analysis, top: usize) -> BarChart {
+pub fn regions_chart(title: &str, analysis: &Analysis, top: usize, run: &str) -> BarChart {
     let mut regions: Vec<_> = analysis.regions.iter().collect();
     regions.sort_by_key(|r| std::cmp::Reverse(r.a));
     regions.truncate(top);
@@ -152,7 +153,7 @@ pub fn regions_chart(title: &str, analysis: &Analysis, top: usize) -> BarChart {
                 )
             })
             .collect(),
-        series: vec!["this run".into()],
+        series: vec![run.into()],
         baseline: None,
         panels: vec![
             BarPanel {
@@ -176,7 +177,11 @@ pub fn regions_chart(title: &str, analysis: &Analysis, top: usize) -> BarChart {
 
 /// Old vs new per bench for the gated metrics: one panel per metric, one
 /// row per bench, baseline bar above the current one.
-pub fn baseline_chart(baseline: &str, benches: &[(String, &Analysis, &Analysis)]) -> BarChart {
+pub fn baseline_chart(
+    baseline: &str,
+    run: &str,
+    benches: &[(String, &Analysis, &Analysis)],
+) -> BarChart {
     let metrics = [
         (Metric::DF, "ΔF (code windows)", ValueFormat::Decimal),
         (
@@ -204,14 +209,14 @@ pub fn baseline_chart(baseline: &str, benches: &[(String, &Analysis, &Analysis)]
         })
         .collect();
     BarChart {
-        title: format!("Baseline {baseline} vs this run"),
+        title: format!("Baseline {baseline} vs {run}"),
         subtitle: format!(
             "{} bench{} · windowed metrics at the code-window size both runs have · grey: baseline",
             benches.len(),
             if benches.len() == 1 { "" } else { "es" }
         ),
         categories: benches.iter().map(|(name, _, _)| name.clone()).collect(),
-        series: vec![format!("baseline {baseline}"), "this run".into()],
+        series: vec![format!("baseline {baseline}"), run.into()],
         baseline: Some(0),
         panels,
     }

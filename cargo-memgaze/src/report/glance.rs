@@ -169,7 +169,7 @@ pub fn sentences(a: &Analysis) -> Markup {
 }
 
 /// The symbols of the page, as `(term, definition)`.
-pub const GLOSSARY: [(&str, &str); 16] = [
+pub const GLOSSARY: [(&str, &str); 18] = [
     (
         "A",
         "Observed accesses: the Strided and Irregular loads recorded in the samples.",
@@ -220,11 +220,19 @@ pub const GLOSSARY: [(&str, &str); 16] = [
     ),
     (
         "D",
-        "Reuse distance: distinct 64-byte blocks touched between two accesses to the same block within a sample (D mean, D max).",
+        "In-window reuse distance: distinct 64-byte blocks touched between two accesses to the same block within one sample (D mean, D max; D_win in tables). A sample is a few thousand loads, so D sees reuse at the scale of an L1 cache only: a pointer chase can show a smaller D than a tree that misses far more. The miss-ratio curve is the whole-run view.",
     ),
     (
         "MR",
         "Miss ratio: the share of accesses that miss a cache of a given size (MR_L1, MR_L2, MR_LLC, from the miss-ratio curve); estimated misses = MR·ρ·A.",
+    ),
+    (
+        "MRC",
+        "Miss-ratio curve: MR of a fully associative LRU cache of 64-byte blocks against its size, over the whole run (from the accesses to spatially sampled blocks, or exact for a full trace); the machine's L1, L2 and LLC sizes are marked.",
+    ),
+    (
+        "source line",
+        "Where a load is, from DWARF. A load in code inlined from the standard library or another crate is named by the first call of its inline chain that lies in your workspace (e.g. your line calling BTreeMap::get); the annotation beside the instrumented binary keeps the whole chain (inline_chain).",
     ),
     (
         "regression",

@@ -12,7 +12,7 @@ use super::charts::{format_address, format_bytes, format_window};
 use super::{BenchPage, ChartFile, glance};
 use crate::gate::BenchVerdict;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
-use memgaze_analysis::{Analysis, FunctionMetrics, WindowRow};
+use memgaze_analysis::{Analysis, FunctionMetrics, LineLocality, WindowRow};
 
 const STYLE: &str = r#"
 :root { --ink: #222; --muted: #666; --line: #ddd; --accent: #0072b2; --bad: #b3261e; --bg-bad: #fdecea; --bar: #d5e6f3; --bar-bad: #f4c7c3; }
@@ -43,6 +43,7 @@ td.bench .target { display: block; color: var(--muted); font-size: 11px; line-he
 th.bench { background: #f3f3f3; }
 tr.bad td.bench { background: var(--bg-bad); }
 td.name, th.name { text-align: left; white-space: normal; min-width: 14em; max-width: 520px; overflow-wrap: anywhere; }
+td.line, th.line { text-align: left; white-space: nowrap; }
 td.bar { position: relative; min-width: 5em; }
 td.bar .fill { position: absolute; left: 0; top: 3px; bottom: 3px; background: var(--bar); }
 td.bar .fill.bad { background: var(--bar-bad); }
@@ -185,7 +186,7 @@ fn functions_table(analysis: &Analysis) -> Markup {
                 (head(html!("ΔF@W" sub { "c" }), "ΔF@W_c", None))
                 (head(html!("F_str%@W" sub { "c" }), "F_str%@W_c", None))
                 (head(html!("F_irr%@W" sub { "c" }), "F_irr%@W_c", None))
-                th { "code windows" } (head(html!("D mean"), "D", None)) th.name { "hottest loads" }
+                th { "code windows" } (head(html!("D" sub { "win" } " mean"), "D", None)) th.name { "hottest loads" }
             }
             "\n"
             @for f in shown {
@@ -230,6 +231,120 @@ fn hot_lines(f: &FunctionMetrics) -> Markup {
     }
 }
 
+/// The estimated misses of a line at one cache level.
+type LineMisses = fn(&LineLocality) -> f64;
+
+/// Rows of the hottest-lines table.
+const TOP_LINES: usize = 10;
+
+/// The hottest source lines of a bench: by estimated executions, with their
+/// estimated misses at each cache size (`lines[]` of the analysis), and
+/// which line misses most at each level. Without a whole-run curve, the
+/// lines of the recorded loads by accesses. Lines are the user's: a load
+/// in code inlined from a library is named by its call in the workspace.
+fn lines_table(a: &Analysis) -> Markup {
+    if a.lines.is_empty() {
+        return recorded_lines_table(a);
+    }
+    let rows = &a.lines[..a.lines.len().min(TOP_LINES)];
+    let most = |miss: LineMisses| {
+        a.lines
+            .iter()
+            .filter(|l| miss(l) > 0.0)
+            .max_by(|x, y| miss(x).total_cmp(&miss(y)))
+    };
+    let levels: [(&str, LineMisses); 3] = [
+        ("L1", |l| l.misses_l1),
+        ("L2", |l| l.misses_l2),
+        ("LLC", |l| l.misses_llc),
+    ];
+    let top_hat = rows.iter().map(|l| l.a_hat).fold(0.0, f64::max);
+    let tops = levels.map(|(_, m)| rows.iter().map(m).fold(0.0, f64::max));
+    html! {
+        @let worst: Vec<Option<&LineLocality>> = levels.iter().map(|(_, m)| most(*m)).collect();
+        @if let Some(Some(l)) = worst.first().filter(|first| worst.iter().all(|w| w.map(|x| &x.line) == first.map(|x| &x.line))) {
+            p.note {
+                "Most estimated misses at every level: " code { (l.line) } "."
+            }
+        } @else {
+        p.note {
+            "Most estimated misses: "
+            @for (i, (level, miss)) in levels.iter().enumerate() {
+                @if i > 0 { "; " }
+                (level) " "
+                @match most(*miss) {
+                    Some(l) => { code { (l.line) } " (" (super::charts::format_count(miss(l))) ")" }
+                    None => { "none" }
+                }
+            }
+            "."
+        }
+        }
+        "\n"
+        (scroll(html! {
+            table.lines {
+                tr {
+                    th.line title=[glance::hover("source line")] { "source line" } th.name { "function" }
+                    (head(html!("Â"), "Â", None))
+                    @for (level, _) in levels {
+                        (head(html!("est. " (level) " misses"), "MR", None))
+                    }
+                }
+                "\n"
+                @for l in rows {
+                    tr {
+                        td.line { code { (l.line) } }
+                        @let function = l.function.as_deref().unwrap_or("–");
+                        td.name title=(function) { code { (super::charts::ellipsize(function, 56)) } }
+                        (bar_cell(&super::charts::format_count(l.a_hat), ratio(Some(l.a_hat), top_hat), false, None))
+                        @for (i, (_, miss)) in levels.iter().enumerate() {
+                            (bar_cell(&super::charts::format_count(miss(l)), ratio(Some(miss(l)), tops[i]), false, None))
+                        }
+                    }
+                    "\n"
+                }
+            }
+        }))
+    }
+}
+
+/// The lines of the recorded loads by accesses, for an analysis without
+/// `lines[]` (no whole-run curve).
+fn recorded_lines_table(a: &Analysis) -> Markup {
+    let mut lines: Vec<(&str, u64)> = Vec::new();
+    for load in a.loads.iter().filter(|l| !l.implied) {
+        let Some(line) = load.line.as_deref() else {
+            continue;
+        };
+        match lines.iter_mut().find(|(l, _)| *l == line) {
+            Some((_, count)) => *count += load.count,
+            None => lines.push((line, load.count)),
+        }
+    }
+    lines.sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(y.0)));
+    lines.retain(|l| l.1 > 0);
+    if lines.is_empty() {
+        return html! { p.note { "No recorded load has a source line (no DWARF line table)." } "\n" };
+    }
+    let top = lines[0].1 as f64;
+    html! {
+        p.note { "No whole-run curve in this run, so no miss estimates: lines by recorded accesses." } "\n"
+        (scroll(html! {
+            table.lines {
+                tr { th.line { "source line" } (head(html!("A"), "A", None)) }
+                "\n"
+                @for (line, count) in lines.iter().take(TOP_LINES) {
+                    tr {
+                        td.line { code { (line) } }
+                        (bar_cell(&int(*count), ratio(Some(*count as f64), top), false, None))
+                    }
+                    "\n"
+                }
+            }
+        }))
+    }
+}
+
 /// Distinct entries of `items`, first occurrence first.
 fn distinct(items: &[String]) -> Vec<&str> {
     let mut out: Vec<&str> = Vec::new();
@@ -246,7 +361,7 @@ fn regions_table(analysis: &Analysis) -> Markup {
         table {
             tr {
                 th.name { "region" } th { "size" } (head(html!("A"), "A", None)) th { "A%" }
-                th { "blocks" } th { "A/block" } (head(html!("D mean"), "D", None))
+                th { "blocks" } th { "A/block" } (head(html!("D" sub { "win" } " mean"), "D", None))
                 th.name { "accessed by" }
             }
             "\n"
@@ -328,7 +443,7 @@ pub(crate) fn arrow(change: f64) -> &'static str {
     }
 }
 
-fn verdict_block(baseline: &str, verdict: &Result<BenchVerdict, String>) -> Markup {
+fn verdict_block(baseline: &str, run: &str, verdict: &Result<BenchVerdict, String>) -> Markup {
     let verdict = match verdict {
         Ok(v) => v,
         Err(message) => {
@@ -358,7 +473,7 @@ fn verdict_block(baseline: &str, verdict: &Result<BenchVerdict, String>) -> Mark
         (scroll(html! {
             table {
                 tr {
-                    th.name { "metric" } th { "baseline " (baseline) } th { "this run" }
+                    th.name { "metric" } th { "baseline " (baseline) } th { (run) }
                     th { "change" } th { "limit" }
                 }
                 "\n"
@@ -633,7 +748,7 @@ fn overview_head(cache: &[(usize, &str)], baseline: Option<&str>) -> Markup {
                 (head(html!("F"), "F", Some("start"))) (head(html!("F_irr%"), "F_irr%", None))
                 (head(sub_c("F_irr%"), "F_irr%@W_c", Some("start")))
                 (head(sub_c("ΔF"), "ΔF@W_c", None))
-                (head(html!("D mean"), "D", None))
+                (head(html!("D" sub { "win" } " mean"), "D", None))
                 @for (i, (_, level)) in cache.iter().enumerate() {
                     (head(html!("est. " (level) " misses"), "MR", (i == 0).then_some("start")))
                 }
@@ -765,44 +880,65 @@ fn bench_section(page: &BenchPage, baseline: Option<&str>) -> Markup {
             }
             @if let (Some(name), Some(verdict)) = (baseline, &page.verdict) {
                 h3 { "Against the baseline" } "\n"
-                (verdict_block(name, verdict))
+                (verdict_block(name, &page.run_label, verdict))
             }
+            (topics(page, WHOLE_RUN))
             @for chart in page.charts.iter().filter(|c| c.section == "windows") {
                 h3 { "Trace windows" } "\n"
                 (figure(chart))
                 (window_table(&a.trace_windows))
             }
-            (topics(page))
+            (topics(page, IN_SAMPLES))
             (coverage(page))
         }
         "\n"
     }
 }
 
-/// The topic subsections of a bench, each with its charts and, for
+/// The whole-run topics, which lead a bench's section: the miss-ratio
+/// curve and the hottest source lines.
+const WHOLE_RUN: &[(&str, &str)] = &[
+    ("mrc", "Miss-ratio curve (whole run)"),
+    ("lines", "Hottest source lines"),
+];
+
+/// The topics after the trace windows. A chart whose section is listed in
+/// neither list is not shown: a new chart kind gets its entry.
+const IN_SAMPLES: &[(&str, &str)] = &[
+    (
+        "reuse",
+        "Reuse distance within samples (in-window, L1 scale)",
+    ),
+    ("time", "Accesses over time and per address"),
+    ("functions", "Hot functions"),
+    ("regions", "Hot regions"),
+];
+
+/// Topic subsections of a bench, each with its charts and, for lines,
 /// functions and regions, a table (shown even without a chart).
-fn topics(page: &BenchPage) -> Markup {
+fn topics(page: &BenchPage, sections: &[(&str, &str)]) -> Markup {
     let a = &page.bench.analysis;
-    // A chart whose section is not listed here is not shown: a new chart
-    // kind (e.g. a miss-ratio curve, section "mrc") gets its entry.
-    let sections = [
-        ("reuse", "Reuse distance"),
-        ("mrc", "Miss-ratio curve"),
-        ("time", "Accesses over time and per address"),
-        ("functions", "Hot functions"),
-        ("regions", "Hot regions"),
-    ];
     html! {
-        @for (section, heading) in sections {
+        @for &(section, heading) in sections {
             @let charts: Vec<&ChartFile> =
                 page.charts.iter().filter(|c| c.section == section).collect();
-            @if !charts.is_empty() || matches!(section, "functions" | "regions") {
+            @if !charts.is_empty() || matches!(section, "functions" | "regions" | "lines") {
                 h3 { (heading) } "\n"
                 @for chart in charts {
                     (figure(chart))
                 }
+                @if section == "lines" {
+                    (lines_table(a))
+                }
                 @if section == "reuse" {
                     p.note {
+                        @if let Some(w) = a.run.window {
+                            "Reuse is counted only within each sample of " (int(w))
+                            " consecutive loads: it shows locality at the scale of an L1 \
+                            cache. Reuse farther apart is invisible here (a pointer chase can \
+                            show a smaller D than a tree that misses far more); the \
+                            miss-ratio curve above is the whole-run view. "
+                        }
                         (int(a.reuse.cold)) " accesses had no earlier access to their "
                         (a.reuse.block) "-byte block in their sample (cold); "
                         (int(a.reuse.captures)) " blocks were reused within a sample \

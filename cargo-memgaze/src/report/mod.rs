@@ -65,6 +65,9 @@ pub struct ReportOptions {
     pub package_limits: BTreeMap<String, Limits>,
     /// Functions and regions shown in the bar charts.
     pub top: usize,
+    /// What charts and tables call the run the report is about: `this run`,
+    /// or for `compare OLD NEW` the newer baseline's name.
+    pub run_label: String,
 }
 
 impl ReportOptions {
@@ -78,6 +81,7 @@ impl ReportOptions {
             limits: Limits::defaults(),
             package_limits: BTreeMap::new(),
             top: 12,
+            run_label: "this run".into(),
         }
     }
 }
@@ -146,6 +150,8 @@ pub(crate) struct BenchPage<'a> {
     /// The comparison with the baseline (`Err`: refused, with the reason).
     pub verdict: Option<std::result::Result<BenchVerdict, String>>,
     pub notes: Vec<String>,
+    /// What tables call the run the page is about ([`ReportOptions::run_label`]).
+    pub run_label: String,
 }
 
 /// A file-system- and URL-safe directory name for a bench, unique in `taken`.
@@ -261,7 +267,7 @@ pub fn write_report(
             })
             .collect();
         if !pairs.is_empty() {
-            let chart = adapt::baseline_chart(&baseline.name, &pairs);
+            let chart = adapt::baseline_chart(&baseline.name, &options.run_label, &pairs);
             let svg = charts::bars::render(&chart)?;
             overview.push(write_chart(
                 out,
@@ -391,12 +397,13 @@ fn bench_page<'a>(
     let comparable = matches!(verdict, Some(Ok(ref v)) if v.has_baseline);
 
     // (a) Trace windows, with the golden full trace and the baseline overlaid.
+    let run = options.run_label.as_str();
     let this = if a.run.full {
-        "this run (full trace)"
+        format!("{run} (full trace)")
     } else {
-        "this run (sampled)"
+        format!("{run} (sampled)")
     };
-    let mut curves = vec![adapt::window_curve(this, &a.trace_windows)];
+    let mut curves = vec![adapt::window_curve(&this, &a.trace_windows)];
     if let Some(golden) = &bench.golden {
         curves.push(adapt::window_curve(
             "full trace (golden)",
@@ -423,16 +430,20 @@ fn bench_page<'a>(
     )?);
 
     // (b) Reuse distance.
-    let mut series = vec![adapt::reuse_series("this run", &a.reuse)];
+    let mut series = vec![adapt::reuse_series(run, &a.reuse)];
     if let (true, Some((base, old))) = (comparable, baseline) {
         series.push(adapt::reuse_series(
             &format!("baseline {base}"),
             &old.analysis.reuse,
         ));
     }
-    let title = format!("{name}: reuse distance");
+    let title = format!("{name}: reuse distance (in-window)");
     let subtitle = format!(
-        "within samples · mean D = {} · max D = {} · {} cold accesses (no earlier access to the block in the sample)",
+        "{} · mean D = {} · max D = {} · {} cold accesses (no earlier access to the block in the sample)",
+        match a.run.window {
+            Some(w) => format!("within samples of {w} loads: L1 scale, farther reuse is not seen"),
+            None => "whole run (full trace)".to_string(),
+        },
         a.summary.d_mean.map_or("–".into(), charts::format_value),
         a.summary.d_max.map_or("–".into(), |d| d.to_string()),
         charts::format_count(a.reuse.cold as f64)
@@ -443,6 +454,11 @@ fn bench_page<'a>(
         &title,
         "reuse",
     )?);
+
+    // (g) Whole-run miss-ratio curve.
+    if let Some((svg, title)) = mrc_chart(name, a, run, baseline.filter(|_| comparable))? {
+        charts.push(chart("mrc.svg", &svg, &title, "mrc")?);
+    }
 
     // (c), (d) From the trace.
     match &bench.trace {
@@ -506,7 +522,7 @@ fn bench_page<'a>(
         } else {
             None
         };
-        let bars = adapt::functions_chart(&title, a, base, options.top);
+        let bars = adapt::functions_chart(&title, a, base, options.top, run);
         charts.push(chart(
             "functions.svg",
             &charts::bars::render(&bars)?,
@@ -516,7 +532,7 @@ fn bench_page<'a>(
     }
     if !a.regions.is_empty() {
         let title = format!("{name}: hot regions");
-        let bars = adapt::regions_chart(&title, a, options.top);
+        let bars = adapt::regions_chart(&title, a, options.top, run);
         charts.push(chart(
             "regions.svg",
             &charts::bars::render(&bars)?,
@@ -530,7 +546,59 @@ fn bench_page<'a>(
         charts,
         verdict,
         notes,
+        run_label: options.run_label.clone(),
     })
+}
+
+/// The whole-run miss-ratio curve of a bench (with the baseline's, when
+/// compared) and its title; `None` when the analysis has no curve (a
+/// sampled run without spatial sampling, an old analysis).
+fn mrc_chart(
+    name: &str,
+    a: &memgaze_analysis::Analysis,
+    run: &str,
+    baseline: Option<(&str, &crate::gate::BaselineBench)>,
+) -> Result<Option<(String, String)>> {
+    if a.summary.mrc.is_empty() {
+        return Ok(None);
+    }
+    let curve = |label: String, analysis: &memgaze_analysis::Analysis| charts::mrc::MrcCurve {
+        label,
+        points: analysis
+            .summary
+            .mrc
+            .iter()
+            .map(|p| (p.bytes, p.miss_ratio))
+            .collect(),
+    };
+    let mut curves = vec![curve(run.to_string(), a)];
+    if let Some((base, old)) = baseline.filter(|(_, old)| !old.analysis.summary.mrc.is_empty()) {
+        curves.push(curve(format!("baseline {base}"), &old.analysis));
+    }
+    let marks: Vec<charts::mrc::CacheMark> = a
+        .run
+        .cache_sizes
+        .as_ref()
+        .map(|c| vec![("L1", c.l1), ("L2", c.l2), ("LLC", c.llc)])
+        .unwrap_or_default();
+    let s = &a.summary;
+    let level =
+        |l: &str, v: Option<f64>| v.map(|v| format!("MR_{l} = {}", charts::format_value(v)));
+    let mut parts: Vec<String> = [("L1", s.mr_l1), ("L2", s.mr_l2), ("LLC", s.mr_llc)]
+        .into_iter()
+        .filter_map(|(l, v)| level(l, v))
+        .collect();
+    parts.push(match (s.spatial_rate, s.tracked_accesses) {
+        (Some(r), Some(n)) if r < 1.0 => format!(
+            "estimated from {} accesses to spatially sampled blocks (R = {})",
+            charts::format_count(n as f64),
+            charts::format_value(r)
+        ),
+        _ => "exact (every access)".to_string(),
+    });
+    let title = format!("{name}: miss-ratio curve (whole run)");
+    let svg = charts::mrc::render(&title, &parts.join(" · "), &curves, &marks)?;
+    Ok(Some((svg, title)))
 }
 
 #[cfg(test)]

@@ -70,6 +70,78 @@ fn f64_of(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
+/// Issue 25: a bench whose hot loop is `BTreeMap::get` inlined into a user
+/// function (`sum_of_lookups`): the report's hottest line, its opening
+/// sentence and the analysis's `lines[]` name the user's line, not the
+/// standard library's search code.
+#[test]
+fn hot_lines_name_the_users_line_of_an_inlined_btreemap_lookup() {
+    let _lock = serial();
+    let manifest = fixture_manifest();
+    let out = memgaze(
+        "bench",
+        &manifest,
+        &[
+            "-q",
+            "--features",
+            "inlined-get",
+            "--bench",
+            "inlined",
+            "--seed",
+            "2",
+            "--message-format",
+            "json",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lib = memgaze_fixtures::fixtures().join("hashmap-vs-btree/src/lib.rs");
+    let source = std::fs::read_to_string(&lib).unwrap();
+    let line = 1 + source
+        .lines()
+        .position(|l| l.contains("// user line: get"))
+        .unwrap();
+    let user_line = format!("hashmap-vs-btree/src/lib.rs:{line}");
+
+    let results = shared_target_dir().join("memgaze/hashmap-vs-btree/inlined");
+    let analysis: Value =
+        serde_json::from_slice(&std::fs::read(results.join("btree_get/analysis.json")).unwrap())
+            .unwrap();
+    let lines = analysis["lines"].as_array().unwrap();
+    assert!(
+        lines[0]["line"].as_str().unwrap().ends_with(&user_line),
+        "{lines:#?}"
+    );
+    // The standard library's positions are attributed to the caller.
+    assert!(
+        lines
+            .iter()
+            .all(|l| !l["line"].as_str().unwrap().contains("/library/alloc/")),
+        "{lines:#?}"
+    );
+
+    let report = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"))
+        .args(["memgaze", "report", "-q"])
+        .arg(&results)
+        .arg("-o")
+        .arg(report.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let html = std::fs::read_to_string(report.path().join("index.html")).unwrap();
+    let first_hot_line = html
+        .split("<table class=\"lines\">")
+        .nth(1)
+        .and_then(|t| t.split("<code>").nth(1))
+        .and_then(|c| c.split("</code>").next())
+        .unwrap_or_else(|| panic!("no hot-lines table: {html}"));
+    assert!(first_hot_line.ends_with(&user_line), "{first_hot_line}");
+    let lead = html.split("<p class=\"lead\">").nth(1).unwrap();
+    let lead = lead.split("</p>").next().unwrap();
+    assert!(lead.contains(&user_line), "{lead}");
+}
+
 /// Issue 6: the locality each microbenchmark is built to show, on a full
 /// `cargo memgaze bench -p microbenches` run with default sampling.
 #[test]

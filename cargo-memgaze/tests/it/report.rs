@@ -138,7 +138,7 @@ fn each_chart_kind_has_its_series_titles_and_axes_and_renders() {
     assert_texts(
         &reuse,
         &[
-            "irr-half (microbenches/micro): reuse distance",
+            "irr-half (microbenches/micro): reuse distance (in-window)",
             "1",
             "2–3",
             "4–7",

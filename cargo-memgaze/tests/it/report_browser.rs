@@ -56,13 +56,49 @@ fn bench(root: &Path, key: &BenchKey, kernel: Kernel, seed: u64) -> memgaze_anal
     std::fs::write(dir.join(BENCH_FILE), serde_json::to_string(key).unwrap()).unwrap();
     let trace = dir.join(TRACE_FILE);
     write_trace(&trace, &small(kernel, seed));
-    let analysis = analyze(&trace);
+    let mut analysis = analyze(&trace);
+    with_whole_run_view(&mut analysis, &key.package, seed);
     std::fs::write(
         dir.join(ANALYSIS_FILE),
         serde_json::to_vec(&analysis).unwrap(),
     )
     .unwrap();
     analysis
+}
+
+/// Gives an analysis of a synthetic trace (which has no spatial samples) a
+/// miss-ratio curve and hot lines with long workspace paths, as a real
+/// bench run has them, so that the whole-run chart and the hottest-lines
+/// table are laid out too.
+fn with_whole_run_view(analysis: &mut memgaze_analysis::Analysis, package: &str, seed: u64) {
+    use memgaze_analysis::{CacheSizes, LineLocality, MrcPoint};
+    let scale = 1.0 / (1.0 + seed as f64);
+    analysis.summary.mrc = (6..=24)
+        .map(|k| MrcPoint {
+            blocks: 1 << k,
+            bytes: 64 << k,
+            miss_ratio: scale * (24 - k) as f64 / 18.0,
+        })
+        .collect();
+    analysis.summary.mr_l1 = Some(scale * 0.8);
+    analysis.summary.mr_l2 = Some(scale * 0.4);
+    analysis.summary.mr_llc = Some(scale * 0.1);
+    analysis.run.cache_sizes = Some(CacheSizes {
+        l1: 32 << 10,
+        l2: 1 << 20,
+        llc: 32 << 20,
+        source: "--cache-sizes".into(),
+    });
+    analysis.lines = (0..12)
+        .map(|i| LineLocality {
+            line: format!("/home/someone/src/{package}/crates/{package}-core/src/collections/lookup_table.rs:{}", 100 + i),
+            function: Some(format!("{package}::collections::lookup_table::LookupTable<K,V>::get_or_insert_with")),
+            a_hat: 1e7 / f64::from(i + 1),
+            misses_l1: 8e6 * scale / f64::from(i + 1),
+            misses_l2: 4e6 * scale / f64::from(i + 1),
+            misses_llc: 1e6 * scale / f64::from(i + 1),
+        })
+        .collect();
 }
 
 /// Runs Chromium with `args` on `url`, killed after two minutes; returns

@@ -55,8 +55,14 @@ pub struct LoadSite {
     pub size: u32,
     /// Index into [`Annotation::functions`].
     pub function: u32,
-    /// `file:line` when DWARF line tables exist.
+    /// `file:line` when DWARF line tables exist: the innermost position
+    /// (inside inlined code, e.g. the standard library's `BTreeMap::get`).
     pub line: Option<String>,
+    /// Where the load's code is inlined (DWARF inlined subroutines): `line`,
+    /// then each call it was inlined at, innermost first, out to the line of
+    /// the function that holds it. Empty when not inlined.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inline_chain: Vec<String>,
     /// Why the load could not be instrumented, when it could not.
     pub skipped: Option<String>,
     /// `fs`/`gs` for thread-local loads (the rewriter may skip them).
@@ -71,6 +77,25 @@ pub struct LoadSite {
     /// `call [mem]` / `jmp [mem]`: the load reads a code pointer.
     #[serde(default)]
     pub control: bool,
+}
+
+impl LoadSite {
+    /// The line a reader should see: the first entry of the inline chain
+    /// that `is_user` accepts (its file is the user's code), else `line`.
+    /// `is_user` gets the file part of a `file:line`.
+    pub fn user_line(&self, is_user: impl Fn(&str) -> bool) -> Option<&str> {
+        self.inline_chain
+            .iter()
+            .find(|place| {
+                is_user(
+                    place
+                        .rsplit_once(':')
+                        .map_or(place.as_str(), |(file, _)| file),
+                )
+            })
+            .map(String::as_str)
+            .or(self.line.as_deref())
+    }
 }
 
 /// Per-function facts.
@@ -308,6 +333,7 @@ mod tests {
                 size: 8,
                 function: 0,
                 line: Some("a.c:3".into()),
+                inline_chain: Vec::new(),
                 skipped: None,
                 segment: None,
                 gather: false,
@@ -353,5 +379,29 @@ mod tests {
             Annotation::from_json("[1,2]"),
             Err(AnnotationError::NotJson(_))
         ));
+    }
+
+    #[test]
+    fn the_user_line_is_the_first_inline_frame_in_user_code() {
+        let mut load = sample().loads.remove(0);
+        load.line = Some("/rustc/h/library/alloc/src/collections/btree/search.rs:9".into());
+        assert_eq!(
+            load.user_line(|f| f.starts_with("/w/")),
+            load.line.as_deref()
+        );
+        load.inline_chain = vec![
+            "/rustc/h/library/alloc/src/collections/btree/search.rs:9".into(),
+            "/rustc/h/library/alloc/src/collections/btree/map.rs:700".into(),
+            "/w/src/lib.rs:12".into(),
+            "/w/benches/b.rs:30".into(),
+        ];
+        assert_eq!(
+            load.user_line(|f| f.starts_with("/w/")),
+            Some("/w/src/lib.rs:12")
+        );
+        assert_eq!(
+            load.user_line(|f| f.starts_with("/x/")),
+            load.line.as_deref()
+        );
     }
 }

@@ -8,10 +8,12 @@
 //! | (c) time × address heatmap | [`heatmap`] | [`crate::report::profile::Heatmap`] |
 //! | (d) accesses and inter-access distance per address | [`address`] | [`crate::report::profile::AddressProfile`] |
 //! | (e) hot functions, hot regions; (f) baseline vs current | [`bars`] | [`bars::BarChart`] |
+//! | (g) whole-run miss-ratio curve, baseline overlaid | [`mrc`] | [`mrc::MrcCurve`] |
 
 pub mod address;
 pub mod bars;
 pub mod heatmap;
+pub mod mrc;
 pub mod reuse;
 pub(crate) mod style;
 pub mod windows;

@@ -1,10 +1,17 @@
-//! `file:line` of code addresses from DWARF line tables.
+//! `file:line` of code addresses from DWARF line tables, and the chain of
+//! calls inlined code sits in.
 //!
 //! The line programs of all compilation units are run once (gimli) into one
 //! sorted table of rows; a lookup is a binary search. Line-table rows
-//! describe the innermost (inlined) source position, which is what a load
-//! should be attributed to. This keeps the table owned and `Sync`, unlike an
-//! `addr2line::Context` borrowing the file.
+//! describe the innermost (inlined) source position. The
+//! `DW_TAG_inlined_subroutine` entries give, for each address range of
+//! inlined code, the `file:line` it was inlined at (`DW_AT_call_file`,
+//! `DW_AT_call_line`) and its nesting depth: the chain of an address is its
+//! row's position, then the call sites of the inlined ranges holding it,
+//! innermost first (what addr2line prints with `-i`). Users read a load in
+//! `BTreeMap::get` as the line of their own code that called it. This keeps
+//! the tables owned and `Sync`, unlike an `addr2line::Context` borrowing the
+//! file.
 
 use gimli::{AttributeValue, EndianSlice, LittleEndian, SectionId};
 use std::collections::HashMap;
@@ -17,6 +24,19 @@ const NO_FILE: u32 = u32::MAX;
 #[derive(Clone, Copy, Debug)]
 struct Row {
     address: u64,
+    file: u32,
+    line: u32,
+}
+
+/// An address range of inlined code and the call it was inlined at.
+#[derive(Clone, Copy, Debug)]
+struct Inline {
+    begin: u64,
+    end: u64,
+    /// Depth of the `DW_TAG_inlined_subroutine` in its unit's tree: deeper
+    /// is further in (ranges holding one address nest).
+    depth: u32,
+    /// The call site.
     file: u32,
     line: u32,
 }
@@ -42,6 +62,11 @@ impl std::fmt::Display for SourceLocation<'_> {
 pub(crate) struct LineTable {
     rows: Vec<Row>,
     files: Vec<String>,
+    /// Inlined ranges by `begin`.
+    inlines: Vec<Inline>,
+    /// `max(end)` of `inlines[..=i]`: a backward scan for the ranges
+    /// holding an address stops where no earlier range reaches it.
+    inline_reach: Vec<u64>,
     /// Why there are no rows although the binary has DWARF sections (e.g.
     /// compressed with an unsupported algorithm, or malformed).
     pub problem: Option<String>,
@@ -64,6 +89,40 @@ impl LineTable {
             file: &self.files[row.file as usize],
             line: row.line,
         })
+    }
+
+    /// The source positions of the instruction at `address`, innermost
+    /// first: its line-table position, then each call its code was inlined
+    /// at, out to the line in the function that holds it. Empty where the
+    /// line table has no position.
+    pub fn locate_chain(&self, address: u64) -> Vec<SourceLocation<'_>> {
+        let Some(first) = self.locate(address) else {
+            return Vec::new();
+        };
+        let mut holding: Vec<&Inline> = Vec::new();
+        let mut i = self.inlines.partition_point(|r| r.begin <= address);
+        while i > 0 && self.inline_reach[i - 1] > address {
+            i -= 1;
+            let r = &self.inlines[i];
+            if r.end > address {
+                holding.push(r);
+            }
+        }
+        holding.sort_by_key(|r| std::cmp::Reverse(r.depth));
+        // One inlined subroutine may list the same range twice (split
+        // `DW_AT_ranges`); its call site counts once.
+        holding.dedup_by_key(|r| (r.depth, r.file, r.line));
+        let mut chain = vec![first];
+        chain.extend(
+            holding
+                .iter()
+                .filter(|r| r.line != 0)
+                .map(|r| SourceLocation {
+                    file: &self.files[r.file as usize],
+                    line: r.line,
+                }),
+        );
+        chain
     }
 
     /// Builds the table. `section` returns the (decompressed) contents of a
@@ -142,22 +201,8 @@ impl LineTable {
                 let file = match unit_files.get(&index) {
                     Some(&f) => f,
                     None => {
-                        let path = header
-                            .file(index)
-                            .map(|entry| {
-                                let mut path = comp_dir.clone().unwrap_or_default();
-                                if let Some(dir) = entry.directory(header) {
-                                    push_path(&mut path, &attr_text(&dwarf, &unit, dir));
-                                }
-                                push_path(&mut path, &attr_text(&dwarf, &unit, entry.path_name()));
-                                path
-                            })
-                            .unwrap_or_else(|| "<unknown>".to_string());
-                        let next = table.files.len() as u32;
-                        let id = *file_ids.entry(path.clone()).or_insert_with(|| {
-                            table.files.push(path);
-                            next
-                        });
+                        let path = file_path(&dwarf, &unit, header, comp_dir.as_deref(), index);
+                        let id = table.intern(&mut file_ids, path);
                         unit_files.insert(index, id);
                         id
                     }
@@ -171,8 +216,30 @@ impl LineTable {
                     line,
                 });
             }
+            if let Some(program) = &unit.line_program
+                && let Err(e) = table.add_inlines(
+                    &dwarf,
+                    &unit,
+                    program.header(),
+                    comp_dir.as_deref(),
+                    &mut file_ids,
+                    &is_code,
+                )
+            {
+                table.problem = Some(format!("malformed inlined subroutine: {e}"));
+            }
         }
         sequences.sort_by_key(|s| s.first().map_or(0, |r| r.address));
+        table.inlines.sort_by_key(|r| r.begin);
+        let mut reach = 0;
+        table.inline_reach = table
+            .inlines
+            .iter()
+            .map(|r| {
+                reach = reach.max(r.end);
+                reach
+            })
+            .collect();
         table.rows.reserve(sequences.iter().map(Vec::len).sum());
         for seq in sequences {
             table.rows.extend(seq);
@@ -182,6 +249,94 @@ impl LineTable {
         table.rows.sort_by_key(|r| r.address);
         table
     }
+}
+
+impl LineTable {
+    /// The id of `path` in [`LineTable::files`], added when new.
+    fn intern(&mut self, ids: &mut HashMap<String, u32>, path: String) -> u32 {
+        let next = self.files.len() as u32;
+        *ids.entry(path.clone()).or_insert_with(|| {
+            self.files.push(path);
+            next
+        })
+    }
+
+    /// Adds the inlined ranges of one unit (those in code only: a discarded
+    /// function's ranges start at address 0).
+    fn add_inlines<'a>(
+        &mut self,
+        dwarf: &gimli::Dwarf<Reader<'a>>,
+        unit: &gimli::Unit<Reader<'a>>,
+        header: &gimli::LineProgramHeader<Reader<'a>>,
+        comp_dir: Option<&str>,
+        file_ids: &mut HashMap<String, u32>,
+        is_code: &impl Fn(u64) -> bool,
+    ) -> Result<(), gimli::Error> {
+        let mut unit_files: HashMap<u64, u32> = HashMap::new();
+        let mut entries = unit.entries();
+        while let Some(entry) = entries.next_dfs()? {
+            if entry.tag() != gimli::DW_TAG_inlined_subroutine {
+                continue;
+            }
+            let index = match entry.attr_value(gimli::DW_AT_call_file) {
+                Some(AttributeValue::FileIndex(i)) => i,
+                Some(other) => match other.udata_value() {
+                    Some(i) => i,
+                    None => continue,
+                },
+                None => continue,
+            };
+            let line = entry
+                .attr_value(gimli::DW_AT_call_line)
+                .and_then(|v| v.udata_value())
+                .map_or(0, |l| l.min(u64::from(u32::MAX - 1)) as u32);
+            let file = match unit_files.get(&index) {
+                Some(&f) => f,
+                None => {
+                    let path = file_path(dwarf, unit, header, comp_dir, index);
+                    let id = self.intern(file_ids, path);
+                    unit_files.insert(index, id);
+                    id
+                }
+            };
+            let depth = u32::try_from(entry.depth()).unwrap_or(0);
+            let mut ranges = dwarf.die_ranges(unit, entry)?;
+            while let Some(range) = ranges.next()? {
+                if range.begin < range.end && is_code(range.begin) {
+                    self.inlines.push(Inline {
+                        begin: range.begin,
+                        end: range.end,
+                        depth,
+                        file,
+                        line,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The path of file `index` of a unit's line program, joined with the
+/// compilation directory when relative.
+fn file_path<'a>(
+    dwarf: &gimli::Dwarf<Reader<'a>>,
+    unit: &gimli::Unit<Reader<'a>>,
+    header: &gimli::LineProgramHeader<Reader<'a>>,
+    comp_dir: Option<&str>,
+    index: u64,
+) -> String {
+    header
+        .file(index)
+        .map(|entry| {
+            let mut path = comp_dir.unwrap_or_default().to_string();
+            if let Some(dir) = entry.directory(header) {
+                push_path(&mut path, &attr_text(dwarf, unit, dir));
+            }
+            push_path(&mut path, &attr_text(dwarf, unit, entry.path_name()));
+            path
+        })
+        .unwrap_or_else(|| "<unknown>".to_string())
 }
 
 fn attr_text<'a>(
@@ -245,11 +400,61 @@ mod tests {
                 },
             ],
             files: vec!["a.c".into()],
-            problem: None,
+            ..LineTable::default()
         };
         assert_eq!(table.locate(0x0f), None);
         assert_eq!(table.locate(0x10).unwrap().to_string(), "a.c:3");
         assert_eq!(table.locate(0x1f).unwrap().line, 4);
         assert_eq!(table.locate(0x20), None);
+    }
+
+    #[test]
+    fn a_chain_lists_the_row_then_the_call_sites_of_the_inlined_ranges_innermost_first() {
+        let row = |address, line| Row {
+            address,
+            file: 0,
+            line,
+        };
+        let inline = |begin, end, depth, line| Inline {
+            begin,
+            end,
+            depth,
+            file: 1,
+            line,
+        };
+        // `user` (file 1) inlines a call at line 7 covering 0x10..0x40, whose
+        // body inlines another at line 2 covering 0x20..0x28; a second,
+        // unrelated range 0x50..0x60 follows.
+        let inlines = vec![
+            inline(0x10, 0x40, 2, 7),
+            inline(0x20, 0x28, 3, 2),
+            inline(0x50, 0x60, 2, 9),
+        ];
+        let table = LineTable {
+            rows: vec![row(0x10, 100), row(0x20, 200), row(0x70, 0)],
+            files: vec!["/rustc/x/map.rs".into(), "/w/src/user.rs".into()],
+            inline_reach: vec![0x40, 0x40, 0x60],
+            inlines,
+            problem: None,
+        };
+        let text = |a| -> Vec<String> {
+            table
+                .locate_chain(a)
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
+        assert_eq!(
+            text(0x24),
+            [
+                "/rustc/x/map.rs:200",
+                "/w/src/user.rs:2",
+                "/w/src/user.rs:7"
+            ]
+        );
+        assert_eq!(text(0x30), ["/rustc/x/map.rs:200", "/w/src/user.rs:7"]);
+        assert_eq!(text(0x44), ["/rustc/x/map.rs:200"]);
+        assert_eq!(text(0x55), ["/rustc/x/map.rs:200", "/w/src/user.rs:9"]);
+        assert!(text(0x08).is_empty());
     }
 }

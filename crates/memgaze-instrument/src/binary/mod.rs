@@ -470,6 +470,13 @@ impl Binary {
     pub fn location(&self, addr: u64) -> Option<SourceLocation<'_>> {
         self.line_table().locate(addr)
     }
+
+    /// The source positions of the instruction at `addr`, innermost first:
+    /// its own, then each call its code was inlined at (DWARF inlined
+    /// subroutines). Empty when DWARF has no position.
+    pub fn location_chain(&self, addr: u64) -> Vec<SourceLocation<'_>> {
+        self.line_table().locate_chain(addr)
+    }
 }
 
 /// Decodes `bytes` located at `ip` into `out` (appending).

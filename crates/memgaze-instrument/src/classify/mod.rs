@@ -526,6 +526,7 @@ impl BinaryLoads {
                     size: op.size,
                     function: k as u32,
                     line: binary.location(op.ip).map(|l| l.to_string()),
+                    inline_chain: inline_chain(binary, op.ip),
                     skipped: None,
                     segment: reg(op.segment),
                     gather: op.gather,
@@ -544,6 +545,16 @@ impl BinaryLoads {
             shared_libraries: binary.needed().to_vec(),
         }
     }
+}
+
+/// The inline chain of the instruction at `ip`, as `file:line` texts (empty
+/// when its code is not inlined).
+fn inline_chain(binary: &Binary, ip: u64) -> Vec<String> {
+    let chain = binary.location_chain(ip);
+    if chain.len() < 2 {
+        return Vec::new();
+    }
+    chain.iter().map(ToString::to_string).collect()
 }
 
 /// Classifies the functions of `binary` that `select` accepts.

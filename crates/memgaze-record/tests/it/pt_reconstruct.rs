@@ -47,6 +47,7 @@ fn load(
         size: 8,
         function: 0,
         line: None,
+        inline_chain: Vec::new(),
         skipped: None,
         segment: None,
         gather: false,
