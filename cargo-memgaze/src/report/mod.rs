@@ -559,20 +559,23 @@ fn mrc_chart(
     run: &str,
     baseline: Option<(&str, &crate::gate::BaselineBench)>,
 ) -> Result<Option<(String, String)>> {
-    if a.summary.mrc.is_empty() {
+    if a.summary.whole_run.mrc.is_empty() {
         return Ok(None);
     }
     let curve = |label: String, analysis: &memgaze_analysis::Analysis| charts::mrc::MrcCurve {
         label,
         points: analysis
             .summary
+            .whole_run
             .mrc
             .iter()
             .map(|p| (p.bytes, p.miss_ratio))
             .collect(),
     };
     let mut curves = vec![curve(run.to_string(), a)];
-    if let Some((base, old)) = baseline.filter(|(_, old)| !old.analysis.summary.mrc.is_empty()) {
+    if let Some((base, old)) =
+        baseline.filter(|(_, old)| !old.analysis.summary.whole_run.mrc.is_empty())
+    {
         curves.push(curve(format!("baseline {base}"), &old.analysis));
     }
     let marks: Vec<charts::mrc::CacheMark> = a
@@ -584,10 +587,14 @@ fn mrc_chart(
     let s = &a.summary;
     let level =
         |l: &str, v: Option<f64>| v.map(|v| format!("MR_{l} = {}", charts::format_value(v)));
-    let mut parts: Vec<String> = [("L1", s.mr_l1), ("L2", s.mr_l2), ("LLC", s.mr_llc)]
-        .into_iter()
-        .filter_map(|(l, v)| level(l, v))
-        .collect();
+    let mut parts: Vec<String> = [
+        ("L1", s.whole_run.mr_l1),
+        ("L2", s.whole_run.mr_l2),
+        ("LLC", s.whole_run.mr_llc),
+    ]
+    .into_iter()
+    .filter_map(|(l, v)| level(l, v))
+    .collect();
     parts.push(match (s.spatial_rate, s.tracked_accesses) {
         (Some(r), Some(n)) if r < 1.0 => format!(
             "estimated from {} accesses to spatially sampled blocks (R = {})",

@@ -73,16 +73,16 @@ fn bench(root: &Path, key: &BenchKey, kernel: Kernel, seed: u64) -> memgaze_anal
 fn with_whole_run_view(analysis: &mut memgaze_analysis::Analysis, package: &str, seed: u64) {
     use memgaze_analysis::{CacheSizes, LineLocality, MrcPoint};
     let scale = 1.0 / (1.0 + seed as f64);
-    analysis.summary.mrc = (6..=24)
+    analysis.summary.whole_run.mrc = (6..=24)
         .map(|k| MrcPoint {
             blocks: 1 << k,
             bytes: 64 << k,
             miss_ratio: scale * (24 - k) as f64 / 18.0,
         })
         .collect();
-    analysis.summary.mr_l1 = Some(scale * 0.8);
-    analysis.summary.mr_l2 = Some(scale * 0.4);
-    analysis.summary.mr_llc = Some(scale * 0.1);
+    analysis.summary.whole_run.mr_l1 = Some(scale * 0.8);
+    analysis.summary.whole_run.mr_l2 = Some(scale * 0.4);
+    analysis.summary.whole_run.mr_llc = Some(scale * 0.1);
     analysis.run.cache_sizes = Some(CacheSizes {
         l1: 32 << 10,
         l2: 1 << 20,
