@@ -311,7 +311,7 @@ impl Runtime {
 }
 
 /// `lea reg, [rip → target]`.
-fn lea_rip(reg: Register, target: u64) -> Instruction {
+pub(super) fn lea_rip(reg: Register, target: u64) -> Instruction {
     Instruction::with2(
         Code::Lea_r64_m,
         reg,
@@ -428,7 +428,7 @@ fn emit_record_tracked(a: &mut Asm, l: &mut Labels) -> R {
 
 /// The hot path of `record`, branching to `to_cold` (with the flags in ax)
 /// for everything else.
-fn record_hot_path(a: &mut Asm, to_cold: CodeLabel) -> R {
+pub(super) fn record_hot_path(a: &mut Asm, to_cold: CodeLabel) -> R {
     a.push(rax)?;
     a.push(rcx)?;
     a.push(rbx)?;
@@ -681,6 +681,8 @@ fn emit_find_slot(a: &mut Asm, l: &mut Labels) -> R {
     a.mov(edx, MADV_WIPEONFORK)?;
     a.syscall()?;
     a.mov(qword_ptr(rbx + slot::MAGIC), slot::MAGIC_VALUE)?;
+    a.lea(rax, ptr(l.to_cold_entry))?;
+    a.mov(qword_ptr(rbx + slot::RUNTIME), rax)?;
     a.mov(rax, fs(0))?;
     a.mov(qword_ptr(rbx + slot::TCB), rax)?;
     a.mov(eax, SYS_GETTID)?;
