@@ -15,7 +15,7 @@
 
 use anyhow::{Context, Result, bail};
 use memgaze_metadata::annotation::Annotation;
-use memgaze_trace::{LoadEntry, TraceHeader};
+use memgaze_trace::{LoadEntry, OBJECT_LABEL, SHARED_LIBRARY_LABEL, TraceHeader};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -235,6 +235,14 @@ impl Libraries {
     /// `object << 24 | load` into `bases[object] + load`.
     pub fn extend_header(&self, header: &mut TraceHeader) -> Vec<u32> {
         let mut bases = vec![0];
+        if self.instrumented.is_empty() {
+            return Vec::new();
+        }
+        // Traced now: no longer named untraced.
+        header.labels.retain(|(key, value)| {
+            key != SHARED_LIBRARY_LABEL
+                || !self.instrumented.iter().any(|l| &l.library.name == value)
+        });
         for library in &self.instrumented {
             let lib = memgaze_record::trace_header(
                 &library.annotation,
@@ -245,6 +253,10 @@ impl Libraries {
             let load_base = header.loads.len() as u32;
             bases.resize(library.object as usize + 1, u32::MAX);
             bases[library.object as usize] = load_base;
+            header.labels.push((
+                OBJECT_LABEL.to_string(),
+                format!("{function_base} {load_base} {}", library.library.name),
+            ));
             header
                 .functions
                 .extend(lib.functions.into_iter().map(|mut f| {

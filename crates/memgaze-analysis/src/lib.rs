@@ -432,6 +432,8 @@ struct ThreadState {
 #[derive(Clone)]
 struct FunctionAcc {
     name: String,
+    /// The object whose code it is ([`TraceHeader::object_of_function`]).
+    object: Option<String>,
     included: bool,
     a: u64,
     a_const: u64,
@@ -585,8 +587,10 @@ impl Analyzer {
         let functions: Vec<FunctionAcc> = header
             .functions
             .iter()
-            .map(|f| FunctionAcc {
+            .enumerate()
+            .map(|(i, f)| FunctionAcc {
                 name: f.name.clone(),
+                object: header.object_of_function(i as u32),
                 included: matcher.as_ref().is_none_or(|m| m.is_match(&f.name)),
                 a: 0,
                 a_const: 0,
@@ -1508,6 +1512,7 @@ impl Analyzer {
                     tally.map_or([None; 3], |t| t.cache_ratios(sizes, rate));
                 FunctionMetrics {
                     name: acc.name.clone(),
+                    object: acc.object.clone(),
                     a: acc.a,
                     a_const: acc.a_const,
                     a_const_frac: ratio(acc.a_const as f64, acc.a + acc.a_const),
@@ -1547,6 +1552,7 @@ impl Analyzer {
     fn load_rows(&self) -> Vec<LoadRow> {
         let slots = &self.slots;
         let function_name = |f: Option<u32>| f.map(|f| self.functions[f as usize].name.clone());
+        let object = |f: Option<u32>| f.and_then(|f| self.functions[f as usize].object.clone());
         let mut loads: Vec<LoadRow> = Vec::new();
         for slot in slots.iter() {
             if let Some(proxy) = slot.proxy {
@@ -1557,6 +1563,7 @@ impl Analyzer {
                         class: slot.class,
                         count,
                         function: function_name(slot.function),
+                        object: object(slot.function),
                         line: slot.line.clone(),
                         implied: true,
                         d_mean: None,
@@ -1568,13 +1575,16 @@ impl Analyzer {
                     class: slot.class,
                     count: slot.count,
                     function: function_name(slot.function),
+                    object: object(slot.function),
                     line: slot.line.clone(),
                     implied: false,
                     d_mean: ratio(slot.d_sum as f64, slot.d_count),
                 });
             }
         }
-        loads.sort_by_key(|l| (l.ip, l.class, l.implied));
+        loads.sort_by(|x, y| {
+            (&x.object, x.ip, x.class, x.implied).cmp(&(&y.object, y.ip, y.class, y.implied))
+        });
         merge_duplicate_loads(&mut loads);
         loads
     }
@@ -1900,6 +1910,7 @@ fn window_rows(sums: &[LevelSums], lo: u32, hi: u32, lines: bool) -> Vec<WindowR
 fn merge_duplicate_loads(loads: &mut Vec<LoadRow>) {
     loads.dedup_by(|later, earlier| {
         if later.ip == earlier.ip
+            && later.object == earlier.object
             && later.class == earlier.class
             && later.implied == earlier.implied
         {

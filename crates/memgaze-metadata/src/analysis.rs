@@ -275,6 +275,10 @@ pub struct WindowRow {
 pub struct FunctionMetrics {
     /// Demangled name.
     pub name: String,
+    /// The object whose code it is: the executable's file name, or an
+    /// instrumented shared library's (`libc.so.6`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<String>,
     /// Observed accesses.
     #[serde(rename = "A")]
     pub a: u64,
@@ -343,6 +347,10 @@ pub struct LoadRow {
     pub count: u64,
     /// Containing function.
     pub function: Option<String>,
+    /// The object `ip` is an offset of: the executable's file name, or an
+    /// instrumented shared library's (`libc.so.6`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<String>,
     /// `file:line`.
     pub line: Option<String>,
     /// True for an uninstrumented Constant load whose count is implied by
