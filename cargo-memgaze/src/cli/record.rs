@@ -27,7 +27,7 @@ pub struct LibsArgs {
     /// like executables and loaded through a private directory first on
     /// `LD_LIBRARY_PATH`; a library that cannot be instrumented is named
     /// and runs original.
-    #[arg(long, value_name = "LIBS", value_parser = parse_libs, default_value = "none")]
+    #[arg(long, value_name = "LIBS", value_parser = parse_libs, default_value = "none", env = "MEMGAZE_LIBS")]
     pub libs: LibSelection,
 }
 

@@ -1258,7 +1258,15 @@ impl Analyzer {
         let region_rows = self.region_rows();
         let bins = self.reuse_bins();
         let intervals = std::mem::replace(&mut self.intervals, IntervalBuilder::new()).finish(rho);
-        let notes = self.notes(totals);
+        let mut notes = self.notes(totals);
+        let objects = self.object_coverage();
+        if !objects.is_empty() {
+            let shares: Vec<String> = objects
+                .iter()
+                .map(|o| format!("{} {:.1}%", o.object, 100.0 * o.share))
+                .collect();
+            notes.push(format!("accesses traced by object: {}", shares.join(", ")));
+        }
         let options = &self.options;
 
         Analysis {
@@ -1303,6 +1311,7 @@ impl Analyzer {
                 classified: self.classified,
                 outside_binary: self.outside_binary,
                 untraced_libraries: self.untraced_libraries.clone(),
+                objects,
                 notes,
             },
         }
@@ -1678,6 +1687,36 @@ impl Analyzer {
                 })
                 .collect(),
         }
+    }
+
+    /// Recorded accesses per object, most first, when the trace holds more
+    /// than one object's code (instrumented shared libraries).
+    fn object_coverage(&self) -> Vec<ObjectCoverage> {
+        let mut by_object: Vec<(String, u64)> = Vec::new();
+        for f in &self.functions {
+            let Some(object) = &f.object else { continue };
+            match by_object.iter_mut().find(|(o, _)| o == object) {
+                Some((_, n)) => *n += f.a + f.a_const,
+                None => by_object.push((object.clone(), f.a + f.a_const)),
+            }
+        }
+        if by_object.len() < 2 {
+            return Vec::new();
+        }
+        let total: u64 = by_object.iter().map(|(_, n)| n).sum();
+        by_object.sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
+        by_object
+            .into_iter()
+            .map(|(object, accesses)| ObjectCoverage {
+                object,
+                accesses,
+                share: if total == 0 {
+                    0.0
+                } else {
+                    accesses as f64 / total as f64
+                },
+            })
+            .collect()
     }
 
     /// The notes of the coverage: those gathered so far, then what the

@@ -529,8 +529,24 @@ pub struct Coverage {
     /// are none, for Lackey imports and in older analyses).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub untraced_libraries: Vec<String>,
+    /// Traced accesses by object (the executable and each instrumented
+    /// shared library), most first; absent when only the executable is
+    /// instrumented.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<ObjectCoverage>,
     /// Human-readable notes on the above.
     pub notes: Vec<String>,
+}
+
+/// The traced accesses of one object ([`Coverage::objects`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ObjectCoverage {
+    /// The executable's or the library's file name.
+    pub object: String,
+    /// Accesses recorded in its code (`A + A_const` of its functions).
+    pub accesses: u64,
+    /// Its share of all accesses recorded in known functions.
+    pub share: f64,
 }
 
 /// `u64` as a `"0x…"` string in JSON (addresses read better in hex).

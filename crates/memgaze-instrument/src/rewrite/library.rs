@@ -15,8 +15,10 @@
 //!
 //! Before any slot exists (code that the dynamic loader runs before the
 //! executable's entry: IFUNC resolvers, library constructors) the forwarder
-//! returns with the countdown left at zero: those executions are not
-//! counted, as the executable's own before its entry hook. A process whose
+//! returns with a re-check countdown (`COUNTDOWN_RECHECK`), which the
+//! executable's entry hook sets back to zero: those executions are not
+//! counted, as the executable's own before its entry hook, and the code
+//! runs at nearly full speed. A process whose
 //! executable is not instrumented (a program the recorded one `exec`s with
 //! the same environment) never gets a slot: its library loads are not
 //! counted either.
@@ -76,7 +78,9 @@ pub fn generate(code_va: u64, state_va: u64) -> Result<Runtime, IcedError> {
     a.mov(qword_ptr(rbx), rcx)?;
     a.set_label(&mut go)?;
     a.jmp(rcx)?;
+    // No runtime yet: run on at full speed, asking again after a while.
     a.set_label(&mut none)?;
+    a.mov(qword_ptr(0x38u64).fs(), runtime::COUNTDOWN_RECHECK as i32)?;
     a.add(al, 0x7f)?;
     a.sahf()?;
     a.pop(rbx)?;

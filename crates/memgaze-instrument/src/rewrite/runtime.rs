@@ -9,8 +9,10 @@
 //!   instrumented-load executions to let pass before the next slow-path
 //!   entry. `fs:0x40` points to the thread's *slot* (below). Per-thread
 //!   countdowns make the fast path exact under threads without atomics.
-//!   The entry hook checks both words are zero in the main thread and
-//!   disables recording otherwise (a libc that uses them).
+//!   The entry hook checks the slot word is zero in the main thread and
+//!   disables recording otherwise (a libc that uses it), then zeroes the
+//!   countdown, which instrumented libraries' loads before the entry leave
+//!   non-zero ([`super::library`]).
 //! - **Config** ([`cfg`](mod@cfg)) in the executable's bss (grown by the rewriter):
 //!   descriptor, sampling parameters, the region switch. Inherited by forks.
 //! - **Process block** ([`process`]) and **slots** ([`slot`]): anonymous
@@ -1589,9 +1591,12 @@ fn emit_entry(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     const ENTRY_PUSHED: i32 = 7 * 8;
     a.add_instruction(lea_rip(Register::R12, params.state_va))?;
     a.mov(qword_ptr(r12 + cfg::STATE), cfg::STATE_DISABLED)?;
-    a.mov(rax, fs(TCB_COUNTDOWN))?;
-    a.or(rax, fs(TCB_SLOT))?;
+    a.mov(rax, fs(TCB_SLOT))?;
+    a.test(rax, rax)?;
     a.jnz(l.entry_done)?;
+    // Instrumented libraries' loads before this entry leave a re-check
+    // countdown (see `super::library`): uncounted; counting starts here.
+    a.mov(fs(TCB_COUNTDOWN), 0)?;
     a.mov(rcx, qword_ptr(rsp + ENTRY_PUSHED))?; // argc
     a.lea(rbx, qword_ptr(rsp + rcx * 8 + (ENTRY_PUSHED + 16)))?; // envp
     a.mov(rbp, rbx)?;
