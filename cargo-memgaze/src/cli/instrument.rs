@@ -60,7 +60,9 @@ impl From<ModeArg> for InstrumentationMode {
 pub fn run(args: Args, global: &Global) -> Result<Exit> {
     let started = std::time::Instant::now();
     let result = match args.library {
-        Some(object) => memgaze_instrument::instrument_library_file(&args.elf, &args.output, object)?,
+        Some(object) => {
+            memgaze_instrument::instrument_library_file(&args.elf, &args.output, object)?
+        }
         None => instrument_file(
             &args.elf,
             &args.output,

@@ -6,6 +6,7 @@
 
 use super::Global;
 use super::style::styled_eprintln;
+use crate::pipeline::libs::{LibSelection, Libraries};
 use anyhow::{Context, Result, bail};
 use memgaze_error::{Exit, usage};
 use memgaze_instrument::rewrite as instrument;
@@ -13,7 +14,6 @@ use memgaze_metadata::annotation::{Annotation, InstrumentationMode};
 use memgaze_record::pt::probe::{BackendChoice, BackendRequest};
 use memgaze_record::{self as record, Recording};
 use memgaze_trace::{Backend, ProgramExit, Sampling, TraceWriter};
-use crate::pipeline::libs::{LibSelection, Libraries};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -280,7 +280,9 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     if let Some(code) = watch.stopped("before the program started") {
         return Ok(Exit::Interrupted(code));
     }
-    let libraries = args.libs.prepare(&program, lib_cache().as_deref(), global)?;
+    let libraries = args
+        .libs
+        .prepare(&program, lib_cache().as_deref(), global)?;
     let recording = record_to_file(
         &program,
         &args.command[1..],

@@ -49,8 +49,8 @@ impl LibSelection {
                 other => vec![other],
             };
             for pattern in patterns {
-                let glob = globset::Glob::new(pattern)
-                    .map_err(|e| format!("--libs {value}: {e}"))?;
+                let glob =
+                    globset::Glob::new(pattern).map_err(|e| format!("--libs {value}: {e}"))?;
                 globs.push(glob.compile_matcher());
             }
         }
@@ -244,11 +244,8 @@ impl Libraries {
                 || !self.instrumented.iter().any(|l| &l.library.name == value)
         });
         for library in &self.instrumented {
-            let lib = memgaze_record::trace_header(
-                &library.annotation,
-                header.sampling,
-                Vec::new(),
-            );
+            let lib =
+                memgaze_record::trace_header(&library.annotation, header.sampling, Vec::new());
             let function_base = header.functions.len() as u32;
             let load_base = header.loads.len() as u32;
             bases.resize(library.object as usize + 1, u32::MAX);
@@ -263,11 +260,13 @@ impl Libraries {
                     f.name = format!("{}!{}", library.library.name, f.name);
                     f
                 }));
-            header.loads.extend(lib.loads.into_iter().map(|l| LoadEntry {
-                function: l.function.map(|f| f + function_base),
-                proxy: l.proxy.map(|p| p + load_base),
-                ..l
-            }));
+            header
+                .loads
+                .extend(lib.loads.into_iter().map(|l| LoadEntry {
+                    function: l.function.map(|f| f + function_base),
+                    proxy: l.proxy.map(|p| p + load_base),
+                    ..l
+                }));
         }
         bases
     }

@@ -117,28 +117,39 @@ fn libc_string_functions_are_traced_as_lackey_sees_them() {
     let json = scratch().join("libc_strings.json");
     let ours = run_ok(
         memgaze()
-            .args(["memgaze", "run", "-q", "--full", "--libs", LIBC, "--format", "json", "-o"])
+            .args([
+                "memgaze", "run", "-q", "--full", "--libs", LIBC, "--format", "json", "-o",
+            ])
             .arg(&json)
             .arg(&program)
             .arg(BYTES)
             .env("GLIBC_TUNABLES", TUNABLES)
             .env("CARGO_TARGET_DIR", &target),
     );
-    assert_eq!(ours.stdout, native.stdout, "output differs with libc instrumented");
+    assert_eq!(
+        ours.stdout, native.stdout,
+        "output differs with libc instrumented"
+    );
     let analysis: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let cache = target.join("memgaze").join("instrumented");
     let exe_name = program.file_name().unwrap().to_string_lossy().into_owned();
     let objects = [
-        ("main", exe_name.clone(), cached_annotation(&cache, &exe_name)),
+        (
+            "main",
+            exe_name.clone(),
+            cached_annotation(&cache, &exe_name),
+        ),
         ("libc", LIBC.to_string(), cached_annotation(&cache, LIBC)),
     ];
     // Our counts per (object, ip).
     let mut recorded: HashMap<(String, u64), u64> = HashMap::new();
     for load in analysis["loads"].as_array().unwrap() {
-        let ip = u64::from_str_radix(load["ip"].as_str().unwrap().trim_start_matches("0x"), 16)
-            .unwrap();
-        let object = load["object"].as_str().expect("every load names its object");
+        let ip =
+            u64::from_str_radix(load["ip"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+        let object = load["object"]
+            .as_str()
+            .expect("every load names its object");
         *recorded.entry((object.to_string(), ip)).or_default() += load["count"].as_u64().unwrap();
     }
     let marker = |name: &str| {
@@ -152,7 +163,11 @@ fn libc_string_functions_are_traced_as_lackey_sees_them() {
     };
     let markers = (marker("memgaze_region_begin"), marker("memgaze_region_end"));
     let (lackey, stderr) = lackey_executions(&program, markers);
-    assert_eq!(bases(&stderr)["main"], 0x108000, "Valgrind moved the executable");
+    assert_eq!(
+        bases(&stderr)["main"],
+        0x108000,
+        "Valgrind moved the executable"
+    );
     let bases = bases(&stderr);
     // Per object and function: (Lackey's explicit loads, ours up to
     // Lackey's, ours); Lackey's implicit reads per object.
@@ -175,7 +190,10 @@ fn libc_string_functions_are_traced_as_lackey_sees_them() {
                 *implicit.entry(object.clone()).or_default() += n;
                 continue;
             }
-            let ours = recorded.get(&(object.clone(), offset)).copied().unwrap_or(0);
+            let ours = recorded
+                .get(&(object.clone(), offset))
+                .copied()
+                .unwrap_or(0);
             let row = per_function
                 .entry((object.clone(), function_at(annotation, offset)))
                 .or_default();
@@ -208,5 +226,8 @@ fn libc_string_functions_are_traced_as_lackey_sees_them() {
         .filter(|((object, _), _)| object == LIBC)
         .map(|(_, r)| r.1)
         .sum();
-    assert!(libc_share * 10 > ours_total * 9, "{libc_share} of {ours_total} in libc");
+    assert!(
+        libc_share * 10 > ours_total * 9,
+        "{libc_share} of {ours_total} in libc"
+    );
 }

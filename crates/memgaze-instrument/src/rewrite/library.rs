@@ -90,7 +90,8 @@ pub fn generate(code_va: u64, state_va: u64) -> Result<Runtime, IcedError> {
     // Never called: the library's spatial threshold stays zero.
     a.set_label(&mut spatial)?;
     a.ret()?;
-    let result = a.assemble_options(code_va, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
+    let result =
+        a.assemble_options(code_va, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
     let record = result.label_ip(&record)?;
     Ok(Runtime {
         record,

@@ -228,9 +228,9 @@ pub fn instrument_with_code(
     // ---- 2. runtime and copies
     let runtime_va = editor.segment_va + 64;
     let mut rt = match options.library {
-        Some(_) if soft => Some(
-            library::generate(runtime_va, editor.state_va).map_err(RewriteError::Runtime)?,
-        ),
+        Some(_) if soft => {
+            Some(library::generate(runtime_va, editor.state_va).map_err(RewriteError::Runtime)?)
+        }
         _ => generate_runtime(
             &editor,
             runtime_va,
@@ -605,7 +605,10 @@ impl Planner<'_, '_> {
                         },
                     ));
                     if load.class != LoadClass::Constant && probe::spatial_checkable(insn) {
-                        spatial.insert(index, (load.id | id_base, choose_spatial_probe(insn, live[index])));
+                        spatial.insert(
+                            index,
+                            (load.id | id_base, choose_spatial_probe(insn, live[index])),
+                        );
                     }
                 } else if let Some(reason) = ptwrite_unsupported(insn) {
                     skipped_loads.push((li, reason.into()));
