@@ -286,8 +286,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     let recording = record_to_file(
         &program,
         &args.command[1..],
-        &annotation,
-        &libraries,
+        (&annotation, &libraries),
         &sampling,
         args.sampling.spatial(),
         &output,
@@ -420,8 +419,7 @@ pub fn exit_like(exit: Option<ProgramExit>) -> Exit {
 pub fn record_to_file(
     program: &Path,
     args: &[OsString],
-    annotation: &Annotation,
-    libraries: &Libraries,
+    (annotation, libraries): (&Annotation, &Libraries),
     sampling: &Sampling,
     spatial: Option<memgaze_trace::SpatialSampling>,
     output: &Path,

@@ -72,11 +72,13 @@ fn lackey_executions(program: &Path, markers: (u64, u64)) -> (HashMap<u64, u64>,
                 Some(a) if a == end => false,
                 _ => inside,
             };
-        } else if inside && (line.starts_with(" L ") || line.starts_with(" M ")) && !taken {
-            if let Some(ip) = ip {
-                *counts.entry(ip).or_default() += 1;
-                taken = true;
-            }
+        } else if inside
+            && (line.starts_with(" L ") || line.starts_with(" M "))
+            && !taken
+            && let Some(ip) = ip
+        {
+            *counts.entry(ip).or_default() += 1;
+            taken = true;
         }
     }
     assert!(child.wait().unwrap().success());

@@ -218,8 +218,7 @@ pub fn instrument_with_code(
         &mut annotation,
         &selection,
         &original,
-        soft,
-        options.library.map_or(0, |o| o << library::OBJECT_SHIFT),
+        options,
         codes,
         &mut report,
     );
@@ -469,11 +468,12 @@ fn plan_functions(
     annotation: &mut Annotation,
     selection: &Selection,
     original: &OriginalUnwind<'_>,
-    soft: bool,
-    id_base: u32,
+    options: &InstrumentOptions,
     codes: &mut HashMap<u64, FunctionCode>,
     report: &mut Report,
 ) -> (Vec<Planned>, Vec<(usize, String)>) {
+    let soft = options.mode == InstrumentationMode::Soft;
+    let id_base = options.library.map_or(0, |o| o << library::OBJECT_SHIFT);
     let work: Vec<(usize, Option<usize>, Option<FunctionCode>)> = selection
         .functions
         .iter()
