@@ -31,6 +31,11 @@ pub struct Args {
     /// How to print the report.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+    /// Instrument a shared library (soft mode, every function) as object
+    /// number N (1–127, the high bits of its record ids), for a program
+    /// whose instrumented executable loads it.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=127), conflicts_with_all = ["functions", "mode"])]
+    pub library: Option<u32>,
 }
 
 /// `--mode` values.
@@ -54,12 +59,17 @@ impl From<ModeArg> for InstrumentationMode {
 /// Runs the command.
 pub fn run(args: Args, global: &Global) -> Result<Exit> {
     let started = std::time::Instant::now();
-    let result = instrument_file(
-        &args.elf,
-        &args.output,
-        args.functions.as_deref(),
-        args.mode.into(),
-    )?;
+    let result = match args.library {
+        Some(object) => {
+            memgaze_instrument::instrument_library_file(&args.elf, &args.output, object)?
+        }
+        None => instrument_file(
+            &args.elf,
+            &args.output,
+            args.functions.as_deref(),
+            args.mode.into(),
+        )?,
+    };
     let mut out = std::io::stdout().lock();
     match args.format {
         Format::Table => {

@@ -6,6 +6,7 @@
 
 use super::Global;
 use super::style::styled_eprintln;
+use crate::pipeline::libs::{LibSelection, Libraries};
 use anyhow::{Context, Result, bail};
 use memgaze_error::{Exit, usage};
 use memgaze_instrument::rewrite as instrument;
@@ -15,6 +16,49 @@ use memgaze_record::{self as record, Recording};
 use memgaze_trace::{Backend, ProgramExit, Sampling, TraceWriter};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+
+/// `--libs`, shared by `record` and `run`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LibsArgs {
+    /// Shared libraries to instrument too: `none` (the default), or a
+    /// comma-separated list of globs on the names the program needs them
+    /// by (`libc.so.6`), where `default` stands for libc, libm and
+    /// libgcc_s and `'*'` for every library. Instrumented copies are cached
+    /// like executables and loaded through a private directory first on
+    /// `LD_LIBRARY_PATH`; a library that cannot be instrumented is named
+    /// and runs original.
+    #[arg(long, value_name = "LIBS", value_parser = parse_libs, default_value = "none", env = "MEMGAZE_LIBS")]
+    pub libs: LibSelection,
+}
+
+fn parse_libs(value: &str) -> Result<LibSelection, String> {
+    LibSelection::parse(value)
+}
+
+impl LibsArgs {
+    /// Instruments the selected libraries of `program` (cached under
+    /// `cache` when given), naming each one made now and each refused.
+    pub fn prepare(
+        &self,
+        program: &Path,
+        cache: Option<&Path>,
+        global: &Global,
+    ) -> Result<Libraries> {
+        let libraries = Libraries::prepare(program, &self.libs, cache, |library| {
+            if !global.quiet {
+                styled_eprintln!("memgaze: instrumenting {}…", library.display());
+            }
+        })?;
+        for (library, reason) in &libraries.refused {
+            styled_eprintln!(
+                "memgaze: warning: {} ({}) is not instrumented and runs original: {reason}",
+                library.name,
+                library.path.display()
+            );
+        }
+        Ok(libraries)
+    }
+}
 
 /// Sampling flags shared by `record` and `run`.
 #[derive(clap::Args, Debug, Clone)]
@@ -182,6 +226,8 @@ pub struct Args {
     /// directory).
     #[arg(short, long, value_name = "TRACE")]
     pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub libs: LibsArgs,
     /// The instrumented program and its arguments.
     #[arg(
         required = true,
@@ -234,10 +280,13 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     if let Some(code) = watch.stopped("before the program started") {
         return Ok(Exit::Interrupted(code));
     }
+    let libraries = args
+        .libs
+        .prepare(&program, lib_cache().as_deref(), global)?;
     let recording = record_to_file(
         &program,
         &args.command[1..],
-        &annotation,
+        (&annotation, &libraries),
         &sampling,
         args.sampling.spatial(),
         &output,
@@ -259,7 +308,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
                 100.0 * covered as f64 / total as f64
             }
         );
-        eprintln!("memgaze: {}", untraced_note(&annotation));
+        eprintln!("memgaze: {}", untraced_note_with(&annotation, &libraries));
     }
     match watch.signal() {
         Some(signal) if recording.interrupted.is_none() => Ok(Exit::Interrupted(128 + signal)),
@@ -272,6 +321,11 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
 /// reads (string instructions, stack reads), which have no operand to
 /// probe.
 pub fn untraced_note(annotation: &Annotation) -> String {
+    untraced_note_with(annotation, &Libraries::default())
+}
+
+/// [`untraced_note`] when `libraries` are instrumented too.
+pub fn untraced_note_with(annotation: &Annotation, libraries: &Libraries) -> String {
     let strings: u64 = annotation
         .functions
         .iter()
@@ -282,13 +336,31 @@ pub fn untraced_note(annotation: &Annotation) -> String {
         .iter()
         .map(|f| u64::from(f.stack_loads))
         .sum();
-    let libraries = if annotation.shared_libraries.is_empty() {
+    let traced: Vec<&str> = libraries
+        .instrumented
+        .iter()
+        .map(|l| l.library.name.as_str())
+        .collect();
+    let untraced: Vec<&str> = annotation
+        .shared_libraries
+        .iter()
+        .map(String::as_str)
+        .filter(|l| !traced.contains(l))
+        .collect();
+    let untraced = if annotation.shared_libraries.is_empty() {
         "none linked".to_string()
+    } else if untraced.is_empty() {
+        "none of those linked".to_string()
     } else {
-        annotation.shared_libraries.join(", ")
+        untraced.join(", ")
+    };
+    let scope = if traced.is_empty() {
+        "only the executable is instrumented".to_string()
+    } else {
+        format!("instrumented: the executable, {}", traced.join(", "))
     };
     format!(
-        "not traced: loads in shared libraries ({libraries}; only the executable is instrumented), and the executable's implicit reads at {strings} string-instruction and {stack} stack-read sites"
+        "not traced: loads in shared libraries ({untraced}; {scope}), and the executable's implicit reads at {strings} string-instruction and {stack} stack-read sites"
     )
 }
 
@@ -347,7 +419,7 @@ pub fn exit_like(exit: Option<ProgramExit>) -> Exit {
 pub fn record_to_file(
     program: &Path,
     args: &[OsString],
-    annotation: &Annotation,
+    (annotation, libraries): (&Annotation, &Libraries),
     sampling: &Sampling,
     spatial: Option<memgaze_trace::SpatialSampling>,
     output: &Path,
@@ -357,12 +429,18 @@ pub fn record_to_file(
     command.extend(args.iter().map(|a| a.to_string_lossy().into_owned()));
     let mut header = record::trace_header(annotation, *sampling, command);
     header.spatial = spatial;
+    let objects = record::Objects {
+        bases: libraries.extend_header(&mut header),
+        valid: libraries.valid_loads(annotation),
+    };
     let mut writer =
         TraceWriter::create(output, &header).with_context(|| output.display().to_string())?;
-    let recording = record::record(
-        program,
-        args,
-        annotation,
+    let mut program_command = std::process::Command::new(program);
+    program_command.args(args);
+    libraries.apply(&mut program_command);
+    let recording = record::record_objects_within(
+        program_command,
+        &objects,
         sampling,
         spatial,
         &mut record::NamedSink(&mut writer, output),
@@ -373,6 +451,12 @@ pub fn record_to_file(
         .with_context(|| output.display().to_string())?
         .commit()?;
     Ok(recording)
+}
+
+/// Where `record` caches instrumented libraries: the cargo project's
+/// `target/memgaze/instrumented` when there is one (as `run`).
+fn lib_cache() -> Option<PathBuf> {
+    super::run::cache_dir()
 }
 
 /// Prints notes and one summary line on stderr.

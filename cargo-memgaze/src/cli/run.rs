@@ -42,6 +42,8 @@ pub struct Args {
     /// Also keep the trace in this file.
     #[arg(long, value_name = "TRACE")]
     pub save_trace: Option<PathBuf>,
+    #[command(flatten)]
+    pub libs: super::record::LibsArgs,
     /// The program (an ordinary, uninstrumented executable) and its
     /// arguments.
     #[arg(
@@ -114,14 +116,26 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     let spatial = args.sampling.spatial();
     let mut header = record::trace_header(&annotation, sampling, command);
     header.spatial = spatial;
+    let libraries = args
+        .libs
+        .prepare(&program, cache_dir().as_deref(), global)?;
+    let objects = record::Objects {
+        bases: libraries.extend_header(&mut header),
+        valid: libraries.valid_loads(&annotation),
+    };
+    let program_command = |instrumented: &Path, command: &[OsString]| {
+        let mut cmd = program_command(instrumented, command);
+        libraries.apply(&mut cmd);
+        cmd
+    };
     let mut analyzer = AnalyzerSink::new(&header, &AnalysisOptions::default())?;
     let recording = match &args.save_trace {
         Some(path) => {
             let mut writer =
                 TraceWriter::create(path, &header).with_context(|| path.display().to_string())?;
-            let recording = record::record_command_within(
+            let recording = record::record_objects_within(
                 program_command(&instrumented, &args.command),
-                &annotation,
+                &objects,
                 &sampling,
                 spatial,
                 &mut Tee(&mut record::NamedSink(&mut writer, path), &mut analyzer),
@@ -133,9 +147,9 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
                 .commit()?;
             recording
         }
-        None => record::record_command_within(
+        None => record::record_objects_within(
             program_command(&instrumented, &args.command),
-            &annotation,
+            &objects,
             &sampling,
             spatial,
             &mut analyzer,
@@ -148,7 +162,10 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             .as_deref()
             .unwrap_or_else(|| Path::new("the analysis"));
         print_summary(&recording, target);
-        eprintln!("memgaze: {}", super::record::untraced_note(&annotation));
+        eprintln!(
+            "memgaze: {}",
+            super::record::untraced_note_with(&annotation, &libraries)
+        );
     }
     let analysis = analyzer.finish(&recording.totals);
     print_analysis(&args, &analysis)?;
@@ -266,7 +283,7 @@ fn instrumented_copy(
 }
 
 /// `target/memgaze/instrumented` of the cargo project around, if any.
-fn cache_dir() -> Option<PathBuf> {
+pub(super) fn cache_dir() -> Option<PathBuf> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("target"));

@@ -186,6 +186,7 @@ pub fn instrument_soft(input: &Path, output: &Path) -> anyhow::Result<(Annotatio
         annotation,
         &InstrumentOptions {
             mode: InstrumentationMode::Soft,
+            library: None,
         },
     )?;
     write_executable(output, &result.executable)?;

@@ -21,6 +21,7 @@
 
 pub mod instrumented;
 pub mod layout;
+pub mod libs;
 mod sink;
 
 pub use instrumented::{InstrumentedBench, instrumented};

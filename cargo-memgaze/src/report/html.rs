@@ -1006,6 +1006,7 @@ mod tests {
         };
         let f = FunctionMetrics {
             name: "f".into(),
+            object: None,
             a: 100,
             a_const: 0,
             a_const_frac: None,

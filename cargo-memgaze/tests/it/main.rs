@@ -13,6 +13,7 @@ mod gate;
 mod interrupt;
 mod lackey;
 mod lackey_crosscheck;
+mod libs;
 mod mrc_accuracy;
 mod outputs;
 mod region_threads;

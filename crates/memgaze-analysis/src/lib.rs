@@ -432,6 +432,8 @@ struct ThreadState {
 #[derive(Clone)]
 struct FunctionAcc {
     name: String,
+    /// The object whose code it is ([`TraceHeader::object_of_function`]).
+    object: Option<String>,
     included: bool,
     a: u64,
     a_const: u64,
@@ -585,8 +587,10 @@ impl Analyzer {
         let functions: Vec<FunctionAcc> = header
             .functions
             .iter()
-            .map(|f| FunctionAcc {
+            .enumerate()
+            .map(|(i, f)| FunctionAcc {
                 name: f.name.clone(),
+                object: header.object_of_function(i as u32),
                 included: matcher.as_ref().is_none_or(|m| m.is_match(&f.name)),
                 a: 0,
                 a_const: 0,
@@ -1254,7 +1258,15 @@ impl Analyzer {
         let region_rows = self.region_rows();
         let bins = self.reuse_bins();
         let intervals = std::mem::replace(&mut self.intervals, IntervalBuilder::new()).finish(rho);
-        let notes = self.notes(totals);
+        let mut notes = self.notes(totals);
+        let objects = self.object_coverage();
+        if !objects.is_empty() {
+            let shares: Vec<String> = objects
+                .iter()
+                .map(|o| format!("{} {:.1}%", o.object, 100.0 * o.share))
+                .collect();
+            notes.push(format!("accesses traced by object: {}", shares.join(", ")));
+        }
         let options = &self.options;
 
         Analysis {
@@ -1299,6 +1311,7 @@ impl Analyzer {
                 classified: self.classified,
                 outside_binary: self.outside_binary,
                 untraced_libraries: self.untraced_libraries.clone(),
+                objects,
                 notes,
             },
         }
@@ -1506,6 +1519,7 @@ impl Analyzer {
                     tally.map_or([None; 3], |t| t.cache_ratios(sizes, rate));
                 FunctionMetrics {
                     name: acc.name.clone(),
+                    object: acc.object.clone(),
                     a: acc.a,
                     a_const: acc.a_const,
                     a_const_frac: ratio(acc.a_const as f64, acc.a + acc.a_const),
@@ -1547,6 +1561,7 @@ impl Analyzer {
     fn load_rows(&self) -> Vec<LoadRow> {
         let slots = &self.slots;
         let function_name = |f: Option<u32>| f.map(|f| self.functions[f as usize].name.clone());
+        let object = |f: Option<u32>| f.and_then(|f| self.functions[f as usize].object.clone());
         let mut loads: Vec<LoadRow> = Vec::new();
         for slot in slots.iter() {
             if let Some(proxy) = slot.proxy {
@@ -1557,6 +1572,7 @@ impl Analyzer {
                         class: slot.class,
                         count,
                         function: function_name(slot.function),
+                        object: object(slot.function),
                         line: slot.line.clone(),
                         implied: true,
                         d_mean: None,
@@ -1568,13 +1584,16 @@ impl Analyzer {
                     class: slot.class,
                     count: slot.count,
                     function: function_name(slot.function),
+                    object: object(slot.function),
                     line: slot.line.clone(),
                     implied: false,
                     d_mean: ratio(slot.d_sum as f64, slot.d_count),
                 });
             }
         }
-        loads.sort_by_key(|l| (l.ip, l.class, l.implied));
+        loads.sort_by(|x, y| {
+            (&x.object, x.ip, x.class, x.implied).cmp(&(&y.object, y.ip, y.class, y.implied))
+        });
         merge_duplicate_loads(&mut loads);
         loads
     }
@@ -1668,6 +1687,36 @@ impl Analyzer {
                 })
                 .collect(),
         }
+    }
+
+    /// Recorded accesses per object, most first, when the trace holds more
+    /// than one object's code (instrumented shared libraries).
+    fn object_coverage(&self) -> Vec<ObjectCoverage> {
+        let mut by_object: Vec<(String, u64)> = Vec::new();
+        for f in &self.functions {
+            let Some(object) = &f.object else { continue };
+            match by_object.iter_mut().find(|(o, _)| o == object) {
+                Some((_, n)) => *n += f.a + f.a_const,
+                None => by_object.push((object.clone(), f.a + f.a_const)),
+            }
+        }
+        if by_object.len() < 2 {
+            return Vec::new();
+        }
+        let total: u64 = by_object.iter().map(|(_, n)| n).sum();
+        by_object.sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
+        by_object
+            .into_iter()
+            .map(|(object, accesses)| ObjectCoverage {
+                object,
+                accesses,
+                share: if total == 0 {
+                    0.0
+                } else {
+                    accesses as f64 / total as f64
+                },
+            })
+            .collect()
     }
 
     /// The notes of the coverage: those gathered so far, then what the
@@ -1900,6 +1949,7 @@ fn window_rows(sums: &[LevelSums], lo: u32, hi: u32, lines: bool) -> Vec<WindowR
 fn merge_duplicate_loads(loads: &mut Vec<LoadRow>) {
     loads.dedup_by(|later, earlier| {
         if later.ip == earlier.ip
+            && later.object == earlier.object
             && later.class == earlier.class
             && later.implied == earlier.implied
         {

@@ -65,6 +65,9 @@ pub enum InstrumentError {
     /// `DT_FINI` entry or spare `.dynamic` slot for one.
     #[error("no DT_FINI entry or spare .dynamic slot for the exit hook")]
     NoExitHook,
+    /// A shared library has more loads than its record ids can number.
+    #[error("{0} loads: more than a library's record ids can number (2^24)")]
+    TooManyLoads(usize),
     /// Rewriting failed for a reason below the refusals (relocating code,
     /// assembling the runtime, unwind tables).
     #[error(transparent)]

@@ -20,15 +20,46 @@ pub fn instrument_file(
     functions: Option<&str>,
     mode: InstrumentationMode,
 ) -> Result<Instrumented, InstrumentError> {
+    instrument_object(input, output, functions, mode, None)
+}
+
+/// Instruments the shared library `input` into `output` (+ annotation
+/// beside it) as object number `object` (1..=`MAX_OBJECT`, the high bits
+/// of its record ids; see [`crate::rewrite::library`]): every function, soft
+/// probes, no entry or exit hook.
+pub fn instrument_library_file(
+    input: &Path,
+    output: &Path,
+    object: u32,
+) -> Result<Instrumented, InstrumentError> {
+    instrument_object(input, output, None, InstrumentationMode::Soft, Some(object))
+}
+
+fn instrument_object(
+    input: &Path,
+    output: &Path,
+    functions: Option<&str>,
+    mode: InstrumentationMode,
+    library: Option<u32>,
+) -> Result<Instrumented, InstrumentError> {
     let started = std::time::Instant::now();
-    let binary = Binary::open(input)?;
+    let binary = match library {
+        None => Binary::open(input)?,
+        Some(_) => Binary::open_any(input)?,
+    };
     let opened = started.elapsed().as_secs_f64();
     let (annotation, mut codes) = annotate_with_code(&binary, functions)?;
+    if library.is_some() && annotation.loads.len() > crate::rewrite::library::MAX_LOADS {
+        return Err(InstrumentError::InFile {
+            path: input.to_path_buf(),
+            source: Box::new(InstrumentError::TooManyLoads(annotation.loads.len())),
+        });
+    }
     let classified = started.elapsed().as_secs_f64() - opened;
     let mut result = instrument::instrument_with_code(
         &binary,
         annotation,
-        &InstrumentOptions { mode },
+        &InstrumentOptions { mode, library },
         &mut codes,
     )
     .map_err(|e| InstrumentError::InFile {

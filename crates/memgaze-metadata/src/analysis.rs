@@ -287,6 +287,10 @@ pub struct WindowRow {
 pub struct FunctionMetrics {
     /// Demangled name.
     pub name: String,
+    /// The object whose code it is: the executable's file name, or an
+    /// instrumented shared library's (`libc.so.6`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<String>,
     /// Observed accesses.
     #[serde(rename = "A")]
     pub a: u64,
@@ -346,6 +350,10 @@ pub struct LoadRow {
     pub count: u64,
     /// Containing function.
     pub function: Option<String>,
+    /// The object `ip` is an offset of: the executable's file name, or an
+    /// instrumented shared library's (`libc.so.6`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<String>,
     /// `file:line`.
     pub line: Option<String>,
     /// True for an uninstrumented Constant load whose count is implied by
@@ -524,8 +532,24 @@ pub struct Coverage {
     /// are none, for Lackey imports and in older analyses).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub untraced_libraries: Vec<String>,
+    /// Traced accesses by object (the executable and each instrumented
+    /// shared library), most first; absent when only the executable is
+    /// instrumented.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<ObjectCoverage>,
     /// Human-readable notes on the above.
     pub notes: Vec<String>,
+}
+
+/// The traced accesses of one object ([`Coverage::objects`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ObjectCoverage {
+    /// The executable's or the library's file name.
+    pub object: String,
+    /// Accesses recorded in its code (`A + A_const` of its functions).
+    pub accesses: u64,
+    /// Its share of all accesses recorded in known functions.
+    pub share: f64,
 }
 
 /// `u64` as a `"0x…"` string in JSON (addresses read better in hex).
@@ -626,6 +650,7 @@ mod tests {
 
         let function = FunctionMetrics {
             name: "f".into(),
+            object: None,
             a: 1,
             a_const: 0,
             a_const_frac: None,

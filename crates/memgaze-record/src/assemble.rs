@@ -50,6 +50,9 @@ pub(crate) struct Assembler<'a> {
     sink: &'a mut dyn RecordSink,
     /// Which load ids may appear in records (instrumented loads).
     valid_loads: Vec<bool>,
+    /// First trace load index of each object (see [`dense_id`]); empty when
+    /// only the executable is instrumented.
+    objects: Vec<u32>,
     full: bool,
     window: u64,
     threads: HashMap<(u32, u32), u32>,
@@ -99,6 +102,7 @@ impl<'a> Assembler<'a> {
         Assembler {
             sink,
             valid_loads,
+            objects: Vec::new(),
             full,
             window,
             threads: HashMap::new(),
@@ -119,6 +123,14 @@ impl<'a> Assembler<'a> {
             regions: Vec::new(),
             processes: Vec::new(),
         }
+    }
+
+    /// Records of instrumented libraries carry `object << 24 | load`: the
+    /// trace's index of the object's first load is `objects[object]`
+    /// (object 0, the executable, at 0).
+    pub(crate) fn with_objects(mut self, objects: Vec<u32>) -> Self {
+        self.objects = objects;
+        self
     }
 
     /// Small thread ids in order of first appearance.
@@ -170,7 +182,7 @@ impl<'a> Assembler<'a> {
         match header.kind {
             MessageKind::Records | MessageKind::Final if self.full => {
                 let (kept, invalid, unwritten) =
-                    valid_records(payload, &self.valid_loads, &mut self.batch);
+                    valid_records(payload, &self.valid_loads, &self.objects, &mut self.batch);
                 self.invalid_records += invalid;
                 self.unwritten_records += unwritten;
                 if kept > 0 {
@@ -182,6 +194,7 @@ impl<'a> Assembler<'a> {
             MessageKind::Records | MessageKind::Final => {
                 for (load, addr) in protocol::records(payload) {
                     let (load, spatial) = split_spatial(load);
+                    let load = dense_id(&self.objects, load);
                     if spatial {
                         if self.valid_loads.get(load as usize) == Some(&true) {
                             self.spatial(thread, load, addr)?;
@@ -329,7 +342,30 @@ impl<'a> Assembler<'a> {
 /// record is stored and the next one overwrites it unless it was kept. `out`
 /// keeps its largest length between calls, so it is never cleared or
 /// refilled.
-fn valid_records(payload: &[u8], valid: &[bool], out: &mut Vec<(u32, u64)>) -> (usize, u64, u64) {
+/// Library records' trace index: `objects[id >> 24] + (id & 0xff_ffff)`
+/// (see [`Assembler::with_objects`]); markers and the executable's ids as
+/// they are; an unknown object's an id no load has.
+fn dense_id(objects: &[u32], id: u32) -> u32 {
+    const SHIFT: u32 = 24;
+    let object = (id >> SHIFT) as usize;
+    if object == 0 || id >= UNWRITTEN_MARKER || objects.is_empty() {
+        return id;
+    }
+    match objects.get(object) {
+        Some(&base) if base != u32::MAX => base + (id & ((1 << SHIFT) - 1)),
+        _ => UNKNOWN_LOAD,
+    }
+}
+
+/// An id no trace load has (below the markers).
+const UNKNOWN_LOAD: u32 = UNWRITTEN_MARKER - 1;
+
+fn valid_records(
+    payload: &[u8],
+    valid: &[bool],
+    objects: &[u32],
+    out: &mut Vec<(u32, u64)>,
+) -> (usize, u64, u64) {
     let n = payload.len() / protocol::RECORD_BYTES;
     if out.len() < n {
         out.resize(n, (0, 0));
@@ -339,6 +375,7 @@ fn valid_records(payload: &[u8], valid: &[bool], out: &mut Vec<(u32, u64)>) -> (
     let mut invalid = 0u64;
     let mut unwritten = 0u64;
     for (load, addr) in protocol::records(payload) {
+        let load = dense_id(objects, load);
         let ok = valid.get(load as usize).copied().unwrap_or(false);
         // `kept <= ` records seen so far `< n`.
         out[kept.min(n - 1)] = (load, addr);

@@ -445,8 +445,37 @@ pub fn record_command(
 /// expired. A sink that fails (a full disk) kills the program and returns
 /// the sink's error.
 pub fn record_command_within(
-    mut command: Command,
+    command: Command,
     annotation: &Annotation,
+    sampling: &Sampling,
+    spatial: Option<SpatialSampling>,
+    sink: &mut dyn RecordSink,
+    limits: &Limits,
+) -> Result<Recording, RecordError> {
+    let objects = Objects {
+        valid: annotation.loads.iter().map(|l| l.instrumented).collect(),
+        bases: Vec::new(),
+    };
+    record_objects_within(command, &objects, sampling, spatial, sink, limits)
+}
+
+/// The instrumented objects of a recording: which trace loads records may
+/// name, and where each object's loads start in the trace header.
+#[derive(Clone, Debug, Default)]
+pub struct Objects {
+    /// Per trace load (header order): whether it is instrumented.
+    pub valid: Vec<bool>,
+    /// Trace index of the first load of each object (object 0, the
+    /// executable, first; `u32::MAX` for a number not in use): records of
+    /// object `o` carry `o << 24 | load`. Empty: the executable alone.
+    pub bases: Vec<u32>,
+}
+
+/// [`record_command_within`] for a program whose shared libraries are
+/// instrumented too: the trace header holds every object's loads.
+pub fn record_objects_within(
+    mut command: Command,
+    objects: &Objects,
     sampling: &Sampling,
     spatial: Option<SpatialSampling>,
     sink: &mut dyn RecordSink,
@@ -545,9 +574,9 @@ pub fn record_command_within(
         })
     };
 
-    let valid: Vec<bool> = annotation.loads.iter().map(|l| l.instrumented).collect();
     let full = sampling.is_full();
-    let mut assembler = Assembler::new(sink, valid, full, sampling.window);
+    let mut assembler = Assembler::new(sink, objects.valid.clone(), full, sampling.window)
+        .with_objects(objects.bases.clone());
     let (failure, shared_messages) = collect(
         &ours,
         shared.as_ref(),

@@ -82,6 +82,11 @@ pub mod slot {
         /// dropped when it notices; the region's end counts the part it ran
         /// meanwhile (see the runtime's `unaware_at_begin`).
         pub(crate) unaware: u64,
+        /// Address of the owning runtime's cold path (`rax`, `rcx`, `rbx`
+        /// pushed, the flags in `ax`): where an instrumented shared
+        /// library's `record` forwards what its hot path cannot do, so
+        /// every object shares one runtime, one slot and one countdown.
+        pub runtime: u64,
         /// The message header, sent together with the records after it.
         pub message: [u8; HEADER_BYTES],
         /// The records: as many as fit in [`BYTES`] ([`CAPACITY`]).
@@ -128,6 +133,8 @@ pub mod slot {
     pub const CLAIMED: i32 = offset_of!(Slot, claimed) as i32;
     /// Offset of `Slot::unaware`.
     pub const UNAWARE: i32 = offset_of!(Slot, unaware) as i32;
+    /// Offset of [`Slot::runtime`].
+    pub const RUNTIME: i32 = offset_of!(Slot, runtime) as i32;
     /// Offset of [`Slot::message`]: header, then records.
     pub const MESSAGE: i32 = offset_of!(Slot, message) as i32;
     /// Offset of [`Slot::records`], the first record.

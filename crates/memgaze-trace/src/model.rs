@@ -186,7 +186,40 @@ pub struct TraceHeader {
 /// they load, are not in the trace.
 pub const SHARED_LIBRARY_LABEL: &str = "shared_library";
 
+/// Label key ([`TraceHeader::labels`]) of an instrumented shared library
+/// whose functions and loads follow the executable's in the header, one
+/// label per library in header order: `<first function index> <first load
+/// index> <name>` (`12 40 libc.so.6`). Its `ip`s and function addresses
+/// are offsets in that library's file.
+pub const OBJECT_LABEL: &str = "object";
+
 impl TraceHeader {
+    /// The object (file name) whose code function `function` is: an
+    /// instrumented library's name ([`OBJECT_LABEL`]) or, below the first
+    /// one, the executable's file name (`None` when the header names no
+    /// binary).
+    pub fn object_of_function(&self, function: u32) -> Option<String> {
+        let mut object = self
+            .binary
+            .as_ref()
+            .and_then(|b| std::path::Path::new(&b.path).file_name())
+            .map(|n| n.to_string_lossy().into_owned());
+        for (key, value) in &self.labels {
+            if key != OBJECT_LABEL {
+                continue;
+            }
+            let mut parts = value.splitn(3, ' ');
+            let first = parts.next().and_then(|f| f.parse::<u32>().ok());
+            let name = parts.nth(1);
+            if let (Some(first), Some(name)) = (first, name)
+                && function >= first
+            {
+                object = Some(name.to_string());
+            }
+        }
+        object
+    }
+
     /// The libraries named by [`SHARED_LIBRARY_LABEL`] labels, in order.
     pub fn shared_libraries(&self) -> impl Iterator<Item = &str> {
         self.labels

@@ -70,6 +70,16 @@ impl ElfEditor {
     /// handle: not x86-64 ELF, statically linked, already instrumented, no
     /// spare program header, no writable segment at the end.
     pub fn new(bytes: Vec<u8>, state_bytes: u64) -> Result<ElfEditor, ElfError> {
+        ElfEditor::open(bytes, state_bytes, false)
+    }
+
+    /// [`ElfEditor::new`] for a shared library (an `ET_DYN` with a dynamic
+    /// section and no interpreter is accepted; static executables are not).
+    pub fn new_library(bytes: Vec<u8>, state_bytes: u64) -> Result<ElfEditor, ElfError> {
+        ElfEditor::open(bytes, state_bytes, true)
+    }
+
+    fn open(bytes: Vec<u8>, state_bytes: u64, library: bool) -> Result<ElfEditor, ElfError> {
         // The identification bytes are checked before goblin reads the
         // header, so that the message names what is wrong: goblin's 64-bit
         // reader would read a 32-bit header as a 64-bit one, and a
@@ -94,10 +104,15 @@ impl ElfEditor {
             if e_type == ET_DYN && !headers.iter().any(|h| h.p_type == PT_DYNAMIC) {
                 return Err(ElfError::StaticPie);
             }
-            if e_type == ET_DYN {
+            if e_type == ET_DYN && !library {
                 return Err(ElfError::SharedLibrary);
             }
-            return Err(ElfError::StaticallyLinked);
+            if e_type != ET_DYN {
+                return Err(ElfError::StaticallyLinked);
+            }
+        }
+        if library && e_type != ET_DYN {
+            return Err(ElfError::NotExecutable(e_type));
         }
         for h in headers.iter().filter(|h| h.p_type == PT_LOAD) {
             let start = h.p_offset as usize;

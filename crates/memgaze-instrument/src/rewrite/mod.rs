@@ -20,6 +20,7 @@
 
 pub mod elf;
 pub mod hooks;
+pub mod library;
 pub mod liveness;
 pub mod probe;
 pub mod process_end;
@@ -53,6 +54,10 @@ const PATCH: u64 = 5;
 pub struct InstrumentOptions {
     /// Software probes or `ptwrite`.
     pub mode: InstrumentationMode,
+    /// `None` for an executable; for a shared library, its object number
+    /// (1..=[`library::MAX_OBJECT`]), the high bits of its record ids: it
+    /// gets [`library`]'s forwarding runtime and no entry or exit hook.
+    pub library: Option<u32>,
 }
 
 /// The result of [`instrument`].
@@ -192,13 +197,17 @@ pub(crate) fn instrument_with_code(
         clock = std::time::Instant::now();
     };
     // Everything the editor rejects is a refusal of the file's layout.
-    let mut editor = ElfEditor::new(binary.data().to_vec(), runtime::STATE_BYTES)
-        .map_err(InstrumentError::Refused)?;
+    let bytes = binary.data().to_vec();
+    let mut editor = match options.library {
+        None => ElfEditor::new(bytes, runtime::STATE_BYTES),
+        Some(_) => ElfEditor::new_library(bytes, runtime::STATE_BYTES),
+    }
+    .map_err(InstrumentError::Refused)?;
     let mut report = Report {
         functions_selected: annotation.functions.len(),
         ..Report::default()
     };
-    if soft && !editor.can_hook_fini() {
+    if soft && options.library.is_none() && !editor.can_hook_fini() {
         return Err(InstrumentError::NoExitHook);
     }
     let original = OriginalUnwind::load(binary, &editor, &mut report);
@@ -210,7 +219,7 @@ pub(crate) fn instrument_with_code(
         &mut annotation,
         &selection,
         &original,
-        soft,
+        options,
         codes,
         &mut report,
     );
@@ -218,18 +227,24 @@ pub(crate) fn instrument_with_code(
 
     // ---- 2. runtime and copies
     let runtime_va = editor.segment_va + 64;
-    let rt = generate_runtime(
-        &editor,
-        runtime_va,
-        &mut plans,
-        &selection.hooks,
-        soft,
-        &mut report,
-    )?;
-    let mut rt = rt;
+    let mut rt = match options.library {
+        Some(_) if soft => {
+            Some(library::generate(runtime_va, editor.state_va).map_err(RewriteError::Runtime)?)
+        }
+        _ => generate_runtime(
+            &editor,
+            runtime_va,
+            &mut plans,
+            &selection.hooks,
+            soft,
+            &mut report,
+        )?,
+    };
     let process_end = match rt.as_mut() {
-        Some(rt) => append_process_end_stubs(binary, runtime_va, rt, &mut report)?,
-        None => process_end::ProcessEndStubs::default(),
+        Some(rt) if options.library.is_none() => {
+            append_process_end_stubs(binary, runtime_va, rt, &mut report)?
+        }
+        _ => process_end::ProcessEndStubs::default(),
     };
     let copies_va = align_up(
         runtime_va + rt.as_ref().map_or(0, |r| r.code.len() as u64),
@@ -303,8 +318,8 @@ pub(crate) fn instrument_with_code(
     );
     count_into_report(&mut report, &annotation, &plans);
     let (entry, fini) = match &rt {
-        Some(rt) => (Some(rt.entry), Some(rt.fini)),
-        None => (None, None),
+        Some(rt) if options.library.is_none() => (Some(rt.entry), Some(rt.fini)),
+        _ => (None, None),
     };
     let executable = editor
         .finish(&segment, entry, fini, tail.eh_frame_hdr)
@@ -454,10 +469,12 @@ fn plan_functions(
     annotation: &mut Annotation,
     selection: &Selection,
     original: &OriginalUnwind<'_>,
-    soft: bool,
+    options: &InstrumentOptions,
     codes: &mut HashMap<u64, FunctionCode>,
     report: &mut Report,
 ) -> (Vec<Planned>, Vec<(usize, String)>) {
+    let soft = options.mode == InstrumentationMode::Soft;
+    let id_base = options.library.map_or(0, |o| o << library::OBJECT_SHIFT);
     let work: Vec<(usize, Option<usize>, Option<FunctionCode>)> = selection
         .functions
         .iter()
@@ -472,6 +489,7 @@ fn plan_functions(
             selection,
             original,
             soft,
+            id_base,
         };
         work.into_par_iter()
             .map(|(bi, ai, code)| planner.plan(bi, ai, code))
@@ -521,6 +539,8 @@ struct Planner<'a, 'b> {
     selection: &'a Selection,
     original: &'a OriginalUnwind<'b>,
     soft: bool,
+    /// The object's bits of every record id (0 for the executable).
+    id_base: u32,
 }
 
 impl Planner<'_, '_> {
@@ -535,6 +555,7 @@ impl Planner<'_, '_> {
             selection,
             original,
             soft,
+            id_base,
         } = *self;
         let f = &binary.functions()[bi];
         let code = code.unwrap_or_else(|| binary.function_code(f));
@@ -580,12 +601,15 @@ impl Planner<'_, '_> {
                     inserts.push((
                         index,
                         Insert::Soft {
-                            id: load.id,
+                            id: load.id | id_base,
                             fast: choose_fast_path(live[index]),
                         },
                     ));
                     if load.class != LoadClass::Constant && probe::spatial_checkable(insn) {
-                        spatial.insert(index, (load.id, choose_spatial_probe(insn, live[index])));
+                        spatial.insert(
+                            index,
+                            (load.id | id_base, choose_spatial_probe(insn, live[index])),
+                        );
                     }
                 } else if let Some(reason) = ptwrite_unsupported(insn) {
                     skipped_loads.push((li, reason.into()));

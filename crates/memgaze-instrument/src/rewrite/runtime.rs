@@ -9,8 +9,10 @@
 //!   instrumented-load executions to let pass before the next slow-path
 //!   entry. `fs:0x40` points to the thread's *slot* (below). Per-thread
 //!   countdowns make the fast path exact under threads without atomics.
-//!   The entry hook checks both words are zero in the main thread and
-//!   disables recording otherwise (a libc that uses them).
+//!   The entry hook checks the slot word is zero in the main thread and
+//!   disables recording otherwise (a libc that uses it), then zeroes the
+//!   countdown, which instrumented libraries' loads before the entry leave
+//!   non-zero ([`super::library`]).
 //! - **Config** ([`cfg`](mod@cfg)) in the executable's bss (grown by the rewriter):
 //!   descriptor, sampling parameters, the region switch. Inherited by forks.
 //! - **Process block** ([`process`]) and **slots** ([`slot`]): anonymous
@@ -311,7 +313,7 @@ impl Runtime {
 }
 
 /// `lea reg, [rip → target]`.
-fn lea_rip(reg: Register, target: u64) -> Instruction {
+pub(super) fn lea_rip(reg: Register, target: u64) -> Instruction {
     Instruction::with2(
         Code::Lea_r64_m,
         reg,
@@ -428,7 +430,7 @@ fn emit_record_tracked(a: &mut Asm, l: &mut Labels) -> R {
 
 /// The hot path of `record`, branching to `to_cold` (with the flags in ax)
 /// for everything else.
-fn record_hot_path(a: &mut Asm, to_cold: CodeLabel) -> R {
+pub(super) fn record_hot_path(a: &mut Asm, to_cold: CodeLabel) -> R {
     a.push(rax)?;
     a.push(rcx)?;
     a.push(rbx)?;
@@ -681,6 +683,8 @@ fn emit_find_slot(a: &mut Asm, l: &mut Labels) -> R {
     a.mov(edx, MADV_WIPEONFORK)?;
     a.syscall()?;
     a.mov(qword_ptr(rbx + slot::MAGIC), slot::MAGIC_VALUE)?;
+    a.lea(rax, ptr(l.to_cold_entry))?;
+    a.mov(qword_ptr(rbx + slot::RUNTIME), rax)?;
     a.mov(rax, fs(0))?;
     a.mov(qword_ptr(rbx + slot::TCB), rax)?;
     a.mov(eax, SYS_GETTID)?;
@@ -1630,9 +1634,12 @@ fn emit_entry(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     const ENTRY_PUSHED: i32 = 7 * 8;
     a.add_instruction(lea_rip(Register::R12, params.state_va))?;
     a.mov(qword_ptr(r12 + cfg::STATE), cfg::STATE_DISABLED)?;
-    a.mov(rax, fs(TCB_COUNTDOWN))?;
-    a.or(rax, fs(TCB_SLOT))?;
+    a.mov(rax, fs(TCB_SLOT))?;
+    a.test(rax, rax)?;
     a.jnz(l.entry_done)?;
+    // Instrumented libraries' loads before this entry leave a re-check
+    // countdown (see `super::library`): uncounted; counting starts here.
+    a.mov(fs(TCB_COUNTDOWN), 0)?;
     a.mov(rcx, qword_ptr(rsp + ENTRY_PUSHED))?; // argc
     a.lea(rbx, qword_ptr(rsp + rcx * 8 + (ENTRY_PUSHED + 16)))?; // envp
     a.mov(rbp, rbx)?;

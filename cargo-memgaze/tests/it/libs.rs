@@ -1,0 +1,235 @@
+//! Shared libraries instrumented with `--libs`: a C program whose work is
+//! mostly libc's `memcpy`, `memcmp` and `strlen` on large buffers, recorded
+//! with libc instrumented (`--full`) and checked per function against
+//! Valgrind Lackey on the original program and libc.
+//!
+//! glibc picks string-function variants by CPU; Valgrind has no AVX-512,
+//! so the native run is told to ignore it too (`GLIBC_TUNABLES`) and both
+//! run the same variants. The program prints where the loader put it and
+//! libc (stderr, fixed width: the same output in every run), which turns
+//! Lackey's addresses into offsets of each object. Only the loop between
+//! the region markers is compared: start-up reads the environment, which
+//! differs under Valgrind (`LD_PRELOAD`) and the recorder (its variables).
+//!
+//! Counted apart, not compared: the implicit reads Lackey sees at
+//! instructions with no explicit load operand (`rep movsb` of `memcpy` for
+//! large sizes, `pop`, `ret`): string instructions are not traced yet.
+
+use super::rewriter_support::{build, memgaze, run_ok, scratch};
+use memgaze_metadata::annotation::Annotation;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+const TUNABLES: &str =
+    "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD,-AVX512_VBMI2";
+/// Buffer bytes: large enough that the copies, comparisons and scans are
+/// most of the program's loads.
+const BYTES: &str = "262144";
+const LIBC: &str = "libc.so.6";
+
+/// `base <hex> main|libc` lines of the program's stderr.
+fn bases(stderr: &[u8]) -> HashMap<String, u64> {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.strip_prefix("base ")?.split(' ');
+            let base = u64::from_str_radix(words.next()?, 16).ok()?;
+            Some((words.next()?.to_string(), base))
+        })
+        .collect()
+}
+
+/// Executions per instruction (absolute address) that read or modified
+/// memory between the region markers (offsets `markers` in the
+/// executable, whose base the program prints first), streamed from
+/// Lackey's log; the program's stderr.
+fn lackey_executions(program: &Path, markers: (u64, u64)) -> (HashMap<u64, u64>, Vec<u8>) {
+    let stderr_file = scratch().join("libc_strings.lackey.stderr");
+    let mut child = Command::new("valgrind")
+        .args(["--tool=lackey", "--trace-mem=yes", "--log-fd=1", "-q"])
+        .arg(program)
+        .arg(BYTES)
+        .env("GLIBC_TUNABLES", TUNABLES)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&stderr_file).unwrap())
+        .spawn()
+        .expect("valgrind is required");
+    let mut counts: HashMap<u64, u64> = HashMap::new();
+    let mut ip = None;
+    let mut taken = false;
+    let mut inside = false;
+    // A PIE under Valgrind (amd64) starts at 0x108000.
+    let (begin, end) = (0x108000 + markers.0, 0x108000 + markers.1);
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if let Some(rest) = line.strip_prefix("I  ") {
+            ip = u64::from_str_radix(rest.split(',').next().unwrap(), 16).ok();
+            taken = false;
+            inside = match ip {
+                Some(a) if a == begin => true,
+                Some(a) if a == end => false,
+                _ => inside,
+            };
+        } else if inside
+            && (line.starts_with(" L ") || line.starts_with(" M "))
+            && !taken
+            && let Some(ip) = ip
+        {
+            *counts.entry(ip).or_default() += 1;
+            taken = true;
+        }
+    }
+    assert!(child.wait().unwrap().success());
+    (counts, std::fs::read(&stderr_file).unwrap())
+}
+
+/// The annotation of the cached instrumented copy named `name`.
+fn cached_annotation(cache: &Path, name: &str) -> Annotation {
+    let file = format!("{name}.memgaze.json");
+    let path: PathBuf = std::fs::read_dir(cache)
+        .unwrap()
+        .map(|e| e.unwrap().path().join(&file))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("no {file} under {}", cache.display()));
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// Function name of `ip` in `annotation`.
+fn function_at(annotation: &Annotation, ip: u64) -> String {
+    annotation
+        .functions
+        .iter()
+        .find(|f| f.start <= ip && ip < f.start + f.size)
+        .map_or_else(|| "?".to_string(), |f| f.name.clone())
+}
+
+#[test]
+fn libc_string_functions_are_traced_as_lackey_sees_them() {
+    let program = build("libc_strings.c", &["-O2", "-g"]);
+    let native = run_ok(
+        Command::new(&program)
+            .arg(BYTES)
+            .env("GLIBC_TUNABLES", TUNABLES),
+    );
+    // The instrumented copies are cached in this target directory.
+    let target = scratch().join("libs-target");
+    std::fs::create_dir_all(&target).unwrap();
+    let json = scratch().join("libc_strings.json");
+    let ours = run_ok(
+        memgaze()
+            .args([
+                "memgaze", "run", "-q", "--full", "--libs", LIBC, "--format", "json", "-o",
+            ])
+            .arg(&json)
+            .arg(&program)
+            .arg(BYTES)
+            .env("GLIBC_TUNABLES", TUNABLES)
+            .env("CARGO_TARGET_DIR", &target),
+    );
+    assert_eq!(
+        ours.stdout, native.stdout,
+        "output differs with libc instrumented"
+    );
+    let analysis: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let cache = target.join("memgaze").join("instrumented");
+    let exe_name = program.file_name().unwrap().to_string_lossy().into_owned();
+    let objects = [
+        (
+            "main",
+            exe_name.clone(),
+            cached_annotation(&cache, &exe_name),
+        ),
+        ("libc", LIBC.to_string(), cached_annotation(&cache, LIBC)),
+    ];
+    // Our counts per (object, ip).
+    let mut recorded: HashMap<(String, u64), u64> = HashMap::new();
+    for load in analysis["loads"].as_array().unwrap() {
+        let ip =
+            u64::from_str_radix(load["ip"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+        let object = load["object"]
+            .as_str()
+            .expect("every load names its object");
+        *recorded.entry((object.to_string(), ip)).or_default() += load["count"].as_u64().unwrap();
+    }
+    let marker = |name: &str| {
+        objects[0]
+            .2
+            .functions
+            .iter()
+            .find(|f| f.name == name)
+            .map(|f| f.start)
+            .unwrap()
+    };
+    let markers = (marker("memgaze_region_begin"), marker("memgaze_region_end"));
+    let (lackey, stderr) = lackey_executions(&program, markers);
+    assert_eq!(
+        bases(&stderr)["main"],
+        0x108000,
+        "Valgrind moved the executable"
+    );
+    let bases = bases(&stderr);
+    // Per object and function: (Lackey's explicit loads, ours up to
+    // Lackey's, ours); Lackey's implicit reads per object.
+    let mut per_function: BTreeMap<(String, String), (u64, u64, u64)> = BTreeMap::new();
+    let mut implicit: BTreeMap<String, u64> = BTreeMap::new();
+    for (tag, object, annotation) in &objects {
+        let base = bases[*tag];
+        let size = annotation
+            .functions
+            .iter()
+            .map(|f| f.start + f.size)
+            .max()
+            .unwrap();
+        let explicit: HashSet<u64> = annotation.loads.iter().map(|l| l.ip).collect();
+        for (&ip, &n) in &lackey {
+            let Some(offset) = ip.checked_sub(base).filter(|&o| o < size) else {
+                continue;
+            };
+            if !explicit.contains(&offset) {
+                *implicit.entry(object.clone()).or_default() += n;
+                continue;
+            }
+            let ours = recorded
+                .get(&(object.clone(), offset))
+                .copied()
+                .unwrap_or(0);
+            let row = per_function
+                .entry((object.clone(), function_at(annotation, offset)))
+                .or_default();
+            row.0 += n;
+            row.1 += ours.min(n);
+            row.2 += ours;
+        }
+    }
+    let lackey_total: u64 = per_function.values().map(|r| r.0).sum();
+    let ours_total: u64 = per_function.values().map(|r| r.1).sum();
+    let mut rows: Vec<_> = per_function.iter().collect();
+    rows.sort_by_key(|(_, r)| std::cmp::Reverse(r.0));
+    for ((object, function), (l, _, o)) in rows.iter().take(12) {
+        eprintln!("{object:>12} {function:<32} Lackey {l:>9}  ours {o:>9}");
+    }
+    eprintln!(
+        "explicit loads: ours {ours_total} of Lackey's {lackey_total} ({:.2}%); implicit reads Lackey sees (not traced): {implicit:?}",
+        100.0 * ours_total as f64 / lackey_total as f64
+    );
+    for ((object, function), (l, _, o)) in &per_function {
+        assert!(o <= l, "{object} {function}: {o} recorded, Lackey saw {l}");
+    }
+    assert!(
+        ours_total as f64 >= 0.99 * lackey_total as f64,
+        "{ours_total} of Lackey's {lackey_total} explicit loads recorded"
+    );
+    // The copies, comparisons and scans themselves are libc's, and traced.
+    let libc_share: u64 = per_function
+        .iter()
+        .filter(|((object, _), _)| object == LIBC)
+        .map(|(_, r)| r.1)
+        .sum();
+    assert!(
+        libc_share * 10 > ours_total * 9,
+        "{libc_share} of {ours_total} in libc"
+    );
+}
