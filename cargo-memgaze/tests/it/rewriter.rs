@@ -594,9 +594,16 @@ fn a_cgo_go_program_is_refused_before_it_runs() {
         .output()
         .unwrap();
     let line = one_error_line(&out);
-    assert!(line.contains("Go program") && line.contains(".go"), "{line}");
+    assert!(
+        line.contains("Go program") && line.contains(".go"),
+        "{line}"
+    );
     // The program did not run (it prints its sum when it does).
-    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 #[test]

@@ -317,7 +317,9 @@ fn go_section(bytes: &[u8], header: &Header) -> Option<&'static str> {
         return None;
     }
     let section = |i: usize| -> Option<SectionHeader> {
-        bytes.pread_with(shoff.checked_add(i.checked_mul(shentsize)?)?, LE).ok()
+        bytes
+            .pread_with(shoff.checked_add(i.checked_mul(shentsize)?)?, LE)
+            .ok()
     };
     let names = section(usize::from(header.e_shstrndx))?;
     let names = bytes.get(
