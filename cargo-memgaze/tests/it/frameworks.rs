@@ -94,7 +94,7 @@ fn criterion_and_divan_benches_run_unmodified() {
         expected.push(format!("crit_forms criterion {name}"));
     }
     for name in ["chase/cycle/1000", "chase/cycle/100000", "sum"] {
-        expected.push(format!("twin harness {name}"));
+        expected.push(format!("twin memgaze {name}"));
     }
     for name in [
         "div_forms::const_sum::1000",
