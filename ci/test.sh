@@ -11,6 +11,8 @@ command -v gcc >/dev/null || need_apt+=(gcc)
 command -v objdump >/dev/null || need_apt+=(binutils)
 # libipt's packet encoder is the independent reference of the PT decoder tests.
 [ -f /usr/include/intel-pt.h ] || need_apt+=(libipt-dev)
+# A cgo Go program must be refused before it runs (tests/it/rewriter.rs).
+command -v go >/dev/null || need_apt+=(golang-go)
 # Headless Chromium lays out the HTML report in the layout test (tests/it/report_browser.rs).
 command -v chromium >/dev/null || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -8,7 +8,6 @@
 //! with `~` and a hash (not reversible: `~` never appears otherwise); the
 //! original names are always stored in the directory's [`BENCH_FILE`].
 
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::fmt::{self, Write as _};
@@ -97,7 +96,7 @@ impl ResultsLayout {
     /// Creates the directory of one bench and writes its [`BENCH_FILE`].
     pub fn create_bench_dir(&self, key: &BenchKey) -> anyhow::Result<PathBuf> {
         let dir = self.bench_dir(key);
-        std::fs::create_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
+        memgaze_output::create_dir_within(&self.root, &dir)?;
         let file = dir.join(BENCH_FILE);
         let file_contents = BenchFile {
             schema: BENCH_SCHEMA,

@@ -332,6 +332,11 @@ pub fn compare_analysis(
             ));
         }
     }
+    if super::metric::run_count_chosen_by_time(a) || super::metric::run_count_chosen_by_time(b) {
+        notes.push(
+            "A_hat and misses_* not compared: criterion's profiling mode picks how many times the routine runs by time and reports no count, so totals differ by that alone".to_string(),
+        );
+    }
     let window_k = common_window_k(a, b);
     let mut widen = None;
     if !new_recording.full {

@@ -230,6 +230,11 @@ impl Metric {
         match self {
             // Per run of the routine: a repeating harness picks its run
             // count by time, so totals of two runs differ by that alone.
+            Metric::AHat | Metric::MissesL1 | Metric::MissesL2 | Metric::MissesLlc
+                if run_count_chosen_by_time(analysis) =>
+            {
+                None
+            }
             Metric::AHat => s.a_hat.map(|a| a / runs),
             Metric::A => Some(s.a as f64),
             Metric::AConstFrac => s.a_const_frac,
@@ -264,6 +269,17 @@ impl fmt::Display for Metric {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
+}
+
+/// Whether the routine ran a number of times that its framework chose by
+/// time and did not report: criterion's profiling mode (`--profile-time`,
+/// how `bench` runs criterion benches) calls the routine in batches sized
+/// from a timed warm-up and prints no count, so `iterations` is absent and
+/// `Â` is a total over a count that changes from run to run with the
+/// machine's speed. Such an `Â` has no per-run value to gate on.
+pub fn run_count_chosen_by_time(analysis: &Analysis) -> bool {
+    analysis.summary.iterations.is_none()
+        && analysis.run.command.iter().any(|a| a == "--profile-time")
 }
 
 /// `baseline` with its `MR_*` and `misses_*` read at the cache sizes of

@@ -26,8 +26,7 @@ pub(crate) fn save_whole(
 ) -> Result<PathBuf> {
     check_name(name)?;
     let baselines = baselines_dir(results_root);
-    std::fs::create_dir_all(&baselines)
-        .with_context(|| format!("{}: cannot create", baselines.display()))?;
+    memgaze_output::create_dir_within(results_root, &baselines)?;
     remove_stale_staging(&baselines);
     let dest = baselines.join(name);
     let staging = Staging::create(&baselines, name)?;

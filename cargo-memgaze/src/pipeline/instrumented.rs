@@ -95,7 +95,15 @@ pub fn cached(
     let file_name = executable
         .file_name()
         .with_context(|| format!("{}: not a file", executable.display()))?;
+    // A linked cache directory or entry would run whatever it points to.
+    memgaze_output::create_dir_within(cache.parent().unwrap_or(Path::new(".")), cache)?;
     let entry = cache.join(&key);
+    if std::fs::symlink_metadata(&entry).is_ok_and(|m| !m.is_dir()) {
+        anyhow::bail!(
+            "{}: refusing to use a cache entry that is not a directory (a symbolic link or a file): remove it",
+            entry.display()
+        );
+    }
     let path = entry.join(file_name);
     let annotation_file = instrument::annotation_path(&path);
     if path.is_file() && annotation_file.is_file() {
@@ -108,7 +116,6 @@ pub fn cached(
         });
     }
     // Build in a fresh temporary directory, then rename it into place.
-    std::fs::create_dir_all(cache).with_context(|| cache.display().to_string())?;
     let staging = memgaze_output::private_tempdir_in(cache, &format!("{key}{STAGING_MARK}"))
         .with_context(|| format!("cannot create a directory in {}", cache.display()))?;
     let staged = staging.path().join(file_name);

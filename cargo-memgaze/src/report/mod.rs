@@ -347,7 +347,7 @@ fn bench_page<'a>(
     options: &ReportOptions,
 ) -> Result<BenchPage<'a>> {
     let dir = options.out_dir.join(slug);
-    std::fs::create_dir_all(&dir).with_context(|| format!("{}: cannot create", dir.display()))?;
+    memgaze_output::create_dir_within(&options.out_dir, &dir)?;
     let a = &bench.analysis;
     let name = &bench.name;
     let mut charts = Vec::new();

@@ -90,8 +90,11 @@ fn criterion_and_divan_benches_run_unmodified() {
             expected.push(format!("{target} criterion {name}"));
         }
     }
-    for name in ["large_drop", "batched_ref", "custom"] {
+    for name in ["large_drop", "batched_ref", "custom", "scoped_sum"] {
         expected.push(format!("crit_forms criterion {name}"));
+    }
+    for name in ["chase/cycle/1000", "chase/cycle/100000", "sum"] {
+        expected.push(format!("twin memgaze {name}"));
     }
     for name in [
         "div_forms::const_sum::1000",
@@ -113,26 +116,33 @@ fn criterion_and_divan_benches_run_unmodified() {
     }
     expected.sort();
     assert_eq!(names, expected, "{stderr}");
+    twins_agree(&finished);
 
     for m in &finished {
         let name = format!("{}/{}", m["target"], m["name"]);
         let samples = m["summary"]["samples"].as_u64().unwrap();
         let bench = m["name"].as_str().unwrap();
-        // Divan reports its runs and their time; criterion's profiling
-        // mode neither.
-        if m["harness"] == "divan" {
+        // Divan and the harness report their runs and their time;
+        // criterion's profiling mode neither.
+        if m["harness"] == "criterion" {
+            assert!(m.get("iterations").is_none() && m.get("region_ns").is_none());
+        } else {
             assert!(m["iterations"].as_u64().unwrap() > 0, "{name}: {m}");
             assert!(m["region_ns"].as_u64().unwrap() > 0, "{name}: {m}");
             assert_eq!(m["summary"]["iterations"], m["iterations"], "{name}");
-        } else {
-            assert!(m.get("iterations").is_none() && m.get("region_ns").is_none());
         }
         if bench == "custom" {
             assert_eq!(m["summary"]["records"], 0, "{name}: {m}");
             continue;
         }
         assert!(samples >= 30, "{name}: {samples} samples");
-        assert_eq!(m["summary"]["threads"], 1, "{name}");
+        let threads = m["summary"]["threads"].as_u64().unwrap();
+        if bench == "scoped_sum" {
+            // Both scoped threads of every run contribute records.
+            assert!(threads >= 2, "{name}: {threads} threads");
+            continue;
+        }
+        assert_eq!(threads, 1, "{name}");
         let analysis: Value =
             serde_json::from_slice(&std::fs::read(m["analysis"].as_str().unwrap()).unwrap())
                 .unwrap();
@@ -162,6 +172,30 @@ fn criterion_and_divan_benches_run_unmodified() {
             assert!(
                 functions.iter().any(|f| f.contains("sort")),
                 "{name}: {functions:?}"
+            );
+        }
+    }
+}
+
+/// The harness twin (`benches/twin.rs`) of criterion's `sum` and
+/// `chase/cycle/N` bodies: `F_str` agrees within 5 percentage points for
+/// each bench, with criterion 0.5 and the newest criterion.
+fn twins_agree(finished: &[&Value]) {
+    let f_str = |target: &str, bench: &str| -> f64 {
+        let m = finished
+            .iter()
+            .find(|m| m["target"] == target && m["name"] == bench)
+            .unwrap_or_else(|| panic!("{target} {bench}"));
+        m["summary"]["F_str_frac"].as_f64().unwrap() * 100.0
+    };
+    for bench in ["sum", "chase/cycle/1000", "chase/cycle/100000"] {
+        let harness = f_str("twin", bench);
+        for target in ["crit", "crit_latest"] {
+            let criterion = f_str(target, bench);
+            eprintln!("{bench}: F_str {criterion:.1}% ({target}) vs {harness:.1}% (harness)");
+            assert!(
+                (criterion - harness).abs() <= 5.0,
+                "{bench}: F_str {criterion:.1}% under {target}, {harness:.1}% under the harness"
             );
         }
     }

@@ -576,3 +576,46 @@ fn the_noise_factor_grows_as_one_over_the_root_of_the_samples() {
     assert_eq!(noise_factor(30), None);
     assert_eq!(noise_factor(1000), None);
 }
+
+/// A criterion bench's `Â` counts a number of runs criterion's profiling
+/// mode chose by time and did not report: two runs that differ only in
+/// that count (here 3×) are not a regression, and the verdict says why
+/// `A_hat` was left out. Without `--profile-time` in the command the same
+/// change is one.
+#[test]
+fn criterion_a_hat_is_not_gated_and_the_verdict_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("memgaze");
+    let criterion = |runs: f64, command: &[&str]| {
+        let mut a = analyse(dir.path(), Kernel::Str1, 1, SAMPLING);
+        a.summary.a_hat = a.summary.a_hat.map(|x| x * runs);
+        a.summary.iterations = None;
+        a.run.command = command.iter().map(|s| s.to_string()).collect();
+        a
+    };
+    let profiling = ["crit", "--bench", "--profile-time", "1", "--exact", "sum"];
+    for (command, gated) in [(&profiling[..], false), (&["plain"][..], true)] {
+        save_baseline(&root, "main", &[run("sum", criterion(1.0, command))]).unwrap();
+        let mut gate = Gate::new(
+            load_baseline(&root, "main").unwrap(),
+            Limits::defaults(),
+            false,
+        );
+        let verdict = gate.check(&run("sum", criterion(3.0, command))).unwrap();
+        let regressed: Vec<Metric> = verdict.regressions.iter().map(|r| r.metric).collect();
+        assert_eq!(regressed.contains(&Metric::AHat), gated, "{regressed:?}");
+        let noted = verdict
+            .notes
+            .iter()
+            .any(|n| n.starts_with("A_hat and misses_* not compared: criterion's profiling mode"));
+        assert_eq!(noted, !gated, "{:?}", verdict.notes);
+        if !gated {
+            assert!(regressed.is_empty(), "{regressed:?}");
+            assert!(
+                verdict
+                    .human("main")
+                    .contains("A_hat and misses_* not compared")
+            );
+        }
+    }
+}

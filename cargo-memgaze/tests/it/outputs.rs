@@ -393,3 +393,77 @@ fn a_planted_link_in_the_results_tree_is_refused() {
     assert!(stderr(&out).contains("scan/trace.mgz"), "{}", stderr(&out));
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
 }
+
+/// A bench's results directory planted as a link to a directory elsewhere:
+/// the run fails with one line naming it, and nothing is written where the
+/// link points.
+#[test]
+fn a_planted_directory_link_in_the_results_tree_is_refused() {
+    let _serial = serial();
+    let outside = tempfile::tempdir().unwrap();
+    let out = bench(&["-q", "--no-report", "--", "--list"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lookup = shared_target_dir().join("memgaze/hashmap-vs-btree/lookup");
+    std::fs::create_dir_all(lookup.join("scan")).unwrap();
+    let aside = lookup.join(format!(".scan-aside-{}", std::process::id()));
+    std::fs::rename(lookup.join("scan"), &aside).unwrap();
+    std::os::unix::fs::symlink(outside.path(), lookup.join("scan")).unwrap();
+    let out = bench(&["-q", "--no-report", "--", "--exact", "scan"])
+        .output()
+        .unwrap();
+    std::fs::remove_file(lookup.join("scan")).unwrap();
+    std::fs::rename(&aside, lookup.join("scan")).unwrap();
+    assert_one_error(&out, "refusing to write through a symbolic link");
+    assert!(stderr(&out).contains("lookup/scan"), "{}", stderr(&out));
+    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+}
+
+/// `report -o DIR` where a bench's page directory inside DIR is a link to
+/// elsewhere: refused in one line, nothing written through it.
+#[test]
+fn a_report_page_directory_that_is_a_link_is_refused() {
+    let work = tempfile::tempdir().unwrap();
+    let exe = toucher(work.path());
+    let trace = work.path().join("t.trace");
+    let out = bin()
+        .args(["record", "-q", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.code().is_some_and(|c| c <= 1),
+        "{}",
+        stderr(&out)
+    );
+    let report = work.path().join("report");
+    let out = bin()
+        .args(["report", "-q"])
+        .arg(&trace)
+        .arg("-o")
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The page directory the report made, replaced by a link.
+    let page = std::fs::read_dir(&report)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_dir())
+        .expect("a page directory");
+    std::fs::remove_dir_all(&page).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path(), &page).unwrap();
+    let out = bin()
+        .args(["report", "-q"])
+        .arg(&trace)
+        .arg("-o")
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert_one_error(&out, "refusing to write through a symbolic link");
+    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+}

@@ -70,3 +70,98 @@ fn loads_of_threads_that_predate_the_region_are_recorded_or_counted_as_lost() {
         sampled.totals
     );
 }
+
+/// Builds the `pool-threads` fixture crate (rayon and a `std::thread`
+/// pool) once per test process, release profile, offline.
+fn pool_threads() -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let target = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("pool-threads");
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            run_ok(
+                std::process::Command::new(cargo)
+                    .args([
+                        "build",
+                        "--release",
+                        "--offline",
+                        "--locked",
+                        "--manifest-path",
+                    ])
+                    .arg(memgaze_fixtures::fixtures().join("pool-threads/Cargo.toml"))
+                    .arg("--target-dir")
+                    .arg(&target)
+                    .env_remove("RUSTFLAGS")
+                    .env_remove("CARGO_ENCODED_RUSTFLAGS"),
+            );
+            target.join("release/pool-threads")
+        })
+        .clone()
+}
+
+/// A rayon `par_chunks` sum and a `std::thread::spawn` pool, both on
+/// threads created before their region that outlive it, under `--full`:
+/// per instrumented load of the functions that run only in the regions,
+/// the records are what Valgrind Lackey sees on the original program, or
+/// fewer by no more than the loads the trace counts as dropped — and a
+/// trace with dropped loads never says it is complete.
+#[test]
+fn rayon_and_thread_pool_loads_match_lackey_or_are_counted_as_lost() {
+    let binary = pool_threads();
+    let inst = instrument(&binary, None, "pool-threads");
+    let seen = lackey(&binary, &[], None);
+    let trace_path = scratch().join("pool-threads-full.trace");
+    let out = record(&inst.path, &[], &["--full"], &trace_path, None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // The program's own result is the original's.
+    let native = native(&binary, &[], None);
+    assert_eq!(out.stdout, native.stdout);
+    let trace = read_trace(&trace_path);
+    let t = trace.totals;
+    assert_eq!(t.executions, t.records + t.dropped.records, "{t:?}");
+    assert_eq!(t.complete, t.dropped.records == 0, "{t:?}");
+    if t.dropped.records > 0 {
+        assert!(stderr.contains("records dropped"), "{stderr}");
+    }
+    let mut missing_total = 0;
+    for (function, expected) in [("rayon_chunk", 120_000u64), ("pool_chunk", 120_000)] {
+        let f = inst
+            .annotation
+            .functions
+            .iter()
+            .find(|f| f.name.ends_with(function))
+            .unwrap_or_else(|| panic!("{function} in the annotation"));
+        let range = f.start..f.start + f.size;
+        let (mut lackey_loads, mut recorded) = (0u64, 0u64);
+        for load in inst
+            .annotation
+            .loads
+            .iter()
+            .filter(|l| l.instrumented && range.contains(&l.ip))
+        {
+            let lackey_n = seen.get(&load.ip).map_or(0, |v| v.len() as u64);
+            let got = trace.by_ip.get(&load.ip).map_or(0, |v| v.len() as u64);
+            assert!(
+                got <= lackey_n,
+                "{function} {:#x}: {got} records, Lackey saw {lackey_n}",
+                load.ip
+            );
+            lackey_loads += lackey_n;
+            recorded += got;
+        }
+        // Every element is loaded once in the region (one load per
+        // element: the folds are not vectorised).
+        assert_eq!(lackey_loads, expected, "{function}: Lackey");
+        missing_total += lackey_loads - recorded;
+        eprintln!(
+            "{function}: {recorded} recorded of {lackey_loads} Lackey loads; {} dropped in the trace",
+            t.dropped.records
+        );
+    }
+    assert!(
+        missing_total <= t.dropped.records,
+        "{missing_total} loads missing but only {} counted as dropped ({t:?})",
+        t.dropped.records
+    );
+}

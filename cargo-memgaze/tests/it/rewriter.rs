@@ -8,7 +8,7 @@ use crate::rewriter_support;
 
 use rewriter_support::*;
 use std::path::Path;
-use std::process::Output;
+use std::process::{Command, Output};
 
 const SAMPLED: &[&str] = &["--period", "1000", "--window", "50", "--seed", "7"];
 const FULL: &[&str] = &["--full"];
@@ -555,6 +555,55 @@ fn one_error_line(out: &Output) -> String {
     assert_eq!(stderr.lines().count(), 1, "not one line: {stderr}");
     assert!(stderr.starts_with("error: "), "{stderr}");
     stderr
+}
+
+/// A dynamically linked cgo program (external linking) is refused by
+/// `instrument` and by `run` before it runs: the Go runtime would die on
+/// the first stack walk through relocated code ("fatal error: unknown pc").
+#[test]
+fn a_cgo_go_program_is_refused_before_it_runs() {
+    let dir = scratch().join("go");
+    std::fs::create_dir_all(&dir).unwrap();
+    let program = dir.join("cgo");
+    run_ok(
+        Command::new("go")
+            .args(["build", "-o"])
+            .arg(&program)
+            .arg(memgaze_fixtures::fixtures().join("rewriter/cgo.go"))
+            .env("GOCACHE", dir.join("cache"))
+            .env("GOPATH", dir.join("gopath"))
+            .env("GO111MODULE", "off")
+            .env("CGO_ENABLED", "1"),
+    );
+    // It is the kind the issue names: dynamically linked, with an
+    // interpreter (a static Go binary is refused as statically linked).
+    let elf = std::fs::read(&program).unwrap();
+    assert!(elf.windows(12).any(|w| w == b"/lib64/ld-li"), "not dynamic");
+    let out = memgaze()
+        .arg("instrument")
+        .arg(&program)
+        .arg("-o")
+        .arg(dir.join("cgo.out"))
+        .output()
+        .unwrap();
+    assert!(one_error_line(&out).contains("Go program"));
+    assert!(!dir.join("cgo.out").exists());
+    let out = memgaze()
+        .args(["run", "-q", "--"])
+        .arg(&program)
+        .output()
+        .unwrap();
+    let line = one_error_line(&out);
+    assert!(
+        line.contains("Go program") && line.contains(".go"),
+        "{line}"
+    );
+    // The program did not run (it prints its sum when it does).
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 #[test]

@@ -139,6 +139,14 @@ pub enum ElfError {
     /// A statically linked executable.
     #[error("statically linked executable: only dynamically linked programs can be instrumented")]
     StaticallyLinked,
+    /// A Go program (Go's sections or build-ID note): its runtime unwinds
+    /// goroutine stacks through its own pc tables, which know nothing of
+    /// relocated code ("fatal error: unknown pc"), so it is refused before
+    /// it runs.
+    #[error(
+        "Go program (section `{0}`): the Go runtime walks its stacks by its own pc tables and dies on instrumented code; Go programs are not supported"
+    )]
+    GoProgram(&'static str),
     /// A segment already starts with cargo memgaze's signature.
     #[error("already instrumented by cargo memgaze (instrument the original binary)")]
     AlreadyInstrumented,

@@ -333,6 +333,55 @@ pub(crate) fn write_atomic_mode(path: &Path, bytes: impl AsRef<[u8]>, mode: u32)
     file.commit()
 }
 
+/// Creates `dir` and its missing parents below `root` (which it creates
+/// too), refusing to go through a directory below `root` that is a
+/// symbolic link (or not a directory): results, baselines and the
+/// instrumented-copy cache stay inside the tree they were asked for, never
+/// where a planted link points. `root` itself may be a link (a user's
+/// choice of where results live). `dir` must lie under `root`.
+pub fn create_dir_within(root: &Path, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(root).map_err(io_error(root, "cannot create"))?;
+    let Ok(relative) = dir.strip_prefix(root) else {
+        return Err(refused(
+            dir,
+            format!("cannot create: not inside {}", root.display()),
+        ));
+    };
+    let mut at = root.to_path_buf();
+    for part in relative.components() {
+        at.push(part);
+        match std::fs::symlink_metadata(&at) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let link = std::fs::read_link(&at).unwrap_or_default();
+                return Err(refused(
+                    &at,
+                    format!(
+                        "refusing to write through a symbolic link to {} (a directory inside {})",
+                        link.display(),
+                        root.display()
+                    ),
+                ));
+            }
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                return Err(refused(&at, "cannot create: not a directory".to_string()));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => match std::fs::create_dir(&at) {
+                Ok(()) => {}
+                // Another command created it meanwhile: checked again below.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    if !std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir()) {
+                        return Err(refused(&at, "cannot create: not a directory".to_string()));
+                    }
+                }
+                Err(e) => return Err(io_error(&at, "cannot create")(e)),
+            },
+            Err(e) => return Err(io_error(&at, "cannot create")(e)),
+        }
+    }
+    Ok(())
+}
+
 /// The name prefix of [`private_tempdir`]'s directories; the owner's
 /// process id follows it.
 const OWNED_PREFIX: &str = ".memgaze.";
@@ -411,6 +460,36 @@ pub fn private_tempdir_in(dir: &Path, prefix: &str) -> std::io::Result<TempDir> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Directories below the root are created; a link among them, or a
+    /// file in a directory's place, is refused with the path named and
+    /// nothing is created where it points; the root may be a link.
+    #[test]
+    fn directories_are_created_within_the_root_only() {
+        let top = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let root = top.path().join("memgaze");
+        create_dir_within(&root, &root.join("pkg/bench/x")).unwrap();
+        assert!(root.join("pkg/bench/x").is_dir());
+        std::os::unix::fs::symlink(outside.path(), root.join("pkg/linked")).unwrap();
+        let e = create_dir_within(&root, &root.join("pkg/linked/x")).unwrap_err();
+        let line = e.to_string();
+        assert!(
+            line.starts_with(&format!("{}: refusing", root.join("pkg/linked").display()))
+                && line.contains(&outside.path().display().to_string()),
+            "{line}"
+        );
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+        std::fs::write(root.join("pkg/file"), "").unwrap();
+        let e = create_dir_within(&root, &root.join("pkg/file/x")).unwrap_err();
+        assert!(e.to_string().ends_with("not a directory"), "{e}");
+        assert!(create_dir_within(&root, outside.path()).is_err());
+        // A linked root is followed.
+        let linked_root = top.path().join("elsewhere");
+        std::os::unix::fs::symlink(outside.path(), &linked_root).unwrap();
+        create_dir_within(&linked_root, &linked_root.join("a/b")).unwrap();
+        assert!(outside.path().join("a/b").is_dir());
+    }
 
     /// The directories of processes that ended are removed by the next
     /// one; those of running processes, links and foreign names are not.

@@ -25,6 +25,7 @@ use goblin::elf64::program_header::{
     PF_R, PF_W, PF_X, PT_DYNAMIC, PT_GNU_EH_FRAME, PT_GNU_PROPERTY, PT_INTERP, PT_LOAD, PT_NOTE,
     ProgramHeader, SIZEOF_PHDR,
 };
+use goblin::elf64::section_header::{SIZEOF_SHDR, SectionHeader};
 use scroll::{LE, Pread, Pwrite};
 
 /// Page size the new segment is aligned to.
@@ -113,6 +114,9 @@ impl ElfEditor {
         }
         if library && e_type != ET_DYN {
             return Err(ElfError::NotExecutable(e_type));
+        }
+        if let Some(section) = go_section(&bytes, &header) {
+            return Err(ElfError::GoProgram(section));
         }
         for h in headers.iter().filter(|h| h.p_type == PT_LOAD) {
             let start = h.p_offset as usize;
@@ -296,6 +300,41 @@ fn read_program_headers(bytes: &[u8], header: &Header) -> Result<Vec<ProgramHead
     (0..phnum)
         .map(|i| Ok(bytes.pread_with(phoff + i * phentsize, LE)?))
         .collect()
+}
+
+/// Sections only the Go toolchain writes (internal and external linking,
+/// PIE or not).
+const GO_SECTIONS: [&str; 4] = [
+    ".go.buildinfo",
+    ".gopclntab",
+    ".data.rel.ro.gopclntab",
+    ".note.go.buildid",
+];
+
+/// The first Go section of the file, if any. Section headers that lie
+/// outside the file are ignored here (the rewriter does not use them).
+fn go_section(bytes: &[u8], header: &Header) -> Option<&'static str> {
+    let shoff = usize::try_from(header.e_shoff).ok()?;
+    let shentsize = usize::from(header.e_shentsize);
+    let shnum = usize::from(header.e_shnum);
+    if shoff == 0 || shentsize < SIZEOF_SHDR {
+        return None;
+    }
+    let section = |i: usize| -> Option<SectionHeader> {
+        bytes
+            .pread_with(shoff.checked_add(i.checked_mul(shentsize)?)?, LE)
+            .ok()
+    };
+    let names = section(usize::from(header.e_shstrndx))?;
+    let names = bytes.get(
+        usize::try_from(names.sh_offset).ok()?
+            ..usize::try_from(names.sh_offset.checked_add(names.sh_size)?).ok()?,
+    )?;
+    (0..shnum).filter_map(section).find_map(|s| {
+        let name = names.get(usize::try_from(s.sh_name).ok()?..)?;
+        let name = &name[..name.iter().position(|&b| b == 0)?];
+        GO_SECTIONS.into_iter().find(|g| g.as_bytes() == name)
+    })
 }
 
 /// Finds `DT_FINI` in `.dynamic`, or a spare `DT_NULL` slot that can become
