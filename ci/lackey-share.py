@@ -14,6 +14,30 @@ instrumented load is credited with min(records, Lackey count), a load
 implied by a proxy with min(proxy records, Lackey count). PIE binaries run
 at 0x108000 under Valgrind. Both runs use the same path length and
 argument list (an interpreter's loads depend on argv[0]).
+
+The scripts behind docs/performance.md's interpreter rows:
+
+tables.lua:
+    local t = {}
+    for i = 1, 20000 do
+      t[i % 5000] = (t[i % 5000] or 0) + i
+    end
+    local names = {}
+    for k, v in pairs(t) do names["k" .. k] = v * 2 end
+    local s = 0
+    for i = 1, 1000 do s = s + (names["k" .. i] or 0) end
+    print(#t, s)
+
+dictlist.py (run with PYTHONHASHSEED=0 FUNCTION=_PyEval_EvalFrameDefault):
+    d = {}
+    for i in range(20000):
+        d["k%d" % (i % 5000)] = d.get("k%d" % (i % 5000), 0) + i
+    l = [v * 2 for v in d.values()]
+    l.sort()
+    s = 0
+    for x in l[:1000]:
+        s += x
+    print(len(d), s)
 """
 import collections
 import json

@@ -340,7 +340,7 @@ fn stripped_gzip_full_trace_matches_lackey() {
 /// of it, an implied load with at most its proxy's records. Escaped loads
 /// count too: this is the share of what ran that was traced.
 fn recorded_share(
-    annotation: &memgaze_instrument::annotation::Annotation,
+    annotation: &memgaze_metadata::annotation::Annotation,
     trace: &TraceSummary,
     lackey: &std::collections::BTreeMap<u64, Vec<u64>>,
     function: Option<&str>,
