@@ -25,7 +25,7 @@
 //! laid out.
 
 use super::relocate::{CopyMap, TableRedirect};
-use crate::binary::{FunctionCode, IndirectJumpKind, JumpTableEntries};
+use crate::binary::{FunctionCode, IndirectJumpKind, JumpTableBound, JumpTableEntries};
 use iced_x86::{FlowControl, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register};
 use std::collections::HashMap;
 
@@ -208,6 +208,16 @@ fn form_of(
     pie: bool,
     info: &mut InstructionInfoFactory,
 ) -> Option<Form> {
+    // A table whose length was guessed (entries read while they looked
+    // valid) may be longer than what was read: the program could index past
+    // the translated copy. Only counted tables are translated.
+    let counted = match table.bound {
+        JumpTableBound::Compare(_) | JumpTableBound::Mask(_) => true,
+        JumpTableBound::Scanned(n) => n == 256 && table.targets.len() == 256,
+    };
+    if !counted {
+        return None;
+    }
     let load_index = code.instruction_at(table.load)?;
     let load = &code.instructions[load_index];
     let jump = &code.instructions[j];
