@@ -334,6 +334,87 @@ fn stripped_gzip_full_trace_matches_lackey() {
     );
 }
 
+/// Lackey's loads at the annotation's explicit load sites of the functions
+/// named `function` (all with `None`), and how many of them the trace
+/// recorded: an instrumented load is credited with at most Lackey's count
+/// of it, an implied load with at most its proxy's records. Escaped loads
+/// count too: this is the share of what ran that was traced.
+fn recorded_share(
+    annotation: &memgaze_metadata::annotation::Annotation,
+    trace: &TraceSummary,
+    lackey: &std::collections::BTreeMap<u64, Vec<u64>>,
+    function: Option<&str>,
+) -> (usize, usize) {
+    let (mut seen_total, mut recorded) = (0, 0);
+    for load in &annotation.loads {
+        let name = &annotation.functions[load.function as usize].name;
+        if function.is_some_and(|f| f != name) {
+            continue;
+        }
+        let seen = lackey.get(&load.ip).map_or(0, Vec::len);
+        let at = if load.instrumented {
+            Some(load.ip)
+        } else {
+            load.proxy
+        };
+        let got = at.map_or(0, |ip| trace.by_ip.get(&ip).map_or(0, Vec::len));
+        seen_total += seen;
+        recorded += got.min(seen);
+    }
+    (recorded, seen_total)
+}
+
+/// A bytecode interpreter dispatching by computed goto (a 256-entry table
+/// indexed by the opcode byte) and by `switch`, with handlers split off
+/// into `.cold` parts outside the functions' symbols: the copies follow the
+/// dispatch into the copies of the cold parts, so the trace holds what
+/// Lackey sees, per load, in both functions.
+#[test]
+fn computed_goto_and_cold_split_jump_tables_are_followed() {
+    for flags in [
+        &["-O2", "-freorder-blocks-and-partition"][..],
+        &["-O2", "-freorder-blocks-and-partition", "-no-pie"],
+    ] {
+        let tag = flags.join("");
+        let binary = build("interp.c", flags);
+        let inst = instrument(&binary, None, &format!("interp{tag}"));
+        assert!(
+            inst.report["table_jumps_translated"].as_u64().unwrap() >= 2,
+            "{tag}: {}",
+            inst.report
+        );
+        let native = native(&binary, &["40"], None);
+        assert_eq!(native.status.code(), Some(0));
+        let trace = trace_path(&format!("interp{tag}"));
+        let out = record(&inst.path, &["40"], FULL, &trace, None);
+        assert_same_behaviour(&native, &out, &format!("interp {tag} --full"));
+        let full = read_trace(&trace);
+        assert!(full.totals.complete);
+        let lackey = lackey(&binary, &["40"], None);
+        let c = compare(&inst.annotation, &full, &lackey, &escaped(&inst.report));
+        assert!(c.over.is_empty(), "{tag}: over at {:x?}", c.over);
+        assert!(
+            c.count_mismatches.is_empty() && c.delta_mismatches.is_empty(),
+            "{tag}: {c:?}"
+        );
+        for function in ["run_goto", "run_switch"] {
+            let (recorded, seen) = recorded_share(&inst.annotation, &full, &lackey, Some(function));
+            assert!(seen > 10_000, "{tag} {function}: {seen} Lackey loads");
+            assert!(
+                recorded as f64 >= 0.97 * seen as f64,
+                "{tag} {function}: {recorded} of {seen} Lackey loads recorded"
+            );
+            eprintln!("{tag} {function}: {recorded} of {seen} Lackey loads recorded");
+        }
+        // The cold parts run (the RARE handler), and are traced too.
+        let (recorded, seen) = recorded_share(&inst.annotation, &full, &lackey, None);
+        assert!(
+            recorded as f64 >= 0.97 * seen as f64,
+            "{tag}: {recorded} of {seen} Lackey loads in the executable recorded"
+        );
+    }
+}
+
 #[test]
 fn a_killed_program_leaves_a_readable_prefix() {
     let binary = build("signals.c", &["-O2"]);

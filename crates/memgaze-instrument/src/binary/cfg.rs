@@ -306,6 +306,11 @@ fn branch_sources_and_calls(
 /// Every indirect jump, classified (tail call, jump table, unresolved);
 /// the jump tables (overlaps trimmed); and the indices of the unresolved
 /// jumps that are not shaped like a table dispatch.
+///
+/// Recognition repeats while it resolves tables: a computed-goto
+/// interpreter's handlers are reached only through its table jumps, so the
+/// table base each handler's own dispatch reads (set once at entry) is
+/// found only along the edges of the tables already resolved.
 fn indirect_jumps(
     instructions: &[Instruction],
     sources: &HashMap<u32, Vec<u32>>,
@@ -314,40 +319,77 @@ fn indirect_jumps(
     index_of: &HashMap<u64, u32>,
     memory: &dyn Memory,
 ) -> (Vec<IndirectJump>, Vec<JumpTable>, Vec<usize>) {
-    let mut indirect_jumps = Vec::new();
-    let mut jump_tables: Vec<JumpTable> = Vec::new();
-    let mut not_table_shaped: Vec<usize> = Vec::new();
-    let slicer = jump_tables::Slicer {
-        instructions,
-        sources,
-    };
-    for (i, insn) in instructions.iter().enumerate() {
-        if insn.flow_control() != FlowControl::IndirectBranch {
-            continue;
-        }
-        let kind = if is_memory_tail_call(insn) {
-            IndirectJumpKind::TailCall
-        } else {
-            match jump_tables::recognise(&slicer, i, start, end, index_of, memory) {
-                Some(Recognised::Table(table)) => {
-                    jump_tables.push(table);
-                    IndirectJumpKind::JumpTable(jump_tables.len() - 1)
-                }
-                Some(Recognised::TailCall) => IndirectJumpKind::TailCall,
-                Some(Recognised::NotTableShaped) => {
-                    not_table_shaped.push(indirect_jumps.len());
-                    IndirectJumpKind::Unresolved
-                }
-                None => IndirectJumpKind::Unresolved,
-            }
-        };
-        indirect_jumps.push(IndirectJump {
+    let mut indirect_jumps: Vec<IndirectJump> = instructions
+        .iter()
+        .enumerate()
+        .filter(|(_, insn)| insn.flow_control() == FlowControl::IndirectBranch)
+        .map(|(i, insn)| IndirectJump {
             ip: insn.ip(),
             instruction: i as u32,
-            kind,
-        });
+            kind: IndirectJumpKind::Unresolved,
+        })
+        .collect();
+    let mut jump_tables: Vec<JumpTable> = Vec::new();
+    let mut shaped_unlike_a_table = vec![false; indirect_jumps.len()];
+    let mut sources = sources.clone();
+    let mut pending: Vec<usize> = (0..indirect_jumps.len()).collect();
+    while !pending.is_empty() {
+        let slicer = jump_tables::Slicer {
+            instructions,
+            sources: &sources,
+        };
+        let mut still = Vec::new();
+        let mut resolved = Vec::new();
+        for k in pending {
+            let i = indirect_jumps[k].instruction as usize;
+            let insn = &instructions[i];
+            let kind = if is_memory_tail_call(insn) {
+                IndirectJumpKind::TailCall
+            } else {
+                match jump_tables::recognise(&slicer, i, start, end, index_of, memory) {
+                    Some(Recognised::Table(table)) => {
+                        resolved.push((i as u32, table.targets.clone()));
+                        jump_tables.push(table);
+                        IndirectJumpKind::JumpTable(jump_tables.len() - 1)
+                    }
+                    Some(Recognised::TailCall) => IndirectJumpKind::TailCall,
+                    Some(Recognised::NotTableShaped) => {
+                        shaped_unlike_a_table[k] = true;
+                        still.push(k);
+                        IndirectJumpKind::Unresolved
+                    }
+                    None => {
+                        shaped_unlike_a_table[k] = false;
+                        still.push(k);
+                        IndirectJumpKind::Unresolved
+                    }
+                }
+            };
+            indirect_jumps[k].kind = kind;
+        }
+        if resolved.is_empty() {
+            break;
+        }
+        for (jump, targets) in resolved {
+            for t in targets {
+                if let Some(&ti) = index_of.get(&t) {
+                    let from = sources.entry(ti).or_default();
+                    if !from.contains(&jump) {
+                        from.push(jump);
+                    }
+                }
+            }
+        }
+        pending = still;
     }
+    // Table indices in `JumpTable(t)` follow `jump_tables`; trimming only
+    // shortens scanned tables.
     jump_tables::trim_overlapping(&mut jump_tables);
+    let not_table_shaped = (0..indirect_jumps.len())
+        .filter(|&k| {
+            shaped_unlike_a_table[k] && indirect_jumps[k].kind == IndirectJumpKind::Unresolved
+        })
+        .collect();
     (indirect_jumps, jump_tables, not_table_shaped)
 }
 

@@ -16,7 +16,13 @@
 //! enums) entries are read while they land on instructions of the function,
 //! stopping at another table of the same function. Every entry of a table
 //! with a known bound must land on an instruction start of the function or
-//! outside it (split-off cold code), else the jump stays unresolved.
+//! outside it (split-off cold code), else the jump stays unresolved. An
+//! index zero-extended from a byte bounds the table at 256 entries, and
+//! then entries outside the function are read too: computed-goto
+//! interpreters (CPython's `opcode_targets`) send unused opcodes to a
+//! handler in the function's `.cold` part. A table of 8-byte pointers none
+//! of which lands in the function is a dispatch of function pointers, a
+//! tail call.
 //!
 //! The backward slice follows the linear predecessor of each instruction,
 //! or the single branch that reaches it when nothing falls through into it;
@@ -32,6 +38,8 @@ use iced_x86::{
 const SLICE_LIMIT: usize = 48;
 /// Most entries read from a table.
 const MAX_ENTRIES: u64 = 4096;
+/// Entries a byte-wide index can select.
+const BYTE_ENTRIES: u32 = 256;
 
 /// How the entries encode targets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +90,9 @@ pub struct JumpTable {
     pub targets: Vec<u64>,
     /// Where the count came from.
     pub bound: JumpTableBound,
+    /// Address of the instruction that reads the entry (the `jmp` itself for
+    /// `jmp [T + i*8]`).
+    pub load: u64,
 }
 
 impl JumpTable {
@@ -229,6 +240,8 @@ fn writes(info: &mut InstructionInfoFactory, insn: &Instruction, reg: Register) 
 
 /// A recognised table load before its entries are read.
 struct Shape {
+    /// The instruction reading the entry.
+    load: usize,
     /// Where the bound search starts, and what holds the index there.
     index_at: usize,
     index: Location,
@@ -301,16 +314,6 @@ pub(crate) fn recognise(
         }
         _ => return None,
     };
-    // A table of 8-byte pointers whose first entry leaves the function is a
-    // table of code pointers (a dispatch tail call), not a jump table.
-    if shape.entries == JumpTableEntries::Absolute
-        && let Some(bytes) = memory.read(shape.table, 8)
-    {
-        let first = u64::from_le_bytes(bytes.try_into().ok()?);
-        if first < start || first >= end {
-            return Some(Recognised::TailCall);
-        }
-    }
     let bound = find_bound(slicer, &mut info, shape.index_at, shape.index);
     let limit = match bound {
         JumpTableBound::Compare(n) | JumpTableBound::Mask(n) | JumpTableBound::Scanned(n) => {
@@ -318,6 +321,9 @@ pub(crate) fn recognise(
         }
     };
     let exact = !matches!(bound, JumpTableBound::Scanned(_));
+    // A byte index: at most 256 entries, some of which may leave the
+    // function (its cold part).
+    let byte_wide = matches!(bound, JumpTableBound::Scanned(n) if n <= BYTE_ENTRIES);
     let size = shape.entries.entry_size();
     let mut targets = Vec::new();
     for k in 0..limit {
@@ -339,14 +345,35 @@ pub(crate) fn recognise(
             }
             break;
         }
-        if !inside && !exact {
+        if !inside && !exact && !byte_wide {
             break;
         }
         targets.push(target);
     }
     let inside = targets.iter().filter(|&&t| t >= start && t < end).count();
-    if inside == 0 || (exact && targets.len() as u64 != limit) {
+    if inside == 0 {
+        // Code pointers that leave the function: a dispatch tail call.
+        let first_leaves = shape.entries == JumpTableEntries::Absolute
+            && memory
+                .read(shape.table, 8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_le_bytes)
+                .is_some_and(|first| first < start || first >= end);
+        return first_leaves.then_some(Recognised::TailCall);
+    }
+    if exact && targets.len() as u64 != limit {
         return None;
+    }
+    if byte_wide {
+        // Entries past the last one inside the function are as likely to be
+        // whatever follows the table.
+        let last_inside = targets
+            .iter()
+            .rposition(|&t| t >= start && t < end)
+            .expect("one entry is inside");
+        if targets.len() as u64 != limit {
+            targets.truncate(last_inside + 1);
+        }
     }
     let bound = match bound {
         JumpTableBound::Scanned(_) => JumpTableBound::Scanned(targets.len() as u32),
@@ -358,6 +385,7 @@ pub(crate) fn recognise(
         entries: shape.entries,
         targets,
         bound,
+        load: insns[shape.load].ip(),
     }))
 }
 
@@ -484,6 +512,7 @@ fn table_operand(
     if scale == entry_size {
         let t = constant(slicer, info, base, at, 0)?;
         return Some(Shape {
+            load: at,
             index_at: at,
             index: Location::Register(index),
             table: t.wrapping_add(disp),
@@ -496,6 +525,7 @@ fn table_operand(
                 let (i, i_at, s) = scaled_index(slicer, info, x, at);
                 if s == entry_size {
                     return Some(Shape {
+                        load: at,
                         index_at: i_at,
                         index: Location::Register(i),
                         table: t.wrapping_add(disp),
@@ -640,6 +670,9 @@ fn find_bound(
             );
             match insn.op1_kind() {
                 OpKind::Register if copy => {
+                    if insn.mnemonic() == Mnemonic::Movzx {
+                        cap = cap.min(1 << (8 * insn.op1_register().size().min(2)));
+                    }
                     tracked.push(Location::Register(insn.op1_register().full_register()));
                 }
                 OpKind::Memory if copy => {
@@ -874,6 +907,84 @@ mod tests {
         assert_eq!(jt.table, table);
         assert_eq!(jt.bound, JumpTableBound::Scanned(3));
         assert_eq!(jt.targets, case_ips);
+    }
+
+    /// CPython's dispatch: `movzx` of the opcode byte, then `jmp` through
+    /// 256 absolute entries, the first (unused opcodes) in the function's
+    /// cold part: a jump table that leaves the function, not a tail call.
+    #[test]
+    fn byte_indexed_table_keeps_the_entries_that_leave_the_function() {
+        const COLD: u64 = 0x9000;
+        let (f, table, case_ips) = switch(&|a, ips, t| {
+            let mut table = a.create_label();
+            a.movzx(eax, sil)?;
+            a.jmp(qword_ptr(rax * 8 + t as i32))?;
+            let labels = cases(a, 3)?;
+            a.set_label(&mut table)?;
+            let mut entries = vec![COLD; 256];
+            if !ips.is_empty() {
+                entries[1..4].copy_from_slice(ips);
+            }
+            a.dq(&entries)?;
+            Ok((table, labels))
+        });
+        assert_eq!(f.indirect_jumps[0].kind, IndirectJumpKind::JumpTable(0));
+        let jt = &f.jump_tables[0];
+        assert_eq!(jt.table, table);
+        assert_eq!(jt.bound, JumpTableBound::Scanned(256));
+        assert_eq!(jt.targets.len(), 256);
+        assert_eq!(jt.targets[0], COLD);
+        assert_eq!(&jt.targets[1..4], &case_ips[..]);
+        assert_eq!(jt.load, f.indirect_jumps[0].ip);
+    }
+
+    /// A computed-goto interpreter: the table base is set once at entry and
+    /// each handler, reached only through the table, dispatches again; the
+    /// handlers' jumps resolve along the first jump's table edges.
+    #[test]
+    fn handlers_reached_only_through_the_table_resolve_their_own_dispatch() {
+        let (f, _, _) = switch(&|a, ips, _| {
+            let mut table = a.create_label();
+            let dispatch = |a: &mut CodeAssembler| -> Result<(), IcedError> {
+                a.movzx(eax, byte_ptr(rdi))?;
+                a.add(rdi, 1)?;
+                a.mov(rax, qword_ptr(r9 + rax * 8))?;
+                a.jmp(rax)
+            };
+            a.lea(r9, ptr(table))?;
+            dispatch(a)?;
+            let mut labels = Vec::new();
+            let mut halt = a.create_label();
+            a.set_label(&mut halt)?;
+            a.xor(eax, eax)?;
+            a.ret()?;
+            labels.push(halt);
+            for k in 0..2 {
+                let mut l = a.create_label();
+                a.set_label(&mut l)?;
+                a.add(rsi, k + 1)?;
+                dispatch(a)?;
+                labels.push(l);
+            }
+            a.set_label(&mut table)?;
+            let entries: Vec<u64> = if ips.is_empty() {
+                vec![0; 3]
+            } else {
+                ips.to_vec()
+            };
+            a.dq(&entries)?;
+            Ok((table, labels))
+        });
+        assert_eq!(f.indirect_jumps.len(), 3);
+        for j in &f.indirect_jumps {
+            assert!(
+                matches!(j.kind, IndirectJumpKind::JumpTable(_)),
+                "{:x}: {:?}",
+                j.ip,
+                j.kind
+            );
+        }
+        assert_eq!(f.unresolved_indirect_jumps(), 0);
     }
 
     #[test]

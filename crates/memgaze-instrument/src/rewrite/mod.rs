@@ -27,6 +27,7 @@ pub mod process_end;
 pub mod relocate;
 pub mod report;
 pub mod runtime;
+mod tables;
 pub mod unwind;
 
 pub(crate) use report::Escape;
@@ -106,6 +107,8 @@ struct Planned {
     prologue_call: Option<u64>,
     /// Jump-table targets to patch.
     table_patches: Vec<u64>,
+    /// Jump-table reads redirected to translated tables ([`tables`]).
+    redirects: HashMap<usize, relocate::TableRedirect>,
 }
 
 /// What planning one function gave: its plan, or why it is left alone.
@@ -246,10 +249,12 @@ pub(crate) fn instrument_with_code(
         }
         _ => process_end::ProcessEndStubs::default(),
     };
-    let copies_va = align_up(
+    let tables_va = align_up(
         runtime_va + rt.as_ref().map_or(0, |r| r.code.len() as u64),
         64,
     );
+    let tables = plan_tables(&mut plans, tables_va, editor.pie, &mut report);
+    let copies_va = align_up(tables_va + tables.len, 64);
     let entries = relocate::Entries {
         record: rt.as_ref().map_or(0, |r| r.record),
         record_tracked: rt.as_ref().map_or(0, |r| r.record_tracked),
@@ -285,12 +290,14 @@ pub(crate) fn instrument_with_code(
     lap(&mut report, "unwind information");
 
     // ---- 4. patches
+    let table_bytes = fill_tables(binary, &plans, &tables, &copies, &mut report);
     let patched = patch_original(
         &mut editor,
         binary,
         &mut plans,
         &copies,
         &original,
+        &tables.jumps,
         &mut report,
     )?;
     report.escaped_loads = escaped_loads(binary, &plans, &report.escapes, &patched);
@@ -300,6 +307,7 @@ pub(crate) fn instrument_with_code(
     let segment = lay_out_segment(
         editor.segment_va,
         rt.as_ref(),
+        (tables_va, &table_bytes),
         copies_va,
         &copies.code,
         &tail,
@@ -632,6 +640,7 @@ impl Planner<'_, '_> {
                 spatial,
                 prologue_call: None,
                 table_patches: Vec::new(),
+                redirects: HashMap::new(),
             }),
             skipped_loads,
         }
@@ -739,6 +748,7 @@ fn encode_copies(
                 spatial: p.spatial.clone(),
                 superblocks: p.blocks.clone(),
                 prologue_call: p.prologue_call,
+                redirects: p.redirects.clone(),
             })
             .collect();
         match relocate::encode(&copy_plans, copies_va, entries) {
@@ -881,6 +891,7 @@ fn patch_original(
     plans: &mut [Planned],
     copies: &relocate::Copies,
     original: &OriginalUnwind<'_>,
+    redirected: &[u64],
     report: &mut Report,
 ) -> Result<BTreeSet<u64>, RewriteError> {
     let mut patched: BTreeSet<u64> = BTreeSet::new();
@@ -909,6 +920,9 @@ fn patch_original(
             let name = f.name.clone();
             match j.kind {
                 IndirectJumpKind::JumpTable(t) => {
+                    // A copy reading a translated table never lands on these
+                    // patches; they serve only jumps in the original code.
+                    let translated = redirected.binary_search(&j.ip).is_ok();
                     let table = &plan.code.jump_tables[t];
                     let mut targets: Vec<u64> = table.targets.clone();
                     targets.sort_unstable();
@@ -948,6 +962,7 @@ fn patch_original(
                                 plan.table_patches.push(target);
                                 report.table_target_patches += 1;
                             }
+                            Some(_) if translated => {}
                             Some(reason) => report.escapes.push(Escape {
                                 function: name.clone(),
                                 at: j.ip,
@@ -968,6 +983,60 @@ fn patch_original(
         }
     }
     Ok(patched)
+}
+
+/// Plans the translated jump tables of every copy at `va` ([`tables`]) and
+/// gives each plan its redirects.
+fn plan_tables(plans: &mut [Planned], va: u64, pie: bool, report: &mut Report) -> tables::Tables {
+    let codes: Vec<&FunctionCode> = plans.iter().map(|p| &p.code).collect();
+    let (mut tables, redirects, untranslated) = tables::Tables::plan(&codes, va, pie);
+    for (plan, own) in plans.iter_mut().zip(redirects) {
+        plan.redirects = own;
+    }
+    tables.jumps.sort_unstable();
+    report.table_jumps_translated = tables.jumps.len();
+    report.table_jumps_untranslated = untranslated.len();
+    tables
+}
+
+/// The translated tables' bytes; every target in no copy is reported as an
+/// escape of each translated jump that reaches it.
+fn fill_tables(
+    binary: &Binary,
+    plans: &[Planned],
+    tables: &tables::Tables,
+    copies: &relocate::Copies,
+    report: &mut Report,
+) -> Vec<u8> {
+    let (bytes, unmapped) = tables.fill(&copies.maps);
+    if unmapped.is_empty() {
+        return bytes;
+    }
+    for plan in plans {
+        let f = &binary.functions()[plan.function];
+        for j in &plan.code.indirect_jumps {
+            let IndirectJumpKind::JumpTable(t) = j.kind else {
+                continue;
+            };
+            if tables.jumps.binary_search(&j.ip).is_err() {
+                continue;
+            }
+            let mut targets = plan.code.jump_tables[t].targets.clone();
+            targets.sort_unstable();
+            targets.dedup();
+            for target in targets {
+                if unmapped.binary_search(&target).is_ok() {
+                    report.escapes.push(Escape {
+                        function: f.name.clone(),
+                        at: j.ip,
+                        target: Some(target),
+                        reason: "jump-table target in code that is not instrumented".into(),
+                    });
+                }
+            }
+        }
+    }
+    bytes
 }
 
 /// Addresses of the instrumented loads reachable from `escapes` in the
@@ -1027,6 +1096,7 @@ fn escaped_loads(
 fn lay_out_segment(
     segment_va: u64,
     rt: Option<&runtime::Runtime>,
+    (tables_va, tables): (u64, &[u8]),
     copies_va: u64,
     copies: &[u8],
     tail: &UnwindTail,
@@ -1036,6 +1106,8 @@ fn lay_out_segment(
     if let Some(rt) = rt {
         segment.extend_from_slice(&rt.code);
     }
+    segment.resize((tables_va - segment_va) as usize, 0xcc);
+    segment.extend_from_slice(tables);
     segment.resize((copies_va - segment_va) as usize, 0xcc);
     segment.extend_from_slice(copies);
     segment.resize((tail.va - segment_va) as usize, 0xcc);

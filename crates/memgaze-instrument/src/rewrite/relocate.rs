@@ -53,6 +53,23 @@ pub(crate) struct Superblock {
     pub exits: Vec<(usize, u32)>,
 }
 
+/// How a copy reads a jump table translated to copy addresses (see
+/// `rewrite::tables`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TableRedirect {
+    /// The entry load reads the translated table: its memory displacement
+    /// becomes this.
+    Displacement(u64),
+    /// `lea target, [target + base]` before the jump: the translated entries
+    /// are offsets from what `base` holds.
+    AddBase {
+        /// The jump's register.
+        target: Register,
+        /// The register holding the table's base.
+        base: Register,
+    },
+}
+
 /// One function to copy.
 pub(crate) struct CopyPlan<'a> {
     /// Its code and control flow.
@@ -66,6 +83,9 @@ pub(crate) struct CopyPlan<'a> {
     pub(crate) superblocks: Vec<Superblock>,
     /// A call placed before the first instruction (region marker hooks).
     pub(crate) prologue_call: Option<u64>,
+    /// Jump-table reads redirected to translated tables: instruction index →
+    /// what changes.
+    pub(crate) redirects: HashMap<usize, TableRedirect>,
 }
 
 /// Where one copy landed.
@@ -444,6 +464,7 @@ fn build_part(
             if insn.ip() == ip {
                 insn.set_ip(label);
             }
+            redirect(plan, i, &mut insn, &mut all);
             all.push(insn);
         }
         body_ends.push(all.len());
@@ -816,6 +837,7 @@ fn counting_fragment(
             insn.set_ip(first);
         }
         first = 0;
+        redirect(plan, i, &mut insn, out);
         out.push(insn);
     }
     let last = &code.instructions[block.last];
@@ -825,6 +847,30 @@ fn counting_fragment(
     ) {
         let next = last.next_ip();
         out.push(Instruction::with_branch(Code::Jmp_rel32_64, next).expect("valid jmp"));
+    }
+}
+
+/// Applies instruction `i`'s table redirect to `insn`, the copy about to be
+/// appended to `out`: a new displacement for the entry load (its probe and
+/// spatial check, emitted before, keep the original address), or a `lea`
+/// adding the table base before the jump, taking over the jump's label.
+fn redirect(plan: &CopyPlan<'_>, i: usize, insn: &mut Instruction, out: &mut Vec<Instruction>) {
+    match plan.redirects.get(&i) {
+        Some(&TableRedirect::Displacement(displacement)) => {
+            if insn.memory_base() != Register::None {
+                // disp8 if it fits, else the address size.
+                insn.set_memory_displ_size(1);
+            }
+            insn.set_memory_displacement64(displacement);
+        }
+        Some(&TableRedirect::AddBase { target, base }) => {
+            let operand = iced_x86::MemoryOperand::with_base_index(target, base);
+            let mut add = Instruction::with2(Code::Lea_r64_m, target, operand).expect("valid lea");
+            add.set_ip(insn.ip());
+            insn.set_ip(0);
+            out.push(add);
+        }
+        None => {}
     }
 }
 
@@ -901,6 +947,7 @@ mod tests {
                 spatial: HashMap::new(),
                 superblocks: Vec::new(),
                 prologue_call: None,
+                redirects: HashMap::new(),
             })
             .collect()
     }

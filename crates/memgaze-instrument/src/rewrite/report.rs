@@ -54,6 +54,11 @@ pub struct Report {
     pub(crate) entry_patches: usize,
     /// Jump-table targets patched to jump into the copy.
     pub(crate) table_target_patches: usize,
+    /// Indirect jumps whose copies read a translated jump table.
+    pub(crate) table_jumps_translated: usize,
+    /// Jump-table jumps whose copies read the original table (landing on
+    /// target patches where those fit).
+    pub(crate) table_jumps_untranslated: usize,
     /// Every escape into original code.
     pub(crate) escapes: Vec<Escape>,
     /// Instrumented loads reachable through an escape (their counts can fall
@@ -137,6 +142,12 @@ impl fmt::Display for Report {
             f,
             "patches: {} function entries, {} jump-table targets; unwind: {} FDEs, {} LSDAs",
             self.entry_patches, self.table_target_patches, self.fdes, self.lsdas
+        )?;
+        let unresolved = self.escapes.iter().filter(|e| e.target.is_none()).count();
+        writeln!(
+            f,
+            "indirect jumps: {} through translated jump tables, {} through original tables, {unresolved} unresolved",
+            self.table_jumps_translated, self.table_jumps_untranslated
         )?;
         writeln!(
             f,
