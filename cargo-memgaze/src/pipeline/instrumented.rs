@@ -246,6 +246,7 @@ mod tests {
             loads: Vec::new(),
             ptwrites: Vec::new(),
             shared_libraries: Vec::new(),
+            escapes: Vec::new(),
         }
     }
 

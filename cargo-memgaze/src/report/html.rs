@@ -891,6 +891,7 @@ mod tests {
             mr_l1: None,
             mr_l2: None,
             mr_llc: None,
+            coverage_dynamic: None,
         };
         let cell = hot_lines(&f).into_string();
         assert_eq!(cell.matches("src/map.rs:41").count(), 1, "{cell}");

@@ -86,6 +86,9 @@ pub(crate) struct Assembler<'a> {
     pub(crate) regions: Vec<RegionEvent>,
     /// Process ids in order of first message.
     pub(crate) processes: Vec<u32>,
+    /// Escapes into original code counted per escape site, summed over
+    /// processes.
+    pub(crate) escapes: HashMap<u32, u64>,
 }
 
 impl<'a> Assembler<'a> {
@@ -118,6 +121,7 @@ impl<'a> Assembler<'a> {
             execed: HashMap::new(),
             regions: Vec::new(),
             processes: Vec::new(),
+            escapes: HashMap::new(),
         }
     }
 
@@ -157,6 +161,13 @@ impl<'a> Assembler<'a> {
         }
         if header.kind == MessageKind::Exec {
             self.execed.insert(header.pid, header.dropped);
+            return Ok(());
+        }
+        if header.kind == MessageKind::Escapes {
+            // Counts since the process's previous message of this kind.
+            for (site, count) in protocol::records(payload) {
+                *self.escapes.entry(site).or_default() += count;
+            }
             return Ok(());
         }
         if !self.execed.is_empty() {
@@ -222,7 +233,9 @@ impl<'a> Assembler<'a> {
                 self.sink.region(&event)?;
                 self.regions.push(event);
             }
-            MessageKind::ProcessExit | MessageKind::Exec => unreachable!(),
+            MessageKind::ProcessExit | MessageKind::Exec | MessageKind::Escapes => {
+                unreachable!()
+            }
         }
         Ok(())
     }

@@ -27,9 +27,10 @@ use memgaze_metadata::annotation::Annotation;
 use memgaze_trace::Interruption;
 use memgaze_trace::protocol::{self, RecorderConfig};
 use memgaze_trace::{
-    Backend, Dropped, FunctionEntry, LoadClass, LoadEntry, ProgramExit, Sampling, SpatialSampling,
-    TraceHeader, TraceTotals, TraceWriter,
+    Backend, Dropped, EscapeCount, FunctionEntry, LoadClass, LoadEntry, ProgramExit, Sampling,
+    SpatialSampling, TraceHeader, TraceTotals, TraceWriter,
 };
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -588,7 +589,31 @@ pub fn record_command_within(
         limits,
     );
     recording.shared_messages = shared_messages;
+    recording.totals.escapes = escape_counts(annotation, &assembler.escapes);
     Ok(recording)
+}
+
+/// The escape counters the processes sent, with what the annotation
+/// estimates each escape leaves untraced; by jump address. A counter of a
+/// site the annotation does not list is ignored (it cannot be attributed).
+fn escape_counts(annotation: &Annotation, counted: &HashMap<u32, u64>) -> Vec<EscapeCount> {
+    let mut escapes: Vec<EscapeCount> = counted
+        .iter()
+        .filter(|&(_, &count)| count > 0)
+        .filter_map(|(&site, &count)| {
+            let escape = annotation.escapes.get(site as usize)?;
+            let function = annotation.functions.get(escape.function as usize)?;
+            Some(EscapeCount {
+                at: escape.at,
+                function: function.name.clone(),
+                count,
+                loads: escape.loads,
+                probed: escape.probed,
+            })
+        })
+        .collect();
+    escapes.sort_by_key(|e| e.at);
+    escapes
 }
 
 /// The spawn settings of a recorded program: the recorder's descriptors
@@ -796,6 +821,7 @@ fn summarise(
             && interrupted.is_none()
             && dropped_records == 0,
         interrupted,
+        escapes: Vec::new(),
     };
     Recording {
         exit,
@@ -1213,7 +1239,7 @@ mod tests {
 #[cfg(test)]
 mod process_end_tests {
     use super::*;
-    use std::collections::HashMap;
+
 
     /// Records per load id.
     #[derive(Default)]

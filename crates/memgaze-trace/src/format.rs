@@ -1464,6 +1464,7 @@ mod tests {
             exit: Some(ProgramExit::Code(0)),
             complete: true,
             interrupted: None,
+            escapes: Vec::new(),
         }
     }
 

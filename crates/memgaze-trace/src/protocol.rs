@@ -157,6 +157,11 @@ pub enum MessageKind {
     /// `dropped` counts what the `exec` discards (process-level drops, other
     /// threads' buffers).
     Exec = 6,
+    /// The process's escape counters since its last such message: records
+    /// whose load id is an [`EscapeSite`](memgaze_metadata::annotation::EscapeSite)
+    /// index and whose address is the count; sent before `ProcessExit` and
+    /// `Exec`.
+    Escapes = 7,
 }
 
 impl MessageKind {
@@ -169,6 +174,7 @@ impl MessageKind {
             4 => MessageKind::RegionEnd,
             5 => MessageKind::ProcessExit,
             6 => MessageKind::Exec,
+            7 => MessageKind::Escapes,
             _ => return None,
         })
     }
@@ -300,7 +306,9 @@ impl MessageHeader {
         };
         let payload = &message[HEADER_BYTES..];
         let expected = match kind {
-            MessageKind::Records | MessageKind::Final => header.count as usize * RECORD_BYTES,
+            MessageKind::Records | MessageKind::Final | MessageKind::Escapes => {
+                header.count as usize * RECORD_BYTES
+            }
             MessageKind::RegionBegin | MessageKind::RegionEnd => header.count as usize,
             MessageKind::ProcessExit | MessageKind::Exec => 0,
         };

@@ -542,6 +542,7 @@ impl BinaryLoads {
             loads,
             ptwrites: Vec::new(),
             shared_libraries: binary.needed().to_vec(),
+            escapes: Vec::new(),
         }
     }
 }

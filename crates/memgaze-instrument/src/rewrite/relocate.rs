@@ -66,6 +66,10 @@ pub struct CopyPlan<'a> {
     pub superblocks: Vec<Superblock>,
     /// A call placed before the first instruction (region marker hooks).
     pub prologue_call: Option<u64>,
+    /// Indirect jumps that may land in original code: `(instruction index,
+    /// escape site)`, sorted by index; each goes through an
+    /// [`probe::escape_stub`] that counts the escapes.
+    pub escapes: Vec<(usize, u32)>,
 }
 
 /// Where one copy landed.
@@ -121,6 +125,9 @@ pub struct Entries {
     pub spatial: u64,
     /// The spatial hash's multiplier word (the threshold follows it).
     pub spatial_config: u64,
+    /// What escape checks compare with (`None`: no counters, the jumps are
+    /// copied as they are).
+    pub escape: Option<probe::EscapeCheck>,
 }
 
 /// Fake addresses for labels: far above any user-space address.
@@ -332,6 +339,7 @@ fn build_part(
         let mut fragments: Vec<Instruction> = Vec::new();
         let mut inserts = plan.inserts.iter().peekable();
         let mut checks = plan.superblocks.iter().peekable();
+        let mut escapes = plan.escapes.iter().peekable();
         // Side exits of superblocks: branch index → loads to give back.
         let exits: std::collections::HashMap<usize, u32> = plan
             .superblocks
@@ -444,7 +452,16 @@ fn build_part(
             if insn.ip() == ip {
                 insn.set_ip(label);
             }
-            all.push(insn);
+            match (escapes.next_if(|&&(index, _)| index == i), &entries.escape) {
+                (Some(&(_, site)), Some(check)) => {
+                    let stub = next_fake();
+                    let mut jump = Instruction::with_branch(Code::Jmp_rel32_64, stub)?;
+                    jump.set_ip(insn.ip());
+                    probe::escape_stub(&insn, site, check, stub, &mut next_fake, &mut stubs);
+                    all.push(jump);
+                }
+                _ => all.push(insn),
+            }
         }
         body_ends.push(all.len());
         // Loop heads: the last branch of the body back to each.
@@ -901,6 +918,7 @@ mod tests {
                 spatial: HashMap::new(),
                 superblocks: Vec::new(),
                 prologue_call: None,
+                escapes: Vec::new(),
             })
             .collect()
     }
@@ -911,6 +929,7 @@ mod tests {
             record_tracked: 0x6fff_0100,
             spatial: 0x6fff_0200,
             spatial_config: 0x6fff_8000,
+            escape: None,
         }
     }
 

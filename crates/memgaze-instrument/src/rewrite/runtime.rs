@@ -218,11 +218,38 @@ pub mod process {
     pub const CLOSED: i32 = offset_of!(ProcessBlock, closed) as i32;
     /// Offset of [`ProcessBlock::finishing`].
     pub const FINISHING: i32 = offset_of!(ProcessBlock, finishing) as i32;
-    /// Bytes mapped.
+    /// Bytes mapped without escape counters.
     pub const BYTES: i32 = 4096;
+    /// Offset of the first escape counter (one `u64` per escape site,
+    /// counted by the copies' escape checks, see
+    /// [`super::super::probe::escape_stub`]); the `Escapes` message is built
+    /// after the last.
+    pub const ESCAPES: i32 = 64;
+    /// Most escape sites counted: their message stays within one shared
+    /// chunk.
+    pub const MAX_ESCAPE_SITES: u32 = 4096;
+
+    /// Offset of the `Escapes` message with `sites` counters.
+    pub const fn escape_message(sites: u32) -> i32 {
+        ESCAPES + 8 * sites as i32
+    }
+
+    /// Bytes mapped for a process block with `sites` escape counters.
+    pub const fn bytes(sites: u32) -> i32 {
+        let used = escape_message(sites)
+            + memgaze_trace::protocol::HEADER_BYTES as i32
+            + sites as i32 * memgaze_trace::protocol::RECORD_BYTES as i32;
+        if used <= BYTES {
+            BYTES
+        } else {
+            (used + 4095) & !4095
+        }
+    }
 }
 
-const _: () = assert!(size_of::<ProcessBlock>() <= process::BYTES as usize);
+const _: () = assert!(size_of::<ProcessBlock>() <= process::ESCAPES as usize);
+const _: () =
+    assert!(process::MAX_ESCAPE_SITES as usize * RECORD_BYTES <= protocol::SHARED_CHUNK_BYTES);
 
 const SYS_CLOSE: i32 = 3;
 const SYS_FSTAT: i32 = 5;
@@ -258,6 +285,9 @@ pub struct RuntimeParams {
     pub original_fini: Option<u64>,
     /// Whether the binary has region markers (recording starts off).
     pub has_regions: bool,
+    /// Escape counters in the process block (at most
+    /// [`process::MAX_ESCAPE_SITES`]).
+    pub escape_sites: u32,
 }
 
 /// The assembled runtime and the addresses of its entry points.
@@ -362,6 +392,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     emit_exec_flush(&mut a, &mut l, params)?;
     emit_after_fork(&mut a, &mut l, params)?;
     emit_process_message(&mut a, &mut l)?;
+    emit_send_escapes(&mut a, &mut l, params)?;
     emit_entry(&mut a, &mut l, params)?;
     emit_parse_u64(&mut a, &mut l)?;
     emit_shared_setup(&mut a, &mut l)?;
@@ -1174,7 +1205,7 @@ fn emit_fini(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     }
     emit_fini_own_slot(a, l, params)?;
     emit_fini_other_slots(a, l)?;
-    emit_fini_exit_message(a, l)
+    emit_fini_exit_message(a, l, params)
 }
 
 /// `fini` up to the other slots: runs once per process, folds this thread's
@@ -1358,8 +1389,11 @@ fn emit_fini_snapshot(a: &mut Asm, l: &mut Labels) -> R {
 }
 
 /// The end of `fini_body`: the `ProcessExit` message (process-level drops).
-fn emit_fini_exit_message(a: &mut Asm, l: &mut Labels) -> R {
+fn emit_fini_exit_message(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.set_label(&mut l.fini_exit_message)?;
+    if params.escape_sites > 0 {
+        a.call(l.send_escapes)?;
+    }
     a.sub(rsp, protocol::HEADER_BYTES as i32)?;
     a.mov(dword_ptr(rsp + protocol::offsets::MAGIC), MESSAGE_MAGIC)?;
     a.mov(
@@ -1489,6 +1523,9 @@ fn emit_exec_flush(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     give_grant(a)?;
     leave_cold(a)?;
     a.set_label(&mut message)?;
+    if params.escape_sites > 0 {
+        a.call(l.send_escapes)?;
+    }
     // r8 = process drops + records other threads hold.
     a.mov(r8, qword_ptr(r13 + process::DROPPED))?;
     a.mov(rdx, qword_ptr(r13 + process::HEAD))?;
@@ -1535,6 +1572,63 @@ fn emit_process_message(a: &mut Asm, l: &mut Labels) -> R {
     a.mov(esi, protocol::HEADER_BYTES as u32)?;
     a.call(l.send)?;
     a.add(rsp, protocol::HEADER_BYTES as i32 + 8)?;
+    a.ret()?;
+    Ok(())
+}
+
+/// send_escapes: the escape counters that are not zero, taken and zeroed
+/// one by one (`xchg`: an escape counted meanwhile stays for the next
+/// message), sent as one `Escapes` message built in the process block.
+/// Nothing when none counted. Expects r12 = the config, r13 = the process
+/// block; clobbers the scratch registers.
+fn emit_send_escapes(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
+    let mut next = a.create_label();
+    let mut scan = a.create_label();
+    let mut built = a.create_label();
+    let mut done = a.create_label();
+    a.set_label(&mut l.send_escapes)?;
+    if params.escape_sites == 0 {
+        a.ret()?;
+        return Ok(());
+    }
+    let message = process::escape_message(params.escape_sites);
+    a.lea(rdi, qword_ptr(r13 + (message + protocol::HEADER_BYTES as i32)))?;
+    a.xor(edx, edx)?;
+    a.xor(r8d, r8d)?;
+    a.set_label(&mut scan)?;
+    a.cmp(edx, params.escape_sites)?;
+    a.jae(built)?;
+    a.xor(eax, eax)?;
+    a.xchg(qword_ptr(r13 + rdx * 8 + process::ESCAPES), rax)?;
+    a.test(rax, rax)?;
+    a.jz(next)?;
+    a.mov(dword_ptr(rdi), edx)?;
+    a.mov(qword_ptr(rdi + 4), rax)?;
+    a.add(rdi, RECORD_BYTES as i32)?;
+    a.inc(r8d)?;
+    a.set_label(&mut next)?;
+    a.inc(edx)?;
+    a.jmp(scan)?;
+    a.set_label(&mut built)?;
+    a.test(r8d, r8d)?;
+    a.jz(done)?;
+    a.lea(rdi, qword_ptr(r13 + message))?;
+    a.mov(dword_ptr(rdi + protocol::offsets::MAGIC), MESSAGE_MAGIC)?;
+    a.mov(
+        dword_ptr(rdi + protocol::offsets::KIND),
+        MessageKind::Escapes as u32,
+    )?;
+    a.mov(rax, qword_ptr(r13 + process::PID))?;
+    a.mov(dword_ptr(rdi + protocol::offsets::PID), eax)?;
+    a.mov(dword_ptr(rdi + protocol::offsets::TID), eax)?;
+    a.mov(qword_ptr(rdi + protocol::offsets::EXECUTIONS), 0)?;
+    a.mov(qword_ptr(rdi + protocol::offsets::DROPPED), 0)?;
+    a.mov(dword_ptr(rdi + protocol::offsets::SLOT), 0)?;
+    a.mov(dword_ptr(rdi + protocol::offsets::COUNT), r8d)?;
+    a.lea(rsi, qword_ptr(r8 + r8 * 2))?;
+    a.lea(rsi, qword_ptr(rsi * 4 + protocol::HEADER_BYTES as i32))?;
+    a.call(l.send)?;
+    a.set_label(&mut done)?;
     a.ret()?;
     Ok(())
 }
@@ -1689,13 +1783,13 @@ fn emit_entry(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.jne(l.entry_done)?;
     // Process block: anonymous, wiped on fork (required: without it a
     // forked child would re-send its parent's buffered records).
-    map_anonymous(a, process::BYTES)?;
+    map_anonymous(a, process::bytes(params.escape_sites))?;
     a.cmp(rax, -4095)?;
     a.jae(l.entry_done)?;
     a.mov(qword_ptr(r12 + cfg::PROCESS), rax)?;
     a.mov(rdi, rax)?;
     a.mov(eax, SYS_MADVISE)?;
-    a.mov(esi, process::BYTES)?;
+    a.mov(esi, process::bytes(params.escape_sites))?;
     a.mov(edx, MADV_WIPEONFORK)?;
     a.syscall()?;
     a.test(rax, rax)?;
@@ -2229,6 +2323,7 @@ struct Labels {
     exec_flush: CodeLabel,
     after_fork: CodeLabel,
     process_message: CodeLabel,
+    send_escapes: CodeLabel,
     fini_others: CodeLabel,
     fini_loop: CodeLabel,
     fini_staging_ready: CodeLabel,
@@ -2338,6 +2433,7 @@ impl Labels {
             prefix: n(),
             shared_prefix: n(),
             shared_setup: n(),
+            send_escapes: n(),
         }
     }
 }
@@ -2354,6 +2450,7 @@ mod tests {
             original_entry: 0x1040,
             original_fini: Some(0x1200),
             has_regions: false,
+            escape_sites: 3,
         }
     }
 

@@ -75,6 +75,7 @@ fn coverage() -> Coverage {
         classified: true,
         outside_binary: None,
         untraced_libraries: Vec::new(),
+        untraced_functions: Vec::new(),
         notes: vec!["a note".into()],
     }
 }

@@ -157,6 +157,7 @@ fn annotation() -> Annotation {
         loads,
         ptwrites,
         shared_libraries: Vec::new(),
+        escapes: Vec::new(),
     }
 }
 
