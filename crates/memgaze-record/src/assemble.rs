@@ -89,6 +89,13 @@ pub(crate) struct Assembler<'a> {
     /// Escapes into original code counted per escape site, summed over
     /// processes.
     pub(crate) escapes: HashMap<u32, u64>,
+    /// A process that `exec`ed an instrumented program: its pid → the id
+    /// the new image's messages are kept under (an image of its own).
+    images: HashMap<u32, u32>,
+    /// Images given an id of their own so far.
+    images_started: u32,
+    /// `exec`ed instrumented programs whose messages joined the trace.
+    pub(crate) joined_execs: usize,
 }
 
 impl<'a> Assembler<'a> {
@@ -122,7 +129,40 @@ impl<'a> Assembler<'a> {
             regions: Vec::new(),
             processes: Vec::new(),
             escapes: HashMap::new(),
+            images: HashMap::new(),
+            images_started: 0,
+            joined_execs: 0,
         }
+    }
+
+    /// The id process `pid`'s messages are kept under: its own, or that of
+    /// the last image it `exec`ed into.
+    pub(crate) fn image(&self, pid: u32) -> u32 {
+        self.images.get(&pid).copied().unwrap_or(pid)
+    }
+
+    /// A process image started recording. The first image of a process
+    /// needs nothing; one from a process that sent messages before was
+    /// `exec`ed by it: the old image ended there (with what the `exec`
+    /// discarded), and the new one's slots and threads are its own, under a
+    /// fresh id above every pid.
+    fn start(&mut self, pid: u32) {
+        if !self.processes.contains(&pid) {
+            return;
+        }
+        let dropped = self.execed.remove(&pid);
+        if let Some(dropped) = dropped {
+            self.exited.insert(pid, dropped);
+            self.joined_execs += 1;
+        }
+        let real = self
+            .images
+            .iter()
+            .find(|&(_, &image)| image == pid)
+            .map_or(pid, |(&real, _)| real);
+        let image = (1 << 31) + self.images_started;
+        self.images_started += 1;
+        self.images.insert(real, image);
     }
 
     /// Small thread ids in order of first appearance.
@@ -143,13 +183,18 @@ impl<'a> Assembler<'a> {
 
     /// Processes one message.
     pub(crate) fn message(&mut self, bytes: &[u8]) -> SinkResult {
-        let (header, payload) = match MessageHeader::decode(bytes) {
+        let (mut header, payload) = match MessageHeader::decode(bytes) {
             Ok(decoded) => decoded,
             Err(_) => {
                 self.bad_messages += 1;
                 return Ok(());
             }
         };
+        header.pid = self.image(header.pid);
+        if header.kind == MessageKind::Start {
+            self.start(header.pid);
+            return Ok(());
+        }
         if !self.processes.contains(&header.pid) {
             self.processes.push(header.pid);
         }
@@ -233,9 +278,10 @@ impl<'a> Assembler<'a> {
                 self.sink.region(&event)?;
                 self.regions.push(event);
             }
-            MessageKind::ProcessExit | MessageKind::Exec | MessageKind::Escapes => {
-                unreachable!()
-            }
+            MessageKind::ProcessExit
+            | MessageKind::Exec
+            | MessageKind::Escapes
+            | MessageKind::Start => unreachable!(),
         }
         Ok(())
     }

@@ -302,6 +302,9 @@ pub struct Recording {
     pub processes: usize,
     /// Processes that ended in an `exec` (another program, untraced).
     pub execs: usize,
+    /// Instrumented programs a recorded process `exec`ed, whose records
+    /// joined the trace.
+    pub joined_execs: usize,
     /// Processes that sent records but ended without flushing the rest
     /// (killed, or a raw exit system call): the trace is incomplete.
     pub unflushed_processes: usize,
@@ -725,11 +728,13 @@ fn summarise(
     limits: &Limits,
 ) -> Recording {
     let mut notes = Vec::new();
-    let main_exited = assembler.process_ended(pid);
+    // The program's last image: the one it exec'd into, if that joined.
+    let main = assembler.image(pid);
+    let main_exited = assembler.process_ended(main);
     let unflushed_children = assembler
         .processes
         .iter()
-        .filter(|&&p| p != pid && !assembler.process_ended(p))
+        .filter(|&&p| p != pid && p != main && !assembler.process_ended(p))
         .count();
     if let Some(why) = interrupted {
         notes.push(match why {
@@ -790,6 +795,12 @@ fn summarise(
             assembler.execed.len()
         ));
     }
+    if assembler.joined_execs > 0 {
+        notes.push(format!(
+            "{} exec'd instrumented program(s) joined the trace (each a process of its own)",
+            assembler.joined_execs
+        ));
+    }
     if assembler.invalid_records > 0 || assembler.bad_messages > 0 {
         notes.push(format!(
             "{} records named unknown loads and {} messages were malformed (annotation does not match the binary?)",
@@ -829,6 +840,7 @@ fn summarise(
         threads: assembler.threads(),
         processes: assembler.processes.len(),
         execs: assembler.execed.len(),
+        joined_execs: assembler.joined_execs,
         unflushed_processes: assembler.unflushed_processes(),
         notes,
         shared_messages: 0,

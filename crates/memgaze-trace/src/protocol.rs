@@ -162,6 +162,11 @@ pub enum MessageKind {
     /// index and whose address is the count; sent before `ProcessExit` and
     /// `Exec`.
     Escapes = 7,
+    /// The entry hook of a process image started recording (header only).
+    /// From a process that sent messages before, it is a program that
+    /// process `exec`ed, joining the trace: its messages belong to a new
+    /// image (slots and threads of their own).
+    Start = 8,
 }
 
 impl MessageKind {
@@ -175,6 +180,7 @@ impl MessageKind {
             5 => MessageKind::ProcessExit,
             6 => MessageKind::Exec,
             7 => MessageKind::Escapes,
+            8 => MessageKind::Start,
             _ => return None,
         })
     }
@@ -310,7 +316,7 @@ impl MessageHeader {
                 header.count as usize * RECORD_BYTES
             }
             MessageKind::RegionBegin | MessageKind::RegionEnd => header.count as usize,
-            MessageKind::ProcessExit | MessageKind::Exec => 0,
+            MessageKind::ProcessExit | MessageKind::Exec | MessageKind::Start => 0,
         };
         if payload.len() != expected {
             return Err(ProtocolError::Length {

@@ -1548,6 +1548,14 @@ fn emit_exec_flush(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.set_label(&mut send_exec)?;
     a.mov(edi, MessageKind::Exec as u32)?;
     a.call(l.process_message)?;
+    // The program the exec starts inherits the socket: instrumented, it
+    // joins the trace (its entry hook finds the descriptor the environment
+    // names); if not, it holds the socket until it ends, uncounted.
+    a.mov(eax, SYS_FCNTL)?;
+    a.mov(rdi, qword_ptr(r12 + cfg::FD))?;
+    a.mov(esi, F_SETFD)?;
+    a.xor(edx, edx)?;
+    a.syscall()?;
     a.set_label(&mut done)?;
     restore_all(a)?;
     a.ret()?;
@@ -1813,6 +1821,13 @@ fn emit_entry(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.mov(qword_ptr(r12 + cfg::SPATIAL_THRESHOLD), rax)?;
     a.set_label(&mut spatial_off)?;
     a.mov(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
+    // `Start`: an image exec'd by a recorded process joins the trace.
+    a.mov(eax, SYS_GETPID)?;
+    a.syscall()?;
+    a.mov(esi, eax)?;
+    a.mov(edi, MessageKind::Start as u32)?;
+    a.xor(r8d, r8d)?;
+    a.call(l.process_message)?;
     a.set_label(&mut l.entry_done)?;
     a.pop(r15)?;
     a.pop(r14)?;
