@@ -913,7 +913,10 @@ fn unresolvable_escape_lowers_dynamic_coverage_and_warns() {
         .find(|f| f["name"] == "step")
         .unwrap();
     assert!(step["coverage_dynamic"].as_f64().unwrap() < overall);
-    assert_eq!(analysis["coverage"]["untraced_functions"][0]["name"], "step");
+    assert_eq!(
+        analysis["coverage"]["untraced_functions"][0]["name"],
+        "step"
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
         stderr
@@ -944,22 +947,42 @@ fn unresolvable_escape_lowers_dynamic_coverage_and_warns() {
     assert_eq!(analysis["summary"]["coverage_dynamic"].as_f64(), Some(1.0));
 }
 
-/// An instrumented program that execs an instrumented program (itself,
-/// through `/proc/self/exe`) is traced on: the new image joins the trace as
-/// a process of its own (both images' `work` loops are in the full trace),
-/// nothing is counted as untraced, and the trace is complete.
+/// With `MEMGAZE_FOLLOW_EXEC=1`, an instrumented program that execs an
+/// instrumented program (itself, through `/proc/self/exe`) is traced on:
+/// the new image joins the trace as a process of its own (both images'
+/// `work` loops are in the full trace), nothing is counted as untraced, and
+/// the trace is complete. Without it, the exec is counted as untraced (and
+/// `forked_children_do_not_corrupt_the_trace` checks no descriptor leaks).
 #[test]
 fn an_exec_of_an_instrumented_program_joins_the_trace() {
     let binary = build("exec_self.c", &["-O1"]);
     let inst = instrument(&binary, None, "exec");
     let native = native(&binary, &[], None);
-    assert_eq!(String::from_utf8_lossy(&native.stdout), "first 5997000\nsecond 5997000\n");
+    assert_eq!(
+        String::from_utf8_lossy(&native.stdout),
+        "first 5997000\nsecond 5997000\n"
+    );
     let one = trace_path("exec-self-one");
     record(&inst.path, &["second"], FULL, &one, None);
     let one = read_trace(&one);
+    let alone = trace_path("exec-self-default");
+    let out = record(&inst.path, &[], FULL, &alone, None);
+    assert_same_behaviour(&native, &out, "exec_self --full, default");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("1 process(es) replaced themselves with another program"),
+        "{stderr}"
+    );
     let trace = trace_path("exec-self");
-    let out = record(&inst.path, &[], FULL, &trace, None);
-    assert_same_behaviour(&native, &out, "exec_self --full");
+    let out = memgaze()
+        .env("MEMGAZE_FOLLOW_EXEC", "1")
+        .args(["record", "--full", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&inst.path)
+        .output()
+        .unwrap();
+    assert_same_behaviour(&native, &out, "exec_self --full, MEMGAZE_FOLLOW_EXEC=1");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("1 exec'd instrumented program(s) joined the trace"),

@@ -533,6 +533,39 @@ mod tests {
         out
     }
 
+    /// A process image that starts after its process sent an `Exec` is the
+    /// program it exec'd: its slot 1 and thread 1 are new ones (the old
+    /// image's executions are not overwritten), the exec counts as joined,
+    /// not untraced; escape counters of both images add up.
+    #[test]
+    fn an_exec_d_image_joins_as_an_image_of_its_own() {
+        let mut sink = Collected::default();
+        let mut asm = Assembler::new(&mut sink, vec![true, true], true, 1);
+        asm.message(&message(MessageKind::Start, 1, 0, &[]))
+            .unwrap();
+        asm.message(&message(MessageKind::Records, 1, 50, &[(0, 1), (1, 2)]))
+            .unwrap();
+        asm.message(&message(MessageKind::Escapes, 1, 0, &[(0, 3)]))
+            .unwrap();
+        asm.message(&message(MessageKind::Exec, 1, 0, &[])).unwrap();
+        assert_eq!(asm.execed.len(), 1);
+        asm.message(&message(MessageKind::Start, 1, 0, &[]))
+            .unwrap();
+        asm.message(&message(MessageKind::Final, 1, 20, &[(1, 3)]))
+            .unwrap();
+        asm.message(&message(MessageKind::Escapes, 1, 0, &[(0, 2), (1, 1)]))
+            .unwrap();
+        asm.message(&message(MessageKind::ProcessExit, 1, 0, &[]))
+            .unwrap();
+        assert_eq!(asm.executions(), 70);
+        assert_eq!(asm.joined_execs, 1);
+        assert!(asm.execed.is_empty());
+        assert_eq!(asm.threads(), 2);
+        assert_eq!(asm.unflushed_processes(), 0);
+        assert!(asm.process_ended(asm.image(100)));
+        assert_eq!(asm.escapes, HashMap::from([(0, 5), (1, 1)]));
+    }
+
     #[test]
     fn sampled_windows_of_interleaved_threads_stay_whole() {
         let mut sink = Collected::default();

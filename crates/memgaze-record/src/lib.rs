@@ -1252,7 +1252,6 @@ mod tests {
 mod process_end_tests {
     use super::*;
 
-
     /// Records per load id.
     #[derive(Default)]
     struct PerLoad(HashMap<u32, u64>);

@@ -48,6 +48,12 @@ pub const RECORDER_ENV: &str = "MEMGAZE_RECORDER";
 /// travels through the socket.
 pub const SHARED_ENV: &str = "MEMGAZE_RECORDER_SHM";
 
+/// Set to `1` by the user (the recorder passes the environment on): an
+/// instrumented process that `exec`s hands the recorder socket to the new
+/// program, so an instrumented one joins the trace. Off by default: every
+/// exec'd program, instrumented or not, would see the socket's descriptor.
+pub const FOLLOW_EXEC_ENV: &str = "MEMGAZE_FOLLOW_EXEC";
+
 /// Bytes at the start of the shared mapping holding one `u64` state word per
 /// chunk: 0 free, 1 claimed by a sender (until the collector has copied it
 /// out and stores 0 again).

@@ -144,10 +144,7 @@ pub(super) fn sites(
                     sum.1 += u64::from(p);
                 }
                 let n = targets.len() as u64;
-                (
-                    sum.0.div_ceil(n) as u32,
-                    sum.1.div_ceil(n) as u32,
-                )
+                (sum.0.div_ceil(n) as u32, sum.1.div_ceil(n) as u32)
             };
             sites.push((
                 id,

@@ -433,7 +433,11 @@ pub fn escape_stub(
         out.push(i2(Code::Mov_r64_rm64, Register::RAX, operand));
     }
     let rip = |target: u64| MemoryOperand::with_base_displ(Register::RIP, target as i64);
-    out.push(i2(Code::Lea_r64_m, Register::RCX, rip(check.original_start)));
+    out.push(i2(
+        Code::Lea_r64_m,
+        Register::RCX,
+        rip(check.original_start),
+    ));
     out.push(i2(Code::Cmp_r64_rm64, Register::RAX, Register::RCX));
     out.push(branch(Code::Jb_rel32_64, done));
     out.push(i2(Code::Lea_r64_m, Register::RCX, rip(check.original_end)));

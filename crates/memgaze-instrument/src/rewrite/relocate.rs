@@ -452,16 +452,8 @@ fn build_part(
             if insn.ip() == ip {
                 insn.set_ip(label);
             }
-            match (escapes.next_if(|&&(index, _)| index == i), &entries.escape) {
-                (Some(&(_, site)), Some(check)) => {
-                    let stub = next_fake();
-                    let mut jump = Instruction::with_branch(Code::Jmp_rel32_64, stub)?;
-                    jump.set_ip(insn.ip());
-                    probe::escape_stub(&insn, site, check, stub, &mut next_fake, &mut stubs);
-                    all.push(jump);
-                }
-                _ => all.push(insn),
-            }
+            let site = escapes.next_if(|&&(index, _)| index == i).map(|&(_, s)| s);
+            push_checked(insn, site, entries, &mut next_fake, &mut all, &mut stubs)?;
         }
         body_ends.push(all.len());
         // Loop heads: the last branch of the body back to each.
@@ -500,6 +492,29 @@ fn build_part(
         offsets: Vec::new(),
         len: 0,
     })
+}
+
+/// Appends `insn` to the copy, or, for escape site `site` (with escape
+/// counting on), a jump to its check, which ends with `insn` itself.
+fn push_checked(
+    insn: Instruction,
+    site: Option<u32>,
+    entries: &Entries,
+    next_fake: &mut impl FnMut() -> u64,
+    all: &mut Vec<Instruction>,
+    stubs: &mut Vec<Instruction>,
+) -> Result<(), IcedError> {
+    match (site, &entries.escape) {
+        (Some(site), Some(check)) => {
+            let stub = next_fake();
+            let mut jump = Instruction::with_branch(Code::Jmp_rel32_64, stub)?;
+            jump.set_ip(insn.ip());
+            probe::escape_stub(&insn, site, check, stub, next_fake, stubs);
+            all.push(jump);
+        }
+        _ => all.push(insn),
+    }
+    Ok(())
 }
 
 /// Alignment of function copies and of the instructions the compiler

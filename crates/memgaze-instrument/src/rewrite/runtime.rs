@@ -133,6 +133,9 @@ pub struct Config {
     pub spatial_threshold: u64,
     /// The threshold the environment gave, until the entry hook accepts it.
     pub spatial_pending: u64,
+    /// 1 when [`protocol::FOLLOW_EXEC_ENV`] is `1`: an `exec` hands the
+    /// socket on.
+    pub follow_exec: u64,
 }
 
 /// Offsets of the config block's fields ([`Config`]) and its state values.
@@ -174,6 +177,8 @@ pub mod cfg {
     pub const SPATIAL_THRESHOLD: i32 = offset_of!(Config, spatial_threshold) as i32;
     /// Offset of [`Config::spatial_pending`].
     pub const SPATIAL_PENDING: i32 = offset_of!(Config, spatial_pending) as i32;
+    /// Offset of [`Config::follow_exec`].
+    pub const FOLLOW_EXEC: i32 = offset_of!(Config, follow_exec) as i32;
     /// `STATE` values.
     pub const STATE_DISABLED: i32 = 1;
     /// `STATE` values.
@@ -396,6 +401,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     emit_entry(&mut a, &mut l, params)?;
     emit_parse_u64(&mut a, &mut l)?;
     emit_shared_setup(&mut a, &mut l)?;
+    emit_follow_exec_setup(&mut a, &mut l)?;
     emit_env_prefixes(&mut a, &mut l)?;
 
     let result = a.assemble_options(
@@ -1548,9 +1554,12 @@ fn emit_exec_flush(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.set_label(&mut send_exec)?;
     a.mov(edi, MessageKind::Exec as u32)?;
     a.call(l.process_message)?;
-    // The program the exec starts inherits the socket: instrumented, it
-    // joins the trace (its entry hook finds the descriptor the environment
-    // names); if not, it holds the socket until it ends, uncounted.
+    // With MEMGAZE_FOLLOW_EXEC=1 the program the exec starts inherits the
+    // socket: instrumented, it joins the trace (its entry hook finds the
+    // descriptor the environment names); if not, it holds the socket
+    // until it ends.
+    a.cmp(qword_ptr(r12 + cfg::FOLLOW_EXEC), 0)?;
+    a.je(done)?;
     a.mov(eax, SYS_FCNTL)?;
     a.mov(rdi, qword_ptr(r12 + cfg::FD))?;
     a.mov(esi, F_SETFD)?;
@@ -1600,7 +1609,10 @@ fn emit_send_escapes(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
         return Ok(());
     }
     let message = process::escape_message(params.escape_sites);
-    a.lea(rdi, qword_ptr(r13 + (message + protocol::HEADER_BYTES as i32)))?;
+    a.lea(
+        rdi,
+        qword_ptr(r13 + (message + protocol::HEADER_BYTES as i32)),
+    )?;
     a.xor(edx, edx)?;
     a.xor(r8d, r8d)?;
     a.set_label(&mut scan)?;
@@ -1808,6 +1820,7 @@ fn emit_entry(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.mov(edx, FD_CLOEXEC)?;
     a.syscall()?;
     a.call(l.shared_setup)?;
+    a.call(l.follow_exec_setup)?;
     a.mov(
         qword_ptr(r12 + cfg::ENABLED),
         if params.has_regions { 0 } else { 1 },
@@ -1940,11 +1953,45 @@ fn emit_shared_setup(a: &mut Asm, l: &mut Labels) -> R {
     Ok(())
 }
 
+/// follow_exec_setup(rbp = envp): sets cfg.FOLLOW_EXEC when the
+/// environment holds exactly `MEMGAZE_FOLLOW_EXEC=1`. Clobbers rbx and the
+/// scratch registers.
+fn emit_follow_exec_setup(a: &mut Asm, l: &mut Labels) -> R {
+    let mut env_loop = a.create_label();
+    let mut cmp = a.create_label();
+    let mut done = a.create_label();
+    a.set_label(&mut l.follow_exec_setup)?;
+    a.mov(rbx, rbp)?;
+    a.set_label(&mut env_loop)?;
+    a.mov(rsi, qword_ptr(rbx))?;
+    a.test(rsi, rsi)?;
+    a.jz(done)?;
+    a.add(rbx, 8)?;
+    a.lea(rdi, ptr(l.follow_exec_prefix))?;
+    a.mov(ecx, (protocol::FOLLOW_EXEC_ENV.len() + 2) as u32)?;
+    a.set_label(&mut cmp)?;
+    a.mov(al, byte_ptr(rsi))?;
+    a.cmp(al, byte_ptr(rdi))?;
+    a.jne(env_loop)?;
+    a.inc(rsi)?;
+    a.inc(rdi)?;
+    a.dec(ecx)?;
+    a.jnz(cmp)?;
+    a.cmp(byte_ptr(rsi), 0)?;
+    a.jne(env_loop)?;
+    a.mov(qword_ptr(r12 + cfg::FOLLOW_EXEC), 1)?;
+    a.set_label(&mut done)?;
+    a.ret()?;
+    Ok(())
+}
+
 fn emit_env_prefixes(a: &mut Asm, l: &mut Labels) -> R {
     a.set_label(&mut l.prefix)?;
     a.db(env_prefix(protocol::RECORDER_ENV).as_bytes())?;
     a.set_label(&mut l.shared_prefix)?;
     a.db(env_prefix(protocol::SHARED_ENV).as_bytes())?;
+    a.set_label(&mut l.follow_exec_prefix)?;
+    a.db(format!("{}=1", protocol::FOLLOW_EXEC_ENV).as_bytes())?;
     Ok(())
 }
 
@@ -2360,6 +2407,8 @@ struct Labels {
     parse_done: CodeLabel,
     prefix: CodeLabel,
     shared_prefix: CodeLabel,
+    follow_exec_prefix: CodeLabel,
+    follow_exec_setup: CodeLabel,
     shared_setup: CodeLabel,
 }
 
@@ -2449,6 +2498,8 @@ impl Labels {
             shared_prefix: n(),
             shared_setup: n(),
             send_escapes: n(),
+            follow_exec_prefix: n(),
+            follow_exec_setup: n(),
         }
     }
 }
