@@ -433,6 +433,7 @@ fn write_trace(path: &Path, records: u64, window: Option<u64>, mixed_run_log2: u
         exit: None,
         complete: true,
         interrupted: None,
+        escapes: Vec::new(),
     };
     let samples = writer.samples();
     writer.finish(&totals).unwrap().commit().unwrap();
@@ -478,6 +479,7 @@ fn codec(records: u64, repeats: usize) {
                 exit: None,
                 complete: true,
                 interrupted: None,
+                escapes: Vec::new(),
             };
             bytes = writer.finish(&totals).unwrap();
             write_rates.push(records as f64 / started.elapsed().as_secs_f64() / 1e6);

@@ -208,7 +208,10 @@ fn analyze_file(path: &Path, options: &AnalysisOptions, progress: &Progress) -> 
         }
     })
     .with_context(name)?;
-    let totals = *reader.totals().expect("totals after the last record");
+    let totals = reader
+        .totals()
+        .expect("totals after the last record")
+        .clone();
     Ok(analyzer.finish(&totals))
 }
 

@@ -734,6 +734,14 @@ fn bench_warnings(
             sampling.period
         ));
     }
+    if let Some(coverage) = recording.analysis.summary.coverage_dynamic
+        && let Some(warning) = memgaze_analysis::dynamic_coverage_warning(
+            coverage,
+            &recording.analysis.coverage.untraced_functions,
+        )
+    {
+        warnings.push(format!("{name}: {warning}"));
+    }
     warnings
 }
 

@@ -210,6 +210,9 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             }
             continue;
         }
+        if let Some(warning) = suite::dynamic_coverage_warning(&case.name, &recording.analysis) {
+            progress.note(&format!("warning: {warning}"));
+        }
         let totals = &recording.totals;
         if !totals.complete || totals.dropped.records > 0 {
             anyhow::bail!(

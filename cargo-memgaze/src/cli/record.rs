@@ -310,6 +310,20 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         );
         eprintln!("memgaze: {}", untraced_note_with(&annotation, &libraries));
     }
+    if let Some((coverage, untraced)) =
+        memgaze_analysis::recorded_dynamic_coverage(&recording.totals)
+    {
+        if !global.quiet {
+            styled_eprintln!(
+                "memgaze: dynamic coverage: {:.1}% of the instrumented-load executions traced (an estimate: {} escapes into original code counted)",
+                100.0 * coverage,
+                untraced.iter().map(|f| f.escapes).sum::<u64>()
+            );
+        }
+        if let Some(warning) = memgaze_analysis::dynamic_coverage_warning(coverage, &untraced) {
+            styled_eprintln!("warning: {warning}");
+        }
+    }
     match watch.signal() {
         Some(signal) if recording.interrupted.is_none() => Ok(Exit::Interrupted(128 + signal)),
         _ => Ok(exit_like_program(&recording)),
@@ -432,6 +446,7 @@ pub fn record_to_file(
     let objects = record::Objects {
         bases: libraries.extend_header(&mut header),
         valid: libraries.valid_loads(annotation),
+        escapes: record::escape_sites(annotation),
     };
     let mut writer =
         TraceWriter::create(output, &header).with_context(|| output.display().to_string())?;

@@ -122,6 +122,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     let objects = record::Objects {
         bases: libraries.extend_header(&mut header),
         valid: libraries.valid_loads(&annotation),
+        escapes: record::escape_sites(&annotation),
     };
     let program_command = |instrumented: &Path, command: &[OsString]| {
         let mut cmd = program_command(instrumented, command);
@@ -168,6 +169,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         );
     }
     let analysis = analyzer.finish(&recording.totals);
+    print_dynamic_coverage(&analysis, global.quiet);
     print_analysis(&args, &analysis)?;
     // Returned, not `process::exit`: the temporary directory of the
     // instrumented copy (outside a cargo project) is removed on the way out.
@@ -176,6 +178,39 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         // the command as interrupted.
         Some(signal) if recording.interrupted.is_none() => Ok(Exit::Interrupted(128 + signal)),
         _ => Ok(exit_like_program(&recording)),
+    }
+}
+
+/// The dynamic coverage line of a software recording, and the warning
+/// below [`memgaze_analysis::DYNAMIC_COVERAGE_WARNING`] (even with
+/// `--quiet`).
+pub fn print_dynamic_coverage(analysis: &memgaze_analysis::Analysis, quiet: bool) {
+    let Some(coverage) = analysis.summary.coverage_dynamic else {
+        return;
+    };
+    if !quiet {
+        styled_eprintln!(
+            "memgaze: dynamic coverage: {:.1}% of the load executions traced{}",
+            100.0 * coverage,
+            if analysis.coverage.untraced_functions.is_empty() {
+                " (no escape into original code counted)".to_string()
+            } else {
+                format!(
+                    " (an estimate: {} escapes into original code counted)",
+                    analysis
+                        .coverage
+                        .untraced_functions
+                        .iter()
+                        .map(|f| f.escapes)
+                        .sum::<u64>()
+                )
+            }
+        );
+    }
+    if let Some(warning) =
+        memgaze_analysis::dynamic_coverage_warning(coverage, &analysis.coverage.untraced_functions)
+    {
+        styled_eprintln!("warning: {warning}");
     }
 }
 

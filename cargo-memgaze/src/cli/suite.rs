@@ -115,6 +115,17 @@ pub fn instrument_targets(
     Ok(InstrumentedTargets { by_target: out })
 }
 
+/// The dynamic-coverage warning of one recorded bench (without the
+/// `warning: ` prefix), if below the limit.
+pub fn dynamic_coverage_warning(
+    name: &str,
+    analysis: &memgaze_analysis::Analysis,
+) -> Option<String> {
+    let coverage = analysis.summary.coverage_dynamic?;
+    memgaze_analysis::dynamic_coverage_warning(coverage, &analysis.coverage.untraced_functions)
+        .map(|w| format!("{name}: {w}"))
+}
+
 /// The last line of `golden` and `validate`: a `summary` message with
 /// `--message-format json`, else `Finished N <noun> in Ts: <counts>` on
 /// stderr (nothing with `--quiet`).

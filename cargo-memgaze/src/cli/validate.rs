@@ -241,6 +241,9 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             }
             continue;
         }
+        if let Some(warning) = suite::dynamic_coverage_warning(&case.name, &recording.analysis) {
+            progress.note(&format!("warning: {warning}"));
+        }
         let mut analysis = recording.analysis;
         let mut samples = recording.samples.expect("the plan asks for samples");
         if let Some(perturbation) = &args.perturb {

@@ -102,6 +102,8 @@ impl GoldenMetrics {
         summary.whole_run = machine_free(&summary.whole_run);
         summary.mrc_groups.clear();
         [summary.misses_l1, summary.misses_l2, summary.misses_llc] = [None; 3];
+        // An estimate with its own warning, not a locality metric.
+        summary.coverage_dynamic = None;
         let mut metrics = GoldenMetrics {
             schema: GOLDEN_SCHEMA.to_string(),
             package: package.to_string(),

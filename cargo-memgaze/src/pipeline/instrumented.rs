@@ -254,6 +254,7 @@ mod tests {
             loads: Vec::new(),
             ptwrites: Vec::new(),
             shared_libraries: Vec::new(),
+            escapes: Vec::new(),
         }
     }
 

@@ -1025,6 +1025,7 @@ mod tests {
                 load(0x40, Some("src/lib.rs:9"), 1),
             ],
             whole_run: Default::default(),
+            coverage_dynamic: None,
         };
         let cell = hot_lines(&f).into_string();
         assert_eq!(cell.matches("src/map.rs:41").count(), 1, "{cell}");

@@ -988,3 +988,147 @@ fn run_keeps_the_programs_own_layout() {
         );
     }
 }
+
+/// A computed goto through a table filled at run time and xor-ed with a
+/// volatile (`escape.c`) cannot be resolved: in the copy it lands in
+/// `step`'s original code. Each landing is counted (one per call of
+/// `step`, full or sampled), dynamic coverage drops with `step` named, and
+/// `record` and `run` print one warning; a program without escapes
+/// (kernels) counts none and does not warn.
+#[test]
+fn unresolvable_escape_lowers_dynamic_coverage_and_warns() {
+    let binary = build("escape.c", &["-O1"]);
+    let inst = instrument(&binary, None, "escape");
+    assert!(
+        inst.report["escape_checks"].as_u64().unwrap() >= 1,
+        "{}",
+        inst.report
+    );
+    let native = native(&binary, &[], None);
+    for (sampling, name) in [(FULL, "full"), (SAMPLED, "sampled")] {
+        let trace = trace_path(&format!("escape-{name}"));
+        let out = record(&inst.path, &[], sampling, &trace, None);
+        assert_same_behaviour(&native, &out, &format!("escape {name}"));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let warnings: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("warning: dynamic coverage is"))
+            .collect();
+        assert_eq!(warnings.len(), 1, "{stderr}");
+        assert!(warnings[0].contains("largest: step "), "{stderr}");
+        let summary = read_trace(&trace);
+        let escapes = &summary.totals.escapes;
+        assert_eq!(escapes.len(), 1, "{escapes:?}");
+        assert_eq!(escapes[0].function, "step");
+        assert_eq!(escapes[0].count, 2000, "one escape per call of step");
+        assert!(escapes[0].loads > 0);
+    }
+
+    let out = memgaze()
+        .args(["run", "--full", "--format", "json", "--"])
+        .arg(&binary)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (printed, json) = stdout.split_once('\n').unwrap();
+    assert_eq!(printed.as_bytes(), native.stdout.trim_ascii_end());
+    let analysis: serde_json::Value = serde_json::from_str(json).unwrap();
+    let overall = analysis["summary"]["coverage_dynamic"].as_f64().unwrap();
+    assert!(overall < 0.95, "{overall}");
+    let step = analysis["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "step")
+        .unwrap();
+    assert!(step["coverage_dynamic"].as_f64().unwrap() < overall);
+    assert_eq!(
+        analysis["coverage"]["untraced_functions"][0]["name"],
+        "step"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr
+            .lines()
+            .filter(|l| l.starts_with("warning: dynamic coverage is"))
+            .count(),
+        1,
+        "{stderr}"
+    );
+
+    // No escape, no warning: 100%.
+    let kernels = build("kernels.c", &["-O2"]);
+    let inst = instrument(&kernels, None, "no-escape");
+    let trace = trace_path("kernels-dyncov");
+    let out = record(&inst.path, &["3"], FULL, &trace, None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("warning: dynamic coverage"), "{stderr}");
+    assert!(read_trace(&trace).totals.escapes.is_empty());
+    let out = memgaze()
+        .args(["run", "--full", "--format", "json", "--"])
+        .arg(&kernels)
+        .arg("3")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json = &stdout[stdout.find('{').unwrap()..];
+    let analysis: serde_json::Value = serde_json::from_str(json).unwrap();
+    assert_eq!(analysis["summary"]["coverage_dynamic"].as_f64(), Some(1.0));
+}
+
+/// With `MEMGAZE_FOLLOW_EXEC=1`, an instrumented program that execs an
+/// instrumented program (itself, through `/proc/self/exe`) is traced on:
+/// the new image joins the trace as a process of its own (both images'
+/// `work` loops are in the full trace), nothing is counted as untraced, and
+/// the trace is complete. Without it, the exec is counted as untraced (and
+/// `forked_children_do_not_corrupt_the_trace` checks no descriptor leaks).
+#[test]
+fn an_exec_of_an_instrumented_program_joins_the_trace() {
+    let binary = build("exec_self.c", &["-O1"]);
+    let inst = instrument(&binary, None, "exec");
+    let native = native(&binary, &[], None);
+    assert_eq!(
+        String::from_utf8_lossy(&native.stdout),
+        "first 5997000\nsecond 5997000\n"
+    );
+    let one = trace_path("exec-self-one");
+    record(&inst.path, &["second"], FULL, &one, None);
+    let one = read_trace(&one);
+    let alone = trace_path("exec-self-default");
+    let out = record(&inst.path, &[], FULL, &alone, None);
+    assert_same_behaviour(&native, &out, "exec_self --full, default");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("1 process(es) replaced themselves with another program"),
+        "{stderr}"
+    );
+    let trace = trace_path("exec-self");
+    let out = memgaze()
+        .env("MEMGAZE_FOLLOW_EXEC", "1")
+        .args(["record", "--full", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&inst.path)
+        .output()
+        .unwrap();
+    assert_same_behaviour(&native, &out, "exec_self --full, MEMGAZE_FOLLOW_EXEC=1");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("1 exec'd instrumented program(s) joined the trace"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("replaced themselves"), "{stderr}");
+    let both = read_trace(&trace);
+    assert!(both.totals.complete, "{stderr}");
+    assert_eq!(both.totals.dropped.records, 0);
+    assert_eq!(both.threads.len(), 2, "{:?}", both.threads);
+    assert_eq!(both.totals.executions, both.totals.records);
+    // Each image runs `work` (2,000 loads) and main's loops.
+    assert!(
+        both.totals.records >= 2 * one.totals.records - 10,
+        "{} vs 2 × {}",
+        both.totals.records,
+        one.totals.records
+    );
+}

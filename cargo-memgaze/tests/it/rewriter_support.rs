@@ -198,7 +198,7 @@ pub fn read_trace(path: &Path) -> TraceSummary {
         *threads.entry(record.thread).or_default() += 1;
         samples.insert(record.sample);
     }
-    let totals = *reader.totals().expect("trace totals");
+    let totals = reader.totals().expect("trace totals").clone();
     TraceSummary {
         by_ip,
         threads,

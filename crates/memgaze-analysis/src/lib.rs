@@ -29,6 +29,7 @@
 use memgaze_trace::{
     Backend, LoadClass, LoadEntry, SpatialSampling, TraceHeader, TraceReader, TraceTotals,
 };
+use std::collections::BTreeMap;
 use std::io::Read;
 
 mod addr_table;
@@ -179,7 +180,7 @@ pub fn analyze_trace<R: Read>(
 ) -> Result<Analysis, AnalysisError> {
     let mut analyzer = Analyzer::new(reader.header(), options)?;
     feed(&mut reader, &mut analyzer, || ())?;
-    let totals = *reader.totals().ok_or(AnalysisError::MissingTotals)?;
+    let totals = reader.totals().ok_or(AnalysisError::MissingTotals)?.clone();
     Ok(analyzer.finish(&totals))
 }
 
@@ -513,6 +514,134 @@ pub struct Analyzer {
     /// Whole-run stack distances over the tracked blocks.
     whole: WholeRun,
     cache_sizes: CacheSizes,
+}
+
+/// Dynamic coverage (docs/METRICS.md): the trace's and each function's
+/// traced load executions (`Â`) against the estimated executions that ran
+/// untraced after the counted escapes (`totals.escapes`). Fills in each
+/// escaped-into function's `coverage_dynamic`; returns the trace's figure
+/// and the escaped-into functions, most untraced first.
+pub fn dynamic_coverage(
+    summary: &Summary,
+    functions: &mut [FunctionMetrics],
+    totals: &TraceTotals,
+) -> (f64, Vec<UntracedFunction>) {
+    let mut by_function: BTreeMap<&str, (u64, f64)> = BTreeMap::new();
+    for e in &totals.escapes {
+        let entry = by_function.entry(e.function.as_str()).or_default();
+        entry.0 += e.count;
+        entry.1 += e.untraced_loads();
+    }
+    let ratio = |traced: f64, untraced: f64| {
+        if traced + untraced > 0.0 {
+            traced / (traced + untraced)
+        } else {
+            1.0
+        }
+    };
+    let mut untraced: Vec<UntracedFunction> = by_function
+        .into_iter()
+        .map(|(name, (escapes, lost))| {
+            let row = functions.iter_mut().find(|f| f.name == name);
+            let traced = row.as_ref().and_then(|f| f.a_hat).unwrap_or(0.0);
+            let coverage = ratio(traced, lost);
+            if let Some(row) = row {
+                row.coverage_dynamic = Some(coverage);
+            }
+            UntracedFunction {
+                name: name.to_string(),
+                escapes,
+                traced,
+                untraced: lost,
+                coverage_dynamic: coverage,
+            }
+        })
+        .collect();
+    untraced.sort_by(|x, y| {
+        y.untraced
+            .total_cmp(&x.untraced)
+            .then_with(|| x.name.cmp(&y.name))
+    });
+    let lost: f64 = untraced.iter().map(|f| f.untraced).sum();
+    (ratio(summary.a_hat.unwrap_or(0.0), lost), untraced)
+}
+
+/// Dynamic coverage under which every command that records warns.
+pub const DYNAMIC_COVERAGE_WARNING: f64 = 0.95;
+
+/// The one-line warning of a run whose dynamic coverage is below
+/// [`DYNAMIC_COVERAGE_WARNING`], naming the largest untraced functions
+/// (without the `warning: ` prefix); `None` at or above it.
+pub fn dynamic_coverage_warning(coverage: f64, untraced: &[UntracedFunction]) -> Option<String> {
+    if coverage >= DYNAMIC_COVERAGE_WARNING {
+        return None;
+    }
+    let names: Vec<String> = untraced
+        .iter()
+        .take(3)
+        .map(|f| format!("{} (~{:.0} load executions untraced)", f.name, f.untraced))
+        .collect();
+    Some(format!(
+        "dynamic coverage is {:.1}%: an estimated {:.1}% of the load executions ran untraced in original code reached through indirect jumps the rewriter could not redirect; largest: {}",
+        100.0 * coverage,
+        100.0 * (1.0 - coverage),
+        names.join(", ")
+    ))
+}
+
+/// Dynamic coverage from a recording's totals alone, before any analysis
+/// (`record`): in units of the recorder's executions of instrumented loads
+/// (`executions` against escapes times the instrumented loads one reaches),
+/// as the implied Constant loads are known only to the analysis. Returns
+/// the figure and the escaped-into functions (their `traced` unknown: 0),
+/// most untraced first; `None` without counted escapes.
+pub fn recorded_dynamic_coverage(totals: &TraceTotals) -> Option<(f64, Vec<UntracedFunction>)> {
+    if totals.escapes.is_empty() {
+        return None;
+    }
+    let mut by_function: BTreeMap<&str, (u64, f64)> = BTreeMap::new();
+    for e in &totals.escapes {
+        let entry = by_function.entry(e.function.as_str()).or_default();
+        entry.0 += e.count;
+        entry.1 += e.count as f64 * f64::from(e.probed);
+    }
+    let mut untraced: Vec<UntracedFunction> = by_function
+        .into_iter()
+        .map(|(name, (escapes, lost))| UntracedFunction {
+            name: name.to_string(),
+            escapes,
+            traced: 0.0,
+            untraced: lost,
+            coverage_dynamic: 0.0,
+        })
+        .collect();
+    untraced.sort_by(|x, y| {
+        y.untraced
+            .total_cmp(&x.untraced)
+            .then_with(|| x.name.cmp(&y.name))
+    });
+    let lost: f64 = untraced.iter().map(|f| f.untraced).sum();
+    let traced = totals.executions as f64;
+    let coverage = if traced + lost > 0.0 {
+        traced / (traced + lost)
+    } else {
+        1.0
+    };
+    Some((coverage, untraced))
+}
+
+/// The coverage note on counted escapes, if any ran.
+fn dynamic_coverage_note(summary: &Summary, untraced: &[UntracedFunction]) -> Option<String> {
+    let coverage = summary.coverage_dynamic?;
+    let escapes: u64 = untraced.iter().map(|f| f.escapes).sum();
+    if escapes == 0 {
+        return None;
+    }
+    let lost: f64 = untraced.iter().map(|f| f.untraced).sum();
+    Some(format!(
+        "{escapes} escapes into original code: an estimated {lost:.0} load executions ran untraced (dynamic coverage {:.1}%, an estimate; docs/METRICS.md)",
+        100.0 * coverage
+    ))
 }
 
 /// What the coverage says about shared libraries: only the executable is
@@ -1250,7 +1379,14 @@ impl Analyzer {
         if let Some(t) = &tallies {
             self.whole_run_summary(&mut summary, &t.total);
         }
-        let function_rows = self.function_rows(rho, &reuse, tallies.as_ref());
+        let mut function_rows = self.function_rows(rho, &reuse, tallies.as_ref());
+        let untraced_functions = if self.backend == Backend::Soft {
+            let (overall, untraced) = dynamic_coverage(&summary, &mut function_rows, totals);
+            summary.coverage_dynamic = Some(overall);
+            untraced
+        } else {
+            Vec::new()
+        };
         let lines = tallies
             .as_ref()
             .map_or_else(Vec::new, |t| self.line_rows(t));
@@ -1266,6 +1402,9 @@ impl Analyzer {
                 .map(|o| format!("{} {:.1}%", o.object, 100.0 * o.share))
                 .collect();
             notes.push(format!("accesses traced by object: {}", shares.join(", ")));
+        }
+        if let Some(note) = dynamic_coverage_note(&summary, &untraced_functions) {
+            notes.push(note);
         }
         let options = &self.options;
 
@@ -1312,6 +1451,7 @@ impl Analyzer {
                 outside_binary: self.outside_binary,
                 untraced_libraries: self.untraced_libraries.clone(),
                 objects,
+                untraced_functions,
                 notes,
             },
         }
@@ -1391,6 +1531,7 @@ impl Analyzer {
             interrupted: totals.interrupted.map(|i| i.name()),
             threads: self.threads.len() as u64,
             iterations: None,
+            coverage_dynamic: None,
         }
     }
 
@@ -1545,6 +1686,7 @@ impl Analyzer {
                             count: s.count,
                         })
                         .collect(),
+                    coverage_dynamic: None,
                 }
             })
             .collect();
@@ -2333,6 +2475,7 @@ mod tests {
             exit: None,
             complete: false,
             interrupted: None,
+            escapes: Vec::new(),
         });
         let s = &r.summary;
         assert_eq!((s.a, s.a_const, s.f, s.samples), (0, 3, 0, 3));

@@ -246,6 +246,13 @@ pub struct Summary {
     /// totals divided by it. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iterations: Option<u64>,
+    /// Dynamic coverage: traced load executions `Â` over `Â` plus the
+    /// estimated load executions that ran untraced in original code after
+    /// an escape (docs/METRICS.md, "Dynamic coverage"). An estimate; 1 when
+    /// nothing escaped. Absent for traces of collectors that do not count
+    /// escapes (Intel PT, Lackey) and in older analyses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage_dynamic: Option<f64>,
 }
 
 /// One row of a trace-window histogram: metrics averaged over all windows
@@ -324,6 +331,10 @@ pub struct FunctionMetrics {
     pub whole_run: WholeRunLocality,
     /// Its hottest loads (by count) with their source lines.
     pub hot_loads: Vec<HotLoad>,
+    /// Its dynamic coverage ([`Summary::coverage_dynamic`]), where escapes
+    /// into its original code were counted; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage_dynamic: Option<f64>,
 }
 
 /// A load named in a function's or region's summary.
@@ -537,6 +548,11 @@ pub struct Coverage {
     /// instrumented.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub objects: Vec<ObjectCoverage>,
+    /// The functions whose original code ran untraced after counted
+    /// escapes, most estimated untraced load executions first (absent when
+    /// none did).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub untraced_functions: Vec<UntracedFunction>,
     /// Human-readable notes on the above.
     pub notes: Vec<String>,
 }
@@ -550,6 +566,23 @@ pub struct ObjectCoverage {
     pub accesses: u64,
     /// Its share of all accesses recorded in known functions.
     pub share: f64,
+}
+
+/// A function that ran partly untraced, in original code reached by an
+/// escape (docs/METRICS.md, "Dynamic coverage").
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UntracedFunction {
+    /// Demangled name.
+    pub name: String,
+    /// Counted escapes into it.
+    pub escapes: u64,
+    /// Its traced load executions (`Â`; 0 without records).
+    pub traced: f64,
+    /// Estimated untraced load executions: escapes times the loads of the
+    /// original code one escape reaches.
+    pub untraced: f64,
+    /// `traced / (traced + untraced)`.
+    pub coverage_dynamic: f64,
 }
 
 /// `u64` as a `"0x…"` string in JSON (addresses read better in hex).
@@ -663,6 +696,7 @@ mod tests {
             trace_windows: Vec::new(),
             whole_run,
             hot_loads: Vec::new(),
+            coverage_dynamic: None,
         };
         let text = serde_json::to_string(&function).unwrap();
         assert!(

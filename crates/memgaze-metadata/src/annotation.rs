@@ -148,6 +148,30 @@ pub struct Annotation {
     /// (absent for a static binary and in older annotations).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shared_libraries: Vec<String>,
+    /// Soft mode: the indirect jumps of the copies whose executions into
+    /// original code the runtime counts, in counter order (absent when
+    /// there are none, and in older annotations).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub escapes: Vec<EscapeSite>,
+}
+
+/// An indirect jump of a copy that may land in original (uninstrumented)
+/// code: the runtime counts each execution that does (docs/METRICS.md,
+/// "Dynamic coverage").
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct EscapeSite {
+    /// Original address of the jump.
+    pub at: u64,
+    /// [`FunctionSite`] index of the function the escape lands in (that of
+    /// its first known unpatched target, else the jump's own).
+    pub function: u32,
+    /// Explicit loads, instrumented or implied, of the original code one
+    /// escape reaches (each block once, up to a patched address): the
+    /// estimate of the untraced loads per escape, in the units of `Â`.
+    pub loads: u32,
+    /// Of `loads`, those with a probe: the estimate in units of the
+    /// recorder's execution count.
+    pub probed: u32,
 }
 
 /// Which operand register a `ptwrite` writes.
@@ -342,6 +366,7 @@ mod tests {
             }],
             ptwrites: Vec::new(),
             shared_libraries: Vec::new(),
+            escapes: Vec::new(),
         }
     }
 

@@ -89,6 +89,16 @@ pub(crate) struct Assembler<'a> {
     pub(crate) regions: Vec<RegionEvent>,
     /// Process ids in order of first message.
     pub(crate) processes: Vec<u32>,
+    /// Escapes into original code counted per escape site, summed over
+    /// processes.
+    pub(crate) escapes: HashMap<u32, u64>,
+    /// A process that `exec`ed an instrumented program: its pid → the id
+    /// the new image's messages are kept under (an image of its own).
+    images: HashMap<u32, u32>,
+    /// Images given an id of their own so far.
+    images_started: u32,
+    /// `exec`ed instrumented programs whose messages joined the trace.
+    pub(crate) joined_execs: usize,
 }
 
 impl<'a> Assembler<'a> {
@@ -122,6 +132,10 @@ impl<'a> Assembler<'a> {
             execed: HashMap::new(),
             regions: Vec::new(),
             processes: Vec::new(),
+            escapes: HashMap::new(),
+            images: HashMap::new(),
+            images_started: 0,
+            joined_execs: 0,
         }
     }
 
@@ -131,6 +145,36 @@ impl<'a> Assembler<'a> {
     pub(crate) fn with_objects(mut self, objects: Vec<u32>) -> Self {
         self.objects = objects;
         self
+    }
+
+    /// The id process `pid`'s messages are kept under: its own, or that of
+    /// the last image it `exec`ed into.
+    pub(crate) fn image(&self, pid: u32) -> u32 {
+        self.images.get(&pid).copied().unwrap_or(pid)
+    }
+
+    /// A process image started recording. The first image of a process
+    /// needs nothing; one from a process that sent messages before was
+    /// `exec`ed by it: the old image ended there (with what the `exec`
+    /// discarded), and the new one's slots and threads are its own, under a
+    /// fresh id above every pid.
+    fn start(&mut self, pid: u32) {
+        if !self.processes.contains(&pid) {
+            return;
+        }
+        let dropped = self.execed.remove(&pid);
+        if let Some(dropped) = dropped {
+            self.exited.insert(pid, dropped);
+            self.joined_execs += 1;
+        }
+        let real = self
+            .images
+            .iter()
+            .find(|&(_, &image)| image == pid)
+            .map_or(pid, |(&real, _)| real);
+        let image = (1 << 31) + self.images_started;
+        self.images_started += 1;
+        self.images.insert(real, image);
     }
 
     /// Small thread ids in order of first appearance.
@@ -151,13 +195,18 @@ impl<'a> Assembler<'a> {
 
     /// Processes one message.
     pub(crate) fn message(&mut self, bytes: &[u8]) -> SinkResult {
-        let (header, payload) = match MessageHeader::decode(bytes) {
+        let (mut header, payload) = match MessageHeader::decode(bytes) {
             Ok(decoded) => decoded,
             Err(_) => {
                 self.bad_messages += 1;
                 return Ok(());
             }
         };
+        header.pid = self.image(header.pid);
+        if header.kind == MessageKind::Start {
+            self.start(header.pid);
+            return Ok(());
+        }
         if !self.processes.contains(&header.pid) {
             self.processes.push(header.pid);
         }
@@ -169,6 +218,13 @@ impl<'a> Assembler<'a> {
         }
         if header.kind == MessageKind::Exec {
             self.execed.insert(header.pid, header.dropped);
+            return Ok(());
+        }
+        if header.kind == MessageKind::Escapes {
+            // Counts since the process's previous message of this kind.
+            for (site, count) in protocol::records(payload) {
+                *self.escapes.entry(site).or_default() += count;
+            }
             return Ok(());
         }
         if !self.execed.is_empty() {
@@ -235,7 +291,10 @@ impl<'a> Assembler<'a> {
                 self.sink.region(&event)?;
                 self.regions.push(event);
             }
-            MessageKind::ProcessExit | MessageKind::Exec => unreachable!(),
+            MessageKind::ProcessExit
+            | MessageKind::Exec
+            | MessageKind::Escapes
+            | MessageKind::Start => unreachable!(),
         }
         Ok(())
     }
@@ -509,6 +568,39 @@ mod tests {
             out.extend_from_slice(&addr.to_le_bytes());
         }
         out
+    }
+
+    /// A process image that starts after its process sent an `Exec` is the
+    /// program it exec'd: its slot 1 and thread 1 are new ones (the old
+    /// image's executions are not overwritten), the exec counts as joined,
+    /// not untraced; escape counters of both images add up.
+    #[test]
+    fn an_exec_d_image_joins_as_an_image_of_its_own() {
+        let mut sink = Collected::default();
+        let mut asm = Assembler::new(&mut sink, vec![true, true], true, 1);
+        asm.message(&message(MessageKind::Start, 1, 0, &[]))
+            .unwrap();
+        asm.message(&message(MessageKind::Records, 1, 50, &[(0, 1), (1, 2)]))
+            .unwrap();
+        asm.message(&message(MessageKind::Escapes, 1, 0, &[(0, 3)]))
+            .unwrap();
+        asm.message(&message(MessageKind::Exec, 1, 0, &[])).unwrap();
+        assert_eq!(asm.execed.len(), 1);
+        asm.message(&message(MessageKind::Start, 1, 0, &[]))
+            .unwrap();
+        asm.message(&message(MessageKind::Final, 1, 20, &[(1, 3)]))
+            .unwrap();
+        asm.message(&message(MessageKind::Escapes, 1, 0, &[(0, 2), (1, 1)]))
+            .unwrap();
+        asm.message(&message(MessageKind::ProcessExit, 1, 0, &[]))
+            .unwrap();
+        assert_eq!(asm.executions(), 70);
+        assert_eq!(asm.joined_execs, 1);
+        assert!(asm.execed.is_empty());
+        assert_eq!(asm.threads(), 2);
+        assert_eq!(asm.unflushed_processes(), 0);
+        assert!(asm.process_ended(asm.image(100)));
+        assert_eq!(asm.escapes, HashMap::from([(0, 5), (1, 1)]));
     }
 
     #[test]

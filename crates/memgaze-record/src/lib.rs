@@ -27,9 +27,10 @@ use memgaze_metadata::annotation::Annotation;
 use memgaze_trace::Interruption;
 use memgaze_trace::protocol::{self, RecorderConfig};
 use memgaze_trace::{
-    Backend, Dropped, FunctionEntry, LoadClass, LoadEntry, ProgramExit, Sampling, SpatialSampling,
-    TraceHeader, TraceTotals, TraceWriter,
+    Backend, Dropped, EscapeCount, FunctionEntry, LoadClass, LoadEntry, ProgramExit, Sampling,
+    SpatialSampling, TraceHeader, TraceTotals, TraceWriter,
 };
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -301,6 +302,9 @@ pub struct Recording {
     pub processes: usize,
     /// Processes that ended in an `exec` (another program, untraced).
     pub execs: usize,
+    /// Instrumented programs a recorded process `exec`ed, whose records
+    /// joined the trace.
+    pub joined_execs: usize,
     /// Processes that sent records but ended without flushing the rest
     /// (killed, or a raw exit system call): the trace is incomplete.
     pub unflushed_processes: usize,
@@ -455,6 +459,7 @@ pub fn record_command_within(
     let objects = Objects {
         valid: annotation.loads.iter().map(|l| l.instrumented).collect(),
         bases: Vec::new(),
+        escapes: escape_sites(annotation),
     };
     record_objects_within(command, &objects, sampling, spatial, sink, limits)
 }
@@ -469,6 +474,8 @@ pub struct Objects {
     /// executable, first; `u32::MAX` for a number not in use): records of
     /// object `o` carry `o << 24 | load`. Empty: the executable alone.
     pub bases: Vec<u32>,
+    /// The executable's escape sites ([`escape_sites`]), by site number.
+    pub escapes: Vec<EscapeCount>,
 }
 
 /// [`record_command_within`] for a program whose shared libraries are
@@ -617,7 +624,47 @@ pub fn record_objects_within(
         limits,
     );
     recording.shared_messages = shared_messages;
+    recording.totals.escapes = escape_counts(&objects.escapes, &assembler.escapes);
     Ok(recording)
+}
+
+/// The escape sites of an instrumented executable, by site number, each
+/// with a count of 0 and what the annotation estimates one escape leaves
+/// untraced.
+pub fn escape_sites(annotation: &Annotation) -> Vec<EscapeCount> {
+    annotation
+        .escapes
+        .iter()
+        .map(|escape| EscapeCount {
+            at: escape.at,
+            function: annotation
+                .functions
+                .get(escape.function as usize)
+                .map_or_else(String::new, |f| f.name.clone()),
+            count: 0,
+            loads: escape.loads,
+            probed: escape.probed,
+        })
+        .collect()
+}
+
+/// The escape counters the processes sent, with what the annotation
+/// estimates each escape leaves untraced; by jump address. A counter of a
+/// site the annotation does not list is ignored (it cannot be attributed).
+fn escape_counts(sites: &[EscapeCount], counted: &HashMap<u32, u64>) -> Vec<EscapeCount> {
+    let mut escapes: Vec<EscapeCount> = counted
+        .iter()
+        .filter(|&(_, &count)| count > 0)
+        .filter_map(|(&site, &count)| {
+            let escape = sites.get(site as usize)?;
+            Some(EscapeCount {
+                count,
+                ..escape.clone()
+            })
+        })
+        .collect();
+    escapes.sort_by_key(|e| e.at);
+    escapes
 }
 
 /// The spawn settings of a recorded program: the recorder's descriptors
@@ -729,11 +776,13 @@ fn summarise(
     limits: &Limits,
 ) -> Recording {
     let mut notes = Vec::new();
-    let main_exited = assembler.process_ended(pid);
+    // The program's last image: the one it exec'd into, if that joined.
+    let main = assembler.image(pid);
+    let main_exited = assembler.process_ended(main);
     let unflushed_children = assembler
         .processes
         .iter()
-        .filter(|&&p| p != pid && !assembler.process_ended(p))
+        .filter(|&&p| p != pid && p != main && !assembler.process_ended(p))
         .count();
     if let Some(why) = interrupted {
         notes.push(match why {
@@ -794,6 +843,12 @@ fn summarise(
             assembler.execed.len()
         ));
     }
+    if assembler.joined_execs > 0 {
+        notes.push(format!(
+            "{} exec'd instrumented program(s) joined the trace (each a process of its own)",
+            assembler.joined_execs
+        ));
+    }
     if assembler.invalid_records > 0 || assembler.bad_messages > 0 {
         notes.push(format!(
             "{} records named unknown loads and {} messages were malformed (annotation does not match the binary?)",
@@ -825,6 +880,7 @@ fn summarise(
             && interrupted.is_none()
             && dropped_records == 0,
         interrupted,
+        escapes: Vec::new(),
     };
     Recording {
         exit,
@@ -832,6 +888,7 @@ fn summarise(
         threads: assembler.threads(),
         processes: assembler.processes.len(),
         execs: assembler.execed.len(),
+        joined_execs: assembler.joined_execs,
         unflushed_processes: assembler.unflushed_processes(),
         notes,
         shared_messages: 0,
@@ -1242,7 +1299,6 @@ mod tests {
 #[cfg(test)]
 mod process_end_tests {
     use super::*;
-    use std::collections::HashMap;
 
     /// Records per load id.
     #[derive(Default)]

@@ -1464,6 +1464,7 @@ mod tests {
             exit: Some(ProgramExit::Code(0)),
             complete: true,
             interrupted: None,
+            escapes: Vec::new(),
         }
     }
 
@@ -1487,7 +1488,7 @@ mod tests {
         while let Some(rec) = r.next_record()? {
             out.push(rec);
         }
-        Ok((r.header().clone(), out, *r.totals().unwrap()))
+        Ok((r.header().clone(), out, r.totals().unwrap().clone()))
     }
 
     #[test]

@@ -269,7 +269,7 @@ pub enum ProgramExit {
 }
 
 /// What is known only when the trace ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TraceTotals {
     /// Numerator of ρ: instrumented-load executions counted exactly by the
     /// software recorder, or executed loads counted by the PT sampling event.
@@ -298,6 +298,36 @@ pub struct TraceTotals {
     /// and in traces written before this field existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted: Option<Interruption>,
+    /// Escapes into original code the software recorder counted, one entry
+    /// per escape site that ran (docs/METRICS.md, "Dynamic coverage");
+    /// absent when none ran, and in older traces.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub escapes: Vec<EscapeCount>,
+}
+
+/// The executions of one escape site (an indirect jump of an instrumented
+/// copy that landed in original code) and what each is estimated to leave
+/// untraced.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct EscapeCount {
+    /// Original address of the jump.
+    pub at: u64,
+    /// The function the escapes land in.
+    pub function: String,
+    /// Executions of the jump that landed in original code.
+    pub count: u64,
+    /// Estimated untraced loads per escape, instrumented or implied (units
+    /// of `Â`).
+    pub loads: u32,
+    /// Of `loads`, those with a probe (units of `executions`).
+    pub probed: u32,
+}
+
+impl EscapeCount {
+    /// Estimated untraced load executions, in the units of `Â`.
+    pub fn untraced_loads(&self) -> f64 {
+        self.count as f64 * f64::from(self.loads)
+    }
 }
 
 /// How a recording was cut short: the trace is a prefix of the run, and the
@@ -349,6 +379,7 @@ impl TraceTotals {
             exit: None,
             complete: true,
             interrupted: None,
+            escapes: Vec::new(),
         }
     }
 }

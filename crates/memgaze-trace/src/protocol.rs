@@ -48,6 +48,12 @@ pub const RECORDER_ENV: &str = "MEMGAZE_RECORDER";
 /// travels through the socket.
 pub const SHARED_ENV: &str = "MEMGAZE_RECORDER_SHM";
 
+/// Set to `1` by the user (the recorder passes the environment on): an
+/// instrumented process that `exec`s hands the recorder socket to the new
+/// program, so an instrumented one joins the trace. Off by default: every
+/// exec'd program, instrumented or not, would see the socket's descriptor.
+pub const FOLLOW_EXEC_ENV: &str = "MEMGAZE_FOLLOW_EXEC";
+
 /// Bytes at the start of the shared mapping holding one `u64` state word per
 /// chunk: 0 free, 1 claimed by a sender (until the collector has copied it
 /// out and stores 0 again).
@@ -157,6 +163,16 @@ pub enum MessageKind {
     /// `dropped` counts what the `exec` discards (process-level drops, other
     /// threads' buffers).
     Exec = 6,
+    /// The process's escape counters since its last such message: records
+    /// whose load id is an [`EscapeSite`](memgaze_metadata::annotation::EscapeSite)
+    /// index and whose address is the count; sent before `ProcessExit` and
+    /// `Exec`.
+    Escapes = 7,
+    /// The entry hook of a process image started recording (header only).
+    /// From a process that sent messages before, it is a program that
+    /// process `exec`ed, joining the trace: its messages belong to a new
+    /// image (slots and threads of their own).
+    Start = 8,
 }
 
 impl MessageKind {
@@ -169,6 +185,8 @@ impl MessageKind {
             4 => MessageKind::RegionEnd,
             5 => MessageKind::ProcessExit,
             6 => MessageKind::Exec,
+            7 => MessageKind::Escapes,
+            8 => MessageKind::Start,
             _ => return None,
         })
     }
@@ -300,9 +318,11 @@ impl MessageHeader {
         };
         let payload = &message[HEADER_BYTES..];
         let expected = match kind {
-            MessageKind::Records | MessageKind::Final => header.count as usize * RECORD_BYTES,
+            MessageKind::Records | MessageKind::Final | MessageKind::Escapes => {
+                header.count as usize * RECORD_BYTES
+            }
             MessageKind::RegionBegin | MessageKind::RegionEnd => header.count as usize,
-            MessageKind::ProcessExit | MessageKind::Exec => 0,
+            MessageKind::ProcessExit | MessageKind::Exec | MessageKind::Start => 0,
         };
         if payload.len() != expected {
             return Err(ProtocolError::Length {

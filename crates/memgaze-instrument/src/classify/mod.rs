@@ -543,6 +543,7 @@ impl BinaryLoads {
             loads,
             ptwrites: Vec::new(),
             shared_libraries: binary.needed().to_vec(),
+            escapes: Vec::new(),
         }
     }
 }

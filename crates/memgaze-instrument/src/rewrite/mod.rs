@@ -19,6 +19,7 @@
 //!    markers, and lay the segment out ([`elf`]).
 
 pub mod elf;
+mod escapes;
 pub mod hooks;
 pub mod library;
 pub mod liveness;
@@ -109,6 +110,11 @@ struct Planned {
     table_patches: Vec<u64>,
     /// Jump-table reads redirected to translated tables ([`tables`]).
     redirects: HashMap<usize, relocate::TableRedirect>,
+    /// Instruction indices of the indirect jumps that may land in original
+    /// code ([`escapes::candidates`]).
+    escape_jumps: Vec<usize>,
+    /// Those that got a counted check: `(instruction index, site)`.
+    escape_ids: Vec<(usize, u32)>,
 }
 
 /// What planning one function gave: its plan, or why it is left alone.
@@ -227,6 +233,13 @@ pub(crate) fn instrument_with_code(
         &mut report,
     );
     lap(&mut report, "plan (CFG, liveness, superblocks)");
+    // A library's copies run through the executable's runtime, which
+    // holds no counters for them: their escapes are not counted.
+    let escape_sites = if soft && options.library.is_none() {
+        mark_escape_jumps(binary, &mut plans, &original)
+    } else {
+        0
+    };
 
     // ---- 2. runtime and copies
     let runtime_va = editor.segment_va + 64;
@@ -239,7 +252,7 @@ pub(crate) fn instrument_with_code(
             runtime_va,
             &mut plans,
             &selection.hooks,
-            soft,
+            (soft, escape_sites),
             &mut report,
         )?,
     };
@@ -260,6 +273,21 @@ pub(crate) fn instrument_with_code(
         record_tracked: rt.as_ref().map_or(0, |r| r.record_tracked),
         spatial: rt.as_ref().map_or(0, |r| r.spatial),
         spatial_config: editor.state_va + runtime::cfg::SPATIAL_MULTIPLIER as u64,
+        escape: (escape_sites > 0).then(|| probe::EscapeCheck {
+            original_start: plans
+                .iter()
+                .map(|p| binary.functions()[p.function].start)
+                .min()
+                .unwrap_or(0),
+            original_end: plans
+                .iter()
+                .map(|p| binary.functions()[p.function].end())
+                .max()
+                .unwrap_or(0),
+            copies: copies_va,
+            process: editor.state_va + runtime::cfg::PROCESS as u64,
+            counters: runtime::process::ESCAPES,
+        }),
     };
     const _: () = assert!(runtime::cfg::SPATIAL_THRESHOLD == runtime::cfg::SPATIAL_MULTIPLIER + 8);
     let copies = encode_copies(
@@ -324,6 +352,8 @@ pub(crate) fn instrument_with_code(
         skipped_loads,
         options.mode,
     );
+    annotation.escapes = escapes::sites(binary, &plans, &patched, &annotation);
+    report.escape_checks = annotation.escapes.len();
     count_into_report(&mut report, &annotation, &plans);
     let (entry, fini) = match &rt {
         Some(rt) if options.library.is_none() => (Some(rt.entry), Some(rt.fini)),
@@ -641,6 +671,8 @@ impl Planner<'_, '_> {
                 prologue_call: None,
                 table_patches: Vec::new(),
                 redirects: HashMap::new(),
+                escape_jumps: Vec::new(),
+                escape_ids: Vec::new(),
             }),
             skipped_loads,
         }
@@ -669,7 +701,7 @@ fn generate_runtime(
     runtime_va: u64,
     plans: &mut [Planned],
     hooks: &[(usize, Hook)],
-    soft: bool,
+    (soft, escape_sites): (bool, u32),
     report: &mut Report,
 ) -> Result<Option<runtime::Runtime>, RewriteError> {
     let has_regions = soft
@@ -686,6 +718,7 @@ fn generate_runtime(
                 original_entry: editor.entry,
                 original_fini: editor.fini(),
                 has_regions,
+                escape_sites,
             })
             .map_err(RewriteError::Runtime)?,
         )
@@ -702,6 +735,20 @@ fn generate_runtime(
         }
     }
     Ok(rt)
+}
+
+/// Marks the indirect jumps of every plan that may land in original code
+/// ([`escapes::candidates`]); returns how many counters the runtime needs
+/// (at most [`runtime::process::MAX_ESCAPE_SITES`]; jumps past that are
+/// copied unchecked).
+fn mark_escape_jumps(binary: &Binary, plans: &mut [Planned], original: &OriginalUnwind<'_>) -> u32 {
+    let starts: HashSet<u64> = binary.functions().iter().map(|f| f.start).collect();
+    let mut total = 0usize;
+    for plan in plans.iter_mut() {
+        plan.escape_jumps = escapes::candidates(binary, plan, original, &starts);
+        total += plan.escape_jumps.len();
+    }
+    total.min(runtime::process::MAX_ESCAPE_SITES as usize) as u32
 }
 
 /// Puts the process-end stubs ([`process_end`]) after the runtime's code
@@ -740,19 +787,43 @@ fn encode_copies(
     mut skipped: Skipped<'_>,
 ) -> Result<relocate::Copies, RewriteError> {
     loop {
+        // Escape sites are numbered over the plans that remain.
+        let mut next_site = 0u32;
+        let escape_ids: Vec<Vec<(usize, u32)>> = plans
+            .iter()
+            .map(|p| {
+                p.escape_jumps
+                    .iter()
+                    .filter(|_| entries.escape.is_some())
+                    .map_while(|&i| {
+                        (next_site < runtime::process::MAX_ESCAPE_SITES).then(|| {
+                            next_site += 1;
+                            (i, next_site - 1)
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
         let copy_plans: Vec<CopyPlan<'_>> = plans
             .iter()
-            .map(|p| CopyPlan {
+            .zip(&escape_ids)
+            .map(|(p, ids)| CopyPlan {
                 code: &p.code,
                 inserts: p.inserts.clone(),
                 spatial: p.spatial.clone(),
                 superblocks: p.blocks.clone(),
                 prologue_call: p.prologue_call,
                 redirects: p.redirects.clone(),
+                escapes: ids.clone(),
             })
             .collect();
         match relocate::encode(&copy_plans, copies_va, entries) {
-            Ok(copies) => return Ok(copies),
+            Ok(copies) => {
+                for (plan, ids) in plans.iter_mut().zip(escape_ids) {
+                    plan.escape_ids = ids;
+                }
+                return Ok(copies);
+            }
             Err(combined) => {
                 // Find the functions the encoder refuses and leave them out.
                 let bad: Vec<usize> = copy_plans

@@ -78,7 +78,7 @@
 
 use super::runtime::{TCB_COUNTDOWN, TCB_SLOT, slot};
 pub(crate) use crate::classify::operands::bit_offset_register;
-use iced_x86::{Code, Instruction, MemoryOperand, Register};
+use iced_x86::{Code, Instruction, MemoryOperand, OpKind, Register};
 use memgaze_trace::protocol::RECORD_BYTES;
 
 /// How a probe's fast path keeps the application's state intact.
@@ -354,6 +354,141 @@ fn add_countdown(loads: u32) -> Instruction {
         Code::Add_rm64_imm32
     };
     i2(code, fs_countdown(), loads as i32)
+}
+
+/// What an escape check compares a jump's target with (see
+/// [`escape_stub`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EscapeCheck {
+    /// Start of the original code of the relocated functions.
+    pub original_start: u64,
+    /// End of it.
+    pub original_end: u64,
+    /// Start of the copies: an entry or jump-table patch is a `jmp rel32`
+    /// to at or above it, which no original instruction jumps to.
+    pub copies: u64,
+    /// Address of the config word holding the process block's address
+    /// (0 while the runtime records nothing).
+    pub process: u64,
+    /// Offset of the first escape counter in the process block.
+    pub counters: i32,
+}
+
+/// Bytes the escape stub keeps below the jump's `rsp`: the red zone and its
+/// three saved words.
+const ESCAPE_FRAME: i64 = 128 + 24;
+
+/// Appends the out-of-line check of an indirect jump `jump` of a copy that
+/// may land in original code; its first instruction takes `stub`, and the
+/// copy jumps here instead of executing `jump`. The stub computes the
+/// target, and when it lies in the original code of the relocated
+/// functions at an address without a patch into the copies (no `jmp rel32`
+/// there whose destination is at or above [`EscapeCheck::copies`]), adds
+/// one to the site's counter in the process block with a `lock add`
+/// (threads and `vfork` children share it). Then it restores `rax`, `rcx`,
+/// the flags and `rsp` and executes `jump` itself. Only these jumps pay for
+/// it; probes are unchanged.
+pub fn escape_stub(
+    jump: &Instruction,
+    site: u32,
+    check: &EscapeCheck,
+    stub: u64,
+    mut next_label: impl FnMut() -> u64,
+    out: &mut Vec<Instruction>,
+) {
+    let done = next_label();
+    let count = next_label();
+    out.push(with_ip(lea(Register::RSP, Register::RSP, -128), stub));
+    out.push(push(Register::RAX));
+    out.push(push(Register::RCX));
+    out.push(Instruction::with(Code::Pushfq));
+    // rax = the target, read as the jump would (rax and rcx still hold the
+    // program's values).
+    if jump.op0_kind() == OpKind::Register {
+        let reg = jump.op0_register();
+        if reg != Register::RAX {
+            out.push(i2(Code::Mov_r64_rm64, Register::RAX, reg));
+        }
+    } else {
+        let base = jump.memory_base();
+        let mut disp = jump.memory_displacement64() as i64;
+        let mut size = jump.memory_displ_size();
+        if base == Register::RSP {
+            disp += ESCAPE_FRAME;
+            size = 1;
+        }
+        let segment = match jump.segment_prefix() {
+            Register::FS | Register::GS => jump.segment_prefix(),
+            _ => Register::None,
+        };
+        let operand = MemoryOperand::new(
+            base,
+            jump.memory_index(),
+            jump.memory_index_scale(),
+            disp,
+            size,
+            false,
+            segment,
+        );
+        out.push(i2(Code::Mov_r64_rm64, Register::RAX, operand));
+    }
+    let rip = |target: u64| MemoryOperand::with_base_displ(Register::RIP, target as i64);
+    out.push(i2(
+        Code::Lea_r64_m,
+        Register::RCX,
+        rip(check.original_start),
+    ));
+    out.push(i2(Code::Cmp_r64_rm64, Register::RAX, Register::RCX));
+    out.push(branch(Code::Jb_rel32_64, done));
+    out.push(i2(Code::Lea_r64_m, Register::RCX, rip(check.original_end)));
+    out.push(i2(Code::Cmp_r64_rm64, Register::RAX, Register::RCX));
+    out.push(branch(Code::Jae_rel32_64, done));
+    out.push(
+        Instruction::with2(
+            Code::Cmp_rm8_imm8,
+            MemoryOperand::with_base(Register::RAX),
+            0xe9,
+        )
+        .expect("valid cmp"),
+    );
+    out.push(branch(Code::Jne_rel32_64, count));
+    out.push(i2(
+        Code::Movsxd_r64_rm32,
+        Register::RCX,
+        MemoryOperand::with_base_displ_size(Register::RAX, 1, 1),
+    ));
+    out.push(i2(
+        Code::Lea_r64_m,
+        Register::RAX,
+        MemoryOperand::new(Register::RAX, Register::RCX, 1, 5, 1, false, Register::None),
+    ));
+    out.push(i2(Code::Lea_r64_m, Register::RCX, rip(check.copies)));
+    out.push(i2(Code::Cmp_r64_rm64, Register::RAX, Register::RCX));
+    out.push(branch(Code::Jae_rel32_64, done));
+    out.push(with_ip(
+        i2(Code::Mov_r64_rm64, Register::RAX, rip(check.process)),
+        count,
+    ));
+    out.push(i2(Code::Test_rm64_r64, Register::RAX, Register::RAX));
+    out.push(branch(Code::Je_rel32_64, done));
+    let mut add = i2(
+        Code::Add_rm64_imm8,
+        MemoryOperand::with_base_displ_size(
+            Register::RAX,
+            i64::from(check.counters) + 8 * i64::from(site),
+            1, // disp8 if it fits, else the address size
+        ),
+        1,
+    );
+    add.set_has_lock_prefix(true);
+    out.push(add);
+    out.push(with_ip(Instruction::with(Code::Popfq), done));
+    out.push(pop(Register::RCX));
+    out.push(pop(Register::RAX));
+    out.push(lea(Register::RSP, Register::RSP, 128));
+    let mut original = *jump;
+    original.set_ip(0);
+    out.push(original);
 }
 
 /// Why a load's operand cannot be recomputed by a probe.

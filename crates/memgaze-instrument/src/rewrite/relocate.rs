@@ -86,6 +86,10 @@ pub(crate) struct CopyPlan<'a> {
     /// Jump-table reads redirected to translated tables: instruction index →
     /// what changes.
     pub(crate) redirects: HashMap<usize, TableRedirect>,
+    /// Indirect jumps that may land in original code: `(instruction index,
+    /// escape site)`, sorted by index; each goes through an
+    /// [`probe::escape_stub`] that counts the escapes.
+    pub(crate) escapes: Vec<(usize, u32)>,
 }
 
 /// Where one copy landed.
@@ -141,6 +145,9 @@ pub struct Entries {
     pub spatial: u64,
     /// The spatial hash's multiplier word (the threshold follows it).
     pub(crate) spatial_config: u64,
+    /// What escape checks compare with (`None`: no counters, the jumps are
+    /// copied as they are).
+    pub(crate) escape: Option<probe::EscapeCheck>,
 }
 
 /// Fake addresses for labels: far above any user-space address.
@@ -352,6 +359,7 @@ fn build_part(
         let mut fragments: Vec<Instruction> = Vec::new();
         let mut inserts = plan.inserts.iter().peekable();
         let mut checks = plan.superblocks.iter().peekable();
+        let mut escapes = plan.escapes.iter().peekable();
         // Side exits of superblocks: branch index → loads to give back.
         let exits: std::collections::HashMap<usize, u32> = plan
             .superblocks
@@ -465,7 +473,8 @@ fn build_part(
                 insn.set_ip(label);
             }
             redirect(plan, i, &mut insn, &mut all);
-            all.push(insn);
+            let site = escapes.next_if(|&&(index, _)| index == i).map(|&(_, s)| s);
+            push_checked(insn, site, entries, &mut next_fake, &mut all, &mut stubs)?;
         }
         body_ends.push(all.len());
         // Loop heads: the last branch of the body back to each.
@@ -504,6 +513,29 @@ fn build_part(
         offsets: Vec::new(),
         len: 0,
     })
+}
+
+/// Appends `insn` to the copy, or, for escape site `site` (with escape
+/// counting on), a jump to its check, which ends with `insn` itself.
+fn push_checked(
+    insn: Instruction,
+    site: Option<u32>,
+    entries: &Entries,
+    next_fake: &mut impl FnMut() -> u64,
+    all: &mut Vec<Instruction>,
+    stubs: &mut Vec<Instruction>,
+) -> Result<(), IcedError> {
+    match (site, &entries.escape) {
+        (Some(site), Some(check)) => {
+            let stub = next_fake();
+            let mut jump = Instruction::with_branch(Code::Jmp_rel32_64, stub)?;
+            jump.set_ip(insn.ip());
+            probe::escape_stub(&insn, site, check, stub, next_fake, stubs);
+            all.push(jump);
+        }
+        _ => all.push(insn),
+    }
+    Ok(())
 }
 
 /// Alignment of function copies and of the instructions the compiler
@@ -948,6 +980,7 @@ mod tests {
                 superblocks: Vec::new(),
                 prologue_call: None,
                 redirects: HashMap::new(),
+                escapes: Vec::new(),
             })
             .collect()
     }
@@ -958,6 +991,7 @@ mod tests {
             record_tracked: 0x6fff_0100,
             spatial: 0x6fff_0200,
             spatial_config: 0x6fff_8000,
+            escape: None,
         }
     }
 

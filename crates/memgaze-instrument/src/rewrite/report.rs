@@ -64,6 +64,9 @@ pub struct Report {
     /// Instrumented loads reachable through an escape (their counts can fall
     /// short of the truth).
     pub escaped_loads: Vec<u64>,
+    /// Indirect jumps of the copies that may land in original code and
+    /// count, at run time, each time they do (annotation `escapes`).
+    pub escape_checks: usize,
     /// FDEs written for copies.
     pub(crate) fdes: usize,
     /// LSDAs written for copies.
@@ -162,6 +165,11 @@ impl fmt::Display for Report {
         for (reason, count) in by_reason {
             writeln!(f, "  escape {count:>6}  {reason}")?;
         }
+        writeln!(
+            f,
+            "escape checks: {} indirect jumps count at run time how often they land in original code (dynamic coverage)",
+            self.escape_checks
+        )?;
         writeln!(
             f,
             "region markers: {}",

@@ -135,6 +135,9 @@ pub struct Config {
     pub spatial_threshold: u64,
     /// The threshold the environment gave, until the entry hook accepts it.
     pub(crate) spatial_pending: u64,
+    /// 1 when [`protocol::FOLLOW_EXEC_ENV`] is `1`: an `exec` hands the
+    /// socket on.
+    pub(crate) follow_exec: u64,
 }
 
 /// Offsets of the config block's fields ([`Config`]) and its state values.
@@ -176,6 +179,8 @@ pub mod cfg {
     pub(crate) const SPATIAL_THRESHOLD: i32 = offset_of!(Config, spatial_threshold) as i32;
     /// Offset of `Config::spatial_pending`.
     pub(crate) const SPATIAL_PENDING: i32 = offset_of!(Config, spatial_pending) as i32;
+    /// Offset of `Config::follow_exec`.
+    pub(crate) const FOLLOW_EXEC: i32 = offset_of!(Config, follow_exec) as i32;
     /// `STATE` values.
     pub(crate) const STATE_DISABLED: i32 = 1;
     /// `STATE` values.
@@ -220,11 +225,38 @@ pub mod process {
     pub(crate) const CLOSED: i32 = offset_of!(ProcessBlock, closed) as i32;
     /// Offset of `ProcessBlock::finishing`.
     pub(crate) const FINISHING: i32 = offset_of!(ProcessBlock, finishing) as i32;
-    /// Bytes mapped.
+    /// Bytes mapped without escape counters.
     pub const BYTES: i32 = 4096;
+    /// Offset of the first escape counter (one `u64` per escape site,
+    /// counted by the copies' escape checks, see
+    /// [`super::super::probe::escape_stub`]); the `Escapes` message is built
+    /// after the last.
+    pub const ESCAPES: i32 = 64;
+    /// Most escape sites counted: their message stays within one shared
+    /// chunk.
+    pub const MAX_ESCAPE_SITES: u32 = 4096;
+
+    /// Offset of the `Escapes` message with `sites` counters.
+    pub const fn escape_message(sites: u32) -> i32 {
+        ESCAPES + 8 * sites as i32
+    }
+
+    /// Bytes mapped for a process block with `sites` escape counters.
+    pub const fn bytes(sites: u32) -> i32 {
+        let used = escape_message(sites)
+            + memgaze_trace::protocol::HEADER_BYTES as i32
+            + sites as i32 * memgaze_trace::protocol::RECORD_BYTES as i32;
+        if used <= BYTES {
+            BYTES
+        } else {
+            (used + 4095) & !4095
+        }
+    }
 }
 
-const _: () = assert!(size_of::<ProcessBlock>() <= process::BYTES as usize);
+const _: () = assert!(size_of::<ProcessBlock>() <= process::ESCAPES as usize);
+const _: () =
+    assert!(process::MAX_ESCAPE_SITES as usize * RECORD_BYTES <= protocol::SHARED_CHUNK_BYTES);
 
 const SYS_CLOSE: i32 = 3;
 const SYS_FSTAT: i32 = 5;
@@ -260,6 +292,9 @@ pub struct RuntimeParams {
     pub original_fini: Option<u64>,
     /// Whether the binary has region markers (recording starts off).
     pub has_regions: bool,
+    /// Escape counters in the process block (at most
+    /// [`process::MAX_ESCAPE_SITES`]).
+    pub escape_sites: u32,
 }
 
 /// The assembled runtime and the addresses of its entry points.
@@ -364,9 +399,11 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     emit_process_end(&mut a, &mut l, params, ProcessEnd::Exec)?;
     emit_after_fork(&mut a, &mut l, params)?;
     emit_process_message(&mut a, &mut l)?;
+    emit_send_escapes(&mut a, &mut l, params)?;
     emit_entry(&mut a, &mut l, params)?;
     emit_parse_u64(&mut a, &mut l)?;
     emit_shared_setup(&mut a, &mut l)?;
+    emit_follow_exec_setup(&mut a, &mut l)?;
     emit_env_prefixes(&mut a, &mut l)?;
 
     let result = a.assemble_options(
@@ -1178,7 +1215,7 @@ fn emit_fini(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     }
     emit_fini_own_slot(a, l, params)?;
     emit_fini_other_slots(a, l)?;
-    emit_fini_exit_message(a, l)
+    emit_fini_exit_message(a, l, params)
 }
 
 /// `fini` up to the other slots: runs once per process, folds this thread's
@@ -1352,8 +1389,11 @@ fn emit_fini_snapshot(a: &mut Asm, l: &mut Labels) -> R {
 }
 
 /// The end of `fini_body`: the `ProcessExit` message (process-level drops).
-fn emit_fini_exit_message(a: &mut Asm, l: &mut Labels) -> R {
+fn emit_fini_exit_message(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.set_label(&mut l.fini_exit_message)?;
+    if params.escape_sites > 0 {
+        a.call(l.send_escapes)?;
+    }
     send_process_header(
         a,
         l,
@@ -1427,7 +1467,7 @@ fn emit_process_end(a: &mut Asm, l: &mut Labels, params: &RuntimeParams, end: Pr
             a.jmp(l.fini_body)?;
         }
         ProcessEnd::Exec => {
-            emit_exec_own_flush(a, l, done)?;
+            emit_exec_own_flush(a, l, params, done)?;
             a.jmp(send)?;
         }
     }
@@ -1445,6 +1485,19 @@ fn emit_process_end(a: &mut Asm, l: &mut Labels, params: &RuntimeParams, end: Pr
         }
     }
     a.call(l.process_message)?;
+    if let ProcessEnd::Exec = end {
+        // With MEMGAZE_FOLLOW_EXEC=1 the program the exec starts inherits
+        // the socket: instrumented, it joins the trace (its entry hook finds
+        // the descriptor the environment names); if not, it holds the
+        // socket until it ends.
+        a.cmp(qword_ptr(r12 + cfg::FOLLOW_EXEC), 0)?;
+        a.je(done)?;
+        a.mov(eax, SYS_FCNTL)?;
+        a.mov(rdi, qword_ptr(r12 + cfg::FD))?;
+        a.mov(esi, F_SETFD)?;
+        a.xor(edx, edx)?;
+        a.syscall()?;
+    }
     a.set_label(&mut done)?;
     restore_all(a)?;
     a.ret()?;
@@ -1455,7 +1508,7 @@ fn emit_process_end(a: &mut Asm, l: &mut Labels, params: &RuntimeParams, end: Pr
 /// leaves esi = the pid and r8 = the records the `exec` would lose (the
 /// process's drops and what the other threads hold). To `done` if the
 /// process is already finishing.
-fn emit_exec_own_flush(a: &mut Asm, l: &mut Labels, done: CodeLabel) -> R {
+fn emit_exec_own_flush(a: &mut Asm, l: &mut Labels, params: &RuntimeParams, done: CodeLabel) -> R {
     let mut message = a.create_label();
     let mut unfolded = a.create_label();
     let mut walk = a.create_label();
@@ -1483,6 +1536,10 @@ fn emit_exec_own_flush(a: &mut Asm, l: &mut Labels, done: CodeLabel) -> R {
     give_grant(a)?;
     leave_cold(a)?;
     a.set_label(&mut message)?;
+    if params.escape_sites > 0 {
+        a.call(l.send_escapes)?;
+    }
+    // r8 = process drops + records other threads hold.
     a.mov(r8, qword_ptr(r13 + process::DROPPED))?;
     a.mov(rdx, qword_ptr(r13 + process::HEAD))?;
     a.set_label(&mut walk)?;
@@ -1582,6 +1639,66 @@ fn emit_process_message(a: &mut Asm, l: &mut Labels) -> R {
         protocol::HEADER_BYTES as i32 + 8,
         HeaderSource::Registers,
     )?;
+    a.ret()?;
+    Ok(())
+}
+
+/// send_escapes: the escape counters that are not zero, taken and zeroed
+/// one by one (`xchg`: an escape counted meanwhile stays for the next
+/// message), sent as one `Escapes` message built in the process block.
+/// Nothing when none counted. Expects r12 = the config, r13 = the process
+/// block; clobbers the scratch registers.
+fn emit_send_escapes(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
+    let mut next = a.create_label();
+    let mut scan = a.create_label();
+    let mut built = a.create_label();
+    let mut done = a.create_label();
+    a.set_label(&mut l.send_escapes)?;
+    if params.escape_sites == 0 {
+        a.ret()?;
+        return Ok(());
+    }
+    let message = process::escape_message(params.escape_sites);
+    a.lea(
+        rdi,
+        qword_ptr(r13 + (message + protocol::HEADER_BYTES as i32)),
+    )?;
+    a.xor(edx, edx)?;
+    a.xor(r8d, r8d)?;
+    a.set_label(&mut scan)?;
+    a.cmp(edx, params.escape_sites)?;
+    a.jae(built)?;
+    a.xor(eax, eax)?;
+    a.xchg(qword_ptr(r13 + rdx * 8 + process::ESCAPES), rax)?;
+    a.test(rax, rax)?;
+    a.jz(next)?;
+    a.mov(dword_ptr(rdi), edx)?;
+    a.mov(qword_ptr(rdi + 4), rax)?;
+    a.add(rdi, RECORD_BYTES as i32)?;
+    a.inc(r8d)?;
+    a.set_label(&mut next)?;
+    a.inc(edx)?;
+    a.jmp(scan)?;
+    a.set_label(&mut built)?;
+    a.test(r8d, r8d)?;
+    a.jz(done)?;
+    a.lea(rdi, qword_ptr(r13 + message))?;
+    a.mov(dword_ptr(rdi + protocol::offsets::MAGIC), MESSAGE_MAGIC)?;
+    a.mov(
+        dword_ptr(rdi + protocol::offsets::KIND),
+        MessageKind::Escapes as u32,
+    )?;
+    a.mov(rax, qword_ptr(r13 + process::PID))?;
+    a.mov(dword_ptr(rdi + protocol::offsets::PID), eax)?;
+    a.mov(dword_ptr(rdi + protocol::offsets::TID), eax)?;
+    a.mov(qword_ptr(rdi + protocol::offsets::EXECUTIONS), 0)?;
+    a.mov(qword_ptr(rdi + protocol::offsets::DROPPED), 0)?;
+    a.mov(dword_ptr(rdi + protocol::offsets::SLOT), 0)?;
+    a.mov(dword_ptr(rdi + protocol::offsets::COUNT), r8d)?;
+    a.lea(rsi, qword_ptr(r8 + r8 * 2))?;
+    a.lea(rsi, qword_ptr(rsi * 4 + protocol::HEADER_BYTES as i32))?;
+    a.call(l.send)?;
+    a.set_label(&mut done)?;
     a.ret()?;
     Ok(())
 }
@@ -1739,13 +1856,13 @@ fn emit_entry(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.jne(l.entry_done)?;
     // Process block: anonymous, wiped on fork (required: without it a
     // forked child would re-send its parent's buffered records).
-    map_anonymous(a, process::BYTES)?;
+    map_anonymous(a, process::bytes(params.escape_sites))?;
     a.cmp(rax, -4095)?;
     a.jae(l.entry_done)?;
     a.mov(qword_ptr(r12 + cfg::PROCESS), rax)?;
     a.mov(rdi, rax)?;
     a.mov(eax, SYS_MADVISE)?;
-    a.mov(esi, process::BYTES)?;
+    a.mov(esi, process::bytes(params.escape_sites))?;
     a.mov(edx, MADV_WIPEONFORK)?;
     a.syscall()?;
     a.test(rax, rax)?;
@@ -1756,6 +1873,7 @@ fn emit_entry(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.mov(edx, FD_CLOEXEC)?;
     a.syscall()?;
     a.call(l.shared_setup)?;
+    a.call(l.follow_exec_setup)?;
     a.mov(
         qword_ptr(r12 + cfg::ENABLED),
         if params.has_regions { 0 } else { 1 },
@@ -1769,6 +1887,13 @@ fn emit_entry(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.mov(qword_ptr(r12 + cfg::SPATIAL_THRESHOLD), rax)?;
     a.set_label(&mut spatial_off)?;
     a.mov(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
+    // `Start`: an image exec'd by a recorded process joins the trace.
+    a.mov(eax, SYS_GETPID)?;
+    a.syscall()?;
+    a.mov(esi, eax)?;
+    a.mov(edi, MessageKind::Start as u32)?;
+    a.xor(r8d, r8d)?;
+    a.call(l.process_message)?;
     a.set_label(&mut l.entry_done)?;
     a.pop(r15)?;
     a.pop(r14)?;
@@ -1881,11 +2006,45 @@ fn emit_shared_setup(a: &mut Asm, l: &mut Labels) -> R {
     Ok(())
 }
 
+/// follow_exec_setup(rbp = envp): sets cfg.FOLLOW_EXEC when the
+/// environment holds exactly `MEMGAZE_FOLLOW_EXEC=1`. Clobbers rbx and the
+/// scratch registers.
+fn emit_follow_exec_setup(a: &mut Asm, l: &mut Labels) -> R {
+    let mut env_loop = a.create_label();
+    let mut cmp = a.create_label();
+    let mut done = a.create_label();
+    a.set_label(&mut l.follow_exec_setup)?;
+    a.mov(rbx, rbp)?;
+    a.set_label(&mut env_loop)?;
+    a.mov(rsi, qword_ptr(rbx))?;
+    a.test(rsi, rsi)?;
+    a.jz(done)?;
+    a.add(rbx, 8)?;
+    a.lea(rdi, ptr(l.follow_exec_prefix))?;
+    a.mov(ecx, (protocol::FOLLOW_EXEC_ENV.len() + 2) as u32)?;
+    a.set_label(&mut cmp)?;
+    a.mov(al, byte_ptr(rsi))?;
+    a.cmp(al, byte_ptr(rdi))?;
+    a.jne(env_loop)?;
+    a.inc(rsi)?;
+    a.inc(rdi)?;
+    a.dec(ecx)?;
+    a.jnz(cmp)?;
+    a.cmp(byte_ptr(rsi), 0)?;
+    a.jne(env_loop)?;
+    a.mov(qword_ptr(r12 + cfg::FOLLOW_EXEC), 1)?;
+    a.set_label(&mut done)?;
+    a.ret()?;
+    Ok(())
+}
+
 fn emit_env_prefixes(a: &mut Asm, l: &mut Labels) -> R {
     a.set_label(&mut l.prefix)?;
     a.db(env_prefix(protocol::RECORDER_ENV).as_bytes())?;
     a.set_label(&mut l.shared_prefix)?;
     a.db(env_prefix(protocol::SHARED_ENV).as_bytes())?;
+    a.set_label(&mut l.follow_exec_prefix)?;
+    a.db(format!("{}=1", protocol::FOLLOW_EXEC_ENV).as_bytes())?;
     Ok(())
 }
 
@@ -2279,6 +2438,7 @@ struct Labels {
     exec_flush: CodeLabel,
     after_fork: CodeLabel,
     process_message: CodeLabel,
+    send_escapes: CodeLabel,
     fini_others: CodeLabel,
     fini_loop: CodeLabel,
     fini_staging_ready: CodeLabel,
@@ -2300,6 +2460,8 @@ struct Labels {
     parse_done: CodeLabel,
     prefix: CodeLabel,
     shared_prefix: CodeLabel,
+    follow_exec_prefix: CodeLabel,
+    follow_exec_setup: CodeLabel,
     shared_setup: CodeLabel,
 }
 
@@ -2388,6 +2550,9 @@ impl Labels {
             prefix: n(),
             shared_prefix: n(),
             shared_setup: n(),
+            send_escapes: n(),
+            follow_exec_prefix: n(),
+            follow_exec_setup: n(),
         }
     }
 }
@@ -2404,6 +2569,7 @@ mod tests {
             original_entry: 0x1040,
             original_fini: Some(0x1200),
             has_regions: false,
+            escape_sites: 3,
         }
     }
 

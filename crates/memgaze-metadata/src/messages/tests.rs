@@ -76,6 +76,7 @@ fn coverage() -> Coverage {
         outside_binary: None,
         untraced_libraries: Vec::new(),
         objects: Vec::new(),
+        untraced_functions: Vec::new(),
         notes: vec!["a note".into()],
     }
 }

@@ -603,6 +603,7 @@ pub fn write_trace<W: Write>(
         exit: facts.exit,
         complete: true,
         interrupted: None,
+        escapes: Vec::new(),
     };
     let out = writer.finish(&totals)?;
     Ok((out, totals))

@@ -158,6 +158,7 @@ fn annotation() -> Annotation {
         loads,
         ptwrites,
         shared_libraries: Vec::new(),
+        escapes: Vec::new(),
     }
 }
 
@@ -440,7 +441,7 @@ fn aux_samples_reconstruct_to_the_executed_addresses() {
             })
             .collect();
         assert_eq!(got, want, "seed {seed}: trace records");
-        let read_totals = *reader.totals().unwrap();
+        let read_totals = reader.totals().unwrap().clone();
         assert_eq!(read_totals, totals);
         assert_eq!(
             totals.executions, executions,
