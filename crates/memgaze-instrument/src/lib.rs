@@ -23,4 +23,4 @@ pub mod rewrite;
 pub use error::{
     AnnotationError, ElfError, InstrumentError, RelocateError, RewriteError, UnwindError,
 };
-pub use file::{annotate, annotate_with_code, instrument_file};
+pub use file::{annotate, annotate_with_code, instrument_file, instrument_file_as};
