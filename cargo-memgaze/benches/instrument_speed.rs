@@ -48,7 +48,12 @@ fn run(command: &mut Command) -> Run {
     // SAFETY: reaping our own child; `child` is not waited on afterwards.
     let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
     let wall = started.elapsed().as_secs_f64();
-    assert_eq!(reaped, pid, "wait4 failed: {}", std::io::Error::last_os_error());
+    assert_eq!(
+        reaped,
+        pid,
+        "wait4 failed: {}",
+        std::io::Error::last_os_error()
+    );
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "{command:?} failed (wait status {status:#x})"
@@ -129,7 +134,9 @@ fn default_inputs() -> Vec<(String, PathBuf)> {
     )];
     match std::fs::canonicalize("/usr/bin/python3") {
         Ok(p) => inputs.push(("python3".into(), p)),
-        Err(_) => eprintln!("python3: /usr/bin/python3 missing (apt-get install -y python3), left out"),
+        Err(_) => {
+            eprintln!("python3: /usr/bin/python3 missing (apt-get install -y python3), left out")
+        }
     }
     match std::fs::canonicalize("/usr/bin/gzip").or_else(|_| std::fs::canonicalize("/bin/gzip")) {
         Ok(p) => inputs.push(("gzip".into(), p)),
@@ -166,7 +173,11 @@ fn measure(memgaze: &Path, label: &str, input: &Path, runs: usize, scratch: &Pat
     let output = scratch.join("instrumented");
     let instrument = || {
         let mut c = Command::new(memgaze);
-        c.arg("instrument").arg(input).arg("-o").arg(&output).arg("-q");
+        c.arg("instrument")
+            .arg(input)
+            .arg("-o")
+            .arg(&output)
+            .arg("-q");
         c
     };
     let objdump = || {
@@ -230,8 +241,10 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .filter(|&n| n > 0)
         .unwrap_or(5);
-    let memgaze = std::env::var_os("MEMGAZE_BENCH_INSTRUMENTER")
-        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_cargo-memgaze")), PathBuf::from);
+    let memgaze = std::env::var_os("MEMGAZE_BENCH_INSTRUMENTER").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_cargo-memgaze")),
+        PathBuf::from,
+    );
     let memgaze = memgaze.as_path();
     println!("instrumenter: {}", memgaze.display());
     let scratch = tempfile::tempdir().expect("temporary directory");

@@ -112,7 +112,9 @@ pub fn decode(bytes: &[u8]) -> Result<Annotation, AnnotationError> {
         at: 0,
         table: Vec::new(),
     };
-    let a = d.annotation().map_err(|what| corrupt(&format!("{what} at body byte {}", d.at)))?;
+    let a = d
+        .annotation()
+        .map_err(|what| corrupt(&format!("{what} at body byte {}", d.at)))?;
     if d.at != raw.len() {
         return Err(corrupt("bytes after the end"));
     }
@@ -354,11 +356,18 @@ impl Decoder<'_> {
 
     fn string(&mut self) -> Decoded<String> {
         let i: usize = self.small()?;
-        self.table.get(i).cloned().ok_or("string index out of range")
+        self.table
+            .get(i)
+            .cloned()
+            .ok_or("string index out of range")
     }
 
     fn optional(&mut self, present: bool) -> Decoded<Option<String>> {
-        if present { self.string().map(Some) } else { Ok(None) }
+        if present {
+            self.string().map(Some)
+        } else {
+            Ok(None)
+        }
     }
 
     fn annotation(&mut self) -> Decoded<Annotation> {
