@@ -55,6 +55,11 @@ const F_RAW_NAME: u32 = 1 << 1;
 const F_SKIPPED: u32 = 1 << 2;
 const F_ALL: u32 = (1 << 3) - 1;
 
+/// `flag` when `set`.
+fn bit(set: bool, flag: u32) -> u32 {
+    if set { flag } else { 0 }
+}
+
 /// Whether `bytes` start like a compact annotation.
 pub fn is_compact(bytes: &[u8]) -> bool {
     bytes.starts_with(COMPACT_MAGIC)
@@ -234,9 +239,9 @@ impl<'a> Encoder<'a> {
             stack_loads,
             string_loads,
         } = f;
-        let flags = u32::from(*instrumented) * F_INSTRUMENTED
-            | u32::from(raw_name.is_some()) * F_RAW_NAME
-            | u32::from(skipped.is_some()) * F_SKIPPED;
+        let flags = bit(*instrumented, F_INSTRUMENTED)
+            | bit(raw_name.is_some(), F_RAW_NAME)
+            | bit(skipped.is_some(), F_SKIPPED);
         self.uint(u64::from(flags));
         self.bytes(name.as_bytes());
         if let Some(raw) = raw_name {
@@ -271,16 +276,16 @@ impl<'a> Encoder<'a> {
             read_modify_write,
             control,
         } = l;
-        let flags = u32::from(*instrumented) * L_INSTRUMENTED
-            | u32::from(proxy.is_some()) * L_PROXY
-            | u32::from(base.is_some()) * L_BASE
-            | u32::from(index.is_some()) * L_INDEX
-            | u32::from(line.is_some()) * L_LINE
-            | u32::from(skipped.is_some()) * L_SKIPPED
-            | u32::from(segment.is_some()) * L_SEGMENT
-            | u32::from(*gather) * L_GATHER
-            | u32::from(*read_modify_write) * L_READ_MODIFY_WRITE
-            | u32::from(*control) * L_CONTROL;
+        let flags = bit(*instrumented, L_INSTRUMENTED)
+            | bit(proxy.is_some(), L_PROXY)
+            | bit(base.is_some(), L_BASE)
+            | bit(index.is_some(), L_INDEX)
+            | bit(line.is_some(), L_LINE)
+            | bit(skipped.is_some(), L_SKIPPED)
+            | bit(segment.is_some(), L_SEGMENT)
+            | bit(*gather, L_GATHER)
+            | bit(*read_modify_write, L_READ_MODIFY_WRITE)
+            | bit(*control, L_CONTROL);
         self.uint(u64::from(flags));
         self.uint(u64::from(*id));
         self.int(ip.wrapping_sub(previous_ip) as i64);
