@@ -44,6 +44,10 @@ fn run(command: &mut Command) -> Run {
         command.pre_exec(|| Ok(()));
     }
     let started = Instant::now();
+    #[allow(
+        clippy::zombie_processes,
+        reason = "reaped by wait4 below, which also gives its rusage"
+    )]
     let child = command
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
