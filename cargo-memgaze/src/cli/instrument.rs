@@ -1,11 +1,12 @@
 //! `cargo memgaze instrument`: write an instrumented executable and its
-//! annotation (`<OUT>.memgaze.json`) and print the instrumentation report.
+//! annotation (`<OUT>.memgaze.json`, compact unless JSON is asked for) and
+//! print the instrumentation report.
 
 use super::{Format, Global};
 use anyhow::Result;
 use memgaze_error::Exit;
-pub use memgaze_instrument::{annotate, annotate_with_code, instrument_file};
-use memgaze_metadata::annotation::InstrumentationMode;
+pub use memgaze_instrument::{annotate, annotate_with_code, instrument_file, instrument_file_as};
+use memgaze_metadata::annotation::{AnnotationFormat, InstrumentationMode};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -15,7 +16,7 @@ pub struct Args {
     /// The executable to instrument (x86-64 ELF, dynamically linked).
     pub elf: PathBuf,
     /// Where to write the instrumented executable (its annotation goes to
-    /// `<OUT>.memgaze.json`).
+    /// `<OUT>.memgaze.json`, in the format `--annotation-format` names).
     #[arg(short, long, value_name = "OUT")]
     pub output: PathBuf,
     /// Instrument only functions whose (demangled or raw) name matches this
@@ -36,6 +37,29 @@ pub struct Args {
     /// whose instrumented executable loads it.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=127), conflicts_with_all = ["functions", "mode"])]
     pub library: Option<u32>,
+    /// How to write the annotation: `compact` (binary, zstd; what every
+    /// command reads fastest) or `json` (schema `memgaze.annotation.v1`,
+    /// for people and other tools). Readers accept both.
+    #[arg(long, value_enum, default_value_t = AnnotationFormatArg::Compact)]
+    pub annotation_format: AnnotationFormatArg,
+}
+
+/// `--annotation-format` values.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnnotationFormatArg {
+    /// Binary, zstd-compressed.
+    Compact,
+    /// JSON text.
+    Json,
+}
+
+impl From<AnnotationFormatArg> for AnnotationFormat {
+    fn from(format: AnnotationFormatArg) -> Self {
+        match format {
+            AnnotationFormatArg::Compact => AnnotationFormat::Compact,
+            AnnotationFormatArg::Json => AnnotationFormat::Json,
+        }
+    }
 }
 
 /// `--mode` values.
@@ -63,11 +87,12 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         Some(object) => {
             memgaze_instrument::instrument_library_file(&args.elf, &args.output, object)?
         }
-        None => instrument_file(
+        None => instrument_file_as(
             &args.elf,
             &args.output,
             args.functions.as_deref(),
             args.mode.into(),
+            args.annotation_format.into(),
         )?,
     };
     let mut out = std::io::stdout().lock();

@@ -17,7 +17,7 @@
 use anyhow::Context;
 use memgaze_instrument::binary::Binary;
 use memgaze_instrument::rewrite::{self as instrument, InstrumentOptions, Report};
-use memgaze_metadata::annotation::{Annotation, InstrumentationMode};
+use memgaze_metadata::annotation::{Annotation, AnnotationFormat, InstrumentationMode};
 use sha2::{Digest, Sha256};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -122,8 +122,8 @@ pub fn cached(
     let (annotation, report) = instrumenter(executable, &staged)?;
     let staged_annotation = instrument::annotation_path(&staged);
     if !staged_annotation.is_file() {
-        let json = serde_json::to_vec(&annotation).context("serialising the annotation")?;
-        std::fs::write(&staged_annotation, json)
+        let bytes = annotation.to_bytes(AnnotationFormat::Compact);
+        std::fs::write(&staged_annotation, bytes)
             .with_context(|| format!("cannot write into {}", staging.path().display()))?;
     }
     let staging = staging.keep();

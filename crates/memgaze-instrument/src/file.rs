@@ -1,7 +1,7 @@
 //! Instrumenting an executable file: select functions, classify their
 //! loads, rewrite the binary and write the executable and its annotation.
 
-use crate::annotation::{Annotation, InstrumentationMode};
+use crate::annotation::{Annotation, AnnotationFormat, InstrumentationMode};
 use crate::binary::{Binary, FunctionCode};
 use crate::classify::{BinaryLoads, Classifier, FunctionLoads};
 use crate::error::InstrumentError;
@@ -13,14 +13,32 @@ use std::io::Write;
 use std::path::Path;
 
 /// Selects functions by glob (all when `None`), builds the annotation and
-/// instruments `input` into `output` (+ annotation beside it).
+/// instruments `input` into `output` (+ the compact annotation beside it).
 pub fn instrument_file(
     input: &Path,
     output: &Path,
     functions: Option<&str>,
     mode: InstrumentationMode,
 ) -> Result<Instrumented, InstrumentError> {
-    instrument_object(input, output, functions, mode, None)
+    instrument_object(
+        input,
+        output,
+        functions,
+        mode,
+        None,
+        AnnotationFormat::Compact,
+    )
+}
+
+/// [`instrument_file`], with the annotation written as `format`.
+pub fn instrument_file_as(
+    input: &Path,
+    output: &Path,
+    functions: Option<&str>,
+    mode: InstrumentationMode,
+    format: AnnotationFormat,
+) -> Result<Instrumented, InstrumentError> {
+    instrument_object(input, output, functions, mode, None, format)
 }
 
 /// Instruments the shared library `input` into `output` (+ annotation
@@ -32,7 +50,14 @@ pub fn instrument_library_file(
     output: &Path,
     object: u32,
 ) -> Result<Instrumented, InstrumentError> {
-    instrument_object(input, output, None, InstrumentationMode::Soft, Some(object))
+    instrument_object(
+        input,
+        output,
+        None,
+        InstrumentationMode::Soft,
+        Some(object),
+        AnnotationFormat::Compact,
+    )
 }
 
 fn instrument_object(
@@ -41,6 +66,7 @@ fn instrument_object(
     functions: Option<&str>,
     mode: InstrumentationMode,
     library: Option<u32>,
+    format: AnnotationFormat,
 ) -> Result<Instrumented, InstrumentError> {
     let started = std::time::Instant::now();
     let binary = match library {
@@ -73,7 +99,7 @@ fn instrument_object(
     let mut staged_annotation = AtomicFile::create(&instrument::annotation_path(output))?;
     let (executable, annotation) = rayon::join(
         || write_executable(&mut staged_executable, &result.executable),
-        || write_annotation(&mut staged_annotation, &result.annotation),
+        || write_annotation(&mut staged_annotation, &result.annotation, format),
     );
     executable?;
     annotation?;
@@ -165,9 +191,12 @@ fn write_executable(file: &mut AtomicFile, bytes: &[u8]) -> Result<(), Instrumen
         })
 }
 
-fn write_annotation(file: &mut AtomicFile, annotation: &Annotation) -> Result<(), InstrumentError> {
-    serde_json::to_writer(&mut *file, annotation)
-        .map_err(std::io::Error::from)
+fn write_annotation(
+    file: &mut AtomicFile,
+    annotation: &Annotation,
+    format: AnnotationFormat,
+) -> Result<(), InstrumentError> {
+    file.write_all(&annotation.to_bytes(format))
         .and_then(|()| file.flush())
         .map_err(|source| InstrumentError::Write {
             path: file.path().to_path_buf(),

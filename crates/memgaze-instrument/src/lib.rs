@@ -23,4 +23,6 @@ pub mod rewrite;
 pub use error::{
     AnnotationError, ElfError, InstrumentError, RelocateError, RewriteError, UnwindError,
 };
-pub use file::{annotate, annotate_with_code, instrument_file, instrument_library_file};
+pub use file::{
+    annotate, annotate_with_code, instrument_file, instrument_file_as, instrument_library_file,
+};

@@ -3,8 +3,12 @@
 //! Written by `classify`/`instrument` beside the instrumented executable and
 //! read by the rewriter, the collectors (to map recorded load ids back to
 //! original IPs) and the Intel PT address reconstruction (scale and
-//! displacement literals). The format is versioned JSON (`schema`):
-//! [`Annotation::read`] refuses any other schema with a clear message.
+//! displacement literals). Two encodings of the same value: the compact
+//! binary file ([`compact`], the default on disk) and versioned JSON
+//! (`schema`, on request). [`Annotation::read`] tells them apart by the
+//! first bytes and refuses any other schema with a clear message.
+
+pub mod compact;
 
 use crate::model::{BinaryIdentity, LoadClass};
 use serde::{Deserialize, Serialize};
@@ -174,6 +178,16 @@ pub struct EscapeSite {
     pub probed: u32,
 }
 
+/// How an annotation file is encoded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum AnnotationFormat {
+    /// The compact binary file ([`compact`]): small and fast to read.
+    #[default]
+    Compact,
+    /// JSON text, schema [`ANNOTATION_SCHEMA`]: for people and other tools.
+    Json,
+}
+
 /// Which operand register a `ptwrite` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -222,18 +236,46 @@ impl Annotation {
         serde_json::from_str(text).map_err(AnnotationError::Malformed)
     }
 
-    /// Writes the annotation to `path`.
-    pub fn write(&self, path: &Path) -> Result<(), AnnotationError> {
-        memgaze_output::write_atomic(path, self.to_json()).map_err(AnnotationError::Output)
+    /// The annotation encoded as `format`.
+    pub fn to_bytes(&self, format: AnnotationFormat) -> Vec<u8> {
+        match format {
+            AnnotationFormat::Compact => compact::encode(self),
+            AnnotationFormat::Json => self.to_json().into_bytes(),
+        }
     }
 
-    /// Reads an annotation written by [`Annotation::write`].
+    /// Decodes either encoding, told apart by [`compact::COMPACT_MAGIC`].
+    pub fn from_bytes(bytes: &[u8]) -> Result<Annotation, AnnotationError> {
+        if compact::is_compact(bytes) {
+            return compact::decode(bytes);
+        }
+        let text = std::str::from_utf8(bytes).map_err(|e| {
+            AnnotationError::NotJson(serde_json::Error::io(io::Error::new(
+                io::ErrorKind::InvalidData,
+                e,
+            )))
+        })?;
+        Annotation::from_json(text)
+    }
+
+    /// Writes the annotation to `path` in the compact format.
+    pub fn write(&self, path: &Path) -> Result<(), AnnotationError> {
+        self.write_as(path, AnnotationFormat::Compact)
+    }
+
+    /// Writes the annotation to `path` encoded as `format`.
+    pub fn write_as(&self, path: &Path, format: AnnotationFormat) -> Result<(), AnnotationError> {
+        memgaze_output::write_atomic(path, self.to_bytes(format)).map_err(AnnotationError::Output)
+    }
+
+    /// Reads an annotation written by [`Annotation::write`] or
+    /// [`Annotation::write_as`], in either format.
     pub fn read(path: &Path) -> Result<Annotation, AnnotationError> {
-        let text = std::fs::read_to_string(path).map_err(|source| AnnotationError::Read {
+        let bytes = std::fs::read(path).map_err(|source| AnnotationError::Read {
             path: path.to_path_buf(),
             source,
         })?;
-        Annotation::from_json(&text).map_err(|source| AnnotationError::InFile {
+        Annotation::from_bytes(&bytes).map_err(|source| AnnotationError::InFile {
             path: path.to_path_buf(),
             source: Box::new(source),
         })
@@ -270,6 +312,12 @@ pub enum AnnotationError {
     /// The right schema, but fields that do not parse.
     #[error("malformed annotation")]
     Malformed(#[source] serde_json::Error),
+    /// A compact annotation whose bytes do not decode (damaged or cut).
+    #[error("damaged compact annotation: {what}")]
+    Corrupt {
+        /// What is wrong, and where in the file.
+        what: String,
+    },
     /// An annotation file could not be read.
     #[error("{}: cannot read annotation", path.display())]
     Read {
@@ -379,6 +427,150 @@ mod tests {
         assert_eq!(Annotation::read(&path).unwrap(), a);
         assert_eq!(a.load_at(0x1004).unwrap().id, 0);
         assert!(a.load_at(0x1005).is_none());
+    }
+
+    /// `sample()` with every optional field set on a second load, a
+    /// second function, ptwrites and libraries, so that each presence bit
+    /// and each string of the compact format is exercised.
+    fn full_sample() -> Annotation {
+        let mut a = sample();
+        a.binary.build_id = Some("abcd".into());
+        a.mode = Some(InstrumentationMode::Ptwrite);
+        a.functions.push(FunctionSite {
+            name: "g<T>".into(),
+            raw_name: Some("_ZN1g".into()),
+            start: 0x2000,
+            size: 0x40,
+            instrumented: false,
+            skipped: Some("undecodable bytes".into()),
+            stack_loads: 0,
+            string_loads: 7,
+        });
+        a.loads.push(LoadSite {
+            id: 1,
+            ip: 0x1000,
+            len: 9,
+            class: LoadClass::Constant,
+            instrumented: false,
+            implied: 0,
+            proxy: Some(0x1004),
+            base: None,
+            index: Some("ymm3".into()),
+            scale: 4,
+            displacement: i64::MIN,
+            size: 32,
+            function: 1,
+            line: Some("a.c:3".into()),
+            inline_chain: vec!["/rustc/h/library/core/src/cmp.rs:9".into(), "a.c:3".into()],
+            skipped: Some("gather".into()),
+            segment: Some("fs".into()),
+            gather: true,
+            read_modify_write: true,
+            control: true,
+        });
+        a.escapes.push(EscapeSite {
+            at: 0x1010,
+            function: 1,
+            loads: 12,
+            probed: 7,
+        });
+        a.ptwrites = vec![
+            PtwriteSite {
+                ip: 0x9000,
+                load: 0,
+                operand: PtwriteOperand::Base,
+            },
+            PtwriteSite {
+                ip: 0x8ff0,
+                load: 1,
+                operand: PtwriteOperand::Index,
+            },
+        ];
+        a.shared_libraries = vec!["libc.so.6".into(), "libm.so.6".into()];
+        a
+    }
+
+    #[test]
+    fn both_formats_round_trip_and_are_told_apart_by_their_first_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        for a in [sample(), full_sample()] {
+            for format in [AnnotationFormat::Compact, AnnotationFormat::Json] {
+                let path = dir.path().join(format!("{format:?}"));
+                a.write_as(&path, format).unwrap();
+                let bytes = std::fs::read(&path).unwrap();
+                assert_eq!(
+                    compact::is_compact(&bytes),
+                    format == AnnotationFormat::Compact
+                );
+                assert_eq!(Annotation::read(&path).unwrap(), a, "{format:?}");
+            }
+        }
+        // JSON written before the compact format existed reads unchanged.
+        let path = dir.path().join("old.memgaze.json");
+        std::fs::write(&path, full_sample().to_json()).unwrap();
+        assert_eq!(Annotation::read(&path).unwrap(), full_sample());
+    }
+
+    #[test]
+    fn compact_is_a_fraction_of_json_for_many_loads() {
+        let mut a = full_sample();
+        let template = a.loads[0].clone();
+        a.loads = (0..20_000u32)
+            .map(|i| LoadSite {
+                id: i,
+                ip: 0x1000 + u64::from(i) * 5,
+                line: Some(format!("src/lib.rs:{}", i / 8)),
+                ..template.clone()
+            })
+            .collect();
+        let json = a.to_bytes(AnnotationFormat::Json).len();
+        let compact = a.to_bytes(AnnotationFormat::Compact).len();
+        assert!(compact * 10 < json, "compact {compact} bytes, JSON {json}");
+        assert_eq!(
+            Annotation::from_bytes(&a.to_bytes(AnnotationFormat::Compact)).unwrap(),
+            a
+        );
+    }
+
+    #[test]
+    fn damaged_compact_annotations_give_an_error_never_a_panic() {
+        let good = full_sample().to_bytes(AnnotationFormat::Compact);
+        // Every cut is refused.
+        for n in 0..good.len() {
+            assert!(Annotation::from_bytes(&good[..n]).is_err(), "cut at {n}");
+        }
+        // Bodies that decompress but are damaged: flip bytes of the raw
+        // body and re-compress, so the decoder (not zstd) meets them.
+        let header = compact::COMPACT_MAGIC.len() + 12;
+        let raw = zstd::bulk::decompress(&good[header..], 1 << 20).unwrap();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for case in 0..3000 {
+            let mut body = raw.clone();
+            for _ in 0..=case % 4 {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let at = (state % body.len() as u64) as usize;
+                body[at] = (state >> 32) as u8;
+            }
+            let mut bytes = good[..header - 8].to_vec();
+            bytes.extend_from_slice(&(body.len() as u64).to_le_bytes());
+            bytes.extend_from_slice(&zstd::bulk::compress(&body, 1).unwrap());
+            // Either an error or an annotation; reaching here is the test.
+            let _ = Annotation::from_bytes(&bytes);
+        }
+        // A version this build does not know is named.
+        let mut newer = good.clone();
+        newer[8] = 9;
+        let e = Annotation::from_bytes(&newer).unwrap_err();
+        assert!(e.to_string().contains("compact v9"), "{e}");
+        // A huge declared size is refused before any allocation.
+        let mut huge = good;
+        huge[12..20].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(matches!(
+            Annotation::from_bytes(&huge),
+            Err(AnnotationError::Corrupt { .. })
+        ));
     }
 
     #[test]

@@ -73,7 +73,9 @@ pub struct Instrumented {
     pub report: Report,
 }
 
-/// The annotation file written beside an instrumented executable.
+/// The annotation file written beside an instrumented executable. The name
+/// is the same for both formats (the content says which: compact or JSON),
+/// so paths that scripts and users know stay valid.
 pub fn annotation_path(executable: &Path) -> PathBuf {
     let mut name = executable.as_os_str().to_owned();
     name.push(".memgaze.json");
@@ -93,7 +95,10 @@ pub fn read_annotation(executable: &Path) -> Result<Annotation, AnnotationError>
             });
         }
     };
-    serde_json::from_slice(&text).map_err(|source| AnnotationError::Invalid { path, source })
+    Annotation::from_bytes(&text).map_err(|source| AnnotationError::InFile {
+        path,
+        source: Box::new(source),
+    })
 }
 
 /// Per-function plan.
