@@ -108,26 +108,7 @@ fn draw(body: &Area, curves: &[MrcCurve], marks: &[CacheMark]) -> Result<()> {
             .collect();
         points.sort_by(|a, b| a.0.total_cmp(&b.0));
         let color = colors[i % colors.len()];
-        if i == 0 {
-            chart
-                .draw_series(LineSeries::new(
-                    points.iter().copied(),
-                    color.stroke_width(2),
-                ))
-                .map_err(plot_error)?;
-            chart
-                .draw_series(points.iter().map(|p| Circle::new(*p, 3, color.filled())))
-                .map_err(plot_error)?;
-        } else {
-            chart
-                .draw_series(DashedLineSeries::new(
-                    points.iter().copied(),
-                    6,
-                    4,
-                    color.stroke_width(2),
-                ))
-                .map_err(plot_error)?;
-        }
+        super::windows::draw_line(&mut chart, &points, color, i)?;
     }
 
     let entries: Vec<(Swatch, String)> = curves

@@ -192,7 +192,7 @@ fn draw(body: &Area, curves: &[WindowCurve]) -> Result<()> {
 
 /// Draws one curve: solid with point markers for the main run, dashed for
 /// overlays.
-fn draw_line<'a, X, Y>(
+pub(super) fn draw_line<'a, X, Y>(
     chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
     points: &[(f64, f64)],
     color: RGBColor,
