@@ -93,7 +93,7 @@ fn cached_annotation(cache: &Path, name: &str) -> Annotation {
         .map(|e| e.unwrap().path().join(&file))
         .find(|p| p.is_file())
         .unwrap_or_else(|| panic!("no {file} under {}", cache.display()));
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    Annotation::read(&path).unwrap()
 }
 
 /// Function name of `ip` in `annotation`.
