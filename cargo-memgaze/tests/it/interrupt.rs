@@ -99,15 +99,52 @@ fn finish(mut child: Child, limit: Duration) -> (Output, Duration) {
             return (child.wait_with_output().unwrap(), started.elapsed());
         }
         if started.elapsed() > limit {
+            // What the command and its children wait in, for a hang that
+            // only shows under load.
+            let state = process_state(child.id());
             let _ = child.kill();
             let out = child.wait_with_output().unwrap();
             panic!(
-                "still running after {limit:?}; stderr: {}",
+                "still running after {limit:?}; stderr: {}\n{state}",
                 String::from_utf8_lossy(&out.stderr)
             );
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Each thread of `pid` and of its children: name, state and the kernel
+/// function it waits in (`wchan`).
+fn process_state(pid: u32) -> String {
+    let mut pids = vec![pid];
+    if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
+        pids.extend(
+            text.split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok()),
+        );
+    }
+    let mut out = String::new();
+    for pid in pids {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let read =
+                |file: &str| std::fs::read_to_string(task.path().join(file)).unwrap_or_default();
+            let stat = read("stat");
+            let state = stat
+                .rsplit_once(')')
+                .map_or("", |(_, rest)| rest.trim_start());
+            out.push_str(&format!(
+                "pid {pid} task {}: {} {} wchan {}\n",
+                task.file_name().to_string_lossy(),
+                read("comm").trim(),
+                state.split_whitespace().next().unwrap_or("?"),
+                read("wchan").trim(),
+            ));
+        }
+    }
+    out
 }
 
 fn stderr(out: &Output) -> String {
@@ -159,6 +196,7 @@ fn a_signal_to_record_keeps_an_interrupted_trace_and_exits_like_a_shell() {
         );
         let program = program_of(&recorder);
         send(&recorder, signal);
+        eprintln!("sent {name} to the recorder");
         let (out, took) = finish(recorder, Duration::from_secs(60));
         assert_eq!(out.status.code(), Some(code), "{name}: {}", stderr(&out));
         assert!(
