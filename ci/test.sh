@@ -19,7 +19,15 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
 fi
 
+# Each step says how long the run has taken so far (CI logs show where the
+# time goes).
+step() { echo "ci: $1 (at ${SECONDS} s)" >&2; }
+step "fmt"
 cargo fmt --all -- --check
+step "clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+step "doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+step "test"
 cargo test --workspace
+step "done"
