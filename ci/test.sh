@@ -13,6 +13,9 @@ command -v objdump >/dev/null || need_apt+=(binutils)
 [ -f /usr/include/intel-pt.h ] || need_apt+=(libipt-dev)
 # A cgo Go program must be refused before it runs (tests/it/rewriter.rs).
 command -v go >/dev/null || need_apt+=(golang-go)
+# The interpreter tests run Debian's dash and make instrumented (tests/it/rewriter.rs).
+command -v dash >/dev/null || need_apt+=(dash)
+command -v make >/dev/null || need_apt+=(make)
 # Headless Chromium lays out the HTML report in the layout test (tests/it/report_browser.rs).
 command -v chromium >/dev/null || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -434,6 +434,8 @@ fn write_trace(path: &Path, records: u64, window: Option<u64>, mixed_run_log2: u
         complete: true,
         interrupted: None,
         escapes: Vec::new(),
+        execs_untraced: 0,
+        execs_untraced_micros: 0,
     };
     let samples = writer.samples();
     writer.finish(&totals).unwrap().commit().unwrap();
@@ -480,6 +482,8 @@ fn codec(records: u64, repeats: usize) {
                 complete: true,
                 interrupted: None,
                 escapes: Vec::new(),
+                execs_untraced: 0,
+                execs_untraced_micros: 0,
             };
             bytes = writer.finish(&totals).unwrap();
             write_rates.push(records as f64 / started.elapsed().as_secs_f64() / 1e6);

@@ -237,6 +237,201 @@ fn dash_children_that_exit_or_exec_are_flushed() {
     }
 }
 
+/// An exec'd uninstrumented program (`sleep 0.3`, run by dash in a `vfork`
+/// child) is counted as untraced time: from the `Exec` message to its exit,
+/// in the trace's totals, the note and `analyze`'s JSON summary.
+#[test]
+fn an_execd_uninstrumented_program_is_counted_as_untraced_time() {
+    let dash = system_binary("dash");
+    let inst = instrument(&dash, None, "all");
+    let args = ["-c", "sleep 0.3; echo done"];
+    let trace = trace_path("dash-sleep");
+    let out = record(&inst.path, &args, FULL, &trace, None);
+    assert_same_behaviour(&native(&dash, &args, None), &out, "dash sleep");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("1 process(es) replaced themselves with another program (exec): what that program ran is not traced (0."),
+        "{stderr}"
+    );
+    let totals = read_trace(&trace).totals;
+    assert!(totals.complete, "{stderr}");
+    assert_eq!(totals.execs_untraced, 1);
+    // sleep's 0.3 s, and less than the whole run took under load.
+    assert!(
+        (290_000..5_000_000).contains(&totals.execs_untraced_micros),
+        "{totals:?}"
+    );
+    let analyzed = memgaze()
+        .args(["analyze", "--format", "json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&analyzed.stdout);
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout[stdout.find('{').unwrap()..]).unwrap();
+    let untraced = &json["summary"]["execs_untraced"];
+    assert_eq!(untraced["programs"].as_u64(), Some(1), "{untraced}");
+    let seconds = untraced["seconds"].as_f64().unwrap();
+    assert!((0.29..5.0).contains(&seconds), "{seconds}");
+}
+
+/// `make`, instrumented, running its recipes with an instrumented dash as
+/// `SHELL`: make starts each recipe's shell with `posix_spawn` (hooked: a
+/// `Spawn` message names the new process), and dash forks and execs in
+/// turn. Without `MEMGAZE_FOLLOW_EXEC=1` the shells are counted (and
+/// timed) as untraced programs and the trace is complete. With it both
+/// join; their load ids are dash's, not make's, so their records are
+/// counted as dropped (never filed under make's loads) and the trace says
+/// it is incomplete; `/bin/echo`, exec'd by dash, is the untraced program.
+#[test]
+fn make_running_an_instrumented_shell() {
+    let make = system_binary("make");
+    let dash = system_binary("dash");
+    let make_inst = instrument(&make, None, "all");
+    let hooks = make_inst.report["process_end_hooks"].to_string();
+    assert!(hooks.contains("posix_spawn"), "{hooks}");
+    let dash_inst = instrument(&dash, None, "all");
+    let dir = scratch().join("make-shell");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("Makefile"),
+        "all: one two\none:\n\t@echo one $$(echo sub)\ntwo:\n\t@(exit 0); /bin/echo two\n",
+    )
+    .unwrap();
+    let dir_arg = dir.to_string_lossy().to_string();
+    let shell = |dash: &Path| format!("SHELL={}", dash.display());
+    let native_shell = shell(&dash);
+    let native = native(
+        &make,
+        &["-s", "-C", dir_arg.as_str(), native_shell.as_str()],
+        None,
+    );
+    assert_eq!(String::from_utf8_lossy(&native.stdout), "one sub\ntwo\n");
+    let inst_shell = shell(&dash_inst.path);
+    let args = ["-s", "-C", dir_arg.as_str(), inst_shell.as_str()];
+    let run = |follow: bool, tag: &str| {
+        let trace = trace_path(tag);
+        let mut cmd = memgaze();
+        if follow {
+            cmd.env("MEMGAZE_FOLLOW_EXEC", "1");
+        }
+        let out = cmd
+            .args(["record", "--full", "-o"])
+            .arg(&trace)
+            .arg("--")
+            .arg(&make_inst.path)
+            .args(args)
+            .output()
+            .unwrap();
+        assert_same_behaviour(&native, &out, tag);
+        (out, read_trace(&trace))
+    };
+    let (out, alone) = run(false, "make-shell-alone");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("2 process(es) replaced themselves with another program"),
+        "{stderr}"
+    );
+    assert!(alone.totals.complete, "{stderr}");
+    assert_eq!(alone.totals.execs_untraced, 2);
+    assert_eq!(alone.threads.len(), 1, "{:?}", alone.threads);
+
+    let (out, both) = run(true, "make-shell-follow");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("2 exec'd instrumented program(s) joined the trace"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("2 joined image(s) run another instrumented program than the traced one"),
+        "{stderr}"
+    );
+    assert!(both.totals.dropped.records > 1000, "{:?}", both.totals);
+    assert!(!both.totals.complete, "{stderr}");
+    assert_eq!(both.totals.execs_untraced, 1, "{stderr}");
+}
+
+/// rustc calls `fork` and `_exit` through their GOT slots, never a PLT
+/// entry (as the `libc` crate's declarations are called): the hooks catch
+/// those calls too, so each child's last buffer arrives (a thread of its own
+/// in a full trace; both were lost while only PLT entries were hooked) and a
+/// sampled run counts the children's executions exactly.
+#[test]
+fn rust_children_that_fork_and_exit_through_the_got_are_flushed() {
+    let binary = build("fork_exit_rs.rs", &[]);
+    let inst = instrument(&binary, None, "all");
+    let hooks = inst.report["process_end_hooks"].to_string();
+    assert!(hooks.contains("_exit") && hooks.contains("fork"), "{hooks}");
+    assert!(inst.report["process_end_got_calls"].as_u64().unwrap() >= 2);
+    let native = native(&binary, &[], None);
+    assert_eq!(
+        String::from_utf8_lossy(&native.stdout),
+        "statuses [6, 6] loads 1700\n"
+    );
+    let mut executions = Vec::new();
+    for (sampling, name) in [(FULL, "full"), (SAMPLED, "sampled")] {
+        let trace = trace_path(&format!("fork-exit-rs-{name}"));
+        let out = record(&inst.path, &[], sampling, &trace, None);
+        assert_same_behaviour(&native, &out, &format!("fork_exit_rs {name}"));
+        let summary = read_trace(&trace);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(summary.totals.complete, "{stderr}");
+        assert_eq!(summary.totals.dropped.records, 0);
+        if name == "full" {
+            assert_eq!(summary.threads.len(), 3, "{:?}", summary.threads);
+            assert_eq!(summary.totals.executions, summary.totals.records);
+            // Each child_sum iteration loads one element.
+            assert!(summary.totals.records >= 1700, "{:?}", summary.totals);
+        }
+        executions.push(summary.totals.executions);
+    }
+    assert_eq!(executions[0], executions[1]);
+}
+
+/// A `vfork` child runs on its parent's memory, recorder buffers included,
+/// until it `_exit`s or execs; `posix_spawn` clones with `CLONE_VFORK`. The
+/// children's loads land in the parent's buffer (a full trace has one
+/// thread holding every load, 13,100 by `child_sum`), their `_exit`/`exec`
+/// hooks leave the parent's buffers alone, and the exec'd and the spawned
+/// `/bin/true` are counted as untraced programs.
+#[test]
+fn vfork_children_leave_the_parents_buffers_intact() {
+    let binary = build("vfork.c", &["-O2"]);
+    let inst = instrument(&binary, None, "all");
+    let native = native(&binary, &[], None);
+    assert!(
+        String::from_utf8_lossy(&native.stdout).starts_with("statuses 6 0 0 loads 13100 "),
+        "{}",
+        String::from_utf8_lossy(&native.stdout)
+    );
+    let mut executions = Vec::new();
+    for (sampling, name) in [(FULL, "full"), (SAMPLED, "sampled")] {
+        let trace = trace_path(&format!("vfork-{name}"));
+        let out = record(&inst.path, &[], sampling, &trace, None);
+        assert_same_behaviour(&native, &out, &format!("vfork {name}"));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("2 process(es) replaced themselves with another program"),
+            "{stderr}"
+        );
+        let summary = read_trace(&trace);
+        assert!(summary.totals.complete, "{stderr}");
+        assert_eq!(summary.totals.dropped.records, 0);
+        assert_eq!(summary.totals.execs_untraced, 2);
+        if name == "full" {
+            assert_eq!(summary.threads.len(), 1, "{:?}", summary.threads);
+            assert_eq!(summary.totals.executions, summary.totals.records);
+            assert!(
+                (13_100..13_200).contains(&summary.totals.records),
+                "{:?}",
+                summary.totals
+            );
+        }
+        executions.push(summary.totals.executions);
+    }
+    assert_eq!(executions[0], executions[1]);
+}
+
 fn text_input(name: &str, lines: usize) -> std::path::PathBuf {
     let path = scratch().join(name);
     if !path.exists() {

@@ -1532,6 +1532,10 @@ impl Analyzer {
             threads: self.threads.len() as u64,
             iterations: None,
             coverage_dynamic: None,
+            execs_untraced: (totals.execs_untraced > 0).then(|| ExecsUntraced {
+                programs: totals.execs_untraced,
+                seconds: totals.execs_untraced_micros as f64 / 1e6,
+            }),
         }
     }
 
@@ -2476,6 +2480,8 @@ mod tests {
             complete: false,
             interrupted: None,
             escapes: Vec::new(),
+            execs_untraced: 0,
+            execs_untraced_micros: 0,
         });
         let s = &r.summary;
         assert_eq!((s.a, s.a_const, s.f, s.samples), (0, 3, 0, 3));

@@ -253,6 +253,21 @@ pub struct Summary {
     /// escapes (Intel PT, Lackey) and in older analyses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coverage_dynamic: Option<f64>,
+    /// Programs a recorded process `exec`ed that did not join the trace,
+    /// and how long they ran: time the trace does not cover. Absent when
+    /// there were none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execs_untraced: Option<ExecsUntraced>,
+}
+
+/// Exec'd programs that ran untraced ([`Summary::execs_untraced`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExecsUntraced {
+    /// How many.
+    pub programs: u64,
+    /// Their wall time in seconds, from each `exec` to the program's exit
+    /// (or the end of the recording).
+    pub seconds: f64,
 }
 
 /// One row of a trace-window histogram: metrics averaged over all windows

@@ -99,7 +99,24 @@ pub(crate) struct Assembler<'a> {
     images_started: u32,
     /// `exec`ed instrumented programs whose messages joined the trace.
     pub(crate) joined_execs: usize,
+    /// Real process ids of the `Exec` messages not yet handed on (to the
+    /// watch that times the exec'd programs, `exec_watch`).
+    pub(crate) new_execs: Vec<u32>,
+    /// Spawned processes (`Spawn`) not heard from yet.
+    spawned: std::collections::HashSet<u32>,
+    /// Whether process `pid` runs the traced program (`None`: unknown);
+    /// without it every process is taken to.
+    same_program: Option<ProgramCheck<'a>>,
+    /// Images running another instrumented program than the traced one:
+    /// their load ids are not this trace's, so their records are counted
+    /// in `foreign_records`, never filed.
+    foreign: std::collections::HashSet<u32>,
+    /// Records (and their executions) of `foreign` images.
+    pub(crate) foreign_records: u64,
 }
+
+/// See [`Assembler::with_program_check`].
+pub(crate) type ProgramCheck<'a> = Box<dyn FnMut(u32) -> Option<bool> + 'a>;
 
 impl<'a> Assembler<'a> {
     /// An assembler for a trace with `w = window` (`full`: one sample).
@@ -136,7 +153,20 @@ impl<'a> Assembler<'a> {
             images: HashMap::new(),
             images_started: 0,
             joined_execs: 0,
+            new_execs: Vec::new(),
+            spawned: std::collections::HashSet::new(),
+            same_program: None,
+            foreign: std::collections::HashSet::new(),
+            foreign_records: 0,
         }
+    }
+
+    /// Checks each new process image and each new process with `check`
+    /// (`Some(false)`: it runs another program than the traced one, whose
+    /// load ids are not this trace's).
+    pub(crate) fn with_program_check(mut self, check: ProgramCheck<'a>) -> Self {
+        self.same_program = Some(check);
+        self
     }
 
     /// Records of instrumented libraries carry `object << 24 | load`: the
@@ -145,6 +175,14 @@ impl<'a> Assembler<'a> {
     pub(crate) fn with_objects(mut self, objects: Vec<u32>) -> Self {
         self.objects = objects;
         self
+    }
+
+    /// The process id behind `image` (an id [`Assembler::image`] gave).
+    pub(crate) fn real_pid(&self, image: u32) -> u32 {
+        self.images
+            .iter()
+            .find(|&(_, &i)| i == image)
+            .map_or(image, |(&real, _)| real)
     }
 
     /// The id process `pid`'s messages are kept under: its own, or that of
@@ -160,6 +198,11 @@ impl<'a> Assembler<'a> {
     /// fresh id above every pid.
     fn start(&mut self, pid: u32) {
         if !self.processes.contains(&pid) {
+            // A spawned program joining (its `Spawn` came first).
+            if self.spawned.remove(&pid) {
+                self.execed.remove(&pid);
+                self.joined_execs += 1;
+            }
             return;
         }
         let dropped = self.execed.remove(&pid);
@@ -175,6 +218,24 @@ impl<'a> Assembler<'a> {
         let image = (1 << 31) + self.images_started;
         self.images_started += 1;
         self.images.insert(real, image);
+    }
+
+    /// Images found running another program than the traced one.
+    pub(crate) fn foreign_images(&self) -> usize {
+        self.foreign.len()
+    }
+
+    /// A process `pid` was spawned: its program joined already (its
+    /// messages came first), or it is counted as an exec'd program (with
+    /// nothing discarded) until its `Start` arrives, if ever.
+    fn spawn(&mut self, pid: u32) {
+        if self.processes.contains(&pid) {
+            self.joined_execs += 1;
+        } else {
+            self.spawned.insert(pid);
+            self.execed.insert(pid, 0);
+            self.new_execs.push(pid);
+        }
     }
 
     /// Small thread ids in order of first appearance.
@@ -202,13 +263,37 @@ impl<'a> Assembler<'a> {
                 return Ok(());
             }
         };
+        let real_pid = header.pid;
         header.pid = self.image(header.pid);
         if header.kind == MessageKind::Start {
             self.start(header.pid);
+            // An image that cannot be checked counts as another program.
+            if let Some(check) = self.same_program.as_mut()
+                && check(real_pid) != Some(true)
+            {
+                self.foreign.insert(self.image(real_pid));
+            }
             return Ok(());
+        }
+        if header.kind == MessageKind::Spawn {
+            self.spawn(header.pid);
+            return Ok(());
+        }
+        // A spawned program that joined (its `Start` came before the
+        // `Spawn`, its other messages after).
+        if self.spawned.remove(&header.pid) {
+            self.execed.remove(&header.pid);
+            self.joined_execs += 1;
         }
         if !self.processes.contains(&header.pid) {
             self.processes.push(header.pid);
+            // A forked child of another program runs that program; one
+            // gone before it could be checked is taken for the traced one.
+            if let Some(check) = self.same_program.as_mut()
+                && check(real_pid) == Some(false)
+            {
+                self.foreign.insert(header.pid);
+            }
         }
         if header.kind == MessageKind::ProcessExit {
             self.exited.insert(header.pid, header.dropped);
@@ -218,6 +303,13 @@ impl<'a> Assembler<'a> {
         }
         if header.kind == MessageKind::Exec {
             self.execed.insert(header.pid, header.dropped);
+            self.new_execs.push(real_pid);
+            return Ok(());
+        }
+        if self.foreign.contains(&header.pid) {
+            if matches!(header.kind, MessageKind::Records | MessageKind::Final) {
+                self.foreign_records += u64::from(header.count);
+            }
             return Ok(());
         }
         if header.kind == MessageKind::Escapes {
@@ -294,7 +386,8 @@ impl<'a> Assembler<'a> {
             MessageKind::ProcessExit
             | MessageKind::Exec
             | MessageKind::Escapes
-            | MessageKind::Start => unreachable!(),
+            | MessageKind::Start
+            | MessageKind::Spawn => unreachable!(),
         }
         Ok(())
     }
@@ -601,6 +694,37 @@ mod tests {
         assert_eq!(asm.unflushed_processes(), 0);
         assert!(asm.process_ended(asm.image(100)));
         assert_eq!(asm.escapes, HashMap::from([(0, 5), (1, 1)]));
+    }
+
+    /// A spawned process (`Spawn`, sent by its parent) joins when its
+    /// messages arrive, before or after the `Spawn`; one never heard from
+    /// is an untraced exec'd program, to be timed.
+    #[test]
+    fn spawned_processes_join_or_count_as_untraced() {
+        let of = |kind, pid, records: &[(u32, u64)]| {
+            let mut bytes = message(kind, pid, records.len() as u64, records);
+            bytes[protocol::offsets::PID as usize..][..4].copy_from_slice(&pid.to_le_bytes());
+            bytes
+        };
+        let mut sink = Collected::default();
+        let mut asm = Assembler::new(&mut sink, vec![true], true, 1);
+        asm.message(&of(MessageKind::Records, 1, &[(0, 1)]))
+            .unwrap();
+        // Its Start first, its records after the Spawn.
+        asm.message(&of(MessageKind::Start, 2, &[])).unwrap();
+        asm.message(&of(MessageKind::Spawn, 2, &[])).unwrap();
+        asm.message(&of(MessageKind::ProcessExit, 2, &[])).unwrap();
+        // The Spawn first.
+        asm.message(&of(MessageKind::Spawn, 3, &[])).unwrap();
+        asm.message(&of(MessageKind::Start, 3, &[])).unwrap();
+        asm.message(&of(MessageKind::ProcessExit, 3, &[])).unwrap();
+        // Never heard from.
+        asm.message(&of(MessageKind::Spawn, 4, &[])).unwrap();
+        asm.message(&of(MessageKind::ProcessExit, 1, &[])).unwrap();
+        assert_eq!(asm.joined_execs, 2);
+        assert_eq!(asm.execed.keys().copied().collect::<Vec<_>>(), vec![4]);
+        assert_eq!(asm.new_execs, vec![2, 3, 4]);
+        assert_eq!(asm.unflushed_processes(), 0);
     }
 
     #[test]

@@ -13,6 +13,7 @@
 
 pub(crate) mod assemble;
 mod error;
+mod exec_watch;
 pub mod lackey;
 pub mod pt;
 pub mod signals;
@@ -545,6 +546,9 @@ pub fn record_objects_within(
     })?;
     drop(theirs);
     let pid = child.id();
+    // Which program the trace's load ids belong to: what the child runs
+    // now that `spawn` has returned (the exec succeeded).
+    let main_exe = exe_identity(pid);
     let mut supervisor = Supervisor::new(pid, *limits, seen);
 
     let done = Arc::new(AtomicBool::new(false));
@@ -582,14 +586,24 @@ pub fn record_objects_within(
     };
 
     let full = sampling.is_full();
+    // A process runs the traced program if its executable is the same
+    // file; the program's first process, gone before it could be checked,
+    // is taken to.
+    let same_program = move |p: u32| match exe_identity(p) {
+        Some(exe) => Some(main_exe == Some(exe)),
+        None => (p == pid).then_some(true),
+    };
     let mut assembler = Assembler::new(sink, objects.valid.clone(), full, sampling.window)
-        .with_objects(objects.bases.clone());
+        .with_objects(objects.bases.clone())
+        .with_program_check(Box::new(same_program));
+    let exec_watch = exec_watch::ExecWatch::start();
     let (failure, shared_messages) = collect(
         &ours,
         shared.as_ref(),
         &mut assembler,
         &mut supervisor,
         &progress,
+        &exec_watch,
     );
     done.store(true, Ordering::Release);
     waiter.thread().unpark();
@@ -606,6 +620,7 @@ pub fn record_objects_within(
         catch.keep();
     }
     drop(catch);
+    let execs_timed = exec_watch.finish();
     if let Some(e) = failure {
         return Err(e);
     }
@@ -622,6 +637,7 @@ pub fn record_objects_within(
         cut_off.load(Ordering::Acquire),
         supervisor.interrupted,
         limits,
+        &execs_timed,
     );
     recording.shared_messages = shared_messages;
     recording.totals.escapes = escape_counts(&objects.escapes, &assembler.escapes);
@@ -718,6 +734,7 @@ fn collect(
     assembler: &mut Assembler<'_>,
     supervisor: &mut Supervisor,
     progress: &AtomicU64,
+    exec_watch: &exec_watch::ExecWatch,
 ) -> (Option<RecordError>, u64) {
     let mut buffer = vec![0u8; 1 << 18];
     let mut shared_messages = 0;
@@ -758,6 +775,10 @@ fn collect(
         if let Err(e) = assembler.message(&buffer[..n]) {
             break Some(RecordError::Sink(e));
         }
+        for pid in assembler.new_execs.drain(..) {
+            exec_watch.add(pid, Instant::now());
+        }
+
         progress.fetch_add(1, Ordering::Release);
     };
     if failure.is_some() {
@@ -774,8 +795,10 @@ fn summarise(
     cut_off: bool,
     interrupted: Option<Interruption>,
     limits: &Limits,
+    execs_timed: &HashMap<u32, exec_watch::Ended>,
 ) -> Recording {
     let mut notes = Vec::new();
+    let (execs_untraced_micros, still_running) = untraced_exec_time(assembler, execs_timed);
     // The program's last image: the one it exec'd into, if that joined.
     let main = assembler.image(pid);
     let main_exited = assembler.process_ended(main);
@@ -838,9 +861,15 @@ fn summarise(
         ));
     }
     if !assembler.execed.is_empty() {
+        let running = if still_running > 0 {
+            format!(", {still_running} of them still running when the recording ended")
+        } else {
+            String::new()
+        };
         notes.push(format!(
-            "{} process(es) replaced themselves with another program (exec): what that program ran is not traced",
-            assembler.execed.len()
+            "{} process(es) replaced themselves with another program (exec): what that program ran is not traced ({:.3} s of wall time from exec to exit{running})",
+            assembler.execed.len(),
+            execs_untraced_micros as f64 / 1e6
         ));
     }
     if assembler.joined_execs > 0 {
@@ -849,13 +878,21 @@ fn summarise(
             assembler.joined_execs
         ));
     }
+    if assembler.foreign_images() > 0 {
+        notes.push(format!(
+            "{} joined image(s) run another instrumented program than the traced one: their {} records name loads of their own annotation, not this trace's, and are dropped",
+            assembler.foreign_images(),
+            assembler.foreign_records
+        ));
+    }
     if assembler.invalid_records > 0 || assembler.bad_messages > 0 {
         notes.push(format!(
             "{} records named unknown loads and {} messages were malformed (annotation does not match the binary?)",
             assembler.invalid_records, assembler.bad_messages
         ));
     }
-    let dropped_records = assembler.dropped() + assembler.invalid_records;
+    let dropped_records =
+        assembler.dropped() + assembler.invalid_records + assembler.foreign_records;
     if dropped_records > 0 {
         notes.push(format!(
             "{dropped_records} records dropped (signal-handler re-entry, failed writes, or loads of threads that had not yet noticed that a measured region began)"
@@ -881,6 +918,8 @@ fn summarise(
             && dropped_records == 0,
         interrupted,
         escapes: Vec::new(),
+        execs_untraced: assembler.execed.len() as u64,
+        execs_untraced_micros,
     };
     Recording {
         exit,
@@ -894,6 +933,34 @@ fn summarise(
         shared_messages: 0,
         interrupted,
     }
+}
+
+/// `(device, inode)` of the executable process `pid` runs, if it can be
+/// read.
+fn exe_identity(pid: u32) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(format!("/proc/{pid}/exe")).ok()?;
+    Some((meta.dev(), meta.ino()))
+}
+
+/// Wall time, in microseconds, of the exec'd programs that did not join
+/// the trace (from each `Exec` message to the program's exit, or to now
+/// for one still running), and how many of them are still running.
+fn untraced_exec_time(
+    assembler: &Assembler<'_>,
+    execs_timed: &HashMap<u32, exec_watch::Ended>,
+) -> (u64, usize) {
+    let now = Instant::now();
+    let mut micros = 0u64;
+    let mut running = 0;
+    for &image in assembler.execed.keys() {
+        if let Some(e) = execs_timed.get(&assembler.real_pid(image)) {
+            running += usize::from(e.exit.is_none());
+            let ran = e.exit.unwrap_or(now).saturating_duration_since(e.exec);
+            micros += u64::try_from(ran.as_micros()).unwrap_or(u64::MAX);
+        }
+    }
+    (micros, running)
 }
 
 /// Shared chunks offered to the program: 4 MiB in flight, as much as the
@@ -1357,19 +1424,31 @@ mod process_end_tests {
         (output, result.annotation, result.report)
     }
 
-    /// Calls that bypass the PLT cannot be hooked: the report says so.
+    /// Calls that bypass the PLT (`-fno-plt`: `call [rip → GOT slot]`) go
+    /// through the same hooks: every child's records arrive, exactly.
     #[test]
-    fn imports_called_without_a_plt_entry_are_reported() {
+    fn imports_called_without_a_plt_entry_are_hooked() {
         let dir = tempfile::tempdir().unwrap();
-        let (_, _, report) = instrumented_with(dir.path(), &["-fno-plt"]);
-        assert!(report.process_end_hooks.is_empty(), "{report:?}");
+        let (program, annotation, report) = instrumented_with(dir.path(), &["-fno-plt"]);
         for name in ["_exit", "execl", "fork"] {
             assert!(
-                report.process_end_unhooked.iter().any(|n| n == name),
+                report.process_end_hooks.iter().any(|n| n == name),
                 "{report:?}"
             );
         }
-        assert!(report.to_string().contains("process ends not hooked"));
+        assert!(report.process_end_unhooked.is_empty(), "{report:?}");
+        assert!(report.process_end_got_calls >= 7, "{report:?}");
+        let loads = child_sum_loads(&annotation);
+        let mut sink = PerLoad::default();
+        let mut command = Command::new(&program);
+        command.stdout(std::process::Stdio::piped());
+        let recording = record_command(command, &annotation, &Sampling::full(), &mut sink).unwrap();
+        assert_eq!(recording.exit_code(), 0, "{recording:?}");
+        assert_eq!(sink.0.get(&loads[0]).copied().unwrap_or(0), 2000);
+        assert!(recording.totals.complete, "{recording:?}");
+        assert_eq!(recording.totals.records, recording.totals.executions);
+        assert_eq!(recording.processes, 4, "{recording:?}");
+        assert_eq!(recording.execs, 1, "{recording:?}");
     }
 
     fn child_sum_loads(annotation: &Annotation) -> Vec<u32> {

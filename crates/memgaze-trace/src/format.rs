@@ -1465,6 +1465,8 @@ mod tests {
             complete: true,
             interrupted: None,
             escapes: Vec::new(),
+            execs_untraced: 0,
+            execs_untraced_micros: 0,
         }
     }
 

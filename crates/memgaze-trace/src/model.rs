@@ -303,6 +303,16 @@ pub struct TraceTotals {
     /// absent when none ran, and in older traces.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub escapes: Vec<EscapeCount>,
+    /// Processes that `exec`ed a program that did not join the trace (not
+    /// instrumented, or not following execs): what it ran is untraced.
+    /// Absent (0) when none did, and in older traces.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub execs_untraced: u64,
+    /// Wall time those programs ran, in microseconds: from each `Exec`
+    /// message's arrival to the program's exit (or the end of the
+    /// recording, for one still running).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub execs_untraced_micros: u64,
 }
 
 /// The executions of one escape site (an indirect jump of an instrumented
@@ -380,6 +390,8 @@ impl TraceTotals {
             complete: true,
             interrupted: None,
             escapes: Vec::new(),
+            execs_untraced: 0,
+            execs_untraced_micros: 0,
         }
     }
 }

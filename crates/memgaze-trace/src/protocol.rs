@@ -173,6 +173,10 @@ pub enum MessageKind {
     /// process `exec`ed, joining the trace: its messages belong to a new
     /// image (slots and threads of their own).
     Start = 8,
+    /// The sender started a process with `posix_spawn` (header only; `pid`
+    /// and `tid` are the new process's): it runs another program, which
+    /// joins the trace if instrumented (its `Start`) and else runs untraced.
+    Spawn = 9,
 }
 
 impl MessageKind {
@@ -187,6 +191,7 @@ impl MessageKind {
             6 => MessageKind::Exec,
             7 => MessageKind::Escapes,
             8 => MessageKind::Start,
+            9 => MessageKind::Spawn,
             _ => return None,
         })
     }
@@ -322,7 +327,10 @@ impl MessageHeader {
                 header.count as usize * RECORD_BYTES
             }
             MessageKind::RegionBegin | MessageKind::RegionEnd => header.count as usize,
-            MessageKind::ProcessExit | MessageKind::Exec | MessageKind::Start => 0,
+            MessageKind::ProcessExit
+            | MessageKind::Exec
+            | MessageKind::Start
+            | MessageKind::Spawn => 0,
         };
         if payload.len() != expected {
             return Err(ProtocolError::Length {

@@ -4,14 +4,15 @@
 //!
 //! The rewriter puts stubs in front of some of them (`_exit`, the `exec`
 //! family) so the recorder runtime learns that the process ends without
-//! running `DT_FINI`. A call that bypasses the table (`-fno-plt`'s
-//! `call [rip → GOT]`, a raw `syscall`) is not seen here.
+//! running `DT_FINI`. Calls that bypass the table (`-fno-plt`'s and Rust's
+//! `call [rip → GOT]`) are found in the functions' code ([`got_calls`]); a
+//! raw `syscall` or a slot's value called through a register is not seen.
 
 use super::Binary;
 use goblin::elf::Elf;
 use goblin::elf::reloc::{R_X86_64_GLOB_DAT, R_X86_64_JUMP_SLOT};
 use iced_x86::{Code, Register};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// One PLT entry's indirect jump to an imported function.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,6 +66,73 @@ pub(crate) fn got_imports(binary: &Binary) -> Vec<String> {
     names.sort();
     names.dedup();
     names
+}
+
+/// Every GOT slot relocated to a dynamic symbol `wanted` accepts, with
+/// the name, in slot order.
+pub(crate) fn got_slots_named(
+    binary: &Binary,
+    wanted: impl Fn(&str) -> bool,
+) -> Vec<(u64, String)> {
+    let mut slots: Vec<(u64, String)> = got_slots(binary)
+        .into_iter()
+        .filter(|(_, name)| wanted(name))
+        .collect();
+    slots.sort();
+    slots
+}
+
+/// One `call`/`jmp qword [rip → GOT slot]` in a function's code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct GotCall {
+    /// Address of the instruction.
+    pub at: u64,
+    /// Its length in bytes (6, or more with prefixes).
+    pub len: usize,
+    /// `call` (else `jmp`, a tail call).
+    pub call: bool,
+    /// The GOT slot it goes through.
+    pub got: u64,
+}
+
+/// The `call`/`jmp qword [rip → slot]` instructions through one of `slots`
+/// in the code of `binary`'s functions (each decoded from its start, as the
+/// compiler laid it out), in address order.
+pub(crate) fn got_calls(binary: &Binary, slots: &HashSet<u64>) -> Vec<GotCall> {
+    let mut calls = Vec::new();
+    if slots.is_empty() {
+        return calls;
+    }
+    let mut insns = Vec::new();
+    for f in binary.functions() {
+        let Some(bytes) = binary.bytes_at(f.start, f.size as usize) else {
+            continue;
+        };
+        insns.clear();
+        super::decode_bytes(bytes, f.start, &mut insns);
+        for insn in &insns {
+            let call = match insn.code() {
+                Code::Call_rm64 => true,
+                Code::Jmp_rm64 => false,
+                _ => continue,
+            };
+            if insn.memory_base() != Register::RIP || insn.len() < 5 {
+                continue;
+            }
+            let got = insn.memory_displacement64();
+            if slots.contains(&got) {
+                calls.push(GotCall {
+                    at: insn.ip(),
+                    len: insn.len(),
+                    call,
+                    got,
+                });
+            }
+        }
+    }
+    calls.sort_by_key(|c| c.at);
+    calls.dedup();
+    calls
 }
 
 /// GOT slot → symbol name, from the `JUMP_SLOT` and `GLOB_DAT` relocations.

@@ -102,6 +102,8 @@ pub fn generate(code_va: u64, state_va: u64) -> Result<Runtime, IcedError> {
         exit_now: 0,
         exec_flush: 0,
         after_fork: 0,
+        before_spawn: 0,
+        after_spawn: 0,
         region_begin: 0,
         region_end: 0,
         region_begin_unnamed: 0,

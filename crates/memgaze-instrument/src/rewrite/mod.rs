@@ -293,6 +293,7 @@ pub(crate) fn instrument_with_code(
             process: editor.state_va + runtime::cfg::PROCESS as u64,
             counters: runtime::process::ESCAPES,
         }),
+        got_hooks: process_end.by_slot.clone(),
     };
     const _: () = assert!(runtime::cfg::SPATIAL_THRESHOLD == runtime::cfg::SPATIAL_MULTIPLIER + 8);
     let copies = encode_copies(
@@ -324,6 +325,8 @@ pub(crate) fn instrument_with_code(
 
     // ---- 4. patches
     let table_bytes = fill_tables(binary, &plans, &tables, &copies, &mut report);
+    // First, so that an entry or jump-table patch over a GOT call wins.
+    process_end::patch(&mut editor, &process_end)?;
     let patched = patch_original(
         &mut editor,
         binary,
@@ -334,7 +337,6 @@ pub(crate) fn instrument_with_code(
         &mut report,
     )?;
     report.escaped_loads = escaped_loads(binary, &plans, &report.escapes, &patched);
-    process_end::patch(&mut editor, &process_end)?;
 
     // ---- 5. segment
     let segment = lay_out_segment(
@@ -758,22 +760,31 @@ fn mark_escape_jumps(binary: &Binary, plans: &mut [Planned], original: &Original
 
 /// Puts the process-end stubs ([`process_end`]) after the runtime's code
 /// (16-aligned), so they travel with it into the segment; returns them for
-/// the PLT patches.
+/// the PLT and GOT-call patches and the copies' direct calls.
 fn append_process_end_stubs(
     binary: &Binary,
     runtime_va: u64,
     rt: &mut runtime::Runtime,
     report: &mut Report,
 ) -> Result<process_end::ProcessEndStubs, RewriteError> {
-    let imports = crate::binary::imports::plt_imports(binary);
+    use crate::binary::imports;
+    let imports = imports::plt_imports(binary);
+    let slots = imports::got_slots_named(binary, process_end::ends_process);
+    let plt_jumps: HashSet<u64> = imports.iter().map(|i| i.jump).collect();
+    let wanted: HashSet<u64> = slots.iter().map(|(g, _)| *g).collect();
+    let got_calls: Vec<_> = imports::got_calls(binary, &wanted)
+        .into_iter()
+        .filter(|c| !plt_jumps.contains(&c.at))
+        .collect();
     let stubs_va = align_up(runtime_va + rt.code.len() as u64, 16);
-    let stubs = process_end::assemble(&imports, stubs_va, rt)?;
+    let stubs = process_end::assemble(&slots, &imports, &got_calls, stubs_va, rt)?;
     if !stubs.code.is_empty() {
         rt.code.resize((stubs_va - runtime_va) as usize, 0xcc);
         rt.code.extend_from_slice(&stubs.code);
     }
     report.process_end_hooks = stubs.hooked.clone();
-    report.process_end_unhooked = crate::binary::imports::got_imports(binary)
+    report.process_end_got_calls = stubs.got_calls;
+    report.process_end_unhooked = imports::got_imports(binary)
         .into_iter()
         .filter(|name| process_end::ends_process(name) && !stubs.hooked.contains(name))
         .collect();

@@ -135,7 +135,7 @@ pub struct Copies {
 }
 
 /// The runtime addresses the copies' probes reach.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entries {
     /// The slow path.
     pub record: u64,
@@ -148,6 +148,9 @@ pub struct Entries {
     /// What escape checks compare with (`None`: no counters, the jumps are
     /// copied as they are).
     pub(crate) escape: Option<probe::EscapeCheck>,
+    /// GOT slot → process-end stub ([`super::process_end`]): a
+    /// `call`/`jmp qword [rip → slot]` is copied as a direct one to the stub.
+    pub(crate) got_hooks: HashMap<u64, u64>,
 }
 
 /// Fake addresses for labels: far above any user-space address.
@@ -474,6 +477,10 @@ fn build_part(
             }
             redirect(plan, i, &mut insn, &mut all);
             let site = escapes.next_if(|&&(index, _)| index == i).map(|&(_, s)| s);
+            // A hooked import's tail call lands in the stub, never in
+            // original code: no escape check.
+            let hooked = hook_got_call(entries, &mut insn);
+            let site = site.filter(|_| !hooked);
             push_checked(insn, site, entries, &mut next_fake, &mut all, &mut stubs)?;
         }
         body_ends.push(all.len());
@@ -870,6 +877,7 @@ fn counting_fragment(
         }
         first = 0;
         redirect(plan, i, &mut insn, out);
+        hook_got_call(entries, &mut insn);
         out.push(insn);
     }
     let last = &code.instructions[block.last];
@@ -904,6 +912,27 @@ fn redirect(plan: &CopyPlan<'_>, i: usize, insn: &mut Instruction, out: &mut Vec
         }
         None => {}
     }
+}
+
+/// Turns `insn`, a `call`/`jmp qword [rip → slot]` of a hooked import's
+/// GOT slot, into a direct `call`/`jmp` of the slot's stub (same label);
+/// whether it did.
+fn hook_got_call(entries: &Entries, insn: &mut Instruction) -> bool {
+    let code = match insn.code() {
+        Code::Call_rm64 => Code::Call_rel32_64,
+        Code::Jmp_rm64 => Code::Jmp_rel32_64,
+        _ => return false,
+    };
+    if insn.memory_base() != Register::RIP {
+        return false;
+    }
+    let Some(&stub) = entries.got_hooks.get(&insn.memory_displacement64()) else {
+        return false;
+    };
+    let mut direct = Instruction::with_branch(code, stub).expect("valid branch");
+    direct.set_ip(insn.ip());
+    *insn = direct;
+    true
 }
 
 /// Why a function's code cannot be copied faithfully, if it cannot.
@@ -992,6 +1021,7 @@ mod tests {
             spatial: 0x6fff_0200,
             spatial_config: 0x6fff_8000,
             escape: None,
+            got_hooks: HashMap::new(),
         }
     }
 

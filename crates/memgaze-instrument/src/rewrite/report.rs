@@ -74,12 +74,15 @@ pub struct Report {
     /// Whether the region markers were found and hooked.
     pub region_markers: bool,
     /// Imports through which a process ends without `DT_FINI` (`_exit`,
-    /// the `exec` family) whose PLT entries now flush the recorder first.
+    /// the `exec` family) or is forked, whose PLT entries or direct GOT
+    /// calls now go through the recorder first.
     pub process_end_hooks: Vec<String>,
-    /// Such imports the binary calls through its GOT without a PLT entry
-    /// (`-fno-plt`; Rust's std always does): not hooked, so a child that
-    /// ends through one of them may lose its last buffer. Listed, not
-    /// warned about: every Rust binary has them, and most never call them.
+    /// `call`/`jmp [rip → GOT slot]` of such imports (no PLT: `-fno-plt`,
+    /// Rust) sent through the hooks.
+    pub process_end_got_calls: usize,
+    /// Such imports the binary binds to a GOT slot but never calls
+    /// through it directly (only through a register, or not at all): not
+    /// hooked. Listed, not warned about.
     pub process_end_unhooked: Vec<String>,
     /// Bytes of the new segment.
     pub segment_bytes: usize,
@@ -182,14 +185,15 @@ impl fmt::Display for Report {
         if !self.process_end_hooks.is_empty() {
             writeln!(
                 f,
-                "process ends hooked (buffers flushed before them): {}",
-                self.process_end_hooks.join(", ")
+                "process ends hooked (buffers flushed before them): {} ({} direct GOT calls)",
+                self.process_end_hooks.join(", "),
+                self.process_end_got_calls
             )?;
         }
         if !self.process_end_unhooked.is_empty() {
             writeln!(
                 f,
-                "process ends not hooked (called through the GOT, no PLT entry): {}",
+                "process ends not hooked (no PLT entry, no direct GOT call): {}",
                 self.process_end_unhooked.join(", ")
             )?;
         }

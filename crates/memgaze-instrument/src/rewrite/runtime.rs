@@ -319,6 +319,12 @@ pub struct Runtime {
     /// In a forked child (`rax` = 0), gives the inherited countdown a
     /// budget (the `fork` stubs).
     pub(crate) after_fork: u64,
+    /// Before a `posix_spawn`: the socket made inheritable when following
+    /// execs (the `posix_spawn` stubs).
+    pub(crate) before_spawn: u64,
+    /// After a `posix_spawn` (`rax` = its result, `rdi` = its pid pointer):
+    /// a `Spawn` message names the new process.
+    pub(crate) after_spawn: u64,
     /// Region begin hook.
     pub region_begin: u64,
     /// Region end hook.
@@ -398,6 +404,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     emit_process_end(&mut a, &mut l, params, ProcessEnd::Exit)?;
     emit_process_end(&mut a, &mut l, params, ProcessEnd::Exec)?;
     emit_after_fork(&mut a, &mut l, params)?;
+    emit_spawn_hooks(&mut a, &mut l, params)?;
     emit_process_message(&mut a, &mut l)?;
     emit_send_escapes(&mut a, &mut l, params)?;
     emit_entry(&mut a, &mut l, params)?;
@@ -419,6 +426,8 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
         exit_now: result.label_ip(&l.exit_now)?,
         exec_flush: result.label_ip(&l.exec_flush)?,
         after_fork: result.label_ip(&l.after_fork)?,
+        before_spawn: result.label_ip(&l.before_spawn)?,
+        after_spawn: result.label_ip(&l.after_spawn)?,
         region_begin: result.label_ip(&l.region_begin)?,
         region_end: result.label_ip(&l.region_end)?,
         region_begin_unnamed: result.label_ip(&l.region_begin_unnamed)?,
@@ -1737,6 +1746,58 @@ fn emit_after_fork(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     Ok(())
 }
 
+/// The `posix_spawn` hooks. `before_spawn`: with MEMGAZE_FOLLOW_EXEC=1
+/// the socket is made inheritable, so that an instrumented program the
+/// spawn starts joins the trace. `after_spawn` (`rax` = what `posix_spawn`
+/// returned, `rdi` = its pid pointer): the socket is close-on-exec again,
+/// and a successful spawn sends a `Spawn` message naming the new process,
+/// so that a program that does not join is counted (and timed) as untraced.
+fn emit_spawn_hooks(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
+    let mut done = a.create_label();
+    a.set_label(&mut l.before_spawn)?;
+    enter_active(a, params, done)?;
+    socket_close_on_exec(a, 0, done)?;
+    a.set_label(&mut done)?;
+    restore_all(a)?;
+    a.ret()?;
+
+    let mut done = a.create_label();
+    let mut send = a.create_label();
+    a.set_label(&mut l.after_spawn)?;
+    enter_active(a, params, done)?;
+    a.mov(rbx, rax)?;
+    a.mov(rbp, rdi)?;
+    socket_close_on_exec(a, FD_CLOEXEC, send)?;
+    a.set_label(&mut send)?;
+    a.test(ebx, ebx)?;
+    a.jnz(done)?;
+    a.test(rbp, rbp)?;
+    a.jz(done)?;
+    a.mov(esi, dword_ptr(rbp))?;
+    a.mov(edi, MessageKind::Spawn as u32)?;
+    a.xor(r8d, r8d)?;
+    a.mov(r13, qword_ptr(r12 + cfg::PROCESS))?;
+    a.call(l.process_message)?;
+    a.set_label(&mut done)?;
+    restore_all(a)?;
+    a.ret()?;
+    Ok(())
+}
+
+/// With MEMGAZE_FOLLOW_EXEC=1, sets the socket's close-on-exec flag to
+/// `flag`; else straight to `skip`. Expects r12 = the config; clobbers
+/// rax, rcx, rdx, rsi, rdi and r11.
+fn socket_close_on_exec(a: &mut Asm, flag: i32, skip: CodeLabel) -> R {
+    a.cmp(qword_ptr(r12 + cfg::FOLLOW_EXEC), 0)?;
+    a.je(skip)?;
+    a.mov(eax, SYS_FCNTL)?;
+    a.mov(rdi, qword_ptr(r12 + cfg::FD))?;
+    a.mov(esi, F_SETFD)?;
+    a.mov(edx, flag)?;
+    a.syscall()?;
+    Ok(())
+}
+
 /// At the process entry rsp points at argc, rdx holds the function the
 /// program must register with atexit; nothing else is defined.
 fn emit_entry(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
@@ -2437,6 +2498,8 @@ struct Labels {
     exit_now: CodeLabel,
     exec_flush: CodeLabel,
     after_fork: CodeLabel,
+    before_spawn: CodeLabel,
+    after_spawn: CodeLabel,
     process_message: CodeLabel,
     send_escapes: CodeLabel,
     fini_others: CodeLabel,
@@ -2527,6 +2590,8 @@ impl Labels {
             exit_now: n(),
             exec_flush: n(),
             after_fork: n(),
+            before_spawn: n(),
+            after_spawn: n(),
             process_message: n(),
             fini_others: n(),
             fini_loop: n(),

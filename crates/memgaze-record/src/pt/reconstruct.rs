@@ -604,6 +604,8 @@ pub fn write_trace<W: Write>(
         complete: true,
         interrupted: None,
         escapes: Vec::new(),
+        execs_untraced: 0,
+        execs_untraced_micros: 0,
     };
     let out = writer.finish(&totals)?;
     Ok((out, totals))
