@@ -25,7 +25,7 @@ pub mod operands;
 pub mod values;
 
 use crate::annotation::{ANNOTATION_SCHEMA, Annotation, FunctionSite, LoadSite};
-use crate::binary::{Binary, Function, FunctionCode};
+use crate::binary::{Binary, Function, FunctionCode, SourceLocation};
 use frame::Frame;
 use iced_x86::{InstructionInfoFactory, Register};
 use memgaze_trace::LoadClass;
@@ -495,7 +495,7 @@ impl BinaryLoads {
     /// and proxy, operand literals, function and `file:line`.
     pub fn to_annotation(&self, binary: &Binary) -> Annotation {
         let mut functions = Vec::with_capacity(self.functions.len());
-        let mut loads = Vec::new();
+        let mut loads = Vec::with_capacity(self.functions.iter().map(|(_, f)| f.loads.len()).sum());
         let reg = |r: Register| (r != Register::None).then(|| format!("{r:?}").to_lowercase());
         for (k, (index, f)) in self.functions.iter().enumerate() {
             let function = &binary.functions()[*index];
@@ -525,7 +525,7 @@ impl BinaryLoads {
                     displacement: op.displacement as i64,
                     size: op.size,
                     function: k as u32,
-                    line: binary.location(op.ip).map(|l| l.to_string()),
+                    line: binary.location(op.ip).map(|l| l.to_text()),
                     inline_chain: inline_chain(binary, op.ip),
                     skipped: None,
                     segment: reg(op.segment),
@@ -555,7 +555,7 @@ fn inline_chain(binary: &Binary, ip: u64) -> Vec<String> {
     if chain.len() < 2 {
         return Vec::new();
     }
-    chain.iter().map(ToString::to_string).collect()
+    chain.iter().map(SourceLocation::to_text).collect()
 }
 
 /// Classifies the functions of `binary` that `select` accepts.
