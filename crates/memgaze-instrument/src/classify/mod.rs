@@ -494,6 +494,16 @@ impl BinaryLoads {
     /// The annotation (rewriter input): every load with its class, probe
     /// and proxy, operand literals, function and `file:line`.
     pub fn to_annotation(&self, binary: &Binary) -> Annotation {
+        let mut annotation = self.to_annotation_without_lines(binary);
+        add_lines(&mut annotation.loads, binary);
+        annotation
+    }
+
+    /// [`BinaryLoads::to_annotation`] without the loads' source positions
+    /// (`line`, `inline_chain`), which [`add_lines`] fills in: the
+    /// rewriter does not read them, and while it runs their texts were a
+    /// fifth of its memory.
+    pub(crate) fn to_annotation_without_lines(&self, binary: &Binary) -> Annotation {
         let mut functions = Vec::with_capacity(self.functions.len());
         let mut loads = Vec::with_capacity(self.functions.iter().map(|(_, f)| f.loads.len()).sum());
         let reg = |r: Register| (r != Register::None).then(|| format!("{r:?}").to_lowercase());
@@ -525,8 +535,8 @@ impl BinaryLoads {
                     displacement: op.displacement as i64,
                     size: op.size,
                     function: k as u32,
-                    line: binary.location(op.ip).map(|l| l.to_text()),
-                    inline_chain: inline_chain(binary, op.ip),
+                    line: None,
+                    inline_chain: Vec::new(),
                     skipped: None,
                     segment: reg(op.segment),
                     gather: op.gather,
@@ -546,6 +556,16 @@ impl BinaryLoads {
             escapes: Vec::new(),
         }
     }
+}
+
+/// Fills in each load's `line` and `inline_chain` from DWARF (on all
+/// cores; each load on its own).
+pub(crate) fn add_lines(loads: &mut [LoadSite], binary: &Binary) {
+    use rayon::prelude::*;
+    loads.par_iter_mut().for_each(|load| {
+        load.line = binary.location(load.ip).map(|l| l.to_text());
+        load.inline_chain = inline_chain(binary, load.ip);
+    });
 }
 
 /// The inline chain of the instruction at `ip`, as `file:line` texts (empty
