@@ -471,9 +471,7 @@ fn copy_instructions(
                 } else {
                     entries.record
                 };
-                probe::soft_slow_stub(
-                    fast, &insn, id, slow, resume, fallback, record, &mut stubs,
-                );
+                probe::soft_slow_stub(fast, &insn, id, slow, resume, fallback, record, &mut stubs);
             }
             Some(Insert::Ptwrite { id }) => {
                 let at = all.len();
@@ -498,14 +496,7 @@ fn copy_instructions(
         }
         if let Some(&(id, spatial)) = plan.spatial.get(&i) {
             let stub = next_fake();
-            probe::spatial_check(
-                &insn,
-                spatial,
-                label,
-                stub,
-                entries.spatial_config,
-                all,
-            );
+            probe::spatial_check(&insn, spatial, label, stub, entries.spatial_config, all);
             label = 0;
             if insn.ip() == ip {
                 insn.set_ip(next_fake());
