@@ -312,6 +312,14 @@ pub enum RelocateError {
     /// A RIP-relative instruction encoded to another size than measured.
     #[error("RIP-relative {0:?} changed size")]
     RipRelativeSize(iced_x86::Code),
+    /// A run of copies encoded to another length than measured.
+    #[error("copies encoded to {encoded} bytes where {measured} were laid out")]
+    LengthChanged {
+        /// Bytes encoded.
+        encoded: u64,
+        /// Bytes laid out.
+        measured: u64,
+    },
     /// Building an instruction failed.
     #[error(transparent)]
     Iced(#[from] iced_x86::IcedError),

@@ -74,7 +74,7 @@ fn instrument_object(
         Some(_) => Binary::open_any(input)?,
     };
     let opened = started.elapsed().as_secs_f64();
-    let (annotation, mut codes) = annotate_with_code(&binary, functions)?;
+    let (annotation, mut codes) = annotate_without_lines(&binary, functions)?;
     if library.is_some() && annotation.loads.len() > crate::rewrite::library::MAX_LOADS {
         return Err(InstrumentError::InFile {
             path: input.to_path_buf(),
@@ -93,6 +93,9 @@ fn instrument_object(
         source: Box::new(e),
     })?;
     let written = std::time::Instant::now();
+    // Source positions only now: the rewriter's working memory is freed.
+    // (Every load the rewriter is given comes from the classification.)
+    crate::classify::add_lines(&mut result.annotation.loads, &binary);
     // Both outputs are checked and staged before either is written, so a
     // refused annotation path leaves no executable behind (and vice versa).
     let mut staged_executable = AtomicFile::create_with_mode(output, EXECUTABLE_MODE)?;
@@ -129,6 +132,16 @@ pub fn annotate_with_code(
     binary: &Binary,
     functions: Option<&str>,
 ) -> Result<(Annotation, HashMap<u64, FunctionCode>), InstrumentError> {
+    let (mut annotation, codes) = annotate_without_lines(binary, functions)?;
+    crate::classify::add_lines(&mut annotation.loads, binary);
+    Ok((annotation, codes))
+}
+
+/// [`annotate_with_code`] without the loads' source positions.
+fn annotate_without_lines(
+    binary: &Binary,
+    functions: Option<&str>,
+) -> Result<(Annotation, HashMap<u64, FunctionCode>), InstrumentError> {
     let selected = select(binary, functions)?;
     let parts: Vec<(usize, FunctionLoads, FunctionCode)> = {
         use rayon::prelude::*;
@@ -149,7 +162,7 @@ pub fn annotate_with_code(
         codes.insert(binary.functions()[i].start, code);
         loads.functions.push((i, function_loads));
     }
-    Ok((loads.to_annotation(binary), codes))
+    Ok((loads.to_annotation_without_lines(binary), codes))
 }
 
 /// Indices of the functions a `--functions` glob selects (all when `None`).

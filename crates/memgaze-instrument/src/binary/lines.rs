@@ -51,6 +51,17 @@ pub struct SourceLocation<'a> {
     pub line: u32,
 }
 
+impl SourceLocation<'_> {
+    /// `file:line`, allocated once at its final size (an annotation holds
+    /// one or more per load: `to_string`'s growth doubled their memory).
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write;
+        let mut text = String::with_capacity(self.file.len() + 1 + 10);
+        let _ = write!(text, "{}:{}", self.file, self.line);
+        text
+    }
+}
+
 impl std::fmt::Display for SourceLocation<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}:{}", self.file, self.line)

@@ -25,7 +25,7 @@ pub mod operands;
 pub mod values;
 
 use crate::annotation::{ANNOTATION_SCHEMA, Annotation, FunctionSite, LoadSite};
-use crate::binary::{Binary, Function, FunctionCode};
+use crate::binary::{Binary, Function, FunctionCode, SourceLocation};
 use frame::Frame;
 use iced_x86::{InstructionInfoFactory, Register};
 use memgaze_trace::LoadClass;
@@ -494,8 +494,18 @@ impl BinaryLoads {
     /// The annotation (rewriter input): every load with its class, probe
     /// and proxy, operand literals, function and `file:line`.
     pub fn to_annotation(&self, binary: &Binary) -> Annotation {
+        let mut annotation = self.to_annotation_without_lines(binary);
+        add_lines(&mut annotation.loads, binary);
+        annotation
+    }
+
+    /// [`BinaryLoads::to_annotation`] without the loads' source positions
+    /// (`line`, `inline_chain`), which [`add_lines`] fills in: the
+    /// rewriter does not read them, and while it runs their texts were a
+    /// fifth of its memory.
+    pub(crate) fn to_annotation_without_lines(&self, binary: &Binary) -> Annotation {
         let mut functions = Vec::with_capacity(self.functions.len());
-        let mut loads = Vec::new();
+        let mut loads = Vec::with_capacity(self.functions.iter().map(|(_, f)| f.loads.len()).sum());
         let reg = |r: Register| (r != Register::None).then(|| format!("{r:?}").to_lowercase());
         for (k, (index, f)) in self.functions.iter().enumerate() {
             let function = &binary.functions()[*index];
@@ -525,8 +535,8 @@ impl BinaryLoads {
                     displacement: op.displacement as i64,
                     size: op.size,
                     function: k as u32,
-                    line: binary.location(op.ip).map(|l| l.to_string()),
-                    inline_chain: inline_chain(binary, op.ip),
+                    line: None,
+                    inline_chain: Vec::new(),
                     skipped: None,
                     segment: reg(op.segment),
                     gather: op.gather,
@@ -548,6 +558,16 @@ impl BinaryLoads {
     }
 }
 
+/// Fills in each load's `line` and `inline_chain` from DWARF (on all
+/// cores; each load on its own).
+pub(crate) fn add_lines(loads: &mut [LoadSite], binary: &Binary) {
+    use rayon::prelude::*;
+    loads.par_iter_mut().for_each(|load| {
+        load.line = binary.location(load.ip).map(|l| l.to_text());
+        load.inline_chain = inline_chain(binary, load.ip);
+    });
+}
+
 /// The inline chain of the instruction at `ip`, as `file:line` texts (empty
 /// when its code is not inlined).
 fn inline_chain(binary: &Binary, ip: u64) -> Vec<String> {
@@ -555,7 +575,7 @@ fn inline_chain(binary: &Binary, ip: u64) -> Vec<String> {
     if chain.len() < 2 {
         return Vec::new();
     }
-    chain.iter().map(ToString::to_string).collect()
+    chain.iter().map(SourceLocation::to_text).collect()
 }
 
 /// Classifies the functions of `binary` that `select` accepts.

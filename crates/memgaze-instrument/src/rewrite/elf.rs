@@ -283,6 +283,7 @@ impl ElfEditor {
             self.bytes.pwrite_with(h, phoff + i * phentsize, LE)?;
         }
         let mut out = self.bytes;
+        out.reserve_exact((self.segment_offset as usize + segment.len()).saturating_sub(out.len()));
         out.resize(self.segment_offset as usize, 0);
         out.extend_from_slice(segment);
         Ok(out)

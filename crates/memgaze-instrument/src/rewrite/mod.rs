@@ -296,7 +296,7 @@ pub(crate) fn instrument_with_code(
         got_hooks: process_end.by_slot.clone(),
     };
     const _: () = assert!(runtime::cfg::SPATIAL_THRESHOLD == runtime::cfg::SPATIAL_MULTIPLIER + 8);
-    let copies = encode_copies(
+    let mut copies = encode_copies(
         binary,
         &mut plans,
         copies_va,
@@ -339,17 +339,18 @@ pub(crate) fn instrument_with_code(
     report.escaped_loads = escaped_loads(binary, &plans, &report.escapes, &patched);
 
     // ---- 5. segment
+    report.copies_start = copies_va;
+    report.copies_end = copies_va + copies.code.len() as u64;
+    // (The copies' code is freed once in the segment.)
     let segment = lay_out_segment(
         editor.segment_va,
         rt.as_ref(),
         (tables_va, &table_bytes),
         copies_va,
-        &copies.code,
+        std::mem::take(&mut copies.code),
         &tail,
     );
     report.segment_bytes = segment.len();
-    report.copies_start = copies_va;
-    report.copies_end = copies_va + copies.code.len() as u64;
 
     // ---- 6. annotation and report
     update_annotation(
@@ -1185,10 +1186,11 @@ fn lay_out_segment(
     rt: Option<&runtime::Runtime>,
     (tables_va, tables): (u64, &[u8]),
     copies_va: u64,
-    copies: &[u8],
+    copies: Vec<u8>,
     tail: &UnwindTail,
 ) -> Vec<u8> {
-    let mut segment = SIGNATURE.to_vec();
+    let mut segment = Vec::with_capacity((tail.va - segment_va) as usize + tail.bytes.len());
+    segment.extend_from_slice(SIGNATURE);
     segment.resize(64, 0);
     if let Some(rt) = rt {
         segment.extend_from_slice(&rt.code);
@@ -1196,7 +1198,8 @@ fn lay_out_segment(
     segment.resize((tables_va - segment_va) as usize, 0xcc);
     segment.extend_from_slice(tables);
     segment.resize((copies_va - segment_va) as usize, 0xcc);
-    segment.extend_from_slice(copies);
+    segment.extend_from_slice(&copies);
+    drop(copies);
     segment.resize((tail.va - segment_va) as usize, 0xcc);
     segment.extend_from_slice(&tail.bytes);
     segment

@@ -202,7 +202,8 @@ fn encode_in_runs(
     }
     let part_labels: Vec<Vec<(u64, u64)>> = parts.par_iter().map(labels_of).collect();
     let mut labels: Vec<(u64, u64)> = Vec::with_capacity(part_labels.iter().map(Vec::len).sum());
-    for (part, &start) in part_labels.iter().zip(&starts) {
+    // (Each run's labels are freed once merged.)
+    for (part, &start) in part_labels.into_iter().zip(&starts) {
         labels.extend(part.iter().map(|&(ip, offset)| (ip, start + offset)));
     }
     // Each run's labels are sorted: the stable sort merges the runs.
@@ -217,25 +218,26 @@ fn encode_in_runs(
         }
     };
 
-    let pieces: Vec<Vec<u8>> = parts
+    // Each run is emitted into its place in the code.
+    let mut code = vec![0u8; total as usize];
+    let mut slots: Vec<&mut [u8]> = Vec::with_capacity(parts.len());
+    let mut rest = code.as_mut_slice();
+    for part in &parts {
+        let (slot, tail) = std::mem::take(&mut rest).split_at_mut(part.len as usize);
+        slots.push(slot);
+        rest = tail;
+    }
+    parts
         .par_iter()
         .zip(&starts)
-        .map(|(part, &start)| emit(part, base + start, &resolve))
-        .collect::<Result<_, _>>()?;
-    let mut code = Vec::with_capacity(total as usize);
-    for piece in &pieces {
-        code.extend_from_slice(piece);
-    }
+        .zip(slots)
+        .map(|((part, &start), slot)| emit(part, base + start, &resolve, slot))
+        .collect::<Result<(), _>>()?;
 
     let mut maps = Vec::with_capacity(plans.len());
     let mut ptwrites = Vec::new();
     for ((part, run), &start) in parts.iter().zip(runs).zip(&starts) {
-        let address_of = |i: usize| -> u64 {
-            match part.offsets.get(i) {
-                Some(&offset) => base + start + offset,
-                None => base + start + part.len,
-            }
-        };
+        let address_of = |at: u64| base + start + part.offset(at);
         for (p, plan) in plans[run.clone()].iter().enumerate() {
             maps.push(CopyMap {
                 original_start: plan.code.start,
@@ -291,234 +293,261 @@ fn balanced_runs(plans: &[CopyPlan<'_>]) -> Vec<std::ops::Range<usize>> {
 }
 
 /// A run of consecutive plans, built and measured, not yet placed.
+/// Positions in it are *unpadded offsets*: byte offsets from its start
+/// before [`place`] pads its aligned instructions. Only the measured layout
+/// is kept, not the instructions: a run's copies have several times the
+/// original's instructions, and kept whole with an offset each they were
+/// most of the rewriter's memory.
 struct Part {
-    /// Every instruction of the run's copies, in order.
-    all: Vec<Instruction>,
-    /// Per plan: index in `all` of each original instruction's first
+    /// Per plan: unpadded offset of each original instruction's first
     /// emitted instruction.
-    firsts: Vec<Vec<usize>>,
-    /// Per plan: index in `all` of its body end.
-    body_ends: Vec<usize>,
-    /// Per plan: index in `all` of its end.
-    ends: Vec<usize>,
-    /// (index in `all`, load id, operand) of every emitted ptwrite.
-    ptwrite_at: Vec<(usize, u32, PtwriteOperand)>,
-    /// How each instruction is laid out.
-    pieces: Vec<Piece>,
-    /// Bytes of the position-independent pieces.
-    pool: Vec<u8>,
-    /// Offset of each instruction without padding, and the end.
-    unpadded: Vec<u64>,
-    /// The instructions that start aligned.
+    firsts: Vec<Vec<u64>>,
+    /// Per plan: unpadded offset of its body end.
+    body_ends: Vec<u64>,
+    /// Per plan: unpadded offset of its end.
+    ends: Vec<u64>,
+    /// (unpadded offset, load id, operand) of every emitted ptwrite.
+    ptwrite_at: Vec<(u64, u32, PtwriteOperand)>,
+    /// How its code is laid out.
+    layout: Layout,
+    /// The instructions that start aligned, in order.
     aligned: Vec<Aligned>,
-    /// Offset of each instruction from the run's start ([`place`]).
-    offsets: Vec<u64>,
+    /// `(unpadded offset, padding from there on)` at each aligned
+    /// instruction ([`place`]).
+    paddings: Vec<(u64, u64)>,
     /// Length of the run's code ([`place`]).
     len: u64,
 }
 
-/// Builds the instructions of run number `run` and measures them. Each run
-/// draws its fake labels from a range of its own.
+impl Part {
+    /// Offset from the run's start of the instruction at unpadded offset
+    /// `at`; the end's is the run's length (padded to [`CODE_ALIGN`]).
+    fn offset(&self, at: u64) -> u64 {
+        if at >= self.layout.end {
+            return self.len;
+        }
+        let k = self.paddings.partition_point(|&(from, _)| from <= at);
+        at + k.checked_sub(1).map_or(0, |k| self.paddings[k].1)
+    }
+}
+
+/// Where one copy's instructions are marked, as indices into its
+/// instructions.
+struct CopyMarks {
+    /// Each original instruction's first emitted instruction.
+    first: Vec<usize>,
+    /// The body's end (fragments and stubs follow).
+    body_end: usize,
+    /// (index, load id, operand) of every emitted ptwrite.
+    ptwrite_at: Vec<(usize, u32, PtwriteOperand)>,
+    /// The instructions that start aligned (the copy's first, then the
+    /// compiler's loop heads) and the last branch back to each.
+    aligned: Vec<(usize, Option<usize>)>,
+}
+
+/// Builds the instructions of run number `run` and measures them one copy
+/// at a time. Each run draws its fake labels from a range of its own.
 fn build_part(
     plans: &[CopyPlan<'_>],
     run: usize,
     base: u64,
     entries: &Entries,
 ) -> Result<Part, RelocateError> {
-    // Each probe adds a handful of instructions in line and in its stub;
-    // reserving once saves the copies (and page faults) of doubling.
-    let estimate: usize = plans
-        .iter()
-        .map(|p| {
-            p.code.instructions.len()
-                + 12 * p.inserts.len()
-                + p.superblocks
-                    .iter()
-                    .map(|b| 16 + 12 * b.loads.len())
-                    .sum::<usize>()
-        })
-        .sum();
-    let mut all: Vec<Instruction> = Vec::with_capacity(estimate + estimate / 4);
+    let mut layout = Layout::default();
+    let mut encoder = Encoder::new(64);
     let mut fake = FAKE_BASE + ((run as u64) << FAKE_RUN_BITS);
     let mut next_fake = || {
         fake += 1;
         fake
     };
-    let mut firsts: Vec<Vec<usize>> = Vec::with_capacity(plans.len());
+    let mut firsts: Vec<Vec<u64>> = Vec::with_capacity(plans.len());
     let mut body_ends = Vec::with_capacity(plans.len());
     let mut ends = Vec::with_capacity(plans.len());
-    let mut ptwrite_at: Vec<(usize, u32, PtwriteOperand)> = Vec::new();
+    let mut ptwrite_at: Vec<(u64, u32, PtwriteOperand)> = Vec::new();
     let mut aligned: Vec<Aligned> = Vec::new();
-
+    // One copy's instructions and their unpadded offsets at a time.
+    let mut all: Vec<Instruction> = Vec::new();
+    let mut unpadded: Vec<u64> = Vec::new();
     for plan in plans {
-        let code = plan.code;
-        aligned.push(Aligned {
-            at: all.len(),
-            loop_end: None,
-        });
-        let plan_aligned = aligned.len();
-        let mut first = Vec::with_capacity(code.instructions.len());
-        let mut stubs: Vec<Instruction> = Vec::new();
-        let mut fragments: Vec<Instruction> = Vec::new();
-        let mut inserts = plan.inserts.iter().peekable();
-        let mut checks = plan.superblocks.iter().peekable();
-        let mut escapes = plan.escapes.iter().peekable();
-        // Side exits of superblocks: branch index → loads to give back.
-        let exits: std::collections::HashMap<usize, u32> = plan
-            .superblocks
-            .iter()
-            .flat_map(|b| b.exits.iter().copied())
-            .collect();
-        for (i, original) in code.instructions.iter().enumerate() {
-            first.push(all.len());
-            let ip = original.ip();
-            if i > 0 && follows_alignment_padding(ip, &code.instructions[i - 1]) {
-                aligned.push(Aligned {
-                    at: all.len(),
-                    loop_end: None,
-                });
-            }
-            // The address the next emitted instruction must carry: the
-            // original one first, then a block check's resume label.
-            let mut label = ip;
-            if i == 0
-                && let Some(target) = plan.prologue_call
-            {
-                let mut call = Instruction::with_branch(Code::Call_rel32_64, target)?;
-                call.set_ip(label);
-                all.push(call);
-                label = 0;
-            }
-            if let Some(block) = checks.next_if(|b| b.at == i) {
-                let loads = block.loads.len() as u32;
-                let stub = next_fake();
-                let fragment = next_fake();
-                probe::block_check(loads, label, stub, &mut all);
-                probe::block_stub(loads, stub, fragment, &mut stubs);
-                label = 0;
-                counting_fragment(
-                    plan,
-                    block,
-                    fragment,
-                    entries,
-                    &mut next_fake,
-                    &mut fragments,
-                    &mut stubs,
-                );
-            }
-            let mut insn = *original;
-            match inserts
-                .next_if(|&&(index, _)| index == i)
-                .map(|&(_, ins)| ins)
-            {
-                Some(Insert::Soft { id, fast }) => {
-                    let slow = next_fake();
-                    let resume = next_fake();
-                    let fallback = next_fake();
-                    probe::soft_fast_path(fast, label, slow, &mut all);
-                    label = 0;
-                    insn.set_ip(resume);
-                    let record = if plan.spatial.contains_key(&i) {
-                        entries.record_tracked
-                    } else {
-                        entries.record
-                    };
-                    probe::soft_slow_stub(
-                        fast, &insn, id, slow, resume, fallback, record, &mut stubs,
-                    );
-                }
-                Some(Insert::Ptwrite { id }) => {
-                    let at = all.len();
-                    if probe::ptwrite(&insn, label, &mut all) > 0 {
-                        label = 0;
-                    }
-                    for (k, j) in (at..all.len()).enumerate() {
-                        let operand = if k == 0 && insn.memory_base().is_gpr() {
-                            PtwriteOperand::Base
-                        } else {
-                            PtwriteOperand::Index
-                        };
-                        ptwrite_at.push((j, id, operand));
-                    }
-                }
-                None => {}
-            }
-            if let Some(&skipped) = exits.get(&i) {
-                let stub = next_fake();
-                probe::exit_stub(skipped, stub, insn.near_branch_target(), &mut stubs);
-                insn.set_near_branch64(stub);
-            }
-            if let Some(&(id, spatial)) = plan.spatial.get(&i) {
-                let stub = next_fake();
-                probe::spatial_check(
-                    &insn,
-                    spatial,
-                    label,
-                    stub,
-                    entries.spatial_config,
-                    &mut all,
-                );
-                label = 0;
-                if insn.ip() == ip {
-                    insn.set_ip(next_fake());
-                }
-                probe::spatial_stub(
-                    &insn,
-                    id,
-                    spatial,
-                    stub,
-                    insn.ip(),
-                    entries.spatial,
-                    &mut stubs,
-                );
-            }
-            if insn.ip() == ip {
-                insn.set_ip(label);
-            }
-            redirect(plan, i, &mut insn, &mut all);
-            let site = escapes.next_if(|&&(index, _)| index == i).map(|&(_, s)| s);
-            // A hooked import's tail call lands in the stub, never in
-            // original code: no escape check.
-            let hooked = hook_got_call(entries, &mut insn);
-            let site = site.filter(|_| !hooked);
-            push_checked(insn, site, entries, &mut next_fake, &mut all, &mut stubs)?;
-        }
-        body_ends.push(all.len());
-        // Loop heads: the last branch of the body back to each.
-        if aligned.len() > plan_aligned {
-            let body = first[0]..all.len();
-            let mut last_branch_to = std::collections::HashMap::new();
-            for j in body {
-                if is_relative_branch(&all[j]) {
-                    last_branch_to.insert(all[j].near_branch_target(), j);
-                }
-            }
-            for head in &mut aligned[plan_aligned..] {
-                head.loop_end = last_branch_to
-                    .get(&all[head.at].ip())
-                    .copied()
-                    .filter(|&j| j > head.at);
-            }
-        }
-        all.extend(fragments);
-        all.extend(stubs);
-        ends.push(all.len());
-        firsts.push(first);
+        all.clear();
+        let marks = copy_instructions(plan, entries, &mut next_fake, &mut all)?;
+        let breaks: Vec<usize> = marks.aligned.iter().map(|&(i, _)| i).collect();
+        layout.measure(&mut encoder, &all, &breaks, base, &mut unpadded)?;
+        let at = |i: usize| unpadded[i];
+        firsts.push(marks.first.iter().map(|&i| at(i)).collect());
+        body_ends.push(at(marks.body_end));
+        ends.push(at(all.len()));
+        ptwrite_at.extend(
+            marks
+                .ptwrite_at
+                .iter()
+                .map(|&(i, id, operand)| (at(i), id, operand)),
+        );
+        aligned.extend(marks.aligned.iter().map(|&(i, last)| Aligned {
+            at: at(i),
+            loop_end: last.map(|j| at(j + 1)),
+        }));
     }
-
-    let layout = measure(&all, base)?;
     Ok(Part {
-        all,
         firsts,
         body_ends,
         ends,
         ptwrite_at,
-        pieces: layout.pieces,
-        pool: layout.pool,
-        unpadded: layout.unpadded,
+        layout,
         aligned,
-        offsets: Vec::new(),
+        paddings: Vec::new(),
         len: 0,
+    })
+}
+
+/// Appends the instructions of `plan`'s copy to `all` (empty): its body
+/// with probes, then the superblocks' counting fragments and the stubs.
+fn copy_instructions(
+    plan: &CopyPlan<'_>,
+    entries: &Entries,
+    mut next_fake: impl FnMut() -> u64,
+    all: &mut Vec<Instruction>,
+) -> Result<CopyMarks, RelocateError> {
+    let code = plan.code;
+    let mut aligned: Vec<(usize, Option<usize>)> = vec![(0, None)];
+    let mut ptwrite_at: Vec<(usize, u32, PtwriteOperand)> = Vec::new();
+    let mut first = Vec::with_capacity(code.instructions.len());
+    let mut stubs: Vec<Instruction> = Vec::new();
+    let mut fragments: Vec<Instruction> = Vec::new();
+    let mut inserts = plan.inserts.iter().peekable();
+    let mut checks = plan.superblocks.iter().peekable();
+    let mut escapes = plan.escapes.iter().peekable();
+    // Side exits of superblocks: branch index → loads to give back.
+    let exits: std::collections::HashMap<usize, u32> = plan
+        .superblocks
+        .iter()
+        .flat_map(|b| b.exits.iter().copied())
+        .collect();
+    for (i, original) in code.instructions.iter().enumerate() {
+        first.push(all.len());
+        let ip = original.ip();
+        if i > 0 && follows_alignment_padding(ip, &code.instructions[i - 1]) {
+            aligned.push((all.len(), None));
+        }
+        // The address the next emitted instruction must carry: the
+        // original one first, then a block check's resume label.
+        let mut label = ip;
+        if i == 0
+            && let Some(target) = plan.prologue_call
+        {
+            let mut call = Instruction::with_branch(Code::Call_rel32_64, target)?;
+            call.set_ip(label);
+            all.push(call);
+            label = 0;
+        }
+        if let Some(block) = checks.next_if(|b| b.at == i) {
+            let loads = block.loads.len() as u32;
+            let stub = next_fake();
+            let fragment = next_fake();
+            probe::block_check(loads, label, stub, all);
+            probe::block_stub(loads, stub, fragment, &mut stubs);
+            label = 0;
+            counting_fragment(
+                plan,
+                block,
+                fragment,
+                entries,
+                &mut next_fake,
+                &mut fragments,
+                &mut stubs,
+            );
+        }
+        let mut insn = *original;
+        match inserts
+            .next_if(|&&(index, _)| index == i)
+            .map(|&(_, ins)| ins)
+        {
+            Some(Insert::Soft { id, fast }) => {
+                let slow = next_fake();
+                let resume = next_fake();
+                let fallback = next_fake();
+                probe::soft_fast_path(fast, label, slow, all);
+                label = 0;
+                insn.set_ip(resume);
+                let record = if plan.spatial.contains_key(&i) {
+                    entries.record_tracked
+                } else {
+                    entries.record
+                };
+                probe::soft_slow_stub(fast, &insn, id, slow, resume, fallback, record, &mut stubs);
+            }
+            Some(Insert::Ptwrite { id }) => {
+                let at = all.len();
+                if probe::ptwrite(&insn, label, all) > 0 {
+                    label = 0;
+                }
+                for (k, j) in (at..all.len()).enumerate() {
+                    let operand = if k == 0 && insn.memory_base().is_gpr() {
+                        PtwriteOperand::Base
+                    } else {
+                        PtwriteOperand::Index
+                    };
+                    ptwrite_at.push((j, id, operand));
+                }
+            }
+            None => {}
+        }
+        if let Some(&skipped) = exits.get(&i) {
+            let stub = next_fake();
+            probe::exit_stub(skipped, stub, insn.near_branch_target(), &mut stubs);
+            insn.set_near_branch64(stub);
+        }
+        if let Some(&(id, spatial)) = plan.spatial.get(&i) {
+            let stub = next_fake();
+            probe::spatial_check(&insn, spatial, label, stub, entries.spatial_config, all);
+            label = 0;
+            if insn.ip() == ip {
+                insn.set_ip(next_fake());
+            }
+            probe::spatial_stub(
+                &insn,
+                id,
+                spatial,
+                stub,
+                insn.ip(),
+                entries.spatial,
+                &mut stubs,
+            );
+        }
+        if insn.ip() == ip {
+            insn.set_ip(label);
+        }
+        redirect(plan, i, &mut insn, all);
+        let site = escapes.next_if(|&&(index, _)| index == i).map(|&(_, s)| s);
+        // A hooked import's tail call lands in the stub, never in
+        // original code: no escape check.
+        let hooked = hook_got_call(entries, &mut insn);
+        let site = site.filter(|_| !hooked);
+        push_checked(insn, site, entries, &mut next_fake, all, &mut stubs)?;
+    }
+    let body_end = all.len();
+    // Loop heads: the last branch of the body back to each.
+    if aligned.len() > 1 {
+        let mut last_branch_to = std::collections::HashMap::new();
+        for (j, insn) in all.iter().enumerate() {
+            if is_relative_branch(insn) {
+                last_branch_to.insert(insn.near_branch_target(), j);
+            }
+        }
+        for head in &mut aligned[1..] {
+            head.1 = last_branch_to
+                .get(&all[head.0].ip())
+                .copied()
+                .filter(|&j| j > head.0);
+        }
+    }
+    all.extend(fragments);
+    all.extend(stubs);
+    Ok(CopyMarks {
+        first,
+        body_end,
+        ptwrite_at,
+        aligned,
     })
 }
 
@@ -558,10 +587,11 @@ const LINE: u64 = 64;
 /// An instruction of a run that starts aligned.
 #[derive(Clone, Copy, Debug)]
 struct Aligned {
-    /// Its index in the run.
-    at: usize,
-    /// The index of the last branch back to it (a loop head), if any.
-    loop_end: Option<usize>,
+    /// Its unpadded offset in the run.
+    at: u64,
+    /// The unpadded offset of the end of the last branch back to it (a
+    /// loop head), if any.
+    loop_end: Option<u64>,
 }
 
 /// Whether the compiler padded the code before the instruction at `ip`
@@ -594,51 +624,101 @@ fn pad_to(code: &mut Vec<u8>, len: u64) {
     }
 }
 
-/// How an instruction is laid out by [`measure`].
+/// How a stretch of code is laid out by [`Layout::measure`].
 enum Piece {
-    /// Position-independent: these bytes of the pool.
-    Fixed(u32, u8),
-    /// A relative branch in its rel32 form, re-encoded at its address.
-    Near,
-    /// `jrcxz`/`loop`-style rel8-only branch of this size, expanded to
-    /// `jcx L1; jmp short L2; L1: jmp rel32 target; L2:`.
-    Short(u8),
+    /// Position-independent instructions: the next this many bytes of the
+    /// pool.
+    Fixed(u32),
+    /// A relative branch in its rel32 form (placed instruction, size),
+    /// re-encoded at its address.
+    Near(u32, u8),
+    /// `jrcxz`/`loop`-style rel8-only branch (placed instruction, size),
+    /// expanded to `jcx L1; jmp short L2; L1: jmp rel32 target; L2:`.
+    Short(u32, u8),
     /// A RIP-relative memory operand, re-encoded at its address (it keeps
-    /// its absolute target).
-    RipRelative(u8),
+    /// its absolute target; placed instruction, size).
+    RipRelative(u32, u8),
 }
 
-/// The layout of a list of instructions, before [`place`] pads it.
+/// The layout of a run's instructions, before [`place`] pads it.
+#[derive(Default)]
 struct Layout {
+    /// In order; consecutive position-independent instructions are one
+    /// piece unless an aligned instruction starts between them.
     pieces: Vec<Piece>,
+    /// Bytes of the position-independent pieces.
     pool: Vec<u8>,
-    /// Offset of each instruction without padding, and the end.
-    unpadded: Vec<u64>,
+    /// The instructions of the other pieces, in order: [`emit`] encodes
+    /// them where they land.
+    placed: Vec<Instruction>,
+    /// `(unpadded offset, address label)` of every instruction that
+    /// carries one.
+    labels: Vec<(u64, u64)>,
+    /// Unpadded length so far.
+    end: u64,
 }
 
-/// Lays out `all`: every branch in its rel32 form (so sizes are known in
-/// one pass; no relaxation and no dependence on where the code lands), the
-/// position-independent instructions encoded once into a pool; the
-/// instructions at the indices `aligned` (sorted) start on a
-/// [`CODE_ALIGN`] boundary, and so does the end (the next run's first
-/// function). `base` is only used to check RIP-relative operands can be
-/// encoded near it.
-///
-/// One encoding per instruction (two for branches and RIP-relative
-/// operands, see [`emit`]): iced's `BlockEncoder`, which encodes each
-/// instruction several times while it shrinks branches, was most of the
-/// rewriter's time.
-fn measure(all: &[Instruction], base: u64) -> Result<Layout, RelocateError> {
-    let mut encoder = Encoder::new(64);
-    let mut pool: Vec<u8> = Vec::with_capacity(all.len() * 5);
-    let mut pieces = Vec::with_capacity(all.len());
-    // Sizes do not depend on where an instruction lands: lay out once
-    // without padding (`at`), then place with it.
-    let mut unpadded = Vec::with_capacity(all.len() + 1);
-    let mut at = 0u64;
-    for insn in all {
-        unpadded.push(at);
-        let piece = if is_relative_branch(insn) {
+impl Layout {
+    /// Lays out `all` after what is already measured: every branch in its
+    /// rel32 form (so sizes are known in one pass; no relaxation and no
+    /// dependence on where the code lands), the position-independent
+    /// instructions encoded once into the pool. The instructions at the
+    /// indices `breaks` (sorted) start a piece of their own: [`place`] pads
+    /// before them. `unpadded` receives the unpadded offset of each
+    /// instruction and of the end. `base` is only used to check
+    /// RIP-relative operands can be encoded near it.
+    ///
+    /// One encoding per instruction (two for branches and RIP-relative
+    /// operands, see [`emit`]): iced's `BlockEncoder`, which encodes each
+    /// instruction several times while it shrinks branches, was most of the
+    /// rewriter's time.
+    fn measure(
+        &mut self,
+        encoder: &mut Encoder,
+        all: &[Instruction],
+        breaks: &[usize],
+        base: u64,
+        unpadded: &mut Vec<u64>,
+    ) -> Result<(), RelocateError> {
+        unpadded.clear();
+        let mut breaks = breaks.iter().peekable();
+        for (i, insn) in all.iter().enumerate() {
+            let starts_piece = breaks.next_if(|&&b| b == i).is_some();
+            while breaks.next_if(|&&b| b == i).is_some() {}
+            if insn.ip() != 0 {
+                self.labels.push((self.end, insn.ip()));
+            }
+            unpadded.push(self.end);
+            let placed = self.placed.len() as u32;
+            let (piece, size) = Layout::piece(encoder, insn, base, placed, &mut self.pool)?;
+            match (piece, self.pieces.last_mut()) {
+                (Piece::Fixed(size), Some(Piece::Fixed(previous))) if !starts_piece => {
+                    *previous += size;
+                }
+                (piece, _) => {
+                    if !matches!(piece, Piece::Fixed(..)) {
+                        self.placed.push(*insn);
+                    }
+                    self.pieces.push(piece);
+                }
+            }
+            self.end += size;
+        }
+        unpadded.push(self.end);
+        Ok(())
+    }
+
+    /// How `insn` is laid out (as placed instruction number `placed` when
+    /// it is re-encoded where it lands), and its size in bytes (a
+    /// position-independent one's bytes appended to `pool`).
+    fn piece(
+        encoder: &mut Encoder,
+        insn: &Instruction,
+        base: u64,
+        placed: u32,
+        pool: &mut Vec<u8>,
+    ) -> Result<(Piece, u64), RelocateError> {
+        Ok(if is_relative_branch(insn) {
             let short = matches!(
                 insn.code(),
                 Code::Jrcxz_rel8_64
@@ -654,9 +734,8 @@ fn measure(all: &[Instruction], base: u64) -> Result<Layout, RelocateError> {
                 let mut probe = *insn;
                 probe.set_near_branch64(base + 2);
                 let size = encoder.encode(&probe, base).map_err(|e| fail(insn, e))? as u8;
-                discard(&mut encoder);
-                at += u64::from(size) + 2 + 5;
-                Piece::Short(size)
+                discard(encoder);
+                (Piece::Short(placed, size), u64::from(size) + 2 + 5)
             } else {
                 let mut near = *insn;
                 near.as_near_branch();
@@ -664,60 +743,45 @@ fn measure(all: &[Instruction], base: u64) -> Result<Layout, RelocateError> {
                     near.set_code(Code::Xbegin_rel32);
                 }
                 near.set_near_branch64(base);
-                let size = encoder.encode(&near, base).map_err(|e| fail(insn, e))?;
-                discard(&mut encoder);
-                at += size as u64;
-                Piece::Near
+                let size = encoder.encode(&near, base).map_err(|e| fail(insn, e))? as u8;
+                discard(encoder);
+                (Piece::Near(placed, size), u64::from(size))
             }
         } else if insn.is_ip_rel_memory_operand() {
             let size = encoder.encode(insn, base).map_err(|e| fail(insn, e))? as u8;
-            discard(&mut encoder);
-            at += u64::from(size);
-            Piece::RipRelative(size)
+            discard(encoder);
+            (Piece::RipRelative(placed, size), u64::from(size))
         } else {
             let size = encoder.encode(insn, 0).map_err(|e| fail(insn, e))?;
-            let start = pool.len() as u32;
-            drain_into(&mut encoder, &mut pool);
-            at += size as u64;
-            Piece::Fixed(start, size as u8)
-        };
-        pieces.push(piece);
+            drain_into(encoder, pool);
+            (Piece::Fixed(size as u32), size as u64)
+        })
     }
-    unpadded.push(at);
-    Ok(Layout {
-        pieces,
-        pool,
-        unpadded,
-    })
 }
 
 /// Places a measured run at `start` (an address, or an offset from a
 /// [`LINE`]-aligned base): pads before its aligned instructions (a short
 /// loop that would straddle two lines moves to the next line) and at its
-/// end to [`CODE_ALIGN`]; fills in its offsets, labels and length.
+/// end to [`CODE_ALIGN`]; fills in its paddings and length.
 fn place(part: &mut Part, start: u64) {
-    let n = part.all.len();
-    let mut offsets = Vec::with_capacity(n);
-    let mut aligned = part.aligned.iter().peekable();
+    let mut paddings = Vec::with_capacity(part.aligned.len());
     let mut padding = 0u64;
-    for (i, &unpadded) in part.unpadded[..n].iter().enumerate() {
-        let mut at = start + unpadded + padding;
-        // (`while`: an empty plan shares its start with the next one.)
-        while let Some(a) = aligned.next_if(|a| a.at == i) {
-            at = at.next_multiple_of(CODE_ALIGN);
-            if let Some(last) = a.loop_end {
-                let len = part.unpadded[last + 1] - unpadded;
-                if len <= LINE && at / LINE != (at + len - 1) / LINE {
-                    at = at.next_multiple_of(LINE);
-                }
+    // (An empty plan shares its start with the next one; one at the end
+    // shares the run's end, which is aligned anyway.)
+    for a in part.aligned.iter().take_while(|a| a.at < part.layout.end) {
+        let mut at = (start + a.at + padding).next_multiple_of(CODE_ALIGN);
+        if let Some(loop_end) = a.loop_end {
+            let len = loop_end - a.at;
+            if len <= LINE && at / LINE != (at + len - 1) / LINE {
+                at = at.next_multiple_of(LINE);
             }
         }
-        padding = at - start - unpadded;
-        offsets.push(at - start);
+        padding = at - start - a.at;
+        paddings.push((a.at, padding));
     }
-    let end = (start + part.unpadded[n] + padding).next_multiple_of(CODE_ALIGN);
+    let end = (start + part.layout.end + padding).next_multiple_of(CODE_ALIGN);
     part.len = end - start;
-    part.offsets = offsets;
+    part.paddings = paddings;
 }
 
 /// The `(address label, offset)` pairs of a placed run, sorted. Addresses
@@ -726,11 +790,10 @@ fn place(part: &mut Part, start: u64) {
 /// fake one.
 fn labels_of(part: &Part) -> Vec<(u64, u64)> {
     let mut labels: Vec<(u64, u64)> = part
-        .all
+        .layout
+        .labels
         .iter()
-        .zip(&part.offsets)
-        .filter(|(i, _)| i.ip() != 0)
-        .map(|(i, &offset)| (i.ip(), offset))
+        .map(|&(at, ip)| (ip, part.offset(at)))
         .collect();
     labels.sort_unstable();
     labels
@@ -738,22 +801,37 @@ fn labels_of(part: &Part) -> Vec<(u64, u64)> {
 
 /// Encodes a measured run at `start`: branch targets that are labels
 /// (`resolve`) go to their new address, every other target and every
-/// RIP-relative operand keeps its absolute address.
+/// RIP-relative operand keeps its absolute address; the bytes go to `slot`
+/// (the run's place in the code, of its measured length).
 fn emit(
     part: &Part,
     start: u64,
     resolve: &(dyn Fn(u64) -> u64 + Sync),
-) -> Result<Vec<u8>, RelocateError> {
+    slot: &mut [u8],
+) -> Result<(), RelocateError> {
     let mut encoder = Encoder::new(64);
     let mut code = Vec::with_capacity(part.len as usize);
-    for (n, (insn, piece)) in part.all.iter().zip(&part.pieces).enumerate() {
-        let here = start + part.offsets[n];
-        pad_to(&mut code, part.offsets[n]);
+    let placed = &part.layout.placed;
+    let mut paddings = part.paddings.iter().peekable();
+    let mut padding = 0;
+    // Unpadded offset of the piece, and of its bytes in the pool.
+    let mut at = 0u64;
+    let mut pool = 0usize;
+    for piece in &part.layout.pieces {
+        while let Some(&(_, p)) = paddings.next_if(|&&(from, _)| from <= at) {
+            padding = p;
+        }
+        let here = start + at + padding;
+        pad_to(&mut code, at + padding);
         match *piece {
-            Piece::Fixed(at, size) => {
-                code.extend_from_slice(&part.pool[at as usize..at as usize + size as usize])
+            Piece::Fixed(size) => {
+                let size = size as usize;
+                code.extend_from_slice(&part.layout.pool[pool..pool + size]);
+                pool += size;
+                at += size as u64;
             }
-            Piece::Near => {
+            Piece::Near(k, size) => {
+                let insn = &placed[k as usize];
                 let mut near = *insn;
                 near.as_near_branch();
                 if near.code() == Code::Xbegin_rel16 {
@@ -762,8 +840,10 @@ fn emit(
                 near.set_near_branch64(resolve(insn.near_branch_target()));
                 encoder.encode(&near, here).map_err(|e| fail(insn, e))?;
                 drain_into(&mut encoder, &mut code);
+                at += u64::from(size);
             }
-            Piece::Short(size) => {
+            Piece::Short(k, size) => {
+                let insn = &placed[k as usize];
                 let mut jcx = *insn;
                 let over = here + u64::from(size) + 2;
                 jcx.set_near_branch64(over);
@@ -775,18 +855,28 @@ fn emit(
                     .map_err(|_| RelocateError::OutOfReach { target })?;
                 code.push(0xe9);
                 code.extend_from_slice(&rel.to_le_bytes());
+                at += u64::from(size) + 2 + 5;
             }
-            Piece::RipRelative(size) => {
+            Piece::RipRelative(k, size) => {
+                let insn = &placed[k as usize];
                 let written = encoder.encode(insn, here).map_err(|e| fail(insn, e))?;
                 if written != size as usize {
                     return Err(RelocateError::RipRelativeSize(insn.code()));
                 }
                 drain_into(&mut encoder, &mut code);
+                at += u64::from(size);
             }
         }
     }
     pad_to(&mut code, part.len);
-    Ok(code)
+    if code.len() != slot.len() {
+        return Err(RelocateError::LengthChanged {
+            encoded: code.len() as u64,
+            measured: slot.len() as u64,
+        });
+    }
+    slot.copy_from_slice(&code);
+    Ok(())
 }
 
 /// The error for an instruction the encoder refuses.
