@@ -14,6 +14,11 @@
 //!   collector's own work on another core does not inflate); and the
 //!   default recording's records (time samples and spatial) as a share of
 //!   the full trace's;
+//! - with `MEMGAZE_BENCH_BASELINE=PATH` (an instrumented copy of the same
+//!   kernels made by another build, e.g. main's `cargo memgaze instrument
+//!   bench_kernels -o PATH`, its annotation beside it), the same default and
+//!   rate-0 recordings of that copy in every repetition, and this build's
+//!   run time against it;
 //! - `valgrind --tool=lackey --trace-mem=yes` on the same kernels (smaller
 //!   input), against the native and the full-trace run;
 //! - instrumentation time of a Rust binary with ~2 MB of code
@@ -209,6 +214,15 @@ fn main() {
     .expect("instrument the kernels");
     let annotation = result.annotation;
     let trace = dir.join("bench.trace");
+    let baseline = std::env::var_os("MEMGAZE_BENCH_BASELINE").map(|path| {
+        let path = PathBuf::from(path);
+        let mut annotation_path = path.clone().into_os_string();
+        annotation_path.push(".memgaze.json");
+        let annotation =
+            memgaze_metadata::annotation::Annotation::read(Path::new(&annotation_path))
+                .expect("MEMGAZE_BENCH_BASELINE: the annotation beside it");
+        (path, annotation)
+    });
 
     println!("cargo memgaze overhead benchmark ({reps} interleaved repetitions per row)\n");
     println!("kernel run time, instrumented / native (median (min–max))");
@@ -220,6 +234,7 @@ fn main() {
         let mut vs_plain = (Vec::new(), Vec::new());
         let mut full = (Vec::new(), Vec::new());
         let mut share = Vec::new();
+        let mut base_rows: [(Vec<f64>, Vec<f64>); 4] = Default::default();
         for _ in 0..reps {
             let n = native(&kernels, &args);
             let (s, totals) = recorded(
@@ -249,6 +264,42 @@ fn main() {
             );
             let base_wall = (n.wall + n2.wall).as_secs_f64() / 2.0;
             let base_cpu = (n.cpu + n2.cpu).as_secs_f64() / 2.0;
+            if let Some((program, annotation)) = &baseline {
+                let (bs, _) = recorded(
+                    program,
+                    &args,
+                    annotation,
+                    default_sampling(),
+                    spatial,
+                    &trace,
+                );
+                let (bp, _) =
+                    recorded(program, &args, annotation, default_sampling(), None, &trace);
+                // Against native (the two native runs' mean), then this
+                // build against the baseline in the same repetition.
+                let ratios = [
+                    (
+                        bs.wall.as_secs_f64() / base_wall,
+                        bs.cpu.as_secs_f64() / base_cpu,
+                    ),
+                    (
+                        bp.wall.as_secs_f64() / base_wall,
+                        bp.cpu.as_secs_f64() / base_cpu,
+                    ),
+                    (
+                        s.wall.as_secs_f64() / bs.wall.as_secs_f64(),
+                        s.cpu.as_secs_f64() / bs.cpu.as_secs_f64(),
+                    ),
+                    (
+                        p.wall.as_secs_f64() / bp.wall.as_secs_f64(),
+                        p.cpu.as_secs_f64() / bp.cpu.as_secs_f64(),
+                    ),
+                ];
+                for (row, (wall, cpu)) in base_rows.iter_mut().zip(ratios) {
+                    row.0.push(wall);
+                    row.1.push(cpu);
+                }
+            }
             sampled.0.push(s.wall.as_secs_f64() / base_wall);
             sampled.1.push(s.cpu.as_secs_f64() / base_cpu);
             plain.0.push(p.wall.as_secs_f64() / base_wall);
@@ -275,6 +326,17 @@ fn main() {
             summary(full.1),
             summary_of(share, "%")
         );
+        if baseline.is_some() {
+            let labels = [
+                "baseline default              ",
+                "baseline spatial rate 0       ",
+                "default / baseline default    ",
+                "rate 0 / baseline rate 0      ",
+            ];
+            for (label, (wall, cpu)) in labels.into_iter().zip(base_rows) {
+                println!("    {label}wall {}   cpu {}", summary(wall), summary(cpu));
+            }
+        }
     }
     if args.iter().any(|a| a == "--kernels-only") {
         return;

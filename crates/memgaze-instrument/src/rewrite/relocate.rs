@@ -132,6 +132,21 @@ pub struct Copies {
     pub maps: Vec<CopyMap>,
     /// Every `ptwrite` emitted (ptwrite mode), with its final address.
     pub ptwrites: Vec<PtwriteSite>,
+    /// Every spatial check emitted (soft mode), in the copies and their
+    /// counting fragments.
+    pub(crate) spatial_checks: Vec<SpatialCheckSite>,
+}
+
+/// Where a spatial check landed, for the runtime to skip it in runs that
+/// take no spatial samples (see [`probe::spatial_skip`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SpatialCheckSite {
+    /// Address of its first byte.
+    pub ip: u64,
+    /// Its length in bytes (the load follows).
+    pub len: u32,
+    /// It moves `rsp` (saves below the red zone).
+    pub moves_rsp: bool,
 }
 
 /// The runtime addresses the copies' probes reach.
@@ -226,6 +241,7 @@ fn encode_in_runs(
 
     let mut maps = Vec::with_capacity(plans.len());
     let mut ptwrites = Vec::new();
+    let mut spatial_checks = Vec::new();
     for ((part, run), &start) in parts.iter().zip(runs).zip(&starts) {
         let address_of = |i: usize| -> u64 {
             match part.offsets.get(i) {
@@ -253,11 +269,19 @@ fn encode_in_runs(
                     operand,
                 }),
         );
+        spatial_checks.extend(part.spatial_at.iter().map(|&(first, past, moves_rsp)| {
+            SpatialCheckSite {
+                ip: address_of(first),
+                len: (address_of(past) - address_of(first)) as u32,
+                moves_rsp,
+            }
+        }));
     }
     Ok(Copies {
         code,
         maps,
         ptwrites,
+        spatial_checks,
     })
 }
 
@@ -300,6 +324,9 @@ struct Part {
     ends: Vec<usize>,
     /// (index in `all`, load id, operand) of every emitted ptwrite.
     ptwrite_at: Vec<(usize, u32, PtwriteOperand)>,
+    /// (first index in `all`, index past it, moves `rsp`) of every spatial
+    /// check.
+    spatial_at: Vec<(usize, usize, bool)>,
     /// How each instruction is laid out.
     pieces: Vec<Piece>,
     /// Bytes of the position-independent pieces.
@@ -345,6 +372,7 @@ fn build_part(
     let mut body_ends = Vec::with_capacity(plans.len());
     let mut ends = Vec::with_capacity(plans.len());
     let mut ptwrite_at: Vec<(usize, u32, PtwriteOperand)> = Vec::new();
+    let mut spatial_at: Vec<(usize, usize, bool)> = Vec::new();
     let mut aligned: Vec<Aligned> = Vec::new();
 
     for plan in plans {
@@ -357,6 +385,7 @@ fn build_part(
         let mut first = Vec::with_capacity(code.instructions.len());
         let mut stubs: Vec<Instruction> = Vec::new();
         let mut fragments: Vec<Instruction> = Vec::new();
+        let mut fragment_checks: Vec<(usize, usize, bool)> = Vec::new();
         let mut inserts = plan.inserts.iter().peekable();
         let mut checks = plan.superblocks.iter().peekable();
         let mut escapes = plan.escapes.iter().peekable();
@@ -399,7 +428,7 @@ fn build_part(
                     fragment,
                     entries,
                     &mut next_fake,
-                    &mut fragments,
+                    (&mut fragments, &mut fragment_checks),
                     &mut stubs,
                 );
             }
@@ -447,6 +476,7 @@ fn build_part(
             }
             if let Some(&(id, spatial)) = plan.spatial.get(&i) {
                 let stub = next_fake();
+                let at = all.len();
                 probe::spatial_check(
                     &insn,
                     spatial,
@@ -455,6 +485,7 @@ fn build_part(
                     entries.spatial_config,
                     &mut all,
                 );
+                spatial_at.push((at, all.len(), spatial.pushed() > 0));
                 label = 0;
                 if insn.ip() == ip {
                     insn.set_ip(next_fake());
@@ -493,6 +524,12 @@ fn build_part(
                     .filter(|&j| j > head.at);
             }
         }
+        let at = all.len();
+        spatial_at.extend(
+            fragment_checks
+                .into_iter()
+                .map(|(start, end, moves_rsp)| (at + start, at + end, moves_rsp)),
+        );
         all.extend(fragments);
         all.extend(stubs);
         ends.push(all.len());
@@ -506,6 +543,7 @@ fn build_part(
         body_ends,
         ends,
         ptwrite_at,
+        spatial_at,
         pieces: layout.pieces,
         pool: layout.pool,
         unpadded: layout.unpadded,
@@ -827,7 +865,7 @@ fn counting_fragment(
     label: u64,
     entries: &Entries,
     next_fake: &mut dyn FnMut() -> u64,
-    out: &mut Vec<Instruction>,
+    (out, checks): (&mut Vec<Instruction>, &mut Vec<(usize, usize, bool)>),
     stubs: &mut Vec<Instruction>,
 ) {
     let (code, spatial) = (plan.code, &plan.spatial);
@@ -858,7 +896,9 @@ fn counting_fragment(
             let record = match spatial.get(&i) {
                 Some(&(_, check)) => {
                     let stub = next_fake();
+                    let at = out.len();
                     probe::spatial_check(&insn, check, 0, stub, entries.spatial_config, out);
+                    checks.push((at, out.len(), check.pushed() > 0));
                     probe::spatial_stub(&insn, id, check, stub, resume, entries.spatial, stubs);
                     entries.record_tracked
                 }
