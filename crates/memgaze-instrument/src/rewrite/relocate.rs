@@ -474,31 +474,17 @@ fn build_part(
                 probe::exit_stub(skipped, stub, insn.near_branch_target(), &mut stubs);
                 insn.set_near_branch64(stub);
             }
-            if let Some(&(id, spatial)) = plan.spatial.get(&i) {
-                let stub = next_fake();
-                let at = all.len();
-                probe::spatial_check(
-                    &insn,
-                    spatial,
+            if let Some(&check) = plan.spatial.get(&i) {
+                spatial_check_in_copy(
+                    check,
+                    (&mut insn, ip),
                     label,
-                    stub,
-                    entries.spatial_config,
-                    &mut all,
+                    entries,
+                    &mut next_fake,
+                    (&mut all, &mut stubs),
+                    &mut spatial_at,
                 );
-                spatial_at.push((at, all.len(), spatial.pushed() > 0));
                 label = 0;
-                if insn.ip() == ip {
-                    insn.set_ip(next_fake());
-                }
-                probe::spatial_stub(
-                    &insn,
-                    id,
-                    spatial,
-                    stub,
-                    insn.ip(),
-                    entries.spatial,
-                    &mut stubs,
-                );
             }
             if insn.ip() == ip {
                 insn.set_ip(label);
@@ -551,6 +537,29 @@ fn build_part(
         offsets: Vec::new(),
         len: 0,
     })
+}
+
+/// Appends the spatial check `(id, probe)` of `insn` (original address
+/// `ip`) to `code` at `label`, its stub to `stubs`, and its place to
+/// `sites`; a load still at its original address moves to a fake one (the
+/// check takes the label).
+fn spatial_check_in_copy(
+    (id, spatial): (u32, SpatialProbe),
+    (insn, ip): (&mut Instruction, u64),
+    label: u64,
+    entries: &Entries,
+    next_fake: &mut dyn FnMut() -> u64,
+    (code, stubs): (&mut Vec<Instruction>, &mut Vec<Instruction>),
+    sites: &mut Vec<(usize, usize, bool)>,
+) {
+    let stub = next_fake();
+    let at = code.len();
+    probe::spatial_check(insn, spatial, label, stub, entries.spatial_config, code);
+    sites.push((at, code.len(), spatial.pushed() > 0));
+    if insn.ip() == ip {
+        insn.set_ip(next_fake());
+    }
+    probe::spatial_stub(insn, id, spatial, stub, insn.ip(), entries.spatial, stubs);
 }
 
 /// Appends `insn` to the copy, or, for escape site `site` (with escape
