@@ -155,3 +155,56 @@ fn spatial_rate_0_records_exactly_the_time_samples_of_the_default_run() {
     assert_eq!(totals(&default.2), totals(&rate0.2));
     assert_eq!(rate0.2.spatial_records, 0);
 }
+
+/// The entry hook overwrites the spatial checks exactly when the run takes
+/// no spatial samples: the fixture counts the checks in its own running
+/// copy of a strided loop.
+#[test]
+fn runs_without_spatial_samples_execute_no_spatial_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = common::gcc("rewriter/spatial_skip.c", &["-O2"], dir.path());
+    let instrumented = dir.path().join("spatial_skip.mg");
+    let out = memgaze(&[
+        "instrument",
+        program.to_str().unwrap(),
+        "-o",
+        instrumented.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trace = dir.path().join("t.mgz");
+    let program_says = |flags: &[&str]| -> String {
+        let out = if flags.is_empty() {
+            Command::new(&instrumented).output().unwrap()
+        } else {
+            let mut args = vec!["record", "-q", "-o", trace.to_str().unwrap()];
+            args.extend_from_slice(flags);
+            args.extend(["--", instrumented.to_str().unwrap()]);
+            memgaze(&args)
+        };
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // Alone (no collector), at rate 0, in a full trace: none left.
+    assert_eq!(program_says(&[]).trim(), "copied=1 checks=0 sum=0");
+    for flags in [&["--spatial-rate", "0"][..], &["--full"][..]] {
+        assert!(
+            program_says(flags).contains("copied=1 checks=0 "),
+            "{flags:?}"
+        );
+    }
+    // Default and any other rate: the check runs.
+    for flags in [&["--seed", "1"][..], &["--spatial-rate", "1/4"][..]] {
+        assert!(
+            program_says(flags).contains("copied=1 checks=1 "),
+            "{flags:?}"
+        );
+    }
+}
