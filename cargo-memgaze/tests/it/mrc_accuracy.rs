@@ -101,9 +101,12 @@ fn a_default_recorded_run_is_within_0_02_of_the_exact_curve() {
     );
 }
 
-/// The records of a trace: time-sample records and spatial ones apart, each
-/// as `(load, address, sample, thread)`, and the totals.
-fn records_of(trace: &Path) -> (Vec<(u32, u64, u64, u32)>, usize, memgaze_trace::TraceTotals) {
+/// A trace's time-sample records as `(load, address, sample, thread)`, its
+/// spatial records' count and its totals.
+type Records = (Vec<(u32, u64, u64, u32)>, usize, memgaze_trace::TraceTotals);
+
+/// The records of a trace: time-sample records and spatial ones apart.
+fn records_of(trace: &Path) -> Records {
     let mut reader = memgaze_trace::TraceReader::open(trace).unwrap();
     let mut timed = Vec::new();
     let mut spatial = 0;
