@@ -64,7 +64,7 @@
 //! compare on the address. The multiplier and threshold are words of the
 //! runtime's config (`super::runtime::cfg::SPATIAL_THRESHOLD`); a
 //! threshold of 0 (no collector, `--spatial-rate 0`, a full trace) never
-//! branches. Where no register or the flags are not dead, they are saved
+//! branches, and such runs skip the checks altogether (below). Where no register or the flags are not dead, they are saved
 //! below the red zone around the check (`SpatialProbe`). The stub calls
 //! the runtime's `spatial` with the address and the load id, and resumes
 //! at the load.
