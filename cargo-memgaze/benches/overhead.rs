@@ -14,6 +14,11 @@
 //!   collector's own work on another core does not inflate); and the
 //!   default recording's records (time samples and spatial) as a share of
 //!   the full trace's;
+//! - with `MEMGAZE_BENCH_BASELINE=PATH` (an instrumented copy of the same
+//!   kernels made by another build, e.g. main's `cargo memgaze instrument
+//!   bench_kernels -o PATH`, its annotation beside it), the same default and
+//!   rate-0 recordings of that copy in every repetition, and this build's
+//!   run time against it;
 //! - `valgrind --tool=lackey --trace-mem=yes` on the same kernels (smaller
 //!   input), against the native and the full-trace run;
 //! - instrumentation time of a Rust binary with ~2 MB of code
@@ -180,6 +185,138 @@ fn summary_of(mut ratios: Vec<f64>, unit: &str) -> String {
     )
 }
 
+/// The programs one kernel row runs.
+struct Subjects<'a> {
+    native: &'a Path,
+    instrumented: &'a Path,
+    annotation: &'a memgaze_metadata::annotation::Annotation,
+    baseline: Option<&'a (PathBuf, memgaze_metadata::annotation::Annotation)>,
+    trace: &'a Path,
+}
+
+/// Runs and prints one kernel's rows: `reps` interleaved repetitions.
+fn kernel_rows(
+    subjects: &Subjects<'_>,
+    (kernel, elements, reps_inner): (&str, &str, &str),
+    reps: usize,
+    spatial: Option<SpatialSampling>,
+) {
+    let Subjects {
+        native: kernels,
+        instrumented,
+        annotation,
+        baseline,
+        trace,
+    } = *subjects;
+    let args = [kernel, elements, reps_inner];
+    let mut sampled = (Vec::new(), Vec::new());
+    let mut plain = (Vec::new(), Vec::new());
+    let mut vs_plain = (Vec::new(), Vec::new());
+    let mut full = (Vec::new(), Vec::new());
+    let mut share = Vec::new();
+    let mut base_rows: [(Vec<f64>, Vec<f64>); 4] = Default::default();
+    for _ in 0..reps {
+        let n = native(kernels, &args);
+        let (s, totals) = recorded(
+            instrumented,
+            &args,
+            annotation,
+            default_sampling(),
+            spatial,
+            trace,
+        );
+        let (p, _) = recorded(
+            instrumented,
+            &args,
+            annotation,
+            default_sampling(),
+            None,
+            trace,
+        );
+        let n2 = native(kernels, &args);
+        let (f, full_totals) = recorded(
+            instrumented,
+            &args,
+            annotation,
+            Sampling::full(),
+            None,
+            trace,
+        );
+        let base_wall = (n.wall + n2.wall).as_secs_f64() / 2.0;
+        let base_cpu = (n.cpu + n2.cpu).as_secs_f64() / 2.0;
+        if let Some((program, annotation)) = &baseline {
+            let (bs, _) = recorded(
+                program,
+                &args,
+                annotation,
+                default_sampling(),
+                spatial,
+                trace,
+            );
+            let (bp, _) = recorded(program, &args, annotation, default_sampling(), None, trace);
+            // Against native (the two native runs' mean), then this
+            // build against the baseline in the same repetition.
+            let ratios = [
+                (
+                    bs.wall.as_secs_f64() / base_wall,
+                    bs.cpu.as_secs_f64() / base_cpu,
+                ),
+                (
+                    bp.wall.as_secs_f64() / base_wall,
+                    bp.cpu.as_secs_f64() / base_cpu,
+                ),
+                (
+                    s.wall.as_secs_f64() / bs.wall.as_secs_f64(),
+                    s.cpu.as_secs_f64() / bs.cpu.as_secs_f64(),
+                ),
+                (
+                    p.wall.as_secs_f64() / bp.wall.as_secs_f64(),
+                    p.cpu.as_secs_f64() / bp.cpu.as_secs_f64(),
+                ),
+            ];
+            for (row, (wall, cpu)) in base_rows.iter_mut().zip(ratios) {
+                row.0.push(wall);
+                row.1.push(cpu);
+            }
+        }
+        sampled.0.push(s.wall.as_secs_f64() / base_wall);
+        sampled.1.push(s.cpu.as_secs_f64() / base_cpu);
+        plain.0.push(p.wall.as_secs_f64() / base_wall);
+        plain.1.push(p.cpu.as_secs_f64() / base_cpu);
+        vs_plain.0.push(s.wall.as_secs_f64() / p.wall.as_secs_f64());
+        vs_plain.1.push(s.cpu.as_secs_f64() / p.cpu.as_secs_f64());
+        full.0.push(f.wall.as_secs_f64() / base_wall);
+        full.1.push(f.cpu.as_secs_f64() / base_cpu);
+        share.push(
+            100.0 * (totals.records + totals.spatial_records) as f64 / full_totals.records as f64,
+        );
+    }
+    let loads = if kernel == "str" { "1" } else { "2" };
+    println!(
+        "  {kernel} ({elements} elements × {reps_inner}, {loads} load/iteration)\n    default (1% + spatial 1/128)  wall {}   cpu {}\n    spatial rate 0                wall {}   cpu {}\n    default / spatial rate 0      wall {}   cpu {}\n    full trace                    wall {}   cpu {}\n    default records / full trace's: {}",
+        summary(sampled.0),
+        summary(sampled.1),
+        summary(plain.0),
+        summary(plain.1),
+        summary(vs_plain.0),
+        summary(vs_plain.1),
+        summary(full.0),
+        summary(full.1),
+        summary_of(share, "%")
+    );
+    if baseline.is_some() {
+        let labels = [
+            "baseline default              ",
+            "baseline spatial rate 0       ",
+            "default / baseline default    ",
+            "rate 0 / baseline rate 0      ",
+        ];
+        for (label, (wall, cpu)) in labels.into_iter().zip(base_rows) {
+            println!("    {label}wall {}   cpu {}", summary(wall), summary(cpu));
+        }
+    }
+}
+
 fn main() {
     let mut reps = 7usize;
     let args: Vec<String> = std::env::args().collect();
@@ -209,72 +346,28 @@ fn main() {
     .expect("instrument the kernels");
     let annotation = result.annotation;
     let trace = dir.join("bench.trace");
+    let baseline = std::env::var_os("MEMGAZE_BENCH_BASELINE").map(|path| {
+        let path = PathBuf::from(path);
+        let mut annotation_path = path.clone().into_os_string();
+        annotation_path.push(".memgaze.json");
+        let annotation =
+            memgaze_metadata::annotation::Annotation::read(Path::new(&annotation_path))
+                .expect("MEMGAZE_BENCH_BASELINE: the annotation beside it");
+        (path, annotation)
+    });
 
     println!("cargo memgaze overhead benchmark ({reps} interleaved repetitions per row)\n");
     println!("kernel run time, instrumented / native (median (min–max))");
     let spatial = SpatialSampling::with_rate(1.0 / 128.0);
-    for (kernel, elements, reps_inner) in [("str", "4000000", "25"), ("irr", "4000000", "10")] {
-        let args = [kernel, elements, reps_inner];
-        let mut sampled = (Vec::new(), Vec::new());
-        let mut plain = (Vec::new(), Vec::new());
-        let mut vs_plain = (Vec::new(), Vec::new());
-        let mut full = (Vec::new(), Vec::new());
-        let mut share = Vec::new();
-        for _ in 0..reps {
-            let n = native(&kernels, &args);
-            let (s, totals) = recorded(
-                &instrumented,
-                &args,
-                &annotation,
-                default_sampling(),
-                spatial,
-                &trace,
-            );
-            let (p, _) = recorded(
-                &instrumented,
-                &args,
-                &annotation,
-                default_sampling(),
-                None,
-                &trace,
-            );
-            let n2 = native(&kernels, &args);
-            let (f, full_totals) = recorded(
-                &instrumented,
-                &args,
-                &annotation,
-                Sampling::full(),
-                None,
-                &trace,
-            );
-            let base_wall = (n.wall + n2.wall).as_secs_f64() / 2.0;
-            let base_cpu = (n.cpu + n2.cpu).as_secs_f64() / 2.0;
-            sampled.0.push(s.wall.as_secs_f64() / base_wall);
-            sampled.1.push(s.cpu.as_secs_f64() / base_cpu);
-            plain.0.push(p.wall.as_secs_f64() / base_wall);
-            plain.1.push(p.cpu.as_secs_f64() / base_cpu);
-            vs_plain.0.push(s.wall.as_secs_f64() / p.wall.as_secs_f64());
-            vs_plain.1.push(s.cpu.as_secs_f64() / p.cpu.as_secs_f64());
-            full.0.push(f.wall.as_secs_f64() / base_wall);
-            full.1.push(f.cpu.as_secs_f64() / base_cpu);
-            share.push(
-                100.0 * (totals.records + totals.spatial_records) as f64
-                    / full_totals.records as f64,
-            );
-        }
-        let loads = if kernel == "str" { "1" } else { "2" };
-        println!(
-            "  {kernel} ({elements} elements × {reps_inner}, {loads} load/iteration)\n    default (1% + spatial 1/128)  wall {}   cpu {}\n    spatial rate 0                wall {}   cpu {}\n    default / spatial rate 0      wall {}   cpu {}\n    full trace                    wall {}   cpu {}\n    default records / full trace's: {}",
-            summary(sampled.0),
-            summary(sampled.1),
-            summary(plain.0),
-            summary(plain.1),
-            summary(vs_plain.0),
-            summary(vs_plain.1),
-            summary(full.0),
-            summary(full.1),
-            summary_of(share, "%")
-        );
+    let subjects = Subjects {
+        native: &kernels,
+        instrumented: &instrumented,
+        annotation: &annotation,
+        baseline: baseline.as_ref(),
+        trace: &trace,
+    };
+    for kernel in [("str", "4000000", "25"), ("irr", "4000000", "10")] {
+        kernel_rows(&subjects, kernel, reps, spatial);
     }
     if args.iter().any(|a| a == "--kernels-only") {
         return;

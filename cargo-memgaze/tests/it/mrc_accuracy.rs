@@ -100,3 +100,114 @@ fn a_default_recorded_run_is_within_0_02_of_the_exact_curve() {
         "MAE {mae:.4} ({tracked} tracked)\nexact   {exact_curve:?}\nsampled {sampled_curve:?}"
     );
 }
+
+/// A trace's time-sample records as `(load, address, sample, thread)`, its
+/// spatial records' count and its totals.
+type Records = (Vec<(u32, u64, u64, u32)>, usize, memgaze_trace::TraceTotals);
+
+/// The records of a trace: time-sample records and spatial ones apart.
+fn records_of(trace: &Path) -> Records {
+    let mut reader = memgaze_trace::TraceReader::open(trace).unwrap();
+    let mut timed = Vec::new();
+    let mut spatial = 0;
+    reader
+        .for_each_raw(|r| {
+            if r.spatial {
+                spatial += 1;
+            } else {
+                timed.push((r.load, r.addr, r.sample, r.thread));
+            }
+        })
+        .unwrap();
+    (timed, spatial, reader.totals().unwrap().clone())
+}
+
+/// A run with `--spatial-rate 0` executes no spatial check (the runtime
+/// overwrites them with skips) and records exactly the time samples of the
+/// default run with the same seed: the checks leave the countdown alone, and
+/// the skipped checks leave the program's state alone. `--full` is covered
+/// by the Lackey tests, which run with the checks skipped too.
+#[test]
+fn spatial_rate_0_records_exactly_the_time_samples_of_the_default_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = common::gcc("mrc_small.c", &["-O2", "-g"], dir.path());
+    let mut traces = Vec::new();
+    for (name, flags) in [
+        ("default", &[][..]),
+        ("rate0", &["--spatial-rate", "0"][..]),
+    ] {
+        let trace = dir.path().join(format!("{name}.mgz"));
+        let mut args = vec!["run", "-q", "--seed", "7"];
+        args.extend_from_slice(flags);
+        args.extend(["--save-trace", trace.to_str().unwrap(), "--"]);
+        args.push(program.to_str().unwrap());
+        let out = memgaze(&args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        traces.push(records_of(&trace));
+    }
+    let (default, rate0) = (&traces[0], &traces[1]);
+    assert!(default.1 > 1000, "{} spatial records", default.1);
+    assert_eq!(rate0.1, 0);
+    assert!(default.0.len() > 1000, "{} records", default.0.len());
+    assert!(default.0 == rate0.0, "the time samples differ");
+    let totals = |t: &memgaze_trace::TraceTotals| (t.executions, t.records, t.samples);
+    assert_eq!(totals(&default.2), totals(&rate0.2));
+    assert_eq!(rate0.2.spatial_records, 0);
+}
+
+/// The entry hook overwrites the spatial checks exactly when the run takes
+/// no spatial samples: the fixture counts the checks in its own running
+/// copy of a strided loop.
+#[test]
+fn runs_without_spatial_samples_execute_no_spatial_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = common::gcc("rewriter/spatial_skip.c", &["-O2"], dir.path());
+    let instrumented = dir.path().join("spatial_skip.mg");
+    let out = memgaze(&[
+        "instrument",
+        program.to_str().unwrap(),
+        "-o",
+        instrumented.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trace = dir.path().join("t.mgz");
+    let program_says = |flags: &[&str]| -> String {
+        let out = if flags.is_empty() {
+            Command::new(&instrumented).output().unwrap()
+        } else {
+            let mut args = vec!["record", "-q", "-o", trace.to_str().unwrap()];
+            args.extend_from_slice(flags);
+            args.extend(["--", instrumented.to_str().unwrap()]);
+            memgaze(&args)
+        };
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // Alone (no collector), at rate 0, in a full trace: none left.
+    assert_eq!(program_says(&[]).trim(), "copied=1 checks=0 sum=0");
+    for flags in [&["--spatial-rate", "0"][..], &["--full"][..]] {
+        assert!(
+            program_says(flags).contains("copied=1 checks=0 "),
+            "{flags:?}"
+        );
+    }
+    // Default and any other rate: the check runs.
+    for flags in [&["--seed", "1"][..], &["--spatial-rate", "1/4"][..]] {
+        assert!(
+            program_says(flags).contains("copied=1 checks=1 "),
+            "{flags:?}"
+        );
+    }
+}

@@ -12,6 +12,7 @@ fn main() {
     use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
     let rt = runtime_module::generate(&runtime_module::RuntimeParams {
         code_va: 0x10_0000,
+        header_va: 0x10_0000 - 64,
         state_va: 0x20_0000,
         original_entry: 0x1040,
         original_fini: Some(0x1200),

@@ -310,8 +310,17 @@ pub(crate) fn instrument_with_code(
     )?;
     lap(&mut report, "encode copies");
 
+    // The executable's runtime skips the spatial checks of runs that take
+    // no spatial samples; a library's copies keep theirs.
+    let skips_va = align_up(copies_va + copies.code.len() as u64, 8);
+    let skips = if soft && options.library.is_none() {
+        spatial_skips(editor.segment_va, skips_va, &copies)
+    } else {
+        SpatialSkips::default()
+    };
+
     // ---- 3. unwind information
-    let tail_va = align_up(copies_va + copies.code.len() as u64, 8);
+    let tail_va = align_up(skips_va + skips.table.len() as u64, 8);
     let tail = build_unwind_tail(
         binary,
         &original,
@@ -348,6 +357,7 @@ pub(crate) fn instrument_with_code(
         (tables_va, &table_bytes),
         copies_va,
         std::mem::take(&mut copies.code),
+        (skips_va, &skips),
         &tail,
     );
     report.segment_bytes = segment.len();
@@ -722,6 +732,7 @@ fn generate_runtime(
         Some(
             runtime::generate(&runtime::RuntimeParams {
                 code_va: runtime_va,
+                header_va: editor.segment_va,
                 state_va: editor.state_va,
                 original_entry: editor.entry,
                 original_fini: editor.fini(),
@@ -1187,11 +1198,14 @@ fn lay_out_segment(
     (tables_va, tables): (u64, &[u8]),
     copies_va: u64,
     copies: Vec<u8>,
+    (skips_va, skips): (u64, &SpatialSkips),
     tail: &UnwindTail,
 ) -> Vec<u8> {
     let mut segment = Vec::with_capacity((tail.va - segment_va) as usize + tail.bytes.len());
     segment.extend_from_slice(SIGNATURE);
     segment.resize(64, 0);
+    segment[runtime::header::SPATIAL_SKIPS..runtime::header::SPATIAL_SKIPS + 16]
+        .copy_from_slice(&skips.header);
     if let Some(rt) = rt {
         segment.extend_from_slice(&rt.code);
     }
@@ -1200,9 +1214,49 @@ fn lay_out_segment(
     segment.resize((copies_va - segment_va) as usize, 0xcc);
     segment.extend_from_slice(&copies);
     drop(copies);
+    segment.resize((skips_va - segment_va) as usize, 0xcc);
+    segment.extend_from_slice(&skips.table);
     segment.resize((tail.va - segment_va) as usize, 0xcc);
     segment.extend_from_slice(&tail.bytes);
     segment
+}
+
+/// The spatial checks' replacements for runs without spatial samples, in
+/// the layout [`runtime::header::SPATIAL_SKIPS`] describes.
+#[derive(Default)]
+struct SpatialSkips {
+    /// The segment header's words: table offset, entries, offset and length
+    /// of the copies (all `u32`, from the segment's start).
+    header: [u8; 16],
+    /// Per check: `u32` offset from the segment's start, `u32` length, the
+    /// replacement bytes.
+    table: Vec<u8>,
+}
+
+fn spatial_skips(segment_va: u64, table_va: u64, copies: &relocate::Copies) -> SpatialSkips {
+    let checks = &copies.spatial_checks;
+    if checks.is_empty() {
+        return SpatialSkips::default();
+    }
+    let offset = |va: u64| u32::try_from(va - segment_va).expect("segment below 4 GiB");
+    let mut table = Vec::new();
+    for check in checks {
+        table.extend_from_slice(&offset(check.ip).to_le_bytes());
+        table.extend_from_slice(&check.len.to_le_bytes());
+        table.extend(probe::spatial_skip(check.len as usize, check.moves_rsp));
+    }
+    let first = checks.iter().map(|c| c.ip).min().unwrap_or(segment_va);
+    let last = checks
+        .iter()
+        .map(|c| c.ip + u64::from(c.len))
+        .max()
+        .unwrap_or(segment_va);
+    let mut header = [0u8; 16];
+    header[0..4].copy_from_slice(&offset(table_va).to_le_bytes());
+    header[4..8].copy_from_slice(&(checks.len() as u32).to_le_bytes());
+    header[8..12].copy_from_slice(&offset(first).to_le_bytes());
+    header[12..16].copy_from_slice(&((last - first) as u32).to_le_bytes());
+    SpatialSkips { header, table }
 }
 
 /// Fills in what was instrumented: the mode, the `ptwrite` sites, the

@@ -64,10 +64,22 @@
 //! compare on the address. The multiplier and threshold are words of the
 //! runtime's config (`super::runtime::cfg::SPATIAL_THRESHOLD`); a
 //! threshold of 0 (no collector, `--spatial-rate 0`, a full trace) never
-//! branches. Where no register or the flags are not dead, they are saved
+//! branches, and such runs skip the checks altogether (below). Where no register or the flags are not dead, they are saved
 //! below the red zone around the check (`SpatialProbe`). The stub calls
 //! the runtime's `spatial` with the address and the load id, and resumes
 //! at the load.
+//!
+//! # Spatial checks off
+//!
+//! A run that takes no spatial samples would still pay for every check (on
+//! a strided loop of one volatile load, more than the counting probe).
+//! The rewriter lists every check with its replacement ([`spatial_skip`]:
+//! at most three long `nop`s, or a `jmp` to the load where the check moves
+//! `rsp`) in a table that the segment header locates
+//! (`super::runtime::header::SPATIAL_SKIPS`); when the threshold is still
+//! 0 at the end of the entry hook, the runtime writes the replacements over
+//! the checks (`mprotect` to writable and back). The check's first byte is
+//! the only label in it, so nothing branches into the replaced bytes.
 //!
 //! # Ptwrite mode
 //!
@@ -119,7 +131,7 @@ pub(crate) struct SpatialProbe {
 
 impl SpatialProbe {
     /// Bytes the check moved `rsp` by when it reaches its `lea`.
-    fn pushed(self) -> i64 {
+    pub(crate) fn pushed(self) -> i64 {
         if self.save_scratch || self.save_flags {
             RED_ZONE + 8 * i64::from(self.save_scratch) + 8 * i64::from(self.save_flags)
         } else {
@@ -174,6 +186,49 @@ fn spatial_restore(probe: SpatialProbe, out: &mut Vec<Instruction>) {
     if probe.pushed() > 0 {
         out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
     }
+}
+
+/// The bytes that replace a spatial check of `len` bytes when the run
+/// takes no spatial samples (see "Spatial checks off" in the module
+/// documentation): at most three long `nop`s where the check leaves `rsp`
+/// alone, else a `jmp` over it (a `nop` run through the saves would decode
+/// as many instructions, and the unwind information of their addresses
+/// describes the moved `rsp`).
+pub(crate) fn spatial_skip(len: usize, moves_rsp: bool) -> Vec<u8> {
+    /// `nop word [rax+rax*1+0]` with a 32-bit displacement, and prefixes.
+    const NOP_10: [u8; 10] = [0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00];
+    const NOPS: [&[u8]; 9] = [
+        &[0x90],
+        &[0x66, 0x90],
+        &[0x0f, 0x1f, 0x00],
+        &[0x0f, 0x1f, 0x40, 0x00],
+        &[0x0f, 0x1f, 0x44, 0x00, 0x00],
+        &[0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00],
+        &[0x0f, 0x1f, 0x80, 0x00, 0x00, 0x00, 0x00],
+        &[0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00],
+        &[0x66, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00],
+    ];
+    let mut out = Vec::with_capacity(len);
+    if !moves_rsp && len <= 3 * NOP_10.len() {
+        // Equal pieces: as few instructions as the length allows.
+        let pieces = len.div_ceil(NOP_10.len());
+        for k in 0..pieces {
+            let n = len / pieces + usize::from(k < len % pieces);
+            if n == NOP_10.len() {
+                out.extend_from_slice(&NOP_10);
+            } else {
+                out.extend_from_slice(NOPS[n - 1]);
+            }
+        }
+    } else if len - 2 <= i8::MAX as usize {
+        out.extend_from_slice(&[0xeb, (len - 2) as u8]);
+        out.resize(len, 0xcc);
+    } else {
+        out.push(0xe9);
+        out.extend_from_slice(&((len - 5) as i32).to_le_bytes());
+        out.resize(len, 0xcc);
+    }
+    out
 }
 
 /// Appends the stub of a spatial check at `stub`: restores what the check
@@ -914,6 +969,68 @@ mod tests {
         assert!(spatial_checkable(&load));
         let fs = decode_one(&[0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0]); // mov rax,fs:[0x28]
         assert!(!spatial_checkable(&fs));
+    }
+
+    #[test]
+    fn a_skipped_spatial_check_decodes_to_nops_or_one_jump_to_the_load() {
+        let load = decode_one(&[0x48, 0x8b, 0x44, 0x24, 0x08]); // mov rax,[rsp+8]
+        for (probe, nops) in [
+            (
+                SpatialProbe {
+                    scratch: Register::RDX,
+                    save_scratch: false,
+                    save_flags: false,
+                },
+                true,
+            ),
+            (
+                SpatialProbe {
+                    scratch: Register::RCX,
+                    save_scratch: true,
+                    save_flags: true,
+                },
+                false,
+            ),
+        ] {
+            let mut out = Vec::new();
+            spatial_check(&load, probe, 0x1000, 0x2000, 0x9000, &mut out);
+            let len = assemble(&out, 0x1000)
+                .iter()
+                .map(Instruction::len)
+                .sum::<usize>();
+            let bytes = spatial_skip(len, probe.pushed() > 0);
+            assert_eq!(bytes.len(), len);
+            let mut decoder = iced_x86::Decoder::with_ip(64, &bytes, 0x1000, 0);
+            let first = decoder.decode();
+            if nops {
+                let mut all = vec![first];
+                all.extend(decoder.iter());
+                assert!(all.len() <= 3, "{all:?}");
+                assert!(all.iter().all(|i| i.mnemonic() == iced_x86::Mnemonic::Nop));
+            } else {
+                assert_eq!(first.mnemonic(), iced_x86::Mnemonic::Jmp);
+                assert_eq!(first.near_branch_target(), 0x1000 + len as u64);
+            }
+        }
+        for len in [1, 2, 11, 20, 21, 29, 30] {
+            let bytes = spatial_skip(len, false);
+            let decoded: Vec<Instruction> = iced_x86::Decoder::with_ip(64, &bytes, 0, 0)
+                .iter()
+                .collect();
+            assert_eq!(decoded.iter().map(Instruction::len).sum::<usize>(), len);
+            assert!(
+                decoded
+                    .iter()
+                    .all(|i| i.mnemonic() == iced_x86::Mnemonic::Nop)
+            );
+        }
+        let far = spatial_skip(300, true);
+        assert_eq!(
+            iced_x86::Decoder::with_ip(64, &far, 0, 0)
+                .decode()
+                .near_branch_target(),
+            300
+        );
     }
 
     #[test]

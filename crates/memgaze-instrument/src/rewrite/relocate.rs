@@ -132,6 +132,21 @@ pub struct Copies {
     pub maps: Vec<CopyMap>,
     /// Every `ptwrite` emitted (ptwrite mode), with its final address.
     pub ptwrites: Vec<PtwriteSite>,
+    /// Every spatial check emitted (soft mode), in the copies and their
+    /// counting fragments.
+    pub(crate) spatial_checks: Vec<SpatialCheckSite>,
+}
+
+/// Where a spatial check landed, for the runtime to skip it in runs that
+/// take no spatial samples (see [`probe::spatial_skip`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SpatialCheckSite {
+    /// Address of its first byte.
+    pub ip: u64,
+    /// Its length in bytes (the load follows).
+    pub len: u32,
+    /// It moves `rsp` (saves below the red zone).
+    pub moves_rsp: bool,
 }
 
 /// The runtime addresses the copies' probes reach.
@@ -236,6 +251,7 @@ fn encode_in_runs(
 
     let mut maps = Vec::with_capacity(plans.len());
     let mut ptwrites = Vec::new();
+    let mut spatial_checks = Vec::new();
     for ((part, run), &start) in parts.iter().zip(runs).zip(&starts) {
         let address_of = |at: u64| base + start + part.offset(at);
         for (p, plan) in plans[run.clone()].iter().enumerate() {
@@ -258,11 +274,19 @@ fn encode_in_runs(
                     operand,
                 }),
         );
+        spatial_checks.extend(part.spatial_at.iter().map(|&(first, past, moves_rsp)| {
+            SpatialCheckSite {
+                ip: address_of(first),
+                len: (address_of(past) - address_of(first)) as u32,
+                moves_rsp,
+            }
+        }));
     }
     Ok(Copies {
         code,
         maps,
         ptwrites,
+        spatial_checks,
     })
 }
 
@@ -308,6 +332,9 @@ struct Part {
     ends: Vec<u64>,
     /// (unpadded offset, load id, operand) of every emitted ptwrite.
     ptwrite_at: Vec<(u64, u32, PtwriteOperand)>,
+    /// (unpadded offset, offset past it, moves `rsp`) of every spatial
+    /// check.
+    spatial_at: Vec<(u64, u64, bool)>,
     /// How its code is laid out.
     layout: Layout,
     /// The instructions that start aligned, in order.
@@ -340,6 +367,8 @@ struct CopyMarks {
     body_end: usize,
     /// (index, load id, operand) of every emitted ptwrite.
     ptwrite_at: Vec<(usize, u32, PtwriteOperand)>,
+    /// (first index, index past it, moves `rsp`) of every spatial check.
+    spatial_at: Vec<(usize, usize, bool)>,
     /// The instructions that start aligned (the copy's first, then the
     /// compiler's loop heads) and the last branch back to each.
     aligned: Vec<(usize, Option<usize>)>,
@@ -364,6 +393,7 @@ fn build_part(
     let mut body_ends = Vec::with_capacity(plans.len());
     let mut ends = Vec::with_capacity(plans.len());
     let mut ptwrite_at: Vec<(u64, u32, PtwriteOperand)> = Vec::new();
+    let mut spatial_at: Vec<(u64, u64, bool)> = Vec::new();
     let mut aligned: Vec<Aligned> = Vec::new();
     // One copy's instructions and their unpadded offsets at a time.
     let mut all: Vec<Instruction> = Vec::new();
@@ -383,6 +413,12 @@ fn build_part(
                 .iter()
                 .map(|&(i, id, operand)| (at(i), id, operand)),
         );
+        spatial_at.extend(
+            marks
+                .spatial_at
+                .iter()
+                .map(|&(first, past, moves_rsp)| (at(first), at(past), moves_rsp)),
+        );
         aligned.extend(marks.aligned.iter().map(|&(i, last)| Aligned {
             at: at(i),
             loop_end: last.map(|j| at(j + 1)),
@@ -393,6 +429,7 @@ fn build_part(
         body_ends,
         ends,
         ptwrite_at,
+        spatial_at,
         layout,
         aligned,
         paddings: Vec::new(),
@@ -414,6 +451,8 @@ fn copy_instructions(
     let mut first = Vec::with_capacity(code.instructions.len());
     let mut stubs: Vec<Instruction> = Vec::new();
     let mut fragments: Vec<Instruction> = Vec::new();
+    let mut fragment_checks: Vec<(usize, usize, bool)> = Vec::new();
+    let mut spatial_at: Vec<(usize, usize, bool)> = Vec::new();
     let mut inserts = plan.inserts.iter().peekable();
     let mut checks = plan.superblocks.iter().peekable();
     let mut escapes = plan.escapes.iter().peekable();
@@ -453,7 +492,7 @@ fn copy_instructions(
                 fragment,
                 entries,
                 &mut next_fake,
-                &mut fragments,
+                (&mut fragments, &mut fragment_checks),
                 &mut stubs,
             );
         }
@@ -497,22 +536,17 @@ fn copy_instructions(
             probe::exit_stub(skipped, stub, insn.near_branch_target(), &mut stubs);
             insn.set_near_branch64(stub);
         }
-        if let Some(&(id, spatial)) = plan.spatial.get(&i) {
-            let stub = next_fake();
-            probe::spatial_check(&insn, spatial, label, stub, entries.spatial_config, all);
-            label = 0;
-            if insn.ip() == ip {
-                insn.set_ip(next_fake());
-            }
-            probe::spatial_stub(
-                &insn,
-                id,
-                spatial,
-                stub,
-                insn.ip(),
-                entries.spatial,
-                &mut stubs,
+        if let Some(&check) = plan.spatial.get(&i) {
+            spatial_check_in_copy(
+                check,
+                (&mut insn, ip),
+                label,
+                entries,
+                &mut next_fake,
+                (all, &mut stubs),
+                &mut spatial_at,
             );
+            label = 0;
         }
         if insn.ip() == ip {
             insn.set_ip(label);
@@ -541,14 +575,44 @@ fn copy_instructions(
                 .filter(|&j| j > head.0);
         }
     }
+    let at = all.len();
+    spatial_at.extend(
+        fragment_checks
+            .into_iter()
+            .map(|(start, end, moves_rsp)| (at + start, at + end, moves_rsp)),
+    );
     all.extend(fragments);
     all.extend(stubs);
     Ok(CopyMarks {
         first,
         body_end,
         ptwrite_at,
+        spatial_at,
         aligned,
     })
+}
+
+/// Appends the spatial check `(id, probe)` of `insn` (original address
+/// `ip`) to `code` at `label`, its stub to `stubs`, and its place to
+/// `sites`; a load still at its original address moves to a fake one (the
+/// check takes the label).
+fn spatial_check_in_copy(
+    (id, spatial): (u32, SpatialProbe),
+    (insn, ip): (&mut Instruction, u64),
+    label: u64,
+    entries: &Entries,
+    next_fake: &mut dyn FnMut() -> u64,
+    (code, stubs): (&mut Vec<Instruction>, &mut Vec<Instruction>),
+    sites: &mut Vec<(usize, usize, bool)>,
+) {
+    let stub = next_fake();
+    let at = code.len();
+    probe::spatial_check(insn, spatial, label, stub, entries.spatial_config, code);
+    sites.push((at, code.len(), spatial.pushed() > 0));
+    if insn.ip() == ip {
+        insn.set_ip(next_fake());
+    }
+    probe::spatial_stub(insn, id, spatial, stub, insn.ip(), entries.spatial, stubs);
 }
 
 /// Appends `insn` to the copy, or, for escape site `site` (with escape
@@ -924,7 +988,7 @@ fn counting_fragment(
     label: u64,
     entries: &Entries,
     next_fake: &mut dyn FnMut() -> u64,
-    out: &mut Vec<Instruction>,
+    (out, checks): (&mut Vec<Instruction>, &mut Vec<(usize, usize, bool)>),
     stubs: &mut Vec<Instruction>,
 ) {
     let (code, spatial) = (plan.code, &plan.spatial);
@@ -955,7 +1019,9 @@ fn counting_fragment(
             let record = match spatial.get(&i) {
                 Some(&(_, check)) => {
                     let stub = next_fake();
+                    let at = out.len();
                     probe::spatial_check(&insn, check, 0, stub, entries.spatial_config, out);
+                    checks.push((at, out.len(), check.pushed() > 0));
                     probe::spatial_stub(&insn, id, check, stub, resume, entries.spatial, stubs);
                     entries.record_tracked
                 }

@@ -189,6 +189,16 @@ pub mod cfg {
 
 const _: () = assert!(size_of::<Config>() <= STATE_BYTES as usize);
 
+/// Words of the instrumented segment's 64-byte header after its signature.
+pub mod header {
+    /// Offset of the spatial checks' skip table descriptor, four `u32`s
+    /// (offsets from the header): the table, its entries, the first byte
+    /// of the first check and the length up to the end of the last. A
+    /// table entry is the check's offset, its length and that many bytes
+    /// that replace it (`probe::spatial_skip`). No entries: nothing to skip.
+    pub const SPATIAL_SKIPS: usize = 32;
+}
+
 /// The process block: an anonymous mapping of [`process::BYTES`], wiped on
 /// fork. Every word a `u64`; the struct derives the offsets in [`process`].
 #[repr(C)]
@@ -259,6 +269,7 @@ const _: () =
     assert!(process::MAX_ESCAPE_SITES as usize * RECORD_BYTES <= protocol::SHARED_CHUNK_BYTES);
 
 const SYS_CLOSE: i32 = 3;
+const SYS_MPROTECT: i32 = 10;
 const SYS_FSTAT: i32 = 5;
 const SYS_MMAP: i32 = 9;
 const SYS_SCHED_YIELD: i32 = 24;
@@ -284,6 +295,8 @@ const S_IFSOCK: u32 = 0o140000;
 pub struct RuntimeParams {
     /// Address the code is assembled for.
     pub code_va: u64,
+    /// Address of the instrumented segment's header (see [`header`]).
+    pub header_va: u64,
     /// Address of the `STATE_BYTES` state block in bss.
     pub state_va: u64,
     /// Original `e_entry`.
@@ -1956,6 +1969,7 @@ fn emit_entry(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.xor(r8d, r8d)?;
     a.call(l.process_message)?;
     a.set_label(&mut l.entry_done)?;
+    skip_spatial_checks(a, params)?;
     a.pop(r15)?;
     a.pop(r14)?;
     a.pop(r13)?;
@@ -1964,6 +1978,59 @@ fn emit_entry(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.pop(rbx)?;
     a.pop(rdx)?;
     a.add_instruction(jmp_abs(params.original_entry))?;
+    Ok(())
+}
+
+/// In a run that takes no spatial samples (threshold still 0 when the
+/// entry hook is done: no collector, `--spatial-rate 0`, a full trace, a
+/// refused environment), overwrites every spatial check of the copies with
+/// its skip (see [`header::SPATIAL_SKIPS`]), so such a run executes none of
+/// them. The copies' pages are made writable for the copy and executable
+/// again after it; where `mprotect` refuses, the checks stay (with a
+/// threshold of 0 they never branch). Runs before `_start`, on the only
+/// thread; clobbers what the entry hook may clobber (`r12` kept). Libraries'
+/// copies (instrumented whole, without an entry hook) keep their checks.
+fn skip_spatial_checks(a: &mut Asm, params: &RuntimeParams) -> R {
+    const PROT_RWX: i32 = 7;
+    const PROT_RX: i32 = 5;
+    const D: usize = header::SPATIAL_SKIPS;
+    let mut done = a.create_label();
+    let mut next = a.create_label();
+    a.cmp(qword_ptr(r12 + cfg::SPATIAL_THRESHOLD), 0)?;
+    a.jne(done)?;
+    a.add_instruction(lea_rip(Register::RBX, params.header_va))?;
+    a.mov(r14d, dword_ptr(rbx + (D + 4) as i32))?;
+    a.test(r14d, r14d)?;
+    a.jz(done)?;
+    a.mov(edi, dword_ptr(rbx + (D + 8) as i32))?;
+    a.add(rdi, rbx)?;
+    a.mov(esi, dword_ptr(rbx + (D + 12) as i32))?;
+    a.add(rsi, rdi)?;
+    a.and(rdi, -4096)?;
+    a.sub(rsi, rdi)?;
+    a.mov(rbp, rdi)?;
+    a.mov(r13, rsi)?;
+    a.mov(edx, PROT_RWX)?;
+    a.mov(eax, SYS_MPROTECT)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.jnz(done)?;
+    a.mov(esi, dword_ptr(rbx + D as i32))?;
+    a.add(rsi, rbx)?;
+    a.set_label(&mut next)?;
+    a.mov(edi, dword_ptr(rsi))?;
+    a.add(rdi, rbx)?;
+    a.mov(ecx, dword_ptr(rsi + 4))?;
+    a.add(rsi, 8)?;
+    a.rep().movsb()?;
+    a.dec(r14d)?;
+    a.jnz(next)?;
+    a.mov(rdi, rbp)?;
+    a.mov(rsi, r13)?;
+    a.mov(edx, PROT_RX)?;
+    a.mov(eax, SYS_MPROTECT)?;
+    a.syscall()?;
+    a.set_label(&mut done)?;
     Ok(())
 }
 
@@ -2630,6 +2697,7 @@ mod tests {
     fn params() -> RuntimeParams {
         RuntimeParams {
             code_va: 0x10_0000,
+            header_va: 0x10_0000 - 64,
             state_va: 0x20_0000,
             original_entry: 0x1040,
             original_fini: Some(0x1200),
