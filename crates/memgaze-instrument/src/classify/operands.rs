@@ -429,3 +429,51 @@ mod tests {
         );
     }
 }
+
+    #[test]
+    fn string_reads_give_the_sources_size_and_prefix_of_traced_forms_only() {
+        let insns = decode(|a| {
+            a.rep().movsb()?; // 0
+            a.repe().cmpsq()?; // 1
+            a.lodsw()?; // 2
+            a.repne().scasd()?; // 3
+            a.outsb()?; // 4: not traced
+            a.rep().stosb()?; // 5: a store
+            a.movsd_2(xmm0, qword_ptr(rdi))?; // 6: SSE2
+            a.movsd()?; // 7: the string `movsd`
+            Ok(())
+        });
+        let reads: Vec<Option<(StringKind, u32, bool, &[Register])>> = insns
+            .iter()
+            .map(|i| string_reads(i).map(|r| (r.kind, r.size, r.rep, r.sources())))
+            .collect();
+        use Register::{RDI, RSI};
+        assert_eq!(
+            reads,
+            [
+                Some((StringKind::Movs, 1, true, &[RSI][..])),
+                Some((StringKind::Cmps, 8, true, &[RDI, RSI][..])),
+                Some((StringKind::Lods, 2, false, &[RSI][..])),
+                Some((StringKind::Scas, 4, true, &[RDI][..])),
+                None,
+                None,
+                None,
+                Some((StringKind::Movs, 4, false, &[RSI][..])),
+            ]
+        );
+        assert!(string_reads(&insns[1]).unwrap().conditional());
+        assert!(!string_reads(&insns[0]).unwrap().conditional());
+        // `addr32 movsb` reads [esi]; `fs movsb` reads fs:[rsi]: implicit.
+        let mut out = Vec::new();
+        crate::binary::decode_bytes(&[0x67, 0xa4, 0x64, 0xa4], 0x1000, &mut out);
+        assert_eq!(out.len(), 2);
+        for insn in &out {
+            assert_eq!(string_reads(insn), None, "{insn}");
+            assert_eq!(implicit_load(insn), ImplicitLoad::String);
+        }
+        let loads: Vec<LoadOperand> = string_loads(&insns[1], 5).unwrap().collect();
+        assert_eq!(loads.len(), 2);
+        assert!(loads.iter().all(|l| l.string && l.size == 8 && l.instruction == 5));
+        assert_eq!((loads[0].base, loads[1].base), (RDI, RSI));
+    }
+}
