@@ -428,7 +428,6 @@ mod tests {
             ]
         );
     }
-}
 
     #[test]
     fn string_reads_give_the_sources_size_and_prefix_of_traced_forms_only() {
@@ -473,7 +472,11 @@ mod tests {
         }
         let loads: Vec<LoadOperand> = string_loads(&insns[1], 5).unwrap().collect();
         assert_eq!(loads.len(), 2);
-        assert!(loads.iter().all(|l| l.string && l.size == 8 && l.instruction == 5));
+        assert!(
+            loads
+                .iter()
+                .all(|l| l.string && l.size == 8 && l.instruction == 5)
+        );
         assert_eq!((loads[0].base, loads[1].base), (RDI, RSI));
     }
 }

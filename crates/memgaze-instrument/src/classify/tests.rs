@@ -648,7 +648,10 @@ fn string_reads_are_strided_and_never_carry_a_blocks_constant_loads() {
     let strings: Vec<&ClassifiedLoad> = loads.loads.iter().filter(|l| l.operand.string).collect();
     assert_eq!(strings.len(), 3);
     for l in &strings {
-        assert_eq!((l.class, l.reason), (LoadClass::Strided, Reason::StringInstruction));
+        assert_eq!(
+            (l.class, l.reason),
+            (LoadClass::Strided, Reason::StringInstruction)
+        );
         assert!(l.instrumented && l.implied == 0 && l.proxy.is_none());
     }
     assert_eq!(m["movs"].operand.size, 1);
