@@ -442,24 +442,26 @@ mod tests {
             a.movsd()?; // 7: the string `movsd`
             Ok(())
         });
-        let reads: Vec<Option<(StringKind, u32, bool, &[Register])>> = insns
-            .iter()
-            .map(|i| string_reads(i).map(|r| (r.kind, r.size, r.rep, r.sources())))
-            .collect();
-        use Register::{RDI, RSI};
+        let reads: Vec<Option<StringReads>> = insns.iter().map(string_reads).collect();
+        let r = |kind, size, rep| Some(StringReads { kind, size, rep });
+        use StringKind::{Cmps, Lods, Movs, Scas};
         assert_eq!(
             reads,
             [
-                Some((StringKind::Movs, 1, true, &[RSI][..])),
-                Some((StringKind::Cmps, 8, true, &[RDI, RSI][..])),
-                Some((StringKind::Lods, 2, false, &[RSI][..])),
-                Some((StringKind::Scas, 4, true, &[RDI][..])),
+                r(Movs, 1, true),
+                r(Cmps, 8, true),
+                r(Lods, 2, false),
+                r(Scas, 4, true),
                 None,
                 None,
                 None,
-                Some((StringKind::Movs, 4, false, &[RSI][..])),
+                r(Movs, 4, false),
             ]
         );
+        use Register::{RDI, RSI};
+        assert_eq!(reads[0].unwrap().sources(), [RSI]);
+        assert_eq!(reads[1].unwrap().sources(), [RDI, RSI]);
+        assert_eq!(reads[3].unwrap().sources(), [RDI]);
         assert!(string_reads(&insns[1]).unwrap().conditional());
         assert!(!string_reads(&insns[0]).unwrap().conditional());
         // `addr32 movsb` reads [esi]; `fs movsb` reads fs:[rsi]: implicit.

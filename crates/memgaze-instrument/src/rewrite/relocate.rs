@@ -873,13 +873,13 @@ fn counting_fragment(
         }
         let mut insn = original;
         insn.set_ip(0);
-        let string = plan
-            .inserts
-            .iter()
-            .find_map(|&(index, insert)| match insert {
-                Insert::String { id, second } if index == i => Some([id, second.unwrap_or(id)]),
-                _ => None,
-            });
+        let at = plan.inserts.partition_point(|&(index, _)| index < i);
+        let string = match plan.inserts.get(at) {
+            Some(&(index, Insert::String { id, second })) if index == i => {
+                Some([id, second.unwrap_or(id)])
+            }
+            _ => None,
+        };
         if let Some(ids) = string {
             // Its probe runs wherever the instruction does.
             let stub = next_fake();
