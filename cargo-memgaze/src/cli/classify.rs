@@ -337,7 +337,7 @@ fn table(binary: &Binary, loads: &BinaryLoads, per_load: bool, global: &Global) 
     );
     let _ = writeln!(
         s,
-        "\nkappa = loads / probes (basic-block proxy compression). Not counted as loads: {} implicit stack reads (pop/ret/leave), {} string-instruction reads. {} TLS loads. Jump tables: {} resolved, {} indirect jumps unresolved.",
+        "\nkappa = loads / probes (basic-block proxy compression). Not counted as loads: {} implicit stack reads (pop/ret/leave), {} string-instruction reads (outs, 32-bit addresses, fs:/gs: sources; movs/lods/cmps/scas are loads). {} TLS loads. Jump tables: {} resolved, {} indirect jumps unresolved.",
         totals.stack_loads,
         totals.string_loads,
         totals.tls,

@@ -213,6 +213,22 @@ pub fn read_trace(path: &Path) -> TraceSummary {
 /// a modify of the same address; one execution counts once. PIE binaries
 /// are loaded at 0x108000 by Valgrind.
 pub fn lackey(program: &Path, args: &[&str], stdin: Option<&Path>) -> BTreeMap<u64, Vec<u64>> {
+    lackey_reads(program, args, stdin, false)
+}
+
+/// [`lackey`] with every read of an execution (a `cmps` reads twice per
+/// iteration), except an ` M` or ` L` repeating the address just read by
+/// the same execution (`xchg`'s load and modify).
+pub fn lackey_all(program: &Path, args: &[&str]) -> BTreeMap<u64, Vec<u64>> {
+    lackey_reads(program, args, None, true)
+}
+
+fn lackey_reads(
+    program: &Path,
+    args: &[&str],
+    stdin: Option<&Path>,
+    every_read: bool,
+) -> BTreeMap<u64, Vec<u64>> {
     // Arguments may be paths: keep the log's name one file name.
     let args_tag: String = args
         .join("_")
@@ -239,19 +255,23 @@ pub fn lackey(program: &Path, args: &[&str], stdin: Option<&Path>) -> BTreeMap<u
     let text = std::fs::read_to_string(&log).expect("lackey log");
     let mut out: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
     let mut ip = None;
-    let mut taken = false;
+    let mut last: Option<u64> = None;
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("I  ") {
             let hex = rest.split(',').next().unwrap();
             ip = u64::from_str_radix(hex, 16)
                 .ok()
                 .map(|a| a.wrapping_sub(base));
-            taken = false;
-        } else if (line.starts_with(" L ") || line.starts_with(" M ")) && !taken {
+            last = None;
+        } else if (line.starts_with(" L ") || line.starts_with(" M "))
+            && (last.is_none()
+                || (every_read
+                    && last != u64::from_str_radix(line[3..].split(',').next().unwrap(), 16).ok()))
+        {
             let hex = line[3..].split(',').next().unwrap();
             if let (Some(ip), Ok(addr)) = (ip, u64::from_str_radix(hex, 16)) {
                 out.entry(ip).or_default().push(addr);
-                taken = true;
+                last = Some(addr);
             }
         }
     }
@@ -272,7 +292,7 @@ const REGION_JUMP: u64 = 1 << 30;
 /// Whether two equally long address sequences of one load move alike: every
 /// delta equal, except where either side jumps between mappings (a string
 /// routine that reads argv on the stack and then a heap buffer).
-fn deltas_match(got: &[u64], seen: &[u64]) -> bool {
+pub fn deltas_match(got: &[u64], seen: &[u64]) -> bool {
     deltas(got)
         .into_iter()
         .zip(deltas(seen))

@@ -18,8 +18,9 @@
 //! function by function as they first appear. Instructions the classifier
 //! lists no explicit load for read memory implicitly: `pop`/`ret`/`leave`
 //! read the stack frame, i.e. scalars on the stack, and count as Constant
-//! (paper §III-B); string instructions (`movs`, `lods`, …) and anything
-//! else count as Irregular. The result counts both kinds in its notes.
+//! (paper §III-B); anything else (`outs`, string instructions with 32-bit
+//! addresses) counts as Irregular. The string instructions the classifier
+//! lists (`movs`, `cmps`, …) are Strided, one site per instruction. The result counts both kinds in its notes.
 //! The log is streamed: memory does not grow with its length.
 
 use crate::error::{AccessError, LackeyError};

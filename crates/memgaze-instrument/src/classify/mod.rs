@@ -10,6 +10,9 @@
 //!   loop induction variable with all other parts loop-invariant
 //!   ([`values`]): tested in the innermost loop first, then in the enclosing
 //!   ones while the address stays invariant.
+//! * **Strided** too — the reads of string instructions (`rep movs`,
+//!   `cmps`, `scas`, `lods`): consecutive elements at the element size, up
+//!   or down with the direction flag ([`operands::string_reads`]).
 //! * **Irregular** — everything else: gathers, addresses derived from values
 //!   loaded in the loop, non-linear index arithmetic, and (as in the paper)
 //!   non-frame loads outside loops or at loop-invariant addresses.
@@ -92,6 +95,9 @@ pub enum Reason {
         /// The bit-offset register.
         register: Register,
     },
+    /// Strided: a string instruction's read through `rsi` or `rdi`, one
+    /// element per iteration.
+    StringInstruction,
 }
 
 impl Reason {
@@ -109,6 +115,7 @@ impl Reason {
             Reason::NotInLoop => "not-in-loop",
             Reason::Gather => "gather",
             Reason::BitOffset { .. } => "bit-offset",
+            Reason::StringInstruction => "string",
         }
     }
 }
@@ -146,6 +153,7 @@ impl fmt::Display for Reason {
             Reason::BitOffset { register } => {
                 write!(f, "bit test at the offset in {}", r(register))
             }
+            Reason::StringInstruction => f.write_str("string instruction (element by element)"),
         }
     }
 }
@@ -178,7 +186,8 @@ pub struct FunctionLoads {
     pub loads: Vec<ClassifiedLoad>,
     /// Implicit stack reads (`pop`, `ret`, `leave`): not instrumented.
     pub stack_loads: u32,
-    /// Implicit string reads (`movs`, `lods`, …): not instrumented.
+    /// Implicit string reads not traced (`outs`, 32-bit address size,
+    /// `fs:`/`gs:` sources; see [`operands::string_reads`]).
     pub string_loads: u32,
     /// Basic blocks.
     pub blocks: u32,
@@ -253,6 +262,8 @@ impl Classifier {
             }
             if let Some(op) = operands::explicit_load(&mut self.info, insn, i as u32) {
                 operands.push(op);
+            } else if let Some(reads) = operands::string_loads(insn, i as u32) {
+                operands.extend(reads);
             } else {
                 match operands::implicit_load(insn) {
                     ImplicitLoad::Stack => out.stack_loads += 1,
@@ -309,6 +320,9 @@ fn classify_operand(
     op: &LoadOperand,
     block: u32,
 ) -> (LoadClass, Reason) {
+    if op.string {
+        return (LoadClass::Strided, Reason::StringInstruction);
+    }
     if op.gather {
         return (LoadClass::Irregular, Reason::Gather);
     }
@@ -402,6 +416,8 @@ fn compress(loads: &mut [ClassifiedLoad]) {
                 .count();
         let group = &mut loads[start..end];
         // Prefer a carrier the rewriter can instrument (not TLS, not a gather).
+        // A string read is never one: its probe records per element, not
+        // per execution.
         let plain = |l: &ClassifiedLoad| !l.operand.is_tls() && !l.operand.gather;
         let pick = |group: &[ClassifiedLoad], want: &dyn Fn(&ClassifiedLoad) -> bool| {
             group
@@ -409,9 +425,16 @@ fn compress(loads: &mut [ClassifiedLoad]) {
                 .position(|l| want(l) && plain(l))
                 .or_else(|| group.iter().position(want))
         };
-        let carrier = pick(group, &|l| l.class != LoadClass::Constant)
-            .or_else(|| pick(group, &|l| l.class == LoadClass::Constant))
-            .expect("non-empty group");
+        let carrier = pick(group, &|l| {
+            l.class != LoadClass::Constant && !l.operand.string
+        })
+        .or_else(|| pick(group, &|l| l.class == LoadClass::Constant));
+        let Some(carrier) = carrier else {
+            // String reads only: each has its own probe.
+            group.iter_mut().for_each(|l| l.instrumented = true);
+            start = end;
+            continue;
+        };
         let carrier_ip = group[carrier].operand.ip;
         let mut implied = 0;
         for (k, l) in group.iter_mut().enumerate() {

@@ -15,6 +15,14 @@
 //! `rep`; one count per instruction). `xlat` (`al ← [rbx + al]`) is decoded
 //! with an explicit memory operand and is an explicit load.
 //!
+//! String instructions with 64-bit addresses and no `fs:`/`gs:` override
+//! (`movs`, `lods`, `cmps`, `scas`; [`string_reads`]) are loads nonetheless:
+//! one operand per register they read through (`[rsi]`, `es:[rdi]`, both for
+//! `cmps`, `rdi` first as Valgrind reads them) with the element size, marked [`LoadOperand::string`]; each
+//! execution reads a range of elements that the rewriter's string probe
+//! records element by element. Only the rest (`outs`, 32-bit address size,
+//! segment overrides) stay implicit and counted.
+//!
 //! A bit test of memory at a register bit offset (`bt`/`bts`/`btr`/`btc
 //! [mem], reg`) reads outside its operand: the byte `offset >> 3` (signed)
 //! past the operand's address (`bit_offset_register`), which is what
@@ -49,6 +57,9 @@ pub struct LoadOperand {
     pub gather: bool,
     /// `call [mem]` / `jmp [mem]`: the read value is a code pointer.
     pub control: bool,
+    /// A string instruction's read through `base` (`rsi` or `rdi`): one
+    /// element of `size` bytes per iteration ([`string_reads`]).
+    pub string: bool,
 }
 
 impl LoadOperand {
@@ -144,7 +155,115 @@ pub(crate) fn explicit_load(
             insn.flow_control(),
             iced_x86::FlowControl::IndirectCall | iced_x86::FlowControl::IndirectBranch
         ),
+        string: false,
     })
+}
+
+/// The string-instruction families whose reads are traced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StringKind {
+    /// `movs`: reads `[rsi]`, writes `es:[rdi]`.
+    Movs,
+    /// `lods`: reads `[rsi]`.
+    Lods,
+    /// `cmps`: reads `es:[rdi]` and `[rsi]` (in Lackey's order: `rdi`
+    /// first); `repe`/`repne` stop early.
+    Cmps,
+    /// `scas`: reads `es:[rdi]`; `repe`/`repne` stop early.
+    Scas,
+}
+
+/// What one traced string instruction reads per iteration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StringReads {
+    /// The family.
+    pub kind: StringKind,
+    /// Element size in bytes (1, 2, 4, 8).
+    pub size: u32,
+    /// A `rep`/`repe`/`repne` prefix: `rcx` iterations (at most, for
+    /// `cmps`/`scas`); without it one.
+    pub rep: bool,
+}
+
+impl StringReads {
+    /// The registers it reads through, in the order of its reads.
+    pub fn sources(self) -> &'static [Register] {
+        match self.kind {
+            StringKind::Movs | StringKind::Lods => &[Register::RSI],
+            StringKind::Cmps => &[Register::RDI, Register::RSI],
+            StringKind::Scas => &[Register::RDI],
+        }
+    }
+
+    /// Whether the iteration count is known only once it ran (`repe`/`repne`
+    /// `cmps`/`scas`).
+    pub fn conditional(self) -> bool {
+        self.rep && matches!(self.kind, StringKind::Cmps | StringKind::Scas)
+    }
+}
+
+/// The reads of a string instruction that is traced: 64-bit address size
+/// (`[rsi]`/`es:[rdi]`, not `[esi]`) and no `fs:`/`gs:` override on the
+/// source. `None` for every other instruction, the SSE2 `movsd`/`cmpsd`
+/// included.
+pub fn string_reads(insn: &Instruction) -> Option<StringReads> {
+    use Mnemonic as M;
+    let (kind, size) = match insn.mnemonic() {
+        M::Movsb => (StringKind::Movs, 1),
+        M::Movsw => (StringKind::Movs, 2),
+        M::Movsd => (StringKind::Movs, 4),
+        M::Movsq => (StringKind::Movs, 8),
+        M::Lodsb => (StringKind::Lods, 1),
+        M::Lodsw => (StringKind::Lods, 2),
+        M::Lodsd => (StringKind::Lods, 4),
+        M::Lodsq => (StringKind::Lods, 8),
+        M::Cmpsb => (StringKind::Cmps, 1),
+        M::Cmpsw => (StringKind::Cmps, 2),
+        M::Cmpsd => (StringKind::Cmps, 4),
+        M::Cmpsq => (StringKind::Cmps, 8),
+        M::Scasb => (StringKind::Scas, 1),
+        M::Scasw => (StringKind::Scas, 2),
+        M::Scasd => (StringKind::Scas, 4),
+        M::Scasq => (StringKind::Scas, 8),
+        _ => return None,
+    };
+    let kinds: Vec<OpKind> = (0..insn.op_count()).map(|i| insn.op_kind(i)).collect();
+    let wide = |k: OpKind| matches!(k, OpKind::MemorySegRSI | OpKind::MemoryESRDI);
+    // The SSE2 namesakes have no string operand; 32- and 16-bit address
+    // sizes have other kinds.
+    if !kinds.iter().any(|&k| wide(k)) || kinds.iter().any(|&k| is_string_operand(k) && !wide(k)) {
+        return None;
+    }
+    if matches!(insn.segment_prefix(), Register::FS | Register::GS) {
+        return None;
+    }
+    let rep = insn.has_rep_prefix() || insn.has_repne_prefix();
+    Some(StringReads { kind, size, rep })
+}
+
+/// The load operands of a traced string instruction (see [`string_reads`]):
+/// one per source register, in the order of its reads.
+pub(crate) fn string_loads(
+    insn: &Instruction,
+    index: u32,
+) -> Option<impl Iterator<Item = LoadOperand>> {
+    let reads = string_reads(insn)?;
+    let (ip, len) = (insn.ip(), insn.len() as u8);
+    Some(reads.sources().iter().map(move |&base| LoadOperand {
+        instruction: index,
+        ip,
+        len,
+        base,
+        index: Register::None,
+        scale: 1,
+        displacement: 0,
+        segment: Register::None,
+        size: reads.size,
+        read_modify_write: false,
+        gather: false,
+        control: false,
+        string: true,
+    }))
 }
 
 /// The implicit read `insn` makes, if any.
@@ -308,5 +427,58 @@ mod tests {
                 true
             ]
         );
+    }
+
+    #[test]
+    fn string_reads_give_the_sources_size_and_prefix_of_traced_forms_only() {
+        let insns = decode(|a| {
+            a.rep().movsb()?; // 0
+            a.repe().cmpsq()?; // 1
+            a.lodsw()?; // 2
+            a.repne().scasd()?; // 3
+            a.outsb()?; // 4: not traced
+            a.rep().stosb()?; // 5: a store
+            a.movsd_2(xmm0, qword_ptr(rdi))?; // 6: SSE2
+            a.movsd()?; // 7: the string `movsd`
+            Ok(())
+        });
+        let reads: Vec<Option<StringReads>> = insns.iter().map(string_reads).collect();
+        let r = |kind, size, rep| Some(StringReads { kind, size, rep });
+        use StringKind::{Cmps, Lods, Movs, Scas};
+        assert_eq!(
+            reads,
+            [
+                r(Movs, 1, true),
+                r(Cmps, 8, true),
+                r(Lods, 2, false),
+                r(Scas, 4, true),
+                None,
+                None,
+                None,
+                r(Movs, 4, false),
+            ]
+        );
+        use Register::{RDI, RSI};
+        assert_eq!(reads[0].unwrap().sources(), [RSI]);
+        assert_eq!(reads[1].unwrap().sources(), [RDI, RSI]);
+        assert_eq!(reads[3].unwrap().sources(), [RDI]);
+        assert!(string_reads(&insns[1]).unwrap().conditional());
+        assert!(!string_reads(&insns[0]).unwrap().conditional());
+        // `addr32 movsb` reads [esi]; `fs movsb` reads fs:[rsi]: implicit.
+        let mut out = Vec::new();
+        crate::binary::decode_bytes(&[0x67, 0xa4, 0x64, 0xa4], 0x1000, &mut out);
+        assert_eq!(out.len(), 2);
+        for insn in &out {
+            assert_eq!(string_reads(insn), None, "{insn}");
+            assert_eq!(implicit_load(insn), ImplicitLoad::String);
+        }
+        let loads: Vec<LoadOperand> = string_loads(&insns[1], 5).unwrap().collect();
+        assert_eq!(loads.len(), 2);
+        assert!(
+            loads
+                .iter()
+                .all(|l| l.string && l.size == 8 && l.instruction == 5)
+        );
+        assert_eq!((loads[0].base, loads[1].base), (RDI, RSI));
     }
 }

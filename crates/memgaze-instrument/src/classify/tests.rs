@@ -632,3 +632,33 @@ fn a_loop_of_thousands_of_blocks_classifies_in_linear_time() {
     assert_eq!(loads.count(LoadClass::Strided), 4000);
     assert_eq!(class_of(&m, "last"), LoadClass::Strided);
 }
+
+#[test]
+fn string_reads_are_strided_and_never_carry_a_blocks_constant_loads() {
+    let mut f = Asm::new();
+    f.mark("stack");
+    f.a.mov(rcx, qword_ptr(rsp + 8)).unwrap();
+    f.mark("movs");
+    f.a.rep().movsb().unwrap();
+    f.mark("cmps");
+    f.a.repe().cmpsq().unwrap();
+    f.a.ret().unwrap();
+    let (loads, m) = f.classify();
+    // A site per source: movsb [rsi]; cmpsq es:[rdi], [rsi].
+    let strings: Vec<&ClassifiedLoad> = loads.loads.iter().filter(|l| l.operand.string).collect();
+    assert_eq!(strings.len(), 3);
+    for l in &strings {
+        assert_eq!(
+            (l.class, l.reason),
+            (LoadClass::Strided, Reason::StringInstruction)
+        );
+        assert!(l.instrumented && l.implied == 0 && l.proxy.is_none());
+    }
+    assert_eq!(m["movs"].operand.size, 1);
+    assert_eq!(m["cmps"].operand.base, Register::RDI);
+    assert_eq!(m["cmps"].operand.size, 8);
+    // The Constant load carries its own probe rather than ride on a
+    // string read's per-element records.
+    assert!(m["stack"].instrumented && m["stack"].proxy.is_none());
+    assert_eq!(loads.string_loads, 0);
+}

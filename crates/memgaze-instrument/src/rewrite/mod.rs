@@ -649,6 +649,17 @@ impl Planner<'_, '_> {
                     continue;
                 };
                 let insn = &code.instructions[index];
+                if let Some(reads) = crate::classify::operands::string_reads(insn) {
+                    if !soft {
+                        skipped_loads.push((
+                            li,
+                            "string instruction (ptwrite carries no element count)".into(),
+                        ));
+                    } else {
+                        string_insert(&mut inserts, index, reads, load, id_base);
+                    }
+                    continue;
+                }
                 if let Some(reason) = probe::unsupported_operand(insn) {
                     skipped_loads.push((li, reason.into()));
                     continue;
@@ -694,6 +705,37 @@ impl Planner<'_, '_> {
             }),
             skipped_loads,
         }
+    }
+}
+
+/// Adds string-instruction load `load` (at instruction `index`, reading
+/// as `reads`) to the string probe of its instruction: the `rsi` read of a
+/// `cmps` is its second source, any other read the first.
+fn string_insert(
+    inserts: &mut Vec<(usize, Insert)>,
+    index: usize,
+    reads: crate::classify::operands::StringReads,
+    load: &crate::annotation::LoadSite,
+    id_base: u32,
+) {
+    let id = load.id | id_base;
+    let second = reads.sources().len() == 2 && load.base.as_deref() == Some("rsi");
+    let at = inserts.iter().position(|&(i, _)| i == index);
+    let (first, other) = match at.map(|k| inserts[k].1) {
+        Some(Insert::String { id: f, second: o }) => (Some(f), o),
+        _ => (None, None),
+    };
+    let insert = if second {
+        Insert::String {
+            id: first.unwrap_or(id),
+            second: Some(id),
+        }
+    } else {
+        Insert::String { id, second: other }
+    };
+    match at {
+        Some(k) => inserts[k].1 = insert,
+        None => inserts.push((index, insert)),
     }
 }
 
@@ -1340,6 +1382,7 @@ fn count_into_report(report: &mut Report, annotation: &Annotation, plans: &[Plan
             let name = match insert {
                 Insert::Soft { fast, .. } => format!("{} probe", fast.name()),
                 Insert::Ptwrite { .. } => "ptwrite".into(),
+                Insert::String { .. } => "string probe".into(),
             };
             *report.probe_kinds.entry(name).or_default() += 1;
         }

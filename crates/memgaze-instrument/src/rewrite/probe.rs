@@ -81,6 +81,26 @@
 //! the checks (`mprotect` to writable and back). The check's first byte is
 //! the only label in it, so nothing branches into the replaced bytes.
 //!
+//! # String instructions
+//!
+//! A traced string instruction (`movs`, `lods`, `cmps`, `scas`, with or
+//! without `rep`; [`crate::classify::operands::string_reads`]) is reached
+//! through a jump to its *string stub*, which records every element it is
+//! about to read as one execution of its load (two for `cmps`: `es:[rdi]`,
+//! then `[rsi]`, Valgrind's order) and jumps back to it. Before the instruction `rsi`,
+//! `rdi`, `rcx` and the direction flag give the range: `n` elements from
+//! the source registers, `size` bytes apart, downwards when DF is set; `n`
+//! is `rcx` with a `rep` prefix, else 1. For `repe`/`repne` `cmps`/`scas`
+//! the count depends on the data: the stub runs the instruction itself on
+//! the saved registers (it only reads) and takes `n` = `rcx` before minus
+//! `rcx` after, which is exact unless another thread writes the data in
+//! between. The elements go to the countdown as consecutive executions:
+//! whole elements the countdown covers are subtracted at once, the others
+//! (in and near a window) take the ordinary slow path, one `record` call
+//! each. No cap: every element inside a window, all of them in a full
+//! trace, is a record. Every register and the flags are saved around it
+//! (`cld` before the calls: the runtime's own copies go forwards).
+//!
 //! # Ptwrite mode
 //!
 //! `ptwrite r64` of the base and then the index register of the load's
@@ -752,6 +772,117 @@ pub(crate) fn effective_address(load: &Instruction, dst: Register, rsp_adjust: i
     // wrap-around) through the encoder's address-size prefix.
     let operand = MemoryOperand::new(base, index, scale, disp, size, false, Register::None);
     Instruction::with2(Code::Lea_r64_m, dst, operand).expect("valid lea")
+}
+
+/// Appends the string stub of `insn` at `stub` (see the module
+/// documentation): `ids` are the load ids of its first and second source
+/// (equal without a second), `record` the runtime's slow path; it ends with
+/// a jump to `resume`, the instruction.
+pub(crate) fn string_stub(
+    insn: &Instruction,
+    ids: [u32; 2],
+    stub: u64,
+    resume: u64,
+    record: u64,
+    next_label: &mut dyn FnMut() -> u64,
+    out: &mut Vec<Instruction>,
+) {
+    use Register::{R8, R9, RAX, RCX, RDI, RDX, RSI, RSP};
+    let reads = crate::classify::operands::string_reads(insn).expect("a traced string instruction");
+    let sources = reads.sources();
+    let two = sources.len() == 2;
+    let (done, forward, next) = (next_label(), next_label(), next_label());
+    let partial = next_label();
+    let slot = |disp: i64| MemoryOperand::with_base_displ(RSP, disp);
+    // Frame: r9, r8, rdi, rsi, rdx, rcx, rax at [rsp + 8k], the flags at
+    // [rsp + 56], then the red zone.
+    out.push(with_ip(lea(RSP, RSP, -RED_ZONE), stub));
+    out.push(Instruction::with(Code::Pushfq));
+    for r in [RAX, RCX, RDX, RSI, RDI, R8, R9] {
+        out.push(push(r));
+    }
+    // rcx = the element count.
+    if reads.conditional() {
+        out.push(i2(Code::Mov_r64_rm64, RDX, RCX));
+        let mut again = *insn;
+        again.set_ip(0);
+        out.push(again);
+        out.push(i2(Code::Sub_r64_rm64, RDX, RCX));
+        out.push(i2(Code::Mov_r64_rm64, RCX, RDX));
+        out.push(i2(Code::Mov_r64_rm64, RSI, slot(24)));
+        out.push(i2(Code::Mov_r64_rm64, RDI, slot(16)));
+    } else if !reads.rep {
+        out.push(i2(Code::Mov_r32_imm32, Register::ECX, 1));
+    }
+    // r8 (r9) = the source addresses; rdx = the signed step.
+    out.push(i2(Code::Mov_r64_rm64, R8, sources[0]));
+    if two {
+        out.push(i2(Code::Mov_r64_rm64, R9, sources[1]));
+    }
+    out.push(i2(Code::Mov_r32_imm32, Register::EDX, reads.size as i32));
+    out.push(i2(Code::Test_rm64_imm32, slot(56), 0x400));
+    out.push(branch(Code::Je_rel32_64, forward));
+    out.push(Instruction::with1(Code::Neg_rm64, RDX).expect("neg"));
+    out.push(with_ip(Instruction::with(Code::Cld), forward));
+    // Loop: rcx elements left.
+    let top = next_label();
+    out.push(with_ip(i2(Code::Test_rm64_r64, RCX, RCX), top));
+    out.push(branch(Code::Je_rel32_64, done));
+    out.push(i2(Code::Mov_r64_rm64, RAX, fs_countdown()));
+    if two {
+        out.push(i2(Code::Shr_rm64_imm8, RAX, 1));
+    }
+    // rax = whole elements the countdown covers.
+    out.push(i2(Code::Cmp_r64_rm64, RAX, RCX));
+    out.push(branch(Code::Jb_rel32_64, partial));
+    out.push(i2(Code::Mov_r64_rm64, RAX, RCX));
+    if two {
+        out.push(i2(Code::Add_r64_rm64, RAX, RAX));
+    }
+    out.push(i2(Code::Sub_rm64_r64, fs_countdown(), RAX));
+    out.push(branch(Code::Jmp_rel32_64, done));
+    // Skip the rax covered elements, then one element execution by
+    // execution.
+    out.push(with_ip(i2(Code::Sub_r64_rm64, RCX, RAX), partial));
+    out.push(i2(Code::Mov_r64_rm64, RSI, RAX));
+    if two {
+        out.push(i2(Code::Add_r64_rm64, RSI, RSI));
+    }
+    out.push(i2(Code::Sub_rm64_r64, fs_countdown(), RSI));
+    out.push(i2(Code::Imul_r64_rm64, RAX, RDX));
+    out.push(i2(Code::Add_r64_rm64, R8, RAX));
+    if two {
+        out.push(i2(Code::Add_r64_rm64, R9, RAX));
+    }
+    // One execution per source: the ordinary fast path, else `record`.
+    let mut label = 0;
+    for (k, &source) in [R8, R9].iter().enumerate().take(sources.len()) {
+        let skip = if k + 1 == sources.len() {
+            next
+        } else {
+            next_label()
+        };
+        out.push(with_ip(i2(Code::Sub_rm64_imm8, fs_countdown(), 1), label));
+        out.push(branch(Code::Jae_rel32_64, skip));
+        out.push(i2(Code::Mov_rm64_imm32, fs_countdown(), 0));
+        out.push(i2(Code::Mov_r64_rm64, RDI, source));
+        out.push(i2(Code::Mov_r32_imm32, Register::ESI, ids[k] as i32));
+        out.push(branch(Code::Call_rel32_64, record));
+        label = skip;
+    }
+    out.push(with_ip(i2(Code::Add_r64_rm64, R8, RDX), next));
+    if two {
+        out.push(i2(Code::Add_r64_rm64, R9, RDX));
+    }
+    out.push(Instruction::with1(Code::Dec_rm64, RCX).expect("dec"));
+    out.push(branch(Code::Jmp_rel32_64, top));
+    out.push(with_ip(pop(R9), done));
+    for r in [R8, RDI, RSI, RDX, RCX, RAX] {
+        out.push(pop(r));
+    }
+    out.push(Instruction::with(Code::Popfq));
+    out.push(lea(RSP, RSP, RED_ZONE));
+    out.push(branch(Code::Jmp_rel32_64, resume));
 }
 
 /// Appends `ptwrite` of the load's base and index registers; the first

@@ -36,6 +36,14 @@ pub(crate) enum Insert {
         /// Load id (annotation index).
         id: u32,
     },
+    /// The string probe of a string instruction ([`probe::string_stub`]):
+    /// records every element it reads.
+    String {
+        /// Load id of its first source (`rsi`; `rdi` for `scas`, `cmps`).
+        id: u32,
+        /// Load id of its second source (`rsi` of `cmps`).
+        second: Option<u32>,
+    },
 }
 
 /// A superblock whose instrumented loads are counted by one check (see
@@ -514,6 +522,22 @@ fn copy_instructions(
                     entries.record
                 };
                 probe::soft_slow_stub(fast, &insn, id, slow, resume, fallback, record, &mut stubs);
+            }
+            Some(Insert::String { id, second }) => {
+                let stub = next_fake();
+                let resume = next_fake();
+                all.push(jump_with_label(stub, label));
+                label = 0;
+                insn.set_ip(resume);
+                probe::string_stub(
+                    &insn,
+                    [id, second.unwrap_or(id)],
+                    stub,
+                    resume,
+                    entries.record,
+                    &mut next_fake,
+                    &mut stubs,
+                );
             }
             Some(Insert::Ptwrite { id }) => {
                 let at = all.len();
@@ -1010,7 +1034,21 @@ fn counting_fragment(
         }
         let mut insn = original;
         insn.set_ip(0);
-        if let Some(&(_, id, fast)) = loads.next_if(|&&(index, _, _)| index == i) {
+        let at = plan.inserts.partition_point(|&(index, _)| index < i);
+        let string = match plan.inserts.get(at) {
+            Some(&(index, Insert::String { id, second })) if index == i => {
+                Some([id, second.unwrap_or(id)])
+            }
+            _ => None,
+        };
+        if let Some(ids) = string {
+            // Its probe runs wherever the instruction does.
+            let stub = next_fake();
+            let resume = next_fake();
+            out.push(jump_with_label(stub, first));
+            insn.set_ip(resume);
+            probe::string_stub(&insn, ids, stub, resume, entries.record, next_fake, stubs);
+        } else if let Some(&(_, id, fast)) = loads.next_if(|&&(index, _, _)| index == i) {
             let slow = next_fake();
             let resume = next_fake();
             let fallback = next_fake();
@@ -1044,6 +1082,13 @@ fn counting_fragment(
         let next = last.next_ip();
         out.push(Instruction::with_branch(Code::Jmp_rel32_64, next).expect("valid jmp"));
     }
+}
+
+/// `jmp rel32 target` carrying the label `ip` (0: none).
+fn jump_with_label(target: u64, ip: u64) -> Instruction {
+    let mut jump = Instruction::with_branch(Code::Jmp_rel32_64, target).expect("valid jmp");
+    jump.set_ip(ip);
+    jump
 }
 
 /// Applies instruction `i`'s table redirect to `insn`, the copy about to be

@@ -40,10 +40,9 @@ pub struct Report {
     pub coverage: f64,
     /// `reason → count` of loads neither instrumented nor implied.
     pub(crate) loads_skipped: BTreeMap<String, usize>,
-    /// Implicit string reads (`movs`, `lods`, `cmps`, `scas`, `outs`) in
-    /// the selected functions: not traced, by design (no memory
-    /// operand to probe; a `rep` prefix makes one a loop of loads). Not part
-    /// of `loads` or `coverage`.
+    /// Implicit string reads in the selected functions that have no string
+    /// probe (`outs`, 32-bit address size, `fs:`/`gs:` sources): not traced.
+    /// Not part of `loads` or `coverage`.
     pub string_loads: usize,
     /// Implicit stack reads (`pop`, `ret`, `leave`) in the selected
     /// functions: not traced, by design. Not part of `loads` or `coverage`.
@@ -133,7 +132,7 @@ impl fmt::Display for Report {
         }
         writeln!(
             f,
-            "implicit loads not traced (by design): {} string instructions (movs, lods, cmps, scas, outs), {} stack reads (pop, ret, leave)",
+            "implicit loads not traced (by design): {} string instructions (outs, 32-bit addresses, fs:/gs: sources), {} stack reads (pop, ret, leave)",
             self.string_loads, self.stack_loads
         )?;
         if !self.probe_kinds.is_empty() {
