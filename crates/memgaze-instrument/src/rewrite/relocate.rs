@@ -476,6 +476,12 @@ fn build_part(
             let site = escapes.next_if(|&&(index, _)| index == i).map(|&(_, s)| s);
             push_checked(insn, site, entries, &mut next_fake, &mut all, &mut stubs)?;
         }
+        if code.instructions.last().is_some_and(runs_off_the_end) {
+            // In the original, execution goes on at the next bytes (glibc's
+            // `__strncasecmp_avx2` loads the locale and continues into
+            // `__strncasecmp_l_avx2`); in the copy, the stubs follow.
+            all.push(Instruction::with_branch(Code::Jmp_rel32_64, code.end)?);
+        }
         body_ends.push(all.len());
         // Loop heads: the last branch of the body back to each.
         if aligned.len() > plan_aligned {
@@ -555,6 +561,18 @@ struct Aligned {
     at: usize,
     /// The index of the last branch back to it (a loop head), if any.
     loop_end: Option<usize>,
+}
+
+/// Whether execution can continue past `last`, a function's last
+/// instruction, into whatever follows the function.
+fn runs_off_the_end(last: &Instruction) -> bool {
+    !matches!(
+        last.flow_control(),
+        FlowControl::UnconditionalBranch
+            | FlowControl::IndirectBranch
+            | FlowControl::Return
+            | FlowControl::Exception
+    )
 }
 
 /// Whether the compiler padded the code before the instruction at `ip`
