@@ -13,6 +13,9 @@ command -v objdump >/dev/null || need_apt+=(binutils)
 [ -f /usr/include/intel-pt.h ] || need_apt+=(libipt-dev)
 # A cgo Go program must be refused before it runs (tests/it/rewriter.rs).
 command -v go >/dev/null || need_apt+=(golang-go)
+# Behaviour with instrumented libraries: sqlite3 and python3 run scripts (tests/it/libs.rs).
+[ -x /usr/bin/sqlite3 ] || need_apt+=(sqlite3)
+[ -x /usr/bin/python3 ] || need_apt+=(python3)
 # Headless Chromium lays out the HTML report in the layout test (tests/it/report_browser.rs).
 command -v chromium >/dev/null || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
