@@ -56,7 +56,7 @@ pub struct InstrumentedTargets {
 impl InstrumentedTargets {
     /// The instrumented executable of a selected bench's target.
     pub fn of(&self, exe: &BenchExecutable) -> &InstrumentedBench {
-        &self.with_libraries(exe).0
+        self.with_libraries(exe).0
     }
 
     /// The instrumented executable of a selected bench's target and the
