@@ -42,6 +42,9 @@ pub struct Args {
     #[command(flatten)]
     pub cargo: CargoArgs,
 
+    #[command(flatten)]
+    pub libs: super::record::LibsArgs,
+
     /// Output: tables for people, or one JSON object per line with a
     /// `reason` field.
     #[arg(long, value_enum, value_name = "FMT", default_value_t = MessageFormat::Human)]
@@ -180,7 +183,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     let _lock = layout.lock(global.quiet)?;
     let mut gating = Gating::new(&args, cli_limits, &suite, layout.root())?;
     let progress = Progress::new(selected.len() as u64, global.quiet);
-    let instrumented = suite::instrument_targets(&suite, &progress, global)?;
+    let instrumented = suite::instrument_targets(&suite, &progress, &args.libs, global)?;
     let several_targets = suite.targets.len() > 1;
     let width = selected
         .iter()
@@ -203,7 +206,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             break;
         }
         let exe = &target.executable;
-        let instrumented = instrumented.of(exe);
+        let instrumented = instrumented.with_libraries(exe);
         progress.start(
             "Recording",
             &format!("{} {}", exe.display_name(), case.name),
@@ -270,7 +273,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                 let run = BenchRun {
                     key: BenchKey::new(&exe.package, &exe.target, &case.name),
                     analysis: recording.analysis,
-                    binary: Some(instrumented.annotation.binary.clone()),
+                    binary: Some(instrumented.0.annotation.binary.clone()),
                     profile: Some(args.cargo.profile.clone()),
                 };
                 gating.after(&run, json, &progress)?;

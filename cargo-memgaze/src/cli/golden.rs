@@ -41,6 +41,9 @@ pub struct Args {
     #[command(flatten)]
     pub cargo: CargoArgs,
 
+    #[command(flatten)]
+    pub libs: super::record::LibsArgs,
+
     /// Write the snapshots (accept every difference).
     #[arg(long)]
     pub update: bool,
@@ -172,7 +175,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     let _lock = layout.lock(global.quiet)?;
     let started = Instant::now();
     let progress = Progress::new(selected.len() as u64, global.quiet);
-    let instrumented = suite::instrument_targets(&suite, &progress, global)?;
+    let instrumented = suite::instrument_targets(&suite, &progress, &args.libs, global)?;
     let mut exit = Exit::Ok;
     let mut counts = std::collections::BTreeMap::<&str, usize>::new();
     let mut pending_written = false;
@@ -186,7 +189,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             break;
         }
         let exe = &target.executable;
-        let instrumented = instrumented.of(exe);
+        let instrumented = instrumented.with_libraries(exe);
         progress.start("Tracing", &format!("{} {}", exe.display_name(), case.name));
         let plan = RunPlan {
             sampling: Sampling::full(),

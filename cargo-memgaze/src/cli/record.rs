@@ -17,7 +17,7 @@ use memgaze_trace::{Backend, ProgramExit, Sampling, TraceWriter};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-/// `--libs`, shared by `record` and `run`.
+/// `--libs`, shared by `record`, `run`, `bench`, `golden` and `validate`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct LibsArgs {
     /// Shared libraries to instrument too: `none` (the default), or a

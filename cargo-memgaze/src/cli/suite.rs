@@ -5,6 +5,7 @@ use super::progress::Progress;
 use super::style::styled_eprintln;
 use super::{ColorChoice, Global};
 use crate::cargo::{self, BenchExecutable, BenchSuite, BuildOptions, CargoArgs, HarnessArgs};
+use crate::pipeline::libs::Libraries;
 use crate::pipeline::{self, InstrumentedBench};
 use anyhow::Context;
 use memgaze_metadata::messages::{self, Reason};
@@ -46,28 +47,36 @@ pub fn discover(
 }
 
 /// The instrumented executables of a suite's targets that have selected
-/// benches.
+/// benches, each with its instrumented libraries (`--libs`).
 pub struct InstrumentedTargets {
     /// In `suite.targets` order; `None` for targets with nothing to run.
-    by_target: Vec<(PathBuf, Option<InstrumentedBench>)>,
+    by_target: Vec<(PathBuf, Option<(InstrumentedBench, Libraries)>)>,
 }
 
 impl InstrumentedTargets {
     /// The instrumented executable of a selected bench's target.
     pub fn of(&self, exe: &BenchExecutable) -> &InstrumentedBench {
+        self.with_libraries(exe).0
+    }
+
+    /// The instrumented executable of a selected bench's target and the
+    /// libraries it loads instrumented.
+    pub fn with_libraries(&self, exe: &BenchExecutable) -> (&InstrumentedBench, &Libraries) {
         self.by_target
             .iter()
             .find(|(path, _)| *path == exe.path)
             .and_then(|(_, instrumented)| instrumented.as_ref())
+            .map(|(bench, libraries)| (bench, libraries))
             .expect("targets with selected benches are instrumented")
     }
 }
 
-/// Instruments every target of the suite that has selected benches (from
-/// the cache when possible).
+/// Instruments every target of the suite that has selected benches, and
+/// the libraries `libs` selects of each (from the cache when possible).
 pub fn instrument_targets(
     suite: &BenchSuite,
     progress: &Progress,
+    libs: &super::record::LibsArgs,
     global: &Global,
 ) -> anyhow::Result<InstrumentedTargets> {
     let root = suite.workspace.results_layout().root().to_path_buf();
@@ -110,7 +119,22 @@ pub fn instrument_targets(
                 ));
             }
         }
-        out.push((target.executable.path.clone(), Some(instrumented)));
+        let libraries = libs
+            .prepare(
+                &target.executable.path,
+                Some(&root.join(pipeline::instrumented::CACHE_DIR)),
+                global,
+            )
+            .with_context(|| {
+                format!(
+                    "libraries of bench target `{}`",
+                    target.executable.display_name()
+                )
+            })?;
+        out.push((
+            target.executable.path.clone(),
+            Some((instrumented, libraries)),
+        ));
     }
     Ok(InstrumentedTargets { by_target: out })
 }

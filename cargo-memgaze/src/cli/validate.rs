@@ -41,6 +41,9 @@ pub struct Args {
     #[command(flatten)]
     pub cargo: CargoArgs,
 
+    #[command(flatten)]
+    pub libs: super::record::LibsArgs,
+
     /// Sampling period: one sample every N instrumented-load executions
     /// (default 100000, or 100 × --window for a larger window: ≈1% recorded).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Recording")]
@@ -198,7 +201,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     let _lock = suite.workspace.results_layout().lock(global.quiet)?;
     let started = Instant::now();
     let progress = Progress::new(selected.len() as u64, global.quiet);
-    let instrumented = suite::instrument_targets(&suite, &progress, global)?;
+    let instrumented = suite::instrument_targets(&suite, &progress, &args.libs, global)?;
     let mut exit = Exit::Ok;
     let mut counts = std::collections::BTreeMap::<&str, usize>::new();
     // Caught from here on: a signal between two benches (or while one is
@@ -211,7 +214,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             break;
         }
         let exe = &target.executable;
-        let instrumented = instrumented.of(exe);
+        let instrumented = instrumented.with_libraries(exe);
         let golden = store
             .read(&exe.package, &exe.target, &case.name)?
             .expect("checked above");

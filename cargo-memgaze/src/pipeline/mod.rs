@@ -128,8 +128,9 @@ fn attribute_to_user_code(header: &mut TraceHeader, annotation: &Annotation, roo
     }
 }
 
-/// Records one bench through its instrumented executable and analyses the
-/// trace as it streams in (see the module documentation).
+/// Records one bench through its instrumented executable (loading the
+/// instrumented `libraries`) and analyses the trace as it streams in (see
+/// the module documentation).
 ///
 /// An error means the bench could not be recorded (the program did not
 /// start, the recorder failed, no bench of that exact name ran); a failing
@@ -137,7 +138,7 @@ fn attribute_to_user_code(header: &mut TraceHeader, annotation: &Annotation, roo
 pub fn record_bench(
     target: &BenchTarget,
     case: &BenchCase,
-    instrumented: &InstrumentedBench,
+    (instrumented, libraries): (&InstrumentedBench, &libs::Libraries),
     plan: &RunPlan,
 ) -> anyhow::Result<BenchRecording> {
     let started = Instant::now();
@@ -164,6 +165,12 @@ pub fn record_bench(
         ("target".into(), exe.target.clone()),
         ("bench".into(), case.name.clone()),
     ]);
+    let objects = memgaze_record::Objects {
+        bases: libraries.extend_header(&mut header),
+        valid: libraries.valid_loads(&instrumented.annotation),
+        escapes: memgaze_record::escape_sites(&instrumented.annotation),
+    };
+    libraries.apply(&mut command);
     let writer = match &plan.trace_file {
         Some(path) => {
             Some(TraceWriter::create(path, &header).with_context(|| path.display().to_string())?)
@@ -174,9 +181,9 @@ pub fn record_bench(
     // Errors of the sink are the trace file's (the analysis cannot fail).
     let unnamed = Path::new("the analysis");
     let named = plan.trace_file.as_deref().unwrap_or(unnamed);
-    let recording = memgaze_record::record_command_within(
+    let recording = memgaze_record::record_objects_within(
         command,
-        &instrumented.annotation,
+        &objects,
         &plan.sampling,
         header.spatial,
         &mut memgaze_record::NamedSink(&mut sink, named),

@@ -1069,3 +1069,66 @@ fn the_microbenches_generator_is_the_workspace_one() {
         }
     }
 }
+
+/// `bench --libs`: a bench whose loads are libc's `bcmp` records them with
+/// libc instrumented (its object in the coverage), and not without.
+#[test]
+fn bench_libs_records_the_loads_of_instrumented_libraries() {
+    let _lock = serial();
+    let manifest = fixture_manifest();
+    let objects = |libs: &str| -> Vec<(String, u64)> {
+        let out = memgaze(
+            "bench",
+            &manifest,
+            &[
+                "-q",
+                "--features",
+                "compare",
+                "--libs",
+                libs,
+                "--seed",
+                "3",
+                "--period",
+                "10000",
+                "--message-format",
+                "json",
+                "--",
+                "--exact",
+                "equal_buffers",
+            ],
+            &[],
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "--libs {libs}: {}",
+            stderr(&out)
+        );
+        let all = messages(&out);
+        let finished = by_reason(&all, "bench-finished");
+        assert_eq!(finished.len(), 1, "{all:?}");
+        finished[0]["coverage"]["objects"]
+            .as_array()
+            .map(|objects| {
+                objects
+                    .iter()
+                    .map(|o| {
+                        (
+                            o["object"].as_str().unwrap().to_string(),
+                            o["accesses"].as_u64().unwrap(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let with = objects("libc.so.6");
+    let libc = with.iter().find(|(name, _)| name == "libc.so.6");
+    assert!(
+        libc.is_some_and(|&(_, accesses)| accesses > 0),
+        "no libc accesses recorded: {with:?}"
+    );
+    // libc's share is most of the bench's loads: the comparison.
+    assert_eq!(with[0].0, "libc.so.6", "{with:?}");
+    assert!(objects("none").is_empty());
+}

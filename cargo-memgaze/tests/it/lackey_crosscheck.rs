@@ -215,7 +215,13 @@ fn full_traces_count_every_load_like_lackey() {
             ],
             limits: Default::default(),
         };
-        let ours = pipeline::record_bench(target, case, &instrumented, &plan).unwrap();
+        let ours = pipeline::record_bench(
+            target,
+            case,
+            (&instrumented, &pipeline::libs::Libraries::default()),
+            &plan,
+        )
+        .unwrap();
         assert!(
             matches!(ours.outcome, BenchOutcome::Measured { .. }),
             "{}: {:?}",

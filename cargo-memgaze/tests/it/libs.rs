@@ -251,3 +251,110 @@ fn libc_string_functions_are_traced_as_lackey_sees_them() {
         "{libc_share} of {ours_total} in libc"
     );
 }
+
+/// A system program run natively and through `cargo memgaze run --libs
+/// <libs>` (`sampling` flags), bounded by `timeout`: the same stdout and
+/// exit status. `None` (with a message saying so) when the
+/// program is not installed.
+fn same_with_libraries(
+    program: &str,
+    args: &[&str],
+    stdin: &Path,
+    libs: &str,
+    sampling: &[&str],
+) -> Option<()> {
+    let path = Path::new(program);
+    if !path.is_file() {
+        eprintln!("SKIPPED: {program} is not installed (ci/test.sh installs it)");
+        return None;
+    }
+    let target = scratch().join("libs-system-target");
+    std::fs::create_dir_all(&target).unwrap();
+    let native = Command::new(path)
+        .args(args)
+        .stdin(std::fs::File::open(stdin).unwrap())
+        .env("HOME", scratch())
+        .output()
+        .unwrap();
+    // A program that loops in an instrumented library is stopped here,
+    // not left to hang the test run.
+    let ours = Command::new("timeout")
+        .arg("600")
+        .arg(env!("CARGO_BIN_EXE_cargo-memgaze"))
+        .args(["memgaze", "run", "-q", "--libs", libs, "-o"])
+        .arg(scratch().join(format!("{}.analysis", path.file_name().unwrap().display())))
+        .args(sampling)
+        .arg(path)
+        .args(args)
+        .stdin(std::fs::File::open(stdin).unwrap())
+        .env("HOME", scratch())
+        .env("CARGO_TARGET_DIR", &target)
+        .output()
+        .unwrap();
+    let what = format!("{program} --libs {libs} {sampling:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&ours.stdout),
+        String::from_utf8_lossy(&native.stdout),
+        "{what}: stdout differs; stderr: {}",
+        String::from_utf8_lossy(&ours.stderr)
+    );
+    assert_eq!(
+        ours.status.code(),
+        native.status.code(),
+        "{what}: exit status differs; stderr: {}",
+        String::from_utf8_lossy(&ours.stderr)
+    );
+    Some(())
+}
+
+/// sqlite3 runs a query script with libc instrumented as it runs alone.
+/// Its start-up looks the user up in `/etc/nsswitch.conf`, parsed with
+/// `strncasecmp`, whose AVX2/EVEX variants fall through from one symbol into
+/// the next (`__strncasecmp_avx2` into `__strncasecmp_l_avx2`).
+#[test]
+fn sqlite3_runs_a_query_script_with_libc_instrumented() {
+    let script = scratch().join("queries.sql");
+    std::fs::write(
+        &script,
+        "create table t(id integer primary key, name text, score real);\n\
+         with recursive n(i) as (select 1 union all select i + 1 from n where i < 2000)\n\
+         insert into t select i, printf('name-%05d', (i * 7919) % 2000), i * 0.37 from n;\n\
+         create index t_name on t(name);\n\
+         select count(*), sum(score), min(name), max(name) from t;\n\
+         select name, printf('%.3f', score) from t where name like 'NAME-01%' order by name limit 5;\n\
+         select upper(name), length(name) from t order by score desc limit 3;\n\
+         select id % 7 as k, count(*), group_concat(id % 3, '') from t group by k order by k;\n\
+         select * from missing_table;\n\
+         select 'after the error';\n",
+    )
+    .unwrap();
+    for sampling in [&[][..], &["--full"][..]] {
+        if same_with_libraries("/usr/bin/sqlite3", &[":memory:"], &script, LIBC, sampling).is_none()
+        {
+            return;
+        }
+    }
+}
+
+/// python3 runs a small script with every library it loads instrumented.
+#[test]
+fn python3_runs_a_script_with_its_libraries_instrumented() {
+    let script = scratch().join("script.py");
+    std::fs::write(
+        &script,
+        "import json, re, hashlib, zlib, math\n\
+         words = [f'w{(i * 7919) % 1000:04d}' for i in range(5000)]\n\
+         counts = {}\n\
+         for w in words:\n    counts[w] = counts.get(w, 0) + 1\n\
+         top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:5]\n\
+         print(json.dumps(top))\n\
+         print(len(re.findall(r'w0[0-4]\\d\\d', ' '.join(words))))\n\
+         print(hashlib.sha256(' '.join(words).encode()).hexdigest())\n\
+         print(len(zlib.compress(' '.join(words).encode())), f'{math.fsum(math.sqrt(i) for i in range(1000)):.6f}')\n",
+    )
+    .unwrap();
+    let empty = scratch().join("empty-stdin");
+    std::fs::write(&empty, "").unwrap();
+    let script = script.to_string_lossy().into_owned();
+    same_with_libraries("/usr/bin/python3", &[&script], &empty, "*", &[]);
+}

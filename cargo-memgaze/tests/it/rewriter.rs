@@ -1453,3 +1453,102 @@ fn an_exec_of_an_instrumented_program_joins_the_trace() {
         one.totals.records
     );
 }
+
+#[test]
+fn a_function_running_off_its_end_continues_into_the_next() {
+    let program = build("fallthrough.c", &["-O2"]);
+    let inst = instrument(&program, None, "fallthrough");
+    let native = native(&program, &["1000"], None);
+    assert_eq!(native.stdout, b"42000\n");
+    // A copy that ran into its own probe stubs would loop for ever.
+    let alone = Command::new("timeout")
+        .arg("60")
+        .arg(&inst.path)
+        .arg("1000")
+        .output()
+        .unwrap();
+    assert_same_behaviour(&native, &alone, "fallthrough alone");
+    let trace = trace_path("fallthrough-full");
+    let out = Command::new("timeout")
+        .arg("60")
+        .arg(env!("CARGO_BIN_EXE_cargo-memgaze"))
+        .args(["record", "--full", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&inst.path)
+        .arg("1000")
+        .output()
+        .unwrap();
+    assert_same_behaviour(&native, &out, "fallthrough --full");
+    // Both loads, the one before the fall and the one after it, once a
+    // round.
+    let full = read_trace(&trace);
+    for name in ["load_then_add", "add_second"] {
+        let function = inst
+            .annotation
+            .functions
+            .iter()
+            .position(|f| f.name == name)
+            .unwrap_or_else(|| panic!("{name} not in the annotation"));
+        let loads: Vec<u64> = inst
+            .annotation
+            .loads
+            .iter()
+            .filter(|l| l.function as usize == function && l.instrumented)
+            .map(|l| l.ip)
+            .collect();
+        assert_eq!(loads.len(), 1, "{name}: loads {loads:x?}");
+        let count = full.by_ip.get(&loads[0]).map_or(0, Vec::len);
+        assert_eq!(count, 1000, "{name}: load at {:#x}", loads[0]);
+    }
+}
+
+/// The behaviour corpus with libc instrumented too (`--libs libc.so.6`):
+/// C at -O2, Rust threads and panics, fork, signal handlers, C++
+/// exceptions, dash's children, gzip and sort; the same stdout and exit
+/// status as the program alone, sampled and full.
+#[test]
+fn the_corpus_behaves_with_libc_instrumented() {
+    // The instrumented libc is made once, cached here.
+    let target = scratch().join("libc-corpus-target");
+    std::fs::create_dir_all(&target).unwrap();
+    let text = text_input("libc-corpus.txt", 6_000);
+    let text = text.to_str().unwrap();
+    let dash_script = "x=$(echo hi); (exit 3); echo $? $x; /bin/echo ext; echo $(printf '%05d' 42)";
+    let cases: Vec<(std::path::PathBuf, Vec<&str>)> = vec![
+        (build("kernels.c", &["-O2", "-g"]), vec!["3"]),
+        (build("threads.rs", &[]), vec![]),
+        (
+            build("panics.rs", &["-C", "debuginfo=line-tables-only"]),
+            vec![],
+        ),
+        (build("fork.c", &["-O2"]), vec![]),
+        (build("signals.c", &["-O1"]), vec![]),
+        (build("cxx.cpp", &["-O2"]), vec![]),
+        (system_binary("dash"), vec!["-c", dash_script]),
+        (system_binary("gzip"), vec!["-9", "-c", text]),
+        (system_binary("sort"), vec![text]),
+    ];
+    for (binary, args) in &cases {
+        let inst = instrument(binary, None, "libc-corpus");
+        let native = native(binary, args, None);
+        for (sampling, name) in [(FULL, "full"), (SAMPLED, "sampled")] {
+            let out = Command::new("timeout")
+                .arg("300")
+                .arg(env!("CARGO_BIN_EXE_cargo-memgaze"))
+                .args(["record", "--libs", "libc.so.6"])
+                .args(sampling)
+                .arg("-o")
+                .arg(trace_path(&format!("libc-corpus-{name}")))
+                .arg("--")
+                .arg(&inst.path)
+                .args(args)
+                .stdin(std::process::Stdio::null())
+                .env("CARGO_TARGET_DIR", &target)
+                .output()
+                .unwrap();
+            let what = format!("{} {args:?} {name}, libc instrumented", binary.display());
+            assert_same_behaviour(&native, &out, &what);
+        }
+    }
+}

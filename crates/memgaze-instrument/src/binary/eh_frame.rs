@@ -16,6 +16,8 @@ pub(crate) struct FdeRanges {
     /// Whether parsing stopped early on malformed data (the ranges found
     /// before that point are kept).
     pub malformed: bool,
+    /// FDEs of signal trampolines, left out of `ranges`.
+    pub signal_trampolines: usize,
 }
 
 /// Reads every FDE of `data`, the contents of `.eh_frame` loaded at
@@ -49,6 +51,12 @@ pub(crate) fn fde_ranges(
                     Ok(cie)
                 });
                 match fde {
+                    // A signal trampoline (glibc's `__restore_rt`) is entered
+                    // one byte past its FDE's start, which covers the `nop`
+                    // before it for unwinders that look up `pc - 1`: an entry
+                    // patch there would cut the code the kernel returns to.
+                    // It has no loads; it stays out of every function.
+                    Ok(fde) if fde.is_signal_trampoline() => out.signal_trampolines += 1,
                     Ok(fde) if fde.len() > 0 => out.ranges.push((fde.initial_address(), fde.len())),
                     Ok(_) => {}
                     Err(_) => out.malformed = true,

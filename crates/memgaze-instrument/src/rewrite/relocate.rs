@@ -583,6 +583,12 @@ fn copy_instructions(
         let site = site.filter(|_| !hooked);
         push_checked(insn, site, entries, &mut next_fake, all, &mut stubs)?;
     }
+    if code.instructions.last().is_some_and(runs_off_the_end) {
+        // In the original, execution goes on at the next bytes (glibc's
+        // `__strncasecmp_avx2` loads the locale and continues into
+        // `__strncasecmp_l_avx2`); in the copy, the stubs follow.
+        all.push(Instruction::with_branch(Code::Jmp_rel32_64, code.end)?);
+    }
     let body_end = all.len();
     // Loop heads: the last branch of the body back to each.
     if aligned.len() > 1 {
@@ -680,6 +686,18 @@ struct Aligned {
     /// The unpadded offset of the end of the last branch back to it (a
     /// loop head), if any.
     loop_end: Option<u64>,
+}
+
+/// Whether execution can continue past `last`, a function's last
+/// instruction, into whatever follows the function.
+fn runs_off_the_end(last: &Instruction) -> bool {
+    !matches!(
+        last.flow_control(),
+        FlowControl::UnconditionalBranch
+            | FlowControl::IndirectBranch
+            | FlowControl::Return
+            | FlowControl::Exception
+    )
 }
 
 /// Whether the compiler padded the code before the instruction at `ip`
