@@ -26,7 +26,11 @@ fn singles(c: &mut Criterion) {
     let keys = random(10_000);
     let map: HashMap<u64, u64> = keys.iter().map(|&k| (k, k >> 3)).collect();
     c.bench_function("hashmap_get", |b| {
-        b.iter(|| keys.iter().map(|k| map[black_box(k)]).fold(0u64, u64::wrapping_add))
+        b.iter(|| {
+            keys.iter()
+                .map(|k| map[black_box(k)])
+                .fold(0u64, u64::wrapping_add)
+        })
     });
     let tree: BTreeMap<u64, u64> = keys.iter().map(|&k| (k, k >> 3)).collect();
     c.bench_function("btree_range", |b| {
