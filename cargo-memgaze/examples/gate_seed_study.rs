@@ -149,7 +149,9 @@ fn main() -> anyhow::Result<()> {
         "{} runs, {pairs} ordered pairs, default limits",
         baselines.len()
     );
-    println!("metric | comparisons | regressions | largest |relative change| | largest share of limit | where");
+    println!(
+        "metric | comparisons | regressions | largest |relative change| | largest share of limit | where"
+    );
     for (metric, w) in &worst {
         println!(
             "{metric} | {} | {} | {:.1} % | {:.2} | {}",
