@@ -181,6 +181,20 @@ fn microbench_suite_shows_the_expected_locality() {
             "chase"
         ]
     );
+    // Issue 23: with the repeating `iter`, no microbenchmark is undersampled
+    // at the default settings: no warning (too few samples) and no note of
+    // an undersampled whole-run curve (too few tracked accesses).
+    for m in &finished {
+        assert_eq!(m["warnings"], serde_json::json!([]), "{}", m["name"]);
+        let notes = m["coverage"]["notes"].as_array().unwrap();
+        assert!(
+            !notes
+                .iter()
+                .any(|n| n.as_str().unwrap().contains("undersampled")),
+            "{}: {notes:?}",
+            m["name"]
+        );
+    }
     let summary = |name: &str| &finished.iter().find(|m| m["name"] == name).unwrap()["summary"];
     let frac = |name: &str, key: &str| f64_of(&summary(name)[key]);
     let analysis = |name: &str| -> Value {
