@@ -76,7 +76,7 @@ pub(crate) struct CopyPlan<'a> {
     pub code: &'a FunctionCode,
     /// `(instruction index, insert)`, sorted by index.
     pub inserts: Vec<(usize, Insert)>,
-    /// The loads with a spatial check (soft mode): instruction index →
+    /// The loads with a spatial check: instruction index →
     /// `(load id, how the check saves state)`.
     pub spatial: HashMap<usize, (u32, SpatialProbe)>,
     /// Superblocks counted by one check, sorted by index.
@@ -356,6 +356,8 @@ fn build_part(
         let plan_aligned = aligned.len();
         let mut first = Vec::with_capacity(code.instructions.len());
         let mut stubs: Vec<Instruction> = Vec::new();
+        // (index in `stubs`, load id) of each spatial check's `ptwrite`.
+        let mut stub_ptwrites: Vec<(usize, u32)> = Vec::new();
         let mut fragments: Vec<Instruction> = Vec::new();
         let mut inserts = plan.inserts.iter().peekable();
         let mut checks = plan.superblocks.iter().peekable();
@@ -404,10 +406,10 @@ fn build_part(
                 );
             }
             let mut insn = *original;
-            match inserts
+            let insert = inserts
                 .next_if(|&&(index, _)| index == i)
-                .map(|&(_, ins)| ins)
-            {
+                .map(|&(_, ins)| ins);
+            match insert {
                 Some(Insert::Soft { id, fast }) => {
                     let slow = next_fake();
                     let resume = next_fake();
@@ -425,6 +427,22 @@ fn build_part(
                     );
                 }
                 Some(Insert::Ptwrite { id }) => {
+                    if let Some(&(_, check)) = plan.spatial.get(&i) {
+                        let stub = next_fake();
+                        let resume = next_fake();
+                        probe::spatial_check(
+                            &insn,
+                            check,
+                            label,
+                            stub,
+                            entries.spatial_config,
+                            &mut all,
+                        );
+                        let at =
+                            probe::spatial_ptwrite_stub(&insn, check, stub, resume, &mut stubs);
+                        stub_ptwrites.push((at, id));
+                        label = resume;
+                    }
                     let at = all.len();
                     if probe::ptwrite(&insn, label, &mut all) > 0 {
                         label = 0;
@@ -445,7 +463,9 @@ fn build_part(
                 probe::exit_stub(skipped, stub, insn.near_branch_target(), &mut stubs);
                 insn.set_near_branch64(stub);
             }
-            if let Some(&(id, spatial)) = plan.spatial.get(&i) {
+            if let Some(&(id, spatial)) = plan.spatial.get(&i)
+                && !matches!(insert, Some(Insert::Ptwrite { .. }))
+            {
                 let stub = next_fake();
                 probe::spatial_check(
                     &insn,
@@ -494,6 +514,11 @@ fn build_part(
             }
         }
         all.extend(fragments);
+        ptwrite_at.extend(
+            stub_ptwrites
+                .drain(..)
+                .map(|(at, id)| (all.len() + at, id, PtwriteOperand::Address)),
+        );
         all.extend(stubs);
         ends.push(all.len());
         firsts.push(first);
