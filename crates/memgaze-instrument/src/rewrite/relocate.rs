@@ -287,6 +287,46 @@ fn balanced_runs(plans: &[CopyPlan<'_>]) -> Vec<std::ops::Range<usize>> {
     runs
 }
 
+/// Appends ptwrite mode's code before `insn` (load `id`; the first
+/// instruction takes `label`): the spatial check and its stub when the
+/// load has `check`, then the operand `ptwrite`s. Records each `ptwrite`
+/// (index in `all`, or in `stubs` for the stub's); returns the label still
+/// to place (0 when placed).
+fn emit_ptwrites(
+    insn: &Instruction,
+    (id, mut label): (u32, u64),
+    check: Option<SpatialProbe>,
+    spatial_config: u64,
+    next_fake: &mut dyn FnMut() -> u64,
+    (all, stubs): (&mut Vec<Instruction>, &mut Vec<Instruction>),
+    (ptwrite_at, stub_ptwrites): (
+        &mut Vec<(usize, u32, PtwriteOperand)>,
+        &mut Vec<(usize, u32)>,
+    ),
+) -> u64 {
+    if let Some(check) = check {
+        let stub = next_fake();
+        let resume = next_fake();
+        probe::spatial_check(insn, check, label, stub, spatial_config, all);
+        let at = probe::spatial_ptwrite_stub(insn, check, stub, resume, stubs);
+        stub_ptwrites.push((at, id));
+        label = resume;
+    }
+    let at = all.len();
+    if probe::ptwrite(insn, label, all) > 0 {
+        label = 0;
+    }
+    for (k, j) in (at..all.len()).enumerate() {
+        let operand = if k == 0 && insn.memory_base().is_gpr() {
+            PtwriteOperand::Base
+        } else {
+            PtwriteOperand::Index
+        };
+        ptwrite_at.push((j, id, operand));
+    }
+    label
+}
+
 /// A run of consecutive plans, built and measured, not yet placed.
 struct Part {
     /// Every instruction of the run's copies, in order.
@@ -427,34 +467,15 @@ fn build_part(
                     );
                 }
                 Some(Insert::Ptwrite { id }) => {
-                    if let Some(&(_, check)) = plan.spatial.get(&i) {
-                        let stub = next_fake();
-                        let resume = next_fake();
-                        probe::spatial_check(
-                            &insn,
-                            check,
-                            label,
-                            stub,
-                            entries.spatial_config,
-                            &mut all,
-                        );
-                        let at =
-                            probe::spatial_ptwrite_stub(&insn, check, stub, resume, &mut stubs);
-                        stub_ptwrites.push((at, id));
-                        label = resume;
-                    }
-                    let at = all.len();
-                    if probe::ptwrite(&insn, label, &mut all) > 0 {
-                        label = 0;
-                    }
-                    for (k, j) in (at..all.len()).enumerate() {
-                        let operand = if k == 0 && insn.memory_base().is_gpr() {
-                            PtwriteOperand::Base
-                        } else {
-                            PtwriteOperand::Index
-                        };
-                        ptwrite_at.push((j, id, operand));
-                    }
+                    label = emit_ptwrites(
+                        &insn,
+                        (id, label),
+                        plan.spatial.get(&i).map(|&(_, check)| check),
+                        entries.spatial_config,
+                        &mut next_fake,
+                        (&mut all, &mut stubs),
+                        (&mut ptwrite_at, &mut stub_ptwrites),
+                    );
                 }
                 None => {}
             }
