@@ -1032,22 +1032,21 @@ mod tests {
         assert_eq!(decoded[10].op0_register(), Register::RDI);
         assert_eq!(decoded[14].near_branch_target(), decoded[5].ip());
         // The stub's address is the load's: same registers, scale, displacement.
-        for (a, b) in [(&decoded[0], &decoded[10])] {
-            assert_eq!(
-                (
-                    a.memory_base(),
-                    a.memory_index(),
-                    a.memory_index_scale(),
-                    a.memory_displacement64()
-                ),
-                (
-                    b.memory_base(),
-                    b.memory_index(),
-                    b.memory_index_scale(),
-                    b.memory_displacement64()
-                )
-            );
-        }
+        let (a, b) = (&decoded[0], &decoded[10]);
+        assert_eq!(
+            (
+                a.memory_base(),
+                a.memory_index(),
+                a.memory_index_scale(),
+                a.memory_displacement64()
+            ),
+            (
+                b.memory_base(),
+                b.memory_index(),
+                b.memory_index_scale(),
+                b.memory_displacement64()
+            )
+        );
         // Executed on addresses, the test tracks exactly the blocks the
         // trace's hash tracks at the default rate, and 1/128 of them.
         let [multiplier, threshold] = super::super::ptwrite_spatial_words();

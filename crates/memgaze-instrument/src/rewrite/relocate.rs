@@ -287,6 +287,10 @@ fn balanced_runs(plans: &[CopyPlan<'_>]) -> Vec<std::ops::Range<usize>> {
     runs
 }
 
+/// An emitted `ptwrite`: (index in the run's instructions, load id,
+/// operand).
+type PtwriteAt = (usize, u32, PtwriteOperand);
+
 /// Appends ptwrite mode's code before `insn` (load `id`; the first
 /// instruction takes `label`): the spatial check and its stub when the
 /// load has `check`, then the operand `ptwrite`s. Records each `ptwrite`
@@ -299,10 +303,7 @@ fn emit_ptwrites(
     spatial_config: u64,
     next_fake: &mut dyn FnMut() -> u64,
     (all, stubs): (&mut Vec<Instruction>, &mut Vec<Instruction>),
-    (ptwrite_at, stub_ptwrites): (
-        &mut Vec<(usize, u32, PtwriteOperand)>,
-        &mut Vec<(usize, u32)>,
-    ),
+    (ptwrite_at, stub_ptwrites): (&mut Vec<PtwriteAt>, &mut Vec<(usize, u32)>),
 ) -> u64 {
     if let Some(check) = check {
         let stub = next_fake();
@@ -339,7 +340,7 @@ struct Part {
     /// Per plan: index in `all` of its end.
     ends: Vec<usize>,
     /// (index in `all`, load id, operand) of every emitted ptwrite.
-    ptwrite_at: Vec<(usize, u32, PtwriteOperand)>,
+    ptwrite_at: Vec<PtwriteAt>,
     /// How each instruction is laid out.
     pieces: Vec<Piece>,
     /// Bytes of the position-independent pieces.
@@ -384,7 +385,7 @@ fn build_part(
     let mut firsts: Vec<Vec<usize>> = Vec::with_capacity(plans.len());
     let mut body_ends = Vec::with_capacity(plans.len());
     let mut ends = Vec::with_capacity(plans.len());
-    let mut ptwrite_at: Vec<(usize, u32, PtwriteOperand)> = Vec::new();
+    let mut ptwrite_at: Vec<PtwriteAt> = Vec::new();
     let mut aligned: Vec<Aligned> = Vec::new();
 
     for plan in plans {
