@@ -1057,7 +1057,7 @@ fn bad_input_gets_one_error_line_and_exit_1() {
 }
 
 #[test]
-fn ptwrite_mode_writes_base_and_index_before_each_load() {
+fn ptwrite_mode_writes_base_and_index_before_each_load_and_the_address_of_tracked_blocks() {
     use iced_x86::{Code, Decoder, DecoderOptions};
     let binary = build("kernels.c", &["-O2"]);
     let output = scratch().join("kernels-ptwrite");
@@ -1090,11 +1090,19 @@ fn ptwrite_mode_writes_base_and_index_before_each_load() {
     let mut ptwrites = 0;
     let mut pending: Vec<iced_x86::Register> = Vec::new();
     let mut checked = 0;
+    let mut spatial = 0;
     while decoder.can_decode() {
         let insn = decoder.decode();
         if insn.code() == Code::Ptwrite_rm64 {
             ptwrites += 1;
             pending.push(insn.op0_register());
+            continue;
+        }
+        if !pending.is_empty() && insn.code() == Code::Pop_r64 {
+            // A spatial check's stub: the address in rdi, then rdi restored.
+            assert_eq!(pending, [iced_x86::Register::RDI]);
+            spatial += 1;
+            pending.clear();
             continue;
         }
         if !pending.is_empty() {
@@ -1114,11 +1122,20 @@ fn ptwrite_mode_writes_base_and_index_before_each_load() {
             pending.clear();
         }
     }
-    assert_eq!(ptwrites, expected);
+    // Every Strided or Irregular load has a spatial check whose stub writes
+    // its address, listed as an `address` site.
+    let checks = annotation
+        .loads
+        .iter()
+        .filter(|l| l.instrumented && l.class != memgaze_metadata::model::LoadClass::Constant)
+        .count();
+    assert!(checks > 10, "{checks} spatial checks");
+    assert_eq!(spatial, checks);
+    assert_eq!(ptwrites, expected + checks);
     assert!(checked > 20);
     // The annotation lists each ptwrite at its address, with its load and
     // operand (the PT reconstruction's convention).
-    assert_eq!(annotation.ptwrites.len(), expected);
+    assert_eq!(annotation.ptwrites.len(), expected + checks);
     for site in &annotation.ptwrites {
         let at = (site.ip - start) as usize;
         let insn = Decoder::with_ip(64, &text[at..], site.ip, DecoderOptions::NONE).decode();
@@ -1127,6 +1144,7 @@ fn ptwrite_mode_writes_base_and_index_before_each_load() {
         let register = match site.operand {
             memgaze_metadata::annotation::PtwriteOperand::Base => load.base.as_deref(),
             memgaze_metadata::annotation::PtwriteOperand::Index => load.index.as_deref(),
+            memgaze_metadata::annotation::PtwriteOperand::Address => Some("rdi"),
         }
         .expect("operand register");
         let written = format!("{:?}", insn.op0_register()).to_lowercase();

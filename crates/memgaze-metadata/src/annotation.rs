@@ -196,6 +196,9 @@ pub enum PtwriteOperand {
     Base,
     /// The load's index register ([`LoadSite::index`]).
     Index,
+    /// The load's whole address, written by the stub of its spatial check
+    /// when the block is tracked: a spatial record, not an operand.
+    Address,
 }
 
 /// One `ptwrite` instruction emitted before a load (ptwrite mode).
@@ -484,6 +487,11 @@ mod tests {
                 ip: 0x8ff0,
                 load: 1,
                 operand: PtwriteOperand::Index,
+            },
+            PtwriteSite {
+                ip: 0x9100,
+                load: 1,
+                operand: PtwriteOperand::Address,
             },
         ];
         a.shared_libraries = vec!["libc.so.6".into(), "libm.so.6".into()];

@@ -50,6 +50,8 @@ pub const DEFAULT_PERIOD: u64 = 100_000;
 
 /// How long descendants of the program may keep the socket open, sending
 /// nothing, after the program itself exited before their output is cut off.
+/// Counted only while the reader waits on an empty socket: time spent
+/// handling a message (a slow sink, a loaded machine) never counts.
 const LINGER: Duration = Duration::from_secs(2);
 
 /// Where the collector puts the records it decodes.
@@ -553,8 +555,9 @@ pub fn record_objects_within(
 
     let done = Arc::new(AtomicBool::new(false));
     let cut_off = Arc::new(AtomicBool::new(false));
-    // Messages read so far: the linger below counts from the last one, so a
-    // reader still draining what the program queued before it exited (a
+    // Messages read so far, odd while one is being handled: the linger
+    // below counts from the last one read and not while one is handled, so
+    // a reader still draining what the program queued before it exited (a
     // slow sink, a full trace) is never cut off.
     let progress = Arc::new(AtomicU64::new(0));
     let waiter = {
@@ -571,7 +574,7 @@ pub fn record_objects_within(
                 // sleep here made every recording wait up to 10 ms more).
                 std::thread::park_timeout(Duration::from_millis(10));
                 let now = progress.load(Ordering::Acquire);
-                if now != seen {
+                if now != seen || now % 2 == 1 {
                     seen = now;
                     deadline = Instant::now() + LINGER;
                 }
@@ -768,18 +771,19 @@ fn collect(
             }
         }
         let mut n = n as usize;
+        progress.fetch_add(1, Ordering::Release);
         if let Some(length) = shared.and_then(|c| c.take(&mut buffer, n)) {
             n = length;
             shared_messages += 1;
         }
-        if let Err(e) = assembler.message(&buffer[..n]) {
+        let handled = assembler.message(&buffer[..n]);
+        progress.fetch_add(1, Ordering::Release);
+        if let Err(e) = handled {
             break Some(RecordError::Sink(e));
         }
         for pid in assembler.new_execs.drain(..) {
             exec_watch.add(pid, Instant::now());
         }
-
-        progress.fetch_add(1, Ordering::Release);
     };
     if failure.is_some() {
         supervisor.kill();

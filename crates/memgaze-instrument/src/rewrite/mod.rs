@@ -267,8 +267,13 @@ pub(crate) fn instrument_with_code(
         }
         _ => process_end::ProcessEndStubs::default(),
     };
+    // Ptwrite mode has no runtime to receive a rate: its spatial checks
+    // read the default rate's words, placed where the runtime would be.
+    let ptwrite_spatial = (!soft).then(ptwrite_spatial_words);
     let tables_va = align_up(
-        runtime_va + rt.as_ref().map_or(0, |r| r.code.len() as u64),
+        runtime_va
+            + rt.as_ref().map_or(0, |r| r.code.len() as u64)
+            + ptwrite_spatial.map_or(0, |w| 8 * w.len() as u64),
         64,
     );
     let tables = plan_tables(&mut plans, tables_va, editor.pie, &mut report);
@@ -277,7 +282,11 @@ pub(crate) fn instrument_with_code(
         record: rt.as_ref().map_or(0, |r| r.record),
         record_tracked: rt.as_ref().map_or(0, |r| r.record_tracked),
         spatial: rt.as_ref().map_or(0, |r| r.spatial),
-        spatial_config: editor.state_va + runtime::cfg::SPATIAL_MULTIPLIER as u64,
+        spatial_config: if soft {
+            editor.state_va + runtime::cfg::SPATIAL_MULTIPLIER as u64
+        } else {
+            runtime_va
+        },
         escape: (escape_sites > 0).then(|| probe::EscapeCheck {
             original_start: plans
                 .iter()
@@ -353,7 +362,7 @@ pub(crate) fn instrument_with_code(
     // (The copies' code is freed once in the segment.)
     let segment = lay_out_segment(
         editor.segment_va,
-        rt.as_ref(),
+        (rt.as_ref(), ptwrite_spatial),
         (tables_va, &table_bytes),
         copies_va,
         std::mem::take(&mut copies.code),
@@ -633,7 +642,7 @@ impl Planner<'_, '_> {
         let mut inserts = Vec::new();
         let mut spatial = HashMap::new();
         let mut blocks = Vec::new();
-        let live = if soft && ai.is_some() {
+        let live = if ai.is_some() {
             liveness::live_before(&code)
         } else {
             Vec::new()
@@ -682,6 +691,9 @@ impl Planner<'_, '_> {
                     skipped_loads.push((li, reason.into()));
                 } else {
                     inserts.push((index, Insert::Ptwrite { id: load.id }));
+                    if load.class != LoadClass::Constant {
+                        spatial.insert(index, (load.id, choose_spatial_probe(insn, live[index])));
+                    }
                 }
             }
         }
@@ -738,6 +750,18 @@ fn string_insert(
         None => inserts.push((index, insert)),
     }
 }
+
+/// The multiplier and threshold words of ptwrite mode's spatial checks:
+/// the default rate ([`DEFAULT_SPATIAL_RATE`]) with the trace's hash.
+pub(crate) fn ptwrite_spatial_words() -> [u64; 2] {
+    let s =
+        memgaze_trace::SpatialSampling::with_rate(DEFAULT_SPATIAL_RATE).expect("a rate in (0, 1]");
+    [s.multiplier, s.threshold]
+}
+
+/// The spatial rate ptwrite mode's checks test against (the recorders'
+/// default, `--spatial-rate 1/128`).
+pub(crate) const DEFAULT_SPATIAL_RATE: f64 = 1.0 / 128.0;
 
 /// Why a `ptwrite` of `insn`'s address registers cannot stand for its
 /// address, if it cannot.
@@ -1236,7 +1260,7 @@ fn escaped_loads(
 /// copies at `copies_va`, then the unwind tail at its address.
 fn lay_out_segment(
     segment_va: u64,
-    rt: Option<&runtime::Runtime>,
+    (rt, ptwrite_spatial): (Option<&runtime::Runtime>, Option<[u64; 2]>),
     (tables_va, tables): (u64, &[u8]),
     copies_va: u64,
     copies: Vec<u8>,
@@ -1250,6 +1274,9 @@ fn lay_out_segment(
         .copy_from_slice(&skips.header);
     if let Some(rt) = rt {
         segment.extend_from_slice(&rt.code);
+    }
+    for word in ptwrite_spatial.into_iter().flatten() {
+        segment.extend_from_slice(&word.to_le_bytes());
     }
     segment.resize((tables_va - segment_va) as usize, 0xcc);
     segment.extend_from_slice(tables);

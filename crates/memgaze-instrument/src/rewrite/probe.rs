@@ -104,9 +104,17 @@
 //! # Ptwrite mode
 //!
 //! `ptwrite r64` of the base and then the index register of the load's
-//! operand (none for RIP-relative or absolute operands), nothing else: the
-//! annotation's scale and displacement let the PT decoder rebuild the
-//! address.
+//! operand (none for RIP-relative or absolute operands): the annotation's
+//! scale and displacement let the PT decoder rebuild the address. Every
+//! execution writes them, so a PT time sample sees every load.
+//!
+//! A Strided or Irregular load first gets the same spatial check as in soft
+//! mode (the block hash test), reading the multiplier and threshold of the
+//! default rate from two words the rewriter places in the segment (there is
+//! no runtime to receive a rate). Its stub (`spatial_ptwrite_stub`) writes
+//! the load's whole address with one `ptwrite`, a site marked
+//! `PtwriteOperand::Address` (the spatial mark), and resumes at the operand
+//! `ptwrite`s.
 
 use super::runtime::{TCB_COUNTDOWN, TCB_SLOT, slot};
 pub(crate) use crate::classify::operands::bit_offset_register;
@@ -276,6 +284,31 @@ pub(crate) fn spatial_stub(
     out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
     out.push(branch(Code::Jmp_rel32_64, resume));
     out[start] = with_ip(out[start], stub);
+}
+
+/// Appends the stub of a ptwrite-mode spatial check at `stub`: restores
+/// what the check saved, writes the load's address (`ptwrite rdi`, `rdi`
+/// saved below the red zone) and jumps to `resume` (the operand
+/// `ptwrite`s). Returns the index in `out` of its `ptwrite`.
+pub(crate) fn spatial_ptwrite_stub(
+    load: &Instruction,
+    probe: SpatialProbe,
+    stub: u64,
+    resume: u64,
+    out: &mut Vec<Instruction>,
+) -> usize {
+    let start = out.len();
+    spatial_restore(probe, out);
+    out.push(lea(Register::RSP, Register::RSP, -RED_ZONE));
+    out.push(push(Register::RDI));
+    out.push(effective_address(load, Register::RDI, RED_ZONE + 8));
+    let at = out.len();
+    out.push(Instruction::with1(Code::Ptwrite_rm64, Register::RDI).expect("ptwrite"));
+    out.push(pop(Register::RDI));
+    out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
+    out.push(branch(Code::Jmp_rel32_64, resume));
+    out[start] = with_ip(out[start], stub);
+    at
 }
 
 /// Whether a spatial check can compute `load`'s address with one `lea`
@@ -904,7 +937,9 @@ pub fn ptwrite(load: &Instruction, ip: u64, out: &mut Vec<Instruction>) -> usize
 #[cfg(test)]
 mod tests {
     use super::*;
+    use iced_x86::Mnemonic;
     use iced_x86::{BlockEncoder, BlockEncoderOptions, Decoder, DecoderOptions, InstructionBlock};
+    use std::collections::HashMap;
 
     fn decode_one(bytes: &[u8]) -> Instruction {
         Decoder::with_ip(64, bytes, 0x1000, DecoderOptions::NONE).decode()
@@ -1100,6 +1135,134 @@ mod tests {
         assert!(spatial_checkable(&load));
         let fs = decode_one(&[0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0]); // mov rax,fs:[0x28]
         assert!(!spatial_checkable(&fs));
+    }
+
+    /// Runs the decoded check (`lea`, `shr`, `imul`, `cmp`, `jb`) on the
+    /// given registers, with `memory` holding the config words: whether
+    /// the `jb` is taken.
+    fn run_check(
+        check: &[Instruction],
+        regs: &HashMap<Register, u64>,
+        memory: &HashMap<u64, u64>,
+    ) -> bool {
+        let mut r = 0u64;
+        let mut below = false;
+        for insn in check {
+            match insn.code() {
+                Code::Lea_r64_m => {
+                    let reg = |x: Register| if x == Register::None { 0 } else { regs[&x] };
+                    r = reg(insn.memory_base())
+                        .wrapping_add(
+                            reg(insn.memory_index())
+                                .wrapping_mul(u64::from(insn.memory_index_scale())),
+                        )
+                        .wrapping_add(insn.memory_displacement64());
+                }
+                Code::Shr_rm64_imm8 => r >>= insn.immediate8(),
+                Code::Imul_r64_rm64 => r = r.wrapping_mul(memory[&insn.memory_displacement64()]),
+                Code::Cmp_r64_rm64 => below = r < memory[&insn.memory_displacement64()],
+                Code::Jb_rel32_64 | Code::Jb_rel8_64 => return below,
+                other => panic!("unexpected {other:?} in a spatial check"),
+            }
+        }
+        panic!("no jb")
+    }
+
+    #[test]
+    fn ptwrite_mode_spatial_check_writes_the_address_of_tracked_blocks() {
+        let load = decode_one(&[0x48, 0x8b, 0x44, 0xcb, 0x40]); // mov rax,[rbx+rcx*8+0x40]
+        let (config, stub, resume) = (0x9000u64, 0x2000u64, 0x1100u64);
+        let check = SpatialProbe {
+            scratch: Register::RDX,
+            save_scratch: false,
+            save_flags: false,
+        };
+        let mut all = Vec::new();
+        spatial_check(&load, check, 0x1000, stub, config, &mut all);
+        assert_eq!(ptwrite(&load, resume, &mut all), 2);
+        all.push(with_ip(load, 0x1200));
+        let mut stubs = Vec::new();
+        let at = spatial_ptwrite_stub(&load, check, stub, resume, &mut stubs);
+        assert_eq!(stubs[at].code(), Code::Ptwrite_rm64);
+        all.extend(stubs);
+        let decoded = assemble(&all, 0x1000);
+        // The encoder shortens the branches: compare mnemonics.
+        let codes: Vec<Mnemonic> = decoded.iter().map(|i| i.mnemonic()).collect();
+        assert_eq!(
+            codes,
+            [
+                // In line: the block hash test, the operand ptwrites, the load.
+                Mnemonic::Lea,
+                Mnemonic::Shr,
+                Mnemonic::Imul,
+                Mnemonic::Cmp,
+                Mnemonic::Jb,
+                Mnemonic::Ptwrite,
+                Mnemonic::Ptwrite,
+                Mnemonic::Mov,
+                // The stub: the address, written, then back to the ptwrites.
+                Mnemonic::Lea,
+                Mnemonic::Push,
+                Mnemonic::Lea,
+                Mnemonic::Ptwrite,
+                Mnemonic::Pop,
+                Mnemonic::Lea,
+                Mnemonic::Jmp,
+            ]
+        );
+        assert_eq!(decoded[5].op0_register(), Register::RBX);
+        assert_eq!(decoded[6].op0_register(), Register::RCX);
+        let stub_start = decoded[8].ip();
+        assert_eq!(decoded[4].near_branch_target(), stub_start);
+        assert_eq!(decoded[11].op0_register(), Register::RDI);
+        assert_eq!(decoded[10].op0_register(), Register::RDI);
+        assert_eq!(decoded[14].near_branch_target(), decoded[5].ip());
+        // The stub's address is the load's: same registers, scale, displacement.
+        let (a, b) = (&decoded[0], &decoded[10]);
+        assert_eq!(
+            (
+                a.memory_base(),
+                a.memory_index(),
+                a.memory_index_scale(),
+                a.memory_displacement64()
+            ),
+            (
+                b.memory_base(),
+                b.memory_index(),
+                b.memory_index_scale(),
+                b.memory_displacement64()
+            )
+        );
+        // Executed on addresses, the test tracks exactly the blocks the
+        // trace's hash tracks at the default rate, and 1/128 of them.
+        let [multiplier, threshold] = super::super::ptwrite_spatial_words();
+        let memory = HashMap::from([(config, multiplier), (config + 8, threshold)]);
+        let sampling = memgaze_trace::SpatialSampling::with_rate(1.0 / 128.0).unwrap();
+        assert_eq!(
+            (sampling.multiplier, sampling.threshold),
+            (multiplier, threshold)
+        );
+        let mut rng = 0x1234_5678_9abc_def0u64;
+        let mut tracked = 0u64;
+        let n = 200_000u64;
+        for k in 0..n {
+            rng = rng
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            // Half sequential blocks, half scattered addresses.
+            let (rbx, rcx) = if k % 2 == 0 {
+                (0x7f00_0000_0000, k * 8)
+            } else {
+                (rng >> 17, rng & 0xfff)
+            };
+            let regs = HashMap::from([(Register::RBX, rbx), (Register::RCX, rcx)]);
+            let taken = run_check(&decoded[..5], &regs, &memory);
+            let address = rbx.wrapping_add(rcx.wrapping_mul(8)).wrapping_add(0x40);
+            assert_eq!(taken, sampling.tracks(address), "address {address:#x}");
+            tracked += u64::from(taken);
+        }
+        let rate = tracked as f64 / n as f64;
+        assert!((rate - 1.0 / 128.0).abs() < 0.002, "tracked share {rate}");
     }
 
     #[test]

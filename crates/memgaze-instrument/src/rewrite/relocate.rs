@@ -84,7 +84,7 @@ pub(crate) struct CopyPlan<'a> {
     pub code: &'a FunctionCode,
     /// `(instruction index, insert)`, sorted by index.
     pub inserts: Vec<(usize, Insert)>,
-    /// The loads with a spatial check (soft mode): instruction index →
+    /// The loads with a spatial check: instruction index →
     /// `(load id, how the check saves state)`.
     pub spatial: HashMap<usize, (u32, SpatialProbe)>,
     /// Superblocks counted by one check, sorted by index.
@@ -324,6 +324,47 @@ fn balanced_runs(plans: &[CopyPlan<'_>]) -> Vec<std::ops::Range<usize>> {
     runs
 }
 
+/// An emitted `ptwrite`: (index in the run's instructions, load id,
+/// operand).
+type PtwriteAt = (usize, u32, PtwriteOperand);
+
+/// Appends ptwrite mode's code before `insn` (load `id`; the first
+/// instruction takes `label`): the spatial check and its stub when the
+/// load has `check`, then the operand `ptwrite`s. Records each `ptwrite`
+/// (index in `all`, or in `stubs` for the stub's); returns the label still
+/// to place (0 when placed).
+fn emit_ptwrites(
+    insn: &Instruction,
+    (id, mut label): (u32, u64),
+    check: Option<SpatialProbe>,
+    spatial_config: u64,
+    next_fake: &mut dyn FnMut() -> u64,
+    (all, stubs): (&mut Vec<Instruction>, &mut Vec<Instruction>),
+    (ptwrite_at, stub_ptwrites): (&mut Vec<PtwriteAt>, &mut Vec<(usize, u32)>),
+) -> u64 {
+    if let Some(check) = check {
+        let stub = next_fake();
+        let resume = next_fake();
+        probe::spatial_check(insn, check, label, stub, spatial_config, all);
+        let at = probe::spatial_ptwrite_stub(insn, check, stub, resume, stubs);
+        stub_ptwrites.push((at, id));
+        label = resume;
+    }
+    let at = all.len();
+    if probe::ptwrite(insn, label, all) > 0 {
+        label = 0;
+    }
+    for (k, j) in (at..all.len()).enumerate() {
+        let operand = if k == 0 && insn.memory_base().is_gpr() {
+            PtwriteOperand::Base
+        } else {
+            PtwriteOperand::Index
+        };
+        ptwrite_at.push((j, id, operand));
+    }
+    label
+}
+
 /// A run of consecutive plans, built and measured, not yet placed.
 /// Positions in it are *unpadded offsets*: byte offsets from its start
 /// before [`place`] pads its aligned instructions. Only the measured layout
@@ -458,6 +499,8 @@ fn copy_instructions(
     let mut ptwrite_at: Vec<(usize, u32, PtwriteOperand)> = Vec::new();
     let mut first = Vec::with_capacity(code.instructions.len());
     let mut stubs: Vec<Instruction> = Vec::new();
+    // (index in `stubs`, load id) of each spatial check's `ptwrite`.
+    let mut stub_ptwrites: Vec<(usize, u32)> = Vec::new();
     let mut fragments: Vec<Instruction> = Vec::new();
     let mut fragment_checks: Vec<(usize, usize, bool)> = Vec::new();
     let mut spatial_at: Vec<(usize, usize, bool)> = Vec::new();
@@ -505,10 +548,10 @@ fn copy_instructions(
             );
         }
         let mut insn = *original;
-        match inserts
+        let insert = inserts
             .next_if(|&&(index, _)| index == i)
-            .map(|&(_, ins)| ins)
-        {
+            .map(|&(_, ins)| ins);
+        match insert {
             Some(Insert::Soft { id, fast }) => {
                 let slow = next_fake();
                 let resume = next_fake();
@@ -540,18 +583,15 @@ fn copy_instructions(
                 );
             }
             Some(Insert::Ptwrite { id }) => {
-                let at = all.len();
-                if probe::ptwrite(&insn, label, all) > 0 {
-                    label = 0;
-                }
-                for (k, j) in (at..all.len()).enumerate() {
-                    let operand = if k == 0 && insn.memory_base().is_gpr() {
-                        PtwriteOperand::Base
-                    } else {
-                        PtwriteOperand::Index
-                    };
-                    ptwrite_at.push((j, id, operand));
-                }
+                label = emit_ptwrites(
+                    &insn,
+                    (id, label),
+                    plan.spatial.get(&i).map(|&(_, check)| check),
+                    entries.spatial_config,
+                    &mut next_fake,
+                    (all, &mut stubs),
+                    (&mut ptwrite_at, &mut stub_ptwrites),
+                );
             }
             None => {}
         }
@@ -560,7 +600,9 @@ fn copy_instructions(
             probe::exit_stub(skipped, stub, insn.near_branch_target(), &mut stubs);
             insn.set_near_branch64(stub);
         }
-        if let Some(&check) = plan.spatial.get(&i) {
+        if let Some(&check) = plan.spatial.get(&i)
+            && !matches!(insert, Some(Insert::Ptwrite { .. }))
+        {
             spatial_check_in_copy(
                 check,
                 (&mut insn, ip),
@@ -612,6 +654,11 @@ fn copy_instructions(
             .map(|(start, end, moves_rsp)| (at + start, at + end, moves_rsp)),
     );
     all.extend(fragments);
+    ptwrite_at.extend(
+        stub_ptwrites
+            .drain(..)
+            .map(|(at, id)| (all.len() + at, id, PtwriteOperand::Address)),
+    );
     all.extend(stubs);
     Ok(CopyMarks {
         first,

@@ -221,6 +221,7 @@ impl<'a> Encoder<'a> {
             self.uint(match operand {
                 PtwriteOperand::Base => 0,
                 PtwriteOperand::Index => 1,
+                PtwriteOperand::Address => 2,
             });
         }
         self.uint(shared_libraries.len() as u64);
@@ -443,6 +444,7 @@ impl Decoder<'_> {
                 operand: match self.uint()? {
                     0 => PtwriteOperand::Base,
                     1 => PtwriteOperand::Index,
+                    2 => PtwriteOperand::Address,
                     _ => return Err("bad ptwrite operand"),
                 },
             });

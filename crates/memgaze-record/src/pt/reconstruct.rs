@@ -29,6 +29,21 @@
 //! in soft mode. An annotation that marks such a load instrumented is
 //! rejected.
 //!
+//! # Spatial PTWs
+//!
+//! A Strided or Irregular load's spatial check (the block hash test of
+//! docs/METRICS.md, "Whole-run locality") writes the load's whole address
+//! with one more `ptwrite` in its stub, before the operand PTWs, when the
+//! block is tracked; its site is marked [`PtwriteOperand::Address`]. Every
+//! execution still writes its operands, so the time samples are exactly
+//! what they are without the check. The spatial PTWs are counted
+//! (`spatial_ptw`) and not recorded: an AUX sample keeps only the ring's
+//! last bytes, so the spatial PTWs between samples are overwritten and the
+//! ones inside a window would be a biased subset, and a full trace already
+//! holds every address. Whole-run spatial records need a collection of the
+//! spatial PTWs alone for the whole run (see ARCHITECTURE.md, Intel PT),
+//! which is not written.
+//!
 //! # Samples and ρ
 //!
 //! Each AUX sample becomes one trace sample: the records decoded from its
@@ -157,6 +172,7 @@ impl PtwriteMap {
             let valid = match site.operand {
                 PtwriteOperand::Base => operand.has_base,
                 PtwriteOperand::Index => operand.has_index,
+                PtwriteOperand::Address => true,
             };
             if !valid {
                 return Err(AnnotationProblem::NoSuchOperand {
@@ -170,6 +186,7 @@ impl PtwriteMap {
             match site.operand {
                 PtwriteOperand::Base => seen.0 = true,
                 PtwriteOperand::Index => seen.1 = true,
+                PtwriteOperand::Address => {}
             }
             if sites.insert(site.ip, (site.load, site.operand)).is_some() {
                 return Err(AnnotationProblem::DuplicateSite { ip: site.ip }.into());
@@ -297,6 +314,9 @@ pub struct ReconstructStats {
     pub(crate) skipped_after_errors: u64,
     /// Bytes before the first PSB of each buffer (AUX samples start mid-stream).
     pub unsynced_head_bytes: u64,
+    /// PTWs of spatial checks ([`PtwriteOperand::Address`]): counted, not
+    /// recorded (see "Spatial PTWs" in the module documentation).
+    pub spatial_ptw: u64,
 }
 
 impl ReconstructStats {
@@ -380,6 +400,7 @@ impl<'a> Reconstructor<'a> {
                         return;
                     };
                     match operand {
+                        PtwriteOperand::Address => self.stats.spatial_ptw += 1,
                         PtwriteOperand::Base => {
                             if pending.take().is_some() {
                                 self.stats.incomplete += 1;

@@ -60,10 +60,10 @@ fn load(
 fn site_ip(id: u32, operand: PtwriteOperand) -> u64 {
     0x2_0000
         + u64::from(id) * 0x20
-        + if operand == PtwriteOperand::Index {
-            5
-        } else {
-            0
+        + match operand {
+            PtwriteOperand::Base => 0,
+            PtwriteOperand::Index => 5,
+            PtwriteOperand::Address => 10,
         }
 }
 
@@ -473,6 +473,47 @@ fn a_full_stream_reconstructs_every_execution() {
     assert_eq!(records, want);
     assert_eq!(rebuild.stats.lost_ptw(), 0);
     assert_eq!(rebuild.stats.unsynced_head_bytes, 0);
+}
+
+#[test]
+fn spatial_address_ptws_are_counted_and_leave_the_records_alone() {
+    // Load 1 (base only) with a spatial check: its stub's `Address` PTW
+    // comes before the operand PTW of the same execution.
+    let mut annotation = annotation();
+    annotation.ptwrites.push(PtwriteSite {
+        ip: site_ip(1, PtwriteOperand::Address),
+        load: 1,
+        operand: PtwriteOperand::Address,
+    });
+    let map = PtwriteMap::new(&annotation).unwrap();
+    let code = CodeMap::with_bias(BIAS);
+    let mut rng = Rng::new(5);
+    let mut p = Program {
+        spec: Vec::new(),
+        executions: Vec::new(),
+        psbs: Vec::new(),
+        overflows: Vec::new(),
+        last_ip: 0,
+        tsc: 1 << 40,
+    };
+    p.psb(&mut rng);
+    let mut want = Vec::new();
+    for k in 0..50u64 {
+        let node = 0x5600_0000_0000 + k * 64;
+        if k % 3 == 0 {
+            p.ptwrite(&mut rng, 1, PtwriteOperand::Address, node + 16);
+        }
+        p.ptwrite(&mut rng, 1, PtwriteOperand::Base, node);
+        want.push(PtRecord {
+            load: 1,
+            addr: node + 16,
+        });
+    }
+    let (stream, _) = libipt_encode(&(p.spec.join("\n") + "\n"));
+    let mut rebuild = Reconstructor::new(&map, &code);
+    assert_eq!(rebuild.full(&[&stream]), want);
+    assert_eq!(rebuild.stats.spatial_ptw, 17);
+    assert_eq!(rebuild.stats.lost_ptw(), 0);
 }
 
 #[test]
