@@ -289,7 +289,7 @@ fn unknown_bench_name_is_one_line_before_any_build() {
     assert_eq!(
         err,
         "error: no bench target named `nope` in package `hashmap-vs-btree` \
-         (benches: inlined, lookup, map_sizes, plain)\n"
+         (benches: compare, inlined, lookup, map_sizes, plain)\n"
     );
     let out = cargo_memgaze(
         &fixture("hashmap-vs-btree"),
@@ -299,7 +299,7 @@ fn unknown_bench_name_is_one_line_before_any_build() {
     assert_eq!(
         stderr(&out),
         "error: no bench target matches `x?` in package `hashmap-vs-btree` \
-         (benches: inlined, lookup, map_sizes, plain)\n"
+         (benches: compare, inlined, lookup, map_sizes, plain)\n"
     );
 }
 

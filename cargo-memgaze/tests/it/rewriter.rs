@@ -342,10 +342,17 @@ fn make_running_an_instrumented_shell() {
         stderr.contains("2 exec'd instrumented program(s) joined the trace"),
         "{stderr}"
     );
-    assert!(
-        stderr.contains("2 joined image(s) run another instrumented program than the traced one"),
-        "{stderr}"
-    );
+    // Both dashes, and any of their forked children that the recorder
+    // could still identify (how many depends on timing).
+    let other_images = stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("memgaze: note: ")?
+                .split_once(" joined image(s) run another instrumented program than the traced one")
+                .and_then(|(n, _)| n.parse::<u32>().ok())
+        })
+        .unwrap_or(0);
+    assert!(other_images >= 2, "{stderr}");
     assert!(both.totals.dropped.records > 1000, "{:?}", both.totals);
     assert!(!both.totals.complete, "{stderr}");
     assert_eq!(both.totals.execs_untraced, 1, "{stderr}");
