@@ -1154,7 +1154,6 @@ fn short_hashmap_bench(period: &str) -> (Value, String) {
         "bench",
         &fixture_manifest(),
         &[
-            "-q",
             "--seed",
             "3",
             "--period",
