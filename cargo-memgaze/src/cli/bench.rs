@@ -229,7 +229,16 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             env: full_trace_env(&sampling),
             limits: args.time.limits(),
         };
-        let recording = pipeline::record_bench(target, case, instrumented, &plan)?;
+        let mut recording = pipeline::record_bench(target, case, instrumented, &plan)?;
+        if let Some(measure_s) = longer_measure(exe.harness, &sampling, &recording) {
+            // Criterion-style calibration: the first run tells how long the
+            // region must repeat to reach the sample target.
+            let mut longer = plan.clone();
+            longer
+                .env
+                .push((MEASURE_ENV.to_string(), format!("{measure_s:.3}")));
+            recording = pipeline::record_bench(target, case, instrumented, &longer)?;
+        }
         let stop = recording.stop_exit();
         for note in &recording.notes {
             progress.note(&format!("note: {}: {note}", case.name));
@@ -351,6 +360,64 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
 /// A full trace records one run of each routine (unless the user's
 /// environment sets the harness's count): calibrated repetitions would make
 /// it as large as a second of loads.
+/// Time samples a sampled bench should reach (`Bencher::iter` repeats
+/// longer to get them, within [`SAMPLE_BUDGET_S`]).
+const TARGET_SAMPLES: u64 = 100;
+/// Spatially tracked accesses a sampled bench should reach.
+const TARGET_TRACKED: u64 = 1_000;
+/// The most seconds a re-recorded bench's region is asked to repeat.
+const SAMPLE_BUDGET_S: f64 = 2.0;
+/// The harness's measuring-time variable (memgaze-harness `MEASURE_ENV`).
+const MEASURE_ENV: &str = "MEMGAZE_MEASURE_S";
+/// The harness's default measuring time, in seconds.
+const DEFAULT_MEASURE_S: f64 = 1.0;
+
+/// Whether a recording is short of [`TARGET_SAMPLES`] or (spatial
+/// sampling on) [`TARGET_TRACKED`]; `None` when it has no target.
+fn short_of_target(sampling: &Sampling, recording: &pipeline::BenchRecording) -> Option<bool> {
+    if sampling.is_full() || !matches!(recording.outcome, BenchOutcome::Measured { .. }) {
+        return None;
+    }
+    let s = &recording.analysis.summary;
+    let tracked_short = s.spatial_rate.is_some_and(|rate| rate < 1.0)
+        && s.tracked_accesses.is_some_and(|t| t < TARGET_TRACKED);
+    Some(s.samples < TARGET_SAMPLES || tracked_short)
+}
+
+/// The longer `MEMGAZE_MEASURE_S` a memgaze-harness bench short of its
+/// sample target is recorded again with: the time scaled by the shortfall
+/// (×1.2), capped at [`SAMPLE_BUDGET_S`]. `None` when the bench reached the
+/// target, is not a memgaze-harness bench, runs an exact iteration count,
+/// never entered its region, or already measures for the whole budget.
+fn longer_measure(
+    harness: crate::cargo::BenchHarness,
+    sampling: &Sampling,
+    recording: &pipeline::BenchRecording,
+) -> Option<f64> {
+    if harness != crate::cargo::BenchHarness::Memgaze
+        || std::env::var_os(pipeline::ITERATIONS_ENV).is_some()
+        || recording.totals.executions == 0
+        || short_of_target(sampling, recording) != Some(true)
+    {
+        return None;
+    }
+    let measure = std::env::var(MEASURE_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|m| m.is_finite() && *m > 0.0)
+        .unwrap_or(DEFAULT_MEASURE_S);
+    let s = &recording.analysis.summary;
+    let shortfall = |target: u64, reached: u64| target as f64 / reached.max(1) as f64;
+    let mut factor = shortfall(TARGET_SAMPLES, s.samples);
+    if s.spatial_rate.is_some_and(|rate| rate < 1.0)
+        && let Some(tracked) = s.tracked_accesses
+    {
+        factor = factor.max(shortfall(TARGET_TRACKED, tracked));
+    }
+    let longer = (measure * factor.max(1.0) * 1.2).min(SAMPLE_BUDGET_S);
+    (longer > measure).then_some(longer)
+}
+
 fn full_trace_env(sampling: &Sampling) -> Vec<(String, String)> {
     if sampling.is_full() && std::env::var_os(pipeline::ITERATIONS_ENV).is_none() {
         vec![pipeline::one_iteration()]
@@ -729,13 +796,13 @@ fn bench_warnings(
                 _ => "",
             }
         ));
-    } else if !sampling.is_full() && samples < UNDERSAMPLED && measured_ok {
-        warnings.push(format!(
-            "{name}: {} ({} load executions for a period of {}): its metrics are not reliable; lower --period",
-            plural(samples as usize, "sample", "samples"),
-            recording.totals.executions,
-            sampling.period
-        ));
+    } else if !sampling.is_full()
+        && measured_ok
+        && (samples < UNDERSAMPLED
+            || (exe.harness == crate::cargo::BenchHarness::Memgaze
+                && short_of_target(sampling, recording) == Some(true)))
+    {
+        warnings.push(undersampled_warning(name, recording, sampling));
     }
     if let Some(coverage) = recording.analysis.summary.coverage_dynamic
         && let Some(warning) = memgaze_analysis::dynamic_coverage_warning(
@@ -746,6 +813,40 @@ fn bench_warnings(
         warnings.push(format!("{name}: {warning}"));
     }
     warnings
+}
+
+/// What an undersampled bench reached: samples, tracked accesses (spatial
+/// sampling), iterations, against the target a memgaze-harness bench is
+/// re-recorded for.
+fn undersampled_warning(
+    name: &str,
+    recording: &pipeline::BenchRecording,
+    sampling: &Sampling,
+) -> String {
+    let s = &recording.analysis.summary;
+    let spatial = s.spatial_rate.is_some_and(|rate| rate < 1.0);
+    let mut reached = plural(s.samples as usize, "sample", "samples");
+    if spatial && let Some(tracked) = s.tracked_accesses {
+        reached.push_str(&format!(", {tracked} tracked accesses"));
+    }
+    if let BenchOutcome::Measured {
+        iterations: Some(iterations),
+        ..
+    } = &recording.outcome
+    {
+        reached.push_str(&format!(
+            " in {}",
+            plural(*iterations as usize, "iteration", "iterations")
+        ));
+    }
+    let target = match spatial {
+        true => format!("{TARGET_SAMPLES} samples and {TARGET_TRACKED} tracked accesses"),
+        false => format!("{TARGET_SAMPLES} samples"),
+    };
+    format!(
+        "{name}: {reached} ({} load executions for a period of {}), short of the target of {target}: its metrics are not reliable; lower --period",
+        recording.totals.executions, sampling.period
+    )
 }
 
 fn table_header(width: usize) -> String {

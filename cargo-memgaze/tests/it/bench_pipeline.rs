@@ -1146,3 +1146,67 @@ fn bench_libs_records_the_loads_of_instrumented_libraries() {
     assert_eq!(with[0].0, "libc.so.6", "{with:?}");
     assert!(objects("none").is_empty());
 }
+
+/// One `hashmap/1000` recording at `MEMGAZE_MEASURE_S=0.01`, its
+/// `bench-finished` line and stderr.
+fn short_hashmap_bench(period: &str) -> (Value, String) {
+    let out = memgaze(
+        "bench",
+        &fixture_manifest(),
+        &[
+            "--seed",
+            "3",
+            "--period",
+            period,
+            "--no-report",
+            "--message-format",
+            "json",
+            "--",
+            "--exact",
+            "hashmap/1000",
+        ],
+        &[("MEMGAZE_MEASURE_S", "0.01"), ("MEMGAZE_WARM_UP_S", "0")],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let all = messages(&out);
+    let finished = by_reason(&all, "bench-finished");
+    assert_eq!(finished.len(), 1, "{all:?}");
+    (finished[0].clone(), stderr(&out))
+}
+
+/// Issue 23: a memgaze-harness bench short of 100 samples is recorded once
+/// more with a measuring time scaled by the shortfall (criterion-style
+/// calibration) and ends with the target; one that cannot reach it within
+/// the budget is reported once, with what it reached.
+#[test]
+fn a_short_bench_is_recorded_again_until_it_reaches_the_sample_target() {
+    let _lock = serial();
+    // ~30 samples in 10 ms at this period: the second recording runs longer.
+    let (finished, err) = short_hashmap_bench("100000");
+    let samples = finished["summary"]["samples"].as_u64().unwrap();
+    assert!(samples >= 100, "{samples} samples: {finished}\n{err}");
+    let region_s = f64_of(&finished["region_ns"]) / 1e9;
+    assert!(
+        region_s > 0.02,
+        "measured for {region_s} s only: {finished}"
+    );
+    assert_eq!(finished["warnings"], serde_json::json!([]), "{finished}");
+    assert!(!err.contains("warning:"), "{err}");
+
+    // A period of 10^8 leaves a few samples even after the budget.
+    let (finished, err) = short_hashmap_bench("100000000");
+    let samples = finished["summary"]["samples"].as_u64().unwrap();
+    assert!(samples < 100, "{finished}");
+    let warnings = finished["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{finished}");
+    let warning = warnings[0].as_str().unwrap();
+    let iterations = finished["iterations"].as_u64().unwrap();
+    for part in [
+        format!("hashmap/1000: {samples} sample"),
+        format!(" in {iterations} iterations"),
+        "short of the target of 100 samples".to_string(),
+    ] {
+        assert!(warning.contains(&part), "{part:?} not in {warning}");
+    }
+    assert_eq!(err.matches("warning:").count(), 1, "{err}");
+}
