@@ -5,7 +5,7 @@
 //! The rewriter puts stubs in front of some of them (`_exit`, the `exec`
 //! family) so the recorder runtime learns that the process ends without
 //! running `DT_FINI`. Calls that bypass the table (`-fno-plt`'s and Rust's
-//! `call [rip → GOT]`) are found in the functions' code ([`got_calls`]); a
+//! `call [rip → GOT]`) are found in the functions' code (`got_calls`); a
 //! raw `syscall` or a slot's value called through a register is not seen.
 
 use super::Binary;

@@ -73,7 +73,7 @@
 //!
 //! A run that takes no spatial samples would still pay for every check (on
 //! a strided loop of one volatile load, more than the counting probe).
-//! The rewriter lists every check with its replacement ([`spatial_skip`]:
+//! The rewriter lists every check with its replacement (`spatial_skip`:
 //! at most three long `nop`s, or a `jmp` to the load where the check moves
 //! `rsp`) in a table that the segment header locates
 //! (`super::runtime::header::SPATIAL_SKIPS`); when the threshold is still
