@@ -757,7 +757,7 @@ fn follows_alignment_padding(ip: u64, previous: &Instruction) -> bool {
 
 /// Multi-byte NOPs of 1 to 9 bytes (the forms the optimisation manuals
 /// recommend), index = length − 1.
-const NOPS: [&[u8]; 9] = [
+pub(super) const NOPS: [&[u8]; 9] = [
     &[0x90],
     &[0x66, 0x90],
     &[0x0f, 0x1f, 0x00],
