@@ -1013,7 +1013,7 @@ fn objects_table(objects: &[ObjectLoadCoverage]) -> Markup {
                     td.name { code { (o.object) } }
                     @if o.instrumented {
                         td { (opt(o.loads_executed, estimate)) }
-                        td { (estimate(o.loads_traced)) }
+                        td { (opt(o.loads_executed.map(|_| o.loads_traced), estimate)) }
                         (bar_cell(&opt(o.share, pct), o.share, o.share.is_some_and(|s| s < 0.95), None))
                     } @else {
                         td { "unknown" } td { "–" } td.worse { "not instrumented" }
@@ -1069,6 +1069,39 @@ mod tests {
         assert!(cell.contains("<code>0x30</code> (5)"), "{cell}");
         assert!(!cell.contains("lib.rs:9"), "{cell}");
         assert_eq!(distinct(&["a".into(), "b".into(), "a".into()]), ["a", "b"]);
+    }
+
+    /// An instrumented object shows its estimated loads and share; an
+    /// uninstrumented library says so, with no invented figure.
+    #[test]
+    fn objects_table_says_which_objects_were_not_instrumented() {
+        let rows = [
+            ObjectLoadCoverage {
+                object: "libc.so.6".into(),
+                instrumented: true,
+                loads_executed: Some(2000.0),
+                loads_traced: 1500.0,
+                share: Some(0.75),
+            },
+            ObjectLoadCoverage {
+                object: "libm.so.6".into(),
+                instrumented: false,
+                loads_executed: None,
+                loads_traced: 0.0,
+                share: None,
+            },
+        ];
+        let html = objects_table(&rows).into_string();
+        assert!(
+            html.contains("<code>libc.so.6</code></td><td>2,000</td><td>1,500</td>"),
+            "{html}"
+        );
+        assert!(html.contains("75.0%"), "{html}");
+        assert!(
+            html.contains("<code>libm.so.6</code></td><td>unknown</td>"),
+            "{html}"
+        );
+        assert!(html.contains("not instrumented"), "{html}");
     }
 
     #[test]

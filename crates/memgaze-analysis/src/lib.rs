@@ -668,7 +668,10 @@ fn instrumented_objects(header: &TraceHeader) -> Vec<String> {
 /// its functions) against those plus the estimated untraced ones after the
 /// escapes into its functions, then each uninstrumented library, whose
 /// loads are unknown. Instrumented objects come most executed loads first.
+/// Without `ρ` (`estimable` false: no sample held a record) the
+/// instrumented objects' figures are unknown too.
 pub fn coverage_by_object(
+    estimable: bool,
     instrumented: &[String],
     uninstrumented: &[String],
     functions: &[FunctionMetrics],
@@ -704,9 +707,9 @@ pub fn coverage_by_object(
             ObjectLoadCoverage {
                 object: object.clone(),
                 instrumented: true,
-                loads_executed: Some(executed),
+                loads_executed: estimable.then_some(executed),
                 loads_traced: traced,
-                share: Some(if executed > 0.0 {
+                share: estimable.then_some(if executed > 0.0 {
                     traced / executed
                 } else {
                     1.0
@@ -743,6 +746,7 @@ pub fn coverage_by_object_line(objects: &[ObjectLoadCoverage]) -> String {
         .iter()
         .map(|o| match o.share {
             Some(share) => format!("{} {:.1}%", o.object, 100.0 * share),
+            None if o.instrumented => format!("{} unknown (no ρ)", o.object),
             None => format!("{} not instrumented", o.object),
         })
         .collect::<Vec<_>>()
@@ -1520,6 +1524,7 @@ impl Analyzer {
             let (overall, untraced) = dynamic_coverage(&summary, &mut function_rows, totals);
             summary.coverage_dynamic = Some(overall);
             summary.coverage_by_object = coverage_by_object(
+                summary.a_hat.is_some(),
                 &self.instrumented_objects,
                 &self.untraced_libraries,
                 &function_rows,
@@ -2436,6 +2441,14 @@ mod tests {
         let line = table.lines().find(|l| l.contains("  traced   ")).unwrap();
         assert!(line.contains("app 100.0%"), "{line}");
         assert!(line.contains("libm.so.6 not instrumented"), "{line}");
+        // Without records there is no ρ: the instrumented rows are unknown.
+        let mut sampled_header = h.clone();
+        sampled_header.sampling = sampled();
+        let empty = Analyzer::new(&sampled_header, &AnalysisOptions::default())
+            .unwrap()
+            .finish(&TraceTotals::clean(12, 0, 1));
+        let first = &empty.summary.coverage_by_object[0];
+        assert!(first.instrumented && first.share.is_none() && first.loads_executed.is_none());
         // A collector that does not count escapes gets no rows.
         let mut pt = h.clone();
         pt.backend = Backend::Pt;

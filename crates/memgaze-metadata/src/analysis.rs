@@ -278,13 +278,13 @@ pub struct ObjectLoadCoverage {
     pub instrumented: bool,
     /// Estimated executed loads: `loads_traced` plus those that ran
     /// untraced in its original code after counted escapes; null when not
-    /// instrumented.
+    /// instrumented, or when no sample held a record (no `ρ`).
     pub loads_executed: Option<f64>,
     /// Estimated load executions traced in its code: the `Â` of its
     /// functions (0 when not instrumented).
     pub loads_traced: f64,
     /// `loads_traced / loads_executed` (1 when it executed none); null when
-    /// not instrumented.
+    /// `loads_executed` is.
     pub share: Option<f64>,
 }
 
