@@ -12,7 +12,7 @@ use super::charts::{format_address, format_bytes, format_window};
 use super::{BenchPage, ChartFile, glance};
 use crate::gate::BenchVerdict;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
-use memgaze_analysis::{Analysis, FunctionMetrics, LineLocality, WindowRow};
+use memgaze_analysis::{Analysis, FunctionMetrics, LineLocality, ObjectLoadCoverage, WindowRow};
 
 const STYLE: &str = r#"
 :root { --ink: #222; --muted: #666; --line: #ddd; --accent: #0072b2; --bad: #b3261e; --bg-bad: #fdecea; --bar: #d5e6f3; --bar-bad: #f4c7c3; }
@@ -983,14 +983,46 @@ fn coverage(page: &BenchPage) -> Markup {
             int(c.outside_functions)
         ));
     }
+    let objects = &page.bench.analysis.summary.coverage_by_object;
     html! {
-        @if !notes.is_empty() {
+        @if !notes.is_empty() || !objects.is_empty() {
             h3 { "Coverage" } "\n"
+            @if !objects.is_empty() {
+                (objects_table(objects))
+            }
             @for note in &notes {
                 p.note { (note) } "\n"
             }
         }
     }
+}
+
+/// Executed-load coverage by object: traced share of each instrumented
+/// object's executed loads, and the libraries that ran uninstrumented.
+fn objects_table(objects: &[ObjectLoadCoverage]) -> Markup {
+    let estimate = |x: f64| int(x.round() as u64);
+    scroll(html! {
+        table {
+            caption { "Executed loads traced, by object (estimates in units of Â; an uninstrumented library's loads are unknown)" }
+            tr {
+                th.name { "object" } th { "executed loads" } th { "traced" } th { "traced %" }
+            }
+            "\n"
+            @for o in objects {
+                tr {
+                    td.name { code { (o.object) } }
+                    @if o.instrumented {
+                        td { (opt(o.loads_executed, estimate)) }
+                        td { (opt(o.loads_executed.map(|_| o.loads_traced), estimate)) }
+                        (bar_cell(&opt(o.share, pct), o.share, o.share.is_some_and(|s| s < 0.95), None))
+                    } @else {
+                        td { "unknown" } td { "–" } td.worse { "not instrumented" }
+                    }
+                }
+                "\n"
+            }
+        }
+    })
 }
 
 #[cfg(test)]
@@ -1037,6 +1069,39 @@ mod tests {
         assert!(cell.contains("<code>0x30</code> (5)"), "{cell}");
         assert!(!cell.contains("lib.rs:9"), "{cell}");
         assert_eq!(distinct(&["a".into(), "b".into(), "a".into()]), ["a", "b"]);
+    }
+
+    /// An instrumented object shows its estimated loads and share; an
+    /// uninstrumented library says so, with no invented figure.
+    #[test]
+    fn objects_table_says_which_objects_were_not_instrumented() {
+        let rows = [
+            ObjectLoadCoverage {
+                object: "libc.so.6".into(),
+                instrumented: true,
+                loads_executed: Some(2000.0),
+                loads_traced: 1500.0,
+                share: Some(0.75),
+            },
+            ObjectLoadCoverage {
+                object: "libm.so.6".into(),
+                instrumented: false,
+                loads_executed: None,
+                loads_traced: 0.0,
+                share: None,
+            },
+        ];
+        let html = objects_table(&rows).into_string();
+        assert!(
+            html.contains("<code>libc.so.6</code></td><td>2,000</td><td>1,500</td>"),
+            "{html}"
+        );
+        assert!(html.contains("75.0%"), "{html}");
+        assert!(
+            html.contains("<code>libm.so.6</code></td><td>unknown</td>"),
+            "{html}"
+        );
+        assert!(html.contains("not instrumented"), "{html}");
     }
 
     #[test]

@@ -358,3 +358,66 @@ fn python3_runs_a_script_with_its_libraries_instrumented() {
     let script = script.to_string_lossy().into_owned();
     same_with_libraries("/usr/bin/python3", &[&script], &empty, "*", &[]);
 }
+
+/// Coverage by object on a program whose work is libc's: with `--libs
+/// none` libc is listed as not instrumented, its loads unknown (null, not
+/// zero); with libc instrumented its row is traced and holds most of the
+/// executed loads, and the executable's own row is unchanged.
+#[test]
+fn coverage_by_object_says_whether_libc_was_traced() {
+    let program = build("libc_strings.c", &["-O2", "-g"]);
+    let target = scratch().join("libs-coverage-target");
+    std::fs::create_dir_all(&target).unwrap();
+    let exe = program.file_name().unwrap().to_string_lossy().into_owned();
+    let rows = |libs: &str| -> Vec<serde_json::Value> {
+        let json = scratch().join(format!("coverage-libs-{libs}.json"));
+        run_ok(
+            memgaze()
+                .args(["memgaze", "run", "-q", "--full", "--libs", libs])
+                .args(["--format", "json", "-o"])
+                .arg(&json)
+                .arg(&program)
+                .arg("65536")
+                .env("CARGO_TARGET_DIR", &target),
+        );
+        let analysis: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        analysis["summary"]["coverage_by_object"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no coverage_by_object: {}", analysis["summary"]))
+            .clone()
+    };
+    let row = |rows: &[serde_json::Value], object: &str| {
+        rows.iter()
+            .find(|r| r["object"] == object)
+            .unwrap_or_else(|| panic!("no row for {object}: {rows:?}"))
+            .clone()
+    };
+    let none = rows("none");
+    let (app, libc) = (row(&none, &exe), row(&none, LIBC));
+    assert_eq!(app["instrumented"], true, "{none:?}");
+    assert!(app["loads_traced"].as_f64().unwrap() > 0.0, "{none:?}");
+    assert!(app["share"].as_f64().unwrap() > 0.99, "{none:?}");
+    assert_eq!(libc["instrumented"], false, "{none:?}");
+    assert_eq!(libc["loads_traced"].as_f64(), Some(0.0), "{none:?}");
+    assert!(libc["loads_executed"].is_null(), "{none:?}");
+    assert!(libc["share"].is_null(), "{none:?}");
+
+    let traced = rows(LIBC);
+    let (app_traced, libc_traced) = (row(&traced, &exe), row(&traced, LIBC));
+    assert_eq!(libc_traced["instrumented"], true, "{traced:?}");
+    let libc_loads = libc_traced["loads_traced"].as_f64().unwrap();
+    assert!(
+        libc_loads > app_traced["loads_traced"].as_f64().unwrap(),
+        "the work is libc's: {traced:?}"
+    );
+    assert!(libc_traced["share"].as_f64().unwrap() > 0.9, "{traced:?}");
+    assert_eq!(
+        traced[0]["object"], LIBC,
+        "most executed loads first: {traced:?}"
+    );
+    assert_eq!(
+        app_traced["loads_traced"], app["loads_traced"],
+        "the executable's own loads do not depend on --libs"
+    );
+}

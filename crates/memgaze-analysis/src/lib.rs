@@ -511,6 +511,8 @@ pub struct Analyzer {
     notes: Vec<String>,
     /// The executable's `DT_NEEDED` libraries, from the header's labels.
     untraced_libraries: Vec<String>,
+    /// The executable's file name, then each instrumented library's.
+    instrumented_objects: Vec<String>,
     /// Whole-run stack distances over the tracked blocks.
     whole: WholeRun,
     cache_sizes: CacheSizes,
@@ -644,6 +646,143 @@ fn dynamic_coverage_note(summary: &Summary, untraced: &[UntracedFunction]) -> Op
     ))
 }
 
+/// The instrumented objects of a trace: the executable's file name (when
+/// the header names a binary), then each instrumented library's in header
+/// order.
+fn instrumented_objects(header: &TraceHeader) -> Vec<String> {
+    let executable = header
+        .binary
+        .as_ref()
+        .and_then(|b| std::path::Path::new(&b.path).file_name())
+        .map(|n| n.to_string_lossy().into_owned());
+    let libraries = header
+        .labels
+        .iter()
+        .filter(|(key, _)| key == memgaze_trace::OBJECT_LABEL)
+        .filter_map(|(_, value)| value.splitn(3, ' ').nth(2).map(str::to_string));
+    executable.into_iter().chain(libraries).collect()
+}
+
+/// Executed-load coverage by object (docs/METRICS.md, "Coverage by
+/// object"): each instrumented object's traced load executions (the `Â` of
+/// its functions) against those plus the estimated untraced ones after the
+/// escapes into its functions, then each uninstrumented library, whose
+/// loads are unknown. Instrumented objects come most executed loads first.
+/// Without `ρ` (`estimable` false: no sample held a record) the
+/// instrumented objects' figures are unknown too.
+pub fn coverage_by_object(
+    estimable: bool,
+    instrumented: &[String],
+    uninstrumented: &[String],
+    functions: &[FunctionMetrics],
+    untraced: &[UntracedFunction],
+) -> Vec<ObjectLoadCoverage> {
+    if instrumented.is_empty() {
+        return uninstrumented_rows(uninstrumented).collect();
+    }
+    let mut traced = vec![0.0; instrumented.len()];
+    let mut lost = vec![0.0; instrumented.len()];
+    let index_of = |object: Option<&str>| {
+        object
+            .and_then(|o| instrumented.iter().position(|name| name == o))
+            .unwrap_or(0)
+    };
+    for f in functions {
+        traced[index_of(f.object.as_deref())] += f.a_hat.unwrap_or(0.0);
+    }
+    for u in untraced {
+        // A library function's name carries its object (`libc.so.6!memcpy`).
+        let object = functions
+            .iter()
+            .find(|f| f.name == u.name)
+            .and_then(|f| f.object.as_deref())
+            .or_else(|| u.name.split_once('!').map(|(o, _)| o));
+        lost[index_of(object)] += u.untraced;
+    }
+    let mut rows: Vec<ObjectLoadCoverage> = instrumented
+        .iter()
+        .zip(traced.iter().zip(&lost))
+        .map(|(object, (&traced, &lost))| {
+            let executed = traced + lost;
+            ObjectLoadCoverage {
+                object: object.clone(),
+                instrumented: true,
+                loads_executed: estimable.then_some(executed),
+                loads_traced: traced,
+                share: estimable.then_some(if executed > 0.0 {
+                    traced / executed
+                } else {
+                    1.0
+                }),
+            }
+        })
+        .collect();
+    rows.sort_by(|x, y| {
+        y.loads_executed
+            .unwrap_or(0.0)
+            .total_cmp(&x.loads_executed.unwrap_or(0.0))
+            .then_with(|| x.object.cmp(&y.object))
+    });
+    rows.extend(uninstrumented_rows(uninstrumented));
+    rows
+}
+
+/// The rows of libraries that ran uninstrumented: loads unknown.
+fn uninstrumented_rows(libraries: &[String]) -> impl Iterator<Item = ObjectLoadCoverage> + '_ {
+    libraries.iter().map(|object| ObjectLoadCoverage {
+        object: object.clone(),
+        instrumented: false,
+        loads_executed: None,
+        loads_traced: 0.0,
+        share: None,
+    })
+}
+
+/// One line on [`Summary::coverage_by_object`]: each object's traced share
+/// of its executed loads, or "not instrumented" (`app 100.0%, libc.so.6
+/// not instrumented`).
+pub fn coverage_by_object_line(objects: &[ObjectLoadCoverage]) -> String {
+    objects
+        .iter()
+        .map(|o| match o.share {
+            Some(share) => format!("{} {:.1}%", o.object, 100.0 * share),
+            None if o.instrumented => format!("{} unknown (no ρ)", o.object),
+            None => format!("{} not instrumented", o.object),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The note naming the instrumented objects whose loads partly ran
+/// untraced (after escapes), most estimated untraced load executions
+/// first; `None` when there are none. Uninstrumented libraries have their
+/// own note ([`untraced_libraries_note`]).
+fn largest_untraced_objects_note(objects: &[ObjectLoadCoverage]) -> Option<String> {
+    let mut partly: Vec<&ObjectLoadCoverage> = objects
+        .iter()
+        .filter(|o| o.instrumented && o.loads_untraced() > 0.0)
+        .collect();
+    partly.sort_by(|x, y| y.loads_untraced().total_cmp(&x.loads_untraced()));
+    let names: Vec<String> = partly
+        .iter()
+        .map(|o| {
+            format!(
+                "{} ~{:.0} of ~{:.0} ({:.1}% traced)",
+                o.object,
+                o.loads_untraced(),
+                o.loads_executed.unwrap_or(0.0),
+                100.0 * o.share.unwrap_or(1.0)
+            )
+        })
+        .collect();
+    (!names.is_empty()).then(|| {
+        format!(
+            "load executions untraced after escapes, by object: {}",
+            names.join(", ")
+        )
+    })
+}
+
 /// What the coverage says about shared libraries: only the executable is
 /// instrumented, so their loads (libc's `memcpy`, the allocator, …) are
 /// missing from every metric.
@@ -741,6 +880,7 @@ impl Analyzer {
             binary: header.binary.as_ref().map(|b| b.path.clone()),
             command: header.command.clone(),
             untraced_libraries: header.shared_libraries().map(str::to_string).collect(),
+            instrumented_objects: instrumented_objects(header),
             max_k,
             code_k,
             function_lo,
@@ -1383,6 +1523,13 @@ impl Analyzer {
         let untraced_functions = if self.backend == Backend::Soft {
             let (overall, untraced) = dynamic_coverage(&summary, &mut function_rows, totals);
             summary.coverage_dynamic = Some(overall);
+            summary.coverage_by_object = coverage_by_object(
+                summary.a_hat.is_some(),
+                &self.instrumented_objects,
+                &self.untraced_libraries,
+                &function_rows,
+                &untraced,
+            );
             untraced
         } else {
             Vec::new()
@@ -1404,6 +1551,9 @@ impl Analyzer {
             notes.push(format!("accesses traced by object: {}", shares.join(", ")));
         }
         if let Some(note) = dynamic_coverage_note(&summary, &untraced_functions) {
+            notes.push(note);
+        }
+        if let Some(note) = largest_untraced_objects_note(&summary.coverage_by_object) {
             notes.push(note);
         }
         let options = &self.options;
@@ -1536,6 +1686,7 @@ impl Analyzer {
                 programs: totals.execs_untraced,
                 seconds: totals.execs_untraced_micros as f64 / 1e6,
             }),
+            coverage_by_object: Vec::new(),
         }
     }
 
@@ -2221,6 +2372,90 @@ mod tests {
             a.push_load(load, addr, sample, 0);
         }
         a.finish(&TraceTotals::clean(80, 8, 2))
+    }
+
+    /// Coverage by object: the executable and an instrumented library each
+    /// traced over traced plus the escapes into it, and a library left
+    /// uninstrumented listed with unknown loads (null, not zero); the note
+    /// names the library with untraced executions, and the table says it.
+    #[test]
+    fn executed_loads_are_split_by_object_with_uninstrumented_libraries_unknown() {
+        let mut h = header(Backend::Soft, Sampling::full());
+        h.binary = Some(memgaze_metadata::model::BinaryIdentity {
+            path: "/build/app".into(),
+            size: 1,
+            sha256: String::new(),
+            build_id: None,
+        });
+        h.functions[1].name = "libc.so.6!f1".into();
+        h.labels = vec![
+            (memgaze_trace::OBJECT_LABEL.into(), "1 2 libc.so.6".into()),
+            (
+                memgaze_trace::SHARED_LIBRARY_LABEL.into(),
+                "libm.so.6".into(),
+            ),
+        ];
+        let mut a = Analyzer::new(&h, &AnalysisOptions::default()).unwrap();
+        for (load, addr) in [(L0, 0x100), (L1, 0x200), (L2, 0x7f00), (L0, 0x108)] {
+            a.push_load(load, addr, 0, 0);
+        }
+        let mut totals = TraceTotals::clean(4, 4, 1);
+        totals.escapes.push(memgaze_trace::EscapeCount {
+            at: 0x48,
+            function: "libc.so.6!f1".into(),
+            count: 3,
+            loads: 4,
+            probed: 1,
+        });
+        let a = a.finish(&totals);
+        let a_hat = |name: &str| {
+            a.functions
+                .iter()
+                .find(|f| f.name == name)
+                .and_then(|f| f.a_hat)
+                .unwrap()
+        };
+        let (app, libc) = (a_hat("f0"), a_hat("libc.so.6!f1"));
+        assert!(app > 0.0 && libc > 0.0);
+        let objects = &a.summary.coverage_by_object;
+        let row = |name: &str| objects.iter().find(|o| o.object == name).unwrap();
+        assert_eq!(objects.len(), 3, "{objects:?}");
+        assert_eq!(row("app").loads_traced, app);
+        assert_eq!(row("app").share, Some(1.0));
+        assert_eq!(row("libc.so.6").loads_executed, Some(libc + 12.0));
+        assert_eq!(row("libc.so.6").share, Some(libc / (libc + 12.0)));
+        assert_eq!(objects[2].object, "libm.so.6", "uninstrumented last");
+        assert!(!objects[2].instrumented);
+        assert_eq!((objects[2].loads_executed, objects[2].share), (None, None));
+        let json = serde_json::to_value(&a.summary).unwrap();
+        assert!(json["coverage_by_object"][2]["share"].is_null(), "{json}");
+        let note = a
+            .coverage
+            .notes
+            .iter()
+            .find(|n| n.starts_with("load executions untraced after escapes, by object: "))
+            .unwrap_or_else(|| panic!("{:?}", a.coverage.notes));
+        assert!(note.contains("libc.so.6 ~12 of ~"), "{note}");
+        assert!(!note.contains("app"), "{note}");
+        let table = table::render(&a, &table::TableOptions::default());
+        let line = table.lines().find(|l| l.contains("  traced   ")).unwrap();
+        assert!(line.contains("app 100.0%"), "{line}");
+        assert!(line.contains("libm.so.6 not instrumented"), "{line}");
+        // Without records there is no ρ: the instrumented rows are unknown.
+        let mut sampled_header = h.clone();
+        sampled_header.sampling = sampled();
+        let empty = Analyzer::new(&sampled_header, &AnalysisOptions::default())
+            .unwrap()
+            .finish(&TraceTotals::clean(12, 0, 1));
+        let first = &empty.summary.coverage_by_object[0];
+        assert!(first.instrumented && first.share.is_none() && first.loads_executed.is_none());
+        // A collector that does not count escapes gets no rows.
+        let mut pt = h.clone();
+        pt.backend = Backend::Pt;
+        let none = Analyzer::new(&pt, &AnalysisOptions::default())
+            .unwrap()
+            .finish(&TraceTotals::clean(0, 0, 0));
+        assert!(none.summary.coverage_by_object.is_empty());
     }
 
     /// The header's shared-library labels become the coverage's untraced

@@ -126,6 +126,13 @@ fn render_summary(out: &mut String, a: &Analysis, options: &TableOptions) {
         a.reuse.block,
         s.d_max.map_or("–".to_string(), count)
     );
+    if !s.coverage_by_object.is_empty() {
+        let _ = writeln!(
+            out,
+            "  traced   {}: share of each object's executed loads",
+            crate::coverage_by_object_line(&s.coverage_by_object)
+        );
+    }
     if let (Some(sizes), Some(rate)) = (&a.run.cache_sizes, s.spatial_rate) {
         let _ = writeln!(
             out,

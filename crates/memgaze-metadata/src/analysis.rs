@@ -258,6 +258,42 @@ pub struct Summary {
     /// there were none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub execs_untraced: Option<ExecsUntraced>,
+    /// Executed-load coverage of each object of the process: the
+    /// executable, each instrumented shared library, then the libraries the
+    /// executable links that ran uninstrumented (docs/METRICS.md, "Coverage
+    /// by object"). Absent for traces of collectors that do not count
+    /// escapes and in older analyses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub coverage_by_object: Vec<ObjectLoadCoverage>,
+}
+
+/// The executed loads of one object and the share of them traced
+/// ([`Summary::coverage_by_object`]), in the units of `Â`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ObjectLoadCoverage {
+    /// The executable's or the library's file name.
+    pub object: String,
+    /// Whether its code was instrumented. An uninstrumented object's loads
+    /// are unknown: `loads_executed` and `share` are null, not zero.
+    pub instrumented: bool,
+    /// Estimated executed loads: `loads_traced` plus those that ran
+    /// untraced in its original code after counted escapes; null when not
+    /// instrumented, or when no sample held a record (no `ρ`).
+    pub loads_executed: Option<f64>,
+    /// Estimated load executions traced in its code: the `Â` of its
+    /// functions (0 when not instrumented).
+    pub loads_traced: f64,
+    /// `loads_traced / loads_executed` (1 when it executed none); null when
+    /// `loads_executed` is.
+    pub share: Option<f64>,
+}
+
+impl ObjectLoadCoverage {
+    /// Estimated load executions that ran untraced in its original code
+    /// (0 when not instrumented: unknown, not counted).
+    pub fn loads_untraced(&self) -> f64 {
+        self.loads_executed.map_or(0.0, |e| e - self.loads_traced)
+    }
 }
 
 /// Exec'd programs that ran untraced ([`Summary::execs_untraced`]).
