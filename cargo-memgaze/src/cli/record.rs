@@ -242,7 +242,10 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     let sampling = args.sampling.sampling()?;
     let choice = args.sampling.resolve_backend()?;
     let program = resolve_program(Path::new(&args.command[0]))?;
-    let (annotation, annotation_key) = crate::pipeline::sites::read_annotation_keyed(&program)?;
+    // Without libraries the header's sites can come from the cache (with
+    // them, their sites follow the executable's, renumbered: built whole).
+    let inputs = crate::pipeline::sites::read_for_record(&program, args.libs.libs.is_empty())?;
+    let mut annotation = inputs.annotation;
     let backend = args
         .sampling
         .backend_for(choice, &program, annotation.mode, global)?;
@@ -261,6 +264,10 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         }
     };
     if backend == Backend::Pt {
+        if inputs.without_load_texts {
+            // Intel PT decoding needs the loads' registers.
+            annotation = memgaze_instrument::rewrite::read_annotation(&program)?;
+        }
         refuse_limits_with_pt(&args.time)?;
         let totals = record_pt_to_file(
             &program,
@@ -282,15 +289,10 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     let libraries = args
         .libs
         .prepare(&program, lib_cache().as_deref(), global)?;
-    // With libraries instrumented the header is built whole (their sites
-    // follow the executable's, renumbered).
-    let sites = annotation_key
-        .filter(|_| libraries.instrumented.is_empty())
-        .and_then(|key| crate::pipeline::sites::cached_sites(&program, &annotation, key));
     let recording = record_to_file(
         &program,
         &args.command[1..],
-        (&annotation, &libraries, sites.as_ref()),
+        (&annotation, &libraries, inputs.sites.as_ref()),
         &sampling,
         args.sampling.spatial(),
         &output,

@@ -21,42 +21,80 @@ pub fn sites_path(program: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// The annotation of the instrumented `program` and the key of its bytes
-/// (`None` when it was not read as one file's bytes; errors are those of
-/// [`instrument::read_annotation`]).
-pub fn read_annotation_keyed(program: &Path) -> anyhow::Result<(Annotation, Option<u64>)> {
-    if let Ok(bytes) = std::fs::read(instrument::annotation_path(program))
-        && let Ok(annotation) = Annotation::from_bytes(&bytes)
-    {
-        return Ok((annotation, Some(content_key(&bytes))));
-    }
-    // Read again for the error it names.
-    Ok((instrument::read_annotation(program)?, None))
+/// What `record` reads of an instrumented program.
+pub struct RecordInputs {
+    /// Its annotation; without the loads' texts when `sites` came from the
+    /// cache (the header takes them from there).
+    pub annotation: Annotation,
+    /// The header's functions and loads, encoded once.
+    pub sites: Option<EncodedSites>,
+    /// Whether `annotation`'s loads were decoded without their texts
+    /// ([`Annotation::from_bytes_without_load_texts`]).
+    pub without_load_texts: bool,
 }
 
-/// The encoded sites of `program`, whose annotation (with key `key`) is
-/// `annotation`: from the cache when it matches, else encoded now and
-/// cached. `None` when they cannot be encoded (the caller builds the whole
-/// header, which reports why).
-pub fn cached_sites(program: &Path, annotation: &Annotation, key: u64) -> Option<EncodedSites> {
+/// Reads the annotation of the instrumented `program` and, with
+/// `want_sites`, its encoded sites: from the cache when it matches the
+/// annotation's bytes (the annotation is then decoded without its loads'
+/// texts), else encoded now and cached. Errors are those of
+/// [`instrument::read_annotation`]; sites that cannot be encoded are left
+/// out (the caller builds the whole header, which reports why).
+pub fn read_for_record(program: &Path, want_sites: bool) -> anyhow::Result<RecordInputs> {
+    let Ok(bytes) = std::fs::read(instrument::annotation_path(program)) else {
+        return whole(program);
+    };
+    if !want_sites {
+        return match Annotation::from_bytes(&bytes) {
+            Ok(annotation) => Ok(RecordInputs {
+                annotation,
+                sites: None,
+                without_load_texts: false,
+            }),
+            Err(_) => whole(program),
+        };
+    }
+    let key = content_key(&bytes);
     let path = sites_path(program);
-    if let Ok(bytes) = std::fs::read(&path)
-        && let Some(sites) = EncodedSites::from_bytes(&bytes)
+    if let Ok(cached) = std::fs::read(&path)
+        && let Some(sites) = EncodedSites::from_bytes(&cached)
         && sites.key == key
+        && let Ok(annotation) = Annotation::from_bytes_without_load_texts(&bytes)
         && sites.loads() == annotation.loads.len()
         && sites.functions() == annotation.functions.len()
     {
-        return Some(sites);
+        return Ok(RecordInputs {
+            annotation,
+            sites: Some(sites),
+            without_load_texts: true,
+        });
     }
-    let sites = memgaze_record::encode_sites(annotation, key).ok()?;
-    // Best effort: the cache only saves time.
-    if let Ok(mut file) = memgaze_output::AtomicFile::create(&path) {
-        use std::io::Write;
-        if file.write_all(&sites.to_bytes()).is_ok() {
-            let _ = file.commit();
+    let Ok(annotation) = Annotation::from_bytes(&bytes) else {
+        return whole(program);
+    };
+    let sites = memgaze_record::encode_sites(&annotation, key).ok();
+    if let Some(sites) = &sites {
+        // Best effort: the cache only saves time.
+        if let Ok(mut file) = memgaze_output::AtomicFile::create(&path) {
+            use std::io::Write;
+            if file.write_all(&sites.to_bytes()).is_ok() {
+                let _ = file.commit();
+            }
         }
     }
-    Some(sites)
+    Ok(RecordInputs {
+        annotation,
+        sites,
+        without_load_texts: false,
+    })
+}
+
+/// The annotation read as every command reads it, for its error.
+fn whole(program: &Path) -> anyhow::Result<RecordInputs> {
+    Ok(RecordInputs {
+        annotation: instrument::read_annotation(program)?,
+        sites: None,
+        without_load_texts: false,
+    })
 }
 
 /// 64 bits of the SHA-256 of an annotation's bytes.
