@@ -1,6 +1,17 @@
 //! Overhead of the software recorder and speed of the rewriter.
 //!
-//! `cargo bench -p cargo-memgaze --bench overhead [-- --reps N] [--kernels-only]`
+//! `cargo bench -p cargo-memgaze --bench overhead [-- --reps N] [--kernels-only] [--libs GLOBS]`
+//!
+//! With `--libs GLOBS` (as `cargo memgaze record --libs` takes them, e.g.
+//! `libc.so.6` or `default`) it measures only recording with those
+//! libraries instrumented: per repetition, the native kernel, `cargo
+//! memgaze record -q` (default sampling) of the instrumented kernels
+//! without and with `--libs GLOBS` (the instrumented libraries cached
+//! beforehand), and the native kernel again, for the strided and irregular
+//! kernels and for `libc_strings.c` (copies, comparisons and scans of 32
+//! MiB buffers, mostly libc). These ratios include the command's whole
+//! cost (start-up, the libraries' annotations and trace header, the
+//! trace's end), as a user pays it.
 //!
 //! Reports, as ratios measured in the same run (median and min–max over
 //! interleaved repetitions, so a busy machine affects both sides alike):
@@ -69,7 +80,12 @@ struct Timing {
 fn native(program: &Path, args: &[&str]) -> Timing {
     let cpu = children_cpu();
     let start = Instant::now();
-    run_ok(Command::new(program).args(args).stdout(Stdio::null()));
+    run_ok(
+        Command::new(program)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
     Timing {
         wall: start.elapsed(),
         cpu: children_cpu() - cpu,
@@ -317,6 +333,121 @@ fn kernel_rows(
     }
 }
 
+/// Runs `cargo memgaze record -q [--libs GLOBS]` of `program` (cargo
+/// memgaze's cache of instrumented libraries under `cache_root`).
+fn cli_recorded(
+    program: &Path,
+    args: &[&str],
+    libs: Option<&str>,
+    trace: &Path,
+    cache_root: &Path,
+) -> Timing {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"));
+    command.args(["record", "-q", "-o"]).arg(trace);
+    if let Some(libs) = libs {
+        command.args(["--libs", libs]);
+    }
+    command
+        .arg("--")
+        .arg(program)
+        .args(args)
+        .env("CARGO_TARGET_DIR", cache_root)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let cpu = children_cpu();
+    let start = Instant::now();
+    run_ok(&mut command);
+    Timing {
+        wall: start.elapsed(),
+        cpu: children_cpu() - cpu,
+    }
+}
+
+/// `--libs GLOBS`: one kernel's rows, recorded through the command with
+/// and without the libraries, against native in the same repetitions.
+fn libs_rows(
+    (native_program, instrumented): (&Path, &Path),
+    args: &[&str],
+    libs: &str,
+    reps: usize,
+    (trace, cache_root): (&Path, &Path),
+) {
+    // Fills the library cache (and the site cache) outside the timing.
+    cli_recorded(instrumented, args, Some(libs), trace, cache_root);
+    cli_recorded(instrumented, args, None, trace, cache_root);
+    let mut exe_only = (Vec::new(), Vec::new());
+    let mut with_libs = (Vec::new(), Vec::new());
+    let mut libs_vs_exe = (Vec::new(), Vec::new());
+    let mut native_cpu = Vec::new();
+    for _ in 0..reps {
+        let n = native(native_program, args);
+        let e = cli_recorded(instrumented, args, None, trace, cache_root);
+        let l = cli_recorded(instrumented, args, Some(libs), trace, cache_root);
+        let n2 = native(native_program, args);
+        let base_wall = (n.wall + n2.wall).as_secs_f64() / 2.0;
+        let base_cpu = (n.cpu + n2.cpu).as_secs_f64() / 2.0;
+        native_cpu.push(base_cpu);
+        exe_only.0.push(e.wall.as_secs_f64() / base_wall);
+        exe_only.1.push(e.cpu.as_secs_f64() / base_cpu);
+        with_libs.0.push(l.wall.as_secs_f64() / base_wall);
+        with_libs.1.push(l.cpu.as_secs_f64() / base_cpu);
+        libs_vs_exe
+            .0
+            .push(l.wall.as_secs_f64() / e.wall.as_secs_f64());
+        libs_vs_exe
+            .1
+            .push(l.cpu.as_secs_f64() / e.cpu.as_secs_f64());
+    }
+    println!(
+        "  {} (native CPU {})\n    record, executable only      wall {}   cpu {}\n    record --libs {libs:<14} wall {}   cpu {}\n    --libs / executable only     wall {}   cpu {}",
+        args.join(" "),
+        summary_of(native_cpu, " s"),
+        summary(exe_only.0),
+        summary(exe_only.1),
+        summary(with_libs.0),
+        summary(with_libs.1),
+        summary(libs_vs_exe.0),
+        summary(libs_vs_exe.1),
+    );
+}
+
+/// `--libs GLOBS`: the kernels and `libc_strings.c` recorded with those
+/// libraries instrumented.
+fn libs_section(dir: &Path, (kernels, instrumented): (&Path, &Path), libs: &str, reps: usize) {
+    let strings = dir.join("libc_strings");
+    run_ok(
+        Command::new("gcc")
+            .args(["-O2", "-g", "-o"])
+            .arg(&strings)
+            .arg(fixture("libc_strings.c")),
+    );
+    let strings_instrumented = dir.join("libc_strings.instrumented");
+    memgaze_instrument::instrument_file(
+        &strings,
+        &strings_instrumented,
+        None,
+        InstrumentationMode::Soft,
+    )
+    .expect("instrument libc_strings");
+    let trace = dir.join("bench-libs.trace");
+    println!(
+        "cargo memgaze overhead benchmark, libraries `{libs}` instrumented ({reps} interleaved repetitions per row)\n"
+    );
+    println!(
+        "`cargo memgaze record -q` (default sampling) / native, median (min–max); CPU = user + system of the command and the program"
+    );
+    for args in [["str", "4000000", "25"], ["irr", "4000000", "10"]] {
+        libs_rows((kernels, instrumented), &args, libs, reps, (&trace, dir));
+    }
+    libs_rows(
+        (&strings, &strings_instrumented),
+        &["33554432"],
+        libs,
+        reps,
+        (&trace, dir),
+    );
+}
+
 fn main() {
     let mut reps = 7usize;
     let args: Vec<String> = std::env::args().collect();
@@ -345,6 +476,11 @@ fn main() {
     )
     .expect("instrument the kernels");
     let annotation = result.annotation;
+    if let Some(i) = args.iter().position(|a| a == "--libs") {
+        let libs = args.get(i + 1).expect("--libs GLOBS");
+        libs_section(&dir, (&kernels, &instrumented), libs, reps);
+        return;
+    }
     let trace = dir.join("bench.trace");
     let baseline = std::env::var_os("MEMGAZE_BENCH_BASELINE").map(|path| {
         let path = PathBuf::from(path);

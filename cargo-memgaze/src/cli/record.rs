@@ -9,11 +9,10 @@ use super::style::styled_eprintln;
 use crate::pipeline::libs::{LibSelection, Libraries};
 use anyhow::{Context, Result, bail};
 use memgaze_error::{Exit, usage};
-use memgaze_instrument::rewrite as instrument;
 use memgaze_metadata::annotation::{Annotation, InstrumentationMode};
 use memgaze_record::pt::probe::{BackendChoice, BackendRequest};
 use memgaze_record::{self as record, Recording};
-use memgaze_trace::{Backend, ProgramExit, Sampling, TraceWriter};
+use memgaze_trace::{Backend, EncodedSites, ProgramExit, Sampling, TraceWriter};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -243,7 +242,10 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     let sampling = args.sampling.sampling()?;
     let choice = args.sampling.resolve_backend()?;
     let program = resolve_program(Path::new(&args.command[0]))?;
-    let annotation = instrument::read_annotation(&program)?;
+    // Without libraries the header's sites can come from the cache (with
+    // them, their sites follow the executable's, renumbered: built whole).
+    let inputs = crate::pipeline::sites::read_for_record(&program, args.libs.libs.is_empty())?;
+    let mut annotation = inputs.annotation;
     let backend = args
         .sampling
         .backend_for(choice, &program, annotation.mode, global)?;
@@ -262,6 +264,10 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         }
     };
     if backend == Backend::Pt {
+        if inputs.without_load_texts {
+            // Intel PT decoding needs the loads' registers.
+            annotation = memgaze_instrument::rewrite::read_annotation(&program)?;
+        }
         refuse_limits_with_pt(&args.time)?;
         let totals = record_pt_to_file(
             &program,
@@ -286,7 +292,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     let recording = record_to_file(
         &program,
         &args.command[1..],
-        (&annotation, &libraries),
+        (&annotation, &libraries, inputs.sites.as_ref()),
         &sampling,
         args.sampling.spatial(),
         &output,
@@ -324,6 +330,9 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             styled_eprintln!("warning: {warning}");
         }
     }
+    // The command ends here: freeing every load site's strings one by one
+    // was a tenth of a short recording's cost (the process exit frees them).
+    std::mem::forget(annotation);
     match watch.signal() {
         Some(signal) if recording.interrupted.is_none() => Ok(Exit::Interrupted(128 + signal)),
         _ => Ok(exit_like_program(&recording)),
@@ -429,11 +438,13 @@ pub fn exit_like(exit: Option<ProgramExit>) -> Exit {
 
 /// Records `program` into a trace file within `limits`; returns what the
 /// recording said. A trace that cannot be written (a full disk) ends the
-/// recording at once, with the program killed and the path named.
+/// recording at once, with the program killed and the path named. `sites`,
+/// when given, are the annotation's functions and loads encoded once
+/// (`pipeline::sites`; only without instrumented libraries).
 pub fn record_to_file(
     program: &Path,
     args: &[OsString],
-    (annotation, libraries): (&Annotation, &Libraries),
+    (annotation, libraries, sites): (&Annotation, &Libraries, Option<&EncodedSites>),
     sampling: &Sampling,
     spatial: Option<memgaze_trace::SpatialSampling>,
     output: &Path,
@@ -441,15 +452,22 @@ pub fn record_to_file(
 ) -> Result<Recording> {
     let mut command = vec![program.display().to_string()];
     command.extend(args.iter().map(|a| a.to_string_lossy().into_owned()));
-    let mut header = record::trace_header(annotation, *sampling, command);
+    let sites = sites.filter(|_| libraries.instrumented.is_empty());
+    let mut header = match sites {
+        Some(_) => record::trace_header_without_sites(annotation, *sampling, command),
+        None => record::trace_header(annotation, *sampling, command),
+    };
     header.spatial = spatial;
     let objects = record::Objects {
         bases: libraries.extend_header(&mut header),
         valid: libraries.valid_loads(annotation),
         escapes: record::escape_sites(annotation),
     };
-    let mut writer =
-        TraceWriter::create(output, &header).with_context(|| output.display().to_string())?;
+    let mut writer = match sites {
+        Some(sites) => TraceWriter::create_with_sites(output, &header, sites),
+        None => TraceWriter::create(output, &header),
+    }
+    .with_context(|| output.display().to_string())?;
     let mut program_command = std::process::Command::new(program);
     program_command.args(args);
     libraries.apply(&mut program_command);

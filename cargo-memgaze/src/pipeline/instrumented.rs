@@ -216,16 +216,83 @@ fn read_annotation(path: &Path) -> anyhow::Result<Annotation> {
     })
 }
 
-/// A digest of the running `cargo memgaze` executable (computed once).
+/// What identifies the running `cargo memgaze` executable (computed once):
+/// its GNU build ID, which the linker derives from the output's content,
+/// else a digest of the whole file. Reading and hashing our own 75 MB
+/// executable was most of `record --libs`'s start-up.
 fn tool_identity() -> &'static [u8] {
     static IDENTITY: OnceLock<Vec<u8>> = OnceLock::new();
     IDENTITY.get_or_init(|| {
-        let exe = std::env::current_exe()
-            .ok()
+        let exe = std::env::current_exe().ok();
+        if let Some(id) = exe.as_deref().and_then(gnu_build_id) {
+            let mut identity = b"gnu-build-id:".to_vec();
+            identity.extend_from_slice(&id);
+            return identity;
+        }
+        let exe = exe
             .and_then(|p| std::fs::read(p).ok())
             .unwrap_or_else(|| env!("CARGO_PKG_VERSION").as_bytes().to_vec());
         Sha256::digest(&exe).to_vec()
     })
+}
+
+/// The `NT_GNU_BUILD_ID` of the 64-bit little-endian ELF file at `path`,
+/// read from its program headers' notes only (not the whole file).
+fn gnu_build_id(path: &Path) -> Option<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(path).ok()?;
+    let read = |at: u64, len: usize| -> Option<Vec<u8>> {
+        let mut bytes = vec![0; len];
+        file.read_exact_at(&mut bytes, at).ok()?;
+        Some(bytes)
+    };
+    let header = read(0, 64)?;
+    // ELF magic, 64-bit, little endian.
+    if header[..4] != *b"\x7fELF" || header[4] != 2 || header[5] != 1 {
+        return None;
+    }
+    let u16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
+    let u32_at =
+        |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap_or([0; 4]));
+    let u64_at =
+        |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]));
+    let (phoff, phentsize, phnum) = (
+        u64_at(&header, 0x20),
+        usize::from(u16_at(&header, 0x36)),
+        usize::from(u16_at(&header, 0x38)),
+    );
+    if phentsize < 56 || phnum > 4096 {
+        return None;
+    }
+    let headers = read(phoff, phentsize * phnum)?;
+    for ph in headers.chunks_exact(phentsize) {
+        const PT_NOTE: u32 = 4;
+        let size = u64_at(ph, 32);
+        if u32_at(ph, 0) != PT_NOTE || size > 1 << 16 {
+            continue;
+        }
+        let notes = read(u64_at(ph, 8), size as usize)?;
+        let mut at = 0;
+        while at + 12 <= notes.len() {
+            let (name_len, desc_len, kind) = (
+                u32_at(&notes, at) as usize,
+                u32_at(&notes, at + 4) as usize,
+                u32_at(&notes, at + 8),
+            );
+            let name_at = at + 12;
+            let desc_at = name_at + name_len.div_ceil(4) * 4;
+            let end = desc_at + desc_len.div_ceil(4) * 4;
+            const NT_GNU_BUILD_ID: u32 = 3;
+            if kind == NT_GNU_BUILD_ID
+                && notes.get(name_at..name_at + name_len) == Some(b"GNU\0".as_slice())
+                && desc_len > 0
+            {
+                return notes.get(desc_at..desc_at + desc_len).map(<[u8]>::to_vec);
+            }
+            at = end;
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -233,6 +300,27 @@ mod tests {
     use super::*;
     use memgaze_trace::BinaryIdentity;
     use std::cell::Cell;
+
+    #[test]
+    fn the_tool_is_identified_by_its_build_id_as_readelf_reads_it() {
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new("readelf")
+            .arg("-n")
+            .arg(&exe)
+            .output()
+            .expect("readelf (binutils) runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let expected = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Build ID: "))
+            .map(str::to_string);
+        let got = gnu_build_id(&exe).map(|id| id.iter().map(|b| format!("{b:02x}")).collect());
+        assert_eq!(got, expected);
+        assert_eq!(gnu_build_id(Path::new("/nonexistent")), None);
+        let dir = tempfile::tempdir().unwrap();
+        let not_elf = executable(dir.path(), b"#!/bin/sh\nexit 0\n");
+        assert_eq!(gnu_build_id(&not_elf), None);
+    }
 
     fn executable(dir: &Path, contents: &[u8]) -> std::path::PathBuf {
         let path = dir.join("bench-0123");

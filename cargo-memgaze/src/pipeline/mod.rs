@@ -23,6 +23,7 @@ pub mod instrumented;
 pub mod layout;
 pub mod libs;
 mod sink;
+pub mod sites;
 
 pub use instrumented::{InstrumentedBench, instrumented};
 

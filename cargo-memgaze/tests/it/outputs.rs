@@ -467,3 +467,56 @@ fn a_report_page_directory_that_is_a_link_is_refused() {
     assert_one_error(&out, "refusing to write through a symbolic link");
     assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
 }
+
+/// `record` caches the header's sites beside the copy; a trace written with
+/// the cache is the trace written without it, and a damaged or foreign
+/// cache file is not used but replaced.
+#[test]
+fn cached_header_sites_give_the_same_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = toucher(dir.path());
+    let marker = dir.path().join("ran");
+    let sites = dir.path().join("toucher.inst.memgaze.sites");
+    // One trace path: the analysis names its input.
+    let trace = dir.path().join("t.trace");
+    let record = || {
+        let out = bin()
+            .args(["record", "-q", "--full", "-o"])
+            .arg(&trace)
+            .arg("--")
+            .arg(&program)
+            .arg(&marker)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let analysis = bin()
+            .args(["analyze", "--format", "json"])
+            .arg(&trace)
+            .output()
+            .unwrap();
+        assert!(analysis.status.success(), "{}", stderr(&analysis));
+        let header = bin()
+            .args(["dump", "--header-only"])
+            .arg(&trace)
+            .output()
+            .unwrap();
+        assert!(header.status.success(), "{}", stderr(&header));
+        (header.stdout, analysis.stdout)
+    };
+    assert!(!sites.exists());
+    let made = record();
+    let cache = std::fs::read(&sites).expect("the sites are cached beside the copy");
+    assert!(cache.starts_with(b"MGZSITE1"));
+    assert_eq!(record(), made);
+    for damaged in [b"MGZSITE1 cut".to_vec(), cache[..cache.len() - 1].to_vec()] {
+        std::fs::write(&sites, damaged).unwrap();
+        assert_eq!(record(), made);
+        assert_eq!(std::fs::read(&sites).unwrap(), cache, "rewritten");
+    }
+    // A cache of another annotation (another key) is not used.
+    let mut foreign = cache.clone();
+    foreign[8] ^= 1;
+    std::fs::write(&sites, &foreign).unwrap();
+    assert_eq!(record(), made);
+    assert_eq!(std::fs::read(&sites).unwrap(), cache);
+}

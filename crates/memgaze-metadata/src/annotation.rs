@@ -261,6 +261,17 @@ impl Annotation {
         Annotation::from_json(text)
     }
 
+    /// [`Annotation::from_bytes`] with every load's texts left empty
+    /// (`base`, `index`, `line`, `inline_chain`, `skipped`, `segment`) when
+    /// the bytes are compact (JSON is decoded whole): for a reader that
+    /// needs the loads' numbers only.
+    pub fn from_bytes_without_load_texts(bytes: &[u8]) -> Result<Annotation, AnnotationError> {
+        if compact::is_compact(bytes) {
+            return compact::decode_without_load_texts(bytes);
+        }
+        Annotation::from_bytes(bytes)
+    }
+
     /// Writes the annotation to `path` in the compact format.
     pub fn write(&self, path: &Path) -> Result<(), AnnotationError> {
         self.write_as(path, AnnotationFormat::Compact)
@@ -496,6 +507,32 @@ mod tests {
         ];
         a.shared_libraries = vec!["libc.so.6".into(), "libm.so.6".into()];
         a
+    }
+
+    #[test]
+    fn decoding_without_load_texts_keeps_everything_else() {
+        let a = full_sample();
+        let mut expected = a.clone();
+        for load in &mut expected.loads {
+            load.base = None;
+            load.index = None;
+            load.line = None;
+            load.inline_chain.clear();
+            load.skipped = None;
+            load.segment = None;
+        }
+        let compact = a.to_bytes(AnnotationFormat::Compact);
+        assert_eq!(
+            Annotation::from_bytes_without_load_texts(&compact).unwrap(),
+            expected
+        );
+        // JSON has no cheaper path: decoded whole.
+        let json = a.to_bytes(AnnotationFormat::Json);
+        assert_eq!(Annotation::from_bytes_without_load_texts(&json).unwrap(), a);
+        // A damaged string index is still refused.
+        let mut cut = compact.clone();
+        cut.truncate(cut.len() - 3);
+        assert!(Annotation::from_bytes_without_load_texts(&cut).is_err());
     }
 
     #[test]

@@ -353,6 +353,39 @@ pub fn trace_header(
     }
 }
 
+/// [`trace_header`] without functions and loads, for
+/// [`memgaze_trace::TraceWriter::with_sites`] with [`encode_sites`] of the
+/// same annotation.
+pub fn trace_header_without_sites(
+    annotation: &Annotation,
+    sampling: Sampling,
+    command: Vec<String>,
+) -> TraceHeader {
+    TraceHeader {
+        backend: Backend::Soft,
+        sampling,
+        binary: Some(annotation.binary.clone()),
+        command,
+        functions: Vec::new(),
+        loads: Vec::new(),
+        labels: shared_library_labels(annotation),
+        spatial: None,
+    }
+}
+
+/// The functions and loads [`trace_header`] gives for `annotation`, encoded
+/// once ([`memgaze_trace::EncodedSites`], identified by `key`).
+pub fn encode_sites(
+    annotation: &Annotation,
+    key: u64,
+) -> Result<memgaze_trace::EncodedSites, memgaze_trace::TraceError> {
+    memgaze_trace::EncodedSites::encode(
+        key,
+        &function_entries(annotation),
+        &load_entries(annotation),
+    )
+}
+
 /// One [`memgaze_trace::SHARED_LIBRARY_LABEL`] label per library the
 /// executable links: the trace says what it leaves out.
 pub fn shared_library_labels(annotation: &Annotation) -> Vec<(String, String)> {

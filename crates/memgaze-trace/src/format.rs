@@ -95,6 +95,7 @@
 
 use super::error::TraceError;
 use super::model::{LoadClass, Record, TraceHeader, TraceTotals};
+use super::sites::{EncodedSites, header_frames};
 use memgaze_output::AtomicFile;
 use std::fs::File;
 use std::io::{BufReader, Read, Write};
@@ -226,7 +227,38 @@ impl<W: Write> TraceWriter<W> {
     /// Writes the magic, version and header chunk.
     pub fn new(out: W, header: &TraceHeader) -> Result<Self, TraceError> {
         validate_header(header).map_err(|what| TraceError::InvalidHeader { what })?;
-        u32::try_from(header.loads.len()).map_err(|_| TraceError::InvalidHeader {
+        let mut writer = Self::start(out, header.loads.len())?;
+        let json = serde_json::to_vec(header).map_err(|source| TraceError::Encode {
+            what: "cannot encode trace header",
+            source,
+        })?;
+        writer.write_chunk(KIND_HEADER, &json)?;
+        writer.start_chunk();
+        Ok(writer)
+    }
+
+    /// [`TraceWriter::new`] for `header` with the functions and loads of
+    /// `sites` (encoded once per program: see [`crate::sites`]); `header`
+    /// itself must list none. Readers see the same header as if `new` had
+    /// written it with them.
+    pub fn with_sites(
+        out: W,
+        header: &TraceHeader,
+        sites: &EncodedSites,
+    ) -> Result<Self, TraceError> {
+        // The sites were checked when encoded; this checks the sampling.
+        validate_header(header).map_err(|what| TraceError::InvalidHeader { what })?;
+        let mut writer = Self::start(out, sites.loads())?;
+        let (stored, raw_len) = header_frames(header, sites, &mut writer.compressor)?;
+        writer.stored = stored;
+        writer.write_stored(KIND_HEADER, raw_len)?;
+        writer.start_chunk();
+        Ok(writer)
+    }
+
+    /// A writer for `loads` load sites, with the magic and version written.
+    fn start(out: W, loads: usize) -> Result<Self, TraceError> {
+        u32::try_from(loads).map_err(|_| TraceError::InvalidHeader {
             what: "trace header lists more than 2^32 load sites".into(),
         })?;
         let mut writer = TraceWriter {
@@ -239,7 +271,7 @@ impl<W: Write> TraceWriter<W> {
             data_len: 0,
             raw: Vec::new(),
             stored: Vec::new(),
-            loads: LoadStates::new(header.loads.len()),
+            loads: LoadStates::new(loads),
             chunk_records: 0,
             chunk_samples: 0,
             records: 0,
@@ -256,12 +288,6 @@ impl<W: Write> TraceWriter<W> {
             .out
             .write_all(&VERSION.to_le_bytes())
             .map_err(TraceError::io("cannot write trace"))?;
-        let json = serde_json::to_vec(header).map_err(|source| TraceError::Encode {
-            what: "cannot encode trace header",
-            source,
-        })?;
-        writer.write_chunk(KIND_HEADER, &json)?;
-        writer.start_chunk();
         Ok(writer)
     }
 
@@ -498,12 +524,12 @@ impl<W: Write> TraceWriter<W> {
         self.compressor
             .compress_to_buffer(raw, &mut self.stored)
             .map_err(TraceError::io("zstd compression failed"))?;
-        let header = chunk_header(
-            kind,
-            self.stored.len() as u32,
-            raw.len() as u32,
-            &self.stored,
-        );
+        self.write_stored(kind, raw.len() as u32)
+    }
+
+    /// Writes a chunk of `kind` whose stored bytes are in `self.stored`.
+    fn write_stored(&mut self, kind: u8, raw_len: u32) -> Result<(), TraceError> {
+        let header = chunk_header(kind, self.stored.len() as u32, raw_len, &self.stored);
         self.out
             .write_all(&header)
             .map_err(TraceError::io("cannot write trace"))?;
@@ -525,6 +551,16 @@ impl TraceWriter<AtomicFile> {
     pub fn create(path: &Path, header: &TraceHeader) -> Result<Self, TraceError> {
         let file = AtomicFile::create(path)?;
         TraceWriter::new(file, header)
+    }
+
+    /// [`TraceWriter::create`] with [`TraceWriter::with_sites`].
+    pub fn create_with_sites(
+        path: &Path,
+        header: &TraceHeader,
+        sites: &EncodedSites,
+    ) -> Result<Self, TraceError> {
+        let file = AtomicFile::create(path)?;
+        TraceWriter::with_sites(file, header, sites)
     }
 }
 
@@ -1215,7 +1251,7 @@ fn decode_records(
 
 /// Checks the cross references inside a header; the error says which one
 /// fails (the writer and the reader report it as different variants).
-fn validate_header(header: &TraceHeader) -> Result<(), String> {
+pub(crate) fn validate_header(header: &TraceHeader) -> Result<(), String> {
     let functions = header.functions.len();
     for (i, load) in header.loads.iter().enumerate() {
         if let Some(f) = load.function
@@ -1248,7 +1284,7 @@ fn validate_header(header: &TraceHeader) -> Result<(), String> {
     Ok(())
 }
 
-fn placeholder_header() -> TraceHeader {
+pub(crate) fn placeholder_header() -> TraceHeader {
     TraceHeader {
         backend: super::model::Backend::Soft,
         sampling: super::model::Sampling::full(),
@@ -1468,6 +1504,66 @@ mod tests {
             execs_untraced: 0,
             execs_untraced_micros: 0,
         }
+    }
+
+    /// The header JSON a file holds (its decompressed header chunk).
+    fn header_json(bytes: &[u8]) -> Vec<u8> {
+        let stored_len = u32::from_le_bytes(bytes[16..20].try_into().unwrap()) as usize;
+        zstd::stream::decode_all(&bytes[28..28 + stored_len]).unwrap()
+    }
+
+    #[test]
+    fn a_header_written_with_encoded_sites_reads_as_the_full_header() {
+        let full = header();
+        let sites = EncodedSites::encode(42, &full.functions, &full.loads).unwrap();
+        let sites = EncodedSites::from_bytes(&sites.to_bytes()).expect("cache bytes read back");
+        assert_eq!((sites.key, sites.functions(), sites.loads()), (42, 1, 3));
+        let mut rest = full.clone();
+        rest.functions.clear();
+        rest.loads.clear();
+        for spatial in [None, crate::model::SpatialSampling::with_rate(0.01)] {
+            let mut full = full.clone();
+            full.spatial = spatial;
+            rest.spatial = spatial;
+            let plain = TraceWriter::new(Vec::new(), &full).unwrap();
+            let mut cached = TraceWriter::with_sites(Vec::new(), &rest, &sites).unwrap();
+            cached.begin_sample(0).unwrap();
+            cached.push(2, 0x5000).unwrap();
+            let plain = plain.finish(&totals(0, 0)).unwrap();
+            let cached = cached.finish(&totals(1, 1)).unwrap();
+            // Byte for byte the JSON `new` writes, in several zstd frames.
+            assert_eq!(header_json(&cached), header_json(&plain));
+            let mut reader = TraceReader::new(cached.as_slice()).unwrap();
+            assert_eq!(reader.header(), &full);
+            assert_eq!(reader.next_raw().unwrap().map(|r| r.load), Some(2));
+        }
+        // Functions or loads in both places would be listed twice.
+        assert!(TraceWriter::with_sites(Vec::new(), &full, &sites).is_err());
+    }
+
+    #[test]
+    fn damaged_or_foreign_site_caches_are_not_used() {
+        let full = header();
+        let bytes = EncodedSites::encode(1, &full.functions, &full.loads)
+            .unwrap()
+            .to_bytes();
+        for cut in [0, 8, 47, bytes.len() - 1] {
+            assert_eq!(
+                EncodedSites::from_bytes(&bytes[..cut]),
+                None,
+                "cut at {cut}"
+            );
+        }
+        let mut flipped = bytes.clone();
+        *flipped.last_mut().unwrap() ^= 1;
+        assert_eq!(EncodedSites::from_bytes(&flipped), None);
+        let mut foreign = bytes;
+        foreign[0] = b'X';
+        assert_eq!(EncodedSites::from_bytes(&foreign), None);
+        // A load naming a function the list does not have is refused.
+        let mut bad = full.loads.clone();
+        bad[0].function = Some(9);
+        assert!(EncodedSites::encode(1, &full.functions, &bad).is_err());
     }
 
     /// Writes samples of (thread, [(load, addr)]) and returns the bytes.

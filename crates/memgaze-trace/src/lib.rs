@@ -12,7 +12,9 @@ pub mod layout;
 mod model;
 pub mod protocol;
 pub mod rng;
+pub mod sites;
 
 pub use error::{FilterError, TraceError};
 pub use format::{RawRecord, TraceEvent, TraceReader, TraceWriter};
 pub use model::*;
+pub use sites::EncodedSites;

@@ -87,6 +87,18 @@ pub fn encode(annotation: &Annotation) -> Vec<u8> {
 
 /// Decodes a compact annotation (`bytes` start with [`COMPACT_MAGIC`]).
 pub fn decode(bytes: &[u8]) -> Result<Annotation, AnnotationError> {
+    decode_with(bytes, true)
+}
+
+/// [`decode`] with every load's texts left empty (`base`, `index`, `line`,
+/// `inline_chain`, `skipped`, `segment`): checked, not copied. For a reader
+/// that needs the loads' numbers only: copying those strings was most of
+/// the recorder's start-up on a large program.
+pub fn decode_without_load_texts(bytes: &[u8]) -> Result<Annotation, AnnotationError> {
+    decode_with(bytes, false)
+}
+
+fn decode_with(bytes: &[u8], load_texts: bool) -> Result<Annotation, AnnotationError> {
     let corrupt = |what: &str| AnnotationError::Corrupt {
         what: what.to_string(),
     };
@@ -116,6 +128,7 @@ pub fn decode(bytes: &[u8]) -> Result<Annotation, AnnotationError> {
         bytes: &raw,
         at: 0,
         table: Vec::new(),
+        load_texts,
     };
     let a = d
         .annotation()
@@ -335,6 +348,8 @@ struct Decoder<'a> {
     bytes: &'a [u8],
     at: usize,
     table: Vec<String>,
+    /// Whether loads get their texts ([`decode_without_load_texts`]).
+    load_texts: bool,
 }
 
 type Decoded<T> = Result<T, &'static str>;
@@ -393,6 +408,22 @@ impl Decoder<'_> {
         } else {
             Ok(None)
         }
+    }
+
+    /// A load's text: [`Decoder::string`], or checked and left out.
+    fn load_text(&mut self) -> Decoded<Option<String>> {
+        if self.load_texts {
+            return self.string().map(Some);
+        }
+        let i: usize = self.small()?;
+        if i >= self.table.len() {
+            return Err("string index out of range");
+        }
+        Ok(None)
+    }
+
+    fn load_optional(&mut self, present: bool) -> Decoded<Option<String>> {
+        if present { self.load_text() } else { Ok(None) }
     }
 
     fn annotation(&mut self) -> Decoded<Annotation> {
@@ -525,23 +556,25 @@ impl Decoder<'_> {
             instrumented: flags & L_INSTRUMENTED != 0,
             implied,
             proxy,
-            base: self.optional(flags & L_BASE != 0)?,
-            index: self.optional(flags & L_INDEX != 0)?,
+            base: self.load_optional(flags & L_BASE != 0)?,
+            index: self.load_optional(flags & L_INDEX != 0)?,
             scale: self.small()?,
             displacement: self.int()?,
             size: self.small()?,
             function: self.small()?,
-            line: self.optional(flags & L_LINE != 0)?,
+            line: self.load_optional(flags & L_LINE != 0)?,
             inline_chain: {
                 let n = self.count()?;
-                let mut chain = Vec::with_capacity(n);
+                let mut chain = Vec::with_capacity(if self.load_texts { n } else { 0 });
                 for _ in 0..n {
-                    chain.push(self.string()?);
+                    if let Some(place) = self.load_text()? {
+                        chain.push(place);
+                    }
                 }
                 chain
             },
-            skipped: self.optional(flags & L_SKIPPED != 0)?,
-            segment: self.optional(flags & L_SEGMENT != 0)?,
+            skipped: self.load_optional(flags & L_SKIPPED != 0)?,
+            segment: self.load_optional(flags & L_SEGMENT != 0)?,
             gather: flags & L_GATHER != 0,
             read_modify_write: flags & L_READ_MODIFY_WRITE != 0,
             control: flags & L_CONTROL != 0,
