@@ -465,6 +465,15 @@ pub fn record_to_file(
         .finish(&recording.totals)
         .with_context(|| output.display().to_string())?
         .commit()?;
+    if !recording.joined_programs.is_empty() {
+        // Other instrumented programs joined: their loads follow the
+        // header's (the records already name them).
+        for program in &recording.joined_programs {
+            program.extend_header(&mut header);
+        }
+        memgaze_trace::format::replace_header(output, &header)
+            .with_context(|| output.display().to_string())?;
+    }
     Ok(recording)
 }
 
