@@ -368,16 +368,21 @@ pub struct JoinedProgram {
 }
 
 impl JoinedProgram {
-    /// Appends the program's functions (named `<file>!<function>`) and
+    /// Appends the program's functions (named `<file>!<function>`, the
+    /// original executable's file name) and
     /// loads to `header`, with an [`memgaze_trace::OBJECT_LABEL`] label, so
     /// its records name its own loads. `header` must list exactly
     /// `load_base` loads (the programs are appended in order).
     pub fn extend_header(&self, header: &mut TraceHeader) {
         debug_assert_eq!(header.loads.len(), self.load_base as usize);
-        let name = self.path.file_name().map_or_else(
-            || self.path.display().to_string(),
-            |n| n.to_string_lossy().into_owned(),
-        );
+        // The original executable's name, as the traced one is named.
+        let name = Path::new(&self.annotation.binary.path)
+            .file_name()
+            .or_else(|| self.path.file_name())
+            .map_or_else(
+                || self.path.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            );
         let function_base = header.functions.len() as u32;
         let load_base = header.loads.len() as u32;
         header.labels.push((
