@@ -141,7 +141,8 @@ pub(crate) enum Program {
 }
 
 /// See [`Assembler::with_program_check`].
-pub(crate) type ProgramCheck<'a> = Box<dyn FnMut(u32, Option<&std::path::Path>) -> Program + 'a>;
+pub(crate) type ProgramCheck<'a> =
+    Box<dyn FnMut(u32, bool, Option<&std::path::Path>) -> Program + 'a>;
 
 impl<'a> Assembler<'a> {
     /// An assembler for a trace with `w = window` (`full`: one sample).
@@ -243,7 +244,8 @@ impl<'a> Assembler<'a> {
     }
 
     /// Checks each new process image and each new process with `check`
-    /// (given the path its `Start` named). An image of another
+    /// (given whether the process `exec`ed into it and the path its
+    /// `Start` named). An image of another
     /// instrumented program joins the trace under loads of its own, read
     /// from the annotation beside the executable, if the sink can take
     /// them ([`RecordSink::extend_loads`]); else its records are counted
@@ -359,8 +361,9 @@ impl<'a> Assembler<'a> {
             if let Some(check) = self.same_program.as_mut() {
                 // An exec'd image that cannot be checked counts as another
                 // program.
-                let program = match check(real_pid, named) {
-                    Program::Unknown if self.images.contains_key(&real_pid) => {
+                let exec_image = self.images.contains_key(&real_pid);
+                let program = match check(real_pid, exec_image, named) {
+                    Program::Unknown if exec_image => {
                         self.foreign.insert(image);
                         return Ok(());
                     }
@@ -388,7 +391,7 @@ impl<'a> Assembler<'a> {
             if !self.identified.contains(&header.pid)
                 && let Some(check) = self.same_program.as_mut()
             {
-                let program = check(real_pid, None);
+                let program = check(real_pid, self.images.contains_key(&real_pid), None);
                 self.file_image(header.pid, program);
             }
         }

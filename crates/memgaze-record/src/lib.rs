@@ -667,16 +667,33 @@ pub fn record_objects_within(
     // A process runs the traced program if its executable is the same
     // file; the program's first process, gone before it could be checked,
     // is taken to.
-    let same_program = move |p: u32, named: Option<&Path>| {
-        let found = match named {
-            Some(path) => std::fs::metadata(path).ok().map(|meta| {
+    // What a process runs: its `/proc/<pid>/exe` while it runs (the file
+    // it executes, even if its path was replaced since: a cache entry
+    // rewritten by a concurrent `run`), else the path its `Start` named.
+    // The traced program is the same file, or the same path.
+    let main_path = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .or_else(|_| std::fs::canonicalize(program))
+        .ok();
+    let main_exe = main_exe.or_else(|| {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(program).ok()?;
+        Some((meta.dev(), meta.ino()))
+    });
+    let same_program = move |p: u32, exec_image: bool, named: Option<&Path>| {
+        let found = exe_identity(p)
+            .zip(std::fs::read_link(format!("/proc/{p}/exe")).ok())
+            .or_else(|| {
+                let path = named?;
+                let meta = std::fs::metadata(path).ok()?;
                 use std::os::unix::fs::MetadataExt;
-                ((meta.dev(), meta.ino()), path.to_path_buf())
-            }),
-            None => exe_identity(p).zip(std::fs::read_link(format!("/proc/{p}/exe")).ok()),
-        };
+                Some(((meta.dev(), meta.ino()), path.to_path_buf()))
+            });
         match found {
-            Some((exe, _)) if main_exe == Some(exe) => assemble::Program::Traced,
+            // The program's own first image is the traced program.
+            _ if p == pid && !exec_image => assemble::Program::Traced,
+            Some((exe, path)) if main_exe == Some(exe) || main_path.as_ref() == Some(&path) => {
+                assemble::Program::Traced
+            }
             Some((exe, path)) => assemble::Program::Other(exe, path),
             None if p == pid => assemble::Program::Traced,
             None => assemble::Program::Unknown,
