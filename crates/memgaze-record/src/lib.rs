@@ -1003,7 +1003,9 @@ fn summarise(
             assembler.joined_escapes
         ));
     }
-    if assembler.foreign_images() > 0 {
+    // An image that sent nothing to file (the `exec` of an uninstrumented
+    // program by a `vfork` child, seen by its `Exec`) lost nothing.
+    if assembler.foreign_images() > 0 && assembler.foreign_records > 0 {
         notes.push(format!(
             "{} process image(s) could not be filed under their program's loads (another instrumented program than the traced one without a readable annotation beside it or recorded straight into the analysis, or a process gone before the recorder could tell which program it ran, once another had joined): their {} records are dropped",
             assembler.foreign_images(),
