@@ -454,8 +454,8 @@ pub fn record_to_file(
     command.extend(args.iter().map(|a| a.to_string_lossy().into_owned()));
     let sites = sites.filter(|_| libraries.instrumented.is_empty());
     let mut header = match sites {
-        Some(_) => record::trace_header_without_sites(annotation, *sampling, command),
-        None => record::trace_header(annotation, *sampling, command),
+        Some(_) => record::trace_header_without_sites(annotation, *sampling, command.clone()),
+        None => record::trace_header(annotation, *sampling, command.clone()),
     };
     header.spatial = spatial;
     let objects = record::Objects {
@@ -483,6 +483,23 @@ pub fn record_to_file(
         .finish(&recording.totals)
         .with_context(|| output.display().to_string())?
         .commit()?;
+    if !recording.joined_programs.is_empty() {
+        // Other instrumented programs joined: their loads follow the
+        // header's (the records already name them). A header written with
+        // cached sites left the executable's own out, and the annotation
+        // read for it has no load texts: the replacement is built from the
+        // whole annotation.
+        if sites.is_some() {
+            let whole = memgaze_instrument::rewrite::read_annotation(program)?;
+            header = record::trace_header(&whole, *sampling, command);
+            header.spatial = spatial;
+        }
+        for program in &recording.joined_programs {
+            program.extend_header(&mut header);
+        }
+        memgaze_trace::format::replace_header(output, &header)
+            .with_context(|| output.display().to_string())?;
+    }
     Ok(recording)
 }
 

@@ -280,9 +280,10 @@ fn an_execd_uninstrumented_program_is_counted_as_untraced_time() {
 /// `Spawn` message names the new process), and dash forks and execs in
 /// turn. Without `MEMGAZE_FOLLOW_EXEC=1` the shells are counted (and
 /// timed) as untraced programs and the trace is complete. With it both
-/// join; their load ids are dash's, not make's, so their records are
-/// counted as dropped (never filed under make's loads) and the trace says
-/// it is incomplete; `/bin/echo`, exec'd by dash, is the untraced program.
+/// join, and dash's loads are added to the trace as an object of its own,
+/// under which their records are filed (never under make's loads), their
+/// forked children's too; nothing is dropped and the trace is complete;
+/// `/bin/echo`, exec'd by dash, is the untraced program.
 #[test]
 fn make_running_an_instrumented_shell() {
     let make = system_binary("make");
@@ -324,9 +325,10 @@ fn make_running_an_instrumented_shell() {
             .output()
             .unwrap();
         assert_same_behaviour(&native, &out, tag);
-        (out, read_trace(&trace))
+        let summary = read_trace(&trace);
+        (out, summary, trace)
     };
-    let (out, alone) = run(false, "make-shell-alone");
+    let (out, alone, _) = run(false, "make-shell-alone");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("2 process(es) replaced themselves with another program"),
@@ -336,25 +338,28 @@ fn make_running_an_instrumented_shell() {
     assert_eq!(alone.totals.execs_untraced, 2);
     assert_eq!(alone.threads.len(), 1, "{:?}", alone.threads);
 
-    let (out, both) = run(true, "make-shell-follow");
+    let (out, both, trace) = run(true, "make-shell-follow");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("2 exec'd instrumented program(s) joined the trace"),
         "{stderr}"
     );
-    // Both dashes, and any of their forked children that the recorder
-    // could still identify (how many depends on timing).
-    let other_images = stderr
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("memgaze: note: ")?
-                .split_once(" joined image(s) run another instrumented program than the traced one")
-                .and_then(|(n, _)| n.parse::<u32>().ok())
-        })
-        .unwrap_or(0);
-    assert!(other_images >= 2, "{stderr}");
-    assert!(both.totals.dropped.records > 1000, "{:?}", both.totals);
-    assert!(!both.totals.complete, "{stderr}");
+    assert!(
+        stderr.contains("1 other instrumented program(s) joined the trace with loads of their own"),
+        "{stderr}"
+    );
+    let dash_name = dash.file_name().unwrap().to_string_lossy();
+    let (dash_records, base, make_records) = object_records(&trace, &dash_name);
+    assert_eq!(base as usize, make_inst.annotation.loads.len());
+    let dash_records: u64 = dash_records.threads.values().sum();
+    assert!(dash_records > 1000, "{dash_records} of dash's records");
+    assert!(make_records > 1000, "{make_records} of make's records");
+    // make, the two dashes and their two forked children (`$(echo sub)`,
+    // `(exit 0)`), which name their program in a `Start` of their own
+    // however soon they exit: nothing is dropped.
+    assert_eq!(both.threads.len(), 5, "{:?}", both.threads);
+    assert_eq!(both.totals.dropped.records, 0, "{stderr}");
+    assert!(both.totals.complete, "{stderr}");
     assert_eq!(both.totals.execs_untraced, 1, "{stderr}");
 }
 
@@ -1477,6 +1482,148 @@ fn an_exec_of_an_instrumented_program_joins_the_trace() {
         both.totals.records,
         one.totals.records
     );
+}
+
+/// The records of `trace` that name loads of the object `name` (an
+/// `object` label: `<first function> <first load> <name>`), as a summary
+/// of their own; that object's first load index; and how many records
+/// name loads below it.
+fn object_records(trace: &Path, name: &str) -> (TraceSummary, u32, u64) {
+    let mut reader = memgaze_trace::TraceReader::open(trace).unwrap();
+    let header = reader.header().clone();
+    let firsts: Vec<(u32, &str)> = header
+        .labels
+        .iter()
+        .filter(|(key, _)| key == memgaze_trace::OBJECT_LABEL)
+        .map(|(_, value)| {
+            let parts: Vec<&str> = value.splitn(3, ' ').collect();
+            (parts[1].parse::<u32>().unwrap(), parts[2])
+        })
+        .collect();
+    let base = firsts
+        .iter()
+        .find(|(_, object)| *object == name)
+        .unwrap_or_else(|| panic!("no object {name} in {:?}", header.labels))
+        .0;
+    let end = firsts
+        .iter()
+        .map(|&(first, _)| first)
+        .filter(|&first| first > base)
+        .min()
+        .unwrap_or(header.loads.len() as u32);
+    let mut by_ip: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
+    let mut threads: std::collections::BTreeMap<u32, u64> = Default::default();
+    let mut below = 0;
+    while let Some(raw) = reader.next_raw().unwrap() {
+        if (base..end).contains(&raw.load) {
+            let ip = header.loads[raw.load as usize].ip;
+            by_ip.entry(ip).or_default().push(raw.addr);
+            *threads.entry(raw.thread).or_default() += 1;
+        }
+        below += u64::from(raw.load < base);
+    }
+    let summary = TraceSummary {
+        by_ip,
+        threads,
+        samples: 1,
+        totals: reader.totals().unwrap().clone(),
+    };
+    (summary, base, below)
+}
+
+/// With `MEMGAZE_FOLLOW_EXEC=1`, an instrumented program whose forked
+/// child execs another instrumented executable: that program's loads are
+/// added to the trace as an object of its own (functions `<file>!name`),
+/// its records are filed under them, exactly as Lackey counts its loads,
+/// the parent's stay under the parent's, nothing is dropped and the trace
+/// is complete; `analyze` names the object on the child's loads.
+#[test]
+fn an_execd_instrumented_program_of_another_executable_joins_with_its_loads() {
+    let parent = build("exec_other.c", &["-O1"]);
+    let child = build("exec_child.c", &["-O1"]);
+    let parent_inst = instrument(&parent, None, "exec-other");
+    let child_inst = instrument(&child, None, "exec-child");
+    // Named as the original executable (as the traced one is).
+    let child_name = child.file_name().unwrap().to_string_lossy().into_owned();
+    let native = native(&parent, &[child.to_str().unwrap(), "3000"], None);
+    assert_eq!(
+        String::from_utf8_lossy(&native.stdout),
+        "parent 5997000\nchild 22492500\nstatus 0\n"
+    );
+    let trace = trace_path("exec-other");
+    let out = memgaze()
+        .env("MEMGAZE_FOLLOW_EXEC", "1")
+        .args(["record", "--full", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&parent_inst.path)
+        .arg(&child_inst.path)
+        .arg("3000")
+        .output()
+        .unwrap();
+    assert_same_behaviour(&native, &out, "exec_other --full, MEMGAZE_FOLLOW_EXEC=1");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("1 other instrumented program(s) joined the trace with loads of their own"),
+        "{stderr}"
+    );
+    let all = read_trace(&trace);
+    assert!(all.totals.complete, "{stderr}");
+    assert_eq!(all.totals.dropped.records, 0, "{stderr}");
+    assert_eq!(all.totals.executions, all.totals.records);
+    let (ours, base, parent_records) = object_records(&trace, &child_name);
+    assert_eq!(base as usize, parent_inst.annotation.loads.len());
+    // The child's records against Lackey's loads of the child binary.
+    let lackey = lackey(&child, &["3000"], None);
+    let c = compare(
+        &child_inst.annotation,
+        &ours,
+        &lackey,
+        &escaped(&child_inst.report),
+    );
+    assert!(
+        c.over.is_empty(),
+        "more records than Lackey loads at {:x?}",
+        c.over
+    );
+    assert!(
+        c.count_mismatches.is_empty(),
+        "count mismatches (ip, lackey, recorded): {:x?}",
+        c.count_mismatches
+    );
+    assert!(c.recorded >= 3000, "{} records", c.recorded);
+    assert!(c.recorded as f64 >= 0.995 * c.lackey_loads as f64);
+    // The rest are the parent's, under the parent's loads.
+    let child_records: u64 = ours.threads.values().sum();
+    assert!(parent_records >= 2000, "{parent_records}");
+    assert_eq!(all.totals.records, child_records + parent_records);
+    // `analyze` names the object on the child's loads and functions.
+    let analyzed = memgaze()
+        .args(["analyze", "--format", "json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(
+        analyzed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&analyzed.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&analyzed.stdout).unwrap();
+    let sum = json["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"].as_str() == Some(&format!("{child_name}!child_sum")))
+        .unwrap_or_else(|| panic!("no {child_name}!child_sum in {}", json["functions"]));
+    assert_eq!(sum["object"].as_str(), Some(child_name.as_str()), "{sum}");
+    let child_loads: u64 = json["loads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["object"].as_str() == Some(child_name.as_str()))
+        .map(|l| l["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(child_loads, child_records);
 }
 
 #[test]

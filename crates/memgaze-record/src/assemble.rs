@@ -104,19 +104,45 @@ pub(crate) struct Assembler<'a> {
     pub(crate) new_execs: Vec<u32>,
     /// Spawned processes (`Spawn`) not heard from yet.
     spawned: std::collections::HashSet<u32>,
-    /// Whether process `pid` runs the traced program (`None`: unknown);
-    /// without it every process is taken to.
+    /// Which program process `pid` runs (given the path its `Start`
+    /// named, if any); without it every process is taken to run the traced
+    /// one.
     same_program: Option<ProgramCheck<'a>>,
+    /// Images whose program is known (from their `Start`), not checked
+    /// again at their first records.
+    identified: std::collections::HashSet<u32>,
     /// Images running another instrumented program than the traced one:
     /// their load ids are not this trace's, so their records are counted
     /// in `foreign_records`, never filed.
     foreign: std::collections::HashSet<u32>,
     /// Records (and their executions) of `foreign` images.
     pub(crate) foreign_records: u64,
+    /// Other programs that joined, by `(device, inode)`: the trace index
+    /// of their first load (`None`: their annotation could not be read).
+    joined_bases: HashMap<(u64, u64), Option<u32>>,
+    /// Trace index of the first load of the program each image of another
+    /// program runs (images absent run the traced one: 0).
+    image_bases: HashMap<u32, u32>,
+    /// Other programs that joined, in order of their loads.
+    pub(crate) joined: Vec<super::JoinedProgram>,
+    /// Escapes counted by images of joined programs: their site numbers
+    /// are their own annotation's, so they are not the trace's escapes.
+    pub(crate) joined_escapes: u64,
+}
+
+/// The program a process runs, as [`ProgramCheck`] tells it.
+pub(crate) enum Program {
+    /// The traced executable.
+    Traced,
+    /// Another executable: `(device, inode)` and path.
+    Other((u64, u64), std::path::PathBuf),
+    /// Cannot tell (the process is gone and named no path).
+    Unknown,
 }
 
 /// See [`Assembler::with_program_check`].
-pub(crate) type ProgramCheck<'a> = Box<dyn FnMut(u32) -> Option<bool> + 'a>;
+pub(crate) type ProgramCheck<'a> =
+    Box<dyn FnMut(u32, bool, Option<&std::path::Path>) -> Program + 'a>;
 
 impl<'a> Assembler<'a> {
     /// An assembler for a trace with `w = window` (`full`: one sample).
@@ -156,14 +182,74 @@ impl<'a> Assembler<'a> {
             new_execs: Vec::new(),
             spawned: std::collections::HashSet::new(),
             same_program: None,
+            identified: std::collections::HashSet::new(),
             foreign: std::collections::HashSet::new(),
             foreign_records: 0,
+            joined_bases: HashMap::new(),
+            image_bases: HashMap::new(),
+            joined: Vec::new(),
+            joined_escapes: 0,
         }
     }
 
+    /// Image `image` runs program `program`: nothing to do for the traced
+    /// one; another joins under its program's loads, or is `foreign` (its
+    /// records counted as dropped) when the annotation cannot be read or
+    /// the sink extended. An unknown program is taken for the traced one
+    /// while no other program joined, and is `foreign` after (it could be
+    /// either).
+    fn file_image(&mut self, image: u32, program: Program) {
+        let base = match program {
+            Program::Traced => return,
+            Program::Unknown if self.joined_bases.is_empty() => return,
+            Program::Unknown => None,
+            Program::Other(exe, path) => match self.joined_bases.get(&exe) {
+                Some(&base) => base,
+                None => {
+                    let base = self.join_program(path);
+                    self.joined_bases.insert(exe, base);
+                    base
+                }
+            },
+        };
+        match base {
+            Some(base) => {
+                self.image_bases.insert(image, base);
+            }
+            None => {
+                self.foreign.insert(image);
+            }
+        }
+    }
+
+    /// Appends the loads of the instrumented executable at `path`; the
+    /// trace index of its first load.
+    fn join_program(&mut self, path: std::path::PathBuf) -> Option<u32> {
+        let annotation = memgaze_instrument::rewrite::read_annotation(&path).ok()?;
+        let base = self.valid_loads.len();
+        let total = base.checked_add(annotation.loads.len())?;
+        // Below the markers and the spatial flag.
+        if total >= protocol::SPATIAL_FLAG as usize || !self.sink.extend_loads(total) {
+            return None;
+        }
+        self.valid_loads
+            .extend(annotation.loads.iter().map(|l| l.instrumented));
+        let load_base = base as u32;
+        self.joined.push(super::JoinedProgram {
+            path,
+            annotation,
+            load_base,
+        });
+        Some(load_base)
+    }
+
     /// Checks each new process image and each new process with `check`
-    /// (`Some(false)`: it runs another program than the traced one, whose
-    /// load ids are not this trace's).
+    /// (given whether the process `exec`ed into it and the path its
+    /// `Start` named). An image of another
+    /// instrumented program joins the trace under loads of its own, read
+    /// from the annotation beside the executable, if the sink can take
+    /// them ([`RecordSink::extend_loads`]); else its records are counted
+    /// as dropped (its load ids are not this trace's).
     pub(crate) fn with_program_check(mut self, check: ProgramCheck<'a>) -> Self {
         self.same_program = Some(check);
         self
@@ -267,11 +353,24 @@ impl<'a> Assembler<'a> {
         header.pid = self.image(header.pid);
         if header.kind == MessageKind::Start {
             self.start(header.pid);
-            // An image that cannot be checked counts as another program.
-            if let Some(check) = self.same_program.as_mut()
-                && check(real_pid) != Some(true)
-            {
-                self.foreign.insert(self.image(real_pid));
+            let image = self.image(real_pid);
+            let named = (!payload.is_empty()).then(|| {
+                use std::os::unix::ffi::OsStrExt;
+                std::path::Path::new(std::ffi::OsStr::from_bytes(payload))
+            });
+            if let Some(check) = self.same_program.as_mut() {
+                // An exec'd image that cannot be checked counts as another
+                // program.
+                let exec_image = self.images.contains_key(&real_pid);
+                let program = match check(real_pid, exec_image, named) {
+                    Program::Unknown if exec_image => {
+                        self.foreign.insert(image);
+                        return Ok(());
+                    }
+                    program => program,
+                };
+                self.identified.insert(image);
+                self.file_image(image, program);
             }
             return Ok(());
         }
@@ -287,12 +386,13 @@ impl<'a> Assembler<'a> {
         }
         if !self.processes.contains(&header.pid) {
             self.processes.push(header.pid);
-            // A forked child of another program runs that program; one
-            // gone before it could be checked is taken for the traced one.
-            if let Some(check) = self.same_program.as_mut()
-                && check(real_pid) == Some(false)
+            // A forked child that named no program (a `fork` the runtime
+            // does not hook) runs its parent's, which may be another.
+            if !self.identified.contains(&header.pid)
+                && let Some(check) = self.same_program.as_mut()
             {
-                self.foreign.insert(header.pid);
+                let program = check(real_pid, self.images.contains_key(&real_pid), None);
+                self.file_image(header.pid, program);
             }
         }
         if header.kind == MessageKind::ProcessExit {
@@ -312,7 +412,13 @@ impl<'a> Assembler<'a> {
             }
             return Ok(());
         }
+        let joined_base = self.image_bases.get(&header.pid).copied();
+        let base = joined_base.unwrap_or(0);
         if header.kind == MessageKind::Escapes {
+            if joined_base.is_some() {
+                self.joined_escapes += protocol::records(payload).map(|(_, n)| n).sum::<u64>();
+                return Ok(());
+            }
             // Counts since the process's previous message of this kind.
             for (site, count) in protocol::records(payload) {
                 *self.escapes.entry(site).or_default() += count;
@@ -329,8 +435,12 @@ impl<'a> Assembler<'a> {
         let thread = self.thread_id(header.pid, header.tid);
         match header.kind {
             MessageKind::Records | MessageKind::Final if self.full => {
-                let (kept, invalid, unwritten) =
-                    valid_records(payload, &self.valid_loads, &self.objects, &mut self.batch);
+                let (kept, invalid, unwritten) = valid_records(
+                    payload,
+                    &self.valid_loads,
+                    (&self.objects, base),
+                    &mut self.batch,
+                );
                 self.invalid_records += invalid;
                 self.unwritten_records += unwritten;
                 if kept > 0 {
@@ -342,7 +452,7 @@ impl<'a> Assembler<'a> {
             MessageKind::Records | MessageKind::Final => {
                 for (load, addr) in protocol::records(payload) {
                     let (load, spatial) = split_spatial(load);
-                    let load = dense_id(&self.objects, load);
+                    let load = dense_id(&self.objects, base, load);
                     if spatial {
                         if self.valid_loads.get(load as usize) == Some(&true) {
                             self.spatial(thread, load, addr)?;
@@ -497,10 +607,18 @@ impl<'a> Assembler<'a> {
 /// Library records' trace index: `objects[id >> 24] + (id & 0xff_ffff)`
 /// (see [`Assembler::with_objects`]); markers and the executable's ids as
 /// they are; an unknown object's an id no load has.
-fn dense_id(objects: &[u32], id: u32) -> u32 {
+fn dense_id(objects: &[u32], base: u32, id: u32) -> u32 {
     const SHIFT: u32 = 24;
     let object = (id >> SHIFT) as usize;
-    if object == 0 || id >= UNWRITTEN_MARKER || objects.is_empty() {
+    if id >= UNWRITTEN_MARKER {
+        return id;
+    }
+    if object == 0 {
+        // An executable's own load (`base`: where a joined program's loads
+        // start in the trace; 0 for the traced executable).
+        return base + id;
+    }
+    if objects.is_empty() {
         return id;
     }
     match objects.get(object) {
@@ -515,7 +633,7 @@ const UNKNOWN_LOAD: u32 = UNWRITTEN_MARKER - 1;
 fn valid_records(
     payload: &[u8],
     valid: &[bool],
-    objects: &[u32],
+    (objects, base): (&[u32], u32),
     out: &mut Vec<(u32, u64)>,
 ) -> (usize, u64, u64) {
     let n = payload.len() / protocol::RECORD_BYTES;
@@ -527,7 +645,7 @@ fn valid_records(
     let mut invalid = 0u64;
     let mut unwritten = 0u64;
     for (load, addr) in protocol::records(payload) {
-        let load = dense_id(objects, load);
+        let load = dense_id(objects, base, load);
         let ok = valid.get(load as usize).copied().unwrap_or(false);
         // `kept <= ` records seen so far `< n`.
         out[kept.min(n - 1)] = (load, addr);

@@ -87,6 +87,15 @@ pub trait RecordSink {
     fn region(&mut self, _event: &RegionEvent) -> SinkResult {
         Ok(())
     }
+    /// Whether the sink takes records of load sites up to `loads`, beyond
+    /// the header it was made with: another instrumented program joined
+    /// the recording ([`Recording::joined_programs`]), and the caller
+    /// extends the header afterwards. The default cannot (an analysis is
+    /// sized by its header): that program's records are then counted as
+    /// dropped.
+    fn extend_loads(&mut self, _loads: usize) -> bool {
+        false
+    }
 }
 
 impl<W: Write> RecordSink for TraceWriter<W> {
@@ -104,6 +113,10 @@ impl<W: Write> RecordSink for TraceWriter<W> {
     }
     fn push_records(&mut self, records: &[(u32, u64)]) -> SinkResult {
         Ok(TraceWriter::push_records(self, records)?)
+    }
+    fn extend_loads(&mut self, loads: usize) -> bool {
+        TraceWriter::extend_loads(self, loads);
+        true
     }
 }
 
@@ -289,6 +302,9 @@ impl RecordSink for NamedSink<'_> {
         let path = self.1;
         self.0.region(event).map_err(|source| named(path, source))
     }
+    fn extend_loads(&mut self, loads: usize) -> bool {
+        self.0.extend_loads(loads)
+    }
 }
 
 /// What a recording produced besides the records.
@@ -308,6 +324,11 @@ pub struct Recording {
     /// Instrumented programs a recorded process `exec`ed, whose records
     /// joined the trace.
     pub joined_execs: usize,
+    /// Instrumented executables other than the traced one whose records
+    /// joined the trace, in the order their loads follow the header's
+    /// (each [`JoinedProgram::load_base`]): the caller appends them to the
+    /// header ([`JoinedProgram::extend_header`]).
+    pub joined_programs: Vec<JoinedProgram>,
     /// Processes that sent records but ended without flushing the rest
     /// (killed, or a raw exit system call): the trace is incomplete.
     pub unflushed_processes: usize,
@@ -329,6 +350,60 @@ impl Recording {
             ProgramExit::Code(code) => code,
             ProgramExit::Signal(signal) => 128 + signal,
         }
+    }
+}
+
+/// An instrumented executable other than the traced one that a recorded
+/// process `exec`ed (or spawned) and whose records joined the trace: its
+/// load ids are its own annotation's, so its records name trace loads
+/// from `load_base` on.
+#[derive(Clone, Debug)]
+pub struct JoinedProgram {
+    /// The executable (as `/proc/<pid>/exe` named it).
+    pub path: std::path::PathBuf,
+    /// Its annotation (read beside it).
+    pub annotation: Annotation,
+    /// Trace index of its first load.
+    pub load_base: u32,
+}
+
+impl JoinedProgram {
+    /// Appends the program's functions (named `<file>!<function>`, the
+    /// original executable's file name) and
+    /// loads to `header`, with an [`memgaze_trace::OBJECT_LABEL`] label, so
+    /// its records name its own loads. `header` must list exactly
+    /// `load_base` loads (the programs are appended in order).
+    pub fn extend_header(&self, header: &mut TraceHeader) {
+        debug_assert_eq!(header.loads.len(), self.load_base as usize);
+        // The original executable's name, as the traced one is named.
+        let name = Path::new(&self.annotation.binary.path)
+            .file_name()
+            .or_else(|| self.path.file_name())
+            .map_or_else(
+                || self.path.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            );
+        let function_base = header.functions.len() as u32;
+        let load_base = header.loads.len() as u32;
+        header.labels.push((
+            memgaze_trace::OBJECT_LABEL.to_string(),
+            format!("{function_base} {load_base} {name}"),
+        ));
+        header
+            .functions
+            .extend(function_entries(&self.annotation).into_iter().map(|mut f| {
+                f.name = format!("{name}!{}", f.name);
+                f
+            }));
+        header.loads.extend(
+            load_entries(&self.annotation)
+                .into_iter()
+                .map(|l| LoadEntry {
+                    function: l.function.map(|f| f + function_base),
+                    proxy: l.proxy.map(|p| p + load_base),
+                    ..l
+                }),
+        );
     }
 }
 
@@ -625,9 +700,37 @@ pub fn record_objects_within(
     // A process runs the traced program if its executable is the same
     // file; the program's first process, gone before it could be checked,
     // is taken to.
-    let same_program = move |p: u32| match exe_identity(p) {
-        Some(exe) => Some(main_exe == Some(exe)),
-        None => (p == pid).then_some(true),
+    // What a process runs: its `/proc/<pid>/exe` while it runs (the file
+    // it executes, even if its path was replaced since: a cache entry
+    // rewritten by a concurrent `run`), else the path its `Start` named.
+    // The traced program is the same file, or the same path.
+    let main_path = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .or_else(|_| std::fs::canonicalize(program))
+        .ok();
+    let main_exe = main_exe.or_else(|| {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(program).ok()?;
+        Some((meta.dev(), meta.ino()))
+    });
+    let same_program = move |p: u32, exec_image: bool, named: Option<&Path>| {
+        let found = exe_identity(p)
+            .zip(std::fs::read_link(format!("/proc/{p}/exe")).ok())
+            .or_else(|| {
+                let path = named?;
+                let meta = std::fs::metadata(path).ok()?;
+                use std::os::unix::fs::MetadataExt;
+                Some(((meta.dev(), meta.ino()), path.to_path_buf()))
+            });
+        match found {
+            // The program's own first image is the traced program.
+            _ if p == pid && !exec_image => assemble::Program::Traced,
+            Some((exe, path)) if main_exe == Some(exe) || main_path.as_ref() == Some(&path) => {
+                assemble::Program::Traced
+            }
+            Some((exe, path)) => assemble::Program::Other(exe, path),
+            None if p == pid => assemble::Program::Traced,
+            None => assemble::Program::Unknown,
+        }
     };
     let mut assembler = Assembler::new(sink, objects.valid.clone(), full, sampling.window)
         .with_objects(objects.bases.clone())
@@ -915,9 +1018,29 @@ fn summarise(
             assembler.joined_execs
         ));
     }
-    if assembler.foreign_images() > 0 {
+    if !assembler.joined.is_empty() {
+        let names: Vec<String> = assembler
+            .joined
+            .iter()
+            .map(|j| j.path.display().to_string())
+            .collect();
         notes.push(format!(
-            "{} joined image(s) run another instrumented program than the traced one: their {} records name loads of their own annotation, not this trace's, and are dropped",
+            "{} other instrumented program(s) joined the trace with loads of their own: {}",
+            names.len(),
+            names.join(", ")
+        ));
+    }
+    if assembler.joined_escapes > 0 {
+        notes.push(format!(
+            "{} escapes into original code by the other programs that joined are not in the dynamic coverage (it covers the traced executable)",
+            assembler.joined_escapes
+        ));
+    }
+    // An image that sent nothing to file (the `exec` of an uninstrumented
+    // program by a `vfork` child, seen by its `Exec`) lost nothing.
+    if assembler.foreign_images() > 0 && assembler.foreign_records > 0 {
+        notes.push(format!(
+            "{} process image(s) could not be filed under their program's loads (another instrumented program than the traced one without a readable annotation beside it or recorded straight into the analysis, or a process gone before the recorder could tell which program it ran, once another had joined): their {} records are dropped",
             assembler.foreign_images(),
             assembler.foreign_records
         ));
@@ -965,6 +1088,7 @@ fn summarise(
         processes: assembler.processes.len(),
         execs: assembler.execed.len(),
         joined_execs: assembler.joined_execs,
+        joined_programs: std::mem::take(&mut assembler.joined),
         unflushed_processes: assembler.unflushed_processes(),
         notes,
         shared_messages: 0,

@@ -291,6 +291,16 @@ impl<W: Write> TraceWriter<W> {
         Ok(writer)
     }
 
+    /// Lets records name load sites up to `loads` (the header's count
+    /// grows when another instrumented program joins a recording): the
+    /// file's header must then be replaced by one listing them
+    /// ([`replace_header`]) once the trace is finished.
+    pub fn extend_loads(&mut self, loads: usize) {
+        if loads > self.loads.entries.len() {
+            self.loads.entries.resize(loads, LoadState::default());
+        }
+    }
+
     /// Starts the next sample (index = number of samples begun so far),
     /// whose records come from `thread`.
     pub fn begin_sample(&mut self, thread: u32) -> Result<(), TraceError> {
@@ -562,6 +572,40 @@ impl TraceWriter<AtomicFile> {
         let file = AtomicFile::create(path)?;
         TraceWriter::with_sites(file, header, sites)
     }
+}
+
+/// Replaces the header of the finished trace file at `path` with `header`
+/// (which must list at least the loads its records name: the old header
+/// extended, see [`TraceWriter::extend_loads`]). Record chunks decode on
+/// their own and the checksum covers no position, so every chunk after
+/// the header is copied as it is; the file is replaced atomically.
+pub fn replace_header(path: &Path, header: &TraceHeader) -> Result<(), TraceError> {
+    validate_header(header).map_err(|what| TraceError::InvalidHeader { what })?;
+    let old = std::fs::read(path).map_err(TraceError::io("cannot read trace"))?;
+    // Magic, version and the old header chunk, checked by a reader.
+    TraceReader::new(&old[..])?;
+    let header_chunk = 12;
+    let stored = u32::from_le_bytes(old[header_chunk + 4..header_chunk + 8].try_into().unwrap());
+    let rest = header_chunk + CHUNK_HEADER_LEN + stored as usize;
+    let json = serde_json::to_vec(header).map_err(|source| TraceError::Encode {
+        what: "cannot encode trace header",
+        source,
+    })?;
+    let compressed = zstd::bulk::compress(&json, ZSTD_LEVEL)
+        .map_err(TraceError::io("zstd compression failed"))?;
+    let mut out = AtomicFile::create(path)?;
+    let chunk = chunk_header(
+        KIND_HEADER,
+        compressed.len() as u32,
+        json.len() as u32,
+        &compressed,
+    );
+    for part in [&old[..header_chunk], &chunk[..], &compressed, &old[rest..]] {
+        out.write_all(part)
+            .map_err(TraceError::io("cannot write trace"))?;
+    }
+    out.commit()?;
+    Ok(())
 }
 
 /// Reads a trace file as a stream of records; validates every chunk.
@@ -1564,6 +1608,51 @@ mod tests {
         let mut bad = full.loads.clone();
         bad[0].function = Some(9);
         assert!(EncodedSites::encode(1, &full.functions, &bad).is_err());
+    }
+
+    /// A program that joined the recording: its loads are named before the
+    /// header lists them, and the header replaced at the end keeps every
+    /// chunk readable (the records read back exactly, the totals too).
+    #[test]
+    fn a_replaced_header_lists_loads_the_records_named_beyond_the_old_one() {
+        let dir = std::env::temp_dir().join(format!("memgaze-replace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.trace");
+        let mut w = TraceWriter::create(&path, &header()).unwrap();
+        w.begin_sample(0).unwrap();
+        assert!(w.push(4, 0x50).is_err(), "load 4 is not known yet");
+        w.extend_loads(5);
+        let records: Vec<(u32, u64)> = (0..300_000u64).map(|i| ((i % 5) as u32, 8 * i)).collect();
+        w.push_records(&records).unwrap();
+        w.finish(&totals(records.len() as u64, 1))
+            .unwrap()
+            .commit()
+            .unwrap();
+        assert!(
+            TraceReader::open(&path).is_ok(),
+            "readable before, as written"
+        );
+        let mut joined = header();
+        let extra = joined.loads[1].clone();
+        joined.loads.extend([extra.clone(), extra]);
+        joined
+            .labels
+            .push((crate::OBJECT_LABEL.into(), "1 3 other".into()));
+        replace_header(&path, &joined).unwrap();
+        let mut r = TraceReader::open(&path).unwrap();
+        assert_eq!(r.header(), &joined);
+        let mut read = Vec::new();
+        while let Some(record) = r.next_raw().unwrap() {
+            read.push((record.load, record.addr));
+        }
+        assert_eq!(read, records);
+        assert_eq!(r.totals().unwrap().records, records.len() as u64);
+        // A file that is not a trace is refused, untouched.
+        let junk = dir.join("junk");
+        std::fs::write(&junk, b"not a trace").unwrap();
+        assert!(replace_header(&junk, &joined).is_err());
+        assert_eq!(std::fs::read(&junk).unwrap(), b"not a trace");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Writes samples of (thread, [(load, addr)]) and returns the bytes.

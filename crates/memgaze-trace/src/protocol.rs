@@ -168,10 +168,12 @@ pub enum MessageKind {
     /// index and whose address is the count; sent before `ProcessExit` and
     /// `Exec`.
     Escapes = 7,
-    /// The entry hook of a process image started recording (header only).
-    /// From a process that sent messages before, it is a program that
-    /// process `exec`ed, joining the trace: its messages belong to a new
-    /// image (slots and threads of their own).
+    /// The entry hook of a process image started recording, or a forked
+    /// child is about to send its first records; the payload (`count`
+    /// bytes, none when it could not be read) is the path of the
+    /// executable it runs. From a process that sent messages before, it is
+    /// a program that process `exec`ed, joining the trace: its messages
+    /// belong to a new image (slots and threads of their own).
     Start = 8,
     /// The sender started a process with `posix_spawn` (header only; `pid`
     /// and `tid` are the new process's): it runs another program, which
@@ -326,11 +328,10 @@ impl MessageHeader {
             MessageKind::Records | MessageKind::Final | MessageKind::Escapes => {
                 header.count as usize * RECORD_BYTES
             }
-            MessageKind::RegionBegin | MessageKind::RegionEnd => header.count as usize,
-            MessageKind::ProcessExit
-            | MessageKind::Exec
-            | MessageKind::Start
-            | MessageKind::Spawn => 0,
+            MessageKind::RegionBegin | MessageKind::RegionEnd | MessageKind::Start => {
+                header.count as usize
+            }
+            MessageKind::ProcessExit | MessageKind::Exec | MessageKind::Spawn => 0,
         };
         if payload.len() != expected {
             return Err(ProtocolError::Length {

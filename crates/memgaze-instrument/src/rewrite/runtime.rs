@@ -276,6 +276,7 @@ const SYS_SCHED_YIELD: i32 = 24;
 const SYS_FUTEX: i32 = 202;
 const SYS_MADVISE: i32 = 28;
 const SYS_GETPID: i32 = 39;
+const SYS_READLINK: i32 = 89;
 const SYS_SENDTO: i32 = 44;
 const SYS_FCNTL: i32 = 72;
 const SYS_GETTID: i32 = 186;
@@ -419,6 +420,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     emit_after_fork(&mut a, &mut l, params)?;
     emit_spawn_hooks(&mut a, &mut l, params)?;
     emit_process_message(&mut a, &mut l)?;
+    emit_start_message(&mut a, &mut l)?;
     emit_send_escapes(&mut a, &mut l, params)?;
     emit_entry(&mut a, &mut l, params)?;
     emit_parse_u64(&mut a, &mut l)?;
@@ -1665,6 +1667,53 @@ fn emit_process_message(a: &mut Asm, l: &mut Labels) -> R {
     Ok(())
 }
 
+/// Longest executable path a `Start` message carries.
+const START_PATH_MAX: i32 = 4096;
+
+/// start_message: sends `Start` for this process with the path of the
+/// executable it runs (`/proc/self/exe`) as its payload, so the collector
+/// knows the program even when the process is gone by the time it reads
+/// the message (none when the link cannot be read whole). Expects r12 =
+/// the config; clobbers the scratch registers.
+fn emit_start_message(a: &mut Asm, l: &mut Labels) -> R {
+    let mut no_path = a.create_label();
+    let mut counted = a.create_label();
+    let frame = protocol::HEADER_BYTES as i32 + START_PATH_MAX + 8;
+    a.set_label(&mut l.start_message)?;
+    a.sub(rsp, frame)?;
+    a.mov(eax, SYS_GETPID)?;
+    a.syscall()?;
+    a.mov(dword_ptr(rsp + protocol::offsets::MAGIC), MESSAGE_MAGIC)?;
+    a.mov(
+        dword_ptr(rsp + protocol::offsets::KIND),
+        MessageKind::Start as u32,
+    )?;
+    a.mov(dword_ptr(rsp + protocol::offsets::PID), eax)?;
+    a.mov(dword_ptr(rsp + protocol::offsets::TID), eax)?;
+    a.mov(qword_ptr(rsp + protocol::offsets::EXECUTIONS), 0)?;
+    a.mov(qword_ptr(rsp + protocol::offsets::DROPPED), 0)?;
+    a.mov(dword_ptr(rsp + protocol::offsets::SLOT), 0)?;
+    a.mov(eax, SYS_READLINK)?;
+    a.lea(rdi, ptr(l.proc_self_exe))?;
+    a.lea(rsi, qword_ptr(rsp + protocol::HEADER_BYTES as i32))?;
+    a.mov(edx, START_PATH_MAX)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.js(no_path)?;
+    a.cmp(rax, START_PATH_MAX)?;
+    a.jb(counted)?;
+    a.set_label(&mut no_path)?;
+    a.xor(eax, eax)?;
+    a.set_label(&mut counted)?;
+    a.mov(dword_ptr(rsp + protocol::offsets::COUNT), eax)?;
+    a.lea(esi, dword_ptr(rax + protocol::HEADER_BYTES as i32))?;
+    a.mov(rdi, rsp)?;
+    a.call(l.send)?;
+    a.add(rsp, frame)?;
+    a.ret()?;
+    Ok(())
+}
+
 /// send_escapes: the escape counters that are not zero, taken and zeroed
 /// one by one (`xchg`: an escape counted meanwhile stays for the next
 /// message), sent as one `Escapes` message built in the process block.
@@ -1740,6 +1789,10 @@ fn emit_after_fork(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.add_instruction(lea_rip(Register::R12, params.state_va))?;
     a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
     a.jne(done)?;
+    // The child names its program before any of its records: the
+    // collector files them under that program's loads even if the child
+    // is gone when it reads them.
+    a.call(l.start_message)?;
     a.cmp(qword_ptr(r12 + cfg::ENABLED), 0)?;
     a.je(done)?;
     a.call(l.ensure_process)?;
@@ -1962,12 +2015,7 @@ fn emit_entry(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.set_label(&mut spatial_off)?;
     a.mov(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
     // `Start`: an image exec'd by a recorded process joins the trace.
-    a.mov(eax, SYS_GETPID)?;
-    a.syscall()?;
-    a.mov(esi, eax)?;
-    a.mov(edi, MessageKind::Start as u32)?;
-    a.xor(r8d, r8d)?;
-    a.call(l.process_message)?;
+    a.call(l.start_message)?;
     a.set_label(&mut l.entry_done)?;
     skip_spatial_checks(a, params)?;
     a.pop(r15)?;
@@ -2173,6 +2221,8 @@ fn emit_env_prefixes(a: &mut Asm, l: &mut Labels) -> R {
     a.db(env_prefix(protocol::SHARED_ENV).as_bytes())?;
     a.set_label(&mut l.follow_exec_prefix)?;
     a.db(format!("{}=1", protocol::FOLLOW_EXEC_ENV).as_bytes())?;
+    a.set_label(&mut l.proc_self_exe)?;
+    a.db(b"/proc/self/exe\0")?;
     Ok(())
 }
 
@@ -2592,6 +2642,8 @@ struct Labels {
     shared_prefix: CodeLabel,
     follow_exec_prefix: CodeLabel,
     follow_exec_setup: CodeLabel,
+    start_message: CodeLabel,
+    proc_self_exe: CodeLabel,
     shared_setup: CodeLabel,
 }
 
@@ -2685,6 +2737,8 @@ impl Labels {
             send_escapes: n(),
             follow_exec_prefix: n(),
             follow_exec_setup: n(),
+            start_message: n(),
+            proc_self_exe: n(),
         }
     }
 }
