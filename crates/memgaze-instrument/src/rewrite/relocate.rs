@@ -1433,6 +1433,107 @@ mod tests {
         assert!(calls_into_copies > 0);
     }
 
+    /// Branches and RIP-relative operands are kept as bytes and a target;
+    /// decoding what is emitted gives the targets they must have where the
+    /// run lands (labels moved, other addresses kept), whatever follows the
+    /// displacement.
+    #[test]
+    fn displacements_written_where_a_run_lands_reach_their_targets() {
+        use iced_x86::{Decoder, DecoderOptions, MemoryOperand};
+        let (far, data) = (0x40_1000u64, 0x60_2000u64);
+        let labelled = |mut insn: Instruction, ip: u64| {
+            insn.set_ip(ip);
+            insn
+        };
+        let all = [
+            labelled(
+                Instruction::with_branch(Code::Jrcxz_rel8_64, 0x10_0003).unwrap(),
+                0x10_0000,
+            ),
+            Instruction::with2(
+                Code::Mov_rm32_imm32,
+                MemoryOperand::with_base_displ(Register::RIP, data as i64),
+                0x1234_5678u32,
+            )
+            .unwrap(),
+            labelled(
+                Instruction::with2(Code::Add_r64_rm64, Register::RAX, Register::RBX).unwrap(),
+                0x10_0003,
+            ),
+            Instruction::with_branch(Code::Jne_rel8_64, 0x10_0000).unwrap(),
+            Instruction::with_branch(Code::Call_rel32_64, far).unwrap(),
+            Instruction::with2(
+                Code::Lea_r64_m,
+                Register::RCX,
+                MemoryOperand::with_base_displ(Register::RIP, data as i64 + 8),
+            )
+            .unwrap(),
+            Instruction::with_branch(Code::Jmp_rel8_64, 0x10_0003).unwrap(),
+        ];
+        let start = 0x50_0000u64;
+        let mut layout = Layout::default();
+        let mut unpadded = Vec::new();
+        layout
+            .measure(&mut Encoder::new(64), &all, &[], start, &mut unpadded)
+            .unwrap();
+        let mut part = Part {
+            firsts: Vec::new(),
+            body_ends: Vec::new(),
+            ends: Vec::new(),
+            ptwrite_at: Vec::new(),
+            spatial_at: Vec::new(),
+            layout,
+            aligned: Vec::new(),
+            paddings: Vec::new(),
+            len: 0,
+        };
+        place(&mut part, start);
+        let labels = labels_of(&part);
+        let resolve = |target: u64| match labels.binary_search_by_key(&target, |&(ip, _)| ip) {
+            Ok(i) => start + labels[i].1,
+            Err(_) => target,
+        };
+        let mut code = vec![0u8; part.len as usize];
+        emit(&part, start, &resolve, &mut code).unwrap();
+        let at = |i: usize| start + unpadded[i];
+        let mut decoder = Decoder::with_ip(
+            64,
+            &code[..unpadded[all.len()] as usize],
+            start,
+            DecoderOptions::NONE,
+        );
+        let decoded: Vec<Instruction> = decoder.iter().collect();
+        let described: Vec<(Mnemonic, u64)> = decoded
+            .iter()
+            .map(|i| {
+                let target = if is_relative_branch(i) {
+                    i.near_branch_target()
+                } else if i.is_ip_rel_memory_operand() {
+                    i.ip_rel_memory_address()
+                } else {
+                    0
+                };
+                (i.mnemonic(), target)
+            })
+            .collect();
+        let jrcxz = at(0);
+        assert_eq!(
+            described,
+            [
+                (Mnemonic::Jrcxz, jrcxz + 4),
+                (Mnemonic::Jmp, jrcxz + 9),
+                (Mnemonic::Jmp, at(2)),
+                (Mnemonic::Mov, data),
+                (Mnemonic::Add, 0),
+                (Mnemonic::Jne, at(0)),
+                (Mnemonic::Call, far),
+                (Mnemonic::Lea, data + 8),
+                (Mnemonic::Jmp, at(2)),
+            ]
+        );
+        assert_eq!(decoded[3].immediate32(), 0x1234_5678);
+    }
+
     #[test]
     fn runs_are_consecutive_and_cover_every_plan() {
         let binary = Binary::open(std::env::current_exe().unwrap()).unwrap();
