@@ -105,7 +105,7 @@ impl<'a> ElfEditor<'a> {
         if e_type != ET_EXEC && e_type != ET_DYN {
             return Err(ElfError::NotExecutable(e_type));
         }
-        let headers = read_program_headers(&bytes, &header)?;
+        let headers = read_program_headers(bytes, &header)?;
         let phnum = headers.len();
         if !headers.iter().any(|h| h.p_type == PT_INTERP) {
             if e_type == ET_DYN && !headers.iter().any(|h| h.p_type == PT_DYNAMIC) {
@@ -121,7 +121,7 @@ impl<'a> ElfEditor<'a> {
         if library && e_type != ET_DYN {
             return Err(ElfError::NotExecutable(e_type));
         }
-        if let Some(section) = go_section(&bytes, &header) {
+        if let Some(section) = go_section(bytes, &header) {
             return Err(ElfError::GoProgram(section));
         }
         for h in headers.iter().filter(|h| h.p_type == PT_LOAD) {
@@ -172,7 +172,7 @@ impl<'a> ElfEditor<'a> {
         let segment_va = align_up(state_va + state_bytes, PAGE);
         let segment_offset = align_up(bytes.len() as u64, PAGE);
 
-        let fini_slot = find_fini(&bytes, &headers)?;
+        let fini_slot = find_fini(bytes, &headers)?;
         Ok(ElfEditor {
             pie: e_type == ET_DYN,
             entry: header.e_entry,
