@@ -16,7 +16,10 @@
 //! pairs per input (default 5); positional arguments that name files are
 //! measured instead of the default inputs; others (`--bench`, filters) are
 //! ignored. `MEMGAZE_BENCH_INSTRUMENTER=<cargo-memgaze>` measures another
-//! build's `instrument` (a baseline) on the same inputs. Each
+//! build's `instrument` on the same inputs; `MEMGAZE_BENCH_BASELINE=
+//! <cargo-memgaze>` measures a baseline build alongside this one, in the
+//! same alternation (objdump, baseline, this build), and says whether
+//! their outputs are byte-identical. Each
 //! instrumentation is a child process: its peak RSS is the
 //! kernel's `ru_maxrss` from `wait4`. Also reported: the annotation's size
 //! on disk and the instrumented executable's size against the original.
@@ -181,14 +184,31 @@ fn annotation_size(output: &Path) -> u64 {
     std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0)
 }
 
-fn measure(memgaze: &Path, label: &str, input: &Path, runs: usize, scratch: &Path) {
-    let output = scratch.join("instrumented");
-    let instrument = || {
-        let mut c = Command::new(memgaze);
+/// One instrumenter's runs on one input.
+#[derive(Default)]
+struct Series {
+    walls: Vec<f64>,
+    ratios: Vec<f64>,
+    rss: Vec<f64>,
+}
+
+/// Alternates `objdump -d` of `input` with each of `instrumenters`
+/// (label, executable) `runs` times and prints each one's figures; with
+/// several, also whether their outputs are byte-identical.
+fn measure(
+    instrumenters: &[(&str, &Path)],
+    label: &str,
+    input: &Path,
+    runs: usize,
+    scratch: &Path,
+) {
+    let output_of = |k: usize| scratch.join(format!("instrumented-{k}"));
+    let instrument = |k: usize| {
+        let mut c = Command::new(instrumenters[k].1);
         c.arg("instrument")
             .arg(input)
             .arg("-o")
-            .arg(&output)
+            .arg(output_of(k))
             .arg("-q");
         c
     };
@@ -199,42 +219,61 @@ fn measure(memgaze: &Path, label: &str, input: &Path, runs: usize, scratch: &Pat
     };
     // Unmeasured: brings the file into the page cache for both tools.
     run(&mut objdump());
-    let (mut ours, mut theirs, mut ratios, mut rss) = (vec![], vec![], vec![], vec![]);
+    let mut theirs = vec![];
+    let mut series: Vec<Series> = instrumenters.iter().map(|_| Series::default()).collect();
     for _ in 0..runs {
         let o = run(&mut objdump());
-        let i = run(&mut instrument());
-        ratios.push(i.wall / o.wall);
-        ours.push(i.wall);
         theirs.push(o.wall);
-        rss.push(i.max_rss as f64);
+        for (k, s) in series.iter_mut().enumerate() {
+            let i = run(&mut instrument(k));
+            s.ratios.push(i.wall / o.wall);
+            s.walls.push(i.wall);
+            s.rss.push(i.max_rss as f64);
+        }
     }
-    let (i, i_min, i_max) = stats(ours);
     let (o, o_min, o_max) = stats(theirs);
-    let (r, r_min, r_max) = stats(ratios);
-    let (m, m_min, m_max) = stats(rss);
     let original = std::fs::metadata(input).map(|m| m.len()).unwrap_or(0);
-    let instrumented = std::fs::metadata(&output).map(|m| m.len()).unwrap_or(0);
     println!(
-        "{label}: {} ({:.2} MB file, {:.2} MB .text)",
+        "{label}: {} ({:.2} MB file, {:.2} MB .text) | objdump -d {o:.3} s [{o_min:.3}–{o_max:.3}]",
         input.display(),
         mb(original),
         mb(text_size(input))
     );
-    println!(
-        "  instrument {i:.3} s [{i_min:.3}–{i_max:.3}] | objdump -d {o:.3} s [{o_min:.3}–{o_max:.3}] | ratio {r:.2}x [{r_min:.2}–{r_max:.2}]"
-    );
-    println!(
-        "  peak RSS {:.0} MB [{:.0}–{:.0}] | annotation {:.2} MB ({:.2}x the original) | executable {:.2} → {:.2} MB (+{:.2} MB, {:.2}x)",
-        m / 1e6,
-        m_min / 1e6,
-        m_max / 1e6,
-        mb(annotation_size(&output)),
-        annotation_size(&output) as f64 / original.max(1) as f64,
-        mb(original),
-        mb(instrumented),
-        mb(instrumented.saturating_sub(original)),
-        instrumented as f64 / original.max(1) as f64,
-    );
+    for (k, s) in series.into_iter().enumerate() {
+        let output = output_of(k);
+        let (i, i_min, i_max) = stats(s.walls);
+        let (r, r_min, r_max) = stats(s.ratios);
+        let (m, m_min, m_max) = stats(s.rss);
+        let instrumented = std::fs::metadata(&output).map(|m| m.len()).unwrap_or(0);
+        println!(
+            "  {}: instrument {i:.3} s [{i_min:.3}–{i_max:.3}] | ratio {r:.2}x [{r_min:.2}–{r_max:.2}]",
+            instrumenters[k].0
+        );
+        println!(
+            "    peak RSS {:.0} MB [{:.0}–{:.0}] | annotation {:.2} MB ({:.2}x the original) | executable {:.2} → {:.2} MB (+{:.2} MB, {:.2}x)",
+            m / 1e6,
+            m_min / 1e6,
+            m_max / 1e6,
+            mb(annotation_size(&output)),
+            annotation_size(&output) as f64 / original.max(1) as f64,
+            mb(original),
+            mb(instrumented),
+            mb(instrumented.saturating_sub(original)),
+            instrumented as f64 / original.max(1) as f64,
+        );
+    }
+    if instrumenters.len() > 1 {
+        let bytes = |path: &Path| std::fs::read(path).unwrap_or_default();
+        let same = (1..instrumenters.len()).all(|k| {
+            bytes(&output_of(0)) == bytes(&output_of(k))
+                && bytes(&memgaze_instrument::rewrite::annotation_path(&output_of(0)))
+                    == bytes(&memgaze_instrument::rewrite::annotation_path(&output_of(k)))
+        });
+        println!(
+            "  outputs (executable and annotation): {}",
+            if same { "byte-identical" } else { "DIFFER" }
+        );
+    }
 }
 
 fn main() {
@@ -257,8 +296,15 @@ fn main() {
         || PathBuf::from(env!("CARGO_BIN_EXE_cargo-memgaze")),
         PathBuf::from,
     );
-    let memgaze = memgaze.as_path();
-    println!("instrumenter: {}", memgaze.display());
+    let baseline = std::env::var_os("MEMGAZE_BENCH_BASELINE").map(PathBuf::from);
+    let mut instrumenters: Vec<(&str, &Path)> = Vec::new();
+    if let Some(baseline) = &baseline {
+        instrumenters.push(("baseline", baseline.as_path()));
+    }
+    instrumenters.push(("this build", memgaze.as_path()));
+    for (label, path) in &instrumenters {
+        println!("{label}: {}", path.display());
+    }
     let scratch = tempfile::tempdir().expect("temporary directory");
     println!(
         "{runs} alternating pairs per input; medians [min–max]; load average {}",
@@ -270,6 +316,6 @@ fn main() {
             .join(" ")
     );
     for (label, input) in &inputs {
-        measure(memgaze, label, input, runs, scratch.path());
+        measure(&instrumenters, label, input, runs, scratch.path());
     }
 }

@@ -40,10 +40,16 @@ fn contains_file(h: &ProgramHeader, vaddr: u64, len: u64) -> bool {
     vaddr >= h.p_vaddr && vaddr + len <= h.p_vaddr + h.p_filesz
 }
 
-/// An executable being edited.
+/// An executable being edited. The input is borrowed, not copied: the
+/// entry patches are kept aside and applied when the output is written
+/// ([`ElfEditor::finish`]), so a large input is not held twice.
 #[derive(Clone, Debug)]
-pub(crate) struct ElfEditor {
-    bytes: Vec<u8>,
+pub(crate) struct ElfEditor<'a> {
+    bytes: &'a [u8],
+    /// `(file offset, range in `patched`)` of each patch, in order.
+    patches: Vec<(usize, std::ops::Range<usize>)>,
+    /// The patches' bytes.
+    patched: Vec<u8>,
     /// The ELF header as read; only `e_entry` is ever changed.
     header: Header,
     headers: Vec<ProgramHeader>,
@@ -64,23 +70,23 @@ pub(crate) struct ElfEditor {
     segment_offset: u64,
 }
 
-impl ElfEditor {
+impl<'a> ElfEditor<'a> {
     /// Parses `bytes` and plans the layout, reserving `state_bytes` of bss.
     ///
     /// Fails with a message fit for users on anything this rewriter does not
     /// handle: not x86-64 ELF, statically linked, already instrumented, no
     /// spare program header, no writable segment at the end.
-    pub fn new(bytes: Vec<u8>, state_bytes: u64) -> Result<ElfEditor, ElfError> {
+    pub fn new(bytes: &'a [u8], state_bytes: u64) -> Result<ElfEditor<'a>, ElfError> {
         ElfEditor::open(bytes, state_bytes, false)
     }
 
     /// [`ElfEditor::new`] for a shared library (an `ET_DYN` with a dynamic
     /// section and no interpreter is accepted; static executables are not).
-    pub fn new_library(bytes: Vec<u8>, state_bytes: u64) -> Result<ElfEditor, ElfError> {
+    pub fn new_library(bytes: &'a [u8], state_bytes: u64) -> Result<ElfEditor<'a>, ElfError> {
         ElfEditor::open(bytes, state_bytes, true)
     }
 
-    fn open(bytes: Vec<u8>, state_bytes: u64, library: bool) -> Result<ElfEditor, ElfError> {
+    fn open(bytes: &'a [u8], state_bytes: u64, library: bool) -> Result<ElfEditor<'a>, ElfError> {
         // The identification bytes are checked before goblin reads the
         // header, so that the message names what is wrong: goblin's 64-bit
         // reader would read a 32-bit header as a 64-bit one, and a
@@ -99,7 +105,7 @@ impl ElfEditor {
         if e_type != ET_EXEC && e_type != ET_DYN {
             return Err(ElfError::NotExecutable(e_type));
         }
-        let headers = read_program_headers(&bytes, &header)?;
+        let headers = read_program_headers(bytes, &header)?;
         let phnum = headers.len();
         if !headers.iter().any(|h| h.p_type == PT_INTERP) {
             if e_type == ET_DYN && !headers.iter().any(|h| h.p_type == PT_DYNAMIC) {
@@ -115,7 +121,7 @@ impl ElfEditor {
         if library && e_type != ET_DYN {
             return Err(ElfError::NotExecutable(e_type));
         }
-        if let Some(section) = go_section(&bytes, &header) {
+        if let Some(section) = go_section(bytes, &header) {
             return Err(ElfError::GoProgram(section));
         }
         for h in headers.iter().filter(|h| h.p_type == PT_LOAD) {
@@ -166,7 +172,7 @@ impl ElfEditor {
         let segment_va = align_up(state_va + state_bytes, PAGE);
         let segment_offset = align_up(bytes.len() as u64, PAGE);
 
-        let fini_slot = find_fini(&bytes, &headers)?;
+        let fini_slot = find_fini(bytes, &headers)?;
         Ok(ElfEditor {
             pie: e_type == ET_DYN,
             entry: header.e_entry,
@@ -178,6 +184,8 @@ impl ElfEditor {
             segment_va,
             segment_offset,
             bytes,
+            patches: Vec::new(),
+            patched: Vec::new(),
             header,
             headers,
         })
@@ -213,7 +221,9 @@ impl ElfEditor {
         let at = self
             .offset_of(vaddr, data.len() as u64)
             .ok_or(ElfError::PatchOutsideFile { vaddr })?;
-        self.bytes[at..at + data.len()].copy_from_slice(data);
+        let from = self.patched.len();
+        self.patched.extend_from_slice(data);
+        self.patches.push((at, from..self.patched.len()));
         Ok(())
     }
 
@@ -222,19 +232,27 @@ impl ElfEditor {
     /// and `DT_FINI` redirected, and `PT_GNU_EH_FRAME` moved when given
     /// (`(vaddr, size)` of a new `.eh_frame_hdr` inside the segment).
     pub fn finish(
-        mut self,
+        self,
         segment: &[u8],
         entry: Option<u64>,
         fini: Option<u64>,
         eh_frame_hdr: Option<(u64, u64)>,
     ) -> Result<Vec<u8>, ElfError> {
         assert!(segment.starts_with(SIGNATURE));
+        // The output is built once at its final size: the input, its
+        // patches, then the segment.
+        let segment_offset = self.segment_offset as usize;
+        let mut out = Vec::with_capacity(segment_offset.max(self.bytes.len()) + segment.len());
+        out.extend_from_slice(self.bytes);
+        for (at, from) in &self.patches {
+            out[*at..*at + from.len()].copy_from_slice(&self.patched[from.clone()]);
+        }
         if let Some(entry) = entry {
             let header = Header {
                 e_entry: entry,
                 ..self.header
             };
-            self.bytes.pwrite_with(header, 0, LE)?;
+            out.pwrite_with(header, 0, LE)?;
         }
         if let Some(fini) = fini {
             let (at, _) = self.fini_slot.ok_or(ElfError::NoExitHook)?;
@@ -244,7 +262,7 @@ impl ElfEditor {
                 d_tag: DT_FINI,
                 d_val: fini,
             };
-            self.bytes.pwrite_with(entry, at, LE)?;
+            out.pwrite_with(entry, at, LE)?;
         }
         let mut headers = self.headers.clone();
         headers[self.rw_index].p_memsz =
@@ -280,11 +298,9 @@ impl ElfEditor {
         let phoff = self.header.e_phoff as usize;
         let phentsize = usize::from(self.header.e_phentsize);
         for (i, h) in headers.into_iter().enumerate() {
-            self.bytes.pwrite_with(h, phoff + i * phentsize, LE)?;
+            out.pwrite_with(h, phoff + i * phentsize, LE)?;
         }
-        let mut out = self.bytes;
-        out.reserve_exact((self.segment_offset as usize + segment.len()).saturating_sub(out.len()));
-        out.resize(self.segment_offset as usize, 0);
+        out.resize(segment_offset, 0);
         out.extend_from_slice(segment);
         Ok(out)
     }
@@ -380,15 +396,12 @@ mod tests {
 
     #[test]
     fn rejects_what_it_cannot_edit() {
-        assert!(ElfEditor::new(b"#!/bin/sh\n".to_vec(), 64).is_err());
-        let err = ElfEditor::new(
-            vec![0x7f, b'E', b'L', b'F', 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]
-                .into_iter()
-                .chain(std::iter::repeat_n(0, 64))
-                .collect(),
-            64,
-        )
-        .unwrap_err();
+        assert!(ElfEditor::new(b"#!/bin/sh\n", 64).is_err());
+        let class32: Vec<u8> = vec![0x7f, b'E', b'L', b'F', 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+            .into_iter()
+            .chain(std::iter::repeat_n(0, 64))
+            .collect();
+        let err = ElfEditor::new(&class32, 64).unwrap_err();
         assert!(err.to_string().contains("64-bit"), "{err}");
     }
 
@@ -396,7 +409,7 @@ mod tests {
     fn reads_the_program_headers_goblins_parser_reads() {
         let bytes = std::fs::read("/proc/self/exe").unwrap();
         let parsed = goblin::elf::Elf::parse(&bytes).unwrap();
-        let editor = ElfEditor::new(bytes.clone(), 64).unwrap();
+        let editor = ElfEditor::new(&bytes, 64).unwrap();
         assert_eq!(editor.headers.len(), parsed.program_headers.len());
         for (ours, theirs) in editor.headers.iter().zip(&parsed.program_headers) {
             assert_eq!(ours.p_type, theirs.p_type);
@@ -412,7 +425,7 @@ mod tests {
     #[test]
     fn plans_state_and_segment_above_everything() {
         let bytes = std::fs::read("/proc/self/exe").unwrap();
-        let editor = ElfEditor::new(bytes, 256).unwrap();
+        let editor = ElfEditor::new(&bytes, 256).unwrap();
         assert_eq!(editor.segment_va % PAGE, 0);
         assert!(editor.segment_va >= editor.state_va + 256);
         assert_eq!(editor.state_va % 64, 0);

@@ -211,7 +211,7 @@ pub(crate) fn instrument_with_code(
         clock = std::time::Instant::now();
     };
     // Everything the editor rejects is a refusal of the file's layout.
-    let bytes = binary.data().to_vec();
+    let bytes = binary.data();
     let mut editor = match options.library {
         None => ElfEditor::new(bytes, runtime::STATE_BYTES),
         Some(_) => ElfEditor::new_library(bytes, runtime::STATE_BYTES),
@@ -411,7 +411,7 @@ struct OriginalUnwind<'b> {
 impl<'b> OriginalUnwind<'b> {
     /// Reads `binary`'s `.eh_frame`; one that cannot be parsed is a warning
     /// (functions with unwind entries are then left alone).
-    fn load(binary: &'b Binary, editor: &ElfEditor, report: &mut Report) -> OriginalUnwind<'b> {
+    fn load(binary: &'b Binary, editor: &ElfEditor<'_>, report: &mut Report) -> OriginalUnwind<'b> {
         let eh_frame = match binary.section(".eh_frame") {
             Some(section) if editor.has_eh_frame_hdr() => {
                 let data = binary.section_data(section).unwrap_or_default();
@@ -781,7 +781,7 @@ fn ptwrite_unsupported(insn: &iced_x86::Instruction) -> Option<&'static str> {
 /// the copies of the region markers call its region hooks when both
 /// markers are copied.
 fn generate_runtime(
-    editor: &ElfEditor,
+    editor: &ElfEditor<'_>,
     runtime_va: u64,
     plans: &mut [Planned],
     hooks: &[(usize, Hook)],
@@ -1051,7 +1051,7 @@ fn build_unwind_tail(
 /// the original that stays unpatched is reported as an escape. Returns the
 /// patched addresses.
 fn patch_original(
-    editor: &mut ElfEditor,
+    editor: &mut ElfEditor<'_>,
     binary: &Binary,
     plans: &mut [Planned],
     copies: &relocate::Copies,
@@ -1607,7 +1607,7 @@ fn choose_fast_path(live: RegSet) -> FastPath {
     FastPath::Stack
 }
 
-fn write_jump(editor: &mut ElfEditor, from: u64, to: u64) -> Result<(), RewriteError> {
+fn write_jump(editor: &mut ElfEditor<'_>, from: u64, to: u64) -> Result<(), RewriteError> {
     let rel = i32::try_from(to as i64 - (from as i64 + PATCH as i64))
         .map_err(|_| RewriteError::CopyOutOfReach { from, to })?;
     let mut patch = [0xe9, 0, 0, 0, 0];

@@ -182,7 +182,10 @@ fn stub_code(name: &str, got: u64, rt: &Runtime) -> Result<Vec<Instruction>, Rew
 /// Replaces each patched jump or call with a `jmp`/`call rel32` to its stub
 /// (the rest of the instruction becomes `nop`s, never reached; a `call`
 /// returns past them).
-pub(crate) fn patch(editor: &mut ElfEditor, stubs: &ProcessEndStubs) -> Result<(), RewriteError> {
+pub(crate) fn patch(
+    editor: &mut ElfEditor<'_>,
+    stubs: &ProcessEndStubs,
+) -> Result<(), RewriteError> {
     for &(jump, len, stub, call) in &stubs.patches {
         let rel = i32::try_from(stub as i64 - (jump as i64 + 5))
             .map_err(|_| RewriteError::ProcessEndStubOutOfReach { jump })?;

@@ -777,20 +777,27 @@ fn pad_to(code: &mut Vec<u8>, len: u64) {
     }
 }
 
-/// How a stretch of code is laid out by [`Layout::measure`].
+/// How a stretch of code is laid out by [`Layout::measure`]. Every piece's
+/// bytes are in the pool, encoded once; the pieces with a target take the
+/// next of the layout's targets, in order, and get their 4-byte
+/// displacement to it written where they land.
 enum Piece {
-    /// Position-independent instructions: the next this many bytes of the
-    /// pool.
+    /// Position-independent instructions: the next this many bytes.
     Fixed(u32),
-    /// A relative branch in its rel32 form (placed instruction, size),
-    /// re-encoded at its address.
-    Near(u32, u8),
-    /// `jrcxz`/`loop`-style rel8-only branch (placed instruction, size),
-    /// expanded to `jcx L1; jmp short L2; L1: jmp rel32 target; L2:`.
-    Short(u32, u8),
-    /// A RIP-relative memory operand, re-encoded at its address (it keeps
-    /// its absolute target; placed instruction, size).
-    RipRelative(u32, u8),
+    /// A relative branch in its rel32 form (size): its last 4 bytes are
+    /// the displacement.
+    Near(u8),
+    /// `jrcxz`/`loop`-style rel8-only branch (its size), expanded to
+    /// `jcx L1; jmp short L2; L1: jmp rel32 target; L2:`: the pool holds
+    /// all but the last 4 bytes.
+    Short(u8),
+    /// A RIP-relative memory operand (size, offset of its displacement):
+    /// it keeps its absolute target.
+    RipRelative(u8, u8),
+    /// An instruction whose encoding is re-derived where it lands (placed
+    /// instruction, size): a branch with a 16-bit displacement, or an
+    /// IP-relative operand that is not `rip`-based.
+    Reencode(u32, u8),
 }
 
 /// The layout of a run's instructions, before [`place`] pads it.
@@ -799,10 +806,12 @@ struct Layout {
     /// In order; consecutive position-independent instructions are one
     /// piece unless an aligned instruction starts between them.
     pieces: Vec<Piece>,
-    /// Bytes of the position-independent pieces.
+    /// The pieces' bytes, the displacements still to write left as
+    /// encoded at the measuring base (or out, for [`Piece::Short`]).
     pool: Vec<u8>,
-    /// The instructions of the other pieces, in order: [`emit`] encodes
-    /// them where they land.
+    /// The absolute targets of the pieces with one, in order.
+    targets: Vec<u64>,
+    /// The instructions of the [`Piece::Reencode`] pieces, in order.
     placed: Vec<Instruction>,
     /// `(unpadded offset, address label)` of every instruction that
     /// carries one.
@@ -814,17 +823,17 @@ struct Layout {
 impl Layout {
     /// Lays out `all` after what is already measured: every branch in its
     /// rel32 form (so sizes are known in one pass; no relaxation and no
-    /// dependence on where the code lands), the position-independent
-    /// instructions encoded once into the pool. The instructions at the
-    /// indices `breaks` (sorted) start a piece of their own: [`place`] pads
-    /// before them. `unpadded` receives the unpadded offset of each
-    /// instruction and of the end. `base` is only used to check
-    /// RIP-relative operands can be encoded near it.
+    /// dependence on where the code lands), every instruction encoded
+    /// once into the pool. The instructions at the indices `breaks`
+    /// (sorted) start a piece of their own: [`place`] pads before them.
+    /// `unpadded` receives the unpadded offset of each instruction and of
+    /// the end. `base` is only used to check RIP-relative operands can be
+    /// encoded near it.
     ///
-    /// One encoding per instruction (two for branches and RIP-relative
-    /// operands, see [`emit`]): iced's `BlockEncoder`, which encodes each
-    /// instruction several times while it shrinks branches, was most of the
-    /// rewriter's time.
+    /// Only bytes and targets are kept, not the instructions: a 40-byte
+    /// `Instruction` per branch was most of a run's layout. iced's
+    /// `BlockEncoder`, which encodes each instruction several times while
+    /// it shrinks branches, was most of the rewriter's time.
     fn measure(
         &mut self,
         encoder: &mut Encoder,
@@ -842,18 +851,12 @@ impl Layout {
                 self.labels.push((self.end, insn.ip()));
             }
             unpadded.push(self.end);
-            let placed = self.placed.len() as u32;
-            let (piece, size) = Layout::piece(encoder, insn, base, placed, &mut self.pool)?;
+            let (piece, size) = self.piece(encoder, insn, base)?;
             match (piece, self.pieces.last_mut()) {
                 (Piece::Fixed(size), Some(Piece::Fixed(previous))) if !starts_piece => {
                     *previous += size;
                 }
-                (piece, _) => {
-                    if !matches!(piece, Piece::Fixed(..)) {
-                        self.placed.push(*insn);
-                    }
-                    self.pieces.push(piece);
-                }
+                (piece, _) => self.pieces.push(piece),
             }
             self.end += size;
         }
@@ -861,15 +864,14 @@ impl Layout {
         Ok(())
     }
 
-    /// How `insn` is laid out (as placed instruction number `placed` when
-    /// it is re-encoded where it lands), and its size in bytes (a
-    /// position-independent one's bytes appended to `pool`).
+    /// Lays out `insn`: appends its bytes to the pool (and its target or
+    /// itself where it is written where it lands) and gives its piece and
+    /// its size in bytes.
     fn piece(
+        &mut self,
         encoder: &mut Encoder,
         insn: &Instruction,
         base: u64,
-        placed: u32,
-        pool: &mut Vec<u8>,
     ) -> Result<(Piece, u64), RelocateError> {
         Ok(if is_relative_branch(insn) {
             let short = matches!(
@@ -884,11 +886,18 @@ impl Layout {
                     | Code::Loopne_rel8_64_ECX
             );
             if short {
+                // Sized first, then encoded with its target past the
+                // `jmp short`, which is where it lands wherever that is.
                 let mut probe = *insn;
                 probe.set_near_branch64(base + 2);
                 let size = encoder.encode(&probe, base).map_err(|e| fail(insn, e))? as u8;
                 discard(encoder);
-                (Piece::Short(placed, size), u64::from(size) + 2 + 5)
+                probe.set_near_branch64(base + u64::from(size) + 2);
+                encoder.encode(&probe, base).map_err(|e| fail(insn, e))?;
+                drain_into(encoder, &mut self.pool);
+                self.pool.extend_from_slice(&[0xeb, 0x05, 0xe9]); // jmp short past the jmp rel32
+                self.targets.push(insn.near_branch_target());
+                (Piece::Short(size), u64::from(size) + 2 + 5)
             } else {
                 let mut near = *insn;
                 near.as_near_branch();
@@ -896,19 +905,41 @@ impl Layout {
                     near.set_code(Code::Xbegin_rel32);
                 }
                 near.set_near_branch64(base);
-                let size = encoder.encode(&near, base).map_err(|e| fail(insn, e))? as u8;
-                discard(encoder);
-                (Piece::Near(placed, size), u64::from(size))
+                let size = encoder.encode(&near, base).map_err(|e| fail(insn, e))?;
+                let offsets = encoder.get_constant_offsets();
+                if offsets.immediate_size() == 4 && offsets.immediate_offset() + 4 == size {
+                    drain_into(encoder, &mut self.pool);
+                    self.targets.push(insn.near_branch_target());
+                    (Piece::Near(size as u8), size as u64)
+                } else {
+                    self.reencode(encoder, insn, size)
+                }
             }
         } else if insn.is_ip_rel_memory_operand() {
-            let size = encoder.encode(insn, base).map_err(|e| fail(insn, e))? as u8;
-            discard(encoder);
-            (Piece::RipRelative(placed, size), u64::from(size))
+            let size = encoder.encode(insn, base).map_err(|e| fail(insn, e))?;
+            let offsets = encoder.get_constant_offsets();
+            if insn.memory_base() == Register::RIP && offsets.displacement_size() == 4 {
+                drain_into(encoder, &mut self.pool);
+                self.targets.push(insn.memory_displacement64());
+                let at = offsets.displacement_offset() as u8;
+                (Piece::RipRelative(size as u8, at), size as u64)
+            } else {
+                self.reencode(encoder, insn, size)
+            }
         } else {
             let size = encoder.encode(insn, 0).map_err(|e| fail(insn, e))?;
-            drain_into(encoder, pool);
+            drain_into(encoder, &mut self.pool);
             (Piece::Fixed(size as u32), size as u64)
         })
+    }
+
+    /// Keeps `insn` (just encoded to `size` bytes) to be re-encoded where
+    /// it lands.
+    fn reencode(&mut self, encoder: &mut Encoder, insn: &Instruction, size: usize) -> (Piece, u64) {
+        discard(encoder);
+        self.placed.push(*insn);
+        let k = self.placed.len() as u32 - 1;
+        (Piece::Reencode(k, size as u8), size as u64)
     }
 }
 
@@ -964,62 +995,68 @@ fn emit(
 ) -> Result<(), RelocateError> {
     let mut encoder = Encoder::new(64);
     let mut code = Vec::with_capacity(part.len as usize);
-    let placed = &part.layout.placed;
+    let layout = &part.layout;
+    let mut targets = layout.targets.iter();
+    let mut target = || *targets.next().expect("one target per piece with one");
     let mut paddings = part.paddings.iter().peekable();
     let mut padding = 0;
     // Unpadded offset of the piece, and of its bytes in the pool.
     let mut at = 0u64;
     let mut pool = 0usize;
-    for piece in &part.layout.pieces {
+    for piece in &layout.pieces {
         while let Some(&(_, p)) = paddings.next_if(|&&(from, _)| from <= at) {
             padding = p;
         }
         let here = start + at + padding;
         pad_to(&mut code, at + padding);
-        match *piece {
+        // The piece's bytes in the pool.
+        let size = match *piece {
             Piece::Fixed(size) => {
-                let size = size as usize;
-                code.extend_from_slice(&part.layout.pool[pool..pool + size]);
-                pool += size;
-                at += size as u64;
+                code.extend_from_slice(&layout.pool[pool..pool + size as usize]);
+                size as usize
             }
-            Piece::Near(k, size) => {
-                let insn = &placed[k as usize];
-                let mut near = *insn;
-                near.as_near_branch();
-                if near.code() == Code::Xbegin_rel16 {
-                    near.set_code(Code::Xbegin_rel32);
+            Piece::Near(size) => {
+                let size = usize::from(size);
+                code.extend_from_slice(&layout.pool[pool..pool + size]);
+                let target = resolve(target());
+                write_rel32(&mut code, 4, here + size as u64, target)?;
+                size
+            }
+            Piece::Short(size) => {
+                let size = usize::from(size) + 2 + 5;
+                code.extend_from_slice(&layout.pool[pool..pool + size - 4]);
+                code.extend_from_slice(&[0; 4]);
+                let target = resolve(target());
+                write_rel32(&mut code, 4, here + size as u64, target)?;
+                size - 4
+            }
+            Piece::RipRelative(size, displacement) => {
+                let size = usize::from(size);
+                code.extend_from_slice(&layout.pool[pool..pool + size]);
+                let from = size - usize::from(displacement);
+                write_rel32(&mut code, from, here + size as u64, target())?;
+                size
+            }
+            Piece::Reencode(k, size) => {
+                let insn = &layout.placed[k as usize];
+                let mut insn = *insn;
+                if is_relative_branch(&insn) {
+                    insn.as_near_branch();
+                    if insn.code() == Code::Xbegin_rel16 {
+                        insn.set_code(Code::Xbegin_rel32);
+                    }
+                    insn.set_near_branch64(resolve(insn.near_branch_target()));
                 }
-                near.set_near_branch64(resolve(insn.near_branch_target()));
-                encoder.encode(&near, here).map_err(|e| fail(insn, e))?;
-                drain_into(&mut encoder, &mut code);
-                at += u64::from(size);
-            }
-            Piece::Short(k, size) => {
-                let insn = &placed[k as usize];
-                let mut jcx = *insn;
-                let over = here + u64::from(size) + 2;
-                jcx.set_near_branch64(over);
-                encoder.encode(&jcx, here).map_err(|e| fail(insn, e))?;
-                drain_into(&mut encoder, &mut code);
-                code.extend_from_slice(&[0xeb, 0x05]); // jmp short past the jmp rel32
-                let target = resolve(insn.near_branch_target());
-                let rel = i32::try_from(target as i64 - (over + 5) as i64)
-                    .map_err(|_| RelocateError::OutOfReach { target })?;
-                code.push(0xe9);
-                code.extend_from_slice(&rel.to_le_bytes());
-                at += u64::from(size) + 2 + 5;
-            }
-            Piece::RipRelative(k, size) => {
-                let insn = &placed[k as usize];
-                let written = encoder.encode(insn, here).map_err(|e| fail(insn, e))?;
-                if written != size as usize {
+                let written = encoder.encode(&insn, here).map_err(|e| fail(&insn, e))?;
+                if written != usize::from(size) {
                     return Err(RelocateError::RipRelativeSize(insn.code()));
                 }
                 drain_into(&mut encoder, &mut code);
-                at += u64::from(size);
+                0
             }
-        }
+        };
+        pool += size;
+        at = code.len() as u64 - padding;
     }
     pad_to(&mut code, part.len);
     if code.len() != slot.len() {
@@ -1029,6 +1066,22 @@ fn emit(
         });
     }
     slot.copy_from_slice(&code);
+    Ok(())
+}
+
+/// Writes the displacement from `next` (the address after the instruction)
+/// to `target` over the 4 bytes that start `from_end` bytes before the end
+/// of `code`.
+fn write_rel32(
+    code: &mut [u8],
+    from_end: usize,
+    next: u64,
+    target: u64,
+) -> Result<(), RelocateError> {
+    let rel = i32::try_from(target.wrapping_sub(next) as i64)
+        .map_err(|_| RelocateError::OutOfReach { target })?;
+    let at = code.len() - from_end;
+    code[at..at + 4].copy_from_slice(&rel.to_le_bytes());
     Ok(())
 }
 
@@ -1378,6 +1431,107 @@ mod tests {
             })
             .count();
         assert!(calls_into_copies > 0);
+    }
+
+    /// Branches and RIP-relative operands are kept as bytes and a target;
+    /// decoding what is emitted gives the targets they must have where the
+    /// run lands (labels moved, other addresses kept), whatever follows the
+    /// displacement.
+    #[test]
+    fn displacements_written_where_a_run_lands_reach_their_targets() {
+        use iced_x86::{Decoder, DecoderOptions, MemoryOperand};
+        let (far, data) = (0x40_1000u64, 0x60_2000u64);
+        let labelled = |mut insn: Instruction, ip: u64| {
+            insn.set_ip(ip);
+            insn
+        };
+        let all = [
+            labelled(
+                Instruction::with_branch(Code::Jrcxz_rel8_64, 0x10_0003).unwrap(),
+                0x10_0000,
+            ),
+            Instruction::with2(
+                Code::Mov_rm32_imm32,
+                MemoryOperand::with_base_displ(Register::RIP, data as i64),
+                0x1234_5678u32,
+            )
+            .unwrap(),
+            labelled(
+                Instruction::with2(Code::Add_r64_rm64, Register::RAX, Register::RBX).unwrap(),
+                0x10_0003,
+            ),
+            Instruction::with_branch(Code::Jne_rel8_64, 0x10_0000).unwrap(),
+            Instruction::with_branch(Code::Call_rel32_64, far).unwrap(),
+            Instruction::with2(
+                Code::Lea_r64_m,
+                Register::RCX,
+                MemoryOperand::with_base_displ(Register::RIP, data as i64 + 8),
+            )
+            .unwrap(),
+            Instruction::with_branch(Code::Jmp_rel8_64, 0x10_0003).unwrap(),
+        ];
+        let start = 0x50_0000u64;
+        let mut layout = Layout::default();
+        let mut unpadded = Vec::new();
+        layout
+            .measure(&mut Encoder::new(64), &all, &[], start, &mut unpadded)
+            .unwrap();
+        let mut part = Part {
+            firsts: Vec::new(),
+            body_ends: Vec::new(),
+            ends: Vec::new(),
+            ptwrite_at: Vec::new(),
+            spatial_at: Vec::new(),
+            layout,
+            aligned: Vec::new(),
+            paddings: Vec::new(),
+            len: 0,
+        };
+        place(&mut part, start);
+        let labels = labels_of(&part);
+        let resolve = |target: u64| match labels.binary_search_by_key(&target, |&(ip, _)| ip) {
+            Ok(i) => start + labels[i].1,
+            Err(_) => target,
+        };
+        let mut code = vec![0u8; part.len as usize];
+        emit(&part, start, &resolve, &mut code).unwrap();
+        let at = |i: usize| start + unpadded[i];
+        let mut decoder = Decoder::with_ip(
+            64,
+            &code[..unpadded[all.len()] as usize],
+            start,
+            DecoderOptions::NONE,
+        );
+        let decoded: Vec<Instruction> = decoder.iter().collect();
+        let described: Vec<(Mnemonic, u64)> = decoded
+            .iter()
+            .map(|i| {
+                let target = if is_relative_branch(i) {
+                    i.near_branch_target()
+                } else if i.is_ip_rel_memory_operand() {
+                    i.ip_rel_memory_address()
+                } else {
+                    0
+                };
+                (i.mnemonic(), target)
+            })
+            .collect();
+        let jrcxz = at(0);
+        assert_eq!(
+            described,
+            [
+                (Mnemonic::Jrcxz, jrcxz + 4),
+                (Mnemonic::Jmp, jrcxz + 9),
+                (Mnemonic::Jmp, at(2)),
+                (Mnemonic::Mov, data),
+                (Mnemonic::Add, 0),
+                (Mnemonic::Jne, at(0)),
+                (Mnemonic::Call, far),
+                (Mnemonic::Lea, data + 8),
+                (Mnemonic::Jmp, at(2)),
+            ]
+        );
+        assert_eq!(decoded[3].immediate32(), 0x1234_5678);
     }
 
     #[test]
