@@ -282,6 +282,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                 status: verdict.to_string(),
                 target: exe.target.clone(),
                 trace_size_frac: comparison.trace_size_frac,
+                trace_size_frac_total: comparison.trace_size_frac_total,
                 trace_windows: comparison.trace_windows.clone(),
                 window: comparison.window,
             });
@@ -355,12 +356,14 @@ fn render(name: &str, verdict: &str, c: &Comparison) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{name}: {}  ({} samples of w = {}, period {}; trace {} of the full one)",
+        "{name}: {}  ({} samples of w = {}, period {}; trace {} of the full one, {} with spatial records)",
         verdict.to_uppercase(),
         c.samples,
         c.window,
         c.period,
-        c.trace_size_frac.map_or_else(|| "–".to_string(), percent)
+        c.trace_size_frac.map_or_else(|| "–".to_string(), percent),
+        c.trace_size_frac_total
+            .map_or_else(|| "–".to_string(), percent)
     );
     let trace_windows = if c.k_max >= 3 {
         format!("trace windows, k = 3..{}: MAPE", c.k_max)
@@ -431,6 +434,7 @@ mod tests {
             k_max,
             code_window_k: 2,
             trace_size_frac: Some(0.01),
+            trace_size_frac_total: Some(0.015),
             trace_windows: Vec::new(),
             functions: Vec::new(),
             mrc: None,
@@ -448,5 +452,17 @@ mod tests {
         assert!(!text.contains("k = 3.."), "{text}");
         let text = render("str1", "ok", &comparison(1024, 10));
         assert!(text.contains("trace windows, k = 3..10: MAPE"), "{text}");
+    }
+
+    /// The heading gives the trace's size both ways: time-sample records
+    /// only, and with the spatial records.
+    #[test]
+    fn the_heading_gives_both_trace_sizes() {
+        let text = render("str1", "ok", &comparison(1024, 10));
+        let first = text.lines().next().unwrap();
+        assert!(
+            first.ends_with("trace 1.000% of the full one, 1.500% with spatial records)"),
+            "{first}"
+        );
     }
 }

@@ -202,8 +202,11 @@ pub struct Comparison {
     pub k_max: u32,
     /// Code-window exponent `k_c`.
     pub code_window_k: u32,
-    /// Records of the sampled run over those of the full run.
+    /// Time-sample records of the sampled run over the full run's records.
     pub trace_size_frac: Option<f64>,
+    /// All records of the sampled run (time-sample and spatial) over the
+    /// full run's records.
+    pub trace_size_frac_total: Option<f64>,
     /// Per metric.
     pub trace_windows: Vec<TraceWindowError>,
     /// Per compared function, most accesses first.
@@ -351,14 +354,16 @@ pub fn compare(
         status = status.worst(m.error.status);
     }
     let full_records = golden.summary.records;
+    let share = |records: u64| (full_records > 0).then(|| records as f64 / full_records as f64);
+    let coverage = &sampled.coverage;
     Comparison {
         samples: n,
         window: sampled.run.window.unwrap_or(u64::MAX),
         period: sampled.run.period.unwrap_or(u64::MAX),
         k_max: sampled.run.max_k,
         code_window_k: code_k,
-        trace_size_frac: (full_records > 0)
-            .then(|| sampled.coverage.records as f64 / full_records as f64),
+        trace_size_frac: share(coverage.records),
+        trace_size_frac_total: share(coverage.records + coverage.spatial_records.unwrap_or(0)),
         trace_windows,
         functions,
         mrc,
@@ -1105,11 +1110,32 @@ mod tests {
         assert!(lo <= hi && hi - lo < 0.15, "{lo} {hi}");
         let size = c.trace_size_frac.unwrap();
         assert!((size - 0.2).abs() < 0.001, "{size}");
+        // No spatial records: both shares are the same.
+        assert_eq!(c.trace_size_frac_total, c.trace_size_frac);
         // The kernel is compared; the helper holds ~1% of accesses but only
         // Constant loads (A = 0), so it is not.
         assert_eq!(c.functions.len(), 1);
         assert_eq!(c.functions[0].name, "kernel");
         assert_eq!(c.functions[0].status, Status::Ok, "{:#?}", c.functions);
+    }
+
+    /// The total share counts the spatial records on top of the
+    /// time-sample ones.
+    #[test]
+    fn the_total_trace_share_adds_the_spatial_records() {
+        let header = header();
+        let total = 600_000;
+        let golden = full_metrics(&header, total);
+        let (mut analysis, samples) = sampled(&header, total, 1000, 5_000);
+        let time_records = analysis.coverage.records;
+        analysis.coverage.spatial_records = Some(6_000);
+        let c = compare(&golden, &analysis, &samples, &Limits::default());
+        let full = golden.summary.records as f64;
+        assert_eq!(c.trace_size_frac, Some(time_records as f64 / full));
+        assert_eq!(
+            c.trace_size_frac_total,
+            Some((time_records + 6_000) as f64 / full)
+        );
     }
 
     #[test]

@@ -623,11 +623,12 @@ fn validate_passes_at_default_sampling_for_every_microbenchmark() {
             })
             .collect();
         eprintln!(
-            "{} {}: {} samples, trace {:.2}% | MAPE {} | {} | MRC MAE {} {} ({} tracked)",
+            "{} {}: {} samples, trace {:.2}% ({:.2}% with spatial) | MAPE {} | {} | MRC MAE {} {} ({} tracked)",
             v["name"],
             v["status"],
             v["samples"],
             100.0 * f64_of(&v["trace_size_frac"]),
+            100.0 * f64_of(&v["trace_size_frac_total"]),
             mape.join(", "),
             code.join("; "),
             v["mrc"]["error"],
@@ -648,6 +649,14 @@ fn validate_passes_at_default_sampling_for_every_microbenchmark() {
         assert!(
             (0.005..0.02).contains(&size),
             "{}: trace size {size}",
+            v["name"]
+        );
+        // With the spatial records on top, the trace stays within 2% of
+        // the full one.
+        let total = f64_of(&v["trace_size_frac_total"]);
+        assert!(
+            total > size && total <= 0.02,
+            "{}: whole trace size {total}",
             v["name"]
         );
     }

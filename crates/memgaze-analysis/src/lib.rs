@@ -1591,6 +1591,8 @@ impl Analyzer {
             lines,
             coverage: Coverage {
                 records: self.records_all,
+                spatial_records: (self.whole.spatial_records > 0)
+                    .then_some(self.whole.spatial_records),
                 trace_samples: totals.samples.max(seen),
                 empty_samples: self.empty_samples,
                 outside_functions: self.outside_functions,

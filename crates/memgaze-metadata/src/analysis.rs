@@ -570,6 +570,11 @@ pub struct IntervalNode {
 pub struct Coverage {
     /// Records in the trace (or loads in the Lackey log inside the binary).
     pub records: u64,
+    /// Spatial-sampling records in the trace besides `records` (outside
+    /// the time samples: they enter the whole-run curve only); absent when
+    /// there are none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spatial_records: Option<u64>,
     /// Samples in the trace, before splitting per thread.
     pub trace_samples: u64,
     /// Samples without records.

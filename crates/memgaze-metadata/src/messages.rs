@@ -362,8 +362,11 @@ pub struct Validation<W = serde_json::Value, F = serde_json::Value> {
     pub status: String,
     /// Bench target name.
     pub target: String,
-    /// Records of the sampled run over those of the full run.
+    /// Time-sample records of the sampled run over the full run's records.
     pub trace_size_frac: Option<f64>,
+    /// All records of the sampled run (time-sample and spatial) over the
+    /// full run's records.
+    pub trace_size_frac_total: Option<f64>,
     /// Per trace-window metric.
     #[serde(serialize_with = "sorted")]
     pub trace_windows: Vec<W>,

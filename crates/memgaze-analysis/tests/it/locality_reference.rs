@@ -467,6 +467,10 @@ proptest! {
             None => vec![0.0; loads.len()],
         };
         check_against_reference(&got, &loads, &run.tracked, &executions, spatial.rate())?;
+        // The spatial records are counted apart from the time-sample ones.
+        let spatial_records = run.records.iter().filter(|r| r.spatial).count() as u64;
+        prop_assert_eq!(got.coverage.spatial_records, (spatial_records > 0).then_some(spatial_records));
+        prop_assert_eq!(got.coverage.records, run.time_total);
 
         // Without spatial sampling (old traces, `--spatial-rate 0`): no
         // whole-run fields, and everything else identical.
@@ -494,6 +498,7 @@ fn strip_whole_run(a: &mut Analysis) {
     s.tracked_accesses = None;
     s.mrc_groups.clear();
     a.run.cache_sizes = None;
+    a.coverage.spatial_records = None;
     a.lines.clear();
     for f in &mut a.functions {
         f.whole_run = WholeRunLocality::default();

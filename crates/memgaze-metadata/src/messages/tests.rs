@@ -62,6 +62,7 @@ fn summary() -> Summary {
 fn coverage() -> Coverage {
     Coverage {
         records: 498_000,
+        spatial_records: None,
         trace_samples: 498,
         empty_samples: 0,
         outside_functions: 1,
@@ -484,6 +485,7 @@ fn validation() {
         status: "ok".into(),
         target: "micro".into(),
         trace_size_frac: Some(0.01),
+        trace_size_frac_total: Some(0.015),
         trace_windows: vec![row.clone()],
         window: 1000,
     };
@@ -505,6 +507,7 @@ fn validation() {
         "k_max": 9,
         "code_window_k": 9,
         "trace_size_frac": 0.01,
+        "trace_size_frac_total": 0.015,
         "trace_windows": [serde_json::to_value(&row).unwrap()],
         "functions": [{"name": "f", "share": 1.0, "status": "ok"}],
         "problems": [],
@@ -521,7 +524,7 @@ fn validation() {
     assert_eq!(text, old.to_string());
     assert_eq!(
         text,
-        r#"{"code_window_k":9,"elapsed_s":0.5,"functions":[{"name":"f","share":1.0,"status":"ok"}],"k_max":9,"name":"str1","package":"microbenches","period":100000,"problems":[],"reason":"validation","samples":498,"sampling":{"full":false,"period":100000,"seed":1,"window":1000},"status":"ok","target":"micro","trace_size_frac":0.01,"trace_windows":[{"ci":[-0.01,0.02],"error":0.0123,"limit":0.15,"metric":"F","rows":7,"status":"ok"}],"window":1000}"#
+        r#"{"code_window_k":9,"elapsed_s":0.5,"functions":[{"name":"f","share":1.0,"status":"ok"}],"k_max":9,"name":"str1","package":"microbenches","period":100000,"problems":[],"reason":"validation","samples":498,"sampling":{"full":false,"period":100000,"seed":1,"window":1000},"status":"ok","target":"micro","trace_size_frac":0.01,"trace_size_frac_total":0.015,"trace_windows":[{"ci":[-0.01,0.02],"error":0.0123,"limit":0.15,"metric":"F","rows":7,"status":"ok"}],"window":1000}"#
     );
     let back: Validation<Row> = serde_json::from_str(&text).unwrap();
     assert_eq!(back.trace_windows, vec![row]);
