@@ -1675,6 +1675,50 @@ fn a_function_running_off_its_end_continues_into_the_next() {
     }
 }
 
+/// Forked children with libc instrumented: libc's own `fork` code runs in
+/// the child before the fork hook does, finds the thread's slot wiped and
+/// leaves a re-check countdown behind; a full trace must still record
+/// every load of parent and children (the child's loads ran unrecorded as
+/// a skip budget, counted as executions and not as drops).
+#[test]
+fn forked_children_are_recorded_whole_with_libc_instrumented() {
+    let target = scratch().join("libc-fork-target");
+    std::fs::create_dir_all(&target).unwrap();
+    for source in ["fork.c", "fork_exit.c"] {
+        let binary = build(source, &["-O2"]);
+        let inst = instrument(&binary, None, "libc-fork");
+        let native = native(&binary, &[], None);
+        let trace = trace_path(&format!("libc-fork-{source}"));
+        let out = Command::new("timeout")
+            .arg("300")
+            .arg(env!("CARGO_BIN_EXE_cargo-memgaze"))
+            .args(["record", "--libs", "libc.so.6"])
+            .args(FULL)
+            .arg("-o")
+            .arg(&trace)
+            .arg("--")
+            .arg(&inst.path)
+            .stdin(std::process::Stdio::null())
+            .env("CARGO_TARGET_DIR", &target)
+            .output()
+            .unwrap();
+        assert_same_behaviour(&native, &out, &format!("{source}, libc instrumented"));
+        let summary = read_trace(&trace);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(summary.totals.complete, "{source}: {stderr}");
+        assert_eq!(summary.totals.dropped.records, 0, "{source}: {stderr}");
+        assert!(
+            summary.threads.len() >= 2,
+            "{source}: {:?}",
+            summary.threads
+        );
+        assert_eq!(
+            summary.totals.executions, summary.totals.records,
+            "{source}: {stderr}"
+        );
+    }
+}
+
 /// The behaviour corpus with libc instrumented too (`--libs libc.so.6`):
 /// C at -O2, Rust threads and panics, fork, signal handlers, C++
 /// exceptions, dash's children, gzip and sort; the same stdout and exit

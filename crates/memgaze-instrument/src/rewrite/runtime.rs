@@ -1801,6 +1801,16 @@ fn emit_after_fork(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.jz(done)?;
     a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
     a.jne(done)?;
+    // A full trace records every load from here on. The countdown may not
+    // be the parent's any more: an instrumented library's code that ran in
+    // the child before this hook found the slot wiped and set a re-check
+    // countdown, which would have let the child's next loads run
+    // unrecorded as a skip budget.
+    let mut sampled = a.create_label();
+    a.cmp(qword_ptr(r12 + cfg::FULL), 0)?;
+    a.je(sampled)?;
+    a.mov(fs(TCB_COUNTDOWN), 0)?;
+    a.set_label(&mut sampled)?;
     a.mov(rax, fs(TCB_COUNTDOWN))?;
     a.mov(rcx, COUNTDOWN_NEVER)?;
     a.cmp(rax, rcx)?;
