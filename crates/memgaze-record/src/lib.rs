@@ -417,14 +417,9 @@ pub fn trace_header(
     command: Vec<String>,
 ) -> TraceHeader {
     TraceHeader {
-        backend: Backend::Soft,
-        sampling,
-        binary: Some(annotation.binary.clone()),
-        command,
         functions: function_entries(annotation),
         loads: load_entries(annotation),
-        labels: shared_library_labels(annotation),
-        spatial: None,
+        ..trace_header_without_sites(annotation, sampling, command)
     }
 }
 
@@ -697,9 +692,6 @@ pub fn record_objects_within(
     };
 
     let full = sampling.is_full();
-    // A process runs the traced program if its executable is the same
-    // file; the program's first process, gone before it could be checked,
-    // is taken to.
     // What a process runs: its `/proc/<pid>/exe` while it runs (the file
     // it executes, even if its path was replaced since: a cache entry
     // rewritten by a concurrent `run`), else the path its `Start` named.
@@ -707,19 +699,13 @@ pub fn record_objects_within(
     let main_path = std::fs::read_link(format!("/proc/{pid}/exe"))
         .or_else(|_| std::fs::canonicalize(program))
         .ok();
-    let main_exe = main_exe.or_else(|| {
-        use std::os::unix::fs::MetadataExt;
-        let meta = std::fs::metadata(program).ok()?;
-        Some((meta.dev(), meta.ino()))
-    });
+    let main_exe = main_exe.or_else(|| file_identity(program));
     let same_program = move |p: u32, exec_image: bool, named: Option<&Path>| {
         let found = exe_identity(p)
             .zip(std::fs::read_link(format!("/proc/{p}/exe")).ok())
             .or_else(|| {
                 let path = named?;
-                let meta = std::fs::metadata(path).ok()?;
-                use std::os::unix::fs::MetadataExt;
-                Some(((meta.dev(), meta.ino()), path.to_path_buf()))
+                Some((file_identity(path)?, path.to_path_buf()))
             });
         match found {
             // The program's own first image is the traced program.
@@ -1099,8 +1085,14 @@ fn summarise(
 /// `(device, inode)` of the executable process `pid` runs, if it can be
 /// read.
 fn exe_identity(pid: u32) -> Option<(u64, u64)> {
+    file_identity(format!("/proc/{pid}/exe"))
+}
+
+/// `(device, inode)` of the file `path` names (links followed), if it can
+/// be read.
+fn file_identity(path: impl AsRef<Path>) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(format!("/proc/{pid}/exe")).ok()?;
+    let meta = std::fs::metadata(path).ok()?;
     Some((meta.dev(), meta.ino()))
 }
 
