@@ -230,9 +230,17 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             limits: args.time.limits(),
         };
         let mut recording = pipeline::record_bench(target, case, instrumented, &plan)?;
-        if let Some(measure_s) = longer_measure(exe.harness, &sampling, &recording) {
-            // Criterion-style calibration: the first run tells how long the
-            // region must repeat to reach the sample target.
+        let mut measure_s = harness_measure_s();
+        for _ in 0..MAX_RECALIBRATIONS {
+            // Criterion-style calibration: each run tells how long the
+            // region must repeat to reach the sample target. The rate of a
+            // loaded machine changes between runs, so a run that still
+            // falls short is scaled again rather than accepted.
+            let Some(longer_s) = longer_measure(exe.harness, &sampling, &recording, measure_s)
+            else {
+                break;
+            };
+            measure_s = longer_s;
             let mut longer = plan.clone();
             longer
                 .env
@@ -372,6 +380,20 @@ const MEASURE_ENV: &str = "MEMGAZE_MEASURE_S";
 /// The harness's default measuring time, in seconds.
 const DEFAULT_MEASURE_S: f64 = 1.0;
 
+/// How many times a bench short of its sample target is recorded again
+/// with a longer measuring time (each within [`SAMPLE_BUDGET_S`]).
+const MAX_RECALIBRATIONS: usize = 3;
+
+/// The measuring time the harness uses when memgaze sets none: the user's
+/// `MEMGAZE_MEASURE_S` or the harness default.
+fn harness_measure_s() -> f64 {
+    std::env::var(MEASURE_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|m| m.is_finite() && *m > 0.0)
+        .unwrap_or(DEFAULT_MEASURE_S)
+}
+
 /// Whether a recording is short of [`TARGET_SAMPLES`] or (spatial
 /// sampling on) [`TARGET_TRACKED`]; `None` when it has no target.
 fn short_of_target(sampling: &Sampling, recording: &pipeline::BenchRecording) -> Option<bool> {
@@ -385,14 +407,16 @@ fn short_of_target(sampling: &Sampling, recording: &pipeline::BenchRecording) ->
 }
 
 /// The longer `MEMGAZE_MEASURE_S` a memgaze-harness bench short of its
-/// sample target is recorded again with: the time scaled by the shortfall
-/// (×1.2), capped at [`SAMPLE_BUDGET_S`]. `None` when the bench reached the
-/// target, is not a memgaze-harness bench, runs an exact iteration count,
-/// never entered its region, or already measures for the whole budget.
+/// sample target is recorded again with: `measure` (the time the recording
+/// ran with) scaled by the shortfall (×1.2), capped at [`SAMPLE_BUDGET_S`].
+/// `None` when the bench reached the target, is not a memgaze-harness
+/// bench, runs an exact iteration count, never entered its region, or
+/// already measures for the whole budget.
 fn longer_measure(
     harness: crate::cargo::BenchHarness,
     sampling: &Sampling,
     recording: &pipeline::BenchRecording,
+    measure: f64,
 ) -> Option<f64> {
     if harness != crate::cargo::BenchHarness::Memgaze
         || std::env::var_os(pipeline::ITERATIONS_ENV).is_some()
@@ -401,11 +425,6 @@ fn longer_measure(
     {
         return None;
     }
-    let measure = std::env::var(MEASURE_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|m| m.is_finite() && *m > 0.0)
-        .unwrap_or(DEFAULT_MEASURE_S);
     let s = &recording.analysis.summary;
     let shortfall = |target: u64, reached: u64| target as f64 / reached.max(1) as f64;
     let mut factor = shortfall(TARGET_SAMPLES, s.samples);
