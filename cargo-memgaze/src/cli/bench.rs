@@ -229,24 +229,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             env: full_trace_env(&sampling),
             limits: args.time.limits(),
         };
-        let mut recording = pipeline::record_bench(target, case, instrumented, &plan)?;
-        let mut measure_s = harness_measure_s();
-        for _ in 0..MAX_RECALIBRATIONS {
-            // Criterion-style calibration: each run tells how long the
-            // region must repeat to reach the sample target. The rate of a
-            // loaded machine changes between runs, so a run that still
-            // falls short is scaled again rather than accepted.
-            let Some(longer_s) = longer_measure(exe.harness, &sampling, &recording, measure_s)
-            else {
-                break;
-            };
-            measure_s = longer_s;
-            let mut longer = plan.clone();
-            longer
-                .env
-                .push((MEASURE_ENV.to_string(), format!("{measure_s:.3}")));
-            recording = pipeline::record_bench(target, case, instrumented, &longer)?;
-        }
+        let recording = record_to_target(target, case, instrumented, &plan)?;
         let stop = recording.stop_exit();
         for note in &recording.notes {
             progress.note(&format!("note: {}: {note}", case.name));
@@ -379,6 +362,38 @@ const SAMPLE_BUDGET_S: f64 = 2.0;
 const MEASURE_ENV: &str = "MEMGAZE_MEASURE_S";
 /// The harness's default measuring time, in seconds.
 const DEFAULT_MEASURE_S: f64 = 1.0;
+
+/// Records one bench and, while a memgaze-harness bench falls short of its
+/// sample target, records it again with a longer measuring time
+/// (criterion-style calibration: each run tells how long the region must
+/// repeat). The rate of a loaded machine changes between runs, so a run
+/// that still falls short is scaled again rather than accepted.
+fn record_to_target(
+    target: &BenchTarget,
+    case: &BenchCase,
+    instrumented: (&pipeline::InstrumentedBench, &pipeline::libs::Libraries),
+    plan: &RunPlan,
+) -> anyhow::Result<pipeline::BenchRecording> {
+    let mut recording = pipeline::record_bench(target, case, instrumented, plan)?;
+    let mut measure_s = harness_measure_s();
+    for _ in 0..MAX_RECALIBRATIONS {
+        let Some(longer_s) = longer_measure(
+            target.executable.harness,
+            &plan.sampling,
+            &recording,
+            measure_s,
+        ) else {
+            break;
+        };
+        measure_s = longer_s;
+        let mut longer = plan.clone();
+        longer
+            .env
+            .push((MEASURE_ENV.to_string(), format!("{measure_s:.3}")));
+        recording = pipeline::record_bench(target, case, instrumented, &longer)?;
+    }
+    Ok(recording)
+}
 
 /// How many times a bench short of its sample target is recorded again
 /// with a longer measuring time (each within [`SAMPLE_BUDGET_S`]).
