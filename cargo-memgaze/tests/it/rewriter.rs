@@ -1340,6 +1340,27 @@ fn run_keeps_the_programs_own_layout() {
     }
 }
 
+/// Escapes are counted only while loads are recorded: `escape_region.c`
+/// runs the unresolvable escape 300 times before its region, 100 times in
+/// it and 500 times after it; the trace counts the region's 100, so a
+/// program whose start-up escapes (argument parsing, say) does not read as
+/// untraced inside its region.
+#[test]
+fn escapes_outside_the_region_are_not_counted() {
+    let binary = build("escape_region.c", &["-O1"]);
+    let inst = instrument(&binary, None, "escape-region");
+    let native = native(&binary, &[], None);
+    for (sampling, name) in [(FULL, "full"), (SAMPLED, "sampled")] {
+        let trace = trace_path(&format!("escape-region-{name}"));
+        let out = record(&inst.path, &[], sampling, &trace, None);
+        assert_same_behaviour(&native, &out, &format!("escape_region {name}"));
+        let escapes = read_trace(&trace).totals.escapes;
+        assert_eq!(escapes.len(), 1, "{escapes:?}");
+        assert_eq!(escapes[0].function, "step");
+        assert_eq!(escapes[0].count, 100, "the region's calls of step only");
+    }
+}
+
 /// A computed goto through a table filled at run time and xor-ed with a
 /// volatile (`escape.c`) cannot be resolved: in the copy it lands in
 /// `step`'s original code. Each landing is counted (one per call of

@@ -300,6 +300,7 @@ pub(crate) fn instrument_with_code(
                 .unwrap_or(0),
             copies: copies_va,
             process: editor.state_va + runtime::cfg::PROCESS as u64,
+            enabled: editor.state_va + runtime::cfg::ENABLED as u64,
             counters: runtime::process::ESCAPES,
         }),
         got_hooks: process_end.by_slot.clone(),

@@ -468,6 +468,10 @@ pub struct EscapeCheck {
     /// Address of the config word holding the process block's address
     /// (0 while the runtime records nothing).
     pub process: u64,
+    /// Address of the config word that is non-zero while loads are
+    /// recorded (inside a measured region, or always without regions):
+    /// escapes outside it are not counted, as its loads are not.
+    pub enabled: u64,
     /// Offset of the first escape counter in the process block.
     pub counters: i32,
 }
@@ -481,8 +485,9 @@ const ESCAPE_FRAME: i64 = 128 + 24;
 /// copy jumps here instead of executing `jump`. The stub computes the
 /// target, and when it lies in the original code of the relocated
 /// functions at an address without a patch into the copies (no `jmp rel32`
-/// there whose destination is at or above [`EscapeCheck::copies`]), adds
-/// one to the site's counter in the process block with a `lock add`
+/// there whose destination is at or above [`EscapeCheck::copies`]) while
+/// loads are recorded ([`EscapeCheck::enabled`]), adds one to the site's
+/// counter in the process block with a `lock add`
 /// (threads and `vfork` children share it). Then it restores `rax`, `rcx`,
 /// the flags and `rsp` and executes `jump` itself. Only these jumps pay for
 /// it; probes are unchanged.
@@ -564,9 +569,11 @@ pub fn escape_stub(
     out.push(i2(Code::Cmp_r64_rm64, Register::RAX, Register::RCX));
     out.push(branch(Code::Jae_rel32_64, done));
     out.push(with_ip(
-        i2(Code::Mov_r64_rm64, Register::RAX, rip(check.process)),
+        Instruction::with2(Code::Cmp_rm64_imm8, rip(check.enabled), 0).expect("valid cmp"),
         count,
     ));
+    out.push(branch(Code::Je_rel32_64, done));
+    out.push(i2(Code::Mov_r64_rm64, Register::RAX, rip(check.process)));
     out.push(i2(Code::Test_rm64_r64, Register::RAX, Register::RAX));
     out.push(branch(Code::Je_rel32_64, done));
     let mut add = i2(
