@@ -17,16 +17,15 @@ use support::synthetic::Kernel;
 /// One results tree for all tests: irr-half (with a golden), str/irr and
 /// chase, like `target/memgaze` after a bench run.
 fn results() -> &'static Path {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("memgaze");
+        let dir = crate::support::process_scratch("report-results");
+        let root = dir.join("memgaze");
         bench_dir(&root, &small(Kernel::IrrHalf, 1), true);
         bench_dir(&root, &small(Kernel::StrIrr, 1), false);
         bench_dir(&root, &small(Kernel::Chase, 1), false);
         dir
     })
-    .path()
 }
 
 fn root() -> PathBuf {

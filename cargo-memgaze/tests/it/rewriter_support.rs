@@ -16,11 +16,11 @@ pub fn memgaze() -> Command {
     Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"))
 }
 
-/// A directory living as long as the test process.
+/// A directory living as long as the test process (removed by a later
+/// run, see [`crate::support::process_scratch`]).
 pub fn scratch() -> &'static Path {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| tempfile::tempdir().expect("tempdir"))
-        .path()
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| crate::support::process_scratch("rewriter"))
 }
 
 fn fixture(name: &str) -> PathBuf {
