@@ -565,7 +565,14 @@ pub fn dynamic_coverage(
             .then_with(|| x.name.cmp(&y.name))
     });
     let lost: f64 = untraced.iter().map(|f| f.untraced).sum();
-    (ratio(summary.a_hat.unwrap_or(0.0), lost), untraced)
+    // Without records there is no Â (a run shorter than one period): the
+    // recorder's exact count of instrumented load executions stands in, as
+    // in `record`'s figure before any analysis, rather than "0% traced".
+    let traced = summary
+        .a_hat
+        .filter(|a| *a > 0.0)
+        .unwrap_or(totals.executions as f64);
+    (ratio(traced, lost), untraced)
 }
 
 /// Dynamic coverage under which every command that records warns.
@@ -2451,6 +2458,14 @@ mod tests {
             .finish(&TraceTotals::clean(12, 0, 1));
         let first = &empty.summary.coverage_by_object[0];
         assert!(first.instrumented && first.share.is_none() && first.loads_executed.is_none());
+        // ... but the dynamic coverage of a run without records counts its
+        // load executions as traced, not 0%: 12 executions, 3 × 4 untraced.
+        let mut escaped = TraceTotals::clean(12, 0, 1);
+        escaped.escapes = totals.escapes.clone();
+        let short = Analyzer::new(&sampled_header, &AnalysisOptions::default())
+            .unwrap()
+            .finish(&escaped);
+        assert_eq!(short.summary.coverage_dynamic, Some(0.5));
         // A collector that does not count escapes gets no rows.
         let mut pt = h.clone();
         pt.backend = Backend::Pt;
