@@ -148,8 +148,8 @@ impl Slicer<'_> {
     /// Every instruction that may have last written `reg` before `i`,
     /// searching all known paths backwards (fall-through and direct
     /// branches). Paths into code reached only through unresolved indirect
-    /// jumps add nothing; reaching the function entry, a call clobbering a
-    /// caller-saved `reg`, or too large a search gives `None`.
+    /// jumps add nothing; reaching the function entry, a call returning its
+    /// value in `reg`, or too large a search gives `None`.
     fn reaching_defs(
         &self,
         info: &mut InstructionInfoFactory,
@@ -186,7 +186,13 @@ impl Slicer<'_> {
                 } else if insn.flow_control() == FlowControl::Call
                     || insn.flow_control() == FlowControl::IndirectCall
                 {
-                    if is_caller_saved(reg) {
+                    // A call returns its value in rax/rdx. Any other
+                    // caller-saved register read after a call without being
+                    // written again was not clobbered on a path that runs:
+                    // the call does not return (`Perl_croak`, `abort`) or
+                    // keeps it (gcc's `-fipa-ra`), so what reaches is what
+                    // was written before the call.
+                    if returns_in(reg) {
                         return None;
                     }
                     stack.push(p);
@@ -199,20 +205,9 @@ impl Slicer<'_> {
     }
 }
 
-/// Registers a call may change (System V AMD64 ABI).
-fn is_caller_saved(reg: Register) -> bool {
-    matches!(
-        reg,
-        Register::RAX
-            | Register::RCX
-            | Register::RDX
-            | Register::RSI
-            | Register::RDI
-            | Register::R8
-            | Register::R9
-            | Register::R10
-            | Register::R11
-    )
+/// Registers a call returns its value in (System V AMD64 ABI).
+fn returns_in(reg: Register) -> bool {
+    matches!(reg, Register::RAX | Register::RDX)
 }
 
 fn falls_through(insn: &Instruction) -> bool {
@@ -985,6 +980,49 @@ mod tests {
             );
         }
         assert_eq!(f.unresolved_indirect_jumps(), 0);
+    }
+
+    /// Perl's `Perl_leave_scope`: the base, hoisted out of the loop into
+    /// caller-saved r11, reaches the jump on every path but one that falls
+    /// out of a call that does not return (`Perl_croak`) into a block
+    /// another branch reaches.
+    #[test]
+    fn a_hoisted_base_is_not_lost_behind_a_call_that_does_not_return() {
+        let (f, table, _) = switch(&|a, ips, t| {
+            let mut table = a.create_label();
+            let mut top = a.create_label();
+            let mut croak = a.create_label();
+            let mut again = a.create_label();
+            a.lea(r11, ptr(table))?;
+            a.set_label(&mut top)?;
+            a.cmp(edi, 2)?;
+            a.ja(croak)?;
+            a.movsxd(rax, dword_ptr(r11 + rdi * 4))?;
+            a.add(rax, r11)?;
+            a.jmp(rax)?;
+            let labels = cases(a, 2)?;
+            let mut last = a.create_label();
+            a.set_label(&mut last)?;
+            a.sub(edi, 1)?;
+            a.jnz(again)?;
+            a.ret()?;
+            a.set_label(&mut croak)?;
+            a.call(0x5000)?;
+            a.set_label(&mut again)?;
+            a.sub(esi, 1)?;
+            a.jmp(top)?;
+            a.set_label(&mut table)?;
+            let mut entries = relative(ips, t, 2);
+            let last_ip = ips.get(2).copied().unwrap_or(t);
+            entries.push((last_ip as i64 - t as i64) as i32 as u32);
+            a.dd(&entries)?;
+            let mut all = labels;
+            all.push(last);
+            Ok((table, all))
+        });
+        assert_eq!(f.indirect_jumps[0].kind, IndirectJumpKind::JumpTable(0));
+        assert_eq!(f.jump_tables[0].table, table);
+        assert_eq!(f.jump_tables[0].targets.len(), 3);
     }
 
     #[test]
