@@ -20,7 +20,7 @@ pub enum BenchHarness {
     /// memgaze-harness (region markers, libtest's command line).
     #[default]
     Memgaze,
-    /// criterion (0.5 to 0.8): regions at `WallTime::start`/`end`.
+    /// criterion (0.3 to 0.8): regions at `WallTime::start`/`end`.
     Criterion,
     /// divan (0.1): regions at its sample loop's `sync_impl`.
     Divan,
@@ -153,10 +153,12 @@ pub fn unsupported_benches(package: &cargo_metadata::Package) -> Vec<(String, St
         .collect()
 }
 
-/// The user's selection (after `--`) as criterion takes it: the filter and
-/// `--exact`; libtest's `--skip` and `--ignored` have no criterion
-/// equivalent and are dropped.
+/// The user's selection (after `--`) as criterion takes it: the filter, a
+/// regular expression in every criterion release; libtest's `--exact`
+/// becomes `^<name>$` (criterion before 0.5 has no `--exact`), and
+/// `--skip` and `--ignored`, which criterion lacks, are dropped.
 pub fn criterion_selection(selection: &[String]) -> Vec<String> {
+    let exact = selection.iter().any(|a| a == "--exact");
     let mut out = Vec::new();
     let mut args = selection.iter();
     while let Some(arg) = args.next() {
@@ -164,11 +166,29 @@ pub fn criterion_selection(selection: &[String]) -> Vec<String> {
             "--skip" => {
                 args.next();
             }
-            "--ignored" => {}
+            "--ignored" | "--exact" => {}
+            "--" => out.push(arg.clone()),
+            filter if exact && !filter.starts_with('-') => out.push(exact_filter(filter)),
             _ => out.push(arg.clone()),
         }
     }
     out
+}
+
+/// A criterion filter matching the bench `name` and nothing else: every
+/// release (0.3 to 0.8) reads its filter as a regular expression.
+fn exact_filter(name: &str) -> String {
+    let mut pattern = String::with_capacity(name.len() + 2);
+    pattern.push('^');
+    for c in name.chars() {
+        // The `regex` crate's meta characters (`regex::escape`).
+        if "\\.+*?()|[]{}^$#&-~".contains(c) {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('$');
+    pattern
 }
 
 /// Seconds divan spends on each bench at least (`--min-time`).
@@ -223,11 +243,15 @@ pub fn list_framework(
     )))
 }
 
-/// Parses criterion's `--list` output.
+/// Parses criterion's `--list` output: `<name>: benchmark` lines (0.5 and
+/// later) or `<name>: bench` (0.3, 0.4).
 fn parse_criterion_list(stdout: &str) -> Vec<BenchCase> {
     stdout
         .lines()
-        .filter_map(|line| line.strip_suffix(": benchmark"))
+        .filter_map(|line| {
+            line.strip_suffix(": benchmark")
+                .or_else(|| line.strip_suffix(": bench"))
+        })
         .map(|name| BenchCase {
             name: name.to_string(),
             ignored: false,
@@ -236,17 +260,15 @@ fn parse_criterion_list(stdout: &str) -> Vec<BenchCase> {
 }
 
 /// The arguments that run one criterion bench by exact name in profiling
-/// mode (no analysis, no plots, no saved data).
+/// mode (no analysis, no plots, no saved data); the name as an anchored
+/// regular expression, which every release takes.
 pub fn criterion_run_args(name: &str) -> Vec<String> {
-    [
-        "--bench",
-        "--profile-time",
-        CRITERION_PROFILE_SECS,
-        "--exact",
-        name,
+    vec![
+        "--bench".to_string(),
+        "--profile-time".to_string(),
+        CRITERION_PROFILE_SECS.to_string(),
+        exact_filter(name),
     ]
-    .map(str::to_string)
-    .to_vec()
 }
 
 /// The arguments that run one divan bench by exact name for at least
@@ -381,10 +403,24 @@ mod tests {
             .map(|c| c.name)
             .collect();
         assert_eq!(names, ["sum", "chase/cycle/1000"]);
+        // criterion 0.3 and 0.4 (httparse, itertools).
+        let old = "Gnuplot not found\nreq/req: bench\n\nk-smallest/asc/strict/20/7: bench\n";
+        let names: Vec<String> = parse_criterion_list(old)
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, ["req/req", "k-smallest/asc/strict/20/7"]);
         let sel: Vec<String> = ["--exact", "--skip", "x", "--ignored", "--", "sum"]
             .map(String::from)
             .to_vec();
-        assert_eq!(criterion_selection(&sel), ["--exact", "--", "sum"]);
+        assert_eq!(criterion_selection(&sel), ["--", "^sum$"]);
+        let sel: Vec<String> = ["chase"].map(String::from).to_vec();
+        assert_eq!(criterion_selection(&sel), ["chase"]);
+        assert_eq!(
+            exact_filter("parse (fast)/1.5-x"),
+            r"^parse \(fast\)/1\.5\-x$"
+        );
+        assert_eq!(criterion_run_args("a+b")[3..], [r"^a\+b$".to_string()]);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! benches are recorded unmodified: their measurement functions, found by
 //! symbol, delimit the timed loop.
 //!
-//! - criterion (0.5 to 0.8): every `Bencher::iter*` form calls
+//! - criterion (0.3 to 0.8): every `Bencher::iter*` form calls
 //!   `<WallTime as Measurement>::start` just before the timed loop (or
 //!   routine call) and `::end` just after it; setup, batching and
 //!   statistics lie outside. `start` is entered before its `Instant::now`,
