@@ -392,7 +392,26 @@ fn record_to_target(
             .push((MEASURE_ENV.to_string(), format!("{measure_s:.3}")));
         recording = pipeline::record_bench(target, case, instrumented, &longer)?;
     }
+    if let Some(note) = untracked_note(plan, &recording) {
+        recording.notes.push(note);
+    }
     Ok(recording)
+}
+
+/// The note on a sampled recording with spatial sampling on that tracked
+/// no access: no 64-byte block it touched hashes under the rate, so its
+/// whole-run miss ratios are unknown (not zero).
+fn untracked_note(plan: &RunPlan, recording: &pipeline::BenchRecording) -> Option<String> {
+    let s = &recording.analysis.summary;
+    let rate = s.spatial_rate.filter(|rate| *rate < 1.0)?;
+    (!plan.sampling.is_full() && s.samples > 0 && s.tracked_accesses == Some(0)).then(|| {
+        format!(
+            "no 64-byte block it touched was spatially sampled (rate {rate}; a footprint of \
+             about {} distinct addresses is too small to hold one): its whole-run miss ratios \
+             (MR_L1, MR_L2, MR_LLC) are not estimated; a higher --spatial-rate samples more blocks",
+            s.f
+        )
+    })
 }
 
 /// How many times a bench short of its sample target is recorded again
@@ -416,8 +435,12 @@ fn short_of_target(sampling: &Sampling, recording: &pipeline::BenchRecording) ->
         return None;
     }
     let s = &recording.analysis.summary;
+    // A run that tracked no block at all gains nothing by running longer:
+    // its footprint holds no block the spatial hash samples (said in a
+    // note, see `untracked_note`).
     let tracked_short = s.spatial_rate.is_some_and(|rate| rate < 1.0)
-        && s.tracked_accesses.is_some_and(|t| t < TARGET_TRACKED);
+        && s.tracked_accesses
+            .is_some_and(|t| t > 0 && t < TARGET_TRACKED);
     Some(s.samples < TARGET_SAMPLES || tracked_short)
 }
 
