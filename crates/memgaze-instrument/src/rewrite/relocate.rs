@@ -223,11 +223,21 @@ fn encode_in_runs(
         place(part, base + total);
         total += part.len;
     }
-    let part_labels: Vec<Vec<(u64, u64)>> = parts.par_iter().map(labels_of).collect();
-    let mut labels: Vec<(u64, u64)> = Vec::with_capacity(part_labels.iter().map(Vec::len).sum());
-    // (Each run's labels are freed once merged.)
-    for (part, &start) in part_labels.into_iter().zip(&starts) {
-        labels.extend(part.iter().map(|&(ip, offset)| (ip, start + offset)));
+    let mut part_labels: Vec<Vec<(u64, u64)>> = parts
+        .par_iter_mut()
+        .zip(&starts)
+        .map(|(part, &start)| labels_of(part, start))
+        .collect();
+    // The first run's labels grow to take the others', each freed once
+    // merged.
+    let total_labels: usize = part_labels.iter().map(Vec::len).sum();
+    let mut labels = part_labels
+        .first_mut()
+        .map(std::mem::take)
+        .unwrap_or_default();
+    labels.reserve_exact(total_labels - labels.len());
+    for part in part_labels.into_iter().skip(1) {
+        labels.extend(part);
     }
     // Each run's labels are sorted: the stable sort merges the runs.
     labels.sort_by_key(|&(ip, _)| ip);
@@ -473,6 +483,11 @@ fn build_part(
             loop_end: last.map(|j| at(j + 1)),
         }));
     }
+    // Every run is held until all are built: their growth slack is freed.
+    layout.shrink_to_fit();
+    ptwrite_at.shrink_to_fit();
+    spatial_at.shrink_to_fit();
+    aligned.shrink_to_fit();
     Ok(Part {
         firsts,
         body_ends,
@@ -821,6 +836,15 @@ struct Layout {
 }
 
 impl Layout {
+    /// Frees the vectors' growth slack.
+    fn shrink_to_fit(&mut self) {
+        self.pieces.shrink_to_fit();
+        self.pool.shrink_to_fit();
+        self.targets.shrink_to_fit();
+        self.placed.shrink_to_fit();
+        self.labels.shrink_to_fit();
+    }
+
     /// Lays out `all` after what is already measured: every branch in its
     /// rel32 form (so sizes are known in one pass; no relaxation and no
     /// dependence on where the code lands), every instruction encoded
@@ -968,17 +992,18 @@ fn place(part: &mut Part, start: u64) {
     part.paddings = paddings;
 }
 
-/// The `(address label, offset)` pairs of a placed run, sorted. Addresses
-/// carried by more than one instruction are refused by the caller: the
-/// first inserted instruction takes a load's address, the load itself a
-/// fake one.
-fn labels_of(part: &Part) -> Vec<(u64, u64)> {
-    let mut labels: Vec<(u64, u64)> = part
-        .layout
-        .labels
-        .iter()
-        .map(|&(at, ip)| (ip, part.offset(at)))
-        .collect();
+/// The `(address label, offset + start)` pairs of a placed run, sorted,
+/// taken out of its layout and rewritten where they lie: the run's labels
+/// are the largest part of its layout, and a copy of them per run was
+/// a third copy of all labels at the merge. Addresses carried by more than
+/// one instruction are refused by the caller: the first inserted
+/// instruction takes a load's address, the load itself a fake one.
+fn labels_of(part: &mut Part, start: u64) -> Vec<(u64, u64)> {
+    let mut labels = std::mem::take(&mut part.layout.labels);
+    for label in &mut labels {
+        let (at, ip) = *label;
+        *label = (ip, start + part.offset(at));
+    }
     labels.sort_unstable();
     labels
 }
@@ -1488,9 +1513,9 @@ mod tests {
             len: 0,
         };
         place(&mut part, start);
-        let labels = labels_of(&part);
+        let labels = labels_of(&mut part, start);
         let resolve = |target: u64| match labels.binary_search_by_key(&target, |&(ip, _)| ip) {
-            Ok(i) => start + labels[i].1,
+            Ok(i) => labels[i].1,
             Err(_) => target,
         };
         let mut code = vec![0u8; part.len as usize];
