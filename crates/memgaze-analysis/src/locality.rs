@@ -38,8 +38,8 @@
 //! is scale-free (`∝ 1/(D + 1)`); see `smoothing_table`. Larger `d'`
 //! use `D̂ = d'/R` (relative step below 1/64).
 
-use super::{Map, NONE};
 use super::reuse::{BlockLocal, ReuseTracker};
+use super::{Map, NONE};
 use memgaze_metadata::analysis::{CacheSizes, MrcPoint};
 use memgaze_trace::SpatialSampling;
 
