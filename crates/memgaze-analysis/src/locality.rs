@@ -20,7 +20,8 @@
 //! only (records of different threads are interleaved in the order their
 //! buffers were flushed, not in time), and L1/L2 are private to a core.
 //! Each thread keeps an Olken stack (`ReuseTracker`, O(log n) per access)
-//! over its tracked blocks, so memory is proportional to the tracked blocks.
+//! over its tracked blocks, so memory is proportional to the tracked blocks
+//! (for a full trace, to the touched 1 KiB pages: see `BlockMap`).
 //!
 //! Per load site, the accesses are counted in buckets between the reported
 //! cache sizes (bucket `j`: `D̂` at least the `j` smallest sizes and below
@@ -37,8 +38,8 @@
 //! is scale-free (`∝ 1/(D + 1)`); see `smoothing_table`. Larger `d'`
 //! use `D̂ = d'/R` (relative step below 1/64).
 
-use super::Map;
 use super::reuse::{BlockLocal, ReuseTracker};
+use super::{Map, NONE};
 use memgaze_metadata::analysis::{CacheSizes, MrcPoint};
 use memgaze_trace::SpatialSampling;
 
@@ -189,35 +190,96 @@ pub(crate) enum Tracking {
     },
 }
 
+/// Blocks per page of [`BlockMap::Paged`] (1 KiB of addresses).
+const PAGE_BLOCKS: usize = 16;
+
+/// One thread's per-block state.
+enum BlockMap {
+    /// One hash-map entry per block: tracked blocks of a sampled trace are
+    /// scattered (a fraction `R` of them).
+    Hashed(Map<u64, BlockLocal>),
+    /// Every block tracked (a full trace): pages of [`PAGE_BLOCKS`]
+    /// neighbouring blocks, found through a hash map of page numbers that
+    /// is `PAGE_BLOCKS` times smaller (cache-resident where the block map
+    /// is not), the last page remembered. Streams find their next block's
+    /// state beside the last one's; a page costs `PAGE_BLOCKS` states
+    /// however few of its blocks are touched.
+    Paged {
+        index: Map<u64, u32>,
+        pages: Vec<[BlockLocal; PAGE_BLOCKS]>,
+        /// The last page looked up and its index (`NONE`: none yet).
+        last: (u64, u32),
+    },
+}
+
+impl BlockMap {
+    /// The state of `block`, inserted unseen (piece 0) when new.
+    #[inline(always)]
+    fn entry(&mut self, block: u64) -> &mut BlockLocal {
+        match self {
+            BlockMap::Hashed(map) => map.entry(block).or_default(),
+            BlockMap::Paged { index, pages, last } => {
+                let page = block / PAGE_BLOCKS as u64;
+                if last.0 != page {
+                    let next = pages.len() as u32;
+                    let at = *index.entry(page).or_insert_with(|| {
+                        pages.push(Default::default());
+                        next
+                    });
+                    *last = (page, at);
+                }
+                &mut pages[last.1 as usize][(block % PAGE_BLOCKS as u64) as usize]
+            }
+        }
+    }
+}
+
 /// One thread's stack of tracked blocks.
 struct ThreadStack {
     thread: u32,
     tracker: ReuseTracker,
-    blocks: Map<u64, BlockLocal>,
+    blocks: BlockMap,
+    /// The block accessed last, once it has been reused (`NONE` otherwise):
+    /// its next access is at distance 0 and changes no state, so it skips
+    /// the block map and the tracker.
+    recent: u64,
 }
 
 impl ThreadStack {
-    fn new(thread: u32) -> Self {
+    fn new(thread: u32, every_block: bool) -> Self {
         let mut tracker = ReuseTracker::new();
         // One piece for the whole run; blocks start in piece 0 (unseen).
         tracker.reset(1);
         ThreadStack {
             thread,
             tracker,
-            blocks: Map::default(),
+            blocks: if every_block {
+                BlockMap::Paged {
+                    index: Map::default(),
+                    pages: Vec::new(),
+                    last: (NONE, 0),
+                }
+            } else {
+                BlockMap::Hashed(Map::default())
+            },
+            recent: NONE,
         }
     }
 
     /// The stack distance `d'` of an access to `block`, `None` when cold.
     #[inline]
     fn access(&mut self, block: u64) -> Option<u64> {
+        if block == self.recent {
+            return Some(0);
+        }
         if self.tracker.needs_room() {
             let blocks = &mut self.blocks;
-            self.tracker
-                .compact(|b, t| blocks.get_mut(&b).expect("live block").time = t);
+            self.tracker.compact(|b, t| blocks.entry(b).time = t);
         }
-        let local = self.blocks.entry(block).or_default();
-        self.tracker.access(block, local)
+        let local = self.blocks.entry(block);
+        let distance = self.tracker.access(block, local);
+        self.recent = if distance.is_some() { block } else { NONE };
+        distance
     }
 }
 
@@ -439,7 +501,8 @@ impl WholeRun {
         self.current = match self.threads.iter().position(|t| t.thread == thread) {
             Some(i) => i,
             None => {
-                self.threads.push(ThreadStack::new(thread));
+                self.threads
+                    .push(ThreadStack::new(thread, self.tracking == Tracking::Every));
                 self.threads.len() - 1
             }
         };
@@ -697,5 +760,38 @@ mod tests {
         assert_eq!(interpolate(&curve, 1), Some(1.0));
         assert_eq!(interpolate(&curve, 1 << 20), Some(0.0));
         assert_eq!(interpolate(&[], 1), None);
+    }
+
+    /// The paged block map and the repeated-block shortcut give the
+    /// distances of a plain tracker over a hash map, through compactions
+    /// and axis growth, on a stream mixing runs on one block, hot blocks,
+    /// neighbours and blocks alone in their page.
+    #[test]
+    fn paged_stacks_give_the_distances_of_a_plain_tracker() {
+        let mut paged = ThreadStack::new(0, true);
+        let mut hashed = ThreadStack::new(0, false);
+        let mut plain = ReuseTracker::new();
+        plain.reset(1);
+        let mut locals: Map<u64, BlockLocal> = Map::default();
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut block = 0;
+        for i in 0..200_000u64 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            block = match state % 8 {
+                0 | 1 => block,
+                2 | 3 => state >> 40 & 31,
+                4 => block + 1,
+                5 => (state >> 20) % (1 << 40) * 97,
+                _ => 1000 + (state >> 24) % (i / 8 + 64),
+            };
+            if plain.needs_room() {
+                plain.compact(|b, t| locals.get_mut(&b).expect("live").time = t);
+            }
+            let want = plain.access(block, locals.entry(block).or_default());
+            assert_eq!(paged.access(block), want, "access {i}");
+            assert_eq!(hashed.access(block), want, "access {i}");
+        }
     }
 }
