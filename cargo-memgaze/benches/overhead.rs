@@ -496,7 +496,7 @@ fn escape_rows(label: &str, program: &Path, args: &[&str], dir: &Path, reps: usi
     assert_eq!(no_checks, 0, "{label}: escape checks left in");
     let trace = dir.join("bench-escape.trace");
     let mut with = (Vec::new(), Vec::new());
-    let mut without = (Vec::new(), Vec::new());
+    let mut without = Vec::new();
     let mut ratio = Vec::new();
     let mut escapes = 0u64;
     for _ in 0..reps {
@@ -521,7 +521,7 @@ fn escape_rows(label: &str, program: &Path, args: &[&str], dir: &Path, reps: usi
         let base_cpu = (n.cpu + n2.cpu).as_secs_f64() / 2.0;
         with.0.push(c.cpu.as_secs_f64() / base_cpu);
         with.1.push(base_cpu);
-        without.0.push(u.cpu.as_secs_f64() / base_cpu);
+        without.push(u.cpu.as_secs_f64() / base_cpu);
         ratio.push(c.cpu.as_secs_f64() / u.cpu.as_secs_f64());
         escapes = totals.escapes.iter().map(|e| e.count).sum();
     }
@@ -529,7 +529,7 @@ fn escape_rows(label: &str, program: &Path, args: &[&str], dir: &Path, reps: usi
         "  {label} (native CPU {}; {checks} escape checks, {escapes} escapes counted in the last run)\n    with escape checks / native     cpu {}\n    without escape checks / native  cpu {}\n    with / without                  cpu {}",
         summary_of(with.1, " s"),
         summary(with.0),
-        summary(without.0),
+        summary(without),
         summary(ratio),
     );
     let _ = std::fs::remove_file(&trace);
