@@ -1,6 +1,6 @@
 //! Overhead of the software recorder and speed of the rewriter.
 //!
-//! `cargo bench -p cargo-memgaze --bench overhead [-- --reps N] [--kernels-only] [--libs GLOBS]`
+//! `cargo bench -p cargo-memgaze --bench overhead [-- --reps N] [--kernels-only] [--libs GLOBS] [--escape-checks]`
 //!
 //! With `--libs GLOBS` (as `cargo memgaze record --libs` takes them, e.g.
 //! `libc.so.6` or `default`) it measures only recording with those
@@ -32,6 +32,12 @@
 //!   run time against it;
 //! - `valgrind --tool=lackey --trace-mem=yes` on the same kernels (smaller
 //!   input), against the native and the full-trace run;
+//! - with `--escape-checks`, only this: recording (default sampling) of
+//!   programs with indirect jumps, instrumented with and without escape
+//!   checks (`MEMGAZE_NO_ESCAPE_CHECKS=1`), against native in the same
+//!   repetitions: the computed-goto interpreter fixture (`interp.c`),
+//!   `python3` on a dict/list script (`PYTHONHASHSEED=0`) and `lua5.4` on
+//!   a table script when installed; each copy's escape checks counted;
 //! - instrumentation time of a Rust binary with ~2 MB of code
 //!   (`bench_big.rs`, built once and cached) against `objdump -d` of the
 //!   same file.
@@ -448,6 +454,144 @@ fn libs_section(dir: &Path, (kernels, instrumented): (&Path, &Path), libs: &str,
     );
 }
 
+/// Instruments `program` into `output` through `cargo memgaze instrument`,
+/// with or without escape checks; returns the annotation and the number
+/// of escape checks the rewriter reported.
+fn instrument_cli(
+    program: &Path,
+    output: &Path,
+    escape_checks: bool,
+) -> (memgaze_metadata::annotation::Annotation, u64) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"));
+    command
+        .args(["instrument", "-q", "--format", "json"])
+        .arg(program)
+        .arg("-o")
+        .arg(output)
+        .env_remove("MEMGAZE_NO_ESCAPE_CHECKS");
+    if !escape_checks {
+        command.env("MEMGAZE_NO_ESCAPE_CHECKS", "1");
+    }
+    let out = command.output().expect("run cargo memgaze instrument");
+    assert!(
+        out.status.success(),
+        "instrument {}: {}",
+        program.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("report JSON");
+    let checks = report["escape_checks"].as_u64().expect("escape_checks");
+    let annotation = memgaze_instrument::rewrite::read_annotation(output).expect("annotation");
+    (annotation, checks)
+}
+
+/// `--escape-checks`: one program's row, recorded with and without escape
+/// checks, against native in the same repetitions.
+fn escape_rows(label: &str, program: &Path, args: &[&str], dir: &Path, reps: usize) {
+    let name = program.file_name().unwrap().to_string_lossy().into_owned();
+    let checked = dir.join(format!("{name}.escape-checks"));
+    let unchecked = dir.join(format!("{name}.no-escape-checks"));
+    let (checked_annotation, checks) = instrument_cli(program, &checked, true);
+    let (unchecked_annotation, no_checks) = instrument_cli(program, &unchecked, false);
+    assert_eq!(no_checks, 0, "{label}: escape checks left in");
+    let trace = dir.join("bench-escape.trace");
+    let mut with = (Vec::new(), Vec::new());
+    let mut without = Vec::new();
+    let mut ratio = Vec::new();
+    let mut escapes = 0u64;
+    for _ in 0..reps {
+        let n = native(program, args);
+        let (c, totals) = recorded(
+            &checked,
+            args,
+            &checked_annotation,
+            default_sampling(),
+            None,
+            &trace,
+        );
+        let (u, _) = recorded(
+            &unchecked,
+            args,
+            &unchecked_annotation,
+            default_sampling(),
+            None,
+            &trace,
+        );
+        let n2 = native(program, args);
+        let base_cpu = (n.cpu + n2.cpu).as_secs_f64() / 2.0;
+        with.0.push(c.cpu.as_secs_f64() / base_cpu);
+        with.1.push(base_cpu);
+        without.push(u.cpu.as_secs_f64() / base_cpu);
+        ratio.push(c.cpu.as_secs_f64() / u.cpu.as_secs_f64());
+        escapes = totals.escapes.iter().map(|e| e.count).sum();
+    }
+    println!(
+        "  {label} (native CPU {}; {checks} escape checks, {escapes} escapes counted in the last run)\n    with escape checks / native     cpu {}\n    without escape checks / native  cpu {}\n    with / without                  cpu {}",
+        summary_of(with.1, " s"),
+        summary(with.0),
+        summary(without),
+        summary(ratio),
+    );
+    let _ = std::fs::remove_file(&trace);
+}
+
+/// `--escape-checks`: the interpreter fixture, python3 and lua5.4.
+fn escape_section(dir: &Path, reps: usize) {
+    let interp = dir.join("interp");
+    run_ok(
+        Command::new("gcc")
+            .args(["-O2", "-freorder-blocks-and-partition", "-o"])
+            .arg(&interp)
+            .arg(fixture("interp.c")),
+    );
+    println!(
+        "cargo memgaze escape checks ({reps} interleaved repetitions per row)\n\nrecording (default sampling, no spatial samples), program CPU (user + system) / native, median (min–max)"
+    );
+    escape_rows(
+        "interp.c 20000 (computed goto and switch)",
+        &interp,
+        &["20000"],
+        dir,
+        reps,
+    );
+    // Whoever runs the bench sets PYTHONHASHSEED=0 for python3; the
+    // children inherit it, native and recorded alike.
+    let script = dir.join("escape_bench.py");
+    std::fs::write(
+        &script,
+        "d = {}\nfor i in range(300000):\n    d[str(i)] = [i, i * 2]\ns = 0\nfor k in sorted(d):\n    s += d[k][1]\nprint(s)\n",
+    )
+    .expect("python script");
+    let python = PathBuf::from("/usr/bin/python3");
+    let python = std::fs::canonicalize(&python).unwrap_or(python);
+    escape_rows(
+        "python3 dict/list script",
+        &python,
+        &["-S", script.to_str().unwrap()],
+        dir,
+        reps,
+    );
+    let lua = Path::new("/usr/bin/lua5.4");
+    if lua.exists() {
+        let script = dir.join("escape_bench.lua");
+        std::fs::write(
+            &script,
+            "local t = {}\nfor i = 1, 300000 do t[tostring(i)] = {i, i * 2} end\nlocal s = 0\nfor k, v in pairs(t) do s = s + v[2] end\nprint(s)\n",
+        )
+        .expect("lua script");
+        let lua = std::fs::canonicalize(lua).unwrap();
+        escape_rows(
+            "lua5.4 table script",
+            &lua,
+            &[script.to_str().unwrap()],
+            dir,
+            reps,
+        );
+    } else {
+        println!("  lua5.4: not installed, not measured");
+    }
+}
+
 fn main() {
     let mut reps = 7usize;
     let args: Vec<String> = std::env::args().collect();
@@ -458,6 +602,10 @@ fn main() {
         return; // `cargo bench -- --list` (libtest convention)
     }
     let dir = work_dir();
+    if args.iter().any(|a| a == "--escape-checks") {
+        escape_section(&dir, reps);
+        return;
+    }
 
     // Kernels.
     let kernels = dir.join("bench_kernels");
@@ -476,6 +624,10 @@ fn main() {
     )
     .expect("instrument the kernels");
     let annotation = result.annotation;
+    println!(
+        "bench_kernels.c instrumented: {} escape checks",
+        result.report.escape_checks
+    );
     if let Some(i) = args.iter().position(|a| a == "--libs") {
         let libs = args.get(i + 1).expect("--libs GLOBS");
         libs_section(&dir, (&kernels, &instrumented), libs, reps);

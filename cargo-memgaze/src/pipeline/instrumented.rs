@@ -88,6 +88,10 @@ pub fn cached(
         hasher.update(selection);
     }
     hasher.update(tool_identity());
+    // A copy without escape checks must not stand in for one with them.
+    if !instrument::escape_checks_from_env() {
+        hasher.update(instrument::NO_ESCAPE_CHECKS_ENV);
+    }
     let key: String = hasher.finalize()[..12]
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -194,6 +198,7 @@ pub fn instrument_soft(input: &Path, output: &Path) -> anyhow::Result<(Annotatio
         &InstrumentOptions {
             mode: InstrumentationMode::Soft,
             library: None,
+            escape_checks: instrument::escape_checks_from_env(),
         },
     )?;
     write_executable(output, &result.executable)?;

@@ -1361,6 +1361,66 @@ fn escapes_outside_the_region_are_not_counted() {
     }
 }
 
+/// `MEMGAZE_NO_ESCAPE_CHECKS=1` leaves the escape checks out: `escape.c`'s
+/// copy reports none, behaves the same, and its recording counts no escape
+/// although `step` still lands in original code; `run` with the knob does
+/// not reuse the cached copy with checks (nor the reverse).
+#[test]
+fn no_escape_checks_knob_leaves_the_checks_out() {
+    let binary = build("escape.c", &["-O1"]);
+    let output = scratch().join("escape.no-escape-checks.instrumented");
+    let out = memgaze()
+        .env("MEMGAZE_NO_ESCAPE_CHECKS", "1")
+        .args(["instrument", "--format", "json"])
+        .arg(&binary)
+        .arg("-o")
+        .arg(&output)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["escape_checks"].as_u64(), Some(0), "{report}");
+    let native = native(&binary, &[], None);
+    let trace = trace_path("escape-unchecked");
+    let out = record(&output, &[], FULL, &trace, None);
+    assert_same_behaviour(&native, &out, "escape without checks");
+    assert!(read_trace(&trace).totals.escapes.is_empty());
+
+    let cache = scratch().join("escape-knob-cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let run = |knob: Option<&str>| {
+        let mut cmd = memgaze();
+        cmd.env("CARGO_TARGET_DIR", &cache)
+            .env_remove("MEMGAZE_NO_ESCAPE_CHECKS")
+            .args(["run", "--full", "--format", "json", "--"])
+            .arg(&binary);
+        if let Some(value) = knob {
+            cmd.env("MEMGAZE_NO_ESCAPE_CHECKS", value);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let json = stdout.split_once('\n').unwrap().1.to_string();
+        let analysis: serde_json::Value = serde_json::from_str(&json).unwrap();
+        analysis["coverage"]["untraced_functions"]
+            .as_array()
+            .map_or(0, Vec::len)
+    };
+    // With checks the escape is seen (`step` untraced); without, it is not;
+    // with checks again (the knob at 0), seen again.
+    assert_eq!(run(None), 1);
+    assert_eq!(run(Some("1")), 0);
+    assert_eq!(run(Some("0")), 1);
+}
+
 /// A computed goto through a table filled at run time and xor-ed with a
 /// volatile (`escape.c`) cannot be resolved: in the copy it lands in
 /// `step`'s original code. Each landing is counted (one per call of

@@ -85,7 +85,11 @@ fn instrument_object(
     let mut result = instrument::instrument_with_code(
         &binary,
         annotation,
-        &InstrumentOptions { mode, library },
+        &InstrumentOptions {
+            mode,
+            library,
+            escape_checks: instrument::escape_checks_from_env(),
+        },
         &mut codes,
     )
     .map_err(|e| InstrumentError::InFile {

@@ -60,6 +60,22 @@ pub struct InstrumentOptions {
     /// (1..=[`library::MAX_OBJECT`]), the high bits of its record ids: it
     /// gets [`library`]'s forwarding runtime and no entry or exit hook.
     pub library: Option<u32>,
+    /// Whether indirect jumps of the copies that may land in original code
+    /// count those landings (the escape checks); `false` copies them
+    /// unchecked, to measure what the checks cost
+    /// ([`NO_ESCAPE_CHECKS_ENV`]).
+    pub escape_checks: bool,
+}
+
+/// The environment variable that, set to anything but empty or `0`, leaves
+/// the escape checks out of the instrumented copies that `instrument`,
+/// `record`, `run` and `bench` make ([`escape_checks_from_env`]).
+pub const NO_ESCAPE_CHECKS_ENV: &str = "MEMGAZE_NO_ESCAPE_CHECKS";
+
+/// `false` when [`NO_ESCAPE_CHECKS_ENV`] asks to leave the escape checks out.
+#[must_use]
+pub fn escape_checks_from_env() -> bool {
+    std::env::var_os(NO_ESCAPE_CHECKS_ENV).is_none_or(|v| v.is_empty() || v == "0")
 }
 
 /// The result of [`instrument`].
@@ -240,7 +256,7 @@ pub(crate) fn instrument_with_code(
     lap(&mut report, "plan (CFG, liveness, superblocks)");
     // A library's copies run through the executable's runtime, which
     // holds no counters for them: their escapes are not counted.
-    let escape_sites = if soft && options.library.is_none() {
+    let escape_sites = if soft && options.library.is_none() && options.escape_checks {
         mark_escape_jumps(binary, &mut plans, &original)
     } else {
         0
