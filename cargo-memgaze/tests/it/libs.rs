@@ -281,6 +281,7 @@ fn same_with_libraries(
     let ours = Command::new("timeout")
         .arg("600")
         .arg(env!("CARGO_BIN_EXE_cargo-memgaze"))
+        .env("MEMGAZE_LIBS_CACHE", crate::support::LIBS_CACHE)
         .args(["memgaze", "run", "-q", "--libs", libs, "-o"])
         .arg(scratch().join(format!("{}.analysis", path.file_name().unwrap().display())))
         .args(sampling)
