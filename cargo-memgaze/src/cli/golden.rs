@@ -42,7 +42,7 @@ pub struct Args {
     pub cargo: CargoArgs,
 
     #[command(flatten)]
-    pub libs: super::record::LibsArgs,
+    pub libs: super::record::SnapshotLibsArgs,
 
     /// Write the snapshots (accept every difference).
     #[arg(long)]
@@ -175,7 +175,8 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     let _lock = layout.lock(global.quiet)?;
     let started = Instant::now();
     let progress = Progress::new(selected.len() as u64, global.quiet);
-    let instrumented = suite::instrument_targets(&suite, &progress, &args.libs, global)?;
+    let instrumented =
+        suite::instrument_targets(&suite, &progress, &args.libs.to_libs_args(), global)?;
     let mut exit = Exit::Ok;
     let mut counts = std::collections::BTreeMap::<&str, usize>::new();
     let mut pending_written = false;

@@ -16,18 +16,50 @@ use memgaze_trace::{Backend, EncodedSites, ProgramExit, Sampling, TraceWriter};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-/// `--libs`, shared by `record`, `run`, `bench`, `golden` and `validate`.
+/// `--libs` of `record`, `run` and `bench`: libc, libm and libgcc_s by
+/// default.
 #[derive(clap::Args, Debug, Clone)]
 pub struct LibsArgs {
-    /// Shared libraries to instrument too: `none` (the default), or a
-    /// comma-separated list of globs on the names the program needs them
-    /// by (`libc.so.6`), where `default` stands for libc, libm and
-    /// libgcc_s and `'*'` for every library. Instrumented copies are cached
-    /// like executables and loaded through a private directory first on
-    /// `LD_LIBRARY_PATH`; a library that cannot be instrumented is named
+    /// Shared libraries to instrument too: a comma-separated list of globs
+    /// on the names the program needs them by (`libc.so.6`), where
+    /// `default` (the default) stands for libc, libm and libgcc_s and
+    /// `'*'` for every library, or `none` for the executable alone.
+    /// Instrumented copies are cached like executables (or under
+    /// `MEMGAZE_LIBS_CACHE`) and loaded through a private directory first
+    /// on `LD_LIBRARY_PATH`; a library that cannot be instrumented is named
     /// and runs original.
+    #[arg(long, value_name = "LIBS", value_parser = parse_libs, default_value = "default", env = "MEMGAZE_LIBS")]
+    pub libs: LibSelection,
+}
+
+/// `--libs` of `golden` and `validate`: none by default, so that the
+/// checked-in snapshots do not depend on the host's libc (its version and
+/// the variants it picks by CPU).
+#[derive(clap::Args, Debug, Clone)]
+pub struct SnapshotLibsArgs {
+    /// Shared libraries to instrument too, as for `record` (`default`,
+    /// globs), but `none` (the default) for the executable alone: the
+    /// snapshots must not depend on the host's libraries.
     #[arg(long, value_name = "LIBS", value_parser = parse_libs, default_value = "none", env = "MEMGAZE_LIBS")]
     pub libs: LibSelection,
+}
+
+impl SnapshotLibsArgs {
+    /// The selection, to prepare like `record`'s.
+    pub fn to_libs_args(&self) -> LibsArgs {
+        LibsArgs {
+            libs: self.libs.clone(),
+        }
+    }
+}
+
+/// The directory `MEMGAZE_LIBS_CACHE` names for the instrumented libraries
+/// instead of the project's cache (one cache for many projects, or for a
+/// test run), if set and not empty.
+fn libs_cache_override() -> Option<PathBuf> {
+    std::env::var_os("MEMGAZE_LIBS_CACHE")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
 }
 
 fn parse_libs(value: &str) -> Result<LibSelection, String> {
@@ -36,14 +68,15 @@ fn parse_libs(value: &str) -> Result<LibSelection, String> {
 
 impl LibsArgs {
     /// Instruments the selected libraries of `program` (cached under
-    /// `cache` when given), naming each one made now and each refused.
+    /// `MEMGAZE_LIBS_CACHE`, else `cache` when given), naming each one made now and each refused.
     pub fn prepare(
         &self,
         program: &Path,
         cache: Option<&Path>,
         global: &Global,
     ) -> Result<Libraries> {
-        let libraries = Libraries::prepare(program, &self.libs, cache, |library| {
+        let cache = libs_cache_override().or_else(|| cache.map(Path::to_path_buf));
+        let libraries = Libraries::prepare(program, &self.libs, cache.as_deref(), |library| {
             if !global.quiet {
                 styled_eprintln!("memgaze: instrumenting {}…", library.display());
             }

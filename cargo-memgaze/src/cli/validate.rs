@@ -42,7 +42,7 @@ pub struct Args {
     pub cargo: CargoArgs,
 
     #[command(flatten)]
-    pub libs: super::record::LibsArgs,
+    pub libs: super::record::SnapshotLibsArgs,
 
     /// Sampling period: one sample every N instrumented-load executions
     /// (default 100000, or 100 × --window for a larger window: ≈1% recorded).
@@ -201,7 +201,8 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     let _lock = suite.workspace.results_layout().lock(global.quiet)?;
     let started = Instant::now();
     let progress = Progress::new(selected.len() as u64, global.quiet);
-    let instrumented = suite::instrument_targets(&suite, &progress, &args.libs, global)?;
+    let instrumented =
+        suite::instrument_targets(&suite, &progress, &args.libs.to_libs_args(), global)?;
     let mut exit = Exit::Ok;
     let mut counts = std::collections::BTreeMap::<&str, usize>::new();
     // Caught from here on: a signal between two benches (or while one is

@@ -49,7 +49,8 @@ impl BuildFacts {
         let text = String::from_utf8_lossy(&output.stdout);
         let (version, host) = parse_rustc_vv(&text)?;
         let env: Vec<(String, String)> = std::env::vars()
-            .filter(|(name, _)| name.starts_with("MEMGAZE_"))
+            // Where instrumented libraries are cached changes no metric.
+            .filter(|(name, _)| name.starts_with("MEMGAZE_") && name != "MEMGAZE_LIBS_CACHE")
             .collect();
         Ok(BuildFacts {
             rustc: version,

@@ -15,7 +15,7 @@ fn target_dir() -> PathBuf {
 }
 
 fn bench(extra: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"));
+    let mut command = crate::support::memgaze_command();
     command
         .args([
             "memgaze",
@@ -121,7 +121,7 @@ fn sigint_stops_the_run_after_the_interrupted_bench() {
         .collect();
     assert_eq!(started.len(), 1, "{stdout}");
     let trace = target_dir().join("memgaze/microbenches/micro/irr-rand/trace.mgz");
-    let analysis = Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"))
+    let analysis = crate::support::memgaze_command()
         .args(["memgaze", "analyze", "--format", "json"])
         .arg(&trace)
         .output()
@@ -142,7 +142,7 @@ fn a_signal_during_the_build_stops_cargo_and_exits_143() {
     // A fresh target directory: the build takes long enough to be caught
     // in the middle.
     let fresh = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"))
+    let mut child = crate::support::memgaze_command()
         .args(["memgaze", "bench", "--locked", "-p", "microbenches"])
         .arg("--manifest-path")
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml"))

@@ -33,7 +33,7 @@ fn fixture_manifest() -> PathBuf {
 /// with `env` set (and `CI`/`MEMGAZE_*` from the test's own environment
 /// removed, so results do not depend on how the tests were started).
 fn memgaze(command: &str, manifest: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"));
+    let mut cmd = crate::support::memgaze_command();
     cmd.args(["memgaze", command, "--locked", "--manifest-path"])
         .arg(manifest)
         .arg("--target-dir")
@@ -121,7 +121,7 @@ fn hot_lines_name_the_users_line_of_an_inlined_btreemap_lookup() {
     );
 
     let report = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"))
+    let out = crate::support::memgaze_command()
         .args(["memgaze", "report", "-q"])
         .arg(&results)
         .arg("-o")
@@ -1004,6 +1004,7 @@ fn the_ci_gate_script_saves_and_compares() {
                 "MEMGAZE_COMMAND",
                 format!("{} memgaze", env!("CARGO_BIN_EXE_cargo-memgaze")),
             )
+            .env("MEMGAZE_LIBS_CACHE", crate::support::LIBS_CACHE)
             .env("MEMGAZE_BASELINE", name)
             .env("CARGO_TARGET_DIR", &target)
             .env("GITHUB_ACTIONS", "true")

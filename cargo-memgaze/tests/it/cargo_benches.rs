@@ -10,7 +10,7 @@ use memgaze::cargo::{
     self, BenchCase, BenchKey, BenchOutcome, BenchSuite, BuildOptions, CargoArgs, HarnessArgs,
 };
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::OnceLock;
 
 fn shared_target_dir() -> PathBuf {
@@ -248,7 +248,7 @@ fn every_microbench_runs_alone_at_a_tiny_size_under_a_recorder() {
 
 /// Runs `cargo-memgaze bench <args>` on a crate.
 fn cargo_memgaze(manifest: &Path, extra: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"))
+    crate::support::memgaze_command()
         .args(["memgaze", "bench", "--locked", "--manifest-path"])
         .arg(manifest)
         .arg("--target-dir")
@@ -433,7 +433,7 @@ fn microbench_list_and_filter_through_the_command_line() {
          str/irr: bench\nirr|str|irr: bench\nchase: bench\n"
     );
 
-    let out = Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"))
+    let out = crate::support::memgaze_command()
         .args(["memgaze", "bench", "--locked", "--manifest-path"])
         .arg(&manifest)
         .arg("--target-dir")

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn memgaze(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"))
+    crate::support::memgaze_command()
         .args(args)
         .env_remove("NO_COLOR")
         .output()

@@ -2,10 +2,10 @@
 
 use memgaze_record::pt::encode::{IpEncoder, encode};
 use memgaze_record::pt::packet::Packet;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn memgaze(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"))
+    crate::support::memgaze_command()
         .args(args)
         .output()
         .expect("run cargo-memgaze")
@@ -121,7 +121,7 @@ fn recording_commands_refuse_an_unusable_pt_backend_in_one_line() {
             "/nonexistent/Cargo.toml",
         ],
     ] {
-        let o = Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"))
+        let o = crate::support::memgaze_command()
             .args(&args)
             .current_dir(tmp)
             .output()

@@ -5,7 +5,6 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 fn shared_target_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("memgaze-benches")
@@ -17,7 +16,7 @@ fn manifest() -> PathBuf {
 
 /// `cargo memgaze bench` on the fixture, JSON lines on stdout.
 fn bench(extra: &[&str]) -> (std::process::Output, Vec<Value>) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"));
+    let mut cmd = crate::support::memgaze_command();
     cmd.args(["memgaze", "bench", "--locked", "--manifest-path"])
         .arg(manifest())
         .arg("--target-dir")

@@ -101,7 +101,7 @@ fn lackey_args<'a>(log: &'a Path, binary: &'a Path) -> [&'a str; 4] {
 }
 
 fn analyze(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"))
+    crate::support::memgaze_command()
         .arg("analyze")
         .args(args)
         .output()

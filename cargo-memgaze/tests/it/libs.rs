@@ -130,7 +130,9 @@ fn libc_string_functions_are_traced_as_lackey_sees_them() {
             .arg(&program)
             .arg(BYTES)
             .env("GLIBC_TUNABLES", TUNABLES)
-            .env("CARGO_TARGET_DIR", &target),
+            .env("CARGO_TARGET_DIR", &target)
+            // This project's cache, not the test run's.
+            .env_remove("MEMGAZE_LIBS_CACHE"),
     );
     assert_eq!(
         ours.stdout, native.stdout,
@@ -281,6 +283,7 @@ fn same_with_libraries(
     let ours = Command::new("timeout")
         .arg("600")
         .arg(env!("CARGO_BIN_EXE_cargo-memgaze"))
+        .env("MEMGAZE_LIBS_CACHE", crate::support::LIBS_CACHE)
         .args(["memgaze", "run", "-q", "--libs", libs, "-o"])
         .arg(scratch().join(format!("{}.analysis", path.file_name().unwrap().display())))
         .args(sampling)

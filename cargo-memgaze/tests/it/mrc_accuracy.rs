@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn memgaze(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"))
+    crate::support::memgaze_command()
         .arg("memgaze")
         .args(args)
         .output()

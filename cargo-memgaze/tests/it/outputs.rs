@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 fn bin() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"));
+    let mut cmd = crate::support::memgaze_command();
     cmd.arg("memgaze").env_remove("CI");
     cmd
 }
@@ -195,6 +195,7 @@ fn a_file_size_limit_is_an_error_naming_the_file() {
         .arg(r#"ulimit -f 4; exec "$@""#)
         .arg("bash")
         .arg(env!("CARGO_BIN_EXE_cargo-memgaze"))
+        .env("MEMGAZE_LIBS_CACHE", crate::support::LIBS_CACHE)
         .args(["memgaze", "record", "-q", "--full", "-o"])
         .arg(&trace)
         .arg("--")
@@ -480,8 +481,10 @@ fn cached_header_sites_give_the_same_trace() {
     // One trace path: the analysis names its input.
     let trace = dir.path().join("t.trace");
     let record = || {
+        // The sites are cached for the executable alone (with libraries
+        // the header is built whole): `--libs none`.
         let out = bin()
-            .args(["record", "-q", "--full", "-o"])
+            .args(["record", "-q", "--full", "--libs", "none", "-o"])
             .arg(&trace)
             .arg("--")
             .arg(&program)

@@ -305,7 +305,7 @@ fn markup_in_a_bench_name_is_escaped() {
 }
 
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"))
+    crate::support::memgaze_command()
 }
 
 #[test]

@@ -19,7 +19,7 @@ use support::results::{analyze, small};
 use support::synthetic::{Kernel, write_trace};
 
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"))
+    crate::support::memgaze_command()
 }
 
 fn key() -> BenchKey {

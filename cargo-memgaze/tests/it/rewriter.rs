@@ -12,6 +12,13 @@ use std::process::{Command, Output};
 
 const SAMPLED: &[&str] = &["--period", "1000", "--window", "50", "--seed", "7"];
 const FULL: &[&str] = &["--full"];
+/// The executable alone (`--libs none`), for tests whose counts are the
+/// executable's: of its processes (libc's code in a forked or spawned child
+/// before its hook records under a process of its own), or of its loads.
+const SAMPLED_EXE: &[&str] = &[
+    "--period", "1000", "--window", "50", "--seed", "7", "--libs", "none",
+];
+const FULL_EXE: &[&str] = &["--full", "--libs", "none"];
 
 fn assert_same_behaviour(native: &Output, recorded: &Output, what: &str) {
     assert_eq!(
@@ -316,8 +323,10 @@ fn make_running_an_instrumented_shell() {
         if follow {
             cmd.env("MEMGAZE_FOLLOW_EXEC", "1");
         }
+        // The process counts below are make's and dash's: `--libs none`
+        // (see `FULL_EXE`).
         let out = cmd
-            .args(["record", "--full", "-o"])
+            .args(["record", "--full", "--libs", "none", "-o"])
             .arg(&trace)
             .arg("--")
             .arg(&make_inst.path)
@@ -381,7 +390,8 @@ fn rust_children_that_fork_and_exit_through_the_got_are_flushed() {
         "statuses [6, 6] loads 1700\n"
     );
     let mut executions = Vec::new();
-    for (sampling, name) in [(FULL, "full"), (SAMPLED, "sampled")] {
+    // The executable's processes and executions: `--libs none` (`FULL_EXE`).
+    for (sampling, name) in [(FULL_EXE, "full"), (SAMPLED_EXE, "sampled")] {
         let trace = trace_path(&format!("fork-exit-rs-{name}"));
         let out = record(&inst.path, &[], sampling, &trace, None);
         assert_same_behaviour(&native, &out, &format!("fork_exit_rs {name}"));
@@ -417,7 +427,8 @@ fn vfork_children_leave_the_parents_buffers_intact() {
         String::from_utf8_lossy(&native.stdout)
     );
     let mut executions = Vec::new();
-    for (sampling, name) in [(FULL, "full"), (SAMPLED, "sampled")] {
+    // The executable's processes and executions: `--libs none` (`FULL_EXE`).
+    for (sampling, name) in [(FULL_EXE, "full"), (SAMPLED_EXE, "sampled")] {
         let trace = trace_path(&format!("vfork-{name}"));
         let out = record(&inst.path, &[], sampling, &trace, None);
         assert_same_behaviour(&native, &out, &format!("vfork {name}"));
@@ -672,7 +683,8 @@ fn signal_handlers_running_instrumented_code_are_safe() {
     let binary = build("signals.c", &["-O1"]);
     let inst = instrument(&binary, None, "all");
     let native = native(&binary, &[], None);
-    for (sampling, name) in [(FULL, "full"), (SAMPLED, "sampled")] {
+    // Records are checked against the executable's loads: `--libs none`.
+    for (sampling, name) in [(FULL_EXE, "full"), (SAMPLED_EXE, "sampled")] {
         let trace = trace_path(&format!("signals-{name}"));
         let out = record(&inst.path, &[], sampling, &trace, None);
         assert_same_behaviour(&native, &out, &format!("signals {name}"));
@@ -1252,11 +1264,11 @@ fn cxx_exceptions_virtual_calls_and_static_constructors_behave() {
         let full_trace = trace_path(&format!("{tag}-full"));
         let full_out = record(&inst.path, &[], FULL, &full_trace, None);
         assert_same_behaviour(&native, &full_out, &format!("{tag} --full"));
-        // What is not traced is said: the libraries by name.
+        // What is not traced is said: the libraries by name (libstdc++ is
+        // not among the default `--libs`, the others are).
         let said = String::from_utf8_lossy(&full_out.stderr);
         assert!(
-            said.contains("memgaze: not traced: loads in shared libraries (libstdc++.so.6, ")
-                && said.contains("libc.so.6; only the executable is instrumented)"),
+            said.contains("memgaze: not traced: loads in shared libraries (libstdc++.so.6; instrumented: the executable, libgcc_s.so.1, libc.so.6, libm.so.6)"),
             "{said}"
         );
         let sampled_trace = trace_path(&format!("{tag}-sampled"));
@@ -1312,12 +1324,15 @@ fn run_keeps_the_programs_own_layout() {
         "the fixture must notice its move"
     );
 
-    for sampling in [FULL, SAMPLED] {
+    // Full with the default `--libs` (libc instrumented: no untraced
+    // library), sampled with `--libs none` (libc named as untraced).
+    for (sampling, libs) in [(FULL, "default"), (SAMPLED, "none")] {
         let analysis = scratch().join("selfpath-run.json");
         let out = memgaze()
             .current_dir(scratch())
             .arg("run")
             .args(sampling)
+            .args(["--libs", libs])
             .args(["--format", "json", "-o"])
             .arg(&analysis)
             .arg("--")
@@ -1328,15 +1343,29 @@ fn run_keeps_the_programs_own_layout() {
         let analysis: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&analysis).unwrap()).unwrap();
         let coverage = &analysis["coverage"];
-        assert_eq!(
-            coverage["untraced_libraries"],
-            serde_json::json!(["libc.so.6"])
-        );
-        assert!(
-            coverage["notes"].as_array().unwrap().iter().any(|n| n
-                == "loads in shared libraries are not traced (only the executable is instrumented): libc.so.6"),
-            "{coverage}"
-        );
+        let untraced_note = coverage["notes"].as_array().unwrap().iter().any(|n| n
+            == "loads in shared libraries are not traced (only the executable is instrumented): libc.so.6");
+        if libs == "none" {
+            assert_eq!(
+                coverage["untraced_libraries"],
+                serde_json::json!(["libc.so.6"])
+            );
+            assert!(untraced_note, "{coverage}");
+        } else {
+            assert!(coverage["untraced_libraries"].is_null(), "{coverage}");
+            assert!(!untraced_note, "{coverage}");
+            let objects = &analysis["summary"]["coverage_by_object"];
+            assert!(
+                objects
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|o| o["object"] == "libc.so.6"
+                        && o["instrumented"] == true
+                        && o["loads_traced"].as_f64().unwrap() > 0.0),
+                "{objects}"
+            );
+        }
     }
 }
 
@@ -1605,6 +1634,7 @@ fn object_records(trace: &Path, name: &str) -> (TraceSummary, u32, u64) {
     }
     let summary = TraceSummary {
         by_ip,
+        object_records: 0,
         threads,
         samples: 1,
         totals: reader.totals().unwrap().clone(),
@@ -1634,7 +1664,9 @@ fn an_execd_instrumented_program_of_another_executable_joins_with_its_loads() {
     let trace = trace_path("exec-other");
     let out = memgaze()
         .env("MEMGAZE_FOLLOW_EXEC", "1")
-        .args(["record", "--full", "-o"])
+        // The objects' load numbering and the parent's records below are
+        // the two executables' alone: `--libs none`.
+        .args(["record", "--full", "--libs", "none", "-o"])
         .arg(&trace)
         .arg("--")
         .arg(&parent_inst.path)
@@ -1725,6 +1757,7 @@ fn a_function_running_off_its_end_continues_into_the_next() {
     let out = Command::new("timeout")
         .arg("60")
         .arg(env!("CARGO_BIN_EXE_cargo-memgaze"))
+        .env("MEMGAZE_LIBS_CACHE", crate::support::LIBS_CACHE)
         .args(["record", "--full", "-o"])
         .arg(&trace)
         .arg("--")
@@ -1773,6 +1806,7 @@ fn forked_children_are_recorded_whole_with_libc_instrumented() {
         let out = Command::new("timeout")
             .arg("300")
             .arg(env!("CARGO_BIN_EXE_cargo-memgaze"))
+            .env("MEMGAZE_LIBS_CACHE", crate::support::LIBS_CACHE)
             .args(["record", "--libs", "libc.so.6"])
             .args(FULL)
             .arg("-o")
@@ -1833,6 +1867,7 @@ fn the_corpus_behaves_with_libc_instrumented() {
             let out = Command::new("timeout")
                 .arg("300")
                 .arg(env!("CARGO_BIN_EXE_cargo-memgaze"))
+                .env("MEMGAZE_LIBS_CACHE", crate::support::LIBS_CACHE)
                 .args(["record", "--libs", "libc.so.6"])
                 .args(sampling)
                 .arg("-o")

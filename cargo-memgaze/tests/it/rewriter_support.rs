@@ -13,7 +13,7 @@ use std::sync::{Mutex, OnceLock};
 
 /// The built command.
 pub fn memgaze() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"))
+    crate::support::memgaze_command()
 }
 
 /// A directory living as long as the test process (removed by a later
@@ -173,12 +173,16 @@ pub fn record(
     cmd.output().expect("run cargo-memgaze record")
 }
 
-/// Records read back from a trace: per IP, the addresses in order, and the
-/// totals.
+/// Records read back from a trace: per IP of the executable, the addresses
+/// in order, and the totals.
 pub struct TraceSummary {
-    /// `ip → addresses` in trace order (per thread order for full traces).
+    /// `ip → addresses` in trace order (per thread order for full traces),
+    /// the executable's loads only: instrumented libraries (`--libs`) have
+    /// IPs of their own files, which may equal the executable's.
     pub by_ip: BTreeMap<u64, Vec<u64>>,
-    /// Records per thread.
+    /// Records of instrumented libraries and other objects (not in `by_ip`).
+    pub object_records: u64,
+    /// Records per thread (every object's).
     pub threads: BTreeMap<u32, u64>,
     /// Samples seen.
     pub samples: u64,
@@ -190,17 +194,34 @@ pub struct TraceSummary {
 pub fn read_trace(path: &Path) -> TraceSummary {
     let mut reader =
         TraceReader::open(path).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+    let header = reader.header().clone();
+    // The executable's loads come first; each other object's start at the
+    // load index its `object` label names.
+    let executable_loads = header
+        .labels
+        .iter()
+        .filter(|(key, _)| key == memgaze_trace::OBJECT_LABEL)
+        .map(|(_, value)| value.split(' ').nth(1).unwrap().parse::<u32>().unwrap())
+        .min()
+        .unwrap_or(u32::MAX);
     let mut by_ip: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
     let mut threads: BTreeMap<u32, u64> = BTreeMap::new();
     let mut samples = std::collections::BTreeSet::new();
-    while let Some(record) = reader.next_record().expect("trace record") {
-        by_ip.entry(record.ip).or_default().push(record.addr);
-        *threads.entry(record.thread).or_default() += 1;
-        samples.insert(record.sample);
+    let mut object_records = 0;
+    while let Some(raw) = reader.next_raw().expect("trace record") {
+        if raw.load < executable_loads {
+            let ip = header.loads[raw.load as usize].ip;
+            by_ip.entry(ip).or_default().push(raw.addr);
+        } else {
+            object_records += 1;
+        }
+        *threads.entry(raw.thread).or_default() += 1;
+        samples.insert(raw.sample);
     }
     let totals = reader.totals().expect("trace totals").clone();
     TraceSummary {
         by_ip,
+        object_records,
         threads,
         samples: samples.len() as u64,
         totals,

@@ -2024,6 +2024,12 @@ fn emit_entry(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.mov(qword_ptr(r12 + cfg::SPATIAL_THRESHOLD), rax)?;
     a.set_label(&mut spatial_off)?;
     a.mov(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
+    // The main thread's slot now, not at its first load in this executable:
+    // instrumented libraries find the runtime through it (see
+    // `super::library`), so their loads before that one are counted, and
+    // so are the executable's that their re-check countdown would hide.
+    a.mov(r13, qword_ptr(r12 + cfg::PROCESS))?;
+    a.call(l.find_slot)?;
     // `Start`: an image exec'd by a recorded process joins the trace.
     a.call(l.start_message)?;
     a.set_label(&mut l.entry_done)?;
