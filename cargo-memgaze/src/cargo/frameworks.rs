@@ -41,13 +41,21 @@ impl BenchHarness {
 /// alone takes 1 s whatever is asked.
 pub const CRITERION_PROFILE_SECS: &str = "1";
 
+/// Said of a criterion bench whose `WallTime` functions LTO inlined: its
+/// region is the fallback one (see memgaze-instrument's `rewrite::hooks`).
+pub const CRITERION_ROUTINE_NOTE: &str = "criterion's `WallTime::start`/`end` were inlined \
+     (LTO): the region is each bench's `Routine::warm_up` and `bench` up to `stop_profiling`, \
+     so it also holds the timing loop, the clock reads and `iter_batched`'s setup and drops";
+
 /// Which framework's measurement functions `path` has, by symbol
-/// (mangled names, so no demangling is needed); `None` for neither.
-pub fn detect(path: &Path) -> anyhow::Result<Option<BenchHarness>> {
+/// (mangled names, so no demangling is needed), with a note when the region
+/// is a fallback; `None` for neither.
+pub fn detect(path: &Path) -> anyhow::Result<Option<(BenchHarness, Option<&'static str>)>> {
     let bytes = std::fs::read(path).with_context(|| format!("{}", path.display()))?;
     let elf = goblin::elf::Elf::parse(&bytes)
         .with_context(|| format!("{}: not an ELF executable", path.display()))?;
     let (mut start, mut end, mut divan) = (false, false, false);
+    let (mut warm_up, mut profiler) = (false, false);
     for symbol in elf.syms.iter() {
         if !symbol.is_function() || symbol.st_value == 0 {
             continue;
@@ -61,13 +69,20 @@ pub fn detect(path: &Path) -> anyhow::Result<Option<BenchHarness>> {
             start |= name.contains("$GT$5start");
             end |= name.contains("$GT$3end");
         }
+        warm_up |= name.contains("$u20$as$u20$criterion..routine..Routine$LT$")
+            && name.contains("$GT$7warm_up");
+        profiler |= name.contains(
+            "criterion..profiler..ExternalProfiler$u20$as$u20$criterion..profiler..Profiler$GT$14stop_profiling",
+        );
         divan |= name.contains("5divan9benchmark12BenchContext15sample_recorder")
             && name.contains("9sync_impl");
     }
     Ok(if start && end {
-        Some(BenchHarness::Criterion)
+        Some((BenchHarness::Criterion, None))
+    } else if warm_up && profiler {
+        Some((BenchHarness::Criterion, Some(CRITERION_ROUTINE_NOTE)))
     } else if divan {
-        Some(BenchHarness::Divan)
+        Some((BenchHarness::Divan, None))
     } else {
         None
     })
@@ -153,42 +168,50 @@ pub fn unsupported_benches(package: &cargo_metadata::Package) -> Vec<(String, St
         .collect()
 }
 
-/// The user's selection (after `--`) as criterion takes it: the filter, a
-/// regular expression in every criterion release; libtest's `--exact`
-/// becomes `^<name>$` (criterion before 0.5 has no `--exact`), and
-/// `--skip` and `--ignored`, which criterion lacks, are dropped.
+/// The user's selection (after `--`) as criterion takes it. Every
+/// criterion version (0.3 to 0.8) reads its filter as a regular expression,
+/// but only 0.5 and later know `--exact` (0.3 and 0.4 reject it), so a
+/// selection with `--exact` becomes the anchored, escaped filter
+/// `^name$`, which selects the same bench in all of them. libtest's
+/// `--skip` and `--ignored` have no criterion equivalent and are dropped.
 pub fn criterion_selection(selection: &[String]) -> Vec<String> {
     let exact = selection.iter().any(|a| a == "--exact");
     let mut out = Vec::new();
     let mut args = selection.iter();
+    let mut positional_only = false;
     while let Some(arg) = args.next() {
         match arg.as_str() {
-            "--skip" => {
+            "--skip" if !positional_only => {
                 args.next();
             }
-            "--ignored" | "--exact" => {}
-            "--" => out.push(arg.clone()),
-            filter if exact && !filter.starts_with('-') => out.push(exact_filter(filter)),
+            "--ignored" | "--exact" if !positional_only => {}
+            "--" if !positional_only => {
+                positional_only = true;
+                out.push(arg.clone());
+            }
+            filter if exact && (positional_only || !filter.starts_with('-')) => {
+                out.push(criterion_exact_filter(filter));
+            }
             _ => out.push(arg.clone()),
         }
     }
     out
 }
 
-/// A criterion filter matching the bench `name` and nothing else: every
-/// release (0.3 to 0.8) reads its filter as a regular expression.
-fn exact_filter(name: &str) -> String {
-    let mut pattern = String::with_capacity(name.len() + 2);
-    pattern.push('^');
+/// The criterion filter that matches the bench `name` and nothing else:
+/// `name` with the regular-expression metacharacters escaped, anchored at
+/// both ends.
+pub fn criterion_exact_filter(name: &str) -> String {
+    let mut filter = String::with_capacity(name.len() + 2);
+    filter.push('^');
     for c in name.chars() {
-        // The `regex` crate's meta characters (`regex::escape`).
-        if "\\.+*?()|[]{}^$#&-~".contains(c) {
-            pattern.push('\\');
+        if "\\.+*?()|[]{}^$".contains(c) {
+            filter.push('\\');
         }
-        pattern.push(c);
+        filter.push(c);
     }
-    pattern.push('$');
-    pattern
+    filter.push('$');
+    filter
 }
 
 /// Seconds divan spends on each bench at least (`--min-time`).
@@ -197,7 +220,7 @@ pub const DIVAN_MIN_TIME_SECS: &str = "1";
 /// Lists a criterion or divan executable's benches with the user's
 /// selection: criterion's `--bench --list`, divan's `--list --format terse`
 /// (which divan answers under `NEXTEST=1`); both print `<name>: benchmark`
-/// lines. Criterion's names are `group/function/parameter`, divan's
+/// lines (criterion 0.3 and 0.4: `<name>: bench`). Criterion's names are `group/function/parameter`, divan's
 /// `module::function::arg`, as each prints them and as `--exact` takes them.
 pub fn list_framework(
     harness: BenchHarness,
@@ -243,8 +266,8 @@ pub fn list_framework(
     )))
 }
 
-/// Parses criterion's `--list` output: `<name>: benchmark` lines (0.5 and
-/// later) or `<name>: bench` (0.3, 0.4).
+/// Parses criterion's (and divan's terse) `--list` output: `<name>:
+/// benchmark` lines, `<name>: bench` from criterion 0.3 and 0.4.
 fn parse_criterion_list(stdout: &str) -> Vec<BenchCase> {
     stdout
         .lines()
@@ -260,14 +283,15 @@ fn parse_criterion_list(stdout: &str) -> Vec<BenchCase> {
 }
 
 /// The arguments that run one criterion bench by exact name in profiling
-/// mode (no analysis, no plots, no saved data); the name as an anchored
-/// regular expression, which every release takes.
+/// mode (no analysis, no plots, no saved data); the name goes as an
+/// anchored filter, which criterion 0.3 to 0.8 all take (see
+/// [`criterion_selection`]).
 pub fn criterion_run_args(name: &str) -> Vec<String> {
     vec![
         "--bench".to_string(),
         "--profile-time".to_string(),
         CRITERION_PROFILE_SECS.to_string(),
-        exact_filter(name),
+        criterion_exact_filter(name),
     ]
 }
 
@@ -403,24 +427,40 @@ mod tests {
             .map(|c| c.name)
             .collect();
         assert_eq!(names, ["sum", "chase/cycle/1000"]);
-        // criterion 0.3 and 0.4 (httparse, itertools).
-        let old = "Gnuplot not found\nreq/req: bench\n\nk-smallest/asc/strict/20/7: bench\n";
-        let names: Vec<String> = parse_criterion_list(old)
-            .into_iter()
-            .map(|c| c.name)
-            .collect();
-        assert_eq!(names, ["req/req", "k-smallest/asc/strict/20/7"]);
         let sel: Vec<String> = ["--exact", "--skip", "x", "--ignored", "--", "sum"]
             .map(String::from)
             .to_vec();
         assert_eq!(criterion_selection(&sel), ["--", "^sum$"]);
-        let sel: Vec<String> = ["chase"].map(String::from).to_vec();
-        assert_eq!(criterion_selection(&sel), ["chase"]);
+        let sel: Vec<String> = ["chase/cycle/10.5", "--exact"].map(String::from).to_vec();
+        assert_eq!(criterion_selection(&sel), [r"^chase/cycle/10\.5$"]);
+        // Without --exact the filter stays the user's regular expression.
+        let sel: Vec<String> = ["chase/.*", "--skip", "sum"].map(String::from).to_vec();
+        assert_eq!(criterion_selection(&sel), ["chase/.*"]);
         assert_eq!(
-            exact_filter("parse (fast)/1.5-x"),
-            r"^parse \(fast\)/1\.5\-x$"
+            criterion_exact_filter("a(b)+[c]|d^$*?{1}\\"),
+            r"^a\(b\)\+\[c\]\|d\^\$\*\?\{1\}\\$"
         );
-        assert_eq!(criterion_run_args("a+b")[3..], [r"^a\+b$".to_string()]);
+        assert_eq!(
+            criterion_run_args("req/req"),
+            [
+                "--bench",
+                "--profile-time",
+                CRITERION_PROFILE_SECS,
+                "^req/req$"
+            ]
+        );
+    }
+
+    /// Criterion 0.3 and 0.4 end list lines with `: bench` (captured from
+    /// httparse's criterion 0.3.6 bench).
+    #[test]
+    fn criterion_03_lists() {
+        let out = "req/req: bench\nreq_short/req_short: bench\nresp/resp: bench\n";
+        let names: Vec<String> = parse_criterion_list(out)
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, ["req/req", "req_short/req_short", "resp/resp"]);
     }
 
     #[test]

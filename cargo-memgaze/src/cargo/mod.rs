@@ -173,8 +173,11 @@ fn exclude_unsupported(
 /// frameworks' hooks itself). `None` for neither.
 fn frameworks_of(executable: &mut BenchExecutable) -> anyhow::Result<Option<RegionMarkers>> {
     let found = frameworks::detect(&executable.path)?;
-    if let Some(harness) = found {
+    if let Some((harness, note)) = found {
         executable.harness = harness;
+        if let Some(note) = note {
+            eprintln!("note: bench `{}`: {note}", executable.display_name());
+        }
     }
     Ok(found.map(|_| RegionMarkers { begin: 0, end: 1 }))
 }

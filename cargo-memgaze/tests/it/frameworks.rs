@@ -216,6 +216,27 @@ fn filters_and_listing_use_the_frameworks_names() {
         .map(|m| m["name"].as_str().unwrap())
         .collect();
     assert_eq!(listed, ["chase/cycle/1000", "chase/cycle/100000"]);
+    // `--exact` reaches criterion as an anchored filter (0.3 and 0.4 have no
+    // `--exact`): the 1000 bench alone, not its 100000 sibling.
+    let (out, messages) = bench(&[
+        "--bench",
+        "crit",
+        "--",
+        "--list",
+        "--exact",
+        "chase/cycle/1000",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Vec<&str> = messages
+        .iter()
+        .filter(|m| m["reason"] == "bench-listed")
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["chase/cycle/1000"]);
     let (out, messages) = bench(&["--bench", "div", "--", "--exact", "div::summing::1000"]);
     assert!(
         out.status.success(),
@@ -228,6 +249,68 @@ fn filters_and_listing_use_the_frameworks_names() {
         .map(|m| m["name"].as_str().unwrap())
         .collect();
     assert_eq!(ran, ["div::summing::1000"]);
+}
+
+/// With LTO criterion's `WallTime::start`/`end` are inlined: the bench is
+/// still recognised (with a note saying what its region holds) and records
+/// the routine's loads — the array sum's, not criterion's command-line
+/// parsing (clap) that a whole-process recording would hold. Its own target
+/// directory: LTO rebuilds everything.
+#[test]
+fn criterion_with_lto_records_the_routine() {
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("memgaze-benches-lto");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"));
+    cmd.args(["memgaze", "bench", "--locked", "--manifest-path"])
+        .arg(manifest())
+        .arg("--target-dir")
+        .arg(&target)
+        .args(["--message-format", "json", "--no-report", "--seed", "7"])
+        .args(["--bench", "crit", "--", "--exact", "sum"])
+        .env("CARGO_PROFILE_BENCH_LTO", "true")
+        .env("CARGO_PROFILE_BENCH_CODEGEN_UNITS", "1")
+        .env_remove("CI");
+    for (name, _) in std::env::vars() {
+        if name.starts_with("MEMGAZE_") {
+            cmd.env_remove(name);
+        }
+    }
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "note: bench `ring-stats/crit`: criterion's `WallTime::start`/`end` were inlined (LTO)"
+        ),
+        "{stderr}"
+    );
+    let finished: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|m| m["reason"] == "bench-finished")
+        .collect();
+    assert_eq!(finished.len(), 1, "{stderr}");
+    let m = &finished[0];
+    assert_eq!(
+        (m["harness"].as_str(), m["name"].as_str()),
+        (Some("criterion"), Some("sum"))
+    );
+    let samples = m["summary"]["samples"].as_u64().unwrap();
+    assert!(samples >= 30, "{samples} samples: {m}");
+    let str_frac = m["summary"]["F_str_frac"].as_f64().unwrap();
+    assert!(str_frac > 0.9, "array sum F_str {str_frac}: {m}");
+    let analysis: Value =
+        serde_json::from_slice(&std::fs::read(m["analysis"].as_str().unwrap()).unwrap()).unwrap();
+    let functions: Vec<&str> = analysis["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        !functions.iter().any(|f| f.contains("clap")),
+        "criterion's argument parsing recorded: {functions:?}"
+    );
+    let _ = std::fs::remove_dir_all(&target);
 }
 
 /// Naming a bench target the tool cannot run is a usage error, before

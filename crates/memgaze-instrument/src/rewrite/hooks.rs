@@ -16,8 +16,23 @@
 //!   before the start timestamp and `false` right after the end one; inputs
 //!   (`with_inputs`) are generated before it, outputs dropped after.
 //!
+//! - criterion with LTO (`lto = true`, common in `[profile.bench]` or
+//!   inherited from `[profile.release]`): `WallTime::start`/`end` are
+//!   inlined away. What survives is each bench function's
+//!   `<Function<M,F,T> as Routine<M,T>>::warm_up` (one instance per bench,
+//!   all of one name, called through `dyn Routine`) and the profiler's
+//!   `stop_profiling`. In profiling mode `Routine::profile` calls
+//!   `start_profiling`, `warm_up` (1 s), `bench` (the remaining time, if
+//!   any), `stop_profiling`; the fallback region opens at every `warm_up`'s
+//!   entry and closes at `stop_profiling`'s (and `start_profiling`'s, which
+//!   LTO may have merged with it: an end with no open region is ignored).
+//!   Unlike the `WallTime` region it also holds the loop around the timed
+//!   calls, the clock reads, `iter_batched`'s setup and drops, and `bench`'s
+//!   entry; its loads are still the routine's run, not criterion's analysis.
+//!
 //! The harness's markers win when present; the frameworks' hooks are used
-//! only together (criterion's `start` without its `end` hooks nothing).
+//! only together (criterion's `start` without its `end` hooks nothing), and
+//! every function of a hooked name is hooked.
 
 use crate::binary::Binary;
 
@@ -25,6 +40,14 @@ use crate::binary::Binary;
 pub(crate) const REGION_BEGIN: &str = "memgaze_region_begin";
 /// Symbol of the harness's region-end marker.
 pub(crate) const REGION_END: &str = "memgaze_region_end";
+
+/// Every bench function's warm-up routine (criterion 0.3 to 0.8).
+const CRITERION_WARM_UP: &str =
+    "<criterion::routine::Function<M,F,T> as criterion::routine::Routine<M,T>>::warm_up";
+/// The profiler's start, which LTO may merge with `stop_profiling` (equal
+/// empty bodies): hooked as a region end too, ignored with none open.
+const CRITERION_START_PROFILING: &str =
+    "<criterion::profiler::ExternalProfiler as criterion::profiler::Profiler>::start_profiling";
 
 /// What the runtime does at a hooked function's entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,13 +72,15 @@ pub(crate) enum Framework {
     Harness,
     /// criterion's `WallTime` measurement.
     Criterion,
+    /// criterion's `Routine::warm_up` and profiler (LTO-inlined `WallTime`).
+    CriterionRoutine,
     /// divan's sample-loop synchronisation.
     Divan,
 }
 
 /// Sets of hooks, by framework, in order of preference: every function of
 /// a set must be present for the set to be used.
-const SETS: [(Framework, &[(&str, Hook)]); 3] = [
+const SETS: [(Framework, &[(&str, Hook)]); 4] = [
     (
         Framework::Harness,
         &[(REGION_BEGIN, Hook::Begin), (REGION_END, Hook::End)],
@@ -69,6 +94,16 @@ const SETS: [(Framework, &[(&str, Hook)]); 3] = [
             ),
             (
                 "<criterion::measurement::WallTime as criterion::measurement::Measurement>::end",
+                Hook::EndUnnamed,
+            ),
+        ],
+    ),
+    (
+        Framework::CriterionRoutine,
+        &[
+            (CRITERION_WARM_UP, Hook::BeginUnnamed),
+            (
+                "<criterion::profiler::ExternalProfiler as criterion::profiler::Profiler>::stop_profiling",
                 Hook::EndUnnamed,
             ),
         ],
@@ -89,23 +124,35 @@ pub(crate) fn find(
     binary: &Binary,
     warnings: &mut Vec<String>,
 ) -> Option<(Framework, Vec<(usize, Hook)>)> {
-    let position = |name: &str| {
+    let positions = |name: &str| -> Vec<usize> {
         binary
             .functions()
             .iter()
-            .position(|f| f.name == name || f.raw_name.as_deref() == Some(name))
+            .enumerate()
+            .filter(|(_, f)| f.name == name || f.raw_name.as_deref() == Some(name))
+            .map(|(i, _)| i)
+            .collect()
     };
     for (framework, set) in SETS {
-        let found: Vec<Option<usize>> = set.iter().map(|(name, _)| position(name)).collect();
-        if found.iter().all(Option::is_some) {
-            let hooks = found
+        let found: Vec<Vec<usize>> = set.iter().map(|(name, _)| positions(name)).collect();
+        if found.iter().all(|f| !f.is_empty()) {
+            let mut hooks: Vec<(usize, Hook)> = found
                 .into_iter()
                 .zip(set.iter())
-                .map(|(f, (_, hook))| (f.expect("all found"), *hook))
+                .flat_map(|(fs, (_, hook))| fs.into_iter().map(|f| (f, *hook)))
                 .collect();
+            if framework == Framework::CriterionRoutine {
+                let hooked: Vec<usize> = hooks.iter().map(|&(f, _)| f).collect();
+                hooks.extend(
+                    positions(CRITERION_START_PROFILING)
+                        .into_iter()
+                        .filter(|f| !hooked.contains(f))
+                        .map(|f| (f, Hook::EndUnnamed)),
+                );
+            }
             return Some((framework, hooks));
         }
-        if framework == Framework::Harness && found.iter().any(Option::is_some) {
+        if framework == Framework::Harness && found.iter().any(|f| !f.is_empty()) {
             warnings.push(
                 "only one of the region markers was found: recording from start to exit".into(),
             );

@@ -1175,6 +1175,10 @@ fn emit_region_end(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.mov(r15, rsi)?;
     a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
     a.jne(l.region_end_done)?;
+    // An end with no region open (criterion's merged `start_profiling`
+    // hook) is ignored.
+    a.cmp(qword_ptr(r12 + cfg::ENABLED), 0)?;
+    a.je(l.region_end_done)?;
     a.mov(qword_ptr(r12 + cfg::ENABLED), 0)?;
     a.call(l.ensure_process)?;
     a.call(l.find_slot)?;
