@@ -118,12 +118,15 @@ fn peer(connection: &OwnedFd) -> Option<(u32, u32)> {
 }
 
 /// Whether `pid` is in process group `group` or descends from process
-/// `group` (by the parent links in `/proc`).
+/// `group` (by the parent links in `/proc`). A process already gone (a
+/// short-lived child that connected, sent everything and was reaped before
+/// the accept) cannot be checked: it is taken (its user was checked by the
+/// kernel's `SO_PEERCRED`).
 fn of_the_program(pid: u32, group: u32) -> bool {
     let mut p = pid;
-    for _ in 0..4096 {
+    for step in 0..4096 {
         let Some((parent, pgid)) = stat_links(p) else {
-            return false;
+            return step == 0;
         };
         if p == group || pgid == group {
             return true;
