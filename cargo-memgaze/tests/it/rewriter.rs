@@ -9,6 +9,7 @@ use crate::rewriter_support;
 use rewriter_support::*;
 use std::path::Path;
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 const SAMPLED: &[&str] = &["--period", "1000", "--window", "50", "--seed", "7"];
 const FULL: &[&str] = &["--full"];
@@ -285,9 +286,9 @@ fn an_execd_uninstrumented_program_is_counted_as_untraced_time() {
 /// `make`, instrumented, running its recipes with an instrumented dash as
 /// `SHELL`: make starts each recipe's shell with `posix_spawn` (hooked: a
 /// `Spawn` message names the new process), and dash forks and execs in
-/// turn. Without `MEMGAZE_FOLLOW_EXEC=1` the shells are counted (and
-/// timed) as untraced programs and the trace is complete. With it both
-/// join, and dash's loads are added to the trace as an object of its own,
+/// turn. With `MEMGAZE_FOLLOW_EXEC=0` the shells are counted (and
+/// timed) as untraced programs and the trace is complete. By default both
+/// join (connecting anew: the socket is close-on-exec), and dash's loads are added to the trace as an object of its own,
 /// under which their records are filed (never under make's loads), their
 /// forked children's too; nothing is dropped and the trace is complete;
 /// `/bin/echo`, exec'd by dash, is the untraced program.
@@ -320,8 +321,8 @@ fn make_running_an_instrumented_shell() {
     let run = |follow: bool, tag: &str| {
         let trace = trace_path(tag);
         let mut cmd = memgaze();
-        if follow {
-            cmd.env("MEMGAZE_FOLLOW_EXEC", "1");
+        if !follow {
+            cmd.env("MEMGAZE_FOLLOW_EXEC", "0");
         }
         // The process counts below are make's and dash's: `--libs none`
         // (see `FULL_EXE`).
@@ -370,6 +371,56 @@ fn make_running_an_instrumented_shell() {
     assert_eq!(both.totals.dropped.records, 0, "{stderr}");
     assert!(both.totals.complete, "{stderr}");
     assert_eq!(both.totals.execs_untraced, 1, "{stderr}");
+}
+
+/// The recorder socket is close-on-exec in every recorded process, so
+/// following exec'd programs (the default) hands no descriptor to an
+/// uninstrumented one: `ls /proc/self/fd`, exec'd by an instrumented dash,
+/// lists the same descriptors natively and under `record`. And an
+/// uninstrumented program the traced one leaves running (`sleep` in the
+/// background) does not hold the recording open: `record` ends with the
+/// traced shell (well before the sleep does), the trace complete, the
+/// `sleep` counted as an untraced exec still running.
+#[test]
+fn an_execd_uninstrumented_program_sees_no_recorder_descriptor() {
+    let dash = system_binary("dash");
+    let dash_inst = instrument(&dash, None, "all");
+    let list = ["-c", "exec ls /proc/self/fd"];
+    let native = native(&dash, &list, None);
+    assert!(native.status.success());
+    let trace = trace_path("dash-exec-ls");
+    let out = record(&dash_inst.path, &list, FULL, &trace, None);
+    assert_same_behaviour(&native, &out, "dash -c 'exec ls /proc/self/fd'");
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(listed, String::from_utf8_lossy(&native.stdout));
+
+    let background = ["-c", "sleep 5 >/dev/null 2>&1 </dev/null & echo started"];
+    let trace = trace_path("dash-background-sleep");
+    let began = Instant::now();
+    let out = memgaze()
+        .args(["record", "--full", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&dash_inst.path)
+        .args(background)
+        .output()
+        .unwrap();
+    let took = began.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "started\n");
+    assert!(
+        took < Duration::from_secs(3),
+        "record took {took:?}: {stderr}"
+    );
+    assert!(
+        stderr.contains("1 of them still running when the recording ended"),
+        "{stderr}"
+    );
+    let summary = read_trace(&trace);
+    assert!(summary.totals.complete, "{stderr}");
+    assert_eq!(summary.totals.execs_untraced, 1, "{stderr}");
+    assert_eq!(summary.totals.dropped.records, 0, "{stderr}");
 }
 
 /// rustc calls `fork` and `_exit` through their GOT slots, never a PLT
@@ -1538,12 +1589,13 @@ fn unresolvable_escape_lowers_dynamic_coverage_and_warns() {
     assert_eq!(analysis["summary"]["coverage_dynamic"].as_f64(), Some(1.0));
 }
 
-/// With `MEMGAZE_FOLLOW_EXEC=1`, an instrumented program that execs an
+/// By default, an instrumented program that execs an
 /// instrumented program (itself, through `/proc/self/exe`) is traced on:
 /// the new image joins the trace as a process of its own (both images'
 /// `work` loops are in the full trace), nothing is counted as untraced, and
-/// the trace is complete. Without it, the exec is counted as untraced (and
-/// `forked_children_do_not_corrupt_the_trace` checks no descriptor leaks).
+/// the trace is complete. With `MEMGAZE_FOLLOW_EXEC=0`, the exec is counted
+/// as untraced (and `an_execd_uninstrumented_program_sees_no_recorder_descriptor`
+/// checks no descriptor leaks).
 #[test]
 fn an_exec_of_an_instrumented_program_joins_the_trace() {
     let binary = build("exec_self.c", &["-O1"]);
@@ -1556,24 +1608,24 @@ fn an_exec_of_an_instrumented_program_joins_the_trace() {
     let one = trace_path("exec-self-one");
     record(&inst.path, &["second"], FULL, &one, None);
     let one = read_trace(&one);
-    let alone = trace_path("exec-self-default");
-    let out = record(&inst.path, &[], FULL, &alone, None);
-    assert_same_behaviour(&native, &out, "exec_self --full, default");
+    let alone = trace_path("exec-self-opt-out");
+    let out = memgaze()
+        .env("MEMGAZE_FOLLOW_EXEC", "0")
+        .args(["record", "--full", "-o"])
+        .arg(&alone)
+        .arg("--")
+        .arg(&inst.path)
+        .output()
+        .unwrap();
+    assert_same_behaviour(&native, &out, "exec_self --full, MEMGAZE_FOLLOW_EXEC=0");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("1 process(es) replaced themselves with another program"),
         "{stderr}"
     );
     let trace = trace_path("exec-self");
-    let out = memgaze()
-        .env("MEMGAZE_FOLLOW_EXEC", "1")
-        .args(["record", "--full", "-o"])
-        .arg(&trace)
-        .arg("--")
-        .arg(&inst.path)
-        .output()
-        .unwrap();
-    assert_same_behaviour(&native, &out, "exec_self --full, MEMGAZE_FOLLOW_EXEC=1");
+    let out = record(&inst.path, &[], FULL, &trace, None);
+    assert_same_behaviour(&native, &out, "exec_self --full, default");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("1 exec'd instrumented program(s) joined the trace"),
@@ -1642,7 +1694,7 @@ fn object_records(trace: &Path, name: &str) -> (TraceSummary, u32, u64) {
     (summary, base, below)
 }
 
-/// With `MEMGAZE_FOLLOW_EXEC=1`, an instrumented program whose forked
+/// By default, an instrumented program whose forked
 /// child execs another instrumented executable: that program's loads are
 /// added to the trace as an object of its own (functions `<file>!name`),
 /// its records are filed under them, exactly as Lackey counts its loads,
@@ -1663,7 +1715,6 @@ fn an_execd_instrumented_program_of_another_executable_joins_with_its_loads() {
     );
     let trace = trace_path("exec-other");
     let out = memgaze()
-        .env("MEMGAZE_FOLLOW_EXEC", "1")
         // The objects' load numbering and the parent's records below are
         // the two executables' alone: `--libs none`.
         .args(["record", "--full", "--libs", "none", "-o"])
@@ -1674,7 +1725,7 @@ fn an_execd_instrumented_program_of_another_executable_joins_with_its_loads() {
         .arg("3000")
         .output()
         .unwrap();
-    assert_same_behaviour(&native, &out, "exec_other --full, MEMGAZE_FOLLOW_EXEC=1");
+    assert_same_behaviour(&native, &out, "exec_other --full, default");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("1 other instrumented program(s) joined the trace with loads of their own"),

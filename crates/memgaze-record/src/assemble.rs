@@ -99,6 +99,9 @@ pub(crate) struct Assembler<'a> {
     images_started: u32,
     /// `exec`ed instrumented programs whose messages joined the trace.
     pub(crate) joined_execs: usize,
+    /// Connections to the recorder's listening socket refused: not from a
+    /// process of the traced program (`listen`).
+    pub(crate) refused_connections: u64,
     /// Real process ids of the `Exec` messages not yet handed on (to the
     /// watch that times the exec'd programs, `exec_watch`).
     pub(crate) new_execs: Vec<u32>,
@@ -179,6 +182,7 @@ impl<'a> Assembler<'a> {
             images: HashMap::new(),
             images_started: 0,
             joined_execs: 0,
+            refused_connections: 0,
             new_execs: Vec::new(),
             spawned: std::collections::HashSet::new(),
             same_program: None,

@@ -15,6 +15,7 @@ pub(crate) mod assemble;
 mod error;
 mod exec_watch;
 pub mod lackey;
+mod listen;
 pub mod pt;
 pub mod signals;
 pub(crate) mod supervise;
@@ -53,6 +54,12 @@ pub const DEFAULT_PERIOD: u64 = 100_000;
 /// Counted only while the reader waits on an empty socket: time spent
 /// handling a message (a slow sink, a loaded machine) never counts.
 const LINGER: Duration = Duration::from_secs(2);
+
+/// How long after the recording could end it still waits for a process
+/// that sent `Exec` and runs on to connect (an instrumented program's entry
+/// hook connects within milliseconds of the `exec`; an uninstrumented one
+/// never does, and holds the recording no longer than this).
+const JOIN_GRACE: Duration = Duration::from_millis(300);
 
 /// Where the collector puts the records it decodes.
 ///
@@ -631,6 +638,22 @@ pub fn record_objects_within(
     command
         .env(protocol::RECORDER_ENV, config.to_env())
         .env(protocol::RECORDING_ENV, "1");
+    // Exec'd and spawned instrumented programs connect here (the socket
+    // pair's end is close-on-exec in the program), unless the user opted
+    // out.
+    let follow_exec = command
+        .get_envs()
+        .find(|(k, _)| *k == protocol::FOLLOW_EXEC_ENV)
+        .map_or_else(
+            || std::env::var_os(protocol::FOLLOW_EXEC_ENV),
+            |(_, v)| v.map(OsString::from),
+        )
+        .is_none_or(|v| v != "0");
+    let listener = follow_exec.then(listen::Listener::open).flatten();
+    match &listener {
+        Some(l) => command.env(protocol::LISTEN_ENV, &l.name),
+        None => command.env_remove(protocol::LISTEN_ENV),
+    };
     // Optional: without shared chunks every message is copied through the
     // socket, which works the same, only slower.
     let shared = SharedChunks::new(SHARED_CHUNKS).ok();
@@ -657,6 +680,7 @@ pub fn record_objects_within(
     let mut supervisor = Supervisor::new(pid, *limits, seen);
 
     let done = Arc::new(AtomicBool::new(false));
+    let exited = Arc::new(AtomicBool::new(false));
     let cut_off = Arc::new(AtomicBool::new(false));
     // Messages read so far, odd while one is being handled: the linger
     // below counts from the last one read and not while one is handled, so
@@ -665,11 +689,13 @@ pub fn record_objects_within(
     let progress = Arc::new(AtomicU64::new(0));
     let waiter = {
         let done = Arc::clone(&done);
+        let exited = Arc::clone(&exited);
         let cut_off = Arc::clone(&cut_off);
         let progress = Arc::clone(&progress);
         let socket = ours.as_raw_fd();
         std::thread::spawn(move || {
             let status = child.wait();
+            exited.store(true, Ordering::Release);
             let mut deadline = Instant::now() + LINGER;
             let mut seen = progress.load(Ordering::Acquire);
             while !done.load(Ordering::Acquire) && Instant::now() < deadline {
@@ -701,12 +727,15 @@ pub fn record_objects_within(
         .ok();
     let main_exe = main_exe.or_else(|| file_identity(program));
     let same_program = move |p: u32, exec_image: bool, named: Option<&Path>| {
-        let found = exe_identity(p)
-            .zip(std::fs::read_link(format!("/proc/{p}/exe")).ok())
-            .or_else(|| {
-                let path = named?;
-                Some((file_identity(path)?, path.to_path_buf()))
-            });
+        let live = || exe_identity(p).zip(std::fs::read_link(format!("/proc/{p}/exe")).ok());
+        // The program a `Start` named is what the process ran when it sent
+        // it: by the time it is read the process may have exec'd another.
+        let found = match named {
+            Some(path) => live()
+                .filter(|(_, now)| now == path)
+                .or_else(|| Some((file_identity(path)?, path.to_path_buf()))),
+            None => live(),
+        };
         match found {
             // The program's own first image is the traced program.
             _ if p == pid && !exec_image => assemble::Program::Traced,
@@ -723,7 +752,13 @@ pub fn record_objects_within(
         .with_program_check(Box::new(same_program));
     let exec_watch = exec_watch::ExecWatch::start();
     let (failure, shared_messages) = collect(
-        &ours,
+        &Doors {
+            socket: &ours,
+            listener: listener.as_ref(),
+            program: pid,
+            exited: &exited,
+            cut_off: &cut_off,
+        },
         shared.as_ref(),
         &mut assembler,
         &mut supervisor,
@@ -848,13 +883,29 @@ fn prepare_spawn(command: &mut Command, their_fd: RawFd, shared_fd: RawFd) {
     }
 }
 
-/// Reads the recorder's messages into `assembler` until the program and
-/// its descendants closed the socket, the supervisor stops the recording,
-/// or something fails (then the program is killed: it would block forever
-/// on a socket no one reads). Returns the failure and the count of
-/// messages that came through shared chunks.
+/// Where the collector's messages come from and when they end.
+struct Doors<'a> {
+    /// The socket pair's end: the traced program and its forked children.
+    socket: &'a OwnedFd,
+    /// Where exec'd and spawned instrumented programs connect.
+    listener: Option<&'a listen::Listener>,
+    /// The traced program's pid (and process group).
+    program: u32,
+    /// Set once the traced program has exited.
+    exited: &'a AtomicBool,
+    /// Set when the linger cut the recording off.
+    cut_off: &'a AtomicBool,
+}
+
+/// Reads the recorder's messages into `assembler` until the recording ends
+/// (the traced program has exited, and every process that held the socket
+/// or connected has closed it; a process that sent `Exec` gets
+/// [`JOIN_GRACE`] to connect), the supervisor stops the recording, or
+/// something fails (then the program is killed: it would block forever on a
+/// socket no one reads). Returns the failure and the count of messages that
+/// came through shared chunks.
 fn collect(
-    socket: &OwnedFd,
+    doors: &Doors<'_>,
     shared: Option<&SharedChunks>,
     assembler: &mut Assembler<'_>,
     supervisor: &mut Supervisor,
@@ -863,54 +914,151 @@ fn collect(
 ) -> (Option<RecordError>, u64) {
     let mut buffer = vec![0u8; 1 << 18];
     let mut shared_messages = 0;
-    let failure = loop {
-        if supervisor.check() == Verdict::Stop {
+    // The socket pair's end (None once closed), then accepted connections.
+    let mut main = Some(doors.socket.as_raw_fd());
+    let mut joined: Vec<OwnedFd> = Vec::new();
+    // Processes that sent `Exec` and have not connected since.
+    let mut execs: HashMap<u32, Instant> = HashMap::new();
+    // Accepting costs a system call: done when the sockets are idle and
+    // every so many messages.
+    let mut accept_due = true;
+    let mut handled_messages = 0u64;
+    let failure = 'collect: loop {
+        if supervisor.check() == Verdict::Stop || doors.cut_off.load(Ordering::Acquire) {
             break None;
         }
-        // Non-blocking: with the socket empty, wait in the supervisor
-        // (socket, signals and deadlines at once).
-        // SAFETY: buffer is valid for its length.
-        let n = unsafe {
-            libc::recv(
-                socket.as_raw_fd(),
-                buffer.as_mut_ptr().cast(),
-                buffer.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
-        if n == 0 {
-            break None;
+        if accept_due {
+            accept(doors, &mut joined, &mut execs, assembler);
         }
-        if n < 0 {
+        // One message from the first socket that has one, oldest socket
+        // first: an image's `Exec` (sent before the `exec`, on the socket
+        // it held) is then handled before the next image's `Start` (sent on
+        // a connection made after it).
+        let mut index = 0;
+        let message = loop {
+            let fd = match (index, main) {
+                (0, Some(fd)) => fd,
+                _ => match joined.get(index - usize::from(main.is_some())) {
+                    Some(connection) => connection.as_raw_fd(),
+                    None => break None,
+                },
+            };
+            // Non-blocking: with every socket empty, wait in the supervisor
+            // (sockets, signals and deadlines at once).
+            // SAFETY: buffer is valid for its length.
+            let n = unsafe {
+                libc::recv(
+                    fd,
+                    buffer.as_mut_ptr().cast(),
+                    buffer.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n > 0 {
+                break Some(n as usize);
+            }
+            if n == 0 {
+                // Closed by every process that held it.
+                if index == 0 && main.is_some() {
+                    main = None;
+                } else {
+                    joined.remove(index - usize::from(main.is_some()));
+                }
+                continue;
+            }
             let err = std::io::Error::last_os_error();
             match err.kind() {
-                std::io::ErrorKind::Interrupted => continue,
-                std::io::ErrorKind::WouldBlock => {
-                    supervisor.wait(socket.as_raw_fd());
-                    continue;
-                }
-                _ => break Some(RecordError::ReadOutput(err)),
+                std::io::ErrorKind::Interrupted => {}
+                std::io::ErrorKind::WouldBlock => index += 1,
+                _ => break 'collect Some(RecordError::ReadOutput(err)),
+            }
+        };
+        if let Some(mut n) = message {
+            progress.fetch_add(1, Ordering::Release);
+            if let Some(length) = shared.and_then(|c| c.take(&mut buffer, n)) {
+                n = length;
+                shared_messages += 1;
+            }
+            let handled = assembler.message(&buffer[..n]);
+            progress.fetch_add(1, Ordering::Release);
+            if let Err(e) = handled {
+                break Some(RecordError::Sink(e));
+            }
+            for pid in assembler.new_execs.drain(..) {
+                let now = Instant::now();
+                exec_watch.add(pid, now);
+                execs.insert(pid, now);
+            }
+            handled_messages += 1;
+            accept_due = handled_messages % 64 == 0;
+            continue;
+        }
+        accept_due = true;
+        if main.is_none() && joined.is_empty() {
+            // A connection made since the last accept keeps it going.
+            if accept(doors, &mut joined, &mut execs, assembler) {
+                continue;
+            }
+            let now = Instant::now();
+            execs.retain(|&pid, &mut at| now.duration_since(at) < JOIN_GRACE && alive(pid));
+            if doors.listener.is_none()
+                || (doors.exited.load(Ordering::Acquire) && execs.is_empty())
+            {
+                break None;
             }
         }
-        let mut n = n as usize;
-        progress.fetch_add(1, Ordering::Release);
-        if let Some(length) = shared.and_then(|c| c.take(&mut buffer, n)) {
-            n = length;
-            shared_messages += 1;
-        }
-        let handled = assembler.message(&buffer[..n]);
-        progress.fetch_add(1, Ordering::Release);
-        if let Err(e) = handled {
-            break Some(RecordError::Sink(e));
-        }
-        for pid in assembler.new_execs.drain(..) {
-            exec_watch.add(pid, Instant::now());
-        }
+        let fds: Vec<RawFd> = main
+            .into_iter()
+            .chain(joined.iter().map(AsRawFd::as_raw_fd))
+            .chain(doors.listener.map(listen::Listener::fd))
+            .collect();
+        // Without an open socket, the program's exit is noticed by polling.
+        let cap = if main.is_none() && joined.is_empty() {
+            Duration::from_millis(10)
+        } else {
+            signals::POLL_CAP
+        };
+        supervisor.wait(&fds, cap);
     };
     if failure.is_some() {
         supervisor.kill();
     }
     (failure, shared_messages)
+}
+
+/// Accepts the connections waiting at the listener (if any) into `joined`;
+/// their processes need no more waiting for. Whether any was accepted.
+fn accept(
+    doors: &Doors<'_>,
+    joined: &mut Vec<OwnedFd>,
+    execs: &mut HashMap<u32, Instant>,
+    assembler: &mut Assembler<'_>,
+) -> bool {
+    let Some(listener) = doors.listener else {
+        return false;
+    };
+    let (accepted, refused) = listener.accept(doors.program);
+    assembler.refused_connections += refused;
+    let any = !accepted.is_empty();
+    for (connection, pid) in accepted {
+        execs.remove(&pid);
+        joined.push(connection);
+    }
+    any
+}
+
+/// Whether process `pid` still runs (a zombie does not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat[stat.rfind(')')? + 1..]
+                .split_whitespace()
+                .next()?
+                .to_string();
+            Some(state != "Z" && state != "X")
+        })
+        .unwrap_or(false)
 }
 
 /// The recording's totals and notes, once the program has ended.
@@ -996,6 +1144,12 @@ fn summarise(
             "{} process(es) replaced themselves with another program (exec): what that program ran is not traced ({:.3} s of wall time from exec to exit{running})",
             assembler.execed.len(),
             execs_untraced_micros as f64 / 1e6
+        ));
+    }
+    if assembler.refused_connections > 0 {
+        notes.push(format!(
+            "{} connection(s) to the recorder refused (not from a process of the traced program, or of another user): what they ran is not traced",
+            assembler.refused_connections
         ));
     }
     if assembler.joined_execs > 0 {

@@ -136,22 +136,19 @@ impl Supervisor {
         verdict
     }
 
-    /// Waits until `socket` is readable, a signal arrives, or the next
-    /// deadline passes (at most [`signals::POLL_CAP`]).
-    pub(crate) fn wait(&self, socket: RawFd) {
-        let mut fds = [
-            libc::pollfd {
-                fd: socket,
+    /// Waits until one of `sockets` is readable, a signal arrives, or the
+    /// next deadline passes (at most `cap`, itself at most
+    /// [`signals::POLL_CAP`]).
+    pub(crate) fn wait(&self, sockets: &[RawFd], cap: Duration) {
+        let mut fds: Vec<libc::pollfd> = std::iter::once(signals::wake_fd().unwrap_or(-1))
+            .chain(sockets.iter().copied())
+            .map(|fd| libc::pollfd {
+                fd,
                 events: libc::POLLIN,
                 revents: 0,
-            },
-            libc::pollfd {
-                fd: signals::wake_fd().unwrap_or(-1),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        let mut wait = signals::POLL_CAP;
+            })
+            .collect();
+        let mut wait = signals::POLL_CAP.min(cap);
         let now = Instant::now();
         let pending = [
             self.deadline.filter(|_| self.interrupted.is_none()),
@@ -162,9 +159,9 @@ impl Supervisor {
         }
         // Round up: a timeout of 0.3 ms must not become a busy loop of 0.
         let millis = wait.as_micros().div_ceil(1000) as libc::c_int;
-        // SAFETY: two valid pollfd entries (a negative fd is skipped).
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, millis) };
-        if ready > 0 && fds[1].revents != 0 {
+        // SAFETY: valid pollfd entries (a negative fd is skipped).
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, millis) };
+        if ready > 0 && fds[0].revents != 0 {
             signals::drain();
         }
     }

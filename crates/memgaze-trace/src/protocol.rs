@@ -48,11 +48,22 @@ pub const RECORDER_ENV: &str = "MEMGAZE_RECORDER";
 /// travels through the socket.
 pub const SHARED_ENV: &str = "MEMGAZE_RECORDER_SHM";
 
-/// Set to `1` by the user (the recorder passes the environment on): an
-/// instrumented process that `exec`s hands the recorder socket to the new
-/// program, so an instrumented one joins the trace. Off by default: every
-/// exec'd program, instrumented or not, would see the socket's descriptor.
+/// Set to `0` by the user to keep exec'd (and spawned) instrumented
+/// programs out of the trace: the recorder then offers no [`LISTEN_ENV`]
+/// address. Any other value, or none, follows them.
 pub const FOLLOW_EXEC_ENV: &str = "MEMGAZE_FOLLOW_EXEC";
+
+/// Environment variable naming the abstract `AF_UNIX` `SOCK_SEQPACKET`
+/// address (without its leading NUL) where the collector accepts further
+/// connections: the entry hook of an instrumented program that does not
+/// hold the socket [`RECORDER_ENV`] names (the socket is close-on-exec, so
+/// an exec'd program never does) connects there and sends its `Start`. The
+/// name is random; the collector accepts only processes of the traced
+/// program's process group or descent.
+pub const LISTEN_ENV: &str = "MEMGAZE_RECORDER_LISTEN";
+
+/// Longest name [`LISTEN_ENV`] may give (`sun_path` less the leading NUL).
+pub const LISTEN_NAME_MAX: usize = 107;
 
 /// Bytes at the start of the shared mapping holding one `u64` state word per
 /// chunk: 0 free, 1 claimed by a sender (until the collector has copied it

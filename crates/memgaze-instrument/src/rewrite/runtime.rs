@@ -42,8 +42,9 @@
 //!   saves the flags, takes the grant back and issues the next one.
 //! - `entry`: the process entry hook (`e_entry`); parses
 //!   [`memgaze_trace::protocol::RECORDER_ENV`] from the initial stack,
-//!   validates the socket, marks it close-on-exec, then jumps to the
-//!   original entry point.
+//!   validates the socket (or, where the process does not hold it, an
+//!   exec'd program, connects anew to [`memgaze_trace::protocol::LISTEN_ENV`]),
+//!   marks it close-on-exec, then jumps to the original entry point.
 //! - `fini`: the `DT_FINI` hook; folds every thread's unconsumed countdown
 //!   into its execution count, flushes every slot, sends `ProcessExit`, then
 //!   jumps to the original `DT_FINI` function.
@@ -135,9 +136,6 @@ pub struct Config {
     pub spatial_threshold: u64,
     /// The threshold the environment gave, until the entry hook accepts it.
     pub(crate) spatial_pending: u64,
-    /// 1 when [`protocol::FOLLOW_EXEC_ENV`] is `1`: an `exec` hands the
-    /// socket on.
-    pub(crate) follow_exec: u64,
 }
 
 /// Offsets of the config block's fields ([`Config`]) and its state values.
@@ -179,8 +177,6 @@ pub mod cfg {
     pub(crate) const SPATIAL_THRESHOLD: i32 = offset_of!(Config, spatial_threshold) as i32;
     /// Offset of `Config::spatial_pending`.
     pub(crate) const SPATIAL_PENDING: i32 = offset_of!(Config, spatial_pending) as i32;
-    /// Offset of `Config::follow_exec`.
-    pub(crate) const FOLLOW_EXEC: i32 = offset_of!(Config, follow_exec) as i32;
     /// `STATE` values.
     pub(crate) const STATE_DISABLED: i32 = 1;
     /// `STATE` values.
@@ -279,6 +275,8 @@ const SYS_GETPID: i32 = 39;
 const SYS_READLINK: i32 = 89;
 const SYS_SENDTO: i32 = 44;
 const SYS_FCNTL: i32 = 72;
+const SYS_SOCKET: i32 = 41;
+const SYS_CONNECT: i32 = 42;
 const SYS_GETTID: i32 = 186;
 const SYS_PROCESS_VM_READV: i32 = 310;
 const MADV_WIPEONFORK: i32 = 18;
@@ -290,6 +288,9 @@ const EINTR: i32 = -4;
 const EAGAIN: i32 = -11;
 const S_IFMT: u32 = 0o170000;
 const S_IFSOCK: u32 = 0o140000;
+const AF_UNIX: u32 = 1;
+const SOCK_SEQPACKET: u32 = 5;
+const SOCK_CLOEXEC: u32 = 0o2000000;
 
 /// Where the runtime is placed and what it chains to.
 #[derive(Clone, Copy, Debug)]
@@ -425,7 +426,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     emit_entry(&mut a, &mut l, params)?;
     emit_parse_u64(&mut a, &mut l)?;
     emit_shared_setup(&mut a, &mut l)?;
-    emit_follow_exec_setup(&mut a, &mut l)?;
+    emit_reconnect(&mut a, &mut l)?;
     emit_env_prefixes(&mut a, &mut l)?;
 
     let result = a.assemble_options(
@@ -1513,19 +1514,6 @@ fn emit_process_end(a: &mut Asm, l: &mut Labels, params: &RuntimeParams, end: Pr
         }
     }
     a.call(l.process_message)?;
-    if let ProcessEnd::Exec = end {
-        // With MEMGAZE_FOLLOW_EXEC=1 the program the exec starts inherits
-        // the socket: instrumented, it joins the trace (its entry hook finds
-        // the descriptor the environment names); if not, it holds the
-        // socket until it ends.
-        a.cmp(qword_ptr(r12 + cfg::FOLLOW_EXEC), 0)?;
-        a.je(done)?;
-        a.mov(eax, SYS_FCNTL)?;
-        a.mov(rdi, qword_ptr(r12 + cfg::FD))?;
-        a.mov(esi, F_SETFD)?;
-        a.xor(edx, edx)?;
-        a.syscall()?;
-    }
     a.set_label(&mut done)?;
     restore_all(a)?;
     a.ret()?;
@@ -1826,29 +1814,25 @@ fn emit_after_fork(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     Ok(())
 }
 
-/// The `posix_spawn` hooks. `before_spawn`: with MEMGAZE_FOLLOW_EXEC=1
-/// the socket is made inheritable, so that an instrumented program the
-/// spawn starts joins the trace. `after_spawn` (`rax` = what `posix_spawn`
-/// returned, `rdi` = its pid pointer): the socket is close-on-exec again,
-/// and a successful spawn sends a `Spawn` message naming the new process,
-/// so that a program that does not join is counted (and timed) as untraced.
+/// The `posix_spawn` hooks. `before_spawn` does nothing (an instrumented
+/// program the spawn starts connects anew, see `reconnect`).
+/// `after_spawn` (`rax` = what `posix_spawn` returned, `rdi` = its pid
+/// pointer): a successful spawn sends a `Spawn` message naming the new
+/// process, so that a program that does not join is counted (and timed) as
+/// untraced.
 fn emit_spawn_hooks(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     let mut done = a.create_label();
     a.set_label(&mut l.before_spawn)?;
     enter_active(a, params, done)?;
-    socket_close_on_exec(a, 0, done)?;
     a.set_label(&mut done)?;
     restore_all(a)?;
     a.ret()?;
 
     let mut done = a.create_label();
-    let mut send = a.create_label();
     a.set_label(&mut l.after_spawn)?;
     enter_active(a, params, done)?;
     a.mov(rbx, rax)?;
     a.mov(rbp, rdi)?;
-    socket_close_on_exec(a, FD_CLOEXEC, send)?;
-    a.set_label(&mut send)?;
     a.test(ebx, ebx)?;
     a.jnz(done)?;
     a.test(rbp, rbp)?;
@@ -1861,20 +1845,6 @@ fn emit_spawn_hooks(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.set_label(&mut done)?;
     restore_all(a)?;
     a.ret()?;
-    Ok(())
-}
-
-/// With MEMGAZE_FOLLOW_EXEC=1, sets the socket's close-on-exec flag to
-/// `flag`; else straight to `skip`. Expects r12 = the config; clobbers
-/// rax, rcx, rdx, rsi, rdi and r11.
-fn socket_close_on_exec(a: &mut Asm, flag: i32, skip: CodeLabel) -> R {
-    a.cmp(qword_ptr(r12 + cfg::FOLLOW_EXEC), 0)?;
-    a.je(skip)?;
-    a.mov(eax, SYS_FCNTL)?;
-    a.mov(rdi, qword_ptr(r12 + cfg::FD))?;
-    a.mov(esi, F_SETFD)?;
-    a.mov(edx, flag)?;
-    a.syscall()?;
     Ok(())
 }
 
@@ -1987,14 +1957,17 @@ fn emit_entry(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.mov(r14, qword_ptr(rsp + 8))?;
     a.mov(r15, qword_ptr(rsp))?;
     a.add(rsp, 144)?;
+    // Not the collector's socket (close-on-exec: an exec'd program finds
+    // the descriptor gone or reused): connect anew, see `reconnect`.
     a.test(r13, r13)?;
-    a.jnz(l.entry_done)?;
+    a.jnz(l.reconnect)?;
     a.cmp(eax, S_IFSOCK)?;
-    a.jne(l.entry_done)?;
+    a.jne(l.reconnect)?;
     a.cmp(r14, qword_ptr(r12 + cfg::INODE))?;
-    a.jne(l.entry_done)?;
+    a.jne(l.reconnect)?;
     a.cmp(r15, qword_ptr(r12 + cfg::DEVICE))?;
-    a.jne(l.entry_done)?;
+    a.jne(l.reconnect)?;
+    a.set_label(&mut l.connected)?;
     // Process block: anonymous, wiped on fork (required: without it a
     // forked child would re-send its parent's buffered records).
     map_anonymous(a, process::bytes(params.escape_sites))?;
@@ -2014,7 +1987,6 @@ fn emit_entry(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.mov(edx, FD_CLOEXEC)?;
     a.syscall()?;
     a.call(l.shared_setup)?;
-    a.call(l.follow_exec_setup)?;
     a.mov(
         qword_ptr(r12 + cfg::ENABLED),
         if params.has_regions { 0 } else { 1 },
@@ -2202,22 +2174,30 @@ fn emit_shared_setup(a: &mut Asm, l: &mut Labels) -> R {
     Ok(())
 }
 
-/// follow_exec_setup(rbp = envp): sets cfg.FOLLOW_EXEC when the
-/// environment holds exactly `MEMGAZE_FOLLOW_EXEC=1`. Clobbers rbx and the
-/// scratch registers.
-fn emit_follow_exec_setup(a: &mut Asm, l: &mut Labels) -> R {
+/// reconnect (jumped to from the entry hook, rbp = envp): the environment
+/// names the collector's socket, but this process does not hold it (an
+/// exec'd or spawned program). Connects to the abstract address
+/// [`protocol::LISTEN_ENV`] names and takes the new connection as its
+/// socket (back to `connected`); without the variable, or if the
+/// connection fails, the program runs unrecorded (`entry_done`).
+fn emit_reconnect(a: &mut Asm, l: &mut Labels) -> R {
+    // sockaddr_un (110 bytes) at rsp, a `struct stat` at rsp + 112.
+    const SOCKADDR: i32 = 112 + 144;
     let mut env_loop = a.create_label();
     let mut cmp = a.create_label();
-    let mut done = a.create_label();
-    a.set_label(&mut l.follow_exec_setup)?;
+    let mut copy = a.create_label();
+    let mut copied = a.create_label();
+    let mut close = a.create_label();
+    let mut fail = a.create_label();
+    a.set_label(&mut l.reconnect)?;
     a.mov(rbx, rbp)?;
     a.set_label(&mut env_loop)?;
     a.mov(rsi, qword_ptr(rbx))?;
     a.test(rsi, rsi)?;
-    a.jz(done)?;
+    a.jz(l.entry_done)?;
     a.add(rbx, 8)?;
-    a.lea(rdi, ptr(l.follow_exec_prefix))?;
-    a.mov(ecx, (protocol::FOLLOW_EXEC_ENV.len() + 2) as u32)?;
+    a.lea(rdi, ptr(l.listen_prefix))?;
+    a.mov(ecx, env_prefix(protocol::LISTEN_ENV).len() as u32)?;
     a.set_label(&mut cmp)?;
     a.mov(al, byte_ptr(rsi))?;
     a.cmp(al, byte_ptr(rdi))?;
@@ -2226,11 +2206,58 @@ fn emit_follow_exec_setup(a: &mut Asm, l: &mut Labels) -> R {
     a.inc(rdi)?;
     a.dec(ecx)?;
     a.jnz(cmp)?;
-    a.cmp(byte_ptr(rsi), 0)?;
-    a.jne(env_loop)?;
-    a.mov(qword_ptr(r12 + cfg::FOLLOW_EXEC), 1)?;
-    a.set_label(&mut done)?;
-    a.ret()?;
+    // sockaddr_un: AF_UNIX, a NUL (abstract), then the name.
+    a.sub(rsp, SOCKADDR)?;
+    a.mov(word_ptr(rsp), AF_UNIX)?;
+    a.mov(byte_ptr(rsp + 2), 0)?;
+    a.xor(ecx, ecx)?;
+    a.set_label(&mut copy)?;
+    a.movzx(eax, byte_ptr(rsi + rcx))?;
+    a.test(eax, eax)?;
+    a.jz(copied)?;
+    a.cmp(ecx, protocol::LISTEN_NAME_MAX as u32)?;
+    a.jae(fail)?;
+    a.mov(byte_ptr(rsp + rcx + 3), al)?;
+    a.inc(ecx)?;
+    a.jmp(copy)?;
+    a.set_label(&mut copied)?;
+    a.lea(r14, qword_ptr(rcx + 3))?;
+    a.mov(eax, SYS_SOCKET)?;
+    a.mov(edi, AF_UNIX)?;
+    a.mov(esi, SOCK_SEQPACKET | SOCK_CLOEXEC)?;
+    a.xor(edx, edx)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.js(fail)?;
+    a.mov(r13, rax)?;
+    a.mov(eax, SYS_CONNECT)?;
+    a.mov(rdi, r13)?;
+    a.mov(rsi, rsp)?;
+    a.mov(rdx, r14)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.jnz(close)?;
+    // The connection's identity, which `send` checks before each message.
+    a.mov(eax, SYS_FSTAT)?;
+    a.mov(rdi, r13)?;
+    a.lea(rsi, qword_ptr(rsp + 112))?;
+    a.syscall()?;
+    a.mov(r14, qword_ptr(rsp + 112 + 8))?;
+    a.mov(r15, qword_ptr(rsp + 112))?;
+    a.test(rax, rax)?;
+    a.jnz(close)?;
+    a.add(rsp, SOCKADDR)?;
+    a.mov(qword_ptr(r12 + cfg::FD), r13)?;
+    a.mov(qword_ptr(r12 + cfg::INODE), r14)?;
+    a.mov(qword_ptr(r12 + cfg::DEVICE), r15)?;
+    a.jmp(l.connected)?;
+    a.set_label(&mut close)?;
+    a.mov(eax, SYS_CLOSE)?;
+    a.mov(rdi, r13)?;
+    a.syscall()?;
+    a.set_label(&mut fail)?;
+    a.add(rsp, SOCKADDR)?;
+    a.jmp(l.entry_done)?;
     Ok(())
 }
 
@@ -2239,8 +2266,8 @@ fn emit_env_prefixes(a: &mut Asm, l: &mut Labels) -> R {
     a.db(env_prefix(protocol::RECORDER_ENV).as_bytes())?;
     a.set_label(&mut l.shared_prefix)?;
     a.db(env_prefix(protocol::SHARED_ENV).as_bytes())?;
-    a.set_label(&mut l.follow_exec_prefix)?;
-    a.db(format!("{}=1", protocol::FOLLOW_EXEC_ENV).as_bytes())?;
+    a.set_label(&mut l.listen_prefix)?;
+    a.db(env_prefix(protocol::LISTEN_ENV).as_bytes())?;
     a.set_label(&mut l.proc_self_exe)?;
     a.db(b"/proc/self/exe\0")?;
     Ok(())
@@ -2660,8 +2687,9 @@ struct Labels {
     parse_done: CodeLabel,
     prefix: CodeLabel,
     shared_prefix: CodeLabel,
-    follow_exec_prefix: CodeLabel,
-    follow_exec_setup: CodeLabel,
+    listen_prefix: CodeLabel,
+    reconnect: CodeLabel,
+    connected: CodeLabel,
     start_message: CodeLabel,
     proc_self_exe: CodeLabel,
     shared_setup: CodeLabel,
@@ -2755,8 +2783,9 @@ impl Labels {
             shared_prefix: n(),
             shared_setup: n(),
             send_escapes: n(),
-            follow_exec_prefix: n(),
-            follow_exec_setup: n(),
+            listen_prefix: n(),
+            reconnect: n(),
+            connected: n(),
             start_message: n(),
             proc_self_exe: n(),
         }
