@@ -259,7 +259,7 @@ fn filters_and_listing_use_the_frameworks_names() {
 #[test]
 fn criterion_with_lto_records_the_routine() {
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("memgaze-benches-lto");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cargo-memgaze"));
+    let mut cmd = crate::support::memgaze_command();
     cmd.args(["memgaze", "bench", "--locked", "--manifest-path"])
         .arg(manifest())
         .arg("--target-dir")

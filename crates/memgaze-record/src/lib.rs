@@ -990,7 +990,7 @@ fn collect(
                 execs.insert(pid, now);
             }
             handled_messages += 1;
-            accept_due = handled_messages % 64 == 0;
+            accept_due = handled_messages.is_multiple_of(64);
             continue;
         }
         accept_due = true;

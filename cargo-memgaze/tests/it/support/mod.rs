@@ -33,7 +33,6 @@ pub fn process_scratch(tag: &str) -> PathBuf {
     dir
 }
 
-
 /// The instrumented-library cache of the whole test run (`MEMGAZE_LIBS_CACHE`,
 /// in the target directory): every recording instruments libc, libm and
 /// libgcc_s by default, and tests run outside any cargo project's target
