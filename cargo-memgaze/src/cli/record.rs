@@ -16,19 +16,21 @@ use memgaze_trace::{Backend, EncodedSites, ProgramExit, Sampling, TraceWriter};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-/// `--libs` of `record`, `run` and `bench`: libc, libm and libgcc_s by
-/// default.
+/// `--libs` of `record`, `run` and `bench`: none by default until threads
+/// started before their first executable load are counted with libraries
+/// instrumented (`region_threads`: a thread's first loads in libc leave a
+/// re-check countdown that hides its next executable loads uncounted).
 #[derive(clap::Args, Debug, Clone)]
 pub struct LibsArgs {
     /// Shared libraries to instrument too: a comma-separated list of globs
     /// on the names the program needs them by (`libc.so.6`), where
-    /// `default` (the default) stands for libc, libm and libgcc_s and
-    /// `'*'` for every library, or `none` for the executable alone.
+    /// `default` stands for libc, libm and libgcc_s and `'*'` for every
+    /// library, or `none` (the default) for the executable alone.
     /// Instrumented copies are cached like executables (or under
     /// `MEMGAZE_LIBS_CACHE`) and loaded through a private directory first
     /// on `LD_LIBRARY_PATH`; a library that cannot be instrumented is named
     /// and runs original.
-    #[arg(long, value_name = "LIBS", value_parser = parse_libs, default_value = "default", env = "MEMGAZE_LIBS")]
+    #[arg(long, value_name = "LIBS", value_parser = parse_libs, default_value = "none", env = "MEMGAZE_LIBS")]
     pub libs: LibSelection,
 }
 
