@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 
 /// `--libs` of `record`, `run` and `bench`: none by default until threads
 /// started before their first executable load are counted with libraries
-/// instrumented (`region_threads`: a thread's first loads in libc leave a
-/// re-check countdown that hides its next executable loads uncounted).
+/// instrumented (`region_threads` loses loads uncounted, likely a thread's
+/// first libc loads leaving a re-check countdown over its next ones).
 #[derive(clap::Args, Debug, Clone)]
 pub struct LibsArgs {
     /// Shared libraries to instrument too: a comma-separated list of globs
