@@ -453,6 +453,31 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     })
 }
 
+/// Finds the environment entry `name=` from `rbx` (a pointer into envp)
+/// on: leaves `rsi` just after the `=` and `rbx` at the next entry, or
+/// jumps to `not_found` at the end of envp. `prefix` labels the bytes of
+/// [`env_prefix`]`(name)`. Clobbers rax, rcx, rdi.
+fn find_env(a: &mut Asm, prefix: CodeLabel, name: &str, not_found: CodeLabel) -> R {
+    let mut next = a.create_label();
+    let mut compare = a.create_label();
+    a.set_label(&mut next)?;
+    a.mov(rsi, qword_ptr(rbx))?;
+    a.test(rsi, rsi)?;
+    a.jz(not_found)?;
+    a.add(rbx, 8)?;
+    a.lea(rdi, ptr(prefix))?;
+    a.mov(ecx, env_prefix(name).len() as u32)?;
+    a.set_label(&mut compare)?;
+    a.mov(al, byte_ptr(rsi))?;
+    a.cmp(al, byte_ptr(rdi))?;
+    a.jne(next)?;
+    a.inc(rsi)?;
+    a.inc(rdi)?;
+    a.dec(ecx)?;
+    a.jnz(compare)?;
+    Ok(())
+}
+
 /// The string the entry hook looks for in the environment: `NAME=`.
 fn env_prefix(name: &str) -> String {
     format!("{name}=")
@@ -1871,21 +1896,7 @@ fn emit_entry(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.mov(rcx, qword_ptr(rsp + ENTRY_PUSHED))?; // argc
     a.lea(rbx, qword_ptr(rsp + rcx * 8 + (ENTRY_PUSHED + 16)))?; // envp
     a.mov(rbp, rbx)?;
-    a.set_label(&mut l.entry_env_loop)?;
-    a.mov(rsi, qword_ptr(rbx))?;
-    a.test(rsi, rsi)?;
-    a.jz(l.entry_done)?;
-    a.add(rbx, 8)?;
-    a.lea(rdi, ptr(l.prefix))?;
-    a.mov(ecx, env_prefix(protocol::RECORDER_ENV).len() as u32)?;
-    a.set_label(&mut l.entry_cmp)?;
-    a.mov(al, byte_ptr(rsi))?;
-    a.cmp(al, byte_ptr(rdi))?;
-    a.jne(l.entry_env_loop)?;
-    a.inc(rsi)?;
-    a.inc(rdi)?;
-    a.dec(ecx)?;
-    a.jnz(l.entry_cmp)?;
+    find_env(a, l.prefix, protocol::RECORDER_ENV, l.entry_done)?;
     // rsi: "<fd>:<inode>:<device>:<window>:<period>:<seed>"
     for (i, field) in [
         cfg::FD,
@@ -2099,27 +2110,11 @@ fn emit_parse_u64(a: &mut Asm, l: &mut Labels) -> R {
 /// and closes the descriptor, so the program never sees it. Any failure
 /// leaves cfg.SHARED at 0: every message then goes through the socket.
 fn emit_shared_setup(a: &mut Asm, l: &mut Labels) -> R {
-    let mut shared_env_loop = a.create_label();
-    let mut shared_cmp = a.create_label();
     let mut shared_close = a.create_label();
     let mut shared_done = a.create_label();
     a.set_label(&mut l.shared_setup)?;
     a.mov(rbx, rbp)?;
-    a.set_label(&mut shared_env_loop)?;
-    a.mov(rsi, qword_ptr(rbx))?;
-    a.test(rsi, rsi)?;
-    a.jz(shared_done)?;
-    a.add(rbx, 8)?;
-    a.lea(rdi, ptr(l.shared_prefix))?;
-    a.mov(ecx, env_prefix(protocol::SHARED_ENV).len() as u32)?;
-    a.set_label(&mut shared_cmp)?;
-    a.mov(al, byte_ptr(rsi))?;
-    a.cmp(al, byte_ptr(rdi))?;
-    a.jne(shared_env_loop)?;
-    a.inc(rsi)?;
-    a.inc(rdi)?;
-    a.dec(ecx)?;
-    a.jnz(shared_cmp)?;
+    find_env(a, l.shared_prefix, protocol::SHARED_ENV, shared_done)?;
     // rsi: "<fd>:<inode>:<device>:<chunks>" into r13, r14, r15, rbx.
     for (i, reg) in [r13, r14, r15, rbx].into_iter().enumerate() {
         a.call(l.parse_u64)?;
@@ -2183,29 +2178,13 @@ fn emit_shared_setup(a: &mut Asm, l: &mut Labels) -> R {
 fn emit_reconnect(a: &mut Asm, l: &mut Labels) -> R {
     // sockaddr_un (110 bytes) at rsp, a `struct stat` at rsp + 112.
     const SOCKADDR: i32 = 112 + 144;
-    let mut env_loop = a.create_label();
-    let mut cmp = a.create_label();
     let mut copy = a.create_label();
     let mut copied = a.create_label();
     let mut close = a.create_label();
     let mut fail = a.create_label();
     a.set_label(&mut l.reconnect)?;
     a.mov(rbx, rbp)?;
-    a.set_label(&mut env_loop)?;
-    a.mov(rsi, qword_ptr(rbx))?;
-    a.test(rsi, rsi)?;
-    a.jz(l.entry_done)?;
-    a.add(rbx, 8)?;
-    a.lea(rdi, ptr(l.listen_prefix))?;
-    a.mov(ecx, env_prefix(protocol::LISTEN_ENV).len() as u32)?;
-    a.set_label(&mut cmp)?;
-    a.mov(al, byte_ptr(rsi))?;
-    a.cmp(al, byte_ptr(rdi))?;
-    a.jne(env_loop)?;
-    a.inc(rsi)?;
-    a.inc(rdi)?;
-    a.dec(ecx)?;
-    a.jnz(cmp)?;
+    find_env(a, l.listen_prefix, protocol::LISTEN_ENV, l.entry_done)?;
     // sockaddr_un: AF_UNIX, a NUL (abstract), then the name.
     a.sub(rsp, SOCKADDR)?;
     a.mov(word_ptr(rsp), AF_UNIX)?;
@@ -2679,8 +2658,6 @@ struct Labels {
     fini_exit_message: CodeLabel,
     fini_done: CodeLabel,
     entry: CodeLabel,
-    entry_env_loop: CodeLabel,
-    entry_cmp: CodeLabel,
     entry_done: CodeLabel,
     parse_u64: CodeLabel,
     parse_loop: CodeLabel,
@@ -2773,8 +2750,6 @@ impl Labels {
             fini_exit_message: n(),
             fini_done: n(),
             entry: n(),
-            entry_env_loop: n(),
-            entry_cmp: n(),
             entry_done: n(),
             parse_u64: n(),
             parse_loop: n(),
