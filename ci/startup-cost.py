@@ -3,7 +3,10 @@
 `cargo memgaze record` minus the native run, with the instrumented copy
 made beforehand (as the cache has it), and the recorder's own CPU time.
 
-Usage: ci/startup-cost.py CARGO_MEMGAZE [RUNS]   (default 21 runs per case)
+Usage: ci/startup-cost.py CARGO_MEMGAZE [RUNS [LIBS]]   (default 21 runs
+per case; LIBS is passed as `record --libs LIBS`, default `none`: with
+libraries, their instrumented copies are cached under the scratch directory
+by an untimed first recording)
 
 Cases: a C program whose main returns 0 (compiled here with gcc -O2),
 `rg --version` and `fdfind . <small tree>` when installed (Debian:
@@ -40,7 +43,9 @@ def stats(xs):
 def main():
     memgaze = os.path.abspath(sys.argv[1])
     runs = int(sys.argv[2]) if len(sys.argv) > 2 else 21
+    libs = sys.argv[3] if len(sys.argv) > 3 else "none"
     work = tempfile.mkdtemp(prefix="memgaze-startup-")
+    os.environ["MEMGAZE_LIBS_CACHE"] = os.path.join(work, "libs")
     try:
         true_c = os.path.join(work, "true.c")
         with open(true_c, "w") as f:
@@ -61,15 +66,17 @@ def main():
             else:
                 print(f"{name}: {tool} not installed, left out")
         trace = os.path.join(work, "t.trace")
-        print(f"load average before: {os.getloadavg()}")
+        print(f"--libs {libs}; load average before: {os.getloadavg()}")
         for name, program, args in cases:
             inst = program + ".inst"
             subprocess.run([memgaze, "instrument", program, "-o", inst], check=True,
                            stdout=subprocess.DEVNULL)
+            record = [memgaze, "record", "-q", "--libs", libs, "-o", trace, "--", inst] + args
+            subprocess.run(record, check=True, stdout=subprocess.DEVNULL)
             native, recorded, cpu = [], [], []
             for _ in range(runs):
                 n_wall, n_cpu = timed([program] + args)
-                r_wall, r_cpu = timed([memgaze, "record", "-q", "-o", trace, "--", inst] + args)
+                r_wall, r_cpu = timed(record)
                 native.append(n_wall)
                 recorded.append(r_wall)
                 cpu.append(r_cpu - n_cpu)

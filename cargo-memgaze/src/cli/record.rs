@@ -6,7 +6,9 @@
 
 use super::Global;
 use super::style::styled_eprintln;
+use crate::pipeline::instrumented::Decode;
 use crate::pipeline::libs::{LibSelection, Libraries};
+use crate::pipeline::sites::SitesFor;
 use anyhow::{Context, Result, bail};
 use memgaze_error::{Exit, usage};
 use memgaze_metadata::annotation::{Annotation, InstrumentationMode};
@@ -77,12 +79,25 @@ impl LibsArgs {
         cache: Option<&Path>,
         global: &Global,
     ) -> Result<Libraries> {
+        self.prepare_as(program, cache, Decode::Whole, global)
+    }
+
+    /// [`LibsArgs::prepare`], with the annotations of cached copies decoded
+    /// as `decode` says.
+    pub fn prepare_as(
+        &self,
+        program: &Path,
+        cache: Option<&Path>,
+        decode: Decode,
+        global: &Global,
+    ) -> Result<Libraries> {
         let cache = libs_cache_override().or_else(|| cache.map(Path::to_path_buf));
-        let libraries = Libraries::prepare(program, &self.libs, cache.as_deref(), |library| {
-            if !global.quiet {
-                styled_eprintln!("memgaze: instrumenting {}…", library.display());
-            }
-        })?;
+        let libraries =
+            Libraries::prepare_as(program, &self.libs, cache.as_deref(), decode, |library| {
+                if !global.quiet {
+                    styled_eprintln!("memgaze: instrumenting {}…", library.display());
+                }
+            })?;
         for (library, reason) in &libraries.refused {
             styled_eprintln!(
                 "memgaze: warning: {} ({}) is not instrumented and runs original: {reason}",
@@ -277,13 +292,18 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     let sampling = args.sampling.sampling()?;
     let choice = args.sampling.resolve_backend()?;
     let program = resolve_program(Path::new(&args.command[0]))?;
-    // Without libraries the header's sites can come from the cache (with
-    // them, their sites follow the executable's, renumbered: built whole).
-    let inputs = crate::pipeline::sites::read_for_record(&program, args.libs.libs.is_empty())?;
-    let mut annotation = inputs.annotation;
+    // The header's sites come from a cache: the executable's own, or with
+    // libraries one of those followed by the libraries' (found once they
+    // are known).
+    let sites_for = if args.libs.libs.is_empty() {
+        SitesFor::Executable
+    } else {
+        SitesFor::WithLibraries
+    };
+    let mut inputs = crate::pipeline::sites::read_for_record(&program, sites_for)?;
     let backend = args
         .sampling
-        .backend_for(choice, &program, annotation.mode, global)?;
+        .backend_for(choice, &program, inputs.annotation.mode, global)?;
     let output = match &args.output {
         Some(path) => path.clone(),
         None => {
@@ -299,10 +319,12 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         }
     };
     if backend == Backend::Pt {
-        if inputs.without_load_texts {
+        let annotation = if inputs.without_load_texts {
             // Intel PT decoding needs the loads' registers.
-            annotation = memgaze_instrument::rewrite::read_annotation(&program)?;
-        }
+            memgaze_instrument::rewrite::read_annotation(&program)?
+        } else {
+            inputs.annotation
+        };
         refuse_limits_with_pt(&args.time)?;
         let totals = record_pt_to_file(
             &program,
@@ -321,9 +343,16 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     if let Some(code) = watch.stopped("before the program started") {
         return Ok(Exit::Interrupted(code));
     }
-    let libraries = args
-        .libs
-        .prepare(&program, lib_cache().as_deref(), global)?;
+    let mut libraries = args.libs.prepare_as(
+        &program,
+        lib_cache().as_deref(),
+        Decode::WithoutLoadTexts,
+        global,
+    )?;
+    if sites_for == SitesFor::WithLibraries {
+        crate::pipeline::sites::with_libraries(&program, &mut inputs, &mut libraries)?;
+    }
+    let annotation = inputs.annotation;
     let recording = record_to_file(
         &program,
         &args.command[1..],
@@ -474,8 +503,8 @@ pub fn exit_like(exit: Option<ProgramExit>) -> Exit {
 /// Records `program` into a trace file within `limits`; returns what the
 /// recording said. A trace that cannot be written (a full disk) ends the
 /// recording at once, with the program killed and the path named. `sites`,
-/// when given, are the annotation's functions and loads encoded once
-/// (`pipeline::sites`; only without instrumented libraries).
+/// when given, are the functions and loads of the annotation and then of
+/// the libraries, encoded once (`pipeline::sites`).
 pub fn record_to_file(
     program: &Path,
     args: &[OsString],
@@ -487,14 +516,23 @@ pub fn record_to_file(
 ) -> Result<Recording> {
     let mut command = vec![program.display().to_string()];
     command.extend(args.iter().map(|a| a.to_string_lossy().into_owned()));
-    let sites = sites.filter(|_| libraries.instrumented.is_empty());
     let mut header = match sites {
         Some(_) => record::trace_header_without_sites(annotation, *sampling, command.clone()),
         None => record::trace_header(annotation, *sampling, command.clone()),
     };
     header.spatial = spatial;
+    let bases = match sites {
+        Some(_) => libraries.extend_labels(
+            &mut header,
+            (
+                annotation.functions.len() as u32,
+                annotation.loads.len() as u32,
+            ),
+        ),
+        None => libraries.extend_header(&mut header),
+    };
     let objects = record::Objects {
-        bases: libraries.extend_header(&mut header),
+        bases,
         valid: libraries.valid_loads(annotation),
         escapes: record::escape_sites(annotation),
     };
@@ -521,13 +559,14 @@ pub fn record_to_file(
     if !recording.joined_programs.is_empty() {
         // Other instrumented programs joined: their loads follow the
         // header's (the records already name them). A header written with
-        // cached sites left the executable's own out, and the annotation
-        // read for it has no load texts: the replacement is built from the
-        // whole annotation.
+        // cached sites left the executable's and libraries' own out, and
+        // the annotations read for it may have no load texts: the
+        // replacement is built from the whole annotations.
         if sites.is_some() {
             let whole = memgaze_instrument::rewrite::read_annotation(program)?;
             header = record::trace_header(&whole, *sampling, command);
             header.spatial = spatial;
+            libraries.extend_header_whole(&mut header)?;
         }
         for program in &recording.joined_programs {
             program.extend_header(&mut header);

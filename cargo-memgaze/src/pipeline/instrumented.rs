@@ -42,6 +42,19 @@ pub struct InstrumentedBench {
     pub annotation: Annotation,
     /// The rewriter's report, when it ran now (`None` for a cache hit).
     pub report: Option<Report>,
+    /// Whether `annotation`'s loads were decoded without their texts
+    /// ([`Decode::WithoutLoadTexts`] on a cache hit).
+    pub without_load_texts: bool,
+}
+
+/// How [`cached_as`] decodes the annotation of a cache hit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decode {
+    /// Everything, as every command reads it.
+    Whole,
+    /// Without the loads' texts ([`Annotation::from_bytes_without_load_texts`]):
+    /// all a recording needs when its trace header comes from a cache.
+    WithoutLoadTexts,
 }
 
 /// Returns the instrumented copy of `executable`, from the cache under
@@ -79,6 +92,18 @@ pub fn cached(
     selection: &[u8],
     instrumenter: impl FnOnce(&Path, &Path) -> anyhow::Result<(Annotation, Report)>,
 ) -> anyhow::Result<InstrumentedBench> {
+    cached_as(executable, cache, selection, Decode::Whole, instrumenter)
+}
+
+/// [`cached`], with a cache hit's annotation decoded as `decode` says (a
+/// copy made now has its whole annotation).
+pub fn cached_as(
+    executable: &Path,
+    cache: &Path,
+    selection: &[u8],
+    decode: Decode,
+    instrumenter: impl FnOnce(&Path, &Path) -> anyhow::Result<(Annotation, Report)>,
+) -> anyhow::Result<InstrumentedBench> {
     let bytes = std::fs::read(executable)
         .with_context(|| format!("cannot read {}", executable.display()))?;
     let mut hasher = Sha256::new();
@@ -111,12 +136,13 @@ pub fn cached(
     let path = entry.join(file_name);
     let annotation_file = instrument::annotation_path(&path);
     if path.is_file() && annotation_file.is_file() {
-        let annotation = read_annotation(&annotation_file)?;
+        let annotation = read_annotation(&annotation_file, decode)?;
         mark_used(&entry);
         return Ok(InstrumentedBench {
             path,
             annotation,
             report: None,
+            without_load_texts: decode == Decode::WithoutLoadTexts,
         });
     }
     // Build in a fresh temporary directory, then rename it into place.
@@ -144,6 +170,7 @@ pub fn cached(
         path,
         annotation,
         report: Some(report),
+        without_load_texts: false,
     })
 }
 
@@ -212,13 +239,20 @@ fn write_executable(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         .with_context(|| format!("cannot make {} executable", path.display()))
 }
 
-fn read_annotation(path: &Path) -> anyhow::Result<Annotation> {
+fn read_annotation(path: &Path, decode: Decode) -> anyhow::Result<Annotation> {
     // A cache entry is written whole and renamed into place, so a bad one was
     // damaged afterwards; the entry is safe to delete and is rebuilt.
-    Annotation::read(path).with_context(|| {
+    let bad = || {
         let entry = path.parent().unwrap_or(path);
         format!("bad cache entry {} (delete it)", entry.display())
-    })
+    };
+    match decode {
+        Decode::Whole => Annotation::read(path).with_context(bad),
+        Decode::WithoutLoadTexts => std::fs::read(path)
+            .map_err(anyhow::Error::from)
+            .and_then(|bytes| Ok(Annotation::from_bytes_without_load_texts(&bytes)?))
+            .with_context(bad),
+    }
 }
 
 /// What identifies the running `cargo memgaze` executable (computed once):
@@ -358,7 +392,7 @@ mod tests {
         std::fs::create_dir(&entry).unwrap();
         let path = entry.join("bench.annotation.json");
         std::fs::write(&path, b"{\"schema\": 7").unwrap();
-        let line = memgaze_error::one_line(&read_annotation(&path).unwrap_err());
+        let line = memgaze_error::one_line(&read_annotation(&path, Decode::Whole).unwrap_err());
         assert!(
             line.starts_with(&format!(
                 "bad cache entry {} (delete it): ",

@@ -13,6 +13,7 @@
 //! every object that needs the library (by its `DT_SONAME`) shares the
 //! copy.
 
+use crate::pipeline::instrumented::Decode;
 use anyhow::{Context, Result, bail};
 use memgaze_metadata::annotation::Annotation;
 use memgaze_trace::{LoadEntry, OBJECT_LABEL, SHARED_LIBRARY_LABEL, TraceHeader};
@@ -83,9 +84,9 @@ pub struct NeededLibrary {
 /// instrumented). A library the loader does not find is left out (the
 /// program will fail to start and say so itself).
 pub fn needed_libraries(program: &Path) -> Result<Vec<NeededLibrary>> {
-    let bytes =
-        std::fs::read(program).with_context(|| format!("cannot read {}", program.display()))?;
-    let Some(interpreter) = interpreter_of(&bytes) else {
+    let Some(interpreter) = interpreter_of_file(program)
+        .with_context(|| format!("cannot read {}", program.display()))?
+    else {
         return Ok(Vec::new());
     };
     let output = Command::new(&interpreter)
@@ -102,6 +103,50 @@ pub fn needed_libraries(program: &Path) -> Result<Vec<NeededLibrary>> {
         );
     }
     Ok(parse_list(&String::from_utf8_lossy(&output.stdout)))
+}
+
+/// How much of an executable [`interpreter_of_file`] reads first: its ELF
+/// header, program headers and `PT_INTERP` string lie at its start.
+const HEAD_BYTES: u64 = 64 * 1024;
+
+/// `PT_INTERP` of the ELF file `path`, if any, from the file's first
+/// [`HEAD_BYTES`] where they hold it: a bench executable with debug
+/// information is 100 MB, and every recording with libraries asks.
+fn interpreter_of_file(path: &Path) -> std::io::Result<Option<PathBuf>> {
+    use std::io::Read;
+    let mut head = Vec::new();
+    std::fs::File::open(path)?
+        .take(HEAD_BYTES)
+        .read_to_end(&mut head)?;
+    match interpreter_in_head(&head) {
+        Some(found) => Ok(found),
+        None => Ok(interpreter_of(&std::fs::read(path)?)),
+    }
+}
+
+/// `PT_INTERP` of an ELF file whose first bytes are `head`: `None` when
+/// `head` does not hold the program headers and the string they point to.
+fn interpreter_in_head(head: &[u8]) -> Option<Option<PathBuf>> {
+    use goblin::elf::{Elf, program_header};
+    let header = Elf::parse_header(head).ok()?;
+    let context = goblin::container::Ctx::new(header.container().ok()?, header.endianness().ok()?);
+    let offset = usize::try_from(header.e_phoff).ok()?;
+    let count = usize::from(header.e_phnum);
+    let span = count.checked_mul(usize::from(header.e_phentsize))?;
+    if offset.checked_add(span)? > head.len() {
+        return None;
+    }
+    let headers = program_header::ProgramHeader::parse(head, offset, count, context).ok()?;
+    let Some(interp) = headers
+        .iter()
+        .find(|h| h.p_type == program_header::PT_INTERP)
+    else {
+        return Some(None);
+    };
+    let start = usize::try_from(interp.p_offset).ok()?;
+    let text = head.get(start..start.checked_add(usize::try_from(interp.p_filesz).ok()?)?)?;
+    let text = text.split(|&b| b == 0).next().unwrap_or(text);
+    Some(Some(PathBuf::from(std::str::from_utf8(text).ok()?)))
 }
 
 /// `PT_INTERP` of an ELF file, if any.
@@ -135,6 +180,9 @@ pub struct InstrumentedLibrary {
     pub path: PathBuf,
     /// Its annotation.
     pub annotation: Annotation,
+    /// Whether `annotation`'s loads were decoded without their texts
+    /// ([`Libraries::prepare_as`]).
+    pub without_load_texts: bool,
 }
 
 /// The libraries of one run: the instrumented ones, the private directory
@@ -158,6 +206,18 @@ impl Libraries {
         program: &Path,
         selection: &LibSelection,
         cache: Option<&Path>,
+        progress: impl FnMut(&Path),
+    ) -> Result<Libraries> {
+        Self::prepare_as(program, selection, cache, Decode::Whole, progress)
+    }
+
+    /// [`Libraries::prepare`], with the annotations of copies found in the
+    /// cache decoded as `decode` says.
+    pub fn prepare_as(
+        program: &Path,
+        selection: &LibSelection,
+        cache: Option<&Path>,
+        decode: Decode,
         mut progress: impl FnMut(&Path),
     ) -> Result<Libraries> {
         let mut libraries = Libraries::default();
@@ -179,10 +239,11 @@ impl Libraries {
                 continue;
             }
             let key = format!("library object {object}");
-            let copy = crate::pipeline::instrumented::cached(
+            let copy = crate::pipeline::instrumented::cached_as(
                 &library.path,
                 &cache,
                 key.as_bytes(),
+                decode,
                 |input, output| {
                     progress(input);
                     let result =
@@ -200,6 +261,7 @@ impl Libraries {
                         object,
                         path: copy.path,
                         annotation: copy.annotation,
+                        without_load_texts: copy.without_load_texts,
                     });
                 }
                 Err(e) => {
@@ -234,6 +296,39 @@ impl Libraries {
     /// (object 0, the executable, first): the collector turns a record id
     /// `object << 24 | load` into `bases[object] + load`.
     pub fn extend_header(&self, header: &mut TraceHeader) -> Vec<u32> {
+        let counts = (header.functions.len() as u32, header.loads.len() as u32);
+        let bases = self.extend_labels(header, counts);
+        for library in &self.instrumented {
+            append_sites(header, &library.library.name, &library.annotation);
+        }
+        bases
+    }
+
+    /// [`Libraries::extend_header`] with every library's annotation whole:
+    /// those decoded without load texts are read again.
+    pub fn extend_header_whole(&self, header: &mut TraceHeader) -> Result<Vec<u32>> {
+        let counts = (header.functions.len() as u32, header.loads.len() as u32);
+        let bases = self.extend_labels(header, counts);
+        for library in &self.instrumented {
+            if library.without_load_texts {
+                let whole = memgaze_instrument::rewrite::read_annotation(&library.path)?;
+                append_sites(header, &library.library.name, &whole);
+            } else {
+                append_sites(header, &library.library.name, &library.annotation);
+            }
+        }
+        Ok(bases)
+    }
+
+    /// The labels [`Libraries::extend_header`] gives a header whose
+    /// executable has `(functions, loads)` sites, without the sites
+    /// themselves (they come encoded: `pipeline::sites`); returns the same
+    /// object bases.
+    pub fn extend_labels(
+        &self,
+        header: &mut TraceHeader,
+        (functions, loads): (u32, u32),
+    ) -> Vec<u32> {
         let mut bases = vec![0];
         if self.instrumented.is_empty() {
             return Vec::new();
@@ -243,30 +338,16 @@ impl Libraries {
             key != SHARED_LIBRARY_LABEL
                 || !self.instrumented.iter().any(|l| &l.library.name == value)
         });
+        let (mut function_base, mut load_base) = (functions, loads);
         for library in &self.instrumented {
-            let lib =
-                memgaze_record::trace_header(&library.annotation, header.sampling, Vec::new());
-            let function_base = header.functions.len() as u32;
-            let load_base = header.loads.len() as u32;
             bases.resize(library.object as usize + 1, u32::MAX);
             bases[library.object as usize] = load_base;
             header.labels.push((
                 OBJECT_LABEL.to_string(),
                 format!("{function_base} {load_base} {}", library.library.name),
             ));
-            header
-                .functions
-                .extend(lib.functions.into_iter().map(|mut f| {
-                    f.name = format!("{}!{}", library.library.name, f.name);
-                    f
-                }));
-            header
-                .loads
-                .extend(lib.loads.into_iter().map(|l| LoadEntry {
-                    function: l.function.map(|f| f + function_base),
-                    proxy: l.proxy.map(|p| p + load_base),
-                    ..l
-                }));
+            function_base += library.annotation.functions.len() as u32;
+            load_base += library.annotation.loads.len() as u32;
         }
         bases
     }
@@ -279,6 +360,27 @@ impl Libraries {
             .flat_map(|a| a.loads.iter().map(|l| l.instrumented))
             .collect()
     }
+}
+
+/// Appends the functions (named `<name>!<function>`) and loads of the
+/// library `name` to `header`, renumbered after those already there.
+fn append_sites(header: &mut TraceHeader, name: &str, annotation: &Annotation) {
+    let lib = memgaze_record::trace_header(annotation, header.sampling, Vec::new());
+    let function_base = header.functions.len() as u32;
+    let load_base = header.loads.len() as u32;
+    header
+        .functions
+        .extend(lib.functions.into_iter().map(|mut f| {
+            f.name = format!("{name}!{}", f.name);
+            f
+        }));
+    header
+        .loads
+        .extend(lib.loads.into_iter().map(|l| LoadEntry {
+            function: l.function.map(|f| f + function_base),
+            proxy: l.proxy.map(|p| p + load_base),
+            ..l
+        }));
 }
 
 #[cfg(test)]
@@ -295,6 +397,19 @@ mod tests {
                 path: "/lib/x86_64-linux-gnu/libc.so.6".into()
             }]
         );
+    }
+
+    #[test]
+    fn the_interpreter_is_read_from_the_head_of_the_file() {
+        let exe = std::env::current_exe().unwrap();
+        let whole = interpreter_of(&std::fs::read(&exe).unwrap());
+        assert!(whole.is_some(), "test executables are dynamically linked");
+        assert_eq!(interpreter_of_file(&exe).unwrap(), whole);
+        let head = std::fs::read(&exe).unwrap()[..HEAD_BYTES as usize].to_vec();
+        assert_eq!(interpreter_in_head(&head), Some(whole));
+        // Cut before the string: not answered from the head.
+        assert_eq!(interpreter_in_head(&head[..64]), None);
+        assert_eq!(interpreter_in_head(b"not an ELF file"), None);
     }
 
     #[test]

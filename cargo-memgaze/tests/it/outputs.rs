@@ -469,29 +469,38 @@ fn a_report_page_directory_that_is_a_link_is_refused() {
     assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
 }
 
-/// `record` caches the header's sites beside the copy; a trace written with
-/// the cache is the trace written without it, and a damaged or foreign
-/// cache file is not used but replaced.
+/// `record` caches the header's sites beside the copy (the executable's
+/// alone, and those followed by its instrumented libraries' in a file of
+/// their own); a trace written with the cache is the trace written
+/// without it, and a damaged or foreign cache file is not used but
+/// replaced.
 #[test]
 fn cached_header_sites_give_the_same_trace() {
+    for (libs, file) in [
+        ("none", "toucher.inst.memgaze.sites"),
+        ("libc.so.6", "toucher.inst.memgaze.libs.sites"),
+    ] {
+        cached_header_sites_give_the_same_trace_with(libs, file);
+    }
+}
+
+fn cached_header_sites_give_the_same_trace_with(libs: &str, file: &str) {
     let dir = tempfile::tempdir().unwrap();
     let program = toucher(dir.path());
     let marker = dir.path().join("ran");
-    let sites = dir.path().join("toucher.inst.memgaze.sites");
+    let sites = dir.path().join(file);
     // One trace path: the analysis names its input.
     let trace = dir.path().join("t.trace");
     let record = || {
-        // The sites are cached for the executable alone (with libraries
-        // the header is built whole): `--libs none`.
         let out = bin()
-            .args(["record", "-q", "--full", "--libs", "none", "-o"])
+            .args(["record", "-q", "--full", "--libs", libs, "-o"])
             .arg(&trace)
             .arg("--")
             .arg(&program)
             .arg(&marker)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(out.status.success(), "--libs {libs}: {}", stderr(&out));
         let analysis = bin()
             .args(["analyze", "--format", "json"])
             .arg(&trace)
@@ -508,18 +517,26 @@ fn cached_header_sites_give_the_same_trace() {
     };
     assert!(!sites.exists());
     let made = record();
+    if libs != "none" {
+        let text = String::from_utf8_lossy(&made.0);
+        assert!(
+            text.contains("libc.so.6!"),
+            "the header lists libc's functions: {}",
+            &text[..text.len().min(400)]
+        );
+    }
     let cache = std::fs::read(&sites).expect("the sites are cached beside the copy");
     assert!(cache.starts_with(b"MGZSITE1"));
-    assert_eq!(record(), made);
+    assert_eq!(record(), made, "--libs {libs}");
     for damaged in [b"MGZSITE1 cut".to_vec(), cache[..cache.len() - 1].to_vec()] {
         std::fs::write(&sites, damaged).unwrap();
-        assert_eq!(record(), made);
+        assert_eq!(record(), made, "--libs {libs}");
         assert_eq!(std::fs::read(&sites).unwrap(), cache, "rewritten");
     }
     // A cache of another annotation (another key) is not used.
     let mut foreign = cache.clone();
     foreign[8] ^= 1;
     std::fs::write(&sites, &foreign).unwrap();
-    assert_eq!(record(), made);
+    assert_eq!(record(), made, "--libs {libs}");
     assert_eq!(std::fs::read(&sites).unwrap(), cache);
 }
