@@ -8,13 +8,13 @@ use super::Global;
 use super::style::styled_eprintln;
 use crate::pipeline::instrumented::Decode;
 use crate::pipeline::libs::{LibSelection, Libraries};
-use crate::pipeline::sites::SitesFor;
+use crate::pipeline::sites::{RecordInputs, SitesFor};
 use anyhow::{Context, Result, bail};
 use memgaze_error::{Exit, usage};
 use memgaze_metadata::annotation::{Annotation, InstrumentationMode};
 use memgaze_record::pt::probe::{BackendChoice, BackendRequest};
 use memgaze_record::{self as record, Recording};
-use memgaze_trace::{Backend, EncodedSites, ProgramExit, Sampling, TraceWriter};
+use memgaze_trace::{Backend, ProgramExit, Sampling, TraceWriter};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -319,7 +319,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         }
     };
     if backend == Backend::Pt {
-        let annotation = if inputs.without_load_texts {
+        let annotation = if inputs.outline {
             // Intel PT decoding needs the loads' registers.
             memgaze_instrument::rewrite::read_annotation(&program)?
         } else {
@@ -343,20 +343,16 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     if let Some(code) = watch.stopped("before the program started") {
         return Ok(Exit::Interrupted(code));
     }
-    let mut libraries = args.libs.prepare_as(
-        &program,
-        lib_cache().as_deref(),
-        Decode::WithoutLoadTexts,
-        global,
-    )?;
+    let mut libraries =
+        args.libs
+            .prepare_as(&program, lib_cache().as_deref(), Decode::Outline, global)?;
     if sites_for == SitesFor::WithLibraries {
         crate::pipeline::sites::with_libraries(&program, &mut inputs, &mut libraries)?;
     }
-    let annotation = inputs.annotation;
     let recording = record_to_file(
         &program,
         &args.command[1..],
-        (&annotation, &libraries, inputs.sites.as_ref()),
+        (&inputs, &libraries),
         &sampling,
         args.sampling.spatial(),
         &output,
@@ -364,12 +360,8 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     )?;
     if !global.quiet {
         print_summary(&recording, &output);
-        let total = annotation.loads.len();
-        let covered = annotation
-            .loads
-            .iter()
-            .filter(|l| l.instrumented || l.proxy.is_some())
-            .count();
+        let total = inputs.load_flags.len();
+        let covered = inputs.load_flags.iter().filter(|l| l.covered).count();
         styled_eprintln!(
             "memgaze: coverage: {covered} of {total} explicit loads of the selected functions instrumented or implied ({:.1}%; `cargo memgaze instrument` lists the rest)",
             if total == 0 {
@@ -378,7 +370,10 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
                 100.0 * covered as f64 / total as f64
             }
         );
-        eprintln!("memgaze: {}", untraced_note_with(&annotation, &libraries));
+        eprintln!(
+            "memgaze: {}",
+            untraced_note_with(&inputs.annotation, &libraries)
+        );
     }
     if let Some((coverage, untraced)) =
         memgaze_analysis::recorded_dynamic_coverage(&recording.totals)
@@ -396,7 +391,8 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     }
     // The command ends here: freeing every load site's strings one by one
     // was a tenth of a short recording's cost (the process exit frees them).
-    std::mem::forget(annotation);
+    std::mem::forget(inputs);
+    libraries.forget_annotations();
     match watch.signal() {
         Some(signal) if recording.interrupted.is_none() => Ok(Exit::Interrupted(128 + signal)),
         _ => Ok(exit_like_program(&recording)),
@@ -508,7 +504,7 @@ pub fn exit_like(exit: Option<ProgramExit>) -> Exit {
 pub fn record_to_file(
     program: &Path,
     args: &[OsString],
-    (annotation, libraries, sites): (&Annotation, &Libraries, Option<&EncodedSites>),
+    (inputs, libraries): (&RecordInputs, &Libraries),
     sampling: &Sampling,
     spatial: Option<memgaze_trace::SpatialSampling>,
     output: &Path,
@@ -516,6 +512,7 @@ pub fn record_to_file(
 ) -> Result<Recording> {
     let mut command = vec![program.display().to_string()];
     command.extend(args.iter().map(|a| a.to_string_lossy().into_owned()));
+    let (annotation, sites) = (&inputs.annotation, inputs.sites.as_ref());
     let mut header = match sites {
         Some(_) => record::trace_header_without_sites(annotation, *sampling, command.clone()),
         None => record::trace_header(annotation, *sampling, command.clone()),
@@ -526,14 +523,14 @@ pub fn record_to_file(
             &mut header,
             (
                 annotation.functions.len() as u32,
-                annotation.loads.len() as u32,
+                inputs.load_flags.len() as u32,
             ),
         ),
         None => libraries.extend_header(&mut header),
     };
     let objects = record::Objects {
         bases,
-        valid: libraries.valid_loads(annotation),
+        valid: libraries.valid_loads_after(&inputs.load_flags),
         escapes: record::escape_sites(annotation),
     };
     let mut writer = match sites {

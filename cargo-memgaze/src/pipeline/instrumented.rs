@@ -17,7 +17,7 @@
 use anyhow::Context;
 use memgaze_instrument::binary::Binary;
 use memgaze_instrument::rewrite::{self as instrument, InstrumentOptions, Report};
-use memgaze_metadata::annotation::{Annotation, AnnotationFormat, InstrumentationMode};
+use memgaze_metadata::annotation::{Annotation, AnnotationFormat, InstrumentationMode, LoadFlags};
 use sha2::{Digest, Sha256};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -42,9 +42,9 @@ pub struct InstrumentedBench {
     pub annotation: Annotation,
     /// The rewriter's report, when it ran now (`None` for a cache hit).
     pub report: Option<Report>,
-    /// Whether `annotation`'s loads were decoded without their texts
-    /// ([`Decode::WithoutLoadTexts`] on a cache hit).
-    pub without_load_texts: bool,
+    /// Each load's flags when `annotation` is an outline (no loads:
+    /// [`Decode::Outline`] on a cache hit).
+    pub outline: Option<Vec<LoadFlags>>,
 }
 
 /// How [`cached_as`] decodes the annotation of a cache hit.
@@ -52,9 +52,9 @@ pub struct InstrumentedBench {
 pub enum Decode {
     /// Everything, as every command reads it.
     Whole,
-    /// Without the loads' texts ([`Annotation::from_bytes_without_load_texts`]):
+    /// An outline: no loads, only their flags ([`Annotation::outline_from_bytes`]):
     /// all a recording needs when its trace header comes from a cache.
-    WithoutLoadTexts,
+    Outline,
 }
 
 /// Returns the instrumented copy of `executable`, from the cache under
@@ -136,13 +136,13 @@ pub fn cached_as(
     let path = entry.join(file_name);
     let annotation_file = instrument::annotation_path(&path);
     if path.is_file() && annotation_file.is_file() {
-        let annotation = read_annotation(&annotation_file, decode)?;
+        let (annotation, outline) = read_annotation(&annotation_file, decode)?;
         mark_used(&entry);
         return Ok(InstrumentedBench {
             path,
             annotation,
             report: None,
-            without_load_texts: decode == Decode::WithoutLoadTexts,
+            outline,
         });
     }
     // Build in a fresh temporary directory, then rename it into place.
@@ -170,7 +170,7 @@ pub fn cached_as(
         path,
         annotation,
         report: Some(report),
-        without_load_texts: false,
+        outline: None,
     })
 }
 
@@ -239,7 +239,10 @@ fn write_executable(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         .with_context(|| format!("cannot make {} executable", path.display()))
 }
 
-fn read_annotation(path: &Path, decode: Decode) -> anyhow::Result<Annotation> {
+fn read_annotation(
+    path: &Path,
+    decode: Decode,
+) -> anyhow::Result<(Annotation, Option<Vec<LoadFlags>>)> {
     // A cache entry is written whole and renamed into place, so a bad one was
     // damaged afterwards; the entry is safe to delete and is rebuilt.
     let bad = || {
@@ -247,10 +250,11 @@ fn read_annotation(path: &Path, decode: Decode) -> anyhow::Result<Annotation> {
         format!("bad cache entry {} (delete it)", entry.display())
     };
     match decode {
-        Decode::Whole => Annotation::read(path).with_context(bad),
-        Decode::WithoutLoadTexts => std::fs::read(path)
+        Decode::Whole => Ok((Annotation::read(path).with_context(bad)?, None)),
+        Decode::Outline => std::fs::read(path)
             .map_err(anyhow::Error::from)
-            .and_then(|bytes| Ok(Annotation::from_bytes_without_load_texts(&bytes)?))
+            .and_then(|bytes| Ok(Annotation::outline_from_bytes(&bytes)?))
+            .map(|(annotation, flags)| (annotation, Some(flags)))
             .with_context(bad),
     }
 }

@@ -15,7 +15,7 @@
 
 use crate::pipeline::instrumented::Decode;
 use anyhow::{Context, Result, bail};
-use memgaze_metadata::annotation::Annotation;
+use memgaze_metadata::annotation::{Annotation, LoadFlags};
 use memgaze_trace::{LoadEntry, OBJECT_LABEL, SHARED_LIBRARY_LABEL, TraceHeader};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -178,11 +178,13 @@ pub struct InstrumentedLibrary {
     pub object: u32,
     /// The instrumented copy.
     pub path: PathBuf,
-    /// Its annotation.
+    /// Its annotation: an outline (no loads) when `outline`.
     pub annotation: Annotation,
-    /// Whether `annotation`'s loads were decoded without their texts
-    /// ([`Libraries::prepare_as`]).
-    pub without_load_texts: bool,
+    /// Each load's flags, in order.
+    pub load_flags: Vec<LoadFlags>,
+    /// Whether `annotation` is an outline ([`Libraries::prepare_as`] with
+    /// [`Decode::Outline`]).
+    pub outline: bool,
 }
 
 /// The libraries of one run: the instrumented ones, the private directory
@@ -259,9 +261,12 @@ impl Libraries {
                     libraries.instrumented.push(InstrumentedLibrary {
                         library,
                         object,
+                        outline: copy.outline.is_some(),
+                        load_flags: copy.outline.unwrap_or_else(|| {
+                            copy.annotation.loads.iter().map(LoadFlags::of).collect()
+                        }),
                         path: copy.path,
                         annotation: copy.annotation,
-                        without_load_texts: copy.without_load_texts,
                     });
                 }
                 Err(e) => {
@@ -299,18 +304,35 @@ impl Libraries {
         let counts = (header.functions.len() as u32, header.loads.len() as u32);
         let bases = self.extend_labels(header, counts);
         for library in &self.instrumented {
+            debug_assert!(!library.outline, "an outline has no loads to list");
             append_sites(header, &library.library.name, &library.annotation);
         }
         bases
     }
 
+    /// Leaves the annotations unfreed (the command is ending: the process
+    /// exit frees them at no cost) and drops the rest, the private
+    /// directory included.
+    pub fn forget_annotations(mut self) {
+        std::mem::forget(std::mem::take(&mut self.instrumented));
+    }
+
+    /// Reads the annotations of outlines again, whole.
+    pub fn read_whole(&mut self) -> Result<()> {
+        for library in self.instrumented.iter_mut().filter(|l| l.outline) {
+            library.annotation = memgaze_instrument::rewrite::read_annotation(&library.path)?;
+            library.outline = false;
+        }
+        Ok(())
+    }
+
     /// [`Libraries::extend_header`] with every library's annotation whole:
-    /// those decoded without load texts are read again.
+    /// outlines are read again.
     pub fn extend_header_whole(&self, header: &mut TraceHeader) -> Result<Vec<u32>> {
         let counts = (header.functions.len() as u32, header.loads.len() as u32);
         let bases = self.extend_labels(header, counts);
         for library in &self.instrumented {
-            if library.without_load_texts {
+            if library.outline {
                 let whole = memgaze_instrument::rewrite::read_annotation(&library.path)?;
                 append_sites(header, &library.library.name, &whole);
             } else {
@@ -347,7 +369,7 @@ impl Libraries {
                 format!("{function_base} {load_base} {}", library.library.name),
             ));
             function_base += library.annotation.functions.len() as u32;
-            load_base += library.annotation.loads.len() as u32;
+            load_base += library.load_flags.len() as u32;
         }
         bases
     }
@@ -355,9 +377,17 @@ impl Libraries {
     /// Which of the header's loads records may name (instrumented ones), in
     /// the order [`Libraries::extend_header`] appends them.
     pub fn valid_loads(&self, executable: &Annotation) -> Vec<bool> {
-        std::iter::once(executable)
-            .chain(self.instrumented.iter().map(|l| &l.annotation))
-            .flat_map(|a| a.loads.iter().map(|l| l.instrumented))
+        let flags: Vec<LoadFlags> = executable.loads.iter().map(LoadFlags::of).collect();
+        self.valid_loads_after(&flags)
+    }
+
+    /// [`Libraries::valid_loads`] for an executable whose loads have
+    /// `executable` flags.
+    pub fn valid_loads_after(&self, executable: &[LoadFlags]) -> Vec<bool> {
+        executable
+            .iter()
+            .chain(self.instrumented.iter().flat_map(|l| &l.load_flags))
+            .map(|flags| flags.instrumented)
             .collect()
     }
 }

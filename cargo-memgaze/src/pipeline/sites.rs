@@ -10,7 +10,7 @@
 
 use crate::pipeline::libs::Libraries;
 use memgaze_instrument::rewrite as instrument;
-use memgaze_metadata::annotation::Annotation;
+use memgaze_metadata::annotation::{Annotation, LoadFlags};
 use memgaze_trace::EncodedSites;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
@@ -36,77 +36,82 @@ pub fn sites_with_libraries_path(program: &Path) -> PathBuf {
 pub enum SitesFor {
     /// The executable alone: its cached sites are read (or made) now.
     Executable,
-    /// The executable and instrumented libraries: the annotation is decoded
-    /// without load texts, and [`with_libraries`] finds the sites once the
+    /// The executable and instrumented libraries: the annotation is read as
+    /// an outline, and [`with_libraries`] finds the sites once the
     /// libraries are known.
     WithLibraries,
-    /// None (the annotation is decoded whole).
-    Nothing,
 }
 
 /// What `record` reads of an instrumented program.
 pub struct RecordInputs {
-    /// Its annotation; without the loads' texts when `sites` came from the
-    /// cache (the header takes them from there).
+    /// Its annotation; an outline (no loads: `outline`) when `sites` came
+    /// from the cache (the header takes the loads from there).
     pub annotation: Annotation,
-    /// The header's functions and loads, encoded once.
+    /// Each load's flags, in order (whole or outline).
+    pub load_flags: Vec<LoadFlags>,
+    /// Whether `annotation` is an outline ([`Annotation::outline_from_bytes`]).
+    pub outline: bool,
+    /// The header's functions and loads, encoded once; always there for an
+    /// outline.
     pub sites: Option<EncodedSites>,
-    /// Whether `annotation`'s loads were decoded without their texts
-    /// ([`Annotation::from_bytes_without_load_texts`]).
-    pub without_load_texts: bool,
     /// The key of the annotation's bytes, when read ([`SitesFor::WithLibraries`]).
     key: Option<u64>,
 }
 
+impl RecordInputs {
+    /// The inputs of a whole `annotation`, without sites.
+    fn whole(annotation: Annotation, key: Option<u64>) -> RecordInputs {
+        RecordInputs {
+            load_flags: annotation.loads.iter().map(LoadFlags::of).collect(),
+            annotation,
+            outline: false,
+            sites: None,
+            key,
+        }
+    }
+
+    /// The inputs of an outline, with `sites` or to be given them.
+    fn outline(
+        (annotation, load_flags): (Annotation, Vec<LoadFlags>),
+        sites: Option<EncodedSites>,
+        key: u64,
+    ) -> RecordInputs {
+        RecordInputs {
+            annotation,
+            load_flags,
+            outline: true,
+            sites,
+            key: Some(key),
+        }
+    }
+}
+
 /// Reads the annotation of the instrumented `program` and, for
 /// [`SitesFor::Executable`], its encoded sites: from the cache when it
-/// matches the annotation's bytes (the annotation is then decoded without
-/// its loads' texts), else encoded now and cached. Errors are those of
+/// matches the annotation's bytes (the annotation is then read as an
+/// outline), else encoded now and cached. Errors are those of
 /// [`instrument::read_annotation`]; sites that cannot be encoded are left
 /// out (the caller builds the whole header, which reports why).
 pub fn read_for_record(program: &Path, sites_for: SitesFor) -> anyhow::Result<RecordInputs> {
     let Ok(bytes) = std::fs::read(instrument::annotation_path(program)) else {
         return whole(program);
     };
-    let decoded = match sites_for {
-        SitesFor::Executable => None,
-        SitesFor::WithLibraries => Some(Annotation::from_bytes_without_load_texts(&bytes).map(
-            |annotation| RecordInputs {
-                annotation,
-                sites: None,
-                without_load_texts: true,
-                key: Some(content_key(&bytes)),
-            },
-        )),
-        SitesFor::Nothing => Some(
-            Annotation::from_bytes(&bytes).map(|annotation| RecordInputs {
-                annotation,
-                sites: None,
-                without_load_texts: false,
-                key: None,
-            }),
-        ),
-    };
-    match decoded {
-        Some(Ok(inputs)) => return Ok(inputs),
-        Some(Err(_)) => return whole(program),
-        None => {}
-    }
     let key = content_key(&bytes);
+    if sites_for == SitesFor::WithLibraries {
+        return match Annotation::outline_from_bytes(&bytes) {
+            Ok(outline) => Ok(RecordInputs::outline(outline, None, key)),
+            Err(_) => whole(program),
+        };
+    }
     let path = sites_path(program);
     if let Ok(cached) = std::fs::read(&path)
         && let Some(sites) = EncodedSites::from_bytes(&cached)
         && sites.key == key
-        && let Ok(annotation) = Annotation::from_bytes_without_load_texts(&bytes)
-        && sites.loads() == annotation.loads.len()
-        && sites.functions() == annotation.functions.len()
+        && let Ok(outline) = Annotation::outline_from_bytes(&bytes)
+        && sites.loads() == outline.1.len()
+        && sites.functions() == outline.0.functions.len()
     {
-        return Ok(RecordInputs {
-            annotation,
-            sites: Some(sites),
-            without_load_texts: true,
-            key: Some(key),
-        });
+        return Ok(RecordInputs::outline(outline, Some(sites), key));
     }
     let Ok(annotation) = Annotation::from_bytes(&bytes) else {
         return whole(program);
@@ -116,10 +121,8 @@ pub fn read_for_record(program: &Path, sites_for: SitesFor) -> anyhow::Result<Re
         store(&path, sites);
     }
     Ok(RecordInputs {
-        annotation,
         sites,
-        without_load_texts: false,
-        key: Some(key),
+        ..RecordInputs::whole(annotation, Some(key))
     })
 }
 
@@ -130,7 +133,8 @@ pub fn read_for_record(program: &Path, sites_for: SitesFor) -> anyhow::Result<Re
 /// the whole annotations (read again: `inputs` and `libraries` then hold
 /// them whole) and cached. Without instrumented libraries, the
 /// executable's own cached sites. Errors are those of reading an
-/// annotation; sites that cannot be encoded are left out.
+/// annotation; where the sites cannot be encoded, `inputs` is left whole
+/// without them.
 pub fn with_libraries(
     program: &Path,
     inputs: &mut RecordInputs,
@@ -160,11 +164,11 @@ pub fn with_libraries(
             .iter()
             .map(|l| l.annotation.functions.len())
             .sum::<usize>();
-    let loads = inputs.annotation.loads.len()
+    let loads = inputs.load_flags.len()
         + libraries
             .instrumented
             .iter()
-            .map(|l| l.annotation.loads.len())
+            .map(|l| l.load_flags.len())
             .sum::<usize>();
     let path = sites_with_libraries_path(program);
     if let Ok(cached) = std::fs::read(&path)
@@ -177,16 +181,8 @@ pub fn with_libraries(
         return Ok(());
     }
     // Made now, from everything whole.
-    inputs.annotation = instrument::read_annotation(program)?;
-    inputs.without_load_texts = false;
-    for library in libraries
-        .instrumented
-        .iter_mut()
-        .filter(|l| l.without_load_texts)
-    {
-        library.annotation = instrument::read_annotation(&library.path)?;
-        library.without_load_texts = false;
-    }
+    *inputs = RecordInputs::whole(instrument::read_annotation(program)?, inputs.key);
+    libraries.read_whole()?;
     let mut header = memgaze_record::trace_header(
         &inputs.annotation,
         memgaze_trace::Sampling::full(),
@@ -213,12 +209,10 @@ fn store(path: &Path, sites: &EncodedSites) {
 
 /// The annotation read as every command reads it, for its error.
 fn whole(program: &Path) -> anyhow::Result<RecordInputs> {
-    Ok(RecordInputs {
-        annotation: instrument::read_annotation(program)?,
-        sites: None,
-        without_load_texts: false,
-        key: None,
-    })
+    Ok(RecordInputs::whole(
+        instrument::read_annotation(program)?,
+        None,
+    ))
 }
 
 /// 64 bits of the SHA-256 of an annotation's bytes.

@@ -83,6 +83,26 @@ pub struct LoadSite {
     pub control: bool,
 }
 
+/// What a recording needs of one load: [`Annotation::outline_from_bytes`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadFlags {
+    /// [`LoadSite::instrumented`]: records may name it.
+    pub instrumented: bool,
+    /// It is instrumented, or implied by an instrumented load
+    /// ([`LoadSite::proxy`]): counted as covered.
+    pub covered: bool,
+}
+
+impl LoadFlags {
+    /// The flags of `load`.
+    pub fn of(load: &LoadSite) -> LoadFlags {
+        LoadFlags {
+            instrumented: load.instrumented,
+            covered: load.instrumented || load.proxy.is_some(),
+        }
+    }
+}
+
 impl LoadSite {
     /// The line a reader should see: the first entry of the inline chain
     /// that `is_user` accepts (its file is the user's code), else `line`.
@@ -270,6 +290,23 @@ impl Annotation {
             return compact::decode_without_load_texts(bytes);
         }
         Annotation::from_bytes(bytes)
+    }
+
+    /// The annotation without its loads (`loads` empty) and, in their
+    /// order, each load's [`LoadFlags`]: what a recording needs when its
+    /// trace header's sites come from a cache. Decoding hundreds of
+    /// thousands of loads into [`LoadSite`]s (200 bytes each) was most of
+    /// the recorder's start-up on a large program and on libc.
+    pub fn outline_from_bytes(
+        bytes: &[u8],
+    ) -> Result<(Annotation, Vec<LoadFlags>), AnnotationError> {
+        if compact::is_compact(bytes) {
+            return compact::decode_outline(bytes);
+        }
+        let mut annotation = Annotation::from_bytes(bytes)?;
+        let flags = annotation.loads.iter().map(LoadFlags::of).collect();
+        annotation.loads = Vec::new();
+        Ok((annotation, flags))
     }
 
     /// Writes the annotation to `path` in the compact format.
@@ -533,6 +570,24 @@ mod tests {
         let mut cut = compact.clone();
         cut.truncate(cut.len() - 3);
         assert!(Annotation::from_bytes_without_load_texts(&cut).is_err());
+    }
+
+    #[test]
+    fn an_outline_keeps_everything_but_the_loads_and_flags_each_load() {
+        let a = full_sample();
+        assert!(a.loads.iter().any(|l| l.instrumented) && a.loads.iter().any(|l| !l.instrumented));
+        let mut expected = a.clone();
+        expected.loads.clear();
+        let flags: Vec<LoadFlags> = a.loads.iter().map(LoadFlags::of).collect();
+        for format in [AnnotationFormat::Compact, AnnotationFormat::Json] {
+            let bytes = a.to_bytes(format);
+            let (outline, got) = Annotation::outline_from_bytes(&bytes).unwrap();
+            assert_eq!(outline, expected, "{format:?}");
+            assert_eq!(got, flags, "{format:?}");
+        }
+        let mut cut = a.to_bytes(AnnotationFormat::Compact);
+        cut.truncate(cut.len() - 3);
+        assert!(Annotation::outline_from_bytes(&cut).is_err());
     }
 
     #[test]

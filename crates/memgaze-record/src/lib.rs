@@ -923,6 +923,13 @@ fn collect(
     // every so many messages.
     let mut accept_due = true;
     let mut handled_messages = 0u64;
+    // Readable once the traced program has exited: its sockets close
+    // before it exits, and polling for the exit cost every recording up
+    // to 10 ms of waiting.
+    let program_exit = pidfd(doors.program);
+    // Set once it was readable: the waiter thread is then about to mark
+    // the exit, and polling it again would spin.
+    let mut exit_seen = false;
     let failure = 'collect: loop {
         if supervisor.check() == Verdict::Stop || doors.cut_off.load(Ordering::Acquire) {
             break None;
@@ -1007,23 +1014,52 @@ fn collect(
                 break None;
             }
         }
+        let exit_fd = program_exit
+            .as_ref()
+            .filter(|_| !exit_seen && !doors.exited.load(Ordering::Acquire))
+            .map(AsRawFd::as_raw_fd);
         let fds: Vec<RawFd> = main
             .into_iter()
             .chain(joined.iter().map(AsRawFd::as_raw_fd))
             .chain(doors.listener.map(listen::Listener::fd))
+            .chain(exit_fd)
             .collect();
         // Without an open socket, the program's exit is noticed by polling.
-        let cap = if main.is_none() && joined.is_empty() {
-            Duration::from_millis(10)
-        } else {
-            signals::POLL_CAP
+        let cap = match (main.is_none() && joined.is_empty(), exit_seen) {
+            (true, false) => Duration::from_millis(10),
+            (true, true) => Duration::from_millis(1),
+            (false, _) => signals::POLL_CAP,
         };
         supervisor.wait(&fds, cap);
+        if let Some(fd) = exit_fd {
+            exit_seen = readable(fd);
+        }
     };
     if failure.is_some() {
         supervisor.kill();
     }
     (failure, shared_messages)
+}
+
+/// A descriptor that becomes readable when process `pid` exits
+/// (`pidfd_open`, Linux 5.3); `None` where the kernel has none (the exit
+/// is then noticed by polling).
+fn pidfd(pid: u32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    // SAFETY: a descriptor just returned to us, owned by nothing else.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Whether `fd` is readable now.
+fn readable(fd: RawFd) -> bool {
+    let mut entry = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd entry, no waiting.
+    unsafe { libc::poll(&mut entry, 1, 0) == 1 && entry.revents & libc::POLLIN != 0 }
 }
 
 /// Accepts the connections waiting at the listener (if any) into `joined`;

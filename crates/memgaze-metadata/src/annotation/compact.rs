@@ -15,8 +15,8 @@
 //! allocated, and the decompressed size is bounded by the declared one.
 
 use super::{
-    Annotation, AnnotationError, EscapeSite, FunctionSite, InstrumentationMode, LoadSite,
-    PtwriteOperand, PtwriteSite,
+    Annotation, AnnotationError, EscapeSite, FunctionSite, InstrumentationMode, LoadFlags,
+    LoadSite, PtwriteOperand, PtwriteSite,
 };
 use crate::model::{BinaryIdentity, LoadClass};
 use std::collections::HashMap;
@@ -87,7 +87,7 @@ pub fn encode(annotation: &Annotation) -> Vec<u8> {
 
 /// Decodes a compact annotation (`bytes` start with [`COMPACT_MAGIC`]).
 pub fn decode(bytes: &[u8]) -> Result<Annotation, AnnotationError> {
-    decode_with(bytes, true)
+    decode_with(bytes, Loads::Whole).map(|(annotation, _)| annotation)
 }
 
 /// [`decode`] with every load's texts left empty (`base`, `index`, `line`,
@@ -95,10 +95,27 @@ pub fn decode(bytes: &[u8]) -> Result<Annotation, AnnotationError> {
 /// that needs the loads' numbers only: copying those strings was most of
 /// the recorder's start-up on a large program.
 pub fn decode_without_load_texts(bytes: &[u8]) -> Result<Annotation, AnnotationError> {
-    decode_with(bytes, false)
+    decode_with(bytes, Loads::WithoutTexts).map(|(annotation, _)| annotation)
 }
 
-fn decode_with(bytes: &[u8], load_texts: bool) -> Result<Annotation, AnnotationError> {
+/// [`decode`] with no loads kept (`loads` empty), only each load's
+/// [`LoadFlags`], in order: every load is still checked.
+pub fn decode_outline(bytes: &[u8]) -> Result<(Annotation, Vec<LoadFlags>), AnnotationError> {
+    decode_with(bytes, Loads::Flags)
+}
+
+/// What the decoder keeps of each load.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Loads {
+    Whole,
+    WithoutTexts,
+    Flags,
+}
+
+fn decode_with(
+    bytes: &[u8],
+    loads: Loads,
+) -> Result<(Annotation, Vec<LoadFlags>), AnnotationError> {
     let corrupt = |what: &str| AnnotationError::Corrupt {
         what: what.to_string(),
     };
@@ -128,7 +145,8 @@ fn decode_with(bytes: &[u8], load_texts: bool) -> Result<Annotation, AnnotationE
         bytes: &raw,
         at: 0,
         table: Vec::new(),
-        load_texts,
+        load_texts: loads == Loads::Whole,
+        flags: (loads == Loads::Flags).then(Vec::new),
     };
     let a = d
         .annotation()
@@ -136,7 +154,7 @@ fn decode_with(bytes: &[u8], load_texts: bool) -> Result<Annotation, AnnotationE
     if d.at != raw.len() {
         return Err(corrupt("bytes after the end"));
     }
-    Ok(a)
+    Ok((a, d.flags.unwrap_or_default()))
 }
 
 #[derive(Default)]
@@ -350,6 +368,8 @@ struct Decoder<'a> {
     table: Vec<String>,
     /// Whether loads get their texts ([`decode_without_load_texts`]).
     load_texts: bool,
+    /// Where [`decode_outline`] keeps each load's flags instead of the load.
+    flags: Option<Vec<LoadFlags>>,
 }
 
 type Decoded<T> = Result<T, &'static str>;
@@ -456,12 +476,18 @@ impl Decoder<'_> {
             functions.push(self.function()?);
         }
         let n = self.count()?;
-        let mut loads = Vec::with_capacity(n);
+        let mut loads = Vec::with_capacity(if self.flags.is_some() { 0 } else { n });
+        if let Some(flags) = &mut self.flags {
+            flags.reserve_exact(n);
+        }
         let mut previous = 0u64;
         for _ in 0..n {
             let load = self.load(previous)?;
             previous = load.ip;
-            loads.push(load);
+            match &mut self.flags {
+                Some(flags) => flags.push(LoadFlags::of(&load)),
+                None => loads.push(load),
+            }
         }
         let n = self.count()?;
         let mut ptwrites = Vec::with_capacity(n);
