@@ -263,6 +263,60 @@ pub fn check_comparable(
     )))
 }
 
+/// The shared libraries whose loads an analysis traced (`--libs`), by
+/// file name, sorted: the instrumented rows of its coverage by object that
+/// are shared objects (`lib….so…`; the executable and joined programs are
+/// not).
+pub fn instrumented_libraries(analysis: &memgaze_analysis::Analysis) -> Vec<&str> {
+    let mut names: Vec<&str> = analysis
+        .summary
+        .coverage_by_object
+        .iter()
+        .filter(|o| o.instrumented && o.object.contains(".so"))
+        .map(|o| o.object.as_str())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
+/// Refuses to compare a run that traced shared libraries' loads with one
+/// that traced none (`--libs none` against `--libs default`: every total
+/// would move by the libraries' loads); runs whose sets of instrumented
+/// libraries differ otherwise (a library the program newly links) are
+/// compared, and the difference is returned as a note.
+pub fn check_same_libraries(
+    bench: &BenchKey,
+    baseline_name: &str,
+    old: &memgaze_analysis::Analysis,
+    new: &memgaze_analysis::Analysis,
+) -> Result<Option<String>> {
+    let (old, new) = (instrumented_libraries(old), instrumented_libraries(new));
+    if old == new {
+        return Ok(None);
+    }
+    let show = |names: &[&str]| {
+        if names.is_empty() {
+            "none (--libs none)".to_string()
+        } else {
+            names.join(", ")
+        }
+    };
+    if old.is_empty() || new.is_empty() {
+        return Err(usage(format!(
+            "cannot compare {bench} with baseline `{baseline_name}`: the baseline traced the loads of shared libraries {}, this run of {}; \
+             record both with the same --libs (or save a new baseline)",
+            show(&old),
+            show(&new)
+        )));
+    }
+    Ok(Some(format!(
+        "the instrumented libraries differ (baseline {}, this run {}): their loads are in one run's totals only",
+        show(&old),
+        show(&new)
+    )))
+}
+
 /// Refuses to compare builds of different cargo profiles (another
 /// optimisation level is another program: every metric would move). A
 /// side whose profile is unknown (a baseline saved before profiles were
@@ -309,6 +363,12 @@ pub fn compare_analysis(
     let new_recording = Recording::of(analysis);
     check_comparable(key, baseline_name, &old.recording, &new_recording)?;
     let mut notes = Vec::new();
+    notes.extend(check_same_libraries(
+        key,
+        baseline_name,
+        &old.analysis,
+        analysis,
+    )?);
     let adjusted = super::metric::at_cache_sizes_of(&old.analysis, analysis);
     if let (Some(_), Some(o), Some(n)) = (
         &adjusted,

@@ -10,6 +10,7 @@ use memgaze::gate::{
 };
 use memgaze_analysis::{Analysis, AnalysisOptions, CacheSizes, analyze_trace};
 use memgaze_error::{Exit, exit_for, one_line};
+use memgaze_metadata::analysis::ObjectLoadCoverage;
 use memgaze_trace::{SpatialSampling, TraceReader};
 use std::path::Path;
 use support::synthetic::{Kernel, Synthetic, write_trace_placed};
@@ -418,6 +419,63 @@ fn runs_recorded_differently_are_refused_with_one_clear_message() {
          --period 50000 --window 1000 with the soft backend, this run with --period 20000 --window 1000 \
          with the soft backend; record both the same way (or save a new baseline)"
     );
+}
+
+/// A run that traced shared libraries' loads (`--libs default`) is not
+/// compared with one that traced none; two with different libraries are,
+/// with a note.
+#[test]
+fn runs_tracing_libraries_are_not_compared_with_runs_tracing_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("memgaze");
+    let plain = analyse(dir.path(), Kernel::Irr, 1, SAMPLING);
+    let with = |objects: &[&str]| {
+        let mut analysis = plain.clone();
+        analysis.summary.coverage_by_object = objects
+            .iter()
+            .map(|name| ObjectLoadCoverage {
+                object: name.to_string(),
+                instrumented: true,
+                loads_executed: Some(100.0),
+                loads_traced: 100.0,
+                share: Some(1.0),
+            })
+            .collect();
+        analysis
+    };
+    save_baseline(&root, "none", &[run("irr", plain.clone())]).unwrap();
+    let gate = |baseline: &str| {
+        Gate::new(
+            load_baseline(&root, baseline).unwrap(),
+            Limits::defaults(),
+            false,
+        )
+    };
+    let e = gate("none")
+        .check(&run("irr", with(&["micro", "libm.so.6", "libc.so.6"])))
+        .unwrap_err();
+    assert_eq!(exit_for(&e), Exit::Usage);
+    assert_eq!(
+        one_line(&e),
+        "cannot compare microbenches/micro/irr with baseline `none`: the baseline traced the loads of \
+         shared libraries none (--libs none), this run of libc.so.6, libm.so.6; record both with the \
+         same --libs (or save a new baseline)"
+    );
+    // The executable alone is no library.
+    let verdict = gate("none").check(&run("irr", with(&["micro"]))).unwrap();
+    assert!(verdict.regressions.is_empty(), "{:?}", verdict.regressions);
+    save_baseline(&root, "libc", &[run("irr", with(&["micro", "libc.so.6"]))]).unwrap();
+    let verdict = gate("libc")
+        .check(&run("irr", with(&["micro", "libc.so.6", "libm.so.6"])))
+        .unwrap();
+    assert!(
+        verdict.notes.iter().any(|n| n
+            == "the instrumented libraries differ (baseline libc.so.6, this run libc.so.6, libm.so.6): \
+                their loads are in one run's totals only"),
+        "{:?}",
+        verdict.notes
+    );
+    assert!(gate("libc").check(&run("irr", plain.clone())).is_err());
 }
 
 #[test]
