@@ -6,9 +6,7 @@ use super::progress::Progress;
 use super::style::styled_eprintln;
 use super::suite::{self, Backend, plural};
 use super::{Global, MessageFormat};
-use crate::cargo::{
-    BenchCase, BenchKey, BenchOutcome, BenchSuite, BenchTarget, CargoArgs, HarnessArgs,
-};
+use crate::cargo::{BenchCase, BenchKey, BenchSuite, BenchTarget, CargoArgs, HarnessArgs};
 use crate::golden::store::is_ci;
 use crate::golden::{BuildFacts, GoldenMetrics, GoldenStore, Outcome, SnapshotFile, SnapshotMeta};
 use crate::pipeline::{self, RunPlan};
@@ -202,20 +200,19 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             limits: args.time.limits(),
         };
         let recording = pipeline::record_bench(target, case, instrumented, &plan)?;
-        if let BenchOutcome::Failed { message } = &recording.outcome {
-            exit = exit.worst(Exit::BenchFailed);
-            *counts.entry("failed").or_default() += 1;
-            suite::report_failed_bench(exe, &case.name, message, json, &progress);
-            progress.advance();
-            if let Some(stop) = recording.stop_exit() {
+        match suite::after_recording(&recording, (exe, &case.name), json, &progress) {
+            suite::AfterRecording::Use => {}
+            suite::AfterRecording::Failed(code) => {
+                exit = exit.worst(code);
+                *counts.entry("failed").or_default() += 1;
+                continue;
+            }
+            suite::AfterRecording::Stop(code) => {
                 // A signal ends the whole run.
-                exit = exit.worst(stop);
+                exit = exit.worst(code);
+                *counts.entry("failed").or_default() += 1;
                 break;
             }
-            continue;
-        }
-        if let Some(warning) = suite::dynamic_coverage_warning(&case.name, &recording.analysis) {
-            progress.note(&format!("warning: {warning}"));
         }
         let totals = &recording.totals;
         if !totals.complete || totals.dropped.records > 0 {

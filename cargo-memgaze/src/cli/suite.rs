@@ -4,10 +4,13 @@
 use super::progress::Progress;
 use super::style::styled_eprintln;
 use super::{ColorChoice, Global};
-use crate::cargo::{self, BenchExecutable, BenchSuite, BuildOptions, CargoArgs, HarnessArgs};
+use crate::cargo::{
+    self, BenchExecutable, BenchOutcome, BenchSuite, BuildOptions, CargoArgs, HarnessArgs,
+};
 use crate::pipeline::libs::Libraries;
 use crate::pipeline::{self, InstrumentedBench};
 use anyhow::Context;
+use memgaze_error::Exit;
 use memgaze_metadata::messages::{self, Reason};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -211,6 +214,40 @@ pub fn report_failed_bench(
         "error: bench `{name}` of `{}` failed: {message}",
         exe.display_name()
     ));
+}
+
+/// What `golden` and `validate` do with a bench once it is recorded.
+pub enum AfterRecording {
+    /// Use its results (a dynamic-coverage warning was given if due).
+    Use,
+    /// It failed (reported): go on with the next bench, the exit at least
+    /// this code.
+    Failed(Exit),
+    /// It failed because a signal stopped it (reported): stop the whole
+    /// run with at least this code.
+    Stop(Exit),
+}
+
+/// Reports a failed bench's recording (and advances `progress` past it),
+/// or warns of a finished one's low dynamic coverage; says what to do next.
+pub fn after_recording(
+    recording: &crate::pipeline::BenchRecording,
+    (exe, name): (&BenchExecutable, &str),
+    json: bool,
+    progress: &Progress,
+) -> AfterRecording {
+    if let BenchOutcome::Failed { message } = &recording.outcome {
+        report_failed_bench(exe, name, message, json, progress);
+        progress.advance();
+        return match recording.stop_exit() {
+            Some(stop) => AfterRecording::Stop(Exit::BenchFailed.worst(stop)),
+            None => AfterRecording::Failed(Exit::BenchFailed),
+        };
+    }
+    if let Some(warning) = dynamic_coverage_warning(name, &recording.analysis) {
+        progress.note(&format!("warning: {warning}"));
+    }
+    AfterRecording::Use
 }
 
 /// The implicit loads a bench's instrumentation does not trace by design,

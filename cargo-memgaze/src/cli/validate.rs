@@ -6,7 +6,7 @@ use super::golden::{facts_mismatch, golden_dir};
 use super::progress::Progress;
 use super::suite::{self, Backend};
 use super::{Global, MessageFormat};
-use crate::cargo::{BenchCase, BenchOutcome, BenchTarget, CargoArgs, HarnessArgs};
+use crate::cargo::{BenchCase, BenchTarget, CargoArgs, HarnessArgs};
 use crate::golden::accuracy::{Error, FunctionError};
 use crate::golden::{BuildFacts, Comparison, GoldenStore, Limits, Perturbation, Status, compare};
 use crate::pipeline::{self, RunPlan};
@@ -233,20 +233,19 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             limits: args.time.limits(),
         };
         let recording = pipeline::record_bench(target, case, instrumented, &plan)?;
-        if let BenchOutcome::Failed { message } = &recording.outcome {
-            exit = exit.worst(Exit::BenchFailed);
-            *counts.entry("failed").or_default() += 1;
-            suite::report_failed_bench(exe, &case.name, message, json, &progress);
-            progress.advance();
-            if let Some(stop) = recording.stop_exit() {
+        match suite::after_recording(&recording, (exe, &case.name), json, &progress) {
+            suite::AfterRecording::Use => {}
+            suite::AfterRecording::Failed(code) => {
+                exit = exit.worst(code);
+                *counts.entry("failed").or_default() += 1;
+                continue;
+            }
+            suite::AfterRecording::Stop(code) => {
                 // A signal ends the whole run.
-                exit = exit.worst(stop);
+                exit = exit.worst(code);
+                *counts.entry("failed").or_default() += 1;
                 break;
             }
-            continue;
-        }
-        if let Some(warning) = suite::dynamic_coverage_warning(&case.name, &recording.analysis) {
-            progress.note(&format!("warning: {warning}"));
         }
         let mut analysis = recording.analysis;
         let mut samples = recording.samples.expect("the plan asks for samples");
