@@ -65,6 +65,39 @@ fn a_bench_past_its_timeout_is_a_failed_bench_and_the_run_goes_on() {
     assert_eq!(count("bench-failed"), count("bench-started"), "{stdout}");
 }
 
+/// `golden` treats a bench past its time limit as `bench` does: a failed
+/// bench with its own line (exit 101), and the run goes on (`validate`
+/// shares the step, `suite::after_recording`; its checked-in snapshots
+/// were recorded at other sizes than this test's endless ones).
+#[test]
+fn golden_fails_a_bench_past_its_timeout_and_goes_on() {
+    let snapshots = tempfile::tempdir().unwrap();
+    let bench_args: Vec<_> = bench(&[]).get_args().map(|a| a.to_os_string()).collect();
+    let mut run = crate::support::memgaze_command();
+    // `bench(..)`'s arguments after `memgaze bench`, but `--no-report`.
+    run.args(["memgaze", "golden", "--update"])
+        .args(bench_args.iter().skip(2).filter(|a| *a != "--no-report"))
+        .arg("--golden-dir")
+        .arg(snapshots.path())
+        .args(["--timeout", "300ms", "--", "str"])
+        .env("MEMGAZE_MICRO_ELEMENTS", "2000000")
+        .env("MEMGAZE_MICRO_REPS", "100000")
+        .stdin(Stdio::null());
+    let out = run.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(101), "{stderr}");
+    for name in ["str1", "str8"] {
+        assert!(
+            stderr.contains(&format!(
+                "error: bench `{name}` of `microbenches/micro` failed: timed out after 300ms"
+            )),
+            "{stderr}"
+        );
+    }
+    // Nothing half-made was written.
+    assert_eq!(std::fs::read_dir(snapshots.path()).unwrap().count(), 0);
+}
+
 /// The bench program `cargo memgaze` is recording, once it runs one (not
 /// cargo's build).
 fn recorded_bench(memgaze: u32) -> u32 {
