@@ -236,7 +236,8 @@ fn encode_in_runs(
         }
     };
 
-    // Each run is emitted into its place in the code.
+    // Each run is emitted into its place in the code (zeroed pages, made
+    // resident only as they are written), and its layout freed at once.
     let mut code = vec![0u8; total as usize];
     let mut slots: Vec<&mut [u8]> = Vec::with_capacity(parts.len());
     let mut rest = code.as_mut_slice();
@@ -246,11 +247,16 @@ fn encode_in_runs(
         rest = tail;
     }
     parts
-        .par_iter()
+        .par_iter_mut()
         .zip(&starts)
         .zip(slots)
-        .map(|((part, &start), slot)| emit(part, base + start, &resolve, slot))
+        .map(|((part, &start), slot)| {
+            let emitted = emit(part, base + start, &resolve, slot);
+            part.layout.free_code();
+            emitted
+        })
         .collect::<Result<(), _>>()?;
+    drop(labels);
 
     let mut maps = Vec::with_capacity(plans.len());
     let mut ptwrites = Vec::new();
@@ -821,6 +827,14 @@ struct Layout {
 }
 
 impl Layout {
+    /// Frees its code (pieces, bytes, targets), keeping its length.
+    fn free_code(&mut self) {
+        *self = Layout {
+            end: self.end,
+            ..Layout::default()
+        };
+    }
+
     /// Frees the vectors' growth slack.
     fn shrink_to_fit(&mut self) {
         self.pieces.shrink_to_fit();
