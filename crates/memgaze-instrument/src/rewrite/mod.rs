@@ -1290,7 +1290,10 @@ fn escaped_loads(
 /// Appends the new segment, from `segment_va`, to `out`: the signature,
 /// the runtime, the copies at `copies_va`, then the unwind tail at its
 /// address.
-#[allow(clippy::too_many_arguments, reason = "the segment's parts, each placed")]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the segment's parts, each placed"
+)]
 fn lay_out_segment(
     out: &mut Vec<u8>,
     segment_va: u64,
