@@ -442,7 +442,7 @@ fn leaders(
 /// each instruction.
 fn basic_blocks(instructions: &[Instruction], leader: &[bool]) -> (Vec<BasicBlock>, Vec<u32>) {
     let n = instructions.len();
-    let mut blocks: Vec<BasicBlock> = Vec::new();
+    let mut blocks: Vec<BasicBlock> = Vec::with_capacity(leader.iter().filter(|&&l| l).count());
     let mut block_of = vec![0u32; n];
     for i in 0..n {
         if leader[i] {

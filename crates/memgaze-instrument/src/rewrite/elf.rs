@@ -227,22 +227,24 @@ impl<'a> ElfEditor<'a> {
         Ok(())
     }
 
-    /// Writes the final executable: `segment` (which must start with
-    /// `SIGNATURE`) mapped at `ElfEditor::segment_va`, the entry point
-    /// and `DT_FINI` redirected, and `PT_GNU_EH_FRAME` moved when given
-    /// (`(vaddr, size)` of a new `.eh_frame_hdr` inside the segment).
+    /// Writes the final executable: the segment of `segment_len` bytes
+    /// that `write_segment` appends (starting with `SIGNATURE`) mapped at
+    /// `ElfEditor::segment_va`, the entry point and `DT_FINI` redirected,
+    /// and `PT_GNU_EH_FRAME` moved when given (`(vaddr, size)` of a new
+    /// `.eh_frame_hdr` inside the segment).
     pub fn finish(
         self,
-        segment: &[u8],
+        segment_len: u64,
+        write_segment: impl FnOnce(&mut Vec<u8>),
         entry: Option<u64>,
         fini: Option<u64>,
         eh_frame_hdr: Option<(u64, u64)>,
     ) -> Result<Vec<u8>, ElfError> {
-        assert!(segment.starts_with(SIGNATURE));
         // The output is built once at its final size: the input, its
-        // patches, then the segment.
+        // patches, then the segment, written in place (no copy of it).
         let segment_offset = self.segment_offset as usize;
-        let mut out = Vec::with_capacity(segment_offset.max(self.bytes.len()) + segment.len());
+        let mut out =
+            Vec::with_capacity(segment_offset.max(self.bytes.len()) + segment_len as usize);
         out.extend_from_slice(self.bytes);
         for (at, from) in &self.patches {
             out[*at..*at + from.len()].copy_from_slice(&self.patched[from.clone()]);
@@ -283,8 +285,8 @@ impl<'a> ElfEditor<'a> {
             p_offset: self.segment_offset,
             p_vaddr: self.segment_va,
             p_paddr: self.segment_va,
-            p_filesz: segment.len() as u64,
-            p_memsz: segment.len() as u64,
+            p_filesz: segment_len,
+            p_memsz: segment_len,
             p_align: PAGE,
         };
         headers.remove(self.note_index);
@@ -301,7 +303,13 @@ impl<'a> ElfEditor<'a> {
             out.pwrite_with(h, phoff + i * phentsize, LE)?;
         }
         out.resize(segment_offset, 0);
-        out.extend_from_slice(segment);
+        write_segment(&mut out);
+        assert_eq!(
+            out.len() - segment_offset,
+            segment_len as usize,
+            "the segment has the length announced"
+        );
+        assert!(out[segment_offset..].starts_with(SIGNATURE));
         Ok(out)
     }
 }

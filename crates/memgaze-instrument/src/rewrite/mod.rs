@@ -373,22 +373,8 @@ pub(crate) fn instrument_with_code(
     )?;
     report.escaped_loads = escaped_loads(binary, &plans, &report.escapes, &patched);
 
-    // ---- 5. segment
-    report.copies_start = copies_va;
-    report.copies_end = copies_va + copies.code.len() as u64;
-    // (The copies' code is freed once in the segment.)
-    let segment = lay_out_segment(
-        editor.segment_va,
-        (rt.as_ref(), ptwrite_spatial),
-        (tables_va, &table_bytes),
-        copies_va,
-        std::mem::take(&mut copies.code),
-        (skips_va, &skips),
-        &tail,
-    );
-    report.segment_bytes = segment.len();
-
-    // ---- 6. annotation and report
+    // ---- 5. annotation and report, before the segment: the plans (every
+    // function's decoded code) are freed before the output is built.
     update_annotation(
         &mut annotation,
         &plans,
@@ -399,12 +385,40 @@ pub(crate) fn instrument_with_code(
     annotation.escapes = escapes::sites(binary, &plans, &patched, &annotation);
     report.escape_checks = annotation.escapes.len();
     count_into_report(&mut report, &annotation, &plans);
+    drop(plans);
+
+    // ---- 6. segment, laid out straight into the output after the input
+    report.copies_start = copies_va;
+    report.copies_end = copies_va + copies.code.len() as u64;
+    let segment_len = tail.va - editor.segment_va + tail.bytes.len() as u64;
+    report.segment_bytes = segment_len as usize;
     let (entry, fini) = match &rt {
         Some(rt) if options.library.is_none() => (Some(rt.entry), Some(rt.fini)),
         _ => (None, None),
     };
+    let segment_va = editor.segment_va;
+    let eh_frame_hdr = tail.eh_frame_hdr;
+    let code = std::mem::take(&mut copies.code);
+    drop(copies);
     let executable = editor
-        .finish(&segment, entry, fini, tail.eh_frame_hdr)
+        .finish(
+            segment_len,
+            move |out| {
+                lay_out_segment(
+                    out,
+                    segment_va,
+                    (rt.as_ref(), ptwrite_spatial),
+                    (tables_va, &table_bytes),
+                    copies_va,
+                    code,
+                    (skips_va, &skips),
+                    &tail,
+                );
+            },
+            entry,
+            fini,
+            eh_frame_hdr,
+        )
         .map_err(RewriteError::from)?;
     lap(&mut report, "patches, report, ELF");
     Ok(Instrumented {
@@ -1273,9 +1287,15 @@ fn escaped_loads(
     escaped.into_iter().collect()
 }
 
-/// The new segment, from `segment_va`: the signature, the runtime, the
-/// copies at `copies_va`, then the unwind tail at its address.
+/// Appends the new segment, from `segment_va`, to `out`: the signature,
+/// the runtime, the copies at `copies_va`, then the unwind tail at its
+/// address.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the segment's parts, each placed"
+)]
 fn lay_out_segment(
+    out: &mut Vec<u8>,
     segment_va: u64,
     (rt, ptwrite_spatial): (Option<&runtime::Runtime>, Option<[u64; 2]>),
     (tables_va, tables): (u64, &[u8]),
@@ -1283,28 +1303,28 @@ fn lay_out_segment(
     copies: Vec<u8>,
     (skips_va, skips): (u64, &SpatialSkips),
     tail: &UnwindTail,
-) -> Vec<u8> {
-    let mut segment = Vec::with_capacity((tail.va - segment_va) as usize + tail.bytes.len());
-    segment.extend_from_slice(SIGNATURE);
-    segment.resize(64, 0);
-    segment[runtime::header::SPATIAL_SKIPS..runtime::header::SPATIAL_SKIPS + 16]
+) {
+    let start = out.len();
+    let at = |va: u64| start + (va - segment_va) as usize;
+    out.extend_from_slice(SIGNATURE);
+    out.resize(start + 64, 0);
+    out[start + runtime::header::SPATIAL_SKIPS..start + runtime::header::SPATIAL_SKIPS + 16]
         .copy_from_slice(&skips.header);
     if let Some(rt) = rt {
-        segment.extend_from_slice(&rt.code);
+        out.extend_from_slice(&rt.code);
     }
     for word in ptwrite_spatial.into_iter().flatten() {
-        segment.extend_from_slice(&word.to_le_bytes());
+        out.extend_from_slice(&word.to_le_bytes());
     }
-    segment.resize((tables_va - segment_va) as usize, 0xcc);
-    segment.extend_from_slice(tables);
-    segment.resize((copies_va - segment_va) as usize, 0xcc);
-    segment.extend_from_slice(&copies);
+    out.resize(at(tables_va), 0xcc);
+    out.extend_from_slice(tables);
+    out.resize(at(copies_va), 0xcc);
+    out.extend_from_slice(&copies);
     drop(copies);
-    segment.resize((skips_va - segment_va) as usize, 0xcc);
-    segment.extend_from_slice(&skips.table);
-    segment.resize((tail.va - segment_va) as usize, 0xcc);
-    segment.extend_from_slice(&tail.bytes);
-    segment
+    out.resize(at(skips_va), 0xcc);
+    out.extend_from_slice(&skips.table);
+    out.resize(at(tail.va), 0xcc);
+    out.extend_from_slice(&tail.bytes);
 }
 
 /// The spatial checks' replacements for runs without spatial samples, in

@@ -223,35 +223,21 @@ fn encode_in_runs(
         place(part, base + total);
         total += part.len;
     }
-    let mut part_labels: Vec<Vec<(u64, u64)>> = parts
+    let part_labels: Vec<Vec<(u64, u64)>> = parts
         .par_iter_mut()
         .zip(&starts)
         .map(|(part, &start)| labels_of(part, start))
         .collect();
-    // The first run's labels grow to take the others', each freed once
-    // merged.
-    let total_labels: usize = part_labels.iter().map(Vec::len).sum();
-    let mut labels = part_labels
-        .first_mut()
-        .map(std::mem::take)
-        .unwrap_or_default();
-    labels.reserve_exact(total_labels - labels.len());
-    for part in part_labels.into_iter().skip(1) {
-        labels.extend(part);
-    }
-    // Each run's labels are sorted: the stable sort merges the runs.
-    labels.sort_by_key(|&(ip, _)| ip);
-    if let Some(w) = labels.windows(2).find(|w| w[0].0 == w[1].0) {
-        return Err(RelocateError::DuplicateAddress(w[0].0));
-    }
+    let labels = RunLabels::new(part_labels)?;
     let resolve = |target: u64| -> u64 {
-        match labels.binary_search_by_key(&target, |&(ip, _)| ip) {
-            Ok(i) => base + labels[i].1,
-            Err(_) => target,
+        match labels.find(target) {
+            Some(offset) => base + offset,
+            None => target,
         }
     };
 
-    // Each run is emitted into its place in the code.
+    // Each run is emitted into its place in the code (zeroed pages, made
+    // resident only as they are written), and its layout freed at once.
     let mut code = vec![0u8; total as usize];
     let mut slots: Vec<&mut [u8]> = Vec::with_capacity(parts.len());
     let mut rest = code.as_mut_slice();
@@ -261,11 +247,16 @@ fn encode_in_runs(
         rest = tail;
     }
     parts
-        .par_iter()
+        .par_iter_mut()
         .zip(&starts)
         .zip(slots)
-        .map(|((part, &start), slot)| emit(part, base + start, &resolve, slot))
+        .map(|((part, &start), slot)| {
+            let emitted = emit(part, base + start, &resolve, slot);
+            part.layout.free_code();
+            emitted
+        })
         .collect::<Result<(), _>>()?;
+    drop(labels);
 
     let mut maps = Vec::with_capacity(plans.len());
     let mut ptwrites = Vec::new();
@@ -836,6 +827,14 @@ struct Layout {
 }
 
 impl Layout {
+    /// Frees its code (pieces, bytes, targets), keeping its length.
+    fn free_code(&mut self) {
+        *self = Layout {
+            end: self.end,
+            ..Layout::default()
+        };
+    }
+
     /// Frees the vectors' growth slack.
     fn shrink_to_fit(&mut self) {
         self.pieces.shrink_to_fit();
@@ -993,11 +992,8 @@ fn place(part: &mut Part, start: u64) {
 }
 
 /// The `(address label, offset + start)` pairs of a placed run, sorted,
-/// taken out of its layout and rewritten where they lie: the run's labels
-/// are the largest part of its layout, and a copy of them per run was
-/// a third copy of all labels at the merge. Addresses carried by more than
-/// one instruction are refused by the caller: the first inserted
-/// instruction takes a load's address, the load itself a fake one.
+/// taken out of its layout and rewritten where they lie (the run's labels
+/// are the largest part of its layout): see [`RunLabels`].
 fn labels_of(part: &mut Part, start: u64) -> Vec<(u64, u64)> {
     let mut labels = std::mem::take(&mut part.layout.labels);
     for label in &mut labels {
@@ -1006,6 +1002,81 @@ fn labels_of(part: &mut Part, start: u64) -> Vec<(u64, u64)> {
     }
     labels.sort_unstable();
     labels
+}
+
+/// Every run's labels, `(address label, offset)` sorted per run, looked up
+/// where they lie: merged into one table they were a second copy of all
+/// labels at the rewriter's peak. A fake label names its run by its bits
+/// ([`FAKE_RUN_BITS`]); an original address, the run whose original
+/// addresses span it (runs are consecutive functions, which do not
+/// overlap).
+struct RunLabels {
+    runs: Vec<Vec<(u64, u64)>>,
+    /// `(lowest, highest original address label, run)`, sorted.
+    originals: Vec<(u64, u64, usize)>,
+    /// The runs' original address ranges are disjoint (else every run is
+    /// searched).
+    disjoint: bool,
+}
+
+impl RunLabels {
+    /// Fails on an address carried by more than one instruction: the
+    /// first inserted instruction takes a load's address, the load itself
+    /// a fake one.
+    fn new(runs: Vec<Vec<(u64, u64)>>) -> Result<RunLabels, RelocateError> {
+        for labels in &runs {
+            if let Some(w) = labels.windows(2).find(|w| w[0].0 == w[1].0) {
+                return Err(RelocateError::DuplicateAddress(w[0].0));
+            }
+        }
+        let mut originals: Vec<(u64, u64, usize)> = runs
+            .iter()
+            .enumerate()
+            .filter_map(|(k, labels)| {
+                let n = labels.partition_point(|&(ip, _)| ip < FAKE_BASE);
+                (n > 0).then(|| (labels[0].0, labels[n - 1].0, k))
+            })
+            .collect();
+        originals.sort_unstable();
+        let disjoint = originals.windows(2).all(|w| w[0].1 < w[1].0);
+        if !disjoint {
+            // Overlapping runs: one check over all original labels.
+            let mut all: Vec<u64> = runs
+                .iter()
+                .flat_map(|labels| labels.iter().map(|&(ip, _)| ip))
+                .filter(|&ip| ip < FAKE_BASE)
+                .collect();
+            all.sort_unstable();
+            if let Some(w) = all.windows(2).find(|w| w[0] == w[1]) {
+                return Err(RelocateError::DuplicateAddress(w[0]));
+            }
+        }
+        Ok(RunLabels {
+            runs,
+            originals,
+            disjoint,
+        })
+    }
+
+    /// The offset (from the base) of the instruction labelled `target`.
+    fn find(&self, target: u64) -> Option<u64> {
+        let search = |labels: &Vec<(u64, u64)>| {
+            labels
+                .binary_search_by_key(&target, |&(ip, _)| ip)
+                .ok()
+                .map(|i| labels[i].1)
+        };
+        if target >= FAKE_BASE {
+            let run = usize::try_from((target - FAKE_BASE) >> FAKE_RUN_BITS).ok()?;
+            return self.runs.get(run).and_then(search);
+        }
+        if !self.disjoint {
+            return self.runs.iter().find_map(search);
+        }
+        let k = self.originals.partition_point(|&(lo, _, _)| lo <= target);
+        let &(_, hi, run) = self.originals.get(k.checked_sub(1)?)?;
+        (target <= hi).then(|| search(&self.runs[run])).flatten()
+    }
 }
 
 /// Encodes a measured run at `start`: branch targets that are labels
