@@ -565,13 +565,26 @@ pub fn record_to_file(
             header.spatial = spatial;
             libraries.extend_header_whole(&mut header)?;
         }
-        for program in &recording.joined_programs {
-            program.extend_header(&mut header);
-        }
-        memgaze_trace::format::replace_header(output, &header)
-            .with_context(|| output.display().to_string())?;
+        add_joined_programs(output, &mut header, &recording)?;
     }
     Ok(recording)
+}
+
+/// Appends the programs that joined `recording` to `header` and rewrites
+/// the header of the trace file at `path` with it (their records already
+/// name their loads); nothing to do when none joined.
+pub fn add_joined_programs(
+    path: &Path,
+    header: &mut memgaze_trace::TraceHeader,
+    recording: &Recording,
+) -> Result<()> {
+    if recording.joined_programs.is_empty() {
+        return Ok(());
+    }
+    for program in &recording.joined_programs {
+        program.extend_header(header);
+    }
+    memgaze_trace::format::replace_header(path, header).with_context(|| path.display().to_string())
 }
 
 /// Where `record` caches instrumented libraries: the cargo project's

@@ -146,6 +146,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
                 .finish(&recording.totals)
                 .with_context(|| path.display().to_string())?
                 .commit()?;
+            super::record::add_joined_programs(path, &mut header, &recording)?;
             recording
         }
         None => record::record_objects_within(

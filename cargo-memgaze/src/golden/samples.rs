@@ -203,6 +203,22 @@ impl SampleBreakdown {
         }
     }
 
+    /// Another program joined the recording: its loads follow the header's
+    /// ([`memgaze_record::JoinedProgram::extend_header`]), so
+    /// [`SampleBreakdown::loads`] must be `program.load_base`.
+    pub fn join_program(&mut self, program: &memgaze_record::JoinedProgram) {
+        program.extend_header(&mut self.header);
+        let added = &self.header.loads[program.load_base as usize..];
+        self.load_functions
+            .extend(added.iter().map(|load| load.function));
+    }
+
+    /// Load sites known so far (the header's, then those of joined
+    /// programs).
+    pub fn loads(&self) -> usize {
+        self.header.loads.len()
+    }
+
     /// The next sample begins.
     pub fn begin_sample(&mut self) -> anyhow::Result<()> {
         self.close()?;

@@ -203,6 +203,7 @@ pub fn record_bench(
             .finish(&recording.totals)
             .with_context(|| path.display().to_string())?
             .commit()?;
+        crate::cli::record::add_joined_programs(path, &mut header, &recording)?;
     }
     let samples = breakdown.map(|b| b.finish()).transpose()?;
 

@@ -5,7 +5,7 @@
 use crate::golden::SampleBreakdown;
 use memgaze_analysis::{Analysis, AnalysisOptions};
 use memgaze_output::AtomicFile;
-use memgaze_record::{AnalyzerSink, RecordSink, SinkResult};
+use memgaze_record::{AnalyzerSink, JoinedProgram, RecordSink, SinkResult};
 use memgaze_trace::{TraceHeader, TraceTotals, TraceWriter};
 
 /// The trace file writer `TraceWriter::create` gives.
@@ -82,6 +82,25 @@ impl RecordSink for StreamingSink {
             writer.switch_thread(thread)?;
         }
         Ok(())
+    }
+
+    fn join_program(&mut self, program: &JoinedProgram) -> bool {
+        // Both analyses list the program's loads from its first on, or
+        // neither does (its records are then counted as dropped).
+        let breakdown_at_base = self
+            .breakdown
+            .as_ref()
+            .is_none_or(|b| b.loads() == program.load_base as usize);
+        if !breakdown_at_base || !self.analyzer.join_program(program) {
+            return false;
+        }
+        if let Some(breakdown) = &mut self.breakdown {
+            breakdown.join_program(program);
+        }
+        if let Some(writer) = &mut self.writer {
+            writer.extend_loads(program.load_end());
+        }
+        true
     }
 
     #[inline]

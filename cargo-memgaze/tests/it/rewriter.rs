@@ -1790,6 +1790,186 @@ fn an_execd_instrumented_program_of_another_executable_joins_with_its_loads() {
     assert_eq!(child_loads, child_records);
 }
 
+/// `run` (the recording streamed into the analysis) with a forked child
+/// that execs another instrumented executable: the analysis takes that
+/// program as an object of its own mid-run, so its functions
+/// (`<file>!name`) and loads are in `run --json` with every record the
+/// child sent, as Lackey counts its loads; the object has its row in the
+/// coverage by object; nothing is dropped; and the streamed analysis is
+/// the analysis of the trace `--save-trace` kept (its header rewritten as
+/// `record`'s). A copy of the child without its annotation beside it
+/// cannot be filed: its records are counted as dropped, with the note.
+#[test]
+fn run_analyses_an_execd_instrumented_program_of_another_executable() {
+    let parent = build("exec_other.c", &["-O1"]);
+    let child = build("exec_child.c", &["-O1"]);
+    let child_inst = instrument(&child, None, "run-exec-child");
+    let child_name = child.file_name().unwrap().to_string_lossy().into_owned();
+    let native = native(&parent, &[child.to_str().unwrap(), "3000"], None);
+    let trace = trace_path("run-exec-other");
+    // `--libs none`: the objects' load numbering is the two executables'.
+    let run = |child: &Path, trace: &Path| {
+        memgaze()
+            .args(["run", "--full", "--libs", "none", "--format", "json"])
+            .arg("--save-trace")
+            .arg(trace)
+            .arg("--")
+            .arg(&parent)
+            .arg(child)
+            .arg("3000")
+            .output()
+            .unwrap()
+    };
+    let out = run(&child_inst.path, &trace);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("1 other instrumented program(s) joined the trace with loads of their own"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("could not be filed"), "{stderr}");
+    assert!(!stderr.contains("records dropped"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with(&*String::from_utf8_lossy(&native.stdout)),
+        "{stdout}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&stdout[stdout.find('{').unwrap()..])
+        .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let sum = json["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"].as_str() == Some(&format!("{child_name}!child_sum")))
+        .unwrap_or_else(|| panic!("no {child_name}!child_sum in {}", json["functions"]));
+    assert_eq!(sum["object"].as_str(), Some(child_name.as_str()), "{sum}");
+    // The child's loads per IP: every record it sent, as Lackey counts them
+    // (rows of loads implied by another also carry that one's count).
+    let mut run_counts: std::collections::BTreeMap<u64, u64> = Default::default();
+    for load in json["loads"].as_array().unwrap() {
+        if load["object"].as_str() == Some(child_name.as_str()) {
+            let ip = load["ip"].as_str().unwrap().trim_start_matches("0x");
+            *run_counts
+                .entry(u64::from_str_radix(ip, 16).unwrap())
+                .or_default() += load["count"].as_u64().unwrap();
+        }
+    }
+    let (ours, _, parent_records) = object_records(&trace, &child_name);
+    let trace_counts: std::collections::BTreeMap<u64, u64> = ours
+        .by_ip
+        .iter()
+        .map(|(&ip, addrs)| (ip, addrs.len() as u64))
+        .collect();
+    for (ip, n) in &trace_counts {
+        assert_eq!(run_counts.get(ip), Some(n), "{ip:x}");
+    }
+    assert!(ours.totals.complete);
+    assert_eq!(ours.totals.dropped.records, 0);
+    assert!(parent_records >= 2000, "{parent_records}");
+    let lackey = lackey(&child, &["3000"], None);
+    let c = compare(
+        &child_inst.annotation,
+        &ours,
+        &lackey,
+        &escaped(&child_inst.report),
+    );
+    assert!(
+        c.over.is_empty() && c.count_mismatches.is_empty(),
+        "{:x?} {:x?}",
+        c.over,
+        c.count_mismatches
+    );
+    assert!(c.recorded as f64 >= 0.995 * c.lackey_loads as f64);
+    let child_row = json["summary"]["coverage_by_object"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["object"].as_str() == Some(child_name.as_str()))
+        .unwrap_or_else(|| {
+            panic!(
+                "no {child_name} in {}",
+                json["summary"]["coverage_by_object"]
+            )
+        });
+    assert_eq!(child_row["instrumented"], true, "{child_row}");
+    assert_eq!(child_row["share"].as_f64(), Some(1.0), "{child_row}");
+    assert_eq!(json["summary"]["coverage_dynamic"].as_f64(), Some(1.0));
+    // The streamed analysis is the saved trace's.
+    let analyzed = memgaze()
+        .args(["analyze", "--format", "json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let from_file: serde_json::Value = serde_json::from_slice(&analyzed.stdout).unwrap();
+    for key in ["functions", "loads"] {
+        assert_eq!(json[key], from_file[key], "{key}");
+    }
+    assert_eq!(
+        json["summary"]["coverage_by_object"],
+        from_file["summary"]["coverage_by_object"]
+    );
+
+    // Without an annotation beside it, the child's records are dropped,
+    // counted.
+    let bare_dir = tempfile::tempdir().unwrap();
+    let bare = bare_dir.path().join("bare_child");
+    std::fs::copy(&child_inst.path, &bare).unwrap();
+    let bare_trace = trace_path("run-exec-bare");
+    let out = run(&bare, &bare_trace);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("1 process image(s) could not be filed under their program's loads"),
+        "{stderr}"
+    );
+    let bare_totals = read_trace(&bare_trace).totals;
+    assert!(!bare_totals.complete);
+    assert!(
+        bare_totals.dropped.records >= c.recorded,
+        "{} dropped, the child sends {}",
+        bare_totals.dropped.records,
+        c.recorded
+    );
+}
+
+/// `run` of a program that execs itself: the new image joins the analysis
+/// as a process of its own (both images' loads, two threads), nothing
+/// dropped.
+#[test]
+fn run_analyses_an_exec_of_the_same_instrumented_program() {
+    let binary = build("exec_self.c", &["-O1"]);
+    let analyse = |args: &[&str]| {
+        let out = memgaze()
+            .args(["run", "--full", "--libs", "none", "--format", "json", "--"])
+            .arg(&binary)
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let json: serde_json::Value =
+            serde_json::from_str(&stdout[stdout.find('{').unwrap()..]).unwrap();
+        (json, stderr)
+    };
+    let (one, _) = analyse(&["second"]);
+    let (both, stderr) = analyse(&[]);
+    assert!(
+        stderr.contains("1 exec'd instrumented program(s) joined the trace"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("dropped"), "{stderr}");
+    let records = |json: &serde_json::Value| json["summary"]["records"].as_u64().unwrap();
+    assert_eq!(both["summary"]["threads"].as_u64(), Some(2));
+    assert!(
+        records(&both) >= 2 * records(&one) - 10,
+        "{} vs 2 × {}",
+        records(&both),
+        records(&one)
+    );
+    assert_eq!(both["summary"]["coverage_dynamic"].as_f64(), Some(1.0));
+}
+
 #[test]
 fn a_function_running_off_its_end_continues_into_the_next() {
     let program = build("fallthrough.c", &["-O2"]);

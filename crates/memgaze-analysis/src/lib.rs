@@ -27,7 +27,8 @@
 #![warn(missing_docs)]
 
 use memgaze_trace::{
-    Backend, LoadClass, LoadEntry, SpatialSampling, TraceHeader, TraceReader, TraceTotals,
+    Backend, FunctionEntry, LoadClass, LoadEntry, SpatialSampling, TraceHeader, TraceReader,
+    TraceTotals,
 };
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -1016,6 +1017,55 @@ impl Analyzer {
             load.line,
             load.proxy,
         )
+    }
+
+    /// Load sites known so far (the header's, then those added).
+    pub fn loads(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Functions known so far (the header's, then those added).
+    pub fn functions(&self) -> usize {
+        self.functions.len()
+    }
+
+    /// Adds an instrumented object the header did not list (another
+    /// program that joined a recording): its `functions` follow the known
+    /// ones ([`Self::functions`]) and its `loads` the known load sites
+    /// ([`Self::loads`]), as a header with an `object` label for it would
+    /// list them; a load's function is its own, never looked up by address
+    /// (the object's addresses are another address space's).
+    pub fn add_object(
+        &mut self,
+        name: String,
+        functions: Vec<FunctionEntry>,
+        loads: Vec<LoadEntry>,
+    ) {
+        let matcher = self
+            .options
+            .functions
+            .as_deref()
+            .and_then(|glob| memgaze_trace::function_matcher(glob).ok());
+        self.functions
+            .extend(functions.into_iter().map(|f| FunctionAcc {
+                included: matcher.as_ref().is_none_or(|m| m.is_match(&f.name)),
+                name: f.name,
+                object: Some(name.clone()),
+                a: 0,
+                a_const: 0,
+                sums: vec![LevelSums::default(); LEVELS],
+            }));
+        for load in loads {
+            self.add_slot(
+                load.ip,
+                load.class,
+                load.implied,
+                load.function,
+                load.line,
+                load.proxy,
+            );
+        }
+        self.instrumented_objects.push(name);
     }
 
     /// One record, in trace order. Records of a sample must be contiguous;
@@ -2473,6 +2523,70 @@ mod tests {
             .unwrap()
             .finish(&TraceTotals::clean(0, 0, 0));
         assert!(none.summary.coverage_by_object.is_empty());
+    }
+
+    /// An object added mid-run (a program that joined the recording) is
+    /// analysed as the same object listed by the header from the start:
+    /// its function named and attributed to it, its loads its own even
+    /// where their addresses are the executable's.
+    #[test]
+    fn an_object_added_mid_run_is_analysed_as_one_the_header_lists() {
+        let base = header(Backend::Soft, Sampling::full());
+        let functions = vec![FunctionEntry {
+            name: "other!g".into(),
+            start: 0x10,
+            end: 0x40,
+        }];
+        let loads = vec![LoadEntry {
+            ip: 0x10,
+            class: LoadClass::Irregular,
+            implied: 0,
+            function: Some(2),
+            line: None,
+            proxy: None,
+        }];
+        let mut whole = base.clone();
+        whole
+            .labels
+            .push((memgaze_trace::OBJECT_LABEL.into(), "2 4 other".into()));
+        whole.functions.extend(functions.clone());
+        whole.loads.extend(loads.clone());
+        let options = AnalysisOptions::default();
+        let mut listed = Analyzer::new(&whole, &options).unwrap();
+        let mut joined = Analyzer::new(&base, &options).unwrap();
+        let records = [
+            (L0, 0x100),
+            (L1, 0x200),
+            (4, 0x100),
+            (4, 0x300),
+            (L2, 0x7f00),
+            (4, 0x100),
+        ];
+        for (i, &(load, addr)) in records.iter().enumerate() {
+            if i == 2 {
+                assert_eq!((joined.loads(), joined.functions()), (4, 2));
+                joined.add_object("other".into(), functions.clone(), loads.clone());
+            }
+            listed.push_load(load, addr, 0, u32::from(load == 4));
+            joined.push_load(load, addr, 0, u32::from(load == 4));
+        }
+        let totals = TraceTotals::clean(6, 6, 1);
+        let (listed, joined) = (listed.finish(&totals), joined.finish(&totals));
+        assert_eq!(listed, joined);
+        let g = joined
+            .functions
+            .iter()
+            .find(|f| f.name == "other!g")
+            .unwrap();
+        assert_eq!(g.object.as_deref(), Some("other"));
+        assert_eq!(g.a, 3);
+        let other_loads: u64 = joined
+            .loads
+            .iter()
+            .filter(|l| l.object.as_deref() == Some("other"))
+            .map(|l| l.count)
+            .sum();
+        assert_eq!(other_loads, 3);
     }
 
     /// The header's shared-library labels become the coverage's untraced

@@ -233,18 +233,21 @@ impl<'a> Assembler<'a> {
         let base = self.valid_loads.len();
         let total = base.checked_add(annotation.loads.len())?;
         // Below the markers and the spatial flag.
-        if total >= protocol::SPATIAL_FLAG as usize || !self.sink.extend_loads(total) {
+        if total >= protocol::SPATIAL_FLAG as usize {
+            return None;
+        }
+        let program = super::JoinedProgram {
+            path,
+            annotation,
+            load_base: base as u32,
+        };
+        if !self.sink.join_program(&program) {
             return None;
         }
         self.valid_loads
-            .extend(annotation.loads.iter().map(|l| l.instrumented));
-        let load_base = base as u32;
-        self.joined.push(super::JoinedProgram {
-            path,
-            annotation,
-            load_base,
-        });
-        Some(load_base)
+            .extend(program.annotation.loads.iter().map(|l| l.instrumented));
+        self.joined.push(program);
+        Some(base as u32)
     }
 
     /// Checks each new process image and each new process with `check`
@@ -252,7 +255,7 @@ impl<'a> Assembler<'a> {
     /// `Start` named). An image of another
     /// instrumented program joins the trace under loads of its own, read
     /// from the annotation beside the executable, if the sink can take
-    /// them ([`RecordSink::extend_loads`]); else its records are counted
+    /// them ([`RecordSink::join_program`]); else its records are counted
     /// as dropped (its load ids are not this trace's).
     pub(crate) fn with_program_check(mut self, check: ProgramCheck<'a>) -> Self {
         self.same_program = Some(check);

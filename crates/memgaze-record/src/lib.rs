@@ -94,13 +94,14 @@ pub trait RecordSink {
     fn region(&mut self, _event: &RegionEvent) -> SinkResult {
         Ok(())
     }
-    /// Whether the sink takes records of load sites up to `loads`, beyond
-    /// the header it was made with: another instrumented program joined
-    /// the recording ([`Recording::joined_programs`]), and the caller
-    /// extends the header afterwards. The default cannot (an analysis is
-    /// sized by its header): that program's records are then counted as
-    /// dropped.
-    fn extend_loads(&mut self, _loads: usize) -> bool {
+    /// Whether the sink takes records of `program`'s loads (from
+    /// [`JoinedProgram::load_base`] on), beyond the header it was made
+    /// with: another instrumented program joined the recording
+    /// ([`Recording::joined_programs`]). A trace file takes them (the
+    /// caller extends its header afterwards), the analysis adds the
+    /// program as an object of its own; the default cannot, and that
+    /// program's records are then counted as dropped.
+    fn join_program(&mut self, _program: &JoinedProgram) -> bool {
         false
     }
 }
@@ -121,8 +122,8 @@ impl<W: Write> RecordSink for TraceWriter<W> {
     fn push_records(&mut self, records: &[(u32, u64)]) -> SinkResult {
         Ok(TraceWriter::push_records(self, records)?)
     }
-    fn extend_loads(&mut self, loads: usize) -> bool {
-        TraceWriter::extend_loads(self, loads);
+    fn join_program(&mut self, program: &JoinedProgram) -> bool {
+        TraceWriter::extend_loads(self, program.load_end());
         true
     }
 }
@@ -182,6 +183,14 @@ impl RecordSink for AnalyzerSink {
         self.spatial = true;
         self.thread = thread;
         Ok(())
+    }
+    fn join_program(&mut self, program: &JoinedProgram) -> bool {
+        if self.analyzer.loads() != program.load_base as usize {
+            return false;
+        }
+        let (object, functions, loads) = program.entries(self.analyzer.functions() as u32);
+        self.analyzer.add_object(object, functions, loads);
+        true
     }
     fn push(&mut self, load: u32, addr: u64) -> SinkResult {
         if self.spatial {
@@ -260,6 +269,10 @@ impl RecordSink for Tee<'_> {
         self.0.region(event)?;
         self.1.region(event)
     }
+    fn join_program(&mut self, program: &JoinedProgram) -> bool {
+        // Both or neither: the analysis, which checks its size, first.
+        self.1.join_program(program) && self.0.join_program(program)
+    }
 }
 
 /// A sink whose errors name the file it writes (`t.trace: cannot write
@@ -309,8 +322,8 @@ impl RecordSink for NamedSink<'_> {
         let path = self.1;
         self.0.region(event).map_err(|source| named(path, source))
     }
-    fn extend_loads(&mut self, loads: usize) -> bool {
-        self.0.extend_loads(loads)
+    fn join_program(&mut self, program: &JoinedProgram) -> bool {
+        self.0.join_program(program)
     }
 }
 
@@ -375,14 +388,16 @@ pub struct JoinedProgram {
 }
 
 impl JoinedProgram {
-    /// Appends the program's functions (named `<file>!<function>`, the
-    /// original executable's file name) and
-    /// loads to `header`, with an [`memgaze_trace::OBJECT_LABEL`] label, so
-    /// its records name its own loads. `header` must list exactly
-    /// `load_base` loads (the programs are appended in order).
-    pub fn extend_header(&self, header: &mut TraceHeader) {
-        debug_assert_eq!(header.loads.len(), self.load_base as usize);
-        // The original executable's name, as the traced one is named.
+    /// One past the trace index of its last load.
+    pub fn load_end(&self) -> usize {
+        self.load_base as usize + self.annotation.loads.len()
+    }
+
+    /// The program's object name (the original executable's file name, as
+    /// the traced one is named), its functions (named `<file>!<function>`)
+    /// and its loads, as a header lists them after `function_base`
+    /// functions and [`JoinedProgram::load_base`] loads.
+    pub fn entries(&self, function_base: u32) -> (String, Vec<FunctionEntry>, Vec<LoadEntry>) {
         let name = Path::new(&self.annotation.binary.path)
             .file_name()
             .or_else(|| self.path.file_name())
@@ -390,27 +405,38 @@ impl JoinedProgram {
                 || self.path.display().to_string(),
                 |n| n.to_string_lossy().into_owned(),
             );
-        let function_base = header.functions.len() as u32;
-        let load_base = header.loads.len() as u32;
-        header.labels.push((
-            memgaze_trace::OBJECT_LABEL.to_string(),
-            format!("{function_base} {load_base} {name}"),
-        ));
-        header
-            .functions
-            .extend(function_entries(&self.annotation).into_iter().map(|mut f| {
+        let functions = function_entries(&self.annotation)
+            .into_iter()
+            .map(|mut f| {
                 f.name = format!("{name}!{}", f.name);
                 f
-            }));
-        header.loads.extend(
-            load_entries(&self.annotation)
-                .into_iter()
-                .map(|l| LoadEntry {
-                    function: l.function.map(|f| f + function_base),
-                    proxy: l.proxy.map(|p| p + load_base),
-                    ..l
-                }),
-        );
+            })
+            .collect();
+        let loads = load_entries(&self.annotation)
+            .into_iter()
+            .map(|l| LoadEntry {
+                function: l.function.map(|f| f + function_base),
+                proxy: l.proxy.map(|p| p + self.load_base),
+                ..l
+            })
+            .collect();
+        (name, functions, loads)
+    }
+
+    /// Appends the program's functions and loads ([`JoinedProgram::entries`])
+    /// to `header`, with an [`memgaze_trace::OBJECT_LABEL`] label, so its
+    /// records name its own loads. `header` must list exactly `load_base`
+    /// loads (the programs are appended in order).
+    pub fn extend_header(&self, header: &mut TraceHeader) {
+        debug_assert_eq!(header.loads.len(), self.load_base as usize);
+        let function_base = header.functions.len() as u32;
+        let (name, functions, loads) = self.entries(function_base);
+        header.labels.push((
+            memgaze_trace::OBJECT_LABEL.to_string(),
+            format!("{function_base} {} {name}", self.load_base),
+        ));
+        header.functions.extend(functions);
+        header.loads.extend(loads);
     }
 }
 
@@ -1216,7 +1242,7 @@ fn summarise(
     // program by a `vfork` child, seen by its `Exec`) lost nothing.
     if assembler.foreign_images() > 0 && assembler.foreign_records > 0 {
         notes.push(format!(
-            "{} process image(s) could not be filed under their program's loads (another instrumented program than the traced one without a readable annotation beside it or recorded straight into the analysis, or a process gone before the recorder could tell which program it ran, once another had joined): their {} records are dropped",
+            "{} process image(s) could not be filed under their program's loads (another instrumented program than the traced one without a readable annotation beside it, or a process gone before the recorder could tell which program it ran, once another had joined): their {} records are dropped",
             assembler.foreign_images(),
             assembler.foreign_records
         ));
