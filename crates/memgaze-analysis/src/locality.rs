@@ -965,7 +965,7 @@ mod tests {
 
     /// A block reused at short distances only (the windows see `D < 16`):
     /// its `d' = 0` accesses stay below 64 blocks, where the scale-free
-    /// prior puts a large share at 64 blocks and more. Without a measured
+    /// prior puts over a tenth at 64 blocks and more. Without a measured
     /// head the rows are the scale-free ones.
     #[test]
     fn a_measured_prior_keeps_short_reuses_short() {
@@ -982,11 +982,12 @@ mod tests {
             w.add(Some(i % 16), 1000);
         }
         let survival = w.survival();
-        assert!(survival.len() > 1000 && survival[16] == 0.0);
+        // Nobody is at risk past 15: the head ends at 16, all its mass below.
+        assert_eq!((survival.len(), survival[16]), (17, 0.0));
         let measured = smoothing_table(&sizes, 1.0 / 128.0, &survival, 1e6);
         let scale_free = smoothing_table(&sizes, 1.0 / 128.0, &[1.0], 1e6);
         assert!(measured[0] > 1.0 - 1e-12, "{}", measured[0]);
-        assert!(scale_free[0] < 0.6, "{}", scale_free[0]);
+        assert!(scale_free[0] < 0.9, "{}", scale_free[0]);
         // A d' the head cannot explain goes to the scale-free tail, and
         // rows sum to 1.
         for d in 0..SMOOTH_DISTANCES {
