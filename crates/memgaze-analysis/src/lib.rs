@@ -940,9 +940,7 @@ impl Analyzer {
                 Tracking::Sampled {
                     sampling,
                     emulated: false,
-                } if sampling.block_shift == options.block.trailing_zeros() => {
-                    Some(Box::default())
-                }
+                } if sampling.block_shift == options.block.trailing_zeros() => Some(Box::default()),
                 _ => None,
             },
             cache_sizes,
@@ -1325,7 +1323,10 @@ impl Analyzer {
         };
         if let Some(prior) = self.window_distances.as_deref_mut() {
             // A cold access was just counted among the live blocks.
-            prior.add(distance, u64::from(reuse.live()) - u64::from(distance.is_none()));
+            prior.add(
+                distance,
+                u64::from(reuse.live()) - u64::from(distance.is_none()),
+            );
         }
         if let Some(d) = distance {
             entry.d_sum += d;

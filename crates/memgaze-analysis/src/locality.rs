@@ -415,7 +415,8 @@ impl WindowDistances {
     /// first distance with fewer than [`PRIOR_MIN_AT_RISK`] observations at
     /// risk (an observation censored at `c` is at risk at every `k < c`).
     pub fn survival(&self) -> Vec<f64> {
-        let mut at_risk: u64 = self.events.iter().sum::<u64>() + self.censored[1..].iter().sum::<u64>();
+        let mut at_risk: u64 =
+            self.events.iter().sum::<u64>() + self.censored[1..].iter().sum::<u64>();
         let mut survival = vec![1.0];
         for k in 0..PRIOR_DISTANCES {
             if at_risk < PRIOR_MIN_AT_RISK {
@@ -461,13 +462,7 @@ fn smoothing_table(sizes: &[u64], rate: f64, survival: &[f64], footprint: f64) -
 
 /// One row of [`smoothing_table`] under the prior that `survival` and the
 /// tail's `c` give; `None` when it gives the row no weight.
-fn posterior_row(
-    sizes: &[u64],
-    rate: f64,
-    d: usize,
-    survival: &[f64],
-    c: f64,
-) -> Option<Vec<f64>> {
+fn posterior_row(sizes: &[u64], rate: f64, d: usize, survival: &[f64], c: f64) -> Option<Vec<f64>> {
     let n = sizes.len() + 1;
     let head = survival.len() - 1;
     let prior = |big: u64| -> f64 {
@@ -996,6 +991,9 @@ mod tests {
         }
         let too_few = WindowDistances::default().survival();
         assert_eq!(too_few, vec![1.0]);
-        assert_eq!(smoothing_table(&sizes, 1.0 / 128.0, &too_few, 1e6), scale_free);
+        assert_eq!(
+            smoothing_table(&sizes, 1.0 / 128.0, &too_few, 1e6),
+            scale_free
+        );
     }
 }

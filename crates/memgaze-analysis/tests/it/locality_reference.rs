@@ -677,7 +677,12 @@ fn sampled_curve_with_a_measured_prior_matches_the_reference() {
                 .collect()
         });
         let total: f64 = weights.iter().map(|w| w.1).sum();
-        weights.iter().filter(|w| w.0 >= size).map(|w| w.1).sum::<f64>() / total
+        weights
+            .iter()
+            .filter(|w| w.0 >= size)
+            .map(|w| w.1)
+            .sum::<f64>()
+            / total
     };
     let distances = naive_distances(&run.tracked);
     let den = execs.len() as f64 * rate;
