@@ -52,7 +52,7 @@ use addr_table::{
     AddrTable, ByteAddresses, HugePageVec, LineNumbers, LineSlot, PackedSlot, Zeroable,
 };
 use intervals::IntervalBuilder;
-use locality::{Tally, Tracking, WholeRun};
+use locality::{Tally, Tracking, WholeRun, WindowDistances};
 use regions::LineStat;
 use reuse::{BlockLocal, ReuseTracker};
 use windows::{AddrLocal, Lasts, LevelSums, NO_LASTS, WindowEngine, last_of};
@@ -516,6 +516,10 @@ pub struct Analyzer {
     instrumented_objects: Vec<String>,
     /// Whole-run stack distances over the tracked blocks.
     whole: WholeRun,
+    /// The time samples' in-window distances, for the whole-run prior
+    /// (`None` unless a recorded spatially sampled trace's reuse blocks are
+    /// the tracked blocks).
+    window_distances: Option<Box<WindowDistances>>,
     cache_sizes: CacheSizes,
 }
 
@@ -933,6 +937,13 @@ impl Analyzer {
             outside_binary: None,
             notes: Vec::new(),
             whole: WholeRun::new(tracking, &cache_sizes),
+            window_distances: match tracking {
+                Tracking::Sampled {
+                    sampling,
+                    emulated: false,
+                } if sampling.block_shift == options.block.trailing_zeros() => Some(Box::default()),
+                _ => None,
+            },
             cache_sizes,
         };
         for load in &header.loads {
@@ -1360,6 +1371,13 @@ impl Analyzer {
             };
             reuse.access(block, block_local)
         };
+        if let Some(prior) = self.window_distances.as_deref_mut() {
+            // A cold access was just counted among the live blocks.
+            prior.add(
+                distance,
+                u64::from(reuse.live()) - u64::from(distance.is_none()),
+            );
+        }
         if let Some(d) = distance {
             entry.d_sum += d;
             entry.d_count += 1;
@@ -1572,6 +1590,11 @@ impl Analyzer {
         let reuse = self.reuse_sums();
         let mut summary = self.summary(rho, pieces, &reuse, totals);
         let trace_windows = window_rows(&self.trace_sums, 3, self.max_k, true);
+        if let Some(prior) = &self.window_distances {
+            self.whole.smooth(&prior.survival());
+        } else {
+            self.whole.smooth(&[1.0]);
+        }
         let tallies = self.whole.is_on().then(|| self.tallies(rho));
         if let Some(t) = &tallies {
             self.whole_run_summary(&mut summary, &t.total);

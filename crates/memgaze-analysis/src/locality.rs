@@ -34,9 +34,21 @@
 //! whole steps. An access with `d' <` [`SMOOTH_DISTANCES`] is therefore
 //! spread over the buckets by the distribution of the true distance given
 //! `d'`: every one of the `D` other blocks is tracked with probability
-//! `R`, and reuse distances spread over orders of magnitude, so the prior
-//! is scale-free (`∝ 1/(D + 1)`); see `smoothing_table`. Larger `d'`
-//! use `D̂ = d'/R` (relative step below 1/64).
+//! `R`. The prior of `D` is measured where it can be: the time samples
+//! hold every load of their windows, so their in-window reuse distances
+//! are exact, and a reuse whose previous access lies before its window is
+//! known to be at least the distinct blocks seen in the window so far (a
+//! right-censored observation). Their Kaplan–Meier estimate gives `P(D)`
+//! up to the distance where too few observations remain at risk
+//! ([`WindowDistances`]); beyond it the prior continues scale-free
+//! (`∝ 1/(D + 1)`, the measured mass per octave), as it is everywhere when
+//! the windows give nothing. The small `d'` are therefore counted apart
+//! while the run streams and spread by [`WholeRun::smooth`] at its end; see
+//! `smoothing_table`. A block most accesses reuse at a short distance (the
+//! top of a tree), when tracked, gives many `d' = 0`: the measured prior
+//! keeps them at the short distances the windows see, where a scale-free
+//! one would spread them up to `~1/R` blocks. Larger `d'` use `D̂ = d'/R`
+//! (relative step below 1/64).
 
 use super::reuse::{BlockLocal, ReuseTracker};
 use super::{Map, NONE};
@@ -53,6 +65,13 @@ pub const MIN_TRACKED: u64 = 1000;
 /// Sampled distances `d'` below this are spread by their posterior (see
 /// the module documentation).
 pub const SMOOTH_DISTANCES: usize = 64;
+/// In-window distances at and past this count as censored here: the prior
+/// is measured below it at most.
+pub const PRIOR_DISTANCES: usize = 1 << 12;
+/// The measured prior ends where fewer in-window observations than this
+/// remain at risk (the hazard's relative error there is about
+/// `1/sqrt(events)`, and events are a fraction of these).
+pub const PRIOR_MIN_AT_RISK: u64 = 1000;
 /// Groups of tracked blocks (by a second hash of the block) whose shares
 /// of the curve `summary.mrc_groups` holds, for bootstrap intervals.
 pub const BOOTSTRAP_GROUPS: usize = 32;
@@ -295,9 +314,9 @@ pub(crate) struct CurveSizes {
     pub caches: [usize; 3],
     /// log2 of the block size.
     pub block_shift: u32,
-    /// `SMOOTH_DISTANCES × buckets()` weights: row `d'` spreads an access
-    /// of sampled distance `d'` over the buckets (empty for exact curves).
-    smooth: Vec<f64>,
+    /// Whether accesses of `d' <` [`SMOOTH_DISTANCES`] are counted apart
+    /// (sampled curves, until [`WholeRun::smooth`] spreads them).
+    raw: bool,
 }
 
 impl CurveSizes {
@@ -309,30 +328,22 @@ impl CurveSizes {
         sizes.dedup();
         let caches = cache_blocks.map(|c| sizes.binary_search(&c).expect("listed"));
         let thresholds = sizes.iter().map(|&c| c as f64 * rate).collect();
-        let smooth = if rate < 1.0 {
-            smoothing_table(&sizes, rate)
-        } else {
-            Vec::new()
-        };
         CurveSizes {
             sizes,
             thresholds,
             caches,
             block_shift,
-            smooth,
+            raw: rate < 1.0,
         }
     }
 
-    /// Adds one access of distance `d'` to a site's bucket weights.
+    /// Adds one access of distance `d'` to a site's weights
+    /// ([`Self::columns`]).
     #[inline]
     fn add(&self, site: &mut [f64], distance: Option<u64>) {
         match distance {
-            Some(d) if (d as usize) < SMOOTH_DISTANCES && !self.smooth.is_empty() => {
-                let n = self.buckets();
-                let row = &self.smooth[d as usize * n..][..n];
-                for (w, p) in site.iter_mut().zip(row) {
-                    *w += p;
-                }
+            Some(d) if self.raw && (d as usize) < SMOOTH_DISTANCES => {
+                site[self.buckets() + d as usize] += 1.0;
             }
             _ => site[self.bucket(distance)] += 1.0,
         }
@@ -341,6 +352,12 @@ impl CurveSizes {
     /// Buckets per load site.
     pub fn buckets(&self) -> usize {
         self.sizes.len() + 1
+    }
+
+    /// Weights per load site or block group while the run streams: the
+    /// buckets, then the counts of each small `d'` while they are apart.
+    pub fn columns(&self) -> usize {
+        self.buckets() + if self.raw { SMOOTH_DISTANCES } else { 0 }
     }
 
     /// The bucket of an access of distance `d'` (`None`: cold, the last).
@@ -360,49 +377,124 @@ impl CurveSizes {
     }
 }
 
-/// `buckets()` of the sizes [`CurveSizes::new`] makes.
-fn sizes_len_plus_one(caches: &CacheSizes, block_shift: u32) -> usize {
-    CurveSizes::new(caches, block_shift, 1.0).buckets()
+/// The in-window reuse distances of the time samples' tracked-class
+/// accesses, for the prior of `D` (module documentation).
+#[derive(Clone, Debug)]
+pub(crate) struct WindowDistances {
+    /// `events[k]`: accesses at in-window distance `k < PRIOR_DISTANCES`.
+    events: Vec<u64>,
+    /// `censored[c]`: accesses known only to be at a distance `≥ c` (cold
+    /// in their window after `c` distinct blocks, or at a distance `≥`
+    /// [`PRIOR_DISTANCES`], `c` capped there).
+    censored: Vec<u64>,
+}
+
+impl Default for WindowDistances {
+    fn default() -> Self {
+        WindowDistances {
+            events: vec![0; PRIOR_DISTANCES],
+            censored: vec![0; PRIOR_DISTANCES + 1],
+        }
+    }
+}
+
+impl WindowDistances {
+    /// One access: its in-window distance (`None`: its block's previous
+    /// access, if any, lies before the window) and the distinct blocks of
+    /// the window before it.
+    #[inline]
+    pub fn add(&mut self, distance: Option<u64>, seen: u64) {
+        match distance {
+            Some(d) if (d as usize) < PRIOR_DISTANCES => self.events[d as usize] += 1,
+            Some(_) => self.censored[PRIOR_DISTANCES] += 1,
+            None => self.censored[(seen as usize).min(PRIOR_DISTANCES)] += 1,
+        }
+    }
+
+    /// Kaplan–Meier survival `S(k) = P(D ≥ k)` for `k = 0 ..= H`, `H` the
+    /// first distance with fewer than [`PRIOR_MIN_AT_RISK`] observations at
+    /// risk (an observation censored at `c` is at risk at every `k < c`).
+    pub fn survival(&self) -> Vec<f64> {
+        let mut at_risk: u64 =
+            self.events.iter().sum::<u64>() + self.censored[1..].iter().sum::<u64>();
+        let mut survival = vec![1.0];
+        for k in 0..PRIOR_DISTANCES {
+            if at_risk < PRIOR_MIN_AT_RISK {
+                break;
+            }
+            let s = survival[k] * (1.0 - self.events[k] as f64 / at_risk as f64);
+            survival.push(s);
+            at_risk -= self.events[k] + self.censored[k + 1];
+        }
+        survival
+    }
 }
 
 /// Row `d'` (for `d' < SMOOTH_DISTANCES`): the probability that the true
 /// distance `D` lies in each bucket. Given `D`, `d'` is binomial (`D`
-/// blocks, each tracked with probability `R`); reuse distances spread over
-/// orders of magnitude, so the prior is scale-free, `∝ 1/(D + 1)`:
-/// `P(D | d') ∝ C(D, d') R^d' (1 − R)^(D − d') / (D + 1)`, summed until
-/// the tail is negligible.
-fn smoothing_table(sizes: &[u64], rate: f64) -> Vec<f64> {
-    let n = sizes.len() + 1;
-    let mut table = vec![0.0; SMOOTH_DISTANCES * n];
-    let ln_q = (1.0 - rate).ln();
+/// blocks, each tracked with probability `R`), so
+/// `P(D | d') ∝ C(D, d') R^d' (1 − R)^(D − d') π(D)`, summed until the
+/// tail is negligible. The prior `π` comes from `survival` (`S(k)` for
+/// `k ≤ H`, [`WindowDistances::survival`]): `S(D) − S(D + 1)` below `H`,
+/// then scale-free, `c/(D + 1)`, holding the measured rest `S(H)` between
+/// `H` and the run's estimated footprint `M` (at least `2H`) blocks:
+/// `c = S(H)/ln((M + 1)/(H + 1))` (`c = 1`, wholly scale-free, when
+/// `H < 2`). A row the prior gives no weight falls back to the scale-free
+/// one.
+fn smoothing_table(sizes: &[u64], rate: f64, survival: &[f64], footprint: f64) -> Vec<f64> {
+    let head = survival.len().saturating_sub(1);
+    let mut table = Vec::with_capacity(SMOOTH_DISTANCES * (sizes.len() + 1));
+    let (survival, tail) = if head >= 2 {
+        let end = footprint.max(2.0 * head as f64);
+        let c = survival[head] / ((end + 1.0) / (head as f64 + 1.0)).ln();
+        (survival, c)
+    } else {
+        (&[1.0][..], 1.0)
+    };
     for d in 0..SMOOTH_DISTANCES {
-        // Weights w(D) for D = d, d + 1, …, by the ratio
-        // w(D + 1)/w(D) = (D + 1)/(D + 1 − d) · q · (D + 1)/(D + 2).
-        let mut ln_w = -((d + 1) as f64).ln();
-        let mut mass = vec![0.0; n];
-        let mut total = 0.0;
-        let mut bucket = sizes.partition_point(|&c| c <= d as u64);
-        let mut big = d as u64;
-        loop {
-            let w = ln_w.exp();
-            total += w;
-            mass[bucket] += w;
-            let x = big as f64;
-            ln_w += ((x + 1.0) / (x + 1.0 - d as f64)).ln() + ln_q + ((x + 1.0) / (x + 2.0)).ln();
-            big += 1;
-            while bucket < sizes.len() && sizes[bucket] <= big {
-                bucket += 1;
-            }
-            if (w < total * 1e-15 && big as f64 > (d as f64 + 1.0) / rate) || big > (1 << 26) {
-                break;
-            }
-        }
-        let row = &mut table[d * n..][..n];
-        for (r, m) in row.iter_mut().zip(&mass) {
-            *r = m / total;
-        }
+        let row = posterior_row(sizes, rate, d, survival, tail)
+            .or_else(|| posterior_row(sizes, rate, d, &[1.0], 1.0))
+            .expect("the scale-free prior weighs every D");
+        table.extend(row);
     }
     table
+}
+
+/// One row of [`smoothing_table`] under the prior that `survival` and the
+/// tail's `c` give; `None` when it gives the row no weight.
+fn posterior_row(sizes: &[u64], rate: f64, d: usize, survival: &[f64], c: f64) -> Option<Vec<f64>> {
+    let n = sizes.len() + 1;
+    let head = survival.len() - 1;
+    let prior = |big: u64| -> f64 {
+        match usize::try_from(big) {
+            Ok(k) if k < head => (survival[k] - survival[k + 1]).max(0.0),
+            _ => c / (big as f64 + 1.0),
+        }
+    };
+    let ln_q = (1.0 - rate).ln();
+    // `ln C(D, d') + (D − d') ln q` for D = d', d' + 1, …, by the ratio
+    // (D + 1)/(D + 1 − d') · q.
+    let mut ln_likelihood = 0.0_f64;
+    let mut mass = vec![0.0; n];
+    let mut total = 0.0;
+    let mut bucket = sizes.partition_point(|&s| s <= d as u64);
+    let mut big = d as u64;
+    loop {
+        let w = ln_likelihood.exp() * prior(big);
+        total += w;
+        mass[bucket] += w;
+        let x = big as f64;
+        ln_likelihood += ((x + 1.0) / (x + 1.0 - d as f64)).ln() + ln_q;
+        big += 1;
+        while bucket < sizes.len() && sizes[bucket] <= big {
+            bucket += 1;
+        }
+        let past = big as usize >= head && big as f64 > (d as f64 + 1.0) / rate;
+        if (past && w <= total * 1e-15) || big > (1 << 26) {
+            break;
+        }
+    }
+    (total > 0.0).then(|| mass.iter().map(|m| m / total).collect())
 }
 
 /// The whole-run stacks and per-load-site bucket counts of an analysis.
@@ -413,10 +505,10 @@ pub(crate) struct WholeRun {
     pub rate: f64,
     threads: Vec<ThreadStack>,
     current: usize,
-    /// Per load site, by site index: `buckets()` weights, then the
+    /// Per load site, by site index: `columns()` weights, then the
     /// tracked-access count.
     hist: Vec<f64>,
-    /// `BOOTSTRAP_GROUPS × buckets()` weights: the accesses of each group
+    /// `BOOTSTRAP_GROUPS × columns()` weights: the accesses of each group
     /// of blocks (sampled curves only).
     groups: Vec<f64>,
     /// Tracked accesses counted.
@@ -434,19 +526,19 @@ impl WholeRun {
             Tracking::Sampled { sampling, .. } => (sampling.rate(), sampling.block_shift),
             _ => (1.0, SpatialSampling::DEFAULT_BLOCK_SHIFT),
         };
+        let sizes = CurveSizes::new(caches, block_shift, rate);
+        let groups = match tracking {
+            Tracking::Sampled { .. } => vec![0.0; BOOTSTRAP_GROUPS * sizes.columns()],
+            _ => Vec::new(),
+        };
         WholeRun {
             tracking,
-            sizes: CurveSizes::new(caches, block_shift, rate),
+            sizes,
             rate,
             threads: Vec::new(),
             current: 0,
             hist: Vec::new(),
-            groups: match tracking {
-                Tracking::Sampled { .. } => {
-                    vec![0.0; BOOTSTRAP_GROUPS * sizes_len_plus_one(caches, block_shift)]
-                }
-                _ => Vec::new(),
-            },
+            groups,
             tracked: 0,
             spatial_records: 0,
             spatial_ignored: 0,
@@ -481,11 +573,11 @@ impl WholeRun {
         let block = addr >> self.sizes.block_shift;
         let distance = self.threads[self.current].access(block);
         if !self.groups.is_empty() {
-            let n = self.sizes.buckets();
+            let n = self.sizes.columns();
             let g = (block.wrapping_mul(0xd6e8_feb8_6659_fd93) >> 59) as usize;
             self.sizes.add(&mut self.groups[g * n..][..n], distance);
         }
-        let width = self.sizes.buckets() + 1;
+        let width = self.sizes.columns() + 1;
         let at = slot as usize * width;
         if self.hist.len() < at + width {
             self.hist.resize(at + width, 0.0);
@@ -508,10 +600,53 @@ impl WholeRun {
         };
     }
 
+    /// Spreads the accesses of small `d'` counted apart over the buckets
+    /// by their posterior under the prior `survival` gives
+    /// ([`WindowDistances::survival`]); afterwards every site and group
+    /// holds `buckets()` weights. Nothing to do for exact curves.
+    pub fn smooth(&mut self, survival: &[f64]) {
+        if !self.sizes.raw {
+            return;
+        }
+        // Distinct tracked blocks weighted 1/R: the run's footprint.
+        let footprint = self
+            .threads
+            .iter()
+            .map(|t| f64::from(t.tracker.live()))
+            .sum::<f64>()
+            / self.rate;
+        let table = smoothing_table(&self.sizes.sizes, self.rate, survival, footprint);
+        let n = self.sizes.buckets();
+        let fold = |weights: &[f64], out: &mut Vec<f64>| {
+            let at = out.len();
+            out.extend_from_slice(&weights[..n]);
+            for (d, &count) in weights[n..n + SMOOTH_DISTANCES].iter().enumerate() {
+                if count > 0.0 {
+                    for (w, p) in out[at..].iter_mut().zip(&table[d * n..][..n]) {
+                        *w += count * p;
+                    }
+                }
+            }
+        };
+        let columns = self.sizes.columns();
+        let mut hist = Vec::with_capacity(self.hist.len() / (columns + 1) * (n + 1));
+        for site in self.hist.chunks(columns + 1) {
+            fold(site, &mut hist);
+            hist.push(site[columns]);
+        }
+        let mut groups = Vec::with_capacity(BOOTSTRAP_GROUPS * n);
+        for group in self.groups.chunks(columns) {
+            fold(group, &mut groups);
+        }
+        (self.hist, self.groups) = (hist, groups);
+        self.sizes.raw = false;
+    }
+
     /// Each block group's share of `MR̂` at every reported size, given the
     /// trace's denominator (`N·R` or the tracked count): they add up to the
     /// trace's curve before clamping. Empty for exact curves.
     pub fn group_shares(&self, total: &Tally) -> Vec<Vec<f64>> {
+        debug_assert!(!self.sizes.raw, "smooth() first");
         let Some(den) = total.denominator(self.rate) else {
             return Vec::new();
         };
@@ -527,8 +662,9 @@ impl WholeRun {
     }
 
     /// Bucket weights and tracked count of load site `slot` (empty if it
-    /// had no tracked access).
+    /// had no tracked access), once [`Self::smooth`] has run.
     pub fn site(&self, slot: usize) -> &[f64] {
+        debug_assert!(!self.sizes.raw, "smooth() first");
         let width = self.sizes.buckets() + 1;
         let at = slot * width;
         self.hist.get(at..at + width).unwrap_or(&[])
@@ -793,5 +929,71 @@ mod tests {
             assert_eq!(paged.access(block), want, "access {i}");
             assert_eq!(hashed.access(block), want, "access {i}");
         }
+    }
+
+    /// Kaplan–Meier by hand: 2000 observations, 1000 at distance 0, 500
+    /// censored at 2 (known `≥ 2`), 500 at distance 3. `S(1) = 1/2`; at 1
+    /// nothing happens; at 2 the censored leave; at 3, 500 of 500 at risk
+    /// are events, but 500 < `PRIOR_MIN_AT_RISK` ends the head at `H = 2`.
+    #[test]
+    fn window_survival_by_hand() {
+        let mut w = WindowDistances::default();
+        for _ in 0..1000 {
+            w.add(Some(0), 10);
+        }
+        for _ in 0..500 {
+            w.add(None, 2);
+            w.add(Some(3), 10);
+        }
+        assert_eq!(w.survival(), vec![1.0, 0.5, 0.5]);
+        // Cold after 5000 distinct blocks and far reuses are censored at
+        // the cap: at risk over the whole head.
+        let mut far = WindowDistances::default();
+        for _ in 0..PRIOR_MIN_AT_RISK {
+            far.add(None, 5000);
+            far.add(Some(1 << 20), 0);
+        }
+        let s = far.survival();
+        assert_eq!(s.len(), PRIOR_DISTANCES + 1);
+        assert!(s.iter().all(|&x| x == 1.0));
+    }
+
+    /// A block reused at short distances only (the windows see `D < 16`):
+    /// its `d' = 0` accesses stay below 64 blocks, where the scale-free
+    /// prior puts over a tenth at 64 blocks and more. Without a measured
+    /// head the rows are the scale-free ones.
+    #[test]
+    fn a_measured_prior_keeps_short_reuses_short() {
+        let caches = CacheSizes {
+            l1: 32 << 10,
+            l2: 1 << 20,
+            llc: 32 << 20,
+            source: "test".into(),
+        };
+        let sizes = CurveSizes::new(&caches, 6, 1.0 / 128.0).sizes;
+        let n = sizes.len() + 1;
+        let mut w = WindowDistances::default();
+        for i in 0..100_000u64 {
+            w.add(Some(i % 16), 1000);
+        }
+        let survival = w.survival();
+        // Nobody is at risk past 15: the head ends at 16, all its mass below.
+        assert_eq!((survival.len(), survival[16]), (17, 0.0));
+        let measured = smoothing_table(&sizes, 1.0 / 128.0, &survival, 1e6);
+        let scale_free = smoothing_table(&sizes, 1.0 / 128.0, &[1.0], 1e6);
+        assert!(measured[0] > 1.0 - 1e-12, "{}", measured[0]);
+        assert!(scale_free[0] < 0.9, "{}", scale_free[0]);
+        // A d' the head cannot explain goes to the scale-free tail, and
+        // rows sum to 1.
+        for d in 0..SMOOTH_DISTANCES {
+            let row = &measured[d * n..][..n];
+            assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-9, "row {d}");
+        }
+        let too_few = WindowDistances::default().survival();
+        assert_eq!(too_few, vec![1.0]);
+        assert_eq!(
+            smoothing_table(&sizes, 1.0 / 128.0, &too_few, 1e6),
+            scale_free
+        );
     }
 }

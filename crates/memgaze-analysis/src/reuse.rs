@@ -146,6 +146,12 @@ impl ReuseTracker {
         result
     }
 
+    /// Distinct blocks of the current sample so far.
+    #[inline]
+    pub(crate) fn live(&self) -> u32 {
+        self.live
+    }
+
     /// Whether [`Self::compact`] must run before the next access.
     #[inline]
     pub(crate) fn needs_room(&self) -> bool {

@@ -449,9 +449,12 @@ proptest! {
         let samples = run.records.last().map_or(0, |r| r.sample + 1);
         let executions_total = execs.len() as u64;
         let totals = TraceTotals::clean(executions_total, run.time_total, samples);
+        // In-window distances at 128-byte blocks: no measured prior (the
+        // reference's is scale-free; the measured one has its own test).
+        let options = AnalysisOptions { block: 128, ..options() };
         let analyse = |spatial_header: Option<SpatialSampling>, with_spatial: bool| {
             let h = header(loads.clone(), sampling, spatial_header);
-            let mut a = Analyzer::new(&h, &options()).unwrap();
+            let mut a = Analyzer::new(&h, &options).unwrap();
             for r in run.records.iter().filter(|r| with_spatial || !r.spatial) {
                 a.push(r);
             }
@@ -567,4 +570,149 @@ fn default_rate_curve_is_within_the_accuracy_target() {
     let first = exact.summary.whole_run.mrc.first().unwrap().miss_ratio;
     let last = exact.summary.whole_run.mrc.last().unwrap().miss_ratio;
     assert!(first > 0.5 && last < 0.2, "{first} … {last}");
+}
+
+/// The prior of small distances measured from the time samples, by brute
+/// force: in-window distances on a list stack per window (cold accesses
+/// censored at the distinct blocks seen, both capped at 4,096), the
+/// Kaplan–Meier estimate by its definition until fewer than 1,000 remain at
+/// risk, the scale-free tail holding the rest up to the footprint, and
+/// each `d' < 64` spread by its posterior summed from binomial
+/// coefficients. Long windows over a hot set make the measured head
+/// matter (the scale-free prior gives another curve).
+#[test]
+fn sampled_curve_with_a_measured_prior_matches_the_reference() {
+    let loads = sites(&[LoadClass::Irregular]);
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let execs: Vec<Exec> = (0..60_000)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let block = match state % 10 {
+                0..=4 => (state >> 20) % 8,
+                5..=7 => (state >> 20) % 300,
+                _ => (state >> 20) % 5000,
+            };
+            (0, 0, 0x10_0000 + block * 64)
+        })
+        .collect();
+    let in_sample: Vec<bool> = (0..1000).map(|i| i < 400).collect();
+    let spatial = SpatialSampling::with_rate(0.25).unwrap();
+    let rate = spatial.rate();
+    let run = sample_run(&loads, &execs, &in_sample, spatial);
+    let h = header(
+        loads.clone(),
+        Sampling {
+            window: 400,
+            period: 1000,
+            seed: None,
+        },
+        Some(spatial),
+    );
+    let mut a = Analyzer::new(&h, &options()).unwrap();
+    for r in &run.records {
+        a.push(r);
+    }
+    let samples = run.records.last().map_or(0, |r| r.sample + 1);
+    let got = a.finish(&TraceTotals::clean(
+        execs.len() as u64,
+        run.time_total,
+        samples,
+    ));
+
+    // In-window observations: (value, exact).
+    let mut observations: Vec<(u64, bool)> = Vec::new();
+    let mut window: Vec<u64> = Vec::new();
+    for (i, e) in execs.iter().enumerate() {
+        if !in_sample[i % in_sample.len()] {
+            window.clear();
+            continue;
+        }
+        let block = e.2 >> 6;
+        match window.iter().rposition(|&b| b == block) {
+            Some(pos) => {
+                window.remove(pos);
+                let d = (window.len() - pos) as u64;
+                observations.push(if d < 4096 { (d, true) } else { (4096, false) });
+            }
+            None => observations.push(((window.len() as u64).min(4096), false)),
+        }
+        window.push(block);
+    }
+    let mut survival = vec![1.0f64];
+    for k in 0..4096u64 {
+        let at_risk = observations
+            .iter()
+            .filter(|&&(v, exact)| if exact { v >= k } else { v > k })
+            .count();
+        if at_risk < 1000 {
+            break;
+        }
+        let events = observations.iter().filter(|&&o| o == (k, true)).count();
+        survival.push(survival[k as usize] * (1.0 - events as f64 / at_risk as f64));
+    }
+    let head = survival.len() - 1;
+    assert!(head >= 100, "head {head}");
+    let distinct: std::collections::HashSet<u64> = run.tracked.iter().map(|e| e.2 >> 6).collect();
+    let footprint = (distinct.len() as f64 / rate).max(2.0 * head as f64);
+    let c = survival[head] / ((footprint + 1.0) / (head as f64 + 1.0)).ln();
+    let prior = |big: u64| {
+        if (big as usize) < head {
+            survival[big as usize] - survival[big as usize + 1]
+        } else {
+            c / (big + 1) as f64
+        }
+    };
+    // P(D ≥ C | d') under the measured prior, per d' < 64.
+    let mut posteriors: HashMap<u64, Vec<(u64, f64)>> = HashMap::new();
+    let mut miss = |d: u64, size: u64| -> f64 {
+        let weights = posteriors.entry(d).or_insert_with(|| {
+            let limit = ((d + 1) as f64 / rate * 40.0) as u64 + 1000;
+            (d..limit)
+                .map(|big| {
+                    let ln_choose: f64 = (0..d)
+                        .map(|j| ((big - j) as f64).ln() - ((j + 1) as f64).ln())
+                        .sum();
+                    let w = (ln_choose + (big - d) as f64 * (1.0 - rate).ln()).exp() * prior(big);
+                    (big, w)
+                })
+                .collect()
+        });
+        let total: f64 = weights.iter().map(|w| w.1).sum();
+        weights
+            .iter()
+            .filter(|w| w.0 >= size)
+            .map(|w| w.1)
+            .sum::<f64>()
+            / total
+    };
+    let distances = naive_distances(&run.tracked);
+    let den = execs.len() as f64 * rate;
+    let mut differs = false;
+    for p in &got.summary.whole_run.mrc {
+        let (mut measured, mut scale_free) = (0.0, 0.0);
+        for &(_, d) in &distances {
+            match d {
+                Some(d) if d < 64 => {
+                    measured += miss(d, p.blocks);
+                    scale_free += miss_probability(Some(d), p.blocks, rate);
+                }
+                d => {
+                    let m = miss_probability(d, p.blocks, rate);
+                    measured += m;
+                    scale_free += m;
+                }
+            }
+        }
+        let want = (measured / den).clamp(0.0, 1.0);
+        assert!(
+            close(p.miss_ratio, want),
+            "{} blocks: {} want {want}",
+            p.blocks,
+            p.miss_ratio
+        );
+        differs |= (want - (scale_free / den).clamp(0.0, 1.0)).abs() > 1e-4;
+    }
+    assert!(differs, "the measured prior changed nothing");
 }
