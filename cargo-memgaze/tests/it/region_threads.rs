@@ -79,11 +79,21 @@ fn region_loads_are_recorded_or_counted(libs: &str) {
     );
     assert!(out.status.success());
     let sampled = read_trace(&trace);
-    assert_eq!(
-        sampled.totals.executions, t.executions,
-        "{:?}",
-        sampled.totals
-    );
+    if libs == "none" {
+        assert_eq!(
+            sampled.totals.executions, t.executions,
+            "{:?}",
+            sampled.totals
+        );
+    } else {
+        // libc's barrier waits run a timing-dependent number of loads: the
+        // executable's region loads are all counted, libc's vary by run.
+        assert!(
+            sampled.totals.executions >= REGION_LOADS,
+            "{:?}",
+            sampled.totals
+        );
+    }
 }
 
 /// Builds the `pool-threads` fixture crate (rayon and a `std::thread`
