@@ -172,8 +172,7 @@ impl Libraries {
         let directory = match cache {
             Some(_) => None,
             None => Some(
-                memgaze_output::private_tempdir()
-                    .context("cannot create a temporary directory")?,
+                memgaze_output::private_tempdir().context("cannot create a temporary directory")?,
             ),
         };
         let cache = match (cache, &directory) {
