@@ -205,7 +205,8 @@ impl Libraries {
             );
             match copy {
                 Ok(copy) => {
-                    let search = link_under_needed_name(&copy.path, &library.name, &directory)?;
+                    let search =
+                        link_under_needed_name(&copy.path, &library.name, directory.as_ref())?;
                     if !libraries.search.contains(&search) {
                         libraries.search.push(search);
                     }
@@ -305,7 +306,7 @@ impl Libraries {
 fn link_under_needed_name(
     copy: &Path,
     needed: &str,
-    directory: &Option<tempfile::TempDir>,
+    directory: Option<&tempfile::TempDir>,
 ) -> Result<PathBuf> {
     let (search, target) = match directory {
         Some(directory) => (directory.path().to_path_buf(), copy.to_path_buf()),
