@@ -18,10 +18,9 @@ use memgaze_trace::{Backend, ProgramExit, Sampling, TraceWriter};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-/// `--libs` of `record`, `run` and `bench`: none by default until threads
-/// started before their first executable load are counted with libraries
-/// instrumented (`region_threads` loses loads uncounted, likely a thread's
-/// first libc loads leaving a re-check countdown over its next ones).
+/// `--libs` of `record`, `run` and `bench`: none by default until every
+/// recording test has passed with libc instrumented (docs/CLI.md, planned
+/// additions).
 #[derive(clap::Args, Debug, Clone)]
 pub struct LibsArgs {
     /// Shared libraries to instrument too: a comma-separated list of globs

@@ -7,8 +7,9 @@
 //! user's environment). A selected library is instrumented as object
 //! `1 + its position among the selected` (the high bits of its record ids,
 //! see `memgaze_instrument::rewrite::library`); one that cannot be is
-//! named and stays original. The copies are linked under their
-//! `DT_NEEDED` names in a private directory put first on
+//! named and stays original. The copies' cache entries (a copy linked
+//! there under its `DT_NEEDED` name where its file name differs; without a
+//! cache, a private temporary directory of links) are put first on
 //! `LD_LIBRARY_PATH`, so the loader finds them before the originals and
 //! every object that needs the library (by its `DT_SONAME`) shares the
 //! copy.
@@ -195,8 +196,11 @@ pub struct Libraries {
     pub instrumented: Vec<InstrumentedLibrary>,
     /// Selected but left original, with the reason (one line).
     pub refused: Vec<(NeededLibrary, String)>,
-    /// The private library directory (links to the copies); removed with
-    /// this value.
+    /// The directories put first on `LD_LIBRARY_PATH`: each copy's cache
+    /// entry, or the private directory below.
+    search: Vec<PathBuf>,
+    /// Without a cache, the private directory (the copies and links to
+    /// them under their needed names); removed with this value.
     directory: Option<tempfile::TempDir>,
 }
 
@@ -226,9 +230,18 @@ impl Libraries {
         if selection.is_empty() {
             return Ok(libraries);
         }
-        let directory =
-            memgaze_output::private_tempdir().context("cannot create a temporary directory")?;
-        let cache = cache.map_or_else(|| directory.path().join("cache"), Path::to_path_buf);
+        // With a cache, nothing temporary: a killed run leaves no directory.
+        let directory = match cache {
+            Some(_) => None,
+            None => Some(
+                memgaze_output::private_tempdir().context("cannot create a temporary directory")?,
+            ),
+        };
+        let cache = match (cache, &directory) {
+            (Some(cache), _) => cache.to_path_buf(),
+            (None, Some(directory)) => directory.path().join("cache"),
+            (None, None) => unreachable!("a directory without a cache"),
+        };
         let selected = needed_libraries(program)?
             .into_iter()
             .filter(|l| selection.selects(&l.name));
@@ -255,9 +268,11 @@ impl Libraries {
             );
             match copy {
                 Ok(copy) => {
-                    let link = directory.path().join(&library.name);
-                    std::os::unix::fs::symlink(&copy.path, &link)
-                        .with_context(|| format!("cannot link {}", link.display()))?;
+                    let search =
+                        link_under_needed_name(&copy.path, &library.name, directory.as_ref())?;
+                    if !libraries.search.contains(&search) {
+                        libraries.search.push(search);
+                    }
                     libraries.instrumented.push(InstrumentedLibrary {
                         library,
                         object,
@@ -275,20 +290,23 @@ impl Libraries {
                 }
             }
         }
-        libraries.directory = Some(directory);
+        libraries.directory = directory;
         Ok(libraries)
     }
 
     /// Makes `command` load the instrumented copies: the private directory
     /// first on `LD_LIBRARY_PATH`.
     pub fn apply(&self, command: &mut Command) {
-        let Some(directory) = &self.directory else {
-            return;
-        };
         if self.instrumented.is_empty() {
             return;
         }
-        let mut value = OsString::from(directory.path());
+        let mut value = OsString::new();
+        for (i, directory) in self.search.iter().enumerate() {
+            if i > 0 {
+                value.push(":");
+            }
+            value.push(directory);
+        }
         if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
             value.push(":");
             value.push(old);
@@ -411,6 +429,47 @@ fn append_sites(header: &mut TraceHeader, name: &str, annotation: &Annotation) {
             proxy: l.proxy.map(|p| p + load_base),
             ..l
         }));
+}
+
+/// Makes the loader find `copy` as `needed` and returns the directory to
+/// search: `directory` (the private one) with a link in it, else the copy's
+/// own cache entry, with a link there where the copy's file name is not the
+/// needed one. `LD_LIBRARY_PATH` cannot name a directory containing `:`.
+fn link_under_needed_name(
+    copy: &Path,
+    needed: &str,
+    directory: Option<&tempfile::TempDir>,
+) -> Result<PathBuf> {
+    let (search, target) = match directory {
+        Some(directory) => (directory.path().to_path_buf(), copy.to_path_buf()),
+        None => {
+            let entry = copy.parent().context("a cached copy has a directory")?;
+            let name = copy.file_name().context("a cached copy has a name")?;
+            let entry = std::path::absolute(entry)
+                .with_context(|| format!("{}: no absolute path", entry.display()))?;
+            (entry, PathBuf::from(name))
+        }
+    };
+    if search.as_os_str().as_encoded_bytes().contains(&b':') {
+        bail!(
+            "{}: a library directory whose name contains ':' cannot be put on LD_LIBRARY_PATH",
+            search.display()
+        );
+    }
+    let link = search.join(needed);
+    if link != copy {
+        match std::os::unix::fs::symlink(&target, &link) {
+            Ok(()) => {}
+            // Made by an earlier run (the cache entry is the same copy).
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AlreadyExists
+                    && std::fs::read_link(&link).is_ok_and(|t| t == target) => {}
+            Err(e) => {
+                return Err(e).with_context(|| format!("cannot link {}", link.display()));
+            }
+        }
+    }
+    Ok(search)
 }
 
 #[cfg(test)]

@@ -64,8 +64,14 @@ fn program_of(recorder: &Child) -> u32 {
     let children = format!("/proc/{0}/task/{0}/children", recorder.id());
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(30) {
+        // Not the dynamic loader `--libs` lists the program's libraries with.
         if let Ok(text) = std::fs::read_to_string(&children)
-            && let Some(pid) = text.split_whitespace().next()
+            && let Some(pid) = text.split_whitespace().find(|pid| {
+                std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| {
+                    !exe.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("ld-linux"))
+                })
+            })
         {
             std::thread::sleep(Duration::from_millis(500));
             return pid.parse().unwrap();

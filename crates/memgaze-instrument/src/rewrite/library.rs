@@ -13,15 +13,16 @@
 //! in the library (every thread: `start_thread` is in libc) reaches the
 //! runtime that creates its slot.
 //!
-//! Before any slot exists (code that the dynamic loader runs before the
-//! executable's entry: IFUNC resolvers, library constructors) the forwarder
-//! returns with a re-check countdown (`COUNTDOWN_RECHECK`), which the
-//! executable's entry hook sets back to zero: those executions are not
-//! counted, as the executable's own before its entry hook, and the code
-//! runs at nearly full speed. A process whose
-//! executable is not instrumented (a program the recorded one `exec`s with
-//! the same environment) never gets a slot: its library loads are not
-//! counted either.
+//! A thread without a slot whose forward finds no runtime (code that the
+//! dynamic loader runs before the executable's entry, a new thread in
+//! `start_thread` before any thread appended or forwarded here) is sent
+//! back with a zero countdown: its library loads until its first
+//! executable load are not counted, and that load reaches the runtime,
+//! which creates the slot. After [`SLOTLESS_ASKS`] such forwards in a
+//! process (one whose executable is not instrumented, a program the
+//! recorded one `exec`s with the same environment, never gets a slot) it
+//! gets a re-check countdown (`COUNTDOWN_RECHECK`) instead, and runs at
+//! nearly full speed, uncounted.
 //!
 //! Spatial checks in library code read the library's own config words,
 //! which stay zero (no spatial sample): only the executable's entry hook
@@ -31,7 +32,7 @@
 //! [`OBJECT_SHIFT`]), so the collector can tell whose annotation a record
 //! refers to.
 
-use super::runtime::{self, Runtime, lea_rip, record_hot_path, slot};
+use super::runtime::{self, Runtime, lea_rip, record_hot_path_then, slot};
 use iced_x86::code_asm::*;
 use iced_x86::{BlockEncoderOptions, Register};
 
@@ -47,7 +48,14 @@ pub const MAX_LOADS: usize = 1 << OBJECT_SHIFT;
 /// Offset in the library's state of the word caching the executable
 /// runtime's cold path (past the config block, which stays zero).
 const RUNTIME_WORD: u64 = runtime::STATE_BYTES - 8;
-const _: () = assert!(std::mem::size_of::<runtime::Config>() as u64 <= RUNTIME_WORD);
+/// Offset of the word counting forwards of slotless threads that found no
+/// runtime (see [`SLOTLESS_ASKS`]).
+const SLOTLESS_WORD: u64 = RUNTIME_WORD - 8;
+const _: () = assert!(std::mem::size_of::<runtime::Config>() as u64 <= SLOTLESS_WORD);
+/// Forwards of slotless threads that find no runtime after which they get a
+/// re-check countdown instead of asking at their next load: bounds the cost
+/// in a process whose executable is not instrumented (about 30 cycles each).
+const SLOTLESS_ASKS: u32 = 1 << 20;
 
 /// Generates a library's runtime at `code_va`, its state at `state_va`.
 /// Only `code`, `record`, `record_tracked` and `spatial` are meaningful.
@@ -58,8 +66,22 @@ pub fn generate(code_va: u64, state_va: u64) -> Result<Runtime, IcedError> {
     let mut forward = a.create_label();
     let mut go = a.create_label();
     let mut none = a.create_label();
+    let mut recheck = a.create_label();
+    let mut leave = a.create_label();
+    let mut known = a.create_label();
     a.set_label(&mut record)?;
-    record_hot_path(&mut a, forward)?;
+    // Learn the runtime from any thread's slot at its first append here,
+    // not only at a forward: a full trace's grant may never end in this
+    // library, and threads started later need the address (see above).
+    record_hot_path_then(&mut a, forward, |a| {
+        a.add_instruction(lea_rip(Register::RCX, state_va + RUNTIME_WORD))?;
+        a.cmp(qword_ptr(rcx), 0)?;
+        a.jne(known)?;
+        a.mov(rcx, qword_ptr(rbx + slot::RUNTIME))?;
+        a.add_instruction(lea_rip(Register::RBX, state_va + RUNTIME_WORD))?;
+        a.mov(qword_ptr(rbx), rcx)?;
+        a.set_label(&mut known)
+    })?;
     // rax, rcx, rbx pushed, the flags in ax: rcx and rbx are free.
     a.set_label(&mut forward)?;
     a.add_instruction(lea_rip(Register::RBX, state_va + RUNTIME_WORD))?;
@@ -78,9 +100,24 @@ pub fn generate(code_va: u64, state_va: u64) -> Result<Runtime, IcedError> {
     a.mov(qword_ptr(rbx), rcx)?;
     a.set_label(&mut go)?;
     a.jmp(rcx)?;
-    // No runtime yet: run on at full speed, asking again after a while.
+    // No runtime known. A thread without a slot asks again at its next
+    // load, so that its first executable load reaches the runtime that
+    // creates its slot: a re-check countdown would hide that load and the
+    // next thousands uncounted. A process with no runtime to find (an
+    // uninstrumented executable) stops asking so often after a while.
     a.set_label(&mut none)?;
+    a.mov(rbx, qword_ptr(0x40u64).fs())?;
+    a.test(rbx, rbx)?;
+    a.jnz(recheck)?;
+    a.add_instruction(lea_rip(Register::RBX, state_va + SLOTLESS_WORD))?;
+    a.cmp(qword_ptr(rbx), SLOTLESS_ASKS as i32)?;
+    a.jae(recheck)?;
+    a.inc(qword_ptr(rbx))?;
+    a.mov(qword_ptr(0x38u64).fs(), 0)?;
+    a.jmp(leave)?;
+    a.set_label(&mut recheck)?;
     a.mov(qword_ptr(0x38u64).fs(), runtime::COUNTDOWN_RECHECK as i32)?;
+    a.set_label(&mut leave)?;
     a.add(al, 0x7f)?;
     a.sahf()?;
     a.pop(rbx)?;

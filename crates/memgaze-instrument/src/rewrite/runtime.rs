@@ -518,6 +518,16 @@ fn emit_record_tracked(a: &mut Asm, l: &mut Labels) -> R {
 /// The hot path of `record`, branching to `to_cold` (with the flags in ax)
 /// for everything else.
 pub(super) fn record_hot_path(a: &mut Asm, to_cold: CodeLabel) -> R {
+    record_hot_path_then(a, to_cold, |_| Ok(()))
+}
+
+/// [`record_hot_path`] with `appended` run after a successful append, before
+/// the flags are restored (`rbx` = the slot, `rcx` free, flags free).
+pub(super) fn record_hot_path_then(
+    a: &mut Asm,
+    to_cold: CodeLabel,
+    appended: impl FnOnce(&mut Asm) -> R,
+) -> R {
     a.push(rax)?;
     a.push(rcx)?;
     a.push(rbx)?;
@@ -532,6 +542,7 @@ pub(super) fn record_hot_path(a: &mut Asm, to_cold: CodeLabel) -> R {
     a.jae(to_cold)?;
     a.mov(qword_ptr(rcx + 4), rdi)?;
     a.mov(dword_ptr(rcx), esi)?;
+    appended(a)?;
     a.add(al, 0x7f)?;
     a.sahf()?;
     a.pop(rbx)?;
