@@ -679,7 +679,8 @@ impl Stacks {
         self.current = match self.threads.iter().position(|t| t.thread == thread) {
             Some(i) => i,
             None => {
-                self.threads.push(ThreadStack::new(thread, self.every_block));
+                self.threads
+                    .push(ThreadStack::new(thread, self.every_block));
                 self.threads.len() - 1
             }
         };
@@ -904,7 +905,7 @@ mod tests {
             llc: 33 << 20,
             source: "test".into(),
         };
-        for rate in [1.0, 0.5, 1.0 / 128.0, 0.001, 0.3, 1e-6] {
+        for rate in [1.0, 0.5, 1.0 / 128.0, 0.001, 0.3] {
             let s = CurveSizes::new(&caches, 6, rate);
             let float: Vec<f64> = s.sizes.iter().map(|&c| c as f64 * rate).collect();
             let mut distances: Vec<u64> = (0..300).collect();
