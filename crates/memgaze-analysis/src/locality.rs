@@ -561,7 +561,7 @@ impl WholeRun {
     }
 
     fn start_worker(&mut self) -> Option<Worker> {
-        if std::thread::available_parallelism().map_or(true, |n| n.get() < 2) {
+        if !std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2) {
             return None;
         }
         // The stacks move only once the thread runs: a failed start keeps
@@ -965,7 +965,7 @@ mod tests {
                 state ^= state << 13;
                 state ^= state >> 7;
                 state ^= state << 17;
-                let addr = if state % 3 == 0 {
+                let addr = if state.is_multiple_of(3) {
                     (state >> 20) % (1 << 24)
                 } else {
                     i * 8 % (1 << 22)
