@@ -1578,6 +1578,7 @@ impl Analyzer {
     /// (trailing empty samples have no records to announce them).
     pub fn finish(mut self, totals: &TraceTotals) -> Analysis {
         self.drain();
+        self.whole.settle();
         self.end_sample();
         self.count_records();
 

@@ -308,8 +308,13 @@ impl ThreadStack {
 pub(crate) struct CurveSizes {
     /// Sorted, distinct: `2^6 … 2^24` and the three cache sizes.
     pub sizes: Vec<u64>,
-    /// `sizes[i] · R`: an access misses at `sizes[i]` iff `d' ≥` this.
-    thresholds: Vec<f64>,
+    /// `⌈sizes[i] · R⌉`: an access misses at `sizes[i]` iff `d' ≥` this
+    /// (`d'` is an integer, so `d' ≥ sizes[i] · R` iff `d' ≥ ⌈sizes[i] · R⌉`).
+    thresholds: Vec<u64>,
+    /// By bit length `b` of `d'` (0 for `d' = 0`): the thresholds at or
+    /// below the smallest `d'` of that length, where the bucket search
+    /// starts (a few thresholds lie within one bit length).
+    first_bucket: [u8; 65],
     /// Index of the L1, L2 and LLC sizes in `sizes`.
     pub caches: [usize; 3],
     /// log2 of the block size.
@@ -327,10 +332,18 @@ impl CurveSizes {
         sizes.sort_unstable();
         sizes.dedup();
         let caches = cache_blocks.map(|c| sizes.binary_search(&c).expect("listed"));
-        let thresholds = sizes.iter().map(|&c| c as f64 * rate).collect();
+        let thresholds: Vec<u64> = sizes
+            .iter()
+            .map(|&c| (c as f64 * rate).ceil() as u64)
+            .collect();
+        let first_bucket = std::array::from_fn(|bits| {
+            let smallest = if bits == 0 { 0 } else { 1u64 << (bits - 1) };
+            thresholds.partition_point(|&t| t <= smallest) as u8
+        });
         CurveSizes {
             sizes,
             thresholds,
+            first_bucket,
             caches,
             block_shift,
             raw: rate < 1.0,
@@ -366,12 +379,12 @@ impl CurveSizes {
         match distance {
             None => self.sizes.len(),
             Some(d) => {
-                let d = d as f64;
-                if d < self.thresholds[0] {
-                    0
-                } else {
-                    self.thresholds.partition_point(|&t| t <= d)
+                let bits = (u64::BITS - d.leading_zeros()) as usize;
+                let mut b = usize::from(self.first_bucket[bits]);
+                while self.thresholds.get(b).is_some_and(|&t| t <= d) {
+                    b += 1;
                 }
+                b
             }
         }
     }
@@ -497,27 +510,62 @@ fn posterior_row(sizes: &[u64], rate: f64, d: usize, survival: &[f64], c: f64) -
     (total > 0.0).then(|| mass.iter().map(|m| m / total).collect())
 }
 
+/// Tracked accesses handed to the stacks at once: the analysis queues them
+/// and, once a batch fills, a second thread takes over the stacks, so the
+/// whole-run distances overlap the per-window metrics (the accesses are
+/// taken in the same order either way, so the counts are the same).
+const BATCH: usize = 1 << 16;
+
+/// One tracked access: load site, thread, address.
+#[derive(Clone, Copy)]
+struct Access {
+    slot: u32,
+    thread: u32,
+    addr: u64,
+}
+
 /// The whole-run stacks and per-load-site bucket counts of an analysis.
 pub(crate) struct WholeRun {
     pub tracking: Tracking,
     pub sizes: CurveSizes,
     /// `R` (1 for [`Tracking::Every`]).
     pub rate: f64,
-    threads: Vec<ThreadStack>,
-    current: usize,
-    /// Per load site, by site index: `columns()` weights, then the
-    /// tracked-access count.
-    hist: Vec<f64>,
-    /// `BOOTSTRAP_GROUPS × columns()` weights: the accesses of each group
-    /// of blocks (sampled curves only).
-    groups: Vec<f64>,
-    /// Tracked accesses counted.
+    /// The stacks and counts: here until the first batch fills, on the
+    /// worker from then until [`Self::settle`].
+    stacks: Option<Stacks>,
+    /// Accesses not yet handed to the stacks.
+    queued: Vec<Access>,
+    worker: Option<Worker>,
+    /// Tracked accesses counted (valid after [`Self::settle`]).
     pub tracked: u64,
     /// Spatial records met (whatever their load).
     pub spatial_records: u64,
     /// Spatial records of loads that are not Strided or Irregular, or of
     /// a trace without spatial sampling: left out.
     pub spatial_ignored: u64,
+}
+
+/// The thread that owns the [`Stacks`] while the trace is read: batches in,
+/// emptied batches back for reuse.
+struct Worker {
+    batches: std::sync::mpsc::SyncSender<Vec<Access>>,
+    emptied: std::sync::mpsc::Receiver<Vec<Access>>,
+    thread: std::thread::JoinHandle<Stacks>,
+}
+
+/// Per-thread stacks and per-site bucket weights.
+struct Stacks {
+    sizes: CurveSizes,
+    threads: Vec<ThreadStack>,
+    current: usize,
+    every_block: bool,
+    /// Per load site, by site index: `columns()` weights (`buckets()`
+    /// once smoothed), then the tracked-access count.
+    hist: Vec<f64>,
+    /// `BOOTSTRAP_GROUPS × columns()` weights (`buckets()` once smoothed):
+    /// the accesses of each group of blocks (sampled curves only).
+    groups: Vec<f64>,
+    tracked: u64,
 }
 
 impl WholeRun {
@@ -527,18 +575,26 @@ impl WholeRun {
             _ => (1.0, SpatialSampling::DEFAULT_BLOCK_SHIFT),
         };
         let sizes = CurveSizes::new(caches, block_shift, rate);
-        let groups = match tracking {
-            Tracking::Sampled { .. } => vec![0.0; BOOTSTRAP_GROUPS * sizes.columns()],
-            _ => Vec::new(),
-        };
         WholeRun {
             tracking,
+            stacks: Some(Stacks {
+                sizes: sizes.clone(),
+                threads: Vec::new(),
+                current: 0,
+                every_block: tracking == Tracking::Every,
+                hist: Vec::new(),
+                groups: match tracking {
+                    Tracking::Sampled { .. } => {
+                        vec![0.0; BOOTSTRAP_GROUPS * sizes.columns()]
+                    }
+                    _ => Vec::new(),
+                },
+                tracked: 0,
+            }),
             sizes,
             rate,
-            threads: Vec::new(),
-            current: 0,
-            hist: Vec::new(),
-            groups,
+            queued: Vec::new(),
+            worker: None,
             tracked: 0,
             spatial_records: 0,
             spatial_ignored: 0,
@@ -563,6 +619,150 @@ impl WholeRun {
     /// A tracked access of load site `slot` to `addr` by `thread`.
     #[inline]
     pub fn access(&mut self, slot: u32, addr: u64, thread: u32) {
+        self.queued.push(Access { slot, thread, addr });
+        if self.queued.len() >= BATCH {
+            self.hand_over();
+        }
+    }
+
+    /// Hands the full batch to the worker, starting it on the first batch
+    /// (where the machine has one core, or no thread can be started, the
+    /// batch is taken here).
+    #[cold]
+    fn hand_over(&mut self) {
+        if self.worker.is_none() {
+            self.worker = self.start_worker();
+        }
+        match &self.worker {
+            Some(worker) => {
+                let spare = worker
+                    .emptied
+                    .try_recv()
+                    .unwrap_or_else(|_| Vec::with_capacity(BATCH));
+                let batch = std::mem::replace(&mut self.queued, spare);
+                // A closed channel means the worker panicked: `settle`
+                // reports it.
+                let _ = worker.batches.send(batch);
+            }
+            None => {
+                let stacks = self.stacks.as_mut().expect("stacks kept here");
+                stacks.take(&self.queued);
+                self.queued.clear();
+            }
+        }
+    }
+
+    fn start_worker(&mut self) -> Option<Worker> {
+        if !std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2) {
+            return None;
+        }
+        // The stacks move only once the thread runs: a failed start keeps
+        // them here.
+        let (give, receive) = std::sync::mpsc::channel::<Stacks>();
+        let (batches, inbox) = std::sync::mpsc::sync_channel::<Vec<Access>>(2);
+        let (done, emptied) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("whole-run".into())
+            .spawn(move || {
+                let mut stacks = receive.recv().expect("stacks sent once started");
+                for mut batch in inbox {
+                    stacks.take(&batch);
+                    batch.clear();
+                    let _ = done.send(batch);
+                }
+                stacks
+            })
+            .ok()?;
+        give.send(self.stacks.take()?).ok()?;
+        Some(Worker {
+            batches,
+            emptied,
+            thread,
+        })
+    }
+
+    /// Takes every queued access and brings the stacks back from the
+    /// worker: call before [`Self::site`] and [`Self::group_shares`].
+    pub fn settle(&mut self) {
+        if let Some(worker) = self.worker.take() {
+            let batch = std::mem::take(&mut self.queued);
+            let _ = worker.batches.send(batch);
+            drop(worker.batches);
+            match worker.thread.join() {
+                Ok(stacks) => self.stacks = Some(stacks),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        } else if let Some(stacks) = &mut self.stacks {
+            stacks.take(&self.queued);
+            self.queued.clear();
+        }
+        self.tracked = self.stacks.as_ref().map_or(0, |s| s.tracked);
+    }
+
+    /// Spreads the accesses of small `d'` counted apart over the buckets
+    /// by their posterior under the prior `survival` gives
+    /// ([`WindowDistances::survival`]); afterwards every site and group
+    /// holds `buckets()` weights. Call after [`Self::settle`]; nothing to
+    /// do for exact curves.
+    pub fn smooth(&mut self, survival: &[f64]) {
+        if !self.sizes.raw {
+            return;
+        }
+        let rate = self.rate;
+        if let Some(stacks) = self.stacks.as_mut() {
+            debug_assert!(
+                self.queued.is_empty() && self.worker.is_none(),
+                "settle() first"
+            );
+            stacks.smooth(rate, survival);
+        }
+        self.sizes.raw = false;
+    }
+
+    /// Each block group's share of `MR̂` at every reported size, given the
+    /// trace's denominator (`N·R` or the tracked count): they add up to the
+    /// trace's curve before clamping. Empty for exact curves.
+    pub fn group_shares(&self, total: &Tally) -> Vec<Vec<f64>> {
+        debug_assert!(!self.sizes.raw, "smooth() first");
+        let Some(den) = total.denominator(self.rate) else {
+            return Vec::new();
+        };
+        let n = self.sizes.buckets();
+        self.settled()
+            .groups
+            .chunks(n)
+            .map(|g| {
+                (0..self.sizes.sizes.len())
+                    .map(|i| g[i + 1..].iter().sum::<f64>() / den)
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Bucket weights and tracked count of load site `slot` (empty if it
+    /// had no tracked access), once [`Self::smooth`] has run.
+    pub fn site(&self, slot: usize) -> &[f64] {
+        debug_assert!(!self.sizes.raw, "smooth() first");
+        let width = self.sizes.buckets() + 1;
+        let at = slot * width;
+        self.settled().hist.get(at..at + width).unwrap_or(&[])
+    }
+
+    fn settled(&self) -> &Stacks {
+        debug_assert!(self.queued.is_empty() && self.worker.is_none());
+        self.stacks.as_ref().expect("settled")
+    }
+}
+
+impl Stacks {
+    fn take(&mut self, accesses: &[Access]) {
+        for a in accesses {
+            self.access(a.slot, a.addr, a.thread);
+        }
+    }
+
+    #[inline]
+    fn access(&mut self, slot: u32, addr: u64, thread: u32) {
         if self
             .threads
             .get(self.current)
@@ -594,7 +794,7 @@ impl WholeRun {
             Some(i) => i,
             None => {
                 self.threads
-                    .push(ThreadStack::new(thread, self.tracking == Tracking::Every));
+                    .push(ThreadStack::new(thread, self.every_block));
                 self.threads.len() - 1
             }
         };
@@ -602,20 +802,17 @@ impl WholeRun {
 
     /// Spreads the accesses of small `d'` counted apart over the buckets
     /// by their posterior under the prior `survival` gives
-    /// ([`WindowDistances::survival`]); afterwards every site and group
-    /// holds `buckets()` weights. Nothing to do for exact curves.
-    pub fn smooth(&mut self, survival: &[f64]) {
-        if !self.sizes.raw {
-            return;
-        }
+    /// ([`WindowDistances::survival`]) at rate `rate`; afterwards every
+    /// site and group holds `buckets()` weights.
+    fn smooth(&mut self, rate: f64, survival: &[f64]) {
         // Distinct tracked blocks weighted 1/R: the run's footprint.
         let footprint = self
             .threads
             .iter()
             .map(|t| f64::from(t.tracker.live()))
             .sum::<f64>()
-            / self.rate;
-        let table = smoothing_table(&self.sizes.sizes, self.rate, survival, footprint);
+            / rate;
+        let table = smoothing_table(&self.sizes.sizes, rate, survival, footprint);
         let n = self.sizes.buckets();
         let fold = |weights: &[f64], out: &mut Vec<f64>| {
             let at = out.len();
@@ -640,34 +837,6 @@ impl WholeRun {
         }
         (self.hist, self.groups) = (hist, groups);
         self.sizes.raw = false;
-    }
-
-    /// Each block group's share of `MR̂` at every reported size, given the
-    /// trace's denominator (`N·R` or the tracked count): they add up to the
-    /// trace's curve before clamping. Empty for exact curves.
-    pub fn group_shares(&self, total: &Tally) -> Vec<Vec<f64>> {
-        debug_assert!(!self.sizes.raw, "smooth() first");
-        let Some(den) = total.denominator(self.rate) else {
-            return Vec::new();
-        };
-        let n = self.sizes.buckets();
-        self.groups
-            .chunks(n)
-            .map(|g| {
-                (0..self.sizes.sizes.len())
-                    .map(|i| g[i + 1..].iter().sum::<f64>() / den)
-                    .collect()
-            })
-            .collect()
-    }
-
-    /// Bucket weights and tracked count of load site `slot` (empty if it
-    /// had no tracked access), once [`Self::smooth`] has run.
-    pub fn site(&self, slot: usize) -> &[f64] {
-        debug_assert!(!self.sizes.raw, "smooth() first");
-        let width = self.sizes.buckets() + 1;
-        let at = slot * width;
-        self.hist.get(at..at + width).unwrap_or(&[])
     }
 }
 
@@ -878,6 +1047,33 @@ mod tests {
         assert_eq!(s.bucket(Some(1 << 30)), 20);
     }
 
+    /// The integer bucket search gives the bucket of the comparison with
+    /// `sizes[i] · R` in floating point, at every rate and around every
+    /// threshold.
+    #[test]
+    fn integer_buckets_match_the_float_thresholds() {
+        let caches = CacheSizes {
+            l1: 48 << 10,
+            l2: 1_310_720,
+            llc: 33 << 20,
+            source: "test".into(),
+        };
+        for rate in [1.0, 0.5, 1.0 / 128.0, 0.001, 0.3] {
+            let s = CurveSizes::new(&caches, 6, rate);
+            let float: Vec<f64> = s.sizes.iter().map(|&c| c as f64 * rate).collect();
+            let mut distances: Vec<u64> = (0..300).collect();
+            for &t in &float {
+                let t = t as u64;
+                distances.extend(t.saturating_sub(2)..t + 3);
+            }
+            distances.extend([u64::from(u32::MAX), 1 << 40, u64::MAX >> 12]);
+            for d in distances {
+                let want = float.partition_point(|&t| t <= d as f64);
+                assert_eq!(s.bucket(Some(d)), want, "rate {rate}, d' {d}");
+            }
+        }
+    }
+
     #[test]
     fn interpolation_is_log_linear() {
         let curve = [
@@ -896,6 +1092,65 @@ mod tests {
         assert_eq!(interpolate(&curve, 1), Some(1.0));
         assert_eq!(interpolate(&curve, 1 << 20), Some(0.0));
         assert_eq!(interpolate(&[], 1), None);
+    }
+
+    /// Accesses handed to the worker thread in batches give the counts of
+    /// the same accesses taken in place, bit for bit, with threads
+    /// switching and a partial last batch.
+    #[test]
+    fn batched_accesses_give_the_counts_taken_in_place() {
+        let caches = CacheSizes {
+            l1: 48 << 10,
+            l2: 2 << 20,
+            llc: 32 << 20,
+            source: "test".into(),
+        };
+        let sampled = Tracking::Sampled {
+            sampling: SpatialSampling::with_rate(0.5).expect("a rate"),
+            emulated: true,
+        };
+        for tracking in [Tracking::Every, sampled] {
+            let mut batched = WholeRun::new(tracking, &caches);
+            let mut in_place = WholeRun::new(tracking, &caches);
+            let mut state = 0x9e37_79b9_7f4a_7c15u64;
+            let accesses = 3 * BATCH + 1234;
+            for i in 0..accesses as u64 {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let addr = if state.is_multiple_of(3) {
+                    (state >> 20) % (1 << 24)
+                } else {
+                    i * 8 % (1 << 22)
+                };
+                let (slot, thread) = ((state % 7) as u32, u32::from(i % 50_000 < 1000));
+                if !batched.tracks(addr) {
+                    continue;
+                }
+                batched.access(slot, addr, thread);
+                in_place
+                    .stacks
+                    .as_mut()
+                    .expect("in place")
+                    .access(slot, addr, thread);
+            }
+            // The worker took the batches (where there is a second core).
+            if std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) {
+                assert!(batched.worker.is_some() && batched.stacks.is_none());
+            }
+            batched.settle();
+            in_place.settle();
+            // The scale-free prior: the small distances spread alike.
+            batched.smooth(&[1.0]);
+            in_place.smooth(&[1.0]);
+            assert_eq!(batched.tracked, in_place.tracked);
+            for slot in 0..8 {
+                let (a, b) = (batched.site(slot), in_place.site(slot));
+                assert_eq!(a.len(), b.len());
+                assert!(a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()));
+            }
+            assert_eq!(batched.settled().groups, in_place.settled().groups);
+        }
     }
 
     /// The paged block map and the repeated-block shortcut give the
