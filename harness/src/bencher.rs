@@ -1,7 +1,7 @@
 //! [`Bencher`]: what a bench body receives, the measured region it opens, and
 //! how many times it runs the routine ([`IterationPolicy`]).
 
-use crate::region::Region;
+use crate::region::{Region, memgaze_region_samples};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -32,9 +32,15 @@ pub enum Mode {
 /// warm-up: `cargo memgaze golden` and `validate` set `MEMGAZE_ITERATIONS=1`
 /// so their full traces are deterministic and cheap.
 ///
+/// Under a `cargo memgaze` recorder, a [`sample_target`](Self::sample_target)
+/// ends the measured runs early, once the recorder has taken that many time
+/// samples since the region began (a recorded run is several times slower
+/// than a calibrated one, and the analysis needs samples, not seconds);
+/// without a recorder the target changes nothing.
+///
 /// From the environment ([`IterationPolicy::from_env`]):
 /// `MEMGAZE_ITERATIONS=N` (exact count), `MEMGAZE_WARM_UP_S` and
-/// `MEMGAZE_MEASURE_S` (seconds, e.g. `0.5`).
+/// `MEMGAZE_MEASURE_S` (seconds, e.g. `0.5`), `MEMGAZE_SAMPLE_TARGET=N`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IterationPolicy {
     /// Warm-up time before the measured runs (default 0.2 s).
@@ -45,6 +51,9 @@ pub struct IterationPolicy {
     pub max_iterations: u64,
     /// A fixed number of measured runs, without warm-up or calibration.
     pub exact: Option<u64>,
+    /// Time samples after which a recorded region stops repeating (not with
+    /// [`exact`](Self::exact)).
+    pub sample_target: Option<u64>,
 }
 
 /// Environment variable: a fixed number of measured runs per `iter`.
@@ -53,6 +62,9 @@ pub const ITERATIONS_ENV: &str = "MEMGAZE_ITERATIONS";
 pub const WARM_UP_ENV: &str = "MEMGAZE_WARM_UP_S";
 /// Environment variable: target seconds of the measured runs.
 pub const MEASURE_ENV: &str = "MEMGAZE_MEASURE_S";
+/// Environment variable: the recorder's sample target (set by `cargo
+/// memgaze bench`).
+pub const SAMPLE_TARGET_ENV: &str = "MEMGAZE_SAMPLE_TARGET";
 
 impl Default for IterationPolicy {
     fn default() -> Self {
@@ -61,6 +73,7 @@ impl Default for IterationPolicy {
             measure: Duration::from_secs(1),
             max_iterations: u64::from(u32::MAX),
             exact: None,
+            sample_target: None,
         }
     }
 }
@@ -92,15 +105,22 @@ impl IterationPolicy {
                     .map_err(|v| PolicyError::new(name, &v.to_string_lossy(), "not UTF-8")),
             }
         };
-        if let Some(text) = read(ITERATIONS_ENV)? {
-            match text.trim().parse::<u64>() {
-                Ok(n) if n > 0 => policy.exact = Some(n),
-                _ => {
-                    return Err(PolicyError::new(
-                        ITERATIONS_ENV,
-                        &text,
-                        "expected a whole number of runs, at least 1",
-                    ));
+        for (name, field, problem) in [
+            (
+                ITERATIONS_ENV,
+                &mut policy.exact,
+                "expected a whole number of runs, at least 1",
+            ),
+            (
+                SAMPLE_TARGET_ENV,
+                &mut policy.sample_target,
+                "expected a whole number of samples, at least 1",
+            ),
+        ] {
+            if let Some(text) = read(name)? {
+                match text.trim().parse::<u64>() {
+                    Ok(n) if n > 0 => *field = Some(n),
+                    _ => return Err(PolicyError::new(name, &text, problem)),
                 }
             }
         }
@@ -170,6 +190,34 @@ impl std::fmt::Display for PolicyError {
 
 impl std::error::Error for PolicyError {}
 
+/// A sample target and the recorder's count when the measured runs began.
+#[derive(Clone, Copy, Debug)]
+struct SampleGoal {
+    start: u64,
+    target: u64,
+}
+
+impl SampleGoal {
+    /// What `memgaze_region_samples` returns unchanged without a recorder.
+    const UNKNOWN: u64 = u64::MAX;
+
+    /// `target` more samples than the recorder has taken so far; `None`
+    /// without a recorder.
+    #[inline(always)]
+    fn from_now(target: u64) -> Option<Self> {
+        let start = memgaze_region_samples(Self::UNKNOWN);
+        (start != Self::UNKNOWN).then_some(SampleGoal { start, target })
+    }
+
+    /// Whether the recorder has taken `target` samples since `start` (a
+    /// recorder that went away counts as done: more runs record nothing).
+    #[inline(always)]
+    fn reached(self) -> bool {
+        let now = memgaze_region_samples(Self::UNKNOWN);
+        now == Self::UNKNOWN || now.wrapping_sub(self.start) >= self.target
+    }
+}
+
 /// What a bench's measured runs amounted to.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Measured {
@@ -236,6 +284,15 @@ impl<'a> Bencher<'a> {
         }
     }
 
+    /// The policy's sample target where it applies: `None` in a smoke run,
+    /// with an exact count, or without one. Read before a region opens, so
+    /// the region holds no load of the policy.
+    fn sample_target(&self) -> Option<u64> {
+        self.policy
+            .sample_target
+            .filter(|_| self.mode == Mode::Measure && self.policy.exact.is_none())
+    }
+
     /// Runs `routine` repeatedly inside one measured region, as criterion's
     /// and divan's `iter` do, and returns the result of its last run.
     ///
@@ -253,15 +310,22 @@ impl<'a> Bencher<'a> {
             black_box(routine());
             start.elapsed()
         });
+        let target = self.sample_target();
         let start = Instant::now();
-        let last = {
+        let (last, ran) = {
             let _region = Region::begin(self.name);
-            for _ in 1..runs {
-                black_box(routine());
+            let goal = target.and_then(SampleGoal::from_now);
+            let mut ran = 1;
+            loop {
+                let out = black_box(routine());
+                if ran >= runs || goal.is_some_and(|g| g.reached()) {
+                    break (out, ran);
+                }
+                drop(out);
+                ran += 1;
             }
-            black_box(routine())
         };
-        self.add(1, runs, start.elapsed());
+        self.add(1, ran, start.elapsed());
         last
     }
 
@@ -284,8 +348,11 @@ impl<'a> Bencher<'a> {
             drop(output);
             spent
         });
+        let goal = self.sample_target().and_then(SampleGoal::from_now);
         let mut spent = Duration::ZERO;
-        for _ in 0..runs {
+        let mut ran = 0;
+        while ran < runs && !(ran > 0 && goal.is_some_and(|g| g.reached())) {
+            ran += 1;
             let input = setup();
             let start = Instant::now();
             let output = {
@@ -295,8 +362,8 @@ impl<'a> Bencher<'a> {
             spent += start.elapsed();
             drop(output);
         }
-        let regions = u32::try_from(runs).unwrap_or(u32::MAX);
-        self.add(regions, runs, spent);
+        let regions = u32::try_from(ran).unwrap_or(u32::MAX);
+        self.add(regions, ran, spent);
     }
 
     /// Runs `routine` exactly once inside the measured region, without
@@ -358,6 +425,14 @@ mod tests {
                 .starts_with("MEMGAZE_MEASURE_S")
         );
         assert!(policy(&[(WARM_UP_ENV, "soon")]).is_err());
+        assert_eq!(
+            policy(&[(SAMPLE_TARGET_ENV, "110")]).unwrap().sample_target,
+            Some(110)
+        );
+        assert_eq!(
+            policy(&[(SAMPLE_TARGET_ENV, "0")]).unwrap_err(),
+            "MEMGAZE_SAMPLE_TARGET=\"0\": expected a whole number of samples, at least 1"
+        );
     }
 
     #[test]
