@@ -190,32 +190,27 @@ impl std::fmt::Display for PolicyError {
 
 impl std::error::Error for PolicyError {}
 
-/// A sample target and the recorder's count when the measured runs began.
-#[derive(Clone, Copy, Debug)]
-struct SampleGoal {
-    start: u64,
-    target: u64,
+/// What `memgaze_region_samples` returns unchanged without a recorder.
+const UNKNOWN_SAMPLES: u64 = u64::MAX;
+
+/// The recorder's sample count at which the measured runs stop: `target`
+/// more than it has taken so far; 0 (no early stop) without a target or
+/// without a recorder. One word, so a region's loop keeps it in a register
+/// (a spilled one would be a load in the trace).
+#[inline(always)]
+fn stop_at(target: Option<u64>) -> u64 {
+    let Some(target) = target else { return 0 };
+    match memgaze_region_samples(UNKNOWN_SAMPLES) {
+        UNKNOWN_SAMPLES => 0,
+        now => now.saturating_add(target),
+    }
 }
 
-impl SampleGoal {
-    /// What `memgaze_region_samples` returns unchanged without a recorder.
-    const UNKNOWN: u64 = u64::MAX;
-
-    /// `target` more samples than the recorder has taken so far; `None`
-    /// without a recorder.
-    #[inline(always)]
-    fn from_now(target: u64) -> Option<Self> {
-        let start = memgaze_region_samples(Self::UNKNOWN);
-        (start != Self::UNKNOWN).then_some(SampleGoal { start, target })
-    }
-
-    /// Whether the recorder has taken `target` samples since `start` (a
-    /// recorder that went away counts as done: more runs record nothing).
-    #[inline(always)]
-    fn reached(self) -> bool {
-        let now = memgaze_region_samples(Self::UNKNOWN);
-        now == Self::UNKNOWN || now.wrapping_sub(self.start) >= self.target
-    }
+/// Whether the recorder's count reached `stop` (never for 0; a recorder
+/// that went away counts as reached: more runs record nothing).
+#[inline(always)]
+fn reached(stop: u64) -> bool {
+    stop != 0 && memgaze_region_samples(UNKNOWN_SAMPLES) >= stop
 }
 
 /// What a bench's measured runs amounted to.
@@ -312,20 +307,29 @@ impl<'a> Bencher<'a> {
         });
         let target = self.sample_target();
         let start = Instant::now();
-        let (last, ran) = {
+        // Read before the region opens (recording is off until then, so the
+        // count cannot move); the plain loop is chosen outside the region,
+        // so a run without a target has the same loads in it as ever.
+        let stop = stop_at(target);
+        let (last, left) = if stop == 0 {
             let _region = Region::begin(self.name);
-            let goal = target.and_then(SampleGoal::from_now);
-            let mut ran = 1;
+            for _ in 1..runs {
+                black_box(routine());
+            }
+            (black_box(routine()), 0)
+        } else {
+            let _region = Region::begin(self.name);
+            let mut left = runs;
             loop {
                 let out = black_box(routine());
-                if ran >= runs || goal.is_some_and(|g| g.reached()) {
-                    break (out, ran);
+                left -= 1;
+                if left == 0 || reached(stop) {
+                    break (out, left);
                 }
                 drop(out);
-                ran += 1;
             }
         };
-        self.add(1, ran, start.elapsed());
+        self.add(1, runs - left, start.elapsed());
         last
     }
 
@@ -348,10 +352,10 @@ impl<'a> Bencher<'a> {
             drop(output);
             spent
         });
-        let goal = self.sample_target().and_then(SampleGoal::from_now);
+        let stop = stop_at(self.sample_target());
         let mut spent = Duration::ZERO;
         let mut ran = 0;
-        while ran < runs && !(ran > 0 && goal.is_some_and(|g| g.reached())) {
+        while ran < runs && !(ran > 0 && reached(stop)) {
             ran += 1;
             let input = setup();
             let start = Instant::now();
