@@ -194,12 +194,10 @@ impl std::error::Error for PolicyError {}
 const UNKNOWN_SAMPLES: u64 = u64::MAX;
 
 /// The recorder's sample count at which the measured runs stop: `target`
-/// more than it has taken so far; 0 (no early stop) without a target or
-/// without a recorder. One word, so a region's loop keeps it in a register
+/// more than it has taken so far; 0 (no early stop) without a recorder. One word, so a region's loop keeps it in a register
 /// (a spilled one would be a load in the trace).
 #[inline(always)]
-fn stop_at(target: Option<u64>) -> u64 {
-    let Some(target) = target else { return 0 };
+fn stop_at(target: u64) -> u64 {
     match memgaze_region_samples(UNKNOWN_SAMPLES) {
         UNKNOWN_SAMPLES => 0,
         now => now.saturating_add(target),
@@ -300,24 +298,43 @@ impl<'a> Bencher<'a> {
     /// per run. A routine that must run exactly once uses
     /// [`iter_once`](Self::iter_once).
     pub fn iter<R>(&mut self, mut routine: impl FnMut() -> R) -> R {
+        // A run with a sample target goes its own way before anything else,
+        // so a run without one keeps the region loop, and the loads in it,
+        // it always had.
+        if let Some(target) = self.sample_target() {
+            return self.iter_to_target(routine, target);
+        }
         let runs = self.runs(|| {
             let start = Instant::now();
             black_box(routine());
             start.elapsed()
         });
-        let target = self.sample_target();
         let start = Instant::now();
-        // Read before the region opens (recording is off until then, so the
-        // count cannot move); the plain loop is chosen outside the region,
-        // so a run without a target has the same loads in it as ever.
-        let stop = stop_at(target);
-        let (last, left) = if stop == 0 {
+        let last = {
             let _region = Region::begin(self.name);
             for _ in 1..runs {
                 black_box(routine());
             }
-            (black_box(routine()), 0)
-        } else {
+            black_box(routine())
+        };
+        self.add(1, runs, start.elapsed());
+        last
+    }
+
+    /// [`iter`](Self::iter) under a sample target: the calibrated runs (at
+    /// least 1) in one region, ended early once the recorder's count has
+    /// grown by `target` (without a recorder, all of them). The count is
+    /// read before the warm-up: recording is off until the region opens.
+    #[inline(never)]
+    fn iter_to_target<R>(&mut self, mut routine: impl FnMut() -> R, target: u64) -> R {
+        let stop = stop_at(target);
+        let runs = self.runs(|| {
+            let start = Instant::now();
+            black_box(routine());
+            start.elapsed()
+        });
+        let start = Instant::now();
+        let (last, left) = {
             let _region = Region::begin(self.name);
             let mut left = runs;
             loop {
@@ -352,7 +369,37 @@ impl<'a> Bencher<'a> {
             drop(output);
             spent
         });
-        let stop = stop_at(self.sample_target());
+        // Under a sample target the count is read after the warm-up
+        // (recording is still off), and the loop that checks it is its own.
+        if let Some(target) = self.sample_target() {
+            let stop = stop_at(target);
+            return self.batches_to_target(setup, routine, runs, stop);
+        }
+        let mut spent = Duration::ZERO;
+        for _ in 0..runs {
+            let input = setup();
+            let start = Instant::now();
+            let output = {
+                let _region = Region::begin(self.name);
+                black_box(routine(input))
+            };
+            spent += start.elapsed();
+            drop(output);
+        }
+        let regions = u32::try_from(runs).unwrap_or(u32::MAX);
+        self.add(regions, runs, spent);
+    }
+
+    /// [`iter_batched`](Self::iter_batched)'s measured runs under a sample
+    /// target: at most `runs`, until the recorder's count reaches `stop`.
+    #[inline(never)]
+    fn batches_to_target<I, R>(
+        &mut self,
+        mut setup: impl FnMut() -> I,
+        mut routine: impl FnMut(I) -> R,
+        runs: u64,
+        stop: u64,
+    ) {
         let mut spent = Duration::ZERO;
         let mut ran = 0;
         while ran < runs && !(ran > 0 && reached(stop)) {

@@ -151,6 +151,17 @@ pub(crate) mod tests_support {
         SAMPLES.with(|s| s.set(samples));
     }
 
+    /// Whether the last marker this thread called was a region begin.
+    pub fn in_region() -> bool {
+        LOG.with(|log| {
+            log.borrow()
+                .iter()
+                .rev()
+                .find(|e| !matches!(e, Event::Note(_)))
+                .is_some_and(|e| matches!(e, Event::Begin(_)))
+        })
+    }
+
     pub fn note(what: &'static str) {
         LOG.with(|log| log.borrow_mut().push(Event::Note(what)));
     }
@@ -386,10 +397,11 @@ mod tests {
         use super::tests_support::{samples, set_samples};
         let run = |recorder: Option<u64>, policy: IterationPolicy| {
             let mut benches = Benches::new();
-            // Each run "takes" 4 samples where a recorder runs.
+            // Each recorded run "takes" 4 samples where a recorder runs
+            // (the warm-up runs outside the region take none).
             let body = || {
                 note("body");
-                if samples(u64::MAX) != u64::MAX {
+                if samples(u64::MAX) != u64::MAX && super::tests_support::in_region() {
                     set_samples(Some(samples(0) + 4));
                 }
             };
