@@ -1,7 +1,7 @@
 //! [`Bencher`]: what a bench body receives, the measured region it opens, and
 //! how many times it runs the routine ([`IterationPolicy`]).
 
-use crate::region::Region;
+use crate::region::{Region, memgaze_region_samples};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -32,9 +32,15 @@ pub enum Mode {
 /// warm-up: `cargo memgaze golden` and `validate` set `MEMGAZE_ITERATIONS=1`
 /// so their full traces are deterministic and cheap.
 ///
+/// Under a `cargo memgaze` recorder, a [`sample_target`](Self::sample_target)
+/// ends the measured runs early, once the recorder has taken that many time
+/// samples since the region began (a recorded run is several times slower
+/// than a calibrated one, and the analysis needs samples, not seconds);
+/// without a recorder the target changes nothing.
+///
 /// From the environment ([`IterationPolicy::from_env`]):
 /// `MEMGAZE_ITERATIONS=N` (exact count), `MEMGAZE_WARM_UP_S` and
-/// `MEMGAZE_MEASURE_S` (seconds, e.g. `0.5`).
+/// `MEMGAZE_MEASURE_S` (seconds, e.g. `0.5`), `MEMGAZE_SAMPLE_TARGET=N`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IterationPolicy {
     /// Warm-up time before the measured runs (default 0.2 s).
@@ -45,6 +51,9 @@ pub struct IterationPolicy {
     pub max_iterations: u64,
     /// A fixed number of measured runs, without warm-up or calibration.
     pub exact: Option<u64>,
+    /// Time samples after which a recorded region stops repeating (not with
+    /// [`exact`](Self::exact)).
+    pub sample_target: Option<u64>,
 }
 
 /// Environment variable: a fixed number of measured runs per `iter`.
@@ -53,6 +62,9 @@ pub const ITERATIONS_ENV: &str = "MEMGAZE_ITERATIONS";
 pub const WARM_UP_ENV: &str = "MEMGAZE_WARM_UP_S";
 /// Environment variable: target seconds of the measured runs.
 pub const MEASURE_ENV: &str = "MEMGAZE_MEASURE_S";
+/// Environment variable: the recorder's sample target (set by `cargo
+/// memgaze bench`).
+pub const SAMPLE_TARGET_ENV: &str = "MEMGAZE_SAMPLE_TARGET";
 
 impl Default for IterationPolicy {
     fn default() -> Self {
@@ -61,6 +73,7 @@ impl Default for IterationPolicy {
             measure: Duration::from_secs(1),
             max_iterations: u64::from(u32::MAX),
             exact: None,
+            sample_target: None,
         }
     }
 }
@@ -92,15 +105,22 @@ impl IterationPolicy {
                     .map_err(|v| PolicyError::new(name, &v.to_string_lossy(), "not UTF-8")),
             }
         };
-        if let Some(text) = read(ITERATIONS_ENV)? {
-            match text.trim().parse::<u64>() {
-                Ok(n) if n > 0 => policy.exact = Some(n),
-                _ => {
-                    return Err(PolicyError::new(
-                        ITERATIONS_ENV,
-                        &text,
-                        "expected a whole number of runs, at least 1",
-                    ));
+        for (name, field, problem) in [
+            (
+                ITERATIONS_ENV,
+                &mut policy.exact,
+                "expected a whole number of runs, at least 1",
+            ),
+            (
+                SAMPLE_TARGET_ENV,
+                &mut policy.sample_target,
+                "expected a whole number of samples, at least 1",
+            ),
+        ] {
+            if let Some(text) = read(name)? {
+                match text.trim().parse::<u64>() {
+                    Ok(n) if n > 0 => *field = Some(n),
+                    _ => return Err(PolicyError::new(name, &text, problem)),
                 }
             }
         }
@@ -170,6 +190,27 @@ impl std::fmt::Display for PolicyError {
 
 impl std::error::Error for PolicyError {}
 
+/// What `memgaze_region_samples` returns unchanged without a recorder.
+const UNKNOWN_SAMPLES: u64 = u64::MAX;
+
+/// The recorder's sample count at which the measured runs stop: `target`
+/// more than it has taken so far; 0 (no early stop) without a recorder. One word, so a region's loop keeps it in a register
+/// (a spilled one would be a load in the trace).
+#[inline(always)]
+fn stop_at(target: u64) -> u64 {
+    match memgaze_region_samples(UNKNOWN_SAMPLES) {
+        UNKNOWN_SAMPLES => 0,
+        now => now.saturating_add(target),
+    }
+}
+
+/// Whether the recorder's count reached `stop` (never for 0; a recorder
+/// that went away counts as reached: more runs record nothing).
+#[inline(always)]
+fn reached(stop: u64) -> bool {
+    stop != 0 && memgaze_region_samples(UNKNOWN_SAMPLES) >= stop
+}
+
 /// What a bench's measured runs amounted to.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Measured {
@@ -236,6 +277,15 @@ impl<'a> Bencher<'a> {
         }
     }
 
+    /// The policy's sample target where it applies: `None` in a smoke run,
+    /// with an exact count, or without one. Read before a region opens, so
+    /// the region holds no load of the policy.
+    fn sample_target(&self) -> Option<u64> {
+        self.policy
+            .sample_target
+            .filter(|_| self.mode == Mode::Measure && self.policy.exact.is_none())
+    }
+
     /// Runs `routine` repeatedly inside one measured region, as criterion's
     /// and divan's `iter` do, and returns the result of its last run.
     ///
@@ -248,6 +298,12 @@ impl<'a> Bencher<'a> {
     /// per run. A routine that must run exactly once uses
     /// [`iter_once`](Self::iter_once).
     pub fn iter<R>(&mut self, mut routine: impl FnMut() -> R) -> R {
+        // A run with a sample target goes its own way before anything else,
+        // so a run without one keeps the region loop, and the loads in it,
+        // it always had.
+        if let Some(target) = self.sample_target() {
+            return self.iter_to_target(routine, target);
+        }
         let runs = self.runs(|| {
             let start = Instant::now();
             black_box(routine());
@@ -262,6 +318,35 @@ impl<'a> Bencher<'a> {
             black_box(routine())
         };
         self.add(1, runs, start.elapsed());
+        last
+    }
+
+    /// [`iter`](Self::iter) under a sample target: the calibrated runs (at
+    /// least 1) in one region, ended early once the recorder's count has
+    /// grown by `target` (without a recorder, all of them). The count is
+    /// read before the warm-up: recording is off until the region opens.
+    #[inline(never)]
+    fn iter_to_target<R>(&mut self, mut routine: impl FnMut() -> R, target: u64) -> R {
+        let stop = stop_at(target);
+        let runs = self.runs(|| {
+            let start = Instant::now();
+            black_box(routine());
+            start.elapsed()
+        });
+        let start = Instant::now();
+        let (last, left) = {
+            let _region = Region::begin(self.name);
+            let mut left = runs;
+            loop {
+                let out = black_box(routine());
+                left -= 1;
+                if left == 0 || reached(stop) {
+                    break (out, left);
+                }
+                drop(out);
+            }
+        };
+        self.add(1, runs - left, start.elapsed());
         last
     }
 
@@ -284,6 +369,12 @@ impl<'a> Bencher<'a> {
             drop(output);
             spent
         });
+        // Under a sample target the count is read after the warm-up
+        // (recording is still off), and the loop that checks it is its own.
+        if let Some(target) = self.sample_target() {
+            let stop = stop_at(target);
+            return self.batches_to_target(setup, routine, runs, stop);
+        }
         let mut spent = Duration::ZERO;
         for _ in 0..runs {
             let input = setup();
@@ -297,6 +388,33 @@ impl<'a> Bencher<'a> {
         }
         let regions = u32::try_from(runs).unwrap_or(u32::MAX);
         self.add(regions, runs, spent);
+    }
+
+    /// [`iter_batched`](Self::iter_batched)'s measured runs under a sample
+    /// target: at most `runs`, until the recorder's count reaches `stop`.
+    #[inline(never)]
+    fn batches_to_target<I, R>(
+        &mut self,
+        mut setup: impl FnMut() -> I,
+        mut routine: impl FnMut(I) -> R,
+        runs: u64,
+        stop: u64,
+    ) {
+        let mut spent = Duration::ZERO;
+        let mut ran = 0;
+        while ran < runs && !(ran > 0 && reached(stop)) {
+            ran += 1;
+            let input = setup();
+            let start = Instant::now();
+            let output = {
+                let _region = Region::begin(self.name);
+                black_box(routine(input))
+            };
+            spent += start.elapsed();
+            drop(output);
+        }
+        let regions = u32::try_from(ran).unwrap_or(u32::MAX);
+        self.add(regions, ran, spent);
     }
 
     /// Runs `routine` exactly once inside the measured region, without
@@ -358,6 +476,14 @@ mod tests {
                 .starts_with("MEMGAZE_MEASURE_S")
         );
         assert!(policy(&[(WARM_UP_ENV, "soon")]).is_err());
+        assert_eq!(
+            policy(&[(SAMPLE_TARGET_ENV, "110")]).unwrap().sample_target,
+            Some(110)
+        );
+        assert_eq!(
+            policy(&[(SAMPLE_TARGET_ENV, "0")]).unwrap_err(),
+            "MEMGAZE_SAMPLE_TARGET=\"0\": expected a whole number of samples, at least 1"
+        );
     }
 
     #[test]

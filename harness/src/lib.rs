@@ -65,13 +65,14 @@ mod benches;
 mod region;
 
 pub use bencher::{
-    Bencher, ITERATIONS_ENV, IterationPolicy, MEASURE_ENV, Mode, PolicyError, WARM_UP_ENV,
+    Bencher, ITERATIONS_ENV, IterationPolicy, MEASURE_ENV, Mode, PolicyError, SAMPLE_TARGET_ENV,
+    WARM_UP_ENV,
 };
 pub use benches::{
     Bench, Benches, RECORDING_ENV, RegistrationError, arguments_for_environment, recording,
 };
 pub use libtest_mimic::{Arguments, Conclusion};
-pub use region::{memgaze_region_begin, memgaze_region_end};
+pub use region::{memgaze_region_begin, memgaze_region_end, memgaze_region_samples};
 /// Keeps the optimiser from deleting or constant-folding a value
 /// (re-exported [`std::hint::black_box`]).
 pub use std::hint::black_box;
@@ -133,6 +134,32 @@ pub(crate) mod tests_support {
             Event::End(name.to_string())
         };
         LOG.with(|log| log.borrow_mut().push(event));
+    }
+
+    thread_local! {
+        static SAMPLES: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+    }
+
+    /// What the test recorder's `memgaze_region_samples` answers: the
+    /// samples set by [`set_samples`], or `unknown` (no recorder).
+    pub fn samples(unknown: u64) -> u64 {
+        SAMPLES.with(|s| s.get()).unwrap_or(unknown)
+    }
+
+    /// Sets (or with `None` removes) the test recorder's sample count.
+    pub fn set_samples(samples: Option<u64>) {
+        SAMPLES.with(|s| s.set(samples));
+    }
+
+    /// Whether the last marker this thread called was a region begin.
+    pub fn in_region() -> bool {
+        LOG.with(|log| {
+            log.borrow()
+                .iter()
+                .rev()
+                .find(|e| !matches!(e, Event::Note(_)))
+                .is_some_and(|e| matches!(e, Event::Begin(_)))
+        })
     }
 
     pub fn note(what: &'static str) {
@@ -360,6 +387,58 @@ mod tests {
                 e("once"),
             ]
         );
+    }
+
+    /// Under a recorder, `iter` and `iter_batched` stop once the recorder's
+    /// count has grown by the sample target since the runs began; without
+    /// one, or with an exact count, the target changes nothing.
+    #[test]
+    fn a_sample_target_ends_the_runs_once_the_recorder_has_it() {
+        use super::tests_support::{samples, set_samples};
+        let run = |recorder: Option<u64>, policy: IterationPolicy| {
+            let mut benches = Benches::new();
+            // Each recorded run "takes" 4 samples where a recorder runs
+            // (the warm-up runs outside the region take none).
+            let body = || {
+                note("body");
+                if samples(u64::MAX) != u64::MAX && super::tests_support::in_region() {
+                    set_samples(Some(samples(0) + 4));
+                }
+            };
+            benches.bench("iter", move |b| b.iter(body));
+            benches.bench("batched", move |b| b.iter_batched(|| (), |()| body()));
+            benches.policy(policy);
+            set_samples(recorder);
+            take();
+            let conclusion = benches.run(&args(&["--bench"])).unwrap();
+            set_samples(None);
+            assert!(!conclusion.has_failed());
+            let events = take();
+            let in_region = |name: &str| {
+                let begin = events.iter().position(|x| *x == Event::Begin(name.into()));
+                let end = events.iter().rposition(|x| *x == Event::End(name.into()));
+                events[begin.unwrap()..end.unwrap()]
+                    .iter()
+                    .filter(|x| **x == Event::Note("body"))
+                    .count()
+            };
+            (in_region("iter"), in_region("batched"))
+        };
+        let targeted = IterationPolicy {
+            warm_up: std::time::Duration::ZERO,
+            measure: std::time::Duration::from_secs(3600),
+            max_iterations: 50,
+            sample_target: Some(10),
+            ..IterationPolicy::default()
+        };
+        // 4, 8, 12 samples: the third run reaches 10.
+        assert_eq!(run(Some(7), targeted), (3, 3));
+        assert_eq!(run(None, targeted), (50, 50));
+        let exact = IterationPolicy {
+            exact: Some(5),
+            ..targeted
+        };
+        assert_eq!(run(Some(7), exact), (5, 5));
     }
 
     #[test]

@@ -70,6 +70,39 @@ pub extern "C" fn memgaze_region_end(name_ptr: *const u8, name_len: usize) {
     crate::tests_support::marker_event(false, name_ptr, name_len);
 }
 
+/// The time samples a `cargo memgaze` recorder has taken so far in this
+/// process, or `unknown` (returned unchanged) where no recorder runs: the
+/// rewriter hooks this symbol's entry to set the argument's register.
+///
+/// [`Bencher::iter`](crate::Bencher::iter) calls it between runs of the
+/// routine to stop at the sample target; it reads no memory, so the
+/// region's trace gains no load. The body is the markers' five `nop`s
+/// (room for the entry patch) and keeps `rdi` as both argument and result;
+/// it is opaque to the optimiser, so no call is merged or hoisted.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn memgaze_region_samples(unknown: u64) -> u64 {
+    #[cfg(test)]
+    return crate::tests_support::samples(unknown);
+    #[cfg(all(not(test), target_arch = "x86_64"))]
+    {
+        let samples: u64;
+        // SAFETY: the block only executes `nop`s: it reads and writes no
+        // memory and leaves the stack and flags alone (`rdi` stays as is).
+        unsafe {
+            std::arch::asm!(
+                "/* memgaze_region_samples */",
+                "nop", "nop", "nop", "nop", "nop",
+                inout("rdi") unknown => samples,
+                options(nostack, preserves_flags),
+            );
+        }
+        samples
+    }
+    #[cfg(all(not(test), not(target_arch = "x86_64")))]
+    unknown
+}
+
 /// An open measured region: begun on creation, ended on drop (so a panicking
 /// body still closes its region before the harness reports the failure).
 pub(crate) struct Region<'a> {

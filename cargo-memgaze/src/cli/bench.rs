@@ -360,6 +360,9 @@ const TARGET_TRACKED: u64 = 1_000;
 const SAMPLE_BUDGET_S: f64 = 2.0;
 /// The harness's measuring-time variable (memgaze-harness `MEASURE_ENV`).
 const MEASURE_ENV: &str = "MEMGAZE_MEASURE_S";
+/// The harness's sample-target variable (memgaze-harness
+/// `SAMPLE_TARGET_ENV`).
+const SAMPLE_TARGET_ENV: &str = "MEMGAZE_SAMPLE_TARGET";
 /// The harness's default measuring time, in seconds.
 const DEFAULT_MEASURE_S: f64 = 1.0;
 
@@ -374,10 +377,13 @@ fn record_to_target(
     instrumented: (&pipeline::InstrumentedBench, &pipeline::libs::Libraries),
     plan: &RunPlan,
 ) -> anyhow::Result<pipeline::BenchRecording> {
-    let mut recording = pipeline::record_bench(target, case, instrumented, plan)?;
+    let mut stop_at = first_stop(target.executable.harness, &plan.sampling);
+    let mut first = plan.clone();
+    first.env.extend(stop_at.map(stop_env));
+    let mut recording = pipeline::record_bench(target, case, instrumented, &first)?;
     let mut measure_s = harness_measure_s();
     for _ in 0..MAX_RECALIBRATIONS {
-        let Some(longer_s) = longer_measure(
+        let Some((longer_s, factor)) = longer_measure(
             target.executable.harness,
             &plan.sampling,
             &recording,
@@ -386,10 +392,15 @@ fn record_to_target(
             break;
         };
         measure_s = longer_s;
+        // Short of tracked accesses with enough samples: the harness must
+        // now run past its sample count, in proportion.
+        let reached = recording.analysis.summary.samples as f64;
+        stop_at = stop_at.map(|stop| stop.max((reached * factor * 1.2).ceil() as u64));
         let mut longer = plan.clone();
         longer
             .env
             .push((MEASURE_ENV.to_string(), format!("{measure_s:.3}")));
+        longer.env.extend(stop_at.map(stop_env));
         recording = pipeline::record_bench(target, case, instrumented, &longer)?;
     }
     if let Some(note) = untracked_note(plan, &recording) {
@@ -412,6 +423,23 @@ fn untracked_note(plan: &RunPlan, recording: &pipeline::BenchRecording) -> Optio
             s.f
         )
     })
+}
+
+/// The samples at which a sampled memgaze-harness bench's `iter` stops
+/// repeating ([`SAMPLE_TARGET_ENV`]): the target and a tenth more, as the
+/// analysis may count a window cut by the region's end or left empty as
+/// none. `None` for other benches, full traces, and where the user's
+/// environment sets the count or the target.
+fn first_stop(harness: crate::cargo::BenchHarness, sampling: &Sampling) -> Option<u64> {
+    let user_set = [SAMPLE_TARGET_ENV, pipeline::ITERATIONS_ENV]
+        .iter()
+        .any(|name| std::env::var_os(name).is_some());
+    (harness == crate::cargo::BenchHarness::Memgaze && !sampling.is_full() && !user_set)
+        .then_some(TARGET_SAMPLES + TARGET_SAMPLES / 10)
+}
+
+fn stop_env(samples: u64) -> (String, String) {
+    (SAMPLE_TARGET_ENV.to_string(), samples.to_string())
 }
 
 /// How many times a bench short of its sample target is recorded again
@@ -446,7 +474,8 @@ fn short_of_target(sampling: &Sampling, recording: &pipeline::BenchRecording) ->
 
 /// The longer `MEMGAZE_MEASURE_S` a memgaze-harness bench short of its
 /// sample target is recorded again with: `measure` (the time the recording
-/// ran with) scaled by the shortfall (×1.2), capped at [`SAMPLE_BUDGET_S`].
+/// ran with) scaled by the shortfall (×1.2), capped at [`SAMPLE_BUDGET_S`];
+/// with the shortfall factor.
 /// `None` when the bench reached the target, is not a memgaze-harness
 /// bench, runs an exact iteration count, never entered its region, or
 /// already measures for the whole budget.
@@ -455,7 +484,7 @@ fn longer_measure(
     sampling: &Sampling,
     recording: &pipeline::BenchRecording,
     measure: f64,
-) -> Option<f64> {
+) -> Option<(f64, f64)> {
     if harness != crate::cargo::BenchHarness::Memgaze
         || std::env::var_os(pipeline::ITERATIONS_ENV).is_some()
         || recording.totals.executions == 0
@@ -471,8 +500,9 @@ fn longer_measure(
     {
         factor = factor.max(shortfall(TARGET_TRACKED, tracked));
     }
-    let longer = (measure * factor.max(1.0) * 1.2).min(SAMPLE_BUDGET_S);
-    (longer > measure).then_some(longer)
+    let factor = factor.max(1.0);
+    let longer = (measure * factor * 1.2).min(SAMPLE_BUDGET_S);
+    (longer > measure).then_some((longer, factor))
 }
 
 fn full_trace_env(sampling: &Sampling) -> Vec<(String, String)> {

@@ -1160,6 +1160,15 @@ fn bench_libs_records_the_loads_of_instrumented_libraries() {
 /// One `hashmap/1000` recording at `MEMGAZE_MEASURE_S=0.01`, its
 /// `bench-finished` line and stderr.
 fn short_hashmap_bench(period: &str) -> (Value, String) {
+    hashmap_bench(
+        period,
+        &[("MEMGAZE_MEASURE_S", "0.01"), ("MEMGAZE_WARM_UP_S", "0")],
+    )
+}
+
+/// One `hashmap/1000` recording with `env`, its `bench-finished` line and
+/// stderr.
+fn hashmap_bench(period: &str, env: &[(&str, &str)]) -> (Value, String) {
     let out = memgaze(
         "bench",
         &fixture_manifest(),
@@ -1175,13 +1184,30 @@ fn short_hashmap_bench(period: &str) -> (Value, String) {
             "--exact",
             "hashmap/1000",
         ],
-        &[("MEMGAZE_MEASURE_S", "0.01"), ("MEMGAZE_WARM_UP_S", "0")],
+        env,
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let all = messages(&out);
     let finished = by_reason(&all, "bench-finished");
     assert_eq!(finished.len(), 1, "{all:?}");
     (finished[0].clone(), stderr(&out))
+}
+
+/// Issue 24: a recorded `iter` stops at the sample target (110) instead
+/// of repeating for its whole measuring second, which gives this bench
+/// about 3,000 samples at the default period.
+#[test]
+fn a_recorded_bench_stops_at_the_sample_target() {
+    let _lock = serial();
+    let (finished, err) = hashmap_bench("100000", &[("MEMGAZE_WARM_UP_S", "0")]);
+    let samples = finished["summary"]["samples"].as_u64().unwrap();
+    assert!(
+        (100..=160).contains(&samples),
+        "{samples} samples: {finished}\n{err}"
+    );
+    let region_s = f64_of(&finished["region_ns"]) / 1e9;
+    assert!(region_s < 0.5, "measured for {region_s} s: {finished}");
+    assert_eq!(finished["warnings"], serde_json::json!([]), "{finished}");
 }
 
 /// Issue 23: a memgaze-harness bench short of 100 samples is recorded once

@@ -40,6 +40,9 @@ use crate::binary::Binary;
 pub(crate) const REGION_BEGIN: &str = "memgaze_region_begin";
 /// Symbol of the harness's region-end marker.
 pub(crate) const REGION_END: &str = "memgaze_region_end";
+/// Symbol of the harness's progress query (optional: older harnesses lack
+/// it, and their `iter` runs its calibrated count).
+pub(crate) const REGION_SAMPLES: &str = "memgaze_region_samples";
 
 /// Every bench function's warm-up routine (criterion 0.3 to 0.8).
 const CRITERION_WARM_UP: &str =
@@ -48,6 +51,17 @@ const CRITERION_WARM_UP: &str =
 /// empty bodies): hooked as a region end too, ignored with none open.
 const CRITERION_START_PROFILING: &str =
     "<criterion::profiler::ExternalProfiler as criterion::profiler::Profiler>::start_profiling";
+
+/// Hooks a framework's set gains where the function exists (a function
+/// the set already hooks keeps its hook).
+const OPTIONAL: [(Framework, &str, Hook); 2] = [
+    (Framework::Harness, REGION_SAMPLES, Hook::Samples),
+    (
+        Framework::CriterionRoutine,
+        CRITERION_START_PROFILING,
+        Hook::EndUnnamed,
+    ),
+];
 
 /// What the runtime does at a hooked function's entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +77,17 @@ pub(crate) enum Hook {
     /// Open an unnamed region when the second argument's low byte
     /// (`sil`) is non-zero, else close it (divan's `sync_impl`).
     Toggle,
+    /// Set `rdi` to the time samples taken so far (the harness's
+    /// `memgaze_region_samples`).
+    Samples,
+}
+
+impl Hook {
+    /// Whether the hook opens or closes a region (without them, the
+    /// program is recorded whole); the others are extras.
+    pub(crate) fn delimits(self) -> bool {
+        self != Hook::Samples
+    }
 }
 
 /// The benchmark framework whose hooks were found.
@@ -141,13 +166,13 @@ pub(crate) fn find(
                 .zip(set.iter())
                 .flat_map(|(fs, (_, hook))| fs.into_iter().map(|f| (f, *hook)))
                 .collect();
-            if framework == Framework::CriterionRoutine {
+            for (_, name, hook) in OPTIONAL.iter().filter(|(f, ..)| *f == framework) {
                 let hooked: Vec<usize> = hooks.iter().map(|&(f, _)| f).collect();
                 hooks.extend(
-                    positions(CRITERION_START_PROFILING)
+                    positions(name)
                         .into_iter()
                         .filter(|f| !hooked.contains(f))
-                        .map(|f| (f, Hook::EndUnnamed)),
+                        .map(|f| (f, *hook)),
                 );
             }
             return Some((framework, hooks));

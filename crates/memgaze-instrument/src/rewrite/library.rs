@@ -146,6 +146,7 @@ pub fn generate(code_va: u64, state_va: u64) -> Result<Runtime, IcedError> {
         region_begin_unnamed: 0,
         region_end_unnamed: 0,
         region_toggle: 0,
+        region_samples: 0,
         code: result.inner.code_buffer,
     })
 }

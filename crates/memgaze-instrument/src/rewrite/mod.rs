@@ -819,11 +819,14 @@ fn generate_runtime(
     (soft, escape_sites): (bool, u32),
     report: &mut Report,
 ) -> Result<Option<runtime::Runtime>, RewriteError> {
+    // Regions need every delimiting hook's function rewritten; an extra
+    // hook whose function was not is left out.
+    let planned = |h: usize| plans.iter().any(|p| p.function == h);
     let has_regions = soft
-        && !hooks.is_empty()
+        && hooks.iter().any(|&(_, hook)| hook.delimits())
         && hooks
             .iter()
-            .all(|&(h, _)| plans.iter().any(|p| p.function == h));
+            .all(|&(h, hook)| !hook.delimits() || planned(h));
     report.region_markers = has_regions;
     let rt = if soft {
         Some(

@@ -50,6 +50,11 @@
 //!   jumps to the original `DT_FINI` function.
 //! - `region_begin` / `region_end`: called at the entry of the harness's
 //!   region markers.
+//! - `region_samples`: called at the entry of the harness's
+//!   `memgaze_region_samples`; sets `rdi` (the function's argument and
+//!   result) to the windows every thread opened so far, so `iter` can stop
+//!   once its region has the sample target (the argument, returned
+//!   unchanged without a recorder, tells the harness none is there).
 //! - `exit_now` / `exec_flush`: called by the stubs the rewriter puts in
 //!   front of the program's `_exit`-like and `exec`-like imports (see
 //!   [`super::process_end`]): a process that ends without `exit` runs no
@@ -352,6 +357,9 @@ pub struct Runtime {
     /// Begin (unnamed) when `sil` is non-zero, else end. Clobbers the
     /// flags, which are dead at a function's entry, where hooks are called.
     pub(crate) region_toggle: u64,
+    /// Sets `rdi` to the windows opened so far (the harness's
+    /// `memgaze_region_samples`). Clobbers the flags.
+    pub(crate) region_samples: u64,
 }
 
 impl Runtime {
@@ -364,6 +372,7 @@ impl Runtime {
             Hook::BeginUnnamed => self.region_begin_unnamed,
             Hook::EndUnnamed => self.region_end_unnamed,
             Hook::Toggle => self.region_toggle,
+            Hook::Samples => self.region_samples,
         }
     }
 }
@@ -415,6 +424,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     emit_region_begin(&mut a, &mut l, params)?;
     emit_region_end(&mut a, &mut l, params)?;
     emit_unnamed_regions(&mut a, &mut l)?;
+    emit_region_samples(&mut a, &mut l, params)?;
     emit_fini(&mut a, &mut l, params)?;
     emit_process_end(&mut a, &mut l, params, ProcessEnd::Exit)?;
     emit_process_end(&mut a, &mut l, params, ProcessEnd::Exec)?;
@@ -449,6 +459,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
         region_begin_unnamed: result.label_ip(&l.region_begin_unnamed)?,
         region_end_unnamed: result.label_ip(&l.region_end_unnamed)?,
         region_toggle: result.label_ip(&l.region_toggle)?,
+        region_samples: result.label_ip(&l.region_samples)?,
         code: result.inner.code_buffer,
     })
 }
@@ -1265,6 +1276,37 @@ fn emit_unnamed_regions(a: &mut Asm, l: &mut Labels) -> R {
     a.test(sil, sil)?;
     a.jnz(l.region_begin_unnamed)?;
     a.jmp(l.region_end_unnamed)?;
+    Ok(())
+}
+
+/// The harness's progress query: `rdi` = the windows (time samples) every
+/// thread of the process opened so far, read without a lock (each count is
+/// a qword only its owner writes, and a stale one only delays the stop by an
+/// iteration); `rdi` unchanged while recording is off for good (no
+/// collector), 0 before the first slot exists. Preserves the other
+/// registers; clobbers the flags, dead at a function's entry.
+fn emit_region_samples(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
+    let mut walk = a.create_label();
+    let mut done = a.create_label();
+    a.set_label(&mut l.region_samples)?;
+    a.push(rax)?;
+    a.add_instruction(lea_rip(Register::RAX, params.state_va))?;
+    a.cmp(qword_ptr(rax + cfg::STATE), cfg::STATE_ACTIVE)?;
+    a.jne(done)?;
+    a.mov(rax, qword_ptr(rax + cfg::PROCESS))?;
+    a.xor(edi, edi)?;
+    a.test(rax, rax)?;
+    a.jz(done)?;
+    a.mov(rax, qword_ptr(rax + process::HEAD))?;
+    a.set_label(&mut walk)?;
+    a.test(rax, rax)?;
+    a.jz(done)?;
+    a.add(rdi, qword_ptr(rax + slot::WINDOWS))?;
+    a.mov(rax, qword_ptr(rax + slot::NEXT))?;
+    a.jmp(walk)?;
+    a.set_label(&mut done)?;
+    a.pop(rax)?;
+    a.ret()?;
     Ok(())
 }
 
@@ -2647,6 +2689,7 @@ struct Labels {
     region_begin_unnamed: CodeLabel,
     region_end_unnamed: CodeLabel,
     region_toggle: CodeLabel,
+    region_samples: CodeLabel,
     fini: CodeLabel,
     fini_body: CodeLabel,
     exit_now: CodeLabel,
@@ -2740,6 +2783,7 @@ impl Labels {
             region_begin_unnamed: n(),
             region_end_unnamed: n(),
             region_toggle: n(),
+            region_samples: n(),
             fini: n(),
             fini_body: n(),
             exit_now: n(),
@@ -2810,6 +2854,7 @@ mod tests {
             rt.region_begin_unnamed,
             rt.region_end_unnamed,
             rt.region_toggle,
+            rt.region_samples,
         ] {
             assert!(ip >= 0x10_0000 && ip < 0x10_0000 + rt.code.len() as u64);
         }
