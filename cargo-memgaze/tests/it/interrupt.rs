@@ -64,12 +64,16 @@ fn program_of(recorder: &Child) -> u32 {
     let children = format!("/proc/{0}/task/{0}/children", recorder.id());
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(30) {
-        // Not the dynamic loader `--libs` lists the program's libraries with.
+        // Not the dynamic loader `--libs` lists the program's libraries
+        // with, nor a child caught between its fork and its exec (still
+        // running `cargo-memgaze`, as the recorder does).
+        let recorder_exe = std::fs::read_link(format!("/proc/{}/exe", recorder.id()));
         if let Ok(text) = std::fs::read_to_string(&children)
             && let Some(pid) = text.split_whitespace().find(|pid| {
                 std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| {
                     !exe.file_name()
                         .is_some_and(|n| n.to_string_lossy().starts_with("ld-linux"))
+                        && recorder_exe.as_ref().is_ok_and(|r| *r != exe)
                 })
             })
         {
@@ -363,9 +367,11 @@ fn a_trace_that_cannot_be_written_ends_the_recording_with_its_path() {
     // SAFETY: setrlimit is async-signal-safe.
     unsafe {
         command.pre_exec(|| {
+            // Past the header (half a megabyte with libc's sites under
+            // `--libs default`): the records must be what cannot be written.
             let limit = libc::rlimit {
-                rlim_cur: 64 << 10,
-                rlim_max: 64 << 10,
+                rlim_cur: 4 << 20,
+                rlim_max: 4 << 20,
             };
             if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
                 return Err(std::io::Error::last_os_error());

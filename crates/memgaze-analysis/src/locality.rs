@@ -40,10 +40,10 @@
 //! known to be at least the distinct blocks seen in the window so far (a
 //! right-censored observation). Their Kaplan–Meier estimate gives `P(D)`
 //! up to the distance where too few observations remain at risk
-//! ([`WindowDistances`]); beyond it the prior continues scale-free
+//! (`WindowDistances`); beyond it the prior continues scale-free
 //! (`∝ 1/(D + 1)`, the measured mass per octave), as it is everywhere when
 //! the windows give nothing. The small `d'` are therefore counted apart
-//! while the run streams and spread by [`WholeRun::smooth`] at its end; see
+//! while the run streams and spread by `WholeRun::smooth` at its end; see
 //! `smoothing_table`. A block most accesses reuse at a short distance (the
 //! top of a tree), when tracked, gives many `d' = 0`: the measured prior
 //! keeps them at the short distances the windows see, where a scale-free

@@ -18,7 +18,7 @@
 //! `start_thread` before any thread appended or forwarded here) is sent
 //! back with a zero countdown: its library loads until its first
 //! executable load are not counted, and that load reaches the runtime,
-//! which creates the slot. After [`SLOTLESS_ASKS`] such forwards in a
+//! which creates the slot. After `SLOTLESS_ASKS` (2^20) such forwards in a
 //! process (one whose executable is not instrumented, a program the
 //! recorded one `exec`s with the same environment, never gets a slot) it
 //! gets a re-check countdown (`COUNTDOWN_RECHECK`) instead, and runs at
