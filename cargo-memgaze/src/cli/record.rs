@@ -18,20 +18,18 @@ use memgaze_trace::{Backend, ProgramExit, Sampling, TraceWriter};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-/// `--libs` of `record`, `run` and `bench`: none by default until every
-/// recording test has passed with libc instrumented (docs/CLI.md, planned
-/// additions).
+/// `--libs` of `record`, `run` and `bench`: libc, libm and libgcc_s by
+/// default.
 #[derive(clap::Args, Debug, Clone)]
 pub struct LibsArgs {
     /// Shared libraries to instrument too: a comma-separated list of globs
     /// on the names the program needs them by (`libc.so.6`), where
-    /// `default` stands for libc, libm and libgcc_s and `'*'` for every
-    /// library, or `none` (the default) for the executable alone.
+    /// `default` (the default) stands for libc, libm and libgcc_s and
+    /// `'*'` for every library, or `none` for the executable alone.
     /// Instrumented copies are cached like executables (or under
-    /// `MEMGAZE_LIBS_CACHE`) and loaded through a private directory first
-    /// on `LD_LIBRARY_PATH`; a library that cannot be instrumented is named
-    /// and runs original.
-    #[arg(long, value_name = "LIBS", value_parser = parse_libs, default_value = "none", env = "MEMGAZE_LIBS")]
+    /// `MEMGAZE_LIBS_CACHE`) and found first on `LD_LIBRARY_PATH`; a
+    /// library that cannot be instrumented is named and runs original.
+    #[arg(long, value_name = "LIBS", value_parser = parse_libs, default_value = "default", env = "MEMGAZE_LIBS")]
     pub libs: LibSelection,
 }
 
