@@ -220,28 +220,34 @@ pub fn report_failed_bench(
 pub enum AfterRecording {
     /// Use its results (a dynamic-coverage warning was given if due).
     Use,
-    /// It failed (reported): go on with the next bench, the exit at least
-    /// this code.
-    Failed(Exit),
-    /// It failed because a signal stopped it (reported): stop the whole
-    /// run with at least this code.
-    Stop(Exit),
+    /// It failed (reported and counted): go on with the next bench.
+    Next,
+    /// It failed because a signal stopped it (reported and counted): stop
+    /// the whole run.
+    Stop,
 }
 
-/// Reports a failed bench's recording (and advances `progress` past it),
-/// or warns of a finished one's low dynamic coverage; says what to do next.
+/// Reports a failed bench's recording (advances `progress` past it, counts
+/// it under `failed` and raises `exit` to its code), or warns of a
+/// finished one's low dynamic coverage; says what to do next.
 pub fn after_recording(
     recording: &crate::pipeline::BenchRecording,
     (exe, name): (&BenchExecutable, &str),
     json: bool,
     progress: &Progress,
+    (exit, counts): (&mut Exit, &mut BTreeMap<&str, usize>),
 ) -> AfterRecording {
     if let BenchOutcome::Failed { message } = &recording.outcome {
         report_failed_bench(exe, name, message, json, progress);
         progress.advance();
+        *counts.entry("failed").or_default() += 1;
+        *exit = exit.worst(Exit::BenchFailed);
         return match recording.stop_exit() {
-            Some(stop) => AfterRecording::Stop(Exit::BenchFailed.worst(stop)),
-            None => AfterRecording::Failed(Exit::BenchFailed),
+            Some(stop) => {
+                *exit = exit.worst(stop);
+                AfterRecording::Stop
+            }
+            None => AfterRecording::Next,
         };
     }
     if let Some(warning) = dynamic_coverage_warning(name, &recording.analysis) {

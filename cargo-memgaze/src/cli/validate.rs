@@ -233,19 +233,12 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             limits: args.time.limits(),
         };
         let recording = pipeline::record_bench(target, case, instrumented, &plan)?;
-        match suite::after_recording(&recording, (exe, &case.name), json, &progress) {
+        let tally = (&mut exit, &mut counts);
+        match suite::after_recording(&recording, (exe, &case.name), json, &progress, tally) {
             suite::AfterRecording::Use => {}
-            suite::AfterRecording::Failed(code) => {
-                exit = exit.worst(code);
-                *counts.entry("failed").or_default() += 1;
-                continue;
-            }
-            suite::AfterRecording::Stop(code) => {
-                // A signal ends the whole run.
-                exit = exit.worst(code);
-                *counts.entry("failed").or_default() += 1;
-                break;
-            }
+            suite::AfterRecording::Next => continue,
+            // A signal ends the whole run.
+            suite::AfterRecording::Stop => break,
         }
         let mut analysis = recording.analysis;
         let mut samples = recording.samples.expect("the plan asks for samples");
