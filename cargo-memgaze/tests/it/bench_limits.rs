@@ -15,26 +15,39 @@ fn target_dir() -> PathBuf {
 }
 
 fn bench(extra: &[&str]) -> Command {
-    let mut command = crate::support::memgaze_command();
-    command
-        .args([
-            "memgaze",
-            "bench",
-            "--locked",
-            "-p",
-            "microbenches",
-            "--manifest-path",
-        ])
+    suite_command(&["bench", "--no-report"], extra)
+}
+
+/// `cargo memgaze <command>` on the bundled microbenchmarks, at sizes no
+/// bench ends within the tests' limits, with JSON messages and `extra`.
+fn suite_command(command: &[&str], extra: &[&str]) -> Command {
+    let mut memgaze = crate::support::memgaze_command();
+    memgaze
+        .arg("memgaze")
+        .args(command)
+        .args(["--locked", "-p", "microbenches", "--manifest-path"])
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml"))
         .arg("--target-dir")
         .arg(target_dir())
-        .args(["--no-report", "--message-format", "json"])
+        .args(["--message-format", "json"])
         .args(extra)
         // Large enough that no bench ends on its own within the limits.
         .env("MEMGAZE_MICRO_ELEMENTS", "2000000")
         .env("MEMGAZE_MICRO_REPS", "100000")
         .stdin(Stdio::null());
-    command
+    memgaze
+}
+
+/// Each bench `str` selects failed on its own line after 300 ms.
+fn assert_each_str_bench_timed_out(stderr: &str) {
+    for name in ["str1", "str8"] {
+        assert!(
+            stderr.contains(&format!(
+                "error: bench `{name}` of `microbenches/micro` failed: timed out after 300ms"
+            )),
+            "{stderr}"
+        );
+    }
 }
 
 #[test]
@@ -47,14 +60,7 @@ fn a_bench_past_its_timeout_is_a_failed_bench_and_the_run_goes_on() {
     assert_eq!(out.status.code(), Some(101), "{stderr}");
     // `str` selects several benches: each times out on its own line, and
     // every one is started (a timeout does not stop the run).
-    for name in ["str1", "str8"] {
-        assert!(
-            stderr.contains(&format!(
-                "error: bench `{name}` of `microbenches/micro` failed: timed out after 300ms"
-            )),
-            "{stderr}"
-        );
-    }
+    assert_each_str_bench_timed_out(&stderr);
     let count = |reason: &str| {
         stdout
             .lines()
@@ -72,28 +78,23 @@ fn a_bench_past_its_timeout_is_a_failed_bench_and_the_run_goes_on() {
 #[test]
 fn golden_fails_a_bench_past_its_timeout_and_goes_on() {
     let snapshots = tempfile::tempdir().unwrap();
-    let bench_args: Vec<_> = bench(&[]).get_args().map(|a| a.to_os_string()).collect();
-    let mut run = crate::support::memgaze_command();
-    // `bench(..)`'s arguments after `memgaze bench`, but `--no-report`.
-    run.args(["memgaze", "golden", "--update"])
-        .args(bench_args.iter().skip(2).filter(|a| *a != "--no-report"))
-        .arg("--golden-dir")
-        .arg(snapshots.path())
-        .args(["--timeout", "300ms", "--", "str"])
-        .env("MEMGAZE_MICRO_ELEMENTS", "2000000")
-        .env("MEMGAZE_MICRO_REPS", "100000")
-        .stdin(Stdio::null());
-    let out = run.output().unwrap();
+    let golden_dir = snapshots.path().to_str().unwrap();
+    let out = suite_command(
+        &["golden", "--update"],
+        &[
+            "--golden-dir",
+            golden_dir,
+            "--timeout",
+            "300ms",
+            "--",
+            "str",
+        ],
+    )
+    .output()
+    .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(101), "{stderr}");
-    for name in ["str1", "str8"] {
-        assert!(
-            stderr.contains(&format!(
-                "error: bench `{name}` of `microbenches/micro` failed: timed out after 300ms"
-            )),
-            "{stderr}"
-        );
-    }
+    assert_each_str_bench_timed_out(&stderr);
     // Nothing half-made was written.
     assert_eq!(std::fs::read_dir(snapshots.path()).unwrap().count(), 0);
 }
