@@ -496,15 +496,18 @@ fn posterior_row(sizes: &[u64], rate: f64, d: usize, survival: &[f64], c: f64) -
         let w = ln_likelihood.exp() * prior(big);
         total += w;
         mass[bucket] += w;
+        // Past the head the prior is positive everywhere, so a negligible
+        // term means a negligible rest; inside the head a measured prior
+        // can be zero at one `D` and not at the next.
+        let past = big as usize >= head && big as f64 > (d as f64 + 1.0) / rate;
+        if (past && w <= total * 1e-15) || big > (1 << 26) {
+            break;
+        }
         let x = big as f64;
         ln_likelihood += ((x + 1.0) / (x + 1.0 - d as f64)).ln() + ln_q;
         big += 1;
         while bucket < sizes.len() && sizes[bucket] <= big {
             bucket += 1;
-        }
-        let past = big as usize >= head && big as f64 > (d as f64 + 1.0) / rate;
-        if (past && w <= total * 1e-15) || big > (1 << 26) {
-            break;
         }
     }
     (total > 0.0).then(|| mass.iter().map(|m| m / total).collect())

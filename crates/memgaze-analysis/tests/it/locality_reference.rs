@@ -167,6 +167,139 @@ fn miss_probability(d: Option<u64>, c: u64, rate: f64) -> f64 {
     p
 }
 
+/// How the reference turns a sampled distance `d'` into the probability
+/// of a miss at `c` blocks: [`miss_probability`] under the scale-free
+/// prior, or under a prior measured from the time samples
+/// ([`measured_model`]) for `d' < 64`.
+struct Model {
+    rate: f64,
+    measured: Option<MeasuredPrior>,
+}
+
+/// A prior of `D` measured by brute force: Kaplan–Meier survival `S(k)`
+/// for `k ≤ H`, then `c/(D + 1)`.
+struct MeasuredPrior {
+    survival: Vec<f64>,
+    tail: f64,
+    /// Per `d'`: the posterior weights of `D = d', d' + 1, …`.
+    memo: std::cell::RefCell<HashMap<u64, Vec<f64>>>,
+}
+
+impl Model {
+    fn scale_free(rate: f64) -> Model {
+        Model {
+            rate,
+            measured: None,
+        }
+    }
+
+    fn miss(&self, d: Option<u64>, c: u64) -> f64 {
+        match (&self.measured, d) {
+            (Some(prior), Some(d)) if self.rate < 1.0 && d < 64 => prior.miss(d, c, self.rate),
+            _ => miss_probability(d, c, self.rate),
+        }
+    }
+}
+
+impl MeasuredPrior {
+    fn prior(&self, big: u64) -> f64 {
+        let head = self.survival.len() - 1;
+        match usize::try_from(big) {
+            Ok(k) if k < head => self.survival[k] - self.survival[k + 1],
+            _ => self.tail / (big + 1) as f64,
+        }
+    }
+
+    /// `P(D ≥ c | d')`: binomial likelihood times the prior, term by term
+    /// from binomial coefficients; the scale-free row when the prior gives
+    /// `d'` no weight.
+    fn miss(&self, d: u64, c: u64, rate: f64) -> f64 {
+        let mut memo = self.memo.borrow_mut();
+        let weights = memo.entry(d).or_insert_with(|| {
+            let head = (self.survival.len() - 1) as u64;
+            let limit = ((d + 1) as f64 / rate * 40.0) as u64 + 1000 + head;
+            (d..limit)
+                .map(|big| {
+                    let ln_choose: f64 = (0..d)
+                        .map(|j| ((big - j) as f64).ln() - ((j + 1) as f64).ln())
+                        .sum();
+                    (ln_choose + (big - d) as f64 * (1.0 - rate).ln()).exp() * self.prior(big)
+                })
+                .collect()
+        });
+        let total: f64 = weights.iter().sum();
+        if total > 0.0 {
+            let first_miss = c.saturating_sub(d) as usize;
+            weights.iter().skip(first_miss).sum::<f64>() / total
+        } else {
+            miss_probability(Some(d), c, rate)
+        }
+    }
+}
+
+/// The prior of small distances a sampled run measures (docs/METRICS.md,
+/// "Small distances"), by brute force from its records: per window (a
+/// sample's records of one thread) a list stack of the Strided and
+/// Irregular records' blocks gives each access its in-window distance, or
+/// a right-censored one (cold in the window: at least the distinct blocks
+/// seen before it); both are capped at 4,096. The Kaplan–Meier estimate by
+/// its definition until fewer than 1,000 observations remain at risk (`H`);
+/// past `H` the scale-free tail holds the rest up to the footprint `M`
+/// (per thread the distinct tracked blocks, summed, over `R`, at least
+/// `2H`). With `H < 2`, wholly scale-free.
+fn measured_model(loads: &[LoadEntry], records: &[Record], tracked: &[Exec], rate: f64) -> Model {
+    let mut windows: HashMap<(u64, u32), Vec<u64>> = HashMap::new();
+    // (value, exact): an event at `value`, or censored at `value`.
+    let mut observations: Vec<(u64, bool)> = Vec::new();
+    for r in records.iter().filter(|r| !r.spatial && r.class.is_access()) {
+        debug_assert!(loads.iter().any(|l| l.ip == r.ip));
+        let window = windows.entry((r.sample, r.thread)).or_default();
+        let block = r.addr >> 6;
+        match window.iter().rposition(|&b| b == block) {
+            Some(pos) => {
+                window.remove(pos);
+                let d = (window.len() - pos) as u64;
+                observations.push(if d < 4096 { (d, true) } else { (4096, false) });
+            }
+            None => observations.push(((window.len() as u64).min(4096), false)),
+        }
+        window.push(block);
+    }
+    let mut survival = vec![1.0f64];
+    for k in 0..4096u64 {
+        let at_risk = observations
+            .iter()
+            .filter(|&&(v, exact)| if exact { v >= k } else { v > k })
+            .count();
+        if at_risk < 1000 {
+            break;
+        }
+        let events = observations.iter().filter(|&&o| o == (k, true)).count();
+        survival.push(survival[k as usize] * (1.0 - events as f64 / at_risk as f64));
+    }
+    let head = survival.len() - 1;
+    let (survival, tail) = if head >= 2 {
+        let mut per_thread: HashMap<u32, std::collections::HashSet<u64>> = HashMap::new();
+        for e in tracked {
+            per_thread.entry(e.0).or_default().insert(e.2 >> 6);
+        }
+        let distinct: usize = per_thread.values().map(|b| b.len()).sum();
+        let footprint = (distinct as f64 / rate).max(2.0 * head as f64);
+        let tail = survival[head] / ((footprint + 1.0) / (head as f64 + 1.0)).ln();
+        (survival, tail)
+    } else {
+        (vec![1.0], 1.0)
+    };
+    Model {
+        rate,
+        measured: Some(MeasuredPrior {
+            survival,
+            tail,
+            memo: Default::default(),
+        }),
+    }
+}
+
 /// Reference `MR̂(C)` of the accesses of the sites `keep` selects; the
 /// denominator is `N·R` (`N` the sites' estimated executions) when
 /// positive, else the tracked count.
@@ -175,8 +308,9 @@ fn naive_curve(
     executions: &[f64],
     keep: impl Fn(usize) -> bool,
     sizes: &[u64],
-    rate: f64,
+    model: &Model,
 ) -> Vec<f64> {
+    let rate = model.rate;
     let tracked = distances.iter().filter(|(s, _)| keep(*s)).count() as f64;
     let n: f64 = (0..executions.len())
         .filter(|&s| keep(s))
@@ -185,7 +319,7 @@ fn naive_curve(
     let den = if n * rate > 0.0 { n * rate } else { tracked };
     sizes
         .iter()
-        .map(|&c| (naive_misses(distances, &keep, c, rate) * rate / den).clamp(0.0, 1.0))
+        .map(|&c| (naive_misses(distances, &keep, c, model) * rate / den).clamp(0.0, 1.0))
         .collect()
 }
 
@@ -194,14 +328,14 @@ fn naive_misses(
     distances: &[(usize, Option<u64>)],
     keep: impl Fn(usize) -> bool,
     c: u64,
-    rate: f64,
+    model: &Model,
 ) -> f64 {
     distances
         .iter()
         .filter(|(s, _)| keep(*s))
-        .map(|(_, d)| miss_probability(*d, c, rate))
+        .map(|(_, d)| model.miss(*d, c))
         .sum::<f64>()
-        / rate
+        / model.rate
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -219,8 +353,9 @@ fn check_against_reference(
     loads: &[LoadEntry],
     tracked: &[Exec],
     executions: &[f64],
-    rate: f64,
+    model: &Model,
 ) -> Result<(), TestCaseError> {
+    let rate = model.rate;
     let distances = naive_distances(tracked);
     let s = &got.summary;
     prop_assert_eq!(s.tracked_accesses, Some(tracked.len() as u64));
@@ -239,7 +374,7 @@ fn check_against_reference(
     prop_assert_eq!(&blocks, &sizes);
     prop_assert!(s.whole_run.mrc.iter().all(|p| p.bytes == p.blocks * 64));
     let access = |site: usize| loads[site].class.is_access();
-    let want = naive_curve(&distances, executions, access, &sizes, rate);
+    let want = naive_curve(&distances, executions, access, &sizes, model);
     let got_curve = ratios(&s.whole_run.mrc);
     for (g, w) in got_curve.iter().zip(&want) {
         prop_assert!(close(*g, *w), "trace curve {:?} want {:?}", got_curve, want);
@@ -263,7 +398,10 @@ fn check_against_reference(
         .iter()
         .zip(cache_blocks)
     {
-        prop_assert!(close(m.unwrap(), naive_misses(&distances, access, c, rate)));
+        prop_assert!(close(
+            m.unwrap(),
+            naive_misses(&distances, access, c, model)
+        ));
     }
 
     // Per function: sites by ip range (alpha 0x1000.., beta 0x2000..).
@@ -279,7 +417,7 @@ fn check_against_reference(
             );
             continue;
         }
-        let want = naive_curve(&distances, executions, keep, &sizes, rate);
+        let want = naive_curve(&distances, executions, keep, &sizes, model);
         let got_curve = ratios(&f.whole_run.mrc);
         prop_assert_eq!(got_curve.len(), want.len());
         for (g, w) in got_curve.iter().zip(&want) {
@@ -299,7 +437,7 @@ fn check_against_reference(
             .zip(cache_blocks)
         {
             prop_assert!(
-                close(*m, naive_misses(&distances, keep, c, rate)),
+                close(*m, naive_misses(&distances, keep, c, model)),
                 "{}",
                 line.line
             );
@@ -405,7 +543,7 @@ proptest! {
         for e in &tracked {
             executions[e.1] += 1.0;
         }
-        check_against_reference(&got, &loads, &tracked, &executions, 1.0)?;
+        check_against_reference(&got, &loads, &tracked, &executions, &Model::scale_free(1.0))?;
         prop_assert!(got.summary.mrc_groups.is_empty(), "exact curves have no bootstrap groups");
         prop_assert_eq!(got.run.cache_sizes, Some(caches()));
     }
@@ -427,7 +565,7 @@ proptest! {
         for e in execs.iter().filter(|e| loads[e.1].class.is_access()) {
             executions[e.1] += 1.0;
         }
-        check_against_reference(&got, &loads, &tracked, &executions, spatial.rate())?;
+        check_against_reference(&got, &loads, &tracked, &executions, &Model::scale_free(spatial.rate()))?;
         let exact = full_trace(&loads, &execs, &self::options());
         prop_assert_eq!(&got.trace_windows, &exact.trace_windows);
         prop_assert_eq!(got.summary.d_mean, exact.summary.d_mean);
@@ -469,7 +607,7 @@ proptest! {
             // No ρ: no N, every site's curve divides by its tracked count.
             None => vec![0.0; loads.len()],
         };
-        check_against_reference(&got, &loads, &run.tracked, &executions, spatial.rate())?;
+        check_against_reference(&got, &loads, &run.tracked, &executions, &Model::scale_free(spatial.rate()))?;
         // The spatial records are counted apart from the time-sample ones.
         let spatial_records = run.records.iter().filter(|r| r.spatial).count() as u64;
         prop_assert_eq!(got.coverage.spatial_records, (spatial_records > 0).then_some(spatial_records));
@@ -621,98 +759,96 @@ fn sampled_curve_with_a_measured_prior_matches_the_reference() {
         samples,
     ));
 
-    // In-window observations: (value, exact).
-    let mut observations: Vec<(u64, bool)> = Vec::new();
-    let mut window: Vec<u64> = Vec::new();
-    for (i, e) in execs.iter().enumerate() {
-        if !in_sample[i % in_sample.len()] {
-            window.clear();
-            continue;
-        }
-        let block = e.2 >> 6;
-        match window.iter().rposition(|&b| b == block) {
-            Some(pos) => {
-                window.remove(pos);
-                let d = (window.len() - pos) as u64;
-                observations.push(if d < 4096 { (d, true) } else { (4096, false) });
-            }
-            None => observations.push(((window.len() as u64).min(4096), false)),
-        }
-        window.push(block);
-    }
-    let mut survival = vec![1.0f64];
-    for k in 0..4096u64 {
-        let at_risk = observations
-            .iter()
-            .filter(|&&(v, exact)| if exact { v >= k } else { v > k })
-            .count();
-        if at_risk < 1000 {
-            break;
-        }
-        let events = observations.iter().filter(|&&o| o == (k, true)).count();
-        survival.push(survival[k as usize] * (1.0 - events as f64 / at_risk as f64));
-    }
-    let head = survival.len() - 1;
+    let model = measured_model(&loads, &run.records, &run.tracked, rate);
+    let head = model.measured.as_ref().map_or(0, |m| m.survival.len() - 1);
     assert!(head >= 100, "head {head}");
-    let distinct: std::collections::HashSet<u64> = run.tracked.iter().map(|e| e.2 >> 6).collect();
-    let footprint = (distinct.len() as f64 / rate).max(2.0 * head as f64);
-    let c = survival[head] / ((footprint + 1.0) / (head as f64 + 1.0)).ln();
-    let prior = |big: u64| {
-        if (big as usize) < head {
-            survival[big as usize] - survival[big as usize + 1]
-        } else {
-            c / (big + 1) as f64
-        }
-    };
-    // P(D ≥ C | d') under the measured prior, per d' < 64.
-    let mut posteriors: HashMap<u64, Vec<(u64, f64)>> = HashMap::new();
-    let mut miss = |d: u64, size: u64| -> f64 {
-        let weights = posteriors.entry(d).or_insert_with(|| {
-            let limit = ((d + 1) as f64 / rate * 40.0) as u64 + 1000;
-            (d..limit)
-                .map(|big| {
-                    let ln_choose: f64 = (0..d)
-                        .map(|j| ((big - j) as f64).ln() - ((j + 1) as f64).ln())
-                        .sum();
-                    let w = (ln_choose + (big - d) as f64 * (1.0 - rate).ln()).exp() * prior(big);
-                    (big, w)
-                })
-                .collect()
-        });
-        let total: f64 = weights.iter().map(|w| w.1).sum();
-        weights
-            .iter()
-            .filter(|w| w.0 >= size)
-            .map(|w| w.1)
-            .sum::<f64>()
-            / total
-    };
-    let distances = naive_distances(&run.tracked);
-    let den = execs.len() as f64 * rate;
-    let mut differs = false;
-    for p in &got.summary.whole_run.mrc {
-        let (mut measured, mut scale_free) = (0.0, 0.0);
-        for &(_, d) in &distances {
-            match d {
-                Some(d) if d < 64 => {
-                    measured += miss(d, p.blocks);
-                    scale_free += miss_probability(Some(d), p.blocks, rate);
-                }
-                d => {
-                    let m = miss_probability(d, p.blocks, rate);
-                    measured += m;
-                    scale_free += m;
-                }
-            }
-        }
-        let want = (measured / den).clamp(0.0, 1.0);
-        assert!(
-            close(p.miss_ratio, want),
-            "{} blocks: {} want {want}",
-            p.blocks,
-            p.miss_ratio
-        );
-        differs |= (want - (scale_free / den).clamp(0.0, 1.0)).abs() > 1e-4;
+    let executions = [execs.len() as f64];
+    if let Err(e) = check_against_reference(&got, &loads, &run.tracked, &executions, &model) {
+        panic!("{e}");
     }
+    // The measured head matters: the scale-free prior gives another curve.
+    let sizes: Vec<u64> = got.summary.whole_run.mrc.iter().map(|p| p.blocks).collect();
+    let distances = naive_distances(&run.tracked);
+    let scale_free = naive_curve(
+        &distances,
+        &executions,
+        |_| true,
+        &sizes,
+        &Model::scale_free(rate),
+    );
+    let differs = ratios(&got.summary.whole_run.mrc)
+        .iter()
+        .zip(&scale_free)
+        .any(|(g, w)| (g - w).abs() > 1e-4);
     assert!(differs, "the measured prior changed nothing");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// A sampled run analysed at 64-byte blocks, so its small distances
+    /// are spread under the prior its own windows measure: the trace,
+    /// function and line curves, misses and bootstrap groups against the
+    /// brute-force [`measured_model`], threads and load sites mixed. The
+    /// runs are long enough (mostly inside windows) for the measured head
+    /// to reach past the first distances in most cases.
+    #[test]
+    fn sampled_curves_under_the_measured_prior_match_the_reference(
+        (classes, execs) in long_program(),
+        in_sample in long_windows(),
+        log2_inverse in 0u32..4,
+    ) {
+        let loads = sites(&classes);
+        let spatial = SpatialSampling::with_rate(1.0 / f64::from(1 << log2_inverse)).unwrap();
+        let rate = spatial.rate();
+        let run = sample_run(&loads, &execs, &in_sample, spatial);
+        let samples = run.records.last().map_or(0, |r| r.sample + 1);
+        let executions_total = execs.len() as u64;
+        let totals = TraceTotals::clean(executions_total, run.time_total, samples);
+        let h = header(loads.clone(), Sampling { window: 50, period: 500, seed: None }, Some(spatial));
+        let mut a = Analyzer::new(&h, &options()).unwrap();
+        for r in &run.records {
+            a.push(r);
+        }
+        let got = a.finish(&totals);
+        let rho = (run.time_total > 0 && executions_total >= run.time_total)
+            .then(|| executions_total as f64 / run.time_total as f64);
+        let executions: Vec<f64> = match rho {
+            Some(rho) => run.time_records.iter().map(|&n| rho * n as f64).collect(),
+            None => vec![0.0; loads.len()],
+        };
+        let model = measured_model(&loads, &run.records, &run.tracked, rate);
+        check_against_reference(&got, &loads, &run.tracked, &executions, &model)?;
+    }
+}
+
+/// Which executions fall in time samples, cyclically: runs of 1–400
+/// executions in or out, mostly in.
+fn long_windows() -> impl Strategy<Value = Vec<bool>> {
+    prop::collection::vec((prop::bool::weighted(0.8), 1usize..400), 1..12).prop_map(|runs| {
+        runs.into_iter()
+            .flat_map(|(inside, n)| std::iter::repeat_n(inside, n))
+            .collect()
+    })
+}
+
+/// [`program`]'s shape, longer: 3,000–6,000 executions, so that the
+/// windows hold more than the 1,000 observations a measured prior needs.
+fn long_program() -> impl Strategy<Value = (Vec<LoadClass>, Vec<Exec>)> {
+    let class = prop_oneof![
+        3 => Just(LoadClass::Strided),
+        3 => Just(LoadClass::Irregular),
+        1 => Just(LoadClass::Constant),
+    ];
+    let classes = prop::collection::vec(class, 1..8);
+    let block = prop_oneof![4 => 0u64..24, 2 => 0u64..200, 1 => 0u64..3000];
+    let exec = (0u32..3, 0usize..8, block, 0u64..64);
+    (classes, prop::collection::vec(exec, 3000..6000)).prop_map(|(classes, execs)| {
+        let n = classes.len();
+        let execs = execs
+            .into_iter()
+            .map(|(t, s, b, off)| (t, s % n, 0x10_0000 + b * 64 + off))
+            .collect();
+        (classes, execs)
+    })
 }
