@@ -463,6 +463,145 @@ fn rust_children_that_fork_and_exit_through_the_got_are_flushed() {
     assert_eq!(executions[0], executions[1]);
 }
 
+/// Executions per process of a recording of `program`, read from the
+/// headers of the messages its runtime sent (`strace` of `sendto`): per
+/// process, in the order each first sent one, the sum over its slots of the
+/// last `executions` a `Records` or `Final` message gave.
+fn record_counting_processes(
+    program: &Path,
+    sampling: &[&str],
+    trace: &Path,
+) -> (Output, Vec<u64>) {
+    use memgaze_trace::protocol::{HEADER_BYTES, MESSAGE_MAGIC, MessageKind, SHARED_FLAG, offsets};
+    let log = trace.with_extension("sendto");
+    let out = Command::new("strace")
+        .args(["-f", "-qq", "-s", "40", "-xx", "-e", "trace=sendto", "-o"])
+        .arg(&log)
+        .arg(env!("CARGO_BIN_EXE_cargo-memgaze"))
+        .env("MEMGAZE_LIBS_CACHE", crate::support::LIBS_CACHE)
+        .arg("record")
+        .args(sampling)
+        .arg("-o")
+        .arg(trace)
+        .arg("--")
+        .arg(program)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("strace is required");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut processes: Vec<u32> = Vec::new();
+    let mut by_slot = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let Some(call) = line.find("sendto(") else {
+            continue;
+        };
+        let Some(quoted) = line[call..].split('"').nth(1) else {
+            continue;
+        };
+        let bytes: Vec<u8> = quoted
+            .split("\\x")
+            .skip(1)
+            .map(|hex| u8::from_str_radix(hex, 16).unwrap())
+            .collect();
+        if bytes.len() < HEADER_BYTES || bytes[..4] != MESSAGE_MAGIC.to_le_bytes() {
+            continue;
+        }
+        let word =
+            |at: i32| u32::from_le_bytes(bytes[at as usize..at as usize + 4].try_into().unwrap());
+        let pid = word(offsets::PID);
+        if !processes.contains(&pid) {
+            processes.push(pid);
+        }
+        let kind = word(offsets::KIND) & !SHARED_FLAG;
+        if kind == MessageKind::Records as u32 || kind == MessageKind::Final as u32 {
+            let at = offsets::EXECUTIONS as usize;
+            let executions = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+            by_slot.insert((pid, word(offsets::SLOT)), executions);
+        }
+    }
+    let executions = processes
+        .iter()
+        .map(|&pid| {
+            by_slot
+                .iter()
+                .filter(|((of, _), _)| *of == pid)
+                .map(|(_, executions)| executions)
+                .sum()
+        })
+        .collect();
+    (out, executions)
+}
+
+/// With the default libraries instrumented, libc's `fork` runs loads in the
+/// child (`_Fork`'s return) before the fork hook: a sampled child counted
+/// them against the skip it inherited, and lost them (8 per child), while a
+/// full trace recorded them. Every process counts the same executions
+/// sampled as in a full trace, each full trace's executions are its
+/// records, and each of its processes' counts its records. The sampled runs
+/// take no spatial samples: a full trace overwrites the spatial checks,
+/// which splits the executable's code mapping, and Rust's start-up reads
+/// `/proc/self/maps` through libc line by line (another number of loads).
+#[test]
+fn forked_children_count_the_same_executions_sampled_as_full_with_the_default_libraries() {
+    const SAMPLED_NO_SPATIAL: &[&str] = &[
+        "--period",
+        "1000",
+        "--window",
+        "50",
+        "--seed",
+        "7",
+        "--spatial-rate",
+        "0",
+        "--libs",
+        "default",
+    ];
+    const FULL_DEFAULT: &[&str] = &["--full", "--libs", "default"];
+    for (source, flags) in [
+        ("fork_exit_rs.rs", &[][..]),
+        ("fork.c", &["-O2"][..]),
+        ("fork_exit.c", &["-O2"][..]),
+    ] {
+        let binary = build(source, flags);
+        let inst = instrument(&binary, None, "default-libs-fork");
+        let native = native(&binary, &[], None);
+        let mut counts = Vec::new();
+        for (sampling, name) in [(FULL_DEFAULT, "full"), (SAMPLED_NO_SPATIAL, "sampled")] {
+            let trace = trace_path(&format!("default-libs-fork-{source}-{name}"));
+            let (out, by_process) = record_counting_processes(&inst.path, sampling, &trace);
+            assert_same_behaviour(&native, &out, &format!("{source} {name}"));
+            let summary = read_trace(&trace);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(summary.totals.complete, "{source} {name}: {stderr}");
+            assert_eq!(
+                summary.totals.dropped.records, 0,
+                "{source} {name}: {stderr}"
+            );
+            assert_eq!(
+                summary.totals.executions,
+                by_process.iter().sum::<u64>(),
+                "{source} {name}: {by_process:?}"
+            );
+            if name == "full" {
+                assert_eq!(
+                    summary.totals.executions, summary.totals.records,
+                    "{source}"
+                );
+                let mut records: Vec<u64> = summary.threads.values().copied().collect();
+                let mut counted: Vec<u64> = by_process.iter().copied().filter(|&n| n > 0).collect();
+                records.sort_unstable();
+                counted.sort_unstable();
+                assert_eq!(records, counted, "{source}: records per thread");
+            }
+            counts.push((summary.totals.executions, by_process));
+        }
+        assert!(counts[0].1.len() >= 2, "{source}: {counts:?}");
+        assert_eq!(
+            counts[0], counts[1],
+            "{source}: (full, per process) against sampled"
+        );
+    }
+}
+
 /// A `vfork` child runs on its parent's memory, recorder buffers included,
 /// until it `_exit`s or execs; `posix_spawn` clones with `CLONE_VFORK`. The
 /// children's loads land in the parent's buffer (a full trace has one

@@ -82,6 +82,12 @@ pub mod slot {
         /// dropped when it notices; the region's end counts the part it ran
         /// meanwhile (see the runtime's `unaware_at_begin`).
         pub(crate) unaware: u64,
+        /// While the owner is inside a hooked `fork` called during a skip:
+        /// the countdown it had left, restored once `fork` returns (its
+        /// loads meanwhile reach the cold path one by one, so the child,
+        /// whose slot `fork` wipes, counts from its first load); 0 otherwise
+        /// (see the runtime's `before_fork`).
+        pub(crate) forking: u64,
         /// Address of the owning runtime's cold path (`rax`, `rcx`, `rbx`
         /// pushed, the flags in `ax`): where an instrumented shared
         /// library's `record` forwards what its hot path cannot do, so
@@ -133,6 +139,8 @@ pub mod slot {
     pub const CLAIMED: i32 = offset_of!(Slot, claimed) as i32;
     /// Offset of `Slot::unaware`.
     pub const UNAWARE: i32 = offset_of!(Slot, unaware) as i32;
+    /// Offset of `Slot::forking`.
+    pub const FORKING: i32 = offset_of!(Slot, forking) as i32;
     /// Offset of [`Slot::runtime`].
     pub const RUNTIME: i32 = offset_of!(Slot, runtime) as i32;
     /// Offset of [`Slot::message`]: header, then records.

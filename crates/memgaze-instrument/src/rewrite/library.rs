@@ -138,6 +138,7 @@ pub fn generate(code_va: u64, state_va: u64) -> Result<Runtime, IcedError> {
         fini: 0,
         exit_now: 0,
         exec_flush: 0,
+        before_fork: 0,
         after_fork: 0,
         before_spawn: 0,
         after_spawn: 0,

@@ -6,8 +6,9 @@
 //! binding and the called function are unchanged. Without them a child's
 //! last, partly filled buffer (up to `slot::CAPACITY` records) vanished and
 //! the trace said it was complete. `fork` is wrapped too: the child
-//! inherits the thread's countdown but not the slot holding its budget, and
-//! the runtime's `after_fork` gives it one.
+//! inherits the thread's countdown but not the slot holding its budget; the
+//! runtime's `before_fork` and `after_fork` keep both processes' counts
+//! exact.
 //!
 //! Calls that bypass the PLT (`call`/`jmp qword [rip → GOT slot]`: Rust's
 //! std and `libc` crate, `-fno-plt`) are sent to the same stubs: patched in
@@ -28,8 +29,8 @@ use std::collections::HashMap;
 /// Imports after which the process is gone without `DT_FINI`.
 pub(crate) const EXIT_IMPORTS: [&str; 3] = ["_exit", "_Exit", "quick_exit"];
 
-/// Imports that create a process: wrapped, so the child's runtime learns
-/// its inherited countdown (see the runtime's `after_fork`).
+/// Imports that create a process: wrapped, so that parent and child count
+/// their loads exactly (see the runtime's `before_fork`).
 pub(crate) const FORK_IMPORTS: [&str; 2] = ["fork", "_Fork"];
 
 /// Imports that start a process running another program (glibc's `clone`
@@ -159,6 +160,8 @@ fn stub_code(name: &str, got: u64, rt: &Runtime) -> Result<Vec<Instruction>, Rew
         // aligned for the call; entered by a call or a tail jump alike.
         return Ok(vec![
             Instruction::with2(Code::Sub_rm64_imm8, Register::RSP, 8)
+                .map_err(RewriteError::Runtime)?,
+            Instruction::with_branch(Code::Call_rel32_64, rt.before_fork)
                 .map_err(RewriteError::Runtime)?,
             through_got(Code::Call_rm64)?,
             Instruction::with_branch(Code::Call_rel32_64, rt.after_fork)

@@ -336,8 +336,11 @@ pub struct Runtime {
     pub(crate) exit_now: u64,
     /// Flushes this thread's buffer and sends `Exec` (the `exec` stubs).
     pub(crate) exec_flush: u64,
-    /// In a forked child (`rax` = 0), gives the inherited countdown a
-    /// budget (the `fork` stubs).
+    /// Before a `fork`: a thread in a skip folds what it consumed and has
+    /// its loads counted one by one until `fork` returns (the `fork` stubs).
+    pub(crate) before_fork: u64,
+    /// After a `fork` (`rax` = what it returned): the parent gets its skip
+    /// back; the child's slot is made (the `fork` stubs).
     pub(crate) after_fork: u64,
     /// Before a `posix_spawn`: the socket made inheritable when following
     /// execs (the `posix_spawn` stubs).
@@ -428,6 +431,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     emit_fini(&mut a, &mut l, params)?;
     emit_process_end(&mut a, &mut l, params, ProcessEnd::Exit)?;
     emit_process_end(&mut a, &mut l, params, ProcessEnd::Exec)?;
+    emit_before_fork(&mut a, &mut l, params)?;
     emit_after_fork(&mut a, &mut l, params)?;
     emit_spawn_hooks(&mut a, &mut l, params)?;
     emit_process_message(&mut a, &mut l)?;
@@ -451,6 +455,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
         fini: result.label_ip(&l.fini)?,
         exit_now: result.label_ip(&l.exit_now)?,
         exec_flush: result.label_ip(&l.exec_flush)?,
+        before_fork: result.label_ip(&l.before_fork)?,
         after_fork: result.label_ip(&l.after_fork)?,
         before_spawn: result.label_ip(&l.before_spawn)?,
         after_spawn: result.label_ip(&l.after_spawn)?,
@@ -654,6 +659,8 @@ fn emit_cold_path(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.mov(rax, qword_ptr(rbx + slot::BUDGET))?;
     a.add(qword_ptr(rbx + slot::EXECUTIONS), rax)?;
     a.mov(qword_ptr(rbx + slot::BUDGET), 0)?;
+    a.cmp(qword_ptr(rbx + slot::FORKING), 0)?;
+    a.jne(l.cold_forking)?;
     a.cmp(qword_ptr(r12 + cfg::ENABLED), 0)?;
     a.jne(l.cold_enabled)?;
     // Switched off by a region marker: close the window, re-check later.
@@ -747,6 +754,12 @@ fn emit_cold_path(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.pop(rcx)?;
     a.pop(rax)?;
     a.ret()?;
+    // Inside `fork` out of a skip (see `emit_before_fork`): count the load
+    // and keep the countdown at zero, no window.
+    a.set_label(&mut l.cold_forking)?;
+    a.inc(qword_ptr(rbx + slot::EXECUTIONS))?;
+    a.mov(fs(TCB_COUNTDOWN), 0)?;
+    a.jmp(l.cold_release)?;
     // A signal handler interrupted a hot path between its claim and its
     // write: count this execution as dropped and leave everything as it
     // is until the interrupted writer has run on.
@@ -1844,27 +1857,84 @@ fn emit_send_escapes(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     Ok(())
 }
 
-/// `after_fork` (`rax` = what `fork` returned): in the child, the thread's
-/// countdown is the parent's, but the slot holding its budget was wiped, so
-/// the loads the child runs until the countdown expires were never counted
-/// (a sampled child that `_exit`s after 1,000 loads counted none of them).
-/// The child's fresh slot takes the countdown as its budget, which the cold
-/// path and the exit hook fold in as usual.
-fn emit_after_fork(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
+/// `before_fork`: `fork` copies the thread's countdown into the child but
+/// wipes the slot holding its budget, and libc's `fork` runs loads in the
+/// child (`_Fork`'s return, the child's atfork work) before `after_fork`:
+/// counted against the inherited skip, they were lost to the child's count,
+/// which a full trace records. So a thread in a skip folds what it consumed,
+/// keeps the rest in `FORKING` and enters `fork` with a zero countdown: the
+/// cold path counts its loads one by one without opening a window, and the
+/// child's first load reaches the cold path in a fresh slot, which counts
+/// from there. A window open, a full trace or a re-check countdown need
+/// nothing: the child's first load reaches the cold path anyway, or its
+/// loads are not counted.
+fn emit_before_fork(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     let mut done = a.create_label();
-    a.set_label(&mut l.after_fork)?;
-    save_all(a)?;
+    let mut leave = a.create_label();
+    a.set_label(&mut l.before_fork)?;
+    enter_active(a, params, done)?;
+    a.cmp(qword_ptr(r12 + cfg::FULL), 0)?;
+    a.jne(done)?;
+    a.cmp(qword_ptr(r12 + cfg::ENABLED), 0)?;
+    a.je(done)?;
+    a.mov(r13, qword_ptr(r12 + cfg::PROCESS))?;
+    borrowed_process(a)?;
     a.test(rax, rax)?;
     a.jnz(done)?;
+    this_threads_slot(a, done)?;
+    enter_cold(a)?;
+    a.mov(rax, fs(TCB_COUNTDOWN))?;
+    a.test(rax, rax)?;
+    a.jz(leave)?;
+    a.cmp(rax, qword_ptr(rbx + slot::BUDGET))?;
+    a.ja(leave)?;
+    // One instruction takes the countdown: a signal handler's loads before
+    // it are counted in what it returns, those after by the cold path.
+    a.xor(ecx, ecx)?;
+    a.xchg(fs(TCB_COUNTDOWN), rcx)?;
+    a.mov(rax, qword_ptr(rbx + slot::BUDGET))?;
+    a.sub(rax, rcx)?;
+    a.add(qword_ptr(rbx + slot::EXECUTIONS), rax)?;
+    a.mov(qword_ptr(rbx + slot::BUDGET), 0)?;
+    a.mov(qword_ptr(rbx + slot::FORKING), rcx)?;
+    a.set_label(&mut leave)?;
+    leave_cold(a)?;
+    a.set_label(&mut done)?;
+    restore_all(a)?;
+    a.ret()?;
+    Ok(())
+}
+
+/// `after_fork` (`rax` = what `fork` returned). In the parent (or after a
+/// failed `fork`), a thread that entered `fork` out of a skip gets the rest
+/// of it back as its countdown and budget. In the child, whose slot `fork`
+/// wiped, a slot its own loads already made counts from its first load
+/// (see `emit_before_fork`); otherwise the child gets a fresh slot that
+/// takes the inherited countdown as its budget, which the cold path and
+/// the exit hook fold in as usual.
+fn emit_after_fork(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
+    let mut done = a.create_label();
+    let mut parent = a.create_label();
+    let mut fresh = a.create_label();
+    a.set_label(&mut l.after_fork)?;
+    save_all(a)?;
     a.add_instruction(lea_rip(Register::R12, params.state_va))?;
     a.cmp(qword_ptr(r12 + cfg::STATE), cfg::STATE_ACTIVE)?;
     a.jne(done)?;
+    a.test(rax, rax)?;
+    a.jnz(parent)?;
     // The child names its program before any of its records: the
     // collector files them under that program's loads even if the child
     // is gone when it reads them.
     a.call(l.start_message)?;
     a.cmp(qword_ptr(r12 + cfg::ENABLED), 0)?;
     a.je(done)?;
+    a.mov(rbx, fs(TCB_SLOT))?;
+    a.test(rbx, rbx)?;
+    a.jz(fresh)?;
+    a.cmp(qword_ptr(rbx + slot::MAGIC), slot::MAGIC_VALUE)?;
+    a.je(done)?;
+    a.set_label(&mut fresh)?;
     a.call(l.ensure_process)?;
     a.call(l.find_slot)?;
     a.test(rbx, rbx)?;
@@ -1873,9 +1943,9 @@ fn emit_after_fork(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.jne(done)?;
     // A full trace records every load from here on. The countdown may not
     // be the parent's any more: an instrumented library's code that ran in
-    // the child before this hook found the slot wiped and set a re-check
-    // countdown, which would have let the child's next loads run
-    // unrecorded as a skip budget.
+    // the child before this hook, finding the slot wiped and no runtime it
+    // knew, set a re-check countdown, which would have let the child's
+    // next loads run unrecorded as a skip budget.
     let mut sampled = a.create_label();
     a.cmp(qword_ptr(r12 + cfg::FULL), 0)?;
     a.je(sampled)?;
@@ -1886,6 +1956,17 @@ fn emit_after_fork(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.cmp(rax, rcx)?;
     a.jae(done)?;
     a.mov(qword_ptr(rbx + slot::BUDGET), rax)?;
+    a.jmp(done)?;
+    a.set_label(&mut parent)?;
+    this_threads_slot(a, done)?;
+    a.mov(rax, qword_ptr(rbx + slot::FORKING))?;
+    a.test(rax, rax)?;
+    a.jz(done)?;
+    enter_cold(a)?;
+    a.mov(qword_ptr(rbx + slot::BUDGET), rax)?;
+    a.mov(fs(TCB_COUNTDOWN), rax)?;
+    a.mov(qword_ptr(rbx + slot::FORKING), 0)?;
+    leave_cold(a)?;
     a.set_label(&mut done)?;
     restore_all(a)?;
     a.ret()?;
@@ -2646,6 +2727,7 @@ struct Labels {
     cold_active: CodeLabel,
     cold_leave: CodeLabel,
     cold_interrupted: CodeLabel,
+    cold_forking: CodeLabel,
     cold_body: CodeLabel,
     cold_enabled: CodeLabel,
     cold_open_window: CodeLabel,
@@ -2694,6 +2776,7 @@ struct Labels {
     fini_body: CodeLabel,
     exit_now: CodeLabel,
     exec_flush: CodeLabel,
+    before_fork: CodeLabel,
     after_fork: CodeLabel,
     before_spawn: CodeLabel,
     after_spawn: CodeLabel,
@@ -2740,6 +2823,7 @@ impl Labels {
             cold_active: n(),
             cold_leave: n(),
             cold_interrupted: n(),
+            cold_forking: n(),
             cold_body: n(),
             cold_enabled: n(),
             cold_open_window: n(),
@@ -2788,6 +2872,7 @@ impl Labels {
             fini_body: n(),
             exit_now: n(),
             exec_flush: n(),
+            before_fork: n(),
             after_fork: n(),
             before_spawn: n(),
             after_spawn: n(),
