@@ -46,7 +46,7 @@ impl KeyLayout for LineNumbers {
 
 /// A slot of the table: a key and its value side by side, so that a hit
 /// touches one cache line, not a key line and a value line.
-pub(crate) trait Slot: Copy {
+pub(crate) trait Slot: Copy + Send {
     type Value: Copy + Default;
     /// A slot holding `key` and the default value.
     fn new(key: u64) -> Self;
@@ -74,7 +74,7 @@ pub(crate) struct PackedSlot<V> {
 
 macro_rules! impl_slot {
     ($slot:ident) => {
-        impl<V: Copy + Default> Slot for $slot<V> {
+        impl<V: Copy + Default + Send> Slot for $slot<V> {
             type Value = V;
             #[inline]
             fn new(key: u64) -> Self {
@@ -300,7 +300,7 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
 /// # Safety
 ///
 /// The all-zero bit pattern must be a valid value of the type.
-pub(crate) unsafe trait Zeroable: Copy {
+pub(crate) unsafe trait Zeroable: Copy + Send {
     /// The value of zero bytes.
     fn zeroed() -> Self {
         // SAFETY: the trait's contract.
@@ -414,16 +414,56 @@ impl<S> Mapped<S> {
     /// memory; the caller guarantees zero bytes are a valid `S`).
     fn new(ptr: *mut u8, len: usize, start: usize, value: Option<S>) -> Self
     where
-        S: Copy,
+        S: Copy + Send,
     {
         let ptr = std::ptr::NonNull::new(ptr as *mut S).expect("mapped");
         if let Some(value) = value {
-            for i in start..len {
-                // SAFETY: `i < len` slots are mapped.
-                unsafe { ptr.as_ptr().add(i).write(value) };
-            }
+            // SAFETY: slots `start..len` are mapped, ours, and not yet
+            // referenced elsewhere; `MaybeUninit` writes without reading.
+            let fresh = unsafe {
+                std::slice::from_raw_parts_mut(
+                    ptr.as_ptr().add(start) as *mut std::mem::MaybeUninit<S>,
+                    len - start,
+                )
+            };
+            fill(fresh, value);
         }
         Mapped { ptr, len }
+    }
+}
+
+/// New slots of at least this many bytes are filled by two threads.
+#[cfg(target_os = "linux")]
+const PARALLEL_FILL_BYTES: usize = 16 << 20;
+
+/// Writes `value` into every slot of `slots`. Their memory is fresh, so
+/// the first write to each page makes the kernel zero it, and for a large
+/// table that costs more than the writes themselves (a tenth of a full
+/// trace's main-thread time): from [`PARALLEL_FILL_BYTES`] on, where the
+/// machine has a second core, a scoped thread fills the lower half
+/// meanwhile (the slots are the same either way).
+#[cfg(target_os = "linux")]
+fn fill<S: Copy + Send>(slots: &mut [std::mem::MaybeUninit<S>], value: S) {
+    fn fill_here<S: Copy>(part: &mut [std::mem::MaybeUninit<S>], value: S) {
+        for slot in part {
+            slot.write(value);
+        }
+    }
+    let parallel = std::mem::size_of_val(slots) >= PARALLEL_FILL_BYTES
+        && std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+    if !parallel {
+        fill_here(slots, value);
+        return;
+    }
+    let mid = slots.len() / 2;
+    let helped = std::thread::scope(|scope| {
+        let (low, high) = slots.split_at_mut(mid);
+        let helper = std::thread::Builder::new().spawn_scoped(scope, move || fill_here(low, value));
+        fill_here(high, value);
+        helper.is_ok()
+    });
+    if !helped {
+        fill_here(&mut slots[..mid], value);
     }
 }
 
@@ -448,7 +488,7 @@ unsafe impl<S: Send> Send for SlotMemory<S> {}
 // SAFETY: as above; shared access only reads.
 unsafe impl<S: Sync> Sync for SlotMemory<S> {}
 
-impl<S: Copy> SlotMemory<S> {
+impl<S: Copy + Send> SlotMemory<S> {
     fn new(len: usize, value: S) -> Self {
         let mut memory = SlotMemory {
             heap: vec![value; len],
