@@ -19,6 +19,8 @@ command -v make >/dev/null || need_apt+=(make)
 # Behaviour with instrumented libraries: sqlite3 and python3 run scripts (tests/it/libs.rs).
 [ -x /usr/bin/sqlite3 ] || need_apt+=(sqlite3)
 [ -x /usr/bin/python3 ] || need_apt+=(python3)
+# The fork tests read each process's counts from the recorder's messages (tests/it/rewriter.rs).
+command -v strace >/dev/null || need_apt+=(strace)
 # Headless Chromium lays out the HTML report in the layout test (tests/it/report_browser.rs).
 command -v chromium >/dev/null || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
