@@ -430,9 +430,7 @@ impl Libraries {
             if named(&name) || found.untraced.contains(&name) {
                 continue;
             }
-            if self.selection.selects(&name)
-                && !self.refused.iter().any(|(l, _)| l.name == name)
-            {
+            if self.selection.selects(&name) && !self.refused.iter().any(|(l, _)| l.name == name) {
                 found.selected.push(name.clone());
                 if !remembered.iter().any(|l| l.name == name) {
                     remembered.push(NeededLibrary {

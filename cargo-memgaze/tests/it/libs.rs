@@ -443,7 +443,12 @@ fn build_dlopen_fixture(tag: &str) -> (PathBuf, PathBuf) {
                 .current_dir(&dir),
         );
     };
-    gcc(&["-shared", "-fPIC", "-O2", "-g"], "libmgdep.so", "dl_dep.c", &[]);
+    gcc(
+        &["-shared", "-fPIC", "-O2", "-g"],
+        "libmgdep.so",
+        "dl_dep.c",
+        &[],
+    );
     gcc(
         &["-shared", "-fPIC", "-O2", "-g"],
         "libmgsum.so",
@@ -534,7 +539,10 @@ fn dlopened_libraries_not_selected_are_counted_as_untraced() {
         );
     }
     assert!(
-        has_note(&analysis, &["after the start", "libmgsum.so", "libmgdep.so"]),
+        has_note(
+            &analysis,
+            &["after the start", "libmgsum.so", "libmgdep.so"]
+        ),
         "{}",
         analysis["coverage"]["notes"]
     );
@@ -602,7 +610,11 @@ fn lackey_whole_run(program: &Path, dir: &Path, args: &[&str]) -> (HashMap<u64, 
 fn dlopened_libraries_selected_by_libs_are_traced_from_the_next_run_as_lackey_sees_them() {
     let (dir, program) = build_dlopen_fixture("traced");
     let args = ["50000", "4"];
-    let native = run_ok(Command::new(&program).args(args).env("LD_LIBRARY_PATH", &dir));
+    let native = run_ok(
+        Command::new(&program)
+            .args(args)
+            .env("LD_LIBRARY_PATH", &dir),
+    );
     let target = scratch().join("dlopen-traced-target");
     std::fs::create_dir_all(&target).unwrap();
     let (first, stdout, stderr) = run_dlopen(&program, &dir, "libmg*", &target, &args);
@@ -620,18 +632,32 @@ fn dlopened_libraries_selected_by_libs_are_traced_from_the_next_run_as_lackey_se
         assert_eq!(row["instrumented"], true, "{row}");
         assert!(row["share"].as_f64().unwrap() > 0.99, "{row}");
     }
-    assert!(!has_note(&second, &["after the start"]), "{}", second["coverage"]["notes"]);
+    assert!(
+        !has_note(&second, &["after the start"]),
+        "{}",
+        second["coverage"]["notes"]
+    );
 
     let cache = target.join("memgaze").join("instrumented");
     let objects = [
-        ("mgsum", "libmgsum.so", cached_annotation(&cache, "libmgsum.so")),
-        ("mgdep", "libmgdep.so", cached_annotation(&cache, "libmgdep.so")),
+        (
+            "mgsum",
+            "libmgsum.so",
+            cached_annotation(&cache, "libmgsum.so"),
+        ),
+        (
+            "mgdep",
+            "libmgdep.so",
+            cached_annotation(&cache, "libmgdep.so"),
+        ),
     ];
     let mut recorded: HashMap<(String, u64), u64> = HashMap::new();
     for load in second["loads"].as_array().unwrap() {
         let ip =
             u64::from_str_radix(load["ip"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
-        let object = load["object"].as_str().expect("every load names its object");
+        let object = load["object"]
+            .as_str()
+            .expect("every load names its object");
         *recorded.entry((object.to_string(), ip)).or_default() += load["count"].as_u64().unwrap();
     }
     let size = |a: &Annotation| a.functions.iter().map(|f| f.start + f.size).max().unwrap();
@@ -647,7 +673,10 @@ fn dlopened_libraries_selected_by_libs_are_traced_from_the_next_run_as_lackey_se
         for (&ip, &n) in lackey.iter().filter(|(ip, _)| lo <= **ip && **ip < hi) {
             let offset = ip - lo;
             let ours = if explicit.contains(&offset) {
-                recorded.get(&(object.to_string(), offset)).copied().unwrap_or(0)
+                recorded
+                    .get(&(object.to_string(), offset))
+                    .copied()
+                    .unwrap_or(0)
             } else {
                 0
             };
@@ -662,7 +691,10 @@ fn dlopened_libraries_selected_by_libs_are_traced_from_the_next_run_as_lackey_se
         eprintln!("{object:>12} {function:<24} Lackey {l:>9}  ours {o:>9}");
     }
     for object in ["libmgsum.so", "libmgdep.so"] {
-        let rows: Vec<_> = per_function.iter().filter(|((o, _), _)| o == object).collect();
+        let rows: Vec<_> = per_function
+            .iter()
+            .filter(|((o, _), _)| o == object)
+            .collect();
         let lackey_total: u64 = rows.iter().map(|(_, r)| r.0).sum();
         let ours_total: u64 = rows.iter().map(|(_, r)| r.1.min(r.0)).sum();
         assert!(lackey_total >= 100_000, "{object}: {lackey_total}");

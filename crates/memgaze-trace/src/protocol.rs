@@ -347,9 +347,7 @@ impl MessageHeader {
             MessageKind::RegionBegin
             | MessageKind::RegionEnd
             | MessageKind::Start
-            | MessageKind::Objects => {
-                header.count as usize
-            }
+            | MessageKind::Objects => header.count as usize,
             MessageKind::ProcessExit | MessageKind::Exec | MessageKind::Spawn => 0,
         };
         if payload.len() != expected {
