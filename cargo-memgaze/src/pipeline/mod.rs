@@ -242,7 +242,6 @@ pub fn record_bench(
                 .outcome
         }
     };
-    let mut analysis = analysis;
     if let BenchOutcome::Measured { iterations, .. } = &outcome {
         analysis.summary.iterations = *iterations;
     }
