@@ -550,20 +550,29 @@ pub fn record_to_file(
         .finish(&recording.totals)
         .with_context(|| output.display().to_string())?
         .commit()?;
-    if !recording.joined_programs.is_empty() {
+    let late = libraries.loaded_at_run(&recording.loaded_objects, program, &mut header);
+    if !recording.joined_programs.is_empty() || !late.untraced.is_empty() {
         // Other instrumented programs joined: their loads follow the
-        // header's (the records already name them). A header written with
-        // cached sites left the executable's and libraries' own out, and
-        // the annotations read for it may have no load texts: the
-        // replacement is built from the whole annotations.
+        // header's (the records already name them); libraries loaded late
+        // are named. A header written with cached sites left the
+        // executable's and libraries' own out, and the annotations read
+        // for it may have no load texts: the replacement is built from the
+        // whole annotations.
         if sites.is_some() {
             let whole = memgaze_instrument::rewrite::read_annotation(program)?;
             header = record::trace_header(&whole, *sampling, command);
             header.spatial = spatial;
             libraries.extend_header_whole(&mut header)?;
+            libraries.loaded_at_run(&recording.loaded_objects, program, &mut header);
         }
-        add_joined_programs(output, &mut header, &recording)?;
+        for program in &recording.joined_programs {
+            program.extend_header(&mut header);
+        }
+        memgaze_trace::format::replace_header(output, &header)
+            .with_context(|| output.display().to_string())?;
     }
+    let mut recording = recording;
+    recording.notes.extend(late.note());
     Ok(recording)
 }
 

@@ -169,7 +169,16 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             super::record::untraced_note_with(&annotation, &libraries)
         );
     }
-    let analysis = analyzer.finish(&recording.totals);
+    let late = libraries.loaded_at_run(&recording.loaded_objects, &instrumented, &mut header);
+    if let Some(path) = args.save_trace.as_deref()
+        && !late.untraced.is_empty()
+    {
+        memgaze_trace::format::replace_header(path, &header)
+            .with_context(|| path.display().to_string())?;
+    }
+    analyzer.add_untraced_libraries(&late.untraced);
+    let mut analysis = analyzer.finish(&recording.totals);
+    analysis.coverage.notes.extend(late.note());
     print_dynamic_coverage(&analysis, global.quiet);
     print_analysis(&args, &analysis)?;
     // Returned, not `process::exit`: the temporary directory of the

@@ -202,6 +202,52 @@ pub struct Libraries {
     /// Without a cache, the private directory (the copies and links to
     /// them under their needed names); removed with this value.
     directory: Option<tempfile::TempDir>,
+    /// `--libs`.
+    selection: LibSelection,
+    /// With a cache, the file that remembers the selected libraries the
+    /// program loaded after its start ([`Libraries::loaded_at_run`]).
+    remembered: Option<PathBuf>,
+}
+
+/// What [`Libraries::loaded_at_run`] found.
+#[derive(Debug, Default)]
+pub struct LoadedAtRun {
+    /// Libraries the run loaded that ran uninstrumented and that the trace
+    /// header did not name (`dlopen`ed ones, what those need): names.
+    pub untraced: Vec<String>,
+    /// Those of them `--libs` selects: instrumented from the next run on
+    /// when `remembered`.
+    pub selected: Vec<String>,
+    /// Whether `selected` were remembered for the next run (there is a
+    /// cache).
+    pub remembered: bool,
+}
+
+impl LoadedAtRun {
+    /// The note naming the libraries loaded after the start and not
+    /// traced, and what becomes of those `--libs` selects; `None` when
+    /// there are none.
+    pub fn note(&self) -> Option<String> {
+        if self.untraced.is_empty() {
+            return None;
+        }
+        let mut note = format!(
+            "libraries loaded after the start (dlopen) ran untraced: {}",
+            self.untraced.join(", ")
+        );
+        if !self.selected.is_empty() {
+            note.push_str(&format!(
+                "; --libs selects {}: {}",
+                self.selected.join(", "),
+                if self.remembered {
+                    "instrumented from the next run on (remembered in the cache)"
+                } else {
+                    "not instrumented (no cache to remember them in for the next run)"
+                }
+            ));
+        }
+        Some(note)
+    }
 }
 
 impl Libraries {
@@ -226,7 +272,11 @@ impl Libraries {
         decode: Decode,
         mut progress: impl FnMut(&Path),
     ) -> Result<Libraries> {
-        let mut libraries = Libraries::default();
+        let mut libraries = Libraries {
+            selection: selection.clone(),
+            remembered: cache.map(|cache| remembered_file(cache, program)),
+            ..Libraries::default()
+        };
         if selection.is_empty() {
             return Ok(libraries);
         }
@@ -242,9 +292,19 @@ impl Libraries {
             (None, Some(directory)) => directory.path().join("cache"),
             (None, None) => unreachable!("a directory without a cache"),
         };
-        let selected = needed_libraries(program)?
+        let mut selected: Vec<NeededLibrary> = needed_libraries(program)?
             .into_iter()
-            .filter(|l| selection.selects(&l.name));
+            .filter(|l| selection.selects(&l.name))
+            .collect();
+        // Loaded later by earlier runs (`dlopen`): offered under their names.
+        for library in libraries.remembered.iter().flat_map(|f| read_remembered(f)) {
+            if selection.selects(&library.name)
+                && library.path.is_file()
+                && !selected.iter().any(|l| l.name == library.name)
+            {
+                selected.push(library);
+            }
+        }
         for library in selected {
             let object = libraries.instrumented.len() as u32 + 1;
             if object > memgaze_instrument::rewrite::library::MAX_OBJECT {
@@ -328,6 +388,73 @@ impl Libraries {
         bases
     }
 
+    /// The libraries in `loaded` (the files a run had mapped executable,
+    /// `Recording::loaded_objects`) that ran uninstrumented and that
+    /// `header` does not name yet, by `DT_SONAME` (else file name), leaving
+    /// out `program`'s file, its dynamic loader and the instrumented
+    /// copies; those `--libs` selects are remembered (with a cache) and
+    /// instrumented by the next run, which offers them to `dlopen` by
+    /// name. Adds the others to `header` as untraced libraries.
+    pub fn loaded_at_run(
+        &self,
+        loaded: &[PathBuf],
+        program: &Path,
+        header: &mut TraceHeader,
+    ) -> LoadedAtRun {
+        let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        let mut skip: Vec<PathBuf> = vec![canonical(program)];
+        skip.extend(
+            interpreter_of_file(program)
+                .ok()
+                .flatten()
+                .map(|i| canonical(&i)),
+        );
+        skip.extend(self.instrumented.iter().map(|l| canonical(&l.path)));
+        let named = |name: &str| {
+            header
+                .labels
+                .iter()
+                .any(|(key, value)| key == SHARED_LIBRARY_LABEL && value == name)
+                || self.instrumented.iter().any(|l| l.library.name == name)
+        };
+        let mut found = LoadedAtRun::default();
+        let mut remembered: Vec<NeededLibrary> = self
+            .remembered
+            .as_deref()
+            .map(read_remembered)
+            .unwrap_or_default();
+        for path in loaded.iter().filter(|p| !skip.contains(p)) {
+            let Some(name) = object_name(path) else {
+                continue;
+            };
+            if named(&name) || found.untraced.contains(&name) {
+                continue;
+            }
+            if self.selection.selects(&name) && !self.refused.iter().any(|(l, _)| l.name == name) {
+                found.selected.push(name.clone());
+                if !remembered.iter().any(|l| l.name == name) {
+                    remembered.push(NeededLibrary {
+                        name: name.clone(),
+                        path: path.clone(),
+                    });
+                }
+            }
+            found.untraced.push(name);
+        }
+        header.labels.extend(
+            found
+                .untraced
+                .iter()
+                .map(|name| (SHARED_LIBRARY_LABEL.to_string(), name.clone())),
+        );
+        if !found.selected.is_empty()
+            && let Some(file) = &self.remembered
+        {
+            found.remembered = write_remembered(file, &remembered).is_ok();
+        }
+        found
+    }
+
     /// Leaves the annotations unfreed (the command is ending: the process
     /// exit frees them at no cost) and drops the rest, the private
     /// directory included.
@@ -408,6 +535,63 @@ impl Libraries {
             .map(|flags| flags.instrumented)
             .collect()
     }
+}
+
+/// Where the cache `cache` remembers the selected libraries `program`
+/// loaded after its start: one file per program path.
+fn remembered_file(cache: &Path, program: &Path) -> PathBuf {
+    use sha2::Digest;
+    let program = std::fs::canonicalize(program).unwrap_or_else(|_| program.to_path_buf());
+    let digest = sha2::Sha256::digest(program.as_os_str().as_encoded_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    cache.join("loaded-at-run").join(hex)
+}
+
+/// The `name<TAB>path` lines of a remembered file (none when it cannot be
+/// read).
+fn read_remembered(file: &Path) -> Vec<NeededLibrary> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let (name, path) = line.split_once('\t')?;
+            Some(NeededLibrary {
+                name: name.to_string(),
+                path: PathBuf::from(path),
+            })
+        })
+        .collect()
+}
+
+/// Writes `libraries` as [`read_remembered`] reads them (whole or not at
+/// all: a file beside it renamed over it).
+fn write_remembered(file: &Path, libraries: &[NeededLibrary]) -> std::io::Result<()> {
+    use std::fmt::Write;
+    let mut text = String::new();
+    for l in libraries {
+        let _ = writeln!(text, "{}\t{}", l.name, l.path.display());
+    }
+    std::fs::create_dir_all(file.parent().unwrap_or(Path::new(".")))?;
+    let partial = file.with_extension(format!("{}.partial", std::process::id()));
+    std::fs::write(&partial, text)?;
+    std::fs::rename(&partial, file)
+}
+
+/// The name a loaded library is needed by: its `DT_SONAME`, else its file
+/// name; `None` for a file that is not a shared object.
+fn object_name(path: &Path) -> Option<String> {
+    let bytes = std::fs::read(path).ok()?;
+    let elf = goblin::elf::Elf::parse(&bytes).ok()?;
+    // A position-independent executable is `ET_DYN` too, with an
+    // interpreter and no `DT_SONAME` (libc has both).
+    if elf.header.e_type != goblin::elf::header::ET_DYN
+        || (elf.interpreter.is_some() && elf.soname.is_none())
+    {
+        return None;
+    }
+    elf.soname
+        .map(str::to_string)
+        .or_else(|| Some(path.file_name()?.to_string_lossy().into_owned()))
 }
 
 /// Appends the functions (named `<name>!<function>`) and loads of the

@@ -197,12 +197,19 @@ pub fn record_bench(
             exe.display_name()
         )
     })?;
-    let (analysis, writer, breakdown) = sink.finish(&recording.totals)?;
+    let late = libraries.loaded_at_run(&recording.loaded_objects, &instrumented.path, &mut header);
+    sink.add_untraced_libraries(&late.untraced);
+    let (mut analysis, writer, breakdown) = sink.finish(&recording.totals)?;
+    analysis.coverage.notes.extend(late.note());
     if let (Some(writer), Some(path)) = (writer, &plan.trace_file) {
         writer
             .finish(&recording.totals)
             .with_context(|| path.display().to_string())?
             .commit()?;
+        if !late.untraced.is_empty() {
+            memgaze_trace::format::replace_header(path, &header)
+                .with_context(|| path.display().to_string())?;
+        }
         crate::cli::record::add_joined_programs(path, &mut header, &recording)?;
     }
     let samples = breakdown.map(|b| b.finish()).transpose()?;
@@ -235,7 +242,6 @@ pub fn record_bench(
                 .outcome
         }
     };
-    let mut analysis = analysis;
     if let BenchOutcome::Measured { iterations, .. } = &outcome {
         analysis.summary.iterations = *iterations;
     }

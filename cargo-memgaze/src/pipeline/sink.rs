@@ -40,6 +40,11 @@ impl StreamingSink {
     }
 
     /// The analysis, and the writer and breakdown to finish.
+    /// See [`memgaze_analysis::Analyzer::add_untraced_libraries`].
+    pub(crate) fn add_untraced_libraries(&mut self, libraries: &[String]) {
+        self.analyzer.add_untraced_libraries(libraries);
+    }
+
     pub(crate) fn finish(
         self,
         totals: &TraceTotals,

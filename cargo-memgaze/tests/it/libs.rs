@@ -424,3 +424,286 @@ fn coverage_by_object_says_whether_libc_was_traced() {
         "the executable's own loads do not depend on --libs"
     );
 }
+
+/// Builds the `dlopen` fixture in its own directory: `dl_main`, which
+/// `dlopen`s `libmgsum.so` by name through `LD_LIBRARY_PATH` (this
+/// directory), which needs `libmgdep.so`. Returns (directory, program).
+fn build_dlopen_fixture(tag: &str) -> (PathBuf, PathBuf) {
+    let dir = scratch().join(format!("dlopen-{tag}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let source = |name: &str| memgaze_fixtures::fixtures().join("rewriter").join(name);
+    let gcc = |args: &[&str], out: &str, src: &str, after: &[&str]| {
+        run_ok(
+            Command::new("gcc")
+                .args(args)
+                .arg("-o")
+                .arg(dir.join(out))
+                .arg(source(src))
+                .args(after)
+                .current_dir(&dir),
+        );
+    };
+    gcc(
+        &["-shared", "-fPIC", "-O2", "-g"],
+        "libmgdep.so",
+        "dl_dep.c",
+        &[],
+    );
+    gcc(
+        &["-shared", "-fPIC", "-O2", "-g"],
+        "libmgsum.so",
+        "dl_sum.c",
+        &["-L.", "-lmgdep"],
+    );
+    gcc(&["-O2", "-g"], "dl_main", "dl_main.c", &[]);
+    let program = dir.join("dl_main");
+    (dir, program)
+}
+
+/// `cargo memgaze run --full --libs <libs>` of the `dlopen` fixture with
+/// its own project cache under `target`: (JSON analysis, stdout, stderr).
+fn run_dlopen(
+    program: &Path,
+    dir: &Path,
+    libs: &str,
+    target: &Path,
+    args: &[&str],
+) -> (serde_json::Value, Vec<u8>, String) {
+    let json = target.join(format!("dlopen-{}.json", libs.replace('*', "all")));
+    let out = run_ok(
+        memgaze()
+            .args(["memgaze", "run", "--full", "--libs", libs])
+            .args(["--format", "json", "-o"])
+            .arg(&json)
+            .arg(program)
+            .args(args)
+            .env("LD_LIBRARY_PATH", dir)
+            .env("CARGO_TARGET_DIR", target)
+            .env_remove("MEMGAZE_LIBS_CACHE"),
+    );
+    let analysis = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    (
+        analysis,
+        out.stdout,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The `coverage_by_object` row of `object`.
+fn object_row(analysis: &serde_json::Value, object: &str) -> serde_json::Value {
+    let rows = analysis["summary"]["coverage_by_object"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no coverage_by_object: {}", analysis["summary"]));
+    rows.iter()
+        .find(|r| r["object"] == object)
+        .unwrap_or_else(|| panic!("no row for {object}: {rows:?}"))
+        .clone()
+}
+
+/// Whether one of the analysis's notes contains all of `words`.
+fn has_note(analysis: &serde_json::Value, words: &[&str]) -> bool {
+    analysis["coverage"]["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .any(|n| words.iter().all(|w| n.contains(w)))
+}
+
+/// A `dlopen`ed library and the library it needs, neither selected by
+/// `--libs`: the program runs as natively, and both are rows of
+/// `coverage_by_object` as not instrumented (loads unknown), named by the
+/// untraced notes; the executable's own row is traced.
+#[test]
+fn dlopened_libraries_not_selected_are_counted_as_untraced() {
+    let (dir, program) = build_dlopen_fixture("untraced");
+    let native = run_ok(
+        Command::new(&program)
+            .args(["20000", "3"])
+            .env("LD_LIBRARY_PATH", &dir),
+    );
+    let target = scratch().join("dlopen-untraced-target");
+    std::fs::create_dir_all(&target).unwrap();
+    let (analysis, stdout, stderr) =
+        run_dlopen(&program, &dir, "default", &target, &["20000", "3"]);
+    assert_eq!(stdout, native.stdout, "{stderr}");
+    for library in ["libmgsum.so", "libmgdep.so"] {
+        let row = object_row(&analysis, library);
+        assert_eq!(row["instrumented"], false, "{row}");
+        assert!(row["loads_executed"].is_null(), "{row}");
+        assert!(row["share"].is_null(), "{row}");
+        assert!(
+            has_note(&analysis, &["not traced", library]),
+            "{library}: {}",
+            analysis["coverage"]["notes"]
+        );
+    }
+    assert!(
+        has_note(
+            &analysis,
+            &["after the start", "libmgsum.so", "libmgdep.so"]
+        ),
+        "{}",
+        analysis["coverage"]["notes"]
+    );
+    // Not selected: nothing said about the next run.
+    assert!(!has_note(&analysis, &["next run"]));
+    let exe = program.file_name().unwrap().to_string_lossy().into_owned();
+    assert_eq!(object_row(&analysis, &exe)["instrumented"], true);
+    assert_eq!(
+        analysis["coverage"]["untraced_libraries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l.as_str().is_some_and(|l| l.starts_with("libmg")))
+            .count(),
+        2,
+        "{}",
+        analysis["coverage"]
+    );
+}
+
+/// Reads per instruction (absolute address) in the whole run of the
+/// `dlopen` fixture under Lackey (every ` L`/` M` of an execution, except
+/// one repeating the address just read); the program's stderr.
+fn lackey_whole_run(program: &Path, dir: &Path, args: &[&str]) -> (HashMap<u64, u64>, Vec<u8>) {
+    let stderr_file = scratch().join("dlopen.lackey.stderr");
+    let mut child = Command::new("valgrind")
+        .args(["--tool=lackey", "--trace-mem=yes", "--log-fd=1", "-q"])
+        .arg(program)
+        .args(args)
+        .env("LD_LIBRARY_PATH", dir)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&stderr_file).unwrap())
+        .spawn()
+        .expect("valgrind is required");
+    let mut counts: HashMap<u64, u64> = HashMap::new();
+    let mut ip = None;
+    let mut last: Option<u64> = None;
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if let Some(rest) = line.strip_prefix("I  ") {
+            ip = u64::from_str_radix(rest.split(',').next().unwrap(), 16).ok();
+            last = None;
+        } else if (line.starts_with(" L ") || line.starts_with(" M "))
+            && let Some(ip) = ip
+        {
+            let addr = u64::from_str_radix(line[3..].split(',').next().unwrap(), 16).ok();
+            if last.is_none() || last != addr {
+                *counts.entry(ip).or_default() += 1;
+            }
+            last = addr;
+        }
+    }
+    assert!(child.wait().unwrap().success());
+    (counts, std::fs::read(&stderr_file).unwrap())
+}
+
+/// A `dlopen`ed library and the one it needs, selected by `--libs`: the
+/// first run learns them (not instrumented, and says they will be from the
+/// next run on), the next run offers their instrumented copies to
+/// `dlopen` by name and traces them: per function, at least 99% of
+/// Lackey's loads in each library are recorded and none more than Lackey
+/// sees (`--full`, the whole run: the library's loads are all its own
+/// calls').
+#[test]
+fn dlopened_libraries_selected_by_libs_are_traced_from_the_next_run_as_lackey_sees_them() {
+    let (dir, program) = build_dlopen_fixture("traced");
+    let args = ["50000", "4"];
+    let native = run_ok(
+        Command::new(&program)
+            .args(args)
+            .env("LD_LIBRARY_PATH", &dir),
+    );
+    let target = scratch().join("dlopen-traced-target");
+    std::fs::create_dir_all(&target).unwrap();
+    let (first, stdout, stderr) = run_dlopen(&program, &dir, "libmg*", &target, &args);
+    assert_eq!(stdout, native.stdout, "{stderr}");
+    assert_eq!(object_row(&first, "libmgsum.so")["instrumented"], false);
+    assert!(
+        has_note(&first, &["libmgsum.so", "libmgdep.so", "next run"]),
+        "{}",
+        first["coverage"]["notes"]
+    );
+    let (second, stdout, stderr) = run_dlopen(&program, &dir, "libmg*", &target, &args);
+    assert_eq!(stdout, native.stdout, "{stderr}");
+    for library in ["libmgsum.so", "libmgdep.so"] {
+        let row = object_row(&second, library);
+        assert_eq!(row["instrumented"], true, "{row}");
+        assert!(row["share"].as_f64().unwrap() > 0.99, "{row}");
+    }
+    assert!(
+        !has_note(&second, &["after the start"]),
+        "{}",
+        second["coverage"]["notes"]
+    );
+
+    let cache = target.join("memgaze").join("instrumented");
+    let objects = [
+        (
+            "mgsum",
+            "libmgsum.so",
+            cached_annotation(&cache, "libmgsum.so"),
+        ),
+        (
+            "mgdep",
+            "libmgdep.so",
+            cached_annotation(&cache, "libmgdep.so"),
+        ),
+    ];
+    let mut recorded: HashMap<(String, u64), u64> = HashMap::new();
+    for load in second["loads"].as_array().unwrap() {
+        let ip =
+            u64::from_str_radix(load["ip"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+        let object = load["object"]
+            .as_str()
+            .expect("every load names its object");
+        *recorded.entry((object.to_string(), ip)).or_default() += load["count"].as_u64().unwrap();
+    }
+    let size = |a: &Annotation| a.functions.iter().map(|f| f.start + f.size).max().unwrap();
+    let (lackey, stderr) = lackey_whole_run(&program, &dir, &args);
+    let placed = bases(&stderr);
+    let ranges: Vec<(u64, u64)> = objects
+        .iter()
+        .map(|(tag, _, a)| (placed[*tag], placed[*tag] + size(a)))
+        .collect();
+    let mut per_function: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
+    for ((_, object, annotation), &(lo, hi)) in objects.iter().zip(&ranges) {
+        let explicit: HashSet<u64> = annotation.loads.iter().map(|l| l.ip).collect();
+        for (&ip, &n) in lackey.iter().filter(|(ip, _)| lo <= **ip && **ip < hi) {
+            let offset = ip - lo;
+            let ours = if explicit.contains(&offset) {
+                recorded
+                    .get(&(object.to_string(), offset))
+                    .copied()
+                    .unwrap_or(0)
+            } else {
+                0
+            };
+            let row = per_function
+                .entry((object.to_string(), function_at(annotation, offset)))
+                .or_default();
+            row.0 += n;
+            row.1 += ours;
+        }
+    }
+    for ((object, function), (l, o)) in &per_function {
+        eprintln!("{object:>12} {function:<24} Lackey {l:>9}  ours {o:>9}");
+    }
+    for object in ["libmgsum.so", "libmgdep.so"] {
+        let rows: Vec<_> = per_function
+            .iter()
+            .filter(|((o, _), _)| o == object)
+            .collect();
+        let lackey_total: u64 = rows.iter().map(|(_, r)| r.0).sum();
+        let ours_total: u64 = rows.iter().map(|(_, r)| r.1.min(r.0)).sum();
+        assert!(lackey_total >= 100_000, "{object}: {lackey_total}");
+        assert!(
+            ours_total as f64 >= 0.99 * lackey_total as f64,
+            "{object}: {ours_total} of Lackey's {lackey_total} loads recorded"
+        );
+        for ((_, function), (l, o)) in rows {
+            assert!(o <= l, "{object} {function}: {o} recorded, Lackey saw {l}");
+        }
+    }
+}

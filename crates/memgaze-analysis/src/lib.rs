@@ -806,6 +806,17 @@ pub fn untraced_libraries_note(libraries: &[String]) -> String {
 }
 
 impl Analyzer {
+    /// Adds libraries that ran uninstrumented beyond those the header
+    /// named (found loaded at the run's end: `dlopen`ed ones and what they
+    /// need), each once.
+    pub fn add_untraced_libraries(&mut self, libraries: &[String]) {
+        for library in libraries {
+            if !self.untraced_libraries.contains(library) {
+                self.untraced_libraries.push(library.clone());
+            }
+        }
+    }
+
     /// An analyzer for a trace with this header.
     pub fn new(header: &TraceHeader, options: &AnalysisOptions) -> Result<Self, AnalysisError> {
         if !options.block.is_power_of_two() {

@@ -131,6 +131,9 @@ pub(crate) struct Assembler<'a> {
     /// Escapes counted by images of joined programs: their site numbers
     /// are their own annotation's, so they are not the trace's escapes.
     pub(crate) joined_escapes: u64,
+    /// Each image's `/proc/self/maps` as its `Objects` messages brought it
+    /// (parts in order), in order of first part.
+    maps: Vec<(u32, Vec<u8>)>,
 }
 
 /// The program a process runs, as [`ProgramCheck`] tells it.
@@ -193,6 +196,7 @@ impl<'a> Assembler<'a> {
             image_bases: HashMap::new(),
             joined: Vec::new(),
             joined_escapes: 0,
+            maps: Vec::new(),
         }
     }
 
@@ -385,6 +389,15 @@ impl<'a> Assembler<'a> {
             self.spawn(header.pid);
             return Ok(());
         }
+        if header.kind == MessageKind::Objects {
+            if !self.foreign.contains(&header.pid) {
+                match self.maps.iter_mut().find(|(pid, _)| *pid == header.pid) {
+                    Some((_, maps)) => maps.extend_from_slice(payload),
+                    None => self.maps.push((header.pid, payload.to_vec())),
+                }
+            }
+            return Ok(());
+        }
         // A spawned program that joined (its `Start` came before the
         // `Spawn`, its other messages after).
         if self.spawned.remove(&header.pid) {
@@ -504,7 +517,8 @@ impl<'a> Assembler<'a> {
             | MessageKind::Exec
             | MessageKind::Escapes
             | MessageKind::Start
-            | MessageKind::Spawn => unreachable!(),
+            | MessageKind::Spawn
+            | MessageKind::Objects => unreachable!(),
         }
         Ok(())
     }
@@ -574,6 +588,22 @@ impl<'a> Assembler<'a> {
         Ok(())
     }
 
+    /// The files the traced program's processes had mapped executable at
+    /// their exit (their `Objects` messages), each once, in order of first
+    /// sight: the executable, the dynamic loader and every library,
+    /// `dlopen`ed ones included.
+    pub(crate) fn loaded_objects(&self) -> Vec<std::path::PathBuf> {
+        let mut objects: Vec<std::path::PathBuf> = Vec::new();
+        for (_, maps) in &self.maps {
+            for path in executable_mappings(maps) {
+                if !objects.contains(&path) {
+                    objects.push(path);
+                }
+            }
+        }
+        objects
+    }
+
     /// Executions counted over all slots of all processes.
     pub(crate) fn executions(&self) -> u64 {
         self.slots.values().map(|c| c.executions).sum()
@@ -603,6 +633,24 @@ impl<'a> Assembler<'a> {
             .filter(|&&pid| !self.process_ended(pid))
             .count()
     }
+}
+
+/// The files of the executable mappings of a `/proc/<pid>/maps` text
+/// (`start-end perms offset dev inode path`), in order, with repeats; a
+/// mapping of a file since deleted keeps its path without the mark.
+fn executable_mappings(maps: &[u8]) -> impl Iterator<Item = std::path::PathBuf> + '_ {
+    use std::os::unix::ffi::OsStrExt;
+    maps.split(|&b| b == b'\n').filter_map(|line| {
+        let mut fields = line.splitn(6, |&b| b == b' ');
+        let perms = fields.nth(1)?;
+        if perms.get(2) != Some(&b'x') {
+            return None;
+        }
+        let path = fields.nth(3)?.trim_ascii_start();
+        let path = path.strip_suffix(b" (deleted)").unwrap_or(path);
+        path.starts_with(b"/")
+            .then(|| std::path::Path::new(std::ffi::OsStr::from_bytes(path)).to_path_buf())
+    })
 }
 
 /// Decodes a message's records into `out[..kept]`, leaving out window
@@ -786,6 +834,44 @@ mod tests {
             out.extend_from_slice(&addr.to_le_bytes());
         }
         out
+    }
+
+    /// `Objects` messages carry `/proc/self/maps` in parts cut anywhere
+    /// (a line may span two): joined, they give each executable file once,
+    /// without anonymous mappings, data mappings or the deletion mark; they
+    /// count as no process of their own.
+    #[test]
+    fn objects_messages_give_the_executable_files_mapped() {
+        let maps = b"55d0-55d1 r--p 00000000 08:01 12 /bin/prog\n\
+55d1-55d2 r-xp 00001000 08:01 12 /bin/prog\n\
+7f00-7f01 r-xp 00000000 08:01 34                         /tmp/a b/libmgsum.so\n\
+7f01-7f02 rw-p 00001000 08:01 35 /tmp/libdata.so\n\
+7f02-7f03 rw-p 00000000 00:00 0 \n\
+7f03-7f04 r-xp 00000000 08:01 36 /tmp/libgone.so (deleted)\n\
+7f04-7f05 r-xp 00000000 00:00 0                          [vdso]\n\
+7f05-7f06 r-xp 00002000 08:01 34 /tmp/a b/libmgsum.so\n";
+        let mut sink = Collected::default();
+        let mut asm = Assembler::new(&mut sink, vec![true], true, 1);
+        for part in [&maps[..70], &maps[70..200], &maps[200..]] {
+            let header = MessageHeader {
+                kind: MessageKind::Objects,
+                pid: 100,
+                tid: 100,
+                executions: 0,
+                dropped: 0,
+                slot: 0,
+                count: part.len() as u32,
+            };
+            let mut bytes = header.encode().to_vec();
+            bytes.extend_from_slice(part);
+            asm.message(&bytes).unwrap();
+        }
+        assert_eq!(
+            asm.loaded_objects(),
+            ["/bin/prog", "/tmp/a b/libmgsum.so", "/tmp/libgone.so"].map(std::path::PathBuf::from)
+        );
+        assert!(asm.processes.is_empty());
+        assert_eq!(asm.bad_messages, 0);
     }
 
     /// A process image that starts after its process sent an `Exec` is the

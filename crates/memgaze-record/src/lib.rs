@@ -162,6 +162,11 @@ impl AnalyzerSink {
     pub fn finish(self, totals: &TraceTotals) -> memgaze_analysis::Analysis {
         self.analyzer.finish(totals)
     }
+
+    /// See [`memgaze_analysis::Analyzer::add_untraced_libraries`].
+    pub fn add_untraced_libraries(&mut self, libraries: &[String]) {
+        self.analyzer.add_untraced_libraries(libraries);
+    }
 }
 
 impl RecordSink for AnalyzerSink {
@@ -349,6 +354,11 @@ pub struct Recording {
     /// (each [`JoinedProgram::load_base`]): the caller appends them to the
     /// header ([`JoinedProgram::extend_header`]).
     pub joined_programs: Vec<JoinedProgram>,
+    /// The files the traced program's processes had mapped executable when
+    /// they ran their exit hook (the executable, the dynamic loader, the
+    /// libraries, `dlopen`ed ones included), each once; empty when none
+    /// reached it.
+    pub loaded_objects: Vec<std::path::PathBuf>,
     /// Processes that sent records but ended without flushing the rest
     /// (killed, or a raw exit system call): the trace is incomplete.
     pub unflushed_processes: usize,
@@ -1291,6 +1301,7 @@ fn summarise(
         execs: assembler.execed.len(),
         joined_execs: assembler.joined_execs,
         joined_programs: std::mem::take(&mut assembler.joined),
+        loaded_objects: assembler.loaded_objects(),
         unflushed_processes: assembler.unflushed_processes(),
         notes,
         shared_messages: 0,

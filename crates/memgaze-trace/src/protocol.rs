@@ -190,6 +190,10 @@ pub enum MessageKind {
     /// and `tid` are the new process's): it runs another program, which
     /// joins the trace if instrumented (its `Start`) and else runs untraced.
     Spawn = 9,
+    /// Part of the process's `/proc/self/maps` (`count` bytes, the parts
+    /// in order, sent before `ProcessExit`): the objects it had loaded,
+    /// `dlopen`ed ones included.
+    Objects = 10,
 }
 
 impl MessageKind {
@@ -205,6 +209,7 @@ impl MessageKind {
             7 => MessageKind::Escapes,
             8 => MessageKind::Start,
             9 => MessageKind::Spawn,
+            10 => MessageKind::Objects,
             _ => return None,
         })
     }
@@ -339,9 +344,10 @@ impl MessageHeader {
             MessageKind::Records | MessageKind::Final | MessageKind::Escapes => {
                 header.count as usize * RECORD_BYTES
             }
-            MessageKind::RegionBegin | MessageKind::RegionEnd | MessageKind::Start => {
-                header.count as usize
-            }
+            MessageKind::RegionBegin
+            | MessageKind::RegionEnd
+            | MessageKind::Start
+            | MessageKind::Objects => header.count as usize,
             MessageKind::ProcessExit | MessageKind::Exec | MessageKind::Spawn => 0,
         };
         if payload.len() != expected {

@@ -270,6 +270,9 @@ const _: () =
     assert!(process::MAX_ESCAPE_SITES as usize * RECORD_BYTES <= protocol::SHARED_CHUNK_BYTES);
 
 const SYS_CLOSE: i32 = 3;
+const SYS_READ: i32 = 0;
+const SYS_OPEN: i32 = 2;
+const SYS_MUNMAP: i32 = 11;
 const SYS_MPROTECT: i32 = 10;
 const SYS_FSTAT: i32 = 5;
 const SYS_MMAP: i32 = 9;
@@ -436,6 +439,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     emit_spawn_hooks(&mut a, &mut l, params)?;
     emit_process_message(&mut a, &mut l)?;
     emit_start_message(&mut a, &mut l)?;
+    emit_objects_message(&mut a, &mut l)?;
     emit_send_escapes(&mut a, &mut l, params)?;
     emit_entry(&mut a, &mut l, params)?;
     emit_parse_u64(&mut a, &mut l)?;
@@ -1511,6 +1515,7 @@ fn emit_fini_snapshot(a: &mut Asm, l: &mut Labels) -> R {
 /// The end of `fini_body`: the `ProcessExit` message (process-level drops).
 fn emit_fini_exit_message(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.set_label(&mut l.fini_exit_message)?;
+    a.call(l.objects_message)?;
     if params.escape_sites > 0 {
         a.call(l.send_escapes)?;
     }
@@ -1793,6 +1798,76 @@ fn emit_start_message(a: &mut Asm, l: &mut Labels) -> R {
     a.mov(rdi, rsp)?;
     a.call(l.send)?;
     a.add(rsp, frame)?;
+    a.ret()?;
+    Ok(())
+}
+
+/// Bytes of `/proc/self/maps` one `Objects` message carries at most.
+const OBJECTS_CHUNK: i32 = 32 * 1024;
+
+/// objects_message: sends `/proc/self/maps` as `Objects` messages (one per
+/// `read`, in order), so the collector learns the objects the process had
+/// loaded (`dlopen`ed ones included) while it still can: the maps of the
+/// zombie it reads later are empty. Nothing when the file cannot be read.
+/// Expects r12 = the config, r13 = the process block; clobbers the
+/// scratch registers.
+fn emit_objects_message(a: &mut Asm, l: &mut Labels) -> R {
+    let mut next = a.create_label();
+    let mut close = a.create_label();
+    let mut unmap = a.create_label();
+    let mut done = a.create_label();
+    let buffer = protocol::HEADER_BYTES as i32 + OBJECTS_CHUNK;
+    a.set_label(&mut l.objects_message)?;
+    a.push(rbx)?;
+    a.push(rbp)?;
+    map_anonymous(a, buffer)?;
+    a.cmp(rax, -4095)?;
+    a.jae(done)?;
+    a.mov(rbx, rax)?;
+    a.mov(eax, SYS_OPEN)?;
+    a.lea(rdi, ptr(l.proc_self_maps))?;
+    a.mov(esi, 0x80000)?; // O_RDONLY | O_CLOEXEC
+    a.xor(edx, edx)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.js(unmap)?;
+    a.mov(rbp, rax)?;
+    a.set_label(&mut next)?;
+    a.mov(eax, SYS_READ)?;
+    a.mov(rdi, rbp)?;
+    a.lea(rsi, qword_ptr(rbx + protocol::HEADER_BYTES as i32))?;
+    a.mov(edx, OBJECTS_CHUNK)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.jle(close)?;
+    a.mov(dword_ptr(rbx + protocol::offsets::MAGIC), MESSAGE_MAGIC)?;
+    a.mov(
+        dword_ptr(rbx + protocol::offsets::KIND),
+        MessageKind::Objects as u32,
+    )?;
+    a.mov(dword_ptr(rbx + protocol::offsets::COUNT), eax)?;
+    a.lea(esi, dword_ptr(rax + protocol::HEADER_BYTES as i32))?;
+    a.mov(rax, qword_ptr(r13 + process::PID))?;
+    a.mov(dword_ptr(rbx + protocol::offsets::PID), eax)?;
+    a.mov(dword_ptr(rbx + protocol::offsets::TID), eax)?;
+    a.mov(qword_ptr(rbx + protocol::offsets::EXECUTIONS), 0)?;
+    a.mov(qword_ptr(rbx + protocol::offsets::DROPPED), 0)?;
+    a.mov(dword_ptr(rbx + protocol::offsets::SLOT), 0)?;
+    a.mov(rdi, rbx)?;
+    a.call(l.send)?;
+    a.jmp(next)?;
+    a.set_label(&mut close)?;
+    a.mov(eax, SYS_CLOSE)?;
+    a.mov(rdi, rbp)?;
+    a.syscall()?;
+    a.set_label(&mut unmap)?;
+    a.mov(eax, SYS_MUNMAP)?;
+    a.mov(rdi, rbx)?;
+    a.mov(esi, buffer)?;
+    a.syscall()?;
+    a.set_label(&mut done)?;
+    a.pop(rbp)?;
+    a.pop(rbx)?;
     a.ret()?;
     Ok(())
 }
@@ -2383,6 +2458,8 @@ fn emit_env_prefixes(a: &mut Asm, l: &mut Labels) -> R {
     a.db(env_prefix(protocol::LISTEN_ENV).as_bytes())?;
     a.set_label(&mut l.proc_self_exe)?;
     a.db(b"/proc/self/exe\0")?;
+    a.set_label(&mut l.proc_self_maps)?;
+    a.db(b"/proc/self/maps\0")?;
     Ok(())
 }
 
@@ -2807,6 +2884,8 @@ struct Labels {
     start_message: CodeLabel,
     proc_self_exe: CodeLabel,
     shared_setup: CodeLabel,
+    objects_message: CodeLabel,
+    proc_self_maps: CodeLabel,
 }
 
 impl Labels {
@@ -2903,6 +2982,8 @@ impl Labels {
             connected: n(),
             start_message: n(),
             proc_self_exe: n(),
+            objects_message: n(),
+            proc_self_maps: n(),
         }
     }
 }
