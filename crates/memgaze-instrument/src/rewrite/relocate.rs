@@ -1284,7 +1284,7 @@ fn emit(
 /// Writes the rel32 that ends `code` (its instruction ends at `next`) to
 /// `target`'s new address, or leaves it to a fixup while that is unknown.
 fn branch_rel32(
-    code: &mut Vec<u8>,
+    code: &mut [u8],
     next: u64,
     target: u64,
     resolve: &(dyn Fn(u64) -> Option<u64> + Sync),
