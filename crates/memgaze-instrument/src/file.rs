@@ -14,6 +14,7 @@ use std::path::Path;
 
 /// Selects functions by glob (all when `None`), builds the annotation and
 /// instruments `input` into `output` (+ the compact annotation beside it).
+/// The result's `executable` is empty: its bytes are in `output`.
 pub fn instrument_file(
     input: &Path,
     output: &Path,
@@ -97,19 +98,17 @@ fn instrument_object(
         source: Box::new(e),
     })?;
     let written = std::time::Instant::now();
-    // Source positions only now: the rewriter's working memory is freed.
-    // (Every load the rewriter is given comes from the classification.)
-    crate::classify::add_lines(&mut result.annotation.loads, &binary);
     // Both outputs are checked and staged before either is written, so a
     // refused annotation path leaves no executable behind (and vice versa).
     let mut staged_executable = AtomicFile::create_with_mode(output, EXECUTABLE_MODE)?;
     let mut staged_annotation = AtomicFile::create(&instrument::annotation_path(output))?;
-    let (executable, annotation) = rayon::join(
-        || write_executable(&mut staged_executable, &result.executable),
-        || write_annotation(&mut staged_annotation, &result.annotation, format),
-    );
-    executable?;
-    annotation?;
+    // The executable is written and its bytes freed first; the loads'
+    // source positions only then: the rewriter's working memory is freed.
+    // (Every load the rewriter is given comes from the classification.)
+    write_executable(&mut staged_executable, &result.executable)?;
+    result.executable = Vec::new();
+    crate::classify::add_lines(&mut result.annotation.loads, &binary);
+    write_annotation(&mut staged_annotation, &result.annotation, format)?;
     staged_executable.commit()?;
     staged_annotation.commit()?;
     let timings = &mut result.report.timings;

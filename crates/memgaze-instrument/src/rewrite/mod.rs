@@ -81,7 +81,9 @@ pub fn escape_checks_from_env() -> bool {
 /// The result of [`instrument`].
 #[derive(Clone, Debug)]
 pub struct Instrumented {
-    /// The instrumented executable.
+    /// The instrumented executable (empty from [`crate::instrument_file`]
+    /// and the like, which write it and free it before the annotation's
+    /// source positions are read).
     pub executable: Vec<u8>,
     /// The annotation, with `mode`, `instrumented` and `skipped` filled in.
     pub annotation: Annotation,
@@ -386,6 +388,7 @@ pub(crate) fn instrument_with_code(
     report.escape_checks = annotation.escapes.len();
     count_into_report(&mut report, &annotation, &plans);
     drop(plans);
+    release_freed_memory();
 
     // ---- 6. segment, laid out straight into the output after the input
     report.copies_start = copies_va;
@@ -426,6 +429,17 @@ pub(crate) fn instrument_with_code(
         annotation,
         report,
     })
+}
+
+/// Gives the free pages of the allocator's heaps back to the system:
+/// glibc keeps them after the plans are freed, and the output, built next,
+/// would be resident on top of them at the process's peak.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` only releases memory the allocator holds free.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// The original's unwind information, and what translating it reads.
@@ -932,20 +946,54 @@ fn encode_copies(
                     .collect()
             })
             .collect();
-        let copy_plans: Vec<CopyPlan<'_>> = plans
-            .iter()
+        // The plans' inserts, checks, superblocks and redirects are lent
+        // to the copy plans (not copied: they are held at the peak) and
+        // given back once encoded.
+        let mut copy_plans: Vec<CopyPlan<'_>> = plans
+            .iter_mut()
             .zip(&escape_ids)
             .map(|(p, ids)| CopyPlan {
                 code: &p.code,
-                inserts: p.inserts.clone(),
-                spatial: p.spatial.clone(),
-                superblocks: p.blocks.clone(),
+                inserts: std::mem::take(&mut p.inserts),
+                spatial: std::mem::take(&mut p.spatial),
+                superblocks: std::mem::take(&mut p.blocks),
                 prologue_call: p.prologue_call,
-                redirects: p.redirects.clone(),
+                redirects: std::mem::take(&mut p.redirects),
                 escapes: ids.clone(),
             })
             .collect();
-        match relocate::encode(&copy_plans, copies_va, entries) {
+        let encoded = relocate::encode(&copy_plans, copies_va, entries);
+        // Find the functions the encoder refuses, to leave them out.
+        let bad: Vec<usize> = match &encoded {
+            Ok(_) => Vec::new(),
+            Err(_) => copy_plans
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| {
+                    relocate::encode(std::slice::from_ref(*p), copies_va, entries).is_err()
+                })
+                .map(|(i, _)| i)
+                .collect(),
+        };
+        let lent: Vec<_> = copy_plans
+            .iter_mut()
+            .map(|c| {
+                (
+                    std::mem::take(&mut c.inserts),
+                    std::mem::take(&mut c.spatial),
+                    std::mem::take(&mut c.superblocks),
+                    std::mem::take(&mut c.redirects),
+                )
+            })
+            .collect();
+        drop(copy_plans);
+        for (plan, (inserts, spatial, blocks, redirects)) in plans.iter_mut().zip(lent) {
+            plan.inserts = inserts;
+            plan.spatial = spatial;
+            plan.blocks = blocks;
+            plan.redirects = redirects;
+        }
+        match encoded {
             Ok(copies) => {
                 for (plan, ids) in plans.iter_mut().zip(escape_ids) {
                     plan.escape_ids = ids;
@@ -953,19 +1001,9 @@ fn encode_copies(
                 return Ok(copies);
             }
             Err(combined) => {
-                // Find the functions the encoder refuses and leave them out.
-                let bad: Vec<usize> = copy_plans
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, p)| {
-                        relocate::encode(std::slice::from_ref(*p), copies_va, entries).is_err()
-                    })
-                    .map(|(i, _)| i)
-                    .collect();
                 if bad.is_empty() {
                     return Err(combined.into());
                 }
-                drop(copy_plans);
                 for &i in bad.iter().rev() {
                     let plan = plans.remove(i);
                     if let Some(ai) = plan.annotation_function {

@@ -188,9 +188,11 @@ const FAKE_RUN_BITS: u32 = 36;
 ///
 /// Every branch is encoded in its rel32 form, so an instruction's size does
 /// not depend on where it lands: consecutive runs of plans are built and
-/// measured on all cores, laid out one after the other, and emitted on all
-/// cores again once every label's address is known. The result is the same
-/// bytes a single pass would produce.
+/// measured a batch at a time on all cores, laid out after the runs before
+/// them and emitted at once, so only one batch's layouts are held. A branch
+/// to a label not yet laid out (a later run's) is written once every run
+/// is ([`Fixup`]). The result is the same bytes a single pass would
+/// produce.
 pub(crate) fn encode(
     plans: &[CopyPlan<'_>],
     base: u64,
@@ -208,54 +210,70 @@ fn encode_in_runs(
 ) -> Result<Copies, RelocateError> {
     use rayon::prelude::*;
 
-    let mut parts: Vec<Part> = runs
-        .par_iter()
-        .enumerate()
-        .map(|(k, run)| build_part(&plans[run.clone()], k, base, entries))
-        .collect::<Result<_, _>>()?;
-
-    // Lay the runs out back to back (padding depends on where each lands)
-    // and gather every label.
-    let mut starts = Vec::with_capacity(parts.len());
-    let mut total = 0u64;
-    for part in &mut parts {
-        starts.push(total);
-        place(part, base + total);
-        total += part.len;
-    }
-    let part_labels: Vec<Vec<(u64, u64)>> = parts
-        .par_iter_mut()
-        .zip(&starts)
-        .map(|(part, &start)| labels_of(part, start))
-        .collect();
-    let labels = RunLabels::new(part_labels)?;
-    let resolve = |target: u64| -> u64 {
-        match labels.find(target) {
-            Some(offset) => base + offset,
-            None => target,
+    let batch = rayon::current_num_threads().max(1);
+    let mut parts: Vec<Part> = Vec::with_capacity(runs.len());
+    let mut starts: Vec<u64> = Vec::with_capacity(runs.len());
+    let mut labels = RunLabels::default();
+    let mut code: Vec<u8> = Vec::new();
+    let mut fixups: Vec<Fixup> = Vec::new();
+    for (b, batch_runs) in runs.chunks(batch).enumerate() {
+        let first = b * batch;
+        let mut built: Vec<Part> = batch_runs
+            .par_iter()
+            .enumerate()
+            .map(|(j, run)| build_part(&plans[run.clone()], first + j, base, entries))
+            .collect::<Result<_, _>>()?;
+        // Laid out after the runs before them (padding depends on where
+        // each lands); their labels join the ones already known.
+        let mut total = code.len() as u64;
+        for part in &mut built {
+            starts.push(total);
+            place(part, base + total);
+            total += part.len;
         }
-    };
+        let batch_labels: Vec<Vec<(u64, u64)>> = built
+            .par_iter_mut()
+            .zip(&starts[first..])
+            .map(|(part, &start)| labels_of(part, start))
+            .collect();
+        labels.extend(batch_labels)?;
+        let resolve = |target: u64| labels.find(target).map(|offset| base + offset);
 
-    // Each run is emitted into its place in the code (zeroed pages, made
-    // resident only as they are written), and its layout freed at once.
-    let mut code = vec![0u8; total as usize];
-    let mut slots: Vec<&mut [u8]> = Vec::with_capacity(parts.len());
-    let mut rest = code.as_mut_slice();
-    for part in &parts {
-        let (slot, tail) = std::mem::take(&mut rest).split_at_mut(part.len as usize);
-        slots.push(slot);
-        rest = tail;
+        // Each run is emitted into its place in the code (zeroed pages,
+        // made resident only as they are written), its layout freed at once.
+        let from = code.len();
+        code.resize(total as usize, 0);
+        let mut slots: Vec<&mut [u8]> = Vec::with_capacity(built.len());
+        let mut rest = &mut code[from..];
+        for part in &built {
+            let (slot, tail) = std::mem::take(&mut rest).split_at_mut(part.len as usize);
+            slots.push(slot);
+            rest = tail;
+        }
+        let pending: Vec<Vec<Fixup>> = built
+            .par_iter_mut()
+            .zip(&starts[first..])
+            .zip(slots)
+            .map(|((part, &start), slot)| {
+                let emitted = emit(part, base + start, &resolve, slot);
+                part.layout.free_code();
+                emitted.map(|mut pending| {
+                    for fixup in &mut pending {
+                        fixup.shift(start as usize);
+                    }
+                    pending
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        fixups.extend(pending.into_iter().flatten());
+        labels.forget_fake(first);
+        parts.append(&mut built);
     }
-    parts
-        .par_iter_mut()
-        .zip(&starts)
-        .zip(slots)
-        .map(|((part, &start), slot)| {
-            let emitted = emit(part, base + start, &resolve, slot);
-            part.layout.free_code();
-            emitted
-        })
-        .collect::<Result<(), _>>()?;
+    labels.check_across_runs()?;
+    settle(&mut code, &fixups, |target| {
+        labels.find(target).map_or(target, |offset| base + offset)
+    })?;
+    drop(fixups);
     drop(labels);
 
     let mut maps = Vec::with_capacity(plans.len());
@@ -1010,6 +1028,7 @@ fn labels_of(part: &mut Part, start: u64) -> Vec<(u64, u64)> {
 /// ([`FAKE_RUN_BITS`]); an original address, the run whose original
 /// addresses span it (runs are consecutive functions, which do not
 /// overlap).
+#[derive(Default)]
 struct RunLabels {
     runs: Vec<Vec<(u64, u64)>>,
     /// `(lowest, highest original address label, run)`, sorted.
@@ -1020,42 +1039,54 @@ struct RunLabels {
 }
 
 impl RunLabels {
-    /// Fails on an address carried by more than one instruction: the
-    /// first inserted instruction takes a load's address, the load itself
-    /// a fake one.
-    fn new(runs: Vec<Vec<(u64, u64)>>) -> Result<RunLabels, RelocateError> {
+    /// Adds the labels of the next runs. Fails on an address carried by
+    /// more than one instruction of a run: the first inserted instruction
+    /// takes a load's address, the load itself a fake one.
+    fn extend(&mut self, runs: Vec<Vec<(u64, u64)>>) -> Result<(), RelocateError> {
         for labels in &runs {
             if let Some(w) = labels.windows(2).find(|w| w[0].0 == w[1].0) {
                 return Err(RelocateError::DuplicateAddress(w[0].0));
             }
         }
-        let mut originals: Vec<(u64, u64, usize)> = runs
-            .iter()
-            .enumerate()
-            .filter_map(|(k, labels)| {
-                let n = labels.partition_point(|&(ip, _)| ip < FAKE_BASE);
-                (n > 0).then(|| (labels[0].0, labels[n - 1].0, k))
-            })
-            .collect();
-        originals.sort_unstable();
-        let disjoint = originals.windows(2).all(|w| w[0].1 < w[1].0);
-        if !disjoint {
-            // Overlapping runs: one check over all original labels.
-            let mut all: Vec<u64> = runs
-                .iter()
-                .flat_map(|labels| labels.iter().map(|&(ip, _)| ip))
-                .filter(|&ip| ip < FAKE_BASE)
-                .collect();
-            all.sort_unstable();
-            if let Some(w) = all.windows(2).find(|w| w[0] == w[1]) {
-                return Err(RelocateError::DuplicateAddress(w[0]));
+        for labels in runs {
+            let n = labels.partition_point(|&(ip, _)| ip < FAKE_BASE);
+            if n > 0 {
+                let span = (labels[0].0, labels[n - 1].0, self.runs.len());
+                let at = self.originals.partition_point(|o| *o < span);
+                self.originals.insert(at, span);
             }
+            self.runs.push(labels);
         }
-        Ok(RunLabels {
-            runs,
-            originals,
-            disjoint,
-        })
+        self.disjoint = self.originals.windows(2).all(|w| w[0].1 < w[1].0);
+        Ok(())
+    }
+
+    /// Drops the fake labels of the runs from `first` on, once emitted:
+    /// only their own run branches to them.
+    fn forget_fake(&mut self, first: usize) {
+        for labels in &mut self.runs[first..] {
+            labels.truncate(labels.partition_point(|&(ip, _)| ip < FAKE_BASE));
+            labels.shrink_to_fit();
+        }
+    }
+
+    /// Fails on an original address carried by instructions of two runs
+    /// (only possible when the runs' ranges overlap).
+    fn check_across_runs(&self) -> Result<(), RelocateError> {
+        if self.disjoint {
+            return Ok(());
+        }
+        let mut all: Vec<u64> = self
+            .runs
+            .iter()
+            .flat_map(|labels| labels.iter().map(|&(ip, _)| ip))
+            .filter(|&ip| ip < FAKE_BASE)
+            .collect();
+        all.sort_unstable();
+        match all.windows(2).find(|w| w[0] == w[1]) {
+            Some(w) => Err(RelocateError::DuplicateAddress(w[0])),
+            None => Ok(()),
+        }
     }
 
     /// The offset (from the base) of the instruction labelled `target`.
@@ -1079,16 +1110,73 @@ impl RunLabels {
     }
 }
 
+/// A branch emitted before its target's run was laid out: written by
+/// [`settle`] once every run is.
+enum Fixup {
+    /// The rel32 at `at` (offset in the code), of the instruction that ends
+    /// at address `next`, goes to `target`'s new address.
+    Rel32 { at: usize, next: u64, target: u64 },
+    /// The branch at `at`, placed at its `ip` in `len` bytes, is encoded
+    /// again with its target's new address.
+    Reencode {
+        at: usize,
+        len: u8,
+        insn: Box<Instruction>,
+    },
+}
+
+impl Fixup {
+    fn shift(&mut self, by: usize) {
+        match self {
+            Fixup::Rel32 { at, .. } | Fixup::Reencode { at, .. } => *at += by,
+        }
+    }
+}
+
+/// Writes the branches left to `fixups`, each to its target's address
+/// (`resolve`: the new one of a label, else the target itself).
+fn settle(
+    code: &mut [u8],
+    fixups: &[Fixup],
+    resolve: impl Fn(u64) -> u64,
+) -> Result<(), RelocateError> {
+    let mut encoder = Encoder::new(64);
+    for fixup in fixups {
+        match fixup {
+            &Fixup::Rel32 { at, next, target } => {
+                write_rel32(&mut code[..at + 4], 4, next, resolve(target))?;
+            }
+            Fixup::Reencode { at, len, insn } => {
+                let mut insn = **insn;
+                insn.set_near_branch64(resolve(insn.near_branch_target()));
+                let size = encoder
+                    .encode(&insn, insn.ip())
+                    .map_err(|e| fail(&insn, e))?;
+                if size != usize::from(*len) {
+                    return Err(RelocateError::RipRelativeSize(insn.code()));
+                }
+                let mut bytes = Vec::with_capacity(size);
+                drain_into(&mut encoder, &mut bytes);
+                code[*at..*at + size].copy_from_slice(&bytes);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Encodes a measured run at `start`: branch targets that are labels
-/// (`resolve`) go to their new address, every other target and every
-/// RIP-relative operand keeps its absolute address; the bytes go to `slot`
-/// (the run's place in the code, of its measured length).
+/// (`resolve`) go to their new address, every RIP-relative operand keeps
+/// its absolute address; the bytes go to `slot` (the run's place in the
+/// code, of its measured length). Branches to targets `resolve` does not
+/// know yet (a later run's labels, or no label: the absolute address) are
+/// returned as fixups, `at` an offset in `slot`.
 fn emit(
     part: &Part,
     start: u64,
-    resolve: &(dyn Fn(u64) -> u64 + Sync),
+    resolve: &(dyn Fn(u64) -> Option<u64> + Sync),
     slot: &mut [u8],
-) -> Result<(), RelocateError> {
+) -> Result<Vec<Fixup>, RelocateError> {
+    let mut fixups = Vec::new();
     let mut encoder = Encoder::new(64);
     let mut code = Vec::with_capacity(part.len as usize);
     let layout = &part.layout;
@@ -1114,16 +1202,26 @@ fn emit(
             Piece::Near(size) => {
                 let size = usize::from(size);
                 code.extend_from_slice(&layout.pool[pool..pool + size]);
-                let target = resolve(target());
-                write_rel32(&mut code, 4, here + size as u64, target)?;
+                branch_rel32(
+                    &mut code,
+                    here + size as u64,
+                    target(),
+                    resolve,
+                    &mut fixups,
+                )?;
                 size
             }
             Piece::Short(size) => {
                 let size = usize::from(size) + 2 + 5;
                 code.extend_from_slice(&layout.pool[pool..pool + size - 4]);
                 code.extend_from_slice(&[0; 4]);
-                let target = resolve(target());
-                write_rel32(&mut code, 4, here + size as u64, target)?;
+                branch_rel32(
+                    &mut code,
+                    here + size as u64,
+                    target(),
+                    resolve,
+                    &mut fixups,
+                )?;
                 size - 4
             }
             Piece::RipRelative(size, displacement) => {
@@ -1136,16 +1234,34 @@ fn emit(
             Piece::Reencode(k, size) => {
                 let insn = &layout.placed[k as usize];
                 let mut insn = *insn;
+                let mut later = None;
                 if is_relative_branch(&insn) {
                     insn.as_near_branch();
                     if insn.code() == Code::Xbegin_rel16 {
                         insn.set_code(Code::Xbegin_rel32);
                     }
-                    insn.set_near_branch64(resolve(insn.near_branch_target()));
+                    match resolve(insn.near_branch_target()) {
+                        Some(resolved) => insn.set_near_branch64(resolved),
+                        None => {
+                            // Its form fixes its size: encoded here as a
+                            // branch to itself, again once the target is known.
+                            let mut kept = insn;
+                            kept.set_ip(here);
+                            later = Some(Box::new(kept));
+                            insn.set_near_branch64(here);
+                        }
+                    }
                 }
                 let written = encoder.encode(&insn, here).map_err(|e| fail(&insn, e))?;
                 if written != usize::from(size) {
                     return Err(RelocateError::RipRelativeSize(insn.code()));
+                }
+                if let Some(insn) = later {
+                    fixups.push(Fixup::Reencode {
+                        at: code.len(),
+                        len: size,
+                        insn,
+                    });
                 }
                 drain_into(&mut encoder, &mut code);
                 0
@@ -1162,7 +1278,29 @@ fn emit(
         });
     }
     slot.copy_from_slice(&code);
-    Ok(())
+    Ok(fixups)
+}
+
+/// Writes the rel32 that ends `code` (its instruction ends at `next`) to
+/// `target`'s new address, or leaves it to a fixup while that is unknown.
+fn branch_rel32(
+    code: &mut [u8],
+    next: u64,
+    target: u64,
+    resolve: &(dyn Fn(u64) -> Option<u64> + Sync),
+    fixups: &mut Vec<Fixup>,
+) -> Result<(), RelocateError> {
+    match resolve(target) {
+        Some(resolved) => write_rel32(code, 4, next, resolved),
+        None => {
+            fixups.push(Fixup::Rel32 {
+                at: code.len() - 4,
+                next,
+                target,
+            });
+            Ok(())
+        }
+    }
 }
 
 /// Writes the displacement from `next` (the address after the instruction)
@@ -1585,12 +1723,19 @@ mod tests {
         };
         place(&mut part, start);
         let labels = labels_of(&mut part, start);
-        let resolve = |target: u64| match labels.binary_search_by_key(&target, |&(ip, _)| ip) {
-            Ok(i) => labels[i].1,
-            Err(_) => target,
+        let resolve = |target: u64| {
+            labels
+                .binary_search_by_key(&target, |&(ip, _)| ip)
+                .ok()
+                .map(|i| labels[i].1)
         };
         let mut code = vec![0u8; part.len as usize];
-        emit(&part, start, &resolve, &mut code).unwrap();
+        let fixups = emit(&part, start, &resolve, &mut code).unwrap();
+        assert_eq!(fixups.len(), 1, "the call to an address without a label");
+        settle(&mut code, &fixups, |target| {
+            resolve(target).unwrap_or(target)
+        })
+        .unwrap();
         let at = |i: usize| start + unpadded[i];
         let mut decoder = Decoder::with_ip(
             64,
