@@ -423,3 +423,38 @@ impl TraceTotals {
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::SpatialSampling;
+
+    /// The default hash is the 32-bit multiplicative hash of the block the
+    /// probes compute with immediates, at every rate's threshold.
+    #[test]
+    fn default_words_are_the_32_bit_hash_of_the_probes() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for rate in [1.0, 0.5, 0.3, 0.01, 1.0 / 128.0, 1e-7] {
+            let s = SpatialSampling::with_rate(rate).unwrap();
+            let (m, t) = s.immediates().unwrap();
+            assert_eq!(m, SpatialSampling::DEFAULT_MULTIPLIER_32);
+            assert!((s.rate() - rate).abs() <= 2f64.powi(-32), "rate {rate}");
+            for _ in 0..10_000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let addr = x >> 16;
+                let b = (addr >> 6) as u32;
+                assert_eq!(s.tracks(addr), b.wrapping_mul(m) < t);
+            }
+        }
+        assert_eq!(
+            SpatialSampling::with_rate(1.0 / 128.0).unwrap().threshold,
+            1 << 57
+        );
+        let odd = SpatialSampling {
+            multiplier: 0x9E37_79B9_7F4A_7C15,
+            ..SpatialSampling::with_rate(0.5).unwrap()
+        };
+        assert_eq!(odd.immediates(), None);
+    }
+}
