@@ -122,12 +122,10 @@ impl SpatialSampling {
         (self.block_shift == Self::DEFAULT_BLOCK_SHIFT
             && self.multiplier & low == 0
             && self.threshold & low == 0)
-            .then(|| {
-                (
-                    (self.multiplier >> 32) as u32,
-                    (self.threshold >> 32) as u32,
-                )
-            })
+            .then_some((
+                (self.multiplier >> 32) as u32,
+                (self.threshold >> 32) as u32,
+            ))
     }
 
     /// `R`, the share of blocks tracked.
