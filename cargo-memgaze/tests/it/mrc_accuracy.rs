@@ -196,18 +196,28 @@ fn runs_without_spatial_samples_execute_no_spatial_check() {
         String::from_utf8(out.stdout).unwrap()
     };
     // Alone (no collector), at rate 0, in a full trace: none left.
-    assert_eq!(program_says(&[]).trim(), "copied=1 checks=0 sum=0");
+    assert_eq!(
+        program_says(&[]).trim(),
+        "copied=1 checks=0 sum=0 multiplier=0 threshold=0"
+    );
     for flags in [&["--spatial-rate", "0"][..], &["--full"][..]] {
         assert!(
             program_says(flags).contains("copied=1 checks=0 "),
             "{flags:?}"
         );
     }
-    // Default and any other rate: the check runs.
-    for flags in [&["--seed", "1"][..], &["--spatial-rate", "1/4"][..]] {
+    // Default and any other rate: the check runs, with the rate's
+    // threshold `R · 2^32` as its immediate (the default's as emitted, the
+    // other written by the entry hook).
+    for (flags, threshold) in [
+        (&["--seed", "1"][..], "0x2000000"),
+        (&["--spatial-rate", "1/4"][..], "0x40000000"),
+    ] {
+        let says = program_says(flags);
+        assert!(says.contains("copied=1 checks=1 "), "{flags:?}: {says}");
         assert!(
-            program_says(flags).contains("copied=1 checks=1 "),
-            "{flags:?}"
+            says.contains(&format!("multiplier=0x9e3779b9 threshold={threshold}")),
+            "{flags:?}: {says}"
         );
     }
 }

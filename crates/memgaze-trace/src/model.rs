@@ -70,11 +70,19 @@ impl Sampling {
 /// is below `threshold`, and every execution of a Strided or Irregular load
 /// on a tracked block is recorded for the whole run. A multiplicative hash
 /// keeps the probe's test to a shift, a multiply and a compare.
+///
+/// [`SpatialSampling::with_rate`] chooses a multiplier and a threshold that
+/// are multiples of `2^32` (`m · 2^32`, `t · 2^32`): then `h(b) < threshold`
+/// iff `(b mod 2^32) · m mod 2^32 < t`, the 32-bit multiplicative hash that
+/// the probes compute with two immediates (`imul r32, r32, m; cmp r32, t`)
+/// and no load. Traces carry both words, so a trace of any multiplier and
+/// threshold (odd 64-bit multipliers in older traces) is analysed with its
+/// own hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SpatialSampling {
     /// log2 of the block size in bytes (6: 64-byte lines).
     pub block_shift: u32,
-    /// The odd multiplier of the block hash.
+    /// The multiplier of the block hash.
     pub multiplier: u64,
     /// A block is tracked iff its hash is below this; the rate is
     /// `R = threshold / 2^64`.
@@ -82,28 +90,42 @@ pub struct SpatialSampling {
 }
 
 impl SpatialSampling {
-    /// The default multiplier: `2^64 / φ`, odd (Fibonacci hashing).
-    pub(crate) const DEFAULT_MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
+    /// The default multiplier's 32-bit factor: `2^32 / φ`, odd (Knuth's
+    /// multiplicative hashing).
+    pub const DEFAULT_MULTIPLIER_32: u32 = 0x9E37_79B9;
+    /// The default multiplier, `DEFAULT_MULTIPLIER_32 · 2^32`.
+    pub(crate) const DEFAULT_MULTIPLIER: u64 = (Self::DEFAULT_MULTIPLIER_32 as u64) << 32;
     /// The default block: a 64-byte cache line.
     pub const DEFAULT_BLOCK_SHIFT: u32 = 6;
 
     /// Spatial sampling of 64-byte blocks at `rate` (`0 < rate ≤ 1`), or
     /// `None` for a rate of 0 (spatial sampling off) or one outside `[0, 1]`.
+    /// The threshold is `⌊rate · 2^32⌋ · 2^32`: the rate in steps of
+    /// `2^-32`, at least one step, and `2^32 − 1` steps for rate 1.
     pub fn with_rate(rate: f64) -> Option<SpatialSampling> {
         if !(rate > 0.0 && rate <= 1.0) {
             return None;
         }
-        // 2^64 · rate, saturating at "every block" for rate 1.
-        let threshold = if rate >= 1.0 {
-            u64::MAX
-        } else {
-            (rate * 18_446_744_073_709_551_616.0) as u64
-        };
+        let steps = (rate * 4_294_967_296.0).clamp(1.0, 4_294_967_295.0) as u64;
         Some(SpatialSampling {
             block_shift: Self::DEFAULT_BLOCK_SHIFT,
             multiplier: Self::DEFAULT_MULTIPLIER,
-            threshold,
+            threshold: steps << 32,
         })
+    }
+
+    /// The 32-bit multiplier and threshold of the probes' hash (see the
+    /// type's documentation), where both words are multiples of `2^32` and
+    /// the blocks are 64 bytes; `None` otherwise.
+    pub fn immediates(&self) -> Option<(u32, u32)> {
+        let low = 0xFFFF_FFFF;
+        (self.block_shift == Self::DEFAULT_BLOCK_SHIFT
+            && self.multiplier & low == 0
+            && self.threshold & low == 0)
+            .then_some((
+                (self.multiplier >> 32) as u32,
+                (self.threshold >> 32) as u32,
+            ))
     }
 
     /// `R`, the share of blocks tracked.
@@ -398,4 +420,39 @@ impl TraceTotals {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SpatialSampling;
+
+    /// The default hash is the 32-bit multiplicative hash of the block the
+    /// probes compute with immediates, at every rate's threshold.
+    #[test]
+    fn default_words_are_the_32_bit_hash_of_the_probes() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for rate in [1.0, 0.5, 0.3, 0.01, 1.0 / 128.0, 1e-7] {
+            let s = SpatialSampling::with_rate(rate).unwrap();
+            let (m, t) = s.immediates().unwrap();
+            assert_eq!(m, SpatialSampling::DEFAULT_MULTIPLIER_32);
+            assert!((s.rate() - rate).abs() <= 2f64.powi(-32), "rate {rate}");
+            for _ in 0..10_000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let addr = x >> 16;
+                let b = (addr >> 6) as u32;
+                assert_eq!(s.tracks(addr), b.wrapping_mul(m) < t);
+            }
+        }
+        assert_eq!(
+            SpatialSampling::with_rate(1.0 / 128.0).unwrap().threshold,
+            1 << 57
+        );
+        let odd = SpatialSampling {
+            multiplier: 0x9E37_79B9_7F4A_7C15,
+            ..SpatialSampling::with_rate(0.5).unwrap()
+        };
+        assert_eq!(odd.immediates(), None);
+    }
 }

@@ -433,8 +433,10 @@ pub struct RecorderConfig {
     /// Spatial sampling: a load's block `b = addr >> 6` is tracked iff
     /// `b · spatial_multiplier mod 2^64 < spatial_threshold`; 0 switches
     /// spatial sampling off (and leaves the two fields out of the value).
+    /// Both words must be multiples of `2^32` (an instrumented program's
+    /// checks take their high halves as immediates; it refuses others).
     pub spatial_threshold: u64,
-    /// The odd multiplier of the block hash.
+    /// The multiplier of the block hash.
     pub spatial_multiplier: u64,
 }
 

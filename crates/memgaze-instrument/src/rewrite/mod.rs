@@ -285,13 +285,8 @@ pub(crate) fn instrument_with_code(
         }
         _ => process_end::ProcessEndStubs::default(),
     };
-    // Ptwrite mode has no runtime to receive a rate: its spatial checks
-    // read the default rate's words, placed where the runtime would be.
-    let ptwrite_spatial = (!soft).then(ptwrite_spatial_words);
     let tables_va = align_up(
-        runtime_va
-            + rt.as_ref().map_or(0, |r| r.code.len() as u64)
-            + ptwrite_spatial.map_or(0, |w| 8 * w.len() as u64),
+        runtime_va + rt.as_ref().map_or(0, |r| r.code.len() as u64),
         64,
     );
     let tables = plan_tables(&mut plans, tables_va, editor.pie, &mut report);
@@ -300,10 +295,16 @@ pub(crate) fn instrument_with_code(
         record: rt.as_ref().map_or(0, |r| r.record),
         record_tracked: rt.as_ref().map_or(0, |r| r.record_tracked),
         spatial: rt.as_ref().map_or(0, |r| r.spatial),
-        spatial_config: if soft {
-            editor.state_va + runtime::cfg::SPATIAL_MULTIPLIER as u64
+        // The executable's runtime patches another rate in (or skips the
+        // checks); ptwrite mode has no runtime to receive one; a library's
+        // checks never branch (no spatial samples in libraries).
+        spatial_hash: if options.library.is_some() {
+            probe::SpatialHash {
+                threshold: 0,
+                ..probe::SpatialHash::default_rate()
+            }
         } else {
-            runtime_va
+            probe::SpatialHash::default_rate()
         },
         escape: (escape_sites > 0).then(|| probe::EscapeCheck {
             original_start: plans
@@ -323,7 +324,6 @@ pub(crate) fn instrument_with_code(
         }),
         got_hooks: process_end.by_slot.clone(),
     };
-    const _: () = assert!(runtime::cfg::SPATIAL_THRESHOLD == runtime::cfg::SPATIAL_MULTIPLIER + 8);
     let mut copies = encode_copies(
         binary,
         &mut plans,
@@ -342,7 +342,7 @@ pub(crate) fn instrument_with_code(
     // no spatial samples; a library's copies keep theirs.
     let skips_va = align_up(copies_va + copies.code.len() as u64, 8);
     let skips = if soft && options.library.is_none() {
-        spatial_skips(editor.segment_va, skips_va, &copies)
+        spatial_skips(editor.segment_va, (copies_va, skips_va), &copies)
     } else {
         SpatialSkips::default()
     };
@@ -410,7 +410,7 @@ pub(crate) fn instrument_with_code(
                 lay_out_segment(
                     out,
                     segment_va,
-                    (rt.as_ref(), ptwrite_spatial),
+                    rt.as_ref(),
                     (tables_va, &table_bytes),
                     copies_va,
                     code,
@@ -796,16 +796,8 @@ fn string_insert(
     }
 }
 
-/// The multiplier and threshold words of ptwrite mode's spatial checks:
-/// the default rate ([`DEFAULT_SPATIAL_RATE`]) with the trace's hash.
-pub(crate) fn ptwrite_spatial_words() -> [u64; 2] {
-    let s =
-        memgaze_trace::SpatialSampling::with_rate(DEFAULT_SPATIAL_RATE).expect("a rate in (0, 1]");
-    [s.multiplier, s.threshold]
-}
-
-/// The spatial rate ptwrite mode's checks test against (the recorders'
-/// default, `--spatial-rate 1/128`).
+/// The spatial rate the checks are emitted with (the recorders' default,
+/// `--spatial-rate 1/128`; ptwrite mode's only one).
 pub(crate) const DEFAULT_SPATIAL_RATE: f64 = 1.0 / 128.0;
 
 /// Why a `ptwrite` of `insn`'s address registers cannot stand for its
@@ -1338,7 +1330,7 @@ fn escaped_loads(
 fn lay_out_segment(
     out: &mut Vec<u8>,
     segment_va: u64,
-    (rt, ptwrite_spatial): (Option<&runtime::Runtime>, Option<[u64; 2]>),
+    rt: Option<&runtime::Runtime>,
     (tables_va, tables): (u64, &[u8]),
     copies_va: u64,
     copies: Vec<u8>,
@@ -1353,9 +1345,6 @@ fn lay_out_segment(
         .copy_from_slice(&skips.header);
     if let Some(rt) = rt {
         out.extend_from_slice(&rt.code);
-    }
-    for word in ptwrite_spatial.into_iter().flatten() {
-        out.extend_from_slice(&word.to_le_bytes());
     }
     out.resize(at(tables_va), 0xcc);
     out.extend_from_slice(tables);
@@ -1375,12 +1364,17 @@ struct SpatialSkips {
     /// The segment header's words: table offset, entries, offset and length
     /// of the copies (all `u32`, from the segment's start).
     header: [u8; 16],
-    /// Per check: `u32` offset from the segment's start, `u32` length, the
-    /// replacement bytes.
+    /// Per check: `u32` offset from the segment's start, `u32` length, `u8`
+    /// offsets in it of the multiplier's and the threshold's immediates,
+    /// the replacement bytes.
     table: Vec<u8>,
 }
 
-fn spatial_skips(segment_va: u64, table_va: u64, copies: &relocate::Copies) -> SpatialSkips {
+fn spatial_skips(
+    segment_va: u64,
+    (copies_va, table_va): (u64, u64),
+    copies: &relocate::Copies,
+) -> SpatialSkips {
     let checks = &copies.spatial_checks;
     if checks.is_empty() {
         return SpatialSkips::default();
@@ -1390,6 +1384,11 @@ fn spatial_skips(segment_va: u64, table_va: u64, copies: &relocate::Copies) -> S
     for check in checks {
         table.extend_from_slice(&offset(check.ip).to_le_bytes());
         table.extend_from_slice(&check.len.to_le_bytes());
+        let at = (check.ip - copies_va) as usize;
+        let (multiplier, threshold) =
+            probe::spatial_immediates(&copies.code[at..at + check.len as usize])
+                .expect("a spatial check has both immediates");
+        table.extend([multiplier, threshold].map(|o| u8::try_from(o).expect("a short check")));
         table.extend(probe::spatial_skip(check.len as usize, check.moves_rsp));
     }
     let first = checks.iter().map(|c| c.ip).min().unwrap_or(segment_va);

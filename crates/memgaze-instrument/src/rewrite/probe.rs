@@ -59,27 +59,34 @@
 //! before it, on the path of the executions that no window records (after
 //! its counting probe, whose slow stub resumes past the check at the load;
 //! in a superblock's body, where no window is open): `lea r, [operand];
-//! shr r, 6; imul r, [multiplier]; cmp r, [threshold]; jb stub` with `r` a
-//! register dead there and the flags dead — a shift, a multiply and a
-//! compare on the address. The multiplier and threshold are words of the
-//! runtime's config (`super::runtime::cfg::SPATIAL_THRESHOLD`); a
-//! threshold of 0 (no collector, `--spatial-rate 0`, a full trace) never
-//! branches, and such runs skip the checks altogether (below). Where no register or the flags are not dead, they are saved
+//! shr r, 6; imul r32, r32, m; cmp r32, t; jb stub` with `r` a register
+//! dead there and the flags dead — a shift, a multiply and a compare on the
+//! address, no load: the block `b` is tracked iff `(b mod 2^32) · m mod
+//! 2^32 < t` ([`SpatialHash`]), which is the trace's hash with the words
+//! `m · 2^32` and `t · 2^32` (`memgaze_trace::SpatialSampling`). The
+//! checks are emitted with the default rate's `m` and `t`; the runtime
+//! writes another rate's over them at entry, or skips the checks of runs
+//! that take no spatial samples (below). Every rate the trace header can
+//! hold is exact in this one form (rates in steps of `2^-32`). Why: the
+//! loads of the two config words the check used to read cost most of it
+//! (docs/performance.md). Where no register or the flags are not dead, they are saved
 //! below the red zone around the check (`SpatialProbe`). The stub calls
 //! the runtime's `spatial` with the address and the load id, and resumes
 //! at the load.
 //!
-//! # Spatial checks off
+//! # Spatial checks off, or at another rate
 //!
 //! A run that takes no spatial samples would still pay for every check (on
 //! a strided loop of one volatile load, more than the counting probe).
-//! The rewriter lists every check with its replacement (`spatial_skip`:
-//! at most three long `nop`s, or a `jmp` to the load where the check moves
-//! `rsp`) in a table that the segment header locates
+//! The rewriter lists every check with the offsets of its two immediates
+//! ([`spatial_immediates`]) and its replacement (`spatial_skip`: at most
+//! three long `nop`s, or a `jmp` to the load where the check moves `rsp`)
+//! in a table that the segment header locates
 //! (`super::runtime::header::SPATIAL_SKIPS`); when the threshold is still
 //! 0 at the end of the entry hook, the runtime writes the replacements over
-//! the checks (`mprotect` to writable and back). The check's first byte is
-//! the only label in it, so nothing branches into the replaced bytes.
+//! the checks, and at another rate or multiplier it writes the immediates
+//! (`mprotect` to writable and back). The check's first byte is the only
+//! label in it, so nothing branches into the replaced bytes.
 //!
 //! # String instructions
 //!
@@ -109,9 +116,8 @@
 //! execution writes them, so a PT time sample sees every load.
 //!
 //! A Strided or Irregular load first gets the same spatial check as in soft
-//! mode (the block hash test), reading the multiplier and threshold of the
-//! default rate from two words the rewriter places in the segment (there is
-//! no runtime to receive a rate). Its stub (`spatial_ptwrite_stub`) writes
+//! mode (the block hash test) with the default rate's immediates (there is
+//! no runtime to receive another rate). Its stub (`spatial_ptwrite_stub`) writes
 //! the load's whole address with one `ptwrite`, a site marked
 //! `PtwriteOperand::Address` (the spatial mark), and resumes at the operand
 //! `ptwrite`s.
@@ -168,15 +174,41 @@ impl SpatialProbe {
     }
 }
 
+/// The block hash a spatial check tests, as its two immediates: the block
+/// `b` of the address is tracked iff `(b mod 2^32) · multiplier mod 2^32 <
+/// threshold` (`memgaze_trace::SpatialSampling` with both words multiples
+/// of `2^32`). Threshold 0: never tracked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct SpatialHash {
+    /// The 32-bit multiplier.
+    pub multiplier: u32,
+    /// The 32-bit threshold.
+    pub threshold: u32,
+}
+
+impl SpatialHash {
+    /// The hash of the recorders' default rate ([`super::DEFAULT_SPATIAL_RATE`]).
+    pub(crate) fn default_rate() -> SpatialHash {
+        let (multiplier, threshold) =
+            memgaze_trace::SpatialSampling::with_rate(super::DEFAULT_SPATIAL_RATE)
+                .and_then(|s| s.immediates())
+                .expect("the default rate has immediates");
+        SpatialHash {
+            multiplier,
+            threshold,
+        }
+    }
+}
+
 /// Appends the spatial check of `load` (see the module documentation); its
-/// first instruction takes `ip`. `config` is the address of the hash's
-/// multiplier, followed by the threshold; `stub` the check's stub.
+/// first instruction takes `ip`. `hash` gives its immediates (the runtime
+/// may patch them, see [`spatial_immediates`]); `stub` is the check's stub.
 pub(crate) fn spatial_check(
     load: &Instruction,
     probe: SpatialProbe,
     ip: u64,
     stub: u64,
-    config: u64,
+    hash: SpatialHash,
     out: &mut Vec<Instruction>,
 ) {
     let start = out.len();
@@ -196,12 +228,38 @@ pub(crate) fn spatial_check(
         r,
         super::runtime::SPATIAL_BLOCK_SHIFT as i32,
     ));
-    let rip = |target: u64| MemoryOperand::with_base_displ(Register::RIP, target as i64);
-    out.push(i2(Code::Imul_r64_rm64, r, rip(config)));
-    out.push(i2(Code::Cmp_r64_rm64, r, rip(config + 8)));
+    // 32-bit forms with full immediates: no load, and the runtime can
+    // patch both (their widths never depend on the values).
+    let r32 = r.full_register32();
+    out.push(
+        Instruction::with3(Code::Imul_r32_rm32_imm32, r32, r32, hash.multiplier)
+            .expect("imul r32, r32, imm32"),
+    );
+    out.push(i2(Code::Cmp_rm32_imm32, r32, hash.threshold as i32));
     out.push(branch(Code::Jb_rel32_64, stub));
     spatial_restore(probe, out);
     out[start] = with_ip(out[start], ip);
+}
+
+/// The offsets, from a spatial check's first byte, of its multiplier's
+/// and its threshold's immediates, found by decoding its `bytes` (the
+/// check as emitted by [`spatial_check`]); `None` when `bytes` is not one.
+pub(crate) fn spatial_immediates(bytes: &[u8]) -> Option<(u32, u32)> {
+    let mut decoder = iced_x86::Decoder::new(64, bytes, 0);
+    let (mut multiplier, mut threshold) = (None, None);
+    let mut at = 0u32;
+    while decoder.can_decode() {
+        let insn = decoder.decode();
+        let end = at + insn.len() as u32;
+        match insn.code() {
+            Code::Imul_r32_rm32_imm32 => multiplier = Some(end - 4),
+            Code::Cmp_rm32_imm32 => threshold = Some(end - 4),
+            Code::INVALID => return None,
+            _ => {}
+        }
+        at = end;
+    }
+    multiplier.zip(threshold)
 }
 
 fn spatial_restore(probe: SpatialProbe, out: &mut Vec<Instruction>) {
@@ -1076,7 +1134,7 @@ mod tests {
     #[test]
     fn spatial_checks_shift_multiply_compare_and_save_only_what_is_live() {
         let load = decode_one(&[0x48, 0x8b, 0x44, 0x24, 0x08]); // mov rax,[rsp+8]
-        let config = 0x9000;
+        let hash = SpatialHash::default_rate();
         // Dead register and flags: five instructions, rsp untouched.
         let free = SpatialProbe {
             scratch: Register::RDX,
@@ -1084,7 +1142,7 @@ mod tests {
             save_flags: false,
         };
         let mut out = Vec::new();
-        spatial_check(&load, free, 0x1000, 0x2000, config, &mut out);
+        spatial_check(&load, free, 0x1000, 0x2000, hash, &mut out);
         let decoded = assemble(&out, 0x1000);
         let codes: Vec<Code> = decoded.iter().map(|i| i.code()).collect();
         assert_eq!(
@@ -1092,14 +1150,21 @@ mod tests {
             [
                 Code::Lea_r64_m,
                 Code::Shr_rm64_imm8,
-                Code::Imul_r64_rm64,
-                Code::Cmp_r64_rm64,
+                Code::Imul_r32_rm32_imm32,
+                Code::Cmp_rm32_imm32,
                 Code::Jb_rel32_64
             ]
         );
+        // No memory operand but the load's own in the `lea`.
+        assert!(
+            decoded[1..]
+                .iter()
+                .all(|i| i.op_kinds().all(|k| k != OpKind::Memory))
+        );
         assert_eq!(decoded[0].memory_displacement64(), 8);
-        assert_eq!(decoded[2].memory_displacement64(), config);
-        assert_eq!(decoded[3].memory_displacement64(), config + 8);
+        assert_eq!(decoded[2].immediate32(), hash.multiplier);
+        assert_eq!(decoded[3].immediate32(), hash.threshold);
+        assert_eq!(decoded[2].op0_register(), Register::EDX);
         // Nothing dead: the register and the flags are saved below the red
         // zone, and the operand's rsp accounts for it.
         let saving = SpatialProbe {
@@ -1108,7 +1173,7 @@ mod tests {
             save_flags: true,
         };
         let mut out = Vec::new();
-        spatial_check(&load, saving, 0x1000, 0x2000, config, &mut out);
+        spatial_check(&load, saving, 0x1000, 0x2000, hash, &mut out);
         let decoded = assemble(&out, 0x1000);
         let codes: Vec<Code> = decoded.iter().map(|i| i.code()).collect();
         assert_eq!(codes[..3], [Code::Lea_r64_m, Code::Push_r64, Code::Pushfq]);
@@ -1135,13 +1200,8 @@ mod tests {
     }
 
     /// Runs the decoded check (`lea`, `shr`, `imul`, `cmp`, `jb`) on the
-    /// given registers, with `memory` holding the config words: whether
-    /// the `jb` is taken.
-    fn run_check(
-        check: &[Instruction],
-        regs: &HashMap<Register, u64>,
-        memory: &HashMap<u64, u64>,
-    ) -> bool {
+    /// given registers: whether the `jb` is taken.
+    fn run_check(check: &[Instruction], regs: &HashMap<Register, u64>) -> bool {
         let mut r = 0u64;
         let mut below = false;
         for insn in check {
@@ -1156,8 +1216,11 @@ mod tests {
                         .wrapping_add(insn.memory_displacement64());
                 }
                 Code::Shr_rm64_imm8 => r >>= insn.immediate8(),
-                Code::Imul_r64_rm64 => r = r.wrapping_mul(memory[&insn.memory_displacement64()]),
-                Code::Cmp_r64_rm64 => below = r < memory[&insn.memory_displacement64()],
+                // A 32-bit destination zero-extends into the register.
+                Code::Imul_r32_rm32_imm32 => {
+                    r = u64::from((r as u32).wrapping_mul(insn.immediate32()));
+                }
+                Code::Cmp_rm32_imm32 => below = (r as u32) < insn.immediate32(),
                 Code::Jb_rel32_64 | Code::Jb_rel8_64 => return below,
                 other => panic!("unexpected {other:?} in a spatial check"),
             }
@@ -1168,14 +1231,21 @@ mod tests {
     #[test]
     fn ptwrite_mode_spatial_check_writes_the_address_of_tracked_blocks() {
         let load = decode_one(&[0x48, 0x8b, 0x44, 0xcb, 0x40]); // mov rax,[rbx+rcx*8+0x40]
-        let (config, stub, resume) = (0x9000u64, 0x2000u64, 0x1100u64);
+        let (stub, resume) = (0x2000u64, 0x1100u64);
         let check = SpatialProbe {
             scratch: Register::RDX,
             save_scratch: false,
             save_flags: false,
         };
         let mut all = Vec::new();
-        spatial_check(&load, check, 0x1000, stub, config, &mut all);
+        spatial_check(
+            &load,
+            check,
+            0x1000,
+            stub,
+            SpatialHash::default_rate(),
+            &mut all,
+        );
         assert_eq!(ptwrite(&load, resume, &mut all), 2);
         all.push(with_ip(load, 0x1200));
         let mut stubs = Vec::new();
@@ -1232,13 +1302,7 @@ mod tests {
         );
         // Executed on addresses, the test tracks exactly the blocks the
         // trace's hash tracks at the default rate, and 1/128 of them.
-        let [multiplier, threshold] = super::super::ptwrite_spatial_words();
-        let memory = HashMap::from([(config, multiplier), (config + 8, threshold)]);
         let sampling = memgaze_trace::SpatialSampling::with_rate(1.0 / 128.0).unwrap();
-        assert_eq!(
-            (sampling.multiplier, sampling.threshold),
-            (multiplier, threshold)
-        );
         let mut rng = 0x1234_5678_9abc_def0u64;
         let mut tracked = 0u64;
         let n = 200_000u64;
@@ -1253,7 +1317,7 @@ mod tests {
                 (rng >> 17, rng & 0xfff)
             };
             let regs = HashMap::from([(Register::RBX, rbx), (Register::RCX, rcx)]);
-            let taken = run_check(&decoded[..5], &regs, &memory);
+            let taken = run_check(&decoded[..5], &regs);
             let address = rbx.wrapping_add(rcx.wrapping_mul(8)).wrapping_add(0x40);
             assert_eq!(taken, sampling.tracks(address), "address {address:#x}");
             tracked += u64::from(taken);
@@ -1284,7 +1348,8 @@ mod tests {
             ),
         ] {
             let mut out = Vec::new();
-            spatial_check(&load, probe, 0x1000, 0x2000, 0x9000, &mut out);
+            let hash = SpatialHash::default_rate();
+            spatial_check(&load, probe, 0x1000, 0x2000, hash, &mut out);
             let len = assemble(&out, 0x1000)
                 .iter()
                 .map(Instruction::len)
@@ -1322,6 +1387,84 @@ mod tests {
                 .near_branch_target(),
             300
         );
+    }
+
+    /// The emitted check, its immediates patched as the runtime patches
+    /// them (at the offsets the rewriter's table records), decides exactly
+    /// as the trace's hash of the same words, for every rate and multiplier
+    /// in a sample, and the same for every address of a block.
+    #[test]
+    fn patched_spatial_checks_test_the_traces_hash_of_any_rate() {
+        let load = decode_one(&[0x4a, 0x8b, 0x04, 0xc7]); // mov rax,[rdi+r8*8]
+        let mut rng = 0x0123_4567_89ab_cdefu64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for probe in [
+            SpatialProbe {
+                scratch: Register::R11,
+                save_scratch: false,
+                save_flags: false,
+            },
+            SpatialProbe {
+                scratch: Register::RCX,
+                save_scratch: true,
+                save_flags: true,
+            },
+        ] {
+            let mut out = Vec::new();
+            spatial_check(
+                &load,
+                probe,
+                0x1000,
+                0x2000,
+                SpatialHash::default_rate(),
+                &mut out,
+            );
+            let mut encoder = iced_x86::Encoder::new(64);
+            let mut bytes = Vec::new();
+            for insn in &out {
+                encoder.encode(insn, 0x1000 + bytes.len() as u64).unwrap();
+                bytes.extend(encoder.take_buffer());
+            }
+            let (m_at, t_at) = spatial_immediates(&bytes).unwrap();
+            for rate in [1.0, 0.5, 1.0 / 3.0, 0.01, 1.0 / 128.0, 1e-6, 1e-12] {
+                let mut sampling = memgaze_trace::SpatialSampling::with_rate(rate).unwrap();
+                if rate < 0.1 {
+                    sampling.multiplier = (next() | 1) << 32;
+                }
+                let (m, t) = sampling.immediates().unwrap();
+                let mut patched = bytes.clone();
+                patched[m_at as usize..][..4].copy_from_slice(&m.to_le_bytes());
+                patched[t_at as usize..][..4].copy_from_slice(&t.to_le_bytes());
+                let decoded: Vec<Instruction> = iced_x86::Decoder::with_ip(64, &patched, 0x1000, 0)
+                    .iter()
+                    // The check's saves and restores: not part of the test.
+                    .filter(|i| {
+                        let saves = matches!(
+                            i.code(),
+                            Code::Pushfq | Code::Popfq | Code::Push_r64 | Code::Pop_r64
+                        );
+                        let moves_rsp =
+                            i.code() == Code::Lea_r64_m && i.op0_register() == Register::RSP;
+                        !saves && !moves_rsp
+                    })
+                    .collect();
+                for _ in 0..20_000 {
+                    let (rdi, r8) = (next() >> 16, next() & 0xffff);
+                    let address = rdi.wrapping_add(r8 * 8);
+                    let regs = HashMap::from([(Register::RDI, rdi), (Register::R8, r8)]);
+                    let taken = run_check(&decoded, &regs);
+                    assert_eq!(taken, sampling.tracks(address), "rate {rate} {address:#x}");
+                    let block = address & !63;
+                    assert_eq!(sampling.tracks(block), sampling.tracks(block + 63));
+                }
+            }
+        }
+        assert_eq!(spatial_immediates(&[0x0f, 0x0b]), None);
     }
 
     #[test]

@@ -166,8 +166,8 @@ pub struct Entries {
     pub(crate) record_tracked: u64,
     /// The spatial record entry.
     pub spatial: u64,
-    /// The spatial hash's multiplier word (the threshold follows it).
-    pub(crate) spatial_config: u64,
+    /// The spatial checks' hash.
+    pub(crate) spatial_hash: probe::SpatialHash,
     /// What escape checks compare with (`None`: no counters, the jumps are
     /// copied as they are).
     pub(crate) escape: Option<probe::EscapeCheck>,
@@ -356,7 +356,7 @@ fn emit_ptwrites(
     insn: &Instruction,
     (id, mut label): (u32, u64),
     check: Option<SpatialProbe>,
-    spatial_config: u64,
+    spatial_hash: probe::SpatialHash,
     next_fake: &mut dyn FnMut() -> u64,
     (all, stubs): (&mut Vec<Instruction>, &mut Vec<Instruction>),
     (ptwrite_at, stub_ptwrites): (&mut Vec<PtwriteAt>, &mut Vec<(usize, u32)>),
@@ -364,7 +364,7 @@ fn emit_ptwrites(
     if let Some(check) = check {
         let stub = next_fake();
         let resume = next_fake();
-        probe::spatial_check(insn, check, label, stub, spatial_config, all);
+        probe::spatial_check(insn, check, label, stub, spatial_hash, all);
         let at = probe::spatial_ptwrite_stub(insn, check, stub, resume, stubs);
         stub_ptwrites.push((at, id));
         label = resume;
@@ -611,7 +611,7 @@ fn copy_instructions(
                     &insn,
                     (id, label),
                     plan.spatial.get(&i).map(|&(_, check)| check),
-                    entries.spatial_config,
+                    entries.spatial_hash,
                     &mut next_fake,
                     (all, &mut stubs),
                     (&mut ptwrite_at, &mut stub_ptwrites),
@@ -708,7 +708,7 @@ fn spatial_check_in_copy(
 ) {
     let stub = next_fake();
     let at = code.len();
-    probe::spatial_check(insn, spatial, label, stub, entries.spatial_config, code);
+    probe::spatial_check(insn, spatial, label, stub, entries.spatial_hash, code);
     sites.push((at, code.len(), spatial.pushed() > 0));
     if insn.ip() == ip {
         insn.set_ip(next_fake());
@@ -1410,7 +1410,7 @@ fn counting_fragment(
                 Some(&(_, check)) => {
                     let stub = next_fake();
                     let at = out.len();
-                    probe::spatial_check(&insn, check, 0, stub, entries.spatial_config, out);
+                    probe::spatial_check(&insn, check, 0, stub, entries.spatial_hash, out);
                     checks.push((at, out.len(), check.pushed() > 0));
                     probe::spatial_stub(&insn, id, check, stub, resume, entries.spatial, stubs);
                     entries.record_tracked
@@ -1572,7 +1572,7 @@ mod tests {
             record: 0x6fff_0000,
             record_tracked: 0x6fff_0100,
             spatial: 0x6fff_0200,
-            spatial_config: 0x6fff_8000,
+            spatial_hash: probe::SpatialHash::default_rate(),
             escape: None,
             got_hooks: HashMap::new(),
         }

@@ -133,7 +133,7 @@ pub struct Config {
     pub shared: u64,
     /// Number of shared chunks.
     pub(crate) shared_chunks: u64,
-    /// The odd multiplier of the spatial block hash.
+    /// The multiplier of the spatial block hash (a multiple of 2^32).
     pub spatial_multiplier: u64,
     /// A load's block `b = addr >> 6` is tracked iff `b · multiplier mod
     /// 2^64` is below it: 0 (spatial sampling off) until the entry hook
@@ -195,8 +195,10 @@ pub mod header {
     /// Offset of the spatial checks' skip table descriptor, four `u32`s
     /// (offsets from the header): the table, its entries, the first byte
     /// of the first check and the length up to the end of the last. A
-    /// table entry is the check's offset, its length and that many bytes
-    /// that replace it (`probe::spatial_skip`). No entries: nothing to skip.
+    /// table entry is the check's offset (`u32`), its length (`u32`), the
+    /// offsets in it of its multiplier's and threshold's immediates (`u8`
+    /// each) and that many bytes that replace it (`probe::spatial_skip`).
+    /// No entries: nothing to skip or patch.
     pub const SPATIAL_SKIPS: usize = 32;
 }
 
@@ -591,6 +593,13 @@ fn emit_spatial(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.jne(done)?;
     a.cmp(qword_ptr(r12 + cfg::ENABLED), 0)?;
     a.je(done)?;
+    // The config decides: a check left with the default rate's immediates
+    // (see `skip_spatial_checks`) may call where the run tracks nothing.
+    a.mov(rax, r14)?;
+    a.shr(rax, SPATIAL_BLOCK_SHIFT)?;
+    a.imul_2(rax, qword_ptr(r12 + cfg::SPATIAL_MULTIPLIER))?;
+    a.cmp(rax, qword_ptr(r12 + cfg::SPATIAL_THRESHOLD))?;
+    a.jae(done)?;
     a.call(l.ensure_process)?;
     a.call(l.find_slot)?;
     a.test(rbx, rbx)?;
@@ -2149,6 +2158,11 @@ fn emit_entry(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
         }
     }
     a.set_label(&mut fields_done)?;
+    // The probes' immediates are the words' high halves (see
+    // `skip_spatial_checks`): other words are refused.
+    a.mov(eax, dword_ptr(r12 + cfg::SPATIAL_PENDING))?;
+    a.or(eax, dword_ptr(r12 + cfg::SPATIAL_MULTIPLIER))?;
+    a.jnz(l.entry_done)?;
     // 1 ≤ window ≤ period, fd < 2^31.
     a.mov(rax, qword_ptr(r12 + cfg::WINDOW))?;
     a.test(rax, rax)?;
@@ -2241,27 +2255,56 @@ fn emit_entry(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     Ok(())
 }
 
-/// In a run that takes no spatial samples (threshold still 0 when the
-/// entry hook is done: no collector, `--spatial-rate 0`, a full trace, a
-/// refused environment), overwrites every spatial check of the copies with
-/// its skip (see [`header::SPATIAL_SKIPS`]), so such a run executes none of
-/// them. The copies' pages are made writable for the copy and executable
-/// again after it; where `mprotect` refuses, the checks stay (with a
-/// threshold of 0 they never branch). Runs before `_start`, on the only
-/// thread; clobbers what the entry hook may clobber (`r12` kept). Libraries'
-/// copies (instrumented whole, without an entry hook) keep their checks.
+/// Fits the spatial checks of the copies to the run (see
+/// [`header::SPATIAL_SKIPS`]); the checks are emitted with the default
+/// rate's immediates. In a run that takes no spatial samples (threshold
+/// still 0 when the entry hook is done: no collector, `--spatial-rate 0`, a
+/// full trace, a refused environment) each check is overwritten with its
+/// skip, so such a run executes none of them; in a run at another rate or
+/// multiplier each check's two immediates are overwritten with the config's
+/// (`multiplier >> 32`, `threshold >> 32`: the environment's words are
+/// multiples of `2^32`); at the default rate nothing is written. The
+/// copies' pages are made writable for the writes and executable again
+/// after them. Where `mprotect` refuses, the checks keep the default rate's
+/// immediates and the run takes no spatial samples (`spatial` re-tests the
+/// config's hash, whose threshold is set to 0). Runs before `_start`, on
+/// the only thread; clobbers what the entry hook may clobber (`r12` kept).
+/// Libraries' copies (instrumented whole, without an entry hook) keep
+/// their checks, emitted never to branch.
 fn skip_spatial_checks(a: &mut Asm, params: &RuntimeParams) -> R {
     const PROT_RWX: i32 = 7;
     const PROT_RX: i32 = 5;
     const D: usize = header::SPATIAL_SKIPS;
+    let default = super::probe::SpatialHash::default_rate();
     let mut done = a.create_label();
     let mut next = a.create_label();
-    a.cmp(qword_ptr(r12 + cfg::SPATIAL_THRESHOLD), 0)?;
-    a.jne(done)?;
+    let mut patch = a.create_label();
+    let mut protect = a.create_label();
+    let mut patch_one = a.create_label();
+    let mut advance = a.create_label();
+    let mut refused = a.create_label();
     a.add_instruction(lea_rip(Register::RBX, params.header_va))?;
     a.mov(r14d, dword_ptr(rbx + (D + 4) as i32))?;
     a.test(r14d, r14d)?;
     a.jz(done)?;
+    // r10d: 0 to skip the checks, 1 to write r8d and r9d into them.
+    a.xor(r10d, r10d)?;
+    a.mov(rax, qword_ptr(r12 + cfg::SPATIAL_THRESHOLD))?;
+    a.test(rax, rax)?;
+    a.jz(protect)?;
+    a.mov(rcx, u64::from(default.multiplier) << 32)?;
+    a.cmp(qword_ptr(r12 + cfg::SPATIAL_MULTIPLIER), rcx)?;
+    a.jne(patch)?;
+    a.mov(rcx, u64::from(default.threshold) << 32)?;
+    a.cmp(rax, rcx)?;
+    a.je(done)?;
+    a.set_label(&mut patch)?;
+    a.mov(r8, qword_ptr(r12 + cfg::SPATIAL_MULTIPLIER))?;
+    a.shr(r8, 32)?;
+    a.mov(r9, rax)?;
+    a.shr(r9, 32)?;
+    a.mov(r10d, 1)?;
+    a.set_label(&mut protect)?;
     a.mov(edi, dword_ptr(rbx + (D + 8) as i32))?;
     a.add(rdi, rbx)?;
     a.mov(esi, dword_ptr(rbx + (D + 12) as i32))?;
@@ -2274,15 +2317,25 @@ fn skip_spatial_checks(a: &mut Asm, params: &RuntimeParams) -> R {
     a.mov(eax, SYS_MPROTECT)?;
     a.syscall()?;
     a.test(rax, rax)?;
-    a.jnz(done)?;
+    a.jnz(refused)?;
     a.mov(esi, dword_ptr(rbx + D as i32))?;
     a.add(rsi, rbx)?;
     a.set_label(&mut next)?;
     a.mov(edi, dword_ptr(rsi))?;
     a.add(rdi, rbx)?;
     a.mov(ecx, dword_ptr(rsi + 4))?;
-    a.add(rsi, 8)?;
+    a.movzx(eax, byte_ptr(rsi + 8))?;
+    a.movzx(edx, byte_ptr(rsi + 9))?;
+    a.add(rsi, 10)?;
+    a.test(r10d, r10d)?;
+    a.jnz(patch_one)?;
     a.rep().movsb()?;
+    a.jmp(advance)?;
+    a.set_label(&mut patch_one)?;
+    a.mov(dword_ptr(rdi + rax), r8d)?;
+    a.mov(dword_ptr(rdi + rdx), r9d)?;
+    a.add(rsi, rcx)?;
+    a.set_label(&mut advance)?;
     a.dec(r14d)?;
     a.jnz(next)?;
     a.mov(rdi, rbp)?;
@@ -2290,6 +2343,9 @@ fn skip_spatial_checks(a: &mut Asm, params: &RuntimeParams) -> R {
     a.mov(edx, PROT_RX)?;
     a.mov(eax, SYS_MPROTECT)?;
     a.syscall()?;
+    a.jmp(done)?;
+    a.set_label(&mut refused)?;
+    a.mov(qword_ptr(r12 + cfg::SPATIAL_THRESHOLD), 0)?;
     a.set_label(&mut done)?;
     Ok(())
 }
