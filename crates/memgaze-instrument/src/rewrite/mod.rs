@@ -25,6 +25,7 @@ pub mod library;
 pub mod liveness;
 pub mod probe;
 pub mod process_end;
+mod reg_countdown;
 pub mod relocate;
 pub mod report;
 pub mod runtime;
@@ -124,6 +125,8 @@ struct Planned {
     code: FunctionCode,
     inserts: Vec<(usize, Insert)>,
     blocks: Vec<relocate::Superblock>,
+    /// Innermost loops counting in a register ([`reg_countdown`]).
+    register_loops: Vec<reg_countdown::RegisterLoop>,
     /// Loads with a spatial check: index → (load id, probe).
     spatial: HashMap<usize, (u32, probe::SpatialProbe)>,
     prologue_call: Option<u64>,
@@ -673,6 +676,7 @@ impl Planner<'_, '_> {
         let mut inserts = Vec::new();
         let mut spatial = HashMap::new();
         let mut blocks = Vec::new();
+        let mut register_loops = Vec::new();
         let live = if ai.is_some() {
             liveness::live_before(&code)
         } else {
@@ -731,6 +735,7 @@ impl Planner<'_, '_> {
         inserts.sort_by_key(|&(i, _)| i);
         if soft && !inserts.is_empty() {
             blocks = form_superblocks(&code, &live, &mut inserts);
+            register_loops = reg_countdown::plan(&code, &inserts, &blocks, &spatial);
         }
         PlanOutcome::Planned {
             plan: Box::new(Planned {
@@ -739,6 +744,7 @@ impl Planner<'_, '_> {
                 code,
                 inserts,
                 blocks,
+                register_loops,
                 spatial,
                 prologue_call: None,
                 table_patches: Vec::new(),
@@ -940,6 +946,7 @@ fn encode_copies(
                 inserts: p.inserts.clone(),
                 spatial: p.spatial.clone(),
                 superblocks: p.blocks.clone(),
+                register_loops: p.register_loops.clone(),
                 prologue_call: p.prologue_call,
                 redirects: p.redirects.clone(),
                 escapes: ids.clone(),
