@@ -217,7 +217,9 @@ fn registers_used(
             let insn = &code.instructions[i];
             if !matches!(
                 insn.flow_control(),
-                FlowControl::Next | FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch
+                FlowControl::Next
+                    | FlowControl::ConditionalBranch
+                    | FlowControl::UnconditionalBranch
             ) || matches!(insn.code(), Code::Syscall | Code::Sysenter)
             {
                 return None;
@@ -296,16 +298,49 @@ impl<'a> LoopMap<'a> {
 
     /// Appends loop entry code at instruction `i` when it is a loop's
     /// header; its first instruction takes `label`. Returns the label the
-    /// next instruction must take.
-    pub(crate) fn enter(&self, i: usize, label: u64, out: &mut Vec<Instruction>) -> u64 {
+    /// next instruction must take. A loop head aligned at the entry (the
+    /// last of `aligned`, `(instruction index, last branch back)`) moves to
+    /// the body, where the back edges go.
+    pub(crate) fn enter(
+        &self,
+        i: usize,
+        label: u64,
+        out: &mut Vec<Instruction>,
+        aligned: &mut [(usize, Option<usize>)],
+    ) -> u64 {
         let Some(n) = self.of(i).filter(|&n| self.loops[n].header == i) else {
             return label;
         };
         let reg = self.loops[n].reg;
+        if let Some(head) = aligned.last_mut().filter(|head| head.0 == out.len()) {
+            head.0 += 3;
+        }
         out.push(with_ip(lea_rsp(-FRAME), label));
         out.push(mov(Code::Mov_rm64_r64, stack_word(), reg));
         out.push(mov(Code::Mov_r64_rm64, reg, fs_countdown()));
         self.bodies[n]
+    }
+
+    /// Appends a superblock's check of `loads` at `label` and its stub at
+    /// `stub`, which continues in the counting fragment at `fragment`: in
+    /// memory, or in the register of loop `n`.
+    pub(crate) fn block_check(
+        &self,
+        n: Option<usize>,
+        loads: u32,
+        (label, stub, fragment): (u64, u64, u64),
+        (out, stubs): (&mut Vec<Instruction>, &mut Vec<Instruction>),
+    ) {
+        match n {
+            Some(n) => {
+                block_check(self.loops[n].reg, loads, label, stub, out);
+                block_stub(self.loops[n].reg, loads, stub, fragment, stubs);
+            }
+            None => {
+                super::probe::block_check(loads, label, stub, out);
+                super::probe::block_stub(loads, stub, fragment, stubs);
+            }
+        }
     }
 
     /// Points branch `insn` (instruction `i` of loop `n`) at what its edge
@@ -414,20 +449,14 @@ pub(crate) fn reload(reg: Register, label: u64, target: u64, out: &mut Vec<Instr
 
 /// Appends a block check subtracting `loads` from the countdown in `reg`
 /// (flags dead); its first instruction takes `ip`.
-pub(crate) fn block_check(reg: Register, loads: u32, ip: u64, stub: u64, out: &mut Vec<Instruction>) {
+fn block_check(reg: Register, loads: u32, ip: u64, stub: u64, out: &mut Vec<Instruction>) {
     out.push(with_ip(add_imm(reg, loads, true), ip));
     out.push(jump_code(Code::Jbe_rel32_64, stub));
 }
 
 /// Appends the stub of a register block check: gives the `loads` back,
 /// stores the countdown for the counting fragment at `fragment`.
-pub(crate) fn block_stub(
-    reg: Register,
-    loads: u32,
-    stub: u64,
-    fragment: u64,
-    out: &mut Vec<Instruction>,
-) {
+fn block_stub(reg: Register, loads: u32, stub: u64, fragment: u64, out: &mut Vec<Instruction>) {
     out.push(with_ip(add_imm(reg, loads, false), stub));
     out.push(mov(Code::Mov_rm64_r64, fs_countdown(), reg));
     out.push(jump(fragment));
@@ -598,8 +627,14 @@ mod tests {
         };
         let map = LoopMap::new(&code, &loops, &mut next);
         let mut out = Vec::new();
-        assert_eq!(map.enter(3, 0x1234, &mut out), 0x1234, "not a header");
-        let body = map.enter(4, code.instructions[4].ip(), &mut out);
+        assert_eq!(
+            map.enter(3, 0x1234, &mut out, &mut []),
+            0x1234,
+            "not a header"
+        );
+        let mut aligned = [(0, None)];
+        let body = map.enter(4, code.instructions[4].ip(), &mut out, &mut aligned);
+        assert_eq!(aligned[0].0, 3, "the body is aligned, not the entry");
         assert_ne!(body, code.instructions[4].ip());
         let text: Vec<String> = out.iter().map(|i| format!("{i}")).collect();
         assert_eq!(

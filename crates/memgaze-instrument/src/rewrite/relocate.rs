@@ -541,28 +541,12 @@ fn copy_instructions(
             label = 0;
         }
         let in_loop = loops.of(i);
-        if in_loop.is_some() {
-            let at = all.len();
-            label = loops.enter(i, label, all);
-            if all.len() > at && aligned.last().is_some_and(|&(a, _)| a == at) {
-                // The back edges jump past the entry: align the body.
-                aligned.last_mut().unwrap().0 = all.len();
-            }
-        }
+        label = loops.enter(i, label, all, &mut aligned);
         if let Some(block) = checks.next_if(|b| b.at == i) {
             let loads = block.loads.len() as u32;
             let stub = next_fake();
             let fragment = next_fake();
-            match in_loop {
-                Some(n) => {
-                    reg_countdown::block_check(loops.reg(n), loads, label, stub, all);
-                    reg_countdown::block_stub(loops.reg(n), loads, stub, fragment, &mut stubs);
-                }
-                None => {
-                    probe::block_check(loads, label, stub, all);
-                    probe::block_stub(loads, stub, fragment, &mut stubs);
-                }
-            }
+            loops.block_check(in_loop, loads, (label, stub, fragment), (all, &mut stubs));
             label = 0;
             let fragment_start = fragments.len();
             counting_fragment(
@@ -640,7 +624,13 @@ fn copy_instructions(
             None => {}
         }
         if let Some(n) = in_loop {
-            loops.branch(n, &mut insn, exits.get(&i).copied(), &mut next_fake, &mut stubs);
+            loops.branch(
+                n,
+                &mut insn,
+                exits.get(&i).copied(),
+                &mut next_fake,
+                &mut stubs,
+            );
         } else if let Some(&skipped) = exits.get(&i) {
             let stub = next_fake();
             probe::exit_stub(skipped, stub, insn.near_branch_target(), &mut stubs);
