@@ -25,6 +25,7 @@ pub mod library;
 pub mod liveness;
 pub mod probe;
 pub mod process_end;
+mod reg_countdown;
 pub mod relocate;
 pub mod report;
 pub mod runtime;
@@ -126,6 +127,8 @@ struct Planned {
     code: FunctionCode,
     inserts: Vec<(usize, Insert)>,
     blocks: Vec<relocate::Superblock>,
+    /// Innermost loops counting in a register ([`reg_countdown`]).
+    register_loops: Vec<reg_countdown::RegisterLoop>,
     /// Loads with a spatial check: index → (load id, probe).
     spatial: HashMap<usize, (u32, probe::SpatialProbe)>,
     prologue_call: Option<u64>,
@@ -687,6 +690,7 @@ impl Planner<'_, '_> {
         let mut inserts = Vec::new();
         let mut spatial = HashMap::new();
         let mut blocks = Vec::new();
+        let mut register_loops = Vec::new();
         let live = if ai.is_some() {
             liveness::live_before(&code)
         } else {
@@ -745,6 +749,7 @@ impl Planner<'_, '_> {
         inserts.sort_by_key(|&(i, _)| i);
         if soft && !inserts.is_empty() {
             blocks = form_superblocks(&code, &live, &mut inserts);
+            register_loops = reg_countdown::plan(&code, &inserts, &blocks, &spatial);
         }
         PlanOutcome::Planned {
             plan: Box::new(Planned {
@@ -753,6 +758,7 @@ impl Planner<'_, '_> {
                 code,
                 inserts,
                 blocks,
+                register_loops,
                 spatial,
                 prologue_call: None,
                 table_patches: Vec::new(),
@@ -949,6 +955,7 @@ fn encode_copies(
                 inserts: std::mem::take(&mut p.inserts),
                 spatial: std::mem::take(&mut p.spatial),
                 superblocks: std::mem::take(&mut p.blocks),
+                register_loops: p.register_loops.clone(),
                 prologue_call: p.prologue_call,
                 redirects: std::mem::take(&mut p.redirects),
                 escapes: ids.clone(),

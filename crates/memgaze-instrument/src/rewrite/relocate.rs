@@ -15,6 +15,7 @@
 //! absolute target, never resolved to a copy.
 
 use super::probe::{self, FastPath, SpatialProbe};
+use super::reg_countdown::{self, LoopMap, RegisterLoop};
 use crate::annotation::{PtwriteOperand, PtwriteSite};
 use crate::binary::FunctionCode;
 use crate::error::RelocateError;
@@ -89,6 +90,8 @@ pub(crate) struct CopyPlan<'a> {
     pub spatial: HashMap<usize, (u32, SpatialProbe)>,
     /// Superblocks counted by one check, sorted by index.
     pub(crate) superblocks: Vec<Superblock>,
+    /// Innermost loops whose countdown lives in a register, sorted.
+    pub(crate) register_loops: Vec<RegisterLoop>,
     /// A call placed before the first instruction (region marker hooks).
     pub(crate) prologue_call: Option<u64>,
     /// Jump-table reads redirected to translated tables: instruction index →
@@ -531,6 +534,7 @@ fn copy_instructions(
     let mut inserts = plan.inserts.iter().peekable();
     let mut checks = plan.superblocks.iter().peekable();
     let mut escapes = plan.escapes.iter().peekable();
+    let loops = LoopMap::new(code, &plan.register_loops, &mut next_fake);
     // Side exits of superblocks: branch index → loads to give back.
     let exits: std::collections::HashMap<usize, u32> = plan
         .superblocks
@@ -554,13 +558,15 @@ fn copy_instructions(
             all.push(call);
             label = 0;
         }
+        let in_loop = loops.of(i);
+        label = loops.enter(i, label, all, &mut aligned);
         if let Some(block) = checks.next_if(|b| b.at == i) {
             let loads = block.loads.len() as u32;
             let stub = next_fake();
             let fragment = next_fake();
-            probe::block_check(loads, label, stub, all);
-            probe::block_stub(loads, stub, fragment, &mut stubs);
+            loops.block_check(in_loop, loads, (label, stub, fragment), (all, &mut stubs));
             label = 0;
+            let fragment_start = fragments.len();
             counting_fragment(
                 plan,
                 block,
@@ -570,6 +576,10 @@ fn copy_instructions(
                 (&mut fragments, &mut fragment_checks),
                 &mut stubs,
             );
+            if let Some(n) = in_loop {
+                let fragment = &mut fragments[fragment_start..];
+                loops.fragment_exits(n, fragment, &mut next_fake, &mut stubs);
+            }
         }
         let mut insn = *original;
         let insert = inserts
@@ -580,7 +590,19 @@ fn copy_instructions(
                 let slow = next_fake();
                 let resume = next_fake();
                 let fallback = next_fake();
-                probe::soft_fast_path(fast, label, slow, all);
+                // The slow stub's way back to the load.
+                let back = match in_loop {
+                    Some(n) => {
+                        let reload = next_fake();
+                        reg_countdown::probe(loops.reg(n), label, slow, all);
+                        reg_countdown::reload(loops.reg(n), reload, resume, &mut stubs);
+                        reload
+                    }
+                    None => {
+                        probe::soft_fast_path(fast, label, slow, all);
+                        resume
+                    }
+                };
                 label = 0;
                 insn.set_ip(resume);
                 let record = if plan.spatial.contains_key(&i) {
@@ -588,7 +610,7 @@ fn copy_instructions(
                 } else {
                     entries.record
                 };
-                probe::soft_slow_stub(fast, &insn, id, slow, resume, fallback, record, &mut stubs);
+                probe::soft_slow_stub(fast, &insn, id, slow, back, fallback, record, &mut stubs);
             }
             Some(Insert::String { id, second }) => {
                 let stub = next_fake();
@@ -619,7 +641,15 @@ fn copy_instructions(
             }
             None => {}
         }
-        if let Some(&skipped) = exits.get(&i) {
+        if let Some(n) = in_loop {
+            loops.branch(
+                n,
+                &mut insn,
+                exits.get(&i).copied(),
+                &mut next_fake,
+                &mut stubs,
+            );
+        } else if let Some(&skipped) = exits.get(&i) {
             let stub = next_fake();
             probe::exit_stub(skipped, stub, insn.near_branch_target(), &mut stubs);
             insn.set_near_branch64(stub);
@@ -648,6 +678,9 @@ fn copy_instructions(
         let hooked = hook_got_call(entries, &mut insn);
         let site = site.filter(|_| !hooked);
         push_checked(insn, site, entries, &mut next_fake, all, &mut stubs)?;
+        if let Some(n) = in_loop {
+            loops.fall_out(n, i, all);
+        }
     }
     if code.instructions.last().is_some_and(runs_off_the_end) {
         // In the original, execution goes on at the next bytes (glibc's
@@ -1560,6 +1593,7 @@ mod tests {
                     .collect(),
                 spatial: HashMap::new(),
                 superblocks: Vec::new(),
+                register_loops: Vec::new(),
                 prologue_call: None,
                 redirects: HashMap::new(),
                 escapes: Vec::new(),

@@ -1,0 +1,666 @@
+//! The countdown kept in a register across an innermost loop (soft mode).
+//!
+//! A superblock's block check, `sub qword fs:[0x38], k; jbe stub`, is a
+//! read-modify-write through memory once per iteration: on a streamed loop
+//! of one load per cycle it costs more than the loads. In an innermost loop
+//! without calls, the rewriter keeps the countdown in a register `R` that
+//! no instruction of the loop reads or writes, and the checks become
+//! `sub R, k; jbe stub`:
+//!
+//! - **Entry** (the header's label, which every edge from outside reaches):
+//!   `lea rsp, [rsp-144]; mov [rsp], R; mov R, fs:[0x38]`. `R`'s value is
+//!   kept on the stack below the red zone with `rsp` moved past it, so a
+//!   signal frame (and a nested handler's) lands below it, and a signal
+//!   handler that runs a loop of its own saves its own copy. Back edges
+//!   jump past the entry.
+//! - **Exits** (every edge to a block outside the loop: taken branches go
+//!   through a stub, fall-throughs get the code inline after the branch):
+//!   `mov fs:[0x38], R; mov R, [rsp]; lea rsp, [rsp+144]` — no flags
+//!   change. A side exit of a superblock adds its skipped loads to `R`
+//!   first.
+//! - **Counting fragments** and the runtime read the countdown in memory:
+//!   a block check's stub gives `k` back to `R` and stores it before the
+//!   fragment; every branch out of the fragment reloads `R` (or restores it,
+//!   leaving the loop).
+//! - A lone load's probe (flags dead) is `sub R, 1; jb slow`; its slow stub
+//!   stores 0 to the countdown in memory as ever, and returns through a
+//!   reload of `R`.
+//!
+//! Loops qualify when every block ends in a fall-through, a conditional
+//! branch or a jump inside the function, no block falls through into the
+//! header, no instruction names `rsp` (a stack-relative operand would see
+//! the moved `rsp`), calls, returns or traps, every counted load of the loop
+//! is in a superblock lying wholly inside it or has a flags-dead probe, and a register is left that
+//! neither the loop nor a probe of its loads uses (`rcx`, `rbp` and each
+//! probe's borrowed dead register are never taken). Functions with
+//! unresolved indirect jumps keep the memory countdown everywhere.
+//!
+//! Approximate, and only in sampled runs (a full trace keeps the countdown
+//! at 0 in memory and in `R`): while a thread runs such a loop, the
+//! countdown in memory is the one of its last stub, so a signal handler's
+//! loads there are counted against that copy, which the loop's exit then
+//! overwrites, and a region's begin or the process's end, which read other
+//! threads' countdowns, see that copy. Unwinding from an asynchronous
+//! signal inside the loop sees `rsp` 144 bytes lower than its CFI says (as
+//! inside a probe that saves below the red zone).
+
+use super::probe::{FastPath, SpatialProbe};
+use super::relocate::{Insert, Superblock};
+use super::runtime::TCB_COUNTDOWN;
+use crate::binary::{FunctionCode, Terminator};
+use iced_x86::{Code, FlowControl, Instruction, InstructionInfoFactory, MemoryOperand, Register};
+use std::collections::HashMap;
+
+/// Bytes `rsp` moves down on loop entry: the red zone, the saved register
+/// and 8 bytes that keep `rsp`'s alignment.
+const FRAME: i64 = 128 + 16;
+
+/// The registers a loop may keep the countdown in, in the order preferred.
+/// `rcx` (the probes' `jrcxz` form), `rbp` (frame-pointer unwinding) and
+/// `rsp` are never taken.
+const CANDIDATES: [Register; 13] = [
+    Register::R11,
+    Register::R10,
+    Register::R9,
+    Register::R8,
+    Register::RAX,
+    Register::RDX,
+    Register::RSI,
+    Register::RDI,
+    Register::RBX,
+    Register::R12,
+    Register::R13,
+    Register::R14,
+    Register::R15,
+];
+
+/// An innermost loop whose countdown lives in a register.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RegisterLoop {
+    /// Instruction index of the header's first instruction.
+    pub header: usize,
+    /// Its blocks, sorted.
+    pub blocks: Vec<u32>,
+    /// The register holding the countdown inside it.
+    pub reg: Register,
+}
+
+impl RegisterLoop {
+    fn contains(&self, block: u32) -> bool {
+        self.blocks.binary_search(&block).is_ok()
+    }
+}
+
+/// The innermost loops of `code` that keep their countdown in a register
+/// (see the module documentation), given the function's soft-mode
+/// `inserts` (loads not in a superblock), `superblocks` and spatial checks.
+pub(crate) fn plan(
+    code: &FunctionCode,
+    inserts: &[(usize, Insert)],
+    superblocks: &[Superblock],
+    spatial: &HashMap<usize, (u32, SpatialProbe)>,
+) -> Vec<RegisterLoop> {
+    if code.unresolved_indirect_jumps() > 0 {
+        return Vec::new();
+    }
+    let forest = code.loops();
+    let mut info = InstructionInfoFactory::new();
+    let mut out = Vec::new();
+    for (index, lp) in forest.loops.iter().enumerate() {
+        let innermost = !forest
+            .loops
+            .iter()
+            .any(|other| other.parent == Some(index as u32));
+        if !innermost {
+            continue;
+        }
+        let header = code.blocks[lp.header as usize].first as usize;
+        let candidate = RegisterLoop {
+            header,
+            blocks: lp.blocks.clone(),
+            reg: Register::None,
+        };
+        if header == 0 || !shape_qualifies(code, &candidate) {
+            continue;
+        }
+        let in_loop = |i: usize| candidate.contains(code.block_of[i]);
+        let mut taken: Vec<Register> = Vec::new();
+        let mut counted = 0;
+        let mut wholly_inside = true;
+        for &(i, insert) in inserts.iter().filter(|&&(i, _)| in_loop(i)) {
+            // A lone load's probe needs the flags dead for `sub reg, 1`.
+            if !matches!(
+                insert,
+                Insert::Soft {
+                    fast: FastPath::FlagsDead,
+                    ..
+                }
+            ) {
+                wholly_inside = false;
+                break;
+            }
+            counted += 1;
+            if let Some(&(_, check)) = spatial.get(&i)
+                && !check.save_scratch
+            {
+                taken.push(check.scratch);
+            }
+        }
+        for block in superblocks.iter().take_while(|_| wholly_inside) {
+            let inside = (block.at..=block.last).filter(|&i| in_loop(i)).count();
+            if inside == 0 {
+                continue;
+            }
+            if inside != block.last - block.at + 1 {
+                wholly_inside = false;
+                break;
+            }
+            counted += 1;
+            for &(i, _, fast) in &block.loads {
+                match fast {
+                    FastPath::SaveIn(reg) => taken.push(reg),
+                    FastPath::FlagsDead | FastPath::RcxDead | FastPath::Stack => {}
+                }
+                if let Some(&(_, check)) = spatial.get(&i)
+                    && !check.save_scratch
+                {
+                    taken.push(check.scratch);
+                }
+            }
+        }
+        if !wholly_inside || counted == 0 {
+            continue;
+        }
+        let Some(used) = registers_used(code, &candidate, &mut info) else {
+            continue;
+        };
+        taken.extend(used);
+        if let Some(reg) = CANDIDATES.into_iter().find(|r| !taken.contains(r)) {
+            out.push(RegisterLoop { reg, ..candidate });
+        }
+    }
+    out.sort_by_key(|l| l.header);
+    out
+}
+
+/// Whether every block of `lp` ends so that its exits can be instrumented:
+/// a fall-through, a conditional branch or a jump inside the function, and
+/// none falls through into the header.
+fn shape_qualifies(code: &FunctionCode, lp: &RegisterLoop) -> bool {
+    let header_block = code.block_of[lp.header];
+    lp.blocks.iter().all(|&b| {
+        let block = &code.blocks[b as usize];
+        match block.terminator {
+            Terminator::Jump => true,
+            Terminator::FallThrough | Terminator::Conditional => {
+                let next = b as usize + 1;
+                next < code.blocks.len()
+                    && code.blocks[next].start == block.end
+                    && next as u32 != header_block
+            }
+            _ => false,
+        }
+    })
+}
+
+/// The full general registers the instructions of `lp` read or write, or
+/// `None` when one names `rsp`, calls, returns, traps or makes a system
+/// call.
+fn registers_used(
+    code: &FunctionCode,
+    lp: &RegisterLoop,
+    info: &mut InstructionInfoFactory,
+) -> Option<Vec<Register>> {
+    let mut used = Vec::new();
+    for &b in &lp.blocks {
+        for i in code.blocks[b as usize].instructions() {
+            let insn = &code.instructions[i];
+            if !matches!(
+                insn.flow_control(),
+                FlowControl::Next
+                    | FlowControl::ConditionalBranch
+                    | FlowControl::UnconditionalBranch
+            ) || matches!(insn.code(), Code::Syscall | Code::Sysenter)
+            {
+                return None;
+            }
+            for r in info.info(insn).used_registers() {
+                let reg = r.register();
+                if reg.is_gpr() {
+                    let full = reg.full_register();
+                    if full == Register::RSP {
+                        return None;
+                    }
+                    used.push(full);
+                }
+            }
+        }
+    }
+    Some(used)
+}
+
+/// Where each instruction's register loop is, for the copy.
+pub(crate) struct LoopMap<'a> {
+    code: &'a FunctionCode,
+    loops: &'a [RegisterLoop],
+    /// Block index → loop index.
+    of_block: HashMap<u32, usize>,
+    /// Each loop's label past its entry (the target of its back edges).
+    bodies: Vec<u64>,
+}
+
+impl<'a> LoopMap<'a> {
+    /// Indexes `loops` of `code`, drawing each loop's body label from
+    /// `next_label`.
+    pub(crate) fn new(
+        code: &'a FunctionCode,
+        loops: &'a [RegisterLoop],
+        next_label: &mut dyn FnMut() -> u64,
+    ) -> LoopMap<'a> {
+        let mut of_block = HashMap::new();
+        for (n, lp) in loops.iter().enumerate() {
+            for &b in &lp.blocks {
+                of_block.insert(b, n);
+            }
+        }
+        let bodies = loops.iter().map(|_| next_label()).collect();
+        LoopMap {
+            code,
+            loops,
+            of_block,
+            bodies,
+        }
+    }
+
+    /// The loop of instruction `i`, if any.
+    pub(crate) fn of(&self, i: usize) -> Option<usize> {
+        self.of_block.get(&self.code.block_of[i]).copied()
+    }
+
+    /// The register of loop `n`.
+    pub(crate) fn reg(&self, n: usize) -> Register {
+        self.loops[n].reg
+    }
+
+    /// Whether original address `target` lies in loop `n`, and the label an
+    /// edge from inside it jumps to: the body label for the header.
+    fn inside(&self, n: usize, target: u64) -> (bool, u64) {
+        let lp = &self.loops[n];
+        if target == self.code.instructions[lp.header].ip() {
+            return (true, self.bodies[n]);
+        }
+        let inside = self
+            .code
+            .instruction_at(target)
+            .is_some_and(|i| lp.contains(self.code.block_of[i]));
+        (inside, target)
+    }
+
+    /// Appends loop entry code at instruction `i` when it is a loop's
+    /// header; its first instruction takes `label`. Returns the label the
+    /// next instruction must take. A loop head aligned at the entry (the
+    /// last of `aligned`, `(instruction index, last branch back)`) moves to
+    /// the body, where the back edges go.
+    pub(crate) fn enter(
+        &self,
+        i: usize,
+        label: u64,
+        out: &mut Vec<Instruction>,
+        aligned: &mut [(usize, Option<usize>)],
+    ) -> u64 {
+        let Some(n) = self.of(i).filter(|&n| self.loops[n].header == i) else {
+            return label;
+        };
+        let reg = self.loops[n].reg;
+        if let Some(head) = aligned.last_mut().filter(|head| head.0 == out.len()) {
+            head.0 += 3;
+        }
+        out.push(with_ip(lea_rsp(-FRAME), label));
+        out.push(mov(Code::Mov_rm64_r64, stack_word(), reg));
+        out.push(mov(Code::Mov_r64_rm64, reg, fs_countdown()));
+        self.bodies[n]
+    }
+
+    /// Appends a superblock's check of `loads` at `label` and its stub at
+    /// `stub`, which continues in the counting fragment at `fragment`: in
+    /// memory, or in the register of loop `n`.
+    pub(crate) fn block_check(
+        &self,
+        n: Option<usize>,
+        loads: u32,
+        (label, stub, fragment): (u64, u64, u64),
+        (out, stubs): (&mut Vec<Instruction>, &mut Vec<Instruction>),
+    ) {
+        match n {
+            Some(n) => {
+                block_check(self.loops[n].reg, loads, label, stub, out);
+                block_stub(self.loops[n].reg, loads, stub, fragment, stubs);
+            }
+            None => {
+                super::probe::block_check(loads, label, stub, out);
+                super::probe::block_stub(loads, stub, fragment, stubs);
+            }
+        }
+    }
+
+    /// Points branch `insn` (instruction `i` of loop `n`) at what its edge
+    /// needs: the body label for a back edge, a stub that adds `skipped`
+    /// loads back (a superblock's side exit) and leaves the loop when the
+    /// target is outside.
+    pub(crate) fn branch(
+        &self,
+        n: usize,
+        insn: &mut Instruction,
+        skipped: Option<u32>,
+        next_label: &mut dyn FnMut() -> u64,
+        stubs: &mut Vec<Instruction>,
+    ) {
+        if !matches!(
+            insn.flow_control(),
+            FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch
+        ) {
+            return;
+        }
+        let reg = self.loops[n].reg;
+        let (inside, target) = self.inside(n, insn.near_branch_target());
+        if inside && skipped.is_none() {
+            insn.set_near_branch64(target);
+            return;
+        }
+        let stub = next_label();
+        let start = stubs.len();
+        if let Some(loads) = skipped {
+            stubs.push(add_imm(reg, loads, false));
+        }
+        if !inside {
+            leave(reg, stubs);
+        }
+        stubs.push(jump(target));
+        stubs[start] = with_ip(stubs[start], stub);
+        insn.set_near_branch64(stub);
+    }
+
+    /// Appends the inline exit after instruction `i` of loop `n` when it
+    /// ends a block that falls through out of the loop.
+    pub(crate) fn fall_out(&self, n: usize, i: usize, out: &mut Vec<Instruction>) {
+        let b = self.code.block_of[i];
+        let block = &self.code.blocks[b as usize];
+        if block.last() != i
+            || !matches!(
+                block.terminator,
+                Terminator::FallThrough | Terminator::Conditional
+            )
+            || self.loops[n].contains(b + 1)
+        {
+            return;
+        }
+        leave(self.loops[n].reg, out);
+    }
+
+    /// Points every branch of a counting fragment of loop `n` (`fragment`,
+    /// just appended) that goes back into the function at a stub that
+    /// reloads the register from the countdown, or leaves the loop.
+    pub(crate) fn fragment_exits(
+        &self,
+        n: usize,
+        fragment: &mut [Instruction],
+        next_label: &mut dyn FnMut() -> u64,
+        stubs: &mut Vec<Instruction>,
+    ) {
+        let reg = self.loops[n].reg;
+        let range = self.code.start..self.code.end;
+        for insn in fragment.iter_mut() {
+            if !matches!(
+                insn.flow_control(),
+                FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch
+            ) || !range.contains(&insn.near_branch_target())
+            {
+                continue;
+            }
+            let (inside, target) = self.inside(n, insn.near_branch_target());
+            let stub = next_label();
+            if inside {
+                stubs.push(with_ip(mov(Code::Mov_r64_rm64, reg, fs_countdown()), stub));
+            } else {
+                stubs.push(with_ip(mov(Code::Mov_r64_rm64, reg, stack_word()), stub));
+                stubs.push(lea_rsp(FRAME));
+            }
+            stubs.push(jump(target));
+            insn.set_near_branch64(stub);
+        }
+    }
+}
+
+/// Appends the counting probe of a lone load in a register loop (flags
+/// dead there): `sub reg, 1; jb slow`, the first taking `ip`. Its slow
+/// stub is the flags-dead one, which stores 0 to the countdown in memory,
+/// and returns through [`reload`].
+pub(crate) fn probe(reg: Register, ip: u64, slow: u64, out: &mut Vec<Instruction>) {
+    out.push(with_ip(add_imm(reg, 1, true), ip));
+    out.push(jump_code(Code::Jb_rel32_64, slow));
+}
+
+/// Appends a stub at `label` that reloads `reg` from the countdown in
+/// memory and jumps to `target`.
+pub(crate) fn reload(reg: Register, label: u64, target: u64, out: &mut Vec<Instruction>) {
+    out.push(with_ip(mov(Code::Mov_r64_rm64, reg, fs_countdown()), label));
+    out.push(jump(target));
+}
+
+/// Appends a block check subtracting `loads` from the countdown in `reg`
+/// (flags dead); its first instruction takes `ip`.
+fn block_check(reg: Register, loads: u32, ip: u64, stub: u64, out: &mut Vec<Instruction>) {
+    out.push(with_ip(add_imm(reg, loads, true), ip));
+    out.push(jump_code(Code::Jbe_rel32_64, stub));
+}
+
+/// Appends the stub of a register block check: gives the `loads` back,
+/// stores the countdown for the counting fragment at `fragment`.
+fn block_stub(reg: Register, loads: u32, stub: u64, fragment: u64, out: &mut Vec<Instruction>) {
+    out.push(with_ip(add_imm(reg, loads, false), stub));
+    out.push(mov(Code::Mov_rm64_r64, fs_countdown(), reg));
+    out.push(jump(fragment));
+}
+
+/// Stores the countdown and restores the register and `rsp` (flags kept).
+fn leave(reg: Register, out: &mut Vec<Instruction>) {
+    out.push(mov(Code::Mov_rm64_r64, fs_countdown(), reg));
+    out.push(mov(Code::Mov_r64_rm64, reg, stack_word()));
+    out.push(lea_rsp(FRAME));
+}
+
+/// `sub reg, loads` (or `add`).
+fn add_imm(reg: Register, loads: u32, subtract: bool) -> Instruction {
+    let code = match (subtract, loads <= 127) {
+        (true, true) => Code::Sub_rm64_imm8,
+        (true, false) => Code::Sub_rm64_imm32,
+        (false, true) => Code::Add_rm64_imm8,
+        (false, false) => Code::Add_rm64_imm32,
+    };
+    Instruction::with2(code, reg, loads as i32).expect("valid add")
+}
+
+fn mov(code: Code, a: impl Into<Operand>, b: impl Into<Operand>) -> Instruction {
+    match (a.into(), b.into()) {
+        (Operand::Reg(r), Operand::Mem(m)) => Instruction::with2(code, r, m),
+        (Operand::Mem(m), Operand::Reg(r)) => Instruction::with2(code, m, r),
+        _ => unreachable!("a mov between a register and memory"),
+    }
+    .expect("valid mov")
+}
+
+enum Operand {
+    Reg(Register),
+    Mem(MemoryOperand),
+}
+
+impl From<Register> for Operand {
+    fn from(r: Register) -> Operand {
+        Operand::Reg(r)
+    }
+}
+
+impl From<MemoryOperand> for Operand {
+    fn from(m: MemoryOperand) -> Operand {
+        Operand::Mem(m)
+    }
+}
+
+fn fs_countdown() -> MemoryOperand {
+    MemoryOperand::new(
+        Register::None,
+        Register::None,
+        1,
+        TCB_COUNTDOWN as i64,
+        4,
+        false,
+        Register::FS,
+    )
+}
+
+/// `[rsp]` after the entry: the register's saved value.
+fn stack_word() -> MemoryOperand {
+    MemoryOperand::with_base(Register::RSP)
+}
+
+fn lea_rsp(disp: i64) -> Instruction {
+    Instruction::with2(
+        Code::Lea_r64_m,
+        Register::RSP,
+        MemoryOperand::with_base_displ(Register::RSP, disp),
+    )
+    .expect("valid lea")
+}
+
+fn jump(target: u64) -> Instruction {
+    jump_code(Code::Jmp_rel32_64, target)
+}
+
+fn jump_code(code: Code, target: u64) -> Instruction {
+    Instruction::with_branch(code, target).expect("valid branch")
+}
+
+fn with_ip(mut insn: Instruction, ip: u64) -> Instruction {
+    insn.set_ip(ip);
+    insn
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::binary::FlatMemory;
+    use iced_x86::code_asm::*;
+
+    const BASE: u64 = 0x1000;
+
+    /// `test rsi, rsi; jle done; lea rcx, [rdi+rsi*8]; xor eax, eax;
+    /// top: mov rdx, [rdi + load_disp] (or [rsp+8]); add rdi, 8; add rax,
+    /// rdx; cmp rdi, rcx; jne top; done: ret` — the strided kernel's loop.
+    fn strided(through_rsp: bool) -> FunctionCode {
+        let mut a = CodeAssembler::new(64).unwrap();
+        let mut top = a.create_label();
+        let mut done = a.create_label();
+        a.test(rsi, rsi).unwrap();
+        a.jle(done).unwrap();
+        a.lea(rcx, qword_ptr(rdi + rsi * 8)).unwrap();
+        a.xor(eax, eax).unwrap();
+        a.set_label(&mut top).unwrap();
+        if through_rsp {
+            a.mov(rdx, qword_ptr(rsp + 8)).unwrap();
+        } else {
+            a.mov(rdx, qword_ptr(rdi)).unwrap();
+        }
+        a.add(rdi, 8).unwrap();
+        a.add(rax, rdx).unwrap();
+        a.cmp(rdi, rcx).unwrap();
+        a.jne(top).unwrap();
+        a.set_label(&mut done).unwrap();
+        a.ret().unwrap();
+        let bytes = a.assemble(BASE).unwrap();
+        let memory = FlatMemory {
+            base: BASE,
+            bytes: &bytes,
+        };
+        FunctionCode::build(&bytes, BASE, &memory)
+    }
+
+    fn load(fast: FastPath) -> Vec<(usize, Insert)> {
+        vec![(4, Insert::Soft { id: 1, fast })]
+    }
+
+    #[test]
+    fn a_call_free_loop_keeps_its_countdown_in_a_register_it_never_names() {
+        let code = strided(false);
+        let loops = plan(&code, &load(FastPath::FlagsDead), &[], &HashMap::new());
+        assert_eq!(loops.len(), 1);
+        assert_eq!(loops[0].header, 4);
+        assert_eq!(loops[0].reg, Register::R11);
+        // A spatial check borrowing r11 (dead there) moves it on.
+        let check = SpatialProbe {
+            scratch: Register::R11,
+            save_scratch: false,
+            save_flags: false,
+        };
+        let spatial = HashMap::from([(4, (1, check))]);
+        let loops = plan(&code, &load(FastPath::FlagsDead), &[], &spatial);
+        assert_eq!(loops[0].reg, Register::R10);
+    }
+
+    #[test]
+    fn loops_naming_rsp_or_with_flags_live_probes_keep_the_memory_countdown() {
+        let code = strided(true);
+        assert!(plan(&code, &load(FastPath::FlagsDead), &[], &HashMap::new()).is_empty());
+        let code = strided(false);
+        assert!(plan(&code, &load(FastPath::Stack), &[], &HashMap::new()).is_empty());
+        // Nothing counted in the loop: nothing to gain.
+        assert!(plan(&code, &[], &[], &HashMap::new()).is_empty());
+    }
+
+    #[test]
+    fn the_entry_saves_below_the_red_zone_and_every_exit_restores() {
+        let code = strided(false);
+        let loops = plan(&code, &load(FastPath::FlagsDead), &[], &HashMap::new());
+        let mut label = 0xf000_0000;
+        let mut next = || {
+            label += 1;
+            label
+        };
+        let map = LoopMap::new(&code, &loops, &mut next);
+        let mut out = Vec::new();
+        assert_eq!(
+            map.enter(3, 0x1234, &mut out, &mut []),
+            0x1234,
+            "not a header"
+        );
+        let mut aligned = [(0, None)];
+        let body = map.enter(4, code.instructions[4].ip(), &mut out, &mut aligned);
+        assert_eq!(aligned[0].0, 3, "the body is aligned, not the entry");
+        assert_ne!(body, code.instructions[4].ip());
+        let text: Vec<String> = out.iter().map(|i| format!("{i}")).collect();
+        assert_eq!(
+            text,
+            ["lea rsp,[rsp-90h]", "mov [rsp],r11", "mov r11,fs:[38h]"]
+        );
+        // The back edge goes past the entry; the fall-through out of the
+        // loop stores the countdown and restores r11 and rsp.
+        let mut jne = code.instructions[8];
+        let mut stubs = Vec::new();
+        map.branch(0, &mut jne, None, &mut next, &mut stubs);
+        assert_eq!(jne.near_branch_target(), body);
+        assert!(stubs.is_empty());
+        out.clear();
+        map.fall_out(0, 8, &mut out);
+        let text: Vec<String> = out.iter().map(|i| format!("{i}")).collect();
+        assert_eq!(
+            text,
+            ["mov fs:[38h],r11", "mov r11,[rsp]", "lea rsp,[rsp+90h]"]
+        );
+        // A side exit that skips loads adds them back before the back edge.
+        let mut jne = code.instructions[8];
+        map.branch(0, &mut jne, Some(2), &mut next, &mut stubs);
+        assert_eq!(stubs.len(), 2);
+        assert_eq!(format!("{}", stubs[0]), "add r11,2");
+        assert_eq!(stubs[1].near_branch_target(), body);
+        assert_eq!(jne.near_branch_target(), stubs[0].ip());
+    }
+}
