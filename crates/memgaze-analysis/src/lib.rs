@@ -795,12 +795,12 @@ fn largest_untraced_objects_note(objects: &[ObjectLoadCoverage]) -> Option<Strin
     })
 }
 
-/// What the coverage says about shared libraries: only the executable is
-/// instrumented, so their loads (libc's `memcpy`, the allocator, …) are
-/// missing from every metric.
+/// What the coverage says about the shared libraries that ran
+/// uninstrumented (not selected by `--libs`, or `dlopen`ed): their loads
+/// are missing from every metric.
 pub fn untraced_libraries_note(libraries: &[String]) -> String {
     format!(
-        "loads in shared libraries are not traced (only the executable is instrumented): {}",
+        "loads in shared libraries that ran uninstrumented are not traced: {}",
         libraries.join(", ")
     )
 }
@@ -2644,7 +2644,7 @@ mod tests {
             .unwrap()
             .finish(&TraceTotals::clean(0, 0, 0));
         assert_eq!(a.coverage.untraced_libraries, ["libm.so.6", "libc.so.6"]);
-        assert!(a.coverage.notes.contains(&"loads in shared libraries are not traced (only the executable is instrumented): libm.so.6, libc.so.6".to_string()), "{:?}", a.coverage.notes);
+        assert!(a.coverage.notes.contains(&"loads in shared libraries that ran uninstrumented are not traced: libm.so.6, libc.so.6".to_string()), "{:?}", a.coverage.notes);
         let plain = run(Backend::Soft, Sampling::full(), &AnalysisOptions::default());
         assert!(plain.coverage.untraced_libraries.is_empty());
         assert!(

@@ -62,7 +62,7 @@
 //! shr r, 6; imul r32, r32, m; cmp r32, t; jb stub` with `r` a register
 //! dead there and the flags dead — a shift, a multiply and a compare on the
 //! address, no load: the block `b` is tracked iff `(b mod 2^32) · m mod
-//! 2^32 < t` ([`SpatialHash`]), which is the trace's hash with the words
+//! 2^32 < t` (`SpatialHash`), which is the trace's hash with the words
 //! `m · 2^32` and `t · 2^32` (`memgaze_trace::SpatialSampling`). The
 //! checks are emitted with the default rate's `m` and `t`; the runtime
 //! writes another rate's over them at entry, or skips the checks of runs
@@ -79,7 +79,7 @@
 //! A run that takes no spatial samples would still pay for every check (on
 //! a strided loop of one volatile load, more than the counting probe).
 //! The rewriter lists every check with the offsets of its two immediates
-//! ([`spatial_immediates`]) and its replacement (`spatial_skip`: at most
+//! (`spatial_immediates`) and its replacement (`spatial_skip`: at most
 //! three long `nop`s, or a `jmp` to the load where the check moves `rsp`)
 //! in a table that the segment header locates
 //! (`super::runtime::header::SPATIAL_SKIPS`); when the threshold is still
