@@ -15,6 +15,7 @@
 //! options.
 
 use crate::gate::{BASELINES_DIR, BenchKey};
+use crate::pipeline::instrumented::CACHE_DIR;
 use anyhow::{Context, Result, bail};
 use memgaze_analysis::{ANALYSIS_SCHEMA, Analysis, AnalysisOptions, analyze_trace};
 use memgaze_trace::TraceReader;
@@ -178,14 +179,17 @@ pub fn discover(results: &Path) -> Result<Discovery> {
         let entries =
             std::fs::read_dir(&dir).with_context(|| format!("{}: cannot list", dir.display()))?;
         for entry in entries {
-            let path = entry
-                .with_context(|| format!("{}: cannot list", dir.display()))?
-                .path();
+            let entry = entry.with_context(|| format!("{}: cannot list", dir.display()))?;
+            let path = entry.path();
+            // The instrumented copies' cache holds `run`'s mirrors: links
+            // to the original's directories (`/usr/lib`, whose trees may
+            // link back to themselves). Results are real directories, so
+            // the walk never follows a link.
             let skip = dir == results
-                && path
-                    .file_name()
-                    .is_some_and(|n| n == BASELINES_DIR || n == REPORT_DIR || n == COMPARE_DIR);
-            if path.is_dir() && !skip {
+                && path.file_name().is_some_and(|n| {
+                    n == BASELINES_DIR || n == REPORT_DIR || n == COMPARE_DIR || n == CACHE_DIR
+                });
+            if entry.file_type().is_ok_and(|t| t.is_dir()) && !skip {
                 stack.push(path);
             }
         }

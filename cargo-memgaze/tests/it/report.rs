@@ -410,3 +410,29 @@ fn an_unreadable_bench_directory_is_skipped_and_named() {
         "{stderr}"
     );
 }
+
+/// `run` leaves mirrors of programs' directories in the instrumented-copy
+/// cache under the results root: links to directories such as `/usr/lib`,
+/// whose trees can link back to themselves (llvm's `build/Release -> ..`).
+/// The report's walk follows no link and skips the cache, so it ends and
+/// finds the one bench.
+#[test]
+fn links_and_the_instrumented_cache_under_the_results_are_not_walked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("memgaze");
+    bench_dir(&root, &small(Kernel::Chase, 1), false);
+    // A cycle of links: each level links back to its parent.
+    let loop_dir = tmp.path().join("elsewhere").join("build");
+    std::fs::create_dir_all(&loop_dir).unwrap();
+    std::os::unix::fs::symlink("..", loop_dir.join("Release")).unwrap();
+    std::os::unix::fs::symlink("..", loop_dir.join("Debug")).unwrap();
+    std::os::unix::fs::symlink(tmp.path().join("elsewhere"), root.join("linked")).unwrap();
+    let mirror = root.join("instrumented").join("0123abcd").join("mirror");
+    std::fs::create_dir_all(&mirror).unwrap();
+    std::os::unix::fs::symlink(tmp.path().join("elsewhere"), mirror.join("lib")).unwrap();
+    // A bench copied into the cache would be found if the cache were walked.
+    bench_dir(&mirror, &small(Kernel::Chase, 1), false);
+
+    let written = report_results(&root, &ReportOptions::new(tmp.path().join("r"))).unwrap();
+    assert_eq!(written.benches, 1, "{:?}", written.warnings);
+}
