@@ -368,7 +368,8 @@ pub(crate) fn spatial_checkable(load: &Instruction) -> bool {
 /// Red zone below `rsp` the System V ABI lets leaf code use.
 const RED_ZONE: i64 = 128;
 
-fn fs_countdown() -> MemoryOperand {
+/// `fs:[0x38]`, the thread's countdown.
+pub(super) fn fs_countdown() -> MemoryOperand {
     MemoryOperand::new(
         Register::None,
         Register::None,
@@ -380,12 +381,14 @@ fn fs_countdown() -> MemoryOperand {
     )
 }
 
-fn with_ip(mut insn: Instruction, ip: u64) -> Instruction {
+/// `insn` at `ip` (a label branches can target).
+pub(super) fn with_ip(mut insn: Instruction, ip: u64) -> Instruction {
     insn.set_ip(ip);
     insn
 }
 
-fn i2(code: Code, a: impl Into<Op>, b: impl Into<Op>) -> Instruction {
+/// A two-operand instruction of registers, memory and immediates.
+pub(super) fn i2(code: Code, a: impl Into<Op>, b: impl Into<Op>) -> Instruction {
     let (a, b) = (a.into(), b.into());
     match (a, b) {
         (Op::Reg(r), Op::Reg(s)) => Instruction::with2(code, r, s),
@@ -398,7 +401,8 @@ fn i2(code: Code, a: impl Into<Op>, b: impl Into<Op>) -> Instruction {
     .expect("valid instruction")
 }
 
-enum Op {
+/// An operand of [`i2`].
+pub(super) enum Op {
     Reg(Register),
     Mem(MemoryOperand),
     Imm(i32),
@@ -438,7 +442,8 @@ fn pop(reg: Register) -> Instruction {
     Instruction::with1(Code::Pop_r64, reg).expect("pop")
 }
 
-fn branch(code: Code, target: u64) -> Instruction {
+/// A relative branch to `target`.
+pub(super) fn branch(code: Code, target: u64) -> Instruction {
     Instruction::with_branch(code, target).expect("valid branch")
 }
 
@@ -479,12 +484,7 @@ fn countdown_jrcxz(slow: u64, out: &mut Vec<Instruction>) {
 /// be dead); its first instruction takes `ip`. Branches to `stub` when the
 /// countdown does not cover the block.
 pub(crate) fn block_check(loads: u32, ip: u64, stub: u64, out: &mut Vec<Instruction>) {
-    let code = if loads <= 127 {
-        Code::Sub_rm64_imm8
-    } else {
-        Code::Sub_rm64_imm32
-    };
-    out.push(with_ip(i2(code, fs_countdown(), loads as i32), ip));
+    out.push(with_ip(count_by(fs_countdown(), loads, true), ip));
     out.push(branch(Code::Jbe_rel32_64, stub));
 }
 
@@ -504,12 +504,19 @@ pub(crate) fn exit_stub(loads: u32, stub: u64, target: u64, out: &mut Vec<Instru
 }
 
 fn add_countdown(loads: u32) -> Instruction {
-    let code = if loads <= 127 {
-        Code::Add_rm64_imm8
-    } else {
-        Code::Add_rm64_imm32
+    count_by(fs_countdown(), loads, false)
+}
+
+/// `sub counter, loads` (`subtract`) or `add counter, loads`, the counter
+/// the memory countdown or a register holding it.
+pub(super) fn count_by(counter: impl Into<Op>, loads: u32, subtract: bool) -> Instruction {
+    let code = match (subtract, loads <= 127) {
+        (true, true) => Code::Sub_rm64_imm8,
+        (true, false) => Code::Sub_rm64_imm32,
+        (false, true) => Code::Add_rm64_imm8,
+        (false, false) => Code::Add_rm64_imm32,
     };
-    i2(code, fs_countdown(), loads as i32)
+    i2(code, counter, loads as i32)
 }
 
 /// What an escape check compares a jump's target with (see

@@ -44,9 +44,8 @@
 //! signal inside the loop sees `rsp` 144 bytes lower than its CFI says (as
 //! inside a probe that saves below the red zone).
 
-use super::probe::{FastPath, SpatialProbe};
+use super::probe::{FastPath, SpatialProbe, branch, count_by, fs_countdown, i2, with_ip};
 use super::relocate::{Insert, Superblock};
-use super::runtime::TCB_COUNTDOWN;
 use crate::binary::{FunctionCode, Terminator};
 use iced_x86::{Code, FlowControl, Instruction, InstructionInfoFactory, MemoryOperand, Register};
 use std::collections::HashMap;
@@ -316,8 +315,8 @@ impl<'a> LoopMap<'a> {
             head.0 += 3;
         }
         out.push(with_ip(lea_rsp(-FRAME), label));
-        out.push(mov(Code::Mov_rm64_r64, stack_word(), reg));
-        out.push(mov(Code::Mov_r64_rm64, reg, fs_countdown()));
+        out.push(i2(Code::Mov_rm64_r64, stack_word(), reg));
+        out.push(i2(Code::Mov_r64_rm64, reg, fs_countdown()));
         self.bodies[n]
     }
 
@@ -370,7 +369,7 @@ impl<'a> LoopMap<'a> {
         let stub = next_label();
         let start = stubs.len();
         if let Some(loads) = skipped {
-            stubs.push(add_imm(reg, loads, false));
+            stubs.push(count_by(reg, loads, false));
         }
         if !inside {
             leave(reg, stubs);
@@ -420,9 +419,9 @@ impl<'a> LoopMap<'a> {
             let (inside, target) = self.inside(n, insn.near_branch_target());
             let stub = next_label();
             if inside {
-                stubs.push(with_ip(mov(Code::Mov_r64_rm64, reg, fs_countdown()), stub));
+                stubs.push(with_ip(i2(Code::Mov_r64_rm64, reg, fs_countdown()), stub));
             } else {
-                stubs.push(with_ip(mov(Code::Mov_r64_rm64, reg, stack_word()), stub));
+                stubs.push(with_ip(i2(Code::Mov_r64_rm64, reg, stack_word()), stub));
                 stubs.push(lea_rsp(FRAME));
             }
             stubs.push(jump(target));
@@ -436,86 +435,37 @@ impl<'a> LoopMap<'a> {
 /// stub is the flags-dead one, which stores 0 to the countdown in memory,
 /// and returns through [`reload`].
 pub(crate) fn probe(reg: Register, ip: u64, slow: u64, out: &mut Vec<Instruction>) {
-    out.push(with_ip(add_imm(reg, 1, true), ip));
-    out.push(jump_code(Code::Jb_rel32_64, slow));
+    out.push(with_ip(count_by(reg, 1, true), ip));
+    out.push(branch(Code::Jb_rel32_64, slow));
 }
 
 /// Appends a stub at `label` that reloads `reg` from the countdown in
 /// memory and jumps to `target`.
 pub(crate) fn reload(reg: Register, label: u64, target: u64, out: &mut Vec<Instruction>) {
-    out.push(with_ip(mov(Code::Mov_r64_rm64, reg, fs_countdown()), label));
+    out.push(with_ip(i2(Code::Mov_r64_rm64, reg, fs_countdown()), label));
     out.push(jump(target));
 }
 
 /// Appends a block check subtracting `loads` from the countdown in `reg`
 /// (flags dead); its first instruction takes `ip`.
 fn block_check(reg: Register, loads: u32, ip: u64, stub: u64, out: &mut Vec<Instruction>) {
-    out.push(with_ip(add_imm(reg, loads, true), ip));
-    out.push(jump_code(Code::Jbe_rel32_64, stub));
+    out.push(with_ip(count_by(reg, loads, true), ip));
+    out.push(branch(Code::Jbe_rel32_64, stub));
 }
 
 /// Appends the stub of a register block check: gives the `loads` back,
 /// stores the countdown for the counting fragment at `fragment`.
 fn block_stub(reg: Register, loads: u32, stub: u64, fragment: u64, out: &mut Vec<Instruction>) {
-    out.push(with_ip(add_imm(reg, loads, false), stub));
-    out.push(mov(Code::Mov_rm64_r64, fs_countdown(), reg));
+    out.push(with_ip(count_by(reg, loads, false), stub));
+    out.push(i2(Code::Mov_rm64_r64, fs_countdown(), reg));
     out.push(jump(fragment));
 }
 
 /// Stores the countdown and restores the register and `rsp` (flags kept).
 fn leave(reg: Register, out: &mut Vec<Instruction>) {
-    out.push(mov(Code::Mov_rm64_r64, fs_countdown(), reg));
-    out.push(mov(Code::Mov_r64_rm64, reg, stack_word()));
+    out.push(i2(Code::Mov_rm64_r64, fs_countdown(), reg));
+    out.push(i2(Code::Mov_r64_rm64, reg, stack_word()));
     out.push(lea_rsp(FRAME));
-}
-
-/// `sub reg, loads` (or `add`).
-fn add_imm(reg: Register, loads: u32, subtract: bool) -> Instruction {
-    let code = match (subtract, loads <= 127) {
-        (true, true) => Code::Sub_rm64_imm8,
-        (true, false) => Code::Sub_rm64_imm32,
-        (false, true) => Code::Add_rm64_imm8,
-        (false, false) => Code::Add_rm64_imm32,
-    };
-    Instruction::with2(code, reg, loads as i32).expect("valid add")
-}
-
-fn mov(code: Code, a: impl Into<Operand>, b: impl Into<Operand>) -> Instruction {
-    match (a.into(), b.into()) {
-        (Operand::Reg(r), Operand::Mem(m)) => Instruction::with2(code, r, m),
-        (Operand::Mem(m), Operand::Reg(r)) => Instruction::with2(code, m, r),
-        _ => unreachable!("a mov between a register and memory"),
-    }
-    .expect("valid mov")
-}
-
-enum Operand {
-    Reg(Register),
-    Mem(MemoryOperand),
-}
-
-impl From<Register> for Operand {
-    fn from(r: Register) -> Operand {
-        Operand::Reg(r)
-    }
-}
-
-impl From<MemoryOperand> for Operand {
-    fn from(m: MemoryOperand) -> Operand {
-        Operand::Mem(m)
-    }
-}
-
-fn fs_countdown() -> MemoryOperand {
-    MemoryOperand::new(
-        Register::None,
-        Register::None,
-        1,
-        TCB_COUNTDOWN as i64,
-        4,
-        false,
-        Register::FS,
-    )
 }
 
 /// `[rsp]` after the entry: the register's saved value.
@@ -533,16 +483,7 @@ fn lea_rsp(disp: i64) -> Instruction {
 }
 
 fn jump(target: u64) -> Instruction {
-    jump_code(Code::Jmp_rel32_64, target)
-}
-
-fn jump_code(code: Code, target: u64) -> Instruction {
-    Instruction::with_branch(code, target).expect("valid branch")
-}
-
-fn with_ip(mut insn: Instruction, ip: u64) -> Instruction {
-    insn.set_ip(ip);
-    insn
+    branch(Code::Jmp_rel32_64, target)
 }
 
 #[cfg(test)]
