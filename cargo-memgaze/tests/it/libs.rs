@@ -48,12 +48,34 @@ fn bases(stderr: &[u8]) -> HashMap<String, u64> {
 /// executable, whose base the program prints first), streamed from
 /// Lackey's log; the program's stderr.
 fn lackey_executions(program: &Path, markers: (u64, u64)) -> (HashMap<u64, u64>, Vec<u8>) {
-    let stderr_file = scratch().join("libc_strings.lackey.stderr");
-    let mut child = Command::new("valgrind")
-        .args(["--tool=lackey", "--trace-mem=yes", "--log-fd=1", "-q"])
+    let mut valgrind = lackey();
+    valgrind
         .arg(program)
         .arg(BYTES)
-        .env("GLIBC_TUNABLES", TUNABLES)
+        .env("GLIBC_TUNABLES", TUNABLES);
+    // A PIE under Valgrind (amd64) starts at 0x108000.
+    let window = (0x108000 + markers.0, 0x108000 + markers.1);
+    lackey_reads(valgrind, "libc_strings", Some(window))
+}
+
+/// `valgrind --tool=lackey --trace-mem=yes`, its log on stdout.
+fn lackey() -> Command {
+    let mut valgrind = Command::new("valgrind");
+    valgrind.args(["--tool=lackey", "--trace-mem=yes", "--log-fd=1", "-q"]);
+    valgrind
+}
+
+/// Reads per instruction (absolute address) of the Lackey run `valgrind`
+/// (see [`lackey_executions`] for what counts), between the instructions at
+/// `window`'s two addresses or over the whole run; its stderr, kept in
+/// `<name>.lackey.stderr`.
+fn lackey_reads(
+    mut valgrind: Command,
+    name: &str,
+    window: Option<(u64, u64)>,
+) -> (HashMap<u64, u64>, Vec<u8>) {
+    let stderr_file = scratch().join(format!("{name}.lackey.stderr"));
+    let mut child = valgrind
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&stderr_file).unwrap())
         .spawn()
@@ -61,19 +83,19 @@ fn lackey_executions(program: &Path, markers: (u64, u64)) -> (HashMap<u64, u64>,
     let mut counts: HashMap<u64, u64> = HashMap::new();
     let mut ip = None;
     let mut last: Option<u64> = None;
-    let mut inside = false;
-    // A PIE under Valgrind (amd64) starts at 0x108000.
-    let (begin, end) = (0x108000 + markers.0, 0x108000 + markers.1);
+    let mut inside = window.is_none();
     for line in BufReader::new(child.stdout.take().unwrap()).lines() {
         let line = line.unwrap();
         if let Some(rest) = line.strip_prefix("I  ") {
             ip = u64::from_str_radix(rest.split(',').next().unwrap(), 16).ok();
             last = None;
-            inside = match ip {
-                Some(a) if a == begin => true,
-                Some(a) if a == end => false,
-                _ => inside,
-            };
+            if let (Some(a), Some((begin, end))) = (ip, window) {
+                inside = match a {
+                    a if a == begin => true,
+                    a if a == end => false,
+                    _ => inside,
+                };
+            }
         } else if inside
             && (line.starts_with(" L ") || line.starts_with(" M "))
             && let Some(ip) = ip
@@ -564,39 +586,11 @@ fn dlopened_libraries_not_selected_are_counted_as_untraced() {
 }
 
 /// Reads per instruction (absolute address) in the whole run of the
-/// `dlopen` fixture under Lackey (every ` L`/` M` of an execution, except
-/// one repeating the address just read); the program's stderr.
+/// `dlopen` fixture under Lackey; the program's stderr.
 fn lackey_whole_run(program: &Path, dir: &Path, args: &[&str]) -> (HashMap<u64, u64>, Vec<u8>) {
-    let stderr_file = scratch().join("dlopen.lackey.stderr");
-    let mut child = Command::new("valgrind")
-        .args(["--tool=lackey", "--trace-mem=yes", "--log-fd=1", "-q"])
-        .arg(program)
-        .args(args)
-        .env("LD_LIBRARY_PATH", dir)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&stderr_file).unwrap())
-        .spawn()
-        .expect("valgrind is required");
-    let mut counts: HashMap<u64, u64> = HashMap::new();
-    let mut ip = None;
-    let mut last: Option<u64> = None;
-    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
-        let line = line.unwrap();
-        if let Some(rest) = line.strip_prefix("I  ") {
-            ip = u64::from_str_radix(rest.split(',').next().unwrap(), 16).ok();
-            last = None;
-        } else if (line.starts_with(" L ") || line.starts_with(" M "))
-            && let Some(ip) = ip
-        {
-            let addr = u64::from_str_radix(line[3..].split(',').next().unwrap(), 16).ok();
-            if last.is_none() || last != addr {
-                *counts.entry(ip).or_default() += 1;
-            }
-            last = addr;
-        }
-    }
-    assert!(child.wait().unwrap().success());
-    (counts, std::fs::read(&stderr_file).unwrap())
+    let mut valgrind = lackey();
+    valgrind.arg(program).args(args).env("LD_LIBRARY_PATH", dir);
+    lackey_reads(valgrind, "dlopen", None)
 }
 
 /// A `dlopen`ed library and the one it needs, selected by `--libs`: the
