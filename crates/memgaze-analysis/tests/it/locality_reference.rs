@@ -72,16 +72,25 @@ fn caches() -> CacheSizes {
 type Exec = (u32, usize, u64);
 
 fn program() -> impl Strategy<Value = (Vec<LoadClass>, Vec<Exec>)> {
+    // Blocks 0..600, skewed towards a hot set, a few bytes apart within.
+    let block = prop_oneof![3 => 0u64..40, 2 => 0u64..600];
+    program_of(block.boxed(), 0..2500)
+}
+
+/// Up to 8 load sites of mixed classes, and `executions` executions: thread
+/// 0–2, a site, an address in one of the `block` 64-byte blocks.
+fn program_of(
+    block: BoxedStrategy<u64>,
+    executions: std::ops::Range<usize>,
+) -> impl Strategy<Value = (Vec<LoadClass>, Vec<Exec>)> {
     let class = prop_oneof![
         3 => Just(LoadClass::Strided),
         3 => Just(LoadClass::Irregular),
         1 => Just(LoadClass::Constant),
     ];
     let classes = prop::collection::vec(class, 1..8);
-    // Blocks 0..600, skewed towards a hot set, a few bytes apart within.
-    let block = prop_oneof![3 => 0u64..40, 2 => 0u64..600];
     let exec = (0u32..3, 0usize..8, block, 0u64..64);
-    (classes, prop::collection::vec(exec, 0..2500)).prop_map(|(classes, execs)| {
+    (classes, prop::collection::vec(exec, executions)).prop_map(|(classes, execs)| {
         let n = classes.len();
         let execs = execs
             .into_iter()
@@ -835,20 +844,6 @@ fn long_windows() -> impl Strategy<Value = Vec<bool>> {
 /// [`program`]'s shape, longer: 3,000–6,000 executions, so that the
 /// windows hold more than the 1,000 observations a measured prior needs.
 fn long_program() -> impl Strategy<Value = (Vec<LoadClass>, Vec<Exec>)> {
-    let class = prop_oneof![
-        3 => Just(LoadClass::Strided),
-        3 => Just(LoadClass::Irregular),
-        1 => Just(LoadClass::Constant),
-    ];
-    let classes = prop::collection::vec(class, 1..8);
     let block = prop_oneof![4 => 0u64..24, 2 => 0u64..200, 1 => 0u64..3000];
-    let exec = (0u32..3, 0usize..8, block, 0u64..64);
-    (classes, prop::collection::vec(exec, 3000..6000)).prop_map(|(classes, execs)| {
-        let n = classes.len();
-        let execs = execs
-            .into_iter()
-            .map(|(t, s, b, off)| (t, s % n, 0x10_0000 + b * 64 + off))
-            .collect();
-        (classes, execs)
-    })
+    program_of(block.boxed(), 3000..6000)
 }
