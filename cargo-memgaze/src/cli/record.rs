@@ -7,7 +7,7 @@
 use super::Global;
 use super::style::styled_eprintln;
 use crate::pipeline::instrumented::Decode;
-use crate::pipeline::libs::{LibSelection, Libraries};
+use crate::pipeline::libs::{LibSelection, Libraries, LoadedAtRun};
 use crate::pipeline::sites::{RecordInputs, SitesFor};
 use anyhow::{Context, Result, bail};
 use memgaze_error::{Exit, usage};
@@ -550,7 +550,7 @@ pub fn record_to_file(
         .finish(&recording.totals)
         .with_context(|| output.display().to_string())?
         .commit()?;
-    let late = libraries.loaded_at_run(&recording.loaded_objects, program, &mut header);
+    let late = libraries.loaded_at_run(&recording.loaded_objects, program, &header);
     if !recording.joined_programs.is_empty() || !late.untraced.is_empty() {
         // Other instrumented programs joined: their loads follow the
         // header's (the records already name them); libraries loaded late
@@ -563,30 +563,28 @@ pub fn record_to_file(
             header = record::trace_header(&whole, *sampling, command);
             header.spatial = spatial;
             libraries.extend_header_whole(&mut header)?;
-            libraries.loaded_at_run(&recording.loaded_objects, program, &mut header);
         }
-        for program in &recording.joined_programs {
-            program.extend_header(&mut header);
-        }
-        memgaze_trace::format::replace_header(output, &header)
-            .with_context(|| output.display().to_string())?;
+        complete_header(output, &mut header, &recording, &late)?;
     }
     let mut recording = recording;
     recording.notes.extend(late.note());
     Ok(recording)
 }
 
-/// Appends the programs that joined `recording` to `header` and rewrites
-/// the header of the trace file at `path` with it (their records already
-/// name their loads); nothing to do when none joined.
-pub fn add_joined_programs(
+/// Completes `header` with the libraries `late` found loaded after the
+/// start and the programs that joined `recording` (their records already
+/// name their loads), and rewrites the header of the trace file at `path`
+/// with it; nothing to do when there are neither.
+pub fn complete_header(
     path: &Path,
     header: &mut memgaze_trace::TraceHeader,
     recording: &Recording,
+    late: &LoadedAtRun,
 ) -> Result<()> {
-    if recording.joined_programs.is_empty() {
+    if recording.joined_programs.is_empty() && late.untraced.is_empty() {
         return Ok(());
     }
+    late.name_in(header);
     for program in &recording.joined_programs {
         program.extend_header(header);
     }

@@ -146,7 +146,6 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
                 .finish(&recording.totals)
                 .with_context(|| path.display().to_string())?
                 .commit()?;
-            super::record::add_joined_programs(path, &mut header, &recording)?;
             recording
         }
         None => record::record_objects_within(
@@ -169,12 +168,9 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             super::record::untraced_note_with(&annotation, &libraries)
         );
     }
-    let late = libraries.loaded_at_run(&recording.loaded_objects, &instrumented, &mut header);
-    if let Some(path) = args.save_trace.as_deref()
-        && !late.untraced.is_empty()
-    {
-        memgaze_trace::format::replace_header(path, &header)
-            .with_context(|| path.display().to_string())?;
+    let late = libraries.loaded_at_run(&recording.loaded_objects, &instrumented, &header);
+    if let Some(path) = args.save_trace.as_deref() {
+        super::record::complete_header(path, &mut header, &recording, &late)?;
     }
     analyzer.add_untraced_libraries(&late.untraced);
     let mut analysis = analyzer.finish(&recording.totals);

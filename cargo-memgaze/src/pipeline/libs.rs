@@ -224,6 +224,15 @@ pub struct LoadedAtRun {
 }
 
 impl LoadedAtRun {
+    /// Names the libraries in `header` as untraced ones.
+    pub fn name_in(&self, header: &mut TraceHeader) {
+        header.labels.extend(
+            self.untraced
+                .iter()
+                .map(|name| (SHARED_LIBRARY_LABEL.to_string(), name.clone())),
+        );
+    }
+
     /// The note naming the libraries loaded after the start and not
     /// traced, and what becomes of those `--libs` selects; `None` when
     /// there are none.
@@ -394,12 +403,12 @@ impl Libraries {
     /// out `program`'s file, its dynamic loader and the instrumented
     /// copies; those `--libs` selects are remembered (with a cache) and
     /// instrumented by the next run, which offers them to `dlopen` by
-    /// name. Adds the others to `header` as untraced libraries.
+    /// name. [`LoadedAtRun::name_in`] adds them to a header.
     pub fn loaded_at_run(
         &self,
         loaded: &[PathBuf],
         program: &Path,
-        header: &mut TraceHeader,
+        header: &TraceHeader,
     ) -> LoadedAtRun {
         let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
         let mut skip: Vec<PathBuf> = vec![canonical(program)];
@@ -441,12 +450,6 @@ impl Libraries {
             }
             found.untraced.push(name);
         }
-        header.labels.extend(
-            found
-                .untraced
-                .iter()
-                .map(|name| (SHARED_LIBRARY_LABEL.to_string(), name.clone())),
-        );
         if !found.selected.is_empty()
             && let Some(file) = &self.remembered
         {

@@ -197,7 +197,7 @@ pub fn record_bench(
             exe.display_name()
         )
     })?;
-    let late = libraries.loaded_at_run(&recording.loaded_objects, &instrumented.path, &mut header);
+    let late = libraries.loaded_at_run(&recording.loaded_objects, &instrumented.path, &header);
     sink.add_untraced_libraries(&late.untraced);
     let (mut analysis, writer, breakdown) = sink.finish(&recording.totals)?;
     analysis.coverage.notes.extend(late.note());
@@ -206,11 +206,7 @@ pub fn record_bench(
             .finish(&recording.totals)
             .with_context(|| path.display().to_string())?
             .commit()?;
-        if !late.untraced.is_empty() {
-            memgaze_trace::format::replace_header(path, &header)
-                .with_context(|| path.display().to_string())?;
-        }
-        crate::cli::record::add_joined_programs(path, &mut header, &recording)?;
+        crate::cli::record::complete_header(path, &mut header, &recording, &late)?;
     }
     let samples = breakdown.map(|b| b.finish()).transpose()?;
 
