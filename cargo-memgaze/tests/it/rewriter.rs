@@ -2260,3 +2260,24 @@ fn the_corpus_behaves_with_libc_instrumented() {
         }
     }
 }
+
+/// A constant table in `.text` between functions, in a stripped binary:
+/// only the gap scan finds it, and its bytes decode as code. The rewriter
+/// copies such gap "functions" but never writes into their original bytes
+/// (an entry patch inside the table changed the program's result, as in
+/// OpenSSL's SHA-256, whose constants sit between its functions): the
+/// instrumented program prints the same table sum, sampled and full, and
+/// the report counts the gap functions left unpatched.
+#[test]
+fn a_table_in_text_found_by_the_gap_scan_is_left_unpatched() {
+    let binary = build("text_table.c", &["-O2", "-s"]);
+    let inst = instrument(&binary, None, "all");
+    let unpatched = inst.report["gap_entries_unpatched"].as_u64().unwrap();
+    assert!(unpatched >= 1, "{}", inst.report);
+    let native = native(&binary, &[], None);
+    for (sampling, name) in [(FULL_EXE, "full"), (SAMPLED_EXE, "sampled")] {
+        let trace = trace_path(&format!("text-table-{name}"));
+        let out = record(&inst.path, &[], sampling, &trace, None);
+        assert_same_behaviour(&native, &out, &format!("text_table {name}"));
+    }
+}

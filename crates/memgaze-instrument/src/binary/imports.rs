@@ -10,7 +10,7 @@
 
 use super::Binary;
 use goblin::elf::Elf;
-use goblin::elf::reloc::{R_X86_64_GLOB_DAT, R_X86_64_JUMP_SLOT};
+use goblin::elf::reloc::{R_X86_64_GLOB_DAT, R_X86_64_JUMP_SLOT, R_X86_64_RELATIVE};
 use iced_x86::{Code, Register};
 use std::collections::{HashMap, HashSet};
 
@@ -154,4 +154,50 @@ fn got_slots(binary: &Binary) -> HashMap<u64, String> {
         }
     }
     slots
+}
+
+/// Code addresses the binary stores as data: `e_entry`, the addends of
+/// `R_X86_64_RELATIVE` relocations, and every aligned 8-byte word of an
+/// allocated, non-executable section whose value lies in an executable
+/// section (function-pointer tables and `.init_array` of fixed-address
+/// binaries carry no relocations). A function found only by the gap scan
+/// whose start is among them is entered through a pointer, so it is code.
+pub(crate) fn code_addresses_in_data(binary: &Binary) -> HashSet<u64> {
+    let code: Vec<(u64, u64)> = binary
+        .sections()
+        .iter()
+        .filter(|s| s.is_executable() && s.is_alloc())
+        .map(|s| (s.addr, s.end()))
+        .collect();
+    let is_code = |a: u64| code.iter().any(|&(lo, hi)| a >= lo && a < hi);
+    let mut out = HashSet::new();
+    out.insert(binary.entry());
+    if let Ok(elf) = Elf::parse(binary.data()) {
+        for reloc in elf.dynrelas.iter() {
+            if reloc.r_type == R_X86_64_RELATIVE
+                && let Some(addend) = reloc.r_addend
+                && let Ok(addr) = u64::try_from(addend)
+                && is_code(addr)
+            {
+                out.insert(addr);
+            }
+        }
+    }
+    for section in binary
+        .sections()
+        .iter()
+        .filter(|s| s.is_alloc() && !s.is_executable() && s.has_file_data())
+    {
+        let Some(bytes) = binary.section_data(section) else {
+            continue;
+        };
+        let skip = (section.addr.wrapping_neg() & 7) as usize;
+        for word in bytes.get(skip..).unwrap_or_default().chunks_exact(8) {
+            let value = u64::from_le_bytes(word.try_into().expect("8-byte chunk"));
+            if is_code(value) {
+                out.insert(value);
+            }
+        }
+    }
+    out
 }

@@ -36,7 +36,8 @@ pub(crate) use report::Escape;
 pub use report::Report;
 
 use crate::annotation::{Annotation, InstrumentationMode};
-use crate::binary::{Binary, Function, FunctionCode, IndirectJumpKind};
+use crate::binary::imports::code_addresses_in_data;
+use crate::binary::{Binary, Function, FunctionCode, FunctionSource, IndirectJumpKind};
 use crate::error::{AnnotationError, InstrumentError, RewriteError};
 use elf::{ElfEditor, SIGNATURE, align_up};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic, Register};
@@ -1120,7 +1121,17 @@ fn build_unwind_tail(
 /// Patches the entry of every copied function, then the jump-table targets
 /// inside it that can take a patch, to jump into its copy; every way into
 /// the original that stays unpatched is reported as an escape. Returns the
-/// patched addresses.
+/// patched addresses. A function known only from a gap scan is copied (its
+/// callers' copies branch to its copy), but its original bytes are written
+/// only where there is evidence they are code: an `endbr64` landing pad at
+/// its start, or its address stored as data (a function pointer, an
+/// `.init_array` entry). A gap of `.text` may hold data that decodes as
+/// code (OpenSSL's SHA-256 constants sit between its functions), and a
+/// patch there changes what the program computes.
+/// `endbr64`: the landing pad CET-enabled compilers put at every function
+/// whose address is taken.
+const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
+
 fn patch_original(
     editor: &mut ElfEditor<'_>,
     binary: &Binary,
@@ -1131,8 +1142,18 @@ fn patch_original(
     report: &mut Report,
 ) -> Result<BTreeSet<u64>, RewriteError> {
     let mut patched: BTreeSet<u64> = BTreeSet::new();
+    let pointed_to = code_addresses_in_data(binary);
+    let unpatchable_gap = |f: &Function| {
+        f.source == FunctionSource::Gap
+            && !pointed_to.contains(&f.start)
+            && binary.bytes_at(f.start, 4) != Some(&ENDBR64[..])
+    };
     for (plan, map) in plans.iter().zip(&copies.maps) {
         let f = &binary.functions()[plan.function];
+        if unpatchable_gap(f) {
+            report.gap_entries_unpatched += 1;
+            continue;
+        }
         write_jump(editor, f.start, map.start)?;
         patched.insert(f.start);
         report.entry_patches += 1;
@@ -1170,7 +1191,11 @@ fn patch_original(
                         if patched.contains(&target) {
                             continue;
                         }
-                        let why_not = if unresolved {
+                        let why_not = if unpatchable_gap(f) {
+                            Some(
+                                "jump-table target in a function found only in a gap (its original bytes are never patched)",
+                            )
+                        } else if unresolved {
                             Some(
                                 "an unresolved indirect jump in the function may land inside the patch",
                             )

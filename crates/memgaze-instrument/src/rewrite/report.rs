@@ -51,6 +51,11 @@ pub struct Report {
     pub(crate) probe_kinds: BTreeMap<String, usize>,
     /// Entry patches written into original functions.
     pub(crate) entry_patches: usize,
+    /// Copied functions known only from a gap scan (no symbol, no unwind
+    /// entry), whose original bytes are left unpatched: they may be data
+    /// (a constant table in `.text`); entered from outside their copy, they
+    /// run uninstrumented.
+    pub(crate) gap_entries_unpatched: usize,
     /// Jump-table targets patched to jump into the copy.
     pub(crate) table_target_patches: usize,
     /// Indirect jumps whose copies read a translated jump table.
@@ -145,8 +150,12 @@ impl fmt::Display for Report {
         }
         writeln!(
             f,
-            "patches: {} function entries, {} jump-table targets; unwind: {} FDEs, {} LSDAs",
-            self.entry_patches, self.table_target_patches, self.fdes, self.lsdas
+            "patches: {} function entries ({} found only in gaps left unpatched), {} jump-table targets; unwind: {} FDEs, {} LSDAs",
+            self.entry_patches,
+            self.gap_entries_unpatched,
+            self.table_target_patches,
+            self.fdes,
+            self.lsdas
         )?;
         let unresolved = self.escapes.iter().filter(|e| e.target.is_none()).count();
         writeln!(
