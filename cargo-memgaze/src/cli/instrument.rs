@@ -84,9 +84,12 @@ impl From<ModeArg> for InstrumentationMode {
 pub fn run(args: Args, global: &Global) -> Result<Exit> {
     let started = std::time::Instant::now();
     let result = match args.library {
-        Some(object) => {
-            memgaze_instrument::instrument_library_file(&args.elf, &args.output, object)?
-        }
+        Some(object) => memgaze_instrument::instrument_library_file_as(
+            &args.elf,
+            &args.output,
+            object,
+            args.annotation_format.into(),
+        )?,
         None => instrument_file_as(
             &args.elf,
             &args.output,

@@ -709,3 +709,36 @@ fn dlopened_libraries_selected_by_libs_are_traced_from_the_next_run_as_lackey_se
         }
     }
 }
+
+/// `instrument --library N` writes the annotation in the format
+/// `--annotation-format` asks for (JSON here, compact by default), and
+/// refuses `--functions`, which a library (instrumented whole) cannot take.
+#[test]
+fn instrument_library_takes_the_annotation_format_and_refuses_functions() {
+    let library = Path::new("/lib/x86_64-linux-gnu/libgcc_s.so.1");
+    let dir = scratch().join("library-formats");
+    std::fs::create_dir_all(&dir).unwrap();
+    let annotation_start = |format: Option<&str>, name: &str| -> u8 {
+        let output = dir.join(name);
+        let mut command = memgaze();
+        command.args(["instrument", "-q", "--library", "3"]);
+        if let Some(format) = format {
+            command.args(["--annotation-format", format]);
+        }
+        run_ok(command.arg(library).arg("-o").arg(&output));
+        let mut annotation = output.into_os_string();
+        annotation.push(".memgaze.json");
+        std::fs::read(&annotation).unwrap()[0]
+    };
+    assert_eq!(annotation_start(Some("json"), "json.so"), b'{');
+    assert_ne!(annotation_start(None, "compact.so"), b'{');
+    let out = memgaze()
+        .args(["instrument", "--library", "3", "--functions", "x*"])
+        .arg(library)
+        .arg("-o")
+        .arg(dir.join("refused.so"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(!dir.join("refused.so").exists());
+}

@@ -51,13 +51,23 @@ pub fn instrument_library_file(
     output: &Path,
     object: u32,
 ) -> Result<Instrumented, InstrumentError> {
+    instrument_library_file_as(input, output, object, AnnotationFormat::Compact)
+}
+
+/// [`instrument_library_file`], with the annotation written as `format`.
+pub fn instrument_library_file_as(
+    input: &Path,
+    output: &Path,
+    object: u32,
+    format: AnnotationFormat,
+) -> Result<Instrumented, InstrumentError> {
     instrument_object(
         input,
         output,
         None,
         InstrumentationMode::Soft,
         Some(object),
-        AnnotationFormat::Compact,
+        format,
     )
 }
 

@@ -25,4 +25,5 @@ pub use error::{
 };
 pub use file::{
     annotate, annotate_with_code, instrument_file, instrument_file_as, instrument_library_file,
+    instrument_library_file_as,
 };
