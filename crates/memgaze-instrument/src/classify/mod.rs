@@ -591,6 +591,8 @@ pub(crate) fn add_lines(loads: &mut [LoadSite], binary: &Binary) {
     addresses.dedup();
     let table = binary.line_table_for(&addresses);
     drop(addresses);
+    // The DWARF sections' pages are not read again.
+    binary.release_resident();
     loads.par_iter_mut().for_each(|load| {
         load.line = table.locate(load.ip).map(|l| l.to_text());
         load.inline_chain = inline_chain(&table, load.ip);
