@@ -108,6 +108,9 @@ fn instrument_object(
         source: Box::new(e),
     })?;
     let written = std::time::Instant::now();
+    // The output holds a copy of every input page: the mapped input's own
+    // pages are dropped before the line table reads the DWARF sections.
+    binary.release_resident();
     // Both outputs are checked and staged before either is written, so a
     // refused annotation path leaves no executable behind (and vice versa).
     let mut staged_executable = AtomicFile::create_with_mode(output, EXECUTABLE_MODE)?;

@@ -140,10 +140,15 @@ impl LineTable {
     /// DWARF section by name, or an empty slice when absent.
     /// `is_code` tells whether an address lies in executable code: sequences
     /// that start elsewhere (address 0 tombstones of functions the linker
-    /// discarded) are dropped.
+    /// discarded) are dropped. With `wanted` (sorted addresses), only what
+    /// their lookups read is kept: the rows whose range holds one of them,
+    /// each sequence's first and last row, and the inlined ranges holding
+    /// one. Those lookups answer as in the whole table, which for a large
+    /// Rust binary is hundreds of MB.
     pub fn build<'a>(
         section: impl Fn(&str) -> &'a [u8],
         is_code: impl Fn(u64) -> bool,
+        wanted: Option<&[u64]>,
     ) -> LineTable {
         let mut table = LineTable::default();
         if section(".debug_line").is_empty() {
@@ -202,10 +207,12 @@ impl LineTable {
                         line: 0,
                     });
                     if current.first().is_some_and(|r| is_code(r.address)) {
-                        sequences.push(std::mem::take(&mut current));
-                    } else {
-                        current.clear();
+                        sequences.push(match wanted {
+                            Some(wanted) => rows_serving(&current, wanted),
+                            None => current.clone(),
+                        });
                     }
+                    current.clear();
                     continue;
                 }
                 let index = row.file_index();
@@ -234,7 +241,7 @@ impl LineTable {
                     program.header(),
                     comp_dir.as_deref(),
                     &mut file_ids,
-                    &is_code,
+                    &|begin, end| is_code(begin) && wanted.is_none_or(|w| holds_any(w, begin, end)),
                 )
             {
                 table.problem = Some(format!("malformed inlined subroutine: {e}"));
@@ -272,8 +279,9 @@ impl LineTable {
         })
     }
 
-    /// Adds the inlined ranges of one unit (those in code only: a discarded
-    /// function's ranges start at address 0).
+    /// Adds the inlined ranges of one unit that `keep` accepts (`begin`,
+    /// `end`): those in code only (a discarded function's ranges start at
+    /// address 0).
     fn add_inlines<'a>(
         &mut self,
         dwarf: &gimli::Dwarf<Reader<'a>>,
@@ -281,7 +289,7 @@ impl LineTable {
         header: &gimli::LineProgramHeader<Reader<'a>>,
         comp_dir: Option<&str>,
         file_ids: &mut HashMap<String, u32>,
-        is_code: &impl Fn(u64) -> bool,
+        keep: &impl Fn(u64, u64) -> bool,
     ) -> Result<(), gimli::Error> {
         let mut unit_files: HashMap<u64, u32> = HashMap::new();
         let mut entries = unit.entries();
@@ -313,7 +321,7 @@ impl LineTable {
             let depth = u32::try_from(entry.depth()).unwrap_or(0);
             let mut ranges = dwarf.die_ranges(unit, entry)?;
             while let Some(range) = ranges.next()? {
-                if range.begin < range.end && is_code(range.begin) {
+                if range.begin < range.end && keep(range.begin, range.end) {
                     self.inlines.push(Inline {
                         begin: range.begin,
                         end: range.end,
@@ -326,6 +334,34 @@ impl LineTable {
         }
         Ok(())
     }
+}
+
+/// Whether a sorted `addresses` holds one in `[begin, end)`.
+fn holds_any(addresses: &[u64], begin: u64, end: u64) -> bool {
+    let i = addresses.partition_point(|&a| a < begin);
+    addresses.get(i).is_some_and(|&a| a < end)
+}
+
+/// The rows of one sequence (ending with its end row) that a lookup of a
+/// `wanted` address can return: the row whose range `[address, next
+/// row's)` holds one, and the first and last rows (the first orders the
+/// sequences, the last answers every address past the sequence). A
+/// lookup returns the last row at or before its address, so in each
+/// sequence it stops at one of these. A sequence whose addresses go
+/// backwards is kept whole.
+fn rows_serving(sequence: &[Row], wanted: &[u64]) -> Vec<Row> {
+    if !sequence.is_sorted_by_key(|r| r.address) {
+        return sequence.to_vec();
+    }
+    let last = sequence.len() - 1;
+    sequence
+        .iter()
+        .enumerate()
+        .filter(|&(i, row)| {
+            i == 0 || i == last || holds_any(wanted, row.address, sequence[i + 1].address)
+        })
+        .map(|(_, row)| *row)
+        .collect()
 }
 
 /// The path of file `index` of a unit's line program, joined with the
@@ -467,5 +503,53 @@ mod tests {
         assert_eq!(text(0x44), ["/rustc/x/map.rs:200"]);
         assert_eq!(text(0x55), ["/rustc/x/map.rs:200", "/w/src/user.rs:9"]);
         assert!(text(0x08).is_empty());
+    }
+
+    #[test]
+    fn a_table_for_some_addresses_answers_their_lookups_as_the_whole_table() {
+        // This test executable's own DWARF (the dev profile keeps it).
+        let binary = crate::binary::Binary::open(std::env::current_exe().unwrap()).unwrap();
+        assert!(binary.has_lines(), "the test executable has line tables");
+        // Every instruction start of every 7th function, and bytes past
+        // each function's end.
+        let mut wanted: Vec<u64> = Vec::new();
+        for f in binary.functions().iter().step_by(7) {
+            wanted.extend(binary.decode(f).iter().map(iced_x86::Instruction::ip));
+            wanted.push(f.end());
+        }
+        wanted.sort_unstable();
+        wanted.dedup();
+        let part = binary.line_table_for(&wanted);
+        let whole = binary.line_table();
+        assert!(part.rows.len() < whole.rows.len() / 2, "rows are left out");
+        assert!(
+            part.inlines.len() < whole.inlines.len(),
+            "inlined ranges are left out"
+        );
+        let mut inlined = 0;
+        for &a in &wanted {
+            assert_eq!(part.locate(a), whole.locate(a), "{a:#x}");
+            let chain = whole.locate_chain(a);
+            inlined += usize::from(chain.len() > 1);
+            assert_eq!(part.locate_chain(a), chain, "{a:#x}");
+        }
+        assert!(inlined > 0, "some addresses lie in inlined code");
+    }
+
+    #[test]
+    fn a_sequence_whose_addresses_go_backwards_is_kept_whole() {
+        let row = |address, line| Row {
+            address,
+            file: 0,
+            line,
+        };
+        let backwards = [row(0x20, 1), row(0x10, 2), row(0x30, 3), row(0x40, 0)];
+        assert_eq!(rows_serving(&backwards, &[0x31]).len(), 4);
+        let forwards = [row(0x10, 1), row(0x20, 2), row(0x30, 3), row(0x40, 0)];
+        let kept: Vec<u32> = rows_serving(&forwards, &[0x31])
+            .iter()
+            .map(|r| r.line)
+            .collect();
+        assert_eq!(kept, [1, 3, 0]);
     }
 }

@@ -22,6 +22,7 @@ pub mod demangle;
 pub mod dominators;
 pub mod eh_frame;
 pub mod elf;
+mod file_bytes;
 pub mod functions;
 pub mod imports;
 pub mod jump_tables;
@@ -43,6 +44,7 @@ pub use lines::SourceLocation;
 pub use loops::{Loop, LoopForest};
 
 use crate::error::InstrumentError;
+use file_bytes::FileBytes;
 use goblin::elf::Elf;
 use goblin::elf::note::NT_GNU_BUILD_ID;
 use goblin::elf::sym::{STB_GLOBAL, STB_WEAK, STT_FUNC, STT_GNU_IFUNC};
@@ -56,7 +58,7 @@ use std::sync::OnceLock;
 #[derive(Debug)]
 pub struct Binary {
     path: PathBuf,
-    data: Vec<u8>,
+    data: FileBytes,
     identity: BinaryIdentity,
     kind: ExecutableKind,
     entry: u64,
@@ -93,15 +95,13 @@ impl Binary {
                 path: path.to_path_buf(),
             });
         }
-        let data = std::fs::read(path).map_err(|source| InstrumentError::Read {
+        let data = FileBytes::open(path).map_err(|source| InstrumentError::Read {
             path: path.to_path_buf(),
             source,
         })?;
-        Binary::from_bytes(path, data, allow_shared).map_err(|source| {
-            InstrumentError::Unsupported {
-                path: path.to_path_buf(),
-                source,
-            }
+        Binary::parse(path, data, allow_shared).map_err(|source| InstrumentError::Unsupported {
+            path: path.to_path_buf(),
+            source,
         })
     }
 
@@ -112,11 +112,16 @@ impl Binary {
         data: Vec<u8>,
         allow_shared: bool,
     ) -> Result<Binary, BinaryError> {
-        elf::check_ident(&data)?;
-        let header = Elf::parse_header(&data)
+        Binary::parse(path, FileBytes::Owned(data), allow_shared)
+    }
+
+    fn parse(path: &Path, bytes: FileBytes, allow_shared: bool) -> Result<Binary, BinaryError> {
+        let data = bytes.as_slice();
+        elf::check_ident(data)?;
+        let header = Elf::parse_header(data)
             .map_err(|e| BinaryError::Malformed(format!("unreadable ELF header ({e})")))?;
         elf::check_extents(data.len() as u64, &header, &[], &[])?;
-        let elf = Elf::parse(&data)
+        let elf = Elf::parse(data)
             .map_err(|e| BinaryError::Malformed(format!("unreadable headers ({e})")))?;
         let sections: Vec<Section> = elf
             .section_headers
@@ -175,7 +180,7 @@ impl Binary {
         }
 
         let build_id = elf
-            .iter_note_sections(&data, Some(".note.gnu.build-id"))
+            .iter_note_sections(data, Some(".note.gnu.build-id"))
             .and_then(|notes| {
                 notes
                     .filter_map(Result::ok)
@@ -185,7 +190,7 @@ impl Binary {
         let identity = BinaryIdentity {
             path: path.display().to_string(),
             size: data.len() as u64,
-            sha256: hex(&Sha256::digest(&data)),
+            sha256: hex(&Sha256::digest(data)),
             build_id,
         };
 
@@ -250,6 +255,8 @@ impl Binary {
             section_bytes: &section_bytes,
         });
 
+        // The hash read every page; the stages fault in what they read.
+        bytes.release_resident();
         Ok(Binary {
             path: path.to_path_buf(),
             identity,
@@ -263,7 +270,7 @@ impl Binary {
             segments,
             dynamic,
             lines: OnceLock::new(),
-            data,
+            data: bytes,
         })
     }
 
@@ -274,7 +281,13 @@ impl Binary {
 
     /// The whole file.
     pub fn data(&self) -> &[u8] {
-        &self.data
+        self.data.as_slice()
+    }
+
+    /// Drops the resident pages of a mapped input (what the stages so far
+    /// read of it): later reads fault them in again.
+    pub(crate) fn release_resident(&self) {
+        self.data.release_resident();
     }
 
     /// Path, size, SHA-256 and build-id.
@@ -324,7 +337,7 @@ impl Binary {
         if !section.has_file_data() {
             return None;
         }
-        self.data
+        self.data()
             .get(section.offset as usize..(section.offset + section.size) as usize)
     }
 
@@ -366,7 +379,7 @@ impl Binary {
             return None;
         }
         let off = (p.offset + (vaddr - p.vaddr)) as usize;
-        self.data.get(off..off + len)
+        self.data().get(off..off + len)
     }
 
     /// Whether `vaddr` lies in an executable section.
@@ -432,36 +445,45 @@ impl Binary {
 
     /// The DWARF line table (built on first use; empty without DWARF).
     pub(crate) fn line_table(&self) -> &LineTable {
-        self.lines.get_or_init(|| {
-            let mut problem = None;
-            let mut decompressed: Vec<(String, Vec<u8>)> = Vec::new();
-            for s in self
-                .sections
-                .iter()
-                .filter(|s| s.name.starts_with(".debug_"))
-            {
-                if s.is_compressed() {
-                    match decompress(self.section_data(s).unwrap_or(&[])) {
-                        Ok(bytes) => decompressed.push((s.name.clone(), bytes)),
-                        Err(e) => problem = Some(format!("{}: {e}", s.name)),
-                    }
+        self.lines.get_or_init(|| self.build_line_table(None))
+    }
+
+    /// The part of the DWARF line table that the lookups of `addresses`
+    /// (sorted) read ([`LineTable::build`]), built anew and not kept.
+    pub(crate) fn line_table_for(&self, addresses: &[u64]) -> LineTable {
+        self.build_line_table(Some(addresses))
+    }
+
+    /// The line table, whole or for `wanted` addresses only.
+    fn build_line_table(&self, wanted: Option<&[u64]>) -> LineTable {
+        let mut problem = None;
+        let mut decompressed: Vec<(String, Vec<u8>)> = Vec::new();
+        for s in self
+            .sections
+            .iter()
+            .filter(|s| s.name.starts_with(".debug_"))
+        {
+            if s.is_compressed() {
+                match decompress(self.section_data(s).unwrap_or(&[])) {
+                    Ok(bytes) => decompressed.push((s.name.clone(), bytes)),
+                    Err(e) => problem = Some(format!("{}: {e}", s.name)),
                 }
             }
-            let section = |name: &str| -> &[u8] {
-                if let Some((_, bytes)) = decompressed.iter().find(|(n, _)| n == name) {
-                    return bytes;
-                }
-                match self.section(name) {
-                    Some(s) if !s.is_compressed() => self.section_data(s).unwrap_or(&[]),
-                    _ => &[],
-                }
-            };
-            let mut table = LineTable::build(section, |a| self.is_code(a));
-            if table.problem.is_none() {
-                table.problem = problem;
+        }
+        let section = |name: &str| -> &[u8] {
+            if let Some((_, bytes)) = decompressed.iter().find(|(n, _)| n == name) {
+                return bytes;
             }
-            table
-        })
+            match self.section(name) {
+                Some(s) if !s.is_compressed() => self.section_data(s).unwrap_or(&[]),
+                _ => &[],
+            }
+        };
+        let mut table = LineTable::build(section, |a| self.is_code(a), wanted);
+        if table.problem.is_none() {
+            table.problem = problem;
+        }
+        table
     }
 
     /// Whether DWARF line information exists.

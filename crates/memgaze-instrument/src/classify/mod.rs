@@ -28,7 +28,7 @@ pub mod operands;
 pub mod values;
 
 use crate::annotation::{ANNOTATION_SCHEMA, Annotation, FunctionSite, LoadSite};
-use crate::binary::{Binary, Function, FunctionCode, SourceLocation};
+use crate::binary::{Binary, Function, FunctionCode, LineTable, SourceLocation};
 use frame::Frame;
 use iced_x86::{InstructionInfoFactory, Register};
 use memgaze_trace::LoadClass;
@@ -582,19 +582,27 @@ impl BinaryLoads {
 }
 
 /// Fills in each load's `line` and `inline_chain` from DWARF (on all
-/// cores; each load on its own).
+/// cores; each load on its own), from the part of the line table that
+/// serves the loads' addresses.
 pub(crate) fn add_lines(loads: &mut [LoadSite], binary: &Binary) {
     use rayon::prelude::*;
+    let mut addresses: Vec<u64> = loads.iter().map(|l| l.ip).collect();
+    addresses.sort_unstable();
+    addresses.dedup();
+    let table = binary.line_table_for(&addresses);
+    drop(addresses);
+    // The DWARF sections' pages are not read again.
+    binary.release_resident();
     loads.par_iter_mut().for_each(|load| {
-        load.line = binary.location(load.ip).map(|l| l.to_text());
-        load.inline_chain = inline_chain(binary, load.ip);
+        load.line = table.locate(load.ip).map(|l| l.to_text());
+        load.inline_chain = inline_chain(&table, load.ip);
     });
 }
 
 /// The inline chain of the instruction at `ip`, as `file:line` texts (empty
 /// when its code is not inlined).
-fn inline_chain(binary: &Binary, ip: u64) -> Vec<String> {
-    let chain = binary.location_chain(ip);
+fn inline_chain(table: &LineTable, ip: u64) -> Vec<String> {
+    let chain = table.locate_chain(ip);
     if chain.len() < 2 {
         return Vec::new();
     }

@@ -139,7 +139,7 @@ pub(super) fn sites(
                             .annotation_function
                             .map_or(u32::MAX, |a| a as u32);
                     }
-                    let (l, p) = count(&target_plan.code, &[t]);
+                    let (l, p) = count(&target_plan.whole_code(binary), &[t]);
                     sum.0 += u64::from(l);
                     sum.1 += u64::from(p);
                 }

@@ -142,6 +142,26 @@ struct Planned {
     escape_jumps: Vec<usize>,
     /// Those that got a counted check: `(instruction index, site)`.
     escape_ids: Vec<(usize, u32)>,
+    /// How much of `code` is still held ([`CodeHeld`]).
+    held: CodeHeld,
+    /// Addresses of its instrumented loads, taken before its instructions
+    /// are freed ([`Planned::free_instructions`]).
+    probed_ips: Vec<u64>,
+}
+
+/// How much of a plan's code is held. The copies of most functions need
+/// their instructions only to be encoded and their control flow only to be
+/// planned: holding every function's decoded code from planning to the
+/// patches was the rewriter's largest cost in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CodeHeld {
+    /// Instructions and control flow.
+    Whole,
+    /// Instructions (and bounds) only: what the encoder reads of a copy
+    /// without register loops.
+    Instructions,
+    /// Bounds only.
+    Bounds,
 }
 
 /// What planning one function gave: its plan, or why it is left alone.
@@ -189,6 +209,52 @@ impl Skipped<'_> {
 }
 
 impl Planned {
+    /// Whether a stage after planning reads its control flow: one with
+    /// indirect jumps (their patches, escapes and translated tables) or
+    /// register loops (the encoder reads their blocks).
+    fn needs_control_flow(&self) -> bool {
+        !self.code.indirect_jumps.is_empty()
+            || !self.register_loops.is_empty()
+            || !self.escape_jumps.is_empty()
+            || !self.redirects.is_empty()
+    }
+
+    /// Frees its control flow unless a later stage reads it.
+    fn free_control_flow(&mut self) {
+        if self.held != CodeHeld::Whole || self.needs_control_flow() {
+            return;
+        }
+        let code = &mut self.code;
+        code.blocks = Vec::new();
+        code.block_of = Vec::new();
+        code.calls = Vec::new();
+        code.branch_targets = Vec::new();
+        self.held = CodeHeld::Instructions;
+    }
+
+    /// Keeps the addresses of its instrumented loads and, once encoded,
+    /// frees the instructions of a plan whose control flow is freed.
+    fn free_instructions(&mut self) {
+        let code = &self.code;
+        self.probed_ips = self
+            .probed_indices()
+            .map(|i| code.instructions[i].ip())
+            .collect();
+        if self.held == CodeHeld::Instructions {
+            self.code.instructions = Vec::new();
+            self.held = CodeHeld::Bounds;
+        }
+    }
+
+    /// Its whole code: held, or decoded again (only escapes reaching a
+    /// function without indirect jumps ask).
+    fn whole_code<'p>(&'p self, binary: &Binary) -> std::borrow::Cow<'p, FunctionCode> {
+        match self.held {
+            CodeHeld::Whole => std::borrow::Cow::Borrowed(&self.code),
+            _ => std::borrow::Cow::Owned(binary.function_code(&binary.functions()[self.function])),
+        }
+    }
+
     /// Instruction indices of every instrumented load (own probe or block
     /// check).
     fn probed_indices(&self) -> impl Iterator<Item = usize> + '_ {
@@ -328,6 +394,10 @@ pub(crate) fn instrument_with_code(
         }),
         got_hooks: process_end.by_slot.clone(),
     };
+    for plan in &mut plans {
+        plan.free_control_flow();
+    }
+    release_freed_memory();
     let mut copies = encode_copies(
         binary,
         &mut plans,
@@ -340,6 +410,10 @@ pub(crate) fn instrument_with_code(
             loads: &mut skipped_loads,
         },
     )?;
+    for plan in &mut plans {
+        plan.free_instructions();
+    }
+    release_freed_memory();
     lap(&mut report, "encode copies");
 
     // The executable's runtime skips the spatial checks of runs that take
@@ -766,6 +840,8 @@ impl Planner<'_, '_> {
                 redirects: HashMap::new(),
                 escape_jumps: Vec::new(),
                 escape_ids: Vec::new(),
+                held: CodeHeld::Whole,
+                probed_ips: Vec::new(),
             }),
             skipped_loads,
         }
@@ -1159,6 +1235,9 @@ fn patch_original(
         report.entry_patches += 1;
     }
     for (pi, plan) in plans.iter_mut().enumerate() {
+        if plan.code.indirect_jumps.is_empty() {
+            continue;
+        }
         let map = &copies.maps[pi];
         let f = &binary.functions()[plan.function];
         let entry_points = entry_points(
@@ -1312,12 +1391,19 @@ fn escaped_loads(
     let mut escaped: BTreeSet<u64> = BTreeSet::new();
     for plan in plans {
         let f = &binary.functions()[plan.function];
-        let starts: Vec<u64> = escapes
+        let own: Vec<&Escape> = escapes
             .iter()
             .filter(|e| e.function == f.name && f.contains(e.at))
+            .collect();
+        if own.is_empty() {
+            continue;
+        }
+        let code = plan.whole_code(binary);
+        let starts: Vec<u64> = own
+            .iter()
             .flat_map(|e| match e.target {
                 Some(t) => vec![t],
-                None => plan.code.blocks.iter().map(|b| b.start).collect(),
+                None => code.blocks.iter().map(|b| b.start).collect(),
             })
             .collect();
         if starts.is_empty() {
@@ -1326,24 +1412,20 @@ fn escaped_loads(
         let probed: HashSet<usize> = plan.probed_indices().collect();
         let mut stack: Vec<usize> = starts
             .iter()
-            .filter_map(|&t| {
-                plan.code
-                    .instruction_at(t)
-                    .map(|i| plan.code.block_of[i] as usize)
-            })
+            .filter_map(|&t| code.instruction_at(t).map(|i| code.block_of[i] as usize))
             .collect();
         let mut visited = HashSet::new();
         while let Some(b) = stack.pop() {
             if !visited.insert(b) {
                 continue;
             }
-            let block = &plan.code.blocks[b];
+            let block = &code.blocks[b];
             if patched.contains(&block.start) && !starts.contains(&block.start) {
                 continue;
             }
             for i in block.instructions() {
                 if probed.contains(&i) {
-                    escaped.insert(plan.code.instructions[i].ip());
+                    escaped.insert(code.instructions[i].ip());
                 }
             }
             stack.extend(block.successors.iter().map(|&s| s as usize));
@@ -1456,7 +1538,7 @@ fn update_annotation(
     }
     let probed: HashSet<u64> = plans
         .iter()
-        .flat_map(|p| p.probed_indices().map(|i| p.code.instructions[i].ip()))
+        .flat_map(|p| p.probed_ips.iter().copied())
         .collect();
     let mut skip_reason: HashMap<usize, String> = skipped_loads.into_iter().collect();
     for (li, load) in annotation.loads.iter_mut().enumerate() {

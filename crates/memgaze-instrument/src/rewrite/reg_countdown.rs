@@ -273,6 +273,10 @@ impl<'a> LoopMap<'a> {
 
     /// The loop of instruction `i`, if any.
     pub(crate) fn of(&self, i: usize) -> Option<usize> {
+        // A copy without register loops may be encoded without its blocks.
+        if self.loops.is_empty() {
+            return None;
+        }
         self.of_block.get(&self.code.block_of[i]).copied()
     }
 

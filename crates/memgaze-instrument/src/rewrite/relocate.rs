@@ -321,11 +321,13 @@ fn encode_in_runs(
 }
 
 /// Splits `plans` into consecutive runs of about equal instruction counts,
-/// a few per core (one run when there is little to do).
+/// sixteen per core (one run when there is little to do): a batch of runs,
+/// one per core, has its layouts held at once, and with four per core
+/// those were a fifth of the peak memory of instrumenting a large binary.
 fn balanced_runs(plans: &[CopyPlan<'_>]) -> Vec<std::ops::Range<usize>> {
     const MIN_RUN_INSTRUCTIONS: usize = 8192;
     let total: usize = plans.iter().map(|p| p.code.instructions.len()).sum();
-    let wanted = (rayon::current_num_threads() * 4)
+    let wanted = (rayon::current_num_threads() * 16)
         .min(total / MIN_RUN_INSTRUCTIONS)
         .max(1);
     let per_run = total.div_ceil(wanted).max(1);
