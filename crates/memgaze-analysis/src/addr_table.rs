@@ -147,6 +147,16 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
         prefetch(&self.slots[i] as *const S as *const u8);
     }
 
+    /// [`Self::prefetch`], and the slot after it: a key displaced by a
+    /// cluster usually lies in the next slot, a cache line of its own.
+    #[inline(always)]
+    pub(crate) fn prefetch_two(&self, key: u64) {
+        let i = self.home(key);
+        let next = (i + 1) & (self.slots.len() - 1);
+        prefetch(&self.slots[i] as *const S as *const u8);
+        prefetch(&self.slots[next] as *const S as *const u8);
+    }
+
     /// The slot of `key`: `Ok(i)` when present, `Err(i)` the empty slot
     /// where it would go.
     #[inline(always)]

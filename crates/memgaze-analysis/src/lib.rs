@@ -1157,7 +1157,7 @@ impl Analyzer {
             self.process(self.pending[n % PREFETCH_DISTANCE]);
         }
         if self.slots[load as usize].class.is_access() {
-            self.addrs.prefetch(addr);
+            self.addrs.prefetch_two(addr);
         }
         // Second stage, for the record half a queue older: its address
         // slot has arrived by now, so its line entry can be fetched.
