@@ -16,7 +16,9 @@
 //!   line each ([`LineSlot`]), so a hit touches one cache line (keys and
 //!   values in separate arrays cost two random lines per lookup; measured
 //!   in docs/performance.md), small values are packed ([`PackedSlot`]);
-//! - exposes [`AddrTable::prefetch`] to load a slot ahead of its use.
+//! - exposes [`AddrTable::prefetch`] to load a slot ahead of its use
+//!   ([`AddrTable::prefetch_two`] with the slot after it, where a key
+//!   displaced by a cluster lies).
 //!
 //! Entries are never removed. Memory is proportional to the distinct keys.
 
