@@ -767,6 +767,17 @@ mod tests {
     }
 
     #[test]
+    fn prefetching_two_slots_wraps_at_the_top_of_the_table() {
+        let table: AddrTable<LineSlot<u64>, ByteAddresses> = AddrTable::new();
+        let last = table.slots.len() - 1;
+        let key = (0..1u64 << 20)
+            .map(|i| i * 4)
+            .find(|&k| table.home(k) == last)
+            .expect("some granule's home is the last slot");
+        table.prefetch_two(key);
+    }
+
+    #[test]
     fn keys_survive_in_place_growth_with_full_clusters() {
         // Dense granules fill whole chunks (16 neighbouring slots each), so
         // clusters run into each other and across the top of the table,
