@@ -13,9 +13,10 @@
 //! report gives records/s as median and min–max over the repeats, per
 //! wall-clock second and per CPU second (user + system, less sensitive to
 //! other processes on a shared machine) and per CPU second of the busier
-//! of the analysis's two threads (the main one and the one that takes the
-//! whole-run stacks: the wall rate of an idle machine with two cores), the decode-only rate for
-//! comparison, and the child's peak RSS (`VmHWM`). Two more traces check
+//! "thread": the main one, or the analysis's other threads together (the
+//! whole-run stacks, decoding, the table fill helper) — the wall rate of
+//! an idle machine with two cores, one for each side; the decode-only
+//! rate for comparison, and the child's peak RSS (`VmHWM`). Two more traces check
 //! that memory follows the distinct addresses, not the trace length (a
 //! tenth of the length), and measure a stress case: gathers and strided
 //! scans of the same table interleaved every 4096 loads, so that nearly
@@ -158,7 +159,8 @@ struct ChildResult {
     records: u64,
     seconds: f64,
     cpu_seconds: f64,
-    /// CPU seconds of the busier thread (main or whole-run).
+    /// CPU seconds of the busier side: the main thread, or the others
+    /// together.
     busiest_seconds: f64,
     hwm_kib: u64,
     footprint: u64,
@@ -177,8 +179,8 @@ impl ChildResult {
         self.records as f64 / self.cpu_seconds
     }
 
-    /// Records per CPU second of the busier thread: the wall rate of an
-    /// idle machine with a core for each.
+    /// Records per CPU second of the busier side (main thread or the
+    /// others): the wall rate of an idle machine with a core for each.
     fn busiest_rate(&self) -> f64 {
         self.records as f64 / self.busiest_seconds
     }
@@ -240,8 +242,9 @@ fn child(path: &Path, mode: &str) {
     };
     let seconds = started.elapsed().as_secs_f64();
     let cpu = cpu_time(libc::RUSAGE_SELF) - cpu_started;
-    // The analysis hands the whole-run stacks to a second thread: the
-    // busier of the two bounds the wall time on an otherwise idle machine.
+    // The analysis hands the whole-run stacks and the decoding to other
+    // threads: with one core for the main thread and one for the rest, the
+    // busier side bounds the wall time on an otherwise idle machine.
     let main_cpu = cpu_time(libc::RUSAGE_THREAD) - main_started;
     let busiest = main_cpu.max(cpu - main_cpu);
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();

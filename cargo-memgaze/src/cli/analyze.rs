@@ -10,11 +10,11 @@ use memgaze_analysis::{Analysis, AnalysisOptions, Analyzer, MAX_CODE_WINDOW_K};
 use memgaze_error::{Exit, usage};
 use memgaze_record::lackey::{LackeyOptions, LackeyStats, LogDoubt, analyze_lackey};
 use memgaze_trace::TraceReader;
-use std::cell::Cell;
 use std::fs::File;
 use std::io::{BufReader, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Arguments of `cargo memgaze analyze`.
 #[derive(clap::Args, Debug)]
@@ -185,10 +185,10 @@ fn analyze_file(path: &Path, options: &AnalysisOptions, progress: &Progress) -> 
     let file = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
     // The reader holds the file while records stream through the visitor,
     // so the bytes read for the progress bar are counted beside it.
-    let bytes = Rc::new(Cell::new(0));
+    let bytes = Arc::new(AtomicU64::new(0));
     let counted = CountingRead {
         inner: file,
-        bytes: Rc::clone(&bytes),
+        bytes: Arc::clone(&bytes),
     };
     let mut reader =
         TraceReader::new(BufReader::with_capacity(1 << 16, counted)).with_context(name)?;
@@ -204,7 +204,7 @@ fn analyze_file(path: &Path, options: &AnalysisOptions, progress: &Progress) -> 
     memgaze_analysis::feed(&mut reader, &mut analyzer, || {
         n += 1;
         if n.is_multiple_of(1 << 20) {
-            progress.set(bytes.get());
+            progress.set(bytes.load(Ordering::Relaxed));
         }
     })
     .with_context(name)?;
@@ -215,16 +215,17 @@ fn analyze_file(path: &Path, options: &AnalysisOptions, progress: &Progress) -> 
     Ok(analyzer.finish(&totals))
 }
 
-/// A reader that counts the bytes it hands out.
+/// A reader that counts the bytes it hands out (it may read on the
+/// analysis' decoding thread).
 struct CountingRead<R> {
     inner: R,
-    bytes: Rc<Cell<u64>>,
+    bytes: Arc<AtomicU64>,
 }
 
 impl<R: Read> Read for CountingRead<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.bytes.set(self.bytes.get() + n as u64);
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
     }
 }

@@ -16,7 +16,9 @@
 //!   line each ([`LineSlot`]), so a hit touches one cache line (keys and
 //!   values in separate arrays cost two random lines per lookup; measured
 //!   in docs/performance.md), small values are packed ([`PackedSlot`]);
-//! - exposes [`AddrTable::prefetch`] to load a slot ahead of its use.
+//! - exposes [`AddrTable::prefetch`] to load a slot ahead of its use
+//!   ([`AddrTable::prefetch_two`] with the slot after it, where a key
+//!   displaced by a cluster lies).
 //!
 //! Entries are never removed. Memory is proportional to the distinct keys.
 
@@ -145,6 +147,16 @@ impl<S: Slot, L: KeyLayout> AddrTable<S, L> {
     pub(crate) fn prefetch(&self, key: u64) {
         let i = self.home(key);
         prefetch(&self.slots[i] as *const S as *const u8);
+    }
+
+    /// [`Self::prefetch`], and the slot after it: a key displaced by a
+    /// cluster usually lies in the next slot, a cache line of its own.
+    #[inline(always)]
+    pub(crate) fn prefetch_two(&self, key: u64) {
+        let i = self.home(key);
+        let next = (i + 1) & (self.slots.len() - 1);
+        prefetch(&self.slots[i] as *const S as *const u8);
+        prefetch(&self.slots[next] as *const S as *const u8);
     }
 
     /// The slot of `key`: `Ok(i)` when present, `Err(i)` the empty slot
@@ -752,6 +764,17 @@ mod tests {
         assert_eq!(packed.iter().count(), model.len());
         assert_eq!(table.get(12345678901), None);
         table.prefetch(42);
+    }
+
+    #[test]
+    fn prefetching_two_slots_wraps_at_the_top_of_the_table() {
+        let table: AddrTable<LineSlot<u64>, ByteAddresses> = AddrTable::new();
+        let last = table.slots.len() - 1;
+        let key = (0..1u64 << 20)
+            .map(|i| i * 4)
+            .find(|&k| table.home(k) == last)
+            .expect("some granule's home is the last slot");
+        table.prefetch_two(key);
     }
 
     #[test]

@@ -27,8 +27,8 @@
 #![warn(missing_docs)]
 
 use memgaze_trace::{
-    Backend, FunctionEntry, LoadClass, LoadEntry, SpatialSampling, TraceHeader, TraceReader,
-    TraceTotals,
+    Backend, FunctionEntry, LoadClass, LoadEntry, RawRecord, SpatialSampling, TraceError,
+    TraceHeader, TraceReader, TraceTotals,
 };
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -175,7 +175,7 @@ impl Default for AnalysisOptions {
 }
 
 /// Reads a whole trace and analyses it.
-pub fn analyze_trace<R: Read>(
+pub fn analyze_trace<R: Read + Send>(
     mut reader: TraceReader<R>,
     options: &AnalysisOptions,
 ) -> Result<Analysis, AnalysisError> {
@@ -185,8 +185,28 @@ pub fn analyze_trace<R: Read>(
     Ok(analyzer.finish(&totals))
 }
 
+/// Records the decoding thread hands over at once (512 KiB).
+const DECODED_BATCH: usize = 1 << 14;
+
+/// Where [`feed`]'s loop takes its records from.
+enum Source<'a, R: Read> {
+    /// Decoded here, record by record.
+    Reader(&'a mut TraceReader<R>),
+    /// Decoded by another thread, in batches (returned through `spent`
+    /// for reuse).
+    Batches {
+        decoded: std::sync::mpsc::Receiver<Vec<RawRecord>>,
+        spent: std::sync::mpsc::Sender<Vec<RawRecord>>,
+    },
+}
+
 /// Streams every record of `reader` into `analyzer`, calling `tick` after
 /// each (for progress).
+///
+/// Where the machine has a second core, a scoped thread decodes the
+/// records and hands them over in batches, in order, so that decoding
+/// overlaps the analysis (the records, and so the analysis, are the same
+/// either way; a decoding error comes after every record before it).
 ///
 /// The loop is compiled twice: for the baseline x86-64 the release build
 /// targets, and for `x86-64-v3` (AVX2, BMI1/2, LZCNT, POPCNT), chosen at
@@ -196,17 +216,74 @@ pub fn analyze_trace<R: Read>(
 /// twice as wide with AVX2. Both copies are the same source, and
 /// `both_instruction_sets_give_the_same_analysis` checks them against
 /// each other.
-pub fn feed<R: Read>(
+pub fn feed<R: Read + Send>(
     reader: &mut TraceReader<R>,
+    analyzer: &mut Analyzer,
+    mut tick: impl FnMut(),
+) -> Result<(), AnalysisError> {
+    if std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2) {
+        let fed = std::thread::scope(|scope| {
+            let (hand_over, decoded) = std::sync::mpsc::sync_channel(4);
+            let (spent, returned) = std::sync::mpsc::channel();
+            let decoder = std::thread::Builder::new()
+                .name("decode".into())
+                .spawn_scoped(scope, || decode_in_batches(reader, hand_over, returned))
+                .ok()?;
+            let batches: Source<'_, R> = Source::Batches { decoded, spent };
+            let analysed = feed_from(batches, analyzer, &mut tick);
+            let decoded = match decoder.join() {
+                Ok(decoded) => decoded,
+                Err(panic) => std::panic::resume_unwind(panic),
+            };
+            Some(decoded.map_err(AnalysisError::from).and(analysed))
+        });
+        // No thread could be started: decode here.
+        if let Some(fed) = fed {
+            return fed;
+        }
+    }
+    feed_from(Source::Reader(reader), analyzer, tick)
+}
+
+/// Decodes every record of `reader` into batches sent to `hand_over`,
+/// reusing the ones that come back; a partial batch is sent before an
+/// error is returned.
+fn decode_in_batches<R: Read>(
+    reader: &mut TraceReader<R>,
+    hand_over: std::sync::mpsc::SyncSender<Vec<RawRecord>>,
+    returned: std::sync::mpsc::Receiver<Vec<RawRecord>>,
+) -> Result<(), TraceError> {
+    let mut batch = Vec::with_capacity(DECODED_BATCH);
+    let decoded = reader.for_each_raw(|raw| {
+        batch.push(raw);
+        if batch.len() == DECODED_BATCH {
+            let mut next = returned
+                .try_recv()
+                .unwrap_or_else(|_| Vec::with_capacity(DECODED_BATCH));
+            next.clear();
+            // A closed channel means the analysis panicked: the scope
+            // reports that once decoding ends.
+            let _ = hand_over.send(std::mem::replace(&mut batch, next));
+        }
+    });
+    if !batch.is_empty() {
+        let _ = hand_over.send(batch);
+    }
+    decoded
+}
+
+/// [`feed`]'s loop over `source`, in the copy for this CPU.
+fn feed_from<R: Read>(
+    source: Source<'_, R>,
     analyzer: &mut Analyzer,
     tick: impl FnMut(),
 ) -> Result<(), AnalysisError> {
     #[cfg(target_arch = "x86_64")]
     if has_x86_64_v3() {
         // SAFETY: the CPU has every feature the function enables.
-        return unsafe { feed_x86_64_v3(reader, analyzer, tick) };
+        return unsafe { feed_x86_64_v3(source, analyzer, tick) };
     }
-    feed_baseline(reader, analyzer, tick)
+    feed_baseline(source, analyzer, tick)
 }
 
 /// Whether the CPU runs `x86-64-v3` code (checked once).
@@ -227,36 +304,49 @@ fn has_x86_64_v3() -> bool {
 /// defines it, and the record path (`push_load` down to the reuse tracker
 /// and the window engines) is inlined into it.
 macro_rules! feed_loop {
-    ($reader:expr, $analyzer:expr, $tick:expr) => {
-        Ok($reader.for_each_raw(|raw| {
+    ($source:expr, $analyzer:expr, $tick:expr) => {{
+        let mut push = |raw: RawRecord| {
             if raw.spatial {
                 $analyzer.push_spatial(raw.load, raw.addr, raw.thread);
             } else {
                 $analyzer.push_load(raw.load, raw.addr, raw.sample, raw.thread);
             }
             $tick();
-        })?)
-    };
+        };
+        match $source {
+            Source::Reader(reader) => Ok(reader.for_each_raw(push)?),
+            Source::Batches { decoded, spent } => {
+                for batch in decoded {
+                    for &raw in &batch {
+                        push(raw);
+                    }
+                    // The decoder may have finished: then the batch is dropped.
+                    let _ = spent.send(batch);
+                }
+                Ok(())
+            }
+        }
+    }};
 }
 
 /// [`feed`] for any x86-64 CPU (and other architectures).
 fn feed_baseline<R: Read>(
-    reader: &mut TraceReader<R>,
+    source: Source<'_, R>,
     analyzer: &mut Analyzer,
     mut tick: impl FnMut(),
 ) -> Result<(), AnalysisError> {
-    feed_loop!(reader, analyzer, tick)
+    feed_loop!(source, analyzer, tick)
 }
 
 /// [`feed`] compiled for `x86-64-v3`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,bmi1,bmi2,lzcnt,popcnt")]
 fn feed_x86_64_v3<R: Read>(
-    reader: &mut TraceReader<R>,
+    source: Source<'_, R>,
     analyzer: &mut Analyzer,
     mut tick: impl FnMut(),
 ) -> Result<(), AnalysisError> {
-    feed_loop!(reader, analyzer, tick)
+    feed_loop!(source, analyzer, tick)
 }
 
 // ---------------------------------------------------------------------------
@@ -1157,7 +1247,7 @@ impl Analyzer {
             self.process(self.pending[n % PREFETCH_DISTANCE]);
         }
         if self.slots[load as usize].class.is_access() {
-            self.addrs.prefetch(addr);
+            self.addrs.prefetch_two(addr);
         }
         // Second stage, for the record half a queue older: its address
         // slot has arrived by now, so its line entry can be fetched.
@@ -2684,8 +2774,10 @@ mod tests {
         }
     }
 
-    /// Both compilations of [`feed`]'s loop give the same analysis of a
-    /// trace with several samples and threads, reuses within and across
+    /// Both compilations of [`feed`]'s loop (the dispatched one with its
+    /// decoding thread, the baseline one decoding inline) give the same
+    /// analysis of a trace with several samples and threads, many decoded
+    /// batches, reuses within and across
     /// the reuse tracker's words and groups, and mixed addresses. (Each
     /// piece stays within one span of the tracker; the tree over spans is
     /// scalar code, checked by `reuse`'s own tests.)
@@ -2725,7 +2817,7 @@ mod tests {
             if v3 {
                 feed(&mut reader, &mut analyzer, tick).unwrap();
             } else {
-                feed_baseline(&mut reader, &mut analyzer, tick).unwrap();
+                feed_baseline(Source::Reader(&mut reader), &mut analyzer, tick).unwrap();
             }
             assert_eq!(ticks, records);
             analyzer.finish(reader.totals().unwrap())
@@ -2733,6 +2825,45 @@ mod tests {
         let (baseline, dispatched) = (analyse(false), analyse(true));
         assert!(baseline.coverage.records == records && baseline.summary.d_max.is_some());
         assert!(baseline == dispatched, "the two compilations disagree");
+    }
+
+    /// A trace cut short fails the same way whether it is decoded on a
+    /// thread of its own or inline, after the same records.
+    #[test]
+    fn a_decoding_error_comes_after_the_records_before_it() {
+        let header = header(Backend::Soft, sampled());
+        let mut writer = memgaze_trace::TraceWriter::new(Vec::new(), &header).unwrap();
+        writer.begin_sample(0).unwrap();
+        // Several chunks (a chunk holds 1 MiB of encoded records).
+        let records = 1_500_000u64;
+        for i in 0..records {
+            writer
+                .push(L1, 0x10_0000 + 8 * (i * 7919 % 100_000))
+                .unwrap();
+        }
+        let bytes = writer
+            .finish(&TraceTotals::clean(records, records, 1))
+            .unwrap();
+        let cut = &bytes[..bytes.len() * 3 / 5];
+        let feed_cut = |apart: bool| {
+            let mut reader = TraceReader::new(cut).unwrap();
+            let mut analyzer = Analyzer::new(reader.header(), &AnalysisOptions::default()).unwrap();
+            let mut ticks = 0u64;
+            let tick = || ticks += 1;
+            let fed = if apart {
+                feed(&mut reader, &mut analyzer, tick)
+            } else {
+                feed_baseline(Source::Reader(&mut reader), &mut analyzer, tick)
+            };
+            (fed.expect_err("a cut trace").to_string(), ticks)
+        };
+        let (inline, apart) = (feed_cut(false), feed_cut(true));
+        assert!(
+            inline.1 > DECODED_BATCH as u64,
+            "records before the cut: {}",
+            inline.1
+        );
+        assert_eq!(inline, apart);
     }
 
     fn close(a: f64, b: f64) -> bool {
