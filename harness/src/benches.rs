@@ -275,9 +275,11 @@ fn json_string(s: &str) -> String {
 }
 
 /// Adjusts parsed arguments for the environment: under a recorder, one
-/// thread.
+/// thread; when measuring (`--bench`), one thread unless `--test-threads`
+/// asks for more, as libtest and criterion measure one bench at a time
+/// (two at once share the caches and the memory bandwidth they measure).
 pub fn arguments_for_environment(mut args: Arguments, recording: bool) -> Arguments {
-    if recording {
+    if recording || (args.bench && args.test_threads.is_none()) {
         args.test_threads = Some(1);
     }
     args
@@ -366,6 +368,28 @@ mod tests {
         assert_eq!(
             arguments_for_environment(Arguments::default(), true).test_threads,
             Some(1)
+        );
+    }
+
+    #[test]
+    fn measuring_runs_one_bench_at_a_time_unless_told_otherwise() {
+        let measuring = Arguments {
+            bench: true,
+            ..Arguments::default()
+        };
+        assert_eq!(
+            arguments_for_environment(measuring.clone(), false).test_threads,
+            Some(1)
+        );
+        let told = Arguments {
+            test_threads: Some(4),
+            ..measuring
+        };
+        assert_eq!(arguments_for_environment(told, false).test_threads, Some(4));
+        // Smoke runs (`cargo test --benches`) keep libtest's threads.
+        assert_eq!(
+            arguments_for_environment(Arguments::default(), false).test_threads,
+            None
         );
     }
 }

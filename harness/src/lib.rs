@@ -56,8 +56,11 @@
 //! `--bench` (`cargo bench`, `cargo memgaze bench`) it runs in
 //! [`Mode::Measure`] and reports the wall time per run of the routine and
 //! the number of runs.
-//! Under a `cargo memgaze` recorder ([`RECORDING_ENV`]) benches run one at a
-//! time on one thread. A body that panics fails its bench, and the process
+//! With `--bench`, benches run one at a time (unless `--test-threads`
+//! says otherwise), as libtest and criterion measure them: two at once
+//! would share the caches and memory bandwidth being measured. Under a
+//! `cargo memgaze` recorder ([`RECORDING_ENV`]) they always run on one
+//! thread. A body that panics fails its bench, and the process
 //! exits with 101.
 
 mod bencher;
