@@ -1194,6 +1194,10 @@ fn build_unwind_tail(
     })
 }
 
+/// `endbr64`: the landing pad CET-enabled compilers put at every function
+/// whose address is taken.
+const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
+
 /// Patches the entry of every copied function, then the jump-table targets
 /// inside it that can take a patch, to jump into its copy; every way into
 /// the original that stays unpatched is reported as an escape. Returns the
@@ -1204,10 +1208,6 @@ fn build_unwind_tail(
 /// `.init_array` entry). A gap of `.text` may hold data that decodes as
 /// code (OpenSSL's SHA-256 constants sit between its functions), and a
 /// patch there changes what the program computes.
-/// `endbr64`: the landing pad CET-enabled compilers put at every function
-/// whose address is taken.
-const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
-
 fn patch_original(
     editor: &mut ElfEditor<'_>,
     binary: &Binary,

@@ -322,8 +322,8 @@ fn encode_in_runs(
 
 /// Splits `plans` into consecutive runs of about equal instruction counts,
 /// sixteen per core (one run when there is little to do): a batch of runs,
-/// one per core, has its layouts held at once, and with four per core
-/// those were a fifth of the peak memory of instrumenting a large binary.
+/// one per core, has its layouts held at once, so more, smaller runs lower
+/// the peak memory of instrumenting a large binary (docs/performance.md).
 fn balanced_runs(plans: &[CopyPlan<'_>]) -> Vec<std::ops::Range<usize>> {
     const MIN_RUN_INSTRUCTIONS: usize = 8192;
     let total: usize = plans.iter().map(|p| p.code.instructions.len()).sum();
