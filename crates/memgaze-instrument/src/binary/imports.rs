@@ -163,13 +163,7 @@ fn got_slots(binary: &Binary) -> HashMap<u64, String> {
 /// binaries carry no relocations). A function found only by the gap scan
 /// whose start is among them is entered through a pointer, so it is code.
 pub(crate) fn code_addresses_in_data(binary: &Binary) -> HashSet<u64> {
-    let code: Vec<(u64, u64)> = binary
-        .sections()
-        .iter()
-        .filter(|s| s.is_executable() && s.is_alloc())
-        .map(|s| (s.addr, s.end()))
-        .collect();
-    let is_code = |a: u64| code.iter().any(|&(lo, hi)| a >= lo && a < hi);
+    let is_code = |a: u64| binary.is_code(a);
     let mut out = HashSet::new();
     out.insert(binary.entry());
     if let Ok(elf) = Elf::parse(binary.data()) {

@@ -1218,7 +1218,14 @@ fn patch_original(
     report: &mut Report,
 ) -> Result<BTreeSet<u64>, RewriteError> {
     let mut patched: BTreeSet<u64> = BTreeSet::new();
-    let pointed_to = code_addresses_in_data(binary);
+    // Only gap functions ask, and only stripped binaries have them.
+    let has_gap_functions = plans
+        .iter()
+        .any(|p| binary.functions()[p.function].source == FunctionSource::Gap);
+    let pointed_to = match has_gap_functions {
+        true => code_addresses_in_data(binary),
+        false => HashSet::new(),
+    };
     let unpatchable_gap = |f: &Function| {
         f.source == FunctionSource::Gap
             && !pointed_to.contains(&f.start)
