@@ -135,6 +135,10 @@ fn recorded(
         wall,
         cpu: children_cpu() - cpu,
     };
+    // The kernel's writeback of the trace (hundreds of MB for a full
+    // trace) would otherwise take a core from whichever run comes next.
+    // SAFETY: sync takes no arguments and cannot fail.
+    unsafe { libc::sync() };
     (timing, recording.totals)
 }
 
