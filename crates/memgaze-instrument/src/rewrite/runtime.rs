@@ -28,10 +28,11 @@
 //!   block is tracked (`cfg::SPATIAL_THRESHOLD`) and the stub could not
 //!   append the record itself (see *spatial grant* below); appends a
 //!   spatial record ([`memgaze_trace::protocol::SPATIAL_FLAG`]) while
-//!   recording is enabled, counting nothing. `record_tracked` is `record` for the loads
-//!   with a spatial check: the one slow-path entry that records nothing
-//!   (a thread's first, which picks its random phase) takes the spatial
-//!   sample that the check, skipped by the slow path, did not.
+//!   recording is enabled, counting nothing. `record_tracked` is `record`
+//!   for the loads with a spatial check: the one slow-path entry that
+//!   records nothing (a thread's first, which picks its random phase)
+//!   takes the spatial sample that the check, skipped by the slow path,
+//!   did not.
 //! - `record` (`rdi` = effective address, `esi` = load id): the slow path,
 //!   called by a probe when its thread's countdown is zero. Its hot path
 //!   appends a record while the thread holds a *grant* (appends the cold
@@ -2545,10 +2546,10 @@ fn emit_env_prefixes(a: &mut Asm, l: &mut Labels) -> R {
 /// Takes back the thread's grant, time or spatial (inside a cold path,
 /// flags saved; clobbers rax, rcx, rdx), and commits the records claimed
 /// under it: they join `COUNT` and, from a time grant, `EXECUTIONS` and
-/// leave `REMAINING`. With `interrupted`, a
-/// claimed record still holding [`protocol::UNWRITTEN_MARKER`] — this cold
-/// path runs in a signal handler that interrupted a hot path between its
-/// claim and its write — commits nothing and branches there instead (the
+/// leave `REMAINING`. With `interrupted`, a claimed record still holding
+/// [`protocol::UNWRITTEN_MARKER`] — this cold path runs in a signal
+/// handler that interrupted a hot path between its claim and its write —
+/// commits nothing and branches there instead (the
 /// records stay claimed in `CLAIMED`, and the cold path must leave the
 /// buffer alone: the interrupted writer still owns its record); without,
 /// such records are committed as they are and the collector counts them
@@ -2633,11 +2634,12 @@ fn record_address(a: &mut Asm, reg: AsmRegister64) -> R {
 }
 
 /// Grants the hot paths `min(REMAINING − 1, CAPACITY − 1 − COUNT)` appends
-/// when a window is open, or the spatial checks' stubs `min(SPATIAL_GRANT_RECORDS,
-/// CAPACITY − 1 − COUNT)` spatial appends when none is and the run takes
-/// spatial samples (inside a cold path after [`take_grant`], r12 = the
-/// config, flags saved; clobbers rax, rcx, rdx): marks the granted records
-/// unwritten, then opens the grant with one store of its claim word.
+/// when a window is open, or the spatial checks' stubs
+/// `min(SPATIAL_GRANT_RECORDS, CAPACITY − 1 − COUNT)` spatial appends when
+/// none is and the run takes spatial samples (inside a cold path after
+/// [`take_grant`], r12 = the config, flags saved; clobbers rax, rcx, rdx):
+/// marks the granted records unwritten, then opens the grant with one
+/// store of its claim word.
 fn give_grant(a: &mut Asm) -> R {
     let mut none = a.create_label();
     let mut spatial = a.create_label();
