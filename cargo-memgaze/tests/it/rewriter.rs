@@ -908,6 +908,68 @@ fn signal_handlers_running_instrumented_code_are_safe() {
     }
 }
 
+/// Every block tracked: nearly every execution outside the windows appends
+/// a spatial record from its check's stub, so the 5 kHz timer interrupts
+/// those inline appends between their claim and their write, and its
+/// handler's own loads append, take the cold path or call `spatial`.
+#[test]
+fn signal_handlers_interrupting_inline_spatial_appends_lose_nothing_silently() {
+    let binary = build("signals.c", &["-O1"]);
+    let inst = instrument(&binary, None, "all");
+    let native = native(&binary, &[], None);
+    let full_trace = trace_path("signals-spatial-full");
+    let out = record(&inst.path, &[], FULL_EXE, &full_trace, None);
+    assert_same_behaviour(&native, &out, "signals full");
+    let full = read_trace(&full_trace);
+    let trace = trace_path("signals-spatial-all");
+    let mut sampling = SAMPLED_EXE.to_vec();
+    sampling.extend(["--spatial-rate", "1"]);
+    let out = record(&inst.path, &[], &sampling, &trace, None);
+    assert_same_behaviour(&native, &out, "signals, every block tracked");
+    let summary = read_trace(&trace);
+    let totals = &summary.totals;
+    assert_eq!(totals.complete, totals.dropped.records == 0, "{totals:?}");
+    // At rate 1 every execution of `work`'s load has a record (a window's
+    // or a spatial one) or is counted as dropped: at least the main loop's
+    // 2000 × 8192, besides the handler's (which a register countdown may
+    // leave uncounted in `executions`, so they bound nothing).
+    let work = inst
+        .annotation
+        .functions
+        .iter()
+        .position(|f| f.name == "work")
+        .expect("work in the annotation") as u32;
+    let checked: Vec<u64> = inst
+        .annotation
+        .loads
+        .iter()
+        .filter(|l| {
+            l.instrumented
+                && l.function == work
+                && l.class != memgaze_metadata::model::LoadClass::Constant
+        })
+        .map(|l| l.ip)
+        .collect();
+    assert_eq!(checked.len(), 1, "{checked:?}");
+    let recorded = summary.by_ip[&checked[0]].len() as u64;
+    assert!(
+        recorded + totals.dropped.records >= 2000 * 8192,
+        "{recorded} records of work's load, {totals:?}"
+    );
+    assert!(totals.spatial_records > totals.executions / 2, "{totals:?}");
+    // No torn record: each address is one its load reads in the full trace
+    // (stack addresses move with the environment: not compared).
+    for (ip, addresses) in &summary.by_ip {
+        let known: std::collections::HashSet<&u64> = full.by_ip[ip].iter().collect();
+        assert!(
+            addresses
+                .iter()
+                .all(|a| *a >= 0x7f00_0000_0000 || known.contains(a)),
+            "load {ip:#x}: an address the full trace never reads"
+        );
+    }
+}
+
 #[test]
 fn region_markers_switch_recording() {
     let binary = build("regions.c", &["-O1", "-g"]);

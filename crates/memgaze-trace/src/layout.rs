@@ -54,6 +54,13 @@ pub mod slot {
         /// back; 0 in a fresh or fork-wiped slot (`LIMIT` is 0 there too, so
         /// nothing can be claimed).
         pub claim: u64,
+        /// Address of the next record of the current *spatial grant*: the
+        /// appends the cold path allows the inline stubs of spatial checks
+        /// outside every window, claimed as [`CLAIM`] claims them (up to
+        /// the same [`LIMIT`]). At most one of `CLAIM` and `SPATIAL_CLAIM`
+        /// is below the runtime's `CLAIM_REVOKED` value at a time; 0 in a
+        /// fresh or fork-wiped slot.
+        pub spatial_claim: u64,
         /// One past the last record of the current grant (see [`CLAIM`]).
         /// Records in `[COUNT, LIMIT)` are filled with
         /// [`crate::protocol::UNWRITTEN_MARKER`] when granted, so a
@@ -76,6 +83,10 @@ pub mod slot {
         /// committed into `COUNT` (a claim was still being written); 0 when
         /// none.
         pub claimed: u64,
+        /// 1 while the last grant given (open, or taken back and its claims
+        /// not yet committed into `COUNT`) was a spatial grant: its records
+        /// count no execution and are no part of a window.
+        pub spatial_grant: u64,
         /// Loads the owner will run before it notices that a region began:
         /// its re-check countdown, as the thread that began the region read
         /// it (0: none pending). The owner's cold path counts them as
@@ -133,6 +144,10 @@ pub mod slot {
     pub const SEQ: i32 = offset_of!(Slot, seq) as i32;
     /// Offset of [`Slot::claim`].
     pub const CLAIM: i32 = offset_of!(Slot, claim) as i32;
+    /// Offset of [`Slot::spatial_claim`].
+    pub const SPATIAL_CLAIM: i32 = offset_of!(Slot, spatial_claim) as i32;
+    /// Offset of [`Slot::spatial_grant`].
+    pub const SPATIAL_GRANT: i32 = offset_of!(Slot, spatial_grant) as i32;
     /// Offset of [`Slot::limit`].
     pub const LIMIT: i32 = offset_of!(Slot, limit) as i32;
     /// Offset of [`Slot::claimed`].

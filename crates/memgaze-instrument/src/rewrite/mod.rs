@@ -365,6 +365,10 @@ pub(crate) fn instrument_with_code(
         record: rt.as_ref().map_or(0, |r| r.record),
         record_tracked: rt.as_ref().map_or(0, |r| r.record_tracked),
         spatial: rt.as_ref().map_or(0, |r| r.spatial),
+        spatial_enabled: match (&rt, options.library) {
+            (Some(_), None) => editor.state_va + runtime::cfg::ENABLED as u64,
+            _ => 0,
+        },
         // The executable's runtime patches another rate in (or skips the
         // checks); ptwrite mode has no runtime to receive one; a library's
         // checks never branch (no spatial samples in libraries).

@@ -70,9 +70,18 @@
 //! hold is exact in this one form (rates in steps of `2^-32`). Why: the
 //! loads of the two config words the check used to read cost most of it
 //! (docs/performance.md). Where no register or the flags are not dead, they are saved
-//! below the red zone around the check (`SpatialProbe`). The stub calls
-//! the runtime's `spatial` with the address and the load id, and resumes
-//! at the load.
+//! below the red zone around the check (`SpatialProbe`). Where the flags
+//! are dead at the load, the stub appends the spatial record itself, as a
+//! flags-dead counting stub does inside a window: while the region switch
+//! is on, it claims a record of the thread's *spatial grant* with one
+//! `xadd` on [`slot::SPATIAL_CLAIM`] (the cold path keeps one open outside
+//! every window, see [`super::runtime`]) and writes the address and the
+//! load id with the spatial flag, no call. Without a slot or a grant, with
+//! the switch off, and where the flags are live, it calls the runtime's
+//! `spatial` with the address and the load id. Then it resumes at the
+//! load. Why: the call (its pushes, `pushfq`/`popfq`, the slot lookup and
+//! taking and giving back a grant per record) cost the strided kernel as
+//! much as its checks (docs/performance.md).
 //!
 //! # Spatial checks off, or at another rate
 //!
@@ -125,7 +134,7 @@
 use super::runtime::{TCB_COUNTDOWN, TCB_SLOT, slot};
 pub(crate) use crate::classify::operands::bit_offset_register;
 use iced_x86::{Code, Instruction, MemoryOperand, OpKind, Register};
-use memgaze_trace::protocol::RECORD_BYTES;
+use memgaze_trace::protocol::{RECORD_BYTES, SPATIAL_FLAG};
 
 /// How a probe's fast path keeps the application's state intact.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -307,31 +316,76 @@ pub(crate) fn spatial_skip(len: usize, moves_rsp: bool) -> Vec<u8> {
     out
 }
 
+/// Where a spatial check's stub takes a record.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SpatialEntry {
+    /// The runtime's `spatial` entry.
+    pub spatial: u64,
+    /// Address of the config's region switch (`cfg::ENABLED`), read by the
+    /// inline append; 0: no inline append, every record calls `spatial`.
+    pub enabled: u64,
+}
+
 /// Appends the stub of a spatial check at `stub`: restores what the check
-/// saved, calls the runtime's `spatial` (`rdi` = address, `esi` = `id`)
-/// and jumps to `resume` (the load).
+/// saved, appends the spatial record inline where the flags are dead at
+/// the load ([`inline_spatial_append`], falling back to `fallback`), else
+/// calls the runtime's `spatial` (`rdi` = address, `esi` = `id`), and jumps
+/// to `resume` (the load).
 pub(crate) fn spatial_stub(
     load: &Instruction,
     id: u32,
     probe: SpatialProbe,
-    stub: u64,
-    resume: u64,
-    spatial: u64,
+    (stub, fallback, resume): (u64, u64, u64),
+    entry: SpatialEntry,
     out: &mut Vec<Instruction>,
 ) {
     let start = out.len();
     spatial_restore(probe, out);
     out.push(lea(Register::RSP, Register::RSP, -RED_ZONE));
+    if entry.enabled != 0 && !probe.save_flags {
+        inline_spatial_append(load, id, entry.enabled, resume, fallback, out);
+    }
     out.push(push(Register::RDI));
     out.push(push(Register::RSI));
     out.push(effective_address(load, Register::RDI, RED_ZONE + 16));
     out.push(i2(Code::Mov_r32_imm32, Register::ESI, id as i32));
-    out.push(branch(Code::Call_rel32_64, spatial));
+    out.push(branch(Code::Call_rel32_64, entry.spatial));
     out.push(pop(Register::RSI));
     out.push(pop(Register::RDI));
     out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
     out.push(branch(Code::Jmp_rel32_64, resume));
     out[start] = with_ip(out[start], stub);
+}
+
+/// Appends the inline path of a spatial check's stub (after its red-zone
+/// skip, the flags dead): while the region switch at `enabled` is on,
+/// claims a record of the thread's spatial grant with one `xadd` on
+/// [`slot::SPATIAL_CLAIM`] (the cold path keeps one open outside every
+/// window), writes the address and then the load id with
+/// [`SPATIAL_FLAG`], and jumps to `resume`; otherwise (switched off, no
+/// slot, no grant) it falls through, with every register as it found it,
+/// into the call of `spatial`, whose cold path issues the next grant.
+fn inline_spatial_append(
+    load: &Instruction,
+    id: u32,
+    enabled: u64,
+    resume: u64,
+    fallback: u64,
+    out: &mut Vec<Instruction>,
+) {
+    let (slot_reg, claim) = two_scratch(load);
+    out.push(push(slot_reg));
+    out.push(push(claim));
+    out.push(i2(
+        Code::Cmp_rm64_imm8,
+        MemoryOperand::with_base_displ(Register::RIP, enabled as i64),
+        0,
+    ));
+    out.push(branch(Code::Je_rel32_64, fallback));
+    claim_record(slot_reg, claim, slot::SPATIAL_CLAIM, fallback, out);
+    out.push(effective_address(load, slot_reg, RED_ZONE + 16));
+    write_record(slot_reg, claim, id | SPATIAL_FLAG, out);
+    leave_inline(slot_reg, claim, resume, fallback, out);
 }
 
 /// Appends the stub of a ptwrite-mode spatial check at `stub`: restores
@@ -792,6 +846,18 @@ fn inline_append(
     fallback: u64,
     out: &mut Vec<Instruction>,
 ) {
+    let (slot_reg, claim) = two_scratch(load);
+    out.push(push(slot_reg));
+    out.push(push(claim));
+    claim_record(slot_reg, claim, slot::CLAIM, fallback, out);
+    out.push(effective_address(load, slot_reg, RED_ZONE + 16));
+    write_record(slot_reg, claim, id, out);
+    leave_inline(slot_reg, claim, resume, fallback, out);
+}
+
+/// Two of `rdi`, `rsi`, `rcx`, `rdx` that the operand of `load` does not
+/// use: the inline appends' slot and claim registers.
+fn two_scratch(load: &Instruction) -> (Register, Register) {
     let operand = [load.memory_base(), load.memory_index()].map(|r| {
         if r.is_gpr() {
             r.full_register()
@@ -802,12 +868,31 @@ fn inline_append(
     let mut scratch = [Register::RDI, Register::RSI, Register::RCX, Register::RDX]
         .into_iter()
         .filter(|r| !operand.contains(r));
-    let (slot_reg, claim) = (scratch.next().unwrap(), scratch.next().unwrap());
-    let at = |base: Register, disp: i64| {
-        MemoryOperand::new(base, Register::None, 1, disp, 1, false, Register::None)
-    };
-    out.push(push(slot_reg));
-    out.push(push(claim));
+    (scratch.next().unwrap(), scratch.next().unwrap())
+}
+
+fn slot_field(base: Register, disp: i32) -> MemoryOperand {
+    MemoryOperand::new(
+        base,
+        Register::None,
+        1,
+        disp as i64,
+        1,
+        false,
+        Register::None,
+    )
+}
+
+/// `slot_reg = ` the thread's slot, `claim = ` a record claimed through the
+/// claim word at `claim_word` (to `fallback` without a slot or a grant;
+/// the flags dead).
+fn claim_record(
+    slot_reg: Register,
+    claim: Register,
+    claim_word: i32,
+    fallback: u64,
+    out: &mut Vec<Instruction>,
+) {
     out.push(i2(
         Code::Mov_r64_rm64,
         slot_reg,
@@ -830,23 +915,40 @@ fn inline_append(
     ));
     out.push(i2(
         Code::Xadd_rm64_r64,
-        at(slot_reg, slot::CLAIM as i64),
+        slot_field(slot_reg, claim_word),
         claim,
     ));
     out.push(i2(
         Code::Cmp_r64_rm64,
         claim,
-        at(slot_reg, slot::LIMIT as i64),
+        slot_field(slot_reg, slot::LIMIT),
     ));
     out.push(branch(Code::Jae_rel32_64, fallback));
-    out.push(effective_address(load, slot_reg, RED_ZONE + 16));
-    out.push(i2(Code::Mov_rm64_r64, at(claim, 4), slot_reg));
-    out.push(Instruction::with2(Code::Mov_rm32_imm32, at(claim, 0), id).expect("valid mov"));
+}
+
+/// Writes the claimed record at `claim`: the address in `address`, then
+/// the load id (the writer's last store: see [`slot::CLAIM`]).
+fn write_record(address: Register, claim: Register, id: u32, out: &mut Vec<Instruction>) {
+    out.push(i2(Code::Mov_rm64_r64, slot_field(claim, 4), address));
+    out.push(
+        Instruction::with2(Code::Mov_rm32_imm32, slot_field(claim, 0), id).expect("valid mov"),
+    );
+}
+
+/// The end of an inline append: restores the two scratch registers and
+/// `rsp` and jumps to `resume`; at `fallback`, restores the registers only,
+/// for the caller's runtime call that follows.
+fn leave_inline(
+    slot_reg: Register,
+    claim: Register,
+    resume: u64,
+    fallback: u64,
+    out: &mut Vec<Instruction>,
+) {
     out.push(pop(claim));
     out.push(pop(slot_reg));
     out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
     out.push(branch(Code::Jmp_rel32_64, resume));
-    // Fallback: registers restored, then the caller's runtime call.
     out.push(with_ip(pop(claim), fallback));
     out.push(pop(slot_reg));
 }
@@ -1191,7 +1293,11 @@ mod tests {
         );
         // The stub undoes the saves before its call and resumes at the load.
         let mut stub = Vec::new();
-        spatial_stub(&load, 9, saving, 0x2000, 0x1000, 0x3000, &mut stub);
+        let entry = SpatialEntry {
+            spatial: 0x3000,
+            enabled: 0x4000,
+        };
+        spatial_stub(&load, 9, saving, (0x2000, 0x2800, 0x1000), entry, &mut stub);
         let decoded = assemble(&stub, 0x2000);
         let codes: Vec<Code> = decoded.iter().map(|i| i.code()).collect();
         assert_eq!(codes[..3], [Code::Popfq, Code::Pop_r64, Code::Lea_r64_m]);
@@ -1204,6 +1310,101 @@ mod tests {
         assert!(spatial_checkable(&load));
         let fs = decode_one(&[0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0]); // mov rax,fs:[0x28]
         assert!(!spatial_checkable(&fs));
+    }
+
+    #[test]
+    fn flags_dead_spatial_stubs_append_inline_and_fall_back_to_the_call() {
+        // mov rax,[rdi+rsi*8+16]: the scratch registers avoid rdi and rsi.
+        let load = decode_one(&[0x48, 0x8b, 0x44, 0xf7, 0x10]);
+        let free = SpatialProbe {
+            scratch: Register::RDX,
+            save_scratch: false,
+            save_flags: false,
+        };
+        let entry = SpatialEntry {
+            spatial: 0x3000,
+            enabled: 0x4000,
+        };
+        let mut stub = Vec::new();
+        spatial_stub(&load, 9, free, (0x2000, 0x2800, 0x1000), entry, &mut stub);
+        let decoded = assemble(&stub, 0x2000);
+        let at = |code: Code| decoded.iter().position(|i| i.code() == code).unwrap();
+        // The region switch is read first, then the claim on the spatial
+        // grant's word, against the grant's limit.
+        let switch = &decoded[at(Code::Cmp_rm64_imm8)];
+        assert!(switch.is_ip_rel_memory_operand());
+        assert_eq!(switch.ip_rel_memory_address(), 0x4000);
+        let xadd = &decoded[at(Code::Xadd_rm64_r64)];
+        assert_eq!(xadd.memory_displacement64(), slot::SPATIAL_CLAIM as u64);
+        assert_eq!(xadd.op1_register(), Register::RDX);
+        let limit = &decoded[at(Code::Cmp_r64_rm64)];
+        assert_eq!(limit.memory_displacement64(), slot::LIMIT as u64);
+        assert!(at(Code::Cmp_rm64_imm8) < at(Code::Xadd_rm64_r64));
+        // The address (red zone and two pushes past rsp: none here), then
+        // the id with the spatial flag as the last store.
+        let lea = &decoded[at(Code::Xadd_rm64_r64)..]
+            .iter()
+            .find(|i| i.code() == Code::Lea_r64_m)
+            .unwrap();
+        assert_eq!(
+            (lea.memory_base(), lea.memory_index(), lea.op0_register()),
+            (Register::RDI, Register::RSI, Register::RCX)
+        );
+        let id = &decoded[at(Code::Mov_rm32_imm32)];
+        assert_eq!(id.immediate32(), 9 | SPATIAL_FLAG);
+        assert_eq!(id.memory_base(), Register::RDX);
+        assert!(at(Code::Mov_rm64_r64) < at(Code::Mov_rm32_imm32));
+        // Every branch out of the inline path goes to the fallback, which
+        // restores the two registers before the call of `spatial`.
+        let exits: Vec<u64> = decoded
+            .iter()
+            .filter(|i| i.flow_control() == iced_x86::FlowControl::ConditionalBranch)
+            .map(|i| i.near_branch_target())
+            .collect();
+        assert_eq!(exits.len(), 3);
+        assert!(exits.iter().all(|&t| t == exits[0]));
+        let fallback = decoded.iter().position(|i| i.ip() == exits[0]).unwrap();
+        let codes: Vec<Code> = decoded[fallback..].iter().map(|i| i.code()).collect();
+        assert_eq!(
+            codes[..4],
+            [Code::Pop_r64, Code::Pop_r64, Code::Push_r64, Code::Push_r64]
+        );
+        assert_eq!(
+            decoded[fallback..]
+                .iter()
+                .find(|i| i.code() == Code::Call_rel32_64)
+                .unwrap()
+                .near_branch_target(),
+            0x3000
+        );
+        // The inline path resumes at the load with rsp and both registers
+        // as they were.
+        let resume = decoded[..fallback].last().unwrap();
+        assert_eq!(resume.near_branch_target(), 0x1000);
+        let pushes = decoded[..fallback]
+            .iter()
+            .filter(|i| i.code() == Code::Push_r64)
+            .count();
+        let pops = decoded[..fallback]
+            .iter()
+            .filter(|i| i.code() == Code::Pop_r64)
+            .count();
+        assert_eq!((pushes, pops), (2, 2));
+        // Without the switch's address (a library's copy) it only calls.
+        let mut stub = Vec::new();
+        let call_only = SpatialEntry {
+            enabled: 0,
+            ..entry
+        };
+        spatial_stub(
+            &load,
+            9,
+            free,
+            (0x2000, 0x2800, 0x1000),
+            call_only,
+            &mut stub,
+        );
+        assert!(!stub.iter().any(|i| i.code() == Code::Xadd_rm64_r64));
     }
 
     /// Runs the decoded check (`lea`, `shr`, `imul`, `cmp`, `jb`) on the

@@ -169,6 +169,10 @@ pub struct Entries {
     pub(crate) record_tracked: u64,
     /// The spatial record entry.
     pub spatial: u64,
+    /// Address of the config's region switch, which the spatial checks'
+    /// inline appends read; 0: none (a library's copies, whose checks
+    /// never branch).
+    pub(crate) spatial_enabled: u64,
     /// The spatial checks' hash.
     pub(crate) spatial_hash: probe::SpatialHash,
     /// What escape checks compare with (`None`: no counters, the jumps are
@@ -177,6 +181,16 @@ pub struct Entries {
     /// GOT slot → process-end stub ([`super::process_end`]): a
     /// `call`/`jmp qword [rip → slot]` is copied as a direct one to the stub.
     pub(crate) got_hooks: HashMap<u64, u64>,
+}
+
+impl Entries {
+    /// Where the spatial checks' stubs take their records.
+    fn spatial_entry(&self) -> probe::SpatialEntry {
+        probe::SpatialEntry {
+            spatial: self.spatial,
+            enabled: self.spatial_enabled,
+        }
+    }
 }
 
 /// Fake addresses for labels: far above any user-space address.
@@ -748,7 +762,15 @@ fn spatial_check_in_copy(
     if insn.ip() == ip {
         insn.set_ip(next_fake());
     }
-    probe::spatial_stub(insn, id, spatial, stub, insn.ip(), entries.spatial, stubs);
+    let fallback = next_fake();
+    probe::spatial_stub(
+        insn,
+        id,
+        spatial,
+        (stub, fallback, insn.ip()),
+        entries.spatial_entry(),
+        stubs,
+    );
 }
 
 /// Appends `insn` to the copy, or, for escape site `site` (with escape
@@ -1447,7 +1469,15 @@ fn counting_fragment(
                     let at = out.len();
                     probe::spatial_check(&insn, check, 0, stub, entries.spatial_hash, out);
                     checks.push((at, out.len(), check.pushed() > 0));
-                    probe::spatial_stub(&insn, id, check, stub, resume, entries.spatial, stubs);
+                    let spatial_fallback = next_fake();
+                    probe::spatial_stub(
+                        &insn,
+                        id,
+                        check,
+                        (stub, spatial_fallback, resume),
+                        entries.spatial_entry(),
+                        stubs,
+                    );
                     entries.record_tracked
                 }
                 None => entries.record,
@@ -1608,6 +1638,7 @@ mod tests {
             record: 0x6fff_0000,
             record_tracked: 0x6fff_0100,
             spatial: 0x6fff_0200,
+            spatial_enabled: 0x6fff_0300,
             spatial_hash: probe::SpatialHash::default_rate(),
             escape: None,
             got_hooks: HashMap::new(),

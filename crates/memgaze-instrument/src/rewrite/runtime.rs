@@ -25,12 +25,14 @@
 //!
 //! - `spatial` (`rdi` = effective address, `esi` = load id): called by a
 //!   probe's spatial check outside every window when the load's 64-byte
-//!   block is tracked (`cfg::SPATIAL_THRESHOLD`); appends a spatial record
-//!   ([`memgaze_trace::protocol::SPATIAL_FLAG`]) while recording is
-//!   enabled, counting nothing. `record_tracked` is `record` for the loads
-//!   with a spatial check: the one slow-path entry that records nothing
-//!   (a thread's first, which picks its random phase) takes the spatial
-//!   sample that the check, skipped by the slow path, did not.
+//!   block is tracked (`cfg::SPATIAL_THRESHOLD`) and the stub could not
+//!   append the record itself (see *spatial grant* below); appends a
+//!   spatial record ([`memgaze_trace::protocol::SPATIAL_FLAG`]) while
+//!   recording is enabled, counting nothing. `record_tracked` is `record`
+//!   for the loads with a spatial check: the one slow-path entry that
+//!   records nothing (a thread's first, which picks its random phase)
+//!   takes the spatial sample that the check, skipped by the slow path,
+//!   did not.
 //! - `record` (`rdi` = effective address, `esi` = load id): the slow path,
 //!   called by a probe when its thread's countdown is zero. Its hot path
 //!   appends a record while the thread holds a *grant* (appends the cold
@@ -40,6 +42,14 @@
 //!   and call `record` only when it fails. Everything else (window start
 //!   and end, flushes, slot creation, forks) goes through a cold path that
 //!   saves the flags, takes the grant back and issues the next one.
+//!   Outside every window, while the run takes spatial samples and the
+//!   region switch is on, the next one is a *spatial grant* of at most
+//!   `SPATIAL_GRANT_RECORDS` (256) records, claimed through its own word
+//!   ([`slot::SPATIAL_CLAIM`], so the time probes' claims keep failing
+//!   there and reach the cold path): the spatial checks' stubs append into
+//!   it inline, and its records count no execution when taken back
+//!   ([`slot::SPATIAL_GRANT`]). One grant is open at a time, so the
+//!   buffer keeps the program's order of time and spatial records.
 //! - `entry`: the process entry hook (`e_entry`); parses
 //!   [`memgaze_trace::protocol::RECORDER_ENV`] from the initial stack,
 //!   validates the socket (or, where the process does not hold it, an
@@ -79,6 +89,11 @@ use memgaze_trace::protocol::{self, MESSAGE_MAGIC, MessageKind, RECORD_BYTES, WI
 /// [`slot::CLAIM`]): above every user-space address, and failed claims
 /// adding [`RECORD_BYTES`] to it never wrap.
 pub const CLAIM_REVOKED: u64 = 1 << 62;
+
+/// Most spatial records one spatial grant allows: a grant marks its
+/// records unwritten when given, and the one open when a window starts is
+/// taken back mostly unused.
+pub(crate) const SPATIAL_GRANT_RECORDS: u32 = 256;
 
 /// Offset of the countdown in the thread control block (`fs:0x38`).
 pub(crate) const TCB_COUNTDOWN: u64 = 0x38;
@@ -575,8 +590,10 @@ pub(super) fn record_hot_path_then(
 
 /// `spatial` (`rdi` = address, `esi` = load id): appends a spatial record
 /// while recording is enabled. Outside every window (the probes call it
-/// only there), so no grant is open; it takes and gives one back anyway,
-/// as every append of a cold path does. Counts no execution.
+/// only there, when their stub found no spatial grant to claim from or
+/// the flags live): it takes back the grant, appends, and gives the next
+/// spatial grant, as every append of a cold path does. Counts no
+/// execution.
 fn emit_spatial(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     let mut done = a.create_label();
     let mut busy = a.create_label();
@@ -1426,6 +1443,8 @@ fn emit_fini_snapshot(a: &mut Asm, l: &mut Labels) -> R {
     let mut ordered = a.create_label();
     let mut copied = a.create_label();
     a.mov(rax, qword_ptr(rbx + slot::CLAIM))?;
+    a.mov(rcx, qword_ptr(rbx + slot::SPATIAL_CLAIM))?;
+    open_claim(a)?;
     claimed_end(a)?;
     a.mov(r9, qword_ptr(rbx + slot::COUNT))?;
     a.cmp(r9, slot::CAPACITY)?;
@@ -1473,9 +1492,14 @@ fn emit_fini_snapshot(a: &mut Asm, l: &mut Labels) -> R {
         a.mov(rax, qword_ptr(rbx + field))?;
         a.mov(qword_ptr(r15 + field), rax)?;
     }
-    // The claimed records are executions the owner has not committed yet.
+    // The claimed records of a time grant are executions the owner has
+    // not committed yet (spatial records count none).
+    let mut counted = a.create_label();
+    a.cmp(qword_ptr(rbx + slot::SPATIAL_GRANT), 0)?;
+    a.jne(counted)?;
     a.sub(r10, r9)?;
     a.add(qword_ptr(r15 + slot::EXECUTIONS), r10)?;
+    a.set_label(&mut counted)?;
     a.cmp(qword_ptr(rbx + slot::BUSY), 0)?;
     a.jne(l.fini_wait)?;
     a.cmp(qword_ptr(rbx + slot::SEQ), r8)?;
@@ -2519,12 +2543,13 @@ fn emit_env_prefixes(a: &mut Asm, l: &mut Labels) -> R {
     Ok(())
 }
 
-/// Takes back the thread's grant (inside a cold path, flags saved; clobbers
-/// rax, rcx, rdx) and commits the records claimed under it: they join
-/// `COUNT`, `EXECUTIONS` and leave `REMAINING`. With `interrupted`, a
-/// claimed record still holding [`protocol::UNWRITTEN_MARKER`] — this cold
-/// path runs in a signal handler that interrupted a hot path between its
-/// claim and its write — commits nothing and branches there instead (the
+/// Takes back the thread's grant, time or spatial (inside a cold path,
+/// flags saved; clobbers rax, rcx, rdx), and commits the records claimed
+/// under it: they join `COUNT` and, from a time grant, `EXECUTIONS` and
+/// leave `REMAINING`. With `interrupted`, a claimed record still holding
+/// [`protocol::UNWRITTEN_MARKER`] — this cold path runs in a signal
+/// handler that interrupted a hot path between its claim and its write —
+/// commits nothing and branches there instead (the
 /// records stay claimed in `CLAIMED`, and the cold path must leave the
 /// buffer alone: the interrupted writer still owns its record); without,
 /// such records are committed as they are and the collector counts them
@@ -2533,6 +2558,9 @@ fn take_grant(a: &mut Asm, interrupted: Option<CodeLabel>) -> R {
     let mut done = a.create_label();
     a.mov(rax, CLAIM_REVOKED)?;
     a.xchg(qword_ptr(rbx + slot::CLAIM), rax)?;
+    a.mov(rcx, CLAIM_REVOKED)?;
+    a.xchg(qword_ptr(rbx + slot::SPATIAL_CLAIM), rcx)?;
+    open_claim(a)?;
     claimed_end(a)?;
     a.mov(qword_ptr(rbx + slot::CLAIMED), rax)?;
     record_address(a, rcx)?;
@@ -2561,10 +2589,21 @@ fn take_grant(a: &mut Asm, interrupted: Option<CodeLabel>) -> R {
     a.mov(rdx, 0xaaaa_aaaa_aaaa_aaabu64)?;
     a.imul_2(rax, rdx)?;
     a.add(qword_ptr(rbx + slot::COUNT), rax)?;
+    a.cmp(qword_ptr(rbx + slot::SPATIAL_GRANT), 0)?;
+    a.jne(done)?;
     a.add(qword_ptr(rbx + slot::EXECUTIONS), rax)?;
     a.sub(qword_ptr(rbx + slot::REMAINING), rax)?;
     a.set_label(&mut done)?;
     a.mov(qword_ptr(rbx + slot::CLAIMED), 0)
+}
+
+/// `rax = ` the lower of the two claim words in rax (`CLAIM`) and rcx
+/// (`SPATIAL_CLAIM`): the one of the open grant, if any (the other is
+/// at least [`CLAIM_REVOKED`], or both are 0 in a slot no grant was given
+/// yet).
+fn open_claim(a: &mut Asm) -> R {
+    a.cmp(rax, rcx)?;
+    a.cmova(rax, rcx)
 }
 
 /// `rax = ` the end of the records claimed under the grant of the slot in
@@ -2595,16 +2634,43 @@ fn record_address(a: &mut Asm, reg: AsmRegister64) -> R {
 }
 
 /// Grants the hot paths `min(REMAINING − 1, CAPACITY − 1 − COUNT)` appends
-/// when a window is open (inside a cold path after [`take_grant`], flags
-/// saved; clobbers rax, rcx, rdx): marks the granted records unwritten,
-/// then opens the grant with one store of `CLAIM`.
+/// when a window is open, or the spatial checks' stubs
+/// `min(SPATIAL_GRANT_RECORDS, CAPACITY − 1 − COUNT)` spatial appends when
+/// none is and the run takes spatial samples (inside a cold path after
+/// [`take_grant`], r12 = the config, flags saved; clobbers rax, rcx, rdx):
+/// marks the granted records unwritten, then opens the grant with one
+/// store of its claim word.
 fn give_grant(a: &mut Asm) -> R {
     let mut none = a.create_label();
-    let mut sized = a.create_label();
-    let mut fill = a.create_label();
+    let mut spatial = a.create_label();
     a.mov(rax, qword_ptr(rbx + slot::REMAINING))?;
     a.sub(rax, 1)?;
-    a.jbe(none)?; // no window open, or only its last record left
+    a.jb(spatial)?; // no window open
+    a.jz(none)?; // only the window's last record left
+    a.mov(qword_ptr(rbx + slot::SPATIAL_GRANT), 0)?;
+    grant_records(a, slot::CLAIM, none)?;
+    a.jmp(none)?;
+    // Outside every window the only appends are spatial records; the
+    // config decides as `spatial` does (the region switch is checked by
+    // the stubs themselves: another thread may turn it off).
+    a.set_label(&mut spatial)?;
+    a.cmp(qword_ptr(r12 + cfg::SPATIAL_THRESHOLD), 0)?;
+    a.je(none)?;
+    a.cmp(qword_ptr(r12 + cfg::ENABLED), 0)?;
+    a.je(none)?;
+    a.mov(qword_ptr(rbx + slot::SPATIAL_GRANT), 1)?;
+    a.mov(eax, SPATIAL_GRANT_RECORDS)?;
+    grant_records(a, slot::SPATIAL_CLAIM, none)?;
+    a.set_label(&mut none)?;
+    // A zero-byte instruction, so the caller may label what follows.
+    a.zero_bytes()
+}
+
+/// Grants `min(rax, CAPACITY − 1 − COUNT)` records through the claim word
+/// at `claim` (to `none` if the buffer has no room left).
+fn grant_records(a: &mut Asm, claim: i32, none: CodeLabel) -> R {
+    let mut sized = a.create_label();
+    let mut fill = a.create_label();
     a.mov(ecx, (slot::CAPACITY - 1) as u32)?;
     a.sub(rcx, qword_ptr(rbx + slot::COUNT))?;
     a.jle(none)?;
@@ -2622,10 +2688,7 @@ fn give_grant(a: &mut Asm) -> R {
     a.cmp(rdx, rax)?;
     a.jb(fill)?;
     a.mov(qword_ptr(rbx + slot::LIMIT), rax)?;
-    a.mov(qword_ptr(rbx + slot::CLAIM), rcx)?;
-    a.set_label(&mut none)?;
-    // A zero-byte instruction, so the caller may label what follows.
-    a.zero_bytes()
+    a.mov(qword_ptr(rbx + claim), rcx)
 }
 
 /// Fills the header of the message of the slot in rbx, all but its kind,
