@@ -1396,11 +1396,23 @@ fn escaped_loads(
     patched: &BTreeSet<u64>,
 ) -> Vec<u64> {
     let mut escaped: BTreeSet<u64> = BTreeSet::new();
+    // Indices of `escapes` by address: each plan reads only those in its
+    // function's range (a scan of all of them per plan was quadratic).
+    let mut by_address: Vec<usize> = (0..escapes.len()).collect();
+    by_address.sort_by_key(|&i| escapes[i].at);
     for plan in plans {
         let f = &binary.functions()[plan.function];
-        let own: Vec<&Escape> = escapes
+        let first = by_address.partition_point(|&i| escapes[i].at < f.start);
+        let mut in_range: Vec<usize> = by_address[first..]
             .iter()
-            .filter(|e| e.function == f.name && f.contains(e.at))
+            .copied()
+            .take_while(|&i| f.contains(escapes[i].at))
+            .collect();
+        in_range.sort_unstable();
+        let own: Vec<&Escape> = in_range
+            .into_iter()
+            .map(|i| &escapes[i])
+            .filter(|e| e.function == f.name)
             .collect();
         if own.is_empty() {
             continue;
