@@ -131,6 +131,14 @@ impl Val {
     }
 }
 
+/// The in-loop definitions of a variable that reach a use (most uses have
+/// one: no list is allocated for it).
+enum Reaching {
+    None,
+    One(u32),
+    Many(Vec<u32>),
+}
+
 /// Evaluates value changes within the loops of one function.
 pub(crate) struct Evaluator<'a> {
     code: &'a FunctionCode,
@@ -141,6 +149,9 @@ pub(crate) struct Evaluator<'a> {
     memo: HashMap<(u32, u32, Var), Val>,
     /// See `Evaluator::entry_defs`.
     entry_defs: HashMap<(u32, Var), Vec<Vec<u32>>>,
+    /// Per loop, the in-loop predecessors of each of its blocks (positions
+    /// in `Loop::blocks`).
+    loop_preds: HashMap<u32, Vec<Vec<usize>>>,
     in_progress: Vec<(u32, Var)>,
     stored_forms: HashMap<u32, HashSet<(Register, Register, u32, u64)>>,
     info: iced_x86::InstructionInfoFactory,
@@ -172,6 +183,7 @@ impl<'a> Evaluator<'a> {
             last_def,
             memo: HashMap::new(),
             entry_defs: HashMap::new(),
+            loop_preds: HashMap::new(),
             in_progress: Vec::new(),
             stored_forms: HashMap::new(),
             info: iced_x86::InstructionInfoFactory::new(),
@@ -192,18 +204,23 @@ impl<'a> Evaluator<'a> {
         self.loops.loops[l as usize].contains(self.code.block_of[i])
     }
 
-    /// In-loop definitions of `v` that reach instruction `at`.
-    fn reaching(&mut self, l: u32, v: Var, at: usize) -> Vec<u32> {
+    /// In-loop definitions of `v` that reach instruction `at`: the last one
+    /// before it in its block, else those reaching the block's entry.
+    fn reaching(&mut self, l: u32, v: Var, at: usize) -> Reaching {
         let b = self.code.block_of[at];
         let block = &self.code.blocks[b as usize];
         for i in (block.first as usize..at).rev() {
             if self.frame.def_kind(i, v).is_some() {
-                return vec![i as u32];
+                return Reaching::One(i as u32);
             }
         }
         let lp = &self.loops.loops[l as usize];
         let k = lp.blocks.binary_search(&b).expect("query inside the loop");
-        self.entry_defs(l, v)[k].clone()
+        match self.entry_defs(l, v)[k].as_slice() {
+            [] => Reaching::None,
+            &[d] => Reaching::One(d),
+            defs => Reaching::Many(defs.to_vec()),
+        }
     }
 
     /// For each block of loop `l` (in `Loop::blocks` order), the in-loop
@@ -213,29 +230,34 @@ impl<'a> Evaluator<'a> {
         if !self.entry_defs.contains_key(&(l, v)) {
             let lp = &self.loops.loops[l as usize];
             let n = lp.blocks.len();
-            // Predecessors inside the loop, as positions.
-            let preds: Vec<Vec<usize>> = lp
-                .blocks
-                .iter()
-                .map(|&b| {
-                    self.code.blocks[b as usize]
-                        .predecessors
-                        .iter()
-                        .filter_map(|p| lp.blocks.binary_search(p).ok())
-                        .collect()
-                })
-                .collect();
+            let code = self.code;
+            // Predecessors inside the loop, as positions: the same for
+            // every variable of the loop.
+            let preds = self.loop_preds.entry(l).or_insert_with(|| {
+                lp.blocks
+                    .iter()
+                    .map(|&b| {
+                        code.blocks[b as usize]
+                            .predecessors
+                            .iter()
+                            .filter_map(|p| lp.blocks.binary_search(p).ok())
+                            .collect()
+                    })
+                    .collect()
+            });
             let last: Vec<Option<u32>> = lp
                 .blocks
                 .iter()
                 .map(|&b| self.last_def.get(&(b, v)).copied())
                 .collect();
             let mut ins: Vec<Vec<u32>> = vec![Vec::new(); n];
+            // One buffer for the candidate set of every block and round.
+            let mut set: Vec<u32> = Vec::new();
             let mut changed = true;
             while changed {
                 changed = false;
                 for k in 0..n {
-                    let mut set: Vec<u32> = Vec::new();
+                    set.clear();
                     for &p in &preds[k] {
                         match last[p] {
                             Some(d) => set.push(d),
@@ -245,7 +267,7 @@ impl<'a> Evaluator<'a> {
                     set.sort_unstable();
                     set.dedup();
                     if set != ins[k] {
-                        ins[k] = set;
+                        std::mem::swap(&mut ins[k], &mut set);
                         changed = true;
                     }
                 }
@@ -256,15 +278,20 @@ impl<'a> Evaluator<'a> {
     }
 
     fn var_val(&mut self, l: u32, v: Var, at: usize) -> Val {
-        let defs = self.reaching(l, v, at);
-        let mut acc = Val::Inv;
-        for d in defs {
-            acc = acc.join(self.def_val(l, d, v));
-            if matches!(acc, Val::Varying(_)) {
-                break;
+        match self.reaching(l, v, at) {
+            Reaching::None => Val::Inv,
+            Reaching::One(d) => Val::Inv.join(self.def_val(l, d, v)),
+            Reaching::Many(defs) => {
+                let mut acc = Val::Inv;
+                for d in defs {
+                    acc = acc.join(self.def_val(l, d, v));
+                    if matches!(acc, Val::Varying(_)) {
+                        break;
+                    }
+                }
+                acc
             }
         }
-        acc
     }
 
     fn reg_val(&mut self, l: u32, reg: Register, at: usize) -> Val {
