@@ -139,6 +139,38 @@ enum Reaching {
     Many(Vec<u32>),
 }
 
+/// The blocks of a loop by block index: each one's position in
+/// `Loop::blocks`, over the range from its first block to its last (a
+/// loop's blocks are mostly contiguous).
+#[derive(Clone)]
+struct LoopIndex {
+    first: u32,
+    /// Position of block `first + i`, `u32::MAX` when not in the loop.
+    positions: Vec<u32>,
+}
+
+impl LoopIndex {
+    /// The index of a loop's `blocks` (sorted, not empty).
+    fn of(blocks: &[u32]) -> LoopIndex {
+        let first = blocks.first().copied().unwrap_or(0);
+        let last = blocks.last().copied().unwrap_or(0);
+        let mut positions = vec![u32::MAX; (last - first) as usize + 1];
+        for (k, &b) in blocks.iter().enumerate() {
+            positions[(b - first) as usize] = k as u32;
+        }
+        LoopIndex { first, positions }
+    }
+
+    /// The position of block `b` in the loop's blocks, if it is one.
+    fn position(&self, b: u32) -> Option<usize> {
+        let offset = b.checked_sub(self.first)? as usize;
+        self.positions
+            .get(offset)
+            .filter(|&&k| k != u32::MAX)
+            .map(|&k| k as usize)
+    }
+}
+
 /// Evaluates value changes within the loops of one function.
 pub(crate) struct Evaluator<'a> {
     code: &'a FunctionCode,
@@ -152,7 +184,12 @@ pub(crate) struct Evaluator<'a> {
     /// Per loop, the in-loop predecessors of each of its blocks (positions
     /// in `Loop::blocks`).
     loop_preds: HashMap<u32, Vec<Vec<usize>>>,
-    in_progress: Vec<(u32, Var)>,
+    /// Per loop (index), its blocks' positions, once asked for.
+    loop_index: Vec<Option<LoopIndex>>,
+    /// The definitions being evaluated, each with its depth in the chain
+    /// (each is there once: a definition met again is the loop-carried
+    /// value, not followed).
+    in_progress: HashMap<(u32, Var), u32>,
     stored_forms: HashMap<u32, HashSet<(Register, Register, u32, u64)>>,
     info: iced_x86::InstructionInfoFactory,
     /// Bounds the work per query on pathological functions.
@@ -184,7 +221,8 @@ impl<'a> Evaluator<'a> {
             memo: HashMap::new(),
             entry_defs: HashMap::new(),
             loop_preds: HashMap::new(),
-            in_progress: Vec::new(),
+            loop_index: vec![None; loops.loops.len()],
+            in_progress: HashMap::new(),
             stored_forms: HashMap::new(),
             info: iced_x86::InstructionInfoFactory::new(),
             budget: BUDGET,
@@ -199,9 +237,20 @@ impl<'a> Evaluator<'a> {
         finish(v, at)
     }
 
+    /// The position in loop `l`'s blocks of block `b`, if it is one (an
+    /// index per loop, built on first use: the evaluation asks this at
+    /// every definition it follows, and a search of the loop's block list
+    /// was most of its time on large loops).
+    fn loop_position(&mut self, l: u32, b: u32) -> Option<usize> {
+        let blocks = &self.loops.loops[l as usize].blocks;
+        self.loop_index[l as usize]
+            .get_or_insert_with(|| LoopIndex::of(blocks))
+            .position(b)
+    }
+
     /// Whether instruction `i` lies in loop `l`.
-    fn in_loop(&self, l: u32, i: usize) -> bool {
-        self.loops.loops[l as usize].contains(self.code.block_of[i])
+    fn in_loop(&mut self, l: u32, i: usize) -> bool {
+        self.loop_position(l, self.code.block_of[i]).is_some()
     }
 
     /// In-loop definitions of `v` that reach instruction `at`: the last one
@@ -214,8 +263,7 @@ impl<'a> Evaluator<'a> {
                 return Reaching::One(i as u32);
             }
         }
-        let lp = &self.loops.loops[l as usize];
-        let k = lp.blocks.binary_search(&b).expect("query inside the loop");
+        let k = self.loop_position(l, b).expect("query inside the loop");
         match self.entry_defs(l, v)[k].as_slice() {
             [] => Reaching::None,
             &[d] => Reaching::One(d),
@@ -309,17 +357,17 @@ impl<'a> Evaluator<'a> {
         if let Some(&val) = self.memo.get(&(l, d, v)) {
             return val;
         }
-        if let Some(depth) = self.in_progress.iter().position(|&x| x == (d, v)) {
-            return Val::Phi(depth as u32);
+        if let Some(&depth) = self.in_progress.get(&(d, v)) {
+            return Val::Phi(depth);
         }
         if self.budget == 0 || self.in_progress.len() >= MAX_DEPTH {
             return Val::Varying(Why::Unknown(d));
         }
         self.budget -= 1;
         let depth = self.in_progress.len() as u32;
-        self.in_progress.push((d, v));
+        self.in_progress.insert((d, v), depth);
         let raw = self.semantics(l, d as usize, v);
-        self.in_progress.pop();
+        self.in_progress.remove(&(d, v));
         let val = match raw.root() {
             Some(r) if r == depth => match raw {
                 Val::Phi(_) => Val::Inv,
