@@ -187,12 +187,6 @@ impl Binary {
                     .find(|n| n.n_type == NT_GNU_BUILD_ID && n.name == "GNU")
                     .map(|n| hex(n.desc))
             });
-        let identity = BinaryIdentity {
-            path: path.display().to_string(),
-            size: data.len() as u64,
-            sha256: hex(&Sha256::digest(data)),
-            build_id,
-        };
 
         let symbols = |table: &goblin::elf::Symtab, strtab: &goblin::strtab::Strtab| {
             table
@@ -245,15 +239,27 @@ impl Binary {
                 _ => {}
             }
         }
-        let (functions, discovery) = functions::discover(functions::DiscoveryInput {
-            sections: &sections,
-            symtab,
-            has_symtab,
-            dynsym,
-            fdes,
-            known_names,
-            section_bytes: &section_bytes,
-        });
+        // The whole file is hashed on another core meanwhile.
+        let (sha256, (functions, discovery)) = rayon::join(
+            || hex(&Sha256::digest(data)),
+            || {
+                functions::discover(functions::DiscoveryInput {
+                    sections: &sections,
+                    symtab,
+                    has_symtab,
+                    dynsym,
+                    fdes,
+                    known_names,
+                    section_bytes: &section_bytes,
+                })
+            },
+        );
+        let identity = BinaryIdentity {
+            path: path.display().to_string(),
+            size: data.len() as u64,
+            sha256,
+            build_id,
+        };
 
         // The hash read every page; the stages fault in what they read.
         bytes.release_resident();
