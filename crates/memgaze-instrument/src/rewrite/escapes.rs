@@ -82,8 +82,9 @@ pub(super) fn sites(
     patched: &BTreeSet<u64>,
     annotation: &Annotation,
 ) -> Vec<EscapeSite> {
-    // Load ip → (instrumented or implied, instrumented).
-    let loads: HashMap<u64, (bool, bool)> = annotation
+    // Load ip → (instrumented or implied, instrumented): hundreds of
+    // thousands, only looked up (a fast hash, not the default one).
+    let loads: foldhash::HashMap<u64, (bool, bool)> = annotation
         .loads
         .iter()
         .map(|l| (l.ip, (l.instrumented || l.proxy.is_some(), l.instrumented)))

@@ -1555,7 +1555,9 @@ fn update_annotation(
             annotation.functions[ai].skipped = None;
         }
     }
-    let probed: HashSet<u64> = plans
+    // Sets of hundreds of thousands of addresses, only looked up: a fast
+    // hash rather than the default DoS-resistant one.
+    let probed: foldhash::HashSet<u64> = plans
         .iter()
         .flat_map(|p| p.probed_ips.iter().copied())
         .collect();
@@ -1571,7 +1573,7 @@ fn update_annotation(
         }
     }
     // Implied loads whose proxy lost its probe are no longer covered.
-    let probed_ips: HashSet<u64> = annotation
+    let probed_ips: foldhash::HashSet<u64> = annotation
         .loads
         .iter()
         .filter(|l| l.instrumented)
