@@ -115,12 +115,25 @@ fn instrument_object(
     // refused annotation path leaves no executable behind (and vice versa).
     let mut staged_executable = AtomicFile::create_with_mode(output, EXECUTABLE_MODE)?;
     let mut staged_annotation = AtomicFile::create(&instrument::annotation_path(output))?;
-    // The executable is written and its bytes freed first; the loads'
-    // source positions only then: the rewriter's working memory is freed.
+    // The line table is built while the executable is written (the write
+    // is the kernel's copy into the page cache, on another thread); the
+    // loads' source positions only once the executable's bytes are freed:
+    // the rewriter's working memory is freed by then.
     // (Every load the rewriter is given comes from the classification.)
-    write_executable(&mut staged_executable, &result.executable)?;
+    let (written_executable, table) = std::thread::scope(|scope| {
+        let writer = scope.spawn(|| write_executable(&mut staged_executable, &result.executable));
+        let table = crate::classify::line_table_of(&result.annotation.loads, &binary);
+        let written = writer
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (written, table)
+    });
+    written_executable?;
     result.executable = Vec::new();
-    crate::classify::add_lines(&mut result.annotation.loads, &binary);
+    // The DWARF sections' pages are not read again.
+    binary.release_resident();
+    crate::classify::add_lines_from(&mut result.annotation.loads, &table);
+    drop(table);
     write_annotation(&mut staged_annotation, &result.annotation, format)?;
     staged_executable.commit()?;
     staged_annotation.commit()?;

@@ -147,9 +147,10 @@ impl LineTable {
     /// Rust binary is hundreds of MB.
     pub fn build<'a>(
         section: impl Fn(&str) -> &'a [u8],
-        is_code: impl Fn(u64) -> bool,
+        is_code: impl Fn(u64) -> bool + Sync,
         wanted: Option<&[u64]>,
     ) -> LineTable {
+        use rayon::prelude::*;
         let mut table = LineTable::default();
         if section(".debug_line").is_empty() {
             return table;
@@ -165,87 +166,58 @@ impl LineTable {
                 return table;
             }
         };
-        let mut sequences: Vec<Vec<Row>> = Vec::new();
-        let mut file_ids: HashMap<String, u32> = HashMap::new();
+        // The units' headers are read in order; the units themselves on
+        // all cores, each into rows and ranges of its own, joined in order.
+        let mut headers = Vec::new();
+        let mut units_problem = None;
         let mut units = dwarf.units();
         loop {
-            let header = match units.next() {
-                Ok(Some(h)) => h,
+            match units.next() {
+                Ok(Some(h)) => headers.push(h),
                 Ok(None) => break,
                 Err(e) => {
-                    table.problem = Some(format!("malformed .debug_info: {e}"));
+                    units_problem = Some(format!("malformed .debug_info: {e}"));
                     break;
                 }
-            };
-            let Ok(unit) = dwarf.unit(header) else {
-                table.problem = Some("malformed compilation unit".into());
-                continue;
-            };
-            let Some(program) = unit.line_program.clone() else {
-                continue;
-            };
-            let comp_dir = unit
-                .comp_dir
-                .map(|d| String::from_utf8_lossy(d.slice()).into_owned());
-            // Unit-local file index -> table file id.
-            let mut unit_files: HashMap<u64, u32> = HashMap::new();
-            let mut rows = program.rows();
-            let mut current: Vec<Row> = Vec::new();
-            loop {
-                let (header, row) = match rows.next_row() {
-                    Ok(Some(r)) => r,
-                    Ok(None) => break,
-                    Err(e) => {
-                        table.problem = Some(format!("malformed line program: {e}"));
-                        break;
-                    }
-                };
-                if row.end_sequence() {
-                    current.push(Row {
-                        address: row.address(),
-                        file: NO_FILE,
-                        line: 0,
-                    });
-                    if current.first().is_some_and(|r| is_code(r.address)) {
-                        sequences.push(match wanted {
-                            Some(wanted) => rows_serving(&current, wanted),
-                            None => current.clone(),
-                        });
-                    }
-                    current.clear();
-                    continue;
+            }
+        }
+        let unit_lines: Vec<UnitLines> = headers
+            .into_par_iter()
+            .map(|header| UnitLines::read(&dwarf, header, &is_code, wanted))
+            .collect();
+        let mut sequences: Vec<Vec<Row>> = Vec::new();
+        let mut file_ids: HashMap<String, u32> = HashMap::new();
+        for unit in unit_lines {
+            let ids: Vec<u32> = unit
+                .files
+                .into_iter()
+                .map(|path| table.intern(&mut file_ids, path))
+                .collect();
+            let id = |file: u32| {
+                if file == NO_FILE {
+                    NO_FILE
+                } else {
+                    ids[file as usize]
                 }
-                let index = row.file_index();
-                let file = match unit_files.get(&index) {
-                    Some(&f) => f,
-                    None => {
-                        let path = file_path(&dwarf, &unit, header, comp_dir.as_deref(), index);
-                        let id = table.intern(&mut file_ids, path);
-                        unit_files.insert(index, id);
-                        id
-                    }
-                };
-                let line = row
-                    .line()
-                    .map_or(0, |l| l.get().min(u64::from(u32::MAX - 1)) as u32);
-                current.push(Row {
-                    address: row.address(),
-                    file,
-                    line,
-                });
+            };
+            for mut sequence in unit.sequences {
+                for row in &mut sequence {
+                    row.file = id(row.file);
+                }
+                sequences.push(sequence);
             }
-            if let Some(program) = &unit.line_program
-                && let Err(e) = table.add_inlines(
-                    &dwarf,
-                    &unit,
-                    program.header(),
-                    comp_dir.as_deref(),
-                    &mut file_ids,
-                    &|begin, end| is_code(begin) && wanted.is_none_or(|w| holds_any(w, begin, end)),
-                )
-            {
-                table.problem = Some(format!("malformed inlined subroutine: {e}"));
+            table
+                .inlines
+                .extend(unit.inlines.into_iter().map(|r| Inline {
+                    file: id(r.file),
+                    ..r
+                }));
+            if unit.problem.is_some() {
+                table.problem = unit.problem;
             }
+        }
+        if units_problem.is_some() {
+            table.problem = units_problem;
         }
         sequences.sort_by_key(|s| s.first().map_or(0, |r| r.address));
         table.inlines.sort_by_key(|r| r.begin);
@@ -269,71 +241,175 @@ impl LineTable {
     }
 }
 
-impl LineTable {
-    /// The id of `path` in [`LineTable::files`], added when new.
-    fn intern(&mut self, ids: &mut HashMap<String, u32>, path: String) -> u32 {
-        let next = self.files.len() as u32;
-        *ids.entry(path.clone()).or_insert_with(|| {
-            self.files.push(path);
-            next
-        })
-    }
+/// What one compilation unit gives the table, its files numbered in the
+/// order it names them (the table numbers them over all units in order).
+#[derive(Default)]
+struct UnitLines {
+    /// Its line program's sequences in code (each ending with its end row).
+    sequences: Vec<Vec<Row>>,
+    /// Its inlined ranges.
+    inlines: Vec<Inline>,
+    /// The paths its rows and ranges name, by their `file`.
+    files: Vec<String>,
+    /// Its last problem.
+    problem: Option<String>,
+}
 
-    /// Adds the inlined ranges of one unit that `keep` accepts (`begin`,
-    /// `end`): those in code only (a discarded function's ranges start at
-    /// address 0).
-    fn add_inlines<'a>(
-        &mut self,
+impl UnitLines {
+    /// Reads the unit of `header`: what [`LineTable::build`] keeps of its
+    /// line program and its inlined ranges.
+    fn read<'a>(
         dwarf: &gimli::Dwarf<Reader<'a>>,
-        unit: &gimli::Unit<Reader<'a>>,
-        header: &gimli::LineProgramHeader<Reader<'a>>,
-        comp_dir: Option<&str>,
-        file_ids: &mut HashMap<String, u32>,
-        keep: &impl Fn(u64, u64) -> bool,
-    ) -> Result<(), gimli::Error> {
+        header: gimli::UnitHeader<Reader<'a>>,
+        is_code: &impl Fn(u64) -> bool,
+        wanted: Option<&[u64]>,
+    ) -> UnitLines {
+        let mut out = UnitLines::default();
+        let Ok(unit) = dwarf.unit(header) else {
+            out.problem = Some("malformed compilation unit".into());
+            return out;
+        };
+        let Some(program) = unit.line_program.clone() else {
+            return out;
+        };
+        let comp_dir = unit
+            .comp_dir
+            .map(|d| String::from_utf8_lossy(d.slice()).into_owned());
+        let mut file_ids: HashMap<String, u32> = HashMap::new();
+        // Unit-local file index -> file id.
         let mut unit_files: HashMap<u64, u32> = HashMap::new();
-        let mut entries = unit.entries();
-        while let Some(entry) = entries.next_dfs()? {
-            if entry.tag() != gimli::DW_TAG_inlined_subroutine {
+        let mut rows = program.rows();
+        let mut current: Vec<Row> = Vec::new();
+        loop {
+            let (header, row) = match rows.next_row() {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(e) => {
+                    out.problem = Some(format!("malformed line program: {e}"));
+                    break;
+                }
+            };
+            if row.end_sequence() {
+                current.push(Row {
+                    address: row.address(),
+                    file: NO_FILE,
+                    line: 0,
+                });
+                if current.first().is_some_and(|r| is_code(r.address)) {
+                    out.sequences.push(match wanted {
+                        Some(wanted) => rows_serving(&current, wanted),
+                        None => current.clone(),
+                    });
+                }
+                current.clear();
                 continue;
             }
-            let index = match entry.attr_value(gimli::DW_AT_call_file) {
-                Some(AttributeValue::FileIndex(i)) => i,
-                Some(other) => match other.udata_value() {
-                    Some(i) => i,
-                    None => continue,
-                },
-                None => continue,
-            };
-            let line = entry
-                .attr_value(gimli::DW_AT_call_line)
-                .and_then(|v| v.udata_value())
-                .map_or(0, |l| l.min(u64::from(u32::MAX - 1)) as u32);
+            let index = row.file_index();
             let file = match unit_files.get(&index) {
                 Some(&f) => f,
                 None => {
-                    let path = file_path(dwarf, unit, header, comp_dir, index);
-                    let id = self.intern(file_ids, path);
+                    let path = file_path(dwarf, &unit, header, comp_dir.as_deref(), index);
+                    let id = intern(&mut out.files, &mut file_ids, path);
                     unit_files.insert(index, id);
                     id
                 }
             };
-            let depth = u32::try_from(entry.depth()).unwrap_or(0);
-            let mut ranges = dwarf.die_ranges(unit, entry)?;
-            while let Some(range) = ranges.next()? {
-                if range.begin < range.end && keep(range.begin, range.end) {
-                    self.inlines.push(Inline {
-                        begin: range.begin,
-                        end: range.end,
-                        depth,
-                        file,
-                        line,
-                    });
-                }
+            let line = row
+                .line()
+                .map_or(0, |l| l.get().min(u64::from(u32::MAX - 1)) as u32);
+            current.push(Row {
+                address: row.address(),
+                file,
+                line,
+            });
+        }
+        if let Some(program) = &unit.line_program
+            && let Err(e) = add_inlines(
+                &mut out,
+                dwarf,
+                &unit,
+                program.header(),
+                comp_dir.as_deref(),
+                &mut file_ids,
+                &|begin, end| is_code(begin) && wanted.is_none_or(|w| holds_any(w, begin, end)),
+            )
+        {
+            out.problem = Some(format!("malformed inlined subroutine: {e}"));
+        }
+        out
+    }
+}
+
+/// The id of `path` in `files`, added when new.
+fn intern(files: &mut Vec<String>, ids: &mut HashMap<String, u32>, path: String) -> u32 {
+    let next = files.len() as u32;
+    *ids.entry(path.clone()).or_insert_with(|| {
+        files.push(path);
+        next
+    })
+}
+
+impl LineTable {
+    /// The id of `path` in [`LineTable::files`], added when new.
+    fn intern(&mut self, ids: &mut HashMap<String, u32>, path: String) -> u32 {
+        intern(&mut self.files, ids, path)
+    }
+}
+
+/// Adds the inlined ranges of one unit that `keep` accepts (`begin`,
+/// `end`): those in code only (a discarded function's ranges start at
+/// address 0).
+fn add_inlines<'a>(
+    out: &mut UnitLines,
+    dwarf: &gimli::Dwarf<Reader<'a>>,
+    unit: &gimli::Unit<Reader<'a>>,
+    header: &gimli::LineProgramHeader<Reader<'a>>,
+    comp_dir: Option<&str>,
+    file_ids: &mut HashMap<String, u32>,
+    keep: &impl Fn(u64, u64) -> bool,
+) -> Result<(), gimli::Error> {
+    let mut unit_files: HashMap<u64, u32> = HashMap::new();
+    let mut entries = unit.entries();
+    while let Some(entry) = entries.next_dfs()? {
+        if entry.tag() != gimli::DW_TAG_inlined_subroutine {
+            continue;
+        }
+        let index = match entry.attr_value(gimli::DW_AT_call_file) {
+            Some(AttributeValue::FileIndex(i)) => i,
+            Some(other) => match other.udata_value() {
+                Some(i) => i,
+                None => continue,
+            },
+            None => continue,
+        };
+        let line = entry
+            .attr_value(gimli::DW_AT_call_line)
+            .and_then(|v| v.udata_value())
+            .map_or(0, |l| l.min(u64::from(u32::MAX - 1)) as u32);
+        let file = match unit_files.get(&index) {
+            Some(&f) => f,
+            None => {
+                let path = file_path(dwarf, unit, header, comp_dir, index);
+                let id = intern(&mut out.files, file_ids, path);
+                unit_files.insert(index, id);
+                id
+            }
+        };
+        let depth = u32::try_from(entry.depth()).unwrap_or(0);
+        let mut ranges = dwarf.die_ranges(unit, entry)?;
+        while let Some(range) = ranges.next()? {
+            if range.begin < range.end && keep(range.begin, range.end) {
+                out.inlines.push(Inline {
+                    begin: range.begin,
+                    end: range.end,
+                    depth,
+                    file,
+                    line,
+                });
             }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 /// Whether a sorted `addresses` holds one in `[begin, end)`.

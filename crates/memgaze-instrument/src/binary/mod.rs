@@ -54,6 +54,9 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+/// File size from which [`Binary::open`] hashes the file on another core.
+const HASH_APART: usize = 8 << 20;
+
 /// An x86-64 ELF file, read and checked.
 #[derive(Debug)]
 pub struct Binary {
@@ -187,12 +190,6 @@ impl Binary {
                     .find(|n| n.n_type == NT_GNU_BUILD_ID && n.name == "GNU")
                     .map(|n| hex(n.desc))
             });
-        let identity = BinaryIdentity {
-            path: path.display().to_string(),
-            size: data.len() as u64,
-            sha256: hex(&Sha256::digest(data)),
-            build_id,
-        };
 
         let symbols = |table: &goblin::elf::Symtab, strtab: &goblin::strtab::Strtab| {
             table
@@ -245,15 +242,31 @@ impl Binary {
                 _ => {}
             }
         }
-        let (functions, discovery) = functions::discover(functions::DiscoveryInput {
-            sections: &sections,
-            symtab,
-            has_symtab,
-            dynsym,
-            fdes,
-            known_names,
-            section_bytes: &section_bytes,
-        });
+        let hash = || hex(&Sha256::digest(data));
+        let discover = || {
+            functions::discover(functions::DiscoveryInput {
+                sections: &sections,
+                symtab,
+                has_symtab,
+                dynsym,
+                fdes,
+                known_names,
+                section_bytes: &section_bytes,
+            })
+        };
+        // A large file is hashed on another core meanwhile (for a small one
+        // the hand-over would cost more than the hash).
+        let (sha256, (functions, discovery)) = if data.len() >= HASH_APART {
+            rayon::join(hash, discover)
+        } else {
+            (hash(), discover())
+        };
+        let identity = BinaryIdentity {
+            path: path.display().to_string(),
+            size: data.len() as u64,
+            sha256,
+            build_id,
+        };
 
         // The hash read every page; the stages fault in what they read.
         bytes.release_resident();

@@ -585,17 +585,27 @@ impl BinaryLoads {
 /// cores; each load on its own), from the part of the line table that
 /// serves the loads' addresses.
 pub(crate) fn add_lines(loads: &mut [LoadSite], binary: &Binary) {
-    use rayon::prelude::*;
+    let table = line_table_of(loads, binary);
+    // The DWARF sections' pages are not read again.
+    binary.release_resident();
+    add_lines_from(loads, &table);
+}
+
+/// The part of `binary`'s line table that the lookups of `loads`' addresses
+/// read.
+pub(crate) fn line_table_of(loads: &[LoadSite], binary: &Binary) -> LineTable {
     let mut addresses: Vec<u64> = loads.iter().map(|l| l.ip).collect();
     addresses.sort_unstable();
     addresses.dedup();
-    let table = binary.line_table_for(&addresses);
-    drop(addresses);
-    // The DWARF sections' pages are not read again.
-    binary.release_resident();
+    binary.line_table_for(&addresses)
+}
+
+/// [`add_lines`] with the line table already built ([`line_table_of`]).
+pub(crate) fn add_lines_from(loads: &mut [LoadSite], table: &LineTable) {
+    use rayon::prelude::*;
     loads.par_iter_mut().for_each(|load| {
         load.line = table.locate(load.ip).map(|l| l.to_text());
-        load.inline_chain = inline_chain(&table, load.ip);
+        load.inline_chain = inline_chain(table, load.ip);
     });
 }
 

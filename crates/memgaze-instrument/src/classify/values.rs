@@ -131,6 +131,46 @@ impl Val {
     }
 }
 
+/// The in-loop definitions of a variable that reach a use (most uses have
+/// one: no list is allocated for it).
+enum Reaching {
+    None,
+    One(u32),
+    Many(Vec<u32>),
+}
+
+/// The blocks of a loop by block index: each one's position in
+/// `Loop::blocks`, over the range from its first block to its last (a
+/// loop's blocks are mostly contiguous).
+#[derive(Clone)]
+struct LoopIndex {
+    first: u32,
+    /// Position of block `first + i`, `u32::MAX` when not in the loop.
+    positions: Vec<u32>,
+}
+
+impl LoopIndex {
+    /// The index of a loop's `blocks` (sorted, not empty).
+    fn of(blocks: &[u32]) -> LoopIndex {
+        let first = blocks.first().copied().unwrap_or(0);
+        let last = blocks.last().copied().unwrap_or(0);
+        let mut positions = vec![u32::MAX; (last - first) as usize + 1];
+        for (k, &b) in blocks.iter().enumerate() {
+            positions[(b - first) as usize] = k as u32;
+        }
+        LoopIndex { first, positions }
+    }
+
+    /// The position of block `b` in the loop's blocks, if it is one.
+    fn position(&self, b: u32) -> Option<usize> {
+        let offset = b.checked_sub(self.first)? as usize;
+        self.positions
+            .get(offset)
+            .filter(|&&k| k != u32::MAX)
+            .map(|&k| k as usize)
+    }
+}
+
 /// Evaluates value changes within the loops of one function.
 pub(crate) struct Evaluator<'a> {
     code: &'a FunctionCode,
@@ -141,7 +181,15 @@ pub(crate) struct Evaluator<'a> {
     memo: HashMap<(u32, u32, Var), Val>,
     /// See `Evaluator::entry_defs`.
     entry_defs: HashMap<(u32, Var), Vec<Vec<u32>>>,
-    in_progress: Vec<(u32, Var)>,
+    /// Per loop, the in-loop predecessors of each of its blocks (positions
+    /// in `Loop::blocks`).
+    loop_preds: HashMap<u32, Vec<Vec<usize>>>,
+    /// Per loop (index), its blocks' positions, once asked for.
+    loop_index: Vec<Option<LoopIndex>>,
+    /// The definitions being evaluated, each with its depth in the chain
+    /// (each is there once: a definition met again is the loop-carried
+    /// value, not followed).
+    in_progress: HashMap<(u32, Var), u32>,
     stored_forms: HashMap<u32, HashSet<(Register, Register, u32, u64)>>,
     info: iced_x86::InstructionInfoFactory,
     /// Bounds the work per query on pathological functions.
@@ -172,7 +220,9 @@ impl<'a> Evaluator<'a> {
             last_def,
             memo: HashMap::new(),
             entry_defs: HashMap::new(),
-            in_progress: Vec::new(),
+            loop_preds: HashMap::new(),
+            loop_index: vec![None; loops.loops.len()],
+            in_progress: HashMap::new(),
             stored_forms: HashMap::new(),
             info: iced_x86::InstructionInfoFactory::new(),
             budget: BUDGET,
@@ -187,23 +237,38 @@ impl<'a> Evaluator<'a> {
         finish(v, at)
     }
 
-    /// Whether instruction `i` lies in loop `l`.
-    fn in_loop(&self, l: u32, i: usize) -> bool {
-        self.loops.loops[l as usize].contains(self.code.block_of[i])
+    /// The position in loop `l`'s blocks of block `b`, if it is one (an
+    /// index per loop, built on first use: the evaluation asks this at
+    /// every definition it follows, and a search of the loop's block list
+    /// was most of its time on large loops).
+    fn loop_position(&mut self, l: u32, b: u32) -> Option<usize> {
+        let blocks = &self.loops.loops[l as usize].blocks;
+        self.loop_index[l as usize]
+            .get_or_insert_with(|| LoopIndex::of(blocks))
+            .position(b)
     }
 
-    /// In-loop definitions of `v` that reach instruction `at`.
-    fn reaching(&mut self, l: u32, v: Var, at: usize) -> Vec<u32> {
+    /// Whether instruction `i` lies in loop `l`.
+    fn in_loop(&mut self, l: u32, i: usize) -> bool {
+        self.loop_position(l, self.code.block_of[i]).is_some()
+    }
+
+    /// In-loop definitions of `v` that reach instruction `at`: the last one
+    /// before it in its block, else those reaching the block's entry.
+    fn reaching(&mut self, l: u32, v: Var, at: usize) -> Reaching {
         let b = self.code.block_of[at];
         let block = &self.code.blocks[b as usize];
         for i in (block.first as usize..at).rev() {
             if self.frame.def_kind(i, v).is_some() {
-                return vec![i as u32];
+                return Reaching::One(i as u32);
             }
         }
-        let lp = &self.loops.loops[l as usize];
-        let k = lp.blocks.binary_search(&b).expect("query inside the loop");
-        self.entry_defs(l, v)[k].clone()
+        let k = self.loop_position(l, b).expect("query inside the loop");
+        match self.entry_defs(l, v)[k].as_slice() {
+            [] => Reaching::None,
+            &[d] => Reaching::One(d),
+            defs => Reaching::Many(defs.to_vec()),
+        }
     }
 
     /// For each block of loop `l` (in `Loop::blocks` order), the in-loop
@@ -213,29 +278,34 @@ impl<'a> Evaluator<'a> {
         if !self.entry_defs.contains_key(&(l, v)) {
             let lp = &self.loops.loops[l as usize];
             let n = lp.blocks.len();
-            // Predecessors inside the loop, as positions.
-            let preds: Vec<Vec<usize>> = lp
-                .blocks
-                .iter()
-                .map(|&b| {
-                    self.code.blocks[b as usize]
-                        .predecessors
-                        .iter()
-                        .filter_map(|p| lp.blocks.binary_search(p).ok())
-                        .collect()
-                })
-                .collect();
+            let code = self.code;
+            // Predecessors inside the loop, as positions: the same for
+            // every variable of the loop.
+            let preds = self.loop_preds.entry(l).or_insert_with(|| {
+                lp.blocks
+                    .iter()
+                    .map(|&b| {
+                        code.blocks[b as usize]
+                            .predecessors
+                            .iter()
+                            .filter_map(|p| lp.blocks.binary_search(p).ok())
+                            .collect()
+                    })
+                    .collect()
+            });
             let last: Vec<Option<u32>> = lp
                 .blocks
                 .iter()
                 .map(|&b| self.last_def.get(&(b, v)).copied())
                 .collect();
             let mut ins: Vec<Vec<u32>> = vec![Vec::new(); n];
+            // One buffer for the candidate set of every block and round.
+            let mut set: Vec<u32> = Vec::new();
             let mut changed = true;
             while changed {
                 changed = false;
                 for k in 0..n {
-                    let mut set: Vec<u32> = Vec::new();
+                    set.clear();
                     for &p in &preds[k] {
                         match last[p] {
                             Some(d) => set.push(d),
@@ -245,7 +315,7 @@ impl<'a> Evaluator<'a> {
                     set.sort_unstable();
                     set.dedup();
                     if set != ins[k] {
-                        ins[k] = set;
+                        std::mem::swap(&mut ins[k], &mut set);
                         changed = true;
                     }
                 }
@@ -256,15 +326,20 @@ impl<'a> Evaluator<'a> {
     }
 
     fn var_val(&mut self, l: u32, v: Var, at: usize) -> Val {
-        let defs = self.reaching(l, v, at);
-        let mut acc = Val::Inv;
-        for d in defs {
-            acc = acc.join(self.def_val(l, d, v));
-            if matches!(acc, Val::Varying(_)) {
-                break;
+        match self.reaching(l, v, at) {
+            Reaching::None => Val::Inv,
+            Reaching::One(d) => Val::Inv.join(self.def_val(l, d, v)),
+            Reaching::Many(defs) => {
+                let mut acc = Val::Inv;
+                for d in defs {
+                    acc = acc.join(self.def_val(l, d, v));
+                    if matches!(acc, Val::Varying(_)) {
+                        break;
+                    }
+                }
+                acc
             }
         }
-        acc
     }
 
     fn reg_val(&mut self, l: u32, reg: Register, at: usize) -> Val {
@@ -282,17 +357,17 @@ impl<'a> Evaluator<'a> {
         if let Some(&val) = self.memo.get(&(l, d, v)) {
             return val;
         }
-        if let Some(depth) = self.in_progress.iter().position(|&x| x == (d, v)) {
-            return Val::Phi(depth as u32);
+        if let Some(&depth) = self.in_progress.get(&(d, v)) {
+            return Val::Phi(depth);
         }
         if self.budget == 0 || self.in_progress.len() >= MAX_DEPTH {
             return Val::Varying(Why::Unknown(d));
         }
         self.budget -= 1;
         let depth = self.in_progress.len() as u32;
-        self.in_progress.push((d, v));
+        self.in_progress.insert((d, v), depth);
         let raw = self.semantics(l, d as usize, v);
-        self.in_progress.pop();
+        self.in_progress.remove(&(d, v));
         let val = match raw.root() {
             Some(r) if r == depth => match raw {
                 Val::Phi(_) => Val::Inv,

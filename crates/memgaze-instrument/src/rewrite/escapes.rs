@@ -14,6 +14,7 @@
 use super::{OriginalUnwind, PATCH, Planned, entry_points};
 use crate::annotation::{Annotation, EscapeSite};
 use crate::binary::{Binary, FunctionCode, IndirectJumpKind};
+use rayon::prelude::*;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// Instruction indices of the indirect jumps of `plan` that may land in
@@ -82,8 +83,9 @@ pub(super) fn sites(
     patched: &BTreeSet<u64>,
     annotation: &Annotation,
 ) -> Vec<EscapeSite> {
-    // Load ip → (instrumented or implied, instrumented).
-    let loads: HashMap<u64, (bool, bool)> = annotation
+    // Load ip → (instrumented or implied, instrumented): hundreds of
+    // thousands, only looked up (a fast hash, not the default one).
+    let loads: foldhash::HashMap<u64, (bool, bool)> = annotation
         .loads
         .iter()
         .map(|l| (l.ip, (l.instrumented || l.proxy.is_some(), l.instrumented)))
@@ -101,62 +103,68 @@ pub(super) fn sites(
                 (l + u32::from(covered), p + u32::from(probed))
             })
     };
-    let mut sites: Vec<(u32, EscapeSite)> = Vec::new();
-    for plan in plans {
-        let own = plan.annotation_function.map_or(u32::MAX, |a| a as u32);
-        for &(index, id) in &plan.escape_ids {
-            let jump = plan
-                .code
-                .indirect_jumps
-                .iter()
-                .find(|j| j.instruction as usize == index);
-            let targets: Vec<u64> = match jump.map(|j| j.kind) {
-                Some(IndirectJumpKind::JumpTable(t)) => {
-                    let mut targets = plan.code.jump_tables[t].targets.clone();
-                    targets.sort_unstable();
-                    targets.dedup();
-                    targets.retain(|t| !patched.contains(t));
-                    targets
-                }
-                _ => Vec::new(),
-            };
-            let mut function = own;
-            let (loads, probed) = if targets.is_empty() {
-                let all: Vec<u64> = plan.code.blocks.iter().map(|b| b.start).collect();
-                count(&plan.code, &all)
-            } else {
-                let mut sum = (0u64, 0u64);
-                for (k, &t) in targets.iter().enumerate() {
-                    let Some(target_plan) = binary
-                        .function_index_at(t)
-                        .and_then(|fi| plan_of.get(&fi))
-                        .map(|&pi| &plans[pi])
-                    else {
-                        continue;
-                    };
-                    if k == 0 {
-                        function = target_plan
-                            .annotation_function
-                            .map_or(u32::MAX, |a| a as u32);
+    // The plans' sites on all cores (an estimate may decode its target's
+    // function again), put in counter order below.
+    let mut sites: Vec<(u32, EscapeSite)> = plans
+        .par_iter()
+        .flat_map_iter(|plan| {
+            let mut sites = Vec::new();
+            let own = plan.annotation_function.map_or(u32::MAX, |a| a as u32);
+            for &(index, id) in &plan.escape_ids {
+                let jump = plan
+                    .code
+                    .indirect_jumps
+                    .iter()
+                    .find(|j| j.instruction as usize == index);
+                let targets: Vec<u64> = match jump.map(|j| j.kind) {
+                    Some(IndirectJumpKind::JumpTable(t)) => {
+                        let mut targets = plan.code.jump_tables[t].targets.clone();
+                        targets.sort_unstable();
+                        targets.dedup();
+                        targets.retain(|t| !patched.contains(t));
+                        targets
                     }
-                    let (l, p) = count(&target_plan.whole_code(binary), &[t]);
-                    sum.0 += u64::from(l);
-                    sum.1 += u64::from(p);
-                }
-                let n = targets.len() as u64;
-                (sum.0.div_ceil(n) as u32, sum.1.div_ceil(n) as u32)
-            };
-            sites.push((
-                id,
-                EscapeSite {
-                    at: plan.code.instructions[index].ip(),
-                    function,
-                    loads,
-                    probed,
-                },
-            ));
-        }
-    }
+                    _ => Vec::new(),
+                };
+                let mut function = own;
+                let (loads, probed) = if targets.is_empty() {
+                    let all: Vec<u64> = plan.code.blocks.iter().map(|b| b.start).collect();
+                    count(&plan.code, &all)
+                } else {
+                    let mut sum = (0u64, 0u64);
+                    for (k, &t) in targets.iter().enumerate() {
+                        let Some(target_plan) = binary
+                            .function_index_at(t)
+                            .and_then(|fi| plan_of.get(&fi))
+                            .map(|&pi| &plans[pi])
+                        else {
+                            continue;
+                        };
+                        if k == 0 {
+                            function = target_plan
+                                .annotation_function
+                                .map_or(u32::MAX, |a| a as u32);
+                        }
+                        let (l, p) = count(&target_plan.whole_code(binary), &[t]);
+                        sum.0 += u64::from(l);
+                        sum.1 += u64::from(p);
+                    }
+                    let n = targets.len() as u64;
+                    (sum.0.div_ceil(n) as u32, sum.1.div_ceil(n) as u32)
+                };
+                sites.push((
+                    id,
+                    EscapeSite {
+                        at: plan.code.instructions[index].ip(),
+                        function,
+                        loads,
+                        probed,
+                    },
+                ));
+            }
+            sites
+        })
+        .collect();
     sites.sort_by_key(|&(id, _)| id);
     debug_assert!(sites.iter().enumerate().all(|(i, s)| s.0 as usize == i));
     sites.into_iter().map(|(_, s)| s).collect()

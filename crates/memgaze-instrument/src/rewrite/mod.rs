@@ -1400,11 +1400,23 @@ fn escaped_loads(
     patched: &BTreeSet<u64>,
 ) -> Vec<u64> {
     let mut escaped: BTreeSet<u64> = BTreeSet::new();
+    // Indices of `escapes` by address: each plan reads only those in its
+    // function's range (a scan of all of them per plan was quadratic).
+    let mut by_address: Vec<usize> = (0..escapes.len()).collect();
+    by_address.sort_by_key(|&i| escapes[i].at);
     for plan in plans {
         let f = &binary.functions()[plan.function];
-        let own: Vec<&Escape> = escapes
+        let first = by_address.partition_point(|&i| escapes[i].at < f.start);
+        let mut in_range: Vec<usize> = by_address[first..]
             .iter()
-            .filter(|e| e.function == f.name && f.contains(e.at))
+            .copied()
+            .take_while(|&i| f.contains(escapes[i].at))
+            .collect();
+        in_range.sort_unstable();
+        let own: Vec<&Escape> = in_range
+            .into_iter()
+            .map(|i| &escapes[i])
+            .filter(|e| e.function == f.name)
             .collect();
         if own.is_empty() {
             continue;
@@ -1547,7 +1559,9 @@ fn update_annotation(
             annotation.functions[ai].skipped = None;
         }
     }
-    let probed: HashSet<u64> = plans
+    // Sets of hundreds of thousands of addresses, only looked up: a fast
+    // hash rather than the default DoS-resistant one.
+    let probed: foldhash::HashSet<u64> = plans
         .iter()
         .flat_map(|p| p.probed_ips.iter().copied())
         .collect();
@@ -1563,7 +1577,7 @@ fn update_annotation(
         }
     }
     // Implied loads whose proxy lost its probe are no longer covered.
-    let probed_ips: HashSet<u64> = annotation
+    let probed_ips: foldhash::HashSet<u64> = annotation
         .loads
         .iter()
         .filter(|l| l.instrumented)
