@@ -499,6 +499,7 @@ pub(crate) fn instrument_with_code(
             entry,
             fini,
             eh_frame_hdr,
+            |range| binary.release_resident_range(range),
         )
         .map_err(RewriteError::from)?;
     lap(&mut report, "patches, report, ELF");
@@ -1470,12 +1471,20 @@ fn lay_out_segment(
     out.resize(at(tables_va), 0xcc);
     out.extend_from_slice(tables);
     out.resize(at(copies_va), 0xcc);
-    out.extend_from_slice(&copies);
-    drop(copies);
+    move_into(out, copies);
     out.resize(at(skips_va), 0xcc);
     out.extend_from_slice(&skips.table);
     out.resize(at(tail.va), 0xcc);
     out.extend_from_slice(&tail.bytes);
+}
+
+/// Appends `bytes` to `out`, giving up each piece's pages once copied: the
+/// copies' code is not resident twice while the output is built.
+fn move_into(out: &mut Vec<u8>, mut bytes: Vec<u8>) {
+    for piece in bytes.chunks_mut(elf::COPY_CHUNK) {
+        out.extend_from_slice(piece);
+        crate::binary::drop_pages(piece);
+    }
 }
 
 /// The spatial checks' replacements for runs without spatial samples, in
