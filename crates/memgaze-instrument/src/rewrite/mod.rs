@@ -35,7 +35,7 @@ pub mod unwind;
 pub(crate) use report::Escape;
 pub use report::Report;
 
-use crate::annotation::{Annotation, InstrumentationMode};
+use crate::annotation::{Annotation, InstrumentationMode, TextTable};
 use crate::binary::imports::code_addresses_in_data;
 use crate::binary::{Binary, Function, FunctionCode, FunctionSource, IndirectJumpKind};
 use crate::error::{AnnotationError, InstrumentError, RewriteError};
@@ -1557,13 +1557,18 @@ fn update_annotation(
         .flat_map(|p| p.probed_ips.iter().copied())
         .collect();
     let mut skip_reason: HashMap<usize, String> = skipped_loads.into_iter().collect();
+    // Many loads share a reason: one shared text each.
+    let mut reasons = TextTable::default();
     for (li, load) in annotation.loads.iter_mut().enumerate() {
         if load.instrumented && !probed.contains(&load.ip) {
             load.instrumented = false;
             load.skipped = Some(
-                skip_reason
-                    .remove(&li)
-                    .unwrap_or_else(|| "function not instrumented".into()),
+                reasons.text(
+                    skip_reason
+                        .remove(&li)
+                        .as_deref()
+                        .unwrap_or("function not instrumented"),
+                ),
             );
         }
     }
@@ -1580,7 +1585,7 @@ fn update_annotation(
         {
             load.proxy = None;
             load.skipped
-                .get_or_insert_with(|| "its proxy load is not instrumented".into());
+                .get_or_insert_with(|| reasons.text("its proxy load is not instrumented"));
         }
     }
 }
@@ -1596,8 +1601,9 @@ fn count_into_report(report: &mut Report, annotation: &Annotation, plans: &[Plan
         } else {
             let reason = load
                 .skipped
-                .clone()
-                .unwrap_or_else(|| "not selected".into());
+                .as_deref()
+                .unwrap_or("not selected")
+                .to_string();
             *report.loads_skipped.entry(reason).or_default() += 1;
         }
     }
