@@ -201,8 +201,8 @@ const FAKE_RUN_BITS: u32 = 36;
 /// to a label not yet laid out (a later run's) is written once every run
 /// is ([`Fixup`]). The result is the same bytes a single pass would
 /// produce. The instructions of each code given (not lent) are freed once
-/// its batch is emitted: held to the end, they were the largest part of
-/// the rewriter's peak.
+/// its batch is emitted: held to the end, every copy's instructions (40
+/// bytes each) were resident at the rewriter's peak.
 pub(crate) fn encode(
     plans: &mut [CopyPlan<'_>],
     base: u64,
@@ -230,11 +230,11 @@ fn encode_in_runs(
     let mut originals: Vec<Vec<u64>> = Vec::with_capacity(plans.len());
     for (b, batch_runs) in runs.chunks(batch).enumerate() {
         let first = b * batch;
-        let lent: &[CopyPlan<'_>] = plans;
+        let shared: &[CopyPlan<'_>] = plans;
         let mut built: Vec<Part> = batch_runs
             .par_iter()
             .enumerate()
-            .map(|(j, run)| build_part(&lent[run.clone()], first + j, base, entries))
+            .map(|(j, run)| build_part(&shared[run.clone()], first + j, base, entries))
             .collect::<Result<_, _>>()?;
         // Laid out after the runs before them (padding depends on where
         // each lands); their labels join the ones already known.
