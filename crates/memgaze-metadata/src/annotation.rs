@@ -9,6 +9,9 @@
 //! first bytes and refuses any other schema with a clear message.
 
 pub mod compact;
+mod text;
+
+pub use text::{Text, TextTable};
 
 use crate::model::{BinaryIdentity, LoadClass};
 use serde::{Deserialize, Serialize};
@@ -48,9 +51,9 @@ pub struct LoadSite {
     /// execution implies it.
     pub proxy: Option<u64>,
     /// Base register (iced-x86 name, lower case, e.g. `rdi`), if any.
-    pub base: Option<String>,
+    pub base: Option<Text>,
     /// Index register, if any.
-    pub index: Option<String>,
+    pub index: Option<Text>,
     /// Scale applied to the index (1, 2, 4 or 8).
     pub scale: u8,
     /// Displacement literal (for RIP-relative operands: the absolute target).
@@ -61,17 +64,17 @@ pub struct LoadSite {
     pub function: u32,
     /// `file:line` when DWARF line tables exist: the innermost position
     /// (inside inlined code, e.g. the standard library's `BTreeMap::get`).
-    pub line: Option<String>,
+    pub line: Option<Text>,
     /// Where the load's code is inlined (DWARF inlined subroutines): `line`,
     /// then each call it was inlined at, innermost first, out to the line of
     /// the function that holds it. Empty when not inlined.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub inline_chain: Vec<String>,
+    pub inline_chain: Vec<Text>,
     /// Why the load could not be instrumented, when it could not.
-    pub skipped: Option<String>,
+    pub skipped: Option<Text>,
     /// `fs`/`gs` for thread-local loads (the rewriter may skip them).
     #[serde(default)]
-    pub segment: Option<String>,
+    pub segment: Option<Text>,
     /// A gather (VSIB): `index` names a vector register.
     #[serde(default)]
     pub gather: bool,
@@ -117,7 +120,7 @@ impl LoadSite {
                         .map_or(place.as_str(), |(file, _)| file),
                 )
             })
-            .map(String::as_str)
+            .map(Text::as_str)
             .or(self.line.as_deref())
     }
 }
@@ -619,7 +622,7 @@ mod tests {
             .map(|i| LoadSite {
                 id: i,
                 ip: 0x1000 + u64::from(i) * 5,
-                line: Some(format!("src/lib.rs:{}", i / 8)),
+                line: Some(format!("src/lib.rs:{}", i / 8).into()),
                 ..template.clone()
             })
             .collect();

@@ -533,7 +533,7 @@ fn load_entries(annotation: &Annotation) -> Vec<LoadEntry> {
             class: l.class,
             implied: l.implied,
             function: Some(l.function),
-            line: l.line.clone(),
+            line: l.line.as_deref().map(str::to_string),
             proxy: match (l.instrumented, l.proxy) {
                 (false, Some(ip)) if l.class == LoadClass::Constant => {
                     annotation.load_at(ip).map(|p| p.id)

@@ -145,7 +145,7 @@ pub struct IndirectJump {
 }
 
 /// The decoded, partitioned code of one function.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct FunctionCode {
     /// First address.
     pub start: u64,

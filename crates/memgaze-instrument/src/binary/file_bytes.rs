@@ -83,11 +83,85 @@ impl FileBytes {
     }
 }
 
+/// Drops the pages wholly inside `bytes` from memory (`MADV_DONTNEED`): a
+/// private anonymous page reads as zeros afterwards, a private file page
+/// as the file's bytes again. For memory about to be freed after one last
+/// read, so that a large buffer does not stay resident beside its copy.
+pub(crate) fn drop_pages(bytes: &mut [u8]) {
+    drop_pages_of(bytes.as_mut_ptr(), bytes.len());
+}
+
+/// [`drop_pages`] of `len` bytes at `start`, inside a region the caller
+/// may discard.
+fn drop_pages_of(start: *mut u8, len: usize) {
+    // SAFETY: `sysconf` only reads a system value.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let first = (start as usize).next_multiple_of(page);
+    let end = (start as usize + len) / page * page;
+    if end > first {
+        // SAFETY: `first..end` lies inside the region the caller gave up;
+        // discarding its pages changes no mapping, only their contents.
+        unsafe {
+            libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_DONTNEED);
+        }
+    }
+}
+
+impl FileBytes {
+    /// [`FileBytes::release_resident`] of the pages wholly inside `range`
+    /// (out-of-range parts are ignored).
+    pub(crate) fn release_resident_range(&self, range: std::ops::Range<usize>) {
+        if let FileBytes::Mapped(m) = self {
+            let end = range.end.min(m.len);
+            if range.start < end {
+                // The mapping is private and never written: its pages read
+                // as the file's bytes again.
+                drop_pages_of(
+                    m.ptr.cast::<u8>().wrapping_add(range.start),
+                    end - range.start,
+                );
+            }
+        }
+    }
+}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: unmapping the region this `Mapping` mapped, once.
         unsafe {
             libc::munmap(self.ptr, self.len);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dropped_pages_read_as_zeros_and_partial_pages_are_kept() {
+        let page = 4096;
+        let mut bytes = vec![7u8; 7 * page];
+        let at = bytes.as_ptr().align_offset(page);
+        // From inside one page to inside the fourth after it: the three
+        // pages between go.
+        drop_pages(&mut bytes[at + page / 2..at + 4 * page + 10]);
+        assert!(bytes[..at + page].iter().all(|&b| b == 7));
+        assert!(bytes[at + page..at + 4 * page].iter().all(|&b| b == 0));
+        assert!(bytes[at + 4 * page..].iter().all(|&b| b == 7));
+    }
+
+    #[test]
+    fn a_released_range_of_a_mapped_file_reads_the_file_again() {
+        let contents: Vec<u8> = (0..5 * 4096 + 123).map(|i| (i % 251) as u8).collect();
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), &contents).unwrap();
+        let bytes = FileBytes::open(file.path()).unwrap();
+        assert!(matches!(bytes, FileBytes::Mapped(_)));
+        assert_eq!(bytes.as_slice(), contents.as_slice());
+        bytes.release_resident_range(100..contents.len() + 4096);
+        let (start, end) = (4096 * 3, 4096 * 2);
+        bytes.release_resident_range(start..end);
+        assert_eq!(bytes.as_slice(), contents.as_slice());
     }
 }

@@ -45,6 +45,7 @@ pub use loops::{Loop, LoopForest};
 
 use crate::error::InstrumentError;
 use file_bytes::FileBytes;
+pub(crate) use file_bytes::drop_pages;
 use goblin::elf::Elf;
 use goblin::elf::note::NT_GNU_BUILD_ID;
 use goblin::elf::sym::{STB_GLOBAL, STB_WEAK, STT_FUNC, STT_GNU_IFUNC};
@@ -301,6 +302,12 @@ impl Binary {
     /// read of it): later reads fault them in again.
     pub(crate) fn release_resident(&self) {
         self.data.release_resident();
+    }
+
+    /// [`Binary::release_resident`] of the pages wholly inside the file
+    /// offsets `range`.
+    pub(crate) fn release_resident_range(&self, range: std::ops::Range<usize>) {
+        self.data.release_resident_range(range);
     }
 
     /// Path, size, SHA-256 and build-id.

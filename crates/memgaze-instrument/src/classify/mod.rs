@@ -27,13 +27,15 @@ pub mod frame;
 pub mod operands;
 pub mod values;
 
-use crate::annotation::{ANNOTATION_SCHEMA, Annotation, FunctionSite, LoadSite};
+use crate::annotation::{ANNOTATION_SCHEMA, Annotation, FunctionSite, LoadSite, Text};
 use crate::binary::{Binary, Function, FunctionCode, LineTable, SourceLocation};
+use foldhash::{HashMap, HashMapExt};
 use frame::Frame;
 use iced_x86::{InstructionInfoFactory, Register};
 use memgaze_trace::LoadClass;
 pub use operands::{ImplicitLoad, LoadOperand};
 use std::fmt;
+use std::sync::Mutex;
 use values::{Change, Evaluator, Why};
 
 /// Why a load has its class: what the table shows the user.
@@ -529,7 +531,16 @@ impl BinaryLoads {
     pub(crate) fn to_annotation_without_lines(&self, binary: &Binary) -> Annotation {
         let mut functions = Vec::with_capacity(self.functions.len());
         let mut loads = Vec::with_capacity(self.functions.iter().map(|(_, f)| f.loads.len()).sum());
-        let reg = |r: Register| (r != Register::None).then(|| format!("{r:?}").to_lowercase());
+        // One shared name per register: a load is two or three of them.
+        let mut names: HashMap<Register, Text> = HashMap::new();
+        let mut reg = |r: Register| {
+            (r != Register::None).then(|| {
+                names
+                    .entry(r)
+                    .or_insert_with(|| Text::from(format!("{r:?}").to_lowercase()))
+                    .clone()
+            })
+        };
         for (k, (index, f)) in self.functions.iter().enumerate() {
             let function = &binary.functions()[*index];
             functions.push(FunctionSite {
@@ -583,7 +594,9 @@ impl BinaryLoads {
 
 /// Fills in each load's `line` and `inline_chain` from DWARF (on all
 /// cores; each load on its own), from the part of the line table that
-/// serves the loads' addresses.
+/// serves the loads' addresses. Each distinct position is one shared
+/// [`Text`]: one string per load and chain entry was the largest part of
+/// an annotation in memory.
 pub(crate) fn add_lines(loads: &mut [LoadSite], binary: &Binary) {
     let table = line_table_of(loads, binary);
     // The DWARF sections' pages are not read again.
@@ -603,20 +616,56 @@ pub(crate) fn line_table_of(loads: &[LoadSite], binary: &Binary) -> LineTable {
 /// [`add_lines`] with the line table already built ([`line_table_of`]).
 pub(crate) fn add_lines_from(loads: &mut [LoadSite], table: &LineTable) {
     use rayon::prelude::*;
+    let texts = PositionTexts::default();
     loads.par_iter_mut().for_each(|load| {
-        load.line = table.locate(load.ip).map(|l| l.to_text());
-        load.inline_chain = inline_chain(table, load.ip);
+        load.line = table.locate(load.ip).map(|l| texts.text(&l));
+        load.inline_chain = inline_chain(table, &texts, load.ip);
     });
 }
 
 /// The inline chain of the instruction at `ip`, as `file:line` texts (empty
 /// when its code is not inlined).
-fn inline_chain(table: &LineTable, ip: u64) -> Vec<String> {
+fn inline_chain(table: &LineTable, texts: &PositionTexts, ip: u64) -> Vec<Text> {
     let chain = table.locate_chain(ip);
     if chain.len() < 2 {
         return Vec::new();
     }
-    chain.iter().map(SourceLocation::to_text).collect()
+    chain.iter().map(|at| texts.text(at)).collect()
+}
+
+/// The `file:line` [`Text`] of each source position asked for, made once
+/// and shared. Positions are keyed by the line table's file string (its
+/// address: the table outlives this) and line; the map is split into
+/// shards, each behind its own lock, so that all cores can ask at once.
+struct PositionTexts {
+    shards: Vec<Mutex<HashMap<(usize, u32), Text>>>,
+}
+
+impl PositionTexts {
+    const SHARDS: usize = 64;
+
+    fn text(&self, at: &SourceLocation<'_>) -> Text {
+        let key = (at.file.as_ptr() as usize, at.line);
+        let shard = (key.0 >> 3)
+            .wrapping_add(key.1 as usize)
+            .wrapping_mul(0x9e37_79b9)
+            >> 7;
+        let mut texts = self.shards[shard % Self::SHARDS]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        texts
+            .entry(key)
+            .or_insert_with(|| Text::from(at.to_text()))
+            .clone()
+    }
+}
+
+impl Default for PositionTexts {
+    fn default() -> PositionTexts {
+        PositionTexts {
+            shards: (0..Self::SHARDS).map(|_| Mutex::default()).collect(),
+        }
+    }
 }
 
 /// Classifies the functions of `binary` that `select` accepts.

@@ -35,6 +35,10 @@ pub const PAGE: u64 = 0x1000;
 /// `PT_LOAD` means the binary was already instrumented.
 pub(crate) const SIGNATURE: &[u8; 32] = b"cargo-memgaze instrumented v1\0\0\0";
 
+/// Bytes of the input copied into the output between two releases of the
+/// input's pages ([`ElfEditor::finish`]).
+pub(crate) const COPY_CHUNK: usize = 4 << 20;
+
 /// Whether `vaddr..vaddr + len` lies in the file-backed part of `h`.
 fn contains_file(h: &ProgramHeader, vaddr: u64, len: u64) -> bool {
     vaddr >= h.p_vaddr && vaddr + len <= h.p_vaddr + h.p_filesz
@@ -231,7 +235,8 @@ impl<'a> ElfEditor<'a> {
     /// that `write_segment` appends (starting with `SIGNATURE`) mapped at
     /// `ElfEditor::segment_va`, the entry point and `DT_FINI` redirected,
     /// and `PT_GNU_EH_FRAME` moved when given (`(vaddr, size)` of a new
-    /// `.eh_frame_hdr` inside the segment).
+    /// `.eh_frame_hdr` inside the segment). `release_input` is called with
+    /// each range of the input once it is copied.
     pub fn finish(
         self,
         segment_len: u64,
@@ -239,13 +244,20 @@ impl<'a> ElfEditor<'a> {
         entry: Option<u64>,
         fini: Option<u64>,
         eh_frame_hdr: Option<(u64, u64)>,
+        release_input: impl Fn(std::ops::Range<usize>),
     ) -> Result<Vec<u8>, ElfError> {
         // The output is built once at its final size: the input, its
         // patches, then the segment, written in place (no copy of it).
         let segment_offset = self.segment_offset as usize;
         let mut out =
             Vec::with_capacity(segment_offset.max(self.bytes.len()) + segment_len as usize);
-        out.extend_from_slice(self.bytes);
+        // The input's pages are given up as they are copied, so that a
+        // mapped input is not resident beside its copy.
+        for from in (0..self.bytes.len()).step_by(COPY_CHUNK) {
+            let to = (from + COPY_CHUNK).min(self.bytes.len());
+            out.extend_from_slice(&self.bytes[from..to]);
+            release_input(from..to);
+        }
         for (at, from) in &self.patches {
             out[*at..*at + from.len()].copy_from_slice(&self.patched[from.clone()]);
         }

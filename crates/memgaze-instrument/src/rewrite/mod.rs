@@ -35,7 +35,7 @@ pub mod unwind;
 pub(crate) use report::Escape;
 pub use report::Report;
 
-use crate::annotation::{Annotation, InstrumentationMode};
+use crate::annotation::{Annotation, InstrumentationMode, TextTable};
 use crate::binary::imports::code_addresses_in_data;
 use crate::binary::{Binary, Function, FunctionCode, FunctionSource, IndirectJumpKind};
 use crate::error::{AnnotationError, InstrumentError, RewriteError};
@@ -149,6 +149,14 @@ struct Planned {
     probed_ips: Vec<u64>,
 }
 
+/// Frees `code`'s control flow, keeping its instructions and bounds.
+fn drop_control_flow(code: &mut FunctionCode) {
+    code.blocks = Vec::new();
+    code.block_of = Vec::new();
+    code.calls = Vec::new();
+    code.branch_targets = Vec::new();
+}
+
 /// How much of a plan's code is held. The copies of most functions need
 /// their instructions only to be encoded and their control flow only to be
 /// planned: holding every function's decoded code from planning to the
@@ -224,22 +232,31 @@ impl Planned {
         if self.held != CodeHeld::Whole || self.needs_control_flow() {
             return;
         }
-        let code = &mut self.code;
-        code.blocks = Vec::new();
-        code.block_of = Vec::new();
-        code.calls = Vec::new();
-        code.branch_targets = Vec::new();
+        drop_control_flow(&mut self.code);
         self.held = CodeHeld::Instructions;
     }
 
-    /// Keeps the addresses of its instrumented loads and, once encoded,
-    /// frees the instructions of a plan whose control flow is freed.
-    fn free_instructions(&mut self) {
+    /// Keeps the addresses of its instrumented loads: read after its
+    /// instructions are freed.
+    fn keep_probed_ips(&mut self) {
         let code = &self.code;
         self.probed_ips = self
             .probed_indices()
             .map(|i| code.instructions[i].ip())
             .collect();
+    }
+
+    /// Decodes its instructions again where the encoder freed them.
+    fn decode_again(&mut self, binary: &Binary) {
+        if self.held == CodeHeld::Instructions && self.code.instructions.is_empty() {
+            self.code = binary.function_code(&binary.functions()[self.function]);
+            drop_control_flow(&mut self.code);
+        }
+    }
+
+    /// Once encoded, frees the instructions of a plan whose control flow
+    /// is freed (those the encoder has not freed already).
+    fn free_instructions(&mut self) {
         if self.held == CodeHeld::Instructions {
             self.code.instructions = Vec::new();
             self.held = CodeHeld::Bounds;
@@ -503,6 +520,7 @@ pub(crate) fn instrument_with_code(
             entry,
             fini,
             eh_frame_hdr,
+            |range| binary.release_resident_range(range),
         )
         .map_err(RewriteError::from)?;
     lap(&mut report, "patches, report, ELF");
@@ -1007,6 +1025,9 @@ fn encode_copies(
     loads_of: &HashMap<u32, Vec<usize>>,
     mut skipped: Skipped<'_>,
 ) -> Result<relocate::Copies, RewriteError> {
+    for plan in plans.iter_mut() {
+        plan.keep_probed_ips();
+    }
     loop {
         // Escape sites are numbered over the plans that remain.
         let mut next_site = 0u32;
@@ -1025,78 +1046,116 @@ fn encode_copies(
                     .collect()
             })
             .collect();
-        // The plans' inserts, checks, superblocks and redirects are lent
-        // to the copy plans (not copied: they are held at the peak) and
-        // given back once encoded.
-        let mut copy_plans: Vec<CopyPlan<'_>> = plans
-            .iter_mut()
-            .zip(&escape_ids)
-            .map(|(p, ids)| CopyPlan {
-                code: &p.code,
-                inserts: std::mem::take(&mut p.inserts),
-                spatial: std::mem::take(&mut p.spatial),
-                superblocks: std::mem::take(&mut p.blocks),
-                register_loops: p.register_loops.clone(),
-                prologue_call: p.prologue_call,
-                redirects: std::mem::take(&mut p.redirects),
-                escapes: ids.clone(),
-            })
-            .collect();
-        let encoded = relocate::encode(&copy_plans, copies_va, entries);
-        // Find the functions the encoder refuses, to leave them out.
-        let bad: Vec<usize> = match &encoded {
-            Ok(_) => Vec::new(),
-            Err(_) => copy_plans
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| {
-                    relocate::encode(std::slice::from_ref(*p), copies_va, entries).is_err()
-                })
-                .map(|(i, _)| i)
-                .collect(),
-        };
-        let lent: Vec<_> = copy_plans
-            .iter_mut()
-            .map(|c| {
-                (
-                    std::mem::take(&mut c.inserts),
-                    std::mem::take(&mut c.spatial),
-                    std::mem::take(&mut c.superblocks),
-                    std::mem::take(&mut c.redirects),
-                )
-            })
-            .collect();
-        drop(copy_plans);
-        for (plan, (inserts, spatial, blocks, redirects)) in plans.iter_mut().zip(lent) {
-            plan.inserts = inserts;
-            plan.spatial = spatial;
-            plan.blocks = blocks;
-            plan.redirects = redirects;
-        }
-        match encoded {
+        let mut copy_plans = lend_to_copies(plans, &escape_ids, true);
+        let encoded = relocate::encode(&mut copy_plans, copies_va, entries);
+        let lent = take_back(copy_plans);
+        give_back(plans, lent);
+        let combined = match encoded {
             Ok(copies) => {
                 for (plan, ids) in plans.iter_mut().zip(escape_ids) {
                     plan.escape_ids = ids;
                 }
                 return Ok(copies);
             }
-            Err(combined) => {
-                if bad.is_empty() {
-                    return Err(combined.into());
-                }
-                for &i in bad.iter().rev() {
-                    let plan = plans.remove(i);
-                    if let Some(ai) = plan.annotation_function {
-                        skipped.function(
-                            ai,
-                            &binary.functions()[plan.function],
-                            loads_of,
-                            "the encoder cannot relocate its instructions".into(),
-                        );
-                    }
-                }
+            Err(combined) => combined,
+        };
+        // Find the functions the encoder refuses, to leave them out: each
+        // encoded alone, from its whole instructions.
+        for plan in plans.iter_mut() {
+            plan.decode_again(binary);
+        }
+        let mut copy_plans = lend_to_copies(plans, &escape_ids, false);
+        let bad: Vec<usize> = (0..copy_plans.len())
+            .filter(|&i| {
+                let alone = std::slice::from_mut(&mut copy_plans[i]);
+                relocate::encode(alone, copies_va, entries).is_err()
+            })
+            .collect();
+        let lent = take_back(copy_plans);
+        give_back(plans, lent);
+        if bad.is_empty() {
+            return Err(combined.into());
+        }
+        for &i in bad.iter().rev() {
+            let plan = plans.remove(i);
+            if let Some(ai) = plan.annotation_function {
+                skipped.function(
+                    ai,
+                    &binary.functions()[plan.function],
+                    loads_of,
+                    "the encoder cannot relocate its instructions".into(),
+                );
             }
         }
+    }
+}
+
+/// What a plan lends a copy plan, given back after encoding.
+struct Lent {
+    /// Its code, when it was given rather than lent.
+    code: Option<FunctionCode>,
+    inserts: Vec<(usize, Insert)>,
+    spatial: HashMap<usize, (u32, probe::SpatialProbe)>,
+    blocks: Vec<relocate::Superblock>,
+    redirects: HashMap<usize, relocate::TableRedirect>,
+}
+
+/// The copy plans of `plans`: their inserts, checks, superblocks and
+/// redirects are lent (not copied: they are held at the peak), and their
+/// code too, except that with `give_codes` the code of a plan whose
+/// instructions no later stage reads is given, for the encoder to free.
+fn lend_to_copies<'p>(
+    plans: &'p mut [Planned],
+    escape_ids: &[Vec<(usize, u32)>],
+    give_codes: bool,
+) -> Vec<CopyPlan<'p>> {
+    plans
+        .iter_mut()
+        .zip(escape_ids)
+        .map(|(p, ids)| CopyPlan {
+            code: if give_codes && p.held == CodeHeld::Instructions {
+                std::borrow::Cow::Owned(std::mem::take(&mut p.code))
+            } else {
+                std::borrow::Cow::Borrowed(&p.code)
+            },
+            inserts: std::mem::take(&mut p.inserts),
+            spatial: std::mem::take(&mut p.spatial),
+            superblocks: std::mem::take(&mut p.blocks),
+            register_loops: p.register_loops.clone(),
+            prologue_call: p.prologue_call,
+            redirects: std::mem::take(&mut p.redirects),
+            escapes: ids.clone(),
+        })
+        .collect()
+}
+
+/// What `copy_plans` were lent, in order.
+fn take_back(copy_plans: Vec<CopyPlan<'_>>) -> Vec<Lent> {
+    copy_plans
+        .into_iter()
+        .map(|c| Lent {
+            code: match c.code {
+                std::borrow::Cow::Owned(code) => Some(code),
+                std::borrow::Cow::Borrowed(_) => None,
+            },
+            inserts: c.inserts,
+            spatial: c.spatial,
+            blocks: c.superblocks,
+            redirects: c.redirects,
+        })
+        .collect()
+}
+
+/// Gives each plan back what it lent.
+fn give_back(plans: &mut [Planned], lent: Vec<Lent>) {
+    for (plan, lent) in plans.iter_mut().zip(lent) {
+        if let Some(code) = lent.code {
+            plan.code = code;
+        }
+        plan.inserts = lent.inserts;
+        plan.spatial = lent.spatial;
+        plan.blocks = lent.blocks;
+        plan.redirects = lent.redirects;
     }
 }
 
@@ -1486,12 +1545,20 @@ fn lay_out_segment(
     out.resize(at(tables_va), 0xcc);
     out.extend_from_slice(tables);
     out.resize(at(copies_va), 0xcc);
-    out.extend_from_slice(&copies);
-    drop(copies);
+    move_into(out, copies);
     out.resize(at(skips_va), 0xcc);
     out.extend_from_slice(&skips.table);
     out.resize(at(tail.va), 0xcc);
     out.extend_from_slice(&tail.bytes);
+}
+
+/// Appends `bytes` to `out`, giving up each piece's pages once copied: the
+/// copies' code is not resident twice while the output is built.
+fn move_into(out: &mut Vec<u8>, mut bytes: Vec<u8>) {
+    for piece in bytes.chunks_mut(elf::COPY_CHUNK) {
+        out.extend_from_slice(piece);
+        crate::binary::drop_pages(piece);
+    }
 }
 
 /// The spatial checks' replacements for runs without spatial samples, in
@@ -1566,13 +1633,18 @@ fn update_annotation(
         .flat_map(|p| p.probed_ips.iter().copied())
         .collect();
     let mut skip_reason: HashMap<usize, String> = skipped_loads.into_iter().collect();
+    // Many loads share a reason: one shared text each.
+    let mut reasons = TextTable::default();
     for (li, load) in annotation.loads.iter_mut().enumerate() {
         if load.instrumented && !probed.contains(&load.ip) {
             load.instrumented = false;
             load.skipped = Some(
-                skip_reason
-                    .remove(&li)
-                    .unwrap_or_else(|| "function not instrumented".into()),
+                reasons.text(
+                    skip_reason
+                        .remove(&li)
+                        .as_deref()
+                        .unwrap_or("function not instrumented"),
+                ),
             );
         }
     }
@@ -1589,7 +1661,7 @@ fn update_annotation(
         {
             load.proxy = None;
             load.skipped
-                .get_or_insert_with(|| "its proxy load is not instrumented".into());
+                .get_or_insert_with(|| reasons.text("its proxy load is not instrumented"));
         }
     }
 }
@@ -1605,8 +1677,9 @@ fn count_into_report(report: &mut Report, annotation: &Annotation, plans: &[Plan
         } else {
             let reason = load
                 .skipped
-                .clone()
-                .unwrap_or_else(|| "not selected".into());
+                .as_deref()
+                .unwrap_or("not selected")
+                .to_string();
             *report.loads_skipped.entry(reason).or_default() += 1;
         }
     }

@@ -20,6 +20,7 @@ use crate::annotation::{PtwriteOperand, PtwriteSite};
 use crate::binary::FunctionCode;
 use crate::error::RelocateError;
 use iced_x86::{Code, Encoder, FlowControl, IcedError, Instruction, Mnemonic, OpKind, Register};
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 /// What to insert before one instruction of a copy.
@@ -81,8 +82,9 @@ pub(crate) enum TableRedirect {
 
 /// One function to copy.
 pub(crate) struct CopyPlan<'a> {
-    /// Its code and control flow.
-    pub code: &'a FunctionCode,
+    /// Its code and control flow: lent, or given to `encode`, which frees
+    /// the instructions of a given code once its copy is emitted.
+    pub code: Cow<'a, FunctionCode>,
     /// `(instruction index, insert)`, sorted by index.
     pub inserts: Vec<(usize, Insert)>,
     /// The loads with a spatial check: instruction index →
@@ -193,6 +195,9 @@ impl Entries {
     }
 }
 
+/// Batches emitted between two returns of freed memory to the system.
+const TRIM_EVERY: usize = 4;
+
 /// Fake addresses for labels: far above any user-space address.
 const FAKE_BASE: u64 = 0xffff_f000_0000_0000;
 
@@ -209,9 +214,11 @@ const FAKE_RUN_BITS: u32 = 36;
 /// them and emitted at once, so only one batch's layouts are held. A branch
 /// to a label not yet laid out (a later run's) is written once every run
 /// is ([`Fixup`]). The result is the same bytes a single pass would
-/// produce.
+/// produce. The instructions of each code given (not lent) are freed once
+/// its batch is emitted: held to the end, every copy's instructions (40
+/// bytes each) were resident at the rewriter's peak.
 pub(crate) fn encode(
-    plans: &[CopyPlan<'_>],
+    plans: &mut [CopyPlan<'_>],
     base: u64,
     entries: &Entries,
 ) -> Result<Copies, RelocateError> {
@@ -220,7 +227,7 @@ pub(crate) fn encode(
 
 /// `encode` with the plans cut into the given consecutive `runs`.
 fn encode_in_runs(
-    plans: &[CopyPlan<'_>],
+    plans: &mut [CopyPlan<'_>],
     runs: &[std::ops::Range<usize>],
     base: u64,
     entries: &Entries,
@@ -233,12 +240,15 @@ fn encode_in_runs(
     let mut labels = RunLabels::default();
     let mut code: Vec<u8> = Vec::new();
     let mut fixups: Vec<Fixup> = Vec::new();
+    // Each plan's original instruction addresses, for its map.
+    let mut originals: Vec<Vec<u64>> = Vec::with_capacity(plans.len());
     for (b, batch_runs) in runs.chunks(batch).enumerate() {
         let first = b * batch;
+        let shared: &[CopyPlan<'_>] = plans;
         let mut built: Vec<Part> = batch_runs
             .par_iter()
             .enumerate()
-            .map(|(j, run)| build_part(&plans[run.clone()], first + j, base, entries))
+            .map(|(j, run)| build_part(&shared[run.clone()], first + j, base, entries))
             .collect::<Result<_, _>>()?;
         // Laid out after the runs before them (padding depends on where
         // each lands); their labels join the ones already known.
@@ -285,6 +295,21 @@ fn encode_in_runs(
         fixups.extend(pending.into_iter().flatten());
         labels.forget_fake(first);
         parts.append(&mut built);
+        for run in batch_runs {
+            for plan in &mut plans[run.clone()] {
+                originals.push(plan.code.instructions.iter().map(|i| i.ip()).collect());
+                if let Cow::Owned(code) = &mut plan.code {
+                    code.instructions = Vec::new();
+                }
+            }
+        }
+        // What the batches freed goes back to the system every few
+        // batches (the next batches' layouts are allocated elsewhere):
+        // after every batch, faulting the pages in again made the
+        // encoding about a fifth slower.
+        if b % TRIM_EVERY == TRIM_EVERY - 1 {
+            super::release_freed_memory();
+        }
     }
     labels.check_across_runs()?;
     settle(&mut code, &fixups, |target| {
@@ -296,6 +321,7 @@ fn encode_in_runs(
     let mut maps = Vec::with_capacity(plans.len());
     let mut ptwrites = Vec::new();
     let mut spatial_checks = Vec::new();
+    let mut originals = originals.into_iter();
     for ((part, run), &start) in parts.iter().zip(runs).zip(&starts) {
         let address_of = |at: u64| base + start + part.offset(at);
         for (p, plan) in plans[run.clone()].iter().enumerate() {
@@ -306,7 +332,7 @@ fn encode_in_runs(
                 body_end: address_of(part.body_ends[p]),
                 end: address_of(part.ends[p]),
                 addresses: part.firsts[p].iter().map(|&i| address_of(i)).collect(),
-                original: plan.code.instructions.iter().map(|i| i.ip()).collect(),
+                original: originals.next().expect("one per plan"),
             });
         }
         ptwrites.extend(
@@ -537,7 +563,7 @@ fn copy_instructions(
     mut next_fake: impl FnMut() -> u64,
     all: &mut Vec<Instruction>,
 ) -> Result<CopyMarks, RelocateError> {
-    let code = plan.code;
+    let code = &*plan.code;
     let mut aligned: Vec<(usize, Option<usize>)> = vec![(0, None)];
     let mut ptwrite_at: Vec<(usize, u32, PtwriteOperand)> = Vec::new();
     let mut first = Vec::with_capacity(code.instructions.len());
@@ -1424,7 +1450,7 @@ fn counting_fragment(
     (out, checks): (&mut Vec<Instruction>, &mut Vec<(usize, usize, bool)>),
     stubs: &mut Vec<Instruction>,
 ) {
-    let (code, spatial) = (plan.code, &plan.spatial);
+    let (code, spatial) = (&*plan.code, &plan.spatial);
     let mut first = label;
     let mut loads = block.loads.iter().peekable();
     for i in block.at..=block.last {
@@ -1602,7 +1628,7 @@ mod tests {
         codes
             .iter()
             .map(|code| CopyPlan {
-                code,
+                code: Cow::Borrowed(code),
                 inserts: code
                     .instructions
                     .iter()
@@ -1661,8 +1687,8 @@ mod tests {
     #[test]
     fn compiler_aligned_code_stays_aligned_and_short_loops_keep_one_line() {
         let codes = codes_of_this_executable(400);
-        let plans = plans_of(&codes);
-        let copies = encode(&plans, 0x7000_0000, &entries()).unwrap();
+        let mut plans = plans_of(&codes);
+        let copies = encode(&mut plans, 0x7000_0000, &entries()).unwrap();
         let (mut heads, mut short_loops) = (0, 0);
         for (map, code) in copies.maps.iter().zip(&codes) {
             assert_eq!(map.start % CODE_ALIGN, 0, "function {:#x}", code.start);
@@ -1701,14 +1727,14 @@ mod tests {
     fn runs_encoded_apart_give_the_bytes_of_one_pass() {
         let codes = codes_of_this_executable(400);
         assert!(codes.len() > 100, "only {} functions", codes.len());
-        let plans = plans_of(&codes);
+        let mut plans = plans_of(&codes);
         let base = 0x7000_0000;
         let record = entries();
         let one_run = std::iter::once(0..plans.len()).collect::<Vec<_>>();
-        let whole = encode_in_runs(&plans, &one_run, base, &record).unwrap();
+        let whole = encode_in_runs(&mut plans, &one_run, base, &record).unwrap();
         let n = plans.len();
         let cut = [0..1, 1..n / 3, n / 3..n / 3, n / 3..n - 1, n - 1..n];
-        let apart = encode_in_runs(&plans, &cut, base, &record).unwrap();
+        let apart = encode_in_runs(&mut plans, &cut, base, &record).unwrap();
         assert!(whole.code == apart.code, "the bytes differ");
         assert_eq!(whole.maps.len(), apart.maps.len());
         for (a, b) in whole.maps.iter().zip(&apart.maps) {
@@ -1738,6 +1764,30 @@ mod tests {
     /// decoding what is emitted gives the targets they must have where the
     /// run lands (labels moved, other addresses kept), whatever follows the
     /// displacement.
+    #[test]
+    fn given_codes_are_freed_once_emitted_and_encode_as_lent_ones() {
+        let codes = codes_of_this_executable(400);
+        let base = 0x7000_0000;
+        let mut lent = plans_of(&codes);
+        let mut given = plans_of(&codes);
+        for plan in &mut given {
+            plan.code = Cow::Owned(plan.code.clone().into_owned());
+        }
+        let runs = [0..codes.len() / 2, codes.len() / 2..codes.len()];
+        let from_lent = encode_in_runs(&mut lent, &runs, base, &entries()).unwrap();
+        let from_given = encode_in_runs(&mut given, &runs, base, &entries()).unwrap();
+        assert!(from_lent.code == from_given.code, "the bytes differ");
+        for (a, b) in from_lent.maps.iter().zip(&from_given.maps) {
+            assert_eq!(
+                (a.start, a.end, &a.addresses),
+                (b.start, b.end, &b.addresses)
+            );
+            assert_eq!(a.original, b.original);
+        }
+        assert!(lent.iter().all(|p| !p.code.instructions.is_empty()));
+        assert!(given.iter().all(|p| p.code.instructions.is_empty()));
+    }
+
     #[test]
     fn displacements_written_where_a_run_lands_reach_their_targets() {
         use iced_x86::{Decoder, DecoderOptions, MemoryOperand};

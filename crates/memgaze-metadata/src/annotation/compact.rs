@@ -16,7 +16,7 @@
 
 use super::{
     Annotation, AnnotationError, EscapeSite, FunctionSite, InstrumentationMode, LoadFlags,
-    LoadSite, PtwriteOperand, PtwriteSite,
+    LoadSite, PtwriteOperand, PtwriteSite, Text,
 };
 use crate::model::{BinaryIdentity, LoadClass};
 use std::collections::HashMap;
@@ -192,7 +192,7 @@ impl<'a> Encoder<'a> {
         self.uint(u64::from(i));
     }
 
-    fn optional(&mut self, s: Option<&'a String>) {
+    fn optional(&mut self, s: Option<&'a str>) {
         if let Some(s) = s {
             self.string(s);
         }
@@ -295,7 +295,7 @@ impl<'a> Encoder<'a> {
         }
         self.uint(*start);
         self.uint(*size);
-        self.optional(skipped.as_ref());
+        self.optional(skipped.as_deref());
         self.uint(u64::from(*stack_loads));
         self.uint(u64::from(*string_loads));
     }
@@ -346,26 +346,26 @@ impl<'a> Encoder<'a> {
         if let Some(p) = proxy {
             self.int(p.wrapping_sub(*ip) as i64);
         }
-        self.optional(base.as_ref());
-        self.optional(index.as_ref());
+        self.optional(base.as_deref());
+        self.optional(index.as_deref());
         self.uint(u64::from(*scale));
         self.int(*displacement);
         self.uint(u64::from(*size));
         self.uint(u64::from(*function));
-        self.optional(line.as_ref());
+        self.optional(line.as_deref());
         self.uint(inline_chain.len() as u64);
         for place in inline_chain {
             self.string(place);
         }
-        self.optional(skipped.as_ref());
-        self.optional(segment.as_ref());
+        self.optional(skipped.as_deref());
+        self.optional(segment.as_deref());
     }
 }
 
 struct Decoder<'a> {
     bytes: &'a [u8],
     at: usize,
-    table: Vec<String>,
+    table: Vec<Text>,
     /// Whether loads get their texts ([`decode_without_load_texts`]).
     load_texts: bool,
     /// Where [`decode_outline`] keeps each load's flags instead of the load.
@@ -414,7 +414,7 @@ impl Decoder<'_> {
         String::from_utf8(b.to_vec()).map_err(|_| "string not UTF-8")
     }
 
-    fn string(&mut self) -> Decoded<String> {
+    fn string(&mut self) -> Decoded<Text> {
         let i: usize = self.small()?;
         self.table
             .get(i)
@@ -424,14 +424,14 @@ impl Decoder<'_> {
 
     fn optional(&mut self, present: bool) -> Decoded<Option<String>> {
         if present {
-            self.string().map(Some)
+            self.string().map(|s| Some(s.to_string()))
         } else {
             Ok(None)
         }
     }
 
     /// A load's text: [`Decoder::string`], or checked and left out.
-    fn load_text(&mut self) -> Decoded<Option<String>> {
+    fn load_text(&mut self) -> Decoded<Option<Text>> {
         if self.load_texts {
             return self.string().map(Some);
         }
@@ -442,7 +442,7 @@ impl Decoder<'_> {
         Ok(None)
     }
 
-    fn load_optional(&mut self, present: bool) -> Decoded<Option<String>> {
+    fn load_optional(&mut self, present: bool) -> Decoded<Option<Text>> {
         if present { self.load_text() } else { Ok(None) }
     }
 
@@ -451,7 +451,7 @@ impl Decoder<'_> {
         self.table = Vec::with_capacity(strings);
         for _ in 0..strings {
             let s = self.text()?;
-            self.table.push(s);
+            self.table.push(Text::from(s));
         }
         let schema = self.text()?;
         let binary = BinaryIdentity {
@@ -509,7 +509,7 @@ impl Decoder<'_> {
         let n = self.count()?;
         let mut shared_libraries = Vec::with_capacity(n);
         for _ in 0..n {
-            shared_libraries.push(self.string()?);
+            shared_libraries.push(self.string()?.to_string());
         }
         let n = self.count()?;
         let mut escapes = Vec::with_capacity(n);

@@ -509,7 +509,7 @@ pub fn pt_trace_header(
             class: l.class,
             implied: l.implied,
             function: Some(l.function),
-            line: l.line.clone(),
+            line: l.line.as_deref().map(str::to_string),
             proxy: l.proxy.and_then(|ip| index_of_ip.get(&ip).copied()),
         })
         .collect();

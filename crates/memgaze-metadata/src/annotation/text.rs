@@ -1,0 +1,142 @@
+//! [`Text`]: a shared, immutable string of an annotation.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::borrow::Borrow;
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+
+/// An immutable string that clones share: a load's `file:line` texts and
+/// register names repeat across hundreds of thousands of loads, so a
+/// writer keeps one copy of each distinct text ([`TextTable`]) and every
+/// load a 16-byte handle to it. Serialised as a plain JSON string.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Text(Arc<str>);
+
+impl Text {
+    /// The string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Deref for Text {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Text {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Borrow<str> for Text {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for Text {
+    fn from(s: &str) -> Text {
+        Text(Arc::from(s))
+    }
+}
+
+impl From<String> for Text {
+    fn from(s: String) -> Text {
+        Text(Arc::from(s))
+    }
+}
+
+impl PartialEq<str> for Text {
+    fn eq(&self, other: &str) -> bool {
+        &*self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Text {
+    fn eq(&self, other: &&str) -> bool {
+        &*self.0 == *other
+    }
+}
+
+impl fmt::Display for Text {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Debug for Text {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl Serialize for Text {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Text, D::Error> {
+        String::deserialize(deserializer).map(Text::from)
+    }
+}
+
+/// The distinct texts made so far: [`TextTable::text`] gives the one
+/// [`Text`] of each distinct string.
+#[derive(Debug, Default)]
+pub struct TextTable {
+    texts: std::collections::HashSet<Text>,
+}
+
+impl TextTable {
+    /// The table's [`Text`] of `s`, added when new.
+    pub fn text(&mut self, s: &str) -> Text {
+        if let Some(text) = self.texts.get(s) {
+            return text.clone();
+        }
+        let text = Text::from(s);
+        self.texts.insert(text.clone());
+        text
+    }
+
+    /// How many distinct texts it holds.
+    pub fn len(&self) -> usize {
+        self.texts.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.texts.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_text_serialises_as_its_string_and_back() {
+        let text = Text::from("src/lib.rs:7");
+        let json = serde_json::to_string(&text).unwrap();
+        assert_eq!(json, r#""src/lib.rs:7""#);
+        assert_eq!(serde_json::from_str::<Text>(&json).unwrap(), text);
+        assert_eq!(format!("{text:?}"), format!("{:?}", "src/lib.rs:7"));
+    }
+
+    #[test]
+    fn the_table_gives_one_shared_text_per_distinct_string() {
+        let mut table = TextTable::default();
+        let a = table.text("a.rs:1");
+        let b = table.text(&String::from("a.rs:1"));
+        let c = table.text("a.rs:2");
+        assert!(Arc::ptr_eq(&a.0, &b.0));
+        assert!(!Arc::ptr_eq(&a.0, &c.0));
+        assert_eq!((table.len(), &*a, &*c), (2, "a.rs:1", "a.rs:2"));
+    }
+}
