@@ -134,6 +134,8 @@ pub fn generate(code_va: u64, state_va: u64) -> Result<Runtime, IcedError> {
         record,
         record_tracked: record,
         spatial: result.label_ip(&spatial)?,
+        // None: the stubs call `spatial`, which is never reached either.
+        spatial_append: 0,
         entry: 0,
         fini: 0,
         exit_now: 0,

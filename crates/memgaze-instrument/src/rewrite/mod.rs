@@ -382,8 +382,8 @@ pub(crate) fn instrument_with_code(
         record: rt.as_ref().map_or(0, |r| r.record),
         record_tracked: rt.as_ref().map_or(0, |r| r.record_tracked),
         spatial: rt.as_ref().map_or(0, |r| r.spatial),
-        spatial_enabled: match (&rt, options.library) {
-            (Some(_), None) => editor.state_va + runtime::cfg::ENABLED as u64,
+        spatial_append: match (&rt, options.library) {
+            (Some(r), None) => r.spatial_append,
             _ => 0,
         },
         // The executable's runtime patches another rate in (or skips the

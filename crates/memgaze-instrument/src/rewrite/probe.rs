@@ -70,18 +70,18 @@
 //! hold is exact in this one form (rates in steps of `2^-32`). Why: the
 //! loads of the two config words the check used to read cost most of it
 //! (docs/performance.md). Where no register or the flags are not dead, they are saved
-//! below the red zone around the check (`SpatialProbe`). Where the flags
-//! are dead at the load, the stub appends the spatial record itself, as a
-//! flags-dead counting stub does inside a window: while the region switch
-//! is on, it claims a record of the thread's *spatial grant* with one
-//! `xadd` on [`slot::SPATIAL_CLAIM`] (the cold path keeps one open outside
-//! every window, see [`super::runtime`]) and writes the address and the
-//! load id with the spatial flag, no call. Without a slot or a grant, with
-//! the switch off, and where the flags are live, it calls the runtime's
-//! `spatial` with the address and the load id. Then it resumes at the
-//! load. Why: the call (its pushes, `pushfq`/`popfq`, the slot lookup and
-//! taking and giving back a grant per record) cost the strided kernel as
-//! much as its checks (docs/performance.md).
+//! below the red zone around the check (`SpatialProbe`). The stub calls
+//! the runtime with the address and the load id, and resumes at the load:
+//! where the flags are dead at the load, its `spatial_append`, which
+//! claims a record of the thread's *spatial grant* with one `xadd` on
+//! [`slot::SPATIAL_CLAIM`] (the cold path keeps one open outside every
+//! window, see [`super::runtime`]) and writes it, saving only two
+//! registers; elsewhere, and without a grant, `spatial`, which saves
+//! everything and issues the next grant. Why: `spatial` alone (its
+//! pushes, `pushfq`/`popfq`, the slot lookup and taking and giving back a
+//! grant per record) cost the strided kernel as much as its checks, and
+//! the append written into every stub instead of one shared routine made a
+//! large executable a sixth larger (docs/performance.md).
 //!
 //! # Spatial checks off, or at another rate
 //!
@@ -134,7 +134,7 @@
 use super::runtime::{TCB_COUNTDOWN, TCB_SLOT, slot};
 pub(crate) use crate::classify::operands::bit_offset_register;
 use iced_x86::{Code, Instruction, MemoryOperand, OpKind, Register};
-use memgaze_trace::protocol::{RECORD_BYTES, SPATIAL_FLAG};
+use memgaze_trace::protocol::RECORD_BYTES;
 
 /// How a probe's fast path keeps the application's state intact.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -321,71 +321,41 @@ pub(crate) fn spatial_skip(len: usize, moves_rsp: bool) -> Vec<u8> {
 pub(crate) struct SpatialEntry {
     /// The runtime's `spatial` entry.
     pub spatial: u64,
-    /// Address of the config's region switch (`cfg::ENABLED`), read by the
-    /// inline append; 0: no inline append, every record calls `spatial`.
-    pub enabled: u64,
+    /// The runtime's `spatial_append` (it clobbers the flags), for checks
+    /// whose flags are dead; 0: none, every record calls `spatial`.
+    pub append: u64,
 }
 
 /// Appends the stub of a spatial check at `stub`: restores what the check
-/// saved, appends the spatial record inline where the flags are dead at
-/// the load ([`inline_spatial_append`], falling back to `fallback`), else
-/// calls the runtime's `spatial` (`rdi` = address, `esi` = `id`), and jumps
+/// saved, calls the runtime's `spatial_append` where the flags are dead at
+/// the load, else its `spatial` (`rdi` = address, `esi` = `id`), and jumps
 /// to `resume` (the load).
 pub(crate) fn spatial_stub(
     load: &Instruction,
     id: u32,
     probe: SpatialProbe,
-    (stub, fallback, resume): (u64, u64, u64),
+    (stub, resume): (u64, u64),
     entry: SpatialEntry,
     out: &mut Vec<Instruction>,
 ) {
     let start = out.len();
     spatial_restore(probe, out);
     out.push(lea(Register::RSP, Register::RSP, -RED_ZONE));
-    if entry.enabled != 0 && !probe.save_flags {
-        inline_spatial_append(load, id, entry.enabled, resume, fallback, out);
-    }
+    let target = match entry.append {
+        0 => entry.spatial,
+        _ if probe.save_flags => entry.spatial,
+        append => append,
+    };
     out.push(push(Register::RDI));
     out.push(push(Register::RSI));
     out.push(effective_address(load, Register::RDI, RED_ZONE + 16));
     out.push(i2(Code::Mov_r32_imm32, Register::ESI, id as i32));
-    out.push(branch(Code::Call_rel32_64, entry.spatial));
+    out.push(branch(Code::Call_rel32_64, target));
     out.push(pop(Register::RSI));
     out.push(pop(Register::RDI));
     out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
     out.push(branch(Code::Jmp_rel32_64, resume));
     out[start] = with_ip(out[start], stub);
-}
-
-/// Appends the inline path of a spatial check's stub (after its red-zone
-/// skip, the flags dead): while the region switch at `enabled` is on,
-/// claims a record of the thread's spatial grant with one `xadd` on
-/// [`slot::SPATIAL_CLAIM`] (the cold path keeps one open outside every
-/// window), writes the address and then the load id with
-/// [`SPATIAL_FLAG`], and jumps to `resume`; otherwise (switched off, no
-/// slot, no grant) it falls through, with every register as it found it,
-/// into the call of `spatial`, whose cold path issues the next grant.
-fn inline_spatial_append(
-    load: &Instruction,
-    id: u32,
-    enabled: u64,
-    resume: u64,
-    fallback: u64,
-    out: &mut Vec<Instruction>,
-) {
-    let (slot_reg, claim) = two_scratch(load);
-    out.push(push(slot_reg));
-    out.push(push(claim));
-    out.push(i2(
-        Code::Cmp_rm64_imm8,
-        MemoryOperand::with_base_displ(Register::RIP, enabled as i64),
-        0,
-    ));
-    out.push(branch(Code::Je_rel32_64, fallback));
-    claim_record(slot_reg, claim, slot::SPATIAL_CLAIM, fallback, out);
-    out.push(effective_address(load, slot_reg, RED_ZONE + 16));
-    write_record(slot_reg, claim, id | SPATIAL_FLAG, out);
-    leave_inline(slot_reg, claim, resume, fallback, out);
 }
 
 /// Appends the stub of a ptwrite-mode spatial check at `stub`: restores
@@ -1295,9 +1265,9 @@ mod tests {
         let mut stub = Vec::new();
         let entry = SpatialEntry {
             spatial: 0x3000,
-            enabled: 0x4000,
+            append: 0x4000,
         };
-        spatial_stub(&load, 9, saving, (0x2000, 0x2800, 0x1000), entry, &mut stub);
+        spatial_stub(&load, 9, saving, (0x2000, 0x1000), entry, &mut stub);
         let decoded = assemble(&stub, 0x2000);
         let codes: Vec<Code> = decoded.iter().map(|i| i.code()).collect();
         assert_eq!(codes[..3], [Code::Popfq, Code::Pop_r64, Code::Lea_r64_m]);
@@ -1313,98 +1283,67 @@ mod tests {
     }
 
     #[test]
-    fn flags_dead_spatial_stubs_append_inline_and_fall_back_to_the_call() {
-        // mov rax,[rdi+rsi*8+16]: the scratch registers avoid rdi and rsi.
+    fn spatial_stubs_call_the_append_only_where_the_flags_are_dead() {
+        // mov rax,[rdi+rsi*8+16]
         let load = decode_one(&[0x48, 0x8b, 0x44, 0xf7, 0x10]);
-        let free = SpatialProbe {
+        let flags_dead = SpatialProbe {
             scratch: Register::RDX,
             save_scratch: false,
             save_flags: false,
         };
+        let flags_live = SpatialProbe {
+            save_flags: true,
+            ..flags_dead
+        };
         let entry = SpatialEntry {
             spatial: 0x3000,
-            enabled: 0x4000,
+            append: 0x4000,
         };
-        let mut stub = Vec::new();
-        spatial_stub(&load, 9, free, (0x2000, 0x2800, 0x1000), entry, &mut stub);
-        let decoded = assemble(&stub, 0x2000);
-        let at = |code: Code| decoded.iter().position(|i| i.code() == code).unwrap();
-        // The region switch is read first, then the claim on the spatial
-        // grant's word, against the grant's limit.
-        let switch = &decoded[at(Code::Cmp_rm64_imm8)];
-        assert!(switch.is_ip_rel_memory_operand());
-        assert_eq!(switch.ip_rel_memory_address(), 0x4000);
-        let xadd = &decoded[at(Code::Xadd_rm64_r64)];
-        assert_eq!(xadd.memory_displacement64(), slot::SPATIAL_CLAIM as u64);
-        assert_eq!(xadd.op1_register(), Register::RDX);
-        let limit = &decoded[at(Code::Cmp_r64_rm64)];
-        assert_eq!(limit.memory_displacement64(), slot::LIMIT as u64);
-        assert!(at(Code::Cmp_rm64_imm8) < at(Code::Xadd_rm64_r64));
-        // The address (red zone and two pushes past rsp: none here), then
-        // the id with the spatial flag as the last store.
-        let lea = &decoded[at(Code::Xadd_rm64_r64)..]
-            .iter()
-            .find(|i| i.code() == Code::Lea_r64_m)
-            .unwrap();
-        assert_eq!(
-            (lea.memory_base(), lea.memory_index(), lea.op0_register()),
-            (Register::RDI, Register::RSI, Register::RCX)
-        );
-        let id = &decoded[at(Code::Mov_rm32_imm32)];
-        assert_eq!(id.immediate32(), 9 | SPATIAL_FLAG);
-        assert_eq!(id.memory_base(), Register::RDX);
-        assert!(at(Code::Mov_rm64_r64) < at(Code::Mov_rm32_imm32));
-        // Every branch out of the inline path goes to the fallback, which
-        // restores the two registers before the call of `spatial`.
-        let exits: Vec<u64> = decoded
-            .iter()
-            .filter(|i| i.flow_control() == iced_x86::FlowControl::ConditionalBranch)
-            .map(|i| i.near_branch_target())
-            .collect();
-        assert_eq!(exits.len(), 3);
-        assert!(exits.iter().all(|&t| t == exits[0]));
-        let fallback = decoded.iter().position(|i| i.ip() == exits[0]).unwrap();
-        let codes: Vec<Code> = decoded[fallback..].iter().map(|i| i.code()).collect();
-        assert_eq!(
-            codes[..4],
-            [Code::Pop_r64, Code::Pop_r64, Code::Push_r64, Code::Push_r64]
-        );
-        assert_eq!(
-            decoded[fallback..]
+        let library = SpatialEntry { append: 0, ..entry };
+        let stub_of = |probe: SpatialProbe, entry: SpatialEntry| {
+            let mut stub = Vec::new();
+            spatial_stub(&load, 9, probe, (0x2000, 0x1000), entry, &mut stub);
+            assemble(&stub, 0x2000)
+        };
+        for (probe, entry, called) in [
+            (flags_dead, entry, 0x4000),
+            (flags_live, entry, 0x3000),
+            (flags_dead, library, 0x3000),
+        ] {
+            let decoded = stub_of(probe, entry);
+            let calls: Vec<u64> = decoded
                 .iter()
-                .find(|i| i.code() == Code::Call_rel32_64)
-                .unwrap()
-                .near_branch_target(),
-            0x3000
-        );
-        // The inline path resumes at the load with rsp and both registers
-        // as they were.
-        let resume = decoded[..fallback].last().unwrap();
-        assert_eq!(resume.near_branch_target(), 0x1000);
-        let pushes = decoded[..fallback]
-            .iter()
-            .filter(|i| i.code() == Code::Push_r64)
-            .count();
-        let pops = decoded[..fallback]
-            .iter()
-            .filter(|i| i.code() == Code::Pop_r64)
-            .count();
-        assert_eq!((pushes, pops), (2, 2));
-        // Without the switch's address (a library's copy) it only calls.
-        let mut stub = Vec::new();
-        let call_only = SpatialEntry {
-            enabled: 0,
-            ..entry
-        };
-        spatial_stub(
-            &load,
-            9,
-            free,
-            (0x2000, 0x2800, 0x1000),
-            call_only,
-            &mut stub,
-        );
-        assert!(!stub.iter().any(|i| i.code() == Code::Xadd_rm64_r64));
+                .filter(|i| i.code() == Code::Call_rel32_64)
+                .map(|i| i.near_branch_target())
+                .collect();
+            assert_eq!(calls, [called]);
+            // The address (red zone and the two pushes past rsp) in rdi,
+            // the plain id in esi (the runtime adds the spatial flag).
+            let lea = decoded
+                .iter()
+                .find(|i| i.code() == Code::Lea_r64_m && i.op0_register() == Register::RDI)
+                .unwrap();
+            assert_eq!(
+                (lea.memory_base(), lea.memory_index()),
+                (Register::RDI, Register::RSI)
+            );
+            let id = decoded
+                .iter()
+                .find(|i| i.code() == Code::Mov_r32_imm32)
+                .unwrap();
+            assert_eq!((id.op0_register(), id.immediate32()), (Register::ESI, 9));
+            assert_eq!(decoded.last().unwrap().near_branch_target(), 0x1000);
+        }
+        // The same length either way: the append costs no stub bytes.
+        let sizes: Vec<usize> = [(flags_dead, entry), (flags_dead, library)]
+            .into_iter()
+            .map(|(p, e)| {
+                let mut stub = Vec::new();
+                spatial_stub(&load, 9, p, (0x2000, 0x1000), e, &mut stub);
+                stub.len()
+            })
+            .collect();
+        assert_eq!(sizes[0], sizes[1]);
     }
 
     /// Runs the decoded check (`lea`, `shr`, `imul`, `cmp`, `jb`) on the

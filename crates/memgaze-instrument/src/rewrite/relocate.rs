@@ -171,10 +171,9 @@ pub struct Entries {
     pub(crate) record_tracked: u64,
     /// The spatial record entry.
     pub spatial: u64,
-    /// Address of the config's region switch, which the spatial checks'
-    /// inline appends read; 0: none (a library's copies, whose checks
-    /// never branch).
-    pub(crate) spatial_enabled: u64,
+    /// The runtime's `spatial_append`, which the stubs of checks with dead
+    /// flags call; 0: none (a library's copies, whose checks never branch).
+    pub(crate) spatial_append: u64,
     /// The spatial checks' hash.
     pub(crate) spatial_hash: probe::SpatialHash,
     /// What escape checks compare with (`None`: no counters, the jumps are
@@ -190,7 +189,7 @@ impl Entries {
     fn spatial_entry(&self) -> probe::SpatialEntry {
         probe::SpatialEntry {
             spatial: self.spatial,
-            enabled: self.spatial_enabled,
+            append: self.spatial_append,
         }
     }
 }
@@ -788,12 +787,11 @@ fn spatial_check_in_copy(
     if insn.ip() == ip {
         insn.set_ip(next_fake());
     }
-    let fallback = next_fake();
     probe::spatial_stub(
         insn,
         id,
         spatial,
-        (stub, fallback, insn.ip()),
+        (stub, insn.ip()),
         entries.spatial_entry(),
         stubs,
     );
@@ -1495,12 +1493,11 @@ fn counting_fragment(
                     let at = out.len();
                     probe::spatial_check(&insn, check, 0, stub, entries.spatial_hash, out);
                     checks.push((at, out.len(), check.pushed() > 0));
-                    let spatial_fallback = next_fake();
                     probe::spatial_stub(
                         &insn,
                         id,
                         check,
-                        (stub, spatial_fallback, resume),
+                        (stub, resume),
                         entries.spatial_entry(),
                         stubs,
                     );
@@ -1664,7 +1661,7 @@ mod tests {
             record: 0x6fff_0000,
             record_tracked: 0x6fff_0100,
             spatial: 0x6fff_0200,
-            spatial_enabled: 0x6fff_0300,
+            spatial_append: 0x6fff_0300,
             spatial_hash: probe::SpatialHash::default_rate(),
             escape: None,
             got_hooks: HashMap::new(),

@@ -23,10 +23,18 @@
 //!
 //! # Entry points (all preserve every register and the flags)
 //!
+//! - `spatial_append` (`rdi` = effective address, `esi` = load id; clobbers
+//!   the flags, so only the stubs of checks where they are dead call it):
+//!   appends a spatial record into the thread's open *spatial grant* (see
+//!   below) with one `xadd`, two pushes and no other saves, and goes on to
+//!   `spatial` (which returns to the caller) without a slot, a grant, or
+//!   with the region switch off. One routine shared by every check keeps
+//!   the stubs as short as a call: the same code inline in each stub made
+//!   a large executable a sixth larger.
 //! - `spatial` (`rdi` = effective address, `esi` = load id): called by a
 //!   probe's spatial check outside every window when the load's 64-byte
-//!   block is tracked (`cfg::SPATIAL_THRESHOLD`) and the stub could not
-//!   append the record itself (see *spatial grant* below); appends a
+//!   block is tracked (`cfg::SPATIAL_THRESHOLD`) and `spatial_append` could
+//!   not append the record (see *spatial grant* below); appends a
 //!   spatial record ([`memgaze_trace::protocol::SPATIAL_FLAG`]) while
 //!   recording is enabled, counting nothing. `record_tracked` is `record`
 //!   for the loads with a spatial check: the one slow-path entry that
@@ -46,8 +54,8 @@
 //!   region switch is on, the next one is a *spatial grant* of at most
 //!   `SPATIAL_GRANT_RECORDS` (256) records, claimed through its own word
 //!   ([`slot::SPATIAL_CLAIM`], so the time probes' claims keep failing
-//!   there and reach the cold path): the spatial checks' stubs append into
-//!   it inline, and its records count no execution when taken back
+//!   there and reach the cold path): `spatial_append` appends into it,
+//!   and its records count no execution when taken back
 //!   ([`slot::SPATIAL_GRANT`]). One grant is open at a time, so the
 //!   buffer keeps the program's order of time and spatial records.
 //! - `entry`: the process entry hook (`e_entry`); parses
@@ -348,6 +356,9 @@ pub struct Runtime {
     pub(crate) record_tracked: u64,
     /// Spatial sample of a tracked block outside the windows.
     pub spatial: u64,
+    /// Its fast path for checks whose flags are dead: an append into the
+    /// open spatial grant, else `spatial`.
+    pub(crate) spatial_append: u64,
     /// Process entry hook.
     pub entry: u64,
     /// `DT_FINI` hook.
@@ -429,6 +440,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     // The routines are laid out in this order; the hot path falls through
     // into the cold path, so those two stay adjacent.
     emit_record_tracked(&mut a, &mut l)?;
+    emit_spatial_append(&mut a, &mut l, params)?;
     emit_spatial(&mut a, &mut l, params)?;
     emit_record(&mut a, &mut l)?;
     emit_cold_path(&mut a, &mut l, params)?;
@@ -472,6 +484,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
         record: result.label_ip(&l.record)?,
         record_tracked: result.label_ip(&l.record_tracked)?,
         spatial: result.label_ip(&l.spatial)?,
+        spatial_append: result.label_ip(&l.spatial_append)?,
         entry: result.label_ip(&l.entry)?,
         fini: result.label_ip(&l.fini)?,
         exit_now: result.label_ip(&l.exit_now)?,
@@ -586,6 +599,49 @@ pub(super) fn record_hot_path_then(
     a.pop(rcx)?;
     a.pop(rax)?;
     a.ret()
+}
+
+/// `spatial_append` (`rdi` = address, `esi` = load id, the flags
+/// clobbered): while the region switch is on, claims a record of the
+/// thread's spatial grant with one `xadd` on [`slot::SPATIAL_CLAIM`] and
+/// writes the address, then the id with the spatial flag (the writer's
+/// last store: see [`slot::CLAIM`]); otherwise (switched off, no slot, no
+/// grant) it goes on to `spatial` with every register as it found it,
+/// whose cold path issues the next grant.
+fn emit_spatial_append(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
+    let mut slow = a.create_label();
+    a.set_label(&mut l.spatial_append)?;
+    a.push(rcx)?;
+    a.push(rdx)?;
+    a.add_instruction(
+        Instruction::with2(
+            Code::Cmp_rm64_imm8,
+            MemoryOperand::with_base_displ(
+                Register::RIP,
+                (params.state_va + cfg::ENABLED as u64) as i64,
+            ),
+            0,
+        )
+        .expect("valid cmp"),
+    )?;
+    a.je(slow)?;
+    a.mov(rcx, fs(TCB_SLOT))?;
+    a.test(rcx, rcx)?;
+    a.je(slow)?;
+    a.mov(edx, RECORD_BYTES as u32)?;
+    a.xadd(qword_ptr(rcx + slot::SPATIAL_CLAIM), rdx)?;
+    a.cmp(rdx, qword_ptr(rcx + slot::LIMIT))?;
+    a.jae(slow)?;
+    a.mov(qword_ptr(rdx + 4), rdi)?;
+    a.or(esi, protocol::SPATIAL_FLAG)?;
+    a.mov(dword_ptr(rdx), esi)?;
+    a.pop(rdx)?;
+    a.pop(rcx)?;
+    a.ret()?;
+    a.set_label(&mut slow)?;
+    a.pop(rdx)?;
+    a.pop(rcx)?;
+    a.jmp(l.spatial)
 }
 
 /// `spatial` (`rdi` = address, `esi` = load id): appends a spatial record
@@ -2923,6 +2979,7 @@ struct Labels {
     record: CodeLabel,
     record_tracked: CodeLabel,
     spatial: CodeLabel,
+    spatial_append: CodeLabel,
     cold_saved: CodeLabel,
     to_cold_entry: CodeLabel,
     init_slot: CodeLabel,
@@ -3021,6 +3078,7 @@ impl Labels {
             record: n(),
             record_tracked: n(),
             spatial: n(),
+            spatial_append: n(),
             cold_saved: n(),
             to_cold_entry: n(),
             init_slot: n(),
