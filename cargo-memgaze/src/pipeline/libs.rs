@@ -644,7 +644,12 @@ fn link_under_needed_name(
         );
     }
     let link = search.join(needed);
-    if link != copy {
+    // `copy` may be relative (a `target/` cache found from the current
+    // directory) where `search` is absolute: compared as the same file, a
+    // copy already under the needed name is not linked onto itself.
+    let copy_absolute = std::path::absolute(copy)
+        .with_context(|| format!("{}: no absolute path", copy.display()))?;
+    if link != copy_absolute {
         match std::os::unix::fs::symlink(&target, &link) {
             Ok(()) => {}
             // Made by an earlier run (the cache entry is the same copy).
