@@ -541,6 +541,48 @@ fn build_dlopen_fixture(tag: &str) -> (PathBuf, PathBuf) {
     (dir, program)
 }
 
+/// A library the executable does not need itself but one of its libraries
+/// does is loaded at start: with `--libs none`, both run untraced and are
+/// rows of `coverage_by_object`, and no note calls either `dlopen`ed.
+#[test]
+fn libraries_needed_by_libraries_are_not_called_dlopened() {
+    let (dir, _) = build_dlopen_fixture("needed-by-library");
+    let source = memgaze_fixtures::fixtures()
+        .join("rewriter")
+        .join("needs_lib.c");
+    let program = dir.join("needs_lib");
+    run_ok(
+        Command::new("gcc")
+            .args(["-O2", "-g", "-o"])
+            .arg(&program)
+            .arg(&source)
+            .args(["-L.", "-lmgsum", "-Wl,-rpath-link=."])
+            .current_dir(&dir),
+    );
+    let target = dir.join("target");
+    std::fs::create_dir_all(&target).unwrap();
+    let (analysis, stdout, stderr) = run_dlopen(&program, &dir, "none", &target, &["1000"]);
+    let native = run_ok(
+        Command::new(&program)
+            .arg("1000")
+            .env("LD_LIBRARY_PATH", &dir),
+    );
+    assert_eq!(stdout, native.stdout, "the same output as natively");
+    for library in ["libmgsum.so", "libmgdep.so"] {
+        assert_eq!(
+            object_row(&analysis, library)["instrumented"],
+            false,
+            "{library}"
+        );
+    }
+    assert!(
+        !has_note(&analysis, &["loaded after the start"]),
+        "{}",
+        analysis["coverage"]
+    );
+    assert!(!stderr.contains("loaded after the start"), "{stderr}");
+}
+
 /// `cargo memgaze run --full --libs <libs>` of the `dlopen` fixture with
 /// its own project cache under `target`: (JSON analysis, stdout, stderr).
 fn run_dlopen(
