@@ -352,6 +352,22 @@ pub fn compare_bench(
     compare_analysis(baseline_name, old, &new.key, &new.analysis, limits)
 }
 
+/// The note for a whole-run curve from fewer than
+/// [`memgaze_analysis::locality::MIN_TRACKED`] tracked accesses: with none,
+/// `MR_*` were not estimated at all (so not compared), rather than noisy.
+fn undersampled_curve_note(which: &str, tracked: u64) -> String {
+    if tracked == 0 {
+        format!(
+            "whole-run curve of {which} empty (no spatially sampled block was touched): MR_* not estimated, not compared"
+        )
+    } else {
+        format!(
+            "whole-run curve of {which} undersampled ({tracked} tracked accesses, < {}): MR_* are noisy",
+            memgaze_analysis::locality::MIN_TRACKED
+        )
+    }
+}
+
 /// [`compare_bench`] for an analysis that is not wrapped in a [`BenchRun`].
 pub fn compare_analysis(
     baseline_name: &str,
@@ -386,10 +402,7 @@ pub fn compare_analysis(
             && rate < 1.0
             && tracked < memgaze_analysis::locality::MIN_TRACKED
         {
-            notes.push(format!(
-                "whole-run curve of {which} undersampled ({tracked} tracked accesses, < {}): MR_* are noisy",
-                memgaze_analysis::locality::MIN_TRACKED
-            ));
+            notes.push(undersampled_curve_note(which, tracked));
         }
     }
     if super::metric::run_count_chosen_by_time(a) || super::metric::run_count_chosen_by_time(b) {
@@ -655,4 +668,21 @@ pub fn compare(
         }
     }
     Ok((verdicts, gate))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_whole_run_curve_is_not_called_noisy() {
+        let empty = undersampled_curve_note("this run", 0);
+        assert!(empty.contains("MR_* not estimated"), "{empty}");
+        assert!(!empty.contains("noisy"), "{empty}");
+        let few = undersampled_curve_note("the baseline", 12);
+        assert!(
+            few.contains("(12 tracked accesses, < 1000): MR_* are noisy"),
+            "{few}"
+        );
+    }
 }

@@ -207,14 +207,22 @@ pub struct Libraries {
     /// With a cache, the file that remembers the selected libraries the
     /// program loaded after its start ([`Libraries::loaded_at_run`]).
     remembered: Option<PathBuf>,
+    /// Names of every library the loader maps at start (`ld.so --list`:
+    /// those the libraries need too), so that one the executable does not
+    /// need itself is not taken for a `dlopen`ed one.
+    at_start: Vec<String>,
 }
 
 /// What [`Libraries::loaded_at_run`] found.
 #[derive(Debug, Default)]
 pub struct LoadedAtRun {
     /// Libraries the run loaded that ran uninstrumented and that the trace
-    /// header did not name (`dlopen`ed ones, what those need): names.
+    /// header did not name (`dlopen`ed ones, what those need, and those
+    /// loaded at start because another library needs them): names.
     pub untraced: Vec<String>,
+    /// Those of `untraced` loaded at start (needed by a library the
+    /// executable needs), not by `dlopen`.
+    pub at_start: Vec<String>,
     /// Those of them `--libs` selects: instrumented from the next run on
     /// when `remembered`.
     pub selected: Vec<String>,
@@ -237,12 +245,18 @@ impl LoadedAtRun {
     /// traced, and what becomes of those `--libs` selects; `None` when
     /// there are none.
     pub fn note(&self) -> Option<String> {
-        if self.untraced.is_empty() {
+        let opened: Vec<&str> = self
+            .untraced
+            .iter()
+            .filter(|name| !self.at_start.contains(name))
+            .map(String::as_str)
+            .collect();
+        if opened.is_empty() {
             return None;
         }
         let mut note = format!(
             "libraries loaded after the start (dlopen) ran untraced: {}",
-            self.untraced.join(", ")
+            opened.join(", ")
         );
         if !self.selected.is_empty() {
             note.push_str(&format!(
@@ -287,6 +301,12 @@ impl Libraries {
             ..Libraries::default()
         };
         if selection.is_empty() {
+            // Only to tell libraries loaded at start from `dlopen`ed ones.
+            libraries.at_start = needed_libraries(program)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|l| l.name)
+                .collect();
             return Ok(libraries);
         }
         // With a cache, nothing temporary: a killed run leaves no directory.
@@ -301,7 +321,9 @@ impl Libraries {
             (None, Some(directory)) => directory.path().join("cache"),
             (None, None) => unreachable!("a directory without a cache"),
         };
-        let mut selected: Vec<NeededLibrary> = needed_libraries(program)?
+        let needed = needed_libraries(program)?;
+        libraries.at_start = needed.iter().map(|l| l.name.clone()).collect();
+        let mut selected: Vec<NeededLibrary> = needed
             .into_iter()
             .filter(|l| selection.selects(&l.name))
             .collect();
@@ -437,6 +459,12 @@ impl Libraries {
                 continue;
             };
             if named(&name) || found.untraced.contains(&name) {
+                continue;
+            }
+            if self.at_start.contains(&name) {
+                // Selected ones were instrumented, or refused, at start.
+                found.at_start.push(name.clone());
+                found.untraced.push(name);
                 continue;
             }
             if self.selection.selects(&name) && !self.refused.iter().any(|(l, _)| l.name == name) {
@@ -644,7 +672,12 @@ fn link_under_needed_name(
         );
     }
     let link = search.join(needed);
-    if link != copy {
+    // `copy` may be relative (a `target/` cache found from the current
+    // directory) where `search` is absolute: compared as the same file, a
+    // copy already under the needed name is not linked onto itself.
+    let copy_absolute = std::path::absolute(copy)
+        .with_context(|| format!("{}: no absolute path", copy.display()))?;
+    if link != copy_absolute {
         match std::os::unix::fs::symlink(&target, &link) {
             Ok(()) => {}
             // Made by an earlier run (the cache entry is the same copy).

@@ -455,6 +455,57 @@ fn coverage_by_object_says_whether_libc_was_traced() {
     );
 }
 
+/// `run` inside a cargo project without `CARGO_TARGET_DIR` caches the
+/// instrumented libraries under the relative `target/memgaze/instrumented`:
+/// a copy already named as the loader needs it is used where it lies, on
+/// the first run (instrumented now) and the next (found in the cache).
+#[test]
+fn run_in_a_project_directory_caches_libraries_under_its_relative_target() {
+    let program = build("libc_strings.c", &["-O2", "-g"]);
+    let project = scratch().join("libs-relative-target");
+    let _ = std::fs::remove_dir_all(&project);
+    std::fs::create_dir_all(project.join("target")).unwrap();
+    let json = project.join("analysis.json");
+    for round in ["instrumented now", "found in the cache"] {
+        let out = memgaze()
+            .args([
+                "memgaze", "run", "-q", "--libs", LIBC, "--format", "json", "-o",
+            ])
+            .arg(&json)
+            .arg("--")
+            .arg(&program)
+            .arg("4096")
+            .current_dir(&project)
+            .env_remove("MEMGAZE_LIBS_CACHE")
+            .env_remove("CARGO_TARGET_DIR")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{round}: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let analysis: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let libc = analysis["summary"]["coverage_by_object"]
+            .as_array()
+            .and_then(|rows| rows.iter().find(|r| r["object"] == LIBC).cloned());
+        assert_eq!(
+            libc.map(|r| r["instrumented"].clone()),
+            Some(serde_json::Value::Bool(true)),
+            "{round}: {}",
+            analysis["summary"]
+        );
+    }
+    let cache = project.join("target/memgaze/instrumented");
+    assert!(
+        std::fs::read_dir(&cache).unwrap().next().is_some(),
+        "{} is empty",
+        cache.display()
+    );
+}
+
 /// Builds the `dlopen` fixture in its own directory: `dl_main`, which
 /// `dlopen`s `libmgsum.so` by name through `LD_LIBRARY_PATH` (this
 /// directory), which needs `libmgdep.so`. Returns (directory, program).
@@ -488,6 +539,48 @@ fn build_dlopen_fixture(tag: &str) -> (PathBuf, PathBuf) {
     gcc(&["-O2", "-g"], "dl_main", "dl_main.c", &[]);
     let program = dir.join("dl_main");
     (dir, program)
+}
+
+/// A library the executable does not need itself but one of its libraries
+/// does is loaded at start: with `--libs none`, both run untraced and are
+/// rows of `coverage_by_object`, and no note calls either `dlopen`ed.
+#[test]
+fn libraries_needed_by_libraries_are_not_called_dlopened() {
+    let (dir, _) = build_dlopen_fixture("needed-by-library");
+    let source = memgaze_fixtures::fixtures()
+        .join("rewriter")
+        .join("needs_lib.c");
+    let program = dir.join("needs_lib");
+    run_ok(
+        Command::new("gcc")
+            .args(["-O2", "-g", "-o"])
+            .arg(&program)
+            .arg(&source)
+            .args(["-L.", "-lmgsum", "-Wl,-rpath-link=."])
+            .current_dir(&dir),
+    );
+    let target = dir.join("target");
+    std::fs::create_dir_all(&target).unwrap();
+    let (analysis, stdout, stderr) = run_dlopen(&program, &dir, "none", &target, &["1000"]);
+    let native = run_ok(
+        Command::new(&program)
+            .arg("1000")
+            .env("LD_LIBRARY_PATH", &dir),
+    );
+    assert_eq!(stdout, native.stdout, "the same output as natively");
+    for library in ["libmgsum.so", "libmgdep.so"] {
+        assert_eq!(
+            object_row(&analysis, library)["instrumented"],
+            false,
+            "{library}"
+        );
+    }
+    assert!(
+        !has_note(&analysis, &["loaded after the start"]),
+        "{}",
+        analysis["coverage"]
+    );
+    assert!(!stderr.contains("loaded after the start"), "{stderr}");
 }
 
 /// `cargo memgaze run --full --libs <libs>` of the `dlopen` fixture with

@@ -427,7 +427,7 @@ mod tests {
         assert_eq!(
             line,
             format!(
-                "{}: not an ELF file (it starts with bytes 23 21 2f 62)",
+                "{}: not an ELF file (it starts with `#!/bin/sh`: a script; run its interpreter, an ELF executable, with the script as its argument)",
                 text.display()
             )
         );

@@ -246,6 +246,14 @@ fn describe_start(data: &[u8]) -> String {
     if data.is_empty() {
         return "nothing: the file is empty".to_string();
     }
+    if let Some(line) = data.strip_prefix(b"#!") {
+        let line = line.split(|&b| b == b'\n').next().unwrap_or_default();
+        let line = String::from_utf8_lossy(&line[..line.len().min(80)]);
+        return format!(
+            "`#!{}`: a script; run its interpreter, an ELF executable, with the script as its argument",
+            line.trim()
+        );
+    }
     let head: Vec<String> = data.iter().take(4).map(|b| format!("{b:02x}")).collect();
     format!("bytes {}", head.join(" "))
 }
@@ -344,8 +352,14 @@ mod tests {
     #[test]
     fn rejects_non_elf_and_says_what_it_starts_with() {
         assert_eq!(
-            check_ident(b"#!/bin/sh\n"),
-            Err(BinaryError::NotElf("bytes 23 21 2f 62".into()))
+            check_ident(b"#!/bin/sh -e\necho\n"),
+            Err(BinaryError::NotElf(
+                "`#!/bin/sh -e`: a script; run its interpreter, an ELF executable, with the script as its argument".into()
+            ))
+        );
+        assert_eq!(
+            check_ident(b"MZ\x90\x00"),
+            Err(BinaryError::NotElf("bytes 4d 5a 90 00".into()))
         );
         assert!(matches!(check_ident(b""), Err(BinaryError::NotElf(_))));
     }
