@@ -151,21 +151,38 @@ impl BenchExecutable {
     /// terse`. Without `--ignored`/`--include-ignored`, a second listing
     /// marks which are ignored (libtest lists them like the others).
     pub fn list(&self, harness: &HarnessArgs) -> anyhow::Result<Vec<BenchCase>> {
-        let selection = harness.selection_args();
+        let mut cases: Vec<BenchCase> = Vec::new();
+        // One listing per filter; a bench two filters select runs once.
+        for selection in harness.selections() {
+            for case in self.list_selection(harness, &selection)? {
+                if !cases.iter().any(|c| c.name == case.name) {
+                    cases.push(case);
+                }
+            }
+        }
+        Ok(cases)
+    }
+
+    /// [`Self::list`] for one selection (at most one filter).
+    fn list_selection(
+        &self,
+        harness: &HarnessArgs,
+        selection: &[String],
+    ) -> anyhow::Result<Vec<BenchCase>> {
         if self.harness != BenchHarness::Memgaze {
             return frameworks::list_framework(
                 self.harness,
                 &self.path,
                 &self.package_root,
                 &self.display_name(),
-                &selection,
+                selection,
             );
         }
-        let names = self.list_names(&selection, false)?;
+        let names = self.list_names(selection, false)?;
         let ignored: Vec<String> = if harness.only_ignored() {
             names.clone()
         } else {
-            self.list_names(&selection, true)?
+            self.list_names(selection, true)?
         };
         Ok(names
             .into_iter()

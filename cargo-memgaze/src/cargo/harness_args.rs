@@ -7,22 +7,39 @@ use memgaze_error::usage;
 
 /// Parsed harness arguments (`cargo memgaze bench … -- <these>`).
 ///
-/// Selection (a filter, `--exact`, `--skip`, `--ignored`,
+/// Selection (filters, `--exact`, `--skip`, `--ignored`,
 /// `--include-ignored`) is applied once, when the benches are listed; each
-/// selected bench then runs alone by exact name. Output options (`--format`,
+/// selected bench then runs alone by exact name. Several filters select
+/// the benches any of them selects, as libtest and divan take them (the
+/// harness is asked once per filter: libtest-mimic and criterion take one). Output options (`--format`,
 /// `--color`, `-q`, `--logfile`) and `--test-threads` only shape what the
 /// harness prints, which cargo memgaze reads itself, so they are accepted
 /// and not forwarded.
 #[derive(Clone, Debug, Default)]
 pub struct HarnessArgs {
     parsed: Arguments,
+    /// Every filter, the first one included (`parsed.filter` holds only it).
+    filters: Vec<String>,
+}
+
+/// libtest's arguments with any number of filters.
+#[derive(clap::Parser, Debug)]
+struct WithFilters {
+    #[command(flatten)]
+    arguments: Arguments,
+    /// The filters after the first.
+    #[arg(value_name = "FILTER")]
+    more_filters: Vec<String>,
 }
 
 impl HarnessArgs {
     /// Parses the arguments after `--`. A bad one is a usage error (exit 2)
     /// quoting libtest's complaint.
     pub fn parse(args: &[String]) -> anyhow::Result<HarnessArgs> {
-        let parsed = <Arguments as clap::Parser>::try_parse_from(
+        let WithFilters {
+            arguments: parsed,
+            more_filters,
+        } = <WithFilters as clap::Parser>::try_parse_from(
             std::iter::once("harness").chain(args.iter().map(String::as_str)),
         )
         .map_err(|e| {
@@ -41,7 +58,8 @@ impl HarnessArgs {
                  cargo memgaze runs benches",
             ));
         }
-        Ok(HarnessArgs { parsed })
+        let filters = parsed.filter.iter().cloned().chain(more_filters).collect();
+        Ok(HarnessArgs { parsed, filters })
     }
 
     /// Whether the user asked only for the list (`--list`).
@@ -60,9 +78,27 @@ impl HarnessArgs {
         self.parsed.ignored
     }
 
-    /// The selection arguments, for `--list` (the user's filter, `--exact`,
-    /// `--skip`s, `--ignored`).
-    pub fn selection_args(&self) -> Vec<String> {
+    /// The selection arguments, for `--list`: one command line per filter
+    /// (`--exact`, `--skip`s, `--ignored`, then `-- <filter>`), or one
+    /// without a filter. The benches selected are those any of them lists.
+    pub fn selections(&self) -> Vec<Vec<String>> {
+        let common = self.common_selection_args();
+        if self.filters.is_empty() {
+            return vec![common];
+        }
+        self.filters
+            .iter()
+            .map(|filter| {
+                let mut args = common.clone();
+                // After `--`, so a filter starting with `-` stays a filter.
+                args.extend(["--".to_string(), filter.clone()]);
+                args
+            })
+            .collect()
+    }
+
+    /// `--exact`, `--skip`s and `--ignored`.
+    fn common_selection_args(&self) -> Vec<String> {
         let mut args = Vec::new();
         if self.parsed.exact {
             args.push("--exact".to_string());
@@ -73,11 +109,6 @@ impl HarnessArgs {
         }
         if self.parsed.ignored {
             args.push("--ignored".to_string());
-        }
-        if let Some(filter) = &self.parsed.filter {
-            // After `--`, so a filter starting with `-` stays a filter.
-            args.push("--".to_string());
-            args.push(filter.clone());
         }
         args
     }
@@ -110,17 +141,34 @@ mod tests {
     #[test]
     fn selection_is_reproduced_for_listing() {
         let h = parse(&["chase"]).unwrap();
-        assert_eq!(h.selection_args(), ["--", "chase"]);
+        assert_eq!(h.selections(), [["--", "chase"]]);
         let h = parse(&["--exact", "irr", "--skip", "a", "--skip", "b"]).unwrap();
         assert_eq!(
-            h.selection_args(),
-            ["--exact", "--skip", "a", "--skip", "b", "--", "irr"]
+            h.selections(),
+            [["--exact", "--skip", "a", "--skip", "b", "--", "irr"]]
         );
         let h = parse(&["--ignored", "--format", "json", "--test-threads", "4"]).unwrap();
-        assert_eq!(h.selection_args(), ["--ignored"]);
+        assert_eq!(h.selections(), [["--ignored"]]);
         assert!(h.runs_ignored() && h.only_ignored());
         assert!(parse(&["--list"]).unwrap().list_requested());
-        assert!(parse(&[]).unwrap().selection_args().is_empty());
+        assert_eq!(parse(&[]).unwrap().selections(), [Vec::<String>::new()]);
+    }
+
+    #[test]
+    fn several_filters_are_one_listing_each() {
+        // Filters before, between and after options, and after `--`.
+        let h = parse(&["str", "--exact", "irr", "--skip", "x", "--", "-odd"]).unwrap();
+        assert_eq!(
+            h.selections(),
+            [
+                ["--exact", "--skip", "x", "--", "str"],
+                ["--exact", "--skip", "x", "--", "irr"],
+                ["--exact", "--skip", "x", "--", "-odd"],
+            ]
+        );
+        // An option's value is not a filter.
+        let h = parse(&["--format", "json", "a", "b"]).unwrap();
+        assert_eq!(h.selections(), [["--", "a"], ["--", "b"]]);
     }
 
     #[test]

@@ -432,6 +432,26 @@ fn microbench_list_and_filter_through_the_command_line() {
         "str1: bench\nstr8: bench\nirr: bench\nirr-rand: bench\nirr-half: bench\n\
          str/irr: bench\nirr|str|irr: bench\nchase: bench\n"
     );
+    // Several filters, as `cargo bench` takes them: the benches any of
+    // them selects, once each, in the filters' order.
+    let out = cargo_memgaze(
+        &manifest,
+        &[
+            "-q",
+            "-p",
+            "microbenches",
+            "--",
+            "--list",
+            "chase",
+            "str",
+            "str8",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "chase: bench\nstr1: bench\nstr8: bench\nstr/irr: bench\nirr|str|irr: bench\n"
+    );
 
     let out = crate::support::memgaze_command()
         .args(["memgaze", "bench", "--locked", "--manifest-path"])
