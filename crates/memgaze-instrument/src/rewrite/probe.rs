@@ -819,7 +819,7 @@ fn inline_append(
     let (slot_reg, claim) = two_scratch(load);
     out.push(push(slot_reg));
     out.push(push(claim));
-    claim_record(slot_reg, claim, slot::CLAIM, fallback, out);
+    claim_record(slot_reg, claim, fallback, out);
     out.push(effective_address(load, slot_reg, RED_ZONE + 16));
     write_record(slot_reg, claim, id, out);
     leave_inline(slot_reg, claim, resume, fallback, out);
@@ -853,16 +853,10 @@ fn slot_field(base: Register, disp: i32) -> MemoryOperand {
     )
 }
 
-/// `slot_reg = ` the thread's slot, `claim = ` a record claimed through the
-/// claim word at `claim_word` (to `fallback` without a slot or a grant;
-/// the flags dead).
-fn claim_record(
-    slot_reg: Register,
-    claim: Register,
-    claim_word: i32,
-    fallback: u64,
-    out: &mut Vec<Instruction>,
-) {
+/// `slot_reg = ` the thread's slot, `claim = ` a record of its window's
+/// grant claimed through [`slot::CLAIM`] (to `fallback` without a slot or
+/// a grant; the flags dead).
+fn claim_record(slot_reg: Register, claim: Register, fallback: u64, out: &mut Vec<Instruction>) {
     out.push(i2(
         Code::Mov_r64_rm64,
         slot_reg,
@@ -885,7 +879,7 @@ fn claim_record(
     ));
     out.push(i2(
         Code::Xadd_rm64_r64,
-        slot_field(slot_reg, claim_word),
+        slot_field(slot_reg, slot::CLAIM),
         claim,
     ));
     out.push(i2(

@@ -583,13 +583,7 @@ pub(super) fn record_hot_path_then(
     a.push(rbx)?;
     a.seto(al)?;
     a.lahf()?;
-    a.mov(rbx, fs(TCB_SLOT))?;
-    a.test(rbx, rbx)?;
-    a.jz(to_cold)?;
-    a.mov(ecx, RECORD_BYTES as u32)?;
-    a.xadd(qword_ptr(rbx + slot::CLAIM), rcx)?;
-    a.cmp(rcx, qword_ptr(rbx + slot::LIMIT))?;
-    a.jae(to_cold)?;
+    claim_record(a, rbx, (rcx, ecx), slot::CLAIM, to_cold)?;
     a.mov(qword_ptr(rcx + 4), rdi)?;
     a.mov(dword_ptr(rcx), esi)?;
     appended(a)?;
@@ -599,6 +593,26 @@ pub(super) fn record_hot_path_then(
     a.pop(rcx)?;
     a.pop(rax)?;
     a.ret()
+}
+
+/// `slot_reg` = the thread's slot and `claim` = a record of its open grant
+/// claimed with one `xadd` on the word at `claim_word` (`slot::CLAIM` or
+/// `slot::SPATIAL_CLAIM`); to `fail` without a slot, or past the grant's
+/// limit. Clobbers the flags.
+fn claim_record(
+    a: &mut Asm,
+    slot_reg: AsmRegister64,
+    (claim, claim32): (AsmRegister64, AsmRegister32),
+    claim_word: i32,
+    fail: CodeLabel,
+) -> R {
+    a.mov(slot_reg, fs(TCB_SLOT))?;
+    a.test(slot_reg, slot_reg)?;
+    a.jz(fail)?;
+    a.mov(claim32, RECORD_BYTES as u32)?;
+    a.xadd(qword_ptr(slot_reg + claim_word), claim)?;
+    a.cmp(claim, qword_ptr(slot_reg + slot::LIMIT))?;
+    a.jae(fail)
 }
 
 /// `spatial_append` (`rdi` = address, `esi` = load id, the flags
@@ -625,13 +639,7 @@ fn emit_spatial_append(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R
         .expect("valid cmp"),
     )?;
     a.je(slow)?;
-    a.mov(rcx, fs(TCB_SLOT))?;
-    a.test(rcx, rcx)?;
-    a.je(slow)?;
-    a.mov(edx, RECORD_BYTES as u32)?;
-    a.xadd(qword_ptr(rcx + slot::SPATIAL_CLAIM), rdx)?;
-    a.cmp(rdx, qword_ptr(rcx + slot::LIMIT))?;
-    a.jae(slow)?;
+    claim_record(a, rcx, (rdx, edx), slot::SPATIAL_CLAIM, slow)?;
     a.mov(qword_ptr(rdx + 4), rdi)?;
     a.or(esi, protocol::SPATIAL_FLAG)?;
     a.mov(dword_ptr(rdx), esi)?;
