@@ -421,13 +421,19 @@ pub fn untraced_note_with(annotation: &Annotation, libraries: &Libraries) -> Str
         .iter()
         .map(|l| l.library.name.as_str())
         .collect();
-    let untraced: Vec<&str> = annotation
-        .shared_libraries
+    // The loader's whole list when it is known: libraries that other
+    // libraries need run untraced as well as the executable's own.
+    let linked: &[String] = if libraries.at_start().is_empty() {
+        &annotation.shared_libraries
+    } else {
+        libraries.at_start()
+    };
+    let untraced: Vec<&str> = linked
         .iter()
         .map(String::as_str)
         .filter(|l| !traced.contains(l))
         .collect();
-    let untraced = if annotation.shared_libraries.is_empty() {
+    let untraced = if linked.is_empty() {
         "none linked".to_string()
     } else if untraced.is_empty() {
         "none of those linked".to_string()

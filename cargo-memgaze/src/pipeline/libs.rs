@@ -274,6 +274,12 @@ impl LoadedAtRun {
 }
 
 impl Libraries {
+    /// Names of the libraries the loader maps at start, in its order
+    /// (`ld.so --list`); empty when not resolved.
+    pub fn at_start(&self) -> &[String] {
+        &self.at_start
+    }
+
     /// Instruments the selected libraries of `program` into `cache` (or a
     /// temporary directory when `None`), calling `progress` before each
     /// one it instruments now.

@@ -581,6 +581,12 @@ fn libraries_needed_by_libraries_are_not_called_dlopened() {
         analysis["coverage"]
     );
     assert!(!stderr.contains("loaded after the start"), "{stderr}");
+    // The summary on stderr names what the executable's libraries need too.
+    let untraced_line = stderr
+        .lines()
+        .find(|l| l.contains("not traced: loads in shared libraries"))
+        .unwrap_or_else(|| panic!("no untraced-libraries line: {stderr}"));
+    assert!(untraced_line.contains("libmgdep.so"), "{untraced_line}");
 }
 
 /// `cargo memgaze run --full --libs <libs>` of the `dlopen` fixture with
