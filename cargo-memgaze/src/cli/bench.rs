@@ -309,10 +309,16 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         }
     }
     progress.finish();
+    exit = suite::exit_after_benches(&watch, exit, "after the last bench (no report written)");
     gating.save()?;
     exit = exit.worst(gating.finish(json, global.quiet));
     let report = !args.no_report && measured > 0 && !matches!(exit, Exit::Interrupted(_));
     exit = exit.worst(write_outputs(&args, &gating, report, global.quiet));
+    exit = suite::exit_after_benches(
+        &watch,
+        exit,
+        "while the report was written (it is complete)",
+    );
     let elapsed = started.elapsed();
     if json {
         emit(&messages::BenchSummary {

@@ -281,6 +281,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         progress.advance();
     }
     progress.finish();
+    exit = suite::exit_after_benches(&watch, exit, "after the last bench");
 
     // Orphans: snapshots of benches the targets no longer have.
     for target in &suite.targets {

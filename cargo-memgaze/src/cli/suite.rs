@@ -12,6 +12,7 @@ use crate::pipeline::{self, InstrumentedBench};
 use anyhow::Context;
 use memgaze_error::Exit;
 use memgaze_metadata::messages::{self, Reason};
+use memgaze_record::signals::Watch;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -256,6 +257,21 @@ pub fn after_recording(
     AfterRecording::Use
 }
 
+/// The run's exit once its benches are done: a signal that came after the
+/// last check (while the last bench was analysed, compared or reported;
+/// no next bench is left to stop before) still ends the command with its
+/// code. `what` says where it was noticed; an exit that already says an
+/// interruption is kept as it is (its line was printed).
+pub fn exit_after_benches(watch: &Watch, exit: Exit, what: &str) -> Exit {
+    if matches!(exit, Exit::Interrupted(_)) {
+        return exit;
+    }
+    match watch.stopped(what) {
+        Some(code) => exit.worst(Exit::Interrupted(code)),
+        None => exit,
+    }
+}
+
 /// The implicit loads a bench's instrumentation does not trace by design,
 /// for its "Instrumented" note: string instructions whenever there are
 /// some (their reads are data the trace misses), stack reads (in every
@@ -273,7 +289,27 @@ fn implicit_loads_note(string_loads: usize, stack_loads: usize, verbose: bool) -
 
 #[cfg(test)]
 mod tests {
-    use super::implicit_loads_note;
+    use super::{Exit, Watch, exit_after_benches, implicit_loads_note};
+
+    #[test]
+    fn a_signal_after_the_last_check_still_ends_the_run_with_its_code() {
+        let watch = Watch::start();
+        assert_eq!(
+            exit_after_benches(&watch, Exit::Regression, "x"),
+            Exit::Regression
+        );
+        // SAFETY: the watch's handler catches SIGTERM (it only counts it).
+        assert_eq!(unsafe { libc::raise(libc::SIGTERM) }, 0);
+        assert_eq!(
+            exit_after_benches(&watch, Exit::Regression, "after the last bench"),
+            Exit::Interrupted(143)
+        );
+        // An interruption already said (its line printed) is kept.
+        assert_eq!(
+            exit_after_benches(&watch, Exit::Interrupted(130), "x"),
+            Exit::Interrupted(130)
+        );
+    }
 
     #[test]
     fn the_instrumented_note_names_untraced_string_loads() {

@@ -290,6 +290,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         progress.advance();
     }
     progress.finish();
+    exit = suite::exit_after_benches(&watch, exit, "after the last bench");
     suite::print_summary(
         json,
         global,
