@@ -61,7 +61,8 @@ use iced_x86::{Code, FlowControl, Instruction, InstructionInfoFactory, MemoryOpe
 use std::collections::HashMap;
 
 /// Bytes `rsp` moves down on loop entry: the red zone, the saved register
-/// and 8 bytes that keep `rsp`'s alignment.
+/// and 8 bytes that keep `rsp`'s alignment (where the spare register, if
+/// any, is saved).
 const FRAME: i64 = 128 + 16;
 
 /// The registers a loop may keep the countdown in, in the order preferred.
