@@ -846,7 +846,7 @@ impl Planner<'_, '_> {
         inserts.sort_by_key(|&(i, _)| i);
         if soft && !inserts.is_empty() {
             blocks = form_superblocks(&code, &live, &mut inserts);
-            register_loops = reg_countdown::plan(&code, &inserts, &blocks, &spatial);
+            register_loops = reg_countdown::plan(&code, &inserts, &blocks, &mut spatial);
         }
         PlanOutcome::Planned {
             plan: Box::new(Planned {

@@ -70,7 +70,10 @@
 //! hold is exact in this one form (rates in steps of `2^-32`). Why: the
 //! loads of the two config words the check used to read cost most of it
 //! (docs/performance.md). Where no register or the flags are not dead, they are saved
-//! below the red zone around the check (`SpatialProbe`). The stub calls
+//! below the red zone around the check (`SpatialProbe`), except that a
+//! check inside a loop that keeps its countdown in a register takes that
+//! loop's spare register instead, saved once at loop entry
+//! (`rewrite::reg_countdown`). The stub calls
 //! the runtime with the address and the load id, and resumes at the load:
 //! where the flags are dead at the load, its `spatial_append`, which
 //! claims a record of the thread's *spatial grant* with one `xadd` on

@@ -25,6 +25,14 @@
 //! - A lone load's probe (flags dead) is `sub R, 1; jb slow`; its slow stub
 //!   stores 0 to the countdown in memory as ever, and returns through a
 //!   reload of `R`.
+//! - **Spare register**: when a spatial check in the loop finds no dead
+//!   register (it would save one below the red zone: a store, a load and
+//!   two `rsp` updates per execution), a second register `S` that nothing
+//!   in the loop uses is saved at entry in the frame's alignment word
+//!   (`mov [rsp+8], S`, before the countdown's load) and restored at every
+//!   exit after `R` (`mov S, [rsp+8]`); those checks use `S` unsaved. Why:
+//!   the irregular kernel's second check saved `rcx` on every iteration,
+//!   as liveness cannot call a register dead across a return.
 //!
 //! Loops qualify when every block ends in a fall-through, a conditional
 //! branch or a jump inside the function, no block falls through into the
@@ -32,7 +40,8 @@
 //! the moved `rsp`), calls, returns or traps, every counted load of the loop
 //! is in a superblock lying wholly inside it or has a flags-dead probe, and a register is left that
 //! neither the loop nor a probe of its loads uses (`rcx`, `rbp` and each
-//! probe's borrowed dead register are never taken). Functions with
+//! probe's borrowed dead register are never taken; the spare register is
+//! the next such one, when there is one). Functions with
 //! unresolved indirect jumps keep the memory countdown everywhere.
 //!
 //! Approximate, and only in sampled runs (a full trace keeps the countdown
@@ -42,7 +51,8 @@
 //! overwrites, and a region's begin or the process's end, which read other
 //! threads' countdowns, see that copy. Unwinding from an asynchronous
 //! signal inside the loop sees `rsp` 144 bytes lower than its CFI says (as
-//! inside a probe that saves below the red zone).
+//! inside a probe that saves below the red zone), and `R` and `S` holding
+//! the probes' values rather than the caller's.
 
 use super::probe::{FastPath, SpatialProbe, branch, count_by, fs_countdown, i2, with_ip};
 use super::relocate::{Insert, Superblock};
@@ -51,7 +61,8 @@ use iced_x86::{Code, FlowControl, Instruction, InstructionInfoFactory, MemoryOpe
 use std::collections::HashMap;
 
 /// Bytes `rsp` moves down on loop entry: the red zone, the saved register
-/// and 8 bytes that keep `rsp`'s alignment.
+/// and 8 bytes that keep `rsp`'s alignment (where the spare register, if
+/// any, is saved).
 const FRAME: i64 = 128 + 16;
 
 /// The registers a loop may keep the countdown in, in the order preferred.
@@ -82,6 +93,9 @@ pub(crate) struct RegisterLoop {
     pub blocks: Vec<u32>,
     /// The register holding the countdown inside it.
     pub reg: Register,
+    /// A register freed across the loop the same way for its spatial
+    /// checks that find no dead register (see the module documentation).
+    pub spare: Option<Register>,
 }
 
 impl RegisterLoop {
@@ -93,11 +107,13 @@ impl RegisterLoop {
 /// The innermost loops of `code` that keep their countdown in a register
 /// (see the module documentation), given the function's soft-mode
 /// `inserts` (loads not in a superblock), `superblocks` and spatial checks.
+/// A check inside such a loop that would save its scratch register takes
+/// the loop's spare register instead (`spatial` is updated).
 pub(crate) fn plan(
     code: &FunctionCode,
     inserts: &[(usize, Insert)],
     superblocks: &[Superblock],
-    spatial: &HashMap<usize, (u32, SpatialProbe)>,
+    spatial: &mut HashMap<usize, (u32, SpatialProbe)>,
 ) -> Vec<RegisterLoop> {
     if code.unresolved_indirect_jumps() > 0 {
         return Vec::new();
@@ -118,12 +134,15 @@ pub(crate) fn plan(
             header,
             blocks: lp.blocks.clone(),
             reg: Register::None,
+            spare: None,
         };
         if header == 0 || !shape_qualifies(code, &candidate) {
             continue;
         }
         let in_loop = |i: usize| candidate.contains(code.block_of[i]);
         let mut taken: Vec<Register> = Vec::new();
+        // Checks that would save their scratch below the red zone.
+        let mut saving: Vec<usize> = Vec::new();
         let mut counted = 0;
         let mut wholly_inside = true;
         for &(i, insert) in inserts.iter().filter(|&&(i, _)| in_loop(i)) {
@@ -139,11 +158,7 @@ pub(crate) fn plan(
                 break;
             }
             counted += 1;
-            if let Some(&(_, check)) = spatial.get(&i)
-                && !check.save_scratch
-            {
-                taken.push(check.scratch);
-            }
+            note_check(spatial.get(&i), i, &mut taken, &mut saving);
         }
         for block in superblocks.iter().take_while(|_| wholly_inside) {
             let inside = (block.at..=block.last).filter(|&i| in_loop(i)).count();
@@ -160,11 +175,7 @@ pub(crate) fn plan(
                     FastPath::SaveIn(reg) => taken.push(reg),
                     FastPath::FlagsDead | FastPath::RcxDead | FastPath::Stack => {}
                 }
-                if let Some(&(_, check)) = spatial.get(&i)
-                    && !check.save_scratch
-                {
-                    taken.push(check.scratch);
-                }
+                note_check(spatial.get(&i), i, &mut taken, &mut saving);
             }
         }
         if !wholly_inside || counted == 0 {
@@ -174,12 +185,42 @@ pub(crate) fn plan(
             continue;
         };
         taken.extend(used);
-        if let Some(reg) = CANDIDATES.into_iter().find(|r| !taken.contains(r)) {
-            out.push(RegisterLoop { reg, ..candidate });
+        let mut free = CANDIDATES.into_iter().filter(|r| !taken.contains(r));
+        let Some(reg) = free.next() else {
+            continue;
+        };
+        let spare = free.next().filter(|_| !saving.is_empty());
+        if let Some(spare) = spare {
+            for i in saving {
+                if let Some((_, check)) = spatial.get_mut(&i) {
+                    check.scratch = spare;
+                    check.save_scratch = false;
+                }
+            }
         }
+        out.push(RegisterLoop {
+            reg,
+            spare,
+            ..candidate
+        });
     }
     out.sort_by_key(|l| l.header);
     out
+}
+
+/// Notes the spatial check of load `i`, if any: its scratch register is
+/// taken when dead there, else the check is one that saves it.
+fn note_check(
+    check: Option<&(u32, SpatialProbe)>,
+    i: usize,
+    taken: &mut Vec<Register>,
+    saving: &mut Vec<usize>,
+) {
+    match check {
+        Some(&(_, check)) if check.save_scratch => saving.push(i),
+        Some(&(_, check)) => taken.push(check.scratch),
+        None => {}
+    }
 }
 
 /// Whether every block of `lp` ends so that its exits can be instrumented:
@@ -314,13 +355,17 @@ impl<'a> LoopMap<'a> {
         let Some(n) = self.of(i).filter(|&n| self.loops[n].header == i) else {
             return label;
         };
-        let reg = self.loops[n].reg;
-        if let Some(head) = aligned.last_mut().filter(|head| head.0 == out.len()) {
-            head.0 += 3;
-        }
+        let (reg, spare) = (self.loops[n].reg, self.loops[n].spare);
+        let start = out.len();
         out.push(with_ip(lea_rsp(-FRAME), label));
         out.push(i2(Code::Mov_rm64_r64, stack_word(), reg));
+        if let Some(spare) = spare {
+            out.push(i2(Code::Mov_rm64_r64, spare_word(), spare));
+        }
         out.push(i2(Code::Mov_r64_rm64, reg, fs_countdown()));
+        if let Some(head) = aligned.last_mut().filter(|head| head.0 == start) {
+            head.0 = out.len();
+        }
         self.bodies[n]
     }
 
@@ -364,7 +409,7 @@ impl<'a> LoopMap<'a> {
         ) {
             return;
         }
-        let reg = self.loops[n].reg;
+        let lp = &self.loops[n];
         let (inside, target) = self.inside(n, insn.near_branch_target());
         if inside && skipped.is_none() {
             insn.set_near_branch64(target);
@@ -373,10 +418,10 @@ impl<'a> LoopMap<'a> {
         let stub = next_label();
         let start = stubs.len();
         if let Some(loads) = skipped {
-            stubs.push(count_by(reg, loads, false));
+            stubs.push(count_by(lp.reg, loads, false));
         }
         if !inside {
-            leave(reg, stubs);
+            leave(lp, stubs);
         }
         stubs.push(jump(target));
         stubs[start] = with_ip(stubs[start], stub);
@@ -397,7 +442,7 @@ impl<'a> LoopMap<'a> {
         {
             return;
         }
-        leave(self.loops[n].reg, out);
+        leave(&self.loops[n], out);
     }
 
     /// Points every branch of a counting fragment of loop `n` (`fragment`,
@@ -410,7 +455,7 @@ impl<'a> LoopMap<'a> {
         next_label: &mut dyn FnMut() -> u64,
         stubs: &mut Vec<Instruction>,
     ) {
-        let reg = self.loops[n].reg;
+        let lp = &self.loops[n];
         let range = self.code.start..self.code.end;
         for insn in fragment.iter_mut() {
             if !matches!(
@@ -422,12 +467,13 @@ impl<'a> LoopMap<'a> {
             }
             let (inside, target) = self.inside(n, insn.near_branch_target());
             let stub = next_label();
+            let start = stubs.len();
             if inside {
-                stubs.push(with_ip(i2(Code::Mov_r64_rm64, reg, fs_countdown()), stub));
+                stubs.push(i2(Code::Mov_r64_rm64, lp.reg, fs_countdown()));
             } else {
-                stubs.push(with_ip(i2(Code::Mov_r64_rm64, reg, stack_word()), stub));
-                stubs.push(lea_rsp(FRAME));
+                restore(lp, stubs);
             }
+            stubs[start] = with_ip(stubs[start], stub);
             stubs.push(jump(target));
             insn.set_near_branch64(stub);
         }
@@ -465,16 +511,30 @@ fn block_stub(reg: Register, loads: u32, stub: u64, fragment: u64, out: &mut Vec
     out.push(jump(fragment));
 }
 
-/// Stores the countdown and restores the register and `rsp` (flags kept).
-fn leave(reg: Register, out: &mut Vec<Instruction>) {
-    out.push(i2(Code::Mov_rm64_r64, fs_countdown(), reg));
-    out.push(i2(Code::Mov_r64_rm64, reg, stack_word()));
+/// Stores the countdown and restores the loop's registers and `rsp`
+/// (flags kept).
+fn leave(lp: &RegisterLoop, out: &mut Vec<Instruction>) {
+    out.push(i2(Code::Mov_rm64_r64, fs_countdown(), lp.reg));
+    restore(lp, out);
+}
+
+/// Restores the loop's registers and `rsp` (flags kept).
+fn restore(lp: &RegisterLoop, out: &mut Vec<Instruction>) {
+    out.push(i2(Code::Mov_r64_rm64, lp.reg, stack_word()));
+    if let Some(spare) = lp.spare {
+        out.push(i2(Code::Mov_r64_rm64, spare, spare_word()));
+    }
     out.push(lea_rsp(FRAME));
 }
 
 /// `[rsp]` after the entry: the register's saved value.
 fn stack_word() -> MemoryOperand {
     MemoryOperand::with_base(Register::RSP)
+}
+
+/// `[rsp+8]` after the entry: the spare register's saved value.
+fn spare_word() -> MemoryOperand {
+    MemoryOperand::with_base_displ(Register::RSP, 8)
 }
 
 fn lea_rsp(disp: i64) -> Instruction {
@@ -536,7 +596,7 @@ mod tests {
     #[test]
     fn a_call_free_loop_keeps_its_countdown_in_a_register_it_never_names() {
         let code = strided(false);
-        let loops = plan(&code, &load(FastPath::FlagsDead), &[], &HashMap::new());
+        let loops = plan(&code, &load(FastPath::FlagsDead), &[], &mut HashMap::new());
         assert_eq!(loops.len(), 1);
         assert_eq!(loops[0].header, 4);
         assert_eq!(loops[0].reg, Register::R11);
@@ -546,25 +606,87 @@ mod tests {
             save_scratch: false,
             save_flags: false,
         };
-        let spatial = HashMap::from([(4, (1, check))]);
-        let loops = plan(&code, &load(FastPath::FlagsDead), &[], &spatial);
+        let mut spatial = HashMap::from([(4, (1, check))]);
+        let loops = plan(&code, &load(FastPath::FlagsDead), &[], &mut spatial);
         assert_eq!(loops[0].reg, Register::R10);
+        assert_eq!(loops[0].spare, None, "no check saves its scratch");
+    }
+
+    #[test]
+    fn a_check_without_a_dead_register_takes_the_loops_spare_register() {
+        let code = strided(false);
+        let saving = SpatialProbe {
+            scratch: Register::RCX,
+            save_scratch: true,
+            save_flags: false,
+        };
+        let mut spatial = HashMap::from([(4, (1, saving))]);
+        let loops = plan(&code, &load(FastPath::FlagsDead), &[], &mut spatial);
+        assert_eq!(loops[0].reg, Register::R11);
+        assert_eq!(loops[0].spare, Some(Register::R10));
+        let check = spatial[&4].1;
+        assert_eq!(check.scratch, Register::R10);
+        assert!(!check.save_scratch);
+        assert_eq!(check.pushed(), 0, "the check leaves rsp alone");
+
+        let mut label = 0xf000_0000;
+        let mut next = || {
+            label += 1;
+            label
+        };
+        let map = LoopMap::new(&code, &loops, &mut next);
+        let mut out = Vec::new();
+        let mut aligned = [(0, None)];
+        map.enter(4, code.instructions[4].ip(), &mut out, &mut aligned);
+        assert_eq!(aligned[0].0, 4, "the body is aligned, not the entry");
+        let text =
+            |out: &[Instruction]| -> Vec<String> { out.iter().map(|i| format!("{i}")).collect() };
+        assert_eq!(
+            text(&out),
+            [
+                "lea rsp,[rsp-90h]",
+                "mov [rsp],r11",
+                "mov [rsp+8],r10",
+                "mov r11,fs:[38h]"
+            ]
+        );
+        out.clear();
+        map.fall_out(0, 8, &mut out);
+        assert_eq!(
+            text(&out),
+            [
+                "mov fs:[38h],r11",
+                "mov r11,[rsp]",
+                "mov r10,[rsp+8]",
+                "lea rsp,[rsp+90h]"
+            ]
+        );
+        // A counting fragment's branch out of the loop restores both.
+        let mut fragment = [branch(Code::Jmp_rel32_64, code.instructions[9].ip())];
+        let mut stubs = Vec::new();
+        map.fragment_exits(0, &mut fragment, &mut next, &mut stubs);
+        assert_eq!(fragment[0].near_branch_target(), stubs[0].ip());
+        assert_eq!(
+            text(&stubs[..3]),
+            ["mov r11,[rsp]", "mov r10,[rsp+8]", "lea rsp,[rsp+90h]"]
+        );
+        assert_eq!(stubs[3].near_branch_target(), code.instructions[9].ip());
     }
 
     #[test]
     fn loops_naming_rsp_or_with_flags_live_probes_keep_the_memory_countdown() {
         let code = strided(true);
-        assert!(plan(&code, &load(FastPath::FlagsDead), &[], &HashMap::new()).is_empty());
+        assert!(plan(&code, &load(FastPath::FlagsDead), &[], &mut HashMap::new()).is_empty());
         let code = strided(false);
-        assert!(plan(&code, &load(FastPath::Stack), &[], &HashMap::new()).is_empty());
+        assert!(plan(&code, &load(FastPath::Stack), &[], &mut HashMap::new()).is_empty());
         // Nothing counted in the loop: nothing to gain.
-        assert!(plan(&code, &[], &[], &HashMap::new()).is_empty());
+        assert!(plan(&code, &[], &[], &mut HashMap::new()).is_empty());
     }
 
     #[test]
     fn the_entry_saves_below_the_red_zone_and_every_exit_restores() {
         let code = strided(false);
-        let loops = plan(&code, &load(FastPath::FlagsDead), &[], &HashMap::new());
+        let loops = plan(&code, &load(FastPath::FlagsDead), &[], &mut HashMap::new());
         let mut label = 0xf000_0000;
         let mut next = || {
             label += 1;
