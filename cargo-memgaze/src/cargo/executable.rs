@@ -15,6 +15,23 @@ pub const REGION_END_SYMBOL: &str = "memgaze_region_end";
 /// (the harness then runs one bench at a time on one thread).
 pub const RECORDING_ENV: &str = "MEMGAZE_RECORDING";
 
+/// Why a bench executable's `--list` failed, in one line: its stderr's
+/// first line, and for a Rust panic, whose first line is only
+/// `thread 'main' panicked at FILE:LINE:COL:`, the message on the line after
+/// it as well.
+pub(super) fn listing_failure_reason(stderr: &str) -> String {
+    let mut lines = stderr.lines().map(str::trim).skip_while(|l| l.is_empty());
+    let Some(first) = lines.next() else {
+        return "no message".to_string();
+    };
+    match lines.next() {
+        Some(message) if first.contains("panicked at") && !message.is_empty() => {
+            format!("{first} {message}")
+        }
+        _ => first.to_string(),
+    }
+}
+
 /// A bench executable cargo built.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BenchExecutable {
@@ -207,16 +224,11 @@ impl BenchExecutable {
             .output()
             .with_context(|| format!("cannot run {}", self.path.display()))?;
         if !output.status.success() {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            let reason = stderr
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("no message");
             bail!(
                 "listing the benches of `{}` failed ({}): {}",
                 self.display_name(),
                 output.status,
-                reason.trim()
+                listing_failure_reason(&String::from_utf8_lossy(&output.stderr))
             );
         }
         Ok(parse_list(&String::from_utf8_lossy(&output.stdout)))
@@ -394,6 +406,24 @@ pub fn interpret_run(
 mod tests {
     use super::*;
     use std::os::unix::process::ExitStatusExt;
+
+    #[test]
+    fn a_failed_listing_keeps_the_panic_message_after_its_location() {
+        // Rust 1.73 and later print the location and the message on two lines.
+        let panicked = "thread 'main' (638) panicked at src/benchmark_group.rs:490:9:\n\
+                        Function name must not be empty.\n\
+                        note: run with `RUST_BACKTRACE=1`\n";
+        assert_eq!(
+            listing_failure_reason(panicked),
+            "thread 'main' (638) panicked at src/benchmark_group.rs:490:9: \
+             Function name must not be empty."
+        );
+        assert_eq!(
+            listing_failure_reason("\nerror: unexpected argument '--list'\nUsage: x\n"),
+            "error: unexpected argument '--list'"
+        );
+        assert_eq!(listing_failure_reason(" \n"), "no message");
+    }
 
     #[test]
     fn list_lines_are_names_with_a_bench_suffix() {

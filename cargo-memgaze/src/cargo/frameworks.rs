@@ -9,7 +9,9 @@
 //! or plots, which is long enough for ≥ 30 samples of anything but an empty
 //! routine, and no longer.
 
-use super::executable::{BenchCase, BenchExecutable, BenchOutcome, BenchRun};
+use super::executable::{
+    BenchCase, BenchExecutable, BenchOutcome, BenchRun, listing_failure_reason,
+};
 use anyhow::{Context, bail};
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
@@ -249,16 +251,11 @@ pub fn list_framework(
         .output()
         .with_context(|| format!("cannot run {}", path.display()))?;
     if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        let reason = stderr
-            .lines()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("no message");
         bail!(
             "listing the {} benches of `{display}` failed ({}): {}",
             harness.name(),
             output.status,
-            reason.trim()
+            listing_failure_reason(&String::from_utf8_lossy(&output.stderr))
         );
     }
     Ok(parse_criterion_list(&String::from_utf8_lossy(

@@ -346,6 +346,11 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     if sites_for == SitesFor::WithLibraries {
         crate::pipeline::sites::with_libraries(&program, &mut inputs, &mut libraries)?;
     }
+    // Instrumenting the libraries takes seconds: a signal meanwhile must
+    // stop the command too (the recording counts only later ones).
+    if let Some(code) = watch.stopped("before the program started") {
+        return Ok(Exit::Interrupted(code));
+    }
     let recording = record_to_file(
         &program,
         &args.command[1..],

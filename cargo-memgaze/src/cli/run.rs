@@ -119,6 +119,11 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     let libraries = args
         .libs
         .prepare(&program, cache_dir().as_deref(), global)?;
+    // Instrumenting the libraries takes seconds: a signal meanwhile must
+    // stop the command too (the recording counts only later ones).
+    if let Some(code) = watch.stopped("before the program started") {
+        return Ok(Exit::Interrupted(code));
+    }
     let objects = record::Objects {
         bases: libraries.extend_header(&mut header),
         valid: libraries.valid_loads(&annotation),

@@ -497,3 +497,70 @@ fn a_killed_runs_temporary_directory_is_removed_by_the_next_run() {
     assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
     assert_nothing_left(dir.path());
 }
+
+/// A signal while `run` and `record` instrument the program's libraries
+/// (seconds for libc) stops the command before the program starts: the
+/// recording counts only signals from its own start, so one that came
+/// earlier was lost and a program ignoring SIGTERM ran on.
+#[test]
+fn a_signal_while_the_libraries_are_instrumented_stops_before_the_program_starts() {
+    use std::io::{BufRead, BufReader, Read};
+    let forever_original = build("forever.c", &["-O2", "-g"]);
+    for (command, program, output) in [
+        ("run", forever_original.as_path(), "a.json"),
+        ("record", forever(), "t.trace"),
+    ] {
+        let dir = sandbox();
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir_all(&tmp).unwrap();
+        let mut child = memgaze()
+            .arg(command)
+            .args(SAMPLED)
+            .args(["--libs", "default", "--kill-after", "1s", "-o"])
+            .arg(dir.path().join(output))
+            .arg("--")
+            .arg(program)
+            .args(["-1", "ignore"])
+            // An empty cache: libc is instrumented now, not found ready.
+            .env("MEMGAZE_LIBS_CACHE", dir.path().join("libs"))
+            .env("TMPDIR", &tmp)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start cargo-memgaze");
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut text = String::new();
+        loop {
+            let mut line = String::new();
+            let read = stderr.read_line(&mut line).unwrap();
+            text.push_str(&line);
+            assert!(read > 0, "{command}: libc was not instrumented: {text}");
+            if line.contains("instrumenting") && line.contains("libc.so.6") {
+                break;
+            }
+        }
+        send(&child, libc::SIGTERM);
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                // The program ignores SIGTERM: it dies with its recorder.
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{command}: still running 60 s after SIGTERM: {text}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        stderr.read_to_string(&mut text).unwrap();
+        assert_eq!(status.code(), Some(143), "{command}: {text}");
+        assert!(
+            text.contains("interrupted by SIGTERM before the program started"),
+            "{command}: {text}"
+        );
+        assert!(!dir.path().join(output).exists(), "{command}");
+        assert_nothing_left(dir.path());
+    }
+}

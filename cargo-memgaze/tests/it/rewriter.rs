@@ -870,6 +870,27 @@ fn a_program_killed_before_its_first_flush_is_reported_as_such() {
     );
 }
 
+/// A program that closes every inherited descriptor (daemons, `closefrom`)
+/// closes the recorder's too: the recording says that this may be why it
+/// got nothing, and the runtime never writes into the file that reuses the
+/// descriptor's number.
+#[test]
+fn a_program_that_closes_the_recorders_descriptor_is_told_apart() {
+    let binary = build("closes_fds.c", &["-O2"]);
+    let inst = instrument(&binary, None, "all");
+    let trace = trace_path("closes_fds");
+    let file = scratch().join("closes_fds.out");
+    let out = record(&inst.path, &[file.to_str().unwrap()], FULL, &trace, None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"hello\n", "{stderr}");
+    assert!(
+        stderr.contains("the recorder sent nothing") && stderr.contains("closefrom"),
+        "{stderr}"
+    );
+    assert_eq!(read_trace(&trace).totals.records, 0);
+}
+
 #[test]
 fn signal_handlers_running_instrumented_code_are_safe() {
     let binary = build("signals.c", &["-O1"]);

@@ -1191,7 +1191,7 @@ fn summarise(
     }
     if assembler.processes.is_empty() && matches!(exit, ProgramExit::Code(_)) {
         notes.push(
-            "the recorder sent nothing: the program may not be instrumented by this cargo memgaze, may have exited before its entry point, or runs on a kernel without MADV_WIPEONFORK (Linux ≥ 4.14)"
+            "the recorder sent nothing: the program may not be instrumented by this cargo memgaze, may have exited before its entry point, may have closed the recorder's descriptor (programs that close every inherited descriptor, with closefrom, close_range or a loop, cannot be recorded), or runs on a kernel without MADV_WIPEONFORK (Linux ≥ 4.14)"
                 .into(),
         );
     } else if matches!(exit, ProgramExit::Code(_)) && !main_exited {
