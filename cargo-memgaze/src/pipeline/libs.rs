@@ -223,6 +223,11 @@ pub struct LoadedAtRun {
     /// Those of `untraced` loaded at start (needed by a library the
     /// executable needs), not by `dlopen`.
     pub at_start: Vec<String>,
+    /// Those of `untraced` that are instrumented libraries whose original
+    /// ran instead of the copy: the loader takes a `dlopen`ed path as it is
+    /// (and a process that drops `LD_LIBRARY_PATH` finds the originals), so
+    /// the copy offered by name was not used.
+    pub originals: Vec<String>,
     /// Those of them `--libs` selects: instrumented from the next run on
     /// when `remembered`.
     pub selected: Vec<String>,
@@ -248,11 +253,17 @@ impl LoadedAtRun {
         let opened: Vec<&str> = self
             .untraced
             .iter()
-            .filter(|name| !self.at_start.contains(name))
+            .filter(|name| !self.at_start.contains(name) && !self.originals.contains(name))
             .map(String::as_str)
             .collect();
+        let originals = (!self.originals.is_empty()).then(|| {
+            format!(
+                "instrumented libraries whose original was loaded instead of the copy ran untraced: {} (the loader takes a `dlopen`ed path as it is, and a process that drops LD_LIBRARY_PATH finds the originals)",
+                self.originals.join(", ")
+            )
+        });
         if opened.is_empty() {
-            return None;
+            return originals;
         }
         let mut note = format!(
             "libraries loaded after the start (dlopen) ran untraced: {}",
@@ -268,6 +279,10 @@ impl LoadedAtRun {
                     "not instrumented (no cache to remember them in for the next run)"
                 }
             ));
+        }
+        if let Some(originals) = originals {
+            note.push_str("; ");
+            note.push_str(&originals);
         }
         Some(note)
     }
@@ -452,7 +467,6 @@ impl Libraries {
                 .labels
                 .iter()
                 .any(|(key, value)| key == SHARED_LIBRARY_LABEL && value == name)
-                || self.instrumented.iter().any(|l| l.library.name == name)
         };
         let mut found = LoadedAtRun::default();
         let mut remembered: Vec<NeededLibrary> = self
@@ -464,7 +478,16 @@ impl Libraries {
             let Some(name) = object_name(path) else {
                 continue;
             };
-            if named(&name) || found.untraced.contains(&name) {
+            if found.untraced.contains(&name) {
+                continue;
+            }
+            // Not the copy (copies are skipped), yet one of its names.
+            if self.instrumented.iter().any(|l| l.library.name == name) {
+                found.originals.push(name.clone());
+                found.untraced.push(name);
+                continue;
+            }
+            if named(&name) {
                 continue;
             }
             if self.at_start.contains(&name) {

@@ -692,6 +692,57 @@ fn dlopened_libraries_not_selected_are_counted_as_untraced() {
     );
 }
 
+/// A selected library that the program `dlopen`s by its path: the loader
+/// takes the path as it is, so once the library is remembered and
+/// instrumented the run still maps the original. It is then one
+/// uninstrumented row, named untraced with a note saying why, not an
+/// instrumented row with nothing traced.
+#[test]
+fn a_library_dlopened_by_path_runs_its_original_and_is_said_untraced() {
+    let (dir, program) = build_dlopen_fixture("by-path");
+    let library = dir.join("libmgsum.so");
+    let args = ["2000", "1", library.to_str().unwrap()];
+    let native = run_ok(
+        Command::new(&program)
+            .args(args)
+            .env("LD_LIBRARY_PATH", &dir),
+    );
+    let target = scratch().join("dlopen-by-path-target");
+    let _ = std::fs::remove_dir_all(&target);
+    std::fs::create_dir_all(&target).unwrap();
+    let (first, _, stderr) = run_dlopen(&program, &dir, "libmg*", &target, &args);
+    assert!(
+        has_note(&first, &["libmgsum.so", "next run"]),
+        "{stderr}\n{}",
+        first["coverage"]["notes"]
+    );
+    let (second, stdout, stderr) = run_dlopen(&program, &dir, "libmg*", &target, &args);
+    assert_eq!(stdout, native.stdout, "{stderr}");
+    let rows: Vec<&serde_json::Value> = second["summary"]["coverage_by_object"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["object"] == "libmgsum.so")
+        .collect();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["instrumented"], false, "{rows:?}");
+    assert!(
+        has_note(
+            &second,
+            &["libmgsum.so", "original was loaded instead of the copy"]
+        ),
+        "{}",
+        second["coverage"]["notes"]
+    );
+    assert!(
+        second["coverage"]["untraced_libraries"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|n| n == "libmgsum.so")),
+        "{}",
+        second["coverage"]
+    );
+}
+
 /// Reads per instruction (absolute address) in the whole run of the
 /// `dlopen` fixture under Lackey; the program's stderr.
 fn lackey_whole_run(program: &Path, dir: &Path, args: &[&str]) -> (HashMap<u64, u64>, Vec<u8>) {

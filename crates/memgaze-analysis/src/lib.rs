@@ -804,7 +804,13 @@ pub fn coverage_by_object(
     let mut rows: Vec<ObjectLoadCoverage> = instrumented
         .iter()
         .zip(traced.iter().zip(&lost))
-        .map(|(object, (&traced, &lost))| {
+        .enumerate()
+        // A library whose original ran instead of its copy (`dlopen` by
+        // path) is one uninstrumented row, not also an empty instrumented one.
+        .filter(|&(index, (object, (&traced, &lost)))| {
+            index == 0 || traced + lost > 0.0 || !uninstrumented.contains(object)
+        })
+        .map(|(_, (object, (&traced, &lost)))| {
             let executed = traced + lost;
             ObjectLoadCoverage {
                 object: object.clone(),
@@ -2556,6 +2562,30 @@ mod tests {
             a.push_load(load, addr, sample, 0);
         }
         a.finish(&TraceTotals::clean(80, 8, 2))
+    }
+
+    /// An instrumented library whose original ran instead of its copy
+    /// (`dlopen` by path), so it is also named uninstrumented and traced
+    /// nothing, is one uninstrumented row; the executable's row stays even
+    /// when it traced nothing.
+    #[test]
+    fn a_library_whose_original_ran_instead_of_its_copy_is_one_uninstrumented_row() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let rows = coverage_by_object(
+            true,
+            &names(&["app", "libx.so", "liby.so"]),
+            &names(&["libx.so"]),
+            &[],
+            &[],
+        );
+        let summary: Vec<(&str, bool)> = rows
+            .iter()
+            .map(|r| (r.object.as_str(), r.instrumented))
+            .collect();
+        assert_eq!(
+            summary,
+            [("app", true), ("liby.so", true), ("libx.so", false)]
+        );
     }
 
     /// Coverage by object: the executable and an instrumented library each
