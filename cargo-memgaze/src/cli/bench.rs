@@ -183,6 +183,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     let _lock = layout.lock(global.quiet)?;
     let mut gating = Gating::new(&args, cli_limits, &suite, layout.root())?;
     let progress = Progress::new(selected.len() as u64, global.quiet);
+    // Caught from here on: a signal while the targets are instrumented,
+    // between two benches or while one is analysed stops the run at the
+    // next bench instead of killing it halfway through writing results.
+    let watch = memgaze_record::signals::Watch::start();
     let instrumented = suite::instrument_targets(&suite, &progress, &args.libs, global)?;
     let several_targets = suite.targets.len() > 1;
     let width = selected
@@ -196,10 +200,6 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     }
     let mut exit = Exit::Ok;
     let (mut measured, mut failed) = (0usize, 0usize);
-    // Caught from here on: a signal between two benches (or while one is
-    // analysed) stops the run at the next bench instead of killing it
-    // halfway through writing results.
-    let watch = memgaze_record::signals::Watch::start();
     for (target, case) in &selected {
         if let Some(code) = watch.stopped("before the next bench") {
             exit = exit.worst(Exit::Interrupted(code));
@@ -335,9 +335,12 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             true => 10,
             false => 63 - sampling.window.min(1024).leading_zeros(),
         };
-        styled_eprintln!(
-            "note: A and F are what the samples observed; ΔF@W_c is the mean ΔF over code windows of W_c = 2^{k} accesses (the gate's `dF`; JSON `summary.dF` is the whole run's F/(A+A_const)); D is the intra-sample reuse distance in 64-byte lines"
-        );
+        // The legend of the table's columns, when it has rows.
+        if measured > 0 {
+            styled_eprintln!(
+                "note: A and F are what the samples observed; ΔF@W_c is the mean ΔF over code windows of W_c = 2^{k} accesses (the gate's `dF`; JSON `summary.dF` is the whole run's F/(A+A_const)); D is the intra-sample reuse distance in 64-byte lines"
+            );
+        }
         styled_eprintln!(
             "{:>12} {} in {:.1}s{}; results in {}",
             "Finished",

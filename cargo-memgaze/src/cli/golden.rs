@@ -173,15 +173,15 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     let _lock = layout.lock(global.quiet)?;
     let started = Instant::now();
     let progress = Progress::new(selected.len() as u64, global.quiet);
+    // Caught from here on: a signal while the targets are instrumented,
+    // between two benches or while one is analysed stops the run at the
+    // next bench instead of killing it halfway through writing results.
+    let watch = memgaze_record::signals::Watch::start();
     let instrumented =
         suite::instrument_targets(&suite, &progress, &args.libs.to_libs_args(), global)?;
     let mut exit = Exit::Ok;
     let mut counts = std::collections::BTreeMap::<&str, usize>::new();
     let mut pending_written = false;
-    // Caught from here on: a signal between two benches (or while one is
-    // analysed) stops the run at the next bench instead of killing it
-    // halfway through writing results.
-    let watch = memgaze_record::signals::Watch::start();
     for (target, case) in &selected {
         if let Some(code) = watch.stopped("before the next bench") {
             exit = exit.worst(Exit::Interrupted(code));
