@@ -2007,6 +2007,32 @@ mod tests {
     }
 
     #[test]
+    fn labels_are_found_in_their_runs_until_fakes_are_forgotten() {
+        let fake = |run: u64, n: u64| FAKE_BASE + (run << FAKE_RUN_BITS) + n;
+        let mut labels = RunLabels::default();
+        // Run 1 placed its fake labels 1, 2 and 4 (3 was drawn, never placed).
+        let run0 = vec![(0x1000, 0), (0x1004, 8), (fake(0, 1), 16)];
+        let run1 = vec![
+            (0x2000, 100),
+            (fake(1, 1), 110),
+            (fake(1, 2), 120),
+            (fake(1, 4), 140),
+        ];
+        labels.extend(vec![run0, run1]).unwrap();
+        assert_eq!(labels.find(fake(0, 1)), Some(16));
+        assert_eq!(labels.find(fake(1, 1)), Some(110));
+        assert_eq!(labels.find(fake(1, 2)), Some(120));
+        assert_eq!(labels.find(fake(1, 3)), None);
+        assert_eq!(labels.find(fake(1, 4)), Some(140));
+        assert_eq!(labels.find(fake(1, 5)), None);
+        assert_eq!(labels.find(fake(2, 1)), None);
+        assert_eq!(labels.find(0x2000), Some(100));
+        labels.forget_fake(1);
+        assert_eq!(labels.find(fake(1, 1)), None);
+        assert_eq!(labels.find(fake(0, 1)), Some(16));
+    }
+
+    #[test]
     fn runs_are_consecutive_and_cover_every_plan() {
         let binary = Binary::open(std::env::current_exe().unwrap()).unwrap();
         let codes: Vec<FunctionCode> = binary
