@@ -495,7 +495,7 @@ fn build_part(
     entries: &Entries,
 ) -> Result<Part, RelocateError> {
     let mut layout = Layout::default();
-    let mut encoder = LayoutEncoder::new();
+    let mut encoder = LAYOUT_ENCODER.take().unwrap_or_else(LayoutEncoder::new);
     let mut fake = FAKE_BASE + ((run as u64) << FAKE_RUN_BITS);
     let mut next_fake = || {
         fake += 1;
@@ -536,6 +536,7 @@ fn build_part(
             loop_end: last.map(|j| at(j + 1)),
         }));
     }
+    LAYOUT_ENCODER.set(Some(encoder));
     // Every run is held until all are built: their growth slack is freed.
     layout.shrink_to_fit();
     ptwrite_at.shrink_to_fit();
@@ -1064,6 +1065,13 @@ impl Layout {
         let k = self.placed.len() as u32 - 1;
         (Piece::Reencode(k, size as u8), size as u64)
     }
+}
+
+thread_local! {
+    /// The worker thread's [`LayoutEncoder`], kept between its runs: its
+    /// cache is not allocated and filled again for every run.
+    static LAYOUT_ENCODER: std::cell::Cell<Option<LayoutEncoder>> =
+        const { std::cell::Cell::new(None) };
 }
 
 /// iced's encoder, with the encodings of the position-independent
