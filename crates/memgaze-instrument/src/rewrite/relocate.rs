@@ -14,6 +14,7 @@
 //! the original address, so `emit` re-encodes them with their
 //! absolute target, never resolved to a copy.
 
+use super::output::Output;
 use super::probe::{self, FastPath, SpatialProbe};
 use super::reg_countdown::{self, LoopMap, RegisterLoop};
 use crate::annotation::{PtwriteOperand, PtwriteSite};
@@ -137,10 +138,10 @@ impl CopyMap {
     }
 }
 
-/// The encoded copies.
+/// The encoded copies (their code is in the output `encode` was given).
 pub struct Copies {
-    /// Machine code, to be placed at the base passed to `encode`.
-    pub code: Vec<u8>,
+    /// Bytes of machine code, placed at the base passed to `encode`.
+    pub len: u64,
     /// One map per plan, in plan order.
     pub maps: Vec<CopyMap>,
     /// Every `ptwrite` emitted (ptwrite mode), with its final address.
@@ -160,6 +161,10 @@ pub(crate) struct SpatialCheckSite {
     pub len: u32,
     /// It moves `rsp` (saves below the red zone).
     pub moves_rsp: bool,
+    /// Offsets from its first byte of its multiplier's and threshold's
+    /// immediates ([`probe::spatial_immediates`]), read from its bytes as
+    /// emitted: the code is not held once written.
+    pub immediates: Option<(u32, u32)>,
 }
 
 /// The runtime addresses the copies' probes reach.
@@ -197,6 +202,10 @@ impl Entries {
 /// Batches emitted between two returns of freed memory to the system.
 const TRIM_EVERY: usize = 4;
 
+/// Most bytes of the copies read back at once to write the branches left
+/// to [`settle`].
+const SETTLE_WINDOW: usize = 1 << 20;
+
 /// Fake addresses for labels: far above any user-space address.
 const FAKE_BASE: u64 = 0xffff_f000_0000_0000;
 
@@ -204,7 +213,8 @@ const FAKE_BASE: u64 = 0xffff_f000_0000_0000;
 /// addresses above [`FAKE_BASE`].
 const FAKE_RUN_BITS: u32 = 36;
 
-/// Encodes the copies of `plans` at `base`. `entries` are the runtime's
+/// Encodes the copies of `plans` at `base`, writing their code to `out` at
+/// `offset` (where `base` lies in the file). `entries` are the runtime's
 /// path. Fails with the address of an instruction the encoder refused.
 ///
 /// Every branch is encoded in its rel32 form, so an instruction's size does
@@ -215,13 +225,16 @@ const FAKE_RUN_BITS: u32 = 36;
 /// is ([`Fixup`]). The result is the same bytes a single pass would
 /// produce. The instructions of each code given (not lent) are freed once
 /// its batch is emitted: held to the end, every copy's instructions (40
-/// bytes each) were resident at the rewriter's peak.
+/// bytes each) were resident at the rewriter's peak. Each batch's code is
+/// written out once emitted, in one buffer reused by every batch: held to
+/// the end, the copies' code was the largest part of the peak.
 pub(crate) fn encode(
     plans: &mut [CopyPlan<'_>],
     base: u64,
     entries: &Entries,
+    (out, offset): (&mut dyn Output, u64),
 ) -> Result<Copies, RelocateError> {
-    encode_in_runs(plans, &balanced_runs(plans), base, entries)
+    encode_in_runs(plans, &balanced_runs(plans), base, entries, (out, offset))
 }
 
 /// `encode` with the plans cut into the given consecutive `runs`.
@@ -230,6 +243,7 @@ fn encode_in_runs(
     runs: &[std::ops::Range<usize>],
     base: u64,
     entries: &Entries,
+    (out, offset): (&mut dyn Output, u64),
 ) -> Result<Copies, RelocateError> {
     use rayon::prelude::*;
 
@@ -237,7 +251,10 @@ fn encode_in_runs(
     let mut parts: Vec<Part> = Vec::with_capacity(runs.len());
     let mut starts: Vec<u64> = Vec::with_capacity(runs.len());
     let mut labels = RunLabels::default();
+    // Bytes emitted so far, and the code of the batch being emitted.
+    let mut len = 0u64;
     let mut code: Vec<u8> = Vec::new();
+    let mut spatial_checks = Vec::new();
     let mut fixups: Vec<Fixup> = Vec::new();
     // Each plan's original instruction addresses, for its map.
     let mut originals: Vec<Vec<u64>> = Vec::with_capacity(plans.len());
@@ -251,7 +268,7 @@ fn encode_in_runs(
             .collect::<Result<_, _>>()?;
         // Laid out after the runs before them (padding depends on where
         // each lands); their labels join the ones already known.
-        let mut total = code.len() as u64;
+        let mut total = len;
         for part in &mut built {
             starts.push(total);
             place(part, base + total);
@@ -265,12 +282,12 @@ fn encode_in_runs(
         labels.extend(batch_labels)?;
         let resolve = |target: u64| labels.find(target).map(|offset| base + offset);
 
-        // Each run is emitted into its place in the code (zeroed pages,
-        // made resident only as they are written), its layout freed at once.
-        let from = code.len();
-        code.resize(total as usize, 0);
+        // Each run is emitted into its place in the batch's code, its
+        // layout freed at once.
+        code.clear();
+        code.resize((total - len) as usize, 0);
         let mut slots: Vec<&mut [u8]> = Vec::with_capacity(built.len());
-        let mut rest = &mut code[from..];
+        let mut rest = &mut code[..];
         for part in &built {
             let (slot, tail) = std::mem::take(&mut rest).split_at_mut(part.len as usize);
             slots.push(slot);
@@ -293,6 +310,11 @@ fn encode_in_runs(
             .collect::<Result<_, _>>()?;
         fixups.extend(pending.into_iter().flatten());
         labels.forget_fake(first);
+        for (part, &start) in built.iter().zip(&starts[first..]) {
+            spatial_checks.extend(checks_in(part, (base, start), (&code, len)));
+        }
+        out.write_at(offset + len, &code);
+        len = total;
         parts.append(&mut built);
         for run in batch_runs {
             for plan in &mut plans[run.clone()] {
@@ -310,8 +332,9 @@ fn encode_in_runs(
             super::release_freed_memory();
         }
     }
+    drop(code);
     labels.check_across_runs()?;
-    settle(&mut code, &fixups, |target| {
+    settle_output((out, offset), SETTLE_WINDOW, &fixups, |target| {
         labels.find(target).map_or(target, |offset| base + offset)
     })?;
     drop(fixups);
@@ -319,7 +342,6 @@ fn encode_in_runs(
 
     let mut maps = Vec::with_capacity(plans.len());
     let mut ptwrites = Vec::new();
-    let mut spatial_checks = Vec::new();
     let mut originals = originals.into_iter();
     for ((part, run), &start) in parts.iter().zip(runs).zip(&starts) {
         let address_of = |at: u64| base + start + part.offset(at);
@@ -343,20 +365,34 @@ fn encode_in_runs(
                     operand,
                 }),
         );
-        spatial_checks.extend(part.spatial_at.iter().map(|&(first, past, moves_rsp)| {
-            SpatialCheckSite {
-                ip: address_of(first),
-                len: (address_of(past) - address_of(first)) as u32,
-                moves_rsp,
-            }
-        }));
     }
     Ok(Copies {
-        code,
+        len,
         maps,
         ptwrites,
         spatial_checks,
     })
+}
+
+/// The spatial checks of `part`, placed at `start` (from `base`), read from
+/// `code`, the emitted code from offset `from` on.
+fn checks_in<'p>(
+    part: &'p Part,
+    (base, start): (u64, u64),
+    (code, from): (&'p [u8], u64),
+) -> impl Iterator<Item = SpatialCheckSite> + 'p {
+    part.spatial_at
+        .iter()
+        .map(move |&(first, past, moves_rsp)| {
+            let (first, past) = (start + part.offset(first), start + part.offset(past));
+            let bytes = &code[(first - from) as usize..(past - from) as usize];
+            SpatialCheckSite {
+                ip: base + first,
+                len: (past - first) as u32,
+                moves_rsp,
+                immediates: probe::spatial_immediates(bytes),
+            }
+        })
 }
 
 /// Splits `plans` into consecutive runs of about equal instruction counts,
@@ -1212,12 +1248,54 @@ impl Fixup {
             Fixup::Rel32 { at, .. } | Fixup::Reencode { at, .. } => *at += by,
         }
     }
+
+    /// Offsets of its first byte and past its last.
+    fn span(&self) -> (usize, usize) {
+        match self {
+            &Fixup::Rel32 { at, .. } => (at, at + 4),
+            &Fixup::Reencode { at, len, .. } => (at, at + usize::from(len)),
+        }
+    }
+}
+
+/// [`settle`] on the code written to `out` at `offset`: read back a window
+/// of at most `window_len` bytes at a time (the fixups are in code order,
+/// so each window is read and written once).
+fn settle_output(
+    (out, offset): (&mut dyn Output, u64),
+    window_len: usize,
+    fixups: &[Fixup],
+    resolve: impl Fn(u64) -> u64,
+) -> Result<(), RelocateError> {
+    let mut window = Vec::new();
+    let mut rest = fixups;
+    while let Some(first) = rest.first() {
+        let from = first.span().0;
+        let n = rest
+            .iter()
+            .take_while(|f| {
+                let (at, end) = f.span();
+                at >= from && end <= from + window_len
+            })
+            .count();
+        let (group, tail) = rest.split_at(n);
+        rest = tail;
+        let end = group.iter().map(|f| f.span().1).max().unwrap_or(from);
+        window.clear();
+        window.resize(end - from, 0);
+        out.read_at(offset + from as u64, &mut window);
+        settle(&mut window, from, group, &resolve)?;
+        out.write_at(offset + from as u64, &window);
+    }
+    Ok(())
 }
 
 /// Writes the branches left to `fixups`, each to its target's address
-/// (`resolve`: the new one of a label, else the target itself).
+/// (`resolve`: the new one of a label, else the target itself), into
+/// `code`, the code from offset `from` on.
 fn settle(
     code: &mut [u8],
+    from: usize,
     fixups: &[Fixup],
     resolve: impl Fn(u64) -> u64,
 ) -> Result<(), RelocateError> {
@@ -1225,6 +1303,7 @@ fn settle(
     for fixup in fixups {
         match fixup {
             &Fixup::Rel32 { at, next, target } => {
+                let at = at - from;
                 write_rel32(&mut code[..at + 4], 4, next, resolve(target))?;
             }
             Fixup::Reencode { at, len, insn } => {
@@ -1238,7 +1317,8 @@ fn settle(
                 }
                 let mut bytes = Vec::with_capacity(size);
                 drain_into(&mut encoder, &mut bytes);
-                code[*at..*at + size].copy_from_slice(&bytes);
+                let at = *at - from;
+                code[at..at + size].copy_from_slice(&bytes);
             }
         }
     }
@@ -1656,6 +1736,18 @@ mod tests {
             .collect()
     }
 
+    /// The copies of `plans` cut into `runs`, and their code.
+    fn encoded(
+        plans: &mut [CopyPlan<'_>],
+        runs: &[std::ops::Range<usize>],
+        base: u64,
+        entries: &Entries,
+    ) -> (Copies, Vec<u8>) {
+        let mut code = Vec::new();
+        let copies = encode_in_runs(plans, runs, base, entries, (&mut code, 0)).unwrap();
+        (copies, code)
+    }
+
     fn entries() -> Entries {
         Entries {
             record: 0x6fff_0000,
@@ -1685,7 +1777,7 @@ mod tests {
     fn compiler_aligned_code_stays_aligned_and_short_loops_keep_one_line() {
         let codes = codes_of_this_executable(400);
         let mut plans = plans_of(&codes);
-        let copies = encode(&mut plans, 0x7000_0000, &entries()).unwrap();
+        let copies = encode(&mut plans, 0x7000_0000, &entries(), (&mut Vec::new(), 0)).unwrap();
         let (mut heads, mut short_loops) = (0, 0);
         for (map, code) in copies.maps.iter().zip(&codes) {
             assert_eq!(map.start % CODE_ALIGN, 0, "function {:#x}", code.start);
@@ -1728,11 +1820,12 @@ mod tests {
         let base = 0x7000_0000;
         let record = entries();
         let one_run = std::iter::once(0..plans.len()).collect::<Vec<_>>();
-        let whole = encode_in_runs(&mut plans, &one_run, base, &record).unwrap();
+        let (whole, whole_code) = encoded(&mut plans, &one_run, base, &record);
         let n = plans.len();
         let cut = [0..1, 1..n / 3, n / 3..n / 3, n / 3..n - 1, n - 1..n];
-        let apart = encode_in_runs(&mut plans, &cut, base, &record).unwrap();
-        assert!(whole.code == apart.code, "the bytes differ");
+        let (apart, apart_code) = encoded(&mut plans, &cut, base, &record);
+        assert!(whole_code == apart_code, "the bytes differ");
+        assert_eq!(whole.len, whole_code.len() as u64);
         assert_eq!(whole.maps.len(), apart.maps.len());
         for (a, b) in whole.maps.iter().zip(&apart.maps) {
             assert_eq!(
@@ -1771,9 +1864,9 @@ mod tests {
             plan.code = Cow::Owned(plan.code.clone().into_owned());
         }
         let runs = [0..codes.len() / 2, codes.len() / 2..codes.len()];
-        let from_lent = encode_in_runs(&mut lent, &runs, base, &entries()).unwrap();
-        let from_given = encode_in_runs(&mut given, &runs, base, &entries()).unwrap();
-        assert!(from_lent.code == from_given.code, "the bytes differ");
+        let (from_lent, lent_code) = encoded(&mut lent, &runs, base, &entries());
+        let (from_given, given_code) = encoded(&mut given, &runs, base, &entries());
+        assert!(lent_code == given_code, "the bytes differ");
         for (a, b) in from_lent.maps.iter().zip(&from_given.maps) {
             assert_eq!(
                 (a.start, a.end, &a.addresses),
@@ -1846,7 +1939,7 @@ mod tests {
         let mut code = vec![0u8; part.len as usize];
         let fixups = emit(&part, start, &resolve, &mut code).unwrap();
         assert_eq!(fixups.len(), 1, "the call to an address without a label");
-        settle(&mut code, &fixups, |target| {
+        settle(&mut code, 0, &fixups, |target| {
             resolve(target).unwrap_or(target)
         })
         .unwrap();
@@ -1887,6 +1980,32 @@ mod tests {
             ]
         );
         assert_eq!(decoded[3].immediate32(), 0x1234_5678);
+    }
+
+    /// Branches written a window at a time into code already written out
+    /// get the bytes written into the whole code at once.
+    #[test]
+    fn branches_settled_in_windows_match_those_settled_at_once() {
+        let code: Vec<u8> = (0..64u8).collect();
+        let fixups: Vec<Fixup> = [3usize, 9, 14, 30, 34, 60]
+            .iter()
+            .map(|&at| Fixup::Rel32 {
+                at,
+                next: 0x1000 + at as u64 + 4,
+                target: 0x2000 + at as u64 * 3,
+            })
+            .collect();
+        let resolve = |target: u64| target + 0x10;
+        let mut whole = code.clone();
+        settle(&mut whole, 0, &fixups, resolve).unwrap();
+        assert_ne!(whole, code);
+        for window_len in [4, 8, 13, 64] {
+            let mut out = vec![0xccu8; 5];
+            out.extend_from_slice(&code);
+            settle_output((&mut out, 5), window_len, &fixups, resolve).unwrap();
+            assert_eq!(&out[5..], &whole[..], "windows of {window_len} bytes");
+            assert_eq!(&out[..5], &[0xcc; 5]);
+        }
     }
 
     #[test]
