@@ -119,10 +119,13 @@ pub struct CopyMap {
     pub(crate) body_end: u64,
     /// End of the copy including stubs.
     pub end: u64,
-    /// Copy address of each original instruction (of its probe, if any).
-    pub addresses: Vec<u64>,
-    /// Original address of each instruction.
-    pub original: Vec<u64>,
+    /// Copy address of each original instruction (of its probe, if any),
+    /// as an offset from `start`: 32 bits for each of millions of
+    /// instructions, held until the original is patched.
+    addresses: Vec<u32>,
+    /// Original address of each instruction, as an offset from
+    /// `original_start`.
+    original: Vec<u32>,
 }
 
 impl CopyMap {
@@ -131,11 +134,22 @@ impl CopyMap {
         if addr == self.original_end {
             return Some(self.body_end);
         }
+        let offset = u32::try_from(addr.checked_sub(self.original_start)?).ok()?;
         self.original
-            .binary_search(&addr)
+            .binary_search(&offset)
             .ok()
-            .map(|i| self.addresses[i])
+            .map(|i| self.address(i))
     }
+
+    /// The copy address of original instruction number `i`.
+    pub(crate) fn address(&self, i: usize) -> u64 {
+        self.start + u64::from(self.addresses[i])
+    }
+}
+
+/// `value`, a function's or a run's offset, in 32 bits.
+fn offset32(value: u64) -> u32 {
+    u32::try_from(value).expect("a function or a run of copies below 4 GiB")
 }
 
 /// The encoded copies (their code is in the output `encode` was given).
@@ -257,7 +271,7 @@ fn encode_in_runs(
     let mut spatial_checks = Vec::new();
     let mut fixups: Vec<Fixup> = Vec::new();
     // Each plan's original instruction addresses, for its map.
-    let mut originals: Vec<Vec<u64>> = Vec::with_capacity(plans.len());
+    let mut originals: Vec<Vec<u32>> = Vec::with_capacity(plans.len());
     for (b, batch_runs) in runs.chunks(batch).enumerate() {
         let first = b * batch;
         let shared: &[CopyPlan<'_>] = plans;
@@ -318,7 +332,12 @@ fn encode_in_runs(
         parts.append(&mut built);
         for run in batch_runs {
             for plan in &mut plans[run.clone()] {
-                originals.push(plan.code.instructions.iter().map(|i| i.ip()).collect());
+                let start = plan.code.start;
+                originals.push(
+                    (plan.code.instructions.iter())
+                        .map(|i| offset32(i.ip() - start))
+                        .collect(),
+                );
                 if let Cow::Owned(code) = &mut plan.code {
                     code.instructions = Vec::new();
                 }
@@ -343,19 +362,25 @@ fn encode_in_runs(
     let mut maps = Vec::with_capacity(plans.len());
     let mut ptwrites = Vec::new();
     let mut originals = originals.into_iter();
-    for ((part, run), &start) in parts.iter().zip(runs).zip(&starts) {
-        let address_of = |at: u64| base + start + part.offset(at);
-        for (p, plan) in plans[run.clone()].iter().enumerate() {
+    // Each run's layout is freed as its maps are made.
+    for ((mut part, run), &start) in parts.into_iter().zip(runs).zip(&starts) {
+        let address_of = |part: &Part, at: u64| base + start + part.offset(at);
+        let firsts = std::mem::take(&mut part.firsts);
+        for ((p, plan), firsts) in plans[run.clone()].iter().enumerate().zip(firsts) {
+            let copy_start = address_of(&part, u64::from(firsts[0]));
             maps.push(CopyMap {
                 original_start: plan.code.start,
                 original_end: plan.code.end,
-                start: address_of(part.firsts[p][0]),
-                body_end: address_of(part.body_ends[p]),
-                end: address_of(part.ends[p]),
-                addresses: part.firsts[p].iter().map(|&i| address_of(i)).collect(),
+                start: copy_start,
+                body_end: address_of(&part, part.body_ends[p]),
+                end: address_of(&part, part.ends[p]),
+                addresses: (firsts.iter())
+                    .map(|&at| offset32(address_of(&part, u64::from(at)) - copy_start))
+                    .collect(),
                 original: originals.next().expect("one per plan"),
             });
         }
+        let address_of = |at: u64| address_of(&part, at);
         ptwrites.extend(
             part.ptwrite_at
                 .iter()
@@ -473,7 +498,7 @@ fn emit_ptwrites(
 struct Part {
     /// Per plan: unpadded offset of each original instruction's first
     /// emitted instruction.
-    firsts: Vec<Vec<u64>>,
+    firsts: Vec<Vec<u32>>,
     /// Per plan: unpadded offset of its body end.
     body_ends: Vec<u64>,
     /// Per plan: unpadded offset of its end.
@@ -537,7 +562,7 @@ fn build_part(
         fake += 1;
         fake
     };
-    let mut firsts: Vec<Vec<u64>> = Vec::with_capacity(plans.len());
+    let mut firsts: Vec<Vec<u32>> = Vec::with_capacity(plans.len());
     let mut body_ends = Vec::with_capacity(plans.len());
     let mut ends = Vec::with_capacity(plans.len());
     let mut ptwrite_at: Vec<(u64, u32, PtwriteOperand)> = Vec::new();
@@ -552,7 +577,7 @@ fn build_part(
         let breaks: Vec<usize> = marks.aligned.iter().map(|&(i, _)| i).collect();
         layout.measure(&mut encoder, &all, &breaks, base, &mut unpadded)?;
         let at = |i: usize| unpadded[i];
-        firsts.push(marks.first.iter().map(|&i| at(i)).collect());
+        firsts.push(marks.first.iter().map(|&i| offset32(at(i))).collect());
         body_ends.push(at(marks.body_end));
         ends.push(at(all.len()));
         ptwrite_at.extend(
@@ -1788,13 +1813,17 @@ mod tests {
                     continue;
                 }
                 heads += 1;
-                let at = map.addresses[i];
+                let at = map.address(i);
                 assert_eq!(at % CODE_ALIGN, 0, "{ip:#x} copied to {at:#x}");
                 let last_branch_back = (i..insns.len()).rev().find(|&j| {
                     is_relative_branch(&insns[j]) && insns[j].near_branch_target() == ip
                 });
                 if let Some(j) = last_branch_back {
-                    let end = map.addresses.get(j + 1).copied().unwrap_or(map.body_end);
+                    let end = if j + 1 < map.addresses.len() {
+                        map.address(j + 1)
+                    } else {
+                        map.body_end
+                    };
                     if end - at <= LINE {
                         short_loops += 1;
                         assert_eq!(
