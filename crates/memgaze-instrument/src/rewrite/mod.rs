@@ -1598,10 +1598,10 @@ fn spatial_skips(segment_va: u64, table_va: u64, copies: &relocate::Copies) -> S
     for check in checks {
         table.extend_from_slice(&offset(check.ip).to_le_bytes());
         table.extend_from_slice(&check.len.to_le_bytes());
-        let (multiplier, threshold) = check
+        let immediates = check
             .immediates
             .expect("a spatial check has both immediates");
-        table.extend([multiplier, threshold].map(|o| u8::try_from(o).expect("a short check")));
+        table.extend(immediates);
         table.extend(probe::spatial_skip(check.len as usize, check.moves_rsp));
     }
     let first = checks.iter().map(|c| c.ip).min().unwrap_or(segment_va);

@@ -178,7 +178,7 @@ pub(crate) struct SpatialCheckSite {
     /// Offsets from its first byte of its multiplier's and threshold's
     /// immediates ([`probe::spatial_immediates`]), read from its bytes as
     /// emitted: the code is not held once written.
-    pub immediates: Option<(u32, u32)>,
+    pub immediates: Option<[u8; 2]>,
 }
 
 /// The runtime addresses the copies' probes reach.
@@ -272,6 +272,16 @@ fn encode_in_runs(
     let mut fixups: Vec<Fixup> = Vec::new();
     // Each plan's original instruction addresses, for its map.
     let mut originals: Vec<Vec<u32>> = Vec::with_capacity(plans.len());
+    // The original addresses each run's labels lie in.
+    let spans: Vec<std::ops::Range<u64>> = runs
+        .iter()
+        .map(|run| {
+            let plans = &plans[run.clone()];
+            let start = plans.iter().map(|p| p.code.start).min();
+            let end = plans.iter().map(|p| p.code.end).max();
+            start.unwrap_or(0)..end.unwrap_or(0)
+        })
+        .collect();
     for (b, batch_runs) in runs.chunks(batch).enumerate() {
         let first = b * batch;
         let shared: &[CopyPlan<'_>] = plans;
@@ -294,7 +304,15 @@ fn encode_in_runs(
             .map(|(part, &start)| labels_of(part, start))
             .collect();
         labels.extend(batch_labels)?;
-        let resolve = |target: u64| labels.find(target).map(|offset| base + offset);
+        // A target no run still to lay out can label keeps its address
+        // (as `settle` would give it): only branches to later runs wait.
+        let later = &spans[first + batch_runs.len()..];
+        let resolve = |target: u64| {
+            labels.find(target).map(|offset| base + offset).or_else(|| {
+                let pending = later.iter().any(|span| span.contains(&target));
+                (target < FAKE_BASE && !pending).then_some(target)
+            })
+        };
 
         // Each run is emitted into its place in the batch's code, its
         // layout freed at once.
@@ -415,7 +433,9 @@ fn checks_in<'p>(
                 ip: base + first,
                 len: (past - first) as u32,
                 moves_rsp,
-                immediates: probe::spatial_immediates(bytes),
+                immediates: probe::spatial_immediates(bytes).map(|(multiplier, threshold)| {
+                    [multiplier, threshold].map(|o| u8::try_from(o).expect("a short check"))
+                }),
             }
         })
 }
