@@ -81,6 +81,7 @@ fn instrument_object(
     format: AnnotationFormat,
 ) -> Result<Instrumented, InstrumentError> {
     let started = std::time::Instant::now();
+    let _large_apart = crate::rewrite::MapLargeAllocations::new();
     let binary = match library {
         None => Binary::open(input)?,
         Some(_) => Binary::open_any(input)?,
