@@ -1569,16 +1569,15 @@ fn escaped_loads(
     escaped.into_iter().collect()
 }
 
-/// Appends the new segment, from `segment_va`, to `out`: the signature,
-/// the runtime, the copies at `copies_va`, then the unwind tail at its
-/// address.
+/// Writes the new segment, from `segment_va`, at `segment_offset` in
+/// `out`: the signature, the runtime, the tables, the copies' place (they
+/// are written already: `copies_len` bytes at `copies_va`), the spatial
+/// skips and the unwind tail, each at its address, the gaps filled with
+/// `int3`. Gives the offset past its end.
 #[allow(
     clippy::too_many_arguments,
     reason = "the segment's parts, each placed"
 )]
-/// Writes the segment at `segment_offset` in `out` around the copies
-/// (already written at `copies_va`, `copies_len` bytes), the gaps filled
-/// with `int3`; gives the offset past its end.
 fn lay_out_segment(
     (out, segment_offset): (&mut dyn Output, u64),
     segment_va: u64,

@@ -270,7 +270,7 @@ fn encode_in_runs(
     let mut code: Vec<u8> = Vec::new();
     let mut spatial_checks = Vec::new();
     let mut fixups: Vec<Fixup> = Vec::new();
-    // Each plan's original instruction addresses, for its map.
+    // Each plan's original instructions' offsets from its start, for its map.
     let mut originals: Vec<Vec<u32>> = Vec::with_capacity(plans.len());
     // The original addresses each run's labels lie in.
     let spans: Vec<std::ops::Range<u64>> = runs
