@@ -238,7 +238,8 @@ impl<'a> ElfEditor<'a> {
     }
 
     /// Writes the final executable to `out`: the input, its patches, the
-    /// entry point and `DT_FINI` redirected, `PT_GNU_EH_FRAME` moved when
+    /// entry point and `DT_FINI` redirected when given (`(entry, fini)`),
+    /// `PT_GNU_EH_FRAME` moved when
     /// given (`(vaddr, size)` of a new `.eh_frame_hdr` inside the segment),
     /// and the segment of `segment_len` bytes mapped at
     /// `ElfEditor::segment_va`, which `write_segment` writes at the file
@@ -250,8 +251,7 @@ impl<'a> ElfEditor<'a> {
         out: &mut dyn Output,
         segment_len: u64,
         write_segment: impl FnOnce(&mut dyn Output, u64) -> u64,
-        entry: Option<u64>,
-        fini: Option<u64>,
+        (entry, fini): (Option<u64>, Option<u64>),
         eh_frame_hdr: Option<(u64, u64)>,
         release_input: impl Fn(std::ops::Range<usize>),
     ) -> Result<(), ElfError> {

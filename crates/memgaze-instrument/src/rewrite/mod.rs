@@ -531,8 +531,7 @@ pub(crate) fn instrument_with_code(
                     &tail,
                 )
             },
-            entry,
-            fini,
+            (entry, fini),
             eh_frame_hdr,
             |range| binary.release_resident_range(range),
         )

@@ -1296,9 +1296,9 @@ impl Fixup {
 
     /// Offsets of its first byte and past its last.
     fn span(&self) -> (usize, usize) {
-        match self {
-            &Fixup::Rel32 { at, .. } => (at, at + 4),
-            &Fixup::Reencode { at, len, .. } => (at, at + usize::from(len)),
+        match *self {
+            Fixup::Rel32 { at, .. } => (at, at + 4),
+            Fixup::Reencode { at, len, .. } => (at, at + usize::from(len)),
         }
     }
 }
