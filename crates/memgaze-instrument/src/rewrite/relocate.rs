@@ -1184,15 +1184,21 @@ fn labels_of(part: &mut Part, start: u64) -> Vec<(u64, u64)> {
     labels
 }
 
-/// Every run's labels, `(address label, offset)` sorted per run, looked up
-/// where they lie: merged into one table they were a second copy of all
-/// labels at the rewriter's peak. A fake label names its run by its bits
-/// ([`FAKE_RUN_BITS`]); an original address, the run whose original
-/// addresses span it (runs are consecutive functions, which do not
-/// overlap).
+/// Every run's labels, looked up where they lie: merged into one table
+/// they were a second copy of all labels at the rewriter's peak. A fake
+/// label names its run by its bits ([`FAKE_RUN_BITS`]); an original
+/// address, the run whose original addresses span it (runs are
+/// consecutive functions, which do not overlap). The original addresses'
+/// labels, one per original instruction and held to the end, are 32-bit
+/// offsets from their run's lowest.
 #[derive(Default)]
 struct RunLabels {
-    runs: Vec<Vec<(u64, u64)>>,
+    /// Per run: its lowest original address label, and its original
+    /// address labels `(offset from it, offset from the base)`, sorted.
+    runs: Vec<(u64, Vec<(u32, u32)>)>,
+    /// Per run: its fake labels `(label, offset from the base)`, sorted,
+    /// until forgotten.
+    fakes: Vec<Vec<(u64, u64)>>,
     /// `(lowest, highest original address label, run)`, sorted.
     originals: Vec<(u64, u64, usize)>,
     /// The runs' original address ranges are disjoint (else every run is
@@ -1201,23 +1207,30 @@ struct RunLabels {
 }
 
 impl RunLabels {
-    /// Adds the labels of the next runs. Fails on an address carried by
-    /// more than one instruction of a run: the first inserted instruction
-    /// takes a load's address, the load itself a fake one.
+    /// Adds the labels of the next runs, `(address label, offset from the
+    /// base)` sorted per run. Fails on an address carried by more than one
+    /// instruction of a run: the first inserted instruction takes a load's
+    /// address, the load itself a fake one.
     fn extend(&mut self, runs: Vec<Vec<(u64, u64)>>) -> Result<(), RelocateError> {
         for labels in &runs {
             if let Some(w) = labels.windows(2).find(|w| w[0].0 == w[1].0) {
                 return Err(RelocateError::DuplicateAddress(w[0].0));
             }
         }
-        for labels in runs {
+        for mut labels in runs {
             let n = labels.partition_point(|&(ip, _)| ip < FAKE_BASE);
+            let lowest = labels.first().map_or(0, |&(ip, _)| ip);
             if n > 0 {
-                let span = (labels[0].0, labels[n - 1].0, self.runs.len());
+                let span = (lowest, labels[n - 1].0, self.runs.len());
                 let at = self.originals.partition_point(|o| *o < span);
                 self.originals.insert(at, span);
             }
-            self.runs.push(labels);
+            self.fakes.push(labels.split_off(n));
+            let originals = labels
+                .iter()
+                .map(|&(ip, offset)| (offset32(ip - lowest), offset32(offset)))
+                .collect();
+            self.runs.push((lowest, originals));
         }
         self.disjoint = self.originals.windows(2).all(|w| w[0].1 < w[1].0);
         Ok(())
@@ -1226,9 +1239,8 @@ impl RunLabels {
     /// Drops the fake labels of the runs from `first` on, once emitted:
     /// only their own run branches to them.
     fn forget_fake(&mut self, first: usize) {
-        for labels in &mut self.runs[first..] {
-            labels.truncate(labels.partition_point(|&(ip, _)| ip < FAKE_BASE));
-            labels.shrink_to_fit();
+        for fakes in &mut self.fakes[first..] {
+            *fakes = Vec::new();
         }
     }
 
@@ -1241,8 +1253,9 @@ impl RunLabels {
         let mut all: Vec<u64> = self
             .runs
             .iter()
-            .flat_map(|labels| labels.iter().map(|&(ip, _)| ip))
-            .filter(|&ip| ip < FAKE_BASE)
+            .flat_map(|&(lowest, ref labels)| {
+                labels.iter().map(move |&(ip, _)| lowest + u64::from(ip))
+            })
             .collect();
         all.sort_unstable();
         match all.windows(2).find(|w| w[0] == w[1]) {
@@ -1253,16 +1266,21 @@ impl RunLabels {
 
     /// The offset (from the base) of the instruction labelled `target`.
     fn find(&self, target: u64) -> Option<u64> {
-        let search = |labels: &Vec<(u64, u64)>| {
-            labels
-                .binary_search_by_key(&target, |&(ip, _)| ip)
-                .ok()
-                .map(|i| labels[i].1)
-        };
         if target >= FAKE_BASE {
             let run = usize::try_from((target - FAKE_BASE) >> FAKE_RUN_BITS).ok()?;
-            return self.runs.get(run).and_then(search);
+            let fakes = self.fakes.get(run)?;
+            return fakes
+                .binary_search_by_key(&target, |&(ip, _)| ip)
+                .ok()
+                .map(|i| fakes[i].1);
         }
+        let search = |(lowest, labels): &(u64, Vec<(u32, u32)>)| {
+            let key = u32::try_from(target.checked_sub(*lowest)?).ok()?;
+            labels
+                .binary_search_by_key(&key, |&(ip, _)| ip)
+                .ok()
+                .map(|i| u64::from(labels[i].1))
+        };
         if !self.disjoint {
             return self.runs.iter().find_map(search);
         }
