@@ -5,6 +5,7 @@ use crate::annotation::{Annotation, AnnotationFormat, InstrumentationMode};
 use crate::binary::{Binary, FunctionCode};
 use crate::classify::{BinaryLoads, Classifier, FunctionLoads};
 use crate::error::InstrumentError;
+use crate::rewrite::output::FileOutput;
 use crate::rewrite::{self as instrument, InstrumentOptions, Instrumented};
 use memgaze_error::UsageError;
 use memgaze_output::{AtomicFile, EXECUTABLE_MODE};
@@ -80,6 +81,7 @@ fn instrument_object(
     format: AnnotationFormat,
 ) -> Result<Instrumented, InstrumentError> {
     let started = std::time::Instant::now();
+    let _large_apart = crate::rewrite::MapLargeAllocations::new();
     let binary = match library {
         None => Binary::open(input)?,
         Some(_) => Binary::open_any(input)?,
@@ -93,43 +95,54 @@ fn instrument_object(
         });
     }
     let classified = started.elapsed().as_secs_f64() - opened;
-    let mut result = instrument::instrument_with_code(
-        &binary,
-        annotation,
-        &InstrumentOptions {
-            mode,
-            library,
-            escape_checks: instrument::escape_checks_from_env(),
-        },
-        &mut codes,
-    )
-    .map_err(|e| InstrumentError::InFile {
-        path: input.to_path_buf(),
-        source: Box::new(e),
-    })?;
-    let written = std::time::Instant::now();
-    // The output holds a copy of every input page: the mapped input's own
-    // pages are dropped before the line table reads the DWARF sections.
-    binary.release_resident();
     // Both outputs are checked and staged before either is written, so a
     // refused annotation path leaves no executable behind (and vice versa).
     let mut staged_executable = AtomicFile::create_with_mode(output, EXECUTABLE_MODE)?;
     let mut staged_annotation = AtomicFile::create(&instrument::annotation_path(output))?;
-    // The line table is built while the executable is written (the write
-    // is the kernel's copy into the page cache, on another thread); the
-    // loads' source positions only once the executable's bytes are freed:
-    // the rewriter's working memory is freed by then.
+    let options = InstrumentOptions {
+        mode,
+        library,
+        escape_checks: instrument::escape_checks_from_env(),
+    };
+    let in_file = |e| InstrumentError::InFile {
+        path: input.to_path_buf(),
+        source: Box::new(e),
+    };
+    let write_error = |source| InstrumentError::Write {
+        path: output.to_path_buf(),
+        source,
+    };
+    // The executable is written as it is made, straight into the file
+    // (held whole in memory, it was the rewriter's largest part at the
+    // end); a device or FIFO, which takes no writes at offsets, gets it
+    // built in memory and written in order.
+    let mut result = match staged_executable.regular_file()? {
+        Some(file) => {
+            let mut out = FileOutput::new(file);
+            let result = instrument::instrument_with_code(
+                &binary, annotation, &options, &mut codes, &mut out,
+            );
+            if let Some(source) = out.error() {
+                return Err(write_error(source));
+            }
+            result.map_err(in_file)?
+        }
+        None => {
+            let mut bytes = Vec::new();
+            let result = instrument::instrument_with_code(
+                &binary, annotation, &options, &mut codes, &mut bytes,
+            )
+            .map_err(in_file)?;
+            staged_executable.write_all(&bytes).map_err(write_error)?;
+            result
+        }
+    };
+    let written = std::time::Instant::now();
+    // The output holds a copy of every input page: the mapped input's own
+    // pages are dropped before the line table reads the DWARF sections.
+    binary.release_resident();
     // (Every load the rewriter is given comes from the classification.)
-    let (written_executable, table) = std::thread::scope(|scope| {
-        let writer = scope.spawn(|| write_executable(&mut staged_executable, &result.executable));
-        let table = crate::classify::line_table_of(&result.annotation.loads, &binary);
-        let written = writer
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (written, table)
-    });
-    written_executable?;
-    result.executable = Vec::new();
+    let table = crate::classify::line_table_of(&result.annotation.loads, &binary);
     // The DWARF sections' pages are not read again.
     binary.release_resident();
     crate::classify::add_lines_from(&mut result.annotation.loads, &table);
@@ -223,14 +236,6 @@ fn select(binary: &Binary, functions: Option<&str>) -> Result<Vec<usize>, Instru
             Ok(selected)
         }
     }
-}
-
-fn write_executable(file: &mut AtomicFile, bytes: &[u8]) -> Result<(), InstrumentError> {
-    file.write_all(bytes)
-        .map_err(|source| InstrumentError::Write {
-            path: file.path().to_path_buf(),
-            source,
-        })
 }
 
 fn write_annotation(

@@ -279,6 +279,19 @@ impl AtomicFile {
         &self.named
     }
 
+    /// The temporary file, for writes at offsets (`pwrite`), after what
+    /// was written through [`Write`]; `None` for a device or FIFO written
+    /// in place, which may not take them.
+    pub fn regular_file(&mut self) -> Result<Option<&File>> {
+        if self.temp.is_none() {
+            return Ok(None);
+        }
+        self.out
+            .flush()
+            .map_err(io_error(&self.named, "cannot write"))?;
+        Ok(Some(self.out.get_ref()))
+    }
+
     /// Flushes and renames the file into place.
     pub fn commit(self) -> Result<()> {
         let AtomicFile {
@@ -530,6 +543,24 @@ mod tests {
         write_atomic(&path, "new").unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    /// Writes at offsets follow the buffered ones and are committed with
+    /// them; a device written in place takes none.
+    #[test]
+    fn writes_at_offsets_land_in_the_committed_file() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.bin");
+        let mut file = AtomicFile::create(&path).unwrap();
+        file.write_all(b"head").unwrap();
+        let positioned = file.regular_file().unwrap().expect("a temporary file");
+        positioned.write_all_at(b"tail", 8).unwrap();
+        positioned.write_all_at(b"EA", 1).unwrap();
+        file.commit().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"hEAd\0\0\0\0tail");
+        let mut device = AtomicFile::create(Path::new("/dev/null")).unwrap();
+        assert!(device.regular_file().unwrap().is_none());
     }
 
     #[test]

@@ -83,16 +83,10 @@ impl FileBytes {
     }
 }
 
-/// Drops the pages wholly inside `bytes` from memory (`MADV_DONTNEED`): a
-/// private anonymous page reads as zeros afterwards, a private file page
-/// as the file's bytes again. For memory about to be freed after one last
-/// read, so that a large buffer does not stay resident beside its copy.
-pub(crate) fn drop_pages(bytes: &mut [u8]) {
-    drop_pages_of(bytes.as_mut_ptr(), bytes.len());
-}
-
-/// [`drop_pages`] of `len` bytes at `start`, inside a region the caller
-/// may discard.
+/// Drops the pages wholly inside the `len` bytes at `start` from memory
+/// (`MADV_DONTNEED`), inside a region the caller may discard: a private
+/// anonymous page reads as zeros afterwards, a private file page as the
+/// file's bytes again.
 fn drop_pages_of(start: *mut u8, len: usize) {
     // SAFETY: `sysconf` only reads a system value.
     let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
@@ -145,7 +139,8 @@ mod tests {
         let at = bytes.as_ptr().align_offset(page);
         // From inside one page to inside the fourth after it: the three
         // pages between go.
-        drop_pages(&mut bytes[at + page / 2..at + 4 * page + 10]);
+        let dropped = &mut bytes[at + page / 2..at + 4 * page + 10];
+        drop_pages_of(dropped.as_mut_ptr(), dropped.len());
         assert!(bytes[..at + page].iter().all(|&b| b == 7));
         assert!(bytes[at + page..at + 4 * page].iter().all(|&b| b == 0));
         assert!(bytes[at + 4 * page..].iter().all(|&b| b == 7));

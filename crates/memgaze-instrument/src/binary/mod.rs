@@ -45,7 +45,6 @@ pub use loops::{Loop, LoopForest};
 
 use crate::error::InstrumentError;
 use file_bytes::FileBytes;
-pub(crate) use file_bytes::drop_pages;
 use goblin::elf::Elf;
 use goblin::elf::note::NT_GNU_BUILD_ID;
 use goblin::elf::sym::{STB_GLOBAL, STB_WEAK, STT_FUNC, STT_GNU_IFUNC};

@@ -15,6 +15,7 @@
 //! Nothing is moved, so every address and offset of the original stays
 //! valid; section headers are left as they were.
 
+use super::output::Output;
 use crate::error::ElfError;
 use goblin::elf::header::{
     EI_CLASS, EI_DATA, ELFCLASS64, ELFDATA2LSB, ELFMAG, EM_X86_64, ET_DYN, ET_EXEC,
@@ -231,42 +232,45 @@ impl<'a> ElfEditor<'a> {
         Ok(())
     }
 
-    /// Writes the final executable: the segment of `segment_len` bytes
-    /// that `write_segment` appends (starting with `SIGNATURE`) mapped at
-    /// `ElfEditor::segment_va`, the entry point and `DT_FINI` redirected,
-    /// and `PT_GNU_EH_FRAME` moved when given (`(vaddr, size)` of a new
-    /// `.eh_frame_hdr` inside the segment). `release_input` is called with
-    /// each range of the input once it is copied.
+    /// The file offset of `va` in the new segment.
+    pub(crate) fn file_offset(&self, va: u64) -> u64 {
+        self.segment_offset + (va - self.segment_va)
+    }
+
+    /// Writes the final executable to `out`: the input, its patches, the
+    /// entry point and `DT_FINI` redirected when given (`(entry, fini)`),
+    /// `PT_GNU_EH_FRAME` moved when
+    /// given (`(vaddr, size)` of a new `.eh_frame_hdr` inside the segment),
+    /// and the segment of `segment_len` bytes mapped at
+    /// `ElfEditor::segment_va`, which `write_segment` writes at the file
+    /// offset it is given (starting with `SIGNATURE`) and gives the offset
+    /// past. `release_input` is called with each range of the input once
+    /// it is copied.
     pub fn finish(
         self,
+        out: &mut dyn Output,
         segment_len: u64,
-        write_segment: impl FnOnce(&mut Vec<u8>),
-        entry: Option<u64>,
-        fini: Option<u64>,
+        write_segment: impl FnOnce(&mut dyn Output, u64) -> u64,
+        (entry, fini): (Option<u64>, Option<u64>),
         eh_frame_hdr: Option<(u64, u64)>,
         release_input: impl Fn(std::ops::Range<usize>),
-    ) -> Result<Vec<u8>, ElfError> {
-        // The output is built once at its final size: the input, its
-        // patches, then the segment, written in place (no copy of it).
-        let segment_offset = self.segment_offset as usize;
-        let mut out =
-            Vec::with_capacity(segment_offset.max(self.bytes.len()) + segment_len as usize);
+    ) -> Result<(), ElfError> {
         // The input's pages are given up as they are copied, so that a
         // mapped input is not resident beside its copy.
         for from in (0..self.bytes.len()).step_by(COPY_CHUNK) {
             let to = (from + COPY_CHUNK).min(self.bytes.len());
-            out.extend_from_slice(&self.bytes[from..to]);
+            out.write_at(from as u64, &self.bytes[from..to]);
             release_input(from..to);
         }
         for (at, from) in &self.patches {
-            out[*at..*at + from.len()].copy_from_slice(&self.patched[from.clone()]);
+            out.write_at(*at as u64, &self.patched[from.clone()]);
         }
         if let Some(entry) = entry {
             let header = Header {
                 e_entry: entry,
                 ..self.header
             };
-            out.pwrite_with(header, 0, LE)?;
+            write_struct(out, 0, header, SIZEOF_EHDR)?;
         }
         if let Some(fini) = fini {
             let (at, _) = self.fini_slot.ok_or(ElfError::NoExitHook)?;
@@ -276,7 +280,7 @@ impl<'a> ElfEditor<'a> {
                 d_tag: DT_FINI,
                 d_val: fini,
             };
-            out.pwrite_with(entry, at, LE)?;
+            write_struct(out, at, entry, SIZEOF_DYN)?;
         }
         let mut headers = self.headers.clone();
         headers[self.rw_index].p_memsz =
@@ -312,18 +316,42 @@ impl<'a> ElfEditor<'a> {
         let phoff = self.header.e_phoff as usize;
         let phentsize = usize::from(self.header.e_phentsize);
         for (i, h) in headers.into_iter().enumerate() {
-            out.pwrite_with(h, phoff + i * phentsize, LE)?;
+            write_struct(out, phoff + i * phentsize, h, SIZEOF_PHDR)?;
         }
-        out.resize(segment_offset, 0);
-        write_segment(&mut out);
+        // Zeros up to the segment (past an input that ends mid-page).
+        let input_end = self.bytes.len() as u64;
+        out.write_at(
+            input_end,
+            &vec![0; self.segment_offset.saturating_sub(input_end) as usize],
+        );
+        let segment_end = write_segment(out, self.segment_offset);
         assert_eq!(
-            out.len() - segment_offset,
-            segment_len as usize,
+            segment_end - self.segment_offset,
+            segment_len,
             "the segment has the length announced"
         );
-        assert!(out[segment_offset..].starts_with(SIGNATURE));
-        Ok(out)
+        // A first encoding the encoder refused may have written further.
+        out.set_len(segment_end);
+        Ok(())
     }
+}
+
+/// Writes `value`, `size` bytes in the file, at `at`.
+fn write_struct<T, E>(
+    out: &mut dyn Output,
+    at: usize,
+    value: T,
+    size: usize,
+) -> Result<(), ElfError>
+where
+    T: scroll::ctx::TryIntoCtx<scroll::Endian, Error = E>,
+    E: From<scroll::Error>,
+    ElfError: From<E>,
+{
+    let mut bytes = vec![0u8; size];
+    bytes.pwrite_with(value, 0, LE)?;
+    out.write_at(at as u64, &bytes);
+    Ok(())
 }
 
 /// Reads the program header table, checking that it lies inside the file.

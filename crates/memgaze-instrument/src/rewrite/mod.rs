@@ -23,6 +23,7 @@ mod escapes;
 pub mod hooks;
 pub mod library;
 pub mod liveness;
+pub(crate) mod output;
 pub mod probe;
 pub mod process_end;
 mod reg_countdown;
@@ -43,6 +44,7 @@ use elf::{ElfEditor, SIGNATURE, align_up};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic, Register};
 use liveness::RegSet;
 use memgaze_trace::LoadClass;
+use output::Output;
 use probe::FastPath;
 use relocate::{CopyPlan, Insert};
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -289,12 +291,23 @@ pub fn instrument(
     annotation: Annotation,
     options: &InstrumentOptions,
 ) -> Result<Instrumented, InstrumentError> {
-    instrument_with_code(binary, annotation, options, &mut HashMap::new())
+    let _large_apart = MapLargeAllocations::new();
+    let mut executable = Vec::new();
+    let mut result = instrument_with_code(
+        binary,
+        annotation,
+        options,
+        &mut HashMap::new(),
+        &mut executable,
+    )?;
+    result.executable = executable;
+    Ok(result)
 }
 
 /// [`instrument`], reusing the control flow of functions already built
 /// (by the classification), keyed by function start; the entries used are
-/// taken out of `codes`.
+/// taken out of `codes`. The executable is written to `out` (the result's
+/// `executable` is empty).
 ///
 /// Phases, with plain data between them: select and plan the functions
 /// (`Selection`, `Planned`), generate the runtime and encode the copies
@@ -306,6 +319,7 @@ pub(crate) fn instrument_with_code(
     mut annotation: Annotation,
     options: &InstrumentOptions,
     codes: &mut HashMap<u64, FunctionCode>,
+    out: &mut dyn Output,
 ) -> Result<Instrumented, InstrumentError> {
     let soft = options.mode == InstrumentationMode::Soft;
     let mut clock = std::time::Instant::now();
@@ -419,10 +433,10 @@ pub(crate) fn instrument_with_code(
         plan.free_control_flow();
     }
     release_freed_memory();
-    let mut copies = encode_copies(
+    let copies = encode_copies(
         binary,
         &mut plans,
-        copies_va,
+        (copies_va, editor.file_offset(copies_va), out),
         &entries,
         &selection.loads_of,
         Skipped {
@@ -439,9 +453,9 @@ pub(crate) fn instrument_with_code(
 
     // The executable's runtime skips the spatial checks of runs that take
     // no spatial samples; a library's copies keep theirs.
-    let skips_va = align_up(copies_va + copies.code.len() as u64, 8);
+    let skips_va = align_up(copies_va + copies.len, 8);
     let skips = if soft && options.library.is_none() {
-        spatial_skips(editor.segment_va, (copies_va, skips_va), &copies)
+        spatial_skips(editor.segment_va, skips_va, &copies)
     } else {
         SpatialSkips::default()
     };
@@ -489,9 +503,9 @@ pub(crate) fn instrument_with_code(
     drop(plans);
     release_freed_memory();
 
-    // ---- 6. segment, laid out straight into the output after the input
+    // ---- 6. the input and the rest of the segment, around the copies
     report.copies_start = copies_va;
-    report.copies_end = copies_va + copies.code.len() as u64;
+    report.copies_end = copies_va + copies.len;
     let segment_len = tail.va - editor.segment_va + tail.bytes.len() as u64;
     report.segment_bytes = segment_len as usize;
     let (entry, fini) = match &rt {
@@ -500,46 +514,84 @@ pub(crate) fn instrument_with_code(
     };
     let segment_va = editor.segment_va;
     let eh_frame_hdr = tail.eh_frame_hdr;
-    let code = std::mem::take(&mut copies.code);
+    let copies_len = copies.len;
     drop(copies);
-    let executable = editor
+    editor
         .finish(
+            out,
             segment_len,
-            move |out| {
+            move |out, segment_offset| {
                 lay_out_segment(
-                    out,
+                    (out, segment_offset),
                     segment_va,
                     rt.as_ref(),
                     (tables_va, &table_bytes),
-                    copies_va,
-                    code,
+                    (copies_va, copies_len),
                     (skips_va, &skips),
                     &tail,
-                );
+                )
             },
-            entry,
-            fini,
+            (entry, fini),
             eh_frame_hdr,
             |range| binary.release_resident_range(range),
         )
         .map_err(RewriteError::from)?;
     lap(&mut report, "patches, report, ELF");
     Ok(Instrumented {
-        executable,
+        executable: Vec::new(),
         annotation,
         report,
     })
 }
 
 /// Gives the free pages of the allocator's heaps back to the system:
-/// glibc keeps them after the plans are freed, and the output, built next,
-/// would be resident on top of them at the process's peak.
+/// glibc keeps them after the plans are freed, and the stages after would
+/// be resident on top of them at the process's peak.
 fn release_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: `malloc_trim` only releases memory the allocator holds free.
     unsafe {
         libc::malloc_trim(0);
     }
+}
+
+/// While it lives, glibc maps every allocation of 128 KiB or more apart
+/// and unmaps it when freed. By default it raises that threshold as the
+/// first large blocks are freed (up to 32 MiB), and the classification's
+/// and the encoder's large vectors, freed a batch at a time, then stay in
+/// the heaps as pages that `malloc_trim` cannot return while a small block
+/// still lives beside them: 20 MB of the peak on the own release binary.
+/// Dropped, it sets the threshold where glibc's own raising ends, for the
+/// stages after (recording, analysis) that reuse large buffers.
+pub(crate) struct MapLargeAllocations;
+
+impl MapLargeAllocations {
+    /// glibc's default threshold, held fixed.
+    const DURING: i32 = 128 << 10;
+    /// glibc's highest dynamic threshold on 64-bit.
+    const AFTER: i32 = 32 << 20;
+
+    /// Maps large allocations apart until dropped.
+    pub(crate) fn new() -> MapLargeAllocations {
+        set_mmap_threshold(MapLargeAllocations::DURING);
+        MapLargeAllocations
+    }
+}
+
+impl Drop for MapLargeAllocations {
+    fn drop(&mut self) {
+        set_mmap_threshold(MapLargeAllocations::AFTER);
+    }
+}
+
+fn set_mmap_threshold(bytes: i32) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `mallopt` only changes when the allocator maps blocks apart.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, bytes);
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = bytes;
 }
 
 /// The original's unwind information, and what translating it reads.
@@ -1020,7 +1072,7 @@ fn append_process_end_stubs(
 fn encode_copies(
     binary: &Binary,
     plans: &mut Vec<Planned>,
-    copies_va: u64,
+    (copies_va, offset, out): (u64, u64, &mut dyn Output),
     entries: &relocate::Entries,
     loads_of: &HashMap<u32, Vec<usize>>,
     mut skipped: Skipped<'_>,
@@ -1047,7 +1099,7 @@ fn encode_copies(
             })
             .collect();
         let mut copy_plans = lend_to_copies(plans, &escape_ids, true);
-        let encoded = relocate::encode(&mut copy_plans, copies_va, entries);
+        let encoded = relocate::encode(&mut copy_plans, copies_va, entries, (&mut *out, offset));
         let lent = take_back(copy_plans);
         give_back(plans, lent);
         let combined = match encoded {
@@ -1068,7 +1120,7 @@ fn encode_copies(
         let bad: Vec<usize> = (0..copy_plans.len())
             .filter(|&i| {
                 let alone = std::slice::from_mut(&mut copy_plans[i]);
-                relocate::encode(alone, copies_va, entries).is_err()
+                relocate::encode(alone, copies_va, entries, (&mut output::Discard, 0)).is_err()
             })
             .collect();
         let lent = take_back(copy_plans);
@@ -1516,49 +1568,49 @@ fn escaped_loads(
     escaped.into_iter().collect()
 }
 
-/// Appends the new segment, from `segment_va`, to `out`: the signature,
-/// the runtime, the copies at `copies_va`, then the unwind tail at its
-/// address.
+/// Writes the new segment, from `segment_va`, at `segment_offset` in
+/// `out`: the signature, the runtime, the tables, the copies' place (they
+/// are written already: `copies_len` bytes at `copies_va`), the spatial
+/// skips and the unwind tail, each at its address, the gaps filled with
+/// `int3`. Gives the offset past its end.
 #[allow(
     clippy::too_many_arguments,
     reason = "the segment's parts, each placed"
 )]
 fn lay_out_segment(
-    out: &mut Vec<u8>,
+    (out, segment_offset): (&mut dyn Output, u64),
     segment_va: u64,
     rt: Option<&runtime::Runtime>,
     (tables_va, tables): (u64, &[u8]),
-    copies_va: u64,
-    copies: Vec<u8>,
+    (copies_va, copies_len): (u64, u64),
     (skips_va, skips): (u64, &SpatialSkips),
     tail: &UnwindTail,
-) {
-    let start = out.len();
-    let at = |va: u64| start + (va - segment_va) as usize;
-    out.extend_from_slice(SIGNATURE);
-    out.resize(start + 64, 0);
-    out[start + runtime::header::SPATIAL_SKIPS..start + runtime::header::SPATIAL_SKIPS + 16]
+) -> u64 {
+    let at = |va: u64| segment_offset + (va - segment_va);
+    let mut head = [0u8; 64];
+    head[..SIGNATURE.len()].copy_from_slice(SIGNATURE);
+    head[runtime::header::SPATIAL_SKIPS..runtime::header::SPATIAL_SKIPS + 16]
         .copy_from_slice(&skips.header);
+    let mut end = segment_offset;
+    write_after_int3(out, &mut end, at(segment_va), &head);
     if let Some(rt) = rt {
-        out.extend_from_slice(&rt.code);
+        write_after_int3(out, &mut end, at(segment_va + 64), &rt.code);
     }
-    out.resize(at(tables_va), 0xcc);
-    out.extend_from_slice(tables);
-    out.resize(at(copies_va), 0xcc);
-    move_into(out, copies);
-    out.resize(at(skips_va), 0xcc);
-    out.extend_from_slice(&skips.table);
-    out.resize(at(tail.va), 0xcc);
-    out.extend_from_slice(&tail.bytes);
+    write_after_int3(out, &mut end, at(tables_va), tables);
+    write_after_int3(out, &mut end, at(copies_va), &[]);
+    end += copies_len;
+    write_after_int3(out, &mut end, at(skips_va), &skips.table);
+    write_after_int3(out, &mut end, at(tail.va), &tail.bytes);
+    end
 }
 
-/// Appends `bytes` to `out`, giving up each piece's pages once copied: the
-/// copies' code is not resident twice while the output is built.
-fn move_into(out: &mut Vec<u8>, mut bytes: Vec<u8>) {
-    for piece in bytes.chunks_mut(elf::COPY_CHUNK) {
-        out.extend_from_slice(piece);
-        crate::binary::drop_pages(piece);
-    }
+/// Writes `bytes` at `to` in `out`, `int3`s from `end` up to it, and moves
+/// `end` past them.
+fn write_after_int3(out: &mut dyn Output, end: &mut u64, to: u64, bytes: &[u8]) {
+    assert!(to >= *end, "the segment's parts are in address order");
+    out.write_at(*end, &vec![0xcc; (to - *end) as usize]);
+    out.write_at(to, bytes);
+    *end = to + bytes.len() as u64;
 }
 
 /// The spatial checks' replacements for runs without spatial samples, in
@@ -1574,11 +1626,7 @@ struct SpatialSkips {
     table: Vec<u8>,
 }
 
-fn spatial_skips(
-    segment_va: u64,
-    (copies_va, table_va): (u64, u64),
-    copies: &relocate::Copies,
-) -> SpatialSkips {
+fn spatial_skips(segment_va: u64, table_va: u64, copies: &relocate::Copies) -> SpatialSkips {
     let checks = &copies.spatial_checks;
     if checks.is_empty() {
         return SpatialSkips::default();
@@ -1588,11 +1636,10 @@ fn spatial_skips(
     for check in checks {
         table.extend_from_slice(&offset(check.ip).to_le_bytes());
         table.extend_from_slice(&check.len.to_le_bytes());
-        let at = (check.ip - copies_va) as usize;
-        let (multiplier, threshold) =
-            probe::spatial_immediates(&copies.code[at..at + check.len as usize])
-                .expect("a spatial check has both immediates");
-        table.extend([multiplier, threshold].map(|o| u8::try_from(o).expect("a short check")));
+        let immediates = check
+            .immediates
+            .expect("a spatial check has both immediates");
+        table.extend(immediates);
         table.extend(probe::spatial_skip(check.len as usize, check.moves_rsp));
     }
     let first = checks.iter().map(|c| c.ip).min().unwrap_or(segment_va);

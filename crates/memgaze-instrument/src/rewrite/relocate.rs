@@ -14,6 +14,7 @@
 //! the original address, so `emit` re-encodes them with their
 //! absolute target, never resolved to a copy.
 
+use super::output::Output;
 use super::probe::{self, FastPath, SpatialProbe};
 use super::reg_countdown::{self, LoopMap, RegisterLoop};
 use crate::annotation::{PtwriteOperand, PtwriteSite};
@@ -118,10 +119,13 @@ pub struct CopyMap {
     pub(crate) body_end: u64,
     /// End of the copy including stubs.
     pub end: u64,
-    /// Copy address of each original instruction (of its probe, if any).
-    pub addresses: Vec<u64>,
-    /// Original address of each instruction.
-    pub original: Vec<u64>,
+    /// Copy address of each original instruction (of its probe, if any),
+    /// as an offset from `start`: 32 bits for each of millions of
+    /// instructions, held until the original is patched.
+    addresses: Vec<u32>,
+    /// Original address of each instruction, as an offset from
+    /// `original_start`.
+    original: Vec<u32>,
 }
 
 impl CopyMap {
@@ -130,17 +134,28 @@ impl CopyMap {
         if addr == self.original_end {
             return Some(self.body_end);
         }
+        let offset = u32::try_from(addr.checked_sub(self.original_start)?).ok()?;
         self.original
-            .binary_search(&addr)
+            .binary_search(&offset)
             .ok()
-            .map(|i| self.addresses[i])
+            .map(|i| self.address(i))
+    }
+
+    /// The copy address of original instruction number `i`.
+    pub(crate) fn address(&self, i: usize) -> u64 {
+        self.start + u64::from(self.addresses[i])
     }
 }
 
-/// The encoded copies.
+/// `value`, a function's or a run's offset, in 32 bits.
+fn offset32(value: u64) -> u32 {
+    u32::try_from(value).expect("a function or a run of copies below 4 GiB")
+}
+
+/// The encoded copies (their code is in the output `encode` was given).
 pub struct Copies {
-    /// Machine code, to be placed at the base passed to `encode`.
-    pub code: Vec<u8>,
+    /// Bytes of machine code, placed at the base passed to `encode`.
+    pub len: u64,
     /// One map per plan, in plan order.
     pub maps: Vec<CopyMap>,
     /// Every `ptwrite` emitted (ptwrite mode), with its final address.
@@ -160,6 +175,10 @@ pub(crate) struct SpatialCheckSite {
     pub len: u32,
     /// It moves `rsp` (saves below the red zone).
     pub moves_rsp: bool,
+    /// Offsets from its first byte of its multiplier's and threshold's
+    /// immediates ([`probe::spatial_immediates`]), read from its bytes as
+    /// emitted: the code is not held once written.
+    pub immediates: Option<[u8; 2]>,
 }
 
 /// The runtime addresses the copies' probes reach.
@@ -197,6 +216,10 @@ impl Entries {
 /// Batches emitted between two returns of freed memory to the system.
 const TRIM_EVERY: usize = 4;
 
+/// Most bytes of the copies read back at once to write the branches left
+/// to [`settle`].
+const SETTLE_WINDOW: usize = 1 << 20;
+
 /// Fake addresses for labels: far above any user-space address.
 const FAKE_BASE: u64 = 0xffff_f000_0000_0000;
 
@@ -204,7 +227,8 @@ const FAKE_BASE: u64 = 0xffff_f000_0000_0000;
 /// addresses above [`FAKE_BASE`].
 const FAKE_RUN_BITS: u32 = 36;
 
-/// Encodes the copies of `plans` at `base`. `entries` are the runtime's
+/// Encodes the copies of `plans` at `base`, writing their code to `out` at
+/// `offset` (where `base` lies in the file). `entries` are the runtime's
 /// path. Fails with the address of an instruction the encoder refused.
 ///
 /// Every branch is encoded in its rel32 form, so an instruction's size does
@@ -215,13 +239,16 @@ const FAKE_RUN_BITS: u32 = 36;
 /// is ([`Fixup`]). The result is the same bytes a single pass would
 /// produce. The instructions of each code given (not lent) are freed once
 /// its batch is emitted: held to the end, every copy's instructions (40
-/// bytes each) were resident at the rewriter's peak.
+/// bytes each) were resident at the rewriter's peak. Each batch's code is
+/// written out once emitted, in one buffer reused by every batch: held to
+/// the end, the copies' code was the largest part of the peak.
 pub(crate) fn encode(
     plans: &mut [CopyPlan<'_>],
     base: u64,
     entries: &Entries,
+    (out, offset): (&mut dyn Output, u64),
 ) -> Result<Copies, RelocateError> {
-    encode_in_runs(plans, &balanced_runs(plans), base, entries)
+    encode_in_runs(plans, &balanced_runs(plans), base, entries, (out, offset))
 }
 
 /// `encode` with the plans cut into the given consecutive `runs`.
@@ -230,6 +257,7 @@ fn encode_in_runs(
     runs: &[std::ops::Range<usize>],
     base: u64,
     entries: &Entries,
+    (out, offset): (&mut dyn Output, u64),
 ) -> Result<Copies, RelocateError> {
     use rayon::prelude::*;
 
@@ -237,10 +265,23 @@ fn encode_in_runs(
     let mut parts: Vec<Part> = Vec::with_capacity(runs.len());
     let mut starts: Vec<u64> = Vec::with_capacity(runs.len());
     let mut labels = RunLabels::default();
+    // Bytes emitted so far, and the code of the batch being emitted.
+    let mut len = 0u64;
     let mut code: Vec<u8> = Vec::new();
+    let mut spatial_checks = Vec::new();
     let mut fixups: Vec<Fixup> = Vec::new();
-    // Each plan's original instruction addresses, for its map.
-    let mut originals: Vec<Vec<u64>> = Vec::with_capacity(plans.len());
+    // Each plan's original instructions' offsets from its start, for its map.
+    let mut originals: Vec<Vec<u32>> = Vec::with_capacity(plans.len());
+    // The original addresses each run's labels lie in.
+    let spans: Vec<std::ops::Range<u64>> = runs
+        .iter()
+        .map(|run| {
+            let plans = &plans[run.clone()];
+            let start = plans.iter().map(|p| p.code.start).min();
+            let end = plans.iter().map(|p| p.code.end).max();
+            start.unwrap_or(0)..end.unwrap_or(0)
+        })
+        .collect();
     for (b, batch_runs) in runs.chunks(batch).enumerate() {
         let first = b * batch;
         let shared: &[CopyPlan<'_>] = plans;
@@ -251,7 +292,7 @@ fn encode_in_runs(
             .collect::<Result<_, _>>()?;
         // Laid out after the runs before them (padding depends on where
         // each lands); their labels join the ones already known.
-        let mut total = code.len() as u64;
+        let mut total = len;
         for part in &mut built {
             starts.push(total);
             place(part, base + total);
@@ -263,14 +304,22 @@ fn encode_in_runs(
             .map(|(part, &start)| labels_of(part, start))
             .collect();
         labels.extend(batch_labels)?;
-        let resolve = |target: u64| labels.find(target).map(|offset| base + offset);
+        // A target no run still to lay out can label keeps its address
+        // (as `settle` would give it): only branches to later runs wait.
+        let later = &spans[first + batch_runs.len()..];
+        let resolve = |target: u64| {
+            labels.find(target).map(|offset| base + offset).or_else(|| {
+                let pending = later.iter().any(|span| span.contains(&target));
+                (target < FAKE_BASE && !pending).then_some(target)
+            })
+        };
 
-        // Each run is emitted into its place in the code (zeroed pages,
-        // made resident only as they are written), its layout freed at once.
-        let from = code.len();
-        code.resize(total as usize, 0);
+        // Each run is emitted into its place in the batch's code, its
+        // layout freed at once.
+        code.clear();
+        code.resize((total - len) as usize, 0);
         let mut slots: Vec<&mut [u8]> = Vec::with_capacity(built.len());
-        let mut rest = &mut code[from..];
+        let mut rest = &mut code[..];
         for part in &built {
             let (slot, tail) = std::mem::take(&mut rest).split_at_mut(part.len as usize);
             slots.push(slot);
@@ -293,10 +342,20 @@ fn encode_in_runs(
             .collect::<Result<_, _>>()?;
         fixups.extend(pending.into_iter().flatten());
         labels.forget_fake(first);
+        for (part, &start) in built.iter().zip(&starts[first..]) {
+            spatial_checks.extend(checks_in(part, (base, start), (&code, len)));
+        }
+        out.write_at(offset + len, &code);
+        len = total;
         parts.append(&mut built);
         for run in batch_runs {
             for plan in &mut plans[run.clone()] {
-                originals.push(plan.code.instructions.iter().map(|i| i.ip()).collect());
+                let start = plan.code.start;
+                originals.push(
+                    (plan.code.instructions.iter())
+                        .map(|i| offset32(i.ip() - start))
+                        .collect(),
+                );
                 if let Cow::Owned(code) = &mut plan.code {
                     code.instructions = Vec::new();
                 }
@@ -310,8 +369,9 @@ fn encode_in_runs(
             super::release_freed_memory();
         }
     }
+    drop(code);
     labels.check_across_runs()?;
-    settle(&mut code, &fixups, |target| {
+    settle_output((out, offset), SETTLE_WINDOW, &fixups, |target| {
         labels.find(target).map_or(target, |offset| base + offset)
     })?;
     drop(fixups);
@@ -319,21 +379,26 @@ fn encode_in_runs(
 
     let mut maps = Vec::with_capacity(plans.len());
     let mut ptwrites = Vec::new();
-    let mut spatial_checks = Vec::new();
     let mut originals = originals.into_iter();
-    for ((part, run), &start) in parts.iter().zip(runs).zip(&starts) {
-        let address_of = |at: u64| base + start + part.offset(at);
-        for (p, plan) in plans[run.clone()].iter().enumerate() {
+    // Each run's layout is freed as its maps are made.
+    for ((mut part, run), &start) in parts.into_iter().zip(runs).zip(&starts) {
+        let address_of = |part: &Part, at: u64| base + start + part.offset(at);
+        let firsts = std::mem::take(&mut part.firsts);
+        for ((p, plan), firsts) in plans[run.clone()].iter().enumerate().zip(firsts) {
+            let copy_start = address_of(&part, u64::from(firsts[0]));
             maps.push(CopyMap {
                 original_start: plan.code.start,
                 original_end: plan.code.end,
-                start: address_of(part.firsts[p][0]),
-                body_end: address_of(part.body_ends[p]),
-                end: address_of(part.ends[p]),
-                addresses: part.firsts[p].iter().map(|&i| address_of(i)).collect(),
+                start: copy_start,
+                body_end: address_of(&part, part.body_ends[p]),
+                end: address_of(&part, part.ends[p]),
+                addresses: (firsts.iter())
+                    .map(|&at| offset32(address_of(&part, u64::from(at)) - copy_start))
+                    .collect(),
                 original: originals.next().expect("one per plan"),
             });
         }
+        let address_of = |at: u64| address_of(&part, at);
         ptwrites.extend(
             part.ptwrite_at
                 .iter()
@@ -343,20 +408,36 @@ fn encode_in_runs(
                     operand,
                 }),
         );
-        spatial_checks.extend(part.spatial_at.iter().map(|&(first, past, moves_rsp)| {
-            SpatialCheckSite {
-                ip: address_of(first),
-                len: (address_of(past) - address_of(first)) as u32,
-                moves_rsp,
-            }
-        }));
     }
     Ok(Copies {
-        code,
+        len,
         maps,
         ptwrites,
         spatial_checks,
     })
+}
+
+/// The spatial checks of `part`, placed at `start` (from `base`), read from
+/// `code`, the emitted code from offset `from` on.
+fn checks_in<'p>(
+    part: &'p Part,
+    (base, start): (u64, u64),
+    (code, from): (&'p [u8], u64),
+) -> impl Iterator<Item = SpatialCheckSite> + 'p {
+    part.spatial_at
+        .iter()
+        .map(move |&(first, past, moves_rsp)| {
+            let (first, past) = (start + part.offset(first), start + part.offset(past));
+            let bytes = &code[(first - from) as usize..(past - from) as usize];
+            SpatialCheckSite {
+                ip: base + first,
+                len: (past - first) as u32,
+                moves_rsp,
+                immediates: probe::spatial_immediates(bytes).map(|(multiplier, threshold)| {
+                    [multiplier, threshold].map(|o| u8::try_from(o).expect("a short check"))
+                }),
+            }
+        })
 }
 
 /// Splits `plans` into consecutive runs of about equal instruction counts,
@@ -437,7 +518,7 @@ fn emit_ptwrites(
 struct Part {
     /// Per plan: unpadded offset of each original instruction's first
     /// emitted instruction.
-    firsts: Vec<Vec<u64>>,
+    firsts: Vec<Vec<u32>>,
     /// Per plan: unpadded offset of its body end.
     body_ends: Vec<u64>,
     /// Per plan: unpadded offset of its end.
@@ -501,7 +582,7 @@ fn build_part(
         fake += 1;
         fake
     };
-    let mut firsts: Vec<Vec<u64>> = Vec::with_capacity(plans.len());
+    let mut firsts: Vec<Vec<u32>> = Vec::with_capacity(plans.len());
     let mut body_ends = Vec::with_capacity(plans.len());
     let mut ends = Vec::with_capacity(plans.len());
     let mut ptwrite_at: Vec<(u64, u32, PtwriteOperand)> = Vec::new();
@@ -516,7 +597,7 @@ fn build_part(
         let breaks: Vec<usize> = marks.aligned.iter().map(|&(i, _)| i).collect();
         layout.measure(&mut encoder, &all, &breaks, base, &mut unpadded)?;
         let at = |i: usize| unpadded[i];
-        firsts.push(marks.first.iter().map(|&i| at(i)).collect());
+        firsts.push(marks.first.iter().map(|&i| offset32(at(i))).collect());
         body_ends.push(at(marks.body_end));
         ends.push(at(all.len()));
         ptwrite_at.extend(
@@ -1203,15 +1284,21 @@ fn labels_of(part: &mut Part, start: u64) -> Vec<(u64, u64)> {
     labels
 }
 
-/// Every run's labels, `(address label, offset)` sorted per run, looked up
-/// where they lie: merged into one table they were a second copy of all
-/// labels at the rewriter's peak. A fake label names its run by its bits
-/// ([`FAKE_RUN_BITS`]); an original address, the run whose original
-/// addresses span it (runs are consecutive functions, which do not
-/// overlap).
+/// Every run's labels, looked up where they lie: merged into one table
+/// they were a second copy of all labels at the rewriter's peak. A fake
+/// label names its run by its bits ([`FAKE_RUN_BITS`]); an original
+/// address, the run whose original addresses span it (runs are
+/// consecutive functions, which do not overlap). The original addresses'
+/// labels, one per original instruction and held to the end, are 32-bit
+/// offsets from their run's lowest.
 #[derive(Default)]
 struct RunLabels {
-    runs: Vec<Vec<(u64, u64)>>,
+    /// Per run: its lowest original address label, and its original
+    /// address labels `(offset from it, offset from the base)`, sorted.
+    runs: Vec<(u64, Vec<(u32, u32)>)>,
+    /// Per run: its fake labels `(label, offset from the base)`, sorted,
+    /// until forgotten.
+    fakes: Vec<Vec<(u64, u64)>>,
     /// `(lowest, highest original address label, run)`, sorted.
     originals: Vec<(u64, u64, usize)>,
     /// The runs' original address ranges are disjoint (else every run is
@@ -1220,23 +1307,30 @@ struct RunLabels {
 }
 
 impl RunLabels {
-    /// Adds the labels of the next runs. Fails on an address carried by
-    /// more than one instruction of a run: the first inserted instruction
-    /// takes a load's address, the load itself a fake one.
+    /// Adds the labels of the next runs, `(address label, offset from the
+    /// base)` sorted per run. Fails on an address carried by more than one
+    /// instruction of a run: the first inserted instruction takes a load's
+    /// address, the load itself a fake one.
     fn extend(&mut self, runs: Vec<Vec<(u64, u64)>>) -> Result<(), RelocateError> {
         for labels in &runs {
             if let Some(w) = labels.windows(2).find(|w| w[0].0 == w[1].0) {
                 return Err(RelocateError::DuplicateAddress(w[0].0));
             }
         }
-        for labels in runs {
+        for mut labels in runs {
             let n = labels.partition_point(|&(ip, _)| ip < FAKE_BASE);
+            let lowest = labels.first().map_or(0, |&(ip, _)| ip);
             if n > 0 {
-                let span = (labels[0].0, labels[n - 1].0, self.runs.len());
+                let span = (lowest, labels[n - 1].0, self.runs.len());
                 let at = self.originals.partition_point(|o| *o < span);
                 self.originals.insert(at, span);
             }
-            self.runs.push(labels);
+            self.fakes.push(labels.split_off(n));
+            let originals = labels
+                .iter()
+                .map(|&(ip, offset)| (offset32(ip - lowest), offset32(offset)))
+                .collect();
+            self.runs.push((lowest, originals));
         }
         self.disjoint = self.originals.windows(2).all(|w| w[0].1 < w[1].0);
         Ok(())
@@ -1245,9 +1339,8 @@ impl RunLabels {
     /// Drops the fake labels of the runs from `first` on, once emitted:
     /// only their own run branches to them.
     fn forget_fake(&mut self, first: usize) {
-        for labels in &mut self.runs[first..] {
-            labels.truncate(labels.partition_point(|&(ip, _)| ip < FAKE_BASE));
-            labels.shrink_to_fit();
+        for fakes in &mut self.fakes[first..] {
+            *fakes = Vec::new();
         }
     }
 
@@ -1260,8 +1353,9 @@ impl RunLabels {
         let mut all: Vec<u64> = self
             .runs
             .iter()
-            .flat_map(|labels| labels.iter().map(|&(ip, _)| ip))
-            .filter(|&ip| ip < FAKE_BASE)
+            .flat_map(|&(lowest, ref labels)| {
+                labels.iter().map(move |&(ip, _)| lowest + u64::from(ip))
+            })
             .collect();
         all.sort_unstable();
         match all.windows(2).find(|w| w[0] == w[1]) {
@@ -1272,16 +1366,21 @@ impl RunLabels {
 
     /// The offset (from the base) of the instruction labelled `target`.
     fn find(&self, target: u64) -> Option<u64> {
-        let search = |labels: &Vec<(u64, u64)>| {
-            labels
-                .binary_search_by_key(&target, |&(ip, _)| ip)
-                .ok()
-                .map(|i| labels[i].1)
-        };
         if target >= FAKE_BASE {
             let run = usize::try_from((target - FAKE_BASE) >> FAKE_RUN_BITS).ok()?;
-            return self.runs.get(run).and_then(search);
+            let fakes = self.fakes.get(run)?;
+            return fakes
+                .binary_search_by_key(&target, |&(ip, _)| ip)
+                .ok()
+                .map(|i| fakes[i].1);
         }
+        let search = |(lowest, labels): &(u64, Vec<(u32, u32)>)| {
+            let key = u32::try_from(target.checked_sub(*lowest)?).ok()?;
+            labels
+                .binary_search_by_key(&key, |&(ip, _)| ip)
+                .ok()
+                .map(|i| u64::from(labels[i].1))
+        };
         if !self.disjoint {
             return self.runs.iter().find_map(search);
         }
@@ -1312,12 +1411,54 @@ impl Fixup {
             Fixup::Rel32 { at, .. } | Fixup::Reencode { at, .. } => *at += by,
         }
     }
+
+    /// Offsets of its first byte and past its last.
+    fn span(&self) -> (usize, usize) {
+        match *self {
+            Fixup::Rel32 { at, .. } => (at, at + 4),
+            Fixup::Reencode { at, len, .. } => (at, at + usize::from(len)),
+        }
+    }
+}
+
+/// [`settle`] on the code written to `out` at `offset`: read back a window
+/// of at most `window_len` bytes at a time (the fixups are in code order,
+/// so each window is read and written once).
+fn settle_output(
+    (out, offset): (&mut dyn Output, u64),
+    window_len: usize,
+    fixups: &[Fixup],
+    resolve: impl Fn(u64) -> u64,
+) -> Result<(), RelocateError> {
+    let mut window = Vec::new();
+    let mut rest = fixups;
+    while let Some(first) = rest.first() {
+        let from = first.span().0;
+        let n = rest
+            .iter()
+            .take_while(|f| {
+                let (at, end) = f.span();
+                at >= from && end <= from + window_len
+            })
+            .count();
+        let (group, tail) = rest.split_at(n);
+        rest = tail;
+        let end = group.iter().map(|f| f.span().1).max().unwrap_or(from);
+        window.clear();
+        window.resize(end - from, 0);
+        out.read_at(offset + from as u64, &mut window);
+        settle(&mut window, from, group, &resolve)?;
+        out.write_at(offset + from as u64, &window);
+    }
+    Ok(())
 }
 
 /// Writes the branches left to `fixups`, each to its target's address
-/// (`resolve`: the new one of a label, else the target itself).
+/// (`resolve`: the new one of a label, else the target itself), into
+/// `code`, the code from offset `from` on.
 fn settle(
     code: &mut [u8],
+    from: usize,
     fixups: &[Fixup],
     resolve: impl Fn(u64) -> u64,
 ) -> Result<(), RelocateError> {
@@ -1325,6 +1466,7 @@ fn settle(
     for fixup in fixups {
         match fixup {
             &Fixup::Rel32 { at, next, target } => {
+                let at = at - from;
                 write_rel32(&mut code[..at + 4], 4, next, resolve(target))?;
             }
             Fixup::Reencode { at, len, insn } => {
@@ -1338,7 +1480,8 @@ fn settle(
                 }
                 let mut bytes = Vec::with_capacity(size);
                 drain_into(&mut encoder, &mut bytes);
-                code[*at..*at + size].copy_from_slice(&bytes);
+                let at = *at - from;
+                code[at..at + size].copy_from_slice(&bytes);
             }
         }
     }
@@ -1756,6 +1899,18 @@ mod tests {
             .collect()
     }
 
+    /// The copies of `plans` cut into `runs`, and their code.
+    fn encoded(
+        plans: &mut [CopyPlan<'_>],
+        runs: &[std::ops::Range<usize>],
+        base: u64,
+        entries: &Entries,
+    ) -> (Copies, Vec<u8>) {
+        let mut code = Vec::new();
+        let copies = encode_in_runs(plans, runs, base, entries, (&mut code, 0)).unwrap();
+        (copies, code)
+    }
+
     fn entries() -> Entries {
         Entries {
             record: 0x6fff_0000,
@@ -1785,7 +1940,7 @@ mod tests {
     fn compiler_aligned_code_stays_aligned_and_short_loops_keep_one_line() {
         let codes = codes_of_this_executable(400);
         let mut plans = plans_of(&codes);
-        let copies = encode(&mut plans, 0x7000_0000, &entries()).unwrap();
+        let copies = encode(&mut plans, 0x7000_0000, &entries(), (&mut Vec::new(), 0)).unwrap();
         let (mut heads, mut short_loops) = (0, 0);
         for (map, code) in copies.maps.iter().zip(&codes) {
             assert_eq!(map.start % CODE_ALIGN, 0, "function {:#x}", code.start);
@@ -1796,13 +1951,17 @@ mod tests {
                     continue;
                 }
                 heads += 1;
-                let at = map.addresses[i];
+                let at = map.address(i);
                 assert_eq!(at % CODE_ALIGN, 0, "{ip:#x} copied to {at:#x}");
                 let last_branch_back = (i..insns.len()).rev().find(|&j| {
                     is_relative_branch(&insns[j]) && insns[j].near_branch_target() == ip
                 });
                 if let Some(j) = last_branch_back {
-                    let end = map.addresses.get(j + 1).copied().unwrap_or(map.body_end);
+                    let end = if j + 1 < map.addresses.len() {
+                        map.address(j + 1)
+                    } else {
+                        map.body_end
+                    };
                     if end - at <= LINE {
                         short_loops += 1;
                         assert_eq!(
@@ -1828,11 +1987,12 @@ mod tests {
         let base = 0x7000_0000;
         let record = entries();
         let one_run = std::iter::once(0..plans.len()).collect::<Vec<_>>();
-        let whole = encode_in_runs(&mut plans, &one_run, base, &record).unwrap();
+        let (whole, whole_code) = encoded(&mut plans, &one_run, base, &record);
         let n = plans.len();
         let cut = [0..1, 1..n / 3, n / 3..n / 3, n / 3..n - 1, n - 1..n];
-        let apart = encode_in_runs(&mut plans, &cut, base, &record).unwrap();
-        assert!(whole.code == apart.code, "the bytes differ");
+        let (apart, apart_code) = encoded(&mut plans, &cut, base, &record);
+        assert!(whole_code == apart_code, "the bytes differ");
+        assert_eq!(whole.len, whole_code.len() as u64);
         assert_eq!(whole.maps.len(), apart.maps.len());
         for (a, b) in whole.maps.iter().zip(&apart.maps) {
             assert_eq!(
@@ -1871,9 +2031,9 @@ mod tests {
             plan.code = Cow::Owned(plan.code.clone().into_owned());
         }
         let runs = [0..codes.len() / 2, codes.len() / 2..codes.len()];
-        let from_lent = encode_in_runs(&mut lent, &runs, base, &entries()).unwrap();
-        let from_given = encode_in_runs(&mut given, &runs, base, &entries()).unwrap();
-        assert!(from_lent.code == from_given.code, "the bytes differ");
+        let (from_lent, lent_code) = encoded(&mut lent, &runs, base, &entries());
+        let (from_given, given_code) = encoded(&mut given, &runs, base, &entries());
+        assert!(lent_code == given_code, "the bytes differ");
         for (a, b) in from_lent.maps.iter().zip(&from_given.maps) {
             assert_eq!(
                 (a.start, a.end, &a.addresses),
@@ -1946,7 +2106,7 @@ mod tests {
         let mut code = vec![0u8; part.len as usize];
         let fixups = emit(&part, start, &resolve, &mut code).unwrap();
         assert_eq!(fixups.len(), 1, "the call to an address without a label");
-        settle(&mut code, &fixups, |target| {
+        settle(&mut code, 0, &fixups, |target| {
             resolve(target).unwrap_or(target)
         })
         .unwrap();
@@ -1987,6 +2147,32 @@ mod tests {
             ]
         );
         assert_eq!(decoded[3].immediate32(), 0x1234_5678);
+    }
+
+    /// Branches written a window at a time into code already written out
+    /// get the bytes written into the whole code at once.
+    #[test]
+    fn branches_settled_in_windows_match_those_settled_at_once() {
+        let code: Vec<u8> = (0..64u8).collect();
+        let fixups: Vec<Fixup> = [3usize, 9, 14, 30, 34, 60]
+            .iter()
+            .map(|&at| Fixup::Rel32 {
+                at,
+                next: 0x1000 + at as u64 + 4,
+                target: 0x2000 + at as u64 * 3,
+            })
+            .collect();
+        let resolve = |target: u64| target + 0x10;
+        let mut whole = code.clone();
+        settle(&mut whole, 0, &fixups, resolve).unwrap();
+        assert_ne!(whole, code);
+        for window_len in [4, 8, 13, 64] {
+            let mut out = vec![0xccu8; 5];
+            out.extend_from_slice(&code);
+            settle_output((&mut out, 5), window_len, &fixups, resolve).unwrap();
+            assert_eq!(&out[5..], &whole[..], "windows of {window_len} bytes");
+            assert_eq!(&out[..5], &[0xcc; 5]);
+        }
     }
 
     #[test]

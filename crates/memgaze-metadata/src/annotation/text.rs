@@ -9,9 +9,10 @@ use std::sync::Arc;
 /// An immutable string that clones share: a load's `file:line` texts and
 /// register names repeat across hundreds of thousands of loads, so a
 /// writer keeps one copy of each distinct text ([`TextTable`]) and every
-/// load a 16-byte handle to it. Serialised as a plain JSON string.
+/// load a handle to it, one pointer wide (`Option<Text>` too): a load has
+/// five of them. Serialised as a plain JSON string.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Text(Arc<str>);
+pub struct Text(Arc<Box<str>>);
 
 impl Text {
     /// The string.
@@ -41,43 +42,43 @@ impl Borrow<str> for Text {
 
 impl From<&str> for Text {
     fn from(s: &str) -> Text {
-        Text(Arc::from(s))
+        Text(Arc::new(Box::from(s)))
     }
 }
 
 impl From<String> for Text {
     fn from(s: String) -> Text {
-        Text(Arc::from(s))
+        Text(Arc::new(s.into_boxed_str()))
     }
 }
 
 impl PartialEq<str> for Text {
     fn eq(&self, other: &str) -> bool {
-        &*self.0 == other
+        self.as_str() == other
     }
 }
 
 impl PartialEq<&str> for Text {
     fn eq(&self, other: &&str) -> bool {
-        &*self.0 == *other
+        self.as_str() == *other
     }
 }
 
 impl fmt::Display for Text {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&*self.0, f)
+        fmt::Display::fmt(self.as_str(), f)
     }
 }
 
 impl fmt::Debug for Text {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
+        fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
 impl Serialize for Text {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.0)
+        serializer.serialize_str(self.as_str())
     }
 }
 
@@ -138,5 +139,12 @@ mod tests {
         assert!(Arc::ptr_eq(&a.0, &b.0));
         assert!(!Arc::ptr_eq(&a.0, &c.0));
         assert_eq!((table.len(), &*a, &*c), (2, "a.rs:1", "a.rs:2"));
+    }
+
+    /// A load holds five optional texts: each is one pointer wide.
+    #[test]
+    fn a_text_and_an_absent_one_are_one_pointer_wide() {
+        assert_eq!(size_of::<Text>(), size_of::<usize>());
+        assert_eq!(size_of::<Option<Text>>(), size_of::<usize>());
     }
 }
