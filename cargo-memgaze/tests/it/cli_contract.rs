@@ -1,0 +1,60 @@
+//! Argument combinations the command contract (docs/CLI.md) refuses, each
+//! through the built binary: one `error:` line naming what is wrong and the
+//! contract's exit code, and no input or output harmed.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+fn memgaze(args: &[&std::ffi::OsStr]) -> Output {
+    crate::support::memgaze_command()
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap()
+}
+
+/// The one `error:` line of a failed command, after checking the exit code.
+fn error_line(out: &Output, code: i32) -> String {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error")).collect();
+    assert_eq!(errors.len(), 1, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    errors[0].to_string()
+}
+
+fn small_elf(dir: &Path) -> PathBuf {
+    let system = ["/usr/bin/true", "/bin/true"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .expect("/usr/bin/true");
+    let copy = dir.join("prog");
+    std::fs::copy(system, &copy).unwrap();
+    copy
+}
+
+/// `instrument -o` naming the input (by another spelling, or a hard link
+/// to it) would replace the original with its instrumented copy: usage
+/// error, the original untouched.
+#[test]
+fn instrument_refuses_an_output_that_is_its_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let elf = small_elf(dir.path());
+    let original = std::fs::read(&elf).unwrap();
+    let link = dir.path().join("link");
+    std::fs::hard_link(&elf, &link).unwrap();
+    let respelled = dir.path().join(".").join("prog");
+    for output in [&elf, &respelled, &link] {
+        let out = memgaze(&[
+            "instrument".as_ref(),
+            elf.as_os_str(),
+            "-o".as_ref(),
+            output.as_os_str(),
+        ]);
+        let line = error_line(&out, 2);
+        assert!(line.contains("names the input itself"), "{line}");
+        assert_eq!(std::fs::read(&elf).unwrap(), original);
+    }
+    assert!(!dir.path().join("prog.memgaze.json").exists());
+}
