@@ -2,8 +2,11 @@
 //! through the built binary: one `error:` line naming what is wrong and the
 //! contract's exit code, and no input or output harmed.
 
+use crate::support;
+
 use std::path::{Path, PathBuf};
 use std::process::Output;
+use support::synthetic::{Kernel, Synthetic, write_trace};
 
 fn memgaze(args: &[&std::ffi::OsStr]) -> Output {
     crate::support::memgaze_command()
@@ -57,4 +60,41 @@ fn instrument_refuses_an_output_that_is_its_input() {
         assert_eq!(std::fs::read(&elf).unwrap(), original);
     }
     assert!(!dir.path().join("prog.memgaze.json").exists());
+}
+
+/// A `--functions` glob that does not parse is bad usage (exit 2) for
+/// `analyze` as for `classify` and `instrument`, trace or Lackey log.
+#[test]
+fn analyze_refuses_a_glob_that_does_not_parse_as_usage() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.mgz");
+    write_trace(
+        &trace,
+        &Synthetic {
+            kernel: Kernel::Str1,
+            elements: 1_000,
+            reps: 2,
+            sampling: Some((256, 2_048)),
+            seed: 1,
+        },
+    );
+    let out = memgaze(&[
+        "analyze".as_ref(),
+        trace.as_os_str(),
+        "--functions".as_ref(),
+        "[".as_ref(),
+    ]);
+    let line = error_line(&out, 2);
+    assert!(line.contains("--functions \"[\""), "{line}");
+    let elf = small_elf(dir.path());
+    let out = memgaze(&[
+        "analyze".as_ref(),
+        "--lackey".as_ref(),
+        trace.as_os_str(),
+        "--binary".as_ref(),
+        elf.as_os_str(),
+        "--functions".as_ref(),
+        "a[".as_ref(),
+    ]);
+    error_line(&out, 2);
 }
