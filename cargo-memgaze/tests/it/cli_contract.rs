@@ -98,3 +98,56 @@ fn analyze_refuses_a_glob_that_does_not_parse_as_usage() {
     ]);
     error_line(&out, 2);
 }
+
+/// A trace output that is a directory or lies in a missing one is refused
+/// before anything is instrumented or run, in one line naming it once
+/// (`record -o`, `run --save-trace`).
+#[test]
+fn trace_outputs_that_cannot_be_written_are_refused_first_naming_them_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let elf = small_elf(dir.path());
+    let instrumented = dir.path().join("prog-i");
+    let out = memgaze(&[
+        "instrument".as_ref(),
+        "-q".as_ref(),
+        elf.as_os_str(),
+        "-o".as_ref(),
+        instrumented.as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let a_directory = dir.path().join("traces");
+    std::fs::create_dir(&a_directory).unwrap();
+    let in_a_missing_directory = dir.path().join("missing").join("t.trace");
+    for output in [&a_directory, &in_a_missing_directory] {
+        let record = memgaze(&[
+            "record".as_ref(),
+            "--libs".as_ref(),
+            "none".as_ref(),
+            "-o".as_ref(),
+            output.as_os_str(),
+            "--".as_ref(),
+            instrumented.as_os_str(),
+        ]);
+        let run = memgaze(&[
+            "run".as_ref(),
+            "--libs".as_ref(),
+            "none".as_ref(),
+            "--save-trace".as_ref(),
+            output.as_os_str(),
+            "--".as_ref(),
+            elf.as_os_str(),
+        ]);
+        for out in [record, run] {
+            let line = error_line(&out, 1);
+            let name = output.display().to_string();
+            assert_eq!(line.matches(&name).count(), 1, "{line}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!err.contains("instrumenting"), "{err}");
+        }
+    }
+    assert!(!in_a_missing_directory.parent().unwrap().exists());
+}
