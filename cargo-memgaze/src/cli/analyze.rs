@@ -88,6 +88,14 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             "--binary and --load-base only apply with --lackey <LOG>",
         ));
     }
+    // A pattern that does not parse is bad usage, as in `classify` and
+    // `instrument`, whatever the input turns out to hold.
+    if let Some(glob) = &args.functions
+        && let Err(memgaze_trace::FilterError::InvalidPattern { source, .. }) =
+            memgaze_trace::function_matcher(glob)
+    {
+        return Err(usage(format!("--functions {glob:?}: {source}")));
+    }
     let code_window_k = args.code_window.map(|w| w.trailing_zeros());
     if let Some(k) = code_window_k
         && k > MAX_CODE_WINDOW_K

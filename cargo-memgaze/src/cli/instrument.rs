@@ -8,7 +8,8 @@ use memgaze_error::Exit;
 pub use memgaze_instrument::{annotate, annotate_with_code, instrument_file, instrument_file_as};
 use memgaze_metadata::annotation::{AnnotationFormat, InstrumentationMode};
 use std::io::Write;
-use std::path::PathBuf;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 
 /// Arguments of `cargo memgaze instrument`.
 #[derive(clap::Args, Debug)]
@@ -82,6 +83,7 @@ impl From<ModeArg> for InstrumentationMode {
 
 /// Runs the command.
 pub fn run(args: Args, global: &Global) -> Result<Exit> {
+    refuse_output_over_input(&args.elf, &args.output)?;
     let started = std::time::Instant::now();
     let result = match args.library {
         Some(object) => memgaze_instrument::instrument_library_file_as(
@@ -123,4 +125,20 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         }
     }
     Ok(Exit::Ok)
+}
+
+/// Refuses an `-o` that is the input itself (the same file by device and
+/// inode, whatever the spelling): the instrumented copy would replace the
+/// original, which every later run needs.
+fn refuse_output_over_input(elf: &Path, output: &Path) -> Result<()> {
+    let (Ok(input), Ok(existing)) = (std::fs::metadata(elf), std::fs::metadata(output)) else {
+        return Ok(());
+    };
+    if input.dev() == existing.dev() && input.ino() == existing.ino() {
+        return Err(memgaze_error::usage(format!(
+            "{}: -o names the input itself: instrumenting in place would replace the original; write the copy elsewhere",
+            output.display()
+        )));
+    }
+    Ok(())
 }

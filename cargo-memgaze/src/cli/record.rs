@@ -315,6 +315,8 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             path
         }
     };
+    // Checked before the libraries are instrumented and the program runs.
+    memgaze_output::check_output(&output)?;
     if backend == Backend::Pt {
         let annotation = if inputs.outline {
             // Intel PT decoding needs the loads' registers.

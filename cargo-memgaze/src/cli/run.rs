@@ -59,7 +59,7 @@ pub struct Args {
 pub fn run(args: Args, global: &Global) -> Result<Exit> {
     let sampling = args.sampling.sampling()?;
     // Outputs written after the program ran are checked before it starts.
-    if let Some(path) = &args.output {
+    for path in [&args.output, &args.save_trace].into_iter().flatten() {
         memgaze_output::check_output(path)?;
     }
     let program = resolve_program(Path::new(&args.command[0]))?;

@@ -4,6 +4,7 @@ mod bench_limits;
 mod bench_pipeline;
 mod cargo_benches;
 mod cli_classify;
+mod cli_contract;
 mod cli_polish;
 mod cli_pt;
 mod cli_trace;

@@ -453,10 +453,19 @@ impl WindowDistances {
 /// `H` and the run's estimated footprint `M` (at least `2H`) blocks:
 /// `c = S(H)/ln((M + 1)/(H + 1))` (`c = 1`, wholly scale-free, when
 /// `H < 2`). A row the prior gives no weight falls back to the scale-free
-/// one.
-fn smoothing_table(sizes: &[u64], rate: f64, survival: &[f64], footprint: f64) -> Vec<f64> {
+/// one. Only the rows `needed` marks are computed (the others are zeros):
+/// at a tiny rate each row sums up to 2^26 terms, and most `d'` never
+/// occur.
+fn smoothing_table(
+    sizes: &[u64],
+    rate: f64,
+    survival: &[f64],
+    footprint: f64,
+    needed: &[bool; SMOOTH_DISTANCES],
+) -> Vec<f64> {
     let head = survival.len().saturating_sub(1);
-    let mut table = Vec::with_capacity(SMOOTH_DISTANCES * (sizes.len() + 1));
+    let n = sizes.len() + 1;
+    let mut table = Vec::with_capacity(SMOOTH_DISTANCES * n);
     let (survival, tail) = if head >= 2 {
         let end = footprint.max(2.0 * head as f64);
         let c = survival[head] / ((end + 1.0) / (head as f64 + 1.0)).ln();
@@ -464,7 +473,11 @@ fn smoothing_table(sizes: &[u64], rate: f64, survival: &[f64], footprint: f64) -
     } else {
         (&[1.0][..], 1.0)
     };
-    for d in 0..SMOOTH_DISTANCES {
+    for (d, &needed) in needed.iter().enumerate() {
+        if !needed {
+            table.extend(std::iter::repeat_n(0.0, n));
+            continue;
+        }
         let row = posterior_row(sizes, rate, d, survival, tail)
             .or_else(|| posterior_row(sizes, rate, d, &[1.0], 1.0))
             .expect("the scale-free prior weighs every D");
@@ -815,8 +828,19 @@ impl Stacks {
             .map(|t| f64::from(t.tracker.live()))
             .sum::<f64>()
             / rate;
-        let table = smoothing_table(&self.sizes.sizes, rate, survival, footprint);
         let n = self.sizes.buckets();
+        let columns = self.sizes.columns();
+        let mut needed = [false; SMOOTH_DISTANCES];
+        for weights in self
+            .hist
+            .chunks(columns + 1)
+            .chain(self.groups.chunks(columns))
+        {
+            for (d, &count) in weights[n..n + SMOOTH_DISTANCES].iter().enumerate() {
+                needed[d] |= count > 0.0;
+            }
+        }
+        let table = smoothing_table(&self.sizes.sizes, rate, survival, footprint, &needed);
         let fold = |weights: &[f64], out: &mut Vec<f64>| {
             let at = out.len();
             out.extend_from_slice(&weights[..n]);
@@ -828,7 +852,6 @@ impl Stacks {
                 }
             }
         };
-        let columns = self.sizes.columns();
         let mut hist = Vec::with_capacity(self.hist.len() / (columns + 1) * (n + 1));
         for site in self.hist.chunks(columns + 1) {
             fold(site, &mut hist);
@@ -1156,6 +1179,31 @@ mod tests {
         }
     }
 
+    /// At the smallest rate (one step, `2^-32`) a posterior row sums up to
+    /// 2^26 terms: smoothing computes only the rows of `d'` that occur, so a
+    /// run that tracked nothing is smoothed at once (all 64 rows took
+    /// minutes).
+    #[test]
+    fn smoothing_at_the_smallest_rate_computes_only_the_rows_used() {
+        let caches = CacheSizes {
+            l1: 48 << 10,
+            l2: 2 << 20,
+            llc: 32 << 20,
+            source: "test".into(),
+        };
+        let tracking = Tracking::Sampled {
+            sampling: SpatialSampling::with_rate(f64::powi(2.0, -32)).expect("a rate"),
+            emulated: false,
+        };
+        let mut run = WholeRun::new(tracking, &caches);
+        let started = std::time::Instant::now();
+        run.settle();
+        run.smooth(&[1.0]);
+        let elapsed = started.elapsed();
+        assert!(elapsed.as_secs() < 10, "smoothing took {elapsed:?}");
+        assert!(run.settled().groups.iter().all(|&w| w == 0.0));
+    }
+
     /// The paged block map and the repeated-block shortcut give the
     /// distances of a plain tracker over a hash map, through compactions
     /// and axis growth, on a stream mixing runs on one block, hot blocks,
@@ -1237,8 +1285,9 @@ mod tests {
         let survival = w.survival();
         // Nobody is at risk past 15: the head ends at 16, all its mass below.
         assert_eq!((survival.len(), survival[16]), (17, 0.0));
-        let measured = smoothing_table(&sizes, 1.0 / 128.0, &survival, 1e6);
-        let scale_free = smoothing_table(&sizes, 1.0 / 128.0, &[1.0], 1e6);
+        let all = [true; SMOOTH_DISTANCES];
+        let measured = smoothing_table(&sizes, 1.0 / 128.0, &survival, 1e6, &all);
+        let scale_free = smoothing_table(&sizes, 1.0 / 128.0, &[1.0], 1e6, &all);
         assert!(measured[0] > 1.0 - 1e-12, "{}", measured[0]);
         assert!(scale_free[0] < 0.9, "{}", scale_free[0]);
         // A d' the head cannot explain goes to the scale-free tail, and
@@ -1250,7 +1299,7 @@ mod tests {
         let too_few = WindowDistances::default().survival();
         assert_eq!(too_few, vec![1.0]);
         assert_eq!(
-            smoothing_table(&sizes, 1.0 / 128.0, &too_few, 1e6),
+            smoothing_table(&sizes, 1.0 / 128.0, &too_few, 1e6, &all),
             scale_free
         );
     }

@@ -676,6 +676,19 @@ mod tests {
         ));
     }
 
+    /// The compressed body carries zstd's checksum: any byte flipped in it
+    /// is an error, not an annotation with another file name or address.
+    #[test]
+    fn every_flipped_byte_of_a_compact_body_is_refused() {
+        let good = full_sample().to_bytes(AnnotationFormat::Compact);
+        let header = compact::COMPACT_MAGIC.len() + 12;
+        for at in header..good.len() {
+            let mut bad = good.clone();
+            bad[at] ^= 0x20;
+            assert!(Annotation::from_bytes(&bad).is_err(), "flip at {at}");
+        }
+    }
+
     #[test]
     fn other_schemas_are_refused_by_name() {
         let text = sample()

@@ -76,7 +76,16 @@ pub fn encode(annotation: &Annotation) -> Vec<u8> {
     }
     let mut raw = strings.out;
     raw.extend_from_slice(&body.out);
-    let compressed = zstd::bulk::compress(&raw, ZSTD_LEVEL).expect("zstd compresses in memory");
+    // The frame's checksum makes a damaged byte an error: without it a flip
+    // inside a literal decodes to another valid string (a load's file name).
+    let mut compressor =
+        zstd::bulk::Compressor::new(ZSTD_LEVEL).expect("zstd compresses in memory");
+    compressor
+        .set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
+        .expect("zstd takes a checksum flag");
+    let compressed = compressor
+        .compress(&raw)
+        .expect("zstd compresses in memory");
     let mut out = Vec::with_capacity(compressed.len() + 20);
     out.extend_from_slice(COMPACT_MAGIC);
     out.extend_from_slice(&COMPACT_VERSION.to_le_bytes());

@@ -1,0 +1,153 @@
+//! Argument combinations the command contract (docs/CLI.md) refuses, each
+//! through the built binary: one `error:` line naming what is wrong and the
+//! contract's exit code, and no input or output harmed.
+
+use crate::support;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use support::synthetic::{Kernel, Synthetic, write_trace};
+
+fn memgaze(args: &[&std::ffi::OsStr]) -> Output {
+    crate::support::memgaze_command()
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap()
+}
+
+/// The one `error:` line of a failed command, after checking the exit code.
+fn error_line(out: &Output, code: i32) -> String {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error")).collect();
+    assert_eq!(errors.len(), 1, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    errors[0].to_string()
+}
+
+fn small_elf(dir: &Path) -> PathBuf {
+    let system = ["/usr/bin/true", "/bin/true"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .expect("/usr/bin/true");
+    let copy = dir.join("prog");
+    std::fs::copy(system, &copy).unwrap();
+    copy
+}
+
+/// `instrument -o` naming the input (by another spelling, or a hard link
+/// to it) would replace the original with its instrumented copy: usage
+/// error, the original untouched.
+#[test]
+fn instrument_refuses_an_output_that_is_its_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let elf = small_elf(dir.path());
+    let original = std::fs::read(&elf).unwrap();
+    let link = dir.path().join("link");
+    std::fs::hard_link(&elf, &link).unwrap();
+    let respelled = dir.path().join(".").join("prog");
+    for output in [&elf, &respelled, &link] {
+        let out = memgaze(&[
+            "instrument".as_ref(),
+            elf.as_os_str(),
+            "-o".as_ref(),
+            output.as_os_str(),
+        ]);
+        let line = error_line(&out, 2);
+        assert!(line.contains("names the input itself"), "{line}");
+        assert_eq!(std::fs::read(&elf).unwrap(), original);
+    }
+    assert!(!dir.path().join("prog.memgaze.json").exists());
+}
+
+/// A `--functions` glob that does not parse is bad usage (exit 2) for
+/// `analyze` as for `classify` and `instrument`, trace or Lackey log.
+#[test]
+fn analyze_refuses_a_glob_that_does_not_parse_as_usage() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.mgz");
+    write_trace(
+        &trace,
+        &Synthetic {
+            kernel: Kernel::Str1,
+            elements: 1_000,
+            reps: 2,
+            sampling: Some((256, 2_048)),
+            seed: 1,
+        },
+    );
+    let out = memgaze(&[
+        "analyze".as_ref(),
+        trace.as_os_str(),
+        "--functions".as_ref(),
+        "[".as_ref(),
+    ]);
+    let line = error_line(&out, 2);
+    assert!(line.contains("--functions \"[\""), "{line}");
+    let elf = small_elf(dir.path());
+    let out = memgaze(&[
+        "analyze".as_ref(),
+        "--lackey".as_ref(),
+        trace.as_os_str(),
+        "--binary".as_ref(),
+        elf.as_os_str(),
+        "--functions".as_ref(),
+        "a[".as_ref(),
+    ]);
+    error_line(&out, 2);
+}
+
+/// A trace output that is a directory or lies in a missing one is refused
+/// before anything is instrumented or run, in one line naming it once
+/// (`record -o`, `run --save-trace`).
+#[test]
+fn trace_outputs_that_cannot_be_written_are_refused_first_naming_them_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let elf = small_elf(dir.path());
+    let instrumented = dir.path().join("prog-i");
+    let out = memgaze(&[
+        "instrument".as_ref(),
+        "-q".as_ref(),
+        elf.as_os_str(),
+        "-o".as_ref(),
+        instrumented.as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let a_directory = dir.path().join("traces");
+    std::fs::create_dir(&a_directory).unwrap();
+    let in_a_missing_directory = dir.path().join("missing").join("t.trace");
+    for output in [&a_directory, &in_a_missing_directory] {
+        let record = memgaze(&[
+            "record".as_ref(),
+            "--libs".as_ref(),
+            "none".as_ref(),
+            "-o".as_ref(),
+            output.as_os_str(),
+            "--".as_ref(),
+            instrumented.as_os_str(),
+        ]);
+        let run = memgaze(&[
+            "run".as_ref(),
+            "--libs".as_ref(),
+            "none".as_ref(),
+            "--save-trace".as_ref(),
+            output.as_os_str(),
+            "--".as_ref(),
+            elf.as_os_str(),
+        ]);
+        for out in [record, run] {
+            let line = error_line(&out, 1);
+            let name = output.display().to_string();
+            assert_eq!(line.matches(&name).count(), 1, "{line}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!err.contains("instrumenting"), "{err}");
+        }
+    }
+    assert!(!in_a_missing_directory.parent().unwrap().exists());
+}
