@@ -167,6 +167,19 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     let sampling = sampling(false, args.window, args.period, Some(args.seed))?;
     suite::choose_backend(args.backend)?;
     let json = args.message_format == MessageFormat::Json;
+    // A `--golden-dir` that cannot hold snapshots fails before the build.
+    if let Some(dir) = &args.golden_dir
+        && !dir.is_dir()
+    {
+        anyhow::bail!(
+            "golden snapshot directory {} {}",
+            dir.display(),
+            match dir.exists() {
+                true => "is not a directory",
+                false => "does not exist (`cargo memgaze golden` writes the snapshots)",
+            }
+        );
+    }
     let facts = BuildFacts::current(&args.cargo)?;
     let suite = suite::discover(&args.cargo, &harness, global)?;
     let store = GoldenStore::new(golden_dir(&args.golden_dir, &suite));

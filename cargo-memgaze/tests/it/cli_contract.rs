@@ -151,3 +151,35 @@ fn trace_outputs_that_cannot_be_written_are_refused_first_naming_them_once() {
     }
     assert!(!in_a_missing_directory.parent().unwrap().exists());
 }
+
+/// A `--golden-dir` that cannot hold snapshots is refused before cargo
+/// builds anything: outside any cargo project the error is still about
+/// the directory, not the missing manifest.
+#[test]
+fn golden_and_validate_refuse_a_bad_golden_dir_before_building() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    let missing = dir.path().join("missing");
+    for (command, golden_dir, problem) in [
+        ("golden", &file, "is not a directory"),
+        ("validate", &file, "is not a directory"),
+        ("validate", &missing, "does not exist"),
+    ] {
+        let out = crate::support::memgaze_command()
+            .args([command, "--golden-dir"])
+            .arg(golden_dir)
+            .current_dir(dir.path())
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        let line = error_line(&out, 1);
+        assert!(
+            line.contains(&format!(
+                "golden snapshot directory {}",
+                golden_dir.display()
+            )) && line.contains(problem),
+            "{command}: {line}"
+        );
+    }
+}
