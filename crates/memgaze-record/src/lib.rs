@@ -1133,6 +1133,16 @@ fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// When SIGKILL follows the forwarded SIGTERM, for the notes:
+/// `--kill-after 0` sends it at once.
+fn sigkill_when(kill_after: std::time::Duration) -> String {
+    if kill_after.is_zero() {
+        "SIGKILL at once".to_string()
+    } else {
+        format!("SIGKILL {kill_after:?} later")
+    }
+}
+
 /// The recording's totals and notes, once the program has ended.
 fn summarise(
     assembler: &mut Assembler<'_>,
@@ -1156,14 +1166,14 @@ fn summarise(
     if let Some(why) = interrupted {
         notes.push(match why {
             Interruption::Timeout => format!(
-                "--timeout {:?} expired: the program was sent SIGTERM (SIGKILL {:?} later if still running); the trace holds what it recorded until then",
+                "--timeout {:?} expired: the program was sent SIGTERM ({} if still running); the trace holds what it recorded until then",
                 limits.timeout.unwrap_or_default(),
-                limits.kill_after
+                sigkill_when(limits.kill_after)
             ),
             Interruption::Signal(_) => format!(
-                "interrupted by {}: forwarded to the program (SIGKILL {:?} later, or at a second signal); the trace holds what it recorded until then",
+                "interrupted by {}: forwarded to the program ({}, or at a second signal); the trace holds what it recorded until then",
                 why.name(),
-                limits.kill_after
+                sigkill_when(limits.kill_after)
             ),
         });
     }
@@ -1585,6 +1595,17 @@ pub(crate) fn signal_name(signal: i32) -> String {
 mod tests {
     use super::*;
     use protocol::{HEADER_BYTES, MessageHeader, MessageKind, SHARED_FLAG, SHARED_STATE_BYTES};
+
+    #[test]
+    fn the_notes_say_when_sigkill_follows() {
+        use std::time::Duration;
+        assert_eq!(sigkill_when(Duration::from_secs(5)), "SIGKILL 5s later");
+        assert_eq!(
+            sigkill_when(Duration::from_millis(250)),
+            "SIGKILL 250ms later"
+        );
+        assert_eq!(sigkill_when(Duration::ZERO), "SIGKILL at once");
+    }
 
     fn shared_message(chunk: u32, length: u32, count: u32) -> Vec<u8> {
         let header = MessageHeader {
