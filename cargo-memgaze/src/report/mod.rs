@@ -205,6 +205,14 @@ pub fn write_report(
     options: &ReportOptions,
 ) -> Result<ReportOutput> {
     let out = &options.out_dir;
+    // `create_dir_all` on a file says "File exists", which reads as if the
+    // directory were in the way.
+    if out.exists() && !out.is_dir() {
+        anyhow::bail!(
+            "{}: not a directory (the report is a directory of files)",
+            out.display()
+        );
+    }
     std::fs::create_dir_all(out).with_context(|| format!("{}: cannot create", out.display()))?;
     let mut taken = HashSet::from(["index".to_string(), "baseline".to_string()]);
     let slugs: Vec<String> = benches.iter().map(|b| slug(&b.name, &mut taken)).collect();

@@ -183,3 +183,35 @@ fn golden_and_validate_refuse_a_bad_golden_dir_before_building() {
         );
     }
 }
+
+/// `report -o` naming an existing file: one line saying it is not a
+/// directory (the report is a directory), the file untouched.
+#[test]
+fn report_refuses_an_output_that_is_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.mgz");
+    write_trace(
+        &trace,
+        &Synthetic {
+            kernel: Kernel::Str1,
+            elements: 1_000,
+            reps: 2,
+            sampling: None,
+            seed: 1,
+        },
+    );
+    let file = dir.path().join("taken");
+    std::fs::write(&file, b"keep").unwrap();
+    let out = memgaze(&[
+        "report".as_ref(),
+        trace.as_os_str(),
+        "-o".as_ref(),
+        file.as_os_str(),
+    ]);
+    let line = error_line(&out, 1);
+    assert!(
+        line.contains(&format!("{}: not a directory", file.display())),
+        "{line}"
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), b"keep");
+}
