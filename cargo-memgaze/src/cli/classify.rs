@@ -5,6 +5,7 @@
 //! reason for its class, so a user can see *why* a load counts as strided
 //! or irregular.
 
+use super::style::styled_eprintln;
 use super::{Format, Global};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
@@ -65,6 +66,14 @@ pub fn selected(filter: Option<&GlobSet>, f: &Function) -> bool {
 pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     let filter = function_filter(&args.functions)?;
     let binary = Binary::open(&args.elf)?;
+    if binary.is_instrumented() && !global.quiet {
+        // Its functions begin with the jump to their copies: the classes
+        // describe patched code, not the program.
+        styled_eprintln!(
+            "warning: {} is instrumented by cargo memgaze: its functions' entries jump to their copies, so classify the original binary",
+            args.elf.display()
+        );
+    }
     let loads = classify::classify_binary(&binary, |f| selected(filter.as_ref(), f));
     if loads.functions.is_empty() && filter.is_some() {
         anyhow::bail!(

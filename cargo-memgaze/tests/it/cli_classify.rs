@@ -203,3 +203,36 @@ fn table_explains_each_load_when_functions_are_selected() {
     );
     assert!(text.contains("--functions"), "{text}");
 }
+
+/// An instrumented copy is classified with a warning to classify the
+/// original instead (its functions begin with the jump to their copies);
+/// the original gets none.
+#[test]
+fn an_instrumented_file_is_classified_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = common::gcc("kernels.c", &["-O2"], dir.path());
+    let copy = dir.path().join("kernels.mg");
+    let out = memgaze(&[
+        "instrument",
+        "-q",
+        exe.to_str().unwrap(),
+        "-o",
+        copy.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (path, warned) in [(&exe, false), (&copy, true)] {
+        let out = memgaze(&["classify", path.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert_eq!(
+            err.contains("is instrumented by cargo memgaze"),
+            warned,
+            "{}: {err}",
+            path.display()
+        );
+    }
+}

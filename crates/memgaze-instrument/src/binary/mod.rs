@@ -365,6 +365,20 @@ impl Binary {
         &self.segments
     }
 
+    /// Whether a loadable segment starts with cargo memgaze's signature:
+    /// the file is an instrumented copy, whose functions' entries jump to
+    /// their copies.
+    pub fn is_instrumented(&self) -> bool {
+        let signature = crate::rewrite::elf::SIGNATURE;
+        self.segments.iter().filter(|p| p.is_load()).any(|p| {
+            p.file_size >= signature.len() as u64
+                && self
+                    .data()
+                    .get(p.offset as usize..)
+                    .is_some_and(|bytes| bytes.starts_with(signature))
+        })
+    }
+
     /// The `.dynamic` entries (empty for static executables).
     pub fn dynamic(&self) -> &[DynamicEntry] {
         &self.dynamic
