@@ -369,14 +369,10 @@ impl Binary {
     /// the file is an instrumented copy, whose functions' entries jump to
     /// their copies.
     pub fn is_instrumented(&self) -> bool {
-        let signature = crate::rewrite::elf::SIGNATURE;
-        self.segments.iter().filter(|p| p.is_load()).any(|p| {
-            p.file_size >= signature.len() as u64
-                && self
-                    .data()
-                    .get(p.offset as usize..)
-                    .is_some_and(|bytes| bytes.starts_with(signature))
-        })
+        self.segments
+            .iter()
+            .filter(|p| p.is_load())
+            .any(|p| crate::rewrite::elf::segment_is_signed(self.data(), p.offset, p.file_size))
     }
 
     /// The `.dynamic` entries (empty for static executables).

@@ -36,6 +36,16 @@ pub const PAGE: u64 = 0x1000;
 /// `PT_LOAD` means the binary was already instrumented.
 pub(crate) const SIGNATURE: &[u8; 32] = b"cargo-memgaze instrumented v1\0\0\0";
 
+/// Whether the `PT_LOAD` at file `offset` with `file_size` bytes in the
+/// file `bytes` starts with [`SIGNATURE`].
+pub(crate) fn segment_is_signed(bytes: &[u8], offset: u64, file_size: u64) -> bool {
+    file_size >= SIGNATURE.len() as u64
+        && usize::try_from(offset)
+            .ok()
+            .and_then(|start| bytes.get(start..))
+            .is_some_and(|segment| segment.starts_with(SIGNATURE))
+}
+
 /// Bytes of the input copied into the output between two releases of the
 /// input's pages ([`ElfEditor::finish`]).
 pub(crate) const COPY_CHUNK: usize = 4 << 20;
@@ -129,13 +139,12 @@ impl<'a> ElfEditor<'a> {
         if let Some(section) = go_section(bytes, &header) {
             return Err(ElfError::GoProgram(section));
         }
-        for h in headers.iter().filter(|h| h.p_type == PT_LOAD) {
-            let start = h.p_offset as usize;
-            if h.p_filesz >= SIGNATURE.len() as u64
-                && bytes.get(start..start + SIGNATURE.len()) == Some(&SIGNATURE[..])
-            {
-                return Err(ElfError::AlreadyInstrumented);
-            }
+        if headers
+            .iter()
+            .filter(|h| h.p_type == PT_LOAD)
+            .any(|h| segment_is_signed(bytes, h.p_offset, h.p_filesz))
+        {
+            return Err(ElfError::AlreadyInstrumented);
         }
         let loads: Vec<usize> = (0..phnum)
             .filter(|&i| headers[i].p_type == PT_LOAD)
