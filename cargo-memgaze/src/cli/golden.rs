@@ -150,14 +150,17 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     let harness = HarnessArgs::parse(&args.harness_args)?;
     suite::choose_backend(args.backend)?;
     let json = args.message_format == MessageFormat::Json;
-    // A `--golden-dir` that cannot take snapshots fails before the build.
+    // A `--golden-dir` that cannot take snapshots fails before the build;
+    // the default directory is known once the workspace is.
     if let Some(dir) = &args.golden_dir {
         check_golden_dir(dir)?;
     }
     let facts = BuildFacts::current(&args.cargo)?;
     let suite = suite::discover(&args.cargo, &harness, global)?;
     let store = GoldenStore::new(golden_dir(&args.golden_dir, &suite));
-    check_golden_dir(store.dir())?;
+    if args.golden_dir.is_none() {
+        check_golden_dir(store.dir())?;
+    }
     let ci = is_ci();
     if !args.update
         && let Some(message) = facts_mismatch(&store, &suite, &facts)?
