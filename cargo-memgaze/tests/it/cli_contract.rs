@@ -37,6 +37,23 @@ fn small_elf(dir: &Path) -> PathBuf {
     copy
 }
 
+/// A small synthetic trace `t.mgz` in `dir` (`sampling` as in
+/// [`Synthetic`]; `None`: a full trace).
+fn small_trace(dir: &Path, sampling: Option<(u64, u64)>) -> PathBuf {
+    let trace = dir.join("t.mgz");
+    write_trace(
+        &trace,
+        &Synthetic {
+            kernel: Kernel::Str1,
+            elements: 1_000,
+            reps: 2,
+            sampling,
+            seed: 1,
+        },
+    );
+    trace
+}
+
 /// `instrument -o` naming the input (by another spelling, or a hard link
 /// to it) would replace the original with its instrumented copy: usage
 /// error, the original untouched.
@@ -67,17 +84,7 @@ fn instrument_refuses_an_output_that_is_its_input() {
 #[test]
 fn analyze_refuses_a_glob_that_does_not_parse_as_usage() {
     let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("t.mgz");
-    write_trace(
-        &trace,
-        &Synthetic {
-            kernel: Kernel::Str1,
-            elements: 1_000,
-            reps: 2,
-            sampling: Some((256, 2_048)),
-            seed: 1,
-        },
-    );
+    let trace = small_trace(dir.path(), Some((256, 2_048)));
     let out = memgaze(&[
         "analyze".as_ref(),
         trace.as_os_str(),
@@ -189,17 +196,7 @@ fn golden_and_validate_refuse_a_bad_golden_dir_before_building() {
 #[test]
 fn report_refuses_an_output_that_is_a_file() {
     let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("t.mgz");
-    write_trace(
-        &trace,
-        &Synthetic {
-            kernel: Kernel::Str1,
-            elements: 1_000,
-            reps: 2,
-            sampling: None,
-            seed: 1,
-        },
-    );
+    let trace = small_trace(dir.path(), None);
     let file = dir.path().join("taken");
     std::fs::write(&file, b"keep").unwrap();
     let out = memgaze(&[

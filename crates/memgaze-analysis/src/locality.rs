@@ -1015,6 +1015,16 @@ pub fn interpolate(curve: &[MrcPoint], blocks: u64) -> Option<f64> {
 mod tests {
     use super::*;
 
+    /// Cache sizes in bytes, as `--cache-sizes` would give them.
+    fn test_caches(l1: u64, l2: u64, llc: u64) -> CacheSizes {
+        CacheSizes {
+            l1,
+            l2,
+            llc,
+            source: "test".into(),
+        }
+    }
+
     #[test]
     fn cache_sizes_parse_and_refuse() {
         let c = parse_cache_sizes("48K,2M,32M").unwrap();
@@ -1056,12 +1066,7 @@ mod tests {
 
     #[test]
     fn buckets_split_at_the_sizes() {
-        let caches = CacheSizes {
-            l1: 48 << 10,
-            l2: 1 << 20,
-            llc: 32 << 20,
-            source: "test".into(),
-        };
+        let caches = test_caches(48 << 10, 1 << 20, 32 << 20);
         let s = CurveSizes::new(&caches, 6, 1.0);
         // 2^6..2^24 (19 sizes) plus 768 blocks (48K); 1M and 32M are powers of two.
         assert_eq!(s.sizes.len(), 20);
@@ -1078,12 +1083,7 @@ mod tests {
     /// threshold.
     #[test]
     fn integer_buckets_match_the_float_thresholds() {
-        let caches = CacheSizes {
-            l1: 48 << 10,
-            l2: 1_310_720,
-            llc: 33 << 20,
-            source: "test".into(),
-        };
+        let caches = test_caches(48 << 10, 1_310_720, 33 << 20);
         for rate in [1.0, 0.5, 1.0 / 128.0, 0.001, 0.3] {
             let s = CurveSizes::new(&caches, 6, rate);
             let float: Vec<f64> = s.sizes.iter().map(|&c| c as f64 * rate).collect();
@@ -1125,12 +1125,7 @@ mod tests {
     /// switching and a partial last batch.
     #[test]
     fn batched_accesses_give_the_counts_taken_in_place() {
-        let caches = CacheSizes {
-            l1: 48 << 10,
-            l2: 2 << 20,
-            llc: 32 << 20,
-            source: "test".into(),
-        };
+        let caches = test_caches(48 << 10, 2 << 20, 32 << 20);
         let sampled = Tracking::Sampled {
             sampling: SpatialSampling::with_rate(0.5).expect("a rate"),
             emulated: true,
@@ -1185,12 +1180,7 @@ mod tests {
     /// minutes).
     #[test]
     fn smoothing_at_the_smallest_rate_computes_only_the_rows_used() {
-        let caches = CacheSizes {
-            l1: 48 << 10,
-            l2: 2 << 20,
-            llc: 32 << 20,
-            source: "test".into(),
-        };
+        let caches = test_caches(48 << 10, 2 << 20, 32 << 20);
         let tracking = Tracking::Sampled {
             sampling: SpatialSampling::with_rate(f64::powi(2.0, -32)).expect("a rate"),
             emulated: false,
@@ -1270,12 +1260,7 @@ mod tests {
     /// head the rows are the scale-free ones.
     #[test]
     fn a_measured_prior_keeps_short_reuses_short() {
-        let caches = CacheSizes {
-            l1: 32 << 10,
-            l2: 1 << 20,
-            llc: 32 << 20,
-            source: "test".into(),
-        };
+        let caches = test_caches(32 << 10, 1 << 20, 32 << 20);
         let sizes = CurveSizes::new(&caches, 6, 1.0 / 128.0).sizes;
         let n = sizes.len() + 1;
         let mut w = WindowDistances::default();
