@@ -15,8 +15,7 @@
 //! executable name and removes older ones when it adds a new one.
 
 use anyhow::Context;
-use memgaze_instrument::binary::Binary;
-use memgaze_instrument::rewrite::{self as instrument, InstrumentOptions, Report};
+use memgaze_instrument::rewrite::{self as instrument, Report};
 use memgaze_metadata::annotation::{Annotation, AnnotationFormat, InstrumentationMode, LoadFlags};
 use sha2::{Digest, Sha256};
 use std::ffi::OsStr;
@@ -104,10 +103,9 @@ pub fn cached_as(
     decode: Decode,
     instrumenter: impl FnOnce(&Path, &Path) -> anyhow::Result<(Annotation, Report)>,
 ) -> anyhow::Result<InstrumentedBench> {
-    let bytes = std::fs::read(executable)
-        .with_context(|| format!("cannot read {}", executable.display()))?;
     let mut hasher = Sha256::new();
-    hasher.update(&bytes);
+    hash_file(&mut hasher, executable)
+        .with_context(|| format!("cannot read {}", executable.display()))?;
     if !selection.is_empty() {
         hasher.update((selection.len() as u64).to_le_bytes());
         hasher.update(selection);
@@ -174,6 +172,23 @@ pub fn cached_as(
     })
 }
 
+/// Feeds the contents of the file at `path` to `hasher` a block at a time:
+/// held whole, the input (80 MB for a large bench) stayed resident through
+/// its instrumentation.
+fn hash_file(hasher: &mut Sha256, path: &Path) -> std::io::Result<()> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mut block = vec![0; 1 << 20];
+    loop {
+        match file.read(&mut block) {
+            Ok(0) => return Ok(()),
+            Ok(n) => hasher.update(&block[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Part of the name of an entry still being written.
 const STAGING_MARK: &str = ".tmp";
 
@@ -214,29 +229,12 @@ pub fn instrumented(executable: &Path, results_root: &Path) -> anyhow::Result<In
 }
 
 /// Classifies every function of `input` and writes the instrumented
-/// executable to `output`.
+/// executable straight to `output` as it is made, its compact annotation
+/// beside it.
 pub fn instrument_soft(input: &Path, output: &Path) -> anyhow::Result<(Annotation, Report)> {
-    let binary = Binary::open(input)?;
-    let annotation =
-        memgaze_instrument::classify::classify_binary(&binary, |_| true).to_annotation(&binary);
-    let result = instrument::instrument(
-        &binary,
-        annotation,
-        &InstrumentOptions {
-            mode: InstrumentationMode::Soft,
-            library: None,
-            escape_checks: instrument::escape_checks_from_env(),
-        },
-    )?;
-    write_executable(output, &result.executable)?;
+    let result =
+        memgaze_instrument::instrument_file(input, output, None, InstrumentationMode::Soft)?;
     Ok((result.annotation, result.report))
-}
-
-fn write_executable(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
-        .with_context(|| format!("cannot make {} executable", path.display()))
 }
 
 fn read_annotation(
@@ -511,6 +509,23 @@ mod tests {
         let other = cached(&exe, &cache, b"functions=main", fake).unwrap();
         assert_eq!(calls.get(), 3);
         assert_ne!(other.path, all.path);
+    }
+
+    #[test]
+    fn the_key_hashes_the_whole_file_across_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let contents: Vec<u8> = (0..(5u32 << 19) + 7)
+            .map(|i| (i * 31 % 251) as u8)
+            .collect();
+        let path = executable(dir.path(), &contents);
+        let mut hasher = Sha256::new();
+        hash_file(&mut hasher, &path).unwrap();
+        assert_eq!(
+            hasher.finalize().to_vec(),
+            Sha256::digest(&contents).to_vec()
+        );
+        let missing = hash_file(&mut Sha256::new(), &dir.path().join("missing"));
+        assert_eq!(missing.unwrap_err().kind(), std::io::ErrorKind::NotFound);
     }
 
     #[test]

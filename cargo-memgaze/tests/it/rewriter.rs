@@ -765,7 +765,7 @@ fn recorded_share(
         let at = if load.instrumented {
             Some(load.ip)
         } else {
-            load.proxy
+            load.proxy.map(std::num::NonZeroU64::get)
         };
         let got = at.map_or(0, |ip| trace.by_ip.get(&ip).map_or(0, Vec::len));
         seen_total += seen;

@@ -358,7 +358,7 @@ pub fn compare(
         if load.instrumented || load.proxy.is_some() {
             c.covered_loads += seen.len() as u64;
         }
-        if let Some(proxy) = load.proxy
+        if let Some(proxy) = load.proxy.map(std::num::NonZeroU64::get)
             && !escaped.contains(&proxy)
         {
             let implied = trace.by_ip.get(&proxy).map_or(0, Vec::len);

@@ -536,7 +536,7 @@ fn load_entries(annotation: &Annotation) -> Vec<LoadEntry> {
             line: l.line.as_deref().map(str::to_string),
             proxy: match (l.instrumented, l.proxy) {
                 (false, Some(ip)) if l.class == LoadClass::Constant => {
-                    annotation.load_at(ip).map(|p| p.id)
+                    annotation.load_at(ip.get()).map(|p| p.id)
                 }
                 _ => None,
             },

@@ -27,7 +27,9 @@ pub mod frame;
 pub mod operands;
 pub mod values;
 
-use crate::annotation::{ANNOTATION_SCHEMA, Annotation, FunctionSite, LoadSite, Text};
+use crate::annotation::{
+    ANNOTATION_SCHEMA, Annotation, FunctionSite, InlineChain, LoadSite, Segment, Text,
+};
 use crate::binary::{Binary, Function, FunctionCode, LineTable, SourceLocation};
 use foldhash::{HashMap, HashMapExt};
 use frame::Frame;
@@ -562,7 +564,8 @@ impl BinaryLoads {
                     class: l.class,
                     instrumented: l.instrumented,
                     implied: l.implied,
-                    proxy: l.proxy,
+                    // An instruction at address 0 would be the file's header.
+                    proxy: l.proxy.and_then(std::num::NonZeroU64::new),
                     base: reg(op.base),
                     index: reg(op.index),
                     scale: op.scale,
@@ -570,9 +573,13 @@ impl BinaryLoads {
                     size: op.size,
                     function: k as u32,
                     line: None,
-                    inline_chain: Vec::new(),
+                    inline_chain: InlineChain::default(),
                     skipped: None,
-                    segment: reg(op.segment),
+                    segment: match op.segment {
+                        Register::FS => Some(Segment::Fs),
+                        Register::GS => Some(Segment::Gs),
+                        _ => None,
+                    },
                     gather: op.gather,
                     read_modify_write: op.read_modify_write,
                     control: op.control,
@@ -625,10 +632,10 @@ pub(crate) fn add_lines_from(loads: &mut [LoadSite], table: &LineTable) {
 
 /// The inline chain of the instruction at `ip`, as `file:line` texts (empty
 /// when its code is not inlined).
-fn inline_chain(table: &LineTable, texts: &PositionTexts, ip: u64) -> Vec<Text> {
+fn inline_chain(table: &LineTable, texts: &PositionTexts, ip: u64) -> InlineChain {
     let chain = table.locate_chain(ip);
     if chain.len() < 2 {
-        return Vec::new();
+        return InlineChain::default();
     }
     chain.iter().map(|at| texts.text(at)).collect()
 }

@@ -1704,7 +1704,7 @@ fn update_annotation(
         .collect();
     for load in annotation.loads.iter_mut() {
         if let Some(proxy) = load.proxy
-            && !probed_ips.contains(&proxy)
+            && !probed_ips.contains(&proxy.get())
         {
             load.proxy = None;
             load.skipped

@@ -265,7 +265,7 @@ fn annotation_of_a_whole_binary_is_consistent_and_round_trips() {
         assert!(l.ip >= f.start && l.ip < f.start + f.size);
         match l.proxy {
             Some(p) => {
-                let carrier = annotation.load_at(p).unwrap();
+                let carrier = annotation.load_at(p.get()).unwrap();
                 assert!(!l.instrumented && carrier.instrumented && carrier.function == l.function);
                 assert_eq!(l.class, LoadClass::Constant);
             }

@@ -15,11 +15,12 @@
 //! allocated, and the decompressed size is bounded by the declared one.
 
 use super::{
-    Annotation, AnnotationError, EscapeSite, FunctionSite, InstrumentationMode, LoadFlags,
-    LoadSite, PtwriteOperand, PtwriteSite, Text,
+    Annotation, AnnotationError, EscapeSite, FunctionSite, InlineChain, InstrumentationMode,
+    LoadFlags, LoadSite, PtwriteOperand, PtwriteSite, Segment, Text,
 };
 use crate::model::{BinaryIdentity, LoadClass};
 use std::collections::HashMap;
+use std::num::NonZeroU64;
 
 /// First bytes of a compact annotation (a JSON annotation starts with `{`).
 pub const COMPACT_MAGIC: &[u8; 8] = b"\x89MGA\r\n\x1a\n";
@@ -353,7 +354,7 @@ impl<'a> Encoder<'a> {
         });
         self.uint(u64::from(*implied));
         if let Some(p) = proxy {
-            self.int(p.wrapping_sub(*ip) as i64);
+            self.int(p.get().wrapping_sub(*ip) as i64);
         }
         self.optional(base.as_deref());
         self.optional(index.as_deref());
@@ -367,7 +368,7 @@ impl<'a> Encoder<'a> {
             self.string(place);
         }
         self.optional(skipped.as_deref());
-        self.optional(segment.as_deref());
+        self.optional(segment.map(Segment::as_str));
     }
 }
 
@@ -579,7 +580,7 @@ impl Decoder<'_> {
         };
         let implied = self.small()?;
         let proxy = if flags & L_PROXY != 0 {
-            Some(ip.wrapping_add(self.int()? as u64))
+            Some(NonZeroU64::new(ip.wrapping_add(self.int()? as u64)).ok_or("proxy at address 0")?)
         } else {
             None
         };
@@ -606,10 +607,13 @@ impl Decoder<'_> {
                         chain.push(place);
                     }
                 }
-                chain
+                InlineChain::from(chain)
             },
             skipped: self.load_optional(flags & L_SKIPPED != 0)?,
-            segment: self.load_optional(flags & L_SEGMENT != 0)?,
+            segment: self
+                .load_optional(flags & L_SEGMENT != 0)?
+                .map(|name| Segment::from_name(&name).ok_or("bad segment register"))
+                .transpose()?,
             gather: flags & L_GATHER != 0,
             read_modify_write: flags & L_READ_MODIFY_WRITE != 0,
             control: flags & L_CONTROL != 0,

@@ -117,6 +117,70 @@ impl TextTable {
     }
 }
 
+/// A load's inline chain ([`super::LoadSite::inline_chain`]): `file:line`
+/// texts, innermost first. One pointer wide, and nothing allocated when
+/// empty (as most loads' chains are while the rewriter holds them); clones
+/// share the texts. Serialised as a plain JSON array of strings.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct InlineChain(Option<Arc<Box<[Text]>>>);
+
+impl InlineChain {
+    /// The texts, innermost first.
+    pub fn as_slice(&self) -> &[Text] {
+        self.0.as_deref().map_or(&[], |texts| texts)
+    }
+
+    /// Whether the chain has no entry (the load's code is not inlined).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+}
+
+impl Deref for InlineChain {
+    type Target = [Text];
+    fn deref(&self) -> &[Text] {
+        self.as_slice()
+    }
+}
+
+impl From<Vec<Text>> for InlineChain {
+    fn from(texts: Vec<Text>) -> InlineChain {
+        InlineChain((!texts.is_empty()).then(|| Arc::new(texts.into_boxed_slice())))
+    }
+}
+
+impl FromIterator<Text> for InlineChain {
+    fn from_iter<I: IntoIterator<Item = Text>>(texts: I) -> InlineChain {
+        InlineChain::from(texts.into_iter().collect::<Vec<Text>>())
+    }
+}
+
+impl<'a> IntoIterator for &'a InlineChain {
+    type Item = &'a Text;
+    type IntoIter = std::slice::Iter<'a, Text>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.as_slice().iter()
+    }
+}
+
+impl fmt::Debug for InlineChain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_slice(), f)
+    }
+}
+
+impl Serialize for InlineChain {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.as_slice().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for InlineChain {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<InlineChain, D::Error> {
+        Vec::<Text>::deserialize(deserializer).map(InlineChain::from)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,6 +203,20 @@ mod tests {
         assert!(Arc::ptr_eq(&a.0, &b.0));
         assert!(!Arc::ptr_eq(&a.0, &c.0));
         assert_eq!((table.len(), &*a, &*c), (2, "a.rs:1", "a.rs:2"));
+    }
+
+    #[test]
+    fn an_inline_chain_serialises_as_an_array_and_an_empty_one_allocates_nothing() {
+        let chain = InlineChain::from(vec![Text::from("a.rs:1"), Text::from("b.rs:2")]);
+        let json = serde_json::to_string(&chain).unwrap();
+        assert_eq!(json, r#"["a.rs:1","b.rs:2"]"#);
+        assert_eq!(serde_json::from_str::<InlineChain>(&json).unwrap(), chain);
+        assert_eq!(format!("{chain:?}"), r#"["a.rs:1", "b.rs:2"]"#);
+        assert_eq!((chain.len(), &*chain[1]), (2, "b.rs:2"));
+        let empty = serde_json::from_str::<InlineChain>("[]").unwrap();
+        assert!(empty.is_empty() && empty.0.is_none());
+        assert_eq!(empty, InlineChain::default());
+        assert_eq!(size_of::<InlineChain>(), size_of::<usize>());
     }
 
     /// A load holds five optional texts: each is one pointer wide.

@@ -510,7 +510,7 @@ pub fn pt_trace_header(
             implied: l.implied,
             function: Some(l.function),
             line: l.line.as_deref().map(str::to_string),
-            proxy: l.proxy.and_then(|ip| index_of_ip.get(&ip).copied()),
+            proxy: l.proxy.and_then(|ip| index_of_ip.get(&ip.get()).copied()),
         })
         .collect();
     TraceHeader {

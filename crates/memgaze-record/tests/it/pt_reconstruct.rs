@@ -47,7 +47,7 @@ fn load(
         size: 8,
         function: 0,
         line: None,
-        inline_chain: Vec::new(),
+        inline_chain: Default::default(),
         skipped: None,
         segment: None,
         gather: false,
@@ -115,7 +115,7 @@ fn annotation() -> Annotation {
         ),
     ];
     loads[3].implied = 2;
-    loads[5].proxy = Some(0x1040);
+    loads[5].proxy = std::num::NonZeroU64::new(0x1040);
     let mut ptwrites = Vec::new();
     for l in &loads {
         if !l.instrumented {
