@@ -1100,7 +1100,7 @@ impl Layout {
             let size = encoder.position_independent(insn, &mut self.pool)?;
             return Ok((Piece::Fixed(size), u64::from(size)));
         }
-        let encoder = &mut encoder.encoder;
+        let layout_encoder = encoder;
         Ok(if is_relative_branch(insn) {
             let short = matches!(
                 insn.code(),
@@ -1114,6 +1114,7 @@ impl Layout {
                     | Code::Loopne_rel8_64_ECX
             );
             if short {
+                let encoder = &mut layout_encoder.encoder;
                 // Sized first, then encoded with its target past the
                 // `jmp short`, which is where it lands wherever that is.
                 let mut probe = *insn;
@@ -1133,17 +1134,22 @@ impl Layout {
                     near.set_code(Code::Xbegin_rel32);
                 }
                 near.set_near_branch64(base);
-                let size = encoder.encode(&near, base).map_err(|e| fail(insn, e))?;
-                let offsets = encoder.get_constant_offsets();
-                if offsets.immediate_size() == 4 && offsets.immediate_offset() + 4 == size {
-                    drain_into(encoder, &mut self.pool);
-                    self.targets.push(insn.near_branch_target());
-                    (Piece::Near(size as u8), size as u64)
-                } else {
-                    self.reencode(encoder, insn, size)
+                match layout_encoder.near_branch(&near, base, &mut self.pool) {
+                    Ok(Some(size)) => {
+                        self.targets.push(insn.near_branch_target());
+                        (Piece::Near(size as u8), u64::from(size))
+                    }
+                    Ok(None) => {
+                        // Measured again: such forms are rare.
+                        let encoder = &mut layout_encoder.encoder;
+                        let size = encoder.encode(&near, base).map_err(|e| fail(insn, e))?;
+                        self.reencode(encoder, insn, size)
+                    }
+                    Err(e) => return Err(fail(insn, e)),
                 }
             }
         } else {
+            let encoder = &mut layout_encoder.encoder;
             let size = encoder.encode(insn, base).map_err(|e| fail(insn, e))?;
             let offsets = encoder.get_constant_offsets();
             if insn.memory_base() == Register::RIP && offsets.displacement_size() == 4 {
@@ -1267,6 +1273,48 @@ impl LayoutEncoder {
             slot.bytes[..size].copy_from_slice(&out[from..]);
         }
         Ok(size as u32)
+    }
+}
+
+impl LayoutEncoder {
+    /// Appends the encoding of `near`, a relative branch in its rel32 form
+    /// with its target at `base`, encoded at `base`, to `out` and gives its
+    /// size, when its last 4 bytes are the displacement; `None` (and
+    /// nothing appended) for any other form. Such encodings are cached with
+    /// the position-independent ones: a branch's bytes but for its
+    /// displacement depend only on what `==` compares, its target (`base`,
+    /// the same for all) included, and the probes' branches repeat.
+    fn near_branch(
+        &mut self,
+        near: &Instruction,
+        base: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<u32>, IcedError> {
+        let slot = &mut self.cache[Self::slot_of(near)];
+        let len = usize::from(slot.len);
+        if len > 0 && slot.insn == *near {
+            let from = out.len();
+            out.extend_from_slice(&slot.bytes);
+            out.truncate(from + len);
+            return Ok(Some(len as u32));
+        }
+        let size = self.encoder.encode(near, base)?;
+        let offsets = self.encoder.get_constant_offsets();
+        if !(offsets.immediate_size() == 4 && offsets.immediate_offset() + 4 == size) {
+            discard(&mut self.encoder);
+            return Ok(None);
+        }
+        let from = out.len();
+        drain_into(&mut self.encoder, out);
+        if let Ok(len) = u8::try_from(size)
+            && size <= slot.bytes.len()
+        {
+            slot.insn = *near;
+            slot.len = len;
+            slot.bytes = [0; 16];
+            slot.bytes[..size].copy_from_slice(&out[from..]);
+        }
+        Ok(Some(size as u32))
     }
 }
 
