@@ -178,8 +178,11 @@ pub(crate) struct Evaluator<'a> {
     frame: &'a Frame,
     /// Last definition of each variable in each block.
     /// Last definition of each variable in each block, keyed by
-    /// [`pair`]`(block, variable)`.
+    /// [`pair`]`(block, variable)`, for the blocks `last_def_known` marks
+    /// (only loop blocks are asked for, once a loop's variable is).
     last_def: HashMap<u64, u32>,
+    /// Per block, whether its last definitions are in `last_def`.
+    last_def_known: Vec<bool>,
     /// Values of definitions, keyed by `(loop, `[`pair`]`(definition,
     /// variable))`.
     memo: HashMap<(u32, u64), Val>,
@@ -210,19 +213,12 @@ const MAX_DEPTH: usize = 256;
 impl<'a> Evaluator<'a> {
     /// Prepares the evaluator.
     pub fn new(code: &'a FunctionCode, loops: &'a LoopForest, frame: &'a Frame) -> Evaluator<'a> {
-        let mut last_def = HashMap::new();
-        for (b, block) in code.blocks.iter().enumerate() {
-            for i in block.instructions() {
-                for &(v, _) in frame.defs(i) {
-                    last_def.insert(pair(b as u32, v), i as u32);
-                }
-            }
-        }
         Evaluator {
             code,
             loops,
             frame,
-            last_def,
+            last_def: HashMap::new(),
+            last_def_known: vec![false; code.blocks.len()],
             memo: HashMap::new(),
             entry_defs: HashMap::new(),
             loop_preds: HashMap::new(),
@@ -284,6 +280,8 @@ impl<'a> Evaluator<'a> {
             let lp = &self.loops.loops[l as usize];
             let n = lp.blocks.len();
             let code = self.code;
+            let last: Vec<Option<u32>> =
+                lp.blocks.iter().map(|&b| self.last_def_in(b, v)).collect();
             // Predecessors inside the loop, as positions: the same for
             // every variable of the loop.
             let preds = self.loop_preds.entry(l).or_insert_with(|| {
@@ -298,11 +296,6 @@ impl<'a> Evaluator<'a> {
                     })
                     .collect()
             });
-            let last: Vec<Option<u32>> = lp
-                .blocks
-                .iter()
-                .map(|&b| self.last_def.get(&pair(b, v)).copied())
-                .collect();
             let mut ins: Vec<Vec<u32>> = vec![Vec::new(); n];
             // One buffer for the candidate set of every block and round.
             let mut set: Vec<u32> = Vec::new();
@@ -319,7 +312,9 @@ impl<'a> Evaluator<'a> {
                     }
                     set.sort_unstable();
                     set.dedup();
-                    if set != ins[k] {
+                    // The sets only grow from one round to the next (their
+                    // inputs do): a set of another length is a new one.
+                    if set.len() != ins[k].len() {
                         std::mem::swap(&mut ins[k], &mut set);
                         changed = true;
                     }
@@ -328,6 +323,19 @@ impl<'a> Evaluator<'a> {
             self.entry_defs.insert(pair(l, v), ins);
         }
         &self.entry_defs[&pair(l, v)]
+    }
+
+    /// The last definition of `v` in block `b`, if it has one.
+    fn last_def_in(&mut self, b: u32, v: Var) -> Option<u32> {
+        if !self.last_def_known[b as usize] {
+            self.last_def_known[b as usize] = true;
+            for i in self.code.blocks[b as usize].instructions() {
+                for &(v, _) in self.frame.defs(i) {
+                    self.last_def.insert(pair(b, v), i as u32);
+                }
+            }
+        }
+        self.last_def.get(&pair(b, v)).copied()
     }
 
     fn var_val(&mut self, l: u32, v: Var, at: usize) -> Val {
