@@ -1149,20 +1149,16 @@ impl Layout {
                 }
             }
         } else {
-            if let Some((size, at)) = layout_encoder.rip_relative(insn, base, &mut self.pool) {
-                self.targets.push(insn.memory_displacement64());
-                return Ok((Piece::RipRelative(size, at), u64::from(size)));
-            }
             let encoder = &mut layout_encoder.encoder;
             let size = encoder.encode(insn, base).map_err(|e| fail(insn, e))?;
             let offsets = encoder.get_constant_offsets();
             if insn.memory_base() == Register::RIP && offsets.displacement_size() == 4 {
-                let at = offsets.displacement_offset() as u8;
-                layout_encoder.keep_rip_relative(insn, base, (size, at), &mut self.pool);
+                drain_into(encoder, &mut self.pool);
                 self.targets.push(insn.memory_displacement64());
+                let at = offsets.displacement_offset() as u8;
                 (Piece::RipRelative(size as u8, at), size as u64)
             } else {
-                self.reencode(&mut layout_encoder.encoder, insn, size)
+                self.reencode(encoder, insn, size)
             }
         })
     }
@@ -1209,8 +1205,6 @@ struct LayoutEncoder {
 struct CachedEncoding {
     insn: Instruction,
     len: u8,
-    /// Offset of a `rip`-relative operand's displacement.
-    displacement_at: u8,
     /// The encoding, then zeros: copied whole, 16 bytes at a time.
     bytes: [u8; 16],
 }
@@ -1226,7 +1220,6 @@ impl LayoutEncoder {
         let empty = CachedEncoding {
             insn: Instruction::default(),
             len: 0,
-            displacement_at: 0,
             bytes: [0; 16],
         };
         LayoutEncoder {
@@ -1322,69 +1315,6 @@ impl LayoutEncoder {
             slot.bytes[..size].copy_from_slice(&out[from..]);
         }
         Ok(Some(size as u32))
-    }
-
-    /// The cache's key of `insn`, a `rip`-relative instruction measured
-    /// at `base`: itself with its target at `base`. Its bytes but for its
-    /// displacement, which [`emit`] writes where it lands, depend only on
-    /// what `==` compares.
-    fn rip_key(insn: &Instruction, base: u64) -> Instruction {
-        let mut key = *insn;
-        key.set_memory_displacement64(base);
-        key
-    }
-
-    /// Appends the cached encoding of `insn`, a `rip`-relative
-    /// instruction, measured at `base`, to `out` and gives its size and the
-    /// offset of its displacement; `None` (and nothing appended) when it is
-    /// not cached or its target is out of reach from `base` (the encoder
-    /// tells why).
-    fn rip_relative(
-        &mut self,
-        insn: &Instruction,
-        base: u64,
-        out: &mut Vec<u8>,
-    ) -> Option<(u8, u8)> {
-        if insn.memory_base() != Register::RIP {
-            return None;
-        }
-        let key = Self::rip_key(insn, base);
-        let slot = &self.cache[Self::slot_of(&key)];
-        let len = usize::from(slot.len);
-        if len == 0 || slot.insn != key {
-            return None;
-        }
-        let next = base.wrapping_add(len as u64);
-        i32::try_from(insn.memory_displacement64().wrapping_sub(next) as i64).ok()?;
-        let from = out.len();
-        out.extend_from_slice(&slot.bytes);
-        out.truncate(from + len);
-        Some((len as u8, slot.displacement_at))
-    }
-
-    /// Appends the encoding of `insn` just made (`size` bytes, its
-    /// displacement at `at`), a `rip`-relative instruction measured at
-    /// `base`, to `out`, and caches it (see [`LayoutEncoder::rip_relative`]).
-    fn keep_rip_relative(
-        &mut self,
-        insn: &Instruction,
-        base: u64,
-        (size, at): (usize, u8),
-        out: &mut Vec<u8>,
-    ) {
-        let from = out.len();
-        drain_into(&mut self.encoder, out);
-        let key = Self::rip_key(insn, base);
-        let slot = &mut self.cache[Self::slot_of(&key)];
-        if let Ok(len) = u8::try_from(size)
-            && size <= slot.bytes.len()
-        {
-            slot.insn = key;
-            slot.len = len;
-            slot.displacement_at = at;
-            slot.bytes = [0; 16];
-            slot.bytes[..size].copy_from_slice(&out[from..]);
-        }
     }
 }
 
@@ -2354,7 +2284,7 @@ mod tests {
     }
 
     #[test]
-    fn cached_branches_and_rip_relative_operands_lay_out_as_fresh_ones() {
+    fn branches_and_rip_relative_operands_lay_out_alike_from_a_warm_cache() {
         let codes = codes_of_this_executable(300);
         let base = 0x7000_0000;
         let mut warm = LayoutEncoder::new();
@@ -2382,15 +2312,10 @@ mod tests {
                 );
                 assert_eq!(cached.targets, fresh.targets, "{insn}");
                 assert_eq!(cached.placed, fresh.placed, "{insn}");
-                // A `rip`-relative displacement is written where the piece
-                // lands: the cached one may be another instruction's.
-                if let Piece::RipRelative(_, at) = piece {
-                    let at = usize::from(at);
-                    cached.pool[at..at + 4].fill(0);
-                    fresh.pool[at..at + 4].fill(0);
-                    rip += 1;
-                } else if let Piece::Near(_) = piece {
-                    near += 1;
+                match piece {
+                    Piece::RipRelative(..) => rip += 1,
+                    Piece::Near(_) => near += 1,
+                    _ => {}
                 }
                 assert_eq!(cached.pool, fresh.pool, "{insn}");
             }
