@@ -188,14 +188,10 @@ impl FunctionCode {
         end: u64,
         memory: &dyn Memory,
     ) -> FunctionCode {
-        let index_of: HashMap<u64, u32> = instructions
-            .iter()
-            .enumerate()
-            .map(|(i, insn)| (insn.ip(), i as u32))
-            .collect();
-        let (sources, calls, invalid) = branch_sources_and_calls(&instructions, &index_of);
+        let index_of = IndexOf::new(&instructions, start, end);
+        let (calls, invalid) = calls_and_invalid(&instructions);
         let (indirect_jumps, jump_tables, not_table_shaped) =
-            indirect_jumps(&instructions, &sources, start, end, &index_of, memory);
+            indirect_jumps(&instructions, start, end, &index_of, memory);
         let (leader, branch_targets) = leaders(&instructions, &jump_tables, &index_of, start, end);
         let (mut blocks, block_of) = basic_blocks(&instructions, &leader);
         link_blocks(
@@ -271,36 +267,86 @@ impl FunctionCode {
     }
 }
 
-/// Direct branch sources per target instruction (for jump-table slicing),
-/// the call sites, and the number of invalid instructions.
-fn branch_sources_and_calls(
-    instructions: &[Instruction],
-    index_of: &HashMap<u64, u32>,
-) -> (HashMap<u32, Vec<u32>>, Vec<CallSite>, u32) {
-    let mut sources: HashMap<u32, Vec<u32>> = HashMap::new();
+/// The index of the instruction starting at each address of a function,
+/// by direct indexing on the offset from its start: built for every
+/// function, a hash map of every instruction's address was a sizeable
+/// part of building the control flow.
+pub(crate) struct IndexOf {
+    start: u64,
+    /// Per byte offset: the index of the instruction starting there, or
+    /// `u32::MAX`.
+    at_offset: Vec<u32>,
+}
+
+impl IndexOf {
+    /// The index of `instructions`, which lie in `[start, end)` in address
+    /// order (a linear sweep).
+    pub(crate) fn new(instructions: &[Instruction], start: u64, end: u64) -> IndexOf {
+        let mut at_offset = vec![u32::MAX; end.saturating_sub(start) as usize];
+        for (i, insn) in instructions.iter().enumerate() {
+            if let Some(slot) = insn
+                .ip()
+                .checked_sub(start)
+                .and_then(|offset| at_offset.get_mut(offset as usize))
+            {
+                *slot = i as u32;
+            }
+        }
+        IndexOf { start, at_offset }
+    }
+
+    /// The index of the instruction starting at `ip`, if one does.
+    pub(crate) fn get(&self, ip: u64) -> Option<u32> {
+        let offset = usize::try_from(ip.checked_sub(self.start)?).ok()?;
+        self.at_offset
+            .get(offset)
+            .copied()
+            .filter(|&i| i != u32::MAX)
+    }
+
+    /// Whether an instruction starts at `ip`.
+    pub(crate) fn contains(&self, ip: u64) -> bool {
+        self.get(ip).is_some()
+    }
+}
+
+/// The call sites and the number of invalid instructions.
+fn calls_and_invalid(instructions: &[Instruction]) -> (Vec<CallSite>, u32) {
     let mut calls = Vec::new();
     let mut invalid = 0u32;
     for (i, insn) in instructions.iter().enumerate() {
         if insn.is_invalid() {
             invalid += 1;
         }
-        match insn.flow_control() {
-            FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch => {
-                if let Some(&t) = index_of.get(&insn.near_branch_target()) {
-                    sources.entry(t).or_default().push(i as u32);
-                }
-            }
-            FlowControl::Call | FlowControl::IndirectCall => calls.push(CallSite {
+        if matches!(
+            insn.flow_control(),
+            FlowControl::Call | FlowControl::IndirectCall
+        ) {
+            calls.push(CallSite {
                 ip: insn.ip(),
                 instruction: i as u32,
                 return_address: insn.next_ip(),
                 target: (insn.flow_control() == FlowControl::Call)
                     .then(|| insn.near_branch_target()),
-            }),
-            _ => {}
+            });
         }
     }
-    (sources, calls, invalid)
+    (calls, invalid)
+}
+
+/// Direct branch sources per target instruction (for jump-table slicing).
+fn branch_sources(instructions: &[Instruction], index_of: &IndexOf) -> HashMap<u32, Vec<u32>> {
+    let mut sources: HashMap<u32, Vec<u32>> = HashMap::new();
+    for (i, insn) in instructions.iter().enumerate() {
+        if matches!(
+            insn.flow_control(),
+            FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch
+        ) && let Some(t) = index_of.get(insn.near_branch_target())
+        {
+            sources.entry(t).or_default().push(i as u32);
+        }
+    }
+    sources
 }
 
 /// Every indirect jump, classified (tail call, jump table, unresolved);
@@ -313,10 +359,9 @@ fn branch_sources_and_calls(
 /// found only along the edges of the tables already resolved.
 fn indirect_jumps(
     instructions: &[Instruction],
-    sources: &HashMap<u32, Vec<u32>>,
     start: u64,
     end: u64,
-    index_of: &HashMap<u64, u32>,
+    index_of: &IndexOf,
     memory: &dyn Memory,
 ) -> (Vec<IndirectJump>, Vec<JumpTable>, Vec<usize>) {
     let mut indirect_jumps: Vec<IndirectJump> = instructions
@@ -330,8 +375,12 @@ fn indirect_jumps(
         })
         .collect();
     let mut jump_tables: Vec<JumpTable> = Vec::new();
+    if indirect_jumps.is_empty() {
+        return (indirect_jumps, jump_tables, Vec::new());
+    }
     let mut shaped_unlike_a_table = vec![false; indirect_jumps.len()];
-    let mut sources = sources.clone();
+    // Only the slicer reads them: made for functions with indirect jumps.
+    let mut sources = branch_sources(instructions, index_of);
     let mut pending: Vec<usize> = (0..indirect_jumps.len()).collect();
     while !pending.is_empty() {
         let slicer = jump_tables::Slicer {
@@ -372,7 +421,7 @@ fn indirect_jumps(
         }
         for (jump, targets) in resolved {
             for t in targets {
-                if let Some(&ti) = index_of.get(&t) {
+                if let Some(ti) = index_of.get(t) {
                     let from = sources.entry(ti).or_default();
                     if !from.contains(&jump) {
                         from.push(jump);
@@ -398,7 +447,7 @@ fn indirect_jumps(
 fn leaders(
     instructions: &[Instruction],
     jump_tables: &[JumpTable],
-    index_of: &HashMap<u64, u32>,
+    index_of: &IndexOf,
     start: u64,
     end: u64,
 ) -> (Vec<bool>, Vec<u64>) {
@@ -431,7 +480,7 @@ fn leaders(
     branch_targets.sort_unstable();
     branch_targets.dedup();
     for t in &branch_targets {
-        if let Some(&i) = index_of.get(t) {
+        if let Some(i) = index_of.get(*t) {
             leader[i as usize] = true;
         }
     }
@@ -469,12 +518,12 @@ fn link_blocks(
     blocks: &mut [BasicBlock],
     instructions: &[Instruction],
     block_of: &[u32],
-    index_of: &HashMap<u64, u32>,
+    index_of: &IndexOf,
     indirect_jumps: &[IndirectJump],
     jump_tables: &[JumpTable],
 ) {
     let n = instructions.len();
-    let block_at = |addr: u64| index_of.get(&addr).map(|&i| block_of[i as usize]);
+    let block_at = |addr: u64| index_of.get(addr).map(|i| block_of[i as usize]);
     let table_of: HashMap<u32, usize> = indirect_jumps
         .iter()
         .filter_map(|j| match j.kind {
@@ -546,7 +595,8 @@ fn link_blocks(
         block.successors = succ;
     }
     for b in 0..blocks.len() {
-        for s in blocks[b].successors.clone() {
+        for k in 0..blocks[b].successors.len() {
+            let s = blocks[b].successors[k];
             let preds = &mut blocks[s as usize].predecessors;
             if !preds.contains(&(b as u32)) {
                 preds.push(b as u32);

@@ -271,7 +271,7 @@ pub(crate) fn recognise(
     j: usize,
     start: u64,
     end: u64,
-    index_of: &HashMap<u64, u32>,
+    index_of: &super::cfg::IndexOf,
     memory: &dyn Memory,
 ) -> Option<Recognised> {
     let mut info = InstructionInfoFactory::new();
@@ -333,7 +333,7 @@ pub(crate) fn recognise(
             }
         };
         let inside = target >= start && target < end;
-        if inside && !index_of.contains_key(&target) {
+        if inside && !index_of.contains(target) {
             // Into the middle of an instruction: not a table of this code.
             if exact {
                 return None;

@@ -28,7 +28,10 @@
 //! past the operand's address (`bit_offset_register`), which is what
 //! Valgrind Lackey reports and what probes record.
 
-use iced_x86::{Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register};
+use iced_x86::{
+    Instruction, InstructionInfoFactory, InstructionInfoOptions, Mnemonic, OpAccess, OpKind,
+    Register,
+};
 
 /// One explicit memory read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,7 +130,14 @@ pub(crate) fn explicit_load(
     if matches!(mnemonic, Mnemonic::Lea | Mnemonic::Nop) || is_cache_hint(mnemonic) {
         return None;
     }
-    let access = info.info(insn).op_access(op);
+    // The operands' accesses do not depend on the register and memory
+    // lists, which are not built.
+    let access = info
+        .info_options(
+            insn,
+            InstructionInfoOptions::NO_REGISTER_USAGE | InstructionInfoOptions::NO_MEMORY_USAGE,
+        )
+        .op_access(op);
     let reads = matches!(
         access,
         OpAccess::Read | OpAccess::ReadWrite | OpAccess::CondRead | OpAccess::ReadCondWrite

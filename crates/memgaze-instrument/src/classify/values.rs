@@ -177,19 +177,27 @@ pub(crate) struct Evaluator<'a> {
     loops: &'a LoopForest,
     frame: &'a Frame,
     /// Last definition of each variable in each block.
-    last_def: HashMap<(u32, Var), u32>,
-    memo: HashMap<(u32, u32, Var), Val>,
-    /// See `Evaluator::entry_defs`.
-    entry_defs: HashMap<(u32, Var), Vec<Vec<u32>>>,
+    /// Last definition of each variable in each block, keyed by
+    /// [`pair`]`(block, variable)`, for the blocks `last_def_known` marks
+    /// (only loop blocks are asked for, once a loop's variable is).
+    last_def: HashMap<u64, u32>,
+    /// Per block, whether its last definitions are in `last_def`.
+    last_def_known: Vec<bool>,
+    /// Values of definitions, keyed by `(loop, `[`pair`]`(definition,
+    /// variable))`.
+    memo: HashMap<(u32, u64), Val>,
+    /// See `Evaluator::entry_defs`; keyed by [`pair`]`(loop, variable)`.
+    entry_defs: HashMap<u64, Vec<Vec<u32>>>,
     /// Per loop, the in-loop predecessors of each of its blocks (positions
     /// in `Loop::blocks`).
     loop_preds: HashMap<u32, Vec<Vec<usize>>>,
     /// Per loop (index), its blocks' positions, once asked for.
     loop_index: Vec<Option<LoopIndex>>,
-    /// The definitions being evaluated, each with its depth in the chain
-    /// (each is there once: a definition met again is the loop-carried
-    /// value, not followed).
-    in_progress: HashMap<(u32, Var), u32>,
+    /// The definitions `(instruction, variable)` being evaluated, in the
+    /// order of the chain, so each one's depth is its position (each is
+    /// there once: a definition met again is the loop-carried value, not
+    /// followed). Chains are short: a scan is cheaper than a map.
+    in_progress: Vec<(u32, Var)>,
     stored_forms: HashMap<u32, HashSet<(Register, Register, u32, u64)>>,
     info: iced_x86::InstructionInfoFactory,
     /// Bounds the work per query on pathological functions.
@@ -205,24 +213,17 @@ const MAX_DEPTH: usize = 256;
 impl<'a> Evaluator<'a> {
     /// Prepares the evaluator.
     pub fn new(code: &'a FunctionCode, loops: &'a LoopForest, frame: &'a Frame) -> Evaluator<'a> {
-        let mut last_def = HashMap::new();
-        for (b, block) in code.blocks.iter().enumerate() {
-            for i in block.instructions() {
-                for &(v, _) in frame.defs(i) {
-                    last_def.insert((b as u32, v), i as u32);
-                }
-            }
-        }
         Evaluator {
             code,
             loops,
             frame,
-            last_def,
+            last_def: HashMap::new(),
+            last_def_known: vec![false; code.blocks.len()],
             memo: HashMap::new(),
             entry_defs: HashMap::new(),
             loop_preds: HashMap::new(),
             loop_index: vec![None; loops.loops.len()],
-            in_progress: HashMap::new(),
+            in_progress: Vec::new(),
             stored_forms: HashMap::new(),
             info: iced_x86::InstructionInfoFactory::new(),
             budget: BUDGET,
@@ -275,10 +276,12 @@ impl<'a> Evaluator<'a> {
     /// definitions of `v` that reach its entry: a forward data-flow pass
     /// over the loop, computed once per (loop, variable).
     fn entry_defs(&mut self, l: u32, v: Var) -> &[Vec<u32>] {
-        if !self.entry_defs.contains_key(&(l, v)) {
+        if !self.entry_defs.contains_key(&pair(l, v)) {
             let lp = &self.loops.loops[l as usize];
             let n = lp.blocks.len();
             let code = self.code;
+            let last: Vec<Option<u32>> =
+                lp.blocks.iter().map(|&b| self.last_def_in(b, v)).collect();
             // Predecessors inside the loop, as positions: the same for
             // every variable of the loop.
             let preds = self.loop_preds.entry(l).or_insert_with(|| {
@@ -293,11 +296,6 @@ impl<'a> Evaluator<'a> {
                     })
                     .collect()
             });
-            let last: Vec<Option<u32>> = lp
-                .blocks
-                .iter()
-                .map(|&b| self.last_def.get(&(b, v)).copied())
-                .collect();
             let mut ins: Vec<Vec<u32>> = vec![Vec::new(); n];
             // One buffer for the candidate set of every block and round.
             let mut set: Vec<u32> = Vec::new();
@@ -314,15 +312,30 @@ impl<'a> Evaluator<'a> {
                     }
                     set.sort_unstable();
                     set.dedup();
-                    if set != ins[k] {
+                    // The sets only grow from one round to the next (their
+                    // inputs do): a set of another length is a new one.
+                    if set.len() != ins[k].len() {
                         std::mem::swap(&mut ins[k], &mut set);
                         changed = true;
                     }
                 }
             }
-            self.entry_defs.insert((l, v), ins);
+            self.entry_defs.insert(pair(l, v), ins);
         }
-        &self.entry_defs[&(l, v)]
+        &self.entry_defs[&pair(l, v)]
+    }
+
+    /// The last definition of `v` in block `b`, if it has one.
+    fn last_def_in(&mut self, b: u32, v: Var) -> Option<u32> {
+        if !self.last_def_known[b as usize] {
+            self.last_def_known[b as usize] = true;
+            for i in self.code.blocks[b as usize].instructions() {
+                for &(v, _) in self.frame.defs(i) {
+                    self.last_def.insert(pair(b, v), i as u32);
+                }
+            }
+        }
+        self.last_def.get(&pair(b, v)).copied()
     }
 
     fn var_val(&mut self, l: u32, v: Var, at: usize) -> Val {
@@ -354,20 +367,20 @@ impl<'a> Evaluator<'a> {
     }
 
     fn def_val(&mut self, l: u32, d: u32, v: Var) -> Val {
-        if let Some(&val) = self.memo.get(&(l, d, v)) {
+        if let Some(&val) = self.memo.get(&(l, pair(d, v))) {
             return val;
         }
-        if let Some(&depth) = self.in_progress.get(&(d, v)) {
-            return Val::Phi(depth);
+        if let Some(depth) = self.in_progress.iter().position(|&p| p == (d, v)) {
+            return Val::Phi(depth as u32);
         }
         if self.budget == 0 || self.in_progress.len() >= MAX_DEPTH {
             return Val::Varying(Why::Unknown(d));
         }
         self.budget -= 1;
         let depth = self.in_progress.len() as u32;
-        self.in_progress.insert((d, v), depth);
+        self.in_progress.push((d, v));
         let raw = self.semantics(l, d as usize, v);
-        self.in_progress.remove(&(d, v));
+        self.in_progress.pop();
         let val = match raw.root() {
             Some(r) if r == depth => match raw {
                 Val::Phi(_) => Val::Inv,
@@ -379,7 +392,7 @@ impl<'a> Evaluator<'a> {
         if matches!(val, Val::Varying(Why::Unknown(_))) && self.budget == 0 {
             return val;
         }
-        self.memo.insert((l, d, v), val);
+        self.memo.insert((l, pair(d, v)), val);
         val
     }
 
@@ -657,6 +670,12 @@ fn is_cmov(m: Mnemonic) -> bool {
             | Mnemonic::Cmovp
             | Mnemonic::Cmovs
     )
+}
+
+/// One key of a number (block, loop or instruction) and a variable: one
+/// word hashes faster than a tuple of fields.
+fn pair(n: u32, v: Var) -> u64 {
+    (u64::from(n) << 16) | u64::from(v)
 }
 
 /// Converts a top-level value (no definitions in progress).

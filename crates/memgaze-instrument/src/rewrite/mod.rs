@@ -840,7 +840,13 @@ impl Planner<'_, '_> {
         let mut spatial = HashMap::new();
         let mut blocks = Vec::new();
         let mut register_loops = Vec::new();
-        let live = if ai.is_some() {
+        // Only the probes' choices read liveness: a function none of whose
+        // loads carries a probe is not analysed.
+        let probed = ai.is_some_and(|ai| {
+            (selection.loads_of.get(&(ai as u32)).into_iter().flatten())
+                .any(|&li| annotation.loads[li].instrumented)
+        });
+        let live = if probed {
             liveness::live_before(&code)
         } else {
             Vec::new()

@@ -284,7 +284,7 @@ pub(crate) struct LoopMap<'a> {
     code: &'a FunctionCode,
     loops: &'a [RegisterLoop],
     /// Block index → loop index.
-    of_block: HashMap<u32, usize>,
+    of_block: foldhash::HashMap<u32, usize>,
     /// Each loop's label past its entry (the target of its back edges).
     bodies: Vec<u64>,
 }
@@ -297,7 +297,7 @@ impl<'a> LoopMap<'a> {
         loops: &'a [RegisterLoop],
         next_label: &mut dyn FnMut() -> u64,
     ) -> LoopMap<'a> {
-        let mut of_block = HashMap::new();
+        let mut of_block = foldhash::HashMap::default();
         for (n, lp) in loops.iter().enumerate() {
             for &b in &lp.blocks {
                 of_block.insert(b, n);

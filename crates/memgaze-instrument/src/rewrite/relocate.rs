@@ -658,13 +658,31 @@ fn copy_instructions(
     let mut checks = plan.superblocks.iter().peekable();
     let mut escapes = plan.escapes.iter().peekable();
     let loops = LoopMap::new(code, &plan.register_loops, &mut next_fake);
-    // Side exits of superblocks: branch index → loads to give back.
-    let exits: foldhash::HashMap<usize, u32> = plan
+    // Side exits of superblocks (branch index, loads to give back), the
+    // spatial checks and the table redirects, each sorted by instruction
+    // and walked with the instructions: a map lookup per instruction was
+    // a sizeable part of building the copies.
+    let mut exits: Vec<(usize, u32)> = plan
         .superblocks
         .iter()
         .flat_map(|b| b.exits.iter().copied())
         .collect();
+    exits.sort_by_key(|&(i, _)| i);
+    // Should two superblocks name one branch, the last one's count stands.
+    exits.dedup_by(|later, earlier| {
+        let same = later.0 == earlier.0;
+        if same {
+            *earlier = *later;
+        }
+        same
+    });
+    let mut exits = exits.into_iter().peekable();
+    let mut spatial = sorted_by_index(&plan.spatial).into_iter().peekable();
+    let mut redirects = sorted_by_index(&plan.redirects).into_iter().peekable();
     for (i, original) in code.instructions.iter().enumerate() {
+        let spatial_here = spatial.next_if(|&(j, _)| j == i).map(|(_, check)| check);
+        let exit_here = exits.next_if(|&(j, _)| j == i).map(|(_, loads)| loads);
+        let redirect_here = redirects.next_if(|&(j, _)| j == i).map(|(_, r)| r);
         first.push(all.len());
         let ip = original.ip();
         if i > 0 && follows_alignment_padding(ip, &code.instructions[i - 1]) {
@@ -728,7 +746,7 @@ fn copy_instructions(
                 };
                 label = 0;
                 insn.set_ip(resume);
-                let record = if plan.spatial.contains_key(&i) {
+                let record = if spatial_here.is_some() {
                     entries.record_tracked
                 } else {
                     entries.record
@@ -755,7 +773,7 @@ fn copy_instructions(
                 label = emit_ptwrites(
                     &insn,
                     (id, label),
-                    plan.spatial.get(&i).map(|&(_, check)| check),
+                    spatial_here.map(|(_, check)| check),
                     entries.spatial_hash,
                     &mut next_fake,
                     (all, &mut stubs),
@@ -765,19 +783,13 @@ fn copy_instructions(
             None => {}
         }
         if let Some(n) = in_loop {
-            loops.branch(
-                n,
-                &mut insn,
-                exits.get(&i).copied(),
-                &mut next_fake,
-                &mut stubs,
-            );
-        } else if let Some(&skipped) = exits.get(&i) {
+            loops.branch(n, &mut insn, exit_here, &mut next_fake, &mut stubs);
+        } else if let Some(skipped) = exit_here {
             let stub = next_fake();
             probe::exit_stub(skipped, stub, insn.near_branch_target(), &mut stubs);
             insn.set_near_branch64(stub);
         }
-        if let Some(&check) = plan.spatial.get(&i)
+        if let Some(check) = spatial_here
             && !matches!(insert, Some(Insert::Ptwrite { .. }))
         {
             spatial_check_in_copy(
@@ -794,7 +806,7 @@ fn copy_instructions(
         if insn.ip() == ip {
             insn.set_ip(label);
         }
-        redirect(plan, i, &mut insn, all);
+        redirect(redirect_here, &mut insn, all);
         let site = escapes.next_if(|&&(index, _)| index == i).map(|&(_, s)| s);
         // A hooked import's tail call lands in the stub, never in
         // original code: no escape check.
@@ -847,6 +859,13 @@ fn copy_instructions(
         spatial_at,
         aligned,
     })
+}
+
+/// The entries of a map keyed by instruction index, sorted by index.
+fn sorted_by_index<T: Copy>(map: &HashMap<usize, T>) -> Vec<(usize, T)> {
+    let mut entries: Vec<(usize, T)> = map.iter().map(|(&i, &value)| (i, value)).collect();
+    entries.sort_unstable_by_key(|&(i, _)| i);
+    entries
 }
 
 /// Appends the spatial check `(id, probe)` of `insn` (original address
@@ -1081,7 +1100,7 @@ impl Layout {
             let size = encoder.position_independent(insn, &mut self.pool)?;
             return Ok((Piece::Fixed(size), u64::from(size)));
         }
-        let encoder = &mut encoder.encoder;
+        let layout_encoder = encoder;
         Ok(if is_relative_branch(insn) {
             let short = matches!(
                 insn.code(),
@@ -1095,6 +1114,7 @@ impl Layout {
                     | Code::Loopne_rel8_64_ECX
             );
             if short {
+                let encoder = &mut layout_encoder.encoder;
                 // Sized first, then encoded with its target past the
                 // `jmp short`, which is where it lands wherever that is.
                 let mut probe = *insn;
@@ -1114,17 +1134,22 @@ impl Layout {
                     near.set_code(Code::Xbegin_rel32);
                 }
                 near.set_near_branch64(base);
-                let size = encoder.encode(&near, base).map_err(|e| fail(insn, e))?;
-                let offsets = encoder.get_constant_offsets();
-                if offsets.immediate_size() == 4 && offsets.immediate_offset() + 4 == size {
-                    drain_into(encoder, &mut self.pool);
-                    self.targets.push(insn.near_branch_target());
-                    (Piece::Near(size as u8), size as u64)
-                } else {
-                    self.reencode(encoder, insn, size)
+                match layout_encoder.near_branch(&near, base, &mut self.pool) {
+                    Ok(Some(size)) => {
+                        self.targets.push(insn.near_branch_target());
+                        (Piece::Near(size as u8), u64::from(size))
+                    }
+                    Ok(None) => {
+                        // Measured again: such forms are rare.
+                        let encoder = &mut layout_encoder.encoder;
+                        let size = encoder.encode(&near, base).map_err(|e| fail(insn, e))?;
+                        self.reencode(encoder, insn, size)
+                    }
+                    Err(e) => return Err(fail(insn, e)),
                 }
             }
         } else {
+            let encoder = &mut layout_encoder.encoder;
             let size = encoder.encode(insn, base).map_err(|e| fail(insn, e))?;
             let offsets = encoder.get_constant_offsets();
             if insn.memory_base() == Register::RIP && offsets.displacement_size() == 4 {
@@ -1180,7 +1205,8 @@ struct LayoutEncoder {
 struct CachedEncoding {
     insn: Instruction,
     len: u8,
-    bytes: [u8; 15],
+    /// The encoding, then zeros: copied whole, 16 bytes at a time.
+    bytes: [u8; 16],
 }
 
 impl LayoutEncoder {
@@ -1194,7 +1220,7 @@ impl LayoutEncoder {
         let empty = CachedEncoding {
             insn: Instruction::default(),
             len: 0,
-            bytes: [0; 15],
+            bytes: [0; 16],
         };
         LayoutEncoder {
             encoder: Encoder::new(64),
@@ -1229,7 +1255,10 @@ impl LayoutEncoder {
         let slot = &mut self.cache[Self::slot_of(insn)];
         let len = usize::from(slot.len);
         if len > 0 && slot.insn == *insn {
-            out.extend_from_slice(&slot.bytes[..len]);
+            // A copy of fixed length, inlined, instead of one of `len`.
+            let from = out.len();
+            out.extend_from_slice(&slot.bytes);
+            out.truncate(from + len);
             return Ok(len as u32);
         }
         let size = self.encoder.encode(insn, 0).map_err(|e| fail(insn, e))?;
@@ -1240,9 +1269,52 @@ impl LayoutEncoder {
         {
             slot.insn = *insn;
             slot.len = len;
+            slot.bytes = [0; 16];
             slot.bytes[..size].copy_from_slice(&out[from..]);
         }
         Ok(size as u32)
+    }
+}
+
+impl LayoutEncoder {
+    /// Appends the encoding of `near`, a relative branch in its rel32 form
+    /// with its target at `base`, encoded at `base`, to `out` and gives its
+    /// size, when its last 4 bytes are the displacement; `None` (and
+    /// nothing appended) for any other form. Such encodings are cached with
+    /// the position-independent ones: a branch's bytes but for its
+    /// displacement depend only on what `==` compares, its target (`base`,
+    /// the same for all) included, and the probes' branches repeat.
+    fn near_branch(
+        &mut self,
+        near: &Instruction,
+        base: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<u32>, IcedError> {
+        let slot = &mut self.cache[Self::slot_of(near)];
+        let len = usize::from(slot.len);
+        if len > 0 && slot.insn == *near {
+            let from = out.len();
+            out.extend_from_slice(&slot.bytes);
+            out.truncate(from + len);
+            return Ok(Some(len as u32));
+        }
+        let size = self.encoder.encode(near, base)?;
+        let offsets = self.encoder.get_constant_offsets();
+        if !(offsets.immediate_size() == 4 && offsets.immediate_offset() + 4 == size) {
+            discard(&mut self.encoder);
+            return Ok(None);
+        }
+        let from = out.len();
+        drain_into(&mut self.encoder, out);
+        if let Ok(len) = u8::try_from(size)
+            && size <= slot.bytes.len()
+        {
+            slot.insn = *near;
+            slot.len = len;
+            slot.bytes = [0; 16];
+            slot.bytes[..size].copy_from_slice(&out[from..]);
+        }
+        Ok(Some(size as u32))
     }
 }
 
@@ -1753,7 +1825,7 @@ fn counting_fragment(
             insn.set_ip(first);
         }
         first = 0;
-        redirect(plan, i, &mut insn, out);
+        redirect(plan.redirects.get(&i).copied(), &mut insn, out);
         hook_got_call(entries, &mut insn);
         out.push(insn);
     }
@@ -1774,20 +1846,20 @@ fn jump_with_label(target: u64, ip: u64) -> Instruction {
     jump
 }
 
-/// Applies instruction `i`'s table redirect to `insn`, the copy about to be
+/// Applies `redirect`, the table redirect of `insn`, the copy about to be
 /// appended to `out`: a new displacement for the entry load (its probe and
 /// spatial check, emitted before, keep the original address), or a `lea`
 /// adding the table base before the jump, taking over the jump's label.
-fn redirect(plan: &CopyPlan<'_>, i: usize, insn: &mut Instruction, out: &mut Vec<Instruction>) {
-    match plan.redirects.get(&i) {
-        Some(&TableRedirect::Displacement(displacement)) => {
+fn redirect(redirect: Option<TableRedirect>, insn: &mut Instruction, out: &mut Vec<Instruction>) {
+    match redirect {
+        Some(TableRedirect::Displacement(displacement)) => {
             if insn.memory_base() != Register::None {
                 // disp8 if it fits, else the address size.
                 insn.set_memory_displ_size(1);
             }
             insn.set_memory_displacement64(displacement);
         }
-        Some(&TableRedirect::AddBase { target, base }) => {
+        Some(TableRedirect::AddBase { target, base }) => {
             let operand = iced_x86::MemoryOperand::with_base_index(target, base);
             let mut add = Instruction::with2(Code::Lea_r64_m, target, operand).expect("valid lea");
             add.set_ip(insn.ip());
@@ -2198,6 +2270,60 @@ mod tests {
             }
         }
         assert!(!fresh.is_empty());
+    }
+
+    /// A piece's kind and sizes, to compare.
+    fn shape(piece: &Piece) -> (u8, u32, u8) {
+        match *piece {
+            Piece::Fixed(size) => (0, size, 0),
+            Piece::Near(size) => (1, size.into(), 0),
+            Piece::Short(size) => (2, size.into(), 0),
+            Piece::RipRelative(size, at) => (3, size.into(), at),
+            Piece::Reencode(k, size) => (4, k, size),
+        }
+    }
+
+    #[test]
+    fn branches_and_rip_relative_operands_lay_out_alike_from_a_warm_cache() {
+        let codes = codes_of_this_executable(300);
+        let base = 0x7000_0000;
+        let mut warm = LayoutEncoder::new();
+        let mut cold = LayoutEncoder::new();
+        let empty = cold.cache[0];
+        let (mut near, mut rip) = (0, 0);
+        // Twice, so that the second pass is mostly hits.
+        for _ in 0..2 {
+            for insn in codes.iter().flat_map(|c| &c.instructions) {
+                if !is_relative_branch(insn) && !insn.is_ip_rel_memory_operand() {
+                    continue;
+                }
+                cold.cache.fill(empty);
+                let (mut cached, mut fresh) = (Layout::default(), Layout::default());
+                let from_cache = cached.piece(&mut warm, insn, base);
+                let encoded = fresh.piece(&mut cold, insn, base);
+                let (Ok((piece, size)), Ok((expected, expected_size))) = (from_cache, encoded)
+                else {
+                    panic!("{insn}: one of the two layouts failed");
+                };
+                assert_eq!(
+                    (shape(&piece), size),
+                    (shape(&expected), expected_size),
+                    "{insn}"
+                );
+                assert_eq!(cached.targets, fresh.targets, "{insn}");
+                assert_eq!(cached.placed, fresh.placed, "{insn}");
+                match piece {
+                    Piece::RipRelative(..) => rip += 1,
+                    Piece::Near(_) => near += 1,
+                    _ => {}
+                }
+                assert_eq!(cached.pool, fresh.pool, "{insn}");
+            }
+        }
+        assert!(
+            near > 100 && rip > 100,
+            "{near} branches, {rip} rip-relative"
+        );
     }
 
     #[test]
