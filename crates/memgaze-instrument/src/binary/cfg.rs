@@ -546,7 +546,8 @@ fn link_blocks(
         block.successors = succ;
     }
     for b in 0..blocks.len() {
-        for s in blocks[b].successors.clone() {
+        for k in 0..blocks[b].successors.len() {
+            let s = blocks[b].successors[k];
             let preds = &mut blocks[s as usize].predecessors;
             if !preds.contains(&(b as u32)) {
                 preds.push(b as u32);
