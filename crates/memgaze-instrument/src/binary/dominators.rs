@@ -89,19 +89,35 @@ impl Dominators {
 /// the tree can be as deep as the function is long).
 fn tree_order(idom: &[Option<u32>], rpo: &[u32]) -> Vec<(u32, u32)> {
     let n = idom.len();
-    let mut children: Vec<Vec<u32>> = vec![Vec::new(); n];
+    // Every block's children in `rpo` order, in one list: block `p`'s are
+    // `children[first[p]..first[p + 1]]` (a list per block was most of
+    // this pass's allocations).
+    let mut first = vec![0u32; n + 1];
     for &b in rpo.iter().skip(1) {
         if let Some(p) = idom[b as usize] {
-            children[p as usize].push(b);
+            first[p as usize + 1] += 1;
         }
     }
+    for p in 0..n {
+        first[p + 1] += first[p];
+    }
+    let mut filled = first[..n].to_vec();
+    let mut children = vec![0u32; first[n] as usize];
+    for &b in rpo.iter().skip(1) {
+        if let Some(p) = idom[b as usize] {
+            children[filled[p as usize] as usize] = b;
+            filled[p as usize] += 1;
+        }
+    }
+    let children_of =
+        |b: u32| &children[first[b as usize] as usize..first[b as usize + 1] as usize];
     let mut order = vec![(u32::MAX, u32::MAX); n];
     let mut clock = 0u32;
     let mut stack: Vec<(u32, usize)> = vec![(0, 0)];
     order[0].0 = clock;
     clock += 1;
     while let Some(&mut (b, ref mut next)) = stack.last_mut() {
-        if let Some(&c) = children[b as usize].get(*next) {
+        if let Some(&c) = children_of(b).get(*next) {
             *next += 1;
             order[c as usize].0 = clock;
             clock += 1;

@@ -110,30 +110,41 @@ impl LineTable {
         let Some(first) = self.locate(address) else {
             return Vec::new();
         };
-        let mut holding: Vec<&Inline> = Vec::new();
-        let mut i = self.inlines.partition_point(|r| r.begin <= address);
-        while i > 0 && self.inline_reach[i - 1] > address {
-            i -= 1;
-            let r = &self.inlines[i];
-            if r.end > address {
-                holding.push(r);
-            }
+        thread_local! {
+            /// The ranges holding the address, by index: reused across
+            /// lookups, which come by the hundred thousand from all cores.
+            static HOLDING: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
         }
-        holding.sort_by_key(|r| std::cmp::Reverse(r.depth));
-        // One inlined subroutine may list the same range twice (split
-        // `DW_AT_ranges`); its call site counts once.
-        holding.dedup_by_key(|r| (r.depth, r.file, r.line));
-        let mut chain = vec![first];
-        chain.extend(
-            holding
-                .iter()
-                .filter(|r| r.line != 0)
-                .map(|r| SourceLocation {
-                    file: &self.files[r.file as usize],
-                    line: r.line,
-                }),
-        );
-        chain
+        HOLDING.with_borrow_mut(|holding| {
+            holding.clear();
+            let mut i = self.inlines.partition_point(|r| r.begin <= address);
+            while i > 0 && self.inline_reach[i - 1] > address {
+                i -= 1;
+                if self.inlines[i].end > address {
+                    holding.push(i);
+                }
+            }
+            holding.sort_by_key(|&i| std::cmp::Reverse(self.inlines[i].depth));
+            // One inlined subroutine may list the same range twice (split
+            // `DW_AT_ranges`); its call site counts once.
+            holding.dedup_by_key(|&mut i| {
+                let r = &self.inlines[i];
+                (r.depth, r.file, r.line)
+            });
+            let mut chain = Vec::with_capacity(1 + holding.len());
+            chain.push(first);
+            chain.extend(
+                holding
+                    .iter()
+                    .map(|&i| &self.inlines[i])
+                    .filter(|r| r.line != 0)
+                    .map(|r| SourceLocation {
+                        file: &self.files[r.file as usize],
+                        line: r.line,
+                    }),
+            );
+            chain
+        })
     }
 
     /// Builds the table. `section` returns the (decompressed) contents of a

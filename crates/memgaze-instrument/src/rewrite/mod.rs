@@ -47,7 +47,7 @@ use memgaze_trace::LoadClass;
 use output::Output;
 use probe::FastPath;
 use relocate::{CopyPlan, Insert};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 pub(crate) use hooks::Hook;
@@ -1638,7 +1638,12 @@ fn spatial_skips(segment_va: u64, table_va: u64, copies: &relocate::Copies) -> S
         return SpatialSkips::default();
     }
     let offset = |va: u64| u32::try_from(va - segment_va).expect("segment below 4 GiB");
-    let mut table = Vec::new();
+    let mut table = Vec::with_capacity(
+        checks
+            .iter()
+            .map(|c| 4 + 4 + c.immediates.map_or(0, |i| i.len()) + c.len as usize)
+            .sum(),
+    );
     for check in checks {
         table.extend_from_slice(&offset(check.ip).to_le_bytes());
         table.extend_from_slice(&check.len.to_le_bytes());
@@ -1646,7 +1651,7 @@ fn spatial_skips(segment_va: u64, table_va: u64, copies: &relocate::Copies) -> S
             .immediates
             .expect("a spatial check has both immediates");
         table.extend(immediates);
-        table.extend(probe::spatial_skip(check.len as usize, check.moves_rsp));
+        probe::append_spatial_skip(&mut table, check.len as usize, check.moves_rsp);
     }
     let first = checks.iter().map(|c| c.ip).min().unwrap_or(segment_va);
     let last = checks
@@ -1728,12 +1733,8 @@ fn count_into_report(report: &mut Report, annotation: &Annotation, plans: &[Plan
         } else if load.proxy.is_some() {
             report.loads_implied += 1;
         } else {
-            let reason = load
-                .skipped
-                .as_deref()
-                .unwrap_or("not selected")
-                .to_string();
-            *report.loads_skipped.entry(reason).or_default() += 1;
+            let reason = load.skipped.as_deref().unwrap_or("not selected");
+            add_count(&mut report.loads_skipped, reason, 1);
         }
     }
     report.loads = annotation.loads.len();
@@ -1746,28 +1747,39 @@ fn count_into_report(report: &mut Report, annotation: &Annotation, plans: &[Plan
         .iter()
         .filter(|p| p.annotation_function.is_some())
         .count();
+    // Soft probes are counted by fast path first: their report names are
+    // made once per path, not once per probe.
+    let mut soft_probes: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let kinds = &mut report.probe_kinds;
     for plan in plans {
         for &(_, insert) in &plan.inserts {
-            let name = match insert {
-                Insert::Soft { fast, .. } => format!("{} probe", fast.name()),
-                Insert::Ptwrite { .. } => "ptwrite".into(),
-                Insert::String { .. } => "string probe".into(),
-            };
-            *report.probe_kinds.entry(name).or_default() += 1;
+            match insert {
+                Insert::Soft { fast, .. } => *soft_probes.entry(fast.name()).or_default() += 1,
+                Insert::Ptwrite { .. } => add_count(kinds, "ptwrite", 1),
+                Insert::String { .. } => add_count(kinds, "string probe", 1),
+            }
         }
         for block in &plan.blocks {
-            *report
-                .probe_kinds
-                .entry("superblock check".into())
-                .or_default() += 1;
-            *report
-                .probe_kinds
-                .entry("loads counted by superblock checks".into())
-                .or_default() += block.loads.len();
-            *report
-                .probe_kinds
-                .entry("superblock side exits".into())
-                .or_default() += block.exits.len();
+            add_count(kinds, "superblock check", 1);
+            add_count(
+                kinds,
+                "loads counted by superblock checks",
+                block.loads.len(),
+            );
+            add_count(kinds, "superblock side exits", block.exits.len());
+        }
+    }
+    for (fast, count) in soft_probes {
+        add_count(kinds, &format!("{fast} probe"), count);
+    }
+}
+
+/// Adds `count` to `key`'s entry, making its `String` only the first time.
+fn add_count(counts: &mut BTreeMap<String, usize>, key: &str, count: usize) {
+    match counts.get_mut(key) {
+        Some(total) => *total += count,
+        None => {
+            counts.insert(key.to_string(), count);
         }
     }
 }
@@ -1794,25 +1806,36 @@ fn form_superblocks(
                 | FlowControl::UnconditionalBranch
         )
     };
-    let mut by_block: HashMap<u32, Vec<(usize, u32, FastPath)>> = HashMap::new();
-    for &(i, insert) in inserts.iter() {
-        if let Insert::Soft { id, fast } = insert
-            && !is_control(i)
-        {
-            by_block
-                .entry(code.block_of[i])
-                .or_default()
-                .push((i, id, fast));
-        }
+    // The soft probes of every block, in `inserts` order, in one list
+    // sorted by block (a list per block was most of planning's allocations).
+    let mut probes: Vec<(u32, (usize, u32, FastPath))> = inserts
+        .iter()
+        .filter_map(|&(i, insert)| match insert {
+            Insert::Soft { id, fast } if !is_control(i) => Some((code.block_of[i], (i, id, fast))),
+            _ => None,
+        })
+        .collect();
+    probes.sort_by_key(|&(block, _)| block);
+    let mut first = vec![0usize; code.blocks.len() + 1];
+    for &(block, _) in &probes {
+        first[block as usize + 1] += 1;
     }
+    for b in 0..code.blocks.len() {
+        first[b + 1] += first[b];
+    }
+    let probes_of = |b: usize| probes[first[b]..first[b + 1]].iter().map(|&(_, p)| p);
     let block_at = |addr: u64| code.instruction_at(addr).map(|i| code.block_of[i] as usize);
     let mut used = vec![false; code.blocks.len()];
     let mut superblocks = Vec::new();
+    // The blocks of the superblock being formed (one buffer for all).
+    let mut chain: Vec<usize> = Vec::new();
     for b in 0..code.blocks.len() {
-        if used[b] || !by_block.contains_key(&(b as u32)) {
+        if used[b] {
             continue;
         }
-        let first_load = by_block[&(b as u32)][0].0;
+        let Some((first_load, _, _)) = probes_of(b).next() else {
+            continue;
+        };
         let head = &code.blocks[b];
         let Some(at) = (head.first as usize..=first_load)
             .rev()
@@ -1820,7 +1843,8 @@ fn form_superblocks(
         else {
             continue;
         };
-        let mut chain = vec![b];
+        chain.clear();
+        chain.push(b);
         loop {
             let current = &code.blocks[*chain.last().unwrap()];
             if current.terminator != crate::binary::Terminator::Conditional {
@@ -1843,22 +1867,16 @@ fn form_superblocks(
             chain.push(next);
         }
         // Trailing blocks without loads add nothing.
-        while chain.len() > 1 && !by_block.contains_key(&(*chain.last().unwrap() as u32)) {
+        while chain.len() > 1 && probes_of(*chain.last().unwrap()).next().is_none() {
             chain.pop();
         }
-        let loads: Vec<(usize, u32, FastPath)> = chain
-            .iter()
-            .flat_map(|c| by_block.get(&(*c as u32)).into_iter().flatten().copied())
-            .collect();
+        let loads: Vec<(usize, u32, FastPath)> = chain.iter().flat_map(|&c| probes_of(c)).collect();
         if loads.len() < 2 || loads.len() > u16::MAX as usize {
             continue;
         }
         let mut exits = Vec::new();
         for (n, &c) in chain.iter().enumerate().take(chain.len() - 1) {
-            let after: usize = chain[n + 1..]
-                .iter()
-                .map(|x| by_block.get(&(*x as u32)).map_or(0, Vec::len))
-                .sum();
+            let after: usize = chain[n + 1..].iter().map(|&x| probes_of(x).len()).sum();
             if after > 0 {
                 exits.push((code.blocks[c].last(), after as u32));
             }

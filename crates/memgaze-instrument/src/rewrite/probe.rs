@@ -291,12 +291,13 @@ fn spatial_restore(probe: SpatialProbe, out: &mut Vec<Instruction>) {
 /// documentation): at most three long `nop`s where the check leaves `rsp`
 /// alone, else a `jmp` over it (a `nop` run through the saves would decode
 /// as many instructions, and the unwind information of their addresses
-/// describes the moved `rsp`).
-pub(crate) fn spatial_skip(len: usize, moves_rsp: bool) -> Vec<u8> {
+/// describes the moved `rsp`). Appended to `out`, which holds the skips
+/// of every check.
+pub(crate) fn append_spatial_skip(out: &mut Vec<u8>, len: usize, moves_rsp: bool) {
     /// `nop word [rax+rax*1+0]` with a 32-bit displacement, and prefixes.
     const NOP_10: [u8; 10] = [0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00];
     use super::relocate::NOPS;
-    let mut out = Vec::with_capacity(len);
+    let end = out.len() + len;
     if !moves_rsp && len <= 3 * NOP_10.len() {
         // Equal pieces: as few instructions as the length allows.
         let pieces = len.div_ceil(NOP_10.len());
@@ -310,13 +311,12 @@ pub(crate) fn spatial_skip(len: usize, moves_rsp: bool) -> Vec<u8> {
         }
     } else if len - 2 <= i8::MAX as usize {
         out.extend_from_slice(&[0xeb, (len - 2) as u8]);
-        out.resize(len, 0xcc);
+        out.resize(end, 0xcc);
     } else {
         out.push(0xe9);
         out.extend_from_slice(&((len - 5) as i32).to_le_bytes());
-        out.resize(len, 0xcc);
+        out.resize(end, 0xcc);
     }
-    out
 }
 
 /// Where a spatial check's stub takes a record.
@@ -1074,6 +1074,15 @@ mod tests {
 
     fn decode_one(bytes: &[u8]) -> Instruction {
         Decoder::with_ip(64, bytes, 0x1000, DecoderOptions::NONE).decode()
+    }
+
+    /// One check's skip alone, after bytes already in the buffer (which
+    /// it must leave as they are).
+    fn spatial_skip(len: usize, moves_rsp: bool) -> Vec<u8> {
+        let mut out = vec![0xf4; 3];
+        append_spatial_skip(&mut out, len, moves_rsp);
+        assert_eq!(out[..3], [0xf4; 3]);
+        out.split_off(3)
     }
 
     #[test]
