@@ -420,6 +420,38 @@ fn golden_snapshots_divan_benches_reproducibly_and_leaves_criterion_out() {
     assert!(golden_statuses(&messages).is_empty(), "{messages:?}");
 }
 
+/// `cargo memgaze bench … | head`: a reader that leaves before the run
+/// ends stops it quietly with the status of a program killed by SIGPIPE
+/// (141), so that a CI pipeline under `pipefail` fails: it used to exit 0,
+/// a gate passing without a verdict.
+#[test]
+fn a_bench_run_whose_reader_left_exits_like_sigpipe() {
+    let mut cmd = crate::support::memgaze_command();
+    cmd.args(["memgaze", "bench", "--locked", "--manifest-path"])
+        .arg(manifest())
+        .arg("--target-dir")
+        .arg(shared_target_dir())
+        .args([
+            "--no-report",
+            "--bench",
+            "div",
+            "--",
+            "--exact",
+            "div::summing::1000",
+        ])
+        .env_remove("CI")
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    // The reader leaves before the table's first line.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + 13), "{stderr}");
+    assert!(!stderr.contains("internal error"), "{stderr}");
+}
+
 /// The README's `cargo add` names the harness at the repository's
 /// top-level `harness/` directory.
 #[test]
