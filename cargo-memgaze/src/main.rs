@@ -19,9 +19,11 @@ fn main() {
             .or_else(|| info.payload().downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown panic".to_string());
         // `cargo memgaze bench | head`: the reader left; stop quietly, as
-        // a shell pipeline expects (print! panics on a closed stdout).
+        // a shell pipeline expects (print! panics on a closed stdout), with
+        // the status of a program killed by SIGPIPE: under `pipefail` a run
+        // cut short (a gate that gave no verdict) must not pass for success.
         if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
-            std::process::exit(0);
+            std::process::exit(128 + libc::SIGPIPE);
         }
         let location = info
             .location()

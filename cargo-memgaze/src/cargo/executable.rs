@@ -238,11 +238,16 @@ impl BenchExecutable {
     /// <name>`, from the package root) through `program` — the executable itself, or an
     /// instrumented copy of it. The caller adds the environment (a recorder
     /// sets [`RECORDING_ENV`]) and the stdio it wants.
-    pub fn run_command(&self, program: &Path, case: &BenchCase) -> Command {
+    ///
+    /// `runs` fixes how many times the routine runs where the framework
+    /// can be told on its command line (divan); memgaze-harness takes the
+    /// count from its environment ([`crate::pipeline::ITERATIONS_ENV`]),
+    /// and criterion cannot be told one.
+    pub fn run_command(&self, program: &Path, case: &BenchCase, runs: Option<u64>) -> Command {
         let mut command = Command::new(program);
         match self.harness {
             BenchHarness::Criterion => command.args(frameworks::criterion_run_args(&case.name)),
-            BenchHarness::Divan => command.args(frameworks::divan_run_args(&case.name)),
+            BenchHarness::Divan => command.args(frameworks::divan_run_args(&case.name, runs)),
             BenchHarness::Memgaze => {
                 command.args(HarnessArgs::run_one_args(&case.name, case.ignored))
             }
@@ -266,7 +271,7 @@ impl BenchExecutable {
         case: &BenchCase,
         configure: impl FnOnce(&mut Command),
     ) -> anyhow::Result<BenchRun> {
-        let mut command = self.run_command(program, case);
+        let mut command = self.run_command(program, case, None);
         configure(&mut command);
         let output = command
             .output()

@@ -293,17 +293,22 @@ pub fn criterion_run_args(name: &str) -> Vec<String> {
 }
 
 /// The arguments that run one divan bench by exact name for at least
-/// [`DIVAN_MIN_TIME_SECS`].
-pub fn divan_run_args(name: &str) -> Vec<String> {
-    [
-        "--bench",
-        "--min-time",
-        DIVAN_MIN_TIME_SECS,
-        "--exact",
-        name,
-    ]
-    .map(str::to_string)
-    .to_vec()
+/// [`DIVAN_MIN_TIME_SECS`], or, given `runs`, exactly that many times: one
+/// sample of `runs` iterations, which (unlike a time) gives the same full
+/// trace on every run.
+pub fn divan_run_args(name: &str, runs: Option<u64>) -> Vec<String> {
+    let mut args = vec!["--bench".to_string()];
+    match runs {
+        Some(runs) => args.extend([
+            "--sample-count".to_string(),
+            "1".to_string(),
+            "--sample-size".to_string(),
+            runs.to_string(),
+        ]),
+        None => args.extend(["--min-time".to_string(), DIVAN_MIN_TIME_SECS.to_string()]),
+    }
+    args.extend(["--exact".to_string(), name.to_string()]);
+    args
 }
 
 /// How a divan run of `name` ended: its table has a row for the bench's
@@ -444,6 +449,34 @@ mod tests {
                 "--profile-time",
                 CRITERION_PROFILE_SECS,
                 "^req/req$"
+            ]
+        );
+    }
+
+    /// A fixed run count reaches divan as one sample of that many
+    /// iterations, in place of the minimum time.
+    #[test]
+    fn divan_runs_for_a_time_or_a_fixed_count() {
+        assert_eq!(
+            divan_run_args("div::sum::10", None),
+            [
+                "--bench",
+                "--min-time",
+                DIVAN_MIN_TIME_SECS,
+                "--exact",
+                "div::sum::10"
+            ]
+        );
+        assert_eq!(
+            divan_run_args("div::sum::10", Some(3)),
+            [
+                "--bench",
+                "--sample-count",
+                "1",
+                "--sample-size",
+                "3",
+                "--exact",
+                "div::sum::10"
             ]
         );
     }

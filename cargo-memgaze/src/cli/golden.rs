@@ -157,6 +157,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     }
     let facts = BuildFacts::current(&args.cargo)?;
     let suite = suite::discover(&args.cargo, &harness, global)?;
+    let suite = suite::without_criterion_targets(suite, &args.cargo, "golden")?;
     let store = GoldenStore::new(golden_dir(&args.golden_dir, &suite));
     if args.golden_dir.is_none() {
         check_golden_dir(store.dir())?;

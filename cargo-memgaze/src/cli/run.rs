@@ -278,8 +278,13 @@ fn print_analysis(args: &Args, analysis: &memgaze_analysis::Analysis) -> Result<
         Some(path) => memgaze_output::write_atomic(path, text)?,
         None => {
             let mut out = std::io::stdout().lock();
-            out.write_all(text.as_bytes())?;
-            out.flush()?;
+            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                Ok(()) => {}
+                // `run prog | head` is normal use: the reader is gone, and
+                // the exit status stays the program's.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                Err(e) => return Err(e).context("cannot write to standard output"),
+            }
         }
     }
     Ok(())

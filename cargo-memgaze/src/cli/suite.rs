@@ -50,6 +50,45 @@ pub fn discover(
     Ok(suite)
 }
 
+/// Leaves the criterion targets out of a suite that `command` (`golden`,
+/// `validate`) traces in full: criterion picks how many times a routine
+/// runs by time, and no option of its fixes the count, so their full traces
+/// differ on every run and their snapshots would never match. A target the
+/// user named (`--bench`) is a usage error; when no other target is left,
+/// the reason is the error; otherwise each is skipped with a warning.
+pub fn without_criterion_targets(
+    mut suite: BenchSuite,
+    cargo_args: &CargoArgs,
+    command: &str,
+) -> anyhow::Result<BenchSuite> {
+    let (criterion, others): (Vec<_>, Vec<_>) = std::mem::take(&mut suite.targets)
+        .into_iter()
+        .partition(|t| t.executable.harness == cargo::BenchHarness::Criterion);
+    let reason = |exe: &BenchExecutable| {
+        format!(
+            "bench target `{}` uses criterion, which picks how many times a routine runs by time: \
+             its full traces differ on every run, so `{command}` cannot compare them (record it with `cargo memgaze bench`)",
+            exe.display_name()
+        )
+    };
+    if let Some(named) = criterion
+        .iter()
+        .find(|t| cargo_args.bench_targets.contains(&t.executable.target))
+    {
+        return Err(memgaze_error::usage(reason(&named.executable)));
+    }
+    if others.is_empty()
+        && let Some(first) = criterion.first()
+    {
+        anyhow::bail!(reason(&first.executable));
+    }
+    for target in &criterion {
+        styled_eprintln!("warning: {}; skipped", reason(&target.executable));
+    }
+    suite.targets = others;
+    Ok(suite)
+}
+
 /// The instrumented executables of a suite's targets that have selected
 /// benches, each with its instrumented libraries (`--libs`).
 pub struct InstrumentedTargets {

@@ -182,6 +182,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     }
     let facts = BuildFacts::current(&args.cargo)?;
     let suite = suite::discover(&args.cargo, &harness, global)?;
+    let suite = suite::without_criterion_targets(suite, &args.cargo, "validate")?;
     let store = GoldenStore::new(golden_dir(&args.golden_dir, &suite));
     if let Some(message) = facts_mismatch(&store, &suite, &facts)? {
         anyhow::bail!(message);

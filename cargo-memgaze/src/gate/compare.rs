@@ -405,10 +405,14 @@ pub fn compare_analysis(
             notes.push(undersampled_curve_note(which, tracked));
         }
     }
-    if super::metric::run_count_chosen_by_time(a) || super::metric::run_count_chosen_by_time(b) {
-        notes.push(
-            "A_hat and misses_* not compared: criterion's profiling mode picks how many times the routine runs by time and reports no count, so totals differ by that alone".to_string(),
-        );
+    if let Some(timed) = [a, b]
+        .into_iter()
+        .find(|x| super::metric::run_count_chosen_by_time(x))
+    {
+        notes.push(match super::metric::timed_framework(timed) {
+            Some("divan") => "A_hat and misses_* not compared: divan picks how many times the routine runs by time, and its table gave no count for this bench (a `threads` bench has a row per thread count), so totals differ by that alone",
+            _ => "A_hat and misses_* not compared: criterion's profiling mode picks how many times the routine runs by time and reports no count, so totals differ by that alone",
+        }.to_string());
     }
     let window_k = common_window_k(a, b);
     let mut widen = None;

@@ -274,12 +274,27 @@ impl fmt::Display for Metric {
 /// Whether the routine ran a number of times that its framework chose by
 /// time and did not report: criterion's profiling mode (`--profile-time`,
 /// how `bench` runs criterion benches) calls the routine in batches sized
-/// from a timed warm-up and prints no count, so `iterations` is absent and
-/// `Â` is a total over a count that changes from run to run with the
-/// machine's speed. Such an `Â` has no per-run value to gate on.
+/// from a timed warm-up and prints no count; divan (`--min-time`) prints
+/// one, but not in a row `bench` can read for every bench (a `threads`
+/// bench has a row per thread count). `iterations` is then absent and `Â`
+/// is a total over a count that changes from run to run with the machine's
+/// speed. Such an `Â` has no per-run value to gate on.
 pub fn run_count_chosen_by_time(analysis: &Analysis) -> bool {
-    analysis.summary.iterations.is_none()
-        && analysis.run.command.iter().any(|a| a == "--profile-time")
+    analysis.summary.iterations.is_none() && timed_framework(analysis).is_some()
+}
+
+/// The framework that ran a bench for a time rather than a count, by its
+/// option in the recorded command: `criterion` (`--profile-time`) or
+/// `divan` (`--min-time`).
+pub fn timed_framework(analysis: &Analysis) -> Option<&'static str> {
+    let command = &analysis.run.command;
+    if command.iter().any(|a| a == "--profile-time") {
+        Some("criterion")
+    } else if command.iter().any(|a| a == "--min-time") {
+        Some("divan")
+    } else {
+        None
+    }
 }
 
 /// `baseline` with its `MR_*` and `misses_*` read at the cache sizes of

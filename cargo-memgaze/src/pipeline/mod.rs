@@ -61,6 +61,17 @@ pub fn one_iteration() -> (String, String) {
 /// The harness's variable for a fixed number of routine runs.
 pub const ITERATIONS_ENV: &str = "MEMGAZE_ITERATIONS";
 
+/// The fixed number of routine runs a bench process is given
+/// ([`ITERATIONS_ENV`] in the plan's environment, else in ours), which
+/// divan is told on its command line; `None` when its length is timed.
+fn fixed_runs(plan_env: &[(String, String)]) -> Option<u64> {
+    let value = match plan_env.iter().find(|(name, _)| name == ITERATIONS_ENV) {
+        Some((_, value)) => value.clone(),
+        None => std::env::var(ITERATIONS_ENV).ok()?,
+    };
+    value.trim().parse().ok().filter(|&runs| runs > 0)
+}
+
 /// How to record and analyse one bench.
 #[derive(Clone, Debug)]
 pub struct RunPlan {
@@ -144,7 +155,7 @@ pub fn record_bench(
 ) -> anyhow::Result<BenchRecording> {
     let started = Instant::now();
     let exe = &target.executable;
-    let mut command = exe.run_command(&instrumented.path, case);
+    let mut command = exe.run_command(&instrumented.path, case, fixed_runs(&plan.env));
     command.env(RECORDING_ENV, "1");
     for (name, value) in &plan.env {
         command.env(name, value);

@@ -212,3 +212,35 @@ fn report_refuses_an_output_that_is_a_file() {
     );
     assert_eq!(std::fs::read(&file).unwrap(), b"keep");
 }
+
+/// `run prog | head`: the reader closing the pipe is normal use. The
+/// program dies of SIGPIPE and `run` exits with its status (141, as with
+/// `--output`), with no `error:` line for the analysis it could not print
+/// (it used to fail with `error: Broken pipe`, exit 1).
+#[test]
+fn run_into_a_closed_pipe_exits_like_the_program() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let yes = ["/usr/bin/yes", "/bin/yes"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .expect("/usr/bin/yes");
+    let mut child = crate::support::memgaze_command()
+        .args(["memgaze", "run", "-q", "--libs", "none", "--"])
+        .arg(&yes)
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 4];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"y\ny\n");
+    // The pipe's reader is gone once `stdout` is dropped above.
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("error"), "{err}");
+    assert_eq!(out.status.code(), Some(128 + 13), "{err}");
+}

@@ -327,6 +327,131 @@ fn naming_a_libtest_bench_is_a_usage_error() {
     );
 }
 
+/// `cargo memgaze golden` on the fixture, JSON lines on stdout, snapshots
+/// in `dir`.
+fn golden(dir: &Path, extra: &[&str]) -> (std::process::Output, Vec<Value>) {
+    let mut cmd = crate::support::memgaze_command();
+    cmd.args(["memgaze", "golden", "--locked", "--manifest-path"])
+        .arg(manifest())
+        .arg("--target-dir")
+        .arg(shared_target_dir())
+        .arg("--golden-dir")
+        .arg(dir)
+        .args(["--message-format", "json"])
+        .args(extra)
+        .env_remove("CI");
+    for (name, _) in std::env::vars() {
+        if name.starts_with("MEMGAZE_") {
+            cmd.env_remove(name);
+        }
+    }
+    let out = cmd.output().unwrap();
+    let messages = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    (out, messages)
+}
+
+/// The `golden` results' (name, status) pairs.
+fn golden_statuses(messages: &[Value]) -> Vec<(String, String)> {
+    messages
+        .iter()
+        .filter(|m| m["reason"] == "golden")
+        .map(|m| {
+            let field = |k: &str| m[k].as_str().unwrap().to_string();
+            (field("name"), field("status"))
+        })
+        .collect()
+}
+
+/// Golden snapshots of divan benches are reproducible: each runs one
+/// sample of one iteration, not for a time (which gave a different full
+/// trace on every run, so the second `golden` always differed). Criterion
+/// cannot be told a count: its targets are skipped with a warning, and
+/// naming one is a usage error.
+#[test]
+fn golden_snapshots_divan_benches_reproducibly_and_leaves_criterion_out() {
+    let snapshots = tempfile::tempdir().unwrap();
+    let filter = ["--", "--exact", "div::chasing::1000", "div::sort_batched"];
+    let (out, messages) = golden(snapshots.path(), &[&["--update"][..], &filter].concat());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    for target in ["crit", "crit_forms", "crit_latest"] {
+        let warning = format!(
+            "warning: bench target `ring-stats/{target}` uses criterion, which picks how many times a routine runs by time"
+        );
+        assert!(stderr.lines().any(|l| l.starts_with(&warning)), "{stderr}");
+    }
+    let created = golden_statuses(&messages);
+    let names: Vec<&str> = created.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["div::chasing::1000", "div::sort_batched"],
+        "{stderr}"
+    );
+    assert!(created.iter().all(|(_, s)| s == "created"), "{created:?}");
+
+    let (out, messages) = golden(
+        snapshots.path(),
+        &[&["--bench", "div"][..], &filter].concat(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let again = golden_statuses(&messages);
+    assert!(
+        again.len() == 2 && again.iter().all(|(_, s)| s == "unchanged"),
+        "{again:?}\n{stderr}"
+    );
+
+    // Below cargo's own `Finished` line, one error line and nothing traced.
+    let (out, messages) = golden(snapshots.path(), &["--bench", "crit"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let ours: Vec<&str> = stderr
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("Finished `bench` profile"))
+        .collect();
+    assert_eq!(ours.len(), 1, "{stderr}");
+    assert!(
+        ours[0].starts_with("error: bench target `ring-stats/crit` uses criterion"),
+        "{stderr}"
+    );
+    assert!(golden_statuses(&messages).is_empty(), "{messages:?}");
+}
+
+/// `cargo memgaze bench … | head`: a reader that leaves before the run
+/// ends stops it quietly with the status of a program killed by SIGPIPE
+/// (141), so that a CI pipeline under `pipefail` fails: it used to exit 0,
+/// a gate passing without a verdict.
+#[test]
+fn a_bench_run_whose_reader_left_exits_like_sigpipe() {
+    let mut cmd = crate::support::memgaze_command();
+    cmd.args(["memgaze", "bench", "--locked", "--manifest-path"])
+        .arg(manifest())
+        .arg("--target-dir")
+        .arg(shared_target_dir())
+        .args([
+            "--no-report",
+            "--bench",
+            "div",
+            "--",
+            "--exact",
+            "div::summing::1000",
+        ])
+        .env_remove("CI")
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    // The reader leaves before the table's first line.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + 13), "{stderr}");
+    assert!(!stderr.contains("internal error"), "{stderr}");
+}
+
 /// The README's `cargo add` names the harness at the repository's
 /// top-level `harness/` directory.
 #[test]

@@ -635,6 +635,42 @@ fn the_noise_factor_grows_as_one_over_the_root_of_the_samples() {
     assert_eq!(noise_factor(1000), None);
 }
 
+/// A divan bench whose table gave no run count (a `threads` bench: a row
+/// per thread count) ran for `--min-time` as many times as fit: its `Â` and
+/// `misses_*` are totals over that count, not gated (a 3× change in the
+/// count alone made a false regression), and the verdict says why.
+#[test]
+fn divan_totals_without_a_run_count_are_not_gated() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("memgaze");
+    let divan = |runs: f64| {
+        let mut a = analyse(dir.path(), Kernel::Str1, 1, SAMPLING);
+        a.summary.a_hat = a.summary.a_hat.map(|x| x * runs);
+        a.summary.misses_l1 = a.summary.misses_l1.map(|x| x * runs);
+        a.summary.iterations = None;
+        a.run.command = ["div", "--bench", "--min-time", "1", "--exact", "div::walk"]
+            .map(String::from)
+            .to_vec();
+        a
+    };
+    save_baseline(&root, "main", &[run("div::walk", divan(1.0))]).unwrap();
+    let mut gate = Gate::new(
+        load_baseline(&root, "main").unwrap(),
+        Limits::defaults(),
+        false,
+    );
+    let verdict = gate.check(&run("div::walk", divan(3.0))).unwrap();
+    assert!(verdict.regressions.is_empty(), "{:?}", verdict.regressions);
+    assert!(
+        verdict
+            .notes
+            .iter()
+            .any(|n| n.starts_with("A_hat and misses_* not compared: divan picks")),
+        "{:?}",
+        verdict.notes
+    );
+}
+
 /// A criterion bench's `Â` counts a number of runs criterion's profiling
 /// mode chose by time and did not report: two runs that differ only in
 /// that count (here 3×) are not a regression, and the verdict says why

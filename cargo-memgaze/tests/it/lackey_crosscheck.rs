@@ -70,7 +70,7 @@ fn lackey(
     markers: cargo::RegionMarkers,
     text: (u64, u64),
 ) -> LackeyCounts {
-    let program = exe.run_command(&exe.path, case);
+    let program = exe.run_command(&exe.path, case, None);
     let mut command = Command::new("valgrind");
     command
         .args(["--tool=lackey", "--trace-mem=yes", "--log-fd=2", "-q"])
