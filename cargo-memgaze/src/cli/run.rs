@@ -200,8 +200,17 @@ pub fn print_dynamic_coverage(analysis: &memgaze_analysis::Analysis, quiet: bool
         return;
     };
     if !quiet {
+        // The figure covers the instrumented objects only: say so beside
+        // it when libraries ran uninstrumented, whose loads nobody counted.
+        let uninstrumented: Vec<&str> = analysis
+            .summary
+            .coverage_by_object
+            .iter()
+            .filter(|o| !o.instrumented)
+            .map(|o| o.object.as_str())
+            .collect();
         styled_eprintln!(
-            "memgaze: dynamic coverage: {:.1}% of the load executions traced{}",
+            "memgaze: dynamic coverage: {:.1}% of the instrumented code's load executions traced{}{}",
             100.0 * coverage,
             if analysis.coverage.untraced_functions.is_empty() {
                 " (no escape into original code counted)".to_string()
@@ -214,6 +223,14 @@ pub fn print_dynamic_coverage(analysis: &memgaze_analysis::Analysis, quiet: bool
                         .iter()
                         .map(|f| f.escapes)
                         .sum::<u64>()
+                )
+            },
+            if uninstrumented.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; loads in uninstrumented libraries are not counted ({})",
+                    uninstrumented.join(", ")
                 )
             }
         );

@@ -587,6 +587,19 @@ fn libraries_needed_by_libraries_are_not_called_dlopened() {
         .find(|l| l.contains("not traced: loads in shared libraries"))
         .unwrap_or_else(|| panic!("no untraced-libraries line: {stderr}"));
     assert!(untraced_line.contains("libmgdep.so"), "{untraced_line}");
+    // The dynamic coverage figure says it leaves them out.
+    let coverage_line = stderr
+        .lines()
+        .find(|l| l.contains("dynamic coverage:"))
+        .unwrap_or_else(|| panic!("no dynamic coverage line: {stderr}"));
+    for part in [
+        "of the instrumented code's load executions",
+        "loads in uninstrumented libraries are not counted",
+        "libmgsum.so",
+        "libmgdep.so",
+    ] {
+        assert!(coverage_line.contains(part), "{part}: {coverage_line}");
+    }
 }
 
 /// `cargo memgaze run --full --libs <libs>` of the `dlopen` fixture with
