@@ -386,6 +386,7 @@ mod tests {
             ptwrites: Vec::new(),
             shared_libraries: Vec::new(),
             escapes: Vec::new(),
+            cpu_features: Vec::new(),
         }
     }
 
