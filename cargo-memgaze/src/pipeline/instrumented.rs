@@ -117,6 +117,10 @@ pub fn cached_as(
     if !instrument::escape_checks_from_env() {
         hasher.update(instrument::NO_ESCAPE_CHECKS_ENV);
     }
+    // A copy that needs BMI2 must not stand in for one made without it.
+    if instrument::spatial_bmi2_from_env() {
+        hasher.update(instrument::SPATIAL_BMI2_ENV);
+    }
     let key: String = hasher.finalize()[..12]
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -226,6 +230,7 @@ pub fn instrument_soft(input: &Path, output: &Path) -> anyhow::Result<(Annotatio
             mode: InstrumentationMode::Soft,
             library: None,
             escape_checks: instrument::escape_checks_from_env(),
+            spatial_bmi2: instrument::spatial_bmi2_from_env(),
         },
     )?;
     write_executable(output, &result.executable)?;
