@@ -2463,4 +2463,26 @@ fn spatial_bmi2_knob_chooses_the_check_form_and_a_cpu_without_it_is_refused() {
     let line = one_error_line(&out);
     assert!(line.contains("BMI2"), "{line}");
     assert!(out.stdout.is_empty(), "the program ran");
+
+    // `record` reads the annotation's features first: one line of its own.
+    let unknown = scratch().join("bench_kernels.bmi2-unknown.instrumented");
+    std::fs::copy(&bmi2, &unknown).unwrap();
+    let annotation = std::fs::read(format!("{}.memgaze.json", bmi2.display())).unwrap();
+    let mut annotation: serde_json::Value = serde_json::from_slice(&annotation).unwrap();
+    annotation["cpu_features"] = serde_json::json!(["bmi2", "avx1024"]);
+    std::fs::write(
+        format!("{}.memgaze.json", unknown.display()),
+        annotation.to_string(),
+    )
+    .unwrap();
+    let out = record(
+        &unknown,
+        &args,
+        SAMPLED_EXE,
+        &trace_path("bmi2-unknown"),
+        None,
+    );
+    let line = one_error_line(&out);
+    assert!(line.contains("avx1024, which this CPU lacks"), "{line}");
+    assert!(out.stdout.is_empty(), "the program ran");
 }
