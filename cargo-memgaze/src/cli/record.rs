@@ -261,6 +261,22 @@ fn random_seed() -> u64 {
     nanos ^ (u64::from(std::process::id()) << 32)
 }
 
+/// One error line before anything runs where the annotation lists a CPU
+/// feature this CPU lacks: the copy's entry hook would refuse to run
+/// (`cpu_features`; an unknown name counts as lacking).
+fn refuse_missing_cpu_features(program: &Path, annotation: &Annotation) -> Result<()> {
+    for feature in &annotation.cpu_features {
+        let present = feature == "bmi2" && memgaze_instrument::rewrite::cpu_has_bmi2();
+        if !present {
+            bail!(
+                "{}: instrumented for a CPU with {feature}, which this CPU lacks: instrument the program again on this machine",
+                program.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Arguments of `cargo memgaze record`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -298,6 +314,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         SitesFor::WithLibraries
     };
     let mut inputs = crate::pipeline::sites::read_for_record(&program, sites_for)?;
+    refuse_missing_cpu_features(&program, &inputs.annotation)?;
     let backend = args
         .sampling
         .backend_for(choice, &program, inputs.annotation.mode, global)?;

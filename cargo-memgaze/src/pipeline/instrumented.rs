@@ -115,6 +115,10 @@ pub fn cached_as(
     if !instrument::escape_checks_from_env() {
         hasher.update(instrument::NO_ESCAPE_CHECKS_ENV);
     }
+    // A copy that needs BMI2 must not stand in for one made without it.
+    if instrument::spatial_bmi2_from_env() {
+        hasher.update(instrument::SPATIAL_BMI2_ENV);
+    }
     let key: String = hasher.finalize()[..12]
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -384,6 +388,7 @@ mod tests {
             ptwrites: Vec::new(),
             shared_libraries: Vec::new(),
             escapes: Vec::new(),
+            cpu_features: Vec::new(),
         }
     }
 

@@ -2364,3 +2364,125 @@ fn a_table_in_text_found_by_the_gap_scan_is_left_unpatched() {
         assert_same_behaviour(&native, &out, &format!("text_table {name}"));
     }
 }
+
+/// `rorx r64, r64, 6` (VEX.LZ.F2.0F3A.W1 F0 /r ib) in `bytes`, any registers.
+fn rorx_by_6_count(bytes: &[u8]) -> usize {
+    bytes
+        .windows(6)
+        .filter(|w| w[0] == 0xc4 && w[1] & 0x1f == 3 && w[2] == 0xfb && w[3] == 0xf0)
+        .filter(|w| w[4] >= 0xc0 && w[5] == 6)
+        .count()
+}
+
+/// `MEMGAZE_SPATIAL_BMI2` decides the spatial checks' form: `0` keeps the
+/// baseline `lea; shr` (no `rorx`, no CPU test, nothing in the annotation),
+/// `1` takes the block of a load through one register with `rorx` (the
+/// annotation lists `bmi2`, the segment header masks BMI2's CPUID bit);
+/// both copies behave as the original and record the same records. A copy
+/// whose CPU lacks a feature in the mask (here a reserved CPUID bit no CPU
+/// sets, patched into the header: a CPU without BMI2 as the copy sees it)
+/// refuses to run before the program does, in one line with exit 1.
+#[test]
+fn spatial_bmi2_knob_chooses_the_check_form_and_a_cpu_without_it_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let binary = build("bench_kernels.c", &["-O2"]);
+    let args = ["irr", "20000", "2"];
+    let copy = |knob: &str| {
+        let output = scratch().join(format!("bench_kernels.bmi2-{knob}.instrumented"));
+        let out = memgaze()
+            .env("MEMGAZE_SPATIAL_BMI2", knob)
+            .args(["instrument", "--annotation-format", "json"])
+            .arg(&binary)
+            .arg("-o")
+            .arg(&output)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let bytes = std::fs::read(&output).unwrap();
+        let annotation = std::fs::read(format!("{}.memgaze.json", output.display())).unwrap();
+        let annotation: serde_json::Value = serde_json::from_slice(&annotation).unwrap();
+        let signature = b"cargo-memgaze instrumented v1\0";
+        let header = bytes
+            .windows(signature.len())
+            .position(|w| w == signature)
+            .expect("the segment's signature");
+        let mask = u32::from_le_bytes(bytes[header + 48..header + 52].try_into().unwrap());
+        (
+            output,
+            bytes,
+            annotation["cpu_features"].clone(),
+            mask,
+            header,
+        )
+    };
+    let (baseline, baseline_bytes, baseline_features, baseline_mask, _) = copy("0");
+    assert_eq!(rorx_by_6_count(&baseline_bytes), 0);
+    assert_eq!(baseline_features, serde_json::Value::Null);
+    assert_eq!(baseline_mask, 0);
+    let (bmi2, bmi2_bytes, bmi2_features, bmi2_mask, header) = copy("1");
+    // Every check of the kernels' loops: `[rdi]`, `[rsi]`, `[rax]`.
+    assert!(rorx_by_6_count(&bmi2_bytes) >= 3);
+    assert_eq!(bmi2_features, serde_json::json!(["bmi2"]));
+    assert_eq!(bmi2_mask, 1 << 8);
+
+    let original = native(&binary, &args, None);
+    if std::is_x86_feature_detected!("bmi2") {
+        for (copy, tag) in [(&baseline, "bmi2-0"), (&bmi2, "bmi2-1")] {
+            assert_same_behaviour(&original, &native(copy, &args, None), tag);
+        }
+        for sampling in [FULL_EXE, SAMPLED_EXE] {
+            let sampling = [sampling, &["--spatial-rate", "1/8"]].concat();
+            let traces: Vec<_> = [(&baseline, "bmi2-0"), (&bmi2, "bmi2-1")]
+                .into_iter()
+                .map(|(copy, tag)| {
+                    let trace = trace_path(tag);
+                    let out = record(copy, &args, &sampling, &trace, None);
+                    assert_same_behaviour(&original, &out, tag);
+                    read_trace(&trace).by_ip
+                })
+                .collect();
+            assert!(!traces[0].is_empty());
+            assert_eq!(traces[0], traces[1], "{sampling:?}");
+        }
+    } else {
+        one_error_line(&native(&bmi2, &args, None));
+    }
+
+    // Bit 22 of CPUID leaf 7 ebx is reserved: no CPU has it.
+    let mut refused_bytes = bmi2_bytes.clone();
+    let mask = bmi2_mask | 1 << 22;
+    refused_bytes[header + 48..header + 52].copy_from_slice(&mask.to_le_bytes());
+    let refused = scratch().join("bench_kernels.bmi2-refused.instrumented");
+    std::fs::write(&refused, &refused_bytes).unwrap();
+    std::fs::set_permissions(&refused, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = native(&refused, &args, None);
+    let line = one_error_line(&out);
+    assert!(line.contains("BMI2"), "{line}");
+    assert!(out.stdout.is_empty(), "the program ran");
+
+    // `record` reads the annotation's features first: one line of its own.
+    let unknown = scratch().join("bench_kernels.bmi2-unknown.instrumented");
+    std::fs::copy(&bmi2, &unknown).unwrap();
+    let annotation = std::fs::read(format!("{}.memgaze.json", bmi2.display())).unwrap();
+    let mut annotation: serde_json::Value = serde_json::from_slice(&annotation).unwrap();
+    annotation["cpu_features"] = serde_json::json!(["bmi2", "avx1024"]);
+    std::fs::write(
+        format!("{}.memgaze.json", unknown.display()),
+        annotation.to_string(),
+    )
+    .unwrap();
+    let out = record(
+        &unknown,
+        &args,
+        SAMPLED_EXE,
+        &trace_path("bmi2-unknown"),
+        None,
+    );
+    let line = one_error_line(&out);
+    assert!(line.contains("avx1024, which this CPU lacks"), "{line}");
+    assert!(out.stdout.is_empty(), "the program ran");
+}

@@ -18,6 +18,7 @@ fn main() {
         original_fini: Some(0x1200),
         has_regions: false,
         escape_sites: 0,
+        cpu_features: 0,
     })
     .unwrap();
     let mut d = Decoder::with_ip(64, &rt.code, 0x10_0000, DecoderOptions::NONE);

@@ -103,6 +103,7 @@ fn instrument_object(
         mode,
         library,
         escape_checks: instrument::escape_checks_from_env(),
+        spatial_bmi2: instrument::spatial_bmi2_from_env(),
     };
     let in_file = |e| InstrumentError::InFile {
         path: input.to_path_buf(),

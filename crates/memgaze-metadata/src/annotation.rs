@@ -211,6 +211,13 @@ pub struct Annotation {
     /// there are none, and in older annotations).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub escapes: Vec<EscapeSite>,
+    /// Soft mode: the CPU features beyond x86-64's baseline that the
+    /// instrumented code uses, by their `/proc/cpuinfo` names (`bmi2`: the
+    /// spatial checks' `rorx`), chosen from the instrumenting CPU's; the
+    /// entry hook refuses to run on a CPU without them (absent when none,
+    /// and in older annotations).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpu_features: Vec<String>,
 }
 
 /// An indirect jump of a copy that may land in original (uninstrumented)
@@ -500,6 +507,7 @@ mod tests {
             ptwrites: Vec::new(),
             shared_libraries: Vec::new(),
             escapes: Vec::new(),
+            cpu_features: Vec::new(),
         }
     }
 
@@ -577,6 +585,7 @@ mod tests {
             },
         ];
         a.shared_libraries = vec!["libc.so.6".into(), "libm.so.6".into()];
+        a.cpu_features = vec!["bmi2".into()];
         a
     }
 

@@ -595,6 +595,7 @@ impl BinaryLoads {
             ptwrites: Vec::new(),
             shared_libraries: binary.needed().to_vec(),
             escapes: Vec::new(),
+            cpu_features: Vec::new(),
         }
     }
 }

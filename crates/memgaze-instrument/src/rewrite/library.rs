@@ -151,5 +151,6 @@ pub fn generate(code_va: u64, state_va: u64) -> Result<Runtime, IcedError> {
         region_toggle: 0,
         region_samples: 0,
         code: result.inner.code_buffer,
+        cpu_features: 0,
     })
 }

@@ -69,6 +69,12 @@ pub struct InstrumentOptions {
     /// unchecked, to measure what the checks cost
     /// ([`NO_ESCAPE_CHECKS_ENV`]).
     pub escape_checks: bool,
+    /// Whether an executable's soft-mode spatial checks may take a load's
+    /// block number with BMI2's `rorx` ([`spatial_bmi2_from_env`]): the
+    /// copy then runs only on a CPU with BMI2, its entry hook refuses
+    /// others, and its annotation lists `bmi2` in `cpu_features`. Libraries
+    /// and ptwrite mode always use the baseline form.
+    pub spatial_bmi2: bool,
 }
 
 /// The environment variable that, set to anything but empty or `0`, leaves
@@ -80,6 +86,36 @@ pub const NO_ESCAPE_CHECKS_ENV: &str = "MEMGAZE_NO_ESCAPE_CHECKS";
 #[must_use]
 pub fn escape_checks_from_env() -> bool {
     std::env::var_os(NO_ESCAPE_CHECKS_ENV).is_none_or(|v| v.is_empty() || v == "0")
+}
+
+impl InstrumentOptions {
+    /// Whether the spatial checks take `rorx` where they can: only in an
+    /// executable's soft mode, whose entry hook refuses a CPU without BMI2
+    /// (a library's code can run before it, from its initialisers).
+    fn spatial_rorx(&self) -> bool {
+        self.mode == InstrumentationMode::Soft && self.library.is_none() && self.spatial_bmi2
+    }
+}
+
+/// The environment variable that decides whether spatial checks use BMI2
+/// ([`InstrumentOptions::spatial_bmi2`]): `0` never, any other non-empty
+/// value always (on a CPU without BMI2 such a copy refuses to run), unset
+/// or empty where the instrumenting CPU has BMI2 ([`spatial_bmi2_from_env`]).
+pub const SPATIAL_BMI2_ENV: &str = "MEMGAZE_SPATIAL_BMI2";
+
+/// Whether spatial checks use BMI2, as [`SPATIAL_BMI2_ENV`] decides.
+#[must_use]
+pub fn spatial_bmi2_from_env() -> bool {
+    match std::env::var_os(SPATIAL_BMI2_ENV) {
+        Some(v) if !v.is_empty() => v != "0",
+        _ => cpu_has_bmi2(),
+    }
+}
+
+/// Whether this CPU has BMI2 (`rorx`).
+#[must_use]
+pub fn cpu_has_bmi2() -> bool {
+    std::is_x86_feature_detected!("bmi2")
 }
 
 /// The result of [`instrument`].
@@ -376,7 +412,7 @@ pub(crate) fn instrument_with_code(
             runtime_va,
             &mut plans,
             &selection.hooks,
-            (soft, escape_sites),
+            (soft, escape_sites, options.spatial_rorx()),
             &mut report,
         )?,
     };
@@ -411,6 +447,7 @@ pub(crate) fn instrument_with_code(
         } else {
             probe::SpatialHash::default_rate()
         },
+        spatial_rorx: options.spatial_rorx(),
         escape: (escape_sites > 0).then(|| probe::EscapeCheck {
             original_start: plans
                 .iter()
@@ -490,13 +527,7 @@ pub(crate) fn instrument_with_code(
 
     // ---- 5. annotation and report, before the segment: the plans (every
     // function's decoded code) are freed before the output is built.
-    update_annotation(
-        &mut annotation,
-        &plans,
-        &copies,
-        skipped_loads,
-        options.mode,
-    );
+    update_annotation(&mut annotation, &plans, &copies, skipped_loads, options);
     annotation.escapes = escapes::sites(binary, &plans, &patched, &annotation);
     report.escape_checks = annotation.escapes.len();
     count_into_report(&mut report, &annotation, &plans);
@@ -985,7 +1016,7 @@ fn generate_runtime(
     runtime_va: u64,
     plans: &mut [Planned],
     hooks: &[(usize, Hook)],
-    (soft, escape_sites): (bool, u32),
+    (soft, escape_sites, spatial_rorx): (bool, u32, bool),
     report: &mut Report,
 ) -> Result<Option<runtime::Runtime>, RewriteError> {
     // Regions need every delimiting hook's function rewritten; an extra
@@ -1007,6 +1038,11 @@ fn generate_runtime(
                 original_fini: editor.fini(),
                 has_regions,
                 escape_sites,
+                cpu_features: if spatial_rorx {
+                    runtime::CPUID7_EBX_BMI2
+                } else {
+                    0
+                },
             })
             .map_err(RewriteError::Runtime)?,
         )
@@ -1597,6 +1633,10 @@ fn lay_out_segment(
     head[..SIGNATURE.len()].copy_from_slice(SIGNATURE);
     head[runtime::header::SPATIAL_SKIPS..runtime::header::SPATIAL_SKIPS + 16]
         .copy_from_slice(&skips.header);
+    if let Some(rt) = rt {
+        head[runtime::header::CPU_FEATURES..runtime::header::CPU_FEATURES + 4]
+            .copy_from_slice(&rt.cpu_features.to_le_bytes());
+    }
     let mut end = segment_offset;
     write_after_int3(out, &mut end, at(segment_va), &head);
     if let Some(rt) = rt {
@@ -1674,9 +1714,12 @@ fn update_annotation(
     plans: &[Planned],
     copies: &relocate::Copies,
     skipped_loads: Vec<(usize, String)>,
-    mode: InstrumentationMode,
+    options: &InstrumentOptions,
 ) {
-    annotation.mode = Some(mode);
+    annotation.mode = Some(options.mode);
+    if options.spatial_rorx() {
+        annotation.cpu_features = vec!["bmi2".to_string()];
+    }
     annotation.ptwrites = copies.ptwrites.clone();
     for plan in plans {
         if let Some(ai) = plan.annotation_function {

@@ -86,6 +86,21 @@
 //! the append written into every stub instead of one shared routine made a
 //! large executable a sixth larger (docs/performance.md).
 //!
+//! In an executable instrumented for a CPU with BMI2
+//! (`InstrumentOptions::spatial_bmi2`: the instrumenting CPU's, or
+//! `MEMGAZE_SPATIAL_BMI2`), the check of a load whose address is one 64-bit
+//! register (`[base]`, no index or displacement: `rorx_source`) takes
+//! its block with one instruction, `rorx r, base, 6` for `lea r, [base];
+//! shr r, 6` (the rotated-in bits land above the 32 the hash reads). The
+//! segment header then masks BMI2's CPUID bit
+//! (`super::runtime::header::CPU_FEATURES`) and the entry hook refuses a
+//! CPU without it, in one line and exit 1, before the program runs;
+//! the annotation lists `bmi2` in `cpu_features`. Libraries (whose
+//! initialisers run before the executable's entry hook) and ptwrite mode
+//! (no entry hook) keep `lea; shr`. Why: one µop fewer per check, which on
+//! a loop bound by its misses (the irregular kernel) leaves more iterations
+//! in flight (docs/performance.md).
+//!
 //! # Spatial checks off, or at another rate
 //!
 //! A run that takes no spatial samples would still pay for every check (on
@@ -214,13 +229,14 @@ impl SpatialHash {
 
 /// Appends the spatial check of `load` (see the module documentation); its
 /// first instruction takes `ip`. `hash` gives its immediates (the runtime
-/// may patch them, see [`spatial_immediates`]); `stub` is the check's stub.
+/// may patch them, see [`spatial_immediates`]); `stub` is the check's stub;
+/// with `rorx`, a load through one 64-bit register takes its block number
+/// with one `rorx` (BMI2, see [`rorx_source`]).
 pub(crate) fn spatial_check(
     load: &Instruction,
     probe: SpatialProbe,
-    ip: u64,
-    stub: u64,
-    hash: SpatialHash,
+    (ip, stub): (u64, u64),
+    (hash, rorx): (SpatialHash, bool),
     out: &mut Vec<Instruction>,
 ) {
     let start = out.len();
@@ -234,12 +250,18 @@ pub(crate) fn spatial_check(
     if probe.save_flags {
         out.push(Instruction::with(Code::Pushfq));
     }
-    out.push(effective_address(load, r, probe.pushed()));
-    out.push(i2(
-        Code::Shr_rm64_imm8,
-        r,
-        super::runtime::SPATIAL_BLOCK_SHIFT as i32,
-    ));
+    let shift = super::runtime::SPATIAL_BLOCK_SHIFT as i32;
+    match rorx_source(load, probe).filter(|_| rorx) {
+        // Bits 6..38 of the address in the low half: the block mod 2^32.
+        Some(address) => out.push(
+            Instruction::with3(Code::VEX_Rorx_r64_rm64_imm8, r, address, shift)
+                .expect("rorx r64, r64, imm8"),
+        ),
+        None => {
+            out.push(effective_address(load, r, probe.pushed()));
+            out.push(i2(Code::Shr_rm64_imm8, r, shift));
+        }
+    }
     // 32-bit forms with full immediates: no load, and the runtime can
     // patch both (their widths never depend on the values).
     let r32 = r.full_register32();
@@ -251,6 +273,20 @@ pub(crate) fn spatial_check(
     out.push(branch(Code::Jb_rel32_64, stub));
     spatial_restore(probe, out);
     out[start] = with_ip(out[start], ip);
+}
+
+/// The register that holds `load`'s whole address at its spatial check,
+/// where there is one: a 64-bit base without index or displacement (`rsp`
+/// only where the check has not moved it). One `rorx r, base, 6` then
+/// replaces `lea r, [base]; shr r, 6`: its low 32 bits, all the hash
+/// reads, are the block's.
+pub(crate) fn rorx_source(load: &Instruction, probe: SpatialProbe) -> Option<Register> {
+    let base = load.memory_base();
+    let plain = base.is_gpr64()
+        && load.memory_index() == Register::None
+        && load.memory_displacement64() == 0
+        && (base != Register::RSP || probe.pushed() == 0);
+    plain.then_some(base)
 }
 
 /// The offsets, from a spatial check's first byte, of its multiplier's
@@ -1227,7 +1263,7 @@ mod tests {
             save_flags: false,
         };
         let mut out = Vec::new();
-        spatial_check(&load, free, 0x1000, 0x2000, hash, &mut out);
+        spatial_check(&load, free, (0x1000, 0x2000), (hash, false), &mut out);
         let decoded = assemble(&out, 0x1000);
         let codes: Vec<Code> = decoded.iter().map(|i| i.code()).collect();
         assert_eq!(
@@ -1258,7 +1294,7 @@ mod tests {
             save_flags: true,
         };
         let mut out = Vec::new();
-        spatial_check(&load, saving, 0x1000, 0x2000, hash, &mut out);
+        spatial_check(&load, saving, (0x1000, 0x2000), (hash, false), &mut out);
         let decoded = assemble(&out, 0x1000);
         let codes: Vec<Code> = decoded.iter().map(|i| i.code()).collect();
         assert_eq!(codes[..3], [Code::Lea_r64_m, Code::Push_r64, Code::Pushfq]);
@@ -1352,7 +1388,7 @@ mod tests {
         assert_eq!(sizes[0], sizes[1]);
     }
 
-    /// Runs the decoded check (`lea`, `shr`, `imul`, `cmp`, `jb`) on the
+    /// Runs the decoded check (`lea` and `shr` or `rorx`, `imul`, `cmp`, `jb`) on the
     /// given registers: whether the `jb` is taken.
     fn run_check(check: &[Instruction], regs: &HashMap<Register, u64>) -> bool {
         let mut r = 0u64;
@@ -1369,6 +1405,9 @@ mod tests {
                         .wrapping_add(insn.memory_displacement64());
                 }
                 Code::Shr_rm64_imm8 => r >>= insn.immediate8(),
+                Code::VEX_Rorx_r64_rm64_imm8 => {
+                    r = regs[&insn.op1_register()].rotate_right(u32::from(insn.immediate8()));
+                }
                 // A 32-bit destination zero-extends into the register.
                 Code::Imul_r32_rm32_imm32 => {
                     r = u64::from((r as u32).wrapping_mul(insn.immediate32()));
@@ -1394,9 +1433,8 @@ mod tests {
         spatial_check(
             &load,
             check,
-            0x1000,
-            stub,
-            SpatialHash::default_rate(),
+            (0x1000, stub),
+            (SpatialHash::default_rate(), false),
             &mut all,
         );
         assert_eq!(ptwrite(&load, resume, &mut all), 2);
@@ -1480,9 +1518,44 @@ mod tests {
     }
 
     #[test]
+    fn rorx_takes_the_block_only_from_a_plain_64_bit_register() {
+        let free = SpatialProbe {
+            scratch: Register::RDX,
+            save_scratch: false,
+            save_flags: false,
+        };
+        let saving = SpatialProbe {
+            save_scratch: true,
+            ..free
+        };
+        let cases: [(&[u8], SpatialProbe, Option<Register>); 7] = [
+            (&[0x48, 0x8b, 0x07], free, Some(Register::RDI)), // mov rax,[rdi]
+            (&[0x49, 0x8b, 0x00], saving, Some(Register::R8)), // mov rax,[r8]
+            (&[0x48, 0x8b, 0x04, 0x24], free, Some(Register::RSP)), // mov rax,[rsp]
+            (&[0x48, 0x8b, 0x04, 0x24], saving, None),        // rsp moved by the saves
+            (&[0x48, 0x8b, 0x47, 0x08], free, None),          // mov rax,[rdi+8]
+            (&[0x48, 0x8b, 0x04, 0xcf], free, None),          // mov rax,[rdi+rcx*8]
+            (&[0x67, 0x48, 0x8b, 0x07], free, None),          // mov rax,[edi]
+        ];
+        for (bytes, probe, source) in cases {
+            let load = decode_one(bytes);
+            assert_eq!(rorx_source(&load, probe), source, "{load}");
+            let hash = SpatialHash::default_rate();
+            for rorx in [false, true] {
+                let mut out = Vec::new();
+                spatial_check(&load, probe, (0x1000, 0x2000), (hash, rorx), &mut out);
+                let codes: Vec<Code> = assemble(&out, 0x1000).iter().map(|i| i.code()).collect();
+                let uses_rorx = codes.contains(&Code::VEX_Rorx_r64_rm64_imm8);
+                assert_eq!(uses_rorx, rorx && source.is_some(), "{load}");
+                assert_eq!(!uses_rorx, codes.contains(&Code::Shr_rm64_imm8), "{load}");
+            }
+        }
+    }
+
+    #[test]
     fn a_skipped_spatial_check_decodes_to_nops_or_one_jump_to_the_load() {
-        let load = decode_one(&[0x48, 0x8b, 0x44, 0x24, 0x08]); // mov rax,[rsp+8]
-        for (probe, nops) in [
+        let load = decode_one(&[0x48, 0x8b, 0x04, 0x24]); // mov rax,[rsp]
+        let cases = [
             (
                 SpatialProbe {
                     scratch: Register::RDX,
@@ -1499,10 +1572,11 @@ mod tests {
                 },
                 false,
             ),
-        ] {
+        ];
+        for ((probe, nops), rorx) in cases.into_iter().flat_map(|c| [(c, false), (c, true)]) {
             let mut out = Vec::new();
             let hash = SpatialHash::default_rate();
-            spatial_check(&load, probe, 0x1000, 0x2000, hash, &mut out);
+            spatial_check(&load, probe, (0x1000, 0x2000), (hash, rorx), &mut out);
             let len = assemble(&out, 0x1000)
                 .iter()
                 .map(Instruction::len)
@@ -1545,10 +1619,12 @@ mod tests {
     /// The emitted check, its immediates patched as the runtime patches
     /// them (at the offsets the rewriter's table records), decides exactly
     /// as the trace's hash of the same words, for every rate and multiplier
-    /// in a sample, and the same for every address of a block.
+    /// in a sample, and the same for every address of a block; in both
+    /// forms (`lea; shr` and `rorx`).
     #[test]
     fn patched_spatial_checks_test_the_traces_hash_of_any_rate() {
-        let load = decode_one(&[0x4a, 0x8b, 0x04, 0xc7]); // mov rax,[rdi+r8*8]
+        let indexed = decode_one(&[0x4a, 0x8b, 0x04, 0xc7]); // mov rax,[rdi+r8*8]
+        let plain = decode_one(&[0x48, 0x8b, 0x07]); // mov rax,[rdi]
         let mut rng = 0x0123_4567_89ab_cdefu64;
         let mut next = || {
             rng ^= rng << 13;
@@ -1556,7 +1632,7 @@ mod tests {
             rng ^= rng << 17;
             rng
         };
-        for probe in [
+        let probes = [
             SpatialProbe {
                 scratch: Register::R11,
                 save_scratch: false,
@@ -1567,14 +1643,20 @@ mod tests {
                 save_scratch: true,
                 save_flags: true,
             },
-        ] {
+        ];
+        let forms = [
+            (indexed, false),
+            (indexed, true),
+            (plain, false),
+            (plain, true),
+        ];
+        for (probe, (load, rorx)) in probes.into_iter().flat_map(|p| forms.map(|f| (p, f))) {
             let mut out = Vec::new();
             spatial_check(
                 &load,
                 probe,
-                0x1000,
-                0x2000,
-                SpatialHash::default_rate(),
+                (0x1000, 0x2000),
+                (SpatialHash::default_rate(), rorx),
                 &mut out,
             );
             let mut encoder = iced_x86::Encoder::new(64);
@@ -1583,6 +1665,8 @@ mod tests {
                 encoder.encode(insn, 0x1000 + bytes.len() as u64).unwrap();
                 bytes.extend(encoder.take_buffer());
             }
+            let uses_rorx = out.iter().any(|i| i.code() == Code::VEX_Rorx_r64_rm64_imm8);
+            assert_eq!(uses_rorx, rorx && load.memory_index() == Register::None);
             let (m_at, t_at) = spatial_immediates(&bytes).unwrap();
             for rate in [1.0, 0.5, 1.0 / 3.0, 0.01, 1.0 / 128.0, 1e-6, 1e-12] {
                 let mut sampling = memgaze_trace::SpatialSampling::with_rate(rate).unwrap();
@@ -1608,7 +1692,10 @@ mod tests {
                     .collect();
                 for _ in 0..20_000 {
                     let (rdi, r8) = (next() >> 16, next() & 0xffff);
-                    let address = rdi.wrapping_add(r8 * 8);
+                    let address = match load.memory_index() {
+                        Register::None => rdi,
+                        _ => rdi.wrapping_add(r8 * 8),
+                    };
                     let regs = HashMap::from([(Register::RDI, rdi), (Register::R8, r8)]);
                     let taken = run_check(&decoded, &regs);
                     assert_eq!(taken, sampling.tracks(address), "rate {rate} {address:#x}");

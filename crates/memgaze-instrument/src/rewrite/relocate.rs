@@ -195,6 +195,9 @@ pub struct Entries {
     pub(crate) spatial_append: u64,
     /// The spatial checks' hash.
     pub(crate) spatial_hash: probe::SpatialHash,
+    /// Whether soft-mode spatial checks of a load through one 64-bit
+    /// register take its block number with `rorx` (BMI2).
+    pub(crate) spatial_rorx: bool,
     /// What escape checks compare with (`None`: no counters, the jumps are
     /// copied as they are).
     pub(crate) escape: Option<probe::EscapeCheck>,
@@ -489,7 +492,8 @@ fn emit_ptwrites(
     if let Some(check) = check {
         let stub = next_fake();
         let resume = next_fake();
-        probe::spatial_check(insn, check, label, stub, spatial_hash, all);
+        // No entry hook to refuse a CPU without BMI2: the baseline form.
+        probe::spatial_check(insn, check, (label, stub), (spatial_hash, false), all);
         let at = probe::spatial_ptwrite_stub(insn, check, stub, resume, stubs);
         stub_ptwrites.push((at, id));
         label = resume;
@@ -883,7 +887,8 @@ fn spatial_check_in_copy(
 ) {
     let stub = next_fake();
     let at = code.len();
-    probe::spatial_check(insn, spatial, label, stub, entries.spatial_hash, code);
+    let form = (entries.spatial_hash, entries.spatial_rorx);
+    probe::spatial_check(insn, spatial, (label, stub), form, code);
     sites.push((at, code.len(), spatial.pushed() > 0));
     if insn.ip() == ip {
         insn.set_ip(next_fake());
@@ -1806,7 +1811,8 @@ fn counting_fragment(
                 Some(&(_, check)) => {
                     let stub = next_fake();
                     let at = out.len();
-                    probe::spatial_check(&insn, check, 0, stub, entries.spatial_hash, out);
+                    let form = (entries.spatial_hash, entries.spatial_rorx);
+                    probe::spatial_check(&insn, check, (0, stub), form, out);
                     checks.push((at, out.len(), check.pushed() > 0));
                     probe::spatial_stub(
                         &insn,
@@ -1990,6 +1996,7 @@ mod tests {
             spatial: 0x6fff_0200,
             spatial_append: 0x6fff_0300,
             spatial_hash: probe::SpatialHash::default_rate(),
+            spatial_rorx: false,
             escape: None,
             got_hooks: HashMap::new(),
         }

@@ -223,7 +223,14 @@ pub mod header {
     /// each) and that many bytes that replace it (`probe::spatial_skip`).
     /// No entries: nothing to skip or patch.
     pub const SPATIAL_SKIPS: usize = 32;
+    /// Offset of the `u32` mask of the CPUID leaf 7 `ebx` feature bits the
+    /// copies use (BMI2: bit 8); the entry hook refuses to
+    /// run on a CPU without all of them. 0: none (no test).
+    pub const CPU_FEATURES: usize = 48;
 }
+
+/// BMI2 (`rorx`) in CPUID leaf 7 `ebx`.
+pub(crate) const CPUID7_EBX_BMI2: u32 = 1 << 8;
 
 /// The process block: an anonymous mapping of [`process::BYTES`], wiped on
 /// fork. Every word a `u64`; the struct derives the offsets in [`process`].
@@ -343,6 +350,9 @@ pub struct RuntimeParams {
     /// Escape counters in the process block (at most
     /// [`process::MAX_ESCAPE_SITES`]).
     pub escape_sites: u32,
+    /// The CPUID leaf 7 `ebx` feature bits the copies use (see
+    /// [`header::CPU_FEATURES`]); 0: the entry hook tests none.
+    pub cpu_features: u32,
 }
 
 /// The assembled runtime and the addresses of its entry points.
@@ -350,6 +360,8 @@ pub struct RuntimeParams {
 pub struct Runtime {
     /// Machine code, to be placed at `RuntimeParams::code_va`.
     pub code: Vec<u8>,
+    /// `RuntimeParams::cpu_features`, for the segment header.
+    pub(crate) cpu_features: u32,
     /// Slow path called by probes.
     pub record: u64,
     /// Slow path called by probes of loads with a spatial check.
@@ -500,7 +512,60 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
         region_toggle: result.label_ip(&l.region_toggle)?,
         region_samples: result.label_ip(&l.region_samples)?,
         code: result.inner.code_buffer,
+        cpu_features: params.cpu_features,
     })
+}
+
+/// The entry hook's first step in a copy that uses CPU features beyond
+/// x86-64's baseline: where CPUID leaf 7 `ebx` lacks any bit of the
+/// header's [`header::CPU_FEATURES`] mask, it writes one line to stderr
+/// and exits with status 1, before anything of the program runs; else it
+/// goes on with every register as it found it (`rdx` is the loader's
+/// finaliser). Why: such a copy would otherwise die of SIGILL in its
+/// first spatial check, and an instrumented copy run alone must behave
+/// like the original.
+fn refuse_missing_cpu_features(a: &mut Asm, params: &RuntimeParams) -> R {
+    const SYS_WRITE: i32 = 1;
+    const SYS_EXIT_GROUP: i32 = 231;
+    const MESSAGE: &[u8] = b"error: this instrumented copy needs BMI2, which this CPU lacks: instrument the program again on this machine\n";
+    let mut refuse = a.create_label();
+    let mut message = a.create_label();
+    let mut done = a.create_label();
+    for r in [rax, rbx, rcx, rdx] {
+        a.push(r)?;
+    }
+    a.xor(eax, eax)?;
+    a.cpuid()?;
+    a.cmp(eax, 7)?;
+    a.jb(refuse)?;
+    a.mov(eax, 7)?;
+    a.xor(ecx, ecx)?;
+    a.cpuid()?;
+    a.add_instruction(lea_rip(
+        Register::RAX,
+        params.header_va + header::CPU_FEATURES as u64,
+    ))?;
+    a.mov(eax, dword_ptr(rax))?;
+    a.and(ebx, eax)?;
+    a.cmp(ebx, eax)?;
+    a.jne(refuse)?;
+    for r in [rdx, rcx, rbx, rax] {
+        a.pop(r)?;
+    }
+    a.jmp(done)?;
+    a.set_label(&mut refuse)?;
+    a.mov(eax, SYS_WRITE)?;
+    a.mov(edi, 2)?;
+    a.lea(rsi, ptr(message))?;
+    a.mov(edx, MESSAGE.len() as u32)?;
+    a.syscall()?;
+    a.mov(eax, SYS_EXIT_GROUP)?;
+    a.mov(edi, 1)?;
+    a.syscall()?;
+    a.set_label(&mut message)?;
+    a.db(MESSAGE)?;
+    a.set_label(&mut done)?;
+    Ok(())
 }
 
 /// Finds the environment entry `name=` from `rbx` (a pointer into envp)
@@ -2183,6 +2248,9 @@ fn emit_spawn_hooks(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
 /// program must register with atexit; nothing else is defined.
 fn emit_entry(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.set_label(&mut l.entry)?;
+    if params.cpu_features != 0 {
+        refuse_missing_cpu_features(a, params)?;
+    }
     a.push(rdx)?;
     a.push(rbx)?;
     a.push(rbp)?;
@@ -3194,6 +3262,7 @@ mod tests {
             original_fini: Some(0x1200),
             has_regions: false,
             escape_sites: 3,
+            cpu_features: 0,
         }
     }
 

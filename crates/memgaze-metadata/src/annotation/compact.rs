@@ -6,7 +6,9 @@
 //! LEB128, signed ones zigzag-encoded, addresses as the difference from the
 //! previous load's (loads are sorted by `ip`), optional values behind a
 //! presence bit, and every register name, `file:line`, reason and library
-//! name as an index into a table of distinct strings written first. A load
+//! name as an index into a table of distinct strings written first; the
+//! CPU features, where there are any, come last (a body without them ends
+//! at the escapes, as older ones do). A load
 //! is about 12 bytes before compression, against about 300 of JSON, and it
 //! decodes without a parser.
 //!
@@ -219,6 +221,7 @@ impl<'a> Encoder<'a> {
             ptwrites,
             shared_libraries,
             escapes,
+            cpu_features,
         } = a;
         self.bytes(schema.as_bytes());
         let BinaryIdentity {
@@ -281,6 +284,13 @@ impl<'a> Encoder<'a> {
             self.uint(u64::from(*function));
             self.uint(u64::from(*loads));
             self.uint(u64::from(*probed));
+        }
+        // Only when there are any: older bodies end at the escapes.
+        if !cpu_features.is_empty() {
+            self.uint(cpu_features.len() as u64);
+            for f in cpu_features {
+                self.string(f);
+            }
         }
     }
 
@@ -531,6 +541,14 @@ impl Decoder<'_> {
                 probed: self.small()?,
             });
         }
+        let mut cpu_features = Vec::new();
+        if self.at < self.bytes.len() {
+            let n = self.count()?;
+            cpu_features.reserve(n);
+            for _ in 0..n {
+                cpu_features.push(self.string()?.to_string());
+            }
+        }
         Ok(Annotation {
             schema,
             binary,
@@ -540,6 +558,7 @@ impl Decoder<'_> {
             ptwrites,
             shared_libraries,
             escapes,
+            cpu_features,
         })
     }
 

@@ -159,6 +159,7 @@ fn annotation() -> Annotation {
         ptwrites,
         shared_libraries: Vec::new(),
         escapes: Vec::new(),
+        cpu_features: Vec::new(),
     }
 }
 
