@@ -38,11 +38,32 @@ fn sandbox() -> tempfile::TempDir {
 }
 
 /// `cargo memgaze record <flags>` of `forever` started in the background,
-/// its temporary files in `dir/tmp`.
+/// its temporary files in `dir/tmp`, with SIGHUP at its default action
+/// whatever the test runner inherited (under `nohup` the recorder keeps
+/// ignoring it, as the last test here checks).
 fn start_record(dir: &Path, flags: &[&str], args: &[&str]) -> Child {
+    start_record_with_sighup(dir, flags, args, libc::SIG_DFL)
+}
+
+/// [`start_record`] with SIGHUP's disposition set to `sighup` in the
+/// recorder.
+fn start_record_with_sighup(
+    dir: &Path,
+    flags: &[&str],
+    args: &[&str],
+    sighup: libc::sighandler_t,
+) -> Child {
     let tmp = dir.join("tmp");
     std::fs::create_dir_all(&tmp).unwrap();
-    memgaze()
+    let mut command = memgaze();
+    // SAFETY: `signal` is async-signal-safe, as `pre_exec` requires.
+    unsafe {
+        command.pre_exec(move || {
+            libc::signal(libc::SIGHUP, sighup);
+            Ok(())
+        });
+    }
+    command
         .args(["record", "-q"])
         .args(flags)
         .arg("-o")
@@ -563,4 +584,32 @@ fn a_signal_while_the_libraries_are_instrumented_stops_before_the_program_starts
         assert!(!dir.path().join(output).exists(), "{command}");
         assert_nothing_left(dir.path());
     }
+}
+
+/// Under `nohup` (SIGHUP ignored when the recorder starts) SIGHUP is
+/// ignored throughout, as the program would have ignored it natively; a
+/// later SIGINT still ends the recording as interrupted.
+#[test]
+fn an_ignored_sighup_stays_ignored() {
+    let dir = sandbox();
+    let recorder = start_record_with_sighup(
+        dir.path(),
+        &[SAMPLED, &["--kill-after", "5s"]].concat(),
+        &[],
+        libc::SIG_IGN,
+    );
+    let program = program_of(&recorder);
+    send(&recorder, libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!gone(program), "the program stopped on an ignored SIGHUP");
+    send(&recorder, libc::SIGINT);
+    let (out, _) = finish(recorder, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert!(gone(program), "program {program} still running");
+    let summary = read_trace(&dir.path().join("t.trace"));
+    assert_eq!(
+        summary.totals.interrupted,
+        Some(memgaze_trace::Interruption::Signal(libc::SIGINT))
+    );
+    assert_nothing_left(dir.path());
 }
