@@ -78,10 +78,22 @@ impl fmt::Display for Limit {
     }
 }
 
-/// A number without trailing zeros (`5`, `0.02`, `12.5`).
+/// A number to about four significant digits, whole numbers kept whole,
+/// without trailing zeros (`5`, `0.02`, `12.5`, `25343`): a limit widened
+/// for sampling noise reads `25343`, not `25343.253118`.
 fn trim(value: f64) -> String {
-    let text = format!("{value:.6}");
-    text.trim_end_matches('0').trim_end_matches('.').to_string()
+    let magnitude = if value == 0.0 || !value.is_finite() {
+        0
+    } else {
+        value.abs().log10().floor() as i32
+    };
+    let decimals = (3 - magnitude).clamp(0, 6) as usize;
+    let text = format!("{value:.decimals$}");
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        text
+    }
 }
 
 /// Limits per metric; a metric without an entry is not gated.
@@ -346,6 +358,29 @@ mod tests {
 
     fn limit(limits: &Limits, metric: Metric) -> Limit {
         *limits.get(metric).unwrap()
+    }
+
+    /// Limits print to about four significant digits; whole parts stay.
+    #[test]
+    fn limits_print_without_noise_digits() {
+        for (value, text) in [
+            (5.0, "5"),
+            (0.02, "0.02"),
+            (12.5, "12.5"),
+            (25343.253118, "25343"),
+            (1.0 / 3.0, "0.3333"),
+            (0.0, "0"),
+            (2.5e-5, "0.000025"),
+        ] {
+            assert_eq!(trim(value), text, "{value}");
+        }
+        let widened = Limit {
+            direction: Direction::Increase,
+            relative: Some(0.1),
+            absolute: Some(12671.626559),
+        }
+        .widened(2.0);
+        assert_eq!(widened.to_string(), "+20% and +25343");
     }
 
     #[test]
