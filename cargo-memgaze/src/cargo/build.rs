@@ -161,6 +161,7 @@ fn read_artifacts(
             src_path: artifact.target.src_path.into_std_path_buf(),
             package_root: manifest.parent().map(PathBuf::from).unwrap_or_default(),
             workspace_root: workspace.root.clone(),
+            target_dir: workspace.target_dir.clone(),
             harness: Default::default(),
         };
         if !executables.iter().any(|e| e.path == executable.path) {

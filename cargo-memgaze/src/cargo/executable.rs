@@ -49,6 +49,10 @@ pub struct BenchExecutable {
     /// (hot lines are attributed to them rather than to inlined library
     /// code).
     pub workspace_root: PathBuf,
+    /// The build's target directory: criterion benches are told it
+    /// (`CARGO_TARGET_DIR`) so that they do not run `cargo metadata` to
+    /// find it, a program the recorder would count as untraced.
+    pub target_dir: PathBuf,
     /// What drives it (set by `discover` from its symbols).
     pub harness: BenchHarness,
 }
@@ -256,6 +260,14 @@ impl BenchExecutable {
         // `cargo bench` runs benches from the package root; relative paths
         // in bench bodies resolve the same way here.
         command.current_dir(&self.package_root);
+        if self.harness == BenchHarness::Criterion
+            && std::env::var_os("CARGO_TARGET_DIR").is_none()
+            && !self.target_dir.as_os_str().is_empty()
+        {
+            // Where criterion keeps its results (`<target>/criterion`), as
+            // under `cargo bench`, without its `cargo metadata` child.
+            command.env("CARGO_TARGET_DIR", &self.target_dir);
+        }
         command
     }
 

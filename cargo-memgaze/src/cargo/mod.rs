@@ -158,6 +158,7 @@ fn exclude_unsupported(
                     .map(Into::into)
                     .unwrap_or_default(),
                 workspace_root: workspace.root.clone(),
+                target_dir: workspace.target_dir.clone(),
                 harness: BenchHarness::default(),
             };
             (executable, reason.clone())

@@ -23,7 +23,9 @@ fn bench(extra: &[&str]) -> (std::process::Output, Vec<Value>) {
         .arg(shared_target_dir())
         .args(["--message-format", "json", "--no-report", "--seed", "7"])
         .args(extra)
-        .env_remove("CI");
+        .env_remove("CI")
+        // As for a user who names the target directory only by `--target-dir`.
+        .env_remove("CARGO_TARGET_DIR");
     for (name, _) in std::env::vars() {
         if name.starts_with("MEMGAZE_") {
             cmd.env_remove(name);
@@ -61,6 +63,15 @@ fn criterion_and_divan_benches_run_unmodified() {
         warnings[1].starts_with("warning: custom: no load was recorded")
             && warnings[1].contains("iter_custom"),
         "{stderr}"
+    );
+    // Criterion is told the target directory: it does not exec `cargo
+    // metadata` to find it, which would be an untraced program per bench.
+    assert!(!stderr.contains("replaced themselves"), "{stderr}");
+    assert!(
+        !messages
+            .iter()
+            .any(|m| m.to_string().contains("replaced themselves")),
+        "a note on an exec'd program"
     );
     let finished: Vec<&Value> = messages
         .iter()
@@ -339,7 +350,9 @@ fn golden(dir: &Path, extra: &[&str]) -> (std::process::Output, Vec<Value>) {
         .arg(dir)
         .args(["--message-format", "json"])
         .args(extra)
-        .env_remove("CI");
+        .env_remove("CI")
+        // As for a user who names the target directory only by `--target-dir`.
+        .env_remove("CARGO_TARGET_DIR");
     for (name, _) in std::env::vars() {
         if name.starts_with("MEMGAZE_") {
             cmd.env_remove(name);
