@@ -217,16 +217,19 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         }
         let totals = &recording.totals;
         if !totals.complete || totals.dropped.records > 0 {
+            // The recorder's note on the drops says why; it already
+            // starts with their count.
+            let why = recording
+                .notes
+                .iter()
+                .find(|n| n.contains("records dropped"))
+                .or(recording.notes.first())
+                .cloned()
+                .unwrap_or_else(|| format!("{} records dropped", totals.dropped.records));
             anyhow::bail!(
-                "the full trace of bench `{}` of `{}` is incomplete ({} records dropped{}): a golden snapshot must hold every record",
+                "the full trace of bench `{}` of `{}` is incomplete ({why}): a golden snapshot must hold every record",
                 case.name,
                 exe.display_name(),
-                totals.dropped.records,
-                recording
-                    .notes
-                    .first()
-                    .map(|n| format!("; {n}"))
-                    .unwrap_or_default()
             );
         }
         // The full-trace analysis beside the bench's results, for the
