@@ -696,7 +696,7 @@ impl Gating {
         let (Some(file), Some(baseline)) = (&args.summary_md, &self.baseline) else {
             return Exit::Ok;
         };
-        let index = index.map(|i| i.display().to_string());
+        let index = index.map(|i| shown_from(i, std::env::current_dir().ok().as_deref()));
         let text =
             report::summary::markdown(&baseline.name, "this run", &self.verdicts, index.as_deref());
         match super::report::write_summary(file, &text) {
@@ -1033,11 +1033,33 @@ fn print_list(suite: &BenchSuite, format: MessageFormat) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `path` as a pull request's reader should see it: relative to `here`
+/// (where the command ran, the checkout in CI) when it lies below it; a
+/// runner's absolute path means nothing to them.
+pub(crate) fn shown_from(path: &Path, here: Option<&Path>) -> String {
+    here.and_then(|here| path.strip_prefix(here).ok())
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cli::{CargoCli, Command};
     use clap::Parser;
+
+    #[test]
+    fn the_summary_names_the_report_relative_to_the_checkout() {
+        let report = Path::new("/runner/work/app/target/memgaze/report/index.html");
+        let shown = |here: Option<&str>| shown_from(report, here.map(Path::new));
+        assert_eq!(
+            shown(Some("/runner/work/app")),
+            "target/memgaze/report/index.html"
+        );
+        assert_eq!(shown(Some("/elsewhere")), report.display().to_string());
+        assert_eq!(shown(None), report.display().to_string());
+    }
 
     fn parse(args: &[&str]) -> Result<Args, clap::Error> {
         let CargoCli::Memgaze(cli) =

@@ -153,7 +153,8 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         return Ok(Exit::Ok);
     };
     if let Some(file) = &args.summary_md {
-        let index = written.index.display().to_string();
+        let index =
+            super::bench::shown_from(&written.index, std::env::current_dir().ok().as_deref());
         let text = summary::markdown(&baseline.name, "this run", &written.verdicts, Some(&index));
         write_summary(file, &text)?;
     }
