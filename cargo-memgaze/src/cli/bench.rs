@@ -152,8 +152,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         emit(&build_finished(&suite));
     }
     if harness.list_requested() {
-        print_list(&suite, args.message_format)?;
-        return Ok(Exit::Ok);
+        return list(&suite, args.message_format);
     }
     let selected: Vec<(&BenchTarget, &BenchCase)> = suite.selected().collect();
     if !global.quiet {
@@ -995,6 +994,17 @@ fn table_row(
     )
 }
 
+/// `-- --list`, ending quietly with the status of a program killed by
+/// SIGPIPE when the reader left (`-- --list | head`), as `bench | head`
+/// does.
+fn list(suite: &BenchSuite, format: MessageFormat) -> anyhow::Result<Exit> {
+    match print_list(suite, format) {
+        Ok(()) => Ok(Exit::Ok),
+        Err(e) if reader_left(&e) => Ok(Exit::Interrupted(128 + libc::SIGPIPE)),
+        Err(e) => Err(e),
+    }
+}
+
 /// `-- --list`: libtest's `<name>: bench` lines on stdout (a header per
 /// target on stderr), or one `bench-listed` JSON object per bench.
 fn print_list(suite: &BenchSuite, format: MessageFormat) -> anyhow::Result<()> {
@@ -1031,6 +1041,14 @@ fn print_list(suite: &BenchSuite, format: MessageFormat) -> anyhow::Result<()> {
     }
     out.flush()?;
     Ok(())
+}
+
+/// Whether writing our standard output failed because its reader left
+/// (`EPIPE`).
+fn reader_left(error: &anyhow::Error) -> bool {
+    error
+        .downcast_ref::<std::io::Error>()
+        .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
 /// `path` as a pull request's reader should see it: relative to `here`

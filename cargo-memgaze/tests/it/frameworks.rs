@@ -465,6 +465,28 @@ fn a_bench_run_whose_reader_left_exits_like_sigpipe() {
     assert!(!stderr.contains("internal error"), "{stderr}");
 }
 
+/// `bench -- --list | head`: a listing whose reader left ends like the
+/// run above, quietly with 141, not with `error: Broken pipe`.
+#[test]
+fn a_listing_whose_reader_left_exits_like_sigpipe() {
+    let mut cmd = crate::support::memgaze_command();
+    cmd.args(["memgaze", "bench", "--locked", "--manifest-path"])
+        .arg(manifest())
+        .arg("--target-dir")
+        .arg(shared_target_dir())
+        .args(["--bench", "div", "--", "--list"])
+        .env_remove("CI")
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + 13), "{stderr}");
+    assert!(!stderr.contains("error"), "{stderr}");
+}
+
 /// The README's `cargo add` names the harness at the repository's
 /// top-level `harness/` directory.
 #[test]
