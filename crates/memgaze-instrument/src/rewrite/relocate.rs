@@ -1214,6 +1214,34 @@ struct CachedEncoding {
     bytes: [u8; 16],
 }
 
+impl CachedEncoding {
+    /// On a hit (the slot holds `insn`), appends its encoding to `out` and
+    /// gives its size.
+    fn append_if_holds(&self, insn: &Instruction, out: &mut Vec<u8>) -> Option<u32> {
+        let len = usize::from(self.len);
+        if len == 0 || self.insn != *insn {
+            return None;
+        }
+        // A copy of fixed length, inlined, instead of one of `len`.
+        let from = out.len();
+        out.extend_from_slice(&self.bytes);
+        out.truncate(from + len);
+        Some(len as u32)
+    }
+
+    /// Holds `insn`'s `encoding` from now on, if it fits.
+    fn hold(&mut self, insn: &Instruction, encoding: &[u8]) {
+        if let Ok(len) = u8::try_from(encoding.len())
+            && encoding.len() <= self.bytes.len()
+        {
+            self.insn = *insn;
+            self.len = len;
+            self.bytes = [0; 16];
+            self.bytes[..encoding.len()].copy_from_slice(encoding);
+        }
+    }
+}
+
 impl LayoutEncoder {
     /// Slots of the cache (a power of two), 64 KB: on python3.11, 88% of
     /// the lookups hit (256 slots: 82%, 4,096: 91%, 16,384: 92%), and a
@@ -1258,25 +1286,13 @@ impl LayoutEncoder {
         out: &mut Vec<u8>,
     ) -> Result<u32, RelocateError> {
         let slot = &mut self.cache[Self::slot_of(insn)];
-        let len = usize::from(slot.len);
-        if len > 0 && slot.insn == *insn {
-            // A copy of fixed length, inlined, instead of one of `len`.
-            let from = out.len();
-            out.extend_from_slice(&slot.bytes);
-            out.truncate(from + len);
-            return Ok(len as u32);
+        if let Some(size) = slot.append_if_holds(insn, out) {
+            return Ok(size);
         }
         let size = self.encoder.encode(insn, 0).map_err(|e| fail(insn, e))?;
         let from = out.len();
         drain_into(&mut self.encoder, out);
-        if let Ok(len) = u8::try_from(size)
-            && size <= slot.bytes.len()
-        {
-            slot.insn = *insn;
-            slot.len = len;
-            slot.bytes = [0; 16];
-            slot.bytes[..size].copy_from_slice(&out[from..]);
-        }
+        slot.hold(insn, &out[from..]);
         Ok(size as u32)
     }
 }
@@ -1296,12 +1312,8 @@ impl LayoutEncoder {
         out: &mut Vec<u8>,
     ) -> Result<Option<u32>, IcedError> {
         let slot = &mut self.cache[Self::slot_of(near)];
-        let len = usize::from(slot.len);
-        if len > 0 && slot.insn == *near {
-            let from = out.len();
-            out.extend_from_slice(&slot.bytes);
-            out.truncate(from + len);
-            return Ok(Some(len as u32));
+        if let Some(size) = slot.append_if_holds(near, out) {
+            return Ok(Some(size));
         }
         let size = self.encoder.encode(near, base)?;
         let offsets = self.encoder.get_constant_offsets();
@@ -1311,14 +1323,7 @@ impl LayoutEncoder {
         }
         let from = out.len();
         drain_into(&mut self.encoder, out);
-        if let Ok(len) = u8::try_from(size)
-            && size <= slot.bytes.len()
-        {
-            slot.insn = *near;
-            slot.len = len;
-            slot.bytes = [0; 16];
-            slot.bytes[..size].copy_from_slice(&out[from..]);
-        }
+        slot.hold(near, &out[from..]);
         Ok(Some(size as u32))
     }
 }
