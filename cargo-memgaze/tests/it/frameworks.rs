@@ -439,29 +439,15 @@ fn golden_snapshots_divan_benches_reproducibly_and_leaves_criterion_out() {
 /// a gate passing without a verdict.
 #[test]
 fn a_bench_run_whose_reader_left_exits_like_sigpipe() {
-    let mut cmd = crate::support::memgaze_command();
-    cmd.args(["memgaze", "bench", "--locked", "--manifest-path"])
-        .arg(manifest())
-        .arg("--target-dir")
-        .arg(shared_target_dir())
-        .args([
-            "--no-report",
-            "--bench",
-            "div",
-            "--",
-            "--exact",
-            "div::summing::1000",
-        ])
-        .env_remove("CI")
-        .env("NO_COLOR", "1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    // The reader leaves before the table's first line.
-    drop(child.stdout.take());
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(128 + 13), "{stderr}");
+    let (code, stderr) = bench_whose_reader_left(&[
+        "--no-report",
+        "--bench",
+        "div",
+        "--",
+        "--exact",
+        "div::summing::1000",
+    ]);
+    assert_eq!(code, Some(128 + 13), "{stderr}");
     assert!(!stderr.contains("internal error"), "{stderr}");
 }
 
@@ -469,12 +455,20 @@ fn a_bench_run_whose_reader_left_exits_like_sigpipe() {
 /// run above, quietly with 141, not with `error: Broken pipe`.
 #[test]
 fn a_listing_whose_reader_left_exits_like_sigpipe() {
+    let (code, stderr) = bench_whose_reader_left(&["--bench", "div", "--", "--list"]);
+    assert_eq!(code, Some(128 + 13), "{stderr}");
+    assert!(!stderr.contains("error"), "{stderr}");
+}
+
+/// `cargo memgaze bench <args>` on the fixture whose standard output's
+/// reader leaves before its first line: (exit code, stderr).
+fn bench_whose_reader_left(args: &[&str]) -> (Option<i32>, String) {
     let mut cmd = crate::support::memgaze_command();
     cmd.args(["memgaze", "bench", "--locked", "--manifest-path"])
         .arg(manifest())
         .arg("--target-dir")
         .arg(shared_target_dir())
-        .args(["--bench", "div", "--", "--list"])
+        .args(args)
         .env_remove("CI")
         .env("NO_COLOR", "1")
         .stdout(std::process::Stdio::piped())
@@ -482,9 +476,10 @@ fn a_listing_whose_reader_left_exits_like_sigpipe() {
     let mut child = cmd.spawn().unwrap();
     drop(child.stdout.take());
     let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(128 + 13), "{stderr}");
-    assert!(!stderr.contains("error"), "{stderr}");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// The README's `cargo add` names the harness at the repository's

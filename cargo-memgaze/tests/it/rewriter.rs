@@ -1677,18 +1677,13 @@ fn escapes_outside_the_region_are_not_counted() {
 fn no_escape_checks_knob_leaves_the_checks_out() {
     let binary = build("escape.c", &["-O1"]);
     let output = scratch().join("escape.no-escape-checks.instrumented");
-    let out = memgaze()
-        .env("MEMGAZE_NO_ESCAPE_CHECKS", "1")
-        .args(["instrument", "--format", "json"])
-        .arg(&binary)
-        .arg("-o")
-        .arg(&output)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_ok(
+        memgaze()
+            .env("MEMGAZE_NO_ESCAPE_CHECKS", "1")
+            .args(["instrument", "--format", "json"])
+            .arg(&binary)
+            .arg("-o")
+            .arg(&output),
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["escape_checks"].as_u64(), Some(0), "{report}");
@@ -2389,18 +2384,13 @@ fn spatial_bmi2_knob_chooses_the_check_form_and_a_cpu_without_it_is_refused() {
     let args = ["irr", "20000", "2"];
     let copy = |knob: &str| {
         let output = scratch().join(format!("bench_kernels.bmi2-{knob}.instrumented"));
-        let out = memgaze()
-            .env("MEMGAZE_SPATIAL_BMI2", knob)
-            .args(["instrument", "--annotation-format", "json"])
-            .arg(&binary)
-            .arg("-o")
-            .arg(&output)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        run_ok(
+            memgaze()
+                .env("MEMGAZE_SPATIAL_BMI2", knob)
+                .args(["instrument", "--annotation-format", "json"])
+                .arg(&binary)
+                .arg("-o")
+                .arg(&output),
         );
         let bytes = std::fs::read(&output).unwrap();
         let annotation = std::fs::read(format!("{}.memgaze.json", output.display())).unwrap();
