@@ -672,24 +672,52 @@ pub fn exit_like_program(recording: &Recording) -> Exit {
 }
 
 /// Finds the program like a shell would: a path with a `/` as is, a bare
-/// name through `PATH` (then the current directory's file of that name).
+/// name through `PATH`, skipping files this user may not execute (then the
+/// current directory's file of that name). A file the user may not execute
+/// is refused: the instrumented copy would run where the original cannot.
 pub fn resolve_program(program: &Path) -> Result<PathBuf> {
     if program.as_os_str().to_string_lossy().contains('/') {
         if !program.exists() {
             bail!("{}: no such file", program.display());
         }
+        refuse_unexecutable(program)?;
         return Ok(program.to_path_buf());
     }
     if let Some(paths) = std::env::var_os("PATH") {
         for dir in std::env::split_paths(&paths) {
             let candidate = dir.join(program);
-            if candidate.is_file() {
+            if candidate.is_file() && may_execute(&candidate) {
                 return Ok(candidate);
             }
         }
     }
     if program.is_file() {
-        return Ok(Path::new(".").join(program));
+        let local = Path::new(".").join(program);
+        refuse_unexecutable(&local)?;
+        return Ok(local);
     }
     bail!("{}: no such program", program.display())
+}
+
+/// Whether this user may execute `path` (`access(X_OK)`: what `execve`
+/// checks, so root needs one execute bit too).
+fn may_execute(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(name) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `name` is a NUL-terminated string that outlives the call.
+    unsafe { libc::access(name.as_ptr(), libc::X_OK) == 0 }
+}
+
+/// Refuses a regular file this user may not execute (directories and other
+/// inputs are left to the checks that name what they are).
+fn refuse_unexecutable(path: &Path) -> Result<()> {
+    if path.is_file() && !may_execute(path) {
+        bail!(
+            "{}: permission denied: not executable by this user (it would not run without cargo memgaze either)",
+            path.display()
+        );
+    }
+    Ok(())
 }

@@ -244,3 +244,51 @@ fn run_into_a_closed_pipe_exits_like_the_program() {
     assert!(!err.contains("error"), "{err}");
     assert_eq!(out.status.code(), Some(128 + 13), "{err}");
 }
+
+/// A program this user may not execute is refused by `run` as `execve`
+/// would refuse it, in one line naming it, before anything is instrumented
+/// (the instrumented copy used to run where the original could not); a
+/// bare name skips such a file on `PATH`, as a shell does.
+#[test]
+fn run_refuses_a_program_that_is_not_executable() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let not_executable = small_elf(dir.path());
+    std::fs::set_permissions(&not_executable, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = memgaze(&[
+        "run".as_ref(),
+        "--libs".as_ref(),
+        "none".as_ref(),
+        "--".as_ref(),
+        not_executable.as_os_str(),
+    ]);
+    let line = error_line(&out, 1);
+    assert!(
+        line.contains(&not_executable.display().to_string()) && line.contains("not executable"),
+        "{line}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("instrumenting"));
+
+    // First on PATH: a copy of `true` nobody may execute; then `false`.
+    let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+    std::fs::create_dir_all(&first).unwrap();
+    std::fs::create_dir_all(&second).unwrap();
+    std::fs::rename(&not_executable, first.join("mgprog")).unwrap();
+    let system_false = ["/usr/bin/false", "/bin/false"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .expect("/usr/bin/false");
+    std::fs::copy(system_false, second.join("mgprog")).unwrap();
+    let path = std::env::join_paths([&first, &second]).unwrap();
+    let out = crate::support::memgaze_command()
+        .args(["run", "-q", "--libs", "none", "--", "mgprog"])
+        .env("PATH", path)
+        .env("NO_COLOR", "1")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("error"), "{err}");
+    assert_eq!(out.status.code(), Some(1), "`false` ran: {err}");
+}
