@@ -102,7 +102,25 @@ impl LibsArgs {
                 library.path.display()
             );
         }
+        if !libraries.unmatched.is_empty() && !global.quiet {
+            styled_eprintln!(
+                "memgaze: note: --libs {} matches none of the libraries {} loads at start ({}): a pattern matches the whole name (`{}`), or a library loaded later (dlopen) from the next run on",
+                libraries.unmatched.join(", "),
+                program.display(),
+                libraries.at_start().join(", "),
+                whole_name_hint(&libraries.unmatched[0])
+            );
+        }
         Ok(libraries)
+    }
+}
+
+/// `pattern` as it would match a whole library name: `libz*` for `libz`.
+fn whole_name_hint(pattern: &str) -> String {
+    if pattern.ends_with('*') {
+        pattern.to_string()
+    } else {
+        format!("{pattern}*")
     }
 }
 

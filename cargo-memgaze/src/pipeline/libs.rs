@@ -33,15 +33,18 @@ pub struct LibSelection {
     /// Globs matched against the library's file name as the program needs
     /// it (`libc.so.6`); empty: none.
     globs: Vec<globset::GlobMatcher>,
+    /// The patterns written out (not those `default` stands for), to tell
+    /// the user of one that matches no library.
+    written: Vec<(String, globset::GlobMatcher)>,
 }
 
 impl LibSelection {
     /// Parses `--libs`: `none`, or a comma-separated list of globs and
     /// `default` ([`DEFAULT_LIBS`]); `'*'` selects every library.
     pub fn parse(value: &str) -> Result<LibSelection, String> {
-        let mut globs = Vec::new();
+        let mut selection = LibSelection::default();
         if value == "none" {
-            return Ok(LibSelection { globs });
+            return Ok(selection);
         }
         for part in value.split(',').map(str::trim) {
             let patterns: Vec<&str> = match part {
@@ -51,12 +54,27 @@ impl LibSelection {
                 other => vec![other],
             };
             for pattern in patterns {
-                let glob =
-                    globset::Glob::new(pattern).map_err(|e| format!("--libs {value}: {e}"))?;
-                globs.push(glob.compile_matcher());
+                let glob = globset::Glob::new(pattern)
+                    .map_err(|e| format!("--libs {value}: {e}"))?
+                    .compile_matcher();
+                if part != "default" {
+                    selection.written.push((pattern.to_string(), glob.clone()));
+                }
+                selection.globs.push(glob);
             }
         }
-        Ok(LibSelection { globs })
+        Ok(selection)
+    }
+
+    /// The patterns written out (not `default`'s) that match none of
+    /// `names`: most likely a name mistyped or not written whole
+    /// (`libsqlite3` for `libsqlite3.so.0`).
+    pub fn unmatched<'a>(&'a self, names: &[String]) -> Vec<&'a str> {
+        self.written
+            .iter()
+            .filter(|(_, glob)| !names.iter().any(|name| glob.is_match(name)))
+            .map(|(pattern, _)| pattern.as_str())
+            .collect()
     }
 
     /// Whether nothing is selected.
@@ -211,6 +229,9 @@ pub struct Libraries {
     /// those the libraries need too), so that one the executable does not
     /// need itself is not taken for a `dlopen`ed one.
     at_start: Vec<String>,
+    /// Patterns written in `--libs` that match none of the libraries
+    /// loaded at start or remembered from earlier runs.
+    pub unmatched: Vec<String>,
 }
 
 /// What [`Libraries::loaded_at_run`] found.
@@ -348,8 +369,21 @@ impl Libraries {
             .into_iter()
             .filter(|l| selection.selects(&l.name))
             .collect();
+        let remembered: Vec<NeededLibrary> = libraries
+            .remembered
+            .iter()
+            .flat_map(|f| read_remembered(f))
+            .collect();
+        let known: Vec<String> = (libraries.at_start.iter().cloned())
+            .chain(remembered.iter().map(|l| l.name.clone()))
+            .collect();
+        libraries.unmatched = selection
+            .unmatched(&known)
+            .into_iter()
+            .map(str::to_string)
+            .collect();
         // Loaded later by earlier runs (`dlopen`): offered under their names.
-        for library in libraries.remembered.iter().flat_map(|f| read_remembered(f)) {
+        for library in remembered {
             if selection.selects(&library.name)
                 && library.path.is_file()
                 && !selected.iter().any(|l| l.name == library.name)

@@ -905,3 +905,42 @@ fn instrument_library_takes_the_annotation_format_and_refuses_functions() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(!dir.join("refused.so").exists());
 }
+
+/// A `--libs` pattern that matches none of the libraries the program loads
+/// (`libc` for `libc.so.6`: patterns match the whole name) used to select
+/// nothing silently; now one note names it with the libraries there are.
+/// `default`'s names are not held to it: most programs need no libgcc_s.
+#[test]
+fn a_libs_pattern_that_matches_no_library_is_named() {
+    let run = |libs: &str| {
+        let out = memgaze()
+            .args([
+                "run",
+                "--libs",
+                libs,
+                "-o",
+                "/dev/null",
+                "--",
+                "/usr/bin/true",
+            ])
+            .env("NO_COLOR", "1")
+            .current_dir(scratch())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        err
+    };
+    let err = run("default,libc,libnosuch*");
+    let notes: Vec<&str> = err.lines().filter(|l| l.contains("matches none")).collect();
+    assert_eq!(notes.len(), 1, "{err}");
+    assert!(
+        notes[0]
+            .starts_with("memgaze: note: --libs libc, libnosuch* matches none of the libraries")
+            && notes[0].contains("libc.so.6")
+            && notes[0].contains("(`libc*`)"),
+        "{err}"
+    );
+    let err = run("default");
+    assert!(!err.contains("matches none"), "{err}");
+}
