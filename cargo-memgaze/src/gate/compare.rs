@@ -62,6 +62,23 @@ impl Change {
             relative: (old != 0.0).then(|| (new - old) / old.abs()),
         }
     }
+
+    /// The change as `limit` measures it: the absolute change (`+0.9`)
+    /// where the limit is absolute only — a fraction moving from 6e-7 to
+    /// 1 reads as `+1`, not `+174284700.0%` — else as `Display` shows it.
+    pub fn against(&self, limit: Option<&Limit>) -> String {
+        match limit {
+            Some(Limit {
+                relative: None,
+                absolute: Some(_),
+                ..
+            }) if self.relative.is_some() => {
+                let sign = if self.absolute >= 0.0 { "+" } else { "" };
+                format!("{sign}{}", number(self.absolute))
+            }
+            _ => self.to_string(),
+        }
+    }
 }
 
 impl std::fmt::Display for Change {
@@ -102,7 +119,7 @@ impl Regression {
             self.metric,
             number(self.old),
             number(self.new),
-            self.change,
+            self.change.against(Some(&self.limit)),
             self.limit
         )
     }
@@ -677,6 +694,47 @@ pub fn compare(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gate::metric::Direction;
+
+    #[test]
+    fn a_change_is_shown_as_its_limit_measures_it() {
+        let absolute = Limit {
+            direction: Direction::Increase,
+            relative: None,
+            absolute: Some(0.1),
+        };
+        let relative = Limit {
+            relative: Some(0.05),
+            absolute: None,
+            ..absolute
+        };
+        let tiny_to_one = Change::between(5.74e-7, 1.0);
+        assert_eq!(tiny_to_one.against(Some(&absolute)), "+1");
+        assert_eq!(tiny_to_one.against(Some(&relative)), "+174215927.9%");
+        assert_eq!(Change::between(0.5, 0.25).against(Some(&absolute)), "-0.25");
+        assert_eq!(
+            Change::between(0.0, 1.0).against(Some(&absolute)),
+            "+1 from 0"
+        );
+        assert_eq!(Change::between(2.0, 3.0).against(None), "+50.0%");
+        let regression = Regression {
+            bench: BenchKey {
+                package: "p".into(),
+                target: "t".into(),
+                bench: "b".into(),
+            },
+            metric: Metric::FIrrFrac,
+            old: 5.74e-7,
+            new: 1.0,
+            change: tiny_to_one,
+            limit: absolute,
+        };
+        assert!(
+            regression.human().ends_with("(+1; limit +0.1)"),
+            "{}",
+            regression.human()
+        );
+    }
 
     #[test]
     fn an_empty_whole_run_curve_is_not_called_noisy() {

@@ -68,7 +68,8 @@ fn change(m: &MetricComparison) -> String {
     match (m.old, m.new) {
         (Some(old), Some(new)) => {
             let c = Change::between(old, new);
-            format!("{} {c}", super::html::arrow(c.absolute))
+            let shown = c.against(m.limit.as_ref());
+            format!("{} {shown}", super::html::arrow(c.absolute))
         }
         _ => "–".to_string(),
     }

@@ -232,7 +232,7 @@ fn a_worse_access_pattern_is_a_regression_in_human_and_json_form() {
         "{human}"
     );
     assert!(
-        human.contains("F_str_frac 1 → 0 (-100.0%; limit -0.1)"),
+        human.contains("F_str_frac 1 → 0 (-1; limit -0.1)"),
         "{human}"
     );
 
