@@ -284,8 +284,18 @@ impl RecordSink for Tee<'_> {
 /// trace: No space left on device`).
 pub struct NamedSink<'a>(pub &'a mut dyn RecordSink, pub &'a Path);
 
-/// `source`, named by the file `path`.
+/// `source`, named by the file `path` once: a writer that names its file
+/// itself (`AtomicFile`: `cannot write trace: t.trace: No space left on
+/// device`) has that inner name dropped, so the line reads `t.trace:
+/// cannot write trace: No space left on device`.
 fn named(path: &Path, source: SinkError) -> SinkError {
+    let text = source.to_string();
+    let inner = format!("{}: ", path.display());
+    let source = if text.contains(&inner) {
+        text.replacen(&inner, "", 1).into()
+    } else {
+        source
+    };
     Box::new(SinkFileError {
         path: path.to_path_buf(),
         source,
@@ -1595,6 +1605,32 @@ pub(crate) fn signal_name(signal: i32) -> String {
 mod tests {
     use super::*;
     use protocol::{HEADER_BYTES, MessageHeader, MessageKind, SHARED_FLAG, SHARED_STATE_BYTES};
+
+    /// The chain of `error` as `anyhow`'s `{:#}` prints it.
+    fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+        let mut parts = vec![error.to_string()];
+        let mut next = error.source();
+        while let Some(e) = next {
+            parts.push(e.to_string());
+            next = e.source();
+        }
+        parts.join(": ")
+    }
+
+    #[test]
+    fn a_sink_error_names_its_file_once() {
+        let path = Path::new("tiny/p.trace");
+        let already = "cannot write trace: tiny/p.trace: No space left on device";
+        assert_eq!(
+            chain(&*named(path, already.into())),
+            "tiny/p.trace: cannot write trace: No space left on device"
+        );
+        let plain = "cannot write trace: No space left on device";
+        assert_eq!(
+            chain(&*named(path, plain.into())),
+            "tiny/p.trace: cannot write trace: No space left on device"
+        );
+    }
 
     #[test]
     fn the_notes_say_when_sigkill_follows() {
