@@ -215,22 +215,16 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             // A signal ends the whole run.
             suite::AfterRecording::Stop => break,
         }
-        let totals = &recording.totals;
-        if !totals.complete || totals.dropped.records > 0 {
-            // The recorder's note on the drops says why; it already
-            // starts with their count.
-            let why = recording
-                .notes
-                .iter()
-                .find(|n| n.contains("records dropped"))
-                .or(recording.notes.first())
-                .cloned()
-                .unwrap_or_else(|| format!("{} records dropped", totals.dropped.records));
-            anyhow::bail!(
-                "the full trace of bench `{}` of `{}` is incomplete ({why}): a golden snapshot must hold every record",
-                case.name,
-                exe.display_name(),
-            );
+        if let Some(why) = incomplete_trace(&recording) {
+            // No snapshot can be written or checked from it; the other
+            // benches still are, and the run ends with an error.
+            let snapshot = store.path(&exe.package, &exe.target, &case.name);
+            let bench = (exe, case.name.as_str(), snapshot.as_path());
+            report_incomplete(bench, &recording, &why, json, &progress);
+            *counts.entry("incomplete").or_default() += 1;
+            exit = exit.worst(Exit::Error);
+            progress.advance();
+            continue;
         }
         // The full-trace analysis beside the bench's results, for the
         // report's overlay.
@@ -352,6 +346,56 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         }
     }
     Ok(exit)
+}
+
+/// Why a bench's full trace cannot be snapshotted, if it cannot: it lacks
+/// records (dropped, or a process that never said it ended). The
+/// recorder's note on the drops says why; it already starts with their
+/// count.
+fn incomplete_trace(recording: &pipeline::BenchRecording) -> Option<String> {
+    let totals = &recording.totals;
+    if totals.complete && totals.dropped.records == 0 {
+        return None;
+    }
+    Some(
+        recording
+            .notes
+            .iter()
+            .find(|n| n.contains("records dropped"))
+            .or(recording.notes.first())
+            .cloned()
+            .unwrap_or_else(|| format!("{} records dropped", totals.dropped.records)),
+    )
+}
+
+/// Reports a bench whose full trace is incomplete: one `error:` line, or
+/// a `golden` message of status `incomplete` whose `changes` say why.
+fn report_incomplete(
+    (exe, bench, snapshot): (&crate::cargo::BenchExecutable, &str, &Path),
+    recording: &pipeline::BenchRecording,
+    why: &str,
+    json: bool,
+    progress: &Progress,
+) {
+    let message = format!(
+        "the full trace of bench `{bench}` of `{}` is incomplete ({why}): a golden snapshot must hold every record, so none is written or checked",
+        exe.display_name(),
+    );
+    if json {
+        emit(&messages::Golden {
+            changes: vec![message.clone()],
+            elapsed_s: recording.elapsed.as_secs_f64(),
+            name: bench.to_string(),
+            package: exe.package.clone(),
+            pending: None,
+            reason: Reason::Golden,
+            records: recording.analysis.summary.records,
+            snapshot: snapshot.to_path_buf(),
+            status: "incomplete".to_string(),
+            target: exe.target.clone(),
+        });
+    }
+    progress.note(&format!("error: {message}"));
 }
 
 /// The lines `golden` prints for one bench: its outcome, the metrics that
