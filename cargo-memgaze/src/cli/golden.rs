@@ -215,22 +215,16 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
             // A signal ends the whole run.
             suite::AfterRecording::Stop => break,
         }
-        let totals = &recording.totals;
-        if !totals.complete || totals.dropped.records > 0 {
-            // The recorder's note on the drops says why; it already
-            // starts with their count.
-            let why = recording
-                .notes
-                .iter()
-                .find(|n| n.contains("records dropped"))
-                .or(recording.notes.first())
-                .cloned()
-                .unwrap_or_else(|| format!("{} records dropped", totals.dropped.records));
-            anyhow::bail!(
-                "the full trace of bench `{}` of `{}` is incomplete ({why}): a golden snapshot must hold every record",
-                case.name,
-                exe.display_name(),
-            );
+        if let Some(why) = incomplete_trace(&recording.totals, &recording.notes) {
+            // No snapshot can be written or checked from it; the other
+            // benches still are, and the run ends with an error.
+            let snapshot = store.path(&exe.package, &exe.target, &case.name);
+            let bench = (exe, case.name.as_str(), snapshot.as_path());
+            report_incomplete(bench, &recording, &why, json, &progress);
+            *counts.entry("incomplete").or_default() += 1;
+            exit = exit.worst(Exit::Error);
+            progress.advance();
+            continue;
         }
         // The full-trace analysis beside the bench's results, for the
         // report's overlay.
@@ -354,6 +348,56 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     Ok(exit)
 }
 
+/// Why a bench's full trace cannot be snapshotted, if it cannot: it lacks
+/// records (dropped, or a process that never said it ended). The
+/// recorder's note on the drops says why; it already starts with their
+/// count.
+fn incomplete_trace(totals: &memgaze_trace::TraceTotals, notes: &[String]) -> Option<String> {
+    if totals.complete && totals.dropped.records == 0 {
+        return None;
+    }
+    Some(
+        notes
+            .iter()
+            .find(|n| n.contains("records dropped"))
+            .or(notes.first())
+            .cloned()
+            .unwrap_or_else(|| format!("{} records dropped", totals.dropped.records)),
+    )
+}
+
+/// Reports a bench whose full trace is incomplete: one `error:` line and,
+/// in JSON, a `golden` message of status `incomplete` whose `changes` say
+/// why.
+fn report_incomplete(
+    (exe, bench, snapshot): (&crate::cargo::BenchExecutable, &str, &Path),
+    recording: &pipeline::BenchRecording,
+    why: &str,
+    json: bool,
+    progress: &Progress,
+) {
+    let message = format!(
+        "the full trace of bench `{bench}` of `{}` is incomplete ({why}): a golden snapshot must hold every record, so none is written or checked",
+        exe.display_name(),
+    );
+    if json {
+        emit(&messages::Golden {
+            changes: vec![message.clone()],
+            elapsed_s: recording.elapsed.as_secs_f64(),
+            name: bench.to_string(),
+            package: exe.package.clone(),
+            pending: None,
+            reason: Reason::Golden,
+            records: recording.analysis.summary.records,
+            snapshot: snapshot.to_path_buf(),
+            status: "incomplete".to_string(),
+            target: exe.target.clone(),
+        });
+    }
+    // An error, so not hidden by `-q` as the status lines are.
+    progress.print(|| styled_eprintln!("error: {message}"));
+}
+
 /// The lines `golden` prints for one bench: its outcome, the metrics that
 /// changed and, for a difference, the threads note.
 fn outcome_lines(
@@ -424,7 +468,7 @@ fn threads_note(bench: &str, pieces: u64, trace_samples: u64) -> Option<String> 
 
 #[cfg(test)]
 mod tests {
-    use super::{check_golden_dir, threads_note};
+    use super::{check_golden_dir, incomplete_trace, threads_note};
 
     #[test]
     fn a_linked_or_unwritable_snapshot_directory_is_refused() {
@@ -459,6 +503,42 @@ mod tests {
             );
         }
         std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+
+    #[test]
+    fn an_incomplete_trace_is_explained_by_the_recorders_note_on_drops() {
+        let mut totals = memgaze_trace::TraceTotals {
+            executions: 10,
+            records: 10,
+            spatial_records: 0,
+            samples: 1,
+            dropped: Default::default(),
+            exit: None,
+            complete: true,
+            interrupted: None,
+            escapes: Vec::new(),
+            execs_untraced: 0,
+            execs_untraced_micros: 0,
+        };
+        let notes = vec![
+            "1 process exec'd another program".to_string(),
+            "7 records dropped (loads of threads …)".to_string(),
+        ];
+        assert_eq!(incomplete_trace(&totals, &notes), None);
+        totals.dropped.records = 7;
+        assert_eq!(
+            incomplete_trace(&totals, &notes).unwrap(),
+            "7 records dropped (loads of threads …)"
+        );
+        assert_eq!(incomplete_trace(&totals, &[]).unwrap(), "7 records dropped");
+        // Incomplete without drops (a process that never said it ended):
+        // the recorder's first note says so.
+        totals.dropped.records = 0;
+        totals.complete = false;
+        assert_eq!(
+            incomplete_trace(&totals, &notes[..1]).unwrap(),
+            "1 process exec'd another program"
+        );
     }
 
     #[test]

@@ -124,6 +124,13 @@ fn criterion_and_divan_benches_run_unmodified() {
     ] {
         expected.push(format!("div divan {name}"));
     }
+    for name in [
+        "div_threads::scoped_sum",
+        "div_threads::shared_sum",
+        "div_threads::summing::1000",
+    ] {
+        expected.push(format!("div_threads divan {name}"));
+    }
     expected.sort();
     assert_eq!(names, expected, "{stderr}");
     twins_agree(&finished);
@@ -132,6 +139,19 @@ fn criterion_and_divan_benches_run_unmodified() {
         let name = format!("{}/{}", m["target"], m["name"]);
         let samples = m["summary"]["samples"].as_u64().unwrap();
         let bench = m["name"].as_str().unwrap();
+        if m["target"] == "div_threads" {
+            // Recorded on every thread; a `threads` bench has one table row
+            // per thread count, so no run count is read for it.
+            let threads = m["summary"]["threads"].as_u64().unwrap();
+            let least = if bench.ends_with("summing::1000") {
+                1
+            } else {
+                2
+            };
+            assert!(threads >= least, "{name}: {threads} threads");
+            assert!(samples >= 30, "{name}: {samples} samples");
+            continue;
+        }
         // Divan and the harness report their runs and their time;
         // criterion's profiling mode neither.
         if m["harness"] == "criterion" {
@@ -431,6 +451,79 @@ fn golden_snapshots_divan_benches_reproducibly_and_leaves_criterion_out() {
         "{stderr}"
     );
     assert!(golden_statuses(&messages).is_empty(), "{messages:?}");
+}
+
+/// Golden snapshots of divan benches that run on several threads (divan's
+/// `threads = [1, 2, 4]`, and a body spawning scoped threads): the full
+/// trace holds every thread's loads in the region, which begins at the
+/// first thread's start of the sample loop and ends at the last one's end —
+/// `sum` runs 7 times over 20,000 values in the first (1 + 2 + 4 threads)
+/// and once over 40,000 in the second, so their loads are 140 and 40 times
+/// those of `summing::1000`. Their threads missed the region's begin, the
+/// trace was incomplete and `golden` stopped there with exit 1, the benches
+/// after it not recorded at all. A second run checks every bench: the
+/// single-threaded one is unchanged; the threaded ones, whose interleaving
+/// changes from run to run, may differ (exit 3).
+#[test]
+fn golden_traces_divan_benches_on_several_threads_whole() {
+    let snapshots = tempfile::tempdir().unwrap();
+    let (out, messages) = golden(snapshots.path(), &["--update", "--bench", "div_threads"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let names = [
+        "div_threads::shared_sum",
+        "div_threads::scoped_sum",
+        "div_threads::summing::1000",
+    ];
+    let created = golden_statuses(&messages);
+    let expected: Vec<(String, String)> = names
+        .iter()
+        .map(|n| (n.to_string(), "created".to_string()))
+        .collect();
+    assert_eq!(created, expected, "{stderr}");
+    let sum_loads = |bench: &str| -> u64 {
+        let file = std::fs::read_dir(snapshots.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                let name = p.file_name().unwrap().to_string_lossy();
+                name.ends_with(".snap") && name.contains(&bench.replace("::", "%3A%3A"))
+            })
+            .unwrap_or_else(|| panic!("no snapshot of {bench}"));
+        let text = std::fs::read_to_string(&file).unwrap();
+        let body: Value = serde_json::from_str(text.splitn(3, "---").nth(2).unwrap()).unwrap();
+        body["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == "ring_stats::sum")
+            .unwrap_or_else(|| panic!("{bench}: no ring_stats::sum"))["A"]
+            .as_u64()
+            .unwrap()
+    };
+    let single = sum_loads("div_threads::summing::1000");
+    assert!(single > 0);
+    assert_eq!(sum_loads("div_threads::shared_sum"), 140 * single);
+    assert_eq!(sum_loads("div_threads::scoped_sum"), 40 * single);
+
+    let (out, messages) = golden(snapshots.path(), &["--bench", "div_threads"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let checked = golden_statuses(&messages);
+    let checked_names: Vec<&str> = checked.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(checked_names, names, "{stderr}");
+    assert_eq!(checked[2].1, "unchanged", "{stderr}");
+    let differs = checked.iter().any(|(_, s)| s == "differs");
+    assert!(
+        checked
+            .iter()
+            .all(|(_, s)| s == "unchanged" || s == "differs"),
+        "{checked:?}"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(if differs { 3 } else { 0 }),
+        "{stderr}"
+    );
 }
 
 /// `cargo memgaze bench … | head`: a reader that leaves before the run

@@ -279,7 +279,8 @@ pub struct SuiteSummary {
 /// One bench's golden snapshot checked or written (`golden`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Golden {
-    /// The metrics that differ, one line each (`differs` only).
+    /// The metrics that differ, one line each (`differs`), or why the
+    /// full trace cannot be snapshotted (`incomplete`).
     pub changes: Vec<String>,
     /// Wall time of the full-trace recording and analysis, seconds.
     pub elapsed_s: f64,
@@ -295,7 +296,8 @@ pub struct Golden {
     pub records: u64,
     /// The snapshot file.
     pub snapshot: PathBuf,
-    /// `unchanged`, `created`, `updated`, `missing` or `differs`.
+    /// `unchanged`, `created`, `updated`, `missing`, `differs` or
+    /// `incomplete` (no snapshot written or checked).
     pub status: String,
     /// Bench target name.
     pub target: String,

@@ -113,8 +113,9 @@ pub(crate) const SPATIAL_BLOCK_SHIFT: u32 = 6;
 
 /// Countdown that effectively never expires (no collector: recording off).
 pub(crate) const COUNTDOWN_NEVER: u64 = 1 << 62;
-/// Countdown a thread gets while recording is switched off by a region
-/// marker: it re-checks the switch this often.
+/// Countdown a thread of a sampled run gets while recording is switched
+/// off by a region marker: it re-checks the switch this often (a full
+/// trace re-checks at every load, see [`recheck_countdown`]).
 pub(crate) const COUNTDOWN_RECHECK: u64 = 4096;
 
 /// Bytes of state the rewriter reserves in the executable's bss.
@@ -164,6 +165,9 @@ pub struct Config {
     pub spatial_threshold: u64,
     /// The threshold the environment gave, until the entry hook accepts it.
     pub(crate) spatial_pending: u64,
+    /// Toggle hooks (divan's `sync_impl`) opened and not yet closed: every
+    /// thread of a `threads` bench opens and closes its own.
+    pub(crate) open_toggles: u64,
 }
 
 /// Offsets of the config block's fields ([`Config`]) and its state values.
@@ -205,6 +209,8 @@ pub mod cfg {
     pub(crate) const SPATIAL_THRESHOLD: i32 = offset_of!(Config, spatial_threshold) as i32;
     /// Offset of `Config::spatial_pending`.
     pub(crate) const SPATIAL_PENDING: i32 = offset_of!(Config, spatial_pending) as i32;
+    /// Offset of `Config::open_toggles`.
+    pub(crate) const OPEN_TOGGLES: i32 = offset_of!(Config, open_toggles) as i32;
     /// `STATE` values.
     pub(crate) const STATE_DISABLED: i32 = 1;
     /// `STATE` values.
@@ -470,7 +476,7 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     emit_send_region(&mut a, &mut l)?;
     emit_region_begin(&mut a, &mut l, params)?;
     emit_region_end(&mut a, &mut l, params)?;
-    emit_unnamed_regions(&mut a, &mut l)?;
+    emit_unnamed_regions(&mut a, &mut l, params)?;
     emit_region_samples(&mut a, &mut l, params)?;
     emit_fini(&mut a, &mut l, params)?;
     emit_process_end(&mut a, &mut l, params, ProcessEnd::Exit)?;
@@ -825,7 +831,7 @@ fn emit_cold_path(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     // Switched off by a region marker: close the window, re-check later.
     a.mov(qword_ptr(rbx + slot::REMAINING), 0)?;
     a.mov(qword_ptr(rbx + slot::STARTED), 0)?;
-    a.mov(fs(TCB_COUNTDOWN), COUNTDOWN_RECHECK as i32)?;
+    recheck_countdown(a)?;
     a.jmp(l.cold_release)?;
     a.set_label(&mut l.cold_enabled)?;
     // Loads run since a region began, before this thread noticed (see
@@ -1413,7 +1419,7 @@ fn emit_region_end(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.call(l.fold_live)?;
     a.mov(qword_ptr(rbx + slot::REMAINING), 0)?;
     a.mov(qword_ptr(rbx + slot::STARTED), 0)?;
-    a.mov(fs(TCB_COUNTDOWN), COUNTDOWN_RECHECK as i32)?;
+    recheck_countdown(a)?;
     a.mov(edi, MessageKind::Records as u32)?;
     a.call(l.flush)?;
     a.mov(edi, MessageKind::RegionEnd as u32)?;
@@ -1430,7 +1436,12 @@ fn emit_region_end(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
 /// arguments are not a name, so they pass length 0 (`mov` leaves the flags
 /// alone), keeping rsi for the hooked function; the toggle opens or closes
 /// by `sil`.
-fn emit_unnamed_regions(a: &mut Asm, l: &mut Labels) -> R {
+/// The unnamed region hooks, and the toggle (`sil` non-zero: open). The
+/// toggle's region is process-wide and counted: divan's `threads` bench
+/// calls `sync_impl` on each of its threads, so the region begins at the
+/// first thread's open and ends at the last one's close — not when the
+/// fastest thread is done while the others still run the routine.
+fn emit_unnamed_regions(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     // The hooked function's arguments are not a name: pass length 0 (`mov`
     // leaves the flags alone), keeping rsi for the function.
     for (label, target) in [
@@ -1444,10 +1455,44 @@ fn emit_unnamed_regions(a: &mut Asm, l: &mut Labels) -> R {
         a.pop(rsi)?;
         a.ret()?;
     }
+    let mut close = a.create_label();
+    let mut keep_open = a.create_label();
+    let mut none_open = a.create_label();
     a.set_label(&mut l.region_toggle)?;
+    a.push(rax)?;
+    a.push(rcx)?;
+    a.add_instruction(lea_rip(
+        Register::RCX,
+        params.state_va + cfg::OPEN_TOGGLES as u64,
+    ))?;
     a.test(sil, sil)?;
-    a.jnz(l.region_begin_unnamed)?;
+    a.jz(close)?;
+    a.mov(eax, 1)?;
+    a.lock().xadd(qword_ptr(rcx), rax)?;
+    a.test(rax, rax)?;
+    // `pop` leaves the flags alone: the first open begins the region.
+    a.pop(rcx)?;
+    a.pop(rax)?;
+    a.jz(l.region_begin_unnamed)?;
+    a.ret()?;
+    a.set_label(&mut close)?;
+    a.mov(rax, -1i64)?;
+    a.lock().xadd(qword_ptr(rcx), rax)?;
+    a.cmp(rax, 1)?;
+    a.jg(keep_open)?;
+    a.jl(none_open)?;
+    // The last close ends the region.
+    a.pop(rcx)?;
+    a.pop(rax)?;
     a.jmp(l.region_end_unnamed)?;
+    // A close with none open (a hook missed its open) restores the count
+    // and ends nothing: an end with no region open is ignored anyway.
+    a.set_label(&mut none_open)?;
+    a.lock().inc(qword_ptr(rcx))?;
+    a.set_label(&mut keep_open)?;
+    a.pop(rcx)?;
+    a.pop(rax)?;
+    a.ret()?;
     Ok(())
 }
 
@@ -2906,7 +2951,8 @@ fn read_owner_countdown(a: &mut Asm) -> R {
 
 /// At a region's begin (recording still off; `rbx` = the beginning
 /// thread's slot, `r13` = the process block): every other thread is on a
-/// re-check countdown of at most `COUNTDOWN_RECHECK` and runs that many
+/// re-check countdown of at most `COUNTDOWN_RECHECK` (in a full trace 0,
+/// so nothing is pending there) and runs that many
 /// loads in the region before it notices — neither recorded nor counted (a
 /// rayon pool's workers lost up to 4096 loads each this way while the trace
 /// said nothing was lost). Each one's countdown goes into its slot's
@@ -3002,6 +3048,27 @@ fn unaware_at_end(a: &mut Asm) -> R {
     a.mov(rdx, qword_ptr(rdx + slot::NEXT))?;
     a.jmp(walk)?;
     a.set_label(&mut walked)?;
+    a.zero_bytes()
+}
+
+/// The countdown of a thread while recording is switched off (`r12` = the
+/// config): a sampled run re-checks the switch every
+/// [`COUNTDOWN_RECHECK`] loads (the loads a thread runs in a region before
+/// noticing it are counted, not recorded: see [`unaware_at_begin`]); a full
+/// trace re-checks at every load, so that no thread runs a load of a
+/// region unrecorded — a region is process-wide, and a full trace holds
+/// every load in it. Costs a runtime call per load outside regions, in
+/// full traces only.
+fn recheck_countdown(a: &mut Asm) -> R {
+    let mut full = a.create_label();
+    let mut done = a.create_label();
+    a.cmp(qword_ptr(r12 + cfg::FULL), 0)?;
+    a.jne(full)?;
+    a.mov(fs(TCB_COUNTDOWN), COUNTDOWN_RECHECK as i32)?;
+    a.jmp(done)?;
+    a.set_label(&mut full)?;
+    a.mov(fs(TCB_COUNTDOWN), 0)?;
+    a.set_label(&mut done)?;
     a.zero_bytes()
 }
 
