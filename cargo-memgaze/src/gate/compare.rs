@@ -431,6 +431,14 @@ pub fn compare_analysis(
             _ => "A_hat and misses_* not compared: criterion's profiling mode picks how many times the routine runs by time and reports no count, so totals differ by that alone",
         }.to_string());
     }
+    let unlike_workloads = timed_workloads_differ(a, b);
+    if let Some((old_loads, new_loads)) = unlike_workloads {
+        notes.push(format!(
+            "MR_* not compared: the framework picked how often the routine runs by time, and the two runs executed {} and {} loads (more than ×{WORKLOAD_TOLERANCE} apart); their miss ratios count cold misses and batched inputs over different amounts of work",
+            number(old_loads),
+            number(new_loads)
+        ));
+    }
     let window_k = common_window_k(a, b);
     let mut widen = None;
     if !new_recording.full {
@@ -468,6 +476,10 @@ pub fn compare_analysis(
     let gated = Metric::ALL.into_iter().filter(|m| limits.get(*m).is_some());
     let ungated = Metric::ALL.into_iter().filter(|m| limits.get(*m).is_none());
     for metric in gated.chain(ungated) {
+        let miss_ratio = matches!(metric, Metric::MrL1 | Metric::MrL2 | Metric::MrLlc);
+        if miss_ratio && unlike_workloads.is_some() {
+            continue;
+        }
         let old_value = metric.value(a, window_k);
         let new_value = metric.value(b, window_k);
         if old_value.is_none() && new_value.is_none() {
@@ -532,6 +544,30 @@ pub fn compare_analysis(
         has_baseline: true,
         notes,
     })
+}
+
+/// How far apart two runs' executed loads may be for their miss ratios to
+/// be compared when a framework chose the run count by time.
+pub const WORKLOAD_TOLERANCE: f64 = 1.25;
+
+/// The estimated executed loads (`Â`) of `old` and `new` when either ran
+/// its routine a number of times chosen by time (criterion, divan without
+/// a count) and they are more than [`WORKLOAD_TOLERANCE`] apart. Whole-run
+/// miss ratios depend on the amount of work: cold misses are spread over
+/// the runs, and criterion's `iter_batched` sizes its batch of live inputs
+/// from the same timing, so a loaded machine's run (half the iterations,
+/// half the batch) is a different workload, not a regression.
+fn timed_workloads_differ(
+    old: &memgaze_analysis::Analysis,
+    new: &memgaze_analysis::Analysis,
+) -> Option<(f64, f64)> {
+    use super::metric::run_count_chosen_by_time;
+    if !run_count_chosen_by_time(old) && !run_count_chosen_by_time(new) {
+        return None;
+    }
+    let (old_loads, new_loads) = (old.summary.a_hat?, new.summary.a_hat?);
+    let (low, high) = (old_loads.min(new_loads), old_loads.max(new_loads));
+    (low > 0.0 && high > low * WORKLOAD_TOLERANCE).then_some((old_loads, new_loads))
 }
 
 /// A regression gate over a run of several benches: check each bench as

@@ -713,3 +713,51 @@ fn criterion_a_hat_is_not_gated_and_the_verdict_says_why() {
         }
     }
 }
+
+/// Criterion picks its iteration count — and `iter_batched` its batch of
+/// live inputs — from a timed warm-up, so a run on a loaded machine can
+/// execute half the work of the baseline with other whole-run miss ratios
+/// (a user's `sort_unstable` bench read `MR_LLC 0.0043 → 0.0418` with no
+/// code change). Runs whose executed loads differ by more than ×1.25 have
+/// their `MR_*` left out with a note; runs of like work are still gated.
+#[test]
+fn criterion_miss_ratios_of_unlike_amounts_of_work_are_not_gated() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("memgaze");
+    let criterion = |work: f64, mr_llc: f64| {
+        let mut a = analyse(dir.path(), Kernel::Str1, 1, SAMPLING);
+        a.summary.a_hat = a.summary.a_hat.map(|x| x * work);
+        a.summary.whole_run.mr_llc = Some(mr_llc);
+        a.summary.iterations = None;
+        a.run.command = ["crit", "--bench", "--profile-time", "1", "--exact", "sort"]
+            .map(String::from)
+            .to_vec();
+        a
+    };
+    save_baseline(&root, "main", &[run("sort", criterion(1.0, 0.0043))]).unwrap();
+    for (work, gated) in [(2.0, false), (1.1, true)] {
+        let mut gate = Gate::new(
+            load_baseline(&root, "main").unwrap(),
+            Limits::defaults(),
+            false,
+        );
+        let verdict = gate.check(&run("sort", criterion(work, 0.0418))).unwrap();
+        let regressed: Vec<Metric> = verdict.regressions.iter().map(|r| r.metric).collect();
+        assert_eq!(
+            regressed.contains(&Metric::MrLlc),
+            gated,
+            "×{work}: {regressed:?}"
+        );
+        let noted = verdict
+            .notes
+            .iter()
+            .any(|n| n.starts_with("MR_* not compared"));
+        assert_eq!(noted, !gated, "×{work}: {:?}", verdict.notes);
+        if !gated {
+            assert!(
+                verdict.metrics.iter().all(|m| m.metric != Metric::MrLlc),
+                "MR_LLC left out of the table"
+            );
+        }
+    }
+}
