@@ -234,6 +234,12 @@ pub(crate) struct Evaluator<'a> {
     /// definitions a query walks again and again are the unsettled ones,
     /// never stored, and this spares their lookups.
     memoised: Vec<bool>,
+    /// Per loop, how many values `memo` has stored for it.
+    memo_count: Vec<u32>,
+    /// Walks from an empty chain that ran out of budget, keyed like `memo`:
+    /// `(budget before, memo_count of the loop, value, budget after)`. See
+    /// `Evaluator::first_def_val`.
+    spent: HashMap<(u32, u64), (u32, u32, Val, u32)>,
     /// See `Evaluator::entry_defs`; keyed by [`pair`]`(loop, variable)`:
     /// per block of the loop, a range of `entry_sets`.
     entry_defs: HashMap<u64, Vec<(u32, u32)>>,
@@ -281,6 +287,8 @@ impl<'a> Evaluator<'a> {
             last_def_known: vec![false; code.blocks.len()],
             memo: HashMap::new(),
             memoised: vec![false; code.instructions.len()],
+            memo_count: vec![0; loops.loops.len()],
+            spent: HashMap::new(),
             entry_defs: HashMap::new(),
             entry_sets: Vec::new(),
             reaching_cache: ReachingCache { slots: Vec::new() },
@@ -462,6 +470,38 @@ impl<'a> Evaluator<'a> {
         if self.budget == 0 || self.in_progress.len() >= MAX_DEPTH {
             return Val::Varying(Why::Unknown(d));
         }
+        if self.in_progress.is_empty() {
+            self.first_def_val(l, d, v)
+        } else {
+            self.walk_def(l, d, v)
+        }
+    }
+
+    /// [`Evaluator::def_val`] at the start of a chain. Such a walk is a
+    /// function of the definition, the budget left and the values `memo`
+    /// holds for the loop (the other maps are caches): one that ran out of
+    /// budget without storing a value is replayed from `spent` when asked
+    /// again in the same state. The loads of one loop often start from the
+    /// same definitions (gzip's walks that run out of budget do).
+    fn first_def_val(&mut self, l: u32, d: u32, v: Var) -> Val {
+        let key = (l, pair(d, v));
+        let (budget, stored) = (self.budget, self.memo_count[l as usize]);
+        if let Some(&(before, count, val, after)) = self.spent.get(&key)
+            && (before, count) == (budget, stored)
+        {
+            self.budget = after;
+            return val;
+        }
+        let val = self.walk_def(l, d, v);
+        if self.budget == 0 && self.memo_count[l as usize] == stored {
+            self.spent.insert(key, (budget, stored, val, self.budget));
+        }
+        val
+    }
+
+    /// [`Evaluator::def_val`] of a definition neither stored nor on the
+    /// chain, with budget left.
+    fn walk_def(&mut self, l: u32, d: u32, v: Var) -> Val {
         self.budget -= 1;
         let depth = self.in_progress.len() as u32;
         self.in_progress.push((d, v));
@@ -483,6 +523,7 @@ impl<'a> Evaluator<'a> {
         }
         self.memo.insert((l, pair(d, v)), val);
         self.memoised[d as usize] = true;
+        self.memo_count[l as usize] += 1;
         val
     }
 
