@@ -662,3 +662,22 @@ fn string_reads_are_strided_and_never_carry_a_blocks_constant_loads() {
     assert!(m["stack"].instrumented && m["stack"].proxy.is_none());
     assert_eq!(loads.string_loads, 0);
 }
+
+#[test]
+fn a_swap_cycle_through_both_registers_of_one_instruction_closes() {
+    // `xchg` defines rax and rbx: following rax goes through rbx back to
+    // the same instruction, which is then on the chain twice (once per
+    // register) and must be found there, not walked again to the depth
+    // limit.
+    let mut f = Asm::new();
+    let mut top = f.label();
+    f.here(&mut top);
+    f.a.xchg(rax, rbx).unwrap();
+    f.mark("load");
+    f.a.add(rdx, qword_ptr(rdi + rax * 8)).unwrap();
+    f.a.dec(rsi).unwrap();
+    f.a.jne(top).unwrap();
+    f.a.ret().unwrap();
+    let (_, m) = f.classify();
+    assert_eq!(m["load"].reason, Reason::LoopInvariant, "{:?}", m["load"]);
+}

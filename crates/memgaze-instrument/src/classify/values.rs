@@ -69,6 +69,7 @@ enum Val {
 
 impl Val {
     /// Either value (a merge of paths, or a conditional move).
+    #[inline]
     fn join(self, other: Val) -> Val {
         use Val::*;
         match (self, other) {
@@ -85,6 +86,7 @@ impl Val {
         }
     }
 
+    #[inline]
     fn add(self, other: Val, at: u32) -> Val {
         use Val::*;
         match (self, other) {
@@ -99,6 +101,7 @@ impl Val {
     }
 
     /// Multiplication by an invariant.
+    #[inline]
     fn scale(self, at: u32) -> Val {
         match self {
             Val::Inv | Val::Ind(_) | Val::Varying(_) => self,
@@ -106,6 +109,7 @@ impl Val {
         }
     }
 
+    #[inline]
     fn mul(self, other: Val, at: u32) -> Val {
         match (self, other) {
             (Val::Varying(w), _) | (_, Val::Varying(w)) => Val::Varying(w),
@@ -115,6 +119,7 @@ impl Val {
     }
 
     /// A function of the inputs that is not affine.
+    #[inline]
     fn opaque(self, at: u32) -> Val {
         match self {
             Val::Inv => Val::Inv,
@@ -123,6 +128,7 @@ impl Val {
         }
     }
 
+    #[inline]
     fn root(self) -> Option<u32> {
         match self {
             Val::Phi(r) | Val::PhiStep(r) => Some(r),
@@ -131,12 +137,50 @@ impl Val {
     }
 }
 
-/// The in-loop definitions of a variable that reach a use (most uses have
-/// one: no list is allocated for it).
+/// The in-loop definitions of a variable that reach a use.
+#[derive(Clone, Copy)]
 enum Reaching {
     None,
     One(u32),
-    Many(Vec<u32>),
+    /// Several: `Evaluator::entry_sets[from..to]`.
+    Many {
+        from: u32,
+        to: u32,
+    },
+}
+
+/// Recent answers of `Evaluator::reaching`, direct-mapped by loop, variable
+/// and instruction. A query that does not settle walks the same few
+/// definitions over and over (up to [`BUDGET`] steps), and each step asks
+/// where its inputs were defined: a block scan, then a map lookup, which
+/// were most of that time.
+struct ReachingCache {
+    /// `(`[`pair`]`(instruction, variable), loop, answer)`; an empty slot
+    /// holds a key no pair makes.
+    slots: Vec<(u64, u32, Reaching)>,
+}
+
+impl ReachingCache {
+    const SLOTS: usize = 1024;
+    const EMPTY: u64 = u64::MAX;
+
+    fn slot(key: u64, l: u32) -> usize {
+        let mixed = (key ^ (u64::from(l) << 48)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (mixed >> (64 - Self::SLOTS.trailing_zeros())) as usize
+    }
+
+    fn get(&self, key: u64, l: u32) -> Option<Reaching> {
+        let &(k, kl, answer) = self.slots.get(Self::slot(key, l))?;
+        (k == key && kl == l).then_some(answer)
+    }
+
+    fn put(&mut self, key: u64, l: u32, answer: Reaching) {
+        // Allocated on the first answer: most functions ask nothing.
+        if self.slots.is_empty() {
+            self.slots = vec![(Self::EMPTY, 0, Reaching::None); Self::SLOTS];
+        }
+        self.slots[Self::slot(key, l)] = (key, l, answer);
+    }
 }
 
 /// The blocks of a loop by block index: each one's position in
@@ -186,8 +230,22 @@ pub(crate) struct Evaluator<'a> {
     /// Values of definitions, keyed by `(loop, `[`pair`]`(definition,
     /// variable))`.
     memo: HashMap<(u32, u64), Val>,
-    /// See `Evaluator::entry_defs`; keyed by [`pair`]`(loop, variable)`.
-    entry_defs: HashMap<u64, Vec<Vec<u32>>>,
+    /// Per instruction, whether `memo` holds a value it defines: the
+    /// definitions a query walks again and again are the unsettled ones,
+    /// never stored, and this spares their lookups.
+    memoised: Vec<bool>,
+    /// Per loop, how many values `memo` has stored for it.
+    memo_count: Vec<u32>,
+    /// Walks from an empty chain that ran out of budget, keyed like `memo`:
+    /// `(budget before, memo_count of the loop, value, budget after)`. See
+    /// `Evaluator::first_def_val`.
+    spent: HashMap<(u32, u64), (u32, u32, Val, u32)>,
+    /// See `Evaluator::entry_defs`; keyed by [`pair`]`(loop, variable)`:
+    /// per block of the loop, a range of `entry_sets`.
+    entry_defs: HashMap<u64, Vec<(u32, u32)>>,
+    /// The sets of `entry_defs`, one after the other.
+    entry_sets: Vec<u32>,
+    reaching_cache: ReachingCache,
     /// Per loop, the in-loop predecessors of each of its blocks (positions
     /// in `Loop::blocks`).
     loop_preds: HashMap<u32, Vec<Vec<usize>>>,
@@ -196,8 +254,16 @@ pub(crate) struct Evaluator<'a> {
     /// The definitions `(instruction, variable)` being evaluated, in the
     /// order of the chain, so each one's depth is its position (each is
     /// there once: a definition met again is the loop-carried value, not
-    /// followed). Chains are short: a scan is cheaper than a map.
+    /// followed).
     in_progress: Vec<(u32, Var)>,
+    /// Per instruction, how many entries of `in_progress` it has and the
+    /// depth of the latest: a query that does not settle goes round a
+    /// cycle of definitions up to [`MAX_DEPTH`] deep, and a scan of the
+    /// chain at every step was a fifth of its time.
+    on_chain: Vec<(u16, u32)>,
+    /// Register lists for `opaque_inputs` to reuse (it recurses: one per
+    /// level in use).
+    read_lists: Vec<Vec<Register>>,
     stored_forms: HashMap<u32, HashSet<(Register, Register, u32, u64)>>,
     info: iced_x86::InstructionInfoFactory,
     /// Bounds the work per query on pathological functions.
@@ -220,10 +286,17 @@ impl<'a> Evaluator<'a> {
             last_def: HashMap::new(),
             last_def_known: vec![false; code.blocks.len()],
             memo: HashMap::new(),
+            memoised: vec![false; code.instructions.len()],
+            memo_count: vec![0; loops.loops.len()],
+            spent: HashMap::new(),
             entry_defs: HashMap::new(),
+            entry_sets: Vec::new(),
+            reaching_cache: ReachingCache { slots: Vec::new() },
             loop_preds: HashMap::new(),
             loop_index: vec![None; loops.loops.len()],
             in_progress: Vec::new(),
+            on_chain: vec![(0, 0); code.instructions.len()],
+            read_lists: Vec::new(),
             stored_forms: HashMap::new(),
             info: iced_x86::InstructionInfoFactory::new(),
             budget: BUDGET,
@@ -257,6 +330,17 @@ impl<'a> Evaluator<'a> {
     /// In-loop definitions of `v` that reach instruction `at`: the last one
     /// before it in its block, else those reaching the block's entry.
     fn reaching(&mut self, l: u32, v: Var, at: usize) -> Reaching {
+        let key = pair(at as u32, v);
+        if let Some(answer) = self.reaching_cache.get(key, l) {
+            return answer;
+        }
+        let answer = self.find_reaching(l, v, at);
+        self.reaching_cache.put(key, l, answer);
+        answer
+    }
+
+    /// [`Evaluator::reaching`], not cached.
+    fn find_reaching(&mut self, l: u32, v: Var, at: usize) -> Reaching {
         let b = self.code.block_of[at];
         let block = &self.code.blocks[b as usize];
         for i in (block.first as usize..at).rev() {
@@ -265,17 +349,18 @@ impl<'a> Evaluator<'a> {
             }
         }
         let k = self.loop_position(l, b).expect("query inside the loop");
-        match self.entry_defs(l, v)[k].as_slice() {
-            [] => Reaching::None,
-            &[d] => Reaching::One(d),
-            defs => Reaching::Many(defs.to_vec()),
+        let (from, to) = self.entry_defs(l, v)[k];
+        match to - from {
+            0 => Reaching::None,
+            1 => Reaching::One(self.entry_sets[from as usize]),
+            _ => Reaching::Many { from, to },
         }
     }
 
     /// For each block of loop `l` (in `Loop::blocks` order), the in-loop
     /// definitions of `v` that reach its entry: a forward data-flow pass
     /// over the loop, computed once per (loop, variable).
-    fn entry_defs(&mut self, l: u32, v: Var) -> &[Vec<u32>] {
+    fn entry_defs(&mut self, l: u32, v: Var) -> &[(u32, u32)] {
         if !self.entry_defs.contains_key(&pair(l, v)) {
             let lp = &self.loops.loops[l as usize];
             let n = lp.blocks.len();
@@ -320,7 +405,13 @@ impl<'a> Evaluator<'a> {
                     }
                 }
             }
-            self.entry_defs.insert(pair(l, v), ins);
+            let mut ranges = Vec::with_capacity(n);
+            for set in &ins {
+                let from = self.entry_sets.len() as u32;
+                self.entry_sets.extend_from_slice(set);
+                ranges.push((from, self.entry_sets.len() as u32));
+            }
+            self.entry_defs.insert(pair(l, v), ranges);
         }
         &self.entry_defs[&pair(l, v)]
     }
@@ -342,9 +433,10 @@ impl<'a> Evaluator<'a> {
         match self.reaching(l, v, at) {
             Reaching::None => Val::Inv,
             Reaching::One(d) => Val::Inv.join(self.def_val(l, d, v)),
-            Reaching::Many(defs) => {
+            Reaching::Many { from, to } => {
                 let mut acc = Val::Inv;
-                for d in defs {
+                for k in from..to {
+                    let d = self.entry_sets[k as usize];
                     acc = acc.join(self.def_val(l, d, v));
                     if matches!(acc, Val::Varying(_)) {
                         break;
@@ -367,19 +459,56 @@ impl<'a> Evaluator<'a> {
     }
 
     fn def_val(&mut self, l: u32, d: u32, v: Var) -> Val {
-        if let Some(&val) = self.memo.get(&(l, pair(d, v))) {
+        if self.memoised[d as usize]
+            && let Some(&val) = self.memo.get(&(l, pair(d, v)))
+        {
             return val;
         }
-        if let Some(depth) = self.in_progress.iter().position(|&p| p == (d, v)) {
-            return Val::Phi(depth as u32);
+        if let Some(depth) = self.chain_depth(d, v) {
+            return Val::Phi(depth);
         }
         if self.budget == 0 || self.in_progress.len() >= MAX_DEPTH {
             return Val::Varying(Why::Unknown(d));
         }
+        if self.in_progress.is_empty() {
+            self.first_def_val(l, d, v)
+        } else {
+            self.walk_def(l, d, v)
+        }
+    }
+
+    /// [`Evaluator::def_val`] at the start of a chain. Such a walk is a
+    /// function of the definition, the budget left and the values `memo`
+    /// holds for the loop (the other maps are caches): one that ran out of
+    /// budget without storing a value is replayed from `spent` when asked
+    /// again in the same state. The loads of one loop often start from the
+    /// same definitions (gzip's walks that run out of budget do).
+    fn first_def_val(&mut self, l: u32, d: u32, v: Var) -> Val {
+        let key = (l, pair(d, v));
+        let (budget, stored) = (self.budget, self.memo_count[l as usize]);
+        if let Some(&(before, count, val, after)) = self.spent.get(&key)
+            && (before, count) == (budget, stored)
+        {
+            self.budget = after;
+            return val;
+        }
+        let val = self.walk_def(l, d, v);
+        if self.budget == 0 && self.memo_count[l as usize] == stored {
+            self.spent.insert(key, (budget, stored, val, self.budget));
+        }
+        val
+    }
+
+    /// [`Evaluator::def_val`] of a definition neither stored nor on the
+    /// chain, with budget left.
+    fn walk_def(&mut self, l: u32, d: u32, v: Var) -> Val {
         self.budget -= 1;
         let depth = self.in_progress.len() as u32;
         self.in_progress.push((d, v));
+        let outer = self.on_chain[d as usize];
+        self.on_chain[d as usize] = (outer.0 + 1, depth);
         let raw = self.semantics(l, d as usize, v);
+        self.on_chain[d as usize] = outer;
         self.in_progress.pop();
         let val = match raw.root() {
             Some(r) if r == depth => match raw {
@@ -393,7 +522,25 @@ impl<'a> Evaluator<'a> {
             return val;
         }
         self.memo.insert((l, pair(d, v)), val);
+        self.memoised[d as usize] = true;
+        self.memo_count[l as usize] += 1;
         val
+    }
+
+    /// The depth of definition `(d, v)` in `in_progress`, if it is there.
+    fn chain_depth(&self, d: u32, v: Var) -> Option<u32> {
+        let (count, latest) = self.on_chain[d as usize];
+        match count {
+            0 => None,
+            _ if self.in_progress.get(latest as usize) == Some(&(d, v)) => Some(latest),
+            1 => None,
+            // Another variable of the same instruction is the latest.
+            _ => self
+                .in_progress
+                .iter()
+                .position(|&p| p == (d, v))
+                .map(|k| k as u32),
+        }
     }
 
     /// The value a memory operand of instruction `at` reads.
@@ -602,24 +749,41 @@ impl<'a> Evaluator<'a> {
         if insn.rflags_read() != 0 {
             return Val::Varying(Why::NonLinear(a));
         }
-        let reads: Vec<Register> = self
-            .info
-            .info(insn)
-            .used_registers()
-            .iter()
-            .filter(|r| {
-                matches!(
-                    r.access(),
-                    iced_x86::OpAccess::Read
-                        | iced_x86::OpAccess::ReadWrite
-                        | iced_x86::OpAccess::CondRead
-                        | iced_x86::OpAccess::ReadCondWrite
-                )
-            })
-            .map(|r| r.register())
-            .collect();
+        let mut reads = self.read_lists.pop().unwrap_or_default();
+        reads.clear();
+        reads.extend(
+            self.info
+                .info(insn)
+                .used_registers()
+                .iter()
+                .filter(|r| {
+                    matches!(
+                        r.access(),
+                        iced_x86::OpAccess::Read
+                            | iced_x86::OpAccess::ReadWrite
+                            | iced_x86::OpAccess::CondRead
+                            | iced_x86::OpAccess::ReadCondWrite
+                    )
+                })
+                .map(|r| r.register()),
+        );
+        let mut acc = self.join_reads(l, at, &reads);
+        self.read_lists.push(reads);
+        if matches!(acc, Val::Varying(_)) {
+            return acc;
+        }
+        if (0..insn.op_count()).any(|i| insn.op_kind(i) == OpKind::Memory) {
+            acc = acc.join(self.load_val(l, at, insn)).opaque(a);
+        }
+        acc.opaque(a)
+    }
+
+    /// The registers `reads` (of instruction `at`) combined as by
+    /// `opaque_inputs`, up to the first that varies.
+    fn join_reads(&mut self, l: u32, at: usize, reads: &[Register]) -> Val {
+        let a = at as u32;
         let mut acc = Val::Inv;
-        for r in reads {
+        for &r in reads {
             if r.is_segment_register() || r == Register::RIP {
                 continue;
             }
@@ -633,10 +797,7 @@ impl<'a> Evaluator<'a> {
                 return acc;
             }
         }
-        if (0..insn.op_count()).any(|i| insn.op_kind(i) == OpKind::Memory) {
-            acc = acc.join(self.load_val(l, at, insn)).opaque(a);
-        }
-        acc.opaque(a)
+        acc
     }
 }
 
