@@ -575,9 +575,18 @@ struct Stacks {
     threads: Vec<ThreadStack>,
     current: usize,
     every_block: bool,
-    /// Per load site, by site index: `columns()` weights (`buckets()`
-    /// once smoothed), then the tracked-access count.
+    /// Per load site with a tracked access, in order of its first:
+    /// `columns()` weights (`buckets()` once smoothed), then the
+    /// tracked-access count. A row for every site up to the highest one
+    /// seen was most of a large program's analysis (450 k sites × 86
+    /// weights, where a short run touches a few thousand).
     hist: Vec<f64>,
+    /// Per site index up to the highest seen: its row of `hist` plus one,
+    /// 0 when it has none.
+    row_of: Vec<u32>,
+    /// `buckets()` zero weights and a zero count: what [`WholeRun::site`]
+    /// gives for a site below the highest seen that has no row.
+    zero_row: Vec<f64>,
     /// `BOOTSTRAP_GROUPS × columns()` weights (`buckets()` once smoothed):
     /// the accesses of each group of blocks (sampled curves only).
     groups: Vec<f64>,
@@ -599,6 +608,8 @@ impl WholeRun {
                 current: 0,
                 every_block: tracking == Tracking::Every,
                 hist: Vec::new(),
+                row_of: Vec::new(),
+                zero_row: vec![0.0; sizes.buckets() + 1],
                 groups: match tracking {
                     Tracking::Sampled { .. } => {
                         vec![0.0; BOOTSTRAP_GROUPS * sizes.columns()]
@@ -755,13 +766,18 @@ impl WholeRun {
             .collect()
     }
 
-    /// Bucket weights and tracked count of load site `slot` (empty if it
-    /// had no tracked access), once [`Self::smooth`] has run.
+    /// Bucket weights and tracked count of load site `slot` (empty past
+    /// the highest site with a tracked access, zeros below it for a site
+    /// without), once [`Self::smooth`] has run.
     pub fn site(&self, slot: usize) -> &[f64] {
         debug_assert!(!self.sizes.raw, "smooth() first");
         let width = self.sizes.buckets() + 1;
-        let at = slot * width;
-        self.settled().hist.get(at..at + width).unwrap_or(&[])
+        let stacks = self.settled();
+        match stacks.row_of.get(slot) {
+            None => &[],
+            Some(0) => &stacks.zero_row,
+            Some(&row) => &stacks.hist[(row as usize - 1) * width..][..width],
+        }
     }
 
     fn settled(&self) -> &Stacks {
@@ -794,11 +810,20 @@ impl Stacks {
             self.sizes.add(&mut self.groups[g * n..][..n], distance);
         }
         let width = self.sizes.columns() + 1;
-        let at = slot as usize * width;
-        if self.hist.len() < at + width {
-            self.hist.resize(at + width, 0.0);
+        let slot = slot as usize;
+        if self.row_of.len() <= slot {
+            self.row_of.resize(slot + 1, 0);
         }
-        let site = &mut self.hist[at..at + width];
+        let row = match self.row_of[slot] {
+            0 => {
+                self.hist.resize(self.hist.len() + width, 0.0);
+                let rows = self.hist.len() / width;
+                self.row_of[slot] = rows as u32;
+                rows - 1
+            }
+            row => row as usize - 1,
+        };
+        let site = &mut self.hist[row * width..][..width];
         self.sizes.add(&mut site[..width - 1], distance);
         site[width - 1] += 1.0;
         self.tracked += 1;
@@ -1171,6 +1196,37 @@ mod tests {
                 assert!(a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()));
             }
             assert_eq!(batched.settled().groups, in_place.settled().groups);
+        }
+    }
+
+    /// A site's weights take memory only once it has a tracked access:
+    /// two sites far apart make two rows, not one per site up to the
+    /// highest. Sites below the highest without one read as zeros, sites
+    /// past it as empty, after smoothing as before.
+    #[test]
+    fn only_sites_with_tracked_accesses_have_rows() {
+        let caches = test_caches(48 << 10, 2 << 20, 32 << 20);
+        let sampled = Tracking::Sampled {
+            sampling: SpatialSampling::with_rate(1.0).expect("a rate"),
+            emulated: true,
+        };
+        for tracking in [Tracking::Every, sampled] {
+            let mut run = WholeRun::new(tracking, &caches);
+            let stacks = run.stacks.as_mut().expect("in place");
+            for (slot, addr) in [(400_000, 0x1000), (7, 0x2000), (400_000, 0x1000)] {
+                stacks.access(slot, addr, 0);
+            }
+            let width = stacks.sizes.columns() + 1;
+            assert_eq!(stacks.hist.len(), 2 * width);
+            run.settle();
+            run.smooth(&[1.0]);
+            let tracked = |site: &[f64]| site.last().copied();
+            assert_eq!(tracked(run.site(400_000)), Some(2.0));
+            assert_eq!(tracked(run.site(7)), Some(1.0));
+            let below = run.site(8);
+            assert_eq!(below.len(), run.sizes.buckets() + 1);
+            assert!(below.iter().all(|&w| w == 0.0));
+            assert!(run.site(400_001).is_empty());
         }
     }
 

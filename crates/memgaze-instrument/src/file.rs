@@ -113,15 +113,31 @@ fn instrument_object(
         path: output.to_path_buf(),
         source,
     };
+    // The loads' source positions are read and the annotation encoded
+    // while the rewriter writes the rest of the executable.
+    let finish_annotation = |annotation: &mut Annotation| {
+        // (Every load the rewriter is given comes from the classification.)
+        let table = crate::classify::line_table_of(&annotation.loads, &binary);
+        // The DWARF sections' pages are not read again (the writer gives
+        // up the input's other pages as it copies them).
+        binary.release_resident();
+        crate::classify::add_lines_from(&mut annotation.loads, &table);
+        drop(table);
+        annotation.to_bytes(format)
+    };
     // The executable is written as it is made, straight into the file
     // (held whole in memory, it was the rewriter's largest part at the
     // end); a device or FIFO, which takes no writes at offsets, gets it
     // built in memory and written in order.
-    let mut result = match staged_executable.regular_file()? {
+    let (mut result, annotation_bytes) = match staged_executable.regular_file()? {
         Some(file) => {
             let mut out = FileOutput::new(file);
             let result = instrument::instrument_with_code(
-                &binary, annotation, &options, &mut codes, &mut out,
+                &binary,
+                annotation,
+                &options,
+                &mut codes,
+                (&mut out, finish_annotation),
             );
             if let Some(source) = out.error() {
                 return Err(write_error(source));
@@ -131,7 +147,11 @@ fn instrument_object(
         None => {
             let mut bytes = Vec::new();
             let result = instrument::instrument_with_code(
-                &binary, annotation, &options, &mut codes, &mut bytes,
+                &binary,
+                annotation,
+                &options,
+                &mut codes,
+                (&mut bytes, finish_annotation),
             )
             .map_err(in_file)?;
             staged_executable.write_all(&bytes).map_err(write_error)?;
@@ -139,16 +159,10 @@ fn instrument_object(
         }
     };
     let written = std::time::Instant::now();
-    // The output holds a copy of every input page: the mapped input's own
-    // pages are dropped before the line table reads the DWARF sections.
+    // Whatever the writer read again after the line table is given up.
     binary.release_resident();
-    // (Every load the rewriter is given comes from the classification.)
-    let table = crate::classify::line_table_of(&result.annotation.loads, &binary);
-    // The DWARF sections' pages are not read again.
-    binary.release_resident();
-    crate::classify::add_lines_from(&mut result.annotation.loads, &table);
-    drop(table);
-    write_annotation(&mut staged_annotation, &result.annotation, format)?;
+    write_annotation(&mut staged_annotation, &annotation_bytes)?;
+    drop(annotation_bytes);
     staged_executable.commit()?;
     staged_annotation.commit()?;
     let timings = &mut result.report.timings;
@@ -158,7 +172,7 @@ fn instrument_object(
         ("read binary (functions, symbols, lines)".into(), opened),
     );
     timings.push((
-        "write executable and annotation".into(),
+        "write annotation, commit both files".into(),
         written.elapsed().as_secs_f64(),
     ));
     Ok(result)
@@ -239,12 +253,8 @@ fn select(binary: &Binary, functions: Option<&str>) -> Result<Vec<usize>, Instru
     }
 }
 
-fn write_annotation(
-    file: &mut AtomicFile,
-    annotation: &Annotation,
-    format: AnnotationFormat,
-) -> Result<(), InstrumentError> {
-    file.write_all(&annotation.to_bytes(format))
+fn write_annotation(file: &mut AtomicFile, bytes: &[u8]) -> Result<(), InstrumentError> {
+    file.write_all(bytes)
         .and_then(|()| file.flush())
         .map_err(|source| InstrumentError::Write {
             path: file.path().to_path_buf(),

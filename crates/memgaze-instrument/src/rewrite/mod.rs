@@ -329,12 +329,12 @@ pub fn instrument(
 ) -> Result<Instrumented, InstrumentError> {
     let _large_apart = MapLargeAllocations::new();
     let mut executable = Vec::new();
-    let mut result = instrument_with_code(
+    let (mut result, ()) = instrument_with_code(
         binary,
         annotation,
         options,
         &mut HashMap::new(),
-        &mut executable,
+        (&mut executable, |_: &mut Annotation| ()),
     )?;
     result.executable = executable;
     Ok(result)
@@ -343,20 +343,23 @@ pub fn instrument(
 /// [`instrument`], reusing the control flow of functions already built
 /// (by the classification), keyed by function start; the entries used are
 /// taken out of `codes`. The executable is written to `out` (the result's
-/// `executable` is empty).
+/// `executable` is empty). `finish_annotation` is given the finished
+/// annotation on another thread while the input and the segment are
+/// written (one core writes, the other is free for the annotation's own
+/// last work); its result is returned beside.
 ///
 /// Phases, with plain data between them: select and plan the functions
 /// (`Selection`, `Planned`), generate the runtime and encode the copies
 /// ([`relocate::Copies`]), translate their unwind information
 /// (`UnwindTail`), patch the original, lay the segment out, and update
 /// the annotation and the report.
-pub(crate) fn instrument_with_code(
+pub(crate) fn instrument_with_code<R: Send>(
     binary: &Binary,
     mut annotation: Annotation,
     options: &InstrumentOptions,
     codes: &mut HashMap<u64, FunctionCode>,
-    out: &mut dyn Output,
-) -> Result<Instrumented, InstrumentError> {
+    (out, finish_annotation): (&mut dyn Output, impl FnOnce(&mut Annotation) -> R + Send),
+) -> Result<(Instrumented, R), InstrumentError> {
     let soft = options.mode == InstrumentationMode::Soft;
     let mut clock = std::time::Instant::now();
     let mut lap = |report: &mut Report, phase: &str| {
@@ -525,14 +528,11 @@ pub(crate) fn instrument_with_code(
     )?;
     report.escaped_loads = escaped_loads(binary, &plans, &report.escapes, &patched);
 
-    // ---- 5. annotation and report, before the segment: the plans (every
-    // function's decoded code) are freed before the output is built.
+    // ---- 5. annotation and report, before the segment
     update_annotation(&mut annotation, &plans, &copies, skipped_loads, options);
     annotation.escapes = escapes::sites(binary, &plans, &patched, &annotation);
     report.escape_checks = annotation.escapes.len();
     count_into_report(&mut report, &annotation, &plans);
-    drop(plans);
-    release_freed_memory();
 
     // ---- 6. the input and the rest of the segment, around the copies
     report.copies_start = copies_va;
@@ -547,8 +547,8 @@ pub(crate) fn instrument_with_code(
     let eh_frame_hdr = tail.eh_frame_hdr;
     let copies_len = copies.len;
     drop(copies);
-    editor
-        .finish(
+    let write_executable = |out: &mut dyn Output| {
+        editor.finish(
             out,
             segment_len,
             move |out, segment_offset| {
@@ -566,12 +566,44 @@ pub(crate) fn instrument_with_code(
             eh_frame_hdr,
             |range| binary.release_resident_range(range),
         )
-        .map_err(RewriteError::from)?;
-    lap(&mut report, "patches, report, ELF");
-    Ok(Instrumented {
-        executable: Vec::new(),
-        annotation,
-        report,
+    };
+    let (written, finished) = beside_the_writer(write_executable, out, plans, || {
+        finish_annotation(&mut annotation)
+    });
+    written.map_err(RewriteError::from)?;
+    lap(&mut report, "patches, report, ELF (+ annotation beside)");
+    Ok((
+        Instrumented {
+            executable: Vec::new(),
+            annotation,
+            report,
+        },
+        finished,
+    ))
+}
+
+/// Runs `write` on `out` on this thread while another frees `plans` (every
+/// function's decoded code) and then runs `finish`. Writing is mostly the
+/// kernel's copying into the page cache, on one thread: the other core is
+/// free for the rest. The writer allocates next to nothing, so the plans
+/// freed beside it are not resident under `finish`'s work.
+fn beside_the_writer<W, R: Send>(
+    write: impl FnOnce(&mut dyn Output) -> W,
+    out: &mut dyn Output,
+    plans: Vec<Planned>,
+    finish: impl FnOnce() -> R + Send,
+) -> (W, R) {
+    std::thread::scope(|scope| {
+        let finishing = scope.spawn(move || {
+            drop(plans);
+            release_freed_memory();
+            finish()
+        });
+        let written = write(out);
+        let finished = finishing
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (written, finished)
     })
 }
 

@@ -21,7 +21,6 @@ use super::{
     LoadFlags, LoadSite, PtwriteOperand, PtwriteSite, Segment, Text,
 };
 use crate::model::{BinaryIdentity, LoadClass};
-use std::collections::HashMap;
 use std::num::NonZeroU64;
 
 /// First bytes of a compact annotation (a JSON annotation starts with `{`).
@@ -172,7 +171,9 @@ fn decode_with(
 #[derive(Default)]
 struct Encoder<'a> {
     out: Vec<u8>,
-    index: HashMap<&'a str, u32>,
+    /// Hashed with foldhash: SipHash of every load's texts was a good part
+    /// of the encoding; the table's order is that of first use either way.
+    index: foldhash::HashMap<&'a str, u32>,
     table: Vec<&'a str>,
 }
 
