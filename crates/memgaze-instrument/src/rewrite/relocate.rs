@@ -595,9 +595,10 @@ fn build_part(
     // One copy's instructions and their unpadded offsets at a time.
     let mut all: Vec<Instruction> = Vec::new();
     let mut unpadded: Vec<u64> = Vec::new();
+    let mut scratch = CopyScratch::default();
     for plan in plans {
         all.clear();
-        let marks = copy_instructions(plan, entries, &mut next_fake, &mut all)?;
+        let marks = copy_instructions(plan, entries, &mut next_fake, &mut all, &mut scratch)?;
         let breaks: Vec<usize> = marks.aligned.iter().map(|&(i, _)| i).collect();
         layout.measure(&mut encoder, &all, &breaks, base, &mut unpadded)?;
         let at = |i: usize| unpadded[i];
@@ -640,22 +641,41 @@ fn build_part(
     })
 }
 
+/// The instructions of a copy's stubs and counting fragments, gathered
+/// apart from its body and appended to it: kept from copy to copy, so
+/// that each copy's stubs are not allocated and grown (and moved) again.
+#[derive(Default)]
+struct CopyScratch {
+    stubs: Vec<Instruction>,
+    fragments: Vec<Instruction>,
+}
+
+impl CopyScratch {
+    /// The stubs' and the fragments' buffers, emptied.
+    fn cleared(&mut self) -> (&mut Vec<Instruction>, &mut Vec<Instruction>) {
+        self.stubs.clear();
+        self.fragments.clear();
+        (&mut self.stubs, &mut self.fragments)
+    }
+}
+
 /// Appends the instructions of `plan`'s copy to `all` (empty): its body
-/// with probes, then the superblocks' counting fragments and the stubs.
+/// with probes, then the superblocks' counting fragments and the stubs
+/// (gathered in `scratch`).
 fn copy_instructions(
     plan: &CopyPlan<'_>,
     entries: &Entries,
     mut next_fake: impl FnMut() -> u64,
     all: &mut Vec<Instruction>,
+    scratch: &mut CopyScratch,
 ) -> Result<CopyMarks, RelocateError> {
     let code = &*plan.code;
     let mut aligned: Vec<(usize, Option<usize>)> = vec![(0, None)];
     let mut ptwrite_at: Vec<(usize, u32, PtwriteOperand)> = Vec::new();
     let mut first = Vec::with_capacity(code.instructions.len());
-    let mut stubs: Vec<Instruction> = Vec::new();
+    let (stubs, fragments) = scratch.cleared();
     // (index in `stubs`, load id) of each spatial check's `ptwrite`.
     let mut stub_ptwrites: Vec<(usize, u32)> = Vec::new();
-    let mut fragments: Vec<Instruction> = Vec::new();
     let mut fragment_checks: Vec<(usize, usize, bool)> = Vec::new();
     let mut spatial_at: Vec<(usize, usize, bool)> = Vec::new();
     let mut inserts = plan.inserts.iter().peekable();
@@ -709,7 +729,7 @@ fn copy_instructions(
             let loads = block.loads.len() as u32;
             let stub = next_fake();
             let fragment = next_fake();
-            loops.block_check(in_loop, loads, (label, stub, fragment), (all, &mut stubs));
+            loops.block_check(in_loop, loads, (label, stub, fragment), (all, &mut *stubs));
             label = 0;
             let fragment_start = fragments.len();
             counting_fragment(
@@ -718,12 +738,12 @@ fn copy_instructions(
                 fragment,
                 entries,
                 &mut next_fake,
-                (&mut fragments, &mut fragment_checks),
-                &mut stubs,
+                (&mut *fragments, &mut fragment_checks),
+                &mut *stubs,
             );
             if let Some(n) = in_loop {
                 let fragment = &mut fragments[fragment_start..];
-                loops.fragment_exits(n, fragment, &mut next_fake, &mut stubs);
+                loops.fragment_exits(n, fragment, &mut next_fake, &mut *stubs);
             }
         }
         let mut insn = *original;
@@ -740,7 +760,7 @@ fn copy_instructions(
                     Some(n) => {
                         let reload = next_fake();
                         reg_countdown::probe(loops.reg(n), label, slow, all);
-                        reg_countdown::reload(loops.reg(n), reload, resume, &mut stubs);
+                        reg_countdown::reload(loops.reg(n), reload, resume, &mut *stubs);
                         reload
                     }
                     None => {
@@ -755,7 +775,7 @@ fn copy_instructions(
                 } else {
                     entries.record
                 };
-                probe::soft_slow_stub(fast, &insn, id, slow, back, fallback, record, &mut stubs);
+                probe::soft_slow_stub(fast, &insn, id, slow, back, fallback, record, &mut *stubs);
             }
             Some(Insert::String { id, second }) => {
                 let stub = next_fake();
@@ -770,7 +790,7 @@ fn copy_instructions(
                     resume,
                     entries.record,
                     &mut next_fake,
-                    &mut stubs,
+                    &mut *stubs,
                 );
             }
             Some(Insert::Ptwrite { id }) => {
@@ -780,17 +800,17 @@ fn copy_instructions(
                     spatial_here.map(|(_, check)| check),
                     entries.spatial_hash,
                     &mut next_fake,
-                    (all, &mut stubs),
+                    (all, &mut *stubs),
                     (&mut ptwrite_at, &mut stub_ptwrites),
                 );
             }
             None => {}
         }
         if let Some(n) = in_loop {
-            loops.branch(n, &mut insn, exit_here, &mut next_fake, &mut stubs);
+            loops.branch(n, &mut insn, exit_here, &mut next_fake, &mut *stubs);
         } else if let Some(skipped) = exit_here {
             let stub = next_fake();
-            probe::exit_stub(skipped, stub, insn.near_branch_target(), &mut stubs);
+            probe::exit_stub(skipped, stub, insn.near_branch_target(), &mut *stubs);
             insn.set_near_branch64(stub);
         }
         if let Some(check) = spatial_here
@@ -802,7 +822,7 @@ fn copy_instructions(
                 label,
                 entries,
                 &mut next_fake,
-                (all, &mut stubs),
+                (all, &mut *stubs),
                 &mut spatial_at,
             );
             label = 0;
@@ -816,7 +836,7 @@ fn copy_instructions(
         // original code: no escape check.
         let hooked = hook_got_call(entries, &mut insn);
         let site = site.filter(|_| !hooked);
-        push_checked(insn, site, entries, &mut next_fake, all, &mut stubs)?;
+        push_checked(insn, site, entries, &mut next_fake, all, &mut *stubs)?;
         if let Some(n) = in_loop {
             loops.fall_out(n, i, all);
         }
@@ -849,13 +869,13 @@ fn copy_instructions(
             .into_iter()
             .map(|(start, end, moves_rsp)| (at + start, at + end, moves_rsp)),
     );
-    all.extend(fragments);
+    all.append(fragments);
     ptwrite_at.extend(
         stub_ptwrites
             .drain(..)
             .map(|(at, id)| (all.len() + at, id, PtwriteOperand::Address)),
     );
-    all.extend(stubs);
+    all.append(stubs);
     Ok(CopyMarks {
         first,
         body_end,
