@@ -250,26 +250,20 @@ pub(crate) fn spatial_check(
     if probe.save_flags {
         out.push(Instruction::with(Code::Pushfq));
     }
-    let shift = super::runtime::SPATIAL_BLOCK_SHIFT as i32;
+    let parts = &*STUB_PARTS;
+    let n = gpr64_number(r);
     match rorx_source(load, probe).filter(|_| rorx) {
         // Bits 6..38 of the address in the low half: the block mod 2^32.
-        Some(address) => out.push(
-            Instruction::with3(Code::VEX_Rorx_r64_rm64_imm8, r, address, shift)
-                .expect("rorx r64, r64, imm8"),
-        ),
+        Some(address) => out.push(parts.block_rorx[n][gpr64_number(address)]),
         None => {
             out.push(effective_address(load, r, probe.pushed()));
-            out.push(i2(Code::Shr_rm64_imm8, r, shift));
+            out.push(parts.block_shift[n]);
         }
     }
     // 32-bit forms with full immediates: no load, and the runtime can
     // patch both (their widths never depend on the values).
-    let r32 = r.full_register32();
-    out.push(
-        Instruction::with3(Code::Imul_r32_rm32_imm32, r32, r32, hash.multiplier)
-            .expect("imul r32, r32, imm32"),
-    );
-    out.push(i2(Code::Cmp_rm32_imm32, r32, hash.threshold as i32));
+    out.push(StubParts::with_id(parts.hash_multiply[n], hash.multiplier));
+    out.push(StubParts::with_id(parts.hash_compare[n], hash.threshold));
     out.push(branch(Code::Jb_rel32_64, stub));
     spatial_restore(probe, out);
     out[start] = with_ip(out[start], ip);
@@ -388,7 +382,7 @@ pub(crate) fn spatial_stub(
     out.push(push(Register::RDI));
     out.push(push(Register::RSI));
     out.push(effective_address(load, Register::RDI, RED_ZONE + 16));
-    out.push(i2(Code::Mov_r32_imm32, Register::ESI, id as i32));
+    out.push(StubParts::with_id(STUB_PARTS.esi_id, id));
     out.push(branch(Code::Call_rel32_64, target));
     out.push(pop(Register::RSI));
     out.push(pop(Register::RDI));
@@ -567,6 +561,18 @@ struct StubParts {
     claim_xadd: [[Instruction; 16]; 16],
     limit_cmp: [[Instruction; 16]; 16],
     store_address: [[Instruction; 16]; 16],
+    /// Per register: a spatial check's `shr reg, SPATIAL_BLOCK_SHIFT`,
+    /// `imul reg32, reg32, multiplier` and `cmp reg32, threshold` (both
+    /// immediates 0).
+    block_shift: [Instruction; 16],
+    hash_multiply: [Instruction; 16],
+    hash_compare: [Instruction; 16],
+    /// Per (scratch register, address register): `rorx scratch, address,
+    /// SPATIAL_BLOCK_SHIFT`.
+    block_rorx: [[Instruction; 16]; 16],
+    /// `sub`/`add qword fs:[countdown], loads` ([`count_by`]), by
+    /// [`StubParts::count_form`], with a zero immediate.
+    countdown_by: [Instruction; 4],
 }
 
 static STUB_PARTS: std::sync::LazyLock<Box<StubParts>> =
@@ -608,14 +614,78 @@ impl StubParts {
             store_address: per_pair(&|address, claim| {
                 i2(Code::Mov_rm64_r64, slot_field(claim, 4), address)
             }),
+            block_shift: per_register(&built_block_shift),
+            hash_multiply: per_register(&|r| built_hash_multiply(r, 0)),
+            hash_compare: per_register(&|r| built_hash_compare(r, 0)),
+            block_rorx: per_pair(&built_block_rorx),
+            countdown_by: std::array::from_fn(|form| {
+                let (code, _) = Self::COUNT_FORMS[form];
+                i2(code, fs_countdown(), 0)
+            }),
         }
     }
 
-    /// `insn`, a part with a zero 32-bit immediate, with `id` instead.
-    fn with_id(mut insn: Instruction, id: u32) -> Instruction {
-        insn.set_immediate32(id);
+    /// The codes of [`count_by`]'s forms and whether each takes a
+    /// sign-extended 8-bit immediate.
+    const COUNT_FORMS: [(Code, bool); 4] = [
+        (Code::Sub_rm64_imm8, true),
+        (Code::Sub_rm64_imm32, false),
+        (Code::Add_rm64_imm8, true),
+        (Code::Add_rm64_imm32, false),
+    ];
+
+    /// The form of `sub`/`add` (`subtract`) of `loads`: its index in
+    /// [`StubParts::COUNT_FORMS`].
+    fn count_form(loads: u32, subtract: bool) -> usize {
+        2 * usize::from(!subtract) + usize::from(loads > 127)
+    }
+
+    /// `sub`/`add qword fs:[countdown], loads`.
+    fn countdown_by(&self, loads: u32, subtract: bool) -> Instruction {
+        let form = Self::count_form(loads, subtract);
+        let mut insn = self.countdown_by[form];
+        if Self::COUNT_FORMS[form].1 {
+            insn.set_immediate8to64(i64::from(loads));
+        } else {
+            insn.set_immediate32to64(i64::from(loads));
+        }
         insn
     }
+
+    /// `insn`, a part with a zero 32-bit immediate, with `value` (a load
+    /// id, a hash's multiplier or threshold) instead.
+    fn with_id(mut insn: Instruction, value: u32) -> Instruction {
+        insn.set_immediate32(value);
+        insn
+    }
+}
+
+/// `shr r, SPATIAL_BLOCK_SHIFT`: the block number of the address in `r`.
+fn built_block_shift(r: Register) -> Instruction {
+    i2(
+        Code::Shr_rm64_imm8,
+        r,
+        super::runtime::SPATIAL_BLOCK_SHIFT as i32,
+    )
+}
+
+/// `rorx r, address, SPATIAL_BLOCK_SHIFT`.
+fn built_block_rorx(r: Register, address: Register) -> Instruction {
+    let shift = super::runtime::SPATIAL_BLOCK_SHIFT as i32;
+    Instruction::with3(Code::VEX_Rorx_r64_rm64_imm8, r, address, shift)
+        .expect("rorx r64, r64, imm8")
+}
+
+/// `imul r32, r32, multiplier`.
+fn built_hash_multiply(r: Register, multiplier: u32) -> Instruction {
+    let r32 = r.full_register32();
+    Instruction::with3(Code::Imul_r32_rm32_imm32, r32, r32, multiplier)
+        .expect("imul r32, r32, imm32")
+}
+
+/// `cmp r32, threshold`.
+fn built_hash_compare(r: Register, threshold: u32) -> Instruction {
+    i2(Code::Cmp_rm32_imm32, r.full_register32(), threshold as i32)
 }
 
 /// `mov esi, id`.
@@ -697,7 +767,7 @@ fn countdown_jrcxz(slow: u64, out: &mut Vec<Instruction>) {
 /// be dead); its first instruction takes `ip`. Branches to `stub` when the
 /// countdown does not cover the block.
 pub(crate) fn block_check(loads: u32, ip: u64, stub: u64, out: &mut Vec<Instruction>) {
-    out.push(with_ip(count_by(fs_countdown(), loads, true), ip));
+    out.push(with_ip(STUB_PARTS.countdown_by(loads, true), ip));
     out.push(branch(Code::Jbe_rel32_64, stub));
 }
 
@@ -717,7 +787,7 @@ pub(crate) fn exit_stub(loads: u32, stub: u64, target: u64, out: &mut Vec<Instru
 }
 
 fn add_countdown(loads: u32) -> Instruction {
-    count_by(fs_countdown(), loads, false)
+    STUB_PARTS.countdown_by(loads, false)
 }
 
 /// `sub counter, loads` (`subtract`) or `add counter, loads`, the counter
@@ -1298,6 +1368,27 @@ mod tests {
         for id in ids {
             let esi = StubParts::with_id(parts.esi_id, id);
             assert_same(esi, built_esi_id(id), "mov esi");
+        }
+        for a in 0..16 {
+            let r = gpr64(a);
+            assert_same(parts.block_shift[a], built_block_shift(r), "shr");
+            for value in ids {
+                let multiply = StubParts::with_id(parts.hash_multiply[a], value);
+                assert_same(multiply, built_hash_multiply(r, value), "imul");
+                let compare = StubParts::with_id(parts.hash_compare[a], value);
+                assert_same(compare, built_hash_compare(r, value), "cmp");
+            }
+            for b in 0..16 {
+                let rorx = built_block_rorx(r, gpr64(b));
+                assert_same(parts.block_rorx[a][b], rorx, "rorx");
+            }
+        }
+        let counts = (0..=300).chain([0x7fff_ffff, 0x8000_0000, u32::MAX]);
+        for loads in counts {
+            for subtract in [true, false] {
+                let built = count_by(fs_countdown(), loads, subtract);
+                assert_same(parts.countdown_by(loads, subtract), built, "count");
+            }
         }
         for (dst, base) in [
             (Register::RSP, Register::RSP),
