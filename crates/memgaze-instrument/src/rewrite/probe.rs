@@ -250,26 +250,20 @@ pub(crate) fn spatial_check(
     if probe.save_flags {
         out.push(Instruction::with(Code::Pushfq));
     }
-    let shift = super::runtime::SPATIAL_BLOCK_SHIFT as i32;
+    let parts = &*STUB_PARTS;
+    let n = gpr64_number(r);
     match rorx_source(load, probe).filter(|_| rorx) {
         // Bits 6..38 of the address in the low half: the block mod 2^32.
-        Some(address) => out.push(
-            Instruction::with3(Code::VEX_Rorx_r64_rm64_imm8, r, address, shift)
-                .expect("rorx r64, r64, imm8"),
-        ),
+        Some(address) => out.push(parts.block_rorx[n][gpr64_number(address)]),
         None => {
             out.push(effective_address(load, r, probe.pushed()));
-            out.push(i2(Code::Shr_rm64_imm8, r, shift));
+            out.push(parts.block_shift[n]);
         }
     }
     // 32-bit forms with full immediates: no load, and the runtime can
     // patch both (their widths never depend on the values).
-    let r32 = r.full_register32();
-    out.push(
-        Instruction::with3(Code::Imul_r32_rm32_imm32, r32, r32, hash.multiplier)
-            .expect("imul r32, r32, imm32"),
-    );
-    out.push(i2(Code::Cmp_rm32_imm32, r32, hash.threshold as i32));
+    out.push(StubParts::with_id(parts.hash_multiply[n], hash.multiplier));
+    out.push(StubParts::with_id(parts.hash_compare[n], hash.threshold));
     out.push(branch(Code::Jb_rel32_64, stub));
     spatial_restore(probe, out);
     out[start] = with_ip(out[start], ip);
@@ -388,7 +382,7 @@ pub(crate) fn spatial_stub(
     out.push(push(Register::RDI));
     out.push(push(Register::RSI));
     out.push(effective_address(load, Register::RDI, RED_ZONE + 16));
-    out.push(i2(Code::Mov_r32_imm32, Register::ESI, id as i32));
+    out.push(StubParts::with_id(STUB_PARTS.esi_id, id));
     out.push(branch(Code::Call_rel32_64, target));
     out.push(pop(Register::RSI));
     out.push(pop(Register::RDI));
@@ -488,6 +482,18 @@ impl From<i32> for Op {
 }
 
 fn lea(dst: Register, base: Register, disp: i64) -> Instruction {
+    if (dst, base) == (Register::RSP, Register::RSP) {
+        if disp == RED_ZONE {
+            return STUB_PARTS.rsp_above_red_zone;
+        }
+        if disp == -RED_ZONE {
+            return STUB_PARTS.rsp_below_red_zone;
+        }
+    }
+    built_lea(dst, base, disp)
+}
+
+fn built_lea(dst: Register, base: Register, disp: i64) -> Instruction {
     // 1 = "disp8 if it fits, else the address size" for iced's encoder.
     let size = if disp == 0 { 0 } else { 1 };
     i2(
@@ -498,11 +504,224 @@ fn lea(dst: Register, base: Register, disp: i64) -> Instruction {
 }
 
 fn push(reg: Register) -> Instruction {
-    Instruction::with1(Code::Push_r64, reg).expect("push")
+    STUB_PARTS.push[gpr64_number(reg)]
 }
 
 fn pop(reg: Register) -> Instruction {
-    Instruction::with1(Code::Pop_r64, reg).expect("pop")
+    STUB_PARTS.pop[gpr64_number(reg)]
+}
+
+/// The number (0 for `rax` to 15 for `r15`) of `reg`, a 64-bit general
+/// register: the index of its instructions in [`StubParts`].
+fn gpr64_number(reg: Register) -> usize {
+    assert!(reg.is_gpr64(), "{reg:?} is not a 64-bit general register");
+    reg.number()
+}
+
+/// The 64-bit general register number `number`.
+fn gpr64(number: usize) -> Register {
+    use Register::*;
+    const BY_NUMBER: [Register; 16] = [
+        RAX, RCX, RDX, RBX, RSP, RBP, RSI, RDI, R8, R9, R10, R11, R12, R13, R14, R15,
+    ];
+    BY_NUMBER[number]
+}
+
+/// The instructions the probes' fast paths and slow stubs repeat, built
+/// once: constructing them with iced's validating constructors for every
+/// probe was a sizeable part of building the copies. Those with a load id
+/// or a register are kept for every register (by number) with a zero
+/// immediate, which a probe sets ([`StubParts::with_id`]).
+struct StubParts {
+    /// `push`/`pop` of each register.
+    push: [Instruction; 16],
+    pop: [Instruction; 16],
+    /// `lea rsp, [rsp ∓ 128]`: below the red zone and back.
+    rsp_below_red_zone: Instruction,
+    rsp_above_red_zone: Instruction,
+    /// `sub qword fs:[countdown], 1`.
+    countdown_sub_1: Instruction,
+    /// `mov qword fs:[countdown], 0`.
+    countdown_clear: Instruction,
+    /// `mov rcx, fs:[countdown]`, `lea rcx, [rcx - 1]`, `mov fs:[countdown],
+    /// rcx`: the `jrcxz` fast path's.
+    rcx_from_countdown: Instruction,
+    rcx_less_1: Instruction,
+    countdown_from_rcx: Instruction,
+    /// `mov esi, id` (id 0).
+    esi_id: Instruction,
+    /// Per register: `mov reg, fs:[slot]`, `test reg, reg`, `mov reg32,
+    /// RECORD_BYTES`, `mov dword [reg], id` (id 0).
+    slot_load: [Instruction; 16],
+    slot_test: [Instruction; 16],
+    claim_size: [Instruction; 16],
+    store_id: [Instruction; 16],
+    /// Per (slot register, claim register): `xadd [slot + CLAIM], claim`,
+    /// `cmp claim, [slot + LIMIT]`, `mov [claim + 4], slot`.
+    claim_xadd: [[Instruction; 16]; 16],
+    limit_cmp: [[Instruction; 16]; 16],
+    store_address: [[Instruction; 16]; 16],
+    /// Per register: a spatial check's `shr reg, SPATIAL_BLOCK_SHIFT`,
+    /// `imul reg32, reg32, multiplier` and `cmp reg32, threshold` (both
+    /// immediates 0).
+    block_shift: [Instruction; 16],
+    hash_multiply: [Instruction; 16],
+    hash_compare: [Instruction; 16],
+    /// Per (scratch register, address register): `rorx scratch, address,
+    /// SPATIAL_BLOCK_SHIFT`.
+    block_rorx: [[Instruction; 16]; 16],
+    /// `sub`/`add qword fs:[countdown], loads` ([`count_by`]), by
+    /// [`StubParts::count_form`], with a zero immediate.
+    countdown_by: [Instruction; 4],
+}
+
+static STUB_PARTS: std::sync::LazyLock<Box<StubParts>> =
+    std::sync::LazyLock::new(|| Box::new(StubParts::build()));
+
+impl StubParts {
+    /// Builds every part with iced's constructors.
+    fn build() -> StubParts {
+        let per_register =
+            |build: &dyn Fn(Register) -> Instruction| std::array::from_fn(|n| build(gpr64(n)));
+        let per_pair = |build: &dyn Fn(Register, Register) -> Instruction| {
+            std::array::from_fn(|a| std::array::from_fn(|b| build(gpr64(a), gpr64(b))))
+        };
+        StubParts {
+            push: per_register(&|r| Instruction::with1(Code::Push_r64, r).expect("push")),
+            pop: per_register(&|r| Instruction::with1(Code::Pop_r64, r).expect("pop")),
+            rsp_below_red_zone: built_lea(Register::RSP, Register::RSP, -RED_ZONE),
+            rsp_above_red_zone: built_lea(Register::RSP, Register::RSP, RED_ZONE),
+            countdown_sub_1: i2(Code::Sub_rm64_imm8, fs_countdown(), 1),
+            countdown_clear: i2(Code::Mov_rm64_imm32, fs_countdown(), 0),
+            rcx_from_countdown: i2(Code::Mov_r64_rm64, Register::RCX, fs_countdown()),
+            rcx_less_1: built_lea(Register::RCX, Register::RCX, -1),
+            countdown_from_rcx: i2(Code::Mov_rm64_r64, fs_countdown(), Register::RCX),
+            esi_id: built_esi_id(0),
+            slot_load: per_register(&built_slot_load),
+            slot_test: per_register(&|r| i2(Code::Test_rm64_r64, r, r)),
+            claim_size: per_register(&built_claim_size),
+            store_id: per_register(&|claim| built_store_id(claim, 0)),
+            claim_xadd: per_pair(&|slot_reg, claim| {
+                i2(
+                    Code::Xadd_rm64_r64,
+                    slot_field(slot_reg, slot::CLAIM),
+                    claim,
+                )
+            }),
+            limit_cmp: per_pair(&|slot_reg, claim| {
+                i2(Code::Cmp_r64_rm64, claim, slot_field(slot_reg, slot::LIMIT))
+            }),
+            store_address: per_pair(&|address, claim| {
+                i2(Code::Mov_rm64_r64, slot_field(claim, 4), address)
+            }),
+            block_shift: per_register(&built_block_shift),
+            hash_multiply: per_register(&|r| built_hash_multiply(r, 0)),
+            hash_compare: per_register(&|r| built_hash_compare(r, 0)),
+            block_rorx: per_pair(&built_block_rorx),
+            countdown_by: std::array::from_fn(|form| {
+                let (code, _) = Self::COUNT_FORMS[form];
+                i2(code, fs_countdown(), 0)
+            }),
+        }
+    }
+
+    /// The codes of [`count_by`]'s forms and whether each takes a
+    /// sign-extended 8-bit immediate.
+    const COUNT_FORMS: [(Code, bool); 4] = [
+        (Code::Sub_rm64_imm8, true),
+        (Code::Sub_rm64_imm32, false),
+        (Code::Add_rm64_imm8, true),
+        (Code::Add_rm64_imm32, false),
+    ];
+
+    /// The form of `sub`/`add` (`subtract`) of `loads`: its index in
+    /// [`StubParts::COUNT_FORMS`].
+    fn count_form(loads: u32, subtract: bool) -> usize {
+        2 * usize::from(!subtract) + usize::from(loads > 127)
+    }
+
+    /// `sub`/`add qword fs:[countdown], loads`.
+    fn countdown_by(&self, loads: u32, subtract: bool) -> Instruction {
+        let form = Self::count_form(loads, subtract);
+        let mut insn = self.countdown_by[form];
+        if Self::COUNT_FORMS[form].1 {
+            insn.set_immediate8to64(i64::from(loads));
+        } else {
+            insn.set_immediate32to64(i64::from(loads));
+        }
+        insn
+    }
+
+    /// `insn`, a part with a zero 32-bit immediate, with `value` (a load
+    /// id, a hash's multiplier or threshold) instead.
+    fn with_id(mut insn: Instruction, value: u32) -> Instruction {
+        insn.set_immediate32(value);
+        insn
+    }
+}
+
+/// `shr r, SPATIAL_BLOCK_SHIFT`: the block number of the address in `r`.
+fn built_block_shift(r: Register) -> Instruction {
+    i2(
+        Code::Shr_rm64_imm8,
+        r,
+        super::runtime::SPATIAL_BLOCK_SHIFT as i32,
+    )
+}
+
+/// `rorx r, address, SPATIAL_BLOCK_SHIFT`.
+fn built_block_rorx(r: Register, address: Register) -> Instruction {
+    let shift = super::runtime::SPATIAL_BLOCK_SHIFT as i32;
+    Instruction::with3(Code::VEX_Rorx_r64_rm64_imm8, r, address, shift)
+        .expect("rorx r64, r64, imm8")
+}
+
+/// `imul r32, r32, multiplier`.
+fn built_hash_multiply(r: Register, multiplier: u32) -> Instruction {
+    let r32 = r.full_register32();
+    Instruction::with3(Code::Imul_r32_rm32_imm32, r32, r32, multiplier)
+        .expect("imul r32, r32, imm32")
+}
+
+/// `cmp r32, threshold`.
+fn built_hash_compare(r: Register, threshold: u32) -> Instruction {
+    i2(Code::Cmp_rm32_imm32, r.full_register32(), threshold as i32)
+}
+
+/// `mov esi, id`.
+fn built_esi_id(id: u32) -> Instruction {
+    i2(Code::Mov_r32_imm32, Register::ESI, id as i32)
+}
+
+/// `mov reg, fs:[slot]`: the thread's slot.
+fn built_slot_load(reg: Register) -> Instruction {
+    i2(
+        Code::Mov_r64_rm64,
+        reg,
+        MemoryOperand::new(
+            Register::None,
+            Register::None,
+            1,
+            TCB_SLOT as i64,
+            4,
+            false,
+            Register::FS,
+        ),
+    )
+}
+
+/// `mov claim32, RECORD_BYTES`.
+fn built_claim_size(claim: Register) -> Instruction {
+    i2(
+        Code::Mov_r32_imm32,
+        claim.full_register32(),
+        RECORD_BYTES as i32,
+    )
+}
+
+/// `mov dword [claim], id`.
+fn built_store_id(claim: Register, id: u32) -> Instruction {
+    Instruction::with2(Code::Mov_rm32_imm32, slot_field(claim, 0), id).expect("valid mov")
 }
 
 /// A relative branch to `target`.
@@ -516,7 +735,7 @@ pub(crate) fn soft_fast_path(fast: FastPath, ip: u64, slow: u64, out: &mut Vec<I
     let start = out.len();
     match fast {
         FastPath::FlagsDead => {
-            out.push(i2(Code::Sub_rm64_imm8, fs_countdown(), 1));
+            out.push(STUB_PARTS.countdown_sub_1);
             out.push(branch(Code::Jb_rel32_64, slow));
         }
         FastPath::RcxDead => countdown_jrcxz(slow, out),
@@ -537,17 +756,18 @@ pub(crate) fn soft_fast_path(fast: FastPath, ip: u64, slow: u64, out: &mut Vec<I
 }
 
 fn countdown_jrcxz(slow: u64, out: &mut Vec<Instruction>) {
-    out.push(i2(Code::Mov_r64_rm64, Register::RCX, fs_countdown()));
+    let parts = &*STUB_PARTS;
+    out.push(parts.rcx_from_countdown);
     out.push(branch(Code::Jrcxz_rel8_64, slow));
-    out.push(lea(Register::RCX, Register::RCX, -1));
-    out.push(i2(Code::Mov_rm64_r64, fs_countdown(), Register::RCX));
+    out.push(parts.rcx_less_1);
+    out.push(parts.countdown_from_rcx);
 }
 
 /// Appends a block check subtracting `loads` from the countdown (flags must
 /// be dead); its first instruction takes `ip`. Branches to `stub` when the
 /// countdown does not cover the block.
 pub(crate) fn block_check(loads: u32, ip: u64, stub: u64, out: &mut Vec<Instruction>) {
-    out.push(with_ip(count_by(fs_countdown(), loads, true), ip));
+    out.push(with_ip(STUB_PARTS.countdown_by(loads, true), ip));
     out.push(branch(Code::Jbe_rel32_64, stub));
 }
 
@@ -567,7 +787,7 @@ pub(crate) fn exit_stub(loads: u32, stub: u64, target: u64, out: &mut Vec<Instru
 }
 
 fn add_countdown(loads: u32) -> Instruction {
-    count_by(fs_countdown(), loads, false)
+    STUB_PARTS.countdown_by(loads, false)
 }
 
 /// `sub counter, loads` (`subtract`) or `add counter, loads`, the counter
@@ -777,7 +997,7 @@ pub(crate) fn soft_slow_stub(
 ) {
     let start = out.len();
     match fast {
-        FastPath::FlagsDead => out.push(i2(Code::Mov_rm64_imm32, fs_countdown(), 0)),
+        FastPath::FlagsDead => out.push(STUB_PARTS.countdown_clear),
         FastPath::RcxDead => {}
         FastPath::SaveIn(reg) => out.push(i2(Code::Mov_r64_rm64, Register::RCX, reg)),
         FastPath::Stack => {
@@ -830,7 +1050,7 @@ pub(crate) fn soft_slow_stub(
             MemoryOperand::with_base_index(Register::RDI, Register::RSI),
         ));
     }
-    out.push(i2(Code::Mov_r32_imm32, Register::ESI, id as i32));
+    out.push(StubParts::with_id(STUB_PARTS.esi_id, id));
     out.push(branch(Code::Call_rel32_64, record));
     out.push(pop(Register::RSI));
     out.push(pop(Register::RDI));
@@ -896,46 +1116,24 @@ fn slot_field(base: Register, disp: i32) -> MemoryOperand {
 /// grant claimed through [`slot::CLAIM`] (to `fallback` without a slot or
 /// a grant; the flags dead).
 fn claim_record(slot_reg: Register, claim: Register, fallback: u64, out: &mut Vec<Instruction>) {
-    out.push(i2(
-        Code::Mov_r64_rm64,
-        slot_reg,
-        MemoryOperand::new(
-            Register::None,
-            Register::None,
-            1,
-            TCB_SLOT as i64,
-            4,
-            false,
-            Register::FS,
-        ),
-    ));
-    out.push(i2(Code::Test_rm64_r64, slot_reg, slot_reg));
+    let parts = &*STUB_PARTS;
+    let (slot_n, claim_n) = (gpr64_number(slot_reg), gpr64_number(claim));
+    out.push(parts.slot_load[slot_n]);
+    out.push(parts.slot_test[slot_n]);
     out.push(branch(Code::Je_rel32_64, fallback));
-    out.push(i2(
-        Code::Mov_r32_imm32,
-        claim.full_register32(),
-        RECORD_BYTES as i32,
-    ));
-    out.push(i2(
-        Code::Xadd_rm64_r64,
-        slot_field(slot_reg, slot::CLAIM),
-        claim,
-    ));
-    out.push(i2(
-        Code::Cmp_r64_rm64,
-        claim,
-        slot_field(slot_reg, slot::LIMIT),
-    ));
+    out.push(parts.claim_size[claim_n]);
+    out.push(parts.claim_xadd[slot_n][claim_n]);
+    out.push(parts.limit_cmp[slot_n][claim_n]);
     out.push(branch(Code::Jae_rel32_64, fallback));
 }
 
 /// Writes the claimed record at `claim`: the address in `address`, then
 /// the load id (the writer's last store: see [`slot::CLAIM`]).
 fn write_record(address: Register, claim: Register, id: u32, out: &mut Vec<Instruction>) {
-    out.push(i2(Code::Mov_rm64_r64, slot_field(claim, 4), address));
-    out.push(
-        Instruction::with2(Code::Mov_rm32_imm32, slot_field(claim, 0), id).expect("valid mov"),
-    );
+    let parts = &*STUB_PARTS;
+    let (address_n, claim_n) = (gpr64_number(address), gpr64_number(claim));
+    out.push(parts.store_address[address_n][claim_n]);
+    out.push(StubParts::with_id(parts.store_id[claim_n], id));
 }
 
 /// The end of an inline append: restores the two scratch registers and
@@ -1119,6 +1317,104 @@ mod tests {
         append_spatial_skip(&mut out, len, moves_rsp);
         assert_eq!(out[..3], [0xf4; 3]);
         out.split_off(3)
+    }
+
+    /// `a` and `b` are the same instruction, down to the fields `==`
+    /// leaves out.
+    fn assert_same(a: Instruction, b: Instruction, what: &str) {
+        assert!(a == b, "{what}: {a} != {b}");
+        assert_eq!(
+            (a.ip(), a.len(), a.code_size()),
+            (b.ip(), b.len(), b.code_size()),
+            "{what}"
+        );
+        let encode = |insn: &Instruction| {
+            let mut encoder = iced_x86::Encoder::new(64);
+            encoder.encode(insn, 0x1000).expect("encodable");
+            encoder.take_buffer()
+        };
+        assert_eq!(encode(&a), encode(&b), "{what}");
+    }
+
+    #[test]
+    fn stub_parts_are_the_instructions_iced_builds_for_every_register_and_id() {
+        let parts = &*STUB_PARTS;
+        let ids = [0, 1, 0x7f, 0x80, 0xff, 0x7fff_ffff, 0x8000_0000, u32::MAX];
+        for a in 0..16 {
+            let r = gpr64(a);
+            assert_eq!(gpr64_number(r), a);
+            let push_built = Instruction::with1(Code::Push_r64, r).unwrap();
+            let pop_built = Instruction::with1(Code::Pop_r64, r).unwrap();
+            assert_same(push(r), push_built, "push");
+            assert_same(pop(r), pop_built, "pop");
+            assert_same(parts.slot_load[a], built_slot_load(r), "slot load");
+            let test = i2(Code::Test_rm64_r64, r, r);
+            assert_same(parts.slot_test[a], test, "test");
+            assert_same(parts.claim_size[a], built_claim_size(r), "claim size");
+            for id in ids {
+                let store = StubParts::with_id(parts.store_id[a], id);
+                assert_same(store, built_store_id(r, id), "store id");
+            }
+            for b in 0..16 {
+                let s = gpr64(b);
+                let xadd = i2(Code::Xadd_rm64_r64, slot_field(r, slot::CLAIM), s);
+                assert_same(parts.claim_xadd[a][b], xadd, "xadd");
+                let cmp = i2(Code::Cmp_r64_rm64, s, slot_field(r, slot::LIMIT));
+                assert_same(parts.limit_cmp[a][b], cmp, "cmp");
+                let store = i2(Code::Mov_rm64_r64, slot_field(s, 4), r);
+                assert_same(parts.store_address[a][b], store, "store address");
+            }
+        }
+        for id in ids {
+            let esi = StubParts::with_id(parts.esi_id, id);
+            assert_same(esi, built_esi_id(id), "mov esi");
+        }
+        for a in 0..16 {
+            let r = gpr64(a);
+            assert_same(parts.block_shift[a], built_block_shift(r), "shr");
+            for value in ids {
+                let multiply = StubParts::with_id(parts.hash_multiply[a], value);
+                assert_same(multiply, built_hash_multiply(r, value), "imul");
+                let compare = StubParts::with_id(parts.hash_compare[a], value);
+                assert_same(compare, built_hash_compare(r, value), "cmp");
+            }
+            for b in 0..16 {
+                let rorx = built_block_rorx(r, gpr64(b));
+                assert_same(parts.block_rorx[a][b], rorx, "rorx");
+            }
+        }
+        let counts = (0..=300).chain([0x7fff_ffff, 0x8000_0000, u32::MAX]);
+        for loads in counts {
+            for subtract in [true, false] {
+                let built = count_by(fs_countdown(), loads, subtract);
+                assert_same(parts.countdown_by(loads, subtract), built, "count");
+            }
+        }
+        for (dst, base) in [
+            (Register::RSP, Register::RSP),
+            (Register::RCX, Register::RCX),
+        ] {
+            for disp in [-RED_ZONE - 8, -RED_ZONE, -1, 0, 1, RED_ZONE, RED_ZONE + 8] {
+                let built = built_lea(dst, base, disp);
+                assert_same(lea(dst, base, disp), built, "lea");
+            }
+        }
+        let countdown = [
+            (parts.countdown_sub_1, Code::Sub_rm64_imm8, 1),
+            (parts.countdown_clear, Code::Mov_rm64_imm32, 0),
+        ];
+        for (part, code, imm) in countdown {
+            assert_same(part, i2(code, fs_countdown(), imm), "countdown");
+        }
+        let rcx = i2(Code::Mov_r64_rm64, Register::RCX, fs_countdown());
+        assert_same(parts.rcx_from_countdown, rcx, "mov rcx");
+        assert_same(
+            parts.rcx_less_1,
+            built_lea(Register::RCX, Register::RCX, -1),
+            "lea rcx",
+        );
+        let back = i2(Code::Mov_rm64_r64, fs_countdown(), Register::RCX);
+        assert_same(parts.countdown_from_rcx, back, "mov countdown");
     }
 
     #[test]

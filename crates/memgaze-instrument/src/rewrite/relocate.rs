@@ -595,9 +595,10 @@ fn build_part(
     // One copy's instructions and their unpadded offsets at a time.
     let mut all: Vec<Instruction> = Vec::new();
     let mut unpadded: Vec<u64> = Vec::new();
+    let mut scratch = CopyScratch::default();
     for plan in plans {
         all.clear();
-        let marks = copy_instructions(plan, entries, &mut next_fake, &mut all)?;
+        let marks = copy_instructions(plan, entries, &mut next_fake, &mut all, &mut scratch)?;
         let breaks: Vec<usize> = marks.aligned.iter().map(|&(i, _)| i).collect();
         layout.measure(&mut encoder, &all, &breaks, base, &mut unpadded)?;
         let at = |i: usize| unpadded[i];
@@ -640,22 +641,41 @@ fn build_part(
     })
 }
 
+/// The instructions of a copy's stubs and counting fragments, gathered
+/// apart from its body and appended to it: kept from copy to copy, so
+/// that each copy's stubs are not allocated and grown (and moved) again.
+#[derive(Default)]
+struct CopyScratch {
+    stubs: Vec<Instruction>,
+    fragments: Vec<Instruction>,
+}
+
+impl CopyScratch {
+    /// The stubs' and the fragments' buffers, emptied.
+    fn cleared(&mut self) -> (&mut Vec<Instruction>, &mut Vec<Instruction>) {
+        self.stubs.clear();
+        self.fragments.clear();
+        (&mut self.stubs, &mut self.fragments)
+    }
+}
+
 /// Appends the instructions of `plan`'s copy to `all` (empty): its body
-/// with probes, then the superblocks' counting fragments and the stubs.
+/// with probes, then the superblocks' counting fragments and the stubs
+/// (gathered in `scratch`).
 fn copy_instructions(
     plan: &CopyPlan<'_>,
     entries: &Entries,
     mut next_fake: impl FnMut() -> u64,
     all: &mut Vec<Instruction>,
+    scratch: &mut CopyScratch,
 ) -> Result<CopyMarks, RelocateError> {
     let code = &*plan.code;
     let mut aligned: Vec<(usize, Option<usize>)> = vec![(0, None)];
     let mut ptwrite_at: Vec<(usize, u32, PtwriteOperand)> = Vec::new();
     let mut first = Vec::with_capacity(code.instructions.len());
-    let mut stubs: Vec<Instruction> = Vec::new();
+    let (stubs, fragments) = scratch.cleared();
     // (index in `stubs`, load id) of each spatial check's `ptwrite`.
     let mut stub_ptwrites: Vec<(usize, u32)> = Vec::new();
-    let mut fragments: Vec<Instruction> = Vec::new();
     let mut fragment_checks: Vec<(usize, usize, bool)> = Vec::new();
     let mut spatial_at: Vec<(usize, usize, bool)> = Vec::new();
     let mut inserts = plan.inserts.iter().peekable();
@@ -709,7 +729,7 @@ fn copy_instructions(
             let loads = block.loads.len() as u32;
             let stub = next_fake();
             let fragment = next_fake();
-            loops.block_check(in_loop, loads, (label, stub, fragment), (all, &mut stubs));
+            loops.block_check(in_loop, loads, (label, stub, fragment), (all, &mut *stubs));
             label = 0;
             let fragment_start = fragments.len();
             counting_fragment(
@@ -718,12 +738,12 @@ fn copy_instructions(
                 fragment,
                 entries,
                 &mut next_fake,
-                (&mut fragments, &mut fragment_checks),
-                &mut stubs,
+                (&mut *fragments, &mut fragment_checks),
+                &mut *stubs,
             );
             if let Some(n) = in_loop {
                 let fragment = &mut fragments[fragment_start..];
-                loops.fragment_exits(n, fragment, &mut next_fake, &mut stubs);
+                loops.fragment_exits(n, fragment, &mut next_fake, &mut *stubs);
             }
         }
         let mut insn = *original;
@@ -740,7 +760,7 @@ fn copy_instructions(
                     Some(n) => {
                         let reload = next_fake();
                         reg_countdown::probe(loops.reg(n), label, slow, all);
-                        reg_countdown::reload(loops.reg(n), reload, resume, &mut stubs);
+                        reg_countdown::reload(loops.reg(n), reload, resume, &mut *stubs);
                         reload
                     }
                     None => {
@@ -755,7 +775,7 @@ fn copy_instructions(
                 } else {
                     entries.record
                 };
-                probe::soft_slow_stub(fast, &insn, id, slow, back, fallback, record, &mut stubs);
+                probe::soft_slow_stub(fast, &insn, id, slow, back, fallback, record, &mut *stubs);
             }
             Some(Insert::String { id, second }) => {
                 let stub = next_fake();
@@ -770,7 +790,7 @@ fn copy_instructions(
                     resume,
                     entries.record,
                     &mut next_fake,
-                    &mut stubs,
+                    &mut *stubs,
                 );
             }
             Some(Insert::Ptwrite { id }) => {
@@ -780,17 +800,17 @@ fn copy_instructions(
                     spatial_here.map(|(_, check)| check),
                     entries.spatial_hash,
                     &mut next_fake,
-                    (all, &mut stubs),
+                    (all, &mut *stubs),
                     (&mut ptwrite_at, &mut stub_ptwrites),
                 );
             }
             None => {}
         }
         if let Some(n) = in_loop {
-            loops.branch(n, &mut insn, exit_here, &mut next_fake, &mut stubs);
+            loops.branch(n, &mut insn, exit_here, &mut next_fake, &mut *stubs);
         } else if let Some(skipped) = exit_here {
             let stub = next_fake();
-            probe::exit_stub(skipped, stub, insn.near_branch_target(), &mut stubs);
+            probe::exit_stub(skipped, stub, insn.near_branch_target(), &mut *stubs);
             insn.set_near_branch64(stub);
         }
         if let Some(check) = spatial_here
@@ -802,7 +822,7 @@ fn copy_instructions(
                 label,
                 entries,
                 &mut next_fake,
-                (all, &mut stubs),
+                (all, &mut *stubs),
                 &mut spatial_at,
             );
             label = 0;
@@ -816,7 +836,7 @@ fn copy_instructions(
         // original code: no escape check.
         let hooked = hook_got_call(entries, &mut insn);
         let site = site.filter(|_| !hooked);
-        push_checked(insn, site, entries, &mut next_fake, all, &mut stubs)?;
+        push_checked(insn, site, entries, &mut next_fake, all, &mut *stubs)?;
         if let Some(n) = in_loop {
             loops.fall_out(n, i, all);
         }
@@ -849,13 +869,13 @@ fn copy_instructions(
             .into_iter()
             .map(|(start, end, moves_rsp)| (at + start, at + end, moves_rsp)),
     );
-    all.extend(fragments);
+    all.append(fragments);
     ptwrite_at.extend(
         stub_ptwrites
             .drain(..)
             .map(|(at, id)| (all.len() + at, id, PtwriteOperand::Address)),
     );
-    all.extend(stubs);
+    all.append(stubs);
     Ok(CopyMarks {
         first,
         body_end,
@@ -1368,24 +1388,91 @@ fn labels_of(part: &mut Part, start: u64) -> Vec<(u64, u64)> {
 
 /// Every run's labels, looked up where they lie: merged into one table
 /// they were a second copy of all labels at the rewriter's peak. A fake
-/// label names its run by its bits ([`FAKE_RUN_BITS`]); an original
-/// address, the run whose original addresses span it (runs are
-/// consecutive functions, which do not overlap). The original addresses'
-/// labels, one per original instruction and held to the end, are 32-bit
-/// offsets from their run's lowest.
+/// label names its run by its bits ([`FAKE_RUN_BITS`]) and its place in the
+/// run's table by its draw number; an original address, the run whose
+/// original addresses span it (runs are consecutive functions, which do
+/// not overlap), and a few candidates there by its bucket
+/// ([`OriginalLabels`]). The original addresses' labels, one per original
+/// instruction and held to the end, are 32-bit offsets from their run's
+/// lowest.
 #[derive(Default)]
 struct RunLabels {
-    /// Per run: its lowest original address label, and its original
-    /// address labels `(offset from it, offset from the base)`, sorted.
-    runs: Vec<(u64, Vec<(u32, u32)>)>,
-    /// Per run: its fake labels `(label, offset from the base)`, sorted,
-    /// until forgotten.
-    fakes: Vec<Vec<(u64, u64)>>,
+    /// Per run: its original address labels.
+    runs: Vec<OriginalLabels>,
+    /// Per run: the offset from the base of each fake label, indexed by
+    /// its draw number less one ([`NOT_PLACED`] for one drawn and never
+    /// placed), until forgotten: a binary search of sorted pairs missed
+    /// the CPU's caches at most of its steps.
+    fakes: Vec<Vec<u32>>,
     /// `(lowest, highest original address label, run)`, sorted.
     originals: Vec<(u64, u64, usize)>,
     /// The runs' original address ranges are disjoint (else every run is
     /// searched).
     disjoint: bool,
+}
+
+/// A fake label drawn and never placed, in [`RunLabels::fakes`].
+const NOT_PLACED: u32 = u32::MAX;
+
+/// One run's original address labels, with an index of where each
+/// [`OriginalLabels::BUCKET_BITS`]-sized stretch of addresses starts in
+/// them: a lookup searches only the few labels of its stretch.
+struct OriginalLabels {
+    /// Its lowest original address label.
+    lowest: u64,
+    /// `(offset from lowest, offset from the base)`, sorted.
+    labels: Vec<(u32, u32)>,
+    /// Per stretch of addresses from `lowest`, the index of its first
+    /// label; then the number of labels.
+    buckets: Vec<u32>,
+}
+
+impl OriginalLabels {
+    /// Stretches of 64 bytes of original code, a dozen instructions or so:
+    /// the index takes 4 bytes per 64 bytes of the runs' original span.
+    const BUCKET_BITS: u32 = 6;
+
+    /// Indexes `labels`, `(address, offset from the base)` of original
+    /// addresses sorted.
+    fn new(labels: &[(u64, u64)]) -> Self {
+        let lowest = labels.first().map_or(0, |&(ip, _)| ip);
+        let labels: Vec<(u32, u32)> = labels
+            .iter()
+            .map(|&(ip, offset)| (offset32(ip - lowest), offset32(offset)))
+            .collect();
+        let stretches = labels
+            .last()
+            .map_or(0, |&(ip, _)| (ip >> Self::BUCKET_BITS) as usize + 1);
+        let mut buckets = Vec::with_capacity(stretches + 1);
+        for (i, &(ip, _)) in labels.iter().enumerate() {
+            while buckets.len() <= (ip >> Self::BUCKET_BITS) as usize {
+                buckets.push(i as u32);
+            }
+        }
+        buckets.push(labels.len() as u32);
+        OriginalLabels {
+            lowest,
+            labels,
+            buckets,
+        }
+    }
+
+    /// The original addresses it labels.
+    fn addresses(&self) -> impl Iterator<Item = u64> + '_ {
+        (self.labels.iter()).map(|&(ip, _)| self.lowest + u64::from(ip))
+    }
+
+    /// The offset (from the base) of the instruction labelled `target`.
+    fn find(&self, target: u64) -> Option<u64> {
+        let key = u32::try_from(target.checked_sub(self.lowest)?).ok()?;
+        let bucket = (key >> Self::BUCKET_BITS) as usize;
+        let (&from, &to) = (self.buckets.get(bucket)?, self.buckets.get(bucket + 1)?);
+        let labels = &self.labels[from as usize..to as usize];
+        labels
+            .binary_search_by_key(&key, |&(ip, _)| ip)
+            .ok()
+            .map(|i| u64::from(labels[i].1))
+    }
 }
 
 impl RunLabels {
@@ -1399,20 +1486,26 @@ impl RunLabels {
                 return Err(RelocateError::DuplicateAddress(w[0].0));
             }
         }
-        for mut labels in runs {
+        for labels in runs {
             let n = labels.partition_point(|&(ip, _)| ip < FAKE_BASE);
-            let lowest = labels.first().map_or(0, |&(ip, _)| ip);
+            let run = self.runs.len();
             if n > 0 {
-                let span = (lowest, labels[n - 1].0, self.runs.len());
+                let span = (labels[0].0, labels[n - 1].0, run);
                 let at = self.originals.partition_point(|o| *o < span);
                 self.originals.insert(at, span);
             }
-            self.fakes.push(labels.split_off(n));
-            let originals = labels
-                .iter()
-                .map(|&(ip, offset)| (offset32(ip - lowest), offset32(offset)))
-                .collect();
-            self.runs.push((lowest, originals));
+            let run_base = FAKE_BASE + ((run as u64) << FAKE_RUN_BITS);
+            let drawn = labels.last().filter(|&&(ip, _)| ip >= FAKE_BASE);
+            let mut fakes = vec![NOT_PLACED; drawn.map_or(0, |&(ip, _)| (ip - run_base) as usize)];
+            for &(ip, offset) in &labels[n..] {
+                let draw = ip
+                    .checked_sub(run_base + 1)
+                    .filter(|&d| (d >> FAKE_RUN_BITS) == 0);
+                let draw = draw.expect("a run's fake labels are drawn from its own range");
+                fakes[draw as usize] = offset32(offset);
+            }
+            self.fakes.push(fakes);
+            self.runs.push(OriginalLabels::new(&labels[..n]));
         }
         self.disjoint = self.originals.windows(2).all(|w| w[0].1 < w[1].0);
         Ok(())
@@ -1435,9 +1528,7 @@ impl RunLabels {
         let mut all: Vec<u64> = self
             .runs
             .iter()
-            .flat_map(|&(lowest, ref labels)| {
-                labels.iter().map(move |&(ip, _)| lowest + u64::from(ip))
-            })
+            .flat_map(OriginalLabels::addresses)
             .collect();
         all.sort_unstable();
         match all.windows(2).find(|w| w[0] == w[1]) {
@@ -1449,26 +1540,20 @@ impl RunLabels {
     /// The offset (from the base) of the instruction labelled `target`.
     fn find(&self, target: u64) -> Option<u64> {
         if target >= FAKE_BASE {
-            let run = usize::try_from((target - FAKE_BASE) >> FAKE_RUN_BITS).ok()?;
-            let fakes = self.fakes.get(run)?;
-            return fakes
-                .binary_search_by_key(&target, |&(ip, _)| ip)
-                .ok()
-                .map(|i| fakes[i].1);
+            let from_base = target - FAKE_BASE;
+            let run = usize::try_from(from_base >> FAKE_RUN_BITS).ok()?;
+            let draw = (from_base & ((1 << FAKE_RUN_BITS) - 1)).checked_sub(1)?;
+            let &offset = self.fakes.get(run)?.get(usize::try_from(draw).ok()?)?;
+            return (offset != NOT_PLACED).then_some(u64::from(offset));
         }
-        let search = |(lowest, labels): &(u64, Vec<(u32, u32)>)| {
-            let key = u32::try_from(target.checked_sub(*lowest)?).ok()?;
-            labels
-                .binary_search_by_key(&key, |&(ip, _)| ip)
-                .ok()
-                .map(|i| u64::from(labels[i].1))
-        };
         if !self.disjoint {
-            return self.runs.iter().find_map(search);
+            return self.runs.iter().find_map(|run| run.find(target));
         }
         let k = self.originals.partition_point(|&(lo, _, _)| lo <= target);
         let &(_, hi, run) = self.originals.get(k.checked_sub(1)?)?;
-        (target <= hi).then(|| search(&self.runs[run])).flatten()
+        (target <= hi)
+            .then(|| self.runs[run].find(target))
+            .flatten()
     }
 }
 
@@ -2362,6 +2447,30 @@ mod tests {
         labels.forget_fake(1);
         assert_eq!(labels.find(fake(1, 1)), None);
         assert_eq!(labels.find(fake(0, 1)), Some(16));
+    }
+
+    #[test]
+    fn original_labels_are_found_across_their_buckets_as_by_a_search() {
+        // Instructions of 1 to 15 bytes, some addresses labelled twice
+        // apart (gaps), crossing many 64-byte stretches.
+        let mut labels = Vec::new();
+        let mut ip = 0x40_1000u64;
+        for k in 0..2_000u64 {
+            labels.push((ip, 7 * k));
+            ip += 1 + (k * 7919) % 15 + if k % 97 == 0 { 300 } else { 0 };
+        }
+        let index = OriginalLabels::new(&labels);
+        let by_search = |target: u64| {
+            labels
+                .binary_search_by_key(&target, |&(ip, _)| ip)
+                .ok()
+                .map(|i| labels[i].1)
+        };
+        for target in 0x40_0f00..ip + 200 {
+            assert_eq!(index.find(target), by_search(target), "{target:#x}");
+        }
+        assert_eq!(OriginalLabels::new(&[]).find(0x1000), None);
+        assert!(index.addresses().eq(labels.iter().map(|&(ip, _)| ip)));
     }
 
     #[test]
