@@ -891,6 +891,33 @@ fn a_program_that_closes_the_recorders_descriptor_is_told_apart() {
     assert_eq!(read_trace(&trace).totals.records, 0);
 }
 
+/// A program that closes every descriptor only before it exits has sent
+/// flushed buffers but its exit hook cannot reach the recorder: the note
+/// names the closed descriptor as a cause, not only a raw exit.
+#[test]
+fn a_program_that_closes_the_recorders_descriptor_late_is_told_apart() {
+    let binary = build("closes_fds.c", &["-O2"]);
+    let inst = instrument(&binary, None, "all");
+    let trace = trace_path("closes_fds_late");
+    let file = scratch().join("closes_fds_late.out");
+    let out = record(
+        &inst.path,
+        &[file.to_str().unwrap(), "late"],
+        FULL,
+        &trace,
+        None,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"hello\n", "{stderr}");
+    assert!(
+        stderr.contains("without its exit hook reaching the recorder")
+            && stderr.contains("closed the recorder's descriptor"),
+        "{stderr}"
+    );
+    assert!(read_trace(&trace).totals.records > 0, "{stderr}");
+}
+
 #[test]
 fn signal_handlers_running_instrumented_code_are_safe() {
     let binary = build("signals.c", &["-O1"]);

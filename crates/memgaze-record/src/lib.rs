@@ -1216,7 +1216,7 @@ fn summarise(
         );
     } else if matches!(exit, ProgramExit::Code(_)) && !main_exited {
         notes.push(
-            "the program ended without running its exit hook (a raw exit system call?): executions after its last flush are not counted"
+            "the program ended without its exit hook reaching the recorder (a raw exit system call, or a program that closed the recorder's descriptor after the recorder's first flush, as closefrom, close_range or a loop over descriptors do): executions after its last flush are not counted"
                 .into(),
         );
     }
