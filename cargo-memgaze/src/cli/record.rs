@@ -11,7 +11,7 @@ use crate::pipeline::libs::{LibSelection, Libraries, LoadedAtRun};
 use crate::pipeline::sites::{RecordInputs, SitesFor};
 use anyhow::{Context, Result, bail};
 use memgaze_error::{Exit, usage};
-use memgaze_metadata::annotation::{Annotation, InstrumentationMode};
+use memgaze_metadata::annotation::{Annotation, InstrumentationMode, LoadFlags};
 use memgaze_record::pt::probe::{BackendChoice, BackendRequest};
 use memgaze_record::{self as record, Recording};
 use memgaze_trace::{Backend, ProgramExit, Sampling, TraceWriter};
@@ -399,16 +399,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     )?;
     if !global.quiet {
         print_summary(&recording, &output);
-        let total = inputs.load_flags.len();
-        let covered = inputs.load_flags.iter().filter(|l| l.covered).count();
-        styled_eprintln!(
-            "memgaze: coverage: {covered} of {total} explicit loads of the selected functions instrumented or implied ({:.1}%; `cargo memgaze instrument` lists the rest)",
-            if total == 0 {
-                100.0
-            } else {
-                100.0 * covered as f64 / total as f64
-            }
-        );
+        print_static_coverage(&inputs.load_flags);
         eprintln!(
             "memgaze: {}",
             untraced_note_with(&inputs.annotation, &libraries)
@@ -436,6 +427,23 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         Some(signal) if recording.interrupted.is_none() => Ok(Exit::Interrupted(128 + signal)),
         _ => Ok(exit_like_program(&recording)),
     }
+}
+
+/// The static coverage line: how many explicit loads of the selected
+/// functions were instrumented or implied by a proxy. The dynamic coverage
+/// line cannot show loads the rewriter left out (gathers, `gs:`), since
+/// nothing counts their executions.
+pub fn print_static_coverage(load_flags: &[LoadFlags]) {
+    let total = load_flags.len();
+    let covered = load_flags.iter().filter(|l| l.covered).count();
+    styled_eprintln!(
+        "memgaze: coverage: {covered} of {total} explicit loads of the selected functions instrumented or implied ({:.1}%; `cargo memgaze instrument` lists the rest)",
+        if total == 0 {
+            100.0
+        } else {
+            100.0 * covered as f64 / total as f64
+        }
+    );
 }
 
 /// What the trace leaves out, said plainly: the shared libraries' loads

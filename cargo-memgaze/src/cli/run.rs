@@ -16,7 +16,7 @@ use super::{Format, Global};
 use anyhow::{Context, Result};
 use memgaze_analysis::{AnalysisOptions, table};
 use memgaze_error::Exit;
-use memgaze_metadata::annotation::{Annotation, InstrumentationMode};
+use memgaze_metadata::annotation::{Annotation, InstrumentationMode, LoadFlags};
 use memgaze_record::{self as record, AnalyzerSink, Tee};
 use memgaze_trace::TraceWriter;
 use std::ffi::OsString;
@@ -168,6 +168,8 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             .as_deref()
             .unwrap_or_else(|| Path::new("the analysis"));
         print_summary(&recording, target);
+        let load_flags: Vec<LoadFlags> = annotation.loads.iter().map(LoadFlags::of).collect();
+        super::record::print_static_coverage(&load_flags);
         eprintln!(
             "memgaze: {}",
             super::record::untraced_note_with(&annotation, &libraries)
