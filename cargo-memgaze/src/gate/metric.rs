@@ -99,6 +99,10 @@ pub enum Metric {
     MissesLlc,
 }
 
+/// Says what [`Metric::per_run`] metrics are, under the tables that list
+/// them beside the analysis's totals.
+pub const PER_RUN_NOTE: &str = "A_hat, misses_L1, misses_L2, misses_LLC: per run of the bench's routine (the recording's estimate divided by its iterations), not the totals of the analysis";
+
 impl Metric {
     /// Every metric, in the order reports list them.
     pub const ALL: [Metric; 19] = [
@@ -122,6 +126,16 @@ impl Metric {
         Metric::FLines,
         Metric::DMax,
     ];
+
+    /// Whether the gate compares it per run of the bench's routine (the
+    /// whole recording's estimate divided by its iterations), unlike the
+    /// analysis, which gives totals.
+    pub fn per_run(self) -> bool {
+        matches!(
+            self,
+            Metric::AHat | Metric::MissesL1 | Metric::MissesL2 | Metric::MissesLlc
+        )
+    }
 
     /// The name used in limits, JSON and tables.
     pub fn name(self) -> &'static str {

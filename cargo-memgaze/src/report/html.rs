@@ -401,6 +401,7 @@ fn change_cell(
     new: Option<f64>,
     compact: bool,
     gated: bool,
+    limit: Option<&crate::gate::Limit>,
 ) -> Markup {
     let (Some(old), Some(new)) = (old, new) else {
         return html! { td { "–" } };
@@ -410,13 +411,16 @@ fn change_cell(
         .relative
         .map_or(change.absolute != 0.0, |r| r.abs() >= 0.0005);
     let arrow = if visible { arrow(change.absolute) } else { "=" };
+    // In the unit of the limit beside it, as the regression lines and the
+    // Markdown summary show it.
     let text = match (compact, change.relative) {
         (true, None) => format!(
             "{}{}",
             if change.absolute > 0.0 { "+" } else { "" },
             dec(change.absolute)
         ),
-        _ => change.to_string(),
+        (true, Some(_)) => change.to_string(),
+        (false, _) => change.against(limit),
     };
     // Colour only what the gate looks at, and only a visible change.
     let class = match (metric.worse(), change.absolute.partial_cmp(&0.0)) {
@@ -482,7 +486,7 @@ fn verdict_block(baseline: &str, run: &str, verdict: &Result<BenchVerdict, Strin
                         td.name { code { (m.metric) } }
                         td { (opt(m.old, dec)) }
                         td { (opt(m.new, dec)) }
-                        (change_cell(m.metric, m.old, m.new, false, m.limit.is_some()))
+                        (change_cell(m.metric, m.old, m.new, false, m.limit.is_some(), m.limit.as_ref()))
                         td {
                             @match m.limit {
                                 Some(limit) => (limit),
@@ -494,6 +498,10 @@ fn verdict_block(baseline: &str, run: &str, verdict: &Result<BenchVerdict, Strin
                 }
             }
         }))
+        @if verdict.metrics.iter().any(|m| m.metric.per_run()) {
+            p.note { (crate::gate::metric::PER_RUN_NOTE) "." }
+            "\n"
+        }
         @if let Some(k) = verdict.window_k {
             p.note {
                 "dF, F_str_frac, F_irr_frac: means over windows of " (format_window(k))
@@ -839,7 +847,7 @@ fn overview_row(
                         td.start class=[(!v.regressions.is_empty()).then_some("worse")] { (v.regressions.len()) }
                         @for m in [crate::gate::Metric::AHat, crate::gate::Metric::FIrrFrac, crate::gate::Metric::DF] {
                             @let (old, new) = metric(m);
-                            (change_cell(m, old, new, true, true))
+                            (change_cell(m, old, new, true, true, None))
                         }
                     }
                     Some(_) => { td.start title="not in the baseline: nothing compared" { "new" } td { "–" } td { "–" } td { "–" } }
@@ -1102,6 +1110,33 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("not instrumented"), "{html}");
+    }
+
+    /// A metric gated by an absolute limit shows its change in the
+    /// limit's unit, as the regression line and the Markdown summary do.
+    #[test]
+    fn a_change_reads_in_the_unit_of_its_limit() {
+        let absolute = crate::gate::Limit {
+            direction: crate::gate::Direction::Increase,
+            relative: None,
+            absolute: Some(0.1149),
+        };
+        let cell = |limit| {
+            change_cell(
+                crate::gate::Metric::MrL1,
+                Some(0.2496),
+                Some(0.9984),
+                false,
+                true,
+                limit,
+            )
+            .into_string()
+        };
+        let gated = cell(Some(&absolute));
+        assert!(gated.contains("+0.7488"), "{gated}");
+        assert!(!gated.contains('%'), "{gated}");
+        let ungated = cell(None);
+        assert!(ungated.contains("+300.0%"), "{ungated}");
     }
 
     #[test]

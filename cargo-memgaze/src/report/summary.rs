@@ -199,6 +199,19 @@ pub fn markdown(
             if new == 1 { "" } else { "es" }
         ));
     }
+    if compared.iter().any(|v| {
+        v.metrics
+            .iter()
+            .any(|m| m.metric.per_run() && m.old.is_some())
+    }) {
+        notes.push(
+            crate::gate::metric::PER_RUN_NOTE
+                .replace("A_hat", "`A_hat`")
+                .replace("misses_L1", "`misses_L1`")
+                .replace("misses_L2", "`misses_L2`")
+                .replace("misses_LLC", "`misses_LLC`"),
+        );
+    }
     let windows: Vec<u32> = compared.iter().filter_map(|v| v.window_k).collect();
     if !windows.is_empty() {
         notes
