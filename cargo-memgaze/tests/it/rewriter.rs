@@ -1346,6 +1346,20 @@ fn bad_input_gets_one_error_line_and_exit_1() {
         .output()
         .unwrap();
     assert!(one_error_line(&out).contains("statically linked"));
+    // A static-pie is a statically linked executable, not a library.
+    let static_pie = build("kernels.c", &["-O1", "-static-pie"]);
+    let out = memgaze()
+        .arg("instrument")
+        .arg(&static_pie)
+        .arg("-o")
+        .arg(dir.join("static-pie.out"))
+        .output()
+        .unwrap();
+    assert!(
+        one_error_line(&out).contains("statically linked (static-pie) executable"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let binary = build("kernels.c", &["-O1"]);
     let inst = instrument(&binary, None, "twice");

@@ -126,12 +126,13 @@ pub enum ElfError {
     /// A relocatable object or core file.
     #[error("not an executable (ELF type {0})")]
     NotExecutable(u16),
-    /// A static-pie executable (no interpreter, but `.dynamic`).
+    /// A static-pie executable: no interpreter, and `DF_1_PIE` in
+    /// `.dynamic` (or no `.dynamic` at all).
     #[error(
         "statically linked (static-pie) executable: only dynamically linked programs can be instrumented"
     )]
     StaticPie,
-    /// A position-independent file without interpreter or `.dynamic`.
+    /// A position-independent file without interpreter or `DF_1_PIE`.
     #[error(
         "shared library or dynamic loader (no program interpreter): only executables can be instrumented"
     )]

@@ -20,7 +20,7 @@ use crate::error::ElfError;
 use goblin::elf::header::{
     EI_CLASS, EI_DATA, ELFCLASS64, ELFDATA2LSB, ELFMAG, EM_X86_64, ET_DYN, ET_EXEC,
 };
-use goblin::elf64::dynamic::{DT_FINI, DT_NULL, Dyn, SIZEOF_DYN};
+use goblin::elf64::dynamic::{DF_1_PIE, DT_FINI, DT_FLAGS_1, DT_NULL, Dyn, SIZEOF_DYN};
 use goblin::elf64::header::{Header, SIZEOF_EHDR};
 use goblin::elf64::program_header::{
     PF_R, PF_W, PF_X, PT_DYNAMIC, PT_GNU_EH_FRAME, PT_GNU_PROPERTY, PT_INTERP, PT_LOAD, PT_NOTE,
@@ -127,7 +127,13 @@ impl<'a> ElfEditor<'a> {
                 return Err(ElfError::StaticPie);
             }
             if e_type == ET_DYN && !library {
-                return Err(ElfError::SharedLibrary);
+                // A static-pie has `.dynamic` too (it relocates itself);
+                // its `DF_1_PIE` flag tells it from a library.
+                return Err(if pie_flagged(bytes, &headers)? {
+                    ElfError::StaticPie
+                } else {
+                    ElfError::SharedLibrary
+                });
             }
             if e_type != ET_DYN {
                 return Err(ElfError::StaticallyLinked);
@@ -409,6 +415,28 @@ fn go_section(bytes: &[u8], header: &Header) -> Option<&'static str> {
         let name = &name[..name.iter().position(|&b| b == 0)?];
         GO_SECTIONS.into_iter().find(|g| g.as_bytes() == name)
     })
+}
+
+/// Whether `.dynamic` holds `DT_FLAGS_1` with `DF_1_PIE`: a position-
+/// independent executable, not a library.
+fn pie_flagged(bytes: &[u8], headers: &[ProgramHeader]) -> Result<bool, ElfError> {
+    let Some(dynamic) = headers.iter().find(|h| h.p_type == PT_DYNAMIC) else {
+        return Ok(false);
+    };
+    let start = dynamic.p_offset as usize;
+    let end = start.saturating_add(dynamic.p_filesz as usize);
+    if end > bytes.len() {
+        return Err(ElfError::DynamicOutsideFile);
+    }
+    for at in (start..end.saturating_sub(SIZEOF_DYN - 1)).step_by(SIZEOF_DYN) {
+        let entry: Dyn = bytes.pread_with(at, LE)?;
+        match entry.d_tag {
+            DT_NULL => break,
+            DT_FLAGS_1 if entry.d_val & DF_1_PIE != 0 => return Ok(true),
+            _ => {}
+        }
+    }
+    Ok(false)
 }
 
 /// Finds `DT_FINI` in `.dynamic`, or a spare `DT_NULL` slot that can become
