@@ -378,6 +378,8 @@ fn hashmap_vs_btree_fixture_end_to_end() {
         &[],
     );
     assert_eq!(out.status.code(), Some(101), "{}", stderr(&out));
+    // `-q` hides the progress, not the error.
+    assert_failed_line(&stderr(&out), "panics");
     let all = messages(&out);
     let failed = by_reason(&all, "bench-failed");
     assert_eq!(failed.len(), 1, "{all:?}");
@@ -407,6 +409,46 @@ fn hashmap_vs_btree_fixture_end_to_end() {
         "{}",
         failed[0]
     );
+}
+
+/// `err` holds the `error:` line of the fixture's failed bench `name`, once.
+fn assert_failed_line(err: &str, name: &str) {
+    let prefix = format!("error: bench `{name}` of `hashmap-vs-btree/lookup` failed: ");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with(&prefix)).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains("fails on purpose"), "{err}");
+}
+
+/// Under `-q` a failed bench is still named on stderr, by `golden` as by
+/// `bench`; the progress and notes are not printed.
+#[test]
+fn quiet_suite_runs_still_name_failed_benches() {
+    let _lock = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("golden");
+    let out = memgaze(
+        "golden",
+        &fixture_manifest(),
+        &[
+            "-q",
+            "--update",
+            "--features",
+            "failing",
+            "--golden-dir",
+            dir.to_str().unwrap(),
+            "--",
+            "--exact",
+            "panics",
+            "hashmap/1000",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(101), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_failed_line(&err, "panics");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let snapshot = dir.join("hashmap-vs-btree__lookup__hashmap%2F1000.snap");
+    assert!(snapshot.is_file());
 }
 
 /// Golden snapshots: insta's conventions, determinism, the toolchain check
