@@ -451,6 +451,76 @@ fn quiet_suite_runs_still_name_failed_benches() {
     assert!(snapshot.is_file());
 }
 
+/// `validate` names each selected bench without a snapshot, validates the
+/// others (a failed one named too, under `-q`) and exits 1 (docs/CLI.md).
+#[test]
+fn validate_names_benches_without_snapshots_and_validates_the_others() {
+    let _lock = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("golden");
+    let dir_arg = dir.to_str().unwrap();
+    let run = |command: &str, extra: &[&str]| {
+        let mut args = vec!["-q", "--features", "failing", "--golden-dir", dir_arg];
+        args.extend_from_slice(extra);
+        memgaze(command, &fixture_manifest(), &args, &[])
+    };
+    let out = run("golden", &["--update", "--", "--exact", "hashmap/1000"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The failing bench never gets a snapshot: give it the one of
+    // `hashmap/1000`, so that it runs (and fails) under `validate`.
+    let text =
+        std::fs::read_to_string(dir.join("hashmap-vs-btree__lookup__hashmap%2F1000.snap")).unwrap();
+    let renamed = text.replace(r#""bench": "hashmap/1000""#, r#""bench": "panics""#);
+    assert_ne!(renamed, text);
+    std::fs::write(dir.join("hashmap-vs-btree__lookup__panics.snap"), renamed).unwrap();
+
+    let selection = ["--", "--exact", "hashmap/1000", "btreemap/1000", "panics"];
+    let out = run(
+        "validate",
+        &[&["--message-format", "json"][..], &selection].concat(),
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let missing: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("no golden snapshot"))
+        .collect();
+    assert_eq!(
+        missing,
+        [format!(
+            "error: bench `btreemap/1000` of `hashmap-vs-btree/lookup`: no golden snapshot in {dir_arg}: run `cargo memgaze golden --update` to record it"
+        )],
+        "{err}"
+    );
+    assert_failed_line(&err, "panics");
+    let all = messages(&out);
+    let validated: Vec<&str> = by_reason(&all, "validation")
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(validated, ["hashmap/1000"], "{all:?}");
+    let summary = all.last().unwrap();
+    assert_eq!(summary["reason"], "summary", "{summary}");
+    assert_eq!(
+        (
+            summary["counts"]["missing"].as_u64(),
+            summary["counts"]["failed"].as_u64()
+        ),
+        (Some(1), Some(1)),
+        "{summary}"
+    );
+
+    // With no snapshot for any selected bench nothing runs: one line.
+    let out = run("validate", &["--", "--exact", "btreemap/1000"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("no golden snapshot") && err.contains("for bench `btreemap/1000`"),
+        "{err}"
+    );
+}
+
 /// Golden snapshots: insta's conventions, determinism, the toolchain check
 /// and orphans, at a small size in a temporary snapshot directory.
 #[test]
