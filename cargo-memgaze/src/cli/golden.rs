@@ -394,8 +394,7 @@ fn report_incomplete(
             target: exe.target.clone(),
         });
     }
-    // An error, so not hidden by `-q` as the status lines are.
-    progress.print(|| styled_eprintln!("error: {message}"));
+    progress.error(&format!("error: {message}"));
 }
 
 /// The lines `golden` prints for one bench: its outcome, the metrics that

@@ -1,6 +1,6 @@
 //! Progress of the commands that run a suite of benches (`bench`, `golden`,
 //! `validate`): an indicatif bar on a terminal, plain status lines on
-//! stderr otherwise, nothing with `-q`.
+//! stderr otherwise, nothing but errors with `-q`.
 
 use super::style::{Stream, enabled, paint_line};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -61,6 +61,13 @@ impl Progress {
             let line = paint_line(line, enabled(Stream::Stderr));
             self.bar.suspend(|| eprintln!("{line}"));
         }
+    }
+
+    /// Prints an `error:` line on stderr above the bar, also with `-q`:
+    /// quiet hides progress and notes, never what went wrong.
+    pub fn error(&self, line: &str) {
+        let line = paint_line(line, enabled(Stream::Stderr));
+        self.bar.suspend(|| eprintln!("{line}"));
     }
 
     /// Runs `f` (which prints to stdout) with the bar out of the way.

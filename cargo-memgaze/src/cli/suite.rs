@@ -233,7 +233,8 @@ pub fn plural(n: usize, one: &str, many: &str) -> String {
 }
 
 /// Reports a bench whose body failed: a `bench-failed` message with
-/// `--message-format json`, and an error note either way.
+/// `--message-format json`, and an `error:` line either way (also with
+/// `-q`).
 pub fn report_failed_bench(
     exe: &BenchExecutable,
     name: &str,
@@ -250,7 +251,7 @@ pub fn report_failed_bench(
             target: exe.target.clone(),
         });
     }
-    progress.note(&format!(
+    progress.error(&format!(
         "error: bench `{name}` of `{}` failed: {message}",
         exe.display_name()
     ));

@@ -378,6 +378,8 @@ fn hashmap_vs_btree_fixture_end_to_end() {
         &[],
     );
     assert_eq!(out.status.code(), Some(101), "{}", stderr(&out));
+    // `-q` hides the progress, not the error.
+    assert_failed_line(&stderr(&out), "panics");
     let all = messages(&out);
     let failed = by_reason(&all, "bench-failed");
     assert_eq!(failed.len(), 1, "{all:?}");
@@ -406,6 +408,116 @@ fn hashmap_vs_btree_fixture_end_to_end() {
             .contains("fails on purpose"),
         "{}",
         failed[0]
+    );
+}
+
+/// `err` holds the `error:` line of the fixture's failed bench `name`, once.
+fn assert_failed_line(err: &str, name: &str) {
+    let prefix = format!("error: bench `{name}` of `hashmap-vs-btree/lookup` failed: ");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with(&prefix)).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains("fails on purpose"), "{err}");
+}
+
+/// Under `-q` a failed bench is still named on stderr, by `golden` as by
+/// `bench`; the progress and notes are not printed.
+#[test]
+fn quiet_suite_runs_still_name_failed_benches() {
+    let _lock = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("golden");
+    let out = memgaze(
+        "golden",
+        &fixture_manifest(),
+        &[
+            "-q",
+            "--update",
+            "--features",
+            "failing",
+            "--golden-dir",
+            dir.to_str().unwrap(),
+            "--",
+            "--exact",
+            "panics",
+            "hashmap/1000",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(101), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_failed_line(&err, "panics");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let snapshot = dir.join("hashmap-vs-btree__lookup__hashmap%2F1000.snap");
+    assert!(snapshot.is_file());
+}
+
+/// `validate` names each selected bench without a snapshot, validates the
+/// others (a failed one named too, under `-q`) and exits 1 (docs/CLI.md).
+#[test]
+fn validate_names_benches_without_snapshots_and_validates_the_others() {
+    let _lock = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("golden");
+    let dir_arg = dir.to_str().unwrap();
+    let run = |command: &str, extra: &[&str]| {
+        let mut args = vec!["-q", "--features", "failing", "--golden-dir", dir_arg];
+        args.extend_from_slice(extra);
+        memgaze(command, &fixture_manifest(), &args, &[])
+    };
+    let out = run("golden", &["--update", "--", "--exact", "hashmap/1000"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The failing bench never gets a snapshot: give it the one of
+    // `hashmap/1000`, so that it runs (and fails) under `validate`.
+    let text =
+        std::fs::read_to_string(dir.join("hashmap-vs-btree__lookup__hashmap%2F1000.snap")).unwrap();
+    let renamed = text.replace(r#""bench": "hashmap/1000""#, r#""bench": "panics""#);
+    assert_ne!(renamed, text);
+    std::fs::write(dir.join("hashmap-vs-btree__lookup__panics.snap"), renamed).unwrap();
+
+    let selection = ["--", "--exact", "hashmap/1000", "btreemap/1000", "panics"];
+    let out = run(
+        "validate",
+        &[&["--message-format", "json"][..], &selection].concat(),
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let missing: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("no golden snapshot"))
+        .collect();
+    assert_eq!(
+        missing,
+        [format!(
+            "error: bench `btreemap/1000` of `hashmap-vs-btree/lookup`: no golden snapshot in {dir_arg}: run `cargo memgaze golden --update` to record it"
+        )],
+        "{err}"
+    );
+    assert_failed_line(&err, "panics");
+    let all = messages(&out);
+    let validated: Vec<&str> = by_reason(&all, "validation")
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(validated, ["hashmap/1000"], "{all:?}");
+    let summary = all.last().unwrap();
+    assert_eq!(summary["reason"], "summary", "{summary}");
+    assert_eq!(
+        (
+            summary["counts"]["missing"].as_u64(),
+            summary["counts"]["failed"].as_u64()
+        ),
+        (Some(1), Some(1)),
+        "{summary}"
+    );
+
+    // With no snapshot for any selected bench nothing runs: one line.
+    let out = run("validate", &["--", "--exact", "btreemap/1000"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("no golden snapshot") && err.contains("for bench `btreemap/1000`"),
+        "{err}"
     );
 }
 

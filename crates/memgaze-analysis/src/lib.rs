@@ -1985,7 +1985,7 @@ impl Analyzer {
         tallies: Option<&Tallies>,
     ) -> Vec<FunctionMetrics> {
         let (sizes, rate) = (&self.whole.sizes, self.whole.rate);
-        let slots = &self.slots;
+        let mut hot_by_function = self.hot_slots_by_function();
         let mut function_rows: Vec<FunctionMetrics> = self
             .functions
             .iter()
@@ -1993,10 +1993,7 @@ impl Analyzer {
             .filter(|(_, acc)| acc.a + acc.a_const > 0)
             .map(|(i, acc)| {
                 let code = &acc.sums[self.code_k as usize];
-                let mut hot: Vec<&LoadSlot> = slots
-                    .iter()
-                    .filter(|s| s.function == Some(i as u32) && s.count > 0)
-                    .collect();
+                let mut hot = std::mem::take(&mut hot_by_function[i]);
                 hot.sort_by(|x, y| y.count.cmp(&x.count).then(x.ip.cmp(&y.ip)));
                 let windows = code.windows;
                 let (d_sum, d_count) = reuse.function_d[i];
@@ -2041,6 +2038,21 @@ impl Analyzer {
                 .then_with(|| x.name.cmp(&y.name))
         });
         function_rows
+    }
+
+    /// The load sites with records of each function (indexed as
+    /// `functions`), in slot order: one pass over the slots, where a scan
+    /// per function was quadratic on programs with many active functions.
+    fn hot_slots_by_function(&self) -> Vec<Vec<&LoadSlot>> {
+        let mut hot: Vec<Vec<&LoadSlot>> = vec![Vec::new(); self.functions.len()];
+        for slot in &self.slots {
+            if let Some(f) = slot.function
+                && slot.count > 0
+            {
+                hot[f as usize].push(slot);
+            }
+        }
+        hot
     }
 
     /// One row per load site with records (an implied load: its proxy's),

@@ -326,6 +326,12 @@ fn compare(case: &Case) -> Result<(), TestCaseError> {
             w.d_mean
         );
         compare_rows(&g.name, &g.trace_windows, &w.rows, false)?;
+        let hot: Vec<(u64, Option<String>, u64)> = g
+            .hot_loads
+            .iter()
+            .map(|l| (l.ip, l.line.clone(), l.count))
+            .collect();
+        prop_assert_eq!(&hot, &w.hot_loads, "hot loads of {}", g.name);
     }
 
     let loads: Vec<(u64, LoadClass, u64, bool)> = got

@@ -51,6 +51,8 @@ pub struct Function {
     pub code_windows: u64,
     pub d_mean: Option<f64>,
     pub rows: Vec<Row>,
+    /// (ip, line, records) of its three load sites with most records.
+    pub hot_loads: Vec<(u64, Option<String>, u64)>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -321,7 +323,7 @@ pub fn analyze(
         .into_iter()
         .filter(|row| row.k <= max_k)
         .collect();
-    r.functions = function_rows(header, &sums, max_k, code_k);
+    r.functions = function_rows(header, &infos, &sums, max_k, code_k);
     r.loads = load_rows(header, &infos, &sums);
     r.regions = hot_regions(header, &infos, &sums, params);
     interval_levels(&sums.piece_stats, &mut r);
@@ -573,7 +575,13 @@ fn accumulate(
 }
 
 /// One row per function with loads, most accesses first.
-fn function_rows(header: &TraceHeader, sums: &Sums, max_k: u32, code_k: u32) -> Vec<Function> {
+fn function_rows(
+    header: &TraceHeader,
+    infos: &[Info],
+    sums: &Sums,
+    max_k: u32,
+    code_k: u32,
+) -> Vec<Function> {
     let mut functions = Vec::new();
     for (f, func) in header.functions.iter().enumerate() {
         let (a, a_const, d_sum, d_count) = sums.function_acc[f];
@@ -596,6 +604,7 @@ fn function_rows(header: &TraceHeader, sums: &Sums, max_k: u32, code_k: u32) -> 
                 .into_iter()
                 .filter(|x| x.k <= max_k)
                 .collect(),
+            hot_loads: hot_loads(header, infos, sums, f),
         });
     }
     functions.sort_by(|x, y| {
@@ -604,6 +613,26 @@ fn function_rows(header: &TraceHeader, sums: &Sums, max_k: u32, code_k: u32) -> 
             .then(x.name.cmp(&y.name))
     });
     functions
+}
+
+/// Function `f`'s three load sites with most records, most first, then
+/// by address.
+fn hot_loads(
+    header: &TraceHeader,
+    infos: &[Info],
+    sums: &Sums,
+    f: usize,
+) -> Vec<(u64, Option<String>, u64)> {
+    let mut hot: Vec<(u64, Option<String>, u64)> = header
+        .loads
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| infos[i].function == Some(f) && sums.load_count[i] > 0)
+        .map(|(i, l)| (l.ip, l.line.clone(), sums.load_count[i]))
+        .collect();
+    hot.sort_by(|x, y| y.2.cmp(&x.2).then(x.0.cmp(&y.0)));
+    hot.truncate(3);
+    hot
 }
 
 /// The loads (and implied rows), merged by (ip, class, implied).
