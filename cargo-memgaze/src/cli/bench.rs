@@ -235,7 +235,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         }
         let warnings = bench_warnings(exe, &case.name, &recording, &sampling);
         for warning in &warnings {
-            progress.note(&format!("warning: {warning}"));
+            progress.warning(&format!("warning: {warning}"));
         }
         let analysis_file = dir.join(pipeline::ANALYSIS_FILE);
         match &recording.outcome {

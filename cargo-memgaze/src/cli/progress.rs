@@ -70,6 +70,13 @@ impl Progress {
         self.bar.suspend(|| eprintln!("{line}"));
     }
 
+    /// Prints a `warning:` line on stderr above the bar, also with `-q`
+    /// (as rustc's warnings show under `cargo -q`): a warning says a result
+    /// may mislead (low dynamic coverage, too few samples, nothing recorded).
+    pub fn warning(&self, line: &str) {
+        self.error(line);
+    }
+
     /// Runs `f` (which prints to stdout) with the bar out of the way.
     pub fn print<R>(&self, f: impl FnOnce() -> R) -> R {
         self.bar.suspend(f)

@@ -292,7 +292,7 @@ pub fn after_recording(
         };
     }
     if let Some(warning) = dynamic_coverage_warning(name, &recording.analysis) {
-        progress.note(&format!("warning: {warning}"));
+        progress.warning(&format!("warning: {warning}"));
     }
     AfterRecording::Use
 }

@@ -282,6 +282,26 @@ fn filters_and_listing_use_the_frameworks_names() {
     assert_eq!(ran, ["div::summing::1000"]);
 }
 
+/// `-q` hides progress and notes, not warnings: a bench whose results may
+/// mislead (here `iter_custom`, which times itself, so nothing is
+/// recorded) says so under `-q` too, and nothing else is printed.
+#[test]
+fn quiet_bench_still_prints_its_warnings() {
+    let (out, messages) = bench(&["-q", "--bench", "crit_forms", "--", "--exact", "custom"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].starts_with("warning: custom: no load was recorded"),
+        "{stderr}"
+    );
+    assert!(
+        messages.iter().any(|m| m["reason"] == "bench-finished"),
+        "{messages:?}"
+    );
+}
+
 /// With LTO criterion's `WallTime::start`/`end` are inlined: the bench is
 /// still recognised (with a note saying what its region holds) and records
 /// the routine's loads — the array sum's, not criterion's command-line
