@@ -476,8 +476,7 @@ pub fn compare_analysis(
     let gated = Metric::ALL.into_iter().filter(|m| limits.get(*m).is_some());
     let ungated = Metric::ALL.into_iter().filter(|m| limits.get(*m).is_none());
     for metric in gated.chain(ungated) {
-        let miss_ratio = matches!(metric, Metric::MrL1 | Metric::MrL2 | Metric::MrLlc);
-        if miss_ratio && unlike_workloads.is_some() {
+        if metric.is_miss_ratio() && unlike_workloads.is_some() {
             continue;
         }
         let old_value = metric.value(a, window_k);

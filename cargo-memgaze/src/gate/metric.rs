@@ -127,6 +127,11 @@ impl Metric {
         Metric::DMax,
     ];
 
+    /// Whether it is a whole-run miss ratio (`MR_L1`, `MR_L2`, `MR_LLC`).
+    pub fn is_miss_ratio(self) -> bool {
+        matches!(self, Metric::MrL1 | Metric::MrL2 | Metric::MrLlc)
+    }
+
     /// Whether the gate compares it per run of the bench's routine (the
     /// whole recording's estimate divided by its iterations), unlike the
     /// analysis, which gives totals.
@@ -244,11 +249,7 @@ impl Metric {
         match self {
             // Per run of the routine: a repeating harness picks its run
             // count by time, so totals of two runs differ by that alone.
-            Metric::AHat | Metric::MissesL1 | Metric::MissesL2 | Metric::MissesLlc
-                if run_count_chosen_by_time(analysis) =>
-            {
-                None
-            }
+            m if m.per_run() && run_count_chosen_by_time(analysis) => None,
             Metric::AHat => s.a_hat.map(|a| a / runs),
             Metric::A => Some(s.a as f64),
             Metric::AConstFrac => s.a_const_frac,

@@ -102,7 +102,7 @@ pub fn sigma(metric: Metric, analysis: &Analysis) -> Option<f64> {
     let sizes = analysis.run.cache_sizes.as_ref()?;
     let bytes = [sizes.l1, sizes.l2, sizes.llc][level];
     let mr_sigma = miss_ratio_sigma(analysis, bytes);
-    if matches!(metric, Metric::MrL1 | Metric::MrL2 | Metric::MrLlc) {
+    if metric.is_miss_ratio() {
         return Some(mr_sigma);
     }
     if mr_sigma == 0.0 {
@@ -147,7 +147,7 @@ pub fn widened(metric: Metric, limit: &Limit, old: &Analysis, new: &Analysis) ->
     }
     let (a, b) = (sigma(metric, old)?, sigma(metric, new)?);
     let mut floor = NOISE_SIGMAS * (a * a + b * b).sqrt();
-    if !matches!(metric, Metric::MrL1 | Metric::MrL2 | Metric::MrLlc) {
+    if !metric.is_miss_ratio() {
         let loads = [old, new]
             .into_iter()
             .filter_map(executions_per_run)
