@@ -506,19 +506,7 @@ mod tests {
 
     #[test]
     fn an_incomplete_trace_is_explained_by_the_recorders_note_on_drops() {
-        let mut totals = memgaze_trace::TraceTotals {
-            executions: 10,
-            records: 10,
-            spatial_records: 0,
-            samples: 1,
-            dropped: Default::default(),
-            exit: None,
-            complete: true,
-            interrupted: None,
-            escapes: Vec::new(),
-            execs_untraced: 0,
-            execs_untraced_micros: 0,
-        };
+        let mut totals = memgaze_trace::TraceTotals::clean(10, 10, 1);
         let notes = vec![
             "1 process exec'd another program".to_string(),
             "7 records dropped (loads of threads …)".to_string(),
