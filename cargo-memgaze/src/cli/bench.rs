@@ -695,7 +695,7 @@ impl Gating {
         let (Some(file), Some(baseline)) = (&args.summary_md, &self.baseline) else {
             return Exit::Ok;
         };
-        let index = index.map(|i| shown_from(i, std::env::current_dir().ok().as_deref()));
+        let index = index.map(shown_here);
         let text =
             report::summary::markdown(&baseline.name, "this run", &self.verdicts, index.as_deref());
         match super::report::write_summary(file, &text) {
@@ -1049,6 +1049,11 @@ fn reader_left(error: &anyhow::Error) -> bool {
     error
         .downcast_ref::<std::io::Error>()
         .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+/// [`shown_from`] the directory the command runs in.
+pub(crate) fn shown_here(path: &Path) -> String {
+    shown_from(path, std::env::current_dir().ok().as_deref())
 }
 
 /// `path` as a pull request's reader should see it: relative to `here`

@@ -139,10 +139,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             &old.name,
             &current,
             &verdicts,
-            index
-                .as_ref()
-                .map(|i| super::bench::shown_from(i, std::env::current_dir().ok().as_deref()))
-                .as_deref(),
+            index.as_deref().map(super::bench::shown_here).as_deref(),
         );
         write_summary(file, &text)?;
     }

@@ -153,8 +153,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         return Ok(Exit::Ok);
     };
     if let Some(file) = &args.summary_md {
-        let index =
-            super::bench::shown_from(&written.index, std::env::current_dir().ok().as_deref());
+        let index = super::bench::shown_here(&written.index);
         let text = summary::markdown(&baseline.name, "this run", &written.verdicts, Some(&index));
         write_summary(file, &text)?;
     }
