@@ -399,7 +399,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     )?;
     if !global.quiet {
         print_summary(&recording, &output);
-        print_static_coverage(&inputs.load_flags);
+        print_static_coverage(inputs.load_flags.iter().copied());
         eprintln!(
             "memgaze: {}",
             untraced_note_with(&inputs.annotation, &libraries)
@@ -433,9 +433,12 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
 /// functions were instrumented or implied by a proxy. The dynamic coverage
 /// line cannot show loads the rewriter left out (gathers, `gs:`), since
 /// nothing counts their executions.
-pub fn print_static_coverage(load_flags: &[LoadFlags]) {
-    let total = load_flags.len();
-    let covered = load_flags.iter().filter(|l| l.covered).count();
+pub fn print_static_coverage(load_flags: impl IntoIterator<Item = LoadFlags>) {
+    let (total, covered) = load_flags
+        .into_iter()
+        .fold((0usize, 0usize), |(total, covered), l| {
+            (total + 1, covered + usize::from(l.covered))
+        });
     styled_eprintln!(
         "memgaze: coverage: {covered} of {total} explicit loads of the selected functions instrumented or implied ({:.1}%; `cargo memgaze instrument` lists the rest)",
         if total == 0 {

@@ -168,8 +168,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             .as_deref()
             .unwrap_or_else(|| Path::new("the analysis"));
         print_summary(&recording, target);
-        let load_flags: Vec<LoadFlags> = annotation.loads.iter().map(LoadFlags::of).collect();
-        super::record::print_static_coverage(&load_flags);
+        super::record::print_static_coverage(annotation.loads.iter().map(LoadFlags::of));
         eprintln!(
             "memgaze: {}",
             super::record::untraced_note_with(&annotation, &libraries)
