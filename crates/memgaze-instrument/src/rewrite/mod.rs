@@ -30,6 +30,7 @@ mod reg_countdown;
 pub mod relocate;
 pub mod report;
 pub mod runtime;
+mod symbols;
 mod tables;
 pub mod unwind;
 
@@ -546,6 +547,7 @@ pub(crate) fn instrument_with_code<R: Send>(
     let segment_va = editor.segment_va;
     let eh_frame_hdr = tail.eh_frame_hdr;
     let copies_len = copies.len;
+    editor.name_copies(copies_va, copies_len, &copies.maps);
     drop(copies);
     let write_executable = |out: &mut dyn Output| {
         editor.finish(
