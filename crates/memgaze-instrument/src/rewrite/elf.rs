@@ -277,8 +277,9 @@ impl<'a> ElfEditor<'a> {
     /// and the segment of `segment_len` bytes mapped at
     /// `ElfEditor::segment_va`, which `write_segment` writes at the file
     /// offset it is given (starting with `SIGNATURE`) and gives the offset
-    /// past. `release_input` is called with each range of the input once
-    /// it is copied.
+    /// past; then the copies' symbols, if [`ElfEditor::name_copies`]
+    /// planned them. `release_input` is called with each range of the
+    /// input once it is copied.
     pub fn finish(
         self,
         out: &mut dyn Output,

@@ -16,7 +16,8 @@
 //!    ([`unwind`]);
 //! 4. patch function entries and jump-table targets in the original code to
 //!    jump into the copies, hook `e_entry`, `DT_FINI` and the region
-//!    markers, and lay the segment out ([`elf`]).
+//!    markers, and lay the segment out ([`elf`]), with a symbol per copy
+//!    in `.symtab` past it (`symbols`).
 
 pub mod elf;
 mod escapes;
