@@ -164,6 +164,59 @@ fn rust_panics_are_caught_across_instrumented_frames() {
     assert!(c.recorded > 100, "{c:?}");
 }
 
+/// The frames of an uncaught panic in the backtrace printed on `out`'s
+/// stderr, in the order printed.
+fn backtrace_frames(out: &Output) -> Vec<String> {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let Some((_, backtrace)) = stderr.split_once("stack backtrace:") else {
+        panic!("no backtrace: {stderr}");
+    };
+    backtrace
+        .lines()
+        .filter_map(|line| line.trim().split_once(": "))
+        .filter(|(number, _)| number.parse::<usize>().is_ok())
+        .map(|(_, frame)| frame.to_string())
+        .collect()
+}
+
+#[test]
+fn rust_backtraces_name_the_instrumented_frames() {
+    let binary = build("backtrace.rs", &["-C", "debuginfo=line-tables-only"]);
+    let inst = instrument(&binary, None, "all");
+    // Named from the line tables natively (`innermost_panics`), from the
+    // symbol table in the copies (`backtrace::innermost_panics`).
+    let expected = ["innermost_panics", "middle_frame", "outer_frame"];
+    let names = |frame: &str, function: &str| {
+        frame == function || frame == format!("backtrace::{function}")
+    };
+    let native = Command::new(&binary)
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("run program");
+    assert_eq!(native.status.code(), Some(101));
+    let trace = trace_path("backtrace");
+    let recorded = memgaze()
+        .env("RUST_BACKTRACE", "1")
+        .arg("record")
+        .args(SAMPLED)
+        .arg("-o")
+        .arg(&trace)
+        .arg("--")
+        .arg(&inst.path)
+        .output()
+        .expect("run cargo-memgaze record");
+    assert_same_behaviour(&native, &recorded, "backtrace");
+    for (what, out) in [("native", &native), ("instrumented", &recorded)] {
+        let frames = backtrace_frames(out);
+        let found: Vec<&str> = frames
+            .iter()
+            .filter_map(|f| expected.iter().find(|&&e| names(f, e)))
+            .copied()
+            .collect();
+        assert_eq!(found, expected, "{what}: the user's frames in {frames:#?}");
+    }
+}
+
 #[test]
 fn rust_threads_are_recorded_per_thread() {
     let binary = build("threads.rs", &[]);

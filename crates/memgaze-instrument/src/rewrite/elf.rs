@@ -13,9 +13,14 @@
 //!   through `ElfEditor`.
 //!
 //! Nothing is moved, so every address and offset of the original stays
-//! valid; section headers are left as they were.
+//! valid. Past the segment come a new `.symtab` with a symbol per copy,
+//! `.shstrtab` and the section headers, which gain a section over the copies
+//! (`ElfEditor::name_copies`, module `symbols`); otherwise section
+//! headers are left as they were.
 
 use super::output::Output;
+use super::relocate::CopyMap;
+use super::symbols::CopySymbols;
 use crate::error::ElfError;
 use goblin::elf::header::{
     EI_CLASS, EI_DATA, ELFCLASS64, ELFDATA2LSB, ELFMAG, EM_X86_64, ET_DYN, ET_EXEC,
@@ -83,6 +88,9 @@ pub(crate) struct ElfEditor<'a> {
     /// Address and file offset of the new segment.
     pub(crate) segment_va: u64,
     segment_offset: u64,
+    /// The copies' symbols and section, when [`ElfEditor::name_copies`]
+    /// planned them.
+    copy_symbols: Option<CopySymbols>,
 }
 
 impl<'a> ElfEditor<'a> {
@@ -203,6 +211,7 @@ impl<'a> ElfEditor<'a> {
             state_bytes,
             segment_va,
             segment_offset,
+            copy_symbols: None,
             bytes,
             patches: Vec::new(),
             patched: Vec::new(),
@@ -247,6 +256,15 @@ impl<'a> ElfEditor<'a> {
         Ok(())
     }
 
+    /// Names the copies in the output: a `.symtab` symbol for each of
+    /// `copies` whose original has one, in a section over the copies'
+    /// `len` bytes at `va`. Does nothing for a stripped input (see
+    /// [`super::symbols`] for the other cases).
+    pub(crate) fn name_copies(&mut self, va: u64, len: u64, copies: &[CopyMap]) {
+        let section = (va, self.file_offset(va), len);
+        self.copy_symbols = CopySymbols::plan(self.bytes, &self.header, section, copies);
+    }
+
     /// The file offset of `va` in the new segment.
     pub(crate) fn file_offset(&self, va: u64) -> u64 {
         self.segment_offset + (va - self.segment_va)
@@ -259,8 +277,9 @@ impl<'a> ElfEditor<'a> {
     /// and the segment of `segment_len` bytes mapped at
     /// `ElfEditor::segment_va`, which `write_segment` writes at the file
     /// offset it is given (starting with `SIGNATURE`) and gives the offset
-    /// past. `release_input` is called with each range of the input once
-    /// it is copied.
+    /// past; then the copies' symbols, if [`ElfEditor::name_copies`]
+    /// planned them. `release_input` is called with each range of the
+    /// input once it is copied.
     pub fn finish(
         self,
         out: &mut dyn Output,
@@ -279,13 +298,6 @@ impl<'a> ElfEditor<'a> {
         }
         for (at, from) in &self.patches {
             out.write_at(*at as u64, &self.patched[from.clone()]);
-        }
-        if let Some(entry) = entry {
-            let header = Header {
-                e_entry: entry,
-                ..self.header
-            };
-            write_struct(out, 0, header, SIZEOF_EHDR)?;
         }
         if let Some(fini) = fini {
             let (at, _) = self.fini_slot.ok_or(ElfError::NoExitHook)?;
@@ -345,8 +357,24 @@ impl<'a> ElfEditor<'a> {
             segment_len,
             "the segment has the length announced"
         );
+        let mut header = Header {
+            e_entry: entry.unwrap_or(self.header.e_entry),
+            ..self.header
+        };
+        let end = match self.copy_symbols {
+            Some(symbols) => {
+                let (shoff, shnum, end) = symbols.write(self.bytes, out, segment_end)?;
+                header.e_shoff = shoff;
+                header.e_shnum = shnum;
+                end
+            }
+            None => segment_end,
+        };
+        if header != self.header {
+            write_struct(out, 0, header, SIZEOF_EHDR)?;
+        }
         // A first encoding the encoder refused may have written further.
-        out.set_len(segment_end);
+        out.set_len(end);
         Ok(())
     }
 }

@@ -16,7 +16,8 @@
 //!    ([`unwind`]);
 //! 4. patch function entries and jump-table targets in the original code to
 //!    jump into the copies, hook `e_entry`, `DT_FINI` and the region
-//!    markers, and lay the segment out ([`elf`]).
+//!    markers, and lay the segment out ([`elf`]), with a symbol per copy
+//!    in `.symtab` past it (`symbols`).
 
 pub mod elf;
 mod escapes;
@@ -30,6 +31,7 @@ mod reg_countdown;
 pub mod relocate;
 pub mod report;
 pub mod runtime;
+mod symbols;
 mod tables;
 pub mod unwind;
 
@@ -546,6 +548,7 @@ pub(crate) fn instrument_with_code<R: Send>(
     let segment_va = editor.segment_va;
     let eh_frame_hdr = tail.eh_frame_hdr;
     let copies_len = copies.len;
+    editor.name_copies(copies_va, copies_len, &copies.maps);
     drop(copies);
     let write_executable = |out: &mut dyn Output| {
         editor.finish(

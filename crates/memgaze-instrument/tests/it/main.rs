@@ -2,4 +2,5 @@
 
 mod cfg;
 mod classify_kernels;
+mod copy_symbols;
 mod discovery;
