@@ -239,7 +239,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         }
         let analysis_file = dir.join(pipeline::ANALYSIS_FILE);
         match &recording.outcome {
-            BenchOutcome::Measured { nanos, iterations } => {
+            BenchOutcome::Measured { nanos, .. } => {
                 measured += 1;
                 pipeline::write_analysis(&analysis_file, &recording.analysis)?;
                 if json {
@@ -248,7 +248,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                         coverage: recording.analysis.coverage.clone(),
                         elapsed_s: recording.elapsed.as_secs_f64(),
                         harness: exe.harness.name().to_string(),
-                        iterations: *iterations,
+                        iterations: recording.analysis.summary.iterations,
                         name: case.name.clone(),
                         package: exe.package.clone(),
                         reason: Reason::BenchFinished,
