@@ -313,8 +313,9 @@ pub fn divan_run_args(name: &str, runs: Option<u64>) -> Vec<String> {
 
 /// How a divan run of `name` ended: its table has a row for the bench's
 /// last path component (`chasing` or its argument `1000`), whose last
-/// columns are `… │ mean │ samples │ iters`: the routine's runs, and with
-/// the mean time per run their total time.
+/// columns are `… │ mean │ samples │ iters`: the routine's runs, with the
+/// mean time per run their total time, and over the samples (timed
+/// batches of equal size) the runs per batch.
 pub fn interpret_divan_run(
     name: &str,
     status: ExitStatus,
