@@ -86,6 +86,9 @@ pub enum BenchOutcome {
         /// Runs of the routine inside the region(s), where the harness
         /// reports them.
         iterations: Option<u64>,
+        /// Runs of the routine per timed batch, where the harness chose
+        /// the batch size and reports it (divan).
+        runs_per_batch: Option<u64>,
     },
     /// The body failed (panicked, never measured) or the process died.
     Failed {
@@ -405,6 +408,7 @@ pub fn interpret_run(
         BenchOutcome::Measured {
             nanos: Some(nanos),
             iterations,
+            runs_per_batch: None,
         }
     } else if ran == 0 {
         bail!("the harness ran no bench named exactly `{name}`");
@@ -466,7 +470,8 @@ mod tests {
             run.outcome,
             BenchOutcome::Measured {
                 nanos: Some(1234),
-                iterations: None
+                iterations: None,
+                runs_per_batch: None
             }
         );
         // A repeating harness: time per run, then the runs and their total
@@ -480,7 +485,8 @@ mod tests {
             run.outcome,
             BenchOutcome::Measured {
                 nanos: Some(6170),
-                iterations: Some(5)
+                iterations: Some(5),
+                runs_per_batch: None
             }
         );
 
@@ -527,7 +533,8 @@ mod tests {
             run.outcome,
             BenchOutcome::Measured {
                 nanos: Some(77),
-                iterations: None
+                iterations: None,
+                runs_per_batch: None
             }
         );
 

@@ -313,8 +313,9 @@ pub fn divan_run_args(name: &str, runs: Option<u64>) -> Vec<String> {
 
 /// How a divan run of `name` ended: its table has a row for the bench's
 /// last path component (`chasing` or its argument `1000`), whose last
-/// columns are `… │ mean │ samples │ iters`: the routine's runs, and with
-/// the mean time per run their total time.
+/// columns are `… │ mean │ samples │ iters`: the routine's runs, with the
+/// mean time per run their total time, and over the samples (timed
+/// batches of equal size) the runs per batch.
 pub fn interpret_divan_run(
     name: &str,
     status: ExitStatus,
@@ -332,12 +333,19 @@ pub fn interpret_divan_run(
                 .unwrap_or_else(|| format!("the process ended with {status}")),
         }
     } else if let Some(row) = row {
-        let (mean, iterations) = divan_row_figures(row);
+        let figures = divan_row_figures(row);
+        let iterations = figures.iterations;
         BenchOutcome::Measured {
-            nanos: mean
+            nanos: figures
+                .mean_ns
                 .zip(iterations)
                 .map(|(mean, n)| (mean * n as f64).round() as u64),
             iterations,
+            runs_per_batch: figures
+                .samples
+                .zip(iterations)
+                .filter(|&(samples, runs)| samples > 0 && runs % samples == 0)
+                .map(|(samples, runs)| runs / samples),
         }
     } else {
         bail!("divan ran no bench named exactly `{name}`");
@@ -350,16 +358,30 @@ pub fn interpret_divan_run(
     })
 }
 
-/// The mean time per run (ns) and the runs of a divan table row
+/// The figures of a divan table row
 /// (`leaf  fastest │ slowest │ median │ mean │ samples │ iters`).
-fn divan_row_figures(row: &str) -> (Option<f64>, Option<u64>) {
+#[derive(Debug, Default)]
+struct DivanRowFigures {
+    /// Mean time per run, ns.
+    mean_ns: Option<f64>,
+    /// Timed batches (divan's samples), each of the same number of runs.
+    samples: Option<u64>,
+    /// Runs of the routine in all batches.
+    iterations: Option<u64>,
+}
+
+/// The [`DivanRowFigures`] of a table row; none for a row without them.
+fn divan_row_figures(row: &str) -> DivanRowFigures {
     let columns: Vec<&str> = row.split('│').map(str::trim).collect();
     if columns.len() < 6 {
-        return (None, None);
+        return DivanRowFigures::default();
     }
-    let iterations = columns[columns.len() - 1].parse::<u64>().ok();
-    let mean = divan_duration_ns(columns[columns.len() - 3]);
-    (mean, iterations)
+    let column = |from_end: usize| columns[columns.len() - from_end];
+    DivanRowFigures {
+        mean_ns: divan_duration_ns(column(3)),
+        samples: column(2).parse::<u64>().ok(),
+        iterations: column(1).parse::<u64>().ok(),
+    }
 }
 
 /// A divan duration (`27.07 µs`, `8.274 ms`, `1.2 s`, `950 ns`, `3 ps`) in
@@ -404,6 +426,7 @@ pub fn interpret_criterion_run(
         BenchOutcome::Measured {
             nanos: None,
             iterations: None,
+            runs_per_batch: None,
         }
     } else {
         bail!("criterion ran no bench named exactly `{name}`");
@@ -502,7 +525,8 @@ mod tests {
             run.outcome,
             BenchOutcome::Measured {
                 nanos: None,
-                iterations: None
+                iterations: None,
+                runs_per_batch: None
             }
         );
         assert!(interpret_criterion_run("other", ok, out.into(), String::new()).is_err());
@@ -526,7 +550,8 @@ mod tests {
             run.outcome,
             BenchOutcome::Measured {
                 nanos: Some(94_400_000),
-                iterations: Some(3200)
+                iterations: Some(3200),
+                runs_per_batch: Some(32)
             }
         );
         assert!(interpret_divan_run("div::chasing::5", ok, out.into(), String::new()).is_err());
@@ -537,7 +562,8 @@ mod tests {
             run.outcome,
             BenchOutcome::Measured {
                 nanos: None,
-                iterations: None
+                iterations: None,
+                runs_per_batch: None
             }
         );
         assert_eq!(divan_duration_ns("8.25 ms"), Some(8_250_000.0));

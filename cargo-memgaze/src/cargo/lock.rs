@@ -8,15 +8,22 @@
 //! on …"), rather than interleaving its traces, analyses, report and
 //! baseline with the first one's. The lock goes with the process (the
 //! kernel drops it when the file is closed, also on a crash or SIGKILL), so
-//! no stale lock is ever left behind.
+//! no stale lock is ever left behind. The wait polls, so that a signal the
+//! command's watch catches (`kill -INT` to a background job, whose SIGINT
+//! the shell ignores) stops it there as it would during the build.
 
 use super::ResultsLayout;
 use anyhow::Context;
+use memgaze_record::signals::Watch;
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The lock file's name under the results root.
 pub const LOCK_FILE: &str = ".memgaze-lock";
+
+/// How often a waiting command tries the lock again and looks for a signal.
+const RETRY: Duration = Duration::from_millis(50);
 
 /// A held lock on a results tree; released when dropped.
 #[derive(Debug)]
@@ -34,8 +41,10 @@ impl ResultsLock {
 
 impl ResultsLayout {
     /// Takes the exclusive lock of this results tree, waiting for another
-    /// command holding it (and saying so on stderr unless `quiet`).
-    pub fn lock(&self, quiet: bool) -> anyhow::Result<ResultsLock> {
+    /// command holding it (and saying so on stderr unless `quiet`); a
+    /// signal `watch` catches meanwhile ends the wait with an
+    /// [`memgaze_error::Interrupted`] error.
+    pub fn lock(&self, quiet: bool, watch: &Watch) -> anyhow::Result<ResultsLock> {
         let root = self.root();
         std::fs::create_dir_all(root)
             .with_context(|| format!("{}: cannot create", root.display()))?;
@@ -47,24 +56,36 @@ impl ResultsLayout {
             .truncate(false)
             .open(&path)
             .with_context(|| format!("{}: cannot open the lock file", path.display()))?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                if !quiet {
-                    eprintln!(
-                        "{:>12} waiting for file lock on {}",
-                        "Blocking",
-                        path.display()
-                    );
+        let mut said = quiet;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(ResultsLock { _file: file, path }),
+                Err(TryLockError::WouldBlock) => {}
+                Err(TryLockError::Error(e)) => {
+                    return Err(e).with_context(|| format!("{}: cannot lock", path.display()));
                 }
-                file.lock()
-                    .with_context(|| format!("{}: cannot lock", path.display()))?;
             }
-            Err(TryLockError::Error(e)) => {
-                return Err(e).with_context(|| format!("{}: cannot lock", path.display()));
+            if !said {
+                eprintln!(
+                    "{:>12} waiting for file lock on {}",
+                    "Blocking",
+                    path.display()
+                );
+                said = true;
             }
+            if let Some(signal) = watch.signal() {
+                return Err(memgaze_error::Interrupted {
+                    code: 128 + signal,
+                    what: format!(
+                        "interrupted by {} while waiting for file lock on {}",
+                        memgaze_trace::Interruption::Signal(signal).name(),
+                        path.display()
+                    ),
+                }
+                .into());
+            }
+            std::thread::sleep(RETRY);
         }
-        Ok(ResultsLock { _file: file, path })
     }
 }
 
@@ -76,10 +97,11 @@ mod tests {
     fn a_second_lock_waits_for_the_first() {
         let dir = tempfile::tempdir().unwrap();
         let layout = ResultsLayout::new(dir.path());
-        let first = layout.lock(true).unwrap();
+        let watch = Watch::start();
+        let first = layout.lock(true, &watch).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let waiter = std::thread::spawn(move || {
-            let second = layout.lock(true).unwrap();
+            let second = layout.lock(true, &Watch::start()).unwrap();
             tx.send(()).unwrap();
             drop(second);
         });

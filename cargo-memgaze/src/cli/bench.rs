@@ -178,14 +178,15 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
 
     let started = Instant::now();
     let layout = suite.workspace.results_layout();
+    // Caught from here on: a signal while waiting for the lock, while the
+    // targets are instrumented, between two benches or while one is
+    // analysed stops the run instead of killing it halfway through writing
+    // results.
+    let watch = memgaze_record::signals::Watch::start();
     // One command at a time writes this results tree (cargo/lock.rs).
-    let _lock = layout.lock(global.quiet)?;
+    let _lock = layout.lock(global.quiet, &watch)?;
     let mut gating = Gating::new(&args, cli_limits, &suite, layout.root())?;
     let progress = Progress::new(selected.len() as u64, global.quiet);
-    // Caught from here on: a signal while the targets are instrumented,
-    // between two benches or while one is analysed stops the run at the
-    // next bench instead of killing it halfway through writing results.
-    let watch = memgaze_record::signals::Watch::start();
     let instrumented = suite::instrument_targets(&suite, &progress, &args.libs, global)?;
     let several_targets = suite.targets.len() > 1;
     let width = selected
@@ -239,7 +240,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         }
         let analysis_file = dir.join(pipeline::ANALYSIS_FILE);
         match &recording.outcome {
-            BenchOutcome::Measured { nanos, iterations } => {
+            BenchOutcome::Measured { nanos, .. } => {
                 measured += 1;
                 pipeline::write_analysis(&analysis_file, &recording.analysis)?;
                 if json {
@@ -248,7 +249,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
                         coverage: recording.analysis.coverage.clone(),
                         elapsed_s: recording.elapsed.as_secs_f64(),
                         harness: exe.harness.name().to_string(),
-                        iterations: *iterations,
+                        iterations: recording.analysis.summary.iterations,
                         name: case.name.clone(),
                         package: exe.package.clone(),
                         reason: Reason::BenchFinished,

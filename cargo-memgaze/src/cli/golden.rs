@@ -177,14 +177,15 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     }
     let selected: Vec<(&BenchTarget, &BenchCase)> = suite.selected().collect();
     let layout = suite.workspace.results_layout();
+    // Caught from here on: a signal while waiting for the lock, while the
+    // targets are instrumented, between two benches or while one is
+    // analysed stops the run instead of killing it halfway through writing
+    // results.
+    let watch = memgaze_record::signals::Watch::start();
     // One command at a time writes this results tree (cargo/lock.rs).
-    let _lock = layout.lock(global.quiet)?;
+    let _lock = layout.lock(global.quiet, &watch)?;
     let started = Instant::now();
     let progress = Progress::new(selected.len() as u64, global.quiet);
-    // Caught from here on: a signal while the targets are instrumented,
-    // between two benches or while one is analysed stops the run at the
-    // next bench instead of killing it halfway through writing results.
-    let watch = memgaze_record::signals::Watch::start();
     let instrumented =
         suite::instrument_targets(&suite, &progress, &args.libs.to_libs_args(), global)?;
     let mut exit = Exit::Ok;

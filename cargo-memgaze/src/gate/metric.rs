@@ -132,6 +132,17 @@ impl Metric {
         matches!(self, Metric::MrL1 | Metric::MrL2 | Metric::MrLlc)
     }
 
+    /// Whether it depends on how often loads miss a cache: the whole-run
+    /// miss ratios and the misses per run (`misses_L1`, `misses_L2`,
+    /// `misses_LLC`).
+    pub fn counts_misses(self) -> bool {
+        self.is_miss_ratio()
+            || matches!(
+                self,
+                Metric::MissesL1 | Metric::MissesL2 | Metric::MissesLlc
+            )
+    }
+
     /// Whether the gate compares it per run of the bench's routine (the
     /// whole recording's estimate divided by its iterations), unlike the
     /// analysis, which gives totals.

@@ -249,8 +249,14 @@ pub fn record_bench(
                 .outcome
         }
     };
-    if let BenchOutcome::Measured { iterations, .. } = &outcome {
+    if let BenchOutcome::Measured {
+        iterations,
+        runs_per_batch,
+        ..
+    } = &outcome
+    {
         analysis.summary.iterations = *iterations;
+        analysis.summary.runs_per_batch = *runs_per_batch;
     }
     Ok(BenchRecording {
         outcome,

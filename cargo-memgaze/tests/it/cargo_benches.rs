@@ -150,7 +150,7 @@ fn fixture_crate_is_built_discovered_and_runs() {
     assert!(
         matches!(
             run.outcome,
-            BenchOutcome::Measured { nanos: Some(nanos), iterations: Some(runs) }
+            BenchOutcome::Measured { nanos: Some(nanos), iterations: Some(runs), .. }
                 if nanos > 0 && runs >= 1
         ),
         "{run:?}"

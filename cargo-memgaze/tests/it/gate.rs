@@ -761,3 +761,59 @@ fn criterion_miss_ratios_of_unlike_amounts_of_work_are_not_gated() {
         }
     }
 }
+
+/// Divan doubles its batch (runs per timed sample) until a batch outlasts
+/// the timer's precision, and makes all of a batch's `with_inputs` inputs
+/// before timing it: a user's `sum` over a fresh 8 KiB `Vec` per run read
+/// `MR_L1 0.015 → 0.256` and `misses_L1 7.5 → 128.5` per run with no code
+/// change, divan having picked larger batches. Runs with other batch sizes
+/// have their `MR_*` and `misses_*` left out with a note; runs with the
+/// same batch size are still gated on them.
+#[test]
+fn divan_miss_ratios_of_other_batch_sizes_are_not_gated() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("memgaze");
+    let divan = |runs_per_batch: u64, mr_l1: f64| {
+        let mut a = analyse(dir.path(), Kernel::Str1, 1, SAMPLING);
+        a.summary.whole_run.mr_l1 = Some(mr_l1);
+        a.summary.misses_l1 = a.summary.a_hat.map(|loads| loads * mr_l1);
+        a.summary.iterations = Some(400_000);
+        a.summary.runs_per_batch = Some(runs_per_batch);
+        a.run.command = ["div", "--bench", "--min-time", "1", "--exact", "div::sum"]
+            .map(String::from)
+            .to_vec();
+        a
+    };
+    save_baseline(&root, "main", &[run("div::sum", divan(1, 0.015))]).unwrap();
+    for (runs_per_batch, gated) in [(16, false), (1, true)] {
+        let mut gate = Gate::new(
+            load_baseline(&root, "main").unwrap(),
+            Limits::defaults(),
+            false,
+        );
+        let verdict = gate
+            .check(&run("div::sum", divan(runs_per_batch, 0.256)))
+            .unwrap();
+        let regressed: Vec<Metric> = verdict.regressions.iter().map(|r| r.metric).collect();
+        for metric in [Metric::MrL1, Metric::MissesL1] {
+            assert_eq!(
+                regressed.contains(&metric),
+                gated,
+                "batch {runs_per_batch}: {regressed:?}"
+            );
+        }
+        let noted = verdict.notes.iter().any(|n| {
+            n.starts_with(
+                "MR_* and misses_* not compared: the framework picked batches of 1 and 16 runs",
+            )
+        });
+        assert_eq!(noted, !gated, "batch {runs_per_batch}: {:?}", verdict.notes);
+        if !gated {
+            assert!(regressed.is_empty(), "{regressed:?}");
+            assert!(
+                verdict.metrics.iter().all(|m| !m.metric.counts_misses()),
+                "MR_* and misses_* left out of the table"
+            );
+        }
+    }
+}

@@ -267,6 +267,85 @@ fn baseline_files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     files
 }
 
+/// `kill -INT` to a `bench` started in the background by a script (whose
+/// shell ignores SIGINT in it, as for any `&` job without job control)
+/// while it waits for another command's lock on the results tree stops it
+/// there, exit 130 with one line, as it would during the build or a
+/// recording; it used to go on waiting, then run every bench and exit 0.
+#[test]
+fn a_signal_while_waiting_for_the_results_lock_stops_the_bench() {
+    use std::os::unix::process::CommandExt;
+    use std::time::{Duration, Instant};
+    let _serial = serial();
+    let out = bench(&["-q", "--no-report", "--", "--list"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let root = shared_target_dir().join("memgaze");
+    std::fs::create_dir_all(&root).unwrap();
+    let held = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(root.join(".memgaze-lock"))
+        .unwrap();
+    held.lock().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let err_path = dir.path().join("stderr");
+    let mut command = bench(&["--no-report"]);
+    command
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err_path).unwrap());
+    // SAFETY: `signal` is async-signal-safe, as `pre_exec` requires.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().unwrap();
+    let waiting = Instant::now();
+    while !std::fs::read_to_string(&err_path)
+        .unwrap()
+        .contains("Blocking waiting for file lock on")
+    {
+        assert!(
+            waiting.elapsed() < Duration::from_secs(120),
+            "never waited for the lock: {}",
+            std::fs::read_to_string(&err_path).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: a signal to our own child, not yet reaped.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let sent = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if sent.elapsed() > Duration::from_secs(10) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    drop(held);
+    let err = std::fs::read_to_string(&err_path).unwrap();
+    assert_eq!(status.and_then(|s| s.code()), Some(130), "{err}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(
+        errors,
+        [format!(
+            "error: interrupted by SIGINT while waiting for file lock on {}",
+            root.join(".memgaze-lock").display()
+        )],
+        "{err}"
+    );
+    assert!(!err.contains("Recording"), "{err}");
+}
+
 /// Two `bench` runs started at once in one target directory: the second
 /// waits for the first's lock, both exit 0, and every bench's trace is
 /// whole and agrees with its analysis.

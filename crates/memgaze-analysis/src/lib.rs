@@ -1871,6 +1871,7 @@ impl Analyzer {
             interrupted: totals.interrupted.map(|i| i.name()),
             threads: self.threads.len() as u64,
             iterations: None,
+            runs_per_batch: None,
             coverage_dynamic: None,
             execs_untraced: (totals.execs_untraced > 0).then(|| ExecsUntraced {
                 programs: totals.execs_untraced,

@@ -246,6 +246,12 @@ pub struct Summary {
     /// totals divided by it. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iterations: Option<u64>,
+    /// Runs of the bench routine in each timed batch, where the harness
+    /// picks and reports it (divan: `iters` over `samples`). A divan bench
+    /// makes a whole batch's `with_inputs` inputs before timing it, so the
+    /// batch size sets how much data is live at once. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs_per_batch: Option<u64>,
     /// Dynamic coverage: traced load executions `Â` over `Â` plus the
     /// estimated load executions that ran untraced in original code after
     /// an escape (docs/METRICS.md, "Dynamic coverage"). An estimate; 1 when
