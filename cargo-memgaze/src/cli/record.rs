@@ -25,7 +25,7 @@ pub struct LibsArgs {
     /// Shared libraries to instrument too: a comma-separated list of globs
     /// on the names the program needs them by (`libc.so.6`), where
     /// `default` (the default) stands for libc, libm and libgcc_s and
-    /// `'*'` for every library, or `none` for the executable alone.
+    /// `all` (or `'*'`) for every library, or `none` for the executable alone.
     /// Instrumented copies are cached like executables (or under
     /// `MEMGAZE_LIBS_CACHE`) and found first on `LD_LIBRARY_PATH`; a
     /// library that cannot be instrumented is named and runs original.

@@ -39,8 +39,10 @@ pub struct LibSelection {
 }
 
 impl LibSelection {
-    /// Parses `--libs`: `none`, or a comma-separated list of globs and
-    /// `default` ([`DEFAULT_LIBS`]); `'*'` selects every library.
+    /// Parses `--libs`: `none`, or a comma-separated list of globs, `default`
+    /// ([`DEFAULT_LIBS`]) and `all` (the same as `'*'`: every library, a
+    /// keyword because no library is named `all` and users write it as
+    /// they write `none`).
     pub fn parse(value: &str) -> Result<LibSelection, String> {
         let mut selection = LibSelection::default();
         if value == "none" {
@@ -50,6 +52,7 @@ impl LibSelection {
             let patterns: Vec<&str> = match part {
                 "" => return Err(format!("--libs {value}: empty library pattern")),
                 "default" => DEFAULT_LIBS.to_vec(),
+                "all" => vec!["*"],
                 "none" => return Err(format!("--libs {value}: `none` cannot be combined")),
                 other => vec![other],
             };
@@ -58,7 +61,7 @@ impl LibSelection {
                     .map_err(|e| format!("--libs {value}: {e}"))?
                     .compile_matcher();
                 if part != "default" {
-                    selection.written.push((pattern.to_string(), glob.clone()));
+                    selection.written.push((part.to_string(), glob.clone()));
                 }
                 selection.globs.push(glob);
             }
@@ -791,6 +794,15 @@ mod tests {
         assert!(d.selects("libc.so.6") && d.selects("libgcc_s.so.1") && !d.selects("libz.so.1"));
         let all = LibSelection::parse("*").unwrap();
         assert!(all.selects("libz.so.1"));
+        let keyword = LibSelection::parse("all").unwrap();
+        assert!(keyword.selects("libz.so.1") && keyword.selects("libc.so.6"));
+        assert_eq!(keyword.unmatched(&[]), ["all"]);
+        assert!(
+            LibSelection::parse("all, libz*")
+                .unwrap()
+                .unmatched(&["libc.so.6".into()])
+                == ["libz*"]
+        );
         let some = LibSelection::parse("default, libsqlite3*").unwrap();
         assert!(some.selects("libsqlite3.so.0") && some.selects("libm.so.6"));
         assert!(LibSelection::parse("none,libc*").is_err());
