@@ -20,6 +20,12 @@
 //! backwards, recursively. A definition that reaches itself around the back
 //! edge is the loop-carried (phi) value: if the cycle adds only an
 //! invariant step, the definition is an induction update.
+//!
+//! A query has a budget of steps and answers `Unknown` when it runs out.
+//! Values that depend on definitions still being evaluated are not
+//! memoised, so a loop whose definitions feed each other along many paths
+//! walks the same definitions again and again; such walks are kept and
+//! replayed (`Evaluator::replay`) without changing any answer.
 
 use super::frame::{DefKind, Frame, GPRS, Var, gpr_var};
 use crate::binary::{FunctionCode, LoopForest};
