@@ -681,3 +681,111 @@ fn a_swap_cycle_through_both_registers_of_one_instruction_closes() {
     let (_, m) = f.classify();
     assert_eq!(m["load"].reason, Reason::LoopInvariant, "{:?}", m["load"]);
 }
+
+/// A small deterministic generator (xorshift), so that the random loops
+/// below are the same on every run.
+struct Xorshift(u64);
+
+impl Xorshift {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// A loop of `blocks` blocks that move, copy and bump four pointers
+/// (`mov`, `lea`, `add`, `inc`, through a stack slot too), with forward
+/// branches between the blocks and a load through each pointer: like
+/// gzip's matching loop, whose value queries never settle.
+fn pointer_shuffling_loop(seed: u64, blocks: usize) -> FunctionCode {
+    let regs = [rax, rbx, rcx, rdx];
+    let mut rng = Xorshift(seed | 1);
+    let mut a = CodeAssembler::new(64).unwrap();
+    let mut labels: Vec<CodeLabel> = (0..=blocks).map(|_| a.create_label()).collect();
+    for b in 0..blocks {
+        a.set_label(&mut labels[b]).unwrap();
+        for _ in 0..1 + rng.below(3) {
+            let dst = regs[rng.below(4) as usize];
+            let src = regs[rng.below(4) as usize];
+            match rng.below(6) {
+                0 => a.mov(dst, src).unwrap(),
+                1 => a.lea(dst, ptr(src + 1 + rng.below(3) as i32)).unwrap(),
+                2 => a.add(dst, 1 + rng.below(3) as i32).unwrap(),
+                3 => a.inc(dst).unwrap(),
+                4 => a.mov(qword_ptr(rsp + 0x28), src).unwrap(),
+                _ => a.mov(dst, qword_ptr(rsp + 0x28)).unwrap(),
+            }
+        }
+        let reg = regs[rng.below(4) as usize];
+        a.movzx(r8d, byte_ptr(rdi + reg)).unwrap();
+        a.cmp(r8d, esi).unwrap();
+        let target = b + 1 + rng.below(4) as usize;
+        a.je(labels[target.min(blocks)]).unwrap();
+    }
+    a.set_label(&mut labels[blocks]).unwrap();
+    a.dec(r9).unwrap();
+    a.jne(labels[0]).unwrap();
+    a.ret().unwrap();
+    let bytes = a.assemble(0x1000).unwrap();
+    FunctionCode::build(
+        &bytes,
+        0x1000,
+        &FlatMemory {
+            base: 0x1000,
+            bytes: &bytes,
+        },
+    )
+}
+
+/// Asks two evaluators of `code`, one replaying walks and one repeating
+/// them, every question the classifier asks of its loads, in its order,
+/// and requires the same answers and the same budget left after each.
+/// Returns how many queries ran out of budget.
+fn replays_answer_as_walks(code: &FunctionCode) -> usize {
+    let loops = code.loops();
+    let frame = Frame::compute(code, &mut InstructionInfoFactory::new());
+    let mut replaying = Evaluator::new(code, &loops, &frame);
+    let mut walking = Evaluator::new(code, &loops, &frame).without_replays();
+    let mut info = InstructionInfoFactory::new();
+    let mut exhausted = 0;
+    for (i, insn) in code.instructions.iter().enumerate() {
+        let Some(op) = operands::explicit_load(&mut info, insn, i as u32) else {
+            continue;
+        };
+        for l in loops.nest(code.block_of[i]) {
+            for reg in [op.index, op.base] {
+                if matches!(reg, Register::None | Register::RIP | Register::RSP) {
+                    continue;
+                }
+                let expected = walking.register(l, reg, i);
+                let got = replaying.register(l, reg, i);
+                assert_eq!(got, expected, "loop {l}, {reg:?} before {insn}");
+                assert_eq!(replaying.budget_left(), walking.budget_left());
+                if walking.budget_left() == 0 {
+                    exhausted += 1;
+                }
+            }
+        }
+    }
+    exhausted
+}
+
+#[test]
+fn replayed_walks_answer_as_the_walks_they_replace() {
+    // Each loop's queries include ones that run out of budget; the answer
+    // of those depends on exactly where the budget ran out, so any step
+    // a replay charges wrongly, or any replay of a walk in a context where
+    // it would have gone differently, changes an answer or the budget
+    // left.
+    let mut exhausted = 0;
+    for seed in 0..24 {
+        let code = pointer_shuffling_loop(seed * 7919 + 11, 40);
+        exhausted += replays_answer_as_walks(&code);
+    }
+    assert!(
+        exhausted >= 10,
+        "only {exhausted} queries ran out of budget"
+    );
+}

@@ -20,6 +20,12 @@
 //! backwards, recursively. A definition that reaches itself around the back
 //! edge is the loop-carried (phi) value: if the cycle adds only an
 //! invariant step, the definition is an induction update.
+//!
+//! A query has a budget of steps and answers `Unknown` when it runs out.
+//! Values that depend on definitions still being evaluated are not
+//! memoised, so a loop whose definitions feed each other along many paths
+//! walks the same definitions again and again; such walks are kept and
+//! replayed (`Evaluator::replay`) without changing any answer.
 
 use super::frame::{DefKind, Frame, GPRS, Var, gpr_var};
 use crate::binary::{FunctionCode, LoopForest};
@@ -215,6 +221,55 @@ impl LoopIndex {
     }
 }
 
+/// A finished walk from a definition below the start of a chain whose
+/// value still depends on definitions above it on the chain (`Phi` or
+/// `PhiStep` of one of them), kept so that the same walk can be replayed
+/// instead of repeated: see [`Evaluator::replay`]. Sets of definitions are
+/// bit masks of [`Evaluator::node`]'s per-loop bits.
+#[derive(Clone, Copy)]
+struct Replay {
+    /// The definitions the walk looked for on the chain: those it walked
+    /// and those it met there.
+    asked: u128,
+    /// Those of `asked` that were on the chain above the walk.
+    above: u128,
+    /// Those of `above` the walk met: its value's root is the shallowest.
+    met: u128,
+    /// `PhiStep` rather than `Phi`.
+    step: bool,
+    /// Steps of budget the walk took.
+    steps: u32,
+    /// How many values `memo` held for the loop.
+    memo_count: u32,
+    /// How far below its start the walk went.
+    reach: u32,
+}
+
+/// What a definition's walk in progress has seen so far, for its
+/// [`Replay`].
+#[derive(Clone, Copy)]
+struct WalkFrame {
+    asked: u128,
+    met: u128,
+    /// It asked about a definition without a bit (a loop of more than 128
+    /// definitions walked): not replayable.
+    untracked: bool,
+    /// The budget before its step.
+    budget: u32,
+    memo_count: u32,
+    refusals: u32,
+    /// The deepest chain position walked below it.
+    reach: u32,
+}
+
+/// Replays kept per definition, the oldest dropped first: the contexts a
+/// walk meets a definition in are few (4 were too few for a loop shared
+/// by coreutils' programs, whose walks then took 8,800 real steps of 20,000
+/// instead of 560), and a short list is searched faster than a map.
+const REPLAYS_PER_NODE: usize = 64;
+/// Definitions per loop that get a bit in the sets of [`Replay`].
+const NODE_BITS: u32 = 128;
+
 /// Evaluates value changes within the loops of one function.
 pub(crate) struct Evaluator<'a> {
     code: &'a FunctionCode,
@@ -268,6 +323,31 @@ pub(crate) struct Evaluator<'a> {
     info: iced_x86::InstructionInfoFactory,
     /// Bounds the work per query on pathological functions.
     budget: u32,
+    /// How many times a definition was not walked for lack of budget or
+    /// depth (a walk that saw one is not replayable).
+    refusals: u32,
+    /// Per `(loop, `[`pair`]`(definition, variable))` walked, its node
+    /// number: an index of `node_bits` and `replays`.
+    nodes: HashMap<(u32, u64), u32>,
+    /// Per node, its bit in its loop's sets (`NODE_BITS` or more: none).
+    node_bits: Vec<u32>,
+    /// Per loop, how many of its nodes have a bit.
+    loop_bits: Vec<u32>,
+    /// Per node, the walks from it kept for [`Evaluator::replay`].
+    replays: Vec<Vec<Replay>>,
+    /// The bit of each definition of `in_progress` (`NODE_BITS` or more:
+    /// none).
+    chain_bits: Vec<u32>,
+    /// The set of `in_progress` definitions that have bits.
+    chain_set: u128,
+    /// Per bit, the chain position of its definition while it is on the
+    /// chain.
+    bit_depth: [u32; NODE_BITS as usize],
+    /// One per entry of `in_progress`.
+    frames: Vec<WalkFrame>,
+    /// Whether walks are kept and replayed (off only to test that replays
+    /// change no answer).
+    replaying: bool,
 }
 
 /// Evaluation steps allowed per query before giving up (`Unknown`).
@@ -300,7 +380,31 @@ impl<'a> Evaluator<'a> {
             stored_forms: HashMap::new(),
             info: iced_x86::InstructionInfoFactory::new(),
             budget: BUDGET,
+            refusals: 0,
+            nodes: HashMap::new(),
+            node_bits: Vec::new(),
+            loop_bits: vec![0; loops.loops.len()],
+            replays: Vec::new(),
+            chain_bits: Vec::new(),
+            chain_set: 0,
+            bit_depth: [0; NODE_BITS as usize],
+            frames: Vec::new(),
+            replaying: true,
         }
+    }
+
+    /// The same evaluator, repeating every walk instead of replaying it
+    /// (to test that replays change no answer).
+    #[cfg(test)]
+    pub(crate) fn without_replays(mut self) -> Evaluator<'a> {
+        self.replaying = false;
+        self
+    }
+
+    /// The budget the last query left.
+    #[cfg(test)]
+    pub(crate) fn budget_left(&self) -> u32 {
+        self.budget
     }
 
     /// The change of register `reg` just before instruction `at`, over
@@ -465,16 +569,102 @@ impl<'a> Evaluator<'a> {
             return val;
         }
         if let Some(depth) = self.chain_depth(d, v) {
+            self.note_met(depth);
             return Val::Phi(depth);
         }
         if self.budget == 0 || self.in_progress.len() >= MAX_DEPTH {
+            self.refusals += 1;
             return Val::Varying(Why::Unknown(d));
         }
+        let node = self.node(l, d, v);
         if self.in_progress.is_empty() {
-            self.first_def_val(l, d, v)
+            self.first_def_val(l, d, v, node)
+        } else if let Some(val) = self.replay(l, node) {
+            val
         } else {
-            self.walk_def(l, d, v)
+            self.walk_def(l, d, v, node)
         }
+    }
+
+    /// The node number of definition `(d, v)` in loop `l`, given on first
+    /// use, with a bit in the loop's sets while the loop has bits left.
+    fn node(&mut self, l: u32, d: u32, v: Var) -> u32 {
+        let next = self.node_bits.len() as u32;
+        let node = *self.nodes.entry((l, pair(d, v))).or_insert(next);
+        if node == next {
+            let bits = &mut self.loop_bits[l as usize];
+            self.node_bits.push(*bits);
+            *bits = (*bits + 1).min(NODE_BITS);
+            self.replays.push(Vec::new());
+        }
+        node
+    }
+
+    /// Notes in the innermost walk that it met the definition at chain
+    /// position `depth`.
+    fn note_met(&mut self, depth: u32) {
+        let bit = self.chain_bits[depth as usize];
+        let frame = self
+            .frames
+            .last_mut()
+            .expect("a definition on the chain is being walked");
+        match mask(bit) {
+            Some(m) => {
+                frame.asked |= m;
+                frame.met |= m;
+            }
+            None => frame.untracked = true,
+        }
+    }
+
+    /// The value of a walk from `node`, below the start of the chain, when a
+    /// kept [`Replay`] says what it is; the budget is charged its steps.
+    ///
+    /// A walk is a function of the definitions it looks for on the chain,
+    /// whether each is there, the values `memo` holds for the loop, the
+    /// budget and how deep it starts, and of nothing else: `reaching` and
+    /// the other maps are caches, and the positions of the definitions it
+    /// meets on the chain only become its value's root. A replayable walk
+    /// stored nothing in `memo` (it ended below its root), refused nothing
+    /// and met definitions above it, so its value is `Phi`/`PhiStep` of the
+    /// shallowest of those. Asked again with the same definitions of
+    /// `asked` on the chain, the same `memo` and at least its steps of
+    /// budget left, the walk would ask the same questions in the same order
+    /// and get the same answers, whatever else the chain holds: it would
+    /// walk the same definitions, take the same steps and return the same
+    /// value, with the root at the shallowest position of `met` now. So a
+    /// replay leaves the evaluator as the walk would, budget included, and
+    /// a query that runs out of budget runs out at the same definition and
+    /// answers the same, having walked only the parts not seen before.
+    fn replay(&mut self, l: u32, node: u32) -> Option<Val> {
+        if !self.replaying {
+            return None;
+        }
+        let depth = self.in_progress.len() as u32;
+        let memo_count = self.memo_count[l as usize];
+        let chain = self.chain_set;
+        let budget = self.budget;
+        let kept = self.replays[node as usize].iter().find(|r| {
+            r.memo_count == memo_count
+                && r.steps <= budget
+                && chain & r.asked == r.above
+                && (depth + r.reach) < MAX_DEPTH as u32
+        })?;
+        let kept = *kept;
+        self.budget -= kept.steps;
+        let root = bits_of(kept.met)
+            .map(|bit| self.bit_depth[bit as usize])
+            .min()
+            .expect("a replayable walk met the chain above it");
+        let frame = self.frames.last_mut().expect("a replay is below a walk");
+        frame.asked |= kept.asked;
+        frame.met |= kept.met;
+        frame.reach = frame.reach.max(depth + kept.reach);
+        Some(if kept.step {
+            Val::PhiStep(root)
+        } else {
+            Val::Phi(root)
+        })
     }
 
     /// [`Evaluator::def_val`] at the start of a chain. Such a walk is a
@@ -483,7 +673,7 @@ impl<'a> Evaluator<'a> {
     /// budget without storing a value is replayed from `spent` when asked
     /// again in the same state. The loads of one loop often start from the
     /// same definitions (gzip's walks that run out of budget do).
-    fn first_def_val(&mut self, l: u32, d: u32, v: Var) -> Val {
+    fn first_def_val(&mut self, l: u32, d: u32, v: Var, node: u32) -> Val {
         let key = (l, pair(d, v));
         let (budget, stored) = (self.budget, self.memo_count[l as usize]);
         if let Some(&(before, count, val, after)) = self.spent.get(&key)
@@ -492,7 +682,7 @@ impl<'a> Evaluator<'a> {
             self.budget = after;
             return val;
         }
-        let val = self.walk_def(l, d, v);
+        let val = self.walk_def(l, d, v, node);
         if self.budget == 0 && self.memo_count[l as usize] == stored {
             self.spent.insert(key, (budget, stored, val, self.budget));
         }
@@ -501,21 +691,42 @@ impl<'a> Evaluator<'a> {
 
     /// [`Evaluator::def_val`] of a definition neither stored nor on the
     /// chain, with budget left.
-    fn walk_def(&mut self, l: u32, d: u32, v: Var) -> Val {
-        self.budget -= 1;
+    fn walk_def(&mut self, l: u32, d: u32, v: Var, node: u32) -> Val {
+        let bit = self.node_bits[node as usize];
         let depth = self.in_progress.len() as u32;
+        self.frames.push(WalkFrame {
+            asked: mask(bit).unwrap_or(0),
+            met: 0,
+            untracked: bit >= NODE_BITS,
+            budget: self.budget,
+            memo_count: self.memo_count[l as usize],
+            refusals: self.refusals,
+            reach: depth,
+        });
+        self.budget -= 1;
         self.in_progress.push((d, v));
+        self.chain_bits.push(bit);
+        if let Some(m) = mask(bit) {
+            self.chain_set |= m;
+            self.bit_depth[bit as usize] = depth;
+        }
         let outer = self.on_chain[d as usize];
         self.on_chain[d as usize] = (outer.0 + 1, depth);
         let raw = self.semantics(l, d as usize, v);
         self.on_chain[d as usize] = outer;
         self.in_progress.pop();
+        self.chain_bits.pop();
+        self.chain_set &= !mask(bit).unwrap_or(0);
+        let frame = self.close_frame(bit);
         let val = match raw.root() {
             Some(r) if r == depth => match raw {
                 Val::Phi(_) => Val::Inv,
                 _ => Val::Ind(d),
             },
-            Some(_) => return raw,
+            Some(_) => {
+                self.keep_replay(l, node, &frame, raw);
+                return raw;
+            }
             None => raw,
         };
         if matches!(val, Val::Varying(Why::Unknown(_))) && self.budget == 0 {
@@ -525,6 +736,55 @@ impl<'a> Evaluator<'a> {
         self.memoised[d as usize] = true;
         self.memo_count[l as usize] += 1;
         val
+    }
+
+    /// Ends the innermost walk's frame (of the definition with bit `bit`,
+    /// just taken off the chain) and adds what it saw to the walk above.
+    fn close_frame(&mut self, bit: u32) -> WalkFrame {
+        let mut frame = self.frames.pop().expect("one frame per walk");
+        frame.met &= !mask(bit).unwrap_or(0);
+        if let Some(outer) = self.frames.last_mut() {
+            outer.asked |= frame.asked;
+            outer.met |= frame.met;
+            outer.untracked |= frame.untracked;
+            outer.reach = outer.reach.max(frame.reach);
+        }
+        frame
+    }
+
+    /// Keeps the walk of `node` that just ended with `val`, rooted above
+    /// it, for [`Evaluator::replay`] if it is replayable: it stored no
+    /// value, refused nothing and asked only about definitions with bits.
+    fn keep_replay(&mut self, l: u32, node: u32, frame: &WalkFrame, val: Val) {
+        if !self.replaying
+            || frame.untracked
+            || frame.refusals != self.refusals
+            || frame.memo_count != self.memo_count[l as usize]
+        {
+            return;
+        }
+        let depth = self.in_progress.len() as u32;
+        debug_assert_eq!(
+            val.root(),
+            bits_of(frame.met)
+                .map(|bit| self.bit_depth[bit as usize])
+                .min(),
+            "a replayable walk's root is the shallowest definition it met"
+        );
+        let replay = Replay {
+            asked: frame.asked,
+            above: frame.asked & self.chain_set,
+            met: frame.met,
+            step: matches!(val, Val::PhiStep(_)),
+            steps: frame.budget - self.budget,
+            memo_count: frame.memo_count,
+            reach: frame.reach - depth,
+        };
+        let kept = &mut self.replays[node as usize];
+        if kept.len() == REPLAYS_PER_NODE {
+            kept.remove(0);
+        }
+        kept.push(replay);
     }
 
     /// The depth of definition `(d, v)` in `in_progress`, if it is there.
@@ -831,6 +1091,22 @@ fn is_cmov(m: Mnemonic) -> bool {
             | Mnemonic::Cmovp
             | Mnemonic::Cmovs
     )
+}
+
+/// The set of bit `bit`, if it is one of the `NODE_BITS`.
+fn mask(bit: u32) -> Option<u128> {
+    (bit < NODE_BITS).then(|| 1u128 << bit)
+}
+
+/// The bits of a set.
+fn bits_of(mut set: u128) -> impl Iterator<Item = u32> {
+    std::iter::from_fn(move || {
+        (set != 0).then(|| {
+            let bit = set.trailing_zeros();
+            set &= set - 1;
+            bit
+        })
+    })
 }
 
 /// One key of a number (block, loop or instruction) and a variable: one
