@@ -23,6 +23,7 @@ use crate::error::RelocateError;
 use iced_x86::{Code, Encoder, FlowControl, IcedError, Instruction, Mnemonic, OpKind, Register};
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 /// What to insert before one instruction of a copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -265,6 +266,7 @@ fn encode_in_runs(
     use rayon::prelude::*;
 
     let batch = rayon::current_num_threads().max(1);
+    let spares = Spares::default();
     let mut parts: Vec<Part> = Vec::with_capacity(runs.len());
     let mut starts: Vec<u64> = Vec::with_capacity(runs.len());
     let mut labels = RunLabels::default();
@@ -291,7 +293,7 @@ fn encode_in_runs(
         let mut built: Vec<Part> = batch_runs
             .par_iter()
             .enumerate()
-            .map(|(j, run)| build_part(&shared[run.clone()], first + j, base, entries))
+            .map(|(j, run)| build_part(&shared[run.clone()], first + j, base, entries, &spares))
             .collect::<Result<_, _>>()?;
         // Laid out after the runs before them (padding depends on where
         // each lands); their labels join the ones already known.
@@ -334,7 +336,7 @@ fn encode_in_runs(
             .zip(slots)
             .map(|((part, &start), slot)| {
                 let emitted = emit(part, base + start, &resolve, slot);
-                part.layout.free_code();
+                spares.keep_layout(part.layout.take_code());
                 emitted.map(|mut pending| {
                     for fixup in &mut pending {
                         fixup.shift(start as usize);
@@ -372,7 +374,8 @@ fn encode_in_runs(
             super::release_freed_memory();
         }
     }
-    drop(code);
+    // Not needed past the last batch, while the maps below are made.
+    drop((code, spares));
     labels.check_across_runs()?;
     settle_output((out, offset), SETTLE_WINDOW, &fixups, |target| {
         labels.find(target).map_or(target, |offset| base + offset)
@@ -557,6 +560,7 @@ impl Part {
 
 /// Where one copy's instructions are marked, as indices into its
 /// instructions.
+#[derive(Default)]
 struct CopyMarks {
     /// Each original instruction's first emitted instruction.
     first: Vec<usize>,
@@ -572,14 +576,17 @@ struct CopyMarks {
 }
 
 /// Builds the instructions of run number `run` and measures them one copy
-/// at a time. Each run draws its fake labels from a range of its own.
+/// at a time, in buffers taken from `spares`. Each run draws its fake
+/// labels from a range of its own.
 fn build_part(
     plans: &[CopyPlan<'_>],
     run: usize,
     base: u64,
     entries: &Entries,
+    spares: &Spares,
 ) -> Result<Part, RelocateError> {
-    let mut layout = Layout::default();
+    let mut layout = spares.layout();
+    let mut scratch = spares.build_scratch();
     let mut encoder = LAYOUT_ENCODER.take().unwrap_or_else(LayoutEncoder::new);
     let mut fake = FAKE_BASE + ((run as u64) << FAKE_RUN_BITS);
     let mut next_fake = || {
@@ -592,15 +599,20 @@ fn build_part(
     let mut ptwrite_at: Vec<(u64, u32, PtwriteOperand)> = Vec::new();
     let mut spatial_at: Vec<(u64, u64, bool)> = Vec::new();
     let mut aligned: Vec<Aligned> = Vec::new();
-    // One copy's instructions and their unpadded offsets at a time.
-    let mut all: Vec<Instruction> = Vec::new();
-    let mut unpadded: Vec<u64> = Vec::new();
-    let mut scratch = CopyScratch::default();
     for plan in plans {
+        let BuildScratch {
+            all,
+            unpadded,
+            breaks,
+            copy,
+            ..
+        } = &mut scratch;
         all.clear();
-        let marks = copy_instructions(plan, entries, &mut next_fake, &mut all, &mut scratch)?;
-        let breaks: Vec<usize> = marks.aligned.iter().map(|&(i, _)| i).collect();
-        layout.measure(&mut encoder, &all, &breaks, base, &mut unpadded)?;
+        copy_instructions(plan, entries, &mut next_fake, all, copy)?;
+        let marks = &copy.marks;
+        breaks.clear();
+        breaks.extend(marks.aligned.iter().map(|&(i, _)| i));
+        layout.measure(&mut encoder, all, breaks, base, unpadded)?;
         let at = |i: usize| unpadded[i];
         firsts.push(marks.first.iter().map(|&i| offset32(at(i))).collect());
         body_ends.push(at(marks.body_end));
@@ -623,8 +635,9 @@ fn build_part(
         }));
     }
     LAYOUT_ENCODER.set(Some(encoder));
-    // Every run is held until all are built: their growth slack is freed.
-    layout.shrink_to_fit();
+    spares.keep_build_scratch(scratch);
+    // The labels are held to the end: their growth slack is freed.
+    layout.labels.shrink_to_fit();
     ptwrite_at.shrink_to_fit();
     spatial_at.shrink_to_fit();
     aligned.shrink_to_fit();
@@ -642,42 +655,134 @@ fn build_part(
 }
 
 /// The instructions of a copy's stubs and counting fragments, gathered
-/// apart from its body and appended to it: kept from copy to copy, so
-/// that each copy's stubs are not allocated and grown (and moved) again.
+/// apart from its body and appended to it, and the copy's marks: kept from
+/// copy to copy, so that each copy's lists are not allocated and grown (and
+/// moved) again.
 #[derive(Default)]
 struct CopyScratch {
     stubs: Vec<Instruction>,
     fragments: Vec<Instruction>,
+    /// (index in `stubs`, load id) of each spatial check's `ptwrite`.
+    stub_ptwrites: Vec<(usize, u32)>,
+    /// (first index, index past it, moves `rsp`) of each spatial check in
+    /// `fragments`.
+    fragment_checks: Vec<(usize, usize, bool)>,
+    /// The last copy's marks ([`copy_instructions`]).
+    marks: CopyMarks,
 }
 
 impl CopyScratch {
-    /// The stubs' and the fragments' buffers, emptied.
-    fn cleared(&mut self) -> (&mut Vec<Instruction>, &mut Vec<Instruction>) {
+    /// Empties every list for the next copy.
+    fn clear(&mut self) {
         self.stubs.clear();
         self.fragments.clear();
-        (&mut self.stubs, &mut self.fragments)
+        self.stub_ptwrites.clear();
+        self.fragment_checks.clear();
+        let marks = &mut self.marks;
+        marks.first.clear();
+        marks.body_end = 0;
+        marks.ptwrite_at.clear();
+        marks.spatial_at.clear();
+        marks.aligned.clear();
+    }
+}
+
+/// A worker's buffers for building one run ([`build_part`]), emptied by
+/// whoever takes them.
+#[derive(Default)]
+struct BuildScratch {
+    /// One copy's instructions.
+    all: Vec<Instruction>,
+    /// Their unpadded offsets, and the end's.
+    unpadded: Vec<u64>,
+    /// The indices of its aligned instructions.
+    breaks: Vec<usize>,
+    copy: CopyScratch,
+}
+
+impl BuildScratch {
+    /// Most instructions of one copy whose buffers are kept for the next
+    /// run: a huge function's are freed with its run, not held by every
+    /// worker to the end of the encoding.
+    const KEPT_INSTRUCTIONS: usize = 1 << 16;
+
+    /// Whether its buffers are small enough to keep.
+    fn worth_keeping(&self) -> bool {
+        let copy = &self.copy;
+        self.all
+            .capacity()
+            .max(copy.stubs.capacity())
+            .max(copy.fragments.capacity())
+            <= Self::KEPT_INSTRUCTIONS
+    }
+}
+
+/// Buffers kept between the runs and batches of one encoding: a run's
+/// build and its layout's code were allocated afresh for every run, and
+/// faulting their pages in (the large ones are mapped apart, so freeing
+/// them returned their pages at once) was a sizeable part of the
+/// encoding's time. Layouts are given back once emitted, so at most a
+/// batch's worth are held, as before.
+#[derive(Default)]
+struct Spares {
+    layouts: Mutex<Vec<Layout>>,
+    builds: Mutex<Vec<BuildScratch>>,
+}
+
+impl Spares {
+    /// An empty layout, in a given-back one's buffers if there is one.
+    fn layout(&self) -> Layout {
+        let spare = self.layouts.lock().expect("not poisoned").pop();
+        spare.map_or_else(Layout::default, Layout::emptied)
+    }
+
+    /// Keeps `layout`'s buffers for a later run.
+    fn keep_layout(&self, layout: Layout) {
+        self.layouts.lock().expect("not poisoned").push(layout);
+    }
+
+    /// A build's buffers, emptied by whoever fills them.
+    fn build_scratch(&self) -> BuildScratch {
+        let spare = self.builds.lock().expect("not poisoned").pop();
+        spare.unwrap_or_default()
+    }
+
+    /// Keeps `scratch` for a later run, unless a huge copy grew it.
+    fn keep_build_scratch(&self, scratch: BuildScratch) {
+        if scratch.worth_keeping() {
+            self.builds.lock().expect("not poisoned").push(scratch);
+        }
     }
 }
 
 /// Appends the instructions of `plan`'s copy to `all` (empty): its body
 /// with probes, then the superblocks' counting fragments and the stubs
-/// (gathered in `scratch`).
+/// (gathered in `scratch`); the copy's marks are left in `scratch.marks`.
 fn copy_instructions(
     plan: &CopyPlan<'_>,
     entries: &Entries,
     mut next_fake: impl FnMut() -> u64,
     all: &mut Vec<Instruction>,
     scratch: &mut CopyScratch,
-) -> Result<CopyMarks, RelocateError> {
+) -> Result<(), RelocateError> {
     let code = &*plan.code;
-    let mut aligned: Vec<(usize, Option<usize>)> = vec![(0, None)];
-    let mut ptwrite_at: Vec<(usize, u32, PtwriteOperand)> = Vec::new();
-    let mut first = Vec::with_capacity(code.instructions.len());
-    let (stubs, fragments) = scratch.cleared();
-    // (index in `stubs`, load id) of each spatial check's `ptwrite`.
-    let mut stub_ptwrites: Vec<(usize, u32)> = Vec::new();
-    let mut fragment_checks: Vec<(usize, usize, bool)> = Vec::new();
-    let mut spatial_at: Vec<(usize, usize, bool)> = Vec::new();
+    scratch.clear();
+    let CopyScratch {
+        stubs,
+        fragments,
+        stub_ptwrites,
+        fragment_checks,
+        marks:
+            CopyMarks {
+                first,
+                body_end,
+                ptwrite_at,
+                spatial_at,
+                aligned,
+            },
+    } = scratch;
+    aligned.push((0, None));
+    first.reserve(code.instructions.len());
     let mut inserts = plan.inserts.iter().peekable();
     let mut checks = plan.superblocks.iter().peekable();
     let mut escapes = plan.escapes.iter().peekable();
@@ -724,7 +829,7 @@ fn copy_instructions(
             label = 0;
         }
         let in_loop = loops.of(i);
-        label = loops.enter(i, label, all, &mut aligned);
+        label = loops.enter(i, label, all, aligned);
         if let Some(block) = checks.next_if(|b| b.at == i) {
             let loads = block.loads.len() as u32;
             let stub = next_fake();
@@ -738,7 +843,7 @@ fn copy_instructions(
                 fragment,
                 entries,
                 &mut next_fake,
-                (&mut *fragments, &mut fragment_checks),
+                (&mut *fragments, &mut *fragment_checks),
                 &mut *stubs,
             );
             if let Some(n) = in_loop {
@@ -801,7 +906,7 @@ fn copy_instructions(
                     entries.spatial_hash,
                     &mut next_fake,
                     (all, &mut *stubs),
-                    (&mut ptwrite_at, &mut stub_ptwrites),
+                    (&mut *ptwrite_at, &mut *stub_ptwrites),
                 );
             }
             None => {}
@@ -823,7 +928,7 @@ fn copy_instructions(
                 entries,
                 &mut next_fake,
                 (all, &mut *stubs),
-                &mut spatial_at,
+                &mut *spatial_at,
             );
             label = 0;
         }
@@ -847,26 +952,12 @@ fn copy_instructions(
         // `__strncasecmp_l_avx2`); in the copy, the stubs follow.
         all.push(Instruction::with_branch(Code::Jmp_rel32_64, code.end)?);
     }
-    let body_end = all.len();
-    // Loop heads: the last branch of the body back to each.
-    if aligned.len() > 1 {
-        let mut last_branch_to = foldhash::HashMap::default();
-        for (j, insn) in all.iter().enumerate() {
-            if is_relative_branch(insn) {
-                last_branch_to.insert(insn.near_branch_target(), j);
-            }
-        }
-        for head in &mut aligned[1..] {
-            head.1 = last_branch_to
-                .get(&all[head.0].ip())
-                .copied()
-                .filter(|&j| j > head.0);
-        }
-    }
+    *body_end = all.len();
+    mark_loop_ends(all, aligned);
     let at = all.len();
     spatial_at.extend(
         fragment_checks
-            .into_iter()
+            .drain(..)
             .map(|(start, end, moves_rsp)| (at + start, at + end, moves_rsp)),
     );
     all.append(fragments);
@@ -876,13 +967,27 @@ fn copy_instructions(
             .map(|(at, id)| (all.len() + at, id, PtwriteOperand::Address)),
     );
     all.append(stubs);
-    Ok(CopyMarks {
-        first,
-        body_end,
-        ptwrite_at,
-        spatial_at,
-        aligned,
-    })
+    Ok(())
+}
+
+/// Gives each loop head among `aligned` (after the copy's first
+/// instruction) the last branch of the body `all` back to it.
+fn mark_loop_ends(all: &[Instruction], aligned: &mut [(usize, Option<usize>)]) {
+    if aligned.len() <= 1 {
+        return;
+    }
+    let mut last_branch_to = foldhash::HashMap::default();
+    for (j, insn) in all.iter().enumerate() {
+        if is_relative_branch(insn) {
+            last_branch_to.insert(insn.near_branch_target(), j);
+        }
+    }
+    for head in &mut aligned[1..] {
+        head.1 = last_branch_to
+            .get(&all[head.0].ip())
+            .copied()
+            .filter(|&j| j > head.0);
+    }
 }
 
 /// The entries of a map keyed by instruction index, sorted by index.
@@ -1000,14 +1105,6 @@ pub(super) const NOPS: [&[u8]; 9] = [
     &[0x66, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00],
 ];
 
-/// Appends NOPs to `code` until it is `len` bytes long.
-fn pad_to(code: &mut Vec<u8>, len: u64) {
-    while (code.len() as u64) < len {
-        let gap = (len - code.len() as u64).min(NOPS.len() as u64) as usize;
-        code.extend_from_slice(NOPS[gap - 1]);
-    }
-}
-
 /// How a stretch of code is laid out by [`Layout::measure`]. Every piece's
 /// bytes are in the pool, encoded once; the pieces with a target take the
 /// next of the layout's targets, in order, and get their 4-byte
@@ -1052,21 +1149,38 @@ struct Layout {
 }
 
 impl Layout {
-    /// Frees its code (pieces, bytes, targets), keeping its length.
-    fn free_code(&mut self) {
-        *self = Layout {
-            end: self.end,
-            ..Layout::default()
-        };
+    /// Takes its code (pieces, bytes, targets) out, keeping its length.
+    fn take_code(&mut self) -> Layout {
+        std::mem::replace(
+            self,
+            Layout {
+                end: self.end,
+                ..Layout::default()
+            },
+        )
     }
 
-    /// Frees the vectors' growth slack.
-    fn shrink_to_fit(&mut self) {
-        self.pieces.shrink_to_fit();
-        self.pool.shrink_to_fit();
-        self.targets.shrink_to_fit();
-        self.placed.shrink_to_fit();
-        self.labels.shrink_to_fit();
+    /// An empty layout in `spare`'s code buffers (its labels are not
+    /// reused: they are taken once measured, [`labels_of`]).
+    fn emptied(spare: Layout) -> Layout {
+        let Layout {
+            mut pieces,
+            mut pool,
+            mut targets,
+            mut placed,
+            ..
+        } = spare;
+        pieces.clear();
+        pool.clear();
+        targets.clear();
+        placed.clear();
+        Layout {
+            pieces,
+            pool,
+            targets,
+            placed,
+            ..Layout::default()
+        }
     }
 
     /// Lays out `all` after what is already measured: every branch in its
@@ -1669,7 +1783,7 @@ fn emit(
 ) -> Result<Vec<Fixup>, RelocateError> {
     let mut fixups = Vec::new();
     let mut encoder = Encoder::new(64);
-    let mut code = Vec::with_capacity(part.len as usize);
+    let code = &mut SlotCode { slot, len: 0 };
     let layout = &part.layout;
     let mut targets = layout.targets.iter();
     let mut target = || *targets.next().expect("one target per piece with one");
@@ -1683,7 +1797,7 @@ fn emit(
             padding = p;
         }
         let here = start + at + padding;
-        pad_to(&mut code, at + padding);
+        code.pad_to(at + padding);
         // The piece's bytes in the pool.
         let size = match *piece {
             Piece::Fixed(size) => {
@@ -1693,33 +1807,21 @@ fn emit(
             Piece::Near(size) => {
                 let size = usize::from(size);
                 code.extend_from_slice(&layout.pool[pool..pool + size]);
-                branch_rel32(
-                    &mut code,
-                    here + size as u64,
-                    target(),
-                    resolve,
-                    &mut fixups,
-                )?;
+                branch_rel32(code, here + size as u64, target(), resolve, &mut fixups)?;
                 size
             }
             Piece::Short(size) => {
                 let size = usize::from(size) + 2 + 5;
                 code.extend_from_slice(&layout.pool[pool..pool + size - 4]);
                 code.extend_from_slice(&[0; 4]);
-                branch_rel32(
-                    &mut code,
-                    here + size as u64,
-                    target(),
-                    resolve,
-                    &mut fixups,
-                )?;
+                branch_rel32(code, here + size as u64, target(), resolve, &mut fixups)?;
                 size - 4
             }
             Piece::RipRelative(size, displacement) => {
                 let size = usize::from(size);
                 code.extend_from_slice(&layout.pool[pool..pool + size]);
                 let from = size - usize::from(displacement);
-                write_rel32(&mut code, from, here + size as u64, target())?;
+                code.write_rel32(from, here + size as u64, target())?;
                 size
             }
             Piece::Reencode(k, size) => {
@@ -1749,43 +1851,92 @@ fn emit(
                 }
                 if let Some(insn) = later {
                     fixups.push(Fixup::Reencode {
-                        at: code.len(),
+                        at: code.len,
                         len: size,
                         insn,
                     });
                 }
-                drain_into(&mut encoder, &mut code);
+                code.drain_from(&mut encoder);
                 0
             }
         };
         pool += size;
-        at = code.len() as u64 - padding;
+        at = code.len as u64 - padding;
     }
-    pad_to(&mut code, part.len);
-    if code.len() != slot.len() {
+    code.pad_to(part.len);
+    if code.len != code.slot.len() {
         return Err(RelocateError::LengthChanged {
-            encoded: code.len() as u64,
-            measured: slot.len() as u64,
+            encoded: code.len as u64,
+            measured: code.slot.len() as u64,
         });
     }
-    slot.copy_from_slice(&code);
     Ok(fixups)
+}
+
+/// A run's code written straight into its slot in the batch's code (an
+/// intermediate buffer per run was faulted in and copied once more). Bytes
+/// that would run past the slot are counted, not written: [`emit`] reports
+/// the length it encoded.
+struct SlotCode<'s> {
+    slot: &'s mut [u8],
+    /// Bytes encoded so far.
+    len: usize,
+}
+
+impl SlotCode<'_> {
+    /// Appends `bytes`.
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        let end = self.len + bytes.len();
+        if let Some(to) = self.slot.get_mut(self.len..end) {
+            to.copy_from_slice(bytes);
+        }
+        self.len = end;
+    }
+
+    /// Appends `nop`s up to `len` bytes.
+    fn pad_to(&mut self, len: u64) {
+        while (self.len as u64) < len {
+            let gap = (len - self.len as u64).min(NOPS.len() as u64) as usize;
+            self.extend_from_slice(NOPS[gap - 1]);
+        }
+    }
+
+    /// Moves the encoder's output here, keeping its buffer's allocation.
+    fn drain_from(&mut self, encoder: &mut Encoder) {
+        let mut buffer = encoder.take_buffer();
+        self.extend_from_slice(&buffer);
+        buffer.clear();
+        encoder.set_buffer(buffer);
+    }
+
+    /// [`write_rel32`] on the code so far (nothing once past the slot).
+    fn write_rel32(
+        &mut self,
+        from_end: usize,
+        next: u64,
+        target: u64,
+    ) -> Result<(), RelocateError> {
+        match self.slot.get_mut(..self.len) {
+            Some(code) => write_rel32(code, from_end, next, target),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Writes the rel32 that ends `code` (its instruction ends at `next`) to
 /// `target`'s new address, or leaves it to a fixup while that is unknown.
 fn branch_rel32(
-    code: &mut [u8],
+    code: &mut SlotCode<'_>,
     next: u64,
     target: u64,
     resolve: &(dyn Fn(u64) -> Option<u64> + Sync),
     fixups: &mut Vec<Fixup>,
 ) -> Result<(), RelocateError> {
     match resolve(target) {
-        Some(resolved) => write_rel32(code, 4, next, resolved),
+        Some(resolved) => code.write_rel32(4, next, resolved),
         None => {
             fixups.push(Fixup::Rel32 {
-                at: code.len() - 4,
+                at: code.len - 4,
                 next,
                 target,
             });
@@ -2272,6 +2423,18 @@ mod tests {
                 .ok()
                 .map(|i| labels[i].1)
         };
+        // A slot of another length than measured is an error naming both,
+        // whether the code would run past it or fall short of it.
+        for measured in [part.len - 1, part.len + 1] {
+            let mut slot = vec![0u8; measured as usize];
+            match emit(&part, start, &resolve, &mut slot) {
+                Err(RelocateError::LengthChanged {
+                    encoded,
+                    measured: m,
+                }) => assert_eq!((encoded, m), (part.len, measured)),
+                other => panic!("{measured}-byte slot: {:?}", other.map(|f| f.len())),
+            }
+        }
         let mut code = vec![0u8; part.len as usize];
         let fixups = emit(&part, start, &resolve, &mut code).unwrap();
         assert_eq!(fixups.len(), 1, "the call to an address without a label");
