@@ -70,7 +70,8 @@ pub(crate) struct ElfEditor<'a> {
     patches: Vec<(usize, std::ops::Range<usize>)>,
     /// The patches' bytes.
     patched: Vec<u8>,
-    /// The ELF header as read; only `e_entry` is ever changed.
+    /// The ELF header as read; `finish` changes `e_entry` and, when the
+    /// copies are named, `e_shoff` and `e_shnum`.
     header: Header,
     headers: Vec<ProgramHeader>,
     /// Whether the binary is position independent (`ET_DYN`).
