@@ -11,7 +11,6 @@ use crate::cargo::{
 use crate::gate::{self, Baseline, BenchRun, Gate, Limits, load_baseline, save_baseline};
 use crate::pipeline::{self, RunPlan};
 use crate::report::{self, ReportOptions};
-use memgaze_analysis::AnalysisOptions;
 use memgaze_error::{Exit, usage};
 use memgaze_metadata::messages::{self, Reason};
 use memgaze_trace::Sampling;
@@ -80,6 +79,9 @@ pub struct Args {
 
     #[command(flatten)]
     pub spatial: super::spatial::SpatialArgs,
+
+    #[command(flatten)]
+    pub caches: super::caches::CacheSizesArgs,
 
     #[command(flatten)]
     pub time: super::limits::LimitArgs,
@@ -222,7 +224,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         let plan = RunPlan {
             sampling,
             spatial: args.spatial.spatial(),
-            analysis: AnalysisOptions::default(),
+            analysis: args.caches.analysis_options(),
             trace_file: Some(dir.join(pipeline::TRACE_FILE)),
             per_sample: false,
             env: full_trace_env(&sampling),
@@ -1155,5 +1157,19 @@ mod tests {
         assert!(parse(&["--full", "--period", "10"]).is_err());
         assert!(parse(&["--window", "0"]).is_err());
         assert!(parse(&["--backend", "gpu"]).is_err());
+    }
+
+    #[test]
+    fn cache_sizes_reach_the_analysis_of_every_bench() {
+        let args = parse(&["--cache-sizes", "48K,2M,32M", "--", "chase"]).unwrap();
+        let sizes = args.caches.analysis_options().cache_sizes.unwrap();
+        assert_eq!(
+            (sizes.l1, sizes.l2, sizes.llc),
+            (48 << 10, 2 << 20, 32 << 20)
+        );
+        assert_eq!(
+            parse(&[]).unwrap().caches.analysis_options().cache_sizes,
+            None
+        );
     }
 }
