@@ -195,9 +195,22 @@ pub fn discover(
     harness: &HarnessArgs,
     options: &BuildOptions,
 ) -> anyhow::Result<BenchSuite> {
+    discover_checked(args, harness, options, |_| Ok(()))
+}
+
+/// [`discover`], with `before_build` checking the loaded workspace (e.g.
+/// that a baseline exists in its results directory) before anything is
+/// compiled.
+pub fn discover_checked(
+    args: &CargoArgs,
+    harness: &HarnessArgs,
+    options: &BuildOptions,
+    before_build: impl FnOnce(&Workspace) -> anyhow::Result<()>,
+) -> anyhow::Result<BenchSuite> {
     let workspace = Workspace::load(args)?;
     workspace.ensure_bench_targets()?;
     workspace.ensure_bench_names(&args.bench_targets)?;
+    before_build(&workspace)?;
     let (build_args, mut skipped) = exclude_unsupported(args, &workspace)?;
     let executables = build_benches(&build_args, &workspace, options)?;
     let mut checked = Vec::with_capacity(executables.len());

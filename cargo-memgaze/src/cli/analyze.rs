@@ -59,10 +59,8 @@ pub struct Args {
     /// Smallest page of the hot-region zoom, in bytes (a power of two ≥ 64).
     #[arg(long, value_name = "BYTES", default_value_t = 4096, value_parser = parse_page)]
     pub min_page: u64,
-    /// Cache sizes L1,L2,LLC at which MR_L1, MR_L2 and MR_LLC are read
-    /// (e.g. 48K,2M,32M); default: this machine's, from sysfs.
-    #[arg(long, value_name = "L1,L2,LLC", value_parser = memgaze_analysis::locality::parse_cache_sizes)]
-    pub cache_sizes: Option<memgaze_analysis::CacheSizes>,
+    #[command(flatten)]
+    pub caches: super::caches::CacheSizesArgs,
     /// Full traces only: build the whole-run miss-ratio curve as a run
     /// spatially sampled at this rate would (e.g. 1/128), to see the
     /// estimate's error against the exact curve.
@@ -111,7 +109,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         region_threshold_percent: args.hot_threshold,
         region_min_page: args.min_page,
         functions: args.functions.clone(),
-        cache_sizes: args.cache_sizes.clone(),
+        cache_sizes: args.caches.cache_sizes.clone(),
         emulate_spatial: args
             .emulate_spatial_rate
             .and_then(memgaze_trace::SpatialSampling::with_rate),

@@ -11,7 +11,6 @@ use crate::cargo::{
 use crate::gate::{self, Baseline, BenchRun, Gate, Limits, load_baseline, save_baseline};
 use crate::pipeline::{self, RunPlan};
 use crate::report::{self, ReportOptions};
-use memgaze_analysis::AnalysisOptions;
 use memgaze_error::{Exit, usage};
 use memgaze_metadata::messages::{self, Reason};
 use memgaze_trace::Sampling;
@@ -82,6 +81,9 @@ pub struct Args {
     pub spatial: super::spatial::SpatialArgs,
 
     #[command(flatten)]
+    pub caches: super::caches::CacheSizesArgs,
+
+    #[command(flatten)]
     pub time: super::limits::LimitArgs,
 
     /// Stop at the first bench that fails or regresses.
@@ -147,7 +149,9 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
     // Bad usage is told before the build, not after minutes of it.
     let cli_limits = cli_limits(&args)?;
     let json = args.message_format == MessageFormat::Json;
-    let suite = suite::discover(&args.cargo, &harness, global)?;
+    let suite = suite::discover_checked(&args.cargo, &harness, global, |workspace| {
+        check_baseline_saved(&args, workspace)
+    })?;
     if json {
         emit(&build_finished(&suite));
     }
@@ -159,21 +163,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         print_selection(&suite, &selected, backend_note.as_deref());
     }
     if selected.is_empty() {
-        if !global.quiet {
-            styled_eprintln!("note: no bench matches the harness arguments; nothing to do");
-        }
-        if json {
-            // The same fields as the summary of a run that measured.
-            emit(&messages::BenchSummary {
-                benches: 0,
-                elapsed_s: 0.0,
-                failed: 0,
-                measured: 0,
-                reason: Reason::Summary,
-                results: suite.workspace.results_layout().root().to_path_buf(),
-            });
-        }
-        return Ok(Exit::Ok);
+        return Ok(nothing_selected(&suite, json, global.quiet));
     }
 
     let started = Instant::now();
@@ -223,7 +213,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         let plan = RunPlan {
             sampling,
             spatial: args.spatial.spatial(),
-            analysis: AnalysisOptions::default(),
+            analysis: args.caches.analysis_options(),
             trace_file: Some(dir.join(pipeline::TRACE_FILE)),
             per_sample: false,
             env: full_trace_env(&sampling),
@@ -554,6 +544,37 @@ fn print_selection(
     }
 }
 
+/// The end of a run whose harness arguments select no bench: a note, and
+/// under JSON the summary line a run that measured would end with.
+fn nothing_selected(suite: &BenchSuite, json: bool, quiet: bool) -> Exit {
+    if !quiet {
+        styled_eprintln!("note: no bench matches the harness arguments; nothing to do");
+    }
+    if json {
+        emit(&messages::BenchSummary {
+            benches: 0,
+            elapsed_s: 0.0,
+            failed: 0,
+            measured: 0,
+            reason: Reason::Summary,
+            results: suite.workspace.results_layout().root().to_path_buf(),
+        });
+    }
+    Exit::Ok
+}
+
+/// Checks that the `--baseline` to compare with is saved. Called once the
+/// workspace, and so the results directory, is known: a missing baseline
+/// is told before the build, not after it.
+fn check_baseline_saved(args: &Args, workspace: &crate::cargo::Workspace) -> anyhow::Result<()> {
+    match &args.baseline {
+        Some(name) => {
+            gate::baseline::check_baseline_exists(workspace.results_layout().root(), name)
+        }
+        None => Ok(()),
+    }
+}
+
 /// Checks the baseline names and parses `--limits` (usage errors, exit 2).
 fn cli_limits(args: &Args) -> anyhow::Result<Limits> {
     for name in [&args.save_baseline, &args.baseline].into_iter().flatten() {
@@ -610,7 +631,8 @@ impl Gating {
             );
         }
         // Loaded before anything is saved: `--save-baseline X --baseline X`
-        // compares with the previous X.
+        // compares with the previous X (which must exist, as checked before
+        // the build).
         let baseline = args
             .baseline
             .as_ref()
@@ -1156,5 +1178,19 @@ mod tests {
         assert!(parse(&["--full", "--period", "10"]).is_err());
         assert!(parse(&["--window", "0"]).is_err());
         assert!(parse(&["--backend", "gpu"]).is_err());
+    }
+
+    #[test]
+    fn cache_sizes_reach_the_analysis_of_every_bench() {
+        let args = parse(&["--cache-sizes", "48K,2M,32M", "--", "chase"]).unwrap();
+        let sizes = args.caches.analysis_options().cache_sizes.unwrap();
+        assert_eq!(
+            (sizes.l1, sizes.l2, sizes.llc),
+            (48 << 10, 2 << 20, 32 << 20)
+        );
+        assert_eq!(
+            parse(&[]).unwrap().caches.analysis_options().cache_sizes,
+            None
+        );
     }
 }

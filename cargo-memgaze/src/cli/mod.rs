@@ -10,6 +10,7 @@ use memgaze_error::Exit;
 pub mod analyze;
 pub mod backend;
 pub mod bench;
+pub mod caches;
 pub mod classify;
 pub mod compare;
 pub mod completions;

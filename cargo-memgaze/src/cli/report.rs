@@ -53,6 +53,10 @@ pub struct Args {
     /// Heading of the page.
     #[arg(long, default_value = "cargo memgaze report")]
     pub title: String,
+    /// Traces (a bench directory's included) are analysed at these sizes;
+    /// an analysis JSON must have been analysed at them.
+    #[command(flatten)]
+    pub caches: super::caches::CacheSizesArgs,
 }
 
 /// `$CARGO_TARGET_DIR/memgaze`, else `target/memgaze`: where `bench`
@@ -124,6 +128,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     });
     let mut options = ReportOptions::new(output);
     options.title = args.title.clone();
+    options.cache_sizes = args.caches.cache_sizes.clone();
     if let Some(name) = &args.baseline {
         let root = if is_dir {
             results.clone()

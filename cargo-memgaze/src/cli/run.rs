@@ -14,7 +14,7 @@ use super::record::{SamplingArgs, exit_like_program, print_summary, resolve_prog
 use super::style::styled_eprintln;
 use super::{Format, Global};
 use anyhow::{Context, Result};
-use memgaze_analysis::{AnalysisOptions, table};
+use memgaze_analysis::table;
 use memgaze_error::Exit;
 use memgaze_metadata::annotation::{Annotation, InstrumentationMode, LoadFlags};
 use memgaze_record::{self as record, AnalyzerSink, Tee};
@@ -44,6 +44,8 @@ pub struct Args {
     pub save_trace: Option<PathBuf>,
     #[command(flatten)]
     pub libs: super::record::LibsArgs,
+    #[command(flatten)]
+    pub caches: super::caches::CacheSizesArgs,
     /// The program (an ordinary, uninstrumented executable) and its
     /// arguments.
     #[arg(
@@ -134,7 +136,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         libraries.apply(&mut cmd);
         cmd
     };
-    let mut analyzer = AnalyzerSink::new(&header, &AnalysisOptions::default())?;
+    let mut analyzer = AnalyzerSink::new(&header, &args.caches.analysis_options())?;
     let recording = match &args.save_trace {
         Some(path) => {
             let mut writer =
@@ -282,7 +284,7 @@ fn run_pt(
     )?;
     let reader =
         memgaze_trace::TraceReader::open(&trace).with_context(|| trace.display().to_string())?;
-    let analysis = memgaze_analysis::analyze_trace(reader, &AnalysisOptions::default())?;
+    let analysis = memgaze_analysis::analyze_trace(reader, &args.caches.analysis_options())?;
     print_analysis(args, &analysis)?;
     Ok(super::record::exit_like(totals.exit))
 }

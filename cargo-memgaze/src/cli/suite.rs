@@ -34,6 +34,17 @@ pub fn discover(
     harness: &HarnessArgs,
     global: &Global,
 ) -> anyhow::Result<BenchSuite> {
+    discover_checked(cargo_args, harness, global, |_| Ok(()))
+}
+
+/// [`discover`], with `before_build` checking the workspace before it is
+/// built ([`cargo::discover_checked`]).
+pub fn discover_checked(
+    cargo_args: &CargoArgs,
+    harness: &HarnessArgs,
+    global: &Global,
+    before_build: impl FnOnce(&cargo::Workspace) -> anyhow::Result<()>,
+) -> anyhow::Result<BenchSuite> {
     let options = BuildOptions {
         quiet: global.quiet,
         verbose: global.verbose > 0,
@@ -43,7 +54,7 @@ pub fn discover(
             ColorChoice::Never => Some("never"),
         },
     };
-    let suite = cargo::discover(cargo_args, harness, &options)?;
+    let suite = cargo::discover_checked(cargo_args, harness, &options, before_build)?;
     for (_, reason) in &suite.skipped {
         styled_eprintln!("warning: {reason}; skipped");
     }

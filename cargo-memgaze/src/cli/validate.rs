@@ -234,12 +234,20 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         // A bench without a snapshot is named and skipped; the others are
         // still validated, and the run ends with 1 (docs/CLI.md).
         let Some(golden) = store.read(&exe.package, &exe.target, &case.name)? else {
-            progress.error(&format!(
-                "error: bench `{}` of `{}`: no golden snapshot in {}: run `cargo memgaze golden --update` to record it",
+            let problem = format!(
+                "bench `{}` of `{}`: no golden snapshot in {}: run `cargo memgaze golden --update` to record it",
                 case.name,
                 exe.display_name(),
                 store.dir().display()
-            ));
+            );
+            if json {
+                emit(&missing_snapshot(
+                    (&exe.package, &exe.target, &case.name),
+                    &sampling,
+                    problem.clone(),
+                ));
+            }
+            progress.error(&format!("error: {problem}"));
             *counts.entry("missing").or_default() += 1;
             exit = exit.worst(Exit::Error);
             progress.advance();
@@ -326,6 +334,36 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         started,
     );
     Ok(exit)
+}
+
+/// The `validation` line of a bench `(package, target, name)` without a
+/// golden snapshot: status `missing`, `problems` saying so, and nothing
+/// measured (it is not run: the numbers are 0, the lists empty).
+fn missing_snapshot(
+    (package, target, name): (&str, &str, &str),
+    sampling: &memgaze_trace::Sampling,
+    problem: String,
+) -> messages::Validation {
+    messages::Validation {
+        code_window_k: 0,
+        elapsed_s: 0.0,
+        functions: Vec::new(),
+        k_max: 0,
+        mrc: None,
+        name: name.to_string(),
+        package: package.to_string(),
+        period: sampling.period,
+        problems: vec![problem],
+        reason: Reason::Validation,
+        samples: 0,
+        sampling: sampling_info(sampling),
+        status: "missing".to_string(),
+        target: target.to_string(),
+        trace_size_frac: None,
+        trace_size_frac_total: None,
+        trace_windows: Vec::new(),
+        window: sampling.window,
+    }
 }
 
 fn percent(x: f64) -> String {
@@ -465,6 +503,29 @@ mod tests {
 
     /// With w < 8 no trace-window row is compared; the heading says so
     /// instead of an empty range `k = 3..2` (found by an outside check).
+    #[test]
+    fn a_bench_without_snapshot_is_a_missing_validation_line() {
+        let sampling = memgaze_trace::Sampling {
+            window: 1000,
+            period: 100_000,
+            seed: Some(1),
+        };
+        let line = missing_snapshot(("p", "t", "b"), &sampling, "no snapshot".into());
+        let json = serde_json::to_value(&line).unwrap();
+        assert_eq!(json["reason"], "validation");
+        assert_eq!(json["status"], "missing");
+        assert_eq!(json["problems"], serde_json::json!(["no snapshot"]));
+        assert_eq!(
+            (&json["package"], &json["target"], &json["name"]),
+            (&"p".into(), &"t".into(), &"b".into())
+        );
+        assert_eq!(
+            (&json["window"], &json["period"]),
+            (&1000.into(), &100_000.into())
+        );
+        assert_eq!(json["samples"], 0);
+    }
+
     #[test]
     fn a_window_below_8_has_no_trace_window_range() {
         let text = render("str1", "ok", &comparison(4, 2));

@@ -184,24 +184,36 @@ pub(crate) fn saved_bench(run: &BenchRun) -> BaselineBench {
     }
 }
 
-/// Loads baseline `name`. A missing baseline is an error that lists the
-/// saved ones.
-pub fn load_baseline(results_root: &Path, name: &str) -> Result<Baseline> {
+/// Whether baseline `name` is saved under `results_root`.
+pub fn baseline_exists(results_root: &Path, name: &str) -> bool {
+    baselines_dir(results_root).join(name).is_dir()
+}
+
+/// Checks that baseline `name` is saved: the error of a missing one names
+/// where it was looked for and lists the saved ones.
+pub fn check_baseline_exists(results_root: &Path, name: &str) -> Result<()> {
     check_name(name)?;
-    let dir = baselines_dir(results_root).join(name);
-    if !dir.is_dir() {
-        let saved = list_baselines(results_root)?;
-        let names: Vec<&str> = saved.iter().map(|b| b.name.as_str()).collect();
-        let hint = if names.is_empty() {
-            "no baseline is saved yet (save one with --save-baseline NAME)".to_string()
-        } else {
-            format!("saved baselines: {}", names.join(", "))
-        };
-        bail!(
-            "baseline `{name}` not found in {}: {hint}",
-            baselines_dir(results_root).display()
-        );
+    if baseline_exists(results_root, name) {
+        return Ok(());
     }
+    let saved = list_baselines(results_root)?;
+    let names: Vec<&str> = saved.iter().map(|b| b.name.as_str()).collect();
+    let hint = if names.is_empty() {
+        "no baseline is saved yet (save one with --save-baseline NAME)".to_string()
+    } else {
+        format!("saved baselines: {}", names.join(", "))
+    };
+    bail!(
+        "baseline `{name}` not found in {}: {hint}",
+        baselines_dir(results_root).display()
+    );
+}
+
+/// Loads baseline `name`. A missing baseline is an error that lists the
+/// saved ones ([`check_baseline_exists`]).
+pub fn load_baseline(results_root: &Path, name: &str) -> Result<Baseline> {
+    check_baseline_exists(results_root, name)?;
+    let dir = baselines_dir(results_root).join(name);
     let benches = super::staging::read_consistently(&dir, read_benches)?;
     Ok(Baseline {
         name: name.to_string(),

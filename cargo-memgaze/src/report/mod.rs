@@ -68,6 +68,10 @@ pub struct ReportOptions {
     /// What charts and tables call the run the report is about: `this run`,
     /// or for `compare OLD NEW` the newer baseline's name.
     pub run_label: String,
+    /// Cache sizes a trace is analysed at (`report --cache-sizes`); an
+    /// analysis JSON analysed at other sizes is refused. `None`: the
+    /// machine's for traces, and analyses as they are.
+    pub cache_sizes: Option<memgaze_analysis::CacheSizes>,
 }
 
 impl ReportOptions {
@@ -82,6 +86,7 @@ impl ReportOptions {
             package_limits: BTreeMap::new(),
             top: 12,
             run_label: "this run".into(),
+            cache_sizes: None,
         }
     }
 }
@@ -123,7 +128,7 @@ pub fn default_report_dir(results_root: &Path) -> PathBuf {
 /// Reports on everything under `results` (a trace, an analysis JSON or a
 /// results tree).
 pub fn report_results(results: &Path, options: &ReportOptions) -> Result<ReportOutput> {
-    let found = discover(results)?;
+    let found = discover(results, options.cache_sizes.as_ref())?;
     let mut output = write_report(&found.benches, &results.display().to_string(), options)?;
     output.warnings.splice(0..0, found.skipped);
     Ok(output)

@@ -12,12 +12,15 @@
 //! | [`GOLDEN_FILE`] `golden.json` | the analysis of a full trace of the same bench, overlaid on the trace-window chart |
 //!
 //! A directory with a trace but no analysis is analysed with the default
-//! options.
+//! options. Under `report --cache-sizes`, every trace is analysed at those
+//! sizes (a bench directory's trace in place of its analysis), and an
+//! analysis without its trace must have been analysed at them: its
+//! `lines[]` estimates cannot be read again at other sizes.
 
 use crate::gate::{BASELINES_DIR, BenchKey};
 use crate::pipeline::instrumented::CACHE_DIR;
 use anyhow::{Context, Result, bail};
-use memgaze_analysis::{ANALYSIS_SCHEMA, Analysis, AnalysisOptions, analyze_trace};
+use memgaze_analysis::{ANALYSIS_SCHEMA, Analysis, AnalysisOptions, CacheSizes, analyze_trace};
 use memgaze_trace::TraceReader;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -102,10 +105,39 @@ pub fn read_analysis(path: &Path) -> Result<Analysis> {
     Ok(analysis)
 }
 
-/// Analyses a trace file with the default options.
-pub fn analyse_trace_file(path: &Path) -> Result<Analysis> {
+/// Analyses a trace file with the default options, at `cache_sizes`
+/// (default: this machine's).
+pub fn analyse_trace_file(path: &Path, cache_sizes: Option<&CacheSizes>) -> Result<Analysis> {
     let reader = TraceReader::open(path).with_context(|| path.display().to_string())?;
-    analyze_trace(reader, &AnalysisOptions::default()).with_context(|| path.display().to_string())
+    let options = AnalysisOptions {
+        cache_sizes: cache_sizes.cloned(),
+        ..AnalysisOptions::default()
+    };
+    analyze_trace(reader, &options).with_context(|| path.display().to_string())
+}
+
+/// Reads an analysis JSON document that `report --cache-sizes` may show:
+/// one without miss ratios, or with them at `cache_sizes`. Another
+/// analysis is a usage error: its per-line miss estimates exist at its own
+/// sizes only.
+fn read_analysis_at(path: &Path, cache_sizes: Option<&CacheSizes>) -> Result<Analysis> {
+    let analysis = read_analysis(path)?;
+    if let (Some(wanted), Some(had)) = (cache_sizes, &analysis.run.cache_sizes)
+        && (wanted.l1, wanted.l2, wanted.llc) != (had.l1, had.l2, had.llc)
+    {
+        return Err(memgaze_error::usage(format!(
+            "{}: analysed at cache sizes {}/{}/{} B, not the {}/{}/{} B of --cache-sizes, and there is no trace to analyse again: \
+             leave --cache-sizes out, or report on the trace",
+            path.display(),
+            had.l1,
+            had.l2,
+            had.llc,
+            wanted.l1,
+            wanted.l2,
+            wanted.llc
+        )));
+    }
+    Ok(analysis)
 }
 
 /// What [`discover`] found.
@@ -127,8 +159,9 @@ pub struct Discovery {
 /// A file named directly must be readable. In a tree, a bench directory
 /// that is not is skipped and named in [`Discovery::skipped`]: a results
 /// root outlives upgrades and holds benches not run this time, and one
-/// stale directory must not hide the rest of the report.
-pub fn discover(results: &Path) -> Result<Discovery> {
+/// stale directory must not hide the rest of the report. An analysis at
+/// other cache sizes than `cache_sizes` is not skipped but refused.
+pub fn discover(results: &Path, cache_sizes: Option<&CacheSizes>) -> Result<Discovery> {
     let meta = std::fs::metadata(results)
         .with_context(|| format!("{}: cannot read", results.display()))?;
     if meta.is_file() {
@@ -141,7 +174,7 @@ pub fn discover(results: &Path) -> Result<Discovery> {
                 .parent()
                 .filter(|d| !d.as_os_str().is_empty())
                 .unwrap_or(Path::new("."));
-            if let Some(bench) = bench_in(dir, dir)? {
+            if let Some(bench) = bench_in(dir, dir, cache_sizes)? {
                 return Ok(Discovery {
                     benches: vec![bench],
                     skipped: Vec::new(),
@@ -152,11 +185,11 @@ pub fn discover(results: &Path) -> Result<Discovery> {
             .file_stem()
             .map_or_else(|| "trace".to_string(), |s| s.to_string_lossy().into_owned());
         let bench = if is_trace(results) {
-            let mut bench = ReportBench::new(stem, analyse_trace_file(results)?);
+            let mut bench = ReportBench::new(stem, analyse_trace_file(results, cache_sizes)?);
             bench.trace = Some(results.to_path_buf());
             bench
         } else {
-            ReportBench::new(stem, read_analysis(results)?)
+            ReportBench::new(stem, read_analysis_at(results, cache_sizes)?)
         };
         return Ok(Discovery {
             benches: vec![bench],
@@ -167,9 +200,10 @@ pub fn discover(results: &Path) -> Result<Discovery> {
     let mut skipped = Vec::new();
     let mut stack = vec![results.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        match bench_in(&dir, results) {
+        match bench_in(&dir, results, cache_sizes) {
             Ok(Some(bench)) => benches.push(bench),
             Ok(None) => {}
+            Err(e) if memgaze_error::exit_for(&e) == memgaze_error::Exit::Usage => return Err(e),
             Err(e) => skipped.push(format!(
                 "skipped {}: {}",
                 dir.display(),
@@ -212,17 +246,21 @@ pub fn discover(results: &Path) -> Result<Discovery> {
     Ok(Discovery { benches, skipped })
 }
 
-/// The bench whose files are in `dir`, if any.
-fn bench_in(dir: &Path, root: &Path) -> Result<Option<ReportBench>> {
+/// The bench whose files are in `dir`, if any. With `cache_sizes`, its
+/// trace is analysed at them rather than its analysis read.
+fn bench_in(
+    dir: &Path,
+    root: &Path,
+    cache_sizes: Option<&CacheSizes>,
+) -> Result<Option<ReportBench>> {
     let trace = dir.join(TRACE_FILE);
     let analysis_file = dir.join(ANALYSIS_FILE);
     let trace = trace.is_file().then_some(trace);
-    let analysis = if analysis_file.is_file() {
-        read_analysis(&analysis_file)?
-    } else if let Some(trace) = &trace {
-        analyse_trace_file(trace)?
-    } else {
-        return Ok(None);
+    let analysis = match (&trace, analysis_file.is_file()) {
+        (Some(trace), _) if cache_sizes.is_some() => analyse_trace_file(trace, cache_sizes)?,
+        (_, true) => read_analysis_at(&analysis_file, cache_sizes)?,
+        (Some(trace), false) => analyse_trace_file(trace, None)?,
+        (None, false) => return Ok(None),
     };
     let key = read_key(&dir.join(BENCH_FILE))?;
     let name = match &key {

@@ -279,6 +279,39 @@ fn unknown_package_is_one_line_before_any_build() {
     assert!(err.contains("members: hashmap-vs-btree"), "{err}");
 }
 
+/// `--baseline` naming a baseline not saved is one line naming it and
+/// where it was looked for, before anything is built (a fresh target
+/// directory stays without build output), also when the same name is
+/// to be saved.
+#[test]
+fn missing_baseline_is_one_line_before_any_build() {
+    let target_dir = crate::support::process_scratch("missing-baseline");
+    let _ = std::fs::remove_dir_all(&target_dir);
+    for extra in [&[][..], &["--save-baseline", "nope"]] {
+        let out = crate::support::memgaze_command()
+            .args(["memgaze", "bench", "--locked", "--manifest-path"])
+            .arg(fixture("hashmap-vs-btree"))
+            .arg("--target-dir")
+            .arg(&target_dir)
+            .args(["--baseline", "nope"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let err = stderr(&out);
+        assert_eq!(
+            err,
+            format!(
+                "error: baseline `nope` not found in {}: no baseline is saved yet \
+                 (save one with --save-baseline NAME)\n",
+                target_dir.join("memgaze/baselines").display()
+            )
+        );
+        assert!(!target_dir.join("release").exists(), "built: {extra:?}");
+    }
+    let _ = std::fs::remove_dir_all(&target_dir);
+}
+
 /// An unknown `--bench` name is one line naming it and the bench targets
 /// there are, before cargo runs (not cargo's error followed by ours).
 #[test]

@@ -292,3 +292,121 @@ fn run_refuses_a_program_that_is_not_executable() {
     assert!(!err.contains("error"), "{err}");
     assert_eq!(out.status.code(), Some(1), "`false` ran: {err}");
 }
+
+/// `--cache-sizes` on every command that analyses (`analyze`, `run`,
+/// `bench`, `report`): one parser, one `error:` line naming the value and
+/// exit 2 for a bad one.
+#[test]
+fn every_analysing_command_takes_cache_sizes_and_refuses_a_bad_one() {
+    for command in [
+        &["analyze", "t.mgz"][..],
+        &["run", "--", "true"],
+        &["bench"],
+        &["report", "t.mgz"],
+    ] {
+        let head = [command[0], "--cache-sizes", "banana"];
+        let args: Vec<&std::ffi::OsStr> = head
+            .iter()
+            .chain(&command[1..])
+            .map(std::ffi::OsStr::new)
+            .collect();
+        let line = error_line(&memgaze(&args), 2);
+        assert!(
+            line.contains("'banana' for '--cache-sizes") && line.contains("48K,2M,32M"),
+            "{command:?}: {line}"
+        );
+    }
+}
+
+/// `run --cache-sizes` reads the whole-run miss ratios at the given sizes.
+#[test]
+fn run_reads_miss_ratios_at_the_given_cache_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let elf = small_elf(dir.path());
+    let out = memgaze(&[
+        "run".as_ref(),
+        "-q".as_ref(),
+        "--libs".as_ref(),
+        "none".as_ref(),
+        "--full".as_ref(),
+        "--format".as_ref(),
+        "json".as_ref(),
+        "--cache-sizes".as_ref(),
+        "20K,300K,5M".as_ref(),
+        "--".as_ref(),
+        elf.as_os_str(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sizes = &json["run"]["cache_sizes"];
+    assert_eq!(
+        (&sizes["L1"], &sizes["L2"], &sizes["LLC"], &sizes["source"]),
+        (
+            &serde_json::json!(20 << 10),
+            &serde_json::json!(300 << 10),
+            &serde_json::json!(5 << 20),
+            &serde_json::json!("--cache-sizes")
+        ),
+        "{sizes}"
+    );
+}
+
+/// `report --cache-sizes`: a trace is analysed at the sizes (a bench
+/// directory's trace in place of its analysis); an analysis JSON is shown
+/// only if it was analysed at them, else refused in one line (exit 2): its
+/// per-line miss estimates cannot be read again at other sizes.
+#[test]
+fn report_analyses_traces_at_the_given_cache_sizes_and_refuses_other_analyses() {
+    let dir = tempfile::tempdir().unwrap();
+    let bench = dir.path().join("bench");
+    std::fs::create_dir(&bench).unwrap();
+    let trace = small_trace(&bench, None);
+    std::fs::rename(&trace, bench.join("trace.mgz")).unwrap();
+    let trace = bench.join("trace.mgz");
+    let analysis = bench.join("analysis.json");
+    let analyse = memgaze(&[
+        "analyze".as_ref(),
+        trace.as_os_str(),
+        "--format".as_ref(),
+        "json".as_ref(),
+        "--cache-sizes".as_ref(),
+        "20K,300K,5M".as_ref(),
+        "-o".as_ref(),
+        analysis.as_os_str(),
+    ]);
+    assert_eq!(analyse.status.code(), Some(0));
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&analysis).unwrap()).unwrap();
+    assert_eq!(json["run"]["cache_sizes"]["L2"], 300 << 10);
+
+    let report = |input: &Path, out: &str, sizes: &str| {
+        memgaze(&[
+            "report".as_ref(),
+            input.as_os_str(),
+            "-o".as_ref(),
+            dir.path().join(out).as_os_str(),
+            "--cache-sizes".as_ref(),
+            sizes.as_ref(),
+        ])
+    };
+    for input in [&analysis, &bench] {
+        let out = report(input, "same", "20K,300K,5M");
+        assert_eq!(out.status.code(), Some(0), "{input:?}");
+    }
+    // The bench directory's trace is analysed at the other sizes; its
+    // analysis alone is refused.
+    let out = report(&bench, "dir", "32K,1M,16M");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    std::fs::rename(&trace, dir.path().join("moved.mgz")).unwrap();
+    for input in [&analysis, &bench] {
+        let line = error_line(&report(input, "other", "32K,1M,16M"), 2);
+        assert!(
+            line.contains(&analysis.display().to_string())
+                && line.contains("analysed at cache sizes 20480/307200/5242880 B"),
+            "{line}"
+        );
+    }
+    assert!(!dir.path().join("other").exists());
+}

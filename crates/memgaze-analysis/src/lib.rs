@@ -847,12 +847,17 @@ fn uninstrumented_rows(libraries: &[String]) -> impl Iterator<Item = ObjectLoadC
 }
 
 /// One line on [`Summary::coverage_by_object`]: each object's traced share
-/// of its executed loads, or "not instrumented" (`app 100.0%, libc.so.6
-/// not instrumented`).
+/// of its executed loads, "no loads executed", or "not instrumented" (`app
+/// 100.0%, libc.so.6 not instrumented`). An object that executed no load
+/// has `share` 1 in the JSON; "100.0%" would read as all of its loads
+/// traced.
 pub fn coverage_by_object_line(objects: &[ObjectLoadCoverage]) -> String {
     objects
         .iter()
         .map(|o| match o.share {
+            Some(_) if o.loads_executed.is_some_and(|n| n <= 0.0) => {
+                format!("{} no loads executed", o.object)
+            }
             Some(share) => format!("{} {:.1}%", o.object, 100.0 * share),
             None if o.instrumented => format!("{} unknown (no ρ)", o.object),
             None => format!("{} not instrumented", o.object),
@@ -2598,6 +2603,31 @@ mod tests {
         assert_eq!(
             summary,
             [("app", true), ("liby.so", true), ("libx.so", false)]
+        );
+    }
+
+    /// An instrumented object that executed no load: `share` 1 in the
+    /// JSON, "no loads executed" in the text line (not "100.0%").
+    #[test]
+    fn an_object_without_executed_loads_says_so_in_the_coverage_line() {
+        let row = |object: &str, executed: Option<f64>, traced: f64, share: Option<f64>| {
+            ObjectLoadCoverage {
+                object: object.into(),
+                instrumented: true,
+                loads_executed: executed,
+                loads_traced: traced,
+                share,
+            }
+        };
+        let objects = [
+            row("app", Some(10.0), 10.0, Some(1.0)),
+            row("libz.so.1", Some(0.0), 0.0, Some(1.0)),
+            row("libc.so.6", Some(8.0), 6.0, Some(0.75)),
+            row("libm.so.6", None, 0.0, None),
+        ];
+        assert_eq!(
+            coverage_by_object_line(&objects),
+            "app 100.0%, libz.so.1 no loads executed, libc.so.6 75.0%, libm.so.6 unknown (no ρ)"
         );
     }
 

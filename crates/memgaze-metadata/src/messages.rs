@@ -360,7 +360,8 @@ pub struct Validation<W = serde_json::Value, F = serde_json::Value> {
     pub samples: u64,
     /// How it was sampled.
     pub sampling: SamplingInfo,
-    /// `ok`, `exceeded` or `undersampled`.
+    /// `ok`, `exceeded` or `undersampled`; `missing` for a bench without a
+    /// golden snapshot (not run: `problems` says so, the numbers are 0).
     pub status: String,
     /// Bench target name.
     pub target: String,
