@@ -45,6 +45,17 @@ impl ResultsLayout {
     /// signal `watch` catches meanwhile ends the wait with an
     /// [`memgaze_error::Interrupted`] error.
     pub fn lock(&self, quiet: bool, watch: &Watch) -> anyhow::Result<ResultsLock> {
+        self.lock_unless(quiet, || watch.signal())
+    }
+
+    /// [`ResultsLayout::lock`] with the caught signal asked of `signal`:
+    /// tests must not depend on the process-wide signal counts that other
+    /// tests in the same process raise signals into.
+    fn lock_unless(
+        &self,
+        quiet: bool,
+        signal: impl Fn() -> Option<i32>,
+    ) -> anyhow::Result<ResultsLock> {
         let root = self.root();
         std::fs::create_dir_all(root)
             .with_context(|| format!("{}: cannot create", root.display()))?;
@@ -73,7 +84,7 @@ impl ResultsLayout {
                 );
                 said = true;
             }
-            if let Some(signal) = watch.signal() {
+            if let Some(signal) = signal() {
                 return Err(memgaze_error::Interrupted {
                     code: 128 + signal,
                     what: format!(
@@ -97,11 +108,10 @@ mod tests {
     fn a_second_lock_waits_for_the_first() {
         let dir = tempfile::tempdir().unwrap();
         let layout = ResultsLayout::new(dir.path());
-        let watch = Watch::start();
-        let first = layout.lock(true, &watch).unwrap();
+        let first = layout.lock_unless(true, || None).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let waiter = std::thread::spawn(move || {
-            let second = layout.lock(true, &Watch::start()).unwrap();
+            let second = layout.lock_unless(true, || None).unwrap();
             tx.send(()).unwrap();
             drop(second);
         });
@@ -114,5 +124,20 @@ mod tests {
         drop(first);
         rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
         waiter.join().unwrap();
+    }
+
+    #[test]
+    fn a_signal_ends_the_wait_with_its_exit_code() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = ResultsLayout::new(dir.path());
+        let _first = layout.lock_unless(true, || None).unwrap();
+        let error = layout.lock_unless(true, || Some(2)).unwrap_err();
+        let interrupted = error.downcast_ref::<memgaze_error::Interrupted>().unwrap();
+        assert_eq!(interrupted.code, 130);
+        assert!(
+            interrupted
+                .what
+                .contains("SIGINT while waiting for file lock on")
+        );
     }
 }
