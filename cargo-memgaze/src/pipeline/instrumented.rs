@@ -2,9 +2,9 @@
 //! keep the result in a content-addressed cache under
 //! `<target-dir>/memgaze/instrumented/`.
 //!
-//! The cache key is the SHA-256 of the executable's bytes and file name, of the selection
-//! (which functions, which mode: `run --functions` makes other copies than
-//! `bench`) and of the running `cargo memgaze` binary (a rebuilt
+//! The cache key is the SHA-256 of the executable's bytes and file name, of
+//! the selection (which functions, which mode: `run --functions` makes other
+//! copies than `bench`) and of the running `cargo memgaze` binary (a rebuilt
 //! instrumentor never reuses another's output). An entry is a directory
 //! holding the instrumented executable and its annotation; it is written
 //! under a temporary name and renamed into place, so an interrupted run never
