@@ -5,7 +5,8 @@
 //! analysis is printed after it exits (to stdout, or to `--output`), and
 //! progress and notes go to stderr. The instrumented copy is kept under
 //! `target/memgaze/instrumented/` when run inside a cargo project (keyed by
-//! the binary's hash, the function selection and this cargo memgaze), else
+//! the binary's hash and file name, the function selection and this cargo
+//! memgaze), else
 //! in a temporary directory, and runs from a mirror of the original's
 //! directories beside it ([`crate::pipeline::layout`]), so that programs
 //! that find their files relative to their executable find them.

@@ -2,13 +2,14 @@
 //! keep the result in a content-addressed cache under
 //! `<target-dir>/memgaze/instrumented/`.
 //!
-//! The cache key is the SHA-256 of the executable's bytes, of the selection
-//! (which functions, which mode: `run --functions` makes other copies than
-//! `bench`) and of the running `cargo memgaze` binary (a rebuilt
+//! The cache key is the SHA-256 of the executable's bytes and file name, of
+//! the selection (which functions, which mode: `run --functions` makes other
+//! copies than `bench`) and of the running `cargo memgaze` binary (a rebuilt
 //! instrumentor never reuses another's output). An entry is a directory
 //! holding the instrumented executable and its annotation; it is written
 //! under a temporary name and renamed into place, so an interrupted run never
-//! leaves a half-written entry behind.
+//! leaves a half-written entry behind (its staging directory is removed by
+//! the next run that stages one, once its process is gone).
 //!
 //! Every code change makes a new entry (tens of MB for a bench), so the
 //! cache keeps the [`KEEP_PER_EXECUTABLE`] most recently used entries of an
@@ -103,9 +104,18 @@ pub fn cached_as(
     decode: Decode,
     instrumenter: impl FnOnce(&Path, &Path) -> anyhow::Result<(Annotation, Report)>,
 ) -> anyhow::Result<InstrumentedBench> {
+    let file_name = executable
+        .file_name()
+        .with_context(|| format!("{}: not a file", executable.display()))?;
     let mut hasher = Sha256::new();
     hash_file(&mut hasher, executable)
         .with_context(|| format!("cannot read {}", executable.display()))?;
+    // The annotation names the original (its path, and the `<file>!` of
+    // its functions once it joins a trace), and an entry holds its copy
+    // under the original's file name: one content under two names is two
+    // entries, never one entry looked up under a name it does not hold.
+    hasher.update((file_name.len() as u64).to_le_bytes());
+    hasher.update(file_name.as_encoded_bytes());
     if !selection.is_empty() {
         hasher.update((selection.len() as u64).to_le_bytes());
         hasher.update(selection);
@@ -123,9 +133,6 @@ pub fn cached_as(
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    let file_name = executable
-        .file_name()
-        .with_context(|| format!("{}: not a file", executable.display()))?;
     // A linked cache directory or entry would run whatever it points to.
     memgaze_output::create_dir_within(cache.parent().unwrap_or(Path::new(".")), cache)?;
     let entry = cache.join(&key);
@@ -147,8 +154,9 @@ pub fn cached_as(
             outline,
         });
     }
-    // Build in a fresh temporary directory, then rename it into place.
-    let staging = memgaze_output::private_tempdir_in(cache, &format!("{key}{STAGING_MARK}"))
+    // Build in a fresh temporary directory, then rename it into place; one
+    // that a killed run left is removed once its process is gone.
+    let staging = memgaze_output::owned_tempdir_in(cache, &format!("{key}{STAGING_MARK}"))
         .with_context(|| format!("cannot create a directory in {}", cache.display()))?;
     let staged = staging.path().join(file_name);
     let (annotation, report) = instrumenter(executable, &staged)?;
@@ -159,13 +167,9 @@ pub fn cached_as(
             .with_context(|| format!("cannot write into {}", staging.path().display()))?;
     }
     let staging = staging.keep();
-    if let Err(e) = std::fs::rename(&staging, &entry) {
-        // Another run may have won the race; its entry is as good as ours.
-        let _ = std::fs::remove_dir_all(&staging);
-        if !path.is_file() {
-            return Err(e).with_context(|| format!("cannot create {}", entry.display()));
-        }
-    }
+    let placed = place_entry(&staging, &entry, file_name);
+    let _ = std::fs::remove_dir_all(&staging);
+    placed.with_context(|| format!("cannot create {}", entry.display()))?;
     mark_used(&entry);
     evict(cache, file_name, &entry, KEEP_PER_EXECUTABLE);
     Ok(InstrumentedBench {
@@ -174,6 +178,28 @@ pub fn cached_as(
         report: Some(report),
         outline: None,
     })
+}
+
+/// Renames the directory `staging` (holding the copy `file_name` and its
+/// annotation) to `entry`. Where `entry` is already there (made by a run
+/// that won the race, or damaged: its copy or annotation missing), what it
+/// holds is kept, its `mirror/` of `run` included, and only what it lacks
+/// is moved in from `staging`: the annotation first, so that the entry
+/// never looks whole before it is. The files are the same for the same key.
+fn place_entry(staging: &Path, entry: &Path, file_name: &OsStr) -> std::io::Result<()> {
+    let Err(e) = std::fs::rename(staging, entry) else {
+        return Ok(());
+    };
+    if !std::fs::symlink_metadata(entry).is_ok_and(|m| m.is_dir()) {
+        return Err(e);
+    }
+    let copy = Path::new(file_name);
+    for name in [instrument::annotation_path(copy), copy.to_path_buf()] {
+        if !entry.join(&name).is_file() {
+            std::fs::rename(staging.join(&name), entry.join(&name))?;
+        }
+    }
+    Ok(())
 }
 
 /// Feeds the contents of the file at `path` to `hasher` a block at a time:
@@ -514,6 +540,72 @@ mod tests {
         let other = cached(&exe, &cache, b"functions=main", fake).unwrap();
         assert_eq!(calls.get(), 3);
         assert_ne!(other.path, all.path);
+    }
+
+    #[test]
+    fn one_content_under_two_names_makes_an_entry_per_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = tmp.path().join("cache");
+        let calls = Cell::new(0);
+        let fake = |input: &Path, out: &Path| fake_instrument(&calls, input, out);
+        let exe = executable(tmp.path(), b"v1");
+        let renamed = tmp.path().join("prog");
+        std::fs::copy(&exe, &renamed).unwrap();
+        let first = cached(&exe, &cache, b"", fake).unwrap();
+        let second = cached(&renamed, &cache, b"", fake).unwrap();
+        assert_ne!(first.path.parent(), second.path.parent());
+        assert_eq!(second.path.file_name().unwrap(), "prog");
+        let again = cached(&renamed, &cache, b"", fake).unwrap();
+        assert_eq!((again.path, calls.get()), (second.path, 2));
+    }
+
+    #[test]
+    fn an_entry_that_lost_a_file_is_completed_and_keeps_the_rest() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = tmp.path().join("cache");
+        let calls = Cell::new(0);
+        let fake = |input: &Path, out: &Path| fake_instrument(&calls, input, out);
+        let exe = executable(tmp.path(), b"v1");
+        let made = cached(&exe, &cache, b"", fake).unwrap();
+        let entry = entry_of(&made);
+        std::fs::create_dir_all(entry.join("mirror/usr/bin")).unwrap();
+        std::fs::write(entry.join("mirror/usr/bin/bench-0123"), b"linked").unwrap();
+        for lost in [instrument::annotation_path(&made.path), made.path.clone()] {
+            std::fs::remove_file(&lost).unwrap();
+            let remade = cached(&exe, &cache, b"", fake).unwrap();
+            assert!(remade.report.is_some());
+            assert_eq!(remade.path, made.path);
+            assert!(lost.is_file(), "{} is back", lost.display());
+            let hit = cached(&exe, &cache, b"", fake).unwrap();
+            assert!(hit.report.is_none(), "the completed entry is used");
+        }
+        assert_eq!(calls.get(), 3);
+        assert!(entry.join("mirror/usr/bin/bench-0123").is_file());
+        assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_staging_directory_left_by_a_killed_run_is_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = tmp.path().join("cache");
+        std::fs::create_dir_all(&cache).unwrap();
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let gone_pid = gone.id();
+        gone.wait().unwrap();
+        let left = cache.join(format!(".memgaze.{gone_pid}.0123{STAGING_MARK}abc"));
+        std::fs::create_dir(&left).unwrap();
+        std::fs::write(left.join("bench-0123"), b"half").unwrap();
+        let running = cache.join(format!(
+            ".memgaze.{}.4567{STAGING_MARK}abc",
+            std::process::id()
+        ));
+        std::fs::create_dir(&running).unwrap();
+        let calls = Cell::new(0);
+        let fake = |input: &Path, out: &Path| fake_instrument(&calls, input, out);
+        let exe = executable(tmp.path(), b"v1");
+        cached(&exe, &cache, b"", fake).unwrap();
+        assert!(!left.exists(), "{} was left", left.display());
+        assert!(running.is_dir(), "a running process's staging is kept");
     }
 
     #[test]

@@ -24,4 +24,5 @@ mod report_charts;
 mod report_compare;
 mod rewriter;
 mod rewriter_support;
+mod run_cache;
 mod support;

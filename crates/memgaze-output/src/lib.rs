@@ -461,6 +461,19 @@ fn process_exists(pid: libc::pid_t) -> bool {
     ok || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
+/// A temporary directory (mode 0700) in `dir` named
+/// `.memgaze.<pid>.<label><random>` after this process, as
+/// [`private_tempdir`]'s are: the directories that killed owners left in
+/// `dir` are removed first ([`sweep_orphaned_tempdirs`]). For work staged
+/// in a directory of results or caches and renamed into place there.
+pub fn owned_tempdir_in(dir: &Path, label: &str) -> std::io::Result<TempDir> {
+    sweep_orphaned_tempdirs(dir);
+    tempfile::Builder::new()
+        .prefix(&format!("{OWNED_PREFIX}{}.{label}", std::process::id()))
+        .permissions(Permissions::from_mode(0o700))
+        .tempdir_in(dir)
+}
+
 /// A temporary directory (mode 0700) in `dir` whose name starts with
 /// `prefix`.
 pub fn private_tempdir_in(dir: &Path, prefix: &str) -> std::io::Result<TempDir> {

@@ -1,0 +1,97 @@
+//! `run`'s cache of instrumented copies (`<target>/memgaze/instrumented/`):
+//! one program under two names, with and without `--libs`, and an entry
+//! that lost its annotation after `run` had mirrored the original's path
+//! into it.
+
+use super::rewriter_support::{memgaze, scratch};
+use std::path::{Path, PathBuf};
+
+/// Runs `run` with `args` on `program` (cached under `target`); asserts it
+/// succeeded and returns whether it instrumented the program now.
+fn run_instruments(target: &Path, args: &[&str], program: &Path) -> bool {
+    let out = memgaze()
+        .args(["memgaze", "run"])
+        .args(args)
+        .arg("--")
+        .arg(program)
+        .env("CARGO_TARGET_DIR", target)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "run {args:?} -- {}: {}\n{stderr}",
+        program.display(),
+        out.status
+    );
+    let name = program.file_name().unwrap().to_string_lossy();
+    stderr
+        .lines()
+        .any(|l| l.contains("instrumenting") && l.contains(&*name))
+}
+
+/// The cache entry holding the instrumented copy named `name`.
+fn entry_of(cache: &Path, name: &str) -> PathBuf {
+    let entries: Vec<PathBuf> = std::fs::read_dir(cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join(name).is_file())
+        .collect();
+    assert_eq!(entries.len(), 1, "entries holding {name}: {entries:?}");
+    entries.into_iter().next().unwrap()
+}
+
+/// The reported sequence: `run -- true`, then `run --libs none` on a copy
+/// of `/usr/bin/true` under another name, failed with "cannot create
+/// <entry>: Directory not empty": both were looked up under one key, the
+/// second by a name the entry did not hold. Each name now has its entry,
+/// reused by the next run whatever `--libs` says; an entry whose
+/// annotation was deleted is completed once (not instrumented again on
+/// every run) and keeps its mirror; no staging directory is left.
+#[test]
+fn one_program_under_two_names_with_and_without_libs_is_cached_under_each() {
+    let dir = scratch().join("run-cache");
+    let _ = std::fs::remove_dir_all(&dir);
+    let target = dir.join("target");
+    std::fs::create_dir_all(&target).unwrap();
+    let prog = dir.join("prog");
+    std::fs::copy("/usr/bin/true", &prog).unwrap();
+    let cache = target.join("memgaze/instrumented");
+
+    assert!(run_instruments(&target, &[], Path::new("true")));
+    assert!(run_instruments(&target, &["--libs", "none"], &prog));
+    assert!(!run_instruments(&target, &[], &prog), "prog is cached");
+    assert!(!run_instruments(
+        &target,
+        &["--libs", "none"],
+        Path::new("/usr/bin/true")
+    ));
+
+    let entry = entry_of(&cache, "true");
+    assert!(
+        entry.join("mirror").is_dir(),
+        "{} has no mirror",
+        entry.display()
+    );
+    assert_ne!(entry, entry_of(&cache, "prog"));
+    std::fs::remove_file(entry.join("true.memgaze.json")).unwrap();
+    assert!(run_instruments(
+        &target,
+        &["--libs", "none"],
+        Path::new("true")
+    ));
+    assert!(entry.join("true.memgaze.json").is_file());
+    assert!(entry.join("mirror").is_dir(), "the mirror was kept");
+    assert!(
+        !run_instruments(&target, &["--libs", "none"], Path::new("true")),
+        "the completed entry is reused"
+    );
+
+    for name in std::fs::read_dir(&cache).unwrap() {
+        let name = name.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(
+            name.len() == 24 && name.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{name} is not a cache entry"
+        );
+    }
+}
