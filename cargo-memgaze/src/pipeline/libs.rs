@@ -116,16 +116,23 @@ pub fn needed_libraries(program: &Path) -> Result<Vec<NeededLibrary>> {
         .arg(program)
         .output()
         .with_context(|| format!("cannot run {} --list", interpreter.display()))?;
-    if !output.status.success() {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // The loader lists nothing and exits 127 when a library is missing:
+    // the program itself fails the same way, with the loader's message.
+    if !output.status.success() && !stderr.contains(LIBRARY_NOT_LOADED) {
         bail!(
             "{} --list {}: {}",
             interpreter.display(),
             program.display(),
-            String::from_utf8_lossy(&output.stderr).trim()
+            stderr.trim()
         );
     }
     Ok(parse_list(&String::from_utf8_lossy(&output.stdout)))
 }
+
+/// What glibc's loader says when a needed library cannot be loaded
+/// (`--list` and a program's start alike).
+const LIBRARY_NOT_LOADED: &str = "error while loading shared libraries";
 
 /// How much of an executable [`interpreter_of_file`] reads first: its ELF
 /// header, program headers and `PT_INTERP` string lie at its start.

@@ -506,6 +506,52 @@ fn run_in_a_project_directory_caches_libraries_under_its_relative_target() {
     );
 }
 
+/// A program whose library the loader cannot find fails under `run` as it
+/// does natively: the loader's message and exit status 127, with the
+/// default `--libs` and with `--libs all`, not an error of `cargo memgaze`
+/// about listing its libraries.
+#[test]
+fn a_missing_library_fails_the_program_as_natively() {
+    let (dir, _) = build_dlopen_fixture("missing-library");
+    let source = memgaze_fixtures::fixtures()
+        .join("rewriter")
+        .join("needs_lib.c");
+    let program = dir.join("needs_lib");
+    run_ok(
+        Command::new("gcc")
+            .args(["-O2", "-g", "-o"])
+            .arg(&program)
+            .arg(&source)
+            .args(["-L.", "-lmgsum", "-Wl,-rpath-link=."])
+            .current_dir(&dir),
+    );
+    // Without LD_LIBRARY_PATH the loader finds no libmgsum.so.
+    let native = Command::new(&program)
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap();
+    assert_eq!(native.status.code(), Some(127), "{native:?}");
+    for libs in ["default", "all"] {
+        let out = memgaze()
+            .env_remove("LD_LIBRARY_PATH")
+            .env("CARGO_TARGET_DIR", dir.join("target"))
+            .args(["run", "--libs", libs, "-o"])
+            .arg(dir.join(format!("missing-{libs}.txt")))
+            .arg("--")
+            .arg(&program)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(127), "--libs {libs}: {stderr}");
+        assert!(
+            stderr.contains("libmgsum.so: cannot open shared object file"),
+            "--libs {libs}: {stderr}"
+        );
+        assert!(!stderr.contains("--list"), "--libs {libs}: {stderr}");
+        assert!(!stderr.contains("error:"), "--libs {libs}: {stderr}");
+    }
+}
+
 /// Builds the `dlopen` fixture in its own directory: `dl_main`, which
 /// `dlopen`s `libmgsum.so` by name through `LD_LIBRARY_PATH` (this
 /// directory), which needs `libmgdep.so`. Returns (directory, program).

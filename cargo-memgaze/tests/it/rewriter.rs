@@ -1786,6 +1786,34 @@ fn escapes_outside_the_region_are_not_counted() {
     }
 }
 
+/// An escaping jump that ends a superblock is counted whichever way the
+/// block runs: `escape_superblock.c`'s `step` reads two loads and its
+/// table before the computed goto (one superblock check), so a full trace
+/// runs the block's counting fragment on every call and a sampled one
+/// inside its windows; both count the 2000 escapes, one per call.
+#[test]
+fn escapes_at_the_end_of_a_superblock_are_counted_in_every_mode() {
+    let binary = build("escape_superblock.c", &["-O1"]);
+    let inst = instrument(&binary, None, "escape-superblock");
+    assert!(
+        inst.report["probe_kinds"]["superblock check"]
+            .as_u64()
+            .is_some_and(|n| n >= 1),
+        "{}",
+        inst.report
+    );
+    let native = native(&binary, &[], None);
+    for (sampling, name) in [(FULL_EXE, "full"), (SAMPLED_EXE, "sampled")] {
+        let trace = trace_path(&format!("escape-superblock-{name}"));
+        let out = record(&inst.path, &[], sampling, &trace, None);
+        assert_same_behaviour(&native, &out, &format!("escape_superblock {name}"));
+        let escapes = read_trace(&trace).totals.escapes;
+        assert_eq!(escapes.len(), 1, "{name}: {escapes:?}");
+        assert_eq!(escapes[0].function, "step");
+        assert_eq!(escapes[0].count, 2000, "{name}: one escape per call");
+    }
+}
+
 /// `MEMGAZE_NO_ESCAPE_CHECKS=1` leaves the escape checks out: `escape.c`'s
 /// copy reports none, behaves the same, and its recording counts no escape
 /// although `step` still lands in original code; `run` with the knob does

@@ -1034,7 +1034,7 @@ fn push_checked(
     insn: Instruction,
     site: Option<u32>,
     entries: &Entries,
-    next_fake: &mut impl FnMut() -> u64,
+    next_fake: &mut dyn FnMut() -> u64,
     all: &mut Vec<Instruction>,
     stubs: &mut Vec<Instruction>,
 ) -> Result<(), IcedError> {
@@ -1999,7 +1999,9 @@ fn is_relative_branch(insn: &Instruction) -> bool {
 /// loads, ending with a jump back into the copy (before a final call, which
 /// stays in the copy so that return addresses keep their unwind
 /// information). Its branches go straight into the copy: a side exit taken
-/// here skips loads that were never counted.
+/// here skips loads that were never counted. A final indirect jump that is
+/// an escape site gets an escape check of its own, counting into the same
+/// site as the copy's.
 fn counting_fragment(
     plan: &CopyPlan<'_>,
     block: &Superblock,
@@ -2073,8 +2075,18 @@ fn counting_fragment(
         }
         first = 0;
         redirect(plan.redirects.get(&i).copied(), &mut insn, out);
-        hook_got_call(entries, &mut insn);
-        out.push(insn);
+        let hooked = hook_got_call(entries, &mut insn);
+        // The block's final indirect jump runs here whenever the check
+        // sends the block to this fragment (every time in a full trace):
+        // it needs the copy's escape check as much as the copy's own jump.
+        let site = plan
+            .escapes
+            .binary_search_by_key(&i, |&(index, _)| index)
+            .ok()
+            .map(|at| plan.escapes[at].1)
+            .filter(|_| !hooked);
+        push_checked(insn, site, entries, next_fake, out, stubs)
+            .expect("a jump to an escape check encodes");
     }
     let last = &code.instructions[block.last];
     if !matches!(
