@@ -81,11 +81,12 @@ fn instrument_object(
     format: AnnotationFormat,
 ) -> Result<Instrumented, InstrumentError> {
     let started = std::time::Instant::now();
-    let _large_apart = crate::rewrite::MapLargeAllocations::new();
+    let large_apart = crate::rewrite::MapLargeAllocations::new();
     let binary = match library {
         None => Binary::open(input)?,
         Some(_) => Binary::open_any(input)?,
     };
+    large_apart.unless_small(&binary);
     let opened = started.elapsed().as_secs_f64();
     let (annotation, mut codes) = annotate_without_lines(&binary, functions)?;
     if library.is_some() && annotation.loads.len() > crate::rewrite::library::MAX_LOADS {
@@ -128,8 +129,14 @@ fn instrument_object(
     // The executable is written as it is made, straight into the file
     // (held whole in memory, it was the rewriter's largest part at the
     // end); a device or FIFO, which takes no writes at offsets, gets it
-    // built in memory and written in order.
-    let (mut result, annotation_bytes) = match staged_executable.regular_file()? {
+    // built in memory and written in order, and so does a small input's
+    // (one write instead of hundreds).
+    let in_place = if binary.is_small() {
+        None
+    } else {
+        staged_executable.regular_file()?
+    };
+    let (mut result, annotation_bytes) = match in_place {
         Some(file) => {
             let mut out = FileOutput::new(file);
             let result = instrument::instrument_with_code(

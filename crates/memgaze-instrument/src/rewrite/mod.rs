@@ -329,7 +329,8 @@ pub fn instrument(
     annotation: Annotation,
     options: &InstrumentOptions,
 ) -> Result<Instrumented, InstrumentError> {
-    let _large_apart = MapLargeAllocations::new();
+    let large_apart = MapLargeAllocations::new();
+    large_apart.unless_small(binary);
     let mut executable = Vec::new();
     let (mut result, ()) = instrument_with_code(
         binary,
@@ -348,7 +349,8 @@ pub fn instrument(
 /// `executable` is empty). `finish_annotation` is given the finished
 /// annotation on another thread while the input and the segment are
 /// written (one core writes, the other is free for the annotation's own
-/// last work); its result is returned beside.
+/// last work; for a small input, on this thread before them); its result
+/// is returned beside.
 ///
 /// Phases, with plain data between them: select and plan the functions
 /// (`Selection`, `Planned`), generate the runtime and encode the copies
@@ -474,7 +476,10 @@ pub(crate) fn instrument_with_code<R: Send>(
     for plan in &mut plans {
         plan.free_control_flow();
     }
-    release_freed_memory();
+    let small = binary.is_small();
+    if !small {
+        release_freed_memory();
+    }
     let copies = encode_copies(
         binary,
         &mut plans,
@@ -490,7 +495,9 @@ pub(crate) fn instrument_with_code<R: Send>(
     for plan in &mut plans {
         plan.free_instructions();
     }
-    release_freed_memory();
+    if !small {
+        release_freed_memory();
+    }
     lap(&mut report, "encode copies");
 
     // The executable's runtime skips the spatial checks of runs that take
@@ -570,9 +577,12 @@ pub(crate) fn instrument_with_code<R: Send>(
             |range| binary.release_resident_range(range),
         )
     };
-    let (written, finished) = beside_the_writer(write_executable, out, plans, || {
-        finish_annotation(&mut annotation)
-    });
+    let finish = || finish_annotation(&mut annotation);
+    let (written, finished) = if small {
+        in_turn(write_executable, out, plans, finish)
+    } else {
+        beside_the_writer(write_executable, out, plans, finish)
+    };
     written.map_err(RewriteError::from)?;
     lap(&mut report, "patches, report, ELF (+ annotation beside)");
     Ok((
@@ -610,6 +620,20 @@ fn beside_the_writer<W, R: Send>(
     })
 }
 
+/// [`beside_the_writer`] on this thread alone, for a small input: a
+/// thread, its allocator arena and the pages given back and faulted in
+/// again cost more than the little work there is to overlap.
+fn in_turn<W, R>(
+    write: impl FnOnce(&mut dyn Output) -> W,
+    out: &mut dyn Output,
+    plans: Vec<Planned>,
+    finish: impl FnOnce() -> R,
+) -> (W, R) {
+    drop(plans);
+    let finished = finish();
+    (write(out), finished)
+}
+
 /// Gives the free pages of the allocator's heaps back to the system:
 /// glibc keeps them after the plans are freed, and the stages after would
 /// be resident on top of them at the process's peak.
@@ -641,6 +665,15 @@ impl MapLargeAllocations {
     pub(crate) fn new() -> MapLargeAllocations {
         set_mmap_threshold(MapLargeAllocations::DURING);
         MapLargeAllocations
+    }
+
+    /// Stops mapping large allocations apart when `binary` is small: its
+    /// few large blocks, mapped and unmapped as they are freed and made
+    /// again, are faulted in afresh each time, and its peak is small.
+    pub(crate) fn unless_small(&self, binary: &Binary) {
+        if binary.is_small() {
+            set_mmap_threshold(MapLargeAllocations::AFTER);
+        }
     }
 }
 
