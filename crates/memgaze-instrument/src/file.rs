@@ -11,6 +11,7 @@ use memgaze_error::UsageError;
 use memgaze_output::{AtomicFile, EXECUTABLE_MODE};
 use std::collections::HashMap;
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 /// Selects functions by glob (all when `None`), builds the annotation and
@@ -131,13 +132,9 @@ fn instrument_object(
     // end); a device or FIFO, which takes no writes at offsets, gets it
     // built in memory and written in order, and so does a small input's
     // (one write instead of hundreds).
-    let in_place = if binary.is_small() {
-        None
-    } else {
-        staged_executable.regular_file()?
-    };
-    let (mut result, annotation_bytes) = match in_place {
-        Some(file) => {
+    let small = binary.is_small();
+    let (mut result, annotation_bytes) = match staged_executable.regular_file()? {
+        Some(file) if !small => {
             let mut out = FileOutput::new(file);
             let result = instrument::instrument_with_code(
                 &binary,
@@ -151,7 +148,7 @@ fn instrument_object(
             }
             result.map_err(in_file)?
         }
-        None => {
+        regular => {
             let mut bytes = Vec::new();
             let result = instrument::instrument_with_code(
                 &binary,
@@ -161,7 +158,13 @@ fn instrument_object(
                 (&mut bytes, finish_annotation),
             )
             .map_err(in_file)?;
-            staged_executable.write_all(&bytes).map_err(write_error)?;
+            // A regular file's error is the system's own, as when written
+            // in place (the staged file's own writes name the file).
+            match regular {
+                Some(file) => file.write_all_at(&bytes, 0),
+                None => staged_executable.write_all(&bytes),
+            }
+            .map_err(write_error)?;
             result
         }
     };
