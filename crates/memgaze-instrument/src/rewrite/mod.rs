@@ -476,10 +476,7 @@ pub(crate) fn instrument_with_code<R: Send>(
     for plan in &mut plans {
         plan.free_control_flow();
     }
-    let small = binary.is_small();
-    if !small {
-        release_freed_memory();
-    }
+    release_freed_memory_unless_small(binary);
     let copies = encode_copies(
         binary,
         &mut plans,
@@ -495,9 +492,7 @@ pub(crate) fn instrument_with_code<R: Send>(
     for plan in &mut plans {
         plan.free_instructions();
     }
-    if !small {
-        release_freed_memory();
-    }
+    release_freed_memory_unless_small(binary);
     lap(&mut report, "encode copies");
 
     // The executable's runtime skips the spatial checks of runs that take
@@ -578,11 +573,8 @@ pub(crate) fn instrument_with_code<R: Send>(
         )
     };
     let finish = || finish_annotation(&mut annotation);
-    let (written, finished) = if small {
-        in_turn(write_executable, out, plans, finish)
-    } else {
-        beside_the_writer(write_executable, out, plans, finish)
-    };
+    let apart = !binary.is_small();
+    let (written, finished) = beside_the_writer(apart, write_executable, out, plans, finish);
     written.map_err(RewriteError::from)?;
     lap(&mut report, "patches, report, ELF (+ annotation beside)");
     Ok((
@@ -599,13 +591,22 @@ pub(crate) fn instrument_with_code<R: Send>(
 /// function's decoded code) and then runs `finish`. Writing is mostly the
 /// kernel's copying into the page cache, on one thread: the other core is
 /// free for the rest. The writer allocates next to nothing, so the plans
-/// freed beside it are not resident under `finish`'s work.
+/// freed beside it are not resident under `finish`'s work. Unless
+/// `apart` (a small input), all on this thread: a thread, its allocator
+/// arena and the pages given back and faulted in again cost more than the
+/// little work there is to overlap.
 fn beside_the_writer<W, R: Send>(
+    apart: bool,
     write: impl FnOnce(&mut dyn Output) -> W,
     out: &mut dyn Output,
     plans: Vec<Planned>,
     finish: impl FnOnce() -> R + Send,
 ) -> (W, R) {
+    if !apart {
+        drop(plans);
+        let finished = finish();
+        return (write(out), finished);
+    }
     std::thread::scope(|scope| {
         let finishing = scope.spawn(move || {
             drop(plans);
@@ -620,18 +621,12 @@ fn beside_the_writer<W, R: Send>(
     })
 }
 
-/// [`beside_the_writer`] on this thread alone, for a small input: a
-/// thread, its allocator arena and the pages given back and faulted in
-/// again cost more than the little work there is to overlap.
-fn in_turn<W, R>(
-    write: impl FnOnce(&mut dyn Output) -> W,
-    out: &mut dyn Output,
-    plans: Vec<Planned>,
-    finish: impl FnOnce() -> R,
-) -> (W, R) {
-    drop(plans);
-    let finished = finish();
-    (write(out), finished)
+/// [`release_freed_memory`], except for a small input (its peak is a few
+/// MB, and the pages given back would be faulted in again).
+fn release_freed_memory_unless_small(binary: &Binary) {
+    if !binary.is_small() {
+        release_freed_memory();
+    }
 }
 
 /// Gives the free pages of the allocator's heaps back to the system:
