@@ -11,6 +11,7 @@ use memgaze_error::UsageError;
 use memgaze_output::{AtomicFile, EXECUTABLE_MODE};
 use std::collections::HashMap;
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 /// Selects functions by glob (all when `None`), builds the annotation and
@@ -81,11 +82,12 @@ fn instrument_object(
     format: AnnotationFormat,
 ) -> Result<Instrumented, InstrumentError> {
     let started = std::time::Instant::now();
-    let _large_apart = crate::rewrite::MapLargeAllocations::new();
+    let large_apart = crate::rewrite::MapLargeAllocations::new();
     let binary = match library {
         None => Binary::open(input)?,
         Some(_) => Binary::open_any(input)?,
     };
+    large_apart.unless_small(&binary);
     let opened = started.elapsed().as_secs_f64();
     let (annotation, mut codes) = annotate_without_lines(&binary, functions)?;
     if library.is_some() && annotation.loads.len() > crate::rewrite::library::MAX_LOADS {
@@ -128,9 +130,11 @@ fn instrument_object(
     // The executable is written as it is made, straight into the file
     // (held whole in memory, it was the rewriter's largest part at the
     // end); a device or FIFO, which takes no writes at offsets, gets it
-    // built in memory and written in order.
+    // built in memory and written in order, and so does a small input's
+    // (one write instead of hundreds).
+    let small = binary.is_small();
     let (mut result, annotation_bytes) = match staged_executable.regular_file()? {
-        Some(file) => {
+        Some(file) if !small => {
             let mut out = FileOutput::new(file);
             let result = instrument::instrument_with_code(
                 &binary,
@@ -144,7 +148,7 @@ fn instrument_object(
             }
             result.map_err(in_file)?
         }
-        None => {
+        regular => {
             let mut bytes = Vec::new();
             let result = instrument::instrument_with_code(
                 &binary,
@@ -154,7 +158,13 @@ fn instrument_object(
                 (&mut bytes, finish_annotation),
             )
             .map_err(in_file)?;
-            staged_executable.write_all(&bytes).map_err(write_error)?;
+            // A regular file's error is the system's own, as when written
+            // in place (the staged file's own writes name the file).
+            match regular {
+                Some(file) => file.write_all_at(&bytes, 0),
+                None => staged_executable.write_all(&bytes),
+            }
+            .map_err(write_error)?;
             result
         }
     };

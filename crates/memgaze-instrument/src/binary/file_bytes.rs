@@ -71,9 +71,11 @@ impl FileBytes {
 
     /// Drops the pages of a mapped file from memory; they are read from the
     /// page cache again when next touched (the file's bytes do not change).
-    /// Owned bytes stay.
+    /// Owned bytes stay, and so do a small file's ([`super::SMALL_INPUT`]).
     pub(crate) fn release_resident(&self) {
-        if let FileBytes::Mapped(m) = self {
+        if let FileBytes::Mapped(m) = self
+            && m.len > super::SMALL_INPUT
+        {
             // SAFETY: discarding pages of a private read-only file mapping
             // never written: later reads see the file's bytes again.
             unsafe {
@@ -105,7 +107,9 @@ impl FileBytes {
     /// [`FileBytes::release_resident`] of the pages wholly inside `range`
     /// (out-of-range parts are ignored).
     pub(crate) fn release_resident_range(&self, range: std::ops::Range<usize>) {
-        if let FileBytes::Mapped(m) = self {
+        if let FileBytes::Mapped(m) = self
+            && m.len > super::SMALL_INPUT
+        {
             let end = range.end.min(m.len);
             if range.start < end {
                 // The mapping is private and never written: its pages read
@@ -148,7 +152,9 @@ mod tests {
 
     #[test]
     fn a_released_range_of_a_mapped_file_reads_the_file_again() {
-        let contents: Vec<u8> = (0..5 * 4096 + 123).map(|i| (i % 251) as u8).collect();
+        // Past the size whose pages are kept, so that they are dropped.
+        let len = super::super::SMALL_INPUT + 5 * 4096 + 123;
+        let contents: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
         let file = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(file.path(), &contents).unwrap();
         let bytes = FileBytes::open(file.path()).unwrap();

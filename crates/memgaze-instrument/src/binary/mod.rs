@@ -57,6 +57,13 @@ use std::sync::OnceLock;
 /// File size from which [`Binary::open`] hashes the file on another core.
 const HASH_APART: usize = 8 << 20;
 
+/// Inputs of at most this many bytes are instrumented without giving
+/// memory back to the system as the stages go (their input's pages, the
+/// allocator's free pages: the peak is a few MB) and without a thread
+/// beside the writer: for a 60 KB input, the kernel's work of returning
+/// pages and faulting them in again was a large part of the whole.
+pub(crate) const SMALL_INPUT: usize = 1 << 20;
+
 /// An x86-64 ELF file, read and checked.
 #[derive(Debug)]
 pub struct Binary {
@@ -295,6 +302,11 @@ impl Binary {
     /// The whole file.
     pub fn data(&self) -> &[u8] {
         self.data.as_slice()
+    }
+
+    /// Whether the file is at most [`SMALL_INPUT`] bytes.
+    pub(crate) fn is_small(&self) -> bool {
+        self.data.as_slice().len() <= SMALL_INPUT
     }
 
     /// Drops the resident pages of a mapped input (what the stages so far

@@ -329,7 +329,8 @@ pub fn instrument(
     annotation: Annotation,
     options: &InstrumentOptions,
 ) -> Result<Instrumented, InstrumentError> {
-    let _large_apart = MapLargeAllocations::new();
+    let large_apart = MapLargeAllocations::new();
+    large_apart.unless_small(binary);
     let mut executable = Vec::new();
     let (mut result, ()) = instrument_with_code(
         binary,
@@ -348,7 +349,8 @@ pub fn instrument(
 /// `executable` is empty). `finish_annotation` is given the finished
 /// annotation on another thread while the input and the segment are
 /// written (one core writes, the other is free for the annotation's own
-/// last work); its result is returned beside.
+/// last work; for a small input, on this thread before them); its result
+/// is returned beside.
 ///
 /// Phases, with plain data between them: select and plan the functions
 /// (`Selection`, `Planned`), generate the runtime and encode the copies
@@ -474,7 +476,7 @@ pub(crate) fn instrument_with_code<R: Send>(
     for plan in &mut plans {
         plan.free_control_flow();
     }
-    release_freed_memory();
+    release_freed_memory_unless_small(binary);
     let copies = encode_copies(
         binary,
         &mut plans,
@@ -490,7 +492,7 @@ pub(crate) fn instrument_with_code<R: Send>(
     for plan in &mut plans {
         plan.free_instructions();
     }
-    release_freed_memory();
+    release_freed_memory_unless_small(binary);
     lap(&mut report, "encode copies");
 
     // The executable's runtime skips the spatial checks of runs that take
@@ -570,9 +572,9 @@ pub(crate) fn instrument_with_code<R: Send>(
             |range| binary.release_resident_range(range),
         )
     };
-    let (written, finished) = beside_the_writer(write_executable, out, plans, || {
-        finish_annotation(&mut annotation)
-    });
+    let finish = || finish_annotation(&mut annotation);
+    let apart = !binary.is_small();
+    let (written, finished) = beside_the_writer(apart, write_executable, out, plans, finish);
     written.map_err(RewriteError::from)?;
     lap(&mut report, "patches, report, ELF (+ annotation beside)");
     Ok((
@@ -589,13 +591,22 @@ pub(crate) fn instrument_with_code<R: Send>(
 /// function's decoded code) and then runs `finish`. Writing is mostly the
 /// kernel's copying into the page cache, on one thread: the other core is
 /// free for the rest. The writer allocates next to nothing, so the plans
-/// freed beside it are not resident under `finish`'s work.
+/// freed beside it are not resident under `finish`'s work. Unless
+/// `apart` (a small input), all on this thread: a thread, its allocator
+/// arena and the pages given back and faulted in again cost more than the
+/// little work there is to overlap.
 fn beside_the_writer<W, R: Send>(
+    apart: bool,
     write: impl FnOnce(&mut dyn Output) -> W,
     out: &mut dyn Output,
     plans: Vec<Planned>,
     finish: impl FnOnce() -> R + Send,
 ) -> (W, R) {
+    if !apart {
+        drop(plans);
+        let finished = finish();
+        return (write(out), finished);
+    }
     std::thread::scope(|scope| {
         let finishing = scope.spawn(move || {
             drop(plans);
@@ -608,6 +619,14 @@ fn beside_the_writer<W, R: Send>(
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         (written, finished)
     })
+}
+
+/// [`release_freed_memory`], except for a small input (its peak is a few
+/// MB, and the pages given back would be faulted in again).
+fn release_freed_memory_unless_small(binary: &Binary) {
+    if !binary.is_small() {
+        release_freed_memory();
+    }
 }
 
 /// Gives the free pages of the allocator's heaps back to the system:
@@ -641,6 +660,15 @@ impl MapLargeAllocations {
     pub(crate) fn new() -> MapLargeAllocations {
         set_mmap_threshold(MapLargeAllocations::DURING);
         MapLargeAllocations
+    }
+
+    /// Stops mapping large allocations apart when `binary` is small: its
+    /// few large blocks, mapped and unmapped as they are freed and made
+    /// again, are faulted in afresh each time, and its peak is small.
+    pub(crate) fn unless_small(&self, binary: &Binary) {
+        if binary.is_small() {
+            set_mmap_threshold(MapLargeAllocations::AFTER);
+        }
     }
 }
 
