@@ -506,13 +506,11 @@ fn run_in_a_project_directory_caches_libraries_under_its_relative_target() {
     );
 }
 
-/// A program whose library the loader cannot find fails under `run` as it
-/// does natively: the loader's message and exit status 127, with the
-/// default `--libs` and with `--libs all`, not an error of `cargo memgaze`
-/// about listing its libraries.
-#[test]
-fn a_missing_library_fails_the_program_as_natively() {
-    let (dir, _) = build_dlopen_fixture("missing-library");
+/// `needs_lib.c` built in `build_dlopen_fixture(name)`'s directory, linked
+/// against its `libmgsum.so` (which needs `libmgdep.so`): the directory and
+/// the program.
+fn build_needs_lib(name: &str) -> (PathBuf, PathBuf) {
+    let (dir, _) = build_dlopen_fixture(name);
     let source = memgaze_fixtures::fixtures()
         .join("rewriter")
         .join("needs_lib.c");
@@ -525,6 +523,16 @@ fn a_missing_library_fails_the_program_as_natively() {
             .args(["-L.", "-lmgsum", "-Wl,-rpath-link=."])
             .current_dir(&dir),
     );
+    (dir, program)
+}
+
+/// A program whose library the loader cannot find fails under `run` as it
+/// does natively: the loader's message and exit status 127, with the
+/// default `--libs` and with `--libs all`, not an error of `cargo memgaze`
+/// about listing its libraries.
+#[test]
+fn a_missing_library_fails_the_program_as_natively() {
+    let (dir, program) = build_needs_lib("missing-library");
     // Without LD_LIBRARY_PATH the loader finds no libmgsum.so.
     let native = Command::new(&program)
         .env_remove("LD_LIBRARY_PATH")
@@ -592,19 +600,7 @@ fn build_dlopen_fixture(tag: &str) -> (PathBuf, PathBuf) {
 /// rows of `coverage_by_object`, and no note calls either `dlopen`ed.
 #[test]
 fn libraries_needed_by_libraries_are_not_called_dlopened() {
-    let (dir, _) = build_dlopen_fixture("needed-by-library");
-    let source = memgaze_fixtures::fixtures()
-        .join("rewriter")
-        .join("needs_lib.c");
-    let program = dir.join("needs_lib");
-    run_ok(
-        Command::new("gcc")
-            .args(["-O2", "-g", "-o"])
-            .arg(&program)
-            .arg(&source)
-            .args(["-L.", "-lmgsum", "-Wl,-rpath-link=."])
-            .current_dir(&dir),
-    );
+    let (dir, program) = build_needs_lib("needed-by-library");
     let target = dir.join("target");
     std::fs::create_dir_all(&target).unwrap();
     let (analysis, stdout, stderr) = run_dlopen(&program, &dir, "none", &target, &["1000"]);

@@ -468,10 +468,10 @@ fn process_exists(pid: libc::pid_t) -> bool {
 /// in a directory of results or caches and renamed into place there.
 pub fn owned_tempdir_in(dir: &Path, label: &str) -> std::io::Result<TempDir> {
     sweep_orphaned_tempdirs(dir);
-    tempfile::Builder::new()
-        .prefix(&format!("{OWNED_PREFIX}{}.{label}", std::process::id()))
-        .permissions(Permissions::from_mode(0o700))
-        .tempdir_in(dir)
+    private_tempdir_in(
+        dir,
+        &format!("{OWNED_PREFIX}{}.{label}", std::process::id()),
+    )
 }
 
 /// A temporary directory (mode 0700) in `dir` whose name starts with
