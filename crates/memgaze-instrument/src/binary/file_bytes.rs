@@ -13,11 +13,13 @@ pub(crate) enum FileBytes {
     Mapped(Mapping),
 }
 
-/// A read-only private mapping of a whole file.
+/// A read-only private mapping of a whole file, and the file (kept open so
+/// that the kernel can copy its bytes without this process reading them).
 #[derive(Debug)]
 pub(crate) struct Mapping {
     ptr: *mut libc::c_void,
     len: usize,
+    file: std::fs::File,
 }
 
 // SAFETY: the mapping is read-only and owned by one `Mapping`; shared
@@ -37,8 +39,8 @@ impl FileBytes {
         if !metadata.is_file() || len == 0 {
             return std::fs::read(path).map(FileBytes::Owned);
         }
-        // SAFETY: a fresh read-only private mapping of an open file; the
-        // descriptor may be closed once mapped. A file truncated by
+        // SAFETY: a fresh read-only private mapping of an open file. A
+        // file truncated by
         // another process while mapped faults on access (SIGBUS), as with
         // any mapped input.
         let ptr = unsafe {
@@ -54,7 +56,15 @@ impl FileBytes {
         if ptr == libc::MAP_FAILED {
             return std::fs::read(path).map(FileBytes::Owned);
         }
-        Ok(FileBytes::Mapped(Mapping { ptr, len }))
+        Ok(FileBytes::Mapped(Mapping { ptr, len, file }))
+    }
+
+    /// The file the bytes are mapped from (none when they are owned).
+    pub(crate) fn mapped_file(&self) -> Option<&std::fs::File> {
+        match self {
+            FileBytes::Owned(_) => None,
+            FileBytes::Mapped(m) => Some(&m.file),
+        }
     }
 
     /// The bytes.

@@ -315,6 +315,12 @@ impl Binary {
         self.data.release_resident();
     }
 
+    /// The open file whose bytes [`Binary::data`] maps, if they are mapped
+    /// (not read into memory): the kernel can copy from it directly.
+    pub(crate) fn mapped_file(&self) -> Option<&std::fs::File> {
+        self.data.mapped_file()
+    }
+
     /// [`Binary::release_resident`] of the pages wholly inside the file
     /// offsets `range`.
     pub(crate) fn release_resident_range(&self, range: std::ops::Range<usize>) {

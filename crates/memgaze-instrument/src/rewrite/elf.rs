@@ -33,6 +33,7 @@ use goblin::elf64::program_header::{
 };
 use goblin::elf64::section_header::{SIZEOF_SHDR, SectionHeader};
 use scroll::{LE, Pread, Pwrite};
+use std::fs::File;
 
 /// Page size the new segment is aligned to.
 pub const PAGE: u64 = 0x1000;
@@ -293,8 +294,9 @@ impl<'a> ElfEditor<'a> {
     /// `ElfEditor::segment_va`, which `write_segment` writes at the file
     /// offset it is given (starting with `SIGNATURE`) and gives the offset
     /// past; then the copies' symbols, if [`ElfEditor::name_copies`]
-    /// planned them. `release_input` is called with each range of the
-    /// input once it is copied.
+    /// planned them. `input_file`, when given, is the file `bytes` were
+    /// read from, for the output to copy from; `release_input` is called
+    /// with each range of the input once copied from `bytes`.
     pub fn finish(
         self,
         out: &mut dyn Output,
@@ -302,22 +304,9 @@ impl<'a> ElfEditor<'a> {
         write_segment: impl FnOnce(&mut dyn Output, u64) -> u64,
         (entry, fini): (Option<u64>, Option<u64>),
         eh_frame_hdr: Option<(u64, u64)>,
-        release_input: impl Fn(std::ops::Range<usize>),
+        (input_file, release_input): (Option<&File>, impl Fn(std::ops::Range<usize>)),
     ) -> Result<(), ElfError> {
-        // The input is written a chunk at a time with its patches applied
-        // (a write per patch was tens of thousands of system calls on a
-        // large binary); its pages are given up as they are copied, so that
-        // a mapped input is not resident beside its copy.
-        let mut chunk = Vec::with_capacity(COPY_CHUNK.min(self.bytes.len()));
-        for from in (0..self.bytes.len()).step_by(COPY_CHUNK) {
-            let to = (from + COPY_CHUNK).min(self.bytes.len());
-            chunk.clear();
-            chunk.extend_from_slice(&self.bytes[from..to]);
-            self.apply_patches(&mut chunk, from);
-            out.write_at(from as u64, &chunk);
-            release_input(from..to);
-        }
-        drop(chunk);
+        self.write_input(out, input_file, release_input);
         // What a patch holds past the input's end.
         for (at, range) in &self.patches {
             let patch = &self.patched[range.clone()];
@@ -403,6 +392,56 @@ impl<'a> ElfEditor<'a> {
         // A first encoding the encoder refused may have written further.
         out.set_len(end);
         Ok(())
+    }
+}
+
+impl ElfEditor<'_> {
+    /// Writes the input with its patches applied. A chunk no patch touches
+    /// is copied from `input_file` by the output itself where it can (the
+    /// kernel copies page cache to page cache: nothing of it is mapped or
+    /// read here); a patched one, or every one where the output cannot,
+    /// from the input's bytes with the patches applied (a write per patch
+    /// was tens of thousands of system calls on a large binary), whose
+    /// pages are then given up (`release_input`), so that a mapped input
+    /// is not resident beside its copy.
+    fn write_input(
+        &self,
+        out: &mut dyn Output,
+        mut input_file: Option<&File>,
+        release_input: impl Fn(std::ops::Range<usize>),
+    ) {
+        let len = self.bytes.len();
+        let mut patched_chunks = vec![false; len.div_ceil(COPY_CHUNK)];
+        for (at, range) in &self.patches {
+            let end = (at + range.len()).min(len);
+            for chunk in at / COPY_CHUNK..end.div_ceil(COPY_CHUNK) {
+                patched_chunks[chunk] = true;
+            }
+        }
+        let mut chunk = Vec::new();
+        let mut from = 0;
+        while from < len {
+            let c = from / COPY_CHUNK;
+            // Unpatched chunks in a row go in one copy.
+            let unpatched = patched_chunks[c..].iter().take_while(|p| !**p).count();
+            if unpatched > 0
+                && let Some(file) = input_file
+            {
+                let to = (from + unpatched * COPY_CHUNK).min(len);
+                if out.copy_from_file(from as u64, file, from as u64, (to - from) as u64) {
+                    from = to;
+                    continue;
+                }
+                input_file = None;
+            }
+            let to = (from + COPY_CHUNK).min(len);
+            chunk.clear();
+            chunk.extend_from_slice(&self.bytes[from..to]);
+            self.apply_patches(&mut chunk, from);
+            out.write_at(from as u64, &chunk);
+            release_input(from..to);
+            from = to;
+        }
     }
 }
 
@@ -590,6 +629,78 @@ mod tests {
         }
         assert!(chunked == one_by_one, "the patched bytes differ");
         assert_eq!(&chunked[100..112], &[3, 3, 3, 3, 4, 4, 4, 4, 4, 4, 4, 4]);
+    }
+
+    /// A file output that counts the copies it made from a file.
+    struct CountingCopies<'f>(super::super::output::FileOutput<'f>, usize);
+
+    impl Output for CountingCopies<'_> {
+        fn write_at(&mut self, offset: u64, bytes: &[u8]) {
+            self.0.write_at(offset, bytes);
+        }
+        fn read_at(&mut self, offset: u64, bytes: &mut [u8]) {
+            self.0.read_at(offset, bytes);
+        }
+        fn set_len(&mut self, len: u64) {
+            self.0.set_len(len);
+        }
+        fn copy_from_file(&mut self, offset: u64, source: &File, at: u64, len: u64) -> bool {
+            let copied = self.0.copy_from_file(offset, source, at, len);
+            self.1 += usize::from(copied);
+            copied
+        }
+    }
+
+    #[test]
+    fn the_input_copied_from_its_file_has_the_patches_written_over_it() {
+        let input = File::open("/proc/self/exe").unwrap();
+        let bytes = std::fs::read("/proc/self/exe").unwrap();
+        assert!(
+            bytes.len() > 4 * COPY_CHUNK,
+            "a test executable has several chunks"
+        );
+        let mut editor = ElfEditor::new(&bytes, 64).unwrap();
+        // Patches in the first chunk, across the second and third, and in
+        // the last: the chunks between are copied.
+        for (at, fill, len) in [
+            (100, 1, 8),
+            (2 * COPY_CHUNK - 3, 2, 6),
+            (bytes.len() - 10, 3, 4),
+        ] {
+            let from = editor.patched.len();
+            editor.patched.extend(std::iter::repeat_n(fill, len));
+            editor.patches.push((at, from..editor.patched.len()));
+        }
+        let mut in_memory = Vec::new();
+        editor.write_input(&mut in_memory, None, |_| {});
+        let mut expected = bytes.clone();
+        for (at, range) in &editor.patches {
+            expected[*at..at + range.len()].copy_from_slice(&editor.patched[range.clone()]);
+        }
+        assert!(in_memory == expected, "the patched bytes differ");
+
+        // Beside the input: on the same file system, which the kernel can
+        // copy within.
+        let exe = std::env::current_exe().unwrap();
+        let file = tempfile::tempfile_in(exe.parent().unwrap()).unwrap();
+        let mut out = CountingCopies(super::super::output::FileOutput::new(&file), 0);
+        let released = std::cell::RefCell::new(Vec::new());
+        editor.write_input(&mut out, Some(&input), |range| {
+            released.borrow_mut().push(range)
+        });
+        let copies = out.1;
+        assert!(out.0.error().is_none());
+        let mut written = Vec::new();
+        std::io::Read::read_to_end(&mut &file, &mut written).unwrap();
+        assert!(written == expected, "the copied and patched bytes differ");
+        // The unpatched chunks between, in one copy; only the patched ones
+        // were read here.
+        assert_eq!(copies, 1);
+        let last = (bytes.len() - 1) / COPY_CHUNK;
+        let read: Vec<usize> = (released.borrow().iter())
+            .map(|r| r.start / COPY_CHUNK)
+            .collect();
+        assert_eq!(read, [0, 1, 2, last]);
     }
 
     #[test]

@@ -569,7 +569,9 @@ pub(crate) fn instrument_with_code<R: Send>(
             },
             (entry, fini),
             eh_frame_hdr,
-            |range| binary.release_resident_range(range),
+            (binary.mapped_file(), |range| {
+                binary.release_resident_range(range);
+            }),
         )
     };
     let finish = || finish_annotation(&mut annotation);

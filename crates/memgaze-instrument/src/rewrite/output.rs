@@ -17,6 +17,22 @@ pub trait Output {
     fn read_at(&mut self, offset: u64, bytes: &mut [u8]);
     /// Cuts or extends the output to `len` bytes.
     fn set_len(&mut self, len: u64);
+    /// Writes the `len` bytes of `source` at `source_offset` at `offset`,
+    /// as [`Output::write_at`] of them would, and returns true; or writes
+    /// nothing and returns false where this output cannot copy from a
+    /// file, for the caller to write the bytes itself.
+    fn copy_from_file(&mut self, offset: u64, source: &File, source_offset: u64, len: u64) -> bool {
+        let _ = (offset, source, source_offset, len);
+        false
+    }
+    /// [`Output::write_at`] of all of `bytes`, which the output may go on
+    /// writing after it returns (ordered before anything done to it
+    /// next); gives back a buffer for the caller to reuse: `bytes` itself,
+    /// or one handed over earlier whose write is done.
+    fn write_owned(&mut self, offset: u64, bytes: Vec<u8>) -> Vec<u8> {
+        self.write_at(offset, &bytes);
+        bytes
+    }
 }
 
 impl Output for Vec<u8> {
@@ -46,18 +62,26 @@ impl Output for Vec<u8> {
 pub struct FileOutput<'f> {
     file: &'f File,
     error: Option<std::io::Error>,
+    /// The write [`Output::write_owned`] left running, if any: it gives
+    /// back its buffer and result.
+    writing: Option<std::thread::JoinHandle<(Vec<u8>, std::io::Result<()>)>>,
 }
 
 impl<'f> FileOutput<'f> {
     /// Writes into `file`, which must be a regular file (positional writes).
     pub fn new(file: &'f File) -> FileOutput<'f> {
-        FileOutput { file, error: None }
+        FileOutput {
+            file,
+            error: None,
+            writing: None,
+        }
     }
 
     /// The first error of a write, read or resize, if any: everything after
     /// it was skipped.
-    pub fn error(self) -> Option<std::io::Error> {
-        self.error
+    pub fn error(mut self) -> Option<std::io::Error> {
+        self.wait();
+        self.error.take()
     }
 
     fn keep(&mut self, result: std::io::Result<()>) {
@@ -65,10 +89,29 @@ impl<'f> FileOutput<'f> {
             self.error.get_or_insert(e);
         }
     }
+
+    /// Waits for the write left running, and gives back its buffer.
+    fn wait(&mut self) -> Option<Vec<u8>> {
+        let (buffer, result) = self
+            .writing
+            .take()?
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        self.keep(result);
+        Some(buffer)
+    }
+}
+
+impl Drop for FileOutput<'_> {
+    fn drop(&mut self) {
+        // Nothing written on behalf of this output outlives it.
+        self.wait();
+    }
 }
 
 impl Output for FileOutput<'_> {
     fn write_at(&mut self, offset: u64, bytes: &[u8]) {
+        self.wait();
         if self.error.is_none() {
             let result = self.file.write_all_at(bytes, offset);
             self.keep(result);
@@ -76,6 +119,7 @@ impl Output for FileOutput<'_> {
     }
 
     fn read_at(&mut self, offset: u64, bytes: &mut [u8]) {
+        self.wait();
         if self.error.is_none() {
             let result = self.file.read_exact_at(bytes, offset);
             self.keep(result);
@@ -83,11 +127,125 @@ impl Output for FileOutput<'_> {
     }
 
     fn set_len(&mut self, len: u64) {
+        self.wait();
         if self.error.is_none() {
             let result = self.file.set_len(len);
             self.keep(result);
         }
     }
+
+    /// On a thread of its own, so that the caller goes on making the next
+    /// bytes meanwhile (writing is mostly the kernel's copying into the
+    /// page cache: while the encoder's batch was written, the other core
+    /// had nothing to do). One write at a time: this one waits for the
+    /// last and gives back its buffer.
+    fn write_owned(&mut self, offset: u64, bytes: Vec<u8>) -> Vec<u8> {
+        let spare = self.wait().unwrap_or_default();
+        if self.error.is_some() {
+            return bytes;
+        }
+        let file = match self.file.try_clone() {
+            Ok(file) => file,
+            Err(_) => {
+                self.write_at(offset, &bytes);
+                return bytes;
+            }
+        };
+        let writer = std::thread::Builder::new().spawn(move || {
+            let result = file.write_all_at(&bytes, offset);
+            (bytes, result)
+        });
+        match writer {
+            Ok(writing) => self.writing = Some(writing),
+            Err(e) => self.keep(Err(e)),
+        }
+        spare
+    }
+
+    /// With `copy_file_range`: the kernel moves the bytes from the source's
+    /// page cache to the output's, and this process neither maps nor reads
+    /// them (a mapped input's pages were most of the writer's page faults
+    /// and a user-space copy of the whole input).
+    fn copy_from_file(&mut self, offset: u64, source: &File, source_offset: u64, len: u64) -> bool {
+        self.wait();
+        if self.error.is_some() {
+            return true;
+        }
+        match copy_file_range(source, source_offset, self.file, offset, len) {
+            Copied::All => true,
+            // Nothing copied: another file system, or a kernel or file
+            // system without the call; the caller writes the bytes.
+            Copied::Unsupported => false,
+            Copied::Failed(e) => {
+                self.error.get_or_insert(e);
+                true
+            }
+        }
+    }
+}
+
+/// What [`copy_file_range`] did.
+enum Copied {
+    All,
+    Unsupported,
+    Failed(std::io::Error),
+}
+
+/// Copies `len` bytes of `from` at `from_offset` to `to` at `to_offset` in
+/// the kernel. `Unsupported` only when nothing was copied.
+fn copy_file_range(from: &File, from_offset: u64, to: &File, to_offset: u64, len: u64) -> Copied {
+    use std::os::fd::AsRawFd;
+    let (Ok(mut off_in), Ok(mut off_out)) = (
+        libc::off64_t::try_from(from_offset),
+        libc::off64_t::try_from(to_offset),
+    ) else {
+        return Copied::Unsupported;
+    };
+    let mut left = len;
+    while left > 0 {
+        // At most 1 GiB a call: the kernel caps a call below 2 GiB anyway.
+        let ask = usize::try_from(left.min(1 << 30)).unwrap_or(1 << 30);
+        // SAFETY: both descriptors are open for the call; the offsets are
+        // the kernel's to advance, the files' own positions stay.
+        let copied = unsafe {
+            libc::copy_file_range(
+                from.as_raw_fd(),
+                &mut off_in,
+                to.as_raw_fd(),
+                &mut off_out,
+                ask,
+                0,
+            )
+        };
+        match copied {
+            n if n > 0 => left -= n as u64,
+            0 => {
+                // The source ends early: it changed since it was mapped.
+                return Copied::Failed(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the input file got shorter while it was being copied",
+                ));
+            }
+            _ => {
+                let error = std::io::Error::last_os_error();
+                let unsupported = matches!(
+                    error.raw_os_error(),
+                    Some(
+                        libc::EXDEV | libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP | libc::EPERM
+                    )
+                );
+                if error.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return if unsupported && left == len {
+                    Copied::Unsupported
+                } else {
+                    Copied::Failed(error)
+                };
+            }
+        }
+    }
+    Copied::All
 }
 
 /// An output that keeps nothing: encoding a copy only to learn whether the
@@ -131,6 +289,72 @@ mod tests {
         let mut written = Vec::new();
         std::io::Read::read_to_end(&mut &file, &mut written).unwrap();
         assert_eq!(written, bytes);
+    }
+
+    #[test]
+    fn a_copy_from_a_file_writes_what_write_at_would() {
+        let source = tempfile::tempfile().unwrap();
+        let contents: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
+        source.write_all_at(&contents, 0).unwrap();
+
+        let mut bytes = b"0123456789".to_vec();
+        assert!(!bytes.copy_from_file(2, &source, 10, 5), "a vector cannot");
+        assert_eq!(bytes, b"0123456789", "and writes nothing");
+
+        let file = tempfile::tempfile().unwrap();
+        let mut out = FileOutput::new(&file);
+        out.write_at(0, b"head");
+        assert!(out.copy_from_file(2, &source, 1000, 90_000));
+        out.write_at(5, b"x");
+        assert!(out.error().is_none());
+        let mut expected = b"he".to_vec();
+        expected.extend_from_slice(&contents[1000..91_000]);
+        expected[5] = b'x';
+        let mut written = Vec::new();
+        std::io::Read::read_to_end(&mut &file, &mut written).unwrap();
+        assert!(written == expected, "the copied bytes differ");
+    }
+
+    #[test]
+    fn a_copy_past_the_source_end_is_an_error() {
+        let source = tempfile::tempfile().unwrap();
+        source.write_all_at(b"short", 0).unwrap();
+        let file = tempfile::tempfile().unwrap();
+        let mut out = FileOutput::new(&file);
+        assert!(out.copy_from_file(0, &source, 0, 10));
+        let error = out.error().expect("the source ended early");
+        assert_eq!(error.kind(), std::io::ErrorKind::UnexpectedEof);
+    }
+
+    #[test]
+    fn writes_handed_over_land_before_what_comes_after() {
+        let file = tempfile::tempfile().unwrap();
+        let mut out = FileOutput::new(&file);
+        let mut buffer = vec![1u8; 1 << 20];
+        buffer = out.write_owned(0, buffer);
+        assert!(buffer.is_empty(), "nothing written before to give back");
+        buffer.resize(1 << 20, 2);
+        let first = out.write_owned(1 << 20, buffer);
+        assert_eq!(first, vec![1u8; 1 << 20], "the first buffer comes back");
+        // A read waits for the write left running.
+        let mut read = [0u8; 4];
+        out.read_at((2 << 20) - 2, &mut read[..2]);
+        assert_eq!(&read[..2], &[2, 2]);
+        out.write_owned(0, b"ab".to_vec());
+        out.write_at(1, b"c");
+        assert!(out.error().is_none());
+        file.read_exact_at(&mut read, 0).unwrap();
+        assert_eq!(&read, &[b'a', b'c', 1, 1]);
+        assert_eq!(file.metadata().unwrap().len(), 2 << 20);
+    }
+
+    #[test]
+    fn a_write_handed_over_keeps_its_error() {
+        let file = File::open("/proc/self/exe").unwrap();
+        let mut out = FileOutput::new(&file);
+        out.write_owned(0, b"x".to_vec());
+        let error = out.error().expect("a file opened read-only refuses writes");
+        assert_eq!(error.raw_os_error(), Some(libc::EBADF));
     }
 
     #[test]

@@ -350,7 +350,8 @@ fn encode_in_runs(
         for (part, &start) in built.iter().zip(&starts[first..]) {
             spatial_checks.extend(checks_in(part, (base, start), (&code, len)));
         }
-        out.write_at(offset + len, &code);
+        // Written while the next batch is built; its buffer comes back.
+        code = out.write_owned(offset + len, std::mem::take(&mut code));
         len = total;
         parts.append(&mut built);
         for run in batch_runs {
