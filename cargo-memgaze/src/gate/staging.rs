@@ -9,6 +9,7 @@
 
 use super::baseline::{BASELINE_FILE, BenchRun, baselines_dir, check_name, saved_bench};
 use anyhow::{Context, Result, bail};
+use memgaze_output::exchange;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -202,32 +203,6 @@ impl Staging {
 impl Drop for Staging {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
-
-/// Exchanges two paths atomically (`renameat2` with `RENAME_EXCHANGE`).
-fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = |p: &Path| {
-        std::ffi::CString::new(p.as_os_str().as_bytes())
-            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
-    };
-    let (a, b) = (c(a)?, c(b)?);
-    // SAFETY: two valid NUL-terminated paths relative to the working
-    // directory; the call only reads them.
-    let rc = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
     }
 }
 

@@ -306,9 +306,7 @@ impl AtomicFile {
             .map_err(io_error(&named, "cannot write"))?;
         drop(file);
         if let Some(temp) = temp {
-            temp.persist(&target)
-                .map_err(|e| e.error)
-                .map_err(io_error(&named, "cannot write"))?;
+            move_into_place(temp, &target).map_err(io_error(&named, "cannot write"))?;
         }
         Ok(())
     }
@@ -329,6 +327,50 @@ impl Write for AtomicFile {
 
     fn flush(&mut self) -> std::io::Result<()> {
         self.out.flush().map_err(|e| self.error(e))
+    }
+}
+
+/// Moves the complete `temp` to `target`. A regular file already at
+/// `target` is exchanged with it and then removed under the temporary
+/// name: renaming over an existing file, ext4 (`auto_da_alloc`) first
+/// starts writing the new file's delayed blocks to disk inside the rename
+/// (0.27–0.29 s for a 186 MB instrumented executable), which an exchange,
+/// like a rename to a new name, does not. Readers see the old or the new
+/// file either way.
+fn move_into_place(temp: TempPath, target: &Path) -> std::io::Result<()> {
+    let replaces_a_file = std::fs::symlink_metadata(target).is_ok_and(|m| m.is_file());
+    if replaces_a_file && exchange(&temp, target).is_ok() {
+        // The old file, now under the temporary name, goes with it.
+        drop(temp);
+        return Ok(());
+    }
+    temp.persist(target).map_err(|e| e.error)
+}
+
+/// Exchanges two paths atomically (`renameat2` with `RENAME_EXCHANGE`);
+/// fails where the file system cannot.
+pub fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+    };
+    let (a, b) = (c(a)?, c(b)?);
+    // SAFETY: two valid NUL-terminated paths relative to the working
+    // directory; the call only reads them.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 
@@ -556,6 +598,28 @@ mod tests {
         write_atomic(&path, "new").unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_replaced_file_stays_whole_for_its_readers_and_leaves_no_debris() {
+        use std::io::Read;
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.bin");
+        std::fs::write(&path, "old").unwrap();
+        let mut reader = File::open(&path).unwrap();
+        let old_inode = std::fs::metadata(&path).unwrap().ino();
+        write_atomic(&path, "new").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
+        assert_ne!(std::fs::metadata(&path).unwrap().ino(), old_inode);
+        let mut old = String::new();
+        reader.read_to_string(&mut old).unwrap();
+        assert_eq!(old, "old", "an open reader keeps the old file");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["out.bin"]);
     }
 
     /// Writes at offsets follow the buffered ones and are committed with
