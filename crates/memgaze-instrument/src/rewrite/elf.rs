@@ -414,8 +414,9 @@ impl ElfEditor<'_> {
         let mut patched_chunks = vec![false; len.div_ceil(COPY_CHUNK)];
         for (at, range) in &self.patches {
             let end = (at + range.len()).min(len);
-            for chunk in at / COPY_CHUNK..end.div_ceil(COPY_CHUNK) {
-                patched_chunks[chunk] = true;
+            if let Some(chunks) = patched_chunks.get_mut(at / COPY_CHUNK..end.div_ceil(COPY_CHUNK))
+            {
+                chunks.fill(true);
             }
         }
         let mut chunk = Vec::new();

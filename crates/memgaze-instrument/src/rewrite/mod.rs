@@ -429,10 +429,8 @@ pub(crate) fn instrument_with_code<R: Send>(
         }
         _ => process_end::ProcessEndStubs::default(),
     };
-    let tables_va = align_up(
-        runtime_va + rt.as_ref().map_or(0, |r| r.code.len() as u64),
-        64,
-    );
+    let runtime_len = rt.as_ref().map_or(0, |r| r.code.len() as u64);
+    let tables_va = align_up(runtime_va + runtime_len, 64);
     let tables = plan_tables(&mut plans, tables_va, editor.pie, &mut report);
     let copies_va = align_up(tables_va + tables.len, 64);
     let entries = relocate::Entries {
@@ -570,7 +568,7 @@ pub(crate) fn instrument_with_code<R: Send>(
             (entry, fini),
             eh_frame_hdr,
             (binary.mapped_file(), |range| {
-                binary.release_resident_range(range);
+                binary.release_resident_range(range)
             }),
         )
     };
