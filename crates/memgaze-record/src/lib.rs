@@ -3,8 +3,8 @@
 //!
 //! [`record`] spawns the program with its arguments, its standard streams
 //! and its environment untouched (plus [`protocol::RECORDER_ENV`],
-//! [`protocol::RECORDING_ENV`] and, sampled, a `GLIBC_TUNABLES` stack cache
-//! size) and address-space randomisation disabled,
+//! [`protocol::RECORDING_ENV`] and a `GLIBC_TUNABLES` stack cache size) and
+//! address-space randomisation disabled,
 //! reads the recorder's messages from a socket while the program runs, and
 //! streams the records into a [`RecordSink`]: a [`TraceWriter`] for `cargo
 //! memgaze record`, or anything else (an analyser) that wants them without a
@@ -685,9 +685,7 @@ pub fn record_objects_within(
     command
         .env(protocol::RECORDER_ENV, config.to_env())
         .env(protocol::RECORDING_ENV, "1");
-    if !sampling.is_full() {
-        keep_thread_stacks_mapped(&mut command);
-    }
+    keep_thread_stacks_mapped(&mut command);
     // Exec'd and spawned instrumented programs connect here (the socket
     // pair's end is close-on-exec in the program), unless the user opted
     // out.
@@ -910,9 +908,11 @@ const STACK_CACHE_BYTES: u64 = 1 << 40;
 /// executions of its last, partly consumed skip budget: past the default
 /// 40 MiB cache (about 20 exited threads of 2 MiB, or one with a large
 /// stack) glibc unmaps the stack and up to a period of executions per
-/// thread went uncounted, lowering `ρ` and `Â`. The cache holds no more
-/// than the stacks the program had mapped at once; other C libraries
-/// ignore the variable.
+/// thread went uncounted, lowering `ρ` and `Â`. Full traces, which count
+/// every record, get it too: the program sees the same environment however
+/// it is recorded (its `getenv` loops execute the same loads). The cache
+/// holds no more than the stacks the program had mapped at once; other C
+/// libraries ignore the variable.
 fn keep_thread_stacks_mapped(command: &mut Command) {
     let current = command
         .get_envs()
