@@ -237,6 +237,30 @@ fn rust_threads_are_recorded_per_thread() {
     }
 }
 
+/// A sampled run counts every execution of threads whose stacks glibc
+/// would unmap when they exit (64 MiB each, past its stack cache): the exit
+/// hook folds each exited thread's partly consumed skip budget from its
+/// TCB, which the recorder keeps mapped, so the count equals the full
+/// trace's.
+#[test]
+fn exited_threads_with_large_stacks_are_counted_exactly() {
+    let binary = build("big_stack_threads.c", &["-O2", "-pthread"]);
+    let inst = instrument(&binary, None, "all");
+    let native = native(&binary, &[], None);
+    let mut executions = Vec::new();
+    for (sampling, name) in [(FULL_EXE, "full"), (SAMPLED_EXE, "sampled")] {
+        let trace = trace_path(&format!("big-stack-threads-{name}"));
+        let out = record(&inst.path, &[], sampling, &trace, None);
+        assert_same_behaviour(&native, &out, &format!("big stack threads {name}"));
+        let summary = read_trace(&trace);
+        assert!(summary.totals.complete);
+        // The eight workers (the main thread's few loads open no window).
+        assert!(summary.threads.len() >= 8, "{name}: {:?}", summary.threads);
+        executions.push(summary.totals.executions);
+    }
+    assert_eq!(executions[0], executions[1], "full, sampled");
+}
+
 #[test]
 fn forked_children_do_not_corrupt_the_trace() {
     let binary = build("fork.c", &["-O2"]);

@@ -2,8 +2,9 @@
 //! output into a trace.
 //!
 //! [`record`] spawns the program with its arguments, its standard streams
-//! and its environment untouched (plus [`protocol::RECORDER_ENV`] and
-//! [`protocol::RECORDING_ENV`]) and address-space randomisation disabled,
+//! and its environment untouched (plus [`protocol::RECORDER_ENV`],
+//! [`protocol::RECORDING_ENV`] and a `GLIBC_TUNABLES` stack cache size) and
+//! address-space randomisation disabled,
 //! reads the recorder's messages from a socket while the program runs, and
 //! streams the records into a [`RecordSink`]: a [`TraceWriter`] for `cargo
 //! memgaze record`, or anything else (an analyser) that wants them without a
@@ -684,6 +685,7 @@ pub fn record_objects_within(
     command
         .env(protocol::RECORDER_ENV, config.to_env())
         .env(protocol::RECORDING_ENV, "1");
+    keep_thread_stacks_mapped(&mut command);
     // Exec'd and spawned instrumented programs connect here (the socket
     // pair's end is close-on-exec in the program), unless the user opted
     // out.
@@ -892,6 +894,58 @@ fn escape_counts(sites: &[EscapeCount], counted: &HashMap<u32, u64>) -> Vec<Esca
 /// The spawn settings of a recorded program: the recorder's descriptors
 /// inherited, no address randomisation, a process group of its own, and
 /// death when `cargo memgaze` dies.
+/// The glibc tunable that bounds the bytes of exited threads' stacks kept
+/// mapped for reuse (40 MiB by default).
+const STACK_CACHE_TUNABLE: &str = "glibc.pthread.stack_cache_size";
+
+/// Stack cache the recorded program gets (1 TiB: never trimmed).
+const STACK_CACHE_BYTES: u64 = 1 << 40;
+
+/// Adds `glibc.pthread.stack_cache_size` to the program's `GLIBC_TUNABLES`
+/// (unless it names the tunable itself), so that glibc keeps the stacks
+/// of exited threads mapped. A thread's TCB lives in its stack, and the
+/// exit hook reads each exited thread's countdown there to count the
+/// executions of its last, partly consumed skip budget: past the default
+/// 40 MiB cache (about 20 exited threads of 2 MiB, or one with a large
+/// stack) glibc unmaps the stack and up to a period of executions per
+/// thread went uncounted, lowering `ρ` and `Â`. Full traces, which count
+/// every record, get it too: the program sees the same environment however
+/// it is recorded (its `getenv` loops execute the same loads). The cache
+/// holds no more than the stacks the program had mapped at once; other C
+/// libraries ignore the variable.
+fn keep_thread_stacks_mapped(command: &mut Command) {
+    let current = command
+        .get_envs()
+        .find(|(k, _)| *k == "GLIBC_TUNABLES")
+        .map_or_else(
+            || std::env::var_os("GLIBC_TUNABLES"),
+            |(_, v)| v.map(OsString::from),
+        );
+    if let Some(tunables) = with_stack_cache(current.as_deref()) {
+        command.env("GLIBC_TUNABLES", tunables);
+    }
+}
+
+/// `GLIBC_TUNABLES` with the stack cache tunable appended, or `None` when
+/// the value already sets it (the user's choice stands).
+fn with_stack_cache(current: Option<&std::ffi::OsStr>) -> Option<OsString> {
+    let setting = format!("{STACK_CACHE_TUNABLE}={STACK_CACHE_BYTES}");
+    let Some(current) = current.filter(|c| !c.is_empty()) else {
+        return Some(setting.into());
+    };
+    let names_it = current
+        .as_encoded_bytes()
+        .split(|&b| b == b':')
+        .any(|entry| entry.split(|&b| b == b'=').next() == Some(STACK_CACHE_TUNABLE.as_bytes()));
+    if names_it {
+        return None;
+    }
+    let mut merged = current.to_os_string();
+    merged.push(":");
+    merged.push(setting);
+    Some(merged)
+}
+
 fn prepare_spawn(command: &mut Command, their_fd: RawFd, shared_fd: RawFd) {
     // Its own group: a signal forwarded to the group reaches the program's
     // children too, and a terminal's ^C reaches only us (we forward it).
@@ -1605,6 +1659,29 @@ pub(crate) fn signal_name(signal: i32) -> String {
 mod tests {
     use super::*;
     use protocol::{HEADER_BYTES, MessageHeader, MessageKind, SHARED_FLAG, SHARED_STATE_BYTES};
+
+    #[test]
+    fn stack_cache_tunable_joins_the_users_tunables() {
+        let ours = format!("{STACK_CACHE_TUNABLE}={STACK_CACHE_BYTES}");
+        assert_eq!(with_stack_cache(None), Some(OsString::from(&ours)));
+        assert_eq!(
+            with_stack_cache(Some("".as_ref())),
+            Some(OsString::from(&ours))
+        );
+        assert_eq!(
+            with_stack_cache(Some("glibc.malloc.check=3".as_ref())),
+            Some(OsString::from(format!("glibc.malloc.check=3:{ours}")))
+        );
+        // The user's own stack cache size stands.
+        assert_eq!(
+            with_stack_cache(Some(
+                "glibc.malloc.check=3:glibc.pthread.stack_cache_size=0".as_ref()
+            )),
+            None
+        );
+        // A tunable whose name only starts like it is another one.
+        assert!(with_stack_cache(Some("glibc.pthread.stack_cache_size_x=1".as_ref())).is_some());
+    }
 
     /// The chain of `error` as `anyhow`'s `{:#}` prints it.
     fn chain(error: &(dyn std::error::Error + 'static)) -> String {
