@@ -891,9 +891,6 @@ fn escape_counts(sites: &[EscapeCount], counted: &HashMap<u32, u64>) -> Vec<Esca
     escapes
 }
 
-/// The spawn settings of a recorded program: the recorder's descriptors
-/// inherited, no address randomisation, a process group of its own, and
-/// death when `cargo memgaze` dies.
 /// The glibc tunable that bounds the bytes of exited threads' stacks kept
 /// mapped for reuse (40 MiB by default).
 const STACK_CACHE_TUNABLE: &str = "glibc.pthread.stack_cache_size";
@@ -946,6 +943,9 @@ fn with_stack_cache(current: Option<&std::ffi::OsStr>) -> Option<OsString> {
     Some(merged)
 }
 
+/// The spawn settings of a recorded program: the recorder's descriptors
+/// inherited, no address randomisation, a process group of its own, and
+/// death when `cargo memgaze` dies.
 fn prepare_spawn(command: &mut Command, their_fd: RawFd, shared_fd: RawFd) {
     // Its own group: a signal forwarded to the group reaches the program's
     // children too, and a terminal's ^C reaches only us (we forward it).
