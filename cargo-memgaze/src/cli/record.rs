@@ -405,7 +405,16 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             untraced_note_with(&inputs.annotation, &libraries)
         );
     }
-    if let Some((coverage, untraced)) =
+    if recording.totals.escape_counts_missing > 0 {
+        if !global.quiet {
+            styled_eprintln!(
+                "memgaze: {}",
+                memgaze_analysis::escape_counts_missing_note(
+                    recording.totals.escape_counts_missing
+                )
+            );
+        }
+    } else if let Some((coverage, untraced)) =
         memgaze_analysis::recorded_dynamic_coverage(&recording.totals)
     {
         if !global.quiet {

@@ -201,6 +201,14 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
 /// `--quiet`).
 pub fn print_dynamic_coverage(analysis: &memgaze_analysis::Analysis, quiet: bool) {
     let Some(coverage) = analysis.summary.coverage_dynamic else {
+        if let Some(missing) = analysis.summary.escape_counts_missing
+            && !quiet
+        {
+            styled_eprintln!(
+                "memgaze: {}",
+                memgaze_analysis::escape_counts_missing_note(missing)
+            );
+        }
         return;
     };
     if !quiet {

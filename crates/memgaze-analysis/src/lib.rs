@@ -670,6 +670,14 @@ pub fn dynamic_coverage(
     (ratio(traced, lost), untraced)
 }
 
+/// Why the dynamic coverage of a run is unknown: `missing` processes never
+/// sent their escape counts.
+pub fn escape_counts_missing_note(missing: u64) -> String {
+    format!(
+        "dynamic coverage unknown: {missing} process(es) ended without sending their escape counts (killed by a signal, or ended without the exit hook), so the escapes into original code they ran are not known"
+    )
+}
+
 /// Dynamic coverage under which every command that records warns.
 pub const DYNAMIC_COVERAGE_WARNING: f64 = 0.95;
 
@@ -734,8 +742,12 @@ pub fn recorded_dynamic_coverage(totals: &TraceTotals) -> Option<(f64, Vec<Untra
     Some((coverage, untraced))
 }
 
-/// The coverage note on counted escapes, if any ran.
+/// The coverage note on counted escapes, if any ran, or on escape counts
+/// that never arrived.
 fn dynamic_coverage_note(summary: &Summary, untraced: &[UntracedFunction]) -> Option<String> {
+    if let Some(missing) = summary.escape_counts_missing {
+        return Some(escape_counts_missing_note(missing));
+    }
     let coverage = summary.coverage_dynamic?;
     let escapes: u64 = untraced.iter().map(|f| f.escapes).sum();
     if escapes == 0 {
@@ -1715,7 +1727,13 @@ impl Analyzer {
         let mut function_rows = self.function_rows(rho, &reuse, tallies.as_ref());
         let untraced_functions = if self.backend == Backend::Soft {
             let (overall, untraced) = dynamic_coverage(&summary, &mut function_rows, totals);
-            summary.coverage_dynamic = Some(overall);
+            // A process that took its escape counts along may have escaped
+            // any number of times: the figure is unknown, not 1.
+            if totals.escape_counts_missing > 0 {
+                summary.escape_counts_missing = Some(totals.escape_counts_missing);
+            } else {
+                summary.coverage_dynamic = Some(overall);
+            }
             summary.coverage_by_object = coverage_by_object(
                 summary.a_hat.is_some(),
                 &self.instrumented_objects,
@@ -1878,6 +1896,7 @@ impl Analyzer {
             iterations: None,
             runs_per_batch: None,
             coverage_dynamic: None,
+            escape_counts_missing: None,
             execs_untraced: (totals.execs_untraced > 0).then(|| ExecsUntraced {
                 programs: totals.execs_untraced,
                 seconds: totals.execs_untraced_micros as f64 / 1e6,
@@ -3085,6 +3104,7 @@ mod tests {
             complete: false,
             interrupted: None,
             escapes: Vec::new(),
+            escape_counts_missing: 0,
             execs_untraced: 0,
             execs_untraced_micros: 0,
         });
