@@ -76,3 +76,71 @@ fn a_run_killed_by_a_signal_does_not_claim_full_dynamic_coverage() {
         Some(1)
     );
 }
+
+/// `cargo-memgaze args…` under `ulimit -f <blocks>`; its one `error:` line.
+fn error_under_file_size_limit(blocks: u32, args: &[&std::ffi::OsStr]) -> String {
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(r#"ulimit -f {blocks}; exec "$@""#))
+        .arg("bash")
+        .arg(env!("CARGO_BIN_EXE_cargo-memgaze"))
+        .env("MEMGAZE_LIBS_CACHE", crate::support::LIBS_CACHE)
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{:?} {stderr}", out.status);
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    errors[0].to_string()
+}
+
+/// A write that fails (here past `ulimit -f`) is one line naming the file
+/// once: the instrumented executable and an analysis written with `-o`
+/// said "X: cannot write: X: File too large".
+#[test]
+fn a_failed_write_names_the_file_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let binary = build("kernels.c", &["-O2"]);
+    let copy = dir.path().join("limited.instrumented");
+    let line = error_under_file_size_limit(
+        4,
+        &[
+            "memgaze".as_ref(),
+            "instrument".as_ref(),
+            binary.as_os_str(),
+            "-o".as_ref(),
+            copy.as_os_str(),
+        ],
+    );
+    assert_eq!(line.matches("limited.instrumented").count(), 1, "{line}");
+    assert!(line.contains("cannot write: File too large"), "{line}");
+
+    let inst = instrument(&binary, None, "write-once");
+    let trace = dir.path().join("k.trace");
+    let out = record(&inst.path, &["1"], &["--full"], &trace, None);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = dir.path().join("limited.json");
+    let line = error_under_file_size_limit(
+        1,
+        &[
+            "memgaze".as_ref(),
+            "analyze".as_ref(),
+            trace.as_os_str(),
+            "--format".as_ref(),
+            "json".as_ref(),
+            "-o".as_ref(),
+            json.as_os_str(),
+        ],
+    );
+    assert_eq!(line.matches("limited.json").count(), 1, "{line}");
+    assert!(line.contains("cannot write: File too large"), "{line}");
+}
