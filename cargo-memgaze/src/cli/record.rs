@@ -419,9 +419,10 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     {
         if !global.quiet {
             styled_eprintln!(
-                "memgaze: dynamic coverage: {:.1}% of the instrumented-load executions traced (an estimate: {} escapes into original code counted)",
+                "memgaze: dynamic coverage: {:.1}% of the instrumented-load executions traced (an estimate: {} escapes into original code and {} executions of loads no probe can trace counted)",
                 100.0 * coverage,
-                untraced.iter().map(|f| f.escapes).sum::<u64>()
+                untraced.iter().map(|f| f.escapes).sum::<u64>(),
+                memgaze_analysis::untraced_load_executions(&recording.totals)
             );
         }
         if let Some(warning) = memgaze_analysis::dynamic_coverage_warning(coverage, &untraced) {

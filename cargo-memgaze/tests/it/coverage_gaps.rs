@@ -144,3 +144,116 @@ fn a_failed_write_names_the_file_once() {
     assert_eq!(line.matches("limited.json").count(), 1, "{line}");
     assert!(line.contains("cannot write: File too large"), "{line}");
 }
+
+/// Whether this CPU runs AVX2 (the gather fixture needs it).
+fn has_avx2() -> bool {
+    std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains(" avx2"))
+}
+
+/// `gather_loop.c`'s hot loop runs one scalar load and one AVX2 gather per
+/// iteration; no probe can trace the gather. It read "dynamic 100%": the
+/// gather's executions are now counted (10,000, exact, in
+/// `untraced_load_executions` and the trace's escape counts), the dynamic
+/// coverage drops to about half with a warning naming the function, the
+/// program's output is unchanged, `instrument` reports one untraced-load
+/// count and no escape check, and `classify` no longer says the gather has
+/// a probe.
+#[test]
+fn untraced_gathers_lower_the_dynamic_coverage() {
+    if !has_avx2() {
+        eprintln!("skipped: this CPU lacks AVX2");
+        return;
+    }
+    let binary = build("gather_loop.c", &["-O2"]);
+    let native = native(&binary, &[], None);
+    let inst = instrument(&binary, None, "gather-loop");
+    assert_eq!(
+        inst.report["untraced_load_counts"].as_u64(),
+        Some(1),
+        "{}",
+        inst.report
+    );
+    assert_eq!(
+        inst.report["escape_checks"].as_u64(),
+        Some(0),
+        "{}",
+        inst.report
+    );
+
+    let (out, analysis) = run_json(&binary, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed.starts_with(&*String::from_utf8_lossy(&native.stdout)),
+        "{printed}"
+    );
+    let summary = &analysis["summary"];
+    assert_eq!(
+        summary["untraced_load_executions"].as_u64(),
+        Some(10_000),
+        "{summary}"
+    );
+    let coverage = summary["coverage_dynamic"].as_f64().unwrap();
+    assert!((0.3..0.7).contains(&coverage), "{coverage}");
+    let untraced = &analysis["coverage"]["untraced_functions"][0];
+    assert!(
+        untraced["name"].as_str().unwrap().starts_with("mixed"),
+        "{untraced}"
+    );
+    assert_eq!(untraced["escapes"].as_u64(), Some(0), "{untraced}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let warnings = stderr
+        .lines()
+        .filter(|l| l.starts_with("warning: dynamic coverage is"))
+        .count();
+    assert_eq!(warnings, 1, "{stderr}");
+    assert!(
+        stderr.contains("10000 executions of loads no probe can trace"),
+        "{stderr}"
+    );
+
+    let trace = scratch().join("gather-loop.trace");
+    let out = record(&inst.path, &[], &["--full"], &trace, None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let escapes = read_trace(&trace).totals.escapes;
+    assert_eq!(escapes.len(), 1, "{escapes:?}");
+    assert!(escapes[0].untraced_load);
+    assert_eq!(escapes[0].count, 10_000);
+
+    let out = run_ok(
+        memgaze()
+            .args(["classify", "--format", "json"])
+            .arg(&binary),
+    );
+    let classified: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let gathers: Vec<&serde_json::Value> = classified["loads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["gather"] == true)
+        .collect();
+    assert_eq!(gathers.len(), 1, "{gathers:?}");
+    assert_eq!(gathers[0]["instrumented"], false, "{}", gathers[0]);
+    assert!(
+        gathers[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not traced: gather")
+    );
+    let out = run_ok(
+        memgaze()
+            .args(["classify", "--functions", "mixed*"])
+            .arg(&binary),
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    let row = table.lines().find(|l| l.contains("vpgatherdd")).unwrap();
+    assert!(row.contains(" no "), "{row}");
+}

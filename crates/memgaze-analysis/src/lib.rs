@@ -626,7 +626,10 @@ pub fn dynamic_coverage(
     let mut by_function: BTreeMap<&str, (u64, f64)> = BTreeMap::new();
     for e in &totals.escapes {
         let entry = by_function.entry(e.function.as_str()).or_default();
-        entry.0 += e.count;
+        // An untraced load's count is its executions, not escapes.
+        if !e.untraced_load {
+            entry.0 += e.count;
+        }
         entry.1 += e.untraced_loads();
     }
     let ratio = |traced: f64, untraced: f64| {
@@ -678,6 +681,17 @@ pub fn escape_counts_missing_note(missing: u64) -> String {
     )
 }
 
+/// Executions of explicit loads no probe can trace, counted at run time
+/// (`totals.escapes` entries marked `untraced_load`).
+pub fn untraced_load_executions(totals: &TraceTotals) -> u64 {
+    totals
+        .escapes
+        .iter()
+        .filter(|e| e.untraced_load)
+        .map(|e| e.count)
+        .sum()
+}
+
 /// Dynamic coverage under which every command that records warns.
 pub const DYNAMIC_COVERAGE_WARNING: f64 = 0.95;
 
@@ -694,7 +708,7 @@ pub fn dynamic_coverage_warning(coverage: f64, untraced: &[UntracedFunction]) ->
         .map(|f| format!("{} (~{:.0} load executions untraced)", f.name, f.untraced))
         .collect();
     Some(format!(
-        "dynamic coverage is {:.1}%: an estimated {:.1}% of the load executions ran untraced in original code reached through indirect jumps the rewriter could not redirect; largest: {}",
+        "dynamic coverage is {:.1}%: an estimated {:.1}% of the load executions ran untraced, in original code reached through indirect jumps the rewriter could not redirect or as loads no probe can trace (gathers, gs: sources); largest: {}",
         100.0 * coverage,
         100.0 * (1.0 - coverage),
         names.join(", ")
@@ -714,8 +728,13 @@ pub fn recorded_dynamic_coverage(totals: &TraceTotals) -> Option<(f64, Vec<Untra
     let mut by_function: BTreeMap<&str, (u64, f64)> = BTreeMap::new();
     for e in &totals.escapes {
         let entry = by_function.entry(e.function.as_str()).or_default();
-        entry.0 += e.count;
-        entry.1 += e.count as f64 * f64::from(e.probed);
+        if e.untraced_load {
+            // Each execution is one load no probe traced.
+            entry.1 += e.untraced_loads();
+        } else {
+            entry.0 += e.count;
+            entry.1 += e.count as f64 * f64::from(e.probed);
+        }
     }
     let mut untraced: Vec<UntracedFunction> = by_function
         .into_iter()
@@ -750,12 +769,18 @@ fn dynamic_coverage_note(summary: &Summary, untraced: &[UntracedFunction]) -> Op
     }
     let coverage = summary.coverage_dynamic?;
     let escapes: u64 = untraced.iter().map(|f| f.escapes).sum();
-    if escapes == 0 {
+    let loads = summary.untraced_load_executions.unwrap_or(0);
+    if escapes == 0 && loads == 0 {
         return None;
     }
     let lost: f64 = untraced.iter().map(|f| f.untraced).sum();
+    let loads = if loads > 0 {
+        format!(" and {loads} executions of loads no probe can trace")
+    } else {
+        String::new()
+    };
     Some(format!(
-        "{escapes} escapes into original code: an estimated {lost:.0} load executions ran untraced (dynamic coverage {:.1}%, an estimate; docs/METRICS.md)",
+        "{escapes} escapes into original code{loads}: an estimated {lost:.0} load executions ran untraced (dynamic coverage {:.1}%, an estimate; docs/METRICS.md)",
         100.0 * coverage
     ))
 }
@@ -1727,6 +1752,8 @@ impl Analyzer {
         let mut function_rows = self.function_rows(rho, &reuse, tallies.as_ref());
         let untraced_functions = if self.backend == Backend::Soft {
             let (overall, untraced) = dynamic_coverage(&summary, &mut function_rows, totals);
+            summary.untraced_load_executions =
+                Some(untraced_load_executions(totals)).filter(|&n| n > 0);
             // A process that took its escape counts along may have escaped
             // any number of times: the figure is unknown, not 1.
             if totals.escape_counts_missing > 0 {
@@ -1897,6 +1924,7 @@ impl Analyzer {
             runs_per_batch: None,
             coverage_dynamic: None,
             escape_counts_missing: None,
+            untraced_load_executions: None,
             execs_untraced: (totals.execs_untraced > 0).then(|| ExecsUntraced {
                 programs: totals.execs_untraced,
                 seconds: totals.execs_untraced_micros as f64 / 1e6,
@@ -2682,6 +2710,7 @@ mod tests {
             count: 3,
             loads: 4,
             probed: 1,
+            untraced_load: false,
         });
         let a = a.finish(&totals);
         let a_hat = |name: &str| {

@@ -887,6 +887,7 @@ pub fn escape_sites(annotation: &Annotation) -> Vec<EscapeCount> {
             count: 0,
             loads: escape.loads,
             probed: escape.probed,
+            untraced_load: escape.untraced_load,
         })
         .collect()
 }

@@ -360,6 +360,10 @@ pub struct EscapeCount {
     pub loads: u32,
     /// Of `loads`, those with a probe (units of `executions`).
     pub probed: u32,
+    /// Not a jump: an explicit load no probe can trace, `count` its
+    /// executions (`loads` 1). Absent (false) for escapes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub untraced_load: bool,
 }
 
 impl EscapeCount {
