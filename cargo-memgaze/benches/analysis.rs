@@ -459,6 +459,7 @@ fn write_trace(path: &Path, records: u64, window: Option<u64>, mixed_run_log2: u
         complete: true,
         interrupted: None,
         escapes: Vec::new(),
+        escape_counts_missing: 0,
         execs_untraced: 0,
         execs_untraced_micros: 0,
     };
@@ -507,6 +508,7 @@ fn codec(records: u64, repeats: usize) {
                 complete: true,
                 interrupted: None,
                 escapes: Vec::new(),
+                escape_counts_missing: 0,
                 execs_untraced: 0,
                 execs_untraced_micros: 0,
             };

@@ -104,18 +104,25 @@ fn hex(v: u64) -> String {
 }
 
 /// The text of the instruction at `ip`.
-fn instruction_text(binary: &Binary, ip: u64, len: u8) -> String {
+/// The load instruction at `ip`, as text, and why no probe can trace it
+/// (as `instrument` reports it: a gather, a `gs:` source), if none can.
+fn load_instruction(binary: &Binary, ip: u64, len: u8) -> (String, Option<&'static str>) {
     let Some(bytes) = binary.bytes_at(ip, len as usize) else {
-        return String::new();
+        return (String::new(), None);
     };
     let mut decoder = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
     let insn = decoder.decode();
+    let untraceable = memgaze_instrument::rewrite::probe::unsupported_operand(&insn);
+    (instruction_text(&insn), untraceable)
+}
+
+fn instruction_text(insn: &iced_x86::Instruction) -> String {
     let mut text = String::new();
     let mut formatter = IntelFormatter::new();
     formatter
         .options_mut()
         .set_space_after_operand_separator(true);
-    formatter.format(&insn, &mut text);
+    formatter.format(insn, &mut text);
     text
 }
 
@@ -134,6 +141,11 @@ fn reg_name(r: iced_x86::Register) -> Option<String> {
 
 fn load_row(binary: &Binary, function: &Function, l: &ClassifiedLoad) -> doc::LoadRow {
     let op = &l.operand;
+    let (instruction, untraceable) = load_instruction(binary, op.ip, op.len);
+    let mut reason = l.reason.to_string();
+    if let Some(why) = untraceable {
+        reason.push_str(&format!("; not traced: {why}"));
+    }
     doc::LoadRow {
         base: reg_name(op.base),
         class: l.class,
@@ -143,14 +155,14 @@ fn load_row(binary: &Binary, function: &Function, l: &ClassifiedLoad) -> doc::Lo
         implied: !l.instrumented,
         implies: l.implied,
         index: reg_name(op.index),
-        instruction: instruction_text(binary, op.ip, op.len),
-        instrumented: l.instrumented,
+        instruction,
+        instrumented: l.instrumented && untraceable.is_none(),
         ip: op.ip,
         line: binary.location(op.ip).map(|s| s.to_string()),
         loop_depth: l.loop_depth,
         proxy: l.proxy,
         read_modify_write: op.read_modify_write,
-        reason: l.reason.to_string(),
+        reason,
         scale: op.scale,
         segment: reg_name(op.segment),
         size: op.size,
@@ -379,7 +391,9 @@ fn table(binary: &Binary, loads: &BinaryLoads, per_load: bool, global: &Global) 
             "ip", "class", "probe", "instruction", "why"
         );
         for l in &f.loads {
+            let (instruction, untraceable) = load_instruction(binary, l.operand.ip, l.operand.len);
             let probe = match (l.instrumented, l.proxy) {
+                (true, _) if untraceable.is_some() => "no".to_string(),
                 (true, _) if l.implied > 0 => format!("yes (+{})", l.implied),
                 (true, _) => "yes".to_string(),
                 (false, Some(p)) => format!("via {}", hex(p)),
@@ -388,6 +402,9 @@ fn table(binary: &Binary, loads: &BinaryLoads, per_load: bool, global: &Global) 
             let mut why = l.reason.to_string();
             if l.operand.is_tls() {
                 why.push_str(", TLS");
+            }
+            if let Some(untraceable) = untraceable {
+                why.push_str(&format!("; not traced: {untraceable}"));
             }
             let line = binary
                 .location(l.operand.ip)
@@ -399,7 +416,7 @@ fn table(binary: &Binary, loads: &BinaryLoads, per_load: bool, global: &Global) 
                 hex(l.operand.ip),
                 l.class.as_str(),
                 probe,
-                truncate(&instruction_text(binary, l.operand.ip, l.operand.len), 38),
+                truncate(&instruction, 38),
                 why,
                 line
             );

@@ -405,14 +405,24 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
             untraced_note_with(&inputs.annotation, &libraries)
         );
     }
-    if let Some((coverage, untraced)) =
+    if recording.totals.escape_counts_missing > 0 {
+        if !global.quiet {
+            styled_eprintln!(
+                "memgaze: {}",
+                memgaze_analysis::escape_counts_missing_note(
+                    recording.totals.escape_counts_missing
+                )
+            );
+        }
+    } else if let Some((coverage, untraced)) =
         memgaze_analysis::recorded_dynamic_coverage(&recording.totals)
     {
         if !global.quiet {
             styled_eprintln!(
-                "memgaze: dynamic coverage: {:.1}% of the instrumented-load executions traced (an estimate: {} escapes into original code counted)",
+                "memgaze: dynamic coverage: {:.1}% of the instrumented-load executions traced (an estimate: {} escapes into original code and {} executions of loads no probe can trace counted)",
                 100.0 * coverage,
-                untraced.iter().map(|f| f.escapes).sum::<u64>()
+                untraced.iter().map(|f| f.escapes).sum::<u64>(),
+                memgaze_analysis::untraced_load_executions(&recording.totals)
             );
         }
         if let Some(warning) = memgaze_analysis::dynamic_coverage_warning(coverage, &untraced) {

@@ -201,6 +201,14 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
 /// `--quiet`).
 pub fn print_dynamic_coverage(analysis: &memgaze_analysis::Analysis, quiet: bool) {
     let Some(coverage) = analysis.summary.coverage_dynamic else {
+        if let Some(missing) = analysis.summary.escape_counts_missing
+            && !quiet
+        {
+            styled_eprintln!(
+                "memgaze: {}",
+                memgaze_analysis::escape_counts_missing_note(missing)
+            );
+        }
         return;
     };
     if !quiet {
@@ -216,19 +224,7 @@ pub fn print_dynamic_coverage(analysis: &memgaze_analysis::Analysis, quiet: bool
         styled_eprintln!(
             "memgaze: dynamic coverage: {:.1}% of the instrumented code's load executions traced{}{}",
             100.0 * coverage,
-            if analysis.coverage.untraced_functions.is_empty() {
-                " (no escape into original code counted)".to_string()
-            } else {
-                format!(
-                    " (an estimate: {} escapes into original code counted)",
-                    analysis
-                        .coverage
-                        .untraced_functions
-                        .iter()
-                        .map(|f| f.escapes)
-                        .sum::<u64>()
-                )
-            },
+            counted_untraced(analysis),
             if uninstrumented.is_empty() {
                 String::new()
             } else {
@@ -243,6 +239,22 @@ pub fn print_dynamic_coverage(analysis: &memgaze_analysis::Analysis, quiet: bool
         memgaze_analysis::dynamic_coverage_warning(coverage, &analysis.coverage.untraced_functions)
     {
         styled_eprintln!("warning: {warning}");
+    }
+}
+
+/// What the dynamic coverage line counted: escapes, and executions of
+/// loads no probe can trace.
+fn counted_untraced(analysis: &memgaze_analysis::Analysis) -> String {
+    let escapes: u64 = (analysis.coverage.untraced_functions.iter())
+        .map(|f| f.escapes)
+        .sum();
+    let loads = analysis.summary.untraced_load_executions.unwrap_or(0);
+    match (escapes, loads) {
+        (0, 0) => " (no escape into original code counted)".to_string(),
+        (_, 0) => format!(" (an estimate: {escapes} escapes into original code counted)"),
+        _ => format!(
+            " (an estimate: {escapes} escapes into original code and {loads} executions of loads no probe can trace counted)"
+        ),
     }
 }
 

@@ -104,6 +104,8 @@ impl GoldenMetrics {
         [summary.misses_l1, summary.misses_l2, summary.misses_llc] = [None; 3];
         // An estimate with its own warning, not a locality metric.
         summary.coverage_dynamic = None;
+        summary.escape_counts_missing = None;
+        summary.untraced_load_executions = None;
         summary.coverage_by_object.clear();
         let mut metrics = GoldenMetrics {
             schema: GOLDEN_SCHEMA.to_string(),

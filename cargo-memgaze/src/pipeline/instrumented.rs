@@ -145,7 +145,10 @@ pub fn cached_as(
     let path = entry.join(file_name);
     let annotation_file = instrument::annotation_path(&path);
     if path.is_file() && annotation_file.is_file() {
-        let (annotation, outline) = read_annotation(&annotation_file, decode)?;
+        let (mut annotation, outline) = read_annotation(&annotation_file, decode)?;
+        // One entry serves every path of this content under this name: the
+        // annotation names the one asked for, as a copy made now would.
+        annotation.binary.path = executable.display().to_string();
         mark_used(&entry);
         return Ok(InstrumentedBench {
             path,

@@ -42,6 +42,13 @@ pub fn mirror(original: &Path, instrumented: &Path, root: &Path) -> anyhow::Resu
         anyhow::bail!("{}: not a file", original.display());
     };
     for (depth, keep) in dirs.iter().chain(std::iter::once(file_name)).enumerate() {
+        // A mirror of another path of the same name (one cache entry) linked
+        // this directory to the original's: through that link the copy would
+        // land beside the original, which would then run instead.
+        if std::fs::symlink_metadata(&shadow).is_ok_and(|m| m.file_type().is_symlink()) {
+            std::fs::remove_file(&shadow)
+                .with_context(|| format!("cannot replace {}", shadow.display()))?;
+        }
         std::fs::create_dir_all(&shadow)
             .with_context(|| format!("cannot create {}", shadow.display()))?;
         link_siblings(&real, &shadow, keep)?;

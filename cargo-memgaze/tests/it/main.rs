@@ -8,6 +8,7 @@ mod cli_contract;
 mod cli_polish;
 mod cli_pt;
 mod cli_trace;
+mod coverage_gaps;
 mod frameworks;
 mod fuzz_inputs;
 mod gate;

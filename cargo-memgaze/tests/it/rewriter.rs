@@ -1596,9 +1596,10 @@ fn segment_bytes(image: &[u8], start: u64, end: u64) -> Vec<u8> {
     panic!("no segment holds {start:#x}..{end:#x}");
 }
 
-/// A load the rewriter leaves out (a gather) is counted nowhere at run
-/// time, so `run`'s dynamic coverage stays at 100%: `run` prints the
-/// static coverage beside it, as `record` does.
+/// A load the rewriter leaves out (a gather, which this run does not
+/// execute): `run` prints the static coverage beside the dynamic one, as
+/// `record` does (`coverage_gaps::untraced_gathers_lower_the_dynamic_coverage`
+/// runs one).
 #[test]
 fn run_reports_the_static_coverage_of_loads_left_out() {
     let binary = build("uncovered_gather.c", &["-O2"]);

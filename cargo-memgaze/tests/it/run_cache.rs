@@ -95,3 +95,49 @@ fn one_program_under_two_names_with_and_without_libs_is_cached_under_each() {
         );
     }
 }
+
+/// One program under one name in two directories shares a cache entry:
+/// the second `run` reported the first's path as `run.binary`, and its
+/// mirror went through the first mirror's link to the original's directory,
+/// so the original ran uninstrumented (nothing recorded). Each run now
+/// names its own path and records the same loads.
+#[test]
+fn one_name_in_two_directories_names_and_records_each_path() {
+    let dir = scratch().join("run-cache-two-dirs");
+    let _ = std::fs::remove_dir_all(&dir);
+    let target = dir.join("target");
+    std::fs::create_dir_all(&target).unwrap();
+    let binary = super::rewriter_support::build("kernels.c", &["-O2"]);
+    let paths = [dir.join("one/bin/prog"), dir.join("two/prog")];
+    for path in &paths {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::copy(&binary, path).unwrap();
+    }
+    let mut records = Vec::new();
+    for (i, path) in paths.iter().enumerate() {
+        let out = memgaze()
+            .args([
+                "memgaze", "run", "--full", "--libs", "none", "--format", "json",
+            ])
+            .arg("--")
+            .arg(path)
+            .arg("1")
+            .env("CARGO_TARGET_DIR", &target)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(7), "{}: {stderr}", path.display());
+        assert_eq!(stderr.contains("instrumenting"), i == 0, "{stderr}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let analysis: serde_json::Value =
+            serde_json::from_str(&stdout[stdout.find('{').unwrap()..]).unwrap();
+        assert_eq!(
+            analysis["run"]["binary"].as_str(),
+            Some(path.to_str().unwrap()),
+            "{stderr}"
+        );
+        records.push(analysis["coverage"]["records"].as_u64().unwrap());
+    }
+    assert!(records[0] > 0);
+    assert_eq!(records[0], records[1], "the second path ran its copy");
+}

@@ -626,7 +626,10 @@ pub fn dynamic_coverage(
     let mut by_function: BTreeMap<&str, (u64, f64)> = BTreeMap::new();
     for e in &totals.escapes {
         let entry = by_function.entry(e.function.as_str()).or_default();
-        entry.0 += e.count;
+        // An untraced load's count is its executions, not escapes.
+        if !e.untraced_load {
+            entry.0 += e.count;
+        }
         entry.1 += e.untraced_loads();
     }
     let ratio = |traced: f64, untraced: f64| {
@@ -670,6 +673,25 @@ pub fn dynamic_coverage(
     (ratio(traced, lost), untraced)
 }
 
+/// Why the dynamic coverage of a run is unknown: `missing` processes never
+/// sent their escape counts.
+pub fn escape_counts_missing_note(missing: u64) -> String {
+    format!(
+        "dynamic coverage unknown: {missing} process(es) ended without sending their escape counts (killed by a signal, or ended without the exit hook), so the escapes into original code they ran are not known"
+    )
+}
+
+/// Executions of explicit loads no probe can trace, counted at run time
+/// (`totals.escapes` entries marked `untraced_load`).
+pub fn untraced_load_executions(totals: &TraceTotals) -> u64 {
+    totals
+        .escapes
+        .iter()
+        .filter(|e| e.untraced_load)
+        .map(|e| e.count)
+        .sum()
+}
+
 /// Dynamic coverage under which every command that records warns.
 pub const DYNAMIC_COVERAGE_WARNING: f64 = 0.95;
 
@@ -686,7 +708,7 @@ pub fn dynamic_coverage_warning(coverage: f64, untraced: &[UntracedFunction]) ->
         .map(|f| format!("{} (~{:.0} load executions untraced)", f.name, f.untraced))
         .collect();
     Some(format!(
-        "dynamic coverage is {:.1}%: an estimated {:.1}% of the load executions ran untraced in original code reached through indirect jumps the rewriter could not redirect; largest: {}",
+        "dynamic coverage is {:.1}%: an estimated {:.1}% of the load executions ran untraced, in original code reached through indirect jumps the rewriter could not redirect or as loads no probe can trace (gathers, gs: sources); largest: {}",
         100.0 * coverage,
         100.0 * (1.0 - coverage),
         names.join(", ")
@@ -706,8 +728,13 @@ pub fn recorded_dynamic_coverage(totals: &TraceTotals) -> Option<(f64, Vec<Untra
     let mut by_function: BTreeMap<&str, (u64, f64)> = BTreeMap::new();
     for e in &totals.escapes {
         let entry = by_function.entry(e.function.as_str()).or_default();
-        entry.0 += e.count;
-        entry.1 += e.count as f64 * f64::from(e.probed);
+        if e.untraced_load {
+            // Each execution is one load no probe traced.
+            entry.1 += e.untraced_loads();
+        } else {
+            entry.0 += e.count;
+            entry.1 += e.count as f64 * f64::from(e.probed);
+        }
     }
     let mut untraced: Vec<UntracedFunction> = by_function
         .into_iter()
@@ -734,16 +761,26 @@ pub fn recorded_dynamic_coverage(totals: &TraceTotals) -> Option<(f64, Vec<Untra
     Some((coverage, untraced))
 }
 
-/// The coverage note on counted escapes, if any ran.
+/// The coverage note on counted escapes, if any ran, or on escape counts
+/// that never arrived.
 fn dynamic_coverage_note(summary: &Summary, untraced: &[UntracedFunction]) -> Option<String> {
+    if let Some(missing) = summary.escape_counts_missing {
+        return Some(escape_counts_missing_note(missing));
+    }
     let coverage = summary.coverage_dynamic?;
     let escapes: u64 = untraced.iter().map(|f| f.escapes).sum();
-    if escapes == 0 {
+    let loads = summary.untraced_load_executions.unwrap_or(0);
+    if escapes == 0 && loads == 0 {
         return None;
     }
     let lost: f64 = untraced.iter().map(|f| f.untraced).sum();
+    let loads = if loads > 0 {
+        format!(" and {loads} executions of loads no probe can trace")
+    } else {
+        String::new()
+    };
     Some(format!(
-        "{escapes} escapes into original code: an estimated {lost:.0} load executions ran untraced (dynamic coverage {:.1}%, an estimate; docs/METRICS.md)",
+        "{escapes} escapes into original code{loads}: an estimated {lost:.0} load executions ran untraced (dynamic coverage {:.1}%, an estimate; docs/METRICS.md)",
         100.0 * coverage
     ))
 }
@@ -1715,7 +1752,15 @@ impl Analyzer {
         let mut function_rows = self.function_rows(rho, &reuse, tallies.as_ref());
         let untraced_functions = if self.backend == Backend::Soft {
             let (overall, untraced) = dynamic_coverage(&summary, &mut function_rows, totals);
-            summary.coverage_dynamic = Some(overall);
+            summary.untraced_load_executions =
+                Some(untraced_load_executions(totals)).filter(|&n| n > 0);
+            // A process that took its escape counts along may have escaped
+            // any number of times: the figure is unknown, not 1.
+            if totals.escape_counts_missing > 0 {
+                summary.escape_counts_missing = Some(totals.escape_counts_missing);
+            } else {
+                summary.coverage_dynamic = Some(overall);
+            }
             summary.coverage_by_object = coverage_by_object(
                 summary.a_hat.is_some(),
                 &self.instrumented_objects,
@@ -1878,6 +1923,8 @@ impl Analyzer {
             iterations: None,
             runs_per_batch: None,
             coverage_dynamic: None,
+            escape_counts_missing: None,
+            untraced_load_executions: None,
             execs_untraced: (totals.execs_untraced > 0).then(|| ExecsUntraced {
                 programs: totals.execs_untraced,
                 seconds: totals.execs_untraced_micros as f64 / 1e6,
@@ -2663,6 +2710,7 @@ mod tests {
             count: 3,
             loads: 4,
             probed: 1,
+            untraced_load: false,
         });
         let a = a.finish(&totals);
         let a_hat = |name: &str| {
@@ -3085,6 +3133,7 @@ mod tests {
             complete: false,
             interrupted: None,
             escapes: Vec::new(),
+            escape_counts_missing: 0,
             execs_untraced: 0,
             execs_untraced_micros: 0,
         });

@@ -10,7 +10,6 @@ use crate::rewrite::{self as instrument, InstrumentOptions, Instrumented};
 use memgaze_error::UsageError;
 use memgaze_output::{AtomicFile, EXECUTABLE_MODE};
 use std::collections::HashMap;
-use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -161,10 +160,9 @@ fn instrument_object(
             // A regular file's error is the system's own, as when written
             // in place (the staged file's own writes name the file).
             match regular {
-                Some(file) => file.write_all_at(&bytes, 0),
-                None => staged_executable.write_all(&bytes),
+                Some(file) => file.write_all_at(&bytes, 0).map_err(write_error)?,
+                None => staged_executable.write_bytes(&bytes)?,
             }
-            .map_err(write_error)?;
             result
         }
     };
@@ -264,10 +262,5 @@ fn select(binary: &Binary, functions: Option<&str>) -> Result<Vec<usize>, Instru
 }
 
 fn write_annotation(file: &mut AtomicFile, bytes: &[u8]) -> Result<(), InstrumentError> {
-    file.write_all(bytes)
-        .and_then(|()| file.flush())
-        .map_err(|source| InstrumentError::Write {
-            path: file.path().to_path_buf(),
-            source,
-        })
+    Ok(file.write_bytes(bytes)?)
 }

@@ -259,6 +259,17 @@ pub struct Summary {
     /// escapes (Intel PT, Lackey) and in older analyses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coverage_dynamic: Option<f64>,
+    /// Processes of the traced executable whose escape counts never
+    /// reached the recorder (killed by a signal, or ended without an exit
+    /// hook): `coverage_dynamic` is then absent, unknown rather than 1.
+    /// Absent when every process sent its counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escape_counts_missing: Option<u64>,
+    /// Executions of explicit loads of instrumented functions that no
+    /// probe can trace (gathers, `gs:` sources), counted at run time: part
+    /// of the untraced term of `coverage_dynamic`. Absent when none ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub untraced_load_executions: Option<u64>,
     /// Programs a recorded process `exec`ed that did not join the trace,
     /// and how long they ran: time the trace does not cover. Absent when
     /// there were none.

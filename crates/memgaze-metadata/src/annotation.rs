@@ -237,6 +237,11 @@ pub struct EscapeSite {
     /// Of `loads`, those with a probe: the estimate in units of the
     /// recorder's execution count.
     pub probed: u32,
+    /// Not a jump: an explicit load of an instrumented function that the
+    /// rewriter could not trace (a gather, a `gs:` source), counted at each
+    /// execution (`at` its address, `loads` 1, `probed` 0).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub untraced_load: bool,
 }
 
 /// How an annotation file is encoded.
@@ -566,6 +571,14 @@ mod tests {
             function: 1,
             loads: 12,
             probed: 7,
+            untraced_load: false,
+        });
+        a.escapes.push(EscapeSite {
+            at: 0x1020,
+            function: 1,
+            loads: 1,
+            probed: 0,
+            untraced_load: true,
         });
         a.ptwrites = vec![
             PtwriteSite {
@@ -652,6 +665,27 @@ mod tests {
         let path = dir.path().join("old.memgaze.json");
         std::fs::write(&path, full_sample().to_json()).unwrap();
         assert_eq!(Annotation::read(&path).unwrap(), full_sample());
+    }
+
+    /// Untraced-load sites survive the compact format with and without
+    /// CPU features (their section follows those), and so do escapes
+    /// without any.
+    #[test]
+    fn untraced_load_sites_round_trip_in_the_compact_format() {
+        let mut a = full_sample();
+        assert!(a.escapes.iter().any(|e| e.untraced_load));
+        for features in [vec!["bmi2".to_string()], Vec::new()] {
+            a.cpu_features = features;
+            let bytes = a.to_bytes(AnnotationFormat::Compact);
+            assert_eq!(Annotation::from_bytes(&bytes).unwrap(), a);
+        }
+        a.escapes.iter_mut().for_each(|e| e.untraced_load = false);
+        let plain = a.to_bytes(AnnotationFormat::Compact);
+        assert_eq!(Annotation::from_bytes(&plain).unwrap(), a);
+        a.escapes.truncate(1);
+        a.escapes[0].untraced_load = true;
+        let one = a.to_bytes(AnnotationFormat::Compact);
+        assert_eq!(Annotation::from_bytes(&one).unwrap(), a);
     }
 
     #[test]

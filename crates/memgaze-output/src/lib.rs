@@ -311,6 +311,16 @@ impl AtomicFile {
         Ok(())
     }
 
+    /// Writes `bytes` after what was written and flushes them; an error
+    /// names the file once (`X: cannot write: File too large`), where
+    /// [`Write`]'s carry the name for callers that add none.
+    pub fn write_bytes(&mut self, bytes: &[u8]) -> Result<()> {
+        self.out
+            .write_all(bytes)
+            .and_then(|()| self.out.flush())
+            .map_err(io_error(&self.named, "cannot write"))
+    }
+
     fn error(&self, e: std::io::Error) -> std::io::Error {
         std::io::Error::new(e.kind(), format!("{}: {e}", self.named.display()))
     }
@@ -383,8 +393,7 @@ pub fn write_atomic(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
 /// programs).
 pub(crate) fn write_atomic_mode(path: &Path, bytes: impl AsRef<[u8]>, mode: u32) -> Result<()> {
     let mut file = AtomicFile::create_with_mode(path, mode)?;
-    file.write_all(bytes.as_ref())
-        .map_err(io_error(path, "cannot write"))?;
+    file.write_bytes(bytes.as_ref())?;
     file.commit()
 }
 

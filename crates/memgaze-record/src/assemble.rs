@@ -125,7 +125,7 @@ pub(crate) struct Assembler<'a> {
     joined_bases: HashMap<(u64, u64), Option<u32>>,
     /// Trace index of the first load of the program each image of another
     /// program runs (images absent run the traced one: 0).
-    image_bases: HashMap<u32, u32>,
+    pub(crate) image_bases: HashMap<u32, u32>,
     /// Other programs that joined, in order of their loads.
     pub(crate) joined: Vec<super::JoinedProgram>,
     /// Escapes counted by images of joined programs: their site numbers

@@ -849,7 +849,28 @@ pub fn record_objects_within(
     );
     recording.shared_messages = shared_messages;
     recording.totals.escapes = escape_counts(&objects.escapes, &assembler.escapes);
+    if objects.escapes.is_empty() {
+        // Without escape checks there was nothing to count.
+        recording.totals.escape_counts_missing = 0;
+    }
     Ok(recording)
+}
+
+/// Processes of the traced executable that never sent their escape
+/// counters: the runtime sends them from its exit hook and before `exec`,
+/// so a process killed by a signal (or ended by a raw exit system call)
+/// takes its counts along. The program's last image (`main`) counts even
+/// when it sent nothing else; joined programs' escapes are not the trace's.
+fn escape_counts_missing(assembler: &Assembler<'_>, main_exited: bool, pid: u32, main: u32) -> u64 {
+    let children = assembler
+        .processes
+        .iter()
+        .filter(|&&p| p != pid && p != main)
+        .filter(|p| !assembler.image_bases.contains_key(p))
+        .filter(|&&p| !assembler.process_ended(p))
+        .count();
+    let main_missing = !main_exited && !assembler.image_bases.contains_key(&main);
+    (children + usize::from(main_missing)) as u64
 }
 
 /// The escape sites of an instrumented executable, by site number, each
@@ -868,6 +889,7 @@ pub fn escape_sites(annotation: &Annotation) -> Vec<EscapeCount> {
             count: 0,
             loads: escape.loads,
             probed: escape.probed,
+            untraced_load: escape.untraced_load,
         })
         .collect()
 }
@@ -1364,6 +1386,7 @@ fn summarise(
             && dropped_records == 0,
         interrupted,
         escapes: Vec::new(),
+        escape_counts_missing: escape_counts_missing(assembler, main_exited, pid, main),
         execs_untraced: assembler.execed.len() as u64,
         execs_untraced_micros,
     };

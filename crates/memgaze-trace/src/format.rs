@@ -1545,6 +1545,7 @@ mod tests {
             complete: true,
             interrupted: None,
             escapes: Vec::new(),
+            escape_counts_missing: 0,
             execs_untraced: 0,
             execs_untraced_micros: 0,
         }

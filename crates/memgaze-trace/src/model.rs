@@ -325,6 +325,13 @@ pub struct TraceTotals {
     /// absent when none ran, and in older traces.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub escapes: Vec<EscapeCount>,
+    /// Processes of the traced executable whose escape counters never
+    /// reached the recorder (killed by a signal, or ended by a path no exit
+    /// hook sees) while the executable has escape checks: what they counted
+    /// is unknown, and so is the dynamic coverage. Absent (0) when every
+    /// process sent its counts, and in older traces.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub escape_counts_missing: u64,
     /// Processes that `exec`ed a program that did not join the trace (not
     /// instrumented, or not following execs): what it ran is untraced.
     /// Absent (0) when none did, and in older traces.
@@ -353,6 +360,10 @@ pub struct EscapeCount {
     pub loads: u32,
     /// Of `loads`, those with a probe (units of `executions`).
     pub probed: u32,
+    /// Not a jump: an explicit load no probe can trace, `count` its
+    /// executions (`loads` 1). Absent (false) for escapes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub untraced_load: bool,
 }
 
 impl EscapeCount {
@@ -412,6 +423,7 @@ impl TraceTotals {
             complete: true,
             interrupted: None,
             escapes: Vec::new(),
+            escape_counts_missing: 0,
             execs_untraced: 0,
             execs_untraced_micros: 0,
         }

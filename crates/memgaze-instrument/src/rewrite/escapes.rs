@@ -1,5 +1,6 @@
 //! Escape sites: the indirect jumps of the copies that may land in
-//! original, uninstrumented code. Each goes through a check
+//! original, uninstrumented code, and the explicit loads no probe can
+//! trace, counted with the same counters. Each goes through a check
 //! ([`super::probe::escape_stub`]) that counts the executions that do, in
 //! the runtime's process block; the annotation lists the sites with what
 //! one escape is estimated to leave untraced (docs/METRICS.md, "Dynamic
@@ -111,6 +112,19 @@ pub(super) fn sites(
             let mut sites = Vec::new();
             let own = plan.annotation_function.map_or(u32::MAX, |a| a as u32);
             for &(index, id) in &plan.escape_ids {
+                if plan.untraced_loads.binary_search(&index).is_ok() {
+                    sites.push((
+                        id,
+                        EscapeSite {
+                            at: plan.code.instructions[index].ip(),
+                            function: own,
+                            loads: 1,
+                            probed: 0,
+                            untraced_load: true,
+                        },
+                    ));
+                    continue;
+                }
                 let jump = plan
                     .code
                     .indirect_jumps
@@ -159,6 +173,7 @@ pub(super) fn sites(
                         function,
                         loads,
                         probed,
+                        untraced_load: false,
                     },
                 ));
             }

@@ -180,6 +180,10 @@ struct Planned {
     /// Instruction indices of the indirect jumps that may land in original
     /// code ([`escapes::candidates`]).
     escape_jumps: Vec<usize>,
+    /// Instruction indices of the explicit loads no probe can trace
+    /// ([`probe::unsupported_operand`]): counted at each execution with the
+    /// escapes, so the dynamic coverage sees them.
+    untraced_loads: Vec<usize>,
     /// Those that got a counted check: `(instruction index, site)`.
     escape_ids: Vec<(usize, u32)>,
     /// How much of `code` is still held ([`CodeHeld`]).
@@ -533,7 +537,7 @@ pub(crate) fn instrument_with_code<R: Send>(
     // ---- 5. annotation and report, before the segment
     update_annotation(&mut annotation, &plans, &copies, skipped_loads, options);
     annotation.escapes = escapes::sites(binary, &plans, &patched, &annotation);
-    report.escape_checks = annotation.escapes.len();
+    count_escape_checks(&mut report, &annotation);
     count_into_report(&mut report, &annotation, &plans);
 
     // ---- 6. the input and the rest of the segment, around the copies
@@ -930,6 +934,7 @@ impl Planner<'_, '_> {
             };
         }
         let mut skipped_loads = Vec::new();
+        let mut untraced_loads = Vec::new();
         let mut inserts = Vec::new();
         let mut spatial = HashMap::new();
         let mut blocks = Vec::new();
@@ -969,6 +974,9 @@ impl Planner<'_, '_> {
                 }
                 if let Some(reason) = probe::unsupported_operand(insn) {
                     skipped_loads.push((li, reason.into()));
+                    if soft {
+                        untraced_loads.push(index);
+                    }
                     continue;
                 }
                 if soft {
@@ -1013,6 +1021,7 @@ impl Planner<'_, '_> {
                 table_patches: Vec::new(),
                 redirects: HashMap::new(),
                 escape_jumps: Vec::new(),
+                untraced_loads,
                 escape_ids: Vec::new(),
                 held: CodeHeld::Whole,
                 probed_ips: Vec::new(),
@@ -1124,6 +1133,17 @@ fn generate_runtime(
     Ok(rt)
 }
 
+/// The report's counted sites: escape checks of jumps, and untraced loads
+/// counting their executions.
+fn count_escape_checks(report: &mut Report, annotation: &Annotation) {
+    report.untraced_load_counts = annotation
+        .escapes
+        .iter()
+        .filter(|e| e.untraced_load)
+        .count();
+    report.escape_checks = annotation.escapes.len() - report.untraced_load_counts;
+}
+
 /// Marks the indirect jumps of every plan that may land in original code
 /// ([`escapes::candidates`]); returns how many counters the runtime needs
 /// (at most [`runtime::process::MAX_ESCAPE_SITES`]; jumps past that are
@@ -1133,6 +1153,11 @@ fn mark_escape_jumps(binary: &Binary, plans: &mut [Planned], original: &Original
     let mut total = 0usize;
     for plan in plans.iter_mut() {
         plan.escape_jumps = escapes::candidates(binary, plan, original, &starts);
+        // Untraced loads count with the same counters, in instruction order.
+        plan.untraced_loads.sort_unstable();
+        plan.untraced_loads.dedup();
+        plan.escape_jumps.extend(&plan.untraced_loads);
+        plan.escape_jumps.sort_unstable();
         total += plan.escape_jumps.len();
     }
     total.min(runtime::process::MAX_ESCAPE_SITES as usize) as u32

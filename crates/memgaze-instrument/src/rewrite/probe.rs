@@ -944,8 +944,47 @@ pub fn escape_stub(
     out.push(original);
 }
 
+/// Appends, before an explicit load no probe can trace (a gather, a `gs:`
+/// source), the count of its execution as [`escape_stub`] counts an escape:
+/// while loads are recorded, one `lock add` to counter `site` of the
+/// process block, with `rax`, the flags and the red zone kept. Inline, as
+/// the load runs in place after it; the first instruction takes `ip`, so
+/// branches to the load count it too. Only these loads pay for it.
+pub fn untraced_load_count(
+    site: u32,
+    check: &EscapeCheck,
+    ip: u64,
+    mut next_label: impl FnMut() -> u64,
+    out: &mut Vec<Instruction>,
+) {
+    let done = next_label();
+    let rip = |target: u64| MemoryOperand::with_base_displ(Register::RIP, target as i64);
+    out.push(with_ip(lea(Register::RSP, Register::RSP, -128), ip));
+    out.push(push(Register::RAX));
+    out.push(Instruction::with(Code::Pushfq));
+    out.push(Instruction::with2(Code::Cmp_rm64_imm8, rip(check.enabled), 0).expect("valid cmp"));
+    out.push(branch(Code::Je_rel32_64, done));
+    out.push(i2(Code::Mov_r64_rm64, Register::RAX, rip(check.process)));
+    out.push(i2(Code::Test_rm64_r64, Register::RAX, Register::RAX));
+    out.push(branch(Code::Je_rel32_64, done));
+    let mut add = i2(
+        Code::Add_rm64_imm8,
+        MemoryOperand::with_base_displ_size(
+            Register::RAX,
+            i64::from(check.counters) + 8 * i64::from(site),
+            1, // disp8 if it fits, else the address size
+        ),
+        1,
+    );
+    add.set_has_lock_prefix(true);
+    out.push(add);
+    out.push(with_ip(Instruction::with(Code::Popfq), done));
+    out.push(pop(Register::RAX));
+    out.push(lea(Register::RSP, Register::RSP, 128));
+}
+
 /// Why a load's operand cannot be recomputed by a probe.
-pub(crate) fn unsupported_operand(load: &Instruction) -> Option<&'static str> {
+pub fn unsupported_operand(load: &Instruction) -> Option<&'static str> {
     let base = load.memory_base();
     let index = load.memory_index();
     if index.is_xmm() || index.is_ymm() || index.is_zmm() {

@@ -1030,7 +1030,8 @@ fn spatial_check_in_copy(
 }
 
 /// Appends `insn` to the copy, or, for escape site `site` (with escape
-/// counting on), a jump to its check, which ends with `insn` itself.
+/// counting on), a jump to its check, which ends with `insn` itself (for an
+/// untraced load, its count and then `insn`).
 fn push_checked(
     insn: Instruction,
     site: Option<u32>,
@@ -1040,6 +1041,13 @@ fn push_checked(
     stubs: &mut Vec<Instruction>,
 ) -> Result<(), IcedError> {
     match (site, &entries.escape) {
+        // Not a jump: an untraced load, counted in place before it runs.
+        (Some(site), Some(check)) if insn.flow_control() != FlowControl::IndirectBranch => {
+            let mut load = insn;
+            probe::untraced_load_count(site, check, insn.ip(), next_fake, all);
+            load.set_ip(0);
+            all.push(load);
+        }
         (Some(site), Some(check)) => {
             let stub = next_fake();
             let mut jump = Instruction::with_branch(Code::Jmp_rel32_64, stub)?;

@@ -71,6 +71,10 @@ pub struct Report {
     /// Indirect jumps of the copies that may land in original code and
     /// count, at run time, each time they do (annotation `escapes`).
     pub escape_checks: usize,
+    /// Explicit loads no probe can trace (gathers, `gs:` sources) that
+    /// count their executions at run time (annotation `escapes` with
+    /// `untraced_load`).
+    pub untraced_load_counts: usize,
     /// FDEs written for copies.
     pub(crate) fdes: usize,
     /// LSDAs written for copies.
@@ -181,6 +185,13 @@ impl fmt::Display for Report {
             "escape checks: {} indirect jumps count at run time how often they land in original code (dynamic coverage)",
             self.escape_checks
         )?;
+        if self.untraced_load_counts > 0 {
+            writeln!(
+                f,
+                "untraced load counts: {} loads no probe can trace count their executions at run time (dynamic coverage)",
+                self.untraced_load_counts
+            )?;
+        }
         writeln!(
             f,
             "region markers: {}",

@@ -7,8 +7,9 @@
 //! previous load's (loads are sorted by `ip`), optional values behind a
 //! presence bit, and every register name, `file:line`, reason and library
 //! name as an index into a table of distinct strings written first; the
-//! CPU features, where there are any, come last (a body without them ends
-//! at the escapes, as older ones do). A load
+//! CPU features, where there are any, come next (a body without them ends
+//! at the escapes, as older ones do), then the indices of the escape sites
+//! that are untraced loads, where there are any. A load
 //! is about 12 bytes before compression, against about 300 of JSON, and it
 //! decodes without a parser.
 //!
@@ -280,17 +281,31 @@ impl<'a> Encoder<'a> {
                 function,
                 loads,
                 probed,
+                untraced_load: _,
             } = e;
             self.uint(*at);
             self.uint(u64::from(*function));
             self.uint(u64::from(*loads));
             self.uint(u64::from(*probed));
         }
-        // Only when there are any: older bodies end at the escapes.
-        if !cpu_features.is_empty() {
+        // Only when there are any: older bodies end at the escapes (or at
+        // the CPU features, before the untraced-load sites).
+        let untraced_loads: Vec<usize> = escapes
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.untraced_load)
+            .map(|(i, _)| i)
+            .collect();
+        if !cpu_features.is_empty() || !untraced_loads.is_empty() {
             self.uint(cpu_features.len() as u64);
             for f in cpu_features {
                 self.string(f);
+            }
+        }
+        if !untraced_loads.is_empty() {
+            self.uint(untraced_loads.len() as u64);
+            for i in untraced_loads {
+                self.uint(i as u64);
             }
         }
     }
@@ -540,6 +555,7 @@ impl Decoder<'_> {
                 function: self.small()?,
                 loads: self.small()?,
                 probed: self.small()?,
+                untraced_load: false,
             });
         }
         let mut cpu_features = Vec::new();
@@ -548,6 +564,17 @@ impl Decoder<'_> {
             cpu_features.reserve(n);
             for _ in 0..n {
                 cpu_features.push(self.string()?.to_string());
+            }
+        }
+        if self.at < self.bytes.len() {
+            let n = self.count()?;
+            for _ in 0..n {
+                let i = self.uint()?;
+                let site = usize::try_from(i)
+                    .ok()
+                    .and_then(|i| escapes.get_mut(i))
+                    .ok_or("untraced-load site out of range")?;
+                site.untraced_load = true;
             }
         }
         Ok(Annotation {

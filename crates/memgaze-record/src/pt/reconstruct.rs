@@ -625,6 +625,7 @@ pub fn write_trace<W: Write>(
         complete: true,
         interrupted: None,
         escapes: Vec::new(),
+        escape_counts_missing: 0,
         execs_untraced: 0,
         execs_untraced_micros: 0,
     };
