@@ -55,10 +55,11 @@
 //!   appends a record while the thread holds a *grant* (appends the cold
 //!   path allowed: inside an open window, neither its last record nor the
 //!   one that fills the buffer), claiming the record with one `xadd` (see
-//!   [`slot::CLAIM`]); flags-dead probes make the same claim in their stub
-//!   and call `record` only when it fails. Everything else (window start
-//!   and end, flushes, slot creation, forks) goes through a cold path that
-//!   saves the flags, takes the grant back and issues the next one.
+//!   [`slot::CLAIM`]); flags-dead probes make the same claim through
+//!   `probe_append`, which goes on here only when it fails. Everything
+//!   else (window start and end, flushes, slot creation, forks) goes
+//!   through a cold path that saves the flags, takes the grant back and
+//!   issues the next one.
 //!   Outside every window, while the run takes spatial samples and the
 //!   region switch is on, the next one is a *spatial grant* of at most
 //!   `SPATIAL_GRANT_RECORDS` (256) records, claimed through its own word
