@@ -58,10 +58,12 @@ const _: () = assert!(std::mem::size_of::<runtime::Config>() as u64 <= SLOTLESS_
 const SLOTLESS_ASKS: u32 = 1 << 20;
 
 /// Generates a library's runtime at `code_va`, its state at `state_va`.
-/// Only `code`, `record`, `record_tracked` and `spatial` are meaningful.
+/// Only `code`, `record`, `record_tracked`, `probe_append`,
+/// `probe_append_tracked` and `spatial` are meaningful.
 pub fn generate(code_va: u64, state_va: u64) -> Result<Runtime, IcedError> {
     let mut a = CodeAssembler::new(64)?;
     let mut record = a.create_label();
+    let mut probe_append = a.create_label();
     let mut spatial = a.create_label();
     let mut forward = a.create_label();
     let mut go = a.create_label();
@@ -127,12 +129,16 @@ pub fn generate(code_va: u64, state_va: u64) -> Result<Runtime, IcedError> {
     // Never called: the library's spatial threshold stays zero.
     a.set_label(&mut spatial)?;
     a.ret()?;
+    // One append for both kinds of load: `record_tracked` is `record`.
+    runtime::emit_probe_append(&mut a, &mut probe_append, record)?;
     let result =
         a.assemble_options(code_va, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
     let record = result.label_ip(&record)?;
     Ok(Runtime {
         record,
         record_tracked: record,
+        probe_append: result.label_ip(&probe_append)?,
+        probe_append_tracked: result.label_ip(&probe_append)?,
         spatial: result.label_ip(&spatial)?,
         // None: the stubs call `spatial`, which is never reached either.
         spatial_append: 0,

@@ -440,6 +440,7 @@ pub(crate) fn instrument_with_code<R: Send>(
     let entries = relocate::Entries {
         record: rt.as_ref().map_or(0, |r| r.record),
         record_tracked: rt.as_ref().map_or(0, |r| r.record_tracked),
+        probe_append: rt.as_ref().map_or([0; 2], |r| r.probe_appends()),
         spatial: rt.as_ref().map_or(0, |r| r.spatial),
         spatial_append: match (&rt, options.library) {
             (Some(r), None) => r.spatial_append,

@@ -33,24 +33,30 @@
 //! | `FastPath::SaveIn` | flags and rcx live, another register dead | the same between `mov r,rcx` … `mov rcx,r` |
 //! | `FastPath::Stack` | nothing dead | the same between `lea rsp,[rsp-128]; push rcx` … `pop rcx; lea rsp,[rsp+128]` (red zone) |
 //!
-//! The `sub`/`jb` form wraps a zero countdown to −1; its slow stub stores
-//! zero back before calling the runtime, so every variant sees the same
-//! state. A slow stub computes the load's effective address with a `lea` of
-//! the load's own operand, calls the runtime, and returns to the load. A bit
-//! test at a register offset (`bt [mem], reg`) reads the byte `offset >> 3`
-//! past its operand (`bit_offset_register`): its stub adds that, between
+//! The `sub`/`jb` form wraps a zero countdown to −1; zero is stored back
+//! before the runtime records (by its stub, or by the runtime's
+//! `probe_append` it calls), so every variant sees the same state. A slow
+//! stub computes the load's effective address with a `lea` of the load's
+//! own operand, calls the runtime, and returns to the load. A bit test at
+//! a register offset (`bt [mem], reg`) reads the byte `offset >> 3` past
+//! its operand (`bit_offset_register`): its stub adds that, between
 //! `pushfq` and `popfq` (the shift changes the flags, which may be live),
-//! and always calls the runtime.
+//! and always calls the runtime's `record`.
 //!
 //! Inside a sample window (and all through a full trace) every execution
-//! reaches the slow stub, so a flags-dead stub first appends the record
-//! itself: it claims a record of the thread's grant with one `xadd` on the
-//! slot (see [`super::runtime::slot::CLAIM`]) and writes the address and
-//! the load id — 17 instructions, 6 stores, no call — and calls the
-//! runtime only without a slot or a grant. Fewer instructions and stores
-//! per record keep the program's own cache misses overlapping: the
-//! runtime call (40 instructions, 13 stores with its pushes) filled the
-//! reorder buffer and the store queue.
+//! reaches the slow stub, so a flags-dead stub calls the runtime's
+//! `probe_append` instead of `record`: it zeroes the countdown, claims a
+//! record of the thread's grant with one `xadd` on the slot (see
+//! [`super::runtime::slot::CLAIM`]) and writes the address and the load
+//! id, saving two registers and not the flags, and goes on to `record`
+//! only without a slot or a grant. Fewer instructions and stores per
+//! record keep the program's own cache misses overlapping: `record` (40
+//! instructions, 13 stores with its pushes) filled the reorder buffer and
+//! the store queue. The stub moves `rsp` past the red zone with `add`/`sub
+//! rsp, -128` (4 bytes each, the flags being dead) instead of `lea`s (5 and
+//! 8). Why one shared routine: the same append written into each stub
+//! (17 instructions, 126 bytes a stub) was half of a large executable's
+//! copies (docs/performance.md); a stub is now 32 to 40 bytes.
 //!
 //! # Spatial checks
 //!
@@ -77,7 +83,7 @@
 //! the runtime with the address and the load id, and resumes at the load:
 //! where the flags are dead at the load, its `spatial_append`, which
 //! claims a record of the thread's *spatial grant* with one `xadd` on
-//! [`slot::SPATIAL_CLAIM`] (the cold path keeps one open outside every
+//! [`super::runtime::slot::SPATIAL_CLAIM`] (the cold path keeps one open outside every
 //! window, see [`super::runtime`]) and writes it, saving only two
 //! registers; elsewhere, and without a grant, `spatial`, which saves
 //! everything and issues the next grant. Why: `spatial` alone (its
@@ -149,10 +155,9 @@
 //! `PtwriteOperand::Address` (the spatial mark), and resumes at the operand
 //! `ptwrite`s.
 
-use super::runtime::{TCB_COUNTDOWN, TCB_SLOT, slot};
+use super::runtime::TCB_COUNTDOWN;
 pub(crate) use crate::classify::operands::bit_offset_register;
 use iced_x86::{Code, Instruction, MemoryOperand, OpKind, Register};
-use memgaze_trace::protocol::RECORD_BYTES;
 
 /// How a probe's fast path keeps the application's state intact.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -360,9 +365,10 @@ pub(crate) struct SpatialEntry {
 }
 
 /// Appends the stub of a spatial check at `stub`: restores what the check
-/// saved, calls the runtime's `spatial_append` where the flags are dead at
-/// the load, else its `spatial` (`rdi` = address, `esi` = `id`), and jumps
-/// to `resume` (the load).
+/// saved (leaving `rsp` below the red zone, where the check moved it),
+/// calls the runtime's `spatial_append` where the flags are dead at the
+/// load, else its `spatial` (`rdi` = address, `esi` = `id`), and jumps to
+/// `resume` (the load).
 pub(crate) fn spatial_stub(
     load: &Instruction,
     id: u32,
@@ -372,8 +378,16 @@ pub(crate) fn spatial_stub(
     out: &mut Vec<Instruction>,
 ) {
     let start = out.len();
-    spatial_restore(probe, out);
-    out.push(lea(Register::RSP, Register::RSP, -RED_ZONE));
+    let flags_dead = !probe.save_flags;
+    if probe.save_flags {
+        out.push(Instruction::with(Code::Popfq));
+    }
+    if probe.save_scratch {
+        out.push(pop(probe.scratch));
+    }
+    if probe.pushed() == 0 {
+        out.push(skip_red_zone(flags_dead));
+    }
     let target = match entry.append {
         0 => entry.spatial,
         _ if probe.save_flags => entry.spatial,
@@ -386,7 +400,7 @@ pub(crate) fn spatial_stub(
     out.push(branch(Code::Call_rel32_64, target));
     out.push(pop(Register::RSI));
     out.push(pop(Register::RDI));
-    out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
+    out.push(return_over_red_zone(flags_dead));
     out.push(branch(Code::Jmp_rel32_64, resume));
     out[start] = with_ip(out[start], stub);
 }
@@ -539,6 +553,10 @@ struct StubParts {
     /// `lea rsp, [rsp ∓ 128]`: below the red zone and back.
     rsp_below_red_zone: Instruction,
     rsp_above_red_zone: Instruction,
+    /// `add rsp, -128` and `sub rsp, -128`: the same where the flags are
+    /// dead, shorter.
+    rsp_below_red_zone_by_add: Instruction,
+    rsp_above_red_zone_by_sub: Instruction,
     /// `sub qword fs:[countdown], 1`.
     countdown_sub_1: Instruction,
     /// `mov qword fs:[countdown], 0`.
@@ -550,17 +568,6 @@ struct StubParts {
     countdown_from_rcx: Instruction,
     /// `mov esi, id` (id 0).
     esi_id: Instruction,
-    /// Per register: `mov reg, fs:[slot]`, `test reg, reg`, `mov reg32,
-    /// RECORD_BYTES`, `mov dword [reg], id` (id 0).
-    slot_load: [Instruction; 16],
-    slot_test: [Instruction; 16],
-    claim_size: [Instruction; 16],
-    store_id: [Instruction; 16],
-    /// Per (slot register, claim register): `xadd [slot + CLAIM], claim`,
-    /// `cmp claim, [slot + LIMIT]`, `mov [claim + 4], slot`.
-    claim_xadd: [[Instruction; 16]; 16],
-    limit_cmp: [[Instruction; 16]; 16],
-    store_address: [[Instruction; 16]; 16],
     /// Per register: a spatial check's `shr reg, SPATIAL_BLOCK_SHIFT`,
     /// `imul reg32, reg32, multiplier` and `cmp reg32, threshold` (both
     /// immediates 0).
@@ -591,29 +598,14 @@ impl StubParts {
             pop: per_register(&|r| Instruction::with1(Code::Pop_r64, r).expect("pop")),
             rsp_below_red_zone: built_lea(Register::RSP, Register::RSP, -RED_ZONE),
             rsp_above_red_zone: built_lea(Register::RSP, Register::RSP, RED_ZONE),
+            rsp_below_red_zone_by_add: i2(Code::Add_rm64_imm8, Register::RSP, -RED_ZONE as i32),
+            rsp_above_red_zone_by_sub: i2(Code::Sub_rm64_imm8, Register::RSP, -RED_ZONE as i32),
             countdown_sub_1: i2(Code::Sub_rm64_imm8, fs_countdown(), 1),
             countdown_clear: i2(Code::Mov_rm64_imm32, fs_countdown(), 0),
             rcx_from_countdown: i2(Code::Mov_r64_rm64, Register::RCX, fs_countdown()),
             rcx_less_1: built_lea(Register::RCX, Register::RCX, -1),
             countdown_from_rcx: i2(Code::Mov_rm64_r64, fs_countdown(), Register::RCX),
             esi_id: built_esi_id(0),
-            slot_load: per_register(&built_slot_load),
-            slot_test: per_register(&|r| i2(Code::Test_rm64_r64, r, r)),
-            claim_size: per_register(&built_claim_size),
-            store_id: per_register(&|claim| built_store_id(claim, 0)),
-            claim_xadd: per_pair(&|slot_reg, claim| {
-                i2(
-                    Code::Xadd_rm64_r64,
-                    slot_field(slot_reg, slot::CLAIM),
-                    claim,
-                )
-            }),
-            limit_cmp: per_pair(&|slot_reg, claim| {
-                i2(Code::Cmp_r64_rm64, claim, slot_field(slot_reg, slot::LIMIT))
-            }),
-            store_address: per_pair(&|address, claim| {
-                i2(Code::Mov_rm64_r64, slot_field(claim, 4), address)
-            }),
             block_shift: per_register(&built_block_shift),
             hash_multiply: per_register(&|r| built_hash_multiply(r, 0)),
             hash_compare: per_register(&|r| built_hash_compare(r, 0)),
@@ -691,37 +683,6 @@ fn built_hash_compare(r: Register, threshold: u32) -> Instruction {
 /// `mov esi, id`.
 fn built_esi_id(id: u32) -> Instruction {
     i2(Code::Mov_r32_imm32, Register::ESI, id as i32)
-}
-
-/// `mov reg, fs:[slot]`: the thread's slot.
-fn built_slot_load(reg: Register) -> Instruction {
-    i2(
-        Code::Mov_r64_rm64,
-        reg,
-        MemoryOperand::new(
-            Register::None,
-            Register::None,
-            1,
-            TCB_SLOT as i64,
-            4,
-            false,
-            Register::FS,
-        ),
-    )
-}
-
-/// `mov claim32, RECORD_BYTES`.
-fn built_claim_size(claim: Register) -> Instruction {
-    i2(
-        Code::Mov_r32_imm32,
-        claim.full_register32(),
-        RECORD_BYTES as i32,
-    )
-}
-
-/// `mov dword [claim], id`.
-fn built_store_id(claim: Register, id: u32) -> Instruction {
-    Instruction::with2(Code::Mov_rm32_imm32, slot_field(claim, 0), id).expect("valid mov")
 }
 
 /// A relative branch to `target`.
@@ -1020,22 +981,25 @@ pub fn unsupported_operand(load: &Instruction) -> Option<&'static str> {
 }
 
 /// Appends the slow stub at `slow` for the load `load` with id `id`; it
-/// ends with a jump to `resume` (the load's IP in the copy). `fallback` is
-/// an unused label for the stub's call of the runtime (a flags-dead stub
-/// first tries to append inline).
-#[allow(clippy::too_many_arguments)]
+/// ends with a jump to `resume` (the load's IP in the copy). `record` is
+/// the runtime's slow path and `append` its `probe_append` for the load
+/// (see [`super::runtime`]), which a flags-dead stub calls instead: it
+/// zeroes the countdown and appends the record without saving the flags.
 pub(crate) fn soft_slow_stub(
     fast: FastPath,
     load: &Instruction,
     id: u32,
-    slow: u64,
-    resume: u64,
-    fallback: u64,
-    record: u64,
+    (slow, resume): (u64, u64),
+    (record, append): (u64, u64),
     out: &mut Vec<Instruction>,
 ) {
     let start = out.len();
+    let bit_offset = bit_offset_register(load);
+    let appends = fast == FastPath::FlagsDead
+        && load.memory_segment() != Register::FS
+        && bit_offset.is_none();
     match fast {
+        _ if appends => {}
         FastPath::FlagsDead => out.push(STUB_PARTS.countdown_clear),
         FastPath::RcxDead => {}
         FastPath::SaveIn(reg) => out.push(i2(Code::Mov_r64_rm64, Register::RCX, reg)),
@@ -1044,12 +1008,7 @@ pub(crate) fn soft_slow_stub(
             out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
         }
     }
-    out.push(lea(Register::RSP, Register::RSP, -RED_ZONE));
-    let bit_offset = bit_offset_register(load);
-    if fast == FastPath::FlagsDead && load.memory_segment() != Register::FS && bit_offset.is_none()
-    {
-        inline_append(load, id, resume, fallback, out);
-    }
+    out.push(skip_red_zone(appends));
     out.push(push(Register::RDI));
     out.push(push(Register::RSI));
     match bit_offset {
@@ -1090,107 +1049,34 @@ pub(crate) fn soft_slow_stub(
         ));
     }
     out.push(StubParts::with_id(STUB_PARTS.esi_id, id));
-    out.push(branch(Code::Call_rel32_64, record));
+    let target = if appends { append } else { record };
+    out.push(branch(Code::Call_rel32_64, target));
     out.push(pop(Register::RSI));
     out.push(pop(Register::RDI));
-    out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
+    out.push(return_over_red_zone(appends));
     out.push(branch(Code::Jmp_rel32_64, resume));
-    if start < out.len() {
-        out[start] = with_ip(out[start], slow);
+    out[start] = with_ip(out[start], slow);
+}
+
+/// `rsp` moved below the red zone: `add rsp, -128` where the flags are
+/// dead (`flags_dead`; 4 bytes), else `lea rsp, [rsp - 128]` (5 bytes).
+fn skip_red_zone(flags_dead: bool) -> Instruction {
+    if flags_dead {
+        STUB_PARTS.rsp_below_red_zone_by_add
+    } else {
+        STUB_PARTS.rsp_below_red_zone
     }
 }
 
-/// Appends the inline record path of a flags-dead slow stub (after its
-/// red-zone skip): claims a record of the thread's grant with one `xadd`
-/// (see [`slot::CLAIM`]), writes the address and then the load id, and
-/// jumps to `resume`; without a slot or a grant it falls through, with
-/// every register as it found it, into the call of the runtime (whose cold
-/// path issues the next grant). Two scratch registers the load's operand
-/// does not use are saved below the red zone.
-fn inline_append(
-    load: &Instruction,
-    id: u32,
-    resume: u64,
-    fallback: u64,
-    out: &mut Vec<Instruction>,
-) {
-    let (slot_reg, claim) = two_scratch(load);
-    out.push(push(slot_reg));
-    out.push(push(claim));
-    claim_record(slot_reg, claim, fallback, out);
-    out.push(effective_address(load, slot_reg, RED_ZONE + 16));
-    write_record(slot_reg, claim, id, out);
-    leave_inline(slot_reg, claim, resume, fallback, out);
-}
-
-/// Two of `rdi`, `rsi`, `rcx`, `rdx` that the operand of `load` does not
-/// use: the inline appends' slot and claim registers.
-fn two_scratch(load: &Instruction) -> (Register, Register) {
-    let operand = [load.memory_base(), load.memory_index()].map(|r| {
-        if r.is_gpr() {
-            r.full_register()
-        } else {
-            Register::None
-        }
-    });
-    let mut scratch = [Register::RDI, Register::RSI, Register::RCX, Register::RDX]
-        .into_iter()
-        .filter(|r| !operand.contains(r));
-    (scratch.next().unwrap(), scratch.next().unwrap())
-}
-
-fn slot_field(base: Register, disp: i32) -> MemoryOperand {
-    MemoryOperand::new(
-        base,
-        Register::None,
-        1,
-        disp as i64,
-        1,
-        false,
-        Register::None,
-    )
-}
-
-/// `slot_reg = ` the thread's slot, `claim = ` a record of its window's
-/// grant claimed through [`slot::CLAIM`] (to `fallback` without a slot or
-/// a grant; the flags dead).
-fn claim_record(slot_reg: Register, claim: Register, fallback: u64, out: &mut Vec<Instruction>) {
-    let parts = &*STUB_PARTS;
-    let (slot_n, claim_n) = (gpr64_number(slot_reg), gpr64_number(claim));
-    out.push(parts.slot_load[slot_n]);
-    out.push(parts.slot_test[slot_n]);
-    out.push(branch(Code::Je_rel32_64, fallback));
-    out.push(parts.claim_size[claim_n]);
-    out.push(parts.claim_xadd[slot_n][claim_n]);
-    out.push(parts.limit_cmp[slot_n][claim_n]);
-    out.push(branch(Code::Jae_rel32_64, fallback));
-}
-
-/// Writes the claimed record at `claim`: the address in `address`, then
-/// the load id (the writer's last store: see [`slot::CLAIM`]).
-fn write_record(address: Register, claim: Register, id: u32, out: &mut Vec<Instruction>) {
-    let parts = &*STUB_PARTS;
-    let (address_n, claim_n) = (gpr64_number(address), gpr64_number(claim));
-    out.push(parts.store_address[address_n][claim_n]);
-    out.push(StubParts::with_id(parts.store_id[claim_n], id));
-}
-
-/// The end of an inline append: restores the two scratch registers and
-/// `rsp` and jumps to `resume`; at `fallback`, restores the registers only,
-/// for the caller's runtime call that follows.
-fn leave_inline(
-    slot_reg: Register,
-    claim: Register,
-    resume: u64,
-    fallback: u64,
-    out: &mut Vec<Instruction>,
-) {
-    out.push(pop(claim));
-    out.push(pop(slot_reg));
-    out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
-    out.push(branch(Code::Jmp_rel32_64, resume));
-    out.push(with_ip(pop(claim), fallback));
-    out.push(pop(slot_reg));
+/// `rsp` moved back over the red zone: `sub rsp, -128` where the flags are
+/// dead (`flags_dead`; 4 bytes, where `+128` takes a 32-bit immediate or
+/// displacement), else `lea rsp, [rsp + 128]` (8 bytes).
+fn return_over_red_zone(flags_dead: bool) -> Instruction {
+    if flags_dead {
+        STUB_PARTS.rsp_above_red_zone_by_sub
+    } else {
+        STUB_PARTS.rsp_above_red_zone
+    }
 }
 
 /// `lea dst, [operand of load]`, with `rsp_adjust` added when the base is
@@ -1386,23 +1272,6 @@ mod tests {
             let pop_built = Instruction::with1(Code::Pop_r64, r).unwrap();
             assert_same(push(r), push_built, "push");
             assert_same(pop(r), pop_built, "pop");
-            assert_same(parts.slot_load[a], built_slot_load(r), "slot load");
-            let test = i2(Code::Test_rm64_r64, r, r);
-            assert_same(parts.slot_test[a], test, "test");
-            assert_same(parts.claim_size[a], built_claim_size(r), "claim size");
-            for id in ids {
-                let store = StubParts::with_id(parts.store_id[a], id);
-                assert_same(store, built_store_id(r, id), "store id");
-            }
-            for b in 0..16 {
-                let s = gpr64(b);
-                let xadd = i2(Code::Xadd_rm64_r64, slot_field(r, slot::CLAIM), s);
-                assert_same(parts.claim_xadd[a][b], xadd, "xadd");
-                let cmp = i2(Code::Cmp_r64_rm64, s, slot_field(r, slot::LIMIT));
-                assert_same(parts.limit_cmp[a][b], cmp, "cmp");
-                let store = i2(Code::Mov_rm64_r64, slot_field(s, 4), r);
-                assert_same(parts.store_address[a][b], store, "store address");
-            }
         }
         for id in ids {
             let esi = StubParts::with_id(parts.esi_id, id);
@@ -1454,6 +1323,25 @@ mod tests {
         );
         let back = i2(Code::Mov_rm64_r64, fs_countdown(), Register::RCX);
         assert_same(parts.countdown_from_rcx, back, "mov countdown");
+        // The flags-dead forms of the red-zone skip move rsp as the `lea`s
+        // do, in 4 bytes each.
+        let moves = [
+            (skip_red_zone(true), Code::Add_rm64_imm8, 5),
+            (return_over_red_zone(true), Code::Sub_rm64_imm8, 8),
+        ];
+        for (part, code, lea_len) in moves {
+            let built = i2(code, Register::RSP, -RED_ZONE as i32);
+            assert_same(part, built, "rsp by add/sub");
+            assert_eq!(part.immediate8to64(), -RED_ZONE);
+            let mut encoder = iced_x86::Encoder::new(64);
+            assert_eq!(encoder.encode(&part, 0).unwrap(), 4);
+            let lea = if code == Code::Add_rm64_imm8 {
+                skip_red_zone(false)
+            } else {
+                return_over_red_zone(false)
+            };
+            assert_eq!(encoder.encode(&lea, 0).unwrap(), lea_len);
+        }
     }
 
     #[test]
@@ -1516,10 +1404,81 @@ mod tests {
             assert!(insns[1..].iter().all(|i| i.ip() == 0));
             let mut stub = Vec::new();
             let load = decode_one(&[0x8b, 0x04, 0x8f]); // mov eax,[rdi+rcx*4]
-            soft_slow_stub(fast, &load, 7, 0x2000, 0x1000, 0x2fff, 0x3000, &mut stub);
+            soft_slow_stub(
+                fast,
+                &load,
+                7,
+                (0x2000, 0x1000),
+                (0x3000, 0x4000),
+                &mut stub,
+            );
             assert_eq!(stub[0].ip(), 0x2000);
             let decoded = assemble(&stub, 0x2000);
-            assert!(decoded.iter().any(|i| i.code() == Code::Call_rel32_64));
+            let calls: Vec<u64> = decoded
+                .iter()
+                .filter(|i| i.code() == Code::Call_rel32_64)
+                .map(|i| i.near_branch_target())
+                .collect();
+            // Only the flags-dead stub appends (the append clobbers them).
+            let called = if fast == FastPath::FlagsDead {
+                0x4000
+            } else {
+                0x3000
+            };
+            assert_eq!(calls, [called], "{fast:?}");
+            assert_eq!(decoded.last().unwrap().near_branch_target(), 0x1000);
+        }
+    }
+
+    #[test]
+    fn flags_dead_stubs_pass_the_address_and_id_to_the_append_and_restore_rsp() {
+        // mov eax,[rdi+rcx*4]; mov rax,[rsp+8]
+        for (bytes, base) in [
+            (&[0x8b, 0x04, 0x8f][..], Register::RDI),
+            (&[0x48, 0x8b, 0x44, 0x24, 0x08][..], Register::RSP),
+        ] {
+            let load = decode_one(bytes);
+            let mut stub = Vec::new();
+            let entries = (0x3000, 0x4000);
+            soft_slow_stub(
+                FastPath::FlagsDead,
+                &load,
+                7,
+                (0x2000, 0x1000),
+                entries,
+                &mut stub,
+            );
+            let decoded = assemble(&stub, 0x2000);
+            // The append zeroes the countdown: the stub stores nothing to it.
+            assert!(decoded.iter().all(|i| i.memory_segment() != Register::FS));
+            let mut rsp = 0i64;
+            let mut at_call = None;
+            for insn in &decoded {
+                match insn.code() {
+                    Code::Push_r64 => rsp -= 8,
+                    Code::Pop_r64 => rsp += 8,
+                    Code::Add_rm64_imm8 if insn.op0_register() == Register::RSP => {
+                        rsp += insn.immediate8to64()
+                    }
+                    Code::Sub_rm64_imm8 if insn.op0_register() == Register::RSP => {
+                        rsp -= insn.immediate8to64()
+                    }
+                    Code::Lea_r64_m if insn.op0_register() == Register::RDI => {
+                        assert_eq!(insn.memory_base(), base);
+                        // The load's rsp is 128 + 16 bytes above the stub's.
+                        let expected = if base == Register::RSP { 8 - rsp } else { 0 };
+                        assert_eq!(insn.memory_displacement64() as i64, expected);
+                    }
+                    Code::Mov_r32_imm32 => assert_eq!(insn.immediate32(), 7),
+                    Code::Call_rel32_64 => at_call = Some(rsp),
+                    _ => {}
+                }
+            }
+            // Below the red zone at the call, as it found it at the jump.
+            assert_eq!(at_call, Some(-RED_ZONE - 16));
+            assert_eq!(rsp, 0);
+            let code: usize = decoded.iter().map(|i| i.len()).sum();
+            assert!(code <= 40, "{code} bytes");
         }
     }
 
@@ -1550,19 +1509,22 @@ mod tests {
             assert!(bit_offset_register(&load).is_some(), "{load}");
             assert_eq!(unsupported_operand(&load), None);
             let mut stub = Vec::new();
+            let entries = (0x3000, 0x4000);
             soft_slow_stub(
                 FastPath::FlagsDead,
                 &load,
                 7,
-                0x2000,
-                0x1000,
-                0x2fff,
-                0x3000,
+                (0x2000, 0x1000),
+                entries,
                 &mut stub,
             );
-            let codes: Vec<Code> = assemble(&stub, 0x2000).iter().map(|i| i.code()).collect();
-            // No inline append (its `xadd` would record the operand).
-            assert!(!codes.contains(&Code::Xadd_rm64_r64), "{codes:?}");
+            let decoded = assemble(&stub, 0x2000);
+            let codes: Vec<Code> = decoded.iter().map(|i| i.code()).collect();
+            // No append (it would record the operand): the stub zeroes the
+            // countdown and calls the slow path.
+            assert_eq!(codes[0], Code::Mov_rm64_imm32, "{codes:?}");
+            let call = decoded.iter().find(|i| i.code() == Code::Call_rel32_64);
+            assert_eq!(call.unwrap().near_branch_target(), 0x3000);
             let at = |c: Code| codes.iter().position(|&x| x == c).unwrap();
             let p = at(Code::Pushfq);
             assert_eq!(
@@ -1638,7 +1600,8 @@ mod tests {
             codes[codes.len() - 3..],
             [Code::Popfq, Code::Pop_r64, Code::Lea_r64_m]
         );
-        // The stub undoes the saves before its call and resumes at the load.
+        // The stub undoes the saves before its call, staying below the red
+        // zone for its own, and resumes at the load.
         let mut stub = Vec::new();
         let entry = SpatialEntry {
             spatial: 0x3000,
@@ -1647,7 +1610,7 @@ mod tests {
         spatial_stub(&load, 9, saving, (0x2000, 0x1000), entry, &mut stub);
         let decoded = assemble(&stub, 0x2000);
         let codes: Vec<Code> = decoded.iter().map(|i| i.code()).collect();
-        assert_eq!(codes[..3], [Code::Popfq, Code::Pop_r64, Code::Lea_r64_m]);
+        assert_eq!(codes[..3], [Code::Popfq, Code::Pop_r64, Code::Push_r64]);
         let call = decoded
             .iter()
             .find(|i| i.code() == Code::Call_rel32_64)
@@ -1710,6 +1673,54 @@ mod tests {
                 .unwrap();
             assert_eq!((id.op0_register(), id.immediate32()), (Register::ESI, 9));
             assert_eq!(decoded.last().unwrap().near_branch_target(), 0x1000);
+        }
+        // From the check's jump through its stub, rsp comes back to the
+        // load's, whatever the check saved.
+        let saving = [
+            flags_dead,
+            flags_live,
+            SpatialProbe {
+                save_scratch: true,
+                ..flags_dead
+            },
+            SpatialProbe {
+                save_scratch: true,
+                ..flags_live
+            },
+        ];
+        for probe in saving {
+            let mut code = Vec::new();
+            let hash = SpatialHash::default_rate();
+            spatial_check(&load, probe, (0x1000, 0x2000), (hash, false), &mut code);
+            let jump = code
+                .iter()
+                .position(|i| i.code() == Code::Jb_rel32_64)
+                .unwrap();
+            code.truncate(jump);
+            spatial_stub(&load, 9, probe, (0x2000, 0x1000), entry, &mut code);
+            let mut rsp = 0i64;
+            for insn in assemble(&code, 0x1000) {
+                rsp += match insn.code() {
+                    Code::Push_r64 | Code::Pushfq => -8,
+                    Code::Pop_r64 | Code::Popfq => 8,
+                    Code::Add_rm64_imm8 => insn.immediate8to64(),
+                    Code::Sub_rm64_imm8 => -insn.immediate8to64(),
+                    Code::Lea_r64_m if insn.op0_register() == Register::RSP => {
+                        insn.memory_displacement64() as i64
+                    }
+                    Code::Lea_r64_m if insn.op0_register() == Register::RDI => {
+                        // The address of [rdi+rsi*8+16], not rsp-relative.
+                        assert_eq!(insn.memory_displacement64(), 16);
+                        0
+                    }
+                    Code::Call_rel32_64 => {
+                        assert!(rsp <= -RED_ZONE - 16, "{probe:?}: {rsp}");
+                        0
+                    }
+                    _ => 0,
+                };
+            }
+            assert_eq!(rsp, 0, "{probe:?}");
         }
         // The same length either way: the append costs no stub bytes.
         let sizes: Vec<usize> = [(flags_dead, entry), (flags_dead, library)]

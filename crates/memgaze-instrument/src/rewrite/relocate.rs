@@ -189,6 +189,10 @@ pub struct Entries {
     pub record: u64,
     /// The slow path of loads with a spatial check.
     pub(crate) record_tracked: u64,
+    /// The runtime's `probe_append` and `probe_append_tracked`, which the
+    /// slow stubs of flags-dead probes call (of loads without and with a
+    /// spatial check).
+    pub(crate) probe_append: [u64; 2],
     /// The spatial record entry.
     pub spatial: u64,
     /// The runtime's `spatial_append`, which the stubs of checks with dead
@@ -208,6 +212,16 @@ pub struct Entries {
 }
 
 impl Entries {
+    /// The slow path and its flags-dead append of a load with a spatial
+    /// check (`tracked`) or without.
+    fn slow_path(&self, tracked: bool) -> (u64, u64) {
+        if tracked {
+            (self.record_tracked, self.probe_append[1])
+        } else {
+            (self.record, self.probe_append[0])
+        }
+    }
+
     /// Where the spatial checks' stubs take their records.
     fn spatial_entry(&self) -> probe::SpatialEntry {
         probe::SpatialEntry {
@@ -860,7 +874,6 @@ fn copy_instructions(
             Some(Insert::Soft { id, fast }) => {
                 let slow = next_fake();
                 let resume = next_fake();
-                let fallback = next_fake();
                 // The slow stub's way back to the load.
                 let back = match in_loop {
                     Some(n) => {
@@ -876,12 +889,8 @@ fn copy_instructions(
                 };
                 label = 0;
                 insn.set_ip(resume);
-                let record = if spatial_here.is_some() {
-                    entries.record_tracked
-                } else {
-                    entries.record
-                };
-                probe::soft_slow_stub(fast, &insn, id, slow, back, fallback, record, &mut *stubs);
+                let record = entries.slow_path(spatial_here.is_some());
+                probe::soft_slow_stub(fast, &insn, id, (slow, back), record, &mut *stubs);
             }
             Some(Insert::String { id, second }) => {
                 let stub = next_fake();
@@ -2056,7 +2065,6 @@ fn counting_fragment(
         } else if let Some(&(_, id, fast)) = loads.next_if(|&&(index, _, _)| index == i) {
             let slow = next_fake();
             let resume = next_fake();
-            let fallback = next_fake();
             probe::soft_fast_path(fast, first, slow, out);
             insn.set_ip(resume);
             let record = match spatial.get(&i) {
@@ -2074,11 +2082,11 @@ fn counting_fragment(
                         entries.spatial_entry(),
                         stubs,
                     );
-                    entries.record_tracked
+                    entries.slow_path(true)
                 }
-                None => entries.record,
+                None => entries.slow_path(false),
             };
-            probe::soft_slow_stub(fast, &insn, id, slow, resume, fallback, record, stubs);
+            probe::soft_slow_stub(fast, &insn, id, (slow, resume), record, stubs);
         } else if first != 0 {
             insn.set_ip(first);
         }
@@ -2255,6 +2263,7 @@ mod tests {
         Entries {
             record: 0x6fff_0000,
             record_tracked: 0x6fff_0100,
+            probe_append: [0x6fff_0400, 0x6fff_0500],
             spatial: 0x6fff_0200,
             spatial_append: 0x6fff_0300,
             spatial_hash: probe::SpatialHash::default_rate(),

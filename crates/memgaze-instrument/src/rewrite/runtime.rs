@@ -23,6 +23,15 @@
 //!
 //! # Entry points (all preserve every register and the flags)
 //!
+//! - `probe_append` and `probe_append_tracked` (`rdi` = effective address,
+//!   `esi` = load id; clobber the flags, so only the slow stubs of
+//!   flags-dead probes call them): zero the countdown (which the probe's
+//!   `sub`/`jb` wrapped to −1), append a record into the thread's grant
+//!   with one `xadd` (see [`slot::CLAIM`]), two pushes and no other saves,
+//!   and go on to `record` or `record_tracked` (which return to the caller)
+//!   without a slot or a grant. One routine shared by every stub keeps the
+//!   stubs as short as a call: the same code inline in each stub was half
+//!   of a large executable's copies.
 //! - `spatial_append` (`rdi` = effective address, `esi` = load id; clobbers
 //!   the flags, so only the stubs of checks where they are dead call it):
 //!   appends a spatial record into the thread's open *spatial grant* (see
@@ -46,10 +55,11 @@
 //!   appends a record while the thread holds a *grant* (appends the cold
 //!   path allowed: inside an open window, neither its last record nor the
 //!   one that fills the buffer), claiming the record with one `xadd` (see
-//!   [`slot::CLAIM`]); flags-dead probes make the same claim in their stub
-//!   and call `record` only when it fails. Everything else (window start
-//!   and end, flushes, slot creation, forks) goes through a cold path that
-//!   saves the flags, takes the grant back and issues the next one.
+//!   [`slot::CLAIM`]); flags-dead probes make the same claim through
+//!   `probe_append`, which goes on here only when it fails. Everything
+//!   else (window start and end, flushes, slot creation, forks) goes
+//!   through a cold path that saves the flags, takes the grant back and
+//!   issues the next one.
 //!   Outside every window, while the run takes spatial samples and the
 //!   region switch is on, the next one is a *spatial grant* of at most
 //!   `SPATIAL_GRANT_RECORDS` (256) records, claimed through its own word
@@ -370,6 +380,11 @@ pub struct Runtime {
     pub(crate) cpu_features: u32,
     /// Slow path called by probes.
     pub record: u64,
+    /// Its fast path for flags-dead probes: zeroes the countdown and
+    /// appends into the open grant, else `record`.
+    pub(crate) probe_append: u64,
+    /// `probe_append` for loads with a spatial check: else `record_tracked`.
+    pub(crate) probe_append_tracked: u64,
     /// Slow path called by probes of loads with a spatial check.
     pub(crate) record_tracked: u64,
     /// Spatial sample of a tracked block outside the windows.
@@ -415,6 +430,11 @@ pub struct Runtime {
 }
 
 impl Runtime {
+    /// `probe_append` and `probe_append_tracked`, in that order.
+    pub(crate) fn probe_appends(&self) -> [u64; 2] {
+        [self.probe_append, self.probe_append_tracked]
+    }
+
     /// The runtime entry a function's entry calls for `hook`.
     pub(crate) fn hook_entry(&self, hook: super::Hook) -> u64 {
         use super::Hook;
@@ -457,6 +477,8 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     let mut l = Labels::new(&mut a);
     // The routines are laid out in this order; the hot path falls through
     // into the cold path, so those two stay adjacent.
+    emit_probe_append(&mut a, &mut l.probe_append, l.record)?;
+    emit_probe_append(&mut a, &mut l.probe_append_tracked, l.record_tracked)?;
     emit_record_tracked(&mut a, &mut l)?;
     emit_spatial_append(&mut a, &mut l, params)?;
     emit_spatial(&mut a, &mut l, params)?;
@@ -500,6 +522,8 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     )?;
     Ok(Runtime {
         record: result.label_ip(&l.record)?,
+        probe_append: result.label_ip(&l.probe_append)?,
+        probe_append_tracked: result.label_ip(&l.probe_append_tracked)?,
         record_tracked: result.label_ip(&l.record_tracked)?,
         spatial: result.label_ip(&l.spatial)?,
         spatial_append: result.label_ip(&l.spatial_append)?,
@@ -664,6 +688,30 @@ pub(super) fn record_hot_path_then(
     a.pop(rcx)?;
     a.pop(rax)?;
     a.ret()
+}
+
+/// `probe_append` at `entry` (`rdi` = address, `esi` = load id, the flags
+/// clobbered): zeroes the countdown, claims a record of the thread's grant
+/// with one `xadd` on [`slot::CLAIM`] and writes the address, then the id
+/// (the writer's last store: see [`slot::CLAIM`]); without a slot or a
+/// grant it goes on to `record` with every register as it found it, whose
+/// cold path issues the next grant. Libraries' runtimes have one too.
+pub(super) fn emit_probe_append(a: &mut Asm, entry: &mut CodeLabel, record: CodeLabel) -> R {
+    let mut fail = a.create_label();
+    a.set_label(entry)?;
+    a.mov(fs(TCB_COUNTDOWN), 0)?;
+    a.push(rcx)?;
+    a.push(rdx)?;
+    claim_record(a, rcx, (rdx, edx), slot::CLAIM, fail)?;
+    a.mov(qword_ptr(rdx + 4), rdi)?;
+    a.mov(dword_ptr(rdx), esi)?;
+    a.pop(rdx)?;
+    a.pop(rcx)?;
+    a.ret()?;
+    a.set_label(&mut fail)?;
+    a.pop(rdx)?;
+    a.pop(rcx)?;
+    a.jmp(record)
 }
 
 /// `slot_reg` = the thread's slot and `claim` = a record of its open grant
@@ -3120,6 +3168,8 @@ fn restore_all(a: &mut Asm) -> R {
 
 struct Labels {
     record: CodeLabel,
+    probe_append: CodeLabel,
+    probe_append_tracked: CodeLabel,
     record_tracked: CodeLabel,
     spatial: CodeLabel,
     spatial_append: CodeLabel,
@@ -3219,6 +3269,8 @@ impl Labels {
         let mut n = || a.create_label();
         Labels {
             record: n(),
+            probe_append: n(),
+            probe_append_tracked: n(),
             record_tracked: n(),
             spatial: n(),
             spatial_append: n(),
@@ -3340,6 +3392,8 @@ mod tests {
         for ip in [
             rt.record,
             rt.record_tracked,
+            rt.probe_append,
+            rt.probe_append_tracked,
             rt.spatial,
             rt.entry,
             rt.fini,
