@@ -243,23 +243,8 @@ impl FunctionCode {
 
     /// The instruction index at address `ip`, if an instruction starts there.
     pub fn instruction_at(&self, ip: u64) -> Option<usize> {
-        if self.blocks.is_empty() {
-            // The control flow was freed (planning keeps the instructions).
-            let i = self.instructions.partition_point(|x| x.ip() < ip);
-            return (i < self.instructions.len() && self.instructions[i].ip() == ip).then_some(i);
-        }
-        // The block holding `ip` first (blocks cover the instructions in
-        // order), then its instructions: a search of every instruction, 40
-        // bytes each, missed the CPU's caches at most steps, and planning
-        // asks this of every branch target.
-        let b = self.blocks.partition_point(|block| block.start <= ip);
-        let range = self.blocks[b.checked_sub(1)?].instructions();
-        let insns = self.instructions.get(range.clone())?;
-        let k = insns.partition_point(|x| x.ip() < ip);
-        insns
-            .get(k)
-            .is_some_and(|x| x.ip() == ip)
-            .then_some(range.start + k)
+        let i = self.instructions.partition_point(|x| x.ip() < ip);
+        (i < self.instructions.len() && self.instructions[i].ip() == ip).then_some(i)
     }
 
     /// Indirect jumps that are neither jump tables nor tail calls through
