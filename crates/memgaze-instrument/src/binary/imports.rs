@@ -108,6 +108,9 @@ pub(crate) fn got_calls(binary: &Binary, slots: &HashSet<u64>) -> Vec<GotCall> {
         let Some(bytes) = binary.bytes_at(f.start, f.size as usize) else {
             continue;
         };
+        if !may_go_through(bytes, f.start, slots) {
+            continue;
+        }
         insns.clear();
         super::decode_bytes(bytes, f.start, &mut insns);
         for insn in &insns {
@@ -133,6 +136,22 @@ pub(crate) fn got_calls(binary: &Binary, slots: &HashSet<u64>) -> Vec<GotCall> {
     calls.sort_by_key(|c| c.at);
     calls.dedup();
     calls
+}
+
+/// Whether `bytes` (code at `start`) hold the opcode and ModRM of a `call`
+/// or `jmp qword [rip + disp32]` (`ff 15`, `ff 25`) whose disp32 points into
+/// `slots`: every instruction `got_calls` keeps has them, prefixes coming
+/// before the opcode, so the functions without any are not decoded (most
+/// of them; decoding every function again was 1% of instrumenting a large
+/// binary, on the main thread).
+fn may_go_through(bytes: &[u8], start: u64, slots: &HashSet<u64>) -> bool {
+    bytes.windows(6).enumerate().any(|(p, w)| {
+        w[0] == 0xff && matches!(w[1], 0x15 | 0x25) && {
+            let disp = i32::from_le_bytes([w[2], w[3], w[4], w[5]]);
+            let next = start.wrapping_add(p as u64 + 6);
+            slots.contains(&next.wrapping_add(disp as i64 as u64))
+        }
+    })
 }
 
 /// GOT slot → symbol name, from the `JUMP_SLOT` and `GLOB_DAT` relocations.
@@ -194,4 +213,32 @@ pub(crate) fn code_addresses_in_data(binary: &Binary) -> HashSet<u64> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn got_call_bytes_are_found_only_through_the_slots_asked_for() {
+        // nop; call qword [rip + 0x10]; rex.w jmp qword [rip - 0x20]
+        let code = [
+            0x90, 0xff, 0x15, 0x10, 0x00, 0x00, 0x00, 0x48, 0xff, 0x25, 0xe0, 0xff, 0xff, 0xff,
+        ];
+        let start = 0x1000;
+        let slots = |s: &[u64]| s.iter().copied().collect::<HashSet<u64>>();
+        assert!(may_go_through(&code, start, &slots(&[0x1017])));
+        assert!(may_go_through(&code, start, &slots(&[0x100e - 0x20])));
+        assert!(!may_go_through(&code, start, &slots(&[0x1018, 0x100e])));
+        // The same bytes cut before the call's displacement ends.
+        assert!(!may_go_through(&code[..6], start, &slots(&[0x1017])));
+        let mut decoded = Vec::new();
+        crate::binary::decode_bytes(&code, start, &mut decoded);
+        let gots: Vec<u64> = decoded
+            .iter()
+            .filter(|i| matches!(i.code(), Code::Call_rm64 | Code::Jmp_rm64))
+            .map(|i| i.memory_displacement64())
+            .collect();
+        assert_eq!(gots, [0x1017, 0x100e - 0x20]);
+    }
 }

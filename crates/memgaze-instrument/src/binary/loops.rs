@@ -63,15 +63,20 @@ impl LoopForest {
                 }
             }
         }
+        // One marking buffer for every loop, cleared through the loop's own
+        // blocks: a fresh one per loop, scanned whole for the body, made
+        // large functions with many loops quadratic.
+        let mut inside = vec![false; n];
+        let mut stack: Vec<u32> = Vec::new();
         let mut loops: Vec<Loop> = by_header
             .into_iter()
             .map(|(header, latches)| {
-                let mut inside = vec![false; n];
+                let mut body: Vec<u32> = vec![header];
                 inside[header as usize] = true;
-                let mut stack: Vec<u32> = Vec::new();
                 for &l in &latches {
                     if !inside[l as usize] {
                         inside[l as usize] = true;
+                        body.push(l);
                         stack.push(l);
                     }
                 }
@@ -79,11 +84,15 @@ impl LoopForest {
                     for &p in &blocks[x as usize].predecessors {
                         if !inside[p as usize] && dom.is_reachable(p) {
                             inside[p as usize] = true;
+                            body.push(p);
                             stack.push(p);
                         }
                     }
                 }
-                let body: Vec<u32> = (0..n as u32).filter(|&b| inside[b as usize]).collect();
+                for &b in &body {
+                    inside[b as usize] = false;
+                }
+                body.sort_unstable();
                 Loop {
                     header,
                     latches,

@@ -234,6 +234,9 @@ pub fn ratio(all: usize, instrumented: usize) -> f64 {
 /// Reusable scratch state for classifying many functions.
 pub struct Classifier {
     info: InstructionInfoFactory,
+    /// The load operands of the function being classified, kept from one
+    /// function to the next.
+    operands: Vec<LoadOperand>,
 }
 
 impl Default for Classifier {
@@ -247,6 +250,7 @@ impl Classifier {
     pub fn new() -> Classifier {
         Classifier {
             info: InstructionInfoFactory::new(),
+            operands: Vec::new(),
         }
     }
 
@@ -259,7 +263,8 @@ impl Classifier {
             invalid_instructions: code.invalid_instructions,
             ..Default::default()
         };
-        let mut operands = Vec::new();
+        let mut operands = std::mem::take(&mut self.operands);
+        operands.clear();
         for (i, insn) in code.instructions.iter().enumerate() {
             if insn.is_invalid() {
                 continue;
@@ -277,6 +282,7 @@ impl Classifier {
             }
         }
         if operands.is_empty() {
+            self.operands = operands;
             return out;
         }
         let loops = code.loops();
@@ -295,7 +301,9 @@ impl Classifier {
         let mut evaluator = frame.as_ref().map(|f| Evaluator::new(code, &loops, f));
         let frame_pointer = frame.as_ref().is_some_and(|f| f.frame_pointer.is_some());
 
-        for op in operands {
+        // Kept for the whole rewrite: sized once, without growth slack.
+        out.loads.reserve_exact(operands.len());
+        for op in operands.drain(..) {
             let block = code.block_of[op.instruction as usize];
             let loop_depth = loops.nest(block).count() as u32;
             let (class, reason) =
@@ -311,6 +319,7 @@ impl Classifier {
                 proxy: None,
             });
         }
+        self.operands = operands;
         compress(&mut out.loads);
         out
     }
@@ -624,21 +633,47 @@ pub(crate) fn line_table_of(loads: &[LoadSite], binary: &Binary) -> LineTable {
 /// [`add_lines`] with the line table already built ([`line_table_of`]).
 pub(crate) fn add_lines_from(loads: &mut [LoadSite], table: &LineTable) {
     use rayon::prelude::*;
-    let texts = PositionTexts::default();
-    loads.par_iter_mut().for_each(|load| {
-        load.line = table.locate(load.ip).map(|l| texts.text(&l));
-        load.inline_chain = inline_chain(table, &texts, load.ip);
-    });
+    let shared = PositionTexts::default();
+    loads.par_iter_mut().for_each_init(
+        || LocalTexts {
+            shared: &shared,
+            seen: HashMap::new(),
+        },
+        |texts, load| {
+            load.line = table.locate(load.ip).map(|l| texts.text(&l));
+            load.inline_chain = inline_chain(table, texts, load.ip);
+        },
+    );
 }
 
 /// The inline chain of the instruction at `ip`, as `file:line` texts (empty
 /// when its code is not inlined).
-fn inline_chain(table: &LineTable, texts: &PositionTexts, ip: u64) -> InlineChain {
+fn inline_chain(table: &LineTable, texts: &mut LocalTexts<'_>, ip: u64) -> InlineChain {
     let chain = table.locate_chain(ip);
     if chain.len() < 2 {
         return InlineChain::default();
     }
     chain.iter().map(|at| texts.text(at)).collect()
+}
+
+/// One worker's view of [`PositionTexts`]: the texts it has already been
+/// given, looked up without the shared map's lock (taking a lock for every
+/// load and chain entry was most of the time of this pass).
+struct LocalTexts<'a> {
+    shared: &'a PositionTexts,
+    seen: HashMap<(usize, u32), Text>,
+}
+
+impl LocalTexts<'_> {
+    fn text(&mut self, at: &SourceLocation<'_>) -> Text {
+        let key = PositionTexts::key(at);
+        if let Some(text) = self.seen.get(&key) {
+            return text.clone();
+        }
+        let text = self.shared.text(at);
+        self.seen.insert(key, text.clone());
+        text
+    }
 }
 
 /// The `file:line` [`Text`] of each source position asked for, made once
@@ -652,8 +687,13 @@ struct PositionTexts {
 impl PositionTexts {
     const SHARDS: usize = 64;
 
+    /// The key of a position: its file string's address and its line.
+    fn key(at: &SourceLocation<'_>) -> (usize, u32) {
+        (at.file.as_ptr() as usize, at.line)
+    }
+
     fn text(&self, at: &SourceLocation<'_>) -> Text {
-        let key = (at.file.as_ptr() as usize, at.line);
+        let key = Self::key(at);
         let shard = (key.0 >> 3)
             .wrapping_add(key.1 as usize)
             .wrapping_mul(0x9e37_79b9)

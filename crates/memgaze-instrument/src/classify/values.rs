@@ -300,6 +300,13 @@ pub(crate) struct Evaluator<'a> {
     entry_defs: HashMap<u64, Vec<(u32, u32)>>,
     /// The sets of `entry_defs`, one after the other.
     entry_sets: Vec<u32>,
+    /// Buffers of `Evaluator::entry_defs`, kept from one (loop, variable)
+    /// to the next: each block's last definition, each block's entry set
+    /// (only the first `Loop::blocks.len()` are the current loop's), the
+    /// candidate set.
+    entry_last: Vec<Option<u32>>,
+    entry_ins: Vec<Vec<u32>>,
+    entry_set: Vec<u32>,
     reaching_cache: ReachingCache,
     /// Per loop, the in-loop predecessors of each of its blocks (positions
     /// in `Loop::blocks`).
@@ -371,6 +378,9 @@ impl<'a> Evaluator<'a> {
             spent: HashMap::new(),
             entry_defs: HashMap::new(),
             entry_sets: Vec::new(),
+            entry_last: Vec::new(),
+            entry_ins: Vec::new(),
+            entry_set: Vec::new(),
             reaching_cache: ReachingCache { slots: Vec::new() },
             loop_preds: HashMap::new(),
             loop_index: vec![None; loops.loops.len()],
@@ -469,8 +479,12 @@ impl<'a> Evaluator<'a> {
             let lp = &self.loops.loops[l as usize];
             let n = lp.blocks.len();
             let code = self.code;
-            let last: Vec<Option<u32>> =
-                lp.blocks.iter().map(|&b| self.last_def_in(b, v)).collect();
+            let mut last = std::mem::take(&mut self.entry_last);
+            last.clear();
+            for &b in &lp.blocks {
+                let d = self.last_def_in(b, v);
+                last.push(d);
+            }
             // Predecessors inside the loop, as positions: the same for
             // every variable of the loop.
             let preds = self.loop_preds.entry(l).or_insert_with(|| {
@@ -485,9 +499,18 @@ impl<'a> Evaluator<'a> {
                     })
                     .collect()
             });
-            let mut ins: Vec<Vec<u32>> = vec![Vec::new(); n];
+            // The sets of the last (loop, variable) asked, reused: most
+            // queries' loops are small, and their allocations were most of
+            // this pass's time.
+            let mut ins = std::mem::take(&mut self.entry_ins);
+            for set in ins.iter_mut().take(n) {
+                set.clear();
+            }
+            if ins.len() < n {
+                ins.resize_with(n, Vec::new);
+            }
             // One buffer for the candidate set of every block and round.
-            let mut set: Vec<u32> = Vec::new();
+            let mut set = std::mem::take(&mut self.entry_set);
             let mut changed = true;
             while changed {
                 changed = false;
@@ -510,12 +533,15 @@ impl<'a> Evaluator<'a> {
                 }
             }
             let mut ranges = Vec::with_capacity(n);
-            for set in &ins {
+            for set in &ins[..n] {
                 let from = self.entry_sets.len() as u32;
                 self.entry_sets.extend_from_slice(set);
                 ranges.push((from, self.entry_sets.len() as u32));
             }
             self.entry_defs.insert(pair(l, v), ranges);
+            self.entry_last = last;
+            self.entry_ins = ins;
+            self.entry_set = set;
         }
         &self.entry_defs[&pair(l, v)]
     }

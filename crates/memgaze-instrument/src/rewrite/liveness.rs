@@ -11,7 +11,8 @@
 
 use crate::binary::{FunctionCode, IndirectJumpKind, Terminator};
 use iced_x86::{
-    Code, FlowControl, Instruction, InstructionInfoFactory, OpAccess, Register, RflagsBits,
+    Code, FlowControl, Instruction, InstructionInfoFactory, InstructionInfoOptions, OpAccess,
+    Register, RflagsBits,
 };
 
 /// A set of the 16 general-purpose registers (bit = iced register number −
@@ -82,7 +83,9 @@ fn transfer(insn: &Instruction, info: &mut InstructionInfoFactory) -> (u32, u32)
     if matches!(insn.code(), Code::Syscall | Code::Sysenter) || insn.is_invalid() {
         return (ALL_GPRS | FLAGS, 0);
     }
-    let facts = info.info(insn);
+    // Register usage alone: iced lists a memory operand's base and index
+    // among the registers either way, and the memory list is not read.
+    let facts = info.info_options(insn, InstructionInfoOptions::NO_MEMORY_USAGE);
     let mut uses = flag_bits(insn.rflags_read());
     let mut defs = flag_bits(insn.rflags_modified());
     for used in facts.used_registers() {

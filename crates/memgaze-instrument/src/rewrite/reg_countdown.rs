@@ -57,7 +57,10 @@
 use super::probe::{FastPath, SpatialProbe, branch, count_by, fs_countdown, i2, with_ip};
 use super::relocate::{Insert, Superblock};
 use crate::binary::{FunctionCode, Terminator};
-use iced_x86::{Code, FlowControl, Instruction, InstructionInfoFactory, MemoryOperand, Register};
+use iced_x86::{
+    Code, FlowControl, Instruction, InstructionInfoFactory, InstructionInfoOptions, MemoryOperand,
+    Register,
+};
 use std::collections::HashMap;
 
 /// Bytes `rsp` moves down on loop entry: the red zone, the saved register
@@ -264,7 +267,11 @@ fn registers_used(
             {
                 return None;
             }
-            for r in info.info(insn).used_registers() {
+            // Register usage alone: the memory list is not read.
+            for r in info
+                .info_options(insn, InstructionInfoOptions::NO_MEMORY_USAGE)
+                .used_registers()
+            {
                 let reg = r.register();
                 if reg.is_gpr() {
                     let full = reg.full_register();
