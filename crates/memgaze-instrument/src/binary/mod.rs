@@ -64,7 +64,7 @@ const HASH_APART: usize = 8 << 20;
 /// pages and faulting them in again was a large part of the whole.
 pub(crate) const SMALL_INPUT: usize = 1 << 20;
 
-/// Whether a file of `len` bytes is a small input ([`SMALL_INPUT`]), which
+/// Whether a file of `len` bytes is a small input (at most 1 MiB), which
 /// a process that instruments only it had better instrument on one thread
 /// (`cargo memgaze instrument` does).
 pub fn is_small_input(len: u64) -> bool {
