@@ -599,7 +599,11 @@ pub(crate) fn instrument_with_code<R: Send>(
 /// freed beside it are not resident under `finish`'s work. Unless
 /// `apart` (a small input), all on this thread: a thread, its allocator
 /// arena and the pages given back and faulted in again cost more than the
-/// little work there is to overlap.
+/// little work there is to overlap. Also all on this thread when it is
+/// its rayon pool's only worker (`cargo memgaze instrument` of a small
+/// input, should the file have grown since): `finish`'s parallel work
+/// given to the pool from beside it would wait for this thread, which
+/// waits for it.
 fn beside_the_writer<W, R: Send>(
     apart: bool,
     write: impl FnOnce(&mut dyn Output) -> W,
@@ -607,7 +611,9 @@ fn beside_the_writer<W, R: Send>(
     plans: Vec<Planned>,
     finish: impl FnOnce() -> R + Send,
 ) -> (W, R) {
-    if !apart {
+    let pool_is_this_thread =
+        rayon::current_thread_index().is_some() && rayon::current_num_threads() == 1;
+    if !apart || pool_is_this_thread {
         drop(plans);
         let finished = finish();
         return (write(out), finished);

@@ -2342,6 +2342,20 @@ mod tests {
         let cut = [0..1, 1..n / 3, n / 3..n / 3, n / 3..n - 1, n - 1..n];
         let (apart, apart_code) = encoded(&mut plans, &cut, base, &record);
         assert!(whole_code == apart_code, "the bytes differ");
+        // A batch is as many runs as the pool has threads: one at a time
+        // (a small input's `instrument`) or three, the same bytes.
+        for threads in [1, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let (batched, batched_code) = pool.install(|| encoded(&mut plans, &cut, base, &record));
+            assert!(
+                whole_code == batched_code,
+                "{threads} threads: the bytes differ"
+            );
+            assert_eq!(whole.maps.len(), batched.maps.len());
+        }
         assert_eq!(whole.len, whole_code.len() as u64);
         assert_eq!(whole.maps.len(), apart.maps.len());
         for (a, b) in whole.maps.iter().zip(&apart.maps) {
