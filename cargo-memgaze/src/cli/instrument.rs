@@ -85,7 +85,6 @@ impl From<ModeArg> for InstrumentationMode {
 pub fn run(args: Args, global: &Global) -> Result<Exit> {
     refuse_output_over_input(&args.elf, &args.output)?;
     let started = std::time::Instant::now();
-    small_input_on_this_thread(&args.elf);
     let result = match args.library {
         Some(object) => memgaze_instrument::instrument_library_file_as(
             &args.elf,
@@ -126,26 +125,6 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         }
     }
     Ok(Exit::Ok)
-}
-
-/// Makes rayon's global pool this thread alone when `elf` is a small input
-/// (`memgaze_instrument::binary::is_small_input`), so that its parallel
-/// stages run here one after another. For a 100 KB executable, starting
-/// the pool's threads, growing each one's allocator arena page by page
-/// (a `mprotect` each time) and waking them for each stage cost more than
-/// the stages gain: `instrument /usr/bin/gzip` used 0.8 of a core.
-/// `RAYON_NUM_THREADS`, when set, is left to choose; so is a pool that
-/// already exists.
-fn small_input_on_this_thread(elf: &Path) {
-    let small =
-        std::fs::metadata(elf).is_ok_and(|m| memgaze_instrument::binary::is_small_input(m.len()));
-    if small && std::env::var_os("RAYON_NUM_THREADS").is_none() {
-        // Refused only when the global pool was already built: it serves.
-        let _ = rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .use_current_thread()
-            .build_global();
-    }
 }
 
 /// Refuses an `-o` that is the input itself (the same file by device and

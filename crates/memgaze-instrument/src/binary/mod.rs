@@ -64,13 +64,6 @@ const HASH_APART: usize = 8 << 20;
 /// pages and faulting them in again was a large part of the whole.
 pub(crate) const SMALL_INPUT: usize = 1 << 20;
 
-/// Whether a file of `len` bytes is a small input (at most 1 MiB), which
-/// a process that instruments only it had better instrument on one thread
-/// (`cargo memgaze instrument` does).
-pub fn is_small_input(len: u64) -> bool {
-    len <= SMALL_INPUT as u64
-}
-
 /// An x86-64 ELF file, read and checked.
 #[derive(Debug)]
 pub struct Binary {
@@ -313,7 +306,7 @@ impl Binary {
 
     /// Whether the file is at most [`SMALL_INPUT`] bytes.
     pub(crate) fn is_small(&self) -> bool {
-        is_small_input(self.data.as_slice().len() as u64)
+        self.data.as_slice().len() <= SMALL_INPUT
     }
 
     /// Drops the resident pages of a mapped input (what the stages so far

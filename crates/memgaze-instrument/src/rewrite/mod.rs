@@ -599,11 +599,7 @@ pub(crate) fn instrument_with_code<R: Send>(
 /// freed beside it are not resident under `finish`'s work. Unless
 /// `apart` (a small input), all on this thread: a thread, its allocator
 /// arena and the pages given back and faulted in again cost more than the
-/// little work there is to overlap. Also all on this thread when it is
-/// its rayon pool's only worker (`cargo memgaze instrument` of a small
-/// input, should the file have grown since): `finish`'s parallel work
-/// given to the pool from beside it would wait for this thread, which
-/// waits for it.
+/// little work there is to overlap.
 fn beside_the_writer<W, R: Send>(
     apart: bool,
     write: impl FnOnce(&mut dyn Output) -> W,
@@ -611,9 +607,7 @@ fn beside_the_writer<W, R: Send>(
     plans: Vec<Planned>,
     finish: impl FnOnce() -> R + Send,
 ) -> (W, R) {
-    let pool_is_this_thread =
-        rayon::current_thread_index().is_some() && rayon::current_num_threads() == 1;
-    if !apart || pool_is_this_thread {
+    if !apart {
         drop(plans);
         let finished = finish();
         return (write(out), finished);
