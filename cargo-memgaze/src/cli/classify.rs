@@ -103,7 +103,6 @@ fn hex(v: u64) -> String {
     format!("{v:#x}")
 }
 
-/// The text of the instruction at `ip`.
 /// The load instruction at `ip`, as text, and why no probe can trace it
 /// (as `instrument` reports it: a gather, a `gs:` source), if none can.
 fn load_instruction(binary: &Binary, ip: u64, len: u8) -> (String, Option<&'static str>) {
