@@ -463,7 +463,10 @@ mod tests {
         let again = instrumented_with(&exe, &root, fake).unwrap();
         assert!(again.report.is_none());
         assert_eq!((again.path.clone(), calls.get()), (first.path.clone(), 1));
-        assert_eq!(again.annotation, annotation());
+        // A cached annotation names the path asked for.
+        let mut expected = annotation();
+        expected.binary.path = exe.display().to_string();
+        assert_eq!(again.annotation, expected);
         // New contents, new entry.
         let exe = executable(tmp.path(), b"v2");
         let other = instrumented_with(&exe, &root, fake).unwrap();
