@@ -53,10 +53,10 @@ fn fixture(name: &str) -> PathBuf {
     memgaze_fixtures::fixtures().join("rewriter").join(name)
 }
 
+/// The bench's scratch directory, in cargo's target directory (wherever
+/// `CARGO_TARGET_DIR` puts it), not the workspace's.
 fn work_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/memgaze-bench")
-        .to_path_buf();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("memgaze-bench");
     std::fs::create_dir_all(&dir).expect("bench directory");
     dir
 }
