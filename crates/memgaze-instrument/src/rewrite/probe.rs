@@ -882,6 +882,21 @@ pub fn escape_stub(
         count,
     ));
     out.push(branch(Code::Je_rel32_64, done));
+    count_in_process_block(site, check, done, out);
+    out.push(with_ip(Instruction::with(Code::Popfq), done));
+    out.push(pop(Register::RCX));
+    out.push(pop(Register::RAX));
+    out.push(lea(Register::RSP, Register::RSP, 128));
+    let mut original = *jump;
+    original.set_ip(0);
+    out.push(original);
+}
+
+/// Adds one to counter `site` of the process block (`lock add`, through
+/// `rax`), or jumps to `done` while no block is mapped: the count an escape
+/// stub and an untraced load share. Clobbers `rax` and the flags.
+fn count_in_process_block(site: u32, check: &EscapeCheck, done: u64, out: &mut Vec<Instruction>) {
+    let rip = |target: u64| MemoryOperand::with_base_displ(Register::RIP, target as i64);
     out.push(i2(Code::Mov_r64_rm64, Register::RAX, rip(check.process)));
     out.push(i2(Code::Test_rm64_r64, Register::RAX, Register::RAX));
     out.push(branch(Code::Je_rel32_64, done));
@@ -896,13 +911,6 @@ pub fn escape_stub(
     );
     add.set_has_lock_prefix(true);
     out.push(add);
-    out.push(with_ip(Instruction::with(Code::Popfq), done));
-    out.push(pop(Register::RCX));
-    out.push(pop(Register::RAX));
-    out.push(lea(Register::RSP, Register::RSP, 128));
-    let mut original = *jump;
-    original.set_ip(0);
-    out.push(original);
 }
 
 /// Appends, before an explicit load no probe can trace (a gather, a `gs:`
@@ -925,20 +933,7 @@ pub fn untraced_load_count(
     out.push(Instruction::with(Code::Pushfq));
     out.push(Instruction::with2(Code::Cmp_rm64_imm8, rip(check.enabled), 0).expect("valid cmp"));
     out.push(branch(Code::Je_rel32_64, done));
-    out.push(i2(Code::Mov_r64_rm64, Register::RAX, rip(check.process)));
-    out.push(i2(Code::Test_rm64_r64, Register::RAX, Register::RAX));
-    out.push(branch(Code::Je_rel32_64, done));
-    let mut add = i2(
-        Code::Add_rm64_imm8,
-        MemoryOperand::with_base_displ_size(
-            Register::RAX,
-            i64::from(check.counters) + 8 * i64::from(site),
-            1, // disp8 if it fits, else the address size
-        ),
-        1,
-    );
-    add.set_has_lock_prefix(true);
-    out.push(add);
+    count_in_process_block(site, check, done, out);
     out.push(with_ip(Instruction::with(Code::Popfq), done));
     out.push(pop(Register::RAX));
     out.push(lea(Register::RSP, Register::RSP, 128));
