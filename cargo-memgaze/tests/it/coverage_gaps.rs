@@ -257,3 +257,65 @@ fn untraced_gathers_lower_the_dynamic_coverage() {
     let row = table.lines().find(|l| l.contains("vpgatherdd")).unwrap();
     assert!(row.contains(" no "), "{row}");
 }
+
+/// `classify`'s per-function `probes` and `kappa` agree with its per-load
+/// rows: `gather_loop.c`'s gather, listed `probe no`, is not counted as a
+/// probe of its function, in the table's columns nor in the JSON's
+/// `functions[]` and summary (static: needs no AVX2).
+#[test]
+fn classify_counts_no_probe_for_an_untraceable_gather() {
+    let binary = build("gather_loop.c", &["-O2"]);
+    let out = run_ok(
+        memgaze()
+            .args(["classify", "--format", "json", "--functions", "mixed*"])
+            .arg(&binary),
+    );
+    let classified: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let loads = classified["loads"].as_array().unwrap();
+    assert!(loads.iter().any(|l| l["gather"] == true), "{loads:?}");
+    let probed = loads.iter().filter(|l| l["instrumented"] == true).count() as u64;
+    assert!(probed > 0, "{loads:?}");
+    let rows = classified["functions"].as_array().unwrap();
+    let row_probes: u64 = rows
+        .iter()
+        .map(|f| f["instrumented"].as_u64().unwrap())
+        .sum();
+    assert_eq!(row_probes, probed, "{rows:?}");
+    assert_eq!(
+        classified["summary"]["instrumented"].as_u64(),
+        Some(probed),
+        "{}",
+        classified["summary"]
+    );
+    let kappa = classified["summary"]["compression_ratio"].as_f64().unwrap();
+    assert!(
+        (kappa - loads.len() as f64 / probed as f64).abs() < 1e-9,
+        "{kappa}"
+    );
+
+    let out = run_ok(
+        memgaze()
+            .args(["classify", "--functions", "mixed*"])
+            .arg(&binary),
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    let yes_rows = table
+        .lines()
+        .filter(|l| l.starts_with("  0x"))
+        .filter(|l| l.split_whitespace().nth(2) == Some("yes"))
+        .count() as u64;
+    assert_eq!(yes_rows, probed, "{table}");
+    let total: Vec<&str> = table
+        .lines()
+        .find(|l| l.starts_with("total ("))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let (probes, kappa) = (total[total.len() - 2], total[total.len() - 1]);
+    assert_eq!(probes, probed.to_string(), "{table}");
+    assert_eq!(
+        kappa,
+        format!("{:.2}", loads.len() as f64 / probed as f64),
+        "{table}"
+    );
+}
