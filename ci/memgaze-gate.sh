@@ -88,7 +88,10 @@ esac
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
-"${memgaze[@]}" bench "${flags[@]}" "$@" | tee "$log"
+# stderr (progress, warnings, the build's output) joins stdout in one pipe,
+# so the CI log keeps the order the lines were written in and the log file
+# holds both streams.
+"${memgaze[@]}" bench "${flags[@]}" "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 

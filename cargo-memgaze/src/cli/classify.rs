@@ -106,13 +106,32 @@ fn hex(v: u64) -> String {
 /// The load instruction at `ip`, as text, and why no probe can trace it
 /// (as `instrument` reports it: a gather, a `gs:` source), if none can.
 fn load_instruction(binary: &Binary, ip: u64, len: u8) -> (String, Option<&'static str>) {
-    let Some(bytes) = binary.bytes_at(ip, len as usize) else {
+    let Some(insn) = decode(binary, ip, len) else {
         return (String::new(), None);
     };
-    let mut decoder = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
-    let insn = decoder.decode();
     let untraceable = memgaze_instrument::rewrite::probe::unsupported_operand(&insn);
     (instruction_text(&insn), untraceable)
+}
+
+fn decode(binary: &Binary, ip: u64, len: u8) -> Option<iced_x86::Instruction> {
+    let bytes = binary.bytes_at(ip, len as usize)?;
+    Some(Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE).decode())
+}
+
+/// The loads of `f` that carry a probe that traces them: the classifier's
+/// instrumented loads less those no probe can trace (gathers, `gs:`
+/// sources), which `instrument` leaves unprobed and the per-load rows list
+/// as `probe no`. The `probes` and `kappa` columns count these.
+fn probes(binary: &Binary, f: &FunctionLoads) -> usize {
+    f.loads
+        .iter()
+        .filter(|l| {
+            l.instrumented
+                && decode(binary, l.operand.ip, l.operand.len).is_none_or(|insn| {
+                    memgaze_instrument::rewrite::probe::unsupported_operand(&insn).is_none()
+                })
+        })
+        .count()
 }
 
 fn instruction_text(insn: &iced_x86::Instruction) -> String {
@@ -179,11 +198,12 @@ fn reasons(loads: &BinaryLoads) -> std::collections::BTreeMap<String, usize> {
     out
 }
 
-fn function_row(function: &Function, f: &FunctionLoads) -> doc::FunctionRow {
+fn function_row(binary: &Binary, function: &Function, f: &FunctionLoads) -> doc::FunctionRow {
+    let probes = probes(binary, f);
     doc::FunctionRow {
         blocks: f.blocks,
-        compression_ratio: f.compression_ratio(),
-        instrumented: f.instrumented(),
+        compression_ratio: classify::ratio(f.loads.len(), probes),
+        instrumented: probes,
         jump_tables: f.jump_tables,
         loads: counts(f),
         loops: f.loops,
@@ -216,7 +236,7 @@ impl serde::Serialize for Functions<'_> {
             d.loads
                 .functions
                 .iter()
-                .map(|(i, f)| function_row(&d.binary.functions()[*i], f)),
+                .map(|(i, f)| function_row(d.binary, &d.binary.functions()[*i], f)),
         )
     }
 }
@@ -235,6 +255,7 @@ impl serde::Serialize for Document<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         let totals = self.loads.totals();
+        let probes = total_probes(self.binary, self.loads);
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("schema", CLASSIFY_SCHEMA)?;
         m.serialize_entry("binary", self.binary.identity())?;
@@ -247,9 +268,9 @@ impl serde::Serialize for Document<'_> {
                 constant: totals.constant,
                 irregular: totals.irregular,
                 strided: totals.strided,
-                compression_ratio: totals.compression_ratio(),
+                compression_ratio: classify::ratio(totals.loads, probes),
                 functions: totals.functions,
-                instrumented: totals.instrumented,
+                instrumented: probes,
                 jump_tables: totals.jump_tables,
                 loads: totals.loads,
                 reasons: reasons(self.loads),
@@ -263,6 +284,11 @@ impl serde::Serialize for Document<'_> {
         m.serialize_entry("loads", &Loads(self))?;
         m.end()
     }
+}
+
+/// [`probes`] over every function.
+fn total_probes(binary: &Binary, loads: &BinaryLoads) -> usize {
+    loads.functions.iter().map(|(_, f)| probes(binary, f)).sum()
 }
 
 /// Writes the JSON document (`memgaze.classify.v1`) to `out`.
@@ -326,8 +352,11 @@ fn table(binary: &Binary, loads: &BinaryLoads, per_load: bool, global: &Global) 
         "{:<40} {:>10} {:>7} {:>6} {:>8} {:>9} {:>8} {:>7} {:>6}",
         "function", "start", "size", "loads", "Strided", "Irregular", "Constant", "probes", "kappa"
     );
+    let mut all_probes = 0;
     for (index, f) in &loads.functions {
         let function = &binary.functions()[*index];
+        let probes = probes(binary, f);
+        all_probes += probes;
         let _ = writeln!(
             s,
             "{:<40} {:>10} {:>7} {:>6} {:>8} {:>9} {:>8} {:>7} {:>6.2}",
@@ -338,8 +367,8 @@ fn table(binary: &Binary, loads: &BinaryLoads, per_load: bool, global: &Global) 
             f.count(LoadClass::Strided),
             f.count(LoadClass::Irregular),
             f.count(LoadClass::Constant),
-            f.instrumented(),
-            f.compression_ratio()
+            probes,
+            classify::ratio(f.loads.len(), probes)
         );
     }
     let _ = writeln!(
@@ -352,12 +381,12 @@ fn table(binary: &Binary, loads: &BinaryLoads, per_load: bool, global: &Global) 
         totals.strided,
         totals.irregular,
         totals.constant,
-        totals.instrumented,
-        totals.compression_ratio()
+        all_probes,
+        classify::ratio(totals.loads, all_probes)
     );
     let _ = writeln!(
         s,
-        "\nkappa = loads / probes (basic-block proxy compression). Not counted as loads: {} implicit stack reads (pop/ret/leave), {} string-instruction reads (outs, 32-bit addresses, fs:/gs: sources; movs/lods/cmps/scas are loads). {} TLS loads. Jump tables: {} resolved, {} indirect jumps unresolved.",
+        "\nkappa = loads / probes (basic-block proxy compression; loads no probe can trace, gathers and gs: sources, have no probe). Not counted as loads: {} implicit stack reads (pop/ret/leave), {} string-instruction reads (outs, 32-bit addresses, fs:/gs: sources; movs/lods/cmps/scas are loads). {} TLS loads. Jump tables: {} resolved, {} indirect jumps unresolved.",
         totals.stack_loads,
         totals.string_loads,
         totals.tls,

@@ -418,11 +418,22 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         memgaze_analysis::recorded_dynamic_coverage(&recording.totals)
     {
         if !global.quiet {
+            let libraries: Vec<&str> = (libraries.instrumented.iter())
+                .map(|l| l.library.name.as_str())
+                .collect();
             styled_eprintln!(
-                "memgaze: dynamic coverage: {:.1}% of the instrumented-load executions traced (an estimate: {} escapes into original code and {} executions of loads no probe can trace counted)",
+                "memgaze: dynamic coverage: {:.1}% of the instrumented-load executions traced (an estimate: {} escapes into original code and {} executions of loads no probe can trace counted){}",
                 100.0 * coverage,
                 untraced.iter().map(|f| f.escapes).sum::<u64>(),
-                memgaze_analysis::untraced_load_executions(&recording.totals)
+                memgaze_analysis::untraced_load_executions(&recording.totals),
+                if libraries.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; escapes and untraced loads in instrumented libraries are not counted ({})",
+                        libraries.join(", ")
+                    )
+                }
             );
         }
         if let Some(warning) = memgaze_analysis::dynamic_coverage_warning(coverage, &untraced) {

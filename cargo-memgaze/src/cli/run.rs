@@ -221,10 +221,19 @@ pub fn print_dynamic_coverage(analysis: &memgaze_analysis::Analysis, quiet: bool
             .filter(|o| !o.instrumented)
             .map(|o| o.object.as_str())
             .collect();
+        let uncounted = &analysis.coverage.uncounted_libraries;
         styled_eprintln!(
-            "memgaze: dynamic coverage: {:.1}% of the instrumented code's load executions traced{}{}",
+            "memgaze: dynamic coverage: {:.1}% of the instrumented code's load executions traced{}{}{}",
             100.0 * coverage,
             counted_untraced(analysis),
+            if uncounted.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; escapes and untraced loads in instrumented libraries are not counted ({})",
+                    uncounted.join(", ")
+                )
+            },
             if uninstrumented.is_empty() {
                 String::new()
             } else {

@@ -327,10 +327,11 @@ fn yaml_string(value: &str) -> String {
 }
 
 /// Metrics rows whose values differ between two snapshots, for a short
-/// human summary of a difference (`trace_windows[k=9].F: 511.2 → 498.0`).
+/// human summary of a difference (`trace_windows[k=9].F: 511.2 → 498.0`),
+/// in the order the snapshot file lists them (`summary` first).
 pub fn describe_differences(old: &GoldenMetrics, new: &GoldenMetrics, limit: usize) -> Vec<String> {
-    let old = serde_json::to_value(old).expect("metrics serialise");
-    let new = serde_json::to_value(new).expect("metrics serialise");
+    let old = Ordered::of(old);
+    let new = Ordered::of(new);
     let mut out = Vec::new();
     diff_values("", &old, &new, &mut out);
     if out.len() > limit {
@@ -341,34 +342,115 @@ pub fn describe_differences(old: &GoldenMetrics, new: &GoldenMetrics, limit: usi
     out
 }
 
-fn diff_values(
-    path: &str,
-    old: &serde_json::Value,
-    new: &serde_json::Value,
-    out: &mut Vec<String>,
-) {
-    use serde_json::Value;
+/// A JSON value whose objects keep their fields in serialisation order
+/// (`serde_json::Value` sorts them by name): the snapshot file's order.
+#[derive(Debug, PartialEq)]
+enum Ordered {
+    Object(Vec<(String, Ordered)>),
+    Array(Vec<Ordered>),
+    Scalar(serde_json::Value),
+}
+
+impl Ordered {
+    /// `metrics` as the snapshot file writes them.
+    fn of(metrics: &GoldenMetrics) -> Ordered {
+        let text = serde_json::to_string(metrics).expect("metrics serialise");
+        serde_json::from_str(&text).expect("serialised metrics parse")
+    }
+
+    /// The field `key` of an object.
+    fn get(&self, key: &str) -> Option<&Ordered> {
+        match self {
+            Ordered::Object(fields) => fields.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Ordered {
+    /// Scalars as JSON (only they are printed in a difference).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ordered::Scalar(v) => write!(f, "{v}"),
+            Ordered::Array(_) => f.write_str("[…]"),
+            Ordered::Object(_) => f.write_str("{…}"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Ordered {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Ordered;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Ordered, E> {
+                Ok(Ordered::Scalar(v.into()))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Ordered, E> {
+                Ok(Ordered::Scalar(v.into()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Ordered, E> {
+                Ok(Ordered::Scalar(v.into()))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Ordered, E> {
+                Ok(Ordered::Scalar(v.into()))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Ordered, E> {
+                Ok(Ordered::Scalar(v.into()))
+            }
+            fn visit_unit<E>(self) -> Result<Ordered, E> {
+                Ok(Ordered::Scalar(serde_json::Value::Null))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Ordered, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(Ordered::Array(items))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Ordered, A::Error> {
+                let mut fields = Vec::new();
+                while let Some(field) = map.next_entry()? {
+                    fields.push(field);
+                }
+                Ok(Ordered::Object(fields))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+fn diff_values(path: &str, old: &Ordered, new: &Ordered, out: &mut Vec<String>) {
     match (old, new) {
-        (Value::Object(a), Value::Object(b)) => {
+        (Ordered::Object(a), Ordered::Object(b)) => {
             for (key, va) in a {
                 let p = if path.is_empty() {
                     key.clone()
                 } else {
                     format!("{path}.{key}")
                 };
-                match b.get(key) {
+                match new.get(key) {
                     Some(vb) => diff_values(&p, va, vb, out),
                     None => out.push(format!("{p}: removed")),
                 }
             }
-            for key in b.keys().filter(|k| !a.contains_key(*k)) {
+            for (key, _) in b.iter().filter(|(k, _)| old.get(k).is_none()) {
                 out.push(format!("{path}.{key}: added"));
             }
         }
-        (Value::Array(a), Value::Array(b)) => {
-            let label = |v: &Value, i: usize| match (v.get("k"), v.get("name")) {
+        (Ordered::Array(a), Ordered::Array(b)) => {
+            let label = |v: &Ordered, i: usize| match (v.get("k"), v.get("name")) {
                 (Some(k), _) => format!("[k={k}]"),
-                (_, Some(Value::String(name))) => format!("[{name}]"),
+                (_, Some(Ordered::Scalar(serde_json::Value::String(name)))) => format!("[{name}]"),
                 _ => format!("[{i}]"),
             };
             for i in 0..a.len().max(b.len()) {
@@ -531,13 +613,24 @@ pub(crate) mod tests {
         let mut new = old.clone();
         new.trace_windows[1].f = 14.0;
         new.functions[0].a = 99;
+        new.functions[0].a_const = 7;
+        new.summary.a = 1;
         let d = describe_differences(&old, &new, 10);
-        // Fields in name order.
+        // In the snapshot file's order: the summary, the trace windows,
+        // then the functions, each one's fields as the file lists them.
+        let text = sample_file().contents();
+        let at = |needle: &str| text.find(needle).unwrap();
+        assert!(
+            at("\"summary\"") < at("\"trace_windows\"")
+                && at("\"trace_windows\"") < at("\"functions\"")
+        );
         assert_eq!(
             d,
             [
+                "summary.A: 100 → 1",
+                "trace_windows[k=4].F: 15.999999999 → 14.0",
                 "functions[microbenches::kernels::str_irr].A: 100 → 99",
-                "trace_windows[k=4].F: 15.999999999 → 14.0"
+                "functions[microbenches::kernels::str_irr].A_const: 5 → 7",
             ]
         );
         assert!(describe_differences(&old, &old, 10).is_empty());

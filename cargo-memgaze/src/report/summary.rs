@@ -6,7 +6,7 @@
 //! an arrow, old and new value and its limit; the last line points at the
 //! full report.
 
-use super::charts::format_value;
+use crate::gate::metric::Metric;
 use crate::gate::{BenchVerdict, Change, MetricComparison};
 use std::fmt::Write as _;
 
@@ -14,7 +14,8 @@ use std::fmt::Write as _;
 pub const MAX_ROWS: usize = 20;
 
 /// A change smaller than this share of the old value (or, from 0, in
-/// absolute terms) is "unchanged" and left out of the table.
+/// absolute terms; for an [`absolute_fraction`], in absolute terms always)
+/// is "unchanged" and left out of the table.
 const NOTICEABLE: f64 = 0.01;
 
 /// `text` with Markdown's special characters escaped, for a table cell
@@ -33,34 +34,96 @@ fn escape(text: &str) -> String {
     out
 }
 
+/// Whether `metric` is a fraction whose changes the gate's default limits
+/// measure in absolute terms (`F_irr_frac +0.1`, `MR_L1 +0.02`): a move from
+/// 1e-6 to 2e-6 doubles it and means nothing.
+fn absolute_fraction(metric: Metric) -> bool {
+    matches!(
+        metric,
+        Metric::AConstFrac
+            | Metric::FStrFrac
+            | Metric::FIrrFrac
+            | Metric::MrL1
+            | Metric::MrL2
+            | Metric::MrLlc
+    )
+}
+
+/// How much a metric moved, in the unit [`NOTICEABLE`] is in: the absolute
+/// change of an [`absolute_fraction`] or from 0, else the relative one.
+/// Infinite when a value appeared or vanished; `None` when neither has one.
+fn size(m: &MetricComparison) -> Option<f64> {
+    match (m.old, m.new) {
+        (Some(old), Some(new)) => {
+            let c = Change::between(old, new);
+            Some(if absolute_fraction(m.metric) {
+                c.absolute.abs()
+            } else {
+                c.relative.unwrap_or(c.absolute).abs()
+            })
+        }
+        (None, None) => None,
+        _ => Some(f64::INFINITY),
+    }
+}
+
 /// Whether a metric moved enough to list.
 fn changed(m: &MetricComparison) -> bool {
-    match (m.old, m.new) {
-        (Some(old), Some(new)) => {
-            let c = Change::between(old, new);
-            match c.relative {
-                Some(r) => r.abs() >= NOTICEABLE,
-                None => c.absolute.abs() >= NOTICEABLE,
-            }
-        }
-        (None, None) => false,
-        _ => true,
-    }
+    size(m).is_some_and(|s| s >= NOTICEABLE)
 }
 
-/// How much a metric moved, for ordering: relative where defined.
-fn size(m: &MetricComparison) -> f64 {
-    match (m.old, m.new) {
-        (Some(old), Some(new)) => {
-            let c = Change::between(old, new);
-            c.relative.unwrap_or(c.absolute).abs()
-        }
-        _ => f64::INFINITY,
-    }
+/// How a row writes its two values: one format for both, so that they
+/// read alike.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Scale {
+    /// Fixed decimals.
+    Decimals(usize),
+    /// Divided by a power of 1000 and suffixed (`K`, `M`, `G`), with these
+    /// decimals.
+    Suffixed(f64, &'static str, usize),
+    /// Scientific notation (magnitudes below 0.001).
+    Exponent,
 }
 
-fn value(v: Option<f64>) -> String {
-    v.map_or_else(|| "–".to_string(), format_value)
+impl Scale {
+    /// The scale of `metric`'s values `values`: three decimals for an
+    /// [`absolute_fraction`], else chosen by the largest magnitude.
+    fn of(metric: Metric, values: &[Option<f64>]) -> Scale {
+        if absolute_fraction(metric) {
+            return Scale::Decimals(3);
+        }
+        let a = values.iter().flatten().map(|v| v.abs()).fold(0.0, f64::max);
+        let suffixed =
+            |unit: f64, suffix| Scale::Suffixed(unit, suffix, usize::from(a / unit < 100.0));
+        if a >= 1e9 {
+            suffixed(1e9, "G")
+        } else if a >= 1e6 {
+            suffixed(1e6, "M")
+        } else if a >= 1e4 {
+            suffixed(1e3, "K")
+        } else if a >= 100.0 {
+            Scale::Decimals(0)
+        } else if a >= 10.0 {
+            Scale::Decimals(1)
+        } else if a >= 1.0 {
+            Scale::Decimals(2)
+        } else if a >= 0.001 || a == 0.0 {
+            Scale::Decimals(3)
+        } else {
+            Scale::Exponent
+        }
+    }
+
+    fn format(self, value: Option<f64>) -> String {
+        let Some(v) = value else {
+            return "–".to_string();
+        };
+        match self {
+            Scale::Decimals(d) => format!("{v:.d$}"),
+            Scale::Suffixed(unit, suffix, d) => format!("{:.d$}{suffix}", v / unit),
+            Scale::Exponent => format!("{v:.1e}"),
+        }
+    }
 }
 
 /// `↑ +50.0%`.
@@ -78,13 +141,14 @@ fn change(m: &MetricComparison) -> String {
 fn row(out: &mut String, verdict: &BenchVerdict, m: &MetricComparison) {
     let status = if m.regressed { "❌ regression" } else { "" };
     let limit = m.limit.map_or_else(|| "–".to_string(), |l| l.to_string());
+    let scale = Scale::of(m.metric, &[m.old, m.new]);
     let _ = writeln!(
         out,
         "| {status} | {} | `{}` | {} | {} | {} | {} |",
         escape(&verdict.bench.to_string()),
         m.metric,
-        value(m.old),
-        value(m.new),
+        scale.format(m.old),
+        scale.format(m.new),
         change(m),
         escape(&limit)
     );
@@ -153,7 +217,7 @@ pub fn markdown(
     rows.sort_by(|(_, a), (_, b)| {
         b.regressed
             .cmp(&a.regressed)
-            .then(size(b).total_cmp(&size(a)))
+            .then(size(b).unwrap_or(0.0).total_cmp(&size(a).unwrap_or(0.0)))
     });
     let ungated = compared
         .iter()
@@ -218,7 +282,7 @@ pub fn markdown(
             .push("`dF`, `F_str_frac`, `F_irr_frac`: means over code windows (ΔF@W_c)".to_string());
     }
     notes.push(format!(
-        "not listed: changes under {:.0}%{}",
+        "not listed: changes under {:.0}% (of `F_*_frac`, `A_const_frac` and `MR_*`: under {NOTICEABLE} in absolute terms){}",
         NOTICEABLE * 100.0,
         match ungated {
             0 => String::new(),
@@ -243,6 +307,92 @@ pub fn markdown(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::cargo::BenchKey;
+    use crate::gate::{Direction, Limit};
+
+    fn compared(metric: Metric, old: f64, new: f64, limit: Option<Limit>) -> MetricComparison {
+        MetricComparison {
+            metric,
+            old: Some(old),
+            new: Some(new),
+            limit,
+            regressed: false,
+        }
+    }
+
+    fn limit(relative: Option<f64>, absolute: Option<f64>) -> Option<Limit> {
+        Some(Limit {
+            direction: Direction::Increase,
+            relative,
+            absolute,
+        })
+    }
+
+    /// A tiny move of a fraction (1e-6 of `F_irr_frac`, which doubles it)
+    /// is not a change; a row writes its two values alike (`1.000` and
+    /// `0.950`, not `1.00` and `0.950`; `50.0K` and `50.6K`, not `50K`).
+    #[test]
+    fn rows_list_noticeable_changes_in_one_format() {
+        let verdict = BenchVerdict {
+            bench: BenchKey::new("p", "t", "b"),
+            metrics: vec![
+                compared(Metric::FIrrFrac, 1e-6, 2e-6, limit(None, Some(0.1))),
+                compared(Metric::MrL1, 0.5, 0.505, limit(None, Some(0.02))),
+                compared(Metric::FStrFrac, 1.0, 0.95, limit(None, Some(0.1))),
+                compared(Metric::DF, 1.0, 0.94, limit(Some(0.1), Some(0.02))),
+                compared(Metric::MissesL1, 50_000.0, 50_600.0, limit(Some(0.1), None)),
+                compared(Metric::AHat, 120.0, 120.5, limit(Some(0.1), None)),
+                compared(Metric::DMean, 0.0004, 0.0002, None),
+                compared(Metric::AConstFrac, 1e-6, 3e-6, None),
+            ],
+            regressions: Vec::new(),
+            window_k: None,
+            has_baseline: true,
+            notes: Vec::new(),
+        };
+        let text = markdown("main", "this run", &[verdict], None);
+        let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("|  |")).collect();
+        assert_eq!(
+            rows,
+            [
+                "|  | p/t/b | `dF` | 1.00 | 0.94 | ↓ -6.0% | +10% and +0.02 |",
+                "|  | p/t/b | `F_str_frac` | 1.000 | 0.950 | ↓ -0.05 | +0.1 |",
+                "|  | p/t/b | `misses_L1` | 50.0K | 50.6K | ↑ +1.2% | +10% |",
+            ],
+            "{text}"
+        );
+        assert!(
+            text.contains("and 1 change of ungated metrics"),
+            "D_mean halved is counted, A_const_frac's 2e-6 is not: {text}"
+        );
+    }
+
+    #[test]
+    fn scales_are_shared_by_both_values() {
+        let of = |metric, old, new| {
+            let scale = Scale::of(metric, &[Some(old), Some(new)]);
+            (scale.format(Some(old)), scale.format(Some(new)))
+        };
+        assert_eq!(
+            of(Metric::AHat, 9_990.0, 10_010.0),
+            ("10.0K".into(), "10.0K".into())
+        );
+        assert_eq!(of(Metric::AHat, 2.4e6, 250e6), ("2M".into(), "250M".into()));
+        assert_eq!(
+            of(Metric::DF, 0.0012, 0.002),
+            ("0.001".into(), "0.002".into())
+        );
+        assert_eq!(
+            of(Metric::DF, 0.0005, 0.0002),
+            ("5.0e-4".into(), "2.0e-4".into())
+        );
+        assert_eq!(
+            of(Metric::MrLlc, 0.0, 1.0),
+            ("0.000".into(), "1.000".into())
+        );
+        assert_eq!(Scale::of(Metric::DF, &[None, None]).format(None), "–");
+    }
 
     #[test]
     fn special_characters_are_escaped() {

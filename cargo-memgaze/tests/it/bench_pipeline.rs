@@ -1199,6 +1199,49 @@ fn the_ci_gate_script_saves_and_compares() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// `ci/memgaze-gate.sh` keeps the bench's stderr with its stdout, in the
+/// order written: a stand-in for `cargo memgaze` alternates the streams and
+/// exits 3, and the script's stdout holds every line in order, and the
+/// job summary lists the regression line it wrote on stderr.
+#[test]
+fn the_ci_gate_script_keeps_both_streams_in_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fake = tmp.path().join("fake-memgaze.sh");
+    std::fs::write(
+        &fake,
+        "echo 'out 1'\necho 'err 2' >&2\necho 'out 3'\necho 'regression: p/t/b: dF 1 → 2' >&2\nexit 3\n",
+    )
+    .unwrap();
+    let summary = tmp.path().join("summary.md");
+    let target = tmp.path().join("target");
+    std::fs::create_dir_all(target.join("memgaze/baselines/main")).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/memgaze-gate.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg("compare")
+        .env("MEMGAZE_COMMAND", format!("bash {}", fake.display()))
+        .env("CARGO_TARGET_DIR", &target)
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_STEP_SUMMARY", &summary)
+        .env_remove("MEMGAZE_BASELINE")
+        .env_remove("GITHUB_RUN_ID")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let bench_lines: Vec<&str> = stdout.lines().filter(|l| !l.starts_with("::")).collect();
+    assert_eq!(
+        bench_lines,
+        ["out 1", "err 2", "out 3", "regression: p/t/b: dF 1 → 2"],
+        "{stdout}"
+    );
+    let written = std::fs::read_to_string(&summary).unwrap();
+    assert!(
+        written.contains("- `p/t/b: dF 1 → 2`"),
+        "the regression line on stderr reaches the job summary: {written}"
+    );
+}
+
 /// `microbenches` keeps its own SplitMix64 (the workload depends on nothing
 /// of memgaze); this keeps it the same generator as the workspace's.
 #[test]

@@ -257,3 +257,161 @@ fn untraced_gathers_lower_the_dynamic_coverage() {
     let row = table.lines().find(|l| l.contains("vpgatherdd")).unwrap();
     assert!(row.contains(" no "), "{row}");
 }
+
+/// `classify`'s per-function `probes` and `kappa` agree with its per-load
+/// rows: `gather_loop.c`'s gather, listed `probe no`, is not counted as a
+/// probe of its function, in the table's columns nor in the JSON's
+/// `functions[]` and summary (static: needs no AVX2).
+#[test]
+fn classify_counts_no_probe_for_an_untraceable_gather() {
+    let binary = build("gather_loop.c", &["-O2"]);
+    let out = run_ok(
+        memgaze()
+            .args(["classify", "--format", "json", "--functions", "mixed*"])
+            .arg(&binary),
+    );
+    let classified: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let loads = classified["loads"].as_array().unwrap();
+    assert!(loads.iter().any(|l| l["gather"] == true), "{loads:?}");
+    let probed = loads.iter().filter(|l| l["instrumented"] == true).count() as u64;
+    assert!(probed > 0, "{loads:?}");
+    let rows = classified["functions"].as_array().unwrap();
+    let row_probes: u64 = rows
+        .iter()
+        .map(|f| f["instrumented"].as_u64().unwrap())
+        .sum();
+    assert_eq!(row_probes, probed, "{rows:?}");
+    assert_eq!(
+        classified["summary"]["instrumented"].as_u64(),
+        Some(probed),
+        "{}",
+        classified["summary"]
+    );
+    let kappa = classified["summary"]["compression_ratio"].as_f64().unwrap();
+    assert!(
+        (kappa - loads.len() as f64 / probed as f64).abs() < 1e-9,
+        "{kappa}"
+    );
+
+    let out = run_ok(
+        memgaze()
+            .args(["classify", "--functions", "mixed*"])
+            .arg(&binary),
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    let yes_rows = table
+        .lines()
+        .filter(|l| l.starts_with("  0x"))
+        .filter(|l| l.split_whitespace().nth(2) == Some("yes"))
+        .count() as u64;
+    assert_eq!(yes_rows, probed, "{table}");
+    let total: Vec<&str> = table
+        .lines()
+        .find(|l| l.starts_with("total ("))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let (probes, kappa) = (total[total.len() - 2], total[total.len() - 1]);
+    assert_eq!(probes, probed.to_string(), "{table}");
+    assert_eq!(
+        kappa,
+        format!("{:.2}", loads.len() as f64 / probed as f64),
+        "{table}"
+    );
+}
+
+/// An instrumented shared library gets no escape or untraced-load counters
+/// (its copies have no counters), so the gathers of `gather_lib.c`'s
+/// `mg_gather_sum` run uncounted. The figures say so rather than read as
+/// complete: `coverage.uncounted_libraries` names the library, a note and
+/// the dynamic coverage line on stderr say its escapes and untraced loads
+/// are not counted, and no untraced load execution is claimed.
+#[test]
+fn an_instrumented_library_says_its_untraced_loads_are_not_counted() {
+    if !has_avx2() {
+        eprintln!("skipped: this CPU lacks AVX2");
+        return;
+    }
+    let dir = scratch().join("gather-lib");
+    std::fs::create_dir_all(&dir).unwrap();
+    let fixture = |name: &str| memgaze_fixtures::fixtures().join("rewriter").join(name);
+    run_ok(
+        std::process::Command::new("gcc")
+            .args(["-shared", "-fPIC", "-O2", "-g", "-o"])
+            .arg(dir.join("libmggather.so"))
+            .arg(fixture("gather_lib.c")),
+    );
+    let program = dir.join("gather_lib_main");
+    run_ok(
+        std::process::Command::new("gcc")
+            .args(["-O2", "-g", "-o"])
+            .arg(&program)
+            .arg(fixture("gather_lib_main.c"))
+            .arg("-L")
+            .arg(&dir)
+            .arg(format!("-Wl,-rpath,{}", dir.display()))
+            .arg("-lmggather"),
+    );
+    let native = native(&program, &[], None);
+    let json = dir.join("analysis.json");
+    let out = run_ok(
+        memgaze()
+            .args([
+                "run",
+                "--full",
+                "--libs",
+                "libmggather*",
+                "--format",
+                "json",
+                "-o",
+            ])
+            .arg(&json)
+            .arg(&program),
+    );
+    assert_eq!(out.stdout, native.stdout);
+    let analysis: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let summary = &analysis["summary"];
+    let row = summary["coverage_by_object"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["object"] == "libmggather.so")
+        .unwrap_or_else(|| panic!("no row for the library: {summary}"))
+        .clone();
+    assert_eq!(row["instrumented"], true, "{row}");
+    assert!(row["loads_traced"].as_f64().unwrap() >= 10_000.0, "{row}");
+    assert!(
+        summary.get("untraced_load_executions").is_none(),
+        "{summary}"
+    );
+    let coverage = &analysis["coverage"];
+    assert_eq!(
+        coverage["uncounted_libraries"],
+        serde_json::json!(["libmggather.so"]),
+        "{coverage}"
+    );
+    let notes: Vec<&str> = coverage["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("not counted") && n.contains("libmggather.so")),
+        "{notes:?}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("memgaze: dynamic coverage:"))
+        .unwrap_or_else(|| panic!("no dynamic coverage line: {stderr}"));
+    assert!(
+        line.contains(
+            "escapes and untraced loads in instrumented libraries are not counted (libmggather.so)"
+        ),
+        "{line}"
+    );
+}

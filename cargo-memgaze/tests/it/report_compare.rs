@@ -142,7 +142,8 @@ fn check_summary(markdown: &str, current: &str) {
         .expect("F_irr_frac listed");
     assert_eq!(f_irr[0], "❌ regression");
     assert_eq!(f_irr[1], "ring/walk/sum");
-    assert_eq!((f_irr[3].as_str(), f_irr[4].as_str()), ("0", "1.00"));
+    // A fraction is written with three decimals on both sides.
+    assert_eq!((f_irr[3].as_str(), f_irr[4].as_str()), ("0.000", "1.000"));
     assert!(f_irr[5].starts_with("↑ +1 from 0"), "{markdown}");
     assert_eq!(f_irr[6], "+0.1");
     assert!(markdown.contains("Full report: `"), "{markdown}");

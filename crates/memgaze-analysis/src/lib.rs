@@ -604,6 +604,9 @@ pub struct Analyzer {
     untraced_libraries: Vec<String>,
     /// The executable's file name, then each instrumented library's.
     instrumented_objects: Vec<String>,
+    /// Each instrumented shared library's file name, from the header's
+    /// labels (not the programs that joined the recording).
+    instrumented_libraries: Vec<String>,
     /// Whole-run stack distances over the tracked blocks.
     whole: WholeRun,
     /// The time samples' in-window distances, for the whole-run prior
@@ -794,12 +797,47 @@ fn instrumented_objects(header: &TraceHeader) -> Vec<String> {
         .as_ref()
         .and_then(|b| std::path::Path::new(&b.path).file_name())
         .map(|n| n.to_string_lossy().into_owned());
-    let libraries = header
+    executable
+        .into_iter()
+        .chain(instrumented_libraries(header))
+        .collect()
+}
+
+/// The instrumented objects after the executable (libraries, and programs
+/// that joined the recording), in header order.
+fn instrumented_libraries(header: &TraceHeader) -> impl Iterator<Item = String> + '_ {
+    header
         .labels
         .iter()
         .filter(|(key, _)| key == memgaze_trace::OBJECT_LABEL)
-        .filter_map(|(_, value)| value.splitn(3, ' ').nth(2).map(str::to_string));
-    executable.into_iter().chain(libraries).collect()
+        .filter_map(|(_, value)| value.splitn(3, ' ').nth(2).map(str::to_string))
+}
+
+/// Whether an object's file name is a shared object's (`libc.so.6`,
+/// `libz.so`). The header labels libraries and programs that joined the
+/// recording alike; a joined program has its own runtime and counts its
+/// escapes, a library does not.
+fn is_shared_object_name(name: &str) -> bool {
+    name.ends_with(".so") || name.contains(".so.")
+}
+
+/// The instrumented libraries among `objects` that ran traced loads: no
+/// counter sees their escapes or their loads no probe can trace.
+fn uncounted_libraries(objects: &[ObjectLoadCoverage], libraries: &[String]) -> Vec<String> {
+    objects
+        .iter()
+        .filter(|o| o.instrumented && o.loads_traced > 0.0 && libraries.contains(&o.object))
+        .map(|o| o.object.clone())
+        .collect()
+}
+
+/// What the dynamic coverage leaves out of the instrumented `libraries`
+/// that ran ([`Coverage::uncounted_libraries`]).
+pub fn uncounted_libraries_note(libraries: &[String]) -> String {
+    format!(
+        "escapes into original code and loads no probe can trace (gathers, gs: sources) in instrumented libraries are not counted, so the dynamic coverage and their shares by object leave them out: {}",
+        libraries.join(", ")
+    )
 }
 
 /// Executed-load coverage by object (docs/METRICS.md, "Coverage by
@@ -1042,6 +1080,9 @@ impl Analyzer {
             command: header.command.clone(),
             untraced_libraries: header.shared_libraries().map(str::to_string).collect(),
             instrumented_objects: instrumented_objects(header),
+            instrumented_libraries: instrumented_libraries(header)
+                .filter(|name| is_shared_object_name(name))
+                .collect(),
             max_k,
             code_k,
             function_lo,
@@ -1750,6 +1791,7 @@ impl Analyzer {
             self.whole_run_summary(&mut summary, &t.total);
         }
         let mut function_rows = self.function_rows(rho, &reuse, tallies.as_ref());
+        let mut uncounted = Vec::new();
         let untraced_functions = if self.backend == Backend::Soft {
             let (overall, untraced) = dynamic_coverage(&summary, &mut function_rows, totals);
             summary.untraced_load_executions =
@@ -1768,6 +1810,8 @@ impl Analyzer {
                 &function_rows,
                 &untraced,
             );
+            uncounted =
+                uncounted_libraries(&summary.coverage_by_object, &self.instrumented_libraries);
             untraced
         } else {
             Vec::new()
@@ -1793,6 +1837,9 @@ impl Analyzer {
         }
         if let Some(note) = largest_untraced_objects_note(&summary.coverage_by_object) {
             notes.push(note);
+        }
+        if !uncounted.is_empty() {
+            notes.push(uncounted_libraries_note(&uncounted));
         }
         let options = &self.options;
 
@@ -1842,6 +1889,7 @@ impl Analyzer {
                 untraced_libraries: self.untraced_libraries.clone(),
                 objects,
                 untraced_functions,
+                uncounted_libraries: uncounted,
                 notes,
             },
         }
@@ -2746,6 +2794,16 @@ mod tests {
         let line = table.lines().find(|l| l.contains("  traced   ")).unwrap();
         assert!(line.contains("app 100.0%"), "{line}");
         assert!(line.contains("libm.so.6 not instrumented"), "{line}");
+        // The instrumented library ran: what its copies cannot count is said
+        // (not the executable's, nor the uninstrumented library's).
+        assert_eq!(a.coverage.uncounted_libraries, ["libc.so.6"]);
+        assert!(
+            a.coverage
+                .notes
+                .contains(&uncounted_libraries_note(&["libc.so.6".into()])),
+            "{:?}",
+            a.coverage.notes
+        );
         // Without records there is no ρ: the instrumented rows are unknown.
         let mut sampled_header = h.clone();
         sampled_header.sampling = sampled();
@@ -2754,6 +2812,10 @@ mod tests {
             .finish(&TraceTotals::clean(12, 0, 1));
         let first = &empty.summary.coverage_by_object[0];
         assert!(first.instrumented && first.share.is_none() && first.loads_executed.is_none());
+        assert!(
+            empty.coverage.uncounted_libraries.is_empty(),
+            "libc ran no traced load"
+        );
         // ... but the dynamic coverage of a run without records counts its
         // load executions as traced, not 0%: 12 executions, 3 × 4 untraced.
         let mut escaped = TraceTotals::clean(12, 0, 1);

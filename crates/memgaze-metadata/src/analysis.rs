@@ -626,6 +626,13 @@ pub struct Coverage {
     /// none did).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub untraced_functions: Vec<UntracedFunction>,
+    /// The instrumented shared libraries that ran traced loads: their
+    /// copies count no escape into original code and no execution of a
+    /// load no probe can trace, so `coverage_dynamic` and their
+    /// `coverage_by_object` shares leave those out (docs/METRICS.md,
+    /// "Dynamic coverage"; absent when there are none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uncounted_libraries: Vec<String>,
     /// Human-readable notes on the above.
     pub notes: Vec<String>,
 }

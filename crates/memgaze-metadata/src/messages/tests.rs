@@ -78,6 +78,7 @@ fn coverage() -> Coverage {
         untraced_libraries: Vec::new(),
         objects: Vec::new(),
         untraced_functions: Vec::new(),
+        uncounted_libraries: Vec::new(),
         notes: vec!["a note".into()],
     }
 }
