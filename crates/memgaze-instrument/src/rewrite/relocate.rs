@@ -2089,7 +2089,7 @@ fn counting_fragment(
                 }
                 None => entries.slow_path(false),
             };
-            let inline = in_register_loop.then(|| next_fake());
+            let inline = in_register_loop.then(&mut *next_fake);
             probe::soft_slow_stub(fast, &insn, id, (slow, resume), record, inline, stubs);
         } else if first != 0 {
             insn.set_ip(first);
