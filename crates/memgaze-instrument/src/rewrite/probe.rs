@@ -56,7 +56,14 @@
 //! rsp, -128` (4 bytes each, the flags being dead) instead of `lea`s (5 and
 //! 8). Why one shared routine: the same append written into each stub
 //! (17 instructions, 126 bytes a stub) was half of a large executable's
-//! copies (docs/performance.md); a stub is now 32 to 40 bytes.
+//! copies (docs/performance.md); a stub is now 32 to 40 bytes. The
+//! exception is a load in an innermost loop that keeps its countdown in a
+//! register (`rewrite::reg_countdown`; in a superblock's counting fragment
+//! too): windows run those stubs back to back, where the call, the return
+//! and the four saves cost a full trace of the irregular kernel 15%, so
+//! their stubs append inline (`inline_append`, the same claim and stores
+//! with two registers saved) and call `record` only without a slot or a
+//! grant; they are 2% of a large executable's copies.
 //!
 //! # Spatial checks
 //!
@@ -155,9 +162,10 @@
 //! `PtwriteOperand::Address` (the spatial mark), and resumes at the operand
 //! `ptwrite`s.
 
-use super::runtime::TCB_COUNTDOWN;
+use super::runtime::{TCB_COUNTDOWN, TCB_SLOT, slot};
 pub(crate) use crate::classify::operands::bit_offset_register;
 use iced_x86::{Code, Instruction, MemoryOperand, OpKind, Register};
+use memgaze_trace::protocol::RECORD_BYTES;
 
 /// How a probe's fast path keeps the application's state intact.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -980,19 +988,27 @@ pub fn unsupported_operand(load: &Instruction) -> Option<&'static str> {
 /// the runtime's slow path and `append` its `probe_append` for the load
 /// (see [`super::runtime`]), which a flags-dead stub calls instead: it
 /// zeroes the countdown and appends the record without saving the flags.
+/// With `append_inline` (an unused label, for loads in innermost register
+/// loops) a flags-dead stub appends inline instead and calls `record` at
+/// that label when it cannot.
 pub(crate) fn soft_slow_stub(
     fast: FastPath,
     load: &Instruction,
     id: u32,
     (slow, resume): (u64, u64),
     (record, append): (u64, u64),
+    append_inline: Option<u64>,
     out: &mut Vec<Instruction>,
 ) {
     let start = out.len();
     let bit_offset = bit_offset_register(load);
-    let appends = fast == FastPath::FlagsDead
+    let flags_dead_append = fast == FastPath::FlagsDead
         && load.memory_segment() != Register::FS
         && bit_offset.is_none();
+    let inline_fallback = append_inline.filter(|_| flags_dead_append);
+    // An inline append clears the countdown itself and calls `record`
+    // only when it cannot append.
+    let appends = flags_dead_append && inline_fallback.is_none();
     match fast {
         _ if appends => {}
         FastPath::FlagsDead => out.push(STUB_PARTS.countdown_clear),
@@ -1003,7 +1019,10 @@ pub(crate) fn soft_slow_stub(
             out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
         }
     }
-    out.push(skip_red_zone(appends));
+    out.push(skip_red_zone(flags_dead_append));
+    if let Some(fallback) = inline_fallback {
+        inline_append(load, id, resume, fallback, out);
+    }
     out.push(push(Register::RDI));
     out.push(push(Register::RSI));
     match bit_offset {
@@ -1048,9 +1067,100 @@ pub(crate) fn soft_slow_stub(
     out.push(branch(Code::Call_rel32_64, target));
     out.push(pop(Register::RSI));
     out.push(pop(Register::RDI));
-    out.push(return_over_red_zone(appends));
+    out.push(return_over_red_zone(flags_dead_append));
     out.push(branch(Code::Jmp_rel32_64, resume));
     out[start] = with_ip(out[start], slow);
+}
+
+/// The inline append of a flags-dead slow stub (after its countdown clear
+/// and red-zone skip): claims a record of the thread's grant with one
+/// `xadd` (see [`super::runtime::slot::CLAIM`]), writes the address and
+/// then the load id, and jumps to `resume`; without a slot or a grant it
+/// goes on at `fallback`, with every register as it found it, into the
+/// stub's call of `record` (whose cold path issues the next grant). Two
+/// scratch registers the load's operand does not use are saved below the
+/// red zone. What the runtime's `probe_append` does, without the call,
+/// the return and the saves of its arguments: used where windows run a
+/// load back to back (innermost loops), at ~90 bytes more per stub.
+fn inline_append(
+    load: &Instruction,
+    id: u32,
+    resume: u64,
+    fallback: u64,
+    out: &mut Vec<Instruction>,
+) {
+    let (slot_reg, claim) = two_scratch(load);
+    let limit = slot_field(slot_reg, slot::LIMIT);
+    out.push(push(slot_reg));
+    out.push(push(claim));
+    out.push(i2(Code::Mov_r64_rm64, slot_reg, tcb_slot()));
+    out.push(i2(Code::Test_rm64_r64, slot_reg, slot_reg));
+    out.push(branch(Code::Je_rel32_64, fallback));
+    out.push(i2(
+        Code::Mov_r32_imm32,
+        claim.full_register32(),
+        RECORD_BYTES as i32,
+    ));
+    out.push(i2(
+        Code::Xadd_rm64_r64,
+        slot_field(slot_reg, slot::CLAIM),
+        claim,
+    ));
+    out.push(i2(Code::Cmp_r64_rm64, claim, limit));
+    out.push(branch(Code::Jae_rel32_64, fallback));
+    out.push(effective_address(load, slot_reg, RED_ZONE + 16));
+    out.push(i2(Code::Mov_rm64_r64, slot_field(claim, 4), slot_reg));
+    out.push(
+        Instruction::with2(Code::Mov_rm32_imm32, slot_field(claim, 0), id).expect("valid mov"),
+    );
+    out.push(pop(claim));
+    out.push(pop(slot_reg));
+    out.push(STUB_PARTS.rsp_above_red_zone_by_sub);
+    out.push(branch(Code::Jmp_rel32_64, resume));
+    out.push(with_ip(pop(claim), fallback));
+    out.push(pop(slot_reg));
+}
+
+/// Two of `rdi`, `rsi`, `rcx`, `rdx` that the operand of `load` does not
+/// use: an inline append's slot and claim registers.
+fn two_scratch(load: &Instruction) -> (Register, Register) {
+    let operand = [load.memory_base(), load.memory_index()].map(|r| {
+        if r.is_gpr() {
+            r.full_register()
+        } else {
+            Register::None
+        }
+    });
+    let mut scratch = [Register::RDI, Register::RSI, Register::RCX, Register::RDX]
+        .into_iter()
+        .filter(|r| !operand.contains(r));
+    (scratch.next().unwrap(), scratch.next().unwrap())
+}
+
+/// `[base + disp]`, a field of the slot or of a record.
+fn slot_field(base: Register, disp: i32) -> MemoryOperand {
+    MemoryOperand::new(
+        base,
+        Register::None,
+        1,
+        i64::from(disp),
+        1,
+        false,
+        Register::None,
+    )
+}
+
+/// `fs:[TCB_SLOT]`: the thread's slot pointer.
+fn tcb_slot() -> MemoryOperand {
+    MemoryOperand::new(
+        Register::None,
+        Register::None,
+        1,
+        TCB_SLOT as i64,
+        4,
+        false,
+        Register::FS,
+    )
 }
 
 /// `rsp` moved below the red zone: `add rsp, -128` where the flags are
@@ -1405,6 +1515,7 @@ mod tests {
                 7,
                 (0x2000, 0x1000),
                 (0x3000, 0x4000),
+                None,
                 &mut stub,
             );
             assert_eq!(stub[0].ip(), 0x2000);
@@ -1441,6 +1552,7 @@ mod tests {
                 7,
                 (0x2000, 0x1000),
                 entries,
+                None,
                 &mut stub,
             );
             let decoded = assemble(&stub, 0x2000);
@@ -1478,6 +1590,98 @@ mod tests {
     }
 
     #[test]
+    fn inline_appends_write_the_record_and_fall_back_to_record_with_registers_restored() {
+        // mov eax,[rdi+rcx*4]; mov rax,[rsp+8]; mov rax,[rsi+rdx]
+        for (bytes, base) in [
+            (&[0x8b, 0x04, 0x8f][..], Register::RDI),
+            (&[0x48, 0x8b, 0x44, 0x24, 0x08][..], Register::RSP),
+            (&[0x48, 0x8b, 0x04, 0x16][..], Register::RSI),
+        ] {
+            let load = decode_one(bytes);
+            let mut stub = Vec::new();
+            let fallback = 0x5000;
+            soft_slow_stub(
+                FastPath::FlagsDead,
+                &load,
+                7,
+                (0x2000, 0x1000),
+                (0x3000, 0x4000),
+                Some(fallback),
+                &mut stub,
+            );
+            let fallback_at = stub.iter().position(|i| i.ip() == fallback).unwrap();
+            let (append, call) = stub.split_at(fallback_at);
+            // The straight path: countdown cleared, record claimed and
+            // written, every register and rsp restored, back to the load.
+            assert_eq!(append[0].code(), Code::Mov_rm64_imm32);
+            assert_eq!(append[0].memory_segment(), Register::FS);
+            let mut rsp = 0i64;
+            let mut pushed = Vec::new();
+            let mut address = None;
+            let mut stored = Vec::new();
+            for insn in append.iter().take_while(|i| i.code() != Code::Jmp_rel32_64) {
+                match insn.code() {
+                    Code::Push_r64 => {
+                        rsp -= 8;
+                        pushed.push(insn.op0_register());
+                    }
+                    Code::Pop_r64 => {
+                        rsp += 8;
+                        assert_eq!(pushed.pop(), Some(insn.op0_register()));
+                    }
+                    Code::Add_rm64_imm8 => rsp += insn.immediate8to64(),
+                    Code::Sub_rm64_imm8 => rsp -= insn.immediate8to64(),
+                    Code::Lea_r64_m => {
+                        assert_eq!(insn.memory_base(), base);
+                        let expected = if base == Register::RSP { 8 - rsp } else { 0 };
+                        assert_eq!(insn.memory_displacement64() as i64, expected);
+                        assert!(!pushed.is_empty() && pushed.contains(&insn.op0_register()));
+                        address = Some(insn.op0_register());
+                    }
+                    Code::Xadd_rm64_r64 => {
+                        assert_eq!(rsp, -RED_ZONE - 16);
+                        let operand = [load.memory_base(), load.memory_index()];
+                        assert!(!operand.contains(&insn.op1_register()));
+                        assert!(!operand.contains(&insn.memory_base()));
+                    }
+                    Code::Mov_rm64_r64 => {
+                        assert_eq!(Some(insn.op1_register()), address);
+                        stored.push(insn.memory_displacement64());
+                    }
+                    Code::Mov_rm32_imm32 => {
+                        assert_eq!(insn.immediate32(), 7);
+                        stored.push(insn.memory_displacement64());
+                    }
+                    Code::Call_rel32_64 => panic!("the straight path calls nothing"),
+                    _ => {}
+                }
+            }
+            // The address, then the id: the writer's last store.
+            assert_eq!(stored, [4, 0]);
+            assert_eq!(rsp, 0);
+            assert!(pushed.is_empty());
+            let jump = append.iter().find(|i| i.code() == Code::Jmp_rel32_64);
+            assert_eq!(jump.map(|i| i.near_branch_target()), Some(0x1000));
+            // The fallback: the scratch registers back, then `record`
+            // (the countdown already zero), never `probe_append`.
+            let mut rsp = -RED_ZONE - 16;
+            let mut calls = Vec::new();
+            for insn in call {
+                match insn.code() {
+                    Code::Push_r64 => rsp -= 8,
+                    Code::Pop_r64 => rsp += 8,
+                    Code::Sub_rm64_imm8 => rsp -= insn.immediate8to64(),
+                    Code::Call_rel32_64 => calls.push((insn.near_branch_target(), rsp)),
+                    _ => {}
+                }
+            }
+            assert_eq!(calls, [(0x3000, -RED_ZONE - 16)]);
+            assert_eq!(rsp, 0);
+            assert_eq!(call.last().unwrap().near_branch_target(), 0x1000);
+        }
+    }
+
+    #[test]
     fn vsib_and_gs_loads_are_refused() {
         // vpgatherdd ymm0, [rdi+ymm1*4], ymm2
         let gather = decode_one(&[0xc4, 0xe2, 0x6d, 0x90, 0x04, 0x8f]);
@@ -1511,6 +1715,7 @@ mod tests {
                 7,
                 (0x2000, 0x1000),
                 entries,
+                None,
                 &mut stub,
             );
             let decoded = assemble(&stub, 0x2000);

@@ -855,7 +855,7 @@ fn copy_instructions(
             counting_fragment(
                 plan,
                 block,
-                fragment,
+                (fragment, in_loop.is_some()),
                 entries,
                 &mut next_fake,
                 (&mut *fragments, &mut *fragment_checks),
@@ -890,7 +890,8 @@ fn copy_instructions(
                 label = 0;
                 insn.set_ip(resume);
                 let record = entries.slow_path(spatial_here.is_some());
-                probe::soft_slow_stub(fast, &insn, id, (slow, back), record, &mut *stubs);
+                let inline = in_loop.map(|_| next_fake());
+                probe::soft_slow_stub(fast, &insn, id, (slow, back), record, inline, &mut *stubs);
             }
             Some(Insert::String { id, second }) => {
                 let stub = next_fake();
@@ -2019,11 +2020,13 @@ fn is_relative_branch(insn: &Instruction) -> bool {
 /// information). Its branches go straight into the copy: a side exit taken
 /// here skips loads that were never counted. A final indirect jump that is
 /// an escape site gets an escape check of its own, counting into the same
-/// site as the copy's.
+/// site as the copy's. `in_register_loop`: the superblock lies in an
+/// innermost loop that keeps its countdown in a register, whose loads'
+/// slow stubs append inline.
 fn counting_fragment(
     plan: &CopyPlan<'_>,
     block: &Superblock,
-    label: u64,
+    (label, in_register_loop): (u64, bool),
     entries: &Entries,
     next_fake: &mut dyn FnMut() -> u64,
     (out, checks): (&mut Vec<Instruction>, &mut Vec<(usize, usize, bool)>),
@@ -2086,7 +2089,8 @@ fn counting_fragment(
                 }
                 None => entries.slow_path(false),
             };
-            probe::soft_slow_stub(fast, &insn, id, (slow, resume), record, stubs);
+            let inline = in_register_loop.then(&mut *next_fake);
+            probe::soft_slow_stub(fast, &insn, id, (slow, resume), record, inline, stubs);
         } else if first != 0 {
             insn.set_ip(first);
         }
