@@ -592,9 +592,16 @@ fn link_blocks(
                     None => Terminator::TailCall,
                 },
                 FlowControl::ConditionalBranch => {
-                    succ.extend(block_at(insn.near_branch_target()));
+                    let taken = block_at(insn.near_branch_target());
+                    succ.extend(taken);
                     succ.extend(next);
-                    Terminator::Conditional
+                    if taken.is_some() {
+                        Terminator::Conditional
+                    } else {
+                        // Into another function, such as GCC's `.cold` part,
+                        // which may use any register and jump back anywhere.
+                        Terminator::TailCall
+                    }
                 }
                 FlowControl::Call | FlowControl::IndirectCall => {
                     succ.extend(next);
@@ -671,6 +678,21 @@ mod tests {
                 bytes: code,
             },
         )
+    }
+
+    #[test]
+    fn a_conditional_branch_into_another_function_leaves_it() {
+        // GCC's `.cold` parts: `js foo.cold` (below the function), which
+        // jumps back into the hot part.
+        let code = assemble(|a| {
+            a.test(rdi, rdi)?;
+            a.js(0x800u64)?;
+            a.ret()
+        });
+        let f = cfg(&code);
+        assert_eq!(f.blocks[0].terminator, Terminator::TailCall);
+        assert_eq!(f.blocks[0].successors, vec![1]);
+        assert_eq!(f.branch_targets, Vec::<u64>::new());
     }
 
     #[test]
@@ -757,6 +779,7 @@ mod tests {
             a.int3()
         });
         let f = cfg(&code);
+        assert_eq!(f.blocks[0].terminator, Terminator::Conditional);
         assert_eq!(f.blocks[1].terminator, Terminator::TailCall);
         assert_eq!(f.blocks[2].terminator, Terminator::IndirectJump);
         assert_eq!(f.indirect_jumps[0].kind, IndirectJumpKind::TailCall);
