@@ -309,10 +309,12 @@ fn lines_table(a: &Analysis) -> Markup {
 }
 
 /// The lines of the recorded loads by accesses, for an analysis without
-/// `lines[]` (no whole-run curve).
+/// `lines[]`: no whole-run curve, or none of its loads has a source line.
 fn recorded_lines_table(a: &Analysis) -> Markup {
     let mut lines: Vec<(&str, u64)> = Vec::new();
+    let mut recorded = 0;
     for load in a.loads.iter().filter(|l| !l.implied) {
+        recorded += load.count;
         let Some(line) = load.line.as_deref() else {
             continue;
         };
@@ -323,12 +325,38 @@ fn recorded_lines_table(a: &Analysis) -> Markup {
     }
     lines.sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(y.0)));
     lines.retain(|l| l.1 > 0);
+    let curve = a.summary.whole_run.mr_l1.is_some();
+    recorded_lines_markup(&lines, recorded, curve)
+}
+
+/// The table of [`recorded_lines_table`]: `lines` hottest first, out of
+/// `recorded` accesses of loads with or without a line; `curve` whether
+/// the run has a whole-run curve. Says what share the lines hold, since
+/// the hottest code may have none (a dependency built without line
+/// tables) and a cold line would otherwise head the table.
+fn recorded_lines_markup(lines: &[(&str, u64)], recorded: u64, curve: bool) -> Markup {
     if lines.is_empty() {
         return html! { p.note { "No recorded load has a source line (no DWARF line table)." } "\n" };
     }
     let top = lines[0].1 as f64;
+    let with_line: u64 = lines.iter().map(|l| l.1).sum();
+    let why = if curve {
+        "No load of the whole-run curve has a source line, so no miss estimates per line: lines by recorded accesses."
+    } else {
+        "No whole-run curve in this run, so no miss estimates: lines by recorded accesses."
+    };
     html! {
-        p.note { "No whole-run curve in this run, so no miss estimates: lines by recorded accesses." } "\n"
+        p.note {
+            (why)
+            @if with_line < recorded {
+                " They hold " (pct(with_line as f64 / recorded.max(1) as f64))
+                " of the recorded accesses; the rest are in code without a line table \
+                 (libraries; in " code { "bench" } ", dependencies, which keep their own profile's "
+                code { "debug" } " setting: " code { "CARGO_PROFILE_BENCH_DEBUG=line-tables-only" }
+                " gives them lines)."
+            }
+        }
+        "\n"
         (scroll(html! {
             table.lines {
                 tr { th.line { "source line" } (head(html!("A"), "A", None)) }
@@ -1137,6 +1165,39 @@ mod tests {
         assert!(!gated.contains('%'), "{gated}");
         let ungated = cell(None);
         assert!(ungated.contains("+300.0%"), "{ungated}");
+    }
+
+    /// A run whose hottest code has no line table (sha2 in a dependency
+    /// built without one) has a whole-run curve: the note says why no line
+    /// has miss estimates and how few accesses the listed lines hold.
+    #[test]
+    fn recorded_lines_say_what_share_they_hold_and_why_they_have_no_misses() {
+        let lines = [("benches/hash.rs:7", 335)];
+        let with_curve = recorded_lines_markup(&lines, 669_499, true).into_string();
+        assert!(!with_curve.contains("No whole-run curve"), "{with_curve}");
+        assert!(
+            with_curve.contains("No load of the whole-run curve has a source line"),
+            "{with_curve}"
+        );
+        assert!(
+            with_curve.contains("They hold 0.1% of the recorded accesses"),
+            "{with_curve}"
+        );
+        assert!(
+            with_curve.contains("CARGO_PROFILE_BENCH_DEBUG=line-tables-only"),
+            "{with_curve}"
+        );
+        let without = recorded_lines_markup(&lines, 335, false).into_string();
+        assert!(
+            without.contains("No whole-run curve in this run"),
+            "{without}"
+        );
+        assert!(!without.contains("They hold"), "{without}");
+        let none = recorded_lines_markup(&[], 100, true).into_string();
+        assert!(
+            none.contains("No recorded load has a source line"),
+            "{none}"
+        );
     }
 
     #[test]

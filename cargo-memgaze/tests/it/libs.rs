@@ -986,3 +986,45 @@ fn a_libs_pattern_that_matches_no_library_is_named() {
     let err = run("default");
     assert!(!err.contains("matches none"), "{err}");
 }
+
+/// glibc's `catomic_*` operations jump over their `lock` prefix when the
+/// process is single-threaded (`je 1f; lock; 1: cmpxchg`), in `malloc`'s
+/// `_int_malloc` and `_int_free` among others: such a function is copied
+/// (the branch enters the locked instruction) rather than left out with
+/// "branch into the middle of an instruction", so the loads of `malloc`
+/// and `free` are traced.
+#[test]
+fn libc_functions_that_jump_over_a_lock_prefix_are_instrumented() {
+    let library = Path::new("/lib/x86_64-linux-gnu").join(LIBC);
+    let output = scratch().join("lock-skips-libc.so.6");
+    run_ok(
+        memgaze()
+            .args([
+                "instrument",
+                "-q",
+                "--library",
+                "1",
+                "--annotation-format",
+                "json",
+            ])
+            .arg(&library)
+            .arg("-o")
+            .arg(&output),
+    );
+    let mut annotation = output.into_os_string();
+    annotation.push(".memgaze.json");
+    let annotation: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&annotation).unwrap()).unwrap();
+    let functions = annotation["functions"].as_array().unwrap();
+    assert!(functions.len() > 1000, "{} functions", functions.len());
+    let into_the_middle: Vec<&str> = functions
+        .iter()
+        .filter(|f| {
+            f["skipped"]
+                .as_str()
+                .is_some_and(|why| why.contains("into the middle of an instruction"))
+        })
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert!(into_the_middle.is_empty(), "{into_the_middle:?}");
+}

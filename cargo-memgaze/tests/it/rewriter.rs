@@ -261,6 +261,27 @@ fn exited_threads_with_large_stacks_are_counted_exactly() {
     assert_eq!(executions[0], executions[1], "full, sampled");
 }
 
+/// GCC's `.cold` parts are functions of their own that a conditional
+/// branch enters and that jump back into the hot part: the copies keep
+/// every register the cold part may read, and a call-free loop whose cold
+/// path returns into its body keeps its countdown in memory (entered past
+/// its entry code, a register loop ran with `rsp` 144 bytes off and
+/// crashed: Debian's python3.11 in `json.dumps`, g++ code with exceptions).
+#[test]
+fn cold_parts_that_jump_back_into_loops_run_as_native() {
+    let binary = build("cold_paths.c", &["-O2"]);
+    let inst = instrument(&binary, None, "all");
+    let native = native(&binary, &[], None);
+    assert!(String::from_utf8_lossy(&native.stdout).contains("cold path at 4998: -4998"));
+    assert_same_behaviour(&native, &super_native(&inst.path, &[]), "cold parts alone");
+    for (sampling, name) in [(FULL_EXE, "full"), (SAMPLED_EXE, "sampled")] {
+        let trace = trace_path(&format!("cold-paths-{name}"));
+        let out = record(&inst.path, &[], sampling, &trace, None);
+        assert_same_behaviour(&native, &out, &format!("cold parts {name}"));
+        assert!(read_trace(&trace).totals.complete, "{name}");
+    }
+}
+
 #[test]
 fn forked_children_do_not_corrupt_the_trace() {
     let binary = build("fork.c", &["-O2"]);

@@ -183,12 +183,13 @@ impl FunctionCode {
     /// `[start, end)`: branch sources and calls, indirect jumps (jump tables
     /// recognised), leaders, basic blocks, then their edges.
     pub(crate) fn from_instructions(
-        instructions: Vec<Instruction>,
+        mut instructions: Vec<Instruction>,
         start: u64,
         end: u64,
         memory: &dyn Memory,
     ) -> FunctionCode {
         let index_of = IndexOf::new(&instructions, start, end);
+        retarget_lock_skips(&mut instructions, &index_of, memory);
         let (calls, invalid) = calls_and_invalid(&instructions);
         let (indirect_jumps, jump_tables, not_table_shaped) =
             indirect_jumps(&instructions, start, end, &index_of, memory);
@@ -307,6 +308,41 @@ impl IndexOf {
     /// Whether an instruction starts at `ip`.
     pub(crate) fn contains(&self, ip: u64) -> bool {
         self.get(ip).is_some()
+    }
+}
+
+/// Points each direct branch that skips a `lock` prefix at the locked
+/// instruction itself. glibc's `catomic_*` operations (in `malloc`'s
+/// `_int_malloc` and `_int_free`) test for a single thread and jump over
+/// the prefix (`je 1f; lock; 1: cmpxchg`): a branch into the middle of an
+/// instruction, which no copy can reproduce. The locked form does what
+/// the unlocked one does, atomically as well, so one instruction serves
+/// both paths and the function can be copied.
+fn retarget_lock_skips(instructions: &mut [Instruction], index_of: &IndexOf, memory: &dyn Memory) {
+    const LOCK: u8 = 0xf0;
+    let mut retargets = Vec::new();
+    for (i, insn) in instructions.iter().enumerate() {
+        if !matches!(
+            insn.flow_control(),
+            FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch
+        ) {
+            continue;
+        }
+        let target = insn.near_branch_target();
+        if target == 0 || index_of.contains(target) {
+            continue;
+        }
+        let Some(locked) = index_of.get(target - 1) else {
+            continue;
+        };
+        if instructions[locked as usize].has_lock_prefix()
+            && memory.read(target - 1, 1) == Some(&[LOCK][..])
+        {
+            retargets.push((i, target - 1));
+        }
+    }
+    for (i, target) in retargets {
+        instructions[i].set_near_branch64(target);
     }
 }
 
@@ -556,9 +592,16 @@ fn link_blocks(
                     None => Terminator::TailCall,
                 },
                 FlowControl::ConditionalBranch => {
-                    succ.extend(block_at(insn.near_branch_target()));
+                    let taken = block_at(insn.near_branch_target());
+                    succ.extend(taken);
                     succ.extend(next);
-                    Terminator::Conditional
+                    if taken.is_some() {
+                        Terminator::Conditional
+                    } else {
+                        // Into another function, such as GCC's `.cold` part,
+                        // which may use any register and jump back anywhere.
+                        Terminator::TailCall
+                    }
                 }
                 FlowControl::Call | FlowControl::IndirectCall => {
                     succ.extend(next);
@@ -638,6 +681,46 @@ mod tests {
     }
 
     #[test]
+    fn a_conditional_branch_into_another_function_leaves_it() {
+        // GCC's `.cold` parts: `js foo.cold` (below the function), which
+        // jumps back into the hot part.
+        let code = assemble(|a| {
+            a.test(rdi, rdi)?;
+            a.js(0x800u64)?;
+            a.ret()
+        });
+        let f = cfg(&code);
+        assert_eq!(f.blocks[0].terminator, Terminator::TailCall);
+        assert_eq!(f.blocks[0].successors, vec![1]);
+        assert_eq!(f.branch_targets, Vec::<u64>::new());
+    }
+
+    #[test]
+    fn a_branch_over_a_lock_prefix_enters_the_locked_instruction() {
+        // glibc's catomic_compare_and_exchange: `je 1f; lock; 1: cmpxchg`.
+        let code = [
+            0x74, 0x01, // je past the lock prefix
+            0xf0, 0x48, 0x0f, 0xb1, 0x19, // lock cmpxchg [rcx], rbx
+            0xc3, // ret
+        ];
+        let f = cfg(&code);
+        assert_eq!(f.instructions[0].near_branch_target(), 0x1002);
+        assert_eq!(f.branch_targets, vec![0x1002]);
+        assert_eq!(f.blocks[0].successors, vec![1]);
+        assert_eq!(crate::rewrite::relocate::unrelocatable(&f), None);
+
+        // A branch into the middle of any other instruction is left alone.
+        let code = [
+            0x74, 0x01, // je into the middle of the next instruction
+            0x48, 0x0f, 0xb1, 0x19, // cmpxchg [rcx], rbx (no lock)
+            0xc3, // ret
+        ];
+        let f = cfg(&code);
+        assert_eq!(f.instructions[0].near_branch_target(), 0x1003);
+        assert!(crate::rewrite::relocate::unrelocatable(&f).is_some());
+    }
+
+    #[test]
     fn loop_with_call_splits_blocks_and_links_edges() {
         let code = assemble(|a| {
             let mut top = a.create_label();
@@ -696,6 +779,7 @@ mod tests {
             a.int3()
         });
         let f = cfg(&code);
+        assert_eq!(f.blocks[0].terminator, Terminator::Conditional);
         assert_eq!(f.blocks[1].terminator, Terminator::TailCall);
         assert_eq!(f.blocks[2].terminator, Terminator::IndirectJump);
         assert_eq!(f.indirect_jumps[0].kind, IndirectJumpKind::TailCall);

@@ -240,6 +240,22 @@ mod tests {
     }
 
     #[test]
+    fn a_branch_into_another_function_keeps_everything_live() {
+        // 0: mov rax, [rdi]   3: test rax, rax   6: js 0xf0c (a `.cold`
+        // part, below the function)   12: xor ebx, ebx   14: ret
+        let c = code(&[
+            0x48, 0x8b, 0x07, 0x48, 0x85, 0xc0, 0x0f, 0x88, 0x00, 0xff, 0xff, 0xff, 0x31, 0xdb,
+            0xc3,
+        ]);
+        let live = live_before(&c);
+        // Dead on the fall-through alone (xor writes it); the other
+        // function may read it.
+        assert!(live[0].has_gpr(Register::RBX));
+        assert!(live[2].has_gpr(Register::RBX));
+        assert!(!live[3].has_gpr(Register::RBX));
+    }
+
+    #[test]
     fn partial_writes_keep_the_register_live() {
         // 0: mov al, [rdi]   2: ret
         let c = code(&[0x8a, 0x07, 0xc3]);
