@@ -75,6 +75,11 @@ pub enum Terminator {
     End,
 }
 
+/// A block's successors or predecessors (block indices): nearly every
+/// block has at most four, kept inline, so building and freeing a
+/// function's control flow allocates nothing per block.
+pub type BlockList = smallvec::SmallVec<[u32; 4]>;
+
 /// A basic block.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BasicBlock {
@@ -87,9 +92,9 @@ pub struct BasicBlock {
     /// Number of instructions (≥ 1).
     pub len: u32,
     /// Successor blocks (indices), without duplicates.
-    pub successors: Vec<u32>,
+    pub successors: BlockList,
     /// Predecessor blocks (indices), without duplicates.
-    pub predecessors: Vec<u32>,
+    pub predecessors: BlockList,
     /// How it ends.
     pub terminator: Terminator,
 }
@@ -500,8 +505,8 @@ fn basic_blocks(instructions: &[Instruction], leader: &[bool]) -> (Vec<BasicBloc
                 end: instructions[i].next_ip(),
                 first: i as u32,
                 len: 0,
-                successors: Vec::new(),
-                predecessors: Vec::new(),
+                successors: BlockList::new(),
+                predecessors: BlockList::new(),
                 terminator: Terminator::FallThrough,
             });
         }
@@ -535,7 +540,7 @@ fn link_blocks(
         let last = block.last();
         let insn = &instructions[last];
         let next = (last + 1 < n).then(|| block_of[last + 1]);
-        let mut succ: Vec<u32> = Vec::new();
+        let mut succ = BlockList::new();
         let terminator = if insn.is_invalid() {
             Terminator::Invalid
         } else {
@@ -657,7 +662,7 @@ mod tests {
         let shape: Vec<(Terminator, Vec<u32>)> = f
             .blocks
             .iter()
-            .map(|b| (b.terminator, b.successors.clone()))
+            .map(|b| (b.terminator, b.successors.to_vec()))
             .collect();
         assert_eq!(
             shape,
@@ -669,7 +674,7 @@ mod tests {
                 (Terminator::Return, vec![]),
             ]
         );
-        assert_eq!(f.blocks[1].predecessors, vec![0, 3]);
+        assert_eq!(f.blocks[1].predecessors[..], [0, 3]);
         assert_eq!(f.calls.len(), 1);
         assert_eq!(f.calls[0].target, Some(0x5000));
         assert_eq!(f.calls[0].return_address, f.blocks[3].start);

@@ -31,8 +31,8 @@ pub mod loops;
 pub mod stack;
 
 pub use cfg::{
-    BasicBlock, CallSite, FlatMemory, FunctionCode, IndirectJump, IndirectJumpKind, Memory,
-    Terminator,
+    BasicBlock, BlockList, CallSite, FlatMemory, FunctionCode, IndirectJump, IndirectJumpKind,
+    Memory, Terminator,
 };
 pub use dominators::Dominators;
 pub(crate) use elf::Section;

@@ -1989,7 +1989,8 @@ fn form_superblocks(
             let Some(taken) = block_at(branch.near_branch_target()) else {
                 break;
             };
-            let single_entry = code.blocks[next].predecessors == [*chain.last().unwrap() as u32];
+            let single_entry =
+                code.blocks[next].predecessors[..] == [*chain.last().unwrap() as u32];
             if used[next] || chain.contains(&next) || !single_entry || taken == next {
                 break;
             }
