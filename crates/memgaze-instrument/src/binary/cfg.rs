@@ -18,6 +18,7 @@ use super::loops::LoopForest;
 use super::stack::{self, StackPos};
 use foldhash::{HashMap, HashMapExt};
 use iced_x86::{Code, FlowControl, Instruction, Mnemonic, OpKind, Register};
+use std::sync::OnceLock;
 
 /// Read access to the bytes of the program image by virtual address (the
 /// jump-table reader needs `.rodata`).
@@ -173,6 +174,9 @@ pub struct FunctionCode {
     pub branch_targets: Vec<u64>,
     /// Instructions that did not decode.
     pub(crate) invalid_instructions: u32,
+    /// The natural loops, found on first use: the classification and the
+    /// rewriter's register loops both read them.
+    pub(crate) loops: OnceLock<LoopForest>,
 }
 
 impl FunctionCode {
@@ -219,6 +223,7 @@ impl FunctionCode {
             jump_tables,
             branch_targets,
             invalid_instructions: invalid,
+            loops: OnceLock::new(),
         };
         code.resolve_frame_tail_calls(not_table_shaped);
         code
@@ -266,9 +271,10 @@ impl FunctionCode {
         Dominators::compute(&self.blocks)
     }
 
-    /// Natural loops (from back edges) and their nesting.
-    pub fn loops(&self) -> LoopForest {
-        LoopForest::compute(&self.blocks, &self.dominators())
+    /// Natural loops (from back edges) and their nesting, found once.
+    pub fn loops(&self) -> &LoopForest {
+        self.loops
+            .get_or_init(|| LoopForest::compute(&self.blocks, &self.dominators()))
     }
 }
 

@@ -298,7 +298,7 @@ impl Classifier {
         if needs_frame || operands.iter().any(|op| op.base == Register::RBP) {
             frame = Some(Frame::compute(code, &mut self.info));
         }
-        let mut evaluator = frame.as_ref().map(|f| Evaluator::new(code, &loops, f));
+        let mut evaluator = frame.as_ref().map(|f| Evaluator::new(code, loops, f));
         let frame_pointer = frame.as_ref().is_some_and(|f| f.frame_pointer.is_some());
 
         // Kept for the whole rewrite: sized once, without growth slack.
@@ -307,7 +307,7 @@ impl Classifier {
             let block = code.block_of[op.instruction as usize];
             let loop_depth = loops.nest(block).count() as u32;
             let (class, reason) =
-                classify_operand(code, &loops, evaluator.as_mut(), frame_pointer, &op, block);
+                classify_operand(code, loops, evaluator.as_mut(), frame_pointer, &op, block);
             out.loads.push(ClassifiedLoad {
                 operand: op,
                 class,

@@ -197,6 +197,7 @@ struct Planned {
 fn drop_control_flow(code: &mut FunctionCode) {
     code.blocks = Vec::new();
     code.block_of = Vec::new();
+    code.loops = Default::default();
     code.calls = Vec::new();
     code.branch_targets = Vec::new();
 }
