@@ -18,6 +18,7 @@ use super::loops::LoopForest;
 use super::stack::{self, StackPos};
 use foldhash::{HashMap, HashMapExt};
 use iced_x86::{Code, FlowControl, Instruction, Mnemonic, OpKind, Register};
+use std::sync::OnceLock;
 
 /// Read access to the bytes of the program image by virtual address (the
 /// jump-table reader needs `.rodata`).
@@ -75,6 +76,11 @@ pub enum Terminator {
     End,
 }
 
+/// A block's successors or predecessors (block indices): nearly every
+/// block has at most four, kept inline, so building and freeing a
+/// function's control flow allocates nothing per block.
+pub type BlockList = smallvec::SmallVec<[u32; 4]>;
+
 /// A basic block.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BasicBlock {
@@ -87,9 +93,9 @@ pub struct BasicBlock {
     /// Number of instructions (≥ 1).
     pub len: u32,
     /// Successor blocks (indices), without duplicates.
-    pub successors: Vec<u32>,
+    pub successors: BlockList,
     /// Predecessor blocks (indices), without duplicates.
-    pub predecessors: Vec<u32>,
+    pub predecessors: BlockList,
     /// How it ends.
     pub terminator: Terminator,
 }
@@ -168,6 +174,9 @@ pub struct FunctionCode {
     pub branch_targets: Vec<u64>,
     /// Instructions that did not decode.
     pub(crate) invalid_instructions: u32,
+    /// The natural loops, found on first use: the classification and the
+    /// rewriter's register loops both read them.
+    pub(crate) loops: OnceLock<LoopForest>,
 }
 
 impl FunctionCode {
@@ -215,6 +224,7 @@ impl FunctionCode {
             jump_tables,
             branch_targets,
             invalid_instructions: invalid,
+            loops: OnceLock::new(),
         };
         code.resolve_frame_tail_calls(not_table_shaped);
         code
@@ -262,9 +272,10 @@ impl FunctionCode {
         Dominators::compute(&self.blocks)
     }
 
-    /// Natural loops (from back edges) and their nesting.
-    pub fn loops(&self) -> LoopForest {
-        LoopForest::compute(&self.blocks, &self.dominators())
+    /// Natural loops (from back edges) and their nesting, found once.
+    pub fn loops(&self) -> &LoopForest {
+        self.loops
+            .get_or_init(|| LoopForest::compute(&self.blocks, &self.dominators()))
     }
 }
 
@@ -536,8 +547,8 @@ fn basic_blocks(instructions: &[Instruction], leader: &[bool]) -> (Vec<BasicBloc
                 end: instructions[i].next_ip(),
                 first: i as u32,
                 len: 0,
-                successors: Vec::new(),
-                predecessors: Vec::new(),
+                successors: BlockList::new(),
+                predecessors: BlockList::new(),
                 terminator: Terminator::FallThrough,
             });
         }
@@ -571,7 +582,7 @@ fn link_blocks(
         let last = block.last();
         let insn = &instructions[last];
         let next = (last + 1 < n).then(|| block_of[last + 1]);
-        let mut succ: Vec<u32> = Vec::new();
+        let mut succ = BlockList::new();
         let terminator = if insn.is_invalid() {
             Terminator::Invalid
         } else {
@@ -740,7 +751,7 @@ mod tests {
         let shape: Vec<(Terminator, Vec<u32>)> = f
             .blocks
             .iter()
-            .map(|b| (b.terminator, b.successors.clone()))
+            .map(|b| (b.terminator, b.successors.to_vec()))
             .collect();
         assert_eq!(
             shape,
@@ -752,7 +763,7 @@ mod tests {
                 (Terminator::Return, vec![]),
             ]
         );
-        assert_eq!(f.blocks[1].predecessors, vec![0, 3]);
+        assert_eq!(f.blocks[1].predecessors[..], [0, 3]);
         assert_eq!(f.calls.len(), 1);
         assert_eq!(f.calls[0].target, Some(0x5000));
         assert_eq!(f.calls[0].return_address, f.blocks[3].start);

@@ -184,8 +184,8 @@ mod tests {
                 end: i as u64 + 1,
                 first: i as u32,
                 len: 1,
-                successors: vec![],
-                predecessors: vec![],
+                successors: Default::default(),
+                predecessors: Default::default(),
                 terminator: Terminator::FallThrough,
             })
             .collect();

@@ -31,8 +31,8 @@ pub mod loops;
 pub mod stack;
 
 pub use cfg::{
-    BasicBlock, CallSite, FlatMemory, FunctionCode, IndirectJump, IndirectJumpKind, Memory,
-    Terminator,
+    BasicBlock, BlockList, CallSite, FlatMemory, FunctionCode, IndirectJump, IndirectJumpKind,
+    Memory, Terminator,
 };
 pub use dominators::Dominators;
 pub(crate) use elf::Section;
@@ -470,8 +470,9 @@ impl Binary {
     pub fn decode(&self, function: &Function) -> Vec<Instruction> {
         let mut out = Vec::new();
         self.decode_into(function, &mut out);
-        // Kept for the whole rewrite: the growth slack of every function's
-        // instructions was a sixth of the rewriter's peak memory.
+        // Kept for the whole rewrite: the slack of every function's
+        // instructions was a sixth of the rewriter's peak memory (glibc
+        // shrinks in place, without a copy).
         out.shrink_to_fit();
         out
     }
@@ -554,7 +555,11 @@ impl Binary {
 /// Decodes `bytes` located at `ip` into `out` (appending).
 pub(crate) fn decode_bytes(bytes: &[u8], ip: u64, out: &mut Vec<Instruction>) {
     let mut decoder = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
-    out.reserve(bytes.len() / 4);
+    // Compiled code averages about 4 bytes an instruction, many functions
+    // less: room for one every 3 bytes spares nearly every function a
+    // growth, a copy of all its instructions (`Binary::decode` gives the
+    // slack back).
+    out.reserve(bytes.len() / 3 + 1);
     while decoder.can_decode() {
         let mut insn = Instruction::default();
         decoder.decode_out(&mut insn);

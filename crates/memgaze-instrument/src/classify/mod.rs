@@ -298,7 +298,7 @@ impl Classifier {
         if needs_frame || operands.iter().any(|op| op.base == Register::RBP) {
             frame = Some(Frame::compute(code, &mut self.info));
         }
-        let mut evaluator = frame.as_ref().map(|f| Evaluator::new(code, &loops, f));
+        let mut evaluator = frame.as_ref().map(|f| Evaluator::new(code, loops, f));
         let frame_pointer = frame.as_ref().is_some_and(|f| f.frame_pointer.is_some());
 
         // Kept for the whole rewrite: sized once, without growth slack.
@@ -307,7 +307,7 @@ impl Classifier {
             let block = code.block_of[op.instruction as usize];
             let loop_depth = loops.nest(block).count() as u32;
             let (class, reason) =
-                classify_operand(code, &loops, evaluator.as_mut(), frame_pointer, &op, block);
+                classify_operand(code, loops, evaluator.as_mut(), frame_pointer, &op, block);
             out.loads.push(ClassifiedLoad {
                 operand: op,
                 class,
@@ -540,61 +540,52 @@ impl BinaryLoads {
     /// rewriter does not read them, and while it runs their texts were a
     /// fifth of its memory.
     pub(crate) fn to_annotation_without_lines(&self, binary: &Binary) -> Annotation {
-        let mut functions = Vec::with_capacity(self.functions.len());
-        let mut loads = Vec::with_capacity(self.functions.iter().map(|(_, f)| f.loads.len()).sum());
-        // One shared name per register: a load is two or three of them.
-        let mut names: HashMap<Register, Text> = HashMap::new();
-        let mut reg = |r: Register| {
-            (r != Register::None).then(|| {
-                names
-                    .entry(r)
-                    .or_insert_with(|| Text::from(format!("{r:?}").to_lowercase()))
-                    .clone()
-            })
-        };
-        for (k, (index, f)) in self.functions.iter().enumerate() {
-            let function = &binary.functions()[*index];
-            functions.push(FunctionSite {
-                name: function.name.clone(),
-                raw_name: function.raw_name.clone(),
-                start: function.start,
-                size: function.size,
-                instrumented: false,
-                skipped: None,
-                stack_loads: f.stack_loads,
-                string_loads: f.string_loads,
-            });
-            for l in &f.loads {
-                let op = &l.operand;
-                loads.push(LoadSite {
-                    id: loads.len() as u32,
-                    ip: op.ip,
-                    len: op.len,
-                    class: l.class,
-                    instrumented: l.instrumented,
-                    implied: l.implied,
-                    // An instruction at address 0 would be the file's header.
-                    proxy: l.proxy.and_then(std::num::NonZeroU64::new),
-                    base: reg(op.base),
-                    index: reg(op.index),
-                    scale: op.scale,
-                    displacement: op.displacement as i64,
-                    size: op.size,
-                    function: k as u32,
-                    line: None,
-                    inline_chain: InlineChain::default(),
+        use rayon::prelude::*;
+        let functions: Vec<FunctionSite> = self
+            .functions
+            .par_iter()
+            .map(|(index, f)| {
+                let function = &binary.functions()[*index];
+                FunctionSite {
+                    name: function.name.clone(),
+                    raw_name: function.raw_name.clone(),
+                    start: function.start,
+                    size: function.size,
+                    instrumented: false,
                     skipped: None,
-                    segment: match op.segment {
-                        Register::FS => Some(Segment::Fs),
-                        Register::GS => Some(Segment::Gs),
-                        _ => None,
-                    },
-                    gather: op.gather,
-                    read_modify_write: op.read_modify_write,
-                    control: op.control,
-                });
-            }
+                    stack_loads: f.stack_loads,
+                    string_loads: f.string_loads,
+                }
+            })
+            .collect();
+        // The first load id of each function, and the number of loads last.
+        let mut first_load = Vec::with_capacity(self.functions.len() + 1);
+        let mut total = 0;
+        for (_, f) in &self.functions {
+            first_load.push(total);
+            total += f.loads.len();
         }
+        first_load.push(total);
+        // Built on all cores, straight into place: on one thread, faulting
+        // in the fresh pages of a million loads was most of this serial
+        // step. Each piece of work names registers with its own texts (one
+        // shared text per register would have both cores bump the same
+        // reference counts).
+        let mut loads = Vec::with_capacity(total);
+        (0..total)
+            .into_par_iter()
+            .with_min_len(LOADS_PER_PIECE)
+            .map_init(
+                || (0, RegisterTexts::default()),
+                |(k, names), id| {
+                    if !(first_load[*k]..first_load[*k + 1]).contains(&id) {
+                        *k = first_load.partition_point(|&first| first <= id) - 1;
+                    }
+                    let l = &self.functions[*k].1.loads[id - first_load[*k]];
+                    load_site(id, *k, l, names)
+                },
+            )
+            .collect_into_vec(&mut loads);
         Annotation {
             schema: ANNOTATION_SCHEMA.to_string(),
             binary: binary.identity().clone(),
@@ -606,6 +597,63 @@ impl BinaryLoads {
             escapes: Vec::new(),
             cpu_features: Vec::new(),
         }
+    }
+}
+
+/// Loads per piece of work of [`BinaryLoads::to_annotation_without_lines`].
+const LOADS_PER_PIECE: usize = 4096;
+
+/// Each register's name as a shared [`Text`], made on first use.
+#[derive(Default)]
+struct RegisterTexts(HashMap<Register, Text>);
+
+impl RegisterTexts {
+    /// The name of `r`, none for `Register::None`.
+    fn of(&mut self, r: Register) -> Option<Text> {
+        (r != Register::None).then(|| {
+            self.0
+                .entry(r)
+                .or_insert_with(|| Text::from(format!("{r:?}").to_lowercase()))
+                .clone()
+        })
+    }
+}
+
+/// The annotation's load `id` (without its source position): `l`, of
+/// the annotation's function `function`.
+fn load_site(
+    id: usize,
+    function: usize,
+    l: &ClassifiedLoad,
+    names: &mut RegisterTexts,
+) -> LoadSite {
+    let op = &l.operand;
+    LoadSite {
+        id: id as u32,
+        ip: op.ip,
+        len: op.len,
+        class: l.class,
+        instrumented: l.instrumented,
+        implied: l.implied,
+        // An instruction at address 0 would be the file's header.
+        proxy: l.proxy.and_then(std::num::NonZeroU64::new),
+        base: names.of(op.base),
+        index: names.of(op.index),
+        scale: op.scale,
+        displacement: op.displacement as i64,
+        size: op.size,
+        function: function as u32,
+        line: None,
+        inline_chain: InlineChain::default(),
+        skipped: None,
+        segment: match op.segment {
+            Register::FS => Some(Segment::Fs),
+            Register::GS => Some(Segment::Gs),
+            _ => None,
+        },
+        gather: op.gather,
+        read_modify_write: op.read_modify_write,
+        control: op.control,
     }
 }
 

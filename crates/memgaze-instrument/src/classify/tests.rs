@@ -746,8 +746,8 @@ fn pointer_shuffling_loop(seed: u64, blocks: usize) -> FunctionCode {
 fn replays_answer_as_walks(code: &FunctionCode) -> usize {
     let loops = code.loops();
     let frame = Frame::compute(code, &mut InstructionInfoFactory::new());
-    let mut replaying = Evaluator::new(code, &loops, &frame);
-    let mut walking = Evaluator::new(code, &loops, &frame).without_replays();
+    let mut replaying = Evaluator::new(code, loops, &frame);
+    let mut walking = Evaluator::new(code, loops, &frame).without_replays();
     let mut info = InstructionInfoFactory::new();
     let mut exhausted = 0;
     for (i, insn) in code.instructions.iter().enumerate() {

@@ -197,6 +197,7 @@ struct Planned {
 fn drop_control_flow(code: &mut FunctionCode) {
     code.blocks = Vec::new();
     code.block_of = Vec::new();
+    code.loops = Default::default();
     code.calls = Vec::new();
     code.branch_targets = Vec::new();
 }
@@ -1989,7 +1990,8 @@ fn form_superblocks(
             let Some(taken) = block_at(branch.near_branch_target()) else {
                 break;
             };
-            let single_entry = code.blocks[next].predecessors == [*chain.last().unwrap() as u32];
+            let single_entry =
+                code.blocks[next].predecessors[..] == [*chain.last().unwrap() as u32];
             if used[next] || chain.contains(&next) || !single_entry || taken == next {
                 break;
             }
