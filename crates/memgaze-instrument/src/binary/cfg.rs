@@ -702,7 +702,7 @@ mod tests {
         });
         let f = cfg(&code);
         assert_eq!(f.blocks[0].terminator, Terminator::TailCall);
-        assert_eq!(f.blocks[0].successors, vec![1]);
+        assert_eq!(f.blocks[0].successors.as_slice(), [1]);
         assert_eq!(f.branch_targets, Vec::<u64>::new());
     }
 
@@ -717,7 +717,7 @@ mod tests {
         let f = cfg(&code);
         assert_eq!(f.instructions[0].near_branch_target(), 0x1002);
         assert_eq!(f.branch_targets, vec![0x1002]);
-        assert_eq!(f.blocks[0].successors, vec![1]);
+        assert_eq!(f.blocks[0].successors.as_slice(), [1]);
         assert_eq!(crate::rewrite::relocate::unrelocatable(&f), None);
 
         // A branch into the middle of any other instruction is left alone.
