@@ -683,6 +683,29 @@ impl Drop for MapLargeAllocations {
     }
 }
 
+/// For a process that instruments the one file `input`: when it is at
+/// most [`crate::binary::SMALL_INPUT`] bytes, every thread allocates from
+/// the main heap. To be called before any thread starts (a thread takes
+/// its heap at its first allocation); it holds for the rest of the
+/// process, hence for one file only. Why: a worker's own heap grows by
+/// exactly what each request lacks, one `mprotect` a page or two at a
+/// time (about 500 of them on gzip), where the main heap grows by `brk`
+/// with 128 KiB to spare; a small input's two threads allocate little,
+/// and hardly wait for each other on the one heap's lock.
+pub fn one_heap_for_small_input(input: &std::path::Path) {
+    let small = std::fs::metadata(input)
+        .is_ok_and(|metadata| metadata.len() <= crate::binary::SMALL_INPUT as u64);
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if small {
+        // SAFETY: `mallopt` only changes how many heaps the allocator makes.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 1);
+        }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = small;
+}
+
 fn set_mmap_threshold(bytes: i32) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: `mallopt` only changes when the allocator maps blocks apart.
