@@ -685,21 +685,25 @@ impl Drop for MapLargeAllocations {
 
 /// For a process that instruments the one file `input`: when it is at
 /// most [`crate::binary::SMALL_INPUT`] bytes, every thread allocates from
-/// the main heap. To be called before any thread starts (a thread takes
-/// its heap at its first allocation); it holds for the rest of the
-/// process, hence for one file only. Why: a worker's own heap grows by
-/// exactly what each request lacks, one `mprotect` a page or two at a
-/// time (about 500 of them on gzip), where the main heap grows by `brk`
-/// with 128 KiB to spare; a small input's two threads allocate little,
-/// and hardly wait for each other on the one heap's lock.
-pub fn one_heap_for_small_input(input: &std::path::Path) {
+/// the main heap, which grows 1 MiB at a time and is not shrunk as blocks
+/// are freed. To be called before any thread starts (a thread takes its
+/// heap at its first allocation); it holds for the rest of the process,
+/// hence for one file only. Why: a worker's own heap grows by exactly what
+/// each request lacks, one `mprotect` a page or two at a time (about 500
+/// of them on gzip), and a heap shrunk when its top is freed faults the
+/// same pages in again as it regrows; a small input's two threads
+/// allocate little, and hardly wait for each other on the one heap's lock.
+pub fn heap_for_small_input(input: &std::path::Path) {
     let small = std::fs::metadata(input)
         .is_ok_and(|metadata| metadata.len() <= crate::binary::SMALL_INPUT as u64);
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if small {
-        // SAFETY: `mallopt` only changes how many heaps the allocator makes.
+        // SAFETY: `mallopt` only changes how many heaps the allocator
+        // makes and when it grows or shrinks them.
         unsafe {
             libc::mallopt(libc::M_ARENA_MAX, 1);
+            libc::mallopt(libc::M_TOP_PAD, 1 << 20);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
         }
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
