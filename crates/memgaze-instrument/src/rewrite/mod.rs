@@ -684,15 +684,16 @@ impl Drop for MapLargeAllocations {
 }
 
 /// For a process that instruments the one file `input`: when it is at
-/// most [`crate::binary::SMALL_INPUT`] bytes, every thread allocates from
+/// most 1 MiB (a small input), every thread allocates from
 /// the main heap, which grows 1 MiB at a time and is not shrunk as blocks
 /// are freed. To be called before any thread starts (a thread takes its
 /// heap at its first allocation); it holds for the rest of the process,
 /// hence for one file only. Why: a worker's own heap grows by exactly what
 /// each request lacks, one `mprotect` a page or two at a time (about 500
 /// of them on gzip), and a heap shrunk when its top is freed faults the
-/// same pages in again as it regrows; a small input's two threads
-/// allocate little, and hardly wait for each other on the one heap's lock.
+/// same pages in again as it regrows. A small input's peak is a few MB,
+/// and its CPU time fell with one heap although two threads share its
+/// lock (docs/performance.md).
 pub fn heap_for_small_input(input: &std::path::Path) {
     let small = std::fs::metadata(input)
         .is_ok_and(|metadata| metadata.len() <= crate::binary::SMALL_INPUT as u64);
