@@ -81,6 +81,7 @@ fn instrument_object(
     format: AnnotationFormat,
 ) -> Result<Instrumented, InstrumentError> {
     let started = std::time::Instant::now();
+    build_iced_tables_beside();
     let large_apart = crate::rewrite::MapLargeAllocations::new();
     let binary = match library {
         None => Binary::open(input)?,
@@ -184,6 +185,22 @@ fn instrument_object(
         written.elapsed().as_secs_f64(),
     ));
     Ok(result)
+}
+
+/// Has a pool worker build iced's decoder and encoder tables, which iced
+/// builds on first use (about half a millisecond of CPU together), while
+/// this thread reads and parses the input. Otherwise this thread builds
+/// them where it first decodes (function discovery) and first assembles
+/// (the runtime), both before or between the parallel stages, with the
+/// other core idle: a small input's time is mostly such serial steps.
+fn build_iced_tables_beside() {
+    use iced_x86::{Code, Decoder, DecoderOptions, Encoder, Instruction, Register};
+    rayon::spawn(|| {
+        let _ = Decoder::with_ip(64, &[0x90], 0, DecoderOptions::NONE).decode();
+        if let Ok(mov) = Instruction::with2(Code::Mov_rm64_imm32, Register::RAX, 1) {
+            let _ = Encoder::new(64).encode(&mov, 0);
+        }
+    });
 }
 
 /// The annotation of the selected functions.
