@@ -709,6 +709,50 @@ mod tests {
         );
     }
 
+    /// A body in many frames decodes as in the one frame of files written
+    /// before the parts (which read unchanged), a small body is still one
+    /// frame, and a cut at any byte, a frame's end included, is refused.
+    #[test]
+    fn a_compact_body_in_parts_decodes_as_one_in_a_single_frame() {
+        let mut a = full_sample();
+        let template = a.loads[0].clone();
+        a.loads = (0..300u32)
+            .map(|i| LoadSite {
+                id: i,
+                ip: 0x1000 + u64::from(i) * 5,
+                line: Some(format!("src/lib.rs:{}", i / 8).into()),
+                ..template.clone()
+            })
+            .collect();
+        let header = compact::COMPACT_MAGIC.len() + 12;
+        let frames = |bytes: &[u8]| {
+            let mut frames = 0;
+            let mut rest = &bytes[header..];
+            while !rest.is_empty() {
+                let len = zstd::zstd_safe::find_frame_compressed_size(rest).unwrap();
+                rest = &rest[len..];
+                frames += 1;
+            }
+            frames
+        };
+        let parted = compact::encode_in_parts(&a, 64);
+        assert!(frames(&parted) > 10, "{} frames", frames(&parted));
+        assert_eq!(Annotation::from_bytes(&parted).unwrap(), a);
+        let raw = zstd::bulk::decompress(&parted[header..], 1 << 20).unwrap();
+        let mut single = parted[..header].to_vec();
+        single.extend_from_slice(&zstd::bulk::compress(&raw, 3).unwrap());
+        assert_eq!(Annotation::from_bytes(&single).unwrap(), a);
+        let whole = a.to_bytes(AnnotationFormat::Compact);
+        assert_eq!(frames(&whole), 1);
+        assert_eq!(
+            zstd::bulk::decompress(&whole[header..], 1 << 20).unwrap(),
+            raw
+        );
+        for n in 0..parted.len() {
+            assert!(Annotation::from_bytes(&parted[..n]).is_err(), "cut at {n}");
+        }
+    }
+
     #[test]
     fn damaged_compact_annotations_give_an_error_never_a_panic() {
         let good = full_sample().to_bytes(AnnotationFormat::Compact);

@@ -13,8 +13,8 @@
 //! the tables owned and `Sync`, unlike an `addr2line::Context` borrowing the
 //! file.
 
+use foldhash::{HashMap, HashMapExt};
 use gimli::{AttributeValue, EndianSlice, LittleEndian, SectionId};
-use std::collections::HashMap;
 
 type Reader<'a> = EndianSlice<'a, LittleEndian>;
 
@@ -117,34 +117,53 @@ impl LineTable {
         }
         HOLDING.with_borrow_mut(|holding| {
             holding.clear();
-            let mut i = self.inlines.partition_point(|r| r.begin <= address);
-            while i > 0 && self.inline_reach[i - 1] > address {
-                i -= 1;
-                if self.inlines[i].end > address {
-                    holding.push(i);
-                }
-            }
-            holding.sort_by_key(|&i| std::cmp::Reverse(self.inlines[i].depth));
-            // One inlined subroutine may list the same range twice (split
-            // `DW_AT_ranges`); its call site counts once.
-            holding.dedup_by_key(|&mut i| {
-                let r = &self.inlines[i];
-                (r.depth, r.file, r.line)
-            });
-            let mut chain = Vec::with_capacity(1 + holding.len());
-            chain.push(first);
-            chain.extend(
-                holding
-                    .iter()
-                    .map(|&i| &self.inlines[i])
-                    .filter(|r| r.line != 0)
-                    .map(|r| SourceLocation {
-                        file: &self.files[r.file as usize],
-                        line: r.line,
-                    }),
-            );
-            chain
+            self.scan_holding(address, holding);
+            self.chain_of(first, holding)
         })
+    }
+
+    /// Pushes the indices of the inlined ranges holding `address`, from
+    /// the last to begin at or before it back (highest index first);
+    /// returns the index of the first range beginning after `address`.
+    fn scan_holding(&self, address: u64, holding: &mut Vec<usize>) -> usize {
+        let after = self.inlines.partition_point(|r| r.begin <= address);
+        let mut i = after;
+        while i > 0 && self.inline_reach[i - 1] > address {
+            i -= 1;
+            if self.inlines[i].end > address {
+                holding.push(i);
+            }
+        }
+        after
+    }
+
+    /// The chain of an address whose row position is `first`, inside the
+    /// inlined ranges `holding` (highest index first; reordered here).
+    fn chain_of<'t>(
+        &'t self,
+        first: SourceLocation<'t>,
+        holding: &mut Vec<usize>,
+    ) -> Vec<SourceLocation<'t>> {
+        holding.sort_by_key(|&i| std::cmp::Reverse(self.inlines[i].depth));
+        // One inlined subroutine may list the same range twice (split
+        // `DW_AT_ranges`); its call site counts once.
+        holding.dedup_by_key(|&mut i| {
+            let r = &self.inlines[i];
+            (r.depth, r.file, r.line)
+        });
+        let mut chain = Vec::with_capacity(1 + holding.len());
+        chain.push(first);
+        chain.extend(
+            holding
+                .iter()
+                .map(|&i| &self.inlines[i])
+                .filter(|r| r.line != 0)
+                .map(|r| SourceLocation {
+                    file: &self.files[r.file as usize],
+                    line: r.line,
+                }),
+        );
+        chain
     }
 
     /// Builds the table. `section` returns the (decompressed) contents of a
@@ -252,6 +271,61 @@ impl LineTable {
     }
 }
 
+/// [`LineTable::locate_chain`] for addresses asked in rising order: the
+/// inlined ranges holding the last address are kept, and the next
+/// address only adds the ranges beginning up to it and drops those ended
+/// (a fresh lookup scans back over every range beginning inside the
+/// outermost one holding it: thousands in a large inlined function). An
+/// address below the last starts afresh, so any order gives the same
+/// chains.
+pub(crate) struct ChainCursor<'t> {
+    table: &'t LineTable,
+    /// The address last asked for.
+    last: Option<u64>,
+    /// The ranges holding `last`, lowest index first.
+    holding: Vec<usize>,
+    /// The first range beginning after `last`.
+    next: usize,
+    /// `holding`, highest index first, as [`LineTable::chain_of`] takes it.
+    order: Vec<usize>,
+}
+
+impl<'t> ChainCursor<'t> {
+    /// A cursor over `table`'s inlined ranges.
+    pub(crate) fn new(table: &'t LineTable) -> ChainCursor<'t> {
+        ChainCursor {
+            table,
+            last: None,
+            holding: Vec::new(),
+            next: 0,
+            order: Vec::new(),
+        }
+    }
+
+    /// The same chain as [`LineTable::locate_chain`] of `address`.
+    pub(crate) fn locate_chain(&mut self, address: u64) -> Vec<SourceLocation<'t>> {
+        let Some(first) = self.table.locate(address) else {
+            return Vec::new();
+        };
+        let inlines = &self.table.inlines;
+        if self.last.is_some_and(|last| last <= address) {
+            while inlines.get(self.next).is_some_and(|r| r.begin <= address) {
+                self.holding.push(self.next);
+                self.next += 1;
+            }
+            self.holding.retain(|&i| inlines[i].end > address);
+        } else {
+            self.holding.clear();
+            self.next = self.table.scan_holding(address, &mut self.holding);
+            self.holding.reverse();
+        }
+        self.last = Some(address);
+        self.order.clear();
+        self.order.extend(self.holding.iter().rev());
+        self.table.chain_of(first, &mut self.order)
+    }
+}
+
 /// What one compilation unit gives the table, its files numbered in the
 /// order it names them (the table numbers them over all units in order).
 #[derive(Default)]
@@ -289,6 +363,7 @@ impl UnitLines {
         let mut file_ids: HashMap<String, u32> = HashMap::new();
         // Unit-local file index -> file id.
         let mut unit_files: HashMap<u64, u32> = HashMap::new();
+        let mut last_file: Option<(u64, u32)> = None;
         let mut rows = program.rows();
         let mut current: Vec<Row> = Vec::new();
         loop {
@@ -316,12 +391,20 @@ impl UnitLines {
                 continue;
             }
             let index = row.file_index();
-            let file = match unit_files.get(&index) {
-                Some(&f) => f,
-                None => {
-                    let path = file_path(dwarf, &unit, header, comp_dir.as_deref(), index);
-                    let id = intern(&mut out.files, &mut file_ids, path);
-                    unit_files.insert(index, id);
+            // Consecutive rows mostly name the same file.
+            let file = match last_file {
+                Some((last, id)) if last == index => id,
+                _ => {
+                    let id = match unit_files.get(&index) {
+                        Some(&f) => f,
+                        None => {
+                            let path = file_path(dwarf, &unit, header, comp_dir.as_deref(), index);
+                            let id = intern(&mut out.files, &mut file_ids, path);
+                            unit_files.insert(index, id);
+                            id
+                        }
+                    };
+                    last_file = Some((index, id));
                     id
                 }
             };
@@ -353,11 +436,13 @@ impl UnitLines {
 
 /// The id of `path` in `files`, added when new.
 fn intern(files: &mut Vec<String>, ids: &mut HashMap<String, u32>, path: String) -> u32 {
-    let next = files.len() as u32;
-    *ids.entry(path.clone()).or_insert_with(|| {
-        files.push(path);
-        next
-    })
+    if let Some(&id) = ids.get(&path) {
+        return id;
+    }
+    let id = files.len() as u32;
+    files.push(path.clone());
+    ids.insert(path, id);
+    id
 }
 
 impl LineTable {
@@ -441,14 +526,24 @@ fn rows_serving(sequence: &[Row], wanted: &[u64]) -> Vec<Row> {
         return sequence.to_vec();
     }
     let last = sequence.len() - 1;
-    sequence
-        .iter()
-        .enumerate()
-        .filter(|&(i, row)| {
-            i == 0 || i == last || holds_any(wanted, row.address, sequence[i + 1].address)
-        })
-        .map(|(_, row)| *row)
-        .collect()
+    // The rows and the wanted addresses are both sorted: one walk over
+    // each (a binary search per row was most of the units' reading).
+    let mut next_wanted = wanted.partition_point(|&a| a < sequence[0].address);
+    let mut kept = Vec::new();
+    for (i, row) in sequence.iter().enumerate() {
+        while wanted.get(next_wanted).is_some_and(|&a| a < row.address) {
+            next_wanted += 1;
+        }
+        let serves = i == 0
+            || i == last
+            || wanted
+                .get(next_wanted)
+                .is_some_and(|&a| a < sequence[i + 1].address);
+        if serves {
+            kept.push(*row);
+        }
+    }
+    kept
 }
 
 /// The path of file `index` of a unit's line program, joined with the
@@ -621,6 +716,21 @@ mod tests {
             assert_eq!(part.locate_chain(a), chain, "{a:#x}");
         }
         assert!(inlined > 0, "some addresses lie in inlined code");
+        // A cursor gives the same chains, in rising order and in another
+        // (each fall starts it afresh).
+        let mut cursor = ChainCursor::new(&part);
+        for &a in &wanted {
+            assert_eq!(cursor.locate_chain(a), whole.locate_chain(a), "{a:#x}");
+        }
+        let mut cursor = ChainCursor::new(&part);
+        for &a in wanted
+            .iter()
+            .rev()
+            .step_by(3)
+            .chain(wanted.iter().step_by(5))
+        {
+            assert_eq!(cursor.locate_chain(a), whole.locate_chain(a), "{a:#x}");
+        }
     }
 
     #[test]

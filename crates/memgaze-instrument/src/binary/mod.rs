@@ -39,8 +39,8 @@ pub(crate) use elf::Section;
 pub use elf::{BinaryError, DynamicEntry, ExecutableKind, Segment};
 pub use functions::{DiscoveryStats, Function, FunctionSource};
 pub use jump_tables::{JumpTable, JumpTableBound, JumpTableEntries};
-pub(crate) use lines::LineTable;
 pub use lines::SourceLocation;
+pub(crate) use lines::{ChainCursor, LineTable};
 pub use loops::{Loop, LoopForest};
 
 use crate::error::InstrumentError;

@@ -30,7 +30,7 @@ pub mod values;
 use crate::annotation::{
     ANNOTATION_SCHEMA, Annotation, FunctionSite, InlineChain, LoadSite, Segment, Text,
 };
-use crate::binary::{Binary, Function, FunctionCode, LineTable, SourceLocation};
+use crate::binary::{Binary, ChainCursor, Function, FunctionCode, LineTable, SourceLocation};
 use foldhash::{HashMap, HashMapExt};
 use frame::Frame;
 use iced_x86::{InstructionInfoFactory, Register};
@@ -682,22 +682,27 @@ pub(crate) fn line_table_of(loads: &[LoadSite], binary: &Binary) -> LineTable {
 pub(crate) fn add_lines_from(loads: &mut [LoadSite], table: &LineTable) {
     use rayon::prelude::*;
     let shared = PositionTexts::default();
+    // Each worker takes a run of loads in order (they are sorted by `ip`),
+    // which a chain cursor follows.
     loads.par_iter_mut().for_each_init(
-        || LocalTexts {
-            shared: &shared,
-            seen: HashMap::new(),
+        || {
+            let texts = LocalTexts {
+                shared: &shared,
+                seen: HashMap::new(),
+            };
+            (texts, ChainCursor::new(table))
         },
-        |texts, load| {
+        |(texts, chains), load| {
             load.line = table.locate(load.ip).map(|l| texts.text(&l));
-            load.inline_chain = inline_chain(table, texts, load.ip);
+            load.inline_chain = inline_chain(chains, texts, load.ip);
         },
     );
 }
 
 /// The inline chain of the instruction at `ip`, as `file:line` texts (empty
 /// when its code is not inlined).
-fn inline_chain(table: &LineTable, texts: &mut LocalTexts<'_>, ip: u64) -> InlineChain {
-    let chain = table.locate_chain(ip);
+fn inline_chain(chains: &mut ChainCursor<'_>, texts: &mut LocalTexts<'_>, ip: u64) -> InlineChain {
+    let chain = chains.locate_chain(ip);
     if chain.len() < 2 {
         return InlineChain::default();
     }

@@ -1,6 +1,9 @@
 //! The compact annotation file: [`COMPACT_MAGIC`], a little-endian `u32`
 //! version ([`COMPACT_VERSION`]), a `u64` length of the encoded body, then
-//! the body as one zstd frame.
+//! the body as zstd frames, one after another: the string table and the
+//! first part of about [`PART_BYTES`] of the rest, then each further part
+//! (a body up to that size is one frame, as all were before the parts;
+//! both decode alike).
 //!
 //! The body is the [`Annotation`] field by field: unsigned integers as
 //! LEB128, signed ones zigzag-encoded, addresses as the difference from the
@@ -33,6 +36,13 @@ pub const COMPACT_VERSION: u32 = 1;
 /// zstd level: level 3 is within a few percent of level 9's size here, at
 /// a fraction of the time.
 const ZSTD_LEVEL: i32 = 3;
+
+/// The encoded body after the string table is cut into parts at the first
+/// load boundary past this many bytes, each a zstd frame: the parts after
+/// the first are compressed on another thread while the next is encoded
+/// (one frame of the whole body was compressed on one thread after all of
+/// it); the first waits for the string table, which leads it.
+pub const PART_BYTES: usize = 4 << 20;
 
 /// The largest decompressed body accepted per compressed byte: the body
 /// compresses about 3–6×, so a larger declared size is a damaged header
@@ -70,31 +80,71 @@ pub fn is_compact(bytes: &[u8]) -> bool {
 
 /// The annotation in the compact format.
 pub fn encode(annotation: &Annotation) -> Vec<u8> {
-    let mut body = Encoder::default();
-    body.annotation(annotation);
-    let mut strings = Encoder::default();
-    strings.uint(body.table.len() as u64);
-    for s in &body.table {
-        strings.bytes(s.as_bytes());
+    encode_in_parts(annotation, PART_BYTES)
+}
+
+/// [`encode`], in parts of about `part_bytes`.
+pub(super) fn encode_in_parts(annotation: &Annotation, part_bytes: usize) -> Vec<u8> {
+    std::thread::scope(|scope| {
+        let (parts, to_compress) = std::sync::mpsc::channel::<Vec<u8>>();
+        let compressing = scope.spawn(move || {
+            let mut compressor = Compressor::new();
+            to_compress
+                .into_iter()
+                .map(|part| compressor.frame(&part))
+                .collect::<Vec<Vec<u8>>>()
+        });
+        let mut body = Encoder {
+            parts: Some((parts, part_bytes)),
+            ..Encoder::default()
+        };
+        body.annotation(annotation);
+        body.end_part();
+        // The compressing thread ends when the channel closes.
+        body.parts = None;
+        let mut first = Encoder::default();
+        first.uint(body.table.len() as u64);
+        for s in &body.table {
+            first.bytes(s.as_bytes());
+        }
+        let raw_len = first.out.len() + body.first_part.len() + body.parted;
+        first.out.append(&mut body.first_part);
+        let first = Compressor::new().frame(&first.out);
+        let frames = compressing
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        let compressed_len = first.len() + frames.iter().map(Vec::len).sum::<usize>();
+        let mut out = Vec::with_capacity(compressed_len + 20);
+        out.extend_from_slice(COMPACT_MAGIC);
+        out.extend_from_slice(&COMPACT_VERSION.to_le_bytes());
+        out.extend_from_slice(&(raw_len as u64).to_le_bytes());
+        out.extend_from_slice(&first);
+        for frame in &frames {
+            out.extend_from_slice(frame);
+        }
+        out
+    })
+}
+
+/// zstd at [`ZSTD_LEVEL`] with checksums, one frame per call.
+struct Compressor(zstd::bulk::Compressor<'static>);
+
+impl Compressor {
+    fn new() -> Compressor {
+        let mut compressor =
+            zstd::bulk::Compressor::new(ZSTD_LEVEL).expect("zstd compresses in memory");
+        // The frame's checksum makes a damaged byte an error: without it a
+        // flip inside a literal decodes to another valid string (a load's
+        // file name).
+        compressor
+            .set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
+            .expect("zstd takes a checksum flag");
+        Compressor(compressor)
     }
-    let mut raw = strings.out;
-    raw.extend_from_slice(&body.out);
-    // The frame's checksum makes a damaged byte an error: without it a flip
-    // inside a literal decodes to another valid string (a load's file name).
-    let mut compressor =
-        zstd::bulk::Compressor::new(ZSTD_LEVEL).expect("zstd compresses in memory");
-    compressor
-        .set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
-        .expect("zstd takes a checksum flag");
-    let compressed = compressor
-        .compress(&raw)
-        .expect("zstd compresses in memory");
-    let mut out = Vec::with_capacity(compressed.len() + 20);
-    out.extend_from_slice(COMPACT_MAGIC);
-    out.extend_from_slice(&COMPACT_VERSION.to_le_bytes());
-    out.extend_from_slice(&(raw.len() as u64).to_le_bytes());
-    out.extend_from_slice(&compressed);
-    out
+
+    fn frame(&mut self, bytes: &[u8]) -> Vec<u8> {
+        self.0.compress(bytes).expect("zstd compresses in memory")
+    }
 }
 
 /// Decodes a compact annotation (`bytes` start with [`COMPACT_MAGIC`]).
@@ -175,7 +225,20 @@ struct Encoder<'a> {
     /// Hashed with foldhash: SipHash of every load's texts was a good part
     /// of the encoding; the table's order is that of first use either way.
     index: foldhash::HashMap<&'a str, u32>,
+    /// The index of each string already seen by its address and length:
+    /// a load's texts are shared [`Text`]s, so most lookups hash 16 bytes
+    /// here instead of a whole `file:line` there.
+    by_address: foldhash::HashMap<(usize, usize), u32>,
     table: Vec<&'a str>,
+    /// Where a finished part of `out` after the first goes, and the size
+    /// that finishes one.
+    parts: Option<(std::sync::mpsc::Sender<Vec<u8>>, usize)>,
+    /// The first part, kept to follow the string table.
+    first_part: Vec<u8>,
+    /// Whether the first part is done.
+    first_done: bool,
+    /// The bytes of the parts sent.
+    parted: usize,
 }
 
 impl<'a> Encoder<'a> {
@@ -185,6 +248,21 @@ impl<'a> Encoder<'a> {
             v >>= 7;
         }
         self.out.push(v as u8);
+    }
+
+    /// Ends the part in `out`: the first is kept, the others are sent to
+    /// be compressed into frames.
+    fn end_part(&mut self) {
+        if !self.first_done {
+            self.first_done = true;
+            self.first_part = std::mem::take(&mut self.out);
+        } else if let Some((parts, _)) = &self.parts {
+            let part = std::mem::take(&mut self.out);
+            self.parted += part.len();
+            // A send fails only if the compressing thread panicked, which
+            // its join then passes on.
+            let _ = parts.send(part);
+        }
     }
 
     fn int(&mut self, v: i64) {
@@ -198,11 +276,17 @@ impl<'a> Encoder<'a> {
 
     /// A string of the table (written by index).
     fn string(&mut self, s: &'a str) {
+        let address = (s.as_ptr() as usize, s.len());
+        if let Some(&i) = self.by_address.get(&address) {
+            self.uint(u64::from(i));
+            return;
+        }
         let next = self.table.len() as u32;
         let i = *self.index.entry(s).or_insert(next);
         if i == next {
             self.table.push(s);
         }
+        self.by_address.insert(address, i);
         self.uint(u64::from(i));
     }
 
@@ -256,6 +340,13 @@ impl<'a> Encoder<'a> {
         for l in loads {
             self.load(l, previous);
             previous = l.ip;
+            if self
+                .parts
+                .as_ref()
+                .is_some_and(|&(_, size)| self.out.len() >= size)
+            {
+                self.end_part();
+            }
         }
         self.uint(ptwrites.len() as u64);
         let mut previous = 0u64;
