@@ -85,7 +85,6 @@ impl From<ModeArg> for InstrumentationMode {
 pub fn run(args: Args, global: &Global) -> Result<Exit> {
     refuse_output_over_input(&args.elf, &args.output)?;
     let started = std::time::Instant::now();
-    memgaze_instrument::rewrite::heap_for_small_input(&args.elf);
     let result = match args.library {
         Some(object) => memgaze_instrument::instrument_library_file_as(
             &args.elf,

@@ -684,34 +684,6 @@ impl Drop for MapLargeAllocations {
     }
 }
 
-/// For a process that instruments the one file `input`: when it is at
-/// most 1 MiB (a small input), every thread allocates from
-/// the main heap, which grows 1 MiB at a time and is not shrunk as blocks
-/// are freed. To be called before any thread starts (a thread takes its
-/// heap at its first allocation); it holds for the rest of the process,
-/// hence for one file only. Why: a worker's own heap grows by exactly what
-/// each request lacks, one `mprotect` a page or two at a time (about 500
-/// of them on gzip), and a heap shrunk when its top is freed faults the
-/// same pages in again as it regrows. A small input's peak is a few MB,
-/// and its CPU time fell with one heap although two threads share its
-/// lock (docs/performance.md).
-pub fn heap_for_small_input(input: &std::path::Path) {
-    let small = std::fs::metadata(input)
-        .is_ok_and(|metadata| metadata.len() <= crate::binary::SMALL_INPUT as u64);
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    if small {
-        // SAFETY: `mallopt` only changes how many heaps the allocator
-        // makes and when it grows or shrinks them.
-        unsafe {
-            libc::mallopt(libc::M_ARENA_MAX, 1);
-            libc::mallopt(libc::M_TOP_PAD, 1 << 20);
-            libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
-        }
-    }
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    let _ = small;
-}
-
 fn set_mmap_threshold(bytes: i32) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: `mallopt` only changes when the allocator maps blocks apart.
