@@ -312,14 +312,15 @@ fn lines_table(a: &Analysis) -> Markup {
 /// `lines[]`: no whole-run curve, or none of its loads has a source line.
 fn recorded_lines_table(a: &Analysis) -> Markup {
     let mut lines: Vec<(&str, u64)> = Vec::new();
-    let mut recorded = 0;
+    let mut recorded: u64 = 0;
+    // Saturating: the counts come from a file, which may hold anything.
     for load in a.loads.iter().filter(|l| !l.implied) {
-        recorded += load.count;
+        recorded = recorded.saturating_add(load.count);
         let Some(line) = load.line.as_deref() else {
             continue;
         };
         match lines.iter_mut().find(|(l, _)| *l == line) {
-            Some((_, count)) => *count += load.count,
+            Some((_, count)) => *count = count.saturating_add(load.count),
             None => lines.push((line, load.count)),
         }
     }
@@ -339,7 +340,7 @@ fn recorded_lines_markup(lines: &[(&str, u64)], recorded: u64, curve: bool) -> M
         return html! { p.note { "No recorded load has a source line (no DWARF line table)." } "\n" };
     }
     let top = lines[0].1 as f64;
-    let with_line: u64 = lines.iter().map(|l| l.1).sum();
+    let with_line = lines.iter().fold(0u64, |sum, l| sum.saturating_add(l.1));
     let why = if curve {
         "No load of the whole-run curve has a source line, so no miss estimates per line: lines by recorded accesses."
     } else {
