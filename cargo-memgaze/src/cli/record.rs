@@ -426,14 +426,10 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
                 100.0 * coverage,
                 untraced.iter().map(|f| f.escapes).sum::<u64>(),
                 memgaze_analysis::untraced_load_executions(&recording.totals),
-                if libraries.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        "; escapes and untraced loads in instrumented libraries are not counted ({})",
-                        libraries.join(", ")
-                    )
-                }
+                super::run::not_counted(
+                    "escapes and untraced loads in instrumented libraries",
+                    &libraries
+                )
             );
         }
         if let Some(warning) = memgaze_analysis::dynamic_coverage_warning(coverage, &untraced) {

@@ -196,6 +196,16 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
     }
 }
 
+/// `; {what} are not counted (a, b)` for the dynamic coverage line, or
+/// nothing when `objects` is empty.
+pub(crate) fn not_counted(what: &str, objects: &[impl AsRef<str>]) -> String {
+    if objects.is_empty() {
+        return String::new();
+    }
+    let names: Vec<&str> = objects.iter().map(AsRef::as_ref).collect();
+    format!("; {what} are not counted ({})", names.join(", "))
+}
+
 /// The dynamic coverage line of a software recording, and the warning
 /// below [`memgaze_analysis::DYNAMIC_COVERAGE_WARNING`] (even with
 /// `--quiet`).
@@ -226,22 +236,11 @@ pub fn print_dynamic_coverage(analysis: &memgaze_analysis::Analysis, quiet: bool
             "memgaze: dynamic coverage: {:.1}% of the instrumented code's load executions traced{}{}{}",
             100.0 * coverage,
             counted_untraced(analysis),
-            if uncounted.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "; escapes and untraced loads in instrumented libraries are not counted ({})",
-                    uncounted.join(", ")
-                )
-            },
-            if uninstrumented.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "; loads in uninstrumented libraries are not counted ({})",
-                    uninstrumented.join(", ")
-                )
-            }
+            not_counted(
+                "escapes and untraced loads in instrumented libraries",
+                uncounted
+            ),
+            not_counted("loads in uninstrumented libraries", &uninstrumented)
         );
     }
     if let Some(warning) =

@@ -693,16 +693,18 @@ pub(crate) fn add_lines_from(loads: &mut [LoadSite], table: &LineTable) {
             (texts, ChainCursor::new(table))
         },
         |(texts, chains), load| {
-            load.line = table.locate(load.ip).map(|l| texts.text(&l));
-            load.inline_chain = inline_chain(chains, texts, load.ip);
+            // The chain starts at the load's own position: one lookup
+            // gives both.
+            let chain = chains.locate_chain(load.ip);
+            load.line = chain.first().map(|at| texts.text(at));
+            load.inline_chain = inline_chain(&chain, texts);
         },
     );
 }
 
-/// The inline chain of the instruction at `ip`, as `file:line` texts (empty
-/// when its code is not inlined).
-fn inline_chain(chains: &mut ChainCursor<'_>, texts: &mut LocalTexts<'_>, ip: u64) -> InlineChain {
-    let chain = chains.locate_chain(ip);
+/// `chain` (an instruction's position, then its inlined call sites) as
+/// `file:line` texts; empty when its code is not inlined.
+fn inline_chain(chain: &[SourceLocation<'_>], texts: &mut LocalTexts<'_>) -> InlineChain {
     if chain.len() < 2 {
         return InlineChain::default();
     }

@@ -449,11 +449,16 @@ const RED_ZONE: i64 = 128;
 
 /// `fs:[0x38]`, the thread's countdown.
 pub(super) fn fs_countdown() -> MemoryOperand {
+    fs_at(TCB_COUNTDOWN)
+}
+
+/// `fs:[offset]`: a word of the thread's TCB (disp32, no base).
+fn fs_at(offset: u64) -> MemoryOperand {
     MemoryOperand::new(
         Register::None,
         Register::None,
         1,
-        TCB_COUNTDOWN as i64,
+        offset as i64,
         4,
         false,
         Register::FS,
@@ -1051,11 +1056,7 @@ pub(crate) fn soft_slow_stub(
     }
     if load.memory_segment() == Register::FS {
         // glibc keeps the TCB's own address at fs:0 (its fs base).
-        out.push(i2(
-            Code::Mov_r64_rm64,
-            Register::RSI,
-            MemoryOperand::new(Register::None, Register::None, 1, 0, 4, false, Register::FS),
-        ));
+        out.push(i2(Code::Mov_r64_rm64, Register::RSI, fs_at(0)));
         out.push(i2(
             Code::Lea_r64_m,
             Register::RDI,
@@ -1093,7 +1094,8 @@ fn inline_append(
     let limit = slot_field(slot_reg, slot::LIMIT);
     out.push(push(slot_reg));
     out.push(push(claim));
-    out.push(i2(Code::Mov_r64_rm64, slot_reg, tcb_slot()));
+    // The thread's slot pointer.
+    out.push(i2(Code::Mov_r64_rm64, slot_reg, fs_at(TCB_SLOT)));
     out.push(i2(Code::Test_rm64_r64, slot_reg, slot_reg));
     out.push(branch(Code::Je_rel32_64, fallback));
     out.push(i2(
@@ -1147,19 +1149,6 @@ fn slot_field(base: Register, disp: i32) -> MemoryOperand {
         1,
         false,
         Register::None,
-    )
-}
-
-/// `fs:[TCB_SLOT]`: the thread's slot pointer.
-fn tcb_slot() -> MemoryOperand {
-    MemoryOperand::new(
-        Register::None,
-        Register::None,
-        1,
-        TCB_SLOT as i64,
-        4,
-        false,
-        Register::FS,
     )
 }
 
