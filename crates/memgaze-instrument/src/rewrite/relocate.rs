@@ -289,8 +289,6 @@ fn encode_in_runs(
     let mut code: Vec<u8> = Vec::new();
     let mut spatial_checks = Vec::new();
     let mut fixups: Vec<Fixup> = Vec::new();
-    // Each plan's original instructions' offsets from its start, for its map.
-    let mut originals: Vec<Vec<u32>> = Vec::with_capacity(plans.len());
     // The original addresses each run's labels lie in.
     let spans: Vec<std::ops::Range<u64>> = runs
         .iter()
@@ -344,38 +342,34 @@ fn encode_in_runs(
             slots.push(slot);
             rest = tail;
         }
-        let pending: Vec<Vec<Fixup>> = built
+        // A run's spatial checks are read back from its slot as soon as
+        // it is emitted, on the pool: decoded on the main thread they were
+        // a sizeable part of the serial work between batches.
+        let emitted: Vec<(Vec<Fixup>, Vec<SpatialCheckSite>)> = built
             .par_iter_mut()
             .zip(&starts[first..])
             .zip(slots)
             .map(|((part, &start), slot)| {
-                let emitted = emit(part, base + start, &resolve, slot);
+                let mut pending = emit(part, base + start, &resolve, &mut *slot)?;
+                for fixup in &mut pending {
+                    fixup.shift(start as usize);
+                }
+                let checks = checks_in(part, (base, start), (slot, start)).collect();
                 spares.keep_layout(part.layout.take_code());
-                emitted.map(|mut pending| {
-                    for fixup in &mut pending {
-                        fixup.shift(start as usize);
-                    }
-                    pending
-                })
+                Ok((pending, checks))
             })
-            .collect::<Result<_, _>>()?;
-        fixups.extend(pending.into_iter().flatten());
-        labels.forget_fake(first);
-        for (part, &start) in built.iter().zip(&starts[first..]) {
-            spatial_checks.extend(checks_in(part, (base, start), (&code, len)));
+            .collect::<Result<_, RelocateError>>()?;
+        for (pending, checks) in emitted {
+            fixups.extend(pending);
+            spatial_checks.extend(checks);
         }
+        labels.forget_fake(first);
         // Written while the next batch is built; its buffer comes back.
         code = out.write_owned(offset + len, std::mem::take(&mut code));
         len = total;
         parts.append(&mut built);
         for run in batch_runs {
             for plan in &mut plans[run.clone()] {
-                let start = plan.code.start;
-                originals.push(
-                    (plan.code.instructions.iter())
-                        .map(|i| offset32(i.ip() - start))
-                        .collect(),
-                );
                 if let Cow::Owned(code) = &mut plan.code {
                     code.instructions = Vec::new();
                 }
@@ -400,12 +394,13 @@ fn encode_in_runs(
 
     let mut maps = Vec::with_capacity(plans.len());
     let mut ptwrites = Vec::new();
-    let mut originals = originals.into_iter();
     // Each run's layout is freed as its maps are made.
     for ((mut part, run), &start) in parts.into_iter().zip(runs).zip(&starts) {
         let address_of = |part: &Part, at: u64| base + start + part.offset(at);
         let firsts = std::mem::take(&mut part.firsts);
-        for ((p, plan), firsts) in plans[run.clone()].iter().enumerate().zip(firsts) {
+        let originals = std::mem::take(&mut part.originals);
+        let plans = plans[run.clone()].iter().enumerate();
+        for (((p, plan), firsts), original) in plans.zip(firsts).zip(originals) {
             let copy_start = address_of(&part, u64::from(firsts[0]));
             maps.push(CopyMap {
                 original_start: plan.code.start,
@@ -416,7 +411,7 @@ fn encode_in_runs(
                 addresses: (firsts.iter())
                     .map(|&at| offset32(address_of(&part, u64::from(at)) - copy_start))
                     .collect(),
-                original: originals.next().expect("one per plan"),
+                original,
             });
         }
         let address_of = |at: u64| address_of(&part, at);
@@ -541,6 +536,9 @@ struct Part {
     /// Per plan: unpadded offset of each original instruction's first
     /// emitted instruction.
     firsts: Vec<Vec<u32>>,
+    /// Per plan: each original instruction's offset from the plan's start
+    /// (its map's `original`), made on the pool with the run.
+    originals: Vec<Vec<u32>>,
     /// Per plan: unpadded offset of its body end.
     body_ends: Vec<u64>,
     /// Per plan: unpadded offset of its end.
@@ -609,6 +607,7 @@ fn build_part(
         fake
     };
     let mut firsts: Vec<Vec<u32>> = Vec::with_capacity(plans.len());
+    let mut originals: Vec<Vec<u32>> = Vec::with_capacity(plans.len());
     let mut body_ends = Vec::with_capacity(plans.len());
     let mut ends = Vec::with_capacity(plans.len());
     let mut ptwrite_at: Vec<(u64, u32, PtwriteOperand)> = Vec::new();
@@ -630,6 +629,12 @@ fn build_part(
         layout.measure(&mut encoder, all, breaks, base, unpadded)?;
         let at = |i: usize| unpadded[i];
         firsts.push(marks.first.iter().map(|&i| offset32(at(i))).collect());
+        let start = plan.code.start;
+        originals.push(
+            (plan.code.instructions.iter())
+                .map(|i| offset32(i.ip() - start))
+                .collect(),
+        );
         body_ends.push(at(marks.body_end));
         ends.push(at(all.len()));
         ptwrite_at.extend(
@@ -658,6 +663,7 @@ fn build_part(
     aligned.shrink_to_fit();
     Ok(Part {
         firsts,
+        originals,
         body_ends,
         ends,
         ptwrite_at,
@@ -2454,6 +2460,7 @@ mod tests {
             .unwrap();
         let mut part = Part {
             firsts: Vec::new(),
+            originals: Vec::new(),
             body_ends: Vec::new(),
             ends: Vec::new(),
             ptwrite_at: Vec::new(),
