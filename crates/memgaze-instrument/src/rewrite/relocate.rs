@@ -1515,11 +1515,25 @@ fn place(part: &mut Part, start: u64) {
 /// The `(address label, offset + start)` pairs of a placed run, sorted,
 /// taken out of its layout and rewritten where they lie (the run's labels
 /// are the largest part of its layout): see [`RunLabels`].
+///
+/// The labels were measured in order of their offsets, so their paddings
+/// are walked with them instead of searched for each.
 fn labels_of(part: &mut Part, start: u64) -> Vec<(u64, u64)> {
     let mut labels = std::mem::take(&mut part.layout.labels);
+    let mut paddings = part.paddings.iter().peekable();
+    let mut padding = 0;
     for label in &mut labels {
         let (at, ip) = *label;
-        *label = (ip, start + part.offset(at));
+        while let Some(&(_, to)) = paddings.next_if(|&&(from, _)| from <= at) {
+            padding = to;
+        }
+        let offset = if at >= part.layout.end {
+            part.len
+        } else {
+            at + padding
+        };
+        debug_assert_eq!(offset, part.offset(at));
+        *label = (ip, start + offset);
     }
     labels.sort_unstable();
     labels
