@@ -362,8 +362,7 @@ struct UnitLines {
 
 impl UnitLines {
     /// Reads the unit of `header`: what [`LineTable::build`] keeps of its
-    /// line program and its inlined ranges.
-    /// Its bytes in `.debug_info` and its line program's are given to
+    /// line program and its inlined ranges. Its bytes in `.debug_info` and its line program's are given to
     /// `release` once read (no other unit reads them).
     fn read<'a>(
         dwarf: &gimli::Dwarf<Reader<'a>>,
@@ -444,18 +443,18 @@ impl UnitLines {
         }
         // Paths as the rows' program (with any file it defined) and the
         // unit's header name them.
-        let files = (&mut out.files, &mut HashMap::new());
+        let (files, file_ids) = (&mut out.files, &mut HashMap::new());
         let comp_dir = comp_dir.as_deref();
         let rows_header = rows.header();
         row_slots.name(
             out.sequences.iter_mut().flatten().map(|r| &mut r.file),
-            (files.0, files.1),
+            (&mut *files, &mut *file_ids),
             |index| file_path(dwarf, &unit, rows_header, comp_dir, index),
         );
         if let Some(program) = &unit.line_program {
             range_slots.name(
                 out.inlines.iter_mut().map(|r| &mut r.file),
-                (files.0, files.1),
+                (files, file_ids),
                 |index| file_path(dwarf, &unit, program.header(), comp_dir, index),
             );
         }

@@ -38,7 +38,7 @@ pub mod unwind;
 pub(crate) use report::Escape;
 pub use report::Report;
 
-use crate::annotation::{Annotation, InstrumentationMode, TextTable};
+use crate::annotation::{Annotation, InstrumentationMode, PtwriteSite, TextTable};
 use crate::binary::imports::code_addresses_in_data;
 use crate::binary::{Binary, Function, FunctionCode, FunctionSource, IndirectJumpKind};
 use crate::error::{AnnotationError, InstrumentError, RewriteError};
@@ -453,17 +453,7 @@ pub(crate) fn instrument_with_code<L: Send, R: Send>(
             (Some(r), None) => r.spatial_append,
             _ => 0,
         },
-        // The executable's runtime patches another rate in (or skips the
-        // checks); ptwrite mode has no runtime to receive one; a library's
-        // checks never branch (no spatial samples in libraries).
-        spatial_hash: if options.library.is_some() {
-            probe::SpatialHash {
-                threshold: 0,
-                ..probe::SpatialHash::default_rate()
-            }
-        } else {
-            probe::SpatialHash::default_rate()
-        },
+        spatial_hash: spatial_hash(options),
         spatial_rorx: options.spatial_rorx(),
         escape: (escape_sites > 0)
             .then(|| escape_check(binary, &plans, copies_va, editor.state_va)),
@@ -473,7 +463,7 @@ pub(crate) fn instrument_with_code<L: Send, R: Send>(
         plan.free_control_flow();
     }
     release_freed_memory_unless_small(binary);
-    let copies = encode_copies(
+    let mut copies = encode_copies(
         binary,
         &mut plans,
         (copies_va, editor.file_offset(copies_va), out),
@@ -540,13 +530,7 @@ pub(crate) fn instrument_with_code<L: Send, R: Send>(
         )?;
         report.escaped_loads = escaped_loads(binary, &plans, &report.escapes, &patched);
 
-        // ---- 5. annotation and report, before the segment
-        update_annotation(&mut annotation, &plans, &copies, skipped_loads, options);
-        annotation.escapes = escapes::sites(binary, &plans, &patched, &annotation);
-        count_escape_checks(&mut report, &annotation);
-        count_into_report(&mut report, &annotation, &plans);
-
-        // ---- 6. the input and the rest of the segment, around the copies
+        // ---- 5. the input and the rest of the segment, around the copies
         report.copies_start = copies_va;
         report.copies_end = copies_va + copies.len;
         let segment_len = tail.va - editor.segment_va + tail.bytes.len() as u64;
@@ -559,6 +543,7 @@ pub(crate) fn instrument_with_code<L: Send, R: Send>(
         let eh_frame_hdr = tail.eh_frame_hdr;
         let copies_len = copies.len;
         editor.name_copies(copies_va, copies_len, &copies.maps);
+        let ptwrites = std::mem::take(&mut copies.ptwrites);
         drop(copies);
         let write_executable = |out: &mut dyn Output| {
             editor.finish(
@@ -582,8 +567,26 @@ pub(crate) fn instrument_with_code<L: Send, R: Send>(
                 }),
             )
         };
-        let finish = || finish_annotation(&mut annotation, lines.get());
-        let (written, finished) = beside_the_writer(apart, write_executable, out, plans, finish);
+        // ---- 6. the annotation and the report, beside the writer (the
+        // executable's bytes are all made; only the plans say what became
+        // of each load)
+        let (annotation_ref, report_ref) = (&mut annotation, &mut report);
+        let finish = move || {
+            record_outcome(
+                binary,
+                (annotation_ref, report_ref),
+                &plans,
+                &patched,
+                (ptwrites, skipped_loads),
+                options,
+            );
+            drop(plans);
+            if apart {
+                release_freed_memory();
+            }
+            finish_annotation(annotation_ref, lines.get())
+        };
+        let (written, finished) = beside_the_writer(apart, write_executable, out, finish);
         written.map_err(RewriteError::from)?;
         lap(&mut report, "patches, report, ELF (+ annotation beside)");
         Ok((
@@ -595,6 +598,38 @@ pub(crate) fn instrument_with_code<L: Send, R: Send>(
             finished,
         ))
     })
+}
+
+/// Records what became of each load and function in the annotation and
+/// the report: [`update_annotation`], the escape sites (`patched`: the
+/// original's patched addresses) and the counts.
+fn record_outcome(
+    binary: &Binary,
+    (annotation, report): (&mut Annotation, &mut Report),
+    plans: &[Planned],
+    patched: &BTreeSet<u64>,
+    (ptwrites, skipped_loads): (Vec<PtwriteSite>, Vec<(usize, String)>),
+    options: &InstrumentOptions,
+) {
+    update_annotation(annotation, plans, ptwrites, skipped_loads, options);
+    annotation.escapes = escapes::sites(binary, plans, patched, annotation);
+    count_escape_checks(report, annotation);
+    count_into_report(report, annotation, plans);
+}
+
+/// The spatial checks' hash in the copies. The executable's runtime
+/// patches another rate in (or skips the checks); ptwrite mode has no
+/// runtime to receive one; a library's checks never branch (no spatial
+/// samples in libraries).
+fn spatial_hash(options: &InstrumentOptions) -> probe::SpatialHash {
+    if options.library.is_some() {
+        probe::SpatialHash {
+            threshold: 0,
+            ..probe::SpatialHash::default_rate()
+        }
+    } else {
+        probe::SpatialHash::default_rate()
+    }
 }
 
 /// What the copies' escape checks compare with: the span of the planned
@@ -636,32 +671,26 @@ impl<L, F: FnOnce() -> L> Lines<'_, L, F> {
     }
 }
 
-/// Runs `write` on `out` on this thread while another frees `plans` (every
-/// function's decoded code) and then runs `finish`. Writing is mostly the
-/// kernel's copying into the page cache, on one thread: the other core is
-/// free for the rest. The writer allocates next to nothing, so the plans
-/// freed beside it are not resident under `finish`'s work. Unless
-/// `apart` (a small input), all on this thread: a thread, its allocator
-/// arena and the pages given back and faulted in again cost more than the
-/// little work there is to overlap.
+/// Runs `write` on `out` on this thread while another runs `finish` (the
+/// annotation's last work, which frees the plans: every function's decoded
+/// code). Writing is mostly the kernel's copying into the page cache, on
+/// one thread: the other core is free for the rest. The writer allocates
+/// next to nothing, so the plans freed beside it are not resident under
+/// `finish`'s later work. Unless `apart` (a small input), all on this
+/// thread: a thread, its allocator arena and the pages given back and
+/// faulted in again cost more than the little work there is to overlap.
 fn beside_the_writer<W, R: Send>(
     apart: bool,
     write: impl FnOnce(&mut dyn Output) -> W,
     out: &mut dyn Output,
-    plans: Vec<Planned>,
     finish: impl FnOnce() -> R + Send,
 ) -> (W, R) {
     if !apart {
-        drop(plans);
         let finished = finish();
         return (write(out), finished);
     }
     std::thread::scope(|scope| {
-        let finishing = scope.spawn(move || {
-            drop(plans);
-            release_freed_memory();
-            finish()
-        });
+        let finishing = scope.spawn(finish);
         let written = write(out);
         let finished = finishing
             .join()
@@ -1845,7 +1874,7 @@ fn spatial_skips(segment_va: u64, table_va: u64, copies: &relocate::Copies) -> S
 fn update_annotation(
     annotation: &mut Annotation,
     plans: &[Planned],
-    copies: &relocate::Copies,
+    ptwrites: Vec<PtwriteSite>,
     skipped_loads: Vec<(usize, String)>,
     options: &InstrumentOptions,
 ) {
@@ -1853,7 +1882,7 @@ fn update_annotation(
     if options.spatial_rorx() {
         annotation.cpu_features = vec!["bmi2".to_string()];
     }
-    annotation.ptwrites = copies.ptwrites.clone();
+    annotation.ptwrites = ptwrites;
     for plan in plans {
         if let Some(ai) = plan.annotation_function {
             annotation.functions[ai].instrumented = true;
