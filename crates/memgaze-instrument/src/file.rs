@@ -2,7 +2,7 @@
 //! loads, rewrite the binary and write the executable and its annotation.
 
 use crate::annotation::{Annotation, AnnotationFormat, InstrumentationMode};
-use crate::binary::{Binary, FunctionCode};
+use crate::binary::{Binary, FunctionCode, LineTable};
 use crate::classify::{BinaryLoads, Classifier, FunctionLoads};
 use crate::error::InstrumentError;
 use crate::rewrite::output::FileOutput;
@@ -115,11 +115,14 @@ fn instrument_object(
         path: output.to_path_buf(),
         source,
     };
-    // The loads' source positions are read and the annotation encoded
-    // while the rewriter writes the rest of the executable.
-    let finish_annotation = |annotation: &mut Annotation| {
-        // (Every load the rewriter is given comes from the classification.)
-        let table = crate::classify::line_table_of(&annotation.loads, &binary);
+    // The loads' line table is read beside the rewriter's serial steps
+    // after the copies; their source positions are added and the
+    // annotation encoded while the rewriter writes the rest of the
+    // executable. (Every load the rewriter is given comes from the
+    // classification: their addresses are the ones looked up.)
+    let load_addresses = crate::classify::sorted_addresses(&annotation.loads);
+    let read_lines = || binary.line_table_for(&load_addresses);
+    let finish_annotation = |annotation: &mut Annotation, table: LineTable| {
         // The DWARF sections' pages are not read again (the writer gives
         // up the input's other pages as it copies them).
         binary.release_resident();
@@ -141,7 +144,7 @@ fn instrument_object(
                 annotation,
                 &options,
                 &mut codes,
-                (&mut out, finish_annotation),
+                (&mut out, read_lines, finish_annotation),
             );
             if let Some(source) = out.error() {
                 return Err(write_error(source));
@@ -155,7 +158,7 @@ fn instrument_object(
                 annotation,
                 &options,
                 &mut codes,
-                (&mut bytes, finish_annotation),
+                (&mut bytes, read_lines, finish_annotation),
             )
             .map_err(in_file)?;
             // A regular file's error is the system's own, as when written

@@ -21,6 +21,19 @@ type Reader<'a> = EndianSlice<'a, LittleEndian>;
 /// Marks a row that ends a sequence (no source position from there on).
 const NO_FILE: u32 = u32::MAX;
 
+/// Every section a line table is read from.
+const DWARF_SECTIONS: [SectionId; 9] = [
+    SectionId::DebugAbbrev,
+    SectionId::DebugAddr,
+    SectionId::DebugInfo,
+    SectionId::DebugLine,
+    SectionId::DebugLineStr,
+    SectionId::DebugRanges,
+    SectionId::DebugRngLists,
+    SectionId::DebugStr,
+    SectionId::DebugStrOffsets,
+];
+
 #[derive(Clone, Copy, Debug)]
 struct Row {
     address: u64,
@@ -179,6 +192,7 @@ impl LineTable {
         section: impl Fn(&str) -> &'a [u8],
         is_code: impl Fn(u64) -> bool + Sync,
         wanted: Option<&[u64]>,
+        release: impl Fn(&'a [u8]) + Sync,
     ) -> LineTable {
         use rayon::prelude::*;
         let mut table = LineTable::default();
@@ -213,8 +227,14 @@ impl LineTable {
         }
         let unit_lines: Vec<UnitLines> = headers
             .into_par_iter()
-            .map(|header| UnitLines::read(&dwarf, header, &is_code, wanted))
+            .map(|header| UnitLines::read(&dwarf, header, (&is_code, wanted), &release))
             .collect();
+        // Nothing reads the sections again: their pages are not resident
+        // under the merge (the units' shared sections: strings, ranges,
+        // abbreviations).
+        for id in DWARF_SECTIONS {
+            release(section(id.name()));
+        }
         let mut sequences: Vec<Vec<Row>> = Vec::new();
         let mut file_ids: HashMap<String, u32> = HashMap::new();
         for unit in unit_lines {
@@ -342,13 +362,20 @@ struct UnitLines {
 
 impl UnitLines {
     /// Reads the unit of `header`: what [`LineTable::build`] keeps of its
-    /// line program and its inlined ranges.
+    /// line program and its inlined ranges. Its bytes in `.debug_info` and its line program's are given to
+    /// `release` once read (no other unit reads them).
     fn read<'a>(
         dwarf: &gimli::Dwarf<Reader<'a>>,
         header: gimli::UnitHeader<Reader<'a>>,
-        is_code: &impl Fn(u64) -> bool,
-        wanted: Option<&[u64]>,
+        (is_code, wanted): (&impl Fn(u64) -> bool, Option<&[u64]>),
+        release: &impl Fn(&'a [u8]),
     ) -> UnitLines {
+        let info = header.debug_info_offset().and_then(|start| {
+            let end = start.0.checked_add(header.length_including_self())?;
+            gimli::Section::reader(&dwarf.debug_info)
+                .slice()
+                .get(start.0..end)
+        });
         let mut out = UnitLines::default();
         let Ok(unit) = dwarf.unit(header) else {
             out.problem = Some("malformed compilation unit".into());
@@ -357,17 +384,17 @@ impl UnitLines {
         let Some(program) = unit.line_program.clone() else {
             return out;
         };
+        let program_bytes = program.header().raw_program_buf().slice();
         let comp_dir = unit
             .comp_dir
             .map(|d| String::from_utf8_lossy(d.slice()).into_owned());
-        let mut file_ids: HashMap<String, u32> = HashMap::new();
-        // Unit-local file index -> file id.
-        let mut unit_files: HashMap<u64, u32> = HashMap::new();
+        let mut row_slots = FileSlots::default();
+        let mut range_slots = FileSlots::default();
         let mut last_file: Option<(u64, u32)> = None;
         let mut rows = program.rows();
         let mut current: Vec<Row> = Vec::new();
         loop {
-            let (header, row) = match rows.next_row() {
+            let (_, row) = match rows.next_row() {
                 Ok(Some(r)) => r,
                 Ok(None) => break,
                 Err(e) => {
@@ -395,17 +422,9 @@ impl UnitLines {
             let file = match last_file {
                 Some((last, id)) if last == index => id,
                 _ => {
-                    let id = match unit_files.get(&index) {
-                        Some(&f) => f,
-                        None => {
-                            let path = file_path(dwarf, &unit, header, comp_dir.as_deref(), index);
-                            let id = intern(&mut out.files, &mut file_ids, path);
-                            unit_files.insert(index, id);
-                            id
-                        }
-                    };
-                    last_file = Some((index, id));
-                    id
+                    let slot = row_slots.slot(index);
+                    last_file = Some((index, slot));
+                    slot
                 }
             };
             let line = row
@@ -417,20 +436,71 @@ impl UnitLines {
                 line,
             });
         }
-        if let Some(program) = &unit.line_program
-            && let Err(e) = add_inlines(
-                &mut out,
-                dwarf,
-                &unit,
-                program.header(),
-                comp_dir.as_deref(),
-                &mut file_ids,
-                &|begin, end| is_code(begin) && wanted.is_none_or(|w| holds_any(w, begin, end)),
-            )
-        {
+        if let Err(e) = add_inlines(&mut out, dwarf, &unit, &mut range_slots, &|begin, end| {
+            is_code(begin) && wanted.is_none_or(|w| holds_any(w, begin, end))
+        }) {
             out.problem = Some(format!("malformed inlined subroutine: {e}"));
         }
+        // Paths as the rows' program (with any file it defined) and the
+        // unit's header name them.
+        let (files, file_ids) = (&mut out.files, &mut HashMap::new());
+        let comp_dir = comp_dir.as_deref();
+        let rows_header = rows.header();
+        row_slots.name(
+            out.sequences.iter_mut().flatten().map(|r| &mut r.file),
+            (&mut *files, &mut *file_ids),
+            |index| file_path(dwarf, &unit, rows_header, comp_dir, index),
+        );
+        if let Some(program) = &unit.line_program {
+            range_slots.name(
+                out.inlines.iter_mut().map(|r| &mut r.file),
+                (files, file_ids),
+                |index| file_path(dwarf, &unit, program.header(), comp_dir, index),
+            );
+        }
+        release(program_bytes);
+        if let Some(info) = info {
+            release(info);
+        }
         out
+    }
+}
+
+/// A unit's files as its rows and inlined ranges name them while it is
+/// read: a slot for each file index met, given a path only if a kept row
+/// or range names it (most rows of a large unit are not kept, and the
+/// paths of all the files they named were most of the units' memory).
+#[derive(Default)]
+struct FileSlots {
+    /// File index -> slot.
+    slots: HashMap<u64, u32>,
+    /// Slot -> file index.
+    indices: Vec<u64>,
+}
+
+impl FileSlots {
+    /// The slot of file `index`.
+    fn slot(&mut self, index: u64) -> u32 {
+        *self.slots.entry(index).or_insert_with(|| {
+            self.indices.push(index);
+            (self.indices.len() - 1) as u32
+        })
+    }
+
+    /// Turns the slots in `named` into ids of `files`, naming each file
+    /// met once (`path_of` a file index).
+    fn name<'n>(
+        &self,
+        named: impl Iterator<Item = &'n mut u32>,
+        (files, file_ids): (&mut Vec<String>, &mut HashMap<String, u32>),
+        path_of: impl Fn(u64) -> String,
+    ) {
+        let mut ids: Vec<Option<u32>> = vec![None; self.indices.len()];
+        for file in named.filter(|f| **f != NO_FILE) {
+            let slot = *file as usize;
+            *file = *ids[slot]
+                .get_or_insert_with(|| intern(files, file_ids, path_of(self.indices[slot])));
+        }
     }
 }
 
@@ -459,12 +529,9 @@ fn add_inlines<'a>(
     out: &mut UnitLines,
     dwarf: &gimli::Dwarf<Reader<'a>>,
     unit: &gimli::Unit<Reader<'a>>,
-    header: &gimli::LineProgramHeader<Reader<'a>>,
-    comp_dir: Option<&str>,
-    file_ids: &mut HashMap<String, u32>,
+    slots: &mut FileSlots,
     keep: &impl Fn(u64, u64) -> bool,
 ) -> Result<(), gimli::Error> {
-    let mut unit_files: HashMap<u64, u32> = HashMap::new();
     let mut entries = unit.entries();
     while let Some(entry) = entries.next_dfs()? {
         if entry.tag() != gimli::DW_TAG_inlined_subroutine {
@@ -482,15 +549,6 @@ fn add_inlines<'a>(
             .attr_value(gimli::DW_AT_call_line)
             .and_then(|v| v.udata_value())
             .map_or(0, |l| l.min(u64::from(u32::MAX - 1)) as u32);
-        let file = match unit_files.get(&index) {
-            Some(&f) => f,
-            None => {
-                let path = file_path(dwarf, unit, header, comp_dir, index);
-                let id = intern(&mut out.files, file_ids, path);
-                unit_files.insert(index, id);
-                id
-            }
-        };
         let depth = u32::try_from(entry.depth()).unwrap_or(0);
         let mut ranges = dwarf.die_ranges(unit, entry)?;
         while let Some(range) = ranges.next()? {
@@ -499,7 +557,7 @@ fn add_inlines<'a>(
                     begin: range.begin,
                     end: range.end,
                     depth,
-                    file,
+                    file: slots.slot(index),
                     line,
                 });
             }

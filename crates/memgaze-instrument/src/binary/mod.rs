@@ -315,6 +315,17 @@ impl Binary {
         self.data.release_resident();
     }
 
+    /// [`Binary::release_resident_range`] of `bytes` when they lie in
+    /// [`Binary::data`] (not, e.g., a decompressed section).
+    pub(crate) fn release_resident_bytes(&self, bytes: &[u8]) {
+        let data = self.data().as_ptr_range();
+        let at = bytes.as_ptr();
+        if data.contains(&at) && bytes.len() <= data.end as usize - at as usize {
+            let start = at as usize - data.start as usize;
+            self.release_resident_range(start..start + bytes.len());
+        }
+    }
+
     /// The open file whose bytes [`Binary::data`] maps, if they are mapped
     /// (not read into memory): the kernel can copy from it directly.
     pub(crate) fn mapped_file(&self) -> Option<&std::fs::File> {
@@ -527,7 +538,15 @@ impl Binary {
                 _ => &[],
             }
         };
-        let mut table = LineTable::build(section, |a| self.is_code(a), wanted);
+        // A unit's pages are not read again once read: given up as the
+        // units are read, they are not all resident at the end (34 MB of
+        // the own release binary's peak, beside the rewriter's).
+        let mut table = LineTable::build(
+            section,
+            |a| self.is_code(a),
+            wanted,
+            |bytes| self.release_resident_bytes(bytes),
+        );
         if table.problem.is_none() {
             table.problem = problem;
         }

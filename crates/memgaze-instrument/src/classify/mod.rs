@@ -672,10 +672,15 @@ pub(crate) fn add_lines(loads: &mut [LoadSite], binary: &Binary) {
 /// The part of `binary`'s line table that the lookups of `loads`' addresses
 /// read.
 pub(crate) fn line_table_of(loads: &[LoadSite], binary: &Binary) -> LineTable {
+    binary.line_table_for(&sorted_addresses(loads))
+}
+
+/// `loads`' addresses, sorted, each once.
+pub(crate) fn sorted_addresses(loads: &[LoadSite]) -> Vec<u64> {
     let mut addresses: Vec<u64> = loads.iter().map(|l| l.ip).collect();
     addresses.sort_unstable();
     addresses.dedup();
-    binary.line_table_for(&addresses)
+    addresses
 }
 
 /// [`add_lines`] with the line table already built ([`line_table_of`]).

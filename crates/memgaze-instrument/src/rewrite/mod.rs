@@ -38,7 +38,7 @@ pub mod unwind;
 pub(crate) use report::Escape;
 pub use report::Report;
 
-use crate::annotation::{Annotation, InstrumentationMode, TextTable};
+use crate::annotation::{Annotation, InstrumentationMode, PtwriteSite, TextTable};
 use crate::binary::imports::code_addresses_in_data;
 use crate::binary::{Binary, Function, FunctionCode, FunctionSource, IndirectJumpKind};
 use crate::error::{AnnotationError, InstrumentError, RewriteError};
@@ -342,7 +342,7 @@ pub fn instrument(
         annotation,
         options,
         &mut HashMap::new(),
-        (&mut executable, |_: &mut Annotation| ()),
+        (&mut executable, || (), |_: &mut Annotation, ()| ()),
     )?;
     result.executable = executable;
     Ok(result)
@@ -351,23 +351,29 @@ pub fn instrument(
 /// [`instrument`], reusing the control flow of functions already built
 /// (by the classification), keyed by function start; the entries used are
 /// taken out of `codes`. The executable is written to `out` (the result's
-/// `executable` is empty). `finish_annotation` is given the finished
-/// annotation on another thread while the input and the segment are
-/// written (one core writes, the other is free for the annotation's own
-/// last work; for a small input, on this thread before them); its result
-/// is returned beside.
+/// `executable` is empty). `read_lines` runs on another thread once the
+/// copies are encoded (for a small input, on this thread at the end);
+/// `finish_annotation` is given the finished annotation and what
+/// `read_lines` gave on another thread while the input and the segment
+/// are written (one core writes, the other is free for the annotation's
+/// own last work; for a small input, on this thread before them); its
+/// result is returned beside.
 ///
 /// Phases, with plain data between them: select and plan the functions
 /// (`Selection`, `Planned`), generate the runtime and encode the copies
 /// ([`relocate::Copies`]), translate their unwind information
 /// (`UnwindTail`), patch the original, lay the segment out, and update
 /// the annotation and the report.
-pub(crate) fn instrument_with_code<R: Send>(
+pub(crate) fn instrument_with_code<L: Send, R: Send>(
     binary: &Binary,
     mut annotation: Annotation,
     options: &InstrumentOptions,
     codes: &mut HashMap<u64, FunctionCode>,
-    (out, finish_annotation): (&mut dyn Output, impl FnOnce(&mut Annotation) -> R + Send),
+    (out, read_lines, finish_annotation): (
+        &mut dyn Output,
+        impl FnOnce() -> L + Send,
+        impl FnOnce(&mut Annotation, L) -> R + Send,
+    ),
 ) -> Result<(Instrumented, R), InstrumentError> {
     let soft = options.mode == InstrumentationMode::Soft;
     let mut clock = std::time::Instant::now();
@@ -447,41 +453,17 @@ pub(crate) fn instrument_with_code<R: Send>(
             (Some(r), None) => r.spatial_append,
             _ => 0,
         },
-        // The executable's runtime patches another rate in (or skips the
-        // checks); ptwrite mode has no runtime to receive one; a library's
-        // checks never branch (no spatial samples in libraries).
-        spatial_hash: if options.library.is_some() {
-            probe::SpatialHash {
-                threshold: 0,
-                ..probe::SpatialHash::default_rate()
-            }
-        } else {
-            probe::SpatialHash::default_rate()
-        },
+        spatial_hash: spatial_hash(options),
         spatial_rorx: options.spatial_rorx(),
-        escape: (escape_sites > 0).then(|| probe::EscapeCheck {
-            original_start: plans
-                .iter()
-                .map(|p| binary.functions()[p.function].start)
-                .min()
-                .unwrap_or(0),
-            original_end: plans
-                .iter()
-                .map(|p| binary.functions()[p.function].end())
-                .max()
-                .unwrap_or(0),
-            copies: copies_va,
-            process: editor.state_va + runtime::cfg::PROCESS as u64,
-            enabled: editor.state_va + runtime::cfg::ENABLED as u64,
-            counters: runtime::process::ESCAPES,
-        }),
+        escape: (escape_sites > 0)
+            .then(|| escape_check(binary, &plans, copies_va, editor.state_va)),
         got_hooks: process_end.by_slot.clone(),
     };
     for plan in &mut plans {
         plan.free_control_flow();
     }
     release_freed_memory_unless_small(binary);
-    let copies = encode_copies(
+    let mut copies = encode_copies(
         binary,
         &mut plans,
         (copies_va, editor.file_offset(copies_va), out),
@@ -498,127 +480,217 @@ pub(crate) fn instrument_with_code<R: Send>(
     }
     release_freed_memory_unless_small(binary);
     lap(&mut report, "encode copies");
-
-    // The executable's runtime skips the spatial checks of runs that take
-    // no spatial samples; a library's copies keep theirs.
-    let skips_va = align_up(copies_va + copies.len, 8);
-    let skips = if soft && options.library.is_none() {
-        spatial_skips(editor.segment_va, skips_va, &copies)
-    } else {
-        SpatialSkips::default()
-    };
-
-    // ---- 3. unwind information
-    let tail_va = align_up(skips_va + skips.table.len() as u64, 8);
-    let tail = build_unwind_tail(
-        binary,
-        &original,
-        &plans,
-        &copies,
-        editor.pie,
-        tail_va,
-        &mut report,
-    )?;
-    lap(&mut report, "unwind information");
-
-    // ---- 4. patches
-    let table_bytes = fill_tables(binary, &plans, &tables, &copies, &mut report);
-    // First, so that an entry or jump-table patch over a GOT call wins.
-    process_end::patch(&mut editor, &process_end)?;
-    let patched = patch_original(
-        &mut editor,
-        binary,
-        &mut plans,
-        &copies,
-        &original,
-        &tables.jumps,
-        &mut report,
-    )?;
-    report.escaped_loads = escaped_loads(binary, &plans, &report.escapes, &patched);
-
-    // ---- 5. annotation and report, before the segment
-    update_annotation(&mut annotation, &plans, &copies, skipped_loads, options);
-    annotation.escapes = escapes::sites(binary, &plans, &patched, &annotation);
-    count_escape_checks(&mut report, &annotation);
-    count_into_report(&mut report, &annotation, &plans);
-
-    // ---- 6. the input and the rest of the segment, around the copies
-    report.copies_start = copies_va;
-    report.copies_end = copies_va + copies.len;
-    let segment_len = tail.va - editor.segment_va + tail.bytes.len() as u64;
-    report.segment_bytes = segment_len as usize;
-    let (entry, fini) = match &rt {
-        Some(rt) if options.library.is_none() => (Some(rt.entry), Some(rt.fini)),
-        _ => (None, None),
-    };
-    let segment_va = editor.segment_va;
-    let eh_frame_hdr = tail.eh_frame_hdr;
-    let copies_len = copies.len;
-    editor.name_copies(copies_va, copies_len, &copies.maps);
-    drop(copies);
-    let write_executable = |out: &mut dyn Output| {
-        editor.finish(
-            out,
-            segment_len,
-            move |out, segment_offset| {
-                lay_out_segment(
-                    (out, segment_offset),
-                    segment_va,
-                    rt.as_ref(),
-                    (tables_va, &table_bytes),
-                    (copies_va, copies_len),
-                    (skips_va, &skips),
-                    &tail,
-                )
-            },
-            (entry, fini),
-            eh_frame_hdr,
-            (binary.mapped_file(), |range| {
-                binary.release_resident_range(range)
-            }),
-        )
-    };
-    let finish = || finish_annotation(&mut annotation);
+    // The line table needs only the loads' addresses, known since the
+    // classification: it is read on another thread while this one
+    // translates the unwind information and patches the original, which
+    // leave the other core idle (and after the copies, whose peak it would
+    // add to).
     let apart = !binary.is_small();
-    let (written, finished) = beside_the_writer(apart, write_executable, out, plans, finish);
-    written.map_err(RewriteError::from)?;
-    lap(&mut report, "patches, report, ELF (+ annotation beside)");
-    Ok((
-        Instrumented {
-            executable: Vec::new(),
-            annotation,
-            report,
-        },
-        finished,
-    ))
+    std::thread::scope(|scope| -> Result<(Instrumented, R), InstrumentError> {
+        let lines = if apart {
+            Lines::Reading(scope.spawn(read_lines))
+        } else {
+            Lines::Later(read_lines)
+        };
+
+        // The executable's runtime skips the spatial checks of runs that take
+        // no spatial samples; a library's copies keep theirs.
+        let skips_va = align_up(copies_va + copies.len, 8);
+        let skips = if soft && options.library.is_none() {
+            spatial_skips(editor.segment_va, skips_va, &copies)
+        } else {
+            SpatialSkips::default()
+        };
+
+        // ---- 3. unwind information
+        let tail_va = align_up(skips_va + skips.table.len() as u64, 8);
+        let tail = build_unwind_tail(
+            binary,
+            &original,
+            &plans,
+            &copies,
+            editor.pie,
+            tail_va,
+            &mut report,
+        )?;
+        lap(&mut report, "unwind information");
+
+        // ---- 4. patches
+        let table_bytes = fill_tables(binary, &plans, &tables, &copies, &mut report);
+        // First, so that an entry or jump-table patch over a GOT call wins.
+        process_end::patch(&mut editor, &process_end)?;
+        let patched = patch_original(
+            &mut editor,
+            binary,
+            &mut plans,
+            &copies,
+            &original,
+            &tables.jumps,
+            &mut report,
+        )?;
+        report.escaped_loads = escaped_loads(binary, &plans, &report.escapes, &patched);
+
+        // ---- 5. the input and the rest of the segment, around the copies
+        report.copies_start = copies_va;
+        report.copies_end = copies_va + copies.len;
+        let segment_len = tail.va - editor.segment_va + tail.bytes.len() as u64;
+        report.segment_bytes = segment_len as usize;
+        let (entry, fini) = match &rt {
+            Some(rt) if options.library.is_none() => (Some(rt.entry), Some(rt.fini)),
+            _ => (None, None),
+        };
+        let segment_va = editor.segment_va;
+        let eh_frame_hdr = tail.eh_frame_hdr;
+        let copies_len = copies.len;
+        editor.name_copies(copies_va, copies_len, &copies.maps);
+        let ptwrites = std::mem::take(&mut copies.ptwrites);
+        drop(copies);
+        let write_executable = |out: &mut dyn Output| {
+            editor.finish(
+                out,
+                segment_len,
+                move |out, segment_offset| {
+                    lay_out_segment(
+                        (out, segment_offset),
+                        segment_va,
+                        rt.as_ref(),
+                        (tables_va, &table_bytes),
+                        (copies_va, copies_len),
+                        (skips_va, &skips),
+                        &tail,
+                    )
+                },
+                (entry, fini),
+                eh_frame_hdr,
+                (binary.mapped_file(), |range| {
+                    binary.release_resident_range(range)
+                }),
+            )
+        };
+        // ---- 6. the annotation and the report, beside the writer (the
+        // executable's bytes are all made; only the plans say what became
+        // of each load)
+        let (annotation_ref, report_ref) = (&mut annotation, &mut report);
+        let finish = move || {
+            record_outcome(
+                binary,
+                (annotation_ref, report_ref),
+                &plans,
+                &patched,
+                (ptwrites, skipped_loads),
+                options,
+            );
+            drop(plans);
+            if apart {
+                release_freed_memory();
+            }
+            finish_annotation(annotation_ref, lines.get())
+        };
+        let (written, finished) = beside_the_writer(apart, write_executable, out, finish);
+        written.map_err(RewriteError::from)?;
+        lap(&mut report, "patches, report, ELF (+ annotation beside)");
+        Ok((
+            Instrumented {
+                executable: Vec::new(),
+                annotation,
+                report,
+            },
+            finished,
+        ))
+    })
 }
 
-/// Runs `write` on `out` on this thread while another frees `plans` (every
-/// function's decoded code) and then runs `finish`. Writing is mostly the
-/// kernel's copying into the page cache, on one thread: the other core is
-/// free for the rest. The writer allocates next to nothing, so the plans
-/// freed beside it are not resident under `finish`'s work. Unless
-/// `apart` (a small input), all on this thread: a thread, its allocator
-/// arena and the pages given back and faulted in again cost more than the
-/// little work there is to overlap.
+/// Records what became of each load and function in the annotation and
+/// the report: [`update_annotation`], the escape sites (`patched`: the
+/// original's patched addresses) and the counts.
+fn record_outcome(
+    binary: &Binary,
+    (annotation, report): (&mut Annotation, &mut Report),
+    plans: &[Planned],
+    patched: &BTreeSet<u64>,
+    (ptwrites, skipped_loads): (Vec<PtwriteSite>, Vec<(usize, String)>),
+    options: &InstrumentOptions,
+) {
+    update_annotation(annotation, plans, ptwrites, skipped_loads, options);
+    annotation.escapes = escapes::sites(binary, plans, patched, annotation);
+    count_escape_checks(report, annotation);
+    count_into_report(report, annotation, plans);
+}
+
+/// The spatial checks' hash in the copies. The executable's runtime
+/// patches another rate in (or skips the checks); ptwrite mode has no
+/// runtime to receive one; a library's checks never branch (no spatial
+/// samples in libraries).
+fn spatial_hash(options: &InstrumentOptions) -> probe::SpatialHash {
+    if options.library.is_some() {
+        probe::SpatialHash {
+            threshold: 0,
+            ..probe::SpatialHash::default_rate()
+        }
+    } else {
+        probe::SpatialHash::default_rate()
+    }
+}
+
+/// What the copies' escape checks compare with: the span of the planned
+/// functions in the original, the copies at `copies_va` and the runtime's
+/// state at `state_va`.
+fn escape_check(
+    binary: &Binary,
+    plans: &[Planned],
+    copies_va: u64,
+    state_va: u64,
+) -> probe::EscapeCheck {
+    let functions = || plans.iter().map(|p| &binary.functions()[p.function]);
+    probe::EscapeCheck {
+        original_start: functions().map(|f| f.start).min().unwrap_or(0),
+        original_end: functions().map(|f| f.end()).max().unwrap_or(0),
+        copies: copies_va,
+        process: state_va + runtime::cfg::PROCESS as u64,
+        enabled: state_va + runtime::cfg::ENABLED as u64,
+        counters: runtime::process::ESCAPES,
+    }
+}
+
+/// The loads' source positions: being read on a thread of their own, or
+/// (a small input) read when needed.
+enum Lines<'s, L, F> {
+    Reading(std::thread::ScopedJoinHandle<'s, L>),
+    Later(F),
+}
+
+impl<L, F: FnOnce() -> L> Lines<'_, L, F> {
+    /// The positions, once read.
+    fn get(self) -> L {
+        match self {
+            Lines::Reading(reading) => reading
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            Lines::Later(read) => read(),
+        }
+    }
+}
+
+/// Runs `write` on `out` on this thread while another runs `finish` (the
+/// annotation's last work, which frees the plans: every function's decoded
+/// code). Writing is mostly the kernel's copying into the page cache, on
+/// one thread: the other core is free for the rest. The writer allocates
+/// next to nothing, so the plans freed beside it are not resident under
+/// `finish`'s later work. Unless `apart` (a small input), all on this
+/// thread: a thread, its allocator arena and the pages given back and
+/// faulted in again cost more than the little work there is to overlap.
 fn beside_the_writer<W, R: Send>(
     apart: bool,
     write: impl FnOnce(&mut dyn Output) -> W,
     out: &mut dyn Output,
-    plans: Vec<Planned>,
     finish: impl FnOnce() -> R + Send,
 ) -> (W, R) {
     if !apart {
-        drop(plans);
         let finished = finish();
         return (write(out), finished);
     }
     std::thread::scope(|scope| {
-        let finishing = scope.spawn(move || {
-            drop(plans);
-            release_freed_memory();
-            finish()
-        });
+        let finishing = scope.spawn(finish);
         let written = write(out);
         let finished = finishing
             .join()
@@ -1802,7 +1874,7 @@ fn spatial_skips(segment_va: u64, table_va: u64, copies: &relocate::Copies) -> S
 fn update_annotation(
     annotation: &mut Annotation,
     plans: &[Planned],
-    copies: &relocate::Copies,
+    ptwrites: Vec<PtwriteSite>,
     skipped_loads: Vec<(usize, String)>,
     options: &InstrumentOptions,
 ) {
@@ -1810,7 +1882,7 @@ fn update_annotation(
     if options.spatial_rorx() {
         annotation.cpu_features = vec!["bmi2".to_string()];
     }
-    annotation.ptwrites = copies.ptwrites.clone();
+    annotation.ptwrites = ptwrites;
     for plan in plans {
         if let Some(ai) = plan.annotation_function {
             annotation.functions[ai].instrumented = true;
