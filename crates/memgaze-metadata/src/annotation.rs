@@ -688,11 +688,12 @@ mod tests {
         assert_eq!(Annotation::from_bytes(&one).unwrap(), a);
     }
 
-    #[test]
-    fn compact_is_a_fraction_of_json_for_many_loads() {
+    /// [`full_sample`] with `count` loads made from its first, eight to a
+    /// source line.
+    fn sample_with_loads(count: u32) -> Annotation {
         let mut a = full_sample();
         let template = a.loads[0].clone();
-        a.loads = (0..20_000u32)
+        a.loads = (0..count)
             .map(|i| LoadSite {
                 id: i,
                 ip: 0x1000 + u64::from(i) * 5,
@@ -700,6 +701,12 @@ mod tests {
                 ..template.clone()
             })
             .collect();
+        a
+    }
+
+    #[test]
+    fn compact_is_a_fraction_of_json_for_many_loads() {
+        let a = sample_with_loads(20_000);
         let json = a.to_bytes(AnnotationFormat::Json).len();
         let compact = a.to_bytes(AnnotationFormat::Compact).len();
         assert!(compact * 10 < json, "compact {compact} bytes, JSON {json}");
@@ -714,16 +721,7 @@ mod tests {
     /// frame, and a cut at any byte, a frame's end included, is refused.
     #[test]
     fn a_compact_body_in_parts_decodes_as_one_in_a_single_frame() {
-        let mut a = full_sample();
-        let template = a.loads[0].clone();
-        a.loads = (0..300u32)
-            .map(|i| LoadSite {
-                id: i,
-                ip: 0x1000 + u64::from(i) * 5,
-                line: Some(format!("src/lib.rs:{}", i / 8).into()),
-                ..template.clone()
-            })
-            .collect();
+        let a = sample_with_loads(300);
         let header = compact::COMPACT_MAGIC.len() + 12;
         let frames = |bytes: &[u8]| {
             let mut frames = 0;
