@@ -1987,7 +1987,7 @@ impl Analyzer {
         let buckets = self.whole.sizes.buckets();
         let mut total = Tally::new(buckets);
         let mut functions = vec![Tally::new(buckets); self.functions.len()];
-        let mut lines: Vec<(String, Option<u32>, Tally)> = Vec::new();
+        let mut lines: Vec<LineTally> = Vec::new();
         let mut line_index: Map<&str, usize> = Map::default();
         for (i, slot) in self.slots.iter().enumerate() {
             if !slot.class.is_access() || !slot.included {
@@ -2016,10 +2016,10 @@ impl Analyzer {
             }
             if let Some(line) = &slot.line {
                 let at = *line_index.entry(line.as_str()).or_insert_with(|| {
-                    lines.push((line.clone(), slot.function, Tally::new(buckets)));
+                    lines.push(LineTally::new(line.clone(), buckets));
                     lines.len() - 1
                 });
-                lines[at].2.add(site, executions);
+                lines[at].add(slot.function, site, executions, slot.count);
             }
         }
         Tallies {
@@ -2055,12 +2055,13 @@ impl Analyzer {
         let mut rows: Vec<LineLocality> = tallies
             .lines
             .iter()
-            .filter(|(_, _, t)| t.tracked() > 0)
-            .map(|(line, function, t)| {
+            .filter(|l| l.tally.tracked() > 0)
+            .map(|l| {
+                let t = &l.tally;
                 let [l1, l2, llc] = sizes.caches.map(|i| t.misses(i, rate));
                 LineLocality {
-                    line: line.clone(),
-                    function: function.map(|f| self.functions[f as usize].name.clone()),
+                    line: l.line.clone(),
+                    function: l.function(&self.functions).map(str::to_owned),
                     a_hat: t.estimated_accesses(rate),
                     misses_l1: l1,
                     misses_l2: l2,
@@ -2432,7 +2433,55 @@ impl Analyzer {
 struct Tallies {
     total: Tally,
     functions: Vec<Tally>,
-    lines: Vec<(String, Option<u32>, Tally)>,
+    lines: Vec<LineTally>,
+}
+
+/// A source line's whole-run tally, and how its Strided and Irregular
+/// loads spread over the functions holding them (a line inlined into
+/// several functions has loads in each).
+struct LineTally {
+    line: String,
+    tally: Tally,
+    /// Per function (index): the records and the tracked accesses of the
+    /// line's loads in it.
+    functions: Vec<(u32, u64, u64)>,
+}
+
+impl LineTally {
+    fn new(line: String, buckets: usize) -> Self {
+        LineTally {
+            line,
+            tally: Tally::new(buckets),
+            functions: Vec::new(),
+        }
+    }
+
+    /// Adds one load site of the line: its whole-run bucket counts,
+    /// estimated executions and records.
+    fn add(&mut self, function: Option<u32>, site: &[f64], executions: Option<f64>, records: u64) {
+        self.tally.add(site, executions);
+        let Some(f) = function else { return };
+        let tracked = site.last().copied().unwrap_or(0.0) as u64;
+        match self.functions.iter_mut().find(|(g, _, _)| *g == f) {
+            Some((_, r, t)) => {
+                *r = r.saturating_add(records);
+                *t = t.saturating_add(tracked);
+            }
+            None => self.functions.push((f, records, tracked)),
+        }
+    }
+
+    /// The function the line is attributed to: the one with the most
+    /// records of the line's loads, then the most tracked accesses (a line
+    /// seen by spatial records only), then the first name — the same
+    /// whatever the order of the load sites.
+    fn function<'a>(&self, functions: &'a [FunctionAcc]) -> Option<&'a str> {
+        self.functions
+            .iter()
+            .map(|&(f, records, tracked)| (records, tracked, functions[f as usize].name.as_str()))
+            .max_by(|x, y| x.0.cmp(&y.0).then(x.1.cmp(&y.1)).then(y.2.cmp(x.2)))
+            .map(|(_, _, name)| name)
+    }
 }
 
 /// Reuse-distance sums `(Σd, count)` of the trace and of each function.

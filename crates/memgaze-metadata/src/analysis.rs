@@ -111,7 +111,8 @@ pub struct MrcPoint {
 pub struct LineLocality {
     /// `file:line`.
     pub line: String,
-    /// Function of its loads (the first one met when several).
+    /// Function of its loads: the one with the most records of them when
+    /// several (docs/CLI.md).
     pub function: Option<String>,
     /// Estimated executions of its Strided and Irregular loads.
     #[serde(rename = "A_hat")]

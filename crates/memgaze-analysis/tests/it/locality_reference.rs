@@ -719,6 +719,38 @@ fn default_rate_curve_is_within_the_accuracy_target() {
     assert!(first > 0.5 && last < 0.2, "{first} … {last}");
 }
 
+/// A line inlined into both functions is attributed to the one with the
+/// most executions of its loads, whatever the order of the load sites;
+/// equal executions go to the first name.
+#[test]
+fn line_goes_to_the_function_with_most_of_its_executions() {
+    let line = "src/k.rs:7";
+    // Sites 0 and 2 in alpha, site 1 in beta; alpha's first site has the
+    // lowest address.
+    let mut loads = sites(&[LoadClass::Irregular; 3]);
+    for load in &mut loads {
+        load.line = Some(line.into());
+    }
+    let function_of = |execs: &[(usize, u32)]| {
+        let execs: Vec<Exec> = execs
+            .iter()
+            .flat_map(|&(site, n)| (0..u64::from(n)).map(move |i| (0, site, 0x10_0000 + 64 * i)))
+            .collect();
+        let a = full_trace(&loads, &execs, &options());
+        assert_eq!(a.lines.len(), 1, "{:?}", a.lines);
+        assert_eq!(a.lines[0].line, line);
+        a.lines[0].function.clone().unwrap()
+    };
+    // beta's one site outnumbers both of alpha's, met first or last.
+    assert_eq!(function_of(&[(0, 2), (2, 2), (1, 5)]), "beta");
+    assert_eq!(function_of(&[(1, 5), (0, 2), (2, 2)]), "beta");
+    // alpha's two sites together outnumber beta's.
+    assert_eq!(function_of(&[(1, 5), (0, 3), (2, 3)]), "alpha");
+    assert_eq!(function_of(&[(0, 3), (1, 5), (2, 3)]), "alpha");
+    // A tie goes to the first name, not to the first site.
+    assert_eq!(function_of(&[(1, 4), (0, 2), (2, 2)]), "alpha");
+}
+
 /// The prior of small distances measured from the time samples, by brute
 /// force: in-window distances on a list stack per window (cold accesses
 /// censored at the distinct blocks seen, both capped at 4,096), the
