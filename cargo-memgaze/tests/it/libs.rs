@@ -455,6 +455,51 @@ fn coverage_by_object_says_whether_libc_was_traced() {
     );
 }
 
+/// libc's load executions do not depend on the recorder's settings: a full
+/// run, a sampled one and sampled ones with seeds of one and twenty digits
+/// execute the same loads, counted exactly by the runtime. The program
+/// reads every environment string byte by byte through libc, as glibc's
+/// start-up reads them, so the recorder's variables must have the same
+/// length whatever the settings.
+#[test]
+fn libc_executions_are_the_same_in_full_and_sampled_runs() {
+    let program = build("env_strings.c", &["-O2", "-g"]);
+    let target = scratch().join("libs-settings-target");
+    std::fs::create_dir_all(&target).unwrap();
+    let executions = |tag: &str, settings: &[&str]| -> u64 {
+        let trace = scratch().join(format!("libs-settings-{tag}.trace"));
+        run_ok(
+            memgaze()
+                .args(["memgaze", "run", "-q", "--libs", LIBC])
+                .args(settings)
+                .arg("--save-trace")
+                .arg(&trace)
+                .args(["-o", "/dev/null"])
+                .arg(&program)
+                .env("CARGO_TARGET_DIR", &target),
+        );
+        let dump = run_ok(
+            memgaze()
+                .args(["memgaze", "dump", "--header-only"])
+                .arg(&trace),
+        );
+        let dump = String::from_utf8_lossy(&dump.stdout).into_owned();
+        dump.lines()
+            .find_map(|l| l.strip_prefix("executions"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{tag}: no executions in {dump}"))
+    };
+    let full = executions("full", &["--full"]);
+    assert!(full > 1000, "{full}");
+    for (tag, settings) in [
+        ("sampled", &[][..]),
+        ("seed-1", &["--seed", "1"][..]),
+        ("seed-max", &["--seed", "18446744073709551615"][..]),
+    ] {
+        assert_eq!(executions(tag, settings), full, "{tag} against --full");
+    }
+}
+
 /// `run` inside a cargo project without `CARGO_TARGET_DIR` caches the
 /// instrumented libraries under the relative `target/memgaze/instrumented`:
 /// a copy already named as the loader needs it is used where it lies, on

@@ -39,7 +39,9 @@
 /// `<fd>:<inode>:<device>:<window>:<period>:<seed>`, all decimal,
 /// optionally followed by `:<threshold>:<multiplier>` for spatial sampling
 /// (see [`RecorderConfig::spatial_threshold`]). `window == period` asks
-/// for a full trace (which takes no spatial samples).
+/// for a full trace (which takes no spatial samples). The recorder writes
+/// every field as [`ENV_FIELD_DIGITS`] digits and all eight fields, so the
+/// value's length is the same in every run (see [`RecorderConfig::to_env`]).
 pub const RECORDER_ENV: &str = "MEMGAZE_RECORDER";
 
 /// Environment variable naming the shared record buffers the collector
@@ -61,6 +63,10 @@ pub const FOLLOW_EXEC_ENV: &str = "MEMGAZE_FOLLOW_EXEC";
 /// name is random; the collector accepts only processes of the traced
 /// program's process group or descent.
 pub const LISTEN_ENV: &str = "MEMGAZE_RECORDER_LISTEN";
+
+/// Digits of every field of [`RECORDER_ENV`] and [`SHARED_ENV`] as the
+/// recorder writes them (zero-padded; a `u64` has at most 20).
+pub const ENV_FIELD_DIGITS: usize = 20;
 
 /// Longest name [`LISTEN_ENV`] may give (`sun_path` less the leading NUL).
 pub const LISTEN_NAME_MAX: usize = 107;
@@ -403,9 +409,15 @@ pub struct SharedConfig {
 }
 
 impl SharedConfig {
-    /// The environment value.
+    /// The environment value, of the same length whatever the numbers
+    /// (fields of [`ENV_FIELD_DIGITS`] digits; see [`RecorderConfig::to_env`]).
     pub fn to_env(&self) -> String {
-        format!("{}:{}:{}:{}", self.fd, self.inode, self.device, self.chunks)
+        fixed_width(&[
+            u64::from(self.fd.cast_unsigned()),
+            self.inode,
+            self.device,
+            self.chunks,
+        ])
     }
 
     /// Bytes of the whole mapping.
@@ -432,7 +444,7 @@ pub struct RecorderConfig {
     pub seed: u64,
     /// Spatial sampling: a load's block `b = addr >> 6` is tracked iff
     /// `b · spatial_multiplier mod 2^64 < spatial_threshold`; 0 switches
-    /// spatial sampling off (and leaves the two fields out of the value).
+    /// spatial sampling off (the value then holds `0:0`).
     /// Both words must be multiples of `2^32` (an instrumented program's
     /// checks take their high halves as immediates; it refuses others).
     pub spatial_threshold: u64,
@@ -441,16 +453,22 @@ pub struct RecorderConfig {
 }
 
 impl RecorderConfig {
-    /// The environment value.
+    /// The environment value: all eight fields (`0:0` for spatial sampling
+    /// off), each of [`ENV_FIELD_DIGITS`] digits. glibc's start-up reads
+    /// every environment string, so a value whose length followed the
+    /// settings (full or sampled, a seed or none, the socket's inode) would
+    /// change an instrumented libc's load executions between runs.
     pub fn to_env(&self) -> String {
-        let mut value = format!(
-            "{}:{}:{}:{}:{}:{}",
-            self.fd, self.inode, self.device, self.window, self.period, self.seed
-        );
-        if self.spatial_threshold > 0 {
-            value += &format!(":{}:{}", self.spatial_threshold, self.spatial_multiplier);
-        }
-        value
+        fixed_width(&[
+            u64::from(self.fd.cast_unsigned()),
+            self.inode,
+            self.device,
+            self.window,
+            self.period,
+            self.seed,
+            self.spatial_threshold,
+            self.spatial_multiplier,
+        ])
     }
 
     /// Parses an environment value (the runtime's parser, in Rust, for tests).
@@ -492,6 +510,20 @@ impl RecorderConfig {
             _ => None,
         }
     }
+}
+
+/// `fields` as zero-padded decimals of [`ENV_FIELD_DIGITS`] digits,
+/// separated by `:`.
+fn fixed_width(fields: &[u64]) -> String {
+    let width = ENV_FIELD_DIGITS;
+    let mut value = String::with_capacity(fields.len() * (width + 1));
+    for (i, field) in fields.iter().enumerate() {
+        if i > 0 {
+            value.push(':');
+        }
+        value += &format!("{field:0width$}");
+    }
+    value
 }
 
 #[cfg(test)]
@@ -548,18 +580,64 @@ mod tests {
             spatial_multiplier: 0,
         };
         assert_eq!(RecorderConfig::from_env(&config.to_env()), Some(config));
-        assert_eq!(config.to_env().split(':').count(), 6);
         let spatial = RecorderConfig {
             spatial_threshold: 1 << 57,
             spatial_multiplier: 0x9E37_79B9_7F4A_7C15,
             ..config
         };
         assert_eq!(RecorderConfig::from_env(&spatial.to_env()), Some(spatial));
+        // The six-field form (no spatial sampling) still parses.
+        assert_eq!(
+            RecorderConfig::from_env("1000:123456:8:1000:100000:18446744073709551615"),
+            Some(config)
+        );
         assert_eq!(split_spatial(7 | SPATIAL_FLAG), (7, true));
         assert_eq!(split_spatial(7), (7, false));
         assert_eq!(split_spatial(WINDOW_MARKER), (WINDOW_MARKER, false));
         assert_eq!(split_spatial(UNWRITTEN_MARKER), (UNWRITTEN_MARKER, false));
         assert_eq!(RecorderConfig::from_env("1:2:3"), None);
         assert_eq!(RecorderConfig::from_env("a:2:3:4:5:6"), None);
+    }
+
+    /// The values' lengths do not depend on the settings or the socket:
+    /// glibc's start-up reads every environment string.
+    #[test]
+    fn environment_values_have_one_length_whatever_the_settings() {
+        let full = RecorderConfig {
+            fd: 3,
+            inode: 77,
+            device: 8,
+            window: 1,
+            period: 1,
+            seed: 0,
+            spatial_threshold: 0,
+            spatial_multiplier: 0,
+        };
+        let sampled = RecorderConfig {
+            fd: 1_000_000,
+            inode: 123_456_789_012,
+            device: 0xfd00,
+            window: 1000,
+            period: 100_000,
+            seed: u64::MAX,
+            spatial_threshold: 1 << 57,
+            spatial_multiplier: 0x9E37_79B9_7F4A_7C15,
+        };
+        assert_eq!(full.to_env().len(), sampled.to_env().len());
+        assert_eq!(full.to_env().len(), 8 * ENV_FIELD_DIGITS + 7);
+        for config in [full, sampled] {
+            assert_eq!(RecorderConfig::from_env(&config.to_env()), Some(config));
+        }
+        let shared = |fd, inode, chunks| {
+            SharedConfig {
+                fd,
+                inode,
+                device: 5,
+                chunks,
+            }
+            .to_env()
+            .len()
+        };
+        assert_eq!(shared(4, 9, 1), shared(123_456, u64::MAX, 64));
     }
 }
