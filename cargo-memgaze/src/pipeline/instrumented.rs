@@ -121,6 +121,14 @@ pub fn cached_as(
         hasher.update(selection);
     }
     hasher.update(tool_identity());
+    // Function names come from a separate debug file when one is installed:
+    // installing or removing it makes another copy.
+    if let Some(debug) = memgaze_instrument::binary::separate_debug_file(executable) {
+        let debug = debug.into_os_string();
+        hasher.update(b"debug-file:");
+        hasher.update((debug.len() as u64).to_le_bytes());
+        hasher.update(debug.as_encoded_bytes());
+    }
     // A copy without escape checks must not stand in for one with them.
     if !instrument::escape_checks_from_env() {
         hasher.update(instrument::NO_ESCAPE_CHECKS_ENV);

@@ -18,6 +18,7 @@
 //! ```
 
 pub mod cfg;
+mod debug_file;
 pub mod demangle;
 pub mod dominators;
 pub mod eh_frame;
@@ -79,7 +80,81 @@ pub struct Binary {
     dynamic: Vec<DynamicEntry>,
     functions: Vec<Function>,
     discovery: DiscoveryStats,
+    debug_file: Option<DebugFile>,
     lines: OnceLock<LineTable>,
+}
+
+/// A separate debug file found for a binary.
+#[derive(Debug)]
+struct DebugFile {
+    path: PathBuf,
+    /// Why its symbols could not be read.
+    problem: Option<String>,
+}
+
+/// The separate debug file of the stripped ELF file at `path` (found by its
+/// build-id or `.gnu_debuglink`, as gdb finds it); `None` when the file
+/// keeps its own `.symtab`, names none, or cannot be read. What
+/// [`Binary::open`] takes function names from: a cache of instrumented
+/// copies keys on it.
+pub fn separate_debug_file(path: &Path) -> Option<PathBuf> {
+    let bytes = FileBytes::open(path).ok()?;
+    let data = bytes.as_slice();
+    elf::check_ident(data).ok()?;
+    let elf = Elf::parse(data).ok()?;
+    let section = |name: &str| {
+        elf.section_headers.iter().find(|s| {
+            elf.shdr_strtab.get_at(s.sh_name) == Some(name)
+                && s.sh_type != goblin::elf::section_header::SHT_NOBITS
+        })
+    };
+    if elf
+        .section_headers
+        .iter()
+        .any(|s| s.sh_type == goblin::elf::section_header::SHT_SYMTAB)
+    {
+        return None;
+    }
+    let link = section(".gnu_debuglink")
+        .and_then(|s| {
+            data.get(s.sh_offset as usize..s.sh_offset.saturating_add(s.sh_size) as usize)
+        })
+        .and_then(debug_file::parse_debuglink);
+    let build_id = elf
+        .iter_note_sections(data, Some(".note.gnu.build-id"))
+        .and_then(|mut notes| {
+            notes
+                .find_map(|n| {
+                    n.ok()
+                        .filter(|n| n.n_type == NT_GNU_BUILD_ID && n.name == "GNU")
+                })
+                .map(|n| n.desc)
+        });
+    debug_file::find(path, debug_file::DebugLink { build_id, link })
+}
+
+/// The sized `STT_FUNC` and `STT_GNU_IFUNC` symbols of a symbol table.
+fn function_symbols(
+    table: &goblin::elf::Symtab,
+    strtab: &goblin::strtab::Strtab,
+) -> Vec<functions::SymbolCandidate> {
+    table
+        .iter()
+        .filter(|s| (s.st_type() == STT_FUNC || s.st_type() == STT_GNU_IFUNC) && s.st_size > 0)
+        .filter_map(|s| {
+            let name = strtab.get_at(s.st_name)?;
+            Some(functions::SymbolCandidate {
+                name: name.to_string(),
+                start: s.st_value,
+                size: s.st_size,
+                binding_rank: match s.st_bind() {
+                    STB_GLOBAL => 0,
+                    STB_WEAK => 1,
+                    _ => 2,
+                },
+            })
+        })
+        .collect()
 }
 
 impl Binary {
@@ -189,41 +264,15 @@ impl Binary {
             ));
         }
 
-        let build_id = elf
+        let build_id_note = elf
             .iter_note_sections(data, Some(".note.gnu.build-id"))
             .and_then(|notes| {
                 notes
                     .filter_map(Result::ok)
                     .find(|n| n.n_type == NT_GNU_BUILD_ID && n.name == "GNU")
-                    .map(|n| hex(n.desc))
+                    .map(|n| n.desc)
             });
-
-        let symbols = |table: &goblin::elf::Symtab, strtab: &goblin::strtab::Strtab| {
-            table
-                .iter()
-                .filter(|s| {
-                    (s.st_type() == STT_FUNC || s.st_type() == STT_GNU_IFUNC) && s.st_size > 0
-                })
-                .filter_map(|s| {
-                    let name = strtab.get_at(s.st_name)?;
-                    Some(functions::SymbolCandidate {
-                        name: name.to_string(),
-                        start: s.st_value,
-                        size: s.st_size,
-                        binding_rank: match s.st_bind() {
-                            STB_GLOBAL => 0,
-                            STB_WEAK => 1,
-                            _ => 2,
-                        },
-                    })
-                })
-                .collect::<Vec<_>>()
-        };
-        let symtab = symbols(&elf.syms, &elf.strtab);
-        let dynsym = symbols(&elf.dynsyms, &elf.dynstrtab);
-        let has_symtab = sections
-            .iter()
-            .any(|s| s.kind == goblin::elf::section_header::SHT_SYMTAB);
+        let build_id = build_id_note.map(hex);
 
         let section_bytes = |s: &Section| -> Option<&[u8]> {
             if !s.has_file_data() {
@@ -232,6 +281,30 @@ impl Binary {
             data.get(s.offset as usize..(s.offset + s.size) as usize)
         };
         let by_name = |name: &str| sections.iter().find(|s| s.name == name);
+
+        let mut symtab = function_symbols(&elf.syms, &elf.strtab);
+        let dynsym = function_symbols(&elf.dynsyms, &elf.dynstrtab);
+        let mut has_symtab = sections
+            .iter()
+            .any(|s| s.kind == goblin::elf::section_header::SHT_SYMTAB);
+        // A stripped binary's symbols may lie in a separate debug file.
+        let mut separate = None;
+        if !has_symtab {
+            let link = debug_file::DebugLink {
+                build_id: build_id_note,
+                link: by_name(".gnu_debuglink")
+                    .and_then(section_bytes)
+                    .and_then(debug_file::parse_debuglink),
+            };
+            separate = debug_file::find(path, link).map(|file| {
+                let symbols = debug_file::function_symbols(&file);
+                (file, symbols)
+            });
+            if let Some((_, Ok(symbols))) = &mut separate {
+                symtab = std::mem::take(symbols);
+                has_symtab = true;
+            }
+        }
         let fdes = match by_name(".eh_frame") {
             Some(eh) => eh_frame::fde_ranges(
                 section_bytes(eh).unwrap_or(&[]),
@@ -289,9 +362,22 @@ impl Binary {
             sections,
             segments,
             dynamic,
+            debug_file: separate.map(|(file, symbols)| DebugFile {
+                path: file,
+                problem: symbols.err(),
+            }),
             lines: OnceLock::new(),
             data: bytes,
         })
+    }
+
+    /// The separate debug file found for a stripped binary (its function
+    /// symbols name the functions), and why it could not be read when it
+    /// could not.
+    pub fn debug_file(&self) -> Option<(&Path, Option<&str>)> {
+        self.debug_file
+            .as_ref()
+            .map(|d| (d.path.as_path(), d.problem.as_deref()))
     }
 
     /// The path it was opened from.

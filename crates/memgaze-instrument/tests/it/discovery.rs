@@ -128,3 +128,59 @@ fn unstripped_functions_are_named_demangled_and_have_lines() {
     assert_eq!(insns[0].ip(), f.start);
     assert_eq!(insns.last().unwrap().next_ip(), f.end());
 }
+
+/// A stripped program whose `.gnu_debuglink` names a separate debug file
+/// (`objcopy --only-keep-debug`) beside it has the functions and names of
+/// the unstripped one, static functions included; a debug file whose
+/// CRC-32 is not the link's is not used.
+#[test]
+fn separate_debug_file_names_a_stripped_programs_functions() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = common::gcc("many_functions.c", &["-O2"], dir.path());
+    let debug = exe.with_extension("debug");
+    common::run(
+        std::process::Command::new("objcopy")
+            .arg("--only-keep-debug")
+            .arg(&exe)
+            .arg(&debug),
+    );
+    let stripped = common::stripped(&exe);
+    common::run(
+        std::process::Command::new("objcopy")
+            .arg(format!("--add-gnu-debuglink={}", debug.display()))
+            .arg(&stripped),
+    );
+    let named = |b: &Binary| -> Vec<(String, u64, u64)> {
+        b.functions()
+            .iter()
+            .filter(|f| f.source == FunctionSource::Symtab)
+            .map(|f| (f.name.clone(), f.start, f.size))
+            .collect()
+    };
+    let reference = Binary::open(&exe).unwrap();
+    let linked = Binary::open(&stripped).unwrap();
+    assert!(linked.discovery().has_symtab);
+    let debug = std::fs::canonicalize(&debug).unwrap();
+    assert_eq!(linked.debug_file(), Some((debug.as_path(), None)));
+    assert_eq!(
+        memgaze_instrument::binary::separate_debug_file(&stripped).as_deref(),
+        Some(debug.as_path())
+    );
+    let want = named(&reference);
+    assert!(
+        want.iter().any(|(n, _, _)| n.starts_with("fib")),
+        "{want:?}"
+    );
+    assert_eq!(named(&linked), want);
+    assert_sane(&linked);
+
+    // Another file under the link's name: its CRC differs, it is ignored.
+    let mut bytes = std::fs::read(&debug).unwrap();
+    bytes.push(0);
+    std::fs::write(&debug, bytes).unwrap();
+    let unlinked = Binary::open(&stripped).unwrap();
+    assert!(!unlinked.discovery().has_symtab);
+    assert_eq!(unlinked.debug_file(), None);
+    assert!(named(&unlinked).is_empty());
+    assert!(memgaze_instrument::binary::separate_debug_file(&stripped).is_none());
+}
