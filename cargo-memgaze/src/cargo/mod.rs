@@ -171,12 +171,16 @@ fn exclude_unsupported(
 
 /// Recognises a criterion or divan bench by its symbols: sets its
 /// `harness` and returns placeholder markers (the rewriter finds the
-/// frameworks' hooks itself). `None` for neither.
-fn frameworks_of(executable: &mut BenchExecutable) -> anyhow::Result<Option<RegionMarkers>> {
+/// frameworks' hooks itself). `None` for neither. A note on what the
+/// region holds goes to stderr unless `quiet`.
+fn frameworks_of(
+    executable: &mut BenchExecutable,
+    quiet: bool,
+) -> anyhow::Result<Option<RegionMarkers>> {
     let found = frameworks::detect(&executable.path)?;
     if let Some((harness, note)) = found {
         executable.harness = harness;
-        if let Some(note) = note {
+        if let (Some(note), false) = (note, quiet) {
             eprintln!("note: bench `{}`: {note}", executable.display_name());
         }
     }
@@ -217,7 +221,7 @@ pub fn discover_checked(
     for mut executable in executables {
         match executable.region_markers() {
             Ok(markers) => checked.push((executable, markers)),
-            Err(e) => match frameworks_of(&mut executable)? {
+            Err(e) => match frameworks_of(&mut executable, options.quiet)? {
                 Some(markers) => checked.push((executable, markers)),
                 // A target the user named must be a memgaze bench.
                 None => {

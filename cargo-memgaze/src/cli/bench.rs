@@ -156,7 +156,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<Exit> {
         emit(&build_finished(&suite));
     }
     if harness.list_requested() {
-        return list(&suite, args.message_format);
+        return list(&suite, args.message_format, global.quiet);
     }
     let selected: Vec<(&BenchTarget, &BenchCase)> = suite.selected().collect();
     if !global.quiet {
@@ -1020,8 +1020,8 @@ fn table_row(
 /// `-- --list`, ending quietly with the status of a program killed by
 /// SIGPIPE when the reader left (`-- --list | head`), as `bench | head`
 /// does.
-fn list(suite: &BenchSuite, format: MessageFormat) -> anyhow::Result<Exit> {
-    match print_list(suite, format) {
+fn list(suite: &BenchSuite, format: MessageFormat, quiet: bool) -> anyhow::Result<Exit> {
+    match print_list(suite, format, quiet) {
         Ok(()) => Ok(Exit::Ok),
         Err(e) if reader_left(&e) => Ok(Exit::Interrupted(128 + libc::SIGPIPE)),
         Err(e) => Err(e),
@@ -1029,20 +1029,23 @@ fn list(suite: &BenchSuite, format: MessageFormat) -> anyhow::Result<Exit> {
 }
 
 /// `-- --list`: libtest's `<name>: bench` lines on stdout (a header per
-/// target on stderr), or one `bench-listed` JSON object per bench.
-fn print_list(suite: &BenchSuite, format: MessageFormat) -> anyhow::Result<()> {
+/// target on stderr, progress that `-q` hides), or one `bench-listed` JSON
+/// object per bench.
+fn print_list(suite: &BenchSuite, format: MessageFormat, quiet: bool) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     for target in &suite.targets {
         let exe = &target.executable;
         match format {
             MessageFormat::Human => {
-                styled_eprintln!(
-                    "{:>12} {} ({})",
-                    "Listing",
-                    exe.display_name(),
-                    exe.path.display()
-                );
+                if !quiet {
+                    styled_eprintln!(
+                        "{:>12} {} ({})",
+                        "Listing",
+                        exe.display_name(),
+                        exe.path.display()
+                    );
+                }
                 for case in &target.cases {
                     writeln!(out, "{}: bench", case.name)?;
                 }

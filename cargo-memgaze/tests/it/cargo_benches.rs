@@ -434,6 +434,8 @@ fn a_bench_without_the_harness_is_skipped_unless_named() {
             && err.lines().next().unwrap().ends_with("; skipped"),
         "{err}"
     );
+    // `-q` keeps the warning and hides the `Listing` progress line.
+    assert_eq!(err.lines().count(), 1, "{err}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 5);
 }
 

@@ -310,22 +310,25 @@ fn quiet_bench_still_prints_its_warnings() {
 #[test]
 fn criterion_with_lto_records_the_routine() {
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("memgaze-benches-lto");
-    let mut cmd = crate::support::memgaze_command();
-    cmd.args(["memgaze", "bench", "--locked", "--manifest-path"])
-        .arg(manifest())
-        .arg("--target-dir")
-        .arg(&target)
-        .args(["--message-format", "json", "--no-report", "--seed", "7"])
-        .args(["--bench", "crit", "--", "--exact", "sum"])
-        .env("CARGO_PROFILE_BENCH_LTO", "true")
-        .env("CARGO_PROFILE_BENCH_CODEGEN_UNITS", "1")
-        .env_remove("CI");
-    for (name, _) in std::env::vars() {
-        if name.starts_with("MEMGAZE_") {
-            cmd.env_remove(name);
+    let lto_bench = |args: &[&str]| {
+        let mut cmd = crate::support::memgaze_command();
+        cmd.args(["memgaze", "bench", "--locked", "--manifest-path"])
+            .arg(manifest())
+            .arg("--target-dir")
+            .arg(&target)
+            .args(["--message-format", "json", "--no-report", "--seed", "7"])
+            .args(args)
+            .env("CARGO_PROFILE_BENCH_LTO", "true")
+            .env("CARGO_PROFILE_BENCH_CODEGEN_UNITS", "1")
+            .env_remove("CI");
+        for (name, _) in std::env::vars() {
+            if name.starts_with("MEMGAZE_") {
+                cmd.env_remove(name);
+            }
         }
-    }
-    let out = cmd.output().unwrap();
+        cmd.output().unwrap()
+    };
+    let out = lto_bench(&["--bench", "crit", "--", "--exact", "sum"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
@@ -361,6 +364,12 @@ fn criterion_with_lto_records_the_routine() {
         !functions.iter().any(|f| f.contains("clap")),
         "criterion's argument parsing recorded: {functions:?}"
     );
+    // `-q` hides that note, as every note: a quiet listing prints nothing
+    // on stderr.
+    let out = lto_bench(&["-q", "--bench", "crit", "--", "--list"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stderr, "", "quiet listing");
     let _ = std::fs::remove_dir_all(&target);
 }
 
