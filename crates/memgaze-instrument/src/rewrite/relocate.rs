@@ -690,6 +690,13 @@ struct CopyScratch {
     fragment_checks: Vec<(usize, usize, bool)>,
     /// The last copy's marks ([`copy_instructions`]).
     marks: CopyMarks,
+    /// The plan's side exits, spatial checks and table redirects, each
+    /// sorted by instruction index ([`copy_instructions`]).
+    exits: Vec<(usize, u32)>,
+    spatial: Vec<(usize, (u32, SpatialProbe))>,
+    redirects: Vec<(usize, TableRedirect)>,
+    /// Branch target → index of the last branch to it ([`mark_loop_ends`]).
+    last_branch_to: foldhash::HashMap<u64, usize>,
 }
 
 impl CopyScratch {
@@ -699,6 +706,10 @@ impl CopyScratch {
         self.fragments.clear();
         self.stub_ptwrites.clear();
         self.fragment_checks.clear();
+        self.exits.clear();
+        self.spatial.clear();
+        self.redirects.clear();
+        self.last_branch_to.clear();
         let marks = &mut self.marks;
         marks.first.clear();
         marks.body_end = 0;
@@ -801,6 +812,10 @@ fn copy_instructions(
                 spatial_at,
                 aligned,
             },
+        exits,
+        spatial,
+        redirects,
+        last_branch_to,
     } = scratch;
     aligned.push((0, None));
     first.reserve(code.instructions.len());
@@ -812,11 +827,11 @@ fn copy_instructions(
     // spatial checks and the table redirects, each sorted by instruction
     // and walked with the instructions: a map lookup per instruction was
     // a sizeable part of building the copies.
-    let mut exits: Vec<(usize, u32)> = plan
-        .superblocks
-        .iter()
-        .flat_map(|b| b.exits.iter().copied())
-        .collect();
+    exits.extend(
+        plan.superblocks
+            .iter()
+            .flat_map(|b| b.exits.iter().copied()),
+    );
     exits.sort_by_key(|&(i, _)| i);
     // Should two superblocks name one branch, the last one's count stands.
     exits.dedup_by(|later, earlier| {
@@ -826,9 +841,9 @@ fn copy_instructions(
         }
         same
     });
-    let mut exits = exits.into_iter().peekable();
-    let mut spatial = sorted_by_index(&plan.spatial).into_iter().peekable();
-    let mut redirects = sorted_by_index(&plan.redirects).into_iter().peekable();
+    let mut exits = exits.iter().copied().peekable();
+    let mut spatial = sorted_by_index(&plan.spatial, spatial).peekable();
+    let mut redirects = sorted_by_index(&plan.redirects, redirects).peekable();
     for (i, original) in code.instructions.iter().enumerate() {
         let spatial_here = spatial.next_if(|&(j, _)| j == i).map(|(_, check)| check);
         let exit_here = exits.next_if(|&(j, _)| j == i).map(|(_, loads)| loads);
@@ -970,7 +985,7 @@ fn copy_instructions(
         all.push(Instruction::with_branch(Code::Jmp_rel32_64, code.end)?);
     }
     *body_end = all.len();
-    mark_loop_ends(all, aligned);
+    mark_loop_ends(all, aligned, last_branch_to);
     let at = all.len();
     spatial_at.extend(
         fragment_checks
@@ -988,12 +1003,16 @@ fn copy_instructions(
 }
 
 /// Gives each loop head among `aligned` (after the copy's first
-/// instruction) the last branch of the body `all` back to it.
-fn mark_loop_ends(all: &[Instruction], aligned: &mut [(usize, Option<usize>)]) {
+/// instruction) the last branch of the body `all` back to it, found with
+/// `last_branch_to` (empty).
+fn mark_loop_ends(
+    all: &[Instruction],
+    aligned: &mut [(usize, Option<usize>)],
+    last_branch_to: &mut foldhash::HashMap<u64, usize>,
+) {
     if aligned.len() <= 1 {
         return;
     }
-    let mut last_branch_to = foldhash::HashMap::default();
     for (j, insn) in all.iter().enumerate() {
         if is_relative_branch(insn) {
             last_branch_to.insert(insn.near_branch_target(), j);
@@ -1007,11 +1026,15 @@ fn mark_loop_ends(all: &[Instruction], aligned: &mut [(usize, Option<usize>)]) {
     }
 }
 
-/// The entries of a map keyed by instruction index, sorted by index.
-fn sorted_by_index<T: Copy>(map: &HashMap<usize, T>) -> Vec<(usize, T)> {
-    let mut entries: Vec<(usize, T)> = map.iter().map(|(&i, &value)| (i, value)).collect();
+/// The entries of a map keyed by instruction index, sorted by index, in
+/// `entries` (empty).
+fn sorted_by_index<'e, T: Copy>(
+    map: &HashMap<usize, T>,
+    entries: &'e mut Vec<(usize, T)>,
+) -> impl Iterator<Item = (usize, T)> + 'e {
+    entries.extend(map.iter().map(|(&i, &value)| (i, value)));
     entries.sort_unstable_by_key(|&(i, _)| i);
-    entries
+    entries.iter().copied()
 }
 
 /// Appends the spatial check `(id, probe)` of `insn` (original address
