@@ -315,7 +315,7 @@ fn encode_in_runs(
             place(part, base + total);
             total += part.len;
         }
-        let batch_labels: Vec<Vec<(u64, u64)>> = built
+        let batch_labels: Vec<PartLabels> = built
             .par_iter_mut()
             .zip(&starts[first..])
             .map(|(part, &start)| labels_of(part, start))
@@ -690,6 +690,13 @@ struct CopyScratch {
     fragment_checks: Vec<(usize, usize, bool)>,
     /// The last copy's marks ([`copy_instructions`]).
     marks: CopyMarks,
+    /// The plan's side exits, spatial checks and table redirects, each
+    /// sorted by instruction index ([`copy_instructions`]).
+    exits: Vec<(usize, u32)>,
+    spatial: Vec<(usize, (u32, SpatialProbe))>,
+    redirects: Vec<(usize, TableRedirect)>,
+    /// Branch target → index of the last branch to it ([`mark_loop_ends`]).
+    last_branch_to: foldhash::HashMap<u64, usize>,
 }
 
 impl CopyScratch {
@@ -699,6 +706,10 @@ impl CopyScratch {
         self.fragments.clear();
         self.stub_ptwrites.clear();
         self.fragment_checks.clear();
+        self.exits.clear();
+        self.spatial.clear();
+        self.redirects.clear();
+        self.last_branch_to.clear();
         let marks = &mut self.marks;
         marks.first.clear();
         marks.body_end = 0;
@@ -801,6 +812,10 @@ fn copy_instructions(
                 spatial_at,
                 aligned,
             },
+        exits,
+        spatial,
+        redirects,
+        last_branch_to,
     } = scratch;
     aligned.push((0, None));
     first.reserve(code.instructions.len());
@@ -812,11 +827,11 @@ fn copy_instructions(
     // spatial checks and the table redirects, each sorted by instruction
     // and walked with the instructions: a map lookup per instruction was
     // a sizeable part of building the copies.
-    let mut exits: Vec<(usize, u32)> = plan
-        .superblocks
-        .iter()
-        .flat_map(|b| b.exits.iter().copied())
-        .collect();
+    exits.extend(
+        plan.superblocks
+            .iter()
+            .flat_map(|b| b.exits.iter().copied()),
+    );
     exits.sort_by_key(|&(i, _)| i);
     // Should two superblocks name one branch, the last one's count stands.
     exits.dedup_by(|later, earlier| {
@@ -826,9 +841,9 @@ fn copy_instructions(
         }
         same
     });
-    let mut exits = exits.into_iter().peekable();
-    let mut spatial = sorted_by_index(&plan.spatial).into_iter().peekable();
-    let mut redirects = sorted_by_index(&plan.redirects).into_iter().peekable();
+    let mut exits = exits.iter().copied().peekable();
+    let mut spatial = sorted_by_index(&plan.spatial, spatial).peekable();
+    let mut redirects = sorted_by_index(&plan.redirects, redirects).peekable();
     for (i, original) in code.instructions.iter().enumerate() {
         let spatial_here = spatial.next_if(|&(j, _)| j == i).map(|(_, check)| check);
         let exit_here = exits.next_if(|&(j, _)| j == i).map(|(_, loads)| loads);
@@ -970,7 +985,7 @@ fn copy_instructions(
         all.push(Instruction::with_branch(Code::Jmp_rel32_64, code.end)?);
     }
     *body_end = all.len();
-    mark_loop_ends(all, aligned);
+    mark_loop_ends(all, aligned, last_branch_to);
     let at = all.len();
     spatial_at.extend(
         fragment_checks
@@ -988,12 +1003,16 @@ fn copy_instructions(
 }
 
 /// Gives each loop head among `aligned` (after the copy's first
-/// instruction) the last branch of the body `all` back to it.
-fn mark_loop_ends(all: &[Instruction], aligned: &mut [(usize, Option<usize>)]) {
+/// instruction) the last branch of the body `all` back to it, found with
+/// `last_branch_to` (empty).
+fn mark_loop_ends(
+    all: &[Instruction],
+    aligned: &mut [(usize, Option<usize>)],
+    last_branch_to: &mut foldhash::HashMap<u64, usize>,
+) {
     if aligned.len() <= 1 {
         return;
     }
-    let mut last_branch_to = foldhash::HashMap::default();
     for (j, insn) in all.iter().enumerate() {
         if is_relative_branch(insn) {
             last_branch_to.insert(insn.near_branch_target(), j);
@@ -1007,11 +1026,15 @@ fn mark_loop_ends(all: &[Instruction], aligned: &mut [(usize, Option<usize>)]) {
     }
 }
 
-/// The entries of a map keyed by instruction index, sorted by index.
-fn sorted_by_index<T: Copy>(map: &HashMap<usize, T>) -> Vec<(usize, T)> {
-    let mut entries: Vec<(usize, T)> = map.iter().map(|(&i, &value)| (i, value)).collect();
+/// The entries of a map keyed by instruction index, sorted by index, in
+/// `entries` (empty).
+fn sorted_by_index<'e, T: Copy>(
+    map: &HashMap<usize, T>,
+    entries: &'e mut Vec<(usize, T)>,
+) -> impl Iterator<Item = (usize, T)> + 'e {
+    entries.extend(map.iter().map(|(&i, &value)| (i, value)));
     entries.sort_unstable_by_key(|&(i, _)| i);
-    entries
+    entries.iter().copied()
 }
 
 /// Appends the spatial check `(id, probe)` of `insn` (original address
@@ -1512,17 +1535,31 @@ fn place(part: &mut Part, start: u64) {
     part.paddings = paddings;
 }
 
-/// The `(address label, offset + start)` pairs of a placed run, sorted,
-/// taken out of its layout and rewritten where they lie (the run's labels
-/// are the largest part of its layout): see [`RunLabels`].
+/// The labels of a placed run, `(address label, offset + start)`, taken
+/// out of its layout ([`labels_of`]).
+struct PartLabels {
+    /// The original addresses' labels, sorted.
+    originals: Vec<(u64, u64)>,
+    /// The fake labels, in the order of their offsets: [`RunLabels`]
+    /// indexes them by draw number, so they need no sort.
+    fakes: Vec<(u64, u64)>,
+}
+
+/// The labels of a placed run, taken out of its layout and rewritten
+/// where they lie (the run's labels are the largest part of its layout):
+/// see [`RunLabels`].
 ///
 /// The labels were measured in order of their offsets, so their paddings
-/// are walked with them instead of searched for each.
-fn labels_of(part: &mut Part, start: u64) -> Vec<(u64, u64)> {
-    let mut labels = std::mem::take(&mut part.layout.labels);
+/// are walked with them instead of searched for each. The original
+/// addresses mostly come in their own order too (a copy's body follows its
+/// original's instructions), so they are sorted only where they do not; a
+/// sort of all a run's labels was a few percent of the encoding.
+fn labels_of(part: &mut Part, start: u64) -> PartLabels {
+    let mut originals = std::mem::take(&mut part.layout.labels);
+    let mut fakes = Vec::new();
     let mut paddings = part.paddings.iter().peekable();
     let mut padding = 0;
-    for label in &mut labels {
+    originals.retain_mut(|label| {
         let (at, ip) = *label;
         while let Some(&(_, to)) = paddings.next_if(|&&(from, _)| from <= at) {
             padding = to;
@@ -1533,10 +1570,17 @@ fn labels_of(part: &mut Part, start: u64) -> Vec<(u64, u64)> {
             at + padding
         };
         debug_assert_eq!(offset, part.offset(at));
+        if ip >= FAKE_BASE {
+            fakes.push((ip, start + offset));
+            return false;
+        }
         *label = (ip, start + offset);
+        true
+    });
+    if !originals.is_sorted() {
+        originals.sort_unstable();
     }
-    labels.sort_unstable();
-    labels
+    PartLabels { originals, fakes }
 }
 
 /// Every run's labels, looked up where they lie: merged into one table
@@ -1629,39 +1673,53 @@ impl OriginalLabels {
 }
 
 impl RunLabels {
-    /// Adds the labels of the next runs, `(address label, offset from the
-    /// base)` sorted per run. Fails on an address carried by more than one
-    /// instruction of a run: the first inserted instruction takes a load's
+    /// Adds the labels of the next runs. Fails on an address carried by
+    /// more than one instruction of a run (the lowest such address of the
+    /// first such run): the first inserted instruction takes a load's
     /// address, the load itself a fake one.
-    fn extend(&mut self, runs: Vec<Vec<(u64, u64)>>) -> Result<(), RelocateError> {
-        for labels in &runs {
-            if let Some(w) = labels.windows(2).find(|w| w[0].0 == w[1].0) {
+    fn extend(&mut self, runs: Vec<PartLabels>) -> Result<(), RelocateError> {
+        for PartLabels { originals, fakes } in runs {
+            if let Some(w) = originals.windows(2).find(|w| w[0].0 == w[1].0) {
                 return Err(RelocateError::DuplicateAddress(w[0].0));
             }
-        }
-        for labels in runs {
-            let n = labels.partition_point(|&(ip, _)| ip < FAKE_BASE);
             let run = self.runs.len();
-            if n > 0 {
-                let span = (labels[0].0, labels[n - 1].0, run);
+            self.fakes.push(Self::fake_table(run, &fakes)?);
+            if let (Some(&(lowest, _)), Some(&(highest, _))) = (originals.first(), originals.last())
+            {
+                let span = (lowest, highest, run);
                 let at = self.originals.partition_point(|o| *o < span);
                 self.originals.insert(at, span);
             }
-            let run_base = FAKE_BASE + ((run as u64) << FAKE_RUN_BITS);
-            let drawn = labels.last().filter(|&&(ip, _)| ip >= FAKE_BASE);
-            let mut fakes = vec![NOT_PLACED; drawn.map_or(0, |&(ip, _)| (ip - run_base) as usize)];
-            for &(ip, offset) in &labels[n..] {
-                let draw = ip
-                    .checked_sub(run_base + 1)
-                    .filter(|&d| (d >> FAKE_RUN_BITS) == 0);
-                let draw = draw.expect("a run's fake labels are drawn from its own range");
-                fakes[draw as usize] = offset32(offset);
-            }
-            self.fakes.push(fakes);
-            self.runs.push(OriginalLabels::new(&labels[..n]));
+            self.runs.push(OriginalLabels::new(&originals));
         }
         self.disjoint = self.originals.windows(2).all(|w| w[0].1 < w[1].0);
         Ok(())
+    }
+
+    /// Run `run`'s fake labels' offsets from the base, indexed by draw
+    /// number less one. Fails on a fake label placed twice (the lowest).
+    fn fake_table(run: usize, fakes: &[(u64, u64)]) -> Result<Vec<u32>, RelocateError> {
+        let run_base = FAKE_BASE + ((run as u64) << FAKE_RUN_BITS);
+        let draw_of = |ip: u64| {
+            let draw = ip
+                .checked_sub(run_base + 1)
+                .filter(|&d| (d >> FAKE_RUN_BITS) == 0);
+            draw.expect("a run's fake labels are drawn from its own range") as usize
+        };
+        let drawn = fakes.iter().map(|&(ip, _)| draw_of(ip) + 1).max();
+        let mut table = vec![NOT_PLACED; drawn.unwrap_or(0)];
+        let mut twice: Option<u64> = None;
+        for &(ip, offset) in fakes {
+            let slot = &mut table[draw_of(ip)];
+            if *slot != NOT_PLACED {
+                twice = Some(twice.map_or(ip, |t| t.min(ip)));
+            }
+            *slot = offset32(offset);
+        }
+        match twice {
+            Some(ip) => Err(RelocateError::DuplicateAddress(ip)),
+            None => Ok(table),
+        }
     }
 
     /// Drops the fake labels of the runs from `first` on, once emitted:
@@ -2487,10 +2545,10 @@ mod tests {
         place(&mut part, start);
         let labels = labels_of(&mut part, start);
         let resolve = |target: u64| {
-            labels
-                .binary_search_by_key(&target, |&(ip, _)| ip)
-                .ok()
-                .map(|i| labels[i].1)
+            let originals = &labels.originals;
+            (originals.binary_search_by_key(&target, |&(ip, _)| ip).ok())
+                .map(|i| originals[i].1)
+                .or_else(|| labels.fakes.iter().find(|l| l.0 == target).map(|l| l.1))
         };
         // A slot of another length than measured is an error naming both,
         // whether the code would run past it or fall short of it.
@@ -2660,13 +2718,15 @@ mod tests {
         let fake = |run: u64, n: u64| FAKE_BASE + (run << FAKE_RUN_BITS) + n;
         let mut labels = RunLabels::default();
         // Run 1 placed its fake labels 1, 2 and 4 (3 was drawn, never placed).
-        let run0 = vec![(0x1000, 0), (0x1004, 8), (fake(0, 1), 16)];
-        let run1 = vec![
-            (0x2000, 100),
-            (fake(1, 1), 110),
-            (fake(1, 2), 120),
-            (fake(1, 4), 140),
-        ];
+        let run0 = PartLabels {
+            originals: vec![(0x1000, 0), (0x1004, 8)],
+            fakes: vec![(fake(0, 1), 16)],
+        };
+        // Fakes come in the order of their offsets, not of their draws.
+        let run1 = PartLabels {
+            originals: vec![(0x2000, 100)],
+            fakes: vec![(fake(1, 4), 140), (fake(1, 1), 110), (fake(1, 2), 120)],
+        };
         labels.extend(vec![run0, run1]).unwrap();
         assert_eq!(labels.find(fake(0, 1)), Some(16));
         assert_eq!(labels.find(fake(1, 1)), Some(110));
@@ -2679,6 +2739,27 @@ mod tests {
         labels.forget_fake(1);
         assert_eq!(labels.find(fake(1, 1)), None);
         assert_eq!(labels.find(fake(0, 1)), Some(16));
+    }
+
+    #[test]
+    fn an_address_labelled_twice_in_a_run_is_refused_the_lowest_named() {
+        let fake = |n: u64| FAKE_BASE + n;
+        let run =
+            |originals: Vec<(u64, u64)>, fakes: Vec<(u64, u64)>| PartLabels { originals, fakes };
+        let twice = |runs| match RunLabels::default().extend(runs) {
+            Err(RelocateError::DuplicateAddress(ip)) => Some(ip),
+            Ok(()) => None,
+            Err(e) => panic!("{e}"),
+        };
+        let fakes = vec![(fake(3), 30), (fake(2), 20), (fake(3), 40), (fake(2), 50)];
+        assert_eq!(
+            twice(vec![run(vec![(0x10, 0)], fakes.clone())]),
+            Some(fake(2))
+        );
+        let originals = vec![(0x10, 0), (0x20, 4), (0x20, 8)];
+        assert_eq!(twice(vec![run(originals, fakes)]), Some(0x20));
+        let once = vec![(fake(2), 20), (fake(1), 10)];
+        assert_eq!(twice(vec![run(vec![(0x10, 0)], once)]), None);
     }
 
     #[test]
