@@ -117,7 +117,9 @@ impl Frame {
             frame_pointer,
             slots: Vec::new(),
             def_start: Vec::with_capacity(n + 1),
-            defs: Vec::new(),
+            // About one per instruction: grown from nothing, it was
+            // reallocated several times per function.
+            defs: Vec::with_capacity(n),
         };
         // Slots: every frame access.
         let mut offsets: Vec<(StackPos, u32)> = accesses
