@@ -64,8 +64,7 @@ pub(crate) fn frame_pointer_with(
     // Without a `mov rbp, rsp` in the entry block there is none, whatever
     // the other instructions write: `writes_rbp` (iced's instruction info
     // for every instruction) is not asked.
-    let entry = code.blocks.first()?.instructions();
-    if !code.instructions[entry].iter().any(is_frame_setup) {
+    if !has_frame_setup(code) {
         return None;
     }
     let mut set_at: Option<usize> = None;
@@ -91,6 +90,16 @@ pub(crate) fn frame_pointer_with(
         }
     }
     Some(delta)
+}
+
+/// Whether the entry block has a `mov rbp, rsp`, without which `rbp` is
+/// not a frame pointer.
+pub(crate) fn has_frame_setup(code: &FunctionCode) -> bool {
+    code.blocks.first().is_some_and(|entry| {
+        code.instructions[entry.instructions()]
+            .iter()
+            .any(is_frame_setup)
+    })
 }
 
 /// `mov rbp, rsp`.

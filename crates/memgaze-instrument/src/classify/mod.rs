@@ -306,7 +306,7 @@ impl Classifier {
                 .is_some()
                 && class_by_form(code, frame_pointer, op).is_none()
         });
-        let frame = needs_frame.then(|| Frame::compute(code, &mut self.info));
+        let frame = needs_frame.then(|| Frame::compute(code, loops, &mut self.info));
         debug_assert!(
             !rbp_scalars
                 || frame
