@@ -274,8 +274,7 @@ impl FunctionCode {
 
     /// Natural loops (from back edges) and their nesting, found once.
     pub fn loops(&self) -> &LoopForest {
-        self.loops
-            .get_or_init(|| LoopForest::compute(&self.blocks, &self.dominators()))
+        self.loops.get_or_init(|| LoopForest::of(&self.blocks))
     }
 }
 

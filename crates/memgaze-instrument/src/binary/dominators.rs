@@ -23,12 +23,19 @@ pub struct Dominators {
 impl Dominators {
     /// Computes the tree.
     pub fn compute(blocks: &[BasicBlock]) -> Dominators {
-        let n = blocks.len();
         let rpo = reverse_post_order(blocks);
-        let mut position = vec![u32::MAX; n];
-        for (i, &b) in rpo.iter().enumerate() {
-            position[b as usize] = i as u32;
-        }
+        let position = rpo_positions(&rpo, blocks.len());
+        Dominators::from_order(blocks, rpo, position)
+    }
+
+    /// Computes the tree from the blocks' reverse post-order and each
+    /// block's position in it ([`reverse_post_order`], [`rpo_positions`]).
+    pub(crate) fn from_order(
+        blocks: &[BasicBlock],
+        rpo: Vec<u32>,
+        position: Vec<u32>,
+    ) -> Dominators {
+        let n = blocks.len();
         let mut idom: Vec<Option<u32>> = vec![None; n];
         if n == 0 {
             return Dominators {
@@ -143,6 +150,16 @@ fn intersect(idom: &[Option<u32>], position: &[u32], mut a: u32, mut b: u32) -> 
     a
 }
 
+/// The position of each of `n` blocks in `rpo` (`u32::MAX` for blocks
+/// not in it: unreachable ones).
+pub(crate) fn rpo_positions(rpo: &[u32], n: usize) -> Vec<u32> {
+    let mut position = vec![u32::MAX; n];
+    for (i, &b) in rpo.iter().enumerate() {
+        position[b as usize] = i as u32;
+    }
+    position
+}
+
 /// Reverse post-order of the blocks reachable from block 0 (iterative DFS).
 pub(crate) fn reverse_post_order(blocks: &[BasicBlock]) -> Vec<u32> {
     let n = blocks.len();
@@ -246,6 +263,12 @@ mod tests {
                 .collect();
             let g = graph(&edges, n);
             let d = Dominators::compute(&g);
+            // The loops found without dominators for acyclic graphs are
+            // the ones found with them.
+            prop_assert_eq!(
+                crate::binary::LoopForest::of(&g),
+                crate::binary::LoopForest::compute(&g, &d)
+            );
             for a in 0..n as u32 {
                 for b in 0..n as u32 {
                     prop_assert_eq!(d.dominates(a, b), dominates_brute(&g, a, b), "{} dom {}", a, b);

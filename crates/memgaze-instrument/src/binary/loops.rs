@@ -4,7 +4,7 @@
 //! from containment.
 
 use super::cfg::BasicBlock;
-use super::dominators::Dominators;
+use super::dominators::{self, Dominators};
 
 /// One natural loop.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,6 +42,29 @@ pub struct LoopForest {
 }
 
 impl LoopForest {
+    /// Finds the loops of a function's blocks. Most functions have no
+    /// cycle at all (no edge goes back in reverse post-order), and then
+    /// neither loops nor irreducible edges: their dominators, which were
+    /// most of this pass's work, are not computed.
+    pub fn of(blocks: &[BasicBlock]) -> LoopForest {
+        let rpo = dominators::reverse_post_order(blocks);
+        let position = dominators::rpo_positions(&rpo, blocks.len());
+        let cyclic = rpo.iter().any(|&b| {
+            blocks[b as usize]
+                .successors
+                .iter()
+                .any(|&s| position[s as usize] <= position[b as usize])
+        });
+        if !cyclic {
+            return LoopForest {
+                loops: Vec::new(),
+                innermost: vec![None; blocks.len()],
+                irreducible_edges: 0,
+            };
+        }
+        LoopForest::compute(blocks, &Dominators::from_order(blocks, rpo, position))
+    }
+
     /// Finds the loops.
     pub fn compute(blocks: &[BasicBlock], dom: &Dominators) -> LoopForest {
         let n = blocks.len();

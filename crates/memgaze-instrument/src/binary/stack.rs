@@ -61,16 +61,19 @@ pub(crate) fn frame_pointer_with(
     code: &FunctionCode,
     mut writes_rbp: impl FnMut(usize) -> bool,
 ) -> Option<i64> {
+    // Without a `mov rbp, rsp` in the entry block there is none, whatever
+    // the other instructions write: `writes_rbp` (iced's instruction info
+    // for every instruction) is not asked.
+    if !has_frame_setup(code) {
+        return None;
+    }
     let mut set_at: Option<usize> = None;
     for (i, insn) in code.instructions.iter().enumerate() {
         let writes_rbp = writes_rbp(i);
         if !writes_rbp {
             continue;
         }
-        let is_setup = insn.mnemonic() == Mnemonic::Mov
-            && insn.op0_register() == Register::RBP
-            && insn.op1_kind() == OpKind::Register
-            && insn.op1_register() == Register::RSP;
+        let is_setup = is_frame_setup(insn);
         if is_setup && set_at.is_none() && code.block_of[i] == 0 {
             set_at = Some(i);
         } else if !matches!(insn.mnemonic(), Mnemonic::Pop | Mnemonic::Leave) {
@@ -87,6 +90,24 @@ pub(crate) fn frame_pointer_with(
         }
     }
     Some(delta)
+}
+
+/// Whether the entry block has a `mov rbp, rsp`, without which `rbp` is
+/// not a frame pointer.
+pub(crate) fn has_frame_setup(code: &FunctionCode) -> bool {
+    code.blocks.first().is_some_and(|entry| {
+        code.instructions[entry.instructions()]
+            .iter()
+            .any(is_frame_setup)
+    })
+}
+
+/// `mov rbp, rsp`.
+fn is_frame_setup(insn: &Instruction) -> bool {
+    insn.mnemonic() == Mnemonic::Mov
+        && insn.op0_register() == Register::RBP
+        && insn.op1_kind() == OpKind::Register
+        && insn.op1_register() == Register::RSP
 }
 
 /// How an instruction moves `rsp`.

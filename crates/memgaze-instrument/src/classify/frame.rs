@@ -12,8 +12,8 @@
 //! Slots whose address escapes are not modelled: a store through another
 //! pointer is assumed not to alias them.
 
-use crate::binary::FunctionCode;
 use crate::binary::stack::{self, StackPos};
+use crate::binary::{FunctionCode, LoopForest};
 use iced_x86::{FlowControl, Instruction, InstructionInfoFactory, OpAccess, Register};
 
 /// A variable: registers 0..16 (iced register numbers of the 64-bit GPRs),
@@ -39,6 +39,14 @@ pub(crate) enum DefKind {
     CallClobber,
     /// A store overlapping the slot without matching it exactly.
     Clobber,
+}
+
+/// Whether iced may list a memory location at `rsp` or `rbp` for `insn`:
+/// a stack instruction (`push`, `call`, `leave`, …) or one with an
+/// explicit operand based on either (`operands_at_frame_are_explicit_or_stack`
+/// in the tests checks this on instructions of every kind).
+fn may_access_frame(insn: &Instruction) -> bool {
+    insn.is_stack_instruction() || matches!(insn.memory_base(), Register::RSP | Register::RBP)
 }
 
 /// Frame facts and per-instruction definitions of one function.
@@ -68,8 +76,19 @@ const CALLER_SAVED: [Register; 9] = [
 ];
 
 impl Frame {
-    /// Analyses the frame of `code`.
-    pub fn compute(code: &FunctionCode, info: &mut InstructionInfoFactory) -> Frame {
+    /// Analyses the frame of `code`, whose loops are `loops`.
+    ///
+    /// Only the instructions inside loops have all their definitions
+    /// listed: the evaluator asks about no others. Outside loops, iced's
+    /// instruction info (most of this pass) is asked only where the answer
+    /// matters: frame accesses, which name the slots and their widths (the
+    /// overlaps of stores in loops depend on them), and, when the entry
+    /// block sets `rbp` up as a frame pointer, the writes of `rbp`.
+    pub fn compute(
+        code: &FunctionCode,
+        loops: &LoopForest,
+        info: &mut InstructionInfoFactory,
+    ) -> Frame {
         let is_write = |a: OpAccess| {
             matches!(
                 a,
@@ -85,7 +104,15 @@ impl Frame {
         let n = code.instructions.len();
         let mut written: Vec<u16> = Vec::with_capacity(n);
         let mut accesses: Vec<(u32, Register, u64, u32, bool)> = Vec::new();
+        let frame_setup = stack::has_frame_setup(code);
         for (i, insn) in code.instructions.iter().enumerate() {
+            if !frame_setup
+                && !may_access_frame(insn)
+                && loops.innermost(code.block_of[i]).is_none()
+            {
+                written.push(0);
+                continue;
+            }
             let info = info.info(insn);
             let mut mask = 0u16;
             for r in info.used_registers() {
@@ -117,7 +144,9 @@ impl Frame {
             frame_pointer,
             slots: Vec::new(),
             def_start: Vec::with_capacity(n + 1),
-            defs: Vec::new(),
+            // About one per instruction: grown from nothing, it was
+            // reallocated several times per function.
+            defs: Vec::with_capacity(n),
         };
         // Slots: every frame access.
         let mut offsets: Vec<(StackPos, u32)> = accesses
@@ -213,7 +242,8 @@ impl Frame {
         frame
     }
 
-    /// Variables instruction `i` defines.
+    /// Variables instruction `i` defines (all of them for an instruction
+    /// inside a loop).
     pub(crate) fn defs(&self, i: usize) -> &[(Var, DefKind)] {
         &self.defs[self.def_start[i] as usize..self.def_start[i + 1] as usize]
     }
@@ -271,5 +301,40 @@ impl Frame {
             insn.memory_displacement64(),
         )?;
         self.slot_var(off)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`may_access_frame`] on the instructions of pseudo-random bytes:
+    /// every `rsp`/`rbp` location iced lists is behind an instruction it
+    /// accepts.
+    #[test]
+    fn operands_at_frame_are_explicit_or_stack() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let bytes: Vec<u8> = (0..1 << 20)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        let mut insns = Vec::new();
+        crate::binary::decode_bytes(&bytes, 0x1000, &mut insns);
+        let mut info = InstructionInfoFactory::new();
+        let mut at_frame = 0;
+        for insn in insns.iter().filter(|i| !i.is_invalid()) {
+            let listed = info
+                .info(insn)
+                .used_memory()
+                .iter()
+                .any(|m| matches!(m.base(), Register::RSP | Register::RBP));
+            assert!(!listed || may_access_frame(insn), "{insn}");
+            at_frame += usize::from(listed);
+        }
+        assert!(at_frame > 5_000, "{at_frame} instructions at the frame");
     }
 }

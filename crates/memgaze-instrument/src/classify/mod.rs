@@ -30,7 +30,9 @@ pub mod values;
 use crate::annotation::{
     ANNOTATION_SCHEMA, Annotation, FunctionSite, InlineChain, LoadSite, Segment, Text,
 };
-use crate::binary::{Binary, ChainCursor, Function, FunctionCode, LineTable, SourceLocation};
+use crate::binary::{
+    Binary, ChainCursor, Function, FunctionCode, LineTable, SourceLocation, stack,
+};
 use foldhash::{HashMap, HashMapExt};
 use frame::Frame;
 use iced_x86::{InstructionInfoFactory, Register};
@@ -38,7 +40,7 @@ use memgaze_trace::LoadClass;
 pub use operands::{ImplicitLoad, LoadOperand};
 use std::fmt;
 use std::sync::Mutex;
-use values::{Change, Evaluator, Why};
+use values::{Change, Evaluator, EvaluatorBuffers, Why};
 
 /// Why a load has its class: what the table shows the user.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -237,6 +239,8 @@ pub struct Classifier {
     /// The load operands of the function being classified, kept from one
     /// function to the next.
     operands: Vec<LoadOperand>,
+    /// The value evaluator's allocations, likewise.
+    evaluator: EvaluatorBuffers,
 }
 
 impl Default for Classifier {
@@ -251,6 +255,7 @@ impl Classifier {
         Classifier {
             info: InstructionInfoFactory::new(),
             operands: Vec::new(),
+            evaluator: EvaluatorBuffers::default(),
         }
     }
 
@@ -287,19 +292,31 @@ impl Classifier {
         }
         let loops = code.loops();
         out.loops = loops.loops.len() as u32;
-        // The frame and the evaluator are needed only for loads that are
-        // neither obviously Constant nor outside loops.
-        let mut frame: Option<Frame> = None;
+        // Whether `rbp` is a frame pointer is asked only by `[rbp + d]`
+        // loads, and the frame and the evaluator only by loads inside loops
+        // that their addressing leaves undecided (most functions have none,
+        // and the frame is iced's instruction info for every instruction).
+        let rbp_scalars = operands
+            .iter()
+            .any(|op| op.base == Register::RBP && op.index == Register::None);
+        let frame_pointer = rbp_scalars && stack::frame_pointer(code, &mut self.info).is_some();
         let needs_frame = operands.iter().any(|op| {
             loops
                 .innermost(code.block_of[op.instruction as usize])
                 .is_some()
+                && class_by_form(code, frame_pointer, op).is_none()
         });
-        if needs_frame || operands.iter().any(|op| op.base == Register::RBP) {
-            frame = Some(Frame::compute(code, &mut self.info));
-        }
-        let mut evaluator = frame.as_ref().map(|f| Evaluator::new(code, loops, f));
-        let frame_pointer = frame.as_ref().is_some_and(|f| f.frame_pointer.is_some());
+        let frame = needs_frame.then(|| Frame::compute(code, loops, &mut self.info));
+        debug_assert!(
+            !rbp_scalars
+                || frame
+                    .as_ref()
+                    .is_none_or(|f| f.frame_pointer.is_some() == frame_pointer),
+            "the frame finds the frame pointer the loads were classified with"
+        );
+        let mut evaluator = frame
+            .as_ref()
+            .map(|f| Evaluator::with_buffers(code, loops, f, std::mem::take(&mut self.evaluator)));
 
         // Kept for the whole rewrite: sized once, without growth slack.
         out.loads.reserve_exact(operands.len());
@@ -320,6 +337,9 @@ impl Classifier {
             });
         }
         self.operands = operands;
+        if let Some(evaluator) = evaluator {
+            self.evaluator = evaluator.into_buffers();
+        }
         compress(&mut out.loads);
         out
     }
@@ -333,28 +353,8 @@ fn classify_operand(
     op: &LoadOperand,
     block: u32,
 ) -> (LoadClass, Reason) {
-    if op.string {
-        return (LoadClass::Strided, Reason::StringInstruction);
-    }
-    if op.gather {
-        return (LoadClass::Irregular, Reason::Gather);
-    }
-    // The byte read moves with the bit offset, which the evaluator does not
-    // follow: never a Constant scalar, whatever the operand.
-    if let Some(register) = code
-        .instructions
-        .get(op.instruction as usize)
-        .and_then(operands::bit_offset_register)
-    {
-        return (LoadClass::Irregular, Reason::BitOffset { register });
-    }
-    if op.index == Register::None {
-        match op.base {
-            Register::None | Register::RIP => return (LoadClass::Constant, Reason::GlobalScalar),
-            Register::RSP => return (LoadClass::Constant, Reason::FrameScalar),
-            Register::RBP if frame_pointer => return (LoadClass::Constant, Reason::FrameScalar),
-            _ => {}
-        }
+    if let Some(decided) = class_by_form(code, frame_pointer, op) {
+        return decided;
     }
     let Some(evaluator) = evaluator else {
         return (LoadClass::Irregular, Reason::NotInLoop);
@@ -415,6 +415,44 @@ fn classify_operand(
     } else {
         (LoadClass::Irregular, Reason::NotInLoop)
     }
+}
+
+/// The class of a load that its instruction and addressing decide alone
+/// (string reads, gathers, bit tests, scalars), whatever its loops;
+/// `frame_pointer`: whether `rbp` is one.
+fn class_by_form(
+    code: &FunctionCode,
+    frame_pointer: bool,
+    op: &LoadOperand,
+) -> Option<(LoadClass, Reason)> {
+    if op.string {
+        return Some((LoadClass::Strided, Reason::StringInstruction));
+    }
+    if op.gather {
+        return Some((LoadClass::Irregular, Reason::Gather));
+    }
+    // The byte read moves with the bit offset, which the evaluator does not
+    // follow: never a Constant scalar, whatever the operand.
+    if let Some(register) = code
+        .instructions
+        .get(op.instruction as usize)
+        .and_then(operands::bit_offset_register)
+    {
+        return Some((LoadClass::Irregular, Reason::BitOffset { register }));
+    }
+    if op.index == Register::None {
+        match op.base {
+            Register::None | Register::RIP => {
+                return Some((LoadClass::Constant, Reason::GlobalScalar));
+            }
+            Register::RSP => return Some((LoadClass::Constant, Reason::FrameScalar)),
+            Register::RBP if frame_pointer => {
+                return Some((LoadClass::Constant, Reason::FrameScalar));
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Proxy compression within each basic block (loads sorted by address).

@@ -29,9 +29,11 @@
 //! Valgrind Lackey reports and what probes record.
 
 use iced_x86::{
-    Instruction, InstructionInfoFactory, InstructionInfoOptions, Mnemonic, OpAccess, OpKind,
-    Register,
+    Code, CodeSize, Instruction, InstructionInfoFactory, InstructionInfoOptions, Mnemonic,
+    OpAccess, OpKind, Register,
 };
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU16, Ordering};
 
 /// One explicit memory read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,14 +132,7 @@ pub(crate) fn explicit_load(
     if matches!(mnemonic, Mnemonic::Lea | Mnemonic::Nop) || is_cache_hint(mnemonic) {
         return None;
     }
-    // The operands' accesses do not depend on the register and memory
-    // lists, which are not built.
-    let access = info
-        .info_options(
-            insn,
-            InstructionInfoOptions::NO_REGISTER_USAGE | InstructionInfoOptions::NO_MEMORY_USAGE,
-        )
-        .op_access(op);
+    let access = memory_access(info, insn, op);
     let reads = matches!(
         access,
         OpAccess::Read | OpAccess::ReadWrite | OpAccess::CondRead | OpAccess::ReadCondWrite
@@ -168,6 +163,49 @@ pub(crate) fn explicit_load(
         string: false,
     })
 }
+
+/// How `insn` accesses its memory operand `op`.
+///
+/// iced's instruction info is most of the cost of finding the loads (its
+/// implied accesses are worked out even when no list is asked for), and
+/// it gives the same access for every instruction of a `Code` in 64-bit
+/// code without an opmask (only an opmask's merging changes a
+/// destination's access), so those are kept per `Code` in
+/// [`MEMORY_ACCESS`], shared by all threads.
+fn memory_access(info: &mut InstructionInfoFactory, insn: &Instruction, op: u32) -> OpAccess {
+    let cacheable = !insn.has_op_mask() && insn.code_size() == CodeSize::Code64;
+    let slot = MEMORY_ACCESS
+        .get_or_init(|| {
+            (0..Code::values().len())
+                .map(|_| AtomicU16::new(0))
+                .collect()
+        })
+        .get(insn.code() as usize)
+        .filter(|_| cacheable);
+    // An entry is `(op + 1) << 8 | access`; 0 = not known yet.
+    if let Some(known) = slot.map(|s| s.load(Ordering::Relaxed))
+        && known >> 8 == op as u16 + 1
+        && let Ok(access) = OpAccess::try_from(usize::from(known & 0xff))
+    {
+        return access;
+    }
+    // The operands' accesses do not depend on the register and memory
+    // lists, which are not built.
+    let access = info
+        .info_options(
+            insn,
+            InstructionInfoOptions::NO_REGISTER_USAGE | InstructionInfoOptions::NO_MEMORY_USAGE,
+        )
+        .op_access(op);
+    if let Some(slot) = slot {
+        slot.store((op as u16 + 1) << 8 | access as u16, Ordering::Relaxed);
+    }
+    access
+}
+
+/// Per `Code`, the access of its memory operand as [`memory_access`]
+/// keeps it (any thread may fill an entry in: each has one value).
+static MEMORY_ACCESS: OnceLock<Box<[AtomicU16]>> = OnceLock::new();
 
 /// The string-instruction families whose reads are traced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -343,6 +381,36 @@ mod tests {
         let mut out = Vec::new();
         crate::binary::decode_bytes(&bytes, 0x1000, &mut out);
         out
+    }
+
+    /// The kept accesses are iced's, on instructions of every kind: those
+    /// of pseudo-random bytes (opmasks, VEX/EVEX, prefixes, all widths).
+    #[test]
+    fn kept_memory_accesses_are_iceds() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let bytes: Vec<u8> = (0..1 << 20)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        let mut insns = Vec::new();
+        crate::binary::decode_bytes(&bytes, 0x1000, &mut insns);
+        let mut info = InstructionInfoFactory::new();
+        let mut checked = 0;
+        for insn in insns.iter().filter(|i| !i.is_invalid()) {
+            let Some(op) = (0..insn.op_count()).find(|&i| insn.op_kind(i) == OpKind::Memory) else {
+                continue;
+            };
+            let iced = info.info(insn).op_access(op);
+            // Once to fill the entry in, once to read it back.
+            assert_eq!(memory_access(&mut info, insn, op), iced, "{insn}");
+            assert_eq!(memory_access(&mut info, insn, op), iced, "{insn}");
+            checked += 1;
+        }
+        assert!(checked > 50_000, "{checked} memory operands");
     }
 
     #[test]

@@ -745,7 +745,7 @@ fn pointer_shuffling_loop(seed: u64, blocks: usize) -> FunctionCode {
 /// Returns how many queries ran out of budget.
 fn replays_answer_as_walks(code: &FunctionCode) -> usize {
     let loops = code.loops();
-    let frame = Frame::compute(code, &mut InstructionInfoFactory::new());
+    let frame = Frame::compute(code, loops, &mut InstructionInfoFactory::new());
     let mut replaying = Evaluator::new(code, loops, &frame);
     let mut walking = Evaluator::new(code, loops, &frame).without_replays();
     let mut info = InstructionInfoFactory::new();

@@ -29,7 +29,7 @@
 
 use super::frame::{DefKind, Frame, GPRS, Var, gpr_var};
 use crate::binary::{FunctionCode, LoopForest};
-use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use foldhash::{HashMap, HashSet, HashSetExt};
 use iced_x86::{Instruction, Mnemonic, OpKind, Register};
 
 /// Why a value varies unpredictably from iteration to iteration.
@@ -178,6 +178,12 @@ impl ReachingCache {
     fn get(&self, key: u64, l: u32) -> Option<Reaching> {
         let &(k, kl, answer) = self.slots.get(Self::slot(key, l))?;
         (k == key && kl == l).then_some(answer)
+    }
+
+    /// An empty cache in `slots`' allocation.
+    fn reset(mut slots: Vec<(u64, u32, Reaching)>) -> ReachingCache {
+        slots.fill((Self::EMPTY, 0, Reaching::None));
+        ReachingCache { slots }
     }
 
     fn put(&mut self, key: u64, l: u32, answer: Reaching) {
@@ -363,43 +369,174 @@ const BUDGET: u32 = 20_000;
 /// native stack, on huge unrolled code).
 const MAX_DEPTH: usize = 256;
 
+/// The allocations of an [`Evaluator`], kept from one function to the
+/// next ([`Evaluator::with_buffers`], [`Evaluator::into_buffers`]): made
+/// anew for every function with loops, its maps and lists were a tenth of
+/// the classification's instructions (allocating, growing and freeing
+/// them). Nothing in them outlives a function but their capacity.
+#[derive(Default)]
+pub(crate) struct EvaluatorBuffers {
+    last_def: HashMap<u64, u32>,
+    last_def_known: Vec<bool>,
+    memo: HashMap<(u32, u64), Val>,
+    memoised: Vec<bool>,
+    memo_count: Vec<u32>,
+    spent: HashMap<(u32, u64), (u32, u32, Val, u32)>,
+    entry_defs: HashMap<u64, Vec<(u32, u32)>>,
+    entry_sets: Vec<u32>,
+    entry_last: Vec<Option<u32>>,
+    entry_ins: Vec<Vec<u32>>,
+    entry_set: Vec<u32>,
+    reaching_slots: Vec<(u64, u32, Reaching)>,
+    loop_preds: HashMap<u32, Vec<Vec<usize>>>,
+    loop_index: Vec<Option<LoopIndex>>,
+    in_progress: Vec<(u32, Var)>,
+    on_chain: Vec<(u16, u32)>,
+    read_lists: Vec<Vec<Register>>,
+    stored_forms: HashMap<u32, HashSet<(Register, Register, u32, u64)>>,
+    info: Option<iced_x86::InstructionInfoFactory>,
+    nodes: HashMap<(u32, u64), u32>,
+    node_bits: Vec<u32>,
+    loop_bits: Vec<u32>,
+    replays: Vec<Vec<Replay>>,
+    chain_bits: Vec<u32>,
+    frames: Vec<WalkFrame>,
+}
+
+/// `v` cleared, then `n` copies of `x`.
+fn refill<T: Clone>(mut v: Vec<T>, n: usize, x: T) -> Vec<T> {
+    v.clear();
+    v.resize(n, x);
+    v
+}
+
 impl<'a> Evaluator<'a> {
     /// Prepares the evaluator.
+    #[cfg(test)]
     pub fn new(code: &'a FunctionCode, loops: &'a LoopForest, frame: &'a Frame) -> Evaluator<'a> {
+        Evaluator::with_buffers(code, loops, frame, EvaluatorBuffers::default())
+    }
+
+    /// Prepares the evaluator in the allocations of `buffers` (from
+    /// [`Evaluator::into_buffers`] or new): the same evaluator as with new
+    /// ones, whatever they held.
+    pub fn with_buffers(
+        code: &'a FunctionCode,
+        loops: &'a LoopForest,
+        frame: &'a Frame,
+        buffers: EvaluatorBuffers,
+    ) -> Evaluator<'a> {
+        let EvaluatorBuffers {
+            mut last_def,
+            last_def_known,
+            mut memo,
+            memoised,
+            memo_count,
+            mut spent,
+            mut entry_defs,
+            mut entry_sets,
+            entry_last,
+            entry_ins,
+            entry_set,
+            reaching_slots,
+            mut loop_preds,
+            loop_index,
+            mut in_progress,
+            on_chain,
+            read_lists,
+            mut stored_forms,
+            info,
+            mut nodes,
+            mut node_bits,
+            loop_bits,
+            mut replays,
+            mut chain_bits,
+            mut frames,
+        } = buffers;
+        let (n, blocks, loop_count) = (
+            code.instructions.len(),
+            code.blocks.len(),
+            loops.loops.len(),
+        );
+        last_def.clear();
+        memo.clear();
+        spent.clear();
+        entry_defs.clear();
+        entry_sets.clear();
+        loop_preds.clear();
+        in_progress.clear();
+        stored_forms.clear();
+        nodes.clear();
+        node_bits.clear();
+        replays.clear();
+        chain_bits.clear();
+        frames.clear();
         Evaluator {
             code,
             loops,
             frame,
-            last_def: HashMap::new(),
-            last_def_known: vec![false; code.blocks.len()],
-            memo: HashMap::new(),
-            memoised: vec![false; code.instructions.len()],
-            memo_count: vec![0; loops.loops.len()],
-            spent: HashMap::new(),
-            entry_defs: HashMap::new(),
-            entry_sets: Vec::new(),
-            entry_last: Vec::new(),
-            entry_ins: Vec::new(),
-            entry_set: Vec::new(),
-            reaching_cache: ReachingCache { slots: Vec::new() },
-            loop_preds: HashMap::new(),
-            loop_index: vec![None; loops.loops.len()],
-            in_progress: Vec::new(),
-            on_chain: vec![(0, 0); code.instructions.len()],
-            read_lists: Vec::new(),
-            stored_forms: HashMap::new(),
-            info: iced_x86::InstructionInfoFactory::new(),
+            last_def,
+            last_def_known: refill(last_def_known, blocks, false),
+            memo,
+            memoised: refill(memoised, n, false),
+            memo_count: refill(memo_count, loop_count, 0),
+            spent,
+            entry_defs,
+            entry_sets,
+            // Each use clears the part it reads.
+            entry_last,
+            entry_ins,
+            entry_set,
+            reaching_cache: ReachingCache::reset(reaching_slots),
+            loop_preds,
+            loop_index: refill(loop_index, loop_count, None),
+            in_progress,
+            on_chain: refill(on_chain, n, (0, 0)),
+            read_lists,
+            stored_forms,
+            info: info.unwrap_or_else(iced_x86::InstructionInfoFactory::new),
             budget: BUDGET,
             refusals: 0,
-            nodes: HashMap::new(),
-            node_bits: Vec::new(),
-            loop_bits: vec![0; loops.loops.len()],
-            replays: Vec::new(),
-            chain_bits: Vec::new(),
+            nodes,
+            node_bits,
+            loop_bits: refill(loop_bits, loop_count, 0),
+            replays,
+            chain_bits,
             chain_set: 0,
             bit_depth: [0; NODE_BITS as usize],
-            frames: Vec::new(),
+            frames,
             replaying: true,
+        }
+    }
+
+    /// The evaluator's allocations, for the next function's.
+    pub fn into_buffers(self) -> EvaluatorBuffers {
+        EvaluatorBuffers {
+            last_def: self.last_def,
+            last_def_known: self.last_def_known,
+            memo: self.memo,
+            memoised: self.memoised,
+            memo_count: self.memo_count,
+            spent: self.spent,
+            entry_defs: self.entry_defs,
+            entry_sets: self.entry_sets,
+            entry_last: self.entry_last,
+            entry_ins: self.entry_ins,
+            entry_set: self.entry_set,
+            reaching_slots: self.reaching_cache.slots,
+            loop_preds: self.loop_preds,
+            loop_index: self.loop_index,
+            in_progress: self.in_progress,
+            on_chain: self.on_chain,
+            read_lists: self.read_lists,
+            stored_forms: self.stored_forms,
+            info: Some(self.info),
+            nodes: self.nodes,
+            node_bits: self.node_bits,
+            loop_bits: self.loop_bits,
+            replays: self.replays,
+            chain_bits: self.chain_bits,
+            frames: self.frames,
         }
     }
 
