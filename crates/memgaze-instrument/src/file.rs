@@ -81,15 +81,28 @@ fn instrument_object(
     format: AnnotationFormat,
 ) -> Result<Instrumented, InstrumentError> {
     let started = std::time::Instant::now();
+    crate::timings::begin();
+    let whole = crate::timings::phase("instrument (whole)");
     build_iced_tables_beside();
     let large_apart = crate::rewrite::MapLargeAllocations::new();
-    let binary = match library {
-        None => Binary::open(input)?,
-        Some(_) => Binary::open_any(input)?,
+    let mut binary = {
+        let _open = crate::timings::phase("open (ELF, symbols, functions)");
+        Binary::open_hashing_later(input, library.is_some())?
     };
     large_apart.unless_small(&binary);
     let opened = started.elapsed().as_secs_f64();
-    let (annotation, mut codes) = annotate_without_lines(&binary, functions)?;
+    // A large file is hashed while its functions are classified (alone,
+    // beside the function discovery, the hash left a core idle).
+    let selected = select(&binary, functions)?;
+    let (sha256, parts) = rayon::join(
+        || binary.sha256_pending(),
+        || classify_functions(&binary, &selected),
+    );
+    if let Some(sha256) = sha256 {
+        binary.set_sha256(sha256);
+    }
+    let (annotation, mut codes) = gather_annotation(&binary, selected.len(), parts);
+    let staging = crate::timings::phase("stage outputs, load addresses");
     if library.is_some() && annotation.loads.len() > crate::rewrite::library::MAX_LOADS {
         return Err(InstrumentError::InFile {
             path: input.to_path_buf(),
@@ -121,13 +134,20 @@ fn instrument_object(
     // executable. (Every load the rewriter is given comes from the
     // classification: their addresses are the ones looked up.)
     let load_addresses = crate::classify::sorted_addresses(&annotation.loads);
-    let read_lines = || binary.line_table_for(&load_addresses);
+    drop(staging);
+    let read_lines = || {
+        let _lines = crate::timings::phase("line table (beside)");
+        binary.line_table_for(&load_addresses)
+    };
     let finish_annotation = |annotation: &mut Annotation, table: LineTable| {
         // The DWARF sections' pages are not read again (the writer gives
         // up the input's other pages as it copies them).
         binary.release_resident();
+        let _lines = crate::timings::phase("add lines to loads (beside)");
         crate::classify::add_lines_from(&mut annotation.loads, &table);
         drop(table);
+        drop(_lines);
+        let _encode = crate::timings::phase("encode annotation (beside)");
         annotation.to_bytes(format)
     };
     // The executable is written as it is made, straight into the file
@@ -171,12 +191,14 @@ fn instrument_object(
         }
     };
     let written = std::time::Instant::now();
+    let committing = crate::timings::phase("write annotation, commit both");
     // Whatever the writer read again after the line table is given up.
     binary.release_resident();
     write_annotation(&mut staged_annotation, &annotation_bytes)?;
     drop(annotation_bytes);
     staged_executable.commit()?;
     staged_annotation.commit()?;
+    drop(committing);
     let timings = &mut result.report.timings;
     timings.insert(0, ("classify (CFG, load classes)".into(), classified));
     timings.insert(
@@ -187,6 +209,7 @@ fn instrument_object(
         "write annotation, commit both files".into(),
         written.elapsed().as_secs_f64(),
     ));
+    drop(whole);
     Ok(result)
 }
 
@@ -228,26 +251,45 @@ fn annotate_without_lines(
     functions: Option<&str>,
 ) -> Result<(Annotation, HashMap<u64, FunctionCode>), InstrumentError> {
     let selected = select(binary, functions)?;
-    let parts: Vec<(usize, FunctionLoads, FunctionCode)> = {
-        use rayon::prelude::*;
-        selected
-            .par_iter()
-            .map_init(Classifier::new, |classifier, &i| {
-                let code = binary.function_code(&binary.functions()[i]);
-                let loads = classifier.classify(&code);
-                (i, loads, code)
-            })
-            .collect()
-    };
+    let parts = classify_functions(binary, &selected);
+    Ok(gather_annotation(binary, selected.len(), parts))
+}
+
+/// The loads and the control flow of the functions `selected` (indices
+/// into the binary's functions), on all cores, in order.
+fn classify_functions(
+    binary: &Binary,
+    selected: &[usize],
+) -> Vec<(usize, FunctionLoads, FunctionCode)> {
+    use rayon::prelude::*;
+    let _classifying = crate::timings::phase("classify (CFG, load classes)");
+    selected
+        .par_iter()
+        .map_init(Classifier::new, |classifier, &i| {
+            let code = binary.function_code(&binary.functions()[i]);
+            let loads = classifier.classify(&code);
+            (i, loads, code)
+        })
+        .collect()
+}
+
+/// The annotation (without source positions) of the `selected` functions'
+/// classified `parts`, and their control flow keyed by function start.
+fn gather_annotation(
+    binary: &Binary,
+    selected: usize,
+    parts: Vec<(usize, FunctionLoads, FunctionCode)>,
+) -> (Annotation, HashMap<u64, FunctionCode>) {
+    let _gathering = crate::timings::phase("gather loads, annotation");
     let mut loads = BinaryLoads {
-        functions: Vec::with_capacity(selected.len()),
+        functions: Vec::with_capacity(selected),
     };
-    let mut codes = HashMap::with_capacity(selected.len());
+    let mut codes = HashMap::with_capacity(selected);
     for (i, function_loads, code) in parts {
         codes.insert(binary.functions()[i].start, code);
         loads.functions.push((i, function_loads));
     }
-    Ok((loads.to_annotation_without_lines(binary), codes))
+    (loads.to_annotation_without_lines(binary), codes)
 }
 
 /// Indices of the functions a `--functions` glob selects (all when `None`).

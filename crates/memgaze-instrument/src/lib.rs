@@ -19,6 +19,7 @@ pub mod classify;
 mod error;
 mod file;
 pub mod rewrite;
+mod timings;
 
 pub use error::{
     AnnotationError, ElfError, InstrumentError, RelocateError, RewriteError, UnwindError,

@@ -55,8 +55,21 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// File size from which [`Binary::open`] hashes the file on another core.
+/// File size from which [`Binary::open`] hashes the file on another core
+/// (and [`Binary::open_hashing_later`] leaves the hash to its caller).
 const HASH_APART: usize = 8 << 20;
+
+/// Bytes hashed between giving up the pages read (`sha256_of`).
+const HASH_PIECE: usize = 8 << 20;
+
+/// When [`Binary::parse`] hashes the file.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Hashing {
+    /// Before it returns.
+    Now,
+    /// A large file's later ([`Binary::sha256_pending`]), a small one's now.
+    LaterIfLarge,
+}
 
 /// Inputs of at most this many bytes are instrumented without giving
 /// memory back to the system as the stages go (their input's pages, the
@@ -165,16 +178,33 @@ impl Binary {
     /// architectures, big-endian), a shared library, an object file, a core
     /// dump, a truncated or malformed file.
     pub fn open(path: impl AsRef<Path>) -> Result<Binary, InstrumentError> {
-        Binary::open_inner(path.as_ref(), false)
+        Binary::open_inner(path.as_ref(), false, Hashing::Now)
     }
 
     /// Like [`Binary::open`] but also accepts shared objects (libraries),
     /// e.g. to name functions of a library seen in a Lackey log.
     pub fn open_any(path: impl AsRef<Path>) -> Result<Binary, InstrumentError> {
-        Binary::open_inner(path.as_ref(), true)
+        Binary::open_inner(path.as_ref(), true, Hashing::Now)
     }
 
-    fn open_inner(path: &Path, allow_shared: bool) -> Result<Binary, InstrumentError> {
+    /// [`Binary::open`] (`allow_shared`: [`Binary::open_any`]) without
+    /// hashing a large file: its identity's `sha256` stays empty until the
+    /// caller sets [`Binary::sha256_pending`]'s hash, computed beside work
+    /// of its own that needs no identity (the hash is one thread's work,
+    /// and function discovery, all there is to do beside it here, is
+    /// shorter).
+    pub(crate) fn open_hashing_later(
+        path: &Path,
+        allow_shared: bool,
+    ) -> Result<Binary, InstrumentError> {
+        Binary::open_inner(path, allow_shared, Hashing::LaterIfLarge)
+    }
+
+    fn open_inner(
+        path: &Path,
+        allow_shared: bool,
+        hashing: Hashing,
+    ) -> Result<Binary, InstrumentError> {
         if path.is_dir() {
             return Err(InstrumentError::IsDirectory {
                 path: path.to_path_buf(),
@@ -184,9 +214,11 @@ impl Binary {
             path: path.to_path_buf(),
             source,
         })?;
-        Binary::parse(path, data, allow_shared).map_err(|source| InstrumentError::Unsupported {
-            path: path.to_path_buf(),
-            source,
+        Binary::parse(path, data, allow_shared, hashing).map_err(|source| {
+            InstrumentError::Unsupported {
+                path: path.to_path_buf(),
+                source,
+            }
         })
     }
 
@@ -197,11 +229,17 @@ impl Binary {
         data: Vec<u8>,
         allow_shared: bool,
     ) -> Result<Binary, BinaryError> {
-        Binary::parse(path, FileBytes::Owned(data), allow_shared)
+        Binary::parse(path, FileBytes::Owned(data), allow_shared, Hashing::Now)
     }
 
-    fn parse(path: &Path, bytes: FileBytes, allow_shared: bool) -> Result<Binary, BinaryError> {
+    fn parse(
+        path: &Path,
+        bytes: FileBytes,
+        allow_shared: bool,
+        hashing: Hashing,
+    ) -> Result<Binary, BinaryError> {
         let data = bytes.as_slice();
+        let headers = crate::timings::phase("  parse ELF headers");
         elf::check_ident(data)?;
         let header = Elf::parse_header(data)
             .map_err(|e| BinaryError::Malformed(format!("unreadable ELF header ({e})")))?;
@@ -273,6 +311,8 @@ impl Binary {
                     .map(|n| n.desc)
             });
         let build_id = build_id_note.map(hex);
+        drop(headers);
+        let symbols_fdes = crate::timings::phase("  symbols, .eh_frame FDEs");
 
         let section_bytes = |s: &Section| -> Option<&[u8]> {
             if !s.has_file_data() {
@@ -322,8 +362,8 @@ impl Binary {
                 _ => {}
             }
         }
-        let hash = || hex(&Sha256::digest(data));
         let discover = || {
+            let _discovering = crate::timings::phase("  discover functions");
             functions::discover(functions::DiscoveryInput {
                 sections: &sections,
                 symtab,
@@ -334,12 +374,15 @@ impl Binary {
                 section_bytes: &section_bytes,
             })
         };
+        drop(symbols_fdes);
+        let discovering = crate::timings::phase("  discover functions | sha256");
         // A large file is hashed on another core meanwhile (for a small one
-        // the hand-over would cost more than the hash).
-        let (sha256, (functions, discovery)) = if data.len() >= HASH_APART {
-            rayon::join(hash, discover)
-        } else {
-            (hash(), discover())
+        // the hand-over would cost more than the hash), or later.
+        let hash = || sha256_of(&bytes);
+        let (sha256, (functions, discovery)) = match hashing {
+            _ if data.len() < HASH_APART => (hash(), discover()),
+            Hashing::Now => rayon::join(hash, discover),
+            Hashing::LaterIfLarge => (String::new(), discover()),
         };
         let identity = BinaryIdentity {
             path: path.display().to_string(),
@@ -348,6 +391,7 @@ impl Binary {
             build_id,
         };
 
+        drop(discovering);
         // The hash read every page; the stages fault in what they read.
         bytes.release_resident();
         Ok(Binary {
@@ -426,7 +470,25 @@ impl Binary {
 
     /// Path, size, SHA-256 and build-id.
     pub fn identity(&self) -> &BinaryIdentity {
+        debug_assert!(
+            !self.identity.sha256.is_empty(),
+            "the identity of a binary opened hashing later, asked before its hash was set"
+        );
         &self.identity
+    }
+
+    /// The SHA-256 of a file [`Binary::open_hashing_later`] left unhashed
+    /// (`None` once hashed), for [`Binary::set_sha256`].
+    pub(crate) fn sha256_pending(&self) -> Option<String> {
+        self.identity
+            .sha256
+            .is_empty()
+            .then(|| sha256_of(&self.data))
+    }
+
+    /// Sets the hash [`Binary::sha256_pending`] gave.
+    pub(crate) fn set_sha256(&mut self, sha256: String) {
+        self.identity.sha256 = sha256;
     }
 
     /// Fixed-address, PIE or (from [`Binary::open_any`]) shared object.
@@ -672,6 +734,21 @@ pub(crate) fn decode_bytes(bytes: &[u8], ip: u64, out: &mut Vec<Instruction>) {
     }
 }
 
+/// The hex SHA-256 of `bytes`, hashed a piece at a time, each piece's pages
+/// given up once hashed (the stages fault in what they read; held, the
+/// whole file would be resident beside them).
+fn sha256_of(bytes: &FileBytes) -> String {
+    let _hashing = crate::timings::phase("  sha256");
+    let data = bytes.as_slice();
+    let mut hasher = Sha256::new();
+    for start in (0..data.len()).step_by(HASH_PIECE) {
+        let end = data.len().min(start + HASH_PIECE);
+        hasher.update(&data[start..end]);
+        bytes.release_resident_range(start..end);
+    }
+    hex(&hasher.finalize())
+}
+
 /// Lower-case hex of bytes.
 pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
@@ -702,5 +779,23 @@ fn decompress(data: &[u8]) -> Result<Vec<u8>, String> {
             "zlib-compressed DWARF is not supported (relink with --compress-debug-sections=none or =zstd)".into()
         ),
         other => Err(format!("unknown compression type {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mapped_file_hashed_piece_by_piece_has_its_whole_sha256() {
+        // Two whole pieces and part of a third, past the size whose pages
+        // are kept (so each piece's pages are given up as it is hashed).
+        let len = 2 * HASH_PIECE + 12_345;
+        let contents: Vec<u8> = (0..len).map(|i| (i % 253) as u8).collect();
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), &contents).unwrap();
+        let bytes = FileBytes::open(file.path()).unwrap();
+        assert_eq!(sha256_of(&bytes), hex(&Sha256::digest(&contents)));
+        assert_eq!(bytes.as_slice(), contents.as_slice());
     }
 }

@@ -306,6 +306,7 @@ impl<'a> ElfEditor<'a> {
         eh_frame_hdr: Option<(u64, u64)>,
         (input_file, release_input): (Option<&File>, impl Fn(std::ops::Range<usize>)),
     ) -> Result<(), ElfError> {
+        let _writing = crate::timings::phase("write executable");
         self.write_input(out, input_file, release_input);
         // What a patch holds past the input's end.
         for (at, range) in &self.patches {

@@ -383,6 +383,7 @@ pub(crate) fn instrument_with_code<L: Send, R: Send>(
             .push((phase.to_string(), clock.elapsed().as_secs_f64()));
         clock = std::time::Instant::now();
     };
+    let mut phase = crate::timings::phases("editor, original unwind, select");
     // Everything the editor rejects is a refusal of the file's layout.
     let bytes = binary.data();
     let mut editor = match options.library {
@@ -401,6 +402,7 @@ pub(crate) fn instrument_with_code<L: Send, R: Send>(
     let selection = select_functions(binary, &mut annotation, soft, &mut report);
 
     // ---- 1. plans
+    phase.next("plan (CFG, liveness, superblocks)");
     let (mut plans, mut skipped_loads) = plan_functions(
         binary,
         &mut annotation,
@@ -411,6 +413,7 @@ pub(crate) fn instrument_with_code<L: Send, R: Send>(
         &mut report,
     );
     lap(&mut report, "plan (CFG, liveness, superblocks)");
+    phase.next("escape jumps, runtime, tables");
     // A library's copies run through the executable's runtime, which
     // holds no counters for them: their escapes are not counted.
     let escape_sites = if soft && options.library.is_none() && options.escape_checks {
@@ -459,10 +462,8 @@ pub(crate) fn instrument_with_code<L: Send, R: Send>(
             .then(|| escape_check(binary, &plans, copies_va, editor.state_va)),
         got_hooks: process_end.by_slot.clone(),
     };
-    for plan in &mut plans {
-        plan.free_control_flow();
-    }
-    release_freed_memory_unless_small(binary);
+    free_in_plans(binary, &mut plans, Planned::free_control_flow);
+    phase.next("encode copies");
     let mut copies = encode_copies(
         binary,
         &mut plans,
@@ -475,10 +476,8 @@ pub(crate) fn instrument_with_code<L: Send, R: Send>(
             loads: &mut skipped_loads,
         },
     )?;
-    for plan in &mut plans {
-        plan.free_instructions();
-    }
-    release_freed_memory_unless_small(binary);
+    free_in_plans(binary, &mut plans, Planned::free_instructions);
+    phase.end();
     lap(&mut report, "encode copies");
     // The line table needs only the loads' addresses, known since the
     // classification: it is read on another thread while this one
@@ -516,6 +515,7 @@ pub(crate) fn instrument_with_code<L: Send, R: Send>(
         lap(&mut report, "unwind information");
 
         // ---- 4. patches
+        let mut patching = crate::timings::phases("tables, patch original");
         let table_bytes = fill_tables(binary, &plans, &tables, &copies, &mut report);
         // First, so that an entry or jump-table patch over a GOT call wins.
         process_end::patch(&mut editor, &process_end)?;
@@ -542,9 +542,11 @@ pub(crate) fn instrument_with_code<L: Send, R: Send>(
         let segment_va = editor.segment_va;
         let eh_frame_hdr = tail.eh_frame_hdr;
         let copies_len = copies.len;
+        patching.next("name copies, free them");
         editor.name_copies(copies_va, copies_len, &copies.maps);
         let ptwrites = std::mem::take(&mut copies.ptwrites);
         drop(copies);
+        patching.end();
         let write_executable = |out: &mut dyn Output| {
             editor.finish(
                 out,
@@ -611,6 +613,7 @@ fn record_outcome(
     (ptwrites, skipped_loads): (Vec<PtwriteSite>, Vec<(usize, String)>),
     options: &InstrumentOptions,
 ) {
+    let _recording = crate::timings::phase("record outcome (beside)");
     update_annotation(annotation, plans, ptwrites, skipped_loads, options);
     annotation.escapes = escapes::sites(binary, plans, patched, annotation);
     count_escape_checks(report, annotation);
@@ -662,6 +665,7 @@ enum Lines<'s, L, F> {
 impl<L, F: FnOnce() -> L> Lines<'_, L, F> {
     /// The positions, once read.
     fn get(self) -> L {
+        let _waiting = crate::timings::phase("wait for line table (beside)");
         match self {
             Lines::Reading(reading) => reading
                 .join()
@@ -697,6 +701,16 @@ fn beside_the_writer<W, R: Send>(
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         (written, finished)
     })
+}
+
+/// Frees what `free` frees of each plan, and the allocator's free pages
+/// ([`release_freed_memory_unless_small`]).
+fn free_in_plans(binary: &Binary, plans: &mut [Planned], free: fn(&mut Planned)) {
+    let _freeing = crate::timings::phase("  free plans' parts");
+    for plan in plans {
+        free(plan);
+    }
+    release_freed_memory_unless_small(binary);
 }
 
 /// [`release_freed_memory`], except for a small input (its peak is a few
@@ -1437,6 +1451,7 @@ fn build_unwind_tail(
     tail_va: u64,
     report: &mut Report,
 ) -> Result<UnwindTail, RewriteError> {
+    let _unwinding = crate::timings::phase("unwind information");
     let mut tail: Vec<u8> = Vec::new(); // LSDAs, FDEs, header after the copies
     let mut new_fdes: Vec<(u64, u64)> = Vec::new();
     let read = |addr: u64, len: usize| original.read(addr, len);
@@ -1835,6 +1850,7 @@ struct SpatialSkips {
 }
 
 fn spatial_skips(segment_va: u64, table_va: u64, copies: &relocate::Copies) -> SpatialSkips {
+    let _skipping = crate::timings::phase("spatial skips");
     let checks = &copies.spatial_checks;
     if checks.is_empty() {
         return SpatialSkips::default();
