@@ -101,6 +101,8 @@
 use iced_x86::code_asm::*;
 use iced_x86::{BlockEncoderOptions, Code, Instruction, MemoryOperand, Register};
 pub(crate) use memgaze_trace::layout::slot;
+
+mod template;
 use memgaze_trace::protocol::{self, MESSAGE_MAGIC, MessageKind, RECORD_BYTES, WINDOW_MARKER};
 
 /// `CLAIM` of a slot whose grant the cold path took back (see
@@ -372,7 +374,7 @@ pub struct RuntimeParams {
 }
 
 /// The assembled runtime and the addresses of its entry points.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Runtime {
     /// Machine code, to be placed at `RuntimeParams::code_va`.
     pub code: Vec<u8>,
@@ -429,7 +431,87 @@ pub struct Runtime {
     pub(crate) region_samples: u64,
 }
 
+/// Entry points of a [`Runtime`], in the order of [`Runtime::entries`].
+const ENTRIES: usize = 20;
+
 impl Runtime {
+    /// The addresses of every entry point, in declaration order.
+    #[cfg(test)]
+    fn entries(&self) -> [u64; ENTRIES] {
+        [
+            self.record,
+            self.probe_append,
+            self.probe_append_tracked,
+            self.record_tracked,
+            self.spatial,
+            self.spatial_append,
+            self.entry,
+            self.fini,
+            self.exit_now,
+            self.exec_flush,
+            self.before_fork,
+            self.after_fork,
+            self.before_spawn,
+            self.after_spawn,
+            self.region_begin,
+            self.region_end,
+            self.region_begin_unnamed,
+            self.region_end_unnamed,
+            self.region_toggle,
+            self.region_samples,
+        ]
+    }
+
+    /// A runtime of `code` with the entry points of [`Runtime::entries`].
+    fn with_entries(code: Vec<u8>, cpu_features: u32, entries: [u64; ENTRIES]) -> Runtime {
+        let [
+            record,
+            probe_append,
+            probe_append_tracked,
+            record_tracked,
+            spatial,
+            spatial_append,
+            entry,
+            fini,
+            exit_now,
+            exec_flush,
+            before_fork,
+            after_fork,
+            before_spawn,
+            after_spawn,
+            region_begin,
+            region_end,
+            region_begin_unnamed,
+            region_end_unnamed,
+            region_toggle,
+            region_samples,
+        ] = entries;
+        Runtime {
+            code,
+            cpu_features,
+            record,
+            probe_append,
+            probe_append_tracked,
+            record_tracked,
+            spatial,
+            spatial_append,
+            entry,
+            fini,
+            exit_now,
+            exec_flush,
+            before_fork,
+            after_fork,
+            before_spawn,
+            after_spawn,
+            region_begin,
+            region_end,
+            region_begin_unnamed,
+            region_end_unnamed,
+            region_toggle,
+            region_samples,
+        }
+    }
+
     /// `probe_append` and `probe_append_tracked`, in that order.
     pub(crate) fn probe_appends(&self) -> [u64; 2] {
         [self.probe_append, self.probe_append_tracked]
@@ -471,8 +553,19 @@ fn fs(offset: u64) -> AsmMemoryOperand {
     qword_ptr(offset).fs()
 }
 
-/// Generates the runtime for the given placement.
+/// Generates the runtime for the given placement: from the precomputed
+/// template of its shape where one fits ([`template`]), else assembled.
 pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
+    match template::instantiate(params) {
+        Some(runtime) => Ok(runtime),
+        None => assemble(params).map(|(runtime, _)| runtime),
+    }
+}
+
+/// Assembles the runtime for the given placement: the single source of
+/// its machine code (the templates are derived from it). Also returns
+/// the offset of every instruction in the code.
+fn assemble(params: &RuntimeParams) -> Result<(Runtime, Vec<u32>), IcedError> {
     let mut a = CodeAssembler::new(64)?;
     let mut l = Labels::new(&mut a);
     // The routines are laid out in this order; the hot path falls through
@@ -516,11 +609,11 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     emit_reconnect(&mut a, &mut l)?;
     emit_env_prefixes(&mut a, &mut l)?;
 
-    let result = a.assemble_options(
+    let mut result = a.assemble_options(
         params.code_va,
         BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
     )?;
-    Ok(Runtime {
+    let runtime = Runtime {
         record: result.label_ip(&l.record)?,
         probe_append: result.label_ip(&l.probe_append)?,
         probe_append_tracked: result.label_ip(&l.probe_append_tracked)?,
@@ -541,9 +634,10 @@ pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
         region_end_unnamed: result.label_ip(&l.region_end_unnamed)?,
         region_toggle: result.label_ip(&l.region_toggle)?,
         region_samples: result.label_ip(&l.region_samples)?,
-        code: result.inner.code_buffer,
+        code: std::mem::take(&mut result.inner.code_buffer),
         cpu_features: params.cpu_features,
-    })
+    };
+    Ok((runtime, result.inner.new_instruction_offsets))
 }
 
 /// The entry hook's first step in a copy that uses CPU features beyond
