@@ -3,9 +3,13 @@
 //! with libc instrumented (`--full`) and checked per function against
 //! Valgrind Lackey on the original program and libc.
 //!
-//! glibc picks string-function variants by CPU; Valgrind has no AVX-512,
-//! so the native run is told to ignore it too (`GLIBC_TUNABLES`) and both
-//! run the same variants. The program prints where the loader put it and
+//! glibc picks string-function variants by CPU; Valgrind has neither
+//! AVX-512 nor Intel's transactional memory (RTM: such CPUs get the `_rtm`
+//! variants, or with RTM off the SSE2 ones unless `Prefer_No_VZEROUPPER`,
+//! set for them, is off too), so the native run is told to ignore them
+//! too (`GLIBC_TUNABLES`) and both run the same variants. The
+//! non-temporal threshold is pinned above the buffers, since it follows
+//! the cache sizes each CPU (or Valgrind) reports. The program prints where the loader put it and
 //! libc (stderr, fixed width: the same output in every run), which turns
 //! Lackey's addresses into offsets of each object. Only the loop between
 //! the region markers is compared: start-up reads the environment, which
@@ -23,8 +27,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-const TUNABLES: &str =
-    "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD,-AVX512_VBMI2";
+const TUNABLES: &str = "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD,-AVX512_VBMI2,-RTM,-Prefer_No_VZEROUPPER:glibc.cpu.x86_non_temporal_threshold=0x40000000";
 /// Buffer bytes: large enough that the copies, comparisons and scans are
 /// most of the program's loads.
 const BYTES: &str = "262144";
@@ -256,14 +259,25 @@ fn libc_string_functions_are_traced_as_lackey_sees_them() {
         "{ours_total} of Lackey's {lackey_total} loads and {implicit_total} implicit reads recorded"
     );
     // memcpy's `rep movsb` is traced: Lackey's reads of its largest
-    // function are all there.
-    let (_, memcpy) = per_function
+    // function are all there. Counted per function, not per instruction:
+    // on Intel CPUs with FSRM glibc avoids short-distance `rep movsb`
+    // (Valgrind hides FSRM), which reaches the same `rep movsb` through a
+    // copy of the first vector load at another address.
+    let ((_, memcpy_name), memcpy) = per_function
         .iter()
         .filter(|((object, _), _)| object == LIBC)
         .max_by_key(|(_, r)| r.0)
         .unwrap();
     assert!(memcpy.0 >= 1_000_000, "{memcpy:?}");
-    assert_eq!(memcpy.1, memcpy.0);
+    let libc_annotation = &objects[1].2;
+    let ours_in_memcpy: u64 = recorded
+        .iter()
+        .filter(|((object, ip), _)| {
+            object == LIBC && function_at(libc_annotation, *ip) == *memcpy_name
+        })
+        .map(|(_, &n)| n)
+        .sum();
+    assert_eq!(ours_in_memcpy, memcpy.0, "{memcpy_name}");
     // The copies, comparisons and scans themselves are libc's, and traced.
     let libc_share: u64 = per_function
         .iter()
