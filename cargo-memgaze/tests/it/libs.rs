@@ -1087,3 +1087,85 @@ fn libc_functions_that_jump_over_a_lock_prefix_are_instrumented() {
         .collect();
     assert!(into_the_middle.is_empty(), "{into_the_middle:?}");
 }
+
+/// `run` of a program whose loads are mostly libc's `malloc` and `free`,
+/// with libc instrumented. Libraries take no spatial samples: in a sampled
+/// run a libc load's tracked accesses are only those its time windows
+/// recorded, so libc's miss ratios are unknown (null) and the whole-run
+/// figures leave it out, with a note that counts it; the executable's
+/// functions keep theirs. A full run (`--full`) has every record: libc's
+/// miss ratios are there, and libc's misses are in the total.
+#[test]
+fn sampled_runs_leave_libraries_out_of_the_cache_figures() {
+    let program = build("malloc_pool.c", &["-O2", "-g"]);
+    let target = scratch().join("libs-unsampled-target");
+    std::fs::create_dir_all(&target).unwrap();
+    let analyse = |mode: &[&str], tag: &str| -> serde_json::Value {
+        let json = scratch().join(format!("libs-unsampled-{tag}.json"));
+        run_ok(
+            memgaze()
+                .args(["memgaze", "run", "-q", "--libs", LIBC])
+                .args(mode)
+                .args(["--format", "json", "-o"])
+                .arg(&json)
+                .arg(&program)
+                .arg("100000")
+                .env("CARGO_TARGET_DIR", &target),
+        );
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap()
+    };
+    let functions = |analysis: &serde_json::Value, libc: bool| -> Vec<serde_json::Value> {
+        analysis["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| (f["object"] == LIBC) == libc)
+            .cloned()
+            .collect()
+    };
+    let misses = |analysis: &serde_json::Value| analysis["summary"]["misses_L1"].as_f64().unwrap();
+
+    let full = analyse(&["--full"], "full");
+    let full_libc = functions(&full, true);
+    assert!(
+        full_libc.iter().any(|f| f["MR_L1"].as_f64().is_some()),
+        "a full run has libc's miss ratios: {full_libc:?}"
+    );
+    assert!(
+        !has_note(&full, &["no spatial samples"]),
+        "{}",
+        full["coverage"]["notes"]
+    );
+
+    let sampled = analyse(&[], "sampled");
+    let sampled_libc = functions(&sampled, true);
+    assert!(!sampled_libc.is_empty(), "libc ran traced loads");
+    for f in &sampled_libc {
+        assert!(
+            f["MR_L1"].is_null() && f["MR_LLC"].is_null(),
+            "libc's miss ratios are unknown in a sampled run: {f}"
+        );
+        assert!(f["mrc"].is_null(), "no curve: {f}");
+    }
+    let main = functions(&sampled, false)
+        .into_iter()
+        .find(|f| f["name"] == "main")
+        .unwrap_or_else(|| panic!("no main: {}", sampled["functions"]));
+    assert!(main["MR_L1"].as_f64().is_some(), "{main}");
+    assert!(
+        has_note(
+            &sampled,
+            &["leave out", "of libc.so.6", "no spatial samples"]
+        ),
+        "{}",
+        sampled["coverage"]["notes"]
+    );
+    // The total is the executable's misses alone: below the full run's,
+    // which has libc's too (most of them here).
+    assert!(
+        misses(&sampled) < misses(&full),
+        "{} {}",
+        misses(&sampled),
+        misses(&full)
+    );
+}

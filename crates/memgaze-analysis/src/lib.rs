@@ -607,6 +607,11 @@ pub struct Analyzer {
     /// Each instrumented shared library's file name, from the header's
     /// labels (not the programs that joined the recording).
     instrumented_libraries: Vec<String>,
+    /// Load-slot ranges `first..end` of the instrumented libraries and
+    /// their names, in a spatially sampled recording (empty otherwise):
+    /// libraries take no spatial samples, so their loads are left out of
+    /// the whole-run tallies.
+    unsampled_libraries: Vec<(u32, u32, String)>,
     /// Whole-run stack distances over the tracked blocks.
     whole: WholeRun,
     /// The time samples' in-window distances, for the whole-run prior
@@ -811,6 +816,32 @@ fn instrumented_libraries(header: &TraceHeader) -> impl Iterator<Item = String> 
         .iter()
         .filter(|(key, _)| key == memgaze_trace::OBJECT_LABEL)
         .filter_map(|(_, value)| value.splitn(3, ' ').nth(2).map(str::to_string))
+}
+
+/// The load-slot ranges `first..end` of the instrumented shared libraries
+/// the header's object labels (`<first function> <first load> <name>`)
+/// name, with their names; a range ends where the next object begins.
+fn library_load_ranges(header: &TraceHeader) -> Vec<(u32, u32, String)> {
+    let objects: Vec<(u32, &str)> = header
+        .labels
+        .iter()
+        .filter(|(key, _)| key == memgaze_trace::OBJECT_LABEL)
+        .filter_map(|(_, value)| {
+            let mut parts = value.splitn(3, ' ');
+            let first_load = parts.nth(1)?.parse::<u32>().ok()?;
+            Some((first_load, parts.next()?))
+        })
+        .collect();
+    let loads = header.loads.len() as u32;
+    objects
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, name))| is_shared_object_name(name))
+        .map(|(i, &(first, name))| {
+            let end = objects.get(i + 1).map_or(loads, |&(next, _)| next);
+            (first, end.max(first), name.to_string())
+        })
+        .collect()
 }
 
 /// Whether an object's file name is a shared object's (`libc.so.6`,
@@ -1083,6 +1114,12 @@ impl Analyzer {
             instrumented_libraries: instrumented_libraries(header)
                 .filter(|name| is_shared_object_name(name))
                 .collect(),
+            unsampled_libraries: match tracking {
+                Tracking::Sampled {
+                    emulated: false, ..
+                } => library_load_ranges(header),
+                _ => Vec::new(),
+            },
             max_k,
             code_k,
             function_lo,
@@ -2000,7 +2037,7 @@ impl Analyzer {
                 } => rho.map(|r| r * slot.count as f64),
                 _ => Some(slot.count as f64),
             };
-            if site.is_empty() && slot.count == 0 {
+            if (site.is_empty() && slot.count == 0) || self.unsampled_library(i).is_some() {
                 continue;
             }
             let zeros;
@@ -2027,6 +2064,43 @@ impl Analyzer {
             functions,
             lines,
         }
+    }
+
+    /// The instrumented library whose load slot `slot` is, in a spatially
+    /// sampled recording: its tracked accesses are only those its time
+    /// windows recorded (about `1/ρ` of them), and what it reused between
+    /// windows is in no stack, so the whole-run figures leave it out.
+    fn unsampled_library(&self, slot: usize) -> Option<&str> {
+        let slot = slot as u32;
+        self.unsampled_libraries
+            .iter()
+            .find(|(first, end, _)| (*first..*end).contains(&slot))
+            .map(|(_, _, name)| name.as_str())
+    }
+
+    /// Per library that the whole-run figures leave out
+    /// ([`Analyzer::unsampled_library`]): its name, its load sites with
+    /// records and their estimated executions (`ρ ×` records; the records
+    /// when ρ is unknown).
+    fn unsampled_library_loads(&self, rho: Option<f64>) -> Vec<(&str, u64, f64)> {
+        let mut left_out: Vec<(&str, u64, f64)> = Vec::new();
+        for (i, slot) in self.slots.iter().enumerate() {
+            if !slot.class.is_access() || !slot.included || slot.count == 0 {
+                continue;
+            }
+            let Some(library) = self.unsampled_library(i) else {
+                continue;
+            };
+            let executions = rho.unwrap_or(1.0) * slot.count as f64;
+            match left_out.iter_mut().find(|(name, _, _)| *name == library) {
+                Some((_, loads, n)) => {
+                    *loads += 1;
+                    *n += executions;
+                }
+                None => left_out.push((library, 1, executions)),
+            }
+        }
+        left_out
     }
 
     /// The whole-run fields of the summary.
@@ -2393,7 +2467,27 @@ impl Analyzer {
                     locality::MIN_TRACKED
                 ));
             }
-            if !emulated && self.rho(totals).is_none() {
+            let rho = self.rho(totals);
+            let left_out = self.unsampled_library_loads(rho);
+            if !left_out.is_empty() {
+                let counted = if rho.is_some() {
+                    "estimated executions"
+                } else {
+                    "records"
+                };
+                let what: Vec<String> = left_out
+                    .iter()
+                    .map(|(name, loads, executions)| {
+                        let s = if *loads == 1 { "" } else { "s" };
+                        format!("{loads} load{s} of {name} ({executions:.0} {counted})")
+                    })
+                    .collect();
+                notes.push(format!(
+                    "whole-run cache figures (MR_*, misses_*) leave out {}: libraries take no spatial samples, so their miss ratios are unknown",
+                    what.join(", ")
+                ));
+            }
+            if !emulated && rho.is_none() {
                 notes.push(
                     "ρ unknown: the whole-run curve divides by the tracked accesses, without the SHARDS correction"
                         .to_string(),
@@ -2773,6 +2867,61 @@ mod tests {
             coverage_by_object_line(&objects),
             "app 100.0%, libz.so.1 no loads executed, libc.so.6 75.0%, libm.so.6 unknown (no ρ)"
         );
+    }
+
+    /// A library's loads in a spatially sampled recording (libraries take no
+    /// spatial samples) are left out of the whole-run figures, with a note;
+    /// the executable's keep theirs. In a full trace they are in.
+    #[test]
+    fn libraries_are_left_out_of_a_sampled_whole_run() {
+        let analyse = |sampling: Sampling| {
+            let mut h = header(Backend::Soft, sampling);
+            h.spatial = (!sampling.is_full()).then(|| memgaze_trace::SpatialSampling {
+                threshold: u64::MAX,
+                ..memgaze_trace::SpatialSampling::with_rate(0.5).unwrap()
+            });
+            h.loads[L1 as usize].function = Some(1);
+            h.functions[1].name = "libc.so.6!f1".into();
+            h.labels = vec![(memgaze_trace::OBJECT_LABEL.into(), "1 1 libc.so.6".into())];
+            let mut a = Analyzer::new(&h, &AnalysisOptions::default()).unwrap();
+            for (load, addr, sample) in [
+                (L0, 0x100, 0),
+                (L1, 0x200, 0),
+                (L0, 0x100, 0),
+                (L1, 0x200, 1),
+                (L0, 0x140, 1),
+            ] {
+                a.push_load(load, addr, sample, 0);
+            }
+            a.finish(&TraceTotals::clean(50, 5, 2))
+        };
+        let mr_l1 = |a: &Analysis, name: &str| {
+            let f = a.functions.iter().find(|f| f.name == name).unwrap();
+            f.whole_run.mr_l1
+        };
+        let left_out = |a: &Analysis| {
+            a.coverage
+                .notes
+                .iter()
+                .find(|n| n.contains("no spatial samples"))
+                .cloned()
+        };
+
+        let sampled = analyse(sampled());
+        assert!(mr_l1(&sampled, "f0").is_some());
+        assert_eq!(mr_l1(&sampled, "libc.so.6!f1"), None);
+        assert!(sampled.functions.iter().any(|f| f.name == "libc.so.6!f1"));
+        assert_eq!(sampled.summary.tracked_accesses, Some(3), "L0's alone");
+        let note = left_out(&sampled).unwrap_or_else(|| panic!("{:?}", sampled.coverage.notes));
+        assert!(
+            note.contains("leave out 1 load of libc.so.6 (20 estimated executions)"),
+            "ρ = 50/5: {note}"
+        );
+
+        let full = analyse(Sampling::full());
+        assert!(mr_l1(&full, "libc.so.6!f1").is_some());
+        assert_eq!(full.summary.tracked_accesses, Some(5));
+        assert_eq!(left_out(&full), None);
     }
 
     /// Coverage by object: the executable and an instrumented library each
