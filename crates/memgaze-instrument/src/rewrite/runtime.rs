@@ -554,7 +554,7 @@ fn fs(offset: u64) -> AsmMemoryOperand {
 }
 
 /// Generates the runtime for the given placement: from the precomputed
-/// template of its shape where one fits ([`template`]), else assembled.
+/// template of its shape where one fits (the `template` module), else assembled.
 pub fn generate(params: &RuntimeParams) -> Result<Runtime, IcedError> {
     match template::instantiate(params) {
         Some(runtime) => Ok(runtime),
