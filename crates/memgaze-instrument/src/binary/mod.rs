@@ -734,6 +734,25 @@ pub(crate) fn decode_bytes(bytes: &[u8], ip: u64, out: &mut Vec<Instruction>) {
     }
 }
 
+/// The instructions iced decodes from `len` pseudo-random bytes (xorshift
+/// from `seed`, at 0x1000): every kind of encoding, invalid ones included,
+/// for tests that check a table or filter against iced.
+#[cfg(test)]
+pub(crate) fn random_instructions(seed: u64, len: usize) -> Vec<Instruction> {
+    let mut state = seed;
+    let bytes: Vec<u8> = (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
+    let mut instructions = Vec::new();
+    decode_bytes(&bytes, 0x1000, &mut instructions);
+    instructions
+}
+
 /// The hex SHA-256 of `bytes`, hashed a piece at a time, each piece's pages
 /// given up once hashed (the stages fault in what they read; held, the
 /// whole file would be resident beside them).

@@ -313,17 +313,7 @@ mod tests {
     /// accepts.
     #[test]
     fn operands_at_frame_are_explicit_or_stack() {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let bytes: Vec<u8> = (0..1 << 20)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                state as u8
-            })
-            .collect();
-        let mut insns = Vec::new();
-        crate::binary::decode_bytes(&bytes, 0x1000, &mut insns);
+        let insns = crate::binary::random_instructions(0x9e37_79b9_7f4a_7c15, 1 << 20);
         let mut info = InstructionInfoFactory::new();
         let mut at_frame = 0;
         for insn in insns.iter().filter(|i| !i.is_invalid()) {

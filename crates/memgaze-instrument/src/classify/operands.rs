@@ -387,17 +387,7 @@ mod tests {
     /// of pseudo-random bytes (opmasks, VEX/EVEX, prefixes, all widths).
     #[test]
     fn kept_memory_accesses_are_iceds() {
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let bytes: Vec<u8> = (0..1 << 20)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                state as u8
-            })
-            .collect();
-        let mut insns = Vec::new();
-        crate::binary::decode_bytes(&bytes, 0x1000, &mut insns);
+        let insns = crate::binary::random_instructions(0x2545_f491_4f6c_dd1d, 1 << 20);
         let mut info = InstructionInfoFactory::new();
         let mut checked = 0;
         for insn in insns.iter().filter(|i| !i.is_invalid()) {
