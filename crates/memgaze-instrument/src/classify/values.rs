@@ -281,7 +281,6 @@ pub(crate) struct Evaluator<'a> {
     code: &'a FunctionCode,
     loops: &'a LoopForest,
     frame: &'a Frame,
-    /// Last definition of each variable in each block.
     /// Last definition of each variable in each block, keyed by
     /// [`pair`]`(block, variable)`, for the blocks `last_def_known` marks
     /// (only loop blocks are asked for, once a loop's variable is).
