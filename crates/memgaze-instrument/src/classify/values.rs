@@ -148,7 +148,7 @@ impl Val {
 enum Reaching {
     None,
     One(u32),
-    /// Several: `Evaluator::entry_sets[from..to]`.
+    /// Several: `EvaluatorBuffers::entry_sets[from..to]`.
     Many {
         from: u32,
         to: u32,
@@ -160,6 +160,7 @@ enum Reaching {
 /// definitions over and over (up to [`BUDGET`] steps), and each step asks
 /// where its inputs were defined: a block scan, then a map lookup, which
 /// were most of that time.
+#[derive(Default)]
 struct ReachingCache {
     /// `(`[`pair`]`(instruction, variable), loop, answer)`; an empty slot
     /// holds a key no pair makes.
@@ -180,10 +181,9 @@ impl ReachingCache {
         (k == key && kl == l).then_some(answer)
     }
 
-    /// An empty cache in `slots`' allocation.
-    fn reset(mut slots: Vec<(u64, u32, Reaching)>) -> ReachingCache {
-        slots.fill((Self::EMPTY, 0, Reaching::None));
-        ReachingCache { slots }
+    /// Forgets every answer, keeping the allocation.
+    fn clear(&mut self) {
+        self.slots.fill((Self::EMPTY, 0, Reaching::None));
     }
 
     fn put(&mut self, key: u64, l: u32, answer: Reaching) {
@@ -281,6 +281,36 @@ pub(crate) struct Evaluator<'a> {
     code: &'a FunctionCode,
     loops: &'a LoopForest,
     frame: &'a Frame,
+    /// The maps and lists of the evaluation (see [`EvaluatorBuffers`]).
+    bufs: EvaluatorBuffers,
+    /// Bounds the work per query on pathological functions.
+    budget: u32,
+    /// How many times a definition was not walked for lack of budget or
+    /// depth (a walk that saw one is not replayable).
+    refusals: u32,
+    /// The set of `in_progress` definitions that have bits.
+    chain_set: u128,
+    /// Per bit, the chain position of its definition while it is on the
+    /// chain.
+    bit_depth: [u32; NODE_BITS as usize],
+    /// Whether walks are kept and replayed (off only to test that replays
+    /// change no answer).
+    replaying: bool,
+}
+
+/// Evaluation steps allowed per query before giving up (`Unknown`).
+const BUDGET: u32 = 20_000;
+/// Longest definition chain followed (bounds the recursion, hence the
+/// native stack, on huge unrolled code).
+const MAX_DEPTH: usize = 256;
+
+/// The maps and lists of an [`Evaluator`], kept from one function to the
+/// next ([`Evaluator::with_buffers`], [`Evaluator::into_buffers`]): made
+/// anew for every function with loops, they were a tenth of the
+/// classification's instructions (allocating, growing and freeing them).
+/// Nothing in them outlives a function but their capacity.
+#[derive(Default)]
+pub(crate) struct EvaluatorBuffers {
     /// Last definition of each variable in each block, keyed by
     /// [`pair`]`(block, variable)`, for the blocks `last_def_known` marks
     /// (only loop blocks are asked for, once a loop's variable is).
@@ -312,6 +342,7 @@ pub(crate) struct Evaluator<'a> {
     entry_last: Vec<Option<u32>>,
     entry_ins: Vec<Vec<u32>>,
     entry_set: Vec<u32>,
+    /// Recent answers of `Evaluator::reaching`.
     reaching_cache: ReachingCache,
     /// Per loop, the in-loop predecessors of each of its blocks (positions
     /// in `Loop::blocks`).
@@ -331,13 +362,10 @@ pub(crate) struct Evaluator<'a> {
     /// Register lists for `opaque_inputs` to reuse (it recurses: one per
     /// level in use).
     read_lists: Vec<Vec<Register>>,
+    /// Per loop, the addressing forms (base, index, scale, displacement)
+    /// its instructions store through, once asked for.
     stored_forms: HashMap<u32, HashSet<(Register, Register, u32, u64)>>,
-    info: iced_x86::InstructionInfoFactory,
-    /// Bounds the work per query on pathological functions.
-    budget: u32,
-    /// How many times a definition was not walked for lack of budget or
-    /// depth (a walk that saw one is not replayable).
-    refusals: u32,
+    info: InfoFactory,
     /// Per `(loop, `[`pair`]`(definition, variable))` walked, its node
     /// number: an index of `node_bits` and `replays`.
     nodes: HashMap<(u32, u64), u32>,
@@ -350,63 +378,55 @@ pub(crate) struct Evaluator<'a> {
     /// The bit of each definition of `in_progress` (`NODE_BITS` or more:
     /// none).
     chain_bits: Vec<u32>,
-    /// The set of `in_progress` definitions that have bits.
-    chain_set: u128,
-    /// Per bit, the chain position of its definition while it is on the
-    /// chain.
-    bit_depth: [u32; NODE_BITS as usize],
     /// One per entry of `in_progress`.
     frames: Vec<WalkFrame>,
-    /// Whether walks are kept and replayed (off only to test that replays
-    /// change no answer).
-    replaying: bool,
 }
 
-/// Evaluation steps allowed per query before giving up (`Unknown`).
-const BUDGET: u32 = 20_000;
-/// Longest definition chain followed (bounds the recursion, hence the
-/// native stack, on huge unrolled code).
-const MAX_DEPTH: usize = 256;
-
-/// The allocations of an [`Evaluator`], kept from one function to the
-/// next ([`Evaluator::with_buffers`], [`Evaluator::into_buffers`]): made
-/// anew for every function with loops, its maps and lists were a tenth of
-/// the classification's instructions (allocating, growing and freeing
-/// them). Nothing in them outlives a function but their capacity.
-#[derive(Default)]
-pub(crate) struct EvaluatorBuffers {
-    last_def: HashMap<u64, u32>,
-    last_def_known: Vec<bool>,
-    memo: HashMap<(u32, u64), Val>,
-    memoised: Vec<bool>,
-    memo_count: Vec<u32>,
-    spent: HashMap<(u32, u64), (u32, u32, Val, u32)>,
-    entry_defs: HashMap<u64, Vec<(u32, u32)>>,
-    entry_sets: Vec<u32>,
-    entry_last: Vec<Option<u32>>,
-    entry_ins: Vec<Vec<u32>>,
-    entry_set: Vec<u32>,
-    reaching_slots: Vec<(u64, u32, Reaching)>,
-    loop_preds: HashMap<u32, Vec<Vec<usize>>>,
-    loop_index: Vec<Option<LoopIndex>>,
-    in_progress: Vec<(u32, Var)>,
-    on_chain: Vec<(u16, u32)>,
-    read_lists: Vec<Vec<Register>>,
-    stored_forms: HashMap<u32, HashSet<(Register, Register, u32, u64)>>,
-    info: Option<iced_x86::InstructionInfoFactory>,
-    nodes: HashMap<(u32, u64), u32>,
-    node_bits: Vec<u32>,
-    loop_bits: Vec<u32>,
-    replays: Vec<Vec<Replay>>,
-    chain_bits: Vec<u32>,
-    frames: Vec<WalkFrame>,
+impl EvaluatorBuffers {
+    /// Empties everything for a function of `n` instructions, `blocks`
+    /// blocks and `loop_count` loops, sizing the per-instruction, per-block
+    /// and per-loop lists.
+    fn reset(&mut self, n: usize, blocks: usize, loop_count: usize) {
+        self.last_def.clear();
+        refill(&mut self.last_def_known, blocks, false);
+        self.memo.clear();
+        refill(&mut self.memoised, n, false);
+        refill(&mut self.memo_count, loop_count, 0);
+        self.spent.clear();
+        self.entry_defs.clear();
+        self.entry_sets.clear();
+        // `entry_last`, `entry_ins` and `entry_set`: each use clears the
+        // part it reads.
+        self.reaching_cache.clear();
+        self.loop_preds.clear();
+        refill(&mut self.loop_index, loop_count, None);
+        self.in_progress.clear();
+        refill(&mut self.on_chain, n, (0, 0));
+        // `read_lists`: each use clears the list it takes.
+        self.stored_forms.clear();
+        self.nodes.clear();
+        self.node_bits.clear();
+        refill(&mut self.loop_bits, loop_count, 0);
+        self.replays.clear();
+        self.chain_bits.clear();
+        self.frames.clear();
+    }
 }
 
-/// `v` cleared, then `n` copies of `x`.
-fn refill<T: Clone>(mut v: Vec<T>, n: usize, x: T) -> Vec<T> {
+/// iced's instruction information, with a `Default` for
+/// [`EvaluatorBuffers`]'s (its two lists are kept, like the buffers).
+struct InfoFactory(iced_x86::InstructionInfoFactory);
+
+impl Default for InfoFactory {
+    fn default() -> Self {
+        InfoFactory(iced_x86::InstructionInfoFactory::new())
+    }
+}
+
+/// Empties `v`, then fills it with `n` copies of `x`.
+fn refill<T: Clone>(v: &mut Vec<T>, n: usize, x: T) {
     v.clear();
     v.resize(n, x);
-    v
 }
 
 impl<'a> Evaluator<'a> {
@@ -423,120 +443,29 @@ impl<'a> Evaluator<'a> {
         code: &'a FunctionCode,
         loops: &'a LoopForest,
         frame: &'a Frame,
-        buffers: EvaluatorBuffers,
+        mut bufs: EvaluatorBuffers,
     ) -> Evaluator<'a> {
-        let EvaluatorBuffers {
-            mut last_def,
-            last_def_known,
-            mut memo,
-            memoised,
-            memo_count,
-            mut spent,
-            mut entry_defs,
-            mut entry_sets,
-            entry_last,
-            entry_ins,
-            entry_set,
-            reaching_slots,
-            mut loop_preds,
-            loop_index,
-            mut in_progress,
-            on_chain,
-            read_lists,
-            mut stored_forms,
-            info,
-            mut nodes,
-            mut node_bits,
-            loop_bits,
-            mut replays,
-            mut chain_bits,
-            mut frames,
-        } = buffers;
-        let (n, blocks, loop_count) = (
+        bufs.reset(
             code.instructions.len(),
             code.blocks.len(),
             loops.loops.len(),
         );
-        last_def.clear();
-        memo.clear();
-        spent.clear();
-        entry_defs.clear();
-        entry_sets.clear();
-        loop_preds.clear();
-        in_progress.clear();
-        stored_forms.clear();
-        nodes.clear();
-        node_bits.clear();
-        replays.clear();
-        chain_bits.clear();
-        frames.clear();
         Evaluator {
             code,
             loops,
             frame,
-            last_def,
-            last_def_known: refill(last_def_known, blocks, false),
-            memo,
-            memoised: refill(memoised, n, false),
-            memo_count: refill(memo_count, loop_count, 0),
-            spent,
-            entry_defs,
-            entry_sets,
-            // Each use clears the part it reads.
-            entry_last,
-            entry_ins,
-            entry_set,
-            reaching_cache: ReachingCache::reset(reaching_slots),
-            loop_preds,
-            loop_index: refill(loop_index, loop_count, None),
-            in_progress,
-            on_chain: refill(on_chain, n, (0, 0)),
-            read_lists,
-            stored_forms,
-            info: info.unwrap_or_else(iced_x86::InstructionInfoFactory::new),
+            bufs,
             budget: BUDGET,
             refusals: 0,
-            nodes,
-            node_bits,
-            loop_bits: refill(loop_bits, loop_count, 0),
-            replays,
-            chain_bits,
             chain_set: 0,
             bit_depth: [0; NODE_BITS as usize],
-            frames,
             replaying: true,
         }
     }
 
     /// The evaluator's allocations, for the next function's.
     pub fn into_buffers(self) -> EvaluatorBuffers {
-        EvaluatorBuffers {
-            last_def: self.last_def,
-            last_def_known: self.last_def_known,
-            memo: self.memo,
-            memoised: self.memoised,
-            memo_count: self.memo_count,
-            spent: self.spent,
-            entry_defs: self.entry_defs,
-            entry_sets: self.entry_sets,
-            entry_last: self.entry_last,
-            entry_ins: self.entry_ins,
-            entry_set: self.entry_set,
-            reaching_slots: self.reaching_cache.slots,
-            loop_preds: self.loop_preds,
-            loop_index: self.loop_index,
-            in_progress: self.in_progress,
-            on_chain: self.on_chain,
-            read_lists: self.read_lists,
-            stored_forms: self.stored_forms,
-            info: Some(self.info),
-            nodes: self.nodes,
-            node_bits: self.node_bits,
-            loop_bits: self.loop_bits,
-            replays: self.replays,
-            chain_bits: self.chain_bits,
-            frames: self.frames,
-        }
+        self.bufs
     }
 
     /// The same evaluator, repeating every walk instead of replaying it
@@ -567,7 +496,7 @@ impl<'a> Evaluator<'a> {
     /// was most of its time on large loops).
     fn loop_position(&mut self, l: u32, b: u32) -> Option<usize> {
         let blocks = &self.loops.loops[l as usize].blocks;
-        self.loop_index[l as usize]
+        self.bufs.loop_index[l as usize]
             .get_or_insert_with(|| LoopIndex::of(blocks))
             .position(b)
     }
@@ -581,11 +510,11 @@ impl<'a> Evaluator<'a> {
     /// before it in its block, else those reaching the block's entry.
     fn reaching(&mut self, l: u32, v: Var, at: usize) -> Reaching {
         let key = pair(at as u32, v);
-        if let Some(answer) = self.reaching_cache.get(key, l) {
+        if let Some(answer) = self.bufs.reaching_cache.get(key, l) {
             return answer;
         }
         let answer = self.find_reaching(l, v, at);
-        self.reaching_cache.put(key, l, answer);
+        self.bufs.reaching_cache.put(key, l, answer);
         answer
     }
 
@@ -602,7 +531,7 @@ impl<'a> Evaluator<'a> {
         let (from, to) = self.entry_defs(l, v)[k];
         match to - from {
             0 => Reaching::None,
-            1 => Reaching::One(self.entry_sets[from as usize]),
+            1 => Reaching::One(self.bufs.entry_sets[from as usize]),
             _ => Reaching::Many { from, to },
         }
     }
@@ -611,11 +540,11 @@ impl<'a> Evaluator<'a> {
     /// definitions of `v` that reach its entry: a forward data-flow pass
     /// over the loop, computed once per (loop, variable).
     fn entry_defs(&mut self, l: u32, v: Var) -> &[(u32, u32)] {
-        if !self.entry_defs.contains_key(&pair(l, v)) {
+        if !self.bufs.entry_defs.contains_key(&pair(l, v)) {
             let lp = &self.loops.loops[l as usize];
             let n = lp.blocks.len();
             let code = self.code;
-            let mut last = std::mem::take(&mut self.entry_last);
+            let mut last = std::mem::take(&mut self.bufs.entry_last);
             last.clear();
             for &b in &lp.blocks {
                 let d = self.last_def_in(b, v);
@@ -623,7 +552,7 @@ impl<'a> Evaluator<'a> {
             }
             // Predecessors inside the loop, as positions: the same for
             // every variable of the loop.
-            let preds = self.loop_preds.entry(l).or_insert_with(|| {
+            let preds = self.bufs.loop_preds.entry(l).or_insert_with(|| {
                 lp.blocks
                     .iter()
                     .map(|&b| {
@@ -638,7 +567,7 @@ impl<'a> Evaluator<'a> {
             // The sets of the last (loop, variable) asked, reused: most
             // queries' loops are small, and their allocations were most of
             // this pass's time.
-            let mut ins = std::mem::take(&mut self.entry_ins);
+            let mut ins = std::mem::take(&mut self.bufs.entry_ins);
             for set in ins.iter_mut().take(n) {
                 set.clear();
             }
@@ -646,7 +575,7 @@ impl<'a> Evaluator<'a> {
                 ins.resize_with(n, Vec::new);
             }
             // One buffer for the candidate set of every block and round.
-            let mut set = std::mem::take(&mut self.entry_set);
+            let mut set = std::mem::take(&mut self.bufs.entry_set);
             let mut changed = true;
             while changed {
                 changed = false;
@@ -670,29 +599,29 @@ impl<'a> Evaluator<'a> {
             }
             let mut ranges = Vec::with_capacity(n);
             for set in &ins[..n] {
-                let from = self.entry_sets.len() as u32;
-                self.entry_sets.extend_from_slice(set);
-                ranges.push((from, self.entry_sets.len() as u32));
+                let from = self.bufs.entry_sets.len() as u32;
+                self.bufs.entry_sets.extend_from_slice(set);
+                ranges.push((from, self.bufs.entry_sets.len() as u32));
             }
-            self.entry_defs.insert(pair(l, v), ranges);
-            self.entry_last = last;
-            self.entry_ins = ins;
-            self.entry_set = set;
+            self.bufs.entry_defs.insert(pair(l, v), ranges);
+            self.bufs.entry_last = last;
+            self.bufs.entry_ins = ins;
+            self.bufs.entry_set = set;
         }
-        &self.entry_defs[&pair(l, v)]
+        &self.bufs.entry_defs[&pair(l, v)]
     }
 
     /// The last definition of `v` in block `b`, if it has one.
     fn last_def_in(&mut self, b: u32, v: Var) -> Option<u32> {
-        if !self.last_def_known[b as usize] {
-            self.last_def_known[b as usize] = true;
+        if !self.bufs.last_def_known[b as usize] {
+            self.bufs.last_def_known[b as usize] = true;
             for i in self.code.blocks[b as usize].instructions() {
                 for &(v, _) in self.frame.defs(i) {
-                    self.last_def.insert(pair(b, v), i as u32);
+                    self.bufs.last_def.insert(pair(b, v), i as u32);
                 }
             }
         }
-        self.last_def.get(&pair(b, v)).copied()
+        self.bufs.last_def.get(&pair(b, v)).copied()
     }
 
     fn var_val(&mut self, l: u32, v: Var, at: usize) -> Val {
@@ -702,7 +631,7 @@ impl<'a> Evaluator<'a> {
             Reaching::Many { from, to } => {
                 let mut acc = Val::Inv;
                 for k in from..to {
-                    let d = self.entry_sets[k as usize];
+                    let d = self.bufs.entry_sets[k as usize];
                     acc = acc.join(self.def_val(l, d, v));
                     if matches!(acc, Val::Varying(_)) {
                         break;
@@ -725,8 +654,8 @@ impl<'a> Evaluator<'a> {
     }
 
     fn def_val(&mut self, l: u32, d: u32, v: Var) -> Val {
-        if self.memoised[d as usize]
-            && let Some(&val) = self.memo.get(&(l, pair(d, v)))
+        if self.bufs.memoised[d as usize]
+            && let Some(&val) = self.bufs.memo.get(&(l, pair(d, v)))
         {
             return val;
         }
@@ -734,12 +663,12 @@ impl<'a> Evaluator<'a> {
             self.note_met(depth);
             return Val::Phi(depth);
         }
-        if self.budget == 0 || self.in_progress.len() >= MAX_DEPTH {
+        if self.budget == 0 || self.bufs.in_progress.len() >= MAX_DEPTH {
             self.refusals += 1;
             return Val::Varying(Why::Unknown(d));
         }
         let node = self.node(l, d, v);
-        if self.in_progress.is_empty() {
+        if self.bufs.in_progress.is_empty() {
             self.first_def_val(l, d, v, node)
         } else if let Some(val) = self.replay(l, node) {
             val
@@ -751,13 +680,13 @@ impl<'a> Evaluator<'a> {
     /// The node number of definition `(d, v)` in loop `l`, given on first
     /// use, with a bit in the loop's sets while the loop has bits left.
     fn node(&mut self, l: u32, d: u32, v: Var) -> u32 {
-        let next = self.node_bits.len() as u32;
-        let node = *self.nodes.entry((l, pair(d, v))).or_insert(next);
+        let next = self.bufs.node_bits.len() as u32;
+        let node = *self.bufs.nodes.entry((l, pair(d, v))).or_insert(next);
         if node == next {
-            let bits = &mut self.loop_bits[l as usize];
-            self.node_bits.push(*bits);
+            let bits = &mut self.bufs.loop_bits[l as usize];
+            self.bufs.node_bits.push(*bits);
             *bits = (*bits + 1).min(NODE_BITS);
-            self.replays.push(Vec::new());
+            self.bufs.replays.push(Vec::new());
         }
         node
     }
@@ -765,8 +694,9 @@ impl<'a> Evaluator<'a> {
     /// Notes in the innermost walk that it met the definition at chain
     /// position `depth`.
     fn note_met(&mut self, depth: u32) {
-        let bit = self.chain_bits[depth as usize];
+        let bit = self.bufs.chain_bits[depth as usize];
         let frame = self
+            .bufs
             .frames
             .last_mut()
             .expect("a definition on the chain is being walked");
@@ -802,11 +732,11 @@ impl<'a> Evaluator<'a> {
         if !self.replaying {
             return None;
         }
-        let depth = self.in_progress.len() as u32;
-        let memo_count = self.memo_count[l as usize];
+        let depth = self.bufs.in_progress.len() as u32;
+        let memo_count = self.bufs.memo_count[l as usize];
         let chain = self.chain_set;
         let budget = self.budget;
-        let kept = self.replays[node as usize].iter().find(|r| {
+        let kept = self.bufs.replays[node as usize].iter().find(|r| {
             r.memo_count == memo_count
                 && r.steps <= budget
                 && chain & r.asked == r.above
@@ -818,7 +748,11 @@ impl<'a> Evaluator<'a> {
             .map(|bit| self.bit_depth[bit as usize])
             .min()
             .expect("a replayable walk met the chain above it");
-        let frame = self.frames.last_mut().expect("a replay is below a walk");
+        let frame = self
+            .bufs
+            .frames
+            .last_mut()
+            .expect("a replay is below a walk");
         frame.asked |= kept.asked;
         frame.met |= kept.met;
         frame.reach = frame.reach.max(depth + kept.reach);
@@ -837,16 +771,18 @@ impl<'a> Evaluator<'a> {
     /// same definitions (gzip's walks that run out of budget do).
     fn first_def_val(&mut self, l: u32, d: u32, v: Var, node: u32) -> Val {
         let key = (l, pair(d, v));
-        let (budget, stored) = (self.budget, self.memo_count[l as usize]);
-        if let Some(&(before, count, val, after)) = self.spent.get(&key)
+        let (budget, stored) = (self.budget, self.bufs.memo_count[l as usize]);
+        if let Some(&(before, count, val, after)) = self.bufs.spent.get(&key)
             && (before, count) == (budget, stored)
         {
             self.budget = after;
             return val;
         }
         let val = self.walk_def(l, d, v, node);
-        if self.budget == 0 && self.memo_count[l as usize] == stored {
-            self.spent.insert(key, (budget, stored, val, self.budget));
+        if self.budget == 0 && self.bufs.memo_count[l as usize] == stored {
+            self.bufs
+                .spent
+                .insert(key, (budget, stored, val, self.budget));
         }
         val
     }
@@ -854,30 +790,30 @@ impl<'a> Evaluator<'a> {
     /// [`Evaluator::def_val`] of a definition neither stored nor on the
     /// chain, with budget left.
     fn walk_def(&mut self, l: u32, d: u32, v: Var, node: u32) -> Val {
-        let bit = self.node_bits[node as usize];
-        let depth = self.in_progress.len() as u32;
-        self.frames.push(WalkFrame {
+        let bit = self.bufs.node_bits[node as usize];
+        let depth = self.bufs.in_progress.len() as u32;
+        self.bufs.frames.push(WalkFrame {
             asked: mask(bit).unwrap_or(0),
             met: 0,
             untracked: bit >= NODE_BITS,
             budget: self.budget,
-            memo_count: self.memo_count[l as usize],
+            memo_count: self.bufs.memo_count[l as usize],
             refusals: self.refusals,
             reach: depth,
         });
         self.budget -= 1;
-        self.in_progress.push((d, v));
-        self.chain_bits.push(bit);
+        self.bufs.in_progress.push((d, v));
+        self.bufs.chain_bits.push(bit);
         if let Some(m) = mask(bit) {
             self.chain_set |= m;
             self.bit_depth[bit as usize] = depth;
         }
-        let outer = self.on_chain[d as usize];
-        self.on_chain[d as usize] = (outer.0 + 1, depth);
+        let outer = self.bufs.on_chain[d as usize];
+        self.bufs.on_chain[d as usize] = (outer.0 + 1, depth);
         let raw = self.semantics(l, d as usize, v);
-        self.on_chain[d as usize] = outer;
-        self.in_progress.pop();
-        self.chain_bits.pop();
+        self.bufs.on_chain[d as usize] = outer;
+        self.bufs.in_progress.pop();
+        self.bufs.chain_bits.pop();
         self.chain_set &= !mask(bit).unwrap_or(0);
         let frame = self.close_frame(bit);
         let val = match raw.root() {
@@ -894,18 +830,18 @@ impl<'a> Evaluator<'a> {
         if matches!(val, Val::Varying(Why::Unknown(_))) && self.budget == 0 {
             return val;
         }
-        self.memo.insert((l, pair(d, v)), val);
-        self.memoised[d as usize] = true;
-        self.memo_count[l as usize] += 1;
+        self.bufs.memo.insert((l, pair(d, v)), val);
+        self.bufs.memoised[d as usize] = true;
+        self.bufs.memo_count[l as usize] += 1;
         val
     }
 
     /// Ends the innermost walk's frame (of the definition with bit `bit`,
     /// just taken off the chain) and adds what it saw to the walk above.
     fn close_frame(&mut self, bit: u32) -> WalkFrame {
-        let mut frame = self.frames.pop().expect("one frame per walk");
+        let mut frame = self.bufs.frames.pop().expect("one frame per walk");
         frame.met &= !mask(bit).unwrap_or(0);
-        if let Some(outer) = self.frames.last_mut() {
+        if let Some(outer) = self.bufs.frames.last_mut() {
             outer.asked |= frame.asked;
             outer.met |= frame.met;
             outer.untracked |= frame.untracked;
@@ -921,11 +857,11 @@ impl<'a> Evaluator<'a> {
         if !self.replaying
             || frame.untracked
             || frame.refusals != self.refusals
-            || frame.memo_count != self.memo_count[l as usize]
+            || frame.memo_count != self.bufs.memo_count[l as usize]
         {
             return;
         }
-        let depth = self.in_progress.len() as u32;
+        let depth = self.bufs.in_progress.len() as u32;
         debug_assert_eq!(
             val.root(),
             bits_of(frame.met)
@@ -942,7 +878,7 @@ impl<'a> Evaluator<'a> {
             memo_count: frame.memo_count,
             reach: frame.reach - depth,
         };
-        let kept = &mut self.replays[node as usize];
+        let kept = &mut self.bufs.replays[node as usize];
         if kept.len() == REPLAYS_PER_NODE {
             kept.remove(0);
         }
@@ -951,13 +887,14 @@ impl<'a> Evaluator<'a> {
 
     /// The depth of definition `(d, v)` in `in_progress`, if it is there.
     fn chain_depth(&self, d: u32, v: Var) -> Option<u32> {
-        let (count, latest) = self.on_chain[d as usize];
+        let (count, latest) = self.bufs.on_chain[d as usize];
         match count {
             0 => None,
-            _ if self.in_progress.get(latest as usize) == Some(&(d, v)) => Some(latest),
+            _ if self.bufs.in_progress.get(latest as usize) == Some(&(d, v)) => Some(latest),
             1 => None,
             // Another variable of the same instruction is the latest.
             _ => self
+                .bufs
                 .in_progress
                 .iter()
                 .position(|&p| p == (d, v))
@@ -1000,12 +937,12 @@ impl<'a> Evaluator<'a> {
             insn.memory_index_scale(),
             insn.memory_displacement64(),
         );
-        if !self.stored_forms.contains_key(&l) {
+        if !self.bufs.stored_forms.contains_key(&l) {
             let mut forms = HashSet::new();
             for &b in &self.loops.loops[l as usize].blocks {
                 for i in self.code.blocks[b as usize].instructions() {
                     let x = &self.code.instructions[i];
-                    for m in self.info.info(x).used_memory() {
+                    for m in self.bufs.info.0.info(x).used_memory() {
                         if matches!(
                             m.access(),
                             iced_x86::OpAccess::Write
@@ -1018,9 +955,9 @@ impl<'a> Evaluator<'a> {
                     }
                 }
             }
-            self.stored_forms.insert(l, forms);
+            self.bufs.stored_forms.insert(l, forms);
         }
-        self.stored_forms[&l].contains(&form)
+        self.bufs.stored_forms[&l].contains(&form)
     }
 
     /// The value instruction `at` gives variable `v`.
@@ -1171,10 +1108,12 @@ impl<'a> Evaluator<'a> {
         if insn.rflags_read() != 0 {
             return Val::Varying(Why::NonLinear(a));
         }
-        let mut reads = self.read_lists.pop().unwrap_or_default();
+        let mut reads = self.bufs.read_lists.pop().unwrap_or_default();
         reads.clear();
         reads.extend(
-            self.info
+            self.bufs
+                .info
+                .0
                 .info(insn)
                 .used_registers()
                 .iter()
@@ -1190,7 +1129,7 @@ impl<'a> Evaluator<'a> {
                 .map(|r| r.register()),
         );
         let mut acc = self.join_reads(l, at, &reads);
-        self.read_lists.push(reads);
+        self.bufs.read_lists.push(reads);
         if matches!(acc, Val::Varying(_)) {
             return acc;
         }

@@ -12,7 +12,7 @@
 use crate::binary::{FunctionCode, IndirectJumpKind, Terminator};
 use iced_x86::{
     Code, FlowControl, Instruction, InstructionInfoFactory, InstructionInfoOptions, OpAccess,
-    Register, RflagsBits,
+    OpKind, Register, RflagsBits,
 };
 
 /// A set of the 16 general-purpose registers (bit = iced register number −
@@ -73,7 +73,7 @@ fn flag_bits(rflags: u32) -> u32 {
 }
 
 /// Registers read (`uses`) and fully overwritten (`defs`) by one instruction.
-fn transfer(insn: &Instruction, info: &mut InstructionInfoFactory) -> (u32, u32) {
+fn transfer(insn: &Instruction, cache: &mut TransferCache) -> (u32, u32) {
     match insn.flow_control() {
         FlowControl::Call | FlowControl::IndirectCall => return (ALL_GPRS, FLAGS),
         FlowControl::Return => return (ALL_GPRS, FLAGS),
@@ -83,11 +83,22 @@ fn transfer(insn: &Instruction, info: &mut InstructionInfoFactory) -> (u32, u32)
     if matches!(insn.code(), Code::Syscall | Code::Sysenter) || insn.is_invalid() {
         return (ALL_GPRS | FLAGS, 0);
     }
+    // The flags from the instruction itself: a shift by an immediate
+    // count of 0 changes none, so they are no function of its shape.
+    let (uses, defs) = cache.gpr_transfer(insn);
+    (
+        uses | flag_bits(insn.rflags_read()),
+        defs | flag_bits(insn.rflags_modified()),
+    )
+}
+
+/// The general-purpose registers of [`transfer`] for an instruction that
+/// falls through, from iced's register usage.
+fn gpr_transfer(insn: &Instruction, info: &mut InstructionInfoFactory) -> (u32, u32) {
     // Register usage alone: iced lists a memory operand's base and index
     // among the registers either way, and the memory list is not read.
     let facts = info.info_options(insn, InstructionInfoOptions::NO_MEMORY_USAGE);
-    let mut uses = flag_bits(insn.rflags_read());
-    let mut defs = flag_bits(insn.rflags_modified());
+    let (mut uses, mut defs) = (0, 0);
     for used in facts.used_registers() {
         let reg = used.register();
         let Some(bit) = gpr_bit(reg) else { continue };
@@ -111,15 +122,104 @@ fn transfer(insn: &Instruction, info: &mut InstructionInfoFactory) -> (u32, u32)
     (uses, defs)
 }
 
+/// [`gpr_transfer`] by instruction, with the answers for the shapes
+/// met last kept: iced's register usage per instruction was most of the
+/// analysis, and a function's instructions repeat a few shapes (same code,
+/// operands and registers, other displacements and immediates).
+///
+/// What iced reports of the registers (the flags are not asked of it) is a
+/// function of what `Instruction`'s
+/// `==` compares, less a memory operand's displacement and the immediates
+/// of immediate operands, which only address memory or are data (the one
+/// immediate that counts, `enter`'s nesting level, is `Immediate8_2nd` and
+/// kept): [`shape`] clears those.
+struct TransferCache {
+    info: InstructionInfoFactory,
+    /// Direct-mapped by hash, a newer shape replacing the one in its slot;
+    /// an empty slot holds an invalid instruction, which no query has.
+    slots: Box<[(Instruction, (u32, u32))]>,
+}
+
+impl TransferCache {
+    /// Slots of the cache (a power of two).
+    const SLOTS: usize = 2048;
+
+    fn new() -> Self {
+        TransferCache {
+            info: InstructionInfoFactory::new(),
+            slots: vec![(Instruction::default(), (0, 0)); Self::SLOTS].into_boxed_slice(),
+        }
+    }
+
+    /// [`gpr_transfer`] of `insn` (valid).
+    fn gpr_transfer(&mut self, insn: &Instruction) -> (u32, u32) {
+        let shape = shape(insn);
+        let slot = &mut self.slots[Self::slot_of(&shape)];
+        if slot.0 == shape {
+            return slot.1;
+        }
+        let answer = gpr_transfer(&shape, &mut self.info);
+        *slot = (shape, answer);
+        answer
+    }
+
+    /// The slot of `shape`, from the fields that tell most shapes apart
+    /// (`==` on a hit compares all of them).
+    fn slot_of(shape: &Instruction) -> usize {
+        use std::hash::BuildHasher;
+        let registers = (shape.code() as u64)
+            | (shape.op0_register() as u64) << 16
+            | (shape.op1_register() as u64) << 24
+            | (shape.op2_register() as u64) << 32
+            | (shape.memory_base() as u64) << 40
+            | (shape.memory_index() as u64) << 48
+            | (shape.op1_kind() as u64) << 56;
+        let hash = foldhash::fast::FixedState::with_seed(0).hash_one(registers);
+        hash as usize & (Self::SLOTS - 1)
+    }
+}
+
+/// `insn` with a memory operand's displacement and the immediates of its
+/// immediate operands (branch targets included) zeroed: see
+/// [`TransferCache`].
+fn shape(insn: &Instruction) -> Instruction {
+    let mut shape = *insn;
+    for k in 0..insn.op_count() {
+        match insn.op_kind(k) {
+            OpKind::Memory => shape.set_memory_displacement64(0),
+            OpKind::Immediate8
+            | OpKind::Immediate16
+            | OpKind::Immediate32
+            | OpKind::Immediate8to16
+            | OpKind::Immediate8to32
+            | OpKind::Immediate8to64
+            | OpKind::Immediate32to64 => shape.set_immediate32(0),
+            OpKind::Immediate64 => shape.set_immediate64(0),
+            OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64 => {
+                shape.set_near_branch64(0)
+            }
+            _ => {}
+        }
+    }
+    shape
+}
+
+thread_local! {
+    /// The worker thread's [`TransferCache`], kept from one function to the
+    /// next (a function's own shapes are too few to fill one).
+    static TRANSFER_CACHE: std::cell::RefCell<Option<TransferCache>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 /// Live registers and flags before every instruction of `code`.
 pub(crate) fn live_before(code: &FunctionCode) -> Vec<RegSet> {
-    let mut info = InstructionInfoFactory::new();
     let n = code.instructions.len();
-    let transfers: Vec<(u32, u32)> = code
-        .instructions
-        .iter()
-        .map(|insn| transfer(insn, &mut info))
-        .collect();
+    let transfers: Vec<(u32, u32)> = TRANSFER_CACHE.with_borrow_mut(|cache| {
+        let cache = cache.get_or_insert_with(TransferCache::new);
+        (code.instructions.iter())
+            .map(|insn| transfer(insn, cache))
+            .collect()
+    });
     // What escapes the function at the end of each block.
     let exit_live: Vec<u32> = code
         .blocks
@@ -215,6 +315,46 @@ mod tests {
             bytes,
         };
         FunctionCode::build(bytes, 0x1000, &memory)
+    }
+
+    /// [`TransferCache`] on the instructions of pseudo-random bytes: every
+    /// answer is iced's for the instruction itself, hits included (and
+    /// there are hits of other displacements and immediates).
+    #[test]
+    fn cached_transfers_are_iceds() {
+        let insns = crate::binary::random_instructions(0x2d35_8dcc_aa6c_78a5, 1 << 20);
+        let mut info = InstructionInfoFactory::new();
+        let mut cache = TransferCache::new();
+        let mut shapes = std::collections::HashSet::new();
+        let mut reshaped_hits = 0;
+        for insn in insns.iter().filter(|i| !i.is_invalid()) {
+            let shape = shape(insn);
+            let held = cache.slots[TransferCache::slot_of(&shape)].0 == shape;
+            reshaped_hits += usize::from(held && shape != *insn);
+            shapes.insert(shape);
+            assert_eq!(
+                cache.gpr_transfer(insn),
+                gpr_transfer(insn, &mut info),
+                "{insn}"
+            );
+        }
+        assert!(
+            reshaped_hits > 50_000,
+            "{reshaped_hits} hits of a changed shape"
+        );
+        assert!(shapes.len() > 20_000, "{} shapes", shapes.len());
+    }
+
+    #[test]
+    fn a_shift_by_zero_changes_no_flags_though_one_by_one_does() {
+        // 0: cmp rdi, rsi   3: shl rax, 0   7: jne +0   9: shl rax, 1   13: jne +0   15: ret
+        let c = code(&[
+            0x48, 0x39, 0xf7, 0x48, 0xc1, 0xe0, 0x00, 0x75, 0x00, 0x48, 0xc1, 0xe0, 0x01, 0x75,
+            0x00, 0xc3,
+        ]);
+        let live = live_before(&c);
+        assert!(live[1].has_flags(), "shl by 0 leaves cmp's flags for jne");
+        assert!(!live[3].has_flags(), "shl by 1 sets the flags jne reads");
     }
 
     #[test]
