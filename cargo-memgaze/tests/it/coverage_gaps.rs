@@ -223,7 +223,11 @@ fn untraced_gathers_lower_the_dynamic_coverage() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let escapes = read_trace(&trace).totals.escapes;
+    // The executable's: libc, instrumented by default, counts its own
+    // (`__vfprintf_internal`'s jump table).
+    let escapes: Vec<_> = (read_trace(&trace).totals.escapes.into_iter())
+        .filter(|e| !e.function.contains('!'))
+        .collect();
     assert_eq!(escapes.len(), 1, "{escapes:?}");
     assert!(escapes[0].untraced_load);
     assert_eq!(escapes[0].count, 10_000);
