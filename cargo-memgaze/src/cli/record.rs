@@ -418,18 +418,11 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         memgaze_analysis::recorded_dynamic_coverage(&recording.totals)
     {
         if !global.quiet {
-            let libraries: Vec<&str> = (libraries.instrumented.iter())
-                .map(|l| l.library.name.as_str())
-                .collect();
             styled_eprintln!(
-                "memgaze: dynamic coverage: {:.1}% of the instrumented-load executions traced (an estimate: {} escapes into original code and {} executions of loads no probe can trace counted){}",
+                "memgaze: dynamic coverage: {:.1}% of the instrumented-load executions traced (an estimate: {} escapes into original code and {} executions of loads no probe can trace counted)",
                 100.0 * coverage,
                 untraced.iter().map(|f| f.escapes).sum::<u64>(),
                 memgaze_analysis::untraced_load_executions(&recording.totals),
-                super::run::not_counted(
-                    "escapes and untraced loads in instrumented libraries",
-                    &libraries
-                )
             );
         }
         if let Some(warning) = memgaze_analysis::dynamic_coverage_warning(coverage, &untraced) {
@@ -605,6 +598,7 @@ pub fn record_to_file(
         bases,
         valid: libraries.valid_loads_after(&inputs.load_flags),
         escapes: record::escape_sites(annotation),
+        library_escapes: libraries.escape_sites(),
     };
     let mut writer = match sites {
         Some(sites) => TraceWriter::create_with_sites(output, &header, sites),

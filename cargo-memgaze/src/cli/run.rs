@@ -131,6 +131,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         bases: libraries.extend_header(&mut header),
         valid: libraries.valid_loads(&annotation),
         escapes: record::escape_sites(&annotation),
+        library_escapes: libraries.escape_sites(),
     };
     let program_command = |instrumented: &Path, command: &[OsString]| {
         let mut cmd = program_command(instrumented, command);

@@ -609,6 +609,10 @@ impl Libraries {
             key != SHARED_LIBRARY_LABEL
                 || !self.instrumented.iter().any(|l| &l.library.name == value)
         });
+        header.labels.push((
+            memgaze_trace::LIBRARY_ESCAPES_LABEL.to_string(),
+            memgaze_trace::LIBRARY_ESCAPES_COUNTED.to_string(),
+        ));
         let (mut function_base, mut load_base) = (functions, loads);
         for library in &self.instrumented {
             bases.resize(library.object as usize + 1, u32::MAX);
@@ -621,6 +625,30 @@ impl Libraries {
             load_base += library.load_flags.len() as u32;
         }
         bases
+    }
+
+    /// Each instrumented library's escape sites by object number
+    /// ([`memgaze_record::Objects::library_escapes`]), their functions
+    /// named as [`Libraries::extend_header`] names them
+    /// (`<name>!<function>`).
+    pub fn escape_sites(&self) -> Vec<Vec<memgaze_trace::EscapeCount>> {
+        let mut by_object = Vec::new();
+        for library in &self.instrumented {
+            let object = library.object as usize;
+            if by_object.len() <= object {
+                by_object.resize(object + 1, Vec::new());
+            }
+            by_object[object] = memgaze_record::escape_sites(&library.annotation)
+                .into_iter()
+                .map(|mut escape| {
+                    if !escape.function.is_empty() {
+                        escape.function = format!("{}!{}", library.library.name, escape.function);
+                    }
+                    escape
+                })
+                .collect();
+        }
+        by_object
     }
 
     /// Which of the header's loads records may name (instrumented ones), in

@@ -181,6 +181,7 @@ pub fn record_bench(
         bases: libraries.extend_header(&mut header),
         valid: libraries.valid_loads(&instrumented.annotation),
         escapes: memgaze_record::escape_sites(&instrumented.annotation),
+        library_escapes: libraries.escape_sites(),
     };
     libraries.apply(&mut command);
     let writer = match &plan.trace_file {

@@ -1882,7 +1882,12 @@ fn no_escape_checks_knob_leaves_the_checks_out() {
     let trace = trace_path("escape-unchecked");
     let out = record(&output, &[], FULL, &trace, None);
     assert_same_behaviour(&native, &out, "escape without checks");
-    assert!(read_trace(&trace).totals.escapes.is_empty());
+    // libc, instrumented by `record` without the knob, counts its own.
+    let escapes = read_trace(&trace).totals.escapes;
+    assert!(
+        escapes.iter().all(|e| e.function.starts_with("libc.so.6!")),
+        "{escapes:?}"
+    );
 
     let cache = scratch().join("escape-knob-cache");
     std::fs::create_dir_all(&cache).unwrap();
@@ -1904,9 +1909,12 @@ fn no_escape_checks_knob_leaves_the_checks_out() {
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let json = stdout.split_once('\n').unwrap().1.to_string();
         let analysis: serde_json::Value = serde_json::from_str(&json).unwrap();
-        analysis["coverage"]["untraced_functions"]
-            .as_array()
-            .map_or(0, Vec::len)
+        // The executable's (a library's are named `<library>!<function>`).
+        (analysis["coverage"]["untraced_functions"].as_array()).map_or(0, |a| {
+            a.iter()
+                .filter(|f| !f["name"].as_str().unwrap().contains('!'))
+                .count()
+        })
     };
     // With checks the escape is seen (`step` untraced); without, it is not;
     // with checks again (the knob at 0), seen again.
@@ -1942,8 +1950,11 @@ fn unresolvable_escape_lowers_dynamic_coverage_and_warns() {
             .collect();
         assert_eq!(warnings.len(), 1, "{stderr}");
         assert!(warnings[0].contains("largest: step "), "{stderr}");
-        let summary = read_trace(&trace);
-        let escapes = &summary.totals.escapes;
+        // The executable's: libc, instrumented by default, counts its own
+        // (`__vfprintf_internal`'s jump table).
+        let escapes: Vec<_> = (read_trace(&trace).totals.escapes.into_iter())
+            .filter(|e| !e.function.contains('!'))
+            .collect();
         assert_eq!(escapes.len(), 1, "{escapes:?}");
         assert_eq!(escapes[0].function, "step");
         assert_eq!(escapes[0].count, 2000, "one escape per call of step");
@@ -1983,14 +1994,20 @@ fn unresolvable_escape_lowers_dynamic_coverage_and_warns() {
         "{stderr}"
     );
 
-    // No escape, no warning: 100%.
+    // No escape in the executable, no warning; libc's (`printf`'s jump
+    // table, one landing estimated at its reachable loads) stay above the
+    // warning's 95%.
     let kernels = build("kernels.c", &["-O2"]);
     let inst = instrument(&kernels, None, "no-escape");
     let trace = trace_path("kernels-dyncov");
     let out = record(&inst.path, &["3"], FULL, &trace, None);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("warning: dynamic coverage"), "{stderr}");
-    assert!(read_trace(&trace).totals.escapes.is_empty());
+    let escapes = read_trace(&trace).totals.escapes;
+    assert!(
+        escapes.iter().all(|e| e.function.starts_with("libc.so.6!")),
+        "{escapes:?}"
+    );
     let out = memgaze()
         .args(["run", "--full", "--format", "json", "--"])
         .arg(&kernels)
@@ -2000,7 +2017,13 @@ fn unresolvable_escape_lowers_dynamic_coverage_and_warns() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let json = &stdout[stdout.find('{').unwrap()..];
     let analysis: serde_json::Value = serde_json::from_str(json).unwrap();
-    assert_eq!(analysis["summary"]["coverage_dynamic"].as_f64(), Some(1.0));
+    let overall = analysis["summary"]["coverage_dynamic"].as_f64().unwrap();
+    assert!(overall > 0.95, "{overall}");
+    let untraced = analysis["coverage"]["untraced_functions"].as_array();
+    assert!(
+        (untraced.into_iter().flatten()).all(|f| f["name"].as_str().unwrap().contains('!')),
+        "{untraced:?}"
+    );
 }
 
 /// By default, an instrumented program that execs an

@@ -605,8 +605,10 @@ pub struct Analyzer {
     /// The executable's file name, then each instrumented library's.
     instrumented_objects: Vec<String>,
     /// Each instrumented shared library's file name, from the header's
-    /// labels (not the programs that joined the recording).
-    instrumented_libraries: Vec<String>,
+    /// labels (not the programs that joined the recording), when the
+    /// header does not say their escapes were counted (a trace recorded
+    /// before libraries counted them); else empty.
+    uncounted_libraries: Vec<String>,
     /// Load-slot ranges `first..end` of the instrumented libraries and
     /// their names, in a spatially sampled recording (empty otherwise):
     /// libraries take no spatial samples, so their loads are left out of
@@ -844,10 +846,20 @@ fn library_load_ranges(header: &TraceHeader) -> Vec<(u32, u32, String)> {
         .collect()
 }
 
+/// Whether the header's instrumented libraries counted their escapes and
+/// untraced loads ([`memgaze_trace::LIBRARY_ESCAPES_LABEL`]).
+fn library_escapes_counted(header: &TraceHeader) -> bool {
+    header.labels.iter().any(|(key, value)| {
+        key == memgaze_trace::LIBRARY_ESCAPES_LABEL
+            && value == memgaze_trace::LIBRARY_ESCAPES_COUNTED
+    })
+}
+
 /// Whether an object's file name is a shared object's (`libc.so.6`,
 /// `libz.so`). The header labels libraries and programs that joined the
 /// recording alike; a joined program has its own runtime and counts its
-/// escapes, a library does not.
+/// escapes, a library only where the header says so
+/// ([`library_escapes_counted`]).
 fn is_shared_object_name(name: &str) -> bool {
     name.ends_with(".so") || name.contains(".so.")
 }
@@ -1111,8 +1123,9 @@ impl Analyzer {
             command: header.command.clone(),
             untraced_libraries: header.shared_libraries().map(str::to_string).collect(),
             instrumented_objects: instrumented_objects(header),
-            instrumented_libraries: instrumented_libraries(header)
+            uncounted_libraries: instrumented_libraries(header)
                 .filter(|name| is_shared_object_name(name))
+                .filter(|_| !library_escapes_counted(header))
                 .collect(),
             unsampled_libraries: match tracking {
                 Tracking::Sampled {
@@ -1847,8 +1860,7 @@ impl Analyzer {
                 &function_rows,
                 &untraced,
             );
-            uncounted =
-                uncounted_libraries(&summary.coverage_by_object, &self.instrumented_libraries);
+            uncounted = uncounted_libraries(&summary.coverage_by_object, &self.uncounted_libraries);
             untraced
         } else {
             Vec::new()
@@ -2922,6 +2934,58 @@ mod tests {
         assert!(mr_l1(&full, "libc.so.6!f1").is_some());
         assert_eq!(full.summary.tracked_accesses, Some(5));
         assert_eq!(left_out(&full), None);
+    }
+
+    /// A header that says its instrumented libraries counted their escapes
+    /// ([`memgaze_trace::LIBRARY_ESCAPES_LABEL`]) names none uncounted: the
+    /// library's escapes are in its row and in the dynamic coverage.
+    #[test]
+    fn libraries_that_counted_their_escapes_are_not_called_uncounted() {
+        let mut h = header(Backend::Soft, Sampling::full());
+        h.functions[1].name = "libc.so.6!f1".into();
+        h.labels = vec![
+            (memgaze_trace::OBJECT_LABEL.into(), "1 2 libc.so.6".into()),
+            (
+                memgaze_trace::LIBRARY_ESCAPES_LABEL.into(),
+                memgaze_trace::LIBRARY_ESCAPES_COUNTED.into(),
+            ),
+        ];
+        let mut a = Analyzer::new(&h, &AnalysisOptions::default()).unwrap();
+        for (load, addr) in [(L0, 0x100), (L1, 0x200), (L0, 0x108)] {
+            a.push_load(load, addr, 0, 0);
+        }
+        let mut totals = TraceTotals::clean(3, 3, 1);
+        totals.escapes.push(memgaze_trace::EscapeCount {
+            at: 0x48,
+            function: "libc.so.6!f1".into(),
+            count: 5,
+            loads: 1,
+            probed: 0,
+            untraced_load: true,
+        });
+        let a = a.finish(&totals);
+        assert!(
+            a.coverage.uncounted_libraries.is_empty(),
+            "{:?}",
+            a.coverage
+        );
+        assert!(
+            !a.coverage.notes.iter().any(|n| n.contains("not counted")),
+            "{:?}",
+            a.coverage.notes
+        );
+        assert_eq!(a.summary.untraced_load_executions, Some(5));
+        let libc = a
+            .summary
+            .coverage_by_object
+            .iter()
+            .find(|o| o.object == "libc.so.6")
+            .unwrap();
+        assert_eq!(
+            libc.loads_executed.unwrap() - libc.loads_traced,
+            5.0,
+            "{libc:?}"
+        );
     }
 
     /// Coverage by object: the executable and an instrumented library each

@@ -620,6 +620,7 @@ pub fn record_command_within(
         valid: annotation.loads.iter().map(|l| l.instrumented).collect(),
         bases: Vec::new(),
         escapes: escape_sites(annotation),
+        library_escapes: Vec::new(),
     };
     record_objects_within(command, &objects, sampling, spatial, sink, limits)
 }
@@ -636,6 +637,11 @@ pub struct Objects {
     pub bases: Vec<u32>,
     /// The executable's escape sites ([`escape_sites`]), by site number.
     pub escapes: Vec<EscapeCount>,
+    /// Each instrumented library's escape sites, by object number (index
+    /// 0, the executable, and numbers not in use: empty), their functions
+    /// named as in the trace header (`libc.so.6!memcpy`): the runtime
+    /// sends a library's counts with ids `object << 24 | site`.
+    pub library_escapes: Vec<Vec<EscapeCount>>,
 }
 
 /// [`record_command_within`] for a program whose shared libraries are
@@ -848,8 +854,8 @@ pub fn record_objects_within(
         &execs_timed,
     );
     recording.shared_messages = shared_messages;
-    recording.totals.escapes = escape_counts(&objects.escapes, &assembler.escapes);
-    if objects.escapes.is_empty() {
+    recording.totals.escapes = escape_counts(objects, &assembler.escapes);
+    if objects.escapes.is_empty() && objects.library_escapes.iter().all(Vec::is_empty) {
         // Without escape checks there was nothing to count.
         recording.totals.escape_counts_missing = 0;
     }
@@ -894,23 +900,34 @@ pub fn escape_sites(annotation: &Annotation) -> Vec<EscapeCount> {
         .collect()
 }
 
-/// The escape counters the processes sent, with what the annotation
-/// estimates each escape leaves untraced; by jump address. A counter of a
-/// site the annotation does not list is ignored (it cannot be attributed).
-fn escape_counts(sites: &[EscapeCount], counted: &HashMap<u32, u64>) -> Vec<EscapeCount> {
-    let mut escapes: Vec<EscapeCount> = counted
+/// The escape counters the processes sent, with what the annotation of
+/// their object estimates each escape leaves untraced; by jump address
+/// (the executable's first where a library's jump has the same address).
+/// A site id is `object << 24 | site` (object 0: the executable). A counter
+/// of a site no annotation lists is ignored (it cannot be attributed): the
+/// runtime counts only the sites the annotations list.
+fn escape_counts(objects: &Objects, counted: &HashMap<u32, u64>) -> Vec<EscapeCount> {
+    let mut escapes: Vec<(u32, EscapeCount)> = counted
         .iter()
         .filter(|&(_, &count)| count > 0)
-        .filter_map(|(&site, &count)| {
+        .filter_map(|(&id, &count)| {
+            let (object, site) = (id >> 24, id & 0xff_ffff);
+            let sites = match object {
+                0 => &objects.escapes,
+                _ => objects.library_escapes.get(object as usize)?,
+            };
             let escape = sites.get(site as usize)?;
-            Some(EscapeCount {
-                count,
-                ..escape.clone()
-            })
+            Some((
+                id,
+                EscapeCount {
+                    count,
+                    ..escape.clone()
+                },
+            ))
         })
         .collect();
-    escapes.sort_by_key(|e| e.at);
-    escapes
+    escapes.sort_by_key(|&(id, ref e)| (e.at, id >> 24));
+    escapes.into_iter().map(|(_, e)| e).collect()
 }
 
 /// The glibc tunable that bounds the bytes of exited threads' stacks kept
@@ -1682,6 +1699,49 @@ pub(crate) fn signal_name(signal: i32) -> String {
 mod tests {
     use super::*;
     use protocol::{HEADER_BYTES, MessageHeader, MessageKind, SHARED_FLAG, SHARED_STATE_BYTES};
+
+    /// Escape ids `object << 24 | site` are looked up in their object's
+    /// sites (0: the executable's); zero counts, and ids of sites no
+    /// annotation lists, give no entry; equal addresses keep object order.
+    #[test]
+    fn escape_ids_are_attributed_to_their_object() {
+        let site = |at, function: &str| EscapeCount {
+            at,
+            function: function.into(),
+            count: 0,
+            loads: 2,
+            probed: 1,
+            untraced_load: false,
+        };
+        let objects = Objects {
+            escapes: vec![site(0x40, "main")],
+            library_escapes: vec![
+                Vec::new(),
+                Vec::new(),
+                vec![
+                    site(0x10, "libc.so.6!memcpy"),
+                    site(0x40, "libc.so.6!strlen"),
+                ],
+            ],
+            ..Objects::default()
+        };
+        let counted = HashMap::from([
+            (2 << 24 | 1, 5),
+            (0, 3),
+            (2 << 24, 0),
+            (1 << 24, 7),
+            (3 << 24, 1),
+            (2 << 24 | 2, 1),
+        ]);
+        let escapes: Vec<(String, u64)> = escape_counts(&objects, &counted)
+            .into_iter()
+            .map(|e| (e.function, e.count))
+            .collect();
+        assert_eq!(
+            escapes,
+            [("main".to_string(), 3), ("libc.so.6!strlen".to_string(), 5)]
+        );
+    }
 
     #[test]
     fn stack_cache_tunable_joins_the_users_tunables() {

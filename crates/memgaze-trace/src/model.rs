@@ -215,6 +215,16 @@ pub const SHARED_LIBRARY_LABEL: &str = "shared_library";
 /// are offsets in that library's file.
 pub const OBJECT_LABEL: &str = "object";
 
+/// Label key ([`TraceHeader::labels`]) of a header whose instrumented
+/// libraries ([`OBJECT_LABEL`]) count their escapes and untraced loads in
+/// the totals' `escapes`, as the executable does (value
+/// [`LIBRARY_ESCAPES_COUNTED`]). Traces recorded before libraries counted
+/// them lack it: their dynamic coverage leaves the libraries' out.
+pub const LIBRARY_ESCAPES_LABEL: &str = "library_escapes";
+
+/// The value of [`LIBRARY_ESCAPES_LABEL`].
+pub const LIBRARY_ESCAPES_COUNTED: &str = "counted";
+
 impl TraceHeader {
     /// The object (file name) whose code function `function` is: an
     /// instrumented library's name ([`OBJECT_LABEL`]) or, below the first

@@ -7,8 +7,9 @@
 //! grant as the executable's. Only the library's `record` differs. Its hot
 //! path is the executable's; what that cannot do (a window starts or ends,
 //! the buffer is full, the thread has no slot yet) goes to the executable
-//! runtime's cold path, whose address every slot holds
-//! ([`slot::RUNTIME`]). The library keeps that address in its own state
+//! runtime's cold path, whose address the executable runtime's config
+//! block holds, which every slot points to ([`slot::RUNTIME`],
+//! `cfg::COLD_PATH`). The library keeps that address in its own state
 //! word once it has seen it, so a thread whose first instrumented load is
 //! in the library (every thread: `start_thread` is in libc) reaches the
 //! runtime that creates its slot.
@@ -31,6 +32,20 @@
 //! Record ids carry the object in their high bits (`object << 24 | load`,
 //! [`OBJECT_SHIFT`]), so the collector can tell whose annotation a record
 //! refers to.
+//!
+//! Escapes and untraced loads count in counters of the library's own
+//! (`runtime::process::library_counters`: in the executable's process
+//! block, wiped on fork as the executable's are, one stretch per object
+//! number). A library check finds them through two words of the library's
+//! state, which its `escape_register` routine fills on the first count
+//! that finds this thread's slot: the executable runtime's config (whose
+//! region switch it tests) and the counters. Registering writes the
+//! library's number of sites into the config's per-object table
+//! (`Config::library_sites`), which the executable's `send_escapes` walks;
+//! the ids it sends are `object << 24 | site`, as records'. A count before
+//! the library registers (before the executable's entry, or in a thread
+//! without a slot while no thread registered it) is not made: loads there
+//! are not recorded either.
 
 use super::runtime::{self, Runtime, lea_rip, record_hot_path_then, slot};
 use iced_x86::code_asm::*;
@@ -45,22 +60,58 @@ pub const MAX_OBJECT: u32 = (1 << (31 - OBJECT_SHIFT)) - 1;
 /// Loads an object may have.
 pub const MAX_LOADS: usize = 1 << OBJECT_SHIFT;
 
+/// Escape sites a library may count (its checks past that are copied
+/// without one): ids `object << OBJECT_SHIFT | site` stay ids of the
+/// object.
+pub const MAX_ESCAPE_SITES: u32 = runtime::process::MAX_ESCAPE_SITES;
+const _: () = assert!(MAX_ESCAPE_SITES as usize <= MAX_LOADS);
+const _: () = assert!(
+    (MAX_OBJECT << OBJECT_SHIFT) + (MAX_ESCAPE_SITES - 1) < memgaze_trace::protocol::SPATIAL_FLAG
+);
+
+/// Bytes of state the rewriter reserves in a library's bss: a config block
+/// that stays zero (the copies' spatial checks read it), then the words
+/// below.
+pub(crate) const STATE_BYTES: u64 = 256;
 /// Offset in the library's state of the word caching the executable
-/// runtime's cold path (past the config block, which stays zero).
-const RUNTIME_WORD: u64 = runtime::STATE_BYTES - 8;
+/// runtime's cold path (past the config block's fields the copies read).
+const RUNTIME_WORD: u64 = STATE_BYTES - 8;
 /// Offset of the word counting forwards of slotless threads that found no
 /// runtime (see [`SLOTLESS_ASKS`]).
 const SLOTLESS_WORD: u64 = RUNTIME_WORD - 8;
-const _: () = assert!(std::mem::size_of::<runtime::Config>() as u64 <= SLOTLESS_WORD);
+/// Offset of the word holding the executable runtime's config block once
+/// the library registered its escape counters (0 before).
+const CONFIG_WORD: u64 = SLOTLESS_WORD - 8;
+/// Offset of the word holding the address of the library's first escape
+/// counter (written before [`CONFIG_WORD`]).
+const COUNTERS_WORD: u64 = CONFIG_WORD - 8;
+const _: () = assert!(std::mem::offset_of!(runtime::Config, cold_path) as u64 <= COUNTERS_WORD);
 /// Forwards of slotless threads that find no runtime after which they get a
 /// re-check countdown instead of asking at their next load: bounds the cost
 /// in a process whose executable is not instrumented (about 30 cycles each).
 const SLOTLESS_ASKS: u32 = 1 << 20;
 
-/// Generates a library's runtime at `code_va`, its state at `state_va`.
-/// Only `code`, `record`, `record_tracked`, `probe_append`,
-/// `probe_append_tracked` and `spatial` are meaningful.
-pub fn generate(code_va: u64, state_va: u64) -> Result<Runtime, IcedError> {
+/// Where a library's escape checks count, for its runtime at `state_va`
+/// whose registration routine is at `register`.
+pub fn counters(state_va: u64, register: u64) -> super::probe::LibraryCounters {
+    super::probe::LibraryCounters {
+        config: state_va + CONFIG_WORD,
+        counters: state_va + COUNTERS_WORD,
+        register,
+    }
+}
+
+/// Generates the runtime of library `object` with `escape_sites` escape
+/// counters at `code_va`, its state at `state_va`. Only `code`, `record`,
+/// `record_tracked`, `probe_append`, `probe_append_tracked`, `spatial`
+/// and `escape_register` are meaningful.
+pub fn generate(
+    code_va: u64,
+    state_va: u64,
+    object: u32,
+    escape_sites: u32,
+) -> Result<Runtime, IcedError> {
+    assert!((1..=MAX_OBJECT).contains(&object) && escape_sites <= MAX_ESCAPE_SITES);
     let mut a = CodeAssembler::new(64)?;
     let mut record = a.create_label();
     let mut probe_append = a.create_label();
@@ -80,6 +131,7 @@ pub fn generate(code_va: u64, state_va: u64) -> Result<Runtime, IcedError> {
         a.cmp(qword_ptr(rcx), 0)?;
         a.jne(known)?;
         a.mov(rcx, qword_ptr(rbx + slot::RUNTIME))?;
+        a.mov(rcx, qword_ptr(rcx + runtime::cfg::COLD_PATH))?;
         a.add_instruction(lea_rip(Register::RBX, state_va + RUNTIME_WORD))?;
         a.mov(qword_ptr(rbx), rcx)?;
         a.set_label(&mut known)
@@ -98,6 +150,7 @@ pub fn generate(code_va: u64, state_va: u64) -> Result<Runtime, IcedError> {
     a.mov(rcx, qword_ptr(rbx + slot::RUNTIME))?;
     a.test(rcx, rcx)?;
     a.jz(none)?;
+    a.mov(rcx, qword_ptr(rcx + runtime::cfg::COLD_PATH))?;
     a.add_instruction(lea_rip(Register::RBX, state_va + RUNTIME_WORD))?;
     a.mov(qword_ptr(rbx), rcx)?;
     a.set_label(&mut go)?;
@@ -131,6 +184,8 @@ pub fn generate(code_va: u64, state_va: u64) -> Result<Runtime, IcedError> {
     a.ret()?;
     // One append for both kinds of load: `record_tracked` is `record`.
     runtime::emit_probe_append(&mut a, &mut probe_append, record)?;
+    let mut escape_register = a.create_label();
+    emit_escape_register(&mut a, &mut escape_register, state_va, object, escape_sites)?;
     let result =
         a.assemble_options(code_va, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
     let record = result.label_ip(&record)?;
@@ -156,7 +211,62 @@ pub fn generate(code_va: u64, state_va: u64) -> Result<Runtime, IcedError> {
         region_end_unnamed: 0,
         region_toggle: 0,
         region_samples: 0,
+        escape_register: result.label_ip(&escape_register)?,
         code: result.inner.code_buffer,
         cpu_features: 0,
     })
+}
+
+/// `escape_register` at `entry`, called by the library's escape checks
+/// while [`CONFIG_WORD`] is zero: through this thread's slot, finds the
+/// executable runtime's config and its library counters, writes the
+/// library's `escape_sites` into its per-object table, then
+/// [`COUNTERS_WORD`] and [`CONFIG_WORD`] (in that order: a check that
+/// reads the config word reads the counters word after it). `rax` = the
+/// config, or 0 (no slot, or no counters mapped: nothing is recorded);
+/// every other register kept, the flags clobbered. Two threads may
+/// register at once: they write the same values.
+fn emit_escape_register(
+    a: &mut CodeAssembler,
+    entry: &mut CodeLabel,
+    state_va: u64,
+    object: u32,
+    escape_sites: u32,
+) -> Result<(), IcedError> {
+    let mut fail = a.create_label();
+    let mut leave = a.create_label();
+    a.set_label(entry)?;
+    a.push(rbx)?;
+    a.push(rcx)?;
+    a.mov(rbx, qword_ptr(0x40u64).fs())?;
+    a.test(rbx, rbx)?;
+    a.jz(fail)?;
+    a.cmp(qword_ptr(rbx + slot::MAGIC), slot::MAGIC_VALUE)?;
+    a.jne(fail)?;
+    a.mov(rcx, qword_ptr(rbx + slot::RUNTIME))?;
+    a.test(rcx, rcx)?;
+    a.jz(fail)?;
+    a.mov(rax, qword_ptr(rcx + runtime::cfg::LIBRARY_COUNTERS))?;
+    a.test(rax, rax)?;
+    a.jz(fail)?;
+    a.mov(
+        qword_ptr(rcx + (runtime::cfg::LIBRARY_SITES + 8 * object as i32)),
+        escape_sites as i32,
+    )?;
+    a.add(
+        rax,
+        (object as i32 - 1) * runtime::process::LIBRARY_COUNTER_BYTES,
+    )?;
+    a.add_instruction(lea_rip(Register::RBX, state_va + COUNTERS_WORD))?;
+    a.mov(qword_ptr(rbx), rax)?;
+    a.add_instruction(lea_rip(Register::RBX, state_va + CONFIG_WORD))?;
+    a.mov(qword_ptr(rbx), rcx)?;
+    a.mov(rax, rcx)?;
+    a.jmp(leave)?;
+    a.set_label(&mut fail)?;
+    a.xor(eax, eax)?;
+    a.set_label(&mut leave)?;
+    a.pop(rcx)?;
+    a.pop(rbx)?;
+    a.ret()
 }

@@ -388,7 +388,7 @@ pub(crate) fn instrument_with_code<L: Send, R: Send>(
     let bytes = binary.data();
     let mut editor = match options.library {
         None => ElfEditor::new(bytes, runtime::STATE_BYTES),
-        Some(_) => ElfEditor::new_library(bytes, runtime::STATE_BYTES),
+        Some(_) => ElfEditor::new_library(bytes, library::STATE_BYTES),
     }
     .map_err(InstrumentError::Refused)?;
     let mut report = Report {
@@ -414,9 +414,8 @@ pub(crate) fn instrument_with_code<L: Send, R: Send>(
     );
     lap(&mut report, "plan (CFG, liveness, superblocks)");
     phase.next("escape jumps, runtime, tables");
-    // A library's copies run through the executable's runtime, which
-    // holds no counters for them: their escapes are not counted.
-    let escape_sites = if soft && options.library.is_none() && options.escape_checks {
+    // A library's checks count in counters of its own (see `library`).
+    let escape_sites = if soft && options.escape_checks {
         mark_escape_jumps(binary, &mut plans, &original)
     } else {
         0
@@ -424,19 +423,14 @@ pub(crate) fn instrument_with_code<L: Send, R: Send>(
 
     // ---- 2. runtime and copies
     let runtime_va = editor.segment_va + 64;
-    let mut rt = match options.library {
-        Some(_) if soft => {
-            Some(library::generate(runtime_va, editor.state_va).map_err(RewriteError::Runtime)?)
-        }
-        _ => generate_runtime(
-            &editor,
-            runtime_va,
-            &mut plans,
-            &selection.hooks,
-            (soft, escape_sites, options.spatial_rorx()),
-            &mut report,
-        )?,
-    };
+    let mut rt = generate_runtime(
+        &editor,
+        runtime_va,
+        &mut plans,
+        &selection.hooks,
+        (soft, escape_sites, options),
+        &mut report,
+    )?;
     let process_end = match rt.as_mut() {
         Some(rt) if options.library.is_none() => {
             append_process_end_stubs(binary, runtime_va, rt, &mut report)?
@@ -459,7 +453,7 @@ pub(crate) fn instrument_with_code<L: Send, R: Send>(
         spatial_hash: spatial_hash(options),
         spatial_rorx: options.spatial_rorx(),
         escape: (escape_sites > 0)
-            .then(|| escape_check(binary, &plans, copies_va, editor.state_va)),
+            .then(|| escape_check(binary, &plans, copies_va, (editor.state_va, rt.as_ref()))),
         got_hooks: process_end.by_slot.clone(),
     };
     free_in_plans(binary, &mut plans, Planned::free_control_flow);
@@ -637,13 +631,15 @@ fn spatial_hash(options: &InstrumentOptions) -> probe::SpatialHash {
 
 /// What the copies' escape checks compare with: the span of the planned
 /// functions in the original, the copies at `copies_va` and the runtime's
-/// state at `state_va`.
+/// state at `state_va`; for a library, with the counters its runtime `rt`
+/// registers (a library's runtime has a registration routine).
 fn escape_check(
     binary: &Binary,
     plans: &[Planned],
     copies_va: u64,
-    state_va: u64,
+    (state_va, rt): (u64, Option<&runtime::Runtime>),
 ) -> probe::EscapeCheck {
+    let library_register = rt.map(|r| r.escape_register).filter(|&r| r != 0);
     let functions = || plans.iter().map(|p| &binary.functions()[p.function]);
     probe::EscapeCheck {
         original_start: functions().map(|f| f.start).min().unwrap_or(0),
@@ -652,6 +648,7 @@ fn escape_check(
         process: state_va + runtime::cfg::PROCESS as u64,
         enabled: state_va + runtime::cfg::ENABLED as u64,
         counters: runtime::process::ESCAPES,
+        library: library_register.map(|register| library::counters(state_va, register)),
     }
 }
 
@@ -1170,15 +1167,22 @@ fn ptwrite_unsupported(insn: &iced_x86::Instruction) -> Option<&'static str> {
 
 /// Generates the recorder runtime (soft mode) for `runtime_va`, and makes
 /// the copies of the region markers call its region hooks when both
-/// markers are copied.
+/// markers are copied; a library's runtime (see `library`) when
+/// `options.library` names its object.
 fn generate_runtime(
     editor: &ElfEditor<'_>,
     runtime_va: u64,
     plans: &mut [Planned],
     hooks: &[(usize, Hook)],
-    (soft, escape_sites, spatial_rorx): (bool, u32, bool),
+    (soft, escape_sites, options): (bool, u32, &InstrumentOptions),
     report: &mut Report,
 ) -> Result<Option<runtime::Runtime>, RewriteError> {
+    if let (true, Some(object)) = (soft, options.library) {
+        return library::generate(runtime_va, editor.state_va, object, escape_sites)
+            .map(Some)
+            .map_err(RewriteError::Runtime);
+    }
+    let spatial_rorx = options.spatial_rorx();
     // Regions need every delimiting hook's function rewritten; an extra
     // hook whose function was not is left out.
     let planned = |h: usize| plans.iter().any(|p| p.function == h);

@@ -796,6 +796,28 @@ pub struct EscapeCheck {
     pub enabled: u64,
     /// Offset of the first escape counter in the process block.
     pub counters: i32,
+    /// For a shared library's copies, its own counters, which the fields
+    /// above (the library's own config, always zero) do not reach.
+    pub library: Option<LibraryCounters>,
+}
+
+/// Where an instrumented shared library's escape checks count (see
+/// [`super::library`]): counters the executable's runtime sends, in its
+/// process block, reached through words of the library's own state that
+/// its runtime fills when the library registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LibraryCounters {
+    /// Address of the word holding the executable runtime's config block
+    /// (0 until registered): its region switch says whether loads are
+    /// recorded.
+    pub config: u64,
+    /// Address of the word holding the library's first counter (set
+    /// before `config`).
+    pub counters: u64,
+    /// The library runtime's registration routine: `rax` = the
+    /// executable runtime's config, or 0 while the thread has no slot to
+    /// find it through; every other register kept, the flags clobbered.
+    pub register: u64,
 }
 
 /// Bytes the escape stub keeps below the jump's `rsp`: the red zone and its
@@ -890,12 +912,7 @@ pub fn escape_stub(
     out.push(i2(Code::Lea_r64_m, Register::RCX, rip(check.copies)));
     out.push(i2(Code::Cmp_r64_rm64, Register::RAX, Register::RCX));
     out.push(branch(Code::Jae_rel32_64, done));
-    out.push(with_ip(
-        Instruction::with2(Code::Cmp_rm64_imm8, rip(check.enabled), 0).expect("valid cmp"),
-        count,
-    ));
-    out.push(branch(Code::Je_rel32_64, done));
-    count_in_process_block(site, check, done, out);
+    count_while_recorded(site, check, (count, done), &mut next_label, out);
     out.push(with_ip(Instruction::with(Code::Popfq), done));
     out.push(pop(Register::RCX));
     out.push(pop(Register::RAX));
@@ -905,19 +922,65 @@ pub fn escape_stub(
     out.push(original);
 }
 
-/// Adds one to counter `site` of the process block (`lock add`, through
-/// `rax`), or jumps to `done` while no block is mapped: the count an escape
-/// stub and an untraced load share. Clobbers `rax` and the flags.
-fn count_in_process_block(site: u32, check: &EscapeCheck, done: u64, out: &mut Vec<Instruction>) {
+/// While loads are recorded, adds one to counter `site` (`lock add`,
+/// through `rax`), else jumps to `done`: the count an escape stub and an
+/// untraced load share. The executable's counters are in its process
+/// block (none while no block is mapped); a library's are reached through
+/// its own state once registered, which the first count tries. The first
+/// instruction takes `at`. Clobbers `rax` and the flags.
+fn count_while_recorded(
+    site: u32,
+    check: &EscapeCheck,
+    (at, done): (u64, u64),
+    next_label: &mut impl FnMut() -> u64,
+    out: &mut Vec<Instruction>,
+) {
     let rip = |target: u64| MemoryOperand::with_base_displ(Register::RIP, target as i64);
-    out.push(i2(Code::Mov_r64_rm64, Register::RAX, rip(check.process)));
-    out.push(i2(Code::Test_rm64_r64, Register::RAX, Register::RAX));
-    out.push(branch(Code::Je_rel32_64, done));
+    let counter_base = match &check.library {
+        None => {
+            out.push(with_ip(
+                Instruction::with2(Code::Cmp_rm64_imm8, rip(check.enabled), 0).expect("valid cmp"),
+                at,
+            ));
+            out.push(branch(Code::Je_rel32_64, done));
+            out.push(i2(Code::Mov_r64_rm64, Register::RAX, rip(check.process)));
+            out.push(i2(Code::Test_rm64_r64, Register::RAX, Register::RAX));
+            out.push(branch(Code::Je_rel32_64, done));
+            i64::from(check.counters)
+        }
+        Some(library) => {
+            let registered = next_label();
+            out.push(with_ip(
+                i2(Code::Mov_r64_rm64, Register::RAX, rip(library.config)),
+                at,
+            ));
+            out.push(i2(Code::Test_rm64_r64, Register::RAX, Register::RAX));
+            out.push(branch(Code::Jne_rel32_64, registered));
+            out.push(branch(Code::Call_rel32_64, library.register));
+            out.push(i2(Code::Test_rm64_r64, Register::RAX, Register::RAX));
+            out.push(branch(Code::Je_rel32_64, done));
+            out.push(with_ip(
+                Instruction::with2(
+                    Code::Cmp_rm64_imm8,
+                    MemoryOperand::with_base_displ(
+                        Register::RAX,
+                        i64::from(super::runtime::cfg::ENABLED),
+                    ),
+                    0,
+                )
+                .expect("valid cmp"),
+                registered,
+            ));
+            out.push(branch(Code::Je_rel32_64, done));
+            out.push(i2(Code::Mov_r64_rm64, Register::RAX, rip(library.counters)));
+            0
+        }
+    };
     let mut add = i2(
         Code::Add_rm64_imm8,
         MemoryOperand::with_base_displ_size(
             Register::RAX,
-            i64::from(check.counters) + 8 * i64::from(site),
+            counter_base + 8 * i64::from(site),
             1, // disp8 if it fits, else the address size
         ),
         1,
@@ -940,13 +1003,11 @@ pub fn untraced_load_count(
     out: &mut Vec<Instruction>,
 ) {
     let done = next_label();
-    let rip = |target: u64| MemoryOperand::with_base_displ(Register::RIP, target as i64);
     out.push(with_ip(lea(Register::RSP, Register::RSP, -128), ip));
     out.push(push(Register::RAX));
     out.push(Instruction::with(Code::Pushfq));
-    out.push(Instruction::with2(Code::Cmp_rm64_imm8, rip(check.enabled), 0).expect("valid cmp"));
-    out.push(branch(Code::Je_rel32_64, done));
-    count_in_process_block(site, check, done, out);
+    // No label on the count: nothing branches to it.
+    count_while_recorded(site, check, (0, done), &mut next_label, out);
     out.push(with_ip(Instruction::with(Code::Popfq), done));
     out.push(pop(Register::RAX));
     out.push(lea(Register::RSP, Register::RSP, 128));

@@ -131,7 +131,7 @@ pub(crate) const COUNTDOWN_NEVER: u64 = 1 << 62;
 pub(crate) const COUNTDOWN_RECHECK: u64 = 4096;
 
 /// Bytes of state the rewriter reserves in the executable's bss.
-pub(crate) const STATE_BYTES: u64 = 256;
+pub(crate) const STATE_BYTES: u64 = 1280;
 
 /// The config block at the start of the `STATE_BYTES` the rewriter
 /// reserves in bss: every word a `u64` the runtime accesses as a qword.
@@ -180,7 +180,22 @@ pub struct Config {
     /// Toggle hooks (divan's `sync_impl`) opened and not yet closed: every
     /// thread of a `threads` bench opens and closes its own.
     pub(crate) open_toggles: u64,
+    /// Address of the cold path, where an instrumented library's `record`
+    /// forwards (a slot's [`slot::RUNTIME`] points at this block).
+    pub(crate) cold_path: u64,
+    /// Address of the instrumented libraries' escape counters in the
+    /// process block ([`process::library_counters`]); 0 until mapped.
+    pub(crate) library_counters: u64,
+    /// Per object number, the escape sites of the instrumented library
+    /// that registered under it (see [`super::library`]); 0: none. In
+    /// bss, so a forked child keeps the list while its counters, in the
+    /// process block, start from zero.
+    pub(crate) library_sites: [u64; LIBRARY_SLOTS],
 }
+
+/// Entries of [`Config::library_sites`]: one per object number, object 0
+/// (the executable) unused.
+pub(crate) const LIBRARY_SLOTS: usize = super::library::MAX_OBJECT as usize + 1;
 
 /// Offsets of the config block's fields ([`Config`]) and its state values.
 pub mod cfg {
@@ -223,6 +238,12 @@ pub mod cfg {
     pub(crate) const SPATIAL_PENDING: i32 = offset_of!(Config, spatial_pending) as i32;
     /// Offset of `Config::open_toggles`.
     pub(crate) const OPEN_TOGGLES: i32 = offset_of!(Config, open_toggles) as i32;
+    /// Offset of `Config::cold_path`.
+    pub(crate) const COLD_PATH: i32 = offset_of!(Config, cold_path) as i32;
+    /// Offset of `Config::library_counters`.
+    pub(crate) const LIBRARY_COUNTERS: i32 = offset_of!(Config, library_counters) as i32;
+    /// Offset of `Config::library_sites`.
+    pub(crate) const LIBRARY_SITES: i32 = offset_of!(Config, library_sites) as i32;
     /// `STATE` values.
     pub(crate) const STATE_DISABLED: i32 = 1;
     /// `STATE` values.
@@ -250,7 +271,7 @@ pub mod header {
 /// BMI2 (`rorx`) in CPUID leaf 7 `ebx`.
 pub(crate) const CPUID7_EBX_BMI2: u32 = 1 << 8;
 
-/// The process block: an anonymous mapping of [`process::BYTES`], wiped on
+/// The process block: an anonymous mapping of [`process::bytes`], wiped on
 /// fork. Every word a `u64`; the struct derives the offsets in [`process`].
 #[repr(C)]
 pub(crate) struct ProcessBlock {
@@ -286,32 +307,39 @@ pub mod process {
     pub(crate) const CLOSED: i32 = offset_of!(ProcessBlock, closed) as i32;
     /// Offset of `ProcessBlock::finishing`.
     pub(crate) const FINISHING: i32 = offset_of!(ProcessBlock, finishing) as i32;
-    /// Bytes mapped without escape counters.
-    pub const BYTES: i32 = 4096;
     /// Offset of the first escape counter (one `u64` per escape site,
     /// counted by the copies' escape checks, see
     /// [`super::super::probe::escape_stub`]); the `Escapes` message is built
     /// after the last.
     pub const ESCAPES: i32 = 64;
-    /// Most escape sites counted: their message stays within one shared
-    /// chunk.
+    /// Most escape sites counted per object (the executable, each
+    /// library): their message stays within one shared chunk.
     pub const MAX_ESCAPE_SITES: u32 = 4096;
+    /// Bytes of one library's escape counters (see [`library_counters`]).
+    pub const LIBRARY_COUNTER_BYTES: i32 = 8 * MAX_ESCAPE_SITES as i32;
 
-    /// Offset of the `Escapes` message with `sites` counters.
+    /// Offset of the `Escapes` message with `sites` counters: room for
+    /// [`MAX_ESCAPE_SITES`] records, as each object's counters are sent
+    /// in a message of their own.
     pub const fn escape_message(sites: u32) -> i32 {
         ESCAPES + 8 * sites as i32
     }
 
+    /// Offset of the instrumented libraries' escape counters in a process
+    /// block with `sites` escape counters of the executable's: those of
+    /// object `o` (1..=`MAX_OBJECT`) at `(o - 1) ·`
+    /// [`LIBRARY_COUNTER_BYTES`] from it. Only the pages of counters that
+    /// count are ever touched.
+    pub const fn library_counters(sites: u32) -> i32 {
+        let message_end = escape_message(sites)
+            + memgaze_trace::protocol::HEADER_BYTES as i32
+            + MAX_ESCAPE_SITES as i32 * memgaze_trace::protocol::RECORD_BYTES as i32;
+        (message_end + 4095) & !4095
+    }
+
     /// Bytes mapped for a process block with `sites` escape counters.
     pub const fn bytes(sites: u32) -> i32 {
-        let used = escape_message(sites)
-            + memgaze_trace::protocol::HEADER_BYTES as i32
-            + sites as i32 * memgaze_trace::protocol::RECORD_BYTES as i32;
-        if used <= BYTES {
-            BYTES
-        } else {
-            (used + 4095) & !4095
-        }
+        library_counters(sites) + super::super::library::MAX_OBJECT as i32 * LIBRARY_COUNTER_BYTES
     }
 }
 
@@ -380,6 +408,9 @@ pub struct Runtime {
     pub code: Vec<u8>,
     /// `RuntimeParams::cpu_features`, for the segment header.
     pub(crate) cpu_features: u32,
+    /// A library's escape counter registration (see
+    /// [`super::library`]); 0 in the executable's.
+    pub(crate) escape_register: u64,
     /// Slow path called by probes.
     pub record: u64,
     /// Its fast path for flags-dead probes: zeroes the countdown and
@@ -489,6 +520,7 @@ impl Runtime {
         Runtime {
             code,
             cpu_features,
+            escape_register: 0,
             record,
             probe_append,
             probe_append_tracked,
@@ -634,6 +666,7 @@ fn assemble(params: &RuntimeParams) -> Result<(Runtime, Vec<u32>), IcedError> {
         region_end_unnamed: result.label_ip(&l.region_end_unnamed)?,
         region_toggle: result.label_ip(&l.region_toggle)?,
         region_samples: result.label_ip(&l.region_samples)?,
+        escape_register: 0,
         code: std::mem::take(&mut result.inner.code_buffer),
         cpu_features: params.cpu_features,
     };
@@ -1113,7 +1146,8 @@ fn emit_find_slot(a: &mut Asm, l: &mut Labels) -> R {
     a.syscall()?;
     a.mov(qword_ptr(rbx + slot::MAGIC), slot::MAGIC_VALUE)?;
     a.lea(rax, ptr(l.to_cold_entry))?;
-    a.mov(qword_ptr(rbx + slot::RUNTIME), rax)?;
+    a.mov(qword_ptr(r12 + cfg::COLD_PATH), rax)?;
+    a.mov(qword_ptr(rbx + slot::RUNTIME), r12)?;
     a.mov(rax, fs(0))?;
     a.mov(qword_ptr(rbx + slot::TCB), rax)?;
     a.mov(eax, SYS_GETTID)?;
@@ -1681,7 +1715,7 @@ fn emit_fini(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     }
     emit_fini_own_slot(a, l, params)?;
     emit_fini_other_slots(a, l)?;
-    emit_fini_exit_message(a, l, params)
+    emit_fini_exit_message(a, l)
 }
 
 /// `fini` up to the other slots: runs once per process, folds this thread's
@@ -1862,12 +1896,10 @@ fn emit_fini_snapshot(a: &mut Asm, l: &mut Labels) -> R {
 }
 
 /// The end of `fini_body`: the `ProcessExit` message (process-level drops).
-fn emit_fini_exit_message(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
+fn emit_fini_exit_message(a: &mut Asm, l: &mut Labels) -> R {
     a.set_label(&mut l.fini_exit_message)?;
     a.call(l.objects_message)?;
-    if params.escape_sites > 0 {
-        a.call(l.send_escapes)?;
-    }
+    a.call(l.send_escapes)?;
     send_process_header(
         a,
         l,
@@ -1941,7 +1973,7 @@ fn emit_process_end(a: &mut Asm, l: &mut Labels, params: &RuntimeParams, end: Pr
             a.jmp(l.fini_body)?;
         }
         ProcessEnd::Exec => {
-            emit_exec_own_flush(a, l, params, done)?;
+            emit_exec_own_flush(a, l, done)?;
             a.jmp(send)?;
         }
     }
@@ -1969,7 +2001,7 @@ fn emit_process_end(a: &mut Asm, l: &mut Labels, params: &RuntimeParams, end: Pr
 /// leaves esi = the pid and r8 = the records the `exec` would lose (the
 /// process's drops and what the other threads hold). To `done` if the
 /// process is already finishing.
-fn emit_exec_own_flush(a: &mut Asm, l: &mut Labels, params: &RuntimeParams, done: CodeLabel) -> R {
+fn emit_exec_own_flush(a: &mut Asm, l: &mut Labels, done: CodeLabel) -> R {
     let mut message = a.create_label();
     let mut unfolded = a.create_label();
     let mut walk = a.create_label();
@@ -1997,9 +2029,7 @@ fn emit_exec_own_flush(a: &mut Asm, l: &mut Labels, params: &RuntimeParams, done
     give_grant(a)?;
     leave_cold(a)?;
     a.set_label(&mut message)?;
-    if params.escape_sites > 0 {
-        a.call(l.send_escapes)?;
-    }
+    a.call(l.send_escapes)?;
     // r8 = process drops + records other threads hold.
     a.mov(r8, qword_ptr(r13 + process::DROPPED))?;
     a.mov(rdx, qword_ptr(r13 + process::HEAD))?;
@@ -2223,20 +2253,56 @@ fn emit_objects_message(a: &mut Asm, l: &mut Labels) -> R {
 
 /// send_escapes: the escape counters that are not zero, taken and zeroed
 /// one by one (`xchg`: an escape counted meanwhile stays for the next
-/// message), sent as one `Escapes` message built in the process block.
-/// Nothing when none counted. Expects r12 = the config, r13 = the process
-/// block; clobbers the scratch registers.
+/// message), sent as one `Escapes` message per object built in the process
+/// block: the executable's (ids: site numbers), then those of each
+/// instrumented library registered in [`Config::library_sites`] (ids
+/// `object << 24 | site`, see [`super::library`]). Nothing for an object
+/// that counted none. Expects r12 = the config, r13 = the process block;
+/// clobbers the scratch registers.
 fn emit_send_escapes(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
+    let mut object = a.create_label();
+    let mut next_object = a.create_label();
+    a.set_label(&mut l.send_escapes)?;
+    let message = process::escape_message(params.escape_sites);
+    if params.escape_sites > 0 {
+        let mut libraries = a.create_label();
+        a.lea(r9, qword_ptr(r13 + process::ESCAPES))?;
+        a.mov(r10d, params.escape_sites)?;
+        a.xor(r11d, r11d)?;
+        send_escape_counters(a, l, message, libraries)?;
+        a.set_label(&mut libraries)?;
+    }
+    a.push(rbx)?;
+    a.mov(ebx, 1)?;
+    a.set_label(&mut object)?;
+    a.mov(r10, qword_ptr(r12 + rbx * 8 + cfg::LIBRARY_SITES))?;
+    a.test(r10, r10)?;
+    a.jz(next_object)?;
+    a.mov(r9, rbx)?;
+    a.dec(r9)?;
+    a.shl(r9, process::LIBRARY_COUNTER_BYTES.trailing_zeros())?;
+    a.add(r9, qword_ptr(r12 + cfg::LIBRARY_COUNTERS))?;
+    a.mov(r11, rbx)?;
+    a.shl(r11, super::library::OBJECT_SHIFT)?;
+    send_escape_counters(a, l, message, next_object)?;
+    a.set_label(&mut next_object)?;
+    a.inc(ebx)?;
+    a.cmp(ebx, super::library::MAX_OBJECT)?;
+    a.jbe(object)?;
+    a.pop(rbx)?;
+    a.ret()?;
+    Ok(())
+}
+
+/// Sends the `r10` counters at `r9` that are not zero, taken and zeroed,
+/// as one `Escapes` message built at `message` in the process block, each
+/// record's id its counter's index or-ed with `r11`; nothing when all are
+/// zero. Goes on at `done`, which the caller sets next. Clobbers the
+/// scratch registers but rbx.
+fn send_escape_counters(a: &mut Asm, l: &mut Labels, message: i32, done: CodeLabel) -> R {
     let mut next = a.create_label();
     let mut scan = a.create_label();
     let mut built = a.create_label();
-    let mut done = a.create_label();
-    a.set_label(&mut l.send_escapes)?;
-    if params.escape_sites == 0 {
-        a.ret()?;
-        return Ok(());
-    }
-    let message = process::escape_message(params.escape_sites);
     a.lea(
         rdi,
         qword_ptr(r13 + (message + protocol::HEADER_BYTES as i32)),
@@ -2244,13 +2310,14 @@ fn emit_send_escapes(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.xor(edx, edx)?;
     a.xor(r8d, r8d)?;
     a.set_label(&mut scan)?;
-    a.cmp(edx, params.escape_sites)?;
+    a.cmp(rdx, r10)?;
     a.jae(built)?;
     a.xor(eax, eax)?;
-    a.xchg(qword_ptr(r13 + rdx * 8 + process::ESCAPES), rax)?;
+    a.xchg(qword_ptr(r9 + rdx * 8), rax)?;
     a.test(rax, rax)?;
     a.jz(next)?;
-    a.mov(dword_ptr(rdi), edx)?;
+    a.lea(ecx, dword_ptr(rdx + r11))?;
+    a.mov(dword_ptr(rdi), ecx)?;
     a.mov(qword_ptr(rdi + 4), rax)?;
     a.add(rdi, RECORD_BYTES as i32)?;
     a.inc(r8d)?;
@@ -2276,9 +2343,7 @@ fn emit_send_escapes(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.lea(rsi, qword_ptr(r8 + r8 * 2))?;
     a.lea(rsi, qword_ptr(rsi * 4 + protocol::HEADER_BYTES as i32))?;
     a.call(l.send)?;
-    a.set_label(&mut done)?;
-    a.ret()?;
-    Ok(())
+    a.jmp(done)
 }
 
 /// `before_fork`: `fork` copies the thread's countdown into the child but
@@ -2551,6 +2616,11 @@ fn emit_entry(a: &mut Asm, l: &mut Labels, params: &RuntimeParams) -> R {
     a.cmp(rax, -4095)?;
     a.jae(l.entry_done)?;
     a.mov(qword_ptr(r12 + cfg::PROCESS), rax)?;
+    a.lea(
+        rcx,
+        qword_ptr(rax + process::library_counters(params.escape_sites)),
+    )?;
+    a.mov(qword_ptr(r12 + cfg::LIBRARY_COUNTERS), rcx)?;
     a.mov(rdi, rax)?;
     a.mov(eax, SYS_MADVISE)?;
     a.mov(esi, process::bytes(params.escape_sites))?;
@@ -3517,6 +3587,32 @@ mod tests {
             }
         }
         assert!(saw_fs_countdown);
+    }
+
+    /// Every count of escape sites assembles (an executable without any
+    /// still sends its libraries' counts), and so does a library's runtime
+    /// with its registration.
+    #[test]
+    fn runtimes_assemble_with_any_number_of_escape_sites() {
+        for sites in [0, 1, process::MAX_ESCAPE_SITES] {
+            let params = RuntimeParams {
+                escape_sites: sites,
+                ..params()
+            };
+            let rt = generate(&params).unwrap();
+            assert_eq!(rt.escape_register, 0);
+            assert!(
+                process::bytes(sites)
+                    >= process::library_counters(sites)
+                        + super::super::library::MAX_OBJECT as i32 * process::LIBRARY_COUNTER_BYTES
+            );
+            let library = super::super::library::generate(0x30_0000, 0x40_0000, 1, sites)
+                .unwrap_or_else(|e| panic!("{sites} sites: {e}"));
+            assert!(
+                (0x30_0000..0x30_0000 + library.code.len() as u64)
+                    .contains(&library.escape_register)
+            );
+        }
     }
 
     #[test]
