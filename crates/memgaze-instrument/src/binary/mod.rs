@@ -377,9 +377,15 @@ impl Binary {
             })
         };
         drop(symbols_fdes);
-        let discovering = crate::timings::phase("  discover functions | sha256");
         // A large file is hashed on another core meanwhile (for a small one
         // the hand-over would cost more than the hash), or later.
+        let hash_later = matches!(hashing, Hashing::LaterIfLarge) && data.len() >= HASH_APART;
+        // (When the hash waits, the discovery's own phase is the whole.)
+        let discovering = if hash_later {
+            None
+        } else {
+            crate::timings::phase("  discover functions | sha256")
+        };
         let hash = || sha256_of(&bytes);
         let (sha256, (functions, discovery)) = match hashing {
             _ if data.len() < HASH_APART => (hash(), discover()),
