@@ -111,6 +111,22 @@ impl Scale {
         }
     }
 
+    /// `old` and `new` of `metric` in one format ([`Scale::of`] both),
+    /// except that a nonzero value which would read as zero at the larger
+    /// one's scale (`6` beside `2.0M`, not `0.0M`) is written at its own.
+    fn format_pair(metric: Metric, old: Option<f64>, new: Option<f64>) -> (String, String) {
+        let shared = Scale::of(metric, &[old, new]);
+        let one = |value: Option<f64>| {
+            let text = shared.format(value);
+            let reads_zero = !text.chars().any(|c| c.is_ascii_digit() && c != '0');
+            match value {
+                Some(v) if v != 0.0 && reads_zero => Scale::of(metric, &[value]).format(value),
+                _ => text,
+            }
+        };
+        (one(old), one(new))
+    }
+
     fn format(self, value: Option<f64>) -> String {
         let Some(v) = value else {
             return "–".to_string();
@@ -138,14 +154,14 @@ fn change(m: &MetricComparison) -> String {
 fn row(out: &mut String, verdict: &BenchVerdict, m: &MetricComparison) {
     let status = if m.regressed { "❌ regression" } else { "" };
     let limit = m.limit.map_or_else(|| "–".to_string(), |l| l.to_string());
-    let scale = Scale::of(m.metric, &[m.old, m.new]);
+    let (old, new) = Scale::format_pair(m.metric, m.old, m.new);
     let _ = writeln!(
         out,
         "| {status} | {} | `{}` | {} | {} | {} | {} |",
         escape(&verdict.bench.to_string()),
         m.metric,
-        scale.format(m.old),
-        scale.format(m.new),
+        old,
+        new,
         change(m),
         escape(&limit)
     );
@@ -318,8 +334,10 @@ fn one_sided(
     current: &str,
     report: bool,
 ) -> Vec<String> {
-    // (no value in the baseline?, metrics) → benches, in first-seen order.
-    let mut groups: Vec<((bool, Vec<Metric>), Vec<String>)> = Vec::new();
+    // Whether the baseline has no value, and the metrics: benches with the
+    // same gap share a note.
+    type Gap = (bool, Vec<Metric>);
+    let mut groups: Vec<(Gap, Vec<String>)> = Vec::new();
     for verdict in compared {
         for missing_old in [true, false] {
             let metrics: Vec<Metric> = verdict
@@ -526,6 +544,15 @@ mod tests {
             ("0.000".into(), "1.000".into())
         );
         assert_eq!(Scale::of(Metric::DF, &[None, None]).format(None), "–");
+        // A value that would read 0.0M beside 2.0M keeps its own scale.
+        assert_eq!(
+            Scale::format_pair(Metric::AHat, Some(6.0), Some(2_000_004.0)),
+            ("6.00".into(), "2.0M".into())
+        );
+        assert_eq!(
+            Scale::format_pair(Metric::AHat, Some(0.0), Some(2_000_004.0)),
+            ("0.0M".into(), "2.0M".into())
+        );
     }
 
     #[test]
