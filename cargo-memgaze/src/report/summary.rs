@@ -51,20 +51,17 @@ fn absolute_fraction(metric: Metric) -> bool {
 
 /// How much a metric moved, in the unit [`NOTICEABLE`] is in: the absolute
 /// change of an [`absolute_fraction`] or from 0, else the relative one.
-/// Infinite when a value appeared or vanished; `None` when neither has one.
+/// `None` unless both sides have a value: a value that appeared or vanished
+/// (a whole-run curve empty on one side) was not compared, and is named in
+/// a note instead of a row (see [`one_sided`]).
 fn size(m: &MetricComparison) -> Option<f64> {
-    match (m.old, m.new) {
-        (Some(old), Some(new)) => {
-            let c = Change::between(old, new);
-            Some(if absolute_fraction(m.metric) {
-                c.absolute.abs()
-            } else {
-                c.relative.unwrap_or(c.absolute).abs()
-            })
-        }
-        (None, None) => None,
-        _ => Some(f64::INFINITY),
-    }
+    let (old, new) = (m.old?, m.new?);
+    let c = Change::between(old, new);
+    Some(if absolute_fraction(m.metric) {
+        c.absolute.abs()
+    } else {
+        c.relative.unwrap_or(c.absolute).abs()
+    })
 }
 
 /// Whether a metric moved enough to list.
@@ -114,6 +111,22 @@ impl Scale {
         }
     }
 
+    /// `old` and `new` of `metric` in one format ([`Scale::of`] both),
+    /// except that a nonzero value which would read as zero at the larger
+    /// one's scale (`6` beside `2.0M`, not `0.0M`) is written at its own.
+    fn format_pair(metric: Metric, old: Option<f64>, new: Option<f64>) -> (String, String) {
+        let shared = Scale::of(metric, &[old, new]);
+        let one = |value: Option<f64>| {
+            let text = shared.format(value);
+            let reads_zero = !text.chars().any(|c| c.is_ascii_digit() && c != '0');
+            match value {
+                Some(v) if v != 0.0 && reads_zero => Scale::of(metric, &[value]).format(value),
+                _ => text,
+            }
+        };
+        (one(old), one(new))
+    }
+
     fn format(self, value: Option<f64>) -> String {
         let Some(v) = value else {
             return "–".to_string();
@@ -141,14 +154,14 @@ fn change(m: &MetricComparison) -> String {
 fn row(out: &mut String, verdict: &BenchVerdict, m: &MetricComparison) {
     let status = if m.regressed { "❌ regression" } else { "" };
     let limit = m.limit.map_or_else(|| "–".to_string(), |l| l.to_string());
-    let scale = Scale::of(m.metric, &[m.old, m.new]);
+    let (old, new) = Scale::format_pair(m.metric, m.old, m.new);
     let _ = writeln!(
         out,
         "| {status} | {} | `{}` | {} | {} | {} | {} |",
         escape(&verdict.bench.to_string()),
         m.metric,
-        scale.format(m.old),
-        scale.format(m.new),
+        old,
+        new,
         change(m),
         escape(&limit)
     );
@@ -292,6 +305,7 @@ pub fn markdown(
             ),
         }
     ));
+    notes.extend(one_sided(&compared, baseline, current, report.is_some()));
     let _ = writeln!(out, "<sub>{}.</sub>", notes.join(" · "));
     if let Some(report) = report {
         out.push('\n');
@@ -302,6 +316,72 @@ pub fn markdown(
         }
     }
     out
+}
+
+/// Benches named in a [`one_sided`] note at most; the rest are counted.
+const MAX_ONE_SIDED_BENCHES: usize = 3;
+
+/// Notes naming the metrics that have a value on one side only, e.g. the
+/// `MR_*` of a bench whose baseline curve was empty (no spatially sampled
+/// block touched): they were not compared, so they are neither a change
+/// nor a regression, but a reader of the table must not take their absence
+/// for "unchanged". One note per side and set of metrics, naming its
+/// benches; `report` says whether a full report (whose bench pages give
+/// the reason) was written.
+fn one_sided(
+    compared: &[&BenchVerdict],
+    baseline: &str,
+    current: &str,
+    report: bool,
+) -> Vec<String> {
+    // Whether the baseline has no value, and the metrics: benches with the
+    // same gap share a note.
+    type Gap = (bool, Vec<Metric>);
+    let mut groups: Vec<(Gap, Vec<String>)> = Vec::new();
+    for verdict in compared {
+        for missing_old in [true, false] {
+            let metrics: Vec<Metric> = verdict
+                .metrics
+                .iter()
+                .filter(|m| m.old.is_some() != m.new.is_some() && m.old.is_none() == missing_old)
+                .map(|m| m.metric)
+                .collect();
+            if metrics.is_empty() {
+                continue;
+            }
+            let key = (missing_old, metrics);
+            let bench = escape(&verdict.bench.to_string());
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, benches)) => benches.push(bench),
+                None => groups.push((key, vec![bench])),
+            }
+        }
+    }
+    groups
+        .into_iter()
+        .map(|((missing_old, metrics), benches)| {
+            let names: Vec<String> = metrics.iter().map(|m| format!("`{m}`")).collect();
+            let shown = benches.len().min(MAX_ONE_SIDED_BENCHES);
+            let mut of = benches[..shown].join(", ");
+            if benches.len() > shown {
+                let _ = write!(of, " and {} more", benches.len() - shown);
+            }
+            let side = if missing_old {
+                escape(&format!("baseline {baseline}"))
+            } else {
+                escape(current)
+            };
+            format!(
+                "not compared: {} of {of} (no value in {side}{})",
+                names.join(", "),
+                if report {
+                    "; the report's bench notes say why"
+                } else {
+                    ""
+                }
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -368,6 +448,78 @@ mod tests {
         );
     }
 
+    /// A metric with a value on one side only (the baseline's whole-run
+    /// curve was empty, so its `MR_*` were not estimated) was not compared:
+    /// no row with a dash and no change, but a note naming it and the side
+    /// without a value, benches with the same gap named together.
+    #[test]
+    fn metrics_without_a_baseline_value_are_named_in_a_note_not_a_row() {
+        let one_sided = |bench: &str| BenchVerdict {
+            bench: BenchKey::new("p", "t", bench),
+            metrics: vec![
+                compared(Metric::DF, 0.5, 1.0, limit(Some(0.1), Some(0.02))),
+                MetricComparison {
+                    metric: Metric::MrL1,
+                    old: None,
+                    new: Some(0.25),
+                    limit: limit(None, Some(0.02)),
+                    regressed: false,
+                },
+                MetricComparison {
+                    metric: Metric::MissesL1,
+                    old: None,
+                    new: Some(5e5),
+                    limit: limit(Some(0.1), None),
+                    regressed: false,
+                },
+                MetricComparison {
+                    metric: Metric::DMean,
+                    old: Some(1.5),
+                    new: None,
+                    limit: None,
+                    regressed: false,
+                },
+            ],
+            regressions: Vec::new(),
+            window_k: None,
+            has_baseline: true,
+            notes: Vec::new(),
+        };
+        let text = markdown(
+            "main",
+            "this run",
+            &[one_sided("a"), one_sided("b")],
+            Some("r/index.html"),
+        );
+        let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("|  |")).collect();
+        assert_eq!(
+            rows,
+            [
+                "|  | p/t/a | `dF` | 0.50 | 1.00 | ↑ +100.0% | +10% and +0.02 |",
+                "|  | p/t/b | `dF` | 0.50 | 1.00 | ↑ +100.0% | +10% and +0.02 |",
+            ],
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "not compared: `MR_L1`, `misses_L1` of p/t/a, p/t/b (no value in baseline main; \
+                 the report's bench notes say why) · not compared: `D_mean` of p/t/a, p/t/b \
+                 (no value in this run; the report's bench notes say why)."
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("change of ungated"), "{text}");
+        let many: Vec<BenchVerdict> = ["a", "b", "c", "d", "e"].map(one_sided).into();
+        let text = markdown("main", "this run", &many, None);
+        assert!(
+            text.contains(
+                "not compared: `MR_L1`, `misses_L1` of p/t/a, p/t/b, p/t/c and 2 more \
+                 (no value in baseline main)"
+            ),
+            "{text}"
+        );
+    }
+
     #[test]
     fn scales_are_shared_by_both_values() {
         let of = |metric, old, new| {
@@ -392,6 +544,15 @@ mod tests {
             ("0.000".into(), "1.000".into())
         );
         assert_eq!(Scale::of(Metric::DF, &[None, None]).format(None), "–");
+        // A value that would read 0.0M beside 2.0M keeps its own scale.
+        assert_eq!(
+            Scale::format_pair(Metric::AHat, Some(6.0), Some(2_000_004.0)),
+            ("6.00".into(), "2.0M".into())
+        );
+        assert_eq!(
+            Scale::format_pair(Metric::AHat, Some(0.0), Some(2_000_004.0)),
+            ("0.0M".into(), "2.0M".into())
+        );
     }
 
     #[test]
