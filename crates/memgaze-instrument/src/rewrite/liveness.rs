@@ -167,14 +167,8 @@ impl TransferCache {
     /// (`==` on a hit compares all of them).
     fn slot_of(shape: &Instruction) -> usize {
         use std::hash::BuildHasher;
-        let registers = (shape.code() as u64)
-            | (shape.op0_register() as u64) << 16
-            | (shape.op1_register() as u64) << 24
-            | (shape.op2_register() as u64) << 32
-            | (shape.memory_base() as u64) << 40
-            | (shape.memory_index() as u64) << 48
-            | (shape.op1_kind() as u64) << 56;
-        let hash = foldhash::fast::FixedState::with_seed(0).hash_one(registers);
+        let fields = super::distinguishing_fields(shape);
+        let hash = foldhash::fast::FixedState::with_seed(0).hash_one(fields);
         hash as usize & (Self::SLOTS - 1)
     }
 }

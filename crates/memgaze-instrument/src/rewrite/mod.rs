@@ -54,6 +54,22 @@ use std::path::{Path, PathBuf};
 
 pub(crate) use hooks::Hook;
 
+/// The fields that tell most instructions apart (code, the first three
+/// operands' registers, memory base and index, the second operand's kind),
+/// packed for the direct-mapped caches keyed by an `Instruction`
+/// (`relocate`'s encodings, `liveness`'s register usage), whose `==` on a
+/// hit compares every field: hashing every field through `Hash` cost about
+/// as much as a cache saves.
+fn distinguishing_fields(insn: &iced_x86::Instruction) -> u64 {
+    (insn.code() as u64)
+        | (insn.op0_register() as u64) << 16
+        | (insn.op1_register() as u64) << 24
+        | (insn.op2_register() as u64) << 32
+        | (insn.memory_base() as u64) << 40
+        | (insn.memory_index() as u64) << 48
+        | (insn.op1_kind() as u64) << 56
+}
+
 /// Bytes of a `jmp rel32` entry patch.
 const PATCH: u64 = 5;
 

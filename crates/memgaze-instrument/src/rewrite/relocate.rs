@@ -1443,18 +1443,11 @@ impl LayoutEncoder {
         }
     }
 
-    /// The cache slot of `insn`, from the fields that tell most
-    /// instructions apart (`==` on a hit compares all of them): hashing
-    /// every field through `Hash` cost about as much as the encodings saved.
+    /// The cache slot of `insn`, from [`super::distinguishing_fields`] and
+    /// its displacement and immediate (`==` on a hit compares all fields).
     fn slot_of(insn: &Instruction) -> usize {
         use std::hash::BuildHasher;
-        let kinds = (insn.code() as u64)
-            | (insn.op0_register() as u64) << 16
-            | (insn.op1_register() as u64) << 24
-            | (insn.op2_register() as u64) << 32
-            | (insn.memory_base() as u64) << 40
-            | (insn.memory_index() as u64) << 48
-            | (insn.op1_kind() as u64) << 56;
+        let kinds = super::distinguishing_fields(insn);
         let values = insn.memory_displacement64() ^ u64::from(insn.immediate32()).rotate_left(32);
         let hash = foldhash::fast::FixedState::with_seed(0).hash_one((kinds, values));
         hash as usize & (Self::SLOTS - 1)
