@@ -142,14 +142,7 @@ pub fn generate(
     a.mov(rcx, qword_ptr(rbx))?;
     a.test(rcx, rcx)?;
     a.jnz(go)?;
-    a.mov(rbx, qword_ptr(0x40u64).fs())?;
-    a.test(rbx, rbx)?;
-    a.jz(none)?;
-    a.cmp(qword_ptr(rbx + slot::MAGIC), slot::MAGIC_VALUE)?;
-    a.jne(none)?;
-    a.mov(rcx, qword_ptr(rbx + slot::RUNTIME))?;
-    a.test(rcx, rcx)?;
-    a.jz(none)?;
+    emit_executable_config(&mut a, none)?;
     a.mov(rcx, qword_ptr(rcx + runtime::cfg::COLD_PATH))?;
     a.add_instruction(lea_rip(Register::RBX, state_va + RUNTIME_WORD))?;
     a.mov(qword_ptr(rbx), rcx)?;
@@ -217,6 +210,20 @@ pub fn generate(
     })
 }
 
+/// `rbx` = this thread's slot and `rcx` = the executable runtime's config
+/// it points at, or a jump to `missing` when the thread has no slot yet or
+/// the slot no runtime.
+fn emit_executable_config(a: &mut CodeAssembler, missing: CodeLabel) -> Result<(), IcedError> {
+    a.mov(rbx, qword_ptr(0x40u64).fs())?;
+    a.test(rbx, rbx)?;
+    a.jz(missing)?;
+    a.cmp(qword_ptr(rbx + slot::MAGIC), slot::MAGIC_VALUE)?;
+    a.jne(missing)?;
+    a.mov(rcx, qword_ptr(rbx + slot::RUNTIME))?;
+    a.test(rcx, rcx)?;
+    a.jz(missing)
+}
+
 /// `escape_register` at `entry`, called by the library's escape checks
 /// while [`CONFIG_WORD`] is zero: through this thread's slot, finds the
 /// executable runtime's config and its library counters, writes the
@@ -238,14 +245,7 @@ fn emit_escape_register(
     a.set_label(entry)?;
     a.push(rbx)?;
     a.push(rcx)?;
-    a.mov(rbx, qword_ptr(0x40u64).fs())?;
-    a.test(rbx, rbx)?;
-    a.jz(fail)?;
-    a.cmp(qword_ptr(rbx + slot::MAGIC), slot::MAGIC_VALUE)?;
-    a.jne(fail)?;
-    a.mov(rcx, qword_ptr(rbx + slot::RUNTIME))?;
-    a.test(rcx, rcx)?;
-    a.jz(fail)?;
+    emit_executable_config(a, fail)?;
     a.mov(rax, qword_ptr(rcx + runtime::cfg::LIBRARY_COUNTERS))?;
     a.test(rax, rax)?;
     a.jz(fail)?;
