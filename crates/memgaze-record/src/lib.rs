@@ -1740,6 +1740,51 @@ mod tests {
     use super::*;
     use protocol::{HEADER_BYTES, MessageHeader, MessageKind, SHARED_FLAG, SHARED_STATE_BYTES};
 
+    /// A program records only inside regions when both harness markers
+    /// were instrumented: one missing or left uninstrumented (the runtime
+    /// then hooks neither and records the whole run) is not enough.
+    #[test]
+    fn only_both_instrumented_markers_gate_recording() {
+        use memgaze_metadata::annotation::{ANNOTATION_SCHEMA, FunctionSite};
+        let site = |name: &str, instrumented| FunctionSite {
+            name: name.into(),
+            raw_name: None,
+            start: 0x1000,
+            size: 16,
+            instrumented,
+            skipped: None,
+            stack_loads: 0,
+            string_loads: 0,
+        };
+        let gated = |functions: Vec<FunctionSite>| {
+            records_only_in_regions(&Annotation {
+                schema: ANNOTATION_SCHEMA.into(),
+                binary: memgaze_metadata::BinaryIdentity {
+                    path: "a.out".into(),
+                    size: 10,
+                    sha256: "00".into(),
+                    build_id: None,
+                },
+                mode: None,
+                functions,
+                loads: Vec::new(),
+                ptwrites: Vec::new(),
+                shared_libraries: Vec::new(),
+                escapes: Vec::new(),
+                cpu_features: Vec::new(),
+            })
+        };
+        let (begin, end) = ("memgaze_region_begin", "memgaze_region_end");
+        assert!(gated(vec![
+            site("main", true),
+            site(begin, true),
+            site(end, true)
+        ]));
+        assert!(!gated(vec![site(begin, true)]));
+        assert!(!gated(vec![site(begin, true), site(end, false)]));
+        assert!(!gated(vec![site("main", true)]));
+    }
+
     /// Escape ids `object << 24 | site` are looked up in their object's
     /// sites (0: the executable's); zero counts, and ids of sites no
     /// annotation lists, give no entry; equal addresses keep object order.
