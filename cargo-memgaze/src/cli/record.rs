@@ -599,6 +599,7 @@ pub fn record_to_file(
         valid: libraries.valid_loads_after(&inputs.load_flags),
         escapes: record::escape_sites(annotation),
         library_escapes: libraries.escape_sites(),
+        measured_regions: record::records_only_in_regions(annotation),
     };
     let mut writer = match sites {
         Some(sites) => TraceWriter::create_with_sites(output, &header, sites),

@@ -132,6 +132,7 @@ pub fn run(args: Args, global: &Global) -> Result<Exit> {
         valid: libraries.valid_loads(&annotation),
         escapes: record::escape_sites(&annotation),
         library_escapes: libraries.escape_sites(),
+        measured_regions: record::records_only_in_regions(&annotation),
     };
     let program_command = |instrumented: &Path, command: &[OsString]| {
         let mut cmd = program_command(instrumented, command);

@@ -182,6 +182,10 @@ pub fn record_bench(
         valid: libraries.valid_loads(&instrumented.annotation),
         escapes: memgaze_record::escape_sites(&instrumented.annotation),
         library_escapes: libraries.escape_sites(),
+        // `discover` took it as a criterion or divan bench by the hooks the
+        // rewriter delimits its regions with.
+        measured_regions: memgaze_record::records_only_in_regions(&instrumented.annotation)
+            || exe.harness != crate::cargo::BenchHarness::Memgaze,
     };
     libraries.apply(&mut command);
     let writer = match &plan.trace_file {

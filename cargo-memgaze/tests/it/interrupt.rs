@@ -269,6 +269,54 @@ fn a_signal_to_record_keeps_an_interrupted_trace_and_exits_like_a_shell() {
     }
 }
 
+/// ^C during a bench's warm-up (before its measured region began): the
+/// program dies of the forwarded SIGINT with nothing recorded, and the
+/// note says that the region never began rather than that records were
+/// lost.
+#[test]
+fn a_signal_during_the_warm_up_says_the_measured_region_never_began() {
+    let binary = build("warmup.c", &["-O1"]);
+    let instrumented = instrument(&binary, None, "warmup-spin").path;
+    let dir = sandbox();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let recorder = memgaze()
+        .arg("record")
+        .args(SAMPLED)
+        .arg("-o")
+        .arg(dir.path().join("t.trace"))
+        .arg("--")
+        .arg(&instrumented)
+        .arg("spin")
+        .env("TMPDIR", &tmp)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start cargo-memgaze record");
+    let program = program_of(&recorder);
+    send(&recorder, libc::SIGINT);
+    let (out, _) = finish(recorder, Duration::from_secs(60));
+    let stderr = stderr(&out);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted by SIGINT"), "{stderr}");
+    assert!(
+        stderr.contains("killed by signal 2 (SIGINT")
+            && stderr.contains(
+                "before its measured region began (in its set-up or warm-up): nothing was recorded, so no record was lost"
+            ),
+        "{stderr}"
+    );
+    assert!(gone(program), "program {program} still running");
+    let summary = read_trace(&dir.path().join("t.trace"));
+    assert_eq!(summary.totals.records, 0);
+    assert_eq!(
+        summary.totals.interrupted,
+        Some(memgaze_trace::Interruption::Signal(libc::SIGINT))
+    );
+    assert_nothing_left(dir.path());
+}
+
 /// A program that ignores the forwarded signal is killed after
 /// `--kill-after`; a second SIGINT kills it at once and still leaves a
 /// readable trace prefix.

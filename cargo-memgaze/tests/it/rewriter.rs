@@ -968,6 +968,64 @@ fn a_program_killed_before_its_first_flush_is_reported_as_such() {
     );
 }
 
+/// A bench killed in its warm-up, before its measured region began, had
+/// recorded nothing: the note says so rather than count its buffers as
+/// lost. Killed inside the region, its unsent records are lost (the
+/// buffers are the program's private memory) and the note says that; one
+/// that exits without a region says it never began.
+#[test]
+fn a_program_killed_before_its_measured_region_is_reported_as_such() {
+    let binary = build("warmup.c", &["-O1"]);
+    let inst = instrument(&binary, None, "warmup");
+    for (mode, signal) in [("before-kill", 9), ("before-int", 2)] {
+        let trace = trace_path(&format!("warmup-{mode}"));
+        let out = record(&inst.path, &[mode], FULL, &trace, None);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(128 + signal), "{mode}: {stderr}");
+        let note = stderr
+            .lines()
+            .find(|l| l.contains(&format!("killed by signal {signal} (")))
+            .unwrap_or_else(|| panic!("{mode}: {stderr}"));
+        assert!(
+            note.ends_with(
+                "before its measured region began (in its set-up or warm-up): nothing was recorded, so no record was lost"
+            ),
+            "{mode}: {note}"
+        );
+        assert!(!stderr.contains("every record it held is lost"), "{stderr}");
+        let summary = read_trace(&trace);
+        assert_eq!(summary.totals.records, 0, "{mode}");
+        assert_eq!(
+            summary.totals.exit,
+            Some(memgaze_trace::ProgramExit::Signal(signal))
+        );
+        assert!(!summary.totals.complete, "{mode}");
+    }
+
+    let trace = trace_path("warmup-inside-kill");
+    let out = record(&inst.path, &["inside-kill"], FULL, &trace, None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + 9), "{stderr}");
+    assert!(
+        stderr.contains("killed by signal 9 (")
+            && stderr.contains("the trace holds the records flushed until then"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("measured region"), "{stderr}");
+    // The region's 64 loads were still in the killed thread's buffer.
+    assert_eq!(read_trace(&trace).totals.records, 0);
+
+    let trace = trace_path("warmup-never");
+    let out = record(&inst.path, &["never"], FULL, &trace, None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("measured region never began (it ended in its set-up or warm-up)"),
+        "{stderr}"
+    );
+    assert_eq!(read_trace(&trace).totals.records, 0);
+}
+
 /// A program that closes every inherited descriptor (daemons, `closefrom`)
 /// closes the recorder's too: the recording says that this may be why it
 /// got nothing, and the runtime never writes into the file that reuses the

@@ -134,6 +134,9 @@ pub(crate) struct Assembler<'a> {
     /// Each image's `/proc/self/maps` as its `Objects` messages brought it
     /// (parts in order), in order of first part.
     maps: Vec<(u32, Vec<u8>)>,
+    /// Whether the traced executable records only inside measured regions
+    /// ([`super::Objects::measured_regions`]).
+    pub(crate) measured_regions: bool,
 }
 
 /// The program a process runs, as [`ProgramCheck`] tells it.
@@ -197,6 +200,7 @@ impl<'a> Assembler<'a> {
             joined: Vec::new(),
             joined_escapes: 0,
             maps: Vec::new(),
+            measured_regions: false,
         }
     }
 
@@ -272,6 +276,18 @@ impl<'a> Assembler<'a> {
     pub(crate) fn with_objects(mut self, objects: Vec<u32>) -> Self {
         self.objects = objects;
         self
+    }
+
+    /// The traced executable records only inside measured regions, so a
+    /// run that no region began in recorded nothing.
+    pub(crate) fn with_measured_regions(mut self, measured_regions: bool) -> Self {
+        self.measured_regions = measured_regions;
+        self
+    }
+
+    /// Whether a process called a region-begin marker.
+    pub(crate) fn region_began(&self) -> bool {
+        self.regions.iter().any(|event| event.begin)
     }
 
     /// The process id behind `image` (an id [`Assembler::image`] gave).

@@ -621,8 +621,26 @@ pub fn record_command_within(
         bases: Vec::new(),
         escapes: escape_sites(annotation),
         library_escapes: Vec::new(),
+        measured_regions: records_only_in_regions(annotation),
     };
     record_objects_within(command, &objects, sampling, spatial, sink, limits)
+}
+
+/// memgaze-harness's region markers, whose entries the runtime hooks.
+const HARNESS_MARKERS: [&str; 2] = ["memgaze_region_begin", "memgaze_region_end"];
+
+/// Whether an instrumented executable records only inside measured regions:
+/// both of memgaze-harness's region markers were instrumented, so the
+/// runtime hooks them and starts with recording off. criterion's and
+/// divan's hooks are not recognised here (`cargo memgaze bench` knows its
+/// executables are benches).
+pub fn records_only_in_regions(annotation: &Annotation) -> bool {
+    HARNESS_MARKERS.iter().all(|marker| {
+        annotation
+            .functions
+            .iter()
+            .any(|f| f.instrumented && f.name == *marker)
+    })
 }
 
 /// The instrumented objects of a recording: which trace loads records may
@@ -642,6 +660,11 @@ pub struct Objects {
     /// named as in the trace header (`libc.so.6!memcpy`): the runtime
     /// sends a library's counts with ids `object << 24 | site`.
     pub library_escapes: Vec<Vec<EscapeCount>>,
+    /// The executable records only inside measured regions (a bench's:
+    /// [`records_only_in_regions`], or a framework's hooks): a run that
+    /// ended before any region began recorded nothing, and the notes say
+    /// so. `false` when not known.
+    pub measured_regions: bool,
 }
 
 /// [`record_command_within`] for a program whose shared libraries are
@@ -803,6 +826,7 @@ pub fn record_objects_within(
     };
     let mut assembler = Assembler::new(sink, objects.valid.clone(), full, sampling.window)
         .with_objects(objects.bases.clone())
+        .with_measured_regions(objects.measured_regions)
         .with_program_check(Box::new(same_program));
     let exec_watch = exec_watch::ExecWatch::start();
     let (failure, shared_messages) = collect(
@@ -1246,6 +1270,29 @@ fn sigkill_when(kill_after: std::time::Duration) -> String {
     }
 }
 
+/// The note on a program killed by `signal`. The runtime sends a thread's
+/// records only when its buffer fills, at a region's end and at exit; a
+/// fatal signal skips the exit hook, and the buffers live in the program's
+/// private memory, gone with it. Before its measured region began
+/// (`before_regions`), a bench had recorded nothing to lose.
+fn killed_note(assembler: &Assembler<'_>, signal: i32, before_regions: bool) -> String {
+    let name = signal_name(signal);
+    if before_regions {
+        format!(
+            "the program was killed by signal {signal} ({name}) before its measured region began (in its set-up or warm-up): nothing was recorded, so no record was lost"
+        )
+    } else if assembler.processes.is_empty() {
+        format!(
+            "the program was killed by signal {signal} ({name}) before the recorder's first flush: every record it held is lost"
+        )
+    } else {
+        format!(
+            "the program was killed by signal {signal} ({name}): the trace holds the records flushed until then; each thread's last, partly filled buffer (up to {} records) is lost",
+            memgaze_trace::layout::slot::CAPACITY
+        )
+    }
+}
+
 /// The recording's totals and notes, once the program has ended.
 fn summarise(
     assembler: &mut Assembler<'_>,
@@ -1280,21 +1327,14 @@ fn summarise(
             ),
         });
     }
+    let before_regions = assembler.measured_regions && !assembler.region_began();
     if let ProgramExit::Signal(signal) = exit {
-        // The recorder sends a thread's records only when its buffer fills
-        // and at exit; a fatal signal skips the exit hook.
-        notes.push(if assembler.processes.is_empty() {
-            format!(
-                "the program was killed by signal {signal} ({}) before the recorder's first flush: every record it held is lost",
-                signal_name(signal)
-            )
-        } else {
-            format!(
-                "the program was killed by signal {signal} ({}): the trace holds the records flushed until then; each thread's last, partly filled buffer (up to {} records) is lost",
-                signal_name(signal),
-                memgaze_trace::layout::slot::CAPACITY
-            )
-        });
+        notes.push(killed_note(assembler, signal, before_regions));
+    } else if before_regions {
+        notes.push(
+            "the program's measured region never began (it ended in its set-up or warm-up): nothing was recorded"
+                .into(),
+        );
     }
     if cut_off {
         notes.push(format!(
@@ -1699,6 +1739,51 @@ pub(crate) fn signal_name(signal: i32) -> String {
 mod tests {
     use super::*;
     use protocol::{HEADER_BYTES, MessageHeader, MessageKind, SHARED_FLAG, SHARED_STATE_BYTES};
+
+    /// A program records only inside regions when both harness markers
+    /// were instrumented: one missing or left uninstrumented (the runtime
+    /// then hooks neither and records the whole run) is not enough.
+    #[test]
+    fn only_both_instrumented_markers_gate_recording() {
+        use memgaze_metadata::annotation::{ANNOTATION_SCHEMA, FunctionSite};
+        let site = |name: &str, instrumented| FunctionSite {
+            name: name.into(),
+            raw_name: None,
+            start: 0x1000,
+            size: 16,
+            instrumented,
+            skipped: None,
+            stack_loads: 0,
+            string_loads: 0,
+        };
+        let gated = |functions: Vec<FunctionSite>| {
+            records_only_in_regions(&Annotation {
+                schema: ANNOTATION_SCHEMA.into(),
+                binary: memgaze_metadata::BinaryIdentity {
+                    path: "a.out".into(),
+                    size: 10,
+                    sha256: "00".into(),
+                    build_id: None,
+                },
+                mode: None,
+                functions,
+                loads: Vec::new(),
+                ptwrites: Vec::new(),
+                shared_libraries: Vec::new(),
+                escapes: Vec::new(),
+                cpu_features: Vec::new(),
+            })
+        };
+        let (begin, end) = ("memgaze_region_begin", "memgaze_region_end");
+        assert!(gated(vec![
+            site("main", true),
+            site(begin, true),
+            site(end, true)
+        ]));
+        assert!(!gated(vec![site(begin, true)]));
+        assert!(!gated(vec![site(begin, true), site(end, false)]));
+        assert!(!gated(vec![site("main", true)]));
+    }
 
     /// Escape ids `object << 24 | site` are looked up in their object's
     /// sites (0: the executable's); zero counts, and ids of sites no
