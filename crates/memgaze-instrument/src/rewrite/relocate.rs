@@ -20,7 +20,9 @@ use super::reg_countdown::{self, LoopMap, RegisterLoop};
 use crate::annotation::{PtwriteOperand, PtwriteSite};
 use crate::binary::FunctionCode;
 use crate::error::RelocateError;
-use iced_x86::{Code, Encoder, FlowControl, IcedError, Instruction, Mnemonic, OpKind, Register};
+use iced_x86::{
+    Code, CodeSize, Encoder, FlowControl, IcedError, Instruction, Mnemonic, OpKind, Register,
+};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -1377,6 +1379,10 @@ thread_local! {
 /// what `Instruction`'s `==` compares: it leaves out only the address, the
 /// length and the decoder's code size, none of which the encoder reads for
 /// such an instruction in 64-bit mode (an unknown code size is 64-bit).
+/// The cache holds its instructions with those three cleared
+/// ([`LayoutEncoder::key_of`]) and compares all bits, which is `==` at a
+/// fraction of the cost (`==` compares field by field, out of line, and
+/// was most of a hit's time).
 struct LayoutEncoder {
     encoder: Encoder,
     /// Direct-mapped by hash: a newer instruction replaces the one in its
@@ -1390,18 +1396,20 @@ struct LayoutEncoder {
 #[derive(Clone, Copy)]
 #[repr(align(64))]
 struct CachedEncoding {
-    insn: Instruction,
+    /// The instruction, as [`LayoutEncoder::key_of`] gives it.
+    key: Instruction,
     len: u8,
     /// The encoding, then zeros: copied whole, 16 bytes at a time.
     bytes: [u8; 16],
 }
 
 impl CachedEncoding {
-    /// On a hit (the slot holds `insn`), appends its encoding to `out` and
-    /// gives its size.
-    fn append_if_holds(&self, insn: &Instruction, out: &mut Vec<u8>) -> Option<u32> {
+    /// On a hit (the slot holds `key`, an instruction as
+    /// [`LayoutEncoder::key_of`] gives it), appends its encoding to `out`
+    /// and gives its size.
+    fn append_if_holds(&self, key: &Instruction, out: &mut Vec<u8>) -> Option<u32> {
         let len = usize::from(self.len);
-        if len == 0 || self.insn != *insn {
+        if len == 0 || !self.key.eq_all_bits(key) {
             return None;
         }
         // A copy of fixed length, inlined, instead of one of `len`.
@@ -1411,12 +1419,13 @@ impl CachedEncoding {
         Some(len as u32)
     }
 
-    /// Holds `insn`'s `encoding` from now on, if it fits.
-    fn hold(&mut self, insn: &Instruction, encoding: &[u8]) {
+    /// Holds the `encoding` of the instruction of `key` from now on, if it
+    /// fits.
+    fn hold(&mut self, key: &Instruction, encoding: &[u8]) {
         if let Ok(len) = u8::try_from(encoding.len())
             && encoding.len() <= self.bytes.len()
         {
-            self.insn = *insn;
+            self.key = *key;
             self.len = len;
             self.bytes = [0; 16];
             self.bytes[..encoding.len()].copy_from_slice(encoding);
@@ -1433,7 +1442,7 @@ impl LayoutEncoder {
 
     fn new() -> Self {
         let empty = CachedEncoding {
-            insn: Instruction::default(),
+            key: Instruction::default(),
             len: 0,
             bytes: [0; 16],
         };
@@ -1443,8 +1452,18 @@ impl LayoutEncoder {
         }
     }
 
+    /// `insn` with what `==` leaves out cleared: equal keys, all bits
+    /// compared, are equal instructions.
+    fn key_of(insn: &Instruction) -> Instruction {
+        let mut key = *insn;
+        key.set_next_ip(0);
+        key.set_len(0);
+        key.set_code_size(CodeSize::Unknown);
+        key
+    }
+
     /// The cache slot of `insn`, from [`super::distinguishing_fields`] and
-    /// its displacement and immediate (`==` on a hit compares all fields).
+    /// its displacement and immediate (a hit compares all fields).
     fn slot_of(insn: &Instruction) -> usize {
         use std::hash::BuildHasher;
         let kinds = super::distinguishing_fields(insn);
@@ -1460,14 +1479,18 @@ impl LayoutEncoder {
         insn: &Instruction,
         out: &mut Vec<u8>,
     ) -> Result<u32, RelocateError> {
-        let slot = &mut self.cache[Self::slot_of(insn)];
-        if let Some(size) = slot.append_if_holds(insn, out) {
+        if let Some(size) = mov_r32_imm32(insn, out) {
+            return Ok(size);
+        }
+        let key = Self::key_of(insn);
+        let slot = &mut self.cache[Self::slot_of(&key)];
+        if let Some(size) = slot.append_if_holds(&key, out) {
             return Ok(size);
         }
         let size = self.encoder.encode(insn, 0).map_err(|e| fail(insn, e))?;
         let from = out.len();
         drain_into(&mut self.encoder, out);
-        slot.hold(insn, &out[from..]);
+        slot.hold(&key, &out[from..]);
         Ok(size as u32)
     }
 }
@@ -1486,8 +1509,9 @@ impl LayoutEncoder {
         base: u64,
         out: &mut Vec<u8>,
     ) -> Result<Option<u32>, IcedError> {
-        let slot = &mut self.cache[Self::slot_of(near)];
-        if let Some(size) = slot.append_if_holds(near, out) {
+        let key = Self::key_of(near);
+        let slot = &mut self.cache[Self::slot_of(&key)];
+        if let Some(size) = slot.append_if_holds(&key, out) {
             return Ok(Some(size));
         }
         let size = self.encoder.encode(near, base)?;
@@ -1498,9 +1522,33 @@ impl LayoutEncoder {
         }
         let from = out.len();
         drain_into(&mut self.encoder, out);
-        slot.hold(near, &out[from..]);
+        slot.hold(&key, &out[from..]);
         Ok(Some(size as u32))
     }
+}
+
+/// Appends the encoding of `insn` if it is a `mov r32, imm32` without
+/// prefixes (`B8+r id`, `41` first for `r8d`–`r15d`: iced's) and gives its
+/// size. Every slow stub sets its load id so (`mov esi, id`): unique, such
+/// an instruction missed the [`LayoutEncoder`]'s cache, was encoded by
+/// iced and evicted an encoding that repeats.
+fn mov_r32_imm32(insn: &Instruction, out: &mut Vec<u8>) -> Option<u32> {
+    if insn.code() != Code::Mov_r32_imm32
+        || insn.segment_prefix() != Register::None
+        || insn.has_lock_prefix()
+        || insn.has_rep_prefix()
+        || insn.has_repne_prefix()
+    {
+        return None;
+    }
+    let number = insn.op0_register().number() as u8;
+    let from = out.len();
+    if number >= 8 {
+        out.push(0x41);
+    }
+    out.push(0xb8 | (number & 7));
+    out.extend_from_slice(&insn.immediate32().to_le_bytes());
+    Some((out.len() - from) as u32)
 }
 
 /// Places a measured run at `start` (an address, or an offset from a
@@ -2650,6 +2698,35 @@ mod tests {
             }
         }
         assert!(!fresh.is_empty());
+    }
+
+    #[test]
+    fn movs_of_an_immediate_are_written_as_iced_encodes_them() {
+        let mut cached = LayoutEncoder::new();
+        let mut encoder = Encoder::new(64);
+        let (mut direct, mut fresh) = (Vec::new(), Vec::new());
+        use Register::*;
+        let registers = [
+            EAX, ECX, EDX, EBX, ESP, EBP, ESI, EDI, R8D, R9D, R10D, R11D, R12D, R13D, R14D, R15D,
+        ];
+        let ids = [0, 7, 0x7fff_ffff, u32::MAX];
+        for (r, id) in registers.into_iter().flat_map(|r| ids.map(|id| (r, id))) {
+            let plain = Instruction::with2(Code::Mov_r32_imm32, r, id).unwrap();
+            let mut prefixed = plain;
+            prefixed.set_segment_prefix(Register::FS);
+            let mut repeated = plain;
+            repeated.set_has_rep_prefix(true);
+            for insn in [plain, prefixed, repeated] {
+                direct.clear();
+                let size = cached.position_independent(&insn, &mut direct).unwrap();
+                let expected = encoder.encode(&insn, 0).unwrap();
+                fresh.clear();
+                drain_into(&mut encoder, &mut fresh);
+                assert_eq!((size as usize, &direct), (expected, &fresh), "{insn}");
+            }
+            assert!(mov_r32_imm32(&plain, &mut direct).is_some());
+            assert!(mov_r32_imm32(&repeated, &mut direct).is_none());
+        }
     }
 
     /// A piece's kind and sizes, to compare.
