@@ -444,16 +444,19 @@ fn checks_in<'p>(
 ) -> impl Iterator<Item = SpatialCheckSite> + 'p {
     part.spatial_at
         .iter()
-        .map(move |&(first, past, moves_rsp)| {
+        .map(move |&(first, past, moves_rsp, immediates)| {
             let (first, past) = (start + part.offset(first), start + part.offset(past));
             let bytes = &code[(first - from) as usize..(past - from) as usize];
+            debug_assert_eq!(
+                probe::spatial_immediates(bytes),
+                Some(immediates.map(u32::from).into()),
+                "the immediates found by decoding the check"
+            );
             SpatialCheckSite {
                 ip: base + first,
                 len: (past - first) as u32,
                 moves_rsp,
-                immediates: probe::spatial_immediates(bytes).map(|(multiplier, threshold)| {
-                    [multiplier, threshold].map(|o| u8::try_from(o).expect("a short check"))
-                }),
+                immediates: Some(immediates),
             }
         })
 }
@@ -547,9 +550,10 @@ struct Part {
     ends: Vec<u64>,
     /// (unpadded offset, load id, operand) of every emitted ptwrite.
     ptwrite_at: Vec<(u64, u32, PtwriteOperand)>,
-    /// (unpadded offset, offset past it, moves `rsp`) of every spatial
-    /// check.
-    spatial_at: Vec<(u64, u64, bool)>,
+    /// (unpadded offset, offset past it, moves `rsp`, offsets from its
+    /// first byte of its multiplier's and threshold's immediates) of every
+    /// spatial check.
+    spatial_at: Vec<(u64, u64, bool, [u8; 2])>,
     /// How its code is laid out.
     layout: Layout,
     /// The instructions that start aligned, in order.
@@ -583,11 +587,48 @@ struct CopyMarks {
     body_end: usize,
     /// (index, load id, operand) of every emitted ptwrite.
     ptwrite_at: Vec<(usize, u32, PtwriteOperand)>,
-    /// (first index, index past it, moves `rsp`) of every spatial check.
-    spatial_at: Vec<(usize, usize, bool)>,
+    /// Every spatial check.
+    spatial_at: Vec<CheckAt>,
     /// The instructions that start aligned (the copy's first, then the
     /// compiler's loop heads) and the last branch back to each.
     aligned: Vec<(usize, Option<usize>)>,
+}
+
+/// Where a spatial check is among a copy's instructions, as indices.
+#[derive(Clone, Copy)]
+struct CheckAt {
+    /// Its first instruction.
+    first: usize,
+    /// The instruction past it.
+    past: usize,
+    /// It moves `rsp` (saves below the red zone).
+    moves_rsp: bool,
+    /// Its `imul`, which its `cmp` follows: their immediates are those the
+    /// runtime may patch ([`SpatialCheckSite::immediates`]).
+    multiply: usize,
+}
+
+impl CheckAt {
+    /// The check appended to `code` from index `first` on by
+    /// [`probe::spatial_check`], which gave `multiply`.
+    fn appended(code: &[Instruction], first: usize, multiply: usize, moves_rsp: bool) -> Self {
+        CheckAt {
+            first,
+            past: code.len(),
+            moves_rsp,
+            multiply,
+        }
+    }
+
+    /// The same check `by` instructions further on.
+    fn shifted(self, by: usize) -> Self {
+        CheckAt {
+            first: self.first + by,
+            past: self.past + by,
+            multiply: self.multiply + by,
+            ..self
+        }
+    }
 }
 
 /// Builds the instructions of run number `run` and measures them one copy
@@ -613,7 +654,7 @@ fn build_part(
     let mut body_ends = Vec::with_capacity(plans.len());
     let mut ends = Vec::with_capacity(plans.len());
     let mut ptwrite_at: Vec<(u64, u32, PtwriteOperand)> = Vec::new();
-    let mut spatial_at: Vec<(u64, u64, bool)> = Vec::new();
+    let mut spatial_at: Vec<(u64, u64, bool, [u8; 2])> = Vec::new();
     let mut aligned: Vec<Aligned> = Vec::new();
     for plan in plans {
         let BuildScratch {
@@ -645,12 +686,14 @@ fn build_part(
                 .iter()
                 .map(|&(i, id, operand)| (at(i), id, operand)),
         );
-        spatial_at.extend(
-            marks
-                .spatial_at
-                .iter()
-                .map(|&(first, past, moves_rsp)| (at(first), at(past), moves_rsp)),
-        );
+        spatial_at.extend(marks.spatial_at.iter().map(|check| {
+            // Each immediate is the last 4 bytes of its instruction (no
+            // padding falls inside a check).
+            let immediate = |i: usize| at(i + 1) - 4 - at(check.first);
+            let immediates = [immediate(check.multiply), immediate(check.multiply + 1)]
+                .map(|o| u8::try_from(o).expect("a short check"));
+            (at(check.first), at(check.past), check.moves_rsp, immediates)
+        }));
         aligned.extend(marks.aligned.iter().map(|&(i, last)| Aligned {
             at: at(i),
             loop_end: last.map(|j| at(j + 1)),
@@ -687,9 +730,8 @@ struct CopyScratch {
     fragments: Vec<Instruction>,
     /// (index in `stubs`, load id) of each spatial check's `ptwrite`.
     stub_ptwrites: Vec<(usize, u32)>,
-    /// (first index, index past it, moves `rsp`) of each spatial check in
-    /// `fragments`.
-    fragment_checks: Vec<(usize, usize, bool)>,
+    /// The spatial checks in `fragments`.
+    fragment_checks: Vec<CheckAt>,
     /// The last copy's marks ([`copy_instructions`]).
     marks: CopyMarks,
     /// The plan's side exits, spatial checks and table redirects, each
@@ -989,11 +1031,7 @@ fn copy_instructions(
     *body_end = all.len();
     mark_loop_ends(all, aligned, last_branch_to);
     let at = all.len();
-    spatial_at.extend(
-        fragment_checks
-            .drain(..)
-            .map(|(start, end, moves_rsp)| (at + start, at + end, moves_rsp)),
-    );
+    spatial_at.extend(fragment_checks.drain(..).map(|check| check.shifted(at)));
     all.append(fragments);
     ptwrite_at.extend(
         stub_ptwrites
@@ -1050,13 +1088,13 @@ fn spatial_check_in_copy(
     entries: &Entries,
     next_fake: &mut dyn FnMut() -> u64,
     (code, stubs): (&mut Vec<Instruction>, &mut Vec<Instruction>),
-    sites: &mut Vec<(usize, usize, bool)>,
+    sites: &mut Vec<CheckAt>,
 ) {
     let stub = next_fake();
     let at = code.len();
     let form = (entries.spatial_hash, entries.spatial_rorx);
-    probe::spatial_check(insn, spatial, (label, stub), form, code);
-    sites.push((at, code.len(), spatial.pushed() > 0));
+    let multiply = probe::spatial_check(insn, spatial, (label, stub), form, code);
+    sites.push(CheckAt::appended(code, at, multiply, spatial.pushed() > 0));
     if insn.ip() == ip {
         insn.set_ip(next_fake());
     }
@@ -2148,7 +2186,7 @@ fn counting_fragment(
     (label, in_register_loop): (u64, bool),
     entries: &Entries,
     next_fake: &mut dyn FnMut() -> u64,
-    (out, checks): (&mut Vec<Instruction>, &mut Vec<(usize, usize, bool)>),
+    (out, checks): (&mut Vec<Instruction>, &mut Vec<CheckAt>),
     stubs: &mut Vec<Instruction>,
 ) {
     let (code, spatial) = (&*plan.code, &plan.spatial);
@@ -2194,8 +2232,8 @@ fn counting_fragment(
                     let stub = next_fake();
                     let at = out.len();
                     let form = (entries.spatial_hash, entries.spatial_rorx);
-                    probe::spatial_check(&insn, check, (0, stub), form, out);
-                    checks.push((at, out.len(), check.pushed() > 0));
+                    let multiply = probe::spatial_check(&insn, check, (0, stub), form, out);
+                    checks.push(CheckAt::appended(out, at, multiply, check.pushed() > 0));
                     probe::spatial_stub(
                         &insn,
                         id,
@@ -2698,6 +2736,43 @@ mod tests {
             }
         }
         assert!(!fresh.is_empty());
+    }
+
+    #[test]
+    fn spatial_checks_name_the_immediates_their_bytes_hold() {
+        let codes = codes_of_this_executable(300);
+        let mut plans = plans_of(&codes);
+        let scratch = [Register::RAX, Register::R11, Register::RDX, Register::R9];
+        let mut n = 0;
+        for plan in &mut plans {
+            for &(index, _) in plan.inserts.iter().step_by(3) {
+                let probe = SpatialProbe {
+                    scratch: scratch[n % scratch.len()],
+                    save_scratch: n % 2 == 0,
+                    save_flags: n % 3 == 0,
+                };
+                plan.spatial.insert(index, (n as u32, probe));
+                n += 1;
+            }
+        }
+        let base = 0x7000_0000;
+        let entries = entries();
+        let runs = [0..plans.len() / 2, plans.len() / 2..plans.len()];
+        let (copies, code) = encoded(&mut plans, &runs, base, &entries);
+        assert!(copies.spatial_checks.len() > 100, "{n} checks planned");
+        let hash = entries.spatial_hash;
+        for check in &copies.spatial_checks {
+            let at = (check.ip - base) as usize;
+            let bytes = &code[at..at + check.len as usize];
+            let [multiplier, threshold] = check.immediates.unwrap().map(usize::from);
+            let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+            assert_eq!(
+                (word(multiplier), word(threshold)),
+                (hash.multiplier, hash.threshold)
+            );
+            let decoded = probe::spatial_immediates(bytes).unwrap();
+            assert_eq!(decoded, (multiplier as u32, threshold as u32));
+        }
     }
 
     #[test]
