@@ -244,14 +244,15 @@ impl SpatialHash {
 /// first instruction takes `ip`. `hash` gives its immediates (the runtime
 /// may patch them, see [`spatial_immediates`]); `stub` is the check's stub;
 /// with `rorx`, a load through one 64-bit register takes its block number
-/// with one `rorx` (BMI2, see [`rorx_source`]).
+/// with one `rorx` (BMI2, see [`rorx_source`]). Gives the index in `out`
+/// of its `imul`, which its `cmp` follows.
 pub(crate) fn spatial_check(
     load: &Instruction,
     probe: SpatialProbe,
     (ip, stub): (u64, u64),
     (hash, rorx): (SpatialHash, bool),
     out: &mut Vec<Instruction>,
-) {
+) -> usize {
     let start = out.len();
     let r = probe.scratch;
     if probe.pushed() > 0 {
@@ -275,11 +276,13 @@ pub(crate) fn spatial_check(
     }
     // 32-bit forms with full immediates: no load, and the runtime can
     // patch both (their widths never depend on the values).
+    let multiply = out.len();
     out.push(StubParts::with_id(parts.hash_multiply[n], hash.multiplier));
     out.push(StubParts::with_id(parts.hash_compare[n], hash.threshold));
     out.push(branch(Code::Jb_rel32_64, stub));
     spatial_restore(probe, out);
     out[start] = with_ip(out[start], ip);
+    multiply
 }
 
 /// The register that holds `load`'s whole address at its spatial check,

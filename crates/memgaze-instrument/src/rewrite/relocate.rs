@@ -20,7 +20,9 @@ use super::reg_countdown::{self, LoopMap, RegisterLoop};
 use crate::annotation::{PtwriteOperand, PtwriteSite};
 use crate::binary::FunctionCode;
 use crate::error::RelocateError;
-use iced_x86::{Code, Encoder, FlowControl, IcedError, Instruction, Mnemonic, OpKind, Register};
+use iced_x86::{
+    Code, CodeSize, Encoder, FlowControl, IcedError, Instruction, Mnemonic, OpKind, Register,
+};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -442,16 +444,19 @@ fn checks_in<'p>(
 ) -> impl Iterator<Item = SpatialCheckSite> + 'p {
     part.spatial_at
         .iter()
-        .map(move |&(first, past, moves_rsp)| {
+        .map(move |&(first, past, moves_rsp, immediates)| {
             let (first, past) = (start + part.offset(first), start + part.offset(past));
             let bytes = &code[(first - from) as usize..(past - from) as usize];
+            debug_assert_eq!(
+                probe::spatial_immediates(bytes),
+                Some(immediates.map(u32::from).into()),
+                "the immediates found by decoding the check"
+            );
             SpatialCheckSite {
                 ip: base + first,
                 len: (past - first) as u32,
                 moves_rsp,
-                immediates: probe::spatial_immediates(bytes).map(|(multiplier, threshold)| {
-                    [multiplier, threshold].map(|o| u8::try_from(o).expect("a short check"))
-                }),
+                immediates: Some(immediates),
             }
         })
 }
@@ -545,9 +550,10 @@ struct Part {
     ends: Vec<u64>,
     /// (unpadded offset, load id, operand) of every emitted ptwrite.
     ptwrite_at: Vec<(u64, u32, PtwriteOperand)>,
-    /// (unpadded offset, offset past it, moves `rsp`) of every spatial
-    /// check.
-    spatial_at: Vec<(u64, u64, bool)>,
+    /// (unpadded offset, offset past it, moves `rsp`, offsets from its
+    /// first byte of its multiplier's and threshold's immediates) of every
+    /// spatial check.
+    spatial_at: Vec<(u64, u64, bool, [u8; 2])>,
     /// How its code is laid out.
     layout: Layout,
     /// The instructions that start aligned, in order.
@@ -581,11 +587,48 @@ struct CopyMarks {
     body_end: usize,
     /// (index, load id, operand) of every emitted ptwrite.
     ptwrite_at: Vec<(usize, u32, PtwriteOperand)>,
-    /// (first index, index past it, moves `rsp`) of every spatial check.
-    spatial_at: Vec<(usize, usize, bool)>,
+    /// Every spatial check.
+    spatial_at: Vec<CheckAt>,
     /// The instructions that start aligned (the copy's first, then the
     /// compiler's loop heads) and the last branch back to each.
     aligned: Vec<(usize, Option<usize>)>,
+}
+
+/// Where a spatial check is among a copy's instructions, as indices.
+#[derive(Clone, Copy)]
+struct CheckAt {
+    /// Its first instruction.
+    first: usize,
+    /// The instruction past it.
+    past: usize,
+    /// It moves `rsp` (saves below the red zone).
+    moves_rsp: bool,
+    /// Its `imul`, which its `cmp` follows: their immediates are those the
+    /// runtime may patch ([`SpatialCheckSite::immediates`]).
+    multiply: usize,
+}
+
+impl CheckAt {
+    /// The check appended to `code` from index `first` on by
+    /// [`probe::spatial_check`], which gave `multiply`.
+    fn appended(code: &[Instruction], first: usize, multiply: usize, moves_rsp: bool) -> Self {
+        CheckAt {
+            first,
+            past: code.len(),
+            moves_rsp,
+            multiply,
+        }
+    }
+
+    /// The same check `by` instructions further on.
+    fn shifted(self, by: usize) -> Self {
+        CheckAt {
+            first: self.first + by,
+            past: self.past + by,
+            multiply: self.multiply + by,
+            ..self
+        }
+    }
 }
 
 /// Builds the instructions of run number `run` and measures them one copy
@@ -611,7 +654,7 @@ fn build_part(
     let mut body_ends = Vec::with_capacity(plans.len());
     let mut ends = Vec::with_capacity(plans.len());
     let mut ptwrite_at: Vec<(u64, u32, PtwriteOperand)> = Vec::new();
-    let mut spatial_at: Vec<(u64, u64, bool)> = Vec::new();
+    let mut spatial_at: Vec<(u64, u64, bool, [u8; 2])> = Vec::new();
     let mut aligned: Vec<Aligned> = Vec::new();
     for plan in plans {
         let BuildScratch {
@@ -643,12 +686,14 @@ fn build_part(
                 .iter()
                 .map(|&(i, id, operand)| (at(i), id, operand)),
         );
-        spatial_at.extend(
-            marks
-                .spatial_at
-                .iter()
-                .map(|&(first, past, moves_rsp)| (at(first), at(past), moves_rsp)),
-        );
+        spatial_at.extend(marks.spatial_at.iter().map(|check| {
+            // Each immediate is the last 4 bytes of its instruction (no
+            // padding falls inside a check).
+            let immediate = |i: usize| at(i + 1) - 4 - at(check.first);
+            let immediates = [immediate(check.multiply), immediate(check.multiply + 1)]
+                .map(|o| u8::try_from(o).expect("a short check"));
+            (at(check.first), at(check.past), check.moves_rsp, immediates)
+        }));
         aligned.extend(marks.aligned.iter().map(|&(i, last)| Aligned {
             at: at(i),
             loop_end: last.map(|j| at(j + 1)),
@@ -685,9 +730,8 @@ struct CopyScratch {
     fragments: Vec<Instruction>,
     /// (index in `stubs`, load id) of each spatial check's `ptwrite`.
     stub_ptwrites: Vec<(usize, u32)>,
-    /// (first index, index past it, moves `rsp`) of each spatial check in
-    /// `fragments`.
-    fragment_checks: Vec<(usize, usize, bool)>,
+    /// The spatial checks in `fragments`.
+    fragment_checks: Vec<CheckAt>,
     /// The last copy's marks ([`copy_instructions`]).
     marks: CopyMarks,
     /// The plan's side exits, spatial checks and table redirects, each
@@ -987,11 +1031,7 @@ fn copy_instructions(
     *body_end = all.len();
     mark_loop_ends(all, aligned, last_branch_to);
     let at = all.len();
-    spatial_at.extend(
-        fragment_checks
-            .drain(..)
-            .map(|(start, end, moves_rsp)| (at + start, at + end, moves_rsp)),
-    );
+    spatial_at.extend(fragment_checks.drain(..).map(|check| check.shifted(at)));
     all.append(fragments);
     ptwrite_at.extend(
         stub_ptwrites
@@ -1048,13 +1088,13 @@ fn spatial_check_in_copy(
     entries: &Entries,
     next_fake: &mut dyn FnMut() -> u64,
     (code, stubs): (&mut Vec<Instruction>, &mut Vec<Instruction>),
-    sites: &mut Vec<(usize, usize, bool)>,
+    sites: &mut Vec<CheckAt>,
 ) {
     let stub = next_fake();
     let at = code.len();
     let form = (entries.spatial_hash, entries.spatial_rorx);
-    probe::spatial_check(insn, spatial, (label, stub), form, code);
-    sites.push((at, code.len(), spatial.pushed() > 0));
+    let multiply = probe::spatial_check(insn, spatial, (label, stub), form, code);
+    sites.push(CheckAt::appended(code, at, multiply, spatial.pushed() > 0));
     if insn.ip() == ip {
         insn.set_ip(next_fake());
     }
@@ -1377,6 +1417,10 @@ thread_local! {
 /// what `Instruction`'s `==` compares: it leaves out only the address, the
 /// length and the decoder's code size, none of which the encoder reads for
 /// such an instruction in 64-bit mode (an unknown code size is 64-bit).
+/// The cache holds its instructions with those three cleared
+/// ([`LayoutEncoder::key_of`]) and compares all bits, which is `==` at a
+/// fraction of the cost (`==` compares field by field, out of line, and
+/// was most of a hit's time).
 struct LayoutEncoder {
     encoder: Encoder,
     /// Direct-mapped by hash: a newer instruction replaces the one in its
@@ -1390,18 +1434,20 @@ struct LayoutEncoder {
 #[derive(Clone, Copy)]
 #[repr(align(64))]
 struct CachedEncoding {
-    insn: Instruction,
+    /// The instruction, as [`LayoutEncoder::key_of`] gives it.
+    key: Instruction,
     len: u8,
     /// The encoding, then zeros: copied whole, 16 bytes at a time.
     bytes: [u8; 16],
 }
 
 impl CachedEncoding {
-    /// On a hit (the slot holds `insn`), appends its encoding to `out` and
-    /// gives its size.
-    fn append_if_holds(&self, insn: &Instruction, out: &mut Vec<u8>) -> Option<u32> {
+    /// On a hit (the slot holds `key`, an instruction as
+    /// [`LayoutEncoder::key_of`] gives it), appends its encoding to `out`
+    /// and gives its size.
+    fn append_if_holds(&self, key: &Instruction, out: &mut Vec<u8>) -> Option<u32> {
         let len = usize::from(self.len);
-        if len == 0 || self.insn != *insn {
+        if len == 0 || !self.key.eq_all_bits(key) {
             return None;
         }
         // A copy of fixed length, inlined, instead of one of `len`.
@@ -1411,12 +1457,13 @@ impl CachedEncoding {
         Some(len as u32)
     }
 
-    /// Holds `insn`'s `encoding` from now on, if it fits.
-    fn hold(&mut self, insn: &Instruction, encoding: &[u8]) {
+    /// Holds the `encoding` of the instruction of `key` from now on, if it
+    /// fits.
+    fn hold(&mut self, key: &Instruction, encoding: &[u8]) {
         if let Ok(len) = u8::try_from(encoding.len())
             && encoding.len() <= self.bytes.len()
         {
-            self.insn = *insn;
+            self.key = *key;
             self.len = len;
             self.bytes = [0; 16];
             self.bytes[..encoding.len()].copy_from_slice(encoding);
@@ -1433,7 +1480,7 @@ impl LayoutEncoder {
 
     fn new() -> Self {
         let empty = CachedEncoding {
-            insn: Instruction::default(),
+            key: Instruction::default(),
             len: 0,
             bytes: [0; 16],
         };
@@ -1443,8 +1490,18 @@ impl LayoutEncoder {
         }
     }
 
+    /// `insn` with what `==` leaves out cleared: equal keys, all bits
+    /// compared, are equal instructions.
+    fn key_of(insn: &Instruction) -> Instruction {
+        let mut key = *insn;
+        key.set_next_ip(0);
+        key.set_len(0);
+        key.set_code_size(CodeSize::Unknown);
+        key
+    }
+
     /// The cache slot of `insn`, from [`super::distinguishing_fields`] and
-    /// its displacement and immediate (`==` on a hit compares all fields).
+    /// its displacement and immediate (a hit compares all fields).
     fn slot_of(insn: &Instruction) -> usize {
         use std::hash::BuildHasher;
         let kinds = super::distinguishing_fields(insn);
@@ -1460,14 +1517,18 @@ impl LayoutEncoder {
         insn: &Instruction,
         out: &mut Vec<u8>,
     ) -> Result<u32, RelocateError> {
-        let slot = &mut self.cache[Self::slot_of(insn)];
-        if let Some(size) = slot.append_if_holds(insn, out) {
+        if let Some(size) = mov_r32_imm32(insn, out) {
+            return Ok(size);
+        }
+        let key = Self::key_of(insn);
+        let slot = &mut self.cache[Self::slot_of(&key)];
+        if let Some(size) = slot.append_if_holds(&key, out) {
             return Ok(size);
         }
         let size = self.encoder.encode(insn, 0).map_err(|e| fail(insn, e))?;
         let from = out.len();
         drain_into(&mut self.encoder, out);
-        slot.hold(insn, &out[from..]);
+        slot.hold(&key, &out[from..]);
         Ok(size as u32)
     }
 }
@@ -1486,8 +1547,9 @@ impl LayoutEncoder {
         base: u64,
         out: &mut Vec<u8>,
     ) -> Result<Option<u32>, IcedError> {
-        let slot = &mut self.cache[Self::slot_of(near)];
-        if let Some(size) = slot.append_if_holds(near, out) {
+        let key = Self::key_of(near);
+        let slot = &mut self.cache[Self::slot_of(&key)];
+        if let Some(size) = slot.append_if_holds(&key, out) {
             return Ok(Some(size));
         }
         let size = self.encoder.encode(near, base)?;
@@ -1498,9 +1560,33 @@ impl LayoutEncoder {
         }
         let from = out.len();
         drain_into(&mut self.encoder, out);
-        slot.hold(near, &out[from..]);
+        slot.hold(&key, &out[from..]);
         Ok(Some(size as u32))
     }
+}
+
+/// Appends the encoding of `insn` if it is a `mov r32, imm32` without
+/// prefixes (`B8+r id`, `41` first for `r8d`–`r15d`: iced's) and gives its
+/// size. Every slow stub sets its load id so (`mov esi, id`): unique, such
+/// an instruction missed the [`LayoutEncoder`]'s cache, was encoded by
+/// iced and evicted an encoding that repeats.
+fn mov_r32_imm32(insn: &Instruction, out: &mut Vec<u8>) -> Option<u32> {
+    if insn.code() != Code::Mov_r32_imm32
+        || insn.segment_prefix() != Register::None
+        || insn.has_lock_prefix()
+        || insn.has_rep_prefix()
+        || insn.has_repne_prefix()
+    {
+        return None;
+    }
+    let number = insn.op0_register().number() as u8;
+    let from = out.len();
+    if number >= 8 {
+        out.push(0x41);
+    }
+    out.push(0xb8 | (number & 7));
+    out.extend_from_slice(&insn.immediate32().to_le_bytes());
+    Some((out.len() - from) as u32)
 }
 
 /// Places a measured run at `start` (an address, or an offset from a
@@ -2100,7 +2186,7 @@ fn counting_fragment(
     (label, in_register_loop): (u64, bool),
     entries: &Entries,
     next_fake: &mut dyn FnMut() -> u64,
-    (out, checks): (&mut Vec<Instruction>, &mut Vec<(usize, usize, bool)>),
+    (out, checks): (&mut Vec<Instruction>, &mut Vec<CheckAt>),
     stubs: &mut Vec<Instruction>,
 ) {
     let (code, spatial) = (&*plan.code, &plan.spatial);
@@ -2146,8 +2232,8 @@ fn counting_fragment(
                     let stub = next_fake();
                     let at = out.len();
                     let form = (entries.spatial_hash, entries.spatial_rorx);
-                    probe::spatial_check(&insn, check, (0, stub), form, out);
-                    checks.push((at, out.len(), check.pushed() > 0));
+                    let multiply = probe::spatial_check(&insn, check, (0, stub), form, out);
+                    checks.push(CheckAt::appended(out, at, multiply, check.pushed() > 0));
                     probe::spatial_stub(
                         &insn,
                         id,
@@ -2650,6 +2736,72 @@ mod tests {
             }
         }
         assert!(!fresh.is_empty());
+    }
+
+    #[test]
+    fn spatial_checks_name_the_immediates_their_bytes_hold() {
+        let codes = codes_of_this_executable(300);
+        let mut plans = plans_of(&codes);
+        let scratch = [Register::RAX, Register::R11, Register::RDX, Register::R9];
+        let mut n = 0;
+        for plan in &mut plans {
+            for &(index, _) in plan.inserts.iter().step_by(3) {
+                let probe = SpatialProbe {
+                    scratch: scratch[n % scratch.len()],
+                    save_scratch: n % 2 == 0,
+                    save_flags: n % 3 == 0,
+                };
+                plan.spatial.insert(index, (n as u32, probe));
+                n += 1;
+            }
+        }
+        let base = 0x7000_0000;
+        let entries = entries();
+        let runs = [0..plans.len() / 2, plans.len() / 2..plans.len()];
+        let (copies, code) = encoded(&mut plans, &runs, base, &entries);
+        assert!(copies.spatial_checks.len() > 100, "{n} checks planned");
+        let hash = entries.spatial_hash;
+        for check in &copies.spatial_checks {
+            let at = (check.ip - base) as usize;
+            let bytes = &code[at..at + check.len as usize];
+            let [multiplier, threshold] = check.immediates.unwrap().map(usize::from);
+            let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+            assert_eq!(
+                (word(multiplier), word(threshold)),
+                (hash.multiplier, hash.threshold)
+            );
+            let decoded = probe::spatial_immediates(bytes).unwrap();
+            assert_eq!(decoded, (multiplier as u32, threshold as u32));
+        }
+    }
+
+    #[test]
+    fn movs_of_an_immediate_are_written_as_iced_encodes_them() {
+        let mut cached = LayoutEncoder::new();
+        let mut encoder = Encoder::new(64);
+        let (mut direct, mut fresh) = (Vec::new(), Vec::new());
+        use Register::*;
+        let registers = [
+            EAX, ECX, EDX, EBX, ESP, EBP, ESI, EDI, R8D, R9D, R10D, R11D, R12D, R13D, R14D, R15D,
+        ];
+        let ids = [0, 7, 0x7fff_ffff, u32::MAX];
+        for (r, id) in registers.into_iter().flat_map(|r| ids.map(|id| (r, id))) {
+            let plain = Instruction::with2(Code::Mov_r32_imm32, r, id).unwrap();
+            let mut prefixed = plain;
+            prefixed.set_segment_prefix(Register::FS);
+            let mut repeated = plain;
+            repeated.set_has_rep_prefix(true);
+            for insn in [plain, prefixed, repeated] {
+                direct.clear();
+                let size = cached.position_independent(&insn, &mut direct).unwrap();
+                let expected = encoder.encode(&insn, 0).unwrap();
+                fresh.clear();
+                drain_into(&mut encoder, &mut fresh);
+                assert_eq!((size as usize, &direct), (expected, &fresh), "{insn}");
+            }
+            assert!(mov_r32_imm32(&plain, &mut direct).is_some());
+            assert!(mov_r32_imm32(&repeated, &mut direct).is_none());
+        }
     }
 
     /// A piece's kind and sizes, to compare.
