@@ -698,9 +698,12 @@ impl Binary {
         // A unit's pages are not read again once read: given up as the
         // units are read, they are not all resident at the end (34 MB of
         // the own release binary's peak, beside the rewriter's).
+        // [`Binary::is_code`] over the executable sections only: it is
+        // asked for every sequence and inlined range.
+        let code: Vec<&Section> = self.sections.iter().filter(|s| s.is_executable()).collect();
         let mut table = LineTable::build(
             section,
-            |a| self.is_code(a),
+            |a| code.iter().any(|s| s.contains(a)),
             wanted,
             |bytes| self.release_resident_bytes(bytes),
         );
