@@ -1612,13 +1612,13 @@ fn patch_original(
 ) -> Result<BTreeSet<u64>, RewriteError> {
     let mut patched: BTreeSet<u64> = BTreeSet::new();
     // Only gap functions ask, and only stripped binaries have them.
-    let has_gap_functions = plans
-        .iter()
-        .any(|p| binary.functions()[p.function].source == FunctionSource::Gap);
-    let pointed_to = match has_gap_functions {
-        true => code_addresses_in_data(binary),
-        false => HashSet::new(),
-    };
+    let mut gap_starts: Vec<u64> = (plans.iter())
+        .map(|p| &binary.functions()[p.function])
+        .filter(|f| f.source == FunctionSource::Gap)
+        .map(|f| f.start)
+        .collect();
+    gap_starts.sort_unstable();
+    let pointed_to = code_addresses_in_data(binary, &gap_starts);
     let unpatchable_gap = |f: &Function| {
         f.source == FunctionSource::Gap
             && !pointed_to.contains(&f.start)
