@@ -181,10 +181,21 @@ fn got_slots(binary: &Binary) -> HashMap<u64, String> {
 /// section (function-pointer tables and `.init_array` of fixed-address
 /// binaries carry no relocations). A function found only by the gap scan
 /// whose start is among them is entered through a pointer, so it is code.
-pub(crate) fn code_addresses_in_data(binary: &Binary) -> HashSet<u64> {
-    let is_code = |a: u64| binary.is_code(a);
+///
+/// Only the addresses of `among` (sorted) are kept: those are all the
+/// caller asks about, and a set of every code address in the data, each
+/// word looked up in every section, was the rewriter's largest serial
+/// step on stripped binaries.
+pub(crate) fn code_addresses_in_data(binary: &Binary, among: &[u64]) -> HashSet<u64> {
+    let (Some(&low), Some(&high)) = (among.first(), among.last()) else {
+        return HashSet::new();
+    };
+    let is_code =
+        |a: u64| (low..=high).contains(&a) && among.binary_search(&a).is_ok() && binary.is_code(a);
     let mut out = HashSet::new();
-    out.insert(binary.entry());
+    if is_code(binary.entry()) {
+        out.insert(binary.entry());
+    }
     if let Ok(elf) = Elf::parse(binary.data()) {
         for reloc in elf.dynrelas.iter() {
             if reloc.r_type == R_X86_64_RELATIVE

@@ -258,15 +258,9 @@ struct Skipped<'a> {
 impl Skipped<'_> {
     /// Records annotation function `ai` (binary function `f`) as not
     /// instrumented for `reason`, with every load of it (`loads_of`).
-    fn function(
-        &mut self,
-        ai: usize,
-        f: &Function,
-        loads_of: &HashMap<u32, Vec<usize>>,
-        reason: String,
-    ) {
+    fn function(&mut self, ai: usize, f: &Function, loads_of: &LoadsOf, reason: String) {
         self.annotation.functions[ai].skipped = Some(reason.clone());
-        for &li in loads_of.get(&(ai as u32)).into_iter().flatten() {
+        for &li in loads_of.of(ai) {
             self.loads
                 .push((li, format!("function not instrumented: {reason}")));
         }
@@ -867,7 +861,59 @@ struct Selection {
     /// ([`hooks::find`]), with the hook each calls.
     hooks: Vec<(usize, Hook)>,
     /// Loads per annotation function.
-    loads_of: HashMap<u32, Vec<usize>>,
+    loads_of: LoadsOf,
+}
+
+/// The annotation's loads by function: the indices of each function's
+/// loads, in annotation order, as one list cut at each function's first.
+/// (A map of lists built one load at a time was most of the selection's
+/// serial work.)
+struct LoadsOf {
+    /// Where each annotation function's loads start in `loads`, and, last,
+    /// their end.
+    first: Vec<usize>,
+    loads: Vec<usize>,
+}
+
+impl LoadsOf {
+    /// Groups `annotation`'s loads by function.
+    fn new(annotation: &Annotation) -> LoadsOf {
+        let owners = annotation.loads.iter().map(|load| load.function);
+        LoadsOf::group(annotation.functions.len(), owners)
+    }
+
+    /// Groups loads by function, given each load's function (a counting
+    /// sort). A load naming no function (`functions` or more) belongs to
+    /// none.
+    fn group(functions: usize, owners: impl Iterator<Item = u32> + Clone) -> LoadsOf {
+        let mut first = vec![0usize; functions + 1];
+        for f in owners.clone() {
+            if let Some(count) = first.get_mut(f as usize + 1) {
+                *count += 1;
+            }
+        }
+        for f in 0..functions {
+            first[f + 1] += first[f];
+        }
+        let mut next = first.clone();
+        let mut loads = vec![0; first[functions]];
+        for (li, f) in owners.enumerate() {
+            let f = f as usize;
+            if f < functions {
+                loads[next[f]] = li;
+                next[f] += 1;
+            }
+        }
+        LoadsOf { first, loads }
+    }
+
+    /// The loads of annotation function `ai`, in annotation order.
+    fn of(&self, ai: usize) -> &[usize] {
+        match (self.first.get(ai), self.first.get(ai + 1)) {
+            (Some(&start), Some(&end)) => &self.loads[start..end],
+            _ => &[],
+        }
+    }
 }
 
 /// Selects the annotation's functions (marking those the binary does not
@@ -879,12 +925,10 @@ fn select_functions(
     soft: bool,
     report: &mut Report,
 ) -> Selection {
-    let function_by_start: HashMap<u64, usize> = binary
-        .functions()
-        .iter()
-        .enumerate()
-        .map(|(i, f)| (f.start, i))
-        .collect();
+    // The binary's functions are sorted by start and do not overlap.
+    let functions = binary.functions();
+    let function_starting_at =
+        |start: u64| functions.binary_search_by_key(&start, |f| f.start).ok();
     let hooks: Vec<(usize, Hook)> = if soft {
         hooks::find(binary, &mut report.warnings).map_or_else(Vec::new, |(_, hooks)| hooks)
     } else {
@@ -892,11 +936,11 @@ fn select_functions(
     };
 
     let mut selected: Vec<(usize, Option<usize>)> = Vec::new();
-    let mut seen = HashSet::new();
+    let mut seen = vec![false; functions.len()];
     for ai in 0..annotation.functions.len() {
-        match function_by_start.get(&annotation.functions[ai].start) {
-            Some(&bi) => {
-                seen.insert(bi);
+        match function_starting_at(annotation.functions[ai].start) {
+            Some(bi) => {
+                seen[bi] = true;
                 selected.push((bi, Some(ai)));
             }
             None => {
@@ -905,19 +949,15 @@ fn select_functions(
         }
     }
     for &(m, _) in &hooks {
-        if seen.insert(m) {
+        if !std::mem::replace(&mut seen[m], true) {
             selected.push((m, None));
         }
     }
 
-    let mut loads_of: HashMap<u32, Vec<usize>> = HashMap::new();
-    for (li, load) in annotation.loads.iter().enumerate() {
-        loads_of.entry(load.function).or_default().push(li);
-    }
     Selection {
         functions: selected,
         hooks,
-        loads_of,
+        loads_of: LoadsOf::new(annotation),
     }
 }
 
@@ -1043,8 +1083,7 @@ impl Planner<'_, '_> {
         // Only the probes' choices read liveness: a function none of whose
         // loads carries a probe is not analysed.
         let probed = ai.is_some_and(|ai| {
-            (selection.loads_of.get(&(ai as u32)).into_iter().flatten())
-                .any(|&li| annotation.loads[li].instrumented)
+            (selection.loads_of.of(ai).iter()).any(|&li| annotation.loads[li].instrumented)
         });
         let live = if probed {
             liveness::live_before(&code)
@@ -1052,7 +1091,7 @@ impl Planner<'_, '_> {
             Vec::new()
         };
         if let Some(ai) = ai {
-            for &li in selection.loads_of.get(&(ai as u32)).into_iter().flatten() {
+            for &li in selection.loads_of.of(ai) {
                 let load = &annotation.loads[li];
                 if !load.instrumented {
                     continue;
@@ -1312,7 +1351,7 @@ fn encode_copies(
     plans: &mut Vec<Planned>,
     (copies_va, offset, out): (u64, u64, &mut dyn Output),
     entries: &relocate::Entries,
-    loads_of: &HashMap<u32, Vec<usize>>,
+    loads_of: &LoadsOf,
     mut skipped: Skipped<'_>,
 ) -> Result<relocate::Copies, RewriteError> {
     for plan in plans.iter_mut() {
@@ -1573,13 +1612,13 @@ fn patch_original(
 ) -> Result<BTreeSet<u64>, RewriteError> {
     let mut patched: BTreeSet<u64> = BTreeSet::new();
     // Only gap functions ask, and only stripped binaries have them.
-    let has_gap_functions = plans
-        .iter()
-        .any(|p| binary.functions()[p.function].source == FunctionSource::Gap);
-    let pointed_to = match has_gap_functions {
-        true => code_addresses_in_data(binary),
-        false => HashSet::new(),
-    };
+    let mut gap_starts: Vec<u64> = (plans.iter())
+        .map(|p| &binary.functions()[p.function])
+        .filter(|f| f.source == FunctionSource::Gap)
+        .map(|f| f.start)
+        .collect();
+    gap_starts.sort_unstable();
+    let pointed_to = code_addresses_in_data(binary, &gap_starts);
     let unpatchable_gap = |f: &Function| {
         f.source == FunctionSource::Gap
             && !pointed_to.contains(&f.start)
@@ -2133,11 +2172,13 @@ fn form_superblocks(
             exits,
         });
     }
-    let counted: HashSet<usize> = superblocks
+    // A function has few probes: a sorted list searched, not a hash set.
+    let mut counted: Vec<usize> = superblocks
         .iter()
         .flat_map(|b| b.loads.iter().map(|&(i, _, _)| i))
         .collect();
-    inserts.retain(|(i, _)| !counted.contains(i));
+    counted.sort_unstable();
+    inserts.retain(|(i, _)| counted.binary_search(i).is_err());
     superblocks
 }
 
@@ -2239,6 +2280,33 @@ fn entry_points(
     points
 }
 
+/// Whether execution may enter `code`'s original body within `range`
+/// (one of its [`entry_points`]): the entry patch asks about its own few
+/// bytes only, so the points are searched rather than collected.
+fn entered_within(
+    code: &FunctionCode,
+    eh_frame: Option<&unwind::EhFrame>,
+    lsda_limit: &dyn Fn(u64) -> u64,
+    read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+    range: std::ops::Range<u64>,
+) -> bool {
+    let targets = &code.branch_targets;
+    let first = targets.partition_point(|&t| t < range.start);
+    if targets.get(first).is_some_and(|t| range.contains(t))
+        || code.calls.iter().any(|c| range.contains(&c.return_address))
+    {
+        return true;
+    }
+    eh_frame.is_some_and(|frame| {
+        frame.fdes_within(code.start, code.end).any(|fde| {
+            fde.lsda.is_some_and(|lsda| {
+                unwind::landing_pads(read, lsda, lsda_limit(lsda), fde.pc_begin)
+                    .is_ok_and(|pads| pads.iter().any(|p| range.contains(p)))
+            })
+        })
+    })
+}
+
 /// Whether a function can be copied and patched; the reason if not.
 fn check_function(
     binary: &Binary,
@@ -2267,20 +2335,21 @@ fn check_function(
             return Err("smaller than the 5-byte entry patch".into());
         }
     }
-    let points = entry_points(code, eh_frame, lsda_limit, read);
-    if points.range(f.start + 1..f.start + PATCH).next().is_some() {
+    if entered_within(
+        code,
+        eh_frame,
+        lsda_limit,
+        read,
+        f.start + 1..f.start + PATCH,
+    ) {
         return Err("a branch target lies within the first 5 bytes (entry patch)".into());
     }
     // Unwind information must translate (checked against an identity map
-    // of the instruction boundaries, which the copy preserves).
+    // of the instruction boundaries, which the copy preserves). The
+    // instructions are sorted by address: a search in them, not a set of
+    // every function's boundaries built for a few lookups.
     if let Some(frame) = eh_frame {
-        let boundaries: HashSet<u64> = code
-            .instructions
-            .iter()
-            .map(|i| i.ip())
-            .chain(std::iter::once(code.end))
-            .collect();
-        let identity = |a: u64| boundaries.contains(&a).then_some(a);
+        let identity = |a: u64| (a == code.end || code.instruction_at(a).is_some()).then_some(a);
         let first = frame
             .fdes_within(f.start, f.end())
             .next()
@@ -2313,4 +2382,53 @@ fn check_function(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::binary::FlatMemory;
+
+    #[test]
+    fn loads_are_grouped_by_function_in_annotation_order() {
+        let owners = [2u32, 0, 2, 7, 1, 0, u32::MAX, 2];
+        let loads_of = LoadsOf::group(3, owners.into_iter());
+        assert_eq!(loads_of.of(0), &[1, 5]);
+        assert_eq!(loads_of.of(1), &[4]);
+        assert_eq!(loads_of.of(2), &[0, 2, 7]);
+        // Loads naming no function of the annotation belong to none.
+        assert!(loads_of.of(3).is_empty());
+        assert!(loads_of.of(7).is_empty());
+    }
+
+    /// [`entered_within`] says what the collected [`entry_points`] say,
+    /// for every window of a function whose branches and calls enter it
+    /// at several places.
+    #[test]
+    fn entry_search_agrees_with_the_entry_points() {
+        // 0: test edi, edi   2: je 9   4: call 9   9: jne 2   11: jmp 16
+        // 13: nop nop nop   16: ret
+        let bytes = [
+            0x85, 0xff, 0x74, 0x05, 0xe8, 0x00, 0x00, 0x00, 0x00, 0x75, 0xf7, 0xeb, 0x03, 0x90,
+            0x90, 0x90, 0xc3,
+        ];
+        let memory = FlatMemory {
+            base: 0x1000,
+            bytes: &bytes,
+        };
+        let code = FunctionCode::build(&bytes, 0x1000, &memory);
+        let read = |_: u64, _: usize| None;
+        let points = entry_points(&code, None, &|l| l, &read);
+        assert!(points.len() >= 3, "{points:?}");
+        for start in 0x1000..0x1000 + bytes.len() as u64 {
+            for len in 1..=PATCH {
+                let range = start..start + len;
+                assert_eq!(
+                    entered_within(&code, None, &|l| l, &read, range.clone()),
+                    points.range(range.clone()).next().is_some(),
+                    "{range:x?}"
+                );
+            }
+        }
+    }
 }
