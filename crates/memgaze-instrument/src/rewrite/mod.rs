@@ -2266,23 +2266,13 @@ fn entry_points(
     lsda_limit: &dyn Fn(u64) -> u64,
     read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
 ) -> BTreeSet<u64> {
-    let mut points: BTreeSet<u64> = code.branch_targets.iter().copied().collect();
-    points.extend(code.calls.iter().map(|c| c.return_address));
-    if let Some(frame) = eh_frame {
-        for fde in frame.fdes_within(code.start, code.end) {
-            if let Some(lsda) = fde.lsda
-                && let Ok(pads) = unwind::landing_pads(read, lsda, lsda_limit(lsda), fde.pc_begin)
-            {
-                points.extend(pads);
-            }
-        }
-    }
-    points
+    entry_points_in_any_order(code, eh_frame, lsda_limit, read).collect()
 }
 
 /// Whether execution may enter `code`'s original body within `range`
 /// (one of its [`entry_points`]): the entry patch asks about its own few
-/// bytes only, so the points are searched rather than collected.
+/// bytes only, so the points are searched rather than collected, and the
+/// landing pads read only when no branch or return lands there.
 fn entered_within(
     code: &FunctionCode,
     eh_frame: Option<&unwind::EhFrame>,
@@ -2290,21 +2280,28 @@ fn entered_within(
     read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
     range: std::ops::Range<u64>,
 ) -> bool {
-    let targets = &code.branch_targets;
-    let first = targets.partition_point(|&t| t < range.start);
-    if targets.get(first).is_some_and(|t| range.contains(t))
-        || code.calls.iter().any(|c| range.contains(&c.return_address))
-    {
-        return true;
-    }
-    eh_frame.is_some_and(|frame| {
-        frame.fdes_within(code.start, code.end).any(|fde| {
-            fde.lsda.is_some_and(|lsda| {
-                unwind::landing_pads(read, lsda, lsda_limit(lsda), fde.pc_begin)
-                    .is_ok_and(|pads| pads.iter().any(|p| range.contains(p)))
-            })
+    entry_points_in_any_order(code, eh_frame, lsda_limit, read).any(|point| range.contains(&point))
+}
+
+/// The [`entry_points`] as they are found, unsorted and possibly repeated;
+/// an LSDA that cannot be read gives no landing pads.
+fn entry_points_in_any_order<'a>(
+    code: &'a FunctionCode,
+    eh_frame: Option<&'a unwind::EhFrame>,
+    lsda_limit: &'a dyn Fn(u64) -> u64,
+    read: &'a dyn Fn(u64, usize) -> Option<Vec<u8>>,
+) -> impl Iterator<Item = u64> + 'a {
+    let landing_pads = eh_frame
+        .into_iter()
+        .flat_map(|frame| frame.fdes_within(code.start, code.end))
+        .filter_map(move |fde| {
+            let lsda = fde.lsda?;
+            unwind::landing_pads(read, lsda, lsda_limit(lsda), fde.pc_begin).ok()
         })
-    })
+        .flatten();
+    (code.branch_targets.iter().copied())
+        .chain(code.calls.iter().map(|call| call.return_address))
+        .chain(landing_pads)
 }
 
 /// Whether a function can be copied and patched; the reason if not.
