@@ -7,13 +7,7 @@ use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 
-/// Symbol of the harness function that opens a bench's measured region.
-pub const REGION_BEGIN_SYMBOL: &str = "memgaze_region_begin";
-/// Symbol of the harness function that closes it.
-pub const REGION_END_SYMBOL: &str = "memgaze_region_end";
-/// The variable collectors set in a recorded program's environment
-/// (the harness then runs one bench at a time on one thread).
-pub const RECORDING_ENV: &str = "MEMGAZE_RECORDING";
+pub use memgaze_trace::protocol::{RECORDING_ENV, REGION_BEGIN_SYMBOL, REGION_END_SYMBOL};
 
 /// Why a bench executable's `--list` failed, in one line: its stderr's
 /// first line, and for a Rust panic, whose first line is only

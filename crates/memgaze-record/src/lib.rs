@@ -627,7 +627,7 @@ pub fn record_command_within(
 }
 
 /// memgaze-harness's region markers, whose entries the runtime hooks.
-const HARNESS_MARKERS: [&str; 2] = ["memgaze_region_begin", "memgaze_region_end"];
+const HARNESS_MARKERS: [&str; 2] = [protocol::REGION_BEGIN_SYMBOL, protocol::REGION_END_SYMBOL];
 
 /// Whether an instrumented executable records only inside measured regions:
 /// both of memgaze-harness's region markers were instrumented, so the

@@ -158,6 +158,13 @@ pub fn split_spatial(load: u32) -> (u32, bool) {
     }
 }
 
+/// Symbol of memgaze-harness's region-begin marker (`extern "C"`, `rdi`/`rsi`
+/// = the region name's bytes and length), whose entry the runtime hooks to
+/// send [`MessageKind::RegionBegin`].
+pub const REGION_BEGIN_SYMBOL: &str = "memgaze_region_begin";
+/// Symbol of memgaze-harness's region-end marker ([`MessageKind::RegionEnd`]).
+pub const REGION_END_SYMBOL: &str = "memgaze_region_end";
+
 /// Longest region name carried by a region message.
 pub const REGION_NAME_MAX: usize = 256;
 

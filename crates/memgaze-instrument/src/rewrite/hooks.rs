@@ -36,10 +36,9 @@
 
 use crate::binary::Binary;
 
-/// Symbol of the harness's region-begin marker.
-pub(crate) const REGION_BEGIN: &str = "memgaze_region_begin";
-/// Symbol of the harness's region-end marker.
-pub(crate) const REGION_END: &str = "memgaze_region_end";
+pub(crate) use memgaze_trace::protocol::{
+    REGION_BEGIN_SYMBOL as REGION_BEGIN, REGION_END_SYMBOL as REGION_END,
+};
 /// Symbol of the harness's progress query (optional: older harnesses lack
 /// it, and their `iter` runs its calibrated count).
 pub(crate) const REGION_SAMPLES: &str = "memgaze_region_samples";
