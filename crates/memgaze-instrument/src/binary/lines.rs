@@ -104,8 +104,12 @@ impl LineTable {
 
     /// The source position of the instruction at `address`.
     pub(crate) fn locate(&self, address: u64) -> Option<SourceLocation<'_>> {
-        let i = self.rows.partition_point(|r| r.address <= address);
-        let row = self.rows.get(i.checked_sub(1)?)?;
+        self.position_before(self.rows.partition_point(|r| r.address <= address))
+    }
+
+    /// The source position of the row before `rows[after]`.
+    fn position_before(&self, after: usize) -> Option<SourceLocation<'_>> {
+        let row = self.rows.get(after.checked_sub(1)?)?;
         if row.file == NO_FILE || row.line == 0 {
             return None;
         }
@@ -319,6 +323,8 @@ pub(crate) struct ChainCursor<'t> {
     next: usize,
     /// `holding`, highest index first, as [`LineTable::chain_of`] takes it.
     order: Vec<usize>,
+    /// The first row past `last`.
+    row_after: usize,
 }
 
 impl<'t> ChainCursor<'t> {
@@ -330,6 +336,7 @@ impl<'t> ChainCursor<'t> {
             holding: Vec::new(),
             next: 0,
             order: Vec::new(),
+            row_after: 0,
         }
     }
 
@@ -345,7 +352,9 @@ impl<'t> ChainCursor<'t> {
     /// buffer serves every lookup of a worker.
     pub(crate) fn locate_chain_into(&mut self, address: u64, chain: &mut Vec<SourceLocation<'t>>) {
         chain.clear();
-        let Some(first) = self.table.locate(address) else {
+        let rows = &self.table.rows;
+        self.row_after = partition_point_from(rows, self.row_after, |r| r.address <= address);
+        let Some(first) = self.table.position_before(self.row_after) else {
             return;
         };
         let inlines = &self.table.inlines;
@@ -749,33 +758,38 @@ impl<'w> WantedCursor<'w> {
 
     /// `addresses.partition_point(|&a| a < begin)`, searched from `at`.
     fn first_at_or_after(&self, begin: u64) -> usize {
-        let addresses = self.addresses;
-        // The answer lies in `lo..=hi`: the addresses below `lo` are
-        // below `begin`, those from `hi` on are not.
-        let (mut lo, mut hi) = (self.at, self.at);
-        let mut step = 1;
-        if addresses.get(self.at).is_some_and(|&a| a < begin) {
-            lo = self.at + 1;
-            hi = loop {
-                let probe = lo + step - 1;
-                if probe >= addresses.len() {
-                    break addresses.len();
-                }
-                if addresses[probe] >= begin {
-                    break probe;
-                }
-                lo = probe + 1;
-                step *= 2;
-            };
-        } else {
-            while lo > 0 && addresses[lo - 1] >= begin {
-                hi = lo - 1;
-                lo = hi.saturating_sub(step);
-                step *= 2;
-            }
-        }
-        lo + addresses[lo..hi].partition_point(|&a| a < begin)
+        partition_point_from(self.addresses, self.at, |&a| a < begin)
     }
+}
+
+/// `items.partition_point(before)`, searched outwards from `from` in
+/// doubling steps: a few probes where the answer lies near `from`.
+fn partition_point_from<T>(items: &[T], from: usize, before: impl Fn(&T) -> bool) -> usize {
+    // The answer lies in `lo..=hi`: the items below `lo` are before, those
+    // from `hi` on are not.
+    let (mut lo, mut hi) = (from.min(items.len()), from.min(items.len()));
+    let mut step = 1;
+    if items.get(lo).is_some_and(&before) {
+        lo += 1;
+        hi = loop {
+            let probe = lo + step - 1;
+            if probe >= items.len() {
+                break items.len();
+            }
+            if !before(&items[probe]) {
+                break probe;
+            }
+            lo = probe + 1;
+            step *= 2;
+        };
+    } else {
+        while lo > 0 && !before(&items[lo - 1]) {
+            hi = lo - 1;
+            lo = hi.saturating_sub(step);
+            step *= 2;
+        }
+    }
+    lo + items[lo..hi].partition_point(before)
 }
 
 /// The rows of one sequence (ending with its end row) that a lookup of a
