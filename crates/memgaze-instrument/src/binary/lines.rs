@@ -104,8 +104,12 @@ impl LineTable {
 
     /// The source position of the instruction at `address`.
     pub(crate) fn locate(&self, address: u64) -> Option<SourceLocation<'_>> {
-        let i = self.rows.partition_point(|r| r.address <= address);
-        let row = self.rows.get(i.checked_sub(1)?)?;
+        self.position_before(self.rows.partition_point(|r| r.address <= address))
+    }
+
+    /// The source position of the row before `rows[after]`.
+    fn position_before(&self, after: usize) -> Option<SourceLocation<'_>> {
+        let row = self.rows.get(after.checked_sub(1)?)?;
         if row.file == NO_FILE || row.line == 0 {
             return None;
         }
@@ -157,6 +161,18 @@ impl LineTable {
         first: SourceLocation<'t>,
         holding: &mut Vec<usize>,
     ) -> Vec<SourceLocation<'t>> {
+        let mut chain = Vec::with_capacity(1 + holding.len());
+        self.chain_into(first, holding, &mut chain);
+        chain
+    }
+
+    /// [`LineTable::chain_of`] into `chain` (cleared first).
+    fn chain_into<'t>(
+        &'t self,
+        first: SourceLocation<'t>,
+        holding: &mut Vec<usize>,
+        chain: &mut Vec<SourceLocation<'t>>,
+    ) {
         holding.sort_by_key(|&i| std::cmp::Reverse(self.inlines[i].depth));
         // One inlined subroutine may list the same range twice (split
         // `DW_AT_ranges`); its call site counts once.
@@ -164,7 +180,7 @@ impl LineTable {
             let r = &self.inlines[i];
             (r.depth, r.file, r.line)
         });
-        let mut chain = Vec::with_capacity(1 + holding.len());
+        chain.clear();
         chain.push(first);
         chain.extend(
             holding
@@ -176,7 +192,6 @@ impl LineTable {
                     line: r.line,
                 }),
         );
-        chain
     }
 
     /// Builds the table. `section` returns the (decompressed) contents of a
@@ -308,6 +323,8 @@ pub(crate) struct ChainCursor<'t> {
     next: usize,
     /// `holding`, highest index first, as [`LineTable::chain_of`] takes it.
     order: Vec<usize>,
+    /// The first row past `last`.
+    row_after: usize,
 }
 
 impl<'t> ChainCursor<'t> {
@@ -319,13 +336,26 @@ impl<'t> ChainCursor<'t> {
             holding: Vec::new(),
             next: 0,
             order: Vec::new(),
+            row_after: 0,
         }
     }
 
     /// The same chain as [`LineTable::locate_chain`] of `address`.
+    #[cfg(test)]
     pub(crate) fn locate_chain(&mut self, address: u64) -> Vec<SourceLocation<'t>> {
-        let Some(first) = self.table.locate(address) else {
-            return Vec::new();
+        let mut chain = Vec::new();
+        self.locate_chain_into(address, &mut chain);
+        chain
+    }
+
+    /// [`ChainCursor::locate_chain`] into `chain` (cleared first): one
+    /// buffer serves every lookup of a worker.
+    pub(crate) fn locate_chain_into(&mut self, address: u64, chain: &mut Vec<SourceLocation<'t>>) {
+        chain.clear();
+        let rows = &self.table.rows;
+        self.row_after = partition_point_from(rows, self.row_after, |r| r.address <= address);
+        let Some(first) = self.table.position_before(self.row_after) else {
+            return;
         };
         let inlines = &self.table.inlines;
         if self.last.is_some_and(|last| last <= address) {
@@ -342,7 +372,7 @@ impl<'t> ChainCursor<'t> {
         self.last = Some(address);
         self.order.clear();
         self.order.extend(self.holding.iter().rev());
-        self.table.chain_of(first, &mut self.order)
+        self.table.chain_into(first, &mut self.order, chain);
     }
 }
 
@@ -436,9 +466,16 @@ impl UnitLines {
                 line,
             });
         }
-        if let Err(e) = add_inlines(&mut out, dwarf, &unit, &mut range_slots, &|begin, end| {
-            is_code(begin) && wanted.is_none_or(|w| holds_any(w, begin, end))
-        }) {
+        let mut near = wanted.map(WantedCursor::new);
+        if let Err(e) = add_inlines(
+            &mut out,
+            dwarf,
+            &unit,
+            &mut range_slots,
+            &mut |begin, end| {
+                is_code(begin) && near.as_mut().is_none_or(|w| w.holds_any(begin, end))
+            },
+        ) {
             out.problem = Some(format!("malformed inlined subroutine: {e}"));
         }
         // Paths as the rows' program (with any file it defined) and the
@@ -552,7 +589,7 @@ fn add_inlines<'a>(
     dwarf: &gimli::Dwarf<Reader<'a>>,
     unit: &gimli::Unit<Reader<'a>>,
     slots: &mut FileSlots,
-    keep: &impl Fn(u64, u64) -> bool,
+    keep: &mut impl FnMut(u64, u64) -> bool,
 ) -> Result<(), gimli::Error> {
     let mut entries = unit.entries_raw(None)?;
     let mut attrs: Vec<gimli::Attribute<Reader<'a>>> = Vec::new();
@@ -696,10 +733,63 @@ impl SiteRanges<'_> {
     }
 }
 
-/// Whether a sorted `addresses` holds one in `[begin, end)`.
-fn holds_any(addresses: &[u64], begin: u64, end: u64) -> bool {
-    let i = addresses.partition_point(|&a| a < begin);
-    addresses.get(i).is_some_and(|&a| a < end)
+/// Whether sorted addresses hold one in a range, asked for ranges that
+/// mostly lie near the one asked before (a unit's inlined ranges come
+/// function by function): the search gallops out from the last answer
+/// instead of halving all the addresses (a binary search per range was a
+/// tenth of the units' reading).
+struct WantedCursor<'w> {
+    /// The addresses, sorted.
+    addresses: &'w [u64],
+    /// The index of the first address at or after the last range's begin.
+    at: usize,
+}
+
+impl<'w> WantedCursor<'w> {
+    fn new(addresses: &'w [u64]) -> WantedCursor<'w> {
+        WantedCursor { addresses, at: 0 }
+    }
+
+    /// Whether an address lies in `[begin, end)`.
+    fn holds_any(&mut self, begin: u64, end: u64) -> bool {
+        self.at = self.first_at_or_after(begin);
+        self.addresses.get(self.at).is_some_and(|&a| a < end)
+    }
+
+    /// `addresses.partition_point(|&a| a < begin)`, searched from `at`.
+    fn first_at_or_after(&self, begin: u64) -> usize {
+        partition_point_from(self.addresses, self.at, |&a| a < begin)
+    }
+}
+
+/// `items.partition_point(before)`, searched outwards from `from` in
+/// doubling steps: a few probes where the answer lies near `from`.
+fn partition_point_from<T>(items: &[T], from: usize, before: impl Fn(&T) -> bool) -> usize {
+    // The answer lies in `lo..=hi`: the items below `lo` are before, those
+    // from `hi` on are not.
+    let (mut lo, mut hi) = (from.min(items.len()), from.min(items.len()));
+    let mut step = 1;
+    if items.get(lo).is_some_and(&before) {
+        lo += 1;
+        hi = loop {
+            let probe = lo + step - 1;
+            if probe >= items.len() {
+                break items.len();
+            }
+            if !before(&items[probe]) {
+                break probe;
+            }
+            lo = probe + 1;
+            step *= 2;
+        };
+    } else {
+        while lo > 0 && !before(&items[lo - 1]) {
+            hi = lo - 1;
+            lo = hi.saturating_sub(step);
+            step *= 2;
+        }
+    }
+    lo + items[lo..hi].partition_point(before)
 }
 
 /// The rows of one sequence (ending with its end row) that a lookup of a
@@ -942,7 +1032,7 @@ mod tests {
         while let Some(header) = units.next().unwrap() {
             let unit = dwarf.unit(header).unwrap();
             let (mut raw, mut slots) = (UnitLines::default(), FileSlots::default());
-            add_inlines(&mut raw, &dwarf, &unit, &mut slots, &|_, _| true).unwrap();
+            add_inlines(&mut raw, &dwarf, &unit, &mut slots, &mut |_, _| true).unwrap();
             let mut expected = Vec::new();
             let mut entries = unit.entries();
             while let Some(entry) = entries.next_dfs().unwrap() {
@@ -986,6 +1076,24 @@ mod tests {
             assert_eq!(got, expected);
         }
         assert!(inlined > 0, "the test executable has inlined code");
+    }
+
+    #[test]
+    fn the_wanted_cursor_answers_as_a_binary_search_from_anywhere() {
+        let addresses: Vec<u64> = (0..200u64).map(|i| i * 7 + (i % 3)).collect();
+        let mut cursor = WantedCursor::new(&addresses);
+        // Ranges forwards, backwards, far and near, empty and past the end.
+        let mut begin = 5u64;
+        for i in 0..3000u64 {
+            begin = (begin * 31 + i * 17) % 1500;
+            let end = begin + (i % 11);
+            let j = addresses.partition_point(|&a| a < begin);
+            let expected = addresses.get(j).is_some_and(|&a| a < end);
+            assert_eq!(cursor.holds_any(begin, end), expected, "{begin}..{end}");
+            assert_eq!(cursor.at, j, "{begin}");
+        }
+        let mut none = WantedCursor::new(&[]);
+        assert!(!none.holds_any(0, u64::MAX));
     }
 
     #[test]

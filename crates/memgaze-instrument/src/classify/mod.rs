@@ -733,16 +733,48 @@ pub(crate) fn add_lines_from(loads: &mut [LoadSite], table: &LineTable) {
                 shared: &shared,
                 seen: HashMap::new(),
             };
-            (texts, ChainCursor::new(table))
+            (texts, ChainCursor::new(table), LastChain::default())
         },
-        |(texts, chains), load| {
+        |(texts, chains, last), load| {
             // The chain starts at the load's own position: one lookup
             // gives both.
-            let chain = chains.locate_chain(load.ip);
-            load.line = chain.first().map(|at| texts.text(at));
-            load.inline_chain = inline_chain(&chain, texts);
+            chains.locate_chain_into(load.ip, &mut last.next);
+            if !last.repeats() {
+                last.line = last.next.first().map(|at| texts.text(at));
+                last.inline_chain = inline_chain(&last.next, texts);
+            }
+            std::mem::swap(&mut last.chain, &mut last.next);
+            load.line = last.line.clone();
+            load.inline_chain = last.inline_chain.clone();
         },
     );
+}
+
+/// A worker's last chain and its texts: the loads of one run of code
+/// mostly share their chain with the load before, which then gets its
+/// texts without a lookup each (and shares its inline chain).
+#[derive(Default)]
+struct LastChain<'t> {
+    /// The last load's chain.
+    chain: Vec<SourceLocation<'t>>,
+    /// The chain being looked up (a buffer swapped with `chain`).
+    next: Vec<SourceLocation<'t>>,
+    /// `chain`'s texts.
+    line: Option<Text>,
+    inline_chain: InlineChain,
+}
+
+impl LastChain<'_> {
+    /// Whether `next` names the same positions as `chain` (the same file
+    /// strings of the table, the same lines).
+    fn repeats(&self) -> bool {
+        self.chain.len() == self.next.len()
+            && self
+                .chain
+                .iter()
+                .zip(&self.next)
+                .all(|(a, b)| PositionTexts::key(a) == PositionTexts::key(b))
+    }
 }
 
 /// `chain` (an instruction's position, then its inlined call sites) as
