@@ -18,10 +18,10 @@
 //! ignored. `MEMGAZE_BENCH_INSTRUMENTER=<cargo-memgaze>` measures another
 //! build's `instrument` on the same inputs; `MEMGAZE_BENCH_BASELINE=
 //! <cargo-memgaze>` measures a baseline build alongside this one, in the
-//! same alternation (objdump, baseline, this build), and says whether
-//! their outputs are byte-identical. Each
-//! instrumentation is a child process: its peak RSS is the
-//! kernel's `ru_maxrss` from `wait4`. Also reported: the annotation's size
+//! same alternation (objdump, baseline, this build; every other round this
+//! build first), and says whether their outputs are byte-identical. Each
+//! instrumentation is a child process: its peak RSS is the kernel's
+//! `ru_maxrss` from `wait4`. Also reported: the annotation's size
 //! on disk and the instrumented executable's size against the original.
 
 use std::path::{Path, PathBuf};
@@ -221,10 +221,19 @@ fn measure(
     run(&mut objdump());
     let mut theirs = vec![];
     let mut series: Vec<Series> = instrumenters.iter().map(|_| Series::default()).collect();
-    for _ in 0..runs {
+    for round in 0..runs {
         let o = run(&mut objdump());
         theirs.push(o.wall);
-        for (k, s) in series.iter_mut().enumerate() {
+        // Every other round in reverse order: on a VM the first
+        // memory-hungry run after objdump pays for the pages the host
+        // took back (10–20% on the own binary, the same build in both
+        // places), which a fixed order would charge to one build alone.
+        let mut order: Vec<usize> = (0..series.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for k in order {
+            let s = &mut series[k];
             let i = run(&mut instrument(k));
             s.ratios.push(i.wall / o.wall);
             s.walls.push(i.wall);
