@@ -135,7 +135,9 @@ impl LineTable {
         HOLDING.with_borrow_mut(|holding| {
             holding.clear();
             self.scan_holding(address, holding);
-            self.chain_of(first, holding)
+            let mut chain = Vec::with_capacity(1 + holding.len());
+            self.chain_into(first, holding, &mut chain);
+            chain
         })
     }
 
@@ -155,18 +157,8 @@ impl LineTable {
     }
 
     /// The chain of an address whose row position is `first`, inside the
-    /// inlined ranges `holding` (highest index first; reordered here).
-    fn chain_of<'t>(
-        &'t self,
-        first: SourceLocation<'t>,
-        holding: &mut Vec<usize>,
-    ) -> Vec<SourceLocation<'t>> {
-        let mut chain = Vec::with_capacity(1 + holding.len());
-        self.chain_into(first, holding, &mut chain);
-        chain
-    }
-
-    /// [`LineTable::chain_of`] into `chain` (cleared first).
+    /// inlined ranges `holding` (highest index first; reordered here),
+    /// into `chain` (cleared first).
     fn chain_into<'t>(
         &'t self,
         first: SourceLocation<'t>,
@@ -321,7 +313,7 @@ pub(crate) struct ChainCursor<'t> {
     holding: Vec<usize>,
     /// The first range beginning after `last`.
     next: usize,
-    /// `holding`, highest index first, as [`LineTable::chain_of`] takes it.
+    /// `holding`, highest index first, as [`LineTable::chain_into`] takes it.
     order: Vec<usize>,
     /// The first row past `last`.
     row_after: usize,
@@ -752,13 +744,8 @@ impl<'w> WantedCursor<'w> {
 
     /// Whether an address lies in `[begin, end)`.
     fn holds_any(&mut self, begin: u64, end: u64) -> bool {
-        self.at = self.first_at_or_after(begin);
+        self.at = partition_point_from(self.addresses, self.at, |&a| a < begin);
         self.addresses.get(self.at).is_some_and(|&a| a < end)
-    }
-
-    /// `addresses.partition_point(|&a| a < begin)`, searched from `at`.
-    fn first_at_or_after(&self, begin: u64) -> usize {
-        partition_point_from(self.addresses, self.at, |&a| a < begin)
     }
 }
 

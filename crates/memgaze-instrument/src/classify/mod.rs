@@ -752,7 +752,9 @@ pub(crate) fn add_lines_from(loads: &mut [LoadSite], table: &LineTable) {
 
 /// A worker's last chain and its texts: the loads of one run of code
 /// mostly share their chain with the load before, which then gets its
-/// texts without a lookup each (and shares its inline chain).
+/// texts without a lookup each (and shares its inline chain). The default
+/// is the empty chain with the texts an empty chain gets (no line, and
+/// [`inline_chain`]'s empty chain).
 #[derive(Default)]
 struct LastChain<'t> {
     /// The last load's chain.
