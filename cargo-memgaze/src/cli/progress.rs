@@ -24,10 +24,9 @@ const TICK: Duration = Duration::from_millis(250);
 /// Status output on stderr for a run of `total` steps.
 pub struct Progress {
     bar: ProgressBar,
-    /// Print status lines (no bar on stderr, not quiet).
-    lines: bool,
-    /// Says in the log when a step runs long (status lines only).
-    watch: Option<StepWatch>,
+    /// Present where status lines are printed (no bar on stderr, not
+    /// quiet): says in the log when a step runs long.
+    lines: Option<StepWatch>,
 }
 
 impl Progress {
@@ -55,19 +54,17 @@ impl Progress {
         if !bar.is_hidden() {
             bar.enable_steady_tick(TICK);
         }
-        let lines = !quiet && !terminal;
-        let watch = lines.then(|| StepWatch::new(STILL_RUNNING_EVERY, Box::new(std::io::stderr())));
-        Progress { bar, lines, watch }
+        let lines = (!quiet && !terminal)
+            .then(|| StepWatch::new(STILL_RUNNING_EVERY, Box::new(std::io::stderr())));
+        Progress { bar, lines }
     }
 
     /// A step begins: `verb` (`Recording`) what (`microbenches/micro str1`).
     pub fn start(&self, verb: &str, what: &str) {
         self.bar.set_prefix(verb.to_string());
         self.bar.set_message(what.to_string());
-        if self.lines {
+        if let Some(watch) = &self.lines {
             eprintln!("{verb:>12} {what}");
-        }
-        if let Some(watch) = &self.watch {
             watch.start(verb, what);
         }
     }
@@ -75,14 +72,14 @@ impl Progress {
     /// The current step is done.
     pub fn advance(&self) {
         self.bar.inc(1);
-        if let Some(watch) = &self.watch {
+        if let Some(watch) = &self.lines {
             watch.stop();
         }
     }
 
     /// Prints a note on stderr above the bar (not with `-q`).
     pub fn note(&self, line: &str) {
-        if self.lines || !self.bar.is_hidden() {
+        if self.lines.is_some() || !self.bar.is_hidden() {
             let line = paint_line(line, enabled(Stream::Stderr));
             self.bar.suspend(|| eprintln!("{line}"));
         }
@@ -110,7 +107,7 @@ impl Progress {
     /// Removes the bar.
     pub fn finish(&self) {
         self.bar.finish_and_clear();
-        if let Some(watch) = &self.watch {
+        if let Some(watch) = &self.lines {
             watch.stop();
         }
     }
