@@ -669,7 +669,11 @@ fn build_part(
         let marks = &copy.marks;
         breaks.clear();
         breaks.extend(marks.aligned.iter().map(|&(i, _)| i));
-        layout.measure(&mut encoder, all, breaks, base, unpadded)?;
+        // Measured in place: appended to the body, the stubs (most of a
+        // copy's instructions) were each copied once more.
+        let code = [&all[..], &copy.fragments, &copy.stubs];
+        layout.measure(&mut encoder, &code, breaks, base, unpadded)?;
+        let copy_len = all.len() + copy.fragments.len() + copy.stubs.len();
         let at = |i: usize| unpadded[i];
         firsts.push(marks.first.iter().map(|&i| offset32(at(i))).collect());
         let start = plan.code.start;
@@ -679,7 +683,7 @@ fn build_part(
                 .collect(),
         );
         body_ends.push(at(marks.body_end));
-        ends.push(at(all.len()));
+        ends.push(at(copy_len));
         ptwrite_at.extend(
             marks
                 .ptwrite_at
@@ -721,9 +725,9 @@ fn build_part(
 }
 
 /// The instructions of a copy's stubs and counting fragments, gathered
-/// apart from its body and appended to it, and the copy's marks: kept from
-/// copy to copy, so that each copy's lists are not allocated and grown (and
-/// moved) again.
+/// apart from its body (the copy is the body, the fragments, then the
+/// stubs), and the copy's marks: kept from copy to copy, so that each
+/// copy's lists are not allocated and grown (and moved) again.
 #[derive(Default)]
 struct CopyScratch {
     stubs: Vec<Instruction>,
@@ -1030,15 +1034,16 @@ fn copy_instructions(
     }
     *body_end = all.len();
     mark_loop_ends(all, aligned, last_branch_to);
+    // The fragments, then the stubs, follow the body: the marks index
+    // the three as one list.
     let at = all.len();
     spatial_at.extend(fragment_checks.drain(..).map(|check| check.shifted(at)));
-    all.append(fragments);
+    let at = at + fragments.len();
     ptwrite_at.extend(
         stub_ptwrites
             .drain(..)
-            .map(|(at, id)| (all.len() + at, id, PtwriteOperand::Address)),
+            .map(|(i, id)| (at + i, id, PtwriteOperand::Address)),
     );
-    all.append(stubs);
     Ok(())
 }
 
@@ -1271,11 +1276,12 @@ impl Layout {
         }
     }
 
-    /// Lays out `all` after what is already measured: every branch in its
-    /// rel32 form (so sizes are known in one pass; no relaxation and no
-    /// dependence on where the code lands), every instruction encoded
-    /// once into the pool. The instructions at the indices `breaks`
-    /// (sorted) start a piece of their own: [`place`] pads before them.
+    /// Lays out `code` (its slices one after another) after what is
+    /// already measured: every branch in its rel32 form (so sizes are known
+    /// in one pass; no relaxation and no dependence on where the code
+    /// lands), every instruction encoded once into the pool. The
+    /// instructions at the indices `breaks` (sorted) start a piece of
+    /// their own: [`place`] pads before them.
     /// `unpadded` receives the unpadded offset of each instruction and of
     /// the end. `base` is only used to check RIP-relative operands can be
     /// encoded near it.
@@ -1287,14 +1293,14 @@ impl Layout {
     fn measure(
         &mut self,
         encoder: &mut LayoutEncoder,
-        all: &[Instruction],
+        code: &[&[Instruction]],
         breaks: &[usize],
         base: u64,
         unpadded: &mut Vec<u64>,
     ) -> Result<(), RelocateError> {
         unpadded.clear();
         let mut breaks = breaks.iter().peekable();
-        for (i, insn) in all.iter().enumerate() {
+        for (i, insn) in code.iter().copied().flatten().enumerate() {
             let starts_piece = breaks.next_if(|&&b| b == i).is_some();
             while breaks.next_if(|&&b| b == i).is_some() {}
             if insn.ip() != 0 {
@@ -2607,7 +2613,13 @@ mod tests {
         let mut layout = Layout::default();
         let mut unpadded = Vec::new();
         layout
-            .measure(&mut LayoutEncoder::new(), &all, &[], start, &mut unpadded)
+            .measure(
+                &mut LayoutEncoder::new(),
+                &[&all],
+                &[],
+                start,
+                &mut unpadded,
+            )
             .unwrap();
         let mut part = Part {
             firsts: Vec::new(),
