@@ -587,7 +587,7 @@ fn link_blocks(
         } else {
             match insn.flow_control() {
                 FlowControl::Next | FlowControl::XbeginXabortXend => {
-                    succ.extend(next);
+                    push_some(&mut succ, next);
                     if next.is_some() {
                         Terminator::FallThrough
                     } else {
@@ -603,8 +603,8 @@ fn link_blocks(
                 },
                 FlowControl::ConditionalBranch => {
                     let taken = block_at(insn.near_branch_target());
-                    succ.extend(taken);
-                    succ.extend(next);
+                    push_some(&mut succ, taken);
+                    push_some(&mut succ, next);
                     if taken.is_some() {
                         Terminator::Conditional
                     } else {
@@ -614,7 +614,7 @@ fn link_blocks(
                     }
                 }
                 FlowControl::Call | FlowControl::IndirectCall => {
-                    succ.extend(next);
+                    push_some(&mut succ, next);
                     Terminator::Call
                 }
                 FlowControl::Return => Terminator::Return,
@@ -627,7 +627,7 @@ fn link_blocks(
                 FlowControl::Interrupt | FlowControl::Exception => {
                     // `int3`/`ud2` trap; `syscall`/`int 0x80` continue.
                     if matches!(insn.mnemonic(), Mnemonic::Syscall | Mnemonic::Int) {
-                        succ.extend(next);
+                        push_some(&mut succ, next);
                         Terminator::FallThrough
                     } else {
                         Terminator::Trap
@@ -655,6 +655,14 @@ fn link_blocks(
                 preds.push(b as u32);
             }
         }
+    }
+}
+
+/// Appends `b` to `list` if there is one (an inlined push: `extend` of an
+/// `Option` is an out-of-line call per edge).
+fn push_some(list: &mut BlockList, b: Option<u32>) {
+    if let Some(b) = b {
+        list.push(b);
     }
 }
 
