@@ -199,10 +199,23 @@ impl FunctionCode {
     ) -> FunctionCode {
         let index_of = IndexOf::new(&instructions, start, end);
         retarget_lock_skips(&mut instructions, &index_of, memory);
-        let (calls, invalid) = calls_and_invalid(&instructions);
+        let Transfers {
+            calls,
+            invalid,
+            indirect,
+            mut leader,
+            mut branch_targets,
+        } = Transfers::scan(&instructions, start, end);
         let (indirect_jumps, jump_tables, not_table_shaped) =
-            indirect_jumps(&instructions, start, end, &index_of, memory);
-        let (leader, branch_targets) = leaders(&instructions, &jump_tables, &index_of, start, end);
+            indirect_jumps(&instructions, indirect, start, end, &index_of, memory);
+        add_target_leaders(
+            &mut leader,
+            &mut branch_targets,
+            &jump_tables,
+            &index_of,
+            start,
+            end,
+        );
         let (mut blocks, block_of) = basic_blocks(&instructions, &leader);
         link_blocks(
             &mut blocks,
@@ -356,28 +369,68 @@ fn retarget_lock_skips(instructions: &mut [Instruction], index_of: &IndexOf, mem
     }
 }
 
-/// The call sites and the number of invalid instructions.
-fn calls_and_invalid(instructions: &[Instruction]) -> (Vec<CallSite>, u32) {
-    let mut calls = Vec::new();
-    let mut invalid = 0u32;
-    for (i, insn) in instructions.iter().enumerate() {
-        if insn.is_invalid() {
-            invalid += 1;
+/// What one sweep over a function's instructions finds of its control
+/// transfers (one sweep rather than one per kind: each reads every
+/// instruction's flow control again).
+struct Transfers {
+    /// Every call.
+    calls: Vec<CallSite>,
+    /// Instructions that did not decode.
+    invalid: u32,
+    /// Instruction indices of the indirect jumps.
+    indirect: Vec<u32>,
+    /// Leaders so far: the first instruction and every one after a
+    /// transfer (the branch targets are added by [`add_target_leaders`]).
+    leader: Vec<bool>,
+    /// Direct branch targets inside the function, unsorted, repeated.
+    branch_targets: Vec<u64>,
+}
+
+impl Transfers {
+    /// Sweeps the `instructions` of `[start, end)`.
+    fn scan(instructions: &[Instruction], start: u64, end: u64) -> Transfers {
+        let n = instructions.len();
+        let mut found = Transfers {
+            calls: Vec::new(),
+            invalid: 0,
+            indirect: Vec::new(),
+            leader: vec![false; n],
+            branch_targets: Vec::new(),
+        };
+        if n > 0 {
+            found.leader[0] = true;
         }
-        if matches!(
-            insn.flow_control(),
-            FlowControl::Call | FlowControl::IndirectCall
-        ) {
-            calls.push(CallSite {
-                ip: insn.ip(),
-                instruction: i as u32,
-                return_address: insn.next_ip(),
-                target: (insn.flow_control() == FlowControl::Call)
-                    .then(|| insn.near_branch_target()),
-            });
+        for (i, insn) in instructions.iter().enumerate() {
+            let flow = insn.flow_control();
+            if insn.is_invalid() {
+                found.invalid += 1;
+            }
+            let ends_block = !matches!(flow, FlowControl::Next | FlowControl::XbeginXabortXend)
+                || insn.is_invalid();
+            if ends_block && i + 1 < n {
+                found.leader[i + 1] = true;
+            }
+            match flow {
+                FlowControl::Call | FlowControl::IndirectCall => {
+                    found.calls.push(CallSite {
+                        ip: insn.ip(),
+                        instruction: i as u32,
+                        return_address: insn.next_ip(),
+                        target: (flow == FlowControl::Call).then(|| insn.near_branch_target()),
+                    });
+                }
+                FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch => {
+                    let target = insn.near_branch_target();
+                    if target >= start && target < end {
+                        found.branch_targets.push(target);
+                    }
+                }
+                FlowControl::IndirectBranch => found.indirect.push(i as u32),
+                _ => {}
+            }
         }
+        found
     }
-    (calls, invalid)
 }
 
 /// Direct branch sources per target instruction (for jump-table slicing).
@@ -405,18 +458,17 @@ fn branch_sources(instructions: &[Instruction], index_of: &IndexOf) -> HashMap<u
 /// found only along the edges of the tables already resolved.
 fn indirect_jumps(
     instructions: &[Instruction],
+    indirect: Vec<u32>,
     start: u64,
     end: u64,
     index_of: &IndexOf,
     memory: &dyn Memory,
 ) -> (Vec<IndirectJump>, Vec<JumpTable>, Vec<usize>) {
-    let mut indirect_jumps: Vec<IndirectJump> = instructions
-        .iter()
-        .enumerate()
-        .filter(|(_, insn)| insn.flow_control() == FlowControl::IndirectBranch)
-        .map(|(i, insn)| IndirectJump {
-            ip: insn.ip(),
-            instruction: i as u32,
+    let mut indirect_jumps: Vec<IndirectJump> = indirect
+        .into_iter()
+        .map(|i| IndirectJump {
+            ip: instructions[i as usize].ip(),
+            instruction: i,
             kind: IndirectJumpKind::Unresolved,
         })
         .collect();
@@ -488,49 +540,33 @@ fn indirect_jumps(
     (indirect_jumps, jump_tables, not_table_shaped)
 }
 
-/// Which instructions start a basic block, and the branch and jump-table
-/// targets inside `[start, end)` (sorted, deduplicated).
-fn leaders(
-    instructions: &[Instruction],
+/// Adds the jump-table targets inside `[start, end)` to the direct
+/// `branch_targets` (then sorted, deduplicated), and marks every target
+/// instruction a `leader`.
+fn add_target_leaders(
+    leader: &mut [bool],
+    branch_targets: &mut Vec<u64>,
     jump_tables: &[JumpTable],
     index_of: &IndexOf,
     start: u64,
     end: u64,
-) -> (Vec<bool>, Vec<u64>) {
-    let n = instructions.len();
-    let inside = |a: u64| a >= start && a < end;
-    let mut leader = vec![false; n];
-    let mut branch_targets = Vec::new();
-    if n > 0 {
-        leader[0] = true;
-    }
-    for (i, insn) in instructions.iter().enumerate() {
-        let ends_block = !matches!(
-            insn.flow_control(),
-            FlowControl::Next | FlowControl::XbeginXabortXend
-        ) || insn.is_invalid();
-        if ends_block && i + 1 < n {
-            leader[i + 1] = true;
-        }
-        if matches!(
-            insn.flow_control(),
-            FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch
-        ) && inside(insn.near_branch_target())
-        {
-            branch_targets.push(insn.near_branch_target());
-        }
-    }
+) {
     for table in jump_tables {
-        branch_targets.extend(table.targets.iter().copied().filter(|&t| inside(t)));
+        branch_targets.extend(
+            table
+                .targets
+                .iter()
+                .copied()
+                .filter(|&t| t >= start && t < end),
+        );
     }
     branch_targets.sort_unstable();
     branch_targets.dedup();
-    for t in &branch_targets {
+    for t in branch_targets.iter() {
         if let Some(i) = index_of.get(*t) {
             leader[i as usize] = true;
         }
     }
-    (leader, branch_targets)
 }
 
 /// The basic blocks from their leaders (no edges yet), and the block of
@@ -587,7 +623,7 @@ fn link_blocks(
         } else {
             match insn.flow_control() {
                 FlowControl::Next | FlowControl::XbeginXabortXend => {
-                    succ.extend(next);
+                    push_some(&mut succ, next);
                     if next.is_some() {
                         Terminator::FallThrough
                     } else {
@@ -603,8 +639,8 @@ fn link_blocks(
                 },
                 FlowControl::ConditionalBranch => {
                     let taken = block_at(insn.near_branch_target());
-                    succ.extend(taken);
-                    succ.extend(next);
+                    push_some(&mut succ, taken);
+                    push_some(&mut succ, next);
                     if taken.is_some() {
                         Terminator::Conditional
                     } else {
@@ -614,7 +650,7 @@ fn link_blocks(
                     }
                 }
                 FlowControl::Call | FlowControl::IndirectCall => {
-                    succ.extend(next);
+                    push_some(&mut succ, next);
                     Terminator::Call
                 }
                 FlowControl::Return => Terminator::Return,
@@ -627,7 +663,7 @@ fn link_blocks(
                 FlowControl::Interrupt | FlowControl::Exception => {
                     // `int3`/`ud2` trap; `syscall`/`int 0x80` continue.
                     if matches!(insn.mnemonic(), Mnemonic::Syscall | Mnemonic::Int) {
-                        succ.extend(next);
+                        push_some(&mut succ, next);
                         Terminator::FallThrough
                     } else {
                         Terminator::Trap
@@ -655,6 +691,14 @@ fn link_blocks(
                 preds.push(b as u32);
             }
         }
+    }
+}
+
+/// Appends `b` to `list` if there is one (an inlined push: `extend` of an
+/// `Option` is an out-of-line call per edge).
+fn push_some(list: &mut BlockList, b: Option<u32>) {
+    if let Some(b) = b {
+        list.push(b);
     }
 }
 

@@ -275,5 +275,21 @@ mod tests {
                 }
             }
         }
+
+        #[test]
+        fn forward_only_graphs_have_the_loops_of_their_dominators(n in 1usize..12, edges in proptest::collection::vec((0u32..12, 0u32..12), 0..30)) {
+            // Every edge to a later block: the shortcut of `LoopForest::of`.
+            let edges: Vec<(u32, u32)> = edges
+                .into_iter()
+                .filter(|&(a, b)| a != b && (a as usize) < n && (b as usize) < n)
+                .map(|(a, b)| (a.min(b), a.max(b)))
+                .collect();
+            let g = graph(&edges, n);
+            let d = Dominators::compute(&g);
+            prop_assert_eq!(
+                crate::binary::LoopForest::of(&g),
+                crate::binary::LoopForest::compute(&g, &d)
+            );
+        }
     }
 }

@@ -47,6 +47,15 @@ impl LoopForest {
     /// neither loops nor irreducible edges: their dominators, which were
     /// most of this pass's work, are not computed.
     pub fn of(blocks: &[BasicBlock]) -> LoopForest {
+        // Edges that all lead to a later block (by index) close no cycle:
+        // most acyclic functions are seen so without their order.
+        let forward_only = blocks
+            .iter()
+            .enumerate()
+            .all(|(b, block)| block.successors.iter().all(|&s| s as usize > b));
+        if forward_only {
+            return LoopForest::acyclic(blocks.len());
+        }
         let rpo = dominators::reverse_post_order(blocks);
         let position = dominators::rpo_positions(&rpo, blocks.len());
         let cyclic = rpo.iter().any(|&b| {
@@ -56,13 +65,18 @@ impl LoopForest {
                 .any(|&s| position[s as usize] <= position[b as usize])
         });
         if !cyclic {
-            return LoopForest {
-                loops: Vec::new(),
-                innermost: vec![None; blocks.len()],
-                irreducible_edges: 0,
-            };
+            return LoopForest::acyclic(blocks.len());
         }
         LoopForest::compute(blocks, &Dominators::from_order(blocks, rpo, position))
+    }
+
+    /// The forest of `n` blocks without a cycle.
+    fn acyclic(n: usize) -> LoopForest {
+        LoopForest {
+            loops: Vec::new(),
+            innermost: vec![None; n],
+            irreducible_edges: 0,
+        }
     }
 
     /// Finds the loops.

@@ -739,10 +739,12 @@ pub(crate) fn decode_bytes(bytes: &[u8], ip: u64, out: &mut Vec<Instruction>) {
     // growth, a copy of all its instructions (`Binary::decode` gives the
     // slack back).
     out.reserve(bytes.len() / 3 + 1);
+    // Decoded in place: iced clears the instruction it decodes into, so a
+    // default pushed first costs no copy of each decoded one.
     while decoder.can_decode() {
-        let mut insn = Instruction::default();
-        decoder.decode_out(&mut insn);
-        out.push(insn);
+        out.push(Instruction::default());
+        let slot = out.last_mut().expect("an instruction was just pushed");
+        decoder.decode_out(slot);
     }
 }
 
