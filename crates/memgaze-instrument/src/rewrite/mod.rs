@@ -1076,16 +1076,19 @@ impl Planner<'_, '_> {
         }
         let mut skipped_loads = Vec::new();
         let mut untraced_loads = Vec::new();
-        let mut inserts = Vec::new();
+        // At most one insert per probed load.
+        let probed = ai.map_or(0, |ai| {
+            (selection.loads_of.of(ai).iter())
+                .filter(|&&li| annotation.loads[li].instrumented)
+                .count()
+        });
+        let mut inserts = Vec::with_capacity(probed);
         let mut spatial = HashMap::new();
         let mut blocks = Vec::new();
         let mut register_loops = Vec::new();
         // Only the probes' choices read liveness: a function none of whose
         // loads carries a probe is not analysed.
-        let probed = ai.is_some_and(|ai| {
-            (selection.loads_of.of(ai).iter()).any(|&li| annotation.loads[li].instrumented)
-        });
-        let live = if probed {
+        let live = if probed > 0 {
             liveness::live_before(&code)
         } else {
             Vec::new()
@@ -2152,11 +2155,14 @@ fn form_superblocks(
         while chain.len() > 1 && probes_of(*chain.last().unwrap()).next().is_none() {
             chain.pop();
         }
-        let loads: Vec<(usize, u32, FastPath)> = chain.iter().flat_map(|&c| probes_of(c)).collect();
-        if loads.len() < 2 || loads.len() > u16::MAX as usize {
+        // Counted before any list is made: most chains are dropped here.
+        let load_count: usize = chain.iter().map(|&c| probes_of(c).len()).sum();
+        if load_count < 2 || load_count > u16::MAX as usize {
             continue;
         }
-        let mut exits = Vec::new();
+        let mut loads = Vec::with_capacity(load_count);
+        loads.extend(chain.iter().flat_map(|&c| probes_of(c)));
+        let mut exits = Vec::with_capacity(chain.len() - 1);
         for (n, &c) in chain.iter().enumerate().take(chain.len() - 1) {
             let after: usize = chain[n + 1..].iter().map(|&x| probes_of(x).len()).sum();
             if after > 0 {
