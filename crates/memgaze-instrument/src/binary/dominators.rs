@@ -168,7 +168,9 @@ pub(crate) fn reverse_post_order(blocks: &[BasicBlock]) -> Vec<u32> {
         return order;
     }
     let mut visited = vec![false; n];
-    let mut stack: Vec<(u32, usize)> = vec![(0, 0)];
+    // Never deeper than the blocks: one allocation, not a growing stack.
+    let mut stack: Vec<(u32, usize)> = Vec::with_capacity(n);
+    stack.push((0, 0));
     visited[0] = true;
     while let Some(&mut (b, ref mut next)) = stack.last_mut() {
         let succ = &blocks[b as usize].successors;

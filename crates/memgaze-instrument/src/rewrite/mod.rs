@@ -1076,16 +1076,19 @@ impl Planner<'_, '_> {
         }
         let mut skipped_loads = Vec::new();
         let mut untraced_loads = Vec::new();
-        let mut inserts = Vec::new();
+        // At most one insert per probed load.
+        let probed = ai.map_or(0, |ai| {
+            (selection.loads_of.of(ai).iter())
+                .filter(|&&li| annotation.loads[li].instrumented)
+                .count()
+        });
+        let mut inserts = Vec::with_capacity(probed);
         let mut spatial = HashMap::new();
         let mut blocks = Vec::new();
         let mut register_loops = Vec::new();
         // Only the probes' choices read liveness: a function none of whose
         // loads carries a probe is not analysed.
-        let probed = ai.is_some_and(|ai| {
-            (selection.loads_of.of(ai).iter()).any(|&li| annotation.loads[li].instrumented)
-        });
-        let live = if probed {
+        let live = if probed > 0 {
             liveness::live_before(&code)
         } else {
             Vec::new()
@@ -1513,6 +1516,8 @@ fn build_unwind_tail(
     let _unwinding = crate::timings::phase("unwind information");
     let mut tail: Vec<u8> = Vec::new(); // LSDAs, FDEs, header after the copies
     let mut new_fdes: Vec<(u64, u64)> = Vec::new();
+    // The translated CFI of one FDE at a time.
+    let mut cfi = Vec::new();
     let read = |addr: u64, len: usize| original.read(addr, len);
     if let Some(frame) = &original.eh_frame {
         for (plan, map) in plans.iter().zip(&copies.maps) {
@@ -1545,7 +1550,7 @@ fn build_unwind_tail(
                 while !tail.len().is_multiple_of(8) {
                     tail.push(0);
                 }
-                let cfi = unwind::translate_cfi(&fde.instructions, cie, fde.pc_begin, &mapper)
+                unwind::translate_cfi(&fde.instructions, cie, fde.pc_begin, &mapper, &mut cfi)
                     .map_err(|source| RewriteError::Cfi {
                         function: f.name.clone(),
                         source,
@@ -1553,13 +1558,12 @@ fn build_unwind_tail(
                 let begin = map.map(fde.pc_begin).expect("checked");
                 let end = map.map(fde.pc_end).expect("checked");
                 let at = tail_va + tail.len() as u64;
-                let bytes = unwind::build_fde(cie, at, begin, end - begin, lsda_va, &cfi).map_err(
+                unwind::build_fde(&mut tail, cie, at, begin, end - begin, lsda_va, &cfi).map_err(
                     |source| RewriteError::Fde {
                         function: f.name.clone(),
                         source,
                     },
                 )?;
-                tail.extend_from_slice(&bytes);
                 new_fdes.push((begin, at));
                 report.fdes += 1;
             }
@@ -2151,11 +2155,14 @@ fn form_superblocks(
         while chain.len() > 1 && probes_of(*chain.last().unwrap()).next().is_none() {
             chain.pop();
         }
-        let loads: Vec<(usize, u32, FastPath)> = chain.iter().flat_map(|&c| probes_of(c)).collect();
-        if loads.len() < 2 || loads.len() > u16::MAX as usize {
+        // Counted before any list is made: most chains are dropped here.
+        let load_count: usize = chain.iter().map(|&c| probes_of(c).len()).sum();
+        if load_count < 2 || load_count > u16::MAX as usize {
             continue;
         }
-        let mut exits = Vec::new();
+        let mut loads = Vec::with_capacity(load_count);
+        loads.extend(chain.iter().flat_map(|&c| probes_of(c)));
+        let mut exits = Vec::with_capacity(chain.len() - 1);
         for (n, &c) in chain.iter().enumerate().take(chain.len() - 1) {
             let after: usize = chain[n + 1..].iter().map(|&x| probes_of(x).len()).sum();
             if after > 0 {
@@ -2304,6 +2311,12 @@ fn entry_points_in_any_order<'a>(
         .chain(landing_pads)
 }
 
+thread_local! {
+    /// The worker thread's buffer for [`check_function`]'s trial
+    /// translations of CFI, kept from one function to the next.
+    static TRANSLATED_CFI: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Whether a function can be copied and patched; the reason if not.
 fn check_function(
     binary: &Binary,
@@ -2359,7 +2372,10 @@ fn check_function(
                 return Err("an unwind entry spans this and other code".into());
             }
             let cie = &frame.cies[fde.cie];
-            unwind::translate_cfi(&fde.instructions, cie, fde.pc_begin, &identity)
+            TRANSLATED_CFI
+                .with_borrow_mut(|cfi| {
+                    unwind::translate_cfi(&fde.instructions, cie, fde.pc_begin, &identity, cfi)
+                })
                 .map_err(|e| format!("unwind information: {e}"))?;
             if let Some(lsda) = fde.lsda {
                 unwind::translate_lsda(

@@ -335,20 +335,23 @@ impl<F: Fn(u64) -> Option<u64>> AddressMap for F {
 }
 
 /// Translates CFI `instructions` of an FDE starting at `pc_begin` for a
-/// copy starting at `map(pc_begin)`.
+/// copy starting at `map(pc_begin)`, into `out` (cleared first), a buffer
+/// the caller reuses for every FDE.
 pub(crate) fn translate_cfi(
     instructions: &[u8],
     cie: &Cie,
     pc_begin: u64,
     map: &dyn AddressMap,
-) -> Result<Vec<u8>, UnwindError> {
+    out: &mut Vec<u8>,
+) -> Result<(), UnwindError> {
+    out.clear();
     if cie.code_align != 1 {
         return Err(UnwindError::CodeAlignment(cie.code_align));
     }
     let new_begin = map
         .map(pc_begin)
         .ok_or(UnwindError::FdeStartNotMapped(pc_begin))?;
-    let mut out = Vec::with_capacity(instructions.len() + 16);
+    out.reserve(instructions.len() + 16);
     let mut c = Cursor::new(instructions, 0, 0);
     let mut loc = pc_begin;
     let mut new_loc = new_begin;
@@ -386,7 +389,7 @@ pub(crate) fn translate_cfi(
         match DwCfa(op & CFA_PRIMARY_MASK) {
             dw::DW_CFA_advance_loc => {
                 loc += u64::from(op & !CFA_PRIMARY_MASK);
-                advance(&mut out, loc, &mut new_loc)?;
+                advance(out, loc, &mut new_loc)?;
                 continue;
             }
             dw::DW_CFA_offset => {
@@ -397,22 +400,22 @@ pub(crate) fn translate_cfi(
                 dw::DW_CFA_nop | dw::DW_CFA_remember_state | dw::DW_CFA_restore_state => {}
                 dw::DW_CFA_set_loc => {
                     loc = c.pointer(cie.fde_encoding.format())?;
-                    advance(&mut out, loc, &mut new_loc)?;
+                    advance(out, loc, &mut new_loc)?;
                     continue;
                 }
                 dw::DW_CFA_advance_loc1 => {
                     loc += u64::from(c.u8()?);
-                    advance(&mut out, loc, &mut new_loc)?;
+                    advance(out, loc, &mut new_loc)?;
                     continue;
                 }
                 dw::DW_CFA_advance_loc2 => {
                     loc += u64::from(c.u16()?);
-                    advance(&mut out, loc, &mut new_loc)?;
+                    advance(out, loc, &mut new_loc)?;
                     continue;
                 }
                 dw::DW_CFA_advance_loc4 => {
                     loc += u64::from(c.u32()?);
-                    advance(&mut out, loc, &mut new_loc)?;
+                    advance(out, loc, &mut new_loc)?;
                     continue;
                 }
                 dw::DW_CFA_restore_extended
@@ -454,7 +457,7 @@ pub(crate) fn translate_cfi(
         }
         out.extend_from_slice(&instructions[start..c.pos]);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// An LSDA (`.gcc_except_table` entry) rewritten for a copy.
@@ -670,43 +673,52 @@ pub(crate) fn landing_pads(
     Ok(pads)
 }
 
-/// Builds an FDE for a copy placed at `addr`.
+/// Appends to `out` an FDE for a copy, placed at `addr` (where the FDE's
+/// first byte lands). Built in place, so that an FDE costs no allocation
+/// of its own. On an error, `out` ends with part of the FDE.
 pub(crate) fn build_fde(
+    out: &mut Vec<u8>,
     cie: &Cie,
     addr: u64,
     pc_begin: u64,
     pc_len: u64,
     lsda: Option<u64>,
     instructions: &[u8],
-) -> Result<Vec<u8>, UnwindError> {
-    let mut out = vec![0u8; 4];
+) -> Result<(), UnwindError> {
+    let start = out.len();
+    // Length, CIE pointer, two pointers, augmentation length and LSDA
+    // pointer (at most 8 bytes each), the instructions and the padding.
+    out.reserve(4 + 4 + 8 + 8 + 1 + 8 + instructions.len() + 7);
+    out.extend_from_slice(&[0; 4]);
     let cie_pointer = (addr + 4) - cie.addr;
     out.extend_from_slice(&u32::try_from(cie_pointer)?.to_le_bytes());
-    let at = addr + out.len() as u64;
-    write_pointer(&mut out, cie.fde_encoding, pc_begin, at)?;
-    write_pointer(&mut out, cie.fde_encoding.format(), pc_len, 0)?;
+    let at = addr + (out.len() - start) as u64;
+    write_pointer(out, cie.fde_encoding, pc_begin, at)?;
+    write_pointer(out, cie.fde_encoding.format(), pc_len, 0)?;
     if cie.has_augmentation_data {
         match (cie.lsda_encoding, lsda) {
             (Some(enc), Some(lsda)) => {
-                let mut aug = Vec::new();
-                let at = addr + out.len() as u64 + 1;
-                write_pointer(&mut aug, enc, lsda, at)?;
-                write_uleb(&mut out, aug.len() as u64);
-                out.extend_from_slice(&aug);
+                // The augmentation data is one pointer, at most 8 bytes:
+                // its ULEB128 length is one byte, the length itself.
+                let length_at = out.len();
+                out.push(0);
+                let at = addr + (out.len() - start) as u64;
+                write_pointer(out, enc, lsda, at)?;
+                out[length_at] = (out.len() - length_at - 1) as u8;
             }
-            (_, None) => write_uleb(&mut out, 0),
+            (_, None) => write_uleb(out, 0),
             (None, Some(_)) => return Err(UnwindError::NoLsdaEncoding),
         }
     } else if lsda.is_some() {
         return Err(UnwindError::NoAugmentationData);
     }
     out.extend_from_slice(instructions);
-    while !out.len().is_multiple_of(8) {
+    while !(out.len() - start).is_multiple_of(8) {
         out.push(dw::DW_CFA_nop.0);
     }
-    let length = (out.len() - 4) as u32;
-    out[0..4].copy_from_slice(&length.to_le_bytes());
-    Ok(out)
+    let length = (out.len() - start - 4) as u32;
+    out[start..start + 4].copy_from_slice(&length.to_le_bytes());
+    Ok(())
 }
 
 /// Builds an `.eh_frame_hdr` at `addr` for `entries` (`(pc_begin, fde
@@ -827,13 +839,69 @@ mod tests {
             0x104 => Some(0x9100),
             _ => None,
         };
-        let out = translate_cfi(&cfi, &cie, 0x100, &map).unwrap();
+        // A buffer used before is cleared first.
+        let mut out = vec![0xaa; 3];
+        translate_cfi(&cfi, &cie, 0x100, &map, &mut out).unwrap();
         assert_eq!(
             out,
             vec![0x50, 0x0e, 0x10, 0x86, 0x02, 0x02, 0xf0, 0x0e, 0x08]
         );
         let bad = |a: u64| if a == 0x100 { Some(0x9000) } else { None };
-        assert!(translate_cfi(&cfi, &cie, 0x100, &bad).is_err());
+        assert!(translate_cfi(&cfi, &cie, 0x100, &bad, &mut out).is_err());
+    }
+
+    #[test]
+    fn builds_an_fde_in_place_after_what_the_buffer_holds() {
+        let cie = Cie {
+            addr: 0x1000,
+            code_align: 1,
+            has_augmentation_data: true,
+            fde_encoding: dw::DW_EH_PE_pcrel | dw::DW_EH_PE_sdata4,
+            lsda_encoding: Some(dw::DW_EH_PE_pcrel | dw::DW_EH_PE_sdata4),
+        };
+        let cfi = [0x41, 0x0e, 0x10, 0x00];
+        let with_lsda = [
+            0x1c, 0, 0, 0, // length: 28 bytes follow
+            0x04, 0x10, 0, 0, // CIE pointer: 0x2004 - 0x1000
+            0xf8, 0x0f, 0, 0, // pc_begin: 0x3000 - 0x2008
+            0x20, 0, 0, 0, // pc_range
+            4, // augmentation data length
+            0xef, 0x2f, 0, 0, // LSDA: 0x5000 - 0x2011
+            0x41, 0x0e, 0x10, 0x00, // the CFI
+            0, 0, 0, 0, 0, 0, 0, // DW_CFA_nop to a multiple of 8
+        ];
+        let mut out = Vec::new();
+        build_fde(&mut out, &cie, 0x2000, 0x3000, 0x20, Some(0x5000), &cfi).unwrap();
+        assert_eq!(out, with_lsda);
+        // Appended after other bytes, an FDE for the same address is the same.
+        let mut tail = vec![0xaa; 5];
+        build_fde(&mut tail, &cie, 0x2000, 0x3000, 0x20, Some(0x5000), &cfi).unwrap();
+        assert_eq!(tail[..5], [0xaa; 5]);
+        assert_eq!(tail[5..], with_lsda);
+        // Without an LSDA: an empty augmentation, the rest shifted.
+        let mut out = vec![0xaa; 3];
+        build_fde(&mut out, &cie, 0x2000, 0x3000, 0x20, None, &cfi).unwrap();
+        let without = [
+            0x14, 0, 0, 0, 0x04, 0x10, 0, 0, 0xf8, 0x0f, 0, 0, 0x20, 0, 0, 0, 0, 0x41, 0x0e, 0x10,
+            0x00, 0, 0, 0,
+        ];
+        assert_eq!(out[3..], without);
+        let no_encoding = Cie {
+            lsda_encoding: None,
+            ..cie
+        };
+        assert!(matches!(
+            build_fde(
+                &mut out,
+                &no_encoding,
+                0x2000,
+                0x3000,
+                0x20,
+                Some(0x5000),
+                &cfi
+            ),
+            Err(UnwindError::NoLsdaEncoding)
+        ));
     }
 
     #[test]
