@@ -15,7 +15,7 @@
 //! absolute target, never resolved to a copy.
 
 use super::output::Output;
-use super::probe::{self, FastPath, SpatialProbe};
+use super::probe::{self, FastPath, SpatialProbe, StubCode, TemplateUse};
 use super::reg_countdown::{self, LoopMap, RegisterLoop};
 use crate::annotation::{PtwriteOperand, PtwriteSite};
 use crate::binary::FunctionCode;
@@ -671,9 +671,10 @@ fn build_part(
         breaks.extend(marks.aligned.iter().map(|&(i, _)| i));
         // Measured in place: appended to the body, the stubs (most of a
         // copy's instructions) were each copied once more.
-        let code = [&all[..], &copy.fragments, &copy.stubs];
-        layout.measure(&mut encoder, &code, breaks, base, unpadded)?;
-        let copy_len = all.len() + copy.fragments.len() + copy.stubs.len();
+        let code = [&all[..], &copy.fragments, &copy.stubs.insns];
+        let templates = (all.len() + copy.fragments.len(), &copy.stubs.templates[..]);
+        layout.measure(&mut encoder, (&code, templates), breaks, base, unpadded)?;
+        let copy_len = all.len() + copy.fragments.len() + copy.stubs.insns.len();
         let at = |i: usize| unpadded[i];
         firsts.push(marks.first.iter().map(|&i| offset32(at(i))).collect());
         let start = plan.code.start;
@@ -730,7 +731,7 @@ fn build_part(
 /// copy's lists are not allocated and grown (and moved) again.
 #[derive(Default)]
 struct CopyScratch {
-    stubs: Vec<Instruction>,
+    stubs: StubCode,
     fragments: Vec<Instruction>,
     /// (index in `stubs`, load id) of each spatial check's `ptwrite`.
     stub_ptwrites: Vec<(usize, u32)>,
@@ -791,7 +792,7 @@ impl BuildScratch {
         let copy = &self.copy;
         self.all
             .capacity()
-            .max(copy.stubs.capacity())
+            .max(copy.stubs.insns.capacity())
             .max(copy.fragments.capacity())
             <= Self::KEPT_INSTRUCTIONS
     }
@@ -918,7 +919,8 @@ fn copy_instructions(
             let loads = block.loads.len() as u32;
             let stub = next_fake();
             let fragment = next_fake();
-            loops.block_check(in_loop, loads, (label, stub, fragment), (all, &mut *stubs));
+            let labels = (label, stub, fragment);
+            loops.block_check(in_loop, loads, labels, (all, &mut stubs.insns));
             label = 0;
             let fragment_start = fragments.len();
             counting_fragment(
@@ -932,7 +934,7 @@ fn copy_instructions(
             );
             if let Some(n) = in_loop {
                 let fragment = &mut fragments[fragment_start..];
-                loops.fragment_exits(n, fragment, &mut next_fake, &mut *stubs);
+                loops.fragment_exits(n, fragment, &mut next_fake, &mut stubs.insns);
             }
         }
         let mut insn = *original;
@@ -948,7 +950,7 @@ fn copy_instructions(
                     Some(n) => {
                         let reload = next_fake();
                         reg_countdown::probe(loops.reg(n), label, slow, all);
-                        reg_countdown::reload(loops.reg(n), reload, resume, &mut *stubs);
+                        reg_countdown::reload(loops.reg(n), reload, resume, &mut stubs.insns);
                         reload
                     }
                     None => {
@@ -960,7 +962,8 @@ fn copy_instructions(
                 insn.set_ip(resume);
                 let record = entries.slow_path(spatial_here.is_some());
                 let inline = in_loop.map(|_| next_fake());
-                probe::soft_slow_stub(fast, &insn, id, (slow, back), record, inline, &mut *stubs);
+                let labels = (slow, back);
+                probe::soft_slow_stub_code(fast, &insn, id, labels, record, inline, stubs);
             }
             Some(Insert::String { id, second }) => {
                 let stub = next_fake();
@@ -975,7 +978,7 @@ fn copy_instructions(
                     resume,
                     entries.record,
                     &mut next_fake,
-                    &mut *stubs,
+                    &mut stubs.insns,
                 );
             }
             Some(Insert::Ptwrite { id }) => {
@@ -985,17 +988,18 @@ fn copy_instructions(
                     spatial_here.map(|(_, check)| check),
                     entries.spatial_hash,
                     &mut next_fake,
-                    (all, &mut *stubs),
+                    (all, &mut stubs.insns),
                     (&mut *ptwrite_at, &mut *stub_ptwrites),
                 );
             }
             None => {}
         }
         if let Some(n) = in_loop {
-            loops.branch(n, &mut insn, exit_here, &mut next_fake, &mut *stubs);
+            loops.branch(n, &mut insn, exit_here, &mut next_fake, &mut stubs.insns);
         } else if let Some(skipped) = exit_here {
             let stub = next_fake();
-            probe::exit_stub(skipped, stub, insn.near_branch_target(), &mut *stubs);
+            let target = insn.near_branch_target();
+            probe::exit_stub(skipped, stub, target, &mut stubs.insns);
             insn.set_near_branch64(stub);
         }
         if let Some(check) = spatial_here
@@ -1021,7 +1025,7 @@ fn copy_instructions(
         // original code: no escape check.
         let hooked = hook_got_call(entries, &mut insn);
         let site = site.filter(|_| !hooked);
-        push_checked(insn, site, entries, &mut next_fake, all, &mut *stubs)?;
+        push_checked(insn, site, entries, &mut next_fake, all, &mut stubs.insns)?;
         if let Some(n) = in_loop {
             loops.fall_out(n, i, all);
         }
@@ -1092,7 +1096,7 @@ fn spatial_check_in_copy(
     label: u64,
     entries: &Entries,
     next_fake: &mut dyn FnMut() -> u64,
-    (code, stubs): (&mut Vec<Instruction>, &mut Vec<Instruction>),
+    (code, stubs): (&mut Vec<Instruction>, &mut StubCode),
     sites: &mut Vec<CheckAt>,
 ) {
     let stub = next_fake();
@@ -1103,7 +1107,7 @@ fn spatial_check_in_copy(
     if insn.ip() == ip {
         insn.set_ip(next_fake());
     }
-    probe::spatial_stub(
+    probe::spatial_stub_code(
         insn,
         id,
         spatial,
@@ -1221,6 +1225,11 @@ enum Piece {
     Reencode(u32, u8),
 }
 
+/// The uses of templates among the instructions [`Layout::measure`] lays
+/// out: `(index of the first instruction of the list of their
+/// placeholders, that list's [`StubCode::templates`])`.
+type TemplatesAt<'t> = (usize, &'t [(u32, TemplateUse)]);
+
 /// The layout of a run's instructions, before [`place`] pads it.
 #[derive(Default)]
 struct Layout {
@@ -1279,9 +1288,11 @@ impl Layout {
     /// Lays out `code` (its slices one after another) after what is
     /// already measured: every branch in its rel32 form (so sizes are known
     /// in one pass; no relaxation and no dependence on where the code
-    /// lands), every instruction encoded once into the pool. The
-    /// instructions at the indices `breaks` (sorted) start a piece of
-    /// their own: [`place`] pads before them.
+    /// lands), every instruction encoded once into the pool. `templates`
+    /// are `(index of the first, uses)`: the uses, in order, of the
+    /// placeholders at the indices `first + k` ([`StubCode`]), laid out as
+    /// their templates. The instructions at the indices `breaks` (sorted)
+    /// start a piece of their own: [`place`] pads before them.
     /// `unpadded` receives the unpadded offset of each instruction and of
     /// the end. `base` is only used to check RIP-relative operands can be
     /// encoded near it.
@@ -1293,13 +1304,14 @@ impl Layout {
     fn measure(
         &mut self,
         encoder: &mut LayoutEncoder,
-        code: &[&[Instruction]],
+        (code, (templates_from, templates)): (&[&[Instruction]], TemplatesAt<'_>),
         breaks: &[usize],
         base: u64,
         unpadded: &mut Vec<u64>,
     ) -> Result<(), RelocateError> {
         unpadded.clear();
         let mut breaks = breaks.iter().peekable();
+        let mut templates = templates.iter().peekable();
         for (i, insn) in code.iter().copied().flatten().enumerate() {
             let starts_piece = breaks.next_if(|&&b| b == i).is_some();
             while breaks.next_if(|&&b| b == i).is_some() {}
@@ -1307,6 +1319,11 @@ impl Layout {
                 self.labels.push((self.end, insn.ip()));
             }
             unpadded.push(self.end);
+            let placeholder = |&&(k, _): &&(u32, TemplateUse)| templates_from + k as usize == i;
+            if let Some((_, used)) = templates.next_if(placeholder) {
+                self.template(used, starts_piece);
+                continue;
+            }
             let (piece, size) = self.piece(encoder, insn, base)?;
             match (piece, self.pieces.last_mut()) {
                 (Piece::Fixed(size), Some(Piece::Fixed(previous))) if !starts_piece => {
@@ -1394,6 +1411,35 @@ impl Layout {
                 self.reencode(encoder, insn, size)
             }
         })
+    }
+
+    /// Lays out the template of `used`: its bytes, with its value, in the
+    /// pool, and a [`Piece::Near`] for each rel32 displacement (its
+    /// branch's other bytes are in the fixed pieces around it).
+    fn template(&mut self, used: &TemplateUse, starts_piece: bool) {
+        let template = used.template;
+        template.append_to(used.value, &mut self.pool);
+        let mut from = 0;
+        for (&end, &target) in template.rel32_ends().iter().zip(&used.targets) {
+            let end = u32::from(end);
+            self.fixed(end - 4 - from, starts_piece && from == 0);
+            self.pieces.push(Piece::Near(4));
+            self.targets.push(target);
+            from = end;
+        }
+        let len = template.len() as u32;
+        self.fixed(len - from, starts_piece && from == 0);
+        self.end += u64::from(len);
+    }
+
+    /// Adds `size` position-independent bytes to the pieces: to the last
+    /// piece where that is fixed too, unless they `start_piece`.
+    fn fixed(&mut self, size: u32, starts_piece: bool) {
+        match self.pieces.last_mut() {
+            _ if size == 0 => {}
+            Some(Piece::Fixed(previous)) if !starts_piece => *previous += size,
+            _ => self.pieces.push(Piece::Fixed(size)),
+        }
     }
 
     /// Keeps `insn` (just encoded to `size` bytes) to be re-encoded where
@@ -2193,7 +2239,7 @@ fn counting_fragment(
     entries: &Entries,
     next_fake: &mut dyn FnMut() -> u64,
     (out, checks): (&mut Vec<Instruction>, &mut Vec<CheckAt>),
-    stubs: &mut Vec<Instruction>,
+    stubs: &mut StubCode,
 ) {
     let (code, spatial) = (&*plan.code, &plan.spatial);
     let mut first = label;
@@ -2227,7 +2273,16 @@ fn counting_fragment(
             let resume = next_fake();
             out.push(jump_with_label(stub, first));
             insn.set_ip(resume);
-            probe::string_stub(&insn, ids, stub, resume, entries.record, next_fake, stubs);
+            let record = entries.record;
+            probe::string_stub(
+                &insn,
+                ids,
+                stub,
+                resume,
+                record,
+                next_fake,
+                &mut stubs.insns,
+            );
         } else if let Some(&(_, id, fast)) = loads.next_if(|&&(index, _, _)| index == i) {
             let slow = next_fake();
             let resume = next_fake();
@@ -2240,7 +2295,7 @@ fn counting_fragment(
                     let form = (entries.spatial_hash, entries.spatial_rorx);
                     let multiply = probe::spatial_check(&insn, check, (0, stub), form, out);
                     checks.push(CheckAt::appended(out, at, multiply, check.pushed() > 0));
-                    probe::spatial_stub(
+                    probe::spatial_stub_code(
                         &insn,
                         id,
                         check,
@@ -2253,7 +2308,8 @@ fn counting_fragment(
                 None => entries.slow_path(false),
             };
             let inline = in_register_loop.then(&mut *next_fake);
-            probe::soft_slow_stub(fast, &insn, id, (slow, resume), record, inline, stubs);
+            let labels = (slow, resume);
+            probe::soft_slow_stub_code(fast, &insn, id, labels, record, inline, stubs);
         } else if first != 0 {
             insn.set_ip(first);
         }
@@ -2269,7 +2325,7 @@ fn counting_fragment(
             .ok()
             .map(|at| plan.escapes[at].1)
             .filter(|_| !hooked);
-        push_checked(insn, site, entries, next_fake, out, stubs)
+        push_checked(insn, site, entries, next_fake, out, &mut stubs.insns)
             .expect("a jump to an escape check encodes");
     }
     let last = &code.instructions[block.last];
@@ -2615,7 +2671,7 @@ mod tests {
         layout
             .measure(
                 &mut LayoutEncoder::new(),
-                &[&all],
+                (&[&all], (0, &[])),
                 &[],
                 start,
                 &mut unpadded,
