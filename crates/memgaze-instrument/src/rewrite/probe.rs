@@ -246,6 +246,7 @@ impl SpatialHash {
 /// with `rorx`, a load through one 64-bit register takes its block number
 /// with one `rorx` (BMI2, see [`rorx_source`]). Gives the index in `out`
 /// of its `imul`, which its `cmp` follows.
+#[cfg(test)]
 pub(crate) fn spatial_check(
     load: &Instruction,
     probe: SpatialProbe,
@@ -254,25 +255,91 @@ pub(crate) fn spatial_check(
     out: &mut Vec<Instruction>,
 ) -> usize {
     let start = out.len();
-    let r = probe.scratch;
+    spatial_save(probe, out);
+    let block = spatial_block(load, probe, rorx);
+    out.push(block);
+    let shift = block.code() != Code::VEX_Rorx_r64_rm64_imm8;
+    let multiply = spatial_hash(probe, shift, (hash, stub), out);
+    out[start] = with_ip(out[start], ip);
+    multiply
+}
+
+/// [`spatial_check`] appended to `out` as its block's instruction between
+/// two templates (the first only where the check saves anything). Gives
+/// the index in `out.insns` of the second, which holds the hash's
+/// immediates, and their offsets in it.
+pub(crate) fn spatial_check_code(
+    load: &Instruction,
+    probe: SpatialProbe,
+    (ip, stub): (u64, u64),
+    (hash, rorx): (SpatialHash, bool),
+    out: &mut ProbeCode,
+) -> (usize, [u8; 2]) {
+    let templates = &*STUB_TEMPLATES;
+    let mut label = ip;
+    let (saves, n) = (
+        StubTemplates::check_saves(probe),
+        gpr64_number(probe.scratch),
+    );
+    if saves > 0 {
+        out.push_template(
+            &templates.check_save[16 * (saves - 1) + n],
+            label,
+            [0; 2],
+            [0; 2],
+        );
+        label = 0;
+    }
+    let block = spatial_block(load, probe, rorx);
+    out.insns.push(with_ip(block, label));
+    let shift = block.code() != Code::VEX_Rorx_r64_rm64_imm8;
+    let at = out.insns.len();
+    let template = &templates.check_hash[4 * (2 * n + usize::from(shift)) + saves];
+    let immediates = [hash.multiplier, hash.threshold];
+    out.push_template(template, 0, immediates, [stub, 0]);
+    let offsets = template.value_offsets();
+    (at, [offsets[0], offsets[1]])
+}
+
+/// A spatial check's saves: `rsp` below the red zone, then the scratch
+/// register and the flags pushed, where it saves them.
+fn spatial_save(probe: SpatialProbe, out: &mut Vec<Instruction>) {
     if probe.pushed() > 0 {
         out.push(lea(Register::RSP, Register::RSP, -RED_ZONE));
     }
     if probe.save_scratch {
-        out.push(push(r));
+        out.push(push(probe.scratch));
     }
     if probe.save_flags {
         out.push(Instruction::with(Code::Pushfq));
     }
-    let parts = &*STUB_PARTS;
-    let n = gpr64_number(r);
+}
+
+/// The instruction that starts a spatial check's hash: `rorx` of the
+/// block number, or the `lea` of the address that a `shr` follows.
+fn spatial_block(load: &Instruction, probe: SpatialProbe, rorx: bool) -> Instruction {
+    let n = gpr64_number(probe.scratch);
     match rorx_source(load, probe).filter(|_| rorx) {
         // Bits 6..38 of the address in the low half: the block mod 2^32.
-        Some(address) => out.push(parts.block_rorx[n][gpr64_number(address)]),
-        None => {
-            out.push(effective_address(load, r, probe.pushed()));
-            out.push(parts.block_shift[n]);
-        }
+        Some(address) => STUB_PARTS.block_rorx[n][gpr64_number(address)],
+        None => effective_address(load, probe.scratch, probe.pushed()),
+    }
+}
+
+/// A spatial check's end after its block's instruction: the `shr` of the
+/// address (`shift`), the hash's multiply and compare, the branch to
+/// `stub`, the restores. Gives the index in `out` of its `imul`, which its
+/// `cmp` follows.
+fn spatial_hash(
+    probe: SpatialProbe,
+    shift: bool,
+    (hash, stub): (SpatialHash, u64),
+    out: &mut Vec<Instruction>,
+) -> usize {
+    let parts = &*STUB_PARTS;
+    let n = gpr64_number(probe.scratch);
+    if shift {
+        out.push(parts.block_shift[n]);
     }
     // 32-bit forms with full immediates: no load, and the runtime can
     // patch both (their widths never depend on the values).
@@ -281,7 +348,6 @@ pub(crate) fn spatial_check(
     out.push(StubParts::with_id(parts.hash_compare[n], hash.threshold));
     out.push(branch(Code::Jb_rel32_64, stub));
     spatial_restore(probe, out);
-    out[start] = with_ip(out[start], ip);
     multiply
 }
 
@@ -405,15 +471,15 @@ pub(crate) fn spatial_stub_code(
     probe: SpatialProbe,
     (stub, resume): (u64, u64),
     entry: SpatialEntry,
-    out: &mut StubCode,
+    out: &mut ProbeCode,
 ) {
     let templates = &*STUB_TEMPLATES;
     let start = &templates.spatial_start[StubTemplates::spatial_form(probe)];
-    out.push_template(start, stub, 0, [0; 2]);
+    out.push_template(start, stub, [0; 2], [0; 2]);
     out.insns
         .push(effective_address(load, Register::RDI, RED_ZONE + 16));
     let end = &templates.call_and_resume[usize::from(!probe.save_flags)];
-    out.push_template(end, 0, id, [spatial_entry(probe, entry), resume]);
+    out.push_template(end, 0, [id, 0], [spatial_entry(probe, entry), resume]);
 }
 
 /// A spatial stub's start, up to its `lea`: restores what the check saved
@@ -726,8 +792,9 @@ pub(crate) struct Template {
     /// The encoding, then zeros (copied whole: a copy of fixed length).
     bytes: [u8; Template::MAX_LEN],
     len: u8,
-    /// Offset of the 32-bit immediate a use sets, if it has one.
-    value_at: Option<u8>,
+    /// Offsets of the 32-bit immediates a use sets, in order.
+    value_at: [u8; 2],
+    values: u8,
     /// Offsets past each rel32 displacement (the 4 bytes before), in
     /// order: a use gives their targets in the same order.
     rel32_ends: [u8; 2],
@@ -736,17 +803,19 @@ pub(crate) struct Template {
 
 impl Template {
     /// Longest template, in bytes.
-    pub(crate) const MAX_LEN: usize = 32;
+    pub(crate) const MAX_LEN: usize = 40;
 
-    /// The template of `insns` encoded one after another, the immediate of
-    /// instruction `value` (a 32-bit one) being what a use sets. Every
-    /// relative branch must be a rel32 form ending in its displacement.
-    fn of(insns: &[Instruction], value: Option<usize>) -> Template {
+    /// The template of `insns` encoded one after another, the immediates of
+    /// the instructions at the indices `values` (32-bit ones) being what a
+    /// use sets. Every relative branch must be a rel32 form ending in its
+    /// displacement.
+    fn of(insns: &[Instruction], values: &[usize]) -> Template {
         let mut encoder = iced_x86::Encoder::new(64);
         let mut template = Template {
             bytes: [0; Template::MAX_LEN],
             len: 0,
-            value_at: None,
+            value_at: [0; 2],
+            values: 0,
             rel32_ends: [0; 2],
             rel32s: 0,
         };
@@ -764,9 +833,11 @@ impl Template {
                 );
                 template.rel32_ends[usize::from(template.rel32s)] = (at + size) as u8;
                 template.rel32s += 1;
-            } else if Some(k) == value {
+            } else if values.contains(&k) {
                 assert_eq!(offsets.immediate_size(), 4, "{insn}: a 32-bit immediate");
-                template.value_at = Some((at + offsets.immediate_offset()) as u8);
+                let value_at = (at + offsets.immediate_offset()) as u8;
+                template.value_at[usize::from(template.values)] = value_at;
+                template.values += 1;
             }
         }
         assert!(
@@ -784,15 +855,20 @@ impl Template {
         usize::from(self.len)
     }
 
-    /// Appends its bytes with `value` written in to `out`.
-    pub(crate) fn append_to(&self, value: u32, out: &mut Vec<u8>) {
+    /// Appends its bytes with `values` written in to `out`.
+    pub(crate) fn append_to(&self, values: [u32; 2], out: &mut Vec<u8>) {
         let from = out.len();
         out.extend_from_slice(&self.bytes);
         out.truncate(from + self.len());
-        if let Some(at) = self.value_at {
+        for (&at, value) in self.value_offsets().iter().zip(values) {
             let at = from + usize::from(at);
             out[at..at + 4].copy_from_slice(&value.to_le_bytes());
         }
+    }
+
+    /// Offsets of the immediates a use sets, in order.
+    pub(crate) fn value_offsets(&self) -> &[u8] {
+        &self.value_at[..usize::from(self.values)]
     }
 
     /// Offsets past each of its rel32 displacements, in order.
@@ -805,23 +881,33 @@ impl Template {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TemplateUse {
     pub(crate) template: &'static Template,
-    /// What its 32-bit immediate says (unused without one).
-    pub(crate) value: u32,
+    /// What its 32-bit immediates say, in order (unused without them).
+    pub(crate) values: [u32; 2],
     /// The targets of its rel32 branches, in order.
     pub(crate) targets: [u64; 2],
 }
 
-/// A copy's stubs as they are built: instructions, some of which stand for
-/// a [`TemplateUse`] (a placeholder, `INVALID` so that no encoder takes it,
-/// whose address is the template's label), listed by index in order.
+/// Code of a copy (its body, its counting fragments or its stubs) as it is
+/// built: instructions, some of which stand for a [`TemplateUse`] (a
+/// placeholder, `INVALID` so that no encoder takes it, whose address is
+/// the template's label), listed by index in order.
 #[derive(Default)]
-pub(crate) struct StubCode {
+pub(crate) struct ProbeCode {
     pub(crate) insns: Vec<Instruction>,
     /// `(index in insns, use)` of each template, in order.
     pub(crate) templates: Vec<(u32, TemplateUse)>,
 }
 
-impl StubCode {
+impl ProbeCode {
+    /// The code of `insns`, without templates.
+    #[cfg(test)]
+    pub(crate) fn of(insns: Vec<Instruction>) -> ProbeCode {
+        ProbeCode {
+            insns,
+            templates: Vec::new(),
+        }
+    }
+
     /// Empties it for the next copy.
     pub(crate) fn clear(&mut self) {
         self.insns.clear();
@@ -833,14 +919,14 @@ impl StubCode {
         &mut self,
         template: &'static Template,
         label: u64,
-        value: u32,
+        values: [u32; 2],
         targets: [u64; 2],
     ) {
         let at = self.insns.len() as u32;
         self.insns.push(with_ip(Instruction::default(), label));
         let template_use = TemplateUse {
             template,
-            value,
+            values,
             targets,
         };
         self.templates.push((at, template_use));
@@ -860,6 +946,15 @@ struct StubTemplates {
     /// pop rdi`, `rsp` back over the red zone, `jmp resume`; by whether
     /// the flags are dead (which moves `rsp` by `sub` instead of `lea`).
     call_and_resume: [Template; 2],
+    /// A spatial check's saves, by kind of save ([`StubTemplates::check_saves`]
+    /// less 1) and then scratch register.
+    check_save: [Template; 3 * 16],
+    /// A spatial check's end after its block's instruction
+    /// ([`spatial_hash`]), by scratch register, then by whether it shifts,
+    /// then by [`StubTemplates::check_saves`].
+    check_hash: [Template; 16 * 2 * 4],
+    /// A flags-dead fast path, `sub qword fs:[countdown], 1; jb slow`.
+    flags_dead_fast_path: Template,
 }
 
 static STUB_TEMPLATES: std::sync::LazyLock<Box<StubTemplates>> =
@@ -870,7 +965,7 @@ impl StubTemplates {
     /// [`slow_stub_start`], [`spatial_stub_start`] and
     /// [`call_and_resume`].
     fn build() -> StubTemplates {
-        let encoded = |insns: &[Instruction]| Template::of(insns, None);
+        let encoded = |insns: &[Instruction]| Template::of(insns, &[]);
         StubTemplates {
             slow_start: std::array::from_fn(|form| {
                 let mut insns = Vec::new();
@@ -885,8 +980,45 @@ impl StubTemplates {
             call_and_resume: std::array::from_fn(|flags_dead| {
                 let mut insns = Vec::new();
                 let value = call_and_resume(0, 0x1000, 0x1000, flags_dead == 1, &mut insns);
-                Template::of(&insns, Some(value))
+                Template::of(&insns, &[value])
             }),
+            check_save: std::array::from_fn(|form| {
+                let mut insns = Vec::new();
+                spatial_save(Self::check_probe(form % 16, 1 + form / 16), &mut insns);
+                encoded(&insns)
+            }),
+            check_hash: std::array::from_fn(|form| {
+                let (n, shift, saves) = (form / 8, form / 4 % 2 == 1, form % 4);
+                let mut insns = Vec::new();
+                let hash = SpatialHash {
+                    multiplier: 0,
+                    threshold: 0,
+                };
+                let probe = Self::check_probe(n, saves);
+                let multiply = spatial_hash(probe, shift, (hash, 0x1000), &mut insns);
+                Template::of(&insns, &[multiply, multiply + 1])
+            }),
+            flags_dead_fast_path: {
+                let mut insns = Vec::new();
+                soft_fast_path(FastPath::FlagsDead, 0, 0x1000, &mut insns);
+                encoded(&insns)
+            },
+        }
+    }
+
+    /// What a spatial check saves: 0 nothing, 1 its scratch register, 2
+    /// the flags, 3 both.
+    fn check_saves(probe: SpatialProbe) -> usize {
+        usize::from(probe.save_scratch) + 2 * usize::from(probe.save_flags)
+    }
+
+    /// The check with scratch register number `n` that saves `saves`
+    /// ([`StubTemplates::check_saves`]).
+    fn check_probe(n: usize, saves: usize) -> SpatialProbe {
+        SpatialProbe {
+            scratch: gpr64(n),
+            save_scratch: saves & 1 != 0,
+            save_flags: saves & 2 != 0,
         }
     }
 
@@ -993,6 +1125,18 @@ pub(crate) fn soft_fast_path(fast: FastPath, ip: u64, slow: u64, out: &mut Vec<I
         }
     }
     out[start] = with_ip(out[start], ip);
+}
+
+/// [`soft_fast_path`] appended to `out`, as a template where the flags are
+/// dead.
+pub(crate) fn soft_fast_path_code(fast: FastPath, ip: u64, slow: u64, out: &mut ProbeCode) {
+    match fast {
+        FastPath::FlagsDead => {
+            let template = &STUB_TEMPLATES.flags_dead_fast_path;
+            out.push_template(template, ip, [0; 2], [slow, 0]);
+        }
+        _ => soft_fast_path(fast, ip, slow, &mut out.insns),
+    }
 }
 
 fn countdown_jrcxz(slow: u64, out: &mut Vec<Instruction>) {
@@ -1395,7 +1539,7 @@ pub(crate) fn soft_slow_stub_code(
     (slow, resume): (u64, u64),
     (record, append): (u64, u64),
     append_inline: Option<u64>,
-    out: &mut StubCode,
+    out: &mut ProbeCode,
 ) {
     let flags_dead = fast == FastPath::FlagsDead;
     let plain = bit_offset_register(load).is_none()
@@ -1416,13 +1560,13 @@ pub(crate) fn soft_slow_stub_code(
     }
     let templates = &*STUB_TEMPLATES;
     let start = &templates.slow_start[StubTemplates::slow_form(fast)];
-    out.push_template(start, slow, 0, [0; 2]);
+    out.push_template(start, slow, [0; 2], [0; 2]);
     out.insns
         .push(effective_address(load, Register::RDI, RED_ZONE + 16));
     // A plain flags-dead stub calls the append, as in `soft_slow_stub`.
     let target = if flags_dead { append } else { record };
     let end = &templates.call_and_resume[usize::from(flags_dead)];
-    out.push_template(end, 0, id, [target, resume]);
+    out.push_template(end, 0, [id, 0], [target, resume]);
 }
 
 /// A slow stub's start, up to its inline append or its pushes: restores
@@ -1840,11 +1984,19 @@ mod tests {
     /// The bytes of `stubs` from `ip` as [`encoded_instructions`] gives
     /// them, its templates written as the layout writes them: their bytes
     /// with their value, and each rel32 to its target.
-    fn encoded_stub_code(stubs: &StubCode, ip: u64) -> (Vec<u8>, Vec<(u64, u64)>) {
+    fn encoded_stub_code(stubs: &ProbeCode, ip: u64) -> (Vec<u8>, Vec<(u64, u64)>) {
+        let (code, labels, _) = encoded_probe_code(stubs, ip);
+        (code, labels)
+    }
+
+    /// [`encoded_stub_code`], and the offset where each instruction or
+    /// template starts.
+    fn encoded_probe_code(stubs: &ProbeCode, ip: u64) -> (Vec<u8>, Vec<(u64, u64)>, Vec<usize>) {
         let mut encoder = iced_x86::Encoder::new(64);
-        let (mut code, mut labels) = (Vec::new(), Vec::new());
+        let (mut code, mut labels, mut starts) = (Vec::new(), Vec::new(), Vec::new());
         let mut templates = stubs.templates.iter().peekable();
         for (i, insn) in stubs.insns.iter().enumerate() {
+            starts.push(code.len());
             let here = ip + code.len() as u64;
             if insn.ip() != 0 {
                 labels.push((insn.ip(), here));
@@ -1853,7 +2005,7 @@ mod tests {
                 Some((_, used)) => {
                     assert_eq!(insn.code(), Code::INVALID, "a template's placeholder");
                     let from = code.len();
-                    used.template.append_to(used.value, &mut code);
+                    used.template.append_to(used.values, &mut code);
                     let ends = used.template.rel32_ends();
                     for (&end, &target) in ends.iter().zip(&used.targets) {
                         let end = from + usize::from(end);
@@ -1872,7 +2024,7 @@ mod tests {
             templates.next().is_none(),
             "every template has its placeholder"
         );
-        (code, labels)
+        (code, labels, starts)
     }
 
     /// Loads of every addressing form a stub's `lea` copies: base and
@@ -1907,7 +2059,7 @@ mod tests {
                         let labels = (slow, resume);
                         let mut expected = Vec::new();
                         soft_slow_stub(fast, &load, id, labels, entries, inline, &mut expected);
-                        let mut stubs = StubCode::default();
+                        let mut stubs = ProbeCode::default();
                         soft_slow_stub_code(fast, &load, id, labels, entries, inline, &mut stubs);
                         templated += stubs.templates.len();
                         for ip in [0x41_0000, 0x41_0007] {
@@ -1949,7 +2101,7 @@ mod tests {
                                 let labels = (stub, resume);
                                 let mut expected = Vec::new();
                                 spatial_stub(&load, id, probe, labels, entry, &mut expected);
-                                let mut stubs = StubCode::default();
+                                let mut stubs = ProbeCode::default();
                                 spatial_stub_code(&load, id, probe, labels, entry, &mut stubs);
                                 assert_eq!(stubs.templates.len(), 2, "{what}");
                                 assert_eq!(
@@ -1965,6 +2117,93 @@ mod tests {
             }
         }
         assert_eq!(forms, 8 * 2 * 16 * 2 * 2 * 4);
+    }
+
+    #[test]
+    fn spatial_check_templates_are_iceds_encoding_of_the_checks_instructions_in_every_form() {
+        let hashes = [(0, 0), (0x9e37_79b9, 0x0100_0000), (u32::MAX, 1)];
+        let mut forms = 0;
+        for load in loads_of_every_form() {
+            for n in 0..16 {
+                for saves in 0..4 {
+                    let probe = StubTemplates::check_probe(n, saves);
+                    for rorx in [false, true] {
+                        for (multiplier, threshold) in hashes {
+                            for ip in [0, 0x40_1000] {
+                                let what = format!("{load} {probe:?} rorx {rorx} ip {ip:#x}");
+                                let hash = SpatialHash {
+                                    multiplier,
+                                    threshold,
+                                };
+                                let labels = (ip, 0x40_2000);
+                                let mut expected = Vec::new();
+                                spatial_check(&load, probe, labels, (hash, rorx), &mut expected);
+                                let mut check = ProbeCode::default();
+                                let (at, offsets) = spatial_check_code(
+                                    &load,
+                                    probe,
+                                    labels,
+                                    (hash, rorx),
+                                    &mut check,
+                                );
+                                let (code, marks, starts) = encoded_probe_code(&check, 0x41_0005);
+                                assert_eq!(
+                                    (code.clone(), marks),
+                                    encoded_instructions(&expected, 0x41_0005),
+                                    "{what}"
+                                );
+                                // The offsets given are the immediates'.
+                                let immediates =
+                                    offsets.map(|o| (starts[at] + usize::from(o)) as u32);
+                                assert_eq!(
+                                    spatial_immediates(&code),
+                                    Some(immediates.into()),
+                                    "{what}"
+                                );
+                                let value = |from: u32| {
+                                    let from = from as usize;
+                                    u32::from_le_bytes(code[from..from + 4].try_into().unwrap())
+                                };
+                                assert_eq!(
+                                    immediates.map(value),
+                                    [multiplier, threshold],
+                                    "{what}"
+                                );
+                                forms += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(forms, 8 * 16 * 4 * 2 * 3 * 2);
+    }
+
+    #[test]
+    fn the_flags_dead_fast_path_template_is_iceds_encoding_of_its_instructions() {
+        let mut fast_paths = vec![FastPath::FlagsDead, FastPath::RcxDead, FastPath::Stack];
+        fast_paths.extend((0..16).map(|n| FastPath::SaveIn(gpr64(n))));
+        for fast in fast_paths {
+            for ip in [0, 0x40_1000] {
+                let mut expected = Vec::new();
+                soft_fast_path(fast, ip, 0x40_2000, &mut expected);
+                let mut code = ProbeCode::default();
+                soft_fast_path_code(fast, ip, 0x40_2000, &mut code);
+                if fast == FastPath::FlagsDead {
+                    assert_eq!(code.templates.len(), 1);
+                    assert_eq!(
+                        encoded_stub_code(&code, 0x41_0000),
+                        encoded_instructions(&expected, 0x41_0000),
+                        "at {ip:#x}"
+                    );
+                } else {
+                    // The `jrcxz` forms stay instructions (a rel8 branch
+                    // the layout expands).
+                    assert!(code.templates.is_empty());
+                    assert!(code.insns == expected, "{fast:?}");
+                }
+            }
+        }
     }
 
     #[test]
