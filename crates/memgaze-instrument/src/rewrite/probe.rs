@@ -877,7 +877,7 @@ impl Template {
     }
 }
 
-/// One use of a [`Template`] among a copy's stubs.
+/// One use of a [`Template`] in a copy's code.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TemplateUse {
     pub(crate) template: &'static Template,
@@ -933,7 +933,7 @@ impl ProbeCode {
     }
 }
 
-/// The stubs' templates, encoded once from the instructions the stubs
+/// The probes' templates, encoded once from the instructions the probes
 /// would otherwise be built of ([`StubTemplates::build`]).
 struct StubTemplates {
     /// A plain slow stub's start, before its `lea rdi, [operand]`, by
