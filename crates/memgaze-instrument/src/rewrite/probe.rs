@@ -246,6 +246,7 @@ impl SpatialHash {
 /// with `rorx`, a load through one 64-bit register takes its block number
 /// with one `rorx` (BMI2, see [`rorx_source`]). Gives the index in `out`
 /// of its `imul`, which its `cmp` follows.
+#[cfg(test)]
 pub(crate) fn spatial_check(
     load: &Instruction,
     probe: SpatialProbe,
@@ -254,25 +255,91 @@ pub(crate) fn spatial_check(
     out: &mut Vec<Instruction>,
 ) -> usize {
     let start = out.len();
-    let r = probe.scratch;
+    spatial_save(probe, out);
+    let block = spatial_block(load, probe, rorx);
+    out.push(block);
+    let shift = block.code() != Code::VEX_Rorx_r64_rm64_imm8;
+    let multiply = spatial_hash(probe, shift, (hash, stub), out);
+    out[start] = with_ip(out[start], ip);
+    multiply
+}
+
+/// [`spatial_check`] appended to `out` as its block's instruction between
+/// two templates (the first only where the check saves anything). Gives
+/// the index in `out.insns` of the second, which holds the hash's
+/// immediates, and their offsets in it.
+pub(crate) fn spatial_check_code(
+    load: &Instruction,
+    probe: SpatialProbe,
+    (ip, stub): (u64, u64),
+    (hash, rorx): (SpatialHash, bool),
+    out: &mut ProbeCode,
+) -> (usize, [u8; 2]) {
+    let templates = &*STUB_TEMPLATES;
+    let mut label = ip;
+    let (saves, n) = (
+        StubTemplates::check_saves(probe),
+        gpr64_number(probe.scratch),
+    );
+    if saves > 0 {
+        out.push_template(
+            &templates.check_save[16 * (saves - 1) + n],
+            label,
+            [0; 2],
+            [0; 2],
+        );
+        label = 0;
+    }
+    let block = spatial_block(load, probe, rorx);
+    out.insns.push(with_ip(block, label));
+    let shift = block.code() != Code::VEX_Rorx_r64_rm64_imm8;
+    let at = out.insns.len();
+    let template = &templates.check_hash[4 * (2 * n + usize::from(shift)) + saves];
+    let immediates = [hash.multiplier, hash.threshold];
+    out.push_template(template, 0, immediates, [stub, 0]);
+    let offsets = template.value_offsets();
+    (at, [offsets[0], offsets[1]])
+}
+
+/// A spatial check's saves: `rsp` below the red zone, then the scratch
+/// register and the flags pushed, where it saves them.
+fn spatial_save(probe: SpatialProbe, out: &mut Vec<Instruction>) {
     if probe.pushed() > 0 {
         out.push(lea(Register::RSP, Register::RSP, -RED_ZONE));
     }
     if probe.save_scratch {
-        out.push(push(r));
+        out.push(push(probe.scratch));
     }
     if probe.save_flags {
         out.push(Instruction::with(Code::Pushfq));
     }
-    let parts = &*STUB_PARTS;
-    let n = gpr64_number(r);
+}
+
+/// The instruction that starts a spatial check's hash: `rorx` of the
+/// block number, or the `lea` of the address that a `shr` follows.
+fn spatial_block(load: &Instruction, probe: SpatialProbe, rorx: bool) -> Instruction {
+    let n = gpr64_number(probe.scratch);
     match rorx_source(load, probe).filter(|_| rorx) {
         // Bits 6..38 of the address in the low half: the block mod 2^32.
-        Some(address) => out.push(parts.block_rorx[n][gpr64_number(address)]),
-        None => {
-            out.push(effective_address(load, r, probe.pushed()));
-            out.push(parts.block_shift[n]);
-        }
+        Some(address) => STUB_PARTS.block_rorx[n][gpr64_number(address)],
+        None => effective_address(load, probe.scratch, probe.pushed()),
+    }
+}
+
+/// A spatial check's end after its block's instruction: the `shr` of the
+/// address (`shift`), the hash's multiply and compare, the branch to
+/// `stub`, the restores. Gives the index in `out` of its `imul`, which its
+/// `cmp` follows.
+fn spatial_hash(
+    probe: SpatialProbe,
+    shift: bool,
+    (hash, stub): (SpatialHash, u64),
+    out: &mut Vec<Instruction>,
+) -> usize {
+    let parts = &*STUB_PARTS;
+    let n = gpr64_number(probe.scratch);
+    if shift {
+        out.push(parts.block_shift[n]);
     }
     // 32-bit forms with full immediates: no load, and the runtime can
     // patch both (their widths never depend on the values).
@@ -281,7 +348,6 @@ pub(crate) fn spatial_check(
     out.push(StubParts::with_id(parts.hash_compare[n], hash.threshold));
     out.push(branch(Code::Jb_rel32_64, stub));
     spatial_restore(probe, out);
-    out[start] = with_ip(out[start], ip);
     multiply
 }
 
@@ -375,11 +441,13 @@ pub(crate) struct SpatialEntry {
     pub append: u64,
 }
 
-/// Appends the stub of a spatial check at `stub`: restores what the check
+/// Appends the stub of a spatial check at `stub` as instructions (what
+/// [`spatial_stub_code`]'s templates encode): restores what the check
 /// saved (leaving `rsp` below the red zone, where the check moved it),
 /// calls the runtime's `spatial_append` where the flags are dead at the
 /// load, else its `spatial` (`rdi` = address, `esi` = `id`), and jumps to
 /// `resume` (the load).
+#[cfg(test)]
 pub(crate) fn spatial_stub(
     load: &Instruction,
     id: u32,
@@ -389,7 +457,34 @@ pub(crate) fn spatial_stub(
     out: &mut Vec<Instruction>,
 ) {
     let start = out.len();
-    let flags_dead = !probe.save_flags;
+    spatial_stub_start(probe, out);
+    out.push(effective_address(load, Register::RDI, RED_ZONE + 16));
+    let target = spatial_entry(probe, entry);
+    call_and_resume(id, target, resume, !probe.save_flags, out);
+    out[start] = with_ip(out[start], stub);
+}
+
+/// [`spatial_stub`] appended to `out` as two templates and its `lea`.
+pub(crate) fn spatial_stub_code(
+    load: &Instruction,
+    id: u32,
+    probe: SpatialProbe,
+    (stub, resume): (u64, u64),
+    entry: SpatialEntry,
+    out: &mut ProbeCode,
+) {
+    let templates = &*STUB_TEMPLATES;
+    let start = &templates.spatial_start[StubTemplates::spatial_form(probe)];
+    out.push_template(start, stub, [0; 2], [0; 2]);
+    out.insns
+        .push(effective_address(load, Register::RDI, RED_ZONE + 16));
+    let end = &templates.call_and_resume[usize::from(!probe.save_flags)];
+    out.push_template(end, 0, [id, 0], [spatial_entry(probe, entry), resume]);
+}
+
+/// A spatial stub's start, up to its `lea`: restores what the check saved
+/// and leaves `rsp` below the red zone with `rdi` and `rsi` pushed.
+fn spatial_stub_start(probe: SpatialProbe, out: &mut Vec<Instruction>) {
     if probe.save_flags {
         out.push(Instruction::with(Code::Popfq));
     }
@@ -397,23 +492,41 @@ pub(crate) fn spatial_stub(
         out.push(pop(probe.scratch));
     }
     if probe.pushed() == 0 {
-        out.push(skip_red_zone(flags_dead));
+        out.push(skip_red_zone(!probe.save_flags));
     }
-    let target = match entry.append {
+    out.push(push(Register::RDI));
+    out.push(push(Register::RSI));
+}
+
+/// The runtime entry a spatial stub calls: `spatial_append` where the
+/// flags are dead at the load and there is one, else `spatial`.
+fn spatial_entry(probe: SpatialProbe, entry: SpatialEntry) -> u64 {
+    match entry.append {
         0 => entry.spatial,
         _ if probe.save_flags => entry.spatial,
         append => append,
-    };
-    out.push(push(Register::RDI));
-    out.push(push(Register::RSI));
-    out.push(effective_address(load, Register::RDI, RED_ZONE + 16));
+    }
+}
+
+/// A stub's end after its `lea rdi, [operand]`: `mov esi, id; call
+/// target`, `rsi` and `rdi` popped, `rsp` back over the red zone (by
+/// `sub` where the flags are dead), `jmp resume`. Gives the index in `out`
+/// of its `mov esi, id`.
+fn call_and_resume(
+    id: u32,
+    target: u64,
+    resume: u64,
+    flags_dead: bool,
+    out: &mut Vec<Instruction>,
+) -> usize {
+    let at = out.len();
     out.push(StubParts::with_id(STUB_PARTS.esi_id, id));
     out.push(branch(Code::Call_rel32_64, target));
     out.push(pop(Register::RSI));
     out.push(pop(Register::RDI));
     out.push(return_over_red_zone(flags_dead));
     out.push(branch(Code::Jmp_rel32_64, resume));
-    out[start] = with_ip(out[start], stub);
+    at
 }
 
 /// Appends the stub of a ptwrite-mode spatial check at `stub`: restores
@@ -668,6 +781,288 @@ impl StubParts {
     }
 }
 
+/// A stretch of probe code encoded once, as bytes: a use copies them,
+/// writes its 32-bit value (a load id) into them and gives the targets of
+/// their rel32 branches, which the layout writes where the code lands.
+/// Built and measured as iced `Instruction`s, a slow or spatial stub's ten
+/// instructions were most of a copy's and each went through the encoding
+/// cache; as two templates and its `lea`, it is three pieces of code.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Template {
+    /// The encoding, then zeros (copied whole: a copy of fixed length).
+    bytes: [u8; Template::MAX_LEN],
+    len: u8,
+    /// Offsets of the 32-bit immediates a use sets, in order.
+    value_at: [u8; 2],
+    values: u8,
+    /// Offsets past each rel32 displacement (the 4 bytes before), in
+    /// order: a use gives their targets in the same order.
+    rel32_ends: [u8; 2],
+    rel32s: u8,
+}
+
+impl Template {
+    /// Longest template, in bytes.
+    pub(crate) const MAX_LEN: usize = 40;
+
+    /// The template of `insns` encoded one after another, the immediates of
+    /// the instructions at the indices `values` (32-bit ones) being what a
+    /// use sets. Every relative branch must be a rel32 form ending in its
+    /// displacement.
+    fn of(insns: &[Instruction], values: &[usize]) -> Template {
+        let mut encoder = iced_x86::Encoder::new(64);
+        let mut template = Template {
+            bytes: [0; Template::MAX_LEN],
+            len: 0,
+            value_at: [0; 2],
+            values: 0,
+            rel32_ends: [0; 2],
+            rel32s: 0,
+        };
+        let mut code = Vec::new();
+        for (k, insn) in insns.iter().enumerate() {
+            let at = code.len();
+            let ip = 0x1000 + at as u64;
+            let size = encoder.encode(insn, ip).expect("a template's instruction");
+            let offsets = encoder.get_constant_offsets();
+            code.extend_from_slice(&encoder.take_buffer());
+            if insn.is_call_near() || insn.is_jmp_near() || insn.is_jcc_near() {
+                assert!(
+                    offsets.immediate_size() == 4 && offsets.immediate_offset() + 4 == size,
+                    "{insn}: a rel32 branch ending in its displacement"
+                );
+                template.rel32_ends[usize::from(template.rel32s)] = (at + size) as u8;
+                template.rel32s += 1;
+            } else if values.contains(&k) {
+                assert_eq!(offsets.immediate_size(), 4, "{insn}: a 32-bit immediate");
+                let value_at = (at + offsets.immediate_offset()) as u8;
+                template.value_at[usize::from(template.values)] = value_at;
+                template.values += 1;
+            }
+        }
+        assert!(
+            code.len() <= Template::MAX_LEN,
+            "a template of {} bytes",
+            code.len()
+        );
+        template.bytes[..code.len()].copy_from_slice(&code);
+        template.len = code.len() as u8;
+        template
+    }
+
+    /// Its length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        usize::from(self.len)
+    }
+
+    /// Appends its bytes with `values` written in to `out`.
+    pub(crate) fn append_to(&self, values: [u32; 2], out: &mut Vec<u8>) {
+        let from = out.len();
+        out.extend_from_slice(&self.bytes);
+        out.truncate(from + self.len());
+        for (&at, value) in self.value_offsets().iter().zip(values) {
+            let at = from + usize::from(at);
+            out[at..at + 4].copy_from_slice(&value.to_le_bytes());
+        }
+    }
+
+    /// Offsets of the immediates a use sets, in order.
+    pub(crate) fn value_offsets(&self) -> &[u8] {
+        &self.value_at[..usize::from(self.values)]
+    }
+
+    /// Offsets past each of its rel32 displacements, in order.
+    pub(crate) fn rel32_ends(&self) -> &[u8] {
+        &self.rel32_ends[..usize::from(self.rel32s)]
+    }
+}
+
+/// One use of a [`Template`] in a copy's code.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TemplateUse {
+    pub(crate) template: &'static Template,
+    /// What its 32-bit immediates say, in order (unused without them).
+    pub(crate) values: [u32; 2],
+    /// The targets of its rel32 branches, in order.
+    pub(crate) targets: [u64; 2],
+}
+
+/// Code of a copy (its body, its counting fragments or its stubs) as it is
+/// built: instructions, some of which stand for a [`TemplateUse`] (a
+/// placeholder, `INVALID` so that no encoder takes it, whose address is
+/// the template's label), listed by index in order.
+#[derive(Default)]
+pub(crate) struct ProbeCode {
+    pub(crate) insns: Vec<Instruction>,
+    /// `(index in insns, use)` of each template, in order.
+    pub(crate) templates: Vec<(u32, TemplateUse)>,
+}
+
+impl ProbeCode {
+    /// The code of `insns`, without templates.
+    #[cfg(test)]
+    pub(crate) fn of(insns: Vec<Instruction>) -> ProbeCode {
+        ProbeCode {
+            insns,
+            templates: Vec::new(),
+        }
+    }
+
+    /// Empties it for the next copy.
+    pub(crate) fn clear(&mut self) {
+        self.insns.clear();
+        self.templates.clear();
+    }
+
+    /// Appends `template` at `label` (0: none) with `value` and `targets`.
+    fn push_template(
+        &mut self,
+        template: &'static Template,
+        label: u64,
+        values: [u32; 2],
+        targets: [u64; 2],
+    ) {
+        let at = self.insns.len() as u32;
+        self.insns.push(with_ip(Instruction::default(), label));
+        let template_use = TemplateUse {
+            template,
+            values,
+            targets,
+        };
+        self.templates.push((at, template_use));
+    }
+}
+
+/// The probes' templates, encoded once from the instructions the probes
+/// would otherwise be built of ([`StubTemplates::build`]).
+struct StubTemplates {
+    /// A plain slow stub's start, before its `lea rdi, [operand]`, by
+    /// [`StubTemplates::slow_form`].
+    slow_start: [Template; 3 + 16],
+    /// A spatial stub's start, before its `lea rdi, [operand]`, by
+    /// [`StubTemplates::spatial_form`].
+    spatial_start: [Template; 2 * 17],
+    /// A stub's end after its `lea`: `mov esi, id; call target; pop rsi;
+    /// pop rdi`, `rsp` back over the red zone, `jmp resume`; by whether
+    /// the flags are dead (which moves `rsp` by `sub` instead of `lea`).
+    call_and_resume: [Template; 2],
+    /// A spatial check's saves, by kind of save ([`StubTemplates::check_saves`]
+    /// less 1) and then scratch register.
+    check_save: [Template; 3 * 16],
+    /// A spatial check's end after its block's instruction
+    /// ([`spatial_hash`]), by scratch register, then by whether it shifts,
+    /// then by [`StubTemplates::check_saves`].
+    check_hash: [Template; 16 * 2 * 4],
+    /// A flags-dead fast path, `sub qword fs:[countdown], 1; jb slow`.
+    flags_dead_fast_path: Template,
+}
+
+static STUB_TEMPLATES: std::sync::LazyLock<Box<StubTemplates>> =
+    std::sync::LazyLock::new(|| Box::new(StubTemplates::build()));
+
+impl StubTemplates {
+    /// Encodes every template from the instructions of
+    /// [`slow_stub_start`], [`spatial_stub_start`] and
+    /// [`call_and_resume`].
+    fn build() -> StubTemplates {
+        let encoded = |insns: &[Instruction]| Template::of(insns, &[]);
+        StubTemplates {
+            slow_start: std::array::from_fn(|form| {
+                let mut insns = Vec::new();
+                slow_stub_start(Self::slow_fast_path(form), &mut insns);
+                encoded(&insns)
+            }),
+            spatial_start: std::array::from_fn(|form| {
+                let mut insns = Vec::new();
+                spatial_stub_start(Self::spatial_probe(form), &mut insns);
+                encoded(&insns)
+            }),
+            call_and_resume: std::array::from_fn(|flags_dead| {
+                let mut insns = Vec::new();
+                let value = call_and_resume(0, 0x1000, 0x1000, flags_dead == 1, &mut insns);
+                Template::of(&insns, &[value])
+            }),
+            check_save: std::array::from_fn(|form| {
+                let mut insns = Vec::new();
+                spatial_save(Self::check_probe(form % 16, 1 + form / 16), &mut insns);
+                encoded(&insns)
+            }),
+            check_hash: std::array::from_fn(|form| {
+                let (n, shift, saves) = (form / 8, form / 4 % 2 == 1, form % 4);
+                let mut insns = Vec::new();
+                let hash = SpatialHash {
+                    multiplier: 0,
+                    threshold: 0,
+                };
+                let probe = Self::check_probe(n, saves);
+                let multiply = spatial_hash(probe, shift, (hash, 0x1000), &mut insns);
+                Template::of(&insns, &[multiply, multiply + 1])
+            }),
+            flags_dead_fast_path: {
+                let mut insns = Vec::new();
+                soft_fast_path(FastPath::FlagsDead, 0, 0x1000, &mut insns);
+                encoded(&insns)
+            },
+        }
+    }
+
+    /// What a spatial check saves: 0 nothing, 1 its scratch register, 2
+    /// the flags, 3 both.
+    fn check_saves(probe: SpatialProbe) -> usize {
+        usize::from(probe.save_scratch) + 2 * usize::from(probe.save_flags)
+    }
+
+    /// The check with scratch register number `n` that saves `saves`
+    /// ([`StubTemplates::check_saves`]).
+    fn check_probe(n: usize, saves: usize) -> SpatialProbe {
+        SpatialProbe {
+            scratch: gpr64(n),
+            save_scratch: saves & 1 != 0,
+            save_flags: saves & 2 != 0,
+        }
+    }
+
+    /// The fast path of [`StubTemplates::slow_start`]'s entry `form`.
+    fn slow_fast_path(form: usize) -> FastPath {
+        match form {
+            0 => FastPath::FlagsDead,
+            1 => FastPath::RcxDead,
+            2 => FastPath::Stack,
+            n => FastPath::SaveIn(gpr64(n - 3)),
+        }
+    }
+
+    /// The entry of [`StubTemplates::slow_start`] for `fast`.
+    fn slow_form(fast: FastPath) -> usize {
+        match fast {
+            FastPath::FlagsDead => 0,
+            FastPath::RcxDead => 1,
+            FastPath::Stack => 2,
+            FastPath::SaveIn(reg) => 3 + gpr64_number(reg),
+        }
+    }
+
+    /// The check of [`StubTemplates::spatial_start`]'s entry `form`.
+    fn spatial_probe(form: usize) -> SpatialProbe {
+        let (save_flags, scratch) = (form / 17 == 1, form % 17);
+        SpatialProbe {
+            scratch: gpr64(scratch.saturating_sub(1)),
+            save_scratch: scratch > 0,
+            save_flags,
+        }
+    }
+
+    /// The entry of [`StubTemplates::spatial_start`] for `probe`.
+    fn spatial_form(probe: SpatialProbe) -> usize {
+        let scratch = if probe.save_scratch {
+            1 + gpr64_number(probe.scratch)
+        } else {
+            0
+        };
+        17 * usize::from(probe.save_flags) + scratch
+    }
+}
+
 /// `shr r, SPATIAL_BLOCK_SHIFT`: the block number of the address in `r`.
 fn built_block_shift(r: Register) -> Instruction {
     i2(
@@ -730,6 +1125,18 @@ pub(crate) fn soft_fast_path(fast: FastPath, ip: u64, slow: u64, out: &mut Vec<I
         }
     }
     out[start] = with_ip(out[start], ip);
+}
+
+/// [`soft_fast_path`] appended to `out`, as a template where the flags are
+/// dead.
+pub(crate) fn soft_fast_path_code(fast: FastPath, ip: u64, slow: u64, out: &mut ProbeCode) {
+    match fast {
+        FastPath::FlagsDead => {
+            let template = &STUB_TEMPLATES.flags_dead_fast_path;
+            out.push_template(template, ip, [0; 2], [slow, 0]);
+        }
+        _ => soft_fast_path(fast, ip, slow, &mut out.insns),
+    }
 }
 
 fn countdown_jrcxz(slow: u64, out: &mut Vec<Instruction>) {
@@ -1078,17 +1485,7 @@ pub(crate) fn soft_slow_stub(
     // An inline append clears the countdown itself and calls `record`
     // only when it cannot append.
     let appends = flags_dead_append && inline_fallback.is_none();
-    match fast {
-        _ if appends => {}
-        FastPath::FlagsDead => out.push(STUB_PARTS.countdown_clear),
-        FastPath::RcxDead => {}
-        FastPath::SaveIn(reg) => out.push(i2(Code::Mov_r64_rm64, Register::RCX, reg)),
-        FastPath::Stack => {
-            out.push(pop(Register::RCX));
-            out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
-        }
-    }
-    out.push(skip_red_zone(flags_dead_append));
+    slow_stub_restore(fast, (appends, flags_dead_append), out);
     if let Some(fallback) = inline_fallback {
         inline_append(load, id, resume, fallback, out);
     }
@@ -1127,14 +1524,80 @@ pub(crate) fn soft_slow_stub(
             MemoryOperand::with_base_index(Register::RDI, Register::RSI),
         ));
     }
-    out.push(StubParts::with_id(STUB_PARTS.esi_id, id));
     let target = if appends { append } else { record };
-    out.push(branch(Code::Call_rel32_64, target));
-    out.push(pop(Register::RSI));
-    out.push(pop(Register::RDI));
-    out.push(return_over_red_zone(flags_dead_append));
-    out.push(branch(Code::Jmp_rel32_64, resume));
+    call_and_resume(id, target, resume, flags_dead_append, out);
     out[start] = with_ip(out[start], slow);
+}
+
+/// [`soft_slow_stub`] appended to `out`: as two templates and its `lea`
+/// where the stub is plain (no bit test at a register offset, no `fs:`
+/// operand, no inline append), else as its instructions.
+pub(crate) fn soft_slow_stub_code(
+    fast: FastPath,
+    load: &Instruction,
+    id: u32,
+    (slow, resume): (u64, u64),
+    (record, append): (u64, u64),
+    append_inline: Option<u64>,
+    out: &mut ProbeCode,
+) {
+    let flags_dead = fast == FastPath::FlagsDead;
+    let plain = bit_offset_register(load).is_none()
+        && load.memory_segment() != Register::FS
+        && !(flags_dead && append_inline.is_some());
+    if !plain {
+        let (labels, entries) = ((slow, resume), (record, append));
+        soft_slow_stub(
+            fast,
+            load,
+            id,
+            labels,
+            entries,
+            append_inline,
+            &mut out.insns,
+        );
+        return;
+    }
+    let templates = &*STUB_TEMPLATES;
+    let start = &templates.slow_start[StubTemplates::slow_form(fast)];
+    out.push_template(start, slow, [0; 2], [0; 2]);
+    out.insns
+        .push(effective_address(load, Register::RDI, RED_ZONE + 16));
+    // A plain flags-dead stub calls the append, as in `soft_slow_stub`.
+    let target = if flags_dead { append } else { record };
+    let end = &templates.call_and_resume[usize::from(flags_dead)];
+    out.push_template(end, 0, [id, 0], [target, resume]);
+}
+
+/// A slow stub's start, up to its inline append or its pushes: restores
+/// what the fast path `fast` saved, clears the countdown unless the stub
+/// `appends` (which clears it), and moves `rsp` below the red zone (by
+/// `add` where `flags_dead`).
+fn slow_stub_restore(
+    fast: FastPath,
+    (appends, flags_dead): (bool, bool),
+    out: &mut Vec<Instruction>,
+) {
+    match fast {
+        _ if appends => {}
+        FastPath::FlagsDead => out.push(STUB_PARTS.countdown_clear),
+        FastPath::RcxDead => {}
+        FastPath::SaveIn(reg) => out.push(i2(Code::Mov_r64_rm64, Register::RCX, reg)),
+        FastPath::Stack => {
+            out.push(pop(Register::RCX));
+            out.push(lea(Register::RSP, Register::RSP, RED_ZONE));
+        }
+    }
+    out.push(skip_red_zone(flags_dead));
+}
+
+/// A plain slow stub's start, up to its `lea`: [`slow_stub_restore`] and
+/// `rdi` and `rsi` pushed.
+fn slow_stub_start(fast: FastPath, out: &mut Vec<Instruction>) {
+    let flags_dead = fast == FastPath::FlagsDead;
+    slow_stub_restore(fast, (flags_dead, flags_dead), out);
+    out.push(push(Register::RDI));
+    out.push(push(Register::RSI));
 }
 
 /// The inline append of a flags-dead slow stub (after its countdown clear
@@ -1499,6 +1962,247 @@ mod tests {
                 return_over_red_zone(false)
             };
             assert_eq!(encoder.encode(&lea, 0).unwrap(), lea_len);
+        }
+    }
+
+    /// The bytes of `insns` encoded one after another from `ip` (relative
+    /// branches to their absolute targets) and the address of each label.
+    fn encoded_instructions(insns: &[Instruction], ip: u64) -> (Vec<u8>, Vec<(u64, u64)>) {
+        let mut encoder = iced_x86::Encoder::new(64);
+        let (mut code, mut labels) = (Vec::new(), Vec::new());
+        for insn in insns {
+            let here = ip + code.len() as u64;
+            if insn.ip() != 0 {
+                labels.push((insn.ip(), here));
+            }
+            encoder.encode(insn, here).expect("encodable");
+            code.extend_from_slice(&encoder.take_buffer());
+        }
+        (code, labels)
+    }
+
+    /// The bytes of `stubs` from `ip` as [`encoded_instructions`] gives
+    /// them, its templates written as the layout writes them: their bytes
+    /// with their value, and each rel32 to its target.
+    fn encoded_stub_code(stubs: &ProbeCode, ip: u64) -> (Vec<u8>, Vec<(u64, u64)>) {
+        let (code, labels, _) = encoded_probe_code(stubs, ip);
+        (code, labels)
+    }
+
+    /// [`encoded_stub_code`], and the offset where each instruction or
+    /// template starts.
+    fn encoded_probe_code(stubs: &ProbeCode, ip: u64) -> (Vec<u8>, Vec<(u64, u64)>, Vec<usize>) {
+        let mut encoder = iced_x86::Encoder::new(64);
+        let (mut code, mut labels, mut starts) = (Vec::new(), Vec::new(), Vec::new());
+        let mut templates = stubs.templates.iter().peekable();
+        for (i, insn) in stubs.insns.iter().enumerate() {
+            starts.push(code.len());
+            let here = ip + code.len() as u64;
+            if insn.ip() != 0 {
+                labels.push((insn.ip(), here));
+            }
+            match templates.next_if(|&&(k, _)| k as usize == i) {
+                Some((_, used)) => {
+                    assert_eq!(insn.code(), Code::INVALID, "a template's placeholder");
+                    let from = code.len();
+                    used.template.append_to(used.values, &mut code);
+                    let ends = used.template.rel32_ends();
+                    for (&end, &target) in ends.iter().zip(&used.targets) {
+                        let end = from + usize::from(end);
+                        let rel = target.wrapping_sub(ip + end as u64) as i64;
+                        let rel = i32::try_from(rel).expect("in reach");
+                        code[end - 4..end].copy_from_slice(&rel.to_le_bytes());
+                    }
+                }
+                None => {
+                    encoder.encode(insn, here).expect("encodable");
+                    code.extend_from_slice(&encoder.take_buffer());
+                }
+            }
+        }
+        assert!(
+            templates.next().is_none(),
+            "every template has its placeholder"
+        );
+        (code, labels, starts)
+    }
+
+    /// Loads of every addressing form a stub's `lea` copies: base and
+    /// index, `rsp`-based (adjusted), `r13` with a zero displacement,
+    /// RIP-relative, 32-bit registers, negative and 32-bit displacements.
+    fn loads_of_every_form() -> Vec<Instruction> {
+        let forms: [&[u8]; 8] = [
+            &[0x8b, 0x04, 0x8f],                               // mov eax,[rdi+rcx*4]
+            &[0x48, 0x8b, 0x44, 0x24, 0x08],                   // mov rax,[rsp+8]
+            &[0x48, 0x8b, 0x04, 0x16],                         // mov rax,[rsi+rdx]
+            &[0x41, 0x8b, 0x45, 0x00],                         // mov eax,[r13]
+            &[0x8b, 0x05, 0x00, 0x01, 0x00, 0x00],             // mov eax,[rip+0x100]
+            &[0x67, 0x8b, 0x07],                               // mov eax,[edi]
+            &[0x42, 0x0f, 0xb6, 0x44, 0xe3, 0x80],             // movzx eax,byte [rbx+r12*8-0x80]
+            &[0x48, 0x8b, 0x84, 0x24, 0x00, 0x10, 0x00, 0x00], // mov rax,[rsp+0x1000]
+        ];
+        forms.iter().map(|bytes| decode_one(bytes)).collect()
+    }
+
+    #[test]
+    fn slow_stub_templates_are_iceds_encoding_of_the_stubs_instructions_in_every_form() {
+        let ids = [0, 1, 0x7f, 0x80, 0x7fff_ffff, u32::MAX];
+        let mut fast_paths = vec![FastPath::FlagsDead, FastPath::RcxDead, FastPath::Stack];
+        fast_paths.extend((0..16).map(|n| FastPath::SaveIn(gpr64(n))));
+        let (slow, resume, entries) = (0x40_2000, 0x40_1000, (0x50_3000, 0x30_4000));
+        let mut templated = 0;
+        for load in loads_of_every_form() {
+            for &fast in &fast_paths {
+                for id in ids {
+                    for inline in [None, Some(0x40_5000)] {
+                        let what = format!("{load} {fast:?} id {id:#x} inline {inline:?}");
+                        let labels = (slow, resume);
+                        let mut expected = Vec::new();
+                        soft_slow_stub(fast, &load, id, labels, entries, inline, &mut expected);
+                        let mut stubs = ProbeCode::default();
+                        soft_slow_stub_code(fast, &load, id, labels, entries, inline, &mut stubs);
+                        templated += stubs.templates.len();
+                        for ip in [0x41_0000, 0x41_0007] {
+                            assert_eq!(
+                                encoded_stub_code(&stubs, ip),
+                                encoded_instructions(&expected, ip),
+                                "{what} at {ip:#x}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        // Every form but the inline appends takes two templates.
+        assert_eq!(templated, 2 * 8 * 6 * (19 * 2 - 1));
+    }
+
+    #[test]
+    fn spatial_stub_templates_are_iceds_encoding_of_the_stubs_instructions_in_every_form() {
+        let ids = [0, 1, 0x80, u32::MAX];
+        let (stub, resume) = (0x40_2000, 0x40_1000);
+        let mut forms = 0;
+        for load in loads_of_every_form() {
+            for save_flags in [false, true] {
+                for scratch in (0..16).map(gpr64) {
+                    for save_scratch in [false, true] {
+                        let probe = SpatialProbe {
+                            scratch,
+                            save_scratch,
+                            save_flags,
+                        };
+                        for append in [0, 0x30_4000] {
+                            let entry = SpatialEntry {
+                                spatial: 0x50_3000,
+                                append,
+                            };
+                            for id in ids {
+                                let what = format!("{load} {probe:?} {entry:?} id {id:#x}");
+                                let labels = (stub, resume);
+                                let mut expected = Vec::new();
+                                spatial_stub(&load, id, probe, labels, entry, &mut expected);
+                                let mut stubs = ProbeCode::default();
+                                spatial_stub_code(&load, id, probe, labels, entry, &mut stubs);
+                                assert_eq!(stubs.templates.len(), 2, "{what}");
+                                assert_eq!(
+                                    encoded_stub_code(&stubs, 0x41_0003),
+                                    encoded_instructions(&expected, 0x41_0003),
+                                    "{what}"
+                                );
+                                forms += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(forms, 8 * 2 * 16 * 2 * 2 * 4);
+    }
+
+    #[test]
+    fn spatial_check_templates_are_iceds_encoding_of_the_checks_instructions_in_every_form() {
+        let hashes = [(0, 0), (0x9e37_79b9, 0x0100_0000), (u32::MAX, 1)];
+        let mut forms = 0;
+        for load in loads_of_every_form() {
+            for n in 0..16 {
+                for saves in 0..4 {
+                    let probe = StubTemplates::check_probe(n, saves);
+                    for rorx in [false, true] {
+                        for (multiplier, threshold) in hashes {
+                            for ip in [0, 0x40_1000] {
+                                let what = format!("{load} {probe:?} rorx {rorx} ip {ip:#x}");
+                                let hash = SpatialHash {
+                                    multiplier,
+                                    threshold,
+                                };
+                                let labels = (ip, 0x40_2000);
+                                let mut expected = Vec::new();
+                                spatial_check(&load, probe, labels, (hash, rorx), &mut expected);
+                                let mut check = ProbeCode::default();
+                                let (at, offsets) = spatial_check_code(
+                                    &load,
+                                    probe,
+                                    labels,
+                                    (hash, rorx),
+                                    &mut check,
+                                );
+                                let (code, marks, starts) = encoded_probe_code(&check, 0x41_0005);
+                                assert_eq!(
+                                    (code.clone(), marks),
+                                    encoded_instructions(&expected, 0x41_0005),
+                                    "{what}"
+                                );
+                                // The offsets given are the immediates'.
+                                let immediates =
+                                    offsets.map(|o| (starts[at] + usize::from(o)) as u32);
+                                assert_eq!(
+                                    spatial_immediates(&code),
+                                    Some(immediates.into()),
+                                    "{what}"
+                                );
+                                let value = |from: u32| {
+                                    let from = from as usize;
+                                    u32::from_le_bytes(code[from..from + 4].try_into().unwrap())
+                                };
+                                assert_eq!(
+                                    immediates.map(value),
+                                    [multiplier, threshold],
+                                    "{what}"
+                                );
+                                forms += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(forms, 8 * 16 * 4 * 2 * 3 * 2);
+    }
+
+    #[test]
+    fn the_flags_dead_fast_path_template_is_iceds_encoding_of_its_instructions() {
+        let mut fast_paths = vec![FastPath::FlagsDead, FastPath::RcxDead, FastPath::Stack];
+        fast_paths.extend((0..16).map(|n| FastPath::SaveIn(gpr64(n))));
+        for fast in fast_paths {
+            for ip in [0, 0x40_1000] {
+                let mut expected = Vec::new();
+                soft_fast_path(fast, ip, 0x40_2000, &mut expected);
+                let mut code = ProbeCode::default();
+                soft_fast_path_code(fast, ip, 0x40_2000, &mut code);
+                if fast == FastPath::FlagsDead {
+                    assert_eq!(code.templates.len(), 1);
+                    assert_eq!(
+                        encoded_stub_code(&code, 0x41_0000),
+                        encoded_instructions(&expected, 0x41_0000),
+                        "at {ip:#x}"
+                    );
+                } else {
+                    // The `jrcxz` forms stay instructions (a rel8 branch
+                    // the layout expands).
+                    assert!(code.templates.is_empty());
+                    assert!(code.insns == expected, "{fast:?}");
+                }
+            }
         }
     }
 

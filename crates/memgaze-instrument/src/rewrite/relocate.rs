@@ -15,7 +15,7 @@
 //! absolute target, never resolved to a copy.
 
 use super::output::Output;
-use super::probe::{self, FastPath, SpatialProbe};
+use super::probe::{self, FastPath, ProbeCode, SpatialProbe, TemplateUse};
 use super::reg_countdown::{self, LoopMap, RegisterLoop};
 use crate::annotation::{PtwriteOperand, PtwriteSite};
 use crate::binary::FunctionCode;
@@ -504,23 +504,23 @@ fn emit_ptwrites(
     check: Option<SpatialProbe>,
     spatial_hash: probe::SpatialHash,
     next_fake: &mut dyn FnMut() -> u64,
-    (all, stubs): (&mut Vec<Instruction>, &mut Vec<Instruction>),
+    (all, stubs): (&mut ProbeCode, &mut Vec<Instruction>),
     (ptwrite_at, stub_ptwrites): (&mut Vec<PtwriteAt>, &mut Vec<(usize, u32)>),
 ) -> u64 {
     if let Some(check) = check {
         let stub = next_fake();
         let resume = next_fake();
         // No entry hook to refuse a CPU without BMI2: the baseline form.
-        probe::spatial_check(insn, check, (label, stub), (spatial_hash, false), all);
+        probe::spatial_check_code(insn, check, (label, stub), (spatial_hash, false), all);
         let at = probe::spatial_ptwrite_stub(insn, check, stub, resume, stubs);
         stub_ptwrites.push((at, id));
         label = resume;
     }
-    let at = all.len();
-    if probe::ptwrite(insn, label, all) > 0 {
+    let at = all.insns.len();
+    if probe::ptwrite(insn, label, &mut all.insns) > 0 {
         label = 0;
     }
-    for (k, j) in (at..all.len()).enumerate() {
+    for (k, j) in (at..all.insns.len()).enumerate() {
         let operand = if k == 0 && insn.memory_base().is_gpr() {
             PtwriteOperand::Base
         } else {
@@ -603,20 +603,28 @@ struct CheckAt {
     past: usize,
     /// It moves `rsp` (saves below the red zone).
     moves_rsp: bool,
-    /// Its `imul`, which its `cmp` follows: their immediates are those the
-    /// runtime may patch ([`SpatialCheckSite::immediates`]).
-    multiply: usize,
+    /// The template that holds its hash's immediates, which the runtime
+    /// may patch ([`SpatialCheckSite::immediates`]), and their offsets in
+    /// it ([`probe::spatial_check_code`]).
+    hash: usize,
+    immediates: [u8; 2],
 }
 
 impl CheckAt {
     /// The check appended to `code` from index `first` on by
-    /// [`probe::spatial_check`], which gave `multiply`.
-    fn appended(code: &[Instruction], first: usize, multiply: usize, moves_rsp: bool) -> Self {
+    /// [`probe::spatial_check_code`], which gave `(hash, immediates)`.
+    fn appended(
+        code: &ProbeCode,
+        first: usize,
+        (hash, immediates): (usize, [u8; 2]),
+        moves_rsp: bool,
+    ) -> Self {
         CheckAt {
             first,
-            past: code.len(),
+            past: code.insns.len(),
             moves_rsp,
-            multiply,
+            hash,
+            immediates,
         }
     }
 
@@ -625,7 +633,7 @@ impl CheckAt {
         CheckAt {
             first: self.first + by,
             past: self.past + by,
-            multiply: self.multiply + by,
+            hash: self.hash + by,
             ..self
         }
     }
@@ -671,9 +679,9 @@ fn build_part(
         breaks.extend(marks.aligned.iter().map(|&(i, _)| i));
         // Measured in place: appended to the body, the stubs (most of a
         // copy's instructions) were each copied once more.
-        let code = [&all[..], &copy.fragments, &copy.stubs];
+        let code = [&*all, &copy.fragments, &copy.stubs];
         layout.measure(&mut encoder, &code, breaks, base, unpadded)?;
-        let copy_len = all.len() + copy.fragments.len() + copy.stubs.len();
+        let copy_len = code.iter().map(|c| c.insns.len()).sum();
         let at = |i: usize| unpadded[i];
         firsts.push(marks.first.iter().map(|&i| offset32(at(i))).collect());
         let start = plan.code.start;
@@ -691,11 +699,11 @@ fn build_part(
                 .map(|&(i, id, operand)| (at(i), id, operand)),
         );
         spatial_at.extend(marks.spatial_at.iter().map(|check| {
-            // Each immediate is the last 4 bytes of its instruction (no
-            // padding falls inside a check).
-            let immediate = |i: usize| at(i + 1) - 4 - at(check.first);
-            let immediates = [immediate(check.multiply), immediate(check.multiply + 1)]
-                .map(|o| u8::try_from(o).expect("a short check"));
+            // No padding falls inside a check.
+            let immediates = check.immediates.map(|offset| {
+                let from_first = at(check.hash) + u64::from(offset) - at(check.first);
+                u8::try_from(from_first).expect("a short check")
+            });
             (at(check.first), at(check.past), check.moves_rsp, immediates)
         }));
         aligned.extend(marks.aligned.iter().map(|&(i, last)| Aligned {
@@ -730,8 +738,8 @@ fn build_part(
 /// copy's lists are not allocated and grown (and moved) again.
 #[derive(Default)]
 struct CopyScratch {
-    stubs: Vec<Instruction>,
-    fragments: Vec<Instruction>,
+    stubs: ProbeCode,
+    fragments: ProbeCode,
     /// (index in `stubs`, load id) of each spatial check's `ptwrite`.
     stub_ptwrites: Vec<(usize, u32)>,
     /// The spatial checks in `fragments`.
@@ -771,8 +779,8 @@ impl CopyScratch {
 /// whoever takes them.
 #[derive(Default)]
 struct BuildScratch {
-    /// One copy's instructions.
-    all: Vec<Instruction>,
+    /// One copy's body.
+    all: ProbeCode,
     /// Their unpadded offsets, and the end's.
     unpadded: Vec<u64>,
     /// The indices of its aligned instructions.
@@ -790,9 +798,10 @@ impl BuildScratch {
     fn worth_keeping(&self) -> bool {
         let copy = &self.copy;
         self.all
+            .insns
             .capacity()
-            .max(copy.stubs.capacity())
-            .max(copy.fragments.capacity())
+            .max(copy.stubs.insns.capacity())
+            .max(copy.fragments.insns.capacity())
             <= Self::KEPT_INSTRUCTIONS
     }
 }
@@ -842,7 +851,7 @@ fn copy_instructions(
     plan: &CopyPlan<'_>,
     entries: &Entries,
     mut next_fake: impl FnMut() -> u64,
-    all: &mut Vec<Instruction>,
+    all: &mut ProbeCode,
     scratch: &mut CopyScratch,
 ) -> Result<(), RelocateError> {
     let code = &*plan.code;
@@ -896,10 +905,10 @@ fn copy_instructions(
         let spatial_here = spatial.next_if(|&(j, _)| j == i).map(|(_, check)| check);
         let exit_here = exits.next_if(|&(j, _)| j == i).map(|(_, loads)| loads);
         let redirect_here = redirects.next_if(|&(j, _)| j == i).map(|(_, r)| r);
-        first.push(all.len());
+        first.push(all.insns.len());
         let ip = original.ip();
         if i > 0 && follows_alignment_padding(ip, &code.instructions[i - 1]) {
-            aligned.push((all.len(), None));
+            aligned.push((all.insns.len(), None));
         }
         // The address the next emitted instruction must carry: the
         // original one first, then a block check's resume label.
@@ -909,18 +918,19 @@ fn copy_instructions(
         {
             let mut call = Instruction::with_branch(Code::Call_rel32_64, target)?;
             call.set_ip(label);
-            all.push(call);
+            all.insns.push(call);
             label = 0;
         }
         let in_loop = loops.of(i);
-        label = loops.enter(i, label, all, aligned);
+        label = loops.enter(i, label, &mut all.insns, aligned);
         if let Some(block) = checks.next_if(|b| b.at == i) {
             let loads = block.loads.len() as u32;
             let stub = next_fake();
             let fragment = next_fake();
-            loops.block_check(in_loop, loads, (label, stub, fragment), (all, &mut *stubs));
+            let labels = (label, stub, fragment);
+            loops.block_check(in_loop, loads, labels, (&mut all.insns, &mut stubs.insns));
             label = 0;
-            let fragment_start = fragments.len();
+            let fragment_start = fragments.insns.len();
             counting_fragment(
                 plan,
                 block,
@@ -931,8 +941,8 @@ fn copy_instructions(
                 &mut *stubs,
             );
             if let Some(n) = in_loop {
-                let fragment = &mut fragments[fragment_start..];
-                loops.fragment_exits(n, fragment, &mut next_fake, &mut *stubs);
+                let fragment = &mut fragments.insns[fragment_start..];
+                loops.fragment_exits(n, fragment, &mut next_fake, &mut stubs.insns);
             }
         }
         let mut insn = *original;
@@ -947,12 +957,12 @@ fn copy_instructions(
                 let back = match in_loop {
                     Some(n) => {
                         let reload = next_fake();
-                        reg_countdown::probe(loops.reg(n), label, slow, all);
-                        reg_countdown::reload(loops.reg(n), reload, resume, &mut *stubs);
+                        reg_countdown::probe(loops.reg(n), label, slow, &mut all.insns);
+                        reg_countdown::reload(loops.reg(n), reload, resume, &mut stubs.insns);
                         reload
                     }
                     None => {
-                        probe::soft_fast_path(fast, label, slow, all);
+                        probe::soft_fast_path_code(fast, label, slow, all);
                         resume
                     }
                 };
@@ -960,12 +970,13 @@ fn copy_instructions(
                 insn.set_ip(resume);
                 let record = entries.slow_path(spatial_here.is_some());
                 let inline = in_loop.map(|_| next_fake());
-                probe::soft_slow_stub(fast, &insn, id, (slow, back), record, inline, &mut *stubs);
+                let labels = (slow, back);
+                probe::soft_slow_stub_code(fast, &insn, id, labels, record, inline, stubs);
             }
             Some(Insert::String { id, second }) => {
                 let stub = next_fake();
                 let resume = next_fake();
-                all.push(jump_with_label(stub, label));
+                all.insns.push(jump_with_label(stub, label));
                 label = 0;
                 insn.set_ip(resume);
                 probe::string_stub(
@@ -975,7 +986,7 @@ fn copy_instructions(
                     resume,
                     entries.record,
                     &mut next_fake,
-                    &mut *stubs,
+                    &mut stubs.insns,
                 );
             }
             Some(Insert::Ptwrite { id }) => {
@@ -985,17 +996,18 @@ fn copy_instructions(
                     spatial_here.map(|(_, check)| check),
                     entries.spatial_hash,
                     &mut next_fake,
-                    (all, &mut *stubs),
+                    (all, &mut stubs.insns),
                     (&mut *ptwrite_at, &mut *stub_ptwrites),
                 );
             }
             None => {}
         }
         if let Some(n) = in_loop {
-            loops.branch(n, &mut insn, exit_here, &mut next_fake, &mut *stubs);
+            loops.branch(n, &mut insn, exit_here, &mut next_fake, &mut stubs.insns);
         } else if let Some(skipped) = exit_here {
             let stub = next_fake();
-            probe::exit_stub(skipped, stub, insn.near_branch_target(), &mut *stubs);
+            let target = insn.near_branch_target();
+            probe::exit_stub(skipped, stub, target, &mut stubs.insns);
             insn.set_near_branch64(stub);
         }
         if let Some(check) = spatial_here
@@ -1015,30 +1027,38 @@ fn copy_instructions(
         if insn.ip() == ip {
             insn.set_ip(label);
         }
-        redirect(redirect_here, &mut insn, all);
+        redirect(redirect_here, &mut insn, &mut all.insns);
         let site = escapes.next_if(|&&(index, _)| index == i).map(|&(_, s)| s);
         // A hooked import's tail call lands in the stub, never in
         // original code: no escape check.
         let hooked = hook_got_call(entries, &mut insn);
         let site = site.filter(|_| !hooked);
-        push_checked(insn, site, entries, &mut next_fake, all, &mut *stubs)?;
+        push_checked(
+            insn,
+            site,
+            entries,
+            &mut next_fake,
+            &mut all.insns,
+            &mut stubs.insns,
+        )?;
         if let Some(n) = in_loop {
-            loops.fall_out(n, i, all);
+            loops.fall_out(n, i, &mut all.insns);
         }
     }
     if code.instructions.last().is_some_and(runs_off_the_end) {
         // In the original, execution goes on at the next bytes (glibc's
         // `__strncasecmp_avx2` loads the locale and continues into
         // `__strncasecmp_l_avx2`); in the copy, the stubs follow.
-        all.push(Instruction::with_branch(Code::Jmp_rel32_64, code.end)?);
+        all.insns
+            .push(Instruction::with_branch(Code::Jmp_rel32_64, code.end)?);
     }
-    *body_end = all.len();
-    mark_loop_ends(all, aligned, last_branch_to);
+    *body_end = all.insns.len();
+    mark_loop_ends(&all.insns, aligned, last_branch_to);
     // The fragments, then the stubs, follow the body: the marks index
     // the three as one list.
-    let at = all.len();
+    let at = all.insns.len();
     spatial_at.extend(fragment_checks.drain(..).map(|check| check.shifted(at)));
-    let at = at + fragments.len();
+    let at = at + fragments.insns.len();
     ptwrite_at.extend(
         stub_ptwrites
             .drain(..)
@@ -1092,18 +1112,18 @@ fn spatial_check_in_copy(
     label: u64,
     entries: &Entries,
     next_fake: &mut dyn FnMut() -> u64,
-    (code, stubs): (&mut Vec<Instruction>, &mut Vec<Instruction>),
+    (code, stubs): (&mut ProbeCode, &mut ProbeCode),
     sites: &mut Vec<CheckAt>,
 ) {
     let stub = next_fake();
-    let at = code.len();
+    let at = code.insns.len();
     let form = (entries.spatial_hash, entries.spatial_rorx);
-    let multiply = probe::spatial_check(insn, spatial, (label, stub), form, code);
-    sites.push(CheckAt::appended(code, at, multiply, spatial.pushed() > 0));
+    let hash = probe::spatial_check_code(insn, spatial, (label, stub), form, code);
+    sites.push(CheckAt::appended(code, at, hash, spatial.pushed() > 0));
     if insn.ip() == ip {
         insn.set_ip(next_fake());
     }
-    probe::spatial_stub(
+    probe::spatial_stub_code(
         insn,
         id,
         spatial,
@@ -1279,9 +1299,11 @@ impl Layout {
     /// Lays out `code` (its slices one after another) after what is
     /// already measured: every branch in its rel32 form (so sizes are known
     /// in one pass; no relaxation and no dependence on where the code
-    /// lands), every instruction encoded once into the pool. The
-    /// instructions at the indices `breaks` (sorted) start a piece of
-    /// their own: [`place`] pads before them.
+    /// lands), every instruction encoded once into the pool, every
+    /// template's placeholder laid out as the template ([`ProbeCode`]).
+    /// The instructions at the indices `breaks` (sorted; indices into the
+    /// slices' instructions one after another) start a piece of their own:
+    /// [`place`] pads before them.
     /// `unpadded` receives the unpadded offset of each instruction and of
     /// the end. `base` is only used to check RIP-relative operands can be
     /// encoded near it.
@@ -1293,20 +1315,45 @@ impl Layout {
     fn measure(
         &mut self,
         encoder: &mut LayoutEncoder,
-        code: &[&[Instruction]],
+        code: &[&ProbeCode],
         breaks: &[usize],
         base: u64,
         unpadded: &mut Vec<u64>,
     ) -> Result<(), RelocateError> {
         unpadded.clear();
         let mut breaks = breaks.iter().peekable();
-        for (i, insn) in code.iter().copied().flatten().enumerate() {
+        let mut from = 0;
+        for slice in code {
+            self.measure_one(encoder, (slice, from), &mut breaks, base, unpadded)?;
+            from += slice.insns.len();
+        }
+        unpadded.push(self.end);
+        Ok(())
+    }
+
+    /// [`Layout::measure`] of one slice of the code, `code`, whose first
+    /// instruction has index `from`.
+    fn measure_one(
+        &mut self,
+        encoder: &mut LayoutEncoder,
+        (code, from): (&ProbeCode, usize),
+        breaks: &mut std::iter::Peekable<std::slice::Iter<'_, usize>>,
+        base: u64,
+        unpadded: &mut Vec<u64>,
+    ) -> Result<(), RelocateError> {
+        let mut templates = code.templates.iter().peekable();
+        for (k, insn) in code.insns.iter().enumerate() {
+            let i = from + k;
             let starts_piece = breaks.next_if(|&&b| b == i).is_some();
             while breaks.next_if(|&&b| b == i).is_some() {}
             if insn.ip() != 0 {
                 self.labels.push((self.end, insn.ip()));
             }
             unpadded.push(self.end);
+            if let Some((_, used)) = templates.next_if(|&&(at, _)| at as usize == k) {
+                self.template(used, starts_piece);
+                continue;
+            }
             let (piece, size) = self.piece(encoder, insn, base)?;
             match (piece, self.pieces.last_mut()) {
                 (Piece::Fixed(size), Some(Piece::Fixed(previous))) if !starts_piece => {
@@ -1316,7 +1363,6 @@ impl Layout {
             }
             self.end += size;
         }
-        unpadded.push(self.end);
         Ok(())
     }
 
@@ -1394,6 +1440,35 @@ impl Layout {
                 self.reencode(encoder, insn, size)
             }
         })
+    }
+
+    /// Lays out the template of `used`: its bytes, with its value, in the
+    /// pool, and a [`Piece::Near`] for each rel32 displacement (its
+    /// branch's other bytes are in the fixed pieces around it).
+    fn template(&mut self, used: &TemplateUse, starts_piece: bool) {
+        let template = used.template;
+        template.append_to(used.values, &mut self.pool);
+        let mut from = 0;
+        for (&end, &target) in template.rel32_ends().iter().zip(&used.targets) {
+            let end = u32::from(end);
+            self.fixed(end - 4 - from, starts_piece && from == 0);
+            self.pieces.push(Piece::Near(4));
+            self.targets.push(target);
+            from = end;
+        }
+        let len = template.len() as u32;
+        self.fixed(len - from, starts_piece && from == 0);
+        self.end += u64::from(len);
+    }
+
+    /// Adds `size` position-independent bytes to the pieces: to the last
+    /// piece where that is fixed too, unless they `start_piece`.
+    fn fixed(&mut self, size: u32, starts_piece: bool) {
+        match self.pieces.last_mut() {
+            _ if size == 0 => {}
+            Some(Piece::Fixed(previous)) if !starts_piece => *previous += size,
+            _ => self.pieces.push(Piece::Fixed(size)),
+        }
     }
 
     /// Keeps `insn` (just encoded to `size` bytes) to be re-encoded where
@@ -2192,8 +2267,8 @@ fn counting_fragment(
     (label, in_register_loop): (u64, bool),
     entries: &Entries,
     next_fake: &mut dyn FnMut() -> u64,
-    (out, checks): (&mut Vec<Instruction>, &mut Vec<CheckAt>),
-    stubs: &mut Vec<Instruction>,
+    (out, checks): (&mut ProbeCode, &mut Vec<CheckAt>),
+    stubs: &mut ProbeCode,
 ) {
     let (code, spatial) = (&*plan.code, &plan.spatial);
     let mut first = label;
@@ -2209,7 +2284,7 @@ fn counting_fragment(
             let mut back =
                 Instruction::with_branch(Code::Jmp_rel32_64, original.ip()).expect("valid jmp");
             back.set_ip(first);
-            out.push(back);
+            out.insns.push(back);
             return;
         }
         let mut insn = original;
@@ -2225,22 +2300,31 @@ fn counting_fragment(
             // Its probe runs wherever the instruction does.
             let stub = next_fake();
             let resume = next_fake();
-            out.push(jump_with_label(stub, first));
+            out.insns.push(jump_with_label(stub, first));
             insn.set_ip(resume);
-            probe::string_stub(&insn, ids, stub, resume, entries.record, next_fake, stubs);
+            let record = entries.record;
+            probe::string_stub(
+                &insn,
+                ids,
+                stub,
+                resume,
+                record,
+                next_fake,
+                &mut stubs.insns,
+            );
         } else if let Some(&(_, id, fast)) = loads.next_if(|&&(index, _, _)| index == i) {
             let slow = next_fake();
             let resume = next_fake();
-            probe::soft_fast_path(fast, first, slow, out);
+            probe::soft_fast_path_code(fast, first, slow, out);
             insn.set_ip(resume);
             let record = match spatial.get(&i) {
                 Some(&(_, check)) => {
                     let stub = next_fake();
-                    let at = out.len();
+                    let at = out.insns.len();
                     let form = (entries.spatial_hash, entries.spatial_rorx);
-                    let multiply = probe::spatial_check(&insn, check, (0, stub), form, out);
-                    checks.push(CheckAt::appended(out, at, multiply, check.pushed() > 0));
-                    probe::spatial_stub(
+                    let hash = probe::spatial_check_code(&insn, check, (0, stub), form, out);
+                    checks.push(CheckAt::appended(out, at, hash, check.pushed() > 0));
+                    probe::spatial_stub_code(
                         &insn,
                         id,
                         check,
@@ -2253,12 +2337,13 @@ fn counting_fragment(
                 None => entries.slow_path(false),
             };
             let inline = in_register_loop.then(&mut *next_fake);
-            probe::soft_slow_stub(fast, &insn, id, (slow, resume), record, inline, stubs);
+            let labels = (slow, resume);
+            probe::soft_slow_stub_code(fast, &insn, id, labels, record, inline, stubs);
         } else if first != 0 {
             insn.set_ip(first);
         }
         first = 0;
-        redirect(plan.redirects.get(&i).copied(), &mut insn, out);
+        redirect(plan.redirects.get(&i).copied(), &mut insn, &mut out.insns);
         let hooked = hook_got_call(entries, &mut insn);
         // The block's final indirect jump runs here whenever the check
         // sends the block to this fragment (every time in a full trace):
@@ -2269,8 +2354,15 @@ fn counting_fragment(
             .ok()
             .map(|at| plan.escapes[at].1)
             .filter(|_| !hooked);
-        push_checked(insn, site, entries, next_fake, out, stubs)
-            .expect("a jump to an escape check encodes");
+        push_checked(
+            insn,
+            site,
+            entries,
+            next_fake,
+            &mut out.insns,
+            &mut stubs.insns,
+        )
+        .expect("a jump to an escape check encodes");
     }
     let last = &code.instructions[block.last];
     if !matches!(
@@ -2278,7 +2370,8 @@ fn counting_fragment(
         FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch
     ) {
         let next = last.next_ip();
-        out.push(Instruction::with_branch(Code::Jmp_rel32_64, next).expect("valid jmp"));
+        out.insns
+            .push(Instruction::with_branch(Code::Jmp_rel32_64, next).expect("valid jmp"));
     }
 }
 
@@ -2615,7 +2708,7 @@ mod tests {
         layout
             .measure(
                 &mut LayoutEncoder::new(),
-                &[&all],
+                &[&ProbeCode::of(all.to_vec())],
                 &[],
                 start,
                 &mut unpadded,
