@@ -7,9 +7,9 @@ use crate::classify::{BinaryLoads, Classifier, FunctionLoads};
 use crate::error::InstrumentError;
 use crate::rewrite::output::FileOutput;
 use crate::rewrite::{self as instrument, InstrumentOptions, Instrumented};
+use foldhash::{HashMap, HashMapExt};
 use memgaze_error::UsageError;
 use memgaze_output::{AtomicFile, EXECUTABLE_MODE};
-use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 

@@ -5,8 +5,8 @@
 //! split-off part of it, such as gcc's `.cold` blocks) with its exact start
 //! and length.
 
+use foldhash::{HashMap, HashMapExt};
 use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
-use std::collections::HashMap;
 
 /// The address ranges of every FDE in an `.eh_frame` section.
 #[derive(Debug, Default)]

@@ -9,10 +9,10 @@
 //! raw `syscall` or a slot's value called through a register is not seen.
 
 use super::Binary;
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use goblin::elf::Elf;
 use goblin::elf::reloc::{R_X86_64_GLOB_DAT, R_X86_64_JUMP_SLOT, R_X86_64_RELATIVE};
 use iced_x86::{Code, Register};
-use std::collections::{HashMap, HashSet};
 
 /// One PLT entry's indirect jump to an imported function.
 #[derive(Clone, Debug, PartialEq, Eq)]

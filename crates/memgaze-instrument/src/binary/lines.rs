@@ -243,6 +243,7 @@ impl LineTable {
             release(section(id.name()));
         }
         let mut sequences: Vec<Vec<Row>> = Vec::new();
+        let mut unit_inlines: Vec<Vec<Inline>> = Vec::with_capacity(unit_lines.len());
         let mut file_ids: HashMap<String, u32> = HashMap::new();
         for unit in unit_lines {
             let ids: Vec<u32> = unit
@@ -263,12 +264,11 @@ impl LineTable {
                 }
                 sequences.push(sequence);
             }
-            table
-                .inlines
-                .extend(unit.inlines.into_iter().map(|r| Inline {
-                    file: id(r.file),
-                    ..r
-                }));
+            let mut inlines = unit.inlines;
+            for r in &mut inlines {
+                r.file = id(r.file);
+            }
+            unit_inlines.push(inlines);
             if unit.problem.is_some() {
                 table.problem = unit.problem;
             }
@@ -277,7 +277,7 @@ impl LineTable {
             table.problem = units_problem;
         }
         sequences.sort_by_key(|s| s.first().map_or(0, |r| r.address));
-        table.inlines.sort_by_key(|r| r.begin);
+        table.inlines = merge_by_begin(unit_inlines);
         let mut reach = 0;
         table.inline_reach = table
             .inlines
@@ -296,6 +296,36 @@ impl LineTable {
         table.rows.sort_by_key(|r| r.address);
         table
     }
+}
+
+/// The units' inlined ranges (each unit's sorted by `begin`) as one list
+/// sorted by `begin`, in the order a stable sort of all of them, unit
+/// after unit, gives. Units mostly cover disjoint code: ordered by their
+/// first range, each begins after the last range of the one before, and
+/// the list is their concatenation. Otherwise (units interleaving, or two
+/// ranges of different units beginning together, whose order a stable
+/// sort takes from the units') the units are joined in order and sorted,
+/// their sorted runs merged.
+fn merge_by_begin(mut units: Vec<Vec<Inline>>) -> Vec<Inline> {
+    units.retain(|u| !u.is_empty());
+    let total = units.iter().map(Vec::len).sum();
+    let mut order: Vec<usize> = (0..units.len()).collect();
+    order.sort_by_key(|&u| units[u][0].begin);
+    let disjoint = order
+        .windows(2)
+        .all(|pair| units[pair[0]].last().map(|r| r.begin) < Some(units[pair[1]][0].begin));
+    let mut merged = Vec::with_capacity(total);
+    if disjoint {
+        for u in order {
+            merged.append(&mut units[u]);
+        }
+    } else {
+        for mut unit in units {
+            merged.append(&mut unit);
+        }
+        merged.sort_by_key(|r| r.begin);
+    }
+    merged
 }
 
 /// [`LineTable::locate_chain`] for addresses asked in rising order: the
@@ -374,7 +404,7 @@ impl<'t> ChainCursor<'t> {
 struct UnitLines {
     /// Its line program's sequences in code (each ending with its end row).
     sequences: Vec<Vec<Row>>,
-    /// Its inlined ranges.
+    /// Its inlined ranges, by `begin`.
     inlines: Vec<Inline>,
     /// The paths its rows and ranges name, by their `file`.
     files: Vec<String>,
@@ -491,6 +521,11 @@ impl UnitLines {
         if let Some(info) = info {
             release(info);
         }
+        // Sorted here, on the pool, after the files were named in the
+        // entries' order: the table then merges runs instead of sorting
+        // all units' ranges on one core (a stable sort keeps the order of
+        // ranges beginning together).
+        out.inlines.sort_by_key(|r| r.begin);
         out
     }
 }
@@ -862,6 +897,54 @@ fn push_path(path: &mut String, part: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Merging the units' sorted ranges gives what a stable sort of
+        /// all of them, unit after unit, gives (ranges are told apart by
+        /// their `line`).
+        #[test]
+        fn merged_ranges_are_the_stable_sort_of_all_units(
+            units in proptest::collection::vec(
+                (0u64..24, proptest::collection::vec(0u64..4, 0..5)),
+                0..8,
+            ),
+        ) {
+            // Each unit's ranges begin near its own offset: units come
+            // disjoint, touching (one's last begin another's first) or
+            // interleaved.
+            let mut line = 0;
+            let units: Vec<Vec<Inline>> = units
+                .iter()
+                .enumerate()
+                .map(|(u, (offset, begins))| {
+                    begins
+                        .iter()
+                        .map(|&begin| {
+                            line += 1;
+                            let begin = offset + begin;
+                            Inline { begin, end: begin + 1, depth: 0, file: u as u32, line }
+                        })
+                        .collect()
+                })
+                .collect();
+            let mut expected: Vec<Inline> = units.concat();
+            expected.sort_by_key(|r| r.begin);
+            let sorted_units = units
+                .into_iter()
+                .map(|mut u| {
+                    u.sort_by_key(|r| r.begin);
+                    u
+                })
+                .collect();
+            let merged = merge_by_begin(sorted_units);
+            let key = |r: &Inline| (r.begin, r.file, r.line);
+            prop_assert_eq!(
+                merged.iter().map(key).collect::<Vec<_>>(),
+                expected.iter().map(key).collect::<Vec<_>>()
+            );
+        }
+    }
 
     #[test]
     fn paths_join_relative_parts_and_restart_at_absolute_ones() {

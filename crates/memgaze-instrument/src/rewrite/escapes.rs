@@ -15,8 +15,9 @@
 use super::{OriginalUnwind, PATCH, Planned, entry_points};
 use crate::annotation::{Annotation, EscapeSite};
 use crate::binary::{Binary, FunctionCode, IndirectJumpKind};
+use foldhash::{HashMap, HashSet, HashSetExt};
 use rayon::prelude::*;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
 
 /// Instruction indices of the indirect jumps of `plan` that may land in
 /// original code. `starts`: the start of every function (a jump-table

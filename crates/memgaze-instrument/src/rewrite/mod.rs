@@ -43,13 +43,14 @@ use crate::binary::imports::code_addresses_in_data;
 use crate::binary::{Binary, Function, FunctionCode, FunctionSource, IndirectJumpKind};
 use crate::error::{AnnotationError, InstrumentError, RewriteError};
 use elf::{ElfEditor, SIGNATURE, align_up};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic, Register};
 use liveness::RegSet;
 use memgaze_trace::LoadClass;
 use output::Output;
 use probe::FastPath;
 use relocate::{CopyPlan, Insert};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 pub(crate) use hooks::Hook;

@@ -23,8 +23,8 @@ use super::elf::ElfEditor;
 use super::runtime::Runtime;
 use crate::binary::imports::{GotCall, PltImport};
 use crate::error::RewriteError;
+use foldhash::HashMap;
 use iced_x86::{Code, Encoder, Instruction, MemoryOperand, Register};
-use std::collections::HashMap;
 
 /// Imports after which the process is gone without `DT_FINI`.
 pub(crate) const EXIT_IMPORTS: [&str; 3] = ["_exit", "_Exit", "quick_exit"];

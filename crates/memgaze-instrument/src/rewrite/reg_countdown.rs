@@ -57,11 +57,11 @@
 use super::probe::{FastPath, SpatialProbe, branch, count_by, fs_countdown, i2, with_ip};
 use super::relocate::{Insert, Superblock};
 use crate::binary::{FunctionCode, Terminator};
+use foldhash::HashMap;
 use iced_x86::{
     Code, FlowControl, Instruction, InstructionInfoFactory, InstructionInfoOptions, MemoryOperand,
     Register,
 };
-use std::collections::HashMap;
 
 /// Bytes `rsp` moves down on loop entry: the red zone, the saved register
 /// and 8 bytes that keep `rsp`'s alignment (where the spare register, if
@@ -561,6 +561,7 @@ fn jump(target: u64) -> Instruction {
 mod tests {
     use super::*;
     use crate::binary::FlatMemory;
+    use foldhash::HashMapExt;
     use iced_x86::code_asm::*;
 
     const BASE: u64 = 0x1000;
@@ -613,7 +614,7 @@ mod tests {
             save_scratch: false,
             save_flags: false,
         };
-        let mut spatial = HashMap::from([(4, (1, check))]);
+        let mut spatial = HashMap::from_iter([(4, (1, check))]);
         let loops = plan(&code, &load(FastPath::FlagsDead), &[], &mut spatial);
         assert_eq!(loops[0].reg, Register::R10);
         assert_eq!(loops[0].spare, None, "no check saves its scratch");
@@ -627,7 +628,7 @@ mod tests {
             save_scratch: true,
             save_flags: false,
         };
-        let mut spatial = HashMap::from([(4, (1, saving))]);
+        let mut spatial = HashMap::from_iter([(4, (1, saving))]);
         let loops = plan(&code, &load(FastPath::FlagsDead), &[], &mut spatial);
         assert_eq!(loops[0].reg, Register::R11);
         assert_eq!(loops[0].spare, Some(Register::R10));

@@ -20,11 +20,11 @@ use super::reg_countdown::{self, LoopMap, RegisterLoop};
 use crate::annotation::{PtwriteOperand, PtwriteSite};
 use crate::binary::FunctionCode;
 use crate::error::RelocateError;
+use foldhash::HashMap;
 use iced_x86::{
     Code, CodeSize, Encoder, FlowControl, IcedError, Instruction, Mnemonic, OpKind, Register,
 };
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::Mutex;
 
 /// What to insert before one instruction of a copy.
@@ -2469,6 +2469,7 @@ pub(crate) fn unrelocatable(code: &FunctionCode) -> Option<String> {
 mod tests {
     use super::*;
     use crate::binary::Binary;
+    use foldhash::HashMapExt;
 
     /// Copies of this test executable's functions, with a probe before
     /// every supported memory operand and branches between functions.

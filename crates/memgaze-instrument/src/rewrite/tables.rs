@@ -26,8 +26,8 @@
 
 use super::relocate::{CopyMap, TableRedirect};
 use crate::binary::{FunctionCode, IndirectJumpKind, JumpTableBound, JumpTableEntries};
+use foldhash::{HashMap, HashMapExt};
 use iced_x86::{FlowControl, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register};
-use std::collections::HashMap;
 
 /// One translated table.
 #[derive(Clone, Debug, PartialEq, Eq)]

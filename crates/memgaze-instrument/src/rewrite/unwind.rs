@@ -200,7 +200,7 @@ impl EhFrame {
             addr,
             ..EhFrame::default()
         };
-        let mut cie_at: std::collections::HashMap<u64, usize> = Default::default();
+        let mut cie_at: foldhash::HashMap<u64, usize> = Default::default();
         let mut pos = 0usize;
         while pos + 4 <= data.len() {
             let mut c = Cursor::new(data, pos, addr);

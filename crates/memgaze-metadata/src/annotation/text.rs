@@ -92,7 +92,7 @@ impl<'de> Deserialize<'de> for Text {
 /// [`Text`] of each distinct string.
 #[derive(Debug, Default)]
 pub struct TextTable {
-    texts: std::collections::HashSet<Text>,
+    texts: foldhash::HashSet<Text>,
 }
 
 impl TextTable {
