@@ -743,7 +743,7 @@ fn release_freed_memory() {
 /// While it lives, glibc maps every allocation of 128 KiB or more apart
 /// and unmaps it when freed. By default it raises that threshold as the
 /// first large blocks are freed (up to 32 MiB), and the classification's
-/// and the encoder's large vectors, freed a batch at a time, then stay in
+/// and the encoder's large vectors, freed a run at a time, then stay in
 /// the heaps as pages that `malloc_trim` cannot return while a small block
 /// still lives beside them: 20 MB of the peak on the own release binary.
 /// Dropped, it sets the threshold where glibc's own raising ends, for the

@@ -1,5 +1,5 @@
 //! Where the instrumented executable is written: at file offsets, as each
-//! part is ready (the copies a batch at a time while they are encoded, then
+//! part is ready (the copies a run at a time while they are encoded, then
 //! the input, the patches and the rest of the segment), so that the whole
 //! output is never held in memory beside the rewriter's working data.
 
@@ -136,7 +136,7 @@ impl Output for FileOutput<'_> {
 
     /// On a thread of its own, so that the caller goes on making the next
     /// bytes meanwhile (writing is mostly the kernel's copying into the
-    /// page cache: while the encoder's batch was written, the other core
+    /// page cache: while the encoder's code was written, the other core
     /// had nothing to do). One write at a time: this one waits for the
     /// last and gives back its buffer.
     fn write_owned(&mut self, offset: u64, bytes: Vec<u8>) -> Vec<u8> {

@@ -233,7 +233,8 @@ impl Entries {
     }
 }
 
-/// Batches emitted between two returns of freed memory to the system.
+/// Batches' worth of runs (one run per thread) emitted between two
+/// returns of freed memory to the system.
 const TRIM_EVERY: usize = 4;
 
 /// Most bytes of the copies read back at once to write the branches left
@@ -253,14 +254,14 @@ const FAKE_RUN_BITS: u32 = 36;
 ///
 /// Every branch is encoded in its rel32 form, so an instruction's size does
 /// not depend on where it lands: consecutive runs of plans are built and
-/// measured a batch at a time on all cores, laid out after the runs before
-/// them and emitted at once, so only one batch's layouts are held. A branch
-/// to a label not yet laid out (a later run's) is written once every run
-/// is ([`Fixup`]). The result is the same bytes a single pass would
-/// produce. The instructions of each code given (not lent) are freed once
-/// its batch is emitted: held to the end, every copy's instructions (40
-/// bytes each) were resident at the rewriter's peak. Each batch's code is
-/// written out once emitted, in one buffer reused by every batch: held to
+/// measured on the pool's workers, a few runs ahead, while this thread
+/// lays each out after the runs before it, emits it and writes it out, so
+/// only a few runs' layouts are held. A branch to a label not yet laid out
+/// (a later run's) is written once every run is ([`Fixup`]). The result is
+/// the same bytes a single pass would produce. The instructions of each
+/// code given (not lent) are freed once its run is emitted: held to the
+/// end, every copy's instructions (40 bytes each) were resident at the
+/// rewriter's peak. Each run's code is written out once emitted: held to
 /// the end, the copies' code was the largest part of the peak.
 pub(crate) fn encode(
     plans: &mut [CopyPlan<'_>],
@@ -272,6 +273,15 @@ pub(crate) fn encode(
 }
 
 /// `encode` with the plans cut into the given consecutive `runs`.
+///
+/// The runs are built on the pool, each by whichever worker is free, up
+/// to [`RunQueue`]'s window ahead of the run being emitted; this thread
+/// takes them in order, builds one itself when no worker has taken it yet,
+/// and does the serial work (placing, labels, emitting, maps, freeing)
+/// beside the workers' builds. Built a batch at a time with a barrier after
+/// each step, one core sat idle for about a third of the encoding: waiting
+/// for the slower run of each batch and for the serial steps between
+/// batches.
 fn encode_in_runs(
     plans: &mut [CopyPlan<'_>],
     runs: &[std::ops::Range<usize>],
@@ -279,18 +289,7 @@ fn encode_in_runs(
     entries: &Entries,
     (out, offset): (&mut dyn Output, u64),
 ) -> Result<Copies, RelocateError> {
-    use rayon::prelude::*;
-
-    let batch = rayon::current_num_threads().max(1);
-    let spares = Spares::default();
-    let mut parts: Vec<Part> = Vec::with_capacity(runs.len());
-    let mut starts: Vec<u64> = Vec::with_capacity(runs.len());
-    let mut labels = RunLabels::default();
-    // Bytes emitted so far, and the code of the batch being emitted.
-    let mut len = 0u64;
-    let mut code: Vec<u8> = Vec::new();
-    let mut spatial_checks = Vec::new();
-    let mut fixups: Vec<Fixup> = Vec::new();
+    let threads = rayon::current_num_threads().max(1);
     // The original addresses each run's labels lie in.
     let spans: Vec<std::ops::Range<u64>> = runs
         .iter()
@@ -301,138 +300,321 @@ fn encode_in_runs(
             start.unwrap_or(0)..end.unwrap_or(0)
         })
         .collect();
-    for (b, batch_runs) in runs.chunks(batch).enumerate() {
-        let first = b * batch;
-        let shared: &[CopyPlan<'_>] = plans;
-        let mut built: Vec<Part> = batch_runs
-            .par_iter()
-            .enumerate()
-            .map(|(j, run)| build_part(&shared[run.clone()], first + j, base, entries, &spares))
-            .collect::<Result<_, _>>()?;
-        // Laid out after the runs before them (padding depends on where
-        // each lands); their labels join the ones already known.
-        let mut total = len;
-        for part in &mut built {
-            starts.push(total);
-            place(part, base + total);
-            total += part.len;
+    let copies = plans.len();
+    let run_plans = split_into_runs(plans, runs);
+    let spares = Spares::default();
+    let queue = RunQueue::new(runs.len(), threads + 1);
+    let build = |run: usize| {
+        let plans = run_plans[run].lock().expect("not poisoned");
+        build_part(&plans, run, base, entries, &spares)
+    };
+    let emitted = rayon::in_place_scope(|scope| -> Result<Emitter<'_>, RelocateError> {
+        for _ in 0..threads {
+            scope.spawn(|_| {
+                let _stop = StopOnPanic(&queue);
+                while let Some(run) = queue.claim() {
+                    queue.deliver(run, build(run));
+                }
+            });
         }
-        let batch_labels: Vec<PartLabels> = built
-            .par_iter_mut()
-            .zip(&starts[first..])
-            .map(|(part, &start)| labels_of(part, start))
-            .collect();
-        labels.extend(batch_labels)?;
+        let _stop = StopOnDrop(&queue);
+        let mut emitter = Emitter {
+            base,
+            threads,
+            spans: &spans,
+            labels: RunLabels::default(),
+            code: Vec::new(),
+            fixups: Vec::new(),
+            copies: Copies {
+                len: 0,
+                maps: Vec::with_capacity(copies),
+                ptwrites: Vec::new(),
+                spatial_checks: Vec::new(),
+            },
+        };
+        for (run, plans) in run_plans.iter().enumerate() {
+            // The scope passes the worker's panic on.
+            let part = queue
+                .take(run, build)
+                .expect("no worker building a run of copies panicked")?;
+            let mut plans = plans.lock().expect("not poisoned");
+            emitter.emit_run(run, part, &mut plans, &spares, (&mut *out, offset))?;
+            queue.emitted(run + 1);
+        }
+        Ok(emitter)
+    })?;
+    let Emitter {
+        labels,
+        fixups,
+        code,
+        copies,
+        ..
+    } = emitted;
+    // Not needed past the last run.
+    drop((code, spares));
+    labels.check_across_runs()?;
+    settle_output((out, offset), SETTLE_WINDOW, &fixups, |target| {
+        labels.find(target).map_or(target, |offset| base + offset)
+    })?;
+    Ok(copies)
+}
+
+/// `plans` cut into the consecutive `runs`, each behind a lock: a run's
+/// plans are read by the thread that builds it, then its given codes freed
+/// by the one that emits it, never both at once.
+fn split_into_runs<'p, 'a>(
+    plans: &'p mut [CopyPlan<'a>],
+    runs: &[std::ops::Range<usize>],
+) -> Vec<Mutex<&'p mut [CopyPlan<'a>]>> {
+    let mut rest = plans;
+    let mut taken = 0;
+    let mut slices = Vec::with_capacity(runs.len());
+    for run in runs {
+        assert_eq!(run.start, taken, "runs are consecutive");
+        let (head, tail) = std::mem::take(&mut rest).split_at_mut(run.len());
+        slices.push(Mutex::new(head));
+        rest = tail;
+        taken = run.end;
+    }
+    slices
+}
+
+/// The runs still to build, handed out in order to the pool's workers and
+/// the emitting thread, and the built ones waiting to be emitted. Workers
+/// take a run only within `window` runs of the next one to emit, so that
+/// at most that many runs' layouts are held at once.
+struct RunQueue {
+    state: Mutex<QueueState>,
+    changed: std::sync::Condvar,
+    window: usize,
+}
+
+/// [`RunQueue`]'s state, under its lock.
+struct QueueState {
+    /// The first run nobody has taken.
+    next: usize,
+    /// Runs emitted so far.
+    emitted: usize,
+    /// Runs built by workers and not yet taken by the emitting thread.
+    built: Vec<Option<Result<Part, RelocateError>>>,
+    /// Nothing more is built: the emitting thread is done (or failed), or
+    /// a worker panicked.
+    stopped: bool,
+}
+
+impl RunQueue {
+    fn new(runs: usize, window: usize) -> Self {
+        RunQueue {
+            state: Mutex::new(QueueState {
+                next: 0,
+                emitted: 0,
+                built: (0..runs).map(|_| None).collect(),
+                stopped: false,
+            }),
+            changed: std::sync::Condvar::new(),
+            window,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        // Never held while a run is built: a panic elsewhere leaves the
+        // state whole.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The next run for a worker to build, once it is within the window;
+    /// `None` when every run is taken or the encoding stopped.
+    fn claim(&self) -> Option<usize> {
+        let mut state = self.lock();
+        loop {
+            if state.stopped || state.next >= state.built.len() {
+                return None;
+            }
+            if state.next < state.emitted + self.window {
+                state.next += 1;
+                return Some(state.next - 1);
+            }
+            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Hands over `part`, built by a worker.
+    fn deliver(&self, run: usize, part: Result<Part, RelocateError>) {
+        self.lock().built[run] = Some(part);
+        self.changed.notify_all();
+    }
+
+    /// Run `run`, the next to emit: built by a worker, or by `build` here
+    /// when no worker has taken it; `None` if a worker panicked.
+    fn take(
+        &self,
+        run: usize,
+        build: impl FnOnce(usize) -> Result<Part, RelocateError>,
+    ) -> Option<Result<Part, RelocateError>> {
+        let mut state = self.lock();
+        loop {
+            if let Some(part) = state.built[run].take() {
+                return Some(part);
+            }
+            if state.next == run {
+                state.next += 1;
+                drop(state);
+                return Some(build(run));
+            }
+            if state.stopped {
+                return None;
+            }
+            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Counts the runs emitted, letting workers take later ones.
+    fn emitted(&self, runs: usize) {
+        self.lock().emitted = runs;
+        self.changed.notify_all();
+    }
+
+    /// Stops handing out runs and wakes everyone waiting.
+    fn stop(&self) {
+        self.lock().stopped = true;
+        self.changed.notify_all();
+    }
+}
+
+/// Stops the queue when dropped: the emitting thread's end, whether it
+/// finished, failed or panicked, lets the waiting workers go.
+struct StopOnDrop<'q>(&'q RunQueue);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}
+
+/// Stops the queue if a worker panics, so that the emitting thread does
+/// not wait for the run it was building.
+struct StopOnPanic<'q>(&'q RunQueue);
+
+impl Drop for StopOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.stop();
+        }
+    }
+}
+
+/// The serial side of [`encode_in_runs`]: lays out and emits the built
+/// runs in order.
+struct Emitter<'s> {
+    /// Where the copies are placed.
+    base: u64,
+    /// The pool's threads.
+    threads: usize,
+    /// The original addresses each run's labels lie in.
+    spans: &'s [std::ops::Range<u64>],
+    /// The labels of the runs emitted.
+    labels: RunLabels,
+    /// The buffer runs are emitted into (given back by the output).
+    code: Vec<u8>,
+    /// Branches to labels of runs not yet laid out when emitted.
+    fixups: Vec<Fixup>,
+    /// What is known of the copies so far (`len`: bytes emitted).
+    copies: Copies,
+}
+
+impl Emitter<'_> {
+    /// Lays out `part`, run number `run` of `plans`, after the runs before
+    /// it, emits and writes its code, makes its maps and frees its layout
+    /// and its plans' given codes.
+    fn emit_run(
+        &mut self,
+        run: usize,
+        mut part: Part,
+        plans: &mut [CopyPlan<'_>],
+        spares: &Spares,
+        (out, offset): (&mut dyn Output, u64),
+    ) -> Result<(), RelocateError> {
+        let base = self.base;
+        let start = self.copies.len;
+        // Padding depends on where the run lands.
+        place(&mut part, base + start);
+        let run_labels = labels_of(&mut part, start);
+        self.labels.push(run_labels)?;
         // A target no run still to lay out can label keeps its address
         // (as `settle` would give it): only branches to later runs wait.
-        let later = &spans[first + batch_runs.len()..];
+        let labels = &self.labels;
+        let later = &self.spans[run + 1..];
         let resolve = |target: u64| {
             labels.find(target).map(|offset| base + offset).or_else(|| {
                 let pending = later.iter().any(|span| span.contains(&target));
                 (target < FAKE_BASE && !pending).then_some(target)
             })
         };
-
-        // Each run is emitted into its place in the batch's code, its
-        // layout freed at once.
-        code.clear();
-        code.resize((total - len) as usize, 0);
-        let mut slots: Vec<&mut [u8]> = Vec::with_capacity(built.len());
-        let mut rest = &mut code[..];
-        for part in &built {
-            let (slot, tail) = std::mem::take(&mut rest).split_at_mut(part.len as usize);
-            slots.push(slot);
-            rest = tail;
+        self.code.clear();
+        self.code.resize(part.len as usize, 0);
+        let mut pending = emit(&part, base + start, &resolve, &mut self.code)?;
+        for fixup in &mut pending {
+            fixup.shift(start as usize);
         }
-        // A run's spatial checks are read back from its slot as soon as
-        // it is emitted, on the pool: decoded on the main thread they were
-        // a sizeable part of the serial work between batches.
-        let emitted: Vec<(Vec<Fixup>, Vec<SpatialCheckSite>)> = built
-            .par_iter_mut()
-            .zip(&starts[first..])
-            .zip(slots)
-            .map(|((part, &start), slot)| {
-                let mut pending = emit(part, base + start, &resolve, &mut *slot)?;
-                for fixup in &mut pending {
-                    fixup.shift(start as usize);
-                }
-                let checks = checks_in(part, (base, start), (slot, start)).collect();
-                spares.keep_layout(part.layout.take_code());
-                Ok((pending, checks))
-            })
-            .collect::<Result<_, RelocateError>>()?;
-        for (pending, checks) in emitted {
-            fixups.extend(pending);
-            spatial_checks.extend(checks);
-        }
-        labels.forget_fake(first);
-        // Written while the next batch is built; its buffer comes back.
-        code = out.write_owned(offset + len, std::mem::take(&mut code));
-        len = total;
-        parts.append(&mut built);
-        for run in batch_runs {
-            for plan in &mut plans[run.clone()] {
-                if let Cow::Owned(code) = &mut plan.code {
-                    code.instructions = Vec::new();
-                }
+        self.fixups.append(&mut pending);
+        let checks = checks_in(&part, (base, start), (&self.code, start));
+        self.copies.spatial_checks.extend(checks);
+        spares.keep_layout(part.layout.take_code());
+        self.labels.forget_fake(run);
+        // Written while the next runs are emitted; its buffer comes back.
+        let code = std::mem::take(&mut self.code);
+        self.code = out.write_owned(offset + start, code);
+        self.copies.len = start + part.len;
+        push_maps(&mut part, plans, base + start, &mut self.copies);
+        for plan in plans {
+            if let Cow::Owned(code) = &mut plan.code {
+                code.instructions = Vec::new();
             }
         }
-        // What the batches freed goes back to the system every few
-        // batches (the next batches' layouts are allocated elsewhere):
-        // after every batch, faulting the pages in again made the
-        // encoding about a fifth slower.
-        if b % TRIM_EVERY == TRIM_EVERY - 1 {
+        // What the runs freed goes back to the system every few batches'
+        // worth (the next runs' layouts are allocated elsewhere): after
+        // every batch, faulting the pages in again made the encoding about
+        // a fifth slower.
+        let every = TRIM_EVERY * self.threads;
+        if run % every == every - 1 {
             super::release_freed_memory();
         }
+        Ok(())
     }
-    // Not needed past the last batch, while the maps below are made.
-    drop((code, spares));
-    labels.check_across_runs()?;
-    settle_output((out, offset), SETTLE_WINDOW, &fixups, |target| {
-        labels.find(target).map_or(target, |offset| base + offset)
-    })?;
-    drop(fixups);
-    drop(labels);
+}
 
-    let mut maps = Vec::with_capacity(plans.len());
-    let mut ptwrites = Vec::new();
-    // Each run's layout is freed as its maps are made.
-    for ((mut part, run), &start) in parts.into_iter().zip(runs).zip(&starts) {
-        let address_of = |part: &Part, at: u64| base + start + part.offset(at);
-        let firsts = std::mem::take(&mut part.firsts);
-        let originals = std::mem::take(&mut part.originals);
-        let plans = plans[run.clone()].iter().enumerate();
-        for (((p, plan), firsts), original) in plans.zip(firsts).zip(originals) {
-            let copy_start = address_of(&part, u64::from(firsts[0]));
-            maps.push(CopyMap {
-                original_start: plan.code.start,
-                original_end: plan.code.end,
-                start: copy_start,
-                body_end: address_of(&part, part.body_ends[p]),
-                end: address_of(&part, part.ends[p]),
-                addresses: (firsts.iter())
-                    .map(|&at| offset32(address_of(&part, u64::from(at)) - copy_start))
-                    .collect(),
-                original,
-            });
-        }
-        let address_of = |at: u64| address_of(&part, at);
-        ptwrites.extend(
-            part.ptwrite_at
-                .iter()
-                .map(|&(i, load, operand)| PtwriteSite {
-                    ip: address_of(i),
-                    load,
-                    operand,
-                }),
-        );
+/// Appends the maps of `plans`' copies, laid out in `part` at `start`, and
+/// its `ptwrite`s to `copies`; takes the part's per-plan offsets.
+fn push_maps(part: &mut Part, plans: &[CopyPlan<'_>], start: u64, copies: &mut Copies) {
+    let address_of = |part: &Part, at: u64| start + part.offset(at);
+    let firsts = std::mem::take(&mut part.firsts);
+    let originals = std::mem::take(&mut part.originals);
+    let plans = plans.iter().enumerate();
+    for (((p, plan), firsts), original) in plans.zip(firsts).zip(originals) {
+        let copy_start = address_of(part, u64::from(firsts[0]));
+        copies.maps.push(CopyMap {
+            original_start: plan.code.start,
+            original_end: plan.code.end,
+            start: copy_start,
+            body_end: address_of(part, part.body_ends[p]),
+            end: address_of(part, part.ends[p]),
+            addresses: (firsts.iter())
+                .map(|&at| offset32(address_of(part, u64::from(at)) - copy_start))
+                .collect(),
+            original,
+        });
     }
-    Ok(Copies {
-        len,
-        maps,
-        ptwrites,
-        spatial_checks,
-    })
+    let ptwrites = part
+        .ptwrite_at
+        .iter()
+        .map(|&(i, load, operand)| PtwriteSite {
+            ip: address_of(part, i),
+            load,
+            operand,
+        });
+    copies.ptwrites.extend(ptwrites);
 }
 
 /// The spatial checks of `part`, placed at `start` (from `base`), read from
@@ -462,9 +644,10 @@ fn checks_in<'p>(
 }
 
 /// Splits `plans` into consecutive runs of about equal instruction counts,
-/// sixteen per core (one run when there is little to do): a batch of runs,
-/// one per core, has its layouts held at once, so more, smaller runs lower
-/// the peak memory of instrumenting a large binary (docs/performance.md).
+/// sixteen per core (one run when there is little to do): the runs within
+/// [`RunQueue`]'s window (one more than the pool's threads) have their
+/// layouts held at once, so more, smaller runs lower the peak memory of
+/// instrumenting a large binary (docs/performance.md).
 fn balanced_runs(plans: &[CopyPlan<'_>]) -> Vec<std::ops::Range<usize>> {
     const MIN_RUN_INSTRUCTIONS: usize = 8192;
     let total: usize = plans.iter().map(|p| p.code.instructions.len()).sum();
@@ -1833,25 +2016,22 @@ impl OriginalLabels {
 }
 
 impl RunLabels {
-    /// Adds the labels of the next runs. Fails on an address carried by
-    /// more than one instruction of a run (the lowest such address of the
-    /// first such run): the first inserted instruction takes a load's
-    /// address, the load itself a fake one.
-    fn extend(&mut self, runs: Vec<PartLabels>) -> Result<(), RelocateError> {
-        for PartLabels { originals, fakes } in runs {
-            if let Some(w) = originals.windows(2).find(|w| w[0].0 == w[1].0) {
-                return Err(RelocateError::DuplicateAddress(w[0].0));
-            }
-            let run = self.runs.len();
-            self.fakes.push(Self::fake_table(run, &fakes)?);
-            if let (Some(&(lowest, _)), Some(&(highest, _))) = (originals.first(), originals.last())
-            {
-                let span = (lowest, highest, run);
-                let at = self.originals.partition_point(|o| *o < span);
-                self.originals.insert(at, span);
-            }
-            self.runs.push(OriginalLabels::new(&originals));
+    /// Adds the labels of the next run. Fails on an address carried by
+    /// more than one instruction of the run (the lowest such address): the
+    /// first inserted instruction takes a load's address, the load itself
+    /// a fake one.
+    fn push(&mut self, PartLabels { originals, fakes }: PartLabels) -> Result<(), RelocateError> {
+        if let Some(w) = originals.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(RelocateError::DuplicateAddress(w[0].0));
         }
+        let run = self.runs.len();
+        self.fakes.push(Self::fake_table(run, &fakes)?);
+        if let (Some(&(lowest, _)), Some(&(highest, _))) = (originals.first(), originals.last()) {
+            let span = (lowest, highest, run);
+            let at = self.originals.partition_point(|o| *o < span);
+            self.originals.insert(at, span);
+        }
+        self.runs.push(OriginalLabels::new(&originals));
         self.disjoint = self.originals.windows(2).all(|w| w[0].1 < w[1].0);
         Ok(())
     }
@@ -1882,12 +2062,10 @@ impl RunLabels {
         }
     }
 
-    /// Drops the fake labels of the runs from `first` on, once emitted:
-    /// only their own run branches to them.
-    fn forget_fake(&mut self, first: usize) {
-        for fakes in &mut self.fakes[first..] {
-            *fakes = Vec::new();
-        }
+    /// Drops the fake labels of run `run`, once emitted: only the run
+    /// itself branches to them.
+    fn forget_fake(&mut self, run: usize) {
+        self.fakes[run] = Vec::new();
     }
 
     /// Fails on an original address carried by instructions of two runs
@@ -2603,19 +2781,25 @@ mod tests {
         let cut = [0..1, 1..n / 3, n / 3..n / 3, n / 3..n - 1, n - 1..n];
         let (apart, apart_code) = encoded(&mut plans, &cut, base, &record);
         assert!(whole_code == apart_code, "the bytes differ");
-        // A batch is as many runs as the pool has threads: one at a time
-        // (a small input's `instrument`) or three, the same bytes.
-        for threads in [1, 3] {
+        // The runs are built ahead by the pool's workers, as many as it
+        // has: on a pool of one, called from its thread, the caller builds
+        // every run itself; the same bytes whoever builds which run, with
+        // runs many times the window.
+        let small_runs: Vec<_> = (0..n).step_by(7).map(|i| i..(i + 7).min(n)).collect();
+        for threads in [1, 2, 3] {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .build()
                 .unwrap();
-            let (batched, batched_code) = pool.install(|| encoded(&mut plans, &cut, base, &record));
-            assert!(
-                whole_code == batched_code,
-                "{threads} threads: the bytes differ"
-            );
-            assert_eq!(whole.maps.len(), batched.maps.len());
+            for runs in [&cut[..], &small_runs] {
+                let (ahead, ahead_code) = pool.install(|| encoded(&mut plans, runs, base, &record));
+                assert!(
+                    whole_code == ahead_code,
+                    "{threads} threads, {} runs: the bytes differ",
+                    runs.len()
+                );
+                assert_eq!(whole.maps.len(), ahead.maps.len());
+            }
         }
         assert_eq!(whole.len, whole_code.len() as u64);
         assert_eq!(whole.maps.len(), apart.maps.len());
@@ -2964,6 +3148,40 @@ mod tests {
         );
     }
 
+    /// A run refused while the workers build the runs after it is an
+    /// error, not a wait for runs never emitted.
+    #[test]
+    fn a_refused_run_among_runs_built_ahead_is_an_error() {
+        let mut codes = codes_of_this_executable(400);
+        let n = codes.len();
+        // Two copies of one function in one of the last runs: its
+        // addresses are labelled twice there.
+        let twice = codes[n - 10].clone();
+        codes.insert(n - 9, twice);
+        let runs: Vec<_> = (0..n + 1)
+            .step_by(5)
+            .map(|i| i..(i + 5).min(n + 1))
+            .collect();
+        let (start, end) = (codes[n - 10].start, codes[n - 10].end);
+        for threads in [1, 2, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let mut plans = plans_of(&codes);
+            let mut code = Vec::new();
+            let encoded = pool.install(|| {
+                encode_in_runs(&mut plans, &runs, 0x7000_0000, &entries(), (&mut code, 0))
+            });
+            match encoded {
+                Err(RelocateError::DuplicateAddress(ip)) => {
+                    assert!((start..end).contains(&ip), "{ip:#x}");
+                }
+                other => panic!("{threads} threads: {:?}", other.map(|c| c.len)),
+            }
+        }
+    }
+
     #[test]
     fn labels_are_found_in_their_runs_until_fakes_are_forgotten() {
         let fake = |run: u64, n: u64| FAKE_BASE + (run << FAKE_RUN_BITS) + n;
@@ -2978,7 +3196,8 @@ mod tests {
             originals: vec![(0x2000, 100)],
             fakes: vec![(fake(1, 4), 140), (fake(1, 1), 110), (fake(1, 2), 120)],
         };
-        labels.extend(vec![run0, run1]).unwrap();
+        labels.push(run0).unwrap();
+        labels.push(run1).unwrap();
         assert_eq!(labels.find(fake(0, 1)), Some(16));
         assert_eq!(labels.find(fake(1, 1)), Some(110));
         assert_eq!(labels.find(fake(1, 2)), Some(120));
@@ -2997,20 +3216,17 @@ mod tests {
         let fake = |n: u64| FAKE_BASE + n;
         let run =
             |originals: Vec<(u64, u64)>, fakes: Vec<(u64, u64)>| PartLabels { originals, fakes };
-        let twice = |runs| match RunLabels::default().extend(runs) {
+        let twice = |run| match RunLabels::default().push(run) {
             Err(RelocateError::DuplicateAddress(ip)) => Some(ip),
             Ok(()) => None,
             Err(e) => panic!("{e}"),
         };
         let fakes = vec![(fake(3), 30), (fake(2), 20), (fake(3), 40), (fake(2), 50)];
-        assert_eq!(
-            twice(vec![run(vec![(0x10, 0)], fakes.clone())]),
-            Some(fake(2))
-        );
+        assert_eq!(twice(run(vec![(0x10, 0)], fakes.clone())), Some(fake(2)));
         let originals = vec![(0x10, 0), (0x20, 4), (0x20, 8)];
-        assert_eq!(twice(vec![run(originals, fakes)]), Some(0x20));
+        assert_eq!(twice(run(originals, fakes)), Some(0x20));
         let once = vec![(fake(2), 20), (fake(1), 10)];
-        assert_eq!(twice(vec![run(vec![(0x10, 0)], once)]), None);
+        assert_eq!(twice(run(vec![(0x10, 0)], once)), None);
     }
 
     #[test]
