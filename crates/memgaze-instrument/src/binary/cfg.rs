@@ -18,6 +18,7 @@ use super::loops::LoopForest;
 use super::stack::{self, StackPos};
 use foldhash::{HashMap, HashMapExt};
 use iced_x86::{Code, FlowControl, Instruction, Mnemonic, OpKind, Register};
+use std::cell::RefCell;
 use std::sync::OnceLock;
 
 /// Read access to the bytes of the program image by virtual address (the
@@ -192,31 +193,50 @@ impl FunctionCode {
     /// `[start, end)`: branch sources and calls, indirect jumps (jump tables
     /// recognised), leaders, basic blocks, then their edges.
     pub(crate) fn from_instructions(
-        mut instructions: Vec<Instruction>,
+        instructions: Vec<Instruction>,
         start: u64,
         end: u64,
         memory: &dyn Memory,
     ) -> FunctionCode {
-        let index_of = IndexOf::new(&instructions, start, end);
+        CFG_BUFFERS.with_borrow_mut(|bufs| {
+            FunctionCode::from_instructions_in(instructions, start, end, memory, bufs)
+        })
+    }
+
+    /// [`FunctionCode::from_instructions`] with the thread's buffers.
+    fn from_instructions_in(
+        mut instructions: Vec<Instruction>,
+        start: u64,
+        end: u64,
+        memory: &dyn Memory,
+        bufs: &mut CfgBuffers,
+    ) -> FunctionCode {
+        let index_of = IndexOf::in_buffer(
+            &instructions,
+            start,
+            end,
+            std::mem::take(&mut bufs.at_offset),
+        );
         retarget_lock_skips(&mut instructions, &index_of, memory);
-        let Transfers {
-            calls,
-            invalid,
-            indirect,
-            mut leader,
-            mut branch_targets,
-        } = Transfers::scan(&instructions, start, end);
-        let (indirect_jumps, jump_tables, not_table_shaped) =
-            indirect_jumps(&instructions, indirect, start, end, &index_of, memory);
+        let found = &mut bufs.transfers;
+        found.scan(&instructions, start, end);
+        let (indirect_jumps, jump_tables, not_table_shaped) = indirect_jumps(
+            &instructions,
+            &found.indirect,
+            start,
+            end,
+            &index_of,
+            memory,
+        );
         add_target_leaders(
-            &mut leader,
-            &mut branch_targets,
+            &mut found.leader,
+            &mut found.branch_targets,
             &jump_tables,
             &index_of,
             start,
             end,
         );
-        let (mut blocks, block_of) = basic_blocks(&instructions, &leader);
+        let (mut blocks, block_of) = basic_blocks(&instructions, &found.leader);
         link_blocks(
             &mut blocks,
             &instructions,
@@ -232,13 +252,16 @@ impl FunctionCode {
             instructions,
             blocks,
             block_of,
-            calls,
+            // Copied at their size: the function keeps them for the whole
+            // rewrite.
+            calls: found.calls.to_vec(),
             indirect_jumps,
             jump_tables,
-            branch_targets,
-            invalid_instructions: invalid,
+            branch_targets: found.branch_targets.to_vec(),
+            invalid_instructions: found.invalid,
             loops: OnceLock::new(),
         };
+        bufs.at_offset = index_of.into_buffer();
         code.resolve_frame_tail_calls(not_table_shaped);
         code
     }
@@ -291,6 +314,21 @@ impl FunctionCode {
     }
 }
 
+/// The lists [`FunctionCode::from_instructions`] fills and drops, kept per
+/// thread from one function to the next: made anew for every function, they
+/// were most of its allocations (and of the classification's).
+#[derive(Default)]
+struct CfgBuffers {
+    /// [`IndexOf`]'s table.
+    at_offset: Vec<u32>,
+    /// What the sweep over the instructions finds.
+    transfers: Transfers,
+}
+
+thread_local! {
+    static CFG_BUFFERS: RefCell<CfgBuffers> = RefCell::default();
+}
+
 /// The index of the instruction starting at each address of a function,
 /// by direct indexing on the offset from its start: built for every
 /// function, a hash map of every instruction's address was a sizeable
@@ -304,9 +342,16 @@ pub(crate) struct IndexOf {
 
 impl IndexOf {
     /// The index of `instructions`, which lie in `[start, end)` in address
-    /// order (a linear sweep).
-    pub(crate) fn new(instructions: &[Instruction], start: u64, end: u64) -> IndexOf {
-        let mut at_offset = vec![u32::MAX; end.saturating_sub(start) as usize];
+    /// order (a linear sweep), in `at_offset`'s allocation (its contents
+    /// are replaced).
+    fn in_buffer(
+        instructions: &[Instruction],
+        start: u64,
+        end: u64,
+        mut at_offset: Vec<u32>,
+    ) -> IndexOf {
+        at_offset.clear();
+        at_offset.resize(end.saturating_sub(start) as usize, u32::MAX);
         for (i, insn) in instructions.iter().enumerate() {
             if let Some(slot) = insn
                 .ip()
@@ -317,6 +362,11 @@ impl IndexOf {
             }
         }
         IndexOf { start, at_offset }
+    }
+
+    /// The table's allocation, for the next function's.
+    fn into_buffer(self) -> Vec<u32> {
+        self.at_offset
     }
 
     /// The index of the instruction starting at `ip`, if one does.
@@ -372,6 +422,7 @@ fn retarget_lock_skips(instructions: &mut [Instruction], index_of: &IndexOf, mem
 /// What one sweep over a function's instructions finds of its control
 /// transfers (one sweep rather than one per kind: each reads every
 /// instruction's flow control again).
+#[derive(Default)]
 struct Transfers {
     /// Every call.
     calls: Vec<CallSite>,
@@ -387,16 +438,17 @@ struct Transfers {
 }
 
 impl Transfers {
-    /// Sweeps the `instructions` of `[start, end)`.
-    fn scan(instructions: &[Instruction], start: u64, end: u64) -> Transfers {
+    /// Sweeps the `instructions` of `[start, end)`, replacing what the
+    /// lists held.
+    fn scan(&mut self, instructions: &[Instruction], start: u64, end: u64) {
         let n = instructions.len();
-        let mut found = Transfers {
-            calls: Vec::new(),
-            invalid: 0,
-            indirect: Vec::new(),
-            leader: vec![false; n],
-            branch_targets: Vec::new(),
-        };
+        let found = self;
+        found.calls.clear();
+        found.invalid = 0;
+        found.indirect.clear();
+        found.leader.clear();
+        found.leader.resize(n, false);
+        found.branch_targets.clear();
         if n > 0 {
             found.leader[0] = true;
         }
@@ -429,7 +481,6 @@ impl Transfers {
                 _ => {}
             }
         }
-        found
     }
 }
 
@@ -458,15 +509,15 @@ fn branch_sources(instructions: &[Instruction], index_of: &IndexOf) -> HashMap<u
 /// found only along the edges of the tables already resolved.
 fn indirect_jumps(
     instructions: &[Instruction],
-    indirect: Vec<u32>,
+    indirect: &[u32],
     start: u64,
     end: u64,
     index_of: &IndexOf,
     memory: &dyn Memory,
 ) -> (Vec<IndirectJump>, Vec<JumpTable>, Vec<usize>) {
     let mut indirect_jumps: Vec<IndirectJump> = indirect
-        .into_iter()
-        .map(|i| IndirectJump {
+        .iter()
+        .map(|&i| IndirectJump {
             ip: instructions[i as usize].ip(),
             instruction: i,
             kind: IndirectJumpKind::Unresolved,

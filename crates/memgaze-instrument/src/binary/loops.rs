@@ -33,7 +33,8 @@ impl Loop {
 pub struct LoopForest {
     /// Loops, innermost (smallest) first.
     pub loops: Vec<Loop>,
-    /// Innermost loop of each block.
+    /// Innermost loop of each block; empty when there are no loops (most
+    /// functions: a list of `None`s was an allocation each).
     innermost: Vec<Option<u32>>,
     /// Edges to an earlier block (in reverse post-order) whose target does
     /// not dominate the source: cycles with more than one entry, which no
@@ -54,7 +55,7 @@ impl LoopForest {
             .enumerate()
             .all(|(b, block)| block.successors.iter().all(|&s| s as usize > b));
         if forward_only {
-            return LoopForest::acyclic(blocks.len());
+            return LoopForest::acyclic();
         }
         let rpo = dominators::reverse_post_order(blocks);
         let position = dominators::rpo_positions(&rpo, blocks.len());
@@ -65,16 +66,16 @@ impl LoopForest {
                 .any(|&s| position[s as usize] <= position[b as usize])
         });
         if !cyclic {
-            return LoopForest::acyclic(blocks.len());
+            return LoopForest::acyclic();
         }
         LoopForest::compute(blocks, &Dominators::from_order(blocks, rpo, position))
     }
 
-    /// The forest of `n` blocks without a cycle.
-    fn acyclic(n: usize) -> LoopForest {
+    /// The forest of blocks without a cycle.
+    fn acyclic() -> LoopForest {
         LoopForest {
             loops: Vec::new(),
-            innermost: vec![None; n],
+            innermost: Vec::new(),
             irreducible_edges: 0,
         }
     }
@@ -105,10 +106,14 @@ impl LoopForest {
         // large functions with many loops quadratic.
         let mut inside = vec![false; n];
         let mut stack: Vec<u32> = Vec::new();
+        // One list to gather every loop's body in, each then copied at its
+        // size (grown from empty, a body was several allocations).
+        let mut body: Vec<u32> = Vec::new();
         let mut loops: Vec<Loop> = by_header
             .into_iter()
             .map(|(header, latches)| {
-                let mut body: Vec<u32> = vec![header];
+                body.clear();
+                body.push(header);
                 inside[header as usize] = true;
                 for &l in &latches {
                     if !inside[l as usize] {
@@ -133,14 +138,18 @@ impl LoopForest {
                 Loop {
                     header,
                     latches,
-                    blocks: body,
+                    blocks: body.to_vec(),
                     parent: None,
                     depth: 0,
                 }
             })
             .collect();
         loops.sort_by_key(|l| (l.blocks.len(), l.header));
-        let mut innermost = vec![None; n];
+        let mut innermost = if loops.is_empty() {
+            Vec::new()
+        } else {
+            vec![None; n]
+        };
         for (i, l) in loops.iter().enumerate() {
             for &b in &l.blocks {
                 if innermost[b as usize].is_none() {

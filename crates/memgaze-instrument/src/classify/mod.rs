@@ -239,8 +239,10 @@ pub struct Classifier {
     /// The load operands of the function being classified, kept from one
     /// function to the next.
     operands: Vec<LoadOperand>,
-    /// The value evaluator's allocations, likewise.
-    evaluator: EvaluatorBuffers,
+    /// The value evaluator's allocations, likewise (taken while a function
+    /// uses them: a default left in their place would build iced's
+    /// instruction information, two allocations, for nothing).
+    evaluator: Option<EvaluatorBuffers>,
 }
 
 impl Default for Classifier {
@@ -255,7 +257,7 @@ impl Classifier {
         Classifier {
             info: InstructionInfoFactory::new(),
             operands: Vec::new(),
-            evaluator: EvaluatorBuffers::default(),
+            evaluator: None,
         }
     }
 
@@ -314,9 +316,9 @@ impl Classifier {
                     .is_none_or(|f| f.frame_pointer.is_some() == frame_pointer),
             "the frame finds the frame pointer the loads were classified with"
         );
-        let mut evaluator = frame
-            .as_ref()
-            .map(|f| Evaluator::with_buffers(code, loops, f, std::mem::take(&mut self.evaluator)));
+        let mut evaluator = frame.as_ref().map(|f| {
+            Evaluator::with_buffers(code, loops, f, self.evaluator.take().unwrap_or_default())
+        });
 
         // Kept for the whole rewrite: sized once, without growth slack.
         out.loads.reserve_exact(operands.len());
@@ -338,7 +340,7 @@ impl Classifier {
         }
         self.operands = operands;
         if let Some(evaluator) = evaluator {
-            self.evaluator = evaluator.into_buffers();
+            self.evaluator = Some(evaluator.into_buffers());
         }
         compress(&mut out.loads);
         out

@@ -331,8 +331,12 @@ pub(crate) struct EvaluatorBuffers {
     /// `Evaluator::first_def_val`.
     spent: HashMap<(u32, u64), (u32, u32, Val, u32)>,
     /// See `Evaluator::entry_defs`; keyed by [`pair`]`(loop, variable)`:
-    /// per block of the loop, a range of `entry_sets`.
-    entry_defs: HashMap<u64, Vec<(u32, u32)>>,
+    /// where the loop's ranges of `entry_sets` (one per block) start in
+    /// `entry_ranges`.
+    entry_defs: HashMap<u64, u32>,
+    /// The ranges of `entry_defs`, one loop's after the other (a list per
+    /// (loop, variable) was an allocation each).
+    entry_ranges: Vec<(u32, u32)>,
     /// The sets of `entry_defs`, one after the other.
     entry_sets: Vec<u32>,
     /// Buffers of `Evaluator::entry_defs`, kept from one (loop, variable)
@@ -344,9 +348,15 @@ pub(crate) struct EvaluatorBuffers {
     entry_set: Vec<u32>,
     /// Recent answers of `Evaluator::reaching`.
     reaching_cache: ReachingCache,
-    /// Per loop, the in-loop predecessors of each of its blocks (positions
-    /// in `Loop::blocks`).
-    loop_preds: HashMap<u32, Vec<Vec<usize>>>,
+    /// Per loop (index), once asked for, where its blocks' entries start in
+    /// `pred_first`: block `k` of the loop (its position in `Loop::blocks`)
+    /// has its in-loop predecessors (positions) at
+    /// `pred_list[pred_first[start + k]..pred_first[start + k + 1]]`.
+    /// Flat lists: a list per block was most of the evaluator's
+    /// allocations.
+    loop_preds: Vec<Option<u32>>,
+    pred_first: Vec<u32>,
+    pred_list: Vec<u32>,
     /// Per loop (index), its blocks' positions, once asked for.
     loop_index: Vec<Option<LoopIndex>>,
     /// The definitions `(instruction, variable)` being evaluated, in the
@@ -394,11 +404,14 @@ impl EvaluatorBuffers {
         refill(&mut self.memo_count, loop_count, 0);
         self.spent.clear();
         self.entry_defs.clear();
+        self.entry_ranges.clear();
         self.entry_sets.clear();
         // `entry_last`, `entry_ins` and `entry_set`: each use clears the
         // part it reads.
         self.reaching_cache.clear();
-        self.loop_preds.clear();
+        refill(&mut self.loop_preds, loop_count, None);
+        self.pred_first.clear();
+        self.pred_list.clear();
         refill(&mut self.loop_index, loop_count, None);
         self.in_progress.clear();
         refill(&mut self.on_chain, n, (0, 0));
@@ -540,75 +553,99 @@ impl<'a> Evaluator<'a> {
     /// definitions of `v` that reach its entry: a forward data-flow pass
     /// over the loop, computed once per (loop, variable).
     fn entry_defs(&mut self, l: u32, v: Var) -> &[(u32, u32)] {
-        if !self.bufs.entry_defs.contains_key(&pair(l, v)) {
-            let lp = &self.loops.loops[l as usize];
-            let n = lp.blocks.len();
-            let code = self.code;
-            let mut last = std::mem::take(&mut self.bufs.entry_last);
-            last.clear();
-            for &b in &lp.blocks {
-                let d = self.last_def_in(b, v);
-                last.push(d);
-            }
-            // Predecessors inside the loop, as positions: the same for
-            // every variable of the loop.
-            let preds = self.bufs.loop_preds.entry(l).or_insert_with(|| {
-                lp.blocks
-                    .iter()
-                    .map(|&b| {
-                        code.blocks[b as usize]
-                            .predecessors
-                            .iter()
-                            .filter_map(|p| lp.blocks.binary_search(p).ok())
-                            .collect()
-                    })
-                    .collect()
-            });
-            // The sets of the last (loop, variable) asked, reused: most
-            // queries' loops are small, and their allocations were most of
-            // this pass's time.
-            let mut ins = std::mem::take(&mut self.bufs.entry_ins);
-            for set in ins.iter_mut().take(n) {
+        let n = self.loops.loops[l as usize].blocks.len();
+        let start = match self.bufs.entry_defs.get(&pair(l, v)) {
+            Some(&start) => start as usize,
+            None => self.find_entry_defs(l, v),
+        };
+        &self.bufs.entry_ranges[start..start + n]
+    }
+
+    /// [`Evaluator::entry_defs`], not yet known: appends the loop's ranges
+    /// to `entry_ranges` and returns where they start.
+    fn find_entry_defs(&mut self, l: u32, v: Var) -> usize {
+        let lp = &self.loops.loops[l as usize];
+        let n = lp.blocks.len();
+        let mut last = std::mem::take(&mut self.bufs.entry_last);
+        last.clear();
+        for &b in &lp.blocks {
+            let d = self.last_def_in(b, v);
+            last.push(d);
+        }
+        // Predecessors inside the loop, as positions: the same for every
+        // variable of the loop.
+        let preds_at = self.loop_preds_of(l);
+        // The sets of the last (loop, variable) asked, reused: most
+        // queries' loops are small, and their allocations were most of
+        // this pass's time.
+        let mut ins = std::mem::take(&mut self.bufs.entry_ins);
+        for set in ins.iter_mut().take(n) {
+            set.clear();
+        }
+        if ins.len() < n {
+            ins.resize_with(n, Vec::new);
+        }
+        // One buffer for the candidate set of every block and round.
+        let mut set = std::mem::take(&mut self.bufs.entry_set);
+        let first = &self.bufs.pred_first[preds_at..=preds_at + n];
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for k in 0..n {
                 set.clear();
-            }
-            if ins.len() < n {
-                ins.resize_with(n, Vec::new);
-            }
-            // One buffer for the candidate set of every block and round.
-            let mut set = std::mem::take(&mut self.bufs.entry_set);
-            let mut changed = true;
-            while changed {
-                changed = false;
-                for k in 0..n {
-                    set.clear();
-                    for &p in &preds[k] {
-                        match last[p] {
-                            Some(d) => set.push(d),
-                            None => set.extend_from_slice(&ins[p]),
-                        }
-                    }
-                    set.sort_unstable();
-                    set.dedup();
-                    // The sets only grow from one round to the next (their
-                    // inputs do): a set of another length is a new one.
-                    if set.len() != ins[k].len() {
-                        std::mem::swap(&mut ins[k], &mut set);
-                        changed = true;
+                for &p in &self.bufs.pred_list[first[k] as usize..first[k + 1] as usize] {
+                    match last[p as usize] {
+                        Some(d) => set.push(d),
+                        None => set.extend_from_slice(&ins[p as usize]),
                     }
                 }
+                set.sort_unstable();
+                set.dedup();
+                // The sets only grow from one round to the next (their
+                // inputs do): a set of another length is a new one.
+                if set.len() != ins[k].len() {
+                    std::mem::swap(&mut ins[k], &mut set);
+                    changed = true;
+                }
             }
-            let mut ranges = Vec::with_capacity(n);
-            for set in &ins[..n] {
-                let from = self.bufs.entry_sets.len() as u32;
-                self.bufs.entry_sets.extend_from_slice(set);
-                ranges.push((from, self.bufs.entry_sets.len() as u32));
-            }
-            self.bufs.entry_defs.insert(pair(l, v), ranges);
-            self.bufs.entry_last = last;
-            self.bufs.entry_ins = ins;
-            self.bufs.entry_set = set;
         }
-        &self.bufs.entry_defs[&pair(l, v)]
+        let start = self.bufs.entry_ranges.len();
+        for set in &ins[..n] {
+            let from = self.bufs.entry_sets.len() as u32;
+            self.bufs.entry_sets.extend_from_slice(set);
+            self.bufs
+                .entry_ranges
+                .push((from, self.bufs.entry_sets.len() as u32));
+        }
+        self.bufs.entry_defs.insert(pair(l, v), start as u32);
+        self.bufs.entry_last = last;
+        self.bufs.entry_ins = ins;
+        self.bufs.entry_set = set;
+        start
+    }
+
+    /// Where loop `l`'s blocks' entries start in `pred_first` (see
+    /// [`EvaluatorBuffers::loop_preds`]), listed on first use.
+    fn loop_preds_of(&mut self, l: u32) -> usize {
+        if let Some(start) = self.bufs.loop_preds[l as usize] {
+            return start as usize;
+        }
+        let lp = &self.loops.loops[l as usize];
+        let bufs = &mut self.bufs;
+        let start = bufs.pred_first.len();
+        for &b in &lp.blocks {
+            bufs.pred_first.push(bufs.pred_list.len() as u32);
+            bufs.pred_list.extend(
+                self.code.blocks[b as usize]
+                    .predecessors
+                    .iter()
+                    .filter_map(|p| lp.blocks.binary_search(p).ok())
+                    .map(|k| k as u32),
+            );
+        }
+        bufs.pred_first.push(bufs.pred_list.len() as u32);
+        bufs.loop_preds[l as usize] = Some(start as u32);
+        start
     }
 
     /// The last definition of `v` in block `b`, if it has one.

@@ -314,59 +314,84 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
+/// The lists [`live_before`] fills and drops, kept per thread from one
+/// function to the next (made anew, they were three allocations per
+/// function planned).
+#[derive(Default)]
+struct LivenessBuffers {
+    /// Per instruction, its (uses, defs).
+    transfers: Vec<(u32, u32)>,
+    /// Per block, what escapes the function at its end.
+    exit_live: Vec<u32>,
+    /// Per block, what is live at its entry.
+    live_in: Vec<u32>,
+}
+
+thread_local! {
+    static LIVENESS_BUFFERS: std::cell::RefCell<LivenessBuffers> =
+        std::cell::RefCell::default();
+}
+
 /// Live registers and flags before every instruction of `code`.
 pub(crate) fn live_before(code: &FunctionCode) -> Vec<RegSet> {
+    LIVENESS_BUFFERS.with_borrow_mut(|bufs| live_before_in(code, bufs))
+}
+
+/// [`live_before`] with the thread's buffers.
+fn live_before_in(code: &FunctionCode, bufs: &mut LivenessBuffers) -> Vec<RegSet> {
     let n = code.instructions.len();
-    let transfers: Vec<(u32, u32)> = TRANSFER_CACHE.with_borrow_mut(|cache| {
+    let transfers = &mut bufs.transfers;
+    transfers.clear();
+    TRANSFER_CACHE.with_borrow_mut(|cache| {
         let cache = cache.get_or_insert_with(TransferCache::new);
-        (code.instructions.iter())
-            .map(|insn| transfer(insn, cache))
-            .collect()
+        transfers.extend((code.instructions.iter()).map(|insn| transfer(insn, cache)));
     });
-    // What escapes the function at the end of each block.
-    let exit_live: Vec<u32> = code
-        .blocks
-        .iter()
-        .map(|b| {
-            let last = &code.instructions[b.last()];
-            match b.terminator {
-                Terminator::FallThrough
-                | Terminator::Jump
-                | Terminator::Conditional
-                | Terminator::Call => 0,
-                Terminator::Return => ALL_GPRS,
-                Terminator::TailCall => {
-                    ALL_GPRS
-                        | if last.flow_control() == FlowControl::ConditionalBranch {
-                            FLAGS
-                        } else {
-                            0
-                        }
-                }
-                Terminator::IndirectJump => {
-                    let kind = code
-                        .indirect_jumps
-                        .iter()
-                        .find(|j| j.ip == last.ip())
-                        .map(|j| j.kind);
-                    match kind {
-                        Some(IndirectJumpKind::JumpTable(t)) => {
-                            // Targets outside the function are exits.
-                            let leaves = code.jump_tables[t]
-                                .targets
-                                .iter()
-                                .any(|&x| x < code.start || x >= code.end);
-                            if leaves { ALL_GPRS | FLAGS } else { 0 }
-                        }
-                        Some(IndirectJumpKind::TailCall) => ALL_GPRS,
-                        _ => ALL_GPRS | FLAGS,
+    let exit_live = &mut bufs.exit_live;
+    exit_live.clear();
+    exit_live.extend(code.blocks.iter().map(|b| {
+        let last = &code.instructions[b.last()];
+        match b.terminator {
+            Terminator::FallThrough
+            | Terminator::Jump
+            | Terminator::Conditional
+            | Terminator::Call => 0,
+            Terminator::Return => ALL_GPRS,
+            Terminator::TailCall => {
+                ALL_GPRS
+                    | if last.flow_control() == FlowControl::ConditionalBranch {
+                        FLAGS
+                    } else {
+                        0
                     }
-                }
-                Terminator::Trap | Terminator::Invalid | Terminator::End => ALL_GPRS | FLAGS,
             }
-        })
-        .collect();
-    let mut live_in = vec![0u32; code.blocks.len()];
+            Terminator::IndirectJump => {
+                let kind = code
+                    .indirect_jumps
+                    .iter()
+                    .find(|j| j.ip == last.ip())
+                    .map(|j| j.kind);
+                match kind {
+                    Some(IndirectJumpKind::JumpTable(t)) => {
+                        // Targets outside the function are exits.
+                        let leaves = code.jump_tables[t]
+                            .targets
+                            .iter()
+                            .any(|&x| x < code.start || x >= code.end);
+                        if leaves { ALL_GPRS | FLAGS } else { 0 }
+                    }
+                    Some(IndirectJumpKind::TailCall) => ALL_GPRS,
+                    _ => ALL_GPRS | FLAGS,
+                }
+            }
+            Terminator::Trap | Terminator::Invalid | Terminator::End => ALL_GPRS | FLAGS,
+        }
+    }));
+    bufs.live_in.clear();
+    bufs.live_in.resize(code.blocks.len(), 0);
+    // Slices from here: indexing through the buffers' `Vec`s reloaded
+    // their lengths in the loops below.
+    let (transfers, exit_live) = (&bufs.transfers[..], &bufs.exit_live[..]);
+    let live_in = &mut bufs.live_in[..];
     let block_in = |b: usize, live_in: &[u32]| -> u32 {
         let block = &code.blocks[b];
         let mut live = exit_live[b];
@@ -385,7 +410,7 @@ pub(crate) fn live_before(code: &FunctionCode) -> Vec<RegSet> {
     while changed {
         changed = false;
         for b in (0..code.blocks.len()).rev() {
-            let new = block_in(b, &live_in);
+            let new = block_in(b, live_in);
             if new != live_in[b] {
                 live_in[b] = new;
                 changed = true;

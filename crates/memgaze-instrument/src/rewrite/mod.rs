@@ -2082,6 +2082,38 @@ fn form_superblocks(
     live: &[RegSet],
     inserts: &mut Vec<(usize, Insert)>,
 ) -> Vec<relocate::Superblock> {
+    SUPERBLOCK_BUFFERS.with_borrow_mut(|bufs| form_superblocks_in(code, live, inserts, bufs))
+}
+
+/// The lists [`form_superblocks`] fills and drops, kept per thread from one
+/// function to the next (made anew, they were five allocations per
+/// function with probes, the probes' list grown several times).
+#[derive(Default)]
+struct SuperblockBuffers {
+    /// The soft probes of every block, sorted by block.
+    probes: Vec<(u32, (usize, u32, FastPath))>,
+    /// Per block, where its probes start in `probes` (one more at the end).
+    first: Vec<usize>,
+    /// Per block, whether a superblock holds it.
+    used: Vec<bool>,
+    /// The blocks of the superblock being formed.
+    chain: Vec<usize>,
+    /// The instructions of the loads the superblocks count, sorted.
+    counted: Vec<usize>,
+}
+
+thread_local! {
+    static SUPERBLOCK_BUFFERS: std::cell::RefCell<SuperblockBuffers> =
+        std::cell::RefCell::default();
+}
+
+/// [`form_superblocks`] with the thread's buffers.
+fn form_superblocks_in(
+    code: &FunctionCode,
+    live: &[RegSet],
+    inserts: &mut Vec<(usize, Insert)>,
+    bufs: &mut SuperblockBuffers,
+) -> Vec<relocate::Superblock> {
     let is_control = |i: usize| {
         matches!(
             code.instructions[i].flow_control(),
@@ -2093,16 +2125,17 @@ fn form_superblocks(
     };
     // The soft probes of every block, in `inserts` order, in one list
     // sorted by block (a list per block was most of planning's allocations).
-    let mut probes: Vec<(u32, (usize, u32, FastPath))> = inserts
-        .iter()
-        .filter_map(|&(i, insert)| match insert {
-            Insert::Soft { id, fast } if !is_control(i) => Some((code.block_of[i], (i, id, fast))),
-            _ => None,
-        })
-        .collect();
+    let probes = &mut bufs.probes;
+    probes.clear();
+    probes.extend(inserts.iter().filter_map(|&(i, insert)| match insert {
+        Insert::Soft { id, fast } if !is_control(i) => Some((code.block_of[i], (i, id, fast))),
+        _ => None,
+    }));
     probes.sort_by_key(|&(block, _)| block);
-    let mut first = vec![0usize; code.blocks.len() + 1];
-    for &(block, _) in &probes {
+    let first = &mut bufs.first;
+    first.clear();
+    first.resize(code.blocks.len() + 1, 0);
+    for &(block, _) in probes.iter() {
         first[block as usize + 1] += 1;
     }
     for b in 0..code.blocks.len() {
@@ -2110,10 +2143,12 @@ fn form_superblocks(
     }
     let probes_of = |b: usize| probes[first[b]..first[b + 1]].iter().map(|&(_, p)| p);
     let block_at = |addr: u64| code.instruction_at(addr).map(|i| code.block_of[i] as usize);
-    let mut used = vec![false; code.blocks.len()];
+    let used = &mut bufs.used;
+    used.clear();
+    used.resize(code.blocks.len(), false);
     let mut superblocks = Vec::new();
     // The blocks of the superblock being formed (one buffer for all).
-    let mut chain: Vec<usize> = Vec::new();
+    let chain = &mut bufs.chain;
     for b in 0..code.blocks.len() {
         if used[b] {
             continue;
@@ -2170,7 +2205,7 @@ fn form_superblocks(
                 exits.push((code.blocks[c].last(), after as u32));
             }
         }
-        for &c in &chain {
+        for &c in chain.iter() {
             used[c] = true;
         }
         superblocks.push(relocate::Superblock {
@@ -2181,10 +2216,13 @@ fn form_superblocks(
         });
     }
     // A function has few probes: a sorted list searched, not a hash set.
-    let mut counted: Vec<usize> = superblocks
-        .iter()
-        .flat_map(|b| b.loads.iter().map(|&(i, _, _)| i))
-        .collect();
+    let counted = &mut bufs.counted;
+    counted.clear();
+    counted.extend(
+        superblocks
+            .iter()
+            .flat_map(|b| b.loads.iter().map(|&(i, _, _)| i)),
+    );
     counted.sort_unstable();
     inserts.retain(|(i, _)| counted.binary_search(i).is_err());
     superblocks
