@@ -29,15 +29,6 @@ pub(crate) struct GprEffects {
 }
 
 impl GprEffects {
-    /// The effects of iced's register list.
-    pub(crate) fn of_iced(used: &[UsedRegister]) -> GprEffects {
-        let mut effects = GprEffects::default();
-        for u in used {
-            effects.add(u.register(), u.access());
-        }
-        effects
-    }
-
     /// Whether the instruction writes `reg` (its full 64-bit register) in
     /// any way.
     pub(crate) fn writes(self, reg: Register) -> bool {
@@ -74,10 +65,34 @@ impl GprEffects {
     }
 }
 
+/// A fold of the register uses iced lists for an instruction, one at a
+/// time: [`GprEffects`], or a caller's own summary of them (liveness keeps
+/// two masks instead of four).
+pub(crate) trait RegisterFold: Default {
+    /// Adds one use of `reg` of iced's kind `access`.
+    fn add(&mut self, reg: Register, access: OpAccess);
+
+    /// The fold of iced's register list.
+    fn of_iced(used: &[UsedRegister]) -> Self {
+        let mut fold = Self::default();
+        for u in used {
+            fold.add(u.register(), u.access());
+        }
+        fold
+    }
+}
+
+impl RegisterFold for GprEffects {
+    #[inline(always)]
+    fn add(&mut self, reg: Register, access: OpAccess) {
+        GprEffects::add(self, reg, access);
+    }
+}
+
 /// Bit of the 64-bit register containing `reg`, for general-purpose
 /// registers.
 #[inline(always)]
-fn gpr_bit(reg: Register) -> Option<u16> {
+pub(crate) fn gpr_bit(reg: Register) -> Option<u16> {
     let full = reg.full_register();
     full.is_gpr64()
         .then(|| 1 << (full as u32 - Register::RAX as u32))
@@ -148,7 +163,14 @@ fn operand_use(code: Code) -> Option<OperandUse> {
 /// [`direct_usage`]'s general-purpose registers alone.
 #[inline]
 pub(crate) fn direct_gpr_effects(insn: &Instruction) -> Option<GprEffects> {
-    direct(insn, false).map(|(effects, _)| effects)
+    direct_registers(insn)
+}
+
+/// The register uses of [`direct_usage`], folded by `F`: the uses iced
+/// lists, in another order.
+#[inline]
+pub(crate) fn direct_registers<F: RegisterFold>(insn: &Instruction) -> Option<F> {
+    direct(insn, false).map(|(fold, _)| fold)
 }
 
 /// The general-purpose register effects and the memory location (iced's
@@ -162,9 +184,12 @@ pub(crate) fn direct_usage(insn: &Instruction) -> Option<(GprEffects, Option<Use
 
 /// [`direct_usage`], the memory location built only when `with_memory`.
 #[inline(always)]
-fn direct(insn: &Instruction, with_memory: bool) -> Option<(GprEffects, Option<UsedMemory>)> {
+fn direct<F: RegisterFold>(
+    insn: &Instruction,
+    with_memory: bool,
+) -> Option<(F, Option<UsedMemory>)> {
     let operand_use = operand_use(insn.code())?;
-    let mut effects = GprEffects::default();
+    let mut effects = F::default();
     let mut memory = None;
     let (first, second) = match operand_use {
         OperandUse::WriteRead | OperandUse::Lea => (OpAccess::Write, OpAccess::Read),
