@@ -271,8 +271,7 @@ impl FunctionCode {
     /// indirect jumps `not_table_shaped` (indices) that are.
     fn resolve_frame_tail_calls(&mut self, not_table_shaped: Vec<usize>) {
         if !not_table_shaped.is_empty() {
-            let mut info = iced_x86::InstructionInfoFactory::new();
-            let fp = stack::frame_pointer(self, &mut info);
+            let fp = stack::frame_pointer(self, &mut super::usage::Usages::new());
             let positions = stack::positions(self, fp);
             for k in not_table_shaped {
                 let j = &mut self.indirect_jumps[k];

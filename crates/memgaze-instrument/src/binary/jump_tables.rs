@@ -29,10 +29,9 @@
 //! at a merge it stops.
 
 use super::cfg::Memory;
+use super::usage::Usages;
 use foldhash::{HashMap, HashSet, HashSetExt};
-use iced_x86::{
-    FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register,
-};
+use iced_x86::{FlowControl, Instruction, Mnemonic, OpAccess, OpKind, Register};
 
 /// Longest backward slice examined, in instructions.
 const SLICE_LIMIT: usize = 48;
@@ -128,16 +127,11 @@ impl Slicer<'_> {
     }
 
     /// The instruction that last wrote `reg` before instruction `i`.
-    fn find_def(
-        &self,
-        info: &mut InstructionInfoFactory,
-        reg: Register,
-        i: usize,
-    ) -> Option<usize> {
+    fn find_def(&self, usages: &mut Usages, reg: Register, i: usize) -> Option<usize> {
         let mut at = i;
         for _ in 0..SLICE_LIMIT {
             let (p, _) = self.prev(at)?;
-            if writes(info, &self.instructions[p], reg) {
+            if writes(usages, &self.instructions[p], reg) {
                 return Some(p);
             }
             at = p;
@@ -150,12 +144,7 @@ impl Slicer<'_> {
     /// branches). Paths into code reached only through unresolved indirect
     /// jumps add nothing; reaching the function entry, a call returning its
     /// value in `reg`, or too large a search gives `None`.
-    fn reaching_defs(
-        &self,
-        info: &mut InstructionInfoFactory,
-        reg: Register,
-        i: usize,
-    ) -> Option<Vec<usize>> {
+    fn reaching_defs(&self, usages: &mut Usages, reg: Register, i: usize) -> Option<Vec<usize>> {
         const VISIT_LIMIT: usize = 20_000;
         let mut defs = Vec::new();
         let mut seen = HashSet::new();
@@ -181,7 +170,7 @@ impl Slicer<'_> {
                     return None;
                 }
                 let insn = &self.instructions[p];
-                if writes(info, insn, reg) {
+                if writes(usages, insn, reg) {
                     defs.push(p);
                 } else if insn.flow_control() == FlowControl::Call
                     || insn.flow_control() == FlowControl::IndirectCall
@@ -220,8 +209,17 @@ fn falls_through(insn: &Instruction) -> bool {
     ) && !insn.is_invalid()
 }
 
-fn writes(info: &mut InstructionInfoFactory, insn: &Instruction, reg: Register) -> bool {
-    info.info(insn).used_registers().iter().any(|u| {
+/// Whether `insn` writes `reg` (any part of it), a full register (iced
+/// names written registers by their full register: asked of a part, none
+/// is).
+fn writes(usages: &mut Usages, insn: &Instruction, reg: Register) -> bool {
+    if reg.is_gpr64() {
+        return usages.gpr_effects(insn).writes(reg);
+    }
+    if reg.is_gpr() {
+        return false;
+    }
+    (usages.factory().info(insn).used_registers().iter()).any(|u| {
         u.register().full_register() == reg
             && matches!(
                 u.access(),
@@ -274,16 +272,16 @@ pub(crate) fn recognise(
     index_of: &super::cfg::IndexOf,
     memory: &dyn Memory,
 ) -> Option<Recognised> {
-    let mut info = InstructionInfoFactory::new();
+    let mut usages = Usages::new();
     let insns = slicer.instructions;
     let jmp = &insns[j];
     let shape = match jmp.op0_kind() {
-        OpKind::Memory => table_operand(slicer, &mut info, j, 8)?,
+        OpKind::Memory => table_operand(slicer, &mut usages, j, 8)?,
         OpKind::Register => {
             let r = jmp.op0_register().full_register();
             // Table dispatch computes the target right before the jump; a
             // register set on several paths is some other code pointer.
-            let Some(d) = slicer.find_def(&mut info, r, j) else {
+            let Some(d) = slicer.find_def(&mut usages, r, j) else {
                 return Some(Recognised::NotTableShaped);
             };
             let def = &insns[d];
@@ -292,7 +290,7 @@ pub(crate) fn recognise(
                     if def.memory_index() == Register::None {
                         return Some(Recognised::TailCall);
                     }
-                    match table_operand(slicer, &mut info, d, 8) {
+                    match table_operand(slicer, &mut usages, d, 8) {
                         Some(shape) => shape,
                         // Indexed from a non-constant base: a code pointer
                         // read from a data structure.
@@ -302,14 +300,14 @@ pub(crate) fn recognise(
                 Mnemonic::Add
                     if def.op0_kind() == OpKind::Register && def.op1_kind() == OpKind::Register =>
                 {
-                    relative_shape(slicer, &mut info, d)?
+                    relative_shape(slicer, &mut usages, d)?
                 }
                 _ => return Some(Recognised::NotTableShaped),
             }
         }
         _ => return None,
     };
-    let bound = find_bound(slicer, &mut info, shape.index_at, shape.index);
+    let bound = find_bound(slicer, &mut usages, shape.index_at, shape.index);
     let limit = match bound {
         JumpTableBound::Compare(n) | JumpTableBound::Mask(n) | JumpTableBound::Scanned(n) => {
             u64::from(n).min(MAX_ENTRIES)
@@ -389,7 +387,7 @@ pub(crate) fn recognise(
 /// copies).
 fn constant(
     slicer: &Slicer<'_>,
-    info: &mut InstructionInfoFactory,
+    usages: &mut Usages,
     reg: Register,
     at: usize,
     depth: u32,
@@ -401,15 +399,15 @@ fn constant(
         return None;
     }
     let reg = reg.full_register();
-    let d = match slicer.find_def(info, reg, at) {
+    let d = match slicer.find_def(usages, reg, at) {
         Some(d) => d,
         None => {
             // Defined before a merge (a base hoisted out of a loop): the same
             // constant on every path.
-            let defs = slicer.reaching_defs(info, reg, at)?;
+            let defs = slicer.reaching_defs(usages, reg, at)?;
             let mut value = None;
             for d in defs {
-                let v = constant_def(slicer, info, d, depth)?;
+                let v = constant_def(slicer, usages, d, depth)?;
                 if value.is_some_and(|x| x != v) {
                     return None;
                 }
@@ -418,29 +416,24 @@ fn constant(
             return value;
         }
     };
-    constant_def(slicer, info, d, depth)
+    constant_def(slicer, usages, d, depth)
 }
 
 /// The constant written by instruction `d`, if it writes one.
-fn constant_def(
-    slicer: &Slicer<'_>,
-    info: &mut InstructionInfoFactory,
-    d: usize,
-    depth: u32,
-) -> Option<u64> {
+fn constant_def(slicer: &Slicer<'_>, usages: &mut Usages, d: usize, depth: u32) -> Option<u64> {
     let insn = &slicer.instructions[d];
     match insn.mnemonic() {
         Mnemonic::Lea if insn.memory_base() == Register::RIP => Some(insn.memory_displacement64()),
         Mnemonic::Lea if insn.memory_index() == Register::None => Some(
-            constant(slicer, info, insn.memory_base(), d, depth + 1)?
+            constant(slicer, usages, insn.memory_base(), d, depth + 1)?
                 .wrapping_add(insn.memory_displacement64()),
         ),
         Mnemonic::Mov if is_immediate(insn.op1_kind()) => Some(insn.immediate(1)),
         Mnemonic::Mov if insn.op1_kind() == OpKind::Register && insn.op1_register().size() == 8 => {
-            constant(slicer, info, insn.op1_register(), d, depth + 1)
+            constant(slicer, usages, insn.op1_register(), d, depth + 1)
         }
         Mnemonic::Add if is_immediate(insn.op1_kind()) => Some(
-            constant(slicer, info, insn.op0_register(), d, depth + 1)?
+            constant(slicer, usages, insn.op0_register(), d, depth + 1)?
                 .wrapping_add(insn.immediate(1)),
         ),
         _ => None,
@@ -452,11 +445,11 @@ fn constant_def(
 /// so that unoptimised code's pre-scaled indices are seen.
 fn scaled_index(
     slicer: &Slicer<'_>,
-    info: &mut InstructionInfoFactory,
+    usages: &mut Usages,
     reg: Register,
     at: usize,
 ) -> (Register, usize, u64) {
-    if let Some(d) = slicer.find_def(info, reg.full_register(), at) {
+    if let Some(d) = slicer.find_def(usages, reg.full_register(), at) {
         let insn = &slicer.instructions[d];
         match insn.mnemonic() {
             Mnemonic::Lea
@@ -481,7 +474,7 @@ fn scaled_index(
 /// and the other a pre-scaled index.
 fn table_operand(
     slicer: &Slicer<'_>,
-    info: &mut InstructionInfoFactory,
+    usages: &mut Usages,
     at: usize,
     entry_size: u64,
 ) -> Option<Shape> {
@@ -505,7 +498,7 @@ fn table_operand(
         JumpTableEntries::Relative { base: 0 }
     };
     if scale == entry_size {
-        let t = constant(slicer, info, base, at, 0)?;
+        let t = constant(slicer, usages, base, at, 0)?;
         return Some(Shape {
             load: at,
             index_at: at,
@@ -516,8 +509,8 @@ fn table_operand(
     }
     if scale == 1 && base != Register::None {
         for (c, x) in [(base, index), (index, base)] {
-            if let Some(t) = constant(slicer, info, c, at, 0) {
-                let (i, i_at, s) = scaled_index(slicer, info, x, at);
+            if let Some(t) = constant(slicer, usages, c, at, 0) {
+                let (i, i_at, s) = scaled_index(slicer, usages, x, at);
                 if s == entry_size {
                     return Some(Shape {
                         load: at,
@@ -536,22 +529,18 @@ fn table_operand(
 /// `add r, s` where one operand is a sign-extended 32-bit entry load
 /// (`movsxd x, dword [table]`, or `mov x32, dword [table]` then
 /// `cdqe`/`movsxd`) and the other a constant base.
-fn relative_shape(
-    slicer: &Slicer<'_>,
-    info: &mut InstructionInfoFactory,
-    add: usize,
-) -> Option<Shape> {
+fn relative_shape(slicer: &Slicer<'_>, usages: &mut Usages, add: usize) -> Option<Shape> {
     let insns = slicer.instructions;
     let a = insns[add].op0_register().full_register();
     let b = insns[add].op1_register().full_register();
     for (value, other) in [(a, b), (b, a)] {
-        let Some(load) = entry_load(slicer, info, value, add) else {
+        let Some(load) = entry_load(slicer, usages, value, add) else {
             continue;
         };
-        let Some(base) = constant(slicer, info, other, add, 0) else {
+        let Some(base) = constant(slicer, usages, other, add, 0) else {
             continue;
         };
-        let mut shape = table_operand(slicer, info, load, 4)?;
+        let mut shape = table_operand(slicer, usages, load, 4)?;
         shape.entries = JumpTableEntries::Relative { base };
         return Some(shape);
     }
@@ -560,23 +549,18 @@ fn relative_shape(
 
 /// The instruction loading the 32-bit entry that ends up sign-extended in
 /// `reg` before `at`.
-fn entry_load(
-    slicer: &Slicer<'_>,
-    info: &mut InstructionInfoFactory,
-    reg: Register,
-    at: usize,
-) -> Option<usize> {
-    let d = slicer.find_def(info, reg, at)?;
+fn entry_load(slicer: &Slicer<'_>, usages: &mut Usages, reg: Register, at: usize) -> Option<usize> {
+    let d = slicer.find_def(usages, reg, at)?;
     let insn = &slicer.instructions[d];
     match insn.mnemonic() {
         Mnemonic::Movsxd if insn.op1_kind() == OpKind::Memory => Some(d),
         Mnemonic::Movsxd if insn.op1_kind() == OpKind::Register => {
-            let l = slicer.find_def(info, insn.op1_register().full_register(), d)?;
+            let l = slicer.find_def(usages, insn.op1_register().full_register(), d)?;
             let src = &slicer.instructions[l];
             (src.mnemonic() == Mnemonic::Mov && src.op1_kind() == OpKind::Memory).then_some(l)
         }
         Mnemonic::Cdqe => {
-            let l = slicer.find_def(info, Register::RAX, d)?;
+            let l = slicer.find_def(usages, Register::RAX, d)?;
             let src = &slicer.instructions[l];
             (src.mnemonic() == Mnemonic::Mov && src.op1_kind() == OpKind::Memory).then_some(l)
         }
@@ -587,7 +571,7 @@ fn entry_load(
 /// The entry count implied by the code guarding the table load.
 fn find_bound(
     slicer: &Slicer<'_>,
-    info: &mut InstructionInfoFactory,
+    usages: &mut Usages,
     start: usize,
     index: Location,
 ) -> JumpTableBound {
@@ -653,7 +637,7 @@ fn find_bound(
         let written: Vec<Register> = tracked
             .iter()
             .filter_map(|t| match *t {
-                Location::Register(r) if writes(info, insn, r) => Some(r),
+                Location::Register(r) if writes(usages, insn, r) => Some(r),
                 _ => None,
             })
             .collect();

@@ -30,6 +30,7 @@ pub mod jump_tables;
 pub mod lines;
 pub mod loops;
 pub mod stack;
+pub(crate) mod usage;
 
 pub use cfg::{
     BasicBlock, BlockList, CallSite, FlatMemory, FunctionCode, IndirectJump, IndirectJumpKind,

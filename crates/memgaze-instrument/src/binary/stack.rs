@@ -8,7 +8,8 @@
 //! `(0, 0)` at a `jmp` means the frame is torn down: a tail call.
 
 use super::FunctionCode;
-use iced_x86::{Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register};
+use super::usage::Usages;
+use iced_x86::{Instruction, Mnemonic, OpKind, Register};
 
 /// A stack address: `offset` bytes from an anchor, the stack pointer at
 /// function entry (`anchor` 0) or right after the realignment at
@@ -38,21 +39,11 @@ impl StackPos {
 
 /// `Some(delta)` when `rbp` is a frame pointer: set once by `mov rbp, rsp`
 /// and otherwise only restored (`pop rbp`, `leave`).
-pub(crate) fn frame_pointer(code: &FunctionCode, info: &mut InstructionInfoFactory) -> Option<i64> {
+pub(crate) fn frame_pointer(code: &FunctionCode, usages: &mut Usages) -> Option<i64> {
     frame_pointer_with(code, |i| {
-        info.info(&code.instructions[i])
-            .used_registers()
-            .iter()
-            .any(|r| {
-                r.register().full_register() == Register::RBP
-                    && matches!(
-                        r.access(),
-                        OpAccess::Write
-                            | OpAccess::ReadWrite
-                            | OpAccess::CondWrite
-                            | OpAccess::ReadCondWrite
-                    )
-            })
+        usages
+            .gpr_effects(&code.instructions[i])
+            .writes(Register::RBP)
     })
 }
 

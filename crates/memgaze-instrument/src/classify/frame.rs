@@ -13,8 +13,9 @@
 //! pointer is assumed not to alias them.
 
 use crate::binary::stack::{self, StackPos};
+use crate::binary::usage::Usages;
 use crate::binary::{FunctionCode, LoopForest};
-use iced_x86::{FlowControl, Instruction, InstructionInfoFactory, OpAccess, Register};
+use iced_x86::{FlowControl, Instruction, OpAccess, Register};
 
 /// A variable: registers 0..16 (iced register numbers of the 64-bit GPRs),
 /// stack slots from 16 on.
@@ -79,16 +80,13 @@ impl Frame {
     /// Analyses the frame of `code`, whose loops are `loops`.
     ///
     /// Only the instructions inside loops have all their definitions
-    /// listed: the evaluator asks about no others. Outside loops, iced's
-    /// instruction info (most of this pass) is asked only where the answer
-    /// matters: frame accesses, which name the slots and their widths (the
-    /// overlaps of stores in loops depend on them), and, when the entry
-    /// block sets `rbp` up as a frame pointer, the writes of `rbp`.
-    pub fn compute(
-        code: &FunctionCode,
-        loops: &LoopForest,
-        info: &mut InstructionInfoFactory,
-    ) -> Frame {
+    /// listed: the evaluator asks about no others. Outside loops, the
+    /// instructions' register and memory usage (most of this pass) is asked
+    /// only where the answer matters: frame accesses, which name the slots
+    /// and their widths (the overlaps of stores in loops depend on them),
+    /// and, when the entry block sets `rbp` up as a frame pointer, the
+    /// writes of `rbp`.
+    pub fn compute(code: &FunctionCode, loops: &LoopForest, usages: &mut Usages) -> Frame {
         let is_write = |a: OpAccess| {
             matches!(
                 a,
@@ -98,7 +96,7 @@ impl Frame {
                     | OpAccess::ReadCondWrite
             )
         };
-        // One pass over iced's instruction info: the GPRs each instruction
+        // One pass over the instructions' usage: the GPRs each instruction
         // writes (bit = register number) and its frame-candidate accesses
         // (`rsp`/`rbp` base, no index).
         let n = code.instructions.len();
@@ -113,17 +111,10 @@ impl Frame {
                 written.push(0);
                 continue;
             }
-            let info = info.info(insn);
-            let mut mask = 0u16;
-            for r in info.used_registers() {
-                if is_write(r.access())
-                    && let Some(v) = gpr_var(r.register())
-                {
-                    mask |= 1 << v;
-                }
-            }
-            written.push(mask);
-            for m in info.used_memory() {
+            // The effects' bits are the variables' numbers.
+            let (effects, memory) = usages.of(insn);
+            written.push(effects.written);
+            for m in memory {
                 if m.index() == Register::None && matches!(m.base(), Register::RSP | Register::RBP)
                 {
                     accesses.push((
@@ -307,6 +298,7 @@ impl Frame {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use iced_x86::InstructionInfoFactory;
 
     /// [`may_access_frame`] on the instructions of pseudo-random bytes:
     /// every `rsp`/`rbp` location iced lists is behind an instruction it

@@ -30,12 +30,13 @@ pub mod values;
 use crate::annotation::{
     ANNOTATION_SCHEMA, Annotation, FunctionSite, InlineChain, LoadSite, Segment, Text,
 };
+use crate::binary::usage::Usages;
 use crate::binary::{
     Binary, ChainCursor, Function, FunctionCode, LineTable, SourceLocation, stack,
 };
 use foldhash::{HashMap, HashMapExt};
 use frame::Frame;
-use iced_x86::{InstructionInfoFactory, Register};
+use iced_x86::Register;
 use memgaze_trace::LoadClass;
 pub use operands::{ImplicitLoad, LoadOperand};
 use std::fmt;
@@ -235,7 +236,7 @@ pub fn ratio(all: usize, instrumented: usize) -> f64 {
 
 /// Reusable scratch state for classifying many functions.
 pub struct Classifier {
-    info: InstructionInfoFactory,
+    usages: Usages,
     /// The load operands of the function being classified, kept from one
     /// function to the next.
     operands: Vec<LoadOperand>,
@@ -255,7 +256,7 @@ impl Classifier {
     /// A new classifier.
     pub fn new() -> Classifier {
         Classifier {
-            info: InstructionInfoFactory::new(),
+            usages: Usages::new(),
             operands: Vec::new(),
             evaluator: None,
         }
@@ -276,7 +277,7 @@ impl Classifier {
             if insn.is_invalid() {
                 continue;
             }
-            if let Some(op) = operands::explicit_load(&mut self.info, insn, i as u32) {
+            if let Some(op) = operands::explicit_load(self.usages.factory(), insn, i as u32) {
                 operands.push(op);
             } else if let Some(reads) = operands::string_loads(insn, i as u32) {
                 operands.extend(reads);
@@ -301,14 +302,14 @@ impl Classifier {
         let rbp_scalars = operands
             .iter()
             .any(|op| op.base == Register::RBP && op.index == Register::None);
-        let frame_pointer = rbp_scalars && stack::frame_pointer(code, &mut self.info).is_some();
+        let frame_pointer = rbp_scalars && stack::frame_pointer(code, &mut self.usages).is_some();
         let needs_frame = operands.iter().any(|op| {
             loops
                 .innermost(code.block_of[op.instruction as usize])
                 .is_some()
                 && class_by_form(code, frame_pointer, op).is_none()
         });
-        let frame = needs_frame.then(|| Frame::compute(code, loops, &mut self.info));
+        let frame = needs_frame.then(|| Frame::compute(code, loops, &mut self.usages));
         debug_assert!(
             !rbp_scalars
                 || frame

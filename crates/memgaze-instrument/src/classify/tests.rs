@@ -745,10 +745,10 @@ fn pointer_shuffling_loop(seed: u64, blocks: usize) -> FunctionCode {
 /// Returns how many queries ran out of budget.
 fn replays_answer_as_walks(code: &FunctionCode) -> usize {
     let loops = code.loops();
-    let frame = Frame::compute(code, loops, &mut InstructionInfoFactory::new());
+    let frame = Frame::compute(code, loops, &mut Usages::new());
     let mut replaying = Evaluator::new(code, loops, &frame);
     let mut walking = Evaluator::new(code, loops, &frame).without_replays();
-    let mut info = InstructionInfoFactory::new();
+    let mut info = iced_x86::InstructionInfoFactory::new();
     let mut exhausted = 0;
     for (i, insn) in code.instructions.iter().enumerate() {
         let Some(op) = operands::explicit_load(&mut info, insn, i as u32) else {

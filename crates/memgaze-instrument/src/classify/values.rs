@@ -28,6 +28,7 @@
 //! replayed (`Evaluator::replay`) without changing any answer.
 
 use super::frame::{DefKind, Frame, GPRS, Var, gpr_var};
+use crate::binary::usage::Usages;
 use crate::binary::{FunctionCode, LoopForest};
 use foldhash::{HashMap, HashSet, HashSetExt};
 use iced_x86::{Instruction, Mnemonic, OpKind, Register};
@@ -375,7 +376,9 @@ pub(crate) struct EvaluatorBuffers {
     /// Per loop, the addressing forms (base, index, scale, displacement)
     /// its instructions store through, once asked for.
     stored_forms: HashMap<u32, HashSet<(Register, Register, u32, u64)>>,
-    info: InfoFactory,
+    /// The instructions' register and memory usage (iced's lists are kept,
+    /// like the buffers).
+    usages: Usages,
     /// Per `(loop, `[`pair`]`(definition, variable))` walked, its node
     /// number: an index of `node_bits` and `replays`.
     nodes: HashMap<(u32, u64), u32>,
@@ -423,16 +426,6 @@ impl EvaluatorBuffers {
         self.replays.clear();
         self.chain_bits.clear();
         self.frames.clear();
-    }
-}
-
-/// iced's instruction information, with a `Default` for
-/// [`EvaluatorBuffers`]'s (its two lists are kept, like the buffers).
-struct InfoFactory(iced_x86::InstructionInfoFactory);
-
-impl Default for InfoFactory {
-    fn default() -> Self {
-        InfoFactory(iced_x86::InstructionInfoFactory::new())
     }
 }
 
@@ -979,7 +972,7 @@ impl<'a> Evaluator<'a> {
             for &b in &self.loops.loops[l as usize].blocks {
                 for i in self.code.blocks[b as usize].instructions() {
                     let x = &self.code.instructions[i];
-                    for m in self.bufs.info.0.info(x).used_memory() {
+                    for m in self.bufs.usages.of(x).1 {
                         if matches!(
                             m.access(),
                             iced_x86::OpAccess::Write
@@ -1149,8 +1142,8 @@ impl<'a> Evaluator<'a> {
         reads.clear();
         reads.extend(
             self.bufs
-                .info
-                .0
+                .usages
+                .factory()
                 .info(insn)
                 .used_registers()
                 .iter()

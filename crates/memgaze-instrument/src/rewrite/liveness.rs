@@ -9,6 +9,7 @@
 //! flags), and anything unknown (unresolved indirect jumps, traps, undecoded
 //! bytes, `syscall`) reads everything.
 
+use crate::binary::usage::{self, RegisterFold};
 use crate::binary::{FunctionCode, IndirectJumpKind, Terminator};
 use iced_x86::{
     Code, FlowControl, Instruction, InstructionInfoFactory, InstructionInfoOptions, OpAccess,
@@ -93,142 +94,45 @@ fn transfer(insn: &Instruction, cache: &mut TransferCache) -> (u32, u32) {
 }
 
 /// The general-purpose registers of [`transfer`] for an instruction that
-/// falls through, from iced's register usage.
-fn gpr_transfer(insn: &Instruction, info: &mut InstructionInfoFactory) -> (u32, u32) {
+/// falls through: `.0` those it reads or writes only partly or
+/// conditionally (used), `.1` those it replaces wholly (defined).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct GprTransfer(u32, u32);
+
+impl RegisterFold for GprTransfer {
+    #[inline(always)]
+    fn add(&mut self, reg: Register, access: OpAccess) {
+        let Some(bit) = usage::gpr_bit(reg) else {
+            return;
+        };
+        let bit = u32::from(bit);
+        // Only 32- and 64-bit writes replace the whole register.
+        let whole = reg.size() >= 4;
+        match access {
+            OpAccess::Read | OpAccess::CondRead => self.0 |= bit,
+            OpAccess::Write if whole => self.1 |= bit,
+            OpAccess::ReadWrite if whole => {
+                self.0 |= bit;
+                self.1 |= bit;
+            }
+            OpAccess::Write
+            | OpAccess::ReadWrite
+            | OpAccess::CondWrite
+            | OpAccess::ReadCondWrite => self.0 |= bit,
+            OpAccess::None | OpAccess::NoMemAccess => {}
+        }
+    }
+}
+
+/// [`GprTransfer`] of iced's register usage.
+fn iced_gpr_transfer(info: &mut InstructionInfoFactory, insn: &Instruction) -> GprTransfer {
     // Register usage alone: iced lists a memory operand's base and index
     // among the registers either way, and the memory list is not read.
     let facts = info.info_options(insn, InstructionInfoOptions::NO_MEMORY_USAGE);
-    let (mut uses, mut defs) = (0, 0);
-    for used in facts.used_registers() {
-        fold_gpr_use(used.register(), used.access(), &mut uses, &mut defs);
-    }
-    (uses, defs)
+    GprTransfer::of_iced(facts.used_registers())
 }
 
-/// How [`direct_gpr_transfer`] reads the explicit operands of a code.
-#[derive(Clone, Copy)]
-enum OperandUse {
-    /// The first operand is written and the second read.
-    WriteRead,
-    /// The first operand is read and written, the second read.
-    ReadWriteRead,
-    /// Both operands are read.
-    ReadRead,
-    /// `xor` and `sub`: as `ReadWriteRead`, but a register with itself is
-    /// only written (iced's clearing idiom).
-    ClearingIdiom,
-    /// `push r64`: the operand is read, `rsp` read and written.
-    Push,
-    /// `pop r64`: the operand is written, `rsp` read and written.
-    Pop,
-}
-
-/// The operand use of the common codes whose general-purpose registers are
-/// their explicit operands alone (plus `rsp` for push and pop), or `None`.
-fn operand_use(code: Code) -> Option<OperandUse> {
-    use Code::*;
-    Some(match code {
-        Mov_rm8_r8 | Mov_rm16_r16 | Mov_rm32_r32 | Mov_rm64_r64 | Mov_r8_rm8 | Mov_r16_rm16
-        | Mov_r32_rm32 | Mov_r64_rm64 | Mov_r32_imm32 | Mov_r64_imm64 | Mov_rm8_imm8
-        | Mov_rm16_imm16 | Mov_rm32_imm32 | Mov_rm64_imm32 | Movzx_r32_rm8 | Movzx_r32_rm16
-        | Movzx_r64_rm8 | Movzx_r64_rm16 | Movsx_r32_rm8 | Movsx_r32_rm16 | Movsx_r64_rm8
-        | Movsx_r64_rm16 | Movsxd_r64_rm32 | Lea_r32_m | Lea_r64_m => OperandUse::WriteRead,
-        Add_rm8_r8 | Add_rm32_r32 | Add_rm64_r64 | Add_r8_rm8 | Add_r32_rm32 | Add_r64_rm64
-        | Add_AL_imm8 | Add_EAX_imm32 | Add_RAX_imm32 | Add_rm8_imm8 | Add_rm32_imm8
-        | Add_rm64_imm8 | Add_rm32_imm32 | Add_rm64_imm32 | And_rm8_r8 | And_rm32_r32
-        | And_rm64_r64 | And_r8_rm8 | And_r32_rm32 | And_r64_rm64 | And_AL_imm8 | And_EAX_imm32
-        | And_RAX_imm32 | And_rm8_imm8 | And_rm32_imm8 | And_rm64_imm8 | And_rm32_imm32
-        | And_rm64_imm32 | Or_rm8_r8 | Or_rm32_r32 | Or_rm64_r64 | Or_r8_rm8 | Or_r32_rm32
-        | Or_r64_rm64 | Or_AL_imm8 | Or_EAX_imm32 | Or_RAX_imm32 | Or_rm8_imm8 | Or_rm32_imm8
-        | Or_rm64_imm8 | Or_rm32_imm32 | Or_rm64_imm32 | Imul_r32_rm32 | Imul_r64_rm64 => {
-            OperandUse::ReadWriteRead
-        }
-        Xor_rm8_r8 | Xor_rm32_r32 | Xor_rm64_r64 | Xor_r8_rm8 | Xor_r32_rm32 | Xor_r64_rm64
-        | Xor_AL_imm8 | Xor_EAX_imm32 | Xor_RAX_imm32 | Xor_rm8_imm8 | Xor_rm32_imm8
-        | Xor_rm64_imm8 | Xor_rm32_imm32 | Xor_rm64_imm32 | Sub_rm8_r8 | Sub_rm32_r32
-        | Sub_rm64_r64 | Sub_r8_rm8 | Sub_r32_rm32 | Sub_r64_rm64 | Sub_AL_imm8 | Sub_EAX_imm32
-        | Sub_RAX_imm32 | Sub_rm8_imm8 | Sub_rm32_imm8 | Sub_rm64_imm8 | Sub_rm32_imm32
-        | Sub_rm64_imm32 => OperandUse::ClearingIdiom,
-        Cmp_rm8_r8 | Cmp_rm16_r16 | Cmp_rm32_r32 | Cmp_rm64_r64 | Cmp_r8_rm8 | Cmp_r32_rm32
-        | Cmp_r64_rm64 | Cmp_AL_imm8 | Cmp_EAX_imm32 | Cmp_RAX_imm32 | Cmp_rm8_imm8
-        | Cmp_rm16_imm8 | Cmp_rm32_imm8 | Cmp_rm64_imm8 | Cmp_rm16_imm16 | Cmp_rm32_imm32
-        | Cmp_rm64_imm32 | Test_rm8_r8 | Test_rm16_r16 | Test_rm32_r32 | Test_rm64_r64
-        | Test_AL_imm8 | Test_EAX_imm32 | Test_RAX_imm32 | Test_rm8_imm8 | Test_rm32_imm32
-        | Test_rm64_imm32 => OperandUse::ReadRead,
-        Push_r64 => OperandUse::Push,
-        Pop_r64 => OperandUse::Pop,
-        _ => return None,
-    })
-}
-
-/// [`gpr_transfer`] of the codes [`operand_use`] knows, from the decoded
-/// operands instead of iced's register usage (most instructions are of a
-/// few such codes, and iced's general tables cost ten times as much);
-/// `None` for the rest.
-fn direct_gpr_transfer(insn: &Instruction) -> Option<(u32, u32)> {
-    let operand_use = operand_use(insn.code())?;
-    let (mut uses, mut defs) = (0, 0);
-    let mut add = |reg: Register, access: OpAccess| fold_gpr_use(reg, access, &mut uses, &mut defs);
-    let (first, second) = match operand_use {
-        OperandUse::WriteRead => (OpAccess::Write, OpAccess::Read),
-        OperandUse::ReadWriteRead => (OpAccess::ReadWrite, OpAccess::Read),
-        OperandUse::ReadRead => (OpAccess::Read, OpAccess::Read),
-        OperandUse::ClearingIdiom => {
-            let same_register = insn.op1_kind() == OpKind::Register
-                && insn.op0_kind() == OpKind::Register
-                && insn.op0_register() == insn.op1_register();
-            if same_register {
-                (OpAccess::Write, OpAccess::None)
-            } else {
-                (OpAccess::ReadWrite, OpAccess::Read)
-            }
-        }
-        OperandUse::Push | OperandUse::Pop => {
-            add(Register::RSP, OpAccess::ReadWrite);
-            let access = match operand_use {
-                OperandUse::Push => OpAccess::Read,
-                _ => OpAccess::Write,
-            };
-            (access, OpAccess::None)
-        }
-    };
-    for (k, access) in [(0, first), (1, second)] {
-        if k >= insn.op_count() {
-            break;
-        }
-        match insn.op_kind(k) {
-            OpKind::Register => add(insn.op_register(k), access),
-            OpKind::Memory => {
-                // Base and index are read whatever the operand's access.
-                add(insn.memory_base(), OpAccess::Read);
-                add(insn.memory_index(), OpAccess::Read);
-            }
-            _ => {}
-        }
-    }
-    Some((uses, defs))
-}
-
-/// Adds one register use of iced's kind to `uses` and `defs` (nothing for
-/// a register outside the general-purpose ones).
-fn fold_gpr_use(reg: Register, access: OpAccess, uses: &mut u32, defs: &mut u32) {
-    let Some(bit) = gpr_bit(reg) else { return };
-    // Only 32- and 64-bit writes replace the whole register.
-    let whole = reg.size() >= 4;
-    match access {
-        OpAccess::Read | OpAccess::CondRead => *uses |= bit,
-        OpAccess::Write if whole => *defs |= bit,
-        OpAccess::Write | OpAccess::ReadWrite | OpAccess::CondWrite | OpAccess::ReadCondWrite => {
-            *uses |= bit;
-            if whole && access == OpAccess::ReadWrite {
-                *defs |= bit;
-            }
-        }
-        OpAccess::None | OpAccess::NoMemAccess => {}
-    }
-}
-
-/// [`gpr_transfer`] by instruction, with the answers for the shapes
+/// [`GprTransfer`] by instruction, with the answers for the shapes
 /// met last kept: iced's register usage per instruction was most of the
 /// analysis, and a function's instructions repeat a few shapes (same code,
 /// operands and registers, other displacements and immediates).
@@ -257,17 +161,19 @@ impl TransferCache {
         }
     }
 
-    /// [`gpr_transfer`] of `insn` (valid).
+    /// [`GprTransfer`] of `insn` (valid), as `(uses, defs)`.
     fn gpr_transfer(&mut self, insn: &Instruction) -> (u32, u32) {
-        if let Some(answer) = direct_gpr_transfer(insn) {
-            return answer;
+        // The common codes from their operands, the rest through the cache.
+        if let Some(GprTransfer(uses, defs)) = usage::direct_registers(insn) {
+            return (uses, defs);
         }
         let shape = shape(insn);
         let slot = &mut self.slots[Self::slot_of(&shape)];
         if slot.0 == shape {
             return slot.1;
         }
-        let answer = gpr_transfer(&shape, &mut self.info);
+        let GprTransfer(uses, defs) = iced_gpr_transfer(&mut self.info, &shape);
+        let answer = (uses, defs);
         *slot = (shape, answer);
         answer
     }
@@ -445,75 +351,6 @@ mod tests {
         FunctionCode::build(bytes, 0x1000, &memory)
     }
 
-    /// [`direct_gpr_transfer`] against iced on every encoding of the codes
-    /// it covers: each REX prefix (and none, and operand size), each one-
-    /// and two-byte opcode, each ModRM byte, and each SIB byte where the
-    /// ModRM has one, so every register pair, base, index and the
-    /// register-with-itself forms are met.
-    #[test]
-    fn direct_transfers_are_iceds() {
-        let mut info = InstructionInfoFactory::new();
-        let mut seen = std::collections::HashSet::new();
-        let mut compared = 0usize;
-        let mut compare = |bytes: &[u8], info: &mut InstructionInfoFactory| -> bool {
-            let mut decoder =
-                iced_x86::Decoder::with_ip(64, bytes, 0x1000, iced_x86::DecoderOptions::NONE);
-            let insn = decoder.decode();
-            let Some(direct) = direct_gpr_transfer(&insn) else {
-                return false;
-            };
-            assert_eq!(
-                direct,
-                gpr_transfer(&insn, info),
-                "{insn} ({:?})",
-                insn.code()
-            );
-            seen.insert(insn.code());
-            compared += 1;
-            true
-        };
-        // No prefix, operand size, and the REX prefixes that pick other
-        // registers (R, X, B) at either operand size.
-        let prefixes: Vec<Vec<u8>> = std::iter::once(vec![])
-            .chain(std::iter::once(vec![0x66]))
-            .chain((0x40..=0x4fu8).map(|rex| vec![rex]))
-            .collect();
-        let tail = [0x11u8, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa];
-        for prefix in &prefixes {
-            for escape in [None, Some(0x0fu8)] {
-                for opcode in 0..=255u8 {
-                    let mut bytes = prefix.to_vec();
-                    bytes.extend(escape);
-                    bytes.push(opcode);
-                    let at = bytes.len();
-                    let mut any = false;
-                    for modrm in 0..=255u8 {
-                        bytes.truncate(at);
-                        bytes.push(modrm);
-                        bytes.extend(tail);
-                        any |= compare(&bytes, &mut info);
-                    }
-                    if !any {
-                        continue;
-                    }
-                    for modrm in (0..=255u8).filter(|m| m >> 6 != 3 && m & 7 == 4) {
-                        for sib in 0..=255u8 {
-                            bytes.truncate(at);
-                            bytes.extend([modrm, sib]);
-                            bytes.extend(tail);
-                            compare(&bytes, &mut info);
-                        }
-                    }
-                }
-            }
-        }
-        let uncovered: Vec<Code> = Code::values()
-            .filter(|&c| operand_use(c).is_some() && !seen.contains(&c))
-            .collect();
-        assert!(uncovered.is_empty(), "codes never generated: {uncovered:?}");
-        assert!(compared > 1_000_000, "{compared} instructions compared");
-    }
-
     /// [`TransferCache`] on the instructions of pseudo-random bytes: every
     /// answer is iced's for the instruction itself, hits included (and
     /// there are hits of other displacements and immediates).
@@ -531,7 +368,10 @@ mod tests {
             shapes.insert(shape);
             assert_eq!(
                 cache.gpr_transfer(insn),
-                gpr_transfer(insn, &mut info),
+                {
+                    let GprTransfer(uses, defs) = iced_gpr_transfer(&mut info, insn);
+                    (uses, defs)
+                },
                 "{insn}"
             );
         }
@@ -540,6 +380,36 @@ mod tests {
             "{reshaped_hits} hits of a changed shape"
         );
         assert!(shapes.len() > 20_000, "{} shapes", shapes.len());
+    }
+
+    /// [`GprTransfer`] is a summary of [`usage::GprEffects`] (used: read
+    /// or kept, defined: replaced), so `direct_usage_is_iceds` holds for it
+    /// too: checked on iced's lists and the direct answers of the
+    /// instructions of pseudo-random bytes.
+    #[test]
+    fn transfers_summarise_the_register_effects() {
+        let insns = crate::binary::random_instructions(0x6a09_e667_f3bc_c908, 1 << 18);
+        let mut info = InstructionInfoFactory::new();
+        let summary =
+            |e: usage::GprEffects| GprTransfer(u32::from(e.read | e.kept), u32::from(e.replaced));
+        let mut direct = 0;
+        for insn in insns.iter().filter(|i| !i.is_invalid()) {
+            let used = info.info(insn).used_registers();
+            assert_eq!(
+                GprTransfer::of_iced(used),
+                summary(usage::GprEffects::of_iced(used)),
+                "{insn}"
+            );
+            if let Some(effects) = usage::direct_gpr_effects(insn) {
+                assert_eq!(
+                    usage::direct_registers(insn),
+                    Some(summary(effects)),
+                    "{insn}"
+                );
+                direct += 1;
+            }
+        }
+        assert!(direct > 1_000, "{direct} answered directly");
     }
 
     #[test]

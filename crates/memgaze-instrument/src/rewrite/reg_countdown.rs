@@ -56,12 +56,10 @@
 
 use super::probe::{FastPath, SpatialProbe, branch, count_by, fs_countdown, i2, with_ip};
 use super::relocate::{Insert, Superblock};
+use crate::binary::usage::Usages;
 use crate::binary::{FunctionCode, Terminator};
 use foldhash::HashMap;
-use iced_x86::{
-    Code, FlowControl, Instruction, InstructionInfoFactory, InstructionInfoOptions, MemoryOperand,
-    Register,
-};
+use iced_x86::{Code, FlowControl, Instruction, MemoryOperand, Register};
 
 /// Bytes `rsp` moves down on loop entry: the red zone, the saved register
 /// and 8 bytes that keep `rsp`'s alignment (where the spare register, if
@@ -122,7 +120,7 @@ pub(crate) fn plan(
         return Vec::new();
     }
     let forest = code.loops();
-    let mut info = InstructionInfoFactory::new();
+    let mut usages = Usages::new();
     let mut out = Vec::new();
     for (index, lp) in forest.loops.iter().enumerate() {
         let innermost = !forest
@@ -184,7 +182,7 @@ pub(crate) fn plan(
         if !wholly_inside || counted == 0 {
             continue;
         }
-        let Some(used) = registers_used(code, &candidate, &mut info) else {
+        let Some(used) = registers_used(code, &candidate, &mut usages) else {
             continue;
         };
         taken.extend(used);
@@ -252,7 +250,7 @@ fn shape_qualifies(code: &FunctionCode, lp: &RegisterLoop) -> bool {
 fn registers_used(
     code: &FunctionCode,
     lp: &RegisterLoop,
-    info: &mut InstructionInfoFactory,
+    usages: &mut Usages,
 ) -> Option<Vec<Register>> {
     let mut used = Vec::new();
     for &b in &lp.blocks {
@@ -267,20 +265,16 @@ fn registers_used(
             {
                 return None;
             }
-            // Register usage alone: the memory list is not read.
-            for r in info
-                .info_options(insn, InstructionInfoOptions::NO_MEMORY_USAGE)
-                .used_registers()
-            {
-                let reg = r.register();
-                if reg.is_gpr() {
-                    let full = reg.full_register();
-                    if full == Register::RSP {
-                        return None;
-                    }
-                    used.push(full);
-                }
+            // Bit k is the register `RAX + k`.
+            let named = usages.gpr_effects(insn).used();
+            if named & 1 << (Register::RSP as u32 - Register::RAX as u32) != 0 {
+                return None;
             }
+            used.extend(
+                (0..16u32)
+                    .filter(|k| named & 1 << k != 0)
+                    .map(|k| Register::RAX + k),
+            );
         }
     }
     Some(used)
