@@ -1980,12 +1980,17 @@ fn update_annotation(
             annotation.functions[ai].skipped = None;
         }
     }
-    let mut probed = AscendingSet::new(
-        plans
-            .iter()
-            .flat_map(|p| p.probed_ips.iter().copied())
-            .collect(),
-    );
+    // Each plan's addresses sorted on their own (a few dozen at a time):
+    // the plans come in the annotation's function order, by address, so
+    // the set's sort finds the whole sorted (sorted whole, they cost a
+    // third of this step).
+    let mut probed_ips = Vec::with_capacity(plans.iter().map(|p| p.probed_ips.len()).sum());
+    for plan in plans {
+        let start = probed_ips.len();
+        probed_ips.extend_from_slice(&plan.probed_ips);
+        probed_ips[start..].sort_unstable();
+    }
+    let mut probed = AscendingSet::new(probed_ips);
     let mut skip_reason: HashMap<usize, String> = skipped_loads.into_iter().collect();
     // Many loads share a reason: one shared text each.
     let mut reasons = TextTable::default();
