@@ -13,6 +13,7 @@ use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use goblin::elf::Elf;
 use goblin::elf::reloc::{R_X86_64_GLOB_DAT, R_X86_64_JUMP_SLOT, R_X86_64_RELATIVE};
 use iced_x86::{Code, Register};
+use rayon::prelude::*;
 
 /// One PLT entry's indirect jump to an imported function.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,42 +98,48 @@ pub(crate) struct GotCall {
 
 /// The `call`/`jmp qword [rip → slot]` instructions through one of `slots`
 /// in the code of `binary`'s functions (each decoded from its start, as the
-/// compiler laid it out), in address order.
+/// compiler laid it out), in address order. The functions are scanned on
+/// all cores: the scan reads all the code, between the planning and the
+/// copies, where nothing else runs.
 pub(crate) fn got_calls(binary: &Binary, slots: &HashSet<u64>) -> Vec<GotCall> {
-    let mut calls = Vec::new();
     if slots.is_empty() {
-        return calls;
+        return Vec::new();
     }
-    let mut insns = Vec::new();
-    for f in binary.functions() {
-        let Some(bytes) = binary.bytes_at(f.start, f.size as usize) else {
-            continue;
-        };
-        if !may_go_through(bytes, f.start, slots) {
-            continue;
-        }
-        insns.clear();
-        super::decode_bytes(bytes, f.start, &mut insns);
-        for insn in &insns {
-            let call = match insn.code() {
-                Code::Call_rm64 => true,
-                Code::Jmp_rm64 => false,
-                _ => continue,
+    let mut calls: Vec<GotCall> = binary
+        .functions()
+        .par_iter()
+        .flat_map_iter(|f| {
+            let mut calls = Vec::new();
+            let Some(bytes) = binary.bytes_at(f.start, f.size as usize) else {
+                return calls;
             };
-            if insn.memory_base() != Register::RIP || insn.len() < 5 {
-                continue;
+            if !may_go_through(bytes, f.start, slots) {
+                return calls;
             }
-            let got = insn.memory_displacement64();
-            if slots.contains(&got) {
-                calls.push(GotCall {
-                    at: insn.ip(),
-                    len: insn.len(),
-                    call,
-                    got,
-                });
+            let mut insns = Vec::new();
+            super::decode_bytes(bytes, f.start, &mut insns);
+            for insn in &insns {
+                let call = match insn.code() {
+                    Code::Call_rm64 => true,
+                    Code::Jmp_rm64 => false,
+                    _ => continue,
+                };
+                if insn.memory_base() != Register::RIP || insn.len() < 5 {
+                    continue;
+                }
+                let got = insn.memory_displacement64();
+                if slots.contains(&got) {
+                    calls.push(GotCall {
+                        at: insn.ip(),
+                        len: insn.len(),
+                        call,
+                        got,
+                    });
+                }
             }
-        }
-    }
+            calls
+        })
+        .collect();
     calls.sort_by_key(|c| c.at);
     calls.dedup();
     calls
@@ -143,10 +150,16 @@ pub(crate) fn got_calls(binary: &Binary, slots: &HashSet<u64>) -> Vec<GotCall> {
 /// `slots`: every instruction `got_calls` keeps has them, prefixes coming
 /// before the opcode, so the functions without any are not decoded (most
 /// of them; decoding every function again was 1% of instrumenting a large
-/// binary, on the main thread).
+/// binary, on the main thread). The `ff` bytes are found by `memchr`: a
+/// test of every position was seven instructions a byte of code.
 fn may_go_through(bytes: &[u8], start: u64, slots: &HashSet<u64>) -> bool {
-    bytes.windows(6).enumerate().any(|(p, w)| {
-        w[0] == 0xff && matches!(w[1], 0x15 | 0x25) && {
+    // Every position with six bytes from it.
+    let Some(positions) = bytes.len().checked_sub(5) else {
+        return false;
+    };
+    memchr::memchr_iter(0xff, &bytes[..positions]).any(|p| {
+        let w = &bytes[p..p + 6];
+        matches!(w[1], 0x15 | 0x25) && {
             let disp = i32::from_le_bytes([w[2], w[3], w[4], w[5]]);
             let next = start.wrapping_add(p as u64 + 6);
             slots.contains(&next.wrapping_add(disp as i64 as u64))
@@ -241,8 +254,10 @@ mod tests {
         assert!(may_go_through(&code, start, &slots(&[0x1017])));
         assert!(may_go_through(&code, start, &slots(&[0x100e - 0x20])));
         assert!(!may_go_through(&code, start, &slots(&[0x1018, 0x100e])));
-        // The same bytes cut before the call's displacement ends.
+        // The same bytes cut before the call's displacement ends, and just
+        // after.
         assert!(!may_go_through(&code[..6], start, &slots(&[0x1017])));
+        assert!(may_go_through(&code[..7], start, &slots(&[0x1017])));
         let mut decoded = Vec::new();
         crate::binary::decode_bytes(&code, start, &mut decoded);
         let gots: Vec<u64> = decoded

@@ -15,21 +15,27 @@
 use super::{OriginalUnwind, PATCH, Planned, entry_points};
 use crate::annotation::{Annotation, EscapeSite};
 use crate::binary::{Binary, FunctionCode, IndirectJumpKind};
-use foldhash::{HashMap, HashSet, HashSetExt};
+use foldhash::HashMap;
 use rayon::prelude::*;
 use std::collections::BTreeSet;
 
 /// Instruction indices of the indirect jumps of `plan` that may land in
-/// original code. `starts`: the start of every function (a jump-table
-/// target there is a call of another function, whose entry is patched).
+/// original code. A jump-table target at the start of another function is
+/// a call of that function, whose entry is patched.
 pub(super) fn candidates(
     binary: &Binary,
     plan: &Planned,
     original: &OriginalUnwind<'_>,
-    starts: &HashSet<u64>,
 ) -> Vec<usize> {
     let code = &plan.code;
     let f = &binary.functions()[plan.function];
+    // The functions are sorted by start.
+    let is_start = |t: u64| {
+        binary
+            .functions()
+            .binary_search_by_key(&t, |f| f.start)
+            .is_ok()
+    };
     let unresolved = code
         .indirect_jumps
         .iter()
@@ -44,7 +50,7 @@ pub(super) fn candidates(
                     .targets
                     .iter()
                     .copied()
-                    .filter(|&t| f.contains(t) || !starts.contains(&t))
+                    .filter(|&t| f.contains(t) || !is_start(t))
                     .collect();
                 targets.sort_unstable();
                 targets.dedup();
@@ -85,13 +91,17 @@ pub(super) fn sites(
     patched: &BTreeSet<u64>,
     annotation: &Annotation,
 ) -> Vec<EscapeSite> {
-    // Load ip → (instrumented or implied, instrumented): hundreds of
-    // thousands, only looked up (a fast hash, not the default one).
-    let loads: foldhash::HashMap<u64, (bool, bool)> = annotation
+    // Every load's address with whether it is instrumented or implied and
+    // whether instrumented, sorted by address (stably: of loads at one
+    // address the last counts). A region's addresses are looked up among
+    // the loads between its lowest and highest, instead of in a hash map of
+    // hundreds of thousands of loads built on one thread.
+    let mut loads: Vec<(u64, bool, bool)> = annotation
         .loads
         .iter()
-        .map(|l| (l.ip, (l.instrumented || l.proxy.is_some(), l.instrumented)))
+        .map(|l| (l.ip, l.instrumented || l.proxy.is_some(), l.instrumented))
         .collect();
+    loads.sort_by_key(|&(ip, _, _)| ip);
     let plan_of: HashMap<usize, usize> = plans
         .iter()
         .enumerate()
@@ -99,9 +109,17 @@ pub(super) fn sites(
         .collect();
     let count = |code: &FunctionCode, starts: &[u64]| -> (u32, u32) {
         let ips = region(code, starts, patched);
+        let (Some(&low), Some(&high)) = (ips.iter().min(), ips.iter().max()) else {
+            return (0, 0);
+        };
+        let near =
+            &loads[loads.partition_point(|l| l.0 < low)..loads.partition_point(|l| l.0 <= high)];
         ips.iter()
-            .filter_map(|ip| loads.get(ip))
-            .fold((0, 0), |(l, p), &(covered, probed)| {
+            .filter_map(|&ip| {
+                let end = near.partition_point(|l| l.0 <= ip);
+                end.checked_sub(1).map(|i| near[i]).filter(|l| l.0 == ip)
+            })
+            .fold((0, 0), |(l, p), (_, covered, probed)| {
                 (l + u32::from(covered), p + u32::from(probed))
             })
     };
@@ -112,6 +130,8 @@ pub(super) fn sites(
         .flat_map_iter(|plan| {
             let mut sites = Vec::new();
             let own = plan.annotation_function.map_or(u32::MAX, |a| a as u32);
+            // Every jump with unknown targets reaches the same blocks.
+            let mut from_every_block = None;
             for &(index, id) in &plan.escape_ids {
                 if plan.untraced_loads.binary_search(&index).is_ok() {
                     sites.push((
@@ -143,8 +163,10 @@ pub(super) fn sites(
                 };
                 let mut function = own;
                 let (loads, probed) = if targets.is_empty() {
-                    let all: Vec<u64> = plan.code.blocks.iter().map(|b| b.start).collect();
-                    count(&plan.code, &all)
+                    *from_every_block.get_or_insert_with(|| {
+                        let all: Vec<u64> = plan.code.blocks.iter().map(|b| b.start).collect();
+                        count(&plan.code, &all)
+                    })
                 } else {
                     let mut sum = (0u64, 0u64);
                     for (k, &t) in targets.iter().enumerate() {
@@ -193,10 +215,10 @@ fn region(code: &FunctionCode, starts: &[u64], patched: &BTreeSet<u64>) -> Vec<u
         .iter()
         .filter_map(|&t| code.instruction_at(t).map(|i| code.block_of[i] as usize))
         .collect();
-    let mut visited = HashSet::new();
+    let mut visited = vec![false; code.blocks.len()];
     let mut ips = Vec::new();
     while let Some(b) = stack.pop() {
-        if !visited.insert(b) {
+        if std::mem::replace(&mut visited[b], true) {
             continue;
         }
         let block = &code.blocks[b];

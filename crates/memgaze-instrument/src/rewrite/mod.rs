@@ -1296,21 +1296,25 @@ fn count_escape_checks(report: &mut Report, annotation: &Annotation) {
 }
 
 /// Marks the indirect jumps of every plan that may land in original code
-/// ([`escapes::candidates`]); returns how many counters the runtime needs
+/// ([`escapes::candidates`]), on all cores (nothing else runs between the
+/// planning and the copies); returns how many counters the runtime needs
 /// (at most [`runtime::process::MAX_ESCAPE_SITES`]; jumps past that are
 /// copied unchecked).
 fn mark_escape_jumps(binary: &Binary, plans: &mut [Planned], original: &OriginalUnwind<'_>) -> u32 {
-    let starts: HashSet<u64> = binary.functions().iter().map(|f| f.start).collect();
-    let mut total = 0usize;
-    for plan in plans.iter_mut() {
-        plan.escape_jumps = escapes::candidates(binary, plan, original, &starts);
-        // Untraced loads count with the same counters, in instruction order.
-        plan.untraced_loads.sort_unstable();
-        plan.untraced_loads.dedup();
-        plan.escape_jumps.extend(&plan.untraced_loads);
-        plan.escape_jumps.sort_unstable();
-        total += plan.escape_jumps.len();
-    }
+    use rayon::prelude::*;
+    let total: usize = plans
+        .par_iter_mut()
+        .map(|plan| {
+            plan.escape_jumps = escapes::candidates(binary, plan, original);
+            // Untraced loads count with the same counters, in instruction
+            // order.
+            plan.untraced_loads.sort_unstable();
+            plan.untraced_loads.dedup();
+            plan.escape_jumps.extend(&plan.untraced_loads);
+            plan.escape_jumps.sort_unstable();
+            plan.escape_jumps.len()
+        })
+        .sum();
     total.min(runtime::process::MAX_ESCAPE_SITES as usize) as u32
 }
 
@@ -1324,11 +1328,19 @@ fn append_process_end_stubs(
     report: &mut Report,
 ) -> Result<process_end::ProcessEndStubs, RewriteError> {
     use crate::binary::imports;
-    let imports = imports::plt_imports(binary);
-    let slots = imports::got_slots_named(binary, process_end::ends_process);
+    // Each reads the whole file on its own, between the planning and the
+    // copies where nothing else runs: two at a time.
+    let (imports, slots) = rayon::join(
+        || imports::plt_imports(binary),
+        || imports::got_slots_named(binary, process_end::ends_process),
+    );
     let plt_jumps: HashSet<u64> = imports.iter().map(|i| i.jump).collect();
     let wanted: HashSet<u64> = slots.iter().map(|(g, _)| *g).collect();
-    let got_calls: Vec<_> = imports::got_calls(binary, &wanted)
+    let (got_calls, got_imports) = rayon::join(
+        || imports::got_calls(binary, &wanted),
+        || imports::got_imports(binary),
+    );
+    let got_calls: Vec<_> = got_calls
         .into_iter()
         .filter(|c| !plt_jumps.contains(&c.at))
         .collect();
@@ -1340,7 +1352,7 @@ fn append_process_end_stubs(
     }
     report.process_end_hooks = stubs.hooked.clone();
     report.process_end_got_calls = stubs.got_calls;
-    report.process_end_unhooked = imports::got_imports(binary)
+    report.process_end_unhooked = got_imports
         .into_iter()
         .filter(|name| process_end::ends_process(name) && !stubs.hooked.contains(name))
         .collect();
@@ -1969,17 +1981,22 @@ fn update_annotation(
             annotation.functions[ai].skipped = None;
         }
     }
-    // Sets of hundreds of thousands of addresses, only looked up: a fast
-    // hash rather than the default DoS-resistant one.
-    let probed: foldhash::HashSet<u64> = plans
-        .iter()
-        .flat_map(|p| p.probed_ips.iter().copied())
-        .collect();
+    // Each plan's addresses sorted on their own (a few dozen at a time):
+    // the plans come in the annotation's function order, by address, so
+    // the set's sort finds the whole sorted (sorted whole, they cost a
+    // third of this step).
+    let mut probed_ips = Vec::with_capacity(plans.iter().map(|p| p.probed_ips.len()).sum());
+    for plan in plans {
+        let start = probed_ips.len();
+        probed_ips.extend_from_slice(&plan.probed_ips);
+        probed_ips[start..].sort_unstable();
+    }
+    let mut probed = AscendingSet::new(probed_ips);
     let mut skip_reason: HashMap<usize, String> = skipped_loads.into_iter().collect();
     // Many loads share a reason: one shared text each.
     let mut reasons = TextTable::default();
     for (li, load) in annotation.loads.iter_mut().enumerate() {
-        if load.instrumented && !probed.contains(&load.ip) {
+        if load.instrumented && !probed.contains(load.ip) {
             load.instrumented = false;
             load.skipped = Some(
                 reasons.text(
@@ -1992,20 +2009,64 @@ fn update_annotation(
         }
     }
     // Implied loads whose proxy lost its probe are no longer covered.
-    let probed_ips: foldhash::HashSet<u64> = annotation
-        .loads
-        .iter()
-        .filter(|l| l.instrumented)
-        .map(|l| l.ip)
-        .collect();
+    let mut instrumented = AscendingSet::new(
+        annotation
+            .loads
+            .iter()
+            .filter(|l| l.instrumented)
+            .map(|l| l.ip)
+            .collect(),
+    );
     for load in annotation.loads.iter_mut() {
         if let Some(proxy) = load.proxy
-            && !probed_ips.contains(&proxy.get())
+            && !instrumented.contains(proxy.get())
         {
             load.proxy = None;
             load.skipped
                 .get_or_insert_with(|| reasons.text("its proxy load is not instrumented"));
         }
+    }
+}
+
+/// A set of hundreds of thousands of addresses, looked up mostly in
+/// ascending order (the loads are sorted by address): each lookup gallops
+/// on from where the last one ended, a step or a few where a hash set took
+/// a cache miss, and building it is a sort that finds sorted input sorted
+/// (a hash set's inserts were most of recording the outcome).
+struct AscendingSet {
+    /// Sorted, without duplicates.
+    ips: Vec<u64>,
+    /// Where the last lookup ended: every address before it is lower.
+    at: usize,
+}
+
+impl AscendingSet {
+    fn new(mut ips: Vec<u64>) -> AscendingSet {
+        ips.sort_unstable();
+        ips.dedup();
+        AscendingSet { ips, at: 0 }
+    }
+
+    /// Whether `ip` is in the set (any order of lookups; ascending is
+    /// fastest).
+    fn contains(&mut self, ip: u64) -> bool {
+        let ips = &self.ips;
+        // An address lower than the last one looked up starts over.
+        let mut low = if self.at > 0 && ips[self.at - 1] >= ip {
+            0
+        } else {
+            self.at
+        };
+        // Gallop: every address before `low` is below `ip`, and `high` is
+        // the end or at an address of at least `ip`.
+        let (mut high, mut step) = (low, 1);
+        while high < ips.len() && ips[high] < ip {
+            low = high + 1;
+            high = (high + step).min(ips.len());
+            step *= 2;
+        }
+        self.at = low + ips[low..high].partition_point(|&x| x < ip);
+        ips.get(self.at) == Some(&ip)
     }
 }
 
@@ -2451,6 +2512,30 @@ mod tests {
         // Loads naming no function of the annotation belong to none.
         assert!(loads_of.of(3).is_empty());
         assert!(loads_of.of(7).is_empty());
+    }
+
+    /// [`AscendingSet`] answers as a hash set does, for lookups in
+    /// ascending order, repeated, going back, and past either end.
+    #[test]
+    fn ascending_set_answers_as_a_hash_set() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let members: Vec<u64> = (0..2_000).map(|_| 100 + next() % 10_000).collect();
+        let set: HashSet<u64> = members.iter().copied().collect();
+        let mut ascending = AscendingSet::new(members);
+        let mut lookups: Vec<u64> = (0..12_000).collect();
+        // Then out of order, with repeats.
+        lookups.extend((0..5_000).map(|_| next() % 10_200));
+        lookups.extend([10_150, 10_150, 0, 99, 100, 10_099]);
+        for ip in lookups {
+            assert_eq!(ascending.contains(ip), set.contains(&ip), "{ip}");
+        }
+        assert!(!AscendingSet::new(Vec::new()).contains(5));
     }
 
     /// [`entered_within`] says what the collected [`entry_points`] say,
