@@ -1027,6 +1027,29 @@ impl Spares {
     }
 }
 
+/// The side exits of `plan`'s superblocks in `exits` (empty), sorted by
+/// branch index: (branch, loads to give back), the last superblock's
+/// count standing where two name one branch.
+fn sorted_exits<'e>(
+    plan: &CopyPlan<'_>,
+    exits: &'e mut Vec<(usize, u32)>,
+) -> impl Iterator<Item = (usize, u32)> + 'e {
+    exits.extend(
+        plan.superblocks
+            .iter()
+            .flat_map(|b| b.exits.iter().copied()),
+    );
+    exits.sort_by_key(|&(i, _)| i);
+    exits.dedup_by(|later, earlier| {
+        let same = later.0 == earlier.0;
+        if same {
+            *earlier = *later;
+        }
+        same
+    });
+    exits.iter().copied()
+}
+
 /// Appends the instructions of `plan`'s copy to `all` (empty): its body
 /// with probes, then the superblocks' counting fragments and the stubs
 /// (gathered in `scratch`); the copy's marks are left in `scratch.marks`.
@@ -1067,21 +1090,7 @@ fn copy_instructions(
     // spatial checks and the table redirects, each sorted by instruction
     // and walked with the instructions: a map lookup per instruction was
     // a sizeable part of building the copies.
-    exits.extend(
-        plan.superblocks
-            .iter()
-            .flat_map(|b| b.exits.iter().copied()),
-    );
-    exits.sort_by_key(|&(i, _)| i);
-    // Should two superblocks name one branch, the last one's count stands.
-    exits.dedup_by(|later, earlier| {
-        let same = later.0 == earlier.0;
-        if same {
-            *earlier = *later;
-        }
-        same
-    });
-    let mut exits = exits.iter().copied().peekable();
+    let mut exits = sorted_exits(plan, exits).peekable();
     let mut spatial = sorted_by_index(&plan.spatial, spatial).peekable();
     let mut redirects = sorted_by_index(&plan.redirects, redirects).peekable();
     for (i, original) in code.instructions.iter().enumerate() {
