@@ -786,7 +786,11 @@ impl<'w> WantedCursor<'w> {
 
 /// `items.partition_point(before)`, searched outwards from `from` in
 /// doubling steps: a few probes where the answer lies near `from`.
-fn partition_point_from<T>(items: &[T], from: usize, before: impl Fn(&T) -> bool) -> usize {
+pub(crate) fn partition_point_from<T>(
+    items: &[T],
+    from: usize,
+    before: impl Fn(&T) -> bool,
+) -> usize {
     // The answer lies in `lo..=hi`: the items below `lo` are before, those
     // from `hi` on are not.
     let (mut lo, mut hi) = (from.min(items.len()), from.min(items.len()));

@@ -40,6 +40,7 @@ pub use report::Report;
 
 use crate::annotation::{Annotation, InstrumentationMode, PtwriteSite, TextTable};
 use crate::binary::imports::code_addresses_in_data;
+use crate::binary::lines::partition_point_from;
 use crate::binary::{Binary, Function, FunctionCode, FunctionSource, IndirectJumpKind};
 use crate::error::{AnnotationError, InstrumentError, RewriteError};
 use elf::{ElfEditor, SIGNATURE, align_up};
@@ -2050,23 +2051,8 @@ impl AscendingSet {
     /// Whether `ip` is in the set (any order of lookups; ascending is
     /// fastest).
     fn contains(&mut self, ip: u64) -> bool {
-        let ips = &self.ips;
-        // An address lower than the last one looked up starts over.
-        let mut low = if self.at > 0 && ips[self.at - 1] >= ip {
-            0
-        } else {
-            self.at
-        };
-        // Gallop: every address before `low` is below `ip`, and `high` is
-        // the end or at an address of at least `ip`.
-        let (mut high, mut step) = (low, 1);
-        while high < ips.len() && ips[high] < ip {
-            low = high + 1;
-            high = (high + step).min(ips.len());
-            step *= 2;
-        }
-        self.at = low + ips[low..high].partition_point(|&x| x < ip);
-        ips.get(self.at) == Some(&ip)
+        self.at = partition_point_from(&self.ips, self.at, |&x| x < ip);
+        self.ips.get(self.at) == Some(&ip)
     }
 }
 
