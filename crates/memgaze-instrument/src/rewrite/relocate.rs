@@ -291,15 +291,12 @@ fn encode_in_runs(
 ) -> Result<Copies, RelocateError> {
     let threads = rayon::current_num_threads().max(1);
     // The original addresses each run's labels lie in.
-    let spans: Vec<std::ops::Range<u64>> = runs
-        .iter()
-        .map(|run| {
-            let plans = &plans[run.clone()];
-            let start = plans.iter().map(|p| p.code.start).min();
-            let end = plans.iter().map(|p| p.code.end).max();
-            start.unwrap_or(0)..end.unwrap_or(0)
-        })
-        .collect();
+    let spans = RunSpans::new(runs.iter().map(|run| {
+        let plans = &plans[run.clone()];
+        let start = plans.iter().map(|p| p.code.start).min();
+        let end = plans.iter().map(|p| p.code.end).max();
+        start.unwrap_or(0)..end.unwrap_or(0)
+    }));
     let copies = plans.len();
     let run_plans = split_into_runs(plans, runs);
     let spares = Spares::default();
@@ -505,6 +502,47 @@ impl Drop for StopOnPanic<'_> {
     }
 }
 
+/// The original addresses each run's labels lie in, with the hull of the
+/// spans of the runs after each: most branches a run's labels do not
+/// resolve go to the runtime's entries or to code left in place, outside
+/// the later runs' hull, and are told apart without a look at each span.
+struct RunSpans {
+    /// Per run: the original addresses its labels lie in.
+    spans: Vec<std::ops::Range<u64>>,
+    /// Per run: the smallest range holding every later run's (non-empty)
+    /// span.
+    later_hulls: Vec<std::ops::Range<u64>>,
+}
+
+impl RunSpans {
+    /// The runs' `spans`, in run order.
+    fn new(spans: impl Iterator<Item = std::ops::Range<u64>>) -> RunSpans {
+        let spans: Vec<_> = spans.collect();
+        let mut later_hulls = vec![0..0; spans.len()];
+        let mut hull: std::ops::Range<u64> = 0..0;
+        for (run, span) in spans.iter().enumerate().rev() {
+            later_hulls[run] = hull.clone();
+            if !span.is_empty() {
+                hull = if hull.is_empty() {
+                    span.clone()
+                } else {
+                    hull.start.min(span.start)..hull.end.max(span.end)
+                };
+            }
+        }
+        RunSpans { spans, later_hulls }
+    }
+
+    /// Whether a run after `run` spans `target` (its label is still to be
+    /// laid out).
+    fn later_holds(&self, run: usize, target: u64) -> bool {
+        self.later_hulls[run].contains(&target)
+            && self.spans[run + 1..]
+                .iter()
+                .any(|span| span.contains(&target))
+    }
+}
+
 /// The serial side of [`encode_in_runs`]: lays out and emits the built
 /// runs in order.
 struct Emitter<'s> {
@@ -513,7 +551,7 @@ struct Emitter<'s> {
     /// The pool's threads.
     threads: usize,
     /// The original addresses each run's labels lie in.
-    spans: &'s [std::ops::Range<u64>],
+    spans: &'s RunSpans,
     /// The labels of the runs emitted.
     labels: RunLabels,
     /// The buffer runs are emitted into (given back by the output).
@@ -544,12 +582,10 @@ impl Emitter<'_> {
         self.labels.push(run_labels)?;
         // A target no run still to lay out can label keeps its address
         // (as `settle` would give it): only branches to later runs wait.
-        let labels = &self.labels;
-        let later = &self.spans[run + 1..];
+        let (labels, spans) = (&self.labels, self.spans);
         let resolve = |target: u64| {
             labels.find(target).map(|offset| base + offset).or_else(|| {
-                let pending = later.iter().any(|span| span.contains(&target));
-                (target < FAKE_BASE && !pending).then_some(target)
+                (target < FAKE_BASE && !spans.later_holds(run, target)).then_some(target)
             })
         };
         self.code.clear();
@@ -3277,5 +3313,25 @@ mod tests {
         assert!(runs.windows(2).all(|w| w[0].end == w[1].start));
         assert!(balanced_runs(&plans[..1]).len() == 1);
         assert_eq!(balanced_runs(&[]), vec![0..0]);
+    }
+
+    proptest::proptest! {
+        /// The later runs' hull only rejects what no later span holds:
+        /// `later_holds` is the look at every later span, for overlapping,
+        /// empty and out-of-order spans alike.
+        #[test]
+        fn later_holds_is_any_later_span(
+            spans in proptest::collection::vec((0u64..64, 0u64..24), 1..12),
+            targets in proptest::collection::vec(0u64..96, 1..24),
+        ) {
+            let spans: Vec<_> = spans.iter().map(|&(start, len)| start..start + len).collect();
+            let run_spans = RunSpans::new(spans.iter().cloned());
+            for run in 0..spans.len() {
+                for &target in &targets {
+                    let any = spans[run + 1..].iter().any(|span| span.contains(&target));
+                    proptest::prop_assert_eq!(run_spans.later_holds(run, target), any);
+                }
+            }
+        }
     }
 }
