@@ -10,7 +10,7 @@
 //! bytes, `syscall`) reads everything.
 
 use crate::binary::usage::{self, RegisterFold};
-use crate::binary::{FunctionCode, IndirectJumpKind, Terminator};
+use crate::binary::{BasicBlock, FunctionCode, IndirectJumpKind, Terminator};
 use iced_x86::{
     Code, FlowControl, Instruction, InstructionInfoFactory, InstructionInfoOptions, OpAccess,
     OpKind, Register, RflagsBits,
@@ -231,6 +231,37 @@ struct LivenessBuffers {
     exit_live: Vec<u32>,
     /// Per block, what is live at its entry.
     live_in: Vec<u32>,
+    /// Per block, its instructions' transfers composed ([`BlockTransfer`]).
+    block_transfers: Vec<BlockTransfer>,
+}
+
+/// A block's instructions' transfers composed into one: live at its entry
+/// is `uses | (live at its end & !defs)`. The fixed point is iterated over
+/// these, a step per block instead of one per instruction.
+#[derive(Clone, Copy, Default)]
+struct BlockTransfer {
+    /// Read before any instruction of the block writes them.
+    uses: u32,
+    /// Written by some instruction of the block.
+    defs: u32,
+}
+
+impl BlockTransfer {
+    /// The transfer of `transfers` (per instruction, `(uses, defs)`) run
+    /// in order.
+    fn of(transfers: &[(u32, u32)]) -> BlockTransfer {
+        let mut block = BlockTransfer::default();
+        for &(uses, defs) in transfers.iter().rev() {
+            block.uses = uses | (block.uses & !defs);
+            block.defs |= defs;
+        }
+        block
+    }
+
+    /// Live at the block's entry, given `live` at its end.
+    fn live_before(self, live: u32) -> u32 {
+        self.uses | (live & !self.defs)
+    }
 }
 
 thread_local! {
@@ -241,6 +272,47 @@ thread_local! {
 /// Live registers and flags before every instruction of `code`.
 pub(crate) fn live_before(code: &FunctionCode) -> Vec<RegSet> {
     LIVENESS_BUFFERS.with_borrow_mut(|bufs| live_before_in(code, bufs))
+}
+
+/// What block `b` of `code` leaves live beyond the function at its end
+/// (all registers at a return or a jump out: liveness treats a return as
+/// reading every register).
+fn live_at_exit(code: &FunctionCode, b: &BasicBlock) -> u32 {
+    let last = &code.instructions[b.last()];
+    match b.terminator {
+        Terminator::FallThrough | Terminator::Jump | Terminator::Conditional | Terminator::Call => {
+            0
+        }
+        Terminator::Return => ALL_GPRS,
+        Terminator::TailCall => {
+            ALL_GPRS
+                | if last.flow_control() == FlowControl::ConditionalBranch {
+                    FLAGS
+                } else {
+                    0
+                }
+        }
+        Terminator::IndirectJump => {
+            let kind = code
+                .indirect_jumps
+                .iter()
+                .find(|j| j.ip == last.ip())
+                .map(|j| j.kind);
+            match kind {
+                Some(IndirectJumpKind::JumpTable(t)) => {
+                    // Targets outside the function are exits.
+                    let leaves = code.jump_tables[t]
+                        .targets
+                        .iter()
+                        .any(|&x| x < code.start || x >= code.end);
+                    if leaves { ALL_GPRS | FLAGS } else { 0 }
+                }
+                Some(IndirectJumpKind::TailCall) => ALL_GPRS,
+                _ => ALL_GPRS | FLAGS,
+            }
+        }
+        Terminator::Trap | Terminator::Invalid | Terminator::End => ALL_GPRS | FLAGS,
+    }
 }
 
 /// [`live_before`] with the thread's buffers.
@@ -254,61 +326,24 @@ fn live_before_in(code: &FunctionCode, bufs: &mut LivenessBuffers) -> Vec<RegSet
     });
     let exit_live = &mut bufs.exit_live;
     exit_live.clear();
-    exit_live.extend(code.blocks.iter().map(|b| {
-        let last = &code.instructions[b.last()];
-        match b.terminator {
-            Terminator::FallThrough
-            | Terminator::Jump
-            | Terminator::Conditional
-            | Terminator::Call => 0,
-            Terminator::Return => ALL_GPRS,
-            Terminator::TailCall => {
-                ALL_GPRS
-                    | if last.flow_control() == FlowControl::ConditionalBranch {
-                        FLAGS
-                    } else {
-                        0
-                    }
-            }
-            Terminator::IndirectJump => {
-                let kind = code
-                    .indirect_jumps
-                    .iter()
-                    .find(|j| j.ip == last.ip())
-                    .map(|j| j.kind);
-                match kind {
-                    Some(IndirectJumpKind::JumpTable(t)) => {
-                        // Targets outside the function are exits.
-                        let leaves = code.jump_tables[t]
-                            .targets
-                            .iter()
-                            .any(|&x| x < code.start || x >= code.end);
-                        if leaves { ALL_GPRS | FLAGS } else { 0 }
-                    }
-                    Some(IndirectJumpKind::TailCall) => ALL_GPRS,
-                    _ => ALL_GPRS | FLAGS,
-                }
-            }
-            Terminator::Trap | Terminator::Invalid | Terminator::End => ALL_GPRS | FLAGS,
-        }
-    }));
+    exit_live.extend(code.blocks.iter().map(|b| live_at_exit(code, b)));
     bufs.live_in.clear();
     bufs.live_in.resize(code.blocks.len(), 0);
+    bufs.block_transfers.clear();
+    (bufs.block_transfers).extend(
+        (code.blocks.iter()).map(|block| BlockTransfer::of(&bufs.transfers[block.instructions()])),
+    );
     // Slices from here: indexing through the buffers' `Vec`s reloaded
     // their lengths in the loops below.
     let (transfers, exit_live) = (&bufs.transfers[..], &bufs.exit_live[..]);
+    let block_transfers = &bufs.block_transfers[..];
     let live_in = &mut bufs.live_in[..];
     let block_in = |b: usize, live_in: &[u32]| -> u32 {
-        let block = &code.blocks[b];
         let mut live = exit_live[b];
-        for &s in &block.successors {
+        for &s in &code.blocks[b].successors {
             live |= live_in[s as usize];
         }
-        for i in block.instructions().rev() {
-            let (uses, defs) = transfers[i];
-            live = (live & !defs) | uses;
-        }
-        live
+        block_transfers[b].live_before(live)
     };
     // Iterate to a fixed point, visiting blocks in reverse order (most
     // successors come later in address order).
@@ -342,6 +377,63 @@ fn live_before_in(code: &FunctionCode, bufs: &mut LivenessBuffers) -> Vec<RegSet
 mod tests {
     use super::*;
     use crate::binary::{FlatMemory, FunctionCode};
+
+    /// The fixed point iterated an instruction at a time, each block's
+    /// instructions walked at every step: the reference for the block
+    /// transfers' iteration.
+    fn live_before_by_instruction(code: &FunctionCode) -> Vec<RegSet> {
+        let mut cache = TransferCache::new();
+        let transfers: Vec<(u32, u32)> = (code.instructions.iter())
+            .map(|insn| transfer(insn, &mut cache))
+            .collect();
+        let live_after_block = |b: usize, live_in: &[u32]| {
+            let block = &code.blocks[b];
+            let successors = block.successors.iter().map(|&s| live_in[s as usize]);
+            successors.fold(live_at_exit(code, block), |live, s| live | s)
+        };
+        let mut live_in = vec![0u32; code.blocks.len()];
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for b in 0..code.blocks.len() {
+                let mut live = live_after_block(b, &live_in);
+                for i in code.blocks[b].instructions().rev() {
+                    live = (live & !transfers[i].1) | transfers[i].0;
+                }
+                changed |= live != live_in[b];
+                live_in[b] = live;
+            }
+        }
+        let mut out = vec![RegSet::ALL; code.instructions.len()];
+        for b in 0..code.blocks.len() {
+            let mut live = live_after_block(b, &live_in);
+            for i in code.blocks[b].instructions().rev() {
+                live = (live & !transfers[i].1) | transfers[i].0;
+                out[i] = RegSet(live | RSP_BIT);
+            }
+        }
+        out
+    }
+
+    /// Liveness iterated over the blocks' composed transfers is the
+    /// per-instruction fixed point, on every function of this test
+    /// executable (loops, jump tables and tail calls among them).
+    #[test]
+    fn block_transfers_reach_the_per_instruction_fixed_point() {
+        let binary = crate::binary::Binary::open(std::env::current_exe().unwrap()).unwrap();
+        let mut blocks = 0;
+        for function in binary.functions() {
+            let code = binary.function_code(function);
+            blocks += code.blocks.len();
+            assert_eq!(
+                live_before(&code),
+                live_before_by_instruction(&code),
+                "function at {:#x}",
+                code.start
+            );
+        }
+        assert!(blocks > 10_000, "only {blocks} blocks compared");
+    }
 
     fn code(bytes: &[u8]) -> FunctionCode {
         let memory = FlatMemory {
