@@ -704,6 +704,39 @@ mod tests {
         a
     }
 
+    /// Loads sharing their lines and register names (one string each,
+    /// cloned), drawn in a pseudo-random order so that strings meeting in
+    /// one of the encoder's recent-string slots alternate, round-trip in
+    /// the compact format.
+    #[test]
+    fn shared_strings_in_any_order_round_trip() {
+        let mut a = full_sample();
+        let template = a.loads[0].clone();
+        let lines: Vec<Text> = (0..1500)
+            .map(|i| format!("src/{}.rs:{i}", i % 7).into())
+            .collect();
+        let registers: Vec<Text> = ["rax", "rbx", "rsi", "r8", "r15"].map(Text::from).to_vec();
+        let mut x = 0x2545_f491_u32;
+        a.loads = (0..20_000)
+            .map(|i| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                let pick = |texts: &[Text], by: u32| texts[(by as usize) % texts.len()].clone();
+                LoadSite {
+                    id: i,
+                    ip: 0x1000 + u64::from(i) * 5,
+                    line: Some(pick(&lines, x)),
+                    base: Some(pick(&registers, x >> 11)),
+                    index: (x & 1 == 0).then(|| pick(&registers, x >> 21)),
+                    ..template.clone()
+                }
+            })
+            .collect();
+        let bytes = a.to_bytes(AnnotationFormat::Compact);
+        assert_eq!(Annotation::from_bytes(&bytes).unwrap(), a);
+    }
+
     #[test]
     fn compact_is_a_fraction_of_json_for_many_loads() {
         let a = sample_with_loads(20_000);

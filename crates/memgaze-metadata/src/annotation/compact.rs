@@ -219,6 +219,9 @@ fn decode_with(
     Ok((a, d.flags.unwrap_or_default()))
 }
 
+/// Slots of [`Encoder`]'s recently looked-up strings.
+const RECENT_SLOTS: usize = 256;
+
 #[derive(Default)]
 struct Encoder<'a> {
     out: Vec<u8>,
@@ -229,6 +232,11 @@ struct Encoder<'a> {
     /// a load's texts are shared [`Text`]s, so most lookups hash 16 bytes
     /// here instead of a whole `file:line` there.
     by_address: foldhash::HashMap<(usize, usize), u32>,
+    /// `(address, length, index)` of the string last looked up in each of
+    /// [`RECENT_SLOTS`] slots by its address: a load's register names and
+    /// its neighbours' lines and inline places repeat from load to load,
+    /// and a hit here hashes nothing.
+    recent: Vec<(usize, usize, u32)>,
     table: Vec<&'a str>,
     /// Where a finished part of `out` after the first goes, and the size
     /// that finishes one.
@@ -277,9 +285,25 @@ impl<'a> Encoder<'a> {
     /// A string of the table (written by index).
     fn string(&mut self, s: &'a str) {
         let address = (s.as_ptr() as usize, s.len());
-        if let Some(&i) = self.by_address.get(&address) {
+        if self.recent.is_empty() {
+            // No string is `usize::MAX` bytes long: an empty slot.
+            self.recent.resize(RECENT_SLOTS, (0, usize::MAX, 0));
+        }
+        let slot = ((address.0 >> 4) ^ (address.0 >> 14)) % RECENT_SLOTS;
+        let (at, len, i) = self.recent[slot];
+        if (at, len) == address {
             self.uint(u64::from(i));
             return;
+        }
+        let i = self.index_of(s, address);
+        self.recent[slot] = (address.0, address.1, i);
+        self.uint(u64::from(i));
+    }
+
+    /// The index of `s`, at `address`, in the table, added if new.
+    fn index_of(&mut self, s: &'a str, address: (usize, usize)) -> u32 {
+        if let Some(&i) = self.by_address.get(&address) {
+            return i;
         }
         let next = self.table.len() as u32;
         let i = *self.index.entry(s).or_insert(next);
@@ -287,7 +311,7 @@ impl<'a> Encoder<'a> {
             self.table.push(s);
         }
         self.by_address.insert(address, i);
-        self.uint(u64::from(i));
+        i
     }
 
     fn optional(&mut self, s: Option<&'a str>) {
