@@ -578,8 +578,9 @@ impl Emitter<'_> {
         let start = self.copies.len;
         // Padding depends on where the run lands.
         place(&mut part, base + start);
-        let run_labels = labels_of(&mut part, start);
-        self.labels.push(run_labels)?;
+        let run_labels = labels_of(&mut part, start, spares.label_list());
+        self.labels.push(&run_labels)?;
+        spares.keep_labels(run_labels);
         // A target no run still to lay out can label keeps its address
         // (as `settle` would give it): only branches to later runs wait.
         let (labels, spans) = (&self.labels, self.spans);
@@ -932,8 +933,8 @@ fn build_part(
     }
     LAYOUT_ENCODER.set(Some(encoder));
     spares.keep_build_scratch(scratch);
-    // The labels are held to the end: their growth slack is freed.
-    layout.labels.shrink_to_fit();
+    // The labels' lists go back to `spares` once the run is emitted, at
+    // their size: shrunk, each run's grew (and was faulted in) again.
     ptwrite_at.shrink_to_fit();
     spatial_at.shrink_to_fit();
     aligned.shrink_to_fit();
@@ -1035,13 +1036,41 @@ impl BuildScratch {
 struct Spares {
     layouts: Mutex<Vec<Layout>>,
     builds: Mutex<Vec<BuildScratch>>,
+    /// Emptied lists of labels ([`Layout::labels`], [`PartLabels`]): a
+    /// run's labels (about 100,000 on the own release binary, 1.6 MB)
+    /// were allocated afresh for every run, a tenth of the instrumenter's
+    /// page faults.
+    label_lists: Mutex<Vec<Vec<(u64, u64)>>>,
 }
 
 impl Spares {
     /// An empty layout, in a given-back one's buffers if there is one.
     fn layout(&self) -> Layout {
         let spare = self.layouts.lock().expect("not poisoned").pop();
-        spare.map_or_else(Layout::default, Layout::emptied)
+        let mut layout = spare.map_or_else(Layout::default, Layout::emptied);
+        layout.labels = self.label_list();
+        layout
+    }
+
+    /// An empty list of labels, a given-back one if there is one.
+    fn label_list(&self) -> Vec<(u64, u64)> {
+        let spare = self.label_lists.lock().expect("not poisoned").pop();
+        spare.unwrap_or_default()
+    }
+
+    /// Keeps the lists of `labels`, emptied, for later runs.
+    fn keep_labels(
+        &self,
+        PartLabels {
+            mut originals,
+            mut fakes,
+        }: PartLabels,
+    ) {
+        originals.clear();
+        fakes.clear();
+        let mut lists = self.label_lists.lock().expect("not poisoned");
+        lists.push(originals);
+        lists.push(fakes);
     }
 
     /// Keeps `layout`'s buffers for a later run.
@@ -1501,8 +1530,9 @@ impl Layout {
         )
     }
 
-    /// An empty layout in `spare`'s code buffers (its labels are not
-    /// reused: they are taken once measured, [`labels_of`]).
+    /// An empty layout in `spare`'s code buffers (its labels were taken
+    /// once measured, [`labels_of`], and come back apart:
+    /// [`Spares::label_list`]).
     fn emptied(spare: Layout) -> Layout {
         let Layout {
             mut pieces,
@@ -1941,10 +1971,11 @@ struct PartLabels {
 /// are walked with them instead of searched for each. The original
 /// addresses mostly come in their own order too (a copy's body follows its
 /// original's instructions), so they are sorted only where they do not; a
-/// sort of all a run's labels was a few percent of the encoding.
-fn labels_of(part: &mut Part, start: u64) -> PartLabels {
+/// sort of all a run's labels was a few percent of the encoding. The fake
+/// labels go to `fakes` (empty).
+fn labels_of(part: &mut Part, start: u64, mut fakes: Vec<(u64, u64)>) -> PartLabels {
     let mut originals = std::mem::take(&mut part.layout.labels);
-    let mut fakes = Vec::new();
+    debug_assert!(fakes.is_empty(), "a spare list of labels comes emptied");
     let mut paddings = part.paddings.iter().peekable();
     let mut padding = 0;
     originals.retain_mut(|label| {
@@ -1989,6 +2020,9 @@ struct RunLabels {
     /// placed), until forgotten: a binary search of sorted pairs missed
     /// the CPU's caches at most of its steps.
     fakes: Vec<Vec<u32>>,
+    /// The table of the run forgotten last, emptied, for the next run's
+    /// (a run's table is made and forgotten as the run is emitted).
+    spare_fakes: Vec<u32>,
     /// `(lowest, highest original address label, run)`, sorted.
     originals: Vec<(u64, u64, usize)>,
     /// The runs' original address ranges are disjoint (else every run is
@@ -2065,25 +2099,31 @@ impl RunLabels {
     /// more than one instruction of the run (the lowest such address): the
     /// first inserted instruction takes a load's address, the load itself
     /// a fake one.
-    fn push(&mut self, PartLabels { originals, fakes }: PartLabels) -> Result<(), RelocateError> {
+    fn push(&mut self, PartLabels { originals, fakes }: &PartLabels) -> Result<(), RelocateError> {
         if let Some(w) = originals.windows(2).find(|w| w[0].0 == w[1].0) {
             return Err(RelocateError::DuplicateAddress(w[0].0));
         }
         let run = self.runs.len();
-        self.fakes.push(Self::fake_table(run, &fakes)?);
+        let table = std::mem::take(&mut self.spare_fakes);
+        self.fakes.push(Self::fake_table(run, fakes, table)?);
         if let (Some(&(lowest, _)), Some(&(highest, _))) = (originals.first(), originals.last()) {
             let span = (lowest, highest, run);
             let at = self.originals.partition_point(|o| *o < span);
             self.originals.insert(at, span);
         }
-        self.runs.push(OriginalLabels::new(&originals));
+        self.runs.push(OriginalLabels::new(originals));
         self.disjoint = self.originals.windows(2).all(|w| w[0].1 < w[1].0);
         Ok(())
     }
 
     /// Run `run`'s fake labels' offsets from the base, indexed by draw
     /// number less one. Fails on a fake label placed twice (the lowest).
-    fn fake_table(run: usize, fakes: &[(u64, u64)]) -> Result<Vec<u32>, RelocateError> {
+    /// The table is made in `table`'s buffer.
+    fn fake_table(
+        run: usize,
+        fakes: &[(u64, u64)],
+        mut table: Vec<u32>,
+    ) -> Result<Vec<u32>, RelocateError> {
         let run_base = FAKE_BASE + ((run as u64) << FAKE_RUN_BITS);
         let draw_of = |ip: u64| {
             let draw = ip
@@ -2092,7 +2132,8 @@ impl RunLabels {
             draw.expect("a run's fake labels are drawn from its own range") as usize
         };
         let drawn = fakes.iter().map(|&(ip, _)| draw_of(ip) + 1).max();
-        let mut table = vec![NOT_PLACED; drawn.unwrap_or(0)];
+        table.clear();
+        table.resize(drawn.unwrap_or(0), NOT_PLACED);
         let mut twice: Option<u64> = None;
         for &(ip, offset) in fakes {
             let slot = &mut table[draw_of(ip)];
@@ -2110,7 +2151,8 @@ impl RunLabels {
     /// Drops the fake labels of run `run`, once emitted: only the run
     /// itself branches to them.
     fn forget_fake(&mut self, run: usize) {
-        self.fakes[run] = Vec::new();
+        self.spare_fakes = std::mem::take(&mut self.fakes[run]);
+        self.spare_fakes.clear();
     }
 
     /// Fails on an original address carried by instructions of two runs
@@ -2957,7 +2999,7 @@ mod tests {
             len: 0,
         };
         place(&mut part, start);
-        let labels = labels_of(&mut part, start);
+        let labels = labels_of(&mut part, start, Vec::new());
         let resolve = |target: u64| {
             let originals = &labels.originals;
             (originals.binary_search_by_key(&target, |&(ip, _)| ip).ok())
@@ -3241,8 +3283,8 @@ mod tests {
             originals: vec![(0x2000, 100)],
             fakes: vec![(fake(1, 4), 140), (fake(1, 1), 110), (fake(1, 2), 120)],
         };
-        labels.push(run0).unwrap();
-        labels.push(run1).unwrap();
+        labels.push(&run0).unwrap();
+        labels.push(&run1).unwrap();
         assert_eq!(labels.find(fake(0, 1)), Some(16));
         assert_eq!(labels.find(fake(1, 1)), Some(110));
         assert_eq!(labels.find(fake(1, 2)), Some(120));
@@ -3261,7 +3303,7 @@ mod tests {
         let fake = |n: u64| FAKE_BASE + n;
         let run =
             |originals: Vec<(u64, u64)>, fakes: Vec<(u64, u64)>| PartLabels { originals, fakes };
-        let twice = |run| match RunLabels::default().push(run) {
+        let twice = |run| match RunLabels::default().push(&run) {
             Err(RelocateError::DuplicateAddress(ip)) => Some(ip),
             Ok(()) => None,
             Err(e) => panic!("{e}"),
