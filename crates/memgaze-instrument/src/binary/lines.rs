@@ -14,7 +14,7 @@
 //! file.
 
 use foldhash::{HashMap, HashMapExt};
-use gimli::{AttributeValue, EndianSlice, LittleEndian, SectionId};
+use gimli::{AttributeValue, EndianSlice, LittleEndian, ReaderOffset, SectionId, UnitOffset};
 
 type Reader<'a> = EndianSlice<'a, LittleEndian>;
 
@@ -440,54 +440,32 @@ impl UnitLines {
         let comp_dir = unit
             .comp_dir
             .map(|d| String::from_utf8_lossy(d.slice()).into_owned());
-        let mut row_slots = FileSlots::default();
         let mut range_slots = FileSlots::default();
-        let mut last_file: Option<(u64, u32)> = None;
-        let mut rows = program.rows();
-        let mut current: Vec<Row> = Vec::new();
-        loop {
-            let (_, row) = match rows.next_row() {
-                Ok(Some(r)) => r,
-                Ok(None) => break,
-                Err(e) => {
-                    out.problem = Some(format!("malformed line program: {e}"));
-                    break;
-                }
-            };
-            if row.end_sequence() {
-                current.push(Row {
-                    address: row.address(),
-                    file: NO_FILE,
-                    line: 0,
-                });
-                if current.first().is_some_and(|r| is_code(r.address)) {
-                    out.sequences.push(match wanted {
-                        Some(wanted) => rows_serving(&current, wanted),
-                        None => current.clone(),
-                    });
-                }
-                current.clear();
-                continue;
+        let mut kept = RowSink::new(is_code, wanted);
+        // The program is run here; where that leaves it to gimli, gimli
+        // runs it from its start again (and names the files it defines).
+        let mut gimli_rows;
+        let rows_header = if run_line_program(program.header(), &mut kept).is_some() {
+            program.header()
+        } else {
+            kept = RowSink::new(is_code, wanted);
+            gimli_rows = program.clone().rows();
+            loop {
+                let (_, row) = match gimli_rows.next_row() {
+                    Ok(Some(r)) => r,
+                    Ok(None) => break,
+                    Err(e) => {
+                        out.problem = Some(format!("malformed line program: {e}"));
+                        break;
+                    }
+                };
+                let line = row.line().map_or(0, |l| l.get());
+                kept.row(row.address(), row.file_index(), line, row.end_sequence());
             }
-            let index = row.file_index();
-            // Consecutive rows mostly name the same file.
-            let file = match last_file {
-                Some((last, id)) if last == index => id,
-                _ => {
-                    let slot = row_slots.slot(index);
-                    last_file = Some((index, slot));
-                    slot
-                }
-            };
-            let line = row
-                .line()
-                .map_or(0, |l| l.get().min(u64::from(u32::MAX - 1)) as u32);
-            current.push(Row {
-                address: row.address(),
-                file,
-                line,
-            });
-        }
+            gimli_rows.header()
+        };
+        out.sequences = kept.sequences;
+        let row_slots = kept.slots;
         let mut near = wanted.map(WantedCursor::new);
         if let Err(e) = add_inlines(
             &mut out,
@@ -504,7 +482,6 @@ impl UnitLines {
         // unit's header name them.
         let (files, file_ids) = (&mut out.files, &mut HashMap::new());
         let comp_dir = comp_dir.as_deref();
-        let rows_header = rows.header();
         row_slots.name(
             out.sequences.iter_mut().flatten().map(|r| &mut r.file),
             (&mut *files, &mut *file_ids),
@@ -528,6 +505,195 @@ impl UnitLines {
         out.inlines.sort_by_key(|r| r.begin);
         out
     }
+}
+
+/// What [`UnitLines::read`] keeps of a unit's rows as its line program
+/// gives them: the sequences that begin in code, each as
+/// [`rows_serving`] keeps it for `wanted` addresses (whole without).
+struct RowSink<'s, C> {
+    is_code: &'s C,
+    wanted: Option<&'s [u64]>,
+    /// The sequences kept, each ending with its end row.
+    sequences: Vec<Vec<Row>>,
+    /// The rows of the sequence under way.
+    current: Vec<Row>,
+    slots: FileSlots,
+    /// The last file index met and its slot.
+    last_file: Option<(u64, u32)>,
+}
+
+impl<'s, C: Fn(u64) -> bool> RowSink<'s, C> {
+    fn new(is_code: &'s C, wanted: Option<&'s [u64]>) -> Self {
+        RowSink {
+            is_code,
+            wanted,
+            sequences: Vec::new(),
+            current: Vec::new(),
+            slots: FileSlots::default(),
+            last_file: None,
+        }
+    }
+
+    /// Takes a row of the program: its address, file index and line (0:
+    /// none), or the end of its sequence.
+    fn row(&mut self, address: u64, index: u64, line: u64, end_sequence: bool) {
+        if end_sequence {
+            self.current.push(Row {
+                address,
+                file: NO_FILE,
+                line: 0,
+            });
+            if self
+                .current
+                .first()
+                .is_some_and(|r| (self.is_code)(r.address))
+            {
+                self.sequences.push(match self.wanted {
+                    Some(wanted) => rows_serving(&self.current, wanted),
+                    None => self.current.clone(),
+                });
+            }
+            self.current.clear();
+            return;
+        }
+        // Consecutive rows mostly name the same file.
+        let file = match self.last_file {
+            Some((last, id)) if last == index => id,
+            _ => {
+                let slot = self.slots.slot(index);
+                self.last_file = Some((index, slot));
+                slot
+            }
+        };
+        self.current.push(Row {
+            address,
+            file,
+            line: line.min(u64::from(u32::MAX - 1)) as u32,
+        });
+    }
+}
+
+/// Runs a line program into `sink` as gimli's `LineRows` runs it, for
+/// the registers the table keeps (address, file, line; tombstoned
+/// sequences skipped alike), its special opcodes' advances looked up
+/// (gimli's rows were the larger part of the units' reading: each
+/// instruction returned as an enum and every register kept). `None`
+/// where it leaves the program to gimli, `sink` then to be dropped: a
+/// program that is malformed (gimli gives the rows before the fault and
+/// names it), defines files, has more than one operation per instruction
+/// or addresses of other than 8 bytes.
+fn run_line_program<C: Fn(u64) -> bool>(
+    header: &gimli::LineProgramHeader<Reader<'_>>,
+    sink: &mut RowSink<'_, C>,
+) -> Option<()> {
+    use gimli::Reader as _;
+    let (base, range) = (header.opcode_base(), header.line_range());
+    if header.maximum_operations_per_instruction() != 1 || header.address_size() != 8 || range == 0
+    {
+        return None;
+    }
+    let min_length = u64::from(header.minimum_instruction_length());
+    let line_base = i64::from(header.line_base());
+    // Special opcode -> (address advance, line advance).
+    let special: Vec<(u64, i64)> = (0..=255u8)
+        .map(|opcode| {
+            let adjusted = opcode.wrapping_sub(base);
+            let advance = u64::from(adjusted / range).wrapping_mul(min_length);
+            (advance, line_base + i64::from(adjusted % range))
+        })
+        .collect();
+    let const_add_pc = u64::from(255u8.wrapping_sub(base) / range).wrapping_mul(min_length);
+    let lengths = header.standard_opcode_lengths().slice();
+    // gimli's tombstones: an address below the last, or -2 and up.
+    const MIN_TOMBSTONE: u64 = u64::MAX - 1;
+    let mut input = header.raw_program_buf();
+    let (mut address, mut file, mut line, mut tombstone) = (0u64, 1u64, 1u64, false);
+    let advance_line = |line: u64, by: i64| {
+        if by < 0 {
+            line.saturating_sub(by.unsigned_abs())
+        } else {
+            line.wrapping_add(by as u64)
+        }
+    };
+    while !input.is_empty() {
+        let opcode = input.read_u8().ok()?;
+        let mut emit = false;
+        let mut end_sequence = false;
+        if opcode >= base && opcode != 0 {
+            let (by, lines) = special[usize::from(opcode)];
+            line = advance_line(line, lines);
+            if !tombstone {
+                address = address.checked_add(by)?;
+            }
+            emit = true;
+        } else if opcode == 0 {
+            let length = usize::try_from(input.read_uleb128().ok()?).ok()?;
+            let mut rest = input.split(length).ok()?;
+            match gimli::DwLne(rest.read_u8().ok()?) {
+                gimli::DW_LNE_end_sequence => (emit, end_sequence) = (true, true),
+                gimli::DW_LNE_set_address => {
+                    let to = rest.read_address(8).ok()?;
+                    tombstone = to < address || to >= MIN_TOMBSTONE;
+                    if !tombstone {
+                        address = to;
+                    }
+                }
+                gimli::DW_LNE_define_file if header.version() <= 4 => return None,
+                gimli::DW_LNE_set_discriminator => {
+                    rest.read_uleb128().ok()?;
+                }
+                _ => {}
+            }
+        } else {
+            match gimli::DwLns(opcode) {
+                gimli::DW_LNS_copy => emit = true,
+                gimli::DW_LNS_advance_pc => {
+                    let by = input.read_uleb128().ok()?;
+                    if !tombstone {
+                        address = address.checked_add(min_length.wrapping_mul(by))?;
+                    }
+                }
+                gimli::DW_LNS_advance_line => line = advance_line(line, input.read_sleb128().ok()?),
+                gimli::DW_LNS_set_file => file = input.read_uleb128().ok()?,
+                gimli::DW_LNS_set_column | gimli::DW_LNS_set_isa => {
+                    input.read_uleb128().ok()?;
+                }
+                gimli::DW_LNS_negate_stmt
+                | gimli::DW_LNS_set_basic_block
+                | gimli::DW_LNS_set_prologue_end
+                | gimli::DW_LNS_set_epilogue_begin => {}
+                gimli::DW_LNS_const_add_pc => {
+                    if !tombstone {
+                        address = address.checked_add(const_add_pc)?;
+                    }
+                }
+                gimli::DW_LNS_fixed_advance_pc => {
+                    let by = input.read_u16().ok()?;
+                    if !tombstone {
+                        address = address.checked_add(u64::from(by))?;
+                    }
+                }
+                _ => {
+                    // An opcode this version does not define: its
+                    // arguments, as the header counts them, skipped.
+                    let arguments = *lengths.get(usize::from(opcode - 1))?;
+                    for _ in 0..arguments {
+                        input.read_uleb128().ok()?;
+                    }
+                }
+            }
+        }
+        if !emit {
+            continue;
+        }
+        if !tombstone {
+            sink.row(address, file, line, end_sequence);
+        }
+        if end_sequence {
+            (address, file, line, tombstone) = (0, 1, 1, false);
+        }
+    }
+    Some(())
 }
 
 /// A unit's files as its rows and inlined ranges name them while it is
@@ -607,10 +773,10 @@ impl LineTable {
 /// Adds the inlined ranges of one unit that `keep` accepts (`begin`,
 /// `end`): those in code only (a discarded function's ranges start at
 /// address 0). The entries are read raw: only an inlined subroutine's
-/// call site and range attributes are parsed, every other attribute (and
-/// every other entry's) is skipped by its form's size (parsing each entry
-/// whole, then looking its attributes up twice, was a third of the units'
-/// reading).
+/// call site and range attributes are parsed; every other entry is stepped
+/// over by its abbreviation's [`EntryPlan`] (parsing each entry whole,
+/// then looking its attributes up twice, was a third of the units'
+/// reading; skipping them attribute by attribute through gimli, a sixth).
 fn add_inlines<'a>(
     out: &mut UnitLines,
     dwarf: &gimli::Dwarf<Reader<'a>>,
@@ -618,44 +784,301 @@ fn add_inlines<'a>(
     slots: &mut FileSlots,
     keep: &mut impl FnMut(u64, u64) -> bool,
 ) -> Result<(), gimli::Error> {
-    let mut entries = unit.entries_raw(None)?;
+    use gimli::Reader as _;
+    let encoding = unit.encoding();
+    let abbreviations = &*unit.abbreviations;
+    let mut plans = EntryPlans::default();
+    let mut input = unit.header.range_from(unit.header.root_offset()..)?;
     let mut attrs: Vec<gimli::Attribute<Reader<'a>>> = Vec::new();
-    while !entries.is_empty() {
-        let depth = entries.next_depth();
-        let Some(abbrev) = entries.read_abbreviation()? else {
-            continue;
-        };
-        if abbrev.tag() != gimli::DW_TAG_inlined_subroutine {
-            entries.skip_attributes(abbrev.attributes())?;
+    // Depths as gimli's entries give them: a null entry closes a list of
+    // children, an entry with children opens one after itself.
+    let mut depth: isize = 0;
+    while !input.is_empty() {
+        let entry_depth = depth;
+        let code = input.read_uleb128()?;
+        if code == 0 {
+            depth -= 1;
             continue;
         }
-        read_site_attributes(&mut entries, abbrev.attributes(), &mut attrs)?;
-        let index = match attr_value(&attrs, gimli::DW_AT_call_file) {
-            Some(AttributeValue::FileIndex(i)) => i,
-            Some(other) => match other.udata_value() {
-                Some(i) => i,
-                None => continue,
-            },
-            None => continue,
-        };
-        let line = attr_value(&attrs, gimli::DW_AT_call_line)
-            .and_then(|v| v.udata_value())
-            .map_or(0, |l| l.min(u64::from(u32::MAX - 1)) as u32);
-        let depth = u32::try_from(depth).unwrap_or(0);
-        let mut ranges = site_ranges(dwarf, unit, &attrs)?;
-        while let Some(range) = ranges.next()? {
-            if range.begin < range.end && keep(range.begin, range.end) {
-                out.inlines.push(Inline {
-                    begin: range.begin,
-                    end: range.end,
-                    depth,
-                    file: slots.slot(index),
-                    line,
-                });
+        let plan = plans.plan(code, abbreviations, encoding)?;
+        if plan.has_children {
+            depth += 1;
+        }
+        attrs.clear();
+        if !plan.whole {
+            plans.walk(plan, &mut input, (encoding, abbreviations), &mut attrs)?;
+        } else {
+            let abbrev = abbreviations
+                .get(code)
+                .ok_or(gimli::Error::InvalidAbbreviationCode(code))?;
+            // gimli reads the entry from where its attributes begin; the
+            // walk goes on where it stopped.
+            let mut entries = gimli::EntriesRaw::new(input, encoding, abbreviations, UnitOffset(0));
+            if plan.inlined {
+                read_site_attributes(&mut entries, abbrev.attributes(), &mut attrs)?;
+            } else {
+                entries.skip_attributes(abbrev.attributes())?;
             }
+            input.skip(entries.next_offset().0)?;
+        }
+        if plan.inlined {
+            add_site(out, (dwarf, unit), (entry_depth, &attrs), slots, keep)?;
         }
     }
     Ok(())
+}
+
+/// Adds the ranges of the inlined subroutine at `depth` with attributes
+/// `attrs` (its call site and ranges) that `keep` accepts.
+fn add_site<'a>(
+    out: &mut UnitLines,
+    (dwarf, unit): (&gimli::Dwarf<Reader<'a>>, &gimli::Unit<Reader<'a>>),
+    (depth, attrs): (isize, &[gimli::Attribute<Reader<'a>>]),
+    slots: &mut FileSlots,
+    keep: &mut impl FnMut(u64, u64) -> bool,
+) -> Result<(), gimli::Error> {
+    let index = match attr_value(attrs, gimli::DW_AT_call_file) {
+        Some(AttributeValue::FileIndex(i)) => i,
+        Some(other) => match other.udata_value() {
+            Some(i) => i,
+            None => return Ok(()),
+        },
+        None => return Ok(()),
+    };
+    let line = attr_value(attrs, gimli::DW_AT_call_line)
+        .and_then(|v| v.udata_value())
+        .map_or(0, |l| l.min(u64::from(u32::MAX - 1)) as u32);
+    let depth = u32::try_from(depth).unwrap_or(0);
+    let mut ranges = site_ranges(dwarf, unit, attrs)?;
+    while let Some(range) = ranges.next()? {
+        if range.begin < range.end && keep(range.begin, range.end) {
+            out.inlines.push(Inline {
+                begin: range.begin,
+                end: range.end,
+                depth,
+                file: slots.slot(index),
+                line,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// How [`add_inlines`] meets the entries of one abbreviation.
+#[derive(Clone, Copy, Debug)]
+struct EntryPlan {
+    has_children: bool,
+    /// An inlined subroutine: its site attributes are read.
+    inlined: bool,
+    /// Read through gimli: an entry with an attribute of a form not
+    /// planned here (`DW_FORM_indirect`, forms gimli does not know either).
+    whole: bool,
+    /// Its steps in [`EntryPlans::steps`], where not `whole`.
+    steps: (u32, u32),
+}
+
+/// One step over an entry's attributes: what gimli's `skip_attributes`
+/// does for a form, fixed sizes run together, or an attribute read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EntryStep {
+    /// A run of attributes of fixed sizes.
+    Bytes(usize),
+    /// A LEB128 number (`udata`, `sdata`, `ref_udata`, the `*x` indices).
+    Leb128,
+    /// A block with its length in the 1, 2 or 4 bytes before it.
+    Block(u8),
+    /// A block or expression with its length in a LEB128 number before it.
+    BlockLeb128,
+    /// A null-terminated string.
+    String,
+    /// An attribute parsed by gimli: an inlined subroutine's site
+    /// attribute ([`is_site_attribute`]).
+    Read(gimli::AttributeSpecification),
+}
+
+/// A unit's [`EntryPlan`]s by abbreviation code, each made when its code
+/// is first met.
+#[derive(Default)]
+struct EntryPlans {
+    /// Code -> plan; `None` where not made yet.
+    plans: Vec<Option<EntryPlan>>,
+    steps: Vec<EntryStep>,
+}
+
+impl EntryPlans {
+    /// Codes from this one on are planned on every entry (producers number
+    /// a unit's abbreviations from 1, densely).
+    const DENSE: u64 = 1 << 16;
+
+    /// The plan of abbreviation `code`.
+    fn plan(
+        &mut self,
+        code: u64,
+        abbreviations: &gimli::Abbreviations,
+        encoding: gimli::Encoding,
+    ) -> Result<EntryPlan, gimli::Error> {
+        if code < Self::DENSE
+            && let Some(Some(plan)) = self.plans.get(code as usize)
+        {
+            return Ok(*plan);
+        }
+        let abbrev = abbreviations
+            .get(code)
+            .ok_or(gimli::Error::InvalidAbbreviationCode(code))?;
+        let plan = self.make(abbrev, encoding);
+        if code < Self::DENSE {
+            let at = code as usize;
+            if at >= self.plans.len() {
+                self.plans.resize(at + 1, None);
+            }
+            self.plans[at] = Some(plan);
+        }
+        Ok(plan)
+    }
+
+    /// Plans `abbrev`'s entries, adding its steps.
+    fn make(&mut self, abbrev: &gimli::Abbreviation, encoding: gimli::Encoding) -> EntryPlan {
+        let has_children = abbrev.has_children();
+        let inlined = abbrev.tag() == gimli::DW_TAG_inlined_subroutine;
+        let start = self.steps.len();
+        for spec in abbrev.attributes() {
+            if inlined && is_site_attribute(spec.name()) {
+                self.steps.push(EntryStep::Read(*spec));
+                continue;
+            }
+            let step = match form_size(spec.form(), encoding) {
+                Some(size) => EntryStep::Bytes(size),
+                None => match spec.form() {
+                    gimli::DW_FORM_udata
+                    | gimli::DW_FORM_sdata
+                    | gimli::DW_FORM_ref_udata
+                    | gimli::DW_FORM_strx
+                    | gimli::DW_FORM_GNU_str_index
+                    | gimli::DW_FORM_addrx
+                    | gimli::DW_FORM_GNU_addr_index
+                    | gimli::DW_FORM_loclistx
+                    | gimli::DW_FORM_rnglistx => EntryStep::Leb128,
+                    gimli::DW_FORM_block1 => EntryStep::Block(1),
+                    gimli::DW_FORM_block2 => EntryStep::Block(2),
+                    gimli::DW_FORM_block4 => EntryStep::Block(4),
+                    gimli::DW_FORM_block | gimli::DW_FORM_exprloc => EntryStep::BlockLeb128,
+                    gimli::DW_FORM_string => EntryStep::String,
+                    _ => {
+                        self.steps.truncate(start);
+                        return EntryPlan {
+                            has_children,
+                            inlined,
+                            whole: true,
+                            steps: (0, 0),
+                        };
+                    }
+                },
+            };
+            if let EntryStep::Bytes(size) = step {
+                // Fixed sizes run together, as gimli adds them up.
+                if let (true, Some(EntryStep::Bytes(run))) =
+                    (self.steps.len() > start, self.steps.last_mut())
+                {
+                    *run += size;
+                    continue;
+                }
+                if size == 0 {
+                    continue;
+                }
+            }
+            self.steps.push(step);
+        }
+        EntryPlan {
+            has_children,
+            inlined,
+            whole: false,
+            steps: (start as u32, self.steps.len() as u32),
+        }
+    }
+
+    /// Steps `input` over the attributes of an entry of `plan`, reading
+    /// those it reads into `attrs` (in order).
+    fn walk<'a>(
+        &self,
+        plan: EntryPlan,
+        input: &mut Reader<'a>,
+        (encoding, abbreviations): (gimli::Encoding, &gimli::Abbreviations),
+        attrs: &mut Vec<gimli::Attribute<Reader<'a>>>,
+    ) -> Result<(), gimli::Error> {
+        use gimli::Reader as _;
+        for step in &self.steps[plan.steps.0 as usize..plan.steps.1 as usize] {
+            match *step {
+                EntryStep::Read(spec) => {
+                    let mut entries =
+                        gimli::EntriesRaw::new(*input, encoding, abbreviations, UnitOffset(0));
+                    attrs.push(entries.read_attribute_inline(spec)?);
+                    input.skip(entries.next_offset().0)?;
+                }
+                EntryStep::Bytes(size) => input.skip(size)?,
+                EntryStep::Leb128 => input.skip_leb128()?,
+                EntryStep::Block(1) => {
+                    let size = input.read_u8()?;
+                    input.skip(usize::from(size))?;
+                }
+                EntryStep::Block(2) => {
+                    let size = input.read_u16()?;
+                    input.skip(usize::from(size))?;
+                }
+                EntryStep::Block(_) => {
+                    let size = input.read_u32()?;
+                    input.skip(usize::from_u32(size))?;
+                }
+                EntryStep::BlockLeb128 => {
+                    let size = input.read_uleb128()?;
+                    input.skip(usize::from_u64(size)?)?;
+                }
+                EntryStep::String => {
+                    input.read_null_terminated_slice()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The size of an attribute of `form` whatever its value, as gimli's
+/// `get_attribute_size` gives it; `None` for forms of variable size (and
+/// unknown ones).
+fn form_size(form: gimli::DwForm, encoding: gimli::Encoding) -> Option<usize> {
+    let size = match form {
+        gimli::DW_FORM_addr => encoding.address_size,
+        gimli::DW_FORM_implicit_const | gimli::DW_FORM_flag_present => 0,
+        gimli::DW_FORM_data1
+        | gimli::DW_FORM_flag
+        | gimli::DW_FORM_strx1
+        | gimli::DW_FORM_ref1
+        | gimli::DW_FORM_addrx1 => 1,
+        gimli::DW_FORM_data2
+        | gimli::DW_FORM_ref2
+        | gimli::DW_FORM_addrx2
+        | gimli::DW_FORM_strx2 => 2,
+        gimli::DW_FORM_addrx3 | gimli::DW_FORM_strx3 => 3,
+        gimli::DW_FORM_data4
+        | gimli::DW_FORM_ref_sup4
+        | gimli::DW_FORM_ref4
+        | gimli::DW_FORM_strx4
+        | gimli::DW_FORM_addrx4 => 4,
+        gimli::DW_FORM_data8
+        | gimli::DW_FORM_ref8
+        | gimli::DW_FORM_ref_sig8
+        | gimli::DW_FORM_ref_sup8 => 8,
+        gimli::DW_FORM_data16 => 16,
+        gimli::DW_FORM_sec_offset
+        | gimli::DW_FORM_GNU_ref_alt
+        | gimli::DW_FORM_strp
+        | gimli::DW_FORM_strp_sup
+        | gimli::DW_FORM_GNU_strp_alt
+        | gimli::DW_FORM_line_strp => encoding.format.word_size(),
+        gimli::DW_FORM_ref_addr if encoding.version == 2 => encoding.address_size,
+        gimli::DW_FORM_ref_addr => encoding.format.word_size(),
+        _ => return None,
+    };
+    Some(usize::from(size))
 }
 
 /// Whether [`add_inlines`] reads attribute `name` of an inlined
@@ -1087,9 +1510,8 @@ mod tests {
 
     #[test]
     fn raw_entries_give_the_inlined_ranges_that_whole_entries_give() {
-        // This test executable's own DWARF, read as gimli's entry cursor
-        // and `die_ranges` read it.
-        let binary = crate::binary::Binary::open(std::env::current_exe().unwrap()).unwrap();
+        // Read as gimli's entry cursor and `die_ranges` read it.
+        let binary = dwarf_test_binary();
         let section = |name: &str| -> &[u8] {
             binary
                 .section(name)
@@ -1150,6 +1572,221 @@ mod tests {
             assert_eq!(got, expected);
         }
         assert!(inlined > 0, "the test executable has inlined code");
+    }
+
+    /// This test executable (the dev profile keeps its DWARF), or the
+    /// file `MEMGAZE_TEST_DWARF` names (another producer's, a larger one).
+    fn dwarf_test_binary() -> crate::binary::Binary {
+        let path = std::env::var_os("MEMGAZE_TEST_DWARF").map_or_else(
+            || std::env::current_exe().unwrap(),
+            std::path::PathBuf::from,
+        );
+        crate::binary::Binary::open(path).unwrap()
+    }
+
+    #[test]
+    fn the_line_programs_give_the_rows_gimli_gives() {
+        let binary = dwarf_test_binary();
+        let section = |name: &str| -> &[u8] {
+            binary
+                .section(name)
+                .filter(|s| !s.is_compressed())
+                .and_then(|s| binary.section_data(s))
+                .unwrap_or(&[])
+        };
+        let dwarf = gimli::Dwarf::load(|id: SectionId| {
+            Ok::<_, gimli::Error>(EndianSlice::new(section(id.name()), LittleEndian))
+        })
+        .unwrap();
+        let every = |_: u64| true;
+        let rows_of = |sink: RowSink<'_, _>| -> Vec<(u64, u64, u32)> {
+            let file = |r: &Row| match r.file {
+                NO_FILE => u64::MAX,
+                slot => sink.slots.indices[slot as usize],
+            };
+            let rows = sink.sequences.iter().flatten();
+            rows.map(|r| (r.address, file(r), r.line)).collect()
+        };
+        let (mut units, mut rows) = (dwarf.units(), 0);
+        while let Some(header) = units.next().unwrap() {
+            let unit = dwarf.unit(header).unwrap();
+            let Some(program) = unit.line_program.clone() else {
+                continue;
+            };
+            let mut ours = RowSink::new(&every, None);
+            assert!(run_line_program(program.header(), &mut ours).is_some());
+            let mut theirs = RowSink::new(&every, None);
+            let mut gimli_rows = program.rows();
+            while let Some((_, row)) = gimli_rows.next_row().unwrap() {
+                let line = row.line().map_or(0, |l| l.get());
+                theirs.row(row.address(), row.file_index(), line, row.end_sequence());
+            }
+            let (ours, theirs) = (rows_of(ours), rows_of(theirs));
+            rows += theirs.len();
+            assert_eq!(ours, theirs);
+        }
+        assert!(rows > 0, "the binary has line rows");
+    }
+
+    #[test]
+    fn an_entry_plan_steps_over_every_form_as_gimli_skips_it() {
+        fn uleb(out: &mut Vec<u8>, mut value: u64) {
+            loop {
+                let byte = (value & 0x7f) as u8;
+                value >>= 7;
+                if value == 0 {
+                    out.push(byte);
+                    return;
+                }
+                out.push(byte | 0x80);
+            }
+        }
+        // Each form and the bytes of a value of it (DWARF 4, 32-bit, 8-byte
+        // addresses).
+        let block = |len: usize, prefix: &[u8]| [prefix, &vec![0x5a; len]].concat();
+        let forms: Vec<(gimli::DwForm, Vec<u8>)> = vec![
+            (gimli::DW_FORM_addr, vec![1; 8]),
+            (gimli::DW_FORM_data1, vec![1]),
+            (gimli::DW_FORM_data2, vec![1; 2]),
+            (gimli::DW_FORM_data4, vec![1; 4]),
+            (gimli::DW_FORM_data8, vec![1; 8]),
+            (gimli::DW_FORM_data16, vec![1; 16]),
+            (gimli::DW_FORM_string, b"abc\0".to_vec()),
+            (gimli::DW_FORM_block1, block(3, &[3])),
+            (gimli::DW_FORM_block2, block(2, &[2, 0])),
+            (gimli::DW_FORM_block4, block(1, &[1, 0, 0, 0])),
+            (gimli::DW_FORM_block, block(130, &[0x82, 0x01])),
+            (gimli::DW_FORM_exprloc, block(2, &[2])),
+            (gimli::DW_FORM_flag, vec![1]),
+            (gimli::DW_FORM_flag_present, vec![]),
+            (gimli::DW_FORM_implicit_const, vec![]),
+            (gimli::DW_FORM_sdata, vec![0x7f]),
+            (gimli::DW_FORM_udata, vec![0xe5, 0x8e, 0x26]),
+            (gimli::DW_FORM_strp, vec![1; 4]),
+            (gimli::DW_FORM_line_strp, vec![1; 4]),
+            (gimli::DW_FORM_sec_offset, vec![1; 4]),
+            (gimli::DW_FORM_ref_addr, vec![1; 4]),
+            (gimli::DW_FORM_ref1, vec![1]),
+            (gimli::DW_FORM_ref2, vec![1; 2]),
+            (gimli::DW_FORM_ref4, vec![1; 4]),
+            (gimli::DW_FORM_ref8, vec![1; 8]),
+            (gimli::DW_FORM_ref_udata, vec![0x81, 0x01]),
+            (gimli::DW_FORM_ref_sig8, vec![1; 8]),
+            (gimli::DW_FORM_strx, vec![5]),
+            (gimli::DW_FORM_strx1, vec![1]),
+            (gimli::DW_FORM_strx2, vec![1; 2]),
+            (gimli::DW_FORM_strx3, vec![1; 3]),
+            (gimli::DW_FORM_strx4, vec![1; 4]),
+            (gimli::DW_FORM_addrx, vec![0x80, 0x01]),
+            (gimli::DW_FORM_addrx1, vec![1]),
+            (gimli::DW_FORM_addrx4, vec![1; 4]),
+            (gimli::DW_FORM_loclistx, vec![3]),
+            (gimli::DW_FORM_rnglistx, vec![3]),
+        ];
+        // Abbreviation 1: a variable with one attribute of each form; 2:
+        // one with an indirect form; 3: an inlined subroutine, its name
+        // skipped and its call site and range read.
+        let mut abbrevs = Vec::new();
+        uleb(&mut abbrevs, 1);
+        uleb(&mut abbrevs, gimli::DW_TAG_variable.0.into());
+        abbrevs.push(0);
+        for (i, (form, _)) in forms.iter().enumerate() {
+            uleb(&mut abbrevs, 0x2000 + i as u64);
+            uleb(&mut abbrevs, form.0.into());
+            if *form == gimli::DW_FORM_implicit_const {
+                abbrevs.push(0x7f);
+            }
+        }
+        abbrevs.extend([0, 0]);
+        let site = [
+            (gimli::DW_AT_name, gimli::DW_FORM_data1),
+            (gimli::DW_AT_call_file, gimli::DW_FORM_data1),
+            (gimli::DW_AT_call_line, gimli::DW_FORM_udata),
+            (gimli::DW_AT_low_pc, gimli::DW_FORM_addr),
+            (gimli::DW_AT_high_pc, gimli::DW_FORM_data4),
+        ];
+        for (code, tag, attributes) in [
+            (
+                2,
+                gimli::DW_TAG_variable,
+                &[(gimli::DW_AT_name, gimli::DW_FORM_indirect)][..],
+            ),
+            (3, gimli::DW_TAG_inlined_subroutine, &site[..]),
+        ] {
+            uleb(&mut abbrevs, code);
+            uleb(&mut abbrevs, tag.0.into());
+            abbrevs.push(1);
+            for (name, form) in attributes {
+                uleb(&mut abbrevs, name.0.into());
+                uleb(&mut abbrevs, form.0.into());
+            }
+            abbrevs.extend([0, 0]);
+        }
+        abbrevs.push(0);
+        let abbreviations = gimli::DebugAbbrev::new(&abbrevs, LittleEndian)
+            .abbreviations(gimli::DebugAbbrevOffset(0))
+            .unwrap();
+        let encoding = gimli::Encoding {
+            format: gimli::Format::Dwarf32,
+            version: 4,
+            address_size: 8,
+        };
+        let mut entry: Vec<u8> = forms.iter().flat_map(|(_, bytes)| bytes.clone()).collect();
+        let size = entry.len();
+        entry.push(0xaa);
+        let mut plans = EntryPlans::default();
+        let plan = plans.plan(1, &abbreviations, encoding).unwrap();
+        assert!(!plan.whole && !plan.inlined && !plan.has_children);
+        let (mut input, mut attrs) = (EndianSlice::new(&entry, LittleEndian), Vec::new());
+        let walk = (encoding, &abbreviations);
+        plans.walk(plan, &mut input, walk, &mut attrs).unwrap();
+        assert_eq!(
+            entry.len() - input.len(),
+            size,
+            "the plan steps over the entry"
+        );
+        assert!(attrs.is_empty());
+        let mut raw = gimli::EntriesRaw::new(
+            EndianSlice::new(&entry, LittleEndian),
+            encoding,
+            &abbreviations,
+            UnitOffset(0),
+        );
+        let specs = abbreviations.get(1).unwrap().attributes();
+        raw.skip_attributes(specs).unwrap();
+        assert_eq!(raw.next_offset().0, size, "gimli skips the same bytes");
+        // The plan is kept for the code and gives the same steps again; a
+        // cut entry is an error, not a step past its end.
+        let again = plans.plan(1, &abbreviations, encoding).unwrap();
+        assert_eq!(again.steps, plan.steps);
+        let mut cut = EndianSlice::new(&entry[..size - 3], LittleEndian);
+        assert!(plans.walk(plan, &mut cut, walk, &mut attrs).is_err());
+        let indirect = plans.plan(2, &abbreviations, encoding).unwrap();
+        assert!(indirect.whole && indirect.has_children, "read by gimli");
+        // The inlined subroutine: name 9, call file 2, line 129, code
+        // 0x1000..0x1020.
+        let site = plans.plan(3, &abbreviations, encoding).unwrap();
+        assert!(site.inlined && !site.whole);
+        let mut entry = vec![9, 2, 0x81, 0x01];
+        entry.extend(0x1000u64.to_le_bytes());
+        entry.extend(0x20u32.to_le_bytes());
+        entry.push(0xaa);
+        let mut input = EndianSlice::new(&entry, LittleEndian);
+        plans.walk(site, &mut input, walk, &mut attrs).unwrap();
+        assert_eq!(input.len(), 1, "the plan steps over the entry");
+        let value = |name| attr_value(&attrs, name).and_then(|v| v.udata_value());
+        assert_eq!(attrs.len(), 4, "the name is skipped");
+        assert_eq!(
+            attr_value(&attrs, gimli::DW_AT_call_file),
+            Some(AttributeValue::FileIndex(2))
+        );
+        assert_eq!(value(gimli::DW_AT_call_line), Some(129));
+        assert_eq!(value(gimli::DW_AT_high_pc), Some(0x20));
+        assert_eq!(
+            attr_value(&attrs, gimli::DW_AT_low_pc),
+            Some(AttributeValue::Addr(0x1000))
+        );
+        assert!(plans.plan(4, &abbreviations, encoding).is_err());
     }
 
     #[test]
