@@ -79,8 +79,8 @@ const CALLER_SAVED: [Register; 9] = [
 impl Frame {
     /// Analyses the frame of `code`, whose loops are `loops`.
     ///
-    /// Only the instructions inside loops have all their definitions
-    /// listed: the evaluator asks about no others. Outside loops, the
+    /// Only the instructions inside loops have their definitions listed:
+    /// the evaluator asks about no others. Outside loops, the
     /// instructions' register and memory usage (most of this pass) is asked
     /// only where the answer matters: frame accesses, which name the slots
     /// and their widths (the overlaps of stores in loops depend on them),
@@ -159,29 +159,51 @@ impl Frame {
             }
         });
         frame.slots = offsets;
-        let widest = frame
+        frame.list_defs(code, loops, &written, &accesses);
+        frame
+    }
+
+    /// Lists the definitions of the instructions inside loops, from the
+    /// registers each instruction writes (`written`, bit = variable) and
+    /// the frame accesses (`accesses`, in instruction order). The others
+    /// get none: the evaluator asks only about definitions inside the loop
+    /// it evaluates, and listing every call's clobbers and every push's
+    /// slot in a function was a sixth of this pass's own instructions.
+    fn list_defs(
+        &mut self,
+        code: &FunctionCode,
+        loops: &LoopForest,
+        written: &[u16],
+        accesses: &[(u32, Register, u64, u32, bool)],
+    ) {
+        let widest = self
             .slots
             .iter()
             .map(|s| i64::from(s.1))
             .max()
             .unwrap_or(1)
             .max(1);
-
-        // Definitions.
         let invariant_mask = (1u16 << gpr_var(Register::RSP).expect("gpr"))
-            | if frame.frame_pointer.is_some() {
-                rbp_bit
+            | if self.frame_pointer.is_some() {
+                1u16 << gpr_var(Register::RBP).expect("gpr")
             } else {
                 0
             };
         let mut next_access = 0;
         for (i, insn) in code.instructions.iter().enumerate() {
-            frame.def_start.push(frame.defs.len() as u32);
+            self.def_start.push(self.defs.len() as u32);
+            let first_access = next_access;
+            while next_access < accesses.len() && accesses[next_access].0 as usize == i {
+                next_access += 1;
+            }
+            if loops.innermost(code.block_of[i]).is_none() {
+                continue;
+            }
             let mut mask = written[i] & !invariant_mask;
             let mut v = 0;
             while mask != 0 {
                 if mask & 1 != 0 {
-                    frame.defs.push((v, DefKind::Value));
+                    self.defs.push((v, DefKind::Value));
                 }
                 mask >>= 1;
                 v += 1;
@@ -193,24 +215,22 @@ impl Frame {
                 for r in CALLER_SAVED {
                     let v = gpr_var(r).expect("gpr");
                     if written[i] & (1 << v) == 0 {
-                        frame.defs.push((v, DefKind::CallClobber));
+                        self.defs.push((v, DefKind::CallClobber));
                     }
                 }
             }
-            while next_access < accesses.len() && accesses[next_access].0 as usize == i {
-                let (_, base, disp, size, write) = accesses[next_access];
-                next_access += 1;
+            for &(_, base, disp, size, write) in &accesses[first_access..next_access] {
                 if !write {
                     continue;
                 }
-                let Some(off) = frame.slot_offset(i, base, Register::None, disp) else {
+                let Some(off) = self.slot_offset(i, base, Register::None, disp) else {
                     continue;
                 };
                 let size = i64::from(size).max(1);
                 // Slots overlapping [off, off + size): they start below its
                 // end and at most `widest` bytes before it.
-                let from = frame.slots.partition_point(|s| s.0 < off.plus(-widest));
-                for (k, s) in frame.slots.iter().enumerate().skip(from) {
+                let from = self.slots.partition_point(|s| s.0 < off.plus(-widest));
+                for (k, s) in self.slots.iter().enumerate().skip(from) {
                     if s.0 >= off.plus(size) {
                         break;
                     }
@@ -225,16 +245,15 @@ impl Frame {
                     } else {
                         DefKind::Clobber
                     };
-                    frame.defs.push((GPRS + k as Var, kind));
+                    self.defs.push((GPRS + k as Var, kind));
                 }
             }
         }
-        frame.def_start.push(frame.defs.len() as u32);
-        frame
+        self.def_start.push(self.defs.len() as u32);
     }
 
-    /// Variables instruction `i` defines (all of them for an instruction
-    /// inside a loop).
+    /// Variables instruction `i` defines, if it lies inside a loop (none
+    /// are listed for the others).
     pub(crate) fn defs(&self, i: usize) -> &[(Var, DefKind)] {
         &self.defs[self.def_start[i] as usize..self.def_start[i + 1] as usize]
     }

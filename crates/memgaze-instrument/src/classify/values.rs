@@ -341,12 +341,11 @@ pub(crate) struct EvaluatorBuffers {
     /// The sets of `entry_defs`, one after the other.
     entry_sets: Vec<u32>,
     /// Buffers of `Evaluator::entry_defs`, kept from one (loop, variable)
-    /// to the next: each block's last definition, each block's entry set
-    /// (only the first `Loop::blocks.len()` are the current loop's), the
-    /// candidate set.
+    /// to the next: each block's last definition, the definitions by their
+    /// bit in the blocks' entry sets, those sets.
     entry_last: Vec<Option<u32>>,
-    entry_ins: Vec<Vec<u32>>,
-    entry_set: Vec<u32>,
+    entry_defs_by_bit: Vec<u32>,
+    entry_sets_bits: EntrySets,
     /// Recent answers of `Evaluator::reaching`.
     reaching_cache: ReachingCache,
     /// Per loop (index), once asked for, where its blocks' entries start in
@@ -409,8 +408,8 @@ impl EvaluatorBuffers {
         self.entry_defs.clear();
         self.entry_ranges.clear();
         self.entry_sets.clear();
-        // `entry_last`, `entry_ins` and `entry_set`: each use clears the
-        // part it reads.
+        // `entry_last`, `entry_defs_by_bit` and `entry_sets_bits`: each use
+        // clears what it reads.
         self.reaching_cache.clear();
         refill(&mut self.loop_preds, loop_count, None);
         self.pred_first.clear();
@@ -426,6 +425,85 @@ impl EvaluatorBuffers {
         self.replays.clear();
         self.chain_bits.clear();
         self.frames.clear();
+    }
+}
+
+/// The in-loop definitions of one variable that reach each block's entry
+/// in a loop, as bit sets: bit `i` is the `i`-th block (in the loop's
+/// order) that defines the variable, standing for its last definition
+/// there.
+#[derive(Default)]
+struct EntrySets {
+    /// Words per set.
+    words: usize,
+    /// Per block (position in the loop's blocks), its bit if it defines the
+    /// variable, else [`EntrySets::NONE`].
+    own: Vec<u32>,
+    /// The sets, `words` per block.
+    bits: Vec<u64>,
+}
+
+impl EntrySets {
+    const NONE: u32 = u32::MAX;
+
+    /// Computes the sets of the blocks, `defines` telling whether each
+    /// block defines the variable (in the loop's order), the in-loop
+    /// predecessors (positions) of block `k` being
+    /// `pred_list[pred_first[k]..pred_first[k + 1]]`: starting from empty
+    /// sets, each block's set becomes the union over its predecessors of
+    /// their own bit, or of their set when they define nothing, until no
+    /// set changes (the least fixed point).
+    fn solve(
+        &mut self,
+        defines: impl Iterator<Item = bool>,
+        pred_first: &[u32],
+        pred_list: &[u32],
+    ) {
+        self.own.clear();
+        let mut next = 0;
+        for d in defines {
+            self.own.push(if d {
+                next += 1;
+                next - 1
+            } else {
+                Self::NONE
+            });
+        }
+        let (n, words) = (self.own.len(), (next as usize).div_ceil(64));
+        self.words = words;
+        self.bits.clear();
+        self.bits.resize(n * words, 0);
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for k in 0..n {
+                let preds = &pred_list[pred_first[k] as usize..pred_first[k + 1] as usize];
+                for w in 0..words {
+                    let mut set = 0u64;
+                    for &p in preds {
+                        set |= match self.own[p as usize] {
+                            Self::NONE => self.bits[p as usize * words + w],
+                            bit if bit as usize / 64 == w => 1 << (bit % 64),
+                            _ => 0,
+                        };
+                    }
+                    // The sets only grow from one round to the next (their
+                    // inputs do): a set that differs is a larger one.
+                    if set != self.bits[k * words + w] {
+                        self.bits[k * words + w] = set;
+                        changed = true;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The bits of block `k`'s set, in increasing order.
+    fn members(&self, k: usize) -> impl Iterator<Item = usize> + '_ {
+        self.bits[k * self.words..(k + 1) * self.words]
+            .iter()
+            .enumerate()
+            .flat_map(|(w, &word)| bits_of(u128::from(word)).map(move |b| w * 64 + b as usize))
     }
 }
 
@@ -486,6 +564,18 @@ impl<'a> Evaluator<'a> {
     #[cfg(test)]
     pub(crate) fn budget_left(&self) -> u32 {
         self.budget
+    }
+
+    /// The in-loop definitions of `v` reaching the entry of each block of
+    /// loop `l` (in `Loop::blocks` order), as `reaching` finds them (to
+    /// test them against a search of the control flow).
+    #[cfg(test)]
+    pub(crate) fn entry_definitions(&mut self, l: u32, v: Var) -> Vec<Vec<u32>> {
+        let ranges = self.entry_defs(l, v).to_vec();
+        ranges
+            .iter()
+            .map(|&(from, to)| self.bufs.entry_sets[from as usize..to as usize].to_vec())
+            .collect()
     }
 
     /// The change of register `reg` just before instruction `at`, over
@@ -556,64 +646,61 @@ impl<'a> Evaluator<'a> {
 
     /// [`Evaluator::entry_defs`], not yet known: appends the loop's ranges
     /// to `entry_ranges` and returns where they start.
+    ///
+    /// Each block that defines `v` gives its last definition a bit, in the
+    /// order of the loop's blocks (address order, so the bits' order is the
+    /// definitions'); a block's entry set is then the union of its in-loop
+    /// predecessors' bits (their own definition's, or their entry set when
+    /// they define nothing), iterated from empty sets to the least fixed
+    /// point. Sets of definitions as sorted lists, merged and deduplicated
+    /// per block and round, were half of the evaluator's instructions.
     fn find_entry_defs(&mut self, l: u32, v: Var) -> usize {
         let lp = &self.loops.loops[l as usize];
         let n = lp.blocks.len();
         let mut last = std::mem::take(&mut self.bufs.entry_last);
         last.clear();
+        let mut by_bit = std::mem::take(&mut self.bufs.entry_defs_by_bit);
+        by_bit.clear();
         for &b in &lp.blocks {
             let d = self.last_def_in(b, v);
             last.push(d);
-        }
-        // Predecessors inside the loop, as positions: the same for every
-        // variable of the loop.
-        let preds_at = self.loop_preds_of(l);
-        // The sets of the last (loop, variable) asked, reused: most
-        // queries' loops are small, and their allocations were most of
-        // this pass's time.
-        let mut ins = std::mem::take(&mut self.bufs.entry_ins);
-        for set in ins.iter_mut().take(n) {
-            set.clear();
-        }
-        if ins.len() < n {
-            ins.resize_with(n, Vec::new);
-        }
-        // One buffer for the candidate set of every block and round.
-        let mut set = std::mem::take(&mut self.bufs.entry_set);
-        let first = &self.bufs.pred_first[preds_at..=preds_at + n];
-        let mut changed = true;
-        while changed {
-            changed = false;
-            for k in 0..n {
-                set.clear();
-                for &p in &self.bufs.pred_list[first[k] as usize..first[k + 1] as usize] {
-                    match last[p as usize] {
-                        Some(d) => set.push(d),
-                        None => set.extend_from_slice(&ins[p as usize]),
-                    }
-                }
-                set.sort_unstable();
-                set.dedup();
-                // The sets only grow from one round to the next (their
-                // inputs do): a set of another length is a new one.
-                if set.len() != ins[k].len() {
-                    std::mem::swap(&mut ins[k], &mut set);
-                    changed = true;
-                }
-            }
+            by_bit.extend(d);
         }
         let start = self.bufs.entry_ranges.len();
-        for set in &ins[..n] {
-            let from = self.bufs.entry_sets.len() as u32;
-            self.bufs.entry_sets.extend_from_slice(set);
+        if by_bit.is_empty() {
+            // Defined nowhere in the loop: every set is empty.
+            let at = self.bufs.entry_sets.len() as u32;
             self.bufs
                 .entry_ranges
-                .push((from, self.bufs.entry_sets.len() as u32));
+                .extend(std::iter::repeat_n((at, at), n));
+        } else {
+            // Predecessors inside the loop, as positions: the same for every
+            // variable of the loop.
+            let preds_at = self.loop_preds_of(l);
+            let mut sets = std::mem::take(&mut self.bufs.entry_sets_bits);
+            sets.solve(
+                last.iter().map(Option::is_some),
+                &self.bufs.pred_first[preds_at..=preds_at + n],
+                &self.bufs.pred_list,
+            );
+            for k in 0..n {
+                let from = self.bufs.entry_sets.len() as u32;
+                self.bufs
+                    .entry_sets
+                    .extend(sets.members(k).map(|bit| by_bit[bit]));
+                debug_assert!(
+                    self.bufs.entry_sets[from as usize..].is_sorted(),
+                    "a loop's blocks are in address order"
+                );
+                self.bufs
+                    .entry_ranges
+                    .push((from, self.bufs.entry_sets.len() as u32));
+            }
+            self.bufs.entry_sets_bits = sets;
         }
         self.bufs.entry_defs.insert(pair(l, v), start as u32);
         self.bufs.entry_last = last;
-        self.bufs.entry_ins = ins;
-        self.bufs.entry_set = set;
+        self.bufs.entry_defs_by_bit = by_bit;
         start
     }
 
