@@ -1790,7 +1790,7 @@ impl LayoutEncoder {
         insn: &Instruction,
         out: &mut Vec<u8>,
     ) -> Result<u32, RelocateError> {
-        if let Some(size) = mov_r32_imm32(insn, out) {
+        if let Some(size) = mov_r32_imm32(insn, out).or_else(|| lea_r64_m(insn, out)) {
             return Ok(size);
         }
         let key = Self::key_of(insn);
@@ -1859,6 +1859,99 @@ fn mov_r32_imm32(insn: &Instruction, out: &mut Vec<u8>) -> Option<u32> {
     }
     out.push(0xb8 | (number & 7));
     out.extend_from_slice(&insn.immediate32().to_le_bytes());
+    Some((out.len() - from) as u32)
+}
+
+/// Appends the encoding of `insn` if it is a `lea r64, [base + index *
+/// scale + disp]` without prefixes, through 64-bit or 32-bit registers,
+/// and gives its size; `None` for any other form (an absolute address, a
+/// displacement iced would refuse), which iced encodes or refuses. The
+/// bytes are iced's: `67` for 32-bit address registers, REX.W, `8D`,
+/// ModRM, a SIB where an index, a scale or an `rsp`/`r12` base needs one,
+/// and the displacement as disp8 where its size asks for one (a zero one
+/// where an `rbp`/`r13` base has none) and it fits, else disp32. Every
+/// stub and spatial check takes its load's address so, and a third of
+/// them (unique by displacement) missed the [`LayoutEncoder`]'s cache and
+/// were encoded by iced.
+fn lea_r64_m(insn: &Instruction, out: &mut Vec<u8>) -> Option<u32> {
+    if insn.code() != Code::Lea_r64_m
+        || insn.segment_prefix() != Register::None
+        || insn.has_lock_prefix()
+        || insn.has_rep_prefix()
+        || insn.has_repne_prefix()
+    {
+        return None;
+    }
+    let (base, index) = (insn.memory_base(), insn.memory_index());
+    let wide = match (base, index) {
+        (Register::None, Register::None) => return None,
+        (r, Register::None) | (Register::None, r) => r.is_gpr64(),
+        (b, i) if b.is_gpr64() && i.is_gpr64() => true,
+        (b, i) if b.is_gpr32() && i.is_gpr32() => false,
+        _ => return None,
+    };
+    let address_register = |r: Register| r == Register::None || r.is_gpr64() || r.is_gpr32();
+    let no_rsp_index = !matches!(index, Register::RSP | Register::ESP);
+    let dst = insn.op0_register();
+    if !(address_register(base) && address_register(index) && no_rsp_index && dst.is_gpr64()) {
+        return None;
+    }
+    let disp = insn.memory_displacement64() as i64;
+    let disp_max = if wide {
+        i64::from(i32::MAX)
+    } else {
+        i64::from(u32::MAX)
+    };
+    if !(i64::from(i32::MIN)..=disp_max).contains(&disp) {
+        return None;
+    }
+    let displ = insn.memory_displacement32();
+    let address_bytes = if wide { 8 } else { 4 };
+    let base_number = (base != Register::None).then(|| base.number() as u8);
+    let mut displ_size = insn.memory_displ_size();
+    if !matches!(displ_size, 0 | 1 | 4 | 8) {
+        return None;
+    }
+    if displ_size == 0 && base_number.is_some_and(|n| n & 7 == 5) {
+        // `[rbp]` and `[r13]` take a zero disp8.
+        if displ != 0 {
+            return None;
+        }
+        displ_size = 1;
+    }
+    if displ_size == 1 && i8::try_from(displ as i32).is_err() {
+        displ_size = address_bytes;
+    }
+    let (mod_bits, disp_len) = match base_number {
+        None => (0x00, 4),
+        Some(_) if displ_size == 1 => (0x40, 1),
+        Some(_) if displ_size == address_bytes => (0x80, 4),
+        Some(_) if displ_size == 0 && displ == 0 => (0x00, 0),
+        Some(_) => return None,
+    };
+    let scale = insn.memory_index_scale().trailing_zeros() as u8;
+    let index_number = (index != Register::None).then(|| index.number() as u8);
+    let dst_number = dst.number() as u8;
+    let rex = 0x48
+        | (dst_number >> 3) << 2
+        | index_number.map_or(0, |n| n >> 3) << 1
+        | base_number.map_or(0, |n| n >> 3);
+    let from = out.len();
+    if !wide {
+        out.push(0x67);
+    }
+    out.extend_from_slice(&[rex, 0x8d]);
+    let reg_bits = (dst_number & 7) << 3;
+    let needs_sib = index_number.is_some() || scale != 0 || base_number.is_none_or(|n| n & 7 == 4);
+    if needs_sib {
+        out.push(mod_bits | reg_bits | 4);
+        let index_bits = index_number.map_or(4, |n| n & 7);
+        let base_bits = base_number.map_or(5, |n| n & 7);
+        out.push(scale << 6 | index_bits << 3 | base_bits);
+    } else {
+        out.push(mod_bits | reg_bits | base_number.map_or(0, |n| n & 7));
+    }
+    out.extend_from_slice(&displ.to_le_bytes()[..disp_len]);
     Some((out.len() - from) as u32)
 }
 
@@ -3101,6 +3194,90 @@ mod tests {
             assert!(mov_r32_imm32(&plain, &mut direct).is_some());
             assert!(mov_r32_imm32(&repeated, &mut direct).is_none());
         }
+    }
+
+    #[test]
+    fn leas_are_written_as_iced_encodes_them() {
+        use Register::*;
+        use iced_x86::MemoryOperand;
+        let wide = [
+            RAX, RCX, RDX, RBX, RSP, RBP, RSI, RDI, R8, R9, R10, R11, R12, R13, R14, R15,
+        ];
+        let narrow = wide.map(|r| r.full_register32());
+        let bases = [None].into_iter().chain(wide).chain(narrow).chain([RIP]);
+        let bases: Vec<Register> = bases.collect();
+        let indices: Vec<Register> = [None].into_iter().chain(wide).chain(narrow).collect();
+        // (displacement size, displacement): every size iced takes, values
+        // at the edges of disp8 and disp32, and some it refuses.
+        let displacements: [(u32, i64); 17] = [
+            (0, 0),
+            (0, 5),
+            (1, 0),
+            (1, 1),
+            (1, 127),
+            (1, -128),
+            (1, 128),
+            (1, -129),
+            (2, 8),
+            (4, 0x1234),
+            (4, -0x8000_0000),
+            (4, 0xffff_fff0),
+            (8, 0),
+            (8, -1),
+            (8, 0x7fff_ffff),
+            (8, 0x8000_0000),
+            (8, -0x8000_0001),
+        ];
+        let mut encoder = Encoder::new(64);
+        let (mut direct, mut fresh) = (Vec::new(), Vec::new());
+        let (mut written, mut left_to_iced) = (0usize, 0usize);
+        let pairs = bases
+            .iter()
+            .flat_map(|b| indices.iter().map(move |i| (*b, *i)));
+        // iced asserts (in debug builds) on a 32-bit register beside a
+        // 64-bit one.
+        let narrow_with_wide =
+            |(b, i): (Register, Register)| b != None && i != None && b.is_gpr32() != i.is_gpr32();
+        for (base, index) in pairs.filter(|&pair| !narrow_with_wide(pair)) {
+            for scale in [1, 2, 4, 8] {
+                for (size, disp) in displacements {
+                    let operand = MemoryOperand::new(base, index, scale, disp, size, false, None);
+                    for dst in wide {
+                        let Ok(insn) = Instruction::with2(Code::Lea_r64_m, dst, operand) else {
+                            continue;
+                        };
+                        direct.clear();
+                        let ours = lea_r64_m(&insn, &mut direct);
+                        let iced = encoder.encode(&insn, 0);
+                        fresh.clear();
+                        drain_into(&mut encoder, &mut fresh);
+                        match (ours, iced) {
+                            (Some(size), Ok(expected)) => {
+                                assert_eq!((size as usize, &direct), (expected, &fresh), "{insn}");
+                                written += 1;
+                            }
+                            (Some(_), Err(e)) => panic!("{insn}: written, iced refuses: {e}"),
+                            (Option::None, Ok(_)) => {
+                                let absolute = (base, index) == (None, None);
+                                assert!(absolute || base == RIP, "{insn}: left to iced");
+                                left_to_iced += 1;
+                            }
+                            (Option::None, Err(_)) => {}
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            written > 300_000 && left_to_iced > 0,
+            "{written} {left_to_iced}"
+        );
+        let mut prefixed =
+            Instruction::with2(Code::Lea_r64_m, RDI, MemoryOperand::with_base_displ(RBX, 8))
+                .unwrap();
+        assert!(lea_r64_m(&prefixed, &mut direct).is_some());
+        prefixed.set_segment_prefix(FS);
+        assert!(lea_r64_m(&prefixed, &mut direct).is_none());
     }
 
     /// A piece's kind and sizes, to compare.
