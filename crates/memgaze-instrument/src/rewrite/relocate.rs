@@ -1030,10 +1030,7 @@ impl Spares {
 /// The side exits of `plan`'s superblocks in `exits` (empty), sorted by
 /// branch index: (branch, loads to give back), the last superblock's
 /// count standing where two name one branch.
-fn sorted_exits<'e>(
-    plan: &CopyPlan<'_>,
-    exits: &'e mut Vec<(usize, u32)>,
-) -> impl Iterator<Item = (usize, u32)> + 'e {
+fn sorted_exits<'e>(plan: &CopyPlan<'_>, exits: &'e mut Vec<(usize, u32)>) -> &'e [(usize, u32)] {
     exits.extend(
         plan.superblocks
             .iter()
@@ -1047,7 +1044,7 @@ fn sorted_exits<'e>(
         }
         same
     });
-    exits.iter().copied()
+    exits
 }
 
 /// Appends the instructions of `plan`'s copy to `all` (empty): its body
@@ -1082,21 +1079,21 @@ fn copy_instructions(
     } = scratch;
     aligned.push((0, None));
     first.reserve(code.instructions.len());
-    let mut inserts = plan.inserts.iter().peekable();
+    let mut inserts = plan.inserts.as_slice();
     let mut checks = plan.superblocks.iter().peekable();
-    let mut escapes = plan.escapes.iter().peekable();
+    let mut escapes = plan.escapes.as_slice();
     let loops = LoopMap::new(code, &plan.register_loops, &mut next_fake);
     // Side exits of superblocks (branch index, loads to give back), the
     // spatial checks and the table redirects, each sorted by instruction
     // and walked with the instructions: a map lookup per instruction was
     // a sizeable part of building the copies.
-    let mut exits = sorted_exits(plan, exits).peekable();
-    let mut spatial = sorted_by_index(&plan.spatial, spatial).peekable();
-    let mut redirects = sorted_by_index(&plan.redirects, redirects).peekable();
+    let mut exits = sorted_exits(plan, exits);
+    let mut spatial = sorted_by_index(&plan.spatial, spatial);
+    let mut redirects = sorted_by_index(&plan.redirects, redirects);
     for (i, original) in code.instructions.iter().enumerate() {
-        let spatial_here = spatial.next_if(|&(j, _)| j == i).map(|(_, check)| check);
-        let exit_here = exits.next_if(|&(j, _)| j == i).map(|(_, loads)| loads);
-        let redirect_here = redirects.next_if(|&(j, _)| j == i).map(|(_, r)| r);
+        let spatial_here = take_at(&mut spatial, i);
+        let exit_here = take_at(&mut exits, i);
+        let redirect_here = take_at(&mut redirects, i);
         first.push(all.insns.len());
         let ip = original.ip();
         if i > 0 && follows_alignment_padding(ip, &code.instructions[i - 1]) {
@@ -1114,7 +1111,7 @@ fn copy_instructions(
             label = 0;
         }
         let in_loop = loops.of(i);
-        label = loops.enter(i, label, &mut all.insns, aligned);
+        label = loops.enter((i, in_loop), label, &mut all.insns, aligned);
         if let Some(block) = checks.next_if(|b| b.at == i) {
             let loads = block.loads.len() as u32;
             let stub = next_fake();
@@ -1138,9 +1135,7 @@ fn copy_instructions(
             }
         }
         let mut insn = *original;
-        let insert = inserts
-            .next_if(|&&(index, _)| index == i)
-            .map(|&(_, ins)| ins);
+        let insert = take_at(&mut inserts, i);
         match insert {
             Some(Insert::Soft { id, fast }) => {
                 let slow = next_fake();
@@ -1220,7 +1215,7 @@ fn copy_instructions(
             insn.set_ip(label);
         }
         redirect(redirect_here, &mut insn, &mut all.insns);
-        let site = escapes.next_if(|&&(index, _)| index == i).map(|&(_, s)| s);
+        let site = take_at(&mut escapes, i);
         // A hooked import's tail call lands in the stub, never in
         // original code: no escape check.
         let hooked = hook_got_call(entries, &mut insn);
@@ -1288,10 +1283,24 @@ fn mark_loop_ends(
 fn sorted_by_index<'e, T: Copy>(
     map: &HashMap<usize, T>,
     entries: &'e mut Vec<(usize, T)>,
-) -> impl Iterator<Item = (usize, T)> + 'e {
+) -> &'e [(usize, T)] {
     entries.extend(map.iter().map(|(&i, &value)| (i, value)));
     entries.sort_unstable_by_key(|&(i, _)| i);
-    entries.iter().copied()
+    entries
+}
+
+/// The value of the first entry of `sorted` (by index, none below `i`)
+/// if it is instruction `i`'s, taken off the front: the lists a copy walks
+/// with its instructions (a `Peekable` of each was a sizeable part of
+/// building the copies).
+fn take_at<T: Copy>(sorted: &mut &[(usize, T)], i: usize) -> Option<T> {
+    match **sorted {
+        [(at, value), ref rest @ ..] if at == i => {
+            *sorted = rest;
+            Some(value)
+        }
+        _ => None,
+    }
 }
 
 /// Appends the spatial check `(id, probe)` of `insn` (original address
@@ -1513,7 +1522,7 @@ impl Layout {
         unpadded: &mut Vec<u64>,
     ) -> Result<(), RelocateError> {
         unpadded.clear();
-        let mut breaks = breaks.iter().peekable();
+        let mut breaks = breaks;
         let mut from = 0;
         for slice in code {
             self.measure_one(encoder, (slice, from), &mut breaks, base, unpadded)?;
@@ -1529,20 +1538,30 @@ impl Layout {
         &mut self,
         encoder: &mut LayoutEncoder,
         (code, from): (&ProbeCode, usize),
-        breaks: &mut std::iter::Peekable<std::slice::Iter<'_, usize>>,
+        breaks: &mut &[usize],
         base: u64,
         unpadded: &mut Vec<u64>,
     ) -> Result<(), RelocateError> {
-        let mut templates = code.templates.iter().peekable();
+        // The breaks and templates left, read from the front as the
+        // instructions are walked (a `Peekable` of each cost more than the
+        // rest of a template's layout).
+        let mut templates = code.templates.as_slice();
         for (k, insn) in code.insns.iter().enumerate() {
             let i = from + k;
-            let starts_piece = breaks.next_if(|&&b| b == i).is_some();
-            while breaks.next_if(|&&b| b == i).is_some() {}
+            let starts_piece = breaks.first() == Some(&i);
+            while let [first, rest @ ..] = *breaks
+                && *first == i
+            {
+                *breaks = rest;
+            }
             if insn.ip() != 0 {
                 self.labels.push((self.end, insn.ip()));
             }
             unpadded.push(self.end);
-            if let Some((_, used)) = templates.next_if(|&&(at, _)| at as usize == k) {
+            if let [(at, used), rest @ ..] = templates
+                && *at as usize == k
+            {
+                templates = rest;
                 self.template(used, starts_piece);
                 continue;
             }
