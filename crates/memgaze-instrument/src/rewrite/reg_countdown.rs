@@ -341,19 +341,20 @@ impl<'a> LoopMap<'a> {
         (inside, target)
     }
 
-    /// Appends loop entry code at instruction `i` when it is a loop's
-    /// header; its first instruction takes `label`. Returns the label the
-    /// next instruction must take. A loop head aligned at the entry (the
-    /// last of `aligned`, `(instruction index, last branch back)`) moves to
-    /// the body, where the back edges go.
+    /// Appends loop entry code at instruction `i`, in loop `in_loop`
+    /// ([`LoopMap::of`]), when it is the loop's header; its first
+    /// instruction takes `label`. Returns the label the next instruction
+    /// must take. A loop head aligned at the entry (the last of `aligned`,
+    /// `(instruction index, last branch back)`) moves to the body, where
+    /// the back edges go.
     pub(crate) fn enter(
         &self,
-        i: usize,
+        (i, in_loop): (usize, Option<usize>),
         label: u64,
         out: &mut Vec<Instruction>,
         aligned: &mut [(usize, Option<usize>)],
     ) -> u64 {
-        let Some(n) = self.of(i).filter(|&n| self.loops[n].header == i) else {
+        let Some(n) = in_loop.filter(|&n| self.loops[n].header == i) else {
             return label;
         };
         let (reg, spare) = (self.loops[n].reg, self.loops[n].spare);
@@ -639,7 +640,12 @@ mod tests {
         let map = LoopMap::new(&code, &loops, &mut next);
         let mut out = Vec::new();
         let mut aligned = [(0, None)];
-        map.enter(4, code.instructions[4].ip(), &mut out, &mut aligned);
+        map.enter(
+            (4, map.of(4)),
+            code.instructions[4].ip(),
+            &mut out,
+            &mut aligned,
+        );
         assert_eq!(aligned[0].0, 4, "the body is aligned, not the entry");
         let text =
             |out: &[Instruction]| -> Vec<String> { out.iter().map(|i| format!("{i}")).collect() };
@@ -697,12 +703,17 @@ mod tests {
         let map = LoopMap::new(&code, &loops, &mut next);
         let mut out = Vec::new();
         assert_eq!(
-            map.enter(3, 0x1234, &mut out, &mut []),
+            map.enter((3, map.of(3)), 0x1234, &mut out, &mut []),
             0x1234,
             "not a header"
         );
         let mut aligned = [(0, None)];
-        let body = map.enter(4, code.instructions[4].ip(), &mut out, &mut aligned);
+        let body = map.enter(
+            (4, map.of(4)),
+            code.instructions[4].ip(),
+            &mut out,
+            &mut aligned,
+        );
         assert_eq!(aligned[0].0, 3, "the body is aligned, not the entry");
         assert_ne!(body, code.instructions[4].ip());
         let text: Vec<String> = out.iter().map(|i| format!("{i}")).collect();

@@ -1095,10 +1095,7 @@ impl Spares {
 /// The side exits of `plan`'s superblocks in `exits` (empty), sorted by
 /// branch index: (branch, loads to give back), the last superblock's
 /// count standing where two name one branch.
-fn sorted_exits<'e>(
-    plan: &CopyPlan<'_>,
-    exits: &'e mut Vec<(usize, u32)>,
-) -> impl Iterator<Item = (usize, u32)> + 'e {
+fn sorted_exits<'e>(plan: &CopyPlan<'_>, exits: &'e mut Vec<(usize, u32)>) -> &'e [(usize, u32)] {
     exits.extend(
         plan.superblocks
             .iter()
@@ -1112,7 +1109,7 @@ fn sorted_exits<'e>(
         }
         same
     });
-    exits.iter().copied()
+    exits
 }
 
 /// Appends the instructions of `plan`'s copy to `all` (empty): its body
@@ -1147,21 +1144,21 @@ fn copy_instructions(
     } = scratch;
     aligned.push((0, None));
     first.reserve(code.instructions.len());
-    let mut inserts = plan.inserts.iter().peekable();
+    let mut inserts = plan.inserts.as_slice();
     let mut checks = plan.superblocks.iter().peekable();
-    let mut escapes = plan.escapes.iter().peekable();
+    let mut escapes = plan.escapes.as_slice();
     let loops = LoopMap::new(code, &plan.register_loops, &mut next_fake);
     // Side exits of superblocks (branch index, loads to give back), the
     // spatial checks and the table redirects, each sorted by instruction
     // and walked with the instructions: a map lookup per instruction was
     // a sizeable part of building the copies.
-    let mut exits = sorted_exits(plan, exits).peekable();
-    let mut spatial = sorted_by_index(&plan.spatial, spatial).peekable();
-    let mut redirects = sorted_by_index(&plan.redirects, redirects).peekable();
+    let mut exits = sorted_exits(plan, exits);
+    let mut spatial = sorted_by_index(&plan.spatial, spatial);
+    let mut redirects = sorted_by_index(&plan.redirects, redirects);
     for (i, original) in code.instructions.iter().enumerate() {
-        let spatial_here = spatial.next_if(|&(j, _)| j == i).map(|(_, check)| check);
-        let exit_here = exits.next_if(|&(j, _)| j == i).map(|(_, loads)| loads);
-        let redirect_here = redirects.next_if(|&(j, _)| j == i).map(|(_, r)| r);
+        let spatial_here = take_at(&mut spatial, i);
+        let exit_here = take_at(&mut exits, i);
+        let redirect_here = take_at(&mut redirects, i);
         first.push(all.insns.len());
         let ip = original.ip();
         if i > 0 && follows_alignment_padding(ip, &code.instructions[i - 1]) {
@@ -1179,7 +1176,7 @@ fn copy_instructions(
             label = 0;
         }
         let in_loop = loops.of(i);
-        label = loops.enter(i, label, &mut all.insns, aligned);
+        label = loops.enter((i, in_loop), label, &mut all.insns, aligned);
         if let Some(block) = checks.next_if(|b| b.at == i) {
             let loads = block.loads.len() as u32;
             let stub = next_fake();
@@ -1203,9 +1200,7 @@ fn copy_instructions(
             }
         }
         let mut insn = *original;
-        let insert = inserts
-            .next_if(|&&(index, _)| index == i)
-            .map(|&(_, ins)| ins);
+        let insert = take_at(&mut inserts, i);
         match insert {
             Some(Insert::Soft { id, fast }) => {
                 let slow = next_fake();
@@ -1285,7 +1280,7 @@ fn copy_instructions(
             insn.set_ip(label);
         }
         redirect(redirect_here, &mut insn, &mut all.insns);
-        let site = escapes.next_if(|&&(index, _)| index == i).map(|&(_, s)| s);
+        let site = take_at(&mut escapes, i);
         // A hooked import's tail call lands in the stub, never in
         // original code: no escape check.
         let hooked = hook_got_call(entries, &mut insn);
@@ -1353,10 +1348,24 @@ fn mark_loop_ends(
 fn sorted_by_index<'e, T: Copy>(
     map: &HashMap<usize, T>,
     entries: &'e mut Vec<(usize, T)>,
-) -> impl Iterator<Item = (usize, T)> + 'e {
+) -> &'e [(usize, T)] {
     entries.extend(map.iter().map(|(&i, &value)| (i, value)));
     entries.sort_unstable_by_key(|&(i, _)| i);
-    entries.iter().copied()
+    entries
+}
+
+/// The value of the first entry of `sorted` (by index, none below `i`)
+/// if it is instruction `i`'s, taken off the front: the lists a copy walks
+/// with its instructions (a `Peekable` of each was a sizeable part of
+/// building the copies).
+fn take_at<T: Copy>(sorted: &mut &[(usize, T)], i: usize) -> Option<T> {
+    match **sorted {
+        [(at, value), ref rest @ ..] if at == i => {
+            *sorted = rest;
+            Some(value)
+        }
+        _ => None,
+    }
 }
 
 /// Appends the spatial check `(id, probe)` of `insn` (original address
@@ -1579,7 +1588,7 @@ impl Layout {
         unpadded: &mut Vec<u64>,
     ) -> Result<(), RelocateError> {
         unpadded.clear();
-        let mut breaks = breaks.iter().peekable();
+        let mut breaks = breaks;
         let mut from = 0;
         for slice in code {
             self.measure_one(encoder, (slice, from), &mut breaks, base, unpadded)?;
@@ -1595,20 +1604,30 @@ impl Layout {
         &mut self,
         encoder: &mut LayoutEncoder,
         (code, from): (&ProbeCode, usize),
-        breaks: &mut std::iter::Peekable<std::slice::Iter<'_, usize>>,
+        breaks: &mut &[usize],
         base: u64,
         unpadded: &mut Vec<u64>,
     ) -> Result<(), RelocateError> {
-        let mut templates = code.templates.iter().peekable();
+        // The breaks and templates left, read from the front as the
+        // instructions are walked (a `Peekable` of each cost more than the
+        // rest of a template's layout).
+        let mut templates = code.templates.as_slice();
         for (k, insn) in code.insns.iter().enumerate() {
             let i = from + k;
-            let starts_piece = breaks.next_if(|&&b| b == i).is_some();
-            while breaks.next_if(|&&b| b == i).is_some() {}
+            let starts_piece = breaks.first() == Some(&i);
+            while let [first, rest @ ..] = *breaks
+                && *first == i
+            {
+                *breaks = rest;
+            }
             if insn.ip() != 0 {
                 self.labels.push((self.end, insn.ip()));
             }
             unpadded.push(self.end);
-            if let Some((_, used)) = templates.next_if(|&&(at, _)| at as usize == k) {
+            if let [(at, used), rest @ ..] = templates
+                && *at as usize == k
+            {
+                templates = rest;
                 self.template(used, starts_piece);
                 continue;
             }
@@ -1856,7 +1875,7 @@ impl LayoutEncoder {
         insn: &Instruction,
         out: &mut Vec<u8>,
     ) -> Result<u32, RelocateError> {
-        if let Some(size) = mov_r32_imm32(insn, out) {
+        if let Some(size) = mov_r32_imm32(insn, out).or_else(|| lea_r64_m(insn, out)) {
             return Ok(size);
         }
         let key = Self::key_of(insn);
@@ -1925,6 +1944,99 @@ fn mov_r32_imm32(insn: &Instruction, out: &mut Vec<u8>) -> Option<u32> {
     }
     out.push(0xb8 | (number & 7));
     out.extend_from_slice(&insn.immediate32().to_le_bytes());
+    Some((out.len() - from) as u32)
+}
+
+/// Appends the encoding of `insn` if it is a `lea r64, [base + index *
+/// scale + disp]` without prefixes, through 64-bit or 32-bit registers,
+/// and gives its size; `None` for any other form (an absolute address, a
+/// displacement iced would refuse), which iced encodes or refuses. The
+/// bytes are iced's: `67` for 32-bit address registers, REX.W, `8D`,
+/// ModRM, a SIB where an index, a scale or an `rsp`/`r12` base needs one,
+/// and the displacement as disp8 where its size asks for one (a zero one
+/// where an `rbp`/`r13` base has none) and it fits, else disp32. Every
+/// stub and spatial check takes its load's address so, and a third of
+/// them (unique by displacement) missed the [`LayoutEncoder`]'s cache and
+/// were encoded by iced.
+fn lea_r64_m(insn: &Instruction, out: &mut Vec<u8>) -> Option<u32> {
+    if insn.code() != Code::Lea_r64_m
+        || insn.segment_prefix() != Register::None
+        || insn.has_lock_prefix()
+        || insn.has_rep_prefix()
+        || insn.has_repne_prefix()
+    {
+        return None;
+    }
+    let (base, index) = (insn.memory_base(), insn.memory_index());
+    let wide = match (base, index) {
+        (Register::None, Register::None) => return None,
+        (r, Register::None) | (Register::None, r) => r.is_gpr64(),
+        (b, i) if b.is_gpr64() && i.is_gpr64() => true,
+        (b, i) if b.is_gpr32() && i.is_gpr32() => false,
+        _ => return None,
+    };
+    let address_register = |r: Register| r == Register::None || r.is_gpr64() || r.is_gpr32();
+    let no_rsp_index = !matches!(index, Register::RSP | Register::ESP);
+    let dst = insn.op0_register();
+    if !(address_register(base) && address_register(index) && no_rsp_index && dst.is_gpr64()) {
+        return None;
+    }
+    let disp = insn.memory_displacement64() as i64;
+    let disp_max = if wide {
+        i64::from(i32::MAX)
+    } else {
+        i64::from(u32::MAX)
+    };
+    if !(i64::from(i32::MIN)..=disp_max).contains(&disp) {
+        return None;
+    }
+    let displ = insn.memory_displacement32();
+    let address_bytes = if wide { 8 } else { 4 };
+    let base_number = (base != Register::None).then(|| base.number() as u8);
+    let mut displ_size = insn.memory_displ_size();
+    if !matches!(displ_size, 0 | 1 | 4 | 8) {
+        return None;
+    }
+    if displ_size == 0 && base_number.is_some_and(|n| n & 7 == 5) {
+        // `[rbp]` and `[r13]` take a zero disp8.
+        if displ != 0 {
+            return None;
+        }
+        displ_size = 1;
+    }
+    if displ_size == 1 && i8::try_from(displ as i32).is_err() {
+        displ_size = address_bytes;
+    }
+    let (mod_bits, disp_len) = match base_number {
+        None => (0x00, 4),
+        Some(_) if displ_size == 1 => (0x40, 1),
+        Some(_) if displ_size == address_bytes => (0x80, 4),
+        Some(_) if displ_size == 0 && displ == 0 => (0x00, 0),
+        Some(_) => return None,
+    };
+    let scale = insn.memory_index_scale().trailing_zeros() as u8;
+    let index_number = (index != Register::None).then(|| index.number() as u8);
+    let dst_number = dst.number() as u8;
+    let rex = 0x48
+        | (dst_number >> 3) << 2
+        | index_number.map_or(0, |n| n >> 3) << 1
+        | base_number.map_or(0, |n| n >> 3);
+    let from = out.len();
+    if !wide {
+        out.push(0x67);
+    }
+    out.extend_from_slice(&[rex, 0x8d]);
+    let reg_bits = (dst_number & 7) << 3;
+    let needs_sib = index_number.is_some() || scale != 0 || base_number.is_none_or(|n| n & 7 == 4);
+    if needs_sib {
+        out.push(mod_bits | reg_bits | 4);
+        let index_bits = index_number.map_or(4, |n| n & 7);
+        let base_bits = base_number.map_or(5, |n| n & 7);
+        out.push(scale << 6 | index_bits << 3 | base_bits);
+    } else {
+        out.push(mod_bits | reg_bits | base_number.map_or(0, |n| n & 7));
+    }
+    out.extend_from_slice(&displ.to_le_bytes()[..disp_len]);
     Some((out.len() - from) as u32)
 }
 
@@ -3179,6 +3291,90 @@ mod tests {
             assert!(mov_r32_imm32(&plain, &mut direct).is_some());
             assert!(mov_r32_imm32(&repeated, &mut direct).is_none());
         }
+    }
+
+    #[test]
+    fn leas_are_written_as_iced_encodes_them() {
+        use Register::*;
+        use iced_x86::MemoryOperand;
+        let wide = [
+            RAX, RCX, RDX, RBX, RSP, RBP, RSI, RDI, R8, R9, R10, R11, R12, R13, R14, R15,
+        ];
+        let narrow = wide.map(|r| r.full_register32());
+        let bases = [None].into_iter().chain(wide).chain(narrow).chain([RIP]);
+        let bases: Vec<Register> = bases.collect();
+        let indices: Vec<Register> = [None].into_iter().chain(wide).chain(narrow).collect();
+        // (displacement size, displacement): every size iced takes, values
+        // at the edges of disp8 and disp32, and some it refuses.
+        let displacements: [(u32, i64); 17] = [
+            (0, 0),
+            (0, 5),
+            (1, 0),
+            (1, 1),
+            (1, 127),
+            (1, -128),
+            (1, 128),
+            (1, -129),
+            (2, 8),
+            (4, 0x1234),
+            (4, -0x8000_0000),
+            (4, 0xffff_fff0),
+            (8, 0),
+            (8, -1),
+            (8, 0x7fff_ffff),
+            (8, 0x8000_0000),
+            (8, -0x8000_0001),
+        ];
+        let mut encoder = Encoder::new(64);
+        let (mut direct, mut fresh) = (Vec::new(), Vec::new());
+        let (mut written, mut left_to_iced) = (0usize, 0usize);
+        let pairs = bases
+            .iter()
+            .flat_map(|b| indices.iter().map(move |i| (*b, *i)));
+        // iced asserts (in debug builds) on a 32-bit register beside a
+        // 64-bit one.
+        let narrow_with_wide =
+            |(b, i): (Register, Register)| b != None && i != None && b.is_gpr32() != i.is_gpr32();
+        for (base, index) in pairs.filter(|&pair| !narrow_with_wide(pair)) {
+            for scale in [1, 2, 4, 8] {
+                for (size, disp) in displacements {
+                    let operand = MemoryOperand::new(base, index, scale, disp, size, false, None);
+                    for dst in wide {
+                        let Ok(insn) = Instruction::with2(Code::Lea_r64_m, dst, operand) else {
+                            continue;
+                        };
+                        direct.clear();
+                        let ours = lea_r64_m(&insn, &mut direct);
+                        let iced = encoder.encode(&insn, 0);
+                        fresh.clear();
+                        drain_into(&mut encoder, &mut fresh);
+                        match (ours, iced) {
+                            (Some(size), Ok(expected)) => {
+                                assert_eq!((size as usize, &direct), (expected, &fresh), "{insn}");
+                                written += 1;
+                            }
+                            (Some(_), Err(e)) => panic!("{insn}: written, iced refuses: {e}"),
+                            (Option::None, Ok(_)) => {
+                                let absolute = (base, index) == (None, None);
+                                assert!(absolute || base == RIP, "{insn}: left to iced");
+                                left_to_iced += 1;
+                            }
+                            (Option::None, Err(_)) => {}
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            written > 300_000 && left_to_iced > 0,
+            "{written} {left_to_iced}"
+        );
+        let mut prefixed =
+            Instruction::with2(Code::Lea_r64_m, RDI, MemoryOperand::with_base_displ(RBX, 8))
+                .unwrap();
+        assert!(lea_r64_m(&prefixed, &mut direct).is_some());
+        prefixed.set_segment_prefix(FS);
+        assert!(lea_r64_m(&prefixed, &mut direct).is_none());
     }
 
     /// A piece's kind and sizes, to compare.
