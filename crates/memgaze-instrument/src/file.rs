@@ -2,8 +2,8 @@
 //! loads, rewrite the binary and write the executable and its annotation.
 
 use crate::annotation::{Annotation, AnnotationFormat, InstrumentationMode};
-use crate::binary::{Binary, FunctionCode, LineTable};
-use crate::classify::{BinaryLoads, Classifier, FunctionLoads};
+use crate::binary::{Binary, FunctionCode};
+use crate::classify::{BinaryLoads, Classifier, FunctionLoads, Position};
 use crate::error::InstrumentError;
 use crate::rewrite::output::FileOutput;
 use crate::rewrite::{self as instrument, InstrumentOptions, Instrumented};
@@ -12,6 +12,7 @@ use memgaze_error::UsageError;
 use memgaze_output::{AtomicFile, EXECUTABLE_MODE};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 
 /// Selects functions by glob (all when `None`), builds the annotation and
 /// instruments `input` into `output` (+ the compact annotation beside it).
@@ -128,24 +129,35 @@ fn instrument_object(
         path: output.to_path_buf(),
         source,
     };
-    // The loads' line table is read beside the rewriter's serial steps
-    // after the copies; their source positions are added and the
-    // annotation encoded while the rewriter writes the rest of the
-    // executable. (Every load the rewriter is given comes from the
-    // classification: their addresses are the ones looked up.)
+    // The loads' line table is read and their source positions looked up
+    // beside the rewriter's serial steps after the copies, one unit and one
+    // run of addresses at a time on a thread of their own (taking the core
+    // those steps leave idle) until they are needed, what is left then on
+    // all cores. The positions are given to the loads and the annotation
+    // encoded while the rewriter writes the rest of the executable. (Every
+    // load the rewriter is given comes from the classification: their
+    // addresses are the ones looked up.)
     let load_addresses = crate::classify::sorted_addresses(&annotation.loads);
     drop(staging);
-    let read_lines = || {
-        let _lines = crate::timings::phase("line table (beside)");
-        binary.line_table_for(&load_addresses)
+    let read_lines = |needed: &AtomicBool| {
+        let lines = crate::timings::phase("line table (beside)");
+        let table = binary.line_table_until_hurried(&load_addresses, needed);
+        drop(lines);
+        let _positions = crate::timings::phase("positions of loads (beside)");
+        crate::classify::positions_until_hurried(&load_addresses, &table, needed)
     };
-    let finish_annotation = |annotation: &mut Annotation, table: LineTable| {
+    let finish_annotation = |annotation: &mut Annotation, positions: Vec<Position>| {
         // The DWARF sections' pages are not read again (the writer gives
         // up the input's other pages as it copies them).
         binary.release_resident();
         let _lines = crate::timings::phase("add lines to loads (beside)");
-        crate::classify::add_lines_from(&mut annotation.loads, &table);
-        drop(table);
+        let looked_up = (load_addresses.as_slice(), positions.as_slice());
+        // A load the classification did not give (none) has its position
+        // read for it.
+        if !crate::classify::add_positions(&mut annotation.loads, looked_up) {
+            crate::classify::add_lines(&mut annotation.loads, &binary);
+        }
+        drop(positions);
         drop(_lines);
         let _encode = crate::timings::phase("encode annotation (beside)");
         annotation.to_bytes(format)

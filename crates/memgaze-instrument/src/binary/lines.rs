@@ -194,11 +194,11 @@ impl LineTable {
     /// their lookups read is kept: the rows whose range holds one of them,
     /// each sequence's first and last row, and the inlined ranges holding
     /// one. Those lookups answer as in the whole table, which for a large
-    /// Rust binary is hundreds of MB.
+    /// Rust binary is hundreds of MB. The units are read at `pace`.
     pub fn build<'a>(
         section: impl Fn(&str) -> &'a [u8],
         is_code: impl Fn(u64) -> bool + Sync,
-        wanted: Option<&[u64]>,
+        (wanted, pace): (Option<&[u64]>, UnitPace<'_>),
         release: impl Fn(&'a [u8]) + Sync,
     ) -> LineTable {
         use rayon::prelude::*;
@@ -217,8 +217,9 @@ impl LineTable {
                 return table;
             }
         };
-        // The units' headers are read in order; the units themselves on
-        // all cores, each into rows and ranges of its own, joined in order.
+        // The units' headers are read in order; the units themselves (on
+        // this thread until hurried, then) on all cores, each into rows and
+        // ranges of its own, joined in order.
         let mut headers = Vec::new();
         let mut units_problem = None;
         let mut units = dwarf.units();
@@ -232,10 +233,19 @@ impl LineTable {
                 }
             }
         }
-        let unit_lines: Vec<UnitLines> = headers
-            .into_par_iter()
-            .map(|header| UnitLines::read(&dwarf, header, (&is_code, wanted), &release))
-            .collect();
+        let read = |header| UnitLines::read(&dwarf, header, (&is_code, wanted), &release);
+        let mut unit_lines: Vec<UnitLines> = Vec::with_capacity(headers.len());
+        let mut headers = headers.into_iter();
+        if let UnitPace::UntilHurried(hurry) = pace {
+            while !hurry.load(std::sync::atomic::Ordering::Relaxed) {
+                match headers.next() {
+                    Some(header) => unit_lines.push(read(header)),
+                    None => break,
+                }
+            }
+        }
+        let rest: Vec<_> = headers.collect();
+        unit_lines.par_extend(rest.into_par_iter().map(read));
         // Nothing reads the sections again: their pages are not resident
         // under the merge (the units' shared sections: strings, ranges,
         // abbreviations).
@@ -296,6 +306,19 @@ impl LineTable {
         table.rows.sort_by_key(|r| r.address);
         table
     }
+}
+
+/// How [`LineTable::build`] reads the compilation units.
+#[derive(Clone, Copy)]
+pub(crate) enum UnitPace<'h> {
+    /// All on the pool's threads.
+    Pool,
+    /// One at a time on the calling thread until the flag is set, the
+    /// rest then on the pool's threads. Meant for a thread of its own
+    /// beside one serial thread of other work: one thread reading takes
+    /// the core that work leaves idle, where the pool's two would take
+    /// the other's core too.
+    UntilHurried(&'h std::sync::atomic::AtomicBool),
 }
 
 /// The units' inlined ranges (each unit's sorted by `begin`) as one list
@@ -1505,6 +1528,61 @@ mod tests {
             .chain(wanted.iter().step_by(5))
         {
             assert_eq!(cursor.locate_chain(a), whole.locate_chain(a), "{a:#x}");
+        }
+    }
+
+    #[test]
+    fn units_read_until_hurried_give_the_table_the_pool_gives() {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        // This test executable's own DWARF, every 5th function's
+        // instructions wanted.
+        let binary = crate::binary::Binary::open(std::env::current_exe().unwrap()).unwrap();
+        let section = |name: &str| -> &[u8] {
+            binary
+                .section(name)
+                .filter(|s| !s.is_compressed())
+                .and_then(|s| binary.section_data(s))
+                .unwrap_or(&[])
+        };
+        let mut wanted: Vec<u64> = Vec::new();
+        for f in binary.functions().iter().step_by(5) {
+            wanted.extend(binary.decode(f).iter().map(iced_x86::Instruction::ip));
+        }
+        wanted.sort_unstable();
+        wanted.dedup();
+        let is_code = |_: u64| true;
+        let pool = LineTable::build(section, is_code, (Some(&wanted), UnitPace::Pool), |_| ());
+        assert!(pool.rows.len() > 100 && !pool.inlines.is_empty());
+        let units = AtomicUsize::new(0);
+        // Never hurried (every unit on this thread), hurried from the
+        // start (every unit on the pool), and hurried after the sixth
+        // release (a unit's line program and entries are released once
+        // read: about the third unit).
+        for hurry_after in [usize::MAX, 0, 6] {
+            units.store(0, Ordering::Relaxed);
+            let hurry = AtomicBool::new(hurry_after == 0);
+            let release = |_: &[u8]| {
+                if units.fetch_add(1, Ordering::Relaxed) + 1 == hurry_after {
+                    hurry.store(true, Ordering::Relaxed);
+                }
+            };
+            let paced = LineTable::build(
+                section,
+                is_code,
+                (Some(&wanted), UnitPace::UntilHurried(&hurry)),
+                release,
+            );
+            assert_eq!(hurry.load(Ordering::Relaxed), hurry_after != usize::MAX);
+            assert_eq!(format!("{:?}", paced.rows), format!("{:?}", pool.rows));
+            assert_eq!(
+                format!("{:?}", paced.inlines),
+                format!("{:?}", pool.inlines)
+            );
+            assert_eq!(paced.files, pool.files);
+            assert_eq!(paced.inline_reach, pool.inline_reach);
+            for &a in &wanted {
+                assert_eq!(paced.locate_chain(a), pool.locate_chain(a), "{a:#x}");
+            }
         }
     }
 

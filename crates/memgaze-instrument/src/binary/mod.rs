@@ -42,6 +42,7 @@ pub use elf::{BinaryError, DynamicEntry, ExecutableKind, Segment};
 pub use functions::{DiscoveryStats, Function, FunctionSource};
 pub use jump_tables::{JumpTable, JumpTableBound, JumpTableEntries};
 pub use lines::SourceLocation;
+use lines::UnitPace;
 pub(crate) use lines::{ChainCursor, LineTable};
 pub use loops::{Loop, LoopForest};
 
@@ -55,6 +56,7 @@ use memgaze_trace::BinaryIdentity;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::sync::atomic::AtomicBool;
 
 /// File size from which [`Binary::open`] hashes the file on another core
 /// (and [`Binary::open_hashing_later`] leaves the hash to its caller).
@@ -662,17 +664,29 @@ impl Binary {
 
     /// The DWARF line table (built on first use; empty without DWARF).
     pub(crate) fn line_table(&self) -> &LineTable {
-        self.lines.get_or_init(|| self.build_line_table(None))
+        self.lines
+            .get_or_init(|| self.build_line_table(None, UnitPace::Pool))
     }
 
     /// The part of the DWARF line table that the lookups of `addresses`
     /// (sorted) read ([`LineTable::build`]), built anew and not kept.
     pub(crate) fn line_table_for(&self, addresses: &[u64]) -> LineTable {
-        self.build_line_table(Some(addresses))
+        self.build_line_table(Some(addresses), UnitPace::Pool)
     }
 
-    /// The line table, whole or for `wanted` addresses only.
-    fn build_line_table(&self, wanted: Option<&[u64]>) -> LineTable {
+    /// [`Binary::line_table_for`], its units read on this thread until
+    /// `hurry` is set and then on the pool's ([`UnitPace::UntilHurried`]).
+    pub(crate) fn line_table_until_hurried(
+        &self,
+        addresses: &[u64],
+        hurry: &AtomicBool,
+    ) -> LineTable {
+        self.build_line_table(Some(addresses), UnitPace::UntilHurried(hurry))
+    }
+
+    /// The line table, whole or for `wanted` addresses only, its units
+    /// read at `pace`.
+    fn build_line_table(&self, wanted: Option<&[u64]>, pace: UnitPace<'_>) -> LineTable {
         let mut problem = None;
         let mut decompressed: Vec<(String, Vec<u8>)> = Vec::new();
         for s in self
@@ -705,7 +719,7 @@ impl Binary {
         let mut table = LineTable::build(
             section,
             |a| code.iter().any(|s| s.contains(a)),
-            wanted,
+            (wanted, pace),
             |bytes| self.release_resident_bytes(bytes),
         );
         if table.problem.is_none() {

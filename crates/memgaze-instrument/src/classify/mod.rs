@@ -30,6 +30,7 @@ pub mod values;
 use crate::annotation::{
     ANNOTATION_SCHEMA, Annotation, FunctionSite, InlineChain, LoadSite, Segment, Text,
 };
+use crate::binary::lines::partition_point_from;
 use crate::binary::usage::Usages;
 use crate::binary::{
     Binary, ChainCursor, Function, FunctionCode, LineTable, SourceLocation, stack,
@@ -41,6 +42,7 @@ use memgaze_trace::LoadClass;
 pub use operands::{ImplicitLoad, LoadOperand};
 use std::fmt;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use values::{Change, Evaluator, EvaluatorBuffers, Why};
 
 /// Why a load has its class: what the table shows the user.
@@ -731,26 +733,102 @@ pub(crate) fn add_lines_from(loads: &mut [LoadSite], table: &LineTable) {
     // Each worker takes a run of loads in order (they are sorted by `ip`),
     // which a chain cursor follows.
     loads.par_iter_mut().for_each_init(
-        || {
-            let texts = LocalTexts {
-                shared: &shared,
-                seen: HashMap::new(),
-            };
-            (texts, ChainCursor::new(table), LastChain::default())
-        },
-        |(texts, chains, last), load| {
-            // The chain starts at the load's own position: one lookup
-            // gives both.
-            chains.locate_chain_into(load.ip, &mut last.next);
-            if !last.repeats() {
-                last.line = last.next.first().map(|at| texts.text(at));
-                last.inline_chain = inline_chain(&last.next, texts);
-            }
-            std::mem::swap(&mut last.chain, &mut last.next);
-            load.line = last.line.clone();
-            load.inline_chain = last.inline_chain.clone();
-        },
+        || PositionReader::new(table, &shared),
+        |reader, load| (load.line, load.inline_chain) = reader.position(load.ip),
     );
+}
+
+/// A load's `line` and `inline_chain`.
+pub(crate) type Position = (Option<Text>, InlineChain);
+
+/// The positions [`add_lines_from`] gives loads at `addresses` (sorted,
+/// distinct), one for each, made before the loads are final (the table
+/// can then go, and [`add_positions`] only hands them out). On this
+/// thread a run at a time until `hurry` is set, then on all cores.
+pub(crate) fn positions_until_hurried(
+    addresses: &[u64],
+    table: &LineTable,
+    hurry: &AtomicBool,
+) -> Vec<Position> {
+    use rayon::prelude::*;
+    const RUN: usize = 4096;
+    let shared = PositionTexts::default();
+    let mut positions = Vec::with_capacity(addresses.len());
+    let mut runs = addresses.chunks(RUN);
+    let mut reader = PositionReader::new(table, &shared);
+    while !hurry.load(Ordering::Relaxed) {
+        match runs.next() {
+            Some(run) => positions.extend(run.iter().map(|&a| reader.position(a))),
+            None => break,
+        }
+    }
+    let rest: Vec<&[u64]> = runs.collect();
+    positions.par_extend(rest.into_par_iter().flat_map_iter(|run| {
+        let mut reader = PositionReader::new(table, &shared);
+        run.iter().map(move |&a| reader.position(a))
+    }));
+    positions
+}
+
+/// Gives each load the position of its address in `positions` (one for
+/// each of `addresses`, [`positions_until_hurried`]). Whether every load's
+/// address was among them; when not, the loads are left as they were.
+#[must_use]
+pub(crate) fn add_positions(
+    loads: &mut [LoadSite],
+    (addresses, positions): (&[u64], &[Position]),
+) -> bool {
+    // Loads are sorted by `ip`: each search starts at the last answer.
+    let mut at = 0;
+    let mut found = Vec::with_capacity(loads.len());
+    for load in loads.iter() {
+        at = partition_point_from(addresses, at, |&a| a < load.ip);
+        match addresses.get(at) {
+            Some(&a) if a == load.ip => found.push(at),
+            _ => return false,
+        }
+    }
+    for (load, at) in loads.iter_mut().zip(found) {
+        (load.line, load.inline_chain) = positions[at].clone();
+    }
+    true
+}
+
+/// What one thread needs to look positions up: the table's chain cursor,
+/// its own view of the shared texts, and the last chain it gave.
+struct PositionReader<'t> {
+    texts: LocalTexts<'t>,
+    chains: ChainCursor<'t>,
+    last: LastChain<'t>,
+}
+
+impl<'t> PositionReader<'t> {
+    fn new(table: &'t LineTable, shared: &'t PositionTexts) -> PositionReader<'t> {
+        PositionReader {
+            texts: LocalTexts {
+                shared,
+                seen: HashMap::new(),
+            },
+            chains: ChainCursor::new(table),
+            last: LastChain::default(),
+        }
+    }
+
+    /// The position of the instruction at `ip`: the texts of the last
+    /// chain when the chain repeats (the loads of one run of code mostly
+    /// share theirs).
+    fn position(&mut self, ip: u64) -> Position {
+        let last = &mut self.last;
+        // The chain starts at the load's own position: one lookup gives
+        // both.
+        self.chains.locate_chain_into(ip, &mut last.next);
+        if !last.repeats() {
+            last.line = last.next.first().map(|at| self.texts.text(at));
+            last.inline_chain = inline_chain(&last.next, &mut self.texts);
+        }
+        std::mem::swap(&mut last.chain, &mut last.next);
+        (last.line.clone(), last.inline_chain.clone())
+    }
 }
 
 /// A worker's last chain and its texts: the loads of one run of code

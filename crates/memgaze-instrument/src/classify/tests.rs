@@ -892,3 +892,41 @@ fn entry_definitions_are_those_a_search_of_the_loop_finds() {
     }
     assert!(wide >= 4, "{wide} (loop, variable) pairs of wide sets");
 }
+
+#[test]
+fn positions_looked_up_ahead_are_the_ones_added_to_the_loads() {
+    // This test executable's loads (its functions about lines) and their
+    // positions as `add_lines` gives them.
+    let binary = Binary::open(std::env::current_exe().unwrap()).unwrap();
+    let annotation = crate::file::annotate(&binary, Some("*lines*")).unwrap();
+    let loads = annotation.loads;
+    assert!(loads.len() > 100, "{} loads", loads.len());
+    assert!(loads.iter().any(|l| l.line.is_some()));
+    assert!(loads.iter().any(|l| !l.inline_chain.is_empty()));
+    let addresses = sorted_addresses(&loads);
+    let table = binary.line_table_for(&addresses);
+    let blank = |loads: &[LoadSite]| -> Vec<LoadSite> {
+        let mut blank = loads.to_vec();
+        for load in &mut blank {
+            (load.line, load.inline_chain) = (None, InlineChain::default());
+        }
+        blank
+    };
+    // Looked up on this thread (never hurried) and on the pool (hurried
+    // from the start).
+    for hurried in [false, true] {
+        let positions = positions_until_hurried(&addresses, &table, &AtomicBool::new(hurried));
+        assert_eq!(positions.len(), addresses.len());
+        let mut added = blank(&loads);
+        assert!(add_positions(&mut added, (&addresses, &positions)));
+        assert_eq!(added, loads, "hurried: {hurried}");
+    }
+    // A load at an address without a position is not given one, nor is
+    // any other.
+    let positions = positions_until_hurried(&addresses, &table, &AtomicBool::new(false));
+    let mut stray = blank(&loads);
+    stray.last_mut().unwrap().ip = u64::MAX;
+    let before = stray.clone();
+    assert!(!add_positions(&mut stray, (&addresses, &positions)));
+    assert_eq!(stray, before);
+}

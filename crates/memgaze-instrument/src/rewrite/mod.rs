@@ -53,6 +53,7 @@ use probe::FastPath;
 use relocate::{CopyPlan, Insert};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub(crate) use hooks::Hook;
 
@@ -354,7 +355,11 @@ pub fn instrument(
         annotation,
         options,
         &mut HashMap::new(),
-        (&mut executable, || (), |_: &mut Annotation, ()| ()),
+        (
+            &mut executable,
+            |_: &AtomicBool| (),
+            |_: &mut Annotation, ()| (),
+        ),
     )?;
     result.executable = executable;
     Ok(result)
@@ -364,7 +369,8 @@ pub fn instrument(
 /// (by the classification), keyed by function start; the entries used are
 /// taken out of `codes`. The executable is written to `out` (the result's
 /// `executable` is empty). `read_lines` runs on another thread once the
-/// copies are encoded (for a small input, on this thread at the end);
+/// copies are encoded (for a small input, on this thread at the end), given
+/// a flag set once its result is needed (it may then hurry);
 /// `finish_annotation` is given the finished annotation and what
 /// `read_lines` gave on another thread while the input and the segment
 /// are written (one core writes, the other is free for the annotation's
@@ -383,7 +389,7 @@ pub(crate) fn instrument_with_code<L: Send, R: Send>(
     codes: &mut HashMap<u64, FunctionCode>,
     (out, read_lines, finish_annotation): (
         &mut dyn Output,
-        impl FnOnce() -> L + Send,
+        impl FnOnce(&AtomicBool) -> L + Send,
         impl FnOnce(&mut Annotation, L) -> R + Send,
     ),
 ) -> Result<(Instrumented, R), InstrumentError> {
@@ -488,14 +494,18 @@ pub(crate) fn instrument_with_code<L: Send, R: Send>(
     // The line table needs only the loads' addresses, known since the
     // classification: it is read on another thread while this one
     // translates the unwind information and patches the original, which
-    // leave the other core idle (and after the copies, whose peak it would
-    // add to).
+    // leave the other core idle, and while the outcome is recorded and the
+    // plans freed (after the copies, whose peak it would add to).
     let apart = !binary.is_small();
+    let needed = AtomicBool::new(false);
     std::thread::scope(|scope| -> Result<(Instrumented, R), InstrumentError> {
+        // Needed however this ends, an error's return included: the scope
+        // waits for the reading.
+        let _needed_at_end = SetOnDrop(&needed);
         let lines = if apart {
-            Lines::Reading(scope.spawn(read_lines))
+            Lines::Reading(scope.spawn(|| read_lines(&needed)), &needed)
         } else {
-            Lines::Later(read_lines)
+            Lines::Later(read_lines, &needed)
         };
 
         // The executable's runtime skips the spatial checks of runs that take
@@ -666,22 +676,38 @@ fn escape_check(
 }
 
 /// The loads' source positions: being read on a thread of their own, or
-/// (a small input) read when needed.
-enum Lines<'s, L, F> {
-    Reading(std::thread::ScopedJoinHandle<'s, L>),
-    Later(F),
+/// (a small input) read when needed; with the flag that says they are
+/// needed.
+enum Lines<'s, 'n, L, F> {
+    Reading(std::thread::ScopedJoinHandle<'s, L>, &'n AtomicBool),
+    Later(F, &'n AtomicBool),
 }
 
-impl<L, F: FnOnce() -> L> Lines<'_, L, F> {
+impl<L, F: FnOnce(&AtomicBool) -> L> Lines<'_, '_, L, F> {
     /// The positions, once read.
     fn get(self) -> L {
         let _waiting = crate::timings::phase("wait for line table (beside)");
         match self {
-            Lines::Reading(reading) => reading
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            Lines::Later(read) => read(),
+            Lines::Reading(reading, needed) => {
+                needed.store(true, Ordering::Relaxed);
+                reading
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            }
+            Lines::Later(read, needed) => {
+                needed.store(true, Ordering::Relaxed);
+                read(needed)
+            }
         }
+    }
+}
+
+/// Sets its flag when dropped.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
