@@ -1923,18 +1923,23 @@ impl LayoutEncoder {
     }
 }
 
+/// Whether `insn` is of `code` without a segment, lock or repeat prefix:
+/// the forms whose bytes are written here instead of by iced.
+fn is_plain(insn: &Instruction, code: Code) -> bool {
+    insn.code() == code
+        && insn.segment_prefix() == Register::None
+        && !insn.has_lock_prefix()
+        && !insn.has_rep_prefix()
+        && !insn.has_repne_prefix()
+}
+
 /// Appends the encoding of `insn` if it is a `mov r32, imm32` without
 /// prefixes (`B8+r id`, `41` first for `r8d`–`r15d`: iced's) and gives its
 /// size. Every slow stub sets its load id so (`mov esi, id`): unique, such
 /// an instruction missed the [`LayoutEncoder`]'s cache, was encoded by
 /// iced and evicted an encoding that repeats.
 fn mov_r32_imm32(insn: &Instruction, out: &mut Vec<u8>) -> Option<u32> {
-    if insn.code() != Code::Mov_r32_imm32
-        || insn.segment_prefix() != Register::None
-        || insn.has_lock_prefix()
-        || insn.has_rep_prefix()
-        || insn.has_repne_prefix()
-    {
+    if !is_plain(insn, Code::Mov_r32_imm32) {
         return None;
     }
     let number = insn.op0_register().number() as u8;
@@ -1959,12 +1964,7 @@ fn mov_r32_imm32(insn: &Instruction, out: &mut Vec<u8>) -> Option<u32> {
 /// them (unique by displacement) missed the [`LayoutEncoder`]'s cache and
 /// were encoded by iced.
 fn lea_r64_m(insn: &Instruction, out: &mut Vec<u8>) -> Option<u32> {
-    if insn.code() != Code::Lea_r64_m
-        || insn.segment_prefix() != Register::None
-        || insn.has_lock_prefix()
-        || insn.has_rep_prefix()
-        || insn.has_repne_prefix()
-    {
+    if !is_plain(insn, Code::Lea_r64_m) {
         return None;
     }
     let (base, index) = (insn.memory_base(), insn.memory_index());
