@@ -1537,13 +1537,7 @@ mod tests {
         // This test executable's own DWARF, every 5th function's
         // instructions wanted.
         let binary = crate::binary::Binary::open(std::env::current_exe().unwrap()).unwrap();
-        let section = |name: &str| -> &[u8] {
-            binary
-                .section(name)
-                .filter(|s| !s.is_compressed())
-                .and_then(|s| binary.section_data(s))
-                .unwrap_or(&[])
-        };
+        let section = |name: &str| uncompressed_section(&binary, name);
         let mut wanted: Vec<u64> = Vec::new();
         for f in binary.functions().iter().step_by(5) {
             wanted.extend(binary.decode(f).iter().map(iced_x86::Instruction::ip));
@@ -1590,13 +1584,7 @@ mod tests {
     fn raw_entries_give_the_inlined_ranges_that_whole_entries_give() {
         // Read as gimli's entry cursor and `die_ranges` read it.
         let binary = dwarf_test_binary();
-        let section = |name: &str| -> &[u8] {
-            binary
-                .section(name)
-                .filter(|s| !s.is_compressed())
-                .and_then(|s| binary.section_data(s))
-                .unwrap_or(&[])
-        };
+        let section = |name: &str| uncompressed_section(&binary, name);
         let dwarf = gimli::Dwarf::load(|id: SectionId| {
             Ok::<_, gimli::Error>(EndianSlice::new(section(id.name()), LittleEndian))
         })
@@ -1652,6 +1640,16 @@ mod tests {
         assert!(inlined > 0, "the test executable has inlined code");
     }
 
+    /// `binary`'s section `name` as stored (empty when missing or
+    /// compressed: the tests' binaries keep their DWARF uncompressed).
+    fn uncompressed_section<'b>(binary: &'b crate::binary::Binary, name: &str) -> &'b [u8] {
+        binary
+            .section(name)
+            .filter(|s| !s.is_compressed())
+            .and_then(|s| binary.section_data(s))
+            .unwrap_or(&[])
+    }
+
     /// This test executable (the dev profile keeps its DWARF), or the
     /// file `MEMGAZE_TEST_DWARF` names (another producer's, a larger one).
     fn dwarf_test_binary() -> crate::binary::Binary {
@@ -1665,13 +1663,7 @@ mod tests {
     #[test]
     fn the_line_programs_give_the_rows_gimli_gives() {
         let binary = dwarf_test_binary();
-        let section = |name: &str| -> &[u8] {
-            binary
-                .section(name)
-                .filter(|s| !s.is_compressed())
-                .and_then(|s| binary.section_data(s))
-                .unwrap_or(&[])
-        };
+        let section = |name: &str| uncompressed_section(&binary, name);
         let dwarf = gimli::Dwarf::load(|id: SectionId| {
             Ok::<_, gimli::Error>(EndianSlice::new(section(id.name()), LittleEndian))
         })
