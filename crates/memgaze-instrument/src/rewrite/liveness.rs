@@ -338,12 +338,11 @@ fn live_before_in(code: &FunctionCode, bufs: &mut LivenessBuffers) -> Vec<RegSet
     let (transfers, exit_live) = (&bufs.transfers[..], &bufs.exit_live[..]);
     let block_transfers = &bufs.block_transfers[..];
     let live_in = &mut bufs.live_in[..];
-    let block_in = |b: usize, live_in: &[u32]| -> u32 {
-        let mut live = exit_live[b];
-        for &s in &code.blocks[b].successors {
-            live |= live_in[s as usize];
-        }
-        block_transfers[b].live_before(live)
+    // Live at block `b`'s end: what leaves the function there and what its
+    // successors need.
+    let live_at_end = |b: usize, live_in: &[u32]| -> u32 {
+        let successors = code.blocks[b].successors.iter();
+        successors.fold(exit_live[b], |live, &s| live | live_in[s as usize])
     };
     // Iterate to a fixed point, visiting blocks in reverse order (most
     // successors come later in address order).
@@ -351,7 +350,7 @@ fn live_before_in(code: &FunctionCode, bufs: &mut LivenessBuffers) -> Vec<RegSet
     while changed {
         changed = false;
         for b in (0..code.blocks.len()).rev() {
-            let new = block_in(b, live_in);
+            let new = block_transfers[b].live_before(live_at_end(b, live_in));
             if new != live_in[b] {
                 live_in[b] = new;
                 changed = true;
@@ -360,10 +359,7 @@ fn live_before_in(code: &FunctionCode, bufs: &mut LivenessBuffers) -> Vec<RegSet
     }
     let mut out = vec![RegSet::ALL; n];
     for (b, block) in code.blocks.iter().enumerate() {
-        let mut live = exit_live[b];
-        for &s in &block.successors {
-            live |= live_in[s as usize];
-        }
+        let mut live = live_at_end(b, live_in);
         for i in block.instructions().rev() {
             let (uses, defs) = transfers[i];
             live = (live & !defs) | uses;
