@@ -686,7 +686,10 @@ fn checks_in<'p>(
 /// layouts held at once, so more, smaller runs lower the peak memory of
 /// instrumenting a large binary (docs/performance.md).
 fn balanced_runs(plans: &[CopyPlan<'_>]) -> Vec<std::ops::Range<usize>> {
-    const MIN_RUN_INSTRUCTIONS: usize = 8192;
+    // Small enough that a small input is cut into several runs too: as
+    // one run, gzip's copies were built and then emitted on one core
+    // while the other sat idle.
+    const MIN_RUN_INSTRUCTIONS: usize = 2048;
     let total: usize = plans.iter().map(|p| p.code.instructions.len()).sum();
     let wanted = (rayon::current_num_threads() * 16)
         .min(total / MIN_RUN_INSTRUCTIONS)
