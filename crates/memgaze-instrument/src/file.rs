@@ -92,16 +92,11 @@ fn instrument_object(
     };
     large_apart.unless_small(&binary);
     let opened = started.elapsed().as_secs_f64();
-    // A large file is hashed while its functions are classified (alone,
-    // beside the function discovery, the hash left a core idle).
+    // A large file is hashed on a thread of its own from the moment it is
+    // opened, beside the function discovery and then the classification.
     let selected = select(&binary, functions)?;
-    let (sha256, parts) = rayon::join(
-        || binary.sha256_pending(),
-        || classify_functions(&binary, &selected),
-    );
-    if let Some(sha256) = sha256 {
-        binary.set_sha256(sha256);
-    }
+    let parts = classify_functions(&binary, &selected);
+    binary.finish_sha256();
     let (annotation, mut codes) = gather_annotation(&binary, selected.len(), parts);
     let staging = crate::timings::phase("stage outputs, load addresses");
     if library.is_some() && annotation.loads.len() > crate::rewrite::library::MAX_LOADS {

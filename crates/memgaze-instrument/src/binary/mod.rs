@@ -58,8 +58,10 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::AtomicBool;
 
-/// File size from which [`Binary::open`] hashes the file on another core
-/// (and [`Binary::open_hashing_later`] leaves the hash to its caller).
+/// File size from which a file is hashed on a thread of its own, started
+/// as it is opened ([`HashUnderWay`]): [`Binary::open`] waits for it once
+/// the functions are found, [`Binary::open_hashing_later`]'s caller once
+/// it has done work of its own ([`Binary::finish_sha256`]).
 const HASH_APART: usize = 8 << 20;
 
 /// Bytes of a mapped file read into the buffer and hashed at a time
@@ -72,7 +74,7 @@ const HASH_PIECE: usize = 256 << 10;
 enum Hashing {
     /// Before it returns.
     Now,
-    /// A large file's later ([`Binary::sha256_pending`]), a small one's now.
+    /// A large file's later ([`Binary::finish_sha256`]), a small one's now.
     LaterIfLarge,
 }
 
@@ -100,6 +102,52 @@ pub struct Binary {
     discovery: DiscoveryStats,
     debug_file: Option<DebugFile>,
     lines: OnceLock<LineTable>,
+    /// The hash of a file opened hashing later, while it is computed.
+    sha256_under_way: Option<HashUnderWay>,
+}
+
+/// A large file's SHA-256, computed on a thread of its own from the moment
+/// the file is opened: the hash is one thread's work (SHA-256 is a chain),
+/// and the parsing and function discovery before the classification leave
+/// a core idle, which it takes. The file is read through a descriptor of
+/// its own, a piece at a time ([`hash_through`]); the thread stops at the
+/// next piece once this is dropped unfinished.
+#[derive(Debug)]
+struct HashUnderWay {
+    thread: Option<std::thread::JoinHandle<Option<String>>>,
+    stop: std::sync::Arc<AtomicBool>,
+}
+
+impl HashUnderWay {
+    /// Starts hashing the file `bytes` are mapped from (`None` for bytes
+    /// in memory, or when no thread could be had).
+    fn start(bytes: &FileBytes) -> Option<HashUnderWay> {
+        let file = bytes.mapped_file()?.try_clone().ok()?;
+        let len = bytes.as_slice().len();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let stopped = std::sync::Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("memgaze-sha256".into())
+            .spawn(move || hash_through(&file, len, &stopped))
+            .ok()?;
+        Some(HashUnderWay {
+            thread: Some(thread),
+            stop,
+        })
+    }
+
+    /// The hash, once the thread has it; hashed here from `bytes` (the same
+    /// file's) if the thread could not read the file.
+    fn finish(mut self, bytes: &FileBytes) -> String {
+        let hashed = self.thread.take().and_then(|t| t.join().ok().flatten());
+        hashed.unwrap_or_else(|| sha256_of(bytes))
+    }
+}
+
+impl Drop for HashUnderWay {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// A separate debug file found for a binary.
@@ -193,11 +241,10 @@ impl Binary {
     }
 
     /// [`Binary::open`] (`allow_shared`: [`Binary::open_any`]) without
-    /// hashing a large file: its identity's `sha256` stays empty until the
-    /// caller sets [`Binary::sha256_pending`]'s hash, computed beside work
-    /// of its own that needs no identity (the hash is one thread's work,
-    /// and function discovery, all there is to do beside it here, is
-    /// shorter).
+    /// waiting for a large file's hash: its identity's `sha256` stays empty
+    /// until the caller, after work of its own that needs no identity,
+    /// calls [`Binary::finish_sha256`] (the hash is one thread's work, and
+    /// function discovery, all there is to do beside it here, is shorter).
     pub(crate) fn open_hashing_later(
         path: &Path,
         allow_shared: bool,
@@ -219,7 +266,12 @@ impl Binary {
             path: path.to_path_buf(),
             source,
         })?;
-        Binary::parse(path, data, allow_shared, hashing).map_err(|source| {
+        let under_way = if data.as_slice().len() >= HASH_APART {
+            HashUnderWay::start(&data)
+        } else {
+            None
+        };
+        Binary::parse(path, data, allow_shared, (hashing, under_way)).map_err(|source| {
             InstrumentError::Unsupported {
                 path: path.to_path_buf(),
                 source,
@@ -234,14 +286,21 @@ impl Binary {
         data: Vec<u8>,
         allow_shared: bool,
     ) -> Result<Binary, BinaryError> {
-        Binary::parse(path, FileBytes::Owned(data), allow_shared, Hashing::Now)
+        Binary::parse(
+            path,
+            FileBytes::Owned(data),
+            allow_shared,
+            (Hashing::Now, None),
+        )
     }
 
+    /// Parses `bytes`, whose hash is already `under_way` or not, and which
+    /// `hashing` says when to finish.
     fn parse(
         path: &Path,
         bytes: FileBytes,
         allow_shared: bool,
-        hashing: Hashing,
+        (hashing, under_way): (Hashing, Option<HashUnderWay>),
     ) -> Result<Binary, BinaryError> {
         let data = bytes.as_slice();
         let headers = crate::timings::phase("  parse ELF headers");
@@ -380,20 +439,15 @@ impl Binary {
             })
         };
         drop(symbols_fdes);
-        // A large file is hashed on another core meanwhile (for a small one
-        // the hand-over would cost more than the hash), or later.
-        let hash_later = matches!(hashing, Hashing::LaterIfLarge) && data.len() >= HASH_APART;
-        // (When the hash waits, the discovery's own phase is the whole.)
-        let discovering = if hash_later {
-            None
-        } else {
-            crate::timings::phase("  discover functions | sha256")
-        };
-        let hash = || sha256_of(&bytes);
-        let (sha256, (functions, discovery)) = match hashing {
-            _ if data.len() < HASH_APART => (hash(), discover()),
-            Hashing::Now => rayon::join(hash, discover),
-            Hashing::LaterIfLarge => (String::new(), discover()),
+        let (functions, discovery) = discover();
+        // A large file has been hashed on a thread of its own meanwhile
+        // (for a small one the hand-over would cost more than the hash).
+        let (sha256, sha256_under_way) = match (hashing, under_way) {
+            (Hashing::LaterIfLarge, under_way) if data.len() >= HASH_APART => {
+                (String::new(), under_way)
+            }
+            (_, Some(under_way)) => (under_way.finish(&bytes), None),
+            (_, None) => (sha256_of(&bytes), None),
         };
         let identity = BinaryIdentity {
             path: path.display().to_string(),
@@ -402,7 +456,6 @@ impl Binary {
             build_id,
         };
 
-        drop(discovering);
         // Reading the headers, symbols and functions faulted pages in; the
         // stages fault in what they read.
         bytes.release_resident();
@@ -423,6 +476,7 @@ impl Binary {
                 problem: symbols.err(),
             }),
             lines: OnceLock::new(),
+            sha256_under_way,
             data: bytes,
         })
     }
@@ -489,18 +543,17 @@ impl Binary {
         &self.identity
     }
 
-    /// The SHA-256 of a file [`Binary::open_hashing_later`] left unhashed
-    /// (`None` once hashed), for [`Binary::set_sha256`].
-    pub(crate) fn sha256_pending(&self) -> Option<String> {
-        self.identity
-            .sha256
-            .is_empty()
-            .then(|| sha256_of(&self.data))
-    }
-
-    /// Sets the hash [`Binary::sha256_pending`] gave.
-    pub(crate) fn set_sha256(&mut self, sha256: String) {
-        self.identity.sha256 = sha256;
+    /// Sets the SHA-256 of a file [`Binary::open_hashing_later`] left
+    /// unhashed: waits for the thread hashing it, or hashes it here when
+    /// none could (a large input that is not a mapped file).
+    pub(crate) fn finish_sha256(&mut self) {
+        if !self.identity.sha256.is_empty() {
+            return;
+        }
+        self.identity.sha256 = match self.sha256_under_way.take() {
+            Some(under_way) => under_way.finish(&self.data),
+            None => sha256_of(&self.data),
+        };
     }
 
     /// Fixed-address, PIE or (from [`Binary::open_any`]) shared object.
@@ -788,26 +841,34 @@ pub(crate) fn random_instructions(seed: u64, len: usize) -> Vec<Instruction> {
 /// mapping cost more than the hash itself, and the stages fault in only
 /// what they read.
 fn sha256_of(bytes: &FileBytes) -> String {
+    let data = bytes.as_slice();
+    let read = bytes
+        .mapped_file()
+        .and_then(|file| hash_through(file, data.len(), &AtomicBool::new(false)));
+    // Where the file could not be read, the mapping holds the same bytes
+    // (a file that shrank since faults on either path).
+    read.unwrap_or_else(|| {
+        let _hashing = crate::timings::phase("  sha256");
+        hex(&Sha256::digest(data))
+    })
+}
+
+/// The hex SHA-256 of the first `len` bytes of `file`, read a piece at a
+/// time into one small buffer; `None` if a read fails or `stop` is set.
+fn hash_through(file: &std::fs::File, len: usize, stop: &AtomicBool) -> Option<String> {
     use std::os::unix::fs::FileExt;
     let _hashing = crate::timings::phase("  sha256");
-    let data = bytes.as_slice();
     let mut hasher = Sha256::new();
-    match bytes.mapped_file() {
-        Some(file) => {
-            let mut piece = vec![0; HASH_PIECE.min(data.len())];
-            for start in (0..data.len()).step_by(HASH_PIECE) {
-                let len = HASH_PIECE.min(data.len() - start);
-                match file.read_exact_at(&mut piece[..len], start as u64) {
-                    Ok(()) => hasher.update(&piece[..len]),
-                    // The mapping holds the same bytes (a file that
-                    // shrank since faults on either path).
-                    Err(_) => hasher.update(&data[start..start + len]),
-                }
-            }
+    let mut piece = vec![0; HASH_PIECE.min(len)];
+    for start in (0..len).step_by(HASH_PIECE) {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
         }
-        None => hasher.update(data),
+        let piece = &mut piece[..HASH_PIECE.min(len - start)];
+        file.read_exact_at(piece, start as u64).ok()?;
+        hasher.update(&*piece);
     }
-    hex(&hasher.finalize())
+    Some(hex(&hasher.finalize()))
 }
 
 /// Lower-case hex of bytes.
@@ -857,5 +918,47 @@ mod tests {
         let bytes = FileBytes::open(file.path()).unwrap();
         assert_eq!(sha256_of(&bytes), hex(&Sha256::digest(&contents)));
         assert_eq!(bytes.as_slice(), contents.as_slice());
+    }
+
+    #[test]
+    fn a_large_file_is_hashed_on_a_thread_of_its_own_to_its_whole_sha256() {
+        let exe = std::env::current_exe().unwrap();
+        let contents = std::fs::read(&exe).unwrap();
+        assert!(
+            contents.len() >= HASH_APART,
+            "the test executable is hashed apart"
+        );
+        let whole = hex(&Sha256::digest(&contents));
+        let mut later = Binary::open_hashing_later(&exe, false).unwrap();
+        assert!(later.sha256_under_way.is_some());
+        assert_eq!(later.identity.sha256, "");
+        later.finish_sha256();
+        assert_eq!(later.identity.sha256, whole);
+        let now = Binary::open(&exe).unwrap();
+        assert!(now.sha256_under_way.is_none());
+        assert_eq!(now.identity.sha256, whole);
+    }
+
+    #[test]
+    fn a_stopped_or_failed_hash_gives_none_and_is_redone_from_the_mapping() {
+        let len = HASH_PIECE + 7;
+        let contents: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), &contents).unwrap();
+        let read = std::fs::File::open(file.path()).unwrap();
+        let whole = hex(&Sha256::digest(&contents));
+        assert_eq!(
+            hash_through(&read, len, &AtomicBool::new(false)),
+            Some(whole.clone())
+        );
+        assert_eq!(hash_through(&read, len, &AtomicBool::new(true)), None);
+        // Past the end of the file a read fails.
+        assert_eq!(hash_through(&read, len + 1, &AtomicBool::new(false)), None);
+        let bytes = FileBytes::open(file.path()).unwrap();
+        let failed = HashUnderWay {
+            thread: Some(std::thread::spawn(|| None)),
+            stop: std::sync::Arc::new(AtomicBool::new(false)),
+        };
+        assert_eq!(failed.finish(&bytes), whole);
     }
 }
