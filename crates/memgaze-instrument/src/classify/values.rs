@@ -312,12 +312,17 @@ const MAX_DEPTH: usize = 256;
 /// Nothing in them outlives a function but their capacity.
 #[derive(Default)]
 pub(crate) struct EvaluatorBuffers {
-    /// Last definition of each variable in each block, keyed by
-    /// [`pair`]`(block, variable)`, for the blocks `last_def_known` marks
-    /// (only loop blocks are asked for, once a loop's variable is).
-    last_def: HashMap<u64, u32>,
-    /// Per block, whether its last definitions are in `last_def`.
-    last_def_known: Vec<bool>,
+    /// Last definition of each variable a block defines, `(variable,
+    /// instruction)`, a block's at `last_defs[range]` for its range in
+    /// `last_def_ranges`, listed when the block is first asked about (only
+    /// loop blocks are, once a loop's variable is). A map keyed by block
+    /// and variable, looked up for every block of a loop and every variable
+    /// asked, was a twentieth of the evaluator's instructions.
+    last_defs: Vec<(Var, u32)>,
+    /// Per block, its range of `last_defs` (`u32::MAX` at the start while
+    /// not listed) and the registers it defines, a bit per register
+    /// variable: most blocks asked about define none of the one asked.
+    last_def_ranges: Vec<(u32, u32, u16)>,
     /// Values of definitions, keyed by `(loop, `[`pair`]`(definition,
     /// variable))`.
     memo: HashMap<(u32, u64), Val>,
@@ -399,8 +404,8 @@ impl EvaluatorBuffers {
     /// blocks and `loop_count` loops, sizing the per-instruction, per-block
     /// and per-loop lists.
     fn reset(&mut self, n: usize, blocks: usize, loop_count: usize) {
-        self.last_def.clear();
-        refill(&mut self.last_def_known, blocks, false);
+        self.last_defs.clear();
+        refill(&mut self.last_def_ranges, blocks, (u32::MAX, 0, 0));
         self.memo.clear();
         refill(&mut self.memoised, n, false);
         refill(&mut self.memo_count, loop_count, 0);
@@ -730,15 +735,42 @@ impl<'a> Evaluator<'a> {
 
     /// The last definition of `v` in block `b`, if it has one.
     fn last_def_in(&mut self, b: u32, v: Var) -> Option<u32> {
-        if !self.bufs.last_def_known[b as usize] {
-            self.bufs.last_def_known[b as usize] = true;
-            for i in self.code.blocks[b as usize].instructions() {
-                for &(v, _) in self.frame.defs(i) {
-                    self.bufs.last_def.insert(pair(b, v), i as u32);
+        let (mut from, mut to, mut registers) = self.bufs.last_def_ranges[b as usize];
+        if from == u32::MAX {
+            (from, to, registers) = self.list_last_defs(b);
+        }
+        if v < GPRS && registers & (1 << v) == 0 {
+            return None;
+        }
+        self.bufs.last_defs[from as usize..to as usize]
+            .iter()
+            .find(|&&(w, _)| w == v)
+            .map(|&(_, i)| i)
+    }
+
+    /// Lists the last definition of each variable block `b` defines in
+    /// `last_defs` (in the order of their first definitions) and returns
+    /// the block's entry of `last_def_ranges`.
+    fn list_last_defs(&mut self, b: u32) -> (u32, u32, u16) {
+        let from = self.bufs.last_defs.len();
+        let mut registers = 0u16;
+        for i in self.code.blocks[b as usize].instructions() {
+            for &(v, _) in self.frame.defs(i) {
+                if v < GPRS {
+                    registers |= 1 << v;
+                }
+                match self.bufs.last_defs[from..]
+                    .iter_mut()
+                    .find(|(w, _)| *w == v)
+                {
+                    Some(last) => last.1 = i as u32,
+                    None => self.bufs.last_defs.push((v, i as u32)),
                 }
             }
         }
-        self.bufs.last_def.get(&pair(b, v)).copied()
+        let entry = (from as u32, self.bufs.last_defs.len() as u32, registers);
+        self.bufs.last_def_ranges[b as usize] = entry;
+        entry
     }
 
     fn var_val(&mut self, l: u32, v: Var, at: usize) -> Val {
@@ -853,7 +885,12 @@ impl<'a> Evaluator<'a> {
         let memo_count = self.bufs.memo_count[l as usize];
         let chain = self.chain_set;
         let budget = self.budget;
-        let kept = self.bufs.replays[node as usize].iter().find(|r| {
+        // Kept in the order they were made, so by `memo_count`, which only
+        // grows: those made with fewer values stored, which can never match
+        // again, come first and are passed over.
+        let kept = &self.bufs.replays[node as usize];
+        let live = kept.partition_point(|r| r.memo_count < memo_count);
+        let kept = kept[live..].iter().find(|r| {
             r.memo_count == memo_count
                 && r.steps <= budget
                 && chain & r.asked == r.above
@@ -996,6 +1033,11 @@ impl<'a> Evaluator<'a> {
             reach: frame.reach - depth,
         };
         let kept = &mut self.bufs.replays[node as usize];
+        debug_assert!(
+            kept.last()
+                .is_none_or(|r| r.memo_count <= replay.memo_count),
+            "a node's replays are kept in the order of their memo_count"
+        );
         if kept.len() == REPLAYS_PER_NODE {
             kept.remove(0);
         }
