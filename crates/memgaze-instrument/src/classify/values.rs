@@ -437,6 +437,14 @@ impl EvaluatorBuffers {
 /// in a loop, as bit sets: bit `i` is the `i`-th block (in the loop's
 /// order) that defines the variable, standing for its last definition
 /// there.
+///
+/// A block with one predecessor in the loop has that predecessor's own bit
+/// (when it defines the variable) or that predecessor's set: only the
+/// other blocks, the joins, have sets of their own, iterated to the fixed
+/// point, and each block names where its set is
+/// ([`EntrySets::source`]). Most blocks have one predecessor, and
+/// computing and comparing their sets in every round was most of the
+/// sets' work.
 #[derive(Default)]
 struct EntrySets {
     /// Words per set.
@@ -444,20 +452,35 @@ struct EntrySets {
     /// Per block (position in the loop's blocks), its bit if it defines the
     /// variable, else [`EntrySets::NONE`].
     own: Vec<u32>,
-    /// The sets, `words` per block.
+    /// Per block, what its set is: the set of join `j` (`j`; a join's is
+    /// its own), bit `b` alone (`b | `[`EntrySets::BIT`]) or nothing
+    /// ([`EntrySets::NONE`]).
+    source: Vec<u32>,
+    /// The joins: the blocks without exactly one predecessor in the loop,
+    /// in the loop's order.
+    joins: Vec<u32>,
+    /// The joins' sets, `words` per block (the other blocks' left empty).
     bits: Vec<u64>,
+    /// The blocks of the chain of single predecessors being followed.
+    chain: Vec<u32>,
 }
 
 impl EntrySets {
     const NONE: u32 = u32::MAX;
+    /// Marks a [`EntrySets::source`] that is one bit.
+    const BIT: u32 = 1 << 31;
+    /// The [`EntrySets::source`] of a block not yet followed.
+    const UNKNOWN: u32 = u32::MAX - 1;
+    /// The [`EntrySets::source`] of a block on the chain being followed.
+    const ON_CHAIN: u32 = u32::MAX - 2;
 
     /// Computes the sets of the blocks, `defines` telling whether each
     /// block defines the variable (in the loop's order), the in-loop
     /// predecessors (positions) of block `k` being
-    /// `pred_list[pred_first[k]..pred_first[k + 1]]`: starting from empty
-    /// sets, each block's set becomes the union over its predecessors of
-    /// their own bit, or of their set when they define nothing, until no
-    /// set changes (the least fixed point).
+    /// `pred_list[pred_first[k]..pred_first[k + 1]]`: each block's set is
+    /// the union over its predecessors of their own bit, or of their set
+    /// when they define nothing, the least such sets (from empty sets, the
+    /// joins' sets recomputed until none changes).
     fn solve(
         &mut self,
         defines: impl Iterator<Item = bool>,
@@ -478,24 +501,37 @@ impl EntrySets {
         self.words = words;
         self.bits.clear();
         self.bits.resize(n * words, 0);
+        let preds = |k: usize| &pred_list[pred_first[k] as usize..pred_first[k + 1] as usize];
+        self.find_sources(preds);
         let mut changed = true;
         while changed {
             changed = false;
-            for k in 0..n {
-                let preds = &pred_list[pred_first[k] as usize..pred_first[k + 1] as usize];
+            for &j in &self.joins {
+                let j = j as usize;
                 for w in 0..words {
                     let mut set = 0u64;
-                    for &p in preds {
-                        set |= match self.own[p as usize] {
-                            Self::NONE => self.bits[p as usize * words + w],
-                            bit if bit as usize / 64 == w => 1 << (bit % 64),
-                            _ => 0,
+                    for &p in preds(j) {
+                        let source = match self.own[p as usize] {
+                            Self::NONE => self.source[p as usize],
+                            bit => bit | Self::BIT,
+                        };
+                        set |= match source {
+                            Self::NONE => 0,
+                            s if s & Self::BIT != 0 => {
+                                let bit = s & !Self::BIT;
+                                if bit as usize / 64 == w {
+                                    1 << (bit % 64)
+                                } else {
+                                    0
+                                }
+                            }
+                            s => self.bits[s as usize * words + w],
                         };
                     }
                     // The sets only grow from one round to the next (their
                     // inputs do): a set that differs is a larger one.
-                    if set != self.bits[k * words + w] {
-                        self.bits[k * words + w] = set;
+                    if set != self.bits[j * words + w] {
+                        self.bits[j * words + w] = set;
                         changed = true;
                     }
                 }
@@ -503,12 +539,65 @@ impl EntrySets {
         }
     }
 
+    /// Lists the joins and each block's [`EntrySets::source`]: a join's
+    /// own set; for a block with one predecessor, that predecessor's bit if
+    /// it defines the variable, else its source, followed up the chain of
+    /// single predecessors to a join or a definition. A chain that closes
+    /// on itself has neither, and nothing flows into it: its sets are
+    /// empty.
+    fn find_sources<'p>(&mut self, preds: impl Fn(usize) -> &'p [u32]) {
+        let n = self.own.len();
+        self.joins.clear();
+        self.source.clear();
+        self.source.resize(n, Self::UNKNOWN);
+        for k in 0..n {
+            if preds(k).len() != 1 {
+                self.joins.push(k as u32);
+                self.source[k] = k as u32;
+            }
+        }
+        for k in 0..n {
+            if self.source[k] != Self::UNKNOWN {
+                continue;
+            }
+            self.chain.clear();
+            let mut x = k;
+            let found = loop {
+                match self.source[x] {
+                    Self::UNKNOWN => {
+                        self.source[x] = Self::ON_CHAIN;
+                        self.chain.push(x as u32);
+                        let p = preds(x)[0] as usize;
+                        if self.own[p] != Self::NONE {
+                            break self.own[p] | Self::BIT;
+                        }
+                        x = p;
+                    }
+                    Self::ON_CHAIN => break Self::NONE,
+                    known => break known,
+                }
+            };
+            for &y in &self.chain {
+                self.source[y as usize] = found;
+            }
+        }
+    }
+
     /// The bits of block `k`'s set, in increasing order.
     fn members(&self, k: usize) -> impl Iterator<Item = usize> + '_ {
-        self.bits[k * self.words..(k + 1) * self.words]
-            .iter()
-            .enumerate()
-            .flat_map(|(w, &word)| bits_of(u128::from(word)).map(move |b| w * 64 + b as usize))
+        let (single, set) = match self.source[k] {
+            Self::NONE => (None, &self.bits[..0]),
+            s if s & Self::BIT != 0 => (Some((s & !Self::BIT) as usize), &self.bits[..0]),
+            j => {
+                let j = j as usize;
+                (None, &self.bits[j * self.words..(j + 1) * self.words])
+            }
+        };
+        single.into_iter().chain(
+            set.iter()
+                .enumerate()
+                .flat_map(|(w, &word)| bits_of(u128::from(word)).map(move |b| w * 64 + b as usize)),
+        )
     }
 }
 
@@ -688,18 +777,37 @@ impl<'a> Evaluator<'a> {
                 &self.bufs.pred_first[preds_at..=preds_at + n],
                 &self.bufs.pred_list,
             );
-            for k in 0..n {
+            // The joins' sets first: a block whose set is a join's shares
+            // its range.
+            self.bufs.entry_ranges.resize(start + n, (0, 0));
+            for &j in &sets.joins {
                 let from = self.bufs.entry_sets.len() as u32;
                 self.bufs
                     .entry_sets
-                    .extend(sets.members(k).map(|bit| by_bit[bit]));
+                    .extend(sets.members(j as usize).map(|bit| by_bit[bit]));
                 debug_assert!(
                     self.bufs.entry_sets[from as usize..].is_sorted(),
                     "a loop's blocks are in address order"
                 );
-                self.bufs
-                    .entry_ranges
-                    .push((from, self.bufs.entry_sets.len() as u32));
+                self.bufs.entry_ranges[start + j as usize] =
+                    (from, self.bufs.entry_sets.len() as u32);
+            }
+            for k in 0..n {
+                let source = sets.source[k];
+                if source == k as u32 {
+                    continue;
+                }
+                let at = self.bufs.entry_sets.len() as u32;
+                self.bufs.entry_ranges[start + k] = match source {
+                    EntrySets::NONE => (at, at),
+                    s if s & EntrySets::BIT != 0 => {
+                        self.bufs
+                            .entry_sets
+                            .push(by_bit[(s & !EntrySets::BIT) as usize]);
+                        (at, at + 1)
+                    }
+                    j => self.bufs.entry_ranges[start + j as usize],
+                };
             }
             self.bufs.entry_sets_bits = sets;
         }
