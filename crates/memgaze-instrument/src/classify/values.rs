@@ -312,12 +312,17 @@ const MAX_DEPTH: usize = 256;
 /// Nothing in them outlives a function but their capacity.
 #[derive(Default)]
 pub(crate) struct EvaluatorBuffers {
-    /// Last definition of each variable in each block, keyed by
-    /// [`pair`]`(block, variable)`, for the blocks `last_def_known` marks
-    /// (only loop blocks are asked for, once a loop's variable is).
-    last_def: HashMap<u64, u32>,
-    /// Per block, whether its last definitions are in `last_def`.
-    last_def_known: Vec<bool>,
+    /// Last definition of each variable a block defines, `(variable,
+    /// instruction)`, a block's at `last_defs[range]` for its range in
+    /// `last_def_ranges`, listed when the block is first asked about (only
+    /// loop blocks are, once a loop's variable is). A map keyed by block
+    /// and variable, looked up for every block of a loop and every variable
+    /// asked, was a twentieth of the evaluator's instructions.
+    last_defs: Vec<(Var, u32)>,
+    /// Per block, its range of `last_defs` (`u32::MAX` at the start while
+    /// not listed) and the registers it defines, a bit per register
+    /// variable: most blocks asked about define none of the one asked.
+    last_def_ranges: Vec<(u32, u32, u16)>,
     /// Values of definitions, keyed by `(loop, `[`pair`]`(definition,
     /// variable))`.
     memo: HashMap<(u32, u64), Val>,
@@ -399,8 +404,8 @@ impl EvaluatorBuffers {
     /// blocks and `loop_count` loops, sizing the per-instruction, per-block
     /// and per-loop lists.
     fn reset(&mut self, n: usize, blocks: usize, loop_count: usize) {
-        self.last_def.clear();
-        refill(&mut self.last_def_known, blocks, false);
+        self.last_defs.clear();
+        refill(&mut self.last_def_ranges, blocks, (u32::MAX, 0, 0));
         self.memo.clear();
         refill(&mut self.memoised, n, false);
         refill(&mut self.memo_count, loop_count, 0);
@@ -432,6 +437,14 @@ impl EvaluatorBuffers {
 /// in a loop, as bit sets: bit `i` is the `i`-th block (in the loop's
 /// order) that defines the variable, standing for its last definition
 /// there.
+///
+/// A block with one predecessor in the loop has that predecessor's own bit
+/// (when it defines the variable) or that predecessor's set: only the
+/// other blocks, the joins, have sets of their own, iterated to the fixed
+/// point, and each block names where its set is
+/// ([`EntrySets::source`]). Most blocks have one predecessor, and
+/// computing and comparing their sets in every round was most of the
+/// sets' work.
 #[derive(Default)]
 struct EntrySets {
     /// Words per set.
@@ -439,20 +452,35 @@ struct EntrySets {
     /// Per block (position in the loop's blocks), its bit if it defines the
     /// variable, else [`EntrySets::NONE`].
     own: Vec<u32>,
-    /// The sets, `words` per block.
+    /// Per block, what its set is: the set of join `j` (`j`; a join's is
+    /// its own), bit `b` alone (`b | `[`EntrySets::BIT`]) or nothing
+    /// ([`EntrySets::NONE`]).
+    source: Vec<u32>,
+    /// The joins: the blocks without exactly one predecessor in the loop,
+    /// in the loop's order.
+    joins: Vec<u32>,
+    /// The joins' sets, `words` per block (the other blocks' left empty).
     bits: Vec<u64>,
+    /// The blocks of the chain of single predecessors being followed.
+    chain: Vec<u32>,
 }
 
 impl EntrySets {
     const NONE: u32 = u32::MAX;
+    /// Marks a [`EntrySets::source`] that is one bit.
+    const BIT: u32 = 1 << 31;
+    /// The [`EntrySets::source`] of a block not yet followed.
+    const UNKNOWN: u32 = u32::MAX - 1;
+    /// The [`EntrySets::source`] of a block on the chain being followed.
+    const ON_CHAIN: u32 = u32::MAX - 2;
 
     /// Computes the sets of the blocks, `defines` telling whether each
     /// block defines the variable (in the loop's order), the in-loop
     /// predecessors (positions) of block `k` being
-    /// `pred_list[pred_first[k]..pred_first[k + 1]]`: starting from empty
-    /// sets, each block's set becomes the union over its predecessors of
-    /// their own bit, or of their set when they define nothing, until no
-    /// set changes (the least fixed point).
+    /// `pred_list[pred_first[k]..pred_first[k + 1]]`: each block's set is
+    /// the union over its predecessors of their own bit, or of their set
+    /// when they define nothing, the least such sets (from empty sets, the
+    /// joins' sets recomputed until none changes).
     fn solve(
         &mut self,
         defines: impl Iterator<Item = bool>,
@@ -473,24 +501,37 @@ impl EntrySets {
         self.words = words;
         self.bits.clear();
         self.bits.resize(n * words, 0);
+        let preds = |k: usize| &pred_list[pred_first[k] as usize..pred_first[k + 1] as usize];
+        self.find_sources(preds);
         let mut changed = true;
         while changed {
             changed = false;
-            for k in 0..n {
-                let preds = &pred_list[pred_first[k] as usize..pred_first[k + 1] as usize];
+            for &j in &self.joins {
+                let j = j as usize;
                 for w in 0..words {
                     let mut set = 0u64;
-                    for &p in preds {
-                        set |= match self.own[p as usize] {
-                            Self::NONE => self.bits[p as usize * words + w],
-                            bit if bit as usize / 64 == w => 1 << (bit % 64),
-                            _ => 0,
+                    for &p in preds(j) {
+                        let source = match self.own[p as usize] {
+                            Self::NONE => self.source[p as usize],
+                            bit => bit | Self::BIT,
+                        };
+                        set |= match source {
+                            Self::NONE => 0,
+                            s if s & Self::BIT != 0 => {
+                                let bit = s & !Self::BIT;
+                                if bit as usize / 64 == w {
+                                    1 << (bit % 64)
+                                } else {
+                                    0
+                                }
+                            }
+                            s => self.bits[s as usize * words + w],
                         };
                     }
                     // The sets only grow from one round to the next (their
                     // inputs do): a set that differs is a larger one.
-                    if set != self.bits[k * words + w] {
-                        self.bits[k * words + w] = set;
+                    if set != self.bits[j * words + w] {
+                        self.bits[j * words + w] = set;
                         changed = true;
                     }
                 }
@@ -498,12 +539,65 @@ impl EntrySets {
         }
     }
 
+    /// Lists the joins and each block's [`EntrySets::source`]: a join's
+    /// own set; for a block with one predecessor, that predecessor's bit if
+    /// it defines the variable, else its source, followed up the chain of
+    /// single predecessors to a join or a definition. A chain that closes
+    /// on itself has neither, and nothing flows into it: its sets are
+    /// empty.
+    fn find_sources<'p>(&mut self, preds: impl Fn(usize) -> &'p [u32]) {
+        let n = self.own.len();
+        self.joins.clear();
+        self.source.clear();
+        self.source.resize(n, Self::UNKNOWN);
+        for k in 0..n {
+            if preds(k).len() != 1 {
+                self.joins.push(k as u32);
+                self.source[k] = k as u32;
+            }
+        }
+        for k in 0..n {
+            if self.source[k] != Self::UNKNOWN {
+                continue;
+            }
+            self.chain.clear();
+            let mut x = k;
+            let found = loop {
+                match self.source[x] {
+                    Self::UNKNOWN => {
+                        self.source[x] = Self::ON_CHAIN;
+                        self.chain.push(x as u32);
+                        let p = preds(x)[0] as usize;
+                        if self.own[p] != Self::NONE {
+                            break self.own[p] | Self::BIT;
+                        }
+                        x = p;
+                    }
+                    Self::ON_CHAIN => break Self::NONE,
+                    known => break known,
+                }
+            };
+            for &y in &self.chain {
+                self.source[y as usize] = found;
+            }
+        }
+    }
+
     /// The bits of block `k`'s set, in increasing order.
     fn members(&self, k: usize) -> impl Iterator<Item = usize> + '_ {
-        self.bits[k * self.words..(k + 1) * self.words]
-            .iter()
-            .enumerate()
-            .flat_map(|(w, &word)| bits_of(u128::from(word)).map(move |b| w * 64 + b as usize))
+        let (single, set) = match self.source[k] {
+            Self::NONE => (None, &self.bits[..0]),
+            s if s & Self::BIT != 0 => (Some((s & !Self::BIT) as usize), &self.bits[..0]),
+            j => {
+                let j = j as usize;
+                (None, &self.bits[j * self.words..(j + 1) * self.words])
+            }
+        };
+        single.into_iter().chain(
+            set.iter()
+                .enumerate()
+                .flat_map(|(w, &word)| bits_of(u128::from(word)).map(move |b| w * 64 + b as usize)),
+        )
     }
 }
 
@@ -683,18 +777,37 @@ impl<'a> Evaluator<'a> {
                 &self.bufs.pred_first[preds_at..=preds_at + n],
                 &self.bufs.pred_list,
             );
-            for k in 0..n {
+            // The joins' sets first: a block whose set is a join's shares
+            // its range.
+            self.bufs.entry_ranges.resize(start + n, (0, 0));
+            for &j in &sets.joins {
                 let from = self.bufs.entry_sets.len() as u32;
                 self.bufs
                     .entry_sets
-                    .extend(sets.members(k).map(|bit| by_bit[bit]));
+                    .extend(sets.members(j as usize).map(|bit| by_bit[bit]));
                 debug_assert!(
                     self.bufs.entry_sets[from as usize..].is_sorted(),
                     "a loop's blocks are in address order"
                 );
-                self.bufs
-                    .entry_ranges
-                    .push((from, self.bufs.entry_sets.len() as u32));
+                self.bufs.entry_ranges[start + j as usize] =
+                    (from, self.bufs.entry_sets.len() as u32);
+            }
+            for k in 0..n {
+                let source = sets.source[k];
+                if source == k as u32 {
+                    continue;
+                }
+                let at = self.bufs.entry_sets.len() as u32;
+                self.bufs.entry_ranges[start + k] = match source {
+                    EntrySets::NONE => (at, at),
+                    s if s & EntrySets::BIT != 0 => {
+                        self.bufs
+                            .entry_sets
+                            .push(by_bit[(s & !EntrySets::BIT) as usize]);
+                        (at, at + 1)
+                    }
+                    j => self.bufs.entry_ranges[start + j as usize],
+                };
             }
             self.bufs.entry_sets_bits = sets;
         }
@@ -730,15 +843,42 @@ impl<'a> Evaluator<'a> {
 
     /// The last definition of `v` in block `b`, if it has one.
     fn last_def_in(&mut self, b: u32, v: Var) -> Option<u32> {
-        if !self.bufs.last_def_known[b as usize] {
-            self.bufs.last_def_known[b as usize] = true;
-            for i in self.code.blocks[b as usize].instructions() {
-                for &(v, _) in self.frame.defs(i) {
-                    self.bufs.last_def.insert(pair(b, v), i as u32);
+        let (mut from, mut to, mut registers) = self.bufs.last_def_ranges[b as usize];
+        if from == u32::MAX {
+            (from, to, registers) = self.list_last_defs(b);
+        }
+        if v < GPRS && registers & (1 << v) == 0 {
+            return None;
+        }
+        self.bufs.last_defs[from as usize..to as usize]
+            .iter()
+            .find(|&&(w, _)| w == v)
+            .map(|&(_, i)| i)
+    }
+
+    /// Lists the last definition of each variable block `b` defines in
+    /// `last_defs` (in the order of their first definitions) and returns
+    /// the block's entry of `last_def_ranges`.
+    fn list_last_defs(&mut self, b: u32) -> (u32, u32, u16) {
+        let from = self.bufs.last_defs.len();
+        let mut registers = 0u16;
+        for i in self.code.blocks[b as usize].instructions() {
+            for &(v, _) in self.frame.defs(i) {
+                if v < GPRS {
+                    registers |= 1 << v;
+                }
+                match self.bufs.last_defs[from..]
+                    .iter_mut()
+                    .find(|(w, _)| *w == v)
+                {
+                    Some(last) => last.1 = i as u32,
+                    None => self.bufs.last_defs.push((v, i as u32)),
                 }
             }
         }
-        self.bufs.last_def.get(&pair(b, v)).copied()
+        let entry = (from as u32, self.bufs.last_defs.len() as u32, registers);
+        self.bufs.last_def_ranges[b as usize] = entry;
+        entry
     }
 
     fn var_val(&mut self, l: u32, v: Var, at: usize) -> Val {
@@ -853,7 +993,12 @@ impl<'a> Evaluator<'a> {
         let memo_count = self.bufs.memo_count[l as usize];
         let chain = self.chain_set;
         let budget = self.budget;
-        let kept = self.bufs.replays[node as usize].iter().find(|r| {
+        // Kept in the order they were made, so by `memo_count`, which only
+        // grows: those made with fewer values stored, which can never match
+        // again, come first and are passed over.
+        let kept = &self.bufs.replays[node as usize];
+        let live = kept.partition_point(|r| r.memo_count < memo_count);
+        let kept = kept[live..].iter().find(|r| {
             r.memo_count == memo_count
                 && r.steps <= budget
                 && chain & r.asked == r.above
@@ -996,6 +1141,11 @@ impl<'a> Evaluator<'a> {
             reach: frame.reach - depth,
         };
         let kept = &mut self.bufs.replays[node as usize];
+        debug_assert!(
+            kept.last()
+                .is_none_or(|r| r.memo_count <= replay.memo_count),
+            "a node's replays are kept in the order of their memo_count"
+        );
         if kept.len() == REPLAYS_PER_NODE {
             kept.remove(0);
         }
