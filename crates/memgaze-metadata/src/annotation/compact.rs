@@ -261,6 +261,16 @@ fn decode_with(
 /// Slots of [`Encoder`]'s recently looked-up strings.
 const RECENT_SLOTS: usize = 256;
 
+/// [`Encoder`]'s recently looked-up strings, `(address, length, index)` by
+/// slot, all empty at first (no string is `usize::MAX` bytes long).
+struct RecentSlots(Box<[(usize, usize, u32); RECENT_SLOTS]>);
+
+impl Default for RecentSlots {
+    fn default() -> RecentSlots {
+        RecentSlots(Box::new([(0, usize::MAX, 0); RECENT_SLOTS]))
+    }
+}
+
 /// What takes each finished part of the body after the first.
 type PartSink<'p> = &'p mut dyn FnMut(Vec<u8>);
 
@@ -274,11 +284,11 @@ struct Encoder<'a, 'p> {
     /// a load's texts are shared [`Text`]s, so most lookups hash 16 bytes
     /// here instead of a whole `file:line` there.
     by_address: foldhash::HashMap<(usize, usize), u32>,
-    /// `(address, length, index)` of the string last looked up in each of
-    /// [`RECENT_SLOTS`] slots by its address: a load's register names and
-    /// its neighbours' lines and inline places repeat from load to load,
-    /// and a hit here hashes nothing.
-    recent: Vec<(usize, usize, u32)>,
+    /// The string last looked up in each of [`RECENT_SLOTS`] slots by its
+    /// address: a load's register names and its neighbours' lines and
+    /// inline places repeat from load to load, and a hit here hashes
+    /// nothing.
+    recent: RecentSlots,
     table: Vec<&'a str>,
     /// Where a finished part of `out` after the first goes, and the size
     /// that finishes one.
@@ -322,22 +332,29 @@ impl<'a> Encoder<'a, '_> {
         self.out.extend_from_slice(b);
     }
 
-    /// A string of the table (written by index).
+    /// A string of the table (written by index). Inlined where strings are
+    /// written: three in four lookups hit a recent slot, and a call for
+    /// each cost more than the hit; the rest are looked up out of line.
+    #[inline]
     fn string(&mut self, s: &'a str) {
         let address = (s.as_ptr() as usize, s.len());
-        if self.recent.is_empty() {
-            // No string is `usize::MAX` bytes long: an empty slot.
-            self.recent.resize(RECENT_SLOTS, (0, usize::MAX, 0));
-        }
         let slot = ((address.0 >> 4) ^ (address.0 >> 14)) % RECENT_SLOTS;
-        let (at, len, i) = self.recent[slot];
-        if (at, len) == address {
-            self.uint(u64::from(i));
-            return;
-        }
-        let i = self.index_of(s, address);
-        self.recent[slot] = (address.0, address.1, i);
+        let (at, len, i) = self.recent.0[slot];
+        let i = if (at, len) == address {
+            i
+        } else {
+            self.look_up(s, address, slot)
+        };
         self.uint(u64::from(i));
+    }
+
+    /// The index of `s`, at `address`, not in its recent slot, which it
+    /// then takes.
+    #[inline(never)]
+    fn look_up(&mut self, s: &'a str, address: (usize, usize), slot: usize) -> u32 {
+        let i = self.index_of(s, address);
+        self.recent.0[slot] = (address.0, address.1, i);
+        i
     }
 
     /// The index of `s`, at `address`, in the table, added if new.
