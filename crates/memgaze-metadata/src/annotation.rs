@@ -737,6 +737,59 @@ mod tests {
         assert_eq!(Annotation::from_bytes(&bytes).unwrap(), a);
     }
 
+    /// Loads whose inline chains share places (the same texts at different
+    /// depths, copies of them, other places in between, loads without a
+    /// chain) encode to the bytes of the same loads with every text a copy
+    /// of its own, and round-trip: the encoder's lookups by address (its
+    /// recent slots, its map of addresses) change no index.
+    #[test]
+    fn inline_chains_sharing_places_encode_as_unshared_ones() {
+        let mut a = full_sample();
+        let template = a.loads[0].clone();
+        let places: Vec<Text> = (0..48)
+            .map(|i| format!("src/inl{}.rs:{i}", i % 5).into())
+            .collect();
+        let mut x = 0x9e37_79b9_u32;
+        a.loads = (0..6_000)
+            .map(|i| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                // The region's chain, innermost first; a load has its
+                // outermost `depth` places.
+                let region = (i / 40) as usize % 40;
+                let depth = (x % 7) as usize;
+                let mut chain: Vec<Text> = (0..depth)
+                    .rev()
+                    .map(|k| places[region + k].clone())
+                    .collect();
+                if depth > 0 && x & 0x300 == 0 {
+                    chain[0] = places[(x >> 12) as usize % places.len()].clone();
+                }
+                if depth > 1 && x & 0xc00 == 0 {
+                    chain[depth - 1] = Text::from(&*chain[depth - 1]);
+                }
+                LoadSite {
+                    id: i,
+                    ip: 0x1000 + u64::from(i) * 5,
+                    inline_chain: chain.into(),
+                    ..template.clone()
+                }
+            })
+            .collect();
+        let copy = |t: &Text| Text::from(t.as_str());
+        let mut unshared = a.clone();
+        for load in &mut unshared.loads {
+            load.inline_chain = load.inline_chain.iter().map(copy).collect();
+            for text in [&mut load.base, &mut load.index, &mut load.line] {
+                *text = text.as_ref().map(copy);
+            }
+        }
+        let bytes = a.to_bytes(AnnotationFormat::Compact);
+        assert_eq!(bytes, unshared.to_bytes(AnnotationFormat::Compact));
+        assert_eq!(Annotation::from_bytes(&bytes).unwrap(), a);
+    }
+
     #[test]
     fn compact_is_a_fraction_of_json_for_many_loads() {
         let a = sample_with_loads(20_000);

@@ -2106,14 +2106,15 @@ fn count_into_report(report: &mut Report, annotation: &Annotation, plans: &[Plan
         .iter()
         .filter(|p| p.annotation_function.is_some())
         .count();
-    // Soft probes are counted by fast path first: their report names are
-    // made once per path, not once per probe.
-    let mut soft_probes: BTreeMap<&'static str, usize> = BTreeMap::new();
+    // Soft probes are counted by fast path first, in a short list of the
+    // few paths (a map keyed by name compared strings for every probe):
+    // their report names are made once per path, not once per probe.
+    let mut soft_probes: Vec<(&'static str, usize)> = Vec::new();
     let kinds = &mut report.probe_kinds;
     for plan in plans {
         for &(_, insert) in &plan.inserts {
             match insert {
-                Insert::Soft { fast, .. } => *soft_probes.entry(fast.name()).or_default() += 1,
+                Insert::Soft { fast, .. } => count_soft_probe(&mut soft_probes, fast),
                 Insert::Ptwrite { .. } => add_count(kinds, "ptwrite", 1),
                 Insert::String { .. } => add_count(kinds, "string probe", 1),
             }
@@ -2130,6 +2131,15 @@ fn count_into_report(report: &mut Report, annotation: &Annotation, plans: &[Plan
     }
     for (fast, count) in soft_probes {
         add_count(kinds, &format!("{fast} probe"), count);
+    }
+}
+
+/// Counts a soft probe with the fast path `fast` in `counts` (by path name).
+fn count_soft_probe(counts: &mut Vec<(&'static str, usize)>, fast: FastPath) {
+    let name = fast.name();
+    match counts.iter_mut().find(|(path, _)| *path == name) {
+        Some((_, count)) => *count += 1,
+        None => counts.push((name, 1)),
     }
 }
 

@@ -26,6 +26,7 @@ use super::{
 };
 use crate::model::{BinaryIdentity, LoadClass};
 use std::num::NonZeroU64;
+use std::sync::{Mutex, mpsc};
 
 /// First bytes of a compact annotation (a JSON annotation starts with `{`).
 pub const COMPACT_MAGIC: &[u8; 8] = b"\x89MGA\r\n\x1a\n";
@@ -39,10 +40,16 @@ const ZSTD_LEVEL: i32 = 3;
 
 /// The encoded body after the string table is cut into parts at the first
 /// load boundary past this many bytes, each a zstd frame: the parts after
-/// the first are compressed on another thread while the next is encoded
+/// the first are compressed on other threads while the next is encoded
 /// (one frame of the whole body was compressed on one thread after all of
 /// it); the first waits for the string table, which leads it.
 pub const PART_BYTES: usize = 4 << 20;
+
+/// Threads that compress the parts after the first, each started when a
+/// part is ready for it: with one, the last parts were still compressed,
+/// one after the other, after the body was encoded and its first part
+/// compressed, with the other core idle.
+const COMPRESSING_THREADS: usize = 2;
 
 /// The largest decompressed body accepted per compressed byte: the body
 /// compresses about 3–6×, so a larger declared size is a damaged header
@@ -85,45 +92,77 @@ pub fn encode(annotation: &Annotation) -> Vec<u8> {
 
 /// [`encode`], in parts of about `part_bytes`.
 pub(super) fn encode_in_parts(annotation: &Annotation, part_bytes: usize) -> Vec<u8> {
+    let (sender, receiver) = mpsc::channel::<(usize, Vec<u8>)>();
+    let queue = Mutex::new(receiver);
     std::thread::scope(|scope| {
-        let (parts, to_compress) = std::sync::mpsc::channel::<Vec<u8>>();
-        let compressing = scope.spawn(move || {
-            let mut compressor = Compressor::new();
-            to_compress
-                .into_iter()
-                .map(|part| compressor.frame(&part))
-                .collect::<Vec<Vec<u8>>>()
-        });
-        let mut body = Encoder {
-            parts: Some((parts, part_bytes)),
-            ..Encoder::default()
+        let mut compressing = Vec::new();
+        let (threads, queue) = (&mut compressing, &queue);
+        let mut sent = 0;
+        let mut send = move |part: Vec<u8>| {
+            if threads.len() < COMPRESSING_THREADS {
+                threads.push(scope.spawn(move || compress_queued(queue)));
+            }
+            // The receiver outlives the threads, so no send fails (a
+            // compressing thread's panic is passed on by its join).
+            let _ = sender.send((sent, part));
+            sent += 1;
         };
-        body.annotation(annotation);
-        body.end_part();
-        // The compressing thread ends when the channel closes.
-        body.parts = None;
+        let (table, mut first_part, parted) = {
+            let mut body = Encoder {
+                parts: Some((&mut send, part_bytes)),
+                ..Encoder::default()
+            };
+            body.annotation(annotation);
+            body.end_part();
+            (body.table, body.first_part, body.parted)
+        };
+        // The compressing threads end when the channel closes.
+        drop(send);
         let mut first = Encoder::default();
-        first.uint(body.table.len() as u64);
-        for s in &body.table {
+        first.uint(table.len() as u64);
+        for s in &table {
             first.bytes(s.as_bytes());
         }
-        let raw_len = first.out.len() + body.first_part.len() + body.parted;
-        first.out.append(&mut body.first_part);
+        let raw_len = first.out.len() + first_part.len() + parted;
+        first.out.append(&mut first_part);
         let first = Compressor::new().frame(&first.out);
-        let frames = compressing
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        let compressed_len = first.len() + frames.iter().map(Vec::len).sum::<usize>();
+        let mut frames = Vec::new();
+        for thread in compressing {
+            let compressed = thread
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            frames.extend(compressed);
+        }
+        frames.sort_unstable_by_key(|&(number, _)| number);
+        let compressed_len = first.len() + frames.iter().map(|(_, f)| f.len()).sum::<usize>();
         let mut out = Vec::with_capacity(compressed_len + 20);
         out.extend_from_slice(COMPACT_MAGIC);
         out.extend_from_slice(&COMPACT_VERSION.to_le_bytes());
         out.extend_from_slice(&(raw_len as u64).to_le_bytes());
         out.extend_from_slice(&first);
-        for frame in &frames {
+        for (_, frame) in &frames {
             out.extend_from_slice(frame);
         }
         out
     })
+}
+
+/// Compresses the numbered parts from `queue` until it closes, each into a
+/// frame with its part's number.
+fn compress_queued(queue: &Mutex<mpsc::Receiver<(usize, Vec<u8>)>>) -> Vec<(usize, Vec<u8>)> {
+    let mut compressor = Compressor::new();
+    let mut frames = Vec::new();
+    loop {
+        // The lock is held while waiting, so each part goes to one thread;
+        // it is let go before the part is compressed.
+        let next = match queue.lock() {
+            Ok(parts) => parts.recv(),
+            Err(_) => break,
+        };
+        let Ok((number, part)) = next else { break };
+        frames.push((number, compressor.frame(&part)));
+    }
+    frames
 }
 
 /// zstd at [`ZSTD_LEVEL`] with checksums, one frame per call.
@@ -222,8 +261,21 @@ fn decode_with(
 /// Slots of [`Encoder`]'s recently looked-up strings.
 const RECENT_SLOTS: usize = 256;
 
+/// [`Encoder`]'s recently looked-up strings, `(address, length, index)` by
+/// slot, all empty at first (no string is `usize::MAX` bytes long).
+struct RecentSlots(Box<[(usize, usize, u32); RECENT_SLOTS]>);
+
+impl Default for RecentSlots {
+    fn default() -> RecentSlots {
+        RecentSlots(Box::new([(0, usize::MAX, 0); RECENT_SLOTS]))
+    }
+}
+
+/// What takes each finished part of the body after the first.
+type PartSink<'p> = &'p mut dyn FnMut(Vec<u8>);
+
 #[derive(Default)]
-struct Encoder<'a> {
+struct Encoder<'a, 'p> {
     out: Vec<u8>,
     /// Hashed with foldhash: SipHash of every load's texts was a good part
     /// of the encoding; the table's order is that of first use either way.
@@ -232,15 +284,15 @@ struct Encoder<'a> {
     /// a load's texts are shared [`Text`]s, so most lookups hash 16 bytes
     /// here instead of a whole `file:line` there.
     by_address: foldhash::HashMap<(usize, usize), u32>,
-    /// `(address, length, index)` of the string last looked up in each of
-    /// [`RECENT_SLOTS`] slots by its address: a load's register names and
-    /// its neighbours' lines and inline places repeat from load to load,
-    /// and a hit here hashes nothing.
-    recent: Vec<(usize, usize, u32)>,
+    /// The string last looked up in each of [`RECENT_SLOTS`] slots by its
+    /// address: a load's register names and its neighbours' lines and
+    /// inline places repeat from load to load, and a hit here hashes
+    /// nothing.
+    recent: RecentSlots,
     table: Vec<&'a str>,
     /// Where a finished part of `out` after the first goes, and the size
     /// that finishes one.
-    parts: Option<(std::sync::mpsc::Sender<Vec<u8>>, usize)>,
+    parts: Option<(PartSink<'p>, usize)>,
     /// The first part, kept to follow the string table.
     first_part: Vec<u8>,
     /// Whether the first part is done.
@@ -249,7 +301,7 @@ struct Encoder<'a> {
     parted: usize,
 }
 
-impl<'a> Encoder<'a> {
+impl<'a> Encoder<'a, '_> {
     fn uint(&mut self, mut v: u64) {
         while v >= 0x80 {
             self.out.push((v as u8) | 0x80);
@@ -264,12 +316,10 @@ impl<'a> Encoder<'a> {
         if !self.first_done {
             self.first_done = true;
             self.first_part = std::mem::take(&mut self.out);
-        } else if let Some((parts, _)) = &self.parts {
+        } else if let Some((send, _)) = &mut self.parts {
             let part = std::mem::take(&mut self.out);
             self.parted += part.len();
-            // A send fails only if the compressing thread panicked, which
-            // its join then passes on.
-            let _ = parts.send(part);
+            send(part);
         }
     }
 
@@ -282,22 +332,29 @@ impl<'a> Encoder<'a> {
         self.out.extend_from_slice(b);
     }
 
-    /// A string of the table (written by index).
+    /// A string of the table (written by index). Inlined where strings are
+    /// written: three in four lookups hit a recent slot, and a call for
+    /// each cost more than the hit; the rest are looked up out of line.
+    #[inline]
     fn string(&mut self, s: &'a str) {
         let address = (s.as_ptr() as usize, s.len());
-        if self.recent.is_empty() {
-            // No string is `usize::MAX` bytes long: an empty slot.
-            self.recent.resize(RECENT_SLOTS, (0, usize::MAX, 0));
-        }
         let slot = ((address.0 >> 4) ^ (address.0 >> 14)) % RECENT_SLOTS;
-        let (at, len, i) = self.recent[slot];
-        if (at, len) == address {
-            self.uint(u64::from(i));
-            return;
-        }
-        let i = self.index_of(s, address);
-        self.recent[slot] = (address.0, address.1, i);
+        let (at, len, i) = self.recent.0[slot];
+        let i = if (at, len) == address {
+            i
+        } else {
+            self.look_up(s, address, slot)
+        };
         self.uint(u64::from(i));
+    }
+
+    /// The index of `s`, at `address`, not in its recent slot, which it
+    /// then takes.
+    #[inline(never)]
+    fn look_up(&mut self, s: &'a str, address: (usize, usize), slot: usize) -> u32 {
+        let i = self.index_of(s, address);
+        self.recent.0[slot] = (address.0, address.1, i);
+        i
     }
 
     /// The index of `s`, at `address`, in the table, added if new.
