@@ -1025,6 +1025,7 @@ impl SiteStep {
             SiteRead::Data(4) => u64::from(input.read_u32()?),
             SiteRead::Data(_) => input.read_u64()?,
             SiteRead::Udata => input.read_uleb128()?,
+            SiteRead::Address(8) => input.read_u64()?,
             SiteRead::Address(size) => input.read_address(size)?,
             SiteRead::Offset(format) => {
                 let offset = input.read_offset(format)?;

@@ -830,12 +830,25 @@ impl<'t> PositionReader<'t> {
             last.generation = Some(generation);
             last.next_sites.clear();
             self.chains.call_sites_into(&mut last.next_sites);
-            if !same_positions(&last.sites, &last.next_sites) {
-                std::mem::swap(&mut last.sites, &mut last.next_sites);
-                last.site_texts.clear();
+            // The outer call sites the two share keep their texts: where
+            // the ranges change, mostly the innermost ones do.
+            let (sites, next) = (&last.sites, &last.next_sites);
+            let shared = sites
+                .iter()
+                .rev()
+                .zip(next.iter().rev())
+                .take_while(|(a, b)| PositionTexts::key(a) == PositionTexts::key(b))
+                .count();
+            if shared != sites.len() || shared != next.len() {
+                last.site_texts.truncate(shared);
                 let texts = &mut self.texts;
-                last.site_texts
-                    .extend(last.sites.iter().map(|at| texts.text(at)));
+                last.site_texts.extend(
+                    next[..next.len() - shared]
+                        .iter()
+                        .rev()
+                        .map(|at| texts.text(at)),
+                );
+                std::mem::swap(&mut last.sites, &mut last.next_sites);
                 changed = true;
             }
         }
@@ -848,7 +861,7 @@ impl<'t> PositionReader<'t> {
         if changed {
             last.inline_chain = match (&last.line, last.sites.is_empty()) {
                 (Some(line), false) => std::iter::once(line.clone())
-                    .chain(last.site_texts.iter().cloned())
+                    .chain(last.site_texts.iter().rev().cloned())
                     .collect(),
                 _ => InlineChain::default(),
             };
@@ -871,19 +884,11 @@ struct LastPosition<'t> {
     sites: Vec<SourceLocation<'t>>,
     /// The call sites being read (a buffer swapped with `sites`).
     next_sites: Vec<SourceLocation<'t>>,
-    /// `sites`' texts.
+    /// `sites`' texts, outermost first (the part a change of the
+    /// innermost sites keeps is a prefix).
     site_texts: Vec<Text>,
     /// The line, then the call sites; empty without call sites.
     inline_chain: InlineChain,
-}
-
-/// Whether two lists of positions name the same ones (the same file
-/// strings of the table, the same lines).
-fn same_positions(a: &[SourceLocation<'_>], b: &[SourceLocation<'_>]) -> bool {
-    a.len() == b.len()
-        && a.iter()
-            .zip(b)
-            .all(|(a, b)| PositionTexts::key(a) == PositionTexts::key(b))
 }
 
 /// One worker's view of [`PositionTexts`]: the texts it has already been
