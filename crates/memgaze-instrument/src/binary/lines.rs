@@ -165,6 +165,18 @@ impl LineTable {
         holding: &mut Vec<usize>,
         chain: &mut Vec<SourceLocation<'t>>,
     ) {
+        chain.clear();
+        chain.push(first);
+        self.extend_call_sites(holding, chain);
+    }
+
+    /// Appends to `chain` the call sites of the inlined ranges `holding`
+    /// (highest index first; reordered here), innermost first.
+    fn extend_call_sites<'t>(
+        &'t self,
+        holding: &mut Vec<usize>,
+        chain: &mut Vec<SourceLocation<'t>>,
+    ) {
         holding.sort_by_key(|&i| std::cmp::Reverse(self.inlines[i].depth));
         // One inlined subroutine may list the same range twice (split
         // `DW_AT_ranges`); its call site counts once.
@@ -172,8 +184,6 @@ impl LineTable {
             let r = &self.inlines[i];
             (r.depth, r.file, r.line)
         });
-        chain.clear();
-        chain.push(first);
         chain.extend(
             holding
                 .iter()
@@ -370,6 +380,9 @@ pub(crate) struct ChainCursor<'t> {
     order: Vec<usize>,
     /// The first row past `last`.
     row_after: usize,
+    /// Counts the changes of `holding`: the call sites read at one
+    /// generation are those of every address located in it.
+    generation: u64,
 }
 
 impl<'t> ChainCursor<'t> {
@@ -382,6 +395,7 @@ impl<'t> ChainCursor<'t> {
             next: 0,
             order: Vec::new(),
             row_after: 0,
+            generation: 0,
         }
     }
 
@@ -393,31 +407,58 @@ impl<'t> ChainCursor<'t> {
         chain
     }
 
-    /// [`ChainCursor::locate_chain`] into `chain` (cleared first): one
-    /// buffer serves every lookup of a worker.
+    /// [`ChainCursor::locate_chain`] into `chain` (cleared first).
+    #[cfg(test)]
     pub(crate) fn locate_chain_into(&mut self, address: u64, chain: &mut Vec<SourceLocation<'t>>) {
         chain.clear();
+        if let Some(first) = self.locate(address) {
+            chain.push(first);
+            self.call_sites_into(chain);
+        }
+    }
+
+    /// The line-table position of `address` (the first of its chain),
+    /// none where the table has none; otherwise the cursor moves to it:
+    /// [`ChainCursor::call_sites_into`] gives the rest of its chain.
+    pub(crate) fn locate(&mut self, address: u64) -> Option<SourceLocation<'t>> {
         let rows = &self.table.rows;
         self.row_after = partition_point_from(rows, self.row_after, |r| r.address <= address);
-        let Some(first) = self.table.position_before(self.row_after) else {
-            return;
-        };
+        let first = self.table.position_before(self.row_after)?;
         let inlines = &self.table.inlines;
         if self.last.is_some_and(|last| last <= address) {
+            let (entered, held) = (self.next, self.holding.len());
             while inlines.get(self.next).is_some_and(|r| r.begin <= address) {
                 self.holding.push(self.next);
                 self.next += 1;
             }
             self.holding.retain(|&i| inlines[i].end > address);
+            if self.next != entered || self.holding.len() != held {
+                self.generation += 1;
+            }
         } else {
             self.holding.clear();
             self.next = self.table.scan_holding(address, &mut self.holding);
             self.holding.reverse();
+            self.generation += 1;
         }
         self.last = Some(address);
+        Some(first)
+    }
+
+    /// Counts the changes of the inlined ranges holding the located
+    /// address: where it is the same as at an earlier address, so are the
+    /// call sites.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Appends to `chain` the call sites of the address last located
+    /// ([`ChainCursor::locate`]), innermost first: its chain past the
+    /// first entry.
+    pub(crate) fn call_sites_into(&mut self, chain: &mut Vec<SourceLocation<'t>>) {
         self.order.clear();
         self.order.extend(self.holding.iter().rev());
-        self.table.chain_into(first, &mut self.order, chain);
+        self.table.extend_call_sites(&mut self.order, chain);
     }
 }
 
@@ -812,7 +853,7 @@ fn add_inlines<'a>(
     let abbreviations = &*unit.abbreviations;
     let mut plans = EntryPlans::default();
     let mut input = unit.header.range_from(unit.header.root_offset()..)?;
-    let mut attrs: Vec<gimli::Attribute<Reader<'a>>> = Vec::new();
+    let mut attrs: Vec<SiteAttribute<'a>> = Vec::new();
     // Depths as gimli's entries give them: a null entry closes a list of
     // children, an entry with children opens one after itself.
     let mut depth: isize = 0;
@@ -856,7 +897,7 @@ fn add_inlines<'a>(
 fn add_site<'a>(
     out: &mut UnitLines,
     (dwarf, unit): (&gimli::Dwarf<Reader<'a>>, &gimli::Unit<Reader<'a>>),
-    (depth, attrs): (isize, &[gimli::Attribute<Reader<'a>>]),
+    (depth, attrs): (isize, &[SiteAttribute<'a>]),
     slots: &mut FileSlots,
     keep: &mut impl FnMut(u64, u64) -> bool,
 ) -> Result<(), gimli::Error> {
@@ -914,23 +955,135 @@ enum EntryStep {
     BlockLeb128,
     /// A null-terminated string.
     String,
-    /// An attribute parsed by gimli: an inlined subroutine's site
-    /// attribute ([`is_site_attribute`]).
+    /// An inlined subroutine's site attribute ([`is_site_attribute`]) of
+    /// a form read here.
+    Site(SiteStep),
+    /// An inlined subroutine's site attribute of another form, parsed by
+    /// gimli.
     Read(gimli::AttributeSpecification),
+}
+
+/// How [`EntryPlans::walk`] reads a site attribute of a common form
+/// itself, giving the value gimli's `Attribute::value` gives (gimli's
+/// parse and conversion of these four or five attributes of every
+/// inlined subroutine were a fifth of the units' reading).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SiteStep {
+    name: gimli::DwAt,
+    form: gimli::DwForm,
+    read: SiteRead,
+}
+
+/// The bytes of a [`SiteStep`]'s value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SiteRead {
+    /// `DW_FORM_data1`, `data2`, `data4` or `data8`: that many bytes.
+    Data(u8),
+    /// `DW_FORM_udata`.
+    Udata,
+    /// `DW_FORM_addr`: an address of the unit's size.
+    Address(u8),
+    /// `DW_FORM_sec_offset`: an offset of the unit's format.
+    Offset(gimli::Format),
+}
+
+impl SiteStep {
+    /// The step for site attribute `name` of `form`, where read here:
+    /// the forms producers give them (call site: constants; `low_pc`: an
+    /// address; `high_pc`: an address or a constant; `ranges`: a section
+    /// offset). Others (`addrx`, `rnglistx`, `data4` ranges of DWARF 2
+    /// and 3, signed constants) go to gimli.
+    fn of(name: gimli::DwAt, form: gimli::DwForm, encoding: gimli::Encoding) -> Option<SiteStep> {
+        let constant = match form {
+            gimli::DW_FORM_data1 => Some(SiteRead::Data(1)),
+            gimli::DW_FORM_data2 => Some(SiteRead::Data(2)),
+            gimli::DW_FORM_data4 => Some(SiteRead::Data(4)),
+            gimli::DW_FORM_data8 => Some(SiteRead::Data(8)),
+            gimli::DW_FORM_udata => Some(SiteRead::Udata),
+            _ => None,
+        };
+        let address =
+            (form == gimli::DW_FORM_addr).then_some(SiteRead::Address(encoding.address_size));
+        let read = match name {
+            gimli::DW_AT_call_file | gimli::DW_AT_call_line => constant,
+            gimli::DW_AT_low_pc => address,
+            gimli::DW_AT_high_pc => constant.or(address),
+            gimli::DW_AT_ranges => {
+                (form == gimli::DW_FORM_sec_offset).then_some(SiteRead::Offset(encoding.format))
+            }
+            _ => None,
+        }?;
+        Some(SiteStep { name, form, read })
+    }
+
+    /// Reads the attribute from `input`.
+    fn read<'a>(self, input: &mut Reader<'a>) -> Result<SiteAttribute<'a>, gimli::Error> {
+        use gimli::Reader as _;
+        let raw = match self.read {
+            SiteRead::Data(1) => u64::from(input.read_u8()?),
+            SiteRead::Data(2) => u64::from(input.read_u16()?),
+            SiteRead::Data(4) => u64::from(input.read_u32()?),
+            SiteRead::Data(_) => input.read_u64()?,
+            SiteRead::Udata => input.read_uleb128()?,
+            SiteRead::Address(8) => input.read_u64()?,
+            SiteRead::Address(size) => input.read_address(size)?,
+            SiteRead::Offset(format) => {
+                let offset = input.read_offset(format)?;
+                return Ok(SiteAttribute {
+                    name: self.name,
+                    form: self.form,
+                    value: AttributeValue::RangeListsRef(gimli::RawRangeListsOffset(offset)),
+                });
+            }
+        };
+        let value = match (self.name, self.read) {
+            (gimli::DW_AT_call_file, _) => AttributeValue::FileIndex(raw),
+            (_, SiteRead::Address(_)) => AttributeValue::Addr(raw),
+            _ => AttributeValue::Udata(raw),
+        };
+        Ok(SiteAttribute {
+            name: self.name,
+            form: self.form,
+            value,
+        })
+    }
+}
+
+/// An inlined subroutine's site attribute as [`add_site`] reads it: its
+/// name, form and value (as gimli's `Attribute::value` gives it).
+#[derive(Clone, Copy, Debug)]
+struct SiteAttribute<'a> {
+    name: gimli::DwAt,
+    form: gimli::DwForm,
+    value: AttributeValue<Reader<'a>>,
+}
+
+impl<'a> SiteAttribute<'a> {
+    /// The attribute gimli parsed.
+    fn of(attribute: &gimli::Attribute<Reader<'a>>) -> SiteAttribute<'a> {
+        SiteAttribute {
+            name: attribute.name(),
+            form: attribute.form(),
+            value: attribute.value(),
+        }
+    }
 }
 
 /// A unit's [`EntryPlan`]s by abbreviation code, each made when its code
 /// is first met.
 #[derive(Default)]
 struct EntryPlans {
-    /// Code -> plan; `None` where not made yet.
+    /// Code -> plan, for codes below [`EntryPlans::DENSE`]; `None` where
+    /// not made yet.
     plans: Vec<Option<EntryPlan>>,
+    /// Larger code -> plan (producers number a unit's abbreviations from
+    /// 1, densely; a vector indexed by a stray large code would be huge).
+    sparse: HashMap<u64, EntryPlan>,
     steps: Vec<EntryStep>,
 }
 
 impl EntryPlans {
-    /// Codes from this one on are planned on every entry (producers number
-    /// a unit's abbreviations from 1, densely).
+    /// Codes from this one on are kept in [`EntryPlans::sparse`].
     const DENSE: u64 = 1 << 16;
 
     /// The plan of abbreviation `code`.
@@ -940,10 +1093,13 @@ impl EntryPlans {
         abbreviations: &gimli::Abbreviations,
         encoding: gimli::Encoding,
     ) -> Result<EntryPlan, gimli::Error> {
-        if code < Self::DENSE
-            && let Some(Some(plan)) = self.plans.get(code as usize)
-        {
-            return Ok(*plan);
+        let made = if code < Self::DENSE {
+            self.plans.get(code as usize).copied().flatten()
+        } else {
+            self.sparse.get(&code).copied()
+        };
+        if let Some(plan) = made {
+            return Ok(plan);
         }
         let abbrev = abbreviations
             .get(code)
@@ -955,6 +1111,8 @@ impl EntryPlans {
                 self.plans.resize(at + 1, None);
             }
             self.plans[at] = Some(plan);
+        } else {
+            self.sparse.insert(code, plan);
         }
         Ok(plan)
     }
@@ -966,7 +1124,11 @@ impl EntryPlans {
         let start = self.steps.len();
         for spec in abbrev.attributes() {
             if inlined && is_site_attribute(spec.name()) {
-                self.steps.push(EntryStep::Read(*spec));
+                self.steps
+                    .push(match SiteStep::of(spec.name(), spec.form(), encoding) {
+                        Some(site) => EntryStep::Site(site),
+                        None => EntryStep::Read(*spec),
+                    });
                 continue;
             }
             let step = match form_size(spec.form(), encoding) {
@@ -1026,15 +1188,16 @@ impl EntryPlans {
         plan: EntryPlan,
         input: &mut Reader<'a>,
         (encoding, abbreviations): (gimli::Encoding, &gimli::Abbreviations),
-        attrs: &mut Vec<gimli::Attribute<Reader<'a>>>,
+        attrs: &mut Vec<SiteAttribute<'a>>,
     ) -> Result<(), gimli::Error> {
         use gimli::Reader as _;
         for step in &self.steps[plan.steps.0 as usize..plan.steps.1 as usize] {
             match *step {
+                EntryStep::Site(site) => attrs.push(site.read(input)?),
                 EntryStep::Read(spec) => {
                     let mut entries =
                         gimli::EntriesRaw::new(*input, encoding, abbreviations, UnitOffset(0));
-                    attrs.push(entries.read_attribute_inline(spec)?);
+                    attrs.push(SiteAttribute::of(&entries.read_attribute_inline(spec)?));
                     input.skip(entries.next_offset().0)?;
                 }
                 EntryStep::Bytes(size) => input.skip(size)?,
@@ -1122,14 +1285,14 @@ fn is_site_attribute(name: gimli::DwAt) -> bool {
 fn read_site_attributes<'a>(
     entries: &mut gimli::EntriesRaw<'_, Reader<'a>>,
     specs: &[gimli::AttributeSpecification],
-    attrs: &mut Vec<gimli::Attribute<Reader<'a>>>,
+    attrs: &mut Vec<SiteAttribute<'a>>,
 ) -> Result<(), gimli::Error> {
     attrs.clear();
     let mut skipped_from = 0;
     for (i, spec) in specs.iter().enumerate() {
         if is_site_attribute(spec.name()) {
             entries.skip_attributes(&specs[skipped_from..i])?;
-            attrs.push(entries.read_attribute_inline(*spec)?);
+            attrs.push(SiteAttribute::of(&entries.read_attribute_inline(*spec)?));
             skipped_from = i + 1;
         }
     }
@@ -1139,13 +1302,10 @@ fn read_site_attributes<'a>(
 /// The value of the first attribute `name` in `attrs`, as gimli's
 /// `DebuggingInformationEntry::attr_value` gives it.
 fn attr_value<'a>(
-    attrs: &[gimli::Attribute<Reader<'a>>],
+    attrs: &[SiteAttribute<'a>],
     name: gimli::DwAt,
 ) -> Option<AttributeValue<Reader<'a>>> {
-    attrs
-        .iter()
-        .find(|a| a.name() == name)
-        .map(gimli::Attribute::value)
+    attrs.iter().find(|a| a.name == name).map(|a| a.value)
 }
 
 /// The address ranges of an entry with attributes `attrs`, as gimli's
@@ -1154,30 +1314,30 @@ fn attr_value<'a>(
 fn site_ranges<'a>(
     dwarf: &gimli::Dwarf<Reader<'a>>,
     unit: &gimli::Unit<Reader<'a>>,
-    attrs: &[gimli::Attribute<Reader<'a>>],
+    attrs: &[SiteAttribute<'a>],
 ) -> Result<SiteRanges<'a>, gimli::Error> {
     let (mut low_pc, mut high_pc, mut size) = (None, None, None);
     for attr in attrs {
-        match attr.name() {
+        match attr.name {
             gimli::DW_AT_low_pc => {
                 low_pc = Some(
                     dwarf
-                        .attr_address(unit, attr.value())?
-                        .ok_or(gimli::Error::UnsupportedAttributeForm(attr.form()))?,
+                        .attr_address(unit, attr.value)?
+                        .ok_or(gimli::Error::UnsupportedAttributeForm(attr.form))?,
                 );
             }
-            gimli::DW_AT_high_pc => match attr.value() {
+            gimli::DW_AT_high_pc => match attr.value {
                 AttributeValue::Udata(val) => size = Some(val),
                 value => {
                     high_pc = Some(
                         dwarf
                             .attr_address(unit, value)?
-                            .ok_or(gimli::Error::UnsupportedAttributeForm(attr.form()))?,
+                            .ok_or(gimli::Error::UnsupportedAttributeForm(attr.form))?,
                     );
                 }
             },
             gimli::DW_AT_ranges => {
-                if let Some(list) = dwarf.attr_ranges(unit, attr.value())? {
+                if let Some(list) = dwarf.attr_ranges(unit, attr.value)? {
                     return Ok(SiteRanges::List(list));
                 }
             }
@@ -1857,6 +2017,123 @@ mod tests {
             Some(AttributeValue::Addr(0x1000))
         );
         assert!(plans.plan(4, &abbreviations, encoding).is_err());
+    }
+
+    #[test]
+    fn site_attributes_read_by_a_plan_are_what_gimli_reads() {
+        // Each site attribute in each form it may come in, alone in an
+        // inlined subroutine's abbreviation, read by the plan and by gimli
+        // (value, form and bytes), for DWARF 4 and 5, 32- and 64-bit.
+        let names = [
+            gimli::DW_AT_call_file,
+            gimli::DW_AT_call_line,
+            gimli::DW_AT_low_pc,
+            gimli::DW_AT_high_pc,
+            gimli::DW_AT_ranges,
+        ];
+        let forms = [
+            gimli::DW_FORM_data1,
+            gimli::DW_FORM_data2,
+            gimli::DW_FORM_data4,
+            gimli::DW_FORM_data8,
+            gimli::DW_FORM_udata,
+            gimli::DW_FORM_sdata,
+            gimli::DW_FORM_addr,
+            gimli::DW_FORM_sec_offset,
+            gimli::DW_FORM_addrx,
+            gimli::DW_FORM_rnglistx,
+        ];
+        // Bytes whose values differ by width: 0x81 0x82 ... (a LEB128
+        // number of two bytes where one is read).
+        let bytes: Vec<u8> = vec![0x81, 0x02, 0x83, 0x84, 0x85, 0x86, 0x87, 0x88, 0x89, 0xaa];
+        let mut read_here = 0;
+        for (version, format) in [
+            (4, gimli::Format::Dwarf32),
+            (5, gimli::Format::Dwarf32),
+            (5, gimli::Format::Dwarf64),
+        ] {
+            let encoding = gimli::Encoding {
+                format,
+                version,
+                address_size: 8,
+            };
+            for name in names {
+                for form in forms {
+                    let mut abbrevs = vec![1];
+                    abbrevs.push(gimli::DW_TAG_inlined_subroutine.0 as u8);
+                    abbrevs.push(0);
+                    assert!(name.0 < 0x80 && form.0 < 0x80, "one-byte numbers");
+                    abbrevs.extend([name.0 as u8, form.0 as u8]);
+                    abbrevs.extend([0, 0, 0]);
+                    let abbreviations = gimli::DebugAbbrev::new(&abbrevs, LittleEndian)
+                        .abbreviations(gimli::DebugAbbrevOffset(0))
+                        .unwrap();
+                    let mut plans = EntryPlans::default();
+                    let plan = plans.plan(1, &abbreviations, encoding).unwrap();
+                    assert!(plan.inlined && !plan.whole);
+                    read_here += usize::from(matches!(
+                        plans.steps[plan.steps.0 as usize],
+                        EntryStep::Site(_)
+                    ));
+                    let mut input = EndianSlice::new(&bytes, LittleEndian);
+                    let mut attrs = Vec::new();
+                    let walk = (encoding, &abbreviations);
+                    plans.walk(plan, &mut input, walk, &mut attrs).unwrap();
+                    let mut raw = gimli::EntriesRaw::new(
+                        EndianSlice::new(&bytes, LittleEndian),
+                        encoding,
+                        &abbreviations,
+                        UnitOffset(0),
+                    );
+                    let spec = abbreviations.get(1).unwrap().attributes()[0];
+                    let expected = SiteAttribute::of(&raw.read_attribute(spec).unwrap());
+                    let case = format!("{name} {form} {version} {format:?}");
+                    assert_eq!(attrs.len(), 1, "{case}");
+                    let got = attrs[0];
+                    assert_eq!(
+                        (got.name, got.form, got.value),
+                        (expected.name, expected.form, expected.value),
+                        "{case}"
+                    );
+                    assert_eq!(bytes.len() - input.len(), raw.next_offset().0, "{case}");
+                }
+            }
+        }
+        // call_file, call_line and high_pc in five forms each, high_pc and
+        // low_pc as addresses, ranges as offsets: in each encoding.
+        assert_eq!(read_here, 3 * (5 * 3 + 2 + 1));
+    }
+
+    #[test]
+    fn a_large_abbreviation_code_is_planned_once() {
+        // Code 70,000 (past the dense codes): a variable with one data1
+        // attribute.
+        let mut abbrevs = vec![0xf0, 0xa2, 0x04];
+        abbrevs.extend([gimli::DW_TAG_variable.0 as u8, 0]);
+        abbrevs.extend([
+            gimli::DW_AT_name.0 as u8,
+            gimli::DW_FORM_data1.0 as u8,
+            0,
+            0,
+            0,
+        ]);
+        let abbreviations = gimli::DebugAbbrev::new(&abbrevs, LittleEndian)
+            .abbreviations(gimli::DebugAbbrevOffset(0))
+            .unwrap();
+        let encoding = gimli::Encoding {
+            format: gimli::Format::Dwarf32,
+            version: 4,
+            address_size: 8,
+        };
+        let mut plans = EntryPlans::default();
+        let first = plans.plan(70_000, &abbreviations, encoding).unwrap();
+        let steps = plans.steps.len();
+        assert_eq!(steps, 1);
+        for _ in 0..10 {
+            let again = plans.plan(70_000, &abbreviations, encoding).unwrap();
+            assert_eq!(again.steps, first.steps);
+        }
+        assert_eq!(plans.steps.len(), steps, "no steps added again");
     }
 
     #[test]

@@ -795,11 +795,11 @@ pub(crate) fn add_positions(
 }
 
 /// What one thread needs to look positions up: the table's chain cursor,
-/// its own view of the shared texts, and the last chain it gave.
+/// its own view of the shared texts, and the last position it gave.
 struct PositionReader<'t> {
     texts: LocalTexts<'t>,
     chains: ChainCursor<'t>,
-    last: LastChain<'t>,
+    last: LastPosition<'t>,
 }
 
 impl<'t> PositionReader<'t> {
@@ -810,63 +810,85 @@ impl<'t> PositionReader<'t> {
                 seen: HashMap::new(),
             },
             chains: ChainCursor::new(table),
-            last: LastChain::default(),
+            last: LastPosition::default(),
         }
     }
 
-    /// The position of the instruction at `ip`: the texts of the last
-    /// chain when the chain repeats (the loads of one run of code mostly
-    /// share theirs).
+    /// The position of the instruction at `ip`. The loads of one run of
+    /// code mostly share their chain, or its call sites, with the load
+    /// before: the call sites are read again only where the inlined ranges
+    /// holding the address changed, and the texts of what did not change
+    /// (the line, the call sites, the whole chain) are the last ones.
     fn position(&mut self, ip: u64) -> Position {
+        let Some(first) = self.chains.locate(ip) else {
+            return (None, InlineChain::default());
+        };
         let last = &mut self.last;
-        // The chain starts at the load's own position: one lookup gives
-        // both.
-        self.chains.locate_chain_into(ip, &mut last.next);
-        if !last.repeats() {
-            last.line = last.next.first().map(|at| self.texts.text(at));
-            last.inline_chain = inline_chain(&last.next, &mut self.texts);
+        let mut changed = false;
+        let generation = self.chains.generation();
+        if last.generation != Some(generation) {
+            last.generation = Some(generation);
+            last.next_sites.clear();
+            self.chains.call_sites_into(&mut last.next_sites);
+            // The outer call sites the two share keep their texts: where
+            // the ranges change, mostly the innermost ones do.
+            let (sites, next) = (&last.sites, &last.next_sites);
+            let shared = sites
+                .iter()
+                .rev()
+                .zip(next.iter().rev())
+                .take_while(|(a, b)| PositionTexts::key(a) == PositionTexts::key(b))
+                .count();
+            if shared != sites.len() || shared != next.len() {
+                last.site_texts.truncate(shared);
+                let texts = &mut self.texts;
+                last.site_texts.extend(
+                    next[..next.len() - shared]
+                        .iter()
+                        .rev()
+                        .map(|at| texts.text(at)),
+                );
+                std::mem::swap(&mut last.sites, &mut last.next_sites);
+                changed = true;
+            }
         }
-        std::mem::swap(&mut last.chain, &mut last.next);
+        let key = PositionTexts::key(&first);
+        if last.line_key != Some(key) {
+            last.line_key = Some(key);
+            last.line = Some(self.texts.text(&first));
+            changed = true;
+        }
+        if changed {
+            last.inline_chain = match (&last.line, last.sites.is_empty()) {
+                (Some(line), false) => std::iter::once(line.clone())
+                    .chain(last.site_texts.iter().rev().cloned())
+                    .collect(),
+                _ => InlineChain::default(),
+            };
+        }
         (last.line.clone(), last.inline_chain.clone())
     }
 }
 
-/// A worker's last chain and its texts: the loads of one run of code
-/// mostly share their chain with the load before, which then gets its
-/// texts without a lookup each (and shares its inline chain). The default
-/// is the empty chain with the texts an empty chain gets (no line, and
-/// [`inline_chain`]'s empty chain).
+/// A worker's last position, in parts: its line, the call sites of the
+/// inlined ranges holding it (as of a [`ChainCursor::generation`]), their
+/// texts and the inline chain of both. The default is no position yet.
 #[derive(Default)]
-struct LastChain<'t> {
-    /// The last load's chain.
-    chain: Vec<SourceLocation<'t>>,
-    /// The chain being looked up (a buffer swapped with `chain`).
-    next: Vec<SourceLocation<'t>>,
-    /// `chain`'s texts.
+struct LastPosition<'t> {
+    /// The line's key ([`PositionTexts::key`]) and text.
+    line_key: Option<(usize, u32)>,
     line: Option<Text>,
+    /// The cursor's generation `sites` were read at.
+    generation: Option<u64>,
+    /// The call sites, innermost first (the chain past its line).
+    sites: Vec<SourceLocation<'t>>,
+    /// The call sites being read (a buffer swapped with `sites`).
+    next_sites: Vec<SourceLocation<'t>>,
+    /// `sites`' texts, outermost first (the part a change of the
+    /// innermost sites keeps is a prefix).
+    site_texts: Vec<Text>,
+    /// The line, then the call sites; empty without call sites.
     inline_chain: InlineChain,
-}
-
-impl LastChain<'_> {
-    /// Whether `next` names the same positions as `chain` (the same file
-    /// strings of the table, the same lines).
-    fn repeats(&self) -> bool {
-        self.chain.len() == self.next.len()
-            && self
-                .chain
-                .iter()
-                .zip(&self.next)
-                .all(|(a, b)| PositionTexts::key(a) == PositionTexts::key(b))
-    }
-}
-
-/// `chain` (an instruction's position, then its inlined call sites) as
-/// `file:line` texts; empty when its code is not inlined.
-fn inline_chain(chain: &[SourceLocation<'_>], texts: &mut LocalTexts<'_>) -> InlineChain {
-    if chain.len() < 2 {
-        return InlineChain::default();
-    }
-    chain.iter().map(|at| texts.text(at)).collect()
 }
 
 /// One worker's view of [`PositionTexts`]: the texts it has already been

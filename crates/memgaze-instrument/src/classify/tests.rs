@@ -930,3 +930,55 @@ fn positions_looked_up_ahead_are_the_ones_added_to_the_loads() {
     assert!(!add_positions(&mut stray, (&addresses, &positions)));
     assert_eq!(stray, before);
 }
+
+#[test]
+fn a_position_reader_gives_the_texts_of_the_tables_chains() {
+    // This test executable's instructions in its functions about lines
+    // and in every 11th function (inlined code among them), and addresses
+    // with no position, asked in rising order and then in one with falls:
+    // each position is the texts of the table's own chain of its address.
+    let binary = Binary::open(std::env::current_exe().unwrap()).unwrap();
+    let mut addresses: Vec<u64> = Vec::new();
+    for (i, f) in binary.functions().iter().enumerate() {
+        if f.name.contains("lines") || i % 11 == 0 {
+            addresses.extend(binary.decode(f).iter().map(iced_x86::Instruction::ip));
+        }
+    }
+    addresses.extend([0, 1, u64::MAX]);
+    addresses.sort_unstable();
+    addresses.dedup();
+    let table = binary.line_table_for(&addresses);
+    let expected = |a: u64| -> (Option<String>, Vec<String>) {
+        let chain = table.locate_chain(a);
+        let texts: Vec<String> = chain.iter().map(|at| at.to_text()).collect();
+        let line = texts.first().cloned();
+        (line, if texts.len() < 2 { Vec::new() } else { texts })
+    };
+    let text = |(line, chain): Position| -> (Option<String>, Vec<String>) {
+        (
+            line.map(|t| t.to_string()),
+            chain.iter().map(|t| t.to_string()).collect(),
+        )
+    };
+    let shared = PositionTexts::default();
+    let mut reader = PositionReader::new(&table, &shared);
+    let (mut inlined, mut missing) = (0, 0);
+    for &a in &addresses {
+        let want = expected(a);
+        inlined += usize::from(!want.1.is_empty());
+        missing += usize::from(want.0.is_none());
+        assert_eq!(text(reader.position(a)), want, "{a:#x}");
+    }
+    assert!(
+        inlined > 10 && missing >= 2,
+        "{inlined} inlined, {missing} without"
+    );
+    for &a in addresses
+        .iter()
+        .rev()
+        .step_by(3)
+        .chain(addresses.iter().step_by(7))
+    {
+        assert_eq!(text(reader.position(a)), expected(a), "{a:#x}");
+    }
+}
