@@ -578,20 +578,27 @@ impl Emitter<'_> {
         let start = self.copies.len;
         // Padding depends on where the run lands.
         place(&mut part, base + start);
-        let run_labels = labels_of(&mut part, start, spares.label_list());
-        self.labels.push(&run_labels)?;
-        spares.keep_labels(run_labels);
-        // A target no run still to lay out can label keeps its address
-        // (as `settle` would give it): only branches to later runs wait.
+        let mut originals = std::mem::take(&mut part.labels.originals);
+        originals.place(&part, start);
+        self.labels.push(originals);
+        // A fake label is the run's own. A target no run still to lay out
+        // can label keeps its address (as `settle` would give it): only
+        // branches to later runs wait.
         let (labels, spans) = (&self.labels, self.spans);
+        let mut pool = std::mem::take(&mut part.layout.pool);
         let resolve = |target: u64| {
-            labels.find(target).map(|offset| base + offset).or_else(|| {
-                (target < FAKE_BASE && !spans.later_holds(run, target)).then_some(target)
-            })
+            if target >= FAKE_BASE {
+                let offset = part.labels.fake_offset(&part, run, target);
+                return offset.map(|offset| base + start + offset);
+            }
+            (labels.find(target).map(|offset| base + offset))
+                .or_else(|| (!spans.later_holds(run, target)).then_some(target))
         };
         self.code.clear();
         self.code.resize(part.len as usize, 0);
-        let mut pending = emit(&part, base + start, &resolve, &mut self.code)?;
+        let pending = emit(&part, &mut pool, base + start, &resolve, &mut self.code);
+        part.layout.pool = pool;
+        let mut pending = pending?;
         for fixup in &mut pending {
             fixup.shift(start as usize);
         }
@@ -599,7 +606,7 @@ impl Emitter<'_> {
         let checks = checks_in(&part, (base, start), (&self.code, start));
         self.copies.spatial_checks.extend(checks);
         spares.keep_layout(part.layout.take_code());
-        self.labels.forget_fake(run);
+        spares.keep_fake_labels(std::mem::take(&mut part.labels.fakes));
         // Written while the next runs are emitted; its buffer comes back.
         let code = std::mem::take(&mut self.code);
         self.code = out.write_owned(offset + start, code);
@@ -623,31 +630,35 @@ impl Emitter<'_> {
 }
 
 /// Appends the maps of `plans`' copies, laid out in `part` at `start`, and
-/// its `ptwrite`s to `copies`; takes the part's per-plan offsets.
+/// its `ptwrite`s to `copies`; takes the part's per-plan offsets. Each
+/// copy's offsets of its original instructions become its map's addresses
+/// in place (they come in order, so the paddings are walked with them).
 fn push_maps(part: &mut Part, plans: &[CopyPlan<'_>], start: u64, copies: &mut Copies) {
-    let address_of = |part: &Part, at: u64| start + part.offset(at);
     let firsts = std::mem::take(&mut part.firsts);
     let originals = std::mem::take(&mut part.originals);
+    let mut offsets = PaddedOffsets::new(part);
     let plans = plans.iter().enumerate();
-    for (((p, plan), firsts), original) in plans.zip(firsts).zip(originals) {
-        let copy_start = address_of(part, u64::from(firsts[0]));
+    for (((p, plan), mut addresses), original) in plans.zip(firsts).zip(originals) {
+        let copy_start = offsets.of(u64::from(addresses[0]));
+        for at in &mut addresses {
+            *at = offset32(offsets.of(u64::from(*at)) - copy_start);
+        }
         copies.maps.push(CopyMap {
             original_start: plan.code.start,
             original_end: plan.code.end,
-            start: copy_start,
-            body_end: address_of(part, part.body_ends[p]),
-            end: address_of(part, part.ends[p]),
-            addresses: (firsts.iter())
-                .map(|&at| offset32(address_of(part, u64::from(at)) - copy_start))
-                .collect(),
+            start: start + copy_start,
+            body_end: start + offsets.of(part.body_ends[p]),
+            end: start + offsets.of(part.ends[p]),
+            addresses,
             original,
         });
     }
+    let mut offsets = PaddedOffsets::new(part);
     let ptwrites = part
         .ptwrite_at
         .iter()
         .map(|&(i, load, operand)| PtwriteSite {
-            ip: address_of(part, i),
+            ip: start + offsets.of(i),
             load,
             operand,
         });
@@ -661,10 +672,11 @@ fn checks_in<'p>(
     (base, start): (u64, u64),
     (code, from): (&'p [u8], u64),
 ) -> impl Iterator<Item = SpatialCheckSite> + 'p {
+    let mut offsets = PaddedOffsets::new(part);
     part.spatial_at
         .iter()
         .map(move |&(first, past, moves_rsp, immediates)| {
-            let (first, past) = (start + part.offset(first), start + part.offset(past));
+            let (first, past) = (start + offsets.of(first), start + offsets.of(past));
             let bytes = &code[(first - from) as usize..(past - from) as usize];
             debug_assert_eq!(
                 probe::spatial_immediates(bytes),
@@ -779,6 +791,8 @@ struct Part {
     spatial_at: Vec<(u64, u64, bool, [u8; 2])>,
     /// How its code is laid out.
     layout: Layout,
+    /// Its labels, split, sorted and checked.
+    labels: MeasuredLabels,
     /// The instructions that start aligned, in order.
     aligned: Vec<Aligned>,
     /// `(unpadded offset, padding from there on)` at each aligned
@@ -797,6 +811,50 @@ impl Part {
         }
         let k = self.paddings.partition_point(|&(from, _)| from <= at);
         at + k.checked_sub(1).map_or(0, |k| self.paddings[k].1)
+    }
+}
+
+/// [`Part::offset`] of a placed part's unpadded offsets asked mostly in
+/// increasing order (a copy's marks, its maps' instructions): the paddings
+/// are walked with them, and searched only when one goes back. A search
+/// for each of a run's original instructions was a fifth of the emitting
+/// thread's work.
+struct PaddedOffsets<'p> {
+    part: &'p Part,
+    /// The paddings not yet passed.
+    next: usize,
+    /// The padding of the last offset asked.
+    padding: u64,
+}
+
+impl<'p> PaddedOffsets<'p> {
+    fn new(part: &'p Part) -> Self {
+        PaddedOffsets {
+            part,
+            next: 0,
+            padding: 0,
+        }
+    }
+
+    /// [`Part::offset`] of `at`.
+    fn of(&mut self, at: u64) -> u64 {
+        let part = self.part;
+        if at >= part.layout.end {
+            return part.len;
+        }
+        let paddings = &part.paddings;
+        if self.next > 0 && paddings[self.next - 1].0 > at {
+            self.next = paddings.partition_point(|&(from, _)| from <= at);
+            self.padding = self.next.checked_sub(1).map_or(0, |k| paddings[k].1);
+        }
+        while let Some(&(from, padding)) = paddings.get(self.next)
+            && from <= at
+        {
+            self.padding = padding;
+            self.next += 1;
+        }
+        debug_assert_eq!(at + self.padding, part.offset(at));
+        at + self.padding
     }
 }
 
@@ -936,6 +994,12 @@ fn build_part(
     }
     LAYOUT_ENCODER.set(Some(encoder));
     spares.keep_build_scratch(scratch);
+    let measured = std::mem::take(&mut layout.labels);
+    let lists = (spares.label_list(), spares.fake_labels());
+    let (labels, sorted) = MeasuredLabels::of(&measured, &aligned, run, lists);
+    spares.keep_label_list(measured);
+    spares.keep_label_list(sorted);
+    let labels = labels?;
     // The labels' lists go back to `spares` once the run is emitted, at
     // their size: shrunk, each run's grew (and was faulted in) again.
     ptwrite_at.shrink_to_fit();
@@ -949,6 +1013,7 @@ fn build_part(
         ptwrite_at,
         spatial_at,
         layout,
+        labels,
         aligned,
         paddings: Vec::new(),
         len: 0,
@@ -1039,11 +1104,14 @@ impl BuildScratch {
 struct Spares {
     layouts: Mutex<Vec<Layout>>,
     builds: Mutex<Vec<BuildScratch>>,
-    /// Emptied lists of labels ([`Layout::labels`], [`PartLabels`]): a
-    /// run's labels (about 100,000 on the own release binary, 1.6 MB)
-    /// were allocated afresh for every run, a tenth of the instrumenter's
-    /// page faults.
+    /// Emptied lists of labels ([`Layout::labels`], and the original
+    /// addresses' sorted by [`MeasuredLabels::of`]): a run's labels (about
+    /// 100,000 on the own release binary, 1.6 MB) were allocated afresh
+    /// for every run, a tenth of the instrumenter's page faults.
     label_lists: Mutex<Vec<Vec<(u64, u64)>>>,
+    /// Emptied tables of fake labels ([`MeasuredLabels::fakes`]), for the
+    /// same reason.
+    fake_tables: Mutex<Vec<Vec<FakeLabel>>>,
 }
 
 impl Spares {
@@ -1061,19 +1129,22 @@ impl Spares {
         spare.unwrap_or_default()
     }
 
-    /// Keeps the lists of `labels`, emptied, for later runs.
-    fn keep_labels(
-        &self,
-        PartLabels {
-            mut originals,
-            mut fakes,
-        }: PartLabels,
-    ) {
-        originals.clear();
-        fakes.clear();
-        let mut lists = self.label_lists.lock().expect("not poisoned");
-        lists.push(originals);
-        lists.push(fakes);
+    /// Keeps `list`, emptied, for later runs.
+    fn keep_label_list(&self, mut list: Vec<(u64, u64)>) {
+        list.clear();
+        self.label_lists.lock().expect("not poisoned").push(list);
+    }
+
+    /// An empty table of fake labels, a given-back one if there is one.
+    fn fake_labels(&self) -> Vec<FakeLabel> {
+        let spare = self.fake_tables.lock().expect("not poisoned").pop();
+        spare.unwrap_or_default()
+    }
+
+    /// Keeps `table`, emptied, for later runs.
+    fn keep_fake_labels(&self, mut table: Vec<FakeLabel>) {
+        table.clear();
+        self.fake_tables.lock().expect("not poisoned").push(table);
     }
 
     /// Keeps `layout`'s buffers for a later run.
@@ -1543,7 +1614,7 @@ impl Layout {
     }
 
     /// An empty layout in `spare`'s code buffers (its labels were taken
-    /// once measured, [`labels_of`], and come back apart:
+    /// once measured, [`MeasuredLabels::of`], and come back apart:
     /// [`Spares::label_list`]).
     fn emptied(spare: Layout) -> Layout {
         let Layout {
@@ -2068,76 +2139,139 @@ fn place(part: &mut Part, start: u64) {
     part.paddings = paddings;
 }
 
-/// The labels of a placed run, `(address label, offset + start)`, taken
-/// out of its layout ([`labels_of`]).
-struct PartLabels {
-    /// The original addresses' labels, sorted.
-    originals: Vec<(u64, u64)>,
-    /// The fake labels, in the order of their offsets: [`RunLabels`]
-    /// indexes them by draw number, so they need no sort.
-    fakes: Vec<(u64, u64)>,
+/// A run's labels, split, sorted and checked by the worker that built it,
+/// so that the emitting thread only adds where the run lands: the original
+/// addresses' labels are placed as the run is ([`OriginalLabels::place`]),
+/// and the fake labels, which only the run itself branches to, are looked
+/// up in its own table ([`MeasuredLabels::fake_offset`]). Split, sorted and
+/// indexed as each run was emitted, a run's labels took a fifth of the
+/// emitting thread's work.
+#[derive(Default)]
+struct MeasuredLabels {
+    /// The original addresses' labels, their offsets unpadded (from the
+    /// run's start) until placed.
+    originals: OriginalLabels,
+    /// Per fake label of the run, indexed by its draw number less one:
+    /// where it lies. A binary search of sorted pairs missed the CPU's
+    /// caches at most of its steps.
+    fakes: Vec<FakeLabel>,
 }
 
-/// The labels of a placed run, taken out of its layout and rewritten
-/// where they lie (the run's labels are the largest part of its layout):
-/// see [`RunLabels`].
-///
-/// The labels were measured in order of their offsets, so their paddings
-/// are walked with them instead of searched for each. The original
-/// addresses mostly come in their own order too (a copy's body follows its
-/// original's instructions), so they are sorted only where they do not; a
-/// sort of all a run's labels was a few percent of the encoding. The fake
-/// labels go to `fakes` (empty).
-fn labels_of(part: &mut Part, start: u64, mut fakes: Vec<(u64, u64)>) -> PartLabels {
-    let mut originals = std::mem::take(&mut part.layout.labels);
-    debug_assert!(fakes.is_empty(), "a spare list of labels comes emptied");
-    let mut paddings = part.paddings.iter().peekable();
-    let mut padding = 0;
-    originals.retain_mut(|label| {
-        let (at, ip) = *label;
-        while let Some(&(_, to)) = paddings.next_if(|&&(from, _)| from <= at) {
-            padding = to;
+/// Where a fake label lies in its run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FakeLabel {
+    /// Its unpadded offset ([`NOT_PLACED`] for one drawn and never placed).
+    at: u32,
+    /// How many of the run's aligned instructions lie at or before it: its
+    /// padding is the last of theirs ([`place`]).
+    aligned: u32,
+}
+
+impl FakeLabel {
+    /// A label drawn and never placed.
+    const NOT_PLACED: FakeLabel = FakeLabel {
+        at: NOT_PLACED,
+        aligned: 0,
+    };
+}
+
+impl MeasuredLabels {
+    /// Splits `labels`, `(unpadded offset, address label)` of every
+    /// labelled instruction of run number `run` in the order of their
+    /// offsets, whose aligned instructions are `aligned` (in order). The
+    /// original addresses are sorted in `sorted`, an empty list given back
+    /// with the labels (where they do not come in their own order: a
+    /// copy's body follows its original's instructions, and a sort of all a
+    /// run's labels was a few percent of the encoding); the fake labels'
+    /// table is made in `fakes`' buffer.
+    ///
+    /// Fails on an address carried by more than one instruction of the run
+    /// (the lowest such address, an original one first): the first inserted
+    /// instruction takes a load's address, the load itself a fake one.
+    fn of(
+        labels: &[(u64, u64)],
+        aligned: &[Aligned],
+        run: usize,
+        (mut sorted, mut fakes): (Vec<(u64, u64)>, Vec<FakeLabel>),
+    ) -> (Result<Self, RelocateError>, Vec<(u64, u64)>) {
+        debug_assert!(sorted.is_empty() && fakes.is_empty(), "spares come emptied");
+        let run_base = FAKE_BASE + ((run as u64) << FAKE_RUN_BITS);
+        let mut passed = 0;
+        let mut twice: Option<u64> = None;
+        for &(at, ip) in labels {
+            if ip < FAKE_BASE {
+                sorted.push((ip, at));
+                continue;
+            }
+            while aligned.get(passed).is_some_and(|a| a.at <= at) {
+                passed += 1;
+            }
+            let draw = ip
+                .checked_sub(run_base + 1)
+                .filter(|&d| (d >> FAKE_RUN_BITS) == 0);
+            let draw = draw.expect("a run's fake labels are drawn from its own range") as usize;
+            if fakes.len() <= draw {
+                fakes.resize(draw + 1, FakeLabel::NOT_PLACED);
+            }
+            if fakes[draw].at != NOT_PLACED {
+                twice = Some(twice.map_or(ip, |t| t.min(ip)));
+            }
+            fakes[draw] = FakeLabel {
+                at: offset32(at),
+                aligned: passed as u32,
+            };
         }
-        let offset = if at >= part.layout.end {
-            part.len
+        if !sorted.is_sorted() {
+            sorted.sort_unstable();
+        }
+        let measured = if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
+            Err(RelocateError::DuplicateAddress(w[0].0))
+        } else if let Some(ip) = twice {
+            Err(RelocateError::DuplicateAddress(ip))
         } else {
-            at + padding
+            Ok(MeasuredLabels {
+                originals: OriginalLabels::new(&sorted),
+                fakes,
+            })
         };
-        debug_assert_eq!(offset, part.offset(at));
-        if ip >= FAKE_BASE {
-            fakes.push((ip, start + offset));
-            return false;
-        }
-        *label = (ip, start + offset);
-        true
-    });
-    if !originals.is_sorted() {
-        originals.sort_unstable();
+        (measured, sorted)
     }
-    PartLabels { originals, fakes }
+
+    /// The offset from the start of `part` (run number `run`, placed) of
+    /// the fake label `target`; `None` for one of another run or never
+    /// placed.
+    fn fake_offset(&self, part: &Part, run: usize, target: u64) -> Option<u64> {
+        let run_base = FAKE_BASE + ((run as u64) << FAKE_RUN_BITS);
+        let draw = target
+            .checked_sub(run_base + 1)
+            .filter(|&d| (d >> FAKE_RUN_BITS) == 0)?;
+        let label = *self.fakes.get(usize::try_from(draw).ok()?)?;
+        if label.at == NOT_PLACED {
+            return None;
+        }
+        let at = u64::from(label.at);
+        if at >= part.layout.end {
+            return Some(part.len);
+        }
+        let padding = label.aligned.checked_sub(1);
+        let offset = at + padding.map_or(0, |k| part.paddings[k as usize].1);
+        debug_assert_eq!(offset, part.offset(at));
+        Some(offset)
+    }
 }
 
-/// Every run's labels, looked up where they lie: merged into one table
-/// they were a second copy of all labels at the rewriter's peak. A fake
-/// label names its run by its bits ([`FAKE_RUN_BITS`]) and its place in the
-/// run's table by its draw number; an original address, the run whose
+/// The original address labels of every run emitted, looked up where they
+/// lie: merged into one table they were a second copy of all labels at the
+/// rewriter's peak. An original address is looked up in the run whose
 /// original addresses span it (runs are consecutive functions, which do
-/// not overlap), and a few candidates there by its bucket
-/// ([`OriginalLabels`]). The original addresses' labels, one per original
-/// instruction and held to the end, are 32-bit offsets from their run's
-/// lowest.
+/// not overlap), among a few candidates there by its bucket
+/// ([`OriginalLabels`]). The labels, one per original instruction and held
+/// to the end, are 32-bit offsets from their run's lowest. (A fake label
+/// is only branched to from its own run: [`MeasuredLabels::fake_offset`].)
 #[derive(Default)]
 struct RunLabels {
     /// Per run: its original address labels.
     runs: Vec<OriginalLabels>,
-    /// Per run: the offset from the base of each fake label, indexed by
-    /// its draw number less one ([`NOT_PLACED`] for one drawn and never
-    /// placed), until forgotten: a binary search of sorted pairs missed
-    /// the CPU's caches at most of its steps.
-    fakes: Vec<Vec<u32>>,
-    /// The table of the run forgotten last, emptied, for the next run's
-    /// (a run's table is made and forgotten as the run is emitted).
-    spare_fakes: Vec<u32>,
     /// `(lowest, highest original address label, run)`, sorted.
     originals: Vec<(u64, u64, usize)>,
     /// The runs' original address ranges are disjoint (else every run is
@@ -2145,16 +2279,19 @@ struct RunLabels {
     disjoint: bool,
 }
 
-/// A fake label drawn and never placed, in [`RunLabels::fakes`].
+/// A fake label drawn and never placed, in [`MeasuredLabels::fakes`].
 const NOT_PLACED: u32 = u32::MAX;
 
 /// One run's original address labels, with an index of where each
 /// [`OriginalLabels::BUCKET_BITS`]-sized stretch of addresses starts in
 /// them: a lookup searches only the few labels of its stretch.
+#[derive(Default)]
 struct OriginalLabels {
     /// Its lowest original address label.
     lowest: u64,
-    /// `(offset from lowest, offset from the base)`, sorted.
+    /// `(offset from lowest, offset from the base)`, sorted (until placed,
+    /// [`OriginalLabels::place`], the second is the unpadded offset in the
+    /// run).
     labels: Vec<(u32, u32)>,
     /// Per stretch of addresses from `lowest`, the index of its first
     /// label; then the number of labels.
@@ -2191,6 +2328,17 @@ impl OriginalLabels {
         }
     }
 
+    /// Places the labels of `part`, laid out at `start` (from the base):
+    /// their unpadded offsets become offsets from the base. (The labels are
+    /// in the order of their addresses, mostly that of their offsets too:
+    /// the paddings are walked with them.)
+    fn place(&mut self, part: &Part, start: u64) {
+        let mut offsets = PaddedOffsets::new(part);
+        for (_, offset) in &mut self.labels {
+            *offset = offset32(start + offsets.of(u64::from(*offset)));
+        }
+    }
+
     /// The original addresses it labels.
     fn addresses(&self) -> impl Iterator<Item = u64> + '_ {
         (self.labels.iter()).map(|&(ip, _)| self.lowest + u64::from(ip))
@@ -2210,64 +2358,17 @@ impl OriginalLabels {
 }
 
 impl RunLabels {
-    /// Adds the labels of the next run. Fails on an address carried by
-    /// more than one instruction of the run (the lowest such address): the
-    /// first inserted instruction takes a load's address, the load itself
-    /// a fake one.
-    fn push(&mut self, PartLabels { originals, fakes }: &PartLabels) -> Result<(), RelocateError> {
-        if let Some(w) = originals.windows(2).find(|w| w[0].0 == w[1].0) {
-            return Err(RelocateError::DuplicateAddress(w[0].0));
-        }
+    /// Adds the original address labels of the next run, placed.
+    fn push(&mut self, originals: OriginalLabels) {
         let run = self.runs.len();
-        let table = std::mem::take(&mut self.spare_fakes);
-        self.fakes.push(Self::fake_table(run, fakes, table)?);
-        if let (Some(&(lowest, _)), Some(&(highest, _))) = (originals.first(), originals.last()) {
-            let span = (lowest, highest, run);
+        if let Some(&(highest, _)) = originals.labels.last() {
+            let lowest = originals.lowest;
+            let span = (lowest, lowest + u64::from(highest), run);
             let at = self.originals.partition_point(|o| *o < span);
             self.originals.insert(at, span);
         }
-        self.runs.push(OriginalLabels::new(originals));
+        self.runs.push(originals);
         self.disjoint = self.originals.windows(2).all(|w| w[0].1 < w[1].0);
-        Ok(())
-    }
-
-    /// Run `run`'s fake labels' offsets from the base, indexed by draw
-    /// number less one. Fails on a fake label placed twice (the lowest).
-    /// The table is made in `table`'s buffer.
-    fn fake_table(
-        run: usize,
-        fakes: &[(u64, u64)],
-        mut table: Vec<u32>,
-    ) -> Result<Vec<u32>, RelocateError> {
-        let run_base = FAKE_BASE + ((run as u64) << FAKE_RUN_BITS);
-        let draw_of = |ip: u64| {
-            let draw = ip
-                .checked_sub(run_base + 1)
-                .filter(|&d| (d >> FAKE_RUN_BITS) == 0);
-            draw.expect("a run's fake labels are drawn from its own range") as usize
-        };
-        let drawn = fakes.iter().map(|&(ip, _)| draw_of(ip) + 1).max();
-        table.clear();
-        table.resize(drawn.unwrap_or(0), NOT_PLACED);
-        let mut twice: Option<u64> = None;
-        for &(ip, offset) in fakes {
-            let slot = &mut table[draw_of(ip)];
-            if *slot != NOT_PLACED {
-                twice = Some(twice.map_or(ip, |t| t.min(ip)));
-            }
-            *slot = offset32(offset);
-        }
-        match twice {
-            Some(ip) => Err(RelocateError::DuplicateAddress(ip)),
-            None => Ok(table),
-        }
-    }
-
-    /// Drops the fake labels of run `run`, once emitted: only the run
-    /// itself branches to them.
-    fn forget_fake(&mut self, run: usize) {
-        self.spare_fakes = std::mem::take(&mut self.fakes[run]);
-        self.spare_fakes.clear();
     }
 
     /// Fails on an original address carried by instructions of two runs
@@ -2288,14 +2389,11 @@ impl RunLabels {
         }
     }
 
-    /// The offset (from the base) of the instruction labelled `target`.
+    /// The offset (from the base) of the instruction labelled with the
+    /// original address `target` (none for a fake label).
     fn find(&self, target: u64) -> Option<u64> {
         if target >= FAKE_BASE {
-            let from_base = target - FAKE_BASE;
-            let run = usize::try_from(from_base >> FAKE_RUN_BITS).ok()?;
-            let draw = (from_base & ((1 << FAKE_RUN_BITS) - 1)).checked_sub(1)?;
-            let &offset = self.fakes.get(run)?.get(usize::try_from(draw).ok()?)?;
-            return (offset != NOT_PLACED).then_some(u64::from(offset));
+            return None;
         }
         if !self.disjoint {
             return self.runs.iter().find_map(|run| run.find(target));
@@ -2412,58 +2510,91 @@ fn settle(
 /// code, of its measured length). Branches to targets `resolve` does not
 /// know yet (a later run's labels, or no label: the absolute address) are
 /// returned as fixups, `at` an offset in `slot`.
+///
+/// `pool` is the layout's pool, whose displacements are written in place:
+/// the pieces between two paddings whose bytes are all in the pool are
+/// then copied as one stretch (a copy per piece, most of them a few
+/// bytes, was a sixth of the emitting thread's work).
 fn emit(
     part: &Part,
+    pool: &mut [u8],
     start: u64,
     resolve: &(dyn Fn(u64) -> Option<u64> + Sync),
     slot: &mut [u8],
 ) -> Result<Vec<Fixup>, RelocateError> {
     let mut fixups = Vec::new();
     let mut encoder = Encoder::new(64);
+    let slot_len = slot.len();
     let code = &mut SlotCode { slot, len: 0 };
     let layout = &part.layout;
     let mut targets = layout.targets.iter();
     let mut target = || *targets.next().expect("one target per piece with one");
-    let mut paddings = part.paddings.iter().peekable();
+    let mut paddings = part.paddings.as_slice();
     let mut padding = 0;
-    // Unpadded offset of the piece, and of its bytes in the pool.
+    // Unpadded offset of the piece, and of its bytes in the pool; the
+    // pool's bytes from `copied` to `in_pool` follow the code as they are.
     let mut at = 0u64;
-    let mut pool = 0usize;
+    let mut in_pool = 0usize;
+    let mut copied = 0usize;
     for piece in &layout.pieces {
-        while let Some(&(_, p)) = paddings.next_if(|&&(from, _)| from <= at) {
-            padding = p;
+        let mut padded = false;
+        while let [(from, to), rest @ ..] = paddings
+            && *from <= at
+        {
+            padding = *to;
+            paddings = rest;
+            padded = true;
+        }
+        if padded {
+            code.extend_from_slice(&pool[copied..in_pool]);
+            copied = in_pool;
+            code.pad_to(at + padding);
         }
         let here = start + at + padding;
-        code.pad_to(at + padding);
-        // The piece's bytes in the pool.
-        let size = match *piece {
-            Piece::Fixed(size) => {
-                code.extend_from_slice(&layout.pool[pool..pool + size as usize]);
-                size as usize
-            }
+        // Where the piece lands in the code, and whether it fits the slot
+        // (past it, nothing is written: the length is what is reported).
+        let offset = code.len + (in_pool - copied);
+        let fits = |size: usize| offset + size <= slot_len;
+        let (size, from_pool) = match *piece {
+            Piece::Fixed(size) => (size as usize, size as usize),
             Piece::Near(size) => {
                 let size = usize::from(size);
-                code.extend_from_slice(&layout.pool[pool..pool + size]);
-                branch_rel32(code, here + size as u64, target(), resolve, &mut fixups)?;
-                size
-            }
-            Piece::Short(size) => {
-                let size = usize::from(size) + 2 + 5;
-                code.extend_from_slice(&layout.pool[pool..pool + size - 4]);
-                code.extend_from_slice(&[0; 4]);
-                branch_rel32(code, here + size as u64, target(), resolve, &mut fixups)?;
-                size - 4
+                let (next, target) = (here + size as u64, target());
+                match resolve(target) {
+                    Some(resolved) if fits(size) => {
+                        write_rel32(&mut pool[..in_pool + size], 4, next, resolved)?;
+                    }
+                    Some(_) => {}
+                    None => fixups.push(Fixup::Rel32 {
+                        at: offset + size - 4,
+                        next,
+                        target,
+                    }),
+                }
+                (size, size)
             }
             Piece::RipRelative(size, displacement) => {
                 let size = usize::from(size);
-                code.extend_from_slice(&layout.pool[pool..pool + size]);
-                let from = size - usize::from(displacement);
-                code.write_rel32(from, here + size as u64, target())?;
-                size
+                let (next, target) = (here + size as u64, target());
+                if fits(size) {
+                    let from_end = size - usize::from(displacement);
+                    write_rel32(&mut pool[..in_pool + size], from_end, next, target)?;
+                }
+                (size, size)
+            }
+            Piece::Short(size) => {
+                // The pool holds all but its rel32.
+                let size = usize::from(size) + 2 + 5;
+                code.extend_from_slice(&pool[copied..in_pool + size - 4]);
+                copied = in_pool + size - 4;
+                code.extend_from_slice(&[0; 4]);
+                branch_rel32(code, here + size as u64, target(), resolve, &mut fixups)?;
+                (size, size - 4)
             }
             Piece::Reencode(k, size) => {
-                let insn = &layout.placed[k as usize];
-                let mut insn = *insn;
+                code.extend_from_slice(&pool[copied..in_pool]);
+                copied = in_pool;
+                let mut insn = layout.placed[k as usize];
                 let mut later = None;
                 if is_relative_branch(&insn) {
                     insn.as_near_branch();
@@ -2494,12 +2625,13 @@ fn emit(
                     });
                 }
                 code.drain_from(&mut encoder);
-                0
+                (usize::from(size), 0)
             }
         };
-        pool += size;
-        at = code.len as u64 - padding;
+        in_pool += from_pool;
+        at += size as u64;
     }
+    code.extend_from_slice(&pool[copied..in_pool]);
     code.pad_to(part.len);
     if code.len != code.slot.len() {
         return Err(RelocateError::LengthChanged {
@@ -3101,31 +3233,24 @@ mod tests {
                 &mut unpadded,
             )
             .unwrap();
-        let mut part = Part {
-            firsts: Vec::new(),
-            originals: Vec::new(),
-            body_ends: Vec::new(),
-            ends: Vec::new(),
-            ptwrite_at: Vec::new(),
-            spatial_at: Vec::new(),
-            layout,
-            aligned: Vec::new(),
-            paddings: Vec::new(),
-            len: 0,
-        };
+        let mut part = part_of(layout, Vec::new());
+        let measured = std::mem::take(&mut part.layout.labels);
+        let lists = (Vec::new(), Vec::new());
+        let mut labels = MeasuredLabels::of(&measured, &part.aligned, 0, lists)
+            .0
+            .unwrap();
         place(&mut part, start);
-        let labels = labels_of(&mut part, start, Vec::new());
+        labels.originals.place(&part, start);
         let resolve = |target: u64| {
-            let originals = &labels.originals;
-            (originals.binary_search_by_key(&target, |&(ip, _)| ip).ok())
-                .map(|i| originals[i].1)
-                .or_else(|| labels.fakes.iter().find(|l| l.0 == target).map(|l| l.1))
+            (labels.originals.find(target))
+                .or_else(|| labels.fake_offset(&part, 0, target).map(|o| start + o))
         };
         // A slot of another length than measured is an error naming both,
         // whether the code would run past it or fall short of it.
         for measured in [part.len - 1, part.len + 1] {
             let mut slot = vec![0u8; measured as usize];
-            match emit(&part, start, &resolve, &mut slot) {
+            let mut pool = part.layout.pool.clone();
+            match emit(&part, &mut pool, start, &resolve, &mut slot) {
                 Err(RelocateError::LengthChanged {
                     encoded,
                     measured: m,
@@ -3134,7 +3259,8 @@ mod tests {
             }
         }
         let mut code = vec![0u8; part.len as usize];
-        let fixups = emit(&part, start, &resolve, &mut code).unwrap();
+        let mut pool = part.layout.pool.clone();
+        let fixups = emit(&part, &mut pool, start, &resolve, &mut code).unwrap();
         assert_eq!(fixups.len(), 1, "the call to an address without a label");
         settle(&mut code, 0, &fixups, |target| {
             resolve(target).unwrap_or(target)
@@ -3468,51 +3594,114 @@ mod tests {
         }
     }
 
+    /// A measured part of `layout` whose aligned instructions are
+    /// `aligned`, not yet placed.
+    fn part_of(layout: Layout, aligned: Vec<Aligned>) -> Part {
+        Part {
+            firsts: Vec::new(),
+            originals: Vec::new(),
+            body_ends: Vec::new(),
+            ends: Vec::new(),
+            ptwrite_at: Vec::new(),
+            spatial_at: Vec::new(),
+            layout,
+            labels: MeasuredLabels::default(),
+            aligned,
+            paddings: Vec::new(),
+            len: 0,
+        }
+    }
+
+    /// A run's labels, split and indexed before the run is placed, are
+    /// found where the placed run's padding puts them: fake labels in the
+    /// run's own table (none of another run's, none drawn and never
+    /// placed), original ones sorted by address.
     #[test]
-    fn labels_are_found_in_their_runs_until_fakes_are_forgotten() {
+    fn labels_measured_apart_are_found_where_the_run_lands() {
         let fake = |run: u64, n: u64| FAKE_BASE + (run << FAKE_RUN_BITS) + n;
-        let mut labels = RunLabels::default();
-        // Run 1 placed its fake labels 1, 2 and 4 (3 was drawn, never placed).
-        let run0 = PartLabels {
-            originals: vec![(0x1000, 0), (0x1004, 8)],
-            fakes: vec![(fake(0, 1), 16)],
-        };
-        // Fakes come in the order of their offsets, not of their draws.
-        let run1 = PartLabels {
-            originals: vec![(0x2000, 100)],
-            fakes: vec![(fake(1, 4), 140), (fake(1, 1), 110), (fake(1, 2), 120)],
-        };
-        labels.push(&run0).unwrap();
-        labels.push(&run1).unwrap();
-        assert_eq!(labels.find(fake(0, 1)), Some(16));
-        assert_eq!(labels.find(fake(1, 1)), Some(110));
-        assert_eq!(labels.find(fake(1, 2)), Some(120));
-        assert_eq!(labels.find(fake(1, 3)), None);
-        assert_eq!(labels.find(fake(1, 4)), Some(140));
-        assert_eq!(labels.find(fake(1, 5)), None);
-        assert_eq!(labels.find(fake(2, 1)), None);
-        assert_eq!(labels.find(0x2000), Some(100));
-        labels.forget_fake(1);
-        assert_eq!(labels.find(fake(1, 1)), None);
-        assert_eq!(labels.find(fake(0, 1)), Some(16));
+        let aligned = [
+            (0, None),
+            (40, Some(90)),
+            (40, None),
+            (130, None),
+            (250, None),
+        ]
+        .map(|(at, loop_end)| Aligned { at, loop_end });
+        // Fakes come in the order of their offsets, not of their draws;
+        // some original addresses out of their order.
+        let measured = [
+            (0, 0x2000),
+            (5, fake(1, 4)),
+            (39, 0x2010),
+            (40, fake(1, 1)),
+            (41, 0x2008),
+            (129, fake(1, 2)),
+            (130, 0x2020),
+            (200, fake(1, 6)),
+            (260, 0x2030),
+        ];
+        let lists = (Vec::new(), Vec::new());
+        let (labels, sorted) = MeasuredLabels::of(&measured, &aligned, 1, lists);
+        let labels = labels.unwrap();
+        assert!(sorted.is_sorted(), "{sorted:?}");
+        for start in [0x7000_0000u64, 0x7000_0010, 0x7000_0031] {
+            let mut part = part_of(
+                Layout {
+                    end: 280,
+                    ..Layout::default()
+                },
+                aligned.to_vec(),
+            );
+            place(&mut part, start);
+            assert!(part.paddings.iter().any(|&(_, p)| p > 0));
+            for &(at, ip) in &measured {
+                if ip >= FAKE_BASE {
+                    let offset = labels.fake_offset(&part, 1, ip);
+                    assert_eq!(offset, Some(part.offset(at)), "{ip:#x} at {start:#x}");
+                    assert_eq!(labels.fake_offset(&part, 0, ip), None);
+                    assert_eq!(labels.fake_offset(&part, 2, ip), None);
+                }
+            }
+            for never in [fake(1, 3), fake(1, 5), fake(1, 7), fake(0, 1), fake(2, 1)] {
+                assert_eq!(labels.fake_offset(&part, 1, never), None, "{never:#x}");
+            }
+            // Placed as the run is, offsets from a base below it.
+            let mut originals = OriginalLabels::new(&sorted);
+            let from_base = start - 0x6fff_0000;
+            originals.place(&part, from_base);
+            for &(at, ip) in measured.iter().filter(|&&(_, ip)| ip < FAKE_BASE) {
+                let offset = from_base + part.offset(at);
+                assert_eq!(originals.find(ip), Some(offset), "{ip:#x}");
+            }
+        }
     }
 
     #[test]
     fn an_address_labelled_twice_in_a_run_is_refused_the_lowest_named() {
         let fake = |n: u64| FAKE_BASE + n;
-        let run =
-            |originals: Vec<(u64, u64)>, fakes: Vec<(u64, u64)>| PartLabels { originals, fakes };
-        let twice = |run| match RunLabels::default().push(&run) {
+        let twice = |labels: &[(u64, u64)]| match MeasuredLabels::of(
+            labels,
+            &[],
+            0,
+            (Vec::new(), Vec::new()),
+        )
+        .0
+        {
             Err(RelocateError::DuplicateAddress(ip)) => Some(ip),
-            Ok(()) => None,
+            Ok(_) => None,
             Err(e) => panic!("{e}"),
         };
-        let fakes = vec![(fake(3), 30), (fake(2), 20), (fake(3), 40), (fake(2), 50)];
-        assert_eq!(twice(run(vec![(0x10, 0)], fakes.clone())), Some(fake(2)));
-        let originals = vec![(0x10, 0), (0x20, 4), (0x20, 8)];
-        assert_eq!(twice(run(originals, fakes)), Some(0x20));
-        let once = vec![(fake(2), 20), (fake(1), 10)];
-        assert_eq!(twice(run(vec![(0x10, 0)], once)), None);
+        let fakes = [(30, fake(3)), (20, fake(2)), (40, fake(3)), (50, fake(2))];
+        let run = |originals: &[(u64, u64)], fakes: &[(u64, u64)]| {
+            let mut labels = [originals, fakes].concat();
+            labels.sort_unstable();
+            labels
+        };
+        assert_eq!(twice(&run(&[(0, 0x10)], &fakes)), Some(fake(2)));
+        let originals = [(0, 0x10), (4, 0x20), (8, 0x20)];
+        assert_eq!(twice(&run(&originals, &fakes)), Some(0x20));
+        let once = [(20, fake(2)), (10, fake(1))];
+        assert_eq!(twice(&run(&[(0, 0x10)], &once)), None);
     }
 
     #[test]
