@@ -1509,6 +1509,22 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// DWARF 4, 32-bit offsets, 8-byte addresses: the encoding of the
+    /// hand-made entries.
+    const DWARF4_32: gimli::Encoding = gimli::Encoding {
+        format: gimli::Format::Dwarf32,
+        version: 4,
+        address_size: 8,
+    };
+
+    /// The abbreviations of the hand-made `.debug_abbrev` bytes `abbrevs`
+    /// (one table, at offset 0).
+    fn abbreviations_of(abbrevs: &[u8]) -> gimli::Abbreviations {
+        gimli::DebugAbbrev::new(abbrevs, LittleEndian)
+            .abbreviations(gimli::DebugAbbrevOffset(0))
+            .unwrap()
+    }
+
     proptest! {
         /// Merging the units' sorted ranges gives what a stable sort of
         /// all of them, unit after unit, gives (ranges are told apart by
@@ -1953,14 +1969,8 @@ mod tests {
             abbrevs.extend([0, 0]);
         }
         abbrevs.push(0);
-        let abbreviations = gimli::DebugAbbrev::new(&abbrevs, LittleEndian)
-            .abbreviations(gimli::DebugAbbrevOffset(0))
-            .unwrap();
-        let encoding = gimli::Encoding {
-            format: gimli::Format::Dwarf32,
-            version: 4,
-            address_size: 8,
-        };
+        let abbreviations = abbreviations_of(&abbrevs);
+        let encoding = DWARF4_32;
         let mut entry: Vec<u8> = forms.iter().flat_map(|(_, bytes)| bytes.clone()).collect();
         let size = entry.len();
         entry.push(0xaa);
@@ -2065,9 +2075,7 @@ mod tests {
                     assert!(name.0 < 0x80 && form.0 < 0x80, "one-byte numbers");
                     abbrevs.extend([name.0 as u8, form.0 as u8]);
                     abbrevs.extend([0, 0, 0]);
-                    let abbreviations = gimli::DebugAbbrev::new(&abbrevs, LittleEndian)
-                        .abbreviations(gimli::DebugAbbrevOffset(0))
-                        .unwrap();
+                    let abbreviations = abbreviations_of(&abbrevs);
                     let mut plans = EntryPlans::default();
                     let plan = plans.plan(1, &abbreviations, encoding).unwrap();
                     assert!(plan.inlined && !plan.whole);
@@ -2117,14 +2125,8 @@ mod tests {
             0,
             0,
         ]);
-        let abbreviations = gimli::DebugAbbrev::new(&abbrevs, LittleEndian)
-            .abbreviations(gimli::DebugAbbrevOffset(0))
-            .unwrap();
-        let encoding = gimli::Encoding {
-            format: gimli::Format::Dwarf32,
-            version: 4,
-            address_size: 8,
-        };
+        let abbreviations = abbreviations_of(&abbrevs);
+        let encoding = DWARF4_32;
         let mut plans = EntryPlans::default();
         let first = plans.plan(70_000, &abbreviations, encoding).unwrap();
         let steps = plans.steps.len();
