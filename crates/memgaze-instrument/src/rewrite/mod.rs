@@ -441,39 +441,26 @@ pub(crate) fn instrument_with_code<L: Send, R: Send>(
 
     // ---- 2. runtime and copies
     let runtime_va = editor.segment_va + 64;
-    let mut rt = generate_runtime(
-        &editor,
-        runtime_va,
+    let (rt, process_end) = runtime_with_exit_stubs(
+        binary,
+        (&editor, runtime_va),
         &mut plans,
         &selection.hooks,
         (soft, escape_sites, options),
         &mut report,
     )?;
-    let process_end = match rt.as_mut() {
-        Some(rt) if options.library.is_none() => {
-            append_process_end_stubs(binary, runtime_va, rt, &mut report)?
-        }
-        _ => process_end::ProcessEndStubs::default(),
-    };
     let runtime_len = rt.as_ref().map_or(0, |r| r.code.len() as u64);
     let tables_va = align_up(runtime_va + runtime_len, 64);
     let tables = plan_tables(&mut plans, tables_va, editor.pie, &mut report);
     let copies_va = align_up(tables_va + tables.len, 64);
-    let entries = relocate::Entries {
-        record: rt.as_ref().map_or(0, |r| r.record),
-        record_tracked: rt.as_ref().map_or(0, |r| r.record_tracked),
-        probe_append: rt.as_ref().map_or([0; 2], |r| r.probe_appends()),
-        spatial: rt.as_ref().map_or(0, |r| r.spatial),
-        spatial_append: match (&rt, options.library) {
-            (Some(r), None) => r.spatial_append,
-            _ => 0,
-        },
-        spatial_hash: spatial_hash(options),
-        spatial_rorx: options.spatial_rorx(),
-        escape: (escape_sites > 0)
-            .then(|| escape_check(binary, &plans, copies_va, (editor.state_va, rt.as_ref()))),
-        got_hooks: process_end.by_slot.clone(),
-    };
+    let entries = copy_entries(
+        binary,
+        &plans,
+        (rt.as_ref(), &process_end),
+        (copies_va, editor.state_va),
+        escape_sites,
+        options,
+    );
     free_in_plans(binary, &mut plans, Planned::free_control_flow);
     phase.next("encode copies");
     let mut copies = encode_copies(
@@ -635,6 +622,60 @@ fn record_outcome(
     annotation.escapes = escapes::sites(binary, plans, patched, annotation);
     count_escape_checks(report, annotation);
     count_into_report(report, annotation, plans);
+}
+
+/// The runtime (`generate_runtime`) and, for an executable's, the stubs
+/// its process-ending calls go through (`append_process_end_stubs`).
+fn runtime_with_exit_stubs(
+    binary: &Binary,
+    (editor, runtime_va): (&ElfEditor<'_>, u64),
+    plans: &mut [Planned],
+    hooks: &[(usize, Hook)],
+    (soft, escape_sites, options): (bool, u32, &InstrumentOptions),
+    report: &mut Report,
+) -> Result<(Option<runtime::Runtime>, process_end::ProcessEndStubs), RewriteError> {
+    let mut rt = generate_runtime(
+        editor,
+        runtime_va,
+        plans,
+        hooks,
+        (soft, escape_sites, options),
+        report,
+    )?;
+    let process_end = match rt.as_mut() {
+        Some(rt) if options.library.is_none() => {
+            append_process_end_stubs(binary, runtime_va, rt, report)?
+        }
+        _ => process_end::ProcessEndStubs::default(),
+    };
+    Ok((rt, process_end))
+}
+
+/// The runtime's entries the copies call or jump to, and what their probes
+/// need of it: the spatial hash, the escape check (when `escape_sites`
+/// were marked), the process-ending stubs' GOT slots.
+fn copy_entries(
+    binary: &Binary,
+    plans: &[Planned],
+    (rt, process_end): (Option<&runtime::Runtime>, &process_end::ProcessEndStubs),
+    (copies_va, state_va): (u64, u64),
+    escape_sites: u32,
+    options: &InstrumentOptions,
+) -> relocate::Entries {
+    relocate::Entries {
+        record: rt.map_or(0, |r| r.record),
+        record_tracked: rt.map_or(0, |r| r.record_tracked),
+        probe_append: rt.map_or([0; 2], |r| r.probe_appends()),
+        spatial: rt.map_or(0, |r| r.spatial),
+        spatial_append: match (rt, options.library) {
+            (Some(r), None) => r.spatial_append,
+            _ => 0,
+        },
+        spatial_hash: spatial_hash(options),
+        spatial_rorx: options.spatial_rorx(),
+        escape: (escape_sites > 0).then(|| escape_check(binary, plans, copies_va, (state_va, rt))),
+        got_hooks: process_end.by_slot.clone(),
+    }
 }
 
 /// The spatial checks' hash in the copies. The executable's runtime
