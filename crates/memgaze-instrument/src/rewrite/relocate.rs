@@ -933,7 +933,7 @@ fn build_part(
     let mut layout = spares.layout();
     let mut scratch = spares.build_scratch();
     let mut encoder = LAYOUT_ENCODER.take().unwrap_or_else(LayoutEncoder::new);
-    let mut fake = FAKE_BASE + ((run as u64) << FAKE_RUN_BITS);
+    let mut fake = fake_run_base(run);
     let mut next_fake = || {
         fake += 1;
         fake
@@ -2157,6 +2157,18 @@ struct MeasuredLabels {
     fakes: Vec<FakeLabel>,
 }
 
+/// Where run number `run`'s fake labels start: its first is one past.
+fn fake_run_base(run: usize) -> u64 {
+    FAKE_BASE + ((run as u64) << FAKE_RUN_BITS)
+}
+
+/// The draw number less one of `label`, a fake label of run number `run`
+/// (its index in the run's table); `None` for any other address.
+fn fake_draw(run: usize, label: u64) -> Option<usize> {
+    let draw = label.checked_sub(fake_run_base(run) + 1)?;
+    ((draw >> FAKE_RUN_BITS) == 0).then_some(draw as usize)
+}
+
 /// Where a fake label lies in its run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct FakeLabel {
@@ -2195,7 +2207,6 @@ impl MeasuredLabels {
         (mut sorted, mut fakes): (Vec<(u64, u64)>, Vec<FakeLabel>),
     ) -> (Result<Self, RelocateError>, Vec<(u64, u64)>) {
         debug_assert!(sorted.is_empty() && fakes.is_empty(), "spares come emptied");
-        let run_base = FAKE_BASE + ((run as u64) << FAKE_RUN_BITS);
         let mut passed = 0;
         let mut twice: Option<u64> = None;
         for &(at, ip) in labels {
@@ -2206,10 +2217,8 @@ impl MeasuredLabels {
             while aligned.get(passed).is_some_and(|a| a.at <= at) {
                 passed += 1;
             }
-            let draw = ip
-                .checked_sub(run_base + 1)
-                .filter(|&d| (d >> FAKE_RUN_BITS) == 0);
-            let draw = draw.expect("a run's fake labels are drawn from its own range") as usize;
+            let draw =
+                fake_draw(run, ip).expect("a run's fake labels are drawn from its own range");
             if fakes.len() <= draw {
                 fakes.resize(draw + 1, FakeLabel::NOT_PLACED);
             }
@@ -2241,11 +2250,7 @@ impl MeasuredLabels {
     /// the fake label `target`; `None` for one of another run or never
     /// placed.
     fn fake_offset(&self, part: &Part, run: usize, target: u64) -> Option<u64> {
-        let run_base = FAKE_BASE + ((run as u64) << FAKE_RUN_BITS);
-        let draw = target
-            .checked_sub(run_base + 1)
-            .filter(|&d| (d >> FAKE_RUN_BITS) == 0)?;
-        let label = *self.fakes.get(usize::try_from(draw).ok()?)?;
+        let label = *self.fakes.get(fake_draw(run, target)?)?;
         if label.at == NOT_PLACED {
             return None;
         }
