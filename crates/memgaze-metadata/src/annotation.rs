@@ -704,6 +704,15 @@ mod tests {
         a
     }
 
+    /// The next of Marsaglia's 32-bit xorshift numbers from `state`: loads
+    /// drawn in an order of their own, the same every run.
+    fn xorshift32(state: &mut u32) -> u32 {
+        *state ^= *state << 13;
+        *state ^= *state >> 17;
+        *state ^= *state << 5;
+        *state
+    }
+
     /// Loads sharing their lines and register names (one string each,
     /// cloned), drawn in a pseudo-random order so that strings meeting in
     /// one of the encoder's recent-string slots alternate, round-trip in
@@ -716,12 +725,10 @@ mod tests {
             .map(|i| format!("src/{}.rs:{i}", i % 7).into())
             .collect();
         let registers: Vec<Text> = ["rax", "rbx", "rsi", "r8", "r15"].map(Text::from).to_vec();
-        let mut x = 0x2545_f491_u32;
+        let mut state = 0x2545_f491_u32;
         a.loads = (0..20_000)
             .map(|i| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
+                let x = xorshift32(&mut state);
                 let pick = |texts: &[Text], by: u32| texts[(by as usize) % texts.len()].clone();
                 LoadSite {
                     id: i,
@@ -749,12 +756,10 @@ mod tests {
         let places: Vec<Text> = (0..48)
             .map(|i| format!("src/inl{}.rs:{i}", i % 5).into())
             .collect();
-        let mut x = 0x9e37_79b9_u32;
+        let mut state = 0x9e37_79b9_u32;
         a.loads = (0..6_000)
             .map(|i| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
+                let x = xorshift32(&mut state);
                 // The region's chain, innermost first; a load has its
                 // outermost `depth` places.
                 let region = (i / 40) as usize % 40;
