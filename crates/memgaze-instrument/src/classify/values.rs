@@ -465,6 +465,17 @@ struct EntrySets {
     chain: Vec<u32>,
 }
 
+/// What a block's entry set is: [`EntrySets::source`] decoded.
+#[derive(Clone, Copy)]
+enum SetSource {
+    /// Nothing flows in.
+    Empty,
+    /// One definition's bit alone.
+    Bit(u32),
+    /// The set of the join at this position (a join's is its own).
+    Join(u32),
+}
+
 impl EntrySets {
     const NONE: u32 = u32::MAX;
     /// Marks a [`EntrySets::source`] that is one bit.
@@ -511,21 +522,11 @@ impl EntrySets {
                 for w in 0..words {
                     let mut set = 0u64;
                     for &p in preds(j) {
-                        let source = match self.own[p as usize] {
-                            Self::NONE => self.source[p as usize],
-                            bit => bit | Self::BIT,
-                        };
-                        set |= match source {
-                            Self::NONE => 0,
-                            s if s & Self::BIT != 0 => {
-                                let bit = s & !Self::BIT;
-                                if bit as usize / 64 == w {
-                                    1 << (bit % 64)
-                                } else {
-                                    0
-                                }
-                            }
-                            s => self.bits[s as usize * words + w],
+                        set |= match self.outflow(p as usize) {
+                            SetSource::Empty => 0,
+                            SetSource::Bit(bit) if bit as usize / 64 == w => 1 << (bit % 64),
+                            SetSource::Bit(_) => 0,
+                            SetSource::Join(s) => self.bits[s as usize * words + w],
                         };
                     }
                     // The sets only grow from one round to the next (their
@@ -583,12 +584,36 @@ impl EntrySets {
         }
     }
 
+    /// Decodes a packed [`EntrySets::source`] (kept packed in one `u32`
+    /// a block, which the rounds over the joins read).
+    fn decode(source: u32) -> SetSource {
+        match source {
+            Self::NONE => SetSource::Empty,
+            s if s & Self::BIT != 0 => SetSource::Bit(s & !Self::BIT),
+            j => SetSource::Join(j),
+        }
+    }
+
+    /// What block `k`'s set is.
+    fn source_of(&self, k: usize) -> SetSource {
+        Self::decode(self.source[k])
+    }
+
+    /// What flows from block `p` into its successors' sets: its own bit
+    /// when it defines the variable, else its set.
+    fn outflow(&self, p: usize) -> SetSource {
+        match self.own[p] {
+            Self::NONE => self.source_of(p),
+            bit => SetSource::Bit(bit),
+        }
+    }
+
     /// The bits of block `k`'s set, in increasing order.
     fn members(&self, k: usize) -> impl Iterator<Item = usize> + '_ {
-        let (single, set) = match self.source[k] {
-            Self::NONE => (None, &self.bits[..0]),
-            s if s & Self::BIT != 0 => (Some((s & !Self::BIT) as usize), &self.bits[..0]),
-            j => {
+        let (single, set) = match self.source_of(k) {
+            SetSource::Empty => (None, &self.bits[..0]),
+            SetSource::Bit(bit) => (Some(bit as usize), &self.bits[..0]),
+            SetSource::Join(j) => {
                 let j = j as usize;
                 (None, &self.bits[j * self.words..(j + 1) * self.words])
             }
@@ -793,20 +818,15 @@ impl<'a> Evaluator<'a> {
                     (from, self.bufs.entry_sets.len() as u32);
             }
             for k in 0..n {
-                let source = sets.source[k];
-                if source == k as u32 {
-                    continue;
-                }
                 let at = self.bufs.entry_sets.len() as u32;
-                self.bufs.entry_ranges[start + k] = match source {
-                    EntrySets::NONE => (at, at),
-                    s if s & EntrySets::BIT != 0 => {
-                        self.bufs
-                            .entry_sets
-                            .push(by_bit[(s & !EntrySets::BIT) as usize]);
+                self.bufs.entry_ranges[start + k] = match sets.source_of(k) {
+                    SetSource::Join(j) if j as usize == k => continue,
+                    SetSource::Empty => (at, at),
+                    SetSource::Bit(bit) => {
+                        self.bufs.entry_sets.push(by_bit[bit as usize]);
                         (at, at + 1)
                     }
-                    j => self.bufs.entry_ranges[start + j as usize],
+                    SetSource::Join(j) => self.bufs.entry_ranges[start + j as usize],
                 };
             }
             self.bufs.entry_sets_bits = sets;
