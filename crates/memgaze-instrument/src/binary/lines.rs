@@ -1594,7 +1594,11 @@ mod tests {
             let power = 10u32.pow(digits);
             lines.extend([power - 1, power, power + 1, power.saturating_mul(7)]);
         }
-        for file in ["", "src/lib.rs", "/rustc/\u{e9}t\u{e9}/library/core/src/slice/mod.rs"] {
+        for file in [
+            "",
+            "src/lib.rs",
+            "/rustc/\u{e9}t\u{e9}/library/core/src/slice/mod.rs",
+        ] {
             for &line in &lines {
                 let at = SourceLocation { file, line };
                 let text = at.to_text();
