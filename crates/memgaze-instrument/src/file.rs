@@ -141,12 +141,12 @@ fn instrument_object(
         let _positions = crate::timings::phase("positions of loads (beside)");
         crate::classify::positions_until_hurried(&load_addresses, &table, needed)
     };
-    let finish_annotation = |annotation: &mut Annotation, positions: Vec<Position>| {
+    let finish_annotation = |annotation: &mut Annotation, mut positions: Vec<Position>| {
         // The DWARF sections' pages are not read again (the writer gives
         // up the input's other pages as it copies them).
         binary.release_resident();
         let _lines = crate::timings::phase("add lines to loads (beside)");
-        let looked_up = (load_addresses.as_slice(), positions.as_slice());
+        let looked_up = (load_addresses.as_slice(), positions.as_mut_slice());
         // A load the classification did not give (none) has its position
         // read for it.
         if !crate::classify::add_positions(&mut annotation.loads, looked_up) {

@@ -65,12 +65,27 @@ pub struct SourceLocation<'a> {
 }
 
 impl SourceLocation<'_> {
-    /// `file:line`, allocated once at its final size (an annotation holds
-    /// one or more per load: `to_string`'s growth doubled their memory).
+    /// `file:line`, allocated once at its exact size (an annotation holds
+    /// one or more per load: `to_string`'s growth doubled their memory,
+    /// and spare capacity is reallocated away when the text is shared).
+    /// The line's digits are written by hand: the formatter's machinery
+    /// cost more than the rest of making the text.
     pub fn to_text(&self) -> String {
-        use std::fmt::Write;
-        let mut text = String::with_capacity(self.file.len() + 1 + 10);
-        let _ = write!(text, "{}:{}", self.file, self.line);
+        let mut digits = [0u8; 10];
+        let (mut at, mut line) = (digits.len(), self.line);
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (line % 10) as u8;
+            line /= 10;
+            if line == 0 {
+                break;
+            }
+        }
+        let digits = std::str::from_utf8(&digits[at..]).expect("ASCII digits");
+        let mut text = String::with_capacity(self.file.len() + 1 + digits.len());
+        text.push_str(self.file);
+        text.push(':');
+        text.push_str(digits);
         text
     }
 }
@@ -1569,6 +1584,27 @@ mod tests {
                 merged.iter().map(key).collect::<Vec<_>>(),
                 expected.iter().map(key).collect::<Vec<_>>()
             );
+        }
+    }
+
+    #[test]
+    fn a_text_is_the_displayed_position_at_its_exact_size() {
+        let mut lines = vec![0, u32::MAX, u32::MAX - 1];
+        for digits in 0..10 {
+            let power = 10u32.pow(digits);
+            lines.extend([power - 1, power, power + 1, power.saturating_mul(7)]);
+        }
+        for file in [
+            "",
+            "src/lib.rs",
+            "/rustc/\u{e9}t\u{e9}/library/core/src/slice/mod.rs",
+        ] {
+            for &line in &lines {
+                let at = SourceLocation { file, line };
+                let text = at.to_text();
+                assert_eq!(text, at.to_string());
+                assert_eq!(text.capacity(), text.len(), "{text}");
+            }
         }
     }
 

@@ -763,20 +763,30 @@ pub(crate) fn positions_until_hurried(
         }
     }
     let rest: Vec<&[u64]> = runs.collect();
-    positions.par_extend(rest.into_par_iter().flat_map_iter(|run| {
-        let mut reader = PositionReader::new(table, &shared);
-        run.iter().map(move |&a| reader.position(a))
-    }));
+    // A worker keeps its reader from run to run: a reader per run read
+    // every text it gave again from the shared map and scanned the ranges
+    // afresh.
+    positions.par_extend(
+        rest.into_par_iter()
+            .map_init(
+                || PositionReader::new(table, &shared),
+                |reader, run| run.iter().map(|&a| reader.position(a)).collect::<Vec<_>>(),
+            )
+            .flatten_iter(),
+    );
     positions
 }
 
 /// Gives each load the position of its address in `positions` (one for
-/// each of `addresses`, [`positions_until_hurried`]). Whether every load's
-/// address was among them; when not, the loads are left as they were.
+/// each of `addresses`, [`positions_until_hurried`]), moved out of it
+/// where the loads are in address order (the positions are left empty):
+/// a clone, and the drop of the one left behind, each touched two shared
+/// counts per load. Whether every load's address was among them; when
+/// not, the loads and the positions are left as they were.
 #[must_use]
 pub(crate) fn add_positions(
     loads: &mut [LoadSite],
-    (addresses, positions): (&[u64], &[Position]),
+    (addresses, positions): (&[u64], &mut [Position]),
 ) -> bool {
     // Loads are sorted by `ip`: each search starts at the last answer.
     let mut at = 0;
@@ -788,8 +798,24 @@ pub(crate) fn add_positions(
             _ => return false,
         }
     }
-    for (load, at) in loads.iter_mut().zip(found) {
-        (load.line, load.inline_chain) = positions[at].clone();
+    if !found.is_sorted() {
+        for (load, at) in loads.iter_mut().zip(found) {
+            (load.line, load.inline_chain) = positions[at].clone();
+        }
+        return true;
+    }
+    // In order, the loads of one address follow each other: the first
+    // takes the position, the others copy it from the load before.
+    let mut previous = None;
+    for (i, at) in found.into_iter().enumerate() {
+        if previous == Some(at) {
+            let (before, from) = loads.split_at_mut(i);
+            let last = &before[i - 1];
+            (from[0].line, from[0].inline_chain) = (last.line.clone(), last.inline_chain.clone());
+        } else {
+            (loads[i].line, loads[i].inline_chain) = std::mem::take(&mut positions[at]);
+        }
+        previous = Some(at);
     }
     true
 }
@@ -808,6 +834,7 @@ impl<'t> PositionReader<'t> {
             texts: LocalTexts {
                 shared,
                 seen: HashMap::new(),
+                recent: RecentTexts::default(),
             },
             chains: ChainCursor::new(table),
             last: LastPosition::default(),
@@ -897,16 +924,45 @@ struct LastPosition<'t> {
 struct LocalTexts<'a> {
     shared: &'a PositionTexts,
     seen: HashMap<(usize, u32), Text>,
+    /// The text last given in each slot by its key: a load's line and call
+    /// sites mostly are those of a load shortly before, and a hit here
+    /// costs a fraction of the map's lookup.
+    recent: RecentTexts,
+}
+
+/// Slots of [`LocalTexts`]' recent texts.
+const RECENT_TEXTS: usize = 256;
+
+/// A position's key ([`PositionTexts::key`]) and its text.
+type KeyedText = ((usize, u32), Text);
+
+/// [`LocalTexts`]' recent texts by slot, empty at first.
+struct RecentTexts(Box<[Option<KeyedText>; RECENT_TEXTS]>);
+
+impl Default for RecentTexts {
+    fn default() -> RecentTexts {
+        RecentTexts(Box::new([const { None }; RECENT_TEXTS]))
+    }
 }
 
 impl LocalTexts<'_> {
     fn text(&mut self, at: &SourceLocation<'_>) -> Text {
         let key = PositionTexts::key(at);
-        if let Some(text) = self.seen.get(&key) {
+        let slot = ((key.0 >> 4) ^ (key.1 as usize).wrapping_mul(0x9e37_79b9)) % RECENT_TEXTS;
+        if let Some((recent, text)) = &self.recent.0[slot]
+            && *recent == key
+        {
             return text.clone();
         }
-        let text = self.shared.text(at);
-        self.seen.insert(key, text.clone());
+        let text = match self.seen.get(&key) {
+            Some(text) => text.clone(),
+            None => {
+                let text = self.shared.text(at);
+                self.seen.insert(key, text.clone());
+                text
+            }
+        };
+        self.recent.0[slot] = Some((key, text.clone()));
         text
     }
 }

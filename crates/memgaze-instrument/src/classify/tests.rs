@@ -918,8 +918,22 @@ fn positions_looked_up_ahead_are_the_ones_added_to_the_loads() {
         let positions = positions_until_hurried(&addresses, &table, &AtomicBool::new(hurried));
         assert_eq!(positions.len(), addresses.len());
         let mut added = blank(&loads);
-        assert!(add_positions(&mut added, (&addresses, &positions)));
+        let mut taken = positions.clone();
+        assert!(add_positions(&mut added, (&addresses, &mut taken)));
         assert_eq!(added, loads, "hurried: {hurried}");
+    }
+    // Loads sharing an address (each load twice), and loads out of order:
+    // each is given its address's position all the same.
+    let positions = positions_until_hurried(&addresses, &table, &AtomicBool::new(false));
+    let twice: Vec<LoadSite> = loads.iter().flat_map(|l| [l.clone(), l.clone()]).collect();
+    let reversed: Vec<LoadSite> = loads.iter().rev().cloned().collect();
+    for expected in [twice, reversed] {
+        let mut added = blank(&expected);
+        assert!(add_positions(
+            &mut added,
+            (&addresses, &mut positions.clone())
+        ));
+        assert_eq!(added, expected);
     }
     // A load at an address without a position is not given one, nor is
     // any other.
@@ -927,8 +941,10 @@ fn positions_looked_up_ahead_are_the_ones_added_to_the_loads() {
     let mut stray = blank(&loads);
     stray.last_mut().unwrap().ip = u64::MAX;
     let before = stray.clone();
-    assert!(!add_positions(&mut stray, (&addresses, &positions)));
+    let mut kept = positions.clone();
+    assert!(!add_positions(&mut stray, (&addresses, &mut kept)));
     assert_eq!(stray, before);
+    assert_eq!(kept, positions);
 }
 
 #[test]
@@ -950,7 +966,7 @@ fn a_position_reader_gives_the_texts_of_the_tables_chains() {
     let table = binary.line_table_for(&addresses);
     let expected = |a: u64| -> (Option<String>, Vec<String>) {
         let chain = table.locate_chain(a);
-        let texts: Vec<String> = chain.iter().map(|at| at.to_text()).collect();
+        let texts: Vec<String> = chain.iter().map(ToString::to_string).collect();
         let line = texts.first().cloned();
         (line, if texts.len() < 2 { Vec::new() } else { texts })
     };
@@ -980,5 +996,13 @@ fn a_position_reader_gives_the_texts_of_the_tables_chains() {
         .chain(addresses.iter().step_by(7))
     {
         assert_eq!(text(reader.position(a)), expected(a), "{a:#x}");
+    }
+    // Back and forth between neighbours, as the loads of an inlined body
+    // go between its lines: texts from the recent slots, the cursor
+    // starting afresh at each fall.
+    for near in addresses.windows(3) {
+        for a in [near[0], near[2], near[1], near[2], near[0]] {
+            assert_eq!(text(reader.position(a)), expected(a), "{a:#x}");
+        }
     }
 }
