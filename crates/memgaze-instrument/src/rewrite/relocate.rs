@@ -1778,6 +1778,9 @@ impl Layout {
                     Err(e) => return Err(fail(insn, e)),
                 }
             }
+        } else if let Some((size, at)) = write_direct(insn, base, &mut self.pool) {
+            self.targets.push(insn.memory_displacement64());
+            (Piece::RipRelative(size as u8, at), u64::from(size))
         } else {
             let encoder = &mut layout_encoder.encoder;
             let size = encoder.encode(insn, base).map_err(|e| fail(insn, e))?;
@@ -1949,7 +1952,9 @@ impl LayoutEncoder {
         insn: &Instruction,
         out: &mut Vec<u8>,
     ) -> Result<u32, RelocateError> {
-        if let Some(size) = mov_r32_imm32(insn, out).or_else(|| lea_r64_m(insn, out)) {
+        if let Some(size) =
+            mov_r32_imm32(insn, out).or_else(|| write_direct(insn, 0, out).map(|(size, _)| size))
+        {
             return Ok(size);
         }
         let key = Self::key_of(insn);
@@ -2000,8 +2005,12 @@ impl LayoutEncoder {
 /// Whether `insn` is of `code` without a segment, lock or repeat prefix:
 /// the forms whose bytes are written here instead of by iced.
 fn is_plain(insn: &Instruction, code: Code) -> bool {
-    insn.code() == code
-        && insn.segment_prefix() == Register::None
+    insn.code() == code && unprefixed(insn)
+}
+
+/// Whether `insn` has no segment, lock or repeat prefix.
+fn unprefixed(insn: &Instruction) -> bool {
+    insn.segment_prefix() == Register::None
         && !insn.has_lock_prefix()
         && !insn.has_rep_prefix()
         && !insn.has_repne_prefix()
@@ -2026,33 +2035,69 @@ fn mov_r32_imm32(insn: &Instruction, out: &mut Vec<u8>) -> Option<u32> {
     Some((out.len() - from) as u32)
 }
 
-/// Appends the encoding of `insn` if it is a `lea r64, [base + index *
-/// scale + disp]` without prefixes, through 64-bit or 32-bit registers,
-/// and gives its size; `None` for any other form (an absolute address, a
-/// displacement iced would refuse), which iced encodes or refuses. The
-/// bytes are iced's: `67` for 32-bit address registers, REX.W, `8D`,
-/// ModRM, a SIB where an index, a scale or an `rsp`/`r12` base needs one,
-/// and the displacement as disp8 where its size asks for one (a zero one
-/// where an `rbp`/`r13` base has none) and it fits, else disp32. Every
-/// stub and spatial check takes its load's address so, and a third of
-/// them (unique by displacement) missed the [`LayoutEncoder`]'s cache and
-/// were encoded by iced.
-fn lea_r64_m(insn: &Instruction, out: &mut Vec<u8>) -> Option<u32> {
-    if !is_plain(insn, Code::Lea_r64_m) {
+/// Where a memory operand written directly ([`write_direct`]) points, as
+/// the bytes around the opcode take it.
+struct Addressing {
+    /// 32-bit address registers: an `67` prefix.
+    narrow: bool,
+    /// REX.X and REX.B of its index and base.
+    rex: u8,
+    /// ModRM's mod and r/m bits.
+    mod_rm: u8,
+    /// SIB byte, where an index, a scale or an `rsp`/`r12` base needs one.
+    sib: Option<u8>,
+    /// `[rip + disp32]`: the displacement, to `displacement` as an
+    /// absolute target, is known once the instruction's size is.
+    rip_relative: bool,
+    /// The displacement (its low `displacement_len` bytes are written), or
+    /// the absolute target of a RIP-relative operand.
+    displacement: u64,
+    displacement_len: usize,
+}
+
+/// The number of `register` if it is a general register of 64 bits
+/// (`wide`) or 32: iced numbers each width's sixteen in order.
+#[inline]
+fn gpr_number(register: Register, wide: bool) -> Option<u8> {
+    let first = if wide { Register::RAX } else { Register::EAX };
+    let number = (register as u32).wrapping_sub(first as u32);
+    (number < 16).then_some(number as u8)
+}
+
+/// The [`Addressing`] of `insn`'s memory operand as iced encodes it, for
+/// 64-bit or 32-bit address registers or `rip`; `None` for what iced
+/// refuses or writes otherwise (an absolute address, `eip`, a
+/// displacement out of range), which is left to iced. iced's choices:
+/// the displacement as disp8 where its size asks for one (a zero one
+/// where an `rbp`/`r13` base has none) and it fits, else disp32; a SIB
+/// where an index, a scale or an `rsp`/`r12` base needs one.
+#[inline]
+fn addressing(insn: &Instruction) -> Option<Addressing> {
+    let (base, index) = (insn.memory_base(), insn.memory_index());
+    let displ_size = insn.memory_displ_size();
+    if !matches!(displ_size, 0 | 1 | 4 | 8) {
         return None;
     }
-    let (base, index) = (insn.memory_base(), insn.memory_index());
-    let wide = match (base, index) {
-        (Register::None, Register::None) => return None,
-        (r, Register::None) | (Register::None, r) => r.is_gpr64(),
-        (b, i) if b.is_gpr64() && i.is_gpr64() => true,
-        (b, i) if b.is_gpr32() && i.is_gpr32() => false,
-        _ => return None,
+    if base == Register::RIP {
+        return (index == Register::None && insn.memory_index_scale() == 1).then(|| Addressing {
+            narrow: false,
+            rex: 0,
+            mod_rm: 0x05,
+            sib: None,
+            rip_relative: true,
+            displacement: insn.memory_displacement64(),
+            displacement_len: 4,
+        });
+    }
+    // 32-bit address registers where either is one; then both must be.
+    let wide = gpr_number(base, false).is_none() && gpr_number(index, false).is_none();
+    let number_of = |r: Register| match r {
+        Register::None => Some(None),
+        r => gpr_number(r, wide).map(Some),
     };
-    let address_register = |r: Register| r == Register::None || r.is_gpr64() || r.is_gpr32();
-    let no_rsp_index = !matches!(index, Register::RSP | Register::ESP);
-    let dst = insn.op0_register();
-    if !(address_register(base) && address_register(index) && no_rsp_index && dst.is_gpr64()) {
+    let (base_number, index_number) = (number_of(base)?, number_of(index)?);
+    // No absolute address (iced's form of it differs), no `rsp` index.
+    if (base_number.is_none() && index_number.is_none()) || index_number == Some(4) {
         return None;
     }
     let disp = insn.memory_displacement64() as i64;
@@ -2066,11 +2111,7 @@ fn lea_r64_m(insn: &Instruction, out: &mut Vec<u8>) -> Option<u32> {
     }
     let displ = insn.memory_displacement32();
     let address_bytes = if wide { 8 } else { 4 };
-    let base_number = (base != Register::None).then(|| base.number() as u8);
-    let mut displ_size = insn.memory_displ_size();
-    if !matches!(displ_size, 0 | 1 | 4 | 8) {
-        return None;
-    }
+    let mut displ_size = displ_size;
     if displ_size == 0 && base_number.is_some_and(|n| n & 7 == 5) {
         // `[rbp]` and `[r13]` take a zero disp8.
         if displ != 0 {
@@ -2081,7 +2122,7 @@ fn lea_r64_m(insn: &Instruction, out: &mut Vec<u8>) -> Option<u32> {
     if displ_size == 1 && i8::try_from(displ as i32).is_err() {
         displ_size = address_bytes;
     }
-    let (mod_bits, disp_len) = match base_number {
+    let (mod_bits, displacement_len) = match base_number {
         None => (0x00, 4),
         Some(_) if displ_size == 1 => (0x40, 1),
         Some(_) if displ_size == address_bytes => (0x80, 4),
@@ -2089,29 +2130,239 @@ fn lea_r64_m(insn: &Instruction, out: &mut Vec<u8>) -> Option<u32> {
         Some(_) => return None,
     };
     let scale = insn.memory_index_scale().trailing_zeros() as u8;
-    let index_number = (index != Register::None).then(|| index.number() as u8);
-    let dst_number = dst.number() as u8;
-    let rex = 0x48
-        | (dst_number >> 3) << 2
-        | index_number.map_or(0, |n| n >> 3) << 1
-        | base_number.map_or(0, |n| n >> 3);
-    let from = out.len();
-    if !wide {
-        out.push(0x67);
-    }
-    out.extend_from_slice(&[rex, 0x8d]);
-    let reg_bits = (dst_number & 7) << 3;
+    let rex = index_number.map_or(0, |n| n >> 3) << 1 | base_number.map_or(0, |n| n >> 3);
     let needs_sib = index_number.is_some() || scale != 0 || base_number.is_none_or(|n| n & 7 == 4);
-    if needs_sib {
-        out.push(mod_bits | reg_bits | 4);
+    let (mod_rm, sib) = if needs_sib {
         let index_bits = index_number.map_or(4, |n| n & 7);
         let base_bits = base_number.map_or(5, |n| n & 7);
-        out.push(scale << 6 | index_bits << 3 | base_bits);
+        (mod_bits | 4, Some(scale << 6 | index_bits << 3 | base_bits))
     } else {
-        out.push(mod_bits | reg_bits | base_number.map_or(0, |n| n & 7));
+        (mod_bits | base_number.map_or(0, |n| n & 7), None)
+    };
+    Some(Addressing {
+        narrow: !wide,
+        rex,
+        mod_rm,
+        sib,
+        rip_relative: false,
+        displacement: u64::from(displ),
+        displacement_len,
+    })
+}
+
+/// What fills the ModRM reg field of a [`DirectForm`]; its other operand
+/// is the r/m one.
+#[derive(Clone, Copy)]
+enum RegField {
+    /// Operand 0, a general register of the form's width (`op r, r/m`).
+    First,
+    /// Operand 1, a general register of the form's width (`op r/m, r`).
+    Second,
+    /// The opcode's extension (`op r/m` or `op r/m, imm`).
+    Extension(u8),
+}
+
+/// What a [`DirectForm`]'s r/m operand may be besides memory.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RmRegister {
+    /// Nothing: memory only (`lea`, and the `movzx` and byte forms, whose
+    /// registers would need iced's rules for byte registers).
+    None,
+    /// A 64-bit general register.
+    Gpr64,
+    /// A 32-bit general register.
+    Gpr32,
+}
+
+/// An instruction form whose bytes [`write_direct`] writes instead of
+/// iced: a one-byte opcode (after `0F` where `escaped`) with a ModRM
+/// operand, general registers, and at most an 8-bit or 32-bit immediate
+/// after the displacement.
+#[derive(Clone, Copy)]
+struct DirectForm {
+    code: Code,
+    opcode: u8,
+    escaped: bool,
+    /// REX.W, and a 64-bit register in the reg field (else a 32-bit one;
+    /// a near `call`/`jmp` is 64-bit without it).
+    wide: bool,
+    reg: RegField,
+    rm: RmRegister,
+    /// Bytes of its immediate: 0, 1 or 4.
+    immediate: usize,
+}
+
+/// The forms [`write_direct`] writes: those that reached iced most often
+/// on large inputs, their encodings repeating too little for the
+/// [`LayoutEncoder`]'s cache: the stubs' and checks' `lea` of their load's
+/// address (unique by displacement), the originals' stack and structure
+/// accesses, and their RIP-relative `lea`s, calls and jumps through the
+/// GOT and loads of globals (never cached: each is laid out with its
+/// target).
+const DIRECT_FORMS: [DirectForm; 27] = {
+    use RegField::*;
+    use RmRegister::*;
+    const fn form(
+        code: Code,
+        opcode: u8,
+        wide: bool,
+        reg: RegField,
+        rm: RmRegister,
+        immediate: usize,
+    ) -> DirectForm {
+        DirectForm {
+            code,
+            opcode,
+            escaped: false,
+            wide,
+            reg,
+            rm,
+            immediate,
+        }
     }
-    out.extend_from_slice(&displ.to_le_bytes()[..disp_len]);
-    Some((out.len() - from) as u32)
+    const fn escaped(form: DirectForm) -> DirectForm {
+        DirectForm {
+            escaped: true,
+            ..form
+        }
+    }
+    [
+        form(Code::Lea_r64_m, 0x8d, true, First, None, 0),
+        form(Code::Lea_r32_m, 0x8d, false, First, None, 0),
+        form(Code::Mov_r64_rm64, 0x8b, true, First, Gpr64, 0),
+        form(Code::Mov_r32_rm32, 0x8b, false, First, Gpr32, 0),
+        form(Code::Cmp_r64_rm64, 0x3b, true, First, Gpr64, 0),
+        form(Code::Movsxd_r64_rm32, 0x63, true, First, Gpr32, 0),
+        escaped(form(Code::Movzx_r32_rm8, 0xb6, false, First, None, 0)),
+        escaped(form(Code::Movzx_r32_rm16, 0xb7, false, First, None, 0)),
+        form(Code::Mov_rm64_r64, 0x89, true, Second, Gpr64, 0),
+        form(Code::Mov_rm32_r32, 0x89, false, Second, Gpr32, 0),
+        form(Code::Add_rm64_r64, 0x01, true, Second, Gpr64, 0),
+        form(Code::Sub_rm64_r64, 0x29, true, Second, Gpr64, 0),
+        form(Code::Cmp_rm64_r64, 0x39, true, Second, Gpr64, 0),
+        form(Code::Cmp_rm32_r32, 0x39, false, Second, Gpr32, 0),
+        form(Code::Test_rm64_r64, 0x85, true, Second, Gpr64, 0),
+        form(Code::Xor_rm32_r32, 0x31, false, Second, Gpr32, 0),
+        form(Code::Call_rm64, 0xff, false, Extension(2), Gpr64, 0),
+        form(Code::Jmp_rm64, 0xff, false, Extension(4), Gpr64, 0),
+        form(Code::Add_rm64_imm8, 0x83, true, Extension(0), Gpr64, 1),
+        form(Code::Sub_rm64_imm8, 0x83, true, Extension(5), Gpr64, 1),
+        form(Code::Cmp_rm64_imm8, 0x83, true, Extension(7), Gpr64, 1),
+        form(Code::Cmp_rm32_imm8, 0x83, false, Extension(7), Gpr32, 1),
+        form(Code::Cmp_rm8_imm8, 0x80, false, Extension(7), None, 1),
+        form(Code::Add_rm64_imm32, 0x81, true, Extension(0), Gpr64, 4),
+        form(Code::Mov_rm64_imm32, 0xc7, true, Extension(0), Gpr64, 4),
+        form(Code::Mov_rm32_imm32, 0xc7, false, Extension(0), Gpr32, 4),
+        escaped(form(Code::Nop_rm32, 0x1f, false, Extension(0), Gpr32, 0)),
+    ]
+};
+
+/// Codes below this have a slot in [`DIRECT_FORM_OF`] (above every
+/// code's number).
+const CODES: usize = 5000;
+
+/// For each code, 1 + its index in [`DIRECT_FORMS`], or 0: one load tells
+/// whether an instruction is written directly (a `match` on the code
+/// compared it with every form, for each of millions of instructions).
+static DIRECT_FORM_OF: [u8; CODES] = {
+    let mut table = [0; CODES];
+    let mut k = 0;
+    while k < DIRECT_FORMS.len() {
+        table[DIRECT_FORMS[k].code as usize] = k as u8 + 1;
+        k += 1;
+    }
+    table
+};
+
+/// The [`DirectForm`] of `code`, if it has one.
+fn direct_form(code: Code) -> Option<&'static DirectForm> {
+    let k = *DIRECT_FORM_OF.get(code as usize)?;
+    DIRECT_FORMS.get(usize::from(k).checked_sub(1)?)
+}
+
+/// Appends the encoding of `insn` at `ip` if it is a [`DirectForm`]
+/// without prefixes, its r/m operand a register the form takes or a memory
+/// operand with an [`addressing`], and gives its size and the offset of
+/// its displacement (past the ModRM/SIB where it has none); `None`
+/// (nothing appended) for anything else, which iced encodes or refuses.
+/// The bytes are iced's: `67` for 32-bit address registers, a REX prefix
+/// only where REX.W or a register numbered 8 or above needs one, the
+/// opcode, ModRM, SIB, displacement and immediate; a RIP-relative
+/// displacement is to its target from the instruction's end, and one out
+/// of reach is left to iced (which refuses it).
+fn write_direct(insn: &Instruction, ip: u64, out: &mut Vec<u8>) -> Option<(u32, u8)> {
+    let form = direct_form(insn.code())?;
+    if !unprefixed(insn) {
+        return None;
+    }
+    let ((rm_kind, rm_register), reg_number) = match form.reg {
+        RegField::First => (
+            (insn.op1_kind(), insn.op1_register()),
+            gpr_number(insn.op0_register(), form.wide)?,
+        ),
+        RegField::Second => (
+            (insn.op0_kind(), insn.op0_register()),
+            gpr_number(insn.op1_register(), form.wide)?,
+        ),
+        RegField::Extension(digit) => ((insn.op0_kind(), insn.op0_register()), digit),
+    };
+    let addressing = match rm_kind {
+        OpKind::Memory => addressing(insn)?,
+        OpKind::Register => register_addressing(form.rm, rm_register)?,
+        _ => return None,
+    };
+    // Written into a buffer of fixed size, each optional byte written and
+    // counted or not, then copied whole: pushed one by one, with copies
+    // of their length, the bytes cost more than iced's cached encodings.
+    let mut bytes = [0u8; 16];
+    let mut len = 0;
+    let rex = u8::from(form.wide) << 3 | (reg_number >> 3) << 2 | addressing.rex;
+    bytes[len] = 0x67;
+    len += usize::from(addressing.narrow);
+    bytes[len] = 0x40 | rex;
+    len += usize::from(rex != 0);
+    bytes[len] = 0x0f;
+    len += usize::from(form.escaped);
+    bytes[len] = form.opcode;
+    bytes[len + 1] = addressing.mod_rm | (reg_number & 7) << 3;
+    len += 2;
+    bytes[len] = addressing.sib.unwrap_or(0);
+    len += usize::from(addressing.sib.is_some());
+    let displacement_at = len;
+    let size = len + addressing.displacement_len + form.immediate;
+    let displacement = if addressing.rip_relative {
+        let next_ip = ip.wrapping_add(size as u64);
+        i32::try_from(addressing.displacement.wrapping_sub(next_ip) as i64).ok()? as u32
+    } else {
+        addressing.displacement as u32
+    };
+    bytes[len..len + 4].copy_from_slice(&displacement.to_le_bytes());
+    len += addressing.displacement_len;
+    bytes[len..len + 4].copy_from_slice(&insn.immediate32().to_le_bytes());
+    let from = out.len();
+    out.extend_from_slice(&bytes);
+    out.truncate(from + size);
+    Some((size as u32, displacement_at as u8))
+}
+
+/// The [`Addressing`] of an r/m operand that is `register`, where the
+/// form takes one of its width (`mod` 11, REX.B for `r8` and above).
+#[inline]
+fn register_addressing(takes: RmRegister, register: Register) -> Option<Addressing> {
+    let number = match takes {
+        RmRegister::None => None,
+        RmRegister::Gpr64 => gpr_number(register, true),
+        RmRegister::Gpr32 => gpr_number(register, false),
+    }?;
+    Some(Addressing {
+        narrow: false,
+        rex: number >> 3,
+        mod_rm: 0xc0 | (number & 7),
+        sib: None,
+        rip_relative: false,
+        displacement: 0,
+        displacement_len: 0,
+    })
 }
 
 /// Places a measured run at `start` (an address, or an offset from a
@@ -3427,19 +3678,29 @@ mod tests {
         }
     }
 
-    #[test]
-    fn leas_are_written_as_iced_encodes_them() {
+    /// The registers of 64 and 32 bits, in number order.
+    const WIDE: [Register; 16] = {
         use Register::*;
-        use iced_x86::MemoryOperand;
-        let wide = [
+        [
             RAX, RCX, RDX, RBX, RSP, RBP, RSI, RDI, R8, R9, R10, R11, R12, R13, R14, R15,
-        ];
-        let narrow = wide.map(|r| r.full_register32());
-        let bases = [None].into_iter().chain(wide).chain(narrow).chain([RIP]);
-        let bases: Vec<Register> = bases.collect();
-        let indices: Vec<Register> = [None].into_iter().chain(wide).chain(narrow).collect();
-        // (displacement size, displacement): every size iced takes, values
-        // at the edges of disp8 and disp32, and some it refuses.
+        ]
+    };
+    const NARROW: [Register; 16] = {
+        use Register::*;
+        [
+            EAX, ECX, EDX, EBX, ESP, EBP, ESI, EDI, R8D, R9D, R10D, R11D, R12D, R13D, R14D, R15D,
+        ]
+    };
+
+    /// Every memory operand a direct form may meet: each base (none, 64-
+    /// and 32-bit registers, `rip`) with each index (none, 64- and 32-bit
+    /// registers; iced asserts in debug builds on a 32-bit register beside
+    /// a 64-bit one), scale and displacement of every size iced takes,
+    /// valued at the edges of disp8 and disp32, and some it refuses.
+    fn memory_operands() -> Vec<iced_x86::MemoryOperand> {
+        use Register::*;
+        let bases = [None].into_iter().chain(WIDE).chain(NARROW).chain([RIP]);
+        let indices: Vec<Register> = [None].into_iter().chain(WIDE).chain(NARROW).collect();
         let displacements: [(u32, i64); 17] = [
             (0, 0),
             (0, 5),
@@ -3459,56 +3720,241 @@ mod tests {
             (8, 0x8000_0000),
             (8, -0x8000_0001),
         ];
-        let mut encoder = Encoder::new(64);
-        let (mut direct, mut fresh) = (Vec::new(), Vec::new());
-        let (mut written, mut left_to_iced) = (0usize, 0usize);
-        let pairs = bases
-            .iter()
-            .flat_map(|b| indices.iter().map(move |i| (*b, *i)));
-        // iced asserts (in debug builds) on a 32-bit register beside a
-        // 64-bit one.
         let narrow_with_wide =
-            |(b, i): (Register, Register)| b != None && i != None && b.is_gpr32() != i.is_gpr32();
-        for (base, index) in pairs.filter(|&pair| !narrow_with_wide(pair)) {
-            for scale in [1, 2, 4, 8] {
-                for (size, disp) in displacements {
-                    let operand = MemoryOperand::new(base, index, scale, disp, size, false, None);
-                    for dst in wide {
-                        let Ok(insn) = Instruction::with2(Code::Lea_r64_m, dst, operand) else {
-                            continue;
-                        };
-                        direct.clear();
-                        let ours = lea_r64_m(&insn, &mut direct);
-                        let iced = encoder.encode(&insn, 0);
-                        fresh.clear();
-                        drain_into(&mut encoder, &mut fresh);
-                        match (ours, iced) {
-                            (Some(size), Ok(expected)) => {
-                                assert_eq!((size as usize, &direct), (expected, &fresh), "{insn}");
-                                written += 1;
-                            }
-                            (Some(_), Err(e)) => panic!("{insn}: written, iced refuses: {e}"),
-                            (Option::None, Ok(_)) => {
-                                let absolute = (base, index) == (None, None);
-                                assert!(absolute || base == RIP, "{insn}: left to iced");
-                                left_to_iced += 1;
-                            }
-                            (Option::None, Err(_)) => {}
-                        }
+            |b: Register, i: Register| b != None && i != None && b.is_gpr32() != i.is_gpr32();
+        let mut operands = Vec::new();
+        for base in bases {
+            for &index in indices.iter().filter(|&&i| !narrow_with_wide(base, i)) {
+                for scale in [1, 2, 4, 8] {
+                    for (size, disp) in displacements {
+                        operands.push(iced_x86::MemoryOperand::new(
+                            base, index, scale, disp, size, false, None,
+                        ));
+                    }
+                }
+            }
+        }
+        operands
+    }
+
+    /// Immediates at the edges of 8 and 32 bits (those a form cannot take
+    /// are skipped).
+    const IMMEDIATES: [i32; 7] = [0, 1, 0x7f, -0x80, -1, 0x1234_5678, i32::MIN];
+
+    /// The instruction of `form` with its register `reg` (ignored by a
+    /// form with an opcode extension), r/m operand `rm` and immediate
+    /// `immediate` (ignored by a form without one); `None` where iced
+    /// cannot make it.
+    fn direct_instruction(
+        form: &DirectForm,
+        reg: Register,
+        rm: impl Into<Rm>,
+        immediate: i32,
+    ) -> Option<Instruction> {
+        let code = form.code;
+        let made = match (rm.into(), form.reg) {
+            (Rm::Memory(m), RegField::First) => Instruction::with2(code, reg, m),
+            (Rm::Register(r), RegField::First) => Instruction::with2(code, reg, r),
+            (Rm::Memory(m), RegField::Second) => Instruction::with2(code, m, reg),
+            (Rm::Register(r), RegField::Second) => Instruction::with2(code, r, reg),
+            (Rm::Memory(m), RegField::Extension(_)) if form.immediate == 0 => {
+                Instruction::with1(code, m)
+            }
+            (Rm::Register(r), RegField::Extension(_)) if form.immediate == 0 => {
+                Instruction::with1(code, r)
+            }
+            (Rm::Memory(m), RegField::Extension(_)) => Instruction::with2(code, m, immediate),
+            (Rm::Register(r), RegField::Extension(_)) => Instruction::with2(code, r, immediate),
+        };
+        made.ok()
+    }
+
+    /// A [`DirectForm`]'s r/m operand, in tests.
+    enum Rm {
+        Memory(iced_x86::MemoryOperand),
+        Register(Register),
+    }
+
+    impl From<iced_x86::MemoryOperand> for Rm {
+        fn from(memory: iced_x86::MemoryOperand) -> Self {
+            Rm::Memory(memory)
+        }
+    }
+
+    impl From<Register> for Rm {
+        fn from(register: Register) -> Self {
+            Rm::Register(register)
+        }
+    }
+
+    /// The registers of `form`'s reg field.
+    fn reg_registers(form: &DirectForm) -> [Register; 16] {
+        if form.wide { WIDE } else { NARROW }
+    }
+
+    /// Whether `insn` encoded at `ip` is written by [`write_direct`] as by
+    /// iced, its displacement where iced's constant offsets put it; gives
+    /// whether it was written (else iced refused it or it is an absolute
+    /// address, left to iced).
+    fn written_as_iced(encoder: &mut Encoder, insn: &Instruction, ip: u64) -> bool {
+        let mut direct = Vec::new();
+        let ours = write_direct(insn, ip, &mut direct);
+        let iced = encoder.encode(insn, ip);
+        let mut fresh = Vec::new();
+        drain_into(encoder, &mut fresh);
+        match (ours, iced) {
+            (Some((size, at)), Ok(expected)) => {
+                assert_eq!((size as usize, &direct), (expected, &fresh), "{insn}");
+                let offsets = encoder.get_constant_offsets();
+                if offsets.has_displacement() {
+                    assert_eq!(usize::from(at), offsets.displacement_offset(), "{insn}");
+                }
+                true
+            }
+            (Some(_), Err(e)) => panic!("{insn}: written, iced refuses: {e}"),
+            (None, Ok(_)) => {
+                let absolute =
+                    insn.memory_base() == Register::None && insn.memory_index() == Register::None;
+                assert!(absolute && direct.is_empty(), "{insn}: left to iced");
+                false
+            }
+            (None, Err(_)) => {
+                assert!(direct.is_empty(), "{insn}");
+                false
+            }
+        }
+    }
+
+    #[test]
+    fn direct_forms_with_memory_are_written_as_iced_encodes_them() {
+        let mut encoder = Encoder::new(64);
+        let (mut written, mut left_to_iced) = (0usize, 0usize);
+        let operands = memory_operands();
+        for form in &DIRECT_FORMS {
+            let registers = reg_registers(form);
+            // Every register with every operand for `lea`, whose
+            // addressing every form shares; the others' registers and
+            // immediates taken in turn.
+            let every_register = form.code == Code::Lea_r64_m;
+            for (k, &memory) in operands.iter().enumerate() {
+                let turn = [registers[k % 16]];
+                let regs = if every_register {
+                    &registers[..]
+                } else {
+                    &turn
+                };
+                let immediate = IMMEDIATES[k % IMMEDIATES.len()];
+                for &reg in regs {
+                    let made = direct_instruction(form, reg, memory, immediate)
+                        .or_else(|| direct_instruction(form, reg, memory, -0x80));
+                    let Some(insn) = made else {
+                        continue;
+                    };
+                    if written_as_iced(&mut encoder, &insn, 0) {
+                        written += 1;
+                    } else {
+                        left_to_iced += 1;
                     }
                 }
             }
         }
         assert!(
-            written > 300_000 && left_to_iced > 0,
+            written > 900_000 && left_to_iced > 0,
             "{written} {left_to_iced}"
         );
-        let mut prefixed =
-            Instruction::with2(Code::Lea_r64_m, RDI, MemoryOperand::with_base_displ(RBX, 8))
-                .unwrap();
-        assert!(lea_r64_m(&prefixed, &mut direct).is_some());
-        prefixed.set_segment_prefix(FS);
-        assert!(lea_r64_m(&prefixed, &mut direct).is_none());
+        let mut prefixed = Instruction::with2(
+            Code::Lea_r64_m,
+            Register::RDI,
+            iced_x86::MemoryOperand::with_base_displ(Register::RBX, 8),
+        )
+        .unwrap();
+        assert!(write_direct(&prefixed, 0, &mut Vec::new()).is_some());
+        prefixed.set_segment_prefix(Register::FS);
+        assert!(write_direct(&prefixed, 0, &mut Vec::new()).is_none());
+    }
+
+    #[test]
+    fn direct_forms_between_registers_are_written_as_iced_encodes_them() {
+        let mut encoder = Encoder::new(64);
+        let mut written = 0;
+        for form in &DIRECT_FORMS {
+            let rms = match form.rm {
+                RmRegister::None => continue,
+                RmRegister::Gpr64 => WIDE,
+                RmRegister::Gpr32 => NARROW,
+            };
+            for (reg, rm) in reg_registers(form)
+                .into_iter()
+                .flat_map(|reg| rms.map(|rm| (reg, rm)))
+            {
+                for immediate in IMMEDIATES {
+                    if let Some(insn) = direct_instruction(form, reg, rm, immediate) {
+                        assert!(written_as_iced(&mut encoder, &insn, 0), "{insn}");
+                        written += 1;
+                    }
+                }
+            }
+        }
+        assert!(written > 10_000, "{written}");
+        // A register where the form takes only memory, or one of
+        // another width, is left to iced.
+        let byte = Instruction::with2(Code::Movzx_r32_rm8, Register::EAX, Register::SIL).unwrap();
+        let narrow =
+            Instruction::with2(Code::Movsxd_r64_rm32, Register::RAX, Register::ESI).unwrap();
+        assert!(write_direct(&byte, 0, &mut Vec::new()).is_none());
+        assert!(write_direct(&narrow, 0, &mut Vec::new()).is_some());
+    }
+
+    #[test]
+    fn rip_relative_direct_forms_reach_as_far_as_iced_does() {
+        let mut encoder = Encoder::new(64);
+        let ip = 0x7000_0000_0000u64;
+        // Targets around the end of every instruction size, and around
+        // the furthest reach each way.
+        let near = (-20i64..=20).map(|d| ip.wrapping_add_signed(d));
+        let forward = (0..40).map(|d| ip.wrapping_add(0x7fff_ffe8 + d));
+        let back = (0..40).map(|d| ip.wrapping_sub(0x8000_0000 - 20 + d));
+        let targets: Vec<u64> = near.chain(forward).chain(back).collect();
+        let (mut written, mut refused) = (0, 0);
+        for form in &DIRECT_FORMS {
+            let registers = reg_registers(form);
+            for (k, &target) in targets.iter().enumerate() {
+                for size in [0, 1, 4, 8] {
+                    let memory = iced_x86::MemoryOperand::new(
+                        Register::RIP,
+                        Register::None,
+                        1,
+                        target as i64,
+                        size,
+                        false,
+                        Register::None,
+                    );
+                    let immediate = IMMEDIATES[k % IMMEDIATES.len()];
+                    let Some(insn) = direct_instruction(form, registers[k % 16], memory, immediate)
+                    else {
+                        continue;
+                    };
+                    if written_as_iced(&mut encoder, &insn, ip) {
+                        written += 1;
+                    } else {
+                        refused += 1;
+                    }
+                }
+            }
+        }
+        assert!(written > 5_000 && refused > 500, "{written} {refused}");
+    }
+
+    #[test]
+    fn each_code_has_at_most_one_direct_form() {
+        for (k, form) in DIRECT_FORMS.iter().enumerate() {
+            assert!((form.code as usize) < CODES);
+            let first = DIRECT_FORMS.iter().position(|f| f.code == form.code);
+            assert_eq!(first, Some(k), "{:?}", form.code);
+            assert_eq!(direct_form(form.code).map(|f| f.code), Some(form.code));
+        }
+        assert!(direct_form(Code::Add_r64_rm64).is_none());
+        assert!(Code::values().all(|code| (code as usize) < CODES));
     }
 
     /// A piece's kind and sizes, to compare.
