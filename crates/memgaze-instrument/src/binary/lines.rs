@@ -357,13 +357,8 @@ pub(crate) enum UnitPace<'h> {
 fn merge_by_begin(mut units: Vec<Vec<Inline>>) -> Vec<Inline> {
     units.retain(|u| !u.is_empty());
     let total = units.iter().map(Vec::len).sum();
-    let mut order: Vec<usize> = (0..units.len()).collect();
-    order.sort_by_key(|&u| units[u][0].begin);
-    let disjoint = order
-        .windows(2)
-        .all(|pair| units[pair[0]].last().map(|r| r.begin) < Some(units[pair[1]][0].begin));
     let mut merged = Vec::with_capacity(total);
-    if disjoint {
+    if let Some(order) = disjoint_order(units.iter().map(|u| u.as_slice())) {
         for u in order {
             merged.append(&mut units[u]);
         }
@@ -374,6 +369,59 @@ fn merge_by_begin(mut units: Vec<Vec<Inline>>) -> Vec<Inline> {
         merged.sort_by_key(|r| r.begin);
     }
     merged
+}
+
+/// The order of `runs` (each sorted by `begin`, none empty) by their
+/// first `begin`, where each then begins after the last range of the one
+/// before begins: their concatenation in that order is sorted, and is what
+/// a stable sort of them joined in the given order gives (no two ranges of
+/// different runs begin together). `None` where runs interleave or touch.
+fn disjoint_order<'r>(runs: impl Iterator<Item = &'r [Inline]>) -> Option<Vec<usize>> {
+    let bounds: Vec<(u64, u64)> = runs
+        .map(|run| (run[0].begin, run[run.len() - 1].begin))
+        .collect();
+    let mut order: Vec<usize> = (0..bounds.len()).collect();
+    order.sort_by_key(|&r| bounds[r].0);
+    let disjoint = order
+        .windows(2)
+        .all(|pair| bounds[pair[0]].1 < bounds[pair[1]].0);
+    disjoint.then_some(order)
+}
+
+/// `inlines` sorted by `begin` as a stable sort orders them, where the
+/// entries of each group (from one of `starts`, ascending, to the next)
+/// mostly cover code of their own: one function's inlined ranges. Each
+/// group is sorted alone and the groups joined by their first range
+/// (a sort of the whole unit was a fifth of reading its inlined ranges);
+/// groups whose ranges interleave leave the whole sorted at once.
+fn sort_in_groups(mut inlines: Vec<Inline>, starts: &[usize]) -> Vec<Inline> {
+    let mut groups: Vec<std::ops::Range<usize>> = Vec::with_capacity(starts.len() + 1);
+    let mut from = 0;
+    for &start in starts.iter().chain([&inlines.len()]) {
+        if start > from {
+            groups.push(from..start);
+            from = start;
+        }
+    }
+    for group in &groups {
+        inlines[group.clone()].sort_by_key(|r| r.begin);
+    }
+    // Sorting each group kept the order of its ranges beginning together,
+    // so a stable sort of the groups joined is still that of `inlines`.
+    match disjoint_order(groups.iter().map(|g| &inlines[g.clone()])) {
+        Some(order) if order.windows(2).any(|pair| pair[0] > pair[1]) => {
+            let mut sorted = Vec::with_capacity(inlines.len());
+            for g in order {
+                sorted.extend_from_slice(&inlines[groups[g].clone()]);
+            }
+            sorted
+        }
+        Some(_) => inlines,
+        None => {
+            inlines.sort_by_key(|r| r.begin);
+            inlines
+        }
+    }
 }
 
 /// [`LineTable::locate_chain`] for addresses asked in rising order: the
@@ -485,6 +533,9 @@ struct UnitLines {
     sequences: Vec<Vec<Row>>,
     /// Its inlined ranges, by `begin`.
     inlines: Vec<Inline>,
+    /// Where in `inlines`, as read, each subprogram's ranges begin (until
+    /// they are sorted).
+    inline_groups: Vec<usize>,
     /// The paths its rows and ranges name, by their `file`.
     files: Vec<String>,
     /// Its last problem.
@@ -581,7 +632,7 @@ impl UnitLines {
         // entries' order: the table then merges runs instead of sorting
         // all units' ranges on one core (a stable sort keeps the order of
         // ranges beginning together).
-        out.inlines.sort_by_key(|r| r.begin);
+        out.inlines = sort_in_groups(std::mem::take(&mut out.inlines), &out.inline_groups);
         out
     }
 }
@@ -880,6 +931,9 @@ fn add_inlines<'a>(
             continue;
         }
         let plan = plans.plan(code, abbreviations, encoding)?;
+        if plan.subprogram {
+            out.inline_groups.push(out.inlines.len());
+        }
         if plan.has_children {
             depth += 1;
         }
@@ -949,6 +1003,9 @@ struct EntryPlan {
     has_children: bool,
     /// An inlined subroutine: its site attributes are read.
     inlined: bool,
+    /// A subprogram: the inlined ranges from it on are sorted apart from
+    /// those before ([`sort_in_groups`]).
+    subprogram: bool,
     /// Read through gimli: an entry with an attribute of a form not
     /// planned here (`DW_FORM_indirect`, forms gimli does not know either).
     whole: bool,
@@ -1136,6 +1193,7 @@ impl EntryPlans {
     fn make(&mut self, abbrev: &gimli::Abbreviation, encoding: gimli::Encoding) -> EntryPlan {
         let has_children = abbrev.has_children();
         let inlined = abbrev.tag() == gimli::DW_TAG_inlined_subroutine;
+        let subprogram = abbrev.tag() == gimli::DW_TAG_subprogram;
         let start = self.steps.len();
         for spec in abbrev.attributes() {
             if inlined && is_site_attribute(spec.name()) {
@@ -1168,6 +1226,7 @@ impl EntryPlans {
                         return EntryPlan {
                             has_children,
                             inlined,
+                            subprogram,
                             whole: true,
                             steps: (0, 0),
                         };
@@ -1191,6 +1250,7 @@ impl EntryPlans {
         EntryPlan {
             has_children,
             inlined,
+            subprogram,
             whole: false,
             steps: (start as u32, self.steps.len() as u32),
         }
@@ -1352,8 +1412,8 @@ fn site_ranges<'a>(
                 }
             },
             gimli::DW_AT_ranges => {
-                if let Some(list) = dwarf.attr_ranges(unit, attr.value)? {
-                    return Ok(SiteRanges::List(list));
+                if let Some(offset) = dwarf.attr_ranges_offset(unit, attr.value)? {
+                    return Ok(SiteRanges::List(RangeList::of_unit(dwarf, unit, offset)?));
                 }
             }
             _ => {}
@@ -1369,7 +1429,7 @@ fn site_ranges<'a>(
 /// The ranges of an inlined subroutine: one, or a range list.
 enum SiteRanges<'a> {
     Single(Option<gimli::Range>),
-    List(gimli::RngListIter<Reader<'a>>),
+    List(RangeList<'a>),
 }
 
 impl SiteRanges<'_> {
@@ -1378,6 +1438,187 @@ impl SiteRanges<'_> {
             SiteRanges::Single(range) => Ok(range.take()),
             SiteRanges::List(list) => list.next(),
         }
+    }
+}
+
+/// A range list of `.debug_ranges` (DWARF 2 to 4) or `.debug_rnglists`
+/// (DWARF 5), giving the ranges and errors gimli's `RngListIter` gives, in
+/// its order: gimli's iterator, made through `Dwarf::attr_ranges` for each
+/// of a large binary's hundreds of thousands of inlined subroutines with
+/// ranges, parses each entry into a general form before adding the base.
+struct RangeList<'a> {
+    /// The entries from the next on (empty after the last).
+    input: Reader<'a>,
+    /// `.debug_rnglists`' `DW_RLE_*` entries, else address pairs.
+    rle: bool,
+    address_size: u8,
+    /// The largest address (every bit of `address_size` set): sums wrap
+    /// at it, and a DWARF 4 pair beginning with it sets the base.
+    ones: u64,
+    /// What address pairs and `DW_RLE_offset_pair`s are offsets from.
+    base: u64,
+    /// `.debug_addr` and the unit's table in it, for the `DW_RLE_*x`
+    /// entries.
+    addresses: (gimli::DebugAddr<Reader<'a>>, gimli::DebugAddrBase<usize>),
+}
+
+/// An entry of a [`RangeList`].
+enum RangeEntry {
+    /// The list's end.
+    End,
+    /// A new base address.
+    Base(u64),
+    /// Offsets from the base address.
+    Offsets(u64, u64),
+    /// Addresses.
+    Addresses(u64, u64),
+}
+
+impl<'a> RangeList<'a> {
+    /// The list at `offset` of `unit`'s range list section.
+    fn of_unit(
+        dwarf: &gimli::Dwarf<Reader<'a>>,
+        unit: &gimli::Unit<Reader<'a>>,
+        offset: gimli::RangeListsOffset<usize>,
+    ) -> Result<RangeList<'a>, gimli::Error> {
+        let encoding = unit.encoding();
+        let section = if encoding.version > 4 {
+            *gimli::Section::reader(dwarf.ranges.debug_rnglists())
+        } else {
+            *gimli::Section::reader(dwarf.ranges.debug_ranges())
+        };
+        let addresses = (dwarf.debug_addr, unit.addr_base);
+        RangeList::new(section, offset, encoding, unit.low_pc, addresses)
+    }
+
+    /// The list at `offset` of `section` (`.debug_rnglists` for DWARF 5,
+    /// else `.debug_ranges`), of a unit of `encoding` whose base address
+    /// is `base`, as gimli's `RangeLists::ranges` reads it.
+    fn new(
+        section: Reader<'a>,
+        offset: gimli::RangeListsOffset<usize>,
+        encoding: gimli::Encoding,
+        base: u64,
+        addresses: (gimli::DebugAddr<Reader<'a>>, gimli::DebugAddrBase<usize>),
+    ) -> Result<RangeList<'a>, gimli::Error> {
+        use gimli::Reader as _;
+        let mut input = section;
+        input.skip(offset.0)?;
+        Ok(RangeList {
+            input,
+            rle: encoding.version > 4,
+            address_size: encoding.address_size,
+            ones: !0u64 >> (64 - u32::from(encoding.address_size) * 8),
+            base,
+            addresses,
+        })
+    }
+
+    /// The next range, skipping empty and reversed ones and those at
+    /// tombstone addresses (as gimli does).
+    fn next(&mut self) -> Result<Option<gimli::Range>, gimli::Error> {
+        use gimli::Reader as _;
+        let tombstone = self.ones - 1;
+        while !self.input.is_empty() {
+            let entry = if self.rle {
+                self.rle_entry()
+            } else {
+                self.pair_entry()
+            };
+            let (begin, end) = match entry {
+                Ok(RangeEntry::Addresses(begin, end)) => (begin, end),
+                Ok(RangeEntry::Offsets(begin, end)) => {
+                    if self.base >= tombstone {
+                        continue;
+                    }
+                    let at = |offset: u64| self.base.wrapping_add(offset) & self.ones;
+                    (at(begin), at(end))
+                }
+                Ok(RangeEntry::Base(base)) => {
+                    self.base = base;
+                    continue;
+                }
+                Ok(RangeEntry::End) => {
+                    self.input.empty();
+                    break;
+                }
+                Err(e) => {
+                    self.input.empty();
+                    return Err(e);
+                }
+            };
+            if begin < tombstone && begin < end {
+                return Ok(Some(gimli::Range { begin, end }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Reads a DWARF 2 to 4 entry: two addresses.
+    fn pair_entry(&mut self) -> Result<RangeEntry, gimli::Error> {
+        let begin = self.address()?;
+        let end = self.address()?;
+        Ok(match (begin, end) {
+            (0, 0) => RangeEntry::End,
+            (begin, end) if begin == self.ones => RangeEntry::Base(end),
+            (begin, end) => RangeEntry::Offsets(begin, end),
+        })
+    }
+
+    /// Reads a `DW_RLE_*` entry.
+    fn rle_entry(&mut self) -> Result<RangeEntry, gimli::Error> {
+        use gimli::Reader as _;
+        let kind = gimli::DwRle(self.input.read_u8()?);
+        Ok(match kind {
+            gimli::DW_RLE_end_of_list => RangeEntry::End,
+            gimli::DW_RLE_base_addressx => RangeEntry::Base(self.indexed_address()?),
+            gimli::DW_RLE_startx_endx => {
+                let begin = self.indexed_address()?;
+                RangeEntry::Addresses(begin, self.indexed_address()?)
+            }
+            gimli::DW_RLE_startx_length => {
+                let begin = self.indexed_address()?;
+                RangeEntry::Addresses(begin, self.after(begin)?)
+            }
+            gimli::DW_RLE_offset_pair => {
+                let begin = self.input.read_uleb128()?;
+                RangeEntry::Offsets(begin, self.input.read_uleb128()?)
+            }
+            gimli::DW_RLE_base_address => RangeEntry::Base(self.address()?),
+            gimli::DW_RLE_start_end => {
+                let begin = self.address()?;
+                RangeEntry::Addresses(begin, self.address()?)
+            }
+            gimli::DW_RLE_start_length => {
+                let begin = self.address()?;
+                RangeEntry::Addresses(begin, self.after(begin)?)
+            }
+            _ => return Err(gimli::Error::UnknownRangeListsEntry(kind)),
+        })
+    }
+
+    /// Reads an address.
+    fn address(&mut self) -> Result<u64, gimli::Error> {
+        use gimli::Reader as _;
+        match self.address_size {
+            8 => self.input.read_u64(),
+            size => self.input.read_address(size),
+        }
+    }
+
+    /// Reads an index into `.debug_addr` and gives its address.
+    fn indexed_address(&mut self) -> Result<u64, gimli::Error> {
+        use gimli::Reader as _;
+        let index = usize::from_u64(self.input.read_uleb128()?)?;
+        let (debug_addr, base) = self.addresses;
+        debug_addr.get_address(self.address_size, base, gimli::DebugAddrIndex(index))
+    }
+
+    /// Reads a length and gives the end of the range of it from `begin`.
+    fn after(&mut self, begin: u64) -> Result<u64, gimli::Error> {
+        use gimli::Reader as _;
+        let length = self.input.read_uleb128()?;
+        Ok(begin.wrapping_add(length) & self.ones)
     }
 }
 
@@ -1584,6 +1825,143 @@ mod tests {
                 merged.iter().map(key).collect::<Vec<_>>(),
                 expected.iter().map(key).collect::<Vec<_>>()
             );
+        }
+    }
+
+    proptest! {
+        /// Sorting a unit's ranges group by group gives what a stable sort
+        /// of all of them gives, whether the groups cover code of their
+        /// own, touch or interleave (ranges are told apart by `line`).
+        #[test]
+        fn ranges_sorted_in_groups_are_the_stable_sort_of_all(
+            groups in proptest::collection::vec(
+                (0u64..40, proptest::collection::vec(0u64..6, 0..7)),
+                0..8,
+            ),
+        ) {
+            let (mut inlines, mut starts, mut line) = (Vec::new(), Vec::new(), 0);
+            for (offset, begins) in &groups {
+                starts.push(inlines.len());
+                for &begin in begins {
+                    line += 1;
+                    let begin = offset + begin;
+                    inlines.push(Inline { begin, end: begin + 1, depth: 0, file: 0, line });
+                }
+            }
+            let mut expected = inlines.clone();
+            expected.sort_by_key(|r| r.begin);
+            let sorted = sort_in_groups(inlines, &starts);
+            let key = |r: &Inline| (r.begin, r.line);
+            prop_assert_eq!(
+                sorted.iter().map(key).collect::<Vec<_>>(),
+                expected.iter().map(key).collect::<Vec<_>>()
+            );
+        }
+
+        /// A range list read here gives the ranges, and the error, gimli's
+        /// `RngListIter` gives: DWARF 4 address pairs and DWARF 5
+        /// `DW_RLE_*` entries of every kind (and unknown ones), at 8- and
+        /// 4-byte addresses, around tombstones and base selections, cut
+        /// short anywhere and read from any offset.
+        #[test]
+        fn range_lists_read_here_give_what_gimli_gives(
+            version in 4u16..6,
+            address_size in prop_oneof![Just(8u8), Just(4u8)],
+            entries in proptest::collection::vec((0u8..10, 0usize..8, 0usize..8), 0..12),
+            base in 0usize..8,
+            (offset, cut) in (0usize..40, 0usize..400),
+        ) {
+            let ones = !0u64 >> (64 - u32::from(address_size) * 8);
+            // Values near the interesting ones: zero, small offsets, real
+            // addresses, tombstones and the base selection marker.
+            let values = [0, 1, 0x10, 0x40, 0x1000, 0x4010, ones - 1, ones];
+            let addresses: Vec<u64> = vec![0x1000, 0x2000, 0x30, ones - 1, ones, 0, 0x4000, 0x5000];
+            let mut debug_addr = Vec::new();
+            for a in &addresses {
+                debug_addr.extend_from_slice(&a.to_le_bytes()[..usize::from(address_size)]);
+            }
+            let mut bytes = Vec::new();
+            let address = |out: &mut Vec<u8>, a: u64| {
+                out.extend_from_slice(&a.to_le_bytes()[..usize::from(address_size)]);
+            };
+            let uleb = |out: &mut Vec<u8>, mut v: u64| loop {
+                let byte = (v & 0x7f) as u8;
+                v >>= 7;
+                if v == 0 {
+                    out.push(byte);
+                    break;
+                }
+                out.push(byte | 0x80);
+            };
+            for &(kind, a, b) in &entries {
+                let (a, b) = (values[a], values[b]);
+                if version == 4 {
+                    let (begin, end) = match kind {
+                        0 => (0, 0),
+                        1 => (ones, b),
+                        _ => (a, b),
+                    };
+                    address(&mut bytes, begin);
+                    address(&mut bytes, end);
+                    continue;
+                }
+                bytes.push(kind);
+                let index = |v: u64| v % addresses.len() as u64;
+                match gimli::DwRle(kind) {
+                    gimli::DW_RLE_base_addressx => uleb(&mut bytes, index(a)),
+                    gimli::DW_RLE_startx_endx => {
+                        uleb(&mut bytes, index(a));
+                        uleb(&mut bytes, index(b) + u64::from(b == ones) * 100);
+                    }
+                    gimli::DW_RLE_startx_length | gimli::DW_RLE_offset_pair => {
+                        uleb(&mut bytes, if kind == 3 { index(a) } else { a });
+                        uleb(&mut bytes, b);
+                    }
+                    gimli::DW_RLE_base_address => address(&mut bytes, a),
+                    gimli::DW_RLE_start_end => {
+                        address(&mut bytes, a);
+                        address(&mut bytes, b);
+                    }
+                    gimli::DW_RLE_start_length => {
+                        address(&mut bytes, a);
+                        uleb(&mut bytes, b);
+                    }
+                    _ => {}
+                }
+            }
+            bytes.truncate(cut);
+            let encoding = gimli::Encoding { version, address_size, ..DWARF4_32 };
+            let section = EndianSlice::new(&bytes, LittleEndian);
+            let addr = gimli::DebugAddr::from(EndianSlice::new(&debug_addr, LittleEndian));
+            let (addr_base, base) = (gimli::DebugAddrBase(0), values[base]);
+            let offset = gimli::RangeListsOffset(offset.min(bytes.len() + 2));
+            let lists = gimli::RangeLists::new(
+                gimli::DebugRanges::from(section),
+                gimli::DebugRngLists::from(section),
+            );
+            let read = |mut next: Box<dyn FnMut() -> Result<Option<gimli::Range>, gimli::Error> + '_>| {
+                let mut got = Vec::new();
+                loop {
+                    match next() {
+                        Ok(Some(r)) => got.push(Ok(r)),
+                        Ok(None) => break,
+                        Err(e) => {
+                            got.push(Err(e));
+                            break;
+                        }
+                    }
+                }
+                got
+            };
+            let theirs = match lists.ranges(offset, encoding, base, &addr, addr_base) {
+                Ok(mut list) => read(Box::new(move || list.next())),
+                Err(e) => vec![Err(e)],
+            };
+            let ours = match RangeList::new(section, offset, encoding, base, (addr, addr_base)) {
+                Ok(mut list) => read(Box::new(move || list.next())),
+                Err(e) => vec![Err(e)],
+            };
+            prop_assert_eq!(ours, theirs);
         }
     }
 
