@@ -204,13 +204,10 @@ impl Frame {
                 continue;
             }
             let mut mask = written[i] & !invariant_mask;
-            let mut v = 0;
             while mask != 0 {
-                if mask & 1 != 0 {
-                    self.defs.push((v, DefKind::Value));
-                }
-                mask >>= 1;
-                v += 1;
+                self.defs
+                    .push((mask.trailing_zeros() as Var, DefKind::Value));
+                mask &= mask - 1;
             }
             if matches!(
                 insn.flow_control(),
