@@ -91,12 +91,17 @@ impl LoopForest {
                 continue;
             }
             for &s in &block.successors {
+                // A dominator comes first in reverse post-order: an edge
+                // forward in it closes no cycle, and most edges are.
+                if dom.rpo_position[s as usize] > dom.rpo_position[b as usize] {
+                    continue;
+                }
                 if dom.dominates(s, b) {
                     match by_header.iter_mut().find(|(h, _)| *h == s) {
                         Some((_, latches)) => latches.push(b),
                         None => by_header.push((s, vec![b])),
                     }
-                } else if dom.rpo_position[s as usize] <= dom.rpo_position[b as usize] {
+                } else {
                     irreducible += 1;
                 }
             }

@@ -114,6 +114,7 @@ enum StackEffect {
     Unknown,
 }
 
+#[inline]
 fn stack_effect(insn: &Instruction, frame_pointer: Option<i64>) -> StackEffect {
     let imm = |insn: &Instruction| insn.immediate(1) as i64;
     let rsp_dst = insn.op_count() > 0
@@ -178,9 +179,12 @@ pub(crate) fn positions(code: &FunctionCode, frame_pointer: Option<i64>) -> Vec<
     while let Some(b) = work.pop() {
         let block = &code.blocks[b as usize];
         let mut pos = entry[b as usize].flatten();
-        for i in block.instructions() {
-            out[i] = pos;
-            pos = match stack_effect(&code.instructions[i], frame_pointer) {
+        // Zipped rather than indexed: the bounds are checked once per block.
+        let range = block.instructions();
+        let insns = range.clone().zip(&code.instructions[range.clone()]);
+        for ((i, insn), slot) in insns.zip(&mut out[range]) {
+            *slot = pos;
+            pos = match stack_effect(insn, frame_pointer) {
                 StackEffect::Add(d) => pos.map(|p| p.plus(d)),
                 StackEffect::FromFramePointer(off) => Some(StackPos::entry(off)),
                 StackEffect::Realign => Some(StackPos {

@@ -1,15 +1,18 @@
 //! Which general-purpose registers and memory an instruction reads and
 //! writes: iced's instruction info, with the common codes (`mov`, `lea`,
 //! `movzx`/`movsx`, `add`/`sub`/`and`/`or`/`xor`, `cmp`/`test`, `imul`,
-//! `push`/`pop`) read from the decoded operands instead. Most instructions
-//! are of those few codes, and iced's general tables cost about ten times
-//! as much as reading the operands; `direct_usage_is_iceds` compares both
-//! on every encoding of the codes covered.
+//! `inc`/`dec`, shifts, `setcc`, `push`/`pop`, `call`/`ret`, jumps to a
+//! displacement, the SSE moves) read from the decoded operands instead.
+//! Most instructions are of those few codes, and iced's general tables
+//! cost about ten times as much as reading the operands;
+//! `direct_usage_is_iceds` compares both on every encoding of the codes
+//! covered.
 
 use iced_x86::{
     Code, CodeSize, Instruction, InstructionInfoFactory, InstructionInfoOptions, MemorySize,
     OpAccess, OpKind, Register, UsedMemory, UsedRegister,
 };
+use std::sync::LazyLock;
 
 /// What an instruction does to the 16 general-purpose registers, a bit per
 /// 64-bit register (bit = iced register number − `RAX`) whatever the width
@@ -110,27 +113,47 @@ enum OperandUse {
     /// `xor` and `sub`: as `ReadWriteRead`, but a register with itself is
     /// only written (iced's clearing idiom).
     ClearingIdiom,
-    /// `push r64`: the operand is read, `rsp` read and written, the slot
-    /// below the stack pointer written.
+    /// `push r64` and `call rel32`: the operand is read, `rsp` read and
+    /// written, the slot below the stack pointer written.
     Push,
-    /// `pop r64`: the operand is written, `rsp` read and written, the slot
-    /// at the stack pointer read.
+    /// `pop r64` and `ret`: the operand is written, `rsp` read and
+    /// written, the slot at the stack pointer read.
     Pop,
+    /// Jumps to a displacement: their operand is no register or memory.
+    Branch,
     /// `lea`: the first operand is written, the second's base and index
     /// read and no memory accessed.
     Lea,
 }
 
+/// [`listed_operand_use`] of every code, by code number: the match over the
+/// listed codes compiles to a chain of comparisons, asked for every
+/// instruction, where one byte is read here.
+static OPERAND_USES: LazyLock<Box<[Option<OperandUse>]>> =
+    LazyLock::new(|| Code::values().map(listed_operand_use).collect());
+
 /// The operand use of the common codes whose general-purpose registers are
 /// their explicit operands alone (plus `rsp` for push and pop), or `None`.
+#[inline(always)]
 fn operand_use(code: Code) -> Option<OperandUse> {
+    OPERAND_USES[code as usize]
+}
+
+/// [`operand_use`], from the list of the codes covered.
+fn listed_operand_use(code: Code) -> Option<OperandUse> {
     use Code::*;
     Some(match code {
         Mov_rm8_r8 | Mov_rm16_r16 | Mov_rm32_r32 | Mov_rm64_r64 | Mov_r8_rm8 | Mov_r16_rm16
         | Mov_r32_rm32 | Mov_r64_rm64 | Mov_r32_imm32 | Mov_r64_imm64 | Mov_rm8_imm8
         | Mov_rm16_imm16 | Mov_rm32_imm32 | Mov_rm64_imm32 | Movzx_r32_rm8 | Movzx_r32_rm16
         | Movzx_r64_rm8 | Movzx_r64_rm16 | Movsx_r32_rm8 | Movsx_r32_rm16 | Movsx_r64_rm8
-        | Movsx_r64_rm16 | Movsxd_r64_rm32 => OperandUse::WriteRead,
+        | Movsx_r64_rm16 | Movsxd_r64_rm32 | Seto_rm8 | Setno_rm8 | Setb_rm8 | Setae_rm8
+        | Sete_rm8 | Setne_rm8 | Setbe_rm8 | Seta_rm8 | Sets_rm8 | Setns_rm8 | Setp_rm8
+        | Setnp_rm8 | Setl_rm8 | Setge_rm8 | Setle_rm8 | Setg_rm8 | Movups_xmm_xmmm128
+        | Movups_xmmm128_xmm | Movaps_xmm_xmmm128 | Movaps_xmmm128_xmm | Movupd_xmm_xmmm128
+        | Movupd_xmmm128_xmm | Movapd_xmm_xmmm128 | Movapd_xmmm128_xmm | Movdqa_xmm_xmmm128
+        | Movdqa_xmmm128_xmm | Movdqu_xmm_xmmm128 | Movdqu_xmmm128_xmm | Movss_xmm_xmmm32
+        | Movss_xmmm32_xmm | Movsd_xmm_xmmm64 | Movsd_xmmm64_xmm => OperandUse::WriteRead,
         Lea_r32_m | Lea_r64_m => OperandUse::Lea,
         Add_rm8_r8 | Add_rm32_r32 | Add_rm64_r64 | Add_r8_rm8 | Add_r32_rm32 | Add_r64_rm64
         | Add_AL_imm8 | Add_EAX_imm32 | Add_RAX_imm32 | Add_rm8_imm8 | Add_rm32_imm8
@@ -139,7 +162,11 @@ fn operand_use(code: Code) -> Option<OperandUse> {
         | And_RAX_imm32 | And_rm8_imm8 | And_rm32_imm8 | And_rm64_imm8 | And_rm32_imm32
         | And_rm64_imm32 | Or_rm8_r8 | Or_rm32_r32 | Or_rm64_r64 | Or_r8_rm8 | Or_r32_rm32
         | Or_r64_rm64 | Or_AL_imm8 | Or_EAX_imm32 | Or_RAX_imm32 | Or_rm8_imm8 | Or_rm32_imm8
-        | Or_rm64_imm8 | Or_rm32_imm32 | Or_rm64_imm32 | Imul_r32_rm32 | Imul_r64_rm64 => {
+        | Or_rm64_imm8 | Or_rm32_imm32 | Or_rm64_imm32 | Imul_r32_rm32 | Imul_r64_rm64
+        | Inc_rm8 | Inc_rm16 | Inc_rm32 | Inc_rm64 | Dec_rm8 | Dec_rm16 | Dec_rm32 | Dec_rm64
+        | Shl_rm32_imm8 | Shl_rm64_imm8 | Shl_rm32_1 | Shl_rm64_1 | Shl_rm32_CL | Shl_rm64_CL
+        | Shr_rm32_imm8 | Shr_rm64_imm8 | Shr_rm32_1 | Shr_rm64_1 | Shr_rm32_CL | Shr_rm64_CL
+        | Sar_rm32_imm8 | Sar_rm64_imm8 | Sar_rm32_1 | Sar_rm64_1 | Sar_rm32_CL | Sar_rm64_CL => {
             OperandUse::ReadWriteRead
         }
         Xor_rm8_r8 | Xor_rm32_r32 | Xor_rm64_r64 | Xor_r8_rm8 | Xor_r32_rm32 | Xor_r64_rm64
@@ -154,8 +181,14 @@ fn operand_use(code: Code) -> Option<OperandUse> {
         | Cmp_rm64_imm32 | Test_rm8_r8 | Test_rm16_r16 | Test_rm32_r32 | Test_rm64_r64
         | Test_AL_imm8 | Test_EAX_imm32 | Test_RAX_imm32 | Test_rm8_imm8 | Test_rm32_imm32
         | Test_rm64_imm32 => OperandUse::ReadRead,
-        Push_r64 => OperandUse::Push,
-        Pop_r64 => OperandUse::Pop,
+        Push_r64 | Call_rel32_64 => OperandUse::Push,
+        Pop_r64 | Retnq => OperandUse::Pop,
+        Jo_rel8_64 | Jno_rel8_64 | Jb_rel8_64 | Jae_rel8_64 | Je_rel8_64 | Jne_rel8_64
+        | Jbe_rel8_64 | Ja_rel8_64 | Js_rel8_64 | Jns_rel8_64 | Jp_rel8_64 | Jnp_rel8_64
+        | Jl_rel8_64 | Jge_rel8_64 | Jle_rel8_64 | Jg_rel8_64 | Jo_rel32_64 | Jno_rel32_64
+        | Jb_rel32_64 | Jae_rel32_64 | Je_rel32_64 | Jne_rel32_64 | Jbe_rel32_64 | Ja_rel32_64
+        | Js_rel32_64 | Jns_rel32_64 | Jp_rel32_64 | Jnp_rel32_64 | Jl_rel32_64 | Jge_rel32_64
+        | Jle_rel32_64 | Jg_rel32_64 | Jmp_rel8_64 | Jmp_rel32_64 => OperandUse::Branch,
         _ => return None,
     })
 }
@@ -195,6 +228,7 @@ fn direct<F: RegisterFold>(
         OperandUse::WriteRead | OperandUse::Lea => (OpAccess::Write, OpAccess::Read),
         OperandUse::ReadWriteRead => (OpAccess::ReadWrite, OpAccess::Read),
         OperandUse::ReadRead => (OpAccess::Read, OpAccess::Read),
+        OperandUse::Branch => (OpAccess::None, OpAccess::None),
         OperandUse::ClearingIdiom => {
             let same_register = insn.op1_kind() == OpKind::Register
                 && insn.op0_kind() == OpKind::Register
@@ -348,7 +382,8 @@ mod tests {
 
     /// [`direct_usage`] and [`direct_gpr_effects`] against iced on every
     /// encoding of the codes covered: each REX prefix (and none, operand
-    /// size, address size, the `fs`/`gs` segments), each one- and two-byte
+    /// size, address size, the `fs`/`gs` segments, `repne`/`rep`, which
+    /// select the scalar and `movdqu` SSE moves), each one- and two-byte
     /// opcode, each ModRM byte, and each SIB byte where the ModRM has one,
     /// so every register pair, base, index, RIP-relative operand and the
     /// register-with-itself forms are met. The memory list is compared
@@ -387,10 +422,18 @@ mod tests {
             compared += 1;
             true
         };
-        let prefixes: Vec<Vec<u8>> = [vec![], vec![0x66], vec![0x67], vec![0x64], vec![0x65]]
-            .into_iter()
-            .chain((0x40..=0x4fu8).map(|rex| vec![rex]))
-            .collect();
+        let prefixes: Vec<Vec<u8>> = [
+            vec![],
+            vec![0x66],
+            vec![0x67],
+            vec![0x64],
+            vec![0x65],
+            vec![0xf2],
+            vec![0xf3],
+        ]
+        .into_iter()
+        .chain((0x40..=0x4fu8).map(|rex| vec![rex]))
+        .collect();
         let tail = [0x11u8, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa];
         for prefix in &prefixes {
             for escape in [None, Some(0x0fu8)] {

@@ -104,14 +104,18 @@ impl Frame {
         let mut accesses: Vec<(u32, Register, u64, u32, bool)> = Vec::new();
         let frame_setup = stack::has_frame_setup(code);
         for (i, insn) in code.instructions.iter().enumerate() {
-            if !frame_setup
-                && !may_access_frame(insn)
-                && loops.innermost(code.block_of[i]).is_none()
-            {
+            let frame_access = may_access_frame(insn);
+            if !frame_setup && !frame_access && loops.innermost(code.block_of[i]).is_none() {
                 written.push(0);
                 continue;
             }
-            // The effects' bits are the variables' numbers.
+            // The effects' bits are the variables' numbers. Only a frame
+            // access can list a location kept here: the others' memory
+            // usage (iced's memory list, most of their cost) is not asked.
+            if !frame_access {
+                written.push(usages.gpr_effects(insn).written);
+                continue;
+            }
             let (effects, memory) = usages.of(insn);
             written.push(effects.written);
             for m in memory {
@@ -200,13 +204,10 @@ impl Frame {
                 continue;
             }
             let mut mask = written[i] & !invariant_mask;
-            let mut v = 0;
             while mask != 0 {
-                if mask & 1 != 0 {
-                    self.defs.push((v, DefKind::Value));
-                }
-                mask >>= 1;
-                v += 1;
+                self.defs
+                    .push((mask.trailing_zeros() as Var, DefKind::Value));
+                mask &= mask - 1;
             }
             if matches!(
                 insn.flow_control(),
