@@ -114,7 +114,6 @@ enum StackEffect {
     Unknown,
 }
 
-#[inline]
 fn stack_effect(insn: &Instruction, frame_pointer: Option<i64>) -> StackEffect {
     let imm = |insn: &Instruction| insn.immediate(1) as i64;
     let rsp_dst = insn.op_count() > 0
