@@ -12,6 +12,7 @@
 //! Slots whose address escapes are not modelled: a store through another
 //! pointer is assumed not to alias them.
 
+use super::values::bits_of;
 use crate::binary::stack::{self, StackPos};
 use crate::binary::usage::Usages;
 use crate::binary::{FunctionCode, LoopForest};
@@ -203,12 +204,9 @@ impl Frame {
             if loops.innermost(code.block_of[i]).is_none() {
                 continue;
             }
-            let mut mask = written[i] & !invariant_mask;
-            while mask != 0 {
-                self.defs
-                    .push((mask.trailing_zeros() as Var, DefKind::Value));
-                mask &= mask - 1;
-            }
+            let defined = bits_of(u128::from(written[i] & !invariant_mask));
+            self.defs
+                .extend(defined.map(|v| (v as Var, DefKind::Value)));
             if matches!(
                 insn.flow_control(),
                 FlowControl::Call | FlowControl::IndirectCall

@@ -1486,8 +1486,8 @@ fn mask(bit: u32) -> Option<u128> {
     (bit < NODE_BITS).then(|| 1u128 << bit)
 }
 
-/// The bits of a set.
-fn bits_of(mut set: u128) -> impl Iterator<Item = u32> {
+/// The bits of a set, in increasing order.
+pub(super) fn bits_of(mut set: u128) -> impl Iterator<Item = u32> {
     std::iter::from_fn(move || {
         (set != 0).then(|| {
             let bit = set.trailing_zeros();
