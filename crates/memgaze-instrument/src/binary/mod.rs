@@ -142,6 +142,15 @@ impl HashUnderWay {
         let hashed = self.thread.take().and_then(|t| t.join().ok().flatten());
         hashed.unwrap_or_else(|| sha256_of(bytes))
     }
+
+    /// The hash of `bytes`: `under_way`'s, finished, or computed here when
+    /// none was started.
+    fn finish_or_hash(under_way: Option<HashUnderWay>, bytes: &FileBytes) -> String {
+        match under_way {
+            Some(under_way) => under_way.finish(bytes),
+            None => sha256_of(bytes),
+        }
+    }
 }
 
 impl Drop for HashUnderWay {
@@ -446,8 +455,7 @@ impl Binary {
             (Hashing::LaterIfLarge, under_way) if data.len() >= HASH_APART => {
                 (String::new(), under_way)
             }
-            (_, Some(under_way)) => (under_way.finish(&bytes), None),
-            (_, None) => (sha256_of(&bytes), None),
+            (_, under_way) => (HashUnderWay::finish_or_hash(under_way, &bytes), None),
         };
         let identity = BinaryIdentity {
             path: path.display().to_string(),
@@ -550,10 +558,8 @@ impl Binary {
         if !self.identity.sha256.is_empty() {
             return;
         }
-        self.identity.sha256 = match self.sha256_under_way.take() {
-            Some(under_way) => under_way.finish(&self.data),
-            None => sha256_of(&self.data),
-        };
+        self.identity.sha256 =
+            HashUnderWay::finish_or_hash(self.sha256_under_way.take(), &self.data);
     }
 
     /// Fixed-address, PIE or (from [`Binary::open_any`]) shared object.
