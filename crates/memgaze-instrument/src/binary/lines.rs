@@ -1097,8 +1097,7 @@ impl SiteStep {
             SiteRead::Data(4) => u64::from(input.read_u32()?),
             SiteRead::Data(_) => input.read_u64()?,
             SiteRead::Udata => input.read_uleb128()?,
-            SiteRead::Address(8) => input.read_u64()?,
-            SiteRead::Address(size) => input.read_address(size)?,
+            SiteRead::Address(size) => read_sized_address(input, size)?,
             SiteRead::Offset(format) => {
                 let offset = input.read_offset(format)?;
                 return Ok(SiteAttribute {
@@ -1138,6 +1137,16 @@ impl<'a> SiteAttribute<'a> {
             form: attribute.form(),
             value: attribute.value(),
         }
+    }
+}
+
+/// An address of `size` bytes from `input`, an 8-byte one read as such
+/// (gimli's `read_address` chooses by the size at every call).
+fn read_sized_address(input: &mut Reader<'_>, size: u8) -> Result<u64, gimli::Error> {
+    use gimli::Reader as _;
+    match size {
+        8 => input.read_u64(),
+        size => input.read_address(size),
     }
 }
 
@@ -1599,11 +1608,7 @@ impl<'a> RangeList<'a> {
 
     /// Reads an address.
     fn address(&mut self) -> Result<u64, gimli::Error> {
-        use gimli::Reader as _;
-        match self.address_size {
-            8 => self.input.read_u64(),
-            size => self.input.read_address(size),
-        }
+        read_sized_address(&mut self.input, self.address_size)
     }
 
     /// Reads an index into `.debug_addr` and gives its address.
