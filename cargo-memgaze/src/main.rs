@@ -11,6 +11,7 @@ use memgaze_error::{self as error, Exit};
 
 fn main() {
     ignore_file_size_signal();
+    memgaze_output::remove_staged_files_on_signals();
     std::panic::set_hook(Box::new(|info| {
         let message = info
             .payload()

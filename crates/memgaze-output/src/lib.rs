@@ -26,6 +26,10 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use tempfile::{TempDir, TempPath};
 
+mod staged;
+use staged::StagedSlot;
+pub use staged::{ENDING_SIGNALS, SLOTS as STAGED_SLOTS, remove_staged_files_on_signals};
+
 /// Why an output cannot be written. The message names the destination as
 /// the user gave it.
 #[derive(Debug, thiserror::Error)]
@@ -213,6 +217,8 @@ pub struct AtomicFile {
     named: PathBuf,
     /// The destination after [`check_output`] resolved links.
     target: PathBuf,
+    /// The temporary file's place among those a signal removes.
+    staged: StagedSlot,
 }
 
 impl AtomicFile {
@@ -239,6 +245,7 @@ impl AtomicFile {
                     temp: None,
                     named: path.to_path_buf(),
                     target,
+                    staged: StagedSlot::none(),
                 });
             }
             return Err(refused(
@@ -265,12 +272,14 @@ impl AtomicFile {
             std::fs::set_permissions(temp.path(), Permissions::from_mode(keep))
                 .map_err(io_error(path, "cannot write"))?;
         }
+        let staged = StagedSlot::hold(temp.path());
         let (file, temp) = temp.into_parts();
         Ok(AtomicFile {
             out: BufWriter::with_capacity(1 << 16, file),
             temp: Some(temp),
             named: path.to_path_buf(),
             target,
+            staged,
         })
     }
 
@@ -294,11 +303,14 @@ impl AtomicFile {
 
     /// Flushes and renames the file into place.
     pub fn commit(self) -> Result<()> {
+        // `_staged` keeps the temporary file removable by a signal until
+        // it is in place.
         let AtomicFile {
             out,
             temp,
             named,
             target,
+            staged: _staged,
         } = self;
         let file = out
             .into_inner()
