@@ -120,33 +120,50 @@ pub(crate) fn plan(
         return Vec::new();
     }
     let forest = code.loops();
+    if forest.loops.is_empty() {
+        return Vec::new();
+    }
     let mut usages = Usages::new();
     let mut out = Vec::new();
+    // Loops that enclose another, found in one pass over the parents.
+    let mut encloses = vec![false; forest.loops.len()];
+    for lp in &forest.loops {
+        if let Some(parent) = lp.parent {
+            encloses[parent as usize] = true;
+        }
+    }
+    // Per block, 1 + the index of the last loop whose blocks were marked:
+    // membership in the loop at hand is then one look-up, not a search of
+    // its blocks per load and per superblock instruction.
+    let mut marked_by = vec![0u32; code.blocks.len()];
     for (index, lp) in forest.loops.iter().enumerate() {
-        let innermost = !forest
-            .loops
-            .iter()
-            .any(|other| other.parent == Some(index as u32));
-        if !innermost {
+        if encloses[index] {
             continue;
         }
         let header = code.blocks[lp.header as usize].first as usize;
-        let candidate = RegisterLoop {
-            header,
-            blocks: lp.blocks.clone(),
-            reg: Register::None,
-            spare: None,
-        };
-        if header == 0 || !shape_qualifies(code, &candidate) {
+        if header == 0 || !shape_qualifies(code, header, &lp.blocks) {
             continue;
         }
-        let in_loop = |i: usize| candidate.contains(code.block_of[i]);
+        let mark = index as u32 + 1;
+        for &b in &lp.blocks {
+            marked_by[b as usize] = mark;
+        }
+        let in_loop = |i: usize| marked_by[code.block_of[i] as usize] == mark;
+        // The loop's instructions lie between its first block's first and
+        // its last block's last (blocks and `inserts` are in address
+        // order, superblocks too, each within its blocks): what starts past
+        // that or ends before it has nothing inside.
+        let first = code.blocks[lp.blocks[0] as usize].first as usize;
+        let last = code.blocks[*lp.blocks.last().unwrap() as usize].last();
+        let inserts = &inserts[inserts.partition_point(|&(i, _)| i < first)..];
+        let inserts = inserts.iter().take_while(|&&(i, _)| i <= last);
+        let superblocks = superblocks.iter().take_while(|block| block.at <= last);
         let mut taken: Vec<Register> = Vec::new();
         // Checks that would save their scratch below the red zone.
         let mut saving: Vec<usize> = Vec::new();
         let mut counted = 0;
         let mut wholly_inside = true;
-        for &(i, insert) in inserts.iter().filter(|&&(i, _)| in_loop(i)) {
+        for &(i, insert) in inserts.filter(|&&(i, _)| in_loop(i)) {
             // A lone load's probe needs the flags dead for `sub reg, 1`.
             if !matches!(
                 insert,
@@ -161,7 +178,10 @@ pub(crate) fn plan(
             counted += 1;
             note_check(spatial.get(&i), i, &mut taken, &mut saving);
         }
-        for block in superblocks.iter().take_while(|_| wholly_inside) {
+        for block in superblocks.take_while(|_| wholly_inside) {
+            if block.last < first {
+                continue;
+            }
             let inside = (block.at..=block.last).filter(|&i| in_loop(i)).count();
             if inside == 0 {
                 continue;
@@ -182,7 +202,7 @@ pub(crate) fn plan(
         if !wholly_inside || counted == 0 {
             continue;
         }
-        let Some(used) = registers_used(code, &candidate, &mut usages) else {
+        let Some(used) = registers_used(code, &lp.blocks, &mut usages) else {
             continue;
         };
         taken.extend(used);
@@ -200,9 +220,10 @@ pub(crate) fn plan(
             }
         }
         out.push(RegisterLoop {
+            header,
+            blocks: lp.blocks.clone(),
             reg,
             spare,
-            ..candidate
         });
     }
     out.sort_by_key(|l| l.header);
@@ -224,12 +245,13 @@ fn note_check(
     }
 }
 
-/// Whether every block of `lp` ends so that its exits can be instrumented:
-/// a fall-through, a conditional branch or a jump inside the function, and
+/// Whether every block of the loop of `blocks` (its header's first
+/// instruction `header`) ends so that its exits can be instrumented: a
+/// fall-through, a conditional branch or a jump inside the function, and
 /// none falls through into the header.
-fn shape_qualifies(code: &FunctionCode, lp: &RegisterLoop) -> bool {
-    let header_block = code.block_of[lp.header];
-    lp.blocks.iter().all(|&b| {
+fn shape_qualifies(code: &FunctionCode, header: usize, blocks: &[u32]) -> bool {
+    let header_block = code.block_of[header];
+    blocks.iter().all(|&b| {
         let block = &code.blocks[b as usize];
         match block.terminator {
             Terminator::Jump => true,
@@ -244,16 +266,16 @@ fn shape_qualifies(code: &FunctionCode, lp: &RegisterLoop) -> bool {
     })
 }
 
-/// The full general registers the instructions of `lp` read or write, or
-/// `None` when one names `rsp`, calls, returns, traps or makes a system
-/// call.
+/// The full general registers the instructions of the loop of `blocks`
+/// read or write, or `None` when one names `rsp`, calls, returns, traps or
+/// makes a system call.
 fn registers_used(
     code: &FunctionCode,
-    lp: &RegisterLoop,
+    blocks: &[u32],
     usages: &mut Usages,
 ) -> Option<Vec<Register>> {
     let mut used = Vec::new();
-    for &b in &lp.blocks {
+    for &b in blocks {
         for i in code.blocks[b as usize].instructions() {
             let insn = &code.instructions[i];
             if !matches!(
@@ -347,6 +369,7 @@ impl<'a> LoopMap<'a> {
     /// must take. A loop head aligned at the entry (the last of `aligned`,
     /// `(instruction index, last branch back)`) moves to the body, where
     /// the back edges go.
+    #[inline]
     pub(crate) fn enter(
         &self,
         (i, in_loop): (usize, Option<usize>),
@@ -354,9 +377,23 @@ impl<'a> LoopMap<'a> {
         out: &mut Vec<Instruction>,
         aligned: &mut [(usize, Option<usize>)],
     ) -> u64 {
-        let Some(n) = in_loop.filter(|&n| self.loops[n].header == i) else {
-            return label;
-        };
+        // Asked of every instruction copied: the answer for all but the
+        // headers is found where it is asked, without a call.
+        match in_loop.filter(|&n| self.loops[n].header == i) {
+            Some(n) => self.enter_header(n, label, out, aligned),
+            None => label,
+        }
+    }
+
+    /// [`Self::enter`] at the header of loop `n`.
+    #[inline(never)]
+    fn enter_header(
+        &self,
+        n: usize,
+        label: u64,
+        out: &mut Vec<Instruction>,
+        aligned: &mut [(usize, Option<usize>)],
+    ) -> u64 {
         let (reg, spare) = (self.loops[n].reg, self.loops[n].spare);
         let start = out.len();
         out.push(with_ip(lea_rsp(-FRAME), label));
