@@ -598,6 +598,132 @@ mod tests {
 
     const BASE: u64 = 0x1000;
 
+    /// [`plan`] as it was first written: each loop's membership by a
+    /// search of its sorted blocks, every load and superblock asked of
+    /// every innermost loop. The reference for the marked blocks and the
+    /// loops' spans.
+    fn plan_by_search(
+        code: &FunctionCode,
+        inserts: &[(usize, Insert)],
+        superblocks: &[Superblock],
+        spatial: &mut HashMap<usize, (u32, SpatialProbe)>,
+    ) -> Vec<RegisterLoop> {
+        if code.unresolved_indirect_jumps() > 0 {
+            return Vec::new();
+        }
+        let forest = code.loops();
+        let mut usages = Usages::new();
+        let mut out = Vec::new();
+        for (index, lp) in forest.loops.iter().enumerate() {
+            if (forest.loops.iter()).any(|other| other.parent == Some(index as u32)) {
+                continue;
+            }
+            let header = code.blocks[lp.header as usize].first as usize;
+            if header == 0 || !shape_qualifies(code, header, &lp.blocks) {
+                continue;
+            }
+            let in_loop = |i: usize| lp.contains(code.block_of[i]);
+            let (mut taken, mut saving) = (Vec::new(), Vec::new());
+            let mut counted = 0;
+            let mut wholly_inside = true;
+            for &(i, insert) in inserts.iter().filter(|&&(i, _)| in_loop(i)) {
+                if !matches!(
+                    insert,
+                    Insert::Soft {
+                        fast: FastPath::FlagsDead,
+                        ..
+                    }
+                ) {
+                    wholly_inside = false;
+                    break;
+                }
+                counted += 1;
+                note_check(spatial.get(&i), i, &mut taken, &mut saving);
+            }
+            for block in superblocks.iter().take_while(|_| wholly_inside) {
+                let inside = (block.at..=block.last).filter(|&i| in_loop(i)).count();
+                if inside == 0 {
+                    continue;
+                }
+                if inside != block.last - block.at + 1 {
+                    wholly_inside = false;
+                    break;
+                }
+                counted += 1;
+                for &(i, _, fast) in &block.loads {
+                    if let FastPath::SaveIn(reg) = fast {
+                        taken.push(reg);
+                    }
+                    note_check(spatial.get(&i), i, &mut taken, &mut saving);
+                }
+            }
+            if !wholly_inside || counted == 0 {
+                continue;
+            }
+            let Some(used) = registers_used(code, &lp.blocks, &mut usages) else {
+                continue;
+            };
+            taken.extend(used);
+            let mut free = CANDIDATES.into_iter().filter(|r| !taken.contains(r));
+            let Some(reg) = free.next() else {
+                continue;
+            };
+            let spare = free.next().filter(|_| !saving.is_empty());
+            for &i in saving.iter().filter(|_| spare.is_some()) {
+                if let Some((_, check)) = spatial.get_mut(&i) {
+                    check.scratch = spare.unwrap();
+                    check.save_scratch = false;
+                }
+            }
+            out.push(RegisterLoop {
+                header,
+                blocks: lp.blocks.clone(),
+                reg,
+                spare,
+            });
+        }
+        out.sort_by_key(|l| l.header);
+        out
+    }
+
+    /// [`plan`] agrees with [`plan_by_search`] on every function of this
+    /// test executable, with a probe before each load the planner would
+    /// probe, superblocks and spatial checks chosen as it chooses them.
+    #[test]
+    fn marked_loops_plan_as_a_search_of_their_blocks() {
+        use crate::rewrite::{choose_fast_path, choose_spatial_probe, form_superblocks, liveness};
+        let binary = crate::binary::Binary::open(std::env::current_exe().unwrap()).unwrap();
+        let mut loops = 0;
+        for function in binary.functions() {
+            let code = binary.function_code(function);
+            let live = liveness::live_before(&code);
+            let loads = (code.instructions.iter().enumerate()).filter(|(_, insn)| {
+                (0..insn.op_count()).any(|k| insn.op_kind(k) == iced_x86::OpKind::Memory)
+                    && crate::rewrite::probe::unsupported_operand(insn).is_none()
+            });
+            let mut inserts = Vec::new();
+            let mut spatial = HashMap::new();
+            for (n, (i, insn)) in loads.enumerate() {
+                let fast = choose_fast_path(live[i]);
+                inserts.push((i, Insert::Soft { id: n as u32, fast }));
+                if crate::rewrite::probe::spatial_checkable(insn) {
+                    spatial.insert(i, (n as u32, choose_spatial_probe(insn, live[i])));
+                }
+            }
+            if inserts.is_empty() {
+                continue;
+            }
+            let superblocks = form_superblocks(&code, &live, &mut inserts);
+            let mut searched = spatial.clone();
+            let planned = plan(&code, &inserts, &superblocks, &mut spatial);
+            let expected = plan_by_search(&code, &inserts, &superblocks, &mut searched);
+            assert_eq!(planned, expected, "function at {:#x}", code.start);
+            assert_eq!(spatial, searched, "function at {:#x}", code.start);
+            loops += planned.len();
+        }
+        assert!(loops > 1_000, "only {loops} register loops planned");
+    }
+
     /// `test rsi, rsi; jle done; lea rcx, [rdi+rsi*8]; xor eax, eax;
     /// top: mov rdx, [rdi + load_disp] (or [rsp+8]); add rdi, 8; add rax,
     /// rdx; cmp rdi, rcx; jne top; done: ret` — the strided kernel's loop.
