@@ -2267,7 +2267,16 @@ fn form_superblocks_in(
         first[b + 1] += first[b];
     }
     let probes_of = |b: usize| probes[first[b]..first[b + 1]].iter().map(|&(_, p)| p);
-    let block_at = |addr: u64| code.instruction_at(addr).map(|i| code.block_of[i] as usize);
+    // The block of the instruction at `addr`, a branch's end: looked for
+    // first among the first instructions of the branch's block's
+    // `successors` (where both ends of a branch inside the function are),
+    // before a search of every instruction.
+    let block_at = |addr: u64, successors: &[u32]| {
+        let mut starting = (successors.iter()).map(|&s| code.blocks[s as usize].first as usize);
+        (starting.find(|&i| code.instructions[i].ip() == addr))
+            .or_else(|| code.instruction_at(addr))
+            .map(|i| code.block_of[i] as usize)
+    };
     let used = &mut bufs.used;
     used.clear();
     used.resize(code.blocks.len(), false);
@@ -2296,10 +2305,10 @@ fn form_superblocks_in(
                 break;
             }
             let branch = &code.instructions[current.last()];
-            let Some(next) = block_at(branch.next_ip()) else {
+            let Some(next) = block_at(branch.next_ip(), &current.successors) else {
                 break;
             };
-            let Some(taken) = block_at(branch.near_branch_target()) else {
+            let Some(taken) = block_at(branch.near_branch_target(), &current.successors) else {
                 break;
             };
             let single_entry =

@@ -120,33 +120,50 @@ pub(crate) fn plan(
         return Vec::new();
     }
     let forest = code.loops();
+    if forest.loops.is_empty() {
+        return Vec::new();
+    }
     let mut usages = Usages::new();
     let mut out = Vec::new();
+    // Loops that enclose another, found in one pass over the parents.
+    let mut encloses = vec![false; forest.loops.len()];
+    for lp in &forest.loops {
+        if let Some(parent) = lp.parent {
+            encloses[parent as usize] = true;
+        }
+    }
+    // Per block, 1 + the index of the last loop whose blocks were marked:
+    // membership in the loop at hand is then one look-up, not a search of
+    // its blocks per load and per superblock instruction.
+    let mut marked_by = vec![0u32; code.blocks.len()];
     for (index, lp) in forest.loops.iter().enumerate() {
-        let innermost = !forest
-            .loops
-            .iter()
-            .any(|other| other.parent == Some(index as u32));
-        if !innermost {
+        if encloses[index] {
             continue;
         }
         let header = code.blocks[lp.header as usize].first as usize;
-        let candidate = RegisterLoop {
-            header,
-            blocks: lp.blocks.clone(),
-            reg: Register::None,
-            spare: None,
-        };
-        if header == 0 || !shape_qualifies(code, &candidate) {
+        if header == 0 || !shape_qualifies(code, header, &lp.blocks) {
             continue;
         }
-        let in_loop = |i: usize| candidate.contains(code.block_of[i]);
+        let mark = index as u32 + 1;
+        for &b in &lp.blocks {
+            marked_by[b as usize] = mark;
+        }
+        let in_loop = |i: usize| marked_by[code.block_of[i] as usize] == mark;
+        // The loop's instructions lie between its first block's first and
+        // its last block's last (blocks and `inserts` are in address
+        // order, superblocks too, each within its blocks): what starts past
+        // that or ends before it has nothing inside.
+        let first = code.blocks[lp.blocks[0] as usize].first as usize;
+        let last = code.blocks[*lp.blocks.last().unwrap() as usize].last();
+        let inserts = &inserts[inserts.partition_point(|&(i, _)| i < first)..];
+        let inserts = inserts.iter().take_while(|&&(i, _)| i <= last);
+        let superblocks = superblocks.iter().take_while(|block| block.at <= last);
         let mut taken: Vec<Register> = Vec::new();
         // Checks that would save their scratch below the red zone.
         let mut saving: Vec<usize> = Vec::new();
         let mut counted = 0;
         let mut wholly_inside = true;
-        for &(i, insert) in inserts.iter().filter(|&&(i, _)| in_loop(i)) {
+        for &(i, insert) in inserts.filter(|&&(i, _)| in_loop(i)) {
             // A lone load's probe needs the flags dead for `sub reg, 1`.
             if !matches!(
                 insert,
@@ -161,7 +178,10 @@ pub(crate) fn plan(
             counted += 1;
             note_check(spatial.get(&i), i, &mut taken, &mut saving);
         }
-        for block in superblocks.iter().take_while(|_| wholly_inside) {
+        for block in superblocks.take_while(|_| wholly_inside) {
+            if block.last < first {
+                continue;
+            }
             let inside = (block.at..=block.last).filter(|&i| in_loop(i)).count();
             if inside == 0 {
                 continue;
@@ -182,7 +202,7 @@ pub(crate) fn plan(
         if !wholly_inside || counted == 0 {
             continue;
         }
-        let Some(used) = registers_used(code, &candidate, &mut usages) else {
+        let Some(used) = registers_used(code, &lp.blocks, &mut usages) else {
             continue;
         };
         taken.extend(used);
@@ -200,9 +220,10 @@ pub(crate) fn plan(
             }
         }
         out.push(RegisterLoop {
+            header,
+            blocks: lp.blocks.clone(),
             reg,
             spare,
-            ..candidate
         });
     }
     out.sort_by_key(|l| l.header);
@@ -224,12 +245,13 @@ fn note_check(
     }
 }
 
-/// Whether every block of `lp` ends so that its exits can be instrumented:
-/// a fall-through, a conditional branch or a jump inside the function, and
+/// Whether every block of the loop of `blocks` (its header's first
+/// instruction `header`) ends so that its exits can be instrumented: a
+/// fall-through, a conditional branch or a jump inside the function, and
 /// none falls through into the header.
-fn shape_qualifies(code: &FunctionCode, lp: &RegisterLoop) -> bool {
-    let header_block = code.block_of[lp.header];
-    lp.blocks.iter().all(|&b| {
+fn shape_qualifies(code: &FunctionCode, header: usize, blocks: &[u32]) -> bool {
+    let header_block = code.block_of[header];
+    blocks.iter().all(|&b| {
         let block = &code.blocks[b as usize];
         match block.terminator {
             Terminator::Jump => true,
@@ -244,16 +266,16 @@ fn shape_qualifies(code: &FunctionCode, lp: &RegisterLoop) -> bool {
     })
 }
 
-/// The full general registers the instructions of `lp` read or write, or
-/// `None` when one names `rsp`, calls, returns, traps or makes a system
-/// call.
+/// The full general registers the instructions of the loop of `blocks`
+/// read or write, or `None` when one names `rsp`, calls, returns, traps or
+/// makes a system call.
 fn registers_used(
     code: &FunctionCode,
-    lp: &RegisterLoop,
+    blocks: &[u32],
     usages: &mut Usages,
 ) -> Option<Vec<Register>> {
     let mut used = Vec::new();
-    for &b in &lp.blocks {
+    for &b in blocks {
         for i in code.blocks[b as usize].instructions() {
             let insn = &code.instructions[i];
             if !matches!(
@@ -347,6 +369,7 @@ impl<'a> LoopMap<'a> {
     /// must take. A loop head aligned at the entry (the last of `aligned`,
     /// `(instruction index, last branch back)`) moves to the body, where
     /// the back edges go.
+    #[inline]
     pub(crate) fn enter(
         &self,
         (i, in_loop): (usize, Option<usize>),
@@ -354,9 +377,23 @@ impl<'a> LoopMap<'a> {
         out: &mut Vec<Instruction>,
         aligned: &mut [(usize, Option<usize>)],
     ) -> u64 {
-        let Some(n) = in_loop.filter(|&n| self.loops[n].header == i) else {
-            return label;
-        };
+        // Asked of every instruction copied: the answer for all but the
+        // headers is found where it is asked, without a call.
+        match in_loop.filter(|&n| self.loops[n].header == i) {
+            Some(n) => self.enter_header(n, label, out, aligned),
+            None => label,
+        }
+    }
+
+    /// [`Self::enter`] at the header of loop `n`.
+    #[inline(never)]
+    fn enter_header(
+        &self,
+        n: usize,
+        label: u64,
+        out: &mut Vec<Instruction>,
+        aligned: &mut [(usize, Option<usize>)],
+    ) -> u64 {
         let (reg, spare) = (self.loops[n].reg, self.loops[n].spare);
         let start = out.len();
         out.push(with_ip(lea_rsp(-FRAME), label));
@@ -560,6 +597,132 @@ mod tests {
     use iced_x86::code_asm::*;
 
     const BASE: u64 = 0x1000;
+
+    /// [`plan`] as it was first written: each loop's membership by a
+    /// search of its sorted blocks, every load and superblock asked of
+    /// every innermost loop. The reference for the marked blocks and the
+    /// loops' spans.
+    fn plan_by_search(
+        code: &FunctionCode,
+        inserts: &[(usize, Insert)],
+        superblocks: &[Superblock],
+        spatial: &mut HashMap<usize, (u32, SpatialProbe)>,
+    ) -> Vec<RegisterLoop> {
+        if code.unresolved_indirect_jumps() > 0 {
+            return Vec::new();
+        }
+        let forest = code.loops();
+        let mut usages = Usages::new();
+        let mut out = Vec::new();
+        for (index, lp) in forest.loops.iter().enumerate() {
+            if (forest.loops.iter()).any(|other| other.parent == Some(index as u32)) {
+                continue;
+            }
+            let header = code.blocks[lp.header as usize].first as usize;
+            if header == 0 || !shape_qualifies(code, header, &lp.blocks) {
+                continue;
+            }
+            let in_loop = |i: usize| lp.contains(code.block_of[i]);
+            let (mut taken, mut saving) = (Vec::new(), Vec::new());
+            let mut counted = 0;
+            let mut wholly_inside = true;
+            for &(i, insert) in inserts.iter().filter(|&&(i, _)| in_loop(i)) {
+                if !matches!(
+                    insert,
+                    Insert::Soft {
+                        fast: FastPath::FlagsDead,
+                        ..
+                    }
+                ) {
+                    wholly_inside = false;
+                    break;
+                }
+                counted += 1;
+                note_check(spatial.get(&i), i, &mut taken, &mut saving);
+            }
+            for block in superblocks.iter().take_while(|_| wholly_inside) {
+                let inside = (block.at..=block.last).filter(|&i| in_loop(i)).count();
+                if inside == 0 {
+                    continue;
+                }
+                if inside != block.last - block.at + 1 {
+                    wholly_inside = false;
+                    break;
+                }
+                counted += 1;
+                for &(i, _, fast) in &block.loads {
+                    if let FastPath::SaveIn(reg) = fast {
+                        taken.push(reg);
+                    }
+                    note_check(spatial.get(&i), i, &mut taken, &mut saving);
+                }
+            }
+            if !wholly_inside || counted == 0 {
+                continue;
+            }
+            let Some(used) = registers_used(code, &lp.blocks, &mut usages) else {
+                continue;
+            };
+            taken.extend(used);
+            let mut free = CANDIDATES.into_iter().filter(|r| !taken.contains(r));
+            let Some(reg) = free.next() else {
+                continue;
+            };
+            let spare = free.next().filter(|_| !saving.is_empty());
+            for &i in saving.iter().filter(|_| spare.is_some()) {
+                if let Some((_, check)) = spatial.get_mut(&i) {
+                    check.scratch = spare.unwrap();
+                    check.save_scratch = false;
+                }
+            }
+            out.push(RegisterLoop {
+                header,
+                blocks: lp.blocks.clone(),
+                reg,
+                spare,
+            });
+        }
+        out.sort_by_key(|l| l.header);
+        out
+    }
+
+    /// [`plan`] agrees with [`plan_by_search`] on every function of this
+    /// test executable, with a probe before each load the planner would
+    /// probe, superblocks and spatial checks chosen as it chooses them.
+    #[test]
+    fn marked_loops_plan_as_a_search_of_their_blocks() {
+        use crate::rewrite::{choose_fast_path, choose_spatial_probe, form_superblocks, liveness};
+        let binary = crate::binary::Binary::open(std::env::current_exe().unwrap()).unwrap();
+        let mut loops = 0;
+        for function in binary.functions() {
+            let code = binary.function_code(function);
+            let live = liveness::live_before(&code);
+            let loads = (code.instructions.iter().enumerate()).filter(|(_, insn)| {
+                (0..insn.op_count()).any(|k| insn.op_kind(k) == iced_x86::OpKind::Memory)
+                    && crate::rewrite::probe::unsupported_operand(insn).is_none()
+            });
+            let mut inserts = Vec::new();
+            let mut spatial = HashMap::new();
+            for (n, (i, insn)) in loads.enumerate() {
+                let fast = choose_fast_path(live[i]);
+                inserts.push((i, Insert::Soft { id: n as u32, fast }));
+                if crate::rewrite::probe::spatial_checkable(insn) {
+                    spatial.insert(i, (n as u32, choose_spatial_probe(insn, live[i])));
+                }
+            }
+            if inserts.is_empty() {
+                continue;
+            }
+            let superblocks = form_superblocks(&code, &live, &mut inserts);
+            let mut searched = spatial.clone();
+            let planned = plan(&code, &inserts, &superblocks, &mut spatial);
+            let expected = plan_by_search(&code, &inserts, &superblocks, &mut searched);
+            assert_eq!(planned, expected, "function at {:#x}", code.start);
+            assert_eq!(spatial, searched, "function at {:#x}", code.start);
+            loops += planned.len();
+        }
+        assert!(loops > 1_000, "only {loops} register loops planned");
+    }
 
     /// `test rsi, rsi; jle done; lea rcx, [rdi+rsi*8]; xor eax, eax;
     /// top: mov rdx, [rdi + load_disp] (or [rsp+8]); add rdi, 8; add rax,
