@@ -346,7 +346,9 @@ impl<'a> LoopMap<'a> {
     /// instruction takes `label`. Returns the label the next instruction
     /// must take. A loop head aligned at the entry (the last of `aligned`,
     /// `(instruction index, last branch back)`) moves to the body, where
-    /// the back edges go.
+    /// the back edges go. Inlined: it is asked of every instruction of every
+    /// copy, and most are in no register loop.
+    #[inline]
     pub(crate) fn enter(
         &self,
         (i, in_loop): (usize, Option<usize>),
@@ -354,9 +356,21 @@ impl<'a> LoopMap<'a> {
         out: &mut Vec<Instruction>,
         aligned: &mut [(usize, Option<usize>)],
     ) -> u64 {
-        let Some(n) = in_loop.filter(|&n| self.loops[n].header == i) else {
-            return label;
-        };
+        match in_loop.filter(|&n| self.loops[n].header == i) {
+            Some(n) => self.enter_loop(n, label, out, aligned),
+            None => label,
+        }
+    }
+
+    /// [`LoopMap::enter`] at the header of loop `n`.
+    #[inline(never)]
+    fn enter_loop(
+        &self,
+        n: usize,
+        label: u64,
+        out: &mut Vec<Instruction>,
+        aligned: &mut [(usize, Option<usize>)],
+    ) -> u64 {
         let (reg, spare) = (self.loops[n].reg, self.loops[n].spare);
         let start = out.len();
         out.push(with_ip(lea_rsp(-FRAME), label));

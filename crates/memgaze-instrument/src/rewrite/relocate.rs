@@ -1475,7 +1475,10 @@ fn spatial_check_in_copy(
 
 /// Appends `insn` to the copy, or, for escape site `site` (with escape
 /// counting on), a jump to its check, which ends with `insn` itself (for an
-/// untraced load, its count and then `insn`).
+/// untraced load, its count and then `insn`). Inlined: most instructions
+/// are no site and are only pushed (out of line, with the instruction
+/// passed by value, the call cost more than the push).
+#[inline]
 fn push_checked(
     insn: Instruction,
     site: Option<u32>,
@@ -1485,21 +1488,35 @@ fn push_checked(
     stubs: &mut Vec<Instruction>,
 ) -> Result<(), IcedError> {
     match (site, &entries.escape) {
+        (Some(site), Some(check)) => push_escape_check(&insn, (site, check), next_fake, all, stubs),
+        _ => {
+            all.push(insn);
+            Ok(())
+        }
+    }
+}
+
+/// [`push_checked`] of `insn`, escape site `site` counted by `check`.
+#[inline(never)]
+fn push_escape_check(
+    insn: &Instruction,
+    (site, check): (u32, &probe::EscapeCheck),
+    next_fake: &mut dyn FnMut() -> u64,
+    all: &mut Vec<Instruction>,
+    stubs: &mut Vec<Instruction>,
+) -> Result<(), IcedError> {
+    if insn.flow_control() != FlowControl::IndirectBranch {
         // Not a jump: an untraced load, counted in place before it runs.
-        (Some(site), Some(check)) if insn.flow_control() != FlowControl::IndirectBranch => {
-            let mut load = insn;
-            probe::untraced_load_count(site, check, insn.ip(), next_fake, all);
-            load.set_ip(0);
-            all.push(load);
-        }
-        (Some(site), Some(check)) => {
-            let stub = next_fake();
-            let mut jump = Instruction::with_branch(Code::Jmp_rel32_64, stub)?;
-            jump.set_ip(insn.ip());
-            probe::escape_stub(&insn, site, check, stub, next_fake, stubs);
-            all.push(jump);
-        }
-        _ => all.push(insn),
+        let mut load = *insn;
+        probe::untraced_load_count(site, check, insn.ip(), next_fake, all);
+        load.set_ip(0);
+        all.push(load);
+    } else {
+        let stub = next_fake();
+        let mut jump = Instruction::with_branch(Code::Jmp_rel32_64, stub)?;
+        jump.set_ip(insn.ip());
+        probe::escape_stub(insn, site, check, stub, next_fake, stubs);
+        all.push(jump);
     }
     Ok(())
 }
