@@ -1475,7 +1475,10 @@ fn spatial_check_in_copy(
 
 /// Appends `insn` to the copy, or, for escape site `site` (with escape
 /// counting on), a jump to its check, which ends with `insn` itself (for an
-/// untraced load, its count and then `insn`).
+/// untraced load, its count and then `insn`). Inlined: most instructions
+/// are no site and are only pushed (out of line, with the instruction
+/// passed by value, the call cost more than the push).
+#[inline]
 fn push_checked(
     insn: Instruction,
     site: Option<u32>,
@@ -1485,21 +1488,35 @@ fn push_checked(
     stubs: &mut Vec<Instruction>,
 ) -> Result<(), IcedError> {
     match (site, &entries.escape) {
+        (Some(site), Some(check)) => push_escape_check(&insn, (site, check), next_fake, all, stubs),
+        _ => {
+            all.push(insn);
+            Ok(())
+        }
+    }
+}
+
+/// [`push_checked`] of `insn`, escape site `site` counted by `check`.
+#[inline(never)]
+fn push_escape_check(
+    insn: &Instruction,
+    (site, check): (u32, &probe::EscapeCheck),
+    next_fake: &mut dyn FnMut() -> u64,
+    all: &mut Vec<Instruction>,
+    stubs: &mut Vec<Instruction>,
+) -> Result<(), IcedError> {
+    if insn.flow_control() != FlowControl::IndirectBranch {
         // Not a jump: an untraced load, counted in place before it runs.
-        (Some(site), Some(check)) if insn.flow_control() != FlowControl::IndirectBranch => {
-            let mut load = insn;
-            probe::untraced_load_count(site, check, insn.ip(), next_fake, all);
-            load.set_ip(0);
-            all.push(load);
-        }
-        (Some(site), Some(check)) => {
-            let stub = next_fake();
-            let mut jump = Instruction::with_branch(Code::Jmp_rel32_64, stub)?;
-            jump.set_ip(insn.ip());
-            probe::escape_stub(&insn, site, check, stub, next_fake, stubs);
-            all.push(jump);
-        }
-        _ => all.push(insn),
+        let mut load = *insn;
+        probe::untraced_load_count(site, check, insn.ip(), next_fake, all);
+        load.set_ip(0);
+        all.push(load);
+    } else {
+        let stub = next_fake();
+        let mut jump = Instruction::with_branch(Code::Jmp_rel32_64, stub)?;
+        jump.set_ip(insn.ip());
+        probe::escape_stub(insn, site, check, stub, next_fake, stubs);
+        all.push(jump);
     }
     Ok(())
 }
@@ -2064,6 +2081,30 @@ fn gpr_number(register: Register, wide: bool) -> Option<u8> {
     (number < 16).then_some(number as u8)
 }
 
+/// What [`addressing`] takes each register for, by its number in iced: a
+/// general register of 64 bits is its number (0–15), one of 32 bits its
+/// number plus [`NARROW_ADDRESS`], no register [`NO_ADDRESS`], any other
+/// more. One load classifies a base or an index, where a range check per
+/// width and an `Option` per register cost a tenth of a direct write.
+static ADDRESS_REGISTERS: [u8; 256] = {
+    let mut table = [u8::MAX; 256];
+    table[Register::None as usize] = NO_ADDRESS;
+    let mut number = 0;
+    while number < 16 {
+        table[Register::RAX as usize + number] = number as u8;
+        table[Register::EAX as usize + number] = NARROW_ADDRESS + number as u8;
+        number += 1;
+    }
+    table
+};
+
+/// Added to a 32-bit address register's number in [`ADDRESS_REGISTERS`].
+const NARROW_ADDRESS: u8 = 16;
+
+/// [`ADDRESS_REGISTERS`]' value of no register: its low four bits are 0,
+/// so that it adds no REX bit and no SIB bits.
+const NO_ADDRESS: u8 = 32;
+
 /// The [`Addressing`] of `insn`'s memory operand as iced encodes it, for
 /// 64-bit or 32-bit address registers or `rip`; `None` for what iced
 /// refuses or writes otherwise (an absolute address, `eip`, a
@@ -2089,30 +2130,36 @@ fn addressing(insn: &Instruction) -> Option<Addressing> {
             displacement_len: 4,
         });
     }
+    let (b, x) = (
+        ADDRESS_REGISTERS[base as usize],
+        ADDRESS_REGISTERS[index as usize],
+    );
     // 32-bit address registers where either is one; then both must be.
-    let wide = gpr_number(base, false).is_none() && gpr_number(index, false).is_none();
-    let number_of = |r: Register| match r {
-        Register::None => Some(None),
-        r => gpr_number(r, wide).map(Some),
-    };
-    let (base_number, index_number) = (number_of(base)?, number_of(index)?);
-    // No absolute address (iced's form of it differs), no `rsp` index.
-    if (base_number.is_none() && index_number.is_none()) || index_number == Some(4) {
+    let narrow = (b | x) & NARROW_ADDRESS != 0;
+    let (has_base, has_index) = (b != NO_ADDRESS, x != NO_ADDRESS);
+    if b > NO_ADDRESS
+        || x > NO_ADDRESS
+        || (narrow && (b < NARROW_ADDRESS || x < NARROW_ADDRESS))
+        // No absolute address (iced's form of it differs), no `rsp` index.
+        || !(has_base || has_index)
+        || x & !NARROW_ADDRESS == 4
+    {
         return None;
     }
+    let (base_number, index_number) = (b & 15, x & 15);
     let disp = insn.memory_displacement64() as i64;
-    let disp_max = if wide {
-        i64::from(i32::MAX)
-    } else {
+    let disp_max = if narrow {
         i64::from(u32::MAX)
+    } else {
+        i64::from(i32::MAX)
     };
     if !(i64::from(i32::MIN)..=disp_max).contains(&disp) {
         return None;
     }
     let displ = insn.memory_displacement32();
-    let address_bytes = if wide { 8 } else { 4 };
+    let address_bytes = if narrow { 4 } else { 8 };
     let mut displ_size = displ_size;
-    if displ_size == 0 && base_number.is_some_and(|n| n & 7 == 5) {
+    if displ_size == 0 && has_base && base_number & 7 == 5 {
         // `[rbp]` and `[r13]` take a zero disp8.
         if displ != 0 {
             return None;
@@ -2122,25 +2169,26 @@ fn addressing(insn: &Instruction) -> Option<Addressing> {
     if displ_size == 1 && i8::try_from(displ as i32).is_err() {
         displ_size = address_bytes;
     }
-    let (mod_bits, displacement_len) = match base_number {
-        None => (0x00, 4),
-        Some(_) if displ_size == 1 => (0x40, 1),
-        Some(_) if displ_size == address_bytes => (0x80, 4),
-        Some(_) if displ_size == 0 && displ == 0 => (0x00, 0),
-        Some(_) => return None,
+    let (mod_bits, displacement_len) = match displ_size {
+        _ if !has_base => (0x00, 4),
+        1 => (0x40, 1),
+        _ if displ_size == address_bytes => (0x80, 4),
+        0 if displ == 0 => (0x00, 0),
+        _ => return None,
     };
     let scale = insn.memory_index_scale().trailing_zeros() as u8;
-    let rex = index_number.map_or(0, |n| n >> 3) << 1 | base_number.map_or(0, |n| n >> 3);
-    let needs_sib = index_number.is_some() || scale != 0 || base_number.is_none_or(|n| n & 7 == 4);
+    // No register ([`NO_ADDRESS`], low bits 0) adds no bit.
+    let rex = (index_number >> 3) << 1 | base_number >> 3;
+    let needs_sib = has_index || scale != 0 || !has_base || base_number & 7 == 4;
     let (mod_rm, sib) = if needs_sib {
-        let index_bits = index_number.map_or(4, |n| n & 7);
-        let base_bits = base_number.map_or(5, |n| n & 7);
+        let index_bits = if has_index { index_number & 7 } else { 4 };
+        let base_bits = if has_base { base_number & 7 } else { 5 };
         (mod_bits | 4, Some(scale << 6 | index_bits << 3 | base_bits))
     } else {
-        (mod_bits | base_number.map_or(0, |n| n & 7), None)
+        (mod_bits | (base_number & 7), None)
     };
     Some(Addressing {
-        narrow: !wide,
+        narrow,
         rex,
         mod_rm,
         sib,
@@ -2277,7 +2325,8 @@ static DIRECT_FORM_OF: [u8; CODES] = {
 /// The [`DirectForm`] of `code`, if it has one.
 fn direct_form(code: Code) -> Option<&'static DirectForm> {
     let k = *DIRECT_FORM_OF.get(code as usize)?;
-    DIRECT_FORMS.get(usize::from(k).checked_sub(1)?)
+    // 0 wraps past the end: one bounds check where two were.
+    DIRECT_FORMS.get(usize::from(k).wrapping_sub(1))
 }
 
 /// Appends the encoding of `insn` at `ip` if it is a [`DirectForm`]
