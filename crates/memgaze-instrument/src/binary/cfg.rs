@@ -217,9 +217,8 @@ impl FunctionCode {
             end,
             std::mem::take(&mut bufs.at_offset),
         );
-        retarget_lock_skips(&mut instructions, &index_of, memory);
         let found = &mut bufs.transfers;
-        found.scan(&instructions, start, end);
+        found.scan(&mut instructions, start, end, &index_of, memory);
         let (indirect_jumps, jump_tables, not_table_shaped) = indirect_jumps(
             &instructions,
             &found.indirect,
@@ -383,38 +382,32 @@ impl IndexOf {
     }
 }
 
-/// Points each direct branch that skips a `lock` prefix at the locked
-/// instruction itself. glibc's `catomic_*` operations (in `malloc`'s
-/// `_int_malloc` and `_int_free`) test for a single thread and jump over
-/// the prefix (`je 1f; lock; 1: cmpxchg`): a branch into the middle of an
+/// The address a direct branch to `target` should go to: the locked
+/// instruction itself when `target` skips its `lock` prefix, else
+/// `target`. glibc's `catomic_*` operations (in `malloc`'s `_int_malloc`
+/// and `_int_free`) test for a single thread and jump over the prefix
+/// (`je 1f; lock; 1: cmpxchg`): a branch into the middle of an
 /// instruction, which no copy can reproduce. The locked form does what
 /// the unlocked one does, atomically as well, so one instruction serves
 /// both paths and the function can be copied.
-fn retarget_lock_skips(instructions: &mut [Instruction], index_of: &IndexOf, memory: &dyn Memory) {
+fn lock_skip_retarget(
+    instructions: &[Instruction],
+    target: u64,
+    index_of: &IndexOf,
+    memory: &dyn Memory,
+) -> u64 {
     const LOCK: u8 = 0xf0;
-    let mut retargets = Vec::new();
-    for (i, insn) in instructions.iter().enumerate() {
-        if !matches!(
-            insn.flow_control(),
-            FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch
-        ) {
-            continue;
-        }
-        let target = insn.near_branch_target();
-        if target == 0 || index_of.contains(target) {
-            continue;
-        }
-        let Some(locked) = index_of.get(target - 1) else {
-            continue;
-        };
-        if instructions[locked as usize].has_lock_prefix()
-            && memory.read(target - 1, 1) == Some(&[LOCK][..])
-        {
-            retargets.push((i, target - 1));
-        }
+    if target == 0 || index_of.contains(target) {
+        return target;
     }
-    for (i, target) in retargets {
-        instructions[i].set_near_branch64(target);
+    match index_of.get(target - 1) {
+        Some(locked)
+            if instructions[locked as usize].has_lock_prefix()
+                && memory.read(target - 1, 1) == Some(&[LOCK][..]) =>
+        {
+            target - 1
+        }
+        _ => target,
     }
 }
 
@@ -438,8 +431,17 @@ struct Transfers {
 
 impl Transfers {
     /// Sweeps the `instructions` of `[start, end)`, replacing what the
-    /// lists held.
-    fn scan(&mut self, instructions: &[Instruction], start: u64, end: u64) {
+    /// lists held, and points each direct branch that skips a `lock`
+    /// prefix at the locked instruction ([`lock_skip_retarget`]) on the
+    /// way: a sweep of its own read every instruction's flow control again.
+    fn scan(
+        &mut self,
+        instructions: &mut [Instruction],
+        start: u64,
+        end: u64,
+        index_of: &IndexOf,
+        memory: &dyn Memory,
+    ) {
         let n = instructions.len();
         let found = self;
         found.calls.clear();
@@ -451,7 +453,8 @@ impl Transfers {
         if n > 0 {
             found.leader[0] = true;
         }
-        for (i, insn) in instructions.iter().enumerate() {
+        for i in 0..n {
+            let insn = &instructions[i];
             let flow = insn.flow_control();
             if insn.is_invalid() {
                 found.invalid += 1;
@@ -471,7 +474,11 @@ impl Transfers {
                     });
                 }
                 FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch => {
-                    let target = insn.near_branch_target();
+                    let original = insn.near_branch_target();
+                    let target = lock_skip_retarget(instructions, original, index_of, memory);
+                    if target != original {
+                        instructions[i].set_near_branch64(target);
+                    }
                     if target >= start && target < end {
                         found.branch_targets.push(target);
                     }

@@ -281,6 +281,8 @@ impl Classifier {
             }
             if let Some(op) = operands::explicit_load(self.usages.factory(), insn, i as u32) {
                 operands.push(op);
+            } else if !operands::may_load_implicitly(insn) {
+                continue;
             } else if let Some(reads) = operands::string_loads(insn, i as u32) {
                 operands.extend(reads);
             } else {
