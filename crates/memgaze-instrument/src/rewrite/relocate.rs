@@ -1218,21 +1218,20 @@ fn copy_instructions(
     } = scratch;
     aligned.push((0, None));
     first.reserve(code.instructions.len());
-    let mut inserts = plan.inserts.as_slice();
     let mut checks = plan.superblocks.iter().peekable();
-    let mut escapes = plan.escapes.as_slice();
     let loops = LoopMap::new(code, &plan.register_loops, &mut next_fake);
     // Side exits of superblocks (branch index, loads to give back), the
     // spatial checks and the table redirects, each sorted by instruction
     // and walked with the instructions: a map lookup per instruction was
     // a sizeable part of building the copies.
-    let mut exits = sorted_exits(plan, exits);
-    let mut spatial = sorted_by_index(&plan.spatial, spatial);
-    let mut redirects = sorted_by_index(&plan.redirects, redirects);
+    let mut listed = Listed::new(
+        sorted_by_index(&plan.spatial, spatial),
+        sorted_exits(plan, exits),
+        sorted_by_index(&plan.redirects, redirects),
+        (&plan.inserts, &plan.escapes),
+    );
     for (i, original) in code.instructions.iter().enumerate() {
-        let spatial_here = take_at(&mut spatial, i);
-        let exit_here = take_at(&mut exits, i);
-        let redirect_here = take_at(&mut redirects, i);
+        let here = listed.take(i);
         first.push(all.insns.len());
         let ip = original.ip();
         if i > 0 && follows_alignment_padding(ip, &code.instructions[i - 1]) {
@@ -1274,8 +1273,7 @@ fn copy_instructions(
             }
         }
         let mut insn = *original;
-        let insert = take_at(&mut inserts, i);
-        match insert {
+        match here.insert {
             Some(Insert::Soft { id, fast }) => {
                 let slow = next_fake();
                 let resume = next_fake();
@@ -1294,7 +1292,7 @@ fn copy_instructions(
                 };
                 label = 0;
                 insn.set_ip(resume);
-                let record = entries.slow_path(spatial_here.is_some());
+                let record = entries.slow_path(here.spatial.is_some());
                 let inline = in_loop.map(|_| next_fake());
                 let labels = (slow, back);
                 probe::soft_slow_stub_code(fast, &insn, id, labels, record, inline, stubs);
@@ -1319,7 +1317,7 @@ fn copy_instructions(
                 label = emit_ptwrites(
                     &insn,
                     (id, label),
-                    spatial_here.map(|(_, check)| check),
+                    here.spatial.map(|(_, check)| check),
                     entries.spatial_hash,
                     &mut next_fake,
                     (all, &mut stubs.insns),
@@ -1329,15 +1327,15 @@ fn copy_instructions(
             None => {}
         }
         if let Some(n) = in_loop {
-            loops.branch(n, &mut insn, exit_here, &mut next_fake, &mut stubs.insns);
-        } else if let Some(skipped) = exit_here {
+            loops.branch(n, &mut insn, here.exit, &mut next_fake, &mut stubs.insns);
+        } else if let Some(skipped) = here.exit {
             let stub = next_fake();
             let target = insn.near_branch_target();
             probe::exit_stub(skipped, stub, target, &mut stubs.insns);
             insn.set_near_branch64(stub);
         }
-        if let Some(check) = spatial_here
-            && !matches!(insert, Some(Insert::Ptwrite { .. }))
+        if let Some(check) = here.spatial
+            && !matches!(here.insert, Some(Insert::Ptwrite { .. }))
         {
             spatial_check_in_copy(
                 check,
@@ -1353,12 +1351,11 @@ fn copy_instructions(
         if insn.ip() == ip {
             insn.set_ip(label);
         }
-        redirect(redirect_here, &mut insn, &mut all.insns);
-        let site = take_at(&mut escapes, i);
+        redirect(here.redirect, &mut insn, &mut all.insns);
         // A hooked import's tail call lands in the stub, never in
         // original code: no escape check.
         let hooked = hook_got_call(entries, &mut insn);
-        let site = site.filter(|_| !hooked);
+        let site = here.escape.filter(|_| !hooked);
         push_checked(
             insn,
             site,
@@ -1426,6 +1423,81 @@ fn sorted_by_index<'e, T: Copy>(
     entries.extend(map.iter().map(|(&i, &value)| (i, value)));
     entries.sort_unstable_by_key(|&(i, _)| i);
     entries
+}
+
+/// The lists a copy walks with its instructions, each sorted by index
+/// ([`take_at`]), and the lowest index any of them still holds: the
+/// instructions before it, most of a copy's, skip the five lists' checks.
+struct Listed<'l> {
+    spatial: &'l [(usize, (u32, SpatialProbe))],
+    exits: &'l [(usize, u32)],
+    redirects: &'l [(usize, TableRedirect)],
+    inserts: &'l [(usize, Insert)],
+    escapes: &'l [(usize, u32)],
+    /// The lowest index at the lists' fronts (`usize::MAX` for none).
+    next: usize,
+}
+
+/// What [`Listed`] holds for one instruction.
+#[derive(Default)]
+struct ListedAt {
+    spatial: Option<(u32, SpatialProbe)>,
+    exit: Option<u32>,
+    redirect: Option<TableRedirect>,
+    insert: Option<Insert>,
+    escape: Option<u32>,
+}
+
+impl<'l> Listed<'l> {
+    /// The lists: spatial checks, side exits, table redirects, then
+    /// inserts and escape sites.
+    fn new(
+        spatial: &'l [(usize, (u32, SpatialProbe))],
+        exits: &'l [(usize, u32)],
+        redirects: &'l [(usize, TableRedirect)],
+        (inserts, escapes): (&'l [(usize, Insert)], &'l [(usize, u32)]),
+    ) -> Self {
+        let mut listed = Listed {
+            spatial,
+            exits,
+            redirects,
+            inserts,
+            escapes,
+            next: 0,
+        };
+        listed.next = listed.lowest_front();
+        listed
+    }
+
+    /// The lowest index at the lists' fronts.
+    fn lowest_front(&self) -> usize {
+        fn front<T>(list: &[(usize, T)]) -> usize {
+            list.first().map_or(usize::MAX, |&(i, _)| i)
+        }
+        (front(self.spatial).min(front(self.exits)))
+            .min(front(self.redirects).min(front(self.inserts)))
+            .min(front(self.escapes))
+    }
+
+    /// What the lists hold for instruction `i`, taken off their fronts
+    /// (the instructions are walked in order). An entry below `i`, never
+    /// taken, keeps every later instruction checked, as [`take_at`] alone
+    /// would.
+    #[inline]
+    fn take(&mut self, i: usize) -> ListedAt {
+        if i < self.next {
+            return ListedAt::default();
+        }
+        let at = ListedAt {
+            spatial: take_at(&mut self.spatial, i),
+            exit: take_at(&mut self.exits, i),
+            redirect: take_at(&mut self.redirects, i),
+            insert: take_at(&mut self.inserts, i),
+            escape: take_at(&mut self.escapes, i),
+        };
+        self.next = self.lowest_front();
+        at
+    }
 }
 
 /// The value of the first entry of `sorted` (by index, none below `i`)
@@ -3992,6 +4064,41 @@ mod tests {
             }
         }
         assert!(written > 5_000 && refused > 500, "{written} {refused}");
+    }
+
+    #[test]
+    fn listed_entries_are_taken_at_their_instructions_as_each_list_alone_would() {
+        let exits = [(2, 7), (5, 8)];
+        let redirects = [(5, TableRedirect::Displacement(0x40))];
+        let inserts = [
+            (0, Insert::Ptwrite { id: 1 }),
+            (9, Insert::Ptwrite { id: 2 }),
+        ];
+        // The second entry at 3 is never taken (as by `take_at` alone): the
+        // later instructions are all checked, and still take theirs.
+        let escapes = [(3, 4), (3, 6)];
+        let mut listed = Listed::new(&[], &exits, &redirects, (&inserts, &escapes));
+        let (mut e, mut r, mut n, mut s) = (&exits[..], &redirects[..], &inserts[..], &escapes[..]);
+        let mut taken = 0;
+        for i in 0..12 {
+            let here = listed.take(i);
+            let alone = (
+                take_at(&mut e, i),
+                take_at(&mut r, i),
+                take_at(&mut n, i),
+                take_at(&mut s, i),
+            );
+            assert!(here.spatial.is_none());
+            assert_eq!((here.exit, here.redirect, here.insert, here.escape), alone);
+            taken += usize::from(alone.0.is_some()) + usize::from(alone.3.is_some());
+        }
+        assert_eq!((taken, listed.next), (3, 3));
+        let mut clean = Listed::new(&[], &exits, &[], (&[], &[]));
+        assert_eq!(clean.next, 2);
+        assert_eq!(clean.take(2).exit, Some(7));
+        assert_eq!(clean.next, 5);
+        assert_eq!(clean.take(5).exit, Some(8));
+        assert_eq!(clean.next, usize::MAX);
     }
 
     #[test]
