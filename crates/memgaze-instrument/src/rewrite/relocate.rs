@@ -594,9 +594,8 @@ impl Emitter<'_> {
             (labels.find(target).map(|offset| base + offset))
                 .or_else(|| (!spans.later_holds(run, target)).then_some(target))
         };
-        self.code.clear();
-        self.code.resize(part.len as usize, 0);
-        let pending = emit(&part, &mut pool, base + start, &resolve, &mut self.code);
+        let slot = (&mut self.code, part.len as usize);
+        let pending = emit(&part, &mut pool, base + start, &resolve, slot);
         part.layout.pool = pool;
         let mut pending = pending?;
         for fixup in &mut pending {
@@ -825,15 +824,32 @@ struct PaddedOffsets<'p> {
     next: usize,
     /// The padding of the last offset asked.
     padding: u64,
+    /// The unpadded offset of the last padding passed (0 before the
+    /// first): an offset below it goes back. Kept beside `next` (as
+    /// `next_from` is) so that an offset in order is two comparisons.
+    passed_from: u64,
+    /// The unpadded offset of the next padding (`u64::MAX` past the last).
+    next_from: u64,
 }
 
 impl<'p> PaddedOffsets<'p> {
     fn new(part: &'p Part) -> Self {
-        PaddedOffsets {
+        let mut offsets = PaddedOffsets {
             part,
             next: 0,
             padding: 0,
-        }
+            passed_from: 0,
+            next_from: 0,
+        };
+        offsets.bounds();
+        offsets
+    }
+
+    /// Sets `passed_from` and `next_from` from `next`.
+    fn bounds(&mut self) {
+        let paddings = &self.part.paddings;
+        self.passed_from = self.next.checked_sub(1).map_or(0, |k| paddings[k].0);
+        self.next_from = paddings.get(self.next).map_or(u64::MAX, |p| p.0);
     }
 
     /// [`Part::offset`] of `at`.
@@ -843,15 +859,15 @@ impl<'p> PaddedOffsets<'p> {
             return part.len;
         }
         let paddings = &part.paddings;
-        if self.next > 0 && paddings[self.next - 1].0 > at {
+        if at < self.passed_from {
             self.next = paddings.partition_point(|&(from, _)| from <= at);
             self.padding = self.next.checked_sub(1).map_or(0, |k| paddings[k].1);
+            self.bounds();
         }
-        while let Some(&(from, padding)) = paddings.get(self.next)
-            && from <= at
-        {
-            self.padding = padding;
+        while at >= self.next_from {
+            self.padding = paddings[self.next].1;
             self.next += 1;
+            self.bounds();
         }
         debug_assert_eq!(at + self.padding, part.offset(at));
         at + self.padding
@@ -2762,10 +2778,10 @@ fn settle(
 
 /// Encodes a measured run at `start`: branch targets that are labels
 /// (`resolve`) go to their new address, every RIP-relative operand keeps
-/// its absolute address; the bytes go to `slot` (the run's place in the
-/// code, of its measured length). Branches to targets `resolve` does not
-/// know yet (a later run's labels, or no label: the absolute address) are
-/// returned as fixups, `at` an offset in `slot`.
+/// its absolute address; the bytes are appended to `code` (emptied), at
+/// most `measured` of them, the run's measured length. Branches to targets
+/// `resolve` does not know yet (a later run's labels, or no label: the
+/// absolute address) are returned as fixups, `at` an offset in `code`.
 ///
 /// `pool` is the layout's pool, whose displacements are written in place:
 /// the pieces between two paddings whose bytes are all in the pool are
@@ -2775,33 +2791,41 @@ fn emit(
     part: &Part,
     pool: &mut [u8],
     start: u64,
-    resolve: &(dyn Fn(u64) -> Option<u64> + Sync),
-    slot: &mut [u8],
+    resolve: &impl Fn(u64) -> Option<u64>,
+    (code, measured): (&mut Vec<u8>, usize),
 ) -> Result<Vec<Fixup>, RelocateError> {
     let mut fixups = Vec::new();
     let mut encoder = Encoder::new(64);
-    let slot_len = slot.len();
-    let code = &mut SlotCode { slot, len: 0 };
+    code.clear();
+    code.reserve(measured);
+    let slot_len = measured;
+    let code = &mut SlotCode {
+        code,
+        measured,
+        len: 0,
+    };
     let layout = &part.layout;
     let mut targets = layout.targets.iter();
     let mut target = || *targets.next().expect("one target per piece with one");
     let mut paddings = part.paddings.as_slice();
     let mut padding = 0;
+    // The next padding's unpadded offset, compared alone at each piece.
+    let next_padded = |paddings: &[(u64, u64)]| paddings.first().map_or(u64::MAX, |p| p.0);
+    let mut padded_from = next_padded(paddings);
     // Unpadded offset of the piece, and of its bytes in the pool; the
     // pool's bytes from `copied` to `in_pool` follow the code as they are.
     let mut at = 0u64;
     let mut in_pool = 0usize;
     let mut copied = 0usize;
     for piece in &layout.pieces {
-        let mut padded = false;
-        while let [(from, to), rest @ ..] = paddings
-            && *from <= at
-        {
-            padding = *to;
-            paddings = rest;
-            padded = true;
-        }
-        if padded {
+        if at >= padded_from {
+            while let [(from, to), rest @ ..] = paddings
+                && *from <= at
+            {
+                padding = *to;
+                paddings = rest;
+            }
+            padded_from = next_padded(paddings);
             code.extend_from_slice(&pool[copied..in_pool]);
             copied = in_pool;
             code.pad_to(at + padding);
@@ -2889,22 +2913,24 @@ fn emit(
     }
     code.extend_from_slice(&pool[copied..in_pool]);
     code.pad_to(part.len);
-    if code.len != code.slot.len() {
+    if code.len != measured {
         return Err(RelocateError::LengthChanged {
             encoded: code.len as u64,
-            measured: code.slot.len() as u64,
+            measured: measured as u64,
         });
     }
     Ok(fixups)
 }
 
-/// A run's code written straight into its slot in the batch's code (an
-/// intermediate buffer per run was faulted in and copied once more). Bytes
-/// that would run past the slot are counted, not written: [`emit`] reports
-/// the length it encoded.
-struct SlotCode<'s> {
-    slot: &'s mut [u8],
-    /// Bytes encoded so far.
+/// A run's code appended to a buffer with room for its measured length
+/// (not zero-filled first: every byte is written once). Bytes that would
+/// run past the measured length are counted, not written: [`emit`]
+/// reports the length it encoded.
+struct SlotCode<'c> {
+    code: &'c mut Vec<u8>,
+    /// The run's measured length.
+    measured: usize,
+    /// Bytes encoded so far (`code`'s length while within `measured`).
     len: usize,
 }
 
@@ -2912,8 +2938,8 @@ impl SlotCode<'_> {
     /// Appends `bytes`.
     fn extend_from_slice(&mut self, bytes: &[u8]) {
         let end = self.len + bytes.len();
-        if let Some(to) = self.slot.get_mut(self.len..end) {
-            to.copy_from_slice(bytes);
+        if end <= self.measured {
+            self.code.extend_from_slice(bytes);
         }
         self.len = end;
     }
@@ -2934,17 +2960,18 @@ impl SlotCode<'_> {
         encoder.set_buffer(buffer);
     }
 
-    /// [`write_rel32`] on the code so far (nothing once past the slot).
+    /// [`write_rel32`] on the code so far (nothing once past the measured
+    /// length).
     fn write_rel32(
         &mut self,
         from_end: usize,
         next: u64,
         target: u64,
     ) -> Result<(), RelocateError> {
-        match self.slot.get_mut(..self.len) {
-            Some(code) => write_rel32(code, from_end, next, target),
-            None => Ok(()),
+        if self.len > self.measured {
+            return Ok(());
         }
+        write_rel32(self.code, from_end, next, target)
     }
 }
 
@@ -2954,7 +2981,7 @@ fn branch_rel32(
     code: &mut SlotCode<'_>,
     next: u64,
     target: u64,
-    resolve: &(dyn Fn(u64) -> Option<u64> + Sync),
+    resolve: &impl Fn(u64) -> Option<u64>,
     fixups: &mut Vec<Fixup>,
 ) -> Result<(), RelocateError> {
     match resolve(target) {
@@ -3504,9 +3531,15 @@ mod tests {
         // A slot of another length than measured is an error naming both,
         // whether the code would run past it or fall short of it.
         for measured in [part.len - 1, part.len + 1] {
-            let mut slot = vec![0u8; measured as usize];
+            let mut slot = Vec::new();
             let mut pool = part.layout.pool.clone();
-            match emit(&part, &mut pool, start, &resolve, &mut slot) {
+            match emit(
+                &part,
+                &mut pool,
+                start,
+                &resolve,
+                (&mut slot, measured as usize),
+            ) {
                 Err(RelocateError::LengthChanged {
                     encoded,
                     measured: m,
@@ -3514,9 +3547,16 @@ mod tests {
                 other => panic!("{measured}-byte slot: {:?}", other.map(|f| f.len())),
             }
         }
-        let mut code = vec![0u8; part.len as usize];
+        let mut code = Vec::new();
         let mut pool = part.layout.pool.clone();
-        let fixups = emit(&part, &mut pool, start, &resolve, &mut code).unwrap();
+        let fixups = emit(
+            &part,
+            &mut pool,
+            start,
+            &resolve,
+            (&mut code, part.len as usize),
+        )
+        .unwrap();
         assert_eq!(fixups.len(), 1, "the call to an address without a label");
         settle(&mut code, 0, &fixups, |target| {
             resolve(target).unwrap_or(target)
