@@ -586,13 +586,14 @@ impl Emitter<'_> {
         // branches to later runs wait.
         let (labels, spans) = (&self.labels, self.spans);
         let mut pool = std::mem::take(&mut part.layout.pool);
+        // Most targets are the run's fake labels: their look-up is small
+        // enough to inline into `emit`, the original addresses' is not.
         let resolve = |target: u64| {
             if target >= FAKE_BASE {
                 let offset = part.labels.fake_offset(&part, run, target);
                 return offset.map(|offset| base + start + offset);
             }
-            (labels.find(target).map(|offset| base + offset))
-                .or_else(|| (!spans.later_holds(run, target)).then_some(target))
+            resolve_original(labels, spans, run, base, target)
         };
         let slot = (&mut self.code, part.len as usize);
         let pending = emit(&part, &mut pool, base + start, &resolve, slot);
@@ -626,6 +627,22 @@ impl Emitter<'_> {
         }
         Ok(())
     }
+}
+
+/// The new address of the original address `target`, branched to from
+/// run number `run`: its label's in the runs emitted (`labels`, from
+/// `base`), else the target itself unless a later run spans it (its
+/// label is still to be laid out: `None`).
+#[inline(never)]
+fn resolve_original(
+    labels: &RunLabels,
+    spans: &RunSpans,
+    run: usize,
+    base: u64,
+    target: u64,
+) -> Option<u64> {
+    (labels.find(target).map(|offset| base + offset))
+        .or_else(|| (!spans.later_holds(run, target)).then_some(target))
 }
 
 /// Appends the maps of `plans`' copies, laid out in `part` at `start`, and
@@ -852,13 +869,26 @@ impl<'p> PaddedOffsets<'p> {
         self.next_from = paddings.get(self.next).map_or(u64::MAX, |p| p.0);
     }
 
-    /// [`Part::offset`] of `at`.
+    /// [`Part::offset`] of `at`. Inlined where asked: an offset between
+    /// the same two paddings as the last is a few comparisons, and a call
+    /// for each cost as much again.
+    #[inline]
     fn of(&mut self, at: u64) -> u64 {
         let part = self.part;
         if at >= part.layout.end {
             return part.len;
         }
-        let paddings = &part.paddings;
+        if at < self.passed_from || at >= self.next_from {
+            self.move_to(at);
+        }
+        debug_assert_eq!(at + self.padding, part.offset(at));
+        at + self.padding
+    }
+
+    /// Passes the paddings up to `at` (searched for when `at` goes back).
+    #[inline(never)]
+    fn move_to(&mut self, at: u64) {
+        let paddings = &self.part.paddings;
         if at < self.passed_from {
             self.next = paddings.partition_point(|&(from, _)| from <= at);
             self.padding = self.next.checked_sub(1).map_or(0, |k| paddings[k].1);
@@ -869,8 +899,6 @@ impl<'p> PaddedOffsets<'p> {
             self.next += 1;
             self.bounds();
         }
-        debug_assert_eq!(at + self.padding, part.offset(at));
-        at + self.padding
     }
 }
 
@@ -2516,6 +2544,7 @@ impl MeasuredLabels {
     /// The offset from the start of `part` (run number `run`, placed) of
     /// the fake label `target`; `None` for one of another run or never
     /// placed.
+    #[inline]
     fn fake_offset(&self, part: &Part, run: usize, target: u64) -> Option<u64> {
         let label = *self.fakes.get(fake_draw(run, target)?)?;
         if label.at == NOT_PLACED {
