@@ -144,6 +144,31 @@ impl CopyMap {
             .map(|i| self.address(i))
     }
 
+    /// [`CopyMap::map`] of addresses asked mostly in increasing order, a
+    /// few instructions apart (an FDE's rows, an LSDA's call sites): the
+    /// instructions from the last found (`near`, which it updates) on are
+    /// tried first, and the whole map searched only when `addr` lies
+    /// before them or past the next few. A search for each was most of an
+    /// unwind table's translation.
+    pub(crate) fn map_near(&self, addr: u64, near: &std::cell::Cell<usize>) -> Option<u64> {
+        /// Instructions tried from the last found before a search.
+        const AHEAD: usize = 8;
+        if addr == self.original_end {
+            return Some(self.body_end);
+        }
+        let offset = u32::try_from(addr.checked_sub(self.original_start)?).ok()?;
+        let from = near.get().min(self.original.len());
+        let ahead = &self.original[from..(from + AHEAD).min(self.original.len())];
+        let i = match ahead.iter().position(|&o| o >= offset) {
+            Some(k) if ahead[k] == offset => from + k,
+            // Between two instructions tried: not a boundary.
+            Some(k) if k > 0 || from == 0 => return None,
+            _ => self.original.binary_search(&offset).ok()?,
+        };
+        near.set(i);
+        Some(self.address(i))
+    }
+
     /// The copy address of original instruction number `i`.
     pub(crate) fn address(&self, i: usize) -> u64 {
         self.start + u64::from(self.addresses[i])
@@ -3294,6 +3319,48 @@ mod tests {
     use super::*;
     use crate::binary::Binary;
     use foldhash::HashMapExt;
+
+    /// `map_near` answers as `map` for every address around a copy's
+    /// instructions, asked in increasing, decreasing and scattered order
+    /// with one hint, and from a hint past the end.
+    #[test]
+    fn map_near_is_map_in_any_order() {
+        // Instructions of 1 to 7 bytes, 40 of them.
+        let mut original = Vec::new();
+        let mut at = 0u32;
+        for k in 0..40u32 {
+            original.push(at);
+            at += 1 + (k * 5) % 7;
+        }
+        let map = CopyMap {
+            original_start: 0x1000,
+            original_end: 0x1000 + u64::from(at),
+            start: 0x9000,
+            body_end: 0x9000 + 4 * u64::from(at),
+            end: 0x9000 + 5 * u64::from(at),
+            addresses: original.iter().map(|&o| 3 * o + 2).collect(),
+            original,
+        };
+        let addresses: Vec<u64> = (0x1000 - 3..map.original_end + 3).collect();
+        let scattered: Vec<u64> = (0..addresses.len())
+            .map(|k| addresses[(k * 37) % addresses.len()])
+            .collect();
+        let orders = [
+            addresses.clone(),
+            addresses.iter().rev().copied().collect(),
+            scattered,
+        ];
+        for order in &orders {
+            let near = std::cell::Cell::new(0);
+            for &addr in order {
+                assert_eq!(map.map_near(addr, &near), map.map(addr), "{addr:#x}");
+            }
+        }
+        let near = std::cell::Cell::new(usize::MAX);
+        for &addr in &addresses {
+            assert_eq!(map.map_near(addr, &near), map.map(addr), "{addr:#x}");
+        }
+    }
 
     /// Copies of this test executable's functions, with a probe before
     /// every supported memory operand and branches between functions.
