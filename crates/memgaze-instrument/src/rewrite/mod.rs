@@ -1606,7 +1606,8 @@ fn build_unwind_tail(
             let f = &binary.functions()[plan.function];
             for fde in frame.fdes_within(f.start, f.end()) {
                 let cie = &frame.cies[fde.cie];
-                let mapper = |a: u64| map.map(a);
+                let near = std::cell::Cell::new(0);
+                let mapper = |a: u64| map.map_near(a, &near);
                 let lsda_va = match fde.lsda {
                     Some(lsda) => {
                         let at = tail_va + tail.len() as u64;

@@ -144,6 +144,31 @@ impl CopyMap {
             .map(|i| self.address(i))
     }
 
+    /// [`CopyMap::map`] of addresses asked mostly in increasing order, a
+    /// few instructions apart (an FDE's rows, an LSDA's call sites): the
+    /// instructions from the last found (`near`, which it updates) on are
+    /// tried first, and the whole map searched only when `addr` lies
+    /// before them or past the next few. A search for each was most of an
+    /// unwind table's translation.
+    pub(crate) fn map_near(&self, addr: u64, near: &std::cell::Cell<usize>) -> Option<u64> {
+        /// Instructions tried from the last found before a search.
+        const AHEAD: usize = 8;
+        if addr == self.original_end {
+            return Some(self.body_end);
+        }
+        let offset = u32::try_from(addr.checked_sub(self.original_start)?).ok()?;
+        let from = near.get().min(self.original.len());
+        let ahead = &self.original[from..(from + AHEAD).min(self.original.len())];
+        let i = match ahead.iter().position(|&o| o >= offset) {
+            Some(k) if ahead[k] == offset => from + k,
+            // Between two instructions tried: not a boundary.
+            Some(k) if k > 0 || from == 0 => return None,
+            _ => self.original.binary_search(&offset).ok()?,
+        };
+        near.set(i);
+        Some(self.address(i))
+    }
+
     /// The copy address of original instruction number `i`.
     pub(crate) fn address(&self, i: usize) -> u64 {
         self.start + u64::from(self.addresses[i])
@@ -586,17 +611,17 @@ impl Emitter<'_> {
         // branches to later runs wait.
         let (labels, spans) = (&self.labels, self.spans);
         let mut pool = std::mem::take(&mut part.layout.pool);
+        // Most targets are the run's fake labels: their look-up is small
+        // enough to inline into `emit`, the original addresses' is not.
         let resolve = |target: u64| {
             if target >= FAKE_BASE {
                 let offset = part.labels.fake_offset(&part, run, target);
                 return offset.map(|offset| base + start + offset);
             }
-            (labels.find(target).map(|offset| base + offset))
-                .or_else(|| (!spans.later_holds(run, target)).then_some(target))
+            resolve_original(labels, spans, run, base, target)
         };
-        self.code.clear();
-        self.code.resize(part.len as usize, 0);
-        let pending = emit(&part, &mut pool, base + start, &resolve, &mut self.code);
+        let slot = (&mut self.code, part.len as usize);
+        let pending = emit(&part, &mut pool, base + start, &resolve, slot);
         part.layout.pool = pool;
         let mut pending = pending?;
         for fixup in &mut pending {
@@ -627,6 +652,22 @@ impl Emitter<'_> {
         }
         Ok(())
     }
+}
+
+/// The new address of the original address `target`, branched to from
+/// run number `run`: its label's in the runs emitted (`labels`, from
+/// `base`), else the target itself unless a later run spans it (its
+/// label is still to be laid out: `None`).
+#[inline(never)]
+fn resolve_original(
+    labels: &RunLabels,
+    spans: &RunSpans,
+    run: usize,
+    base: u64,
+    target: u64,
+) -> Option<u64> {
+    (labels.find(target).map(|offset| base + offset))
+        .or_else(|| (!spans.later_holds(run, target)).then_some(target))
 }
 
 /// Appends the maps of `plans`' copies, laid out in `part` at `start`, and
@@ -825,36 +866,64 @@ struct PaddedOffsets<'p> {
     next: usize,
     /// The padding of the last offset asked.
     padding: u64,
+    /// The unpadded offset of the last padding passed (0 before the
+    /// first): an offset below it goes back. Kept beside `next` (as
+    /// `next_from` is) so that an offset in order is two comparisons.
+    passed_from: u64,
+    /// The unpadded offset of the next padding (`u64::MAX` past the last).
+    next_from: u64,
 }
 
 impl<'p> PaddedOffsets<'p> {
     fn new(part: &'p Part) -> Self {
-        PaddedOffsets {
+        let mut offsets = PaddedOffsets {
             part,
             next: 0,
             padding: 0,
-        }
+            passed_from: 0,
+            next_from: 0,
+        };
+        offsets.bounds();
+        offsets
     }
 
-    /// [`Part::offset`] of `at`.
+    /// Sets `passed_from` and `next_from` from `next`.
+    fn bounds(&mut self) {
+        let paddings = &self.part.paddings;
+        self.passed_from = self.next.checked_sub(1).map_or(0, |k| paddings[k].0);
+        self.next_from = paddings.get(self.next).map_or(u64::MAX, |p| p.0);
+    }
+
+    /// [`Part::offset`] of `at`. Inlined where asked: an offset between
+    /// the same two paddings as the last is a few comparisons, and a call
+    /// for each cost as much again.
+    #[inline]
     fn of(&mut self, at: u64) -> u64 {
         let part = self.part;
         if at >= part.layout.end {
             return part.len;
         }
-        let paddings = &part.paddings;
-        if self.next > 0 && paddings[self.next - 1].0 > at {
-            self.next = paddings.partition_point(|&(from, _)| from <= at);
-            self.padding = self.next.checked_sub(1).map_or(0, |k| paddings[k].1);
-        }
-        while let Some(&(from, padding)) = paddings.get(self.next)
-            && from <= at
-        {
-            self.padding = padding;
-            self.next += 1;
+        if at < self.passed_from || at >= self.next_from {
+            self.move_to(at);
         }
         debug_assert_eq!(at + self.padding, part.offset(at));
         at + self.padding
+    }
+
+    /// Passes the paddings up to `at` (searched for when `at` goes back).
+    #[inline(never)]
+    fn move_to(&mut self, at: u64) {
+        let paddings = &self.part.paddings;
+        if at < self.passed_from {
+            self.next = paddings.partition_point(|&(from, _)| from <= at);
+            self.padding = self.next.checked_sub(1).map_or(0, |k| paddings[k].1);
+            self.bounds();
+        }
+        while at >= self.next_from {
+            self.padding = paddings[self.next].1;
+            self.next += 1;
+            self.bounds();
+        }
     }
 }
 
@@ -2621,6 +2690,7 @@ impl MeasuredLabels {
     /// The offset from the start of `part` (run number `run`, placed) of
     /// the fake label `target`; `None` for one of another run or never
     /// placed.
+    #[inline]
     fn fake_offset(&self, part: &Part, run: usize, target: u64) -> Option<u64> {
         let label = *self.fakes.get(fake_draw(run, target)?)?;
         if label.at == NOT_PLACED {
@@ -2883,10 +2953,10 @@ fn settle(
 
 /// Encodes a measured run at `start`: branch targets that are labels
 /// (`resolve`) go to their new address, every RIP-relative operand keeps
-/// its absolute address; the bytes go to `slot` (the run's place in the
-/// code, of its measured length). Branches to targets `resolve` does not
-/// know yet (a later run's labels, or no label: the absolute address) are
-/// returned as fixups, `at` an offset in `slot`.
+/// its absolute address; the bytes are appended to `code` (emptied), at
+/// most `measured` of them, the run's measured length. Branches to targets
+/// `resolve` does not know yet (a later run's labels, or no label: the
+/// absolute address) are returned as fixups, `at` an offset in `code`.
 ///
 /// `pool` is the layout's pool, whose displacements are written in place:
 /// the pieces between two paddings whose bytes are all in the pool are
@@ -2896,33 +2966,41 @@ fn emit(
     part: &Part,
     pool: &mut [u8],
     start: u64,
-    resolve: &(dyn Fn(u64) -> Option<u64> + Sync),
-    slot: &mut [u8],
+    resolve: &impl Fn(u64) -> Option<u64>,
+    (code, measured): (&mut Vec<u8>, usize),
 ) -> Result<Vec<Fixup>, RelocateError> {
     let mut fixups = Vec::new();
     let mut encoder = Encoder::new(64);
-    let slot_len = slot.len();
-    let code = &mut SlotCode { slot, len: 0 };
+    code.clear();
+    code.reserve(measured);
+    let slot_len = measured;
+    let code = &mut SlotCode {
+        code,
+        measured,
+        len: 0,
+    };
     let layout = &part.layout;
     let mut targets = layout.targets.iter();
     let mut target = || *targets.next().expect("one target per piece with one");
     let mut paddings = part.paddings.as_slice();
     let mut padding = 0;
+    // The next padding's unpadded offset, compared alone at each piece.
+    let next_padded = |paddings: &[(u64, u64)]| paddings.first().map_or(u64::MAX, |p| p.0);
+    let mut padded_from = next_padded(paddings);
     // Unpadded offset of the piece, and of its bytes in the pool; the
     // pool's bytes from `copied` to `in_pool` follow the code as they are.
     let mut at = 0u64;
     let mut in_pool = 0usize;
     let mut copied = 0usize;
     for piece in &layout.pieces {
-        let mut padded = false;
-        while let [(from, to), rest @ ..] = paddings
-            && *from <= at
-        {
-            padding = *to;
-            paddings = rest;
-            padded = true;
-        }
-        if padded {
+        if at >= padded_from {
+            while let [(from, to), rest @ ..] = paddings
+                && *from <= at
+            {
+                padding = *to;
+                paddings = rest;
+            }
+            padded_from = next_padded(paddings);
             code.extend_from_slice(&pool[copied..in_pool]);
             copied = in_pool;
             code.pad_to(at + padding);
@@ -3010,22 +3088,24 @@ fn emit(
     }
     code.extend_from_slice(&pool[copied..in_pool]);
     code.pad_to(part.len);
-    if code.len != code.slot.len() {
+    if code.len != measured {
         return Err(RelocateError::LengthChanged {
             encoded: code.len as u64,
-            measured: code.slot.len() as u64,
+            measured: measured as u64,
         });
     }
     Ok(fixups)
 }
 
-/// A run's code written straight into its slot in the batch's code (an
-/// intermediate buffer per run was faulted in and copied once more). Bytes
-/// that would run past the slot are counted, not written: [`emit`] reports
-/// the length it encoded.
-struct SlotCode<'s> {
-    slot: &'s mut [u8],
-    /// Bytes encoded so far.
+/// A run's code appended to a buffer with room for its measured length
+/// (not zero-filled first: every byte is written once). Bytes that would
+/// run past the measured length are counted, not written: [`emit`]
+/// reports the length it encoded.
+struct SlotCode<'c> {
+    code: &'c mut Vec<u8>,
+    /// The run's measured length.
+    measured: usize,
+    /// Bytes encoded so far (`code`'s length while within `measured`).
     len: usize,
 }
 
@@ -3033,8 +3113,8 @@ impl SlotCode<'_> {
     /// Appends `bytes`.
     fn extend_from_slice(&mut self, bytes: &[u8]) {
         let end = self.len + bytes.len();
-        if let Some(to) = self.slot.get_mut(self.len..end) {
-            to.copy_from_slice(bytes);
+        if end <= self.measured {
+            self.code.extend_from_slice(bytes);
         }
         self.len = end;
     }
@@ -3055,17 +3135,18 @@ impl SlotCode<'_> {
         encoder.set_buffer(buffer);
     }
 
-    /// [`write_rel32`] on the code so far (nothing once past the slot).
+    /// [`write_rel32`] on the code so far (nothing once past the measured
+    /// length).
     fn write_rel32(
         &mut self,
         from_end: usize,
         next: u64,
         target: u64,
     ) -> Result<(), RelocateError> {
-        match self.slot.get_mut(..self.len) {
-            Some(code) => write_rel32(code, from_end, next, target),
-            None => Ok(()),
+        if self.len > self.measured {
+            return Ok(());
         }
+        write_rel32(self.code, from_end, next, target)
     }
 }
 
@@ -3075,7 +3156,7 @@ fn branch_rel32(
     code: &mut SlotCode<'_>,
     next: u64,
     target: u64,
-    resolve: &(dyn Fn(u64) -> Option<u64> + Sync),
+    resolve: &impl Fn(u64) -> Option<u64>,
     fixups: &mut Vec<Fixup>,
 ) -> Result<(), RelocateError> {
     match resolve(target) {
@@ -3360,6 +3441,48 @@ mod tests {
     use crate::binary::Binary;
     use foldhash::HashMapExt;
 
+    /// `map_near` answers as `map` for every address around a copy's
+    /// instructions, asked in increasing, decreasing and scattered order
+    /// with one hint, and from a hint past the end.
+    #[test]
+    fn map_near_is_map_in_any_order() {
+        // Instructions of 1 to 7 bytes, 40 of them.
+        let mut original = Vec::new();
+        let mut at = 0u32;
+        for k in 0..40u32 {
+            original.push(at);
+            at += 1 + (k * 5) % 7;
+        }
+        let map = CopyMap {
+            original_start: 0x1000,
+            original_end: 0x1000 + u64::from(at),
+            start: 0x9000,
+            body_end: 0x9000 + 4 * u64::from(at),
+            end: 0x9000 + 5 * u64::from(at),
+            addresses: original.iter().map(|&o| 3 * o + 2).collect(),
+            original,
+        };
+        let addresses: Vec<u64> = (0x1000 - 3..map.original_end + 3).collect();
+        let scattered: Vec<u64> = (0..addresses.len())
+            .map(|k| addresses[(k * 37) % addresses.len()])
+            .collect();
+        let orders = [
+            addresses.clone(),
+            addresses.iter().rev().copied().collect(),
+            scattered,
+        ];
+        for order in &orders {
+            let near = std::cell::Cell::new(0);
+            for &addr in order {
+                assert_eq!(map.map_near(addr, &near), map.map(addr), "{addr:#x}");
+            }
+        }
+        let near = std::cell::Cell::new(usize::MAX);
+        for &addr in &addresses {
+            assert_eq!(map.map_near(addr, &near), map.map(addr), "{addr:#x}");
+        }
+    }
+
     /// Copies of this test executable's functions, with a probe before
     /// every supported memory operand and branches between functions.
     fn plans_of(codes: &[FunctionCode]) -> Vec<CopyPlan<'_>> {
@@ -3625,9 +3748,15 @@ mod tests {
         // A slot of another length than measured is an error naming both,
         // whether the code would run past it or fall short of it.
         for measured in [part.len - 1, part.len + 1] {
-            let mut slot = vec![0u8; measured as usize];
+            let mut slot = Vec::new();
             let mut pool = part.layout.pool.clone();
-            match emit(&part, &mut pool, start, &resolve, &mut slot) {
+            match emit(
+                &part,
+                &mut pool,
+                start,
+                &resolve,
+                (&mut slot, measured as usize),
+            ) {
                 Err(RelocateError::LengthChanged {
                     encoded,
                     measured: m,
@@ -3635,9 +3764,16 @@ mod tests {
                 other => panic!("{measured}-byte slot: {:?}", other.map(|f| f.len())),
             }
         }
-        let mut code = vec![0u8; part.len as usize];
+        let mut code = Vec::new();
         let mut pool = part.layout.pool.clone();
-        let fixups = emit(&part, &mut pool, start, &resolve, &mut code).unwrap();
+        let fixups = emit(
+            &part,
+            &mut pool,
+            start,
+            &resolve,
+            (&mut code, part.len as usize),
+        )
+        .unwrap();
         assert_eq!(fixups.len(), 1, "the call to an address without a label");
         settle(&mut code, 0, &fixups, |target| {
             resolve(target).unwrap_or(target)
