@@ -1011,6 +1011,10 @@ struct EntryPlan {
     whole: bool,
     /// Its steps in [`EntryPlans::steps`], where not `whole`.
     steps: (u32, u32),
+    /// The size of each of its entries, where every attribute has a fixed
+    /// size and none is read: most entries are such, and one skip costs
+    /// less than going through the steps.
+    fixed_size: Option<usize>,
 }
 
 /// One step over an entry's attributes: what gimli's `skip_attributes`
@@ -1238,6 +1242,7 @@ impl EntryPlans {
                             subprogram,
                             whole: true,
                             steps: (0, 0),
+                            fixed_size: None,
                         };
                     }
                 },
@@ -1256,12 +1261,18 @@ impl EntryPlans {
             }
             self.steps.push(step);
         }
+        let fixed_size = match self.steps[start..] {
+            [] => Some(0),
+            [EntryStep::Bytes(size)] => Some(size),
+            _ => None,
+        };
         EntryPlan {
             has_children,
             inlined,
             subprogram,
             whole: false,
             steps: (start as u32, self.steps.len() as u32),
+            fixed_size,
         }
     }
 
@@ -1275,6 +1286,9 @@ impl EntryPlans {
         attrs: &mut Vec<SiteAttribute<'a>>,
     ) -> Result<(), gimli::Error> {
         use gimli::Reader as _;
+        if let Some(size) = plan.fixed_size {
+            return input.skip(size);
+        }
         for step in &self.steps[plan.steps.0 as usize..plan.steps.1 as usize] {
             match *step {
                 EntryStep::Site(site) => attrs.push(site.read(input)?),
@@ -2555,6 +2569,67 @@ mod tests {
             assert_eq!(again.steps, first.steps);
         }
         assert_eq!(plans.steps.len(), steps, "no steps added again");
+    }
+
+    #[test]
+    fn an_entry_of_fixed_sizes_is_skipped_at_once_as_gimli_skips_it() {
+        // Code 1: a variable of fixed forms (name data4, line data1, an
+        // address, a flag present); 2: a member without attributes; 3: an
+        // inlined subroutine whose call line is read.
+        let fixed = [
+            (gimli::DW_AT_name, gimli::DW_FORM_data4),
+            (gimli::DW_AT_decl_line, gimli::DW_FORM_data1),
+            (gimli::DW_AT_location, gimli::DW_FORM_addr),
+            (gimli::DW_AT_external, gimli::DW_FORM_flag_present),
+        ];
+        let site = [
+            (gimli::DW_AT_name, gimli::DW_FORM_data4),
+            (gimli::DW_AT_call_line, gimli::DW_FORM_data1),
+        ];
+        let mut abbrevs = Vec::new();
+        for (code, tag, attributes) in [
+            (1u8, gimli::DW_TAG_variable, &fixed[..]),
+            (2, gimli::DW_TAG_member, &[][..]),
+            (3, gimli::DW_TAG_inlined_subroutine, &site[..]),
+        ] {
+            abbrevs.extend([code, tag.0 as u8, 0]);
+            for (name, form) in attributes {
+                abbrevs.extend([name.0 as u8, form.0 as u8]);
+            }
+            abbrevs.extend([0, 0]);
+        }
+        abbrevs.push(0);
+        let abbreviations = abbreviations_of(&abbrevs);
+        let encoding = DWARF4_32;
+        let entry = [7u8; 20];
+        let mut plans = EntryPlans::default();
+        for (code, size) in [(1, Some(13)), (2, Some(0)), (3, None)] {
+            let plan = plans.plan(code, &abbreviations, encoding).unwrap();
+            assert_eq!(plan.fixed_size, size, "abbreviation {code}");
+            let mut input = EndianSlice::new(&entry, LittleEndian);
+            let mut attrs = Vec::new();
+            plans
+                .walk(plan, &mut input, (encoding, &abbreviations), &mut attrs)
+                .unwrap();
+            let mut raw = gimli::EntriesRaw::new(
+                EndianSlice::new(&entry, LittleEndian),
+                encoding,
+                &abbreviations,
+                UnitOffset(0),
+            );
+            let specs = abbreviations.get(code).unwrap().attributes();
+            raw.skip_attributes(specs).unwrap();
+            assert_eq!(
+                entry.len() - input.len(),
+                raw.next_offset().0,
+                "abbreviation {code}"
+            );
+            assert_eq!(attrs.len(), usize::from(code == 3));
+        }
+        let plan = plans.plan(1, &abbreviations, encoding).unwrap();
+        let mut cut = EndianSlice::new(&entry[..12], LittleEndian);
+        let walk = (encoding, &abbreviations);
+        assert!(plans.walk(plan, &mut cut, walk, &mut Vec::new()).is_err());
     }
 
     #[test]
