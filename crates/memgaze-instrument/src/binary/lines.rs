@@ -177,7 +177,7 @@ impl LineTable {
     fn chain_into<'t>(
         &'t self,
         first: SourceLocation<'t>,
-        holding: &mut Vec<usize>,
+        holding: &mut [usize],
         chain: &mut Vec<SourceLocation<'t>>,
     ) {
         chain.clear();
@@ -187,28 +187,35 @@ impl LineTable {
 
     /// Appends to `chain` the call sites of the inlined ranges `holding`
     /// (highest index first; reordered here), innermost first.
-    fn extend_call_sites<'t>(
+    fn extend_call_sites<'t>(&'t self, holding: &mut [usize], chain: &mut Vec<SourceLocation<'t>>) {
+        holding.sort_by_key(|&i| std::cmp::Reverse(self.inlines[i].depth));
+        self.push_call_sites(holding.iter().copied(), chain);
+    }
+
+    /// Appends to `chain` the call sites of the inlined ranges
+    /// `deepest_first` (sorted by depth, deepest first), innermost first.
+    fn push_call_sites<'t>(
         &'t self,
-        holding: &mut Vec<usize>,
+        deepest_first: impl Iterator<Item = usize>,
         chain: &mut Vec<SourceLocation<'t>>,
     ) {
-        holding.sort_by_key(|&i| std::cmp::Reverse(self.inlines[i].depth));
         // One inlined subroutine may list the same range twice (split
         // `DW_AT_ranges`); its call site counts once.
-        holding.dedup_by_key(|&mut i| {
+        let mut last = None;
+        for i in deepest_first {
             let r = &self.inlines[i];
-            (r.depth, r.file, r.line)
-        });
-        chain.extend(
-            holding
-                .iter()
-                .map(|&i| &self.inlines[i])
-                .filter(|r| r.line != 0)
-                .map(|r| SourceLocation {
+            let site = (r.depth, r.file, r.line);
+            if last == Some(site) {
+                continue;
+            }
+            last = Some(site);
+            if r.line != 0 {
+                chain.push(SourceLocation {
                     file: &self.files[r.file as usize],
                     line: r.line,
-                }),
-        );
+                });
+            }
+        }
     }
 
     /// Builds the table. `section` returns the (decompressed) contents of a
@@ -519,6 +526,15 @@ impl<'t> ChainCursor<'t> {
     /// ([`ChainCursor::locate`]), innermost first: its chain past the
     /// first entry.
     pub(crate) fn call_sites_into(&mut self, chain: &mut Vec<SourceLocation<'t>>) {
+        // Ranges holding one address nest, an inner one beginning at or
+        // after the one holding it: lowest index first, they are mostly
+        // outermost first already, and read backwards without a sort.
+        let inlines = &self.table.inlines;
+        if self.holding.is_sorted_by_key(|&i| inlines[i].depth) {
+            let deepest_first = self.holding.iter().rev().copied();
+            self.table.push_call_sites(deepest_first, chain);
+            return;
+        }
         self.order.clear();
         self.order.extend(self.holding.iter().rev());
         self.table.extend_call_sites(&mut self.order, chain);
@@ -2092,6 +2108,62 @@ mod tests {
         assert_eq!(text(0x44), ["/rustc/x/map.rs:200"]);
         assert_eq!(text(0x55), ["/rustc/x/map.rs:200", "/w/src/user.rs:9"]);
         assert!(text(0x08).is_empty());
+    }
+
+    #[test]
+    fn a_cursor_gives_the_chains_of_ranges_out_of_depth_order_and_twice_listed() {
+        let inline = |begin, end, depth, line| Inline {
+            begin,
+            end,
+            depth,
+            file: 1,
+            line,
+        };
+        // 0x10..0x40: the deeper of two ranges beginning together read
+        // first, a range of unknown line and one of the first's site again
+        // inside them; 0x50..0x60: one range listed twice, with a range of
+        // unknown line inside.
+        let inlines = vec![
+            inline(0x10, 0x40, 3, 5),
+            inline(0x10, 0x40, 2, 7),
+            inline(0x18, 0x30, 4, 0),
+            inline(0x20, 0x30, 3, 5),
+            inline(0x50, 0x60, 2, 9),
+            inline(0x50, 0x60, 2, 9),
+            inline(0x52, 0x58, 3, 0),
+        ];
+        let table = LineTable {
+            rows: vec![
+                Row {
+                    address: 0x10,
+                    file: 0,
+                    line: 100,
+                },
+                Row {
+                    address: 0x70,
+                    file: 0,
+                    line: 0,
+                },
+            ],
+            files: vec!["map.rs".into(), "user.rs".into()],
+            inline_reach: vec![0x40, 0x40, 0x40, 0x40, 0x60, 0x60, 0x60],
+            inlines,
+            problem: None,
+        };
+        let text = |chain: Vec<SourceLocation<'_>>| -> Vec<String> {
+            chain.iter().map(ToString::to_string).collect()
+        };
+        let mut cursor = ChainCursor::new(&table);
+        for (address, chain) in [
+            (0x12, &["map.rs:100", "user.rs:5", "user.rs:7"][..]),
+            (0x1c, &["map.rs:100", "user.rs:5", "user.rs:7"]),
+            (0x24, &["map.rs:100", "user.rs:5", "user.rs:7"]),
+            (0x54, &["map.rs:100", "user.rs:9"]),
+            (0x59, &["map.rs:100", "user.rs:9"]),
+        ] {
+            assert_eq!(text(table.locate_chain(address)), chain, "{address:#x}");
+            assert_eq!(text(cursor.locate_chain(address)), chain, "{address:#x}");
+        }
     }
 
     #[test]
