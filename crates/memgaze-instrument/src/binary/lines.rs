@@ -177,7 +177,7 @@ impl LineTable {
     fn chain_into<'t>(
         &'t self,
         first: SourceLocation<'t>,
-        holding: &mut Vec<usize>,
+        holding: &mut [usize],
         chain: &mut Vec<SourceLocation<'t>>,
     ) {
         chain.clear();
@@ -187,28 +187,35 @@ impl LineTable {
 
     /// Appends to `chain` the call sites of the inlined ranges `holding`
     /// (highest index first; reordered here), innermost first.
-    fn extend_call_sites<'t>(
+    fn extend_call_sites<'t>(&'t self, holding: &mut [usize], chain: &mut Vec<SourceLocation<'t>>) {
+        holding.sort_by_key(|&i| std::cmp::Reverse(self.inlines[i].depth));
+        self.push_call_sites(holding.iter().copied(), chain);
+    }
+
+    /// Appends to `chain` the call sites of the inlined ranges
+    /// `deepest_first` (sorted by depth, deepest first), innermost first.
+    fn push_call_sites<'t>(
         &'t self,
-        holding: &mut Vec<usize>,
+        deepest_first: impl Iterator<Item = usize>,
         chain: &mut Vec<SourceLocation<'t>>,
     ) {
-        holding.sort_by_key(|&i| std::cmp::Reverse(self.inlines[i].depth));
         // One inlined subroutine may list the same range twice (split
         // `DW_AT_ranges`); its call site counts once.
-        holding.dedup_by_key(|&mut i| {
+        let mut last = None;
+        for i in deepest_first {
             let r = &self.inlines[i];
-            (r.depth, r.file, r.line)
-        });
-        chain.extend(
-            holding
-                .iter()
-                .map(|&i| &self.inlines[i])
-                .filter(|r| r.line != 0)
-                .map(|r| SourceLocation {
+            let site = (r.depth, r.file, r.line);
+            if last == Some(site) {
+                continue;
+            }
+            last = Some(site);
+            if r.line != 0 {
+                chain.push(SourceLocation {
                     file: &self.files[r.file as usize],
                     line: r.line,
-                }),
-        );
+                });
+            }
+        }
     }
 
     /// Builds the table. `section` returns the (decompressed) contents of a
@@ -519,6 +526,15 @@ impl<'t> ChainCursor<'t> {
     /// ([`ChainCursor::locate`]), innermost first: its chain past the
     /// first entry.
     pub(crate) fn call_sites_into(&mut self, chain: &mut Vec<SourceLocation<'t>>) {
+        // Ranges holding one address nest, an inner one beginning at or
+        // after the one holding it: lowest index first, they are mostly
+        // outermost first already, and read backwards without a sort.
+        let inlines = &self.table.inlines;
+        if self.holding.is_sorted_by_key(|&i| inlines[i].depth) {
+            let deepest_first = self.holding.iter().rev().copied();
+            self.table.push_call_sites(deepest_first, chain);
+            return;
+        }
         self.order.clear();
         self.order.extend(self.holding.iter().rev());
         self.table.extend_call_sites(&mut self.order, chain);
@@ -1011,6 +1027,10 @@ struct EntryPlan {
     whole: bool,
     /// Its steps in [`EntryPlans::steps`], where not `whole`.
     steps: (u32, u32),
+    /// The size of each of its entries, where every attribute has a fixed
+    /// size and none is read: most entries are such, and one skip costs
+    /// less than going through the steps.
+    fixed_size: Option<usize>,
 }
 
 /// One step over an entry's attributes: what gimli's `skip_attributes`
@@ -1238,6 +1258,7 @@ impl EntryPlans {
                             subprogram,
                             whole: true,
                             steps: (0, 0),
+                            fixed_size: None,
                         };
                     }
                 },
@@ -1256,12 +1277,18 @@ impl EntryPlans {
             }
             self.steps.push(step);
         }
+        let fixed_size = match self.steps[start..] {
+            [] => Some(0),
+            [EntryStep::Bytes(size)] => Some(size),
+            _ => None,
+        };
         EntryPlan {
             has_children,
             inlined,
             subprogram,
             whole: false,
             steps: (start as u32, self.steps.len() as u32),
+            fixed_size,
         }
     }
 
@@ -1275,6 +1302,9 @@ impl EntryPlans {
         attrs: &mut Vec<SiteAttribute<'a>>,
     ) -> Result<(), gimli::Error> {
         use gimli::Reader as _;
+        if let Some(size) = plan.fixed_size {
+            return input.skip(size);
+        }
         for step in &self.steps[plan.steps.0 as usize..plan.steps.1 as usize] {
             match *step {
                 EntryStep::Site(site) => attrs.push(site.read(input)?),
@@ -2081,6 +2111,62 @@ mod tests {
     }
 
     #[test]
+    fn a_cursor_gives_the_chains_of_ranges_out_of_depth_order_and_twice_listed() {
+        let inline = |begin, end, depth, line| Inline {
+            begin,
+            end,
+            depth,
+            file: 1,
+            line,
+        };
+        // 0x10..0x40: the deeper of two ranges beginning together read
+        // first, a range of unknown line and one of the first's site again
+        // inside them; 0x50..0x60: one range listed twice, with a range of
+        // unknown line inside.
+        let inlines = vec![
+            inline(0x10, 0x40, 3, 5),
+            inline(0x10, 0x40, 2, 7),
+            inline(0x18, 0x30, 4, 0),
+            inline(0x20, 0x30, 3, 5),
+            inline(0x50, 0x60, 2, 9),
+            inline(0x50, 0x60, 2, 9),
+            inline(0x52, 0x58, 3, 0),
+        ];
+        let table = LineTable {
+            rows: vec![
+                Row {
+                    address: 0x10,
+                    file: 0,
+                    line: 100,
+                },
+                Row {
+                    address: 0x70,
+                    file: 0,
+                    line: 0,
+                },
+            ],
+            files: vec!["map.rs".into(), "user.rs".into()],
+            inline_reach: vec![0x40, 0x40, 0x40, 0x40, 0x60, 0x60, 0x60],
+            inlines,
+            problem: None,
+        };
+        let text = |chain: Vec<SourceLocation<'_>>| -> Vec<String> {
+            chain.iter().map(ToString::to_string).collect()
+        };
+        let mut cursor = ChainCursor::new(&table);
+        for (address, chain) in [
+            (0x12, &["map.rs:100", "user.rs:5", "user.rs:7"][..]),
+            (0x1c, &["map.rs:100", "user.rs:5", "user.rs:7"]),
+            (0x24, &["map.rs:100", "user.rs:5", "user.rs:7"]),
+            (0x54, &["map.rs:100", "user.rs:9"]),
+            (0x59, &["map.rs:100", "user.rs:9"]),
+        ] {
+            assert_eq!(text(table.locate_chain(address)), chain, "{address:#x}");
+            assert_eq!(text(cursor.locate_chain(address)), chain, "{address:#x}");
+        }
+    }
+
+    #[test]
     fn a_table_for_some_addresses_answers_their_lookups_as_the_whole_table() {
         // This test executable's own DWARF (the dev profile keeps it).
         let binary = crate::binary::Binary::open(std::env::current_exe().unwrap()).unwrap();
@@ -2555,6 +2641,67 @@ mod tests {
             assert_eq!(again.steps, first.steps);
         }
         assert_eq!(plans.steps.len(), steps, "no steps added again");
+    }
+
+    #[test]
+    fn an_entry_of_fixed_sizes_is_skipped_at_once_as_gimli_skips_it() {
+        // Code 1: a variable of fixed forms (name data4, line data1, an
+        // address, a flag present); 2: a member without attributes; 3: an
+        // inlined subroutine whose call line is read.
+        let fixed = [
+            (gimli::DW_AT_name, gimli::DW_FORM_data4),
+            (gimli::DW_AT_decl_line, gimli::DW_FORM_data1),
+            (gimli::DW_AT_location, gimli::DW_FORM_addr),
+            (gimli::DW_AT_external, gimli::DW_FORM_flag_present),
+        ];
+        let site = [
+            (gimli::DW_AT_name, gimli::DW_FORM_data4),
+            (gimli::DW_AT_call_line, gimli::DW_FORM_data1),
+        ];
+        let mut abbrevs = Vec::new();
+        for (code, tag, attributes) in [
+            (1u8, gimli::DW_TAG_variable, &fixed[..]),
+            (2, gimli::DW_TAG_member, &[][..]),
+            (3, gimli::DW_TAG_inlined_subroutine, &site[..]),
+        ] {
+            abbrevs.extend([code, tag.0 as u8, 0]);
+            for (name, form) in attributes {
+                abbrevs.extend([name.0 as u8, form.0 as u8]);
+            }
+            abbrevs.extend([0, 0]);
+        }
+        abbrevs.push(0);
+        let abbreviations = abbreviations_of(&abbrevs);
+        let encoding = DWARF4_32;
+        let entry = [7u8; 20];
+        let mut plans = EntryPlans::default();
+        for (code, size) in [(1, Some(13)), (2, Some(0)), (3, None)] {
+            let plan = plans.plan(code, &abbreviations, encoding).unwrap();
+            assert_eq!(plan.fixed_size, size, "abbreviation {code}");
+            let mut input = EndianSlice::new(&entry, LittleEndian);
+            let mut attrs = Vec::new();
+            plans
+                .walk(plan, &mut input, (encoding, &abbreviations), &mut attrs)
+                .unwrap();
+            let mut raw = gimli::EntriesRaw::new(
+                EndianSlice::new(&entry, LittleEndian),
+                encoding,
+                &abbreviations,
+                UnitOffset(0),
+            );
+            let specs = abbreviations.get(code).unwrap().attributes();
+            raw.skip_attributes(specs).unwrap();
+            assert_eq!(
+                entry.len() - input.len(),
+                raw.next_offset().0,
+                "abbreviation {code}"
+            );
+            assert_eq!(attrs.len(), usize::from(code == 3));
+        }
+        let plan = plans.plan(1, &abbreviations, encoding).unwrap();
+        let mut cut = EndianSlice::new(&entry[..12], LittleEndian);
+        let walk = (encoding, &abbreviations);
+        assert!(plans.walk(plan, &mut cut, walk, &mut Vec::new()).is_err());
     }
 
     #[test]
