@@ -1297,7 +1297,8 @@ fn copy_instructions(
         sorted_by_index(&plan.spatial, spatial),
         sorted_exits(plan, exits),
         sorted_by_index(&plan.redirects, redirects),
-        (&plan.inserts, &plan.escapes),
+        &plan.inserts,
+        &plan.escapes,
     );
     for (i, original) in code.instructions.iter().enumerate() {
         let here = listed.take(i);
@@ -1524,7 +1525,8 @@ impl<'l> Listed<'l> {
         spatial: &'l [(usize, (u32, SpatialProbe))],
         exits: &'l [(usize, u32)],
         redirects: &'l [(usize, TableRedirect)],
-        (inserts, escapes): (&'l [(usize, Insert)], &'l [(usize, u32)]),
+        inserts: &'l [(usize, Insert)],
+        escapes: &'l [(usize, u32)],
     ) -> Self {
         let mut listed = Listed {
             spatial,
@@ -4213,7 +4215,7 @@ mod tests {
         // The second entry at 3 is never taken (as by `take_at` alone): the
         // later instructions are all checked, and still take theirs.
         let escapes = [(3, 4), (3, 6)];
-        let mut listed = Listed::new(&[], &exits, &redirects, (&inserts, &escapes));
+        let mut listed = Listed::new(&[], &exits, &redirects, &inserts, &escapes);
         let (mut e, mut r, mut n, mut s) = (&exits[..], &redirects[..], &inserts[..], &escapes[..]);
         let mut taken = 0;
         for i in 0..12 {
@@ -4229,7 +4231,7 @@ mod tests {
             taken += usize::from(alone.0.is_some()) + usize::from(alone.3.is_some());
         }
         assert_eq!((taken, listed.next), (3, 3));
-        let mut clean = Listed::new(&[], &exits, &[], (&[], &[]));
+        let mut clean = Listed::new(&[], &exits, &[], &[], &[]);
         assert_eq!(clean.next, 2);
         assert_eq!(clean.take(2).exit, Some(7));
         assert_eq!(clean.next, 5);
