@@ -2060,18 +2060,22 @@ mod tests {
         assert_eq!(table.locate(0x20), None);
     }
 
+    /// An inlined range of file 1 (the tests' user file).
+    fn inline(begin: u64, end: u64, depth: u32, line: u32) -> Inline {
+        Inline {
+            begin,
+            end,
+            depth,
+            file: 1,
+            line,
+        }
+    }
+
     #[test]
     fn a_chain_lists_the_row_then_the_call_sites_of_the_inlined_ranges_innermost_first() {
         let row = |address, line| Row {
             address,
             file: 0,
-            line,
-        };
-        let inline = |begin, end, depth, line| Inline {
-            begin,
-            end,
-            depth,
-            file: 1,
             line,
         };
         // `user` (file 1) inlines a call at line 7 covering 0x10..0x40, whose
@@ -2112,13 +2116,6 @@ mod tests {
 
     #[test]
     fn a_cursor_gives_the_chains_of_ranges_out_of_depth_order_and_twice_listed() {
-        let inline = |begin, end, depth, line| Inline {
-            begin,
-            end,
-            depth,
-            file: 1,
-            line,
-        };
         // 0x10..0x40: the deeper of two ranges beginning together read
         // first, a range of unknown line and one of the first's site again
         // inside them; 0x50..0x60: one range listed twice, with a range of
