@@ -822,20 +822,23 @@ pub(crate) fn decode_bytes(bytes: &[u8], ip: u64, out: &mut Vec<Instruction>) {
     }
 }
 
+/// The next of Marsaglia's xorshift64 (13, 7, 17) pseudo-random numbers:
+/// the tests' repeatable random source (`state` must not be 0).
+#[cfg(test)]
+pub(crate) fn xorshift64(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
 /// The instructions iced decodes from `len` pseudo-random bytes (xorshift
 /// from `seed`, at 0x1000): every kind of encoding, invalid ones included,
 /// for tests that check a table or filter against iced.
 #[cfg(test)]
 pub(crate) fn random_instructions(seed: u64, len: usize) -> Vec<Instruction> {
     let mut state = seed;
-    let bytes: Vec<u8> = (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect();
+    let bytes: Vec<u8> = (0..len).map(|_| xorshift64(&mut state) as u8).collect();
     let mut instructions = Vec::new();
     decode_bytes(&bytes, 0x1000, &mut instructions);
     instructions

@@ -347,12 +347,7 @@ mod tests {
     #[test]
     fn widest_slots_match_sorted_tuples() {
         let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = || crate::binary::xorshift64(&mut state);
         let offsets = [
             i64::MIN,
             i64::MIN + 1,

@@ -2593,12 +2593,7 @@ mod tests {
     #[test]
     fn ascending_set_answers_as_a_hash_set() {
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = || crate::binary::xorshift64(&mut state);
         let members: Vec<u64> = (0..2_000).map(|_| 100 + next() % 10_000).collect();
         let set: HashSet<u64> = members.iter().copied().collect();
         let mut ascending = AscendingSet::new(members);

@@ -2929,12 +2929,7 @@ mod tests {
         let indexed = decode_one(&[0x4a, 0x8b, 0x04, 0xc7]); // mov rax,[rdi+r8*8]
         let plain = decode_one(&[0x48, 0x8b, 0x07]); // mov rax,[rdi]
         let mut rng = 0x0123_4567_89ab_cdefu64;
-        let mut next = || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = || crate::binary::xorshift64(&mut rng);
         let probes = [
             SpatialProbe {
                 scratch: Register::R11,
