@@ -598,7 +598,7 @@ mod tests {
 
     const BASE: u64 = 0x1000;
 
-    /// [`plan`] as it was first written: each loop's membership by a
+    /// [`plan`] written directly: each loop's membership by a
     /// search of its sorted blocks, every load and superblock asked of
     /// every innermost loop. The reference for the marked blocks and the
     /// loops' spans.
