@@ -47,7 +47,9 @@ impl GprEffects {
     /// than a general-purpose one).
     #[inline(always)]
     fn add(&mut self, reg: Register, access: OpAccess) {
-        let Some(bit) = gpr_bit(reg) else { return };
+        let Some((bit, whole)) = gpr_bit_and_whole(reg) else {
+            return;
+        };
         let (read, write, conditional) = match access {
             OpAccess::Read | OpAccess::CondRead => (true, false, false),
             OpAccess::Write => (false, true, false),
@@ -59,7 +61,7 @@ impl GprEffects {
         // Only unconditional 32- and 64-bit writes replace the whole
         // register. Masks rather than branches: the accesses vary from one
         // instruction to the next.
-        let replaces = write && !conditional && reg.size() >= 4;
+        let replaces = write && !conditional && whole;
         let mask = |on: bool| if on { bit } else { 0 };
         self.read |= mask(read);
         self.written |= mask(write);
@@ -96,9 +98,48 @@ impl RegisterFold for GprEffects {
 /// registers.
 #[inline(always)]
 pub(crate) fn gpr_bit(reg: Register) -> Option<u16> {
-    let full = reg.full_register();
-    full.is_gpr64()
-        .then(|| 1 << (full as u32 - Register::RAX as u32))
+    gpr_bit_and_whole(reg).map(|(bit, _)| bit)
+}
+
+/// [`gpr_bit`] of `reg`, and whether a write of `reg` replaces its whole
+/// 64-bit register (a 32- or 64-bit register), for general-purpose
+/// registers.
+#[inline(always)]
+pub(crate) fn gpr_bit_and_whole(reg: Register) -> Option<(u16, bool)> {
+    let facts = GPR_FACTS[reg as usize];
+    (facts != 0).then_some((facts as u16, facts & WHOLE != 0))
+}
+
+/// [`GPR_FACTS`]' mark of a register whose write replaces the whole
+/// 64-bit register.
+const WHOLE: u32 = 1 << 16;
+
+/// Per register number: the bit of its 64-bit register (low 16 bits) and
+/// [`WHOLE`], 0 for registers other than general-purpose ones. One load
+/// where iced looks up the full register and the size in its table of
+/// register facts, each with a bounds check.
+static GPR_FACTS: [u32; 256] = gpr_facts();
+
+/// [`GPR_FACTS`], from iced's numbering: the 8-bit registers `al`–`bl`,
+/// `ah`–`bh`, `spl`–`dil`, `r8l`–`r15l`, then the 16-, 32- and 64-bit ones
+/// each in register order (checked against iced in `gpr_facts_are_iceds`).
+const fn gpr_facts() -> [u32; 256] {
+    let mut facts = [0u32; 256];
+    let mut k = 0;
+    while k < 20 {
+        // `ah`–`bh` (4–7) are the second bytes of `rax`–`rbx`.
+        let full = if k < 4 { k } else { k - 4 };
+        facts[Register::AL as usize + k] = 1 << full;
+        k += 1;
+    }
+    let mut k = 0;
+    while k < 16 {
+        facts[Register::AX as usize + k] = 1 << k;
+        facts[Register::EAX as usize + k] = 1 << k | WHOLE;
+        facts[Register::RAX as usize + k] = 1 << k | WHOLE;
+        k += 1;
+    }
+    facts
 }
 
 /// How the covered codes use their explicit operands.
@@ -379,6 +420,22 @@ pub(crate) fn iced_gpr_effects(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`gpr_bit_and_whole`] of every register is iced's full register
+    /// and size.
+    #[test]
+    fn gpr_facts_are_iceds() {
+        for reg in Register::values() {
+            let full = reg.full_register();
+            let iced = full.is_gpr64().then(|| {
+                (
+                    1u16 << (full as u32 - Register::RAX as u32),
+                    reg.size() >= 4,
+                )
+            });
+            assert_eq!(gpr_bit_and_whole(reg), iced, "{reg:?}");
+        }
+    }
 
     /// [`direct_usage`] and [`direct_gpr_effects`] against iced on every
     /// encoding of the codes covered: each REX prefix (and none, operand

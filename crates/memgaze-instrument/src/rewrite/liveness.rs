@@ -66,23 +66,111 @@ fn flag_bits(rflags: u32) -> u32 {
 /// cost a sixth of its own work in saving and restoring registers.
 #[inline(always)]
 fn transfer(insn: &Instruction, cache: &mut TransferCache) -> (u32, u32) {
-    match insn.flow_control() {
-        FlowControl::Call | FlowControl::IndirectCall => return (ALL_GPRS, FLAGS),
-        FlowControl::Return => return (ALL_GPRS, FLAGS),
-        FlowControl::Interrupt | FlowControl::Exception => return (ALL_GPRS | FLAGS, 0),
+    let facts = cache.codes[insn.code() as usize];
+    if let Some(fixed) = facts.fixed() {
+        return fixed;
+    }
+    let (uses, defs) = cache.gpr_transfer(insn);
+    let (read, modified) = facts.flags().unwrap_or_else(|| iced_flags(insn));
+    (uses | read, defs | modified)
+}
+
+/// The transfer of the codes whose registers are no function of their
+/// operands (calls, returns, traps, system calls, undecoded bytes), or
+/// `None`: what [`transfer`] answers before it looks at the operands.
+fn fixed_transfer(code: Code) -> Option<(u32, u32)> {
+    match code.flow_control() {
+        FlowControl::Call | FlowControl::IndirectCall => return Some((ALL_GPRS, FLAGS)),
+        FlowControl::Return => return Some((ALL_GPRS, FLAGS)),
+        FlowControl::Interrupt | FlowControl::Exception => return Some((ALL_GPRS | FLAGS, 0)),
         _ => {}
     }
-    if matches!(insn.code(), Code::Syscall | Code::Sysenter) || insn.is_invalid() {
-        return (ALL_GPRS | FLAGS, 0);
-    }
-    // The flags from the instruction itself: a shift by an immediate
-    // count of 0 changes none, so they are no function of its shape.
-    let (uses, defs) = cache.gpr_transfer(insn);
+    matches!(code, Code::Syscall | Code::Sysenter | Code::INVALID).then_some((ALL_GPRS | FLAGS, 0))
+}
+
+/// The status flags `insn` reads and modifies, as iced reports them, in
+/// [`RegSet`]'s bits.
+fn iced_flags(insn: &Instruction) -> (u32, u32) {
     (
-        uses | flag_bits(insn.rflags_read()),
-        defs | flag_bits(insn.rflags_modified()),
+        flag_bits(insn.rflags_read()),
+        flag_bits(insn.rflags_modified()),
     )
 }
+
+/// What [`transfer`] needs of an instruction's code, looked up once per
+/// instruction instead of iced's flow control and its two flag tables:
+/// a [`fixed_transfer`], or the flags the code reads and modifies, or that
+/// they depend on the instruction (a shift's or rotate's immediate count,
+/// or `xor`/`sub` of a register with itself) and are asked of iced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CodeFacts(u16);
+
+impl CodeFacts {
+    /// Every register and flag read, none defined.
+    const EVERYTHING: u16 = 1 << 15;
+    /// Every register read, the flags defined (calls and returns).
+    const CALL: u16 = 1 << 14;
+    /// The flags depend on the instruction: ask iced.
+    const ASK_FLAGS: u16 = 1 << 13;
+
+    /// The facts of `code`, from iced's answers for instructions of it
+    /// whose count immediates and register operands vary the ways iced's
+    /// flags depend on.
+    fn of(code: Code) -> CodeFacts {
+        match fixed_transfer(code) {
+            Some((uses, 0)) if uses == ALL_GPRS | FLAGS => return CodeFacts(Self::EVERYTHING),
+            Some((ALL_GPRS, FLAGS)) => return CodeFacts(Self::CALL),
+            Some(other) => unreachable!("no fixed transfer {other:?}"),
+            None => {}
+        }
+        let variants = Self::flag_variants(code).map(|insn| iced_flags(&insn));
+        if variants.iter().any(|&v| v != variants[0]) {
+            return CodeFacts(Self::ASK_FLAGS);
+        }
+        let (read, modified) = variants[0];
+        CodeFacts((read >> 16 | modified >> 10) as u16)
+    }
+
+    /// Instructions of `code`: iced's flags differ among them where they
+    /// depend on anything but the code (an immediate count of 0, 1 or more;
+    /// the same register as both operands or two others).
+    fn flag_variants(code: Code) -> [Instruction; 4] {
+        let mut variants = [Instruction::default(); 4];
+        for (k, insn) in variants.iter_mut().enumerate() {
+            insn.set_code(code);
+            insn.set_op0_kind(OpKind::Register);
+            insn.set_op1_kind(OpKind::Register);
+            insn.set_op0_register(Register::RCX);
+            insn.set_op1_register(if k == 0 { Register::RCX } else { Register::RDX });
+            insn.set_immediate8(k.saturating_sub(1) as u8);
+        }
+        variants
+    }
+
+    /// The transfer of a code with a fixed one.
+    #[inline(always)]
+    fn fixed(self) -> Option<(u32, u32)> {
+        if self.0 & Self::EVERYTHING != 0 {
+            Some((ALL_GPRS | FLAGS, 0))
+        } else if self.0 & Self::CALL != 0 {
+            Some((ALL_GPRS, FLAGS))
+        } else {
+            None
+        }
+    }
+
+    /// The flags read and modified, in [`RegSet`]'s bits, unless they are
+    /// asked of iced.
+    #[inline(always)]
+    fn flags(self) -> Option<(u32, u32)> {
+        let bits = u32::from(self.0);
+        (self.0 & Self::ASK_FLAGS == 0).then_some(((bits & 0x3f) << 16, (bits >> 6 & 0x3f) << 16))
+    }
+}
+
+/// [`CodeFacts`] of every code, by code number.
+static CODE_FACTS: std::sync::LazyLock<Box<[CodeFacts]>> =
+    std::sync::LazyLock::new(|| Code::values().map(CodeFacts::of).collect());
 
 /// The general-purpose registers of [`transfer`] for an instruction that
 /// falls through: `.0` those it reads or writes only partly or
@@ -93,12 +181,11 @@ struct GprTransfer(u32, u32);
 impl RegisterFold for GprTransfer {
     #[inline(always)]
     fn add(&mut self, reg: Register, access: OpAccess) {
-        let Some(bit) = usage::gpr_bit(reg) else {
+        // Only 32- and 64-bit writes replace the whole register.
+        let Some((bit, whole)) = usage::gpr_bit_and_whole(reg) else {
             return;
         };
         let bit = u32::from(bit);
-        // Only 32- and 64-bit writes replace the whole register.
-        let whole = reg.size() >= 4;
         match access {
             OpAccess::Read | OpAccess::CondRead => self.0 |= bit,
             OpAccess::Write if whole => self.1 |= bit,
@@ -136,6 +223,8 @@ fn iced_gpr_transfer(info: &mut InstructionInfoFactory, insn: &Instruction) -> G
 /// kept): [`shape`] clears those.
 struct TransferCache {
     info: InstructionInfoFactory,
+    /// [`CODE_FACTS`], read without its initialisation check.
+    codes: &'static [CodeFacts],
     /// Direct-mapped by hash, a newer shape replacing the one in its slot;
     /// an empty slot holds an invalid instruction, which no query has.
     slots: Box<[(Instruction, (u32, u32))]>,
@@ -148,6 +237,7 @@ impl TransferCache {
     fn new() -> Self {
         TransferCache {
             info: InstructionInfoFactory::new(),
+            codes: &CODE_FACTS,
             slots: vec![(Instruction::default(), (0, 0)); Self::SLOTS].into_boxed_slice(),
         }
     }
@@ -506,6 +596,56 @@ mod tests {
             }
         }
         assert!(direct > 1_000, "{direct} answered directly");
+    }
+
+    /// [`transfer`] asked of iced's flow control and flags for each
+    /// instruction: the reference for [`CodeFacts`].
+    fn transfer_by_iced(insn: &Instruction, cache: &mut TransferCache) -> (u32, u32) {
+        match insn.flow_control() {
+            FlowControl::Call | FlowControl::IndirectCall => return (ALL_GPRS, FLAGS),
+            FlowControl::Return => return (ALL_GPRS, FLAGS),
+            FlowControl::Interrupt | FlowControl::Exception => return (ALL_GPRS | FLAGS, 0),
+            _ => {}
+        }
+        if matches!(insn.code(), Code::Syscall | Code::Sysenter) || insn.is_invalid() {
+            return (ALL_GPRS | FLAGS, 0);
+        }
+        let (uses, defs) = cache.gpr_transfer(insn);
+        (
+            uses | flag_bits(insn.rflags_read()),
+            defs | flag_bits(insn.rflags_modified()),
+        )
+    }
+
+    /// [`transfer`] through [`CodeFacts`] is [`transfer_by_iced`] on the
+    /// instructions of pseudo-random bytes and on every code's instructions
+    /// of varied counts and operands, and shifts by an immediate ask iced
+    /// for their flags.
+    #[test]
+    fn code_facts_give_iceds_transfer() {
+        let mut cache = TransferCache::new();
+        let mut reference = TransferCache::new();
+        let random = crate::binary::random_instructions(0x510e_527f_ade6_82d1, 1 << 20);
+        let mut shifts = random.clone();
+        for insn in random.iter().filter(|i| i.op_kind(1) == OpKind::Immediate8) {
+            for count in [0, 1, 2, 9, 17, 31, 32, 63, 64, 255] {
+                let mut varied = *insn;
+                varied.set_immediate8(count);
+                shifts.push(varied);
+            }
+        }
+        let variants = Code::values().flat_map(CodeFacts::flag_variants);
+        for insn in shifts.iter().copied().chain(variants) {
+            assert_eq!(
+                transfer(&insn, &mut cache),
+                transfer_by_iced(&insn, &mut reference),
+                "{insn} ({:?})",
+                insn.code()
+            );
+        }
+        let asks = |code| CODE_FACTS[code as usize] == CodeFacts(CodeFacts::ASK_FLAGS);
+        assert!(asks(Code::Shl_rm64_imm8) && asks(Code::Sar_rm32_imm8));
+        assert!(!asks(Code::Shl_rm64_CL) && !asks(Code::Add_r64_rm64));
     }
 
     /// [`flag_bits`] places each of iced's six status flags on its own bit
