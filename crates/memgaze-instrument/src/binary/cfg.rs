@@ -627,32 +627,37 @@ fn add_target_leaders(
 }
 
 /// The basic blocks from their leaders (no edges yet), and the block of
-/// each instruction.
+/// each instruction: a block at a time, from one leader to the next, its
+/// instructions' block numbers written as one run.
 fn basic_blocks(instructions: &[Instruction], leader: &[bool]) -> (Vec<BasicBlock>, Vec<u32>) {
     let n = instructions.len();
     let mut blocks: Vec<BasicBlock> = Vec::with_capacity(leader.iter().filter(|&&l| l).count());
-    let mut block_of = vec![0u32; n];
-    for i in 0..n {
-        if leader[i] {
-            blocks.push(BasicBlock {
-                start: instructions[i].ip(),
-                end: instructions[i].next_ip(),
-                first: i as u32,
-                len: 0,
-                successors: BlockList::new(),
-                predecessors: BlockList::new(),
-                terminator: Terminator::FallThrough,
-            });
+    let mut block_of = Vec::with_capacity(n);
+    let mut first = 0;
+    // Instruction 0 is a leader: each block runs from `first` to the next
+    // leader or the end.
+    for next in 1..=n {
+        if next < n && !leader[next] {
+            continue;
         }
-        let b = blocks.last_mut().expect("instruction 0 is a leader");
-        b.len += 1;
-        b.end = instructions[i].next_ip();
-        block_of[i] = (blocks.len() - 1) as u32;
+        block_of.resize(next, blocks.len() as u32);
+        blocks.push(BasicBlock {
+            start: instructions[first].ip(),
+            end: instructions[next - 1].next_ip(),
+            first: first as u32,
+            len: (next - first) as u32,
+            successors: BlockList::new(),
+            predecessors: BlockList::new(),
+            terminator: Terminator::FallThrough,
+        });
+        first = next;
     }
     (blocks, block_of)
 }
 
-/// Sets each block's terminator and successors, then its predecessors.
+/// Sets each block's terminator and successors, and its successors'
+/// predecessors (blocks in order, so each predecessor list is in order and
+/// without duplicates: a block's successors are).
 fn link_blocks(
     blocks: &mut [BasicBlock],
     instructions: &[Instruction],
@@ -661,94 +666,103 @@ fn link_blocks(
     indirect_jumps: &[IndirectJump],
     jump_tables: &[JumpTable],
 ) {
-    let n = instructions.len();
-    let block_at = |addr: u64| index_of.get(addr).map(|i| block_of[i as usize]);
-    let table_of: HashMap<u32, usize> = indirect_jumps
-        .iter()
-        .filter_map(|j| match j.kind {
-            IndirectJumpKind::JumpTable(t) => Some((j.instruction, t)),
-            _ => None,
-        })
-        .collect();
-    for block in blocks.iter_mut() {
-        let last = block.last();
-        let insn = &instructions[last];
-        let next = (last + 1 < n).then(|| block_of[last + 1]);
-        let mut succ = BlockList::new();
-        let terminator = if insn.is_invalid() {
-            Terminator::Invalid
-        } else {
-            match insn.flow_control() {
-                FlowControl::Next | FlowControl::XbeginXabortXend => {
-                    push_some(&mut succ, next);
-                    if next.is_some() {
-                        Terminator::FallThrough
-                    } else {
-                        Terminator::End
-                    }
-                }
-                FlowControl::UnconditionalBranch => match block_at(insn.near_branch_target()) {
-                    Some(t) => {
-                        succ.push(t);
-                        Terminator::Jump
-                    }
-                    None => Terminator::TailCall,
-                },
-                FlowControl::ConditionalBranch => {
-                    let taken = block_at(insn.near_branch_target());
-                    push_some(&mut succ, taken);
-                    push_some(&mut succ, next);
-                    if taken.is_some() {
-                        Terminator::Conditional
-                    } else {
-                        // Into another function, such as GCC's `.cold` part,
-                        // which may use any register and jump back anywhere.
-                        Terminator::TailCall
-                    }
-                }
-                FlowControl::Call | FlowControl::IndirectCall => {
-                    push_some(&mut succ, next);
-                    Terminator::Call
-                }
-                FlowControl::Return => Terminator::Return,
-                FlowControl::IndirectBranch => {
-                    if let Some(&t) = table_of.get(&(last as u32)) {
-                        succ.extend(jump_tables[t].targets.iter().filter_map(|&a| block_at(a)));
-                    }
-                    Terminator::IndirectJump
-                }
-                FlowControl::Interrupt | FlowControl::Exception => {
-                    // `int3`/`ud2` trap; `syscall`/`int 0x80` continue.
-                    if matches!(insn.mnemonic(), Mnemonic::Syscall | Mnemonic::Int) {
-                        push_some(&mut succ, next);
-                        Terminator::FallThrough
-                    } else {
-                        Terminator::Trap
-                    }
-                }
-            }
-        };
-        if insn.mnemonic() == Mnemonic::Hlt {
-            succ.clear();
+    for b in 0..blocks.len() {
+        let (terminator, successors) = block_exit(
+            &blocks[b],
+            instructions,
+            block_of,
+            index_of,
+            indirect_jumps,
+            jump_tables,
+        );
+        for &s in &successors {
+            blocks[s as usize].predecessors.push(b as u32);
         }
+        blocks[b].terminator = terminator;
+        blocks[b].successors = successors;
+    }
+}
+
+/// How `block` ends and its successors (sorted, without duplicates).
+#[inline(always)]
+fn block_exit(
+    block: &BasicBlock,
+    instructions: &[Instruction],
+    block_of: &[u32],
+    index_of: &IndexOf,
+    indirect_jumps: &[IndirectJump],
+    jump_tables: &[JumpTable],
+) -> (Terminator, BlockList) {
+    let block_at = |addr: u64| index_of.get(addr).map(|i| block_of[i as usize]);
+    let last = block.last();
+    let insn = &instructions[last];
+    let next = block_of.get(last + 1).copied();
+    let mut succ = BlockList::new();
+    if insn.is_invalid() {
+        return (Terminator::Invalid, succ);
+    }
+    // `hlt` (the one code of its mnemonic) stops: a trap without successors.
+    if insn.code() == Code::Hlt {
+        return (Terminator::Trap, succ);
+    }
+    let terminator = match insn.flow_control() {
+        FlowControl::Next | FlowControl::XbeginXabortXend => {
+            push_some(&mut succ, next);
+            if next.is_some() {
+                Terminator::FallThrough
+            } else {
+                Terminator::End
+            }
+        }
+        FlowControl::UnconditionalBranch => match block_at(insn.near_branch_target()) {
+            Some(t) => {
+                succ.push(t);
+                Terminator::Jump
+            }
+            None => Terminator::TailCall,
+        },
+        FlowControl::ConditionalBranch => {
+            let taken = block_at(insn.near_branch_target());
+            push_some(&mut succ, taken);
+            push_some(&mut succ, next);
+            if taken.is_some() {
+                Terminator::Conditional
+            } else {
+                // Into another function, such as GCC's `.cold` part,
+                // which may use any register and jump back anywhere.
+                Terminator::TailCall
+            }
+        }
+        FlowControl::Call | FlowControl::IndirectCall => {
+            push_some(&mut succ, next);
+            Terminator::Call
+        }
+        FlowControl::Return => Terminator::Return,
+        FlowControl::IndirectBranch => {
+            // The jumps are in instruction order.
+            let jump = indirect_jumps.binary_search_by_key(&(last as u32), |j| j.instruction);
+            if let Ok(k) = jump
+                && let IndirectJumpKind::JumpTable(t) = indirect_jumps[k].kind
+            {
+                succ.extend(jump_tables[t].targets.iter().filter_map(|&a| block_at(a)));
+            }
+            Terminator::IndirectJump
+        }
+        FlowControl::Interrupt | FlowControl::Exception => {
+            // `int3`/`ud2` trap; `syscall`/`int 0x80` continue.
+            if matches!(insn.mnemonic(), Mnemonic::Syscall | Mnemonic::Int) {
+                push_some(&mut succ, next);
+                Terminator::FallThrough
+            } else {
+                Terminator::Trap
+            }
+        }
+    };
+    if succ.len() > 1 {
         succ.sort_unstable();
         succ.dedup();
-        block.terminator = if insn.mnemonic() == Mnemonic::Hlt {
-            Terminator::Trap
-        } else {
-            terminator
-        };
-        block.successors = succ;
     }
-    for b in 0..blocks.len() {
-        for k in 0..blocks[b].successors.len() {
-            let s = blocks[b].successors[k];
-            let preds = &mut blocks[s as usize].predecessors;
-            if !preds.contains(&(b as u32)) {
-                preds.push(b as u32);
-            }
-        }
-    }
+    (terminator, succ)
 }
 
 /// Appends `b` to `list` if there is one (an inlined push: `extend` of an
@@ -789,6 +803,145 @@ mod tests {
                 bytes: code,
             },
         )
+    }
+
+    /// Blocks and their edges as they were made an instruction at a time,
+    /// with a map from each table jump to its table and the predecessors
+    /// added where not yet listed: the reference for [`basic_blocks`] and
+    /// [`link_blocks`].
+    fn blocks_by_instruction(code: &FunctionCode, index_of: &IndexOf) -> Vec<BasicBlock> {
+        let instructions = &code.instructions;
+        let n = instructions.len();
+        let mut blocks: Vec<BasicBlock> = Vec::new();
+        let mut block_of = vec![0u32; n];
+        for i in 0..n {
+            if code.block_of[i] as usize == blocks.len() {
+                blocks.push(BasicBlock {
+                    start: instructions[i].ip(),
+                    end: instructions[i].next_ip(),
+                    first: i as u32,
+                    len: 0,
+                    successors: BlockList::new(),
+                    predecessors: BlockList::new(),
+                    terminator: Terminator::FallThrough,
+                });
+            }
+            let b = blocks.last_mut().unwrap();
+            b.len += 1;
+            b.end = instructions[i].next_ip();
+            block_of[i] = (blocks.len() - 1) as u32;
+        }
+        assert_eq!(block_of, code.block_of);
+        let block_at = |addr: u64| index_of.get(addr).map(|i| block_of[i as usize]);
+        let table_of: std::collections::HashMap<u32, usize> = (code.indirect_jumps.iter())
+            .filter_map(|j| match j.kind {
+                IndirectJumpKind::JumpTable(t) => Some((j.instruction, t)),
+                _ => None,
+            })
+            .collect();
+        for block in blocks.iter_mut() {
+            let last = block.last();
+            let insn = &instructions[last];
+            let next = (last + 1 < n).then(|| block_of[last + 1]);
+            let mut succ = BlockList::new();
+            let terminator = if insn.is_invalid() {
+                Terminator::Invalid
+            } else {
+                match insn.flow_control() {
+                    FlowControl::Next | FlowControl::XbeginXabortXend => {
+                        succ.extend(next);
+                        if next.is_some() {
+                            Terminator::FallThrough
+                        } else {
+                            Terminator::End
+                        }
+                    }
+                    FlowControl::UnconditionalBranch => match block_at(insn.near_branch_target()) {
+                        Some(t) => {
+                            succ.push(t);
+                            Terminator::Jump
+                        }
+                        None => Terminator::TailCall,
+                    },
+                    FlowControl::ConditionalBranch => {
+                        let taken = block_at(insn.near_branch_target());
+                        succ.extend(taken);
+                        succ.extend(next);
+                        if taken.is_some() {
+                            Terminator::Conditional
+                        } else {
+                            Terminator::TailCall
+                        }
+                    }
+                    FlowControl::Call | FlowControl::IndirectCall => {
+                        succ.extend(next);
+                        Terminator::Call
+                    }
+                    FlowControl::Return => Terminator::Return,
+                    FlowControl::IndirectBranch => {
+                        if let Some(&t) = table_of.get(&(last as u32)) {
+                            let targets = code.jump_tables[t].targets.iter();
+                            succ.extend(targets.filter_map(|&a| block_at(a)));
+                        }
+                        Terminator::IndirectJump
+                    }
+                    FlowControl::Interrupt | FlowControl::Exception => {
+                        if matches!(insn.mnemonic(), Mnemonic::Syscall | Mnemonic::Int) {
+                            succ.extend(next);
+                            Terminator::FallThrough
+                        } else {
+                            Terminator::Trap
+                        }
+                    }
+                }
+            };
+            if insn.mnemonic() == Mnemonic::Hlt {
+                succ.clear();
+            }
+            succ.sort_unstable();
+            succ.dedup();
+            block.terminator = if insn.mnemonic() == Mnemonic::Hlt {
+                Terminator::Trap
+            } else {
+                terminator
+            };
+            block.successors = succ;
+        }
+        for b in 0..blocks.len() {
+            for k in 0..blocks[b].successors.len() {
+                let s = blocks[b].successors[k];
+                let preds = &mut blocks[s as usize].predecessors;
+                if !preds.contains(&(b as u32)) {
+                    preds.push(b as u32);
+                }
+            }
+        }
+        blocks
+    }
+
+    /// The blocks, terminators and edges of every function of this test
+    /// executable are those made an instruction at a time, and `hlt` is
+    /// the one code of its mnemonic.
+    #[test]
+    fn blocks_and_edges_are_those_made_an_instruction_at_a_time() {
+        let binary = crate::binary::Binary::open(std::env::current_exe().unwrap()).unwrap();
+        let mut tables = 0;
+        for function in binary.functions() {
+            let code = binary.function_code(function);
+            let index_of = IndexOf::in_buffer(&code.instructions, code.start, code.end, Vec::new());
+            assert_eq!(
+                code.blocks,
+                blocks_by_instruction(&code, &index_of),
+                "function at {:#x}",
+                code.start
+            );
+            tables += code.jump_tables.len();
+        }
+        assert!(tables > 10, "only {tables} jump tables");
+        let halts: Vec<Code> = Code::values()
+            .filter(|c| c.mnemonic() == Mnemonic::Hlt)
+            .collect();
+        assert_eq!(halts, [Code::Hlt]);
     }
 
     #[test]
