@@ -46,20 +46,30 @@ impl Dominators {
             };
         }
         idom[0] = Some(0);
-        let mut changed = true;
+        for &b in rpo.iter().skip(1) {
+            let new = idom_from_predecessors(blocks, &idom, &position, b);
+            if new.is_some() {
+                idom[b as usize] = new;
+            }
+        }
+        // A second round changes nothing unless it changes a block with a
+        // predecessor at or after it in the order (a back edge): every
+        // other block's predecessors, and their dominators, are as the first
+        // round saw them until then. So only those blocks are asked (in a
+        // reducible function the header of a back edge dominates its
+        // source, which adds nothing), and the rounds run on if one changes.
+        let mut changed = rpo.iter().skip(1).any(|&b| {
+            let at = position[b as usize];
+            let predecessors = &blocks[b as usize].predecessors;
+            predecessors.iter().any(|&p| position[p as usize] >= at) && {
+                let new = idom_from_predecessors(blocks, &idom, &position, b);
+                new.is_some() && idom[b as usize] != new
+            }
+        });
         while changed {
             changed = false;
             for &b in rpo.iter().skip(1) {
-                let mut new: Option<u32> = None;
-                for &p in &blocks[b as usize].predecessors {
-                    if idom[p as usize].is_none() {
-                        continue;
-                    }
-                    new = Some(match new {
-                        None => p,
-                        Some(cur) => intersect(&idom, &position, p, cur),
-                    });
-                }
+                let new = idom_from_predecessors(blocks, &idom, &position, b);
                 if new.is_some() && idom[b as usize] != new {
                     idom[b as usize] = new;
                     changed = true;
@@ -136,6 +146,28 @@ fn tree_order(idom: &[Option<u32>], rpo: &[u32]) -> Vec<(u32, u32)> {
         }
     }
     order
+}
+
+/// Block `b`'s immediate dominator as its predecessors with one so far
+/// give it (`None` if none has).
+#[inline(always)]
+fn idom_from_predecessors(
+    blocks: &[BasicBlock],
+    idom: &[Option<u32>],
+    position: &[u32],
+    b: u32,
+) -> Option<u32> {
+    let mut new: Option<u32> = None;
+    for &p in &blocks[b as usize].predecessors {
+        if idom[p as usize].is_none() {
+            continue;
+        }
+        new = Some(match new {
+            None => p,
+            Some(cur) => intersect(idom, position, p, cur),
+        });
+    }
+    new
 }
 
 fn intersect(idom: &[Option<u32>], position: &[u32], mut a: u32, mut b: u32) -> u32 {
