@@ -190,10 +190,22 @@ fn is_imm(kind: OpKind) -> bool {
 /// Stack position before each instruction; `None` where paths disagree
 /// or an instruction sets `rsp` in a way not followed.
 pub(crate) fn positions(code: &FunctionCode, frame_pointer: Option<i64>) -> Vec<Option<StackPos>> {
+    let mut out = Vec::new();
+    positions_into(code, frame_pointer, &mut out);
+    out
+}
+
+/// [`positions`] into `out` (emptied first), reusing its allocation.
+pub(crate) fn positions_into(
+    code: &FunctionCode,
+    frame_pointer: Option<i64>,
+    out: &mut Vec<Option<StackPos>>,
+) {
     let n = code.instructions.len();
-    let mut out = vec![None; n];
+    out.clear();
+    out.resize(n, None);
     if n == 0 {
-        return out;
+        return;
     }
     // Block entry states: None = not reached yet, Some(None) = conflict.
     let mut entry: Vec<Option<Option<StackPos>>> = vec![None; code.blocks.len()];
@@ -231,7 +243,6 @@ pub(crate) fn positions(code: &FunctionCode, frame_pointer: Option<i64>) -> Vec<
         }
     }
     // Instructions of blocks never reached keep `None`.
-    out
 }
 
 #[cfg(test)]

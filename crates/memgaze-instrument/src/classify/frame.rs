@@ -51,15 +51,21 @@ fn may_access_frame(insn: &Instruction) -> bool {
     insn.is_stack_instruction() || matches!(insn.memory_base(), Register::RSP | Register::RBP)
 }
 
-/// The slots of frame accesses `(position, size)`: each position once, in
-/// order, with its widest size. Sorted as packed keys ([`slot_key`]), in
-/// the tuples' order: sorting the tuples themselves, compared field by
-/// field, was an eighth of the frame's instructions.
-fn widest_slots(accesses: impl Iterator<Item = (StackPos, u32)>) -> Vec<(StackPos, u32)> {
-    let mut keys: Vec<u128> = accesses.map(|(pos, size)| slot_key(pos, size)).collect();
+/// The slots of frame accesses `(position, size)` into `slots`: each
+/// position once, in order, with its widest size. Sorted as packed keys
+/// ([`slot_key`], in `keys`), in the tuples' order: sorting the tuples
+/// themselves, compared field by field, was an eighth of the frame's
+/// instructions.
+fn widest_slots(
+    accesses: impl Iterator<Item = (StackPos, u32)>,
+    keys: &mut Vec<u128>,
+    slots: &mut Vec<(StackPos, u32)>,
+) {
+    keys.clear();
+    keys.extend(accesses.map(|(pos, size)| slot_key(pos, size)));
     keys.sort_unstable();
-    let mut slots: Vec<(StackPos, u32)> = Vec::with_capacity(keys.len());
-    for key in keys {
+    slots.clear();
+    for &key in keys.iter() {
         let (pos, size) = slot_of_key(key);
         match slots.last_mut() {
             // Sizes ascend within a position: the last is the widest.
@@ -67,7 +73,6 @@ fn widest_slots(accesses: impl Iterator<Item = (StackPos, u32)>) -> Vec<(StackPo
             _ => slots.push((pos, size)),
         }
     }
-    slots
 }
 
 /// A slot access as one number ordered as the tuple `(pos, size)`:
@@ -88,6 +93,10 @@ fn slot_of_key(key: u128) -> (StackPos, u32) {
     (pos, key as u32)
 }
 
+/// A frame-candidate memory access (`rsp`/`rbp` base, no index):
+/// instruction, base, displacement, size and whether it writes.
+type FrameAccess = (u32, Register, u64, u32, bool);
+
 /// Frame facts and per-instruction definitions of one function.
 #[derive(Debug)]
 pub(crate) struct Frame {
@@ -100,6 +109,35 @@ pub(crate) struct Frame {
     /// Definitions: `defs[def_start[i]..def_start[i+1]]` for instruction `i`.
     def_start: Vec<u32>,
     defs: Vec<(Var, DefKind)>,
+    /// The lists the computation works in, kept with the frame so that
+    /// [`Frame::into_buffers`] hands them on.
+    scratch: FrameScratch,
+}
+
+/// The working lists of [`Frame::compute_in`].
+#[derive(Debug, Default)]
+struct FrameScratch {
+    /// Per instruction, the general-purpose registers it writes (bit =
+    /// variable), where the computation asked (0 elsewhere).
+    written: Vec<u16>,
+    /// The frame-candidate accesses, in instruction order.
+    accesses: Vec<FrameAccess>,
+    /// The slot keys of [`widest_slots`].
+    keys: Vec<u128>,
+}
+
+/// The allocations of a [`Frame`], kept from one function to the next
+/// ([`Frame::compute_in`], [`Frame::into_buffers`]): made anew for every
+/// function with loops, each per-instruction list was allocated, its fresh
+/// pages faulted in, and freed again. Nothing in them outlives a function
+/// but their capacity.
+#[derive(Debug, Default)]
+pub(crate) struct FrameBuffers {
+    rsp_delta: Vec<Option<StackPos>>,
+    slots: Vec<(StackPos, u32)>,
+    def_start: Vec<u32>,
+    defs: Vec<(Var, DefKind)>,
+    scratch: FrameScratch,
 }
 
 const CALLER_SAVED: [Register; 9] = [
@@ -114,82 +152,143 @@ const CALLER_SAVED: [Register; 9] = [
     Register::R11,
 ];
 
-impl Frame {
-    /// Analyses the frame of `code`, whose loops are `loops`.
+/// Whether iced's access kind writes.
+fn is_write(access: OpAccess) -> bool {
+    matches!(
+        access,
+        OpAccess::Write | OpAccess::ReadWrite | OpAccess::CondWrite | OpAccess::ReadCondWrite
+    )
+}
+
+impl FrameScratch {
+    /// One pass over the instructions' usage, block by block: the GPRs
+    /// each instruction writes (`written`) and its frame-candidate
+    /// accesses (`accesses`).
     ///
-    /// Only the instructions inside loops have their definitions listed:
-    /// the evaluator asks about no others. Outside loops, the
+    /// Only the instructions inside loops have their writes read (the
+    /// evaluator asks about no others), and, when the entry block sets
+    /// `rbp` up as a frame pointer that is not yet known
+    /// (`rbp_writes_asked`), every instruction's. Outside loops, the
     /// instructions' register and memory usage (most of this pass) is asked
     /// only where the answer matters: frame accesses, which name the slots
-    /// and their widths (the overlaps of stores in loops depend on them),
-    /// and, when the entry block sets `rbp` up as a frame pointer, the
-    /// writes of `rbp`.
-    pub fn compute(code: &FunctionCode, loops: &LoopForest, usages: &mut Usages) -> Frame {
-        let is_write = |a: OpAccess| {
-            matches!(
-                a,
-                OpAccess::Write
-                    | OpAccess::ReadWrite
-                    | OpAccess::CondWrite
-                    | OpAccess::ReadCondWrite
-            )
-        };
-        // One pass over the instructions' usage: the GPRs each instruction
-        // writes (bit = register number) and its frame-candidate accesses
-        // (`rsp`/`rbp` base, no index).
-        let n = code.instructions.len();
-        let mut written: Vec<u16> = Vec::with_capacity(n);
-        let mut accesses: Vec<(u32, Register, u64, u32, bool)> = Vec::new();
-        let frame_setup = stack::has_frame_setup(code);
-        for (i, insn) in code.instructions.iter().enumerate() {
-            let frame_access = may_access_frame(insn);
-            if !frame_setup && !frame_access && loops.innermost(code.block_of[i]).is_none() {
-                written.push(0);
-                continue;
-            }
-            // The effects' bits are the variables' numbers. Only a frame
-            // access can list a location kept here: the others' memory
-            // usage (iced's memory list, most of their cost) is not asked.
-            if !frame_access {
-                written.push(usages.gpr_effects(insn).written);
-                continue;
-            }
-            let (effects, memory) = usages.of(insn);
-            written.push(effects.written);
-            for m in memory {
-                if m.index() == Register::None && matches!(m.base(), Register::RSP | Register::RBP)
-                {
-                    accesses.push((
-                        i as u32,
-                        m.base(),
-                        m.displacement(),
-                        m.memory_size().size() as u32,
-                        is_write(m.access()),
-                    ));
+    /// and their widths (the overlaps of stores in loops depend on them).
+    fn read_usage(
+        &mut self,
+        code: &FunctionCode,
+        loops: &LoopForest,
+        usages: &mut Usages,
+        rbp_writes_asked: bool,
+    ) {
+        self.written.clear();
+        self.written.resize(code.instructions.len(), 0);
+        self.accesses.clear();
+        for (b, block) in code.blocks.iter().enumerate() {
+            let writes_asked = rbp_writes_asked || loops.innermost(b as u32).is_some();
+            let range = block.instructions();
+            let insns = code.instructions[range.clone()].iter();
+            for ((i, insn), written) in range.clone().zip(insns).zip(&mut self.written[range]) {
+                let frame_access = may_access_frame(insn);
+                if !frame_access {
+                    // Only a frame access can list a location kept here:
+                    // the others' memory usage (iced's memory list, most
+                    // of their cost) is not asked.
+                    if writes_asked {
+                        *written = usages.gpr_effects(insn).written;
+                    }
+                    continue;
+                }
+                // The effects' bits are the variables' numbers.
+                let (effects, memory) = usages.of(insn);
+                *written = effects.written;
+                for m in memory {
+                    if m.index() == Register::None
+                        && matches!(m.base(), Register::RSP | Register::RBP)
+                    {
+                        self.accesses.push((
+                            i as u32,
+                            m.base(),
+                            m.displacement(),
+                            m.memory_size().size() as u32,
+                            is_write(m.access()),
+                        ));
+                    }
                 }
             }
         }
+    }
+}
+
+impl Frame {
+    /// Analyses the frame of `code`, whose loops are `loops`.
+    #[cfg(test)]
+    pub fn compute(code: &FunctionCode, loops: &LoopForest, usages: &mut Usages) -> Frame {
+        Frame::compute_in(code, loops, usages, None, FrameBuffers::default())
+    }
+
+    /// Analyses the frame of `code`, whose loops are `loops`, in the
+    /// allocations of `buffers` (from [`Frame::into_buffers`] or new): the
+    /// same frame as with new ones, whatever they held. `frame_pointer`:
+    /// [`stack::frame_pointer`] of `code` when the caller has it already
+    /// (then the writes of `rbp` outside loops are not read again).
+    pub(crate) fn compute_in(
+        code: &FunctionCode,
+        loops: &LoopForest,
+        usages: &mut Usages,
+        frame_pointer: Option<Option<i64>>,
+        buffers: FrameBuffers,
+    ) -> Frame {
+        let FrameBuffers {
+            mut rsp_delta,
+            slots,
+            def_start,
+            defs,
+            mut scratch,
+        } = buffers;
+        let rbp_writes_asked = frame_pointer.is_none() && stack::has_frame_setup(code);
+        scratch.read_usage(code, loops, usages, rbp_writes_asked);
         let rbp_bit = 1u16 << gpr_var(Register::RBP).expect("gpr");
-        let frame_pointer = stack::frame_pointer_with(code, |i| written[i] & rbp_bit != 0);
-        let rsp_delta = stack::positions(code, frame_pointer);
+        let frame_pointer = frame_pointer.unwrap_or_else(|| {
+            stack::frame_pointer_with(code, |i| scratch.written[i] & rbp_bit != 0)
+        });
+        stack::positions_into(code, frame_pointer, &mut rsp_delta);
         let mut frame = Frame {
             rsp_delta,
             frame_pointer,
-            slots: Vec::new(),
-            def_start: Vec::with_capacity(n + 1),
-            // About one per instruction: grown from nothing, it was
-            // reallocated several times per function.
-            defs: Vec::with_capacity(n),
+            slots,
+            def_start,
+            defs,
+            scratch: FrameScratch::default(),
         };
         // Slots: every frame access.
-        frame.slots = widest_slots(accesses.iter().filter_map(|&(i, base, disp, size, _)| {
-            Some((
-                frame.slot_offset(i as usize, base, Register::None, disp)?,
-                size,
-            ))
-        }));
-        frame.list_defs(code, loops, &written, &accesses);
+        let mut slots = std::mem::take(&mut frame.slots);
+        widest_slots(
+            scratch
+                .accesses
+                .iter()
+                .filter_map(|&(i, base, disp, size, _)| {
+                    Some((
+                        frame.slot_offset(i as usize, base, Register::None, disp)?,
+                        size,
+                    ))
+                }),
+            &mut scratch.keys,
+            &mut slots,
+        );
+        frame.slots = slots;
+        frame.list_defs(code, loops, &scratch.written, &scratch.accesses);
+        frame.scratch = scratch;
         frame
+    }
+
+    /// The frame's allocations, for the next function's.
+    pub(crate) fn into_buffers(self) -> FrameBuffers {
+        FrameBuffers {
+            rsp_delta: self.rsp_delta,
+            slots: self.slots,
+            def_start: self.def_start,
+            defs: self.defs,
+            scratch: self.scratch,
+        }
     }
 
     /// Lists the definitions of the instructions inside loops, from the
@@ -198,12 +297,13 @@ impl Frame {
     /// get none: the evaluator asks only about definitions inside the loop
     /// it evaluates, and listing every call's clobbers and every push's
     /// slot in a function was a sixth of this pass's own instructions.
+    /// Block by block: a block outside loops is one fill of its starts.
     fn list_defs(
         &mut self,
         code: &FunctionCode,
         loops: &LoopForest,
         written: &[u16],
-        accesses: &[(u32, Register, u64, u32, bool)],
+        accesses: &[FrameAccess],
     ) {
         let widest = self
             .slots
@@ -218,61 +318,79 @@ impl Frame {
             } else {
                 0
             };
+        self.def_start.clear();
+        self.def_start.reserve(code.instructions.len() + 1);
+        self.defs.clear();
         let mut next_access = 0;
-        for (i, insn) in code.instructions.iter().enumerate() {
-            self.def_start.push(self.defs.len() as u32);
-            let first_access = next_access;
-            while next_access < accesses.len() && accesses[next_access].0 as usize == i {
-                next_access += 1;
-            }
-            if loops.innermost(code.block_of[i]).is_none() {
+        for (b, block) in code.blocks.iter().enumerate() {
+            let range = block.instructions();
+            if loops.innermost(b as u32).is_none() {
+                let at = self.defs.len() as u32;
+                self.def_start.extend(std::iter::repeat_n(at, range.len()));
                 continue;
             }
-            let defined = bits_of(u128::from(written[i] & !invariant_mask));
-            self.defs
-                .extend(defined.map(|v| (v as Var, DefKind::Value)));
-            if matches!(
-                insn.flow_control(),
-                FlowControl::Call | FlowControl::IndirectCall
-            ) {
-                for r in CALLER_SAVED {
-                    let v = gpr_var(r).expect("gpr");
-                    if written[i] & (1 << v) == 0 {
-                        self.defs.push((v, DefKind::CallClobber));
+            for (i, insn) in range.clone().zip(&code.instructions[range]) {
+                self.def_start.push(self.defs.len() as u32);
+                while next_access < accesses.len() && (accesses[next_access].0 as usize) < i {
+                    next_access += 1;
+                }
+                let first_access = next_access;
+                while next_access < accesses.len() && accesses[next_access].0 as usize == i {
+                    next_access += 1;
+                }
+                let defined = bits_of(u128::from(written[i] & !invariant_mask));
+                self.defs
+                    .extend(defined.map(|v| (v as Var, DefKind::Value)));
+                if matches!(
+                    insn.flow_control(),
+                    FlowControl::Call | FlowControl::IndirectCall
+                ) {
+                    for r in CALLER_SAVED {
+                        let v = gpr_var(r).expect("gpr");
+                        if written[i] & (1 << v) == 0 {
+                            self.defs.push((v, DefKind::CallClobber));
+                        }
                     }
                 }
-            }
-            for &(_, base, disp, size, write) in &accesses[first_access..next_access] {
-                if !write {
-                    continue;
-                }
-                let Some(off) = self.slot_offset(i, base, Register::None, disp) else {
-                    continue;
-                };
-                let size = i64::from(size).max(1);
-                // Slots overlapping [off, off + size): they start below its
-                // end and at most `widest` bytes before it.
-                let from = self.slots.partition_point(|s| s.0 < off.plus(-widest));
-                for (k, s) in self.slots.iter().enumerate().skip(from) {
-                    if s.0 >= off.plus(size) {
-                        break;
+                for &(_, base, disp, size, write) in &accesses[first_access..next_access] {
+                    if write {
+                        self.list_slot_writes(i, base, disp, size, widest);
                     }
-                    let overlaps = s.0.anchor == off.anchor
-                        && s.0.offset < off.offset + size
-                        && off.offset < s.0.offset + i64::from(s.1).max(1);
-                    if !overlaps {
-                        continue;
-                    }
-                    let kind = if s.0 == off {
-                        DefKind::Value
-                    } else {
-                        DefKind::Clobber
-                    };
-                    self.defs.push((GPRS + k as Var, kind));
                 }
             }
         }
         self.def_start.push(self.defs.len() as u32);
+    }
+
+    /// Lists the slots a write `[base + disp]` of `size` bytes at
+    /// instruction `i` defines: the slot it matches exactly as a value,
+    /// those it overlaps otherwise as clobbered (`widest`: the widest
+    /// slot's size).
+    fn list_slot_writes(&mut self, i: usize, base: Register, disp: u64, size: u32, widest: i64) {
+        let Some(off) = self.slot_offset(i, base, Register::None, disp) else {
+            return;
+        };
+        let size = i64::from(size).max(1);
+        // Slots overlapping [off, off + size): they start below its end and
+        // at most `widest` bytes before it.
+        let from = self.slots.partition_point(|s| s.0 < off.plus(-widest));
+        for (k, s) in self.slots.iter().enumerate().skip(from) {
+            if s.0 >= off.plus(size) {
+                break;
+            }
+            let overlaps = s.0.anchor == off.anchor
+                && s.0.offset < off.offset + size
+                && off.offset < s.0.offset + i64::from(s.1).max(1);
+            if !overlaps {
+                continue;
+            }
+            let kind = if s.0 == off {
+                DefKind::Value
+            } else {
+                DefKind::Clobber
+            };
+            self.defs.push((GPRS + k as Var, kind));
+        }
     }
 
     /// Variables instruction `i` defines, if it lies inside a loop (none
@@ -387,7 +505,9 @@ mod tests {
                     false
                 }
             });
-            assert_eq!(widest_slots(accesses.into_iter()), expected);
+            let mut slots = Vec::new();
+            widest_slots(accesses.into_iter(), &mut Vec::new(), &mut slots);
+            assert_eq!(slots, expected);
         }
     }
 

@@ -36,7 +36,7 @@ use crate::binary::{
     Binary, ChainCursor, Function, FunctionCode, LineTable, SourceLocation, stack,
 };
 use foldhash::{HashMap, HashMapExt};
-use frame::Frame;
+use frame::{Frame, FrameBuffers};
 use iced_x86::Register;
 use memgaze_trace::LoadClass;
 pub use operands::{ImplicitLoad, LoadOperand};
@@ -246,6 +246,8 @@ pub struct Classifier {
     /// uses them: a default left in their place would build iced's
     /// instruction information, two allocations, for nothing).
     evaluator: Option<EvaluatorBuffers>,
+    /// The frame's allocations, likewise.
+    frame: Option<FrameBuffers>,
 }
 
 impl Default for Classifier {
@@ -261,6 +263,7 @@ impl Classifier {
             usages: Usages::new(),
             operands: Vec::new(),
             evaluator: None,
+            frame: None,
         }
     }
 
@@ -306,21 +309,23 @@ impl Classifier {
         let rbp_scalars = operands
             .iter()
             .any(|op| op.base == Register::RBP && op.index == Register::None);
-        let frame_pointer = rbp_scalars && stack::frame_pointer(code, &mut self.usages).is_some();
+        let known_frame_pointer = rbp_scalars.then(|| stack::frame_pointer(code, &mut self.usages));
+        let frame_pointer = known_frame_pointer.flatten().is_some();
         let needs_frame = operands.iter().any(|op| {
             loops
                 .innermost(code.block_of[op.instruction as usize])
                 .is_some()
                 && class_by_form(code, frame_pointer, op).is_none()
         });
-        let frame = needs_frame.then(|| Frame::compute(code, loops, &mut self.usages));
-        debug_assert!(
-            !rbp_scalars
-                || frame
-                    .as_ref()
-                    .is_none_or(|f| f.frame_pointer.is_some() == frame_pointer),
-            "the frame finds the frame pointer the loads were classified with"
-        );
+        let frame = needs_frame.then(|| {
+            Frame::compute_in(
+                code,
+                loops,
+                &mut self.usages,
+                known_frame_pointer,
+                self.frame.take().unwrap_or_default(),
+            )
+        });
         let mut evaluator = frame.as_ref().map(|f| {
             Evaluator::with_buffers(code, loops, f, self.evaluator.take().unwrap_or_default())
         });
@@ -346,6 +351,9 @@ impl Classifier {
         self.operands = operands;
         if let Some(evaluator) = evaluator {
             self.evaluator = Some(evaluator.into_buffers());
+        }
+        if let Some(frame) = frame {
+            self.frame = Some(frame.into_buffers());
         }
         compress(&mut out.loads);
         out

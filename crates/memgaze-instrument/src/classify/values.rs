@@ -163,14 +163,23 @@ enum Reaching {
 /// were most of that time.
 #[derive(Default)]
 struct ReachingCache {
-    /// `(`[`pair`]`(instruction, variable), loop, answer)`; an empty slot
-    /// holds a key no pair makes.
+    /// `(`[`pair`]`(instruction, variable) | generation, loop, answer)`;
+    /// an empty slot holds a key no pair of any generation makes.
     slots: Vec<(u64, u32, Reaching)>,
+    /// The current generation, in the bits above a [`pair`]'s: an answer
+    /// of an earlier one is not found. Forgetting every answer is a new
+    /// generation rather than a fill of all slots, which was done for
+    /// every function with loops.
+    generation: u64,
 }
 
 impl ReachingCache {
     const SLOTS: usize = 1024;
     const EMPTY: u64 = u64::MAX;
+    /// The lowest bit of the generation ([`pair`]s have 48 bits).
+    const GENERATION_ONE: u64 = 1 << 48;
+    /// The generation [`ReachingCache::EMPTY`] has: never a current one.
+    const GENERATION_OF_EMPTY: u64 = Self::EMPTY & !(Self::GENERATION_ONE - 1);
 
     fn slot(key: u64, l: u32) -> usize {
         let mixed = (key ^ (u64::from(l) << 48)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -179,20 +188,26 @@ impl ReachingCache {
 
     fn get(&self, key: u64, l: u32) -> Option<Reaching> {
         let &(k, kl, answer) = self.slots.get(Self::slot(key, l))?;
-        (k == key && kl == l).then_some(answer)
+        (k == key | self.generation && kl == l).then_some(answer)
     }
 
-    /// Forgets every answer, keeping the allocation.
+    /// Forgets every answer, keeping the allocation: a new generation,
+    /// and a fill of the slots when the generations wrap round.
     fn clear(&mut self) {
-        self.slots.fill((Self::EMPTY, 0, Reaching::None));
+        self.generation += Self::GENERATION_ONE;
+        if self.generation == Self::GENERATION_OF_EMPTY {
+            self.generation = 0;
+            self.slots.fill((Self::EMPTY, 0, Reaching::None));
+        }
     }
 
     fn put(&mut self, key: u64, l: u32, answer: Reaching) {
+        debug_assert!(key < Self::GENERATION_ONE, "a pair has 48 bits");
         // Allocated on the first answer: most functions ask nothing.
         if self.slots.is_empty() {
             self.slots = vec![(Self::EMPTY, 0, Reaching::None); Self::SLOTS];
         }
-        self.slots[Self::slot(key, l)] = (key, l, answer);
+        self.slots[Self::slot(key, l)] = (key | self.generation, l, answer);
     }
 }
 
@@ -328,7 +343,8 @@ pub(crate) struct EvaluatorBuffers {
     memo: HashMap<(u32, u64), Val>,
     /// Per instruction, whether `memo` holds a value it defines: the
     /// definitions a query walks again and again are the unsettled ones,
-    /// never stored, and this spares their lookups.
+    /// never stored, and this spares their lookups. Entries past the
+    /// function's instructions are false.
     memoised: Vec<bool>,
     /// Per loop, how many values `memo` has stored for it.
     memo_count: Vec<u32>,
@@ -372,7 +388,8 @@ pub(crate) struct EvaluatorBuffers {
     /// Per instruction, how many entries of `in_progress` it has and the
     /// depth of the latest: a query that does not settle goes round a
     /// cycle of definitions up to [`MAX_DEPTH`] deep, and a scan of the
-    /// chain at every step was a fifth of its time.
+    /// chain at every step was a fifth of its time. Entries past the
+    /// function's instructions are `(0, 0)`.
     on_chain: Vec<(u16, u32)>,
     /// Register lists for `opaque_inputs` to reuse (it recurses: one per
     /// level in use).
@@ -390,7 +407,9 @@ pub(crate) struct EvaluatorBuffers {
     node_bits: Vec<u32>,
     /// Per loop, how many of its nodes have a bit.
     loop_bits: Vec<u32>,
-    /// Per node, the walks from it kept for [`Evaluator::replay`].
+    /// Per node, the walks from it kept for [`Evaluator::replay`]; the
+    /// lists past the function's nodes are empty ones kept from earlier
+    /// functions, for their allocations.
     replays: Vec<Vec<Replay>>,
     /// The bit of each definition of `in_progress` (`NODE_BITS` or more:
     /// none).
@@ -406,8 +425,14 @@ impl EvaluatorBuffers {
     fn reset(&mut self, n: usize, blocks: usize, loop_count: usize) {
         self.last_defs.clear();
         refill(&mut self.last_def_ranges, blocks, (u32::MAX, 0, 0));
+        // `memoised` is true only for the definitions of `memo`'s keys:
+        // those are unset rather than every instruction's entry.
+        for &(_, key) in self.memo.keys() {
+            self.memoised[(key >> 16) as usize] = false;
+        }
+        debug_assert!(!self.memoised.contains(&true), "memoised follows memo");
+        grow(&mut self.memoised, n, false);
         self.memo.clear();
-        refill(&mut self.memoised, n, false);
         refill(&mut self.memo_count, loop_count, 0);
         self.spent.clear();
         self.entry_defs.clear();
@@ -420,14 +445,22 @@ impl EvaluatorBuffers {
         self.pred_first.clear();
         self.pred_list.clear();
         refill(&mut self.loop_index, loop_count, None);
+        // A walk puts back the entry of `on_chain` it changed: with no walk
+        // in progress, every entry is `(0, 0)` already.
+        debug_assert!(self.in_progress.is_empty(), "no walk in progress");
         self.in_progress.clear();
-        refill(&mut self.on_chain, n, (0, 0));
+        debug_assert!(
+            self.on_chain.iter().all(|&e| e == (0, 0)),
+            "on_chain is empty between walks"
+        );
+        grow(&mut self.on_chain, n, (0, 0));
         // `read_lists`: each use clears the list it takes.
         self.stored_forms.clear();
         self.nodes.clear();
         self.node_bits.clear();
         refill(&mut self.loop_bits, loop_count, 0);
-        self.replays.clear();
+        // `replays`: each node's list is emptied when the node is given
+        // (the lists, allocated for earlier functions' nodes, are kept).
         self.chain_bits.clear();
         self.frames.clear();
     }
@@ -630,6 +663,14 @@ impl EntrySets {
 fn refill<T: Clone>(v: &mut Vec<T>, n: usize, x: T) {
     v.clear();
     v.resize(n, x);
+}
+
+/// Lengthens `v` to at least `n` entries with copies of `x` (a list whose
+/// entries are all `x` again between uses).
+fn grow<T: Clone>(v: &mut Vec<T>, n: usize, x: T) {
+    if v.len() < n {
+        v.resize(n, x);
+    }
 }
 
 impl<'a> Evaluator<'a> {
@@ -963,7 +1004,10 @@ impl<'a> Evaluator<'a> {
             let bits = &mut self.bufs.loop_bits[l as usize];
             self.bufs.node_bits.push(*bits);
             *bits = (*bits + 1).min(NODE_BITS);
-            self.bufs.replays.push(Vec::new());
+            match self.bufs.replays.get_mut(node as usize) {
+                Some(kept) => kept.clear(),
+                None => self.bufs.replays.push(Vec::new()),
+            }
         }
         node
     }
