@@ -657,7 +657,9 @@ impl Emitter<'_> {
 /// The new address of the original address `target`, branched to from
 /// run number `run`: its label's in the runs emitted (`labels`, from
 /// `base`), else the target itself unless a later run spans it (its
-/// label is still to be laid out: `None`).
+/// label is still to be laid out: `None`). The run's own labels are asked
+/// first (its copies' branches within their functions), without searching
+/// for the run that spans the target.
 #[inline(never)]
 fn resolve_original(
     labels: &RunLabels,
@@ -666,7 +668,9 @@ fn resolve_original(
     base: u64,
     target: u64,
 ) -> Option<u64> {
-    (labels.find(target).map(|offset| base + offset))
+    let own = labels.own_run(run).and_then(|own| own.find(target));
+    let offset = own.or_else(|| labels.find(target));
+    (offset.map(|offset| base + offset))
         .or_else(|| (!spans.later_holds(run, target)).then_some(target))
 }
 
@@ -2834,6 +2838,13 @@ impl RunLabels {
         self.disjoint = self.originals.windows(2).all(|w| w[0].1 < w[1].0);
     }
 
+    /// The original address labels of run number `run` (the last pushed)
+    /// where a label it holds is the one [`RunLabels::find`] gives: the
+    /// runs' ranges are disjoint, so no other run spans its addresses.
+    fn own_run(&self, run: usize) -> Option<&OriginalLabels> {
+        self.disjoint.then(|| &self.runs[run])
+    }
+
     /// Fails on an original address carried by instructions of two runs
     /// (only possible when the runs' ranges overlap).
     fn check_across_runs(&self) -> Result<(), RelocateError> {
@@ -3021,23 +3032,25 @@ fn emit(
             copied = in_pool;
             code.pad_to(at + padding);
         }
-        let here = start + at + padding;
-        // Where the piece lands in the code, and whether it fits the slot
-        // (past it, nothing is written: the length is what is reported).
-        let offset = code.len + (in_pool - copied);
-        let fits = |size: usize| offset + size <= slot_len;
+        // Where the piece lands, as an address and in the code, and
+        // whether it fits the slot (past it, nothing is written: the length
+        // is what is reported); worked out only by the pieces that need
+        // them, not by the fixed ones, most of a run's.
+        let here = || start + at + padding;
+        let offset = || code.len + (in_pool - copied);
+        let fits = |size: usize| offset() + size <= slot_len;
         let (size, from_pool) = match *piece {
             Piece::Fixed(size) => (size as usize, size as usize),
             Piece::Near(size) => {
                 let size = usize::from(size);
-                let (next, target) = (here + size as u64, target());
+                let (next, target) = (here() + size as u64, target());
                 match resolve(target) {
                     Some(resolved) if fits(size) => {
                         write_rel32(&mut pool[..in_pool + size], 4, next, resolved)?;
                     }
                     Some(_) => {}
                     None => fixups.push(Fixup::Rel32 {
-                        at: offset + size - 4,
+                        at: offset() + size - 4,
                         next,
                         target,
                     }),
@@ -3046,7 +3059,7 @@ fn emit(
             }
             Piece::RipRelative(size, displacement) => {
                 let size = usize::from(size);
-                let (next, target) = (here + size as u64, target());
+                let (next, target) = (here() + size as u64, target());
                 if fits(size) {
                     let from_end = size - usize::from(displacement);
                     write_rel32(&mut pool[..in_pool + size], from_end, next, target)?;
@@ -3059,10 +3072,12 @@ fn emit(
                 code.extend_from_slice(&pool[copied..in_pool + size - 4]);
                 copied = in_pool + size - 4;
                 code.extend_from_slice(&[0; 4]);
-                branch_rel32(code, here + size as u64, target(), resolve, &mut fixups)?;
+                let next = here() + size as u64;
+                branch_rel32(code, next, target(), resolve, &mut fixups)?;
                 (size, size - 4)
             }
             Piece::Reencode(k, size) => {
+                let here = here();
                 code.extend_from_slice(&pool[copied..in_pool]);
                 copied = in_pool;
                 let mut insn = layout.placed[k as usize];
@@ -3497,6 +3512,30 @@ mod tests {
         for &addr in &addresses {
             assert_eq!(map.map_near(addr, &near), map.map(addr), "{addr:#x}");
         }
+    }
+
+    /// A run's own labels, where `own_run` gives them, find what
+    /// `RunLabels::find` does for every address around the run; runs whose
+    /// ranges overlap give none.
+    #[test]
+    fn own_run_labels_are_find_for_their_addresses() {
+        let run_of = |from: u64, step: u64| {
+            let labels: Vec<(u64, u64)> = (0..50).map(|k| (from + k * step, 7 * k)).collect();
+            OriginalLabels::new(&labels)
+        };
+        let mut labels = RunLabels::default();
+        labels.push(run_of(0x3000, 3));
+        labels.push(run_of(0x1000, 5));
+        for (run, from) in [(0, 0x3000), (1, 0x1000)] {
+            let own = labels.own_run(run).expect("disjoint runs");
+            for target in from - 4..from + 300 {
+                if let Some(offset) = own.find(target) {
+                    assert_eq!(Some(offset), labels.find(target), "{target:#x}");
+                }
+            }
+        }
+        labels.push(run_of(0x1010, 4));
+        assert!(labels.own_run(2).is_none(), "overlapping runs");
     }
 
     /// `mark_loop_ends` gives each loop head after the first the last
