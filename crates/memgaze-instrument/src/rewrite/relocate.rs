@@ -657,7 +657,9 @@ impl Emitter<'_> {
 /// The new address of the original address `target`, branched to from
 /// run number `run`: its label's in the runs emitted (`labels`, from
 /// `base`), else the target itself unless a later run spans it (its
-/// label is still to be laid out: `None`).
+/// label is still to be laid out: `None`). The run's own labels are asked
+/// first (its copies' branches within their functions), without searching
+/// for the run that spans the target.
 #[inline(never)]
 fn resolve_original(
     labels: &RunLabels,
@@ -666,7 +668,9 @@ fn resolve_original(
     base: u64,
     target: u64,
 ) -> Option<u64> {
-    (labels.find(target).map(|offset| base + offset))
+    let own = labels.own_run(run).and_then(|own| own.find(target));
+    let offset = own.or_else(|| labels.find(target));
+    (offset.map(|offset| base + offset))
         .or_else(|| (!spans.later_holds(run, target)).then_some(target))
 }
 
@@ -1108,8 +1112,8 @@ struct CopyScratch {
     exits: Vec<(usize, u32)>,
     spatial: Vec<(usize, (u32, SpatialProbe))>,
     redirects: Vec<(usize, TableRedirect)>,
-    /// Branch target → index of the last branch to it ([`mark_loop_ends`]).
-    last_branch_to: foldhash::HashMap<u64, usize>,
+    /// The loop heads' addresses and places ([`mark_loop_ends`]).
+    loop_heads: Vec<(u64, usize)>,
 }
 
 impl CopyScratch {
@@ -1122,7 +1126,7 @@ impl CopyScratch {
         self.exits.clear();
         self.spatial.clear();
         self.redirects.clear();
-        self.last_branch_to.clear();
+        self.loop_heads.clear();
         let marks = &mut self.marks;
         marks.first.clear();
         marks.body_end = 0;
@@ -1283,11 +1287,13 @@ fn copy_instructions(
         exits,
         spatial,
         redirects,
-        last_branch_to,
+        loop_heads,
     } = scratch;
     aligned.push((0, None));
     first.reserve(code.instructions.len());
-    let mut checks = plan.superblocks.iter().peekable();
+    // Read from the front as the instructions are walked (a `Peekable`
+    // cost a few instructions more per original instruction).
+    let mut checks = plan.superblocks.as_slice();
     let loops = LoopMap::new(code, &plan.register_loops, &mut next_fake);
     // Side exits of superblocks (branch index, loads to give back), the
     // spatial checks and the table redirects, each sorted by instruction
@@ -1320,7 +1326,10 @@ fn copy_instructions(
         }
         let in_loop = loops.of(i);
         label = loops.enter((i, in_loop), label, &mut all.insns, aligned);
-        if let Some(block) = checks.next_if(|b| b.at == i) {
+        if let [block, rest @ ..] = checks
+            && block.at == i
+        {
+            checks = rest;
             let loads = block.loads.len() as u32;
             let stub = next_fake();
             let fragment = next_fake();
@@ -1446,7 +1455,7 @@ fn copy_instructions(
             .push(Instruction::with_branch(Code::Jmp_rel32_64, code.end)?);
     }
     *body_end = all.insns.len();
-    mark_loop_ends(&all.insns, aligned, last_branch_to);
+    mark_loop_ends(&all.insns, aligned, loop_heads);
     // The fragments, then the stubs, follow the body: the marks index
     // the three as one list.
     let at = all.insns.len();
@@ -1461,26 +1470,35 @@ fn copy_instructions(
 }
 
 /// Gives each loop head among `aligned` (after the copy's first
-/// instruction) the last branch of the body `all` back to it, found with
-/// `last_branch_to` (empty).
+/// instruction) the last branch of the body `all` back to it, if that
+/// branch follows it. `heads` (empty) takes the heads' addresses, sorted,
+/// with their places in `aligned`: a copy has a few loop heads, and a
+/// search among them for each branch's target cost less than a map of
+/// every branch target to its last branch.
 fn mark_loop_ends(
     all: &[Instruction],
     aligned: &mut [(usize, Option<usize>)],
-    last_branch_to: &mut foldhash::HashMap<u64, usize>,
+    heads: &mut Vec<(u64, usize)>,
 ) {
     if aligned.len() <= 1 {
         return;
     }
+    for (h, head) in aligned.iter_mut().enumerate().skip(1) {
+        heads.push((all[head.0].ip(), h));
+        head.1 = None;
+    }
+    heads.sort_unstable();
     for (j, insn) in all.iter().enumerate() {
         if is_relative_branch(insn) {
-            last_branch_to.insert(insn.near_branch_target(), j);
+            let target = insn.near_branch_target();
+            let from = heads.partition_point(|&(ip, _)| ip < target);
+            for &(_, h) in heads[from..].iter().take_while(|&&(ip, _)| ip == target) {
+                aligned[h].1 = Some(j);
+            }
         }
     }
     for head in &mut aligned[1..] {
-        head.1 = last_branch_to
-            .get(&all[head.0].ip())
-            .copied()
-            .filter(|&j| j > head.0);
+        head.1 = head.1.filter(|&j| j > head.0);
     }
 }
 
@@ -2820,6 +2838,13 @@ impl RunLabels {
         self.disjoint = self.originals.windows(2).all(|w| w[0].1 < w[1].0);
     }
 
+    /// The original address labels of run number `run` (the last pushed)
+    /// where a label it holds is the one [`RunLabels::find`] gives: the
+    /// runs' ranges are disjoint, so no other run spans its addresses.
+    fn own_run(&self, run: usize) -> Option<&OriginalLabels> {
+        self.disjoint.then(|| &self.runs[run])
+    }
+
     /// Fails on an original address carried by instructions of two runs
     /// (only possible when the runs' ranges overlap).
     fn check_across_runs(&self) -> Result<(), RelocateError> {
@@ -3007,23 +3032,25 @@ fn emit(
             copied = in_pool;
             code.pad_to(at + padding);
         }
-        let here = start + at + padding;
-        // Where the piece lands in the code, and whether it fits the slot
-        // (past it, nothing is written: the length is what is reported).
-        let offset = code.len + (in_pool - copied);
-        let fits = |size: usize| offset + size <= slot_len;
+        // Where the piece lands, as an address and in the code, and
+        // whether it fits the slot (past it, nothing is written: the length
+        // is what is reported); worked out only by the pieces that need
+        // them, not by the fixed ones, most of a run's.
+        let here = || start + at + padding;
+        let offset = || code.len + (in_pool - copied);
+        let fits = |size: usize| offset() + size <= slot_len;
         let (size, from_pool) = match *piece {
             Piece::Fixed(size) => (size as usize, size as usize),
             Piece::Near(size) => {
                 let size = usize::from(size);
-                let (next, target) = (here + size as u64, target());
+                let (next, target) = (here() + size as u64, target());
                 match resolve(target) {
                     Some(resolved) if fits(size) => {
                         write_rel32(&mut pool[..in_pool + size], 4, next, resolved)?;
                     }
                     Some(_) => {}
                     None => fixups.push(Fixup::Rel32 {
-                        at: offset + size - 4,
+                        at: offset() + size - 4,
                         next,
                         target,
                     }),
@@ -3032,7 +3059,7 @@ fn emit(
             }
             Piece::RipRelative(size, displacement) => {
                 let size = usize::from(size);
-                let (next, target) = (here + size as u64, target());
+                let (next, target) = (here() + size as u64, target());
                 if fits(size) {
                     let from_end = size - usize::from(displacement);
                     write_rel32(&mut pool[..in_pool + size], from_end, next, target)?;
@@ -3045,10 +3072,12 @@ fn emit(
                 code.extend_from_slice(&pool[copied..in_pool + size - 4]);
                 copied = in_pool + size - 4;
                 code.extend_from_slice(&[0; 4]);
-                branch_rel32(code, here + size as u64, target(), resolve, &mut fixups)?;
+                let next = here() + size as u64;
+                branch_rel32(code, next, target(), resolve, &mut fixups)?;
                 (size, size - 4)
             }
             Piece::Reencode(k, size) => {
+                let here = here();
                 code.extend_from_slice(&pool[copied..in_pool]);
                 copied = in_pool;
                 let mut insn = layout.placed[k as usize];
@@ -3482,6 +3511,77 @@ mod tests {
         let near = std::cell::Cell::new(usize::MAX);
         for &addr in &addresses {
             assert_eq!(map.map_near(addr, &near), map.map(addr), "{addr:#x}");
+        }
+    }
+
+    /// A run's own labels, where `own_run` gives them, find what
+    /// `RunLabels::find` does for every address around the run; runs whose
+    /// ranges overlap give none.
+    #[test]
+    fn own_run_labels_are_find_for_their_addresses() {
+        let run_of = |from: u64, step: u64| {
+            let labels: Vec<(u64, u64)> = (0..50).map(|k| (from + k * step, 7 * k)).collect();
+            OriginalLabels::new(&labels)
+        };
+        let mut labels = RunLabels::default();
+        labels.push(run_of(0x3000, 3));
+        labels.push(run_of(0x1000, 5));
+        for (run, from) in [(0, 0x3000), (1, 0x1000)] {
+            let own = labels.own_run(run).expect("disjoint runs");
+            for target in from - 4..from + 300 {
+                if let Some(offset) = own.find(target) {
+                    assert_eq!(Some(offset), labels.find(target), "{target:#x}");
+                }
+            }
+        }
+        labels.push(run_of(0x1010, 4));
+        assert!(labels.own_run(2).is_none(), "overlapping runs");
+    }
+
+    /// `mark_loop_ends` gives each loop head after the first the last
+    /// relative branch to its address when that branch follows it, over
+    /// pseudo-random bodies of branches and other instructions whose
+    /// addresses repeat (two heads may share one), with heads that came
+    /// marked.
+    #[test]
+    fn mark_loop_ends_finds_the_last_branch_back() {
+        let mut state = 0x5eed_1005;
+        let mut heads = Vec::new();
+        for _ in 0..500 {
+            let len = 1 + crate::binary::xorshift64(&mut state) as usize % 60;
+            let ip = |state: &mut u64| 0x1000 + crate::binary::xorshift64(state) % 8;
+            let all: Vec<Instruction> = (0..len)
+                .map(|_| {
+                    let mut insn = if crate::binary::xorshift64(&mut state).is_multiple_of(3) {
+                        Instruction::with_branch(Code::Jne_rel32_64, ip(&mut state)).unwrap()
+                    } else {
+                        Instruction::with(Code::Nopd)
+                    };
+                    insn.set_ip(ip(&mut state));
+                    insn
+                })
+                .collect();
+            let mut aligned = vec![(0, None)];
+            for i in 1..len {
+                if crate::binary::xorshift64(&mut state).is_multiple_of(4) {
+                    aligned.push((i, Some(usize::MAX)));
+                }
+            }
+            let expected: Vec<(usize, Option<usize>)> = (aligned.iter().enumerate())
+                .map(|(h, &(i, marked))| {
+                    let last = (all.iter().enumerate())
+                        .rev()
+                        .find(|(_, b)| {
+                            is_relative_branch(b) && b.near_branch_target() == all[i].ip()
+                        })
+                        .map(|(j, _)| j);
+                    let back = last.filter(|&j| j > i);
+                    (i, if h == 0 { marked } else { back })
+                })
+                .collect();
+            heads.clear();
+            mark_loop_ends(&all, &mut aligned, &mut heads);
+            assert_eq!(aligned, expected, "{all:?}");
         }
     }
 
