@@ -681,25 +681,13 @@ impl<'s, C: Fn(u64) -> bool> RowSink<'s, C> {
     }
 
     /// Takes a row of the program: its address, file index and line (0:
-    /// none), or the end of its sequence.
+    /// none), or the end of its sequence. Inlined into the program's run
+    /// (a call for each of a large binary's million rows cost a fifth of
+    /// taking them); the end of a sequence is out of line.
+    #[inline]
     fn row(&mut self, address: u64, index: u64, line: u64, end_sequence: bool) {
         if end_sequence {
-            self.current.push(Row {
-                address,
-                file: NO_FILE,
-                line: 0,
-            });
-            if self
-                .current
-                .first()
-                .is_some_and(|r| (self.is_code)(r.address))
-            {
-                self.sequences.push(match self.wanted {
-                    Some(wanted) => rows_serving(&self.current, wanted),
-                    None => self.current.clone(),
-                });
-            }
-            self.current.clear();
+            self.end_sequence(address);
             return;
         }
         // Consecutive rows mostly name the same file.
@@ -714,8 +702,30 @@ impl<'s, C: Fn(u64) -> bool> RowSink<'s, C> {
         self.current.push(Row {
             address,
             file,
-            line: line.min(u64::from(u32::MAX - 1)) as u32,
+            line: clamp_line(line),
         });
+    }
+
+    /// Ends the sequence under way with its end row at `address`: kept
+    /// (what [`rows_serving`] keeps of it) if it begins in code.
+    #[inline(never)]
+    fn end_sequence(&mut self, address: u64) {
+        self.current.push(Row {
+            address,
+            file: NO_FILE,
+            line: 0,
+        });
+        if self
+            .current
+            .first()
+            .is_some_and(|r| (self.is_code)(r.address))
+        {
+            self.sequences.push(match self.wanted {
+                Some(wanted) => rows_serving(&self.current, wanted),
+                None => self.current.clone(),
+            });
+        }
+        self.current.clear();
     }
 }
 
@@ -862,8 +872,20 @@ impl FileSlots {
     /// File indices below this are looked up in a vector.
     const DENSE: u64 = 1 << 16;
 
-    /// The slot of file `index`.
+    /// The slot of file `index`. Inlined where a dense slot is given
+    /// already (a call for each row's and range's file cost more than
+    /// the look-up); the first meeting of a file is out of line.
+    #[inline]
     fn slot(&mut self, index: u64) -> u32 {
+        match self.dense.get(index as usize) {
+            Some(&slot) if slot != 0 => slot - 1,
+            _ => self.add_slot(index),
+        }
+    }
+
+    /// The slot of file `index`, given one if it has none.
+    #[inline(never)]
+    fn add_slot(&mut self, index: u64) -> u32 {
         if index >= Self::DENSE {
             return *self.sparse.entry(index).or_insert_with(|| {
                 self.indices.push(index);
