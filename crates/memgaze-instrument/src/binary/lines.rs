@@ -2932,9 +2932,9 @@ mod tests {
 
     #[test]
     fn a_fixed_site_reads_the_values_gimli_reads_at_their_offsets() {
-        // Inlined subroutines' abbreviations: the layouts LLVM and GCC
-        // give (fixed), and ones a fixed layout cannot read (a LEB128 or
-        // a block before a site attribute, a site attribute twice, a form
+        // Inlined subroutines' abbreviations: layouts of fixed sizes
+        // (LLVM's first two), and ones a fixed layout cannot read (a site
+        // attribute of a LEB128 form or after a block, one twice, a form
         // read by gimli).
         use gimli::{
             DW_AT_abstract_origin as ORIGIN, DW_AT_call_column as COLUMN, DW_AT_call_file as FILE,
