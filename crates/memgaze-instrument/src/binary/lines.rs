@@ -681,25 +681,13 @@ impl<'s, C: Fn(u64) -> bool> RowSink<'s, C> {
     }
 
     /// Takes a row of the program: its address, file index and line (0:
-    /// none), or the end of its sequence.
+    /// none), or the end of its sequence. Inlined into the program's run
+    /// (a call for each of a large binary's million rows cost a fifth of
+    /// taking them); the end of a sequence is out of line.
+    #[inline]
     fn row(&mut self, address: u64, index: u64, line: u64, end_sequence: bool) {
         if end_sequence {
-            self.current.push(Row {
-                address,
-                file: NO_FILE,
-                line: 0,
-            });
-            if self
-                .current
-                .first()
-                .is_some_and(|r| (self.is_code)(r.address))
-            {
-                self.sequences.push(match self.wanted {
-                    Some(wanted) => rows_serving(&self.current, wanted),
-                    None => self.current.clone(),
-                });
-            }
-            self.current.clear();
+            self.end_sequence(address);
             return;
         }
         // Consecutive rows mostly name the same file.
@@ -714,8 +702,30 @@ impl<'s, C: Fn(u64) -> bool> RowSink<'s, C> {
         self.current.push(Row {
             address,
             file,
-            line: line.min(u64::from(u32::MAX - 1)) as u32,
+            line: clamp_line(line),
         });
+    }
+
+    /// Ends the sequence under way with its end row at `address`: kept
+    /// (what [`rows_serving`] keeps of it) if it begins in code.
+    #[inline(never)]
+    fn end_sequence(&mut self, address: u64) {
+        self.current.push(Row {
+            address,
+            file: NO_FILE,
+            line: 0,
+        });
+        if self
+            .current
+            .first()
+            .is_some_and(|r| (self.is_code)(r.address))
+        {
+            self.sequences.push(match self.wanted {
+                Some(wanted) => rows_serving(&self.current, wanted),
+                None => self.current.clone(),
+            });
+        }
+        self.current.clear();
     }
 }
 
@@ -862,8 +872,20 @@ impl FileSlots {
     /// File indices below this are looked up in a vector.
     const DENSE: u64 = 1 << 16;
 
-    /// The slot of file `index`.
+    /// The slot of file `index`. Inlined where a dense slot is given
+    /// already (a call for each row's and range's file cost more than
+    /// the look-up); the first meeting of a file is out of line.
+    #[inline]
     fn slot(&mut self, index: u64) -> u32 {
+        match self.dense.get(index as usize) {
+            Some(&slot) if slot != 0 => slot - 1,
+            _ => self.add_slot(index),
+        }
+    }
+
+    /// The slot of file `index`, given one if it has none.
+    #[inline(never)]
+    fn add_slot(&mut self, index: u64) -> u32 {
         if index >= Self::DENSE {
             return *self.sparse.entry(index).or_insert_with(|| {
                 self.indices.push(index);
@@ -941,7 +963,7 @@ fn add_inlines<'a>(
     let mut depth: isize = 0;
     while !input.is_empty() {
         let entry_depth = depth;
-        let code = input.read_uleb128()?;
+        let code = read_code(&mut input)?;
         if code == 0 {
             depth -= 1;
             continue;
@@ -952,6 +974,14 @@ fn add_inlines<'a>(
         }
         if plan.has_children {
             depth += 1;
+        }
+        if let Some(site) = plan.fixed_site {
+            let site = &plans.fixed_sites[site as usize];
+            let entry = input.split(site.size)?;
+            if let Some((call, ranges)) = site.read(entry.slice(), (dwarf, unit))? {
+                add_ranges(out, (entry_depth, call), ranges, slots, keep)?;
+            }
+            continue;
         }
         attrs.clear();
         if !plan.whole {
@@ -996,9 +1026,43 @@ fn add_site<'a>(
     };
     let line = attr_value(attrs, gimli::DW_AT_call_line)
         .and_then(|v| v.udata_value())
-        .map_or(0, |l| l.min(u64::from(u32::MAX - 1)) as u32);
+        .map_or(0, clamp_line);
+    let ranges = site_ranges(dwarf, unit, attrs)?;
+    add_ranges(out, (depth, (index, line)), ranges, slots, keep)
+}
+
+/// An inlined subroutine's call site: its file index and line.
+type CallSite = (u64, u32);
+
+/// A call line as the table keeps it (`u32::MAX` is no line's).
+fn clamp_line(line: u64) -> u32 {
+    line.min(u64::from(u32::MAX - 1)) as u32
+}
+
+/// An abbreviation code from `input`: a code of one byte (most are) read
+/// here, a longer one by gimli (whose reader is a call for every entry).
+#[inline]
+fn read_code(input: &mut Reader<'_>) -> Result<u64, gimli::Error> {
+    use gimli::Reader as _;
+    if let [byte, rest @ ..] = input.slice()
+        && *byte < 0x80
+    {
+        *input = EndianSlice::new(rest, LittleEndian);
+        return Ok(u64::from(*byte));
+    }
+    input.read_uleb128()
+}
+
+/// Adds the `ranges` of the inlined subroutine at `depth` called at
+/// `(file index, line)` that `keep` accepts.
+fn add_ranges(
+    out: &mut UnitLines,
+    (depth, (index, line)): (isize, CallSite),
+    mut ranges: SiteRanges<'_>,
+    slots: &mut FileSlots,
+    keep: &mut impl FnMut(u64, u64) -> bool,
+) -> Result<(), gimli::Error> {
     let depth = u32::try_from(depth).unwrap_or(0);
-    let mut ranges = site_ranges(dwarf, unit, attrs)?;
     while let Some(range) = ranges.next()? {
         if range.begin < range.end && keep(range.begin, range.end) {
             out.inlines.push(Inline {
@@ -1030,7 +1094,128 @@ struct EntryPlan {
     /// The size of each of its entries, where every attribute has a fixed
     /// size and none is read: most entries are such, and one skip costs
     /// less than going through the steps.
-    fixed_size: Option<usize>,
+    fixed_size: Option<u32>,
+    /// An inlined subroutine's [`FixedSite`] in [`EntryPlans::fixed_sites`],
+    /// where its entries have one.
+    fixed_site: Option<u32>,
+}
+
+/// Where an inlined subroutine's site attributes lie in each entry of an
+/// abbreviation whose attributes all have fixed sizes, each site attribute
+/// at most once and in a form read here: its values are read at their
+/// offsets, without steps or a list of attributes (most of a large
+/// binary's inlined subroutines are such; their steps and lists were most
+/// of reading the units' entries).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FixedSite {
+    /// The size of each entry.
+    size: usize,
+    call_file: Option<SiteField>,
+    call_line: Option<SiteField>,
+    low_pc: Option<SiteField>,
+    /// An end address where [`FixedSite::high_pc_is_address`], else a size.
+    high_pc: Option<SiteField>,
+    high_pc_is_address: bool,
+    /// A section offset of a range list.
+    ranges: Option<SiteField>,
+}
+
+/// A site attribute's place in an entry of fixed layout: its offset and
+/// its width (1, 2, 4 or 8 bytes, a little-endian unsigned value, as
+/// [`SiteStep::read`] reads each form planned here).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SiteField {
+    at: usize,
+    width: u8,
+}
+
+impl SiteField {
+    /// The value in `entry` (an entry's bytes, `at + width` or more).
+    fn value(self, entry: &[u8]) -> u64 {
+        let bytes = &entry[self.at..];
+        match self.width {
+            1 => u64::from(bytes[0]),
+            2 => u64::from(u16::from_le_bytes([bytes[0], bytes[1]])),
+            4 => u64::from(u32::from_le_bytes(
+                bytes[..4].try_into().expect("four bytes"),
+            )),
+            _ => u64::from_le_bytes(bytes[..8].try_into().expect("eight bytes")),
+        }
+    }
+}
+
+impl FixedSite {
+    /// The fixed layout of an inlined subroutine's entries walked by
+    /// `steps`, where it has one.
+    fn of(steps: &[EntryStep], encoding: gimli::Encoding) -> Option<FixedSite> {
+        let mut site = FixedSite {
+            size: 0,
+            call_file: None,
+            call_line: None,
+            low_pc: None,
+            high_pc: None,
+            high_pc_is_address: false,
+            ranges: None,
+        };
+        for step in steps {
+            match *step {
+                EntryStep::Bytes(size) => site.size += size,
+                EntryStep::Site(step) => {
+                    let width = step.read.fixed_width(encoding)?;
+                    let field = SiteField {
+                        at: site.size,
+                        width,
+                    };
+                    let slot = match step.name {
+                        gimli::DW_AT_call_file => &mut site.call_file,
+                        gimli::DW_AT_call_line => &mut site.call_line,
+                        gimli::DW_AT_low_pc => &mut site.low_pc,
+                        gimli::DW_AT_high_pc => {
+                            site.high_pc_is_address = matches!(step.read, SiteRead::Address(_));
+                            &mut site.high_pc
+                        }
+                        _ => &mut site.ranges,
+                    };
+                    if slot.replace(field).is_some() {
+                        return None;
+                    }
+                    site.size += usize::from(width);
+                }
+                _ => return None,
+            }
+        }
+        Some(site)
+    }
+
+    /// The call site (file index, line) and ranges of the entry `entry`,
+    /// as [`add_site`] reads them from its attributes; no call site where
+    /// it has no call file.
+    fn read<'a>(
+        &self,
+        entry: &[u8],
+        (dwarf, unit): (&gimli::Dwarf<Reader<'a>>, &gimli::Unit<Reader<'a>>),
+    ) -> Result<Option<(CallSite, SiteRanges<'a>)>, gimli::Error> {
+        let Some(file) = self.call_file else {
+            return Ok(None);
+        };
+        let line = self.call_line.map_or(0, |l| clamp_line(l.value(entry)));
+        if let Some(ranges) = self.ranges {
+            let offset = gimli::RawRangeListsOffset(ranges.value(entry) as usize);
+            let value = AttributeValue::RangeListsRef(offset);
+            if let Some(list) = range_list(dwarf, unit, value)? {
+                return Ok(Some(((file.value(entry), line), list)));
+            }
+        }
+        let low_pc = self.low_pc.map(|f| f.value(entry));
+        let high_pc = self.high_pc.map(|f| f.value(entry));
+        let (size, high_pc) = if self.high_pc_is_address {
+            (None, high_pc)
+        } else {
+            (high_pc, None)
+        };
+        let ranges = SiteRanges::single(low_pc, size, high_pc);
+        Ok(Some(((file.value(entry), line), ranges)))
+    }
 }
 
 /// One step over an entry's attributes: what gimli's `skip_attributes`
@@ -1077,6 +1262,19 @@ enum SiteRead {
     Address(u8),
     /// `DW_FORM_sec_offset`: an offset of the unit's format.
     Offset(gimli::Format),
+}
+
+impl SiteRead {
+    /// The width of every value read so, where it is fixed and read as a
+    /// little-endian unsigned number of 1, 2, 4 or 8 bytes.
+    fn fixed_width(self, encoding: gimli::Encoding) -> Option<u8> {
+        let width = match self {
+            SiteRead::Data(width) | SiteRead::Address(width) => width,
+            SiteRead::Udata => return None,
+            SiteRead::Offset(_) => encoding.format.word_size(),
+        };
+        matches!(width, 1 | 2 | 4 | 8).then_some(width)
+    }
 }
 
 impl SiteStep {
@@ -1181,6 +1379,8 @@ struct EntryPlans {
     /// 1, densely; a vector indexed by a stray large code would be huge).
     sparse: HashMap<u64, EntryPlan>,
     steps: Vec<EntryStep>,
+    /// The plans' [`FixedSite`]s.
+    fixed_sites: Vec<FixedSite>,
 }
 
 impl EntryPlans {
@@ -1259,6 +1459,7 @@ impl EntryPlans {
                             whole: true,
                             steps: (0, 0),
                             fixed_size: None,
+                            fixed_site: None,
                         };
                     }
                 },
@@ -1279,8 +1480,15 @@ impl EntryPlans {
         }
         let fixed_size = match self.steps[start..] {
             [] => Some(0),
-            [EntryStep::Bytes(size)] => Some(size),
+            [EntryStep::Bytes(size)] => u32::try_from(size).ok(),
             _ => None,
+        };
+        let fixed_site = match inlined {
+            true => FixedSite::of(&self.steps[start..], encoding).map(|site| {
+                self.fixed_sites.push(site);
+                (self.fixed_sites.len() - 1) as u32
+            }),
+            false => None,
         };
         EntryPlan {
             has_children,
@@ -1289,6 +1497,7 @@ impl EntryPlans {
             whole: false,
             steps: (start as u32, self.steps.len() as u32),
             fixed_size,
+            fixed_site,
         }
     }
 
@@ -1303,7 +1512,7 @@ impl EntryPlans {
     ) -> Result<(), gimli::Error> {
         use gimli::Reader as _;
         if let Some(size) = plan.fixed_size {
-            return input.skip(size);
+            return input.skip(size as usize);
         }
         for step in &self.steps[plan.steps.0 as usize..plan.steps.1 as usize] {
             match *step {
@@ -1451,18 +1660,28 @@ fn site_ranges<'a>(
                 }
             },
             gimli::DW_AT_ranges => {
-                if let Some(offset) = dwarf.attr_ranges_offset(unit, attr.value)? {
-                    return Ok(SiteRanges::List(RangeList::of_unit(dwarf, unit, offset)?));
+                if let Some(list) = range_list(dwarf, unit, attr.value)? {
+                    return Ok(list);
                 }
             }
             _ => {}
         }
     }
-    let range = low_pc.and_then(|begin| {
-        let end = size.map(|size| begin.wrapping_add(size)).or(high_pc);
-        end.map(|end| gimli::Range { begin, end })
-    });
-    Ok(SiteRanges::Single(range))
+    Ok(SiteRanges::single(low_pc, size, high_pc))
+}
+
+/// The range list a `DW_AT_ranges` value names, where it names one.
+fn range_list<'a>(
+    dwarf: &gimli::Dwarf<Reader<'a>>,
+    unit: &gimli::Unit<Reader<'a>>,
+    value: AttributeValue<Reader<'a>>,
+) -> Result<Option<SiteRanges<'a>>, gimli::Error> {
+    match dwarf.attr_ranges_offset(unit, value)? {
+        Some(offset) => Ok(Some(SiteRanges::List(RangeList::of_unit(
+            dwarf, unit, offset,
+        )?))),
+        None => Ok(None),
+    }
 }
 
 /// The ranges of an inlined subroutine: one, or a range list.
@@ -1472,6 +1691,16 @@ enum SiteRanges<'a> {
 }
 
 impl SiteRanges<'_> {
+    /// The range from `low_pc` to `low_pc + size`, else to `high_pc`;
+    /// none without `low_pc` or an end.
+    fn single(low_pc: Option<u64>, size: Option<u64>, high_pc: Option<u64>) -> Self {
+        let range = low_pc.and_then(|begin| {
+            let end = size.map(|size| begin.wrapping_add(size)).or(high_pc);
+            end.map(|end| gimli::Range { begin, end })
+        });
+        SiteRanges::Single(range)
+    }
+
     fn next(&mut self) -> Result<Option<gimli::Range>, gimli::Error> {
         match self {
             SiteRanges::Single(range) => Ok(range.take()),
@@ -2699,6 +2928,168 @@ mod tests {
         let mut cut = EndianSlice::new(&entry[..12], LittleEndian);
         let walk = (encoding, &abbreviations);
         assert!(plans.walk(plan, &mut cut, walk, &mut Vec::new()).is_err());
+    }
+
+    #[test]
+    fn a_fixed_site_reads_the_values_gimli_reads_at_their_offsets() {
+        // Inlined subroutines' abbreviations: layouts of fixed sizes
+        // (LLVM's first two), and ones a fixed layout cannot read (a site
+        // attribute of a LEB128 form or after a block, one twice, a form
+        // read by gimli).
+        use gimli::{
+            DW_AT_abstract_origin as ORIGIN, DW_AT_call_column as COLUMN, DW_AT_call_file as FILE,
+            DW_AT_call_line as LINE, DW_AT_high_pc as HIGH, DW_AT_location as LOCATION,
+            DW_AT_low_pc as LOW, DW_AT_ranges as RANGES,
+        };
+        use gimli::{
+            DW_FORM_addr as ADDR, DW_FORM_addrx as ADDRX, DW_FORM_data1 as D1, DW_FORM_data2 as D2,
+            DW_FORM_data4 as D4, DW_FORM_data8 as D8, DW_FORM_exprloc as EXPRLOC,
+            DW_FORM_implicit_const as IMPLICIT, DW_FORM_ref4 as REF4,
+            DW_FORM_sec_offset as SEC_OFFSET, DW_FORM_udata as UDATA,
+        };
+        let layouts: [(&[(gimli::DwAt, gimli::DwForm)], bool); 10] = [
+            (
+                &[
+                    (ORIGIN, REF4),
+                    (LOW, ADDR),
+                    (HIGH, D4),
+                    (FILE, D1),
+                    (LINE, D2),
+                    (COLUMN, D1),
+                ],
+                true,
+            ),
+            (
+                &[
+                    (ORIGIN, REF4),
+                    (RANGES, SEC_OFFSET),
+                    (FILE, D1),
+                    (LINE, D1),
+                    (COLUMN, D1),
+                ],
+                true,
+            ),
+            (&[(LOW, ADDR), (HIGH, ADDR), (FILE, D2), (LINE, D4)], true),
+            (&[(FILE, D8), (LINE, D8), (HIGH, D8), (LOW, ADDR)], true),
+            (&[(ORIGIN, REF4), (LOW, ADDR)], true),
+            (
+                &[
+                    (ORIGIN, REF4),
+                    (LOW, ADDR),
+                    (HIGH, D4),
+                    (FILE, D1),
+                    (LINE, UDATA),
+                ],
+                false,
+            ),
+            (&[(LOCATION, EXPRLOC), (FILE, D1), (LINE, D1)], false),
+            (&[(FILE, D1), (LINE, D1), (LINE, D2)], false),
+            (
+                &[(FILE, IMPLICIT), (LINE, D1), (LOW, ADDR), (HIGH, D4)],
+                false,
+            ),
+            (&[(LOW, ADDRX), (HIGH, D4), (FILE, D1), (LINE, D1)], false),
+        ];
+        // Bytes whose values differ by width and place.
+        let bytes: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
+        for (version, format) in [
+            (4, gimli::Format::Dwarf32),
+            (5, gimli::Format::Dwarf32),
+            (5, gimli::Format::Dwarf64),
+        ] {
+            let encoding = gimli::Encoding {
+                format,
+                version,
+                address_size: 8,
+            };
+            for (layout, fixed) in layouts {
+                let mut abbrevs = vec![1, gimli::DW_TAG_inlined_subroutine.0 as u8, 0];
+                for (name, form) in layout {
+                    assert!(name.0 < 0x80 && form.0 < 0x80, "one-byte numbers");
+                    abbrevs.extend([name.0 as u8, form.0 as u8]);
+                    if *form == IMPLICIT {
+                        abbrevs.push(3);
+                    }
+                }
+                abbrevs.extend([0, 0, 0]);
+                let abbreviations = abbreviations_of(&abbrevs);
+                let mut plans = EntryPlans::default();
+                let plan = plans.plan(1, &abbreviations, encoding).unwrap();
+                let case = format!("{layout:?} {version} {format:?}");
+                assert_eq!(plan.fixed_site.is_some(), fixed, "{case}");
+                let Some(site) = plan.fixed_site else {
+                    continue;
+                };
+                let site = plans.fixed_sites[site as usize];
+                // gimli reads each attribute in turn; the site's field of
+                // that name has its value at the offset gimli read it from.
+                let mut raw = gimli::EntriesRaw::new(
+                    EndianSlice::new(&bytes, LittleEndian),
+                    encoding,
+                    &abbreviations,
+                    UnitOffset(0),
+                );
+                for spec in abbreviations.get(1).unwrap().attributes() {
+                    let value = match raw.read_attribute(*spec).unwrap().value() {
+                        AttributeValue::FileIndex(v)
+                        | AttributeValue::Udata(v)
+                        | AttributeValue::Addr(v) => v,
+                        AttributeValue::RangeListsRef(offset) => offset.0 as u64,
+                        _ => continue,
+                    };
+                    let field = match spec.name() {
+                        FILE => site.call_file,
+                        LINE => site.call_line,
+                        LOW => site.low_pc,
+                        HIGH => {
+                            assert_eq!(site.high_pc_is_address, spec.form() == ADDR, "{case}");
+                            site.high_pc
+                        }
+                        RANGES => site.ranges,
+                        _ => continue,
+                    };
+                    assert_eq!(field.map(|f| f.value(&bytes)), Some(value), "{case}");
+                }
+                assert_eq!(site.size, raw.next_offset().0, "{case}");
+                let absent = |name| layout.iter().all(|(n, _)| *n != name);
+                for (name, field) in [
+                    (FILE, site.call_file),
+                    (LINE, site.call_line),
+                    (LOW, site.low_pc),
+                    (HIGH, site.high_pc),
+                    (RANGES, site.ranges),
+                ] {
+                    assert_eq!(field.is_none(), absent(name), "{name} {case}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_test_executable_has_inlined_subroutines_of_fixed_layout() {
+        // So that the comparison of its inlined ranges with gimli's reads
+        // some through a fixed site.
+        let binary = dwarf_test_binary();
+        let section = |name: &str| uncompressed_section(&binary, name);
+        let dwarf = gimli::Dwarf::load(|id: SectionId| {
+            Ok::<_, gimli::Error>(EndianSlice::new(section(id.name()), LittleEndian))
+        })
+        .unwrap();
+        let (mut units, mut fixed) = (dwarf.units(), 0);
+        while let Some(header) = units.next().unwrap() {
+            let unit = dwarf.unit(header).unwrap();
+            let mut plans = EntryPlans::default();
+            let mut entries = unit.entries_raw(None).unwrap();
+            while !entries.is_empty() {
+                let Some(abbrev) = entries.read_abbreviation().unwrap() else {
+                    continue;
+                };
+                let plan = plans.plan(abbrev.code(), &unit.abbreviations, unit.encoding());
+                fixed += usize::from(plan.unwrap().fixed_site.is_some());
+                entries.skip_attributes(abbrev.attributes()).unwrap();
+            }
+        }
+        assert!(fixed > 0, "inlined subroutines read through fixed sites");
     }
 
     #[test]
