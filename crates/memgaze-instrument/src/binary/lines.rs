@@ -15,6 +15,7 @@
 
 use foldhash::{HashMap, HashMapExt};
 use gimli::{AttributeValue, EndianSlice, LittleEndian, ReaderOffset, SectionId, UnitOffset};
+use std::borrow::Cow;
 
 type Reader<'a> = EndianSlice<'a, LittleEndian>;
 
@@ -1985,28 +1986,34 @@ fn file_path<'a>(
     comp_dir: Option<&str>,
     index: u64,
 ) -> String {
-    header
-        .file(index)
-        .map(|entry| {
-            let mut path = comp_dir.unwrap_or_default().to_string();
-            if let Some(dir) = entry.directory(header) {
-                push_path(&mut path, &attr_text(dwarf, unit, dir));
-            }
-            push_path(&mut path, &attr_text(dwarf, unit, entry.path_name()));
-            path
-        })
-        .unwrap_or_else(|| "<unknown>".to_string())
+    let Some(entry) = header.file(index) else {
+        return "<unknown>".to_string();
+    };
+    // The parts are borrowed from the sections: the path is the one
+    // allocation (a file name is made for every unit that names it).
+    let comp_dir = comp_dir.unwrap_or_default();
+    let dir = entry
+        .directory(header)
+        .map(|dir| attr_text(dwarf, unit, dir));
+    let name = attr_text(dwarf, unit, entry.path_name());
+    let dir = dir.as_deref().unwrap_or_default();
+    let mut path = String::with_capacity(comp_dir.len() + dir.len() + name.len() + 2);
+    path.push_str(comp_dir);
+    push_path(&mut path, dir);
+    push_path(&mut path, &name);
+    path
 }
 
+/// The string `value` names (empty where it names none), borrowed from
+/// the section unless it is not UTF-8.
 fn attr_text<'a>(
     dwarf: &gimli::Dwarf<Reader<'a>>,
     unit: &gimli::Unit<Reader<'a>>,
     value: AttributeValue<Reader<'a>>,
-) -> String {
+) -> Cow<'a, str> {
     dwarf
         .attr_string(unit, value)
-        .map(|s| String::from_utf8_lossy(s.slice()).into_owned())
-        .unwrap_or_default()
+        .map_or(Cow::Borrowed(""), |s| String::from_utf8_lossy(s.slice()))
 }
 
 /// Appends a path component; an absolute component replaces what is there.
@@ -2015,7 +2022,8 @@ fn push_path(path: &mut String, part: &str) {
         return;
     }
     if part.starts_with('/') || path.is_empty() {
-        *path = part.to_string();
+        path.clear();
+        path.push_str(part);
     } else {
         if !path.ends_with('/') {
             path.push('/');

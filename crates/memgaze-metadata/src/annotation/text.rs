@@ -1,6 +1,7 @@
 //! [`Text`]: a shared, immutable string of an annotation.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use smallvec::SmallVec;
 use std::borrow::Borrow;
 use std::fmt;
 use std::ops::Deref;
@@ -122,17 +123,32 @@ impl TextTable {
 /// empty (as most loads' chains are while the rewriter holds them); clones
 /// share the texts. Serialised as a plain JSON array of strings.
 #[derive(Clone, Default, PartialEq, Eq, Hash)]
-pub struct InlineChain(Option<Arc<Box<[Text]>>>);
+pub struct InlineChain(Option<Arc<ChainTexts>>);
+
+/// A chain's texts: up to [`CHAIN_INLINE`] lie in the `Arc`'s own block,
+/// one allocation a chain rather than a list and its `Arc` (the rewriter
+/// makes hundreds of thousands of chains).
+type ChainTexts = SmallVec<[Text; CHAIN_INLINE]>;
+
+/// Half the chains of a large Rust binary's loads have at most four
+/// texts; a longer chain's block is 16 bytes larger than an `Arc` of a
+/// list, a shorter one's 16 or 32 bytes smaller than an `Arc` and a list.
+const CHAIN_INLINE: usize = 4;
 
 impl InlineChain {
     /// The texts, innermost first.
     pub fn as_slice(&self) -> &[Text] {
-        self.0.as_deref().map_or(&[], |texts| texts)
+        self.0.as_deref().map_or(&[], |texts| texts.as_slice())
     }
 
     /// Whether the chain has no entry (the load's code is not inlined).
     pub fn is_empty(&self) -> bool {
         self.0.is_none()
+    }
+
+    /// The chain of `texts`, nothing allocated when there are none.
+    fn of(texts: ChainTexts) -> InlineChain {
+        InlineChain((!texts.is_empty()).then(|| Arc::new(texts)))
     }
 }
 
@@ -145,13 +161,21 @@ impl Deref for InlineChain {
 
 impl From<Vec<Text>> for InlineChain {
     fn from(texts: Vec<Text>) -> InlineChain {
-        InlineChain((!texts.is_empty()).then(|| Arc::new(texts.into_boxed_slice())))
+        InlineChain::of(ChainTexts::from_vec(texts))
     }
 }
 
 impl FromIterator<Text> for InlineChain {
     fn from_iter<I: IntoIterator<Item = Text>>(texts: I) -> InlineChain {
-        InlineChain::from(texts.into_iter().collect::<Vec<Text>>())
+        let texts = texts.into_iter();
+        match texts.size_hint() {
+            (len, Some(most)) if len == most && len <= CHAIN_INLINE => {
+                InlineChain::of(texts.collect())
+            }
+            // Collected at their number: a `SmallVec` that spills rounds
+            // its room up to a power of two.
+            _ => InlineChain::from(texts.collect::<Vec<Text>>()),
+        }
     }
 }
 
@@ -217,6 +241,28 @@ mod tests {
         assert!(empty.is_empty() && empty.0.is_none());
         assert_eq!(empty, InlineChain::default());
         assert_eq!(size_of::<InlineChain>(), size_of::<usize>());
+    }
+
+    /// Chains short enough to lie in their `Arc` and longer ones read,
+    /// compare and hash as their texts, whether collected or made of a
+    /// `Vec`.
+    #[test]
+    fn inline_chains_of_any_length_are_their_texts() {
+        use std::hash::BuildHasher;
+        let hasher = foldhash::fast::FixedState::with_seed(7);
+        for n in 0..=9 {
+            let texts: Vec<Text> = (0..n).map(|i| Text::from(format!("f.rs:{i}"))).collect();
+            let collected: InlineChain = texts.iter().cloned().collect();
+            let made = InlineChain::from(texts.clone());
+            assert_eq!(collected.as_slice(), texts.as_slice());
+            assert_eq!(made, collected);
+            assert_eq!(collected.is_empty(), n == 0);
+            // Hashed as the list of texts was: maps keyed by chains keep
+            // their order.
+            let expected = (n > 0).then_some(texts.as_slice());
+            assert_eq!(hasher.hash_one(&collected), hasher.hash_one(expected));
+            assert_eq!(size_of::<InlineChain>(), size_of::<usize>());
+        }
     }
 
     /// A load holds five optional texts: each is one pointer wide.
