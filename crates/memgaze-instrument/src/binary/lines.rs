@@ -2499,11 +2499,7 @@ mod tests {
     fn raw_entries_give_the_inlined_ranges_that_whole_entries_give() {
         // Read as gimli's entry cursor and `die_ranges` read it.
         let binary = dwarf_test_binary();
-        let section = |name: &str| uncompressed_section(&binary, name);
-        let dwarf = gimli::Dwarf::load(|id: SectionId| {
-            Ok::<_, gimli::Error>(EndianSlice::new(section(id.name()), LittleEndian))
-        })
-        .unwrap();
+        let dwarf = gimli_dwarf(&binary);
         let mut units = dwarf.units();
         let mut inlined = 0;
         while let Some(header) = units.next().unwrap() {
@@ -2565,6 +2561,18 @@ mod tests {
             .unwrap_or(&[])
     }
 
+    /// gimli's view of `binary`'s uncompressed DWARF sections (a
+    /// compressed or missing one reads as empty).
+    fn gimli_dwarf(binary: &crate::binary::Binary) -> gimli::Dwarf<EndianSlice<'_, LittleEndian>> {
+        gimli::Dwarf::load(|id: SectionId| {
+            Ok::<_, gimli::Error>(EndianSlice::new(
+                uncompressed_section(binary, id.name()),
+                LittleEndian,
+            ))
+        })
+        .unwrap()
+    }
+
     /// This test executable (the dev profile keeps its DWARF), or the
     /// file `MEMGAZE_TEST_DWARF` names (another producer's, a larger one).
     fn dwarf_test_binary() -> crate::binary::Binary {
@@ -2578,11 +2586,7 @@ mod tests {
     #[test]
     fn the_line_programs_give_the_rows_gimli_gives() {
         let binary = dwarf_test_binary();
-        let section = |name: &str| uncompressed_section(&binary, name);
-        let dwarf = gimli::Dwarf::load(|id: SectionId| {
-            Ok::<_, gimli::Error>(EndianSlice::new(section(id.name()), LittleEndian))
-        })
-        .unwrap();
+        let dwarf = gimli_dwarf(&binary);
         let every = |_: u64| true;
         let rows_of = |sink: RowSink<'_, _>| -> Vec<(u64, u64, u32)> {
             let file = |r: &Row| match r.file {
@@ -3078,11 +3082,7 @@ mod tests {
         // So that the comparison of its inlined ranges with gimli's reads
         // some through a fixed site.
         let binary = dwarf_test_binary();
-        let section = |name: &str| uncompressed_section(&binary, name);
-        let dwarf = gimli::Dwarf::load(|id: SectionId| {
-            Ok::<_, gimli::Error>(EndianSlice::new(section(id.name()), LittleEndian))
-        })
-        .unwrap();
+        let dwarf = gimli_dwarf(&binary);
         let (mut units, mut fixed) = (dwarf.units(), 0);
         while let Some(header) = units.next().unwrap() {
             let unit = dwarf.unit(header).unwrap();
