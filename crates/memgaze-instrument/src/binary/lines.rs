@@ -1105,8 +1105,8 @@ struct EntryPlan {
 /// abbreviation whose attributes all have fixed sizes, each site attribute
 /// at most once and in a form read here: its values are read at their
 /// offsets, without steps or a list of attributes (most of a large
-/// binary's inlined subroutines are such; their steps and lists were most
-/// of reading the units' entries).
+/// binary's inlined subroutines are such, and stepping through their
+/// attributes would be most of reading the units' entries).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct FixedSite {
     /// The size of each entry.

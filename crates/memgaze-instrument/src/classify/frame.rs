@@ -128,9 +128,9 @@ struct FrameScratch {
 
 /// The allocations of a [`Frame`], kept from one function to the next
 /// ([`Frame::compute_in`], [`Frame::into_buffers`]): made anew for every
-/// function with loops, each per-instruction list was allocated, its fresh
-/// pages faulted in, and freed again. Nothing in them outlives a function
-/// but their capacity.
+/// function with loops, each per-instruction list would be allocated, its
+/// fresh pages faulted in, and freed again. Nothing in them outlives a
+/// function but their capacity.
 #[derive(Debug, Default)]
 pub(crate) struct FrameBuffers {
     rsp_delta: Vec<Option<StackPos>>,

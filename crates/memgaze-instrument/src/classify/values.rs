@@ -168,8 +168,8 @@ struct ReachingCache {
     slots: Vec<(u64, u32, Reaching)>,
     /// The current generation, in the bits above a [`pair`]'s: an answer
     /// of an earlier one is not found. Forgetting every answer is a new
-    /// generation rather than a fill of all slots, which was done for
-    /// every function with loops.
+    /// generation rather than a fill of all slots, which every function
+    /// with loops would pay.
     generation: u64,
 }
 
