@@ -87,6 +87,16 @@ pub(crate) trait RegisterFold: Default {
     }
 }
 
+/// A fold that keeps no register: for the questions about memory alone,
+/// whose register work then compiles away.
+#[derive(Default)]
+struct NoRegisters;
+
+impl RegisterFold for NoRegisters {
+    #[inline(always)]
+    fn add(&mut self, _: Register, _: OpAccess) {}
+}
+
 impl RegisterFold for GprEffects {
     #[inline(always)]
     fn add(&mut self, reg: Register, access: OpAccess) {
@@ -393,6 +403,22 @@ impl Usages {
         )
     }
 
+    /// The memory locations of [`Usages::of`], the registers not asked:
+    /// frame accesses outside loops name their slots alone, and iced's
+    /// register list was most of its work on the codes not answered
+    /// directly.
+    #[inline]
+    pub(crate) fn memory_of(&mut self, insn: &Instruction) -> &[UsedMemory] {
+        if let Some((NoRegisters, memory)) = direct(insn, true) {
+            self.direct_memory = memory;
+            return self.direct_memory.as_slice();
+        }
+        let info = self
+            .info
+            .info_options(insn, InstructionInfoOptions::NO_REGISTER_USAGE);
+        info.used_memory()
+    }
+
     /// The general-purpose register effects of `insn`.
     #[inline]
     pub(crate) fn gpr_effects(&mut self, insn: &Instruction) -> GprEffects {
@@ -561,5 +587,29 @@ mod tests {
             direct += usize::from(direct_usage(insn).is_some());
         }
         assert!(direct > 1_000, "{direct} answered directly");
+    }
+
+    /// [`Usages::memory_of`] is the memory list of the full query, iced's
+    /// with its registers, on every instruction of this test executable's
+    /// functions and on the instructions of pseudo-random bytes.
+    #[test]
+    fn memory_alone_is_the_full_querys() {
+        let binary = crate::binary::Binary::open(std::env::current_exe().unwrap()).unwrap();
+        let mut insns = crate::binary::random_instructions(0x2545_f491_4f6c_dd1d, 1 << 18);
+        for function in binary.functions() {
+            insns.extend(binary.function_code(function).instructions.iter().copied());
+        }
+        let mut info = InstructionInfoFactory::new();
+        let mut usages = Usages::new();
+        let (mut with_memory, mut by_iced) = (0usize, 0usize);
+        for insn in &insns {
+            let full = info.info(insn).used_memory().to_vec();
+            assert_eq!(usages.of(insn).1, &full[..], "{insn}");
+            assert_eq!(usages.memory_of(insn), &full[..], "{insn}");
+            with_memory += usize::from(!full.is_empty());
+            by_iced += usize::from(!full.is_empty() && direct_usage(insn).is_none());
+        }
+        assert!(with_memory > 100_000, "{with_memory} with memory");
+        assert!(by_iced > 10_000, "{by_iced} with memory asked of iced");
     }
 }

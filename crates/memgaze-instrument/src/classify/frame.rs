@@ -16,7 +16,7 @@ use super::values::bits_of;
 use crate::binary::stack::{self, StackPos};
 use crate::binary::usage::Usages;
 use crate::binary::{FunctionCode, LoopForest};
-use iced_x86::{FlowControl, Instruction, OpAccess, Register};
+use iced_x86::{FlowControl, Instruction, OpAccess, Register, UsedMemory};
 
 /// A variable: registers 0..16 (iced register numbers of the 64-bit GPRs),
 /// stack slots from 16 on.
@@ -197,23 +197,33 @@ impl FrameScratch {
                     }
                     continue;
                 }
-                // The effects' bits are the variables' numbers.
-                let (effects, memory) = usages.of(insn);
-                *written = effects.written;
-                for m in memory {
-                    if m.index() == Register::None
-                        && matches!(m.base(), Register::RSP | Register::RBP)
-                    {
-                        self.accesses.push((
-                            i as u32,
-                            m.base(),
-                            m.displacement(),
-                            m.memory_size().size() as u32,
-                            is_write(m.access()),
-                        ));
-                    }
-                }
+                let memory = if writes_asked {
+                    // The effects' bits are the variables' numbers.
+                    let (effects, memory) = usages.of(insn);
+                    *written = effects.written;
+                    memory
+                } else {
+                    usages.memory_of(insn)
+                };
+                push_frame_accesses(&mut self.accesses, i, memory);
             }
+        }
+    }
+}
+
+/// Appends to `accesses` those of `memory` (instruction `i`'s locations)
+/// that are frame candidates: `rsp` or `rbp` plus a displacement.
+#[inline(always)]
+fn push_frame_accesses(accesses: &mut Vec<FrameAccess>, i: usize, memory: &[UsedMemory]) {
+    for m in memory {
+        if m.index() == Register::None && matches!(m.base(), Register::RSP | Register::RBP) {
+            accesses.push((
+                i as u32,
+                m.base(),
+                m.displacement(),
+                m.memory_size().size() as u32,
+                is_write(m.access()),
+            ));
         }
     }
 }
