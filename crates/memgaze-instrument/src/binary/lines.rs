@@ -2564,6 +2564,21 @@ mod tests {
             .unwrap_or(&[])
     }
 
+    /// The encodings the readers are tested in: DWARF 4 and 5, 32- and
+    /// 64-bit, 8-byte addresses.
+    fn test_encodings() -> [gimli::Encoding; 3] {
+        [
+            (4, gimli::Format::Dwarf32),
+            (5, gimli::Format::Dwarf32),
+            (5, gimli::Format::Dwarf64),
+        ]
+        .map(|(version, format)| gimli::Encoding {
+            format,
+            version,
+            address_size: 8,
+        })
+    }
+
     /// gimli's view of `binary`'s uncompressed DWARF sections (a
     /// compressed or missing one reads as empty).
     fn gimli_dwarf(binary: &crate::binary::Binary) -> gimli::Dwarf<EndianSlice<'_, LittleEndian>> {
@@ -2803,16 +2818,7 @@ mod tests {
         // number of two bytes where one is read).
         let bytes: Vec<u8> = vec![0x81, 0x02, 0x83, 0x84, 0x85, 0x86, 0x87, 0x88, 0x89, 0xaa];
         let mut read_here = 0;
-        for (version, format) in [
-            (4, gimli::Format::Dwarf32),
-            (5, gimli::Format::Dwarf32),
-            (5, gimli::Format::Dwarf64),
-        ] {
-            let encoding = gimli::Encoding {
-                format,
-                version,
-                address_size: 8,
-            };
+        for encoding in test_encodings() {
             for name in names {
                 for form in forms {
                     let mut abbrevs = vec![1];
@@ -2841,7 +2847,7 @@ mod tests {
                     );
                     let spec = abbreviations.get(1).unwrap().attributes()[0];
                     let expected = SiteAttribute::of(&raw.read_attribute(spec).unwrap());
-                    let case = format!("{name} {form} {version} {format:?}");
+                    let case = format!("{name} {form} {encoding:?}");
                     assert_eq!(attrs.len(), 1, "{case}");
                     let got = attrs[0];
                     assert_eq!(
@@ -3007,16 +3013,7 @@ mod tests {
         ];
         // Bytes whose values differ by width and place.
         let bytes: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
-        for (version, format) in [
-            (4, gimli::Format::Dwarf32),
-            (5, gimli::Format::Dwarf32),
-            (5, gimli::Format::Dwarf64),
-        ] {
-            let encoding = gimli::Encoding {
-                format,
-                version,
-                address_size: 8,
-            };
+        for encoding in test_encodings() {
             for (layout, fixed) in layouts {
                 let mut abbrevs = vec![1, gimli::DW_TAG_inlined_subroutine.0 as u8, 0];
                 for (name, form) in layout {
@@ -3030,7 +3027,7 @@ mod tests {
                 let abbreviations = abbreviations_of(&abbrevs);
                 let mut plans = EntryPlans::default();
                 let plan = plans.plan(1, &abbreviations, encoding).unwrap();
-                let case = format!("{layout:?} {version} {format:?}");
+                let case = format!("{layout:?} {encoding:?}");
                 assert_eq!(plan.fixed_site.is_some(), fixed, "{case}");
                 let Some(site) = plan.fixed_site else {
                     continue;
