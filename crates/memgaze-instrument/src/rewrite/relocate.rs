@@ -537,6 +537,14 @@ struct RunSpans {
     /// Per run: the smallest range holding every later run's (non-empty)
     /// span.
     later_hulls: Vec<std::ops::Range<u64>>,
+    /// The smallest range holding every (non-empty) span: no run labels an
+    /// address outside it, nor is one still to lay out there (the
+    /// runtime's entries the stubs call, code left in place).
+    hull: std::ops::Range<u64>,
+    /// The spans are non-empty and each ends at or before the next starts
+    /// (runs of functions in address order): the one run that can label
+    /// an address is found by one search ([`RunSpans::holder`]).
+    ordered: bool,
 }
 
 impl RunSpans {
@@ -555,7 +563,27 @@ impl RunSpans {
                 };
             }
         }
-        RunSpans { spans, later_hulls }
+        let ordered = spans.iter().all(|span| !span.is_empty())
+            && spans.windows(2).all(|w| w[0].end <= w[1].start);
+        RunSpans {
+            spans,
+            later_hulls,
+            hull,
+            ordered,
+        }
+    }
+
+    /// The run whose span holds `target`, run `first` asked first (a
+    /// run's branches go mostly to its own functions); only for
+    /// [`RunSpans::ordered`] spans, where at most one does.
+    fn holder(&self, target: u64, first: usize) -> Option<usize> {
+        debug_assert!(self.ordered, "one run at most spans an address");
+        if self.spans[first].contains(&target) {
+            return Some(first);
+        }
+        let after = self.spans.partition_point(|span| span.start <= target);
+        let run = after.checked_sub(1)?;
+        self.spans[run].contains(&target).then_some(run)
     }
 
     /// Whether a run after `run` spans `target` (its label is still to be
@@ -611,12 +639,16 @@ impl Emitter<'_> {
         // branches to later runs wait.
         let (labels, spans) = (&self.labels, self.spans);
         let mut pool = std::mem::take(&mut part.layout.pool);
-        // Most targets are the run's fake labels: their look-up is small
-        // enough to inline into `emit`, the original addresses' is not.
+        // Most targets are the run's fake labels, then addresses no run
+        // spans (the runtime's entries): their look-ups are small enough
+        // to inline into `emit`, the original addresses' is not.
         let resolve = |target: u64| {
             if target >= FAKE_BASE {
                 let offset = part.labels.fake_offset(&part, run, target);
                 return offset.map(|offset| base + start + offset);
+            }
+            if !spans.hull.contains(&target) {
+                return Some(target);
             }
             resolve_original(labels, spans, run, base, target)
         };
@@ -657,9 +689,12 @@ impl Emitter<'_> {
 /// The new address of the original address `target`, branched to from
 /// run number `run`: its label's in the runs emitted (`labels`, from
 /// `base`), else the target itself unless a later run spans it (its
-/// label is still to be laid out: `None`). The run's own labels are asked
-/// first (its copies' branches within their functions), without searching
-/// for the run that spans the target.
+/// label is still to be laid out: `None`). Where the runs' spans are
+/// ordered, only the run that spans the target is asked (its own first);
+/// else the run's own labels are asked first (its copies' branches within
+/// their functions), then every run's, then whether a later run spans it:
+/// two searches and a walk of the later spans for each branch to another
+/// run's function.
 #[inline(never)]
 fn resolve_original(
     labels: &RunLabels,
@@ -668,6 +703,14 @@ fn resolve_original(
     base: u64,
     target: u64,
 ) -> Option<u64> {
+    if spans.ordered {
+        let offset = match spans.holder(target, run) {
+            Some(holder) if holder > run => return None,
+            Some(holder) => labels.runs[holder].find(target),
+            None => None,
+        };
+        return Some(offset.map_or(target, |offset| base + offset));
+    }
     let own = labels.own_run(run).and_then(|own| own.find(target));
     let offset = own.or_else(|| labels.find(target));
     (offset.map(|offset| base + offset))
@@ -4591,6 +4634,49 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// Over runs whose spans are in order and apart, the search of the
+        /// one run spanning a target resolves every address around them as
+        /// the look at the run's own labels, every run's and the later
+        /// spans does, from every run as it is emitted; an address outside
+        /// every span keeps its value.
+        #[test]
+        fn ordered_spans_resolve_as_every_run_is_asked(
+            runs in proptest::collection::vec((0u64..8, 1u64..24, 1u64..5), 1..8),
+        ) {
+            let mut spans = Vec::new();
+            let mut from = 0x1000;
+            for &(gap, len, _) in &runs {
+                spans.push(from + gap..from + gap + len);
+                from += gap + len;
+            }
+            let ordered = RunSpans::new(spans.iter().cloned());
+            proptest::prop_assert!(ordered.ordered);
+            let mut searched = RunSpans::new(spans.iter().cloned());
+            searched.ordered = false;
+            let base = 0x70_0000;
+            let mut labels = RunLabels::default();
+            for (run, (span, &(_, _, step))) in spans.iter().zip(&runs).enumerate() {
+                let run_labels: Vec<(u64, u64)> = (span.clone())
+                    .step_by(step as usize)
+                    .enumerate()
+                    .map(|(k, ip)| (ip, 1000 * run as u64 + 7 * k as u64))
+                    .collect();
+                labels.push(OriginalLabels::new(&run_labels));
+                for target in 0x1000 - 2..from + 2 {
+                    let resolved = resolve_original(&labels, &searched, run, base, target);
+                    proptest::prop_assert_eq!(
+                        resolve_original(&labels, &ordered, run, base, target),
+                        resolved,
+                        "run {} target {:#x}", run, target
+                    );
+                    // What `emit_run` answers without asking.
+                    if !ordered.hull.contains(&target) {
+                        proptest::prop_assert_eq!(resolved, Some(target));
+                    }
+                }
+            }
+        }
+
         /// The later runs' hull only rejects what no later span holds:
         /// `later_holds` is the look at every later span, for overlapping,
         /// empty and out-of-order spans alike.
