@@ -282,7 +282,9 @@ impl Classifier {
             if insn.is_invalid() {
                 continue;
             }
-            if let Some(op) = operands::explicit_load(self.usages.factory(), insn, i as u32) {
+            if operands::may_load_explicitly(insn)
+                && let Some(op) = operands::explicit_load(self.usages.factory(), insn, i as u32)
+            {
                 operands.push(op);
             } else if !operands::may_load_implicitly(insn) {
                 continue;

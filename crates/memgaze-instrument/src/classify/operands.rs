@@ -120,6 +120,19 @@ pub(crate) fn bit_offset_register(insn: &Instruction) -> Option<Register> {
         .then(|| insn.op1_register())
 }
 
+/// Whether `insn` may have an explicit load: iced gives a memory operand a
+/// base, an index or a displacement size, and leaves all three empty on an
+/// instruction without one. Three field reads that pass over most
+/// instructions without the call and the operand scan of
+/// [`explicit_load`] (a table by `Code` would need iced's opcode table,
+/// built on first use at about 20M instructions).
+#[inline(always)]
+pub(crate) fn may_load_explicitly(insn: &Instruction) -> bool {
+    insn.memory_base() != Register::None
+        || insn.memory_index() != Register::None
+        || insn.memory_displ_size() != 0
+}
+
 /// The explicit load of `insn`, if it has one (an x86 instruction has at
 /// most one explicit memory operand).
 pub(crate) fn explicit_load(
@@ -410,6 +423,31 @@ mod tests {
             checked += 1;
         }
         assert!(checked > 50_000, "{checked} memory operands");
+    }
+
+    /// [`may_load_explicitly`] on the instructions of pseudo-random bytes
+    /// (every encoding family, opmasks, prefixes, address sizes): every
+    /// memory operand has a base, an index or a displacement size, and
+    /// every instruction it passes over has no explicit load by the full
+    /// path.
+    #[test]
+    fn explicit_loads_are_of_instructions_that_may_load() {
+        let insns = crate::binary::random_instructions(0x6a09_e667_f3bc_c908, 1 << 20);
+        let mut info = InstructionInfoFactory::new();
+        let (mut passed, mut loads) = (0, 0);
+        for (i, insn) in insns.iter().enumerate() {
+            let memory = (0..insn.op_count()).any(|k| insn.op_kind(k) == OpKind::Memory);
+            let load = explicit_load(&mut info, insn, i as u32);
+            if may_load_explicitly(insn) {
+                loads += usize::from(load.is_some());
+            } else {
+                assert!(!memory, "{insn}");
+                assert_eq!(load, None, "{insn}");
+                passed += 1;
+            }
+        }
+        assert!(passed > 100_000, "{passed} instructions passed over");
+        assert!(loads > 50_000, "{loads} explicit loads");
     }
 
     /// [`may_load_implicitly`] on the instructions of pseudo-random bytes:

@@ -494,6 +494,11 @@ struct EntrySets {
     joins: Vec<u32>,
     /// The joins' sets, `words` per block (the other blocks' left empty).
     bits: Vec<u64>,
+    /// Per join (in the order of `joins`, one more at the end), where its
+    /// inputs from other joins' sets start in `join_inputs`.
+    join_input_first: Vec<u32>,
+    /// The joins whose sets flow into each join's, other than its own.
+    join_inputs: Vec<u32>,
     /// The blocks of the chain of single predecessors being followed.
     chain: Vec<u32>,
 }
@@ -547,30 +552,58 @@ impl EntrySets {
         self.bits.resize(n * words, 0);
         let preds = |k: usize| &pred_list[pred_first[k] as usize..pred_first[k + 1] as usize];
         self.find_sources(preds);
-        let mut changed = true;
+        self.gather_join_inputs(preds);
+        let mut changed = !self.join_inputs.is_empty();
         while changed {
             changed = false;
-            for &j in &self.joins {
+            for (x, &j) in self.joins.iter().enumerate() {
+                let from = self.join_input_first[x] as usize;
+                let inputs = &self.join_inputs[from..self.join_input_first[x + 1] as usize];
+                if inputs.is_empty() {
+                    continue;
+                }
                 let j = j as usize;
                 for w in 0..words {
-                    let mut set = 0u64;
-                    for &p in preds(j) {
-                        set |= match self.outflow(p as usize) {
-                            SetSource::Empty => 0,
-                            SetSource::Bit(bit) if bit as usize / 64 == w => 1 << (bit % 64),
-                            SetSource::Bit(_) => 0,
-                            SetSource::Join(s) => self.bits[s as usize * words + w],
-                        };
-                    }
+                    let old = self.bits[j * words + w];
+                    let set = inputs
+                        .iter()
+                        .fold(old, |set, &s| set | self.bits[s as usize * words + w]);
                     // The sets only grow from one round to the next (their
                     // inputs do): a set that differs is a larger one.
-                    if set != self.bits[j * words + w] {
+                    if set != old {
                         self.bits[j * words + w] = set;
                         changed = true;
                     }
                 }
             }
         }
+    }
+
+    /// Starts each join's set with the bits its predecessors give it
+    /// whatever the other sets hold (their own definitions, or the one
+    /// definition their chain of single predecessors ends at) and lists the
+    /// other joins whose sets flow into it: the rounds then only merge
+    /// those sets. Starting from those bits rather than from empty sets
+    /// reaches the same least fixed point, as they are in it.
+    fn gather_join_inputs<'p>(&mut self, preds: impl Fn(usize) -> &'p [u32]) {
+        self.join_input_first.clear();
+        self.join_inputs.clear();
+        for x in 0..self.joins.len() {
+            self.join_input_first.push(self.join_inputs.len() as u32);
+            let j = self.joins[x] as usize;
+            for &p in preds(j) {
+                match self.outflow(p as usize) {
+                    SetSource::Empty => {}
+                    SetSource::Bit(bit) => {
+                        self.bits[j * self.words + bit as usize / 64] |= 1 << (bit % 64);
+                    }
+                    // A join's own set adds nothing to itself.
+                    SetSource::Join(s) if s as usize == j => {}
+                    SetSource::Join(s) => self.join_inputs.push(s),
+                }
+            }
+        }
+        self.join_input_first.push(self.join_inputs.len() as u32);
     }
 
     /// Lists the joins and each block's [`EntrySets::source`]: a join's
