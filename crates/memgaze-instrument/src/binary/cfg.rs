@@ -490,19 +490,83 @@ impl Transfers {
     }
 }
 
-/// Direct branch sources per target instruction (for jump-table slicing).
-fn branch_sources(instructions: &[Instruction], index_of: &IndexOf) -> HashMap<u32, Vec<u32>> {
-    let mut sources: HashMap<u32, Vec<u32>> = HashMap::new();
-    for (i, insn) in instructions.iter().enumerate() {
-        if matches!(
-            insn.flow_control(),
-            FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch
-        ) && let Some(t) = index_of.get(insn.near_branch_target())
-        {
-            sources.entry(t).or_default().push(i as u32);
+/// Direct branch sources per target instruction (for jump-table
+/// slicing), each target's in the order they were added: the sweep's
+/// branches in one list grouped by target (a hash map of a list per target
+/// was most of building them), and beside it, whole, the lists of the
+/// targets that resolved jump tables add to.
+pub(crate) struct BranchSources {
+    /// Per instruction, where its sources start in `swept` (one more at
+    /// the end).
+    first: Vec<u32>,
+    /// The direct branches, by target, each target's in address order.
+    swept: Vec<u32>,
+    /// Every source of the targets given more after the sweep.
+    grown: HashMap<u32, Vec<u32>>,
+}
+
+impl BranchSources {
+    /// The direct branches of `instructions` to an instruction of theirs,
+    /// by target.
+    fn of(instructions: &[Instruction], index_of: &IndexOf) -> BranchSources {
+        let branches: Vec<(u32, u32)> = (instructions.iter().enumerate())
+            .filter(|(_, insn)| {
+                matches!(
+                    insn.flow_control(),
+                    FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch
+                )
+            })
+            .filter_map(|(i, insn)| Some((index_of.get(insn.near_branch_target())?, i as u32)))
+            .collect();
+        // A counting sort by target, stable: each target's sources stay
+        // in address order.
+        let mut first = vec![0u32; instructions.len() + 1];
+        for &(target, _) in &branches {
+            first[target as usize + 1] += 1;
+        }
+        for t in 0..instructions.len() {
+            first[t + 1] += first[t];
+        }
+        let mut next = first.clone();
+        let mut swept = vec![0u32; branches.len()];
+        for &(target, source) in &branches {
+            swept[next[target as usize] as usize] = source;
+            next[target as usize] += 1;
+        }
+        BranchSources {
+            first,
+            swept,
+            grown: HashMap::new(),
         }
     }
-    sources
+
+    /// The sources of instruction `i`.
+    pub(crate) fn of_target(&self, i: u32) -> &[u32] {
+        if let Some(all) = self.grown.get(&i) {
+            return all;
+        }
+        self.swept_of(i)
+    }
+
+    /// The sweep's sources of instruction `i`.
+    fn swept_of(&self, i: u32) -> &[u32] {
+        match (self.first.get(i as usize), self.first.get(i as usize + 1)) {
+            (Some(&from), Some(&to)) => &self.swept[from as usize..to as usize],
+            _ => &[],
+        }
+    }
+
+    /// Adds `source` to the sources of `target`, unless it is one.
+    fn add(&mut self, target: u32, source: u32) {
+        if !self.grown.contains_key(&target) {
+            let swept = self.swept_of(target).to_vec();
+            self.grown.insert(target, swept);
+        }
+        let all = self.grown.get_mut(&target).expect("just inserted");
+        if !all.contains(&source) {
+            all.push(source);
+        }
+    }
 }
 
 /// Every indirect jump, classified (tail call, jump table, unresolved);
@@ -535,7 +599,7 @@ fn indirect_jumps(
     }
     let mut shaped_unlike_a_table = vec![false; indirect_jumps.len()];
     // Only the slicer reads them: made for functions with indirect jumps.
-    let mut sources = branch_sources(instructions, index_of);
+    let mut sources = BranchSources::of(instructions, index_of);
     let mut pending: Vec<usize> = (0..indirect_jumps.len()).collect();
     while !pending.is_empty() {
         let slicer = jump_tables::Slicer {
@@ -577,10 +641,7 @@ fn indirect_jumps(
         for (jump, targets) in resolved {
             for t in targets {
                 if let Some(ti) = index_of.get(t) {
-                    let from = sources.entry(ti).or_default();
-                    if !from.contains(&jump) {
-                        from.push(jump);
-                    }
+                    sources.add(ti, jump);
                 }
             }
         }
@@ -942,6 +1003,45 @@ mod tests {
             .filter(|c| c.mnemonic() == Mnemonic::Hlt)
             .collect();
         assert_eq!(halts, [Code::Hlt]);
+    }
+
+    /// [`BranchSources`] gives every instruction of every function of this
+    /// test executable the direct branches to it, in address order, as a
+    /// hash map of a list per target does; sources added after the sweep
+    /// follow them, each once.
+    #[test]
+    fn branch_sources_are_a_list_per_target() {
+        let binary = crate::binary::Binary::open(std::env::current_exe().unwrap()).unwrap();
+        let mut branches = 0;
+        for function in binary.functions() {
+            let code = binary.function_code(function);
+            let index_of = IndexOf::in_buffer(&code.instructions, code.start, code.end, Vec::new());
+            let mut reference: HashMap<u32, Vec<u32>> = HashMap::new();
+            for (i, insn) in code.instructions.iter().enumerate() {
+                if matches!(
+                    insn.flow_control(),
+                    FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch
+                ) && let Some(t) = index_of.get(insn.near_branch_target())
+                {
+                    reference.entry(t).or_default().push(i as u32);
+                    branches += 1;
+                }
+            }
+            let mut sources = BranchSources::of(&code.instructions, &index_of);
+            for t in 0..code.instructions.len() as u32 {
+                let expected = reference.get(&t).map_or(&[][..], Vec::as_slice);
+                assert_eq!(sources.of_target(t), expected, "{:#x}: {t}", code.start);
+            }
+            if let Some((&t, swept)) = reference.iter().next() {
+                let mut grown = swept.clone();
+                grown.push(u32::MAX);
+                sources.add(t, swept[0]);
+                sources.add(t, u32::MAX);
+                sources.add(t, u32::MAX);
+                assert_eq!(sources.of_target(t), grown);
+            }
+        }
+        assert!(branches > 10_000, "only {branches} branches");
     }
 
     #[test]

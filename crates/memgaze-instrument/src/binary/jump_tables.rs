@@ -28,9 +28,9 @@
 //! or the single branch that reaches it when nothing falls through into it;
 //! at a merge it stops.
 
-use super::cfg::Memory;
+use super::cfg::{BranchSources, Memory};
 use super::usage::Usages;
-use foldhash::{HashMap, HashSet, HashSetExt};
+use foldhash::{HashSet, HashSetExt};
 use iced_x86::{FlowControl, Instruction, Mnemonic, OpAccess, OpKind, Register};
 
 /// Longest backward slice examined, in instructions.
@@ -105,7 +105,7 @@ impl JumpTable {
 pub(crate) struct Slicer<'a> {
     pub instructions: &'a [Instruction],
     /// Instruction index -> indices of direct branches targeting it.
-    pub sources: &'a HashMap<u32, Vec<u32>>,
+    pub sources: &'a BranchSources,
 }
 
 /// How the slice reached an instruction from the one after it.
@@ -117,7 +117,7 @@ enum Edge {
 
 impl Slicer<'_> {
     fn prev(&self, i: usize) -> Option<(usize, Edge)> {
-        let sources = self.sources.get(&(i as u32)).map_or(&[][..], Vec::as_slice);
+        let sources = self.sources.of_target(i as u32);
         let falls = i > 0 && falls_through(&self.instructions[i - 1]);
         match (falls, sources) {
             (true, []) => Some((i - 1, Edge::FallThrough)),
@@ -151,10 +151,7 @@ impl Slicer<'_> {
         let mut stack = vec![i];
         while let Some(at) = stack.pop() {
             let falls = at > 0 && falls_through(&self.instructions[at - 1]);
-            let sources = self
-                .sources
-                .get(&(at as u32))
-                .map_or(&[][..], Vec::as_slice);
+            let sources = self.sources.of_target(at as u32);
             if at == 0 {
                 return None;
             }

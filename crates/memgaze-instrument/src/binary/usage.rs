@@ -153,8 +153,8 @@ const fn gpr_facts() -> [u32; 256] {
 }
 
 /// How the covered codes use their explicit operands.
-#[derive(Clone, Copy)]
-enum OperandUse {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OperandUse {
     /// The first operand is written and the second read.
     WriteRead,
     /// The first operand is read and written, the second read.
@@ -186,7 +186,7 @@ static OPERAND_USES: LazyLock<Box<[Option<OperandUse>]>> =
 /// The operand use of the common codes whose general-purpose registers are
 /// their explicit operands alone (plus `rsp` for push and pop), or `None`.
 #[inline(always)]
-fn operand_use(code: Code) -> Option<OperandUse> {
+pub(crate) fn operand_use(code: Code) -> Option<OperandUse> {
     OPERAND_USES[code as usize]
 }
 
@@ -272,7 +272,28 @@ fn direct<F: RegisterFold>(
     insn: &Instruction,
     with_memory: bool,
 ) -> Option<(F, Option<UsedMemory>)> {
-    let operand_use = operand_use(insn.code())?;
+    direct_of(insn, operand_use(insn.code())?, with_memory)
+}
+
+/// [`direct_registers`] of an instruction whose code's [`operand_use`] is
+/// `operand_use`, for callers that keep it in a table of their own (one
+/// lookup an instruction instead of two).
+#[inline(always)]
+pub(crate) fn direct_registers_of<F: RegisterFold>(
+    insn: &Instruction,
+    operand_use: OperandUse,
+) -> Option<F> {
+    direct_of(insn, operand_use, false).map(|(fold, _)| fold)
+}
+
+/// [`direct`] of an instruction whose code's [`operand_use`] is
+/// `operand_use`.
+#[inline(always)]
+fn direct_of<F: RegisterFold>(
+    insn: &Instruction,
+    operand_use: OperandUse,
+    with_memory: bool,
+) -> Option<(F, Option<UsedMemory>)> {
     let mut effects = F::default();
     let mut memory = None;
     let (first, second) = match operand_use {

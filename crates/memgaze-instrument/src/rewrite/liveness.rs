@@ -9,7 +9,7 @@
 //! flags), and anything unknown (unresolved indirect jumps, traps, undecoded
 //! bytes, `syscall`) reads everything.
 
-use crate::binary::usage::{self, RegisterFold};
+use crate::binary::usage::{self, OperandUse, RegisterFold};
 use crate::binary::{BasicBlock, FunctionCode, IndirectJumpKind, Terminator};
 use iced_x86::{
     Code, FlowControl, Instruction, InstructionInfoFactory, InstructionInfoOptions, OpAccess,
@@ -66,11 +66,11 @@ fn flag_bits(rflags: u32) -> u32 {
 /// cost a sixth of its own work in saving and restoring registers.
 #[inline(always)]
 fn transfer(insn: &Instruction, cache: &mut TransferCache) -> (u32, u32) {
-    let facts = cache.codes[insn.code() as usize];
+    let CodeEntry { facts, operand_use } = cache.codes[insn.code() as usize];
     if let Some(fixed) = facts.fixed() {
         return fixed;
     }
-    let (uses, defs) = cache.gpr_transfer(insn);
+    let (uses, defs) = cache.gpr_transfer_of(insn, operand_use);
     let (read, modified) = facts.flags().unwrap_or_else(|| iced_flags(insn));
     (uses | read, defs | modified)
 }
@@ -168,9 +168,25 @@ impl CodeFacts {
     }
 }
 
-/// [`CodeFacts`] of every code, by code number.
-static CODE_FACTS: std::sync::LazyLock<Box<[CodeFacts]>> =
-    std::sync::LazyLock::new(|| Code::values().map(CodeFacts::of).collect());
+/// What [`transfer`] looks up of an instruction's code, in one entry:
+/// [`usage::operand_use`]'s own table, asked apart, was a second lookup
+/// (and an initialisation check) an instruction.
+#[derive(Clone, Copy, Debug)]
+struct CodeEntry {
+    facts: CodeFacts,
+    /// [`usage::operand_use`] of the code.
+    operand_use: Option<OperandUse>,
+}
+
+/// [`CodeEntry`] of every code, by code number.
+static CODE_ENTRIES: std::sync::LazyLock<Box<[CodeEntry]>> = std::sync::LazyLock::new(|| {
+    Code::values()
+        .map(|code| CodeEntry {
+            facts: CodeFacts::of(code),
+            operand_use: usage::operand_use(code),
+        })
+        .collect()
+});
 
 /// The general-purpose registers of [`transfer`] for an instruction that
 /// falls through: `.0` those it reads or writes only partly or
@@ -223,8 +239,8 @@ fn iced_gpr_transfer(info: &mut InstructionInfoFactory, insn: &Instruction) -> G
 /// kept): [`shape`] clears those.
 struct TransferCache {
     info: InstructionInfoFactory,
-    /// [`CODE_FACTS`], read without its initialisation check.
-    codes: &'static [CodeFacts],
+    /// [`CODE_ENTRIES`], read without its initialisation check.
+    codes: &'static [CodeEntry],
     /// Direct-mapped by hash, a newer shape replacing the one in its slot;
     /// an empty slot holds an invalid instruction, which no query has.
     slots: Box<[(Instruction, (u32, u32))]>,
@@ -237,22 +253,33 @@ impl TransferCache {
     fn new() -> Self {
         TransferCache {
             info: InstructionInfoFactory::new(),
-            codes: &CODE_FACTS,
+            codes: &CODE_ENTRIES,
             slots: vec![(Instruction::default(), (0, 0)); Self::SLOTS].into_boxed_slice(),
         }
     }
 
     /// [`GprTransfer`] of `insn` (valid), as `(uses, defs)`.
-    #[inline(always)]
+    #[cfg(test)]
     fn gpr_transfer(&mut self, insn: &Instruction) -> (u32, u32) {
+        self.gpr_transfer_of(insn, usage::operand_use(insn.code()))
+    }
+
+    /// [`GprTransfer`] of `insn` (valid), whose code's
+    /// [`usage::operand_use`] is `operand_use`, as `(uses, defs)`.
+    #[inline(always)]
+    fn gpr_transfer_of(
+        &mut self,
+        insn: &Instruction,
+        operand_use: Option<OperandUse>,
+    ) -> (u32, u32) {
         // The common codes from their operands, the rest through the cache.
-        match usage::direct_registers(insn) {
+        match operand_use.and_then(|u| usage::direct_registers_of(insn, u)) {
             Some(GprTransfer(uses, defs)) => (uses, defs),
             None => self.shaped_gpr_transfer(insn),
         }
     }
 
-    /// [`Self::gpr_transfer`] of an instruction not answered directly, kept
+    /// [`Self::gpr_transfer_of`] of an instruction not answered directly, kept
     /// out of line so that the common path stays small where it is inlined.
     #[inline(never)]
     fn shaped_gpr_transfer(&mut self, insn: &Instruction) -> (u32, u32) {
@@ -322,6 +349,8 @@ struct LivenessBuffers {
     live_in: Vec<u32>,
     /// Per block, its instructions' transfers composed ([`BlockTransfer`]).
     block_transfers: Vec<BlockTransfer>,
+    /// Per block, whether the fixed point visits it again.
+    dirty: Vec<bool>,
 }
 
 /// A block's instructions' transfers composed into one: live at its entry
@@ -336,15 +365,15 @@ struct BlockTransfer {
 }
 
 impl BlockTransfer {
-    /// The transfer of `transfers` (per instruction, `(uses, defs)`) run
-    /// in order.
-    fn of(transfers: &[(u32, u32)]) -> BlockTransfer {
-        let mut block = BlockTransfer::default();
-        for &(uses, defs) in transfers.iter().rev() {
-            block.uses = uses | (block.uses & !defs);
-            block.defs |= defs;
+    /// This transfer followed by an instruction's `(uses, defs)`: composed
+    /// forwards, as the instructions' transfers are found, rather than in a
+    /// second pass over them.
+    #[inline(always)]
+    fn then(self, (uses, defs): (u32, u32)) -> BlockTransfer {
+        BlockTransfer {
+            uses: self.uses | (uses & !self.defs),
+            defs: self.defs | defs,
         }
-        block
     }
 
     /// Live at the block's entry, given `live` at its end.
@@ -407,21 +436,9 @@ fn live_at_exit(code: &FunctionCode, b: &BasicBlock) -> u32 {
 /// [`live_before`] with the thread's buffers.
 fn live_before_in(code: &FunctionCode, bufs: &mut LivenessBuffers) -> Vec<RegSet> {
     let n = code.instructions.len();
-    let transfers = &mut bufs.transfers;
-    transfers.clear();
-    TRANSFER_CACHE.with_borrow_mut(|cache| {
-        let cache = cache.get_or_insert_with(TransferCache::new);
-        transfers.extend((code.instructions.iter()).map(|insn| transfer(insn, cache)));
-    });
-    let exit_live = &mut bufs.exit_live;
-    exit_live.clear();
-    exit_live.extend(code.blocks.iter().map(|b| live_at_exit(code, b)));
+    block_transfers_into(code, bufs);
     bufs.live_in.clear();
     bufs.live_in.resize(code.blocks.len(), 0);
-    bufs.block_transfers.clear();
-    (bufs.block_transfers).extend(
-        (code.blocks.iter()).map(|block| BlockTransfer::of(&bufs.transfers[block.instructions()])),
-    );
     // Slices from here: indexing through the buffers' `Vec`s reloaded
     // their lengths in the loops below.
     let (transfers, exit_live) = (&bufs.transfers[..], &bufs.exit_live[..]);
@@ -434,36 +451,89 @@ fn live_before_in(code: &FunctionCode, bufs: &mut LivenessBuffers) -> Vec<RegSet
         successors.fold(exit_live[b], |live, &s| live | live_in[s as usize])
     };
     // Iterate to a fixed point, visiting blocks in reverse order (most
-    // successors come later in address order). Where every edge leads to a
-    // later block, the first round saw each successor final: no round is
-    // needed to confirm it.
-    let mut backward_edge = false;
+    // successors come later in address order). The first round sees every
+    // successor final but across an edge to the same or an earlier block:
+    // only the sources of such edges are visited again, and after that only
+    // the predecessors of a block whose live set grew (every other block
+    // would find what it holds; whole rounds of those were most of the
+    // iteration's visits).
+    let dirty = &mut bufs.dirty;
+    dirty.clear();
+    dirty.resize(code.blocks.len(), false);
+    // One past the highest block to visit again.
+    let mut top = 0;
     for b in (0..code.blocks.len()).rev() {
         let successors = code.blocks[b].successors.iter();
-        backward_edge |= successors.clone().any(|&s| s as usize <= b);
+        if successors.clone().any(|&s| s as usize <= b) {
+            dirty[b] = true;
+            top = top.max(b + 1);
+        }
         live_in[b] = block_transfers[b].live_before(live_at_end(b, live_in));
     }
-    let mut changed = backward_edge;
-    while changed {
-        changed = false;
-        for b in (0..code.blocks.len()).rev() {
+    while top > 0 {
+        let end = std::mem::take(&mut top);
+        for b in (0..end).rev() {
+            if !std::mem::take(&mut dirty[b]) {
+                continue;
+            }
             let new = block_transfers[b].live_before(live_at_end(b, live_in));
             if new != live_in[b] {
                 live_in[b] = new;
-                changed = true;
+                // Earlier predecessors are visited later in this round,
+                // the others in the next.
+                for &p in &code.blocks[b].predecessors {
+                    dirty[p as usize] = true;
+                    if p as usize >= b {
+                        top = top.max(p as usize + 1);
+                    }
+                }
             }
         }
     }
     let mut out = vec![RegSet::ALL; n];
     for (b, block) in code.blocks.iter().enumerate() {
         let mut live = live_at_end(b, live_in);
-        for i in block.instructions().rev() {
-            let (uses, defs) = transfers[i];
+        let range = block.instructions();
+        // Zipped slices: indexing both lists checked two bounds an
+        // instruction.
+        for (out, &(uses, defs)) in (out[range.clone()].iter_mut()).zip(&transfers[range]).rev() {
             live = (live & !defs) | uses;
-            out[i] = RegSet(live | RSP_BIT);
+            *out = RegSet(live | RSP_BIT);
         }
     }
     out
+}
+
+/// Fills `bufs`' per-instruction transfers and per-block composed
+/// transfers and exits of `code`, in one pass over its blocks (they cover
+/// its instructions in order).
+fn block_transfers_into(code: &FunctionCode, bufs: &mut LivenessBuffers) {
+    let LivenessBuffers {
+        transfers,
+        exit_live,
+        block_transfers,
+        ..
+    } = bufs;
+    transfers.clear();
+    transfers.resize(code.instructions.len(), (0, 0));
+    exit_live.clear();
+    exit_live.reserve(code.blocks.len());
+    block_transfers.clear();
+    block_transfers.reserve(code.blocks.len());
+    TRANSFER_CACHE.with_borrow_mut(|cache| {
+        let cache = cache.get_or_insert_with(TransferCache::new);
+        for block in &code.blocks {
+            let range = block.instructions();
+            let mut composed = BlockTransfer::default();
+            for (slot, insn) in (transfers[range.clone()].iter_mut()).zip(&code.instructions[range])
+            {
+                *slot = transfer(insn, cache);
+                composed = composed.then(*slot);
+            }
+            block_transfers.push(composed);
+            exit_live.push(live_at_exit(code, block));
+        }
+    });
 }
 
 #[cfg(test)]
@@ -643,7 +713,7 @@ mod tests {
                 insn.code()
             );
         }
-        let asks = |code| CODE_FACTS[code as usize] == CodeFacts(CodeFacts::ASK_FLAGS);
+        let asks = |code| CODE_ENTRIES[code as usize].facts == CodeFacts(CodeFacts::ASK_FLAGS);
         assert!(asks(Code::Shl_rm64_imm8) && asks(Code::Sar_rm32_imm8));
         assert!(!asks(Code::Shl_rm64_CL) && !asks(Code::Add_r64_rm64));
     }

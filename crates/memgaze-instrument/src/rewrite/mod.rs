@@ -2350,7 +2350,10 @@ fn form_superblocks_in(
             exits,
         });
     }
-    // A function has few probes: a sorted list searched, not a hash set.
+    // `inserts` is sorted by instruction, and so is `counted`: one walk
+    // along `counted` as `retain` goes along `inserts` (in order) finds
+    // the counted loads, a search of it for every insert was most of
+    // removing them.
     let counted = &mut bufs.counted;
     counted.clear();
     counted.extend(
@@ -2359,7 +2362,14 @@ fn form_superblocks_in(
             .flat_map(|b| b.loads.iter().map(|&(i, _, _)| i)),
     );
     counted.sort_unstable();
-    inserts.retain(|(i, _)| counted.binary_search(i).is_err());
+    debug_assert!(inserts.is_sorted_by_key(|&(i, _)| i));
+    let mut next = 0;
+    inserts.retain(|&(i, _)| {
+        while counted.get(next).is_some_and(|&c| c < i) {
+            next += 1;
+        }
+        counted.get(next) != Some(&i)
+    });
     superblocks
 }
 
