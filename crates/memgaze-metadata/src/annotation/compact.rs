@@ -298,6 +298,11 @@ struct Encoder<'a, 'p> {
     first_part: Vec<u8>,
     /// Whether the first part is done.
     first_done: bool,
+    /// The last load's non-empty inline chain and where its bytes (count
+    /// and indices) lie in `out`: the loads of one run of code mostly
+    /// share their chain (clones of one), whose bytes are then copied
+    /// instead of each text looked up again. None past the end of a part.
+    last_chain: Option<(&'a InlineChain, std::ops::Range<usize>)>,
     /// The bytes of the parts sent.
     parted: usize,
 }
@@ -314,11 +319,15 @@ impl<'a> Encoder<'a, '_> {
     /// Ends the part in `out`: the first is kept, the others are sent to
     /// be compressed into frames.
     fn end_part(&mut self) {
+        self.last_chain = None;
+        // The next part's room at once: parts are about equal, and a
+        // buffer grown byte by byte was copied at every doubling.
+        let room = self.out.len() + self.out.len() / 8;
+        let part = std::mem::replace(&mut self.out, Vec::with_capacity(room));
         if !self.first_done {
             self.first_done = true;
-            self.first_part = std::mem::take(&mut self.out);
+            self.first_part = part;
         } else if let Some((send, _)) = &mut self.parts {
-            let part = std::mem::take(&mut self.out);
             self.parted += part.len();
             send(part);
         }
@@ -565,12 +574,32 @@ impl<'a> Encoder<'a, '_> {
         self.uint(u64::from(*size));
         self.uint(u64::from(*function));
         self.optional(line.as_deref());
-        self.uint(inline_chain.len() as u64);
-        for place in inline_chain {
-            self.string(place);
-        }
+        self.inline_chain(inline_chain);
         self.optional(skipped.as_deref());
         self.optional(segment.map(Segment::as_str));
+    }
+
+    /// A load's inline chain: its length, then its texts; the last load's
+    /// bytes where it is the same chain.
+    fn inline_chain(&mut self, chain: &'a InlineChain) {
+        if chain.is_empty() {
+            self.uint(0);
+            return;
+        }
+        let start = self.out.len();
+        match &self.last_chain {
+            Some((last, bytes)) if chain.is_shared_with(last) => {
+                let bytes = bytes.clone();
+                self.out.extend_from_within(bytes);
+            }
+            _ => {
+                self.uint(chain.len() as u64);
+                for place in chain {
+                    self.string(place);
+                }
+            }
+        }
+        self.last_chain = Some((chain, start..self.out.len()));
     }
 }
 

@@ -146,6 +146,15 @@ impl InlineChain {
         self.0.is_none()
     }
 
+    /// Whether the two are one chain (clones of each other): then they
+    /// have the same texts, without comparing them.
+    pub fn is_shared_with(&self, other: &InlineChain) -> bool {
+        match (&self.0, &other.0) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (a, b) => a.is_none() && b.is_none(),
+        }
+    }
+
     /// The chain of `texts`, nothing allocated when there are none.
     fn of(texts: ChainTexts) -> InlineChain {
         InlineChain((!texts.is_empty()).then(|| Arc::new(texts)))
@@ -263,6 +272,21 @@ mod tests {
             assert_eq!(hasher.hash_one(&collected), hasher.hash_one(expected));
             assert_eq!(size_of::<InlineChain>(), size_of::<usize>());
         }
+    }
+
+    /// Clones are one chain; chains of equal texts made apart are not,
+    /// and empty chains are one another's.
+    #[test]
+    fn clones_of_a_chain_are_shared_and_equal_chains_made_apart_are_not() {
+        let texts = vec![Text::from("a.rs:1"), Text::from("b.rs:2")];
+        let chain = InlineChain::from(texts.clone());
+        assert!(chain.is_shared_with(&chain.clone()));
+        let apart = InlineChain::from(texts);
+        assert_eq!(apart, chain);
+        assert!(!apart.is_shared_with(&chain));
+        assert!(InlineChain::default().is_shared_with(&InlineChain::default()));
+        assert!(!chain.is_shared_with(&InlineChain::default()));
+        assert!(!InlineChain::default().is_shared_with(&chain));
     }
 
     /// A load holds five optional texts: each is one pointer wide.
