@@ -130,10 +130,11 @@ pub struct InlineChain(Option<Arc<ChainTexts>>);
 /// makes hundreds of thousands of chains).
 type ChainTexts = SmallVec<[Text; CHAIN_INLINE]>;
 
-/// Half the chains of a large Rust binary's loads have at most four
-/// texts; a longer chain's block is 16 bytes larger than an `Arc` of a
-/// list, a shorter one's 16 or 32 bytes smaller than an `Arc` and a list.
-const CHAIN_INLINE: usize = 4;
+/// Of the chains a large Rust binary's loads are given (the own release
+/// binary's 264,000), 54% have at most four texts and 81% at most eight:
+/// a chain longer than the inline room is a second allocation (its list)
+/// and was collected into a `Vec` first.
+const CHAIN_INLINE: usize = 8;
 
 impl InlineChain {
     /// The texts, innermost first.
