@@ -333,7 +333,7 @@ impl<'a> Encoder<'a, '_> {
     fn end_part(&mut self) {
         self.last_chain = None;
         // The next part's room at once: parts are about equal, and a
-        // buffer grown byte by byte was copied at every doubling.
+        // buffer grown from empty is copied at each doubling.
         let room = self.out.len() + self.out.len() / 8;
         let part = std::mem::replace(&mut self.out, Vec::with_capacity(room));
         if !self.first_done {

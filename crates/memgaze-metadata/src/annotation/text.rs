@@ -132,8 +132,8 @@ type ChainTexts = SmallVec<[Text; CHAIN_INLINE]>;
 
 /// Of the chains a large Rust binary's loads are given (the own release
 /// binary's 264,000), 54% have at most four texts and 81% at most eight:
-/// a chain longer than the inline room is a second allocation (its list)
-/// and was collected into a `Vec` first.
+/// a chain longer than the inline room is a second allocation (its list),
+/// collected into a `Vec` first.
 const CHAIN_INLINE: usize = 8;
 
 impl InlineChain {
