@@ -746,9 +746,11 @@ mod tests {
 
     /// Loads whose inline chains share places (the same texts at different
     /// depths, copies of them, other places in between, loads without a
-    /// chain) encode to the bytes of the same loads with every text a copy
-    /// of its own, and round-trip: the encoder's lookups by address (its
-    /// recent slots, its map of addresses) change no index.
+    /// chain, runs of loads with one chain) encode to the bytes of the same
+    /// loads with every text a copy of its own, whole or in small parts,
+    /// and round-trip: the encoder's lookups by address (its recent slots,
+    /// its map of addresses) and its copies of the last load's chain change
+    /// no index.
     #[test]
     fn inline_chains_sharing_places_encode_as_unshared_ones() {
         let mut a = full_sample();
@@ -782,6 +784,11 @@ mod tests {
                 }
             })
             .collect();
+        for i in 1..a.loads.len() {
+            if i % 3 != 0 {
+                a.loads[i].inline_chain = a.loads[i - 1].inline_chain.clone();
+            }
+        }
         let copy = |t: &Text| Text::from(t.as_str());
         let mut unshared = a.clone();
         for load in &mut unshared.loads {
@@ -793,6 +800,9 @@ mod tests {
         let bytes = a.to_bytes(AnnotationFormat::Compact);
         assert_eq!(bytes, unshared.to_bytes(AnnotationFormat::Compact));
         assert_eq!(Annotation::from_bytes(&bytes).unwrap(), a);
+        let parted = compact::encode_in_parts(&a, 200);
+        assert_eq!(parted, compact::encode_in_parts(&unshared, 200));
+        assert_eq!(Annotation::from_bytes(&parted).unwrap(), a);
     }
 
     #[test]

@@ -796,9 +796,16 @@ pub(crate) fn positions_until_hurried(
 /// counts per load. Whether every load's address was among them; when
 /// not, the loads and the positions are left as they were.
 #[must_use]
-pub(crate) fn add_positions(
+pub(crate) fn add_positions(loads: &mut [LoadSite], looked_up: (&[u64], &mut [Position])) -> bool {
+    add_positions_split(loads, looked_up, PARALLEL_POSITIONS)
+}
+
+/// [`add_positions`], the loads in order split in two halves from
+/// `split_from` loads on.
+fn add_positions_split(
     loads: &mut [LoadSite],
     (addresses, positions): (&[u64], &mut [Position]),
+    split_from: usize,
 ) -> bool {
     // Loads are sorted by `ip`: each search starts at the last answer.
     let mut at = 0;
@@ -816,20 +823,52 @@ pub(crate) fn add_positions(
         }
         return true;
     }
-    // In order, the loads of one address follow each other: the first
-    // takes the position, the others copy it from the load before.
+    // Two halves on two cores (this pass is all the process does then,
+    // and it waits on memory), split where the address changes: each half
+    // takes the positions of its own addresses.
+    let mut half = loads.len() / 2;
+    while half > 0 && half < loads.len() && found[half] == found[half - 1] {
+        half += 1;
+    }
+    if loads.len() < split_from || half == 0 || half == loads.len() {
+        move_positions(loads, &found, positions, 0);
+        return true;
+    }
+    let (loads_before, loads_after) = loads.split_at_mut(half);
+    let (found_before, found_after) = found.split_at(half);
+    let (positions_before, positions_after) = positions.split_at_mut(found[half]);
+    rayon::join(
+        || move_positions(loads_before, found_before, positions_before, 0),
+        || move_positions(loads_after, found_after, positions_after, found[half]),
+    );
+    true
+}
+
+/// Loads from which [`add_positions`] splits its work in two: a split
+/// costs a wake-up of a worker, tens of microseconds.
+const PARALLEL_POSITIONS: usize = 4096;
+
+/// Moves into `loads` their positions: `found` holds, for each load in
+/// order, the index of its position, in `positions` counted from `first`.
+/// The loads of one address follow each other: the first takes the
+/// position, the others copy it from the load before.
+fn move_positions(
+    loads: &mut [LoadSite],
+    found: &[usize],
+    positions: &mut [Position],
+    first: usize,
+) {
     let mut previous = None;
-    for (i, at) in found.into_iter().enumerate() {
+    for (i, &at) in found.iter().enumerate() {
         if previous == Some(at) {
             let (before, from) = loads.split_at_mut(i);
             let last = &before[i - 1];
             (from[0].line, from[0].inline_chain) = (last.line.clone(), last.inline_chain.clone());
         } else {
-            (loads[i].line, loads[i].inline_chain) = std::mem::take(&mut positions[at]);
+            (loads[i].line, loads[i].inline_chain) = std::mem::take(&mut positions[at - first]);
         }
         previous = Some(at);
     }
-    true
 }
 
 /// What one thread needs to look positions up: the table's chain cursor,

@@ -922,18 +922,25 @@ fn positions_looked_up_ahead_are_the_ones_added_to_the_loads() {
         assert!(add_positions(&mut added, (&addresses, &mut taken)));
         assert_eq!(added, loads, "hurried: {hurried}");
     }
-    // Loads sharing an address (each load twice), and loads out of order:
-    // each is given its address's position all the same.
+    // Loads sharing an address (each load twice, or all but a few of them
+    // one address), and loads out of order: each is given its address's
+    // position all the same, the loads in order whole or in two halves.
     let positions = positions_until_hurried(&addresses, &table, &AtomicBool::new(false));
     let twice: Vec<LoadSite> = loads.iter().flat_map(|l| [l.clone(), l.clone()]).collect();
+    let mut bunched = loads.clone();
+    let (n, last) = (bunched.len(), loads[loads.len() - 3].clone());
+    bunched[n / 4..n - 2].fill(last);
     let reversed: Vec<LoadSite> = loads.iter().rev().cloned().collect();
-    for expected in [twice, reversed] {
-        let mut added = blank(&expected);
-        assert!(add_positions(
-            &mut added,
-            (&addresses, &mut positions.clone())
-        ));
-        assert_eq!(added, expected);
+    for (expected, split_from) in [(twice, 2), (bunched, 2), (reversed, 2), (loads.clone(), 0)] {
+        for split_from in [split_from, usize::MAX] {
+            let (mut added, mut taken) = (blank(&expected), positions.clone());
+            assert!(add_positions_split(
+                &mut added,
+                (&addresses, &mut taken),
+                split_from
+            ));
+            assert_eq!(added, expected, "split from {split_from}");
+        }
     }
     // A load at an address without a position is not given one, nor is
     // any other.

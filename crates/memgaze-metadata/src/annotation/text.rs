@@ -130,10 +130,11 @@ pub struct InlineChain(Option<Arc<ChainTexts>>);
 /// makes hundreds of thousands of chains).
 type ChainTexts = SmallVec<[Text; CHAIN_INLINE]>;
 
-/// Half the chains of a large Rust binary's loads have at most four
-/// texts; a longer chain's block is 16 bytes larger than an `Arc` of a
-/// list, a shorter one's 16 or 32 bytes smaller than an `Arc` and a list.
-const CHAIN_INLINE: usize = 4;
+/// Of the chains a large Rust binary's loads are given (the own release
+/// binary's 264,000), 54% have at most four texts and 81% at most eight:
+/// a chain longer than the inline room is a second allocation (its list),
+/// collected into a `Vec` first.
+const CHAIN_INLINE: usize = 8;
 
 impl InlineChain {
     /// The texts, innermost first.
@@ -144,6 +145,15 @@ impl InlineChain {
     /// Whether the chain has no entry (the load's code is not inlined).
     pub fn is_empty(&self) -> bool {
         self.0.is_none()
+    }
+
+    /// Whether the two are one chain (clones of each other): then they
+    /// have the same texts, without comparing them.
+    pub fn is_shared_with(&self, other: &InlineChain) -> bool {
+        match (&self.0, &other.0) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (a, b) => a.is_none() && b.is_none(),
+        }
     }
 
     /// The chain of `texts`, nothing allocated when there are none.
@@ -263,6 +273,21 @@ mod tests {
             assert_eq!(hasher.hash_one(&collected), hasher.hash_one(expected));
             assert_eq!(size_of::<InlineChain>(), size_of::<usize>());
         }
+    }
+
+    /// Clones are one chain; chains of equal texts made apart are not,
+    /// and empty chains are one another's.
+    #[test]
+    fn clones_of_a_chain_are_shared_and_equal_chains_made_apart_are_not() {
+        let texts = vec![Text::from("a.rs:1"), Text::from("b.rs:2")];
+        let chain = InlineChain::from(texts.clone());
+        assert!(chain.is_shared_with(&chain.clone()));
+        let apart = InlineChain::from(texts);
+        assert_eq!(apart, chain);
+        assert!(!apart.is_shared_with(&chain));
+        assert!(InlineChain::default().is_shared_with(&InlineChain::default()));
+        assert!(!chain.is_shared_with(&InlineChain::default()));
+        assert!(!InlineChain::default().is_shared_with(&chain));
     }
 
     /// A load holds five optional texts: each is one pointer wide.
