@@ -266,7 +266,8 @@ impl LineTable {
                 }
             }
         }
-        let read = |header| UnitLines::read(&dwarf, header, (&is_code, wanted), &release);
+        let wanted = wanted.map(WantedIndex::new);
+        let read = |header| UnitLines::read(&dwarf, header, (&is_code, wanted.as_ref()), &release);
         let mut unit_lines: Vec<UnitLines> = Vec::with_capacity(headers.len());
         let mut headers = headers.into_iter();
         if let UnitPace::UntilHurried(hurry) = pace {
@@ -566,9 +567,10 @@ impl UnitLines {
     fn read<'a>(
         dwarf: &gimli::Dwarf<Reader<'a>>,
         header: gimli::UnitHeader<Reader<'a>>,
-        (is_code, wanted): (&impl Fn(u64) -> bool, Option<&[u64]>),
+        (is_code, near): (&impl Fn(u64) -> bool, Option<&WantedIndex<'_>>),
         release: &impl Fn(&'a [u8]),
     ) -> UnitLines {
+        let wanted = near.map(|w| w.addresses);
         let info = header.debug_info_offset().and_then(|start| {
             let end = start.0.checked_add(header.length_including_self())?;
             gimli::Section::reader(&dwarf.debug_info)
@@ -613,15 +615,12 @@ impl UnitLines {
         };
         out.sequences = kept.sequences;
         let row_slots = kept.slots;
-        let mut near = wanted.map(WantedCursor::new);
         if let Err(e) = add_inlines(
             &mut out,
             dwarf,
             &unit,
             &mut range_slots,
-            &mut |begin, end| {
-                is_code(begin) && near.as_mut().is_none_or(|w| w.holds_any(begin, end))
-            },
+            &mut |begin, end| is_code(begin) && near.is_none_or(|w| w.holds_any(begin, end)),
         ) {
             out.problem = Some(format!("malformed inlined subroutine: {e}"));
         }
@@ -1890,27 +1889,84 @@ impl<'a> RangeList<'a> {
     }
 }
 
-/// Whether sorted addresses hold one in a range, asked for ranges that
-/// mostly lie near the one asked before (a unit's inlined ranges come
-/// function by function): the search gallops out from the last answer
-/// instead of halving all the addresses (a binary search per range was a
-/// tenth of the units' reading).
-struct WantedCursor<'w> {
+/// Sorted addresses, indexed for asking whether a range holds one: for
+/// each bucket of `1 << shift` bytes from the first address, the index
+/// of the first address at or after the bucket's start. An answer is a
+/// look-up and a search of one bucket's few addresses (a search galloping
+/// from the last range's answer was a quarter of adding a unit's inlined
+/// ranges); one index serves every unit.
+struct WantedIndex<'w> {
     /// The addresses, sorted.
     addresses: &'w [u64],
-    /// The index of the first address at or after the last range's begin.
-    at: usize,
+    /// The first address: bucket 0 begins there.
+    base: u64,
+    shift: u32,
+    /// Bucket -> index of its first address, and one past the buckets
+    /// (each bucket's addresses end where the next's begin). An index of
+    /// 32 bits: the addresses are the loads' of one executable.
+    firsts: Vec<u32>,
 }
 
-impl<'w> WantedCursor<'w> {
-    fn new(addresses: &'w [u64]) -> WantedCursor<'w> {
-        WantedCursor { addresses, at: 0 }
+impl<'w> WantedIndex<'w> {
+    /// Indexes `addresses` (sorted) in buckets of about one address each
+    /// on average: a few million addresses over a code section of tens
+    /// of megabytes take an index of a few megabytes.
+    fn new(addresses: &'w [u64]) -> WantedIndex<'w> {
+        let (Some(&base), Some(&last)) = (addresses.first(), addresses.last()) else {
+            return WantedIndex {
+                addresses,
+                base: 0,
+                shift: 0,
+                firsts: vec![0],
+            };
+        };
+        let per_address = ((last - base) / addresses.len() as u64).max(1);
+        let shift = per_address.ilog2();
+        let buckets = ((last - base) >> shift) as usize + 1;
+        let index_of = |at: usize| u32::try_from(at).expect("fewer than 2^32 addresses");
+        // Each address is the first of the buckets from the one after the
+        // address before it to its own (a walk over the buckets comparing
+        // each's start cost several times more).
+        let mut firsts = Vec::with_capacity(buckets + 1);
+        for (at, &address) in addresses.iter().enumerate() {
+            let (bucket, first) = (((address - base) >> shift) as usize, index_of(at));
+            while firsts.len() <= bucket {
+                firsts.push(first);
+            }
+        }
+        firsts.resize(buckets + 1, index_of(addresses.len()));
+        WantedIndex {
+            addresses,
+            base,
+            shift,
+            firsts,
+        }
+    }
+
+    /// The index of the first address at or after `at`.
+    #[inline]
+    fn first_at_or_after(&self, at: u64) -> usize {
+        let Some(offset) = at.checked_sub(self.base) else {
+            return 0;
+        };
+        let bucket = usize::try_from(offset >> self.shift).unwrap_or(usize::MAX);
+        match (
+            self.firsts.get(bucket),
+            self.firsts.get(bucket.wrapping_add(1)),
+        ) {
+            (Some(&from), Some(&to)) => {
+                let (from, to) = (from as usize, to as usize);
+                from + self.addresses[from..to].partition_point(|&a| a < at)
+            }
+            _ => self.addresses.len(),
+        }
     }
 
     /// Whether an address lies in `[begin, end)`.
-    fn holds_any(&mut self, begin: u64, end: u64) -> bool {
-        self.at = partition_point_from(self.addresses, self.at, |&a| a < begin);
-        self.addresses.get(self.at).is_some_and(|&a| a < end)
+    #[inline]
+    fn holds_any(&self, begin: u64, end: u64) -> bool {
+        let at = self.first_at_or_after(begin);
+        self.addresses.get(at).is_some_and(|&a| a < end)
     }
 }
 
@@ -3100,22 +3156,52 @@ mod tests {
         assert!(fixed > 0, "inlined subroutines read through fixed sites");
     }
 
+    /// Whether a binary search over all of `addresses` finds one in
+    /// `[begin, end)`, checking the index's answer and position against it.
+    fn check_wanted_index(index: &WantedIndex<'_>, begin: u64, end: u64) {
+        let addresses = index.addresses;
+        let j = addresses.partition_point(|&a| a < begin);
+        assert_eq!(index.first_at_or_after(begin), j, "{begin}");
+        let expected = addresses.get(j).is_some_and(|&a| a < end);
+        assert_eq!(index.holds_any(begin, end), expected, "{begin}..{end}");
+    }
+
+    proptest! {
+        /// Addresses spread, bunched or both, and ranges anywhere (before,
+        /// inside and past them, at the extremes of `u64`).
+        #[test]
+        fn the_wanted_index_answers_as_a_binary_search(
+            mut addresses in proptest::collection::vec(
+                prop_oneof![0u64..64, 0u64..100_000, Just(u64::MAX), Just(u64::MAX - 1)],
+                0..200,
+            ),
+            ranges in proptest::collection::vec(
+                (prop_oneof![0u64..64, 0u64..110_000, Just(u64::MAX)], 0u64..300),
+                1..60,
+            ),
+        ) {
+            addresses.sort_unstable();
+            addresses.dedup();
+            let index = WantedIndex::new(&addresses);
+            for (begin, length) in ranges {
+                check_wanted_index(&index, begin, begin.saturating_add(length));
+            }
+        }
+    }
+
     #[test]
-    fn the_wanted_cursor_answers_as_a_binary_search_from_anywhere() {
+    fn the_wanted_index_answers_as_a_binary_search_over_many_ranges() {
         let addresses: Vec<u64> = (0..200u64).map(|i| i * 7 + (i % 3)).collect();
-        let mut cursor = WantedCursor::new(&addresses);
+        let index = WantedIndex::new(&addresses);
         // Ranges forwards, backwards, far and near, empty and past the end.
         let mut begin = 5u64;
         for i in 0..3000u64 {
             begin = (begin * 31 + i * 17) % 1500;
-            let end = begin + (i % 11);
-            let j = addresses.partition_point(|&a| a < begin);
-            let expected = addresses.get(j).is_some_and(|&a| a < end);
-            assert_eq!(cursor.holds_any(begin, end), expected, "{begin}..{end}");
-            assert_eq!(cursor.at, j, "{begin}");
+            check_wanted_index(&index, begin, begin + (i % 11));
         }
-        let mut none = WantedCursor::new(&[]);
-        assert!(!none.holds_any(0, u64::MAX));
+        let none = WantedIndex::new(&[]);
+        check_wanted_index(&none, 0, u64::MAX);
+        check_wanted_index(&none, u64::MAX, u64::MAX);
     }
 
     #[test]
