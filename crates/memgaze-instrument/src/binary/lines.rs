@@ -978,8 +978,14 @@ fn add_inlines<'a>(
         if let Some(site) = plan.fixed_site {
             let site = &plans.fixed_sites[site as usize];
             let entry = input.split(site.size)?;
-            if let Some((call, ranges)) = site.read(entry.slice(), (dwarf, unit))? {
-                add_ranges(out, (entry_depth, call), ranges, slots, keep)?;
+            match site.read(entry.slice(), (dwarf, unit))? {
+                // Most sites have one range: added here, not through a
+                // call for each.
+                Some((call, SiteRanges::Single(Some(range)))) => {
+                    add_range(out, (entry_depth, call), range, slots, keep);
+                }
+                Some((_, SiteRanges::Single(None))) | None => {}
+                Some((call, ranges)) => add_ranges(out, (entry_depth, call), ranges, slots, keep)?,
             }
             continue;
         }
@@ -1062,19 +1068,31 @@ fn add_ranges(
     slots: &mut FileSlots,
     keep: &mut impl FnMut(u64, u64) -> bool,
 ) -> Result<(), gimli::Error> {
-    let depth = u32::try_from(depth).unwrap_or(0);
     while let Some(range) = ranges.next()? {
-        if range.begin < range.end && keep(range.begin, range.end) {
-            out.inlines.push(Inline {
-                begin: range.begin,
-                end: range.end,
-                depth,
-                file: slots.slot(index),
-                line,
-            });
-        }
+        add_range(out, (depth, (index, line)), range, slots, keep);
     }
     Ok(())
+}
+
+/// Adds `range` of the inlined subroutine at `depth` called at `(file
+/// index, line)` if it is not empty and `keep` accepts it.
+#[inline(always)]
+fn add_range(
+    out: &mut UnitLines,
+    (depth, (index, line)): (isize, CallSite),
+    range: gimli::Range,
+    slots: &mut FileSlots,
+    keep: &mut impl FnMut(u64, u64) -> bool,
+) {
+    if range.begin < range.end && keep(range.begin, range.end) {
+        out.inlines.push(Inline {
+            begin: range.begin,
+            end: range.end,
+            depth: u32::try_from(depth).unwrap_or(0),
+            file: slots.slot(index),
+            line,
+        });
+    }
 }
 
 /// How [`add_inlines`] meets the entries of one abbreviation.
