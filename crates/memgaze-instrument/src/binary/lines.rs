@@ -783,7 +783,7 @@ fn run_line_program<C: Fn(u64) -> bool>(
             }
             emit = true;
         } else if opcode == 0 {
-            let length = usize::try_from(input.read_uleb128().ok()?).ok()?;
+            let length = usize::try_from(read_uleb128(&mut input).ok()?).ok()?;
             let mut rest = input.split(length).ok()?;
             match gimli::DwLne(rest.read_u8().ok()?) {
                 gimli::DW_LNE_end_sequence => (emit, end_sequence) = (true, true),
@@ -804,15 +804,17 @@ fn run_line_program<C: Fn(u64) -> bool>(
             match gimli::DwLns(opcode) {
                 gimli::DW_LNS_copy => emit = true,
                 gimli::DW_LNS_advance_pc => {
-                    let by = input.read_uleb128().ok()?;
+                    let by = read_uleb128(&mut input).ok()?;
                     if !tombstone {
                         address = address.checked_add(min_length.wrapping_mul(by))?;
                     }
                 }
-                gimli::DW_LNS_advance_line => line = advance_line(line, input.read_sleb128().ok()?),
-                gimli::DW_LNS_set_file => file = input.read_uleb128().ok()?,
+                gimli::DW_LNS_advance_line => {
+                    line = advance_line(line, read_sleb128(&mut input).ok()?);
+                }
+                gimli::DW_LNS_set_file => file = read_uleb128(&mut input).ok()?,
                 gimli::DW_LNS_set_column | gimli::DW_LNS_set_isa => {
-                    input.read_uleb128().ok()?;
+                    read_uleb128(&mut input).ok()?;
                 }
                 gimli::DW_LNS_negate_stmt
                 | gimli::DW_LNS_set_basic_block
@@ -963,7 +965,7 @@ fn add_inlines<'a>(
     let mut depth: isize = 0;
     while !input.is_empty() {
         let entry_depth = depth;
-        let code = read_code(&mut input)?;
+        let code = read_uleb128(&mut input)?;
         if code == 0 {
             depth -= 1;
             continue;
@@ -1045,10 +1047,11 @@ fn clamp_line(line: u64) -> u32 {
     line.min(u64::from(u32::MAX - 1)) as u32
 }
 
-/// An abbreviation code from `input`: a code of one byte (most are) read
-/// here, a longer one by gimli (whose reader is a call for every entry).
+/// An unsigned LEB128 number from `input`: one of one byte (most
+/// abbreviation codes and line program operands are) read here, a longer
+/// one by gimli (whose reader is a call for every number).
 #[inline]
-fn read_code(input: &mut Reader<'_>) -> Result<u64, gimli::Error> {
+fn read_uleb128(input: &mut Reader<'_>) -> Result<u64, gimli::Error> {
     use gimli::Reader as _;
     if let [byte, rest @ ..] = input.slice()
         && *byte < 0x80
@@ -1057,6 +1060,21 @@ fn read_code(input: &mut Reader<'_>) -> Result<u64, gimli::Error> {
         return Ok(u64::from(*byte));
     }
     input.read_uleb128()
+}
+
+/// A signed LEB128 number from `input`: one of one byte (about half a
+/// line program's line advances) read here, a longer one by gimli.
+#[inline]
+fn read_sleb128(input: &mut Reader<'_>) -> Result<i64, gimli::Error> {
+    use gimli::Reader as _;
+    if let [byte, rest @ ..] = input.slice()
+        && *byte < 0x80
+    {
+        *input = EndianSlice::new(rest, LittleEndian);
+        // Bit 6 is the sign: shifted into the byte's top bit and back.
+        return Ok(i64::from(((*byte << 1) as i8) >> 1));
+    }
+    input.read_sleb128()
 }
 
 /// Adds the `ranges` of the inlined subroutine at `depth` called at
@@ -3220,6 +3238,35 @@ mod tests {
         let none = WantedIndex::new(&[]);
         check_wanted_index(&none, 0, u64::MAX);
         check_wanted_index(&none, u64::MAX, u64::MAX);
+    }
+
+    #[test]
+    fn leb128_numbers_read_here_are_what_gimli_reads() {
+        use gimli::Reader as _;
+        // Every one-byte number, numbers of two to ten bytes, a number cut
+        // short and none.
+        let mut inputs: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b, 0x55]).collect();
+        inputs.extend([
+            vec![0x80, 0x01],
+            vec![0xff, 0x7f],
+            vec![0xc0, 0x00],
+            vec![0x80, 0x7f],
+            vec![0xff; 9].into_iter().chain([0x01]).collect(),
+            vec![0xff; 9].into_iter().chain([0x7f]).collect(),
+            vec![0x80],
+            vec![],
+        ]);
+        for bytes in &inputs {
+            let fresh = || EndianSlice::new(bytes, LittleEndian);
+            let (mut ours, mut theirs) = (fresh(), fresh());
+            let expected = theirs.read_uleb128().ok();
+            assert_eq!(read_uleb128(&mut ours).ok(), expected, "{bytes:x?}");
+            assert_eq!(ours.len(), theirs.len(), "{bytes:x?}");
+            let (mut ours, mut theirs) = (fresh(), fresh());
+            let expected = theirs.read_sleb128().ok();
+            assert_eq!(read_sleb128(&mut ours).ok(), expected, "{bytes:x?}");
+            assert_eq!(ours.len(), theirs.len(), "{bytes:x?}");
+        }
     }
 
     #[test]
