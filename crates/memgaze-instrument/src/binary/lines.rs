@@ -266,7 +266,8 @@ impl LineTable {
                 }
             }
         }
-        let read = |header| UnitLines::read(&dwarf, header, (&is_code, wanted), &release);
+        let wanted = wanted.map(WantedIndex::new);
+        let read = |header| UnitLines::read(&dwarf, header, (&is_code, wanted.as_ref()), &release);
         let mut unit_lines: Vec<UnitLines> = Vec::with_capacity(headers.len());
         let mut headers = headers.into_iter();
         if let UnitPace::UntilHurried(hurry) = pace {
@@ -566,9 +567,10 @@ impl UnitLines {
     fn read<'a>(
         dwarf: &gimli::Dwarf<Reader<'a>>,
         header: gimli::UnitHeader<Reader<'a>>,
-        (is_code, wanted): (&impl Fn(u64) -> bool, Option<&[u64]>),
+        (is_code, near): (&impl Fn(u64) -> bool, Option<&WantedIndex<'_>>),
         release: &impl Fn(&'a [u8]),
     ) -> UnitLines {
+        let wanted = near.map(|w| w.addresses);
         let info = header.debug_info_offset().and_then(|start| {
             let end = start.0.checked_add(header.length_including_self())?;
             gimli::Section::reader(&dwarf.debug_info)
@@ -613,15 +615,12 @@ impl UnitLines {
         };
         out.sequences = kept.sequences;
         let row_slots = kept.slots;
-        let mut near = wanted.map(WantedCursor::new);
         if let Err(e) = add_inlines(
             &mut out,
             dwarf,
             &unit,
             &mut range_slots,
-            &mut |begin, end| {
-                is_code(begin) && near.as_mut().is_none_or(|w| w.holds_any(begin, end))
-            },
+            &mut |begin, end| is_code(begin) && near.is_none_or(|w| w.holds_any(begin, end)),
         ) {
             out.problem = Some(format!("malformed inlined subroutine: {e}"));
         }
@@ -784,7 +783,7 @@ fn run_line_program<C: Fn(u64) -> bool>(
             }
             emit = true;
         } else if opcode == 0 {
-            let length = usize::try_from(input.read_uleb128().ok()?).ok()?;
+            let length = usize::try_from(read_uleb128(&mut input).ok()?).ok()?;
             let mut rest = input.split(length).ok()?;
             match gimli::DwLne(rest.read_u8().ok()?) {
                 gimli::DW_LNE_end_sequence => (emit, end_sequence) = (true, true),
@@ -805,15 +804,17 @@ fn run_line_program<C: Fn(u64) -> bool>(
             match gimli::DwLns(opcode) {
                 gimli::DW_LNS_copy => emit = true,
                 gimli::DW_LNS_advance_pc => {
-                    let by = input.read_uleb128().ok()?;
+                    let by = read_uleb128(&mut input).ok()?;
                     if !tombstone {
                         address = address.checked_add(min_length.wrapping_mul(by))?;
                     }
                 }
-                gimli::DW_LNS_advance_line => line = advance_line(line, input.read_sleb128().ok()?),
-                gimli::DW_LNS_set_file => file = input.read_uleb128().ok()?,
+                gimli::DW_LNS_advance_line => {
+                    line = advance_line(line, read_sleb128(&mut input).ok()?);
+                }
+                gimli::DW_LNS_set_file => file = read_uleb128(&mut input).ok()?,
                 gimli::DW_LNS_set_column | gimli::DW_LNS_set_isa => {
-                    input.read_uleb128().ok()?;
+                    read_uleb128(&mut input).ok()?;
                 }
                 gimli::DW_LNS_negate_stmt
                 | gimli::DW_LNS_set_basic_block
@@ -964,7 +965,7 @@ fn add_inlines<'a>(
     let mut depth: isize = 0;
     while !input.is_empty() {
         let entry_depth = depth;
-        let code = read_code(&mut input)?;
+        let code = read_uleb128(&mut input)?;
         if code == 0 {
             depth -= 1;
             continue;
@@ -979,8 +980,14 @@ fn add_inlines<'a>(
         if let Some(site) = plan.fixed_site {
             let site = &plans.fixed_sites[site as usize];
             let entry = input.split(site.size)?;
-            if let Some((call, ranges)) = site.read(entry.slice(), (dwarf, unit))? {
-                add_ranges(out, (entry_depth, call), ranges, slots, keep)?;
+            match site.read(entry.slice(), (dwarf, unit))? {
+                // Most sites have one range: added here, not through a
+                // call for each.
+                Some((call, SiteRanges::Single(Some(range)))) => {
+                    add_range(out, (entry_depth, call), range, slots, keep);
+                }
+                Some((_, SiteRanges::Single(None))) | None => {}
+                Some((call, ranges)) => add_ranges(out, (entry_depth, call), ranges, slots, keep)?,
             }
             continue;
         }
@@ -1040,10 +1047,11 @@ fn clamp_line(line: u64) -> u32 {
     line.min(u64::from(u32::MAX - 1)) as u32
 }
 
-/// An abbreviation code from `input`: a code of one byte (most are) read
-/// here, a longer one by gimli (whose reader is a call for every entry).
+/// An unsigned LEB128 number from `input`: one of one byte (most
+/// abbreviation codes and line program operands are) read here, a longer
+/// one by gimli (whose reader is a call for every number).
 #[inline]
-fn read_code(input: &mut Reader<'_>) -> Result<u64, gimli::Error> {
+fn read_uleb128(input: &mut Reader<'_>) -> Result<u64, gimli::Error> {
     use gimli::Reader as _;
     if let [byte, rest @ ..] = input.slice()
         && *byte < 0x80
@@ -1052,6 +1060,21 @@ fn read_code(input: &mut Reader<'_>) -> Result<u64, gimli::Error> {
         return Ok(u64::from(*byte));
     }
     input.read_uleb128()
+}
+
+/// A signed LEB128 number from `input`: one of one byte (about half a
+/// line program's line advances) read here, a longer one by gimli.
+#[inline]
+fn read_sleb128(input: &mut Reader<'_>) -> Result<i64, gimli::Error> {
+    use gimli::Reader as _;
+    if let [byte, rest @ ..] = input.slice()
+        && *byte < 0x80
+    {
+        *input = EndianSlice::new(rest, LittleEndian);
+        // Bit 6 is the sign: shifted into the byte's top bit and back.
+        return Ok(i64::from(((*byte << 1) as i8) >> 1));
+    }
+    input.read_sleb128()
 }
 
 /// Adds the `ranges` of the inlined subroutine at `depth` called at
@@ -1063,19 +1086,31 @@ fn add_ranges(
     slots: &mut FileSlots,
     keep: &mut impl FnMut(u64, u64) -> bool,
 ) -> Result<(), gimli::Error> {
-    let depth = u32::try_from(depth).unwrap_or(0);
     while let Some(range) = ranges.next()? {
-        if range.begin < range.end && keep(range.begin, range.end) {
-            out.inlines.push(Inline {
-                begin: range.begin,
-                end: range.end,
-                depth,
-                file: slots.slot(index),
-                line,
-            });
-        }
+        add_range(out, (depth, (index, line)), range, slots, keep);
     }
     Ok(())
+}
+
+/// Adds `range` of the inlined subroutine at `depth` called at `(file
+/// index, line)` if it is not empty and `keep` accepts it.
+#[inline(always)]
+fn add_range(
+    out: &mut UnitLines,
+    (depth, (index, line)): (isize, CallSite),
+    range: gimli::Range,
+    slots: &mut FileSlots,
+    keep: &mut impl FnMut(u64, u64) -> bool,
+) {
+    if range.begin < range.end && keep(range.begin, range.end) {
+        out.inlines.push(Inline {
+            begin: range.begin,
+            end: range.end,
+            depth: u32::try_from(depth).unwrap_or(0),
+            file: slots.slot(index),
+            line,
+        });
+    }
 }
 
 /// How [`add_inlines`] meets the entries of one abbreviation.
@@ -1890,27 +1925,84 @@ impl<'a> RangeList<'a> {
     }
 }
 
-/// Whether sorted addresses hold one in a range, asked for ranges that
-/// mostly lie near the one asked before (a unit's inlined ranges come
-/// function by function): the search gallops out from the last answer
-/// instead of halving all the addresses (a binary search per range was a
-/// tenth of the units' reading).
-struct WantedCursor<'w> {
+/// Sorted addresses, indexed for asking whether a range holds one: for
+/// each bucket of `1 << shift` bytes from the first address, the index
+/// of the first address at or after the bucket's start. An answer is a
+/// look-up and a search of one bucket's few addresses (a search galloping
+/// from the last range's answer was a quarter of adding a unit's inlined
+/// ranges); one index serves every unit.
+struct WantedIndex<'w> {
     /// The addresses, sorted.
     addresses: &'w [u64],
-    /// The index of the first address at or after the last range's begin.
-    at: usize,
+    /// The first address: bucket 0 begins there.
+    base: u64,
+    shift: u32,
+    /// Bucket -> index of its first address, and one past the buckets
+    /// (each bucket's addresses end where the next's begin). An index of
+    /// 32 bits: the addresses are the loads' of one executable.
+    firsts: Vec<u32>,
 }
 
-impl<'w> WantedCursor<'w> {
-    fn new(addresses: &'w [u64]) -> WantedCursor<'w> {
-        WantedCursor { addresses, at: 0 }
+impl<'w> WantedIndex<'w> {
+    /// Indexes `addresses` (sorted) in buckets of about one address each
+    /// on average: a few million addresses over a code section of tens
+    /// of megabytes take an index of a few megabytes.
+    fn new(addresses: &'w [u64]) -> WantedIndex<'w> {
+        let (Some(&base), Some(&last)) = (addresses.first(), addresses.last()) else {
+            return WantedIndex {
+                addresses,
+                base: 0,
+                shift: 0,
+                firsts: vec![0],
+            };
+        };
+        let per_address = ((last - base) / addresses.len() as u64).max(1);
+        let shift = per_address.ilog2();
+        let buckets = ((last - base) >> shift) as usize + 1;
+        let index_of = |at: usize| u32::try_from(at).expect("fewer than 2^32 addresses");
+        // Each address is the first of the buckets from the one after the
+        // address before it to its own (a walk over the buckets comparing
+        // each's start cost several times more).
+        let mut firsts = Vec::with_capacity(buckets + 1);
+        for (at, &address) in addresses.iter().enumerate() {
+            let (bucket, first) = (((address - base) >> shift) as usize, index_of(at));
+            while firsts.len() <= bucket {
+                firsts.push(first);
+            }
+        }
+        firsts.resize(buckets + 1, index_of(addresses.len()));
+        WantedIndex {
+            addresses,
+            base,
+            shift,
+            firsts,
+        }
+    }
+
+    /// The index of the first address at or after `at`.
+    #[inline]
+    fn first_at_or_after(&self, at: u64) -> usize {
+        let Some(offset) = at.checked_sub(self.base) else {
+            return 0;
+        };
+        let bucket = usize::try_from(offset >> self.shift).unwrap_or(usize::MAX);
+        match (
+            self.firsts.get(bucket),
+            self.firsts.get(bucket.wrapping_add(1)),
+        ) {
+            (Some(&from), Some(&to)) => {
+                let (from, to) = (from as usize, to as usize);
+                from + self.addresses[from..to].partition_point(|&a| a < at)
+            }
+            _ => self.addresses.len(),
+        }
     }
 
     /// Whether an address lies in `[begin, end)`.
-    fn holds_any(&mut self, begin: u64, end: u64) -> bool {
-        self.at = partition_point_from(self.addresses, self.at, |&a| a < begin);
-        self.addresses.get(self.at).is_some_and(|&a| a < end)
+    #[inline]
+    fn holds_any(&self, begin: u64, end: u64) -> bool {
+        let at = self.first_at_or_after(begin);
+        self.addresses.get(at).is_some_and(|&a| a < end)
     }
 }
 
@@ -3100,22 +3192,81 @@ mod tests {
         assert!(fixed > 0, "inlined subroutines read through fixed sites");
     }
 
+    /// Whether a binary search over all of `addresses` finds one in
+    /// `[begin, end)`, checking the index's answer and position against it.
+    fn check_wanted_index(index: &WantedIndex<'_>, begin: u64, end: u64) {
+        let addresses = index.addresses;
+        let j = addresses.partition_point(|&a| a < begin);
+        assert_eq!(index.first_at_or_after(begin), j, "{begin}");
+        let expected = addresses.get(j).is_some_and(|&a| a < end);
+        assert_eq!(index.holds_any(begin, end), expected, "{begin}..{end}");
+    }
+
+    proptest! {
+        /// Addresses spread, bunched or both, and ranges anywhere (before,
+        /// inside and past them, at the extremes of `u64`).
+        #[test]
+        fn the_wanted_index_answers_as_a_binary_search(
+            mut addresses in proptest::collection::vec(
+                prop_oneof![0u64..64, 0u64..100_000, Just(u64::MAX), Just(u64::MAX - 1)],
+                0..200,
+            ),
+            ranges in proptest::collection::vec(
+                (prop_oneof![0u64..64, 0u64..110_000, Just(u64::MAX)], 0u64..300),
+                1..60,
+            ),
+        ) {
+            addresses.sort_unstable();
+            addresses.dedup();
+            let index = WantedIndex::new(&addresses);
+            for (begin, length) in ranges {
+                check_wanted_index(&index, begin, begin.saturating_add(length));
+            }
+        }
+    }
+
     #[test]
-    fn the_wanted_cursor_answers_as_a_binary_search_from_anywhere() {
+    fn the_wanted_index_answers_as_a_binary_search_over_many_ranges() {
         let addresses: Vec<u64> = (0..200u64).map(|i| i * 7 + (i % 3)).collect();
-        let mut cursor = WantedCursor::new(&addresses);
+        let index = WantedIndex::new(&addresses);
         // Ranges forwards, backwards, far and near, empty and past the end.
         let mut begin = 5u64;
         for i in 0..3000u64 {
             begin = (begin * 31 + i * 17) % 1500;
-            let end = begin + (i % 11);
-            let j = addresses.partition_point(|&a| a < begin);
-            let expected = addresses.get(j).is_some_and(|&a| a < end);
-            assert_eq!(cursor.holds_any(begin, end), expected, "{begin}..{end}");
-            assert_eq!(cursor.at, j, "{begin}");
+            check_wanted_index(&index, begin, begin + (i % 11));
         }
-        let mut none = WantedCursor::new(&[]);
-        assert!(!none.holds_any(0, u64::MAX));
+        let none = WantedIndex::new(&[]);
+        check_wanted_index(&none, 0, u64::MAX);
+        check_wanted_index(&none, u64::MAX, u64::MAX);
+    }
+
+    #[test]
+    fn leb128_numbers_read_here_are_what_gimli_reads() {
+        use gimli::Reader as _;
+        // Every one-byte number, numbers of two to ten bytes, a number cut
+        // short and none.
+        let mut inputs: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b, 0x55]).collect();
+        inputs.extend([
+            vec![0x80, 0x01],
+            vec![0xff, 0x7f],
+            vec![0xc0, 0x00],
+            vec![0x80, 0x7f],
+            vec![0xff; 9].into_iter().chain([0x01]).collect(),
+            vec![0xff; 9].into_iter().chain([0x7f]).collect(),
+            vec![0x80],
+            vec![],
+        ]);
+        for bytes in &inputs {
+            let fresh = || EndianSlice::new(bytes, LittleEndian);
+            let (mut ours, mut theirs) = (fresh(), fresh());
+            let expected = theirs.read_uleb128().ok();
+            assert_eq!(read_uleb128(&mut ours).ok(), expected, "{bytes:x?}");
+            assert_eq!(ours.len(), theirs.len(), "{bytes:x?}");
+            let (mut ours, mut theirs) = (fresh(), fresh());
+            let expected = theirs.read_sleb128().ok();
+            assert_eq!(read_sleb128(&mut ours).ok(), expected, "{bytes:x?}");
+            assert_eq!(ours.len(), theirs.len(), "{bytes:x?}");
+        }
     }
 
     #[test]

@@ -772,12 +772,18 @@ impl Binary {
         // A unit's pages are not read again once read: given up as the
         // units are read, they are not all resident at the end (34 MB of
         // the own release binary's peak, beside the rewriter's).
-        // [`Binary::is_code`] over the executable sections only: it is
-        // asked for every sequence and inlined range.
-        let code: Vec<&Section> = self.sections.iter().filter(|s| s.is_executable()).collect();
+        // [`Binary::is_code`] over the executable sections' address ranges
+        // only: it is asked for every sequence and inlined range (a
+        // section's flags and end, computed at each, were most of it).
+        let code: Vec<(u64, u64)> = self
+            .sections
+            .iter()
+            .filter(|s| s.is_executable() && s.is_alloc())
+            .map(|s| (s.addr, s.end()))
+            .collect();
         let mut table = LineTable::build(
             section,
-            |a| code.iter().any(|s| s.contains(a)),
+            |a| code.iter().any(|&(start, end)| a >= start && a < end),
             (wanted, pace),
             |bytes| self.release_resident_bytes(bytes),
         );
