@@ -335,9 +335,19 @@ pub(crate) struct EvaluatorBuffers {
     /// asked, was a twentieth of the evaluator's instructions.
     last_defs: Vec<(Var, u32)>,
     /// Per block, its range of `last_defs` (`u32::MAX` at the start while
-    /// not listed) and the registers it defines, a bit per register
-    /// variable: most blocks asked about define none of the one asked.
-    last_def_ranges: Vec<(u32, u32, u16)>,
+    /// not listed).
+    last_def_ranges: Vec<(u32, u32)>,
+    /// Per loop (index), once one of its variables is asked for, its range
+    /// of `loop_def_list`.
+    loop_defs: Vec<Option<(u32, u32)>>,
+    /// The last definitions in each block of a loop, `(variable, position
+    /// of the block in the loop, instruction)`, in the order of the loop's
+    /// blocks, a loop's after the other: one scan of its loop's range finds
+    /// a variable's defining blocks, where asking every block of the loop
+    /// for every variable was a tenth of the evaluator's instructions (and
+    /// sorting the range to search it cost more on loops asked about few
+    /// variables).
+    loop_def_list: Vec<(Var, u32, u32)>,
     /// Values of definitions, keyed by `(loop, `[`pair`]`(definition,
     /// variable))`.
     memo: HashMap<(u32, u64), Val>,
@@ -362,10 +372,10 @@ pub(crate) struct EvaluatorBuffers {
     /// The sets of `entry_defs`, one after the other.
     entry_sets: Vec<u32>,
     /// Buffers of `Evaluator::entry_defs`, kept from one (loop, variable)
-    /// to the next: each block's last definition, the definitions by their
-    /// bit in the blocks' entry sets, those sets.
-    entry_last: Vec<Option<u32>>,
-    entry_defs_by_bit: Vec<u32>,
+    /// to the next: the definitions by their bit in the blocks' entry
+    /// sets `(position of the block in the loop, instruction)`, those
+    /// sets.
+    entry_defs_by_bit: Vec<(u32, u32)>,
     entry_sets_bits: EntrySets,
     /// Recent answers of `Evaluator::reaching`.
     reaching_cache: ReachingCache,
@@ -424,7 +434,9 @@ impl EvaluatorBuffers {
     /// and per-loop lists.
     fn reset(&mut self, n: usize, blocks: usize, loop_count: usize) {
         self.last_defs.clear();
-        refill(&mut self.last_def_ranges, blocks, (u32::MAX, 0, 0));
+        refill(&mut self.last_def_ranges, blocks, (u32::MAX, 0));
+        refill(&mut self.loop_defs, loop_count, None);
+        self.loop_def_list.clear();
         // `memoised` is true only for the definitions of `memo`'s keys:
         // those are unset rather than every instruction's entry.
         for &(_, key) in self.memo.keys() {
@@ -438,7 +450,7 @@ impl EvaluatorBuffers {
         self.entry_defs.clear();
         self.entry_ranges.clear();
         self.entry_sets.clear();
-        // `entry_last`, `entry_defs_by_bit` and `entry_sets_bits`: each use
+        // `entry_defs_by_bit` and `entry_sets_bits`: each use
         // clears what it reads.
         self.reaching_cache.clear();
         refill(&mut self.loop_preds, loop_count, None);
@@ -523,8 +535,8 @@ impl EntrySets {
     /// The [`EntrySets::source`] of a block on the chain being followed.
     const ON_CHAIN: u32 = u32::MAX - 2;
 
-    /// Computes the sets of the blocks, `defines` telling whether each
-    /// block defines the variable (in the loop's order), the in-loop
+    /// Computes the sets of the `n` blocks, `defining` listing the
+    /// positions of those that define the variable (increasing), the in-loop
     /// predecessors (positions) of block `k` being
     /// `pred_list[pred_first[k]..pred_first[k + 1]]`: each block's set is
     /// the union over its predecessors of their own bit, or of their set
@@ -532,21 +544,19 @@ impl EntrySets {
     /// joins' sets recomputed until none changes).
     fn solve(
         &mut self,
-        defines: impl Iterator<Item = bool>,
+        n: usize,
+        defining: impl Iterator<Item = usize>,
         pred_first: &[u32],
         pred_list: &[u32],
     ) {
         self.own.clear();
+        self.own.resize(n, Self::NONE);
         let mut next = 0;
-        for d in defines {
-            self.own.push(if d {
-                next += 1;
-                next - 1
-            } else {
-                Self::NONE
-            });
+        for k in defining {
+            self.own[k] = next;
+            next += 1;
         }
-        let (n, words) = (self.own.len(), (next as usize).div_ceil(64));
+        let words = (next as usize).div_ceil(64);
         self.words = words;
         self.bits.clear();
         self.bits.resize(n * words, 0);
@@ -848,17 +858,16 @@ impl<'a> Evaluator<'a> {
     /// point. Sets of definitions as sorted lists, merged and deduplicated
     /// per block and round, were half of the evaluator's instructions.
     fn find_entry_defs(&mut self, l: u32, v: Var) -> usize {
-        let lp = &self.loops.loops[l as usize];
-        let n = lp.blocks.len();
-        let mut last = std::mem::take(&mut self.bufs.entry_last);
-        last.clear();
+        let n = self.loops.loops[l as usize].blocks.len();
+        let (from, to) = self.loop_defs_of(l);
         let mut by_bit = std::mem::take(&mut self.bufs.entry_defs_by_bit);
         by_bit.clear();
-        for &b in &lp.blocks {
-            let d = self.last_def_in(b, v);
-            last.push(d);
-            by_bit.extend(d);
-        }
+        by_bit.extend(
+            self.bufs.loop_def_list[from..to]
+                .iter()
+                .filter(|&&(w, _, _)| w == v)
+                .map(|&(_, k, i)| (k, i)),
+        );
         let start = self.bufs.entry_ranges.len();
         if by_bit.is_empty() {
             // Defined nowhere in the loop: every set is empty.
@@ -872,7 +881,8 @@ impl<'a> Evaluator<'a> {
             let preds_at = self.loop_preds_of(l);
             let mut sets = std::mem::take(&mut self.bufs.entry_sets_bits);
             sets.solve(
-                last.iter().map(Option::is_some),
+                n,
+                by_bit.iter().map(|&(k, _)| k as usize),
                 &self.bufs.pred_first[preds_at..=preds_at + n],
                 &self.bufs.pred_list,
             );
@@ -883,7 +893,7 @@ impl<'a> Evaluator<'a> {
                 let from = self.bufs.entry_sets.len() as u32;
                 self.bufs
                     .entry_sets
-                    .extend(sets.members(j as usize).map(|bit| by_bit[bit]));
+                    .extend(sets.members(j as usize).map(|bit| by_bit[bit].1));
                 debug_assert!(
                     self.bufs.entry_sets[from as usize..].is_sorted(),
                     "a loop's blocks are in address order"
@@ -897,7 +907,7 @@ impl<'a> Evaluator<'a> {
                     SetSource::Join(j) if j as usize == k => continue,
                     SetSource::Empty => (at, at),
                     SetSource::Bit(bit) => {
-                        self.bufs.entry_sets.push(by_bit[bit as usize]);
+                        self.bufs.entry_sets.push(by_bit[bit as usize].1);
                         (at, at + 1)
                     }
                     SetSource::Join(j) => self.bufs.entry_ranges[start + j as usize],
@@ -906,7 +916,6 @@ impl<'a> Evaluator<'a> {
             self.bufs.entry_sets_bits = sets;
         }
         self.bufs.entry_defs.insert(pair(l, v), start as u32);
-        self.bufs.entry_last = last;
         self.bufs.entry_defs_by_bit = by_bit;
         start
     }
@@ -935,32 +944,37 @@ impl<'a> Evaluator<'a> {
         start
     }
 
-    /// The last definition of `v` in block `b`, if it has one.
-    fn last_def_in(&mut self, b: u32, v: Var) -> Option<u32> {
-        let (mut from, mut to, mut registers) = self.bufs.last_def_ranges[b as usize];
-        if from == u32::MAX {
-            (from, to, registers) = self.list_last_defs(b);
+    /// Loop `l`'s range of `loop_def_list` (see
+    /// [`EvaluatorBuffers::loop_def_list`]), listed on first use.
+    fn loop_defs_of(&mut self, l: u32) -> (usize, usize) {
+        if let Some((from, to)) = self.bufs.loop_defs[l as usize] {
+            return (from as usize, to as usize);
         }
-        if v < GPRS && registers & (1 << v) == 0 {
-            return None;
+        let from = self.bufs.loop_def_list.len();
+        for (k, &b) in self.loops.loops[l as usize].blocks.iter().enumerate() {
+            let (mut first, mut end) = self.bufs.last_def_ranges[b as usize];
+            if first == u32::MAX {
+                (first, end) = self.list_last_defs(b);
+            }
+            let bufs = &mut self.bufs;
+            bufs.loop_def_list.extend(
+                bufs.last_defs[first as usize..end as usize]
+                    .iter()
+                    .map(|&(v, i)| (v, k as u32, i)),
+            );
         }
-        self.bufs.last_defs[from as usize..to as usize]
-            .iter()
-            .find(|&&(w, _)| w == v)
-            .map(|&(_, i)| i)
+        let to = self.bufs.loop_def_list.len();
+        self.bufs.loop_defs[l as usize] = Some((from as u32, to as u32));
+        (from, to)
     }
 
     /// Lists the last definition of each variable block `b` defines in
     /// `last_defs` (in the order of their first definitions) and returns
     /// the block's entry of `last_def_ranges`.
-    fn list_last_defs(&mut self, b: u32) -> (u32, u32, u16) {
+    fn list_last_defs(&mut self, b: u32) -> (u32, u32) {
         let from = self.bufs.last_defs.len();
-        let mut registers = 0u16;
         for i in self.code.blocks[b as usize].instructions() {
             for &(v, _) in self.frame.defs(i) {
-                if v < GPRS {
-                    registers |= 1 << v;
-                }
                 match self.bufs.last_defs[from..]
                     .iter_mut()
                     .find(|(w, _)| *w == v)
@@ -970,7 +984,7 @@ impl<'a> Evaluator<'a> {
                 }
             }
         }
-        let entry = (from as u32, self.bufs.last_defs.len() as u32, registers);
+        let entry = (from as u32, self.bufs.last_defs.len() as u32);
         self.bufs.last_def_ranges[b as usize] = entry;
         entry
     }
