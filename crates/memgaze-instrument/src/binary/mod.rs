@@ -775,15 +775,15 @@ impl Binary {
         // [`Binary::is_code`] over the executable sections' address ranges
         // only: it is asked for every sequence and inlined range (a
         // section's flags and end, computed at each, were most of it).
-        let code: Vec<(u64, u64)> = self
+        let code: Vec<std::ops::Range<u64>> = self
             .sections
             .iter()
             .filter(|s| s.is_executable() && s.is_alloc())
-            .map(|s| (s.addr, s.end()))
+            .map(|s| s.addr..s.end())
             .collect();
         let mut table = LineTable::build(
             section,
-            |a| code.iter().any(|&(start, end)| a >= start && a < end),
+            |a| code.iter().any(|range| range.contains(&a)),
             (wanted, pace),
             |bytes| self.release_resident_bytes(bytes),
         );
