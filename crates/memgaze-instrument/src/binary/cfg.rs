@@ -550,22 +550,30 @@ impl BranchSources {
 
     /// The sweep's sources of instruction `i`.
     fn swept_of(&self, i: u32) -> &[u32] {
-        match (self.first.get(i as usize), self.first.get(i as usize + 1)) {
-            (Some(&from), Some(&to)) => &self.swept[from as usize..to as usize],
-            _ => &[],
-        }
+        swept_sources(&self.first, &self.swept, i)
     }
 
     /// Adds `source` to the sources of `target`, unless it is one.
     fn add(&mut self, target: u32, source: u32) {
-        if !self.grown.contains_key(&target) {
-            let swept = self.swept_of(target).to_vec();
-            self.grown.insert(target, swept);
-        }
-        let all = self.grown.get_mut(&target).expect("just inserted");
+        let BranchSources {
+            first,
+            swept,
+            grown,
+        } = self;
+        let all =
+            (grown.entry(target)).or_insert_with(|| swept_sources(first, swept, target).to_vec());
         if !all.contains(&source) {
             all.push(source);
         }
+    }
+}
+
+/// Instruction `i`'s sources in `swept`, where `first` gives each
+/// instruction's start ([`BranchSources`]' fields).
+fn swept_sources<'s>(first: &[u32], swept: &'s [u32], i: u32) -> &'s [u32] {
+    match (first.get(i as usize), first.get(i as usize + 1)) {
+        (Some(&from), Some(&to)) => &swept[from as usize..to as usize],
+        _ => &[],
     }
 }
 
@@ -985,19 +993,16 @@ mod tests {
     /// the one code of its mnemonic.
     #[test]
     fn blocks_and_edges_are_those_made_an_instruction_at_a_time() {
-        let binary = crate::binary::Binary::open(std::env::current_exe().unwrap()).unwrap();
         let mut tables = 0;
-        for function in binary.functions() {
-            let code = binary.function_code(function);
-            let index_of = IndexOf::in_buffer(&code.instructions, code.start, code.end, Vec::new());
+        for_each_test_function(|code, index_of| {
             assert_eq!(
                 code.blocks,
-                blocks_by_instruction(&code, &index_of),
+                blocks_by_instruction(code, index_of),
                 "function at {:#x}",
                 code.start
             );
             tables += code.jump_tables.len();
-        }
+        });
         assert!(tables > 10, "only {tables} jump tables");
         let halts: Vec<Code> = Code::values()
             .filter(|c| c.mnemonic() == Mnemonic::Hlt)
@@ -1011,11 +1016,8 @@ mod tests {
     /// follow them, each once.
     #[test]
     fn branch_sources_are_a_list_per_target() {
-        let binary = crate::binary::Binary::open(std::env::current_exe().unwrap()).unwrap();
         let mut branches = 0;
-        for function in binary.functions() {
-            let code = binary.function_code(function);
-            let index_of = IndexOf::in_buffer(&code.instructions, code.start, code.end, Vec::new());
+        for_each_test_function(|code, index_of| {
             let mut reference: HashMap<u32, Vec<u32>> = HashMap::new();
             for (i, insn) in code.instructions.iter().enumerate() {
                 if matches!(
@@ -1027,7 +1029,7 @@ mod tests {
                     branches += 1;
                 }
             }
-            let mut sources = BranchSources::of(&code.instructions, &index_of);
+            let mut sources = BranchSources::of(&code.instructions, index_of);
             for t in 0..code.instructions.len() as u32 {
                 let expected = reference.get(&t).map_or(&[][..], Vec::as_slice);
                 assert_eq!(sources.of_target(t), expected, "{:#x}: {t}", code.start);
@@ -1040,8 +1042,19 @@ mod tests {
                 sources.add(t, u32::MAX);
                 assert_eq!(sources.of_target(t), grown);
             }
-        }
+        });
         assert!(branches > 10_000, "only {branches} branches");
+    }
+
+    /// Calls `visit` with the control flow of every function of this test
+    /// executable and the index of its instructions by address.
+    fn for_each_test_function(mut visit: impl FnMut(&FunctionCode, &IndexOf)) {
+        let binary = crate::binary::Binary::open(std::env::current_exe().unwrap()).unwrap();
+        for function in binary.functions() {
+            let code = binary.function_code(function);
+            let index_of = IndexOf::in_buffer(&code.instructions, code.start, code.end, Vec::new());
+            visit(&code, &index_of);
+        }
     }
 
     #[test]
