@@ -306,8 +306,9 @@ fn registers_used(
 pub(crate) struct LoopMap<'a> {
     code: &'a FunctionCode,
     loops: &'a [RegisterLoop],
-    /// Block index → loop index.
-    of_block: foldhash::HashMap<u32, usize>,
+    /// Block index → loop index (empty without loops): indexed, not
+    /// hashed, as it is asked of every instruction of the copy.
+    of_block: Vec<Option<u32>>,
     /// Each loop's label past its entry (the target of its back edges).
     bodies: Vec<u64>,
 }
@@ -320,10 +321,13 @@ impl<'a> LoopMap<'a> {
         loops: &'a [RegisterLoop],
         next_label: &mut dyn FnMut() -> u64,
     ) -> LoopMap<'a> {
-        let mut of_block = foldhash::HashMap::default();
-        for (n, lp) in loops.iter().enumerate() {
-            for &b in &lp.blocks {
-                of_block.insert(b, n);
+        let mut of_block = Vec::new();
+        if !loops.is_empty() {
+            of_block.resize(code.blocks.len(), None);
+            for (n, lp) in loops.iter().enumerate() {
+                for &b in &lp.blocks {
+                    of_block[b as usize] = Some(n as u32);
+                }
             }
         }
         let bodies = loops.iter().map(|_| next_label()).collect();
@@ -341,7 +345,7 @@ impl<'a> LoopMap<'a> {
         if self.loops.is_empty() {
             return None;
         }
-        self.of_block.get(&self.code.block_of[i]).copied()
+        self.of_block[self.code.block_of[i] as usize].map(|n| n as usize)
     }
 
     /// The register of loop `n`.

@@ -1350,12 +1350,23 @@ fn copy_instructions(
         &plan.escapes,
     );
     for (i, original) in code.instructions.iter().enumerate() {
-        let here = listed.take(i);
         first.push(all.insns.len());
         let ip = original.ip();
         if i > 0 && follows_alignment_padding(ip, &code.instructions[i - 1]) {
             aligned.push((all.insns.len(), None));
         }
+        let in_loop = loops.of(i);
+        let checked = checks.first().is_some_and(|block| block.at == i);
+        if !listed.holds(i) && in_loop.is_none() && !checked && i > 0 {
+            // Most instructions: nothing before them and no change but a
+            // hooked import's call, pushed as they are (built up through
+            // the probes' steps, each was copied twice more).
+            all.insns.push(*original);
+            let pushed = all.insns.last_mut().expect("just pushed");
+            hook_got_call(entries, pushed);
+            continue;
+        }
+        let here = listed.take(i);
         // The address the next emitted instruction must carry: the
         // original one first, then a block check's resume label.
         let mut label = ip;
@@ -1367,10 +1378,9 @@ fn copy_instructions(
             all.insns.push(call);
             label = 0;
         }
-        let in_loop = loops.of(i);
         label = loops.enter((i, in_loop), label, &mut all.insns, aligned);
         if let [block, rest @ ..] = checks
-            && block.at == i
+            && checked
         {
             checks = rest;
             let loads = block.loads.len() as u32;
@@ -1609,6 +1619,13 @@ impl<'l> Listed<'l> {
         (front(self.spatial).min(front(self.exits)))
             .min(front(self.redirects).min(front(self.inserts)))
             .min(front(self.escapes))
+    }
+
+    /// Whether any list may hold instruction `i` (else [`Listed::take`]
+    /// gives nothing).
+    #[inline]
+    fn holds(&self, i: usize) -> bool {
+        i >= self.next
     }
 
     /// What the lists hold for instruction `i`, taken off their fronts
