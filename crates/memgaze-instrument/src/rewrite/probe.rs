@@ -709,6 +709,9 @@ struct StubParts {
     /// `sub`/`add qword fs:[countdown], loads` ([`count_by`]), by
     /// [`StubParts::count_form`], with a zero immediate.
     countdown_by: [Instruction; 4],
+    /// `sub`/`add reg, loads` by [`StubParts::count_form`], then register,
+    /// with a zero immediate: a register loop's countdown.
+    register_by: [[Instruction; 16]; 4],
 }
 
 static STUB_PARTS: std::sync::LazyLock<Box<StubParts>> =
@@ -743,6 +746,10 @@ impl StubParts {
                 let (code, _) = Self::COUNT_FORMS[form];
                 i2(code, fs_countdown(), 0)
             }),
+            register_by: std::array::from_fn(|form| {
+                let (code, _) = Self::COUNT_FORMS[form];
+                per_register(&|r| i2(code, r, 0))
+            }),
         }
     }
 
@@ -764,7 +771,17 @@ impl StubParts {
     /// `sub`/`add qword fs:[countdown], loads`.
     fn countdown_by(&self, loads: u32, subtract: bool) -> Instruction {
         let form = Self::count_form(loads, subtract);
-        let mut insn = self.countdown_by[form];
+        Self::with_count(self.countdown_by[form], form, loads)
+    }
+
+    /// `sub`/`add reg, loads`.
+    fn register_by(&self, reg: Register, loads: u32, subtract: bool) -> Instruction {
+        let form = Self::count_form(loads, subtract);
+        Self::with_count(self.register_by[form][gpr64_number(reg)], form, loads)
+    }
+
+    /// `insn`, a part of count form `form`, with the immediate `loads`.
+    fn with_count(mut insn: Instruction, form: usize, loads: u32) -> Instruction {
         if Self::COUNT_FORMS[form].1 {
             insn.set_immediate8to64(i64::from(loads));
         } else {
@@ -1204,8 +1221,16 @@ fn add_countdown(loads: u32) -> Instruction {
     STUB_PARTS.countdown_by(loads, false)
 }
 
+/// [`count_by`] of a register loop's countdown in `reg` (a 64-bit general
+/// register), from the parts built once.
+pub(super) fn count_register_by(reg: Register, loads: u32, subtract: bool) -> Instruction {
+    STUB_PARTS.register_by(reg, loads, subtract)
+}
+
 /// `sub counter, loads` (`subtract`) or `add counter, loads`, the counter
-/// the memory countdown or a register holding it.
+/// the memory countdown or a register holding it, built by iced's
+/// constructors (what the parts are checked against).
+#[cfg(test)]
 pub(super) fn count_by(counter: impl Into<Op>, loads: u32, subtract: bool) -> Instruction {
     let code = match (subtract, loads <= 127) {
         (true, true) => Code::Sub_rm64_imm8,
@@ -1958,6 +1983,10 @@ mod tests {
             for subtract in [true, false] {
                 let built = count_by(fs_countdown(), loads, subtract);
                 assert_same(parts.countdown_by(loads, subtract), built, "count");
+                for reg in (0..16).map(gpr64) {
+                    let built = count_by(reg, loads, subtract);
+                    assert_same(count_register_by(reg, loads, subtract), built, "count reg");
+                }
             }
         }
         for (dst, base) in [

@@ -54,7 +54,7 @@
 //! inside a probe that saves below the red zone), and `R` and `S` holding
 //! the probes' values rather than the caller's.
 
-use super::probe::{FastPath, SpatialProbe, branch, count_by, fs_countdown, i2, with_ip};
+use super::probe::{FastPath, SpatialProbe, branch, count_register_by, fs_countdown, i2, with_ip};
 use super::relocate::{Insert, Superblock};
 use crate::binary::usage::Usages;
 use crate::binary::{FunctionCode, Terminator};
@@ -461,7 +461,7 @@ impl<'a> LoopMap<'a> {
         let stub = next_label();
         let start = stubs.len();
         if let Some(loads) = skipped {
-            stubs.push(count_by(lp.reg, loads, false));
+            stubs.push(count_register_by(lp.reg, loads, false));
         }
         if !inside {
             leave(lp, stubs);
@@ -528,7 +528,7 @@ impl<'a> LoopMap<'a> {
 /// stub is the flags-dead one, which stores 0 to the countdown in memory,
 /// and returns through [`reload`].
 pub(crate) fn probe(reg: Register, ip: u64, slow: u64, out: &mut Vec<Instruction>) {
-    out.push(with_ip(count_by(reg, 1, true), ip));
+    out.push(with_ip(count_register_by(reg, 1, true), ip));
     out.push(branch(Code::Jb_rel32_64, slow));
 }
 
@@ -542,14 +542,14 @@ pub(crate) fn reload(reg: Register, label: u64, target: u64, out: &mut Vec<Instr
 /// Appends a block check subtracting `loads` from the countdown in `reg`
 /// (flags dead); its first instruction takes `ip`.
 fn block_check(reg: Register, loads: u32, ip: u64, stub: u64, out: &mut Vec<Instruction>) {
-    out.push(with_ip(count_by(reg, loads, true), ip));
+    out.push(with_ip(count_register_by(reg, loads, true), ip));
     out.push(branch(Code::Jbe_rel32_64, stub));
 }
 
 /// Appends the stub of a register block check: gives the `loads` back,
 /// stores the countdown for the counting fragment at `fragment`.
 fn block_stub(reg: Register, loads: u32, stub: u64, fragment: u64, out: &mut Vec<Instruction>) {
-    out.push(with_ip(count_by(reg, loads, false), stub));
+    out.push(with_ip(count_register_by(reg, loads, false), stub));
     out.push(i2(Code::Mov_rm64_r64, fs_countdown(), reg));
     out.push(jump(fragment));
 }

@@ -1734,7 +1734,7 @@ fn push_escape_check(
         all.push(load);
     } else {
         let stub = next_fake();
-        let mut jump = Instruction::with_branch(Code::Jmp_rel32_64, stub)?;
+        let mut jump = probe::branch(Code::Jmp_rel32_64, stub);
         jump.set_ip(insn.ip());
         probe::escape_stub(insn, site, check, stub, next_fake, stubs);
         all.push(jump);
@@ -3342,8 +3342,7 @@ fn counting_fragment(
                 FlowControl::Call | FlowControl::IndirectCall
             )
         {
-            let mut back =
-                Instruction::with_branch(Code::Jmp_rel32_64, original.ip()).expect("valid jmp");
+            let mut back = probe::branch(Code::Jmp_rel32_64, original.ip());
             back.set_ip(first);
             out.insns.push(back);
             return;
@@ -3431,14 +3430,13 @@ fn counting_fragment(
         FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch
     ) {
         let next = last.next_ip();
-        out.insns
-            .push(Instruction::with_branch(Code::Jmp_rel32_64, next).expect("valid jmp"));
+        out.insns.push(probe::branch(Code::Jmp_rel32_64, next));
     }
 }
 
 /// `jmp rel32 target` carrying the label `ip` (0: none).
 fn jump_with_label(target: u64, ip: u64) -> Instruction {
-    let mut jump = Instruction::with_branch(Code::Jmp_rel32_64, target).expect("valid jmp");
+    let mut jump = probe::branch(Code::Jmp_rel32_64, target);
     jump.set_ip(ip);
     jump
 }
