@@ -709,6 +709,9 @@ struct StubParts {
     /// `sub`/`add qword fs:[countdown], loads` ([`count_by`]), by
     /// [`StubParts::count_form`], with a zero immediate.
     countdown_by: [Instruction; 4],
+    /// `sub`/`add reg, loads` by [`StubParts::count_form`], then register,
+    /// with a zero immediate: a register loop's countdown.
+    register_by: [[Instruction; 16]; 4],
 }
 
 static STUB_PARTS: std::sync::LazyLock<Box<StubParts>> =
@@ -743,6 +746,10 @@ impl StubParts {
                 let (code, _) = Self::COUNT_FORMS[form];
                 i2(code, fs_countdown(), 0)
             }),
+            register_by: std::array::from_fn(|form| {
+                let (code, _) = Self::COUNT_FORMS[form];
+                per_register(&|r| i2(code, r, 0))
+            }),
         }
     }
 
@@ -764,7 +771,17 @@ impl StubParts {
     /// `sub`/`add qword fs:[countdown], loads`.
     fn countdown_by(&self, loads: u32, subtract: bool) -> Instruction {
         let form = Self::count_form(loads, subtract);
-        let mut insn = self.countdown_by[form];
+        Self::with_count(self.countdown_by[form], form, loads)
+    }
+
+    /// `sub`/`add reg, loads`.
+    fn register_by(&self, reg: Register, loads: u32, subtract: bool) -> Instruction {
+        let form = Self::count_form(loads, subtract);
+        Self::with_count(self.register_by[form][gpr64_number(reg)], form, loads)
+    }
+
+    /// `insn`, a part of count form `form`, with the immediate `loads`.
+    fn with_count(mut insn: Instruction, form: usize, loads: u32) -> Instruction {
         if Self::COUNT_FORMS[form].1 {
             insn.set_immediate8to64(i64::from(loads));
         } else {
@@ -1097,8 +1114,38 @@ fn built_esi_id(id: u32) -> Instruction {
 }
 
 /// A relative branch to `target`.
+///
+/// The probes' 64-bit near branches are set field by field, as iced's
+/// `with_branch` sets them: its look-up of the operand's kind and its
+/// `Result`, out of line, cost more than the rest of the branch.
+#[inline]
 pub(super) fn branch(code: Code, target: u64) -> Instruction {
-    Instruction::with_branch(code, target).expect("valid branch")
+    if !is_probe_near_branch(code) {
+        return Instruction::with_branch(code, target).expect("valid branch");
+    }
+    let mut insn = Instruction::default();
+    insn.set_code(code);
+    insn.set_op0_kind(OpKind::NearBranch64);
+    insn.set_near_branch64(target);
+    insn
+}
+
+/// Whether `code` is one of the near branches the probes build, whose one
+/// operand is a 64-bit near branch target.
+fn is_probe_near_branch(code: Code) -> bool {
+    matches!(
+        code,
+        Code::Jmp_rel32_64
+            | Code::Call_rel32_64
+            | Code::Jb_rel32_64
+            | Code::Jbe_rel32_64
+            | Code::Jae_rel32_64
+            | Code::Je_rel32_64
+            | Code::Jne_rel32_64
+            | Code::Jmp_rel8_64
+            | Code::Jne_rel8_64
+            | Code::Jrcxz_rel8_64
+    )
 }
 
 /// Appends a load's fast path; its first instruction takes `ip` (the
@@ -1174,8 +1221,16 @@ fn add_countdown(loads: u32) -> Instruction {
     STUB_PARTS.countdown_by(loads, false)
 }
 
+/// [`count_by`] of a register loop's countdown in `reg` (a 64-bit general
+/// register), from the parts built once.
+pub(super) fn count_register_by(reg: Register, loads: u32, subtract: bool) -> Instruction {
+    STUB_PARTS.register_by(reg, loads, subtract)
+}
+
 /// `sub counter, loads` (`subtract`) or `add counter, loads`, the counter
-/// the memory countdown or a register holding it.
+/// the memory countdown or a register holding it, built by iced's
+/// constructors (what the parts are checked against).
+#[cfg(test)]
 pub(super) fn count_by(counter: impl Into<Op>, loads: u32, subtract: bool) -> Instruction {
     let code = match (subtract, loads <= 127) {
         (true, true) => Code::Sub_rm64_imm8,
@@ -1702,20 +1757,31 @@ fn return_over_red_zone(flags_dead: bool) -> Instruction {
 
 /// `lea dst, [operand of load]`, with `rsp_adjust` added when the base is
 /// `rsp` (bytes the stub pushed since the load's `rsp`).
+///
+/// Set field by field, as iced's `with2` sets them, and inlined: built
+/// through `with2` (out of line, its `MemoryOperand` and `Result` copied)
+/// it was most of a stub's building, once per probe.
+#[inline]
 pub(crate) fn effective_address(load: &Instruction, dst: Register, rsp_adjust: i64) -> Instruction {
     let base = load.memory_base();
-    let index = load.memory_index();
-    let mut disp = load.memory_displacement64() as i64;
+    let mut disp = load.memory_displacement64();
     let mut size = load.memory_displ_size();
     if base == Register::RSP || base == Register::ESP {
-        disp += rsp_adjust;
+        disp = disp.wrapping_add(rsp_adjust as u64);
         size = 1; // disp8 if it fits, else the address size
     }
-    let scale = load.memory_index_scale();
     // 32-bit base/index registers keep the 32-bit address size (and its
     // wrap-around) through the encoder's address-size prefix.
-    let operand = MemoryOperand::new(base, index, scale, disp, size, false, Register::None);
-    Instruction::with2(Code::Lea_r64_m, dst, operand).expect("valid lea")
+    let mut lea = Instruction::default();
+    lea.set_code(Code::Lea_r64_m);
+    lea.set_op0_register(dst);
+    lea.set_op1_kind(OpKind::Memory);
+    lea.set_memory_base(base);
+    lea.set_memory_index(load.memory_index());
+    lea.set_memory_index_scale(load.memory_index_scale());
+    lea.set_memory_displ_size(size);
+    lea.set_memory_displacement64(disp);
+    lea
 }
 
 /// Appends the string stub of `insn` at `stub` (see the module
@@ -1917,6 +1983,10 @@ mod tests {
             for subtract in [true, false] {
                 let built = count_by(fs_countdown(), loads, subtract);
                 assert_same(parts.countdown_by(loads, subtract), built, "count");
+                for reg in (0..16).map(gpr64) {
+                    let built = count_by(reg, loads, subtract);
+                    assert_same(count_register_by(reg, loads, subtract), built, "count reg");
+                }
             }
         }
         for (dst, base) in [
@@ -2233,6 +2303,91 @@ mod tests {
         }
         out
     }
+
+    /// [`effective_address`] as iced's validating constructor builds it.
+    fn effective_address_by_iced(
+        load: &Instruction,
+        dst: Register,
+        rsp_adjust: i64,
+    ) -> Instruction {
+        let base = load.memory_base();
+        let mut disp = load.memory_displacement64() as i64;
+        let mut size = load.memory_displ_size();
+        if base == Register::RSP || base == Register::ESP {
+            disp += rsp_adjust;
+            size = 1;
+        }
+        let (index, scale) = (load.memory_index(), load.memory_index_scale());
+        let operand = MemoryOperand::new(base, index, scale, disp, size, false, Register::None);
+        Instruction::with2(Code::Lea_r64_m, dst, operand).unwrap()
+    }
+
+    #[test]
+    fn effective_addresses_are_the_instructions_iced_builds_for_every_form_and_register() {
+        let mut loads = loads_of_every_form();
+        // Every base and index register (64- and 32-bit), each scale, and
+        // displacements of every size.
+        let displacements = [0i64, 8, -0x80, 0x7f, 0x80, -0x81, 0x7fff_ffff, -0x8000_0000];
+        for n in 0..16 {
+            for wide in [true, false] {
+                let register = |k: usize| {
+                    let r = gpr64(k);
+                    if wide { r } else { r.full_register32() }
+                };
+                let (base, index) = (register(n), register((n + 5) % 16));
+                let index = if index.full_register() == Register::RSP {
+                    Register::None
+                } else {
+                    index
+                };
+                for (k, &disp) in displacements.iter().enumerate() {
+                    let scale = 1 << (k % 4);
+                    let size = if wide { 8 } else { 4 };
+                    let operand =
+                        MemoryOperand::new(base, index, scale, disp, size, false, Register::None);
+                    loads.push(
+                        Instruction::with2(Code::Mov_r64_rm64, Register::RAX, operand).unwrap(),
+                    );
+                    let alone = MemoryOperand::with_base_displ_size(base, disp, 1);
+                    loads.push(
+                        Instruction::with2(Code::Mov_r64_rm64, Register::RAX, alone).unwrap(),
+                    );
+                }
+            }
+        }
+        for load in &loads {
+            for dst in (0..16).map(gpr64) {
+                for adjust in [0, 8, RED_ZONE + 8, RED_ZONE + 16, RED_ZONE + 24, 144] {
+                    let direct = effective_address(load, dst, adjust);
+                    let built = effective_address_by_iced(load, dst, adjust);
+                    assert!(
+                        direct.eq_all_bits(&built),
+                        "{load}, {dst:?}, {adjust}: {direct} against {built}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn branches_are_the_instructions_iced_builds_for_every_code_set_directly() {
+        let direct: Vec<Code> = Code::values()
+            .filter(|&c| is_probe_near_branch(c))
+            .collect();
+        assert_eq!(direct.len(), 10, "{direct:?}");
+        for code in direct {
+            for target in [0, 0x1000, 0x7fff_ffff, 0xffff_ffff_ffff_fff0, FAKE_TARGET] {
+                let built = Instruction::with_branch(code, target).unwrap();
+                assert!(
+                    branch(code, target).eq_all_bits(&built),
+                    "{code:?} to {target:#x}"
+                );
+            }
+        }
+    }
+
+    /// A fake label's address, far above any code.
+    const FAKE_TARGET: u64 = 1 << 62;
 
     #[test]
     fn rsp_relative_operands_account_for_the_stub_pushes() {

@@ -54,7 +54,7 @@
 //! inside a probe that saves below the red zone), and `R` and `S` holding
 //! the probes' values rather than the caller's.
 
-use super::probe::{FastPath, SpatialProbe, branch, count_by, fs_countdown, i2, with_ip};
+use super::probe::{FastPath, SpatialProbe, branch, count_register_by, fs_countdown, i2, with_ip};
 use super::relocate::{Insert, Superblock};
 use crate::binary::usage::Usages;
 use crate::binary::{FunctionCode, Terminator};
@@ -306,8 +306,9 @@ fn registers_used(
 pub(crate) struct LoopMap<'a> {
     code: &'a FunctionCode,
     loops: &'a [RegisterLoop],
-    /// Block index → loop index.
-    of_block: foldhash::HashMap<u32, usize>,
+    /// Block index → loop index (empty without loops): indexed, not
+    /// hashed, as it is asked of every instruction of the copy.
+    of_block: Vec<Option<u32>>,
     /// Each loop's label past its entry (the target of its back edges).
     bodies: Vec<u64>,
 }
@@ -320,10 +321,13 @@ impl<'a> LoopMap<'a> {
         loops: &'a [RegisterLoop],
         next_label: &mut dyn FnMut() -> u64,
     ) -> LoopMap<'a> {
-        let mut of_block = foldhash::HashMap::default();
-        for (n, lp) in loops.iter().enumerate() {
-            for &b in &lp.blocks {
-                of_block.insert(b, n);
+        let mut of_block = Vec::new();
+        if !loops.is_empty() {
+            of_block.resize(code.blocks.len(), None);
+            for (n, lp) in loops.iter().enumerate() {
+                for &b in &lp.blocks {
+                    of_block[b as usize] = Some(n as u32);
+                }
             }
         }
         let bodies = loops.iter().map(|_| next_label()).collect();
@@ -341,7 +345,7 @@ impl<'a> LoopMap<'a> {
         if self.loops.is_empty() {
             return None;
         }
-        self.of_block.get(&self.code.block_of[i]).copied()
+        self.of_block[self.code.block_of[i] as usize].map(|n| n as usize)
     }
 
     /// The register of loop `n`.
@@ -457,7 +461,7 @@ impl<'a> LoopMap<'a> {
         let stub = next_label();
         let start = stubs.len();
         if let Some(loads) = skipped {
-            stubs.push(count_by(lp.reg, loads, false));
+            stubs.push(count_register_by(lp.reg, loads, false));
         }
         if !inside {
             leave(lp, stubs);
@@ -524,7 +528,7 @@ impl<'a> LoopMap<'a> {
 /// stub is the flags-dead one, which stores 0 to the countdown in memory,
 /// and returns through [`reload`].
 pub(crate) fn probe(reg: Register, ip: u64, slow: u64, out: &mut Vec<Instruction>) {
-    out.push(with_ip(count_by(reg, 1, true), ip));
+    out.push(with_ip(count_register_by(reg, 1, true), ip));
     out.push(branch(Code::Jb_rel32_64, slow));
 }
 
@@ -538,14 +542,14 @@ pub(crate) fn reload(reg: Register, label: u64, target: u64, out: &mut Vec<Instr
 /// Appends a block check subtracting `loads` from the countdown in `reg`
 /// (flags dead); its first instruction takes `ip`.
 fn block_check(reg: Register, loads: u32, ip: u64, stub: u64, out: &mut Vec<Instruction>) {
-    out.push(with_ip(count_by(reg, loads, true), ip));
+    out.push(with_ip(count_register_by(reg, loads, true), ip));
     out.push(branch(Code::Jbe_rel32_64, stub));
 }
 
 /// Appends the stub of a register block check: gives the `loads` back,
 /// stores the countdown for the counting fragment at `fragment`.
 fn block_stub(reg: Register, loads: u32, stub: u64, fragment: u64, out: &mut Vec<Instruction>) {
-    out.push(with_ip(count_by(reg, loads, false), stub));
+    out.push(with_ip(count_register_by(reg, loads, false), stub));
     out.push(i2(Code::Mov_rm64_r64, fs_countdown(), reg));
     out.push(jump(fragment));
 }

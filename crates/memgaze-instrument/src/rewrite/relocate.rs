@@ -1350,12 +1350,23 @@ fn copy_instructions(
         &plan.escapes,
     );
     for (i, original) in code.instructions.iter().enumerate() {
-        let here = listed.take(i);
         first.push(all.insns.len());
         let ip = original.ip();
         if i > 0 && follows_alignment_padding(ip, &code.instructions[i - 1]) {
             aligned.push((all.insns.len(), None));
         }
+        let in_loop = loops.of(i);
+        let checked = checks.first().is_some_and(|block| block.at == i);
+        if !listed.holds(i) && in_loop.is_none() && !checked && i > 0 {
+            // Most instructions: nothing before them and no change but a
+            // hooked import's call, pushed as they are (built up through
+            // the probes' steps, each was copied twice more).
+            all.insns.push(*original);
+            let pushed = all.insns.last_mut().expect("just pushed");
+            hook_got_call(entries, pushed);
+            continue;
+        }
+        let here = listed.take(i);
         // The address the next emitted instruction must carry: the
         // original one first, then a block check's resume label.
         let mut label = ip;
@@ -1367,10 +1378,9 @@ fn copy_instructions(
             all.insns.push(call);
             label = 0;
         }
-        let in_loop = loops.of(i);
         label = loops.enter((i, in_loop), label, &mut all.insns, aligned);
         if let [block, rest @ ..] = checks
-            && block.at == i
+            && checked
         {
             checks = rest;
             let loads = block.loads.len() as u32;
@@ -1611,6 +1621,13 @@ impl<'l> Listed<'l> {
             .min(front(self.escapes))
     }
 
+    /// Whether any list may hold instruction `i` (else [`Listed::take`]
+    /// gives nothing).
+    #[inline]
+    fn holds(&self, i: usize) -> bool {
+        i >= self.next
+    }
+
     /// What the lists hold for instruction `i`, taken off their fronts
     /// (the instructions are walked in order). An entry below `i`, never
     /// taken, keeps every later instruction checked, as [`take_at`] alone
@@ -1717,7 +1734,7 @@ fn push_escape_check(
         all.push(load);
     } else {
         let stub = next_fake();
-        let mut jump = Instruction::with_branch(Code::Jmp_rel32_64, stub)?;
+        let mut jump = probe::branch(Code::Jmp_rel32_64, stub);
         jump.set_ip(insn.ip());
         probe::escape_stub(insn, site, check, stub, next_fake, stubs);
         all.push(jump);
@@ -3325,8 +3342,7 @@ fn counting_fragment(
                 FlowControl::Call | FlowControl::IndirectCall
             )
         {
-            let mut back =
-                Instruction::with_branch(Code::Jmp_rel32_64, original.ip()).expect("valid jmp");
+            let mut back = probe::branch(Code::Jmp_rel32_64, original.ip());
             back.set_ip(first);
             out.insns.push(back);
             return;
@@ -3414,14 +3430,13 @@ fn counting_fragment(
         FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch
     ) {
         let next = last.next_ip();
-        out.insns
-            .push(Instruction::with_branch(Code::Jmp_rel32_64, next).expect("valid jmp"));
+        out.insns.push(probe::branch(Code::Jmp_rel32_64, next));
     }
 }
 
 /// `jmp rel32 target` carrying the label `ip` (0: none).
 fn jump_with_label(target: u64, ip: u64) -> Instruction {
-    let mut jump = Instruction::with_branch(Code::Jmp_rel32_64, target).expect("valid jmp");
+    let mut jump = probe::branch(Code::Jmp_rel32_64, target);
     jump.set_ip(ip);
     jump
 }
