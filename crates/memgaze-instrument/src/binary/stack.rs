@@ -118,21 +118,28 @@ enum StackEffect {
 /// How `insn` moves `rsp`, `frame_pointer` being `rbp`'s entry-relative
 /// offset when it is a frame pointer.
 fn stack_effect(insn: &Instruction, frame_pointer: Option<i64>) -> StackEffect {
-    let rsp_dst = writes_rsp_operand(insn);
-    // Most instructions neither name `rsp` as their destination nor are
-    // stack instructions (iced's flag, one table read): they leave it, and
-    // the match over the mnemonic is not made for them.
-    if !rsp_dst && !insn.is_stack_instruction() {
+    if !may_move_rsp(insn) {
         return StackEffect::Add(0);
     }
-    mnemonic_stack_effect(insn, rsp_dst, frame_pointer)
+    mnemonic_stack_effect(insn, writes_rsp_operand(insn), frame_pointer)
 }
 
-/// Whether `insn`'s first operand is `rsp`.
+/// Whether `insn` may move `rsp`: most instructions neither name `rsp` as
+/// their destination nor are stack instructions (iced's flag, one table
+/// read), and leave it without the match over the mnemonic.
+#[inline(always)]
+fn may_move_rsp(insn: &Instruction) -> bool {
+    writes_rsp_operand(insn) || insn.is_stack_instruction()
+}
+
+/// Whether `insn`'s first operand is `rsp`. The register is compared
+/// first: a field read that is false for almost every instruction, where
+/// the operand count is a table read.
+#[inline(always)]
 fn writes_rsp_operand(insn: &Instruction) -> bool {
-    insn.op_count() > 0
+    insn.op0_register() == Register::RSP
+        && insn.op_count() > 0
         && insn.op0_kind() == OpKind::Register
-        && insn.op0_register() == Register::RSP
 }
 
 /// [`stack_effect`] by the mnemonic, `rsp_dst` telling whether the first
@@ -219,6 +226,11 @@ pub(crate) fn positions_into(
         let insns = range.clone().zip(&code.instructions[range.clone()]);
         for ((i, insn), slot) in insns.zip(&mut out[range]) {
             *slot = pos;
+            // Checked here so that the instructions that leave `rsp` (most)
+            // cost no call and no update of the position.
+            if !may_move_rsp(insn) {
+                continue;
+            }
             pos = match stack_effect(insn, frame_pointer) {
                 StackEffect::Add(d) => pos.map(|p| p.plus(d)),
                 StackEffect::FromFramePointer(off) => Some(StackPos::entry(off)),

@@ -75,6 +75,24 @@ fn widest_slots(
     }
 }
 
+/// Widens each of `slots` (sorted, each position once) to the widest of
+/// `accesses` at its position; accesses elsewhere add no slot. The slots
+/// of the accesses inside loops, widened by those outside, are the slots of
+/// all accesses restricted to the positions accessed inside loops: the
+/// only ones the evaluator asks about, in the same order, with the same
+/// widths, so the same overlaps. Sorting only the loops' accesses spares
+/// the sort of every other frame access of the function.
+fn widen_slots(accesses: impl Iterator<Item = (StackPos, u32)>, slots: &mut [(StackPos, u32)]) {
+    if slots.is_empty() {
+        return;
+    }
+    for (pos, size) in accesses {
+        if let Ok(k) = slots.binary_search_by_key(&pos, |s| s.0) {
+            slots[k].1 = slots[k].1.max(size);
+        }
+    }
+}
+
 /// A slot access as one number ordered as the tuple `(pos, size)`:
 /// anchor, offset (its sign bit flipped, so that unsigned order is signed
 /// order) and size, from the most significant bits down.
@@ -104,7 +122,8 @@ pub(crate) struct Frame {
     pub(crate) rsp_delta: Vec<Option<StackPos>>,
     /// Entry-relative offset `rbp` holds when it is a frame pointer.
     pub(crate) frame_pointer: Option<i64>,
-    /// Slots and their widest access, sorted; index = var - GPRS.
+    /// The slots accessed inside loops, each with the widest access at
+    /// its position anywhere in the function, sorted; index = var - GPRS.
     pub slots: Vec<(StackPos, u32)>,
     /// Definitions: `defs[def_start[i]..def_start[i+1]]` for instruction `i`.
     def_start: Vec<u32>,
@@ -120,8 +139,11 @@ struct FrameScratch {
     /// Per instruction, the general-purpose registers it writes (bit =
     /// variable), where the computation asked (0 elsewhere).
     written: Vec<u16>,
-    /// The frame-candidate accesses, in instruction order.
+    /// The frame-candidate accesses inside loops, in instruction order.
     accesses: Vec<FrameAccess>,
+    /// Those outside loops: they widen the slots accessed inside loops
+    /// ([`widen_slots`]) and name no slot of their own.
+    outer_accesses: Vec<FrameAccess>,
     /// The slot keys of [`widest_slots`].
     keys: Vec<u128>,
 }
@@ -163,15 +185,16 @@ fn is_write(access: OpAccess) -> bool {
 impl FrameScratch {
     /// One pass over the instructions' usage, block by block: the GPRs
     /// each instruction writes (`written`) and its frame-candidate
-    /// accesses (`accesses`).
+    /// accesses (`accesses` inside loops, `outer_accesses` outside).
     ///
     /// Only the instructions inside loops have their writes read (the
     /// evaluator asks about no others), and, when the entry block sets
     /// `rbp` up as a frame pointer that is not yet known
     /// (`rbp_writes_asked`), every instruction's. Outside loops, the
     /// instructions' register and memory usage (most of this pass) is asked
-    /// only where the answer matters: frame accesses, which name the slots
-    /// and their widths (the overlaps of stores in loops depend on them).
+    /// only where the answer matters: frame accesses, whose widths are
+    /// those of the slots at their positions (the overlaps of stores in
+    /// loops depend on them).
     fn read_usage(
         &mut self,
         code: &FunctionCode,
@@ -182,8 +205,15 @@ impl FrameScratch {
         self.written.clear();
         self.written.resize(code.instructions.len(), 0);
         self.accesses.clear();
+        self.outer_accesses.clear();
         for (b, block) in code.blocks.iter().enumerate() {
-            let writes_asked = rbp_writes_asked || loops.innermost(b as u32).is_some();
+            let in_loop = loops.innermost(b as u32).is_some();
+            let writes_asked = rbp_writes_asked || in_loop;
+            let accesses = if in_loop {
+                &mut self.accesses
+            } else {
+                &mut self.outer_accesses
+            };
             let range = block.instructions();
             let insns = code.instructions[range.clone()].iter();
             for ((i, insn), written) in range.clone().zip(insns).zip(&mut self.written[range]) {
@@ -205,7 +235,7 @@ impl FrameScratch {
                 } else {
                     usages.memory_of(insn)
                 };
-                push_frame_accesses(&mut self.accesses, i, memory);
+                push_frame_accesses(accesses, i, memory);
             }
         }
     }
@@ -269,25 +299,32 @@ impl Frame {
             defs,
             scratch: FrameScratch::default(),
         };
-        // Slots: every frame access.
+        // Slots: every frame access inside a loop, as wide as the widest
+        // access at its position anywhere.
         let mut slots = std::mem::take(&mut frame.slots);
         widest_slots(
-            scratch
-                .accesses
-                .iter()
-                .filter_map(|&(i, base, disp, size, _)| {
-                    Some((
-                        frame.slot_offset(i as usize, base, Register::None, disp)?,
-                        size,
-                    ))
-                }),
+            frame.access_slots(&scratch.accesses),
             &mut scratch.keys,
             &mut slots,
         );
+        widen_slots(frame.access_slots(&scratch.outer_accesses), &mut slots);
         frame.slots = slots;
         frame.list_defs(code, loops, &scratch.written, &scratch.accesses);
         frame.scratch = scratch;
         frame
+    }
+
+    /// The positions and sizes of `accesses` whose positions are known.
+    fn access_slots<'s>(
+        &'s self,
+        accesses: &'s [FrameAccess],
+    ) -> impl Iterator<Item = (StackPos, u32)> + 's {
+        accesses.iter().filter_map(|&(i, base, disp, size, _)| {
+            Some((
+                self.slot_offset(i as usize, base, Register::None, disp)?,
+                size,
+            ))
+        })
     }
 
     /// The frame's allocations, for the next function's.
@@ -518,6 +555,53 @@ mod tests {
             let mut slots = Vec::new();
             widest_slots(accesses.into_iter(), &mut Vec::new(), &mut slots);
             assert_eq!(slots, expected);
+        }
+    }
+
+    /// [`widest_slots`] of the accesses inside loops, [`widen_slots`] by
+    /// those outside, against [`widest_slots`] of all of them restricted to
+    /// the positions accessed inside loops, on pseudo-random accesses
+    /// (positions and sizes drawn from few values, so that they meet).
+    #[test]
+    fn widened_slots_match_all_accesses_restricted() {
+        let mut state = 0x6a09_e667_f3bc_c908u64;
+        let mut next = || crate::binary::xorshift64(&mut state);
+        for round in 0..400 {
+            let accesses: Vec<(StackPos, u32, bool)> = (0..round)
+                .map(|_| {
+                    let r = next();
+                    let pos = StackPos {
+                        anchor: (r % 2) as u32,
+                        offset: (r >> 8) as i64 % 24 - 12,
+                    };
+                    let size = [0, 1, 4, 8, 16][(r >> 4) as usize % 5];
+                    (pos, size, r & 0x80 == 0)
+                })
+                .collect();
+            let mut all = Vec::new();
+            widest_slots(
+                accesses.iter().map(|&(pos, size, _)| (pos, size)),
+                &mut Vec::new(),
+                &mut all,
+            );
+            all.retain(|s| accesses.iter().any(|&(pos, _, inner)| inner && pos == s.0));
+            let mut slots = Vec::new();
+            widest_slots(
+                accesses
+                    .iter()
+                    .filter(|a| a.2)
+                    .map(|&(pos, size, _)| (pos, size)),
+                &mut Vec::new(),
+                &mut slots,
+            );
+            widen_slots(
+                accesses
+                    .iter()
+                    .filter(|a| !a.2)
+                    .map(|&(pos, size, _)| (pos, size)),
+                &mut slots,
+            );
+            assert_eq!(slots, all, "round {round}");
         }
     }
 
