@@ -246,7 +246,7 @@ pub fn annotate(binary: &Binary, functions: Option<&str>) -> Result<Annotation, 
 pub fn annotate_with_code(
     binary: &Binary,
     functions: Option<&str>,
-) -> Result<(Annotation, HashMap<u64, FunctionCode>), InstrumentError> {
+) -> Result<(Annotation, HashMap<u64, Box<FunctionCode>>), InstrumentError> {
     let (mut annotation, codes) = annotate_without_lines(binary, functions)?;
     crate::classify::add_lines(&mut annotation.loads, binary);
     Ok((annotation, codes))
@@ -256,18 +256,22 @@ pub fn annotate_with_code(
 fn annotate_without_lines(
     binary: &Binary,
     functions: Option<&str>,
-) -> Result<(Annotation, HashMap<u64, FunctionCode>), InstrumentError> {
+) -> Result<(Annotation, HashMap<u64, Box<FunctionCode>>), InstrumentError> {
     let selected = select(binary, functions)?;
     let parts = classify_functions(binary, &selected);
     Ok(gather_annotation(binary, selected.len(), parts))
 }
 
 /// The loads and the control flow of the functions `selected` (indices
-/// into the binary's functions), on all cores, in order.
+/// into the binary's functions), on all cores, in order. Each function's
+/// control flow is boxed where it is built: it then moves from this list
+/// to the map of codes and on to the plans as one pointer, where each
+/// list and map of it inline was a fresh copy of every function's (pages
+/// faulted in for each).
 fn classify_functions(
     binary: &Binary,
     selected: &[usize],
-) -> Vec<(usize, FunctionLoads, FunctionCode)> {
+) -> Vec<(usize, FunctionLoads, Box<FunctionCode>)> {
     use rayon::prelude::*;
     let _classifying = crate::timings::phase("classify (CFG, load classes)");
     selected
@@ -275,7 +279,7 @@ fn classify_functions(
         .map_init(Classifier::new, |classifier, &i| {
             let code = binary.function_code(&binary.functions()[i]);
             let loads = classifier.classify(&code);
-            (i, loads, code)
+            (i, loads, Box::new(code))
         })
         .collect()
 }
@@ -285,8 +289,8 @@ fn classify_functions(
 fn gather_annotation(
     binary: &Binary,
     selected: usize,
-    parts: Vec<(usize, FunctionLoads, FunctionCode)>,
-) -> (Annotation, HashMap<u64, FunctionCode>) {
+    parts: Vec<(usize, FunctionLoads, Box<FunctionCode>)>,
+) -> (Annotation, HashMap<u64, Box<FunctionCode>>) {
     let _gathering = crate::timings::phase("gather loads, annotation");
     let mut loads = BinaryLoads {
         functions: Vec::with_capacity(selected),

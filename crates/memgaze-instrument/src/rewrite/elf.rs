@@ -268,11 +268,12 @@ impl<'a> ElfEditor<'a> {
     }
 
     /// Writes over `chunk`, the input's bytes from offset `from` on, the
-    /// parts of the patches that fall in it, in the order they were made
-    /// (a later patch wins where two overlap).
-    fn apply_patches(&self, chunk: &mut [u8], from: usize) {
+    /// parts of `patches` (indices into the patches, in the order they were
+    /// made: a later patch wins where two overlap) that fall in it.
+    fn apply_patches(&self, chunk: &mut [u8], from: usize, patches: &[u32]) {
         let to = from + chunk.len();
-        for (at, range) in &self.patches {
+        for &p in patches {
+            let (at, range) = &self.patches[p as usize];
             let patch = &self.patched[range.clone()];
             let (start, end) = ((*at).max(from), (at + patch.len()).min(to));
             if start < end {
@@ -412,20 +413,16 @@ impl ElfEditor<'_> {
         release_input: impl Fn(std::ops::Range<usize>),
     ) {
         let len = self.bytes.len();
-        let mut patched_chunks = vec![false; len.div_ceil(COPY_CHUNK)];
-        for (at, range) in &self.patches {
-            let end = (at + range.len()).min(len);
-            if let Some(chunks) = patched_chunks.get_mut(at / COPY_CHUNK..end.div_ceil(COPY_CHUNK))
-            {
-                chunks.fill(true);
-            }
-        }
-        let mut chunk = Vec::new();
+        let by_piece = PatchesByPiece::new(&self.patches, len, PATCH_PIECE);
+        let chunks = len.div_ceil(COPY_CHUNK);
+        let pieces_per_chunk = COPY_CHUNK / PATCH_PIECE;
+        let patched = |c: usize| by_piece.any_in(c * pieces_per_chunk..(c + 1) * pieces_per_chunk);
+        let mut buffer = Vec::new();
         let mut from = 0;
         while from < len {
             let c = from / COPY_CHUNK;
             // Unpatched chunks in a row go in one copy.
-            let unpatched = patched_chunks[c..].iter().take_while(|p| !**p).count();
+            let unpatched = (c..chunks).take_while(|&c| !patched(c)).count();
             if unpatched > 0
                 && let Some(file) = input_file
             {
@@ -437,13 +434,108 @@ impl ElfEditor<'_> {
                 input_file = None;
             }
             let to = (from + COPY_CHUNK).min(len);
-            chunk.clear();
-            chunk.extend_from_slice(&self.bytes[from..to]);
-            self.apply_patches(&mut chunk, from);
-            out.write_at(from as u64, &chunk);
+            self.write_patched(out, from..to, &by_piece, &mut buffer);
             release_input(from..to);
             from = to;
         }
+    }
+
+    /// Writes the input's bytes in `range` (whole pieces of `by_piece`)
+    /// with their patches applied, a piece at a time: a piece no patch
+    /// touches straight from the input, a patched one through `buffer`.
+    /// A buffer of a piece stays in the allocator's heap; one of a whole
+    /// chunk was mapped apart and faulted in afresh (about a thousand
+    /// page faults a run).
+    fn write_patched(
+        &self,
+        out: &mut dyn Output,
+        range: std::ops::Range<usize>,
+        by_piece: &PatchesByPiece,
+        buffer: &mut Vec<u8>,
+    ) {
+        let mut from = range.start;
+        while from < range.end {
+            let to = (from + by_piece.piece).min(range.end);
+            let patches = by_piece.of(from / by_piece.piece);
+            if patches.is_empty() {
+                out.write_at(from as u64, &self.bytes[from..to]);
+            } else {
+                buffer.clear();
+                buffer.extend_from_slice(&self.bytes[from..to]);
+                self.apply_patches(buffer, from, patches);
+                out.write_at(from as u64, buffer);
+            }
+            from = to;
+        }
+    }
+}
+
+/// Bytes of the input patched and written at a time ([`ElfEditor::finish`]);
+/// divides [`COPY_CHUNK`].
+const PATCH_PIECE: usize = 64 << 10;
+
+/// The patches that touch each piece of the input (of `piece` bytes from
+/// offset 0), each piece's in the order they were made: a piece is patched
+/// by its own few, not by a walk of all of them.
+struct PatchesByPiece {
+    piece: usize,
+    /// Where each piece's patches begin in `patches`, and one past the
+    /// last piece's end.
+    starts: Vec<u32>,
+    /// Patch indices, piece by piece.
+    patches: Vec<u32>,
+}
+
+impl PatchesByPiece {
+    /// Buckets `patches` (`(file offset, range of bytes)`, in the order
+    /// made) over the pieces of an input of `len` bytes; the parts of
+    /// patches past `len` belong to no piece.
+    fn new(patches: &[(usize, std::ops::Range<usize>)], len: usize, piece: usize) -> Self {
+        let pieces_of = |(at, range): &(usize, std::ops::Range<usize>)| {
+            let end = (at + range.len()).min(len);
+            if *at < end {
+                at / piece..(end - 1) / piece + 1
+            } else {
+                0..0
+            }
+        };
+        // A counting sort by piece, stable: each piece keeps the order made.
+        let mut starts = vec![0u32; len.div_ceil(piece) + 1];
+        for p in patches {
+            for i in pieces_of(p) {
+                starts[i + 1] += 1;
+            }
+        }
+        for i in 1..starts.len() {
+            starts[i] += starts[i - 1];
+        }
+        let mut next = starts.clone();
+        let mut by_piece = vec![0u32; *starts.last().unwrap_or(&0) as usize];
+        for (index, p) in patches.iter().enumerate() {
+            for i in pieces_of(p) {
+                by_piece[next[i] as usize] = index as u32;
+                next[i] += 1;
+            }
+        }
+        PatchesByPiece {
+            piece,
+            starts,
+            patches: by_piece,
+        }
+    }
+
+    /// The patches touching piece `i`, in the order made.
+    fn of(&self, i: usize) -> &[u32] {
+        match (self.starts.get(i), self.starts.get(i + 1)) {
+            (Some(&start), Some(&end)) => &self.patches[start as usize..end as usize],
+            _ => &[],
+        }
+    }
+
+    /// Whether any piece in `pieces` is touched by a patch.
+    fn any_in(&self, pieces: std::ops::Range<usize>) -> bool {
+        let last = self.starts.len() - 1;
+        self.starts[pieces.end.min(last)] > self.starts[pieces.start.min(last)]
     }
 }
 
@@ -623,14 +715,37 @@ mod tests {
         for (at, range) in &editor.patches {
             one_by_one[*at..at + range.len()].copy_from_slice(&editor.patched[range.clone()]);
         }
+        let by_piece = PatchesByPiece::new(&editor.patches, 3 * 4096, 4096);
         let mut chunked = Vec::new();
         for from in (0..3 * 4096).step_by(4096) {
             let mut chunk = bytes[from..from + 4096].to_vec();
-            editor.apply_patches(&mut chunk, from);
+            editor.apply_patches(&mut chunk, from, by_piece.of(from / 4096));
             chunked.extend(chunk);
         }
         assert!(chunked == one_by_one, "the patched bytes differ");
         assert_eq!(&chunked[100..112], &[3, 3, 3, 3, 4, 4, 4, 4, 4, 4, 4, 4]);
+    }
+
+    #[test]
+    fn patches_are_bucketed_by_the_pieces_they_touch_in_the_order_made() {
+        let patches = [
+            (10, 0..4),   // piece 0
+            (98, 0..4),   // pieces 0 and 1 (100 bytes a piece)
+            (150, 0..1),  // piece 1
+            (5, 0..10),   // piece 0, after the first two
+            (299, 0..20), // piece 2, its part past the input's end in none
+            (400, 0..8),  // wholly past the end
+        ];
+        let by_piece = PatchesByPiece::new(&patches, 300, 100);
+        assert_eq!(by_piece.of(0), [0, 1, 3]);
+        assert_eq!(by_piece.of(1), [1, 2]);
+        assert_eq!(by_piece.of(2), [4]);
+        assert!(by_piece.of(3).is_empty());
+        assert!(by_piece.any_in(2..4));
+        assert!(!by_piece.any_in(3..8));
+        let none = PatchesByPiece::new(&[], 300, 100);
+        assert!(!none.any_in(0..3));
+        assert!(none.of(1).is_empty());
     }
 
     /// A file output that counts the copies it made from a file.

@@ -386,7 +386,7 @@ pub(crate) fn instrument_with_code<L: Send, R: Send>(
     binary: &Binary,
     mut annotation: Annotation,
     options: &InstrumentOptions,
-    codes: &mut HashMap<u64, FunctionCode>,
+    codes: &mut HashMap<u64, Box<FunctionCode>>,
     (out, read_lines, finish_annotation): (
         &mut dyn Output,
         impl FnOnce(&AtomicBool) -> L + Send,
@@ -1041,12 +1041,12 @@ fn plan_functions(
     selection: &Selection,
     original: &OriginalUnwind<'_>,
     options: &InstrumentOptions,
-    codes: &mut HashMap<u64, FunctionCode>,
+    codes: &mut HashMap<u64, Box<FunctionCode>>,
     report: &mut Report,
 ) -> (Vec<Planned>, Vec<(usize, String)>) {
     let soft = options.mode == InstrumentationMode::Soft;
     let id_base = options.library.map_or(0, |o| o << library::OBJECT_SHIFT);
-    let work: Vec<(usize, Option<usize>, Option<FunctionCode>)> = selection
+    let work: Vec<(usize, Option<usize>, Option<Box<FunctionCode>>)> = selection
         .functions
         .iter()
         .map(|&(bi, ai)| (bi, ai, codes.remove(&binary.functions()[bi].start)))
@@ -1119,7 +1119,7 @@ impl Planner<'_, '_> {
     /// region marker; `code` when already built): checks it can be copied,
     /// then picks a probe per instrumented load and, in soft mode, groups
     /// them into superblocks.
-    fn plan(&self, bi: usize, ai: Option<usize>, code: Option<FunctionCode>) -> PlanOutcome {
+    fn plan(&self, bi: usize, ai: Option<usize>, code: Option<Box<FunctionCode>>) -> PlanOutcome {
         let Planner {
             binary,
             annotation,
@@ -1129,7 +1129,7 @@ impl Planner<'_, '_> {
             id_base,
         } = *self;
         let f = &binary.functions()[bi];
-        let code = code.unwrap_or_else(|| binary.function_code(f));
+        let code = code.map_or_else(|| binary.function_code(f), |code| *code);
         if let Err(reason) = check_function(
             binary,
             f,
