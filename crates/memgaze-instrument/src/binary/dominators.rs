@@ -130,7 +130,9 @@ fn tree_order(idom: &[Option<u32>], rpo: &[u32]) -> Vec<(u32, u32)> {
         |b: u32| &children[first[b as usize] as usize..first[b as usize + 1] as usize];
     let mut order = vec![(u32::MAX, u32::MAX); n];
     let mut clock = 0u32;
-    let mut stack: Vec<(u32, usize)> = vec![(0, 0)];
+    // Never deeper than the blocks: one allocation, not a growing stack.
+    let mut stack: Vec<(u32, usize)> = Vec::with_capacity(n);
+    stack.push((0, 0));
     order[0].0 = clock;
     clock += 1;
     while let Some(&mut (b, ref mut next)) = stack.last_mut() {

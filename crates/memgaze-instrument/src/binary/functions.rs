@@ -1,10 +1,11 @@
 //! Function discovery: where each function starts and ends, and its name.
 //!
 //! Sources, most trusted first:
-//! 1. `.symtab` function symbols with a size, in executable sections;
-//! 2. `.eh_frame` FDEs, for code no sized symbol covers (all of it in
-//!    stripped binaries), named from `.dynsym`, the entry point, `DT_INIT` and
-//!    `DT_FINI` where those match, else `sub_<hex start>`;
+//! 1. `.symtab` function symbols with a size, in executable sections, and
+//!    sized `.dynsym` ones at addresses `.symtab` has none for;
+//! 2. `.eh_frame` FDEs, for code no sized symbol covers (in stripped
+//!    binaries all but the exported functions), named as the entry point,
+//!    `DT_INIT` and `DT_FINI` where those match, else `sub_<hex start>`;
 //! 3. in stripped binaries only, code in the gaps between those (functions
 //!    without unwind info, such as crt's `deregister_tm_clones`), split at
 //!    padding after an unconditional jump or return.
@@ -16,7 +17,6 @@ use super::elf::Section;
 use foldhash::{HashSet, HashSetExt};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic};
 use serde::Serialize;
-use std::collections::BTreeMap;
 
 /// Where a function's extent came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -141,45 +141,30 @@ pub(crate) fn discover(mut input: DiscoveryInput<'_>) -> (Vec<Function>, Discove
     let in_function_code = |addr: u64| code_section(addr).filter(|s| !s.is_plt());
 
     // 1 and 2: sized symbols, best name per address.
-    let mut by_start: BTreeMap<u64, (SymbolCandidate, FunctionSource)> = BTreeMap::new();
-    for (list, source) in [
-        (std::mem::take(&mut input.symtab), FunctionSource::Symtab),
-        (std::mem::take(&mut input.dynsym), FunctionSource::Dynsym),
-    ] {
-        for sym in list {
-            let Some(section) = in_function_code(sym.start) else {
-                continue;
-            };
-            let mut sym = sym;
-            sym.size = sym.size.min(section.end() - sym.start);
-            match by_start.get(&sym.start) {
-                Some((have, _)) if have.binding_rank <= sym.binding_rank => {}
-                _ => {
-                    by_start.insert(sym.start, (sym, source));
-                }
-            }
-        }
-    }
-    let dyn_names: BTreeMap<u64, String> = by_start
-        .iter()
-        .map(|(&a, (s, _))| (a, s.name.clone()))
-        .collect();
-
-    let mut functions: Vec<Function> = Vec::new();
-    for (start, (sym, source)) in by_start {
+    let mut functions: Vec<Function> = best_symbols(
+        [
+            (std::mem::take(&mut input.symtab), FunctionSource::Symtab),
+            (std::mem::take(&mut input.dynsym), FunctionSource::Dynsym),
+        ],
+        in_function_code,
+    )
+    .into_iter()
+    .map(|(sym, source)| {
         let (name, raw_name) = names(sym.name);
-        functions.push(Function {
+        Function {
             name,
             raw_name,
-            start,
+            start: sym.start,
             size: sym.size,
             source,
-            section: code_section(start).map_or(0, |s| s.index),
-        });
-    }
+            section: code_section(sym.start).map_or(0, |s| s.index),
+        }
+    })
+    .collect();
     remove_overlaps(&mut functions, &mut stats);
 
-    // FDEs not covered by a symbol.
+    // FDEs not covered by a symbol. None starts where a sized symbol does:
+    // each of those is a function by now, or lies inside one.
     let mut extra: Vec<Function> = Vec::new();
     for &(start, len) in &input.fdes.ranges {
         let Some(section) = in_function_code(start) else {
@@ -189,13 +174,11 @@ pub(crate) fn discover(mut input: DiscoveryInput<'_>) -> (Vec<Function>, Discove
             continue;
         }
         let size = len.min(section.end() - start);
-        let raw = dyn_names.get(&start).cloned().or_else(|| {
-            input
-                .known_names
-                .iter()
-                .find(|(a, _)| *a == start)
-                .map(|(_, n)| n.to_string())
-        });
+        let raw = input
+            .known_names
+            .iter()
+            .find(|(a, _)| *a == start)
+            .map(|(_, n)| n.to_string());
         let (name, raw_name) = match raw {
             Some(raw) => names(raw),
             None => (format!("sub_{start:x}"), None),
@@ -232,6 +215,32 @@ pub(crate) fn discover(mut input: DiscoveryInput<'_>) -> (Vec<Function>, Discove
         }
     }
     (functions, stats)
+}
+
+/// The sized symbols of `lists` (`.symtab`'s, then `.dynsym`'s) in code
+/// `in_function_code` finds (trimmed to its end), one per address in
+/// address order: the best-bound (global, weak, local), the first listed
+/// among equals.
+fn best_symbols<'s>(
+    lists: [(Vec<SymbolCandidate>, FunctionSource); 2],
+    in_function_code: impl Fn(u64) -> Option<&'s Section>,
+) -> Vec<(SymbolCandidate, FunctionSource)> {
+    let mut symbols: Vec<(SymbolCandidate, FunctionSource)> =
+        Vec::with_capacity(lists.iter().map(|(list, _)| list.len()).sum());
+    for (list, source) in lists {
+        for mut sym in list {
+            let Some(section) = in_function_code(sym.start) else {
+                continue;
+            };
+            sym.size = sym.size.min(section.end() - sym.start);
+            symbols.push((sym, source));
+        }
+    }
+    // Stable: among symbols of one address and binding, the first listed
+    // comes first.
+    symbols.sort_by_key(|(sym, _)| (sym.start, sym.binding_rank));
+    symbols.dedup_by_key(|(sym, _)| sym.start);
+    symbols
 }
 
 fn names(raw: String) -> (String, Option<String>) {
