@@ -267,7 +267,11 @@ impl LineTable {
             }
         }
         let wanted = wanted.map(WantedIndex::new);
-        let read = |header| UnitLines::read(&dwarf, header, (&is_code, wanted.as_ref()), &release);
+        let abbreviations = SharedAbbreviations::of(&headers);
+        let read = |header| {
+            let near = (&is_code, wanted.as_ref());
+            UnitLines::read((&dwarf, &abbreviations), header, near, &release)
+        };
         let mut unit_lines: Vec<UnitLines> = Vec::with_capacity(headers.len());
         let mut headers = headers.into_iter();
         if let UnitPace::UntilHurried(hurry) = pace {
@@ -339,6 +343,55 @@ impl LineTable {
         // sequence's own order should two share an address at a boundary.
         table.rows.sort_by_key(|r| r.address);
         table
+    }
+}
+
+/// The abbreviation tables more than one unit uses, each parsed once, by
+/// the first unit that reads it (gimli parses a unit's table for each
+/// unit: the own release binary's 2,488 units use 487 tables, and their
+/// parsing was a tenth of reading the units).
+struct SharedAbbreviations {
+    /// By offset in `.debug_abbrev`.
+    tables: HashMap<usize, SharedTable>,
+}
+
+/// A shared abbreviation table, once parsed.
+type SharedTable = std::sync::OnceLock<Result<std::sync::Arc<gimli::Abbreviations>, gimli::Error>>;
+
+impl SharedAbbreviations {
+    /// The tables that more than one of `headers` uses, none parsed yet.
+    fn of(headers: &[gimli::UnitHeader<Reader<'_>>]) -> SharedAbbreviations {
+        let mut users: HashMap<usize, usize> = HashMap::new();
+        for header in headers {
+            *users.entry(header.debug_abbrev_offset().0).or_default() += 1;
+        }
+        let tables = users
+            .into_iter()
+            .filter(|&(_, count)| count > 1)
+            .map(|(offset, _)| (offset, SharedTable::new()))
+            .collect();
+        SharedAbbreviations { tables }
+    }
+
+    /// The unit of `header`, as [`gimli::Dwarf::unit`] gives it, its
+    /// abbreviations parsed here once where they are shared.
+    fn unit<'a>(
+        &self,
+        dwarf: &gimli::Dwarf<Reader<'a>>,
+        header: gimli::UnitHeader<Reader<'a>>,
+    ) -> Result<gimli::Unit<Reader<'a>>, gimli::Error> {
+        let offset = header.debug_abbrev_offset();
+        let Some(table) = self.tables.get(&offset.0) else {
+            return dwarf.unit(header);
+        };
+        let parse = || {
+            dwarf
+                .debug_abbrev
+                .abbreviations(offset)
+                .map(std::sync::Arc::new)
+        };
+        let abbreviations = table.get_or_init(parse).clone()?;
+        gimli::Unit::new_with_abbreviations(dwarf, header, abbreviations)
     }
 }
 
@@ -565,7 +618,7 @@ impl UnitLines {
     /// line program and its inlined ranges. Its bytes in `.debug_info` and its line program's are given to
     /// `release` once read (no other unit reads them).
     fn read<'a>(
-        dwarf: &gimli::Dwarf<Reader<'a>>,
+        (dwarf, abbreviations): (&gimli::Dwarf<Reader<'a>>, &SharedAbbreviations),
         header: gimli::UnitHeader<Reader<'a>>,
         (is_code, near): (&impl Fn(u64) -> bool, Option<&WantedIndex<'_>>),
         release: &impl Fn(&'a [u8]),
@@ -578,7 +631,7 @@ impl UnitLines {
                 .get(start.0..end)
         });
         let mut out = UnitLines::default();
-        let Ok(unit) = dwarf.unit(header) else {
+        let Ok(unit) = abbreviations.unit(dwarf, header) else {
             out.problem = Some("malformed compilation unit".into());
             return out;
         };
