@@ -267,7 +267,11 @@ impl LineTable {
             }
         }
         let wanted = wanted.map(WantedIndex::new);
-        let read = |header| UnitLines::read(&dwarf, header, (&is_code, wanted.as_ref()), &release);
+        let abbreviations = SharedAbbreviations::of(&headers);
+        let read = |header| {
+            let near = (&is_code, wanted.as_ref());
+            UnitLines::read((&dwarf, &abbreviations), header, near, &release)
+        };
         let mut unit_lines: Vec<UnitLines> = Vec::with_capacity(headers.len());
         let mut headers = headers.into_iter();
         if let UnitPace::UntilHurried(hurry) = pace {
@@ -339,6 +343,55 @@ impl LineTable {
         // sequence's own order should two share an address at a boundary.
         table.rows.sort_by_key(|r| r.address);
         table
+    }
+}
+
+/// The abbreviation tables more than one unit uses, each parsed once, by
+/// the first unit that reads it (gimli parses a unit's table for each
+/// unit: the own release binary's 2,488 units use 487 tables, and their
+/// parsing was a tenth of reading the units).
+struct SharedAbbreviations {
+    /// By offset in `.debug_abbrev`.
+    tables: HashMap<usize, SharedTable>,
+}
+
+/// A shared abbreviation table, once parsed.
+type SharedTable = std::sync::OnceLock<Result<std::sync::Arc<gimli::Abbreviations>, gimli::Error>>;
+
+impl SharedAbbreviations {
+    /// The tables that more than one of `headers` uses, none parsed yet.
+    fn of(headers: &[gimli::UnitHeader<Reader<'_>>]) -> SharedAbbreviations {
+        let mut users: HashMap<usize, usize> = HashMap::new();
+        for header in headers {
+            *users.entry(header.debug_abbrev_offset().0).or_default() += 1;
+        }
+        let tables = users
+            .into_iter()
+            .filter(|&(_, count)| count > 1)
+            .map(|(offset, _)| (offset, SharedTable::new()))
+            .collect();
+        SharedAbbreviations { tables }
+    }
+
+    /// The unit of `header`, as [`gimli::Dwarf::unit`] gives it, its
+    /// abbreviations parsed here once where they are shared.
+    fn unit<'a>(
+        &self,
+        dwarf: &gimli::Dwarf<Reader<'a>>,
+        header: gimli::UnitHeader<Reader<'a>>,
+    ) -> Result<gimli::Unit<Reader<'a>>, gimli::Error> {
+        let offset = header.debug_abbrev_offset();
+        let Some(table) = self.tables.get(&offset.0) else {
+            return dwarf.unit(header);
+        };
+        let parse = || {
+            dwarf
+                .debug_abbrev
+                .abbreviations(offset)
+                .map(std::sync::Arc::new)
+        };
+        let abbreviations = table.get_or_init(parse).clone()?;
+        gimli::Unit::new_with_abbreviations(dwarf, header, abbreviations)
     }
 }
 
@@ -565,7 +618,7 @@ impl UnitLines {
     /// line program and its inlined ranges. Its bytes in `.debug_info` and its line program's are given to
     /// `release` once read (no other unit reads them).
     fn read<'a>(
-        dwarf: &gimli::Dwarf<Reader<'a>>,
+        (dwarf, abbreviations): (&gimli::Dwarf<Reader<'a>>, &SharedAbbreviations),
         header: gimli::UnitHeader<Reader<'a>>,
         (is_code, near): (&impl Fn(u64) -> bool, Option<&WantedIndex<'_>>),
         release: &impl Fn(&'a [u8]),
@@ -578,7 +631,7 @@ impl UnitLines {
                 .get(start.0..end)
         });
         let mut out = UnitLines::default();
-        let Ok(unit) = dwarf.unit(header) else {
+        let Ok(unit) = abbreviations.unit(dwarf, header) else {
             out.problem = Some("malformed compilation unit".into());
             return out;
         };
@@ -590,14 +643,15 @@ impl UnitLines {
             .comp_dir
             .map(|d| String::from_utf8_lossy(d.slice()).into_owned());
         let mut range_slots = FileSlots::default();
-        let mut kept = RowSink::new(is_code, wanted);
+        let mut kept = RowSink::new(is_code, near);
         // The program is run here; where that leaves it to gimli, gimli
-        // runs it from its start again (and names the files it defines).
+        // runs it from its start again (and names the files it defines),
+        // its sequences kept whole and filtered once ended.
         let mut gimli_rows;
         let rows_header = if run_line_program(program.header(), &mut kept).is_some() {
             program.header()
         } else {
-            kept = RowSink::new(is_code, wanted);
+            kept = RowSink::new(is_code, None);
             gimli_rows = program.clone().rows();
             loop {
                 let (_, row) = match gimli_rows.next_row() {
@@ -610,6 +664,11 @@ impl UnitLines {
                 };
                 let line = row.line().map_or(0, |l| l.get());
                 kept.row(row.address(), row.file_index(), line, row.end_sequence());
+            }
+            if let Some(wanted) = wanted {
+                for sequence in &mut kept.sequences {
+                    *sequence = rows_serving(sequence, wanted);
+                }
             }
             gimli_rows.header()
         };
@@ -656,25 +715,47 @@ impl UnitLines {
 /// What [`UnitLines::read`] keeps of a unit's rows as its line program
 /// gives them: the sequences that begin in code, each as
 /// [`rows_serving`] keeps it for `wanted` addresses (whole without).
+/// The rows are filtered as they come (most rows of a large unit serve no
+/// wanted address, and keeping each to filter its sequence at the end
+/// was most of taking them); a sequence found going backwards is marked
+/// to be given again and kept whole ([`RowSink::read_again`]).
 struct RowSink<'s, C> {
     is_code: &'s C,
-    wanted: Option<&'s [u64]>,
+    wanted: Option<&'s WantedIndex<'s>>,
     /// The sequences kept, each ending with its end row.
     sequences: Vec<Vec<Row>>,
-    /// The rows of the sequence under way.
+    /// The rows kept of the sequence under way (all of them where it is
+    /// kept whole).
     current: Vec<Row>,
+    /// The last row of the sequence under way where it is not kept yet:
+    /// it is if a wanted address lies before the next row.
+    held: Option<Row>,
+    /// The address of the last row of the sequence under way.
+    last_address: u64,
+    /// The first wanted address at or after `last_address`, by index.
+    next_wanted: usize,
+    /// Whether the sequence under way went backwards: it was left out and
+    /// is to be given again.
+    backwards: bool,
+    /// Whether the sequence under way is kept whole.
+    whole: bool,
     slots: FileSlots,
     /// The last file index met and its slot.
     last_file: Option<(u64, u32)>,
 }
 
 impl<'s, C: Fn(u64) -> bool> RowSink<'s, C> {
-    fn new(is_code: &'s C, wanted: Option<&'s [u64]>) -> Self {
+    fn new(is_code: &'s C, wanted: Option<&'s WantedIndex<'s>>) -> Self {
         RowSink {
             is_code,
             wanted,
             sequences: Vec::new(),
             current: Vec::new(),
+            held: None,
+            last_address: 0,
+            next_wanted: 0,
+            backwards: false,
+            whole: false,
             slots: FileSlots::default(),
             last_file: None,
         }
@@ -683,8 +764,9 @@ impl<'s, C: Fn(u64) -> bool> RowSink<'s, C> {
     /// Takes a row of the program: its address, file index and line (0:
     /// none), or the end of its sequence. Inlined into the program's run
     /// (a call for each of a large binary's million rows cost a fifth of
-    /// taking them); the end of a sequence is out of line.
-    #[inline]
+    /// taking them, and LLVM kept the call with `#[inline]`); the end of
+    /// a sequence and the first row of a filtered one are out of line.
+    #[inline(always)]
     fn row(&mut self, address: u64, index: u64, line: u64, end_sequence: bool) {
         if end_sequence {
             self.end_sequence(address);
@@ -699,33 +781,84 @@ impl<'s, C: Fn(u64) -> bool> RowSink<'s, C> {
                 slot
             }
         };
-        self.current.push(Row {
+        let row = Row {
             address,
             file,
             line: clamp_line(line),
-        });
+        };
+        match self.wanted {
+            Some(wanted) if !self.whole => {
+                if self.current.is_empty() {
+                    self.begin_filtered(row, wanted);
+                } else {
+                    self.pass_to(address, wanted.addresses);
+                    self.held = Some(row);
+                }
+            }
+            _ => self.current.push(row),
+        }
+    }
+
+    /// Keeps `row`, the first of a sequence filtered for `wanted`.
+    #[inline(never)]
+    fn begin_filtered(&mut self, row: Row, wanted: &WantedIndex<'_>) {
+        self.current.push(row);
+        self.last_address = row.address;
+        self.next_wanted = wanted.first_at_or_after(row.address);
+    }
+
+    /// Decides the held row of a filtered sequence whose next row is at
+    /// `address`: kept where a wanted address lies before it.
+    #[inline(always)]
+    fn pass_to(&mut self, address: u64, wanted: &[u64]) {
+        if address < self.last_address {
+            self.backwards = true;
+        }
+        if wanted.get(self.next_wanted).is_some_and(|&a| a < address) {
+            if let Some(held) = self.held {
+                self.current.push(held);
+            }
+            while wanted.get(self.next_wanted).is_some_and(|&a| a < address) {
+                self.next_wanted += 1;
+            }
+        }
+        self.held = None;
+        self.last_address = address;
     }
 
     /// Ends the sequence under way with its end row at `address`: kept
-    /// (what [`rows_serving`] keeps of it) if it begins in code.
+    /// (what [`rows_serving`] keeps of it) if it begins in code, unless it
+    /// went backwards ([`RowSink::read_again`]).
     #[inline(never)]
     fn end_sequence(&mut self, address: u64) {
+        if let Some(wanted) = self.wanted
+            && !self.whole
+            && !self.current.is_empty()
+        {
+            self.pass_to(address, wanted.addresses);
+        }
         self.current.push(Row {
             address,
             file: NO_FILE,
             line: 0,
         });
-        if self
-            .current
-            .first()
-            .is_some_and(|r| (self.is_code)(r.address))
+        if !self.backwards
+            && self
+                .current
+                .first()
+                .is_some_and(|r| (self.is_code)(r.address))
         {
-            self.sequences.push(match self.wanted {
-                Some(wanted) => rows_serving(&self.current, wanted),
-                None => self.current.clone(),
-            });
+            self.sequences.push(self.current.clone());
         }
         self.current.clear();
+        self.whole = false;
+    }
+
+    /// Whether the sequence just ended went backwards and was left out:
+    /// it is to be given again from its first row, and is then kept whole.
+    fn read_again(&mut self) -> bool {
+        self.whole = std::mem::take(&mut self.backwards);
+        self.whole
     }
 }
 
@@ -763,6 +896,9 @@ fn run_line_program<C: Fn(u64) -> bool>(
     // gimli's tombstones: an address below the last, or -2 and up.
     const MIN_TOMBSTONE: u64 = u64::MAX - 1;
     let mut input = header.raw_program_buf();
+    // Where the sink's sequence under way began: one it finds going
+    // backwards is run again from there.
+    let mut sequence_start = input;
     let (mut address, mut file, mut line, mut tombstone) = (0u64, 1u64, 1u64, false);
     let advance_line = |line: u64, by: i64| {
         if by < 0 {
@@ -846,6 +982,12 @@ fn run_line_program<C: Fn(u64) -> bool>(
         }
         if !tombstone {
             sink.row(address, file, line, end_sequence);
+            if end_sequence {
+                if sink.read_again() {
+                    input = sequence_start;
+                }
+                sequence_start = input;
+            }
         }
         if end_sequence {
             (address, file, line, tombstone) = (0, 1, 1, false);
@@ -3267,6 +3409,111 @@ mod tests {
             assert_eq!(read_sleb128(&mut ours).ok(), expected, "{bytes:x?}");
             assert_eq!(ours.len(), theirs.len(), "{bytes:x?}");
         }
+    }
+
+    /// A sequence of a made line program: its first address, its rows'
+    /// address advances and lines, and the row after which an address
+    /// below the last makes the rest a tombstone (its end too: its rows
+    /// and the next sequence's then are one sequence for the sink).
+    type MadeSequence = (u64, Vec<(u8, u16)>, Option<usize>);
+
+    /// `.debug_line` bytes of one DWARF 4 line program of `sequences`.
+    fn line_program_of(sequences: &[MadeSequence]) -> Vec<u8> {
+        use gimli::write;
+        let name = |s: &str| write::LineString::String(s.as_bytes().to_vec());
+        let line_encoding = gimli::LineEncoding::default();
+        let mut program = write::LineProgram::new(
+            DWARF4_32,
+            line_encoding,
+            name("/d"),
+            None,
+            name("a.rs"),
+            None,
+        );
+        let file = program.add_file(name("a.rs"), program.default_directory(), None);
+        for (start, rows, tombstone_after) in sequences {
+            program.begin_sequence(Some(write::Address::Constant(*start)));
+            let mut offset = 0;
+            for (i, &(advance, line)) in rows.iter().enumerate() {
+                offset += u64::from(advance);
+                let row = program.row();
+                (row.address_offset, row.line, row.file) = (offset, u64::from(line), file);
+                program.generate_row();
+                if *tombstone_after == Some(i) {
+                    program.set_address(write::Address::Constant(1));
+                }
+            }
+            program.end_sequence(offset + 1);
+        }
+        let mut debug_line = write::DebugLine::from(write::EndianVec::new(LittleEndian));
+        let (mut line_strings, mut strings) = Default::default();
+        program
+            .write(&mut debug_line, DWARF4_32, &mut line_strings, &mut strings)
+            .unwrap();
+        debug_line.slice().to_vec()
+    }
+
+    proptest! {
+        /// Rows filtered as the program gives them are what filtering each
+        /// whole sequence gives, where sequences overlap, go backwards
+        /// (rows after a tombstone's) or hold none of the addresses.
+        #[test]
+        fn rows_filtered_as_they_come_are_those_of_the_whole_sequences(
+            sequences in proptest::collection::vec(
+                (
+                    (1u64..8).prop_map(|block| block * 0x40),
+                    proptest::collection::vec((0u8..12, 0u16..300), 0..24),
+                    proptest::option::weighted(0.2, 0usize..24),
+                ),
+                0..8,
+            ),
+            mut wanted in proptest::collection::vec(0u64..0x300, 0..40),
+        ) {
+            wanted.sort_unstable();
+            wanted.dedup();
+            let bytes = line_program_of(&sequences);
+            let program = gimli::DebugLine::new(&bytes, LittleEndian)
+                .program(gimli::DebugLineOffset(0), 8, None, None)
+                .unwrap();
+            let every = |_: u64| true;
+            let index = WantedIndex::new(&wanted);
+            let mut filtered = RowSink::new(&every, Some(&index));
+            prop_assert!(run_line_program(program.header(), &mut filtered).is_some());
+            let mut whole = RowSink::new(&every, None);
+            prop_assert!(run_line_program(program.header(), &mut whole).is_some());
+            let expected: Vec<Vec<Row>> = whole
+                .sequences
+                .iter()
+                .map(|sequence| rows_serving(sequence, &wanted))
+                .collect();
+            prop_assert_eq!(format!("{:?}", filtered.sequences), format!("{expected:?}"));
+            prop_assert_eq!(filtered.slots.indices, whole.slots.indices);
+        }
+    }
+
+    #[test]
+    fn a_tombstone_followed_by_lower_rows_keeps_the_sequence_whole() {
+        // The first sequence's end is a tombstone's: the second's rows
+        // follow its rows in one sequence, going backwards.
+        let sequences = [
+            (0x100, vec![(0, 1), (4, 2), (4, 3)], Some(2)),
+            (0x40, vec![(0, 7), (8, 8), (8, 9)], None),
+        ];
+        let bytes = line_program_of(&sequences);
+        let program = gimli::DebugLine::new(&bytes, LittleEndian)
+            .program(gimli::DebugLineOffset(0), 8, None, None)
+            .unwrap();
+        let every = |_: u64| true;
+        let wanted = [0x41];
+        let index = WantedIndex::new(&wanted);
+        let mut sink = RowSink::new(&every, Some(&index));
+        assert!(run_line_program(program.header(), &mut sink).is_some());
+        let lines: Vec<Vec<u32>> = sink
+            .sequences
+            .iter()
+            .map(|s| s.iter().map(|r| r.line).collect())
+            .collect();
+        assert_eq!(lines, [vec![1, 2, 3, 7, 8, 9, 0]]);
     }
 
     #[test]
