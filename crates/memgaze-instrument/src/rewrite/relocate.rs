@@ -4081,16 +4081,20 @@ mod tests {
         assert!(!fresh.is_empty());
     }
 
+    /// Targets around an instruction at `ip` (the end of every size lies
+    /// among them) and around rel32's furthest reach each way.
+    fn rel32_edge_targets(ip: u64) -> Vec<u64> {
+        let near = (-20i64..=20).map(|d| ip.wrapping_add_signed(d));
+        let forward = (0..40).map(|d| ip.wrapping_add(0x7fff_ffe8 + d));
+        let back = (0..40).map(|d| ip.wrapping_sub(0x8000_0000 - 20 + d));
+        near.chain(forward).chain(back).collect()
+    }
+
     #[test]
     fn near_rel32_branches_are_written_as_iced_encodes_them() {
         let mut encoder = Encoder::new(64);
         let ip = 0x7000_0000_0000u64;
-        // Targets around the instruction itself and around the furthest
-        // reach each way.
-        let near = (-20i64..=20).map(|d| ip.wrapping_add_signed(d));
-        let forward = (0..40).map(|d| ip.wrapping_add(0x7fff_ffe8 + d));
-        let back = (0..40).map(|d| ip.wrapping_sub(0x8000_0000 - 20 + d));
-        let targets: Vec<u64> = near.chain(forward).chain(back).collect();
+        let targets = rel32_edge_targets(ip);
         let (mut written, mut refused, mut other_codes) = (0, 0, 0);
         // Every code, so that no other one is written.
         for code in Code::values() {
@@ -4431,12 +4435,7 @@ mod tests {
     fn rip_relative_direct_forms_reach_as_far_as_iced_does() {
         let mut encoder = Encoder::new(64);
         let ip = 0x7000_0000_0000u64;
-        // Targets around the end of every instruction size, and around
-        // the furthest reach each way.
-        let near = (-20i64..=20).map(|d| ip.wrapping_add_signed(d));
-        let forward = (0..40).map(|d| ip.wrapping_add(0x7fff_ffe8 + d));
-        let back = (0..40).map(|d| ip.wrapping_sub(0x8000_0000 - 20 + d));
-        let targets: Vec<u64> = near.chain(forward).chain(back).collect();
+        let targets = rel32_edge_targets(ip);
         let (mut written, mut refused) = (0, 0);
         for form in &DIRECT_FORMS {
             let registers = reg_registers(form);
