@@ -518,21 +518,13 @@ impl BranchSources {
             })
             .filter_map(|(i, insn)| Some((index_of.get(insn.near_branch_target())?, i as u32)))
             .collect();
-        // A counting sort by target, stable: each target's sources stay
-        // in address order.
-        let mut first = vec![0u32; instructions.len() + 1];
-        for &(target, _) in &branches {
-            first[target as usize + 1] += 1;
-        }
-        for t in 0..instructions.len() {
-            first[t + 1] += first[t];
-        }
-        let mut next = first.clone();
-        let mut swept = vec![0u32; branches.len()];
-        for &(target, source) in &branches {
-            swept[next[target as usize] as usize] = source;
-            next[target as usize] += 1;
-        }
+        // Each target's sources stay in address order.
+        let (first, swept) = super::stable_buckets(
+            instructions.len(),
+            branches
+                .iter()
+                .map(|&(target, source)| (target as usize, source)),
+        );
         BranchSources {
             first,
             swept,

@@ -811,6 +811,30 @@ impl Binary {
     }
 }
 
+/// `pairs` of (bucket, value) grouped by bucket, a stable counting sort:
+/// bucket `b`'s values are `values[starts[b]..starts[b + 1]]`, in the
+/// order `pairs` gives them. Returns `(starts, values)`; `pairs` is walked
+/// twice (once to count).
+pub(crate) fn stable_buckets(
+    buckets: usize,
+    pairs: impl Iterator<Item = (usize, u32)> + Clone,
+) -> (Vec<u32>, Vec<u32>) {
+    let mut starts = vec![0u32; buckets + 1];
+    for (bucket, _) in pairs.clone() {
+        starts[bucket + 1] += 1;
+    }
+    for b in 0..buckets {
+        starts[b + 1] += starts[b];
+    }
+    let mut next = starts.clone();
+    let mut values = vec![0u32; starts[buckets] as usize];
+    for (bucket, value) in pairs {
+        values[next[bucket] as usize] = value;
+        next[bucket] += 1;
+    }
+    (starts, values)
+}
+
 /// Decodes `bytes` located at `ip` into `out` (appending).
 pub(crate) fn decode_bytes(bytes: &[u8], ip: u64, out: &mut Vec<Instruction>) {
     let mut decoder = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);

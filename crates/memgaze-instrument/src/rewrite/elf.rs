@@ -499,24 +499,12 @@ impl PatchesByPiece {
                 0..0
             }
         };
-        // A counting sort by piece, stable: each piece keeps the order made.
-        let mut starts = vec![0u32; len.div_ceil(piece) + 1];
-        for p in patches {
-            for i in pieces_of(p) {
-                starts[i + 1] += 1;
-            }
-        }
-        for i in 1..starts.len() {
-            starts[i] += starts[i - 1];
-        }
-        let mut next = starts.clone();
-        let mut by_piece = vec![0u32; *starts.last().unwrap_or(&0) as usize];
-        for (index, p) in patches.iter().enumerate() {
-            for i in pieces_of(p) {
-                by_piece[next[i] as usize] = index as u32;
-                next[i] += 1;
-            }
-        }
+        // Each piece keeps the order made.
+        let (starts, by_piece) = crate::binary::stable_buckets(
+            len.div_ceil(piece),
+            (patches.iter().enumerate())
+                .flat_map(move |(index, p)| pieces_of(p).map(move |i| (i, index as u32))),
+        );
         PatchesByPiece {
             piece,
             starts,
