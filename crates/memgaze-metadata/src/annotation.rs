@@ -817,6 +817,43 @@ mod tests {
         );
     }
 
+    /// Loads whose numbers take the most LEB128 bytes each (64-bit
+    /// differences of ten bytes, 32-bit numbers of five) round-trip: the
+    /// encoder writes a load's numbers before its inline chain into a
+    /// buffer of a fixed size.
+    #[test]
+    fn loads_with_the_widest_numbers_round_trip_in_the_compact_format() {
+        let mut a = full_sample();
+        let template = a.loads[0].clone();
+        let widest = |ip: u64, proxy: u64, displacement: i64| LoadSite {
+            id: u32::MAX,
+            ip,
+            len: u8::MAX,
+            instrumented: true,
+            implied: u32::MAX,
+            proxy: NonZeroU64::new(proxy),
+            base: Some("rax".into()),
+            index: Some("rcx".into()),
+            scale: u8::MAX,
+            displacement,
+            size: u32::MAX,
+            function: u32::MAX,
+            line: Some("a.c:1".into()),
+            skipped: Some("why".into()),
+            segment: Some(Segment::Fs),
+            ..template.clone()
+        };
+        a.loads = vec![
+            widest(1 << 63, 1, i64::MIN),
+            widest(1, u64::MAX, i64::MAX),
+            widest(u64::MAX, 1 << 63, -1),
+        ];
+        for part_bytes in [1, usize::MAX] {
+            let bytes = compact::encode_in_parts(&a, part_bytes);
+            assert_eq!(Annotation::from_bytes(&bytes).unwrap(), a);
+        }
+    }
+
     /// The length of the header before a compact annotation's frames.
     const COMPACT_HEADER: usize = compact::COMPACT_MAGIC.len() + 12;
 

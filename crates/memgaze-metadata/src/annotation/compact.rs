@@ -315,6 +315,59 @@ fn put_uint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
+/// `v` zigzag-encoded: small negative numbers as small unsigned ones.
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+/// The most bytes of a load before its inline chain: nine numbers of up
+/// to 32 bits (five bytes each), three of 64 (ten), two of 8 (two).
+const LOAD_HEAD_BYTES: usize = 5 * 9 + 10 * 3 + 2 * 2;
+
+/// A load's bytes before its inline chain, written here and appended to
+/// the body at once: pushed to the body one by one, each checked its room
+/// and stored the body's length.
+struct LoadHead {
+    bytes: [u8; LOAD_HEAD_BYTES],
+    len: usize,
+}
+
+impl LoadHead {
+    fn new() -> LoadHead {
+        LoadHead {
+            bytes: [0; LOAD_HEAD_BYTES],
+            len: 0,
+        }
+    }
+
+    /// Writes `v` as LEB128.
+    #[inline]
+    fn uint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.bytes[self.len] = (v as u8) | 0x80;
+            self.len += 1;
+            v >>= 7;
+        }
+        self.bytes[self.len] = v as u8;
+        self.len += 1;
+    }
+
+    fn int(&mut self, v: i64) {
+        self.uint(zigzag(v));
+    }
+
+    /// Writes the index where there is one.
+    fn optional(&mut self, index: Option<u32>) {
+        if let Some(i) = index {
+            self.uint(u64::from(i));
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
 struct Encoder<'a, 'p> {
     out: Vec<u8>,
     /// Hashed with foldhash: SipHash of every load's texts was a good part
@@ -416,7 +469,7 @@ impl<'a, 'p> Encoder<'a, 'p> {
     }
 
     fn int(&mut self, v: i64) {
-        self.uint(((v << 1) ^ (v >> 63)) as u64);
+        self.uint(zigzag(v));
     }
 
     fn bytes(&mut self, b: &[u8]) {
@@ -429,15 +482,21 @@ impl<'a, 'p> Encoder<'a, 'p> {
     /// each cost more than the hit; the rest are looked up out of line.
     #[inline]
     fn string(&mut self, s: &'a str) {
+        let i = self.string_index(s);
+        self.uint(u64::from(i));
+    }
+
+    /// The index of `s` in the table (see [`Encoder::string`]).
+    #[inline]
+    fn string_index(&mut self, s: &'a str) -> u32 {
         let address = (s.as_ptr() as usize, s.len());
         let slot = ((address.0 >> 4) ^ (address.0 >> 14)) % RECENT_SLOTS;
         let (at, len, i) = self.recent.0[slot];
-        let i = if (at, len) == address {
+        if (at, len) == address {
             i
         } else {
             self.look_up(s, address, slot)
-        };
-        self.uint(u64::from(i));
+        }
     }
 
     /// The index of `s`, at `address`, not in its recent slot, which it
@@ -637,26 +696,28 @@ impl<'a, 'p> Encoder<'a, 'p> {
             | bit(*gather, L_GATHER)
             | bit(*read_modify_write, L_READ_MODIFY_WRITE)
             | bit(*control, L_CONTROL);
-        self.uint(u64::from(flags));
-        self.uint(u64::from(*id));
-        self.int(ip.wrapping_sub(previous_ip) as i64);
-        self.uint(u64::from(*len));
-        self.uint(match class {
+        let mut head = LoadHead::new();
+        head.uint(u64::from(flags));
+        head.uint(u64::from(*id));
+        head.int(ip.wrapping_sub(previous_ip) as i64);
+        head.uint(u64::from(*len));
+        head.uint(match class {
             LoadClass::Strided => 0,
             LoadClass::Irregular => 1,
             LoadClass::Constant => 2,
         });
-        self.uint(u64::from(*implied));
+        head.uint(u64::from(*implied));
         if let Some(p) = proxy {
-            self.int(p.get().wrapping_sub(*ip) as i64);
+            head.int(p.get().wrapping_sub(*ip) as i64);
         }
-        self.optional(base.as_deref());
-        self.optional(index.as_deref());
-        self.uint(u64::from(*scale));
-        self.int(*displacement);
-        self.uint(u64::from(*size));
-        self.uint(u64::from(*function));
-        self.optional(line.as_deref());
+        head.optional(base.as_deref().map(|s| self.string_index(s)));
+        head.optional(index.as_deref().map(|s| self.string_index(s)));
+        head.uint(u64::from(*scale));
+        head.int(*displacement);
+        head.uint(u64::from(*size));
+        head.uint(u64::from(*function));
+        head.optional(line.as_deref().map(|s| self.string_index(s)));
+        self.out.extend_from_slice(head.as_slice());
         self.inline_chain(inline_chain);
         self.optional(skipped.as_deref());
         self.optional(segment.map(Segment::as_str));
