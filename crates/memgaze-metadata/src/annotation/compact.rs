@@ -1,9 +1,10 @@
 //! The compact annotation file: [`COMPACT_MAGIC`], a little-endian `u32`
 //! version ([`COMPACT_VERSION`]), a `u64` length of the encoded body, then
-//! the body as zstd frames, one after another: the string table and the
-//! first part of about [`PART_BYTES`] of the rest, then each further part
-//! (a body up to that size is one frame, as all were before the parts;
-//! both decode alike).
+//! the body as zstd frames, one after another, which decompress to the
+//! body as one frame of it would: the string table's count, the table's
+//! strings in parts, then the rest in parts (see [`part_bytes_for`]).
+//! Files written with other frame boundaries (the whole body in one frame,
+//! the table and the rest's first part in one) decode alike.
 //!
 //! The body is the [`Annotation`] field by field: unsigned integers as
 //! LEB128, signed ones zigzag-encoded, addresses as the difference from the
@@ -39,17 +40,31 @@ pub const COMPACT_VERSION: u32 = 1;
 /// bytes (5.38 against 4.98 MB), and the compression ends the run.
 const ZSTD_LEVEL: i32 = 1;
 
-/// The encoded body after the string table is cut into parts at the first
-/// load boundary past this many bytes, each a zstd frame: the parts after
-/// the first are compressed on other threads while the next is encoded
-/// (one frame of the whole body was compressed on one thread after all of
-/// it); the first waits for the string table, which leads it.
+/// The largest part: the string table and the rest of the body are each
+/// cut into parts (the rest at the first load boundary past the part's
+/// size), each a zstd frame compressed on another thread while the next is
+/// encoded (one frame of the whole body was compressed on one thread after
+/// all of it; a first part led by the table, known only at the end, waited
+/// for all of it).
 pub const PART_BYTES: usize = 4 << 20;
 
-/// Threads that compress the parts after the first, each started when a
-/// part is ready for it: with one, the last parts were still compressed,
-/// one after the other, after the body was encoded and its first part
-/// compressed, with the other core idle.
+/// The smallest part: each frame starts without the previous one's window
+/// (at level 1, the microbenchmarks' body in parts of 256 KiB was 0.9%
+/// larger than in one frame, in parts of 512 KiB 0.3%).
+const MIN_PART_BYTES: usize = 256 << 10;
+
+/// Bytes of the body's rest per load, about, for [`part_bytes_for`].
+const BYTES_PER_LOAD: usize = 12;
+
+/// Parts the loads' bytes are cut into: the last part's compression is
+/// what the encoding's end waits for, shared by the cores.
+const PARTS_OF_THE_LOADS: usize = 4;
+
+/// Threads that compress the parts beside the encoding, each started when a
+/// part is ready for it (the encoding's thread compresses the last parts
+/// and, with them, the ones not yet taken): with one, the last parts were
+/// still compressed, one after the other, after the body was encoded, with
+/// the other core idle.
 const COMPRESSING_THREADS: usize = 2;
 
 /// Loads per distinct string the encoder's tables are first made for (the
@@ -93,66 +108,70 @@ pub fn is_compact(bytes: &[u8]) -> bool {
 
 /// The annotation in the compact format.
 pub fn encode(annotation: &Annotation) -> Vec<u8> {
-    encode_in_parts(annotation, PART_BYTES)
+    encode_in_parts(annotation, part_bytes_for(annotation.loads.len()))
 }
+
+/// The size of the body's parts for `loads` loads: the loads' bytes shared
+/// by [`PARTS_OF_THE_LOADS`] parts, so that a body of a few MB is
+/// compressed in several beside its encoding, within [`MIN_PART_BYTES`]
+/// and [`PART_BYTES`].
+fn part_bytes_for(loads: usize) -> usize {
+    (loads.saturating_mul(BYTES_PER_LOAD) / PARTS_OF_THE_LOADS).clamp(MIN_PART_BYTES, PART_BYTES)
+}
+
+/// The frames of the body in their order in the file: the string table's
+/// count, then the table's strings, then the rest, each by the number of
+/// its part.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Frame {
+    TableCount,
+    Table(usize),
+    Rest(usize),
+}
+
+/// A part of the body and the frame it is compressed into.
+type Part = (Frame, Vec<u8>);
 
 /// [`encode`], in parts of about `part_bytes`.
 pub(super) fn encode_in_parts(annotation: &Annotation, part_bytes: usize) -> Vec<u8> {
-    let (sender, receiver) = mpsc::channel::<(usize, Vec<u8>)>();
+    let (sender, receiver) = mpsc::channel::<Part>();
     let queue = Mutex::new(receiver);
     std::thread::scope(|scope| {
         let mut compressing = Vec::new();
         let (threads, queue) = (&mut compressing, &queue);
-        let mut sent = 0;
-        let mut send = move |part: Vec<u8>| {
+        let last_parts = sender.clone();
+        let mut send = move |frame: Frame, part: Vec<u8>| {
             if threads.len() < COMPRESSING_THREADS {
                 threads.push(scope.spawn(move || compress_queued(queue)));
             }
             // The receiver outlives the threads, so no send fails (a
             // compressing thread's panic is passed on by its join).
-            let _ = sender.send((sent, part));
-            sent += 1;
+            let _ = sender.send((frame, part));
         };
-        let (table, mut first_part, parted) = {
-            let strings = annotation.loads.len() / LOADS_PER_STRING;
-            let mut body = Encoder {
-                index: foldhash::HashMap::with_capacity_and_hasher(strings, Default::default()),
-                by_address: foldhash::HashMap::with_capacity_and_hasher(
-                    strings,
-                    Default::default(),
-                ),
-                table: Vec::with_capacity(strings),
-                parts: Some((&mut send, part_bytes)),
-                ..Encoder::default()
-            };
-            body.annotation(annotation);
-            body.end_part();
-            (body.table, body.first_part, body.parted)
-        };
-        // The compressing threads end when the channel closes.
+        let mut body = Encoder::new(annotation.loads.len(), &mut send, part_bytes);
+        body.annotation(annotation);
+        let (raw_len, last) = body.finish();
         drop(send);
-        let mut first = Encoder::default();
-        first.uint(table.len() as u64);
-        for s in &table {
-            first.bytes(s.as_bytes());
+        // The last parts are compressed on this thread, with what the
+        // threads have not yet taken, once the channel closes: no thread is
+        // started for a body of one part.
+        for part in last {
+            let _ = last_parts.send(part);
         }
-        let raw_len = first.out.len() + first_part.len() + parted;
-        first.out.append(&mut first_part);
-        let first = Compressor::new().frame(&first.out);
-        let mut frames = Vec::new();
+        drop(last_parts);
+        let mut frames = compress_queued(queue);
         for thread in compressing {
             let compressed = thread
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             frames.extend(compressed);
         }
-        frames.sort_unstable_by_key(|&(number, _)| number);
-        let compressed_len = first.len() + frames.iter().map(|(_, f)| f.len()).sum::<usize>();
+        frames.sort_unstable_by_key(|&(frame, _)| frame);
+        let compressed_len = frames.iter().map(|(_, f)| f.len()).sum::<usize>();
         let mut out = Vec::with_capacity(compressed_len + 20);
         out.extend_from_slice(COMPACT_MAGIC);
         out.extend_from_slice(&COMPACT_VERSION.to_le_bytes());
         out.extend_from_slice(&(raw_len as u64).to_le_bytes());
-        out.extend_from_slice(&first);
         for (_, frame) in &frames {
             out.extend_from_slice(frame);
         }
@@ -160,9 +179,8 @@ pub(super) fn encode_in_parts(annotation: &Annotation, part_bytes: usize) -> Vec
     })
 }
 
-/// Compresses the numbered parts from `queue` until it closes, each into a
-/// frame with its part's number.
-fn compress_queued(queue: &Mutex<mpsc::Receiver<(usize, Vec<u8>)>>) -> Vec<(usize, Vec<u8>)> {
+/// Compresses the parts from `queue` until it closes, each into its frame.
+fn compress_queued(queue: &Mutex<mpsc::Receiver<Part>>) -> Vec<Part> {
     let mut compressor = Compressor::new();
     let mut frames = Vec::new();
     loop {
@@ -172,8 +190,8 @@ fn compress_queued(queue: &Mutex<mpsc::Receiver<(usize, Vec<u8>)>>) -> Vec<(usiz
             Ok(parts) => parts.recv(),
             Err(_) => break,
         };
-        let Ok((number, part)) = next else { break };
-        frames.push((number, compressor.frame(&part)));
+        let Ok((frame, part)) = next else { break };
+        frames.push((frame, compressor.frame(&part)));
     }
     frames
 }
@@ -284,10 +302,72 @@ impl Default for RecentSlots {
     }
 }
 
-/// What takes each finished part of the body after the first.
-type PartSink<'p> = &'p mut dyn FnMut(Vec<u8>);
+/// What takes each finished part of the body but the last ones.
+type PartSink<'p> = &'p mut dyn FnMut(Frame, Vec<u8>);
 
-#[derive(Default)]
+/// Writes `v` as LEB128.
+#[inline]
+fn put_uint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// `v` zigzag-encoded: small negative numbers as small unsigned ones.
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+/// The most bytes of a load before its inline chain: nine numbers of up
+/// to 32 bits (five bytes each), three of 64 (ten), two of 8 (two).
+const LOAD_HEAD_BYTES: usize = 5 * 9 + 10 * 3 + 2 * 2;
+
+/// A load's bytes before its inline chain, written here and appended to
+/// the body at once: pushed to the body one by one, each checked its room
+/// and stored the body's length.
+struct LoadHead {
+    bytes: [u8; LOAD_HEAD_BYTES],
+    len: usize,
+}
+
+impl LoadHead {
+    fn new() -> LoadHead {
+        LoadHead {
+            bytes: [0; LOAD_HEAD_BYTES],
+            len: 0,
+        }
+    }
+
+    /// Writes `v` as LEB128.
+    #[inline]
+    fn uint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.bytes[self.len] = (v as u8) | 0x80;
+            self.len += 1;
+            v >>= 7;
+        }
+        self.bytes[self.len] = v as u8;
+        self.len += 1;
+    }
+
+    fn int(&mut self, v: i64) {
+        self.uint(zigzag(v));
+    }
+
+    /// Writes the index where there is one.
+    fn optional(&mut self, index: Option<u32>) {
+        if let Some(i) = index {
+            self.uint(u64::from(i));
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
 struct Encoder<'a, 'p> {
     out: Vec<u8>,
     /// Hashed with foldhash: SipHash of every load's texts was a good part
@@ -302,51 +382,94 @@ struct Encoder<'a, 'p> {
     /// inline places repeat from load to load, and a hit here hashes
     /// nothing.
     recent: RecentSlots,
-    table: Vec<&'a str>,
-    /// Where a finished part of `out` after the first goes, and the size
-    /// that finishes one.
-    parts: Option<(PartSink<'p>, usize)>,
-    /// The first part, kept to follow the string table.
-    first_part: Vec<u8>,
-    /// Whether the first part is done.
-    first_done: bool,
+    /// The strings in the table so far.
+    strings: u32,
+    /// The table's strings not yet sent, each as its length and bytes: the
+    /// table is compressed in parts of its own as it grows, its count
+    /// (known at the end) in a frame before them.
+    table: Vec<u8>,
+    /// Where each finished part goes.
+    sink: PartSink<'p>,
+    /// The size that finishes a part of the table or of the rest.
+    part_bytes: usize,
+    /// The parts of the table sent.
+    table_parts: usize,
+    /// The parts of the rest sent.
+    rest_parts: usize,
     /// The last load's non-empty inline chain and where its bytes (count
     /// and indices) lie in `out`: the loads of one run of code mostly
     /// share their chain (clones of one), whose bytes are then copied
     /// instead of each text looked up again. None past the end of a part.
     last_chain: Option<(&'a InlineChain, std::ops::Range<usize>)>,
     /// The bytes of the parts sent.
-    parted: usize,
+    sent: usize,
 }
 
-impl<'a> Encoder<'a, '_> {
-    fn uint(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.out.push((v as u8) | 0x80);
-            v >>= 7;
+impl<'a, 'p> Encoder<'a, 'p> {
+    /// An encoder for an annotation of `loads` loads, whose parts of about
+    /// `part_bytes` go to `sink`.
+    fn new(loads: usize, sink: PartSink<'p>, part_bytes: usize) -> Encoder<'a, 'p> {
+        let strings = loads / LOADS_PER_STRING;
+        Encoder {
+            out: Vec::new(),
+            index: foldhash::HashMap::with_capacity_and_hasher(strings, Default::default()),
+            by_address: foldhash::HashMap::with_capacity_and_hasher(strings, Default::default()),
+            recent: RecentSlots::default(),
+            strings: 0,
+            table: Vec::new(),
+            sink,
+            part_bytes,
+            table_parts: 0,
+            rest_parts: 0,
+            last_chain: None,
+            sent: 0,
         }
-        self.out.push(v as u8);
     }
 
-    /// Ends the part in `out`: the first is kept, the others are sent to
-    /// be compressed into frames.
+    fn uint(&mut self, v: u64) {
+        put_uint(&mut self.out, v);
+    }
+
+    /// Sends the part of the rest in `out` to be compressed.
     fn end_part(&mut self) {
         self.last_chain = None;
         // The next part's room at once: parts are about equal, and a
         // buffer grown from empty is copied at each doubling.
         let room = self.out.len() + self.out.len() / 8;
         let part = std::mem::replace(&mut self.out, Vec::with_capacity(room));
-        if !self.first_done {
-            self.first_done = true;
-            self.first_part = part;
-        } else if let Some((send, _)) = &mut self.parts {
-            self.parted += part.len();
-            send(part);
+        self.sent += part.len();
+        (self.sink)(Frame::Rest(self.rest_parts), part);
+        self.rest_parts += 1;
+    }
+
+    /// Sends the part of the table in `table` to be compressed.
+    fn end_table_part(&mut self) {
+        let room = self.table.len() + self.table.len() / 8;
+        let part = std::mem::replace(&mut self.table, Vec::with_capacity(room));
+        self.sent += part.len();
+        (self.sink)(Frame::Table(self.table_parts), part);
+        self.table_parts += 1;
+    }
+
+    /// The length of the whole body and its parts not yet sent: the
+    /// table's count, the table's last part and the rest's, where not
+    /// empty.
+    fn finish(self) -> (usize, Vec<Part>) {
+        let mut count = Vec::new();
+        put_uint(&mut count, u64::from(self.strings));
+        let mut last = vec![(Frame::TableCount, count)];
+        if !self.table.is_empty() {
+            last.push((Frame::Table(self.table_parts), self.table));
         }
+        if !self.out.is_empty() {
+            last.push((Frame::Rest(self.rest_parts), self.out));
+        }
+        let raw_len = self.sent + last.iter().map(|(_, part)| part.len()).sum::<usize>();
+        (raw_len, last)
     }
 
     fn int(&mut self, v: i64) {
-        self.uint(((v << 1) ^ (v >> 63)) as u64);
+        self.uint(zigzag(v));
     }
 
     fn bytes(&mut self, b: &[u8]) {
@@ -359,15 +482,21 @@ impl<'a> Encoder<'a, '_> {
     /// each cost more than the hit; the rest are looked up out of line.
     #[inline]
     fn string(&mut self, s: &'a str) {
+        let i = self.string_index(s);
+        self.uint(u64::from(i));
+    }
+
+    /// The index of `s` in the table (see [`Encoder::string`]).
+    #[inline]
+    fn string_index(&mut self, s: &'a str) -> u32 {
         let address = (s.as_ptr() as usize, s.len());
         let slot = ((address.0 >> 4) ^ (address.0 >> 14)) % RECENT_SLOTS;
         let (at, len, i) = self.recent.0[slot];
-        let i = if (at, len) == address {
+        if (at, len) == address {
             i
         } else {
             self.look_up(s, address, slot)
-        };
-        self.uint(u64::from(i));
+        }
     }
 
     /// The index of `s`, at `address`, not in its recent slot, which it
@@ -384,10 +513,15 @@ impl<'a> Encoder<'a, '_> {
         if let Some(&i) = self.by_address.get(&address) {
             return i;
         }
-        let next = self.table.len() as u32;
+        let next = self.strings;
         let i = *self.index.entry(s).or_insert(next);
         if i == next {
-            self.table.push(s);
+            self.strings += 1;
+            put_uint(&mut self.table, s.len() as u64);
+            self.table.extend_from_slice(s.as_bytes());
+            if self.table.len() >= self.part_bytes {
+                self.end_table_part();
+            }
         }
         self.by_address.insert(address, i);
         i
@@ -446,11 +580,7 @@ impl<'a> Encoder<'a, '_> {
         for l in loads {
             self.load(l, previous);
             previous = l.ip;
-            if self
-                .parts
-                .as_ref()
-                .is_some_and(|&(_, size)| self.out.len() >= size)
-            {
+            if self.out.len() >= self.part_bytes {
                 self.end_part();
             }
         }
@@ -566,26 +696,28 @@ impl<'a> Encoder<'a, '_> {
             | bit(*gather, L_GATHER)
             | bit(*read_modify_write, L_READ_MODIFY_WRITE)
             | bit(*control, L_CONTROL);
-        self.uint(u64::from(flags));
-        self.uint(u64::from(*id));
-        self.int(ip.wrapping_sub(previous_ip) as i64);
-        self.uint(u64::from(*len));
-        self.uint(match class {
+        let mut head = LoadHead::new();
+        head.uint(u64::from(flags));
+        head.uint(u64::from(*id));
+        head.int(ip.wrapping_sub(previous_ip) as i64);
+        head.uint(u64::from(*len));
+        head.uint(match class {
             LoadClass::Strided => 0,
             LoadClass::Irregular => 1,
             LoadClass::Constant => 2,
         });
-        self.uint(u64::from(*implied));
+        head.uint(u64::from(*implied));
         if let Some(p) = proxy {
-            self.int(p.get().wrapping_sub(*ip) as i64);
+            head.int(p.get().wrapping_sub(*ip) as i64);
         }
-        self.optional(base.as_deref());
-        self.optional(index.as_deref());
-        self.uint(u64::from(*scale));
-        self.int(*displacement);
-        self.uint(u64::from(*size));
-        self.uint(u64::from(*function));
-        self.optional(line.as_deref());
+        head.optional(base.as_deref().map(|s| self.string_index(s)));
+        head.optional(index.as_deref().map(|s| self.string_index(s)));
+        head.uint(u64::from(*scale));
+        head.int(*displacement);
+        head.uint(u64::from(*size));
+        head.uint(u64::from(*function));
+        head.optional(line.as_deref().map(|s| self.string_index(s)));
+        self.out.extend_from_slice(head.as_slice());
         self.inline_chain(inline_chain);
         self.optional(skipped.as_deref());
         self.optional(segment.map(Segment::as_str));
