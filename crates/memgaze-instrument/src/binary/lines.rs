@@ -883,14 +883,13 @@ fn run_line_program<C: Fn(u64) -> bool>(
     }
     let min_length = u64::from(header.minimum_instruction_length());
     let line_base = i64::from(header.line_base());
-    // Special opcode -> (address advance, line advance).
-    let special: Vec<(u64, i64)> = (0..=255u8)
-        .map(|opcode| {
-            let adjusted = opcode.wrapping_sub(base);
-            let advance = u64::from(adjusted / range).wrapping_mul(min_length);
-            (advance, line_base + i64::from(adjusted % range))
-        })
-        .collect();
+    // Special opcode -> (address advance, line advance): an array a byte
+    // indexes without a bound check, made without an allocation per unit.
+    let special: [(u64, i64); 256] = std::array::from_fn(|opcode| {
+        let adjusted = (opcode as u8).wrapping_sub(base);
+        let advance = u64::from(adjusted / range).wrapping_mul(min_length);
+        (advance, line_base + i64::from(adjusted % range))
+    });
     let const_add_pc = u64::from(255u8.wrapping_sub(base) / range).wrapping_mul(min_length);
     let lengths = header.standard_opcode_lengths().slice();
     // gimli's tombstones: an address below the last, or -2 and up.
@@ -907,8 +906,10 @@ fn run_line_program<C: Fn(u64) -> bool>(
             line.wrapping_add(by as u64)
         }
     };
-    while !input.is_empty() {
-        let opcode = input.read_u8().ok()?;
+    // Each opcode taken off the slice's front (gimli's `read_u8` is a
+    // `Result` for every one of a large binary's millions).
+    while let Some((&opcode, rest)) = input.slice().split_first() {
+        input = EndianSlice::new(rest, LittleEndian);
         let mut emit = false;
         let mut end_sequence = false;
         if opcode >= base && opcode != 0 {
