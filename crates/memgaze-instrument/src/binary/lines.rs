@@ -883,14 +883,13 @@ fn run_line_program<C: Fn(u64) -> bool>(
     }
     let min_length = u64::from(header.minimum_instruction_length());
     let line_base = i64::from(header.line_base());
-    // Special opcode -> (address advance, line advance).
-    let special: Vec<(u64, i64)> = (0..=255u8)
-        .map(|opcode| {
-            let adjusted = opcode.wrapping_sub(base);
-            let advance = u64::from(adjusted / range).wrapping_mul(min_length);
-            (advance, line_base + i64::from(adjusted % range))
-        })
-        .collect();
+    // Special opcode -> (address advance, line advance): an array a byte
+    // indexes without a bound check, made without an allocation per unit.
+    let special: [(u64, i64); 256] = std::array::from_fn(|opcode| {
+        let adjusted = (opcode as u8).wrapping_sub(base);
+        let advance = u64::from(adjusted / range).wrapping_mul(min_length);
+        (advance, line_base + i64::from(adjusted % range))
+    });
     let const_add_pc = u64::from(255u8.wrapping_sub(base) / range).wrapping_mul(min_length);
     let lengths = header.standard_opcode_lengths().slice();
     // gimli's tombstones: an address below the last, or -2 and up.
@@ -907,8 +906,10 @@ fn run_line_program<C: Fn(u64) -> bool>(
             line.wrapping_add(by as u64)
         }
     };
-    while !input.is_empty() {
-        let opcode = input.read_u8().ok()?;
+    // Each opcode taken off the slice's front (gimli's `read_u8` is a
+    // `Result` for every one of a large binary's millions).
+    while let Some((&opcode, rest)) = input.slice().split_first() {
+        input = EndianSlice::new(rest, LittleEndian);
         let mut emit = false;
         let mut end_sequence = false;
         if opcode >= base && opcode != 0 {
@@ -1194,12 +1195,27 @@ fn clamp_line(line: u64) -> u32 {
 /// one by gimli (whose reader is a call for every number).
 #[inline]
 fn read_uleb128(input: &mut Reader<'_>) -> Result<u64, gimli::Error> {
-    use gimli::Reader as _;
     if let [byte, rest @ ..] = input.slice()
         && *byte < 0x80
     {
         *input = EndianSlice::new(rest, LittleEndian);
         return Ok(u64::from(*byte));
+    }
+    read_uleb128_beyond_byte(input)
+}
+
+/// [`read_uleb128`] of a number that is not one byte: one of two bytes
+/// (a range list's offsets, most larger operands) read here, a longer one
+/// by gimli. Out of line, so that the one-byte path stays small where it
+/// is inlined.
+#[inline(never)]
+fn read_uleb128_beyond_byte(input: &mut Reader<'_>) -> Result<u64, gimli::Error> {
+    use gimli::Reader as _;
+    if let [low, high, rest @ ..] = input.slice()
+        && *high < 0x80
+    {
+        *input = EndianSlice::new(rest, LittleEndian);
+        return Ok(u64::from(low & 0x7f) | (u64::from(*high) << 7));
     }
     input.read_uleb128()
 }
@@ -1208,13 +1224,30 @@ fn read_uleb128(input: &mut Reader<'_>) -> Result<u64, gimli::Error> {
 /// line program's line advances) read here, a longer one by gimli.
 #[inline]
 fn read_sleb128(input: &mut Reader<'_>) -> Result<i64, gimli::Error> {
-    use gimli::Reader as _;
     if let [byte, rest @ ..] = input.slice()
         && *byte < 0x80
     {
         *input = EndianSlice::new(rest, LittleEndian);
         // Bit 6 is the sign: shifted into the byte's top bit and back.
         return Ok(i64::from(((*byte << 1) as i8) >> 1));
+    }
+    read_sleb128_beyond_byte(input)
+}
+
+/// [`read_sleb128`] of a number that is not one byte: one of two bytes
+/// (most of the rest of a line program's line advances, each a call and
+/// a loop in gimli's reader) read here, a longer one by gimli. Out of
+/// line, as [`read_uleb128_beyond_byte`].
+#[inline(never)]
+fn read_sleb128_beyond_byte(input: &mut Reader<'_>) -> Result<i64, gimli::Error> {
+    use gimli::Reader as _;
+    if let [low, high, rest @ ..] = input.slice()
+        && *high < 0x80
+    {
+        *input = EndianSlice::new(rest, LittleEndian);
+        // Fourteen bits, bit 13 the sign: shifted to the top and back.
+        let bits = u64::from(low & 0x7f) | (u64::from(*high) << 7);
+        return Ok(((bits << 50) as i64) >> 50);
     }
     input.read_sleb128()
 }
@@ -2003,10 +2036,21 @@ impl<'a> RangeList<'a> {
         Ok(None)
     }
 
-    /// Reads a DWARF 2 to 4 entry: two addresses.
+    /// Reads a DWARF 2 to 4 entry: two addresses (of 8 bytes, both taken
+    /// from the slice at once: gimli's reader checked and split it for
+    /// each of the own binary's two million addresses).
     fn pair_entry(&mut self) -> Result<RangeEntry, gimli::Error> {
-        let begin = self.address()?;
-        let end = self.address()?;
+        let (begin, end) = match self.input.slice().split_first_chunk::<16>() {
+            Some((pair, rest)) if self.address_size == 8 => {
+                let (begin, end) = pair.split_at(8);
+                self.input = EndianSlice::new(rest, LittleEndian);
+                (
+                    u64::from_le_bytes(begin.try_into().expect("eight bytes")),
+                    u64::from_le_bytes(end.try_into().expect("eight bytes")),
+                )
+            }
+            _ => (self.address()?, self.address()?),
+        };
         Ok(match (begin, end) {
             (0, 0) => RangeEntry::End,
             (begin, end) if begin == self.ones => RangeEntry::Base(end),
@@ -2030,8 +2074,8 @@ impl<'a> RangeList<'a> {
                 RangeEntry::Addresses(begin, self.after(begin)?)
             }
             gimli::DW_RLE_offset_pair => {
-                let begin = self.input.read_uleb128()?;
-                RangeEntry::Offsets(begin, self.input.read_uleb128()?)
+                let begin = read_uleb128(&mut self.input)?;
+                RangeEntry::Offsets(begin, read_uleb128(&mut self.input)?)
             }
             gimli::DW_RLE_base_address => RangeEntry::Base(self.address()?),
             gimli::DW_RLE_start_end => {
@@ -2053,16 +2097,14 @@ impl<'a> RangeList<'a> {
 
     /// Reads an index into `.debug_addr` and gives its address.
     fn indexed_address(&mut self) -> Result<u64, gimli::Error> {
-        use gimli::Reader as _;
-        let index = usize::from_u64(self.input.read_uleb128()?)?;
+        let index = usize::from_u64(read_uleb128(&mut self.input)?)?;
         let (debug_addr, base) = self.addresses;
         debug_addr.get_address(self.address_size, base, gimli::DebugAddrIndex(index))
     }
 
     /// Reads a length and gives the end of the range of it from `begin`.
     fn after(&mut self, begin: u64) -> Result<u64, gimli::Error> {
-        use gimli::Reader as _;
-        let length = self.input.read_uleb128()?;
+        let length = read_uleb128(&mut self.input)?;
         Ok(begin.wrapping_add(length) & self.ones)
     }
 }
@@ -3385,10 +3427,18 @@ mod tests {
     #[test]
     fn leb128_numbers_read_here_are_what_gimli_reads() {
         use gimli::Reader as _;
-        // Every one-byte number, numbers of two to ten bytes, a number cut
+        // Every one-byte and every two-byte number (and two bytes that
+        // begin a longer one), numbers of three to ten bytes, numbers cut
         // short and none.
         let mut inputs: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b, 0x55]).collect();
+        for low in 0x80..=255u8 {
+            inputs.extend((0..=255u8).map(|high| vec![low, high, 0x55]));
+            inputs.push(vec![low]);
+        }
         inputs.extend([
+            vec![0x80, 0x80, 0x01],
+            vec![0xff, 0xff, 0x7f],
+            vec![0xff, 0xff, 0x40],
             vec![0x80, 0x01],
             vec![0xff, 0x7f],
             vec![0xc0, 0x00],

@@ -938,9 +938,7 @@ impl<'t> PositionReader<'t> {
         }
         if changed {
             last.inline_chain = match (&last.line, last.sites.is_empty()) {
-                (Some(line), false) => std::iter::once(line.clone())
-                    .chain(last.site_texts.iter().rev().cloned())
-                    .collect(),
+                (Some(line), false) => InlineChain::of_reversed(line, &last.site_texts),
                 _ => InlineChain::default(),
             };
         }

@@ -156,6 +156,29 @@ impl InlineChain {
         }
     }
 
+    /// The chain of `innermost`, then `outer_first` from its last text to
+    /// its first (a reader of nested call sites keeps them outermost
+    /// first, so that a change of the inner ones keeps a prefix). Built in
+    /// its `Arc` where it fits the inline room: collected through an
+    /// iterator and then moved into the `Arc`, a chain's texts cost about
+    /// as much as its allocation.
+    pub fn of_reversed(innermost: &Text, outer_first: &[Text]) -> InlineChain {
+        let len = 1 + outer_first.len();
+        if len > CHAIN_INLINE {
+            let mut texts = Vec::with_capacity(len);
+            texts.push(innermost.clone());
+            texts.extend(outer_first.iter().rev().cloned());
+            return InlineChain::from(texts);
+        }
+        let mut chain = Arc::new(ChainTexts::new());
+        let texts = Arc::get_mut(&mut chain).expect("a new chain is not shared");
+        texts.push(innermost.clone());
+        for text in outer_first.iter().rev() {
+            texts.push(text.clone());
+        }
+        InlineChain(Some(chain))
+    }
+
     /// The chain of `texts`, nothing allocated when there are none.
     fn of(texts: ChainTexts) -> InlineChain {
         InlineChain((!texts.is_empty()).then(|| Arc::new(texts)))
@@ -266,6 +289,12 @@ mod tests {
             let made = InlineChain::from(texts.clone());
             assert_eq!(collected.as_slice(), texts.as_slice());
             assert_eq!(made, collected);
+            if let Some((innermost, rest)) = texts.split_first() {
+                let outer_first: Vec<Text> = rest.iter().rev().cloned().collect();
+                let reversed = InlineChain::of_reversed(innermost, &outer_first);
+                assert_eq!(reversed, collected);
+                assert_eq!(hasher.hash_one(&reversed), hasher.hash_one(&collected));
+            }
             assert_eq!(collected.is_empty(), n == 0);
             // Hashed as the list of texts was: maps keyed by chains keep
             // their order.
