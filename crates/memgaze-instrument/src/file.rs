@@ -85,12 +85,12 @@ fn instrument_object(
     crate::timings::begin();
     let whole = crate::timings::phase("instrument (whole)");
     build_iced_tables_beside();
-    let large_apart = crate::rewrite::MapLargeAllocations::new();
+    let peak_held_down = crate::rewrite::PeakHeldDown::new();
     let mut binary = {
         let _open = crate::timings::phase("open (ELF, symbols, functions)");
         Binary::open_hashing_later(input, library.is_some())?
     };
-    large_apart.unless_small(&binary);
+    peak_held_down.unless_needed_for(&binary);
     let opened = started.elapsed().as_secs_f64();
     // A large file is hashed on a thread of its own from the moment it is
     // opened, beside the function discovery and then the classification.

@@ -347,8 +347,8 @@ pub fn instrument(
     annotation: Annotation,
     options: &InstrumentOptions,
 ) -> Result<Instrumented, InstrumentError> {
-    let large_apart = MapLargeAllocations::new();
-    large_apart.unless_small(binary);
+    let peak_held_down = PeakHeldDown::new();
+    peak_held_down.unless_needed_for(binary);
     let mut executable = Vec::new();
     let (mut result, ()) = instrument_with_code(
         binary,
@@ -461,7 +461,7 @@ pub(crate) fn instrument_with_code<L: Send, R: Send>(
         escape_sites,
         options,
     );
-    free_in_plans(binary, &mut plans, Planned::free_control_flow);
+    free_in_plans(&mut plans, Planned::free_control_flow);
     phase.next("encode copies");
     let mut copies = encode_copies(
         binary,
@@ -475,7 +475,7 @@ pub(crate) fn instrument_with_code<L: Send, R: Send>(
             loads: &mut skipped_loads,
         },
     )?;
-    free_in_plans(binary, &mut plans, Planned::free_instructions);
+    free_in_plans(&mut plans, Planned::free_instructions);
     phase.end();
     lap(&mut report, "encode copies");
     // The line table needs only the loads' addresses, known since the
@@ -781,27 +781,29 @@ fn beside_the_writer<W, R: Send>(
 }
 
 /// Frees what `free` frees of each plan, and the allocator's free pages
-/// ([`release_freed_memory_unless_small`]).
-fn free_in_plans(binary: &Binary, plans: &mut [Planned], free: fn(&mut Planned)) {
+/// ([`release_freed_memory`]).
+fn free_in_plans(plans: &mut [Planned], free: fn(&mut Planned)) {
     let _freeing = crate::timings::phase("  free plans' parts");
     for plan in plans {
         free(plan);
     }
-    release_freed_memory_unless_small(binary);
+    release_freed_memory();
 }
 
-/// [`release_freed_memory`], except for a small input (its peak is a few
-/// MB, and the pages given back would be faulted in again).
-fn release_freed_memory_unless_small(binary: &Binary) {
-    if !binary.is_small() {
-        release_freed_memory();
+/// Whether a [`PeakHeldDown`] holds the peak down now: the stages give
+/// freed memory back ([`release_freed_memory`]). Process-wide, as the
+/// allocator's threshold it goes with is.
+static PEAK_HELD_DOWN: AtomicBool = AtomicBool::new(false);
+
+/// Gives the free pages of the allocator's heaps back to the system while
+/// the peak is held down ([`PeakHeldDown`]): glibc keeps them after the
+/// plans are freed, and the stages after would be resident on top of them
+/// at the process's peak. Otherwise nothing: the pages given back would be
+/// faulted in again by the next stage.
+pub(crate) fn release_freed_memory() {
+    if !PEAK_HELD_DOWN.load(Ordering::Relaxed) {
+        return;
     }
-}
-
-/// Gives the free pages of the allocator's heaps back to the system:
-/// glibc keeps them after the plans are freed, and the stages after would
-/// be resident on top of them at the process's peak.
-fn release_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: `malloc_trim` only releases memory the allocator holds free.
     unsafe {
@@ -809,41 +811,51 @@ fn release_freed_memory() {
     }
 }
 
-/// While it lives, glibc maps every allocation of 128 KiB or more apart
-/// and unmaps it when freed. By default it raises that threshold as the
-/// first large blocks are freed (up to 32 MiB), and the classification's
-/// and the encoder's large vectors, freed a run at a time, then stay in
-/// the heaps as pages that `malloc_trim` cannot return while a small block
-/// still lives beside them: 20 MB of the peak on the own release binary.
-/// Dropped, it sets the threshold where glibc's own raising ends, for the
-/// stages after (recording, analysis) that reuse large buffers.
-pub(crate) struct MapLargeAllocations;
+/// While it lives, the process's peak is held down: glibc maps every
+/// allocation of 128 KiB or more apart and unmaps it when freed, and the
+/// stages give the allocator's free pages back ([`release_freed_memory`]).
+/// By default glibc raises that threshold as the first large blocks are
+/// freed (up to 32 MiB), and the classification's and the encoder's large
+/// vectors, freed a run at a time, then stay in the heaps as pages that
+/// `malloc_trim` cannot return while a small block still lives beside
+/// them: 20 MB of the peak on the own release binary. Dropped, it sets the
+/// threshold where glibc's own raising ends, for the stages after
+/// (recording, analysis) that reuse large buffers.
+pub(crate) struct PeakHeldDown;
 
-impl MapLargeAllocations {
+impl PeakHeldDown {
     /// glibc's default threshold, held fixed.
     const DURING: i32 = 128 << 10;
     /// glibc's highest dynamic threshold on 64-bit.
     const AFTER: i32 = 32 << 20;
 
-    /// Maps large allocations apart until dropped.
-    pub(crate) fn new() -> MapLargeAllocations {
-        set_mmap_threshold(MapLargeAllocations::DURING);
-        MapLargeAllocations
+    /// Holds the peak down until dropped.
+    pub(crate) fn new() -> PeakHeldDown {
+        set_mmap_threshold(PeakHeldDown::DURING);
+        PEAK_HELD_DOWN.store(true, Ordering::Relaxed);
+        PeakHeldDown
     }
 
-    /// Stops mapping large allocations apart when `binary` is small: its
-    /// few large blocks, mapped and unmapped as they are freed and made
-    /// again, are faulted in afresh each time, and its peak is small.
-    pub(crate) fn unless_small(&self, binary: &Binary) {
-        if binary.is_small() {
-            set_mmap_threshold(MapLargeAllocations::AFTER);
+    /// Stops holding the peak down unless `binary` asks for it
+    /// ([`Binary::holds_peak_down`]): a smaller input's large blocks, mapped
+    /// and unmapped as they are freed and made again, and its pages given
+    /// back between stages, are faulted in afresh each time, and its peak
+    /// is small either way.
+    pub(crate) fn unless_needed_for(&self, binary: &Binary) {
+        if !binary.holds_peak_down() {
+            PeakHeldDown::release();
         }
+    }
+
+    fn release() {
+        PEAK_HELD_DOWN.store(false, Ordering::Relaxed);
+        set_mmap_threshold(PeakHeldDown::AFTER);
     }
 }
 
-impl Drop for MapLargeAllocations {
+impl Drop for PeakHeldDown {
     fn drop(&mut self) {
-        set_mmap_threshold(MapLargeAllocations::AFTER);
+        PeakHeldDown::release();
     }
 }
 

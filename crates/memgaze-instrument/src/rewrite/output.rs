@@ -62,9 +62,53 @@ impl Output for Vec<u8> {
 pub struct FileOutput<'f> {
     file: &'f File,
     error: Option<std::io::Error>,
-    /// The write [`Output::write_owned`] left running, if any: it gives
-    /// back its buffer and result.
-    writing: Option<std::thread::JoinHandle<(Vec<u8>, std::io::Result<()>)>>,
+    /// The thread [`Output::write_owned`] hands its writes to, once started.
+    writer: Option<Writer>,
+    /// Whether the writer has a write whose buffer is still to come back.
+    writing: bool,
+}
+
+/// A thread that writes each buffer it is sent at its offset of the file
+/// and sends it back with the result, one at a time, until its queue is
+/// closed. One for every write: each thread's start and exit (its stack's
+/// pages given back and faulted in again, its signal stack mapped) cost
+/// about as much of the kernel's time as a run's write itself.
+struct Writer {
+    writes: std::sync::mpsc::Sender<(u64, Vec<u8>)>,
+    written: std::sync::mpsc::Receiver<(Vec<u8>, std::io::Result<()>)>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Writer {
+    /// Starts a writer to a descriptor of its own for `file`.
+    fn start(file: &File) -> std::io::Result<Writer> {
+        let file = file.try_clone()?;
+        let (writes, to_write) = std::sync::mpsc::channel::<(u64, Vec<u8>)>();
+        let (done, written) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("memgaze-writer".into())
+            .spawn(move || {
+                for (offset, bytes) in to_write {
+                    let result = file.write_all_at(&bytes, offset);
+                    if done.send((bytes, result)).is_err() {
+                        break;
+                    }
+                }
+            })?;
+        Ok(Writer {
+            writes,
+            written,
+            thread,
+        })
+    }
+
+    /// Closes the queue and waits for the thread to end.
+    fn stop(self) {
+        drop(self.writes);
+        self.thread
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    }
 }
 
 impl<'f> FileOutput<'f> {
@@ -73,7 +117,8 @@ impl<'f> FileOutput<'f> {
         FileOutput {
             file,
             error: None,
-            writing: None,
+            writer: None,
+            writing: false,
         }
     }
 
@@ -92,13 +137,24 @@ impl<'f> FileOutput<'f> {
 
     /// Waits for the write left running, and gives back its buffer.
     fn wait(&mut self) -> Option<Vec<u8>> {
-        let (buffer, result) = self
-            .writing
-            .take()?
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        self.keep(result);
-        Some(buffer)
+        if !std::mem::take(&mut self.writing) {
+            return None;
+        }
+        let writer = self.writer.as_ref()?;
+        match writer.written.recv() {
+            Ok((buffer, result)) => {
+                self.keep(result);
+                Some(buffer)
+            }
+            // The writer ended without answering: it panicked, and its
+            // panic goes on here.
+            Err(_) => {
+                if let Some(writer) = self.writer.take() {
+                    writer.stop();
+                }
+                None
+            }
+        }
     }
 }
 
@@ -106,6 +162,9 @@ impl Drop for FileOutput<'_> {
     fn drop(&mut self) {
         // Nothing written on behalf of this output outlives it.
         self.wait();
+        if let Some(writer) = self.writer.take() {
+            writer.stop();
+        }
     }
 }
 
@@ -134,30 +193,36 @@ impl Output for FileOutput<'_> {
         }
     }
 
-    /// On a thread of its own, so that the caller goes on making the next
-    /// bytes meanwhile (writing is mostly the kernel's copying into the
-    /// page cache: while the encoder's code was written, the other core
-    /// had nothing to do). One write at a time: this one waits for the
-    /// last and gives back its buffer.
+    /// On a thread of its own ([`Writer`]), so that the caller goes on
+    /// making the next bytes meanwhile (writing is mostly the kernel's
+    /// copying into the page cache: while the encoder's code was written,
+    /// the other core had nothing to do). One write at a time: this one
+    /// waits for the last and gives back its buffer.
     fn write_owned(&mut self, offset: u64, bytes: Vec<u8>) -> Vec<u8> {
         let spare = self.wait().unwrap_or_default();
         if self.error.is_some() {
             return bytes;
         }
-        let file = match self.file.try_clone() {
-            Ok(file) => file,
-            Err(_) => {
+        if self.writer.is_none() {
+            match Writer::start(self.file) {
+                Ok(writer) => self.writer = Some(writer),
+                Err(_) => {
+                    self.write_at(offset, &bytes);
+                    return bytes;
+                }
+            }
+        }
+        let writer = self.writer.as_ref().expect("started above");
+        match writer.writes.send((offset, bytes)) {
+            Ok(()) => self.writing = true,
+            // The writer is gone: it panicked, and its panic goes on here.
+            Err(std::sync::mpsc::SendError((offset, bytes))) => {
+                if let Some(writer) = self.writer.take() {
+                    writer.stop();
+                }
                 self.write_at(offset, &bytes);
                 return bytes;
             }
-        };
-        let writer = std::thread::Builder::new().spawn(move || {
-            let result = file.write_all_at(&bytes, offset);
-            (bytes, result)
-        });
-        match writer {
-            Ok(writing) => self.writing = Some(writing),
-            Err(e) => self.keep(Err(e)),
         }
         spare
     }
@@ -346,6 +411,42 @@ mod tests {
         file.read_exact_at(&mut read, 0).unwrap();
         assert_eq!(&read, &[b'a', b'c', 1, 1]);
         assert_eq!(file.metadata().unwrap().len(), 2 << 20);
+    }
+
+    #[test]
+    fn many_writes_handed_over_go_in_order_through_one_writer() {
+        let file = tempfile::tempfile().unwrap();
+        let mut out = FileOutput::new(&file);
+        let mut buffer = Vec::new();
+        for i in 0..100u8 {
+            buffer.clear();
+            buffer.resize(4096 + usize::from(i), i);
+            buffer = out.write_owned(u64::from(i) * 8192, buffer);
+            if i > 0 {
+                let previous = 4096 + usize::from(i - 1);
+                assert_eq!(buffer, vec![i - 1; previous], "the last write's buffer");
+            }
+            let writer = out.writer.as_ref().expect("a writer is running");
+            assert_eq!(writer.thread.thread().name(), Some("memgaze-writer"));
+        }
+        // Over the first half again: the later writes land last.
+        for i in 0..50u8 {
+            buffer = out.write_owned(u64::from(i) * 8192, vec![i + 100; 100]);
+        }
+        drop(buffer);
+        assert!(out.error().is_none());
+        let mut written = Vec::new();
+        std::io::Read::read_to_end(&mut &file, &mut written).unwrap();
+        assert_eq!(written.len(), 99 * 8192 + 4096 + 99);
+        for i in 0..100u8 {
+            let at = usize::from(i) * 8192;
+            let len = 4096 + usize::from(i);
+            let head = if i < 50 { 100 } else { 0 };
+            assert!(written[at..at + head].iter().all(|&b| b == i + 100));
+            assert!(written[at + head..at + len].iter().all(|&b| b == i));
+            let gap = if i < 99 { at + 8192 } else { at + len };
+            assert!(written[at + len..gap].iter().all(|&b| b == 0));
+        }
     }
 
     #[test]
