@@ -1106,14 +1106,13 @@ impl<'a> Evaluator<'a> {
         let budget = self.budget;
         // Kept in the order they were made, so by `memo_count`, which only
         // grows: those made with fewer values stored, which can never match
-        // again, come first and are passed over.
+        // again, come first and are passed over, and the rest were made
+        // with as many as now.
         let kept = &self.bufs.replays[node as usize];
         let live = kept.partition_point(|r| r.memo_count < memo_count);
         let kept = kept[live..].iter().find(|r| {
-            r.memo_count == memo_count
-                && r.steps <= budget
-                && chain & r.asked == r.above
-                && (depth + r.reach) < MAX_DEPTH as u32
+            debug_assert_eq!(r.memo_count, memo_count, "no replay is from later");
+            r.steps <= budget && chain & r.asked == r.above && (depth + r.reach) < MAX_DEPTH as u32
         })?;
         let kept = *kept;
         self.budget -= kept.steps;
