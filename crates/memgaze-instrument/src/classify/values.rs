@@ -875,6 +875,16 @@ impl<'a> Evaluator<'a> {
             self.bufs
                 .entry_ranges
                 .extend(std::iter::repeat_n((at, at), n));
+        } else if let [(_, only)] = by_bit[..] {
+            // Defined in one block: a natural loop's blocks all reach each
+            // other inside it (each reaches a latch, the header every
+            // block), and no other definition stops the one, so it reaches
+            // every block's entry; one shared set, without solving.
+            let at = self.bufs.entry_sets.len() as u32;
+            self.bufs.entry_sets.push(only);
+            self.bufs
+                .entry_ranges
+                .extend(std::iter::repeat_n((at, at + 1), n));
         } else {
             // Predecessors inside the loop, as positions: the same for every
             // variable of the loop.
