@@ -338,7 +338,14 @@ impl Frame {
         let frame_pointer = frame_pointer.unwrap_or_else(|| {
             stack::frame_pointer_with(code, |i| scratch.written[i] & rbp_bit != 0)
         });
-        stack::positions_into(code, frame_pointer, &mut rsp_delta);
+        if scratch.accesses.is_empty() {
+            // No frame access inside loops: no slots, and the stack
+            // positions, asked only on the way to a slot, are not walked.
+            rsp_delta.clear();
+            rsp_delta.resize(code.instructions.len(), None);
+        } else {
+            stack::positions_into(code, frame_pointer, &mut rsp_delta);
+        }
         let mut frame = Frame {
             rsp_delta,
             frame_pointer,
@@ -658,9 +665,11 @@ mod tests {
 
     /// [`Frame::compute`]'s slots on this test executable's functions with
     /// loops, against the widest of all the function's frame accesses
-    /// (every instruction's usage read, inside loops or not) at each
-    /// position accessed inside a loop: the accesses outside loops, read
-    /// only when there are such slots, widen them as all would.
+    /// (every instruction's usage read, inside loops or not, at the stack
+    /// positions of a walk of the whole function) at each position
+    /// accessed inside a loop: the accesses outside loops, read only when
+    /// there are such slots, widen them as all would, and the positions,
+    /// walked only when a loop accesses the frame, are those of a walk.
     #[test]
     fn slots_are_the_widest_of_all_frame_accesses() {
         let binary = crate::binary::Binary::open(std::env::current_exe().unwrap()).unwrap();
@@ -673,6 +682,7 @@ mod tests {
                 continue;
             }
             let frame = Frame::compute(&code, loops, &mut usages);
+            let positions = stack::positions(&code, frame.frame_pointer);
             let mut accesses = Vec::new();
             for (b, block) in code.blocks.iter().enumerate() {
                 let in_loop = loops.innermost(b as u32).is_some();
@@ -683,9 +693,12 @@ mod tests {
                         {
                             continue;
                         }
-                        if let Some(pos) =
-                            frame.slot_offset(i, m.base(), Register::None, m.displacement())
-                        {
+                        let disp = m.displacement() as i64;
+                        let pos = match m.base() {
+                            Register::RSP => positions[i].map(|p| p.plus(disp)),
+                            _ => frame.frame_pointer.map(|fp| StackPos::entry(fp + disp)),
+                        };
+                        if let Some(pos) = pos {
                             accesses.push((pos, m.memory_size().size() as u32, in_loop));
                         }
                     }
