@@ -10,6 +10,7 @@
 use super::FunctionCode;
 use super::usage::Usages;
 use iced_x86::{Instruction, Mnemonic, OpKind, Register};
+use std::cell::RefCell;
 
 /// A stack address: `offset` bytes from an anchor, the stack pointer at
 /// function entry (`anchor` 0) or right after the realignment at
@@ -214,10 +215,42 @@ pub(crate) fn positions_into(
     if n == 0 {
         return;
     }
-    // Block entry states: None = not reached yet, Some(None) = conflict.
-    let mut entry: Vec<Option<Option<StackPos>>> = vec![None; code.blocks.len()];
-    entry[0] = Some(Some(StackPos::entry(0)));
-    let mut work: Vec<u32> = vec![0];
+    POSITIONS_BUFFERS.with_borrow_mut(|buffers| {
+        let PositionsBuffers { entry, work } = buffers;
+        entry.clear();
+        entry.resize(code.blocks.len(), None);
+        entry[0] = Some(Some(StackPos::entry(0)));
+        work.clear();
+        work.push(0);
+        walk_blocks(code, frame_pointer, out, entry, work);
+    });
+    // Instructions of blocks never reached keep `None`.
+}
+
+/// The buffers of [`positions_into`], kept by each thread: allocated for
+/// every function, they were two allocations per function classified.
+#[derive(Default)]
+struct PositionsBuffers {
+    /// Block entry states: None = not reached yet, Some(None) = conflict.
+    entry: Vec<Option<Option<StackPos>>>,
+    /// Blocks whose entry state changed, to walk again.
+    work: Vec<u32>,
+}
+
+thread_local! {
+    static POSITIONS_BUFFERS: RefCell<PositionsBuffers> = RefCell::default();
+}
+
+/// The walk of [`positions_into`]: each block in `work` is walked from
+/// its entry state, each instruction's position written to `out`, and
+/// its successors whose entry state changes are queued.
+fn walk_blocks(
+    code: &FunctionCode,
+    frame_pointer: Option<i64>,
+    out: &mut [Option<StackPos>],
+    entry: &mut [Option<Option<StackPos>>],
+    work: &mut Vec<u32>,
+) {
     while let Some(b) = work.pop() {
         let block = &code.blocks[b as usize];
         let mut pos = entry[b as usize].flatten();
@@ -254,7 +287,6 @@ pub(crate) fn positions_into(
             }
         }
     }
-    // Instructions of blocks never reached keep `None`.
 }
 
 #[cfg(test)]

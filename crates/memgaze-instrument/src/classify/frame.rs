@@ -183,18 +183,16 @@ fn is_write(access: OpAccess) -> bool {
 }
 
 impl FrameScratch {
-    /// One pass over the instructions' usage, block by block: the GPRs
-    /// each instruction writes (`written`) and its frame-candidate
-    /// accesses (`accesses` inside loops, `outer_accesses` outside).
+    /// The instructions' usage, block by block: the GPRs each instruction
+    /// writes (`written`) and its frame-candidate accesses (`accesses`
+    /// inside loops, `outer_accesses` outside).
     ///
     /// Only the instructions inside loops have their writes read (the
     /// evaluator asks about no others), and, when the entry block sets
     /// `rbp` up as a frame pointer that is not yet known
-    /// (`rbp_writes_asked`), every instruction's. Outside loops, the
-    /// instructions' register and memory usage (most of this pass) is asked
-    /// only where the answer matters: frame accesses, whose widths are
-    /// those of the slots at their positions (the overlaps of stores in
-    /// loops depend on them).
+    /// (`rbp_writes_asked`), every instruction's. The blocks outside loops
+    /// are read here only then; otherwise [`FrameScratch::read_outer_accesses`]
+    /// reads them once the slots are known, and only if there are any.
     fn read_usage(
         &mut self,
         code: &FunctionCode,
@@ -208,36 +206,86 @@ impl FrameScratch {
         self.outer_accesses.clear();
         for (b, block) in code.blocks.iter().enumerate() {
             let in_loop = loops.innermost(b as u32).is_some();
-            let writes_asked = rbp_writes_asked || in_loop;
+            if !in_loop && !rbp_writes_asked {
+                continue;
+            }
             let accesses = if in_loop {
                 &mut self.accesses
             } else {
                 &mut self.outer_accesses
             };
-            let range = block.instructions();
-            let insns = code.instructions[range.clone()].iter();
-            for ((i, insn), written) in range.clone().zip(insns).zip(&mut self.written[range]) {
-                let frame_access = may_access_frame(insn);
-                if !frame_access {
-                    // Only a frame access can list a location kept here:
-                    // the others' memory usage (iced's memory list, most
-                    // of their cost) is not asked.
-                    if writes_asked {
-                        *written = usages.gpr_effects(insn).written;
-                    }
-                    continue;
-                }
-                let memory = if writes_asked {
-                    // The effects' bits are the variables' numbers.
-                    let (effects, memory) = usages.of(insn);
-                    *written = effects.written;
-                    memory
-                } else {
-                    usages.memory_of(insn)
-                };
-                push_frame_accesses(accesses, i, memory);
+            read_block(
+                code,
+                block.instructions(),
+                usages,
+                true,
+                &mut self.written,
+                accesses,
+            );
+        }
+    }
+
+    /// The frame-candidate accesses of the blocks outside loops
+    /// (`outer_accesses`), when [`FrameScratch::read_usage`] left them.
+    /// Outside loops the instructions' register and memory usage (most of
+    /// this pass) is asked only where the answer matters: frame accesses,
+    /// whose widths are those of the slots at their positions (the
+    /// overlaps of stores in loops depend on them). Without slots they
+    /// widen nothing, and are not read.
+    fn read_outer_accesses(
+        &mut self,
+        code: &FunctionCode,
+        loops: &LoopForest,
+        usages: &mut Usages,
+    ) {
+        for (b, block) in code.blocks.iter().enumerate() {
+            if loops.innermost(b as u32).is_none() {
+                let range = block.instructions();
+                read_block(
+                    code,
+                    range,
+                    usages,
+                    false,
+                    &mut self.written,
+                    &mut self.outer_accesses,
+                );
             }
         }
+    }
+}
+
+/// Reads the instructions `range` of a block: the GPRs each writes into
+/// `written` when `writes_asked`, and its frame-candidate accesses into
+/// `accesses`.
+#[inline(always)]
+fn read_block(
+    code: &FunctionCode,
+    range: std::ops::Range<usize>,
+    usages: &mut Usages,
+    writes_asked: bool,
+    written: &mut [u16],
+    accesses: &mut Vec<FrameAccess>,
+) {
+    let insns = code.instructions[range.clone()].iter();
+    for ((i, insn), written) in range.clone().zip(insns).zip(&mut written[range]) {
+        if !may_access_frame(insn) {
+            // Only a frame access can list a location kept here: the
+            // others' memory usage (iced's memory list, most of their
+            // cost) is not asked.
+            if writes_asked {
+                *written = usages.gpr_effects(insn).written;
+            }
+            continue;
+        }
+        let memory = if writes_asked {
+            // The effects' bits are the variables' numbers.
+            let (effects, memory) = usages.of(insn);
+            *written = effects.written;
+            memory
+        } else {
+            usages.memory_of(insn)
+        };
+        push_frame_accesses(accesses, i, memory);
     }
 }
 
@@ -290,7 +338,14 @@ impl Frame {
         let frame_pointer = frame_pointer.unwrap_or_else(|| {
             stack::frame_pointer_with(code, |i| scratch.written[i] & rbp_bit != 0)
         });
-        stack::positions_into(code, frame_pointer, &mut rsp_delta);
+        if scratch.accesses.is_empty() {
+            // No frame access inside loops: no slots, and the stack
+            // positions, asked only on the way to a slot, are not walked.
+            rsp_delta.clear();
+            rsp_delta.resize(code.instructions.len(), None);
+        } else {
+            stack::positions_into(code, frame_pointer, &mut rsp_delta);
+        }
         let mut frame = Frame {
             rsp_delta,
             frame_pointer,
@@ -307,6 +362,9 @@ impl Frame {
             &mut scratch.keys,
             &mut slots,
         );
+        if !rbp_writes_asked && !slots.is_empty() {
+            scratch.read_outer_accesses(code, loops, usages);
+        }
         widen_slots(frame.access_slots(&scratch.outer_accesses), &mut slots);
         frame.slots = slots;
         frame.list_defs(code, loops, &scratch.written, &scratch.accesses);
@@ -603,6 +661,61 @@ mod tests {
             );
             assert_eq!(slots, all, "round {round}");
         }
+    }
+
+    /// [`Frame::compute`]'s slots on this test executable's functions with
+    /// loops, against the widest of all the function's frame accesses
+    /// (every instruction's usage read, inside loops or not, at the stack
+    /// positions of a walk of the whole function) at each position
+    /// accessed inside a loop: the accesses outside loops, read only when
+    /// there are such slots, widen them as all would, and the positions,
+    /// walked only when a loop accesses the frame, are those of a walk.
+    #[test]
+    fn slots_are_the_widest_of_all_frame_accesses() {
+        let binary = crate::binary::Binary::open(std::env::current_exe().unwrap()).unwrap();
+        let mut usages = Usages::new();
+        let mut with_slots = 0;
+        for f in binary.functions() {
+            let code = binary.function_code(f);
+            let loops = code.loops();
+            if loops.loops.is_empty() {
+                continue;
+            }
+            let frame = Frame::compute(&code, loops, &mut usages);
+            let positions = stack::positions(&code, frame.frame_pointer);
+            let mut accesses = Vec::new();
+            for (b, block) in code.blocks.iter().enumerate() {
+                let in_loop = loops.innermost(b as u32).is_some();
+                for i in block.instructions() {
+                    for m in usages.of(&code.instructions[i]).1 {
+                        if m.index() != Register::None
+                            || !matches!(m.base(), Register::RSP | Register::RBP)
+                        {
+                            continue;
+                        }
+                        let disp = m.displacement() as i64;
+                        let pos = match m.base() {
+                            Register::RSP => positions[i].map(|p| p.plus(disp)),
+                            _ => frame.frame_pointer.map(|fp| StackPos::entry(fp + disp)),
+                        };
+                        if let Some(pos) = pos {
+                            accesses.push((pos, m.memory_size().size() as u32, in_loop));
+                        }
+                    }
+                }
+            }
+            let mut expected: Vec<(StackPos, u32)> = Vec::new();
+            for &(pos, _, _) in accesses.iter().filter(|a| a.2) {
+                if !expected.iter().any(|s| s.0 == pos) {
+                    let widest = accesses.iter().filter(|a| a.0 == pos).map(|a| a.1).max();
+                    expected.push((pos, widest.unwrap_or(0)));
+                }
+            }
+            expected.sort_unstable();
+            with_slots += usize::from(!expected.is_empty());
+            assert_eq!(frame.slots, expected, "function {:#x}", code.start);
+        }
+        assert!(with_slots > 100, "{with_slots} functions with slots");
     }
 
     /// [`may_access_frame`] on the instructions of pseudo-random bytes:

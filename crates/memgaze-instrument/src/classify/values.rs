@@ -875,6 +875,16 @@ impl<'a> Evaluator<'a> {
             self.bufs
                 .entry_ranges
                 .extend(std::iter::repeat_n((at, at), n));
+        } else if let [(_, only)] = by_bit[..] {
+            // Defined in one block: a natural loop's blocks all reach each
+            // other inside it (each reaches a latch, the header every
+            // block), and no other definition stops the one, so it reaches
+            // every block's entry; one shared set, without solving.
+            let at = self.bufs.entry_sets.len() as u32;
+            self.bufs.entry_sets.push(only);
+            self.bufs
+                .entry_ranges
+                .extend(std::iter::repeat_n((at, at + 1), n));
         } else {
             // Predecessors inside the loop, as positions: the same for every
             // variable of the loop.
@@ -1106,14 +1116,13 @@ impl<'a> Evaluator<'a> {
         let budget = self.budget;
         // Kept in the order they were made, so by `memo_count`, which only
         // grows: those made with fewer values stored, which can never match
-        // again, come first and are passed over.
+        // again, come first and are passed over, and the rest were made
+        // with as many as now.
         let kept = &self.bufs.replays[node as usize];
         let live = kept.partition_point(|r| r.memo_count < memo_count);
         let kept = kept[live..].iter().find(|r| {
-            r.memo_count == memo_count
-                && r.steps <= budget
-                && chain & r.asked == r.above
-                && (depth + r.reach) < MAX_DEPTH as u32
+            debug_assert_eq!(r.memo_count, memo_count, "no replay is from later");
+            r.steps <= budget && chain & r.asked == r.above && (depth + r.reach) < MAX_DEPTH as u32
         })?;
         let kept = *kept;
         self.budget -= kept.steps;
