@@ -1112,7 +1112,8 @@ fn build_part(
     spares.keep_build_scratch(scratch);
     let measured = std::mem::take(&mut layout.labels);
     let lists = (spares.label_list(), spares.fake_labels());
-    let (labels, sorted) = MeasuredLabels::of(&measured, &aligned, run, lists);
+    let drawn = (fake - fake_run_base(run)) as usize;
+    let (labels, sorted) = MeasuredLabels::of(&measured, &aligned, (run, drawn), lists);
     spares.keep_label_list(measured);
     spares.keep_label_list(sorted);
     let labels = labels?;
@@ -2763,7 +2764,9 @@ impl FakeLabel {
 impl MeasuredLabels {
     /// Splits `labels`, `(unpadded offset, address label)` of every
     /// labelled instruction of run number `run` in the order of their
-    /// offsets, whose aligned instructions are `aligned` (in order). The
+    /// offsets, whose aligned instructions are `aligned` (in order), the
+    /// run having drawn `drawn` fake labels (the table is made at that
+    /// size at once: grown label by label, it was resized for most). The
     /// original addresses are sorted in `sorted`, an empty list given back
     /// with the labels (where they do not come in their own order: a
     /// copy's body follows its original's instructions, and a sort of all a
@@ -2776,10 +2779,11 @@ impl MeasuredLabels {
     fn of(
         labels: &[(u64, u64)],
         aligned: &[Aligned],
-        run: usize,
+        (run, drawn): (usize, usize),
         (mut sorted, mut fakes): (Vec<(u64, u64)>, Vec<FakeLabel>),
     ) -> (Result<Self, RelocateError>, Vec<(u64, u64)>) {
         debug_assert!(sorted.is_empty() && fakes.is_empty(), "spares come emptied");
+        fakes.resize(drawn, FakeLabel::NOT_PLACED);
         let mut passed = 0;
         let mut twice: Option<u64> = None;
         for &(at, ip) in labels {
@@ -2790,24 +2794,27 @@ impl MeasuredLabels {
             while aligned.get(passed).is_some_and(|a| a.at <= at) {
                 passed += 1;
             }
-            let draw =
-                fake_draw(run, ip).expect("a run's fake labels are drawn from its own range");
-            if fakes.len() <= draw {
-                fakes.resize(draw + 1, FakeLabel::NOT_PLACED);
-            }
-            if fakes[draw].at != NOT_PLACED {
+            let fake = fake_draw(run, ip)
+                .and_then(|draw| fakes.get_mut(draw))
+                .expect("a run's fake labels are drawn from its own range");
+            if fake.at != NOT_PLACED {
                 twice = Some(twice.map_or(ip, |t| t.min(ip)));
             }
-            fakes[draw] = FakeLabel {
+            *fake = FakeLabel {
                 at: offset32(at),
                 aligned: passed as u32,
             };
         }
-        if !sorted.is_sorted() {
+        // Addresses in strictly increasing order, as they mostly come, are
+        // sorted and none is carried twice: one pass over them, not two.
+        let mut twice_original = None;
+        if !sorted.windows(2).all(|w| w[0].0 < w[1].0) {
             sorted.sort_unstable();
+            let pair = sorted.windows(2).find(|w| w[0].0 == w[1].0);
+            twice_original = pair.map(|w| w[0].0);
         }
-        let measured = if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
-            Err(RelocateError::DuplicateAddress(w[0].0))
+        let measured = if let Some(ip) = twice_original {
+            Err(RelocateError::DuplicateAddress(ip))
         } else if let Some(ip) = twice {
             Err(RelocateError::DuplicateAddress(ip))
         } else {
@@ -3948,7 +3955,7 @@ mod tests {
         let mut part = part_of(layout, Vec::new());
         let measured = std::mem::take(&mut part.layout.labels);
         let lists = (Vec::new(), Vec::new());
-        let mut labels = MeasuredLabels::of(&measured, &part.aligned, 0, lists)
+        let mut labels = MeasuredLabels::of(&measured, &part.aligned, (0, 0), lists)
             .0
             .unwrap();
         place(&mut part, start);
@@ -4654,7 +4661,7 @@ mod tests {
             (260, 0x2030),
         ];
         let lists = (Vec::new(), Vec::new());
-        let (labels, sorted) = MeasuredLabels::of(&measured, &aligned, 1, lists);
+        let (labels, sorted) = MeasuredLabels::of(&measured, &aligned, (1, 7), lists);
         let labels = labels.unwrap();
         assert!(sorted.is_sorted(), "{sorted:?}");
         for start in [0x7000_0000u64, 0x7000_0010, 0x7000_0031] {
@@ -4695,7 +4702,7 @@ mod tests {
         let twice = |labels: &[(u64, u64)]| match MeasuredLabels::of(
             labels,
             &[],
-            0,
+            (0, 3),
             (Vec::new(), Vec::new()),
         )
         .0
