@@ -1,5 +1,7 @@
 //! Symbol demangling: Rust (legacy and v0) and C++ (Itanium ABI).
 
+use std::fmt::Write;
+
 /// The readable name of a symbol, or `None` when it is not mangled (C
 /// names, or anything neither demangler accepts).
 ///
@@ -8,7 +10,11 @@
 /// rustc-demangle only accepts legacy names that end in a Rust hash.
 pub fn demangle(raw: &str) -> Option<String> {
     if let Ok(rust) = rustc_demangle::try_demangle(raw) {
-        let text = format!("{rust:#}");
+        // Written into room for the mangled name's length (a readable name
+        // is rarely longer): `format!` would start empty and reallocate
+        // several times a name as it doubles.
+        let mut text = String::with_capacity(raw.len());
+        write!(text, "{rust:#}").expect("writing to a String cannot fail");
         if text != raw {
             return Some(text);
         }

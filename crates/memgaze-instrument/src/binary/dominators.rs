@@ -4,12 +4,17 @@
 
 use super::cfg::BasicBlock;
 
+/// The immediate dominator of a block that has none: a plain number
+/// rather than an `Option` (half the size, and the walks up the tree test
+/// no tag at each step).
+pub(crate) const NO_IDOM: u32 = u32::MAX;
+
 /// Immediate dominators; block 0 is the entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Dominators {
-    /// Immediate dominator of each block (`None` for the entry and for
-    /// blocks unreachable from it).
-    pub(crate) idom: Vec<Option<u32>>,
+    /// Immediate dominator of each block ([`NO_IDOM`] for the entry and
+    /// for blocks unreachable from it).
+    pub(crate) idom: Vec<u32>,
     /// Reverse post-order position of each reachable block (`u32::MAX` for
     /// unreachable ones).
     pub(crate) rpo_position: Vec<u32>,
@@ -36,7 +41,7 @@ impl Dominators {
         position: Vec<u32>,
     ) -> Dominators {
         let n = blocks.len();
-        let mut idom: Vec<Option<u32>> = vec![None; n];
+        let mut idom: Vec<u32> = vec![NO_IDOM; n];
         if n == 0 {
             return Dominators {
                 idom,
@@ -45,12 +50,9 @@ impl Dominators {
                 tree_order: Vec::new(),
             };
         }
-        idom[0] = Some(0);
+        idom[0] = 0;
         for &b in rpo.iter().skip(1) {
-            let new = idom_from_predecessors(blocks, &idom, &position, b);
-            if new.is_some() {
-                idom[b as usize] = new;
-            }
+            idom[b as usize] = idom_from_predecessors(blocks, &idom, &position, b);
         }
         // A second round changes nothing unless it changes a block with a
         // predecessor at or after it in the order (a back edge): every
@@ -63,20 +65,20 @@ impl Dominators {
             let predecessors = &blocks[b as usize].predecessors;
             predecessors.iter().any(|&p| position[p as usize] >= at) && {
                 let new = idom_from_predecessors(blocks, &idom, &position, b);
-                new.is_some() && idom[b as usize] != new
+                new != NO_IDOM && idom[b as usize] != new
             }
         });
         while changed {
             changed = false;
             for &b in rpo.iter().skip(1) {
                 let new = idom_from_predecessors(blocks, &idom, &position, b);
-                if new.is_some() && idom[b as usize] != new {
+                if new != NO_IDOM && idom[b as usize] != new {
                     idom[b as usize] = new;
                     changed = true;
                 }
             }
         }
-        idom[0] = None;
+        idom[0] = NO_IDOM;
         let tree_order = tree_order(&idom, &rpo);
         Dominators {
             idom,
@@ -104,14 +106,15 @@ impl Dominators {
 
 /// Pre/post-order numbers of a DFS over the dominator tree (iterative:
 /// the tree can be as deep as the function is long).
-fn tree_order(idom: &[Option<u32>], rpo: &[u32]) -> Vec<(u32, u32)> {
+fn tree_order(idom: &[u32], rpo: &[u32]) -> Vec<(u32, u32)> {
     let n = idom.len();
     // Every block's children in `rpo` order, in one list: block `p`'s are
     // `children[first[p]..first[p + 1]]` (a list per block was most of
     // this pass's allocations).
     let mut first = vec![0u32; n + 1];
     for &b in rpo.iter().skip(1) {
-        if let Some(p) = idom[b as usize] {
+        let p = idom[b as usize];
+        if p != NO_IDOM {
             first[p as usize + 1] += 1;
         }
     }
@@ -121,7 +124,8 @@ fn tree_order(idom: &[Option<u32>], rpo: &[u32]) -> Vec<(u32, u32)> {
     let mut filled = first[..n].to_vec();
     let mut children = vec![0u32; first[n] as usize];
     for &b in rpo.iter().skip(1) {
-        if let Some(p) = idom[b as usize] {
+        let p = idom[b as usize];
+        if p != NO_IDOM {
             children[filled[p as usize] as usize] = b;
             filled[p as usize] += 1;
         }
@@ -151,34 +155,33 @@ fn tree_order(idom: &[Option<u32>], rpo: &[u32]) -> Vec<(u32, u32)> {
 }
 
 /// Block `b`'s immediate dominator as its predecessors with one so far
-/// give it (`None` if none has).
+/// give it ([`NO_IDOM`] if none has).
 #[inline(always)]
-fn idom_from_predecessors(
-    blocks: &[BasicBlock],
-    idom: &[Option<u32>],
-    position: &[u32],
-    b: u32,
-) -> Option<u32> {
-    let mut new: Option<u32> = None;
+fn idom_from_predecessors(blocks: &[BasicBlock], idom: &[u32], position: &[u32], b: u32) -> u32 {
+    let mut new = NO_IDOM;
     for &p in &blocks[b as usize].predecessors {
-        if idom[p as usize].is_none() {
+        if idom[p as usize] == NO_IDOM {
             continue;
         }
-        new = Some(match new {
-            None => p,
-            Some(cur) => intersect(idom, position, p, cur),
-        });
+        new = if new == NO_IDOM {
+            p
+        } else {
+            intersect(idom, position, p, new)
+        };
     }
     new
 }
 
-fn intersect(idom: &[Option<u32>], position: &[u32], mut a: u32, mut b: u32) -> u32 {
+/// The nearest common dominator of `a` and `b`, both with an immediate
+/// dominator so far (the entry is its own), walking up from the one later
+/// in reverse post-order.
+fn intersect(idom: &[u32], position: &[u32], mut a: u32, mut b: u32) -> u32 {
     while a != b {
         while position[a as usize] > position[b as usize] {
-            a = idom[a as usize].expect("processed block has an idom");
+            a = idom[a as usize];
         }
         while position[b as usize] > position[a as usize] {
-            b = idom[b as usize].expect("processed block has an idom");
+            b = idom[b as usize];
         }
     }
     a
@@ -282,10 +285,7 @@ mod tests {
         // 0 -> 1 -> {2, 3} -> 4 -> 1, 4 -> 5
         let g = graph(&[(0, 1), (1, 2), (1, 3), (2, 4), (3, 4), (4, 1), (4, 5)], 6);
         let d = Dominators::compute(&g);
-        assert_eq!(
-            d.idom,
-            vec![None, Some(0), Some(1), Some(1), Some(1), Some(4)]
-        );
+        assert_eq!(d.idom, vec![NO_IDOM, 0, 1, 1, 1, 4]);
         assert!(d.dominates(1, 5));
         assert!(!d.dominates(2, 4));
     }

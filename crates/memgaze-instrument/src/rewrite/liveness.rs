@@ -396,7 +396,9 @@ pub(crate) fn live_before(code: &FunctionCode) -> Vec<RegSet> {
 /// (all registers at a return or a jump out: liveness treats a return as
 /// reading every register).
 fn live_at_exit(code: &FunctionCode, b: &BasicBlock) -> u32 {
-    let last = &code.instructions[b.last()];
+    // The last instruction is looked up only for the rare ends that ask
+    // about it, not for every block.
+    let last = || &code.instructions[b.last()];
     match b.terminator {
         Terminator::FallThrough | Terminator::Jump | Terminator::Conditional | Terminator::Call => {
             0
@@ -404,17 +406,18 @@ fn live_at_exit(code: &FunctionCode, b: &BasicBlock) -> u32 {
         Terminator::Return => ALL_GPRS,
         Terminator::TailCall => {
             ALL_GPRS
-                | if last.flow_control() == FlowControl::ConditionalBranch {
+                | if last().flow_control() == FlowControl::ConditionalBranch {
                     FLAGS
                 } else {
                     0
                 }
         }
         Terminator::IndirectJump => {
+            let ip = last().ip();
             let kind = code
                 .indirect_jumps
                 .iter()
-                .find(|j| j.ip == last.ip())
+                .find(|j| j.ip == ip)
                 .map(|j| j.kind);
             match kind {
                 Some(IndirectJumpKind::JumpTable(t)) => {
