@@ -2,7 +2,8 @@
 //! version ([`COMPACT_VERSION`]), a `u64` length of the encoded body, then
 //! the body as zstd frames, one after another, which decompress to the
 //! body as one frame of it would: the string table's count, the table's
-//! strings in parts, then the rest in parts (see [`part_bytes_for`]).
+//! strings in parts, then the rest in parts (of at most [`PART_BYTES`],
+//! smaller for fewer loads).
 //! Files written with other frame boundaries (the whole body in one frame,
 //! the table and the rest's first part in one) decode alike.
 //!
