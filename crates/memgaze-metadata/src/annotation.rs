@@ -854,6 +854,16 @@ mod tests {
         }
     }
 
+    /// [`sample_with_loads`] with a register name of its own for every six
+    /// loads, so that the string table grows as the loads are encoded.
+    fn sample_with_growing_table(count: u32) -> Annotation {
+        let mut a = sample_with_loads(count);
+        for (i, load) in a.loads.iter_mut().enumerate() {
+            load.base = Some(format!("r{}", i / 6).into());
+        }
+        a
+    }
+
     /// The length of the header before a compact annotation's frames.
     const COMPACT_HEADER: usize = compact::COMPACT_MAGIC.len() + 12;
 
@@ -886,11 +896,7 @@ mod tests {
     /// a cut at any byte, a frame's end included, is refused.
     #[test]
     fn a_compact_body_in_parts_decodes_as_one_in_a_single_frame() {
-        let mut a = sample_with_loads(300);
-        // Register names of their own, so the table grows as loads go.
-        for (i, load) in a.loads.iter_mut().enumerate() {
-            load.base = Some(format!("r{}", i / 6).into());
-        }
+        let a = sample_with_growing_table(300);
         let parted = compact::encode_in_parts(&a, 64);
         let frames = compact_frames(&parted);
         assert!(frames.len() > 20, "{} frames", frames.len());
@@ -956,10 +962,7 @@ mod tests {
     /// length hold for every frame, the table's count and parts included.
     #[test]
     fn damaged_frames_of_a_compact_body_give_an_error() {
-        let mut a = sample_with_loads(200);
-        for (i, load) in a.loads.iter_mut().enumerate() {
-            load.base = Some(format!("r{}", i / 6).into());
-        }
+        let a = sample_with_growing_table(200);
         let good = compact::encode_in_parts(&a, 64);
         let frames = compact_frames(&good);
         assert!(frames.len() > 10, "{} frames", frames.len());

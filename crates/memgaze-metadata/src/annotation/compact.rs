@@ -316,6 +316,14 @@ fn put_uint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
+/// The part in `buffer`, which is left empty with room for the next: parts
+/// are about equal, and a buffer grown from empty is copied at each
+/// doubling.
+fn take_part(buffer: &mut Vec<u8>) -> Vec<u8> {
+    let room = buffer.len() + buffer.len() / 8;
+    std::mem::replace(buffer, Vec::with_capacity(room))
+}
+
 /// `v` zigzag-encoded: small negative numbers as small unsigned ones.
 fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
@@ -434,22 +442,22 @@ impl<'a, 'p> Encoder<'a, 'p> {
     /// Sends the part of the rest in `out` to be compressed.
     fn end_part(&mut self) {
         self.last_chain = None;
-        // The next part's room at once: parts are about equal, and a
-        // buffer grown from empty is copied at each doubling.
-        let room = self.out.len() + self.out.len() / 8;
-        let part = std::mem::replace(&mut self.out, Vec::with_capacity(room));
-        self.sent += part.len();
-        (self.sink)(Frame::Rest(self.rest_parts), part);
+        let part = take_part(&mut self.out);
+        self.send(Frame::Rest(self.rest_parts), part);
         self.rest_parts += 1;
     }
 
     /// Sends the part of the table in `table` to be compressed.
     fn end_table_part(&mut self) {
-        let room = self.table.len() + self.table.len() / 8;
-        let part = std::mem::replace(&mut self.table, Vec::with_capacity(room));
-        self.sent += part.len();
-        (self.sink)(Frame::Table(self.table_parts), part);
+        let part = take_part(&mut self.table);
+        self.send(Frame::Table(self.table_parts), part);
         self.table_parts += 1;
+    }
+
+    /// Sends `part` to be compressed into `frame`.
+    fn send(&mut self, frame: Frame, part: Vec<u8>) {
+        self.sent += part.len();
+        (self.sink)(frame, part);
     }
 
     /// The length of the whole body and its parts not yet sent: the
