@@ -2813,15 +2813,12 @@ impl MeasuredLabels {
             let pair = sorted.windows(2).find(|w| w[0].0 == w[1].0);
             twice_original = pair.map(|w| w[0].0);
         }
-        let measured = if let Some(ip) = twice_original {
-            Err(RelocateError::DuplicateAddress(ip))
-        } else if let Some(ip) = twice {
-            Err(RelocateError::DuplicateAddress(ip))
-        } else {
-            Ok(MeasuredLabels {
+        let measured = match twice_original.or(twice) {
+            Some(ip) => Err(RelocateError::DuplicateAddress(ip)),
+            None => Ok(MeasuredLabels {
                 originals: OriginalLabels::new(&sorted),
                 fakes,
-            })
+            }),
         };
         (measured, sorted)
     }
